@@ -1,0 +1,71 @@
+"""The Channel protocol the core consumes, and the context a channel is built with."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from aiohttp import web
+
+from agenthub.messages import InboundMessage, OutboundMessage
+
+if TYPE_CHECKING:
+    from agenthub.config import Settings
+    from agenthub.gateway.handle import ReplyHandle
+
+
+class Submitter(Protocol):
+    """What a channel needs from the gateway: submit a message, get its reply stream."""
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle: ...
+
+
+@runtime_checkable
+class Channel(Protocol):
+    """One platform adapter.
+
+    `start()` connects (long connections, token checks) and must not raise for one bad credential: it logs
+    and carries on with the others. `send()` delivers a proactive message and raises `ChannelSendError`
+    on failure so callers can decide about retries. `stop()` is idempotent.
+    """
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def send(self, message: OutboundMessage) -> None: ...
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class WebRoutes:
+    """Routes channels mount on the daemon's one HTTP server; collected before the server starts."""
+
+    routes: list[web.RouteDef] = field(default_factory=list)
+
+    def add(self, method: str, path: str, handler: Handler) -> None:
+        self.routes.append(web.route(method, path, handler))
+
+
+@dataclass
+class ChannelContext:
+    """Everything a channel is built with; channels never construct core services themselves."""
+
+    gateway: Submitter
+    settings: Settings
+    web: WebRoutes
+    state_dir: Path
+    """A private directory for the channel's durable state (dedup memory, tokens): `data/.channels/<name>/`."""
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ChannelFactory(Protocol):
+    """A channel class: built from the context and its own raw config table (`[channels.<name>]`)."""
+
+    def __call__(self, context: ChannelContext, config: Mapping[str, Any]) -> Channel: ...

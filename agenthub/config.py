@@ -1,0 +1,173 @@
+"""Typed configuration: `agenthub.toml`, then `.env`, then `AGENTHUB_…` variables (`__` nests)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from agenthub.errors import ConfigError
+
+DEFAULT_CONFIG_FILE = Path("agenthub.toml")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SessionSettings(_Section):
+    """Session lifetimes, locks and concurrency."""
+
+    ttl_s: float = Field(3600.0, gt=0, description="idle time after which the in-memory Session is dropped")
+    lock_timeout_s: float = Field(120.0, gt=0, description="a turn holding the lock longer is cancelled")
+    restart_confirm_s: float = Field(30.0, gt=0, description="window for the second /restart")
+    max_concurrent_llm: int = Field(64, ge=1, description="global cap on concurrent LLM calls")
+    fsync: bool = Field(True, description="fsync every history append")
+
+
+class ProviderSettings(_Section):
+    """One Anthropic-compatible endpoint; `preset` fills in a known vendor's base URL."""
+
+    preset: str | None = None
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str | None = None
+
+
+class LLMSettings(_Section):
+    """The default model endpoint; `ANTHROPIC_API_KEY` / `ANTHROPIC_BASE_URL` fill in what is unset."""
+
+    preset: str | None = None
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str = "claude-sonnet-4-5"
+    max_tokens: int = Field(4096, ge=1)
+    timeout_s: float = Field(120.0, gt=0, description="read timeout of one model call")
+    connect_timeout_s: float = Field(10.0, gt=0)
+    max_retries: int = Field(3, ge=0, description="retries on 429/529/5xx/timeouts")
+    retry_base_s: float = Field(0.5, ge=0, description="first backoff delay, doubled per retry")
+    retry_max_s: float = Field(8.0, ge=0)
+    max_tool_iterations: int = Field(12, ge=1)
+    context_window: int | None = Field(None, ge=1000, description="for models not in the built-in table")
+    offline: bool = Field(False, description="force the offline provider even when a key is set")
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+
+
+class MemorySettings(_Section):
+    """Thresholds of the memory layer; per-agent `memory.*` in agent.json overrides them."""
+
+    consolidate_at_tokens: int | None = Field(None, ge=1000, description="default: 40% of the window, else 80000")
+    consolidate_window_ratio: float = Field(0.4, gt=0, le=0.95)
+    keep_recent: int = Field(20, ge=2)
+    l3_interval_s: float = Field(7200.0, gt=0)
+    l3_sessions: int = Field(10, ge=1)
+    l3_messages: int = Field(30, ge=1)
+    l3_message_chars: int = Field(200, ge=20)
+    memory_max_chars: int = Field(8000, ge=500)
+    user_max_chars: int = Field(4000, ge=500)
+    memory_budget_tokens: int = Field(2000, ge=100)
+    user_budget_tokens: int = Field(1000, ge=100)
+    autocompact_interval_s: float = Field(600.0, gt=0)
+    autocompact_idle_s: float = Field(600.0, ge=0)
+    autocompact_min_messages: int = Field(100, ge=2)
+    autocompact_keep: int = Field(20, ge=2)
+    autocompact_summary: bool = False
+
+
+class HTTPSettings(_Section):
+    """The daemon's one HTTP server (API, console, webhooks)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=0, le=65535)
+    tokens: list[SecretStr] = Field(default_factory=list, description="bearer tokens besides auth/tokens.json")
+    max_body_bytes: int = Field(1_048_576, ge=1024)
+    drain_timeout_s: float = Field(30.0, ge=0)
+
+
+class Settings(BaseSettings):
+    """All of AgentHub's configuration; see README "Configuration"."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AGENTHUB_",
+        env_nested_delimiter="__",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    data_dir: Path = Path("data")
+    agents_dir: Path = Path("agents")
+    auth_dir: Path = Path("auth")
+    workspace_dir: Path = Path("workspace")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "json", "console"] = "auto"
+    default_agent: str = "default"
+    bindings: dict[str, str] = Field(
+        default_factory=dict, description='"channel" or "channel:cred_id" → agent name'
+    )
+    session: SessionSettings = Field(default_factory=SessionSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+    http: HTTPSettings = Field(default_factory=HTTPSettings)
+    channels: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="[channels.<name>] tables, each validated by its channel"
+    )
+
+    _toml_file: Path | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=_active_toml.get("path"))
+        return (init_settings, env_settings, dotenv_settings, toml)
+
+
+_active_toml: dict[str, Path | None] = {"path": None}
+
+
+def load_settings(config_path: Path | None = None, **overrides: Any) -> Settings:
+    """Load and validate settings; raise `ConfigError` with one line naming the bad key (never its value)."""
+    path = config_path if config_path is not None else DEFAULT_CONFIG_FILE
+    if config_path is not None and not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    if path.is_file():
+        _check_toml_syntax(path)
+    _active_toml["path"] = path if path.is_file() else None
+    try:
+        return Settings(**overrides)
+    except ValidationError as e:
+        raise ConfigError(describe_validation_error(e)) from None
+    finally:
+        _active_toml["path"] = None
+
+
+def _check_toml_syntax(path: Path) -> None:
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line per problem, `key.path: what is wrong`, with the offending input left out."""
+    problems = []
+    for item in error.errors(include_input=False, include_url=False):
+        key = ".".join(str(part) for part in item["loc"]) or "(root)"
+        problems.append(f"{key}: {item['msg']}")
+    return "invalid configuration: " + "; ".join(problems)

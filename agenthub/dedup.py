@@ -1,0 +1,89 @@
+"""A durable TTL set of seen platform message ids, so platform retries never produce a second answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+class DedupStore:
+    """Remembers ids for `ttl_s` seconds, across restarts.
+
+    The memory is an append-only JSONL file (`{"k": id, "t": seen_at}`), fsynced per id, reloaded at
+    construction with expired and torn lines dropped, and rewritten atomically when it holds more than
+    twice the live entries. `check_and_add` is atomic within one event loop.
+    """
+
+    def __init__(self, path: Path, *, ttl_s: float, clock: Callable[[], float] = time.time) -> None:
+        self._path = path
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._seen: dict[str, float] = {}
+        self._lines = 0
+        self._lock = asyncio.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._load()
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    async def check_and_add(self, key: str) -> bool:
+        """Return True when `key` was already seen (a duplicate); otherwise remember it and return False."""
+        now = self._clock()
+        async with self._lock:
+            seen_at = self._seen.get(key)
+            if seen_at is not None and now - seen_at < self._ttl_s:
+                return True
+            self._seen[key] = now
+            line = json.dumps({"k": key, "t": now}, ensure_ascii=False) + "\n"
+            await asyncio.to_thread(self._append, line)
+            self._lines += 1
+            if self._lines > 2 * len(self._seen) + 100:
+                self._expire(now)
+                await asyncio.to_thread(self._rewrite)
+            return False
+
+    def _load(self) -> None:
+        if not self._path.exists():
+            return
+        now = self._clock()
+        with self._path.open("rb") as f:
+            for raw in f:
+                try:
+                    item = json.loads(raw)
+                    key, seen_at = str(item["k"]), float(item["t"])
+                except (ValueError, KeyError, TypeError):
+                    log.warning("dedup_line_skipped", path=str(self._path))
+                    continue
+                if now - seen_at < self._ttl_s:
+                    self._seen[key] = seen_at
+        self._rewrite()
+
+    def _expire(self, now: float) -> None:
+        self._seen = {k: t for k, t in self._seen.items() if now - t < self._ttl_s}
+
+    def _append(self, line: str) -> None:
+        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _rewrite(self) -> None:
+        tmp = self._path.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for key, seen_at in self._seen.items():
+                f.write(json.dumps({"k": key, "t": seen_at}, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path)
+        self._lines = len(self._seen)

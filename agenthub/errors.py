@@ -1,0 +1,60 @@
+"""AgentHub's exception tree; adapters translate SDK errors into it at the edge.
+
+    AgentHubError
+    ├── ConfigError          bad configuration; start-up stops with one line naming the key
+    ├── InvalidIdError       an id fails the session key factory (→ HTTP 400)
+    ├── StorageError         a path escapes its directory or a file cannot be written
+    ├── AgentNotFoundError   no such agent (→ HTTP 404)
+    ├── SessionBusyError     the session is running a turn (→ HTTP 409)
+    ├── LLMError             the model call failed after retries
+    │   └── ContextOverflowError   the prompt exceeded the model's window
+    └── ChannelError
+        └── ChannelSendError  a platform refused or failed a send
+"""
+
+from __future__ import annotations
+
+
+class AgentHubError(Exception):
+    """Base of every error AgentHub raises on purpose."""
+
+
+class ConfigError(AgentHubError):
+    """Configuration is invalid; the message names the key, never a secret value."""
+
+
+class InvalidIdError(AgentHubError, ValueError):
+    """An agent, channel or chat id is not acceptable as part of a session key."""
+
+
+class StorageError(AgentHubError):
+    """A storage operation was refused or failed."""
+
+
+class AgentNotFoundError(AgentHubError, LookupError):
+    """The named agent is not loaded."""
+
+
+class SessionBusyError(AgentHubError):
+    """The session is processing a turn and the operation needs it idle."""
+
+
+class LLMError(AgentHubError):
+    """The model call failed; `user_message` is safe to show to the user."""
+
+    def __init__(self, message: str, *, user_message: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.user_message = user_message
+        self.retryable = retryable
+
+
+class ContextOverflowError(LLMError):
+    """The request was larger than the model's context window."""
+
+
+class ChannelError(AgentHubError):
+    """A channel failed."""
+
+
+class ChannelSendError(ChannelError):
+    """A platform refused or failed to deliver a message."""

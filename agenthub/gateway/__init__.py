@@ -1,0 +1,1 @@
+"""GatewayCore: routing, per-session ordering, commands and the turn lifecycle."""

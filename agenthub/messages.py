@@ -1,0 +1,121 @@
+"""Normalised messages that cross between channels and the core, and the reply stream event types."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch, the timestamp unit of history lines."""
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """One message a channel received; nothing SDK-shaped, platform extras go in `metadata`."""
+
+    channel: str
+    chat_id: str
+    sender_id: str
+    content: str
+    message_id: str = ""
+    agent: str | None = None
+    cred_id: str | None = None
+    model_hint: str | None = None
+    provider_hint: str | None = None
+    timestamp: int = field(default_factory=now_ms)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage of one model call or one whole turn."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's real size: uncached + cache read + cache write."""
+        return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_input_tokens + other.cache_read_input_tokens,
+            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaEvent:
+    """A piece of reply text as it streams."""
+
+    text: str
+    kind: Literal["delta"] = "delta"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEvent:
+    """The agent started (`phase="start"`) or finished (`phase="end"`) a tool call."""
+
+    name: str
+    phase: Literal["start", "end"]
+    is_error: bool = False
+    kind: Literal["tool"] = "tool"
+
+
+@dataclass(frozen=True, slots=True)
+class NoticeEvent:
+    """Out-of-band information for the user (a queued message, a compaction, a fallback)."""
+
+    text: str
+    kind: Literal["notice"] = "notice"
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEvent:
+    """The turn finished; `full_text` is exactly what was stored as the reply."""
+
+    full_text: str
+    usage: Usage = field(default_factory=Usage)
+    session_key: str = ""
+    kind: Literal["done"] = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    """The turn failed or was aborted; `message` is safe to show to the user."""
+
+    message: str
+    code: str = "error"
+    kind: Literal["error"] = "error"
+
+
+ReplyEvent = DeltaEvent | ToolEvent | NoticeEvent | DoneEvent | ErrorEvent
+"""Everything a reply handle yields. A handle always ends with exactly one `DoneEvent` or `ErrorEvent`."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """A message the core asks a channel to deliver proactively (a reminder, "back online")."""
+
+    channel: str
+    chat_id: str
+    content: str
+    reply_to: str | None = None
+    cred_id: str | None = None
+    event: ReplyEvent | None = None

@@ -1,0 +1,1 @@
+"""Channel adapters: each platform's messages in, the gateway's replies out."""

@@ -1,0 +1,1 @@
+"""AgentHub's test suite."""
