@@ -112,9 +112,7 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     default_agent: str = "default"
-    bindings: dict[str, str] = Field(
-        default_factory=dict, description='"channel" or "channel:cred_id" → agent name'
-    )
+    bindings: dict[str, str] = Field(default_factory=dict, description='"channel" or "channel:cred_id" → agent name')
     session: SessionSettings = Field(default_factory=SessionSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)

@@ -1,15 +1,15 @@
 """AgentHub's exception tree; adapters translate SDK errors into it at the edge.
 
-    AgentHubError
-    ├── ConfigError          bad configuration; start-up stops with one line naming the key
-    ├── InvalidIdError       an id fails the session key factory (→ HTTP 400)
-    ├── StorageError         a path escapes its directory or a file cannot be written
-    ├── AgentNotFoundError   no such agent (→ HTTP 404)
-    ├── SessionBusyError     the session is running a turn (→ HTTP 409)
-    ├── LLMError             the model call failed after retries
-    │   └── ContextOverflowError   the prompt exceeded the model's window
-    └── ChannelError
-        └── ChannelSendError  a platform refused or failed a send
+AgentHubError
+├── ConfigError          bad configuration; start-up stops with one line naming the key
+├── InvalidIdError       an id fails the session key factory (→ HTTP 400)
+├── StorageError         a path escapes its directory or a file cannot be written
+├── AgentNotFoundError   no such agent (→ HTTP 404)
+├── SessionBusyError     the session is running a turn (→ HTTP 409)
+├── LLMError             the model call failed after retries
+│   └── ContextOverflowError   the prompt exceeded the model's window
+└── ChannelError
+    └── ChannelSendError  a platform refused or failed a send
 """
 
 from __future__ import annotations

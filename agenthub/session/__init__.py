@@ -1,0 +1,1 @@
+"""Sessions: keys, history, meta and the in-memory session manager."""

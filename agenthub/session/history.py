@@ -1,0 +1,247 @@
+"""SessionHistory: the write-through, lazily loaded cache of every session's JSONL history and meta."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agenthub.session.keys import SessionKey, key_from_file_stem
+from agenthub.session.meta import (
+    DEFAULT_TITLE,
+    SessionMeta,
+    read_meta,
+    synthesise_meta,
+    text_of,
+    title_from,
+    write_meta,
+)
+from agenthub.storage import jsonl
+from agenthub.storage.paths import AgentLayout
+
+log = structlog.get_logger(__name__)
+
+Message = dict[str, Any]
+
+
+def _now_ms(clock: Callable[[], float]) -> int:
+    return int(clock() * 1000)
+
+
+@dataclass
+class _Entry:
+    messages: list[Message] | None = None  # None until first load
+    meta: SessionMeta | None = None
+    meta_loaded: bool = False
+
+
+class SessionHistory:
+    """Owns every read and write of history files; one instance per data directory.
+
+    Nothing is loaded at start; the first access of a session reads its file, later reads come from the
+    cache, and every write goes to disk before the call returns (in a worker thread, so the event loop
+    never blocks). Operations on one session are serialised by a per-session lock.
+    """
+
+    def __init__(self, data_dir: Path, *, fsync: bool = True, clock: Callable[[], float] = time.time) -> None:
+        self.data_dir = data_dir
+        self._fsync = fsync
+        self._clock = clock
+        self._entries: dict[SessionKey, _Entry] = {}
+        self._locks: dict[SessionKey, asyncio.Lock] = {}
+        self._layouts: dict[str, AgentLayout] = {}
+
+    def layout(self, agent: str) -> AgentLayout:
+        if agent not in self._layouts:
+            self._layouts[agent] = AgentLayout(self.data_dir, agent)
+        return self._layouts[agent]
+
+    def _lock(self, key: SessionKey) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    def _entry(self, key: SessionKey) -> _Entry:
+        return self._entries.setdefault(key, _Entry())
+
+    async def _messages(self, key: SessionKey) -> list[Message]:
+        entry = self._entry(key)
+        if entry.messages is None:
+            path = self.layout(key.agent).history_file(key)
+            entry.messages = await asyncio.to_thread(jsonl.read_records, path)
+        return entry.messages
+
+    # ---- history -------------------------------------------------------------------------------
+
+    async def load(self, key: SessionKey) -> list[Message]:
+        """A copy of the working history (oldest first)."""
+        async with self._lock(key):
+            return list(await self._messages(key))
+
+    async def count(self, key: SessionKey) -> int:
+        async with self._lock(key):
+            return len(await self._messages(key))
+
+    async def append(self, key: SessionKey, *messages: Message) -> None:
+        """Persist `messages` (a `timestamp` is added where missing), then update the cache and meta."""
+        now = _now_ms(self._clock)
+        stamped = [m if "timestamp" in m else {**m, "timestamp": now} for m in messages]
+        async with self._lock(key):
+            cached = await self._messages(key)
+            path = self.layout(key.agent).history_file(key)
+            await asyncio.to_thread(jsonl.append_records, path, stamped, fsync=self._fsync)
+            cached.extend(stamped)
+            await self._touch_meta(key, stamped, now)
+
+    async def clear(self, key: SessionKey) -> None:
+        """Remove the working history; the meta stays (design §3)."""
+        async with self._lock(key):
+            await asyncio.to_thread(jsonl.delete_file, self.layout(key.agent).history_file(key))
+            self._entry(key).messages = []
+
+    async def replace(self, key: SessionKey, messages: list[Message]) -> list[Message]:
+        """Make `messages` the working history; everything dropped is appended to the archive first.
+
+        Returns the archived messages. Archive-then-replace means a crash in between at worst
+        duplicates messages in the archive, never loses one.
+        """
+        async with self._lock(key):
+            old = await self._messages(key)
+            removed = _removed(old, messages)
+            layout = self.layout(key.agent)
+            if removed:
+                archive = layout.archive_file(key)
+                await asyncio.to_thread(jsonl.append_records, archive, removed, fsync=self._fsync)
+            path = layout.history_file(key)
+            await asyncio.to_thread(jsonl.replace_records, path, messages, fsync=self._fsync)
+            self._entry(key).messages = list(messages)
+            return removed
+
+    async def archived(self, key: SessionKey) -> list[Message]:
+        path = self.layout(key.agent).archive_file(key)
+        return await asyncio.to_thread(jsonl.read_records, path)
+
+    async def delete(self, key: SessionKey) -> bool:
+        """Delete history and meta (the archive stays); True if anything existed."""
+        async with self._lock(key):
+            layout = self.layout(key.agent)
+            gone_history = await asyncio.to_thread(jsonl.delete_file, layout.history_file(key))
+            gone_meta = await asyncio.to_thread(jsonl.delete_file, layout.meta_file(key))
+            self._entries.pop(key, None)
+            return gone_history or gone_meta
+
+    def evict(self, key: SessionKey) -> None:
+        """Forget the cached copy (the files are untouched); the next access reloads it."""
+        lock = self._locks.get(key)
+        if lock is None or not lock.locked():
+            self._entries.pop(key, None)
+            self._locks.pop(key, None)
+
+    def exists(self, key: SessionKey) -> bool:
+        layout = self.layout(key.agent)
+        return layout.history_file(key).exists() or layout.meta_file(key).exists()
+
+    # ---- meta ----------------------------------------------------------------------------------
+
+    async def _meta(self, key: SessionKey) -> SessionMeta | None:
+        entry = self._entry(key)
+        if not entry.meta_loaded:
+            entry.meta = await asyncio.to_thread(read_meta, self.layout(key.agent).meta_file(key))
+            entry.meta_loaded = True
+        return entry.meta
+
+    async def _store_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
+        await asyncio.to_thread(write_meta, self.layout(key.agent).meta_file(key), meta, durable=durable)
+        entry = self._entry(key)
+        entry.meta, entry.meta_loaded = meta, True
+
+    async def _touch_meta(self, key: SessionKey, new: list[Message], now: int) -> None:
+        meta = await self._meta(key)
+        if meta is None:
+            meta = synthesise_meta(key.chat_id, await self._messages(key), now)
+        changes: dict[str, Any] = {"updated_at": now}
+        if meta.title == DEFAULT_TITLE:
+            first_user = next((text_of(m["content"]) for m in new if m.get("role") == "user"), "")
+            if first_user.strip():
+                changes["title"] = title_from(first_user)
+        await self._store_meta(key, meta.with_changes(**changes), durable=False)
+
+    async def get_meta(self, key: SessionKey) -> SessionMeta | None:
+        """The stored meta; a legacy session (history but no meta) gets one synthesised and saved."""
+        async with self._lock(key):
+            meta = await self._meta(key)
+            if meta is None and self.layout(key.agent).history_file(key).exists():
+                meta = synthesise_meta(key.chat_id, await self._messages(key), _now_ms(self._clock))
+                await self._store_meta(key, meta, durable=True)
+            return meta
+
+    async def create(self, key: SessionKey, title: str = DEFAULT_TITLE) -> SessionMeta:
+        """Create (or return) the session's meta without any message."""
+        async with self._lock(key):
+            meta = await self._meta(key)
+            if meta is None:
+                now = _now_ms(self._clock)
+                meta = SessionMeta(chat_id=key.chat_id, title=title, created_at=now, updated_at=now)
+                await self._store_meta(key, meta, durable=True)
+            return meta
+
+    async def update_meta(self, key: SessionKey, **changes: Any) -> SessionMeta:
+        """Change title / pinned / last_usage; the session must exist (KeyError otherwise)."""
+        async with self._lock(key):
+            meta = await self._meta(key)
+            if meta is None:
+                if not self.layout(key.agent).history_file(key).exists():
+                    raise KeyError(str(key))
+                meta = synthesise_meta(key.chat_id, await self._messages(key), _now_ms(self._clock))
+            meta = meta.with_changes(**changes)
+            await self._store_meta(key, meta, durable=True)
+            return meta
+
+    async def list_sessions(self, agent: str, channel: str | None = None) -> list[tuple[SessionKey, SessionMeta]]:
+        """Every session of `agent` (optionally one channel) with its meta, legacy ones given meta on the fly."""
+        sessions_dir = self.layout(agent).sessions_dir
+        stems = await asyncio.to_thread(_session_stems, sessions_dir)
+        found: list[tuple[SessionKey, SessionMeta]] = []
+        for stem in stems:
+            key = key_from_file_stem(stem)
+            if key is None or key.agent != agent or (channel is not None and key.channel != channel):
+                continue
+            meta = await self.get_meta(key)
+            if meta is not None:
+                found.append((key, meta))
+        return found
+
+
+def _session_stems(sessions_dir: Path) -> set[str]:
+    if not sessions_dir.is_dir():
+        return set()
+    stems = set()
+    for path in sessions_dir.iterdir():
+        name = path.name
+        if name.endswith(".meta.json"):
+            stems.add(name[: -len(".meta.json")])
+        elif name.endswith(".jsonl"):
+            stems.add(name[: -len(".jsonl")])
+    return stems
+
+
+def _removed(old: list[Message], new: list[Message]) -> list[Message]:
+    """The messages of `old` that `new` no longer holds, in their original order (a multiset difference)."""
+    remaining = Counter(_fingerprint(m) for m in new)
+    removed = []
+    for message in old:
+        fp = _fingerprint(message)
+        if remaining[fp] > 0:
+            remaining[fp] -= 1
+        else:
+            removed.append(message)
+    return removed
+
+
+def _fingerprint(message: Message) -> str:
+    return json.dumps(message, sort_keys=True, ensure_ascii=False)

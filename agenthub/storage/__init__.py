@@ -1,0 +1,1 @@
+"""Files on disk: the per-agent layout, safe paths, JSONL history files and atomic writes."""

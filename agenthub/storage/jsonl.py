@@ -1,0 +1,102 @@
+"""JSONL files of history records: whole-line appends, tolerant reads, atomic replace."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agenthub.storage.atomic import atomic_write_bytes, fsync_dir
+
+log = structlog.get_logger(__name__)
+
+Record = dict[str, Any]
+_TAIL_CHUNK = 64 * 1024
+
+
+def encode_lines(records: Iterable[Record]) -> bytes:
+    return b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
+
+
+def read_records(path: Path) -> list[Record]:
+    """Every whole, valid record; a torn or corrupt line is skipped and logged, never fatal."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    records: list[Record] = []
+    lines = data.split(b"\n")
+    torn_tail = lines.pop()  # b"" when the file ends with a newline
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            log.warning("history_line_corrupt", path=str(path), line=number)
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            log.warning("history_line_not_object", path=str(path), line=number)
+    if torn_tail:
+        log.warning("history_torn_tail_skipped", path=str(path), bytes=len(torn_tail))
+    return records
+
+
+def append_records(path: Path, records: Iterable[Record], *, fsync: bool = True) -> None:
+    """Append whole lines with a single write; first cut a torn tail left by a crash back to the last newline."""
+    payload = encode_lines(records)
+    if not payload:
+        return
+    new_file = not path.exists()
+    if new_file:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        _repair_torn_tail(fd, path)
+        written = os.write(fd, payload)
+        if written != len(payload):  # a short write on a regular file means the disk is full
+            raise OSError(f"short write to {path}: {written} of {len(payload)} bytes")
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if new_file and fsync:
+        fsync_dir(path.parent)
+
+
+def _repair_torn_tail(fd: int, path: Path) -> None:
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = max(0, size - _TAIL_CHUNK)
+    while True:
+        chunk = os.pread(fd, size - start, start)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            keep = start + cut + 1
+            break
+        if start == 0:
+            keep = 0
+            break
+        start = max(0, start - _TAIL_CHUNK)
+    os.ftruncate(fd, keep)
+    log.warning("history_torn_tail_repaired", path=str(path), removed_bytes=size - keep)
+
+
+def replace_records(path: Path, records: Iterable[Record], *, fsync: bool = True) -> None:
+    """Atomically replace the whole file."""
+    atomic_write_bytes(path, encode_lines(records), durable=fsync)
+
+
+def delete_file(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True

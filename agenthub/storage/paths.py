@@ -1,0 +1,67 @@
+"""The per-agent directory layout of design §4, with every path checked to stay inside its directory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from agenthub.errors import StorageError
+from agenthub.session.keys import SessionKey, validate_agent_name
+
+
+def inside(directory: Path, name: str) -> Path:
+    """`directory / name`, refused unless it resolves inside `directory` (defence in depth after the key factory)."""
+    if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
+        raise StorageError("refused a file name that is not a plain name")
+    base = directory.resolve()
+    path = (base / name).resolve()
+    if path.parent != base:
+        raise StorageError("refused a path outside its directory")
+    return path
+
+
+@dataclass(frozen=True)
+class AgentLayout:
+    """Where one agent's files live under `data_dir`."""
+
+    data_dir: Path
+    agent: str
+
+    def __post_init__(self) -> None:
+        validate_agent_name(self.agent)
+
+    @property
+    def root(self) -> Path:
+        return inside(self.data_dir, self.agent)
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.root / "sessions"
+
+    @property
+    def archive_dir(self) -> Path:
+        return self.sessions_dir / "archive"
+
+    @property
+    def memory_dir(self) -> Path:
+        return self.root / "memory"
+
+    @property
+    def memory_file(self) -> Path:
+        return self.memory_dir / "MEMORY.md"
+
+    def history_file(self, key: SessionKey) -> Path:
+        self._check_owner(key)
+        return inside(self.sessions_dir, key.file_stem + ".jsonl")
+
+    def meta_file(self, key: SessionKey) -> Path:
+        self._check_owner(key)
+        return inside(self.sessions_dir, key.file_stem + ".meta.json")
+
+    def archive_file(self, key: SessionKey) -> Path:
+        self._check_owner(key)
+        return inside(self.archive_dir, key.file_stem + ".jsonl")
+
+    def _check_owner(self, key: SessionKey) -> None:
+        if key.agent != self.agent:
+            raise StorageError(f"session {key} does not belong to agent {self.agent}")
