@@ -6,11 +6,12 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -48,7 +49,7 @@ class LLMSettings(_Section):
     preset: str | None = None
     base_url: str | None = None
     api_key: SecretStr | None = None
-    model: str = "claude-sonnet-4-5"
+    model: str = "claude-sonnet-4-6"
     max_tokens: int = Field(4096, ge=1)
     timeout_s: float = Field(120.0, gt=0, description="read timeout of one model call")
     connect_timeout_s: float = Field(10.0, gt=0)
@@ -121,7 +122,10 @@ class Settings(BaseSettings):
         default_factory=dict, description="[channels.<name>] tables, each validated by its channel"
     )
 
-    _toml_file: Path | None = None
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @classmethod
     def settings_customise_sources(
@@ -151,6 +155,8 @@ def load_settings(config_path: Path | None = None, **overrides: Any) -> Settings
         return Settings(**overrides)
     except ValidationError as e:
         raise ConfigError(describe_validation_error(e)) from None
+    except SettingsError as e:  # a complex value (JSON in an env var) that does not parse; names the field
+        raise ConfigError(f"invalid configuration: {e}") from None
     finally:
         _active_toml["path"] = None
 
@@ -160,6 +166,8 @@ def _check_toml_syntax(path: Path) -> None:
         tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the config file: {e.strerror}") from None
 
 
 def describe_validation_error(error: ValidationError) -> str:

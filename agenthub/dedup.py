@@ -6,10 +6,13 @@ import asyncio
 import json
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
 import structlog
+
+from agenthub.storage.atomic import atomic_write_bytes
 
 log = structlog.get_logger(__name__)
 
@@ -19,14 +22,16 @@ class DedupStore:
 
     The memory is an append-only JSONL file (`{"k": id, "t": seen_at}`), fsynced per id, reloaded at
     construction with expired and torn lines dropped, and rewritten atomically when it holds more than
-    twice the live entries. `check_and_add` is atomic within one event loop.
+    twice the live entries. Entries are kept in the order they were seen, so expired ones are dropped
+    from the front as time passes and memory stays bounded by the ids seen within one TTL.
+    `check_and_add` is atomic within one event loop.
     """
 
     def __init__(self, path: Path, *, ttl_s: float, clock: Callable[[], float] = time.time) -> None:
         self._path = path
         self._ttl_s = ttl_s
         self._clock = clock
-        self._seen: dict[str, float] = {}
+        self._seen: OrderedDict[str, float] = OrderedDict()
         self._lines = 0
         self._lock = asyncio.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -37,17 +42,20 @@ class DedupStore:
 
     async def check_and_add(self, key: str) -> bool:
         """Return True when `key` was already seen (a duplicate); otherwise remember it and return False."""
-        now = self._clock()
         async with self._lock:
-            seen_at = self._seen.get(key)
-            if seen_at is not None and now - seen_at < self._ttl_s:
+            now = self._clock()
+            self._expire(now)
+            if key in self._seen:
                 return True
             self._seen[key] = now
             line = json.dumps({"k": key, "t": now}, ensure_ascii=False) + "\n"
-            await asyncio.to_thread(self._append, line)
+            try:
+                await asyncio.to_thread(self._append, line)
+            except Exception:
+                del self._seen[key]  # not durable: let the platform's retry through rather than lose the message
+                raise
             self._lines += 1
             if self._lines > 2 * len(self._seen) + 100:
-                self._expire(now)
                 await asyncio.to_thread(self._rewrite)
             return False
 
@@ -65,10 +73,15 @@ class DedupStore:
                     continue
                 if now - seen_at < self._ttl_s:
                     self._seen[key] = seen_at
+                    self._seen.move_to_end(key)
         self._rewrite()
 
     def _expire(self, now: float) -> None:
-        self._seen = {k: t for k, t in self._seen.items() if now - t < self._ttl_s}
+        while self._seen:
+            key, seen_at = next(iter(self._seen.items()))
+            if now - seen_at < self._ttl_s:
+                return
+            del self._seen[key]
 
     def _append(self, line: str) -> None:
         fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -79,11 +92,6 @@ class DedupStore:
             os.close(fd)
 
     def _rewrite(self) -> None:
-        tmp = self._path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            for key, seen_at in self._seen.items():
-                f.write(json.dumps({"k": key, "t": seen_at}, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
+        lines = (json.dumps({"k": k, "t": t}, ensure_ascii=False) + "\n" for k, t in self._seen.items())
+        atomic_write_bytes(self._path, "".join(lines).encode("utf-8"))
         self._lines = len(self._seen)

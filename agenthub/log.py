@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,13 +11,36 @@ from typing import Any, Literal
 
 import structlog
 
-_SECRET_KEYS = frozenset({"api_key", "secret", "token", "password", "authorization", "encoding_aes_key"})
+_SECRET_KEYS = frozenset(
+    {"api_key", "secret", "token", "password", "authorization", "encoding_aes_key", "cookie", "x-api-key"}
+)
+_SECRET_SUFFIXES = ("_secret", "_token", "_password", "_api_key", "_aes_key", "_access_key")
 _ROUTED_LOGGERS = ("aiohttp", "wechatpy", "Lark", "lark_oapi", "anthropic", "httpx", "httpx2", "asyncio")
+# `access_token=…` in a logged URL, `Bearer …` / `api_key: …` in a message: keep the name, hide the value.
+_SECRET_IN_TEXT = re.compile(
+    r"(?i)(\b(?:access_token|token|api_key|apikey|secret|app_secret|password|key|signature)\s*[=:]\s*)"
+    r"([^\s&,;\"']+)|(\bBearer\s+)([^\s\"',;]+)"
+)
+REDACTED = "***"
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a log field of this name holds a secret (`session_key`, `input_tokens` do not)."""
+    lowered = key.lower()
+    return lowered in _SECRET_KEYS or lowered.endswith(_SECRET_SUFFIXES)
+
+
+def redact_text(text: str) -> str:
+    """Hide secret values embedded in free text such as a logged URL or header line."""
+    return _SECRET_IN_TEXT.sub(lambda m: (m.group(1) or m.group(3)) + REDACTED, text)
 
 
 def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
-    for key in event.keys() & _SECRET_KEYS:
-        event[key] = "***"
+    for key, value in event.items():
+        if is_secret_key(key):
+            event[key] = REDACTED
+        elif isinstance(value, str) and key != "timestamp":
+            event[key] = redact_text(value)
     return event
 
 
@@ -31,28 +55,33 @@ def configure_logging(
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        _redact,
     ]
     renderer: Any = structlog.dev.ConsoleRenderer(colors=False) if use_console else structlog.processors.JSONRenderer()
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=[structlog.stdlib.filter_by_level, *shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
-    formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
-        processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-    )
+    final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
+    if not use_console:
+        final.append(structlog.processors.format_exc_info)
+    final += [_redact, renderer]  # last, so exception text and stdlib messages are redacted too
+    formatter = structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=final)
     handler = logging.StreamHandler(out)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    route_library_loggers()
+
+
+def route_library_loggers() -> None:
+    """Strip the SDKs' own handlers so their records reach ours; call again after importing an SDK late.
+
+    lark-oapi adds a plain-text stdout handler to the `Lark` logger when it is imported, so the
+    composition root calls this once more after the enabled channels are loaded.
+    """
     for name in _ROUTED_LOGGERS:
         routed = logging.getLogger(name)
         routed.handlers[:] = []

@@ -6,7 +6,8 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ class SessionHistory:
         self._clock = clock
         self._entries: dict[SessionKey, _Entry] = {}
         self._locks: dict[SessionKey, asyncio.Lock] = {}
+        self._users: dict[SessionKey, int] = {}  # tasks holding or waiting for each session's lock
         self._layouts: dict[str, AgentLayout] = {}
 
     def layout(self, agent: str) -> AgentLayout:
@@ -63,8 +65,22 @@ class SessionHistory:
             self._layouts[agent] = AgentLayout(self.data_dir, agent)
         return self._layouts[agent]
 
-    def _lock(self, key: SessionKey) -> asyncio.Lock:
-        return self._locks.setdefault(key, asyncio.Lock())
+    @asynccontextmanager
+    async def _locked(self, key: SessionKey) -> AsyncIterator[None]:
+        """Serialise operations on one session; the lock is counted so `evict` never drops one in use."""
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        self._users[key] = self._users.get(key, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            left = self._users[key] - 1
+            if left:
+                self._users[key] = left
+            else:
+                del self._users[key]
 
     def _entry(self, key: SessionKey) -> _Entry:
         return self._entries.setdefault(key, _Entry())
@@ -80,18 +96,18 @@ class SessionHistory:
 
     async def load(self, key: SessionKey) -> list[Message]:
         """A copy of the working history (oldest first)."""
-        async with self._lock(key):
+        async with self._locked(key):
             return list(await self._messages(key))
 
     async def count(self, key: SessionKey) -> int:
-        async with self._lock(key):
+        async with self._locked(key):
             return len(await self._messages(key))
 
     async def append(self, key: SessionKey, *messages: Message) -> None:
         """Persist `messages` (a `timestamp` is added where missing), then update the cache and meta."""
         now = _now_ms(self._clock)
         stamped = [m if "timestamp" in m else {**m, "timestamp": now} for m in messages]
-        async with self._lock(key):
+        async with self._locked(key):
             cached = await self._messages(key)
             path = self.layout(key.agent).history_file(key)
             await asyncio.to_thread(jsonl.append_records, path, stamped, fsync=self._fsync)
@@ -100,7 +116,7 @@ class SessionHistory:
 
     async def clear(self, key: SessionKey) -> None:
         """Remove the working history; the meta stays (design §3)."""
-        async with self._lock(key):
+        async with self._locked(key):
             await asyncio.to_thread(jsonl.delete_file, self.layout(key.agent).history_file(key))
             self._entry(key).messages = []
 
@@ -110,7 +126,7 @@ class SessionHistory:
         Returns the archived messages. Archive-then-replace means a crash in between at worst
         duplicates messages in the archive, never loses one.
         """
-        async with self._lock(key):
+        async with self._locked(key):
             old = await self._messages(key)
             removed = _removed(old, messages)
             layout = self.layout(key.agent)
@@ -128,7 +144,7 @@ class SessionHistory:
 
     async def delete(self, key: SessionKey) -> bool:
         """Delete history and meta (the archive stays); True if anything existed."""
-        async with self._lock(key):
+        async with self._locked(key):
             layout = self.layout(key.agent)
             gone_history = await asyncio.to_thread(jsonl.delete_file, layout.history_file(key))
             gone_meta = await asyncio.to_thread(jsonl.delete_file, layout.meta_file(key))
@@ -137,8 +153,7 @@ class SessionHistory:
 
     def evict(self, key: SessionKey) -> None:
         """Forget the cached copy (the files are untouched); the next access reloads it."""
-        lock = self._locks.get(key)
-        if lock is None or not lock.locked():
+        if key not in self._users:
             self._entries.pop(key, None)
             self._locks.pop(key, None)
 
@@ -173,16 +188,19 @@ class SessionHistory:
 
     async def get_meta(self, key: SessionKey) -> SessionMeta | None:
         """The stored meta; a legacy session (history but no meta) gets one synthesised and saved."""
-        async with self._lock(key):
+        async with self._locked(key):
             meta = await self._meta(key)
-            if meta is None and self.layout(key.agent).history_file(key).exists():
+            if meta is None:
+                if not self.layout(key.agent).history_file(key).exists():
+                    self._entries.pop(key, None)  # probing unknown ids must not grow the cache
+                    return None
                 meta = synthesise_meta(key.chat_id, await self._messages(key), _now_ms(self._clock))
                 await self._store_meta(key, meta, durable=True)
             return meta
 
     async def create(self, key: SessionKey, title: str = DEFAULT_TITLE) -> SessionMeta:
         """Create (or return) the session's meta without any message."""
-        async with self._lock(key):
+        async with self._locked(key):
             meta = await self._meta(key)
             if meta is None:
                 now = _now_ms(self._clock)
@@ -192,7 +210,7 @@ class SessionHistory:
 
     async def update_meta(self, key: SessionKey, **changes: Any) -> SessionMeta:
         """Change title / pinned / last_usage; the session must exist (KeyError otherwise)."""
-        async with self._lock(key):
+        async with self._locked(key):
             meta = await self._meta(key)
             if meta is None:
                 if not self.layout(key.agent).history_file(key).exists():

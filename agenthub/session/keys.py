@@ -58,8 +58,11 @@ def validate_part(name: str, value: str, *, allow_colon: bool = False) -> str:
 
 
 def validate_agent_name(agent: str) -> str:
-    """Agent names are also directory names: the key rules, and no ':'."""
-    return validate_part("agent", agent)
+    """Agent names are also directory names: the key rules, no ':', and no leading '.' (`.`, hidden dirs)."""
+    validate_part("agent", agent)
+    if agent.startswith("."):
+        raise InvalidIdError("agent must not start with '.'")
+    return agent
 
 
 def _escape(text: str) -> str:
@@ -83,7 +86,7 @@ class SessionKey:
     chat_id: str
 
     def __post_init__(self) -> None:
-        validate_part("agent", self.agent)
+        validate_agent_name(self.agent)
         validate_part("channel", self.channel)
         validate_part("chat_id", self.chat_id, allow_colon=True)
         if len(self.file_stem.encode("utf-8")) > MAX_STEM_BYTES:

@@ -134,7 +134,7 @@ class SessionManager:
             elif holder is None and now - session.last_active >= self.ttl_s:
                 del self._sessions[session.key]
                 if self.on_expire is not None:
-                    self.on_expire(session)
+                    _call_safely("session_expire_callback_failed", self.on_expire, session)
 
     def _force_release(self, session: Session, holder: LockHolder) -> None:
         log.warning(
@@ -146,4 +146,12 @@ class SessionManager:
         session.lock = None
         session.status = SessionStatus.ERROR
         if self.on_lock_timeout is not None:
-            self.on_lock_timeout(session, holder)
+            _call_safely("session_lock_timeout_callback_failed", self.on_lock_timeout, session, holder)
+
+
+def _call_safely(event: str, callback: Callable[..., None], session: Session, *args: object) -> None:
+    """Run a housekeeping callback; one that raises is logged and must not stop the sweep of other sessions."""
+    try:
+        callback(session, *args)
+    except Exception:
+        log.exception(event, session_key=str(session.key))

@@ -9,17 +9,39 @@ from typing import Any
 
 import structlog
 
+from agenthub.errors import InvalidIdError
+from agenthub.session.keys import validate_agent_name
 from agenthub.storage.atomic import atomic_write_text
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_AGENT = "default"
+LAYOUT_MARKER = ".agenthub-layout"
+"""Written into `workspace/` once it has the per-agent layout: from then on a directory there that is not
+(or no longer) an agent is left alone instead of being mistaken for a legacy loose file."""
+
+
+def _is_agent_name(name: str) -> bool:
+    try:
+        validate_agent_name(name)
+    except InvalidIdError:
+        return False
+    return True
+
+
+def _legacy_sibling_names(workspace: Path) -> set[str]:
+    prefix = workspace.name + "_"
+    return {
+        p.name[len(prefix) :]
+        for p in workspace.parent.glob(prefix + "*")
+        if p.is_dir() and _is_agent_name(p.name[len(prefix) :])
+    }
 
 
 def _agent_names(agents_dir: Path) -> set[str]:
     names = {DEFAULT_AGENT}
     if agents_dir.is_dir():
-        names.update(p.name for p in agents_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+        names.update(p.name for p in agents_dir.iterdir() if p.is_dir() and _is_agent_name(p.name))
     return names
 
 
@@ -37,7 +59,7 @@ def _migrate_loose_files(workspace: Path, agents: set[str], actions: list[str]) 
     if not workspace.is_dir():
         return
     for entry in sorted(workspace.iterdir()):
-        if entry.is_dir() and entry.name in agents:
+        if (entry.is_dir() and entry.name in agents) or entry.name == LAYOUT_MARKER:
             continue
         _move_into(entry, workspace / DEFAULT_AGENT, actions)
 
@@ -48,7 +70,7 @@ def _migrate_sibling_workspaces(workspace: Path, actions: list[str]) -> list[str
     prefix = workspace.name + "_"
     for legacy in sorted(parent.glob(prefix + "*")):
         name = legacy.name[len(prefix) :]
-        if not legacy.is_dir() or not name:
+        if not legacy.is_dir() or not _is_agent_name(name):
             continue
         target = workspace / name
         for entry in sorted(legacy.iterdir()):
@@ -60,14 +82,19 @@ def _migrate_sibling_workspaces(workspace: Path, actions: list[str]) -> list[str
     return moved_agents
 
 
-def rewrite_allowed_path(path: str, workspace: Path, agents: set[str]) -> str:
-    """Map a legacy `system_allowed_paths` entry to the per-agent layout; new-layout paths are unchanged."""
+def rewrite_allowed_path(path: str, workspace: Path, agents: set[str], *, loose: bool = True) -> str:
+    """Map a legacy `system_allowed_paths` entry to the per-agent layout; new-layout paths are unchanged.
+
+    `loose=False` (the layout is already migrated) rewrites only the unambiguous `workspace_<name>` form.
+    """
     for base in {str(workspace), str(workspace.resolve())}:
         base = base.rstrip("/")
         legacy_prefix = base + "_"
-        if path.startswith(legacy_prefix):
+        if path.startswith(legacy_prefix) and _is_agent_name(path[len(legacy_prefix) :].split("/", 1)[0]):
             rest = path[len(legacy_prefix) :]
             return f"{base}/{rest}"
+        if not loose:
+            continue
         if path == base:
             return f"{base}/{DEFAULT_AGENT}"
         if path.startswith(base + "/"):
@@ -77,7 +104,9 @@ def rewrite_allowed_path(path: str, workspace: Path, agents: set[str]) -> str:
     return path
 
 
-def _rewrite_agent_json(agents_dir: Path, workspace: Path, agents: set[str], actions: list[str]) -> None:
+def _rewrite_agent_json(
+    agents_dir: Path, workspace: Path, agents: set[str], actions: list[str], *, loose: bool
+) -> None:
     for agent_json in sorted(agents_dir.glob("*/agent.json")):
         try:
             data: dict[str, Any] = json.loads(agent_json.read_text(encoding="utf-8"))
@@ -86,7 +115,7 @@ def _rewrite_agent_json(agents_dir: Path, workspace: Path, agents: set[str], act
         paths = data.get("system_allowed_paths")
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             continue
-        new_paths = [rewrite_allowed_path(p, workspace, agents) for p in paths]
+        new_paths = [rewrite_allowed_path(p, workspace, agents, loose=loose) for p in paths]
         if new_paths != paths:
             data["system_allowed_paths"] = new_paths
             atomic_write_text(agent_json, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
@@ -97,16 +126,22 @@ def migrate_workspace_layout(workspace_dir: Path, agents_dir: Path) -> list[str]
     """Move `workspace/` loose files to `workspace/default/` and `workspace_<name>/` to `workspace/<name>/`.
 
     Also rewrites `system_allowed_paths` prefixes in every `agent.json` and makes sure each agent has its
-    workspace directory. Returns what was done; a second run returns an empty list.
+    workspace directory. Loose entries are moved only while `workspace/` has no layout marker, so a later
+    directory of a removed agent is never swept into `default`. Returns what was done; a second run
+    returns an empty list.
     """
     actions: list[str] = []
-    agents = _agent_names(agents_dir)
-    agents.update(p.name[len(workspace_dir.name) + 1 :] for p in workspace_dir.parent.glob(workspace_dir.name + "_*"))
-    _migrate_loose_files(workspace_dir, agents, actions)
+    agents = _agent_names(agents_dir) | _legacy_sibling_names(workspace_dir)
+    marker = workspace_dir / LAYOUT_MARKER
+    legacy_root = not marker.exists()
+    if legacy_root:
+        _migrate_loose_files(workspace_dir, agents, actions)
     _migrate_sibling_workspaces(workspace_dir, actions)
-    _rewrite_agent_json(agents_dir, workspace_dir, agents, actions)
+    _rewrite_agent_json(agents_dir, workspace_dir, agents, actions, loose=legacy_root)
     for name in sorted(agents):
         (workspace_dir / name).mkdir(parents=True, exist_ok=True)
+    if legacy_root:
+        atomic_write_text(marker, "per-agent workspace layout (agenthub); see design §4\n")
     for action in actions:
         log.info("workspace_migrated", action=action)
     return actions

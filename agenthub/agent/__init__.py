@@ -1,0 +1,1 @@
+"""Agents: definitions loaded from `agents/<name>/`, tools, and the agent loop."""

@@ -1,0 +1,117 @@
+"""Agent definitions: `agents/<name>/agent.json` + `AGENTS.md`, loaded so one broken agent never hides the rest."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agenthub.config import describe_validation_error
+from agenthub.errors import AgentNotFoundError, InvalidIdError
+from agenthub.session.keys import validate_agent_name
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_PERSONA = "You are a helpful assistant."
+
+
+class MemoryOverrides(BaseModel):
+    """Per-agent overrides of `[memory]` settings; unset fields follow the global configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    consolidate_at_tokens: int | None = Field(None, ge=1000)
+    keep_recent: int | None = Field(None, ge=2)
+    context_window: int | None = Field(None, ge=1000)
+    autocompact_summary: bool | None = None
+    scope: Literal["agent", "chat"] = "agent"
+    user_profile: Literal["shared", "per_user"] = "shared"
+
+
+class AgentConfig(BaseModel):
+    """The schema of `agent.json`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = ""
+    model: str | None = None
+    provider: str = "default"
+    max_tokens: int | None = Field(None, ge=1)
+    tools: list[str] = Field(default_factory=list)
+    lock_timeout_s: float | None = Field(None, gt=0)
+    memory: MemoryOverrides = Field(default_factory=MemoryOverrides)
+    system_allowed_paths: list[str] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AgentDefinition:
+    """A loaded agent: its name, its validated config and its persona text."""
+
+    name: str
+    config: AgentConfig
+    persona: str
+    directory: Path | None = None
+
+
+@dataclass
+class AgentRegistry:
+    """The loaded agents plus, by name, why each broken one failed to load."""
+
+    agents: dict[str, AgentDefinition] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def get(self, name: str) -> AgentDefinition:
+        try:
+            return self.agents[name]
+        except KeyError:
+            raise AgentNotFoundError(f"unknown agent: {name}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.agents
+
+    def names(self) -> list[str]:
+        return sorted(self.agents)
+
+
+def load_agent(directory: Path) -> AgentDefinition:
+    """Load one agent directory; raise ValueError with a readable reason when it is broken."""
+    name = validate_agent_name(directory.name)
+    config_path = directory / "agent.json"
+    try:
+        raw = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"agent.json is not valid JSON: {e}") from None
+    if not isinstance(raw, dict):
+        raise ValueError("agent.json must hold a JSON object")
+    try:
+        config = AgentConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ValueError(describe_validation_error(e).replace("invalid configuration", "invalid agent.json")) from None
+    persona_path = directory / "AGENTS.md"
+    persona = persona_path.read_text(encoding="utf-8").strip() if persona_path.exists() else DEFAULT_PERSONA
+    return AgentDefinition(name=name, config=config, persona=persona or DEFAULT_PERSONA, directory=directory)
+
+
+def load_agents(agents_dir: Path, *, default_agent: str = "default") -> AgentRegistry:
+    """Load every `agents/<name>/`; broken ones are logged by name and skipped.
+
+    If the default agent has no directory, a built-in one is provided so a fresh checkout still answers.
+    """
+    registry = AgentRegistry()
+    if agents_dir.is_dir():
+        for directory in sorted(p for p in agents_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            try:
+                agent = load_agent(directory)
+            except (ValueError, InvalidIdError, OSError) as e:
+                registry.errors[directory.name] = str(e)
+                log.error("agent_broken", agent=directory.name, reason=str(e))
+                continue
+            registry.agents[agent.name] = agent
+    if default_agent not in registry.agents and default_agent not in registry.errors:
+        registry.agents[default_agent] = AgentDefinition(default_agent, AgentConfig(), DEFAULT_PERSONA)
+    log.info("agents_loaded", agents=registry.names(), broken=sorted(registry.errors))
+    return registry

@@ -1,0 +1,178 @@
+"""Tools the model can call: the platform memory tools (always on) and whitelisted built-ins."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agenthub.agent.definition import AgentDefinition
+from agenthub.memory.files import MemoryFiles, read_text, write_text
+from agenthub.session.keys import SessionKey
+
+log = structlog.get_logger(__name__)
+
+MAX_FILE_BYTES = 200_000
+
+
+class ToolError(Exception):
+    """A tool failed in a way the model should hear about (sent back as an error tool_result)."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool call may touch: its agent, session, sender, memory files and workspace."""
+
+    agent: AgentDefinition
+    key: SessionKey
+    sender_id: str
+    memory: MemoryFiles
+    workspace: Path
+    memory_max_chars: int = 8000
+
+
+ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    run: ToolFn
+
+    def definition(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+
+def _str_arg(args: dict[str, Any], name: str) -> str:
+    value = args.get(name)
+    if not isinstance(value, str):
+        raise ToolError(f"argument '{name}' must be a string")
+    return value
+
+
+async def _read_memory(args: dict[str, Any], ctx: ToolContext) -> str:
+    text = await read_text(ctx.memory.memory_path(ctx.agent, ctx.key))
+    return text or "(memory is empty)"
+
+
+async def _write_memory(args: dict[str, Any], ctx: ToolContext) -> str:
+    content = _str_arg(args, "content")
+    mode = args.get("mode", "append")
+    if mode not in ("append", "replace"):
+        raise ToolError("mode must be 'append' or 'replace'")
+    path = ctx.memory.memory_path(ctx.agent, ctx.key)
+    old = await read_text(path)
+    new = content if mode == "replace" else (old.rstrip("\n") + "\n" + content if old.strip() else content)
+    if len(new) > ctx.memory_max_chars:
+        raise ToolError(
+            f"memory would be {len(new)} characters, over the {ctx.memory_max_chars} limit; "
+            "rewrite it shorter with mode='replace'"
+        )
+    await write_text(path, new.rstrip("\n") + "\n")
+    return f"memory saved ({len(new)} characters)"
+
+
+async def _get_time(args: dict[str, Any], ctx: ToolContext) -> str:
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _allowed_roots(ctx: ToolContext) -> list[Path]:
+    return [ctx.workspace.resolve(), *(Path(p).expanduser().resolve() for p in ctx.agent.config.system_allowed_paths)]
+
+
+def _resolve_allowed(raw: str, ctx: ToolContext) -> Path:
+    candidate = Path(raw).expanduser()
+    path = (candidate if candidate.is_absolute() else ctx.workspace / candidate).resolve()
+    if not any(path == root or path.is_relative_to(root) for root in _allowed_roots(ctx)):
+        raise ToolError(f"{raw} is outside this agent's workspace and system_allowed_paths")
+    return path
+
+
+def _read_small(path: Path) -> str:
+    if not path.is_file():
+        raise ToolError(f"{path.name} is not a file")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise ToolError(f"{path.name} is larger than {MAX_FILE_BYTES} bytes")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+async def _read_file(args: dict[str, Any], ctx: ToolContext) -> str:
+    return await asyncio.to_thread(_read_small, _resolve_allowed(_str_arg(args, "path"), ctx))
+
+
+def _listing(path: Path) -> str:
+    if not path.is_dir():
+        raise ToolError(f"{path.name} is not a directory")
+    entries = sorted(path.iterdir())[:500]
+    return "\n".join(p.name + ("/" if p.is_dir() else "") for p in entries) or "(empty)"
+
+
+async def _list_dir(args: dict[str, Any], ctx: ToolContext) -> str:
+    return await asyncio.to_thread(_listing, _resolve_allowed(str(args.get("path") or "."), ctx))
+
+
+def _schema(**props: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {name: {"type": "string", "description": desc} for name, desc in props.items()},
+        "required": [name for name in props if name != "mode"],
+    }
+
+
+PLATFORM_TOOLS = (
+    Tool(
+        "read_memory",
+        "Read your long-term memory file (MEMORY.md).",
+        {"type": "object", "properties": {}},
+        _read_memory,
+    ),
+    Tool(
+        "write_memory",
+        "Save durable facts to your long-term memory. mode='append' (default) adds; mode='replace' rewrites it whole.",
+        _schema(content="Markdown text to save", mode="'append' or 'replace'"),
+        _write_memory,
+    ),
+)
+
+BUILTIN_TOOLS = {
+    tool.name: tool
+    for tool in (
+        Tool("get_time", "The current local date and time.", {"type": "object", "properties": {}}, _get_time),
+        Tool("read_file", "Read a text file from your workspace.", _schema(path="file path"), _read_file),
+        Tool("list_dir", "List a directory in your workspace.", _schema(path="directory path"), _list_dir),
+    )
+}
+
+
+def tools_for(agent: AgentDefinition) -> list[Tool]:
+    """The platform tools plus the agent's whitelisted built-ins, in a stable order (it is part of the cache key)."""
+    tools = list(PLATFORM_TOOLS)
+    for name in agent.config.tools:
+        tool = BUILTIN_TOOLS.get(name)
+        if tool is None:
+            if name not in {t.name for t in PLATFORM_TOOLS}:
+                log.warning("agent_tool_unknown", agent=agent.name, tool=name)
+            continue
+        tools.append(tool)
+    return tools
+
+
+async def run_tool(tools: list[Tool], name: str, args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:
+    """Run one call; returns (result text, is_error). Errors go back to the model, never up the stack."""
+    tool = next((t for t in tools if t.name == name), None)
+    if tool is None:
+        return f"unknown tool: {name}", True
+    try:
+        return await tool.run(args, ctx), False
+    except ToolError as e:
+        return str(e), True
+    except (OSError, ValueError) as e:
+        log.warning("tool_failed", tool=name, error=type(e).__name__)
+        return f"{name} failed: {type(e).__name__}", True

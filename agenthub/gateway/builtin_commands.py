@@ -1,0 +1,113 @@
+"""The built-in commands of design §6: /restart (double-confirm), /stop, /status, /compact, /help."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agenthub.agent.definition import AgentDefinition
+from agenthub.errors import SessionBusyError
+from agenthub.gateway.commands import Command, CommandContext
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.llm.tokens import estimate_tokens
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.session.keys import SessionKey
+
+if TYPE_CHECKING:
+    from agenthub.gateway.core import GatewayCore
+
+log = structlog.get_logger(__name__)
+
+
+async def _restart(ctx: CommandContext) -> str:
+    gw, key = ctx.gateway, ctx.key
+    pending = gw.restart_pending()
+    window = gw.settings.session.restart_confirm_s
+    asked_at = pending.get(key)
+    now = gw.clock()
+    if asked_at is None or now - asked_at > window:
+        pending[key] = now
+        return (
+            f"This clears this chat's conversation history. Send /restart again within {int(window)} seconds "
+            "to confirm."
+        )
+    del pending[key]
+    if gw.abort(key, "restart"):
+        await gw.wait_turn_done(key)
+    await gw.history.clear(key)
+    log.info("session_restarted", session_key=str(key))
+    return "Done: this chat starts fresh. (Other chats and long-term memory are untouched.)"
+
+
+async def _stop(ctx: CommandContext) -> str:
+    if ctx.gateway.abort(ctx.key, "stopped"):
+        await ctx.gateway.wait_turn_done(ctx.key)
+        return "Stopped the running reply. The conversation is kept."
+    return "Nothing is running in this chat."
+
+
+async def _status(ctx: CommandContext) -> str:
+    gw, key = ctx.gateway, ctx.key
+    session = gw.sessions.get(key)
+    state = session.status.value if session is not None else "idle"
+    runner = gw.runner(key)
+    history = await gw.history.load(key)
+    meta = await gw.history.get_meta(key)
+    lines = [
+        f"agent: {ctx.agent.name}",
+        f"session: {key}",
+        f"state: {state}" + (f", {runner.depth} message(s) in progress or queued" if runner and runner.depth else ""),
+        f"messages: {len(history)} (about {estimate_tokens(history)} tokens estimated)",
+    ]
+    if meta is not None and meta.last_usage:
+        usage = meta.last_usage
+        lines.append(
+            f"last model call: {usage.get('input_tokens', 0)} input, "
+            f"{usage.get('cache_read_input_tokens', 0)} cached, {usage.get('output_tokens', 0)} output tokens"
+        )
+    if any(m.get("role") == "system" for m in history):
+        lines.append("an earlier part of the conversation is summarised")
+    return "\n".join(lines)
+
+
+async def _compact(ctx: CommandContext) -> str:
+    compactor = ctx.gateway.compactor
+    if compactor is None:
+        return "Compaction is not available."
+    try:
+        return await compactor.compact(ctx.key, ctx.agent, reason="manual", actor=ctx.message.sender_id or "user")
+    except SessionBusyError:
+        return "This chat is busy answering; try /compact again when the reply is done."
+
+
+async def _help(ctx: CommandContext) -> str:
+    return "Commands:\n" + ctx.gateway.commands.help_text()
+
+
+def register_builtin_commands(gateway: GatewayCore) -> None:
+    gateway.commands.register("restart", "clear this chat's history (send twice to confirm)", _restart)
+    gateway.commands.register("stop", "stop the reply that is running", _stop)
+    gateway.commands.register("status", "show this chat's state and context size", _status)
+    gateway.commands.register("compact", "summarise older messages to free context", _compact)
+    gateway.commands.register("help", "list the commands", _help)
+
+
+async def run_command(
+    gateway: GatewayCore,
+    matched: tuple[object, str],
+    key: SessionKey,
+    agent: AgentDefinition,
+    message: InboundMessage,
+    handle: ReplyHandle,
+) -> None:
+    """Run a command outside the session queue; the reply is one DoneEvent (nothing is stored in history)."""
+    command, args = matched
+    assert isinstance(command, Command)
+    try:
+        text = await command.handler(CommandContext(gateway, key, agent, message, args))
+    except Exception:
+        log.exception("command_failed", command=command.name, session_key=str(key))
+        handle.emit(ErrorEvent(f"/{command.name} failed; please try again.", code="internal"))
+        return
+    handle.emit(DoneEvent(text, session_key=str(key)))

@@ -1,0 +1,284 @@
+"""GatewayCore: routes messages to agents and sessions, runs turns in order per session, owns lifecycles."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Protocol
+
+import structlog
+
+from agenthub.agent.definition import AgentDefinition, AgentRegistry
+from agenthub.clock import Clock, system_clock
+from agenthub.config import Settings
+from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
+from agenthub.gateway.commands import CommandRouter
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.gateway.runner import PendingTurn, SessionRunner
+from agenthub.gateway.stats import GatewayStats
+from agenthub.gateway.timers import TimerRegistry
+from agenthub.gateway.turn import ABORT_MESSAGES, TurnOutcome, TurnRunner
+from agenthub.llm.registry import ProviderRegistry
+from agenthub.memory.context import ContextBudget, ContextBuilder
+from agenthub.memory.files import MemoryFiles
+from agenthub.messages import ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.session.history import SessionHistory
+from agenthub.session.keys import SessionKey, session_key
+from agenthub.session.manager import LockHolder, Session, SessionManager
+
+log = structlog.get_logger(__name__)
+
+AfterTurnHook = Callable[[PendingTurn, TurnOutcome], Awaitable[None]]
+
+
+class Compactor(Protocol):
+    """The memory layer's manual compaction, plugged in by the composition root."""
+
+    async def compact(self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str) -> str: ...
+
+
+class GatewayCore:
+    """The one core every channel submits to.
+
+    Same-session messages run one at a time in arrival order (a `SessionRunner` per busy session);
+    different sessions run in parallel, bounded by `session.max_concurrent_llm` concurrent model calls.
+    Commands bypass the queue. Use it as an async context manager: entering starts the timers, leaving
+    aborts what still runs, stops the timers in reverse order and closes the LLM providers.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        agents: AgentRegistry,
+        providers: ProviderRegistry,
+        history: SessionHistory | None = None,
+        clock: Clock = system_clock,
+    ) -> None:
+        self.settings = settings
+        self.agents = agents
+        self.providers = providers
+        self.history = history or SessionHistory(settings.data_dir, fsync=settings.session.fsync, clock=clock)
+        self.clock = clock
+        self.sessions = SessionManager(
+            ttl_s=settings.session.ttl_s,
+            lock_timeout_s=settings.session.lock_timeout_s,
+            clock=clock,
+            on_lock_timeout=self._on_lock_timeout,
+            on_expire=lambda s: self.history.evict(s.key),
+        )
+        self.memory_files = MemoryFiles(settings.data_dir, settings.auth_dir)
+        budget = ContextBudget(settings.memory.memory_budget_tokens, settings.memory.user_budget_tokens)
+        self.context = ContextBuilder(self.memory_files, budget)
+        self.stats = GatewayStats()
+        self.timers = TimerRegistry()
+        self.commands = CommandRouter()
+        self.after_turn_hooks: list[AfterTurnHook] = []
+        self.compactor: Compactor | None = None
+        self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
+        self.turns = TurnRunner(self)
+        self._runners: dict[SessionKey, SessionRunner] = {}
+        self._restart_pending: dict[SessionKey, float] = {}
+        self._ids = itertools.count(1)
+        self._accepting = True
+        self._entered = False
+        self.timers.add("session_sweep", 1.0, self._sweep)
+        from agenthub.gateway.builtin_commands import register_builtin_commands
+
+        register_builtin_commands(self)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> GatewayCore:
+        if self._entered:
+            raise RuntimeError("GatewayCore was already started")
+        self._entered = True
+        self.timers.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._accepting = False
+        for runner in list(self._runners.values()):
+            runner.abort("shutdown")
+            for pending in runner.queue:
+                pending.handle.emit(ErrorEvent(ABORT_MESSAGES["shutdown"], code="shutdown"))
+            runner.queue.clear()
+        tasks = [r.task for r in self._runners.values() if r.task is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.timers.stop()
+        await self.providers.aclose()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Stop accepting new messages and wait up to `timeout_s` for queued and running turns; True if all done."""
+        self._accepting = False
+        tasks = [r.task for r in self._runners.values() if r.task is not None]
+        if not tasks:
+            return True
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        return not pending
+
+    # ---- routing -------------------------------------------------------------------------------
+
+    def route(self, message: InboundMessage) -> AgentDefinition:
+        """Explicit agent, else the channel/cred_id binding, else the default agent."""
+        bindings = self.settings.bindings
+        name = (
+            message.agent
+            or (message.cred_id and bindings.get(f"{message.channel}:{message.cred_id}"))
+            or bindings.get(message.channel)
+            or self.settings.default_agent
+        )
+        return self.agents.get(name)
+
+    def resolve_key(self, message: InboundMessage) -> tuple[AgentDefinition, SessionKey]:
+        agent = self.route(message)
+        return agent, session_key(agent.name, message.channel, message.chat_id)
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle:
+        """Accept one message; the returned handle yields its reply events (bad input ends it with an error)."""
+        try:
+            agent, key = self.resolve_key(message)
+        except InvalidIdError as e:
+            return _failed("?", str(e), "invalid_id")
+        except AgentNotFoundError as e:
+            return _failed("?", str(e), "unknown_agent")
+        handle = ReplyHandle(str(key))
+        if not self._accepting:
+            handle.emit(ErrorEvent(ABORT_MESSAGES["shutdown"], code="shutdown"))
+            return handle
+        matched = self.commands.match(message.content)
+        if matched is not None:
+            await self._run_command(matched, key, agent, message, handle)
+            return handle
+        self._enqueue(PendingTurn(message, key, agent, handle, message.message_id or f"local-{next(self._ids)}"))
+        return handle
+
+    # ---- per-session queues --------------------------------------------------------------------
+
+    def _enqueue(self, pending: PendingTurn) -> None:
+        runner = self._runners.get(pending.key)
+        if runner is None:
+            runner = self._runners[pending.key] = SessionRunner(pending.key)
+        runner.queue.append(pending)
+        if runner.depth > 1:
+            pending.handle.emit(NoticeEvent(f"Queued behind {runner.depth - 1} earlier message(s) in this chat."))
+        if runner.task is None:
+            runner.task = asyncio.create_task(self._work(runner), name=f"session:{pending.key}")
+
+    async def _work(self, runner: SessionRunner) -> None:
+        try:
+            while runner.queue:
+                pending = runner.queue.popleft()
+                async with runner.mutex:
+                    runner.current, runner.abort_reason = pending, None
+                    runner.turn_task = asyncio.create_task(self.turns.run(pending, runner))
+                    try:
+                        await asyncio.wait([runner.turn_task])
+                    except asyncio.CancelledError:
+                        runner.turn_task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await runner.turn_task
+                        raise
+                    outcome = self.turns.outcome_of(runner.turn_task)
+                    runner.current, runner.turn_task = None, None
+                    await self._after_turn(pending, outcome)
+        finally:
+            runner.current = None
+            runner.task = None
+            if not runner.queue and self._runners.get(runner.key) is runner:
+                del self._runners[runner.key]
+
+    async def _after_turn(self, pending: PendingTurn, outcome: TurnOutcome) -> None:
+        for hook in self.after_turn_hooks:
+            try:
+                await hook(pending, outcome)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("after_turn_hook_failed", session_key=str(pending.key))
+
+    def runner(self, key: SessionKey) -> SessionRunner | None:
+        return self._runners.get(key)
+
+    def is_busy(self, key: SessionKey) -> bool:
+        """True while the session has a running or queued turn, or its post-turn work, or maintenance."""
+        runner = self._runners.get(key)
+        return runner is not None and (runner.depth > 0 or runner.mutex.locked())
+
+    def queue_depth(self) -> int:
+        return sum(r.depth for r in self._runners.values())
+
+    @asynccontextmanager
+    async def exclusive(self, key: SessionKey) -> AsyncIterator[None]:
+        """Hold the session for maintenance (compaction); `SessionBusyError` if it is busy now.
+
+        Messages that arrive meanwhile queue up and run when the block exits.
+        """
+        if self.is_busy(key):
+            raise SessionBusyError(f"session {key} is busy")
+        runner = self._runners.get(key) or self._runners.setdefault(key, SessionRunner(key))
+        async with runner.mutex:
+            yield
+        if runner.task is None and not runner.queue and self._runners.get(key) is runner:
+            del self._runners[key]
+
+    def abort(self, key: SessionKey, reason: str = "stopped") -> bool:
+        runner = self._runners.get(key)
+        return runner is not None and runner.abort(reason)
+
+    async def wait_turn_done(self, key: SessionKey) -> None:
+        runner = self._runners.get(key)
+        if runner is not None and runner.turn_task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([runner.turn_task])
+
+    # ---- commands and housekeeping -------------------------------------------------------------
+
+    async def _run_command(
+        self,
+        matched: tuple[object, str],
+        key: SessionKey,
+        agent: AgentDefinition,
+        message: InboundMessage,
+        handle: ReplyHandle,
+    ) -> None:
+        from agenthub.gateway.builtin_commands import run_command
+
+        await run_command(self, matched, key, agent, message, handle)
+
+    def restart_pending(self) -> dict[SessionKey, float]:
+        return self._restart_pending
+
+    def _on_lock_timeout(self, session: Session, holder: LockHolder) -> None:
+        runner = self._runners.get(session.key)
+        if runner is not None and runner.current is not None and runner.current.message_id == holder.message_id:
+            runner.abort("timeout")
+
+    async def _sweep(self) -> None:
+        self.sessions.sweep()
+        now = self.clock()
+        window = self.settings.session.restart_confirm_s
+        for key, asked_at in list(self._restart_pending.items()):
+            if now - asked_at > window:
+                del self._restart_pending[key]
+
+
+def _failed(session_key_text: str, message: str, code: str) -> ReplyHandle:
+    handle = ReplyHandle(session_key_text)
+    handle.emit(ErrorEvent(message, code=code))
+    return handle
+
+
+def new_message_id() -> str:
+    return uuid.uuid4().hex

@@ -1,0 +1,48 @@
+"""Per-session queues: one runner task per busy session works through its messages in arrival order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from agenthub.agent.definition import AgentDefinition
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import InboundMessage
+from agenthub.session.keys import SessionKey
+
+
+@dataclass
+class PendingTurn:
+    """A message waiting for (or running) its turn."""
+
+    message: InboundMessage
+    key: SessionKey
+    agent: AgentDefinition
+    handle: ReplyHandle
+    message_id: str
+
+
+@dataclass
+class SessionRunner:
+    """The queue and the running turn of one session; exists only while the session has work."""
+
+    key: SessionKey
+    queue: deque[PendingTurn] = field(default_factory=deque)
+    task: asyncio.Task[None] | None = None
+    current: PendingTurn | None = None
+    turn_task: asyncio.Task[None] | None = None
+    abort_reason: str | None = None
+    mutex: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def depth(self) -> int:
+        return len(self.queue) + (1 if self.current is not None else 0)
+
+    def abort(self, reason: str) -> bool:
+        """Cancel the running turn (if any); its handle ends with an ErrorEvent coded `reason`."""
+        if self.turn_task is None or self.turn_task.done():
+            return False
+        self.abort_reason = reason
+        self.turn_task.cancel()
+        return True

@@ -1,0 +1,121 @@
+"""Translate SDK and transport exceptions into AgentHub's `LLMError` tree and decide which are retryable.
+
+LLMError (agenthub.errors)
+├── ContextOverflowError   400 "prompt is too long" and vendor phrasings; never retried here
+└── ModelNotFoundError     404 not_found_error; the loop may fall back to the agent's model
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import anthropic
+import httpx2
+
+from agenthub.errors import ContextOverflowError, LLMError
+
+
+class ModelNotFoundError(LLMError):
+    """The endpoint does not know the requested model (404 `not_found_error`)."""
+
+    def __init__(self, message: str, *, user_message: str, model: str) -> None:
+        super().__init__(message, user_message=user_message)
+        self.model = model
+
+
+OVERFLOW_PHRASES = (
+    "prompt is too long",
+    "request_too_large",
+    "context length exceeded",
+    "context_length_exceeded",
+    "input is too long",
+    "maximum context",
+    "token limit",
+    "too many tokens",
+    "exceeds the model's maximum",
+    "reduce the length",
+)
+
+RETRYABLE_STREAM_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
+
+MSG_BUSY = "The model service is busy or unavailable right now. Please try again in a moment."
+MSG_TIMEOUT = "The model did not answer in time. Please try again."
+MSG_NETWORK = "Could not reach the model service (network error). Please try again later."
+MSG_AUTH = "The model service rejected the API key. Please check your API key configuration."
+MSG_BILLING = "The model service refused the request for billing reasons. Please check your account."
+MSG_OVERFLOW = "The conversation is too long for the model's context window."
+MSG_REJECTED = "The model service rejected the request."
+MSG_UNEXPECTED = "The model call failed unexpectedly. Please try again."
+MSG_INTERRUPTED = "The reply was interrupted by a model service error; the text above is incomplete. Please try again."
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A classified failure: the error to raise, whether a retry may help, and a server-requested delay."""
+
+    error: LLMError
+    retryable: bool
+    retry_after_s: float | None = None
+
+
+def is_overflow_message(text: str) -> bool:
+    """True when an error text says the prompt exceeded the context window."""
+    lowered = text.lower()
+    return any(phrase in lowered for phrase in OVERFLOW_PHRASES)
+
+
+def retry_after_s(headers: httpx2.Headers | None) -> float | None:
+    """`retry-after-ms`, then `retry-after` (seconds), as seconds; None when absent or unparsable."""
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            value = float(raw) * scale
+        except ValueError:
+            continue
+        if value >= 0:
+            return value
+    return None
+
+
+def classify(exc: BaseException, *, model: str) -> Failure:
+    """Classify an exception raised by one attempt (never called with `CancelledError`)."""
+    if isinstance(exc, LLMError):
+        return Failure(exc, exc.retryable)
+    if isinstance(exc, anthropic.APIStatusError):
+        return _classify_status(exc, model)
+    if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
+        return Failure(LLMError(f"timeout: {type(exc).__name__}", user_message=MSG_TIMEOUT), True)
+    if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
+        return Failure(LLMError(f"connection error: {type(exc).__name__}", user_message=MSG_NETWORK), True)
+    return Failure(LLMError(f"unexpected error: {type(exc).__name__}", user_message=MSG_UNEXPECTED), False)
+
+
+def _classify_status(exc: anthropic.APIStatusError, model: str) -> Failure:
+    status, kind = exc.status_code, str(exc.type or "")
+    detail = str(exc.api_message or "")
+    summary = f"HTTP {status} {kind}: {detail[:300]}"
+    if status in (400, 413) and (is_overflow_message(detail) or kind == "request_too_large"):
+        return Failure(ContextOverflowError(summary, user_message=MSG_OVERFLOW), False)
+    if status == 200:  # an `event: error` inside a stream
+        if is_overflow_message(detail):
+            return Failure(ContextOverflowError(summary, user_message=MSG_OVERFLOW), False)
+        return Failure(LLMError(summary, user_message=MSG_BUSY), kind in RETRYABLE_STREAM_TYPES)
+    if status in (401, 403):
+        return Failure(LLMError(summary, user_message=MSG_AUTH), False)
+    if status == 402:
+        return Failure(LLMError(summary, user_message=MSG_BILLING), False)
+    if status == 404:
+        user = f"The model service does not know the model {model[:100]!r}."
+        return Failure(ModelNotFoundError(summary, user_message=user, model=model), False)
+    headers = exc.response.headers
+    delay = retry_after_s(headers)
+    retryable = status in (408, 409, 429) or status >= 500
+    should_retry = headers.get("x-should-retry")
+    if should_retry in ("true", "false"):
+        retryable = should_retry == "true"
+    user = MSG_BUSY if status == 429 or status >= 500 else MSG_REJECTED
+    return Failure(LLMError(summary, user_message=user, retryable=retryable), retryable, delay)

@@ -1,0 +1,84 @@
+"""`OfflineProvider`: a deterministic stand-in used when no API key is configured, so a fresh install runs."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
+from agenthub.llm.types import LLMRequest, LLMResponse, TextCallback
+from agenthub.messages import Usage
+
+ECHO_CHARS = 60
+
+HOW_TO_CONFIGURE = (
+    "To talk to a real model, set AGENTHUB_LLM__API_KEY (or ANTHROPIC_API_KEY) and, for an "
+    "Anthropic-compatible vendor, llm.base_url or llm.preset (e.g. deepseek, moonshot, zhipu, qwen), then restart."
+)
+
+
+def last_user_text(messages: list[dict[str, Any]]) -> str:
+    """The text of the last user message that has text ("" if none)."""
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        parts = [str(b.get("text", "")) for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
+        if parts:
+            return "".join(parts)
+    return ""
+
+
+def _excerpt(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= ECHO_CHARS else flat[: ECHO_CHARS - 1] + "…"
+
+
+def offline_reply(messages: list[dict[str, Any]]) -> str:
+    """The offline reply text for a conversation."""
+    said = _excerpt(last_user_text(messages))
+    echo = f' You said: "{said}".' if said else ""
+    return f"[offline] AgentHub has no LLM API key configured, so this is an automatic reply.{echo} {HOW_TO_CONFIGURE}"
+
+
+def _pieces(text: str) -> list[str]:
+    """Split into word-boundary pieces of several words each, so callers see several deltas."""
+    words = re.findall(r"\S+\s*", text)
+    step = max(1, len(words) // 8)
+    return ["".join(words[i : i + step]) for i in range(0, len(words), step)]
+
+
+class OfflineProvider:
+    """Streams a deterministic reply that says it is offline; never calls tools; knows every model name."""
+
+    offline = True
+
+    def __init__(self, *, name: str = "offline", default_model: str = "offline") -> None:
+        self.name = name
+        self.default_model = default_model
+
+    def knows_model(self, model: str) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        return None
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        return await self.stream(request, None)
+
+    async def stream(self, request: LLMRequest, on_text: TextCallback | None = None) -> LLMResponse:
+        text = offline_reply(request.messages)
+        for piece in _pieces(text):
+            await asyncio.sleep(0)
+            if on_text is not None:
+                on_text(piece)
+        usage = Usage(
+            input_tokens=estimate_tokens([request.system, request.messages, request.tools]),
+            output_tokens=estimate_text_tokens(text),
+        )
+        return LLMResponse(
+            content=[{"type": "text", "text": text}], stop_reason="end_turn", usage=usage, model=request.model
+        )

@@ -1,0 +1,140 @@
+"""`ProviderRegistry`: the configured providers by name, offline fallback, and one-turn hint resolution."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import structlog
+
+from agenthub.config import LLMSettings
+from agenthub.errors import ConfigError
+from agenthub.llm.anthropic_provider import AnthropicProvider, RetryPolicy, Sleep
+from agenthub.llm.endpoint import Endpoint, default_endpoint, named_endpoint
+from agenthub.llm.offline import HOW_TO_CONFIGURE, OfflineProvider
+from agenthub.llm.types import LLMProvider
+
+log = structlog.get_logger(__name__)
+
+DEFAULT = "default"
+
+
+class ProviderRegistry:
+    """Named providers; `default` always exists. Built once at start-up, closed at shutdown."""
+
+    def __init__(self, providers: Mapping[str, LLMProvider]) -> None:
+        if DEFAULT not in providers:
+            raise ValueError("a ProviderRegistry needs a 'default' provider")
+        self._providers = dict(providers)
+
+    @classmethod
+    def from_settings(
+        cls, llm: LLMSettings, *, env: Mapping[str, str] | None = None, sleep: Sleep = asyncio.sleep
+    ) -> ProviderRegistry:
+        """Build every provider; offline when `llm.offline` or no key is found. `ConfigError` on bad config."""
+        main = default_endpoint(llm, env)
+        offline = llm.offline or not main.has_key
+        if offline:
+            reason = "llm.offline is set" if llm.offline else "no API key is configured"
+            log.warning("llm_offline_mode", reason=reason, help=HOW_TO_CONFIGURE)
+        providers: dict[str, LLMProvider] = {}
+        try:
+            providers[DEFAULT] = _build(DEFAULT, main, llm, offline, sleep)
+            for name, settings in llm.providers.items():
+                if name in (DEFAULT, "offline"):
+                    raise ConfigError(f"llm.providers.{name}: the name {name!r} is reserved")
+                endpoint = named_endpoint(name, settings, llm)
+                if not offline and not endpoint.has_key:
+                    raise ConfigError(f"llm.providers.{name}.api_key: missing")
+                providers[name] = _build(name, endpoint, llm, offline, sleep)
+        except BaseException:
+            for provider in providers.values():
+                _close_later(provider)
+            raise
+        return cls(providers)
+
+    @property
+    def default(self) -> LLMProvider:
+        return self._providers[DEFAULT]
+
+    @property
+    def is_offline(self) -> bool:
+        """True when the default provider is the offline one."""
+        return self.default.offline
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._providers)
+
+    def get(self, name: str) -> LLMProvider:
+        """The provider called `name`; `KeyError` if there is none."""
+        return self._providers[name]
+
+    def resolve(
+        self,
+        model_hint: str | None,
+        provider_hint: str | None,
+        agent_provider: str | None = None,
+        agent_model: str | None = None,
+    ) -> tuple[LLMProvider, str, str | None]:
+        """Pick the provider and model for one turn; unusable hints fall back with a user-safe warning."""
+        warnings: list[str] = []
+        provider = self._providers.get(agent_provider or DEFAULT)
+        if provider is None:
+            warnings.append(f"unknown provider {_show(agent_provider)} in the agent's config; using {DEFAULT!r}")
+            provider, agent_model = self.default, None
+        model = agent_model or provider.default_model
+        if provider_hint is not None:
+            hinted = self._providers.get(provider_hint.strip())
+            if hinted is None:
+                warnings.append(f"unknown provider {_show(provider_hint)}; using {provider.name!r}")
+            elif hinted is not provider:
+                provider, model = hinted, hinted.default_model
+        if model_hint is not None:
+            if provider.knows_model(model_hint):
+                model = model_hint
+            else:
+                warnings.append(f"model hint {_show(model_hint)} is not a usable model name; using {model!r}")
+        return provider, model, "; ".join(warnings) or None
+
+    async def aclose(self) -> None:
+        """Close every provider (errors are logged, not raised)."""
+        for name, provider in self._providers.items():
+            try:
+                await provider.aclose()
+            except Exception:
+                log.exception("llm_provider_close_failed", provider=name)
+
+
+def _show(value: str | None) -> str:
+    """A short, printable rendering of user input for warnings."""
+    text = "".join(ch for ch in (value or "") if ch.isprintable())
+    return repr(text if len(text) <= 40 else text[:39] + "…")
+
+
+def _build(name: str, endpoint: Endpoint, llm: LLMSettings, offline: bool, sleep: Sleep) -> LLMProvider:
+    if offline:
+        return OfflineProvider(name=name, default_model=endpoint.model)
+    retry = RetryPolicy(max_retries=llm.max_retries, base_s=llm.retry_base_s, max_s=llm.retry_max_s)
+    return AnthropicProvider(
+        endpoint,
+        name=name,
+        timeout_s=llm.timeout_s,
+        connect_timeout_s=llm.connect_timeout_s,
+        retry=retry,
+        sleep=sleep,
+    )
+
+
+def _close_later(provider: LLMProvider) -> None:
+    """Best-effort close of a provider built before a later config error (needs a running loop)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    task = loop.create_task(provider.aclose())
+    _pending.add(task)
+    task.add_done_callback(_pending.discard)
+
+
+_pending: set[asyncio.Task[None]] = set()

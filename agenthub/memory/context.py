@@ -1,0 +1,171 @@
+"""Context building: the cacheable system prompt (persona, summaries, memory files) and the message list."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from agenthub.agent.definition import AgentDefinition
+from agenthub.agent.tools import Tool
+from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
+from agenthub.llm.types import LLMRequest
+from agenthub.memory.files import MemoryFiles, read_text
+from agenthub.session.keys import SessionKey
+
+Message = dict[str, Any]
+CACHE = {"type": "ephemeral"}
+SUMMARY_PREFIX = "[历史摘要]"
+
+
+def cut_to_tokens(text: str, budget: int) -> str:
+    """Keep the start of `text` within about `budget` tokens; cut at a line boundary and say so."""
+    if estimate_text_tokens(text) <= budget:
+        return text
+    lines, kept, used = text.splitlines(), [], 0
+    for line in lines:
+        cost = estimate_text_tokens(line) + 1
+        if used + cost > budget:
+            break
+        kept.append(line)
+        used += cost
+    return "\n".join(kept) + "\n…(cut to fit the memory budget)"
+
+
+def fold_system_messages(history: list[Message]) -> list[str]:
+    """The text of `role: "system"` history messages (summaries), in order."""
+    return [str(m["content"]) for m in history if m.get("role") == "system" and isinstance(m.get("content"), str)]
+
+
+def _user_suffix(message: Message) -> str:
+    """Per-message volatile context derived only from the stored message, so it renders identically every turn."""
+    parts = []
+    stamp = message.get("timestamp")
+    if isinstance(stamp, int | float):
+        when = dt.datetime.fromtimestamp(stamp / 1000, tz=dt.UTC).astimezone()
+        parts.append(when.strftime("%Y-%m-%d %H:%M %Z").strip())
+    if isinstance(message.get("channel"), str):
+        parts.append(f"via {message['channel']}")
+    return f"\n\n[{', '.join(parts)}]" if parts else ""
+
+
+def _api_message(message: Message) -> Message:
+    content = message.get("content")
+    if message["role"] == "user" and isinstance(content, str):
+        content = content + _user_suffix(message)
+    return {"role": message["role"], "content": content}
+
+
+def _as_blocks(content: Any) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def _tool_ids(message: Message, block_type: str, id_field: str) -> set[str]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return set()
+    return {str(b.get(id_field)) for b in content if isinstance(b, dict) and b.get("type") == block_type}
+
+
+def drop_orphan_tool_blocks(messages: list[Message]) -> list[Message]:
+    """Remove `tool_use` blocks with no result right after them and `tool_result` blocks with no `tool_use`."""
+    cleaned: list[Message] = []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            cleaned.append(message)
+            continue
+        after = messages[i + 1] if i + 1 < len(messages) else {}
+        before = messages[i - 1] if i > 0 else {}
+        answered = _tool_ids(after, "tool_result", "tool_use_id")
+        asked = _tool_ids(before, "tool_use", "id")
+        blocks = [
+            b
+            for b in content
+            if not (isinstance(b, dict) and b.get("type") == "tool_use" and str(b.get("id")) not in answered)
+            and not (isinstance(b, dict) and b.get("type") == "tool_result" and str(b.get("tool_use_id")) not in asked)
+        ]
+        if blocks:
+            cleaned.append({**message, "content": blocks})
+    return cleaned
+
+
+def to_api_messages(history: list[Message]) -> list[Message]:
+    """History → API messages: no system role, tool pairs intact, same-role neighbours merged, user first."""
+    plain = [_api_message(m) for m in history if m.get("role") in ("user", "assistant")]
+    plain = drop_orphan_tool_blocks(plain)
+    merged: list[Message] = []
+    for message in plain:
+        if merged and merged[-1]["role"] == message["role"]:
+            merged[-1] = {
+                "role": message["role"],
+                "content": _as_blocks(merged[-1]["content"]) + _as_blocks(message["content"]),
+            }
+        else:
+            merged.append(message)
+    while merged and merged[0]["role"] != "user":
+        merged.pop(0)
+    return merged
+
+
+@dataclass(frozen=True)
+class ContextBudget:
+    memory_tokens: int = 2000
+    user_tokens: int = 1000
+
+
+class ContextBuilder:
+    """Builds each request so that everything before the conversation is byte-stable between turns.
+
+    Order: persona, folded summaries, MEMORY.md, USER.md (each memory file cut to its token budget),
+    then the tools; the last system block and the last tool carry `cache_control`. Volatile data (time,
+    channel) rides on each user message, derived from what was stored, never in the system prompt.
+    """
+
+    def __init__(self, memory_files: MemoryFiles, budget: ContextBudget | None = None) -> None:
+        self.memory_files = memory_files
+        self.budget = budget or ContextBudget()
+
+    async def system_blocks(
+        self, agent: AgentDefinition, key: SessionKey, sender_id: str, history: list[Message]
+    ) -> list[dict[str, Any]]:
+        texts = [agent.persona]
+        texts.extend(fold_system_messages(history))
+        memory = await read_text(self.memory_files.memory_path(agent, key))
+        if memory.strip():
+            texts.append(
+                "# Long-term memory (MEMORY.md)\n\n" + cut_to_tokens(memory.strip(), self.budget.memory_tokens)
+            )
+        profile = await read_text(self.memory_files.user_path(agent, sender_id))
+        if profile.strip():
+            texts.append("# About the user (USER.md)\n\n" + cut_to_tokens(profile.strip(), self.budget.user_tokens))
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": t} for t in texts]
+        blocks[-1] = {**blocks[-1], "cache_control": CACHE}
+        return blocks
+
+    async def build(
+        self,
+        *,
+        agent: AgentDefinition,
+        key: SessionKey,
+        sender_id: str,
+        history: list[Message],
+        tools: list[Tool],
+        model: str,
+        max_tokens: int,
+    ) -> LLMRequest:
+        definitions = [t.definition() for t in tools]
+        if definitions:
+            definitions[-1] = {**definitions[-1], "cache_control": CACHE}
+        return LLMRequest(
+            model=model,
+            system=await self.system_blocks(agent, key, sender_id, history),
+            messages=to_api_messages(history),
+            tools=definitions,
+            max_tokens=max_tokens,
+        )
+
+
+def estimate_request_tokens(request: LLMRequest) -> int:
+    """An offline estimate of a request's prompt size."""
+    return estimate_tokens(request.system) + estimate_tokens(request.messages) + estimate_tokens(request.tools)
