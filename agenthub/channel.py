@@ -47,7 +47,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class WebRoutes:
     """Routes channels mount on the daemon's one HTTP server; collected before the server starts."""
 
-    routes: list[web.RouteDef] = field(default_factory=list)
+    routes: list[web.AbstractRouteDef] = field(default_factory=list)
 
     def add(self, method: str, path: str, handler: Handler) -> None:
         self.routes.append(web.route(method, path, handler))

@@ -1,0 +1,7 @@
+"""`python -m agenthub` runs the `agenthub` command."""
+
+import sys
+
+from agenthub.cli import main
+
+sys.exit(main())

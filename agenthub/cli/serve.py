@@ -1,0 +1,50 @@
+"""`agenthub serve`: run the daemon in the foreground (systemd runs exactly this)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from agenthub.config import load_settings
+from agenthub.datalock import DataDirLocked
+from agenthub.errors import ConfigError
+from agenthub.log import configure_logging
+
+
+def add_parser(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser("serve", help="run the daemon (HTTP API, console, channels)")
+    parser.add_argument("--host", help="listen address (default: http.host)")
+    parser.add_argument("--port", type=int, help="listen port (default: http.port)")
+    parser.add_argument(
+        "--console-hint",
+        action="store_true",
+        help="print the console URL, and create a first API token if there is none",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agenthub.daemon import run_daemon
+
+    overrides: dict[str, Any] = {}
+    try:
+        settings = load_settings(args.config)
+        if args.host or args.port is not None:
+            http = settings.http.model_copy(
+                update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+            )
+            overrides["http"] = http
+            settings = settings.model_copy(update=overrides)
+    except ConfigError as e:
+        print(f"agenthub: {e}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, "json" if settings.log_format == "auto" else settings.log_format)
+    try:
+        return run_daemon(settings, show_console_hint=args.console_hint)
+    except DataDirLocked as e:
+        print(f"agenthub: {e}", file=sys.stderr)
+        return 3
+    except ConfigError as e:
+        print(f"agenthub: {e}", file=sys.stderr)
+        return 2

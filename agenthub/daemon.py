@@ -1,0 +1,140 @@
+"""`agenthub serve`: the composition root that runs the gateway, the HTTP server and every enabled channel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import TextIO
+
+import structlog
+
+from agenthub.agent.definition import load_agents
+from agenthub.app import build_gateway
+from agenthub.channel import Channel, ChannelContext, WebRoutes
+from agenthub.channel_registry import enabled_channels, load_channel_class
+from agenthub.config import Settings
+from agenthub.datalock import DataDirLock
+from agenthub.gateway.core import GatewayCore
+from agenthub.systemd import Notifier
+from agenthub.tokens import TokenStore
+from agenthub.web import WebServer
+
+log = structlog.get_logger(__name__)
+
+
+class Daemon:
+    """Start-up in dependency order, shutdown in reverse: lock → gateway → channels → server → ready."""
+
+    def __init__(self, settings: Settings, *, notifier: Notifier | None = None, console: TextIO | None = None) -> None:
+        self.settings = settings
+        self.notifier = notifier or Notifier()
+        self.console = console
+        self.lock = DataDirLock(settings.data_dir)
+        self.server: WebServer | None = None
+        self.channels: list[Channel] = []
+        self._stop = asyncio.Event()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> int:
+        self.lock.acquire()
+        try:
+            async with build_gateway(self.settings) as gateway:
+                await self._serve(gateway)
+        finally:
+            self.lock.release()
+        log.info("daemon_stopped")
+        return 0
+
+    async def _serve(self, gateway: GatewayCore) -> None:
+        http = self.settings.http
+        server = self.server = WebServer(gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes)
+        routes = WebRoutes()
+        self.channels = self._build_channels(gateway, routes)
+        server.mount(routes)
+        await server.start()
+        self.lock.acquire_info(f"http={http.host}:{server.port}")
+        await self._start_channels()
+        watchdog = asyncio.create_task(self.notifier.watchdog(), name="sd-watchdog")
+        self._install_signals(gateway)
+        server.ready = True
+        self.notifier.notify("READY=1")
+        log.info("daemon_ready", port=server.port, channels=[c.name for c in self.channels])
+        self._print_console_hint(server.port)
+        try:
+            await self._stop.wait()
+        finally:
+            self.notifier.notify("STOPPING=1")
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
+            await self._shutdown(gateway, server)
+
+    def _build_channels(self, gateway: GatewayCore, routes: WebRoutes) -> list[Channel]:
+        built: list[Channel] = []
+        for name, raw in enabled_channels(self.settings):
+            context = ChannelContext(
+                gateway=gateway,
+                settings=self.settings,
+                web=routes,
+                state_dir=self.settings.data_dir / ".channels" / name,
+            )
+            try:
+                built.append(load_channel_class(name)(context, raw))
+            except Exception as e:
+                log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)
+        return built
+
+    async def _start_channels(self) -> None:
+        for channel in list(self.channels):
+            try:
+                await channel.start()
+            except Exception as e:
+                log.error("channel_failed_to_start", channel=channel.name, error=str(e), error_type=type(e).__name__)
+                self.channels.remove(channel)
+
+    async def _shutdown(self, gateway: GatewayCore, server: WebServer) -> None:
+        """Stop accepting, drain running turns (bounded), close channels in reverse order, then the server."""
+        await server.stop_listening()
+        drained = await gateway.drain(self.settings.http.drain_timeout_s)
+        log.info("daemon_drained", complete=drained)
+        for channel in reversed(self.channels):
+            try:
+                await channel.stop()
+            except Exception:
+                log.exception("channel_failed_to_stop", channel=channel.name)
+        await server.close()
+
+    def _install_signals(self, gateway: GatewayCore) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.request_stop)
+        loop.add_signal_handler(signal.SIGINT, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, lambda: self._reload_agents(gateway))
+
+    def _reload_agents(self, gateway: GatewayCore) -> None:
+        gateway.agents = load_agents(self.settings.agents_dir, default_agent=self.settings.default_agent)
+        log.info("agents_reloaded", agents=gateway.agents.names(), broken=sorted(gateway.agents.errors))
+
+    def _print_console_hint(self, port: int) -> None:
+        if self.console is None:
+            return
+        host = self.settings.http.host
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        print(f"\nAgentHub is running. Web console: http://{shown}:{port}/", file=self.console)
+        store = TokenStore(self.settings.auth_dir, [t.get_secret_value() for t in self.settings.http.tokens])
+        if not store.has_tokens():
+            token = store.create("console")
+            print(f"Created an API token (shown only once): {token}", file=self.console)
+        else:
+            print(
+                "Sign in with an API token; make a new one with: agenthub token create --name NAME", file=self.console
+            )
+        print("Stop with Ctrl-C.\n", file=self.console, flush=True)
+
+
+def run_daemon(settings: Settings, *, show_console_hint: bool = False) -> int:
+    daemon = Daemon(settings, console=sys.stderr if show_console_hint else None)
+    return asyncio.run(daemon.run())

@@ -1,0 +1,150 @@
+"""The daemon's one HTTP server: channel routes, /healthz, /readyz, /metrics, and JSON error bodies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+
+import structlog
+from aiohttp import web
+
+from agenthub.channel import WebRoutes
+from agenthub.gateway.core import GatewayCore
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+GATEWAY = web.AppKey("agenthub.gateway", GatewayCore)
+"""Where handlers find the gateway: `request.app[GATEWAY]`."""
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code, "message": message}}
+
+
+def json_error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response(error_body(code, message), status=status)
+
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+}
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn aiohttp's HTTP exceptions (404, 405, 413 …) and crashes into the documented JSON error shape."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400 or e.content_type == "application/json":
+            raise
+        return json_error(e.status, _STATUS_CODES.get(e.status, "error"), e.reason)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("http_handler_failed", path=request.path)
+        return json_error(500, "internal", "internal server error")
+
+
+class WebServer:
+    """Owns the aiohttp app and its listener. Routes are added before `start()`; `stop_listening()` then
+    `close()` give a graceful shutdown."""
+
+    def __init__(self, gateway: GatewayCore, *, host: str, port: int, max_body_bytes: int) -> None:
+        self.gateway = gateway
+        self.host = host
+        self.port = port
+        self.ready = False
+        self.app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors])
+        self.app[GATEWAY] = gateway
+        self.app.router.add_get("/healthz", self._healthz)
+        self.app.router.add_get("/readyz", self._readyz)
+        self.app.router.add_get("/metrics", self._metrics)
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+
+    def mount(self, routes: WebRoutes) -> None:
+        self.app.add_routes(routes.routes)
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, self.host, self.port)
+        await self._site.start()
+        self.port = self._runner.addresses[0][1]
+        log.info("http_listening", host=self.host, port=self.port)
+
+    async def stop_listening(self) -> None:
+        """Refuse new connections; requests already running go on."""
+        self.ready = False
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if not self.ready:
+            return web.json_response({"status": "starting"}, status=503)
+        return web.json_response({"status": "ready", "agents": self.gateway.agents.names()})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=render_metrics(self.gateway), content_type="text/plain", charset="utf-8")
+
+
+def render_metrics(gateway: GatewayCore) -> str:
+    """Prometheus text exposition of the gateway's counters and gauges."""
+    s = gateway.stats
+    lines = [
+        "# HELP agenthub_turns_total Turns answered.",
+        "# TYPE agenthub_turns_total counter",
+        f"agenthub_turns_total {s.turns}",
+        "# HELP agenthub_turn_errors_total Turns that ended in an error.",
+        "# TYPE agenthub_turn_errors_total counter",
+        f"agenthub_turn_errors_total {s.turn_errors}",
+        "# HELP agenthub_turns_aborted_total Turns aborted by /stop, /restart, timeout or shutdown.",
+        "# TYPE agenthub_turns_aborted_total counter",
+        f"agenthub_turns_aborted_total {s.aborted}",
+        "# HELP agenthub_llm_latency_seconds Model call latency.",
+        "# TYPE agenthub_llm_latency_seconds histogram",
+    ]
+    for bound, count in s.llm_latency_buckets.items():
+        label = "+Inf" if bound == float("inf") else repr(bound)
+        lines.append(f'agenthub_llm_latency_seconds_bucket{{le="{label}"}} {count}')
+    lines += [
+        f"agenthub_llm_latency_seconds_sum {s.llm_seconds:.6f}",
+        f"agenthub_llm_latency_seconds_count {s.llm_calls}",
+        "# HELP agenthub_tokens_total Tokens reported by the model.",
+        "# TYPE agenthub_tokens_total counter",
+    ]
+    for kind, value in s.tokens.as_dict().items():
+        lines.append(f'agenthub_tokens_total{{kind="{kind.removesuffix("_tokens")}"}} {value}')
+    lines += [
+        "# HELP agenthub_active_sessions Live in-memory sessions.",
+        "# TYPE agenthub_active_sessions gauge",
+        f"agenthub_active_sessions {len(gateway.sessions)}",
+        "# HELP agenthub_queue_depth Messages running or waiting in session queues.",
+        "# TYPE agenthub_queue_depth gauge",
+        f"agenthub_queue_depth {gateway.queue_depth()}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def dumps(data: object) -> str:
+    return json.dumps(data, ensure_ascii=False)

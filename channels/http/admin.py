@@ -1,0 +1,143 @@
+"""Session admin routes: list, create, delete, rename, pin, auto-title, messages, context meter, compaction."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from agenthub.errors import LLMError, SessionBusyError
+from agenthub.gateway.core import GatewayCore
+from agenthub.llm.tokens import estimate_tokens
+from agenthub.memory.thresholds import thresholds_for
+from agenthub.session.meta import SessionMeta
+from agenthub.web import GATEWAY
+from channels.http.llm_text import make_title
+from channels.http.requests import (
+    CHANNEL,
+    ApiError,
+    CreateSessionBody,
+    PinBody,
+    RenameBody,
+    agent_of,
+    key_for,
+    parse_body,
+    session_of,
+)
+
+
+def _gateway(request: web.Request) -> GatewayCore:
+    return request.app[GATEWAY]
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, ensure_ascii=False))
+
+
+def _meta(meta: SessionMeta) -> dict[str, Any]:
+    return meta.to_json()
+
+
+async def list_agents(request: web.Request) -> web.Response:
+    gateway = _gateway(request)
+    agents = [
+        {"name": a.name, "description": a.config.description, "model": a.config.model or gateway.settings.llm.model}
+        for a in (gateway.agents.get(n) for n in gateway.agents.names())
+    ]
+    return _json({"agents": agents, "offline": gateway.providers.is_offline})
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    gateway = _gateway(request)
+    agent = agent_of(request, gateway)
+    found = await gateway.history.list_sessions(agent.name, channel=CHANNEL)
+    metas = sorted((m for _, m in found), key=lambda m: (not m.pinned, -m.updated_at))
+    return _json({"sessions": [_meta(m) for m in metas]})
+
+
+async def create_session(request: web.Request) -> web.Response:
+    gateway = _gateway(request)
+    agent = agent_of(request, gateway)
+    body = await parse_body(request, CreateSessionBody, optional=True)
+    key = key_for(agent, body.chat_id or uuid.uuid4().hex[:12])
+    if gateway.history.exists(key):
+        raise ApiError(409, "session_exists", f"session {key.chat_id!r} already exists")
+    meta = await gateway.history.create(key, **({"title": body.title} if body.title else {}))
+    return _json(_meta(meta), status=201)
+
+
+async def get_messages(request: web.Request) -> web.Response:
+    gateway = _gateway(request)
+    _, key = session_of(request, gateway)
+    return _json({"messages": await gateway.history.load(key)})
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    gateway = _gateway(request)
+    _, key = session_of(request, gateway)
+    if gateway.is_busy(key):
+        raise ApiError(409, "session_busy", "the session is answering; try again when it is done")
+    await gateway.history.delete(key)
+    return web.Response(status=204)
+
+
+async def rename_session(request: web.Request) -> web.Response:
+    gateway = _gateway(request)
+    _, key = session_of(request, gateway)
+    body = await parse_body(request, RenameBody)
+    return _json(_meta(await gateway.history.update_meta(key, title=body.title.strip())))
+
+
+async def pin_session(request: web.Request) -> web.Response:
+    gateway = _gateway(request)
+    _, key = session_of(request, gateway)
+    body = await parse_body(request, PinBody)
+    return _json(_meta(await gateway.history.update_meta(key, pinned=body.pinned)))
+
+
+async def auto_title(request: web.Request) -> web.Response:
+    gateway = _gateway(request)
+    agent, key = session_of(request, gateway)
+    history = await gateway.history.load(key)
+    if not any(m.get("role") == "user" for m in history):
+        raise ApiError(409, "session_empty", "the session has no messages to make a title from")
+    try:
+        title = await make_title(gateway, agent, history)
+    except LLMError as e:
+        raise ApiError(502, "llm_error", e.user_message) from None
+    return _json(_meta(await gateway.history.update_meta(key, title=title)))
+
+
+async def context_meter(request: web.Request) -> web.Response:
+    gateway = _gateway(request)
+    agent, key = session_of(request, gateway)
+    history = await gateway.history.load(key)
+    meta = await gateway.history.get_meta(key)
+    return _json(
+        {
+            "messages": len(history),
+            "estimated_tokens": estimate_tokens([m.get("content") for m in history]),
+            "last_usage": meta.last_usage if meta is not None else None,
+            "has_summary": any(m.get("role") == "system" for m in history),
+            "busy": gateway.is_busy(key),
+            "thresholds": thresholds_for(gateway, agent),
+        }
+    )
+
+
+async def compact(request: web.Request) -> web.Response:
+    gateway = _gateway(request)
+    agent, key = session_of(request, gateway)
+    if gateway.compactor is None:
+        raise ApiError(501, "not_available", "compaction is not available")
+    before = len(await gateway.history.load(key))
+    try:
+        result = await gateway.compactor.compact(
+            key, agent, reason="manual", actor=f"http:{request.get('agenthub.token_name', '?')}"
+        )
+    except SessionBusyError:
+        raise ApiError(409, "session_busy", "the session is answering; try again when it is done") from None
+    after = len(await gateway.history.load(key))
+    return _json({"result": result, "messages_before": before, "messages_after": after})

@@ -1,0 +1,98 @@
+"""HttpChannel: mounts the API (bearer-token protected) and the web console on the daemon's server."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from agenthub.channel import ChannelContext, Handler
+from agenthub.errors import ChannelSendError, LLMError
+from agenthub.gateway.core import GatewayCore
+from agenthub.messages import OutboundMessage
+from agenthub.tokens import TokenStore
+from channels.http import admin
+from channels.http.chat import handle_chat
+from channels.http.llm_text import WelcomeCache
+from channels.http.requests import ApiError, agent_of
+
+log = structlog.get_logger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+def _bearer(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+class HttpChannel:
+    """The `http` channel. Its server is the daemon's; this class only contributes routes."""
+
+    name = "http"
+
+    def __init__(self, context: ChannelContext, config: Mapping[str, Any]) -> None:
+        gateway = context.gateway
+        if not isinstance(gateway, GatewayCore):
+            raise TypeError("the http channel needs the GatewayCore itself (it serves session admin)")
+        self.gateway = gateway
+        settings = context.settings
+        self.tokens = TokenStore(settings.auth_dir, [t.get_secret_value() for t in settings.http.tokens])
+        self.welcome = WelcomeCache(gateway)
+        self._mount(context)
+
+    def _mount(self, context: ChannelContext) -> None:
+        api = "/api/agents"
+        session = api + "/{agent}/sessions/{chat_id}"
+        table: list[tuple[str, str, Handler]] = [
+            ("GET", "/api/agents", admin.list_agents),
+            ("POST", api + "/{agent}/chat", handle_chat),
+            ("GET", api + "/{agent}/sessions", admin.list_sessions),
+            ("POST", api + "/{agent}/sessions", admin.create_session),
+            ("GET", session + "/messages", admin.get_messages),
+            ("DELETE", session, admin.delete_session),
+            ("PATCH", session, admin.rename_session),
+            ("POST", session + "/pin", admin.pin_session),
+            ("POST", session + "/auto-title", admin.auto_title),
+            ("GET", session + "/context", admin.context_meter),
+            ("POST", session + "/compact", admin.compact),
+            ("GET", api + "/{agent}/welcome", self._welcome),
+        ]
+        for method, path, handler in table:
+            context.web.add(method, path, self._authenticated(handler))
+        context.web.add("GET", "/", self._console)
+        context.web.routes.append(web.static("/static", STATIC_DIR, append_version=True))
+
+    def _authenticated(self, handler: Handler) -> Handler:
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            token = _bearer(request)
+            if token is None or not self.tokens.verify(token):
+                raise ApiError(401, "unauthorized", "a valid 'Authorization: Bearer <token>' header is required")
+            return await handler(request)
+
+        return guarded
+
+    async def _welcome(self, request: web.Request) -> web.Response:
+        agent = agent_of(request, self.gateway)
+        try:
+            entry = await self.welcome.get(agent)
+        except LLMError as e:
+            raise ApiError(502, "llm_error", e.user_message) from None
+        return web.json_response({"agent": agent.name, "text": entry["text"]})
+
+    async def _console(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC_DIR / "index.html")
+
+    async def start(self) -> None:
+        if not self.tokens.has_tokens():
+            log.warning("http_no_tokens", hint="create one with: agenthub token create --name console")
+
+    async def stop(self) -> None:
+        return None
+
+    async def send(self, message: OutboundMessage) -> None:
+        raise ChannelSendError("the http channel cannot push messages; clients poll the session's messages")

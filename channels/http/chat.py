@@ -1,0 +1,92 @@
+"""POST /api/agents/{agent}/chat: one message in, the reply as JSON or as an SSE stream."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent, ToolEvent
+from agenthub.web import GATEWAY
+from channels.http.requests import CHANNEL, ApiError, ChatBody, agent_of, key_for, parse_body
+
+log = structlog.get_logger(__name__)
+
+ERROR_STATUS = {
+    "invalid_id": 400,
+    "unknown_agent": 404,
+    "stopped": 409,
+    "restart": 409,
+    "timeout": 504,
+    "llm_error": 502,
+    "shutdown": 503,
+}
+
+
+def wants_stream(request: web.Request) -> bool:
+    if request.query.get("stream", "").lower() in ("1", "true", "yes"):
+        return True
+    return "text/event-stream" in request.headers.get("Accept", "")
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def sse_frame(event: ReplyEvent) -> bytes:
+    """One reply event as an SSE frame (design §9: delta, then done or error; tool and notice are extras)."""
+    if isinstance(event, DeltaEvent):
+        return _sse("delta", {"text": event.text})
+    if isinstance(event, DoneEvent):
+        return _sse("done", {"full_text": event.full_text, "usage": event.usage.as_dict()})
+    if isinstance(event, ErrorEvent):
+        return _sse("error", {"message": event.message, "code": event.code})
+    if isinstance(event, ToolEvent):
+        return _sse("tool", {"name": event.name, "phase": event.phase, "is_error": event.is_error})
+    assert isinstance(event, NoticeEvent)
+    return _sse("notice", {"text": event.text})
+
+
+async def handle_chat(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY]
+    agent = agent_of(request, gateway)
+    body = await parse_body(request, ChatBody)
+    key = key_for(agent, body.chat_id)
+    message = InboundMessage(
+        channel=CHANNEL,
+        chat_id=body.chat_id,
+        sender_id=request.get("agenthub.token_name", "http"),
+        content=body.content,
+        agent=agent.name,
+        model_hint=body.model_hint,
+        provider_hint=body.provider_hint,
+    )
+    handle = await gateway.submit(message)
+    if wants_stream(request):
+        return await _stream(request, handle)
+    final = await handle.result()
+    if isinstance(final, ErrorEvent):
+        raise ApiError(ERROR_STATUS.get(final.code, 500), final.code, final.message)
+    return web.json_response(
+        {"reply": final.full_text, "session_key": str(key), "usage": final.usage.as_dict()},
+        dumps=lambda d: json.dumps(d, ensure_ascii=False),
+    )
+
+
+async def _stream(request: web.Request, handle: ReplyHandle) -> web.StreamResponse:
+    """Relay events as they come. A client that goes away stops the relay, never the turn: the reply is stored."""
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    await response.prepare(request)
+    async for event in handle:
+        try:
+            await response.write(sse_frame(event))
+        except (ConnectionResetError, RuntimeError):
+            log.info("sse_client_gone", session_key=handle.session_key)
+            return response
+    await response.write_eof()
+    return response

@@ -1,0 +1,97 @@
+"""Request parsing for the HTTP API: JSON bodies validated by pydantic, ids through the key factory."""
+
+from __future__ import annotations
+
+import json
+from typing import TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agenthub.agent.definition import AgentDefinition
+from agenthub.errors import AgentNotFoundError, InvalidIdError
+from agenthub.gateway.core import GatewayCore
+from agenthub.session.keys import SessionKey, session_key, validate_agent_name
+from agenthub.web import error_body
+
+CHANNEL = "http"
+Body = TypeVar("Body", bound=BaseModel)
+
+
+class ApiError(web.HTTPException):
+    """An error answered in the documented shape `{"error": {"code", "message"}}`."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        self.status_code = status
+        super().__init__(text=json.dumps(error_body(code, message)), content_type="application/json")
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+class ChatBody(_Body):
+    chat_id: str = Field(min_length=1, max_length=128)
+    content: str = Field(min_length=1, max_length=100_000)
+    model_hint: str | None = Field(None, max_length=200)
+    provider_hint: str | None = Field(None, max_length=100)
+
+
+class CreateSessionBody(_Body):
+    chat_id: str | None = Field(None, min_length=1, max_length=128)
+    title: str | None = Field(None, min_length=1, max_length=200)
+
+
+class RenameBody(_Body):
+    title: str = Field(min_length=1, max_length=200)
+
+
+class PinBody(_Body):
+    pinned: bool
+
+
+async def parse_body(request: web.Request, model: type[Body], *, optional: bool = False) -> Body:
+    """The request's JSON body as `model`: 400 when it is not JSON, 422 naming the first bad field."""
+    raw = await request.read()
+    if not raw.strip() and optional:
+        return model()
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors(include_input=False, include_url=False)[0]
+        field = ".".join(str(p) for p in first["loc"]) or "body"
+        raise ApiError(422, "validation_error", f"{field}: {first['msg']}") from None
+
+
+def agent_of(request: web.Request, gateway: GatewayCore) -> AgentDefinition:
+    """The `{agent}` path parameter as a loaded agent: 400 if it is not a valid id, 404 if unknown."""
+    name = request.match_info["agent"]
+    try:
+        validate_agent_name(name)
+        return gateway.agents.get(name)
+    except InvalidIdError as e:
+        raise ApiError(400, "invalid_id", str(e)) from None
+    except AgentNotFoundError:
+        raise ApiError(404, "agent_not_found", f"no agent named {name!r}") from None
+
+
+def key_for(agent: AgentDefinition, chat_id: str) -> SessionKey:
+    try:
+        return session_key(agent.name, CHANNEL, chat_id)
+    except InvalidIdError as e:
+        raise ApiError(400, "invalid_id", str(e)) from None
+
+
+def session_of(
+    request: web.Request, gateway: GatewayCore, *, must_exist: bool = True
+) -> tuple[AgentDefinition, SessionKey]:
+    """The `{agent}` and `{chat_id}` path parameters as a key; 404 when the session does not exist."""
+    agent = agent_of(request, gateway)
+    key = key_for(agent, request.match_info["chat_id"])
+    if must_exist and not gateway.history.exists(key):
+        raise ApiError(404, "session_not_found", f"no session {key.chat_id!r} for agent {agent.name!r}")
+    return agent, key
