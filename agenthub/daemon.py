@@ -51,10 +51,8 @@ class Daemon:
 
     async def _serve(self, gateway: GatewayCore) -> None:
         http = self.settings.http
-        server = self.server = WebServer(gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes)
-        routes = WebRoutes()
-        self.channels = self._build_channels(gateway, routes)
-        server.mount(routes)
+        server, self.channels = assemble(self.settings, gateway)
+        self.server = server
         await server.start()
         self.lock.acquire_info(f"http={http.host}:{server.port}")
         await self._start_channels()
@@ -72,21 +70,6 @@ class Daemon:
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
             await self._shutdown(gateway, server)
-
-    def _build_channels(self, gateway: GatewayCore, routes: WebRoutes) -> list[Channel]:
-        built: list[Channel] = []
-        for name, raw in enabled_channels(self.settings):
-            context = ChannelContext(
-                gateway=gateway,
-                settings=self.settings,
-                web=routes,
-                state_dir=self.settings.data_dir / ".channels" / name,
-            )
-            try:
-                built.append(load_channel_class(name)(context, raw))
-            except Exception as e:
-                log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)
-        return built
 
     async def _start_channels(self) -> None:
         for channel in list(self.channels):
@@ -133,6 +116,27 @@ class Daemon:
                 "Sign in with an API token; make a new one with: agenthub token create --name NAME", file=self.console
             )
         print("Stop with Ctrl-C.\n", file=self.console, flush=True)
+
+
+def assemble(settings: Settings, gateway: GatewayCore) -> tuple[WebServer, list[Channel]]:
+    """The HTTP server with every enabled channel built and its routes mounted (nothing started yet).
+
+    A channel that fails to build is logged by name and left out; the others go on.
+    """
+    http = settings.http
+    server = WebServer(gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes)
+    routes = WebRoutes()
+    built: list[Channel] = []
+    for name, raw in enabled_channels(settings):
+        context = ChannelContext(
+            gateway=gateway, settings=settings, web=routes, state_dir=settings.data_dir / ".channels" / name
+        )
+        try:
+            built.append(load_channel_class(name)(context, raw))
+        except Exception as e:
+            log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)
+    server.mount(routes)
+    return server, built
 
 
 def run_daemon(settings: Settings, *, show_console_hint: bool = False) -> int:

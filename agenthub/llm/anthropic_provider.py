@@ -78,6 +78,7 @@ class AnthropicProvider:
         self.base_url = endpoint.base_url
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        self._secret = endpoint.api_key
         headers = {"x-api-key": endpoint.api_key} if endpoint.custom_base_url else None
         self._client = anthropic.AsyncAnthropic(
             api_key=endpoint.api_key,
@@ -104,7 +105,7 @@ class AnthropicProvider:
             try:
                 return await self._attempt(request, attempt)
             except Exception as e:
-                failure = classify(e, model=request.model)
+                failure = classify(e, model=request.model, secret=self._secret)
                 fields = {"provider": self.name, "model": request.model, "attempt": retry + 1}
                 if attempt.emitted:
                     log.warning("llm_stream_interrupted", error=str(failure.error), **fields)

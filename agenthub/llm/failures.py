@@ -81,12 +81,12 @@ def retry_after_s(headers: httpx2.Headers | None) -> float | None:
     return None
 
 
-def classify(exc: BaseException, *, model: str) -> Failure:
+def classify(exc: BaseException, *, model: str, secret: str | None = None) -> Failure:
     """Classify an exception raised by one attempt (never called with `CancelledError`)."""
     if isinstance(exc, LLMError):
         return Failure(exc, exc.retryable)
     if isinstance(exc, anthropic.APIStatusError):
-        return _classify_status(exc, model)
+        return _classify_status(exc, model, secret)
     if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
         return Failure(LLMError(f"timeout: {type(exc).__name__}", user_message=MSG_TIMEOUT), True)
     if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
@@ -94,9 +94,11 @@ def classify(exc: BaseException, *, model: str) -> Failure:
     return Failure(LLMError(f"unexpected error: {type(exc).__name__}", user_message=MSG_UNEXPECTED), False)
 
 
-def _classify_status(exc: anthropic.APIStatusError, model: str) -> Failure:
+def _classify_status(exc: anthropic.APIStatusError, model: str, secret: str | None) -> Failure:
     status, kind = exc.status_code, str(exc.type or "")
     detail = str(exc.api_message or "")
+    if secret:  # some vendors echo the credential back in their error text
+        detail = detail.replace(secret, "***")
     summary = f"HTTP {status} {kind}: {detail[:300]}"
     if status in (400, 413) and (is_overflow_message(detail) or kind == "request_too_large"):
         return Failure(ContextOverflowError(summary, user_message=MSG_OVERFLOW), False)

@@ -34,23 +34,17 @@ class ProviderRegistry:
         """Build every provider; offline when `llm.offline` or no key is found. `ConfigError` on bad config."""
         main = default_endpoint(llm, env)
         offline = llm.offline or not main.has_key
+        endpoints = {DEFAULT: main}
+        for name, provider_settings in llm.providers.items():
+            if name in (DEFAULT, "offline"):
+                raise ConfigError(f"llm.providers.{name}: the name {name!r} is reserved")
+            endpoints[name] = named_endpoint(name, provider_settings, llm)
+            if not offline and not endpoints[name].has_key:
+                raise ConfigError(f"llm.providers.{name}.api_key: missing")
         if offline:
             reason = "llm.offline is set" if llm.offline else "no API key is configured"
             log.warning("llm_offline_mode", reason=reason, help=HOW_TO_CONFIGURE)
-        providers: dict[str, LLMProvider] = {}
-        try:
-            providers[DEFAULT] = _build(DEFAULT, main, llm, offline, sleep)
-            for name, settings in llm.providers.items():
-                if name in (DEFAULT, "offline"):
-                    raise ConfigError(f"llm.providers.{name}: the name {name!r} is reserved")
-                endpoint = named_endpoint(name, settings, llm)
-                if not offline and not endpoint.has_key:
-                    raise ConfigError(f"llm.providers.{name}.api_key: missing")
-                providers[name] = _build(name, endpoint, llm, offline, sleep)
-        except BaseException:
-            for provider in providers.values():
-                _close_later(provider)
-            raise
+        providers = {name: _build(name, endpoint, llm, offline, sleep) for name, endpoint in endpoints.items()}
         return cls(providers)
 
     @property
@@ -124,17 +118,3 @@ def _build(name: str, endpoint: Endpoint, llm: LLMSettings, offline: bool, sleep
         retry=retry,
         sleep=sleep,
     )
-
-
-def _close_later(provider: LLMProvider) -> None:
-    """Best-effort close of a provider built before a later config error (needs a running loop)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    task = loop.create_task(provider.aclose())
-    _pending.add(task)
-    task.add_done_callback(_pending.discard)
-
-
-_pending: set[asyncio.Task[None]] = set()

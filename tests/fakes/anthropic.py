@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -341,8 +342,7 @@ class FakeAnthropic:
         )
         await response.prepare(request)
         usage = message["usage"]
-        start_usage = {**usage, "output_tokens": 1}
-        start = {**message, "content": [], "stop_reason": None, "usage": start_usage}
+        start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
         await response.write(_sse("message_start", {"type": "message_start", "message": start}))
         await response.write(_sse("ping", {"type": "ping"}))
         for index, block in enumerate(message["content"]):
@@ -364,33 +364,22 @@ class FakeAnthropic:
         return response
 
     async def _pause(self, specific: float | None, default: float) -> None:
-        delay = default if specific is None else specific
-        if delay > 0:
-            await asyncio.sleep(delay)
+        await asyncio.sleep(default if specific is None else specific)
 
 
 def _block_events(index: int, block: dict[str, Any], chunks: int) -> list[bytes]:
-    kind = block.get("type")
-    out: list[bytes] = []
-    if kind == "text":
-        out.append(_sse("content_block_start", _start(index, {"type": "text", "text": ""})))
-        for piece in _split(block["text"], chunks):
-            delta = {"type": "text_delta", "text": piece}
-            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
-    elif kind == "tool_use":
-        head = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-        out.append(_sse("content_block_start", _start(index, head)))
-        for piece in _split(json.dumps(block["input"], ensure_ascii=False), chunks):
-            delta = {"type": "input_json_delta", "partial_json": piece}
-            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
-    else:
-        out.append(_sse("content_block_start", _start(index, block)))
+    head, deltas = block, []
+    if block.get("type") == "text":
+        head = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": piece} for piece in _split(block["text"], chunks)]
+    elif block.get("type") == "tool_use":
+        head = {**block, "input": {}}
+        arguments = json.dumps(block["input"], ensure_ascii=False)
+        deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in _split(arguments, chunks)]
+    out = [_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": head})]
+    out += [_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas]
     out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
     return out
-
-
-def _start(index: int, block: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "content_block_start", "index": index, "content_block": block}
 
 
 def _error_response(status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -401,8 +390,6 @@ def _error_response(status: int, error_type: str, message: str, headers: dict[st
 @pytest_asyncio.fixture
 async def fake_llm(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeAnthropic]:
     """A started `FakeAnthropic` with a clean environment (no `ANTHROPIC_*`, loopback not proxied)."""
-    import os
-
     for name in list(os.environ):
         if name.startswith("ANTHROPIC_"):
             monkeypatch.delenv(name)
