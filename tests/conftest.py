@@ -17,7 +17,7 @@ from agenthub.gateway.core import GatewayCore
 if TYPE_CHECKING:
     from tests.fakes.anthropic import FakeAnthropic
 
-pytest_plugins = ["tests.fakes.anthropic"]
+pytest_plugins = ["tests.fakes.anthropic", "tests.harness"]
 
 
 @pytest.fixture(autouse=True)

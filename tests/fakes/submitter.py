@@ -25,9 +25,11 @@ class ScriptedSubmitter:
     received: list[InboundMessage] = field(default_factory=list)
     handles: list[ReplyHandle] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def submit(self, message: InboundMessage) -> ReplyHandle:
         self.received.append(message)
+        self._arrived.set()
         handle = ReplyHandle(f"default:{message.channel}:{message.chat_id}")
         self.handles.append(handle)
         task = asyncio.create_task(self._play(message, handle))
@@ -53,4 +55,5 @@ class ScriptedSubmitter:
         """Wait until `count` messages were submitted."""
         async with asyncio.timeout(timeout):
             while len(self.received) < count:
-                await asyncio.sleep(0.01)
+                self._arrived.clear()
+                await self._arrived.wait()

@@ -1,0 +1,57 @@
+"""An in-process daemon for HTTP tests: gateway + web server + channels exactly as `agenthub serve` wires them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest_asyncio
+
+from agenthub.app import build_gateway
+from agenthub.config import Settings
+from agenthub.daemon import assemble
+from agenthub.gateway.core import GatewayCore
+from agenthub.tokens import TokenStore
+from agenthub.web import WebServer
+
+
+@dataclass
+class RunningApi:
+    base_url: str
+    token: str
+    gateway: GatewayCore
+    server: WebServer
+    client: aiohttp.ClientSession
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    async def call(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
+        """One API call with the token; returns (status, parsed JSON or text or None)."""
+        headers = {**self.auth, **kw.pop("headers", {})}
+        async with self.client.request(method, self.base_url + path, headers=headers, **kw) as resp:
+            if resp.status == 204:
+                return resp.status, None
+            if resp.content_type == "application/json":
+                return resp.status, await resp.json()
+            return resp.status, await resp.text()
+
+
+@pytest_asyncio.fixture
+async def api(settings: Settings) -> AsyncIterator[RunningApi]:
+    settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": 0})})
+    token = TokenStore(settings.auth_dir).create("test")
+    async with build_gateway(settings) as gateway:
+        server, channels = assemble(settings, gateway)
+        await server.start()
+        for channel in channels:
+            await channel.start()
+        server.ready = True
+        async with aiohttp.ClientSession() as client:
+            yield RunningApi(f"http://127.0.0.1:{server.port}", token, gateway, server, client)
+        for channel in reversed(channels):
+            await channel.stop()
+        await server.close()

@@ -1,0 +1,194 @@
+"""The daemon as a real subprocess: sd_notify readiness, SIGTERM drain, restart, SIGKILL, second instance."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from agenthub.session.history import SessionHistory
+from agenthub.session.keys import session_key
+from agenthub.storage.jsonl import read_records
+from agenthub.tokens import TokenStore
+from tests.fakes.anthropic import FakeAnthropic, reply_text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class DaemonEnv:
+    root: Path
+    env: dict[str, str]
+    port: int
+    token: str
+    notify: socket.socket
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    async def start(self) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agenthub", "serve", env=self.env, cwd=self.root,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+
+    async def wait_notify(self, expected: str, timeout: float = 20.0) -> None:
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(timeout):
+            while True:
+                data = (await loop.sock_recv(self.notify, 4096)).decode()
+                if expected in data.split("\n"):
+                    return
+
+
+@pytest_asyncio.fixture
+async def daemon_env(tmp_path: Path, fake_llm: FakeAnthropic) -> AsyncIterator[DaemonEnv]:
+    notify_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(notify_path))
+    sock.setblocking(False)
+    port = _free_port()
+    token = TokenStore(tmp_path / "auth").create("test")
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "NO_PROXY": "127.0.0.1,localhost",
+        "NOTIFY_SOCKET": str(notify_path),
+        "AGENTHUB_DATA_DIR": str(tmp_path / "data"),
+        "AGENTHUB_AGENTS_DIR": str(tmp_path / "agents"),
+        "AGENTHUB_AUTH_DIR": str(tmp_path / "auth"),
+        "AGENTHUB_WORKSPACE_DIR": str(tmp_path / "workspace"),
+        "AGENTHUB_HTTP__PORT": str(port),
+        "AGENTHUB_LLM__BASE_URL": fake_llm.base_url,
+        "AGENTHUB_LLM__API_KEY": "test-key",
+        "AGENTHUB_LLM__RETRY_BASE_S": "0.01",
+        "AGENTHUB_SESSION__FSYNC": "false",
+    }
+    yield DaemonEnv(tmp_path, env, port, token, sock)
+    sock.close()
+
+
+async def _chat(env: DaemonEnv, chat_id: str, content: str) -> dict[str, object]:
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(
+            env.base + "/api/agents/default/chat", json={"chat_id": chat_id, "content": content}, headers=env.auth
+        ) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+        body: dict[str, object] = await resp.json()
+        return body
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> int:
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+    return await asyncio.wait_for(proc.wait(), 20)
+
+
+async def test_ready_sigterm_drain_and_restart(daemon_env: DaemonEnv, fake_llm: FakeAnthropic) -> None:
+    proc = await daemon_env.start()
+    try:
+        await daemon_env.wait_notify("READY=1")
+        fake_llm.script(reply_text("first answer"))
+        assert (await _chat(daemon_env, "c1", "remember the number 42"))["reply"] == "first answer"
+
+        fake_llm.script(reply_text("slow answer", first_byte_delay_s=1.0))
+        slow = asyncio.create_task(_chat(daemon_env, "c1", "a slow question"))
+        await fake_llm.wait_for_requests(2)
+        proc.send_signal(signal.SIGTERM)
+        await daemon_env.wait_notify("STOPPING=1")
+        assert (await slow)["reply"] == "slow answer"  # the running turn was drained, not cut
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+    finally:
+        await _stop(proc)
+
+    proc = await daemon_env.start()
+    try:
+        await daemon_env.wait_notify("READY=1")
+        fake_llm.script(reply_text("third answer"))
+        await _chat(daemon_env, "c1", "what number?")
+        body = fake_llm.message_requests()[-1].body
+        assert body is not None
+        sent = body["messages"]
+        texts = [str(m["content"]) for m in sent]
+        assert any("remember the number 42" in t for t in texts)
+        assert any("slow answer" in t for t in texts)
+    finally:
+        assert await _stop(proc) == 0
+
+
+async def test_second_daemon_is_refused(daemon_env: DaemonEnv) -> None:
+    first = await daemon_env.start()
+    try:
+        await daemon_env.wait_notify("READY=1")
+        second = await daemon_env.start()
+        _, err = await asyncio.wait_for(second.communicate(), 20)
+        assert second.returncode == 3
+        assert b"already running" in err
+    finally:
+        assert await _stop(first) == 0
+
+
+async def test_sigkill_during_load_then_restart(daemon_env: DaemonEnv, fake_llm: FakeAnthropic) -> None:
+    daemon_env.env["AGENTHUB_SESSION__FSYNC"] = "true"
+    proc = await daemon_env.start()
+    await daemon_env.wait_notify("READY=1")
+
+    async def hammer(i: int) -> None:
+        for turn in range(1000):
+            try:
+                await _chat(daemon_env, f"k{i}", f"message {turn}")
+            except (aiohttp.ClientError, AssertionError):
+                return
+
+    workers = [asyncio.create_task(hammer(i)) for i in range(8)]
+    await fake_llm.wait_for_requests(40)
+    proc.send_signal(signal.SIGKILL)
+    await proc.wait()
+    await asyncio.gather(*workers)
+
+    history = SessionHistory(daemon_env.root / "data")
+    for i in range(8):
+        key = session_key("default", "http", f"k{i}")
+        records = read_records(history.layout("default").history_file(key))
+        for record in records:
+            assert record["role"] in ("user", "assistant") and isinstance(record["content"], str)
+    proc = await daemon_env.start()
+    try:
+        await daemon_env.wait_notify("READY=1")
+        for i in range(8):
+            await _chat(daemon_env, f"k{i}", "after the crash")
+    finally:
+        assert await _stop(proc) == 0
+
+
+@pytest.mark.skipif(not Path("/usr/bin/systemd-analyze").exists(), reason="systemd-analyze is not installed")
+async def test_systemd_unit_verifies() -> None:
+    unit = Path(__file__).parent.parent / "systemd" / "agenthub.service"
+    proc = await asyncio.create_subprocess_exec(
+        "systemd-analyze", "verify", str(unit), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    _, err = await proc.communicate()
+    problems = [
+        line for line in err.decode().splitlines() if "agenthub.service" in line and "not executable" not in line
+    ]
+    assert not problems, problems
