@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/agenthub chat
+	$(BIN)/agenthub serve --console-hint
 
 test: $(STAMP)
 	$(BIN)/ruff check .
