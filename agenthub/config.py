@@ -102,6 +102,7 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         env_file=".env",
         env_file_encoding="utf-8",
+        dotenv_filtering="match_prefix",  # .env may hold ANTHROPIC_API_KEY etc.; only AGENTHUB_* lines are ours
         extra="forbid",
         validate_default=True,
     )

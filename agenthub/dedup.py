@@ -27,8 +27,9 @@ class DedupStore:
     `check_and_add` is atomic within one event loop.
     """
 
-    def __init__(self, path: Path, *, ttl_s: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: Path, *, ttl_s: float, clock: Callable[[], float] = time.time, fsync: bool = True) -> None:
         self._path = path
+        self._fsync = fsync
         self._ttl_s = ttl_s
         self._clock = clock
         self._seen: OrderedDict[str, float] = OrderedDict()
@@ -87,11 +88,12 @@ class DedupStore:
         fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode())
-            os.fsync(fd)
+            if self._fsync:
+                os.fsync(fd)
         finally:
             os.close(fd)
 
     def _rewrite(self) -> None:
         lines = (json.dumps({"k": k, "t": t}, ensure_ascii=False) + "\n" for k, t in self._seen.items())
-        atomic_write_bytes(self._path, "".join(lines).encode("utf-8"))
+        atomic_write_bytes(self._path, "".join(lines).encode("utf-8"), durable=self._fsync)
         self._lines = len(self._seen)

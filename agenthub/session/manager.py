@@ -92,18 +92,16 @@ class SessionManager:
         now = self._clock()
         session = self._sessions.get(key)
         if session is None:
-            session = Session(key=key, created_at=now, last_active=now)
+            session = Session(key=key, created_at=now, last_active=now, lock_timeout_s=self.lock_timeout_s)
             self._sessions[key] = session
         session.last_active = now
-        if lock_timeout_s is not None:
+        if lock_timeout_s is not None:  # the agent's override sticks until another one is given
             session.lock_timeout_s = lock_timeout_s
-        elif session.lock is None:
-            session.lock_timeout_s = self.lock_timeout_s
         return session
 
-    def acquire(self, key: SessionKey, message_id: str) -> Session:
+    def acquire(self, key: SessionKey, message_id: str, *, lock_timeout_s: float | None = None) -> Session:
         """Take the session's lock for `message_id`; `SessionBusyError` if someone holds it."""
-        session = self.get_or_create(key)
+        session = self.get_or_create(key, lock_timeout_s=lock_timeout_s)
         if session.lock is not None:
             raise SessionBusyError(f"session {key} is busy with message {session.lock.message_id}")
         session.lock = LockHolder(message_id, self._clock())

@@ -1,0 +1,1 @@
+"""Helpers for tests that need a separate process."""

@@ -1,0 +1,117 @@
+"""Configuration: agenthub.toml, .env and AGENTHUB_ variables, with one clear line naming a bad key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agenthub.config import load_settings
+from agenthub.errors import ConfigError
+
+SECRET = "sk-ant-very-secret-value-123"
+
+
+def test_defaults_without_any_file() -> None:
+    settings = load_settings()
+    assert (settings.data_dir, settings.agents_dir, settings.auth_dir, settings.workspace_dir) == (
+        Path("data"),
+        Path("agents"),
+        Path("auth"),
+        Path("workspace"),
+    )
+    assert (settings.session.ttl_s, settings.session.lock_timeout_s, settings.session.restart_confirm_s) == (
+        3600.0,
+        120.0,
+        30.0,
+    )
+    assert settings.http.port == 8765 and settings.session.max_concurrent_llm == 64
+
+
+def test_toml_file_then_dotenv_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    Path("agenthub.toml").write_text(
+        '[http]\nport = 7000\nhost = "0.0.0.0"\n[llm]\nmodel = "from-toml"\nmax_retries = 5\n'
+        '[session]\nttl_s = 10\n[channels.wecom]\ncorp_id = "ww1"\n'
+    )
+    Path(".env").write_text("AGENTHUB_LLM__MODEL=from-dotenv\nAGENTHUB_HTTP__PORT=7001\nUNRELATED=1\n")
+    monkeypatch.setenv("AGENTHUB_HTTP__PORT", "9000")
+    settings = load_settings()
+    assert settings.http.port == 9000  # environment beats .env beats the file
+    assert settings.http.host == "0.0.0.0"
+    assert settings.llm.model == "from-dotenv"
+    assert settings.llm.max_retries == 5 and settings.session.ttl_s == 10.0
+    assert settings.channels["wecom"] == {"corp_id": "ww1"}
+
+
+def test_explicit_config_path(tmp_path: Path) -> None:
+    path = tmp_path / "elsewhere.toml"
+    path.write_text('data_dir = "/var/lib/agenthub"\nlog_level = "DEBUG"\n')
+    settings = load_settings(path)
+    assert settings.data_dir == Path("/var/lib/agenthub") and settings.log_level == "debug"
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "missing.toml")
+
+
+def test_secret_is_not_in_repr_or_dump(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTHUB_LLM__API_KEY", SECRET)
+    settings = load_settings()
+    assert settings.llm.api_key is not None and settings.llm.api_key.get_secret_value() == SECRET
+    assert SECRET not in repr(settings) and SECRET not in settings.model_dump_json()
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "key"),
+    [
+        ("AGENTHUB_HTTP__PORT", "not-a-port", "http.port"),
+        ("AGENTHUB_HTTP__PORT", "70000", "http.port"),
+        ("AGENTHUB_SESSION__TTL_S", "-1", "session.ttl_s"),
+        ("AGENTHUB_LOG_LEVEL", "chatty", "log_level"),
+        ("AGENTHUB_BINDINGS", "{not json", "bindings"),
+        ("AGENTHUB_HTTP__TOKENS", SECRET, "http"),
+    ],
+)
+def test_bad_value_names_the_key_and_hides_secrets(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, key: str
+) -> None:
+    monkeypatch.setenv("AGENTHUB_LLM__API_KEY", SECRET)
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert key in message
+    assert "\n" not in message
+    assert SECRET not in message and value not in message.replace(key, "")
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_bad_value_in_the_file_names_the_key() -> None:
+    Path("agenthub.toml").write_text(f'[llm]\napi_key = "{SECRET}"\nmax_tokens = "lots"\n')
+    with pytest.raises(ConfigError, match=r"llm\.max_tokens") as caught:
+        load_settings()
+    assert SECRET not in str(caught.value)
+
+
+def test_unknown_key_is_refused() -> None:
+    Path("agenthub.toml").write_text("[http]\nprot = 1\n")
+    with pytest.raises(ConfigError, match=r"http\.prot"):
+        load_settings()
+
+
+def test_invalid_toml_is_one_clear_line() -> None:
+    Path("agenthub.toml").write_text(f'[llm]\napi_key = "{SECRET}\n')  # unterminated string
+    with pytest.raises(ConfigError, match="not valid TOML") as caught:
+        load_settings()
+    assert SECRET not in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_undecodable_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "agenthub.toml"
+    path.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(path)
+
+
+def test_typo_in_dotenv_is_refused_but_foreign_lines_are_ignored() -> None:
+    Path(".env").write_text("ANTHROPIC_API_KEY=x\nPATH_EXTRA=1\nAGENTHUB_HTP__PORT=1\n")
+    with pytest.raises(ConfigError, match="htp__port"):
+        load_settings()

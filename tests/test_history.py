@@ -1,0 +1,191 @@
+"""SessionHistory: persistence across restarts, meta rules, clear, replace with archive, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from agenthub.clock import ManualClock
+from agenthub.session.history import SessionHistory
+from agenthub.session.keys import SessionKey, session_key
+from agenthub.session.meta import DEFAULT_TITLE, read_meta, write_meta
+from agenthub.storage import jsonl
+
+KEY = session_key("reviewer", "http", "chat-1")
+
+
+def _history(tmp_path: Path, clock: ManualClock | None = None) -> SessionHistory:
+    return SessionHistory(tmp_path / "data", fsync=False, clock=clock or ManualClock())
+
+
+def _user(text: str, **extra: Any) -> dict[str, Any]:
+    return {"role": "user", "content": text, **extra}
+
+
+async def test_history_survives_a_restart(tmp_path: Path) -> None:
+    clock = ManualClock(1000.0)
+    first = _history(tmp_path, clock)
+    await first.append(KEY, _user("hello"))
+    await first.append(KEY, {"role": "assistant", "content": [{"type": "text", "text": "hi"}]})
+    again = _history(tmp_path, clock)  # a new process: nothing cached
+    loaded = await again.load(KEY)
+    assert [m["role"] for m in loaded] == ["user", "assistant"]
+    assert loaded[0] == {"role": "user", "content": "hello", "timestamp": 1_000_000}
+    assert (tmp_path / "data/reviewer/sessions/reviewer_http_chat-1.jsonl").is_file()
+
+
+async def test_load_returns_a_copy(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    await history.append(KEY, _user("a"))
+    (await history.load(KEY)).clear()
+    assert await history.count(KEY) == 1
+
+
+async def test_meta_title_and_updated_at(tmp_path: Path) -> None:
+    clock = ManualClock(100.0)
+    history = _history(tmp_path, clock)
+    await history.append(KEY, {"role": "assistant", "content": "welcome"})
+    assert (await history.get_meta(KEY)).title == DEFAULT_TITLE  # type: ignore[union-attr]
+    clock.advance(5)
+    long_text = "[channel: wecom] [from: zhangsan]  " + "请帮我审查这段代码" * 10
+    await history.append(KEY, _user(long_text))
+    meta = await history.get_meta(KEY)
+    assert meta is not None
+    assert meta.title == ("请帮我审查这段代码" * 10)[:40]
+    assert (meta.created_at, meta.updated_at) == (100_000, 105_000)
+    clock.advance(5)
+    await history.append(KEY, _user("a later message does not retitle"))
+    on_disk = read_meta(history.layout("reviewer").meta_file(KEY))
+    assert on_disk is not None and on_disk.title == meta.title and on_disk.updated_at == 110_000
+
+
+async def test_append_does_not_reread_the_meta_file(tmp_path: Path) -> None:
+    clock = ManualClock(100.0)
+    history = _history(tmp_path, clock)
+    await history.append(KEY, _user("first"))
+    meta_path = history.layout("reviewer").meta_file(KEY)
+    meta = read_meta(meta_path)
+    assert meta is not None
+    write_meta(meta_path, meta.with_changes(title="changed behind its back"))
+    clock.advance(1)
+    await history.append(KEY, _user("second"))
+    after = read_meta(meta_path)
+    assert after is not None and after.title == "first" and after.updated_at == 101_000  # from the cache
+
+
+async def test_clear_keeps_the_meta(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    await history.append(KEY, _user("keep my title"))
+    await history.update_meta(KEY, pinned=True)
+    await history.clear(KEY)
+    assert await history.load(KEY) == []
+    assert not history.layout("reviewer").history_file(KEY).exists()
+    restarted = _history(tmp_path)
+    meta = await restarted.get_meta(KEY)
+    assert meta is not None and meta.title == "keep my title" and meta.pinned
+    assert await restarted.load(KEY) == []
+
+
+async def test_replace_archives_what_it_removes(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    messages = [_user(f"m{i}", timestamp=i) for i in range(6)]
+    await history.append(KEY, *messages)
+    summary = {"role": "system", "content": "[历史摘要] m0-m3", "timestamp": 10}
+    removed = await history.replace(KEY, [summary, *messages[4:]])
+    assert removed == messages[:4]
+    restarted = _history(tmp_path)
+    assert await restarted.load(KEY) == [summary, *messages[4:]]
+    assert await restarted.archived(KEY) == messages[:4]
+    assert history.layout("reviewer").archive_file(KEY).parent.name == "archive"
+
+
+async def test_archive_plus_history_always_hold_every_message(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    history = _history(tmp_path)
+    appended: list[dict[str, Any]] = []
+    for step in range(60):
+        if step % 9 == 8:
+            current = await history.load(KEY)
+            keep = current[rng.randrange(len(current) + 1) :]
+            if rng.random() < 0.5:
+                keep = [{"role": "system", "content": f"[历史摘要] {step}", "timestamp": step}, *keep]
+            await history.replace(KEY, keep)
+        else:
+            batch = [_user(f"m{step}-{j}", timestamp=step) for j in range(rng.randint(1, 3))]
+            batch += [_user(f"m{step}-0", timestamp=step)] if rng.random() < 0.2 else []  # exact duplicates too
+            await history.append(KEY, *batch)
+            appended += batch
+    restarted = _history(tmp_path)
+    everything = await restarted.archived(KEY) + await restarted.load(KEY)
+    dumped = [json.dumps(m, sort_keys=True) for m in everything]
+    for message in appended:
+        dumped.remove(json.dumps(message, sort_keys=True))  # raises if any appended message was lost
+
+
+async def test_legacy_session_gets_meta_on_first_listing(tmp_path: Path) -> None:
+    history = _history(tmp_path, ManualClock(9_999.0))
+    legacy = session_key("reviewer", "http", "old")
+    path = history.layout("reviewer").history_file(legacy)
+    jsonl.append_records(
+        path,
+        [
+            {"role": "assistant", "content": "hello", "timestamp": 1_000},
+            {"role": "user", "content": [{"type": "text", "text": "[channel: http] 旧会话的问题"}], "timestamp": 2_000},
+            {"role": "assistant", "content": "answer", "timestamp": 3_000},
+        ],
+    )
+    await history.create(KEY, title="new one")
+    listed = dict(await history.list_sessions("reviewer", channel="http"))
+    assert set(listed) == {legacy, KEY}
+    meta = listed[legacy]
+    assert (meta.title, meta.created_at, meta.updated_at, meta.chat_id) == ("旧会话的问题", 1_000, 3_000, "old")
+    assert read_meta(history.layout("reviewer").meta_file(legacy)) == meta  # saved
+    assert await history.list_sessions("reviewer", channel="wecom") == []
+
+
+async def test_delete_removes_history_and_meta(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    await history.append(KEY, _user("x"))
+    assert await history.delete(KEY) is True
+    assert not history.exists(KEY)
+    assert await history.get_meta(KEY) is None
+    assert await history.delete(KEY) is False
+
+
+async def test_evict_never_splits_a_sessions_lock(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    await history.append(KEY, _user("0"))
+    tasks = [asyncio.create_task(history.append(KEY, _user(str(i)))) for i in range(1, 30)]
+    for _ in range(30):
+        history.evict(KEY)  # while appends hold or wait for the lock: must not drop it
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    history.evict(KEY)
+    assert [m["content"] for m in await history.load(KEY)] == [str(i) for i in range(30)]
+
+
+async def test_200_sessions_appended_concurrently(tmp_path: Path) -> None:
+    history = SessionHistory(tmp_path / "data", fsync=False)
+    keys = [session_key(f"agent{i % 4}", "http", f"chat:{i}") for i in range(200)]
+    per_key = 5
+
+    async def writer(worker: int) -> None:
+        for step in range(per_key):
+            for key in keys[worker::20]:  # 20 tasks, each interleaving its 10 sessions
+                await history.append(key, _user(f"{key}#{step}"))
+
+    await asyncio.gather(*(writer(w) for w in range(20)))
+    restarted = SessionHistory(tmp_path / "data", fsync=False)
+    for key in keys:
+        contents = [m["content"] for m in await restarted.load(key)]
+        assert contents == [f"{key}#{step}" for step in range(per_key)]
+
+
+async def test_unknown_ids_do_not_grow_the_cache(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    for i in range(50):
+        assert await history.get_meta(SessionKey("reviewer", "http", f"probe{i}")) is None
+    assert history._entries == {}
