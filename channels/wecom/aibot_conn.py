@@ -1,0 +1,258 @@
+"""The AI bot's long connection: subscribe, ping, acks by req_id, reconnect with backoff, yield to a newer instance."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import structlog
+
+from agenthub.errors import ChannelSendError
+from channels.wecom.config import BotConfig
+
+log = structlog.get_logger(__name__)
+
+FrameHandler = Callable[[dict[str, Any]], Awaitable[None]]
+
+BOT_ERRCODE_HINTS: dict[int, str] = {
+    6000: "command conflict; retried",
+    40008: "invalid message type for this command (plain text replies are not allowed; use stream)",
+    600039: "stream messages are not supported on this client",
+    846608: "stream message update expired (no update for ~6 minutes); continuing with a new message",
+    846609: "the websocket is not subscribed: check bot_id and secret",
+}
+CONFLICT_RETRIES = 3
+
+
+def bot_errcode_hint(errcode: int) -> str:
+    return BOT_ERRCODE_HINTS.get(errcode, "see https://developer.work.weixin.qq.com/document/path/101463")
+
+
+class BotApiError(ChannelSendError):
+    """WeCom acked a command with a non-zero errcode."""
+
+    def __init__(self, cmd: str, errcode: int, errmsg: str) -> None:
+        self.errcode = errcode
+        super().__init__(f"wecom {cmd} failed: errcode {errcode} ({errmsg}); {bot_errcode_hint(errcode)}")
+
+
+def new_req_id(prefix: str) -> str:
+    return f"{prefix}_{int(time.time() * 1000)}_{secrets.token_hex(4)}"
+
+
+class BotConnection:
+    """Exactly one websocket per bot. Commands are sent with `request()`, which waits for the matching ack;
+    commands sharing a req_id are sent one at a time. Frames with a `cmd` go to `on_frame`."""
+
+    def __init__(
+        self,
+        cred_id: str,
+        config: BotConfig,
+        device_id: str,
+        on_frame: FrameHandler,
+        session: aiohttp.ClientSession,
+    ) -> None:
+        self.cred_id = cred_id
+        self._cfg = config
+        self._device_id = device_id
+        self._on_frame = on_frame
+        self._session = session
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._connected = asyncio.Event()
+        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._req_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.replaced = False
+        self.connects = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"wecom-bot-{self.cred_id}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def wait_finished(self) -> None:
+        """Return when the connection loop ended for good (replaced by another instance, or stopped)."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def _run(self) -> None:
+        backoff = self._cfg.reconnect_min_s
+        while True:
+            subscribed = False
+            try:
+                subscribed = await self._connect_once()
+            except (aiohttp.ClientError, TimeoutError, OSError, ChannelSendError) as e:
+                log.warning("wecom_bot_connection_failed", cred_id=self.cred_id, error=type(e).__name__)
+            except Exception:
+                log.exception("wecom_bot_connection_crashed", cred_id=self.cred_id)
+            finally:
+                self._drop_connection()
+            if self.replaced:
+                log.warning("wecom_bot_replaced", cred_id=self.cred_id, hint="newer connection took over")
+                return
+            backoff = self._cfg.reconnect_min_s if subscribed else min(backoff * 2, self._cfg.reconnect_max_s)
+            delay = backoff + random.uniform(0, backoff / 4)
+            log.info("wecom_bot_reconnecting", cred_id=self.cred_id, delay_s=round(delay, 2))
+            await asyncio.sleep(delay)
+
+    async def _connect_once(self) -> bool:
+        """One connection's life; True when it got as far as a successful subscribe."""
+        async with asyncio.timeout(self._cfg.connect_timeout_s):
+            ws = await self._session.ws_connect(self._cfg.ws_url, heartbeat=None, max_msg_size=0)
+        self.connects += 1
+        reader = asyncio.create_task(self._read(ws))
+        pinger: asyncio.Task[None] | None = None
+        try:
+            self._ws = ws
+            if not await self._subscribe(ws):
+                return False
+            self._connected.set()
+            log.info("wecom_bot_connected", cred_id=self.cred_id, connects=self.connects)
+            pinger = asyncio.create_task(self._ping(ws))
+            await asyncio.wait({reader, pinger}, return_when=asyncio.FIRST_COMPLETED)
+            return True
+        finally:
+            for task in (reader, pinger):
+                if task is not None:
+                    task.cancel()
+            await asyncio.gather(*(t for t in (reader, pinger) if t is not None), return_exceptions=True)
+            await ws.close()
+
+    def _drop_connection(self) -> None:
+        self._connected.clear()
+        self._ws = None
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ChannelSendError("wecom bot connection lost"))
+        self._pending.clear()
+
+    async def _subscribe(self, ws: aiohttp.ClientWebSocketResponse) -> bool:
+        body = {"bot_id": self._cfg.bot_id, "secret": self._cfg.secret.get_secret_value(), "device_id": self._device_id}
+        frame = {"cmd": "aibot_subscribe", "headers": {"req_id": new_req_id("sub")}, "body": body}
+        ack = await self._exchange(ws, frame)
+        errcode = int(ack.get("errcode", 0))
+        if errcode != 0:
+            log.error(
+                "wecom_bot_subscribe_failed",
+                cred_id=self.cred_id,
+                errcode=errcode,
+                errmsg=str(ack.get("errmsg", ""))[:200],
+                hint="check bot_id and secret",
+            )
+            return False
+        return True
+
+    async def _ping(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        missed = 0
+        while missed < 2:
+            await asyncio.sleep(self._cfg.ping_interval_s)
+            try:
+                await self._exchange(ws, {"cmd": "ping", "headers": {"req_id": new_req_id("ping")}})
+                missed = 0
+            except (ChannelSendError, TimeoutError):
+                missed += 1
+                log.warning("wecom_bot_ping_missed", cred_id=self.cred_id, missed=missed)
+        log.warning("wecom_bot_connection_dead", cred_id=self.cred_id)
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        async for msg in ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                continue
+            try:
+                frame = json.loads(msg.data)
+                req_id = str(frame["headers"]["req_id"])
+            except (ValueError, KeyError, TypeError):
+                log.warning("wecom_bot_bad_frame", cred_id=self.cred_id, size=len(str(msg.data)))
+                continue
+            if "cmd" not in frame:
+                future = self._pending.pop(req_id, None)
+                if future is not None and not future.done():
+                    future.set_result(frame)
+            elif _is_disconnected_event(frame):
+                self.replaced = True
+                await ws.close()
+                return
+            else:
+                await self._on_frame(frame)
+
+    # ------------------------------------------------------------------ commands
+
+    async def _exchange(self, ws: aiohttp.ClientWebSocketResponse, frame: dict[str, Any]) -> dict[str, Any]:
+        req_id = frame["headers"]["req_id"]
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = future
+        try:
+            async with asyncio.timeout(self._cfg.ack_timeout_s):
+                await ws.send_str(json.dumps(frame, ensure_ascii=False))
+                return await future
+        except (ConnectionError, aiohttp.ClientError) as e:
+            raise ChannelSendError(f"wecom bot send failed: {type(e).__name__}") from None
+        finally:
+            if self._pending.get(req_id) is future:
+                del self._pending[req_id]
+
+    async def request(self, cmd: str, body: dict[str, Any], req_id: str | None = None) -> dict[str, Any]:
+        """Send a command and return its ack; raise `BotApiError` on a non-zero errcode, `ChannelSendError` when
+        there is no connection within `send_wait_s` or no ack within `ack_timeout_s`."""
+        req_id = req_id or new_req_id(cmd)
+        async with self._req_lock(req_id):
+            for attempt in range(CONFLICT_RETRIES + 1):
+                ws = await self._wait_connected()
+                try:
+                    ack = await self._exchange(ws, {"cmd": cmd, "headers": {"req_id": req_id}, "body": body})
+                except TimeoutError:
+                    raise ChannelSendError(f"wecom {cmd}: no ack within {self._cfg.ack_timeout_s}s") from None
+                errcode = int(ack.get("errcode", 0))
+                if errcode == 6000 and attempt < CONFLICT_RETRIES:
+                    await asyncio.sleep(0.2 * (attempt + 1))
+                    continue
+                if errcode != 0:
+                    raise BotApiError(cmd, errcode, str(ack.get("errmsg", ""))[:200])
+                return ack
+        raise AssertionError("unreachable")
+
+    async def _wait_connected(self) -> aiohttp.ClientWebSocketResponse:
+        if self.replaced:
+            raise ChannelSendError("wecom bot connection was taken over by another instance")
+        try:
+            async with asyncio.timeout(self._cfg.send_wait_s):
+                await self._connected.wait()
+        except TimeoutError:
+            raise ChannelSendError("wecom bot is not connected") from None
+        assert self._ws is not None
+        return self._ws
+
+    @contextlib.asynccontextmanager
+    async def _req_lock(self, req_id: str) -> AsyncIterator[None]:
+        lock, users = self._req_locks.get(req_id, (asyncio.Lock(), 0))
+        self._req_locks[req_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._req_locks[req_id]
+            if users <= 1:
+                del self._req_locks[req_id]
+            else:
+                self._req_locks[req_id] = (lock, users - 1)
+
+
+def _is_disconnected_event(frame: dict[str, Any]) -> bool:
+    if frame.get("cmd") != "aibot_event_callback":
+        return False
+    event = (frame.get("body") or {}).get("event") or {}
+    return isinstance(event, dict) and event.get("eventtype") == "disconnected_event"

@@ -1,0 +1,146 @@
+"""One AI-bot reply as a real stream: throttled full-text frames, keepalives, the 20480-byte cap, `finish: true`."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Any
+
+import structlog
+
+from agenthub.errors import ChannelSendError
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent
+from channels.wecom.aibot_conn import BotApiError, BotConnection
+from channels.wecom.config import BotConfig
+from channels.wecom.text import split_utf8, utf8_len
+
+log = structlog.get_logger(__name__)
+
+STREAM_EXPIRED = 846608
+EMPTY_REPLY = "（没有内容）"
+
+
+class StreamReply:
+    """Streams one handle's reply under one `stream.id`, echoing the callback's `req_id`.
+
+    Every frame carries the full text so far. Updates are at least `throttle_s` apart and skipped when nothing
+    changed, except that a silent stream is refreshed every `keepalive_s` (WeCom expires it after ~6 minutes).
+    When the text outgrows the cap, or the stream expired anyway, the stream is finished and the rest follows
+    as `aibot_send_msg` markdown messages, so nothing is cut off.
+    """
+
+    def __init__(self, conn: BotConnection, config: BotConfig, req_id: str, chat_id: str) -> None:
+        self._conn = conn
+        self._cfg = config
+        self.req_id = req_id
+        self.chat_id = chat_id
+        self.stream_id = secrets.token_hex(8)
+        self._text = ""
+        self._base = 0  # where the text still to be shown starts (moves when the stream is closed early)
+        self._stream_open = True
+        self._sent: str | None = None
+        self._changed = asyncio.Event()
+        self._closing = asyncio.Event()
+
+    async def run(self, handle: ReplyHandle) -> None:
+        """Consume the handle and stream it; always ends the stream with `finish: true`."""
+        self._changed.set()  # show the thinking placeholder at once
+        writer = asyncio.create_task(self._write_loop())
+        final: DoneEvent | ErrorEvent | None = None
+        try:
+            async for event in handle:
+                if isinstance(event, DeltaEvent):
+                    self._text += event.text
+                    self._changed.set()
+                elif isinstance(event, DoneEvent | ErrorEvent):
+                    final = event
+        except BaseException:
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+            raise
+        self._closing.set()
+        self._changed.set()
+        await writer  # lets an update in flight get its ack, so acks never cross between frames
+        await self.finish(self._final_text(final))
+
+    async def say(self, text: str) -> None:
+        """A one-frame answer (refusal, unsupported type)."""
+        await self.finish(text)
+
+    def _final_text(self, final: DoneEvent | ErrorEvent | None) -> str:
+        if isinstance(final, DoneEvent):
+            shown = self._text[: self._base]
+            return final.full_text if final.full_text.startswith(shown) else shown + final.full_text
+        message = final.message if isinstance(final, ErrorEvent) else "回复中断了。"
+        return f"{self._text}\n\n{message}" if self._text else message
+
+    async def _write_loop(self) -> None:
+        while not self._closing.is_set():
+            keepalive = False
+            try:
+                async with asyncio.timeout(self._cfg.keepalive_s):
+                    await self._changed.wait()
+            except TimeoutError:
+                keepalive = True
+            if self._closing.is_set():
+                return
+            self._changed.clear()
+            await self._push(force=keepalive)
+            try:
+                async with asyncio.timeout(self._cfg.throttle_s):
+                    await self._closing.wait()
+            except TimeoutError:
+                pass
+
+    async def _push(self, *, force: bool) -> None:
+        if not self._stream_open:
+            return
+        content = self._text[self._base :] or self._cfg.thinking_text
+        if utf8_len(content) > self._cfg.stream_cap_bytes:
+            first = split_utf8(content, self._cfg.stream_cap_bytes)[0]
+            await self._respond(first, finish=True)
+            self._base += len(first)
+            self._stream_open = False
+            log.info("wecom_bot_stream_capped", req_id=self.req_id, shown_chars=self._base)
+            return
+        if content == self._sent and not force:
+            return
+        await self._respond(content, finish=False)
+
+    async def finish(self, full_text: str) -> None:
+        """Close the stream with the final text; what does not fit goes out as follow-up messages."""
+        rest = full_text[self._base :]
+        parts = split_utf8(rest, self._cfg.stream_cap_bytes) if rest else []
+        if self._stream_open:
+            await self._respond(parts[0] if parts else EMPTY_REPLY, finish=True)
+            self._stream_open = False
+            parts = parts[1:]
+        for part in parts:
+            await self._push_message(part)
+
+    async def _respond(self, content: str, *, finish: bool) -> None:
+        body = {"msgtype": "stream", "stream": {"id": self.stream_id, "finish": finish, "content": content}}
+        try:
+            await self._conn.request("aibot_respond_msg", body, req_id=self.req_id)
+            self._sent = content
+        except BotApiError as e:
+            log.warning("wecom_bot_respond_failed", req_id=self.req_id, errcode=e.errcode, error=str(e))
+            if e.errcode == STREAM_EXPIRED:
+                self._stream_open = False
+                self._base = self._shown_len()
+        except ChannelSendError as e:
+            log.warning("wecom_bot_respond_failed", req_id=self.req_id, error=str(e))
+
+    def _shown_len(self) -> int:
+        """After an expiry, what the user last saw ends at the last frame WeCom accepted."""
+        if self._sent is None or self._sent == self._cfg.thinking_text:
+            return self._base
+        return self._base + len(self._sent)
+
+    async def _push_message(self, content: str) -> None:
+        body: dict[str, Any] = {"chatid": self.chat_id, "msgtype": "markdown", "markdown": {"content": content}}
+        try:
+            await self._conn.request("aibot_send_msg", body, req_id=self.req_id)
+        except ChannelSendError as e:
+            log.error("wecom_bot_followup_failed", req_id=self.req_id, error=str(e))

@@ -1,0 +1,230 @@
+"""Self-built app (自建应用) mode: verify, decrypt and dedup callbacks fast, answer later via `message/send`."""
+
+from __future__ import annotations
+
+from typing import Any
+from xml.parsers.expat import ExpatError
+
+import structlog
+from aiohttp import web
+from wechatpy.enterprise import parse_message
+from wechatpy.enterprise.crypto import WeChatCrypto
+from wechatpy.exceptions import InvalidSignatureException
+
+from agenthub.channel import Submitter
+from agenthub.dedup import DedupStore
+from agenthub.errors import ChannelSendError
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from channels.wecom.api import WorkApi, WorkApiError
+from channels.wecom.config import AppConfig
+from channels.wecom.tasks import TaskSet
+from channels.wecom.text import split_utf8, strip_markdown, utf8_len
+
+log = structlog.get_logger(__name__)
+
+TEXT_LIMIT_BYTES = 2048
+WELCOME_EVENTS = frozenset({"enter_agent", "subscribe"})
+_QUERY_KEYS = ("msg_signature", "timestamp", "nonce")
+
+
+class BadCallback(Exception):
+    """A callback that cannot be accepted; `status` is the HTTP answer (400 or 403)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class AppEndpoint:
+    """One configured self-built app: its callback crypto, dedup memory and reply pipeline."""
+
+    def __init__(self, cred_id: str, config: AppConfig, gateway: Submitter, dedup: DedupStore, tasks: TaskSet) -> None:
+        self.cred_id = cred_id
+        self.config = config
+        self._gateway = gateway
+        self._dedup = dedup
+        self._tasks = tasks
+        self._crypto = WeChatCrypto(
+            config.token.get_secret_value(), config.encoding_aes_key.get_secret_value(), config.corp_id
+        )
+        self.api: WorkApi | None = None
+
+    # ------------------------------------------------------------------ inbound (inside the request)
+
+    def verify_url(self, query: Any) -> str:
+        """GET: check the signature over `echostr` and return its plaintext."""
+        sig, ts, nonce = _require(query, _QUERY_KEYS)
+        echostr = query.get("echostr")
+        if not echostr:
+            raise BadCallback(400, "missing echostr")
+        try:
+            return str(self._crypto.check_signature(sig, ts, nonce, echostr))
+        except InvalidSignatureException:
+            raise BadCallback(403, "bad signature") from None
+        except Exception:
+            raise BadCallback(400, "echostr does not decrypt") from None
+
+    def open_callback(self, query: Any, body: bytes) -> Any:
+        """POST: signature check, AES decrypt and XML parse through wechatpy; return the parsed message."""
+        sig, ts, nonce = _require(query, _QUERY_KEYS)
+        try:
+            plain = self._crypto.decrypt_message(body, sig, ts, nonce)
+        except InvalidSignatureException:
+            raise BadCallback(403, "bad signature") from None
+        except (ExpatError, KeyError, TypeError, UnicodeDecodeError):
+            raise BadCallback(400, "malformed envelope") from None
+        except Exception:
+            raise BadCallback(400, "payload does not decrypt for this corp_id") from None
+        try:
+            msg = parse_message(plain)
+            valid = msg is not None and bool(msg.source) and bool(dedup_key(msg))
+        except (ExpatError, KeyError, TypeError, AttributeError, ValueError):
+            valid = False
+        if not valid:
+            raise BadCallback(400, "malformed message")
+        return msg
+
+    def accept(self, msg: Any) -> None:
+        """Hand the message to a background task; never waits for the disk or the model.
+
+        The durable dedup check runs first in that task (atomic per key), so WeCom's retries of the same
+        MsgId are dropped there while the acknowledgement itself never waits for an fsync.
+        """
+        self._tasks.spawn(self._process(msg), name=f"wecom-app-{self.cred_id}-{dedup_key(msg)}")
+
+    # ------------------------------------------------------------------ the turn (background task)
+
+    async def _process(self, msg: Any) -> None:
+        if await self._dedup.check_and_add(f"{self.cred_id}:{dedup_key(msg)}"):
+            log.info("wecom_duplicate_dropped", cred_id=self.cred_id, key=dedup_key(msg))
+            return
+        user = str(msg.source)
+        if raw_type(msg) == "event":
+            welcome = str(msg._data.get("Event", "")).lower() in WELCOME_EVENTS and self.config.welcome
+            if welcome and self.config.allows(user):
+                await self._reply_safely(user, self.config.welcome or "")
+            return
+        if not self.config.allows(user):
+            log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
+            await self._reply_safely(user, self.config.refusal)
+            return
+        content = message_text(msg)
+        if content is None:
+            await self._reply_safely(user, self.config.unsupported)
+        elif content.strip():
+            await self._run_turn(msg, user, content)
+
+    async def _run_turn(self, msg: Any, user: str, content: str) -> None:
+        handle = await self._gateway.submit(self._inbound(msg, user, content))
+        final: DoneEvent | ErrorEvent | None = None
+        async for event in handle:
+            if isinstance(event, DoneEvent | ErrorEvent):
+                final = event
+        text = final.full_text if isinstance(final, DoneEvent) else getattr(final, "message", "")
+        if text:
+            await self._reply_safely(user, text)
+
+    def _inbound(self, msg: Any, user: str, content: str) -> InboundMessage:
+        return InboundMessage(
+            channel="wecom",
+            chat_id=user,
+            sender_id=user,
+            content=content,
+            message_id=str(msg.id),
+            agent=self.config.agent,
+            cred_id=self.cred_id,
+            metadata={"chat_type": "single", "mode": "app", "msg_type": raw_type(msg)},
+        )
+
+    async def _reply_safely(self, user: str, text: str) -> None:
+        try:
+            await self.deliver(user, text)
+        except ChannelSendError as e:
+            errcode = e.errcode if isinstance(e, WorkApiError) else None
+            log.error("wecom_reply_failed", cred_id=self.cred_id, user=user, errcode=errcode, error=str(e))
+
+    # ------------------------------------------------------------------ outbound
+
+    async def deliver(self, user: str, text: str) -> int:
+        """Send `text` to `user` as ordered parts of at most 2048 bytes; return the number of parts sent."""
+        if self.api is None:
+            raise ChannelSendError(f"wecom app {self.cred_id} is not started")
+        msgtype = "markdown" if self.config.markdown else "text"
+        if msgtype == "text" and self.config.strip_markdown:
+            text = strip_markdown(text)
+        parts = self._bounded(split_utf8(text, TEXT_LIMIT_BYTES))
+        for part in parts:
+            body = {
+                "touser": user,
+                "agentid": self.config.agent_id,
+                "msgtype": msgtype,
+                msgtype: {"content": part},
+                "safe": 0,
+            }
+            await self.api.send_message(body)
+        return len(parts)
+
+    def _bounded(self, parts: list[str]) -> list[str]:
+        """WeCom silently drops more than 30 messages a minute per member: cap the parts and say so."""
+        cap = self.config.max_parts
+        if len(parts) <= cap:
+            return parts
+        dropped = sum(utf8_len(p) for p in parts[cap - 1 :])
+        log.warning("wecom_reply_capped", cred_id=self.cred_id, parts=len(parts), dropped_bytes=dropped)
+        return [*parts[: cap - 1], f"（回复过长，余下约 {dropped} 字节未发送。请让我分段回答。）"]
+
+
+def _require(query: Any, keys: tuple[str, ...]) -> tuple[str, ...]:
+    values = tuple(query.get(k) for k in keys)
+    if not all(values):
+        raise BadCallback(400, "missing " + ", ".join(k for k, v in zip(keys, values, strict=True) if not v))
+    return values
+
+
+def raw_type(msg: Any) -> str:
+    """The callback's `MsgType`, also for types wechatpy does not know (parsed as UnknownMessage)."""
+    return str(msg._data.get("MsgType", "")).lower()
+
+
+def dedup_key(msg: Any) -> str:
+    """`MsgId` for messages; sender + CreateTime + event for events (they carry no MsgId)."""
+    if raw_type(msg) != "event" and msg.id:
+        return f"msg:{msg.id}"
+    return f"evt:{msg.source}:{msg.time}:{str(msg._data.get('Event', raw_type(msg))).lower()}"
+
+
+def message_text(msg: Any) -> str | None:
+    """The text to hand to the agent, or None when the type is not supported yet."""
+    kind = raw_type(msg)
+    if kind == "text":
+        return str(msg._data.get("Content") or "")
+    if kind == "voice" and msg._data.get("Recognition"):
+        return str(msg._data["Recognition"])
+    return None
+
+
+async def handle_verify(endpoint: AppEndpoint, request: web.Request) -> web.Response:
+    try:
+        echo = endpoint.verify_url(request.query)
+    except BadCallback as e:
+        log.warning("wecom_verify_rejected", cred_id=endpoint.cred_id, status=e.status, reason=e.reason)
+        return web.Response(status=e.status, text=e.reason)
+    log.info("wecom_url_verified", cred_id=endpoint.cred_id)
+    return web.Response(body=echo.encode("utf-8"), content_type="text/plain")
+
+
+async def handle_callback(endpoint: AppEndpoint, request: web.Request) -> web.Response:
+    if endpoint.api is None:
+        return web.Response(status=503, text="not started")
+    body = await request.read()
+    try:
+        msg = endpoint.open_callback(request.query, body)
+    except BadCallback as e:
+        log.warning("wecom_callback_rejected", cred_id=endpoint.cred_id, status=e.status, reason=e.reason)
+        return web.Response(status=e.status, text=e.reason)
+    try:
+        endpoint.accept(msg)
+    except RuntimeError:  # shutting down: let WeCom retry against the next instance
+        return web.Response(status=503, text="stopping")
+    return web.Response(text="")

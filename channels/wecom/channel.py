@@ -1,0 +1,129 @@
+"""WeComChannel: every configured self-built app and AI bot behind one `Channel`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from agenthub.channel import ChannelContext
+from agenthub.dedup import DedupStore
+from agenthub.errors import ChannelSendError
+from agenthub.messages import OutboundMessage
+from channels.wecom.aibot import BotEndpoint
+from channels.wecom.api import WorkApi
+from channels.wecom.app import AppEndpoint, handle_callback, handle_verify
+from channels.wecom.config import load_config
+from channels.wecom.tasks import TaskSet
+
+log = structlog.get_logger(__name__)
+
+CALLBACK_PATH = "/wecom/{cred_id}/callback"
+
+
+class WeComChannel:
+    """Self-built apps answer through callbacks + `message/send`; AI bots through their long connection."""
+
+    name = "wecom"
+
+    def __init__(self, context: ChannelContext, config: Mapping[str, Any]) -> None:
+        self.config = load_config(config)
+        self._context = context
+        self.tasks = TaskSet()
+        state = context.state_dir
+        ttl = self.config.dedup_ttl_s
+        self.apps = {
+            cred_id: AppEndpoint(
+                cred_id, cfg, context.gateway, DedupStore(state / f"app-{cred_id}.dedup.jsonl", ttl_s=ttl), self.tasks
+            )
+            for cred_id, cfg in self.config.apps.items()
+        }
+        self.bots = {
+            cred_id: BotEndpoint(
+                cred_id,
+                cfg,
+                context.gateway,
+                DedupStore(state / f"bot-{cred_id}.dedup.jsonl", ttl_s=ttl),
+                state,
+                self.tasks,
+            )
+            for cred_id, cfg in self.config.bots.items()
+        }
+        if self.apps:
+            context.web.add("GET", CALLBACK_PATH, self._verify)
+            context.web.add("POST", CALLBACK_PATH, self._callback)
+        self._session: aiohttp.ClientSession | None = None
+        self._stopped = False
+
+    async def start(self) -> None:
+        """Check every app's credentials and open every bot's connection; a bad one is logged, not raised."""
+        self._session = aiohttp.ClientSession()
+        for cred_id, app in self.apps.items():
+            cfg = app.config
+            app.api = WorkApi(
+                self._session,
+                base_url=cfg.api_base,
+                corp_id=cfg.corp_id,
+                secret=cfg.secret.get_secret_value(),
+                cred_id=cred_id,
+                timeout_s=cfg.request_timeout_s,
+                rate_limit_retries=cfg.rate_limit_retries,
+                rate_limit_backoff_s=cfg.rate_limit_backoff_s,
+            )
+        await asyncio.gather(*(self._check_app(app) for app in self.apps.values()))
+        for bot in self.bots.values():
+            bot.start(self._session)
+
+    async def _check_app(self, app: AppEndpoint) -> None:
+        assert app.api is not None
+        try:
+            await app.api.token()
+        except ChannelSendError as e:
+            log.error("wecom_app_start_failed", cred_id=app.cred_id, error=str(e))
+        else:
+            log.info("wecom_app_ready", cred_id=app.cred_id, agent_id=app.config.agent_id)
+
+    async def stop(self) -> None:
+        """Cancel running turns, close the bots' connections and the HTTP session; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await self.tasks.close(self.config.stop_grace_s)
+        await asyncio.gather(*(bot.stop() for bot in self.bots.values()))
+        for app in self.apps.values():
+            app.api = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def send(self, message: OutboundMessage) -> None:
+        """Proactive message: `message/send` for an app, `aibot_send_msg` for a bot."""
+        cred_id = message.cred_id or self._only_credential()
+        if cred_id in self.apps:
+            await self.apps[cred_id].deliver(message.chat_id, message.content)
+        elif cred_id in self.bots:
+            await self.bots[cred_id].send(message.chat_id, message.content)
+        else:
+            raise ChannelSendError(f"wecom: no credential {cred_id!r}")
+
+    def _only_credential(self) -> str:
+        ids = [*self.apps, *self.bots]
+        if len(ids) != 1:
+            raise ChannelSendError("wecom: OutboundMessage.cred_id is required when several are configured")
+        return ids[0]
+
+    def _endpoint(self, request: web.Request) -> AppEndpoint:
+        app = self.apps.get(request.match_info["cred_id"])
+        if app is None:
+            raise web.HTTPNotFound(text="unknown cred_id")
+        return app
+
+    async def _verify(self, request: web.Request) -> web.StreamResponse:
+        return await handle_verify(self._endpoint(request), request)
+
+    async def _callback(self, request: web.Request) -> web.StreamResponse:
+        return await handle_callback(self._endpoint(request), request)

@@ -1,0 +1,113 @@
+"""Configuration models of the WeCom channel: self-built apps and AI bots, each under its own cred_id."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from agenthub.errors import ConfigError
+
+CRED_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Credential(_Model):
+    agent: str | None = Field(None, description="the agent this credential's messages go to")
+    allow_users: list[str] | None = Field(None, description="user ids allowed to talk; None lets everyone in")
+    refusal: str = "抱歉，你没有使用这个助手的权限。请联系管理员开通。"
+    unsupported: str = "暂不支持这种消息类型，请发送文字。"
+    welcome: str | None = Field(None, description="sent when a user opens the app / enters the bot chat")
+
+    def allows(self, user_id: str) -> bool:
+        return self.allow_users is None or user_id in self.allow_users
+
+
+class AppConfig(_Credential):
+    """One self-built app (自建应用): callback crypto plus the `message/send` credentials."""
+
+    corp_id: str = Field(min_length=1)
+    agent_id: int = Field(ge=0)
+    secret: SecretStr
+    token: SecretStr
+    encoding_aes_key: SecretStr
+    markdown: bool = Field(False, description="send replies as markdown (rendered only in the WeCom client)")
+    strip_markdown: bool = Field(True, description="remove markdown symbols from text replies")
+    api_base: str = "https://qyapi.weixin.qq.com"
+    request_timeout_s: float = Field(10.0, gt=0)
+    max_parts: int = Field(10, ge=1, description="cap on messages per answer (WeCom drops > 30/min/member)")
+    rate_limit_retries: int = Field(3, ge=0)
+    rate_limit_backoff_s: float = Field(2.0, ge=0, description="first backoff after 45009, doubled per retry")
+
+    @field_validator("encoding_aes_key")
+    @classmethod
+    def _check_aes_key(cls, value: SecretStr) -> SecretStr:
+        raw = value.get_secret_value()
+        try:
+            key = base64.b64decode(raw + "=", validate=True)
+        except (binascii.Error, ValueError):
+            key = b""
+        if len(raw) != 43 or len(key) != 32:
+            raise ValueError("must be the 43-character EncodingAESKey from the admin console")
+        return value
+
+
+class BotConfig(_Credential):
+    """One AI bot (智能机器人) on the long connection."""
+
+    bot_id: str = Field(min_length=1)
+    secret: SecretStr
+    ws_url: str = "wss://openws.work.weixin.qq.com"
+    session_per_member: bool = Field(False, description="in groups, one session per member instead of one")
+    bot_name: str | None = Field(None, description="the bot's display name, stripped as @name from messages")
+    ping_interval_s: float = Field(30.0, gt=0)
+    ack_timeout_s: float = Field(10.0, gt=0)
+    send_wait_s: float = Field(30.0, gt=0, description="how long a reply waits for a (re)connection")
+    connect_timeout_s: float = Field(10.0, gt=0)
+    reconnect_min_s: float = Field(1.0, gt=0)
+    reconnect_max_s: float = Field(30.0, gt=0)
+    throttle_s: float = Field(0.5, ge=0, description="minimum gap between stream updates")
+    keepalive_s: float = Field(180.0, gt=0, description="refresh a silent stream this often (expiry ~6 min)")
+    stream_cap_bytes: int = Field(20480, ge=1024, le=20480)
+    thinking_text: str = "正在思考…"
+
+
+class WeComConfig(_Model):
+    """The `[channels.wecom]` table."""
+
+    enabled: bool = True
+    dedup_ttl_s: float = Field(6 * 3600.0, gt=0, le=7 * 86400, description="how long message ids are remembered")
+    stop_grace_s: float = Field(5.0, ge=0, description="on stop, how long replies in flight may finish")
+    apps: dict[str, AppConfig] = Field(default_factory=dict)
+    bots: dict[str, BotConfig] = Field(default_factory=dict)
+
+    @field_validator("apps", "bots")
+    @classmethod
+    def _check_ids(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for cred_id in value:
+            if not re.fullmatch(CRED_ID_PATTERN, cred_id):
+                raise ValueError(f"credential id {cred_id!r} must match {CRED_ID_PATTERN}")
+        return value
+
+
+def load_config(raw: Mapping[str, Any]) -> WeComConfig:
+    """Validate the raw table; raise `ConfigError` naming the key (never the value)."""
+    try:
+        config = WeComConfig.model_validate(dict(raw))
+    except ValidationError as e:
+        problems = []
+        for item in e.errors(include_input=False, include_url=False):
+            key = ".".join(["channels.wecom", *(str(part) for part in item["loc"])])
+            problems.append(f"{key}: {item['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+    clash = set(config.apps) & set(config.bots)
+    if clash:
+        raise ConfigError(f"invalid configuration: channels.wecom: cred_id used twice: {sorted(clash)}")
+    return config

@@ -1,0 +1,304 @@
+"""A fake WeCom: callback crypto built like WeCom's, a `cgi-bin` API server and an AI-bot websocket server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import secrets
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+from aiohttp.test_utils import TestServer
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from agenthub.channel import ChannelContext, WebRoutes
+from agenthub.config import Settings
+
+# ---------------------------------------------------------------- callback crypto, independent of wechatpy
+
+
+def make_aes_key() -> str:
+    """A valid 43-character EncodingAESKey."""
+    return base64.b64encode(os.urandom(32)).decode().rstrip("=")
+
+
+def wecom_encrypt(plaintext: str, receive_id: str, aes_key: str) -> str:
+    key = base64.b64decode(aes_key + "=")
+    msg = plaintext.encode()
+    raw = os.urandom(16) + struct.pack(">I", len(msg)) + msg + receive_id.encode()
+    pad = 32 - len(raw) % 32
+    raw += bytes([pad]) * pad
+    enc = Cipher(algorithms.AES(key), modes.CBC(key[:16])).encryptor()
+    return base64.b64encode(enc.update(raw) + enc.finalize()).decode()
+
+
+def wecom_decrypt(ciphertext: str, aes_key: str) -> tuple[str, str]:
+    """Return (message, receive_id)."""
+    key = base64.b64decode(aes_key + "=")
+    dec = Cipher(algorithms.AES(key), modes.CBC(key[:16])).decryptor()
+    raw = dec.update(base64.b64decode(ciphertext)) + dec.finalize()
+    raw = raw[: -raw[-1]]
+    (length,) = struct.unpack(">I", raw[16:20])
+    return raw[20 : 20 + length].decode(), raw[20 + length :].decode()
+
+
+def wecom_signature(token: str, timestamp: str, nonce: str, encrypt: str) -> str:
+    return hashlib.sha1("".join(sorted([token, timestamp, nonce, encrypt])).encode()).hexdigest()
+
+
+def text_message_xml(
+    *, corp_id: str, user: str, content: str, msg_id: int, agent_id: int = 1000002, create_time: int = 0
+) -> str:
+    return (
+        f"<xml><ToUserName><![CDATA[{corp_id}]]></ToUserName><FromUserName><![CDATA[{user}]]></FromUserName>"
+        f"<CreateTime>{create_time or int(time.time())}</CreateTime><MsgType><![CDATA[text]]></MsgType>"
+        f"<Content><![CDATA[{content}]]></Content><MsgId>{msg_id}</MsgId><AgentID>{agent_id}</AgentID></xml>"
+    )
+
+
+def message_xml(corp_id: str, user: str, agent_id: int, fields: dict[str, str | int]) -> str:
+    """Any plaintext callback: the common header plus `fields` (MsgType, Event, Recognition, ...)."""
+    body = "".join(
+        f"<{k}>{v}</{k}>" if isinstance(v, int) else f"<{k}><![CDATA[{v}]]></{k}>" for k, v in fields.items()
+    )
+    return (
+        f"<xml><ToUserName><![CDATA[{corp_id}]]></ToUserName><FromUserName><![CDATA[{user}]]></FromUserName>"
+        f"<CreateTime>{int(time.time())}</CreateTime>{body}<AgentID>{agent_id}</AgentID></xml>"
+    )
+
+
+def signed_callback(
+    plaintext: str, *, token: str, aes_key: str, corp_id: str, agent_id: int = 1000002
+) -> tuple[dict[str, str], str]:
+    """(query, body) of a POST callback exactly as WeCom sends it."""
+    enc = wecom_encrypt(plaintext, corp_id, aes_key)
+    ts, nonce = str(int(time.time())), secrets.token_hex(5)
+    query = {"msg_signature": wecom_signature(token, ts, nonce, enc), "timestamp": ts, "nonce": nonce}
+    body = (
+        f"<xml><ToUserName><![CDATA[{corp_id}]]></ToUserName><AgentID><![CDATA[{agent_id}]]></AgentID>"
+        f"<Encrypt><![CDATA[{enc}]]></Encrypt></xml>"
+    )
+    return query, body
+
+
+def signed_echo(echo: str, *, token: str, aes_key: str, corp_id: str) -> dict[str, str]:
+    """The query of a GET URL verification."""
+    enc = wecom_encrypt(echo, corp_id, aes_key)
+    ts, nonce = str(int(time.time())), secrets.token_hex(5)
+    return {"msg_signature": wecom_signature(token, ts, nonce, enc), "timestamp": ts, "nonce": nonce, "echostr": enc}
+
+
+# ---------------------------------------------------------------- shared server plumbing
+
+
+class _Server:
+    def __init__(self) -> None:
+        self._runner: web.AppRunner | None = None
+        self._cond = asyncio.Condition()
+        self.port = 0
+
+    async def _serve(self, app: web.Application) -> None:
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _changed(self) -> None:
+        async with self._cond:
+            self._cond.notify_all()
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout), self._cond:
+            await self._cond.wait_for(predicate)
+
+
+# ---------------------------------------------------------------- cgi-bin API
+
+
+class FakeQyApi(_Server):
+    """`gettoken` and `message/send`. Records sends; `send_errcodes` queues errcodes for the next sends;
+    `expire_tokens()` makes the issued tokens answer 42001 from then on."""
+
+    def __init__(self, corp_id: str, secret: str) -> None:
+        super().__init__()
+        self.corp_id = corp_id
+        self.secret = secret
+        self.tokens_issued: list[str] = []
+        self.expired: set[str] = set()
+        self.send_errcodes: list[int] = []
+        self.sends: list[dict[str, Any]] = []
+        self.attempts: list[tuple[str, dict[str, Any]]] = []
+        self.send_delay_s = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> FakeQyApi:
+        app = web.Application()
+        app.router.add_get("/cgi-bin/gettoken", self._gettoken)
+        app.router.add_post("/cgi-bin/message/send", self._send)
+        await self._serve(app)
+        return self
+
+    def expire_tokens(self) -> None:
+        self.expired.update(self.tokens_issued)
+
+    def texts(self) -> list[str]:
+        return [m[m["msgtype"]]["content"] for m in self.sends]
+
+    async def _gettoken(self, request: web.Request) -> web.Response:
+        q = request.query
+        if q.get("corpid") != self.corp_id:
+            return web.json_response({"errcode": 40013, "errmsg": "invalid corpid"})
+        if q.get("corpsecret") != self.secret:
+            return web.json_response({"errcode": 40001, "errmsg": "invalid credential"})
+        token = f"T{len(self.tokens_issued) + 1}-{secrets.token_hex(4)}"
+        self.tokens_issued.append(token)
+        return web.json_response({"errcode": 0, "errmsg": "ok", "access_token": token, "expires_in": 7200})
+
+    async def _send(self, request: web.Request) -> web.Response:
+        token = request.query.get("access_token", "")
+        body = json.loads(await request.read())
+        self.attempts.append((token, body))
+        if self.send_delay_s:
+            await asyncio.sleep(self.send_delay_s)
+        if token not in self.tokens_issued:
+            return web.json_response({"errcode": 40014, "errmsg": "invalid access_token"})
+        if token in self.expired:
+            return web.json_response({"errcode": 42001, "errmsg": "access_token expired"})
+        if self.send_errcodes:
+            code = self.send_errcodes.pop(0)
+            return web.json_response({"errcode": code, "errmsg": f"injected {code}"})
+        self.sends.append(body)
+        await self._changed()
+        msgid = secrets.token_hex(8)
+        return web.json_response({"errcode": 0, "errmsg": "ok", "invaliduser": "", "msgid": msgid})
+
+
+# ---------------------------------------------------------------- AI bot long connection
+
+
+class FakeAiBotServer(_Server):
+    """The AI-bot websocket endpoint: acks every command, records frames, pushes callbacks on demand."""
+
+    def __init__(self, bot_id: str, secret: str) -> None:
+        super().__init__()
+        self.bot_id = bot_id
+        self.secret = secret
+        self.frames: list[dict[str, Any]] = []
+        self.connections = 0
+        self.subscribed = 0
+        self.ack_errcodes: dict[str, list[int]] = {}
+        self.unanswered: set[str] = set()
+        """Commands that get no ack at all (a dead or overloaded server)."""
+        self._ws: web.WebSocketResponse | None = None
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/"
+
+    async def start(self) -> FakeAiBotServer:
+        app = web.Application()
+        app.router.add_get("/", self._handle)
+        await self._serve(app)
+        return self
+
+    def sent(self, cmd: str, req_id: str | None = None) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f.get("cmd") == cmd and (req_id is None or f["headers"]["req_id"] == req_id)]
+
+    async def push(self, frame: dict[str, Any]) -> None:
+        await self.wait_for(lambda: self._ws is not None and self.subscribed >= self.connections)
+        assert self._ws is not None
+        await self._ws.send_str(json.dumps(frame, ensure_ascii=False))
+
+    async def send_message(self, body: dict[str, Any]) -> str:
+        req_id = f"cb_{secrets.token_hex(6)}"
+        await self.push({"cmd": "aibot_msg_callback", "headers": {"req_id": req_id}, "body": body})
+        return req_id
+
+    async def send_event(self, eventtype: str, **extra: Any) -> str:
+        req_id = f"ev_{secrets.token_hex(6)}"
+        body = {"msgid": secrets.token_hex(8), "event": {"eventtype": eventtype}, **extra}
+        await self.push({"cmd": "aibot_event_callback", "headers": {"req_id": req_id}, "body": body})
+        return req_id
+
+    def streams(self, req_id: str) -> list[dict[str, Any]]:
+        """The `stream` bodies sent in answer to one callback, in order."""
+        return [f["body"]["stream"] for f in self.sent("aibot_respond_msg", req_id)]
+
+    def text_body(self, content: str, *, msgid: str, user: str = "zhangsan", **extra: Any) -> dict[str, Any]:
+        body = {"msgid": msgid, "aibotid": self.bot_id, "chattype": "single", "from": {"userid": user}}
+        return {**body, "msgtype": "text", "text": {"content": content}, **extra}
+
+    async def drop(self) -> None:
+        """Close the current connection as a network failure would."""
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            await ws.close()
+
+    async def _handle(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.connections += 1
+        self._ws = ws
+        await self._changed()
+        authed = False
+        async for msg in ws:
+            if msg.type != WSMsgType.TEXT:
+                continue
+            frame = json.loads(msg.data)
+            self.frames.append(frame)
+            authed = await self._answer(ws, frame, authed)
+            await self._changed()
+        return ws
+
+    async def _answer(self, ws: web.WebSocketResponse, frame: dict[str, Any], authed: bool) -> bool:
+        cmd = frame.get("cmd", "")
+        if cmd in self.unanswered:
+            return authed
+        queued = self.ack_errcodes.get(cmd)
+        code = queued.pop(0) if queued else 0
+        if cmd == "aibot_subscribe":
+            body = frame.get("body", {})
+            ok = body.get("bot_id") == self.bot_id and body.get("secret") == self.secret
+            code = code or (0 if ok else 40001)
+            authed = code == 0
+            if authed:
+                self.subscribed += 1
+        elif not authed:
+            code = 846609
+        errmsg = "ok" if not code else "err"
+        reply = {"headers": {"req_id": frame["headers"]["req_id"]}, "errcode": code, "errmsg": errmsg}
+        await ws.send_str(json.dumps(reply))
+        return authed
+
+
+# ---------------------------------------------------------------- channel harness
+
+
+def channel_context(gateway: Any, state_dir: Path, settings: Settings | None = None) -> ChannelContext:
+    """A ChannelContext for channel tests: the given gateway, default settings, fresh route table."""
+    return ChannelContext(gateway=gateway, settings=settings or Settings(), web=WebRoutes(), state_dir=state_dir)
+
+
+async def serve_routes(context: ChannelContext) -> TestServer:
+    """Mount the channel's routes on a real loopback HTTP server, as the daemon does."""
+    app = web.Application()
+    app.add_routes(context.web.routes)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server

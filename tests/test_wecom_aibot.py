@@ -1,0 +1,341 @@
+"""AI bot long connection against a fake WeCom websocket: streams, keepalives, caps, dedup, reconnects, groups."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, OutboundMessage, ToolEvent
+from channels.wecom import WeComChannel
+from channels.wecom.text import utf8_len
+from tests.fakes.submitter import ScriptedSubmitter
+from tests.fakes.wecom import FakeAiBotServer, channel_context
+
+BOT_ID = "aib-0123456789"
+BOT_SECRET = "bot-secret-value"
+
+
+def bot_table(server: FakeAiBotServer, **extra: Any) -> dict[str, Any]:
+    bot = {
+        "bot_id": BOT_ID,
+        "secret": BOT_SECRET,
+        "ws_url": server.url,
+        "agent": "helper",
+        "throttle_s": 0.05,
+        "keepalive_s": 5.0,
+        "reconnect_min_s": 0.05,
+        "reconnect_max_s": 0.2,
+        "ack_timeout_s": 1.0,
+        "send_wait_s": 3.0,
+        **extra,
+    }
+    return {"bots": {"team": bot}}
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeAiBotServer]:
+    fake = await FakeAiBotServer(BOT_ID, BOT_SECRET).start()
+    yield fake
+    await fake.close()
+
+
+class BotHarness:
+    def __init__(self, server: FakeAiBotServer, gateway: Any, state_dir: Path) -> None:
+        self.server = server
+        self.gateway = gateway
+        self.state_dir = state_dir
+        self.channel: WeComChannel | None = None
+
+    async def start(self, **extra: Any) -> WeComChannel:
+        self.channel = WeComChannel(channel_context(self.gateway, self.state_dir), bot_table(self.server, **extra))
+        await self.channel.start()
+        await self.server.wait_for(lambda: self.server.subscribed >= 1)
+        return self.channel
+
+    async def settle(self) -> None:
+        assert self.channel is not None
+        await self.channel.tasks.join()
+
+
+@pytest.fixture
+async def submitter() -> ScriptedSubmitter:
+    return ScriptedSubmitter(chunks=5, delay_s=0.1)
+
+
+@pytest.fixture
+async def bot(server: FakeAiBotServer, submitter: ScriptedSubmitter, tmp_path: Path) -> AsyncIterator[BotHarness]:
+    h = BotHarness(server, submitter, tmp_path)
+    yield h
+    if h.channel is not None:
+        await h.channel.stop()
+
+
+async def test_subscribe_carries_bot_id_secret_and_a_stable_device_id(bot: BotHarness, server: FakeAiBotServer) -> None:
+    channel = await bot.start()
+    first = server.sent("aibot_subscribe")[0]["body"]
+    assert (first["bot_id"], first["secret"]) == (BOT_ID, BOT_SECRET)
+    await channel.stop()
+    await bot.start()
+    await server.wait_for(lambda: len(server.sent("aibot_subscribe")) == 2)
+    assert server.sent("aibot_subscribe")[1]["body"]["device_id"] == first["device_id"]
+
+
+async def test_a_callback_streams_growing_content_then_finishes(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start()
+    req_id = await server.send_message(server.text_body("介绍一下企业微信的智能机器人", msgid="m-1"))
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    streams = server.streams(req_id)
+    growing = [s["content"] for s in streams[:-1] if s["content"] != "正在思考…"]
+    assert len(growing) >= 3
+    assert all(a != b and b.startswith(a) for a, b in itertools.pairwise(growing))
+    assert streams[-1]["content"] == "echo: 介绍一下企业微信的智能机器人"
+    assert streams[-1]["content"].startswith(growing[-1])
+    assert [s["finish"] for s in streams] == [False] * (len(streams) - 1) + [True]
+    assert len({s["id"] for s in streams}) == 1
+    assert all(f["headers"]["req_id"] == req_id for f in server.sent("aibot_respond_msg"))
+    message = bot.gateway.received[0]
+    assert (message.chat_id, message.sender_id, message.message_id) == ("zhangsan", "zhangsan", "m-1")
+    assert (message.agent, message.cred_id, message.metadata["chat_type"]) == ("helper", "team", "single")
+
+
+async def test_a_slow_turn_gets_keepalive_frames(
+    bot: BotHarness, server: FakeAiBotServer, submitter: ScriptedSubmitter
+) -> None:
+    submitter.chunks, submitter.delay_s = 1, 0.5  # silence before the answer
+    await bot.start(keepalive_s=0.1)
+    req_id = await server.send_message(server.text_body("需要很久的任务", msgid="m-slow"))
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    thinking = [s for s in server.streams(req_id) if s["content"] == "正在思考…" and not s["finish"]]
+    assert len(thinking) >= 3  # the first update plus refreshes while nothing changed
+    assert server.streams(req_id)[-1] == {
+        "id": thinking[0]["id"],
+        "finish": True,
+        "content": "echo: 需要很久的任务",
+    }
+
+
+async def test_a_duplicate_msgid_is_ignored(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start()
+    body = server.text_body("只回答一次", msgid="m-dup")
+    first = await server.send_message(body)
+    second = await server.send_message(body)
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(first)))
+    await bot.settle()
+    assert len(bot.gateway.received) == 1
+    assert server.streams(second) == []
+
+
+async def test_a_dropped_connection_reconnects_and_goes_on(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start()
+    await server.drop()
+    await server.wait_for(lambda: server.subscribed == 2)
+    req_id = await server.send_message(server.text_body("断线之后", msgid="m-after"))
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    assert server.streams(req_id)[-1]["content"] == "echo: 断线之后"
+
+
+async def test_disconnected_event_stops_reconnecting(bot: BotHarness, server: FakeAiBotServer) -> None:
+    channel = await bot.start()
+    with capture_logs() as logs:
+        await server.send_event("disconnected_event")
+        conn = channel.bots["team"].conn
+        assert conn is not None
+        async with asyncio.timeout(2):
+            await conn.wait_finished()
+    assert conn.replaced
+    assert server.connections == 1
+    assert any(e["event"] == "wecom_bot_replaced" for e in logs)
+
+
+async def test_two_missed_ping_acks_mean_a_dead_connection(bot: BotHarness, server: FakeAiBotServer) -> None:
+    server.unanswered.add("ping")
+    await bot.start(ping_interval_s=0.05, ack_timeout_s=0.05)
+    await server.wait_for(lambda: server.connections >= 2, timeout=5)
+    assert len(server.sent("ping")) >= 2
+
+
+async def test_pings_are_sent_on_the_interval(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start(ping_interval_s=0.05)
+    await server.wait_for(lambda: len(server.sent("ping")) >= 3)
+    assert server.connections == 1
+
+
+async def test_a_bad_secret_is_reported_and_retried_without_raising(server: FakeAiBotServer, tmp_path: Path) -> None:
+    channel = WeComChannel(channel_context(ScriptedSubmitter(), tmp_path), bot_table(server, secret="wrong-one"))
+    with capture_logs() as logs:
+        await channel.start()
+        await server.wait_for(lambda: len(server.sent("aibot_subscribe")) >= 2)
+    await channel.stop()
+    assert server.subscribed == 0
+    failed = [e for e in logs if e["event"] == "wecom_bot_subscribe_failed"]
+    assert failed and failed[0]["errcode"] == 40001
+    assert "wrong-one" not in repr(logs)
+
+
+async def test_a_group_mention_is_stripped_before_routing(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start(bot_name="小助手")
+    body = server.text_body("@小助手 /restart", msgid="g-1", user="lisi", chattype="group", chatid="wrkgrp01")
+    req_id = await server.send_message(body)
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    message = bot.gateway.received[0]
+    assert message.content == "/restart"
+    assert (message.chat_id, message.sender_id) == ("wrkgrp01", "lisi")
+    assert message.metadata == {"chat_type": "group", "mode": "aibot", "group_id": "wrkgrp01"}
+
+
+async def test_one_session_per_group_member_option(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start(session_per_member=True)
+    body = server.text_body("@AgentHub 你好", msgid="g-2", user="lisi", chattype="group", chatid="wrkgrp01")
+    req_id = await server.send_message(body)
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    assert bot.gateway.received[0].chat_id == "wrkgrp01:lisi"
+    assert bot.gateway.received[0].content == "你好"
+
+
+async def test_allow_list_refusal_never_reaches_the_agent(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start(allow_users=["zhangsan"], refusal="抱歉，你没有权限。")
+    req_id = await server.send_message(server.text_body("hi", msgid="r-1", user="intruder"))
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    assert server.streams(req_id)[-1]["content"] == "抱歉，你没有权限。"
+    assert bot.gateway.received == []
+
+
+async def test_unsupported_types_get_a_clear_reply(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start()
+    body = {"msgid": "i-1", "chattype": "single", "from": {"userid": "a"}, "msgtype": "image", "image": {"url": "u"}}
+    req_id = await server.send_message(body)
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    assert server.streams(req_id)[-1]["content"] == "暂不支持这种消息类型，请发送文字。"
+    assert bot.gateway.received == []
+
+
+async def test_enter_chat_gets_the_welcome(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start(welcome="你好，我是 AgentHub")
+    req_id = await server.send_event("enter_chat", **{"from": {"userid": "a"}})
+    await server.wait_for(lambda: bool(server.sent("aibot_respond_welcome_msg", req_id)))
+    body = server.sent("aibot_respond_welcome_msg", req_id)[0]["body"]
+    assert body == {"msgtype": "text", "text": {"content": "你好，我是 AgentHub"}}
+
+
+async def test_a_reply_past_20480_bytes_continues_in_new_messages(
+    bot: BotHarness, server: FakeAiBotServer, submitter: ScriptedSubmitter
+) -> None:
+    long_reply = "".join(f"第{i}段：智能机器人的流式消息最多两万零四百八十字节。\n" for i in range(700))
+    assert utf8_len(long_reply) > 40000
+    submitter.reply_for = lambda m: long_reply
+    submitter.chunks, submitter.delay_s = 20, 0.01
+    await bot.start()
+    req_id = await server.send_message(server.text_body("长文", msgid="long-1"))
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    await bot.settle()
+    streams = server.streams(req_id)
+    assert all(utf8_len(s["content"]) <= 20480 for s in streams)
+    assert [s["finish"] for s in streams].count(True) == 1
+    follow_ups = [f["body"] for f in server.sent("aibot_send_msg")]
+    assert follow_ups and all(b["chatid"] == "zhangsan" and b["msgtype"] == "markdown" for b in follow_ups)
+    assert all(utf8_len(b["markdown"]["content"]) <= 20480 for b in follow_ups)
+    shown = streams[-1]["content"] + "".join(b["markdown"]["content"] for b in follow_ups)
+    assert shown == long_reply
+
+
+async def test_an_expired_stream_continues_in_a_new_message(bot: BotHarness, server: FakeAiBotServer) -> None:
+    server.ack_errcodes["aibot_respond_msg"] = [0, 0, 846608, 846608, 846608, 846608, 846608, 846608]
+    await bot.start()
+    req_id = await server.send_message(server.text_body("一二三四五六七八九十", msgid="exp-1"))
+    await server.wait_for(lambda: bool(server.sent("aibot_send_msg", req_id)))
+    await bot.settle()
+    accepted = [s["content"] for s in server.streams(req_id)[:2]]
+    follow_up = server.sent("aibot_send_msg", req_id)[-1]["body"]["markdown"]["content"]
+    shown = accepted[-1] if accepted[-1] != "正在思考…" else ""
+    assert shown + follow_up == "echo: 一二三四五六七八九十"
+
+
+async def test_proactive_send_uses_aibot_send_msg(bot: BotHarness, server: FakeAiBotServer) -> None:
+    channel = await bot.start()
+    await channel.send(OutboundMessage(channel="wecom", chat_id="wrkgrp01:lisi", content="提醒", cred_id="team"))
+    body = server.sent("aibot_send_msg")[0]["body"]
+    assert body == {"chatid": "wrkgrp01", "msgtype": "markdown", "markdown": {"content": "提醒"}}
+
+
+class ToolRunGateway:
+    """A gateway whose turn runs a long silent tool call before answering."""
+
+    def __init__(self, silence: asyncio.Event) -> None:
+        self.silence = silence
+        self.received: list[InboundMessage] = []
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle:
+        self.received.append(message)
+        handle = ReplyHandle("helper:wecom:" + message.chat_id)
+        handle.emit(DeltaEvent("先查一下资料。"))
+        handle.emit(ToolEvent("search", "start"))
+
+        async def finish() -> None:
+            await self.silence.wait()
+            handle.emit(ToolEvent("search", "end"))
+            handle.emit(DoneEvent("先查一下资料。查到了。"))
+
+        self.tasks.append(asyncio.create_task(finish()))
+        return handle
+
+
+async def test_a_long_tool_run_keeps_the_stream_alive(server: FakeAiBotServer, tmp_path: Path) -> None:
+    silence = asyncio.Event()
+    gateway = ToolRunGateway(silence)
+    h = BotHarness(server, gateway, tmp_path)
+    await h.start(keepalive_s=0.1)
+    try:
+        req_id = await server.send_message(server.text_body("查资料", msgid="tool-1"))
+        await server.wait_for(lambda: len([s for s in server.streams(req_id) if s["content"] == "先查一下资料。"]) >= 4)
+        silence.set()
+        await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+        assert server.streams(req_id)[-1]["content"] == "先查一下资料。查到了。"
+    finally:
+        assert h.channel is not None
+        await h.channel.stop()
+
+
+async def test_a_command_conflict_is_retried(bot: BotHarness, server: FakeAiBotServer) -> None:
+    server.ack_errcodes["aibot_respond_msg"] = [6000]
+    await bot.start()
+    req_id = await server.send_message(server.text_body("冲突", msgid="c-1"))
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    streams = server.streams(req_id)
+    assert streams[0] == streams[1]  # the conflicted frame was sent again
+    assert streams[-1]["content"] == "echo: 冲突"
+
+
+async def test_an_aborted_turn_still_finishes_the_stream(
+    bot: BotHarness, server: FakeAiBotServer, submitter: ScriptedSubmitter
+) -> None:
+    submitter.fail_with = "已停止当前回复。"
+    await bot.start()
+    req_id = await server.send_message(server.text_body("写首诗", msgid="s-1"))
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    streams = server.streams(req_id)
+    assert streams[-1] == {"id": streams[0]["id"], "finish": True, "content": "已停止当前回复。"}
+
+
+async def test_stop_during_a_slow_turn_returns_promptly(server: FakeAiBotServer, tmp_path: Path) -> None:
+    slow = ScriptedSubmitter(chunks=1, delay_s=30)
+    table = {**bot_table(server), "stop_grace_s": 0.1}
+    channel = WeComChannel(channel_context(slow, tmp_path), table)
+    await channel.start()
+    req_id = await server.send_message(server.text_body("慢", msgid="slow-stop"))
+    await server.wait_for(lambda: bool(server.streams(req_id)))
+    async with asyncio.timeout(3):
+        await channel.stop()
+        await channel.stop()  # idempotent
+    assert len(channel.tasks) == 0
+    conn = channel.bots["team"].conn
+    assert conn is not None
+    async with asyncio.timeout(1):
+        await conn.wait_finished()

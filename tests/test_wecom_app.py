@@ -1,0 +1,295 @@
+"""Self-built app callbacks against a fake WeCom: verification, timing, dedup, bad input, message types."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yarl
+from aiohttp.test_utils import TestServer
+from structlog.testing import capture_logs
+
+from channels.wecom import WeComChannel
+from tests.fakes.submitter import ScriptedSubmitter
+from tests.fakes.wecom import (
+    FakeQyApi,
+    channel_context,
+    make_aes_key,
+    message_xml,
+    serve_routes,
+    signed_callback,
+    signed_echo,
+    text_message_xml,
+    wecom_encrypt,
+    wecom_signature,
+)
+
+CORP_ID = "ww0123456789abcdef"
+SECRET = "app-secret-value-1"
+TOKEN = "callback-token"
+AES_KEY = make_aes_key()
+AGENT_ID = 1000002
+
+
+def app_table(api: FakeQyApi, **extra: Any) -> dict[str, Any]:
+    app = {
+        "corp_id": CORP_ID,
+        "agent_id": AGENT_ID,
+        "secret": SECRET,
+        "token": TOKEN,
+        "encoding_aes_key": AES_KEY,
+        "api_base": api.url,
+        "agent": "helper",
+        "rate_limit_backoff_s": 0.01,
+        **extra,
+    }
+    return {"apps": {"hr": app}}
+
+
+class Harness:
+    def __init__(self, api: FakeQyApi, submitter: ScriptedSubmitter, state_dir: Path) -> None:
+        self.api = api
+        self.submitter = submitter
+        self.state_dir = state_dir
+        self.channel: WeComChannel | None = None
+        self.server: TestServer | None = None
+        self.http = aiohttp.ClientSession()
+
+    async def start(self, **extra: Any) -> WeComChannel:
+        context = channel_context(self.submitter, self.state_dir)
+        self.channel = WeComChannel(context, app_table(self.api, **extra))
+        await self.channel.start()
+        self.server = await serve_routes(context)
+        return self.channel
+
+    async def restart(self) -> WeComChannel:
+        await self.stop()
+        return await self.start()
+
+    async def stop(self) -> None:
+        if self.channel is not None:
+            await self.channel.stop()
+        if self.server is not None:
+            await self.server.close()
+
+    def url(self, cred_id: str = "hr") -> yarl.URL:
+        assert self.server is not None
+        return self.server.make_url(f"/wecom/{cred_id}/callback")
+
+    async def post(self, plaintext: str, *, corrupt_signature: bool = False) -> tuple[int, str]:
+        query, body = signed_callback(plaintext, token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID)
+        if corrupt_signature:
+            query["msg_signature"] = "0" * 40
+        async with self.http.post(self.url().with_query(query), data=body) as resp:
+            return resp.status, await resp.text()
+
+    async def settle(self) -> None:
+        assert self.channel is not None
+        await self.channel.tasks.join()
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeQyApi]:
+    server = await FakeQyApi(CORP_ID, SECRET).start()
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def harness(api: FakeQyApi, tmp_path: Path) -> AsyncIterator[Harness]:
+    h = Harness(api, ScriptedSubmitter(), tmp_path)
+    yield h
+    await h.stop()
+    await h.http.close()
+
+
+def text(content: str, msg_id: int = 7001, user: str = "zhangsan") -> str:
+    return text_message_xml(corp_id=CORP_ID, user=user, content=content, msg_id=msg_id)
+
+
+async def test_url_verification_returns_the_plaintext_only(harness: Harness) -> None:
+    await harness.start()
+    query = signed_echo("8237461527364", token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID)
+    async with harness.http.get(harness.url().with_query(query)) as resp:
+        assert resp.status == 200
+        assert await resp.read() == b"8237461527364"
+
+
+async def test_url_verification_with_raw_plus_or_bad_signature_is_403(harness: Harness) -> None:
+    await harness.start()
+    query = signed_echo("1234", token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID)
+    while "+" not in query["echostr"]:
+        query = signed_echo("1234", token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID)
+    raw = "&".join(f"{k}={v}" for k, v in query.items())  # unencoded: '+' arrives as a space
+    async with harness.http.get(yarl.URL(f"{harness.url()}?{raw}", encoded=True)) as resp:
+        assert resp.status == 403
+    query["msg_signature"] = "f" * 40
+    async with harness.http.get(harness.url().with_query(query)) as resp:
+        assert resp.status == 403
+
+
+async def test_callback_acks_before_the_slow_llm_and_reply_goes_through_message_send(
+    harness: Harness, api: FakeQyApi
+) -> None:
+    harness.submitter.delay_s = 0.4  # three chunks: the model takes 1.2 s (test_wecom_e2e runs a 3 s model)
+    await harness.start()
+    started = time.monotonic()
+    status, body = await harness.post(text("你好"))
+    elapsed = time.monotonic() - started
+    assert (status, body) == (200, "")
+    assert elapsed < 0.5
+    assert api.sends == []
+    await api.wait_for(lambda: len(api.sends) == 1, timeout=5)
+    sent = api.sends[0]
+    assert sent["touser"] == "zhangsan"
+    assert sent["agentid"] == AGENT_ID
+    assert sent["msgtype"] == "text"
+    assert sent["text"]["content"] == "echo: 你好"
+    assert time.monotonic() - started >= 1.2
+    message = harness.submitter.received[0]
+    assert (message.channel, message.chat_id, message.sender_id) == ("wecom", "zhangsan", "zhangsan")
+    assert (message.message_id, message.cred_id, message.agent) == ("7001", "hr", "helper")
+
+
+async def test_same_msgid_three_times_gives_one_send(harness: Harness, api: FakeQyApi) -> None:
+    await harness.start()
+    xml = text("重复的问题", msg_id=424242)
+    for _ in range(3):
+        assert await harness.post(xml) == (200, "")
+    await harness.settle()
+    assert len(harness.submitter.received) == 1
+    assert api.texts() == ["echo: 重复的问题"]
+
+
+async def test_retry_after_a_daemon_restart_is_not_answered_again(harness: Harness, api: FakeQyApi) -> None:
+    await harness.start()
+    xml = text("重启前的问题", msg_id=99)
+    assert await harness.post(xml) == (200, "")
+    await harness.settle()
+    await harness.restart()
+    assert await harness.post(xml) == (200, "")
+    await harness.settle()
+    assert len(harness.submitter.received) == 1
+    assert len(api.sends) == 1
+
+
+async def test_forged_signature_is_403_and_leaves_no_trace(harness: Harness, api: FakeQyApi) -> None:
+    await harness.start()
+    assert (await harness.post(text("伪造"), corrupt_signature=True))[0] == 403
+    await harness.settle()
+    assert harness.submitter.received == []
+    assert api.attempts == []
+    assert harness.channel is not None and len(harness.channel.apps["hr"]._dedup) == 0
+
+
+async def test_malformed_xml_is_400_and_leaves_no_trace(harness: Harness, api: FakeQyApi) -> None:
+    await harness.start()
+    async with harness.http.post(
+        harness.url().with_query({"msg_signature": "x", "timestamp": "1", "nonce": "n"}), data="<xml><Encrypt>"
+    ) as resp:
+        assert resp.status == 400
+    # Correctly signed and encrypted, but the decrypted message is not XML.
+    status, _ = await harness.post("<xml><MsgType>text</MsgType")
+    assert status == 400
+    # Encrypted for another corp: the receive_id check fails.
+    enc = wecom_encrypt(text("x"), "ww-other-corp", AES_KEY)
+    query = {"msg_signature": wecom_signature(TOKEN, "1", "n", enc), "timestamp": "1", "nonce": "n"}
+    body = f"<xml><Encrypt><![CDATA[{enc}]]></Encrypt></xml>"
+    async with harness.http.post(harness.url().with_query(query), data=body) as resp:
+        assert resp.status == 400
+    await harness.settle()
+    assert harness.submitter.received == []
+    assert api.attempts == []
+
+
+async def test_unknown_cred_id_is_404(harness: Harness) -> None:
+    await harness.start()
+    query, body = signed_callback(text("x"), token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID)
+    async with harness.http.post(harness.url("nobody").with_query(query), data=body) as resp:
+        assert resp.status == 404
+
+
+async def test_voice_recognition_goes_in_as_text(harness: Harness, api: FakeQyApi) -> None:
+    await harness.start()
+    fields: dict[str, str | int] = {
+        "MsgType": "voice",
+        "MediaId": "m1",
+        "Format": "amr",
+        "Recognition": "明天开会吗",
+        "MsgId": 5,
+    }
+    assert await harness.post(message_xml(CORP_ID, "lisi", AGENT_ID, fields)) == (200, "")
+    await harness.settle()
+    assert harness.submitter.received[0].content == "明天开会吗"
+    assert api.texts() == ["echo: 明天开会吗"]
+
+
+async def test_unsupported_types_get_a_clear_reply_and_skip_the_agent(harness: Harness, api: FakeQyApi) -> None:
+    await harness.start()
+    image: dict[str, str | int] = {"MsgType": "image", "PicUrl": "http://x/p.png", "MediaId": "m", "MsgId": 6}
+    file: dict[str, str | int] = {"MsgType": "file", "MediaId": "m", "MsgId": 8}
+    await harness.post(message_xml(CORP_ID, "lisi", AGENT_ID, image))
+    await harness.post(message_xml(CORP_ID, "lisi", AGENT_ID, file))
+    await harness.settle()
+    assert harness.submitter.received == []
+    assert api.texts() == ["暂不支持这种消息类型，请发送文字。"] * 2
+
+
+async def test_enter_agent_event_sends_the_configured_welcome_once(harness: Harness, api: FakeQyApi) -> None:
+    await harness.start(welcome="欢迎使用 AgentHub")
+    event: dict[str, str | int] = {"MsgType": "event", "Event": "enter_agent", "EventKey": ""}
+    xml = message_xml(CORP_ID, "wangwu", AGENT_ID, event)
+    await harness.post(xml)
+    await harness.post(xml)  # WeCom's retry of the same event
+    await harness.settle()
+    assert api.texts() == ["欢迎使用 AgentHub"]
+    assert harness.submitter.received == []
+
+
+async def test_allow_list_refuses_others_politely(harness: Harness, api: FakeQyApi) -> None:
+    await harness.start(allow_users=["zhangsan"], refusal="抱歉，你没有权限。")
+    await harness.post(text("我能用吗", msg_id=1, user="stranger"))
+    await harness.post(text("我可以", msg_id=2, user="zhangsan"))
+    await harness.settle()
+    assert [m.sender_id for m in harness.submitter.received] == ["zhangsan"]
+    assert sorted(api.texts()) == sorted(["抱歉，你没有权限。", "echo: 我可以"])
+    assert next(s for s in api.sends if s["touser"] == "stranger")["text"]["content"] == "抱歉，你没有权限。"
+
+
+async def test_error_event_text_is_sent_to_the_user(harness: Harness, api: FakeQyApi) -> None:
+    harness.submitter.fail_with = "模型暂时不可用，请稍后再试。"
+    await harness.start()
+    await harness.post(text("hi"))
+    await harness.settle()
+    assert api.texts() == ["模型暂时不可用，请稍后再试。"]
+
+
+async def test_callback_before_start_is_503_so_wecom_retries(api: FakeQyApi, tmp_path: Path) -> None:
+    context = channel_context(ScriptedSubmitter(), tmp_path)
+    channel = WeComChannel(context, app_table(api))
+    server = await serve_routes(context)
+    try:
+        query, body = signed_callback(text("early"), token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID)
+        async with aiohttp.ClientSession() as http:
+            url = server.make_url("/wecom/hr/callback").with_query(query)
+            async with http.post(url, data=body) as resp:
+                assert resp.status == 503
+        assert len(channel.apps["hr"]._dedup) == 0  # the retry will be processed
+    finally:
+        await channel.stop()
+        await server.close()
+
+
+async def test_bad_secret_at_start_is_logged_without_the_secret(api: FakeQyApi, tmp_path: Path) -> None:
+    context = channel_context(ScriptedSubmitter(), tmp_path)
+    channel = WeComChannel(context, app_table(api, secret="wrong-secret-xyz"))
+    with capture_logs() as logs:
+        await channel.start()
+    await channel.stop()
+    failed = [e for e in logs if e["event"] == "wecom_app_start_failed"]
+    assert failed and "40001" in failed[0]["error"] and "corp_id" in failed[0]["error"]
+    assert "wrong-secret-xyz" not in repr(logs)
