@@ -1,0 +1,94 @@
+"""`agenthub chat`: talk to an agent in this terminal (a REPL), or answer one message with `-m` and exit."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from typing import Any
+
+import structlog
+
+from agenthub.channel import ChannelContext, WebRoutes
+from agenthub.config import Settings, load_settings
+from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError
+from agenthub.log import configure_logging, route_library_loggers
+from agenthub.messages import InboundMessage
+
+log = structlog.get_logger(__name__)
+
+EXIT_OK, EXIT_REPLY_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+CHANNEL_MODULE = "channels.cli"
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register `chat` on the `agenthub` command's subparsers."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "chat",
+        help="chat with an agent in this terminal",
+        description=(
+            "Talk to an agent in this terminal. Enter sends, Esc+Enter or a trailing backslash adds a line, "
+            "Ctrl-C stops a running reply, Ctrl-D quits. With -m, answer one message and exit: the reply "
+            "goes to stdout (exit 0), an error to stderr (exit 1)."
+        ),
+    )
+    parser.add_argument("--agent", default=None, help="agent to talk to (default: bindings, then the default agent)")
+    parser.add_argument(
+        "--chat-id", default=None, help="conversation id; the session is <agent>:cli:<chat-id> (default: direct)"
+    )
+    parser.add_argument("-m", "--message", default=None, help="answer this one message non-interactively")
+    parser.add_argument(
+        "--log-level", default="warning", choices=["debug", "info", "warning", "error"], help="logs go to stderr"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The `chat` subcommand; returns the process exit code."""
+    configure_logging(args.log_level, "console", stream=sys.stderr)
+    if args.message is not None and not args.message.strip():
+        print("agenthub chat: -m needs a non-empty message", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        settings = load_settings(args.config)
+        return asyncio.run(_chat(settings, args))
+    except (ConfigError, AgentNotFoundError, InvalidIdError) as e:
+        print(f"agenthub chat: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _channel_config(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    config = dict(settings.channels.get("cli", {}))
+    if args.agent is not None:
+        config["agent"] = args.agent
+    if args.chat_id is not None:
+        config["chat_id"] = args.chat_id
+    return config
+
+
+async def _chat(settings: Settings, args: argparse.Namespace) -> int:
+    from agenthub.app import build_gateway  # heavy (the LLM SDK); argument and config errors answer without it
+
+    module = importlib.import_module(CHANNEL_MODULE)  # the core never imports channels/ statically
+    route_library_loggers()
+    async with build_gateway(settings) as gateway:
+        context = ChannelContext(
+            gateway=gateway, settings=settings, web=WebRoutes(), state_dir=settings.data_dir / ".channels" / "cli"
+        )
+        channel = module.CliChannel(context, _channel_config(settings, args))
+        probe = InboundMessage("cli", channel.config.chat_id, channel.config.sender_id, "", agent=channel.config.agent)
+        _, key = gateway.resolve_key(probe)  # a bad agent or chat id stops here, before any prompt
+        await channel.start()
+        try:
+            if args.message is not None:
+                return int(await channel.ask(args.message))
+            return int(await channel.run_repl(label=str(key)))
+        except AgentHubError as e:
+            log.error("chat_failed", error=str(e))
+            return EXIT_REPLY_FAILED
+        finally:
+            await channel.stop()

@@ -1,0 +1,106 @@
+"""`agenthub chat -m` as a real subprocess: reply on stdout, errors on stderr, exit codes, offline mode."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.fakes.anthropic import FakeAnthropic, http_error, reply_text
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def cli_env(root: Path, llm: FakeAnthropic | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTHUB_", "ANTHROPIC_"))}
+    env.update(
+        AGENTHUB_DATA_DIR=str(root / "data"),
+        AGENTHUB_AGENTS_DIR=str(root / "agents"),
+        AGENTHUB_AUTH_DIR=str(root / "auth"),
+        AGENTHUB_WORKSPACE_DIR=str(root / "workspace"),
+        PYTHONUNBUFFERED="1",
+    )
+    if llm is not None:
+        env.update(
+            AGENTHUB_LLM__BASE_URL=llm.base_url,
+            AGENTHUB_LLM__API_KEY="test-key",
+            AGENTHUB_LLM__MAX_RETRIES="0",
+            AGENTHUB_LLM__TIMEOUT_S="10",
+        )
+    return env
+
+
+async def agenthub(root: Path, *args: str, llm: FakeAnthropic | None = None) -> Result:
+    """Run `python -m agenthub …` without blocking the loop the fake LLM serves on."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agenthub",
+        *args,
+        env=cli_env(root, llm),
+        cwd=Path.cwd(),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(60):
+            out, err = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode is not None
+    return Result(process.returncode, out.decode(), err.decode())
+
+
+async def test_one_message_reply_on_stdout_exit_0(tmp_path: Path, fake_llm: FakeAnthropic) -> None:
+    fake_llm.script(reply_text("Hello from the model, 你好", chunks=5))
+    result = await agenthub(tmp_path, "chat", "-m", "hi", llm=fake_llm)
+    assert result.code == 0, result.stderr
+    assert result.stdout == "Hello from the model, 你好\n"
+    (request,) = fake_llm.message_requests()
+    assert request.stream and request.headers["x-api-key"] == "test-key"
+    assert request.body is not None and "hi" in str(request.body["messages"][-1]["content"])
+    assert (tmp_path / "data" / "default" / "sessions" / "default_cli_direct.jsonl").is_file()
+
+
+async def test_llm_error_goes_to_stderr_with_exit_1(tmp_path: Path, fake_llm: FakeAnthropic) -> None:
+    fake_llm.script(http_error(401, "invalid x-api-key"))
+    result = await agenthub(tmp_path, "chat", "--chat-id", "ops", "-m", "hi", llm=fake_llm)
+    assert result.code == 1
+    assert result.stdout == ""
+    assert "error: The model service rejected the API key" in result.stderr
+    assert "test-key" not in result.stderr
+
+
+async def test_without_a_key_the_offline_provider_answers(tmp_path: Path) -> None:
+    result = await agenthub(tmp_path, "chat", "-m", "are you there?")
+    assert result.code == 0, result.stderr
+    assert result.stdout.startswith("[offline]")
+    assert "are you there?" in result.stdout
+    assert "AGENTHUB_LLM__API_KEY" in result.stdout  # says how to configure a key
+
+
+async def test_bad_input_exits_2_with_one_clear_line(tmp_path: Path) -> None:
+    bad_id, no_config, empty = await asyncio.gather(
+        agenthub(tmp_path, "chat", "--chat-id", "../etc", "-m", "hi"),
+        agenthub(tmp_path, "--config", str(tmp_path / "missing.toml"), "chat", "-m", "hi"),
+        agenthub(tmp_path, "chat", "-m", "  "),
+    )
+    for result in (bad_id, no_config, empty):
+        assert result.code == 2, result
+        assert result.stdout == ""
+        assert result.stderr.splitlines()[-1].startswith("agenthub chat: "), result.stderr
+    assert "chat_id" in bad_id.stderr
+    assert "missing.toml" in no_config.stderr
+    assert "non-empty" in empty.stderr
+    sessions = tmp_path / "data" / "default" / "sessions"
+    assert not sessions.exists() or not any(sessions.iterdir())
