@@ -1,0 +1,205 @@
+"""A small async client for Feishu open-apis on aiohttp: pooled connections, non-blocking tenant token, backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import structlog
+from pydantic import SecretStr
+
+from agenthub.errors import ChannelSendError
+
+log = structlog.get_logger(__name__)
+
+TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
+RATE_LIMITED = 99991400
+TOKEN_REJECTED = frozenset({99991661, 99991663, 99991668})
+PERMISSION_DENIED = frozenset({99991672, 99991679, 230099, 200340})
+MAX_BACKOFF_S = 10.0
+
+
+class FeishuApiError(ChannelSendError):
+    """Feishu answered an error (`code` is Feishu's, `status` the HTTP status; 0 for a transport failure)."""
+
+    def __init__(self, op: str, code: int, msg: str, status: int = 200) -> None:
+        super().__init__(f"feishu {op} failed: code={code} status={status} msg={msg}")
+        self.op = op
+        self.code = code
+        self.status = status
+
+    @property
+    def permission_denied(self) -> bool:
+        return self.code in PERMISSION_DENIED or self.status == 403
+
+
+class FeishuApi:
+    """One app's open-apis client; create it inside a running loop, `close()` it on stop."""
+
+    def __init__(
+        self,
+        base_url: str,
+        app_id: str,
+        app_secret: SecretStr,
+        *,
+        timeout_s: float = 10.0,
+        max_retries: int = 3,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.app_id = app_id
+        self._base = base_url.rstrip("/")
+        self._secret = app_secret
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._max_retries = max_retries
+        self._sleep = sleep
+        self._clock = clock
+        self._session = aiohttp.ClientSession(timeout=self._timeout, trust_env=True)
+        self._token: str | None = None
+        self._token_until = 0.0
+        self._token_lock = asyncio.Lock()
+        self.token_fetches = 0
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def tenant_token(self) -> str:
+        """The cached `tenant_access_token`, fetched with aiohttp when missing or within 10 min of expiry."""
+        async with self._token_lock:
+            if self._token is not None and self._clock() < self._token_until:
+                return self._token
+            body = {"app_id": self.app_id, "app_secret": self._secret.get_secret_value()}
+            status, _, data = await self._raw("POST", TOKEN_PATH, body, None, "tenant_token")
+            if data.get("code") != 0 or not data.get("tenant_access_token"):
+                raise FeishuApiError("tenant_token", int(data.get("code", -1)), str(data.get("msg")), status)
+            self.token_fetches += 1
+            self._token = str(data["tenant_access_token"])
+            self._token_until = self._clock() + max(60.0, float(data.get("expire", 7200)) - 600)
+            return self._token
+
+    async def call(
+        self, method: str, path: str, op: str, body: Any = None, params: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """One authenticated call; retries rate limits (until the reset header), transport errors and one
+        rejected token. Returns the response's `data` object; raises `FeishuApiError`."""
+        token_retried = False
+        attempt = 0
+        while True:
+            token = await self.tenant_token()
+            try:
+                status, headers, data = await self._raw(method, path, body, token, op, params)
+            except FeishuApiError as e:
+                if e.status != 0 or attempt >= self._max_retries:
+                    raise
+                attempt += 1
+                await self._sleep(min(MAX_BACKOFF_S, 0.2 * 2.0**attempt))
+                continue
+            code = int(data.get("code", -1))
+            if code == 0 and status < 400:
+                result = data.get("data")
+                return result if isinstance(result, dict) else {}
+            if (status == 429 or code == RATE_LIMITED) and attempt < self._max_retries:
+                attempt += 1
+                delay = _reset_delay(headers, attempt)
+                log.warning("feishu_rate_limited", op=op, app_id=self.app_id, retry_in_s=delay)
+                await self._sleep(delay)
+                continue
+            if code in TOKEN_REJECTED and not token_retried:
+                token_retried = True
+                self._token = None
+                continue
+            raise FeishuApiError(op, code, str(data.get("msg", "")), status)
+
+    async def _raw(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        token: str | None,
+        op: str,
+        params: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
+        headers = {"Content-Type": "application/json; charset=utf-8"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            async with self._session.request(
+                method, self._base + path, json=body, headers=headers, params=params
+            ) as resp:
+                raw = await resp.read()
+                status, resp_headers = resp.status, {k.lower(): v for k, v in resp.headers.items()}
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise FeishuApiError(op, -1, type(e).__name__, 0) from e
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            data = {"code": -1, "msg": f"non-JSON answer (HTTP {status})"}
+        if not isinstance(data, dict):
+            data = {"code": -1, "msg": f"unexpected answer (HTTP {status})"}
+        return status, resp_headers, data
+
+    # --- endpoints -------------------------------------------------------------------------------
+
+    async def bot_open_id(self) -> str:
+        """`GET /open-apis/bot/v3/info`: the bot's own open_id (the answer carries `bot`, not `data`)."""
+        token = await self.tenant_token()
+        status, _, data = await self._raw("GET", "/open-apis/bot/v3/info", None, token, "bot_info")
+        bot = data.get("bot")
+        if data.get("code") != 0 or not isinstance(bot, dict) or not bot.get("open_id"):
+            raise FeishuApiError("bot_info", int(data.get("code", -1)), str(data.get("msg", "")), status)
+        return str(bot["open_id"])
+
+    async def reply(self, message_id: str, msg_type: str, content: dict[str, Any], uuid: str) -> str:
+        body = {"msg_type": msg_type, "content": json.dumps(content, ensure_ascii=False), "uuid": uuid}
+        data = await self.call("POST", f"/open-apis/im/v1/messages/{message_id}/reply", "reply", body)
+        return str(data.get("message_id", ""))
+
+    async def create(
+        self, receive_id_type: str, receive_id: str, msg_type: str, content: dict[str, Any], uuid: str
+    ) -> str:
+        body = {
+            "receive_id": receive_id,
+            "msg_type": msg_type,
+            "content": json.dumps(content, ensure_ascii=False),
+            "uuid": uuid,
+        }
+        params = {"receive_id_type": receive_id_type}
+        data = await self.call("POST", "/open-apis/im/v1/messages", "create", body, params)
+        return str(data.get("message_id", ""))
+
+    async def add_reaction(self, message_id: str, emoji_type: str) -> None:
+        body = {"reaction_type": {"emoji_type": emoji_type}}
+        await self.call("POST", f"/open-apis/im/v1/messages/{message_id}/reactions", "reaction", body)
+
+    async def create_card(self, card: dict[str, Any]) -> str:
+        body = {"type": "card_json", "data": json.dumps(card, ensure_ascii=False)}
+        data = await self.call("POST", "/open-apis/cardkit/v1/cards", "card_create", body)
+        card_id = data.get("card_id")
+        if not card_id:
+            raise FeishuApiError("card_create", -1, "no card_id in answer")
+        return str(card_id)
+
+    async def card_content(self, card_id: str, element_id: str, content: str, sequence: int, uuid: str) -> None:
+        body = {"content": content, "sequence": sequence, "uuid": uuid}
+        path = f"/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content"
+        await self.call("PUT", path, "card_content", body)
+
+    async def card_settings(self, card_id: str, settings: dict[str, Any], sequence: int, uuid: str) -> None:
+        body = {"settings": json.dumps(settings, ensure_ascii=False), "sequence": sequence, "uuid": uuid}
+        await self.call("PATCH", f"/open-apis/cardkit/v1/cards/{card_id}/settings", "card_settings", body)
+
+
+def _reset_delay(headers: dict[str, str], attempt: int) -> float:
+    """Seconds until Feishu's rate-limit window resets (`x-ogw-ratelimit-reset`), else exponential backoff."""
+    for name in ("x-ogw-ratelimit-reset", "retry-after"):
+        value = headers.get(name)
+        if value:
+            try:
+                return min(MAX_BACKOFF_S, max(0.05, float(value)))
+            except ValueError:
+                pass
+    return min(MAX_BACKOFF_S, 0.25 * 2.0**attempt)

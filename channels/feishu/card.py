@@ -1,0 +1,139 @@
+"""One CardKit streaming card per turn: full-text updates with a strictly increasing sequence, always closed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from channels.feishu.api import FeishuApi, FeishuApiError
+
+log = structlog.get_logger(__name__)
+
+ELEMENT_ID = "md_1"
+PLACEHOLDER = "…"
+CLOSE_TIMEOUT_S = 15.0
+
+
+def idempotency_key(*parts: str) -> str:
+    """A deterministic `uuid` for a send, so a retried request cannot post twice."""
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
+
+
+def streaming_card() -> dict[str, Any]:
+    return {
+        "schema": "2.0",
+        "config": {
+            "streaming_mode": True,
+            "update_multi": True,
+            "summary": {"content": "[生成中...]"},
+            "streaming_config": {
+                "print_frequency_ms": {"default": 50},
+                "print_step": {"default": 2},
+                "print_strategy": "fast",
+            },
+        },
+        "body": {"elements": [{"tag": "markdown", "content": PLACEHOLDER, "element_id": ELEMENT_ID}]},
+    }
+
+
+class CardStream:
+    """Create a streaming card, reply with it, push snapshots (coalesced, throttled), then close it.
+
+    `push()` never waits: a writer task sends the newest snapshot at most once per `interval_s`. `finish()`
+    sends the final text and switches streaming off, whatever happened before; `broken` tells the caller the
+    card could not show the final text, so a normal reply is needed.
+    """
+
+    def __init__(
+        self,
+        api: FeishuApi,
+        reply_to: str,
+        key: str,
+        *,
+        interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._api = api
+        self._reply_to = reply_to
+        self._key = key
+        self._interval_s = interval_s
+        self._clock = clock
+        self.card_id = ""
+        self.sequence = 0
+        self.broken = False
+        self.first_update_at: float | None = None
+        self._pending = ""
+        self._sent = PLACEHOLDER
+        self._wake = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        """Create the card entity and send it as a reply; raises `FeishuApiError` (then nothing was sent)."""
+        self.card_id = await self._api.create_card(streaming_card())
+        content = {"type": "card", "data": {"card_id": self.card_id}}
+        await self._api.reply(self._reply_to, "interactive", content, idempotency_key(self._key, "card"))
+        self._writer = asyncio.create_task(self._write_loop(), name=f"feishu-card-{self.card_id}")
+
+    def push(self, text: str) -> None:
+        self._pending = text
+        self._wake.set()
+
+    async def finish(self, final_text: str) -> None:
+        """Show `final_text` and close streaming mode; bounded in time, never raises except on cancellation."""
+        self._closing.set()
+        self._wake.set()
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._writer), CLOSE_TIMEOUT_S)
+            if not self._writer.done():
+                self._writer.cancel()
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                if not self.broken and final_text != self._sent:
+                    await self._put(final_text or PLACEHOLDER)
+                await self._close(final_text)
+        except (FeishuApiError, TimeoutError) as e:
+            self.broken = self.broken or final_text != self._sent
+            log.warning("feishu_card_close_failed", card_id=self.card_id, error=str(e))
+
+    async def _write_loop(self) -> None:
+        while not self._closing.is_set():
+            await self._wake.wait()
+            self._wake.clear()
+            if self._closing.is_set():
+                return
+            text = self._pending
+            if text and text != self._sent and not self.broken:
+                try:
+                    await self._put(text)
+                except FeishuApiError as e:
+                    self.broken = True
+                    log.warning("feishu_card_update_failed", card_id=self.card_id, error=str(e))
+                    return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), self._interval_s)
+
+    async def _put(self, text: str) -> None:
+        self.sequence += 1
+        seq = self.sequence
+        await self._api.card_content(
+            self.card_id, ELEMENT_ID, text, seq, idempotency_key(self._key, "content", str(seq))
+        )
+        self._sent = text
+        if self.first_update_at is None:
+            self.first_update_at = self._clock()
+
+    async def _close(self, final_text: str) -> None:
+        self.sequence += 1
+        summary = " ".join(final_text.split())[:60] or " "
+        settings = {"config": {"streaming_mode": False, "summary": {"content": summary}}}
+        await self._api.card_settings(
+            self.card_id, settings, self.sequence, idempotency_key(self._key, "close", str(self.sequence))
+        )

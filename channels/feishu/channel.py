@@ -1,0 +1,283 @@
+"""FeishuChannel: Feishu/Lark apps over the long connection or the webhook, replying with streaming cards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from agenthub.channel import ChannelContext
+from agenthub.dedup import DedupStore
+from agenthub.errors import ChannelSendError
+from agenthub.messages import InboundMessage, OutboundMessage
+from channels.feishu.api import FeishuApi, FeishuApiError
+from channels.feishu.config import parse_config
+from channels.feishu.inbound import (
+    SUPPORTED_TYPES,
+    BadEvent,
+    FeishuMessage,
+    mentions_bot,
+    parse_message_event,
+    render_text,
+    session_chat_id,
+)
+from channels.feishu.turn import FeishuApp, run_turn, send_reply, send_safely
+
+log = structlog.get_logger(__name__)
+
+WEBHOOK_PATH = "/feishu/{cred_id}/events"
+UNSUPPORTED = (
+    "暂不支持 {kind} 类型的消息，请发送文字。(Sorry, {kind} messages are not supported yet; please send text.)"
+)
+_AUTH_FAILURES = ("signature verification failed", "invalid verification_token", "encrypt_key not found")
+
+
+class FeishuChannel:
+    """Every configured Feishu/Lark app; lark-oapi is imported in `start()`, off the event loop."""
+
+    name = "feishu"
+
+    def __init__(self, context: ChannelContext, config: Mapping[str, Any]) -> None:
+        self._ctx = context
+        self._config = parse_config(config)
+        self._apps = {cred_id: FeishuApp(cred_id, cfg) for cred_id, cfg in self._config.apps.items()}
+        self._dedup = DedupStore(context.state_dir / "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ws: Any = None
+        self._stopped = False
+        if any(app.config.mode == "webhook" for app in self._apps.values()):
+            context.web.add("POST", WEBHOOK_PATH, self._webhook)
+
+    @property
+    def apps(self) -> Mapping[str, FeishuApp]:
+        return self._apps
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if not self._apps:
+            return
+        from channels.feishu.sdk import import_sdk
+
+        await asyncio.to_thread(import_sdk)
+        from channels.feishu.ws import WsRunner
+
+        self._ws = WsRunner()
+        self._ws.on_failed = self._ws_failed
+        await asyncio.gather(*(self._start_app(app) for app in self._apps.values()))
+        await asyncio.to_thread(self._ws.start)
+        ready = [a.cred_id for a in self._apps.values() if a.status == "ready"]
+        log.info("feishu_started", ready=ready, failed=[c for c in self._apps if c not in ready])
+
+    async def _start_app(self, app: FeishuApp) -> None:
+        from channels.feishu.sdk import build_dispatcher
+
+        cfg = app.config
+        try:
+            app.api = FeishuApi(
+                cfg.base_url, cfg.app_id, cfg.app_secret, timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries
+            )
+            app.bot_open_id = await app.api.bot_open_id()
+            webhook = cfg.mode == "webhook"
+            app.dispatcher = build_dispatcher(
+                cfg.secret("encrypt_key") if webhook else "",
+                cfg.secret("verification_token") if webhook else "",
+                lambda envelope: self._on_event(app, envelope),
+                cfg.extra_events,
+            )
+            if not webhook:
+                self._ws.add(app.cred_id, cfg.app_id, cfg.app_secret.get_secret_value(), cfg.base_url, app.dispatcher)
+            app.status = "ready"
+            log.info("feishu_app_ready", cred_id=app.cred_id, mode=cfg.mode, bot_open_id=app.bot_open_id)
+        except Exception as e:
+            app.status = "failed"
+            log.error("feishu_app_start_failed", cred_id=app.cred_id, error=str(e))
+
+    def _ws_failed(self, cred_id: str, error: str) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(setattr, self._apps[cred_id], "status", "failed")
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._ws is not None:
+            await self._ws.stop()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for app in self._apps.values():
+            if app.api is not None:
+                await app.api.close()
+        log.info("feishu_stopped")
+
+    # --- receiving ---------------------------------------------------------------------------------
+
+    async def _webhook(self, request: web.Request) -> web.StreamResponse:
+        app = self._apps.get(request.match_info.get("cred_id", ""))
+        if app is None or app.config.mode != "webhook":
+            return web.json_response({"msg": "unknown feishu app"}, status=404)
+        if app.status != "ready" or app.dispatcher is None:
+            return web.json_response({"msg": "feishu app not ready"}, status=503)
+        body = await request.read()
+        try:
+            if not isinstance(json.loads(body), dict):
+                raise ValueError("not an object")
+        except ValueError:
+            return web.json_response({"msg": "body must be a JSON object"}, status=400)
+        from lark_oapi.core.model import RawRequest
+
+        raw = RawRequest()
+        raw.uri = request.path
+        raw.body = body
+        raw.headers = request.headers  # case-insensitive: the SDK looks headers up in exact case
+        resp = app.dispatcher.do(raw)
+        status = int(resp.status_code)
+        text = bytes(resp.content or b"").decode("utf-8", "replace")
+        if status == 500 and any(reason in text for reason in _AUTH_FAILURES):
+            status = 401
+            log.warning("feishu_webhook_refused", cred_id=app.cred_id, reason=text[:100])
+        return web.Response(status=status, body=resp.content, content_type="application/json")
+
+    def _on_event(self, app: FeishuApp, envelope: dict[str, Any]) -> None:
+        """Called by the SDK's dispatcher on any thread; must return at once and never raise."""
+        loop = self._loop
+        try:
+            if loop is None or loop.is_closed() or self._stopped:
+                raise RuntimeError("channel not running")
+            received_at = time.monotonic()
+            loop.call_soon_threadsafe(self._spawn, self._ingest(app, envelope, received_at))
+        except Exception as e:
+            log.error("feishu_event_dropped", cred_id=app.cred_id, error=str(e))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        if self._stopped:
+            coro.close()
+            return
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("feishu_task_failed", error=repr(task.exception()))
+
+    async def _ingest(self, app: FeishuApp, envelope: dict[str, Any], received_at: float) -> None:
+        try:
+            msg = parse_message_event(envelope)
+        except BadEvent as e:
+            log.warning("feishu_bad_event", cred_id=app.cred_id, error=str(e))
+            return
+        if not self._addressed(app, msg):
+            return
+        if await self._dedup.check_and_add(f"{app.cred_id}:{msg.message_id}"):
+            log.info("feishu_duplicate_dropped", cred_id=app.cred_id, message_id=msg.message_id)
+            return
+        assert app.api is not None
+        key = f"{app.cred_id}:{msg.message_id}"
+        if msg.message_type not in SUPPORTED_TYPES:
+            await send_safely(app.api, msg.message_id, UNSUPPORTED.format(kind=msg.message_type), key)
+            return
+        content = render_text(msg, app.bot_open_id)
+        if not content:
+            log.info("feishu_empty_message", cred_id=app.cred_id, message_id=msg.message_id)
+            return
+        if app.config.ack_reaction:
+            self._spawn(self._react(app, msg.message_id, app.config.ack_reaction))
+        handle = await self._ctx.gateway.submit(self._inbound(app, msg, content))
+        waited_s = round(time.monotonic() - received_at, 4)
+        log.info("feishu_submitted", cred_id=app.cred_id, message_id=msg.message_id, waited_s=waited_s)
+        await run_turn(app, msg.message_id, handle, key)
+
+    def _addressed(self, app: FeishuApp, msg: FeishuMessage) -> bool:
+        cfg = app.config
+        if msg.sender_type == "app" or (app.bot_open_id and msg.sender_open_id == app.bot_open_id):
+            return False
+        age_s = time.time() - msg.create_time_ms / 1000
+        if msg.create_time_ms and age_s > cfg.stale_after_s:
+            log.info("feishu_stale_dropped", cred_id=app.cred_id, message_id=msg.message_id, age_s=int(age_s))
+            return False
+        if cfg.allow_from and not (msg.sender_ids | {msg.chat_id}) & set(cfg.allow_from):
+            log.info("feishu_not_allowed", cred_id=app.cred_id, sender=msg.sender_open_id)
+            return False
+        if msg.is_group and not mentions_bot(msg, app.bot_open_id, mention_all=cfg.respond_to_mention_all):
+            log.debug("feishu_group_not_mentioned", cred_id=app.cred_id, message_id=msg.message_id)
+            return False
+        return True
+
+    def _inbound(self, app: FeishuApp, msg: FeishuMessage, content: str) -> InboundMessage:
+        metadata = {
+            "chat_type": "group" if msg.is_group else "p2p",
+            "feishu_chat_id": msg.chat_id,
+            "message_type": msg.message_type,
+            "root_id": msg.root_id,
+            "thread_id": msg.thread_id,
+        }
+        return InboundMessage(
+            channel=self.name,
+            chat_id=session_chat_id(msg, app.config.group_session_scope),
+            sender_id=msg.sender_open_id or msg.sender_user_id,
+            content=content,
+            message_id=msg.message_id,
+            agent=app.config.agent,
+            cred_id=app.cred_id,
+            timestamp=msg.create_time_ms or int(time.time() * 1000),
+            metadata=metadata,
+        )
+
+    async def _react(self, app: FeishuApp, message_id: str, emoji: str) -> None:
+        assert app.api is not None
+        try:
+            await app.api.add_reaction(message_id, emoji)
+        except FeishuApiError as e:
+            log.warning("feishu_reaction_failed", cred_id=app.cred_id, code=e.code)
+
+    # --- proactive sending -------------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> None:
+        app = self._app_for(message.cred_id)
+        assert app.api is not None
+        key = f"{app.cred_id}:out:{uuid.uuid4().hex}"
+        try:
+            if message.reply_to:
+                await send_reply(app.api, message.reply_to, message.content, key)
+                return
+            id_type, receive_id = receive_target(message.chat_id)
+            from channels.feishu.card import idempotency_key
+            from channels.feishu.format import build_content, plan_reply
+
+            for index, (fmt, chunk) in enumerate(plan_reply(message.content or " ")):
+                msg_type, content = build_content(fmt, chunk)
+                await app.api.create(id_type, receive_id, msg_type, content, idempotency_key(key, str(index)))
+        except FeishuApiError as e:
+            raise ChannelSendError(f"feishu send to {message.chat_id} failed: code={e.code}") from e
+
+    def _app_for(self, cred_id: str | None) -> FeishuApp:
+        ready = [a for a in self._apps.values() if a.status == "ready" and a.api is not None]
+        if cred_id is not None:
+            ready = [a for a in ready if a.cred_id == cred_id]
+        elif len(ready) > 1:
+            raise ChannelSendError("several feishu apps are configured: the message needs a cred_id")
+        if not ready:
+            raise ChannelSendError(f"no running feishu app for cred_id={cred_id}")
+        return ready[0]
+
+
+def receive_target(chat_id: str) -> tuple[str, str]:
+    """`(receive_id_type, receive_id)` for a session chat_id (`oc_…` group, `ou_…` user, `oc_…:ou_…` member)."""
+    head = chat_id.split(":", 1)[0]
+    if head.startswith("ou_"):
+        return "open_id", head
+    if head.startswith("on_"):
+        return "union_id", head
+    if head.startswith("oc_"):
+        return "chat_id", head
+    return "user_id", head

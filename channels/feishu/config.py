@@ -1,0 +1,103 @@
+"""Validated configuration of the Feishu/Lark channel: one `[channels.feishu.apps.<cred_id>]` table per app."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from agenthub.config import describe_validation_error
+from agenthub.errors import ConfigError
+
+DOMAINS = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
+_CRED_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_LOCAL_HTTP = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$")
+_HTTPS_ORIGIN = re.compile(r"^https://[A-Za-z0-9.-]+(:\d+)?$")
+MIN_DEDUP_TTL_S = 7 * 3600 + 600
+"""Feishu redelivers at about 15 s, 5 min, 1 h and 6 h; the dedup memory must outlive the whole ladder."""
+
+SessionScope = Literal["group", "group_sender", "group_topic", "group_topic_sender"]
+
+
+class FeishuAppConfig(BaseModel):
+    """One Feishu/Lark self-built app (bot)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    app_id: str = Field(min_length=1)
+    app_secret: SecretStr
+    mode: Literal["websocket", "webhook"] = "websocket"
+    encrypt_key: SecretStr | None = None
+    verification_token: SecretStr | None = None
+    agent: str | None = None
+    domain: str = "feishu"
+    group_session_scope: SessionScope = "group"
+    respond_to_mention_all: bool = False
+    allow_from: list[str] = Field(default_factory=list)
+    streaming_card: bool = True
+    card_update_interval_s: float = Field(0.2, ge=0.1, le=5.0)
+    ack_reaction: str | None = None
+    stale_after_s: float = Field(1800.0, gt=0)
+    extra_events: list[str] = Field(default_factory=list)
+    request_timeout_s: float = Field(10.0, gt=0, le=120)
+    max_retries: int = Field(3, ge=0, le=10)
+
+    @field_validator("app_secret")
+    @classmethod
+    def _secret_not_empty(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("domain")
+    @classmethod
+    def _known_domain(cls, value: str) -> str:
+        value = value.rstrip("/")
+        if value in DOMAINS or _HTTPS_ORIGIN.match(value) or _LOCAL_HTTP.match(value):
+            return value
+        raise ValueError('must be "feishu", "lark", an https:// origin, or http:// on localhost')
+
+    @model_validator(mode="after")
+    def _webhook_needs_token(self) -> FeishuAppConfig:
+        if self.mode == "webhook" and not (self.verification_token and self.verification_token.get_secret_value()):
+            raise ValueError("webhook mode needs verification_token (and preferably encrypt_key)")
+        return self
+
+    @property
+    def base_url(self) -> str:
+        """The open-apis origin (`https://open.feishu.cn` or an override)."""
+        return DOMAINS.get(self.domain, self.domain)
+
+    def secret(self, name: Literal["encrypt_key", "verification_token"]) -> str:
+        value: SecretStr | None = getattr(self, name)
+        return value.get_secret_value() if value is not None else ""
+
+
+class FeishuConfig(BaseModel):
+    """The whole `[channels.feishu]` table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    apps: dict[str, FeishuAppConfig] = Field(default_factory=dict)
+    dedup_ttl_s: float = Field(8 * 3600.0, ge=MIN_DEDUP_TTL_S)
+
+    @field_validator("apps")
+    @classmethod
+    def _cred_ids(cls, value: dict[str, FeishuAppConfig]) -> dict[str, FeishuAppConfig]:
+        for cred_id in value:
+            if not _CRED_ID.match(cred_id):
+                raise ValueError(f"cred_id {cred_id!r} must be 1-64 of A-Z a-z 0-9 _ -")
+        app_ids = [app.app_id for app in value.values()]
+        if len(set(app_ids)) != len(app_ids):
+            raise ValueError("two apps share one app_id")
+        return value
+
+
+def parse_config(raw: Mapping[str, Any]) -> FeishuConfig:
+    """Validate the raw table; a bad value raises `ConfigError` naming the key, never the value."""
+    try:
+        return FeishuConfig.model_validate(dict(raw))
+    except ValidationError as e:
+        raise ConfigError("channels.feishu: " + describe_validation_error(e)) from None

@@ -1,0 +1,111 @@
+"""Delivering one turn's reply: the streaming card, or a normal reply when cards are unavailable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import structlog
+
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, NoticeEvent
+from channels.feishu.api import FeishuApi, FeishuApiError
+from channels.feishu.card import CardStream, idempotency_key
+from channels.feishu.config import FeishuAppConfig
+from channels.feishu.format import build_content, plain_chunks, plan_reply
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class FeishuApp:
+    """One configured app at run time."""
+
+    cred_id: str
+    config: FeishuAppConfig
+    api: FeishuApi | None = None
+    dispatcher: Any = None
+    bot_open_id: str = ""
+    status: Literal["new", "ready", "failed"] = "new"
+    cards_enabled: bool = True
+
+    def __post_init__(self) -> None:
+        self.cards_enabled = self.config.streaming_card
+
+
+async def run_turn(app: FeishuApp, reply_to: str, handle: ReplyHandle, key: str) -> None:
+    """Stream `handle` into one card replying to `reply_to`; close the card whatever happens, and fall back
+    to a normal reply when no card could be used or it could not show the final answer."""
+    assert app.api is not None
+    stream = await _open_stream(app, reply_to, key)
+    text, notices = "", []
+    answer: str | None = None
+    try:
+        async for event in handle:
+            if isinstance(event, DeltaEvent):
+                text += event.text
+            elif isinstance(event, NoticeEvent):
+                notices.append(event.text)
+            elif isinstance(event, DoneEvent):
+                answer = event.full_text
+            elif isinstance(event, ErrorEvent):
+                answer = with_error(text, event.message)
+            if stream is not None and answer is None:
+                stream.push(_display(notices, text))
+    finally:
+        if answer is None:
+            answer = with_error(text, "回复已中断 (interrupted)")
+        if stream is not None:
+            await stream.finish(answer)
+    if stream is None or stream.broken:
+        await send_reply(app.api, reply_to, answer, key)
+
+
+async def _open_stream(app: FeishuApp, reply_to: str, key: str) -> CardStream | None:
+    if not app.cards_enabled or app.api is None:
+        return None
+    stream = CardStream(app.api, reply_to, key, interval_s=app.config.card_update_interval_s)
+    try:
+        await stream.open()
+    except FeishuApiError as e:
+        if e.permission_denied:
+            app.cards_enabled = False
+            log.warning("feishu_cardkit_disabled", cred_id=app.cred_id, code=e.code, reason="permission")
+        else:
+            log.warning("feishu_card_open_failed", cred_id=app.cred_id, code=e.code, error=str(e))
+        return None
+    return stream
+
+
+def with_error(text: str, message: str) -> str:
+    return f"{text}\n\n> ⚠️ {message}" if text.strip() else f"⚠️ {message}"
+
+
+def _display(notices: list[str], text: str) -> str:
+    head = "\n".join(f"> {n}" for n in notices)
+    return f"{head}\n\n{text}" if head and text else head or text
+
+
+async def send_reply(api: FeishuApi, reply_to: str, text: str, key: str) -> None:
+    """Reply with `text` as text, `post` or markdown cards by content, split as needed; a refused rich part
+    is resent as plain text. Raises `FeishuApiError` when even plain text fails."""
+    for index, (fmt, chunk) in enumerate(plan_reply(text or " ")):
+        msg_type, content = build_content(fmt, chunk)
+        uuid = idempotency_key(key, "part", str(index))
+        try:
+            await api.reply(reply_to, msg_type, content, uuid)
+            continue
+        except FeishuApiError as e:
+            if fmt == "text":
+                raise
+            log.warning("feishu_rich_reply_failed", msg_type=msg_type, code=e.code)
+        for sub, (plain_type, plain) in enumerate(plain_chunks(chunk)):
+            await api.reply(reply_to, plain_type, plain, idempotency_key(key, "plain", str(index), str(sub)))
+
+
+async def send_safely(api: FeishuApi, reply_to: str, text: str, key: str) -> None:
+    """`send_reply` for background paths: failures are logged, cancellation propagates."""
+    try:
+        await send_reply(api, reply_to, text, key)
+    except FeishuApiError as e:
+        log.error("feishu_reply_failed", code=e.code, error=str(e))

@@ -1,0 +1,119 @@
+"""Runs every long-connection app's lark-oapi `ws.Client` on one private thread and event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from channels.feishu.sdk import route_sdk_logging
+
+log = structlog.get_logger(__name__)
+
+
+class WsRunner:
+    """Owns the `lark-ws` thread.
+
+    lark-oapi's `ws.Client` runs on the module-global `lark_oapi.ws.client.loop` and `start()` blocks
+    forever, so all clients share one thread whose fresh loop is installed as that global before anything
+    runs. Each client is driven like `start()` does (connect, reconnect, ping loop) but as a task, so
+    several apps can share the loop, and `stop()` disconnects them (auto-reconnect off) and ends the thread.
+    """
+
+    def __init__(self) -> None:
+        self._clients: dict[str, Any] = {}
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self.on_failed: Callable[[str, str], None] = lambda cred_id, error: None
+
+    def add(self, cred_id: str, app_id: str, app_secret: str, domain: str, dispatcher: Any) -> None:
+        import lark_oapi as lark
+
+        self._clients[cred_id] = lark.ws.Client(
+            app_id, app_secret, event_handler=dispatcher, domain=domain, auto_reconnect=True
+        )
+        route_sdk_logging()  # the constructor resets the SDK logger's level
+
+    def start(self) -> None:
+        if not self._clients or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._main, name="lark-ws", daemon=True)
+        self._thread.start()
+        self._ready.wait(timeout=10)
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        thread, loop, stop = self._thread, self._loop, self._stop
+        if thread is None:
+            return
+        self._thread = None
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stop.set)
+        await asyncio.to_thread(thread.join, timeout_s)
+        if thread.is_alive():
+            log.warning("feishu_ws_thread_stuck", timeout_s=timeout_s)
+
+    def _main(self) -> None:
+        import lark_oapi.ws.client as ws_mod
+
+        loop = asyncio.new_event_loop()
+        ws_mod.loop = loop
+        asyncio.set_event_loop(loop)
+        loop.set_exception_handler(_quiet_exception)
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except Exception as e:
+            log.error("feishu_ws_thread_failed", error=repr(e))
+        finally:
+            loop.close()
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        self._ready.set()
+        tasks = [asyncio.create_task(self._drive(cred_id, c)) for cred_id, c in self._clients.items()]
+        await self._stop.wait()
+        for client in self._clients.values():
+            client._auto_reconnect = False
+        for client in self._clients.values():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client._disconnect(), 5)
+        current = asyncio.current_task()
+        leftovers = [t for t in asyncio.all_tasks() if t is not current]
+        for task in [*tasks, *leftovers]:
+            task.cancel()
+        await asyncio.gather(*tasks, *leftovers, return_exceptions=True)
+        log.info("feishu_ws_stopped", apps=len(self._clients))
+
+    async def _drive(self, cred_id: str, client: Any) -> None:
+        from lark_oapi.ws.exception import ClientException
+
+        try:
+            await client._connect()
+            log.info("feishu_ws_connected", cred_id=cred_id)
+        except ClientException as e:  # bad credentials and the like: retrying will not help
+            log.error("feishu_ws_start_failed", cred_id=cred_id, error=str(e))
+            self.on_failed(cred_id, str(e))
+            return
+        except Exception as e:
+            log.warning("feishu_ws_connect_failed", cred_id=cred_id, error=str(e))
+            with contextlib.suppress(Exception):
+                await client._disconnect()
+            try:
+                await client._reconnect()
+            except Exception as e2:
+                log.error("feishu_ws_start_failed", cred_id=cred_id, error=str(e2))
+                self.on_failed(cred_id, str(e2))
+                return
+        await client._ping_loop()
+
+
+def _quiet_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    log.debug("feishu_ws_loop_exception", message=str(context.get("message")), error=repr(context.get("exception")))

@@ -1,0 +1,272 @@
+"""Feishu webhook mode against a fake Feishu: challenge, signature, token, AES, dedup, groups, streaming cards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.fakes.feishu import (
+    FakeFeishu,
+    Harness,
+    StoppableSubmitter,
+    bot_open_id,
+    feishu_encrypt,
+    feishu_headers,
+    mention,
+    message_event,
+    other_event,
+    running_channel,
+)
+from tests.fakes.submitter import ScriptedSubmitter
+
+APP_ID, SECRET, TOKEN, KEY = "cli_web1", "s3cret-web1", "vtoken-1", "enc-key-1"
+APP = {"app_id": APP_ID, "app_secret": SECRET, "mode": "webhook", "verification_token": TOKEN, "encrypt_key": KEY}
+BOT = bot_open_id(APP_ID)
+
+
+@asynccontextmanager
+async def harness(
+    tmp_path: Path, gateway: Any, apps: dict[str, dict[str, Any]] | None = None, secrets: dict[str, str] | None = None
+) -> AsyncIterator[Harness]:
+    async with (
+        FakeFeishu(secrets or {APP_ID: SECRET}) as fake,
+        running_channel(fake, tmp_path, apps or {"main": APP}, gateway) as h,
+    ):
+        yield h
+
+
+async def post_event(
+    h: Harness, payload: dict[str, Any], *, key: str = KEY, sign: bool = True, lowercase: bool = False
+) -> tuple[int, dict[str, Any]]:
+    body = feishu_encrypt(payload, key)
+    headers = feishu_headers(body, KEY, lowercase=lowercase) if sign else {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as s, s.post(h.events_url("main"), data=body, headers=headers) as r:
+        return r.status, await r.json(content_type=None)
+
+
+async def test_url_verification_challenge_is_answered_without_signature(tmp_path: Path) -> None:
+    async with harness(tmp_path, ScriptedSubmitter()) as h:
+        payload = {"type": "url_verification", "challenge": "ch-1", "token": TOKEN}
+        status, body = await post_event(h, payload, sign=False)
+    assert (status, body) == (200, {"challenge": "ch-1"})
+
+
+async def test_signed_encrypted_message_streams_one_card_acked_before_the_turn(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter(chunks=6, delay_s=0.05, reply_for=lambda m: f"你好，{m.content}！" * 3)
+    async with harness(tmp_path, gateway) as h:
+        fake = h.fake
+        event = message_event("hello there", token=TOKEN, app_id=APP_ID)
+        started = time.monotonic()
+        status, body = await post_event(h, event, lowercase=True)
+        acked_in = time.monotonic() - started
+        assert (status, body) == (200, {"msg": "success"})
+        assert not fake.cards or fake.cards[next(iter(fake.cards))].streaming  # answered before the turn ended
+        await fake.wait_until(lambda: fake.closed_cards() >= 1)
+        final = await gateway.handles[0].result()
+    message_id = event["event"]["message"]["message_id"]
+    card = fake.card_for_reply(message_id)
+    assert acked_in < 1.0
+    assert card.card["config"]["streaming_mode"] is True
+    assert card.content == final.full_text == "你好，hello there！" * 3  # type: ignore[union-attr]
+    assert len(card.updates) >= 2
+    assert card.sequences == sorted(set(card.sequences)) and len(card.sequences) == len(card.updates) + 1
+    assert card.settings[-1]["config"]["streaming_mode"] is False and card.streaming is False
+    assert fake.sequence_errors == []
+    [msg] = gateway.received
+    assert (msg.channel, msg.chat_id, msg.sender_id, msg.content) == ("feishu", "ou_user1", "ou_user1", "hello there")
+    assert (msg.cred_id, msg.message_id, msg.metadata["chat_type"]) == ("main", message_id, "p2p")
+    assert fake.token_fetches == {APP_ID: 1}
+
+
+@pytest.mark.parametrize("tamper", ["signature", "token", "missing_headers", "wrong_key"])
+async def test_bad_signature_or_token_is_refused_and_nothing_is_processed(tmp_path: Path, tamper: str) -> None:
+    gateway = ScriptedSubmitter()
+    async with harness(tmp_path, gateway) as h:
+        fake = h.fake
+        event = message_event("hi", token="wrong-token" if tamper == "token" else TOKEN, app_id=APP_ID)
+        body = feishu_encrypt(event, "other-key" if tamper == "wrong_key" else KEY)
+        headers = feishu_headers(body, KEY)
+        if tamper == "signature":
+            headers["X-Lark-Signature"] = "0" * 64
+        if tamper == "missing_headers":
+            headers = {"Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as s, s.post(h.events_url("main"), data=body, headers=headers) as r:
+            status = r.status
+        await asyncio.sleep(0.05)  # give a wrongly scheduled turn the chance to show up
+    assert status in (401, 500)
+    assert gateway.received == [] and fake.messages == [] and fake.cards == {}
+
+
+async def test_unsubscribed_and_no_op_event_types_are_acknowledged(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    async with harness(tmp_path, gateway) as h:
+        unknown = await post_event(h, other_event("contact.user.created_v3", TOKEN))
+        reaction = await post_event(h, other_event("im.message.reaction.created_v1", TOKEN))
+    assert unknown == (200, {"msg": "success"}) and reaction == (200, {"msg": "success"})
+    assert gateway.received == []
+
+
+async def test_malformed_body_and_unknown_app_get_clear_errors(tmp_path: Path) -> None:
+    async with harness(tmp_path, ScriptedSubmitter()) as h, aiohttp.ClientSession() as s:
+        async with s.post(h.events_url("main"), data=b"not json") as r:
+            assert r.status == 400 and "JSON" in (await r.json())["msg"]
+        async with s.post(h.events_url("nope"), data=b"{}") as r:
+            assert r.status == 404
+
+
+async def test_same_message_id_three_times_and_after_restart_gets_one_answer(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    event = message_event("once", token=TOKEN, app_id=APP_ID, message_id="om_dup_1")
+    async with FakeFeishu({APP_ID: SECRET}) as fake:
+        async with running_channel(fake, tmp_path, {"main": APP}, gateway) as h:
+            copies = [{**event, "header": {**event["header"], "event_id": f"e{i}"}} for i in range(3)]
+            results = await asyncio.gather(*(post_event(h, copy) for copy in copies))
+            assert all(r == (200, {"msg": "success"}) for r in results)
+            await fake.wait_until(lambda: fake.closed_cards() >= 1)
+        async with running_channel(fake, tmp_path, {"main": APP}, gateway) as h:
+            assert await post_event(h, event) == (200, {"msg": "success"})
+            await asyncio.sleep(0.1)  # a wrongly accepted redelivery would submit within this
+    assert len(gateway.received) == 1
+    assert len([m for m in fake.messages if m.target == "om_dup_1"]) == 1
+
+
+def group_event(text: str, mentions: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
+    return message_event(
+        text, token=TOKEN, app_id=APP_ID, chat_type="group", chat_id="oc_group1", mentions=mentions, **kw
+    )
+
+
+async def test_group_messages_answer_only_when_the_bot_is_mentioned(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    async with harness(tmp_path, gateway) as h:
+        fake = h.fake
+        ignored = group_event("@_user_1 look at this", [mention("@_user_1", "ou_alice", "Alice")])
+        assert await post_event(h, ignored) == (200, {"msg": "success"})
+        addressed = group_event(
+            "@_user_1 ask @_user_2 about it",
+            [mention("@_user_1", BOT, "AgentBot"), mention("@_user_2", "ou_alice", "Alice")],
+        )
+        await post_event(h, addressed)
+        restart = group_event("@_user_1 /restart", [mention("@_user_1", BOT, "AgentBot")], sender="ou_bob")
+        await post_event(h, restart)
+        await gateway.wait_for(2)
+        await fake.wait_until(lambda: fake.closed_cards() >= 2)
+    assert [m.content for m in gateway.received] == ["ask @Alice about it", "/restart"]
+    assert {m.chat_id for m in gateway.received} == {"oc_group1"}
+    assert not [m for m in fake.messages if m.target == ignored["event"]["message"]["message_id"]]
+
+
+async def test_per_member_sessions_and_allow_list(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    app = {**APP, "group_session_scope": "group_sender", "allow_from": ["ou_bob"]}
+    async with harness(tmp_path, gateway, {"main": app}) as h:
+        fake = h.fake
+        for sender in ("ou_alice", "ou_bob"):
+            await post_event(h, group_event("@_user_1 hi", [mention("@_user_1", BOT, "Bot")], sender=sender))
+        await gateway.wait_for(1)
+        await fake.wait_until(lambda: fake.closed_cards() >= 1)
+    assert [m.chat_id for m in gateway.received] == ["oc_group1:ou_bob"]
+
+
+async def test_stop_aborts_the_turn_and_its_card_is_still_closed(tmp_path: Path) -> None:
+    gateway = StoppableSubmitter(chunks=40, delay_s=0.05, reply_for=lambda m: "x" * 400 if m.content == "go" else "ok")
+    async with harness(tmp_path, gateway) as h:
+        fake = h.fake
+        first = message_event("go", token=TOKEN, app_id=APP_ID)
+        await post_event(h, first)
+        await fake.wait_until(lambda: any(c.updates for c in fake.cards.values()))
+        await post_event(h, message_event("/stop", token=TOKEN, app_id=APP_ID))
+        await fake.wait_until(lambda: fake.closed_cards() >= 2)
+    card = fake.card_for_reply(first["event"]["message"]["message_id"])
+    assert card.streaming is False and "已停止" in card.content and card.content.startswith("x")
+    assert card.sequences == sorted(set(card.sequences)) and fake.sequence_errors == []
+
+
+async def test_failed_turn_closes_the_card_with_the_error(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter(fail_with="模型暂时不可用")
+    async with harness(tmp_path, gateway) as h:
+        fake = h.fake
+        await post_event(h, message_event("hi", token=TOKEN, app_id=APP_ID))
+        await fake.wait_until(lambda: fake.closed_cards() >= 1)
+    [card] = fake.cards.values()
+    assert "模型暂时不可用" in card.content and card.streaming is False
+
+
+async def test_without_cardkit_permission_it_falls_back_to_a_normal_reply(tmp_path: Path) -> None:
+    reply = "**Bold** answer with a [link](https://example.com)"
+    gateway = ScriptedSubmitter(reply_for=lambda m: reply)
+    async with harness(tmp_path, gateway) as h:
+        fake = h.fake
+        fake.cardkit_denied = True
+        for n in (1, 2):
+            await post_event(h, message_event("hi", token=TOKEN, app_id=APP_ID))
+            await fake.wait_until(lambda n=n: len(fake.replies()) == n)
+    assert [m.msg_type for m in fake.replies()] == ["post", "post"]
+    assert fake.replies()[0].content["zh_cn"]["content"][0][0] == {"tag": "md", "text": reply}
+    assert [op for op, _, _ in fake.calls].count("card_create") == 1  # permission remembered
+
+
+async def test_rate_limited_card_updates_back_off_and_still_finish(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter(chunks=4, delay_s=0.02)
+    async with harness(tmp_path, gateway) as h:
+        fake = h.fake
+        fake.rate_limit = {"card_content": 2, "reply": 1}
+        await post_event(h, message_event("limited", token=TOKEN, app_id=APP_ID))
+        await fake.wait_until(lambda: fake.closed_cards() >= 1)
+    [card] = fake.cards.values()
+    assert card.content == "echo: limited" and fake.rate_limited.count("card_content") == 2
+    assert "reply" in fake.rate_limited and len(fake.replies()) == 1
+
+
+async def test_unsupported_type_gets_a_clear_reply_and_reaction_ack(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    app = {**APP, "ack_reaction": "OnIt"}
+    async with harness(tmp_path, gateway, {"main": app}) as h:
+        fake = h.fake
+        image = message_event("", token=TOKEN, app_id=APP_ID, message_type="image", content={"image_key": "img_1"})
+        await post_event(h, image)
+        text = message_event("hi", token=TOKEN, app_id=APP_ID)
+        await post_event(h, text)
+        await fake.wait_until(lambda: fake.closed_cards() >= 1 and len(fake.reactions) == 1)
+    [unsupported] = [m for m in fake.replies() if m.msg_type == "text"]
+    assert "image" in unsupported.content["text"] and "not supported" in unsupported.content["text"]
+    assert fake.reactions == [(text["event"]["message"]["message_id"], "OnIt")]
+    assert [m.content for m in gateway.received] == ["hi"]
+
+
+async def test_a_failing_app_is_reported_and_the_others_keep_working(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    bad = {**APP, "app_id": "cli_bad", "app_secret": "wrong"}
+    apps = {"main": APP, "bad": bad}
+    async with harness(tmp_path, gateway, apps, {APP_ID: SECRET, "cli_bad": "right"}) as h:
+        fake = h.fake
+        assert h.channel.apps["bad"].status == "failed" and h.channel.apps["main"].status == "ready"
+        async with aiohttp.ClientSession() as s, s.post(h.events_url("bad"), data=b"{}") as r:
+            assert r.status == 503
+        await post_event(h, message_event("still here", token=TOKEN, app_id=APP_ID))
+        await fake.wait_until(lambda: fake.closed_cards() >= 1)
+    assert [m.content for m in gateway.received] == ["still here"]
+
+
+async def test_plaintext_webhook_without_encrypt_key_checks_the_token(tmp_path: Path) -> None:
+    app = {k: v for k, v in APP.items() if k != "encrypt_key"}
+    gateway = ScriptedSubmitter()
+    async with harness(tmp_path, gateway, {"main": app}) as h:
+        fake = h.fake
+        async with aiohttp.ClientSession() as s:
+            good = json.dumps(message_event("plain", token=TOKEN, app_id=APP_ID)).encode()
+            async with s.post(h.events_url("main"), data=good) as r:
+                assert r.status == 200
+            bad = json.dumps(message_event("forged", token="nope", app_id=APP_ID)).encode()
+            async with s.post(h.events_url("main"), data=bad) as r:
+                assert r.status == 401
+        await fake.wait_until(lambda: fake.closed_cards() >= 1)
+    assert [m.content for m in gateway.received] == ["plain"]

@@ -1,0 +1,61 @@
+"""Long-connection mode: the real lark-oapi ws.Client against a local endpoint speaking its frame protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from tests.fakes.feishu import FakeFeishu, bot_open_id, mention, message_event, other_event, running_channel
+from tests.fakes.submitter import ScriptedSubmitter
+
+APP_ID, SECRET = "cli_ws1", "s3cret-ws1"
+
+
+def ws_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "lark-ws"]
+
+
+async def test_ws_client_receives_an_event_replies_and_stops_cleanly(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter(chunks=3, delay_s=0.02)
+    apps = {"main": {"app_id": APP_ID, "app_secret": SECRET, "agent": "helper"}}
+    async with FakeFeishu({APP_ID: SECRET}) as fake:
+        async with running_channel(fake, tmp_path, apps, gateway) as h:
+            await asyncio.wait_for(fake.ws_connected.wait(), 10)
+            assert len(ws_threads()) == 1
+            event = message_event(
+                "@_user_1 over the wire",
+                app_id=APP_ID,
+                chat_type="group",
+                chat_id="oc_ws",
+                mentions=[mention("@_user_1", bot_open_id(APP_ID), "Bot")],
+            )
+            ack = await fake.push_event(APP_ID, event)
+            unknown = await fake.push_event(APP_ID, other_event("contact.user.created_v3"))
+            await fake.wait_until(lambda: fake.closed_cards() == 1)
+            redelivered = await fake.push_event(APP_ID, event)  # at-least-once: the same message again
+            await asyncio.sleep(0.05)
+            assert h.channel.apps["main"].status == "ready"
+        await asyncio.wait_for(fake.ws_closed.wait(), 5)
+        assert ws_threads() == [] and fake.ws == {}
+    assert ack["ack"]["code"] == 200 and "biz_rt" in ack["headers"]
+    assert unknown["ack"]["code"] == 200 and redelivered["ack"]["code"] == 200
+    [msg] = gateway.received
+    assert (msg.content, msg.chat_id, msg.agent, msg.cred_id) == ("over the wire", "oc_ws", "helper", "main")
+    card = fake.card_for_reply(event["event"]["message"]["message_id"])
+    assert card.content == "echo: over the wire" and card.streaming is False
+
+
+async def test_two_long_connection_apps_share_one_thread(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    secrets = {"cli_ws_a": "sa", "cli_ws_b": "sb"}
+    apps = {"a": {"app_id": "cli_ws_a", "app_secret": "sa"}, "b": {"app_id": "cli_ws_b", "app_secret": "sb"}}
+    async with FakeFeishu(secrets) as fake:
+        async with running_channel(fake, tmp_path, apps, gateway):
+            await fake.wait_until(lambda: len(fake.ws) == 2, timeout=10)
+            assert len(ws_threads()) == 1
+            for app_id in secrets:
+                await fake.push_event(app_id, message_event(f"to {app_id}", app_id=app_id, sender=f"ou_{app_id}"))
+            await fake.wait_until(lambda: fake.closed_cards() == 2)
+        assert ws_threads() == []
+    assert sorted((m.cred_id, m.content) for m in gateway.received) == [("a", "to cli_ws_a"), ("b", "to cli_ws_b")]
