@@ -15,6 +15,8 @@ CHANNELS: dict[str, str] = {
     "wecom": "channels.wecom:WeComChannel",
     "feishu": "channels.feishu:FeishuChannel",
 }
+NOT_SERVED = frozenset({"cli"})
+"""Configured under `[channels.*]` but run by `agenthub chat`, not by the daemon."""
 
 
 def load_channel_class(name: str) -> ChannelFactory:
@@ -34,7 +36,7 @@ def enabled_channels(settings: Settings) -> list[tuple[str, Mapping[str, Any]]]:
     if settings.http.enabled:
         enabled.append(("http", settings.channels.get("http", {})))
     for name, raw in settings.channels.items():
-        if name == "http":
+        if name == "http" or name in NOT_SERVED:
             continue
         if name not in CHANNELS:
             raise ConfigError(f"channels.{name}: unknown channel (known: {', '.join(sorted(CHANNELS))})")

@@ -136,14 +136,38 @@ async def test_ready_sigterm_drain_and_restart(daemon_env: DaemonEnv, fake_llm: 
         assert await _stop(proc) == 0
 
 
-async def test_second_daemon_is_refused(daemon_env: DaemonEnv) -> None:
+async def _run_chat(env: DaemonEnv, *args: str, token: str | None) -> tuple[int, str, str]:
+    environ = {**env.env, **({"AGENTHUB_TOKEN": token} if token else {})}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agenthub", "chat", *args, env=environ, cwd=env.root,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_second_daemon_is_refused_and_chat_connects(daemon_env: DaemonEnv, fake_llm: FakeAnthropic) -> None:
     first = await daemon_env.start()
     try:
         await daemon_env.wait_notify("READY=1")
         second = await daemon_env.start()
-        _, err = await asyncio.wait_for(second.communicate(), 20)
+        _, refusal = await asyncio.wait_for(second.communicate(), 20)
         assert second.returncode == 3
-        assert b"already running" in err
+        assert b"already running" in refusal
+
+        code, out, err = await _run_chat(daemon_env, "-m", "hello daemon", token=None)
+        assert code == 2 and "AGENTHUB_TOKEN" in err
+        fake_llm.script(reply_text("answered by the daemon"))
+        code, out, err = await _run_chat(daemon_env, "-m", "hello daemon", "--chat-id", "term", token=daemon_env.token)
+        assert code == 0, err
+        assert out.strip() == "answered by the daemon"
+        async with (
+            aiohttp.ClientSession() as client,
+            client.get(daemon_env.base + "/api/agents/default/sessions/term/messages", headers=daemon_env.auth) as resp,
+        ):
+            messages = (await resp.json())["messages"]
+        assert [m["content"] for m in messages] == ["hello daemon", "answered by the daemon"]
     finally:
         assert await _stop(first) == 0
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import sys
 from typing import Any
 
 import structlog
 
-from agenthub.channel import ChannelContext, WebRoutes
+from agenthub.channel import ChannelContext, Submitter, WebRoutes
 from agenthub.config import Settings, load_settings
+from agenthub.datalock import holder_address, is_locked
 from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError
 from agenthub.log import configure_logging, route_library_loggers
 from agenthub.messages import InboundMessage
+from agenthub.remote import RemoteGateway
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +41,9 @@ def add_parser(subparsers: Any) -> None:
         "--chat-id", default=None, help="conversation id; the session is <agent>:cli:<chat-id> (default: direct)"
     )
     parser.add_argument("-m", "--message", default=None, help="answer this one message non-interactively")
+    parser.add_argument(
+        "--token", default=None, help="API token for a running daemon (default: $AGENTHUB_TOKEN); see connect mode"
+    )
     parser.add_argument(
         "--log-level", default="warning", choices=["debug", "info", "warning", "error"], help="logs go to stderr"
     )
@@ -71,24 +77,51 @@ def _channel_config(settings: Settings, args: argparse.Namespace) -> dict[str, A
 
 
 async def _chat(settings: Settings, args: argparse.Namespace) -> int:
+    if is_locked(settings.data_dir):
+        return await _chat_remote(settings, args)
     from agenthub.app import build_gateway  # heavy (the LLM SDK); argument and config errors answer without it
 
-    module = importlib.import_module(CHANNEL_MODULE)  # the core never imports channels/ statically
     route_library_loggers()
     async with build_gateway(settings) as gateway:
-        context = ChannelContext(
-            gateway=gateway, settings=settings, web=WebRoutes(), state_dir=settings.data_dir / ".channels" / "cli"
-        )
-        channel = module.CliChannel(context, _channel_config(settings, args))
+        channel = _build_channel(settings, args, gateway)
         probe = InboundMessage("cli", channel.config.chat_id, channel.config.sender_id, "", agent=channel.config.agent)
         _, key = gateway.resolve_key(probe)  # a bad agent or chat id stops here, before any prompt
-        await channel.start()
-        try:
-            if args.message is not None:
-                return int(await channel.ask(args.message))
-            return int(await channel.run_repl(label=str(key)))
-        except AgentHubError as e:
-            log.error("chat_failed", error=str(e))
-            return EXIT_REPLY_FAILED
-        finally:
-            await channel.stop()
+        return await _drive(channel, args, str(key))
+
+
+async def _chat_remote(settings: Settings, args: argparse.Namespace) -> int:
+    """A daemon holds the data directory: talk to it over its HTTP API instead of opening the files."""
+    token = args.token or os.environ.get("AGENTHUB_TOKEN", "")
+    address = holder_address(settings.data_dir) or f"{settings.http.host}:{settings.http.port}"
+    if not token:
+        print(
+            f"agenthub chat: a daemon is running on {settings.data_dir} ({address}); pass --token or set "
+            "AGENTHUB_TOKEN (make one with: agenthub token create --name cli)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    async with RemoteGateway(f"http://{address}", token, default_agent=settings.default_agent) as remote:
+        channel = _build_channel(settings, args, remote)
+        agent = channel.config.agent or settings.default_agent
+        return await _drive(channel, args, f"{agent}:http:{channel.config.chat_id} via {address}")
+
+
+def _build_channel(settings: Settings, args: argparse.Namespace, gateway: Submitter) -> Any:
+    module = importlib.import_module(CHANNEL_MODULE)  # the core never imports channels/ statically
+    context = ChannelContext(
+        gateway=gateway, settings=settings, web=WebRoutes(), state_dir=settings.data_dir / ".channels" / "cli"
+    )
+    return module.CliChannel(context, _channel_config(settings, args))
+
+
+async def _drive(channel: Any, args: argparse.Namespace, label: str) -> int:
+    await channel.start()
+    try:
+        if args.message is not None:
+            return int(await channel.ask(args.message))
+        return int(await channel.run_repl(label=label))
+    except AgentHubError as e:
+        log.error("chat_failed", error=str(e))
+        return EXIT_REPLY_FAILED
+    finally:
+        await channel.stop()

@@ -1,0 +1,124 @@
+"""A `Submitter` that talks to a running daemon's HTTP API (SSE), so `agenthub chat` can use it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import structlog
+
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import (
+    DeltaEvent,
+    DoneEvent,
+    ErrorEvent,
+    InboundMessage,
+    NoticeEvent,
+    ReplyEvent,
+    ToolEvent,
+    Usage,
+)
+
+log = structlog.get_logger(__name__)
+
+
+def event_from_sse(name: str, data: dict[str, Any]) -> ReplyEvent | None:
+    """One SSE frame of the chat route as a reply event (unknown event names are ignored)."""
+    if name == "delta":
+        return DeltaEvent(str(data.get("text", "")))
+    if name == "done":
+        raw_usage = data.get("usage")
+        usage = raw_usage if isinstance(raw_usage, dict) else {}
+        known = Usage().as_dict()
+        return DoneEvent(str(data.get("full_text", "")), Usage(**{k: int(v) for k, v in usage.items() if k in known}))
+    if name == "error":
+        return ErrorEvent(str(data.get("message", "the daemon reported an error")), code=str(data.get("code", "error")))
+    if name == "tool":
+        name = str(data.get("name", "?"))
+        if data.get("phase") == "end":
+            return ToolEvent(name, "end", is_error=bool(data.get("is_error")))
+        return ToolEvent(name, "start")
+    if name == "notice":
+        return NoticeEvent(str(data.get("text", "")))
+    return None
+
+
+class RemoteGateway:
+    """Submits messages to `POST /api/agents/{agent}/chat?stream=1` on a running daemon.
+
+    The session on the daemon is `<agent>:http:<chat_id>` (the daemon's API is the HTTP channel).
+    Use it as an async context manager; it owns one aiohttp session.
+    """
+
+    def __init__(self, base_url: str, token: str, *, default_agent: str, timeout_s: float = 600.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self._default_agent = default_agent
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> RemoteGateway:
+        self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle:
+        agent = message.agent or self._default_agent
+        handle = ReplyHandle(f"{agent}:http:{message.chat_id}")
+        task = asyncio.create_task(self._relay(agent, message, handle))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return handle
+
+    async def _relay(self, agent: str, message: InboundMessage, handle: ReplyHandle) -> None:
+        assert self._session is not None, "use RemoteGateway as an async context manager"
+        url = f"{self.base_url}/api/agents/{agent}/chat?stream=1"
+        body = {"chat_id": message.chat_id, "content": message.content}
+        headers = {"Authorization": f"Bearer {self._token}", "Accept": "text/event-stream"}
+        try:
+            async with self._session.post(url, json=body, headers=headers) as resp:
+                if resp.status != 200:
+                    handle.emit(ErrorEvent(await _error_text(resp), code=f"http_{resp.status}"))
+                    return
+                await _read_events(resp, handle)
+        except (aiohttp.ClientError, TimeoutError) as e:
+            handle.emit(
+                ErrorEvent(f"cannot reach the daemon at {self.base_url}: {type(e).__name__}", code="unreachable")
+            )
+        if not handle.finished:
+            handle.emit(ErrorEvent("the daemon closed the stream before the reply finished", code="truncated"))
+
+
+async def _read_events(resp: aiohttp.ClientResponse, handle: ReplyHandle) -> None:
+    name = ""
+    async for raw in resp.content:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if line.startswith("event:"):
+            name = line[len("event:") :].strip()
+        elif line.startswith("data:"):
+            event = event_from_sse(name, json.loads(line[len("data:") :]))
+            if event is not None:
+                handle.emit(event)
+
+
+async def _error_text(resp: aiohttp.ClientResponse) -> str:
+    try:
+        data = await resp.json(content_type=None)
+        message = str(data["error"]["message"])
+    except (ValueError, KeyError, TypeError, aiohttp.ContentTypeError):
+        message = resp.reason or "request failed"
+    if resp.status == 401:
+        return f"the daemon refused the token ({message}); pass --token or set AGENTHUB_TOKEN"
+    return f"the daemon answered {resp.status}: {message}"
