@@ -37,9 +37,12 @@ def _excerpt(text: str) -> str:
     return flat if len(flat) <= ECHO_CHARS else flat[: ECHO_CHARS - 1] + "…"
 
 
+_TRAILING_CONTEXT = re.compile(r"\n\n\[[^\]\n]*\]\s*$")
+
+
 def offline_reply(messages: list[dict[str, Any]]) -> str:
-    """The offline reply text for a conversation."""
-    said = _excerpt(last_user_text(messages))
+    """The offline reply text for a conversation (the gateway's `[time, via channel]` tag is not echoed)."""
+    said = _excerpt(_TRAILING_CONTEXT.sub("", last_user_text(messages)))
     echo = f' You said: "{said}".' if said else ""
     return f"[offline] AgentHub has no LLM API key configured, so this is an automatic reply.{echo} {HOW_TO_CONFIGURE}"
 
