@@ -7,6 +7,7 @@ from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.llm.registry import ProviderRegistry
+from agenthub.memory.wiring import attach_memory_layer
 from agenthub.storage.migrate import migrate_workspace_layout
 
 
@@ -15,4 +16,6 @@ def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> Gateway
     migrate_workspace_layout(settings.workspace_dir, settings.agents_dir)
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
     providers = ProviderRegistry.from_settings(settings.llm)
-    return GatewayCore(settings, agents=agents, providers=providers, clock=clock)
+    gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock)
+    attach_memory_layer(gateway)
+    return gateway

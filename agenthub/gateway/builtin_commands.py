@@ -33,9 +33,9 @@ async def _restart(ctx: CommandContext) -> str:
             "to confirm."
         )
     del pending[key]
-    if gw.abort(key, "restart"):
-        await gw.wait_turn_done(key)
-    await gw.history.clear(key)
+    gw.abort(key, "restart")
+    async with gw.hold(key):  # the aborted turn has stored what it will; queued turns start after the clear
+        await gw.history.clear(key)
     log.info("session_restarted", session_key=str(key))
     return "Done: this chat starts fresh. (Other chats and long-term memory are untouched.)"
 

@@ -227,11 +227,20 @@ class GatewayCore:
         """
         if self.is_busy(key):
             raise SessionBusyError(f"session {key} is busy")
-        runner = self._runners.get(key) or self._runners.setdefault(key, SessionRunner(key))
-        async with runner.mutex:
+        async with self.hold(key):
             yield
-        if runner.task is None and not runner.queue and self._runners.get(key) is runner:
-            del self._runners[key]
+
+    @asynccontextmanager
+    async def hold(self, key: SessionKey) -> AsyncIterator[None]:
+        """Wait for the session's running turn (and its after-turn work) to finish, then keep the next
+        queued turn waiting until the block exits."""
+        runner = self._runners.get(key) or self._runners.setdefault(key, SessionRunner(key))
+        try:
+            async with runner.mutex:
+                yield
+        finally:
+            if runner.task is None and not runner.queue and self._runners.get(key) is runner:
+                del self._runners[key]
 
     def abort(self, key: SessionKey, reason: str = "stopped") -> bool:
         runner = self._runners.get(key)

@@ -62,12 +62,12 @@ class TurnRunner:
         gw = self.gateway
         task = asyncio.current_task()
         assert task is not None
-        timeout = pending.agent.config.lock_timeout_s
-        gw.sessions.get_or_create(pending.key, lock_timeout_s=timeout)
-        gw.sessions.acquire(pending.key, pending.message_id)
-        failed = True
+        failed, locked = True, False
         with bound_turn(str(pending.key), pending.message.channel, pending.message_id):
             try:
+                gw.sessions.get_or_create(pending.key, lock_timeout_s=pending.agent.config.lock_timeout_s)
+                gw.sessions.acquire(pending.key, pending.message_id)
+                locked = True
                 outcome = await self._execute(pending)
                 failed = False
                 self._outcomes[task] = outcome
@@ -89,7 +89,8 @@ class TurnRunner:
                 pending.handle.emit(ErrorEvent(INTERNAL_ERROR.format(ref=ref), code="internal"))
                 self._outcomes[task] = TurnOutcome(ok=False, code="internal")
             finally:
-                gw.sessions.release(pending.key, pending.message_id, failed=failed)
+                if locked:
+                    gw.sessions.release(pending.key, pending.message_id, failed=failed)
 
     async def _execute(self, pending: PendingTurn) -> TurnOutcome:
         gw, msg, agent = self.gateway, pending.message, pending.agent

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.agent.tools import Tool
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest
-from agenthub.memory.files import MemoryFiles, read_text
+from agenthub.memory.files import MemoryFiles
 from agenthub.session.keys import SessionKey
 
 Message = dict[str, Any]
 CACHE = {"type": "ephemeral"}
 SUMMARY_PREFIX = "[历史摘要]"
+EARLIER_PLACEHOLDER = "(The earlier part of this conversation is summarised in the system prompt.)"
 
 
 def cut_to_tokens(text: str, budget: int) -> str:
@@ -30,6 +33,18 @@ def cut_to_tokens(text: str, budget: int) -> str:
         kept.append(line)
         used += cost
     return "\n".join(kept) + "\n…(cut to fit the memory budget)"
+
+
+def _read_files(paths: tuple[Path, Path]) -> tuple[str, str]:
+    """Both memory files' text ("" for a missing one), read in one go off the event loop."""
+    return _read_or_empty(paths[0]), _read_or_empty(paths[1])
+
+
+def _read_or_empty(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
 
 
 def fold_system_messages(history: list[Message]) -> list[str]:
@@ -91,7 +106,8 @@ def drop_orphan_tool_blocks(messages: list[Message]) -> list[Message]:
 
 
 def to_api_messages(history: list[Message]) -> list[Message]:
-    """History → API messages: no system role, tool pairs intact, same-role neighbours merged, user first."""
+    """History → API messages: no system role, tool pairs intact, same-role neighbours merged, user first
+    (a placeholder user message when the kept history opens with the assistant)."""
     plain = [_api_message(m) for m in history if m.get("role") in ("user", "assistant")]
     plain = drop_orphan_tool_blocks(plain)
     merged: list[Message] = []
@@ -103,8 +119,8 @@ def to_api_messages(history: list[Message]) -> list[Message]:
             }
         else:
             merged.append(message)
-    while merged and merged[0]["role"] != "user":
-        merged.pop(0)
+    if merged and merged[0]["role"] != "user":  # a compaction cut before an assistant message: keep it
+        merged.insert(0, {"role": "user", "content": EARLIER_PLACEHOLDER})
     return merged
 
 
@@ -131,12 +147,12 @@ class ContextBuilder:
     ) -> list[dict[str, Any]]:
         texts = [agent.persona]
         texts.extend(fold_system_messages(history))
-        memory = await read_text(self.memory_files.memory_path(agent, key))
+        paths = (self.memory_files.memory_path(agent, key), self.memory_files.user_path(agent, sender_id))
+        memory, profile = await asyncio.to_thread(_read_files, paths)  # one worker-thread hop per turn
         if memory.strip():
             texts.append(
                 "# Long-term memory (MEMORY.md)\n\n" + cut_to_tokens(memory.strip(), self.budget.memory_tokens)
             )
-        profile = await read_text(self.memory_files.user_path(agent, sender_id))
         if profile.strip():
             texts.append("# About the user (USER.md)\n\n" + cut_to_tokens(profile.strip(), self.budget.user_tokens))
         blocks: list[dict[str, Any]] = [{"type": "text", "text": t} for t in texts]

@@ -109,10 +109,18 @@ class SessionHistory:
         stamped = [m if "timestamp" in m else {**m, "timestamp": now} for m in messages]
         async with self._locked(key):
             cached = await self._messages(key)
-            path = self.layout(key.agent).history_file(key)
-            await asyncio.to_thread(jsonl.append_records, path, stamped, fsync=self._fsync)
+            meta = await self._touched_meta(key, cached, stamped, now)
+            layout = self.layout(key.agent)
+            history_path, meta_path = layout.history_file(key), layout.meta_file(key)
+
+            def write() -> None:  # one worker-thread hop for both files
+                jsonl.append_records(history_path, stamped, fsync=self._fsync)
+                write_meta(meta_path, meta, durable=False)
+
+            await asyncio.to_thread(write)
             cached.extend(stamped)
-            await self._touch_meta(key, stamped, now)
+            entry = self._entry(key)
+            entry.meta, entry.meta_loaded = meta, True
 
     async def clear(self, key: SessionKey) -> None:
         """Remove the working history; the meta stays (design §3)."""
@@ -175,16 +183,17 @@ class SessionHistory:
         entry = self._entry(key)
         entry.meta, entry.meta_loaded = meta, True
 
-    async def _touch_meta(self, key: SessionKey, new: list[Message], now: int) -> None:
+    async def _touched_meta(self, key: SessionKey, cached: list[Message], new: list[Message], now: int) -> SessionMeta:
+        """The meta after appending `new`: `updated_at` moves, and a default title becomes the first user text."""
         meta = await self._meta(key)
         if meta is None:
-            meta = synthesise_meta(key.chat_id, await self._messages(key), now)
+            meta = synthesise_meta(key.chat_id, [*cached, *new], now)
         changes: dict[str, Any] = {"updated_at": now}
         if meta.title == DEFAULT_TITLE:
             first_user = next((text_of(m["content"]) for m in new if m.get("role") == "user"), "")
             if first_user.strip():
                 changes["title"] = title_from(first_user)
-        await self._store_meta(key, meta.with_changes(**changes), durable=False)
+        return meta.with_changes(**changes)
 
     async def get_meta(self, key: SessionKey) -> SessionMeta | None:
         """The stored meta; a legacy session (history but no meta) gets one synthesised and saved."""
@@ -217,7 +226,8 @@ class SessionHistory:
                     raise KeyError(str(key))
                 meta = synthesise_meta(key.chat_id, await self._messages(key), _now_ms(self._clock))
             meta = meta.with_changes(**changes)
-            await self._store_meta(key, meta, durable=True)
+            # last_usage alone is a per-turn statistic, recomputed by the next turn: not worth two fsyncs
+            await self._store_meta(key, meta, durable=set(changes) != {"last_usage"})
             return meta
 
     async def list_sessions(self, agent: str, channel: str | None = None) -> list[tuple[SessionKey, SessionMeta]]:

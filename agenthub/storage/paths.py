@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,13 +10,23 @@ from agenthub.errors import StorageError
 from agenthub.session.keys import SessionKey, validate_agent_name
 
 
+@functools.lru_cache(maxsize=4096)
+def _resolved_dir(directory: Path) -> Path:
+    """A directory's resolved path, cached: resolving walks every component with an lstat, on the hot path."""
+    return directory.resolve()
+
+
 def inside(directory: Path, name: str) -> Path:
-    """`directory / name`, refused unless it resolves inside `directory` (defence in depth after the key factory)."""
+    """`directory / name`, refused unless it resolves inside `directory` (defence in depth after the key factory).
+
+    The directory's own resolution is cached; the name is checked to be a plain name, and only when it is a
+    symlink is it resolved to make sure it does not lead out of the directory.
+    """
     if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
         raise StorageError("refused a file name that is not a plain name")
-    base = directory.resolve()
-    path = (base / name).resolve()
-    if path.parent != base:
+    base = _resolved_dir(directory)
+    path = base / name
+    if path.is_symlink() and path.resolve().parent != base:
         raise StorageError("refused a path outside its directory")
     return path
 

@@ -1,0 +1,210 @@
+"""L2 Consolidator: summarise a session's older messages into one `[历史摘要]` system message, archive first.
+
+It is also the gateway's `compactor` (manual `/compact`, and the overflow → compact → retry path). Every
+run happens while the session's runner mutex is held (the after-turn hook, `gateway.exclusive`, or inside
+the turn itself), so it never runs twice at once for a session nor while that session's next turn runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+
+from agenthub.agent.definition import AgentDefinition
+from agenthub.agent.tools import tools_for
+from agenthub.errors import LLMError
+from agenthub.gateway.runner import PendingTurn
+from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY, TurnOutcome
+from agenthub.llm.tokens import estimate_tokens
+from agenthub.llm.types import LLMProvider
+from agenthub.memory import policy
+from agenthub.memory.context import to_api_messages
+from agenthub.memory.cut import Cut, plan_cut
+from agenthub.memory.summary import SummaryError, summarise, summary_request
+from agenthub.session.keys import SessionKey
+
+if TYPE_CHECKING:
+    from agenthub.gateway.core import GatewayCore
+
+log = structlog.get_logger(__name__)
+
+Status = Literal["done", "nothing", "failed", "unavailable", "changed"]
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    status: Status
+    message: str
+    cut: int = 0
+    kept: int = 0
+    archived: int = 0
+    summary_chars: int = 0
+
+
+def audit(
+    gateway: GatewayCore, key: SessionKey, *, reason: str, actor: str, cut: Cut, summary: str, archived: int
+) -> None:
+    """One `compaction_audit` line per compaction: who, when, where the cut was, what was kept, summary size."""
+    log.info(
+        "compaction_audit",
+        session_key=str(key),
+        reason=reason,
+        actor=actor,
+        at=dt.datetime.fromtimestamp(gateway.clock(), dt.UTC).isoformat(),
+        cut_index=cut.index,
+        kept=len(cut.tail),
+        archived=archived,
+        summary_chars=len(summary),
+    )
+
+
+def summary_record(gateway: GatewayCore, summary: str) -> Message:
+    return {"role": "system", "content": summary, "timestamp": int(gateway.clock() * 1000), "kind": "summary"}
+
+
+def _done(cut: Cut, summary: str) -> CompactionResult:
+    text = (
+        f"Compacted: {len(cut.head)} earlier messages are now a summary and the last {len(cut.tail)} are kept "
+        "as they were. The original messages stay in the archive."
+    )
+    return CompactionResult("done", text, cut.index, len(cut.tail), len(cut.head), len(summary))
+
+
+class Consolidator:
+    """L2 consolidation and manual/overflow compaction for one gateway."""
+
+    def __init__(self, gateway: GatewayCore) -> None:
+        self.gateway = gateway
+        self._factors: dict[SessionKey, float] = {}  # real tokens per estimated token, per session
+
+    def provider_for(self, agent: AgentDefinition) -> tuple[LLMProvider, str]:
+        provider, model, _ = self.gateway.providers.resolve(None, None, agent.config.provider, agent.config.model)
+        return provider, model
+
+    # ---- the after-turn hook (L2) ----------------------------------------------------------------
+
+    async def after_turn(self, pending: PendingTurn, outcome: TurnOutcome) -> None:
+        """Consolidate when the turn's last model call reached the agent's threshold (the reply is already out)."""
+        if not outcome.ok or outcome.provider is None:
+            return
+        settings, agent = self.gateway.settings, pending.agent
+        threshold = policy.consolidate_at(settings, agent, outcome.model)
+        prompt = outcome.last_usage.prompt_tokens
+        if prompt < threshold:
+            return
+        history = await self.gateway.history.load(pending.key)
+        factor = await self._calibrate(pending, history, prompt)
+        log.info("consolidation_triggered", session_key=str(pending.key), prompt_tokens=prompt, threshold=threshold)
+        await self.run(
+            pending.key,
+            agent,
+            reason="threshold",
+            actor="consolidator",
+            provider=outcome.provider,
+            model=outcome.model,
+            tail_budget=int(threshold * policy.TAIL_SHARE / factor),
+        )
+
+    async def _calibrate(self, pending: PendingTurn, history: list[Message], real: int) -> float:
+        """Compare the real prompt size with our estimate of the same request (history minus the reply)."""
+        gw, agent = self.gateway, pending.agent
+        system = await gw.context.system_blocks(agent, pending.key, pending.message.sender_id, history)
+        tools = [t.definition() for t in tools_for(agent)]
+        estimated = estimate_tokens(system) + estimate_tokens(to_api_messages(history[:-1])) + estimate_tokens(tools)
+        factor = policy.calibration(real, estimated)
+        self._factors[pending.key] = factor
+        return factor
+
+    # ---- the gateway's compactor -----------------------------------------------------------------
+
+    async def compact(self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str) -> str:
+        """Manual compaction (only when idle: `SessionBusyError` otherwise) or, with reason "overflow", the
+        compaction the running turn asks for before its one retry (raises `LLMError` if nothing changed)."""
+        provider, model = self.provider_for(agent)
+        settings = self.gateway.settings
+        factor = self._factors.get(key, 1.0)
+        threshold = policy.consolidate_at(settings, agent, model)
+        if reason == "overflow":
+            window = policy.window_of(settings, agent, model)
+            budget = window * policy.OVERFLOW_TAIL_SHARE if window else threshold * policy.TAIL_SHARE
+            result = await self.run(
+                key, agent, reason=reason, actor=actor, provider=provider, model=model, tail_budget=int(budget / factor)
+            )
+            if result.status != "done":
+                raise LLMError(f"overflow compaction: {result.status}", user_message=OVERFLOW_AFTER_RETRY)
+            return result.message
+        async with self.gateway.exclusive(key):
+            result = await self.run(
+                key,
+                agent,
+                reason=reason,
+                actor=actor,
+                provider=provider,
+                model=model,
+                tail_budget=int(threshold * policy.TAIL_SHARE / factor),
+            )
+        return result.message
+
+    # ---- the compaction itself -------------------------------------------------------------------
+
+    async def run(
+        self,
+        key: SessionKey,
+        agent: AgentDefinition,
+        *,
+        reason: str,
+        actor: str,
+        provider: LLMProvider,
+        model: str,
+        tail_budget: int | None,
+        keep: int | None = None,
+    ) -> CompactionResult:
+        """Summarise all but the last `keep` messages (the caller holds the session). Archive, then replace."""
+        gw, settings = self.gateway, self.gateway.settings
+        fields = {"session_key": str(key), "reason": reason, "actor": actor}
+        if provider.offline:
+            log.info("compaction_skipped_offline", **fields)
+            return CompactionResult("unavailable", "Compaction needs a language model, and none is configured.")
+        history = await gw.history.load(key)
+        cut = plan_cut(history, keep or policy.keep_recent(settings, agent), tail_budget)
+        if cut is None:
+            return CompactionResult("nothing", f"Nothing to compact: the conversation has {len(history)} messages.")
+        threshold = policy.consolidate_at(settings, agent, model)
+        window = policy.window_of(settings, agent, model) or 2 * threshold
+        request = summary_request(
+            model,
+            cut.previous_summaries,
+            cut.head,
+            input_budget=int(window * 0.5),
+            max_tokens=policy.summary_max_tokens(threshold),
+        )
+        original = estimate_tokens(cut.previous_summaries) + estimate_tokens([m.get("content") for m in cut.head])
+        try:
+            async with gw.llm_gate:
+                summary = await summarise(provider, request, original)
+        except SummaryError as e:
+            log.warning("consolidation_failed", error=str(e), **fields)
+            return CompactionResult(
+                "failed", "Could not compact: the summary failed, so the conversation was left unchanged."
+            )
+        if await gw.history.load(key) != history:  # e.g. /restart cleared it while the summary was written
+            log.warning("consolidation_abandoned_history_changed", **fields)
+            return CompactionResult("changed", "The conversation changed meanwhile; nothing was compacted.")
+        removed = await gw.history.replace(key, [summary_record(gw, summary), *cut.tail])
+        audit(gw, key, reason=reason, actor=actor, cut=cut, summary=summary, archived=len(removed))
+        return _done(cut, summary)
+
+    async def truncate(self, key: SessionKey, *, keep: int, reason: str, actor: str) -> CompactionResult:
+        """Cut to the last `keep` messages without a model call (earlier summaries stay); archive first."""
+        history = await self.gateway.history.load(key)
+        cut = plan_cut(history, keep)
+        if cut is None:
+            return CompactionResult("nothing", "Nothing to compact.")
+        summaries = [m for m in history[: cut.index] if m.get("role") == "system"]
+        removed = await self.gateway.history.replace(key, [*summaries, *cut.tail])
+        audit(self.gateway, key, reason=reason, actor=actor, cut=cut, summary="", archived=len(removed))
+        return CompactionResult("done", "Truncated.", cut.index, len(cut.tail), len(cut.head), 0)

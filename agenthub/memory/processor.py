@@ -1,0 +1,189 @@
+"""L3 MemoryProcessor: every couple of hours, rewrite each active agent's MEMORY.md and the user profile(s).
+
+Runs are serialised by `MemoryProcessor._lock` (an asyncio.Lock held for a whole run): the timer's tick and any
+manual trigger never overlap, so the global `auth/USER.md` is read, merged and rewritten by one run at a time.
+All model calls of a run go out in parallel; files are written only when every call succeeded (a failed run
+leaves all files as they were), each write atomic, each file cut to its size cap first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import structlog
+
+from agenthub.errors import AgentHubError
+from agenthub.llm.types import LLMProvider, LLMRequest
+from agenthub.memory import l3_material as material
+from agenthub.memory.files import read_text, write_text
+
+if TYPE_CHECKING:
+    from agenthub.gateway.core import GatewayCore
+
+log = structlog.get_logger(__name__)
+
+MAX_PARALLEL_CALLS = 4
+
+MEMORY_PROMPT = (
+    "You maintain MEMORY.md, the long-term memory of the assistant agent {agent!r}. Rewrite the WHOLE file: "
+    "merge the current file with the durable facts in the recent conversations (projects, decisions, agreed "
+    "ways of working, recurring tasks, exact names and identifiers). Drop small talk, one-off details and "
+    "anything superseded; never keep two contradicting statements. Put the most important facts first and, "
+    "within a topic, the newest first. Stay under {cap} characters. Output only the file's Markdown."
+)
+USER_PROMPT = (
+    "You maintain USER.md, the profile of {who} that an assistant reads before every conversation. Rewrite "
+    "the WHOLE file: merge the current profile with what the recent conversations reveal (name, role, "
+    "language, preferences, ongoing goals). Only facts about the person, no conversation summaries; drop "
+    "what is superseded. Most important first. Stay under {cap} characters. Output only the file's Markdown."
+)
+
+
+class L3Error(AgentHubError):
+    """One L3 call failed or gave an unusable answer."""
+
+
+@dataclass
+class Target:
+    """One file to rewrite from one batch of material."""
+
+    kind: Literal["memory", "user"]
+    path: Path
+    system: str
+    material: str
+    cap: int
+    provider: LLMProvider
+    model: str
+    old: str = ""
+    new: str = field(default="", repr=False)
+
+
+def cap_text(text: str, cap: int) -> str:
+    """Keep whole lines from the top (the most important part) within `cap` characters."""
+    if len(text) <= cap:
+        return text
+    kept: list[str] = []
+    used = 0
+    for line in text.splitlines():
+        if used + len(line) + 1 > cap:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    return "\n".join(kept).rstrip() + "\n" if kept else text[:cap]
+
+
+def _clean_answer(text: str) -> str:
+    body = text.strip()
+    if body.startswith("```"):
+        lines = body.splitlines()[1:]
+        if lines and lines[-1].strip().startswith("```"):
+            lines = lines[:-1]
+        body = "\n".join(lines).strip()
+    return body + "\n" if body else ""
+
+
+class MemoryProcessor:
+    """L3 for one gateway; `tick()` is the timer's job."""
+
+    def __init__(self, gateway: GatewayCore) -> None:
+        self.gateway = gateway
+        self._lock = asyncio.Lock()  # serialises runs: one reader-merger-writer of USER.md at a time
+        self._calls = asyncio.Semaphore(MAX_PARALLEL_CALLS)
+        self.runs = 0
+
+    async def tick(self) -> None:
+        async with self._lock:
+            await self._run()
+
+    async def _run(self) -> None:
+        gw = self.gateway
+        started = gw.clock()
+        collected = [await material.collect(gw, agent) for agent in gw.agents.agents.values()]
+        active = [c for c in collected if c.sessions]
+        if not active:
+            log.info("l3_nothing_new")
+            return
+        targets = self._targets(active)
+        if any(t.provider.offline for t in targets):
+            log.info("l3_skipped_offline")
+            return
+        for target in targets:
+            target.old = await read_text(target.path)
+        results = await asyncio.gather(*(self._call(t) for t in targets), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for error in errors:
+            if isinstance(error, asyncio.CancelledError):
+                raise error
+        if errors:
+            log.warning("l3_run_failed", errors=[str(e) for e in errors], targets=len(targets))
+            return
+        for target in targets:
+            await self._write(target)
+        for agent_material in active:
+            await material.mark_done(gw, agent_material.agent, started)
+        self.runs += 1
+        log.info("l3_run_done", agents=[c.agent.name for c in active], files=len(targets))
+
+    def _targets(self, active: list[material.AgentMaterial]) -> list[Target]:
+        gw, memory = self.gateway, self.gateway.settings.memory
+        targets: list[Target] = []
+        shared_user: list[str] = []
+        for item in active:
+            agent = item.agent
+            provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
+            system = MEMORY_PROMPT.format(agent=agent.name, cap=memory.memory_max_chars)
+            for path, text in material.memory_batches(gw, item).items():
+                targets.append(Target("memory", path, system, text, memory.memory_max_chars, provider, model))
+            if agent.config.memory.user_profile == "per_user":
+                for path, text in material.user_batches(gw, item).items():
+                    who = "one person (the sender of the messages below)"
+                    prompt = USER_PROMPT.format(who=who, cap=memory.user_max_chars)
+                    targets.append(Target("user", path, prompt, text, memory.user_max_chars, provider, model))
+            elif agent.config.memory.scope == "agent":  # chat-scoped agents never feed the shared profile
+                shared_user.append(material.render_all(item))
+        if shared_user:
+            provider, model, _ = gw.providers.resolve(None, None)
+            prompt = USER_PROMPT.format(who="the user(s)", cap=memory.user_max_chars)
+            path = gw.settings.auth_dir / "USER.md"
+            text = "\n\n".join(shared_user)
+            targets.append(Target("user", path, prompt, text, memory.user_max_chars, provider, model))
+        return targets
+
+    async def _call(self, target: Target) -> None:
+        current = target.old.strip() or "(empty)"
+        content = (
+            f"<current-file>\n{current}\n</current-file>\n\n"
+            f"<recent-conversations>\n{target.material}\n</recent-conversations>\n\nWrite the new file now."
+        )
+        request = LLMRequest(
+            model=target.model,
+            system=[{"type": "text", "text": target.system}],
+            messages=[{"role": "user", "content": content}],
+            tools=[],
+            max_tokens=target.cap + 512,
+        )
+        async with self._calls, self.gateway.llm_gate:
+            response = await target.provider.complete(request)
+        text = _clean_answer(response.text)
+        if not text:
+            raise L3Error(f"empty answer for {target.path.name}")
+        if response.stop_reason is None:
+            raise L3Error(f"answer for {target.path.name} was cut off")
+        target.new = text
+
+    async def _write(self, target: Target) -> None:
+        """Atomic write within the cap; text another writer (the write_memory tool) appended meanwhile is kept."""
+        text = target.new
+        current = await read_text(target.path)
+        if current != target.old:
+            if not current.startswith(target.old):
+                log.warning("l3_file_changed_meanwhile", file=str(target.path))
+                return
+            text = text.rstrip("\n") + "\n" + current[len(target.old) :].lstrip("\n")
+        capped = cap_text(text, target.cap)
+        if len(capped) < len(text):
+            log.info("l3_file_capped", file=target.path.name, dropped_chars=len(text) - len(capped))
+        await write_text(target.path, capped)

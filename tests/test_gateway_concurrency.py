@@ -1,0 +1,106 @@
+"""Gateway ordering and parallelism: sessions run in parallel under a global cap, one session runs serially."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from agenthub.app import build_gateway
+from agenthub.config import Settings
+from agenthub.gateway.core import GatewayCore
+from agenthub.messages import DoneEvent, InboundMessage, NoticeEvent, ReplyEvent
+from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
+
+
+def _echo(body: dict[str, object]) -> ScriptedReply:
+    """Answer with the user's own words, without the volatile `[time, via channel]` suffix."""
+    return reply_text("reply to: " + last_user_text(body).split("\n\n[")[0])
+
+
+async def _events(handle: object) -> list[ReplyEvent]:
+    return [e async for e in handle]  # type: ignore[attr-defined]
+
+
+async def test_two_sessions_with_latency_finish_in_about_one_latency(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.first_byte_delay_s, fake_llm.responder = 0.5, _echo
+    began = time.perf_counter()
+    handles = [await gateway.submit(InboundMessage("cli", chat, "me", f"hello {chat}")) for chat in ("a", "b")]
+    finals = await asyncio.gather(*(h.result() for h in handles))
+    elapsed = time.perf_counter() - began
+    assert [type(f) for f in finals] == [DoneEvent, DoneEvent]
+    assert [f.full_text for f in finals if isinstance(f, DoneEvent)] == ["reply to: hello a", "reply to: hello b"]
+    assert fake_llm.max_in_flight == 2
+    assert elapsed < 0.9, f"two parallel sessions took {elapsed:.2f}s"
+
+
+async def test_five_messages_to_one_session_are_answered_in_order(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.first_byte_delay_s, fake_llm.responder = 0.02, _echo
+    handles = [await gateway.submit(InboundMessage("cli", "direct", "me", f"m{i}")) for i in range(5)]
+    results = await asyncio.gather(*(_events(h) for h in handles))
+    texts = [r[-1].full_text for r in results if isinstance(r[-1], DoneEvent)]
+    assert texts == [f"reply to: m{i}" for i in range(5)]
+    assert fake_llm.max_in_flight == 1
+    assert not any(isinstance(e, NoticeEvent) for e in results[0])
+    assert any(isinstance(e, NoticeEvent) and "Queued behind 4" in e.text for e in results[4])
+    _, key = gateway.resolve_key(InboundMessage("cli", "direct", "me", "x"))
+    history = await gateway.history.load(key)
+    assert [(m["role"], m["content"]) for m in history] == [
+        pair for i in range(5) for pair in (("user", f"m{i}"), ("assistant", f"reply to: m{i}"))
+    ]
+    # each request carried exactly the earlier pairs plus its own message: nothing interleaved
+    for i, request in enumerate(fake_llm.message_requests()):
+        assert request.body is not None
+        assert len(request.body["messages"]) == 2 * i + 1
+
+
+async def test_the_global_cap_bounds_concurrent_llm_calls(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.first_byte_delay_s = 0.05
+    settings = settings_factory(session={"max_concurrent_llm": 2})
+    async with build_gateway(settings) as gw:
+        handles = [await gw.submit(InboundMessage("cli", f"chat{i}", "me", "hi")) for i in range(6)]
+        finals = await asyncio.gather(*(h.result() for h in handles))
+    assert all(isinstance(f, DoneEvent) for f in finals)
+    assert fake_llm.max_in_flight == 2
+    assert len(fake_llm.message_requests()) == 6
+
+
+async def test_user_message_is_stored_before_the_call_and_reply_after(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.first_byte_delay_s = 0.3
+    message = InboundMessage("cli", "direct", "me", "remember me", message_id="mid-1")
+    handle = await gateway.submit(message)
+    await fake_llm.wait_for_requests(1)
+    _, key = gateway.resolve_key(message)
+    during = await gateway.history.load(key)
+    assert [(m["role"], m["content"]) for m in during] == [("user", "remember me")]
+    assert during[0]["message_id"] == "mid-1" and during[0]["channel"] == "cli"
+    session = gateway.sessions.get(key)
+    assert session is not None and session.lock is not None and session.lock.message_id == "mid-1"
+    assert gateway.is_busy(key)
+    await handle.result()
+    after = await gateway.history.load(key)
+    assert [m["role"] for m in after] == ["user", "assistant"]
+    assert session.lock is None and session.status == "idle"
+
+
+async def test_different_sessions_keep_separate_histories(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
+    fake_llm.script(reply_text("for a"), reply_text("for b"))
+    first = await gateway.submit(InboundMessage("cli", "a", "me", "one"))
+    assert isinstance(await first.result(), DoneEvent)
+    second = await gateway.submit(InboundMessage("wecom", "b", "me", "two"))
+    assert isinstance(await second.result(), DoneEvent)
+    key_a = gateway.resolve_key(InboundMessage("cli", "a", "me", "x"))[1]
+    key_b = gateway.resolve_key(InboundMessage("wecom", "b", "me", "x"))[1]
+    assert str(key_a) == "default:cli:a" and str(key_b) == "default:wecom:b"
+    assert [m["content"] for m in await gateway.history.load(key_a)] == ["one", "for a"]
+    assert [m["content"] for m in await gateway.history.load(key_b)] == ["two", "for b"]
+    second_request = fake_llm.message_requests()[1].body
+    assert second_request is not None and len(second_request["messages"]) == 1

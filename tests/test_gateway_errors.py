@@ -1,0 +1,268 @@
+"""Failure handling per turn: retries, mid-stream errors, hangs, lock timeouts and the outermost error boundary."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import structlog
+from structlog.testing import LogCapture
+
+from agenthub.app import build_gateway
+from agenthub.clock import ManualClock
+from agenthub.config import Settings
+from agenthub.gateway.core import GatewayCore
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.gateway.turn import ABORT_MESSAGES, OVERFLOW_AFTER_RETRY
+from agenthub.llm.failures import MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
+from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
+from agenthub.session.keys import SessionKey
+from agenthub.session.manager import SessionStatus
+from tests.fakes.anthropic import (
+    FakeAnthropic,
+    hang,
+    midstream_error,
+    overloaded,
+    prompt_too_long,
+    rate_limited,
+    reply_text,
+    server_error,
+)
+
+KEY = SessionKey("default", "cli", "direct")
+
+
+def _msg(text: str, **kw: Any) -> InboundMessage:
+    return InboundMessage("cli", "direct", "me", text, **kw)
+
+
+async def _events(handle: ReplyHandle) -> list[ReplyEvent]:
+    return [e async for e in handle]
+
+
+async def _next_turn_works(gw: GatewayCore, fake: FakeAnthropic) -> None:
+    """The session is unlocked and a new message in it gets a normal answer."""
+    session = gw.sessions.get(KEY)
+    assert session is not None and session.lock is None
+    fake.script(reply_text("back to normal"))
+    final = await (await gw.submit(_msg("again"))).result()
+    assert isinstance(final, DoneEvent) and final.full_text == "back to normal"
+
+
+@pytest.fixture
+def log_capture() -> Iterator[LogCapture]:
+    """Capture structlog events with the turn's bound context variables merged in."""
+    capture = LogCapture()
+    old = structlog.get_config()
+    structlog.configure(processors=[structlog.contextvars.merge_contextvars, capture])
+    try:
+        yield capture
+    finally:
+        structlog.configure(**old)
+
+
+@pytest.mark.parametrize("failure", [rate_limited(retry_after_ms=1), overloaded(), server_error(500)])
+async def test_a_retryable_error_then_success_is_retried(
+    gateway: GatewayCore, fake_llm: FakeAnthropic, failure: Any
+) -> None:
+    fake_llm.script(failure, reply_text("made it"))
+    events = await _events(await gateway.submit(_msg("hi")))
+    assert isinstance(events[-1], DoneEvent) and events[-1].full_text == "made it"
+    assert not any(isinstance(e, ErrorEvent) for e in events)
+    assert len(fake_llm.message_requests()) == 2
+    history = await gateway.history.load(KEY)
+    assert [(m["role"], m["content"]) for m in history] == [("user", "hi"), ("assistant", "made it")]
+
+
+async def test_retries_exhausted_end_the_turn_with_a_clear_message(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    async with build_gateway(settings_factory(llm={"max_retries": 1})) as gw:
+        fake_llm.script(server_error(500), overloaded())
+        final = await (await gw.submit(_msg("hi"))).result()
+        assert isinstance(final, ErrorEvent) and final.code == "llm_error"
+        assert final.message == MSG_BUSY
+        assert len(fake_llm.message_requests()) == 2
+        await _next_turn_works(gw, fake_llm)
+
+
+async def test_midstream_error_after_text_ends_the_turn_and_releases_the_lock(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.script(midstream_error("Half an ans"))
+    events = await _events(await gateway.submit(_msg("question")))
+    assert "".join(e.text for e in events if isinstance(e, DeltaEvent)) == "Half an ans"
+    final = events[-1]
+    assert isinstance(final, ErrorEvent) and final.message == MSG_INTERRUPTED
+    assert "overloaded_error" not in final.message and "Error code" not in final.message
+    assert len(fake_llm.message_requests()) == 1  # text already reached the user: never silently re-asked
+    session = gateway.sessions.get(KEY)
+    assert session is not None and session.status == SessionStatus.ERROR
+    await _next_turn_works(gateway, fake_llm)
+    history = await gateway.history.load(KEY)
+    assert [(m["role"], m["content"]) for m in history] == [
+        ("user", "question"),
+        ("user", "again"),
+        ("assistant", "back to normal"),
+    ]
+    # the unanswered question and the new one are merged into one user turn for the API
+    last = fake_llm.message_requests()[-1].body
+    assert last is not None and [m["role"] for m in last["messages"]] == ["user"]
+
+
+async def test_midstream_error_before_any_text_is_retried(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
+    fake_llm.script(midstream_error(""), reply_text("second try"))
+    final = await (await gateway.submit(_msg("hi"))).result()
+    assert isinstance(final, DoneEvent) and final.full_text == "second try"
+    assert len(fake_llm.message_requests()) == 2
+
+
+async def test_a_hung_model_call_times_out_with_a_clear_message(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    async with build_gateway(settings_factory(llm={"timeout_s": 0.3, "max_retries": 0})) as gw:
+        fake_llm.script(hang())
+        final = await (await gw.submit(_msg("hello?"))).result()
+        assert isinstance(final, ErrorEvent) and final.message == MSG_TIMEOUT
+        request = fake_llm.message_requests()[0]
+        await asyncio.wait_for(request.disconnected.wait(), 2)
+        await _next_turn_works(gw, fake_llm)
+
+
+async def test_lock_timeout_cancels_the_hung_turn_and_tells_the_user(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    clock = ManualClock()
+    async with build_gateway(settings_factory(), clock=clock) as gw:
+        fake_llm.script(hang())
+        handle = await gw.submit(_msg("this will hang"))
+        [request] = await fake_llm.wait_for_requests(1)
+        clock.advance(60)
+        await gw.timers["session_sweep"].tick_now()
+        assert not handle.finished  # 60 s < the agent's 120 s lock timeout
+        clock.advance(61)
+        await gw.timers["session_sweep"].tick_now()
+        final = await asyncio.wait_for(handle.result(), 2)
+        assert isinstance(final, ErrorEvent) and final.code == "timeout"
+        assert final.message == ABORT_MESSAGES["timeout"]
+        await asyncio.wait_for(request.disconnected.wait(), 2)
+        session = gw.sessions.get(KEY)
+        assert session is not None and session.status == SessionStatus.ERROR
+        assert gw.stats.aborted == 1
+        await _next_turn_works(gw, fake_llm)
+        assert gw.sessions.get(KEY).status == SessionStatus.IDLE  # type: ignore[union-attr]
+
+
+async def test_per_agent_lock_timeout_applies(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, tmp_path: Any
+) -> None:
+    from tests.conftest import write_agent
+
+    settings = settings_factory()
+    write_agent(settings.agents_dir, "quick", {"lock_timeout_s": 5})
+    clock = ManualClock()
+    async with build_gateway(settings, clock=clock) as gw:
+        fake_llm.script(hang())
+        handle = await gw.submit(_msg("hang", agent="quick"))
+        await fake_llm.wait_for_requests(1)
+        clock.advance(6)
+        await gw.timers["session_sweep"].tick_now()
+        final = await asyncio.wait_for(handle.result(), 2)
+        assert isinstance(final, ErrorEvent) and final.code == "timeout"
+
+
+async def test_queued_message_runs_after_a_timed_out_turn(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    clock = ManualClock()
+    async with build_gateway(settings_factory(), clock=clock) as gw:
+        fake_llm.script(hang(), reply_text("second answered"))
+        first = await gw.submit(_msg("first"))
+        second = await gw.submit(_msg("second"))
+        await fake_llm.wait_for_requests(1)
+        clock.advance(200)
+        await gw.timers["session_sweep"].tick_now()
+        assert isinstance(await first.result(), ErrorEvent)
+        final = await asyncio.wait_for(second.result(), 2)
+        assert isinstance(final, DoneEvent) and final.full_text == "second answered"
+
+
+async def test_context_overflow_without_compactor_says_what_to_do(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    gateway.compactor = None
+    fake_llm.script(prompt_too_long())
+    final = await (await gateway.submit(_msg("huge"))).result()
+    assert isinstance(final, ErrorEvent) and final.message == OVERFLOW_AFTER_RETRY
+    assert len(fake_llm.message_requests()) == 1
+    await _next_turn_works(gateway, fake_llm)
+
+
+async def test_overflow_compacts_once_and_retries(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
+    calls: list[str] = []
+
+    class Compactor:
+        async def compact(self, key: SessionKey, agent: Any, *, reason: str, actor: str) -> str:
+            calls.append(reason)
+            return "compacted"
+
+    gateway.compactor = Compactor()
+    fake_llm.script(prompt_too_long(), reply_text("fits now"))
+    final = await (await gateway.submit(_msg("long"))).result()
+    assert isinstance(final, DoneEvent) and final.full_text == "fits now"
+    assert calls == ["overflow"]
+
+
+async def test_unexpected_failure_is_logged_with_the_key_and_not_shown_raw(
+    gateway: GatewayCore, fake_llm: FakeAnthropic, log_capture: LogCapture
+) -> None:
+    # a directory where the history file should be: appending raises IsADirectoryError inside the turn
+    history_file = gateway.history.layout("default").history_file(KEY)
+    history_file.mkdir(parents=True)
+    final = await (await gateway.submit(_msg("hi", message_id="msg-12345678"))).result()
+    assert isinstance(final, ErrorEvent) and final.code == "internal"
+    assert "12345678" in final.message and "went wrong" in final.message
+    assert "IsADirectory" not in final.message and str(history_file) not in final.message
+    assert fake_llm.message_requests() == []
+    [entry] = [e for e in log_capture.entries if e["event"] == "turn_failed"]
+    assert entry["session_key"] == "default:cli:direct" and entry["exc_info"] is True
+    assert entry["log_level"] == "error"
+    session = gateway.sessions.get(KEY)
+    assert session is not None and session.lock is None
+    history_file.rmdir()
+    await _next_turn_works(gateway, fake_llm)
+
+
+async def test_a_failing_after_turn_hook_does_not_break_the_session(
+    gateway: GatewayCore, fake_llm: FakeAnthropic, log_capture: LogCapture
+) -> None:
+    seen: list[str] = []
+    both_ran = asyncio.Event()
+
+    async def broken(pending: Any, outcome: Any) -> None:
+        seen.append(outcome.code)
+        if len(seen) == 2:
+            both_ran.set()
+        raise RuntimeError("hook bug")
+
+    gateway.after_turn_hooks.append(broken)
+    assert isinstance(await (await gateway.submit(_msg("one"))).result(), DoneEvent)
+    await _next_turn_works(gateway, fake_llm)
+    await asyncio.wait_for(both_ran.wait(), 2)
+    assert seen == ["ok", "ok"]
+    assert [e["event"] for e in log_capture.entries].count("after_turn_hook_failed") == 2
+
+
+async def test_a_turn_that_cannot_lock_the_session_ends_with_an_error(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    gateway.sessions.acquire(KEY, "held-elsewhere")
+    final = await asyncio.wait_for((await gateway.submit(_msg("hi"))).result(), 2)
+    assert isinstance(final, ErrorEvent) and final.code == "internal"
+    assert fake_llm.requests == []
+    session = gateway.sessions.get(KEY)
+    assert session is not None and session.lock is not None and session.lock.message_id == "held-elsewhere"
+    gateway.sessions.release(KEY, "held-elsewhere")
+    await _next_turn_works(gateway, fake_llm)

@@ -1,0 +1,90 @@
+"""AutoCompact: idle big sessions are cut to their last 20 (archived first); small, fresh and busy ones are not."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from agenthub.app import build_gateway
+from agenthub.config import Settings
+from agenthub.gateway.core import GatewayCore
+from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
+from agenthub.session.keys import SessionKey
+from tests.conftest import write_agent
+from tests.fakes.anthropic import FakeAnthropic, hang
+from tests.test_memory_support import is_summary_request, msg, seed, settle, summaries_then_default
+
+
+def _age(gw: GatewayCore, key: SessionKey, seconds: float = 1200) -> None:
+    path = gw.history.layout(key.agent).history_file(key)
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+async def test_idle_big_sessions_are_cut_and_others_untouched(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    async with build_gateway(settings_factory()) as gw:
+        assert gw.timers[AUTOCOMPACT_TIMER].started and gw.timers[L3_TIMER].started
+        big, small, fresh, busy = (gw.resolve_key(msg("x", chat=c))[1] for c in ("big", "small", "fresh", "busy"))
+        await seed(gw, big, 75)
+        await seed(gw, small, 25)
+        await seed(gw, fresh, 75)
+        await seed(gw, busy, 75)
+        fake_llm.script(hang())
+        await gw.submit(msg("still thinking", chat="busy"))
+        await fake_llm.wait_for_requests(1)
+        for key in (big, small, busy):
+            _age(gw, key)
+        layout = gw.history.layout("default")
+        small_bytes = layout.history_file(small).read_bytes()
+
+        await gw.timers[AUTOCOMPACT_TIMER].tick_now()
+
+        after = await gw.history.load(big)
+        assert len(after) == 20
+        assert after[0]["content"] == "question 65" and after[-1]["content"] == "answer 74"
+        archived = await gw.history.archived(big)
+        assert len(archived) == 130 and archived[0]["content"] == "question 0"
+        assert layout.history_file(small).read_bytes() == small_bytes
+        assert len(await gw.history.load(fresh)) == 150
+        assert len(await gw.history.load(busy)) == 151
+        for key in (small, fresh, busy):
+            assert not layout.archive_file(key).exists()
+        assert len(fake_llm.message_requests()) == 1  # only the hung turn: no LLM call without the summary option
+        busy_key = busy
+        gw.abort(busy_key)
+        await settle(gw, busy_key)
+    assert not gw.timers[AUTOCOMPACT_TIMER].started
+
+
+async def test_the_summary_option_summarises_what_is_cut(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory()
+    write_agent(settings.agents_dir, "default", {"memory": {"autocompact_summary": True}})
+    fake_llm.responder = summaries_then_default("idle summary")
+    async with build_gateway(settings) as gw:
+        key = gw.resolve_key(msg("x"))[1]
+        await seed(gw, key, 60)
+        _age(gw, key)
+        await gw.timers[AUTOCOMPACT_TIMER].tick_now()
+        history = await gw.history.load(key)
+        assert len(history) == 21 and history[0]["content"] == "[历史摘要]\nidle summary"
+        assert len(await gw.history.archived(key)) == 100
+        assert [is_summary_request(r.body or {}) for r in fake_llm.message_requests()] == [True]
+
+
+async def test_an_earlier_summary_survives_plain_truncation(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    async with build_gateway(settings_factory()) as gw:
+        key = gw.resolve_key(msg("x"))[1]
+        await gw.history.append(key, {"role": "system", "content": "[历史摘要]\nkeep me"})
+        await seed(gw, key, 60)
+        _age(gw, key)
+        await gw.timers[AUTOCOMPACT_TIMER].tick_now()
+        history = await gw.history.load(key)
+        assert history[0]["content"] == "[历史摘要]\nkeep me" and len(history) == 21
+        assert len(await gw.history.archived(key)) == 100

@@ -1,0 +1,119 @@
+"""Cut safety: over random histories of text and tool exchanges, no compaction ever orphans a tool_use/tool_result."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import tempfile
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agenthub.app import build_gateway
+from agenthub.memory.autocompact import AutoCompact
+from agenthub.memory.consolidator import Consolidator
+from agenthub.memory.context import to_api_messages
+from agenthub.memory.cut import plan_cut, safe_cut, unpaired_tool_ids
+from agenthub.session.keys import SessionKey, session_key
+from tests.conftest import make_settings
+from tests.fakes.anthropic import FakeAnthropic
+from tests.test_memory_support import conversation, summaries_then_default
+
+Message = dict[str, Any]
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[Message]:
+    ids = itertools.count()
+    history: list[Message] = []
+    if draw(st.booleans()):
+        history.append({"role": "system", "content": "[历史摘要]\nearlier"})
+    for _ in range(draw(st.integers(1, 20))):
+        history.append({"role": "user", "content": f"q{next(ids)} " + "字" * draw(st.integers(0, 80))})
+        for _ in range(draw(st.integers(0, 3))):
+            tool_ids = [f"toolu_{next(ids)}" for _ in range(draw(st.integers(1, 3)))]
+            intro = [{"type": "text", "text": "checking"}] if draw(st.booleans()) else []
+            uses = [{"type": "tool_use", "id": t, "name": "read_memory", "input": {}} for t in tool_ids]
+            history.append({"role": "assistant", "content": intro + uses})
+            size = draw(st.integers(0, 400))
+            results = [{"type": "tool_result", "tool_use_id": t, "content": "r" * size} for t in tool_ids]
+            history.append({"role": "user", "content": results})
+        if draw(st.integers(0, 9)):  # sometimes a failed turn leaves only the user message
+            history.append({"role": "assistant", "content": f"a{next(ids)}"})
+    return history
+
+
+def _fingerprints(messages: list[Message]) -> Counter[str]:
+    return Counter(repr(m) for m in messages)
+
+
+@given(histories(), st.integers(1, 30), st.one_of(st.none(), st.integers(1, 3000)))
+@settings(max_examples=120, deadline=None)
+def test_plan_cut_never_separates_a_tool_pair(history: list[Message], keep: int, budget: int | None) -> None:
+    assert unpaired_tool_ids(history) == set()
+    cut = plan_cut(history, keep, budget)
+    if cut is None:
+        return
+    assert unpaired_tool_ids(cut.tail) == set()
+    assert unpaired_tool_ids(cut.head) == set()
+    assert len(cut.tail) >= (min(keep, len(history)) if budget is None else 1)
+    assert cut.tail == history[cut.index :]
+    assert cut.head == [m for m in history[: cut.index] if m["role"] != "system"] and cut.head
+    api = to_api_messages(cut.tail)  # what the next request sends: valid for the Messages API
+    assert api[0]["role"] == "user"
+    assert all(a["role"] != b["role"] for a, b in itertools.pairwise(api))
+    assert unpaired_tool_ids(api) == set()
+
+
+@given(histories(), st.integers(0, 80))
+@settings(max_examples=120, deadline=None)
+def test_safe_cut_only_moves_earlier(history: list[Message], target: int) -> None:
+    c = safe_cut(history, target)
+    assert 0 <= c <= min(target, len(history))
+    if c:
+        assert unpaired_tool_ids(history[c:]) == set()
+
+
+def _check(before: list[Message], after: list[Message], archived: list[Message]) -> None:
+    assert unpaired_tool_ids(after) == set()
+    # nothing lost: every original message is in the working history or the archive
+    assert _fingerprints(conversation(before)) == _fingerprints(conversation(after) + conversation(archived))
+
+
+async def _scenario(root: Path, history: list[Message], keep: int, budget: int | None) -> None:
+    async with FakeAnthropic(responder=summaries_then_default("s")) as fake:
+        memory = {"autocompact_min_messages": 2, "autocompact_keep": max(2, keep), "autocompact_idle_s": 0}
+        config = make_settings(root, fake.base_url, memory=memory, session={"fsync": False})
+        async with build_gateway(config) as gw:
+            agent = gw.agents.get("default")
+            assert isinstance(gw.compactor, Consolidator)
+            consolidator = gw.compactor
+            provider, model = consolidator.provider_for(agent)
+            runs: dict[str, Callable[[SessionKey], Awaitable[object]]] = {
+                "l2": lambda key: consolidator.run(
+                    key, agent, reason="t", actor="t", provider=provider, model=model, tail_budget=budget, keep=keep
+                ),
+                "manual": lambda key: consolidator.compact(key, agent, reason="manual", actor="t"),
+                "autocompact": lambda key: AutoCompact(gw, consolidator).compact_session(key, agent),
+            }
+            for name, run in runs.items():
+                key = session_key("default", "cli", name)
+                await gw.history.append(key, *history)
+                before = await gw.history.load(key)
+                await run(key)
+                _check(before, await gw.history.load(key), await gw.history.archived(key))
+
+
+@given(histories(), st.integers(1, 25), st.one_of(st.none(), st.integers(1, 2000)))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_every_compaction_path_keeps_tool_pairs_and_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch, history: list[Message], keep: int, budget: int | None
+) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(_scenario(Path(tmp), history, keep, budget))
