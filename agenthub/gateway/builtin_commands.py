@@ -6,13 +6,9 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import SessionBusyError
-from agenthub.gateway.commands import Command, CommandContext
-from agenthub.gateway.handle import ReplyHandle
+from agenthub.gateway.commands import CommandContext
 from agenthub.llm.tokens import estimate_tokens
-from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
-from agenthub.session.keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
@@ -91,23 +87,3 @@ def register_builtin_commands(gateway: GatewayCore) -> None:
     gateway.commands.register("status", "show this chat's state and context size", _status)
     gateway.commands.register("compact", "summarise older messages to free context", _compact)
     gateway.commands.register("help", "list the commands", _help)
-
-
-async def run_command(
-    gateway: GatewayCore,
-    matched: tuple[object, str],
-    key: SessionKey,
-    agent: AgentDefinition,
-    message: InboundMessage,
-    handle: ReplyHandle,
-) -> None:
-    """Run a command outside the session queue; the reply is one DoneEvent (nothing is stored in history)."""
-    command, args = matched
-    assert isinstance(command, Command)
-    try:
-        text = await command.handler(CommandContext(gateway, key, agent, message, args))
-    except Exception:
-        log.exception("command_failed", command=command.name, session_key=str(key))
-        handle.emit(ErrorEvent(f"/{command.name} failed; please try again.", code="internal"))
-        return
-    handle.emit(DoneEvent(text, session_key=str(key)))

@@ -17,7 +17,8 @@ from agenthub.agent.definition import AgentDefinition, AgentRegistry
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
 from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
-from agenthub.gateway.commands import CommandRouter
+from agenthub.gateway.builtin_commands import register_builtin_commands
+from agenthub.gateway.commands import CommandContext, CommandRouter
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.runner import PendingTurn, SessionRunner
 from agenthub.gateway.stats import GatewayStats
@@ -88,8 +89,6 @@ class GatewayCore:
         self._accepting = True
         self._entered = False
         self.timers.add("session_sweep", 1.0, self._sweep)
-        from agenthub.gateway.builtin_commands import register_builtin_commands
-
         register_builtin_commands(self)
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -159,7 +158,8 @@ class GatewayCore:
             return handle
         matched = self.commands.match(message.content)
         if matched is not None:
-            await self._run_command(matched, key, agent, message, handle)
+            command, args = matched
+            await self.commands.run(command, CommandContext(self, key, agent, message, args), handle)
             return handle
         self._enqueue(PendingTurn(message, key, agent, handle, message.message_id or f"local-{next(self._ids)}"))
         return handle
@@ -253,18 +253,6 @@ class GatewayCore:
                 await asyncio.wait([runner.turn_task])
 
     # ---- commands and housekeeping -------------------------------------------------------------
-
-    async def _run_command(
-        self,
-        matched: tuple[object, str],
-        key: SessionKey,
-        agent: AgentDefinition,
-        message: InboundMessage,
-        handle: ReplyHandle,
-    ) -> None:
-        from agenthub.gateway.builtin_commands import run_command
-
-        await run_command(self, matched, key, agent, message, handle)
 
     def restart_pending(self) -> dict[SessionKey, float]:
         return self._restart_pending
