@@ -19,6 +19,7 @@ from agenthub.session.history import SessionHistory
 from agenthub.session.keys import session_key
 from agenthub.storage.jsonl import read_records
 from agenthub.tokens import TokenStore
+from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, reply_text
 
 
@@ -104,10 +105,27 @@ async def _stop(proc: asyncio.subprocess.Process) -> int:
     return await asyncio.wait_for(proc.wait(), 20)
 
 
-async def test_ready_sigterm_drain_and_restart(daemon_env: DaemonEnv, fake_llm: FakeAnthropic) -> None:
+async def _agent_names(env: DaemonEnv) -> list[str]:
+    async with aiohttp.ClientSession() as client, client.get(env.base + "/api/agents", headers=env.auth) as resp:
+        return [a["name"] for a in (await resp.json())["agents"]]
+
+
+async def test_ready_watchdog_reload_sigterm_drain_and_restart(daemon_env: DaemonEnv, fake_llm: FakeAnthropic) -> None:
+    daemon_env.env["WATCHDOG_USEC"] = "1000000"
     proc = await daemon_env.start()
     try:
         await daemon_env.wait_notify("READY=1")
+        await daemon_env.wait_notify("WATCHDOG=1", timeout=5)
+
+        assert await _agent_names(daemon_env) == ["default"]
+        write_agent(daemon_env.root / "agents", "reviewer", {"description": "reviews"})
+        proc.send_signal(signal.SIGHUP)  # systemctl reload: agent definitions are read again
+        for _ in range(50):
+            if "reviewer" in await _agent_names(daemon_env):
+                break
+            await asyncio.sleep(0.1)
+        assert await _agent_names(daemon_env) == ["default", "reviewer"]
+
         fake_llm.script(reply_text("first answer"))
         assert (await _chat(daemon_env, "c1", "remember the number 42"))["reply"] == "first answer"
 
