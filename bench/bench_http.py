@@ -107,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--requests", type=int, default=1500)
+    parser.add_argument("--no-fsync", action="store_true", help="turn off history fsync (session.fsync=false)")
     args = parser.parse_args()
     configure_logging("error", "json", stream=open("/dev/null", "w"))  # noqa: SIM115 - silence the daemon's logs
 
@@ -124,6 +125,7 @@ def main() -> None:
                 workspace_dir=root / "workspace",
                 llm={"base_url": fake.base_url, "api_key": "k", "max_retries": 0},
                 http={"port": 0},
+                session={"fsync": not args.no_fsync},
             )
             token = TokenStore(settings.auth_dir).create("bench")
 

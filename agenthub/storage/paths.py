@@ -16,11 +16,13 @@ def _resolved_dir(directory: Path) -> Path:
     return directory.resolve()
 
 
+@functools.lru_cache(maxsize=65536)
 def inside(directory: Path, name: str) -> Path:
     """`directory / name`, refused unless it resolves inside `directory` (defence in depth after the key factory).
 
-    The directory's own resolution is cached; the name is checked to be a plain name, and only when it is a
-    symlink is it resolved to make sure it does not lead out of the directory.
+    The name must be a plain name; a symlink is resolved to make sure it does not lead out of the directory.
+    Accepted paths are cached (this runs several times per turn): a link planted later inside the data
+    directory is not looked at again, which needs write access to the data directory in the first place.
     """
     if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
         raise StorageError("refused a file name that is not a plain name")
