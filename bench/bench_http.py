@@ -2,7 +2,8 @@
 
 Three event loops on three threads: the fake Messages API, the server under test, and the load generator, the same
 for both servers, so the ratio shows what the daemon's stack (auth, validation, gateway, history on disk) costs over
-the floor of one handler making the same single streaming call. Run: `.venv/bin/python bench/bench_http.py`.
+the floor of one handler making the same single streaming call with the same conversation (kept in memory).
+Run: `.venv/bin/python bench/bench_http.py`.
 """
 
 from __future__ import annotations
@@ -69,16 +70,22 @@ async def _load(url: str, headers: dict[str, str], clients: int, requests: int) 
         return time.perf_counter() - began, latencies
 
 
-def _bare_app(base_url: str) -> tuple[web.Application, Callable[[], Awaitable[None]]]:
+def _bare_app(base_url: str, prefix: dict[str, Any]) -> tuple[web.Application, Callable[[], Awaitable[None]]]:
+    """The floor: the same call the daemon makes (its system prompt and tools, taken from its last request, and
+    the conversation so far, kept in memory), with no auth, validation, queueing or disk."""
     client = AsyncAnthropic(base_url=base_url, api_key="k", max_retries=0, http_client=DefaultAioHttpClient())
+    conversations: dict[str, list[Any]] = {}
 
     async def chat(request: web.Request) -> web.Response:
         body = await request.json()
+        messages = conversations.setdefault(body["chat_id"], [])
+        messages.append({"role": "user", "content": body["content"]})
         async with client.messages.stream(
-            model="m", max_tokens=256, messages=[{"role": "user", "content": body["content"]}]
+            model="m", max_tokens=256, messages=messages, system=prefix["system"], tools=prefix["tools"]
         ) as stream:
             message = await stream.get_final_message()
         text = "".join(b.text for b in message.content if b.type == "text")
+        messages.append({"role": "assistant", "content": text})
         return web.json_response({"reply": text})
 
     app = web.Application()
@@ -145,7 +152,8 @@ def main() -> None:
             server_thread.run(gateway.__aexit__(None, None, None))
 
             async def start_bare() -> tuple[web.AppRunner, int, Callable[[], Awaitable[None]]]:
-                app, close = _bare_app(fake.base_url)
+                recorded = fake.message_requests()[-1].body or {}
+                app, close = _bare_app(fake.base_url, recorded)
                 runner, port = await _serve(app)
                 return runner, port, close
 

@@ -102,8 +102,9 @@ class TurnRunner:
             pending.handle.emit(NoticeEvent(warning))
         await gw.history.append(pending.key, _user_record(pending))
         result = await self._run_with_recovery(pending, provider, model)
-        await gw.history.append(pending.key, *result.new_messages)
-        await gw.history.update_meta(pending.key, last_usage=result.last_usage.as_dict())
+        await gw.history.append(
+            pending.key, *result.new_messages, meta_changes={"last_usage": result.last_usage.as_dict()}
+        )
         gw.stats.turns += 1
         pending.handle.emit(DoneEvent(result.text, result.usage, str(pending.key)))
         return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model)

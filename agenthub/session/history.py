@@ -103,13 +103,18 @@ class SessionHistory:
         async with self._locked(key):
             return len(await self._messages(key))
 
-    async def append(self, key: SessionKey, *messages: Message) -> None:
-        """Persist `messages` (a `timestamp` is added where missing), then update the cache and meta."""
+    async def append(self, key: SessionKey, *messages: Message, meta_changes: dict[str, Any] | None = None) -> None:
+        """Persist `messages` (a `timestamp` is added where missing), then update the cache and meta.
+
+        `meta_changes` (e.g. the turn's `last_usage`) ride along in the same meta write.
+        """
         now = _now_ms(self._clock)
         stamped = [m if "timestamp" in m else {**m, "timestamp": now} for m in messages]
         async with self._locked(key):
             cached = await self._messages(key)
             meta = await self._touched_meta(key, cached, stamped, now)
+            if meta_changes:
+                meta = meta.with_changes(**meta_changes)
             layout = self.layout(key.agent)
             history_path, meta_path = layout.history_file(key), layout.meta_file(key)
 
