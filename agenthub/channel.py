@@ -62,7 +62,6 @@ class ChannelContext:
     web: WebRoutes
     state_dir: Path
     """A private directory for the channel's durable state (dedup memory, tokens): `data/.channels/<name>/`."""
-    extras: Mapping[str, Any] = field(default_factory=dict)
 
 
 class ChannelFactory(Protocol):

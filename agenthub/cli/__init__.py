@@ -20,13 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, default=None, help="config file (default: ./agenthub.toml)")
     sub = parser.add_subparsers(dest="command", required=True)
     for module_name in SUBCOMMANDS.values():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name != module_name:
-                raise
-            continue  # a subcommand that is not built yet
-        module.add_parser(sub)
+        importlib.import_module(module_name).add_parser(sub)
     return parser
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
@@ -37,7 +37,6 @@ class Session:
     status: SessionStatus = SessionStatus.IDLE
     lock: LockHolder | None = None
     lock_timeout_s: float = 120.0
-    extras: dict[str, object] = field(default_factory=dict)
 
     @property
     def channel(self) -> str:
