@@ -7,7 +7,8 @@ AgentHubError
 ├── AgentNotFoundError   no such agent (→ HTTP 404)
 ├── SessionBusyError     the session is running a turn (→ HTTP 409)
 ├── LLMError             the model call failed after retries
-│   └── ContextOverflowError   the prompt exceeded the model's window
+│   ├── ContextOverflowError   the prompt exceeded the model's window
+│   └── ModelNotFoundError     the endpoint does not know the requested model (404)
 └── ChannelError
     └── ChannelSendError  a platform refused or failed a send
 """
@@ -50,6 +51,14 @@ class LLMError(AgentHubError):
 
 class ContextOverflowError(LLMError):
     """The request was larger than the model's context window."""
+
+
+class ModelNotFoundError(LLMError):
+    """The endpoint does not know the requested model (404 `not_found_error`); the loop may fall back."""
+
+    def __init__(self, message: str, *, user_message: str, model: str) -> None:
+        super().__init__(message, user_message=user_message)
+        self.model = model
 
 
 class ChannelError(AgentHubError):

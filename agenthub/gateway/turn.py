@@ -10,9 +10,8 @@ import structlog
 
 from agenthub.agent.loop import AgentLoop, TurnResult
 from agenthub.agent.tools import ToolContext, tools_for
-from agenthub.errors import ContextOverflowError, LLMError
+from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError
 from agenthub.gateway.runner import PendingTurn, SessionRunner
-from agenthub.llm.failures import ModelNotFoundError
 from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
 from agenthub.messages import DoneEvent, ErrorEvent, NoticeEvent, Usage

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,12 +15,10 @@ from agenthub.errors import ConfigError, LLMError
 from agenthub.llm.endpoint import Endpoint
 from agenthub.llm.failures import MSG_INTERRUPTED, classify
 from agenthub.llm.models import plausible_model_name
-from agenthub.llm.types import LLMRequest, LLMResponse, TextCallback
+from agenthub.llm.types import LLMRequest, LLMResponse, Sleep, TextCallback
 from agenthub.messages import Usage
 
 log = structlog.get_logger(__name__)
-
-Sleep = Callable[[float], Awaitable[None]]
 
 
 @dataclass(frozen=True)

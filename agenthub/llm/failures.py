@@ -12,15 +12,9 @@ from dataclasses import dataclass
 import anthropic
 import httpx2
 
-from agenthub.errors import ContextOverflowError, LLMError
+from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError
 
-
-class ModelNotFoundError(LLMError):
-    """The endpoint does not know the requested model (404 `not_found_error`)."""
-
-    def __init__(self, message: str, *, user_message: str, model: str) -> None:
-        super().__init__(message, user_message=user_message)
-        self.model = model
+__all__ = ["ModelNotFoundError", "classify", "is_overflow_message"]
 
 
 OVERFLOW_PHRASES = (

@@ -9,10 +9,9 @@ import structlog
 
 from agenthub.config import LLMSettings
 from agenthub.errors import ConfigError
-from agenthub.llm.anthropic_provider import AnthropicProvider, RetryPolicy, Sleep
 from agenthub.llm.endpoint import Endpoint, default_endpoint, named_endpoint
 from agenthub.llm.offline import HOW_TO_CONFIGURE, OfflineProvider
-from agenthub.llm.types import LLMProvider
+from agenthub.llm.types import LLMProvider, Sleep
 
 log = structlog.get_logger(__name__)
 
@@ -109,6 +108,9 @@ def _show(value: str | None) -> str:
 def _build(name: str, endpoint: Endpoint, llm: LLMSettings, offline: bool, sleep: Sleep) -> LLMProvider:
     if offline:
         return OfflineProvider(name=name, default_model=endpoint.model)
+    # imported here: the SDK takes seconds to import, and an offline start never needs it
+    from agenthub.llm.anthropic_provider import AnthropicProvider, RetryPolicy
+
     retry = RetryPolicy(max_retries=llm.max_retries, base_s=llm.retry_base_s, max_s=llm.retry_max_s)
     return AnthropicProvider(
         endpoint,

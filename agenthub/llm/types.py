@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agenthub.messages import Usage
+
+Sleep = Callable[[float], Awaitable[None]]
+"""An injectable `asyncio.sleep` (tests record backoff delays instead of waiting)."""
 
 TextCallback = Callable[[str], None]
 """Called with each text delta as it streams."""
