@@ -20,11 +20,12 @@ log = structlog.get_logger(__name__)
 class DedupStore:
     """Remembers ids for `ttl_s` seconds, across restarts.
 
-    The memory is an append-only JSONL file (`{"k": id, "t": seen_at}`), fsynced per id, reloaded at
-    construction with expired and torn lines dropped, and rewritten atomically when it holds more than
-    twice the live entries. Entries are kept in the order they were seen, so expired ones are dropped
-    from the front as time passes and memory stays bounded by the ids seen within one TTL.
-    `check_and_add` is atomic within one event loop.
+    The memory is an append-only JSONL file (`{"k": id, "t": seen_at}`), reloaded at construction with
+    expired and torn lines dropped, and rewritten atomically when it holds more than twice the live entries.
+    Writes are group-committed: ids that arrive while a write is in flight go out together in the next single
+    write + fsync, so a burst of N new ids costs about two fsyncs, not N. `check_and_add` returns only once
+    its id is durable. Entries are kept in the order they were seen, so expired ones are dropped from the
+    front and memory stays bounded by the ids seen within one TTL. Atomic within one event loop.
     """
 
     def __init__(self, path: Path, *, ttl_s: float, clock: Callable[[], float] = time.time, fsync: bool = True) -> None:
@@ -34,7 +35,10 @@ class DedupStore:
         self._clock = clock
         self._seen: OrderedDict[str, float] = OrderedDict()
         self._lines = 0
-        self._lock = asyncio.Lock()
+        self._batch: list[tuple[str, float]] = []
+        self._batch_done: asyncio.Future[None] | None = None
+        self._pending: dict[str, asyncio.Future[None]] = {}
+        self._flusher: asyncio.Task[None] | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
         self._load()
 
@@ -42,23 +46,67 @@ class DedupStore:
         return len(self._seen)
 
     async def check_and_add(self, key: str) -> bool:
-        """Return True when `key` was already seen (a duplicate); otherwise remember it and return False."""
-        async with self._lock:
-            now = self._clock()
-            self._expire(now)
-            if key in self._seen:
-                return True
-            self._seen[key] = now
-            line = json.dumps({"k": key, "t": now}, ensure_ascii=False) + "\n"
+        """Return True when `key` was already seen (a duplicate); otherwise remember it durably and return False.
+
+        A write failure raises and forgets the id, so the platform's retry gets through rather than being lost.
+        """
+        while True:
+            pending = self._pending.get(key)
+            if pending is None:
+                break
+            await asyncio.wait([pending])  # the first sighting is being written: its outcome decides
+        now = self._clock()
+        self._expire(now)
+        if key in self._seen:
+            return True
+        self._seen[key] = now
+        done = self._enqueue(key, now)
+        self._pending[key] = done
+        try:
+            await asyncio.shield(done)
+        except Exception:
+            if self._seen.get(key) == now:
+                del self._seen[key]
+            raise
+        finally:
+            if self._pending.get(key) is done:
+                del self._pending[key]
+        return False
+
+    def _enqueue(self, key: str, seen_at: float) -> asyncio.Future[None]:
+        if self._batch_done is None:
+            self._batch_done = asyncio.get_running_loop().create_future()
+        self._batch.append((key, seen_at))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="dedup-flush")
+        return self._batch_done
+
+    async def _flush(self) -> None:
+        """Write batches until none is waiting; each batch is one write and one fsync."""
+        while self._batch:
+            batch, done = self._batch, self._batch_done
+            self._batch, self._batch_done = [], None
+            assert done is not None
+            lines = "".join(json.dumps({"k": k, "t": t}, ensure_ascii=False) + "\n" for k, t in batch)
             try:
-                await asyncio.to_thread(self._append, line)
-            except Exception:
-                del self._seen[key]  # not durable: let the platform's retry through rather than lose the message
-                raise
-            self._lines += 1
-            if self._lines > 2 * len(self._seen) + 100:
-                await asyncio.to_thread(self._rewrite)
-            return False
+                await asyncio.to_thread(self._append, lines)
+            except Exception as e:
+                log.error("dedup_write_failed", path=str(self._path), error=str(e))
+                done.set_exception(e)
+                done.exception()  # retrieved here: every waiter re-raises it through its own shield
+                continue
+            self._lines += len(batch)
+            if self._lines > 2 * len(self._seen) + 100:  # compact before answering: no task outlives its callers
+                for key, _ in batch:
+                    self._pending.pop(key, None)  # written now, so part of the snapshot
+                await self._compact()
+            done.set_result(None)
+
+    async def _compact(self) -> None:
+        try:
+            await asyncio.to_thread(self._rewrite, self._durable_items())
+        except OSError as e:  # the appended file is still complete; compaction is only housekeeping
+            log.warning("dedup_compaction_failed", path=str(self._path), error=str(e))
 
     def _load(self) -> None:
         if not self._path.exists():
@@ -75,7 +123,7 @@ class DedupStore:
                 if now - seen_at < self._ttl_s:
                     self._seen[key] = seen_at
                     self._seen.move_to_end(key)
-        self._rewrite()
+        self._rewrite(list(self._seen.items()))
 
     def _expire(self, now: float) -> None:
         while self._seen:
@@ -93,7 +141,12 @@ class DedupStore:
         finally:
             os.close(fd)
 
-    def _rewrite(self) -> None:
-        lines = (json.dumps({"k": k, "t": t}, ensure_ascii=False) + "\n" for k, t in self._seen.items())
+    def _durable_items(self) -> list[tuple[str, float]]:
+        """A snapshot of the ids already written (ids still waiting for their batch go out with it)."""
+        pending = {k for k, f in self._pending.items() if not f.done()}
+        return [(k, t) for k, t in self._seen.items() if k not in pending]
+
+    def _rewrite(self, items: list[tuple[str, float]]) -> None:
+        lines = (json.dumps({"k": k, "t": t}, ensure_ascii=False) + "\n" for k, t in items)
         atomic_write_bytes(self._path, "".join(lines).encode("utf-8"), durable=self._fsync)
-        self._lines = len(self._seen)
+        self._lines = len(items)

@@ -64,3 +64,25 @@ async def test_a_failed_write_forgets_the_id_so_the_retry_is_answered(tmp_path: 
     path.rmdir()
     assert await store.check_and_add("m1") is False
     assert await store.check_and_add("m1") is True
+
+
+class _CountingStore(DedupStore):
+    """Counts the store's file writes (each write is one fsync)."""
+
+    writes = 0
+
+    def _append(self, line: str) -> None:
+        type(self).writes += 1
+        super()._append(line)
+
+
+async def test_a_burst_is_group_committed_and_each_id_answered_once(tmp_path: Path) -> None:
+    path = tmp_path / "seen.jsonl"
+    store = _CountingStore(path, ttl_s=60)
+    ids = [f"m{i}" for i in range(50)]
+    results = await asyncio.gather(*(store.check_and_add(k) for k in ids + ids))
+    assert results[:50] == [False] * 50  # every first sighting is new …
+    assert results[50:] == [True] * 50  # … and every concurrent repeat a duplicate
+    assert _CountingStore.writes <= 3  # one write + fsync per batch, not per id
+    reloaded = DedupStore(path, ttl_s=60)
+    assert all([await reloaded.check_and_add(k) for k in ids])
