@@ -85,7 +85,12 @@ class BotEndpoint:
         if not msgid or not user:
             log.warning("wecom_bot_message_malformed", cred_id=self.cred_id, req_id=req_id)
             return
-        if await self._dedup.check_and_add(f"{self.cred_id}:{msgid}"):
+        try:
+            duplicate = await self._dedup.check_and_add(f"{self.cred_id}:{msgid}")
+        except OSError as e:  # answering beats losing the message; a redelivery is rare
+            log.error("wecom_dedup_unavailable", cred_id=self.cred_id, key=msgid, error=str(e))
+            duplicate = False
+        if duplicate:
             log.info("wecom_duplicate_dropped", cred_id=self.cred_id, msgid=msgid)
             return
         group = body.get("chattype") == "group"

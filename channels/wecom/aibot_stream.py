@@ -19,6 +19,8 @@ log = structlog.get_logger(__name__)
 
 STREAM_EXPIRED = 846608
 EMPTY_REPLY = "（没有内容）"
+INTERRUPTED = "回复中断了。"
+ABANDON_TIMEOUT_S = 2.0  # on cancellation (daemon stop), how long the closing frame may take
 
 
 class StreamReply:
@@ -55,9 +57,11 @@ class StreamReply:
                     self._changed.set()
                 elif isinstance(event, DoneEvent | ErrorEvent):
                     final = event
-        except BaseException:
+        except BaseException as e:
             writer.cancel()
             await asyncio.gather(writer, return_exceptions=True)
+            if isinstance(e, asyncio.CancelledError):
+                await self._abandon()
             raise
         self._closing.set()
         self._changed.set()
@@ -72,7 +76,7 @@ class StreamReply:
         if isinstance(final, DoneEvent):
             shown = self._text[: self._base]
             return final.full_text if final.full_text.startswith(shown) else shown + final.full_text
-        message = final.message if isinstance(final, ErrorEvent) else "回复中断了。"
+        message = final.message if isinstance(final, ErrorEvent) else INTERRUPTED
         return f"{self._text}\n\n{message}" if self._text else message
 
     async def _write_loop(self) -> None:
@@ -99,9 +103,7 @@ class StreamReply:
         content = self._text[self._base :] or self._cfg.thinking_text
         if utf8_len(content) > self._cfg.stream_cap_bytes:
             first = split_utf8(content, self._cfg.stream_cap_bytes)[0]
-            await self._respond(first, finish=True)
-            self._base += len(first)
-            self._stream_open = False
+            await self._close_stream(first, len(first))
             log.info("wecom_bot_stream_capped", req_id=self.req_id, shown_chars=self._base)
             return
         if content == self._sent and not force:
@@ -110,16 +112,40 @@ class StreamReply:
 
     async def finish(self, full_text: str) -> None:
         """Close the stream with the final text; what does not fit goes out as follow-up messages."""
-        rest = full_text[self._base :]
-        parts = split_utf8(rest, self._cfg.stream_cap_bytes) if rest else []
         if self._stream_open:
-            await self._respond(parts[0] if parts else EMPTY_REPLY, finish=True)
-            self._stream_open = False
-            parts = parts[1:]
-        for part in parts:
+            rest = full_text[self._base :]
+            first = split_utf8(rest, self._cfg.stream_cap_bytes)[0] if rest else ""
+            await self._close_stream(first or EMPTY_REPLY, len(first))
+        rest = full_text[self._base :]
+        for part in split_utf8(rest, self._cfg.stream_cap_bytes) if rest else []:
             await self._push_message(part)
 
-    async def _respond(self, content: str, *, finish: bool) -> None:
+    async def _close_stream(self, content: str, consumed: int) -> None:
+        """Send the `finish` frame; `consumed` characters from `_base` are shown once WeCom accepts it.
+
+        When WeCom rejects it (expired, unsupported), the text from the last accepted frame on is still owed.
+        """
+        if await self._respond(content, finish=True):
+            self._base += consumed
+        elif self._stream_open:
+            self._base = self._shown_len()
+        self._stream_open = False
+
+    async def _abandon(self) -> None:
+        """The reply was cancelled (daemon stopping): close the stream briefly rather than leave it spinning."""
+        if not self._stream_open:
+            return
+        shown = self._text[self._base :]
+        content = split_utf8(f"{shown}\n\n{INTERRUPTED}" if shown else INTERRUPTED, self._cfg.stream_cap_bytes)[0]
+        try:
+            async with asyncio.timeout(min(ABANDON_TIMEOUT_S, self._cfg.ack_timeout_s)):
+                await self._respond(content, finish=True)
+        except TimeoutError:
+            log.warning("wecom_bot_stream_abandoned", req_id=self.req_id)
+        self._stream_open = False
+
+    async def _respond(self, content: str, *, finish: bool) -> bool:
+        """Send one stream frame; False when WeCom rejected it (no ack at all counts as sent: it may be shown)."""
         body = {"msgtype": "stream", "stream": {"id": self.stream_id, "finish": finish, "content": content}}
         try:
             await self._conn.request("aibot_respond_msg", body, req_id=self.req_id)
@@ -129,8 +155,10 @@ class StreamReply:
             if e.errcode == STREAM_EXPIRED:
                 self._stream_open = False
                 self._base = self._shown_len()
+            return False
         except ChannelSendError as e:
             log.warning("wecom_bot_respond_failed", req_id=self.req_id, error=str(e))
+        return True
 
     def _shown_len(self) -> int:
         """After an expiry, what the user last saw ends at the last frame WeCom accepted."""

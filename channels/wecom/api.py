@@ -93,7 +93,9 @@ class WorkApi:
                 params = {"corpid": self._corp_id, "corpsecret": self._secret}
                 data = await self._request("GET", "gettoken", params=params)
                 self._check("gettoken", data)
-                self._token = str(data["access_token"])
+                if not isinstance(data.get("access_token"), str) or not data["access_token"]:
+                    raise ChannelSendError("wecom gettoken failed: the answer carries no access_token")
+                self._token = data["access_token"]
                 expires_in = float(data.get("expires_in", 7200))
                 self._expires_at = self._clock() + max(expires_in - TOKEN_EARLY_REFRESH_S, expires_in / 2)
                 log.info("wecom_token_fetched", cred_id=self._cred_id, expires_in=expires_in)

@@ -96,7 +96,7 @@ class AppEndpoint:
     # ------------------------------------------------------------------ the turn (background task)
 
     async def _process(self, msg: Any) -> None:
-        if await self._dedup.check_and_add(f"{self.cred_id}:{dedup_key(msg)}"):
+        if await _seen_before(self._dedup, self.cred_id, dedup_key(msg)):
             log.info("wecom_duplicate_dropped", cred_id=self.cred_id, key=dedup_key(msg))
             return
         user = str(msg.source)
@@ -173,6 +173,16 @@ class AppEndpoint:
         dropped = sum(utf8_len(p) for p in parts[cap - 1 :])
         log.warning("wecom_reply_capped", cred_id=self.cred_id, parts=len(parts), dropped_bytes=dropped)
         return [*parts[: cap - 1], f"（回复过长，余下约 {dropped} 字节未发送。请让我分段回答。）"]
+
+
+async def _seen_before(dedup: DedupStore, cred_id: str, key: str) -> bool:
+    """The durable dedup check. WeCom already has its 200 and will not retry, so when the dedup file
+    cannot be written the message is answered anyway: a possible duplicate beats a certain loss."""
+    try:
+        return await dedup.check_and_add(f"{cred_id}:{key}")
+    except OSError as e:
+        log.error("wecom_dedup_unavailable", cred_id=cred_id, key=key, error=str(e))
+        return False
 
 
 def _require(query: Any, keys: tuple[str, ...]) -> tuple[str, ...]:

@@ -47,16 +47,38 @@ _BULLET = re.compile(r"^(\s*)[-*+]\s+", re.MULTILINE)
 _EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
 _CODE = re.compile(r"`([^`\n]+)`")
 _LINK = re.compile(r"\[([^\]\n]+)\]\((\S+?)\)")
+_FENCED_BLOCK = re.compile(r"^[ \t]*```[^\n]*\n(.*?)^[ \t]*```[^\n]*(?:\n|\Z)", re.MULTILINE | re.DOTALL)
+_CODE_SLOT = re.compile("\x00(\\d+)\x00")
 
 
 def strip_markdown(text: str) -> str:
-    """Turn markdown into readable plain text for clients that do not render it (the WeChat plugin)."""
-    text = _FENCE.sub("", text)
+    """Turn markdown into readable plain text for clients that do not render it (the WeChat plugin).
+
+    Code is kept verbatim: fenced blocks lose only their fence lines, inline code only its backticks.
+    """
+    out: list[str] = []
+    pos = 0
+    for block in _FENCED_BLOCK.finditer(text):
+        out.append(_strip_prose(text[pos : block.start()]))
+        out.append(block.group(1))
+        pos = block.end()
+    out.append(_strip_prose(text[pos:]))
+    return "".join(out)
+
+
+def _strip_prose(text: str) -> str:
+    spans: list[str] = []
+
+    def park(match: re.Match[str]) -> str:
+        spans.append(match.group(1))
+        return f"\x00{len(spans) - 1}\x00"
+
+    text = _CODE.sub(park, _FENCE.sub("", text))
     text = _HEADING.sub("", text)
     text = _BULLET.sub(r"\1• ", text)
     text = _EMPHASIS.sub(r"\2", text)
-    text = _CODE.sub(r"\1", text)
-    return _LINK.sub(r"\1 (\2)", text)
+    text = _LINK.sub(r"\1 (\2)", text)
+    return _CODE_SLOT.sub(lambda m: spans[int(m.group(1))] if int(m.group(1)) < len(spans) else m.group(0), text)
 
 
 _LEADING_MENTION = re.compile(r"^\s*@\S+\s*")

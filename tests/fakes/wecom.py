@@ -205,6 +205,8 @@ class FakeAiBotServer(_Server):
         self.ack_errcodes: dict[str, list[int]] = {}
         self.unanswered: set[str] = set()
         """Commands that get no ack at all (a dead or overloaded server)."""
+        self.ack_rule: Callable[[dict[str, Any]], int | None] | None = None
+        """Picks the errcode for one frame (None: fall back to `ack_errcodes`)."""
         self._ws: web.WebSocketResponse | None = None
 
     @property
@@ -270,8 +272,9 @@ class FakeAiBotServer(_Server):
         cmd = frame.get("cmd", "")
         if cmd in self.unanswered:
             return authed
+        ruled = self.ack_rule(frame) if self.ack_rule is not None else None
         queued = self.ack_errcodes.get(cmd)
-        code = queued.pop(0) if queued else 0
+        code = ruled if ruled is not None else (queued.pop(0) if queued else 0)
         if cmd == "aibot_subscribe":
             body = frame.get("body", {})
             ok = body.get("bot_id") == self.bot_id and body.get("secret") == self.secret
