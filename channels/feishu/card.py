@@ -94,10 +94,15 @@ class CardStream:
                 await asyncio.wait_for(asyncio.shield(self._writer), CLOSE_TIMEOUT_S)
             if not self._writer.done():
                 self._writer.cancel()
+        if not self.broken and final_text != self._sent:
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await self._put(final_text or PLACEHOLDER)
+            except (FeishuApiError, TimeoutError) as e:  # the caller replies normally; the card is still closed
+                self.broken = True
+                log.warning("feishu_card_update_failed", card_id=self.card_id, error=str(e))
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                if not self.broken and final_text != self._sent:
-                    await self._put(final_text or PLACEHOLDER)
                 await self._close(final_text)
         except (FeishuApiError, TimeoutError) as e:
             self.broken = self.broken or final_text != self._sent

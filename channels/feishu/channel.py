@@ -147,15 +147,20 @@ class FeishuChannel:
         return web.Response(status=status, body=resp.content, content_type="application/json")
 
     def _on_event(self, app: FeishuApp, envelope: dict[str, Any]) -> None:
-        """Called by the SDK's dispatcher on any thread; must return at once and never raise."""
+        """Called by the SDK's dispatcher on any thread; returns at once. It raises only when the channel is
+        not running, so the SDK answers 500 and Feishu redelivers the event instead of it being acked and lost."""
         loop = self._loop
+        if loop is None or loop.is_closed() or self._stopped:
+            log.warning("feishu_event_refused", cred_id=app.cred_id, reason="channel not running")
+            raise RuntimeError("feishu channel is not running")
+        received_at = time.monotonic()
+        coro = self._ingest(app, envelope, received_at)
         try:
-            if loop is None or loop.is_closed() or self._stopped:
-                raise RuntimeError("channel not running")
-            received_at = time.monotonic()
-            loop.call_soon_threadsafe(self._spawn, self._ingest(app, envelope, received_at))
-        except Exception as e:
-            log.error("feishu_event_dropped", cred_id=app.cred_id, error=str(e))
+            loop.call_soon_threadsafe(self._spawn, coro)
+        except RuntimeError:  # the loop closed in between
+            coro.close()
+            log.warning("feishu_event_refused", cred_id=app.cred_id, reason="loop closed")
+            raise
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         if self._stopped:
