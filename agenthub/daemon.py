@@ -65,6 +65,7 @@ class Daemon:
         try:
             await self._stop.wait()
         finally:
+            self._remove_signals()
             self.notifier.notify("STOPPING=1")
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -84,6 +85,9 @@ class Daemon:
         await server.stop_listening()
         drained = await gateway.drain(self.settings.http.drain_timeout_s)
         log.info("daemon_drained", complete=drained)
+        if not drained:  # tell the clients still waiting, while their connections are still open
+            gateway.abort_all("shutdown")
+            await gateway.drain(5.0)
         for channel in reversed(self.channels):
             try:
                 await channel.stop()
@@ -96,6 +100,11 @@ class Daemon:
         loop.add_signal_handler(signal.SIGTERM, self.request_stop)
         loop.add_signal_handler(signal.SIGINT, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, lambda: self._reload_agents(gateway))
+
+    def _remove_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(signum)
 
     def _reload_agents(self, gateway: GatewayCore) -> None:
         gateway.agents = load_agents(self.settings.agents_dir, default_agent=self.settings.default_agent)

@@ -93,7 +93,7 @@ class RemoteGateway:
                     handle.emit(ErrorEvent(await _error_text(resp), code=f"http_{resp.status}"))
                     return
                 await _read_events(resp, handle)
-        except (aiohttp.ClientError, TimeoutError) as e:
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             handle.emit(
                 ErrorEvent(f"cannot reach the daemon at {self.base_url}: {type(e).__name__}", code="unreachable")
             )

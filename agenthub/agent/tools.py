@@ -176,3 +176,6 @@ async def run_tool(tools: list[Tool], name: str, args: dict[str, Any], ctx: Tool
     except (OSError, ValueError) as e:
         log.warning("tool_failed", tool=name, error=type(e).__name__)
         return f"{name} failed: {type(e).__name__}", True
+    except Exception as e:  # a bug in a tool still goes back to the model, never ends the turn
+        log.exception("tool_crashed", tool=name)
+        return f"{name} failed unexpectedly ({type(e).__name__})", True

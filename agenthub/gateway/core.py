@@ -103,12 +103,7 @@ class GatewayCore:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._accepting = False
-        for runner in list(self._runners.values()):
-            runner.abort("shutdown")
-            for pending in runner.queue:
-                pending.handle.emit(ErrorEvent(ABORT_MESSAGES["shutdown"], code="shutdown"))
-            runner.queue.clear()
+        self.abort_all("shutdown")
         tasks = [r.task for r in self._runners.values() if r.task is not None]
         for task in tasks:
             task.cancel()
@@ -117,6 +112,15 @@ class GatewayCore:
                 await task
         await self.timers.stop()
         await self.providers.aclose()
+
+    def abort_all(self, reason: str) -> None:
+        """Stop accepting, abort every running turn and answer every queued message with an error."""
+        self._accepting = False
+        for runner in list(self._runners.values()):
+            runner.abort(reason)
+            for pending in runner.queue:
+                pending.handle.emit(ErrorEvent(ABORT_MESSAGES.get(reason, "Stopped."), code=reason))
+            runner.queue.clear()
 
     async def drain(self, timeout_s: float) -> bool:
         """Stop accepting new messages and wait up to `timeout_s` for queued and running turns; True if all done."""
@@ -180,23 +184,28 @@ class GatewayCore:
         try:
             while runner.queue:
                 pending = runner.queue.popleft()
-                async with runner.mutex:
-                    runner.current, runner.abort_reason = pending, None
-                    runner.turn_task = asyncio.create_task(self.turns.run(pending, runner))
-                    try:
-                        await asyncio.wait([runner.turn_task])
-                    except asyncio.CancelledError:
-                        runner.turn_task.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await runner.turn_task
-                        raise
-                    outcome = self.turns.outcome_of(runner.turn_task)
-                    runner.current, runner.turn_task = None, None
-                    await self._after_turn(pending, outcome)
+                started = False
+                try:
+                    async with runner.mutex:
+                        runner.current, runner.abort_reason = pending, None
+                        runner.turn_task = asyncio.create_task(self.turns.run(pending, runner))
+                        started = True
+                        try:
+                            await asyncio.wait([runner.turn_task])
+                        except asyncio.CancelledError:
+                            runner.turn_task.cancel()
+                            with contextlib.suppress(asyncio.CancelledError):
+                                await runner.turn_task
+                            raise
+                        outcome = self.turns.outcome_of(runner.turn_task)
+                        runner.current, runner.turn_task = None, None
+                        await self._after_turn(pending, outcome)
+                finally:
+                    _end_unanswered(pending, (runner.abort_reason if started else None) or "shutdown")
         finally:
             runner.current = None
             runner.task = None
-            if not runner.queue and self._runners.get(runner.key) is runner:
+            if not runner.queue and not runner.holds and self._runners.get(runner.key) is runner:
                 del self._runners[runner.key]
 
     async def _after_turn(self, pending: PendingTurn, outcome: TurnOutcome) -> None:
@@ -214,7 +223,7 @@ class GatewayCore:
     def is_busy(self, key: SessionKey) -> bool:
         """True while the session has a running or queued turn, or its post-turn work, or maintenance."""
         runner = self._runners.get(key)
-        return runner is not None and (runner.depth > 0 or runner.mutex.locked())
+        return runner is not None and (runner.depth > 0 or runner.holds > 0 or runner.mutex.locked())
 
     def queue_depth(self) -> int:
         return sum(r.depth for r in self._runners.values())
@@ -235,11 +244,13 @@ class GatewayCore:
         """Wait for the session's running turn (and its after-turn work) to finish, then keep the next
         queued turn waiting until the block exits."""
         runner = self._runners.get(key) or self._runners.setdefault(key, SessionRunner(key))
+        runner.holds += 1  # keeps the runner (and so its mutex) registered while this block waits or runs
         try:
             async with runner.mutex:
                 yield
         finally:
-            if runner.task is None and not runner.queue and self._runners.get(key) is runner:
+            runner.holds -= 1
+            if runner.task is None and not runner.queue and not runner.holds and self._runners.get(key) is runner:
                 del self._runners[key]
 
     def abort(self, key: SessionKey, reason: str = "stopped") -> bool:
@@ -269,6 +280,12 @@ class GatewayCore:
         for key, asked_at in list(self._restart_pending.items()):
             if now - asked_at > window:
                 del self._restart_pending[key]
+
+
+def _end_unanswered(pending: PendingTurn, reason: str) -> None:
+    """A turn cancelled before it could run (or before its task took a step) still ends its handle."""
+    if not pending.handle.finished:
+        pending.handle.emit(ErrorEvent(ABORT_MESSAGES.get(reason, "Stopped."), code=reason))
 
 
 def _failed(session_key_text: str, message: str, code: str) -> ReplyHandle:

@@ -34,6 +34,7 @@ class SessionRunner:
     turn_task: asyncio.Task[None] | None = None
     abort_reason: str | None = None
     mutex: asyncio.Lock = field(default_factory=asyncio.Lock)
+    holds: int = 0  # `GatewayCore.hold` blocks holding or waiting for the mutex; the runner stays while any do
 
     @property
     def depth(self) -> int:

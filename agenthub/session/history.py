@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from agenthub.aio import runs_to_end
 from agenthub.session.keys import SessionKey, key_from_file_stem
 from agenthub.session.meta import (
     DEFAULT_TITLE,
@@ -103,6 +104,7 @@ class SessionHistory:
         async with self._locked(key):
             return len(await self._messages(key))
 
+    @runs_to_end
     async def append(self, key: SessionKey, *messages: Message, meta_changes: dict[str, Any] | None = None) -> None:
         """Persist `messages` (a `timestamp` is added where missing), then update the cache and meta.
 
@@ -127,12 +129,14 @@ class SessionHistory:
             entry = self._entry(key)
             entry.meta, entry.meta_loaded = meta, True
 
+    @runs_to_end
     async def clear(self, key: SessionKey) -> None:
         """Remove the working history; the meta stays (design §3)."""
         async with self._locked(key):
             await asyncio.to_thread(jsonl.delete_file, self.layout(key.agent).history_file(key))
             self._entry(key).messages = []
 
+    @runs_to_end
     async def replace(self, key: SessionKey, messages: list[Message]) -> list[Message]:
         """Make `messages` the working history; everything dropped is appended to the archive first.
 
@@ -155,6 +159,7 @@ class SessionHistory:
         path = self.layout(key.agent).archive_file(key)
         return await asyncio.to_thread(jsonl.read_records, path)
 
+    @runs_to_end
     async def delete(self, key: SessionKey) -> bool:
         """Delete history and meta (the archive stays); True if anything existed."""
         async with self._locked(key):
@@ -200,6 +205,7 @@ class SessionHistory:
                 changes["title"] = title_from(first_user)
         return meta.with_changes(**changes)
 
+    @runs_to_end
     async def get_meta(self, key: SessionKey) -> SessionMeta | None:
         """The stored meta; a legacy session (history but no meta) gets one synthesised and saved."""
         async with self._locked(key):
@@ -212,6 +218,7 @@ class SessionHistory:
                 await self._store_meta(key, meta, durable=True)
             return meta
 
+    @runs_to_end
     async def create(self, key: SessionKey, title: str = DEFAULT_TITLE) -> SessionMeta:
         """Create (or return) the session's meta without any message."""
         async with self._locked(key):
@@ -222,6 +229,7 @@ class SessionHistory:
                 await self._store_meta(key, meta, durable=True)
             return meta
 
+    @runs_to_end
     async def update_meta(self, key: SessionKey, **changes: Any) -> SessionMeta:
         """Change title / pinned / last_usage; the session must exist (KeyError otherwise)."""
         async with self._locked(key):

@@ -1,0 +1,149 @@
+"""Review findings in the core's concurrency: every handle ends, a hold keeps its session, history writes finish."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from agenthub.app import build_gateway
+from agenthub.config import Settings
+from agenthub.errors import SessionBusyError
+from agenthub.gateway.core import GatewayCore
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.session.keys import SessionKey
+from agenthub.storage import jsonl
+from tests.fakes.anthropic import FakeAnthropic, reply_text
+
+KEY = SessionKey("default", "cli", "direct")
+
+
+def _msg(text: str) -> InboundMessage:
+    return InboundMessage("cli", "direct", "me", text)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Yield to the loop (no timed sleeps) until `condition` holds, for a bounded number of loop turns."""
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never became true")
+
+
+async def test_a_message_waiting_behind_maintenance_gets_an_error_on_shutdown(settings: Settings) -> None:
+    release = asyncio.Event()
+    entered = asyncio.Event()
+
+    async def maintenance(gw: GatewayCore) -> None:
+        async with gw.exclusive(KEY):
+            entered.set()
+            await release.wait()
+
+    gw = build_gateway(settings)
+    async with gw:
+        holder = asyncio.create_task(maintenance(gw))
+        await entered.wait()
+        waiting = await gw.submit(_msg("arrives during compaction"))
+        runner = gw.runner(KEY)
+        assert runner is not None
+        await _until(lambda: not runner.queue)  # taken off the queue, waiting for the hold
+    final = await asyncio.wait_for(waiting.result(), 2)
+    assert isinstance(final, ErrorEvent) and final.code == "shutdown"
+    release.set()
+    await holder
+
+
+async def test_stop_before_the_turn_task_first_runs_still_ends_the_handle(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    handle = await gateway.submit(_msg("stopped at once"))
+    runner = gateway.runner(KEY)
+    assert runner is not None
+    await _until(lambda: runner.turn_task is not None)  # no wait_for: its extra task would let the turn start
+    assert gateway.abort(KEY, "stopped")  # the turn task exists but has not run a single step yet
+    final = await asyncio.wait_for(handle.result(), 2)
+    assert isinstance(final, ErrorEvent) and final.code == "stopped"
+    assert not fake_llm.message_requests()
+
+
+async def test_a_hold_that_waited_for_a_turn_keeps_the_session_busy(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.script(reply_text("slow", first_byte_delay_s=0.2), reply_text("after the hold"))
+    turn = await gateway.submit(_msg("first"))
+    await fake_llm.wait_for_requests(1)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def restart_like() -> None:  # what /restart does: wait for the running turn, then hold the session
+        async with gateway.hold(KEY):
+            entered.set()
+            await release.wait()
+
+    holder = asyncio.create_task(restart_like())
+    assert isinstance(await turn.result(), DoneEvent)
+    await asyncio.wait_for(entered.wait(), 2)
+    assert gateway.is_busy(KEY)
+    try:
+        async with gateway.exclusive(KEY):
+            raise AssertionError("compaction ran while the session was held")
+    except SessionBusyError:
+        pass
+    queued = await gateway.submit(_msg("second"))
+    runner = gateway.runner(KEY)
+    assert runner is not None and runner.mutex.locked()
+    release.set()
+    await holder
+    final = await asyncio.wait_for(queued.result(), 2)
+    assert isinstance(final, DoneEvent) and final.full_text == "after the hold"
+
+
+class _GatedExecutor(ThreadPoolExecutor):
+    """A thread pool whose `nth` history append starts (so it cannot be cancelled) and then waits for `gate`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, nth: int) -> None:
+        super().__init__(max_workers=4)
+        self.loop, self.nth, self.seen = loop, nth, 0
+        self.gate = threading.Event()
+        self.started = asyncio.Event()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        inner = (getattr(fn, "args", None) or (None,))[0]  # asyncio.to_thread submits partial(ctx.run, func)
+        if getattr(inner, "__qualname__", "").endswith("SessionHistory.append.<locals>.write"):
+            self.seen += 1
+            if self.seen == self.nth:
+                future: Future[Any] = Future()
+                future.set_running_or_notify_cancel()
+
+                def run() -> None:
+                    self.loop.call_soon_threadsafe(self.started.set)
+                    self.gate.wait(5)
+                    try:
+                        future.set_result(fn(*args, **kwargs))
+                    except BaseException as e:
+                        future.set_exception(e)
+
+                threading.Thread(target=run, daemon=True).start()
+                return future
+        return super().submit(fn, *args, **kwargs)
+
+
+async def test_stop_during_the_reply_write_leaves_file_and_cache_agreeing(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    loop = asyncio.get_running_loop()
+    executor = _GatedExecutor(loop, nth=2)  # 1: the user message, 2: the reply
+    loop.set_default_executor(executor)
+    fake_llm.script(reply_text("the reply"))
+    handle = await gateway.submit(_msg("hello"))
+    await asyncio.wait_for(executor.started.wait(), 2)
+    gateway.abort(KEY, "stopped")
+    await asyncio.sleep(0)
+    executor.gate.set()
+    await asyncio.wait_for(gateway.wait_turn_done(KEY), 2)
+    await handle.result()
+    on_disk = jsonl.read_records(gateway.history.layout("default").history_file(KEY))
+    cached = await gateway.history.load(KEY)
+    assert [m["role"] for m in cached] == [m["role"] for m in on_disk] == ["user", "assistant"]
