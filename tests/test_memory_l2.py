@@ -60,7 +60,9 @@ async def test_crossing_the_threshold_consolidates_and_next_request_carries_the_
         assert len(summary_calls) == 1
         assert "question 0" in str(summary_calls[0].body)
 
-        await (await gw.submit(msg("turn two"))).result()
+        events = [e async for e in await gw.submit(msg("turn two"))]
+        notices = [e.text for e in events if isinstance(e, NoticeEvent)]
+        assert len(notices) == 1 and "22 earlier messages were summarised" in notices[0]  # never silent
         last = fake_llm.message_requests()[-1].body or {}
         assert not is_summary_request(last) and SUMMARY in system_text(last)
         assert all(m["role"] != "system" for m in last["messages"])

@@ -82,8 +82,17 @@ class AgentLoop:
         async with self._gate:
             began = time.perf_counter()
             response = await self.provider.stream(request, on_text)
+        seconds = time.perf_counter() - began
+        log.info(  # one line per model call, so token spend is always visible
+            "llm_call",
+            provider=self.provider.name,
+            model=self.model,
+            seconds=round(seconds, 3),
+            stop_reason=response.stop_reason,
+            **response.usage.as_dict(),
+        )
         if self._on_call is not None:
-            self._on_call(time.perf_counter() - began, response.usage)
+            self._on_call(seconds, response.usage)
         result.calls += 1
         result.usage = result.usage + response.usage
         result.last_usage = response.usage

@@ -85,6 +85,7 @@ class GatewayCore:
         self.turns = TurnRunner(self)
         self._runners: dict[SessionKey, SessionRunner] = {}
         self._restart_pending: dict[SessionKey, float] = {}
+        self._notices: dict[SessionKey, list[str]] = {}
         self._ids = itertools.count(1)
         self._accepting = True
         self._entered = False
@@ -264,6 +265,13 @@ class GatewayCore:
                 await asyncio.wait([runner.turn_task])
 
     # ---- commands and housekeeping -------------------------------------------------------------
+
+    def notify_next_turn(self, key: SessionKey, text: str) -> None:
+        """Queue a notice for the session's next reply (e.g. that background compaction summarised it)."""
+        self._notices.setdefault(key, []).append(text)
+
+    def take_notices(self, key: SessionKey) -> list[str]:
+        return self._notices.pop(key, [])
 
     def restart_pending(self) -> dict[SessionKey, float]:
         return self._restart_pending

@@ -96,6 +96,8 @@ class TurnRunner:
         provider, model, warning = gw.providers.resolve(
             msg.model_hint, msg.provider_hint, agent.config.provider, agent.config.model
         )
+        for notice in gw.take_notices(pending.key):
+            pending.handle.emit(NoticeEvent(notice))
         if warning:
             log.warning("model_hint_fallback", warning=warning)
             pending.handle.emit(NoticeEvent(warning))

@@ -11,7 +11,7 @@ import structlog
 from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import SessionBusyError
 from agenthub.memory import policy
-from agenthub.memory.consolidator import Consolidator
+from agenthub.memory.consolidator import Consolidator, compaction_notice
 from agenthub.session.keys import SessionKey, key_from_file_stem
 
 if TYPE_CHECKING:
@@ -92,6 +92,10 @@ class AutoCompact:
                     keep=keep,
                 )
                 log.info("autocompact_summarised", session_key=str(key), status=result.status)
+                if result.status == "done":
+                    gw.notify_next_turn(key, compaction_notice(result))
                 return
         result = await self.consolidator.truncate(key, keep=keep, reason="autocompact", actor="autocompact")
         log.info("autocompact_truncated", session_key=str(key), status=result.status, kept=result.kept)
+        if result.status == "done":
+            gw.notify_next_turn(key, compaction_notice(result))

@@ -66,6 +66,15 @@ def summary_record(gateway: GatewayCore, summary: str) -> Message:
     return {"role": "system", "content": summary, "timestamp": int(gateway.clock() * 1000), "kind": "summary"}
 
 
+def compaction_notice(result: CompactionResult) -> str:
+    """What the user is told on their next reply after a compaction they did not ask for (never silent)."""
+    how = "summarised" if result.summary_chars else "set aside"
+    return (
+        f"To keep this chat within the model's context, {result.archived} earlier messages were {how}; "
+        f"the last {result.kept} are kept as they were, and the originals stay in the archive."
+    )
+
+
 def _done(cut: Cut, summary: str) -> CompactionResult:
     text = (
         f"Compacted: {len(cut.head)} earlier messages are now a summary and the last {len(cut.tail)} are kept "
@@ -99,7 +108,7 @@ class Consolidator:
         history = await self.gateway.history.load(pending.key)
         factor = await self._calibrate(pending, history, prompt)
         log.info("consolidation_triggered", session_key=str(pending.key), prompt_tokens=prompt, threshold=threshold)
-        await self.run(
+        result = await self.run(
             pending.key,
             agent,
             reason="threshold",
@@ -108,6 +117,8 @@ class Consolidator:
             model=outcome.model,
             tail_budget=int(threshold * policy.TAIL_SHARE / factor),
         )
+        if result.status == "done":
+            self.gateway.notify_next_turn(pending.key, compaction_notice(result))
 
     async def _calibrate(self, pending: PendingTurn, history: list[Message], real: int) -> float:
         """Compare the real prompt size with our estimate of the same request (history minus the reply)."""
