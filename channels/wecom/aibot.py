@@ -85,13 +85,7 @@ class BotEndpoint:
         if not msgid or not user:
             log.warning("wecom_bot_message_malformed", cred_id=self.cred_id, req_id=req_id)
             return
-        try:
-            duplicate = await self._dedup.check_and_add(f"{self.cred_id}:{msgid}")
-        except OSError as e:  # answering beats losing the message; a redelivery is rare
-            log.error("wecom_dedup_unavailable", cred_id=self.cred_id, key=msgid, error=str(e))
-            duplicate = False
-        if duplicate:
-            log.info("wecom_duplicate_dropped", cred_id=self.cred_id, msgid=msgid)
+        if await self._is_duplicate(msgid):
             return
         group = body.get("chattype") == "group"
         group_id = str(body.get("chatid") or user)
@@ -134,11 +128,26 @@ class BotEndpoint:
             metadata=metadata,
         )
 
+    async def _is_duplicate(self, key: str) -> bool:
+        """True when `key` was handled already (a redelivery); remembers it otherwise."""
+        try:
+            duplicate = await self._dedup.check_and_add(f"{self.cred_id}:{key}")
+        except OSError as e:  # answering beats losing the message; a redelivery is rare
+            log.error("wecom_dedup_unavailable", cred_id=self.cred_id, key=key, error=str(e))
+            return False
+        if duplicate:
+            log.info("wecom_duplicate_dropped", cred_id=self.cred_id, key=key)
+        return duplicate
+
     async def _on_event(self, req_id: str, body: dict[str, Any]) -> None:
         assert self.conn is not None
         event = body.get("event") if isinstance(body.get("event"), dict) else {}
         eventtype = str((event or {}).get("eventtype", ""))
         user = str((body.get("from") or {}).get("userid") or "")
+        msgid = str(body.get("msgid") or "")
+        # events carry a msgid like messages do; a frame without one is identified by its req_id
+        if await self._is_duplicate(f"event:msgid:{msgid}" if msgid else f"event:req_id:{req_id}"):
+            return
         if eventtype == "enter_chat" and self.config.welcome and self.config.allows(user):
             welcome = {"msgtype": "text", "text": {"content": self.config.welcome}}
             try:

@@ -29,6 +29,7 @@ BOT_ERRCODE_HINTS: dict[int, str] = {
     846609: "the websocket is not subscribed: check bot_id and secret",
 }
 CONFLICT_RETRIES = 3
+RESEND_RETRIES = 2  # how many reconnections one command may wait for after losing its connection
 
 
 def bot_errcode_hint(errcode: int) -> str:
@@ -41,6 +42,14 @@ class BotApiError(ChannelSendError):
     def __init__(self, cmd: str, errcode: int, errmsg: str) -> None:
         self.errcode = errcode
         super().__init__(f"wecom {cmd} failed: errcode {errcode} ({errmsg}); {bot_errcode_hint(errcode)}")
+
+
+class ConnectionLost(ChannelSendError):
+    """The connection went away under a command; `sent` says whether the frame may have reached WeCom."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        self.sent = sent
+        super().__init__(message)
 
 
 def new_req_id(prefix: str) -> str:
@@ -92,9 +101,9 @@ class BotConnection:
     async def _run(self) -> None:
         backoff = self._cfg.reconnect_min_s
         while True:
-            subscribed = False
+            uptime: float | None = None
             try:
-                subscribed = await self._connect_once()
+                uptime = await self._connect_once()
             except (aiohttp.ClientError, TimeoutError, OSError, ChannelSendError) as e:
                 log.warning("wecom_bot_connection_failed", cred_id=self.cred_id, error=type(e).__name__)
             except Exception:
@@ -104,40 +113,56 @@ class BotConnection:
             if self.replaced:
                 log.warning("wecom_bot_replaced", cred_id=self.cred_id, hint="newer connection took over")
                 return
-            backoff = self._cfg.reconnect_min_s if subscribed else min(backoff * 2, self._cfg.reconnect_max_s)
+            # A subscribe ack alone proves little: a server that acks and then drops at once would otherwise
+            # be re-dialled at the minimum delay forever. Only a connection that stayed up resets the backoff.
+            stable = uptime is not None and uptime >= self._cfg.reconnect_stable_s
+            backoff = self._cfg.reconnect_min_s if stable else min(backoff * 2, self._cfg.reconnect_max_s)
             delay = backoff + random.uniform(0, backoff / 4)
-            log.info("wecom_bot_reconnecting", cred_id=self.cred_id, delay_s=round(delay, 2))
+            up_s = None if uptime is None else round(uptime, 2)
+            log.info("wecom_bot_reconnecting", cred_id=self.cred_id, delay_s=round(delay, 2), uptime_s=up_s)
             await asyncio.sleep(delay)
 
-    async def _connect_once(self) -> bool:
-        """One connection's life; True when it got as far as a successful subscribe."""
+    async def _connect_once(self) -> float | None:
+        """One connection's life; how long it stayed up after a successful subscribe (None: never subscribed)."""
         async with asyncio.timeout(self._cfg.connect_timeout_s):
             ws = await self._session.ws_connect(self._cfg.ws_url, heartbeat=None, max_msg_size=0)
         self.connects += 1
         reader = asyncio.create_task(self._read(ws))
         pinger: asyncio.Task[None] | None = None
+        loop = asyncio.get_running_loop()
         try:
-            self._ws = ws
             if not await self._subscribe(ws):
-                return False
-            self._connected.set()
+                return None
+            self._mark_up(ws)
+            since = loop.time()
             log.info("wecom_bot_connected", cred_id=self.cred_id, connects=self.connects)
             pinger = asyncio.create_task(self._ping(ws))
             await asyncio.wait({reader, pinger}, return_when=asyncio.FIRST_COMPLETED)
-            return True
+            return loop.time() - since
         finally:
+            self._mark_down(ws)  # at once: sends from now on wait for the next connection
             for task in (reader, pinger):
                 if task is not None:
                     task.cancel()
             await asyncio.gather(*(t for t in (reader, pinger) if t is not None), return_exceptions=True)
             await ws.close()
 
+    def _mark_up(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self._ws = ws
+        self._connected.set()
+
+    def _mark_down(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """`_ws` and `_connected` change together, so a send never sees one without the other."""
+        if self._ws is ws:
+            self._ws = None
+            self._connected.clear()
+
     def _drop_connection(self) -> None:
         self._connected.clear()
         self._ws = None
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(ChannelSendError("wecom bot connection lost"))
+                future.set_exception(ConnectionLost("wecom bot connection lost", sent=True))
         self._pending.clear()
 
     async def _subscribe(self, ws: aiohttp.ClientWebSocketResponse) -> bool:
@@ -197,44 +222,79 @@ class BotConnection:
         self._pending[req_id] = future
         try:
             async with asyncio.timeout(self._cfg.ack_timeout_s):
-                await ws.send_str(json.dumps(frame, ensure_ascii=False))
+                try:
+                    await ws.send_str(json.dumps(frame, ensure_ascii=False))
+                except (ConnectionError, aiohttp.ClientError) as e:
+                    # the transport refused the frame: it never left, so sending it again is always safe
+                    raise ConnectionLost(f"wecom bot send failed: {type(e).__name__}", sent=False) from None
                 return await future
-        except (ConnectionError, aiohttp.ClientError) as e:
-            raise ChannelSendError(f"wecom bot send failed: {type(e).__name__}") from None
         finally:
             if self._pending.get(req_id) is future:
                 del self._pending[req_id]
 
-    async def request(self, cmd: str, body: dict[str, Any], req_id: str | None = None) -> dict[str, Any]:
+    async def request(
+        self, cmd: str, body: dict[str, Any], req_id: str | None = None, *, idempotent: bool = False
+    ) -> dict[str, Any]:
         """Send a command and return its ack; raise `BotApiError` on a non-zero errcode, `ChannelSendError` when
-        there is no connection within `send_wait_s` or no ack within `ack_timeout_s`."""
+        there is no connection within `send_wait_s` or no ack within `ack_timeout_s`.
+
+        When the connection is lost under the command, a frame that never left is sent again on the next
+        connection; one that may have reached WeCom is sent again only when `idempotent` (a stream frame
+        carrying the full text so far), otherwise the loss is logged and raised rather than risk a duplicate.
+        """
         req_id = req_id or new_req_id(cmd)
+        frame = {"cmd": cmd, "headers": {"req_id": req_id}, "body": body}
+        conflicts = resends = 0
         async with self._req_lock(req_id):
-            for attempt in range(CONFLICT_RETRIES + 1):
+            while True:
                 ws = await self._wait_connected()
                 try:
-                    ack = await self._exchange(ws, {"cmd": cmd, "headers": {"req_id": req_id}, "body": body})
+                    ack = await self._exchange(ws, frame)
                 except TimeoutError:
                     raise ChannelSendError(f"wecom {cmd}: no ack within {self._cfg.ack_timeout_s}s") from None
+                except ConnectionLost as e:
+                    self._mark_down(ws)  # dead for sending, even if the reader has not noticed yet
+                    if resends < RESEND_RETRIES and (idempotent or not e.sent):
+                        resends += 1
+                        log.info("wecom_bot_resend_after_reconnect", cred_id=self.cred_id, cmd=cmd, req_id=req_id)
+                        continue
+                    raise self._lost(cmd, req_id, e) from None
                 errcode = int(ack.get("errcode", 0))
-                if errcode == 6000 and attempt < CONFLICT_RETRIES:
-                    await asyncio.sleep(0.2 * (attempt + 1))
+                if errcode == 6000 and conflicts < CONFLICT_RETRIES:
+                    conflicts += 1
+                    await asyncio.sleep(0.2 * conflicts)
                     continue
                 if errcode != 0:
                     raise BotApiError(cmd, errcode, str(ack.get("errmsg", ""))[:200])
                 return ack
-        raise AssertionError("unreachable")
+
+    def _lost(self, cmd: str, req_id: str, error: ConnectionLost) -> ChannelSendError:
+        if not error.sent:
+            return ChannelSendError(f"wecom {cmd}: {error}")
+        log.warning(
+            "wecom_bot_send_outcome_unknown",
+            cred_id=self.cred_id,
+            cmd=cmd,
+            req_id=req_id,
+            hint="the connection dropped before the ack; not resent, to avoid a duplicate",
+        )
+        return ChannelSendError(f"wecom {cmd}: connection lost before the ack; it may or may not have been delivered")
 
     async def _wait_connected(self) -> aiohttp.ClientWebSocketResponse:
-        if self.replaced:
-            raise ChannelSendError("wecom bot connection was taken over by another instance")
+        """The live websocket, waiting up to `send_wait_s` for a (re)connection."""
         try:
             async with asyncio.timeout(self._cfg.send_wait_s):
-                await self._connected.wait()
+                while True:
+                    if self.replaced:
+                        raise ChannelSendError("wecom bot connection was taken over by another instance")
+                    await self._connected.wait()
+                    ws = self._ws
+                    if ws is not None and not ws.closed:
+                        return ws
+                    self._ws = None  # closed under us before the connection loop noticed: wait for the next
+                    self._connected.clear()
         except TimeoutError:
             raise ChannelSendError("wecom bot is not connected") from None
-        assert self._ws is not None
-        return self._ws
 
     @contextlib.asynccontextmanager
     async def _req_lock(self, req_id: str) -> AsyncIterator[None]:

@@ -148,7 +148,8 @@ class StreamReply:
         """Send one stream frame; False when WeCom rejected it (no ack at all counts as sent: it may be shown)."""
         body = {"msgtype": "stream", "stream": {"id": self.stream_id, "finish": finish, "content": content}}
         try:
-            await self._conn.request("aibot_respond_msg", body, req_id=self.req_id)
+            # each frame carries the full text so far, so resending it after a reconnect is harmless
+            await self._conn.request("aibot_respond_msg", body, req_id=self.req_id, idempotent=True)
             self._sent = content
         except BotApiError as e:
             log.warning("wecom_bot_respond_failed", req_id=self.req_id, errcode=e.errcode, error=str(e))

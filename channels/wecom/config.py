@@ -73,6 +73,9 @@ class BotConfig(_Credential):
     connect_timeout_s: float = Field(10.0, gt=0)
     reconnect_min_s: float = Field(1.0, gt=0)
     reconnect_max_s: float = Field(30.0, gt=0)
+    reconnect_stable_s: float = Field(
+        60.0, gt=0, description="a connection must stay up this long before the reconnect backoff resets"
+    )
     throttle_s: float = Field(0.5, ge=0, description="minimum gap between stream updates")
     keepalive_s: float = Field(180.0, gt=0, description="refresh a silent stream this often (expiry ~6 min)")
     stream_cap_bytes: int = Field(20480, ge=1024, le=20480)

@@ -207,6 +207,14 @@ class FakeAiBotServer(_Server):
         """Commands that get no ack at all (a dead or overloaded server)."""
         self.ack_rule: Callable[[dict[str, Any]], int | None] | None = None
         """Picks the errcode for one frame (None: fall back to `ack_errcodes`)."""
+        self.drop_on: Callable[[dict[str, Any]], bool] | None = None
+        """Frames that make the server close the connection instead of acking them (lost mid-command)."""
+        self.drop_after_subscribe = 0
+        """Close this many of the next connections right after acking their subscribe (a flapping server)."""
+        self.connect_times: list[float] = []
+        """Loop time at which each connection was accepted."""
+        self.frame_connections: list[int] = []
+        """For each entry of `frames`, the number (1-based) of the connection it arrived on."""
         self._ws: web.WebSocketResponse | None = None
 
     @property
@@ -233,10 +241,16 @@ class FakeAiBotServer(_Server):
         return req_id
 
     async def send_event(self, eventtype: str, **extra: Any) -> str:
+        """An event callback; `extra` overrides body fields (e.g. `msgid`, `from`)."""
         req_id = f"ev_{secrets.token_hex(6)}"
         body = {"msgid": secrets.token_hex(8), "event": {"eventtype": eventtype}, **extra}
         await self.push({"cmd": "aibot_event_callback", "headers": {"req_id": req_id}, "body": body})
         return req_id
+
+    def sent_on(self, connection: int, cmd: str) -> list[dict[str, Any]]:
+        """The frames of `cmd` that arrived on the given connection (1-based)."""
+        pairs = zip(self.frames, self.frame_connections, strict=True)
+        return [f for f, n in pairs if n == connection and f.get("cmd") == cmd]
 
     def streams(self, req_id: str) -> list[dict[str, Any]]:
         """The `stream` bodies sent in answer to one callback, in order."""
@@ -256,6 +270,8 @@ class FakeAiBotServer(_Server):
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         self.connections += 1
+        number = self.connections
+        self.connect_times.append(asyncio.get_running_loop().time())
         self._ws = ws
         await self._changed()
         authed = False
@@ -264,8 +280,17 @@ class FakeAiBotServer(_Server):
                 continue
             frame = json.loads(msg.data)
             self.frames.append(frame)
-            authed = await self._answer(ws, frame, authed)
+            self.frame_connections.append(number)
+            if self.drop_on is not None and self.drop_on(frame):
+                await ws.close()
+            else:
+                authed = await self._answer(ws, frame, authed)
+                if authed and frame.get("cmd") == "aibot_subscribe" and self.drop_after_subscribe > 0:
+                    self.drop_after_subscribe -= 1
+                    await ws.close()
             await self._changed()
+        if self._ws is ws:
+            self._ws = None
         return ws
 
     async def _answer(self, ws: web.WebSocketResponse, frame: dict[str, Any], authed: bool) -> bool:
