@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.fakes.feishu import FakeFeishu, bot_open_id, mention, message_event, other_event, running_channel
 from tests.fakes.submitter import ScriptedSubmitter
@@ -59,3 +62,36 @@ async def test_two_long_connection_apps_share_one_thread(tmp_path: Path) -> None
             await fake.wait_until(lambda: fake.closed_cards() == 2)
         assert ws_threads() == []
     assert sorted((m.cred_id, m.content) for m in gateway.received) == [("a", "to cli_ws_a"), ("b", "to cli_ws_b")]
+
+
+# lark-oapi itself calls the deprecated `logger.warn` when a ping meets the connection this test drops
+@pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")
+async def test_a_hanging_endpoint_request_neither_stalls_other_apps_nor_blocks_forever(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    secrets = {"cli_ws_a": "sa", "cli_ws_b": "sb"}
+    apps: dict[str, dict[str, Any]] = {
+        "a": {"app_id": "cli_ws_a", "app_secret": "sa", "request_timeout_s": 0.3},
+        "b": {"app_id": "cli_ws_b", "app_secret": "sb"},
+    }
+    async with FakeFeishu(secrets) as fake:
+        async with running_channel(fake, tmp_path, apps, gateway) as h:
+            await fake.wait_until(lambda: len(fake.ws) == 2, timeout=10)
+            fake.hang_endpoint.add("cli_ws_a")
+            await fake.ws["cli_ws_a"].close()  # a reconnects; its endpoint request is never answered
+            await fake.wait_until(lambda: "cli_ws_a" in fake.endpoint_hanging)
+            pings_before = fake.pings.get("cli_ws_b", 0)
+            for i in range(3):  # meanwhile b, on the same lark-ws thread, is acked at once
+                event = message_event(f"b while a hangs {i}", app_id="cli_ws_b", sender=f"ou_b{i}")
+                ack = await fake.push_event("cli_ws_b", event, timeout=1)
+                assert ack["ack"]["code"] == 200
+            await fake.wait_until(lambda: fake.pings.get("cli_ws_b", 0) > pings_before, timeout=3)
+            # a's request was abandoned after its timeout and retried (the fake asks for a 1 s interval)
+            await fake.wait_until(lambda: fake.endpoint_requests.count("cli_ws_a") >= 3, timeout=3)
+            fake.release_endpoint("cli_ws_a")
+            await fake.wait_until(lambda: "cli_ws_a" in fake.ws, timeout=3)
+            ack = await fake.push_event("cli_ws_a", message_event("a is back", app_id="cli_ws_a", sender="ou_a"))
+            assert ack["ack"]["code"] == 200
+            await fake.wait_until(lambda: fake.closed_cards() == 4)
+            assert h.channel.apps["a"].status == "ready"
+        assert ws_threads() == []
+    assert sorted(m.content for m in gateway.received) == ["a is back"] + [f"b while a hangs {i}" for i in range(3)]

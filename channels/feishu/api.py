@@ -6,13 +6,14 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import structlog
 from pydantic import SecretStr
 
 from agenthub.errors import ChannelSendError
+from channels.feishu.pace import RateGate
 
 log = structlog.get_logger(__name__)
 
@@ -21,6 +22,12 @@ RATE_LIMITED = 99991400
 TOKEN_REJECTED = frozenset({99991661, 99991663, 99991668})
 PERMISSION_DENIED = frozenset({99991672, 99991679, 230099, 200340})
 MAX_BACKOFF_S = 10.0
+CARD_UPDATES_PER_S = 14.0
+CARD_UPDATE_BURST = 20
+"""CardKit allows an app 50 card-content updates/s and 1000/min. A bucket of 20 refilled at 14/s allows at
+most 34 in any second and 860 in any minute: under both, and 20 new turns still get their first text at once."""
+
+Pace = Literal["normal", "urgent"]
 
 
 class FeishuApiError(ChannelSendError):
@@ -37,6 +44,10 @@ class FeishuApiError(ChannelSendError):
         return self.code in PERMISSION_DENIED or self.status == 403
 
 
+class Superseded(Exception):
+    """A paced call was given up before it was sent, because its `unless` event was set."""
+
+
 class FeishuApi:
     """One app's open-apis client; create it inside a running loop, `close()` it on stop."""
 
@@ -48,6 +59,8 @@ class FeishuApi:
         *,
         timeout_s: float = 10.0,
         max_retries: int = 3,
+        card_updates_per_s: float = CARD_UPDATES_PER_S,
+        card_update_burst: int = CARD_UPDATE_BURST,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -63,8 +76,11 @@ class FeishuApi:
         self._token_until = 0.0
         self._token_lock = asyncio.Lock()
         self.token_fetches = 0
+        self.card_gate = RateGate(card_updates_per_s, burst=card_update_burst, name=app_id, clock=clock, sleep=sleep)
+        """Shared by every CardKit update of this app (each attempt, retries included), whichever card."""
 
     async def close(self) -> None:
+        await self.card_gate.close()
         await self._session.close()
 
     async def tenant_token(self) -> str:
@@ -82,14 +98,26 @@ class FeishuApi:
             return self._token
 
     async def call(
-        self, method: str, path: str, op: str, body: Any = None, params: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        op: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        *,
+        pace: Pace | None = None,
+        unless: asyncio.Event | None = None,
     ) -> dict[str, Any]:
         """One authenticated call; retries rate limits (until the reset header), transport errors and one
-        rejected token. Returns the response's `data` object; raises `FeishuApiError`."""
+        rejected token. With `pace`, every attempt first passes the app's card-update gate, and raises
+        `Superseded` if `unless` is set while it waits there. Returns the response's `data` object; raises
+        `FeishuApiError`."""
         token_retried = False
         attempt = 0
         while True:
             token = await self.tenant_token()
+            if pace is not None and not await self.card_gate.wait(urgent=pace == "urgent", unless=unless):
+                raise Superseded(op)
             try:
                 status, headers, data = await self._raw(method, path, body, token, op, params)
             except FeishuApiError as e:
@@ -183,14 +211,33 @@ class FeishuApi:
             raise FeishuApiError("card_create", -1, "no card_id in answer")
         return str(card_id)
 
-    async def card_content(self, card_id: str, element_id: str, content: str, sequence: int, uuid: str) -> None:
+    async def card_content(
+        self,
+        card_id: str,
+        element_id: str,
+        content: str,
+        sequence: int,
+        uuid: str,
+        *,
+        urgent: bool = True,
+        superseded: asyncio.Event | None = None,
+    ) -> bool:
+        """Set an element's text, paced by the app's card gate (`urgent`: ahead of the others). With
+        `superseded`, the call is dropped (returns False, nothing sent) if that event is set while it waits
+        for the gate, as the caller then has something newer to send."""
         body = {"content": content, "sequence": sequence, "uuid": uuid}
         path = f"/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content"
-        await self.call("PUT", path, "card_content", body)
+        pace: Pace = "urgent" if urgent else "normal"
+        try:
+            await self.call("PUT", path, "card_content", body, pace=pace, unless=superseded)
+        except Superseded:
+            return False
+        return True
 
     async def card_settings(self, card_id: str, settings: dict[str, Any], sequence: int, uuid: str) -> None:
         body = {"settings": json.dumps(settings, ensure_ascii=False), "sequence": sequence, "uuid": uuid}
-        await self.call("PATCH", f"/open-apis/cardkit/v1/cards/{card_id}/settings", "card_settings", body)
+        path = f"/open-apis/cardkit/v1/cards/{card_id}/settings"
+        await self.call("PATCH", path, "card_settings", body, pace="urgent")
 
 
 def _reset_delay(headers: dict[str, str], attempt: int) -> float:

@@ -117,7 +117,7 @@ class CardStream:
             text = self._pending
             if text and text != self._sent and not self.broken:
                 try:
-                    await self._put(text)
+                    await self._put(text, superseded=self._closing)
                 except FeishuApiError as e:
                     self.broken = True
                     log.warning("feishu_card_update_failed", card_id=self.card_id, error=str(e))
@@ -125,12 +125,19 @@ class CardStream:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), self._interval_s)
 
-    async def _put(self, text: str) -> None:
+    async def _put(self, text: str, *, superseded: asyncio.Event | None = None) -> None:
+        """Send `text`. A snapshot (`superseded` given) is skipped if that is set while it waits for the
+        app-wide pace (its sequence number then stays unused, which CardKit allows); only a card's first
+        snapshot goes ahead of other cards' later ones, as a card still showing nothing matters most."""
         self.sequence += 1
         seq = self.sequence
-        await self._api.card_content(
-            self.card_id, ELEMENT_ID, text, seq, idempotency_key(self._key, "content", str(seq))
+        uuid = idempotency_key(self._key, "content", str(seq))
+        urgent = superseded is None or self.first_update_at is None
+        sent = await self._api.card_content(
+            self.card_id, ELEMENT_ID, text, seq, uuid, urgent=urgent, superseded=superseded
         )
+        if not sent:
+            return
         self._sent = text
         if self.first_update_at is None:
             self.first_update_at = self._clock()

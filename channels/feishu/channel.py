@@ -81,7 +81,13 @@ class FeishuChannel:
         cfg = app.config
         try:
             app.api = FeishuApi(
-                cfg.base_url, cfg.app_id, cfg.app_secret, timeout_s=cfg.request_timeout_s, max_retries=cfg.max_retries
+                cfg.base_url,
+                cfg.app_id,
+                cfg.app_secret,
+                timeout_s=cfg.request_timeout_s,
+                max_retries=cfg.max_retries,
+                card_updates_per_s=cfg.card_updates_per_s,
+                card_update_burst=cfg.card_update_burst,
             )
             app.bot_open_id = await app.api.bot_open_id()
             webhook = cfg.mode == "webhook"
@@ -92,7 +98,11 @@ class FeishuChannel:
                 cfg.extra_events,
             )
             if not webhook:
-                self._ws.add(app.cred_id, cfg.app_id, cfg.app_secret.get_secret_value(), cfg.base_url, app.dispatcher)
+                secret = cfg.app_secret.get_secret_value()
+                timeout_s = cfg.request_timeout_s
+                self._ws.add(
+                    app.cred_id, cfg.app_id, secret, cfg.base_url, app.dispatcher, endpoint_timeout_s=timeout_s
+                )
             app.status = "ready"
             log.info("feishu_app_ready", cred_id=app.cred_id, mode=cfg.mode, bot_open_id=app.bot_open_id)
         except Exception as e:

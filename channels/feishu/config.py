@@ -38,10 +38,15 @@ class FeishuAppConfig(BaseModel):
     allow_from: list[str] = Field(default_factory=list)
     streaming_card: bool = True
     card_update_interval_s: float = Field(0.2, ge=0.1, le=5.0)
+    card_updates_per_s: float = Field(14.0, gt=0, le=16.0)
+    """App-wide pace of CardKit updates over all cards; Feishu's quota is 50/s and 1000/min (16.6/s)."""
+    card_update_burst: int = Field(20, ge=1, le=30)
+    """Updates allowed at once before that pace applies; with the pace, at most 40 in any second."""
     ack_reaction: str | None = None
     stale_after_s: float = Field(1800.0, gt=0)
     extra_events: list[str] = Field(default_factory=list)
     request_timeout_s: float = Field(10.0, gt=0, le=120)
+    """Bounds every open-apis call, and the long connection's endpoint request (connect and reconnect)."""
     max_retries: int = Field(3, ge=0, le=10)
 
     @field_validator("app_secret")
@@ -58,6 +63,12 @@ class FeishuAppConfig(BaseModel):
         if value in DOMAINS or _HTTPS_ORIGIN.match(value) or _LOCAL_HTTP.match(value):
             return value
         raise ValueError('must be "feishu", "lark", an https:// origin, or http:// on localhost')
+
+    @model_validator(mode="after")
+    def _card_updates_under_quota(self) -> FeishuAppConfig:
+        if self.card_updates_per_s + self.card_update_burst > 40:
+            raise ValueError("card_updates_per_s + card_update_burst must be at most 40 (Feishu allows 50/s)")
+        return self
 
     @model_validator(mode="after")
     def _webhook_needs_token(self) -> FeishuAppConfig:

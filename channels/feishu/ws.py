@@ -32,11 +32,18 @@ class WsRunner:
         self._ready = threading.Event()
         self.on_failed: Callable[[str, str], None] = lambda cred_id, error: None
 
-    def add(self, cred_id: str, app_id: str, app_secret: str, domain: str, dispatcher: Any) -> None:
-        import lark_oapi as lark
+    def add(
+        self, cred_id: str, app_id: str, app_secret: str, domain: str, dispatcher: Any, *, endpoint_timeout_s: float
+    ) -> None:
+        from channels.feishu.ws_client import BoundedWsClient
 
-        self._clients[cred_id] = lark.ws.Client(
-            app_id, app_secret, event_handler=dispatcher, domain=domain, auto_reconnect=True
+        self._clients[cred_id] = BoundedWsClient(
+            app_id,
+            app_secret,
+            event_handler=dispatcher,
+            domain=domain,
+            auto_reconnect=True,
+            endpoint_timeout_s=endpoint_timeout_s,
         )
         route_sdk_logging()  # the constructor resets the SDK logger's level
 

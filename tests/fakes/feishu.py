@@ -7,19 +7,14 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
-from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import ErrorEvent, InboundMessage
+from tests.fakes.feishu_harness import Harness, StoppableSubmitter, running_channel
 from tests.fakes.feishu_payloads import feishu_encrypt, feishu_headers, mention, message_event, other_event
-from tests.fakes.submitter import ScriptedSubmitter
 
 __all__ = ["FakeFeishu", "Harness", "StoppableSubmitter", "bot_open_id", "running_channel"]
 __all__ += ["feishu_encrypt", "feishu_headers", "mention", "message_event", "other_event"]
@@ -75,6 +70,16 @@ class FakeFeishu:
         self.ws_connected = asyncio.Event()
         self.ws_closed = asyncio.Event()
         self.ws_pings = 0
+        self.pings: dict[str, int] = {}
+        self.card_update_cap: tuple[int, float] | None = None
+        """CardKit's app-wide quota on card updates, `(calls, window_s)`; beyond it a 429 / 99991400."""
+        self.card_update_times: dict[str, list[float]] = {}
+        self.hang_endpoint: set[str] = set()
+        """App ids whose long-connection endpoint request is held open (never answered) while listed."""
+        self.endpoint_requests: list[str] = []
+        self.endpoint_hanging: set[str] = set()
+        self._unhang = asyncio.Event()
+        self._closed = False
         self._acks: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._by_uuid: dict[str, SentMessage] = {}
         self._n = itertools.count(1)
@@ -104,6 +109,8 @@ class FakeFeishu:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._closed = True
+        self._unhang.set()
         for ws in list(self.ws.values()):
             await ws.close()
         assert self.server is not None
@@ -124,6 +131,12 @@ class FakeFeishu:
             while not check():
                 self._changed.clear()
                 await self._changed.wait()
+
+    def release_endpoint(self, app_id: str) -> None:
+        """Answer the app's held endpoint request (and later ones) normally again."""
+        self.hang_endpoint.discard(app_id)
+        self._unhang.set()
+        self._unhang = asyncio.Event()
 
     def closed_cards(self) -> int:
         return sum(1 for c in self.cards.values() if not c.streaming)
@@ -226,6 +239,20 @@ class FakeFeishu:
         )
         return web.json_response({"code": 0, "data": {"card_id": card_id}})
 
+    def _card_quota(self, app_id: str) -> web.Response | None:
+        """Every card update counts against the app-wide quota, refused ones included, as on Feishu."""
+        now = time.monotonic()
+        times = self.card_update_times.setdefault(app_id, [])
+        times.append(now)
+        if self.card_update_cap is None:
+            return None
+        calls, window_s = self.card_update_cap
+        if sum(1 for t in times if t > now - window_s) <= calls:
+            return None
+        self.rate_limited.append("card_quota")
+        body = {"code": 99991400, "msg": "request trigger frequency limit"}
+        return web.json_response(body, status=429, headers={"x-ogw-ratelimit-reset": "1"})
+
     def _sequence(self, card: FakeCard, seq: int) -> web.Response | None:
         if card.sequences and seq <= card.sequences[-1]:
             self.sequence_errors.append(f"{card.card_id}: {seq} after {card.sequences[-1]}")
@@ -237,6 +264,9 @@ class FakeFeishu:
         entered = await self._enter(request, "card_content")
         if isinstance(entered, web.Response):
             return entered
+        over_quota = self._card_quota(entered[0])
+        if over_quota is not None:
+            return over_quota
         card = self.cards[request.match_info["card_id"]]
         body = entered[1]
         if not card.streaming:
@@ -252,6 +282,9 @@ class FakeFeishu:
         entered = await self._enter(request, "card_settings")
         if isinstance(entered, web.Response):
             return entered
+        over_quota = self._card_quota(entered[0])
+        if over_quota is not None:
+            return over_quota
         card = self.cards[request.match_info["card_id"]]
         body = entered[1]
         refused = self._sequence(card, int(body["sequence"]))
@@ -268,6 +301,12 @@ class FakeFeishu:
     async def _ws_endpoint(self, request: web.Request) -> web.Response:
         body = await request.json()
         app_id = body.get("AppID", "")
+        self.endpoint_requests.append(app_id)
+        while app_id in self.hang_endpoint and not self._closed:
+            self.endpoint_hanging.add(app_id)
+            self._changed.set()
+            await self._unhang.wait()
+        self.endpoint_hanging.discard(app_id)
         if self.apps.get(app_id) != body.get("AppSecret"):
             return web.json_response({"code": 10003, "msg": "invalid app_id or app_secret"})
         assert self.server is not None
@@ -293,6 +332,7 @@ class FakeFeishu:
             headers = {h.key: h.value for h in frame.headers}
             if frame.method == 0 and headers.get("type") == "ping":
                 self.ws_pings += 1
+                self.pings[device] = self.pings.get(device, 0) + 1
                 await ws.send_bytes(_frame(Frame, 0, {"type": "pong"}, b"", frame.service))
             elif frame.method == 1:
                 future = self._acks.pop(headers.get("message_id", ""), None)
@@ -328,57 +368,3 @@ def _frame(frame_cls: Any, method: int, headers: dict[str, str], payload: bytes,
         header.value = value
     frame.payload = payload
     return bytes(frame.SerializeToString())
-
-
-# --- a gateway stand-in that knows /stop ------------------------------------------------------------
-
-
-@dataclass
-class StoppableSubmitter(ScriptedSubmitter):
-    """ScriptedSubmitter plus the one gateway behaviour channel tests need: `/stop` aborts the chat's
-    running turn, whose handle then ends with `ErrorEvent(code="aborted")`."""
-
-    async def submit(self, message: InboundMessage) -> ReplyHandle:
-        if message.content.strip() == "/stop":
-            for handle in self.handles:
-                if not handle.finished and handle.session_key.endswith(f":{message.chat_id}"):
-                    handle.emit(ErrorEvent("已停止 (stopped)", code="aborted"))
-        return await super().submit(message)
-
-
-# --- the channel under test, mounted on a real local HTTP server --------------------------------------
-
-
-@dataclass
-class Harness:
-    channel: Any
-    fake: FakeFeishu
-    web_url: str
-
-    def events_url(self, cred_id: str) -> str:
-        return f"{self.web_url}/feishu/{cred_id}/events"
-
-
-@asynccontextmanager
-async def running_channel(
-    fake: FakeFeishu, state_dir: Path, apps: dict[str, dict[str, Any]], gateway: Any, **top: Any
-) -> AsyncIterator[Harness]:
-    """Build FeishuChannel from `[channels.feishu]`-shaped config, serve its routes, start it, stop it."""
-    from agenthub.channel import ChannelContext, WebRoutes
-    from agenthub.config import Settings
-    from channels.feishu import FeishuChannel
-
-    routes = WebRoutes()
-    ctx = ChannelContext(gateway=gateway, settings=Settings.model_construct(), web=routes, state_dir=state_dir)
-    config = {"apps": {cred: {"domain": fake.url, **cfg} for cred, cfg in apps.items()}, **top}
-    channel = FeishuChannel(ctx, config)
-    app = web.Application()
-    app.add_routes(routes.routes)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    await channel.start()
-    try:
-        yield Harness(channel, fake, f"http://127.0.0.1:{server.port}")
-    finally:
-        await channel.stop()
-        await server.close()

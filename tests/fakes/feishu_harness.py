@@ -1,0 +1,73 @@
+"""The Feishu channel under test, mounted on a real local HTTP server, and a gateway stand-in that knows /stop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import ErrorEvent, InboundMessage
+from tests.fakes.submitter import ScriptedSubmitter
+
+if TYPE_CHECKING:
+    from tests.fakes.feishu import FakeFeishu
+
+
+# --- a gateway stand-in that knows /stop ------------------------------------------------------------
+
+
+@dataclass
+class StoppableSubmitter(ScriptedSubmitter):
+    """ScriptedSubmitter plus the one gateway behaviour channel tests need: `/stop` aborts the chat's
+    running turn, whose handle then ends with `ErrorEvent(code="aborted")`."""
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle:
+        if message.content.strip() == "/stop":
+            for handle in self.handles:
+                if not handle.finished and handle.session_key.endswith(f":{message.chat_id}"):
+                    handle.emit(ErrorEvent("已停止 (stopped)", code="aborted"))
+        return await super().submit(message)
+
+
+# --- the channel under test, mounted on a real local HTTP server --------------------------------------
+
+
+@dataclass
+class Harness:
+    channel: Any
+    fake: FakeFeishu
+    web_url: str
+
+    def events_url(self, cred_id: str) -> str:
+        return f"{self.web_url}/feishu/{cred_id}/events"
+
+
+@asynccontextmanager
+async def running_channel(
+    fake: FakeFeishu, state_dir: Path, apps: dict[str, dict[str, Any]], gateway: Any, **top: Any
+) -> AsyncIterator[Harness]:
+    """Build FeishuChannel from `[channels.feishu]`-shaped config, serve its routes, start it, stop it."""
+    from agenthub.channel import ChannelContext, WebRoutes
+    from agenthub.config import Settings
+    from channels.feishu import FeishuChannel
+
+    routes = WebRoutes()
+    ctx = ChannelContext(gateway=gateway, settings=Settings.model_construct(), web=routes, state_dir=state_dir)
+    config = {"apps": {cred: {"domain": fake.url, **cfg} for cred, cfg in apps.items()}, **top}
+    channel = FeishuChannel(ctx, config)
+    app = web.Application()
+    app.add_routes(routes.routes)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    await channel.start()
+    try:
+        yield Harness(channel, fake, f"http://127.0.0.1:{server.port}")
+    finally:
+        await channel.stop()
+        await server.close()
