@@ -88,3 +88,27 @@ async def test_an_earlier_summary_survives_plain_truncation(
         history = await gw.history.load(key)
         assert history[0]["content"] == "[历史摘要]\nkeep me" and len(history) == 21
         assert len(await gw.history.archived(key)) == 100
+
+
+async def test_an_idle_session_over_the_threshold_in_tokens_is_cut_though_it_has_few_messages(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory()
+    write_agent(settings.agents_dir, "default", {"memory": {"consolidate_at_tokens": 5000}})
+    async with build_gateway(settings) as gw:
+        key = gw.resolve_key(msg("x", chat="pasted"))[1]
+        paste = "一段很长的日志。" * 150  # about 1,200 tokens each (one per CJK character)
+        for i in range(5):
+            await gw.history.append(
+                key, {"role": "user", "content": f"{i}: {paste}"}, {"role": "assistant", "content": f"noted {i}"}
+            )
+        _age(gw, key)
+
+        await gw.timers[AUTOCOMPACT_TIMER].tick_now()
+
+        after = await gw.history.load(key)
+        archived = await gw.history.archived(key)
+        assert 0 < len(after) < 10  # only 10 messages, yet over the 5000-token threshold: cut to fit half of it
+        assert len(after) + len(archived) == 10  # nothing lost
+        assert after[0]["role"] == "user"
+        assert len(fake_llm.message_requests()) == 0

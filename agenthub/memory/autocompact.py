@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import SessionBusyError
-from agenthub.memory import policy
+from agenthub.llm.tokens import estimate_tokens
+from agenthub.memory import policy, thresholds
 from agenthub.memory.consolidator import Consolidator, compaction_notice
 from agenthub.session.keys import SessionKey, key_from_file_stem
 
@@ -63,10 +64,10 @@ class AutoCompact:
                 log.exception("autocompact_session_failed", session_key=str(key))
 
     async def compact_session(self, key: SessionKey, agent: AgentDefinition) -> None:
-        gw, memory = self.gateway, self.gateway.settings.memory
+        gw = self.gateway
         try:
             async with gw.exclusive(key):
-                if await gw.history.count(key) <= memory.autocompact_min_messages:
+                if not self._too_big(agent, await gw.history.load(key)):
                     return
                 await self._compact(key, agent)
         except SessionBusyError:
@@ -74,6 +75,20 @@ class AutoCompact:
         finally:
             if gw.sessions.get(key) is None and not gw.is_busy(key):
                 gw.history.evict(key)  # a sweep must not leave every idle session cached
+
+    def _too_big(self, agent: AgentDefinition, history: list[dict[str, Any]]) -> bool:
+        """More than `autocompact_min_messages`, or (following the model's window) an estimated size at or
+        over the agent's L2 threshold, which a session left idle right after a long paste can reach."""
+        settings = self.gateway.settings
+        if len(history) > settings.memory.autocompact_min_messages:
+            return True
+        threshold = policy.consolidate_at(settings, agent, thresholds.agent_model(settings, agent))
+        return len(history) > 2 and estimate_tokens([m.get("content") for m in history]) >= threshold
+
+    def _tail_budget(self, agent: AgentDefinition) -> int:
+        settings = self.gateway.settings
+        threshold = policy.consolidate_at(settings, agent, thresholds.agent_model(settings, agent))
+        return int(threshold * policy.TAIL_SHARE)
 
     async def _compact(self, key: SessionKey, agent: AgentDefinition) -> None:
         gw, memory = self.gateway, self.gateway.settings.memory
@@ -88,14 +103,16 @@ class AutoCompact:
                     actor="autocompact",
                     provider=provider,
                     model=model,
-                    tail_budget=None,
+                    tail_budget=self._tail_budget(agent),
                     keep=keep,
                 )
                 log.info("autocompact_summarised", session_key=str(key), status=result.status)
                 if result.status == "done":
                     gw.notify_next_turn(key, compaction_notice(result))
                 return
-        result = await self.consolidator.truncate(key, keep=keep, reason="autocompact", actor="autocompact")
+        result = await self.consolidator.truncate(
+            key, keep=keep, tail_budget=self._tail_budget(agent), reason="autocompact", actor="autocompact"
+        )
         log.info("autocompact_truncated", session_key=str(key), status=result.status, kept=result.kept)
         if result.status == "done":
             gw.notify_next_turn(key, compaction_notice(result))

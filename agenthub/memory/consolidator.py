@@ -209,10 +209,13 @@ class Consolidator:
         audit(gw, key, reason=reason, actor=actor, cut=cut, summary=summary, archived=len(removed))
         return _done(cut, summary)
 
-    async def truncate(self, key: SessionKey, *, keep: int, reason: str, actor: str) -> CompactionResult:
-        """Cut to the last `keep` messages without a model call (earlier summaries stay); archive first."""
+    async def truncate(
+        self, key: SessionKey, *, keep: int, reason: str, actor: str, tail_budget: int | None = None
+    ) -> CompactionResult:
+        """Cut to the last `keep` messages (fewer if over `tail_budget` tokens) without a model call (earlier
+        summaries stay); archive first."""
         history = await self.gateway.history.load(key)
-        cut = plan_cut(history, keep)
+        cut = plan_cut(history, keep, tail_budget)
         if cut is None:
             return CompactionResult("nothing", "Nothing to compact.")
         summaries = [m for m in history[: cut.index] if m.get("role") == "system"]
