@@ -7,6 +7,8 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,19 +87,27 @@ async def fire(http: aiohttp.ClientSession, h: Harness, round_no: int, i: int) -
     return message_id, sent_at, time.monotonic() - sent_at
 
 
-async def feishu_round(http: aiohttp.ClientSession, h: Harness, round_no: int) -> tuple[list[float], list[float]]:
+@dataclass
+class Round:
+    firsts: list[float] = field(default_factory=list)
+    acks: list[float] = field(default_factory=list)
+    per_turn: list[Counter[str]] = field(default_factory=list)
+    """Card update calls Feishu accepted for each turn's card, by kind."""
+
+
+async def feishu_round(http: aiohttp.ClientSession, h: Harness, round_no: int, into: Round) -> None:
     fired = await asyncio.gather(*(fire(http, h, round_no, i) for i in range(CONCURRENCY)))
     fake = h.fake
     before = round_no * CONCURRENCY  # every earlier round's cards were closed before this one started
     await fake.wait_until(lambda: fake.closed_cards() >= before + CONCURRENCY, 30)
-    assert all(_updated(fake, m) for m, _, _ in fired)
-    firsts = [fake.card_for_reply(m).updates[0][0] - sent_at for m, sent_at, _ in fired]
-    return firsts, [ack for _, _, ack in fired]
-
-
-def _updated(fake: FakeFeishu, message_id: str) -> bool:
-    cards = [m for m in fake.messages if m.target == message_id and m.msg_type == "interactive"]
-    return bool(cards) and bool(fake.cards[cards[0].content["data"]["card_id"]].updates)
+    for message_id, sent_at, ack in fired:
+        card = fake.card_for_reply(message_id)
+        shown_at = card.first_shown_at()  # a content snapshot, or the closing full update for a short answer
+        assert shown_at is not None, message_id
+        into.firsts.append(shown_at - sent_at)
+        into.acks.append(ack)
+        kinds = {"content": len(card.updates), "full": len(card.full_updates), "settings": len(card.settings)}
+        into.per_turn.append(Counter(kinds))
 
 
 async def main() -> None:
@@ -116,8 +126,7 @@ async def main() -> None:
             session={"fsync": False},
         )
         app: dict[str, Any] = {**APP, "group_session_scope": "group_sender"}
-        firsts: list[float] = []
-        acks: list[float] = []
+        measured = Round()
         ttft: list[float] = []
         async with (
             build_gateway(settings) as gateway,
@@ -126,19 +135,19 @@ async def main() -> None:
             aiohttp.ClientSession() as http,
         ):
             await llm_ttft(llm)  # warm-up round (connections, sessions, agent loading), not counted
-            await feishu_round(http, h, 0)
+            await feishu_round(http, h, 0, Round())
             for r in range(1, ROUNDS + 1):  # alternate, so drift hits both sides alike
                 ttft += await llm_ttft(llm)
-                round_firsts, round_acks = await feishu_round(http, h, r)
-                firsts += round_firsts
-                acks += round_acks
+                await feishu_round(http, h, r, measured)
             await fake.wait_until(lambda: fake.closed_cards() == (ROUNDS + 1) * CONCURRENCY, 30)
             errors = len(fake.sequence_errors)
-    report(firsts, acks, ttft, errors)
+            attempts = Counter(op for op, _, _ in fake.calls if op in ("card_content", "card_update", "card_settings"))
+    report(measured, ttft, errors, attempts)
 
 
-def report(firsts: list[float], acks: list[float], ttft: list[float], seq_errors: int) -> None:
+def report(measured: Round, ttft: list[float], seq_errors: int, attempts: Counter[str]) -> None:
     ms = 1000.0
+    firsts, acks = measured.firsts, measured.acks
     f50, f99, t50, t99 = pct(firsts, 0.5), pct(firsts, 0.99), pct(ttft, 0.5), pct(ttft, 0.99)
     print(
         f"feishu webhook -> first CardKit update, {CONCURRENCY} concurrent group messages x {ROUNDS} rounds "
@@ -151,6 +160,12 @@ def report(firsts: list[float], acks: list[float], ttft: list[float], seq_errors
     a50, a99 = pct(acks, 0.5), pct(acks, 0.99)
     print(f"  webhook ack                              p50 {a50 * ms:7.1f} ms   p99 {a99 * ms:7.1f} ms")
     print(f"  cards closed: {len(firsts)}, sequence errors: {seq_errors}")
+    totals = [sum(c.values()) for c in measured.per_turn]
+    kinds = sum(measured.per_turn, Counter())
+    turns = len(measured.per_turn)
+    by_kind = ", ".join(f"{k} {kinds[k] / turns:.2f}" for k in ("content", "full", "settings"))
+    print(f"  card updates per turn (accepted)         mean {sum(totals) / turns:5.2f}  max {max(totals)}  ({by_kind})")
+    print(f"  card update requests, all rounds incl. warm-up: {dict(sorted(attempts.items()))}")
 
 
 if __name__ == "__main__":

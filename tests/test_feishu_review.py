@@ -1,4 +1,4 @@
-"""Feishu review findings: a card whose final update fails is still closed; events after stop are not acked."""
+"""Feishu review findings: a card whose final updates fail is still closed; events after stop are not acked."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from tests.test_feishu_webhook import APP_ID, KEY, TOKEN, harness
 
 
 async def test_a_failed_final_card_update_still_closes_the_card(tmp_path: Path) -> None:
-    gateway = ScriptedSubmitter()  # no delay: the whole reply is there before the writer runs, so the final
-    async with harness(tmp_path, gateway) as h:  # update is the card's first content call
+    gateway = ScriptedSubmitter()  # no delay: the whole reply is there before the writer runs, so the
+    async with harness(tmp_path, gateway) as h:  # fallback's final content update is the card's first
         fake = h.fake
-        fake.fail_ops = {"card_content": 1}
+        fake.fail_ops = {"card_update": 1, "card_content": 1}  # the full update and that fallback both fail
         event = message_event("hi", token=TOKEN, app_id=APP_ID)
         body = feishu_encrypt(event, KEY)
         async with (
@@ -25,7 +25,7 @@ async def test_a_failed_final_card_update_still_closes_the_card(tmp_path: Path) 
             assert r.status == 200
         await fake.wait_until(lambda: any(m.msg_type != "interactive" for m in fake.replies()))
     [card] = fake.cards.values()
-    assert card.streaming is False  # not left "生成中"
+    assert card.streaming is False and card.settings[-1]["config"]["streaming_mode"] is False  # not "生成中"
     assert fake.sequence_errors == []
     [fallback] = [m for m in fake.replies() if m.msg_type != "interactive"]
     assert fallback.content == {"text": "echo: hi"}  # the answer still arrives, once

@@ -76,9 +76,10 @@ async def test_signed_encrypted_message_streams_one_card_acked_before_the_turn(t
     assert acked_in < 1.0
     assert card.card["config"]["streaming_mode"] is True
     assert card.content == final.full_text == "你好，hello there！" * 3  # type: ignore[union-attr]
-    assert len(card.updates) >= 2
-    assert card.sequences == sorted(set(card.sequences)) and len(card.sequences) == len(card.updates) + 1
-    assert card.settings[-1]["config"]["streaming_mode"] is False and card.streaming is False
+    assert len(card.updates) + len(card.full_updates) >= 2
+    calls_taken = len(card.updates) + len(card.full_updates) + len(card.settings)
+    assert card.sequences == sorted(set(card.sequences)) and len(card.sequences) == calls_taken
+    assert card.streaming is False  # closed, by one full update or by its content + settings fallback
     assert fake.sequence_errors == []
     [msg] = gateway.received
     assert (msg.channel, msg.chat_id, msg.sender_id, msg.content) == ("feishu", "ou_user1", "ou_user1", "hello there")
@@ -218,11 +219,13 @@ async def test_rate_limited_card_updates_back_off_and_still_finish(tmp_path: Pat
     gateway = ScriptedSubmitter(chunks=4, delay_s=0.02)
     async with harness(tmp_path, gateway) as h:
         fake = h.fake
-        fake.rate_limit = {"card_content": 2, "reply": 1}
+        fake.rate_limit = {"card_update": 2, "reply": 1}
         await post_event(h, message_event("limited", token=TOKEN, app_id=APP_ID))
         await fake.wait_until(lambda: fake.closed_cards() >= 1)
     [card] = fake.cards.values()
-    assert card.content == "echo: limited" and fake.rate_limited.count("card_content") == 2
+    assert card.content == "echo: limited" and fake.rate_limited.count("card_update") == 2
+    assert [(text, streaming) for _, text, streaming in card.full_updates] == [("echo: limited", False)]
+    assert card.settings == []  # retried within the gate, no fallback to the two-call close
     assert "reply" in fake.rate_limited and len(fake.replies()) == 1
 
 

@@ -234,6 +234,15 @@ class FeishuApi:
             return False
         return True
 
+    async def card_update(self, card_id: str, card: dict[str, Any], sequence: int, uuid: str) -> None:
+        """Replace the whole card entity (`PUT …/cards/:card_id`), paced ahead of snapshots like a close."""
+        body = {
+            "card": {"type": "card_json", "data": json.dumps(card, ensure_ascii=False)},
+            "sequence": sequence,
+            "uuid": uuid,
+        }
+        await self.call("PUT", f"/open-apis/cardkit/v1/cards/{card_id}", "card_update", body, pace="urgent")
+
     async def card_settings(self, card_id: str, settings: dict[str, Any], sequence: int, uuid: str) -> None:
         body = {"settings": json.dumps(settings, ensure_ascii=False), "sequence": sequence, "uuid": uuid}
         path = f"/open-apis/cardkit/v1/cards/{card_id}/settings"

@@ -1,4 +1,4 @@
-"""One CardKit streaming card per turn: full-text updates with a strictly increasing sequence, always closed."""
+"""One CardKit streaming card per turn: full-text updates, rising sequence, closed by one full card update."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -25,29 +25,42 @@ def idempotency_key(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
 
 
-def streaming_card() -> dict[str, Any]:
+def build_card(text: str, *, streaming: bool) -> dict[str, Any]:
+    """The turn's card (JSON 2.0), the one shape both for creating it and for the closing full update:
+    only the markdown text, the streaming flag and the chat-list summary derived from them differ."""
+    summary = "[生成中...]" if streaming else preview(text)
     return {
         "schema": "2.0",
         "config": {
-            "streaming_mode": True,
+            "streaming_mode": streaming,
             "update_multi": True,
-            "summary": {"content": "[生成中...]"},
+            "summary": {"content": summary},
             "streaming_config": {
                 "print_frequency_ms": {"default": 50},
                 "print_step": {"default": 2},
                 "print_strategy": "fast",
             },
         },
-        "body": {"elements": [{"tag": "markdown", "content": PLACEHOLDER, "element_id": ELEMENT_ID}]},
+        "body": {"elements": [{"tag": "markdown", "content": text, "element_id": ELEMENT_ID}]},
     }
+
+
+def preview(text: str) -> str:
+    """A closed card's summary in the chat list: the start of its text on one line."""
+    return " ".join(text.split())[:60] or " "
+
+
+def streaming_card() -> dict[str, Any]:
+    return build_card(PLACEHOLDER, streaming=True)
 
 
 class CardStream:
     """Create a streaming card, reply with it, push snapshots (coalesced, throttled), then close it.
 
     `push()` never waits: a writer task sends the newest snapshot at most once per `interval_s`. `finish()`
-    sends the final text and switches streaming off, whatever happened before; `broken` tells the caller the
-    card could not show the final text, so a normal reply is needed.
+    sets the final text and switches streaming off in one full card update, whatever happened before (with
+    the older content + settings calls as its fallback); `broken` tells the caller the card could not show
+    the final text, so a normal reply is needed.
     """
 
     def __init__(
@@ -86,7 +99,10 @@ class CardStream:
         self._wake.set()
 
     async def finish(self, final_text: str) -> None:
-        """Show `final_text` and close streaming mode; bounded in time, never raises except on cancellation."""
+        """Show `final_text` and close streaming mode; bounded in time, never raises except on cancellation.
+
+        One full card update does both. Should it fail, the final text goes as a content update and the
+        close as a settings call; `broken` is set when the card is left without the final text."""
         self._closing.set()
         self._wake.set()
         if self._writer is not None:
@@ -94,19 +110,24 @@ class CardStream:
                 await asyncio.wait_for(asyncio.shield(self._writer), CLOSE_TIMEOUT_S)
             if not self._writer.done():
                 self._writer.cancel()
-        if not self.broken and final_text != self._sent:
-            try:
-                async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                    await self._put(final_text or PLACEHOLDER)
-            except (FeishuApiError, TimeoutError) as e:  # the caller replies normally; the card is still closed
-                self.broken = True
-                log.warning("feishu_card_update_failed", card_id=self.card_id, error=str(e))
+        if await self._bounded("feishu_card_full_update_failed", self._update_full(final_text)):
+            self.broken = False  # whatever failed before, the card now shows the final text
+            return
+        final_put = not self.broken and final_text != self._sent
+        if final_put and not await self._bounded("feishu_card_update_failed", self._put(final_text or PLACEHOLDER)):
+            self.broken = True  # the caller replies normally; the card is still closed
+        if not await self._bounded("feishu_card_close_failed", self._close(final_text)):
+            self.broken = self.broken or final_text != self._sent
+
+    async def _bounded(self, event: str, call: Awaitable[None]) -> bool:
+        """Await one closing call within `CLOSE_TIMEOUT_S`; False (logged) if it failed or timed out."""
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await self._close(final_text)
+                await call
         except (FeishuApiError, TimeoutError) as e:
-            self.broken = self.broken or final_text != self._sent
-            log.warning("feishu_card_close_failed", card_id=self.card_id, error=str(e))
+            log.warning(event, card_id=self.card_id, sequence=self.sequence, error=str(e))
+            return False
+        return True
 
     async def _write_loop(self) -> None:
         while not self._closing.is_set():
@@ -142,10 +163,19 @@ class CardStream:
         if self.first_update_at is None:
             self.first_update_at = self._clock()
 
+    async def _update_full(self, final_text: str) -> None:
+        """Replace the whole card with its closed form showing `final_text`: one call, one sequence."""
+        self.sequence += 1
+        card = build_card(final_text or PLACEHOLDER, streaming=False)
+        uuid = idempotency_key(self._key, "update", str(self.sequence))
+        await self._api.card_update(self.card_id, card, self.sequence, uuid)
+        self._sent = final_text
+        if self.first_update_at is None:
+            self.first_update_at = self._clock()
+
     async def _close(self, final_text: str) -> None:
         self.sequence += 1
-        summary = " ".join(final_text.split())[:60] or " "
-        settings = {"config": {"streaming_mode": False, "summary": {"content": summary}}}
+        settings = {"config": {"streaming_mode": False, "summary": {"content": preview(final_text)}}}
         await self._api.card_settings(
             self.card_id, settings, self.sequence, idempotency_key(self._key, "close", str(self.sequence))
         )

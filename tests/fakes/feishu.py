@@ -7,31 +7,20 @@ import asyncio
 import itertools
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
+from tests.fakes.feishu_cards import FakeCard, parse_full_update
 from tests.fakes.feishu_harness import Harness, StoppableSubmitter, running_channel
 from tests.fakes.feishu_payloads import feishu_encrypt, feishu_headers, mention, message_event, other_event
 
-__all__ = ["FakeFeishu", "Harness", "StoppableSubmitter", "bot_open_id", "running_channel"]
+__all__ = ["FakeCard", "FakeFeishu", "Harness", "StoppableSubmitter", "bot_open_id", "running_channel"]
 __all__ += ["feishu_encrypt", "feishu_headers", "mention", "message_event", "other_event"]
 
 # --- the fake platform -------------------------------------------------------------------------------
-
-
-@dataclass
-class FakeCard:
-    card_id: str
-    card: dict[str, Any]
-    content: str
-    streaming: bool
-    sequences: list[int] = field(default_factory=list)
-    updates: list[tuple[float, str]] = field(default_factory=list)
-    settings: list[dict[str, Any]] = field(default_factory=list)
-    created_at: float = 0.0
 
 
 @dataclass
@@ -102,6 +91,7 @@ class FakeFeishu:
         r.add_post("/open-apis/cardkit/v1/cards", self._card_create)
         r.add_put("/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content", self._card_content)
         r.add_patch("/open-apis/cardkit/v1/cards/{card_id}/settings", self._card_settings)
+        r.add_put("/open-apis/cardkit/v1/cards/{card_id}", self._card_update)
         r.add_post("/callback/ws/endpoint", self._ws_endpoint)
         r.add_get("/ws", self._ws)
         self.server = TestServer(app, host="127.0.0.1")
@@ -294,6 +284,26 @@ class FakeFeishu:
         card.settings.append(settings)
         if "streaming_mode" in settings.get("config", {}):
             card.streaming = bool(settings["config"]["streaming_mode"])
+        return web.json_response({"code": 0, "data": {}})
+
+    async def _card_update(self, request: web.Request) -> web.Response:
+        """The full card update: replaces the card (text, config) in one call, streaming or not."""
+        entered = await self._enter(request, "card_update")
+        if isinstance(entered, web.Response):
+            return entered
+        over_quota = self._card_quota(entered[0])
+        if over_quota is not None:
+            return over_quota
+        card = self.cards.get(request.match_info["card_id"])
+        if card is None:
+            return web.json_response({"code": 300300, "msg": "card not found"}, status=400)
+        parsed = parse_full_update(entered[1])
+        if isinstance(parsed, str):
+            return web.json_response({"code": 99992402, "msg": f"field validation failed: {parsed}"}, status=400)
+        refused = self._sequence(card, entered[1]["sequence"])
+        if refused is not None:
+            return refused
+        card.apply_full_update(parsed, time.monotonic())
         return web.json_response({"code": 0, "data": {}})
 
     # --- the long connection ------------------------------------------------------------------------
