@@ -11,7 +11,7 @@ import pytest
 
 from agenthub.errors import ConfigError
 from channels.feishu.config import parse_config
-from channels.feishu.pace import RateGate
+from channels.feishu.pace import FIRST, NORMAL, URGENT, RateGate
 from tests.fakes.feishu import FakeFeishu, feishu_encrypt, feishu_headers, message_event, running_channel
 from tests.fakes.submitter import ScriptedSubmitter
 
@@ -68,21 +68,23 @@ class SteppingTime:
         self.now += delay
 
 
-async def test_rate_gate_spaces_passes_evenly_and_lets_urgent_waiters_go_first() -> None:
+async def test_rate_gate_spaces_passes_evenly_and_serves_lanes_by_priority() -> None:
     time = SteppingTime()
     gate = RateGate(10.0, clock=time.clock, sleep=time.sleep)
     passed: list[tuple[str, float]] = []
 
-    async def go(name: str, urgent: bool = False) -> None:
-        assert await gate.wait(urgent=urgent)
+    async def go(name: str, priority: int = NORMAL) -> None:
+        assert await gate.wait(priority=priority)
         passed.append((name, time.now))
 
-    await go("first")
-    await asyncio.gather(go("n0"), go("n1"), go("n2"), go("final", urgent=True), go("n3"))
-    assert [name for name, _ in passed] == ["first", "final", "n0", "n1", "n2", "n3"]
+    await go("opening")
+    await asyncio.gather(
+        go("n0"), go("n1"), go("final", URGENT), go("n2"), go("first text", FIRST), go("close", URGENT), go("n3")
+    )
+    assert [name for name, _ in passed] == ["opening", "first text", "final", "close", "n0", "n1", "n2", "n3"]
     gaps = [b - a for (_, a), (_, b) in itertools.pairwise(passed)]
-    assert all(gap >= 0.1 - 1e-9 for gap in gaps) and passed[-1][1] - passed[0][1] < 0.5 + 1e-6
-    assert gate.passes == 6 and gate.waiting == 0
+    assert all(gap >= 0.1 - 1e-9 for gap in gaps) and passed[-1][1] - passed[0][1] < 0.7 + 1e-6
+    assert gate.passes == 8 and gate.waiting == 0
     await gate.close()
 
 
@@ -106,7 +108,7 @@ async def test_rate_gate_waiters_give_up_their_place_when_superseded_or_cancelle
     assert await gate.wait()
     newer = asyncio.Event()
     superseded = asyncio.create_task(gate.wait(unless=newer))
-    cancelled = asyncio.create_task(gate.wait(urgent=True))
+    cancelled = asyncio.create_task(gate.wait(priority=URGENT))
     await asyncio.sleep(0)
     assert gate.waiting == 2
     newer.set()
@@ -126,4 +128,4 @@ def test_card_update_pace_must_stay_under_feishus_quota() -> None:
     with pytest.raises(ConfigError, match="at most 40"):
         parse_config({"apps": {"main": {**base, "card_updates_per_s": 16, "card_update_burst": 30}}})
     app = parse_config({"apps": {"main": base}}).apps["main"]
-    assert (app.card_updates_per_s, app.card_update_burst) == (14.0, 20)
+    assert (app.card_updates_per_s, app.card_update_burst) == (14.0, 26)

@@ -13,7 +13,7 @@ import structlog
 from pydantic import SecretStr
 
 from agenthub.errors import ChannelSendError
-from channels.feishu.pace import RateGate
+from channels.feishu.pace import FIRST, NORMAL, URGENT, RateGate
 
 log = structlog.get_logger(__name__)
 
@@ -23,11 +23,12 @@ TOKEN_REJECTED = frozenset({99991661, 99991663, 99991668})
 PERMISSION_DENIED = frozenset({99991672, 99991679, 230099, 200340})
 MAX_BACKOFF_S = 10.0
 CARD_UPDATES_PER_S = 14.0
-CARD_UPDATE_BURST = 20
-"""CardKit allows an app 50 card-content updates/s and 1000/min. A bucket of 20 refilled at 14/s allows at
-most 34 in any second and 860 in any minute: under both, and 20 new turns still get their first text at once."""
+CARD_UPDATE_BURST = 26
+"""CardKit allows an app 50 card-content updates/s and 1000/min. A bucket of 26 refilled at 14/s allows at
+most 40 in any second and 866 in any minute: under both, and 26 new turns still get their first text at once."""
 
-Pace = Literal["normal", "urgent"]
+Pace = Literal["first", "urgent", "normal"]
+_PRIORITY: dict[Pace, int] = {"first": FIRST, "urgent": URGENT, "normal": NORMAL}
 
 
 class FeishuApiError(ChannelSendError):
@@ -116,7 +117,7 @@ class FeishuApi:
         attempt = 0
         while True:
             token = await self.tenant_token()
-            if pace is not None and not await self.card_gate.wait(urgent=pace == "urgent", unless=unless):
+            if pace is not None and not await self.card_gate.wait(priority=_PRIORITY[pace], unless=unless):
                 raise Superseded(op)
             try:
                 status, headers, data = await self._raw(method, path, body, token, op, params)
@@ -219,15 +220,14 @@ class FeishuApi:
         sequence: int,
         uuid: str,
         *,
-        urgent: bool = True,
+        pace: Pace = "urgent",
         superseded: asyncio.Event | None = None,
     ) -> bool:
-        """Set an element's text, paced by the app's card gate (`urgent`: ahead of the others). With
-        `superseded`, the call is dropped (returns False, nothing sent) if that event is set while it waits
-        for the gate, as the caller then has something newer to send."""
+        """Set an element's text, paced by the app's card gate (`pace`: a card's first text, then finals and
+        closes, then snapshots). With `superseded`, the call is dropped (returns False, nothing sent) if that
+        event is set while it waits for the gate, as the caller then has something newer to send."""
         body = {"content": content, "sequence": sequence, "uuid": uuid}
         path = f"/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content"
-        pace: Pace = "urgent" if urgent else "normal"
         try:
             await self.call("PUT", path, "card_content", body, pace=pace, unless=superseded)
         except Superseded:

@@ -11,7 +11,7 @@ from typing import Any
 
 import structlog
 
-from channels.feishu.api import FeishuApi, FeishuApiError
+from channels.feishu.api import FeishuApi, FeishuApiError, Pace
 
 log = structlog.get_logger(__name__)
 
@@ -149,14 +149,12 @@ class CardStream:
     async def _put(self, text: str, *, superseded: asyncio.Event | None = None) -> None:
         """Send `text`. A snapshot (`superseded` given) is skipped if that is set while it waits for the
         app-wide pace (its sequence number then stays unused, which CardKit allows); only a card's first
-        snapshot goes ahead of other cards' later ones, as a card still showing nothing matters most."""
+        snapshot goes ahead of everything else, as a card still showing nothing matters most."""
         self.sequence += 1
         seq = self.sequence
         uuid = idempotency_key(self._key, "content", str(seq))
-        urgent = superseded is None or self.first_update_at is None
-        sent = await self._api.card_content(
-            self.card_id, ELEMENT_ID, text, seq, uuid, urgent=urgent, superseded=superseded
-        )
+        pace: Pace = "first" if self.first_update_at is None else ("urgent" if superseded is None else "normal")
+        sent = await self._api.card_content(self.card_id, ELEMENT_ID, text, seq, uuid, pace=pace, superseded=superseded)
         if not sent:
             return
         self._sent = text

@@ -40,7 +40,7 @@ class FeishuAppConfig(BaseModel):
     card_update_interval_s: float = Field(0.2, ge=0.1, le=5.0)
     card_updates_per_s: float = Field(14.0, gt=0, le=16.0)
     """App-wide pace of CardKit updates over all cards; Feishu's quota is 50/s and 1000/min (16.6/s)."""
-    card_update_burst: int = Field(20, ge=1, le=30)
+    card_update_burst: int = Field(26, ge=1, le=30)
     """Updates allowed at once before that pace applies; with the pace, at most 40 in any second."""
     ack_reaction: str | None = None
     stale_after_s: float = Field(1800.0, gt=0)

@@ -1,4 +1,4 @@
-"""An async token-bucket gate: `rate_per_s` passes per second after a burst of `burst`; urgent waiters first."""
+"""An async token-bucket gate: `rate_per_s` passes per second after a burst of `burst`; waiters by priority."""
 
 from __future__ import annotations
 
@@ -12,14 +12,18 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
+FIRST, URGENT, NORMAL = 0, 1, 2
+LANES = 3
+
 
 class RateGate:
     """Lets callers through while its bucket (`burst` tokens, refilled at `rate_per_s` by `clock`) has a token.
 
     Any window of `w` seconds therefore sees at most `burst + w * rate_per_s` passes; `burst=1` spaces
-    every pass `1 / rate_per_s` apart. Waiters queue in two FIFO lanes; whenever a pass is due the
-    `urgent` lane goes first, so work that can be coalesced (a streaming card's intermediate snapshot)
-    yields to work that cannot (its final text and close). A cancelled waiter gives its place up.
+    every pass `1 / rate_per_s` apart. Waiters queue in FIFO lanes by priority (0 first); whenever a pass
+    is due the lowest non-empty lane goes, so work that can be coalesced (a streaming card's intermediate
+    snapshot) yields to work that cannot (its final text and close), and a card's very first text goes
+    ahead of both. A cancelled waiter gives its place up.
     """
 
     def __init__(
@@ -42,22 +46,21 @@ class RateGate:
         self._sleep = sleep
         self._tokens = float(burst)
         self._stamp = clock()
-        self._urgent: deque[asyncio.Future[None]] = deque()
-        self._normal: deque[asyncio.Future[None]] = deque()
+        self._lanes: tuple[deque[asyncio.Future[None]], ...] = tuple(deque() for _ in range(LANES))
         self._releaser: asyncio.Task[None] | None = None
         self.passes = 0
         self.most_waiting = 0
 
-    async def wait(self, *, urgent: bool = False, unless: asyncio.Event | None = None) -> bool:
-        """Return True when this caller may go, in FIFO order within its lane; or False, without using a
-        pass, if `unless` is set before that."""
+    async def wait(self, *, priority: int = NORMAL, unless: asyncio.Event | None = None) -> bool:
+        """Return True when this caller may go, in FIFO order within its lane (`priority`: FIRST, URGENT,
+        NORMAL); or False, without using a pass, if `unless` is set before that."""
         if unless is not None and unless.is_set():
             return False
         if not self._has_waiters() and self._delay() <= 0:
             self._take()
             return True
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        (self._urgent if urgent else self._normal).append(future)
+        self._lanes[max(0, min(priority, LANES - 1))].append(future)
         waiting = self.waiting
         if waiting > self.most_waiting:
             self.most_waiting = waiting
@@ -79,14 +82,14 @@ class RateGate:
     @property
     def waiting(self) -> int:
         """Callers queued now."""
-        return len(self._urgent) + len(self._normal) if self._has_waiters() else 0
+        return sum(len(lane) for lane in self._lanes) if self._has_waiters() else 0
 
     async def close(self) -> None:
         """Stop releasing; waiters still queued are cancelled."""
         if self._releaser is not None:
             self._releaser.cancel()
             await asyncio.gather(self._releaser, return_exceptions=True)
-        for lane in (self._urgent, self._normal):
+        for lane in self._lanes:
             while lane:
                 lane.popleft().cancel()
 
@@ -96,15 +99,15 @@ class RateGate:
             if delay > 0:
                 await self._sleep(delay)
                 continue  # re-check: someone more urgent may have arrived, or the head was cancelled
-            lane = self._urgent if self._urgent else self._normal
+            lane = next(lane for lane in self._lanes if lane)
             lane.popleft().set_result(None)
             self._take()
 
     def _has_waiters(self) -> bool:
-        for lane in (self._urgent, self._normal):
+        for lane in self._lanes:
             while lane and lane[0].done():  # cancelled while waiting
                 lane.popleft()
-        return bool(self._urgent or self._normal)
+        return any(self._lanes)
 
     def _delay(self) -> float:
         """Seconds until a token is there (refilling the bucket up to now)."""
