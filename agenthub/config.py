@@ -81,6 +81,9 @@ class MemorySettings(_Section):
     autocompact_min_messages: int = Field(100, ge=2)
     autocompact_keep: int = Field(20, ge=2)
     autocompact_summary: bool = False
+    flush_before_compaction: bool = Field(
+        True, description="before a summary replaces old messages, merge their durable facts into MEMORY.md"
+    )
 
 
 class HTTPSettings(_Section):

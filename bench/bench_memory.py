@@ -37,6 +37,7 @@ SUMMARY = (
     "## 用户意图\n- 推进多个工作主题\n## 决定\n- 小步变更，保留回滚方案\n"
     "## 事实与标识符\n- 工单 T-xxxx 逐轮编号\n## 未完成任务\n- 跟进最近三轮的负责人与截止日期"
 )
+MEMORY = "- The user plans deployments, database choices and rollbacks; tickets are T-nnnn.\n"
 TOPICS = ["部署", "数据库迁移", "monitoring", "发布计划", "API design", "权限", "budget", "测试覆盖率"]
 
 
@@ -47,6 +48,7 @@ class Stats:
     largest_input: int = 0
     overflow_replies: int = 0
     summaries: int = 0
+    memory_flushes: int = 0
     assistant_messages: int = 0
     tool_results: int = 0
 
@@ -74,6 +76,9 @@ def make_responder(stats: Stats) -> Any:
         if "conversation summariser" in system:
             stats.summaries += 1
             return reply_text(SUMMARY, usage=usage)
+        if "You maintain MEMORY.md" in system:  # the memory flush before a compaction
+            stats.memory_flushes += 1
+            return reply_text(MEMORY, usage=usage)
         stats.chat_requests.append(body)
         messages = body["messages"]
         last = messages[-1]["content"]
@@ -147,7 +152,10 @@ async def soak(turns: int, window: int) -> int:
     print(f"overflow_errors_shown={errors} overflow_replies={stats.overflow_replies} overflow_compactions={notices}")
     print(f"largest_request={stats.largest_input} tokens = {stats.largest_input / window:.1%} of the window")
     print(f"prefix_stable_turns={prefix_share(firsts):.1%} (of {len(firsts) - 1} turn pairs)")
-    print(f"consolidations={stats.summaries} working={len(working)} archived={len(archived)}")
+    print(
+        f"consolidations={stats.summaries} memory_flushes={stats.memory_flushes} "
+        f"working={len(working)} archived={len(archived)}"
+    )
     print(f"messages: archive+working={len(kept)} sent={sent} lost={sent - len(kept)}")
     print(f"unpaired_tool_ids_in_working_history={len(unpaired_tool_ids(working))}")
     ok = errors == 0 and sent == len(kept) and not unpaired_tool_ids(working)

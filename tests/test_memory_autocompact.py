@@ -73,7 +73,10 @@ async def test_the_summary_option_summarises_what_is_cut(
         history = await gw.history.load(key)
         assert len(history) == 21 and history[0]["content"] == "[历史摘要]\nidle summary"
         assert len(await gw.history.archived(key)) == 100
-        assert [is_summary_request(r.body or {}) for r in fake_llm.message_requests()] == [True]
+        kinds = [is_summary_request(r.body or {}) for r in fake_llm.message_requests()]
+        assert kinds == [False, True]  # the memory flush, then the summary
+        memory_request = str(fake_llm.message_requests()[0].body)
+        assert "MEMORY.md" in memory_request and "question 0" in memory_request
 
 
 async def test_an_earlier_summary_survives_plain_truncation(

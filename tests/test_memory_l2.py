@@ -151,6 +151,7 @@ async def test_a_bad_summary_leaves_the_history_byte_identical(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, bad: Any
 ) -> None:
     settings = _settings(settings_factory, default={"memory": {"consolidate_at_tokens": 5000}})
+    settings.memory.flush_before_compaction = False  # the scripted failure must reach the summary call itself
     async with build_gateway(settings) as gw:
         key = gw.resolve_key(msg("x"))[1]
         await seed(gw, key, 20)
@@ -223,3 +224,54 @@ async def test_consolidation_runs_after_the_reply_went_out(
         assert gw.is_busy(key)  # the hook holds the session: a next turn would wait for it
         await settle(gw, key)
         assert (await gw.history.load(key))[0]["role"] == "system"
+
+
+async def test_durable_facts_are_flushed_to_memory_before_the_summary_replaces_them(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = _settings(settings_factory, default={"memory": {"consolidate_at_tokens": 5000}})
+
+    def responder(body: dict[str, Any]) -> ScriptedReply:
+        if is_summary_request(body):
+            return reply_text(SUMMARY)
+        if "MEMORY.md" in system_text(body):
+            return reply_text("- 项目 X 的数据库是 PostgreSQL\n")
+        return reply_text("fine")
+
+    fake_llm.responder = responder
+    async with build_gateway(settings) as gw:
+        key = gw.resolve_key(msg("x"))[1]
+        await seed(gw, key, 20)
+        fake_llm.script(reply_text("ok", usage=OVER))
+        await (await gw.submit(msg("go"))).result()
+        await settle(gw, key)
+
+        flushes = [r for r in fake_llm.message_requests() if "MEMORY.md" in system_text(r.body or {})]
+        assert len(flushes) == 1 and "question 0" in str(flushes[0].body)  # the messages about to be archived
+        memory_file = gw.memory_files.memory_path(gw.agents.get("default"), key)
+        assert memory_file.read_text(encoding="utf-8") == "- 项目 X 的数据库是 PostgreSQL\n"
+        history = await gw.history.load(key)
+        assert history[0]["content"].startswith("[历史摘要]")  # the summary still happened after the flush
+
+
+async def test_a_failed_memory_flush_does_not_stop_the_compaction(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = _settings(settings_factory, default={"memory": {"consolidate_at_tokens": 5000}})
+
+    def responder(body: dict[str, Any]) -> ScriptedReply:
+        if "MEMORY.md" in system_text(body):
+            return http_error(400, "no")
+        return reply_text(SUMMARY if is_summary_request(body) else "fine")
+
+    fake_llm.responder = responder
+    async with build_gateway(settings) as gw:
+        key = gw.resolve_key(msg("x"))[1]
+        await seed(gw, key, 20)
+        fake_llm.script(reply_text("ok", usage=OVER))
+        with capture_logs() as logs:
+            await (await gw.submit(msg("go"))).result()
+            await settle(gw, key)
+        assert any(e["event"] == "memory_flush_failed" for e in logs)
+        assert (await gw.history.load(key))[0]["content"].startswith("[历史摘要]")
+        assert not gw.memory_files.memory_path(gw.agents.get("default"), key).exists()

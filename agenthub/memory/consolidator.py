@@ -7,7 +7,9 @@ the turn itself), so it never runs twice at once for a session nor while that se
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 Status = Literal["done", "nothing", "failed", "unavailable", "changed"]
+Flush = Callable[[SessionKey, AgentDefinition, list[dict[str, Any]]], Awaitable[None]]
 Message = dict[str, Any]
 
 
@@ -86,8 +89,11 @@ def _done(cut: Cut, summary: str) -> CompactionResult:
 class Consolidator:
     """L2 consolidation and manual/overflow compaction for one gateway."""
 
-    def __init__(self, gateway: GatewayCore) -> None:
+    def __init__(self, gateway: GatewayCore, *, flush: Flush | None = None) -> None:
         self.gateway = gateway
+        self.flush = flush
+        """Memory flush run before a compaction takes messages out of the working history (not on overflow,
+        which happens inside a turn the user is waiting for)."""
         self._factors: dict[SessionKey, float] = {}  # real tokens per estimated token, per session
 
     def provider_for(self, agent: AgentDefinition) -> tuple[LLMProvider, str]:
@@ -184,6 +190,8 @@ class Consolidator:
         cut = plan_cut(history, keep or policy.keep_recent(settings, agent), tail_budget)
         if cut is None:
             return CompactionResult("nothing", f"Nothing to compact: the conversation has {len(history)} messages.")
+        if reason != "overflow":
+            await self._flush_memory(key, agent, cut.head, fields)
         threshold = policy.consolidate_at(settings, agent, model)
         window = policy.window_of(settings, agent, model) or 2 * threshold
         request = summary_request(
@@ -208,6 +216,18 @@ class Consolidator:
         removed = await gw.history.replace(key, [summary_record(gw, summary), *cut.tail])
         audit(gw, key, reason=reason, actor=actor, cut=cut, summary=summary, archived=len(removed))
         return _done(cut, summary)
+
+    async def _flush_memory(
+        self, key: SessionKey, agent: AgentDefinition, head: list[Message], fields: dict[str, str]
+    ) -> None:
+        if self.flush is None or not self.gateway.settings.memory.flush_before_compaction:
+            return
+        try:
+            await self.flush(key, agent, head)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the summary still keeps the facts in the session; compaction goes on
+            log.warning("memory_flush_failed", error=str(e), error_type=type(e).__name__, **fields)
 
     async def truncate(
         self, key: SessionKey, *, keep: int, reason: str, actor: str, tail_budget: int | None = None

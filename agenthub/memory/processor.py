@@ -11,14 +11,20 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
+from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import AgentHubError
+from agenthub.llm.models import context_window
+from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.llm.types import LLMProvider, LLMRequest
 from agenthub.memory import l3_material as material
+from agenthub.memory import thresholds
+from agenthub.memory.context import cut_to_tokens
 from agenthub.memory.files import read_text, write_text
+from agenthub.session.keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
@@ -26,6 +32,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 MAX_PARALLEL_CALLS = 4
+MIN_MATERIAL_TOKENS = 200
 
 MEMORY_PROMPT = (
     "You maintain MEMORY.md, the long-term memory of the assistant agent {agent!r}. Rewrite the WHOLE file: "
@@ -57,6 +64,8 @@ class Target:
     cap: int
     provider: LLMProvider
     model: str
+    window: int | None = None
+    """The model's context window when known: the request is fitted into it."""
     old: str = ""
     new: str = field(default="", repr=False)
 
@@ -134,14 +143,15 @@ class MemoryProcessor:
         for item in active:
             agent = item.agent
             provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
+            window = thresholds.window_of(gw.settings, agent, model)
             system = MEMORY_PROMPT.format(agent=agent.name, cap=memory.memory_max_chars)
             for path, text in material.memory_batches(gw, item).items():
-                targets.append(Target("memory", path, system, text, memory.memory_max_chars, provider, model))
+                targets.append(Target("memory", path, system, text, memory.memory_max_chars, provider, model, window))
             if agent.config.memory.user_profile == "per_user":
                 for path, text in material.user_batches(gw, item).items():
                     who = "one person (the sender of the messages below)"
                     prompt = USER_PROMPT.format(who=who, cap=memory.user_max_chars)
-                    targets.append(Target("user", path, prompt, text, memory.user_max_chars, provider, model))
+                    targets.append(Target("user", path, prompt, text, memory.user_max_chars, provider, model, window))
             elif agent.config.memory.scope == "agent":  # chat-scoped agents never feed the shared profile
                 shared_user.append(material.render_all(item))
         if shared_user:
@@ -149,21 +159,29 @@ class MemoryProcessor:
             prompt = USER_PROMPT.format(who="the user(s)", cap=memory.user_max_chars)
             path = gw.settings.auth_dir / "USER.md"
             text = "\n\n".join(shared_user)
-            targets.append(Target("user", path, prompt, text, memory.user_max_chars, provider, model))
+            window = context_window(model, gw.settings.llm.context_window)
+            targets.append(Target("user", path, prompt, text, memory.user_max_chars, provider, model, window))
         return targets
 
     async def _call(self, target: Target) -> None:
         current = target.old.strip() or "(empty)"
+        max_tokens, material = target.cap + 512, target.material
+        if target.window is not None:  # fit a small window: a quarter for the answer, half for the input
+            max_tokens = min(max_tokens, target.window // 4)
+            room = target.window // 2 - estimate_text_tokens(current) - estimate_text_tokens(target.system)
+            if room < MIN_MATERIAL_TOKENS:
+                raise L3Error(f"{target.path.name} and new material do not fit the model's context window")
+            material = cut_to_tokens(material, room)
         content = (
             f"<current-file>\n{current}\n</current-file>\n\n"
-            f"<recent-conversations>\n{target.material}\n</recent-conversations>\n\nWrite the new file now."
+            f"<recent-conversations>\n{material}\n</recent-conversations>\n\nWrite the new file now."
         )
         request = LLMRequest(
             model=target.model,
             system=[{"type": "text", "text": target.system}],
             messages=[{"role": "user", "content": content}],
             tools=[],
-            max_tokens=target.cap + 512,
+            max_tokens=max_tokens,
         )
         async with self._calls, self.gateway.llm_gate:
             response = await target.provider.complete(request)
@@ -173,6 +191,31 @@ class MemoryProcessor:
         if response.stop_reason is None:
             raise L3Error(f"answer for {target.path.name} was cut off")
         target.new = text
+
+    async def flush(self, key: SessionKey, agent: AgentDefinition, messages: list[dict[str, Any]]) -> None:
+        """Memory flush before compaction: merge the durable facts of `messages` (about to leave the working
+        history) into the MEMORY.md this session reads, so they reach long-term memory before only a summary is
+        left. One call under the run lock; raises on failure (the caller logs and compacts anyway)."""
+        gw, memory = self.gateway, self.gateway.settings.memory
+        provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
+        if provider.offline or not messages:
+            return
+        session = material.SessionMaterial(key, messages, changed=True)
+        target = Target(
+            "memory",
+            gw.memory_files.memory_path(agent, key),
+            MEMORY_PROMPT.format(agent=agent.name, cap=memory.memory_max_chars),
+            material.render_session(session, memory.l3_message_chars),
+            memory.memory_max_chars,
+            provider,
+            model,
+            thresholds.window_of(gw.settings, agent, model),
+        )
+        async with self._lock:
+            target.old = await read_text(target.path)
+            await self._call(target)
+            await self._write(target)
+        log.info("memory_flushed", session_key=str(key), messages=len(messages), file=target.path.name)
 
     async def _write(self, target: Target) -> None:
         """Atomic write within the cap; text another writer (the write_memory tool) appended meanwhile is kept."""

@@ -29,11 +29,11 @@ class MemoryLayer:
 def attach_memory_layer(gateway: GatewayCore) -> MemoryLayer:
     """Wire everything; the timers start and stop with the gateway (`gateway.timers`)."""
     memory = gateway.settings.memory
-    consolidator = Consolidator(gateway)
+    processor = MemoryProcessor(gateway)
+    consolidator = Consolidator(gateway, flush=processor.flush)
     gateway.compactor = consolidator
     gateway.after_turn_hooks.append(consolidator.after_turn)
     autocompact = AutoCompact(gateway, consolidator)
-    processor = MemoryProcessor(gateway)
     return MemoryLayer(
         consolidator,
         autocompact,
