@@ -231,3 +231,18 @@ async def test_restart_waits_for_after_turn_work_before_clearing(
     assert isinstance(await slow.result(), ErrorEvent)
     await asyncio.wait_for(hook_done.wait(), 2)
     assert await gw.history.load(KEY) == []
+
+
+async def test_in_a_shared_session_only_the_asker_can_stop_the_reply(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.script(_slow(), reply_text("done"))
+    slow = await gateway.submit(InboundMessage("wecom", "group-1", "alice", "a long question"))
+    request = (await fake_llm.wait_for_requests(1))[0]
+    refused = await (await gateway.submit(InboundMessage("wecom", "group-1", "bob", "/stop"))).result()
+    assert isinstance(refused, DoneEvent) and "Only the person who asked" in refused.full_text
+    assert not slow.finished and not request.disconnected.is_set()
+    stopped = await (await gateway.submit(InboundMessage("wecom", "group-1", "alice", "/stop"))).result()
+    assert isinstance(stopped, DoneEvent) and "Stopped the running reply" in stopped.full_text
+    final = await slow.result()
+    assert isinstance(final, ErrorEvent) and final.code == "stopped"

@@ -37,6 +37,11 @@ async def _restart(ctx: CommandContext) -> str:
 
 
 async def _stop(ctx: CommandContext) -> str:
+    runner = ctx.gateway.runner(ctx.key)
+    running = runner.current if runner is not None else None
+    if running is not None and running.message.sender_id and running.message.sender_id != ctx.message.sender_id:
+        # in a shared (group) session, one member must not cut off another member's answer
+        return "Only the person who asked can stop this reply."
     if ctx.gateway.abort(ctx.key, "stopped"):
         await ctx.gateway.wait_turn_done(ctx.key)
         return "Stopped the running reply. The conversation is kept."
