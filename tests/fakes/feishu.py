@@ -229,6 +229,19 @@ class FakeFeishu:
         )
         return web.json_response({"code": 0, "data": {"card_id": card_id}})
 
+    async def _enter_card(self, request: web.Request, op: str) -> tuple[FakeCard, dict[str, Any]] | web.Response:
+        """`_enter`, then the app-wide card quota, then the `{card_id}` lookup (300300 when unknown)."""
+        entered = await self._enter(request, op)
+        if isinstance(entered, web.Response):
+            return entered
+        over_quota = self._card_quota(entered[0])
+        if over_quota is not None:
+            return over_quota
+        card = self.cards.get(request.match_info["card_id"])
+        if card is None:
+            return web.json_response({"code": 300300, "msg": "card not found"}, status=400)
+        return card, entered[1]
+
     def _card_quota(self, app_id: str) -> web.Response | None:
         """Every card update counts against the app-wide quota, refused ones included, as on Feishu."""
         now = time.monotonic()
@@ -251,14 +264,10 @@ class FakeFeishu:
         return None
 
     async def _card_content(self, request: web.Request) -> web.Response:
-        entered = await self._enter(request, "card_content")
+        entered = await self._enter_card(request, "card_content")
         if isinstance(entered, web.Response):
             return entered
-        over_quota = self._card_quota(entered[0])
-        if over_quota is not None:
-            return over_quota
-        card = self.cards[request.match_info["card_id"]]
-        body = entered[1]
+        card, body = entered
         if not card.streaming:
             return web.json_response({"code": 300309, "msg": "streaming mode is closed"}, status=400)
         refused = self._sequence(card, int(body["sequence"]))
@@ -269,14 +278,10 @@ class FakeFeishu:
         return web.json_response({"code": 0, "data": {}})
 
     async def _card_settings(self, request: web.Request) -> web.Response:
-        entered = await self._enter(request, "card_settings")
+        entered = await self._enter_card(request, "card_settings")
         if isinstance(entered, web.Response):
             return entered
-        over_quota = self._card_quota(entered[0])
-        if over_quota is not None:
-            return over_quota
-        card = self.cards[request.match_info["card_id"]]
-        body = entered[1]
+        card, body = entered
         refused = self._sequence(card, int(body["sequence"]))
         if refused is not None:
             return refused
@@ -288,19 +293,14 @@ class FakeFeishu:
 
     async def _card_update(self, request: web.Request) -> web.Response:
         """The full card update: replaces the card (text, config) in one call, streaming or not."""
-        entered = await self._enter(request, "card_update")
+        entered = await self._enter_card(request, "card_update")
         if isinstance(entered, web.Response):
             return entered
-        over_quota = self._card_quota(entered[0])
-        if over_quota is not None:
-            return over_quota
-        card = self.cards.get(request.match_info["card_id"])
-        if card is None:
-            return web.json_response({"code": 300300, "msg": "card not found"}, status=400)
-        parsed = parse_full_update(entered[1])
+        card, body = entered
+        parsed = parse_full_update(body)
         if isinstance(parsed, str):
             return web.json_response({"code": 99992402, "msg": f"field validation failed: {parsed}"}, status=400)
-        refused = self._sequence(card, entered[1]["sequence"])
+        refused = self._sequence(card, body["sequence"])
         if refused is not None:
             return refused
         card.apply_full_update(parsed, time.monotonic())

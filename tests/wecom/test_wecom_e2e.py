@@ -19,8 +19,7 @@ from tests.fakes.wecom import (
     signed_callback,
     text_message_xml,
 )
-from tests.test_wecom_aibot import BOT_ID, BOT_SECRET, bot_table
-from tests.test_wecom_app import AES_KEY, CORP_ID, SECRET, TOKEN, app_table
+from tests.wecom.harness import AES_KEY, BOT_ID, BOT_SECRET, CORP_ID, SECRET, TOKEN, app_table, bot_table
 
 
 def session_files(settings: Settings) -> list[Path]:

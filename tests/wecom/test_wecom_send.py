@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -18,22 +17,7 @@ from channels.wecom.api import WorkApi, WorkApiError
 from channels.wecom.text import split_utf8, strip_markdown, strip_mention, utf8_len
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import FakeQyApi, channel_context
-from tests.test_wecom_app import AES_KEY, CORP_ID, SECRET, Harness, app_table, text
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeQyApi]:
-    server = await FakeQyApi(CORP_ID, SECRET).start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-async def harness(api: FakeQyApi, tmp_path: Path) -> AsyncIterator[Harness]:
-    h = Harness(api, ScriptedSubmitter(), tmp_path)
-    yield h
-    await h.stop()
-    await h.http.close()
+from tests.wecom.harness import AES_KEY, CORP_ID, SECRET, Harness, app_table, text
 
 
 def chinese_reply(min_bytes: int) -> str:

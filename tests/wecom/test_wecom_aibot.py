@@ -6,7 +6,6 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -17,51 +16,7 @@ from channels.wecom import WeComChannel
 from channels.wecom.text import utf8_len
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import FakeAiBotServer, channel_context
-
-BOT_ID = "aib-0123456789"
-BOT_SECRET = "bot-secret-value"
-
-
-def bot_table(server: FakeAiBotServer, **extra: Any) -> dict[str, Any]:
-    bot = {
-        "bot_id": BOT_ID,
-        "secret": BOT_SECRET,
-        "ws_url": server.url,
-        "agent": "helper",
-        "throttle_s": 0.05,
-        "keepalive_s": 5.0,
-        "reconnect_min_s": 0.05,
-        "reconnect_max_s": 0.2,
-        "ack_timeout_s": 1.0,
-        "send_wait_s": 3.0,
-        **extra,
-    }
-    return {"bots": {"team": bot}}
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[FakeAiBotServer]:
-    fake = await FakeAiBotServer(BOT_ID, BOT_SECRET).start()
-    yield fake
-    await fake.close()
-
-
-class BotHarness:
-    def __init__(self, server: FakeAiBotServer, gateway: Any, state_dir: Path) -> None:
-        self.server = server
-        self.gateway = gateway
-        self.state_dir = state_dir
-        self.channel: WeComChannel | None = None
-
-    async def start(self, **extra: Any) -> WeComChannel:
-        self.channel = WeComChannel(channel_context(self.gateway, self.state_dir), bot_table(self.server, **extra))
-        await self.channel.start()
-        await self.server.wait_for(lambda: self.server.subscribed >= 1)
-        return self.channel
-
-    async def settle(self) -> None:
-        assert self.channel is not None
-        await self.channel.tasks.join()
+from tests.wecom.harness import BOT_ID, BOT_SECRET, BotHarness, bot_table
 
 
 @pytest.fixture

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-import pytest
 import yarl
-from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
 from channels.wecom import WeComChannel
@@ -18,97 +14,14 @@ from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import (
     FakeQyApi,
     channel_context,
-    make_aes_key,
     message_xml,
     serve_routes,
     signed_callback,
     signed_echo,
-    text_message_xml,
     wecom_encrypt,
     wecom_signature,
 )
-
-CORP_ID = "ww0123456789abcdef"
-SECRET = "app-secret-value-1"
-TOKEN = "callback-token"
-AES_KEY = make_aes_key()
-AGENT_ID = 1000002
-
-
-def app_table(api: FakeQyApi, **extra: Any) -> dict[str, Any]:
-    app = {
-        "corp_id": CORP_ID,
-        "agent_id": AGENT_ID,
-        "secret": SECRET,
-        "token": TOKEN,
-        "encoding_aes_key": AES_KEY,
-        "api_base": api.url,
-        "agent": "helper",
-        "rate_limit_backoff_s": 0.01,
-        **extra,
-    }
-    return {"apps": {"hr": app}}
-
-
-class Harness:
-    def __init__(self, api: FakeQyApi, submitter: ScriptedSubmitter, state_dir: Path) -> None:
-        self.api = api
-        self.submitter = submitter
-        self.state_dir = state_dir
-        self.channel: WeComChannel | None = None
-        self.server: TestServer | None = None
-        self.http = aiohttp.ClientSession()
-
-    async def start(self, **extra: Any) -> WeComChannel:
-        context = channel_context(self.submitter, self.state_dir)
-        self.channel = WeComChannel(context, app_table(self.api, **extra))
-        await self.channel.start()
-        self.server = await serve_routes(context)
-        return self.channel
-
-    async def restart(self) -> WeComChannel:
-        await self.stop()
-        return await self.start()
-
-    async def stop(self) -> None:
-        if self.channel is not None:
-            await self.channel.stop()
-        if self.server is not None:
-            await self.server.close()
-
-    def url(self, cred_id: str = "hr") -> yarl.URL:
-        assert self.server is not None
-        return self.server.make_url(f"/wecom/{cred_id}/callback")
-
-    async def post(self, plaintext: str, *, corrupt_signature: bool = False) -> tuple[int, str]:
-        query, body = signed_callback(plaintext, token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID)
-        if corrupt_signature:
-            query["msg_signature"] = "0" * 40
-        async with self.http.post(self.url().with_query(query), data=body) as resp:
-            return resp.status, await resp.text()
-
-    async def settle(self) -> None:
-        assert self.channel is not None
-        await self.channel.tasks.join()
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeQyApi]:
-    server = await FakeQyApi(CORP_ID, SECRET).start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-async def harness(api: FakeQyApi, tmp_path: Path) -> AsyncIterator[Harness]:
-    h = Harness(api, ScriptedSubmitter(), tmp_path)
-    yield h
-    await h.stop()
-    await h.http.close()
-
-
-def text(content: str, msg_id: int = 7001, user: str = "zhangsan") -> str:
-    return text_message_xml(corp_id=CORP_ID, user=user, content=content, msg_id=msg_id)
+from tests.wecom.harness import AES_KEY, AGENT_ID, CORP_ID, TOKEN, Harness, app_table, text
 
 
 async def test_url_verification_returns_the_plaintext_only(harness: Harness) -> None:

@@ -15,30 +15,13 @@ from agenthub.errors import ChannelSendError
 from agenthub.messages import DeltaEvent, DoneEvent, OutboundMessage
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import FakeAiBotServer
-from tests.test_wecom_aibot import BOT_ID, BOT_SECRET, BotHarness
-from tests.test_wecom_review import SteppedGateway
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[FakeAiBotServer]:
-    fake = await FakeAiBotServer(BOT_ID, BOT_SECRET).start()
-    yield fake
-    await fake.close()
+from tests.wecom.harness import BotHarness, SteppedGateway
 
 
 @pytest.fixture
 async def bot(server: FakeAiBotServer, tmp_path: Path) -> AsyncIterator[BotHarness]:
     h = BotHarness(server, ScriptedSubmitter(), tmp_path)
     yield h
-    if h.channel is not None:
-        await h.channel.stop()
-
-
-@pytest.fixture
-async def stepped(server: FakeAiBotServer, tmp_path: Path) -> AsyncIterator[tuple[BotHarness, SteppedGateway]]:
-    gateway = SteppedGateway()
-    h = BotHarness(server, gateway, tmp_path)
-    yield h, gateway
     if h.channel is not None:
         await h.channel.stop()
 

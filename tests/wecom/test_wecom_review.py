@@ -12,40 +12,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
-from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, ReplyEvent
+from agenthub.messages import DeltaEvent, DoneEvent
 from channels.wecom import WeComChannel
 from channels.wecom.aibot_stream import STREAM_EXPIRED
 from channels.wecom.text import strip_markdown, utf8_len
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context
-from tests.test_wecom_aibot import BOT_ID, BOT_SECRET, BotHarness, bot_table
-from tests.test_wecom_app import CORP_ID, SECRET, Harness, app_table, text
-
-
-class SteppedGateway:
-    """A gateway whose reply events are fed in by the test, one step at a time."""
-
-    def __init__(self) -> None:
-        self.steps: asyncio.Queue[ReplyEvent] = asyncio.Queue()
-        self.received: list[InboundMessage] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def submit(self, message: InboundMessage) -> ReplyHandle:
-        self.received.append(message)
-        handle = ReplyHandle("helper:wecom:" + message.chat_id)
-
-        async def play() -> None:
-            while True:
-                event = await self.steps.get()
-                handle.emit(event)
-                if isinstance(event, DoneEvent):
-                    return
-
-        task = asyncio.create_task(play())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return handle
+from tests.wecom.harness import BOT_ID, BOT_SECRET, BotHarness, Harness, SteppedGateway, app_table, bot_table, text
 
 
 def _rejects_finish(frame: dict[str, Any]) -> int | None:
@@ -65,15 +38,6 @@ async def server() -> AsyncIterator[FakeAiBotServer]:
     fake = await FakeAiBotServer(BOT_ID, BOT_SECRET).start()
     yield fake
     await fake.close()
-
-
-@pytest.fixture
-async def stepped(server: FakeAiBotServer, tmp_path: Path) -> AsyncIterator[tuple[BotHarness, SteppedGateway]]:
-    gateway = SteppedGateway()
-    h = BotHarness(server, gateway, tmp_path)
-    yield h, gateway
-    if h.channel is not None:
-        await h.channel.stop()
 
 
 async def test_text_is_not_lost_when_the_finish_frame_hits_stream_expiry(
@@ -141,13 +105,6 @@ async def test_stop_does_not_hang_when_the_finish_frame_gets_no_ack(server: Fake
 
 
 # ---------------------------------------------------------------- dedup memory on a failing disk
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeQyApi]:
-    fake = await FakeQyApi(CORP_ID, SECRET).start()
-    yield fake
-    await fake.close()
 
 
 async def test_app_message_is_answered_when_the_dedup_file_cannot_be_written(api: FakeQyApi, tmp_path: Path) -> None:

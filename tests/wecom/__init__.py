@@ -1,0 +1,1 @@
+"""WeCom channel tests, sharing the fixtures in `tests/wecom/harness.py`."""
