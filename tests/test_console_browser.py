@@ -267,6 +267,8 @@ async def test_console_chat_pin_rename_stop_delete(console: Console, page: Page,
     await expect(page.locator("#agent-info")).to_contain_text("代码评审")
     await page.get_by_label("智能体").select_option("default")
     await expect(sessions).to_have_count(1)
+    await expect(page.locator('.bubble[data-role="assistant"]')).to_have_count(1)
+    await expect(page.locator("#context-meter")).to_be_visible()  # the chat's last request is done: nothing in flight
 
     await page.evaluate("localStorage.setItem('agenthub.token', 'ahk_revoked')")
     await page.get_by_role("button", name="新建会话").click()  # any 401 asks for the token again
