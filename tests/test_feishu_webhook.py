@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from structlog.testing import capture_logs
 
 from tests.fakes.feishu import (
     FakeFeishu,
@@ -273,3 +274,33 @@ async def test_plaintext_webhook_without_encrypt_key_checks_the_token(tmp_path: 
                 assert r.status == 401
         await fake.wait_until(lambda: fake.closed_cards() >= 1)
     assert [m.content for m in gateway.received] == ["plain"]
+
+
+async def test_an_app_that_cannot_reach_feishu_at_start_comes_up_by_itself(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    async with FakeFeishu({APP_ID: SECRET}) as fake:
+        fake.unavailable = 2  # Feishu is down for the start attempt and the first retry
+        with capture_logs() as logs:
+            async with running_channel(fake, tmp_path, {"main": APP}, gateway, start_retry_s=0.05) as h:
+                assert h.channel.apps["main"].status == "failed"
+                status, _ = await post_event(h, message_event("while down", token=TOKEN, app_id=APP_ID))
+                assert status == 503  # not acked: Feishu redelivers it later
+                await fake.wait_until(lambda: h.channel.apps["main"].status == "ready")
+                status, _ = await post_event(h, message_event("after the outage", token=TOKEN, app_id=APP_ID))
+                assert status == 200
+                await fake.wait_until(lambda: fake.closed_cards() == 1)
+    assert fake.refused == ["/open-apis/auth/v3/tenant_access_token/internal"] * 2
+    failures = [e for e in logs if e["event"] == "feishu_app_start_failed"]
+    assert [e["retry_in_s"] for e in failures] == [0.05, 0.1]  # the delay doubles
+    assert SECRET not in json.dumps(failures)
+    assert [m.content for m in gateway.received] == ["after the outage"]
+
+
+async def test_stopping_while_an_app_waits_to_retry_ends_its_retries(tmp_path: Path) -> None:
+    async with FakeFeishu({APP_ID: SECRET}) as fake:
+        fake.unavailable = 10_000
+        async with running_channel(fake, tmp_path, {"main": APP}, ScriptedSubmitter(), start_retry_s=0.02) as h:
+            await fake.wait_until(lambda: len(fake.refused) >= 3)
+        refused = len(fake.refused)
+        await asyncio.sleep(0.3)
+        assert len(fake.refused) == refused and h.channel.apps["main"].status == "failed"

@@ -95,3 +95,36 @@ async def test_a_hanging_endpoint_request_neither_stalls_other_apps_nor_blocks_f
             assert h.channel.apps["a"].status == "ready"
         assert ws_threads() == []
     assert sorted(m.content for m in gateway.received) == ["a is back"] + [f"b while a hangs {i}" for i in range(3)]
+
+
+async def test_a_long_connection_app_down_at_start_connects_once_feishu_is_back(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    apps = {"main": {"app_id": APP_ID, "app_secret": SECRET}}
+    async with FakeFeishu({APP_ID: SECRET}) as fake:
+        fake.unavailable = 1
+        async with running_channel(fake, tmp_path, apps, gateway, start_retry_s=0.05) as h:
+            assert h.channel.apps["main"].status == "failed" and ws_threads() == []
+            await asyncio.wait_for(fake.ws_connected.wait(), 10)  # the retry starts the lark-ws thread
+            assert h.channel.apps["main"].status == "ready" and len(ws_threads()) == 1
+            ack = await fake.push_event(APP_ID, message_event("back online", app_id=APP_ID))
+            await fake.wait_until(lambda: fake.closed_cards() == 1)
+        assert ws_threads() == []
+    assert ack["ack"]["code"] == 200
+    assert [m.content for m in gateway.received] == ["back online"]
+
+
+async def test_an_app_whose_secret_is_refused_at_start_joins_the_running_thread_later(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    apps = {"a": {"app_id": "cli_ws_a", "app_secret": "sa"}, "b": {"app_id": "cli_ws_b", "app_secret": "sb"}}
+    async with FakeFeishu({"cli_ws_a": "sa", "cli_ws_b": "not-yet"}) as fake:
+        async with running_channel(fake, tmp_path, apps, gateway, start_retry_s=0.05) as h:
+            await fake.wait_until(lambda: "cli_ws_a" in fake.ws, timeout=10)
+            assert h.channel.apps["b"].status == "failed"
+            fake.apps["cli_ws_b"] = "sb"  # the secret becomes valid (say, the app was just published)
+            await fake.wait_until(lambda: "cli_ws_b" in fake.ws, timeout=10)
+            assert h.channel.apps["b"].status == "ready" and len(ws_threads()) == 1
+            for app_id in ("cli_ws_a", "cli_ws_b"):
+                await fake.push_event(app_id, message_event(f"to {app_id}", app_id=app_id, sender=f"ou_{app_id}"))
+            await fake.wait_until(lambda: fake.closed_cards() == 2)
+        assert ws_threads() == [] and fake.ws == {}
+    assert sorted((m.cred_id, m.content) for m in gateway.received) == [("a", "to cli_ws_a"), ("b", "to cli_ws_b")]

@@ -49,6 +49,7 @@ class FeishuChannel:
         self._apps = {cred_id: FeishuApp(cred_id, cfg) for cred_id, cfg in self._config.apps.items()}
         self._dedup = DedupStore(context.state_dir / "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._retries: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ws: Any = None
         self._stopped = False
@@ -70,12 +71,30 @@ class FeishuChannel:
 
         self._ws = WsRunner()
         self._ws.on_failed = self._ws_failed
-        await asyncio.gather(*(self._start_app(app) for app in self._apps.values()))
+        first_retry_s = self._config.start_retry_s
+        await asyncio.gather(*(self._bring_up(app, retry_in_s=first_retry_s) for app in self._apps.values()))
         await asyncio.to_thread(self._ws.start)
+        for app in self._apps.values():
+            if app.status == "failed":
+                self._retries.add(asyncio.create_task(self._keep_trying(app), name=f"feishu-start-{app.cred_id}"))
         ready = [a.cred_id for a in self._apps.values() if a.status == "ready"]
         log.info("feishu_started", ready=ready, failed=[c for c in self._apps if c not in ready])
 
-    async def _start_app(self, app: FeishuApp) -> None:
+    async def _keep_trying(self, app: FeishuApp) -> None:
+        """Bring a failed app up in the background, with doubling delays: a network or Feishu outage at boot
+        must not leave the app down until the next restart (its webhook answers 503 meanwhile, so Feishu
+        redelivers what it sends)."""
+        delay = self._config.start_retry_s
+        while not self._stopped:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._config.start_retry_max_s)
+            if await self._bring_up(app, retry_in_s=delay):
+                await asyncio.to_thread(self._ws.start)  # no-op unless this is the first long-connection app
+                return
+
+    async def _bring_up(self, app: FeishuApp, *, retry_in_s: float) -> bool:
+        """One attempt to make `app` ready: its API client, the bot's open_id, its dispatcher and, in
+        long-connection mode, its `ws.Client`. On failure the app is `failed` and holds no client."""
         from channels.feishu.sdk import build_dispatcher
 
         cfg = app.config
@@ -103,11 +122,16 @@ class FeishuChannel:
                 self._ws.add(
                     app.cred_id, cfg.app_id, secret, cfg.base_url, app.dispatcher, endpoint_timeout_s=timeout_s
                 )
-            app.status = "ready"
-            log.info("feishu_app_ready", cred_id=app.cred_id, mode=cfg.mode, bot_open_id=app.bot_open_id)
         except Exception as e:
             app.status = "failed"
-            log.error("feishu_app_start_failed", cred_id=app.cred_id, error=str(e))
+            api, app.api = app.api, None
+            if api is not None:
+                await api.close()
+            log.error("feishu_app_start_failed", cred_id=app.cred_id, error=str(e), retry_in_s=retry_in_s)
+            return False
+        app.status = "ready"
+        log.info("feishu_app_ready", cred_id=app.cred_id, mode=cfg.mode, bot_open_id=app.bot_open_id)
+        return True
 
     def _ws_failed(self, cred_id: str, error: str) -> None:
         if self._loop is not None and not self._loop.is_closed():
@@ -117,6 +141,10 @@ class FeishuChannel:
         if self._stopped:
             return
         self._stopped = True
+        retries = list(self._retries)
+        for task in retries:
+            task.cancel()
+        await asyncio.gather(*retries, return_exceptions=True)
         if self._ws is not None:
             await self._ws.stop()
         tasks = list(self._tasks)

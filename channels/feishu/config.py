@@ -93,6 +93,10 @@ class FeishuConfig(BaseModel):
 
     apps: dict[str, FeishuAppConfig] = Field(default_factory=dict)
     dedup_ttl_s: float = Field(8 * 3600.0, ge=MIN_DEDUP_TTL_S)
+    start_retry_s: float = Field(5.0, gt=0, le=3600)
+    """Delay before an app that failed to start is tried again; it doubles after each failure."""
+    start_retry_max_s: float = Field(300.0, gt=0, le=86400)
+    """The longest delay between two start attempts of a failed app."""
 
     @field_validator("apps")
     @classmethod

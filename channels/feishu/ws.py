@@ -30,6 +30,9 @@ class WsRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
+        self._closed = False
+        self._driving: dict[str, asyncio.Task[None]] = {}
+        """Touched only on the lark-ws loop: the `_drive` task of every client launched there."""
         self.on_failed: Callable[[str, str], None] = lambda cred_id, error: None
 
     def add(
@@ -46,15 +49,21 @@ class WsRunner:
             endpoint_timeout_s=endpoint_timeout_s,
         )
         route_sdk_logging()  # the constructor resets the SDK logger's level
+        loop = self._loop
+        if self._thread is not None and loop is not None and not loop.is_closed():  # a late app (a start retry)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._launch, cred_id)
 
     def start(self) -> None:
-        if not self._clients or self._thread is not None:
+        """Start the thread once there is a client; a no-op when it runs already or after `stop()`."""
+        if not self._clients or self._thread is not None or self._closed:
             return
         self._thread = threading.Thread(target=self._main, name="lark-ws", daemon=True)
         self._thread.start()
         self._ready.wait(timeout=10)
 
     async def stop(self, timeout_s: float = 10.0) -> None:
+        self._closed = True
         thread, loop, stop = self._thread, self._loop, self._stop
         if thread is None:
             return
@@ -84,20 +93,28 @@ class WsRunner:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
+        for cred_id in list(self._clients):
+            self._launch(cred_id)
         self._ready.set()
-        tasks = [asyncio.create_task(self._drive(cred_id, c)) for cred_id, c in self._clients.items()]
         await self._stop.wait()
-        for client in self._clients.values():
+        clients = list(self._clients.values())
+        for client in clients:
             client._auto_reconnect = False
-        for client in self._clients.values():
+        for client in clients:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client._disconnect(), 5)
         current = asyncio.current_task()
         leftovers = [t for t in asyncio.all_tasks() if t is not current]
-        for task in [*tasks, *leftovers]:
+        for task in leftovers:
             task.cancel()
-        await asyncio.gather(*tasks, *leftovers, return_exceptions=True)
-        log.info("feishu_ws_stopped", apps=len(self._clients))
+        await asyncio.gather(*leftovers, return_exceptions=True)
+        log.info("feishu_ws_stopped", apps=len(clients))
+
+    def _launch(self, cred_id: str) -> None:
+        """Drive one client on this loop, once; runs on the lark-ws thread."""
+        if cred_id in self._driving or self._stop is None or self._stop.is_set():
+            return
+        self._driving[cred_id] = asyncio.get_running_loop().create_task(self._drive(cred_id, self._clients[cred_id]))
 
     async def _drive(self, cred_id: str, client: Any) -> None:
         from lark_oapi.ws.exception import ClientException

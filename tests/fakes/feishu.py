@@ -4,6 +4,7 @@ endpoint speaking lark's protobuf frames; payloads encrypted and signed as Feish
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -48,6 +49,9 @@ class FakeFeishu:
         self.rate_limit: dict[str, int] = {}
         self.rate_limited: list[str] = []
         self.fail_ops: dict[str, int] = {}
+        self.unavailable = 0
+        """The next this many requests, to any path, are refused with an HTML 503 (Feishu down)."""
+        self.refused: list[str] = []
         self.tokens: dict[str, str] = {}
         self.token_fetches: dict[str, int] = {}
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
@@ -111,16 +115,21 @@ class FakeFeishu:
     @web.middleware
     async def _notify(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
+            if self.unavailable > 0:  # an outage: the gateway answers before any open-api sees the request
+                self.unavailable -= 1
+                self.refused.append(request.path)
+                return web.Response(status=503, text="<html>503 Service Temporarily Unavailable</html>")
             return await handler(request)  # type: ignore[no-any-return]
         finally:
             self._changed.set()
 
     async def wait_until(self, check: Any, timeout: float = 5.0) -> None:
-        """Wait, woken by each request the fake serves, until `check()` is true."""
+        """Wait until `check()` is true: checked after each request the fake serves, and every 50 ms."""
         async with asyncio.timeout(timeout):
             while not check():
                 self._changed.clear()
-                await self._changed.wait()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), 0.05)
 
     def release_endpoint(self, app_id: str) -> None:
         """Answer the app's held endpoint request (and later ones) normally again."""
