@@ -42,6 +42,11 @@ class DedupStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._load()
 
+    @property
+    def ttl_s(self) -> float:
+        """How long an id is remembered, in seconds."""
+        return self._ttl_s
+
     def __len__(self) -> int:
         return len(self._seen)
 

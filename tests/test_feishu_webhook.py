@@ -45,10 +45,17 @@ async def harness(
 
 
 async def post_event(
-    h: Harness, payload: dict[str, Any], *, key: str = KEY, sign: bool = True, lowercase: bool = False
+    h: Harness,
+    payload: dict[str, Any],
+    *,
+    key: str = KEY,
+    sign: bool = True,
+    lowercase: bool = False,
+    sent_at: float | None = None,
 ) -> tuple[int, dict[str, Any]]:
     body = feishu_encrypt(payload, key)
-    headers = feishu_headers(body, KEY, lowercase=lowercase) if sign else {"Content-Type": "application/json"}
+    plain = {"Content-Type": "application/json"}
+    headers = feishu_headers(body, KEY, lowercase=lowercase, sent_at=sent_at) if sign else plain
     async with aiohttp.ClientSession() as s, s.post(h.events_url("main"), data=body, headers=headers) as r:
         return r.status, await r.json(content_type=None)
 
@@ -304,3 +311,17 @@ async def test_stopping_while_an_app_waits_to_retry_ends_its_retries(tmp_path: P
         refused = len(fake.refused)
         await asyncio.sleep(0.3)
         assert len(fake.refused) == refused and h.channel.apps["main"].status == "failed"
+
+
+async def test_a_signed_event_older_than_the_dedup_memory_is_refused(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    async with harness(tmp_path, gateway) as h:
+        nine_hours_ago = time.time() - 9 * 3600  # the dedup TTL is 8 h: a replay could be answered again
+        status, body = await post_event(
+            h, message_event("replayed", token=TOKEN, app_id=APP_ID), sent_at=nine_hours_ago
+        )
+        assert status == 401 and "replay window" in body["msg"]
+        fresh = message_event("fresh", token=TOKEN, app_id=APP_ID)
+        assert (await post_event(h, fresh, sent_at=time.time() - 60, lowercase=True))[0] == 200
+        await h.fake.wait_until(lambda: h.fake.closed_cards() == 1)
+    assert [m.content for m in gateway.received] == ["fresh"]

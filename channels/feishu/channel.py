@@ -28,6 +28,7 @@ from channels.feishu.inbound import (
     session_chat_id,
 )
 from channels.feishu.turn import FeishuApp, run_turn, send_reply, send_safely
+from channels.replay import stale_reason
 
 log = structlog.get_logger(__name__)
 
@@ -164,6 +165,10 @@ class FeishuChannel:
             return web.json_response({"msg": "unknown feishu app"}, status=404)
         if app.status != "ready" or app.dispatcher is None:
             return web.json_response({"msg": "feishu app not ready"}, status=503)
+        stale = self._stale_signature(app, request)
+        if stale is not None:
+            log.warning("feishu_webhook_refused", cred_id=app.cred_id, reason=stale)
+            return web.json_response({"msg": stale}, status=401)
         body = await request.read()
         try:
             if not isinstance(json.loads(body), dict):
@@ -183,6 +188,14 @@ class FeishuChannel:
             status = 401
             log.warning("feishu_webhook_refused", cred_id=app.cred_id, reason=text[:100])
         return web.Response(status=status, body=resp.content, content_type="application/json")
+
+    def _stale_signature(self, app: FeishuApp, request: web.Request) -> str | None:
+        """A signed event's timestamp (covered by the signature the SDK checks next) must fall within the
+        dedup TTL. Unsigned requests pass here: the SDK refuses an unsigned event when an encrypt_key is set,
+        and only the URL-verification challenge comes unsigned."""
+        if not app.config.secret("encrypt_key") or "X-Lark-Signature" not in request.headers:
+            return None
+        return stale_reason(request.headers.get("X-Lark-Request-Timestamp"), self._dedup.ttl_s)
 
     def _on_event(self, app: FeishuApp, envelope: dict[str, Any]) -> None:
         """Called by the SDK's dispatcher on any thread; returns at once. It raises only when the channel is

@@ -15,6 +15,7 @@ from agenthub.channel import Submitter
 from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from channels.replay import stale_reason
 from channels.wecom.api import WorkApi, WorkApiError
 from channels.wecom.config import AppConfig
 from channels.wecom.tasks import TaskSet
@@ -76,6 +77,9 @@ class AppEndpoint:
             raise BadCallback(400, "malformed envelope") from None
         except Exception:
             raise BadCallback(400, "payload does not decrypt for this corp_id") from None
+        stale = stale_reason(ts, self._dedup.ttl_s)
+        if stale is not None:
+            raise BadCallback(403, stale)
         try:
             msg = parse_message(plain)
             valid = msg is not None and bool(msg.source) and bool(dedup_key(msg))

@@ -25,9 +25,11 @@ def feishu_encrypt(payload: dict[str, Any], encrypt_key: str) -> bytes:
     return json.dumps({"encrypt": blob}).encode()
 
 
-def feishu_headers(body: bytes, encrypt_key: str, *, lowercase: bool = False) -> dict[str, str]:
-    """The signature headers: sha256(timestamp + nonce + encrypt_key + raw body)."""
-    ts, nonce = str(int(time.time())), os.urandom(8).hex()
+def feishu_headers(
+    body: bytes, encrypt_key: str, *, lowercase: bool = False, sent_at: float | None = None
+) -> dict[str, str]:
+    """The signature headers: sha256(timestamp + nonce + encrypt_key + raw body), signed at `sent_at` (now)."""
+    ts, nonce = str(int(time.time() if sent_at is None else sent_at)), os.urandom(8).hex()
     sig = hashlib.sha256((ts + nonce + encrypt_key).encode() + body).hexdigest()
     headers = {"X-Lark-Request-Timestamp": ts, "X-Lark-Request-Nonce": nonce, "X-Lark-Signature": sig}
     headers["Content-Type"] = "application/json"

@@ -75,11 +75,11 @@ def message_xml(corp_id: str, user: str, agent_id: int, fields: dict[str, str | 
 
 
 def signed_callback(
-    plaintext: str, *, token: str, aes_key: str, corp_id: str, agent_id: int = 1000002
+    plaintext: str, *, token: str, aes_key: str, corp_id: str, agent_id: int = 1000002, sent_at: float | None = None
 ) -> tuple[dict[str, str], str]:
-    """(query, body) of a POST callback exactly as WeCom sends it."""
+    """(query, body) of a POST callback exactly as WeCom sends it (at `sent_at`, default now)."""
     enc = wecom_encrypt(plaintext, corp_id, aes_key)
-    ts, nonce = str(int(time.time())), secrets.token_hex(5)
+    ts, nonce = str(int(time.time() if sent_at is None else sent_at)), secrets.token_hex(5)
     query = {"msg_signature": wecom_signature(token, ts, nonce, enc), "timestamp": ts, "nonce": nonce}
     body = (
         f"<xml><ToUserName><![CDATA[{corp_id}]]></ToUserName><AgentID><![CDATA[{agent_id}]]></AgentID>"

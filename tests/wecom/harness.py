@@ -78,8 +78,10 @@ class Harness:
         assert self.server is not None
         return self.server.make_url(f"/wecom/{cred_id}/callback")
 
-    async def post(self, plaintext: str, *, corrupt_signature: bool = False) -> tuple[int, str]:
-        query, body = signed_callback(plaintext, token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID)
+    async def post(
+        self, plaintext: str, *, corrupt_signature: bool = False, sent_at: float | None = None
+    ) -> tuple[int, str]:
+        query, body = signed_callback(plaintext, token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID, sent_at=sent_at)
         if corrupt_signature:
             query["msg_signature"] = "0" * 40
         async with self.http.post(self.url().with_query(query), data=body) as resp:

@@ -99,6 +99,18 @@ async def test_forged_signature_is_403_and_leaves_no_trace(harness: Harness, api
     assert harness.channel is not None and len(harness.channel.apps["hr"]._dedup) == 0
 
 
+async def test_a_replayed_callback_older_than_the_dedup_memory_is_403(harness: Harness, api: FakeQyApi) -> None:
+    await harness.start()
+    seven_hours_ago = time.time() - 7 * 3600  # the dedup TTL is 6 h: its MsgId could be forgotten by now
+    status, reason = await harness.post(text("旧的请求", msg_id=501), sent_at=seven_hours_ago)
+    assert status == 403 and "replay window" in reason
+    assert (await harness.post(text("未来的请求", msg_id=502), sent_at=time.time() + 7 * 3600))[0] == 403
+    assert (await harness.post(text("一小时前", msg_id=503), sent_at=time.time() - 3600))[0] == 200
+    await harness.settle()
+    assert [m.content for m in harness.submitter.received] == ["一小时前"]
+    assert len(api.sends) == 1
+
+
 async def test_malformed_xml_is_400_and_leaves_no_trace(harness: Harness, api: FakeQyApi) -> None:
     await harness.start()
     async with harness.http.post(
