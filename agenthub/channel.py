@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 class Submitter(Protocol):
     """What a channel needs from the gateway: submit a message, get its reply stream."""
 
+    @property
+    def accepting(self) -> bool:
+        """False once the daemon drains for shutdown: `submit()` then only answers "restarting". A channel whose
+        platform redelivers unacknowledged events should leave new ones unacknowledged instead."""
+        ...
+
     async def submit(self, message: InboundMessage) -> ReplyHandle: ...
 
 

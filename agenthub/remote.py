@@ -53,6 +53,9 @@ class RemoteGateway:
     Use it as an async context manager; it owns one aiohttp session.
     """
 
+    accepting = True
+    """The daemon decides; a message sent while it shuts down comes back as its "restarting" error."""
+
     def __init__(self, base_url: str, token: str, *, default_agent: str, timeout_s: float = 600.0) -> None:
         self.base_url = base_url.rstrip("/")
         self._token = token

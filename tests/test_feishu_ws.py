@@ -128,3 +128,19 @@ async def test_an_app_whose_secret_is_refused_at_start_joins_the_running_thread_
             await fake.wait_until(lambda: fake.closed_cards() == 2)
         assert ws_threads() == [] and fake.ws == {}
     assert sorted((m.cred_id, m.content) for m in gateway.received) == [("a", "to cli_ws_a"), ("b", "to cli_ws_b")]
+
+
+async def test_an_event_arriving_during_shutdown_is_left_for_feishu_to_redeliver(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    apps = {"main": {"app_id": APP_ID, "app_secret": SECRET}}
+    async with FakeFeishu({APP_ID: SECRET}) as fake, running_channel(fake, tmp_path, apps, gateway):
+        await asyncio.wait_for(fake.ws_connected.wait(), 10)
+        event = message_event("sent while restarting", app_id=APP_ID)
+        gateway.accepting = False  # the daemon is draining
+        refused = await fake.push_event(APP_ID, event)
+        gateway.accepting = True  # Feishu's redelivery reaches a daemon that accepts again
+        redelivered = await fake.push_event(APP_ID, event)
+        await fake.wait_until(lambda: fake.closed_cards() == 1)
+    assert refused["ack"]["code"] == 500 and redelivered["ack"]["code"] == 200
+    assert [m.content for m in gateway.received] == ["sent while restarting"]  # not marked seen by the refusal
+    assert [m.msg_type for m in fake.messages] == ["interactive"]  # no "restarting" reply went out

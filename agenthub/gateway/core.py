@@ -123,6 +123,11 @@ class GatewayCore:
                 pending.handle.emit(ErrorEvent(ABORT_MESSAGES.get(reason, "Stopped."), code=reason))
             runner.queue.clear()
 
+    @property
+    def accepting(self) -> bool:
+        """False once `drain()` or `abort_all()` has begun."""
+        return self._accepting
+
     async def drain(self, timeout_s: float) -> bool:
         """Stop accepting new messages and wait up to `timeout_s` for queued and running turns; True if all done."""
         self._accepting = False

@@ -199,11 +199,15 @@ class FeishuChannel:
 
     def _on_event(self, app: FeishuApp, envelope: dict[str, Any]) -> None:
         """Called by the SDK's dispatcher on any thread; returns at once. It raises only when the channel is
-        not running, so the SDK answers 500 and Feishu redelivers the event instead of it being acked and lost."""
+        not running or the daemon is shutting down, so the SDK answers 500 and Feishu redelivers the event
+        (about 15 s later, to the restarted daemon) instead of it being acked and lost."""
         loop = self._loop
         if loop is None or loop.is_closed() or self._stopped:
             log.warning("feishu_event_refused", cred_id=app.cred_id, reason="channel not running")
             raise RuntimeError("feishu channel is not running")
+        if not self._ctx.gateway.accepting:  # shutting down: Feishu redelivers it to the restarted daemon
+            log.info("feishu_event_deferred", cred_id=app.cred_id, reason="daemon shutting down")
+            raise RuntimeError("AgentHub is restarting; deliver this event again later")
         received_at = time.monotonic()
         coro = self._ingest(app, envelope, received_at)
         try:

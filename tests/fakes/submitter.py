@@ -22,6 +22,7 @@ class ScriptedSubmitter:
     chunks: int = 3
     delay_s: float = 0.0
     fail_with: str | None = None
+    accepting: bool = True
     received: list[InboundMessage] = field(default_factory=list)
     handles: list[ReplyHandle] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)

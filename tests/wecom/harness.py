@@ -160,6 +160,8 @@ async def server() -> AsyncIterator[FakeAiBotServer]:
 class SteppedGateway:
     """A gateway whose reply events are fed in by the test, one step at a time."""
 
+    accepting = True
+
     def __init__(self) -> None:
         self.steps: asyncio.Queue[ReplyEvent] = asyncio.Queue()
         self.received: list[InboundMessage] = []

@@ -222,6 +222,8 @@ async def test_proactive_send_uses_aibot_send_msg(bot: BotHarness, server: FakeA
 class ToolRunGateway:
     """A gateway whose turn runs a long silent tool call before answering."""
 
+    accepting = True
+
     def __init__(self, silence: asyncio.Event) -> None:
         self.silence = silence
         self.received: list[InboundMessage] = []
