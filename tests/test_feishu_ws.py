@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.fakes.feishu import FakeFeishu, bot_open_id, mention, message_event, other_event, running_channel
 from tests.fakes.submitter import ScriptedSubmitter
@@ -23,24 +24,26 @@ async def test_ws_client_receives_an_event_replies_and_stops_cleanly(tmp_path: P
     gateway = ScriptedSubmitter(chunks=3, delay_s=0.02)
     apps = {"main": {"app_id": APP_ID, "app_secret": SECRET, "agent": "helper"}}
     async with FakeFeishu({APP_ID: SECRET}) as fake:
-        async with running_channel(fake, tmp_path, apps, gateway) as h:
-            await asyncio.wait_for(fake.ws_connected.wait(), 10)
-            assert len(ws_threads()) == 1
-            event = message_event(
-                "@_user_1 over the wire",
-                app_id=APP_ID,
-                chat_type="group",
-                chat_id="oc_ws",
-                mentions=[mention("@_user_1", bot_open_id(APP_ID), "Bot")],
-            )
-            ack = await fake.push_event(APP_ID, event)
-            unknown = await fake.push_event(APP_ID, other_event("contact.user.created_v3"))
-            await fake.wait_until(lambda: fake.closed_cards() == 1)
-            redelivered = await fake.push_event(APP_ID, event)  # at-least-once: the same message again
-            await asyncio.sleep(0.05)
-            assert h.channel.apps["main"].status == "ready"
-        await asyncio.wait_for(fake.ws_closed.wait(), 5)
+        with capture_logs() as logs:
+            async with running_channel(fake, tmp_path, apps, gateway) as h:
+                await asyncio.wait_for(fake.ws_connected.wait(), 10)
+                assert len(ws_threads()) == 1
+                event = message_event(
+                    "@_user_1 over the wire",
+                    app_id=APP_ID,
+                    chat_type="group",
+                    chat_id="oc_ws",
+                    mentions=[mention("@_user_1", bot_open_id(APP_ID), "Bot")],
+                )
+                ack = await fake.push_event(APP_ID, event)
+                unknown = await fake.push_event(APP_ID, other_event("contact.user.created_v3"))
+                await fake.wait_until(lambda: fake.closed_cards() == 1)
+                redelivered = await fake.push_event(APP_ID, event)  # at-least-once: the same message again
+                await asyncio.sleep(0.05)
+                assert h.channel.apps["main"].status == "ready"
+            await asyncio.wait_for(fake.ws_closed.wait(), 5)
         assert ws_threads() == [] and fake.ws == {}
+    assert [e for e in logs if e["log_level"] in ("error", "critical")] == []  # a clean stop logs no error
     assert ack["ack"]["code"] == 200 and "biz_rt" in ack["headers"]
     assert unknown["ack"]["code"] == 200 and redelivered["ack"]["code"] == 200
     [msg] = gateway.received

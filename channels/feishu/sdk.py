@@ -28,6 +28,8 @@ NOOP_EVENTS = (
 """Events a chat bot app commonly subscribes to and AgentHub does not act on; acknowledged, never a 500."""
 
 _SECRETISH = re.compile(r"(access_key|ticket|token|secret|app_secret)=([^&\s]+)", re.IGNORECASE)
+_NORMAL_CLOSE = "1000 (OK)"
+"""A websocket closed normally (our own stop); the SDK still reports its receive loop's exit as an ERROR."""
 
 
 class _ToStructlog(logging.Handler):
@@ -36,7 +38,8 @@ class _ToStructlog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             message = _SECRETISH.sub(r"\1=***", record.getMessage())
-            log.log(record.levelno, "lark_sdk_log", sdk_level=record.levelname, message=message)
+            level = logging.INFO if _NORMAL_CLOSE in message else record.levelno
+            log.log(level, "lark_sdk_log", sdk_level=record.levelname, message=message)
         except Exception:
             self.handleError(record)
 
