@@ -85,7 +85,7 @@ async def test_a_hanging_endpoint_request_neither_stalls_other_apps_nor_blocks_f
             pings_before = fake.pings.get("cli_ws_b", 0)
             for i in range(3):  # meanwhile b, on the same lark-ws thread, is acked at once
                 event = message_event(f"b while a hangs {i}", app_id="cli_ws_b", sender=f"ou_b{i}")
-                ack = await fake.push_event("cli_ws_b", event, timeout=1)
+                ack = await fake.push_event("cli_ws_b", event, timeout=3)
                 assert ack["ack"]["code"] == 200
             await fake.wait_until(lambda: fake.pings.get("cli_ws_b", 0) > pings_before, timeout=3)
             # a's request was abandoned after its timeout and retried (the fake asks for a 1 s interval)
