@@ -22,7 +22,7 @@ async def test_a_turn_longer_than_the_drain_ends_with_a_shutdown_error(
     token = TokenStore(settings.auth_dir).create("test")
     daemon = Daemon(settings, notifier=Notifier({}))
     running = asyncio.create_task(daemon.run())
-    for _ in range(200):
+    for _ in range(500):
         if daemon.server is not None and daemon.server.ready:
             break
         await asyncio.sleep(0.02)
