@@ -16,6 +16,8 @@ from agenthub.storage.atomic import atomic_write_text
 
 TOKEN_PREFIX = "ahk_"
 TOKENS_FILE = "tokens.json"
+CONFIG_TOKEN_NAME = "config"
+"""The name a token from the `http.tokens` setting goes by (in logs and as the HTTP sender)."""
 
 
 def hash_token(token: str) -> str:
@@ -30,13 +32,13 @@ class StoredToken:
 
 
 class TokenStore:
-    """Reads and writes `auth/tokens.json`; `verify` compares hashes in constant time against every entry."""
+    """Reads and writes `auth/tokens.json`; `identify` compares hashes in constant time against every entry."""
 
     def __init__(self, auth_dir: Path, extra_tokens: list[str] | None = None) -> None:
         self.path = auth_dir / TOKENS_FILE
-        self._extra_hashes = [hash_token(t) for t in extra_tokens or [] if t]
-        self._hashes: list[str] = []
-        self._mtime: float | None = None
+        self._extra = [(CONFIG_TOKEN_NAME, hash_token(t)) for t in extra_tokens or [] if t]
+        self._named: list[tuple[str, str]] = []
+        self._version: tuple[int, int] | None = None
 
     def _entries(self) -> list[dict[str, Any]]:
         try:
@@ -63,30 +65,50 @@ class TokenStore:
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         entries = self._entries()
         entries.append({"name": name, "sha256": hash_token(token), "created_at": int(time.time())})
+        self._write(entries)
+        return token
+
+    def revoke(self, name: str) -> bool:
+        """Delete the token called `name`; False when there is none. A running daemon refuses it at once."""
+        entries = self._entries()
+        kept = [t for t in entries if t.get("name") != name]
+        if len(kept) == len(entries):
+            return False
+        self._write(kept)
+        return True
+
+    def _write(self, entries: list[dict[str, Any]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path, json.dumps({"tokens": entries}, indent=2) + "\n")
         self.path.chmod(0o600)
-        return token
 
-    def _file_hashes(self) -> list[str]:
-        """Hashes from the file, re-read only when it changed (tokens can be added while the daemon runs)."""
+    def _file_tokens(self) -> list[tuple[str, str]]:
+        """(name, hash) pairs from the file, re-read only when it changed (tokens come and go while the daemon
+        runs); an atomic replace gives the file a new inode, so a change within one mtime tick is seen too."""
         try:
-            mtime = self.path.stat().st_mtime
+            stat = self.path.stat()
         except FileNotFoundError:
-            self._hashes, self._mtime = [], None
-            return self._hashes
-        if mtime != self._mtime:
-            self._hashes = [t.sha256 for t in self.stored()]
-            self._mtime = mtime
-        return self._hashes
+            self._named, self._version = [], None
+            return self._named
+        version = (stat.st_mtime_ns, stat.st_ino)
+        if version != self._version:
+            self._named = [(t.name, t.sha256) for t in self.stored()]
+            self._version = version
+        return self._named
 
     def has_tokens(self) -> bool:
-        return bool(self._extra_hashes or self._file_hashes())
+        return bool(self._extra or self._file_tokens())
+
+    def identify(self, token: str) -> str | None:
+        """The name of the token `token` matches (`config` for one from `http.tokens`), or None. Every stored
+        hash is compared, in constant time, whichever matches."""
+        candidate = hash_token(token)
+        found: str | None = None
+        for name, known in (*self._extra, *self._file_tokens()):
+            if hmac.compare_digest(candidate, known) and found is None:
+                found = name
+        return found
 
     def verify(self, token: str) -> bool:
-        """True when `token` matches a stored or configured token; every comparison runs, in constant time."""
-        candidate = hash_token(token)
-        matched = False
-        for known in (*self._extra_hashes, *self._file_hashes()):
-            matched |= hmac.compare_digest(candidate, known)
-        return matched
+        """True when `token` matches a stored or configured token."""
+        return self.identify(token) is not None
