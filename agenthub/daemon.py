@@ -17,6 +17,7 @@ from agenthub.channel_registry import enabled_channels, load_channel_class
 from agenthub.config import Settings
 from agenthub.datalock import DataDirLock
 from agenthub.gateway.core import GatewayCore
+from agenthub.invocation import command_name
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
 from agenthub.web import WebServer
@@ -51,6 +52,7 @@ class Daemon:
 
     async def _serve(self, gateway: GatewayCore) -> None:
         http = self.settings.http
+        created_token = self._first_console_token()  # before channels start: the http channel warns if none
         server, self.channels = assemble(self.settings, gateway)
         self.server = server
         await server.start()
@@ -61,7 +63,7 @@ class Daemon:
         server.ready = True
         self.notifier.notify("READY=1")
         log.info("daemon_ready", port=server.port, channels=[c.name for c in self.channels])
-        self._print_console_hint(server.port)
+        self._print_console_hint(server.port, created_token)
         try:
             await self._stop.wait()
         finally:
@@ -110,19 +112,29 @@ class Daemon:
         gateway.agents = load_agents(self.settings.agents_dir, default_agent=self.settings.default_agent)
         log.info("agents_reloaded", agents=gateway.agents.names(), broken=sorted(gateway.agents.errors))
 
-    def _print_console_hint(self, port: int) -> None:
+    def _first_console_token(self) -> str | None:
+        """With the console hint on and no token anywhere, create one named `console`; return it (else None)."""
+        if self.console is None:
+            return None
+        store = TokenStore(self.settings.auth_dir, [t.get_secret_value() for t in self.settings.http.tokens])
+        if store.has_tokens():
+            return None
+        token = store.create("console")
+        log.info("console_token_created", name="console")
+        return token
+
+    def _print_console_hint(self, port: int, created_token: str | None) -> None:
         if self.console is None:
             return
         host = self.settings.http.host
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         print(f"\nAgentHub is running. Web console: http://{shown}:{port}/", file=self.console)
-        store = TokenStore(self.settings.auth_dir, [t.get_secret_value() for t in self.settings.http.tokens])
-        if not store.has_tokens():
-            token = store.create("console")
-            print(f"Created an API token (shown only once): {token}", file=self.console)
+        if created_token is not None:
+            print(f"Created an API token (shown only once): {created_token}", file=self.console)
         else:
             print(
-                "Sign in with an API token; make a new one with: agenthub token create --name NAME", file=self.console
+                f"Sign in with an API token; make a new one with: {command_name()} token create --name NAME",
+                file=self.console,
             )
         print("Stop with Ctrl-C.\n", file=self.console, flush=True)
 

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from agenthub.errors import AgentHubError, AgentNotFoundError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import (
     DeltaEvent,
@@ -21,8 +22,23 @@ from agenthub.messages import (
     ToolEvent,
     Usage,
 )
+from agenthub.session.keys import session_key
 
 log = structlog.get_logger(__name__)
+
+CHANNEL = "http"
+"""The daemon's API is its HTTP channel: a remote session is `<agent>:http:<chat_id>`."""
+DAEMON_CODES = {"agent_not_found": "unknown_agent"}
+"""The daemon's API error codes that differ from the gateway's event codes for the same failure."""
+CHECK_TIMEOUT = aiohttp.ClientTimeout(total=15)
+
+
+class TokenRefusedError(AgentHubError):
+    """The daemon answered 401: the API token is missing, wrong or revoked."""
+
+
+class DaemonUnavailableError(AgentHubError):
+    """The daemon could not be reached, or answered something other than what its API documents."""
 
 
 def event_from_sse(name: str, data: dict[str, Any]) -> ReplyEvent | None:
@@ -77,9 +93,37 @@ class RemoteGateway:
         if self._session is not None:
             await self._session.close()
 
+    async def check(self, agent: str, chat_id: str) -> None:
+        """Before a prompt opens or anything is sent: the ids pass the daemon's key rules and it knows `agent`.
+
+        Raises `InvalidIdError`, `AgentNotFoundError`, `TokenRefusedError` or `DaemonUnavailableError`.
+        """
+        session_key(agent, CHANNEL, chat_id)
+        names = await self.agent_names()
+        if agent not in names:
+            raise AgentNotFoundError(f"unknown agent: {agent} (the daemon has: {', '.join(names) or 'none'})")
+
+    async def agent_names(self) -> list[str]:
+        """`GET /api/agents`: the names of the agents the daemon has loaded."""
+        assert self._session is not None, "use RemoteGateway as an async context manager"
+        headers = {"Authorization": f"Bearer {self._token}"}
+        try:
+            async with self._session.get(f"{self.base_url}/api/agents", headers=headers, timeout=CHECK_TIMEOUT) as resp:
+                if resp.status != 200:
+                    _, message = await _error_fields(resp)
+                    if resp.status == 401:
+                        raise TokenRefusedError(_refused(message))
+                    raise DaemonUnavailableError(f"the daemon answered {resp.status}: {message}")
+                data = await resp.json(content_type=None)
+                return [str(a["name"]) for a in data["agents"]]
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise DaemonUnavailableError(_unreachable(self.base_url, e)) from None
+        except (ValueError, KeyError, TypeError):
+            raise DaemonUnavailableError(f"the daemon at {self.base_url} sent an unexpected agent list") from None
+
     async def submit(self, message: InboundMessage) -> ReplyHandle:
         agent = message.agent or self._default_agent
-        handle = ReplyHandle(f"{agent}:http:{message.chat_id}")
+        handle = ReplyHandle(f"{agent}:{CHANNEL}:{message.chat_id}")
         task = asyncio.create_task(self._relay(agent, message, handle))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -93,13 +137,11 @@ class RemoteGateway:
         try:
             async with self._session.post(url, json=body, headers=headers) as resp:
                 if resp.status != 200:
-                    handle.emit(ErrorEvent(await _error_text(resp), code=f"http_{resp.status}"))
+                    handle.emit(await _error_event(resp))
                     return
                 await _read_events(resp, handle)
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-            handle.emit(
-                ErrorEvent(f"cannot reach the daemon at {self.base_url}: {type(e).__name__}", code="unreachable")
-            )
+            handle.emit(ErrorEvent(_unreachable(self.base_url, e), code="unreachable"))
         if not handle.finished:
             handle.emit(ErrorEvent("the daemon closed the stream before the reply finished", code="truncated"))
 
@@ -116,12 +158,25 @@ async def _read_events(resp: aiohttp.ClientResponse, handle: ReplyHandle) -> Non
                 handle.emit(event)
 
 
-async def _error_text(resp: aiohttp.ClientResponse) -> str:
+async def _error_fields(resp: aiohttp.ClientResponse) -> tuple[str, str]:
+    """The daemon's `{"error": {"code", "message"}}` answer as (code, message); ("", reason) if not that shape."""
     try:
         data = await resp.json(content_type=None)
-        message = str(data["error"]["message"])
-    except (ValueError, KeyError, TypeError, aiohttp.ContentTypeError):
-        message = resp.reason or "request failed"
-    if resp.status == 401:
-        return f"the daemon refused the token ({message}); pass --token or set AGENTHUB_TOKEN"
-    return f"the daemon answered {resp.status}: {message}"
+        return str(data["error"].get("code", "")), str(data["error"]["message"])
+    except (ValueError, KeyError, TypeError, AttributeError, aiohttp.ContentTypeError):
+        return "", resp.reason or "request failed"
+
+
+def _refused(message: str) -> str:
+    return f"the daemon refused the token ({message}); pass --token or set AGENTHUB_TOKEN"
+
+
+def _unreachable(base_url: str, error: BaseException) -> str:
+    return f"cannot reach the daemon at {base_url}: {type(error).__name__}"
+
+
+async def _error_event(resp: aiohttp.ClientResponse) -> ErrorEvent:
+    """A refused chat request as the reply's error; a bad id or unknown agent keeps the gateway's code."""
+    code, message = await _error_fields(resp)
+    text = _refused(message) if resp.status == 401 else f"the daemon answered {resp.status}: {message}"
+    return ErrorEvent(text, code=DAEMON_CODES.get(code, code) or f"http_{resp.status}")

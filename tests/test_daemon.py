@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import signal
 import socket
@@ -15,10 +16,16 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from agenthub.channel import ChannelContext, WebRoutes
+from agenthub.cli.chat import UsageWatch
+from agenthub.config import load_settings
+from agenthub.messages import ErrorEvent, InboundMessage
+from agenthub.remote import RemoteGateway
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import session_key
 from agenthub.storage.jsonl import read_records
 from agenthub.tokens import TokenStore
+from channels.cli import CliChannel
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, reply_text
 
@@ -158,7 +165,7 @@ async def _run_chat(env: DaemonEnv, *args: str, token: str | None) -> tuple[int,
     environ = {**env.env, **({"AGENTHUB_TOKEN": token} if token else {})}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "agenthub", "chat", *args, env=environ, cwd=env.root,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
@@ -186,8 +193,45 @@ async def test_second_daemon_is_refused_and_chat_connects(daemon_env: DaemonEnv,
         ):
             messages = (await resp.json())["messages"]
         assert [m["content"] for m in messages] == ["hello daemon", "answered by the daemon"]
+        await _connect_mode_refuses_bad_input_up_front(daemon_env, fake_llm)
+        await _daemon_refusals_keep_the_gateway_codes(daemon_env)
     finally:
         assert await _stop(first) == 0
+
+
+async def _connect_mode_refuses_bad_input_up_front(env: DaemonEnv, fake_llm: FakeAnthropic) -> None:
+    """Exit 2 with one line, as without a daemon, and before a prompt opens or anything is sent."""
+    sent = len(fake_llm.message_requests())
+    unknown, bad_id, repl, bad_token = await asyncio.gather(
+        _run_chat(env, "-m", "hi", "--agent", "nope", token=env.token),
+        _run_chat(env, "-m", "hi", "--chat-id", "a/b", token=env.token),
+        _run_chat(env, "--agent", "nope", token=env.token),  # REPL mode: no prompt opens
+        _run_chat(env, "-m", "hi", token="ahk_not-a-token"),
+    )
+    for code, out, err in (unknown, bad_id, repl, bad_token):
+        assert (code, out) == (2, ""), err
+        assert len(err.strip().splitlines()) == 1, err
+    assert unknown[2] == repl[2] == "agenthub chat: unknown agent: nope (the daemon has: default)\n"
+    assert bad_id[2] == "agenthub chat: chat_id contains a path separator\n"
+    assert bad_token[2].startswith("agenthub chat: the daemon refused the token (")
+    assert len(fake_llm.message_requests()) == sent
+
+
+async def _daemon_refusals_keep_the_gateway_codes(env: DaemonEnv) -> None:
+    """Should the daemon still refuse a message (an agent removed after the check), -m exits 2, not 1."""
+    async with RemoteGateway(env.base, env.token, default_agent="default") as remote:
+        watch = UsageWatch(remote)
+        state_dir = env.root / "cli-state"
+        settings = load_settings(None, data_dir=env.root / "data", auth_dir=env.root / "auth")
+        context = ChannelContext(gateway=watch, settings=settings, web=WebRoutes(), state_dir=state_dir)
+        channel = CliChannel(context, {"agent": "nope"})
+        err = io.StringIO()
+        assert await channel.ask("hi", stdout=io.StringIO(), stderr=err) == 1
+        refused = await watch.usage_error()
+        assert refused is not None and refused.code == "unknown_agent"
+        assert err.getvalue() == "error: the daemon answered 404: no agent named 'nope'\n"
+        bad_id = await (await remote.submit(InboundMessage("cli", "a/b", "local", "hi"))).result()
+        assert isinstance(bad_id, ErrorEvent) and bad_id.code == "invalid_id"
 
 
 async def test_sigkill_during_load_then_restart(daemon_env: DaemonEnv, fake_llm: FakeAnthropic) -> None:

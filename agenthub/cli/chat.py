@@ -15,14 +15,18 @@ from agenthub.channel import ChannelContext, Submitter, WebRoutes
 from agenthub.config import Settings, load_settings
 from agenthub.datalock import holder_address, is_locked
 from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.invocation import command_name
 from agenthub.log import configure_logging, route_library_loggers
-from agenthub.messages import InboundMessage
-from agenthub.remote import RemoteGateway
+from agenthub.messages import ErrorEvent, InboundMessage
+from agenthub.remote import DaemonUnavailableError, RemoteGateway, TokenRefusedError
 
 log = structlog.get_logger(__name__)
 
 EXIT_OK, EXIT_REPLY_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 CHANNEL_MODULE = "channels.cli"
+USAGE_CODES = frozenset({"invalid_id", "unknown_agent"})
+"""Reply error codes that mean the command line was wrong (exit 2), not that the reply failed (exit 1)."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -59,9 +63,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config)
         return asyncio.run(_chat(settings, args))
-    except (ConfigError, AgentNotFoundError, InvalidIdError) as e:
+    except (ConfigError, AgentNotFoundError, InvalidIdError, TokenRefusedError) as e:
         print(f"agenthub chat: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except DaemonUnavailableError as e:
+        print(f"agenthub chat: {e}", file=sys.stderr)
+        return EXIT_REPLY_FAILED
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -96,14 +103,40 @@ async def _chat_remote(settings: Settings, args: argparse.Namespace) -> int:
     if not token:
         print(
             f"agenthub chat: a daemon is running on {settings.data_dir} ({address}); pass --token or set "
-            "AGENTHUB_TOKEN (make one with: agenthub token create --name cli)",
+            f"AGENTHUB_TOKEN (make one with: {command_name()} token create --name cli)",
             file=sys.stderr,
         )
         return EXIT_USAGE
     async with RemoteGateway(f"http://{address}", token, default_agent=settings.default_agent) as remote:
-        channel = _build_channel(settings, args, remote)
+        watch = UsageWatch(remote)
+        channel = _build_channel(settings, args, watch)
         agent = channel.config.agent or settings.default_agent
-        return await _drive(channel, args, f"{agent}:http:{channel.config.chat_id} via {address}")
+        await remote.check(agent, channel.config.chat_id)  # a bad id, agent or token stops here, before any prompt
+        return await _drive(channel, args, f"{agent}:http:{channel.config.chat_id} via {address}", watch)
+
+
+class UsageWatch:
+    """A Submitter in front of another that remembers a reply refused for a usage reason (bad id, unknown
+    agent): the daemon can still answer so, e.g. when an agent is removed between the check and the send."""
+
+    def __init__(self, inner: Submitter) -> None:
+        self._inner = inner
+        self._last: ReplyHandle | None = None
+
+    @property
+    def accepting(self) -> bool:
+        return self._inner.accepting
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle:
+        self._last = await self._inner.submit(message)
+        return self._last
+
+    async def usage_error(self) -> ErrorEvent | None:
+        """The last finished reply's error when its code is a usage error, else None."""
+        if self._last is None or not self._last.finished:
+            return None
+        final = await self._last.result()
+        return final if isinstance(final, ErrorEvent) and final.code in USAGE_CODES else None
 
 
 def _build_channel(settings: Settings, args: argparse.Namespace, gateway: Submitter) -> Any:
@@ -114,11 +147,14 @@ def _build_channel(settings: Settings, args: argparse.Namespace, gateway: Submit
     return module.CliChannel(context, _channel_config(settings, args))
 
 
-async def _drive(channel: Any, args: argparse.Namespace, label: str) -> int:
+async def _drive(channel: Any, args: argparse.Namespace, label: str, watch: UsageWatch | None = None) -> int:
     await channel.start()
     try:
         if args.message is not None:
-            return int(await channel.ask(args.message))
+            code = int(await channel.ask(args.message))
+            if code == EXIT_REPLY_FAILED and watch is not None and await watch.usage_error() is not None:
+                return EXIT_USAGE
+            return code
         return int(await channel.run_repl(label=label))
     except AgentHubError as e:
         log.error("chat_failed", error=str(e))

@@ -1,14 +1,20 @@
-"""`agenthub token create --name NAME` / `agenthub token list`: API tokens, stored only as hashes under auth/."""
+"""`agenthub token create|list|revoke`: API tokens, stored only as hashes under auth/."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 from agenthub.config import load_settings
 from agenthub.errors import ConfigError
-from agenthub.tokens import TokenStore
+from agenthub.invocation import command_name
+from agenthub.tokens import StoredToken, TokenStore
+
+EXIT_OK, EXIT_USAGE = 0, 2
+CREATED_FORMAT = "%Y-%m-%d %H:%M"
+"""`token list` prints `NAME<TAB>created YYYY-MM-DD HH:MM` in local time, one token a line."""
 
 
 def add_parser(sub: Any) -> None:
@@ -17,21 +23,38 @@ def add_parser(sub: Any) -> None:
     create = actions.add_parser("create", help="create a token and print it once")
     create.add_argument("--name", required=True, help="a label for the token, e.g. console or ci")
     actions.add_parser("list", help="list token names (never the tokens)")
+    revoke = actions.add_parser("revoke", help="delete a token; a running daemon refuses it at once")
+    revoke.add_argument("name", help="the token's name, as `token list` shows it")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        settings = load_settings(args.config)
-        store = TokenStore(settings.auth_dir)
+        store = TokenStore(load_settings(args.config).auth_dir)
         if args.action == "create":
             token = store.create(args.name)
             print(token)
             print(f"Token {args.name!r} created. It is shown only this once; store it safely.", file=sys.stderr)
-            return 0
+            return EXIT_OK
+        if args.action == "revoke":
+            return _revoke(store, args.name)
         for stored in store.stored():
-            print(f"{stored.name}\tcreated {stored.created_at}")
-        return 0
+            print(list_line(stored))
+        return EXIT_OK
     except (ConfigError, ValueError) as e:
         print(f"agenthub: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+
+
+def _revoke(store: TokenStore, name: str) -> int:
+    if not store.revoke(name):
+        print(f"agenthub: no token named {name!r} (see: {command_name()} token list)", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"revoked {name}")
+    return EXIT_OK
+
+
+def list_line(stored: StoredToken) -> str:
+    """One `token list` line: the name, a tab, and when it was created (local time; `unknown` if not recorded)."""
+    created = time.strftime(CREATED_FORMAT, time.localtime(stored.created_at)) if stored.created_at > 0 else "unknown"
+    return f"{stored.name}\tcreated {created}"
