@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from agenthub.errors import ConfigError
+from agenthub.session.keys import validate_part
 from agenthub.storage.atomic import atomic_write_text
 
 TOKEN_PREFIX = "ahk_"
 TOKENS_FILE = "tokens.json"
 CONFIG_TOKEN_NAME = "config"
+MAX_NAME_BYTES = 64
 """The name a token from the `http.tokens` setting goes by (in logs and as the HTTP sender)."""
 
 
@@ -58,8 +60,9 @@ class TokenStore:
 
     def create(self, name: str) -> str:
         """Make a new token, store its hash under `name`, and return the token (shown once, never stored)."""
-        if not name.strip():
-            raise ValueError("a token needs a name")
+        validate_part("token name", name)  # it is also the HTTP sender id, which per-user memory uses in a path
+        if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+            raise ValueError(f"token name is longer than {MAX_NAME_BYTES} bytes (UTF-8)")
         if any(t.name == name for t in self.stored()):
             raise ValueError(f"a token named {name!r} already exists")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)

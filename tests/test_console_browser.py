@@ -120,11 +120,18 @@ async def page(chromium: Path) -> AsyncIterator[Page]:
         context.set_default_timeout(10_000)
         page = await context.new_page()
         page.on("pageerror", lambda e: errors.append(str(e)))
+        failed: list[str] = []  # the API's 401s are expected; any other 4xx/5xx (a favicon 404 …) is a bug
+        page.on(
+            "response",
+            lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 and "/api/" not in r.url else None,
+        )
+        page.on("requestfailed", lambda r: failed.append(f"failed {r.url}") if "/api/" not in r.url else None)
         try:
             yield page
         finally:
             await browser.close()
     assert not errors, f"JavaScript errors in the console: {errors}"
+    assert not failed, f"requests that failed in the console: {failed}"
 
 
 async def screenshot(page: Page, tmp_path: Path, name: str) -> None:

@@ -49,6 +49,7 @@ async def test_chat_json_round_trip(api: RunningApi, fake_llm: FakeAnthropic) ->
     assert body["reply"] == "第一个回答"
     assert body["session_key"] == "default:http:c1"
     assert body["usage"]["input_tokens"] == 50
+    assert body["notices"] == []
     status, body = await api.call("GET", AGENT + "/sessions/c1/messages")
     assert status == 200
     assert [m["role"] for m in body["messages"]] == ["user", "assistant"]
@@ -252,6 +253,21 @@ async def test_validation_errors_name_the_field(api: RunningApi) -> None:
     await api.call("POST", AGENT + "/sessions", json={"chat_id": "v1"})
     status, answer = await api.call("POST", AGENT + "/sessions/v1/pin", json={"pinned": "yes please"})
     assert status == 422 and answer["error"]["message"].startswith("pinned")
+
+
+async def test_pin_takes_only_a_json_boolean(api: RunningApi) -> None:
+    await api.call("POST", AGENT + "/sessions", json={"chat_id": "sb"})
+    for value in ("yes", "true", 1, 0, "false", None, [True]):
+        status, answer = await api.call("POST", AGENT + "/sessions/sb/pin", json={"pinned": value})
+        assert status == 422, value
+        assert_error(answer, "validation_error")
+        assert answer["error"]["message"].startswith("pinned"), value
+    meta = await api.gateway.history.get_meta(session_key("default", "http", "sb"))
+    assert meta is not None and meta.pinned is False  # nothing was guessed into a pin
+    status, answer = await api.call("POST", AGENT + "/sessions/sb/pin", json={"pinned": True})
+    assert status == 200 and answer["pinned"] is True
+    status, answer = await api.call("POST", AGENT + "/sessions/sb/pin", json={"pinned": False})
+    assert status == 200 and answer["pinned"] is False
 
 
 async def test_oversized_body_gives_413(api: RunningApi) -> None:

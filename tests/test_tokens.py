@@ -44,5 +44,7 @@ def test_names_are_unique_and_required(tmp_path: Path) -> None:
     store.create("a")
     with pytest.raises(ValueError, match="already exists"):
         store.create("a")
-    with pytest.raises(ValueError, match="needs a name"):
-        store.create("  ")
+    for bad in ("  ", "", "a/b", "..", "a%2Fb", "x" * 65, "tab\there"):
+        with pytest.raises(ValueError, match="token name"):
+            store.create(bad)
+    assert store.identify(store.create("张三")) == "张三"

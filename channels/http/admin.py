@@ -25,6 +25,7 @@ from channels.http.requests import (
     key_for,
     parse_body,
     session_of,
+    token_name,
 )
 
 
@@ -134,9 +135,7 @@ async def compact(request: web.Request) -> web.Response:
         raise ApiError(501, "not_available", "compaction is not available")
     before = len(await gateway.history.load(key))
     try:
-        result = await gateway.compactor.compact(
-            key, agent, reason="manual", actor=f"http:{request.get('agenthub.token_name', '?')}"
-        )
+        result = await gateway.compactor.compact(key, agent, reason="manual", actor=f"http:{token_name(request)}")
     except SessionBusyError:
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done") from None
     after = len(await gateway.history.load(key))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,16 +13,19 @@ from aiohttp import web
 from agenthub.channel import ChannelContext, Handler
 from agenthub.errors import ChannelSendError, LLMError
 from agenthub.gateway.core import GatewayCore
+from agenthub.invocation import command_name
 from agenthub.messages import OutboundMessage
 from agenthub.tokens import TokenStore
 from channels.http import admin
 from channels.http.chat import handle_chat
 from channels.http.llm_text import WelcomeCache
-from channels.http.requests import ApiError, agent_of
+from channels.http.requests import TOKEN_NAME, ApiError, agent_of
 
 log = structlog.get_logger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
+STATIC_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+"""The console's files are one flat directory; no name with a slash or a leading dot ever matches."""
 
 
 def _bearer(request: web.Request) -> str | None:
@@ -65,13 +69,16 @@ class HttpChannel:
         for method, path, handler in table:
             context.web.add(method, path, self._authenticated(handler))
         context.web.add("GET", "/", self._console)
-        context.web.routes.append(web.static("/static", STATIC_DIR, append_version=True))
+        context.web.routes.append(web.get("/favicon.ico", self._favicon))  # also HEAD, as web.get allows
+        context.web.routes.append(web.get("/static/{name:" + STATIC_NAME + "}", self._static))
 
     def _authenticated(self, handler: Handler) -> Handler:
         async def guarded(request: web.Request) -> web.StreamResponse:
             token = _bearer(request)
-            if token is None or not self.tokens.verify(token):
+            name = self.tokens.identify(token) if token is not None else None
+            if name is None:
                 raise ApiError(401, "unauthorized", "a valid 'Authorization: Bearer <token>' header is required")
+            request[TOKEN_NAME] = name
             return await handler(request)
 
         return guarded
@@ -87,9 +94,20 @@ class HttpChannel:
     async def _console(self, request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC_DIR / "index.html")
 
+    async def _favicon(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC_DIR / "favicon.svg")
+
+    async def _static(self, request: web.Request) -> web.FileResponse:
+        """A console file; a missing one is the JSON 404 every unknown route gives (FileResponse would send an
+        empty body)."""
+        path = STATIC_DIR / request.match_info["name"]
+        if not await asyncio.to_thread(path.is_file):
+            raise ApiError(404, "not_found", f"no console file {request.match_info['name']!r}")
+        return web.FileResponse(path)
+
     async def start(self) -> None:
         if not self.tokens.has_tokens():
-            log.warning("http_no_tokens", hint="create one with: agenthub token create --name console")
+            log.warning("http_no_tokens", hint=f"create one with: {command_name()} token create --name console")
 
     async def stop(self) -> None:
         return None

@@ -11,7 +11,16 @@ from aiohttp import web
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent, ToolEvent
 from agenthub.web import GATEWAY
-from channels.http.requests import CHANNEL, ApiError, ChatBody, agent_of, key_for, parse_body
+from channels.http.requests import (
+    CHANNEL,
+    ApiError,
+    ChatBody,
+    agent_of,
+    key_for,
+    parse_body,
+    sender_of,
+    token_name,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +67,7 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
     message = InboundMessage(
         channel=CHANNEL,
         chat_id=body.chat_id,
-        sender_id=request.get("agenthub.token_name", "http"),
+        sender_id=sender_of(token_name(request)),
         content=body.content,
         agent=agent.name,
         model_hint=body.model_hint,
@@ -67,13 +76,24 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
     handle = await gateway.submit(message)
     if wants_stream(request):
         return await _stream(request, handle)
-    final = await handle.result()
+    final, notices = await _collect(handle)
     if isinstance(final, ErrorEvent):
         raise ApiError(ERROR_STATUS.get(final.code, 500), final.code, final.message)
     return web.json_response(
-        {"reply": final.full_text, "session_key": str(key), "usage": final.usage.as_dict()},
+        {"reply": final.full_text, "session_key": str(key), "usage": final.usage.as_dict(), "notices": notices},
         dumps=lambda d: json.dumps(d, ensure_ascii=False),
     )
+
+
+async def _collect(handle: ReplyHandle) -> tuple[DoneEvent | ErrorEvent, list[str]]:
+    """The terminal event and the texts of the notices before it (fallbacks, compaction, queueing)."""
+    notices: list[str] = []
+    async for event in handle:
+        if isinstance(event, NoticeEvent):
+            notices.append(event.text)
+        elif isinstance(event, DoneEvent | ErrorEvent):
+            return event, notices
+    return await handle.result(), notices
 
 
 async def _stream(request: web.Request, handle: ReplyHandle) -> web.StreamResponse:

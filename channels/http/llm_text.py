@@ -13,7 +13,7 @@ import structlog
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.gateway.core import GatewayCore
-from agenthub.llm.types import LLMRequest
+from agenthub.llm.types import LLMProvider, LLMRequest
 from agenthub.session.meta import TITLE_CHARS, text_of, title_from
 from agenthub.storage.atomic import atomic_write_text
 
@@ -68,15 +68,31 @@ def _read_cache(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def offline_welcome(agent: AgentDefinition) -> str:
+    """The welcome when no model is configured: fixed and honest, never the offline echo of WELCOME_PROMPT."""
+    about = agent.config.description.strip()
+    zh = f"你好，我是 {agent.name}" + (f"（{about}）" if about else "") + "。"
+    en = f"Hi, I'm {agent.name}" + (f" ({about})" if about else "") + "."
+    return (
+        f"{zh}服务器还没有配置模型 API 密钥，现在的回复来自离线占位模型。\n"
+        f"{en} No LLM API key is configured on the server yet, so replies come from an offline placeholder."
+    )
+
+
 class WelcomeCache:
-    """One welcome per agent, remade when the persona changes; stored in `agents/<name>/welcome.json`."""
+    """One welcome per agent, remade when the persona changes; stored in `agents/<name>/welcome.json`, or only
+    in memory when that file cannot be written (a read-only agents dir under systemd's ProtectSystem=strict)."""
 
     def __init__(self, gateway: GatewayCore) -> None:
         self.gateway = gateway
         self._memory: dict[str, dict[str, Any]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._unwritable: set[str] = set()
 
     async def get(self, agent: AgentDefinition) -> dict[str, Any]:
+        provider, model, _ = self.gateway.providers.resolve(None, None, agent.config.provider, agent.config.model)
+        if provider.offline:
+            return {"text": offline_welcome(agent), "persona": _persona_hash(agent), "created_at": int(time.time())}
         async with self._locks.setdefault(agent.name, asyncio.Lock()):
             path = agent.directory / "welcome.json" if agent.directory is not None else None
             cached = self._memory.get(agent.name) or (await asyncio.to_thread(_read_cache, path) if path else None)
@@ -84,17 +100,25 @@ class WelcomeCache:
                 self._memory[agent.name] = cached
                 return cached
             entry = {
-                "text": await self._generate(agent),
+                "text": await self._generate(agent, provider, model),
                 "persona": _persona_hash(agent),
                 "created_at": int(time.time()),
             }
-            if path is not None and not self.gateway.providers.is_offline:
-                await asyncio.to_thread(atomic_write_text, path, json.dumps(entry, ensure_ascii=False, indent=2))
             self._memory[agent.name] = entry
+            if path is not None:
+                await self._store(agent.name, path, entry)
             return entry
 
-    async def _generate(self, agent: AgentDefinition) -> str:
-        provider, model, _ = self.gateway.providers.resolve(None, None, agent.config.provider, agent.config.model)
+    async def _store(self, name: str, path: Path, entry: dict[str, Any]) -> None:
+        """Write welcome.json; a failure leaves the welcome in memory only and is logged once per agent."""
+        try:
+            await asyncio.to_thread(atomic_write_text, path, json.dumps(entry, ensure_ascii=False, indent=2))
+        except OSError as e:
+            if name not in self._unwritable:
+                self._unwritable.add(name)
+                log.warning("welcome_cache_not_writable", agent=name, path=str(path), error=str(e))
+
+    async def _generate(self, agent: AgentDefinition, provider: LLMProvider, model: str) -> str:
         request = LLMRequest(
             model=model,
             system=[{"type": "text", "text": agent.persona}],

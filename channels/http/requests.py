@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import AgentNotFoundError, InvalidIdError
 from agenthub.gateway.core import GatewayCore
-from agenthub.session.keys import SessionKey, session_key, validate_agent_name
+from agenthub.session.keys import SessionKey, session_key, validate_agent_name, validate_part
 from agenthub.web import error_body
 
 CHANNEL = "http"
 Body = TypeVar("Body", bound=BaseModel)
+TOKEN_NAME = web.RequestKey("agenthub.token_name", str)
+"""The name of the token that authenticated the request (`TokenStore.identify`), set by the auth guard."""
+SENDER_MAX_BYTES = 64
 
 
 class ApiError(web.HTTPException):
@@ -47,7 +51,28 @@ class RenameBody(_Body):
 
 
 class PinBody(_Body):
-    pinned: bool
+    pinned: StrictBool  # "yes", 1 or "true" are not booleans: 422, never a guess
+
+
+def token_name(request: web.Request) -> str:
+    """Who is calling: the authenticating token's name (routes without the auth guard never get here)."""
+    try:
+        return request[TOKEN_NAME]
+    except KeyError:
+        raise RuntimeError("token_name() on a request the auth guard did not see") from None
+
+
+def sender_of(name: str) -> str:
+    """The sender id for a token name. Sender ids name per-user memory files, so a name the key rules refuse
+    (`a/b`, `..`) or a very long one becomes a stable `token-<hash>` instead of failing every turn."""
+    try:
+        validate_part("sender_id", name, allow_colon=True)
+    except InvalidIdError:
+        pass
+    else:
+        if len(name.encode("utf-8")) <= SENDER_MAX_BYTES:
+            return name
+    return "token-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:12]
 
 
 async def parse_body(request: web.Request, model: type[Body], *, optional: bool = False) -> Body:
