@@ -14,7 +14,7 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.session.keys import SessionKey
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
+from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
 
 KEY = SessionKey("default", "cli", "direct")
 OTHER = SessionKey("default", "cli", "other")
@@ -246,3 +246,25 @@ async def test_in_a_shared_session_only_the_asker_can_stop_the_reply(
     assert isinstance(stopped, DoneEvent) and "Stopped the running reply" in stopped.full_text
     final = await slow.result()
     assert isinstance(final, ErrorEvent) and final.code == "stopped"
+
+
+async def test_stop_also_drops_the_askers_queued_messages_but_not_other_members(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.script(_slow(), reply_text("for bob"))
+    running = await gateway.submit(InboundMessage("wecom", "group-1", "alice", "a long question"))
+    await fake_llm.wait_for_requests(1)
+    alice_more = [await gateway.submit(InboundMessage("wecom", "group-1", "alice", f"and {i}")) for i in range(2)]
+    bob = await gateway.submit(InboundMessage("wecom", "group-1", "bob", "my own question"))
+    stopped = await (await gateway.submit(InboundMessage("wecom", "group-1", "alice", "/stop"))).result()
+    assert isinstance(stopped, DoneEvent)
+    assert "Stopped the running reply" in stopped.full_text and "Dropped 2 queued" in stopped.full_text
+    for handle in (running, *alice_more):
+        final = await handle.result()
+        assert isinstance(final, ErrorEvent) and final.code == "stopped"
+    answered = await bob.result()
+    assert isinstance(answered, DoneEvent) and answered.full_text == "for bob"
+    sent = [last_user_text(r.body) for r in fake_llm.message_requests()]
+    assert "and 0" not in " ".join(sent) and "and 1" not in " ".join(sent)  # the dropped ones never reached the model
+    history = await gateway.history.load(SessionKey("default", "wecom", "group-1"))
+    assert [m["content"] for m in history if m["role"] == "user"] == ["a long question", "my own question"]

@@ -37,15 +37,18 @@ async def _restart(ctx: CommandContext) -> str:
 
 
 async def _stop(ctx: CommandContext) -> str:
+    """Stop the sender's running reply and drop the messages they queued behind it (never another member's)."""
+    dropped = ctx.gateway.drop_queued(ctx.key, ctx.message.sender_id)
+    queued = f" Dropped {dropped} queued message(s) of yours." if dropped else ""
     runner = ctx.gateway.runner(ctx.key)
     running = runner.current if runner is not None else None
     if running is not None and running.message.sender_id and running.message.sender_id != ctx.message.sender_id:
         # in a shared (group) session, one member must not cut off another member's answer
-        return "Only the person who asked can stop this reply."
+        return "Only the person who asked can stop this reply." + queued
     if ctx.gateway.abort(ctx.key, "stopped"):
         await ctx.gateway.wait_turn_done(ctx.key)
-        return "Stopped the running reply. The conversation is kept."
-    return "Nothing is running in this chat."
+        return "Stopped the running reply." + queued + " The conversation is kept."
+    return (queued.strip() + " Nothing else is running.") if dropped else "Nothing is running in this chat."
 
 
 async def _status(ctx: CommandContext) -> str:

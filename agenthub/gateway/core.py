@@ -263,6 +263,18 @@ class GatewayCore:
         runner = self._runners.get(key)
         return runner is not None and runner.abort(reason)
 
+    def drop_queued(self, key: SessionKey, sender_id: str, reason: str = "stopped") -> int:
+        """End the messages `sender_id` queued in this session that have not started (nothing of them is stored
+        yet); each handle ends with the `reason` error. Returns how many were dropped."""
+        runner = self._runners.get(key)
+        if runner is None:
+            return 0
+        dropped = [p for p in runner.queue if p.message.sender_id == sender_id]
+        for pending in dropped:
+            runner.queue.remove(pending)
+            _end_unanswered(pending, reason)
+        return len(dropped)
+
     async def wait_turn_done(self, key: SessionKey) -> None:
         runner = self._runners.get(key)
         if runner is not None and runner.turn_task is not None:
