@@ -101,16 +101,24 @@ class Daemon:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.request_stop)
         loop.add_signal_handler(signal.SIGINT, self.request_stop)
-        loop.add_signal_handler(signal.SIGHUP, lambda: self._reload_agents(gateway))
+        loop.add_signal_handler(signal.SIGHUP, lambda: self.reload_agents(gateway))
 
     def _remove_signals(self) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
 
-    def _reload_agents(self, gateway: GatewayCore) -> None:
-        gateway.agents = load_agents(self.settings.agents_dir, default_agent=self.settings.default_agent)
-        log.info("agents_reloaded", agents=gateway.agents.names(), broken=sorted(gateway.agents.errors))
+    def reload_agents(self, gateway: GatewayCore) -> None:
+        """SIGHUP: read the agent definitions again. An agent that was running but whose edited definition is now
+        broken keeps its previous definition (a typo must not take a bound channel down); a deleted one goes."""
+        previous = gateway.agents
+        fresh = load_agents(self.settings.agents_dir, default_agent=self.settings.default_agent)
+        for name, reason in fresh.errors.items():
+            if name in previous.agents:
+                fresh.agents[name] = previous.agents[name]
+                log.error("agent_reload_kept_previous", agent=name, reason=reason)
+        gateway.agents = fresh
+        log.info("agents_reloaded", agents=fresh.names(), broken=sorted(fresh.errors))
 
     def _first_console_token(self) -> str | None:
         """With the console hint on and no token anywhere, create one named `console`; return it (else None)."""
