@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from channels.wecom.text import split_utf8, strip_mention
 log = structlog.get_logger(__name__)
 
 EMPTY_PROMPT = "你好，有什么可以帮你？"
+GROUP_REQ_IDS_MAX = 1024  # groups whose last inbound req_id is remembered for proactive sends
 
 
 class BotEndpoint:
@@ -43,8 +45,15 @@ class BotEndpoint:
         self._tasks = tasks
         self._device_id = _device_id(state_dir / f"bot-{cred_id}.device_id")
         self.conn: BotConnection | None = None
+        self._group_req_ids: OrderedDict[str, str] = OrderedDict()
 
     def start(self, session: aiohttp.ClientSession) -> None:
+        if not self.config.bot_name:
+            log.warning(
+                "wecom_bot_name_unset",
+                cred_id=self.cred_id,
+                hint="set bot_name for groups: without it the first @mention is removed, whoever it names",
+            )
         self.conn = BotConnection(self.cred_id, self.config, self._device_id, self._on_frame, session)
         self.conn.start()
 
@@ -53,13 +62,29 @@ class BotEndpoint:
             await self.conn.stop()
 
     async def send(self, chat_id: str, text: str) -> None:
-        """Proactive push (`aibot_send_msg`, markdown); a per-member chat id `group:user` goes to the group."""
+        """Proactive push (`aibot_send_msg`, markdown); a per-member chat id `group:user` goes to the group.
+
+        WeCom takes a push into a group only under the req_id of an earlier message from that group, so the
+        last one is reused; a group with none known (not heard from since start) gets a clear error.
+        """
         if self.conn is None:
             raise ChannelSendError(f"wecom bot {self.cred_id} is not started")
         target = chat_id.split(":", 1)[0]
+        req_id = self._group_req_ids.get(target)
+        if req_id is None and ":" in chat_id:
+            raise ChannelSendError(
+                f"wecom bot {self.cred_id}: cannot push into group {target!r} yet: WeCom needs the req_id of an "
+                "earlier message from that group, and none arrived since the bot started"
+            )
         for part in split_utf8(text, self.config.stream_cap_bytes):
             body = {"chatid": target, "msgtype": "markdown", "markdown": {"content": part}}
-            await self.conn.request("aibot_send_msg", body)
+            await self.conn.request("aibot_send_msg", body, req_id=req_id)
+
+    def _remember_group(self, group_id: str, req_id: str) -> None:
+        self._group_req_ids[group_id] = req_id
+        self._group_req_ids.move_to_end(group_id)
+        while len(self._group_req_ids) > GROUP_REQ_IDS_MAX:
+            self._group_req_ids.popitem(last=False)
 
     # ------------------------------------------------------------------ inbound frames
 
@@ -89,6 +114,8 @@ class BotEndpoint:
             return
         group = body.get("chattype") == "group"
         group_id = str(body.get("chatid") or user)
+        if group:
+            self._remember_group(group_id, req_id)
         reply = StreamReply(self.conn, self.config, req_id, group_id if group else user)
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)

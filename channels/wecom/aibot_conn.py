@@ -26,8 +26,9 @@ BOT_ERRCODE_HINTS: dict[int, str] = {
     40008: "invalid message type for this command (plain text replies are not allowed; use stream)",
     600039: "stream messages are not supported on this client",
     846608: "stream message update expired (no update for ~6 minutes); continuing with a new message",
-    846609: "the websocket is not subscribed: check bot_id and secret",
+    846609: "the subscription is gone (WeCom unsubscribed this connection); reconnecting and resubscribing",
 }
+NOT_SUBSCRIBED = 846609  # on any ack: the server dropped this connection's subscription
 CONFLICT_RETRIES = 3
 RESEND_RETRIES = 2  # how many reconnections one command may wait for after losing its connection
 
@@ -42,6 +43,10 @@ class BotApiError(ChannelSendError):
     def __init__(self, cmd: str, errcode: int, errmsg: str) -> None:
         self.errcode = errcode
         super().__init__(f"wecom {cmd} failed: errcode {errcode} ({errmsg}); {bot_errcode_hint(errcode)}")
+
+
+class AckTimeout(ChannelSendError):
+    """No ack arrived within `ack_timeout_s`: the frame may or may not have reached WeCom."""
 
 
 class ConnectionLost(ChannelSendError):
@@ -182,15 +187,19 @@ class BotConnection:
         return True
 
     async def _ping(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """Return when the connection is dead: two missed acks, or an ack saying the subscription is gone."""
         missed = 0
         while missed < 2:
             await asyncio.sleep(self._cfg.ping_interval_s)
             try:
-                await self._exchange(ws, {"cmd": "ping", "headers": {"req_id": new_req_id("ping")}})
-                missed = 0
+                ack = await self._exchange(ws, {"cmd": "ping", "headers": {"req_id": new_req_id("ping")}})
             except (ChannelSendError, TimeoutError):
                 missed += 1
                 log.warning("wecom_bot_ping_missed", cred_id=self.cred_id, missed=missed)
+                continue
+            if _errcode(ack) == NOT_SUBSCRIBED:
+                return  # the reader has closed the socket already; the loop resubscribes
+            missed = 0
         log.warning("wecom_bot_connection_dead", cred_id=self.cred_id)
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
@@ -207,6 +216,11 @@ class BotConnection:
                 future = self._pending.pop(req_id, None)
                 if future is not None and not future.done():
                     future.set_result(frame)
+                if _errcode(frame) == NOT_SUBSCRIBED:
+                    # a live socket whose subscription is gone stays silent forever: drop it, resubscribe
+                    log.warning("wecom_bot_unsubscribed", cred_id=self.cred_id, hint=bot_errcode_hint(NOT_SUBSCRIBED))
+                    await ws.close()
+                    return
             elif _is_disconnected_event(frame):
                 self.replaced = True
                 await ws.close()
@@ -235,12 +249,13 @@ class BotConnection:
     async def request(
         self, cmd: str, body: dict[str, Any], req_id: str | None = None, *, idempotent: bool = False
     ) -> dict[str, Any]:
-        """Send a command and return its ack; raise `BotApiError` on a non-zero errcode, `ChannelSendError` when
-        there is no connection within `send_wait_s` or no ack within `ack_timeout_s`.
+        """Send a command and return its ack; raise `BotApiError` on a non-zero errcode, `AckTimeout` when no ack
+        came within `ack_timeout_s`, `ChannelSendError` when there is no connection within `send_wait_s`.
 
         When the connection is lost under the command, a frame that never left is sent again on the next
         connection; one that may have reached WeCom is sent again only when `idempotent` (a stream frame
         carrying the full text so far), otherwise the loss is logged and raised rather than risk a duplicate.
+        A frame refused with 846609 (not subscribed) was not processed: it is sent again after resubscribing.
         """
         req_id = req_id or new_req_id(cmd)
         frame = {"cmd": cmd, "headers": {"req_id": req_id}, "body": body}
@@ -251,7 +266,7 @@ class BotConnection:
                 try:
                     ack = await self._exchange(ws, frame)
                 except TimeoutError:
-                    raise ChannelSendError(f"wecom {cmd}: no ack within {self._cfg.ack_timeout_s}s") from None
+                    raise AckTimeout(f"wecom {cmd}: no ack within {self._cfg.ack_timeout_s}s") from None
                 except ConnectionLost as e:
                     self._mark_down(ws)  # dead for sending, even if the reader has not noticed yet
                     if resends < RESEND_RETRIES and (idempotent or not e.sent):
@@ -259,7 +274,13 @@ class BotConnection:
                         log.info("wecom_bot_resend_after_reconnect", cred_id=self.cred_id, cmd=cmd, req_id=req_id)
                         continue
                     raise self._lost(cmd, req_id, e) from None
-                errcode = int(ack.get("errcode", 0))
+                errcode = _errcode(ack)
+                if errcode == NOT_SUBSCRIBED and resends < RESEND_RETRIES:
+                    # WeCom refused the frame unprocessed, so it is safe to send again once resubscribed
+                    self._mark_down(ws)
+                    resends += 1
+                    log.info("wecom_bot_resend_after_resubscribe", cred_id=self.cred_id, cmd=cmd, req_id=req_id)
+                    continue
                 if errcode == 6000 and conflicts < CONFLICT_RETRIES:
                     conflicts += 1
                     await asyncio.sleep(0.2 * conflicts)
@@ -309,6 +330,13 @@ class BotConnection:
                 del self._req_locks[req_id]
             else:
                 self._req_locks[req_id] = (lock, users - 1)
+
+
+def _errcode(frame: dict[str, Any]) -> int:
+    try:
+        return int(frame.get("errcode", 0))
+    except (TypeError, ValueError):
+        return -1
 
 
 def _is_disconnected_event(frame: dict[str, Any]) -> bool:

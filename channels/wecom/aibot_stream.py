@@ -10,8 +10,9 @@ import structlog
 
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent
-from channels.wecom.aibot_conn import BotApiError, BotConnection
+from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, NoticeEvent
+from channels.notices import with_notices
+from channels.wecom.aibot_conn import AckTimeout, BotApiError, BotConnection
 from channels.wecom.config import BotConfig
 from channels.wecom.text import split_utf8, utf8_len
 
@@ -21,6 +22,7 @@ STREAM_EXPIRED = 846608
 EMPTY_REPLY = "（没有内容）"
 INTERRUPTED = "回复中断了。"
 ABANDON_TIMEOUT_S = 2.0  # on cancellation (daemon stop), how long the closing frame may take
+NOTICE_BUDGET_DIVISOR = 4  # the notice lines above a reply take at most this share of the stream cap
 
 
 class StreamReply:
@@ -30,6 +32,9 @@ class StreamReply:
     changed, except that a silent stream is refreshed every `keepalive_s` (WeCom expires it after ~6 minutes).
     When the text outgrows the cap, or the stream expired anyway, the stream is finished and the rest follows
     as `aibot_send_msg` markdown messages, so nothing is cut off.
+
+    Notices (queueing, compaction, model fallback) are shown as lines above the text in every frame from the
+    moment they arrive, so a "queued" or "compacting" notice is visible while the user waits.
     """
 
     def __init__(self, conn: BotConnection, config: BotConfig, req_id: str, chat_id: str) -> None:
@@ -41,7 +46,10 @@ class StreamReply:
         self._text = ""
         self._base = 0  # where the text still to be shown starts (moves when the stream is closed early)
         self._stream_open = True
-        self._sent: str | None = None
+        self._sent: str | None = None  # the last frame WeCom accepted, as sent
+        self._sent_text: str | None = None  # ... and the reply text in it (without the notice lines)
+        self._notices: list[str] = []
+        self._notices_sent = 0  # how many of `_notices` the last accepted frame showed
         self._changed = asyncio.Event()
         self._closing = asyncio.Event()
 
@@ -55,6 +63,8 @@ class StreamReply:
                 if isinstance(event, DeltaEvent):
                     self._text += event.text
                     self._changed.set()
+                elif isinstance(event, NoticeEvent):
+                    self._add_notice(event.text)
                 elif isinstance(event, DoneEvent | ErrorEvent):
                     final = event
         except BaseException as e:
@@ -67,6 +77,21 @@ class StreamReply:
         self._changed.set()
         await writer  # lets an update in flight get its ack, so acks never cross between frames
         await self.finish(self._final_text(final))
+
+    def _add_notice(self, text: str) -> None:
+        if text in self._notices:
+            return
+        budget = self._cfg.stream_cap_bytes // NOTICE_BUDGET_DIVISOR
+        if utf8_len(with_notices("", [*self._notices, text])) > budget:
+            log.warning("wecom_bot_notice_not_shown", req_id=self.req_id, notice=text[:200], reason="too long")
+            return
+        self._notices.append(text)
+        self._changed.set()
+
+    def _room(self) -> int:
+        """Bytes of reply text that fit in one frame below the notice lines."""
+        head = with_notices("", self._notices)
+        return self._cfg.stream_cap_bytes - (utf8_len(head) + 2 if head else 0)
 
     async def say(self, text: str) -> None:
         """A one-frame answer (refusal, unsupported type)."""
@@ -100,22 +125,26 @@ class StreamReply:
     async def _push(self, *, force: bool) -> None:
         if not self._stream_open:
             return
-        content = self._text[self._base :] or self._cfg.thinking_text
-        if utf8_len(content) > self._cfg.stream_cap_bytes:
-            first = split_utf8(content, self._cfg.stream_cap_bytes)[0]
+        text = self._text[self._base :] or self._cfg.thinking_text
+        room = self._room()
+        if utf8_len(text) > room:
+            first = split_utf8(text, room)[0]
             await self._close_stream(first, len(first))
             log.info("wecom_bot_stream_capped", req_id=self.req_id, shown_chars=self._base)
             return
-        if content == self._sent and not force:
+        if with_notices(text, self._notices) == self._sent and not force:
             return
-        await self._respond(content, finish=False)
+        await self._respond(text, finish=False)
 
     async def finish(self, full_text: str) -> None:
         """Close the stream with the final text; what does not fit goes out as follow-up messages."""
         if self._stream_open:
             rest = full_text[self._base :]
-            first = split_utf8(rest, self._cfg.stream_cap_bytes)[0] if rest else ""
+            first = split_utf8(rest, self._room())[0] if rest else ""
             await self._close_stream(first or EMPTY_REPLY, len(first))
+        unseen = self._notices[self._notices_sent :]
+        if unseen:  # arrived after the stream was closed (capped or expired): never silent
+            await self._push_message(with_notices("", unseen))
         rest = full_text[self._base :]
         for part in split_utf8(rest, self._cfg.stream_cap_bytes) if rest else []:
             await self._push_message(part)
@@ -136,7 +165,7 @@ class StreamReply:
         if not self._stream_open:
             return
         shown = self._text[self._base :]
-        content = split_utf8(f"{shown}\n\n{INTERRUPTED}" if shown else INTERRUPTED, self._cfg.stream_cap_bytes)[0]
+        content = split_utf8(f"{shown}\n\n{INTERRUPTED}" if shown else INTERRUPTED, self._room())[0]
         try:
             async with asyncio.timeout(min(ABANDON_TIMEOUT_S, self._cfg.ack_timeout_s)):
                 await self._respond(content, finish=True)
@@ -144,13 +173,19 @@ class StreamReply:
             log.warning("wecom_bot_stream_abandoned", req_id=self.req_id)
         self._stream_open = False
 
-    async def _respond(self, content: str, *, finish: bool) -> bool:
-        """Send one stream frame; False when WeCom rejected it (no ack at all counts as sent: it may be shown)."""
-        body = {"msgtype": "stream", "stream": {"id": self.stream_id, "finish": finish, "content": content}}
+    async def _respond(self, text: str, *, finish: bool) -> bool:
+        """Send one stream frame of `text` below the notices; False when WeCom rejected it (no ack at all counts
+        as sent: it may be shown). A `finish` frame without an ack is sent once more, or the bubble would spin
+        until the stream expires."""
+        notices = len(self._notices)
+        content = with_notices(text, self._notices[:notices])
+        body: dict[str, Any] = {
+            "msgtype": "stream",
+            "stream": {"id": self.stream_id, "finish": finish, "content": content},
+        }
         try:
-            # each frame carries the full text so far, so resending it after a reconnect is harmless
-            await self._conn.request("aibot_respond_msg", body, req_id=self.req_id, idempotent=True)
-            self._sent = content
+            await self._request_frame(body, finish=finish)
+            self._sent, self._sent_text = content, text
         except BotApiError as e:
             log.warning("wecom_bot_respond_failed", req_id=self.req_id, errcode=e.errcode, error=str(e))
             if e.errcode == STREAM_EXPIRED:
@@ -159,13 +194,25 @@ class StreamReply:
             return False
         except ChannelSendError as e:
             log.warning("wecom_bot_respond_failed", req_id=self.req_id, error=str(e))
+        self._notices_sent = notices  # like the text: a frame without an ack may well be shown
         return True
+
+    async def _request_frame(self, body: dict[str, Any], *, finish: bool) -> None:
+        # each frame carries the full text so far, so resending it (after a reconnect, or once more when a
+        # finish frame got no ack) is harmless
+        try:
+            await self._conn.request("aibot_respond_msg", body, req_id=self.req_id, idempotent=True)
+        except AckTimeout:
+            if not finish:
+                raise
+            log.warning("wecom_bot_finish_unacked", req_id=self.req_id, hint="sending the finish frame again")
+            await self._conn.request("aibot_respond_msg", body, req_id=self.req_id, idempotent=True)
 
     def _shown_len(self) -> int:
         """After an expiry, what the user last saw ends at the last frame WeCom accepted."""
-        if self._sent is None or self._sent == self._cfg.thinking_text:
+        if self._sent_text is None or self._sent_text == self._cfg.thinking_text:
             return self._base
-        return self._base + len(self._sent)
+        return self._base + len(self._sent_text)
 
     async def _push_message(self, content: str) -> None:
         body: dict[str, Any] = {"chatid": self.chat_id, "msgtype": "markdown", "markdown": {"content": content}}

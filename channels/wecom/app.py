@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from xml.parsers.expat import ExpatError
 
@@ -14,7 +15,8 @@ from wechatpy.exceptions import InvalidSignatureException
 from agenthub.channel import Submitter
 from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
-from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
+from channels.notices import with_notices
 from channels.replay import stale_reason
 from channels.wecom.api import WorkApi, WorkApiError
 from channels.wecom.config import AppConfig
@@ -122,10 +124,14 @@ class AppEndpoint:
     async def _run_turn(self, msg: Any, user: str, content: str) -> None:
         handle = await self._gateway.submit(self._inbound(msg, user, content))
         final: DoneEvent | ErrorEvent | None = None
+        notices: list[str] = []
         async for event in handle:
-            if isinstance(event, DoneEvent | ErrorEvent):
+            if isinstance(event, NoticeEvent):
+                notices.append(event.text)
+            elif isinstance(event, DoneEvent | ErrorEvent):
                 final = event
         text = final.full_text if isinstance(final, DoneEvent) else getattr(final, "message", "")
+        text = with_notices(text, notices)  # compaction, fallback, queueing: never silent
         if text:
             await self._reply_safely(user, text)
 
@@ -151,14 +157,19 @@ class AppEndpoint:
     # ------------------------------------------------------------------ outbound
 
     async def deliver(self, user: str, text: str) -> int:
-        """Send `text` to `user` as ordered parts of at most 2048 bytes; return the number of parts sent."""
+        """Send `text` to `user` as ordered parts of at most 2048 bytes; return the number of parts sent.
+
+        Parts go out `part_gap_s` apart: sent back to back, the client may show them out of order.
+        """
         if self.api is None:
             raise ChannelSendError(f"wecom app {self.cred_id} is not started")
         msgtype = "markdown" if self.config.markdown else "text"
         if msgtype == "text" and self.config.strip_markdown:
             text = strip_markdown(text)
         parts = self._bounded(split_utf8(text, TEXT_LIMIT_BYTES))
-        for part in parts:
+        for i, part in enumerate(parts):
+            if i and self.config.part_gap_s:
+                await asyncio.sleep(self.config.part_gap_s)
             body = {
                 "touser": user,
                 "agentid": self.config.agent_id,

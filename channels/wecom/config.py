@@ -43,6 +43,7 @@ class AppConfig(_Credential):
     api_base: str = "https://qyapi.weixin.qq.com"
     request_timeout_s: float = Field(10.0, gt=0)
     max_parts: int = Field(10, ge=1, description="cap on messages per answer (WeCom drops > 30/min/member)")
+    part_gap_s: float = Field(0.5, ge=0, le=10, description="pause between the parts of one answer (keeps order)")
     rate_limit_retries: int = Field(3, ge=0)
     rate_limit_backoff_s: float = Field(2.0, ge=0, description="first backoff after 45009, doubled per retry")
 

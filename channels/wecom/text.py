@@ -85,9 +85,11 @@ _LEADING_MENTION = re.compile(r"^\s*@\S+\s*")
 
 
 def strip_mention(text: str, bot_name: str | None) -> str:
-    """Remove the bot's @mention so that `@bot /restart` arrives as `/restart`."""
+    """Remove the bot's @mention so that `@bot /restart` arrives as `/restart`.
+
+    With `bot_name` only `@<bot_name>` is removed, so other people's mentions stay. Without it the leading
+    mention is taken to be the bot's (it usually is, but "@李四 @bot 看看" then loses "@李四").
+    """
     if bot_name:
-        stripped = re.sub(r"@" + re.escape(bot_name) + r"(\s+|$)", "", text, count=1)
-        if stripped != text:
-            return stripped.strip()
+        return re.sub(r"@" + re.escape(bot_name) + r"(\s+|$)", "", text, count=1).strip()
     return _LEADING_MENTION.sub("", text, count=1).strip()

@@ -141,6 +141,8 @@ class FakeQyApi(_Server):
         self.send_errcodes: list[int] = []
         self.sends: list[dict[str, Any]] = []
         self.attempts: list[tuple[str, dict[str, Any]]] = []
+        self.send_times: list[float] = []
+        """Loop time at which each successful send arrived."""
         self.send_delay_s = 0.0
 
     @property
@@ -184,6 +186,7 @@ class FakeQyApi(_Server):
             code = self.send_errcodes.pop(0)
             return web.json_response({"errcode": code, "errmsg": f"injected {code}"})
         self.sends.append(body)
+        self.send_times.append(asyncio.get_running_loop().time())
         await self._changed()
         msgid = secrets.token_hex(8)
         return web.json_response({"errcode": 0, "errmsg": "ok", "invaliduser": "", "msgid": msgid})
@@ -192,8 +195,19 @@ class FakeQyApi(_Server):
 # ---------------------------------------------------------------- AI bot long connection
 
 
+NOT_SUBSCRIBED = 846609
+GROUP_PUSH_REJECTED = 40058
+"""The errcode this fake gives a group push without a req_id from that group (WeCom's own code is not documented
+in our reference; the rule is from hermes-agent, see wecom.md §5.2)."""
+
+
 class FakeAiBotServer(_Server):
-    """The AI-bot websocket endpoint: acks every command, records frames, pushes callbacks on demand."""
+    """The AI-bot websocket endpoint: acks every command, records frames, pushes callbacks on demand.
+
+    Like WeCom it answers 846609 to commands on a connection that is not (or no longer) subscribed, delivers
+    callbacks only to a subscribed connection, and takes a push into a group only under the req_id of a message
+    it delivered from that group.
+    """
 
     def __init__(self, bot_id: str, secret: str) -> None:
         super().__init__()
@@ -215,7 +229,13 @@ class FakeAiBotServer(_Server):
         """Loop time at which each connection was accepted."""
         self.frame_connections: list[int] = []
         """For each entry of `frames`, the number (1-based) of the connection it arrived on."""
+        self.drop_ack: Callable[[dict[str, Any]], bool] | None = None
+        """Frames whose ack is never sent (processed, but the ack is lost on the way)."""
+        self.group_req_ids: dict[str, set[str]] = {}
+        """Per group chatid, the req_ids of the callbacks delivered from it."""
         self._ws: web.WebSocketResponse | None = None
+        self._current = 0  # the number of the connection `_ws` is
+        self._live: set[int] = set()  # connections that are subscribed now
 
     @property
     def url(self) -> str:
@@ -231,14 +251,22 @@ class FakeAiBotServer(_Server):
         return [f for f in self.frames if f.get("cmd") == cmd and (req_id is None or f["headers"]["req_id"] == req_id)]
 
     async def push(self, frame: dict[str, Any]) -> None:
-        await self.wait_for(lambda: self._ws is not None and self.subscribed >= self.connections)
+        """Deliver a callback on the current connection once it is subscribed (WeCom sends none before)."""
+        await self.wait_for(lambda: self._ws is not None and self._current in self._live)
         assert self._ws is not None
         await self._ws.send_str(json.dumps(frame, ensure_ascii=False))
 
     async def send_message(self, body: dict[str, Any]) -> str:
         req_id = f"cb_{secrets.token_hex(6)}"
+        if body.get("chattype") == "group":
+            self.group_req_ids.setdefault(str(body.get("chatid")), set()).add(req_id)
         await self.push({"cmd": "aibot_msg_callback", "headers": {"req_id": req_id}, "body": body})
         return req_id
+
+    def unsubscribe(self) -> None:
+        """Drop the current connection's subscription server-side; the socket stays open and every command on
+        it is answered 846609 from now on."""
+        self._live.discard(self._current)
 
     async def send_event(self, eventtype: str, **extra: Any) -> str:
         """An event callback; `extra` overrides body fields (e.g. `msgid`, `from`)."""
@@ -272,9 +300,8 @@ class FakeAiBotServer(_Server):
         self.connections += 1
         number = self.connections
         self.connect_times.append(asyncio.get_running_loop().time())
-        self._ws = ws
+        self._ws, self._current = ws, number
         await self._changed()
-        authed = False
         async for msg in ws:
             if msg.type != WSMsgType.TEXT:
                 continue
@@ -284,11 +311,14 @@ class FakeAiBotServer(_Server):
             if self.drop_on is not None and self.drop_on(frame):
                 await ws.close()
             else:
-                authed = await self._answer(ws, frame, authed)
+                authed = await self._answer(ws, frame, number in self._live)
+                if authed:
+                    self._live.add(number)
                 if authed and frame.get("cmd") == "aibot_subscribe" and self.drop_after_subscribe > 0:
                     self.drop_after_subscribe -= 1
                     await ws.close()
             await self._changed()
+        self._live.discard(number)
         if self._ws is ws:
             self._ws = None
         return ws
@@ -308,11 +338,21 @@ class FakeAiBotServer(_Server):
             if authed:
                 self.subscribed += 1
         elif not authed:
-            code = 846609
-        errmsg = "ok" if not code else "err"
+            code = NOT_SUBSCRIBED
+        elif cmd == "aibot_send_msg" and not code:
+            code = self._group_push_errcode(frame)
+        if self.drop_ack is not None and self.drop_ack(frame):
+            return authed
+        errmsg = "ok" if not code else ("aibot websocket not subscribed" if code == NOT_SUBSCRIBED else "err")
         reply = {"headers": {"req_id": frame["headers"]["req_id"]}, "errcode": code, "errmsg": errmsg}
         await ws.send_str(json.dumps(reply))
         return authed
+
+    def _group_push_errcode(self, frame: dict[str, Any]) -> int:
+        chatid = str((frame.get("body") or {}).get("chatid", ""))
+        if chatid in self.group_req_ids and frame["headers"]["req_id"] not in self.group_req_ids[chatid]:
+            return GROUP_PUSH_REJECTED
+        return 0
 
 
 # ---------------------------------------------------------------- channel harness

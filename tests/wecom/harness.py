@@ -43,6 +43,7 @@ def app_table(api: FakeQyApi, **extra: Any) -> dict[str, Any]:
         "api_base": api.url,
         "agent": "helper",
         "rate_limit_backoff_s": 0.01,
+        "part_gap_s": 0,  # tests that look at the gap set their own
         **extra,
     }
     return {"apps": {"hr": app}}

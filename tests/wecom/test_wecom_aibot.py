@@ -214,9 +214,14 @@ async def test_an_expired_stream_continues_in_a_new_message(bot: BotHarness, ser
 
 async def test_proactive_send_uses_aibot_send_msg(bot: BotHarness, server: FakeAiBotServer) -> None:
     channel = await bot.start()
+    body = server.text_body("@AgentHub 你好", msgid="p-1", user="lisi", chattype="group", chatid="wrkgrp01")
+    req_id = await server.send_message(body)  # a group push needs an earlier message from the group
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
     await channel.send(OutboundMessage(channel="wecom", chat_id="wrkgrp01:lisi", content="提醒", cred_id="team"))
-    body = server.sent("aibot_send_msg")[0]["body"]
-    assert body == {"chatid": "wrkgrp01", "msgtype": "markdown", "markdown": {"content": "提醒"}}
+    await channel.send(OutboundMessage(channel="wecom", chat_id="zhangsan", content="单聊提醒", cred_id="team"))
+    group, single = (f["body"] for f in server.sent("aibot_send_msg"))
+    assert group == {"chatid": "wrkgrp01", "msgtype": "markdown", "markdown": {"content": "提醒"}}
+    assert single == {"chatid": "zhangsan", "msgtype": "markdown", "markdown": {"content": "单聊提醒"}}
 
 
 class ToolRunGateway:
