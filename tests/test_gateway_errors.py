@@ -17,6 +17,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.turn import ABORT_MESSAGES, OVERFLOW_AFTER_RETRY
 from agenthub.llm.failures import MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
+from agenthub.memory.context import INTERRUPTED_PLACEHOLDER
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
 from agenthub.session.keys import SessionKey
 from agenthub.session.manager import SessionStatus
@@ -107,9 +108,10 @@ async def test_midstream_error_after_text_ends_the_turn_and_releases_the_lock(
         ("user", "again"),
         ("assistant", "back to normal"),
     ]
-    # the unanswered question and the new one are merged into one user turn for the API
+    # the unanswered question and the new one stay separate requests: a placeholder reply sits between them
     last = fake_llm.message_requests()[-1].body
-    assert last is not None and [m["role"] for m in last["messages"]] == ["user"]
+    assert last is not None and [m["role"] for m in last["messages"]] == ["user", "assistant", "user"]
+    assert last["messages"][1]["content"] == INTERRUPTED_PLACEHOLDER
 
 
 async def test_midstream_error_before_any_text_is_retried(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:

@@ -89,6 +89,21 @@ async def test_clear_keeps_the_meta(tmp_path: Path) -> None:
     assert await restarted.load(KEY) == []
 
 
+async def test_clear_archives_the_history_before_deleting_it(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    earlier = [_user("compacted earlier", timestamp=1)]
+    await history.append(KEY, *earlier)
+    await history.replace(KEY, [])  # an earlier compaction already archived this one
+    said = [_user("delete all my files", timestamp=2), {"role": "assistant", "content": "done", "timestamp": 3}]
+    await history.append(KEY, *said)
+    assert await history.clear(KEY) == said
+    assert not history.layout("reviewer").history_file(KEY).exists()
+    restarted = _history(tmp_path)
+    assert await restarted.load(KEY) == []
+    assert await restarted.archived(KEY) == earlier + said  # appended after what was archived before
+    assert await restarted.clear(KEY) == [] and await restarted.archived(KEY) == earlier + said
+
+
 async def test_replace_archives_what_it_removes(tmp_path: Path) -> None:
     history = _history(tmp_path)
     messages = [_user(f"m{i}", timestamp=i) for i in range(6)]

@@ -292,3 +292,31 @@ async def test_concurrent_calls_run_in_parallel_on_one_client(
     results = await asyncio.gather(*(provider.stream(request(f"n{i}")) for i in range(6)))
     assert [r.text for r in results] == [f"reply to: n{i}" for i in range(6)]
     assert fake_llm.max_in_flight == 6
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ("Model Not Exist", "invalid_request_error"),  # DeepSeek
+        ("Model does not exist. Please check it carefully.", "invalid_request_error"),
+        ("The model `deepseek-v9` does not exist", "invalid_request_error"),
+        ("invalid model: deepseek-v9", "invalid_request_error"),
+        ("not available", "model_not_found"),
+        ("模型不存在，请检查模型代码。", "invalid_request_error"),
+    ],
+)
+async def test_a_400_naming_an_unknown_model_raises_model_not_found(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider, message: str, kind: str
+) -> None:
+    fake_llm.script(http_error(400, message, error_type=kind), reply_text("no"))
+    with pytest.raises(ModelNotFoundError) as info:
+        await provider.stream(request(model="deepseek-v9"))
+    assert info.value.model == "deepseek-v9"
+    assert len(fake_llm.requests) == 1
+
+
+async def test_other_400s_stay_plain_errors(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    fake_llm.script(http_error(400, "messages.0.content: text content blocks must be non-empty"))
+    with pytest.raises(LLMError) as info:
+        await provider.stream(request())
+    assert not isinstance(info.value, ModelNotFoundError | ContextOverflowError)

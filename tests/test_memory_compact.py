@@ -95,6 +95,6 @@ async def test_the_summary_is_folded_into_the_request_after_a_restart(
         body = fake_llm.message_requests()[-1].body or {}
         assert not is_summary_request(body)
         assert SUMMARY in system_text(body)
-        assert body["messages"][0]["content"].startswith("question 15")
+        assert body["messages"][0]["content"][0]["text"].startswith("question 15")
         history = await fresh.history.load(key)
         assert len(conversation(history)) == 22

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -12,14 +11,27 @@ import structlog
 
 from agenthub.agent.tools import Tool, ToolContext, run_tool
 from agenthub.llm.types import LLMProvider, LLMRequest, LLMResponse
+from agenthub.memory.context import mark_newest_message
 from agenthub.messages import DeltaEvent, ReplyEvent, ToolEvent, Usage
 
 log = structlog.get_logger(__name__)
 
 Message = dict[str, Any]
 Emit = Callable[[ReplyEvent], None]
-CallObserver = Callable[[float, Usage], None]
-TRUNCATED_NOTE = "\n\n(The reply was cut off before it finished.)"
+CUT_NOTES: dict[str | None, str] = {
+    None: "(The reply was cut off before it finished.)",
+    "max_tokens": "(The reply was cut off at the length limit.)",
+    "model_context_window_exceeded": (
+        "(The reply was cut off: this conversation has filled the model's context window. "
+        "Send /compact to make room, or /restart to start over.)"
+    ),
+}
+TRUNCATED_NOTE = "\n\n" + CUT_NOTES[None]
+REFUSAL_TEXT = "The model declined to answer this request. Please rephrase it or ask something else."
+REFUSAL_NOTE = "(The model stopped here and declined to go on.)"
+EMPTY_REPLY = "(The model finished without writing a reply. Please try again or rephrase your message.)"
+EMPTY_STORED = "(no further text)"
+"""Stored for a final call without text after earlier text in the same turn: the API rejects empty messages."""
 
 
 @dataclass
@@ -37,11 +49,35 @@ class TurnResult:
         return "\n\n".join(t for t in self.texts if t)
 
 
-def _stored_content(response: LLMResponse) -> str | list[dict[str, Any]]:
-    """Plain text replies are stored as a string; anything with tool calls keeps its content blocks."""
-    if response.tool_uses:
-        return response.content
-    return response.text
+def _closing_note(response: LLMResponse, shown_before: bool) -> str:
+    """What to add after the final call's text: a note on an unusual stop reason, or a fallback for no text."""
+    reason, text = response.stop_reason, response.text
+    if reason == "refusal":
+        return REFUSAL_NOTE if text else REFUSAL_TEXT
+    if reason in CUT_NOTES:
+        return CUT_NOTES[reason]
+    return "" if text or shown_before else EMPTY_REPLY
+
+
+def _finish(response: LLMResponse, emit: Emit, result: TurnResult) -> None:
+    """Record the final call: its text plus any note (emitted too), stored as plain text, never empty.
+
+    Tool calls in a final reply (one cut at `max_tokens`) are not stored: they have no results. A refused
+    reply is flagged so the context builder leaves the refused turn out of later requests.
+    """
+    text = response.text
+    shown_before = bool(text or result.text)
+    note = _closing_note(response, shown_before)
+    if note:
+        emit(DeltaEvent(("\n\n" if shown_before else "") + note))
+        text = f"{text}\n\n{note}" if text else note
+    result.texts.append(text)
+    assistant: Message = {"role": "assistant", "content": text or EMPTY_STORED}
+    if response.stop_reason == "refusal":
+        assistant["refusal"] = True
+    if response.stop_reason != "end_turn":
+        log.info("llm_unusual_stop", stop_reason=response.stop_reason, text_chars=len(response.text))
+    result.new_messages.append(assistant)
 
 
 class AgentLoop:
@@ -60,14 +96,12 @@ class AgentLoop:
         max_tokens: int,
         max_iterations: int,
         llm_gate: asyncio.Semaphore,
-        on_call: CallObserver | None = None,
     ) -> None:
         self.provider = provider
         self.model = model
         self.max_tokens = max_tokens
         self.max_iterations = max_iterations
         self._gate = llm_gate
-        self._on_call = on_call
 
     async def _call(self, request: LLMRequest, emit: Emit, result: TurnResult) -> LLMResponse:
         started = False
@@ -79,20 +113,8 @@ class AgentLoop:
             started = True
             emit(DeltaEvent(delta))
 
-        async with self._gate:
-            began = time.perf_counter()
+        async with self._gate:  # the provider logs the call (`llm_call`, purpose=turn) and tells the stats
             response = await self.provider.stream(request, on_text)
-        seconds = time.perf_counter() - began
-        log.info(  # one line per model call, so token spend is always visible
-            "llm_call",
-            provider=self.provider.name,
-            model=self.model,
-            seconds=round(seconds, 3),
-            stop_reason=response.stop_reason,
-            **response.usage.as_dict(),
-        )
-        if self._on_call is not None:
-            self._on_call(seconds, response.usage)
         result.calls += 1
         result.usage = result.usage + response.usage
         result.last_usage = response.usage
@@ -100,24 +122,19 @@ class AgentLoop:
 
     async def run(self, request: LLMRequest, tools: list[Tool], tool_ctx: ToolContext, emit: Emit) -> TurnResult:
         result = TurnResult()
-        messages = list(request.messages)
+        added: list[Message] = []  # this turn's tool round trips; the newest carries a cache breakpoint
         for _ in range(self.max_iterations):
-            call = replace(request, model=self.model, max_tokens=self.max_tokens, messages=messages)
+            messages = [*request.messages, *mark_newest_message(added)]
+            call = replace(request, model=self.model, max_tokens=self.max_tokens, messages=messages, purpose="turn")
             response = await self._call(call, emit, result)
-            text = response.text
-            if response.stop_reason is None:
-                text += TRUNCATED_NOTE
-                emit(DeltaEvent(TRUNCATED_NOTE))
-            result.texts.append(text)
-            assistant = {"role": "assistant", "content": _stored_content(response)}
-            if response.stop_reason is None and isinstance(assistant["content"], str):
-                assistant["content"] = text
-            result.new_messages.append(assistant)
             if response.stop_reason != "tool_use" or not response.tool_uses:
+                _finish(response, emit, result)
                 return result
+            result.texts.append(response.text)
+            result.new_messages.append({"role": "assistant", "content": response.content})
             results = await self._run_tools(response.tool_uses, tools, tool_ctx, emit)
             result.new_messages.append(results)
-            messages = [*messages, {"role": "assistant", "content": response.content}, results]
+            added += [{"role": "assistant", "content": response.content}, results]
         note = f"(Stopped after {self.max_iterations} tool steps without a final answer.)"
         emit(DeltaEvent(("\n\n" if result.text else "") + note))
         result.texts.append(note)

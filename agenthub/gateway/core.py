@@ -77,6 +77,8 @@ class GatewayCore:
         budget = ContextBudget(settings.memory.memory_budget_tokens, settings.memory.user_budget_tokens)
         self.context = ContextBuilder(self.memory_files, budget)
         self.stats = GatewayStats()
+        # every model call (turns and background work alike) reaches the stats through the providers' call log
+        self.providers.call_log.observe(self.stats.record_call)
         self.timers = TimerRegistry()
         self.commands = CommandRouter()
         self.after_turn_hooks: list[AfterTurnHook] = []

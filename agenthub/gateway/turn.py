@@ -152,7 +152,6 @@ class TurnRunner:
             max_tokens=max_tokens,
             max_iterations=settings.llm.max_tool_iterations,
             llm_gate=gw.llm_gate,
-            on_call=gw.stats.record_call,
         )
         ctx = ToolContext(
             agent=agent,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ import structlog
 from anthropic.types import Message
 
 from agenthub.errors import ConfigError, LLMError
+from agenthub.llm.calllog import CallLog
 from agenthub.llm.endpoint import Endpoint
 from agenthub.llm.failures import MSG_INTERRUPTED, classify
 from agenthub.llm.models import plausible_model_name
@@ -67,6 +69,7 @@ class AnthropicProvider:
         connect_timeout_s: float = 10.0,
         retry: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,
+        call_log: CallLog | None = None,
     ) -> None:
         if not endpoint.api_key:
             raise ConfigError(f"llm provider {name!r}: no API key configured")
@@ -75,6 +78,7 @@ class AnthropicProvider:
         self.base_url = endpoint.base_url
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        self.call_log = call_log or CallLog()
         self._secret = endpoint.api_key
         headers = {"x-api-key": endpoint.api_key} if endpoint.custom_base_url else None
         self._client = anthropic.AsyncAnthropic(
@@ -96,11 +100,14 @@ class AnthropicProvider:
         return await self.stream(request, None)
 
     async def stream(self, request: LLMRequest, on_text: TextCallback | None = None) -> LLMResponse:
+        began = time.perf_counter()
         retry = 0
         while True:
             attempt = _Attempt(on_text)
             try:
-                return await self._attempt(request, attempt)
+                response = await self._attempt(request, attempt)
+                self.call_log.record(self.name, request, response, time.perf_counter() - began)
+                return response
             except Exception as e:
                 failure = classify(e, model=request.model, secret=self._secret)
                 fields = {"provider": self.name, "model": request.model, "attempt": retry + 1}

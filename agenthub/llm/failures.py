@@ -2,11 +2,13 @@
 
 LLMError (agenthub.errors)
 ├── ContextOverflowError   400 "prompt is too long" and vendor phrasings; never retried here
-└── ModelNotFoundError     404 not_found_error; the loop may fall back to the agent's model
+└── ModelNotFoundError     404 not_found_error, or a vendor's 400 naming an unknown model (DeepSeek:
+                           "Model Not Exist"); the turn may fall back to the agent's model
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import anthropic
@@ -29,6 +31,18 @@ OVERFLOW_PHRASES = (
     "exceeds the model's maximum",
     "reduce the length",
 )
+
+MODEL_NOT_FOUND_PHRASES = (
+    "model not exist",  # DeepSeek: 400 invalid_request_error "Model Not Exist"
+    "model does not exist",  # OpenAI-style and resellers: "The model `x` does not exist", "Model does not exist."
+    "model_not_found",
+    "model not found",
+    "invalid model",
+    "unknown model",
+    "模型不存在",  # Zhipu and other Chinese vendors
+)
+MODEL_NAMED_NOT_FOUND = re.compile(r"\bmodel\b[^.\n]{0,120}?\b(?:does not exist|not exist|not found)")
+"""The forms that name the model in between: "The model `x` does not exist", "model: x not found"."""
 
 RETRYABLE_STREAM_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 
@@ -56,6 +70,12 @@ def is_overflow_message(text: str) -> bool:
     """True when an error text says the prompt exceeded the context window."""
     lowered = text.lower()
     return any(phrase in lowered for phrase in OVERFLOW_PHRASES)
+
+
+def is_model_not_found_message(text: str) -> bool:
+    """True when a 400's error text (or type) says the requested model name is unknown."""
+    lowered = text.lower()
+    return any(phrase in lowered for phrase in MODEL_NOT_FOUND_PHRASES) or bool(MODEL_NAMED_NOT_FOUND.search(lowered))
 
 
 def retry_after_s(headers: httpx2.Headers | None) -> float | None:
@@ -104,7 +124,7 @@ def _classify_status(exc: anthropic.APIStatusError, model: str, secret: str | No
         return Failure(LLMError(summary, user_message=MSG_AUTH), False)
     if status == 402:
         return Failure(LLMError(summary, user_message=MSG_BILLING), False)
-    if status == 404:
+    if status == 404 or (status == 400 and is_model_not_found_message(f"{kind} {detail}")):
         user = f"The model service does not know the model {model[:100]!r}."
         return Failure(ModelNotFoundError(summary, user_message=user, model=model), False)
     headers = exc.response.headers

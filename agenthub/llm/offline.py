@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import Any
 
+from agenthub.llm.calllog import CallLog
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest, LLMResponse, TextCallback
 from agenthub.messages import Usage
@@ -59,9 +61,12 @@ class OfflineProvider:
 
     offline = True
 
-    def __init__(self, *, name: str = "offline", default_model: str = "offline") -> None:
+    def __init__(
+        self, *, name: str = "offline", default_model: str = "offline", call_log: CallLog | None = None
+    ) -> None:
         self.name = name
         self.default_model = default_model
+        self.call_log = call_log or CallLog()
 
     def knows_model(self, model: str) -> bool:
         return True
@@ -73,6 +78,7 @@ class OfflineProvider:
         return await self.stream(request, None)
 
     async def stream(self, request: LLMRequest, on_text: TextCallback | None = None) -> LLMResponse:
+        began = time.perf_counter()
         text = offline_reply(request.messages)
         for piece in _pieces(text):
             await asyncio.sleep(0)
@@ -82,6 +88,8 @@ class OfflineProvider:
             input_tokens=estimate_tokens([request.system, request.messages, request.tools]),
             output_tokens=estimate_text_tokens(text),
         )
-        return LLMResponse(
+        response = LLMResponse(
             content=[{"type": "text", "text": text}], stop_reason="end_turn", usage=usage, model=request.model
         )
+        self.call_log.record(self.name, request, response, time.perf_counter() - began)
+        return response

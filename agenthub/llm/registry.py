@@ -9,6 +9,7 @@ import structlog
 
 from agenthub.config import LLMSettings
 from agenthub.errors import ConfigError
+from agenthub.llm.calllog import CallLog
 from agenthub.llm.endpoint import Endpoint, default_endpoint, named_endpoint
 from agenthub.llm.offline import HOW_TO_CONFIGURE, OfflineProvider
 from agenthub.llm.types import LLMProvider, Sleep
@@ -21,10 +22,12 @@ DEFAULT = "default"
 class ProviderRegistry:
     """Named providers; `default` always exists. Built once at start-up, closed at shutdown."""
 
-    def __init__(self, providers: Mapping[str, LLMProvider]) -> None:
+    def __init__(self, providers: Mapping[str, LLMProvider], *, call_log: CallLog | None = None) -> None:
         if DEFAULT not in providers:
             raise ValueError("a ProviderRegistry needs a 'default' provider")
         self._providers = dict(providers)
+        self.call_log = call_log or CallLog()
+        """The `CallLog` the providers built by `from_settings` share; `observe` it to count every call."""
 
     @classmethod
     def from_settings(
@@ -43,8 +46,9 @@ class ProviderRegistry:
         if offline:
             reason = "llm.offline is set" if llm.offline else "no API key is configured"
             log.warning("llm_offline_mode", reason=reason, help=HOW_TO_CONFIGURE)
-        providers = {name: _build(name, endpoint, llm, offline, sleep) for name, endpoint in endpoints.items()}
-        return cls(providers)
+        calls = CallLog()
+        providers = {name: _build(name, endpoint, llm, offline, sleep, calls) for name, endpoint in endpoints.items()}
+        return cls(providers, call_log=calls)
 
     @property
     def default(self) -> LLMProvider:
@@ -105,9 +109,9 @@ def _show(value: str | None) -> str:
     return repr(text if len(text) <= 40 else text[:39] + "…")
 
 
-def _build(name: str, endpoint: Endpoint, llm: LLMSettings, offline: bool, sleep: Sleep) -> LLMProvider:
+def _build(name: str, endpoint: Endpoint, llm: LLMSettings, offline: bool, sleep: Sleep, calls: CallLog) -> LLMProvider:
     if offline:
-        return OfflineProvider(name=name, default_model=endpoint.model)
+        return OfflineProvider(name=name, default_model=endpoint.model, call_log=calls)
     # imported here: the SDK takes seconds to import, and an offline start never needs it
     from agenthub.llm.anthropic_provider import AnthropicProvider, RetryPolicy
 
@@ -119,4 +123,5 @@ def _build(name: str, endpoint: Endpoint, llm: LLMSettings, offline: bool, sleep
         connect_timeout_s=llm.connect_timeout_s,
         retry=retry,
         sleep=sleep,
+        call_log=calls,
     )

@@ -25,6 +25,8 @@ class LLMRequest:
     tools: list[dict[str, Any]]
     max_tokens: int
     tool_choice: dict[str, Any] | None = None
+    purpose: str = "other"
+    """What the call is for, in the `llm_call` log: turn, summary, flush, l3, title, welcome."""
 
 
 @dataclass(frozen=True)

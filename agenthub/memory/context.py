@@ -19,6 +19,8 @@ Message = dict[str, Any]
 CACHE = {"type": "ephemeral"}
 SUMMARY_PREFIX = "[历史摘要]"
 EARLIER_PLACEHOLDER = "(The earlier part of this conversation is summarised in the system prompt.)"
+INTERRUPTED_PLACEHOLDER = "[no reply: this turn was interrupted]"
+"""Sent (never stored) between two user messages: the first turn ended without a reply (/stop, error, …)."""
 
 
 def cut_to_tokens(text: str, budget: int) -> str:
@@ -65,14 +67,46 @@ def _user_suffix(message: Message) -> str:
 
 
 def _api_message(message: Message) -> Message:
+    """User text is always sent as content blocks, so a message renders the same whether or not it carries
+    the newest-message cache breakpoint (the cached prefix stays byte-identical from turn to turn)."""
     content = message.get("content")
     if message["role"] == "user" and isinstance(content, str):
-        content = content + _user_suffix(message)
+        content = _as_blocks(content + _user_suffix(message))
     return {"role": message["role"], "content": content}
 
 
 def _as_blocks(content: Any) -> list[dict[str, Any]]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def _is_empty(message: Message) -> bool:
+    content = message.get("content")
+    if isinstance(content, str):
+        return not content.strip()
+    return not content
+
+
+def _opens_turn(message: Message) -> bool:
+    """A user message someone typed (not one that only carries tool results)."""
+    content = message.get("content")
+    if message.get("role") != "user":
+        return False
+    return not isinstance(content, list) or any(isinstance(b, dict) and b.get("type") != "tool_result" for b in content)
+
+
+def drop_refused_turns(history: list[Message]) -> list[Message]:
+    """Leave out each turn the model refused (its assistant message is flagged `refusal`): the API asks for the
+    refused turn to be removed before going on, or it keeps refusing. The stored history keeps it."""
+    kept: list[Message] = []
+    for message in history:
+        if message.get("role") == "assistant" and message.get("refusal"):
+            while kept and kept[-1].get("role") != "system" and not _opens_turn(kept[-1]):
+                kept.pop()
+            if kept and _opens_turn(kept[-1]):
+                kept.pop()
+            continue
+        kept.append(message)
+    return kept
 
 
 def _tool_ids(message: Message, block_type: str, id_field: str) -> set[str]:
@@ -106,22 +140,42 @@ def drop_orphan_tool_blocks(messages: list[Message]) -> list[Message]:
 
 
 def to_api_messages(history: list[Message]) -> list[Message]:
-    """History → API messages: no system role, tool pairs intact, same-role neighbours merged, user first
-    (a placeholder user message when the kept history opens with the assistant)."""
-    plain = [_api_message(m) for m in history if m.get("role") in ("user", "assistant")]
+    """History → API messages: no system role, no refused turns, tool pairs intact, no empty assistant text,
+    user first (a placeholder user message when the kept history opens with the assistant).
+
+    Two assistant neighbours are merged; two user neighbours (a turn that ended without a reply) get an
+    `INTERRUPTED_PLACEHOLDER` assistant message between them, so separate requests never read as one.
+    """
+    conversation = [m for m in drop_refused_turns(history) if m.get("role") in ("user", "assistant")]
+    plain = [_api_message(m) for m in conversation if not (m["role"] == "assistant" and _is_empty(m))]
     plain = drop_orphan_tool_blocks(plain)
     merged: list[Message] = []
     for message in plain:
-        if merged and merged[-1]["role"] == message["role"]:
+        if merged and merged[-1]["role"] == message["role"] == "assistant":
             merged[-1] = {
-                "role": message["role"],
+                "role": "assistant",
                 "content": _as_blocks(merged[-1]["content"]) + _as_blocks(message["content"]),
             }
-        else:
-            merged.append(message)
+            continue
+        if merged and merged[-1]["role"] == message["role"] == "user":
+            merged.append({"role": "assistant", "content": INTERRUPTED_PLACEHOLDER})
+        merged.append(message)
     if merged and merged[0]["role"] != "user":  # a compaction cut before an assistant message: keep it
-        merged.insert(0, {"role": "user", "content": EARLIER_PLACEHOLDER})
+        merged.insert(0, {"role": "user", "content": _as_blocks(EARLIER_PLACEHOLDER)})
     return merged
+
+
+def mark_newest_message(messages: list[Message]) -> list[Message]:
+    """A copy whose newest message's last content block carries `cache_control` (the third breakpoint, after
+    the system prompt and the tools; the API allows four), so the conversation so far is cached too."""
+    if not messages:
+        return messages
+    newest = messages[-1]
+    blocks = _as_blocks(newest["content"])
+    if not blocks:
+        return messages
+    blocks[-1] = {**blocks[-1], "cache_control": CACHE}
+    return [*messages[:-1], {**newest, "content": blocks}]
 
 
 @dataclass(frozen=True)
@@ -134,7 +188,8 @@ class ContextBuilder:
     """Builds each request so that everything before the conversation is byte-stable between turns.
 
     Order: persona, folded summaries, MEMORY.md, USER.md (each memory file cut to its token budget),
-    then the tools; the last system block and the last tool carry `cache_control`. Volatile data (time,
+    then the tools; the last system block, the last tool and the newest message's last block carry
+    `cache_control`. Volatile data (time,
     channel) rides on each user message, derived from what was stored, never in the system prompt.
     """
 
@@ -176,7 +231,7 @@ class ContextBuilder:
         return LLMRequest(
             model=model,
             system=await self.system_blocks(agent, key, sender_id, history),
-            messages=to_api_messages(history),
+            messages=mark_newest_message(to_api_messages(history)),
             tools=definitions,
             max_tokens=max_tokens,
         )

@@ -44,6 +44,11 @@ async def read_text(path: Path) -> str:
     return await asyncio.to_thread(_read, path)
 
 
+def backup_path(path: Path) -> Path:
+    """Where the previous version of a rewritten memory file is kept (one generation): `<file>.bak`."""
+    return path.with_name(path.name + ".bak")
+
+
 async def write_text(path: Path, text: str) -> None:
     """Atomic, durable replace."""
     await asyncio.to_thread(atomic_write_text, path, text)

@@ -23,7 +23,7 @@ from agenthub.llm.types import LLMProvider, LLMRequest
 from agenthub.memory import l3_material as material
 from agenthub.memory import thresholds
 from agenthub.memory.context import cut_to_tokens
-from agenthub.memory.files import read_text, write_text
+from agenthub.memory.files import backup_path, read_text, write_text
 from agenthub.session.keys import SessionKey
 
 if TYPE_CHECKING:
@@ -33,6 +33,10 @@ log = structlog.get_logger(__name__)
 
 MAX_PARALLEL_CALLS = 4
 MIN_MATERIAL_TOKENS = 200
+SHRINK_GUARD_CHARS = 1000
+"""A file longer than this is never replaced by a rewrite shorter than `SHRINK_GUARD_RATIO` of it."""
+SHRINK_GUARD_RATIO = 0.25
+CUT_STOP_REASONS = frozenset({None, "max_tokens", "model_context_window_exceeded", "refusal"})
 
 MEMORY_PROMPT = (
     "You maintain MEMORY.md, the long-term memory of the assistant agent {agent!r}. Rewrite the WHOLE file: "
@@ -68,6 +72,8 @@ class Target:
     """The model's context window when known: the request is fitted into it."""
     old: str = ""
     new: str = field(default="", repr=False)
+    purpose: str = "l3"
+    """The `llm_call` log's purpose: `l3` for the timer's rewrite, `flush` before a compaction."""
 
 
 def cap_text(text: str, cap: int) -> str:
@@ -182,14 +188,15 @@ class MemoryProcessor:
             messages=[{"role": "user", "content": content}],
             tools=[],
             max_tokens=max_tokens,
+            purpose=target.purpose,
         )
         async with self._calls, self.gateway.llm_gate:
             response = await target.provider.complete(request)
         text = _clean_answer(response.text)
         if not text:
             raise L3Error(f"empty answer for {target.path.name}")
-        if response.stop_reason is None:
-            raise L3Error(f"answer for {target.path.name} was cut off")
+        if response.stop_reason in CUT_STOP_REASONS:
+            raise L3Error(f"answer for {target.path.name} is incomplete (stop_reason={response.stop_reason})")
         target.new = text
 
     async def flush(self, key: SessionKey, agent: AgentDefinition, messages: list[dict[str, Any]]) -> None:
@@ -210,23 +217,42 @@ class MemoryProcessor:
             provider,
             model,
             thresholds.window_of(gw.settings, agent, model),
+            purpose="flush",
         )
         async with self._lock:
             target.old = await read_text(target.path)
             await self._call(target)
-            await self._write(target)
-        log.info("memory_flushed", session_key=str(key), messages=len(messages), file=target.path.name)
+            written = await self._write(target)
+        log.info("memory_flushed", session_key=str(key), messages=len(messages), file=target.path.name, written=written)
 
-    async def _write(self, target: Target) -> None:
-        """Atomic write within the cap; text another writer (the write_memory tool) appended meanwhile is kept."""
+    async def _write(self, target: Target) -> bool:
+        """Atomic write within the cap; text another writer (the write_memory tool) appended meanwhile is kept.
+
+        The replaced version is kept as `<file>.bak`; a rewrite that would shrink a long file to under a
+        quarter is refused (the model most likely lost facts). False when nothing was written.
+        """
         text = target.new
         current = await read_text(target.path)
         if current != target.old:
             if not current.startswith(target.old):
                 log.warning("l3_file_changed_meanwhile", file=str(target.path))
-                return
+                return False
             text = text.rstrip("\n") + "\n" + current[len(target.old) :].lstrip("\n")
         capped = cap_text(text, target.cap)
         if len(capped) < len(text):
             log.info("l3_file_capped", file=target.path.name, dropped_chars=len(text) - len(capped))
+        if capped == current:
+            return False
+        if len(current) > SHRINK_GUARD_CHARS and len(capped) < SHRINK_GUARD_RATIO * len(current):
+            log.warning(
+                "memory_rewrite_refused",
+                file=str(target.path),
+                purpose=target.purpose,
+                old_chars=len(current),
+                new_chars=len(capped),
+            )
+            return False
+        if current:
+            await write_text(backup_path(target.path), current)
         await write_text(target.path, capped)
+        return True

@@ -95,6 +95,7 @@ def summary_request(
         messages=[{"role": "user", "content": "\n\n".join(parts)}],
         tools=[],
         max_tokens=max_tokens,
+        purpose="summary",
     )
 
 

@@ -130,11 +130,17 @@ class SessionHistory:
             entry.meta, entry.meta_loaded = meta, True
 
     @runs_to_end
-    async def clear(self, key: SessionKey) -> None:
-        """Remove the working history; the meta stays (design §3)."""
+    async def clear(self, key: SessionKey) -> list[Message]:
+        """Remove the working history (the meta stays, design §3) after appending it to the archive, so what
+        was said is never lost; a crash in between at worst leaves it in both. Returns the archived messages."""
         async with self._locked(key):
-            await asyncio.to_thread(jsonl.delete_file, self.layout(key.agent).history_file(key))
+            layout = self.layout(key.agent)
+            cleared = list(await self._messages(key))
+            if cleared:
+                await asyncio.to_thread(jsonl.append_records, layout.archive_file(key), cleared, fsync=self._fsync)
+            await asyncio.to_thread(jsonl.delete_file, layout.history_file(key))
             self._entry(key).messages = []
+            return cleared
 
     @runs_to_end
     async def replace(self, key: SessionKey, messages: list[Message]) -> list[Message]:

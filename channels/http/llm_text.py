@@ -47,6 +47,7 @@ async def make_title(gateway: GatewayCore, agent: AgentDefinition, history: list
         messages=[{"role": "user", "content": _transcript(history)}],
         tools=[],
         max_tokens=64,
+        purpose="title",
     )
     response = await provider.complete(request)
     title = title_from(response.text.strip().strip("\"'“”「」"))
@@ -125,6 +126,7 @@ class WelcomeCache:
             messages=[{"role": "user", "content": WELCOME_PROMPT}],
             tools=[],
             max_tokens=300,
+            purpose="welcome",
         )
         response = await provider.complete(request)
         return response.text.strip() or f"Hi, I'm {agent.name}. How can I help?"

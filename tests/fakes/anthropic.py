@@ -169,6 +169,8 @@ def estimate_tokens(value: Any) -> int:
 
 
 def _split(text: str, parts: int) -> list[str]:
+    if not text:
+        return [""]
     parts = max(1, min(parts, len(text)))
     size = -(-len(text) // parts)
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]

@@ -1,0 +1,38 @@
+"""`CallLog`: one `llm_call` log line per successful model call, tagged with its purpose, plus call observers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from agenthub.llm.types import LLMRequest, LLMResponse
+from agenthub.messages import Usage
+
+log = structlog.get_logger(__name__)
+
+CallObserver = Callable[[float, Usage], None]
+"""Told `(seconds, usage)` after each successful call (the gateway's stats)."""
+
+
+class CallLog:
+    """Shared by every provider of one registry, so turns and background calls are logged and counted alike."""
+
+    def __init__(self) -> None:
+        self._observers: list[CallObserver] = []
+
+    def observe(self, observer: CallObserver) -> None:
+        self._observers.append(observer)
+
+    def record(self, provider: str, request: LLMRequest, response: LLMResponse, seconds: float) -> None:
+        log.info(  # one line per model call, so token spend is always visible
+            "llm_call",
+            purpose=request.purpose,
+            provider=provider,
+            model=request.model,
+            seconds=round(seconds, 3),
+            stop_reason=response.stop_reason,
+            **response.usage.as_dict(),
+        )
+        for observer in self._observers:
+            observer(seconds, response.usage)
