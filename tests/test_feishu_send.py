@@ -61,3 +61,26 @@ async def test_send_failures_raise_channel_send_error(tmp_path: Path) -> None:
             await h.channel.send(OutboundMessage(channel="feishu", chat_id="oc_g", content="hi"))
         with pytest.raises(ChannelSendError, match="no running feishu app"):
             await h.channel.send(OutboundMessage(channel="feishu", chat_id="oc_g", content="hi", cred_id="other"))
+
+
+async def test_a_rate_limit_waits_as_long_as_the_reset_header_says_up_to_60_s() -> None:
+    from pydantic import SecretStr
+
+    from channels.feishu.api import FeishuApi
+
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # an injected sleep: the test takes no time
+        slept.append(seconds)
+
+    async with FakeFeishu({APP_ID: SECRET}) as fake:
+        api = FeishuApi(fake.url, APP_ID, SecretStr(SECRET), sleep=sleep)
+        try:
+            fake.rate_limit, fake.rate_limit_reset = {"reply": 1}, "45"
+            first = await api.reply("om_q1", "text", {"text": "one"}, "uuid-1")
+            fake.rate_limit, fake.rate_limit_reset = {"reply": 1}, "300"
+            second = await api.reply("om_q2", "text", {"text": "two"}, "uuid-2")
+        finally:
+            await api.close()
+    assert slept == [45.0, 60.0]  # the window Feishu names, bounded so a bad header cannot stall a turn
+    assert first and second and [m.content for m in fake.replies()] == [{"text": "one"}, {"text": "two"}]

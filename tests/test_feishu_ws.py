@@ -147,3 +147,51 @@ async def test_an_event_arriving_during_shutdown_is_left_for_feishu_to_redeliver
     assert refused["ack"]["code"] == 500 and redelivered["ack"]["code"] == 200
     assert [m.content for m in gateway.received] == ["sent while restarting"]  # not marked seen by the refusal
     assert [m.msg_type for m in fake.messages] == ["interactive"]  # no "restarting" reply went out
+
+
+# lark-oapi itself calls the deprecated `logger.warn` when a ping meets the connection this test drops
+@pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")
+async def test_a_connection_whose_reconnect_is_refused_is_restarted_with_a_new_client(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    apps = {"main": {"app_id": APP_ID, "app_secret": SECRET}}
+    async with FakeFeishu({APP_ID: SECRET}) as fake:
+        with capture_logs() as logs:
+            async with running_channel(fake, tmp_path, apps, gateway, start_retry_s=0.05) as h:
+                await fake.wait_until(lambda: APP_ID in fake.ws, timeout=10)
+                first_client = h.channel._ws.clients["main"]
+                fake.refuse_endpoint[APP_ID] = 1  # say, the connection limit is hit while it reconnects
+                await fake.ws[APP_ID].close()
+                await fake.wait_until(lambda: APP_ID not in fake.ws)
+                await fake.wait_until(lambda: fake.endpoint_requests.count(APP_ID) >= 3 and APP_ID in fake.ws, 10)
+                assert h.channel.apps["main"].status == "ready"
+                assert h.channel._ws.clients["main"] is not first_client and first_client.retired
+                assert first_client._conn is None  # no stale connection taking a share of the events
+                ack = await fake.push_event(APP_ID, message_event("after the restart", app_id=APP_ID))
+                await fake.wait_until(lambda: fake.closed_cards() == 1)
+        assert ws_threads() == []
+    [lost] = [e for e in logs if e["event"] == "feishu_ws_lost"]
+    assert lost["log_level"] == "error" and "exceed conn limit" in lost["error"]
+    assert ack["ack"]["code"] == 200
+    assert [m.content for m in gateway.received] == ["after the restart"]
+
+
+@pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")
+async def test_a_connection_down_longer_than_ws_dead_after_s_is_restarted(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    apps = {"main": {"app_id": APP_ID, "app_secret": SECRET, "request_timeout_s": 0.2, "ws_dead_after_s": 0.5}}
+    async with FakeFeishu({APP_ID: SECRET}) as fake:
+        with capture_logs() as logs:
+            async with running_channel(fake, tmp_path, apps, gateway, start_retry_s=0.05) as h:
+                await fake.wait_until(lambda: APP_ID in fake.ws, timeout=10)
+                first_client = h.channel._ws.clients["main"]
+                fake.hang_endpoint.add(APP_ID)  # the SDK keeps retrying a reconnect that never completes
+                await fake.ws[APP_ID].close()
+                await fake.wait_until(lambda: h.channel._ws.clients["main"] is not first_client, timeout=5)
+                fake.release_endpoint(APP_ID)
+                await fake.wait_until(lambda: APP_ID in fake.ws and h.channel.apps["main"].status == "ready", 10)
+                ack = await fake.push_event(APP_ID, message_event("reconnected", app_id=APP_ID))
+                await fake.wait_until(lambda: fake.closed_cards() == 1)
+    lost = [e for e in logs if e["event"] == "feishu_ws_lost"]
+    assert lost and lost[0]["log_level"] == "error" and "no connection for" in lost[0]["error"]
+    assert first_client.retired and ack["ack"]["code"] == 200
+    assert [m.content for m in gateway.received] == ["reconnected"]

@@ -20,8 +20,14 @@ log = structlog.get_logger(__name__)
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 RATE_LIMITED = 99991400
 TOKEN_REJECTED = frozenset({99991661, 99991663, 99991668})
-PERMISSION_DENIED = frozenset({99991672, 99991679, 230099, 200340})
+PERMISSION_DENIED = frozenset({99991672, 99991679, 200340})
+"""Missing scopes or app permission: these (and HTTP 403) turn CardKit off for the app. CardKit's 230099 is
+not one: it is a failure to create one card's content (too large, too many tables, …), see feishu.md §5.3."""
 MAX_BACKOFF_S = 10.0
+"""The longest backoff after a transport error, or after a rate limit that names no reset time."""
+MAX_RATE_WAIT_S = 60.0
+"""The longest wait for Feishu's `x-ogw-ratelimit-reset` (feishu.md §5.3): honoured up to this, so a bad
+header cannot stall a turn for long."""
 CARD_UPDATES_PER_S = 14.0
 CARD_UPDATE_BURST = 26
 """CardKit allows an app 50 card-content updates/s and 1000/min. A bucket of 26 refilled at 14/s allows at
@@ -250,12 +256,13 @@ class FeishuApi:
 
 
 def _reset_delay(headers: dict[str, str], attempt: int) -> float:
-    """Seconds until Feishu's rate-limit window resets (`x-ogw-ratelimit-reset`), else exponential backoff."""
+    """Seconds until Feishu's rate-limit window resets (`x-ogw-ratelimit-reset`, or `Retry-After`), at most
+    `MAX_RATE_WAIT_S`; without either header, exponential backoff."""
     for name in ("x-ogw-ratelimit-reset", "retry-after"):
         value = headers.get(name)
         if value:
             try:
-                return min(MAX_BACKOFF_S, max(0.05, float(value)))
+                return min(MAX_RATE_WAIT_S, max(0.05, float(value)))
             except ValueError:
                 pass
     return min(MAX_BACKOFF_S, 0.25 * 2.0**attempt)

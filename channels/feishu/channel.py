@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -51,6 +52,7 @@ class FeishuChannel:
         self._dedup = DedupStore(context.state_dir / "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
         self._tasks: set[asyncio.Task[None]] = set()
         self._retries: set[asyncio.Task[None]] = set()
+        self._retrying: dict[str, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ws: Any = None
         self._stopped = False
@@ -77,9 +79,19 @@ class FeishuChannel:
         await asyncio.to_thread(self._ws.start)
         for app in self._apps.values():
             if app.status == "failed":
-                self._retries.add(asyncio.create_task(self._keep_trying(app), name=f"feishu-start-{app.cred_id}"))
+                self._retry_later(app)
         ready = [a.cred_id for a in self._apps.values() if a.status == "ready"]
         log.info("feishu_started", ready=ready, failed=[c for c in self._apps if c not in ready])
+
+    def _retry_later(self, app: FeishuApp) -> None:
+        """Start `_keep_trying(app)` unless it runs already (or the channel is stopping)."""
+        running = self._retrying.get(app.cred_id)
+        if self._stopped or (running is not None and not running.done()):
+            return
+        task = asyncio.create_task(self._keep_trying(app), name=f"feishu-start-{app.cred_id}")
+        self._retrying[app.cred_id] = task
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
 
     async def _keep_trying(self, app: FeishuApp) -> None:
         """Bring a failed app up in the background, with doubling delays: a network or Feishu outage at boot
@@ -95,20 +107,23 @@ class FeishuChannel:
 
     async def _bring_up(self, app: FeishuApp, *, retry_in_s: float) -> bool:
         """One attempt to make `app` ready: its API client, the bot's open_id, its dispatcher and, in
-        long-connection mode, its `ws.Client`. On failure the app is `failed` and holds no client."""
+        long-connection mode, a new `ws.Client` (replacing a lost one). On failure the app is `failed`, and
+        holds no API client unless it had one already (turns still running may be using it)."""
         from channels.feishu.sdk import build_dispatcher
 
         cfg = app.config
+        created = app.api is None
         try:
-            app.api = FeishuApi(
-                cfg.base_url,
-                cfg.app_id,
-                cfg.app_secret,
-                timeout_s=cfg.request_timeout_s,
-                max_retries=cfg.max_retries,
-                card_updates_per_s=cfg.card_updates_per_s,
-                card_update_burst=cfg.card_update_burst,
-            )
+            if app.api is None:
+                app.api = FeishuApi(
+                    cfg.base_url,
+                    cfg.app_id,
+                    cfg.app_secret,
+                    timeout_s=cfg.request_timeout_s,
+                    max_retries=cfg.max_retries,
+                    card_updates_per_s=cfg.card_updates_per_s,
+                    card_update_burst=cfg.card_update_burst,
+                )
             app.bot_open_id = await app.api.bot_open_id()
             webhook = cfg.mode == "webhook"
             app.dispatcher = build_dispatcher(
@@ -119,13 +134,11 @@ class FeishuChannel:
             )
             if not webhook:
                 secret = cfg.app_secret.get_secret_value()
-                timeout_s = cfg.request_timeout_s
-                self._ws.add(
-                    app.cred_id, cfg.app_id, secret, cfg.base_url, app.dispatcher, endpoint_timeout_s=timeout_s
-                )
+                timeouts = {"endpoint_timeout_s": cfg.request_timeout_s, "dead_after_s": cfg.ws_dead_after_s}
+                self._ws.add(app.cred_id, cfg.app_id, secret, cfg.base_url, app.dispatcher, **timeouts)
         except Exception as e:
             app.status = "failed"
-            api, app.api = app.api, None
+            api, app.api = (app.api, None) if created else (None, app.api)
             if api is not None:
                 await api.close()
             log.error("feishu_app_start_failed", cred_id=app.cred_id, error=str(e), retry_in_s=retry_in_s)
@@ -135,8 +148,19 @@ class FeishuChannel:
         return True
 
     def _ws_failed(self, cred_id: str, error: str) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(setattr, self._apps[cred_id], "status", "failed")
+        """Called on the lark-ws thread when an app's long connection is down for good (it could not connect,
+        or lost the connection and cannot get it back): the app is failed until a start retry replaces it."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                loop.call_soon_threadsafe(self._ws_lost, cred_id)
+
+    def _ws_lost(self, cred_id: str) -> None:
+        if self._stopped:
+            return
+        app = self._apps[cred_id]
+        app.status = "failed"
+        self._retry_later(app)
 
     async def stop(self) -> None:
         if self._stopped:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 from typing import Any, Literal
 
@@ -11,8 +13,14 @@ TEXT_MAX_CHARS = 200
 POST_MAX_CHARS = 4000
 CARD_MAX_CHARS = 3500
 """Cards are capped at 30 KB: 3500 characters stays under it even for 4-byte UTF-8."""
+CARD_SPLIT_BYTES = 25 * 1024
+"""A streaming card is closed, and the answer continues in a new one, before its text passes this many bytes
+(JSON-escaped UTF-8), leaving room under Feishu's 30 KB card limit for the card's own JSON."""
 
 _CARD_MARKERS = re.compile(r"^(```|#{1,6} |\|.*\|\s*$)", re.MULTILINE)
+_TABLE_ROW = re.compile(r"^[ \t]*\|")
+_BREAKS = ("\n\n", "\n", "。", "！", "？", "；", ". ", "! ", "? ", "; ", "，", ", ", " ")
+"""Where a card may end, strongest first; used when it falls in the back half of what fits."""
 _MD_MARKERS = re.compile(r"(\*\*|__|`|\[[^\]]+\]\([^)]+\)|^\s*[-*+] |^\s*\d+\. |^> )", re.MULTILINE)
 
 
@@ -72,11 +80,69 @@ def _hard_wrap(lines: list[str], width: int) -> list[str]:
 
 
 def plan_reply(text: str) -> list[tuple[Format, str]]:
-    """Every message to send for one answer, in order, as `(format, chunk)`."""
+    """Every message to send for one answer, in order, as `(format, chunk)`; a card holds at most one table
+    (Feishu refuses more with 11310), so a card answer is split before each further table."""
     fmt = choose_format(text)
-    limit = CARD_MAX_CHARS if fmt == "card" else POST_MAX_CHARS
-    chunks = split_text(text, limit)
+    if fmt == "card":
+        return [("card", chunk) for part in split_tables(text) for chunk in split_text(part, CARD_MAX_CHARS)]
+    chunks = split_text(text, POST_MAX_CHARS)
     return [(fmt if fmt != "text" or len(chunk) <= TEXT_MAX_CHARS else "post", chunk) for chunk in chunks]
+
+
+def table_starts(text: str) -> list[int]:
+    """Offsets of the lines that start a markdown table: a `|` line after a non-`|` line, outside code fences.
+    A lone `|` line counts too, so a table still streaming in is seen before its delimiter row arrives."""
+    starts: list[int] = []
+    offset, in_fence, in_table = 0, False, False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            in_fence, in_table = not in_fence, False
+        elif not in_fence:
+            row = bool(_TABLE_ROW.match(line))
+            if row and not in_table:
+                starts.append(offset)
+            in_table = row
+        offset += len(line) + 1
+    return starts
+
+
+def split_tables(text: str) -> list[str]:
+    """`text` cut before its second, third, … table: parts that each hold at most one, joined they are `text`."""
+    cuts = [0, *table_starts(text)[1:], len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def json_bytes(text: str) -> int:
+    """The size `text` takes inside a card's JSON: UTF-8 after escaping (newlines and quotes count twice)."""
+    return len(json.dumps(text, ensure_ascii=False).encode()) - 2
+
+
+def card_cut(text: str, limit_bytes: int = CARD_SPLIT_BYTES) -> int | None:
+    """Where a card showing `text` must end for its rest to go into the next card: before a second table, or
+    at a line or sentence break before `limit_bytes`; None when `text` fits in one card."""
+    second_table = table_starts(text)[1:2]
+    head = text[: second_table[0]] if second_table else text
+    if len(head) * 6 <= limit_bytes or json_bytes(head) <= limit_bytes:  # no character takes over 6 bytes
+        return second_table[0] if second_table else None
+    fits = _fitting_chars(head, limit_bytes)
+    window = head[:fits]
+    for sep in _BREAKS:
+        end = window.rfind(sep) + len(sep)
+        if end >= len(sep) and end > fits // 2:
+            return end
+    return fits
+
+
+def _fitting_chars(text: str, limit_bytes: int) -> int:
+    """The longest prefix of `text` (at least one character) whose `json_bytes` is within `limit_bytes`."""
+    low, high = 1, len(text)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if json_bytes(text[:mid]) <= limit_bytes:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def plain_chunks(text: str) -> list[tuple[str, dict[str, Any]]]:

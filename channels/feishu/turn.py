@@ -1,4 +1,4 @@
-"""Delivering one turn's reply: the streaming card, or a normal reply when cards are unavailable."""
+"""Delivering one turn's reply: streaming cards, or a normal reply when cards are unavailable."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import structlog
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, NoticeEvent
 from channels.feishu.api import FeishuApi, FeishuApiError
-from channels.feishu.card import CardStream, idempotency_key
+from channels.feishu.card import idempotency_key
+from channels.feishu.chain import CardChain
 from channels.feishu.config import FeishuAppConfig
 from channels.feishu.format import build_content, plain_chunks, plan_reply
+from channels.notices import with_notices
 
 log = structlog.get_logger(__name__)
 
@@ -34,10 +36,10 @@ class FeishuApp:
 
 
 async def run_turn(app: FeishuApp, reply_to: str, handle: ReplyHandle, key: str) -> None:
-    """Stream `handle` into one card replying to `reply_to`; close the card whatever happens, and fall back
-    to a normal reply when no card could be used or it could not show the final answer."""
+    """Stream `handle` into cards replying to `reply_to` (one, unless the answer outgrows it); close them
+    whatever happens, and reply normally with what no card could show. Notices stay above the answer."""
     assert app.api is not None
-    stream = await _open_stream(app, reply_to, key)
+    chain = await _open_chain(app, reply_to, key)
     text, notices = "", []
     answer: str | None = None
     try:
@@ -50,23 +52,24 @@ async def run_turn(app: FeishuApp, reply_to: str, handle: ReplyHandle, key: str)
                 answer = event.full_text
             elif isinstance(event, ErrorEvent):
                 answer = with_error(text, event.message)
-            if stream is not None and answer is None:
-                stream.push(_display(notices, text))
+            if chain is not None and answer is None:
+                await chain.push(text, notices)
     finally:
         if answer is None:
             answer = with_error(text, "回复已中断 (interrupted)")
-        if stream is not None:
-            await stream.finish(answer)
-    if stream is None or stream.broken:
-        await send_reply(app.api, reply_to, answer, key)
+        unshown = with_notices(answer, notices) if chain is None else await chain.finish(answer, notices)
+    if unshown is not None:
+        await send_reply(app.api, reply_to, unshown, key)
 
 
-async def _open_stream(app: FeishuApp, reply_to: str, key: str) -> CardStream | None:
+async def _open_chain(app: FeishuApp, reply_to: str, key: str) -> CardChain | None:
+    """The turn's first card, or None for a normal reply. Only a missing permission turns cards off for the
+    app; any other failure (CardKit's 230099, a timeout) costs this turn its card, and the next one tries."""
     if not app.cards_enabled or app.api is None:
         return None
-    stream = CardStream(app.api, reply_to, key, interval_s=app.config.card_update_interval_s)
+    chain = CardChain(app.api, reply_to, key, interval_s=app.config.card_update_interval_s)
     try:
-        await stream.open()
+        await chain.open()
     except FeishuApiError as e:
         if e.permission_denied:
             app.cards_enabled = False
@@ -74,16 +77,11 @@ async def _open_stream(app: FeishuApp, reply_to: str, key: str) -> CardStream | 
         else:
             log.warning("feishu_card_open_failed", cred_id=app.cred_id, code=e.code, error=str(e))
         return None
-    return stream
+    return chain
 
 
 def with_error(text: str, message: str) -> str:
     return f"{text}\n\n> ⚠️ {message}" if text.strip() else f"⚠️ {message}"
-
-
-def _display(notices: list[str], text: str) -> str:
-    head = "\n".join(f"> {n}" for n in notices)
-    return f"{head}\n\n{text}" if head and text else head or text
 
 
 async def send_reply(api: FeishuApi, reply_to: str, text: str, key: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,8 @@ class WsRunner:
     forever, so all clients share one thread whose fresh loop is installed as that global before anything
     runs. Each client is driven like `start()` does (connect, reconnect, ping loop) but as a task, so
     several apps can share the loop, and `stop()` disconnects them (auto-reconnect off) and ends the thread.
+    A client that is lost for good (it cannot connect, or its reconnecting ends) is retired and reported
+    through `on_failed(cred_id, error)`; `add()` for that app later drives a replacement.
     """
 
     def __init__(self) -> None:
@@ -33,11 +36,27 @@ class WsRunner:
         self._closed = False
         self._driving: dict[str, asyncio.Task[None]] = {}
         """Touched only on the lark-ws loop: the `_drive` task of every client launched there."""
+        self._driven: dict[str, Any] = {}
+        """Touched only on the lark-ws loop: the client each `_driving` task drives."""
         self.on_failed: Callable[[str, str], None] = lambda cred_id, error: None
 
+    @property
+    def clients(self) -> dict[str, Any]:
+        """The current client of each app (a copy)."""
+        return dict(self._clients)
+
     def add(
-        self, cred_id: str, app_id: str, app_secret: str, domain: str, dispatcher: Any, *, endpoint_timeout_s: float
+        self,
+        cred_id: str,
+        app_id: str,
+        app_secret: str,
+        domain: str,
+        dispatcher: Any,
+        *,
+        endpoint_timeout_s: float,
+        dead_after_s: float,
     ) -> None:
+        """Add an app's client, or replace the one it had (the old one is retired once the new one runs)."""
         from channels.feishu.ws_client import BoundedWsClient
 
         self._clients[cred_id] = BoundedWsClient(
@@ -47,6 +66,7 @@ class WsRunner:
             domain=domain,
             auto_reconnect=True,
             endpoint_timeout_s=endpoint_timeout_s,
+            dead_after_s=dead_after_s,
         )
         route_sdk_logging()  # the constructor resets the SDK logger's level
         loop = self._loop
@@ -111,32 +131,78 @@ class WsRunner:
         log.info("feishu_ws_stopped", apps=len(clients))
 
     def _launch(self, cred_id: str) -> None:
-        """Drive one client on this loop, once; runs on the lark-ws thread."""
-        if cred_id in self._driving or self._stop is None or self._stop.is_set():
+        """Drive the app's current client on this loop; a client it replaces is retired. Runs on lark-ws."""
+        if self._stop is None or self._stop.is_set():
             return
-        self._driving[cred_id] = asyncio.get_running_loop().create_task(self._drive(cred_id, self._clients[cred_id]))
+        client = self._clients[cred_id]
+        running = self._driving.get(cred_id)
+        if running is not None and not running.done():
+            if self._driven.get(cred_id) is client:
+                return
+            running.cancel()  # its `_drive` retires the old client on the way out
+        self._driven[cred_id] = client
+        self._driving[cred_id] = asyncio.get_running_loop().create_task(self._drive(cred_id, client))
 
     async def _drive(self, cred_id: str, client: Any) -> None:
+        """Connect, then watch the connection until it is lost for good; then retire the client and report
+        the app failed, so the channel's start retry brings it up again with a new client."""
+        try:
+            error = await self._first_connect(cred_id, client)
+            if error is None:
+                log.info("feishu_ws_connected", cred_id=cred_id)
+                error = await self._watch(client)
+                log.error("feishu_ws_lost", cred_id=cred_id, error=error)
+            else:
+                log.error("feishu_ws_start_failed", cred_id=cred_id, error=error)
+        finally:
+            with contextlib.suppress(Exception):
+                await client.retire()
+            if self._driving.get(cred_id) is asyncio.current_task():
+                del self._driving[cred_id]
+        self.on_failed(cred_id, error)
+
+    async def _first_connect(self, cred_id: str, client: Any) -> str | None:
+        """Connect like the SDK's `start()`; None once connected, else why it gave up."""
         from lark_oapi.ws.exception import ClientException
 
         try:
             await client._connect()
-            log.info("feishu_ws_connected", cred_id=cred_id)
-        except ClientException as e:  # bad credentials and the like: retrying will not help
-            log.error("feishu_ws_start_failed", cred_id=cred_id, error=str(e))
-            self.on_failed(cred_id, str(e))
-            return
+            return None
+        except ClientException as e:  # bad credentials and the like: the SDK would not retry
+            return str(e)
         except Exception as e:
             log.warning("feishu_ws_connect_failed", cred_id=cred_id, error=str(e))
-            with contextlib.suppress(Exception):
-                await client._disconnect()
-            try:
-                await client._reconnect()
-            except Exception as e2:
-                log.error("feishu_ws_start_failed", cred_id=cred_id, error=str(e2))
-                self.on_failed(cred_id, str(e2))
-                return
-        await client._ping_loop()
+        with contextlib.suppress(Exception):
+            await client._disconnect()
+        try:
+            await client._reconnect()
+        except Exception as e:
+            return str(e)
+        return None
+
+    async def _watch(self, client: Any) -> str:
+        """Run the app-level ping loop (as `start()` does) until the client is lost: its reconnecting gave up
+        (raised out of the SDK's own task), or it has had no connection for `dead_after_s`."""
+        pinger = asyncio.get_running_loop().create_task(client._ping_loop())
+        dead_after_s = client.dead_after_s
+        down_since: float | None = None
+        try:
+            while True:
+                if client.gave_up is not None:
+                    return f"reconnect refused: {client.gave_up}"
+                if pinger.done():
+                    return "ping loop ended"
+                now = time.monotonic()
+                if client._conn is not None:
+                    down_since = None
+                elif down_since is None:
+                    down_since = now
+                elif now - down_since >= dead_after_s:
+                    return f"no connection for {now - down_since:.0f} s"
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(client.lost.wait(), min(1.0, dead_after_s / 4))
+        finally:
+            pinger.cancel()
 
 
 def _quiet_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

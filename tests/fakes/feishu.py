@@ -14,9 +14,16 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
-from tests.fakes.feishu_cards import FakeCard, parse_full_update
+from tests.fakes.feishu_cards import FakeCard, card_refusal, message_limit_error, parse_full_update, with_content
 from tests.fakes.feishu_harness import Harness, StoppableSubmitter, running_channel
-from tests.fakes.feishu_payloads import feishu_encrypt, feishu_headers, mention, message_event, other_event
+from tests.fakes.feishu_payloads import (
+    feishu_encrypt,
+    feishu_headers,
+    mention,
+    message_event,
+    other_event,
+    ws_frame,
+)
 
 __all__ = ["FakeCard", "FakeFeishu", "Harness", "StoppableSubmitter", "bot_open_id", "running_channel"]
 __all__ += ["feishu_encrypt", "feishu_headers", "mention", "message_event", "other_event"]
@@ -49,6 +56,9 @@ class FakeFeishu:
         self.rate_limit: dict[str, int] = {}
         self.rate_limited: list[str] = []
         self.fail_ops: dict[str, int] = {}
+        self.fail_code: dict[str, int] = {}  # the code of a `fail_ops` failure (default 230001, invalid content)
+        self.rate_limit_reset = "0.05"  # `x-ogw-ratelimit-reset` (seconds) of a `rate_limit` refusal
+        self.refuse_endpoint: dict[str, int] = {}  # app_id -> WS endpoint requests to refuse (exceed conn limit)
         self.unavailable = 0
         """The next this many requests, to any path, are refused with an HTML 503 (Feishu down)."""
         self.refused: list[str] = []
@@ -173,11 +183,12 @@ class FakeFeishu:
         if self.rate_limit.get(op, 0) > 0:
             self.rate_limit[op] -= 1
             self.rate_limited.append(op)
-            headers = {"x-ogw-ratelimit-reset": "0.05"}
+            headers = {"x-ogw-ratelimit-reset": self.rate_limit_reset}
             return web.json_response({"code": 99991400, "msg": "rate limited"}, status=429, headers=headers)
         if self.fail_ops.get(op, 0) > 0:
             self.fail_ops[op] -= 1
-            return web.json_response({"code": 230001, "msg": "invalid content"}, status=400)
+            code = self.fail_code.get(op, 230001)
+            return web.json_response({"code": code, "msg": f"injected failure {code}"}, status=400)
         return app_id, body
 
     async def _bot_info(self, request: web.Request) -> web.Response:
@@ -201,6 +212,9 @@ class FakeFeishu:
         card_ref = content.get("data", {}).get("card_id") if content.get("type") == "card" else None
         if body["msg_type"] == "interactive" and card_ref is not None and card_ref not in self.cards:
             return web.json_response({"code": 230099, "msg": "card not found"}, status=400)
+        refused = message_limit_error(body["msg_type"], body["content"]) if card_ref is None else None
+        if refused is not None:
+            return web.json_response({"code": refused[0], "msg": refused[1]}, status=400)
         sent = SentMessage(op, target, body["msg_type"], content, uuid, f"om_bot_{next(self._n)}", time.monotonic())
         self.messages.append(sent)
         if uuid:
@@ -231,6 +245,9 @@ class FakeFeishu:
         body = entered[1]
         assert body["type"] == "card_json"
         card = json.loads(body["data"])
+        refused = card_refusal(card)
+        if refused is not None:
+            return refused
         element = card["body"]["elements"][0]
         card_id = f"card_{next(self._n)}"
         self.cards[card_id] = FakeCard(
@@ -279,7 +296,7 @@ class FakeFeishu:
         card, body = entered
         if not card.streaming:
             return web.json_response({"code": 300309, "msg": "streaming mode is closed"}, status=400)
-        refused = self._sequence(card, int(body["sequence"]))
+        refused = card_refusal(with_content(card.card, body["content"])) or self._sequence(card, int(body["sequence"]))
         if refused is not None:
             return refused
         card.content = body["content"]
@@ -309,7 +326,7 @@ class FakeFeishu:
         parsed = parse_full_update(body)
         if isinstance(parsed, str):
             return web.json_response({"code": 99992402, "msg": f"field validation failed: {parsed}"}, status=400)
-        refused = self._sequence(card, body["sequence"])
+        refused = card_refusal(parsed) or self._sequence(card, body["sequence"])
         if refused is not None:
             return refused
         card.apply_full_update(parsed, time.monotonic())
@@ -326,6 +343,9 @@ class FakeFeishu:
             self._changed.set()
             await self._unhang.wait()
         self.endpoint_hanging.discard(app_id)
+        if self.refuse_endpoint.get(app_id, 0) > 0:
+            self.refuse_endpoint[app_id] -= 1
+            return web.json_response({"code": 1000040350, "msg": "exceed conn limit"})
         if self.apps.get(app_id) != body.get("AppSecret"):
             return web.json_response({"code": 10003, "msg": "invalid app_id or app_secret"})
         assert self.server is not None
@@ -352,7 +372,7 @@ class FakeFeishu:
             if frame.method == 0 and headers.get("type") == "ping":
                 self.ws_pings += 1
                 self.pings[device] = self.pings.get(device, 0) + 1
-                await ws.send_bytes(_frame(Frame, 0, {"type": "pong"}, b"", frame.service))
+                await ws.send_bytes(ws_frame(Frame, 0, {"type": "pong"}, b"", frame.service))
             elif frame.method == 1:
                 future = self._acks.pop(headers.get("message_id", ""), None)
                 if future is not None and not future.done():
@@ -371,19 +391,5 @@ class FakeFeishu:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._acks[frame_id] = future
         headers = {"type": "event", "message_id": frame_id, "trace_id": "tr1", "sum": "1", "seq": "0"}
-        await ws.send_bytes(_frame(Frame, 1, headers, json.dumps(envelope).encode(), 7))
+        await ws.send_bytes(ws_frame(Frame, 1, headers, json.dumps(envelope).encode(), 7))
         return await asyncio.wait_for(future, timeout)
-
-
-def _frame(frame_cls: Any, method: int, headers: dict[str, str], payload: bytes, service: int) -> bytes:
-    frame = frame_cls()
-    frame.SeqID = 1
-    frame.LogID = 1
-    frame.service = service
-    frame.method = method
-    for key, value in headers.items():
-        header = frame.headers.add()
-        header.key = key
-        header.value = value
-    frame.payload = payload
-    return bytes(frame.SerializeToString())

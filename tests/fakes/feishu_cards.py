@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from aiohttp import web
 
 
 @dataclass
@@ -56,3 +59,63 @@ def parse_full_update(body: dict[str, Any]) -> dict[str, Any] | str:
     if not isinstance(data, dict) or data.get("schema") != "2.0":
         return "card.data must be a card JSON 2.0 object"
     return data
+
+
+CARD_MAX_BYTES = 30 * 1024
+"""Feishu's card size limit (feishu.md §5.2), measured here on the card JSON as UTF-8."""
+MESSAGE_MAX_BYTES = 150 * 1024
+"""The limit of a `text` or `post` message body."""
+CARD_TOO_LARGE = (230099, "Failed to create card content, ext=ErrMsg: card size exceeds the limit (30 KB);")
+"""The reference names no code for an oversized card: the fake answers CardKit's generic create failure."""
+CARD_TOO_MANY_TABLES = (
+    230099,
+    "Failed to create card content, ext=ErrCode: 11310; ErrMsg: card table number over limit; ErrorValue: table;",
+)
+"""One table per card: Feishu reports 11310 inside a 230099 answer."""
+_DELIMITER_ROW = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+
+
+def count_tables(markdown: str) -> int:
+    """Markdown tables (a `|` header row directly above a `|---|` delimiter row), code fences excepted."""
+    tables, in_fence, previous = 0, False, ""
+    for line in markdown.split("\n"):
+        if line.lstrip().startswith("```"):
+            in_fence, previous = not in_fence, ""
+            continue
+        if not in_fence and "|" in previous and "|" in line and _DELIMITER_ROW.match(line):
+            tables += 1
+        previous = "" if in_fence else line
+    return tables
+
+
+def card_limit_error(card: dict[str, Any]) -> tuple[int, str] | None:
+    """`(code, msg)` Feishu answers for a card over its size or table limit, else None."""
+    if len(json.dumps(card, ensure_ascii=False).encode()) > CARD_MAX_BYTES:
+        return CARD_TOO_LARGE
+    elements = card.get("body", {}).get("elements", [])
+    if sum(count_tables(str(e.get("content", ""))) for e in elements if e.get("tag") == "markdown") > 1:
+        return CARD_TOO_MANY_TABLES
+    return None
+
+
+def message_limit_error(msg_type: str, content: str) -> tuple[int, str] | None:
+    """The limits of a sent message: an inline card's, or 150 KB for text and post bodies."""
+    if msg_type == "interactive":
+        return card_limit_error(json.loads(content))
+    if len(content.encode()) > MESSAGE_MAX_BYTES:
+        return 230025, "message content exceeds the length limit"
+    return None
+
+
+def with_content(card: dict[str, Any], content: str) -> dict[str, Any]:
+    """The card with its markdown element's text replaced, as an element content update leaves it."""
+    elements = [
+        {**e, "content": content} if e.get("tag") == "markdown" else e for e in card.get("body", {}).get("elements", [])
+    ]
+    return {**card, "body": {**card.get("body", {}), "elements": elements}}
+
+
+def card_refusal(card: dict[str, Any]) -> web.Response | None:
+    """Feishu's answer to a card over its limits, or None."""
+    refused = card_limit_error(card)
+    return None if refused is None else web.json_response({"code": refused[0], "msg": refused[1]}, status=400)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import ErrorEvent, InboundMessage
+from agenthub.messages import ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent
 from tests.fakes.submitter import ScriptedSubmitter
 
 if TYPE_CHECKING:
@@ -33,6 +33,16 @@ class StoppableSubmitter(ScriptedSubmitter):
                 if not handle.finished and handle.session_key.endswith(f":{message.chat_id}"):
                     handle.emit(ErrorEvent("已停止 (stopped)", code="aborted"))
         return await super().submit(message)
+
+
+@dataclass
+class NoticingSubmitter(ScriptedSubmitter):
+    """ScriptedSubmitter whose replies start with the gateway's `notices` (queueing, compaction, fallback)."""
+
+    notices: list[str] = field(default_factory=list)
+
+    def _events(self, text: str) -> list[ReplyEvent]:
+        return [*(NoticeEvent(n) for n in self.notices), *super()._events(text)]
 
 
 # --- the channel under test, mounted on a real local HTTP server --------------------------------------

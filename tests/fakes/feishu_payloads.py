@@ -54,6 +54,7 @@ def message_event(
     content: dict[str, Any] | None = None,
     create_time_ms: int | None = None,
     root_id: str = "",
+    sender_type: str = "user",
 ) -> dict[str, Any]:
     """A v2 `im.message.receive_v1` envelope."""
     n = next(_ids)
@@ -71,7 +72,7 @@ def message_event(
         "event": {
             "sender": {
                 "sender_id": {"open_id": sender, "user_id": f"u_{sender}", "union_id": f"on_{sender}"},
-                "sender_type": "user",
+                "sender_type": sender_type,
                 "tenant_key": "tk_1",
             },
             "message": {
@@ -99,3 +100,18 @@ def other_event(event_type: str, token: str = "") -> dict[str, Any]:
         "header": {"event_id": f"ev_{next(_ids)}", "event_type": event_type, "token": token, "app_id": "cli"},
         "event": {"anything": True},
     }
+
+
+def ws_frame(frame_cls: Any, method: int, headers: dict[str, str], payload: bytes, service: int) -> bytes:
+    """One lark long-connection frame (`pbbp2.Frame`), serialised."""
+    frame = frame_cls()
+    frame.SeqID = 1
+    frame.LogID = 1
+    frame.service = service
+    frame.method = method
+    for key, value in headers.items():
+        header = frame.headers.add()
+        header.key = key
+        header.value = value
+    frame.payload = payload
+    return bytes(frame.SerializeToString())
