@@ -92,10 +92,20 @@ def make_responder(stats: Stats) -> Any:
     return respond
 
 
+def without_cache_markers(value: Any) -> Any:
+    """`value` with every `cache_control` key removed: the breakpoint moves to the newest message each turn, and
+    the cache matches on the content before it, not on where the marker sat."""
+    if isinstance(value, dict):
+        return {k: without_cache_markers(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [without_cache_markers(v) for v in value]
+    return value
+
+
 def prefix_share(firsts: list[dict[str, Any]]) -> float:
-    """Share of turns whose first request starts with the previous turn's whole first request."""
+    """Share of turns whose first request starts with the previous turn's whole first request (markers aside)."""
     hits = 0
-    for prev, cur in itertools.pairwise(firsts):
+    for prev, cur in itertools.pairwise(without_cache_markers(firsts)):
         same_head = cur.get("system") == prev.get("system") and cur.get("tools") == prev.get("tools")
         if same_head and cur["messages"][: len(prev["messages"])] == prev["messages"]:
             hits += 1
