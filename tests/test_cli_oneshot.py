@@ -104,3 +104,28 @@ async def test_bad_input_exits_2_with_one_clear_line(tmp_path: Path) -> None:
     assert "non-empty" in empty.stderr
     sessions = tmp_path / "data" / "default" / "sessions"
     assert not sessions.exists() or not any(sessions.iterdir())
+
+
+async def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`agenthub chat -m … | head -c 10`: the pipe closes before the reply is written."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will ever read: the first write fails with EPIPE
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "agenthub",
+            "chat",
+            "-m",
+            "hi",
+            env=cli_env(tmp_path, None),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    finally:
+        os.close(write_end)
+    async with asyncio.timeout(60):
+        _, err = await process.communicate()
+    assert process.returncode == 141
+    assert "Traceback" not in err.decode() and "BrokenPipeError" not in err.decode()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,10 +25,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a command whose reader went away (`agenthub chat -m … | head`)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    code: int = args.run(args)
+    try:
+        code: int = args.run(args)
+    except BrokenPipeError:
+        # the reader closed the pipe: stop quietly like other Unix tools, and keep the interpreter's final flush
+        # of stdout from raising again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return code
 
 
