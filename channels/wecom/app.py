@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 from xml.parsers.expat import ExpatError
 
@@ -19,9 +20,10 @@ from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from channels.notices import with_notices
 from channels.replay import stale_reason
 from channels.wecom.api import WorkApi, WorkApiError
+from channels.wecom.budget import Clock, MemberBudget, Sleep
 from channels.wecom.config import AppConfig
 from channels.wecom.tasks import TaskSet
-from channels.wecom.text import split_utf8, strip_markdown, utf8_len
+from channels.wecom.text import pack_utf8, split_utf8, strip_markdown, utf8_len
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +44,17 @@ class BadCallback(Exception):
 class AppEndpoint:
     """One configured self-built app: its callback crypto, dedup memory and reply pipeline."""
 
-    def __init__(self, cred_id: str, config: AppConfig, gateway: Submitter, dedup: DedupStore, tasks: TaskSet) -> None:
+    def __init__(
+        self,
+        cred_id: str,
+        config: AppConfig,
+        gateway: Submitter,
+        dedup: DedupStore,
+        tasks: TaskSet,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
         self.cred_id = cred_id
         self.config = config
         self._gateway = gateway
@@ -52,6 +64,9 @@ class AppEndpoint:
             config.token.get_secret_value(), config.encoding_aes_key.get_secret_value(), config.corp_id
         )
         self.api: WorkApi | None = None
+        windows = [(60.0, config.member_per_minute), (3600.0, config.member_per_hour)]
+        self.budget = MemberBudget(windows, clock=clock, sleep=sleep)
+        """Shared by every `message/send` of this app: answers, refusals, welcomes and proactive sends."""
 
     # ------------------------------------------------------------------ inbound (inside the request)
 
@@ -157,37 +172,92 @@ class AppEndpoint:
     # ------------------------------------------------------------------ outbound
 
     async def deliver(self, user: str, text: str) -> int:
-        """Send `text` to `user` as ordered parts of at most 2048 bytes; return the number of parts sent.
+        """Send `text` to `user` as ordered parts of at most 2048 bytes; return the number of messages sent.
 
-        Parts go out `part_gap_s` apart: sent back to back, the client may show them out of order.
+        Parts go out `part_gap_s` apart (sent back to back, the client may show them out of order), and never
+        beyond the member's budget: see `plan_parts`. Raises `MemberBudgetExhausted` when not even one
+        message may go within `member_wait_max_s`.
         """
-        if self.api is None:
+        api = self.api
+        if api is None:
             raise ChannelSendError(f"wecom app {self.cred_id} is not started")
         msgtype = "markdown" if self.config.markdown else "text"
         if msgtype == "text" and self.config.strip_markdown:
             text = strip_markdown(text)
-        parts = self._bounded(split_utf8(text, TEXT_LIMIT_BYTES))
-        for i, part in enumerate(parts):
-            if i and self.config.part_gap_s:
-                await asyncio.sleep(self.config.part_gap_s)
-            body = {
-                "touser": user,
-                "agentid": self.config.agent_id,
-                "msgtype": msgtype,
-                msgtype: {"content": part},
-                "safe": 0,
-            }
-            await self.api.send_message(body)
+        async with self.budget.exclusive(user):
+            parts = self.plan_parts(user, text)
+            for i, part in enumerate(parts):
+                if i and self.config.part_gap_s:
+                    await asyncio.sleep(self.config.part_gap_s)
+                await self.budget.acquire(user)
+                body = {"touser": user, "agentid": self.config.agent_id, "msgtype": msgtype, msgtype: {"content": part}}
+                await api.send_message({**body, "safe": 0})
         return len(parts)
 
-    def _bounded(self, parts: list[str]) -> list[str]:
-        """WeCom silently drops more than 30 messages a minute per member: cap the parts and say so."""
-        cap = self.config.max_parts
+    def plan_parts(self, user: str, text: str) -> list[str]:
+        """The messages for `text`, fitted to `max_parts` and to what the member's budget allows.
+
+        More parts than the budget has free now: the text is packed into the fewest 2048-byte parts. Parts
+        that could go only after `member_wait_max_s` are held back, and the last message that fits says so.
+        """
+        parts = split_utf8(text, TEXT_LIMIT_BYTES)
+        if not parts:
+            return parts
+        if len(parts) > self.budget.free(user):
+            parts = pack_utf8(text, TEXT_LIMIT_BYTES)
+        now = self.budget.clock()
+        slots = self.budget.slot_times(user, len(parts))
+        fit = sum(1 for t in slots if t - now <= self.config.member_wait_max_s)
+        if fit < min(len(parts), self.config.max_parts):
+            self._log_exhausted(user, parts, fit, slots[fit] - now)
+            if fit == 0:
+                raise MemberBudgetExhausted(self.cred_id, user, slots[0] - now)
+        parts = self._bounded(parts, fit)
+        wait = slots[len(parts) - 1] - now
+        if wait > 0:
+            log.info(
+                "wecom_member_budget_wait", cred_id=self.cred_id, user=user, parts=len(parts), wait_s=round(wait, 1)
+            )
+        return parts
+
+    def _bounded(self, parts: list[str], fit: int) -> list[str]:
+        """At most `max_parts` and at most `fit` messages; a cut answer ends with a note saying so."""
+        cap = min(self.config.max_parts, fit)
         if len(parts) <= cap:
             return parts
-        dropped = sum(utf8_len(p) for p in parts[cap - 1 :])
-        log.warning("wecom_reply_capped", cred_id=self.cred_id, parts=len(parts), dropped_bytes=dropped)
-        return [*parts[: cap - 1], f"（回复过长，余下约 {dropped} 字节未发送。请让我分段回答。）"]
+        held = sum(utf8_len(p) for p in parts[cap - 1 :])
+        if cap < self.config.max_parts:
+            note = (
+                f"（企业微信限制每人每分钟 {self.config.member_per_minute} 条、每小时 {self.config.member_per_hour} 条"
+                f"消息，余下约 {held} 字节暂未发送。请稍后让我继续。）"
+            )
+        else:
+            log.warning("wecom_reply_capped", cred_id=self.cred_id, parts=len(parts), dropped_bytes=held)
+            note = f"（回复过长，余下约 {held} 字节未发送。请让我分段回答。）"
+        return [*parts[: cap - 1], note]
+
+    def _log_exhausted(self, user: str, parts: list[str], fit: int, free_in_s: float) -> None:
+        sent = max(fit - 1, 0)  # the last message that fits carries the note
+        log.warning(
+            "wecom_member_budget_exhausted",
+            cred_id=self.cred_id,
+            user=user,
+            parts=len(parts),
+            sent_parts=sent,
+            held_back_bytes=sum(utf8_len(p) for p in parts[sent:]),
+            next_free_in_s=round(free_in_s, 1),
+        )
+
+
+class MemberBudgetExhausted(ChannelSendError):
+    """Not even one message may go to this member within `member_wait_max_s`: WeCom would drop it."""
+
+    def __init__(self, cred_id: str, user: str, free_in_s: float) -> None:
+        self.free_in_s = free_in_s
+        super().__init__(
+            f"wecom app {cred_id}: the send budget for {user} is used up (WeCom drops more than its per-member "
+            f"limit); the next message may go in {free_in_s:.0f} s"
+        )
 
 
 async def _seen_before(dedup: DedupStore, cred_id: str, key: str) -> bool:

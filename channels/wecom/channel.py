@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from agenthub.messages import OutboundMessage
 from channels.wecom.aibot import BotEndpoint
 from channels.wecom.api import WorkApi
 from channels.wecom.app import AppEndpoint, handle_callback, handle_verify
+from channels.wecom.budget import Clock, Sleep
 from channels.wecom.config import load_config
 from channels.wecom.tasks import TaskSet
 
@@ -30,7 +32,15 @@ class WeComChannel:
 
     name = "wecom"
 
-    def __init__(self, context: ChannelContext, config: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        context: ChannelContext,
+        config: Mapping[str, Any],
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        """`clock` and `sleep` drive the apps' per-member send budgets (tests pass a fake clock)."""
         self.config = load_config(config)
         self._context = context
         self.tasks = TaskSet()
@@ -38,7 +48,13 @@ class WeComChannel:
         ttl = self.config.dedup_ttl_s
         self.apps = {
             cred_id: AppEndpoint(
-                cred_id, cfg, context.gateway, DedupStore(state / f"app-{cred_id}.dedup.jsonl", ttl_s=ttl), self.tasks
+                cred_id,
+                cfg,
+                context.gateway,
+                DedupStore(state / f"app-{cred_id}.dedup.jsonl", ttl_s=ttl),
+                self.tasks,
+                clock=clock,
+                sleep=sleep,
             )
             for cred_id, cfg in self.config.apps.items()
         }

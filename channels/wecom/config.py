@@ -46,6 +46,11 @@ class AppConfig(_Credential):
     part_gap_s: float = Field(0.5, ge=0, le=10, description="pause between the parts of one answer (keeps order)")
     rate_limit_retries: int = Field(3, ge=0)
     rate_limit_backoff_s: float = Field(2.0, ge=0, description="first backoff after 45009, doubled per retry")
+    member_per_minute: int = Field(30, ge=1, description="messages per member per minute (WeCom drops more)")
+    member_per_hour: int = Field(1000, ge=1, description="messages per member per hour (WeCom drops more)")
+    member_wait_max_s: float = Field(
+        60.0, ge=0, le=3600, description="how long one answer may wait for the member's budget before it is cut"
+    )
 
     @field_validator("encoding_aes_key")
     @classmethod

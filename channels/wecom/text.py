@@ -17,13 +17,16 @@ def _fitting_prefix_len(text: str, limit: int) -> int:
     return len(text.encode("utf-8")[:limit].decode("utf-8", "ignore"))
 
 
-def split_utf8(text: str, limit: int) -> list[str]:
+def split_utf8(text: str, limit: int, *, min_fill: float = 0.5) -> list[str]:
     """Split into ordered parts of at most `limit` UTF-8 bytes, preferring paragraph, line, sentence breaks.
 
-    `"".join(parts) == text` always holds.
+    A break is used only past `min_fill` of the window (else the cut falls at the last whole character):
+    0.5 reads best, values near 1 pack the text into the fewest parts. `"".join(parts) == text` always holds.
     """
     if limit < 4:
         raise ValueError("limit must hold at least one UTF-8 character")
+    if not 0 <= min_fill < 1:
+        raise ValueError("min_fill must be in [0, 1)")
     parts: list[str] = []
     rest = text
     while utf8_len(rest) > limit:
@@ -31,7 +34,7 @@ def split_utf8(text: str, limit: int) -> list[str]:
         window = rest[:cut]
         for sep in _BREAKS:
             end = window.rfind(sep) + len(sep)
-            if end > cut // 2 and end >= len(sep):
+            if end > int(cut * min_fill) and end >= len(sep):
                 cut = end
                 break
         parts.append(rest[:cut])
@@ -39,6 +42,11 @@ def split_utf8(text: str, limit: int) -> list[str]:
     if rest:
         parts.append(rest)
     return parts
+
+
+def pack_utf8(text: str, limit: int) -> list[str]:
+    """Split into as few parts of at most `limit` bytes as practical: breaks only in a window's last eighth."""
+    return split_utf8(text, limit, min_fill=0.875)
 
 
 _FENCE = re.compile(r"^\s*```.*$\n?", re.MULTILINE)

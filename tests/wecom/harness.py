@@ -18,6 +18,7 @@ from channels.wecom import WeComChannel
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import (
     FakeAiBotServer,
+    FakeClock,
     FakeQyApi,
     channel_context,
     make_aes_key,
@@ -57,10 +58,20 @@ class Harness:
         self.channel: WeComChannel | None = None
         self.server: TestServer | None = None
         self.http = aiohttp.ClientSession()
+        self.clock: FakeClock | None = None
+
+    def use_clock(self, clock: FakeClock) -> None:
+        """Drive the send budget and the fake API's per-member limit with `clock` (call before `start`)."""
+        self.clock = clock
+        self.api.clock = clock.now
 
     async def start(self, **extra: Any) -> WeComChannel:
         context = channel_context(self.submitter, self.state_dir)
-        self.channel = WeComChannel(context, app_table(self.api, **extra))
+        table = app_table(self.api, **extra)
+        if self.clock is None:
+            self.channel = WeComChannel(context, table)
+        else:
+            self.channel = WeComChannel(context, table, clock=self.clock.now, sleep=self.clock.sleep)
         await self.channel.start()
         self.server = await serve_routes(context)
         return self.channel
