@@ -206,6 +206,17 @@ class FeishuApi:
         data = await self.call("POST", "/open-apis/im/v1/messages", "create", body, params)
         return str(data.get("message_id", ""))
 
+    async def get_message(self, message_id: str) -> dict[str, Any]:
+        """`GET /open-apis/im/v1/messages/:message_id`: the message (`msg_type`, `body.content`, `sender`,
+        `mentions`), cards as the JSON they were sent with rather than Feishu's "upgrade your client" stub."""
+        path = f"/open-apis/im/v1/messages/{message_id}"
+        params = {"user_id_type": "open_id", "card_msg_content_type": "user_card_content"}
+        data = await self.call("GET", path, "message_get", None, params)
+        items = data.get("items")
+        if not isinstance(items, list) or not items or not isinstance(items[0], dict):
+            raise FeishuApiError("message_get", -1, "no message in answer")
+        return items[0]
+
     async def add_reaction(self, message_id: str, emoji_type: str) -> None:
         body = {"reaction_type": {"emoji_type": emoji_type}}
         await self.call("POST", f"/open-apis/im/v1/messages/{message_id}/reactions", "reaction", body)

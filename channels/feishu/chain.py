@@ -6,7 +6,7 @@ import structlog
 
 from channels.feishu.api import FeishuApi, FeishuApiError
 from channels.feishu.card import CardStream
-from channels.feishu.format import CARD_SPLIT_BYTES, card_cut
+from channels.feishu.format import CARD_SPLIT_BYTES, card_cut, open_fence
 from channels.notices import with_notices
 
 log = structlog.get_logger(__name__)
@@ -17,9 +17,11 @@ class CardChain:
 
     A card is closed, and the answer continues in a new card below it, when its text would pass
     `split_bytes` (Feishu refuses cards over 30 KB) or a second markdown table starts (Feishu allows one
-    per card, error 11310). Notices go above the text of the card that is open when they arrive. When a
-    card cannot be used (a new one cannot be created, or one could not show its text), the chain stops and
-    `finish()` returns what no card showed, for a normal reply.
+    per card, error 11310). A card closed inside a ``` block gets a closing fence line, and the next card
+    reopens the block with the same info string, so code stays code; the closed cards' text minus these
+    added lines is the answer, every character once. Notices go above the text of the card that is open
+    when they arrive. When a card cannot be used (a new one cannot be created, or one could not show its
+    text), the chain stops and `finish()` returns what no card showed, for a normal reply.
     """
 
     def __init__(
@@ -36,6 +38,8 @@ class CardChain:
         """The answer text the closed cards show, in order."""
         self._noticed: list[str] = []
         """The notices the closed cards show."""
+        self._reopen = ""
+        """The fence line (and newline) the open card starts with: the previous card closed inside a block."""
         self.failed = False
 
     async def open(self) -> None:
@@ -78,23 +82,26 @@ class CardChain:
 
     def _shown(self, text: str, notices: list[str]) -> str:
         """The open card's text: notices not shown yet above the answer text not shown yet."""
-        return with_notices(self._rest(text), self._pending(notices))
+        return with_notices(self._reopen + self._rest(text), self._pending(notices))
 
     async def _roll(self, text: str, notices: list[str], cut: int) -> None:
         """Close the open card with its text up to `cut` and open the next one (or give cards up)."""
         assert self._card is not None
         rest, pending = self._rest(text), self._pending(notices)
-        head = len(self._shown(text, notices)) - len(rest)  # the notice lines above the text
-        take = max(1, cut - head)
+        head = len(self._shown(text, notices)) - len(rest)  # the notice and fence lines above the text
+        piece = rest[: max(1, cut - head)]
+        fence = open_fence(self._committed + piece)
+        close = "" if fence is None else ("" if piece.endswith("\n") else "\n") + "```"
         card = self._card
-        await card.finish(with_notices(rest[:take], pending))
+        await card.finish(with_notices(self._reopen + piece + close, pending))
         self._card = None
         if card.broken:
             self.failed = True
             log.warning("feishu_card_chain_stopped", cards=len(self.cards), reason="card could not show its text")
             return
-        self._committed += rest[:take]
+        self._committed += piece
         self._noticed += pending
+        self._reopen = "" if fence is None else fence + "\n"
         log.info("feishu_card_continued", cards=len(self.cards) + 1, shown_chars=len(self._committed))
         try:
             self._card = await self._new_card()

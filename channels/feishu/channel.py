@@ -28,6 +28,7 @@ from channels.feishu.inbound import (
     render_text,
     session_chat_id,
 )
+from channels.feishu.quote import with_quote
 from channels.feishu.turn import FeishuApp, run_turn, send_reply, send_safely
 from channels.replay import stale_reason
 
@@ -276,6 +277,8 @@ class FeishuChannel:
             return
         if app.config.ack_reaction:
             self._spawn(self._react(app, msg.message_id, app.config.ack_reaction))
+        timeout_s = app.config.quote_timeout_s
+        content = await with_quote(app.api, msg, content, bot_open_id=app.bot_open_id, timeout_s=timeout_s)
         handle = await self._ctx.gateway.submit(self._inbound(app, msg, content))
         waited_s = round(time.monotonic() - received_at, 4)
         log.info("feishu_submitted", cred_id=app.cred_id, message_id=msg.message_id, waited_s=waited_s)
@@ -303,6 +306,7 @@ class FeishuChannel:
             "feishu_chat_id": msg.chat_id,
             "message_type": msg.message_type,
             "root_id": msg.root_id,
+            "parent_id": msg.parent_id,
             "thread_id": msg.thread_id,
         }
         return InboundMessage(

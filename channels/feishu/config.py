@@ -48,6 +48,8 @@ class FeishuAppConfig(BaseModel):
     request_timeout_s: float = Field(10.0, gt=0, le=120)
     """Bounds every open-apis call, and the long connection's endpoint request (connect and reconnect)."""
     max_retries: int = Field(3, ge=0, le=10)
+    quote_timeout_s: float = Field(3.0, gt=0, le=30)
+    """Bounds fetching the message a reply quotes (`parent_id`); past it the message goes on without the quote."""
     ws_dead_after_s: float = Field(600.0, gt=0, le=86400)
     """A long connection down this long (lark-oapi still reconnecting) counts as lost: the app is restarted
     with a new client. Lost at once when the SDK's reconnecting gives up (a refused secret, "exceed conn limit")."""

@@ -46,9 +46,23 @@ def markdown_card(text: str) -> dict[str, Any]:
     return {"schema": "2.0", "body": {"elements": [{"tag": "markdown", "content": text}]}}
 
 
+def is_fence(line: str) -> bool:
+    return line.lstrip().startswith("```")
+
+
+def open_fence(text: str) -> str | None:
+    """The opening line (stripped, info string kept) of the ``` block `text` ends inside, or None."""
+    fence: str | None = None
+    for line in text.split("\n"):
+        if is_fence(line):
+            fence = None if fence is not None else line.strip()
+    return fence
+
+
 def split_text(text: str, limit: int) -> list[str]:
     """Split at line boundaries into chunks of at most `limit` characters; a cut inside a ``` block closes
-    the fence in one chunk and reopens it in the next, so every chunk renders on its own."""
+    the fence in one chunk and reopens it (same info string) in the next, so every chunk renders on its own.
+    A chunk never ends with a block's opening line: that line moves to the next chunk."""
     if len(text) <= limit:
         return [text]
     chunks: list[str] = []
@@ -57,12 +71,14 @@ def split_text(text: str, limit: int) -> list[str]:
     fence: str | None = None
     for line in _hard_wrap(text.split("\n"), limit - 8):
         if size + len(line) + 1 > limit - 8 and current:
-            chunks.append("\n".join([*current, "```"] if fence is not None else current))
-            current = [fence] if fence is not None else []
+            carry = [current.pop()] if fence is not None and is_fence(current[-1]) else []
+            if current:  # `carry` is the block's opening line: the block starts in the next chunk
+                chunks.append("\n".join([*current, "```"] if fence is not None and not carry else current))
+            current = carry or ([fence] if fence is not None else [])
             size = sum(len(x) + 1 for x in current)
         current.append(line)
         size += len(line) + 1
-        if line.lstrip().startswith("```"):
+        if is_fence(line):
             fence = None if fence is not None else line.strip()
     if current:
         chunks.append("\n".join(current))

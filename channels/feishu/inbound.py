@@ -37,6 +37,8 @@ class FeishuMessage:
     sender_type: str
     create_time_ms: int
     root_id: str = ""
+    parent_id: str = ""
+    """The message this one replies to (quotes), if any."""
     thread_id: str = ""
     mentions: tuple[Mention, ...] = field(default_factory=tuple)
 
@@ -92,6 +94,7 @@ def parse_message_event(envelope: dict[str, Any]) -> FeishuMessage:
         sender_type=_str(sender, "sender_type"),
         create_time_ms=created,
         root_id=_str(msg, "root_id"),
+        parent_id=_str(msg, "parent_id"),
         thread_id=_str(msg, "thread_id"),
         mentions=mentions,
     )

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestServer
 
 from tests.fakes.feishu_cards import FakeCard, card_refusal, message_limit_error, parse_full_update, with_content
 from tests.fakes.feishu_harness import Harness, StoppableSubmitter, running_channel
+from tests.fakes.feishu_history import MessageHistory
 from tests.fakes.feishu_payloads import (
     feishu_encrypt,
     feishu_headers,
@@ -68,6 +69,7 @@ class FakeFeishu:
         self.messages: list[SentMessage] = []
         self.reactions: list[tuple[str, str]] = []
         self.cards: dict[str, FakeCard] = {}
+        self.history = MessageHistory()  # GET /open-apis/im/v1/messages/{message_id}
         self.sequence_errors: list[str] = []
         self.ws: dict[str, web.WebSocketResponse] = {}
         self.ws_connected = asyncio.Event()
@@ -101,6 +103,7 @@ class FakeFeishu:
         r.add_get("/open-apis/bot/v3/info", self._bot_info)
         r.add_post("/open-apis/im/v1/messages", self._create)
         r.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
+        self.history.mount(r, self)
         r.add_post("/open-apis/im/v1/messages/{message_id}/reactions", self._reaction)
         r.add_post("/open-apis/cardkit/v1/cards", self._card_create)
         r.add_put("/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content", self._card_content)

@@ -54,9 +54,10 @@ def message_event(
     content: dict[str, Any] | None = None,
     create_time_ms: int | None = None,
     root_id: str = "",
+    parent_id: str | None = None,
     sender_type: str = "user",
 ) -> dict[str, Any]:
-    """A v2 `im.message.receive_v1` envelope."""
+    """A v2 `im.message.receive_v1` envelope; a reply carries `parent_id` (by default the topic's `root_id`)."""
     n = next(_ids)
     created = str(create_time_ms if create_time_ms is not None else int(time.time() * 1000))
     return {
@@ -78,7 +79,7 @@ def message_event(
             "message": {
                 "message_id": message_id or f"om_{n}_{os.urandom(4).hex()}",
                 "root_id": root_id,
-                "parent_id": root_id,
+                "parent_id": root_id if parent_id is None else parent_id,
                 "create_time": created,
                 "chat_id": chat_id,
                 "chat_type": chat_type,
