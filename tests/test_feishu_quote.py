@@ -110,3 +110,17 @@ def test_quotes_are_capped_and_cover_posts_cards_and_other_types() -> None:
     image = render_quote(item("image", '{"image_key":"img_1"}', other_bot), bot_open_id=BOT, app_id=APP_ID)
     assert image == "> 引用 app: [image]"
     assert render_quote(item("text", "not json", USER), bot_open_id=BOT, app_id=APP_ID) == ""
+
+
+async def test_a_reply_to_the_bots_streamed_card_quotes_its_text_without_a_fetch(tmp_path: Path) -> None:
+    """Feishu returns a CardKit card by reference, without the streamed text: the channel remembers its answers."""
+    gateway = ScriptedSubmitter()
+    async with harness(tmp_path, gateway) as h:
+        await post_event(h, message_event("hi", token=TOKEN, app_id=APP_ID))
+        await h.fake.wait_until(lambda: h.fake.closed_cards() == 1)
+        [card_message] = h.fake.replies()
+        assert card_message.msg_type == "interactive"
+        await post_event(h, reply_event("why?", card_message.message_id))
+        await gateway.wait_for(2)
+    assert gateway.received[1].content == "> 引用 bot: echo: hi\n\nwhy?"
+    assert h.fake.history.gets == []

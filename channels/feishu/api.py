@@ -13,6 +13,7 @@ import structlog
 from pydantic import SecretStr
 
 from agenthub.errors import ChannelSendError
+from channels.feishu.answers import RecentAnswers
 from channels.feishu.pace import FIRST, NORMAL, URGENT, RateGate
 
 log = structlog.get_logger(__name__)
@@ -83,6 +84,8 @@ class FeishuApi:
         self._token_until = 0.0
         self._token_lock = asyncio.Lock()
         self.token_fetches = 0
+        self.answers = RecentAnswers()
+        """What this app answered, by the ids of the messages it sent in reply (see `reply()`)."""
         self.card_gate = RateGate(card_updates_per_s, burst=card_update_burst, name=app_id, clock=clock, sleep=sleep)
         """Shared by every CardKit update of this app (each attempt, retries included), whichever card."""
 
@@ -191,7 +194,9 @@ class FeishuApi:
     async def reply(self, message_id: str, msg_type: str, content: dict[str, Any], uuid: str) -> str:
         body = {"msg_type": msg_type, "content": json.dumps(content, ensure_ascii=False), "uuid": uuid}
         data = await self.call("POST", f"/open-apis/im/v1/messages/{message_id}/reply", "reply", body)
-        return str(data.get("message_id", ""))
+        sent = str(data.get("message_id", ""))
+        self.answers.sent(sent, message_id)
+        return sent
 
     async def create(
         self, receive_id_type: str, receive_id: str, msg_type: str, content: dict[str, Any], uuid: str

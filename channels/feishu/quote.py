@@ -23,6 +23,10 @@ async def with_quote(api: FeishuApi, msg: FeishuMessage, content: str, *, bot_op
     slash command, or the parent cannot be fetched within `timeout_s` (logged as `feishu_quote_unavailable`)."""
     if not msg.parent_id or content.startswith("/"):
         return content
+    own_answer = api.answers.text_of(msg.parent_id)
+    if own_answer is not None:  # the bot's own card: Feishu would return it without its streamed text
+        quote = render_quote_text(own_answer, "bot")
+        return f"{quote}\n\n{content}" if quote else content
     try:
         async with asyncio.timeout(timeout_s):
             item = await api.get_message(msg.parent_id)
@@ -37,13 +41,18 @@ async def with_quote(api: FeishuApi, msg: FeishuMessage, content: str, *, bot_op
 def render_quote(item: dict[str, Any], *, bot_open_id: str, app_id: str) -> str:
     """`> 引用 <sender>: <text>` (every line quoted, at most `QUOTE_MAX_CHARS` of text) for one message item
     of `GET /open-apis/im/v1/messages/:message_id`; "" when it holds no text."""
-    text = quoted_text(item, bot_open_id)
+    return render_quote_text(quoted_text(item, bot_open_id), _sender(item, app_id))
+
+
+def render_quote_text(text: str, sender: str) -> str:
+    """`text` as a quote from `sender`, every line quoted, cut to `QUOTE_MAX_CHARS`; "" for no text."""
+    text = text.strip()
     if not text:
         return ""
     if len(text) > QUOTE_MAX_CHARS:
         text = text[:QUOTE_MAX_CHARS].rstrip() + "…"
     lines = text.split("\n")
-    first = f"> 引用 {_sender(item, app_id)}: {lines[0]}"
+    first = f"> 引用 {sender}: {lines[0]}"
     return "\n".join([first, *(f"> {line}" if line else ">" for line in lines[1:])])
 
 

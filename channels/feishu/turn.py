@@ -58,6 +58,7 @@ async def run_turn(app: FeishuApp, reply_to: str, handle: ReplyHandle, key: str)
         if answer is None:
             answer = with_error(text, "回复已中断 (interrupted)")
         unshown = with_notices(answer, notices) if chain is None else await chain.finish(answer, notices)
+        app.api.answers.answered(reply_to, answer)
     if unshown is not None:
         await send_reply(app.api, reply_to, unshown, key)
 
