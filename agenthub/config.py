@@ -31,6 +31,7 @@ class SessionSettings(_Section):
     lock_timeout_s: float = Field(120.0, gt=0, description="a turn holding the lock longer is cancelled")
     restart_confirm_s: float = Field(30.0, gt=0, description="window for the second /restart")
     max_concurrent_llm: int = Field(64, ge=1, description="global cap on concurrent LLM calls")
+    max_queued: int = Field(20, ge=1, description="messages a chat may have waiting; more are refused at once")
     fsync: bool = Field(True, description="fsync every history append")
 
 
@@ -83,6 +84,12 @@ class MemorySettings(_Section):
     autocompact_summary: bool = False
     flush_before_compaction: bool = Field(
         True, description="before a summary replaces old messages, merge their durable facts into MEMORY.md"
+    )
+    consolidate_retry_after_s: float = Field(
+        600.0, ge=0, description="after a failed summary, wait this long (or 10 more messages); 0: no wait"
+    )
+    old_tool_result_chars: int = Field(
+        4000, ge=0, description="send tool results older than the last 2 user turns cut to this; 0: never"
     )
 
 

@@ -206,7 +206,7 @@ async def test_overflow_compacts_once_and_retries(gateway: GatewayCore, fake_llm
     calls: list[str] = []
 
     class Compactor:
-        async def compact(self, key: SessionKey, agent: Any, *, reason: str, actor: str) -> str:
+        async def compact(self, key: SessionKey, agent: Any, *, reason: str, actor: str, focus: str = "") -> str:
             calls.append(reason)
             return "compacted"
 

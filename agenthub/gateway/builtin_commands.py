@@ -80,7 +80,9 @@ async def _compact(ctx: CommandContext) -> str:
     if compactor is None:
         return "Compaction is not available."
     try:
-        return await compactor.compact(ctx.key, ctx.agent, reason="manual", actor=ctx.message.sender_id or "user")
+        return await compactor.compact(
+            ctx.key, ctx.agent, reason="manual", actor=ctx.message.sender_id or "user", focus=ctx.args
+        )
     except SessionBusyError:
         return "This chat is busy answering; try /compact again when the reply is done."
 
@@ -93,5 +95,9 @@ def register_builtin_commands(gateway: GatewayCore) -> None:
     gateway.commands.register("restart", "clear this chat's history (send twice to confirm)", _restart)
     gateway.commands.register("stop", "stop the reply that is running", _stop)
     gateway.commands.register("status", "show this chat's state and context size", _status)
-    gateway.commands.register("compact", "summarise older messages to free context", _compact)
+    gateway.commands.register(
+        "compact",
+        "summarise older messages to free context; /compact <focus> says what the summary should keep",
+        _compact,
+    )
     gateway.commands.register("help", "list the commands", _help)

@@ -34,13 +34,17 @@ from agenthub.session.manager import LockHolder, Session, SessionManager
 
 log = structlog.get_logger(__name__)
 
+QUEUE_FULL = "This chat already has {limit} messages waiting; please wait for the replies or send /stop."
+
 AfterTurnHook = Callable[[PendingTurn, TurnOutcome], Awaitable[None]]
 
 
 class Compactor(Protocol):
     """The memory layer's manual compaction, plugged in by the composition root."""
 
-    async def compact(self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str) -> str: ...
+    async def compact(
+        self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
+    ) -> str: ...
 
 
 class GatewayCore:
@@ -74,7 +78,8 @@ class GatewayCore:
             on_expire=lambda s: self.history.evict(s.key),
         )
         self.memory_files = MemoryFiles(settings.data_dir, settings.auth_dir)
-        budget = ContextBudget(settings.memory.memory_budget_tokens, settings.memory.user_budget_tokens)
+        memory = settings.memory
+        budget = ContextBudget(memory.memory_budget_tokens, memory.user_budget_tokens, memory.old_tool_result_chars)
         self.context = ContextBuilder(self.memory_files, budget)
         self.stats = GatewayStats()
         # every model call (turns and background work alike) reaches the stats through the providers' call log
@@ -182,6 +187,11 @@ class GatewayCore:
         runner = self._runners.get(pending.key)
         if runner is None:
             runner = self._runners[pending.key] = SessionRunner(pending.key)
+        limit = self.settings.session.max_queued
+        if len(runner.queue) >= limit:  # refused before anything is stored; the sender can send it again later
+            log.warning("queue_full", session_key=str(pending.key), waiting=len(runner.queue))
+            pending.handle.emit(ErrorEvent(QUEUE_FULL.format(limit=limit), code="queue_full"))
+            return
         runner.queue.append(pending)
         if runner.depth > 1:
             pending.handle.emit(NoticeEvent(f"Queued behind {runner.depth - 1} earlier message(s) in this chat."))

@@ -67,9 +67,10 @@ class AutoCompact:
         gw = self.gateway
         try:
             async with gw.exclusive(key):
-                if not self._too_big(agent, await gw.history.load(key)):
+                history = await gw.history.load(key)
+                if not self._too_big(agent, history):
                     return
-                await self._compact(key, agent)
+                await self._compact(key, agent, len(history))
         except SessionBusyError:
             log.info("autocompact_skipped_busy", session_key=str(key))
         finally:
@@ -90,12 +91,14 @@ class AutoCompact:
         threshold = policy.consolidate_at(settings, agent, thresholds.agent_model(settings, agent))
         return int(threshold * policy.TAIL_SHARE)
 
-    async def _compact(self, key: SessionKey, agent: AgentDefinition) -> None:
+    async def _compact(self, key: SessionKey, agent: AgentDefinition, length: int) -> None:
         gw, memory = self.gateway, self.gateway.settings.memory
         keep = memory.autocompact_keep
         if policy.autocompact_summary(gw.settings, agent):
             provider, model = self.consolidator.provider_for(agent)
             if not provider.offline:
+                if self.consolidator.deferred(key, length):  # a summary failed lately: leave it as it is
+                    return
                 result = await self.consolidator.run(
                     key,
                     agent,

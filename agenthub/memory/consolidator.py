@@ -23,7 +23,8 @@ from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY, TurnOutcome
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.llm.types import LLMProvider
 from agenthub.memory import policy
-from agenthub.memory.context import to_api_messages
+from agenthub.memory.backoff import SummaryBackoff
+from agenthub.memory.context import cut_old_tool_results, to_api_messages
 from agenthub.memory.cut import Cut, plan_cut
 from agenthub.memory.summary import SummaryError, summarise, summary_request
 from agenthub.session.keys import SessionKey
@@ -95,6 +96,7 @@ class Consolidator:
         """Memory flush run before a compaction takes messages out of the working history (not on overflow,
         which happens inside a turn the user is waiting for)."""
         self._factors: dict[SessionKey, float] = {}  # real tokens per estimated token, per session
+        self.backoff = SummaryBackoff()
 
     def provider_for(self, agent: AgentDefinition) -> tuple[LLMProvider, str]:
         provider, model, _ = self.gateway.providers.resolve(None, None, agent.config.provider, agent.config.model)
@@ -112,6 +114,8 @@ class Consolidator:
         if prompt < threshold:
             return
         history = await self.gateway.history.load(pending.key)
+        if self.deferred(pending.key, len(history)):
+            return
         factor = await self._calibrate(pending, history, prompt)
         log.info("consolidation_triggered", session_key=str(pending.key), prompt_tokens=prompt, threshold=threshold)
         result = await self.run(
@@ -126,21 +130,30 @@ class Consolidator:
         if result.status == "done":
             self.gateway.notify_next_turn(pending.key, compaction_notice(result))
 
+    def deferred(self, key: SessionKey, length: int) -> bool:
+        """Automatic consolidation of `key` waits after a failed summary (`memory.consolidate_retry_after_s`)."""
+        retry_after_s = self.gateway.settings.memory.consolidate_retry_after_s
+        return self.backoff.deferred(key, length, now=self.gateway.clock(), retry_after_s=retry_after_s)
+
     async def _calibrate(self, pending: PendingTurn, history: list[Message], real: int) -> float:
         """Compare the real prompt size with our estimate of the same request (history minus the reply)."""
         gw, agent = self.gateway, pending.agent
         system = await gw.context.system_blocks(agent, pending.key, pending.message.sender_id, history)
         tools = [t.definition() for t in tools_for(agent)]
-        estimated = estimate_tokens(system) + estimate_tokens(to_api_messages(history[:-1])) + estimate_tokens(tools)
+        sent = cut_old_tool_results(to_api_messages(history[:-1]), gw.settings.memory.old_tool_result_chars)
+        estimated = estimate_tokens(system) + estimate_tokens(sent) + estimate_tokens(tools)
         factor = policy.calibration(real, estimated)
         self._factors[pending.key] = factor
         return factor
 
     # ---- the gateway's compactor -----------------------------------------------------------------
 
-    async def compact(self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str) -> str:
-        """Manual compaction (only when idle: `SessionBusyError` otherwise) or, with reason "overflow", the
-        compaction the running turn asks for before its one retry (raises `LLMError` if nothing changed)."""
+    async def compact(
+        self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
+    ) -> str:
+        """Manual compaction (only when idle: `SessionBusyError` otherwise; `focus` steers the summary) or, with
+        reason "overflow", the compaction the running turn asks for before its one retry (raises `LLMError` if
+        nothing changed)."""
         provider, model = self.provider_for(agent)
         settings = self.gateway.settings
         factor = self._factors.get(key, 1.0)
@@ -163,6 +176,7 @@ class Consolidator:
                 provider=provider,
                 model=model,
                 tail_budget=int(threshold * policy.TAIL_SHARE / factor),
+                focus=focus,
             )
         return result.message
 
@@ -179,6 +193,7 @@ class Consolidator:
         model: str,
         tail_budget: int | None,
         keep: int | None = None,
+        focus: str = "",
     ) -> CompactionResult:
         """Summarise all but the last `keep` messages (the caller holds the session). Archive, then replace."""
         gw, settings = self.gateway, self.gateway.settings
@@ -200,6 +215,7 @@ class Consolidator:
             cut.head,
             input_budget=int(window * 0.5),
             max_tokens=policy.summary_max_tokens(threshold),
+            focus=focus,
         )
         original = estimate_tokens(cut.previous_summaries) + estimate_tokens([m.get("content") for m in cut.head])
         try:
@@ -207,27 +223,37 @@ class Consolidator:
                 summary = await summarise(provider, request, original)
         except SummaryError as e:
             log.warning("consolidation_failed", error=str(e), **fields)
+            self.backoff.failed(key, len(history), now=gw.clock())
             return CompactionResult(
                 "failed", "Could not compact: the summary failed, so the conversation was left unchanged."
             )
         if await gw.history.load(key) != history:  # e.g. /restart cleared it while the summary was written
             log.warning("consolidation_abandoned_history_changed", **fields)
+            self.backoff.settled(key)
             return CompactionResult("changed", "The conversation changed meanwhile; nothing was compacted.")
         removed = await gw.history.replace(key, [summary_record(gw, summary), *cut.tail])
+        self.backoff.settled(key)
         audit(gw, key, reason=reason, actor=actor, cut=cut, summary=summary, archived=len(removed))
         return _done(cut, summary)
 
     async def _flush_memory(
         self, key: SessionKey, agent: AgentDefinition, head: list[Message], fields: dict[str, str]
     ) -> None:
+        """Flush what an earlier failed attempt has not flushed yet (a retry of the same head flushes nothing)."""
         if self.flush is None or not self.gateway.settings.memory.flush_before_compaction:
             return
+        fresh = self.backoff.unflushed(key, head)
+        if not fresh:
+            log.info("memory_flush_skipped_already_flushed", messages=len(head), **fields)
+            return
         try:
-            await self.flush(key, agent, head)
+            await self.flush(key, agent, fresh)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the summary still keeps the facts in the session; compaction goes on
             log.warning("memory_flush_failed", error=str(e), error_type=type(e).__name__, **fields)
+            return
+        self.backoff.flushed(key, head)
 
     async def truncate(
         self, key: SessionKey, *, keep: int, reason: str, actor: str, tail_budget: int | None = None

@@ -165,6 +165,55 @@ def to_api_messages(history: list[Message]) -> list[Message]:
     return merged
 
 
+RECENT_TURNS = 2
+"""Tool results of the newest this many user turns are always sent whole."""
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """`text` within `limit` characters: its first three quarters and last quarter of the limit around a marker
+    that says how much was cut; deterministic, so an old block renders identically every turn."""
+    if limit <= 0 or len(text) <= limit:
+        return text
+    head = limit * 3 // 4
+    tail = limit - head
+    return f"{text[:head]}\n[… {len(text) - limit} characters cut …]\n{text[len(text) - tail :]}"
+
+
+def _cut_result(block: dict[str, Any], limit: int) -> dict[str, Any]:
+    """A copy of a `tool_result` block with its text cut (the stored block is never changed)."""
+    inner = block.get("content")
+    if isinstance(inner, str):
+        return {**block, "content": cut_middle(inner, limit)} if len(inner) > limit else block
+    if not isinstance(inner, list):
+        return block
+    parts = [
+        {**b, "text": cut_middle(b["text"], limit)}
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        else b
+        for b in inner
+    ]
+    return {**block, "content": parts}
+
+
+def cut_old_tool_results(messages: list[Message], limit: int) -> list[Message]:
+    """API messages whose `tool_result` texts older than the newest `RECENT_TURNS` user turns are cut to about
+    `limit` characters (0: none are). Blocks are never removed, so every `tool_use` keeps its result."""
+    if limit <= 0:
+        return messages
+    openers = [i for i, m in enumerate(messages) if _opens_turn(m)]
+    boundary = openers[-RECENT_TURNS] if len(openers) >= RECENT_TURNS else 0
+    cut = list(messages)
+    for i in range(boundary):
+        content = messages[i].get("content")
+        if messages[i].get("role") != "user" or not isinstance(content, list):
+            continue
+        blocks = [
+            _cut_result(b, limit) if isinstance(b, dict) and b.get("type") == "tool_result" else b for b in content
+        ]
+        cut[i] = {**messages[i], "content": blocks}
+    return cut
+
+
 def mark_newest_message(messages: list[Message]) -> list[Message]:
     """A copy whose newest message's last content block carries `cache_control` (the third breakpoint, after
     the system prompt and the tools; the API allows four), so the conversation so far is cached too."""
@@ -182,6 +231,8 @@ def mark_newest_message(messages: list[Message]) -> list[Message]:
 class ContextBudget:
     memory_tokens: int = 2000
     user_tokens: int = 1000
+    old_tool_result_chars: int = 4000
+    """`memory.old_tool_result_chars`: see `cut_old_tool_results`."""
 
 
 class ContextBuilder:
@@ -231,7 +282,9 @@ class ContextBuilder:
         return LLMRequest(
             model=model,
             system=await self.system_blocks(agent, key, sender_id, history),
-            messages=mark_newest_message(to_api_messages(history)),
+            messages=mark_newest_message(
+                cut_old_tool_results(to_api_messages(history), self.budget.old_tool_result_chars)
+            ),
             tools=definitions,
             max_tokens=max_tokens,
         )

@@ -26,6 +26,8 @@ SUMMARISER_SYSTEM = (
 )
 MESSAGE_CHARS = 1500
 TOOL_CHARS = 500
+FOCUS_CHARS = 500
+"""A `/compact <focus>` text is cut to this many characters before it joins the summary request."""
 
 
 class SummaryError(AgentHubError):
@@ -81,13 +83,23 @@ def strip_prefix(summary: str) -> str:
 
 
 def summary_request(
-    model: str, previous: list[str], head: list[Message], *, input_budget: int, max_tokens: int
+    model: str,
+    previous: list[str],
+    head: list[Message],
+    *,
+    input_budget: int,
+    max_tokens: int,
+    focus: str = "",
 ) -> LLMRequest:
+    """The summary call; `focus` (from `/compact <focus>`) becomes one extra instruction, length-capped."""
     parts = []
     if previous:
         merged = "\n\n".join(strip_prefix(p) for p in previous)
         parts.append(f"<previous-summary>\n{_clip(merged, input_budget)}\n</previous-summary>")
     parts.append(f"<conversation>\n{render_messages(head, input_budget)}\n</conversation>")
+    focus = _clip(focus.strip(), FOCUS_CHARS)
+    if focus:
+        parts.append(f"Focus the summary on: {focus}")
     parts.append("Write the merged summary now.")
     return LLMRequest(
         model=model,

@@ -32,6 +32,7 @@ ERROR_STATUS = {
     "timeout": 504,
     "llm_error": 502,
     "shutdown": 503,
+    "queue_full": 429,
 }
 
 
