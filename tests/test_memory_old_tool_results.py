@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.memory.context import cut_middle
+from agenthub.memory.context import CUT_STEP_TURNS, RECENT_TURNS, cut_middle
 from agenthub.messages import DoneEvent
 from agenthub.session.keys import SessionKey
 from tests.conftest import write_agent
@@ -42,31 +43,48 @@ async def _say(gw: GatewayCore, text: str) -> None:
     assert isinstance(await (await gw.submit(msg(text))).result(), DoneEvent)
 
 
+TURNS = 2 + CUT_STEP_TURNS + 1  # the read, then enough turns for the cut-off to move once and one more
+
+
 async def _read_then_chat(gw: GatewayCore, fake: FakeAnthropic) -> list[dict[str, Any]]:
+    """The first request of every turn (the read's follow-up stands for turn 1)."""
     fake.script(reply_tool("read_file", {"path": "big.txt"}, tool_id="toolu_1"), reply_text("read it"))
     await _say(gw, "read big.txt")
-    for text in ("second", "third", "fourth"):
-        await _say(gw, text)
-    return [r.body or {} for r in fake.message_requests()]
+    for turn in range(2, TURNS + 1):
+        await _say(gw, f"turn {turn}")
+    bodies = [r.body or {} for r in fake.message_requests()]
+    assert len(bodies) == TURNS + 1  # the tool call, its follow-up, then one request per later turn
+    return bodies[1:]
+
+
+def _unmarked(body: dict[str, Any]) -> list[Any]:
+    """The request's messages without `cache_control` markers: the breakpoint moves to the newest message each
+    turn, and the cache matches on the content before it, not on where the marker sat."""
+    text = json.dumps(body["messages"], ensure_ascii=False).replace(CACHE, "")
+    messages: list[Any] = json.loads(text)
+    return messages
 
 
 async def test_old_tool_results_are_cut_identically_every_turn(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
     async with build_gateway(_settings(settings_factory)) as gw:
-        bodies = await _read_then_chat(gw, fake_llm)
-        assert len(bodies) == 5  # tool call, its follow-up, then one request per later turn
+        turns = await _read_then_chat(gw, fake_llm)  # turns[k] is the request of turn k + 1
         expected = BIG[:3000] + f"\n[… {len(BIG) - 4000} characters cut …]\n" + BIG[-1000:]
         assert cut_middle(BIG, 4000) == expected
-        assert _results(bodies[1]) == [BIG] and _results(bodies[2]) == [BIG]  # within the newest two user turns
-        assert _results(bodies[3]) == [expected] and _results(bodies[4]) == [expected]
-        for body in bodies[3:]:  # the pair stays intact
+        first_cut = RECENT_TURNS + CUT_STEP_TURNS  # turn number whose request first cuts turn 1's result
+        for number, body in enumerate(turns, start=1):
+            assert _results(body) == ([expected] if number >= first_cut else [BIG]), number
             uses = [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
             assert [b.get("id") for b in uses if b.get("type") == "tool_use"] == ["toolu_1"]
             assert [b.get("tool_use_id") for b in uses if b.get("type") == "tool_result"] == ["toolu_1"]
-        # the third request's conversation, up to its cache breakpoint, is a byte-identical prefix of the fourth's
-        third, fourth = (json.dumps(b["messages"], ensure_ascii=False) for b in bodies[3:])
-        assert fourth.startswith(third[: third.rindex(CACHE)])
+        # every request's conversation is an identical prefix of the next one's, except once: where the cut-off moves
+        breaks = [
+            number
+            for number, (before, after) in enumerate(itertools.pairwise(turns), start=2)
+            if _unmarked(after)[: len(before["messages"])] != _unmarked(before)
+        ]
+        assert breaks == [first_cut]
         history = await gw.history.load(SessionKey("default", "cli", "c1"))
         stored = [b.get("content") for m in history if isinstance(m["content"], list) for b in m["content"]]
         assert BIG in stored  # only the request is cut, never the history
@@ -76,5 +94,5 @@ async def test_zero_keeps_old_tool_results_whole(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
     async with build_gateway(_settings(settings_factory, old_tool_result_chars=0)) as gw:
-        bodies = await _read_then_chat(gw, fake_llm)
-        assert _results(bodies[4]) == [BIG]
+        turns = await _read_then_chat(gw, fake_llm)
+        assert _results(turns[-1]) == [BIG]

@@ -166,6 +166,9 @@ def to_api_messages(history: list[Message]) -> list[Message]:
 
 
 RECENT_TURNS = 2
+CUT_STEP_TURNS = 8
+"""The cut-off moves in steps of this many turns, not every turn: each move changes the request from the first
+newly cut result on, so the prompt cache misses once per step instead of on every tool-using turn."""
 """Tool results of the newest this many user turns are always sent whole."""
 
 
@@ -196,12 +199,15 @@ def _cut_result(block: dict[str, Any], limit: int) -> dict[str, Any]:
 
 
 def cut_old_tool_results(messages: list[Message], limit: int) -> list[Message]:
-    """API messages whose `tool_result` texts older than the newest `RECENT_TURNS` user turns are cut to about
-    `limit` characters (0: none are). Blocks are never removed, so every `tool_use` keeps its result."""
+    """API messages whose `tool_result` texts are cut to about `limit` characters (0: none are) in the turns
+    before the cut-off. The cut-off keeps at least the newest `RECENT_TURNS` user turns whole and advances
+    `CUT_STEP_TURNS` turns at a time, so requests stay byte-identical prefixes of each other in between.
+    Blocks are never removed, so every `tool_use` keeps its result."""
     if limit <= 0:
         return messages
     openers = [i for i, m in enumerate(messages) if _opens_turn(m)]
-    boundary = openers[-RECENT_TURNS] if len(openers) >= RECENT_TURNS else 0
+    steps = max(0, len(openers) - RECENT_TURNS) // CUT_STEP_TURNS
+    boundary = openers[steps * CUT_STEP_TURNS] if steps else 0
     cut = list(messages)
     for i in range(boundary):
         content = messages[i].get("content")
