@@ -166,3 +166,24 @@ async def test_restart_forgets_the_wait(settings_factory: Callable[..., Settings
         await seed(gw, key, 19, start=200)  # a new conversation, shorter than the one that failed
         await _turn(gw, key, "turn 2")
         assert len(_summaries(fake_llm)) == 2
+
+
+async def test_a_flush_whose_rewrite_was_refused_is_tried_again_on_the_retry(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.responder = _failing_summaries  # the flush answers one short line: the shrink guard refuses it
+    async with build_gateway(_settings(settings_factory), clock=ManualClock()) as gw:
+        key = gw.resolve_key(msg("x"))[1]
+        memory = gw.memory_files.memory_path(gw.agents.get("default"), key)
+        memory.parent.mkdir(parents=True, exist_ok=True)
+        memory.write_text("- a long-standing fact\n" * 100, encoding="utf-8")
+        await seed(gw, key, 20)
+        with capture_logs() as logs:
+            await _turn(gw, key, "turn 1")
+        assert any(e["event"] == "memory_rewrite_refused" for e in logs)
+        fake_llm.responder = lambda body: reply_text("summary: project X") if is_summary_request(body) else None
+        with capture_logs() as logs:
+            final = await (await gw.submit(msg("/compact"))).result()
+        assert isinstance(final, DoneEvent)
+        assert len(_flushes(fake_llm)) == 2  # nothing reached MEMORY.md the first time: the same head is flushed again
+        assert not any(e["event"] == "memory_flush_skipped_already_flushed" for e in logs)

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 Status = Literal["done", "nothing", "failed", "unavailable", "changed"]
-Flush = Callable[[SessionKey, AgentDefinition, list[dict[str, Any]]], Awaitable[None]]
+Flush = Callable[[SessionKey, AgentDefinition, list[dict[str, Any]]], Awaitable[bool]]
+"""Merges messages' durable facts into MEMORY.md; True when the file holds them, False when the rewrite was refused."""
 Message = dict[str, Any]
 
 
@@ -247,13 +248,14 @@ class Consolidator:
             log.info("memory_flush_skipped_already_flushed", messages=len(head), **fields)
             return
         try:
-            await self.flush(key, agent, fresh)
+            settled = await self.flush(key, agent, fresh)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the summary still keeps the facts in the session; compaction goes on
             log.warning("memory_flush_failed", error=str(e), error_type=type(e).__name__, **fields)
             return
-        self.backoff.flushed(key, head)
+        if settled:  # a refused rewrite is not a flush: a retry must try these messages again
+            self.backoff.flushed(key, head)
 
     async def truncate(
         self, key: SessionKey, *, keep: int, reason: str, actor: str, tail_budget: int | None = None

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+WriteOutcome = Literal["written", "unchanged", "refused"]
+
 MAX_PARALLEL_CALLS = 4
 MIN_MATERIAL_TOKENS = 200
 SHRINK_GUARD_CHARS = 1000
@@ -199,14 +201,15 @@ class MemoryProcessor:
             raise L3Error(f"answer for {target.path.name} is incomplete (stop_reason={response.stop_reason})")
         target.new = text
 
-    async def flush(self, key: SessionKey, agent: AgentDefinition, messages: list[dict[str, Any]]) -> None:
+    async def flush(self, key: SessionKey, agent: AgentDefinition, messages: list[dict[str, Any]]) -> bool:
         """Memory flush before compaction: merge the durable facts of `messages` (about to leave the working
         history) into the MEMORY.md this session reads, so they reach long-term memory before only a summary is
-        left. One call under the run lock; raises on failure (the caller logs and compacts anyway)."""
+        left. One call under the run lock; raises on failure (the caller logs and compacts anyway). True when
+        the file now holds them (written, or nothing to change); False when the rewrite was refused."""
         gw, memory = self.gateway, self.gateway.settings.memory
         provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
         if provider.offline or not messages:
-            return
+            return True
         session = material.SessionMaterial(key, messages, changed=True)
         target = Target(
             "memory",
@@ -222,27 +225,28 @@ class MemoryProcessor:
         async with self._lock:
             target.old = await read_text(target.path)
             await self._call(target)
-            written = await self._write(target)
-        log.info("memory_flushed", session_key=str(key), messages=len(messages), file=target.path.name, written=written)
+            outcome = await self._write(target)
+        log.info("memory_flushed", session_key=str(key), messages=len(messages), file=target.path.name, outcome=outcome)
+        return outcome != "refused"
 
-    async def _write(self, target: Target) -> bool:
+    async def _write(self, target: Target) -> WriteOutcome:
         """Atomic write within the cap; text another writer (the write_memory tool) appended meanwhile is kept.
 
         The replaced version is kept as `<file>.bak`; a rewrite that would shrink a long file to under a
-        quarter is refused (the model most likely lost facts). False when nothing was written.
+        quarter is refused (the model most likely lost facts), as is one whose file another writer replaced.
         """
         text = target.new
         current = await read_text(target.path)
         if current != target.old:
             if not current.startswith(target.old):
                 log.warning("l3_file_changed_meanwhile", file=str(target.path))
-                return False
+                return "refused"
             text = text.rstrip("\n") + "\n" + current[len(target.old) :].lstrip("\n")
         capped = cap_text(text, target.cap)
         if len(capped) < len(text):
             log.info("l3_file_capped", file=target.path.name, dropped_chars=len(text) - len(capped))
         if capped == current:
-            return False
+            return "unchanged"
         if len(current) > SHRINK_GUARD_CHARS and len(capped) < SHRINK_GUARD_RATIO * len(current):
             log.warning(
                 "memory_rewrite_refused",
@@ -251,8 +255,8 @@ class MemoryProcessor:
                 old_chars=len(current),
                 new_chars=len(capped),
             )
-            return False
+            return "refused"
         if current:
             await write_text(backup_path(target.path), current)
         await write_text(target.path, capped)
-        return True
+        return "written"
