@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +17,8 @@ log = structlog.get_logger(__name__)
 Message = dict[str, Any]
 RETRY_GROWTH = 10
 """A deferred session is retried early once its history has grown by this many messages since the failure."""
+REMEMBERED_SESSIONS = 4096
+"""At most this many sessions' failures and flushed heads are remembered (oldest forgotten first)."""
 
 
 @dataclass
@@ -30,8 +35,9 @@ class SummaryBackoff:
     only what is new."""
 
     def __init__(self) -> None:
-        self._failures: dict[SessionKey, _Failure] = {}
-        self._flushed: dict[SessionKey, list[Message]] = {}
+        self._failures: OrderedDict[SessionKey, _Failure] = OrderedDict()
+        self._flushed: OrderedDict[SessionKey, tuple[int, str]] = OrderedDict()
+        """Per session: how many leading messages a failed attempt flushed, and a digest of them."""
 
     def deferred(self, key: SessionKey, length: int, *, now: float, retry_after_s: float) -> bool:
         """True while the session is in its skip window; logs `consolidation_deferred` once per window."""
@@ -55,7 +61,7 @@ class SummaryBackoff:
 
     def failed(self, key: SessionKey, length: int, *, now: float) -> None:
         """A summary of this session (`length` messages then) failed: a new skip window starts."""
-        self._failures[key] = _Failure(now, length)
+        _remember(self._failures, key, _Failure(now, length))
 
     def settled(self, key: SessionKey) -> None:
         """The session was compacted (or its history changed under us): forget its failure and flushed head."""
@@ -66,9 +72,23 @@ class SummaryBackoff:
         """The part of `head` no earlier (failed) attempt has flushed: all of it unless it starts with that
         attempt's head."""
         done = self._flushed.get(key)
-        if done is None or head[: len(done)] != done:
+        if done is None:
             return head
-        return head[len(done) :]
+        count, digest = done
+        if len(head) < count or _digest(head[:count]) != digest:
+            return head
+        return head[count:]
 
     def flushed(self, key: SessionKey, head: list[Message]) -> None:
-        self._flushed[key] = list(head)
+        _remember(self._flushed, key, (len(head), _digest(head)))
+
+
+def _digest(messages: list[Message]) -> str:
+    return hashlib.sha256(json.dumps(messages, ensure_ascii=False, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _remember(store: OrderedDict[SessionKey, Any], key: SessionKey, value: Any) -> None:
+    store[key] = value
+    store.move_to_end(key)
+    while len(store) > REMEMBERED_SESSIONS:
+        store.popitem(last=False)
