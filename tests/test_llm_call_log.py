@@ -59,3 +59,19 @@ async def test_a_provider_alone_logs_and_tells_its_observers() -> None:
     [call] = [e for e in logs if e["event"] == "llm_call"]
     assert call["purpose"] == "title" and call["model"] == "m" and call["output_tokens"] > 0
     assert [usage for _, usage in seen] == [response.usage]
+
+
+async def test_a_failing_observer_neither_fails_nor_repeats_the_call(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    def broken(seconds: float, usage: Usage) -> None:
+        raise RuntimeError("counter broke")
+
+    fake_llm.script(reply_text("answer once"))
+    async with build_gateway(settings_factory()) as gw:
+        gw.providers.call_log.observe(broken)
+        with capture_logs() as logs:
+            final = await (await gw.submit(msg("hi"))).result()
+    assert isinstance(final, DoneEvent) and final.full_text == "answer once"
+    assert len(fake_llm.message_requests()) == 1
+    assert [e["event"] for e in logs].count("llm_call_observer_failed") == 1

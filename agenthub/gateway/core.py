@@ -288,10 +288,10 @@ class GatewayCore:
         return len(dropped)
 
     async def wait_turn_done(self, key: SessionKey) -> None:
+        """Wait until the session's current turn task has ended (its outcome is not raised here)."""
         runner = self._runners.get(key)
         if runner is not None and runner.turn_task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait([runner.turn_task])
+            await asyncio.wait([runner.turn_task])
 
     # ---- commands and housekeeping -------------------------------------------------------------
 

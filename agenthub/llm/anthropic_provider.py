@@ -106,8 +106,6 @@ class AnthropicProvider:
             attempt = _Attempt(on_text)
             try:
                 response = await self._attempt(request, attempt)
-                self.call_log.record(self.name, request, response, time.perf_counter() - began)
-                return response
             except Exception as e:
                 failure = classify(e, model=request.model, secret=self._secret)
                 fields = {"provider": self.name, "model": request.model, "attempt": retry + 1}
@@ -119,6 +117,9 @@ class AnthropicProvider:
                     raise failure.error from e
                 delay = self.retry.delay(retry, failure.retry_after_s)
                 log.info("llm_retry", error=str(failure.error), delay_s=round(delay, 3), **fields)
+            else:  # outside the try: a failing observer is not an API failure to retry (and pay for) again
+                self.call_log.record(self.name, request, response, time.perf_counter() - began)
+                return response
             await self._sleep(delay)
             retry += 1
 

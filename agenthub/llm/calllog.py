@@ -35,4 +35,7 @@ class CallLog:
             **response.usage.as_dict(),
         )
         for observer in self._observers:
-            observer(seconds, response.usage)
+            try:
+                observer(seconds, response.usage)
+            except Exception:  # a broken counter must not turn a good (and paid) answer into a failure
+                log.exception("llm_call_observer_failed", observer=getattr(observer, "__qualname__", repr(observer)))
