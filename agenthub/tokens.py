@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -18,8 +19,11 @@ from agenthub.storage.atomic import atomic_write_text
 TOKEN_PREFIX = "ahk_"
 TOKENS_FILE = "tokens.json"
 CONFIG_TOKEN_NAME = "config"
+"""Tokens from the `http.tokens` setting go by `config-1`, `config-2`, … (in logs and as the HTTP sender);
+names of that form are reserved, so no stored token can share a caller's identity with them."""
+RESERVED_NAME = re.compile(rf"{CONFIG_TOKEN_NAME}(-\d+)?", re.IGNORECASE)
 MAX_NAME_BYTES = 64
-"""The name a token from the `http.tokens` setting goes by (in logs and as the HTTP sender)."""
+"""A token's name is also the HTTP sender id, which per-user memory uses in a file name."""
 
 
 def hash_token(token: str) -> str:
@@ -38,7 +42,8 @@ class TokenStore:
 
     def __init__(self, auth_dir: Path, extra_tokens: list[str] | None = None) -> None:
         self.path = auth_dir / TOKENS_FILE
-        self._extra = [(CONFIG_TOKEN_NAME, hash_token(t)) for t in extra_tokens or [] if t]
+        configured = [t for t in extra_tokens or [] if t]
+        self._extra = [(f"{CONFIG_TOKEN_NAME}-{n}", hash_token(t)) for n, t in enumerate(configured, start=1)]
         self._named: list[tuple[str, str]] = []
         self._version: tuple[int, int] | None = None
 
@@ -61,6 +66,8 @@ class TokenStore:
     def create(self, name: str) -> str:
         """Make a new token, store its hash under `name`, and return the token (shown once, never stored)."""
         validate_part("token name", name)  # it is also the HTTP sender id, which per-user memory uses in a path
+        if RESERVED_NAME.fullmatch(name):
+            raise ValueError(f"token name {name!r} is reserved for tokens from the http.tokens setting")
         if len(name.encode("utf-8")) > MAX_NAME_BYTES:
             raise ValueError(f"token name is longer than {MAX_NAME_BYTES} bytes (UTF-8)")
         if any(t.name == name for t in self.stored()):

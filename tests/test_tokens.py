@@ -21,10 +21,11 @@ def test_only_hashes_reach_the_disk_and_the_file_is_private(tmp_path: Path) -> N
 
 
 def test_identify_names_the_caller_and_refuses_strangers(tmp_path: Path) -> None:
-    store = TokenStore(tmp_path, extra_tokens=["from-config"])
+    store = TokenStore(tmp_path, extra_tokens=["from-config", "", "also-from-config"])
     ci, ops = store.create("ci"), store.create("ops")
     assert store.identify(ci) == "ci" and store.identify(ops) == "ops"
-    assert store.identify("from-config") == CONFIG_TOKEN_NAME
+    assert store.identify("from-config") == f"{CONFIG_TOKEN_NAME}-1"  # each its own caller, never shared
+    assert store.identify("also-from-config") == f"{CONFIG_TOKEN_NAME}-2"
     assert store.identify("ahk_guess") is None and not store.verify("")
 
 
@@ -44,7 +45,7 @@ def test_names_are_unique_and_required(tmp_path: Path) -> None:
     store.create("a")
     with pytest.raises(ValueError, match="already exists"):
         store.create("a")
-    for bad in ("  ", "", "a/b", "..", "a%2Fb", "x" * 65, "tab\there"):
+    for bad in ("  ", "", "a/b", "..", "a%2Fb", "x" * 65, "tab\there", "config", "config-1", "Config-12"):
         with pytest.raises(ValueError, match="token name"):
             store.create(bad)
     assert store.identify(store.create("张三")) == "张三"
