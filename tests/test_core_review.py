@@ -49,11 +49,36 @@ async def test_a_message_waiting_behind_maintenance_gets_an_error_on_shutdown(se
         waiting = await gw.submit(_msg("arrives during compaction"))
         runner = gw.runner(KEY)
         assert runner is not None
-        await _until(lambda: not runner.queue)  # taken off the queue, waiting for the hold
+        await _until(lambda: runner.task is not None)  # its worker runs, waiting for the hold
     final = await asyncio.wait_for(waiting.result(), 2)
     assert isinstance(final, ErrorEvent) and final.code == "shutdown"
     release.set()
     await holder
+
+
+async def test_stop_drops_a_message_that_waits_behind_maintenance(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    release, entered = asyncio.Event(), asyncio.Event()
+
+    async def maintenance() -> None:  # what /compact and AutoCompact do: hold the session exclusively
+        async with gateway.exclusive(KEY):
+            entered.set()
+            await release.wait()
+
+    holder = asyncio.create_task(maintenance())
+    await entered.wait()
+    waiting = await gateway.submit(_msg("arrives during compaction"))
+    for _ in range(20):  # let its worker run up to the session lock the maintenance holds
+        await asyncio.sleep(0)
+    stopped = await (await gateway.submit(_msg("/stop"))).result()
+    assert isinstance(stopped, DoneEvent) and "Dropped 1 queued" in stopped.full_text
+    final = await asyncio.wait_for(waiting.result(), 2)
+    assert isinstance(final, ErrorEvent) and final.code == "stopped"
+    release.set()
+    await holder
+    await asyncio.sleep(0.05)  # a wrongly kept message would now start its turn
+    assert not fake_llm.message_requests()
 
 
 async def test_stop_before_the_turn_task_first_runs_still_ends_the_handle(

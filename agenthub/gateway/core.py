@@ -201,10 +201,13 @@ class GatewayCore:
     async def _work(self, runner: SessionRunner) -> None:
         try:
             while runner.queue:
-                pending = runner.queue.popleft()
+                pending = runner.queue[0]  # stays queued (droppable by /stop) while it waits for the session
                 started = False
                 try:
                     async with runner.mutex:
+                        if not runner.queue or runner.queue[0] is not pending:  # dropped or aborted meanwhile
+                            continue
+                        runner.queue.popleft()
                         runner.current, runner.abort_reason = pending, None
                         runner.turn_task = asyncio.create_task(self.turns.run(pending, runner))
                         started = True
