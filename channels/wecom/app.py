@@ -23,7 +23,7 @@ from channels.wecom.api import WorkApi, WorkApiError
 from channels.wecom.budget import Clock, MemberBudget, Sleep
 from channels.wecom.config import AppConfig
 from channels.wecom.tasks import TaskSet
-from channels.wecom.text import pack_utf8, split_utf8, strip_markdown, utf8_len
+from channels.wecom.text import head_with_note, pack_utf8, split_utf8, strip_markdown, utf8_len
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +64,7 @@ class AppEndpoint:
             config.token.get_secret_value(), config.encoding_aes_key.get_secret_value(), config.corp_id
         )
         self.api: WorkApi | None = None
+        self._sleep = sleep
         windows = [(60.0, config.member_per_minute), (3600.0, config.member_per_hour)]
         self.budget = MemberBudget(windows, clock=clock, sleep=sleep)
         """Shared by every `message/send` of this app: answers, refusals, welcomes and proactive sends."""
@@ -188,7 +189,7 @@ class AppEndpoint:
             parts = self.plan_parts(user, text)
             for i, part in enumerate(parts):
                 if i and self.config.part_gap_s:
-                    await asyncio.sleep(self.config.part_gap_s)
+                    await self._sleep(self.config.part_gap_s)  # injected: tests drive it
                 await self.budget.acquire(user)
                 body = {"touser": user, "agentid": self.config.agent_id, "msgtype": msgtype, msgtype: {"content": part}}
                 await api.send_message({**body, "safe": 0})
@@ -198,7 +199,8 @@ class AppEndpoint:
         """The messages for `text`, fitted to `max_parts` and to what the member's budget allows.
 
         More parts than the budget has free now: the text is packed into the fewest 2048-byte parts. Parts
-        that could go only after `member_wait_max_s` are held back, and the last message that fits says so.
+        that could go only after `member_wait_max_s` are held back: the last message that fits carries as
+        much of the rest as fits in 2048 bytes, then a note saying what was held back.
         """
         parts = split_utf8(text, TEXT_LIMIT_BYTES)
         if not parts:
@@ -208,43 +210,49 @@ class AppEndpoint:
         now = self.budget.clock()
         slots = self.budget.slot_times(user, len(parts))
         fit = sum(1 for t in slots if t - now <= self.config.member_wait_max_s)
+        if fit == 0:
+            self._log_exhausted(user, len(parts), 0, utf8_len(text), slots[0] - now)
+            raise MemberBudgetExhausted(self.cred_id, user, slots[0] - now)
+        planned, held = self._bounded(parts, fit)
         if fit < min(len(parts), self.config.max_parts):
-            self._log_exhausted(user, parts, fit, slots[fit] - now)
-            if fit == 0:
-                raise MemberBudgetExhausted(self.cred_id, user, slots[0] - now)
-        parts = self._bounded(parts, fit)
-        wait = slots[len(parts) - 1] - now
+            self._log_exhausted(user, len(parts), len(planned), held, slots[fit] - now)
+        wait = slots[len(planned) - 1] - now
         if wait > 0:
             log.info(
-                "wecom_member_budget_wait", cred_id=self.cred_id, user=user, parts=len(parts), wait_s=round(wait, 1)
+                "wecom_member_budget_wait", cred_id=self.cred_id, user=user, parts=len(planned), wait_s=round(wait, 1)
             )
-        return parts
+        return planned
 
-    def _bounded(self, parts: list[str], fit: int) -> list[str]:
-        """At most `max_parts` and at most `fit` messages; a cut answer ends with a note saying so."""
+    def _bounded(self, parts: list[str], fit: int) -> tuple[list[str], int]:
+        """At most `max_parts` and at most `fit` messages, and the bytes held back.
+
+        A cut answer's last message carries as much of the rest as fits, then a note saying so.
+        """
         cap = min(self.config.max_parts, fit)
         if len(parts) <= cap:
-            return parts
-        held = sum(utf8_len(p) for p in parts[cap - 1 :])
+            return parts, 0
+        rest = "".join(parts[cap - 1 :])
         if cap < self.config.max_parts:
-            note = (
-                f"（企业微信限制每人每分钟 {self.config.member_per_minute} 条、每小时 {self.config.member_per_hour} 条"
-                f"消息，余下约 {held} 字节暂未发送。请稍后让我继续。）"
+            per_minute, per_hour = self.config.member_per_minute, self.config.member_per_hour
+            limits = f"企业微信限制每人每分钟 {per_minute} 条、每小时 {per_hour} 条消息"
+            last, held = head_with_note(
+                rest, lambda n: f"（{limits}，余下约 {n} 字节暂未发送。请稍后让我继续。）", TEXT_LIMIT_BYTES
             )
         else:
+            last, held = head_with_note(
+                rest, lambda n: f"（回复过长，余下约 {n} 字节未发送。请让我分段回答。）", TEXT_LIMIT_BYTES
+            )
             log.warning("wecom_reply_capped", cred_id=self.cred_id, parts=len(parts), dropped_bytes=held)
-            note = f"（回复过长，余下约 {held} 字节未发送。请让我分段回答。）"
-        return [*parts[: cap - 1], note]
+        return [*parts[: cap - 1], last], held
 
-    def _log_exhausted(self, user: str, parts: list[str], fit: int, free_in_s: float) -> None:
-        sent = max(fit - 1, 0)  # the last message that fits carries the note
+    def _log_exhausted(self, user: str, parts: int, sent: int, held: int, free_in_s: float) -> None:
         log.warning(
             "wecom_member_budget_exhausted",
             cred_id=self.cred_id,
             user=user,
-            parts=len(parts),
+            parts=parts,
             sent_parts=sent,
-            held_back_bytes=sum(utf8_len(p) for p in parts[sent:]),
+            held_back_bytes=held,
             next_free_in_s=round(free_in_s, 1),
         )
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
+_NOTE_GAP = "\n\n"  # between the text and a note appended to it
 # Strongest break first; a break is used when it falls in the back half of the window.
 _BREAKS = ("\n\n", "\n", "。", "！", "？", "；", ". ", "! ", "? ", "; ", "，", ", ", " ")
 
@@ -47,6 +49,23 @@ def split_utf8(text: str, limit: int, *, min_fill: float = 0.5) -> list[str]:
 def pack_utf8(text: str, limit: int) -> list[str]:
     """Split into as few parts of at most `limit` bytes as practical: breaks only in a window's last eighth."""
     return split_utf8(text, limit, min_fill=0.875)
+
+
+def head_with_note(text: str, note_for: Callable[[int], str], limit: int) -> tuple[str, int]:
+    """One message of at most `limit` bytes: as much of `text` as fits, then `note_for(held_back_bytes)`.
+
+    Returns (message, held_back_bytes); the note is left out only when all of `text` fits.
+    """
+    if utf8_len(text) <= limit:
+        return text, 0
+    room = limit - utf8_len(note_for(utf8_len(text))) - len(_NOTE_GAP)  # the longest the note can get
+    if room < 4:
+        raise ValueError("the note leaves no room for the text")
+    head = pack_utf8(text, room)[0]
+    held = utf8_len(text) - utf8_len(head)
+    trailing = len(head) - len(head.rstrip("\n"))
+    gap = _NOTE_GAP[min(trailing, len(_NOTE_GAP)) :]  # a blank line before the note, not more
+    return head + gap + note_for(held), held
 
 
 _FENCE = re.compile(r"^\s*```.*$\n?", re.MULTILINE)

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from agenthub.channel import ChannelContext, WebRoutes
 from agenthub.config import Settings
+from tests.fakes.wecom_limits import MemberLimit
 
 # ---------------------------------------------------------------- callback crypto, independent of wechatpy
 
@@ -128,41 +129,7 @@ class _Server:
 # ---------------------------------------------------------------- cgi-bin API
 
 
-class FakeClock:
-    """A clock that moves only when the test says so; `sleep` returns once the clock has passed its deadline."""
-
-    def __init__(self, start: float = 10_000.0) -> None:
-        self.t = start
-        self.sleeping = 0
-        self.slept: list[float] = []
-        self._cond = asyncio.Condition()
-
-    def now(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        deadline = self.t + seconds
-        self.slept.append(seconds)
-        async with self._cond:
-            self.sleeping += 1
-            self._cond.notify_all()
-            try:
-                await self._cond.wait_for(lambda: self.t >= deadline)
-            finally:
-                self.sleeping -= 1
-
-    async def advance(self, seconds: float) -> None:
-        async with self._cond:
-            self.t += seconds
-            self._cond.notify_all()
-
-    async def wait_sleeping(self, count: int = 1, timeout: float = 5.0) -> None:
-        """Wait until `count` tasks sleep on this clock."""
-        async with asyncio.timeout(timeout), self._cond:
-            await self._cond.wait_for(lambda: self.sleeping >= count)
-
-
-class FakeQyApi(_Server):
+class FakeQyApi(_Server, MemberLimit):
     """`gettoken` and `message/send`. Records sends; `send_errcodes` queues errcodes for the next sends;
     `expire_tokens()` makes the issued tokens answer 42001 from then on.
 
@@ -171,7 +138,8 @@ class FakeQyApi(_Server):
     """
 
     def __init__(self, corp_id: str, secret: str) -> None:
-        super().__init__()
+        _Server.__init__(self)
+        MemberLimit.__init__(self)
         self.corp_id = corp_id
         self.secret = secret
         self.tokens_issued: list[str] = []
@@ -182,12 +150,8 @@ class FakeQyApi(_Server):
         self.send_times: list[float] = []
         """Loop time at which each successful send arrived."""
         self.send_delay_s = 0.0
-        self.member_per_minute = 30
-        self.member_per_hour = 1000
-        self.clock: Callable[[], float] = time.monotonic
         self.dropped: list[dict[str, Any]] = []
         """Sends answered errcode 0 but never delivered: over the per-member limit."""
-        self._delivered: dict[tuple[int, str], list[float]] = {}
 
     @property
     def url(self) -> str:
@@ -237,19 +201,6 @@ class FakeQyApi(_Server):
         await self._changed()
         msgid = secrets.token_hex(8)
         return web.json_response({"errcode": 0, "errmsg": "ok", "invaliduser": "", "msgid": msgid})
-
-    def _over_member_limit(self, body: dict[str, Any]) -> bool:
-        """Count the message for each recipient; True when any of them is over a window's limit."""
-        now, over = self.clock(), False
-        for user in str(body.get("touser", "")).split("|"):
-            times = self._delivered.setdefault((int(body.get("agentid", 0)), user), [])
-            minute = sum(1 for t in times if t > now - 60)
-            hour = sum(1 for t in times if t > now - 3600)
-            if minute >= self.member_per_minute or hour >= self.member_per_hour:
-                over = True
-            else:
-                times.append(now)
-        return over
 
 
 # ---------------------------------------------------------------- AI bot long connection

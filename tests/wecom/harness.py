@@ -18,7 +18,6 @@ from channels.wecom import WeComChannel
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import (
     FakeAiBotServer,
-    FakeClock,
     FakeQyApi,
     channel_context,
     make_aes_key,
@@ -26,6 +25,7 @@ from tests.fakes.wecom import (
     signed_callback,
     text_message_xml,
 )
+from tests.fakes.wecom_limits import FakeClock
 
 CORP_ID = "ww0123456789abcdef"
 SECRET = "app-secret-value-1"

@@ -17,9 +17,10 @@ from channels.wecom import WeComChannel
 from channels.wecom.api import WorkApi
 from channels.wecom.app import MemberBudgetExhausted
 from channels.wecom.budget import MemberBudget
-from channels.wecom.text import pack_utf8, split_utf8, utf8_len
+from channels.wecom.text import head_with_note, pack_utf8, split_utf8, utf8_len
 from tests.fakes.submitter import ScriptedSubmitter
-from tests.fakes.wecom import FakeClock, FakeQyApi, channel_context, message_xml
+from tests.fakes.wecom import FakeQyApi, channel_context, message_xml
+from tests.fakes.wecom_limits import FakeClock
 from tests.wecom.harness import AGENT_ID, CORP_ID, SECRET, Harness, app_table, text
 
 
@@ -31,6 +32,18 @@ def ten_part_answer(tag: str) -> str:
 
 def texts_to(api: FakeQyApi, user: str) -> list[str]:
     return [m["text"]["content"] for m in api.sends if m["touser"] == user]
+
+
+def three_part_answer() -> str:
+    """About 4.6 KB in four paragraphs: `split_utf8` makes four parts; packed it fits in three."""
+    sentence = "长回答要分成几条消息发送，每条最多两千零四十八字节。" * 15
+    return "".join(f"第{j}段：{sentence}\n\n" for j in range(4))
+
+
+def split_note(message: str) -> tuple[str, str]:
+    """(answer text, note) of a message that ends with a held-back note."""
+    at = message.rindex("（")
+    return message[:at].removesuffix("\n\n"), message[at:]
 
 
 def test_the_ten_part_answer_has_ten_parts_and_packs_into_fewer() -> None:
@@ -109,11 +122,15 @@ async def test_an_answer_over_the_budget_sends_what_fits_and_says_so(
         await harness.settle()
     got = api.texts()
     assert len(got) == 12
-    assert "".join(got[:11]) == ten_part_answer("长一") + pack_utf8(ten_part_answer("长二"), 2048)[0]
-    assert "暂未发送" in got[11] and "请稍后让我继续" in got[11]
+    packed = pack_utf8(ten_part_answer("长二"), 2048)
+    assert "".join(got[:11]) == ten_part_answer("长一") + packed[0]
+    head, note = split_note(got[11])
+    assert packed[1].startswith(head) and utf8_len(head) > 1500  # the last message still carries the answer
+    assert f"余下约 {utf8_len(''.join(packed[1:])) - utf8_len(head)} 字节暂未发送" in note
+    assert "请稍后让我继续" in note and utf8_len(got[11]) <= 2048
     assert clock.slept == []  # waiting would exceed member_wait_max_s: nothing was waited for
     exhausted = [e for e in logs if e["event"] == "wecom_member_budget_exhausted"]
-    assert [(e["sent_parts"], e["parts"]) for e in exhausted] == [(1, 6), (0, 1)]
+    assert [(e["sent_parts"], e["parts"]) for e in exhausted] == [(2, 6), (0, 1)]
     failed = next(e for e in logs if e["event"] == "wecom_reply_failed")
     assert "budget" in failed["error"]
     await clock.advance(later)
@@ -195,6 +212,19 @@ def test_pack_utf8_loses_nothing_and_never_needs_more_parts_than_split(value: st
     assert len(packed) <= len(split_utf8(value, limit))
 
 
+@given(st.text(alphabet=st.sampled_from(list("企业微信a。\n😀 .")), min_size=1, max_size=3000), st.integers(40, 700))
+def test_head_with_note_keeps_the_start_of_the_text_and_counts_the_rest(value: str, limit: int) -> None:
+    message, held = head_with_note(value, lambda n: f"（余下 {n} 字节）", limit)
+    assert utf8_len(message) <= limit
+    if utf8_len(value) <= limit:
+        assert (message, held) == (value, 0)
+        return
+    head = value.encode()[: utf8_len(value) - held].decode()  # the text that went out; `held` bytes did not
+    assert head
+    gap = "\n" * max(0, 2 - (len(head) - len(head.rstrip("\n"))))
+    assert message == f"{head}{gap}（余下 {held} 字节）"
+
+
 def test_budget_settings_are_validated(api: FakeQyApi, tmp_path: Path) -> None:
     context = channel_context(ScriptedSubmitter(), tmp_path)
     with pytest.raises(ConfigError, match=r"apps\.hr\.member_per_minute"):
@@ -203,3 +233,41 @@ def test_budget_settings_are_validated(api: FakeQyApi, tmp_path: Path) -> None:
         WeComChannel(context, app_table(api, member_wait_max_s=-1))
     config = WeComChannel(context, app_table(api)).config.apps["hr"]
     assert (config.member_per_minute, config.member_per_hour, config.member_wait_max_s) == (30, 1000, 60.0)
+
+
+async def test_one_message_left_carries_the_start_of_the_answer_and_the_note(harness: Harness, api: FakeQyApi) -> None:
+    clock = FakeClock()
+    harness.use_clock(clock)
+    api.member_per_minute = 2
+    reply = three_part_answer()
+    assert len(pack_utf8(reply, 2048)) == 3
+    harness.submitter.reply_for = lambda m: reply
+    channel = await harness.start(member_per_minute=2, member_wait_max_s=0)
+    await channel.send(OutboundMessage(channel="wecom", chat_id="zhangsan", content="提醒", cred_id="hr"))
+    await harness.post(text("长文", msg_id=1))  # one message left in this minute
+    await harness.settle()
+    assert api.texts()[0] == "提醒" and len(api.texts()) == 2
+    message = api.texts()[1]
+    head, note = split_note(message)
+    assert reply.startswith(head) and utf8_len(head) > 1500
+    assert message.endswith("请稍后让我继续。）") and utf8_len(message) <= 2048
+    assert f"余下约 {utf8_len(reply) - utf8_len(head)} 字节暂未发送" in note
+    assert api.dropped == []
+
+
+async def test_the_pause_between_parts_runs_on_the_injected_clock(harness: Harness, api: FakeQyApi) -> None:
+    clock = FakeClock()
+    harness.use_clock(clock)
+    reply = three_part_answer()
+    assert len(split_utf8(reply, 2048)) == 4
+    harness.submitter.reply_for = lambda m: reply
+    await harness.start(part_gap_s=5)
+    await harness.post(text("长文", msg_id=1))
+    for sent in range(1, 4):
+        await api.wait_for(lambda: len(api.sends) > len(clock.slept))  # the send before each pause
+        await clock.wait_sleeping(1, timeout=2)
+        assert len(api.sends) == sent and clock.slept == [5.0] * sent
+        await clock.advance(5)
+    await harness.settle()
+    assert "".join(api.texts()) == reply
+    assert clock.slept == [5.0] * 3
