@@ -66,7 +66,7 @@ async def test_when_the_quote_cannot_be_fetched_the_message_is_answered_without_
             await gateway.wait_for(3)
             fake.history.release()
             await fake.wait_until(lambda: fake.closed_cards() == 3)
-    assert sorted(m.content for m in gateway.received) == ["refused", "slow", "unknown"]
+    assert [m.content for m in gateway.received] == ["refused", "unknown", "slow"]  # one chat: arrival order
     assert sorted(c.content for c in fake.cards.values()) == ["echo: refused", "echo: slow", "echo: unknown"]
     unavailable = [e for e in logs if e["event"] == "feishu_quote_unavailable"]
     assert len(unavailable) == 3 and {e["log_level"] for e in unavailable} == {"warning"}
@@ -124,3 +124,27 @@ async def test_a_reply_to_the_bots_streamed_card_quotes_its_text_without_a_fetch
         await gateway.wait_for(2)
     assert gateway.received[1].content == "> 引用 bot: echo: hi\n\nwhy?"
     assert h.fake.history.gets == []
+
+
+async def test_a_slow_quote_delays_later_messages_of_its_chat_but_not_other_chats(tmp_path: Path) -> None:
+    """Each event runs in its own task: the quote fetch of message 1 must not let message 2 of the same chat
+    reach the gateway first, and must not hold up another chat."""
+    gateway = ScriptedSubmitter()
+    async with harness(tmp_path, gateway) as h:
+        history = h.fake.history
+        history.add_user_message(PARENT, PLAN, mentions=PLAN_MENTIONS)
+        history.hold()
+        await post_event(h, reply_event("first, about the plan", PARENT))
+        await h.fake.wait_until(lambda: len(history.gets) == 1)
+        await post_event(h, message_event("second", token=TOKEN, app_id=APP_ID))
+        other = message_event("elsewhere", token=TOKEN, app_id=APP_ID, chat_id="oc_chat2", sender="ou_other")
+        await post_event(h, other)
+        await h.fake.wait_until(lambda: any(m.content == "elsewhere" for m in gateway.received))
+        assert [m.content for m in gateway.received] == ["elsewhere"]  # "second" waits behind "first"
+        history.release()
+        await gateway.wait_for(3)
+        await h.fake.wait_until(lambda: h.fake.closed_cards() == 3)
+        assert len(h.channel._order) == 0  # no per-chat state is left once the chat is idle
+    first, second = [m for m in gateway.received if m.chat_id == "ou_user1"]
+    assert first.content.startswith("> 引用 ou_user1: 方案：") and first.content.endswith("first, about the plan")
+    assert second.content == "second"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +197,63 @@ async def test_a_connection_down_longer_than_ws_dead_after_s_is_restarted(tmp_pa
     assert lost and lost[0]["log_level"] == "error" and "no connection for" in lost[0]["error"]
     assert first_client.retired and ack["ack"]["code"] == 200
     assert [m.content for m in gateway.received] == ["reconnected"]
+
+
+class HeldWsStarts(ThreadPoolExecutor):
+    """The event loop's default executor, except that `WsRunner.start` calls (run via `asyncio.to_thread`) wait
+    for `release` while `holding`: the window in which a busy executor delays a start retry's `ws.start`."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=4, thread_name_prefix="test-executor")
+        self.holding = False
+        self.release = threading.Event()
+        self.held = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        target = fn.args[0] if isinstance(fn, functools.partial) and fn.args else None  # to_thread: (ctx.run, func)
+        if not self.holding or getattr(target, "__qualname__", "") != "WsRunner.start":
+            return super().submit(fn, *args, **kwargs)
+        self.held += 1
+
+        def held() -> Any:
+            self.release.wait(10)
+            return fn()
+
+        return super().submit(held)
+
+
+@pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")
+async def test_a_client_refused_right_after_a_start_retry_brought_the_app_up_is_retried_again(tmp_path: Path) -> None:
+    """A start retry marks the app ready, then waits for `ws.start`; if the new client is refused meanwhile,
+    the app is failed while that retry still runs: the retry must go on instead of leaving the app down."""
+    gateway = ScriptedSubmitter()
+    apps = {"main": {"app_id": APP_ID, "app_secret": SECRET}}
+    executor = HeldWsStarts()
+    asyncio.get_running_loop().set_default_executor(executor)
+    async with FakeFeishu({APP_ID: SECRET}) as fake:
+        with capture_logs() as logs:
+            async with running_channel(fake, tmp_path, apps, gateway, start_retry_s=0.05) as h:
+                await fake.wait_until(lambda: APP_ID in fake.ws, timeout=10)
+                first_client = h.channel._ws.clients["main"]
+                executor.holding = True
+                fake.refuse_endpoint[APP_ID] = 2  # the old client's reconnect, then the new client's connect
+                await fake.ws[APP_ID].close()
+                await fake.wait_until(lambda: executor.held == 1 and h.channel.apps["main"].status == "failed", 10)
+                assert h.channel._ws.clients["main"] is not first_client  # refused after the retry's bring-up
+                executor.release.set()
+                await fake.wait_until(lambda: APP_ID in fake.ws and h.channel.apps["main"].status == "ready")
+                ack = await fake.push_event(APP_ID, message_event("back for good", app_id=APP_ID))
+                await fake.wait_until(lambda: fake.closed_cards() == 1)
+        assert ws_threads() == []
+    executor.shutdown()
+    events = ("feishu_app_ready", "feishu_app_start_failed", "feishu_ws_start_failed")
+    starts = [(e["event"], e.get("error")) for e in logs if e["event"] in events]
+    assert starts == [
+        ("feishu_app_ready", None),  # at start
+        ("feishu_app_ready", None),  # the retry after the lost connection: its ws.start is held
+        ("feishu_ws_start_failed", "1000040350: exceed conn limit"),  # the new client, refused meanwhile
+        ("feishu_app_start_failed", "long connection lost right after start"),  # the same retry goes on…
+        ("feishu_app_ready", None),  # …alone: no second retry loop for the app
+    ]
+    assert ack["ack"]["code"] == 200
+    assert [m.content for m in gateway.received] == ["back for good"]

@@ -16,6 +16,7 @@ from aiohttp import web
 from agenthub.channel import ChannelContext
 from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
+from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import InboundMessage, OutboundMessage
 from channels.feishu.api import FeishuApi, FeishuApiError
 from channels.feishu.config import parse_config
@@ -28,6 +29,7 @@ from channels.feishu.inbound import (
     render_text,
     session_chat_id,
 )
+from channels.feishu.order import ChatOrder
 from channels.feishu.quote import with_quote
 from channels.feishu.turn import FeishuApp, run_turn, send_reply, send_safely
 from channels.replay import stale_reason
@@ -51,6 +53,7 @@ class FeishuChannel:
         self._config = parse_config(config)
         self._apps = {cred_id: FeishuApp(cred_id, cfg) for cred_id, cfg in self._config.apps.items()}
         self._dedup = DedupStore(context.state_dir / "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
+        self._order = ChatOrder()
         self._tasks: set[asyncio.Task[None]] = set()
         self._retries: set[asyncio.Task[None]] = set()
         self._retrying: dict[str, asyncio.Task[None]] = {}
@@ -97,14 +100,21 @@ class FeishuChannel:
     async def _keep_trying(self, app: FeishuApp) -> None:
         """Bring a failed app up in the background, with doubling delays: a network or Feishu outage at boot
         must not leave the app down until the next restart (its webhook answers 503 meanwhile, so Feishu
-        redelivers what it sends)."""
+        redelivers what it sends). Only `_retry_later` starts it, so one runs per app at most; it ends only
+        when the app is still ready after `ws.start` (a client refused in between failed the app while this
+        loop ran, so nothing else would retry it)."""
         delay = self._config.start_retry_s
         while not self._stopped:
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._config.start_retry_max_s)
-            if await self._bring_up(app, retry_in_s=delay):
-                await asyncio.to_thread(self._ws.start)  # no-op unless this is the first long-connection app
+            if not await self._bring_up(app, retry_in_s=delay):
+                continue
+            await asyncio.to_thread(self._ws.start)  # no-op unless this is the first long-connection app
+            if app.status == "ready":
                 return
+            # its new long connection was refused meanwhile: `_ws_lost` saw this retry running, so it goes on
+            error = "long connection lost right after start"
+            log.error("feishu_app_start_failed", cred_id=app.cred_id, error=error, retry_in_s=delay)
 
     async def _bring_up(self, app: FeishuApp, *, retry_in_s: float) -> bool:
         """One attempt to make `app` ready: its API client, the bot's open_id, its dispatcher and, in
@@ -263,18 +273,28 @@ class FeishuChannel:
             return
         if not self._addressed(app, msg):
             return
-        if await self._dedup.check_and_add(f"{app.cred_id}:{msg.message_id}"):
-            log.info("feishu_duplicate_dropped", cred_id=app.cred_id, message_id=msg.message_id)
-            return
-        assert app.api is not None
         key = f"{app.cred_id}:{msg.message_id}"
-        if msg.message_type not in SUPPORTED_TYPES:
+        # Each event runs in its own task: messages of one chat go through dedup, quote and submit one at a
+        # time, in arrival order (taken before the first await), so a slow quote fetch cannot reorder them.
+        async with self._order.slot(session_chat_id(msg, app.config.group_session_scope)):
+            if await self._dedup.check_and_add(key):
+                log.info("feishu_duplicate_dropped", cred_id=app.cred_id, message_id=msg.message_id)
+                return
+            assert app.api is not None
+            supported = msg.message_type in SUPPORTED_TYPES
+            handle = await self._submit(app, msg, received_at) if supported else None
+        if not supported:
             await send_safely(app.api, msg.message_id, UNSUPPORTED.format(kind=msg.message_type), key)
-            return
+        elif handle is not None:
+            await run_turn(app, msg.message_id, handle, key)
+
+    async def _submit(self, app: FeishuApp, msg: FeishuMessage, received_at: float) -> ReplyHandle | None:
+        """Hand a supported message to the gateway (with its quote); None when it holds no text."""
+        assert app.api is not None
         content = render_text(msg, app.bot_open_id)
         if not content:
             log.info("feishu_empty_message", cred_id=app.cred_id, message_id=msg.message_id)
-            return
+            return None
         if app.config.ack_reaction:
             self._spawn(self._react(app, msg.message_id, app.config.ack_reaction))
         timeout_s = app.config.quote_timeout_s
@@ -282,7 +302,7 @@ class FeishuChannel:
         handle = await self._ctx.gateway.submit(self._inbound(app, msg, content))
         waited_s = round(time.monotonic() - received_at, 4)
         log.info("feishu_submitted", cred_id=app.cred_id, message_id=msg.message_id, waited_s=waited_s)
-        await run_turn(app, msg.message_id, handle, key)
+        return handle
 
     def _addressed(self, app: FeishuApp, msg: FeishuMessage) -> bool:
         cfg = app.config
