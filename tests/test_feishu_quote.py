@@ -6,8 +6,9 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
+from channels.feishu.answers import KEPT_CHARS, RecentAnswers
 from channels.feishu.format import markdown_card
-from channels.feishu.quote import QUOTE_MAX_CHARS, render_quote
+from channels.feishu.quote import QUOTE_MAX_CHARS, render_quote, render_quote_text
 from tests.fakes.feishu import message_event
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.test_feishu_webhook import APP, APP_ID, BOT, TOKEN, harness, post_event
@@ -148,3 +149,14 @@ async def test_a_slow_quote_delays_later_messages_of_its_chat_but_not_other_chat
     first, second = [m for m in gateway.received if m.chat_id == "ou_user1"]
     assert first.content.startswith("> 引用 ou_user1: 方案：") and first.content.endswith("first, about the plan")
     assert second.content == "second"
+
+
+def test_recent_answers_keep_only_what_a_quote_can_show_and_forget_the_oldest() -> None:
+    answers = RecentAnswers(limit=2)
+    for n in range(3):
+        answers.sent(f"om_card_{n}", f"om_user_{n}")
+        answers.answered(f"om_user_{n}", f"answer {n} " + "长" * 10_000)
+    assert answers.text_of("om_card_0") is None  # the oldest is forgotten
+    kept = answers.text_of("om_card_2")
+    assert kept is not None and kept.startswith("answer 2 ") and len(kept) <= KEPT_CHARS + 1
+    assert len(render_quote_text(kept, "bot")) < 600  # still enough for a full-length quote

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import OrderedDict
 
 REMEMBERED = 1000
+KEPT_CHARS = 600
+"""Only the start of an answer is kept: a quote shows at most 500 characters of it."""
 
 
 class RecentAnswers:
@@ -25,7 +27,7 @@ class RecentAnswers:
             _put(self._answered, message_id, reply_to, self._limit)
 
     def answered(self, reply_to: str, text: str) -> None:
-        _put(self._texts, reply_to, text, self._limit)
+        _put(self._texts, reply_to, text[: KEPT_CHARS + 1], self._limit)
 
     def text_of(self, message_id: str) -> str | None:
         """The answer a sent message (any card or part of it) belonged to, if it is still remembered."""
