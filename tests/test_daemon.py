@@ -161,8 +161,10 @@ async def test_ready_watchdog_reload_sigterm_drain_and_restart(daemon_env: Daemo
         assert await _stop(proc) == 0
 
 
-async def _run_chat(env: DaemonEnv, *args: str, token: str | None) -> tuple[int, str, str]:
-    environ = {**env.env, **({"AGENTHUB_TOKEN": token} if token else {})}
+async def _run_chat(
+    env: DaemonEnv, *args: str, token: str | None, extra_env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    environ = {**env.env, **({"AGENTHUB_TOKEN": token} if token else {}), **(extra_env or {})}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "agenthub", "chat", *args, env=environ, cwd=env.root,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -202,16 +204,17 @@ async def test_second_daemon_is_refused_and_chat_connects(daemon_env: DaemonEnv,
 async def _connect_mode_refuses_bad_input_up_front(env: DaemonEnv, fake_llm: FakeAnthropic) -> None:
     """Exit 2 with one line, as without a daemon, and before a prompt opens or anything is sent."""
     sent = len(fake_llm.message_requests())
-    unknown, bad_id, repl, bad_token = await asyncio.gather(
+    unknown, bad_id, repl, bad_token, bound = await asyncio.gather(
         _run_chat(env, "-m", "hi", "--agent", "nope", token=env.token),
         _run_chat(env, "-m", "hi", "--chat-id", "a/b", token=env.token),
         _run_chat(env, "--agent", "nope", token=env.token),  # REPL mode: no prompt opens
         _run_chat(env, "-m", "hi", token="ahk_not-a-token"),
+        _run_chat(env, "-m", "hi", token=env.token, extra_env={"AGENTHUB_BINDINGS__CLI": "nope"}),  # bindings apply
     )
-    for code, out, err in (unknown, bad_id, repl, bad_token):
+    for code, out, err in (unknown, bad_id, repl, bad_token, bound):
         assert (code, out) == (2, ""), err
         assert len(err.strip().splitlines()) == 1, err
-    assert unknown[2] == repl[2] == "agenthub chat: unknown agent: nope (the daemon has: default)\n"
+    assert unknown[2] == repl[2] == bound[2] == "agenthub chat: unknown agent: nope (the daemon has: default)\n"
     assert bad_id[2] == "agenthub chat: chat_id contains a path separator\n"
     assert bad_token[2].startswith("agenthub chat: the daemon refused the token (")
     assert len(fake_llm.message_requests()) == sent

@@ -107,10 +107,11 @@ async def _chat_remote(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    async with RemoteGateway(f"http://{address}", token, default_agent=settings.default_agent) as remote:
+    bound = settings.bindings.get("cli") or settings.default_agent  # what the in-process gateway would route to
+    async with RemoteGateway(f"http://{address}", token, default_agent=bound) as remote:
         watch = UsageWatch(remote)
         channel = _build_channel(settings, args, watch)
-        agent = channel.config.agent or settings.default_agent
+        agent = channel.config.agent or bound
         await remote.check(agent, channel.config.chat_id)  # a bad id, agent or token stops here, before any prompt
         return await _drive(channel, args, f"{agent}:http:{channel.config.chat_id} via {address}", watch)
 
