@@ -129,3 +129,11 @@ def test_card_update_pace_must_stay_under_feishus_quota() -> None:
         parse_config({"apps": {"main": {**base, "card_updates_per_s": 16, "card_update_burst": 30}}})
     app = parse_config({"apps": {"main": base}}).apps["main"]
     assert (app.card_updates_per_s, app.card_update_burst) == (14.0, 26)
+
+
+def test_cred_ids_are_lowercase_so_environment_names_reach_them() -> None:
+    app = {"app_id": "cli_x", "app_secret": "s"}
+    assert list(parse_config({"apps": {"main-bot_2": app}}).apps) == ["main-bot_2"]
+    for bad in ("MyBot", "-lead", "a/b", "x" * 65):
+        with pytest.raises(ConfigError, match="lowercase"):
+            parse_config({"apps": {bad: app}})

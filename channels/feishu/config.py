@@ -12,7 +12,8 @@ from agenthub.config import describe_validation_error
 from agenthub.errors import ConfigError
 
 DOMAINS = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
-_CRED_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_CRED_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+"""Lowercase only: environment variable names are case-insensitive, so `…__APPS__MAIN__APP_SECRET` names `main`."""
 _LOCAL_HTTP = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$")
 _HTTPS_ORIGIN = re.compile(r"^https://[A-Za-z0-9.-]+(:\d+)?$")
 MIN_DEDUP_TTL_S = 7 * 3600 + 600
@@ -108,7 +109,7 @@ class FeishuConfig(BaseModel):
     def _cred_ids(cls, value: dict[str, FeishuAppConfig]) -> dict[str, FeishuAppConfig]:
         for cred_id in value:
             if not _CRED_ID.match(cred_id):
-                raise ValueError(f"cred_id {cred_id!r} must be 1-64 of A-Z a-z 0-9 _ -")
+                raise ValueError(f"cred_id {cred_id!r} must be 1-64 of lowercase a-z, 0-9, _ and - (led by a-z or 0-9)")
         app_ids = [app.app_id for app in value.values()]
         if len(set(app_ids)) != len(app_ids):
             raise ValueError("two apps share one app_id")
