@@ -128,3 +128,22 @@ async def test_a_memory_flush_cut_at_max_tokens_leaves_memory_and_still_compacts
         assert any(e["event"] == "memory_flush_failed" for e in logs)
         assert memory_file.read_text(encoding="utf-8") == "old memory\n"
         assert (await gw.history.load(key))[0]["content"].startswith("[历史摘要]")
+
+
+async def test_material_whose_rewrite_was_refused_is_offered_again_next_run(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory()
+    fake_llm.responder = _l3("# Memory\n- one fact left")  # refused: under a quarter of OLD_MEMORY
+    async with build_gateway(settings) as gw:
+        memory_file = gw.history.layout("default").memory_file
+        _write(memory_file, OLD_MEMORY)
+        await seed(gw, gw.resolve_key(msg("x"))[1], 2)
+        await gw.timers[L3_TIMER].tick_now()
+        first = len([r for r in fake_llm.message_requests() if is_l3_request(r.body or {})])
+        fake_llm.responder = _l3(OLD_MEMORY + "- a new fact from the chat\n")
+        with capture_logs() as logs:
+            await gw.timers[L3_TIMER].tick_now()  # nothing new was said, yet the same material comes back
+        assert len([r for r in fake_llm.message_requests() if is_l3_request(r.body or {})]) > first
+        assert not any(e["event"] == "l3_nothing_new" for e in logs)
+        assert memory_file.read_text(encoding="utf-8").endswith("- a new fact from the chat\n")

@@ -137,8 +137,11 @@ class MemoryProcessor:
         if errors:
             log.warning("l3_run_failed", errors=[str(e) for e in errors], targets=len(targets))
             return
-        for target in targets:
-            await self._write(target)
+        outcomes = [await self._write(target) for target in targets]
+        if "refused" in outcomes:  # that file still lacks this material: offer it again next run
+            refused = [t.path.name for t, o in zip(targets, outcomes, strict=True) if o == "refused"]
+            log.warning("l3_run_incomplete", refused=refused, retry="next run")
+            return
         for agent_material in active:
             await material.mark_done(gw, agent_material.agent, started)
         self.runs += 1
