@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
+from agenthub.session.keys import session_key
 from tests.fakes.anthropic import FakeAnthropic, reply_text
 from tests.harness import RunningApi
 from tests.test_http_api import AGENT, assert_error
+from tests.test_memory_support import is_summary_request, seed, summaries_then_default
 
 
 async def test_compact_route_409_when_busy(api: RunningApi, fake_llm: FakeAnthropic) -> None:
@@ -24,3 +27,15 @@ async def test_compact_route_409_when_busy(api: RunningApi, fake_llm: FakeAnthro
     await running
     status, body = await api.call("POST", AGENT + "/sessions/k1/compact")
     assert status == 200 and body["messages_after"] <= body["messages_before"]
+
+
+async def test_compact_route_passes_the_focus_to_the_summary(api: RunningApi, fake_llm: FakeAnthropic) -> None:
+    await seed(api.gateway, session_key("default", "http", "f1"), 30)
+    fake_llm.responder = summaries_then_default()
+    status, body = await api.call("POST", AGENT + "/sessions/f1/compact", json={"focus": "the deployment steps"})
+    assert status == 200 and body["messages_after"] < body["messages_before"]
+    [summary] = [r for r in fake_llm.message_requests() if is_summary_request(r.body or {})]
+    assert "Focus the summary on: the deployment steps" in json.dumps(summary.body, ensure_ascii=False)
+    status, body = await api.call("POST", AGENT + "/sessions/f1/compact", json={"focus": 42})
+    assert status == 422
+    assert_error(body, "validation_error")

@@ -18,6 +18,7 @@ from channels.http.llm_text import make_title
 from channels.http.requests import (
     CHANNEL,
     ApiError,
+    CompactBody,
     CreateSessionBody,
     PinBody,
     RenameBody,
@@ -133,9 +134,11 @@ async def compact(request: web.Request) -> web.Response:
     agent, key = session_of(request, gateway)
     if gateway.compactor is None:
         raise ApiError(501, "not_available", "compaction is not available")
+    body = await parse_body(request, CompactBody, optional=True)
     before = len(await gateway.history.load(key))
+    actor = f"http:{token_name(request)}"
     try:
-        result = await gateway.compactor.compact(key, agent, reason="manual", actor=f"http:{token_name(request)}")
+        result = await gateway.compactor.compact(key, agent, reason="manual", actor=actor, focus=body.focus)
     except SessionBusyError:
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done") from None
     after = len(await gateway.history.load(key))

@@ -50,6 +50,11 @@ class RenameBody(_Body):
     title: str = Field(min_length=1, max_length=200)
 
 
+class CompactBody(_Body):
+    focus: str = Field("", max_length=2000)
+    """What the summary should keep, as `/compact <focus>` in a chat."""
+
+
 class PinBody(_Body):
     pinned: StrictBool  # "yes", 1 or "true" are not booleans: 422, never a guess
 
