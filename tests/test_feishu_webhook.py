@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -286,19 +287,22 @@ async def test_plaintext_webhook_without_encrypt_key_checks_the_token(tmp_path: 
 async def test_an_app_that_cannot_reach_feishu_at_start_comes_up_by_itself(tmp_path: Path) -> None:
     gateway = ScriptedSubmitter()
     async with FakeFeishu({APP_ID: SECRET}) as fake:
-        fake.unavailable = 2  # Feishu is down for the start attempt and the first retry
+        fake.unavailable = 10_000  # Feishu is down until the test says otherwise
         with capture_logs() as logs:
             async with running_channel(fake, tmp_path, {"main": APP}, gateway, start_retry_s=0.05) as h:
                 assert h.channel.apps["main"].status == "failed"
                 status, _ = await post_event(h, message_event("while down", token=TOKEN, app_id=APP_ID))
                 assert status == 503  # not acked: Feishu redelivers it later
+                await fake.wait_until(lambda: len(fake.refused) >= 2)  # the start attempt and at least one retry
+                fake.unavailable = 0  # Feishu is back
                 await fake.wait_until(lambda: h.channel.apps["main"].status == "ready")
                 status, _ = await post_event(h, message_event("after the outage", token=TOKEN, app_id=APP_ID))
                 assert status == 200
                 await fake.wait_until(lambda: fake.closed_cards() == 1)
-    assert fake.refused == ["/open-apis/auth/v3/tenant_access_token/internal"] * 2
+    assert set(fake.refused) == {"/open-apis/auth/v3/tenant_access_token/internal"}  # each attempt stopped there
     failures = [e for e in logs if e["event"] == "feishu_app_start_failed"]
-    assert [e["retry_in_s"] for e in failures] == [0.05, 0.1]  # the delay doubles
+    delays = [e["retry_in_s"] for e in failures]
+    assert delays[:2] == [0.05, 0.1] and all(b == min(a * 2, 300) for a, b in itertools.pairwise(delays))
     assert SECRET not in json.dumps(failures)
     assert [m.content for m in gateway.received] == ["after the outage"]
 
