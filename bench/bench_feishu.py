@@ -18,7 +18,6 @@ from anthropic import AsyncAnthropic
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agenthub.app import build_gateway
-from agenthub.config import load_settings
 from tests.fakes.anthropic import FakeAnthropic, reply_text
 from tests.fakes.feishu import (
     FakeFeishu,
@@ -30,6 +29,7 @@ from tests.fakes.feishu import (
     message_event,
     running_channel,
 )
+from tests.roots import make_settings
 
 CONCURRENCY = 20
 ROUNDS = 3
@@ -116,12 +116,8 @@ async def main() -> None:
     os.chdir(root)
     async with FakeAnthropic(first_byte_delay_s=FIRST_TOKEN_S, delta_delay_s=DELTA_S) as llm:
         llm.responder = lambda body: reply_text(ANSWER, chunks=12)
-        settings = load_settings(
-            None,
-            data_dir=root / "data",
-            agents_dir=root / "agents",
-            auth_dir=root / "auth",
-            workspace_dir=root / "workspace",
+        settings = make_settings(
+            root,
             llm={"base_url": llm.base_url, "api_key": "bench", "timeout_s": 30},
             session={"fsync": False},
         )

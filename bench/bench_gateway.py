@@ -15,20 +15,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import anthropic
 
 from agenthub.app import build_gateway
-from agenthub.config import Settings, load_settings
+from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.log import configure_logging
 from agenthub.messages import DoneEvent, InboundMessage
 from tests.fakes.anthropic import FakeAnthropic
+from tests.roots import make_settings
 
 
 def _settings(root: Path, base_url: str, cap: int, fsync: bool) -> Settings:
-    return load_settings(
-        None,
-        data_dir=root / "data",
-        agents_dir=root / "agents",
-        auth_dir=root / "auth",
-        workspace_dir=root / "workspace",
+    return make_settings(
+        root,
         llm={"base_url": base_url, "api_key": "bench-key", "max_retries": 0, "timeout_s": 30},
         session={"max_concurrent_llm": cap, "fsync": fsync},
     )

@@ -26,11 +26,11 @@ from aiohttp import web
 from anthropic import AsyncAnthropic, DefaultAioHttpClient
 
 from agenthub.app import build_gateway
-from agenthub.config import load_settings
 from agenthub.daemon import assemble
 from agenthub.log import configure_logging
 from agenthub.tokens import TokenStore
 from tests.fakes.anthropic import FakeAnthropic
+from tests.roots import make_settings
 
 
 class LoopThread:
@@ -124,12 +124,8 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
-            settings = load_settings(
-                None,
-                data_dir=root / "data",
-                agents_dir=root / "agents",
-                auth_dir=root / "auth",
-                workspace_dir=root / "workspace",
+            settings = make_settings(
+                root,
                 llm={"base_url": fake.base_url, "api_key": "k", "max_retries": 0},
                 http={"port": 0},
                 session={"fsync": not args.no_fsync},

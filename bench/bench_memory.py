@@ -24,12 +24,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agenthub.app import build_gateway
-from agenthub.config import load_settings
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.log import configure_logging
 from agenthub.memory.cut import unpaired_tool_ids
 from agenthub.messages import ErrorEvent, InboundMessage, NoticeEvent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, prompt_too_long, reply_text, reply_tool
+from tests.roots import make_settings
 
 MAX_TOKENS = 512
 TOKENIZER_SKEW = 1.15
@@ -117,12 +117,8 @@ async def soak(turns: int, window: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         async with FakeAnthropic(responder=make_responder(stats)) as fake:
-            settings = load_settings(
-                None,
-                data_dir=root / "data",
-                agents_dir=root / "agents",
-                auth_dir=root / "auth",
-                workspace_dir=root / "workspace",
+            settings = make_settings(
+                root,
                 session={"fsync": False, "lock_timeout_s": 60},
                 llm={
                     "base_url": fake.base_url,

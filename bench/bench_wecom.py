@@ -21,7 +21,6 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agenthub.app import build_gateway
-from agenthub.config import load_settings
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, InboundMessage
 from channels.wecom import WeComChannel
@@ -34,6 +33,7 @@ from tests.fakes.wecom import (
     signed_callback,
     text_message_xml,
 )
+from tests.roots import make_settings
 
 CONCURRENCY = 50
 ROUNDS = 8
@@ -101,12 +101,8 @@ async def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     root = Path(tempfile.mkdtemp(prefix="bench_wecom_"))
     async with llm_in_own_thread() as llm:
-        settings = load_settings(
-            None,
-            data_dir=root / "data",
-            agents_dir=root / "agents",
-            auth_dir=root / "auth",
-            workspace_dir=root / "workspace",
+        settings = make_settings(
+            root,
             llm={"base_url": llm.base_url, "api_key": "bench", "timeout_s": 30},
             session={"fsync": False, "max_concurrent_llm": 1024},
         )

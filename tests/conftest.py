@@ -11,8 +11,9 @@ import pytest
 import pytest_asyncio
 
 from agenthub.app import build_gateway
-from agenthub.config import Settings, load_settings
+from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from tests.roots import make_settings
 
 if TYPE_CHECKING:
     from tests.fakes.anthropic import FakeAnthropic
@@ -29,26 +30,6 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     workdir = tmp_path / "cwd"
     workdir.mkdir()
     monkeypatch.chdir(workdir)
-
-
-def make_settings(root: Path, llm_base_url: str | None = None, **overrides: Any) -> Settings:
-    """Settings with every directory under `root`; the LLM points at `llm_base_url` when given."""
-    llm: dict[str, Any] = dict(overrides.pop("llm", {}))
-    if llm_base_url is not None:
-        llm.setdefault("base_url", llm_base_url)
-        llm.setdefault("api_key", "test-key")
-        llm.setdefault("retry_base_s", 0.01)
-        llm.setdefault("retry_max_s", 0.05)
-        llm.setdefault("timeout_s", 5.0)
-    return load_settings(
-        None,
-        data_dir=root / "data",
-        agents_dir=root / "agents",
-        auth_dir=root / "auth",
-        workspace_dir=root / "workspace",
-        llm=llm,
-        **overrides,
-    )
 
 
 @pytest.fixture

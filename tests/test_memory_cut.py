@@ -20,8 +20,8 @@ from agenthub.memory.consolidator import Consolidator
 from agenthub.memory.context import to_api_messages
 from agenthub.memory.cut import plan_cut, safe_cut, unpaired_tool_ids
 from agenthub.session.keys import SessionKey, session_key
-from tests.conftest import make_settings
 from tests.fakes.anthropic import FakeAnthropic
+from tests.roots import make_settings
 from tests.test_memory_support import conversation, summaries_then_default
 
 Message = dict[str, Any]

@@ -1,0 +1,28 @@
+"""Settings whose every directory lies under one root: for tests and benchmarks that run in a scratch folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agenthub.config import Settings, load_settings
+
+
+def make_settings(root: Path, llm_base_url: str | None = None, **overrides: Any) -> Settings:
+    """Settings with every directory under `root`; the LLM points at `llm_base_url` when given."""
+    llm: dict[str, Any] = dict(overrides.pop("llm", {}))
+    if llm_base_url is not None:
+        llm.setdefault("base_url", llm_base_url)
+        llm.setdefault("api_key", "test-key")
+        llm.setdefault("retry_base_s", 0.01)
+        llm.setdefault("retry_max_s", 0.05)
+        llm.setdefault("timeout_s", 5.0)
+    return load_settings(
+        None,
+        data_dir=root / "data",
+        agents_dir=root / "agents",
+        auth_dir=root / "auth",
+        workspace_dir=root / "workspace",
+        llm=llm,
+        **overrides,
+    )
