@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import time
@@ -20,6 +21,7 @@ from tests.fakes.feishu import (
     Harness,
     StoppableSubmitter,
     bot_open_id,
+    feishu_body,
     feishu_encrypt,
     feishu_headers,
     mention,
@@ -59,6 +61,23 @@ async def post_event(
     headers = feishu_headers(body, KEY, lowercase=lowercase, sent_at=sent_at) if sign else plain
     async with aiohttp.ClientSession() as s, s.post(h.events_url("main"), data=body, headers=headers) as r:
         return r.status, await r.json(content_type=None)
+
+
+def node_sdk_signature(headers: dict[str, str], body: bytes, encrypt_key: str) -> str:
+    """What the official Node SDK (`RequestHandle.checkIsEventValidated`) expects: sha256 over timestamp, nonce,
+    key and `JSON.stringify` of the parsed body, so only a body sent compact, as Feishu sends it, verifies."""
+    compact = json.dumps(json.loads(body), ensure_ascii=False, separators=(",", ":"))
+    content = headers["X-Lark-Request-Timestamp"] + headers["X-Lark-Request-Nonce"] + encrypt_key + compact
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+def test_fake_events_are_the_compact_bytes_feishu_signs() -> None:
+    body = feishu_encrypt(message_event("签名 check", token=TOKEN, app_id=APP_ID), KEY)
+    headers = feishu_headers(body, KEY)
+    assert body == json.dumps(json.loads(body), separators=(",", ":")).encode()
+    assert headers["X-Lark-Signature"] == node_sdk_signature(headers, body, KEY)
+    plain = feishu_body(message_event("签名 check", token=TOKEN, app_id=APP_ID))
+    assert plain == json.dumps(json.loads(plain), ensure_ascii=False, separators=(",", ":")).encode()
 
 
 async def test_url_verification_challenge_is_answered_without_signature(tmp_path: Path) -> None:
@@ -274,10 +293,10 @@ async def test_plaintext_webhook_without_encrypt_key_checks_the_token(tmp_path: 
     async with harness(tmp_path, gateway, {"main": app}) as h:
         fake = h.fake
         async with aiohttp.ClientSession() as s:
-            good = json.dumps(message_event("plain", token=TOKEN, app_id=APP_ID)).encode()
+            good = feishu_body(message_event("plain", token=TOKEN, app_id=APP_ID))
             async with s.post(h.events_url("main"), data=good) as r:
                 assert r.status == 200
-            bad = json.dumps(message_event("forged", token="nope", app_id=APP_ID)).encode()
+            bad = feishu_body(message_event("forged", token="nope", app_id=APP_ID))
             async with s.post(h.events_url("main"), data=bad) as r:
                 assert r.status == 401
         await fake.wait_until(lambda: fake.closed_cards() >= 1)
