@@ -27,14 +27,17 @@ def feishu_body(payload: dict[str, Any]) -> bytes:
 def feishu_encrypt(payload: dict[str, Any], encrypt_key: str) -> bytes:
     """`{"encrypt":base64(IV | AES-256-CBC(sha256(key), PKCS#7(json)))}`, compact, byte for byte as Feishu
     sends (and signs) it."""
+    return compact_json({"encrypt": aes_blob(compact_json(payload).encode(), encrypt_key)}).encode()
+
+
+def aes_blob(data: bytes, encrypt_key: str) -> str:
+    """base64(IV | AES-256-CBC(sha256(key), PKCS#7(data))): the `encrypt` value for any plaintext bytes."""
     key = hashlib.sha256(encrypt_key.encode()).digest()
     iv = os.urandom(16)
-    data = compact_json(payload).encode()
     pad = 16 - len(data) % 16
     data += bytes([pad]) * pad
     enc = Cipher(algorithms.AES(key), modes.CBC(iv)).encryptor()
-    blob = base64.b64encode(iv + enc.update(data) + enc.finalize()).decode()
-    return compact_json({"encrypt": blob}).encode()
+    return base64.b64encode(iv + enc.update(data) + enc.finalize()).decode()
 
 
 def feishu_headers(
