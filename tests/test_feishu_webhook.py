@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import itertools
 import json
 import time
@@ -20,6 +22,7 @@ from tests.fakes.feishu import (
     Harness,
     StoppableSubmitter,
     bot_open_id,
+    feishu_body,
     feishu_encrypt,
     feishu_headers,
     mention,
@@ -27,11 +30,15 @@ from tests.fakes.feishu import (
     other_event,
     running_channel,
 )
+from tests.fakes.feishu_payloads import aes_blob, compact_json
 from tests.fakes.submitter import ScriptedSubmitter
 
 APP_ID, SECRET, TOKEN, KEY = "cli_web1", "s3cret-web1", "vtoken-1", "enc-key-1"
 APP = {"app_id": APP_ID, "app_secret": SECRET, "mode": "webhook", "verification_token": TOKEN, "encrypt_key": KEY}
 BOT = bot_open_id(APP_ID)
+TS, NONCE, SIG = "X-Lark-Request-Timestamp", "X-Lark-Request-Nonce", "X-Lark-Signature"
+EXCEPTION_TEXT = ("NoneType", "operand", "Traceback", "Expecting", "padding", "ciphertext", "attribute", "decode")
+"""Fragments of the Python errors these requests used to provoke; none may reach the client."""
 
 
 @asynccontextmanager
@@ -59,6 +66,23 @@ async def post_event(
     headers = feishu_headers(body, KEY, lowercase=lowercase, sent_at=sent_at) if sign else plain
     async with aiohttp.ClientSession() as s, s.post(h.events_url("main"), data=body, headers=headers) as r:
         return r.status, await r.json(content_type=None)
+
+
+def node_sdk_signature(headers: dict[str, str], body: bytes, encrypt_key: str) -> str:
+    """What the official Node SDK (`RequestHandle.checkIsEventValidated`) expects: sha256 over timestamp, nonce,
+    key and `JSON.stringify` of the parsed body, so only a body sent compact, as Feishu sends it, verifies."""
+    compact = json.dumps(json.loads(body), ensure_ascii=False, separators=(",", ":"))
+    content = headers["X-Lark-Request-Timestamp"] + headers["X-Lark-Request-Nonce"] + encrypt_key + compact
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+def test_fake_events_are_the_compact_bytes_feishu_signs() -> None:
+    body = feishu_encrypt(message_event("签名 check", token=TOKEN, app_id=APP_ID), KEY)
+    headers = feishu_headers(body, KEY)
+    assert body == json.dumps(json.loads(body), separators=(",", ":")).encode()
+    assert headers["X-Lark-Signature"] == node_sdk_signature(headers, body, KEY)
+    plain = feishu_body(message_event("签名 check", token=TOKEN, app_id=APP_ID))
+    assert plain == json.dumps(json.loads(plain), ensure_ascii=False, separators=(",", ":")).encode()
 
 
 async def test_url_verification_challenge_is_answered_without_signature(tmp_path: Path) -> None:
@@ -96,23 +120,177 @@ async def test_signed_encrypted_message_streams_one_card_acked_before_the_turn(t
     assert fake.token_fetches == {APP_ID: 1}
 
 
-@pytest.mark.parametrize("tamper", ["signature", "token", "missing_headers", "wrong_key"])
+def assert_fixed_error(status: int, body: Any, expected: tuple[int, str]) -> None:
+    """The documented error shape `{"error": {"code", "message"}}`, carrying no exception's text."""
+    assert status == expected[0], body
+    assert isinstance(body, dict) and list(body) == ["error"] and sorted(body["error"]) == ["code", "message"], body
+    assert body["error"]["code"] == expected[1]
+    message = body["error"]["message"]
+    assert isinstance(message, str) and message and not [t for t in EXCEPTION_TEXT if t.lower() in message.lower()]
+
+
+async def post_raw(h: Harness, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.post(h.events_url("main"), data=body, headers=headers) as r:
+        return r.status, await r.json(content_type=None)
+
+
+def without(headers: dict[str, str], *names: str) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k not in names}
+
+
+def header_case(case: str) -> tuple[bytes, dict[str, str]]:
+    """An encrypted event for an app with an encrypt_key, with its signature headers missing, partial or wrong."""
+    body = feishu_encrypt(message_event("refused", token=TOKEN, app_id=APP_ID), KEY)
+    signed = feishu_headers(body, KEY)
+    if case == "garbage timestamp":
+        nonce = signed[NONCE]
+        return body, {**signed, TS: "soon", SIG: hashlib.sha256(("soon" + nonce + KEY).encode() + body).hexdigest()}
+    cases = {
+        "no signature headers": without(signed, TS, NONCE, SIG),
+        "only the signature": without(signed, TS, NONCE),
+        "no nonce": without(signed, NONCE),
+        "no signature": without(signed, SIG),
+        "empty values": {**signed, TS: "", NONCE: "", SIG: ""},
+        "garbage signature": {**signed, SIG: "not a hex digest"},
+        "signature of another body": {**signed, SIG: feishu_headers(body + b" ", KEY)[SIG]},
+    }
+    return body, cases[case]
+
+
+HEADER_CASES = ["no signature headers", "only the signature", "no nonce", "no signature", "empty values"]
+HEADER_CASES += ["garbage timestamp", "garbage signature", "signature of another body"]
+
+
+@pytest.mark.parametrize("case", HEADER_CASES)
+async def test_missing_partial_or_garbage_signature_headers_are_refused_with_401(tmp_path: Path, case: str) -> None:
+    gateway = ScriptedSubmitter()
+    body, headers = header_case(case)
+    async with harness(tmp_path, gateway) as h:
+        with capture_logs() as logs:
+            status, answer = await post_raw(h, body, headers)
+        await asyncio.sleep(0.05)  # give a wrongly scheduled turn the chance to show up
+    assert_fixed_error(status, answer, (401, "unauthorized"))
+    assert [e["cred_id"] for e in logs if e["event"] == "feishu_webhook_refused"] == ["main"]
+    assert gateway.received == [] and h.fake.messages == [] and h.fake.cards == {}
+
+
+def body_case(case: str) -> bytes:
+    """A body Feishu never sends (signed correctly, so only the body itself is wrong)."""
+    event = message_event("refused", token=TOKEN, app_id=APP_ID)
+    cases = {
+        "malformed JSON": b'{"encrypt":',
+        "not UTF-8": b'{"encrypt":"\xff\xfe"}',
+        "a JSON array": b'["encrypt"]',
+        "a JSON string": b'"encrypt"',
+        "encrypt is not a string": b'{"encrypt":5}',
+        "encrypt is empty": b'{"encrypt":""}',
+        "bad base64": b'{"encrypt":"%%% not base64 %%%"}',
+        "not AES": compact_json({"encrypt": base64.b64encode(b"too short to be AES").decode()}).encode(),
+        "another key": feishu_encrypt(event, "other-key"),
+        "plaintext not JSON": compact_json({"encrypt": aes_blob(b"<xml>not json</xml>", KEY)}).encode(),
+        "plaintext not an object": compact_json({"encrypt": aes_blob(b"[1, 2]", KEY)}).encode(),
+        "plaintext not UTF-8": compact_json({"encrypt": aes_blob(bytes([0xFF, 0xFE, 0x7B]), KEY)}).encode(),
+    }
+    return cases[case]
+
+
+BODY_CASES = ["malformed JSON", "not UTF-8", "a JSON array", "a JSON string", "encrypt is not a string"]
+BODY_CASES += ["encrypt is empty", "bad base64", "not AES", "another key", "plaintext not JSON"]
+BODY_CASES += ["plaintext not an object", "plaintext not UTF-8"]
+
+
+@pytest.mark.parametrize("case", BODY_CASES)
+async def test_a_body_that_is_not_a_readable_event_is_refused_with_400(tmp_path: Path, case: str) -> None:
+    gateway = ScriptedSubmitter()
+    body = body_case(case)
+    async with harness(tmp_path, gateway) as h:
+        with capture_logs() as logs:
+            status, answer = await post_raw(h, body, feishu_headers(body, KEY))
+        await asyncio.sleep(0.05)
+    assert_fixed_error(status, answer, (400, "bad_request"))
+    assert [e["cred_id"] for e in logs if e["event"] == "feishu_webhook_refused"] == ["main"]
+    assert gateway.received == [] and h.fake.messages == []
+
+
+async def test_an_oversized_body_is_refused_with_413(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    body = compact_json({"encrypt": "A" * (1 << 20)}).encode()  # over the server's body limit (1 MiB here)
+    async with harness(tmp_path, gateway) as h:
+        with capture_logs() as logs:
+            status, answer = await post_raw(h, body, feishu_headers(body, KEY))
+    assert_fixed_error(status, answer, (413, "payload_too_large"))
+    assert [e["cred_id"] for e in logs if e["event"] == "feishu_webhook_refused"] == ["main"]
+    assert gateway.received == []
+
+
+def unsigned_case(case: str) -> bytes:
+    event = message_event("unsigned", token=TOKEN, app_id=APP_ID)
+    v1 = {"uuid": "u1", "token": TOKEN, "type": "url_verification", "event": {"type": "message", "text": "hi"}}
+    cases = {
+        "plaintext event": feishu_body(event),
+        "v2 event posing as the URL verification": feishu_encrypt({**event, "type": "url_verification"}, KEY),
+        "v1 event posing as the URL verification": feishu_encrypt(v1, KEY),
+    }
+    return cases[case]
+
+
+UNSIGNED_CASES = ["plaintext event", "v2 event posing as the URL verification"]
+UNSIGNED_CASES += ["v1 event posing as the URL verification"]
+
+
+@pytest.mark.parametrize("case", UNSIGNED_CASES)
+async def test_an_unsigned_event_to_an_app_with_an_encrypt_key_is_refused(tmp_path: Path, case: str) -> None:
+    gateway = ScriptedSubmitter()
+    body = unsigned_case(case)
+    async with harness(tmp_path, gateway) as h:
+        status, answer = await post_raw(h, body, {"Content-Type": "application/json"})
+        await asyncio.sleep(0.05)
+    assert_fixed_error(status, answer, (401, "unauthorized"))
+    assert gateway.received == []
+
+
+async def test_a_signed_event_the_sdk_cannot_read_gets_a_fixed_500(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    body = feishu_encrypt({"schema": "2.0", "event": {}}, KEY)  # an envelope without its header
+    async with harness(tmp_path, gateway) as h:
+        with capture_logs() as logs:
+            status, answer = await post_raw(h, body, feishu_headers(body, KEY))
+    assert_fixed_error(status, answer, (500, "internal"))
+    assert [e["cred_id"] for e in logs if e["event"] == "feishu_webhook_failed"] == ["main"]
+    assert gateway.received == []
+
+
+@pytest.mark.parametrize("tamper", ["signature", "token", "missing_headers"])
 async def test_bad_signature_or_token_is_refused_and_nothing_is_processed(tmp_path: Path, tamper: str) -> None:
     gateway = ScriptedSubmitter()
     async with harness(tmp_path, gateway) as h:
         fake = h.fake
         event = message_event("hi", token="wrong-token" if tamper == "token" else TOKEN, app_id=APP_ID)
-        body = feishu_encrypt(event, "other-key" if tamper == "wrong_key" else KEY)
+        body = feishu_encrypt(event, KEY)
         headers = feishu_headers(body, KEY)
         if tamper == "signature":
             headers["X-Lark-Signature"] = "0" * 64
         if tamper == "missing_headers":
             headers = {"Content-Type": "application/json"}
-        async with aiohttp.ClientSession() as s, s.post(h.events_url("main"), data=body, headers=headers) as r:
-            status = r.status
+        with capture_logs() as logs:
+            status, answer = await post_raw(h, body, headers)
         await asyncio.sleep(0.05)  # give a wrongly scheduled turn the chance to show up
-    assert status in (401, 500)
+    assert_fixed_error(status, answer, (401, "unauthorized"))
+    assert [e["event"] for e in logs if e["event"].startswith("feishu_webhook")] == ["feishu_webhook_refused"]
     assert gateway.received == [] and fake.messages == [] and fake.cards == {}
+
+
+async def test_an_event_while_the_daemon_drains_gets_503_and_its_redelivery_is_answered(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    async with harness(tmp_path, gateway) as h:
+        event = message_event("while draining", token=TOKEN, app_id=APP_ID)
+        gateway.accepting = False  # the daemon is draining: Feishu must redeliver, not count it delivered
+        status, answer = await post_event(h, event)
+        gateway.accepting = True
+        assert await post_event(h, event) == (200, {"msg": "success"})
+        await h.fake.wait_until(lambda: h.fake.closed_cards() == 1)
+    assert_fixed_error(status, answer, (503, "shutdown"))
+    assert [m.content for m in gateway.received] == ["while draining"]
 
 
 async def test_unsubscribed_and_no_op_event_types_are_acknowledged(tmp_path: Path) -> None:
@@ -127,9 +305,10 @@ async def test_unsubscribed_and_no_op_event_types_are_acknowledged(tmp_path: Pat
 async def test_malformed_body_and_unknown_app_get_clear_errors(tmp_path: Path) -> None:
     async with harness(tmp_path, ScriptedSubmitter()) as h, aiohttp.ClientSession() as s:
         async with s.post(h.events_url("main"), data=b"not json") as r:
-            assert r.status == 400 and "JSON" in (await r.json())["msg"]
+            assert_fixed_error(r.status, await r.json(), (400, "bad_request"))
+            assert "JSON" in (await r.json())["error"]["message"]
         async with s.post(h.events_url("nope"), data=b"{}") as r:
-            assert r.status == 404
+            assert_fixed_error(r.status, await r.json(), (404, "not_found"))
 
 
 async def test_same_message_id_three_times_and_after_restart_gets_one_answer(tmp_path: Path) -> None:
@@ -262,7 +441,7 @@ async def test_a_failing_app_is_reported_and_the_others_keep_working(tmp_path: P
         fake = h.fake
         assert h.channel.apps["bad"].status == "failed" and h.channel.apps["main"].status == "ready"
         async with aiohttp.ClientSession() as s, s.post(h.events_url("bad"), data=b"{}") as r:
-            assert r.status == 503
+            assert_fixed_error(r.status, await r.json(), (503, "unavailable"))
         await post_event(h, message_event("still here", token=TOKEN, app_id=APP_ID))
         await fake.wait_until(lambda: fake.closed_cards() >= 1)
     assert [m.content for m in gateway.received] == ["still here"]
@@ -274,12 +453,14 @@ async def test_plaintext_webhook_without_encrypt_key_checks_the_token(tmp_path: 
     async with harness(tmp_path, gateway, {"main": app}) as h:
         fake = h.fake
         async with aiohttp.ClientSession() as s:
-            good = json.dumps(message_event("plain", token=TOKEN, app_id=APP_ID)).encode()
+            good = feishu_body(message_event("plain", token=TOKEN, app_id=APP_ID))
             async with s.post(h.events_url("main"), data=good) as r:
                 assert r.status == 200
-            bad = json.dumps(message_event("forged", token="nope", app_id=APP_ID)).encode()
+            bad = feishu_body(message_event("forged", token="nope", app_id=APP_ID))
             async with s.post(h.events_url("main"), data=bad) as r:
-                assert r.status == 401
+                assert_fixed_error(r.status, await r.json(), (401, "unauthorized"))
+            async with s.post(h.events_url("main"), data=b"[]") as r:
+                assert_fixed_error(r.status, await r.json(), (400, "bad_request"))
         await fake.wait_until(lambda: fake.closed_cards() >= 1)
     assert [m.content for m in gateway.received] == ["plain"]
 
@@ -324,7 +505,8 @@ async def test_a_signed_event_older_than_the_dedup_memory_is_refused(tmp_path: P
         status, body = await post_event(
             h, message_event("replayed", token=TOKEN, app_id=APP_ID), sent_at=nine_hours_ago
         )
-        assert status == 401 and "replay window" in body["msg"]
+        assert_fixed_error(status, body, (401, "unauthorized"))
+        assert "replay window" in body["error"]["message"]
         fresh = message_event("fresh", token=TOKEN, app_id=APP_ID)
         assert (await post_event(h, fresh, sent_at=time.time() - 60, lowercase=True))[0] == 200
         await h.fake.wait_until(lambda: h.fake.closed_cards() == 1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Coroutine, Mapping
@@ -18,6 +17,7 @@ from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import InboundMessage, OutboundMessage
+from agenthub.web import json_error
 from channels.feishu.api import FeishuApi, FeishuApiError
 from channels.feishu.config import parse_config
 from channels.feishu.inbound import (
@@ -32,7 +32,7 @@ from channels.feishu.inbound import (
 from channels.feishu.order import ChatOrder
 from channels.feishu.quote import with_quote
 from channels.feishu.turn import FeishuApp, run_turn, send_reply, send_safely
-from channels.replay import stale_reason
+from channels.feishu.webhook import Refused, check_request, dispatch, log_refusal, read_body
 
 log = structlog.get_logger(__name__)
 
@@ -40,7 +40,6 @@ WEBHOOK_PATH = "/feishu/{cred_id}/events"
 UNSUPPORTED = (
     "暂不支持 {kind} 类型的消息，请发送文字。(Sorry, {kind} messages are not supported yet; please send text.)"
 )
-_AUTH_FAILURES = ("signature verification failed", "invalid verification_token", "encrypt_key not found")
 
 
 class FeishuChannel:
@@ -195,42 +194,27 @@ class FeishuChannel:
     # --- receiving ---------------------------------------------------------------------------------
 
     async def _webhook(self, request: web.Request) -> web.StreamResponse:
-        app = self._apps.get(request.match_info.get("cred_id", ""))
-        if app is None or app.config.mode != "webhook":
-            return web.json_response({"msg": "unknown feishu app"}, status=404)
-        if app.status != "ready" or app.dispatcher is None:
-            return web.json_response({"msg": "feishu app not ready"}, status=503)
-        stale = self._stale_signature(app, request)
-        if stale is not None:
-            log.warning("feishu_webhook_refused", cred_id=app.cred_id, reason=stale)
-            return web.json_response({"msg": stale}, status=401)
-        body = await request.read()
+        """One Feishu webhook POST: every answer but a dispatched event's is a fixed JSON error."""
+        cred_id = request.match_info.get("cred_id", "")
         try:
-            if not isinstance(json.loads(body), dict):
-                raise ValueError("not an object")
-        except ValueError:
-            return web.json_response({"msg": "body must be a JSON object"}, status=400)
-        from lark_oapi.core.model import RawRequest
+            app = self._webhook_app(cred_id)
+            body = await read_body(request)
+            encrypt_key = app.config.secret("encrypt_key")
+            check_request(request.headers, body, encrypt_key=encrypt_key, replay_window_s=self._dedup.ttl_s)
+            if self._stopped or not self._ctx.gateway.accepting:  # no await from here to the dispatch
+                raise Refused(503, "shutdown", "AgentHub is restarting; deliver this event again later", "stopping")
+            return dispatch(app.dispatcher, request, body)
+        except Refused as e:
+            log_refusal(cred_id, e)
+            return json_error(e.status, e.code, e.message)
 
-        raw = RawRequest()
-        raw.uri = request.path
-        raw.body = body
-        raw.headers = request.headers  # case-insensitive: the SDK looks headers up in exact case
-        resp = app.dispatcher.do(raw)
-        status = int(resp.status_code)
-        text = bytes(resp.content or b"").decode("utf-8", "replace")
-        if status == 500 and any(reason in text for reason in _AUTH_FAILURES):
-            status = 401
-            log.warning("feishu_webhook_refused", cred_id=app.cred_id, reason=text[:100])
-        return web.Response(status=status, body=resp.content, content_type="application/json")
-
-    def _stale_signature(self, app: FeishuApp, request: web.Request) -> str | None:
-        """A signed event's timestamp (covered by the signature the SDK checks next) must fall within the
-        dedup TTL. Unsigned requests pass here: the SDK refuses an unsigned event when an encrypt_key is set,
-        and only the URL-verification challenge comes unsigned."""
-        if not app.config.secret("encrypt_key") or "X-Lark-Signature" not in request.headers:
-            return None
-        return stale_reason(request.headers.get("X-Lark-Request-Timestamp"), self._dedup.ttl_s)
+    def _webhook_app(self, cred_id: str) -> FeishuApp:
+        app = self._apps.get(cred_id)
+        if app is None or app.config.mode != "webhook":
+            raise Refused(404, "not_found", "unknown feishu app", "no webhook app with this cred_id")
+        if app.status != "ready" or app.dispatcher is None:
+            raise Refused(503, "unavailable", "feishu app not ready", f"app is {app.status}")
+        return app
 
     def _on_event(self, app: FeishuApp, envelope: dict[str, Any]) -> None:
         """Called by the SDK's dispatcher on any thread; returns at once. It raises only when the channel is

@@ -18,6 +18,8 @@ from tests.fakes.feishu_cards import FakeCard, card_refusal, message_limit_error
 from tests.fakes.feishu_harness import Harness, StoppableSubmitter, running_channel
 from tests.fakes.feishu_history import MessageHistory
 from tests.fakes.feishu_payloads import (
+    compact_json,
+    feishu_body,
     feishu_encrypt,
     feishu_headers,
     mention,
@@ -27,7 +29,7 @@ from tests.fakes.feishu_payloads import (
 )
 
 __all__ = ["FakeCard", "FakeFeishu", "Harness", "StoppableSubmitter", "bot_open_id", "running_channel"]
-__all__ += ["feishu_encrypt", "feishu_headers", "mention", "message_event", "other_event"]
+__all__ += ["feishu_body", "feishu_encrypt", "feishu_headers", "mention", "message_event", "other_event"]
 
 # --- the fake platform -------------------------------------------------------------------------------
 
@@ -394,5 +396,5 @@ class FakeFeishu:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._acks[frame_id] = future
         headers = {"type": "event", "message_id": frame_id, "trace_id": "tr1", "sum": "1", "seq": "0"}
-        await ws.send_bytes(ws_frame(Frame, 1, headers, json.dumps(envelope).encode(), 7))
+        await ws.send_bytes(ws_frame(Frame, 1, headers, compact_json(envelope).encode(), 7))
         return await asyncio.wait_for(future, timeout)

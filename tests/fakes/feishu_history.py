@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+
+from tests.fakes.feishu_payloads import compact_json
 
 if TYPE_CHECKING:
     from tests.fakes.feishu import FakeFeishu
@@ -49,7 +50,7 @@ class MessageHistory:
             "deleted": False,
             "updated": False,
             "sender": {"id": sender, "id_type": "open_id", "sender_type": "user", "tenant_key": "tk_1"},
-            "body": {"content": json.dumps(content, ensure_ascii=False)},
+            "body": {"content": compact_json(content)},
             "mentions": [{**m, "id_type": "open_id", "tenant_key": "tk_1"} for m in mentions or []],
         }
 
@@ -87,6 +88,6 @@ def _bot_item(fake: FakeFeishu, message_id: str, *, app_id: str) -> dict[str, An
         "msg_type": sent.msg_type,
         "chat_id": "oc_chat1",
         "sender": {"id": app_id, "id_type": "app_id", "sender_type": "app", "tenant_key": "tk_1"},
-        "body": {"content": json.dumps(sent.content, ensure_ascii=False)},
+        "body": {"content": compact_json(sent.content)},
         "mentions": [],
     }

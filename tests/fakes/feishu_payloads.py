@@ -13,22 +13,38 @@ from typing import Any
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 
+def compact_json(value: Any) -> str:
+    """JSON the way Feishu sends it (and the official Node SDK re-serialises it to check a signature:
+    `JSON.stringify`): no spaces, non-ASCII as is."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def feishu_body(payload: dict[str, Any]) -> bytes:
+    """A plaintext event body (an app without an encrypt_key), compact like Feishu's."""
+    return compact_json(payload).encode()
+
+
 def feishu_encrypt(payload: dict[str, Any], encrypt_key: str) -> bytes:
-    """`{"encrypt": base64(IV | AES-256-CBC(sha256(key), PKCS#7(json)))}`, as Feishu sends it."""
+    """`{"encrypt":base64(IV | AES-256-CBC(sha256(key), PKCS#7(json)))}`, compact, byte for byte as Feishu
+    sends (and signs) it."""
+    return compact_json({"encrypt": aes_blob(compact_json(payload).encode(), encrypt_key)}).encode()
+
+
+def aes_blob(data: bytes, encrypt_key: str) -> str:
+    """base64(IV | AES-256-CBC(sha256(key), PKCS#7(data))): the `encrypt` value for any plaintext bytes."""
     key = hashlib.sha256(encrypt_key.encode()).digest()
     iv = os.urandom(16)
-    data = json.dumps(payload, ensure_ascii=False).encode()
     pad = 16 - len(data) % 16
     data += bytes([pad]) * pad
     enc = Cipher(algorithms.AES(key), modes.CBC(iv)).encryptor()
-    blob = base64.b64encode(iv + enc.update(data) + enc.finalize()).decode()
-    return json.dumps({"encrypt": blob}).encode()
+    return base64.b64encode(iv + enc.update(data) + enc.finalize()).decode()
 
 
 def feishu_headers(
     body: bytes, encrypt_key: str, *, lowercase: bool = False, sent_at: float | None = None
 ) -> dict[str, str]:
-    """The signature headers: sha256(timestamp + nonce + encrypt_key + raw body), signed at `sent_at` (now)."""
+    """The signature headers: sha256(timestamp + nonce + encrypt_key + raw body), signed at `sent_at` (now).
+    `body` must be sent as it is: Feishu signs the exact (compact) bytes it posts."""
     ts, nonce = str(int(time.time() if sent_at is None else sent_at)), os.urandom(8).hex()
     sig = hashlib.sha256((ts + nonce + encrypt_key).encode() + body).hexdigest()
     headers = {"X-Lark-Request-Timestamp": ts, "X-Lark-Request-Nonce": nonce, "X-Lark-Signature": sig}
@@ -84,7 +100,7 @@ def message_event(
                 "chat_id": chat_id,
                 "chat_type": chat_type,
                 "message_type": message_type,
-                "content": json.dumps(content if content is not None else {"text": text}, ensure_ascii=False),
+                "content": compact_json(content if content is not None else {"text": text}),
                 "mentions": mentions or [],
             },
         },
