@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,6 +32,9 @@ BOT_ERRCODE_HINTS: dict[int, str] = {
 NOT_SUBSCRIBED = 846609  # on any ack: the server dropped this connection's subscription
 CONFLICT_RETRIES = 3
 RESEND_RETRIES = 2  # how many reconnections one command may wait for after losing its connection
+# WeCom puts some control characters raw into user text, which is not JSON; the official Node SDK strips these
+# before parsing (tab and newline stay; raw ones inside strings are accepted by the non-strict parser)
+RAW_CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x0d\x0e-\x1f]")
 
 
 def bot_errcode_hint(errcode: int) -> str:
@@ -204,13 +208,13 @@ class BotConnection:
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for msg in ws:
-            if msg.type != aiohttp.WSMsgType.TEXT:
+            if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
                 continue
             try:
-                frame = json.loads(msg.data)
+                frame = parse_frame(msg.data)
                 req_id = str(frame["headers"]["req_id"])
             except (ValueError, KeyError, TypeError):
-                log.warning("wecom_bot_bad_frame", cred_id=self.cred_id, size=len(str(msg.data)))
+                log.warning("wecom_bot_bad_frame", cred_id=self.cred_id, size=len(msg.data))
                 continue
             if "cmd" not in frame:
                 future = self._pending.pop(req_id, None)
@@ -330,6 +334,16 @@ class BotConnection:
                 del self._req_locks[req_id]
             else:
                 self._req_locks[req_id] = (lock, users - 1)
+
+
+def parse_frame(data: str | bytes) -> dict[str, Any]:
+    """One websocket frame as the official SDKs read it (UTF-8 text or binary, raw control characters dropped);
+    raise ValueError (UnicodeDecodeError, JSONDecodeError) or TypeError when it is not a JSON object."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    frame = json.loads(RAW_CONTROL_CHARS.sub("", text), strict=False)
+    if not isinstance(frame, dict):
+        raise TypeError("frame is not a JSON object")
+    return frame
 
 
 def _errcode(frame: dict[str, Any]) -> int:

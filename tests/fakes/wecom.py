@@ -7,6 +7,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import secrets
 import struct
 import time
@@ -207,6 +208,15 @@ class FakeQyApi(_Server, MemberLimit):
 
 
 NOT_SUBSCRIBED = 846609
+_ESCAPED_CONTROL = re.compile(r"(?<!\\)\\(u00[01][0-9a-f]|[nrtbf])")
+_SHORT_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f"}
+
+
+def _raw_control(match: re.Match[str]) -> str:
+    code = match.group(1)
+    return _SHORT_ESCAPES[code] if code in _SHORT_ESCAPES else chr(int(code[1:], 16))
+
+
 GROUP_PUSH_REJECTED = 40058
 """The errcode this fake gives a group push without a req_id from that group (WeCom's own code is not documented
 in our reference; the rule is from hermes-agent, see wecom.md §5.2)."""
@@ -261,17 +271,27 @@ class FakeAiBotServer(_Server):
     def sent(self, cmd: str, req_id: str | None = None) -> list[dict[str, Any]]:
         return [f for f in self.frames if f.get("cmd") == cmd and (req_id is None or f["headers"]["req_id"] == req_id)]
 
-    async def push(self, frame: dict[str, Any]) -> None:
-        """Deliver a callback on the current connection once it is subscribed (WeCom sends none before)."""
+    async def push(self, frame: dict[str, Any], *, raw_controls: bool = False, binary: bool = False) -> None:
+        """Deliver a callback on the current connection once it is subscribed (WeCom sends none before).
+
+        `raw_controls`: control characters inside strings go out raw, as WeCom sends them in user text, not
+        JSON-escaped. `binary`: as a binary websocket frame (both official SDKs parse those too)."""
         await self.wait_for(lambda: self._ws is not None and self._current in self._live)
         assert self._ws is not None
-        await self._ws.send_str(json.dumps(frame, ensure_ascii=False))
+        text = json.dumps(frame, ensure_ascii=False)
+        if raw_controls:
+            text = _ESCAPED_CONTROL.sub(_raw_control, text)
+        if binary:
+            await self._ws.send_bytes(text.encode())
+        else:
+            await self._ws.send_str(text)
 
-    async def send_message(self, body: dict[str, Any]) -> str:
+    async def send_message(self, body: dict[str, Any], **wire: bool) -> str:
+        """A message callback; `wire` is passed to `push`."""
         req_id = f"cb_{secrets.token_hex(6)}"
         if body.get("chattype") == "group":
             self.group_req_ids.setdefault(str(body.get("chatid")), set()).add(req_id)
-        await self.push({"cmd": "aibot_msg_callback", "headers": {"req_id": req_id}, "body": body})
+        await self.push({"cmd": "aibot_msg_callback", "headers": {"req_id": req_id}, "body": body}, **wire)
         return req_id
 
     def unsubscribe(self) -> None:

@@ -301,3 +301,25 @@ async def test_stop_during_a_slow_turn_returns_promptly(server: FakeAiBotServer,
     assert conn is not None
     async with asyncio.timeout(1):
         await conn.wait_finished()
+
+
+async def test_a_frame_with_raw_control_characters_is_parsed_and_answered(
+    bot: BotHarness, server: FakeAiBotServer
+) -> None:
+    # WeCom puts some control characters raw into user text; the Node SDK strips [\x00-\x08\x0B-\x0D\x0E-\x1F]
+    # before parsing (tab and newline stay)
+    await bot.start()
+    body = server.text_body("甲\x01乙\r\n丙\t丁\x0b\x0c\x1f", msgid="ctl-1")
+    with capture_logs() as logs:
+        req_id = await server.send_message(body, raw_controls=True)
+        await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    assert bot.gateway.received[0].content == "甲乙\n丙\t丁"
+    assert server.streams(req_id)[-1]["content"] == "echo: 甲乙\n丙\t丁"
+    assert not [e for e in logs if e["event"] == "wecom_bot_bad_frame"]
+
+
+async def test_a_binary_frame_is_parsed_like_a_text_frame(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start()
+    req_id = await server.send_message(server.text_body("二进制帧", msgid="bin-1"), binary=True)
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    assert server.streams(req_id)[-1]["content"] == "echo: 二进制帧"
