@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from channels.wecom.text import split_utf8, strip_mention
 log = structlog.get_logger(__name__)
 
 EMPTY_PROMPT = "你好，有什么可以帮你？"
-GROUP_REQ_IDS_MAX = 1024  # groups whose last inbound req_id is remembered for proactive sends
 
 
 class BotEndpoint:
@@ -45,7 +43,6 @@ class BotEndpoint:
         self._tasks = tasks
         self._device_id = _device_id(state_dir / f"bot-{cred_id}.device_id")
         self.conn: BotConnection | None = None
-        self._group_req_ids: OrderedDict[str, str] = OrderedDict()
 
     def start(self, session: aiohttp.ClientSession) -> None:
         if not self.config.bot_name:
@@ -64,27 +61,14 @@ class BotEndpoint:
     async def send(self, chat_id: str, text: str) -> None:
         """Proactive push (`aibot_send_msg`, markdown); a per-member chat id `group:user` goes to the group.
 
-        WeCom takes a push into a group only under the req_id of an earlier message from that group, so the
-        last one is reused; a group with none known (not heard from since start) gets a clear error.
+        Every push gets a fresh req_id, into groups too, as both official SDKs do.
         """
         if self.conn is None:
             raise ChannelSendError(f"wecom bot {self.cred_id} is not started")
         target = chat_id.split(":", 1)[0]
-        req_id = self._group_req_ids.get(target)
-        if req_id is None and ":" in chat_id:
-            raise ChannelSendError(
-                f"wecom bot {self.cred_id}: cannot push into group {target!r} yet: WeCom needs the req_id of an "
-                "earlier message from that group, and none arrived since the bot started"
-            )
         for part in split_utf8(text, self.config.stream_cap_bytes):
             body = {"chatid": target, "msgtype": "markdown", "markdown": {"content": part}}
-            await self.conn.request("aibot_send_msg", body, req_id=req_id)
-
-    def _remember_group(self, group_id: str, req_id: str) -> None:
-        self._group_req_ids[group_id] = req_id
-        self._group_req_ids.move_to_end(group_id)
-        while len(self._group_req_ids) > GROUP_REQ_IDS_MAX:
-            self._group_req_ids.popitem(last=False)
+            await self.conn.request("aibot_send_msg", body)
 
     # ------------------------------------------------------------------ inbound frames
 
@@ -114,8 +98,6 @@ class BotEndpoint:
             return
         group = body.get("chattype") == "group"
         group_id = str(body.get("chatid") or user)
-        if group:
-            self._remember_group(group_id, req_id)
         reply = StreamReply(self.conn, self.config, req_id, group_id if group else user)
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)

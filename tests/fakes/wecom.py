@@ -217,17 +217,11 @@ def _raw_control(match: re.Match[str]) -> str:
     return _SHORT_ESCAPES[code] if code in _SHORT_ESCAPES else chr(int(code[1:], 16))
 
 
-GROUP_PUSH_REJECTED = 40058
-"""The errcode this fake gives a group push without a req_id from that group (WeCom's own code is not documented
-in our reference; the rule is from hermes-agent, see wecom.md §5.2)."""
-
-
 class FakeAiBotServer(_Server):
     """The AI-bot websocket endpoint: acks every command, records frames, pushes callbacks on demand.
 
-    Like WeCom it answers 846609 to commands on a connection that is not (or no longer) subscribed, delivers
-    callbacks only to a subscribed connection, and takes a push into a group only under the req_id of a message
-    it delivered from that group.
+    Like WeCom it answers 846609 to commands on a connection that is not (or no longer) subscribed and delivers
+    callbacks only to a subscribed connection.
     """
 
     def __init__(self, bot_id: str, secret: str) -> None:
@@ -252,8 +246,6 @@ class FakeAiBotServer(_Server):
         """For each entry of `frames`, the number (1-based) of the connection it arrived on."""
         self.drop_ack: Callable[[dict[str, Any]], bool] | None = None
         """Frames whose ack is never sent (processed, but the ack is lost on the way)."""
-        self.group_req_ids: dict[str, set[str]] = {}
-        """Per group chatid, the req_ids of the callbacks delivered from it."""
         self._ws: web.WebSocketResponse | None = None
         self._current = 0  # the number of the connection `_ws` is
         self._live: set[int] = set()  # connections that are subscribed now
@@ -289,8 +281,6 @@ class FakeAiBotServer(_Server):
     async def send_message(self, body: dict[str, Any], **wire: bool) -> str:
         """A message callback; `wire` is passed to `push`."""
         req_id = f"cb_{secrets.token_hex(6)}"
-        if body.get("chattype") == "group":
-            self.group_req_ids.setdefault(str(body.get("chatid")), set()).add(req_id)
         await self.push({"cmd": "aibot_msg_callback", "headers": {"req_id": req_id}, "body": body}, **wire)
         return req_id
 
@@ -370,20 +360,12 @@ class FakeAiBotServer(_Server):
                 self.subscribed += 1
         elif not authed:
             code = NOT_SUBSCRIBED
-        elif cmd == "aibot_send_msg" and not code:
-            code = self._group_push_errcode(frame)
         if self.drop_ack is not None and self.drop_ack(frame):
             return authed
         errmsg = "ok" if not code else ("aibot websocket not subscribed" if code == NOT_SUBSCRIBED else "err")
         reply = {"headers": {"req_id": frame["headers"]["req_id"]}, "errcode": code, "errmsg": errmsg}
         await ws.send_str(json.dumps(reply))
         return authed
-
-    def _group_push_errcode(self, frame: dict[str, Any]) -> int:
-        chatid = str((frame.get("body") or {}).get("chatid", ""))
-        if chatid in self.group_req_ids and frame["headers"]["req_id"] not in self.group_req_ids[chatid]:
-            return GROUP_PUSH_REJECTED
-        return 0
 
 
 # ---------------------------------------------------------------- channel harness

@@ -204,10 +204,10 @@ async def test_an_expired_stream_continues_in_a_new_message(bot: BotHarness, ser
     server.ack_errcodes["aibot_respond_msg"] = [0, 0, 846608, 846608, 846608, 846608, 846608, 846608]
     await bot.start()
     req_id = await server.send_message(server.text_body("一二三四五六七八九十", msgid="exp-1"))
-    await server.wait_for(lambda: bool(server.sent("aibot_send_msg", req_id)))
+    await server.wait_for(lambda: bool(server.sent("aibot_send_msg")))
     await bot.settle()
     accepted = [s["content"] for s in server.streams(req_id)[:2]]
-    follow_up = server.sent("aibot_send_msg", req_id)[-1]["body"]["markdown"]["content"]
+    follow_up = server.sent("aibot_send_msg")[-1]["body"]["markdown"]["content"]
     shown = accepted[-1] if accepted[-1] != "正在思考…" else ""
     assert shown + follow_up == "echo: 一二三四五六七八九十"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from agenthub.errors import ChannelSendError, ConfigError
+from agenthub.errors import ConfigError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, NoticeEvent, OutboundMessage, ReplyEvent
 from channels.notices import with_notices
@@ -170,33 +170,56 @@ async def test_notices_do_not_push_a_capped_stream_past_the_cap(server: FakeAiBo
     assert all(utf8_len(s["content"]) <= 1024 for s in streams)
     head = with_notices("", [COMPACTED]) + "\n\n"
     assert streams[-1]["content"].startswith(head)
-    follow_ups = [f["body"]["markdown"]["content"] for f in server.sent("aibot_send_msg", req_id)]
+    follow_ups = [f["body"]["markdown"]["content"] for f in server.sent("aibot_send_msg")]
     assert streams[-1]["content"][len(head) :] + "".join(follow_ups) == f"echo: {long_reply}"
 
 
 # ---------------------------------------------------------------- 4. proactive pushes into groups
 
 
-async def test_a_group_push_reuses_the_last_req_id_from_that_group(bot: BotHarness, server: FakeAiBotServer) -> None:
+async def test_every_push_gets_a_fresh_req_id_into_groups_too(bot: BotHarness, server: FakeAiBotServer) -> None:
+    # both official SDKs generate a new req_id for every aibot_send_msg (`generateReqId("aibot_send_msg")`)
     channel = await bot.start()
+    callbacks = []
     for n in (1, 2):
         body = server.text_body(f"第{n}条", msgid=f"gp-{n}", user="lisi", chattype="group", chatid="wrkgrp07")
-        last = await server.send_message(body)
-        await _answered(server, last)
-    await channel.send(OutboundMessage(channel="wecom", chat_id="wrkgrp07", content="三点开会", cred_id="team"))
-    push = server.sent("aibot_send_msg")[-1]
-    assert push["headers"]["req_id"] == last
-    assert push["body"] == {"chatid": "wrkgrp07", "msgtype": "markdown", "markdown": {"content": "三点开会"}}
+        callbacks.append(await server.send_message(body))
+        await _answered(server, callbacks[-1])
+    for content in ("三点开会", "四点开会"):
+        await channel.send(OutboundMessage(channel="wecom", chat_id="wrkgrp07", content=content, cred_id="team"))
+    await channel.send(OutboundMessage(channel="wecom", chat_id="zhangsan", content="单聊", cred_id="team"))
+    pushes = server.sent("aibot_send_msg")
+    req_ids = [f["headers"]["req_id"] for f in pushes]
+    assert len(set(req_ids)) == 3
+    assert not set(req_ids) & set(callbacks)
+    assert all(r.startswith("aibot_send_msg_") for r in req_ids)
+    assert pushes[0]["body"] == {"chatid": "wrkgrp07", "msgtype": "markdown", "markdown": {"content": "三点开会"}}
 
 
-async def test_a_group_push_with_no_message_from_the_group_is_refused_clearly(
-    bot: BotHarness, server: FakeAiBotServer
-) -> None:
+async def test_a_group_push_needs_no_earlier_message_from_the_group(bot: BotHarness, server: FakeAiBotServer) -> None:
     channel = await bot.start()
-    message = OutboundMessage(channel="wecom", chat_id="wrkgrp08:lisi", content="提醒", cred_id="team")
-    with pytest.raises(ChannelSendError, match="earlier message from that group"):
-        await channel.send(message)
-    assert server.sent("aibot_send_msg") == []
+    await channel.send(OutboundMessage(channel="wecom", chat_id="wrkgrp08:lisi", content="提醒", cred_id="team"))
+    (push,) = server.sent("aibot_send_msg")
+    assert push["body"] == {"chatid": "wrkgrp08", "msgtype": "markdown", "markdown": {"content": "提醒"}}
+
+
+async def test_follow_up_messages_of_a_capped_stream_get_fresh_req_ids(server: FakeAiBotServer, tmp_path: Path) -> None:
+    long_reply = "".join(f"第{i}句：超过上限的部分用主动消息发送。\n" for i in range(120))
+    h = BotHarness(server, ScriptedSubmitter(reply_for=lambda m: long_reply), tmp_path)
+    try:
+        await h.start(stream_cap_bytes=1024)
+        req_id = await server.send_message(server.text_body("长", msgid="cap-fresh"))
+        await server.wait_for(lambda: _finished(server, req_id))
+        await h.settle()
+    finally:
+        assert h.channel is not None
+        await h.channel.stop()
+    follow_ups = server.sent("aibot_send_msg")
+    req_ids = [f["headers"]["req_id"] for f in follow_ups]
+    assert len(follow_ups) >= 2
+    assert req_id not in req_ids and len(set(req_ids)) == len(req_ids)
+    shown = server.streams(req_id)[-1]["content"] + "".join(f["body"]["markdown"]["content"] for f in follow_ups)
+    assert shown == long_reply
 
 
 # ---------------------------------------------------------------- 5. @mentions in groups
