@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -33,7 +31,6 @@ class BotEndpoint:
         config: BotConfig,
         gateway: Submitter,
         dedup: DedupStore,
-        state_dir: Path,
         tasks: TaskSet,
     ) -> None:
         self.cred_id = cred_id
@@ -41,7 +38,6 @@ class BotEndpoint:
         self._gateway = gateway
         self._dedup = dedup
         self._tasks = tasks
-        self._device_id = _device_id(state_dir / f"bot-{cred_id}.device_id")
         self.conn: BotConnection | None = None
 
     def start(self, session: aiohttp.ClientSession) -> None:
@@ -51,7 +47,7 @@ class BotEndpoint:
                 cred_id=self.cred_id,
                 hint="set bot_name for groups: without it the first @mention is removed, whoever it names",
             )
-        self.conn = BotConnection(self.cred_id, self.config, self._device_id, self._on_frame, session)
+        self.conn = BotConnection(self.cred_id, self.config, self._on_frame, session)
         self.conn.start()
 
     async def stop(self) -> None:
@@ -180,17 +176,3 @@ def message_text(body: dict[str, Any]) -> str | None:
         texts = [str(i["text"].get("content", "")) for i in items if i.get("msgtype") == "text" and i.get("text")]
         return "\n".join(texts) if texts else None
     return None
-
-
-def _device_id(path: Path) -> str:
-    """A stable id for this installation, so a reconnect replaces our old session instead of a zombie."""
-    try:
-        value = path.read_text(encoding="utf-8").strip()
-        if value:
-            return value
-    except FileNotFoundError:
-        pass
-    value = secrets.token_hex(12)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(value, encoding="utf-8")
-    return value

@@ -73,13 +73,11 @@ class BotConnection:
         self,
         cred_id: str,
         config: BotConfig,
-        device_id: str,
         on_frame: FrameHandler,
         session: aiohttp.ClientSession,
     ) -> None:
         self.cred_id = cred_id
         self._cfg = config
-        self._device_id = device_id
         self._on_frame = on_frame
         self._session = session
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -175,8 +173,9 @@ class BotConnection:
         self._pending.clear()
 
     async def _subscribe(self, ws: aiohttp.ClientWebSocketResponse) -> bool:
-        body = {"bot_id": self._cfg.bot_id, "secret": self._cfg.secret.get_secret_value(), "device_id": self._device_id}
-        frame = {"cmd": "aibot_subscribe", "headers": {"req_id": new_req_id("sub")}, "body": body}
+        # the official SDKs' body; no `device_id`: no WeCom source reads one (a peer's guess, see wecom.md §5.2)
+        body = {"bot_id": self._cfg.bot_id, "secret": self._cfg.secret.get_secret_value()}
+        frame = {"cmd": "aibot_subscribe", "headers": {"req_id": new_req_id("aibot_subscribe")}, "body": body}
         ack = await self._exchange(ws, frame)
         errcode = int(ack.get("errcode", 0))
         if errcode != 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -32,14 +33,12 @@ async def bot(server: FakeAiBotServer, submitter: ScriptedSubmitter, tmp_path: P
         await h.channel.stop()
 
 
-async def test_subscribe_carries_bot_id_secret_and_a_stable_device_id(bot: BotHarness, server: FakeAiBotServer) -> None:
-    channel = await bot.start()
-    first = server.sent("aibot_subscribe")[0]["body"]
-    assert (first["bot_id"], first["secret"]) == (BOT_ID, BOT_SECRET)
-    await channel.stop()
+async def test_subscribe_sends_what_the_official_sdks_send(bot: BotHarness, server: FakeAiBotServer) -> None:
+    # both SDKs: {cmd: "aibot_subscribe", headers: {req_id: generateReqId("aibot_subscribe")}, body: {bot_id, secret}}
     await bot.start()
-    await server.wait_for(lambda: len(server.sent("aibot_subscribe")) == 2)
-    assert server.sent("aibot_subscribe")[1]["body"]["device_id"] == first["device_id"]
+    (frame,) = server.sent("aibot_subscribe")
+    assert frame["body"] == {"bot_id": BOT_ID, "secret": BOT_SECRET}
+    assert re.fullmatch(r"aibot_subscribe_\d{13}_[0-9a-f]{8}", frame["headers"]["req_id"])
 
 
 async def test_a_callback_streams_growing_content_then_finishes(bot: BotHarness, server: FakeAiBotServer) -> None:
