@@ -322,3 +322,10 @@ async def test_a_binary_frame_is_parsed_like_a_text_frame(bot: BotHarness, serve
     req_id = await server.send_message(server.text_body("二进制帧", msgid="bin-1"), binary=True)
     await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
     assert server.streams(req_id)[-1]["content"] == "echo: 二进制帧"
+
+
+def test_the_reply_ack_timeout_defaults_to_the_official_sdks_5_s(server: FakeAiBotServer, tmp_path: Path) -> None:
+    table = bot_table(server)
+    del table["bots"]["team"]["ack_timeout_s"]
+    channel = WeComChannel(channel_context(ScriptedSubmitter(), tmp_path), table)
+    assert channel.config.bots["team"].ack_timeout_s == 5.0  # replyAckTimeout = 5000 ms in both SDKs
