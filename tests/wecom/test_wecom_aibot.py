@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -315,6 +316,17 @@ async def test_a_frame_with_raw_control_characters_is_parsed_and_answered(
     assert bot.gateway.received[0].content == "甲乙\n丙\t丁"
     assert server.streams(req_id)[-1]["content"] == "echo: 甲乙\n丙\t丁"
     assert not [e for e in logs if e["event"] == "wecom_bot_bad_frame"]
+
+
+async def test_a_raw_tab_or_newline_inside_a_string_does_not_drop_the_frame(
+    bot: BotHarness, server: FakeAiBotServer
+) -> None:
+    await bot.start()
+    body = server.text_body("甲\t乙\n丙", msgid="ws-1")
+    frame = {"cmd": "aibot_msg_callback", "headers": {"req_id": "cb-ws"}, "body": body}
+    await server.push_text(json.dumps(frame, ensure_ascii=False).replace("\\t", "\t").replace("\\n", "\n"))
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams("cb-ws")))
+    assert bot.gateway.received[0].content == "甲\t乙\n丙"
 
 
 async def test_a_binary_frame_is_parsed_like_a_text_frame(bot: BotHarness, server: FakeAiBotServer) -> None:
