@@ -30,6 +30,7 @@ BOT_ERRCODE_HINTS: dict[int, str] = {
     846609: "the subscription is gone (WeCom unsubscribed this connection); reconnecting and resubscribing",
 }
 NOT_SUBSCRIBED = 846609  # on any ack: the server dropped this connection's subscription
+CALLBACK_CMDS = frozenset({"aibot_msg_callback", "aibot_event_callback"})  # frames WeCom sends unasked
 CONFLICT_RETRIES = 3
 RESEND_RETRIES = 2  # how many reconnections one command may wait for after losing its connection
 # WeCom puts some control characters raw into user text, which is not JSON; the official Node SDK strips these
@@ -215,10 +216,13 @@ class BotConnection:
             except (ValueError, KeyError, TypeError):
                 log.warning("wecom_bot_bad_frame", cred_id=self.cred_id, size=len(msg.data))
                 continue
-            if "cmd" not in frame:
+            if frame.get("cmd") not in CALLBACK_CMDS:
+                # as in the official SDKs: whatever is not a callback is an ack (its cmd absent, empty or not)
                 future = self._pending.pop(req_id, None)
                 if future is not None and not future.done():
                     future.set_result(frame)
+                elif future is None:
+                    log.info("wecom_bot_frame_ignored", cred_id=self.cred_id, cmd=frame.get("cmd"), req_id=req_id)
                 if _errcode(frame) == NOT_SUBSCRIBED:
                     # a live socket whose subscription is gone stays silent forever: drop it, resubscribe
                     log.warning("wecom_bot_unsubscribed", cred_id=self.cred_id, hint=bot_errcode_hint(NOT_SUBSCRIBED))

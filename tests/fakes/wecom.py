@@ -250,6 +250,8 @@ class FakeAiBotServer(_Server):
         """For each entry of `frames`, the number (1-based) of the connection it arrived on."""
         self.drop_ack: Callable[[dict[str, Any]], bool] | None = None
         """Frames whose ack is never sent (processed, but the ack is lost on the way)."""
+        self.ack_cmd: str | None = None
+        """When set, acks carry this `cmd` (the SDKs' `WsFrame`: "cmd ... may be empty" on acks)."""
         self._ws: web.WebSocketResponse | None = None
         self._current = 0  # the number of the connection `_ws` is
         self._live: set[int] = set()  # connections that are subscribed now
@@ -403,7 +405,9 @@ class FakeAiBotServer(_Server):
         if self.drop_ack is not None and self.drop_ack(frame):
             return authed
         errmsg = "ok" if not code else ("aibot websocket not subscribed" if code == NOT_SUBSCRIBED else "err")
-        reply = {"headers": {"req_id": frame["headers"]["req_id"]}, "errcode": code, "errmsg": errmsg}
+        reply: dict[str, Any] = {"headers": {"req_id": frame["headers"]["req_id"]}, "errcode": code, "errmsg": errmsg}
+        if self.ack_cmd is not None:
+            reply = {"cmd": self.ack_cmd, **reply}
         await ws.send_str(json.dumps(reply))
         return authed
 

@@ -341,3 +341,16 @@ def test_the_reply_ack_timeout_defaults_to_the_official_sdks_5_s(server: FakeAiB
     del table["bots"]["team"]["ack_timeout_s"]
     channel = WeComChannel(channel_context(ScriptedSubmitter(), tmp_path), table)
     assert channel.config.bots["team"].ack_timeout_s == 5.0  # replyAckTimeout = 5000 ms in both SDKs
+
+
+@pytest.mark.parametrize("ack_cmd", ["", "aibot_respond_msg"])
+async def test_acks_that_carry_a_cmd_are_still_acks(bot: BotHarness, server: FakeAiBotServer, ack_cmd: str) -> None:
+    # the SDKs treat every frame that is not a callback as an ack, matched by req_id; their WsFrame says an ack's
+    # cmd "may be empty"
+    server.ack_cmd = ack_cmd
+    channel = await bot.start()
+    req_id = await server.send_message(server.text_body("有 cmd 的回执", msgid=f"ack-{ack_cmd}"))
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    await channel.send(OutboundMessage(channel="wecom", chat_id="zhangsan", content="提醒", cred_id="team"))
+    assert server.streams(req_id)[-1]["content"] == "echo: 有 cmd 的回执"
+    assert server.connections == 1
