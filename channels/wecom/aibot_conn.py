@@ -191,18 +191,23 @@ class BotConnection:
         return True
 
     async def _ping(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        """Return when the connection is dead: two missed acks, or an ack saying the subscription is gone."""
+        """Return when the connection is dead: two missed acks, or an ack saying the subscription is gone.
+
+        As in the official SDKs, only an ack with errcode 0 counts as an answer."""
         missed = 0
         while missed < 2:
             await asyncio.sleep(self._cfg.ping_interval_s)
             try:
                 ack = await self._exchange(ws, {"cmd": "ping", "headers": {"req_id": new_req_id("ping")}})
+                errcode: int | None = _errcode(ack)
             except (ChannelSendError, TimeoutError):
-                missed += 1
-                log.warning("wecom_bot_ping_missed", cred_id=self.cred_id, missed=missed)
-                continue
-            if _errcode(ack) == NOT_SUBSCRIBED:
+                errcode = None
+            if errcode == NOT_SUBSCRIBED:
                 return  # the reader has closed the socket already; the loop resubscribes
+            if errcode != 0:
+                missed += 1
+                log.warning("wecom_bot_ping_missed", cred_id=self.cred_id, missed=missed, errcode=errcode)
+                continue
             missed = 0
         log.warning("wecom_bot_connection_dead", cred_id=self.cred_id)
 

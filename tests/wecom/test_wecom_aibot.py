@@ -116,6 +116,14 @@ async def test_two_missed_ping_acks_mean_a_dead_connection(bot: BotHarness, serv
     assert len(server.sent("ping")) >= 2
 
 
+async def test_ping_acks_with_an_error_count_as_missed(bot: BotHarness, server: FakeAiBotServer) -> None:
+    # the SDKs reset their missed-pong count only on an ack with errcode 0
+    server.ack_rule = lambda frame: 50001 if frame.get("cmd") == "ping" else None
+    await bot.start(ping_interval_s=0.05)
+    await server.wait_for(lambda: server.connections >= 2, timeout=5)
+    assert len(server.sent_on(1, "ping")) == 2
+
+
 async def test_pings_are_sent_on_the_interval(bot: BotHarness, server: FakeAiBotServer) -> None:
     await bot.start(ping_interval_s=0.05)
     await server.wait_for(lambda: len(server.sent("ping")) >= 3)
