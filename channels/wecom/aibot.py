@@ -15,7 +15,7 @@ from channels.wecom.aibot_conn import BotConnection
 from channels.wecom.aibot_stream import StreamReply
 from channels.wecom.config import BotConfig
 from channels.wecom.tasks import TaskSet
-from channels.wecom.text import split_utf8, strip_mention
+from channels.wecom.text import SUBMIT_FAILED, split_utf8, strip_mention
 
 log = structlog.get_logger(__name__)
 
@@ -108,7 +108,12 @@ class BotEndpoint:
         if not content.strip():
             await reply.say(EMPTY_PROMPT)
             return
-        handle = await self._gateway.submit(self._inbound(body, user, group, content))
+        try:
+            handle = await self._gateway.submit(self._inbound(body, user, group, content))
+        except Exception:  # the user gets a fixed text; the detail goes to the log only
+            log.exception("wecom_bot_submit_failed", cred_id=self.cred_id, msgid=msgid)
+            await reply.say(SUBMIT_FAILED)
+            return
         await reply.run(handle)
 
     def _inbound(self, body: dict[str, Any], user: str, group: bool, content: str) -> InboundMessage:

@@ -15,7 +15,7 @@ from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, NoticeEvent, OutboundMessage, ReplyEvent
 from channels.notices import with_notices
 from channels.wecom import WeComChannel
-from channels.wecom.text import strip_mention, utf8_len
+from channels.wecom.text import SUBMIT_FAILED, strip_mention, utf8_len
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context
 from tests.wecom.harness import BotHarness, Harness, SteppedGateway, app_table, text
@@ -284,3 +284,55 @@ def test_part_gap_s_defaults_to_half_a_second_and_rejects_negatives(api: FakeQyA
     assert WeComChannel(context, table).config.apps["hr"].part_gap_s == 0.5
     with pytest.raises(ConfigError, match=r"apps\.hr\.part_gap_s"):
         WeComChannel(context, app_table(api, part_gap_s=-1))
+
+
+# ---------------------------------------------------------------- 7. a gateway that fails: fixed texts only
+
+
+LEAK = "password=hunter2 at /srv/agenthub/data"
+
+
+class FailingGateway:
+    """A gateway whose `submit` raises with internal detail in the exception's text."""
+
+    accepting = True
+
+    def __init__(self) -> None:
+        self.received: list[InboundMessage] = []
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle:
+        self.received.append(message)
+        raise RuntimeError(f"inbox write failed: {LEAK}")
+
+
+async def test_a_bot_message_whose_submit_fails_gets_a_fixed_answer(server: FakeAiBotServer, tmp_path: Path) -> None:
+    h = BotHarness(server, FailingGateway(), tmp_path)
+    try:
+        await h.start()
+        with capture_logs() as logs:
+            req_id = await server.send_message(server.text_body("你好", msgid="fail-1"))
+            await server.wait_for(lambda: _finished(server, req_id))
+            await h.settle()
+    finally:
+        assert h.channel is not None
+        await h.channel.stop()
+    (last,) = [s for s in server.streams(req_id) if s["finish"]]
+    assert last["content"] == SUBMIT_FAILED
+    assert all("hunter2" not in f["body"]["stream"]["content"] for f in server.sent("aibot_respond_msg"))
+    assert any(e["event"] == "wecom_bot_submit_failed" for e in logs)
+
+
+async def test_an_app_message_whose_submit_fails_gets_a_fixed_answer(api: FakeQyApi, tmp_path: Path) -> None:
+    h = Harness(api, ScriptedSubmitter(), tmp_path)
+    h.submitter = FailingGateway()  # type: ignore[assignment]
+    try:
+        await h.start()
+        with capture_logs() as logs:
+            status, body = await h.post(text("你好"))
+            await h.settle()
+    finally:
+        await h.stop()
+        await h.http.close()
+    assert (status, body) == (200, "")
+    assert api.texts() == [SUBMIT_FAILED]
+    assert any(e["event"] == "wecom_app_submit_failed" for e in logs)
