@@ -193,12 +193,18 @@ class BotConnection:
     async def _ping(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         """Return when the connection is dead: two missed acks, or an ack saying the subscription is gone.
 
-        As in the official SDKs, only an ack with errcode 0 counts as an answer."""
+        As in the official SDKs, a ping goes out every `ping_interval_s`, its ack may come any time before the
+        next one is due, and only an ack with errcode 0 counts as an answer."""
+        loop = asyncio.get_running_loop()
+        interval = self._cfg.ping_interval_s
+        due = loop.time() + interval
         missed = 0
         while missed < 2:
-            await asyncio.sleep(self._cfg.ping_interval_s)
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            due = max(due, loop.time()) + interval  # a late wake-up (a busy loop) still leaves a whole interval
+            ping = {"cmd": "ping", "headers": {"req_id": new_req_id("ping")}}
             try:
-                ack = await self._exchange(ws, {"cmd": "ping", "headers": {"req_id": new_req_id("ping")}})
+                ack = await self._exchange(ws, ping, timeout_s=max(0.0, due - loop.time()))
                 errcode: int | None = _errcode(ack)
             except (ChannelSendError, TimeoutError):
                 errcode = None
@@ -242,12 +248,15 @@ class BotConnection:
 
     # ------------------------------------------------------------------ commands
 
-    async def _exchange(self, ws: aiohttp.ClientWebSocketResponse, frame: dict[str, Any]) -> dict[str, Any]:
+    async def _exchange(
+        self, ws: aiohttp.ClientWebSocketResponse, frame: dict[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """Send `frame` and wait for its ack, up to `timeout_s` (default `ack_timeout_s`)."""
         req_id = frame["headers"]["req_id"]
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[req_id] = future
         try:
-            async with asyncio.timeout(self._cfg.ack_timeout_s):
+            async with asyncio.timeout(self._cfg.ack_timeout_s if timeout_s is None else timeout_s):
                 try:
                     await ws.send_str(json.dumps(frame, ensure_ascii=False))
                 except (ConnectionError, aiohttp.ClientError) as e:

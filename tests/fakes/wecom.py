@@ -250,6 +250,8 @@ class FakeAiBotServer(_Server):
         """For each entry of `frames`, the number (1-based) of the connection it arrived on."""
         self.drop_ack: Callable[[dict[str, Any]], bool] | None = None
         """Frames whose ack is never sent (processed, but the ack is lost on the way)."""
+        self.ack_delay_s: dict[str, float] = {}
+        """Per command, how long its ack takes (the connection reads nothing else meanwhile)."""
         self.ack_cmd: str | None = None
         """When set, acks carry this `cmd` (the SDKs' `WsFrame`: "cmd ... may be empty" on acks)."""
         self._ws: web.WebSocketResponse | None = None
@@ -408,6 +410,8 @@ class FakeAiBotServer(_Server):
         reply: dict[str, Any] = {"headers": {"req_id": frame["headers"]["req_id"]}, "errcode": code, "errmsg": errmsg}
         if self.ack_cmd is not None:
             reply = {"cmd": self.ack_cmd, **reply}
+        if self.ack_delay_s.get(cmd):
+            await asyncio.sleep(self.ack_delay_s[cmd])
         await ws.send_str(json.dumps(reply))
         return authed
 

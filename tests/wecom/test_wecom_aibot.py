@@ -124,6 +124,14 @@ async def test_ping_acks_with_an_error_count_as_missed(bot: BotHarness, server: 
     assert len(server.sent_on(1, "ping")) == 2
 
 
+async def test_a_ping_ack_may_come_any_time_before_the_next_ping(bot: BotHarness, server: FakeAiBotServer) -> None:
+    # the SDKs count a ping as missed only when no ack came by the next ping, not after the reply-ack timeout
+    server.ack_delay_s["ping"] = 0.2
+    await bot.start(ping_interval_s=1.0, ack_timeout_s=0.05)
+    await server.wait_for(lambda: len(server.sent("ping")) >= 3, timeout=10)
+    assert server.connections == 1
+
+
 async def test_pings_are_sent_on_the_interval(bot: BotHarness, server: FakeAiBotServer) -> None:
     await bot.start(ping_interval_s=0.05)
     await server.wait_for(lambda: len(server.sent("ping")) >= 3)
