@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from itertools import pairwise
 from pathlib import Path
@@ -194,6 +195,22 @@ async def test_every_push_gets_a_fresh_req_id_into_groups_too(bot: BotHarness, s
     assert not set(req_ids) & set(callbacks)
     assert all(r.startswith("aibot_send_msg_") for r in req_ids)
     assert pushes[0]["body"] == {"chatid": "wrkgrp07", "msgtype": "markdown", "markdown": {"content": "三点开会"}}
+
+
+async def test_pushes_sent_at_the_same_moment_each_get_their_own_req_id(
+    bot: BotHarness, server: FakeAiBotServer
+) -> None:
+    channel = await bot.start()
+    body = server.text_body("在吗", msgid="gp-11", user="lisi", chattype="group", chatid="wrkgrp11")
+    callback = await server.send_message(body)
+    await _answered(server, callback)
+    contents = [f"提醒{n}" for n in range(20)]
+    sends = [OutboundMessage(channel="wecom", chat_id="wrkgrp11", content=c, cred_id="team") for c in contents]
+    await asyncio.gather(*(channel.send(m) for m in sends))
+    pushes = server.sent("aibot_send_msg")
+    assert sorted(f["body"]["markdown"]["content"] for f in pushes) == sorted(contents)
+    req_ids = {f["headers"]["req_id"] for f in pushes}
+    assert len(req_ids) == 20 and callback not in req_ids
 
 
 async def test_a_group_push_needs_no_earlier_message_from_the_group(bot: BotHarness, server: FakeAiBotServer) -> None:
