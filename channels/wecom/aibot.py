@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
-from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,12 +15,11 @@ from channels.wecom.aibot_conn import BotConnection
 from channels.wecom.aibot_stream import StreamReply
 from channels.wecom.config import BotConfig
 from channels.wecom.tasks import TaskSet
-from channels.wecom.text import split_utf8, strip_mention
+from channels.wecom.text import SUBMIT_FAILED, split_utf8, strip_mention
 
 log = structlog.get_logger(__name__)
 
 EMPTY_PROMPT = "你好，有什么可以帮你？"
-GROUP_REQ_IDS_MAX = 1024  # groups whose last inbound req_id is remembered for proactive sends
 
 
 class BotEndpoint:
@@ -35,7 +31,6 @@ class BotEndpoint:
         config: BotConfig,
         gateway: Submitter,
         dedup: DedupStore,
-        state_dir: Path,
         tasks: TaskSet,
     ) -> None:
         self.cred_id = cred_id
@@ -43,9 +38,7 @@ class BotEndpoint:
         self._gateway = gateway
         self._dedup = dedup
         self._tasks = tasks
-        self._device_id = _device_id(state_dir / f"bot-{cred_id}.device_id")
         self.conn: BotConnection | None = None
-        self._group_req_ids: OrderedDict[str, str] = OrderedDict()
 
     def start(self, session: aiohttp.ClientSession) -> None:
         if not self.config.bot_name:
@@ -54,7 +47,7 @@ class BotEndpoint:
                 cred_id=self.cred_id,
                 hint="set bot_name for groups: without it the first @mention is removed, whoever it names",
             )
-        self.conn = BotConnection(self.cred_id, self.config, self._device_id, self._on_frame, session)
+        self.conn = BotConnection(self.cred_id, self.config, self._on_frame, session)
         self.conn.start()
 
     async def stop(self) -> None:
@@ -64,27 +57,14 @@ class BotEndpoint:
     async def send(self, chat_id: str, text: str) -> None:
         """Proactive push (`aibot_send_msg`, markdown); a per-member chat id `group:user` goes to the group.
 
-        WeCom takes a push into a group only under the req_id of an earlier message from that group, so the
-        last one is reused; a group with none known (not heard from since start) gets a clear error.
+        Every push gets a fresh req_id, into groups too, as both official SDKs do.
         """
         if self.conn is None:
             raise ChannelSendError(f"wecom bot {self.cred_id} is not started")
         target = chat_id.split(":", 1)[0]
-        req_id = self._group_req_ids.get(target)
-        if req_id is None and ":" in chat_id:
-            raise ChannelSendError(
-                f"wecom bot {self.cred_id}: cannot push into group {target!r} yet: WeCom needs the req_id of an "
-                "earlier message from that group, and none arrived since the bot started"
-            )
         for part in split_utf8(text, self.config.stream_cap_bytes):
             body = {"chatid": target, "msgtype": "markdown", "markdown": {"content": part}}
-            await self.conn.request("aibot_send_msg", body, req_id=req_id)
-
-    def _remember_group(self, group_id: str, req_id: str) -> None:
-        self._group_req_ids[group_id] = req_id
-        self._group_req_ids.move_to_end(group_id)
-        while len(self._group_req_ids) > GROUP_REQ_IDS_MAX:
-            self._group_req_ids.popitem(last=False)
+            await self.conn.request("aibot_send_msg", body)
 
     # ------------------------------------------------------------------ inbound frames
 
@@ -114,8 +94,6 @@ class BotEndpoint:
             return
         group = body.get("chattype") == "group"
         group_id = str(body.get("chatid") or user)
-        if group:
-            self._remember_group(group_id, req_id)
         reply = StreamReply(self.conn, self.config, req_id, group_id if group else user)
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
@@ -130,7 +108,12 @@ class BotEndpoint:
         if not content.strip():
             await reply.say(EMPTY_PROMPT)
             return
-        handle = await self._gateway.submit(self._inbound(body, user, group, content))
+        try:
+            handle = await self._gateway.submit(self._inbound(body, user, group, content))
+        except Exception:  # the user gets a fixed text; the detail goes to the log only
+            log.exception("wecom_bot_submit_failed", cred_id=self.cred_id, msgid=msgid)
+            await reply.say(SUBMIT_FAILED)
+            return
         await reply.run(handle)
 
     def _inbound(self, body: dict[str, Any], user: str, group: bool, content: str) -> InboundMessage:
@@ -198,17 +181,3 @@ def message_text(body: dict[str, Any]) -> str | None:
         texts = [str(i["text"].get("content", "")) for i in items if i.get("msgtype") == "text" and i.get("text")]
         return "\n".join(texts) if texts else None
     return None
-
-
-def _device_id(path: Path) -> str:
-    """A stable id for this installation, so a reconnect replaces our old session instead of a zombie."""
-    try:
-        value = path.read_text(encoding="utf-8").strip()
-        if value:
-            return value
-    except FileNotFoundError:
-        pass
-    value = secrets.token_hex(12)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(value, encoding="utf-8")
-    return value

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -29,8 +30,12 @@ BOT_ERRCODE_HINTS: dict[int, str] = {
     846609: "the subscription is gone (WeCom unsubscribed this connection); reconnecting and resubscribing",
 }
 NOT_SUBSCRIBED = 846609  # on any ack: the server dropped this connection's subscription
+CALLBACK_CMDS = frozenset({"aibot_msg_callback", "aibot_event_callback"})  # frames WeCom sends unasked
 CONFLICT_RETRIES = 3
 RESEND_RETRIES = 2  # how many reconnections one command may wait for after losing its connection
+# WeCom puts some control characters raw into user text, which is not JSON; the official Node SDK strips these
+# before parsing (tab and newline stay; raw ones inside strings are accepted by the non-strict parser)
+RAW_CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x0d\x0e-\x1f]")
 
 
 def bot_errcode_hint(errcode: int) -> str:
@@ -69,13 +74,11 @@ class BotConnection:
         self,
         cred_id: str,
         config: BotConfig,
-        device_id: str,
         on_frame: FrameHandler,
         session: aiohttp.ClientSession,
     ) -> None:
         self.cred_id = cred_id
         self._cfg = config
-        self._device_id = device_id
         self._on_frame = on_frame
         self._session = session
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -171,8 +174,9 @@ class BotConnection:
         self._pending.clear()
 
     async def _subscribe(self, ws: aiohttp.ClientWebSocketResponse) -> bool:
-        body = {"bot_id": self._cfg.bot_id, "secret": self._cfg.secret.get_secret_value(), "device_id": self._device_id}
-        frame = {"cmd": "aibot_subscribe", "headers": {"req_id": new_req_id("sub")}, "body": body}
+        # the official SDKs' body; no `device_id`: no WeCom source reads one (a peer's guess, see wecom.md §5.2)
+        body = {"bot_id": self._cfg.bot_id, "secret": self._cfg.secret.get_secret_value()}
+        frame = {"cmd": "aibot_subscribe", "headers": {"req_id": new_req_id("aibot_subscribe")}, "body": body}
         ack = await self._exchange(ws, frame)
         errcode = int(ack.get("errcode", 0))
         if errcode != 0:
@@ -187,35 +191,49 @@ class BotConnection:
         return True
 
     async def _ping(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        """Return when the connection is dead: two missed acks, or an ack saying the subscription is gone."""
+        """Return when the connection is dead: two missed acks, or an ack saying the subscription is gone.
+
+        As in the official SDKs, a ping goes out every `ping_interval_s`, its ack may come any time before the
+        next one is due, and only an ack with errcode 0 counts as an answer."""
+        loop = asyncio.get_running_loop()
+        interval = self._cfg.ping_interval_s
+        due = loop.time() + interval
         missed = 0
         while missed < 2:
-            await asyncio.sleep(self._cfg.ping_interval_s)
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            due = max(due, loop.time()) + interval  # a late wake-up (a busy loop) still leaves a whole interval
+            ping = {"cmd": "ping", "headers": {"req_id": new_req_id("ping")}}
             try:
-                ack = await self._exchange(ws, {"cmd": "ping", "headers": {"req_id": new_req_id("ping")}})
+                ack = await self._exchange(ws, ping, timeout_s=max(0.0, due - loop.time()))
+                errcode: int | None = _errcode(ack)
             except (ChannelSendError, TimeoutError):
-                missed += 1
-                log.warning("wecom_bot_ping_missed", cred_id=self.cred_id, missed=missed)
-                continue
-            if _errcode(ack) == NOT_SUBSCRIBED:
+                errcode = None
+            if errcode == NOT_SUBSCRIBED:
                 return  # the reader has closed the socket already; the loop resubscribes
+            if errcode != 0:
+                missed += 1
+                log.warning("wecom_bot_ping_missed", cred_id=self.cred_id, missed=missed, errcode=errcode)
+                continue
             missed = 0
         log.warning("wecom_bot_connection_dead", cred_id=self.cred_id)
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for msg in ws:
-            if msg.type != aiohttp.WSMsgType.TEXT:
+            if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
                 continue
             try:
-                frame = json.loads(msg.data)
+                frame = parse_frame(msg.data)
                 req_id = str(frame["headers"]["req_id"])
             except (ValueError, KeyError, TypeError):
-                log.warning("wecom_bot_bad_frame", cred_id=self.cred_id, size=len(str(msg.data)))
+                log.warning("wecom_bot_bad_frame", cred_id=self.cred_id, size=len(msg.data))
                 continue
-            if "cmd" not in frame:
+            if frame.get("cmd") not in CALLBACK_CMDS:
+                # as in the official SDKs: whatever is not a callback is an ack (its cmd absent, empty or not)
                 future = self._pending.pop(req_id, None)
                 if future is not None and not future.done():
                     future.set_result(frame)
+                elif future is None:
+                    log.info("wecom_bot_frame_ignored", cred_id=self.cred_id, cmd=frame.get("cmd"), req_id=req_id)
                 if _errcode(frame) == NOT_SUBSCRIBED:
                     # a live socket whose subscription is gone stays silent forever: drop it, resubscribe
                     log.warning("wecom_bot_unsubscribed", cred_id=self.cred_id, hint=bot_errcode_hint(NOT_SUBSCRIBED))
@@ -230,12 +248,15 @@ class BotConnection:
 
     # ------------------------------------------------------------------ commands
 
-    async def _exchange(self, ws: aiohttp.ClientWebSocketResponse, frame: dict[str, Any]) -> dict[str, Any]:
+    async def _exchange(
+        self, ws: aiohttp.ClientWebSocketResponse, frame: dict[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """Send `frame` and wait for its ack, up to `timeout_s` (default `ack_timeout_s`)."""
         req_id = frame["headers"]["req_id"]
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[req_id] = future
         try:
-            async with asyncio.timeout(self._cfg.ack_timeout_s):
+            async with asyncio.timeout(self._cfg.ack_timeout_s if timeout_s is None else timeout_s):
                 try:
                     await ws.send_str(json.dumps(frame, ensure_ascii=False))
                 except (ConnectionError, aiohttp.ClientError) as e:
@@ -330,6 +351,16 @@ class BotConnection:
                 del self._req_locks[req_id]
             else:
                 self._req_locks[req_id] = (lock, users - 1)
+
+
+def parse_frame(data: str | bytes) -> dict[str, Any]:
+    """One websocket frame as the official SDKs read it (UTF-8 text or binary, raw control characters dropped);
+    raise ValueError (UnicodeDecodeError, JSONDecodeError) or TypeError when it is not a JSON object."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    frame = json.loads(RAW_CONTROL_CHARS.sub("", text), strict=False)
+    if not isinstance(frame, dict):
+        raise TypeError("frame is not a JSON object")
+    return frame
 
 
 def _errcode(frame: dict[str, Any]) -> int:

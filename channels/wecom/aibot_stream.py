@@ -215,8 +215,9 @@ class StreamReply:
         return self._base + len(self._sent_text)
 
     async def _push_message(self, content: str) -> None:
+        """A follow-up message: `aibot_send_msg` under a fresh req_id of its own, as the official SDKs send it."""
         body: dict[str, Any] = {"chatid": self.chat_id, "msgtype": "markdown", "markdown": {"content": content}}
         try:
-            await self._conn.request("aibot_send_msg", body, req_id=self.req_id)
+            await self._conn.request("aibot_send_msg", body)
         except ChannelSendError as e:
             log.error("wecom_bot_followup_failed", req_id=self.req_id, error=str(e))

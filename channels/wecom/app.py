@@ -23,7 +23,7 @@ from channels.wecom.api import WorkApi, WorkApiError
 from channels.wecom.budget import Clock, MemberBudget, Sleep
 from channels.wecom.config import AppConfig
 from channels.wecom.tasks import TaskSet
-from channels.wecom.text import head_with_note, pack_utf8, split_utf8, strip_markdown, utf8_len
+from channels.wecom.text import SUBMIT_FAILED, head_with_note, pack_utf8, split_utf8, strip_markdown, utf8_len
 
 log = structlog.get_logger(__name__)
 
@@ -138,7 +138,12 @@ class AppEndpoint:
             await self._run_turn(msg, user, content)
 
     async def _run_turn(self, msg: Any, user: str, content: str) -> None:
-        handle = await self._gateway.submit(self._inbound(msg, user, content))
+        try:
+            handle = await self._gateway.submit(self._inbound(msg, user, content))
+        except Exception:  # the user gets a fixed text; the detail goes to the log only
+            log.exception("wecom_app_submit_failed", cred_id=self.cred_id, user=user, key=dedup_key(msg))
+            await self._reply_safely(user, SUBMIT_FAILED)
+            return
         final: DoneEvent | ErrorEvent | None = None
         notices: list[str] = []
         async for event in handle:

@@ -64,7 +64,6 @@ class WeComChannel:
                 cfg,
                 context.gateway,
                 DedupStore(state / f"bot-{cred_id}.dedup.jsonl", ttl_s=ttl),
-                state,
                 self.tasks,
             )
             for cred_id, cfg in self.config.bots.items()

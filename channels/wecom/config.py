@@ -74,7 +74,7 @@ class BotConfig(_Credential):
     session_per_member: bool = Field(False, description="in groups, one session per member instead of one")
     bot_name: str | None = Field(None, description="the bot's display name, stripped as @name from messages")
     ping_interval_s: float = Field(30.0, gt=0)
-    ack_timeout_s: float = Field(10.0, gt=0)
+    ack_timeout_s: float = Field(5.0, gt=0, description="how long a command waits for its ack (the SDKs: 5 s)")
     send_wait_s: float = Field(30.0, gt=0, description="how long a reply waits for a (re)connection")
     connect_timeout_s: float = Field(10.0, gt=0)
     reconnect_min_s: float = Field(1.0, gt=0)

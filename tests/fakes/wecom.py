@@ -7,6 +7,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import secrets
 import struct
 import time
@@ -207,17 +208,24 @@ class FakeQyApi(_Server, MemberLimit):
 
 
 NOT_SUBSCRIBED = 846609
-GROUP_PUSH_REJECTED = 40058
-"""The errcode this fake gives a group push without a req_id from that group (WeCom's own code is not documented
-in our reference; the rule is from hermes-agent, see wecom.md §5.2)."""
+_ESCAPED_CONTROL = re.compile(r"(?<!\\)\\(u00[01][0-9a-f]|[rbf])")
+_SHORT_ESCAPES = {"r": "\r", "b": "\b", "f": "\f"}
+
+
+def _raw_control(match: re.Match[str]) -> str:
+    """An escaped control character back to the raw one, for those the Node SDK strips; tab and newline stay
+    escaped (the SDK's JSON.parse would reject them raw, so WeCom cannot be sending them so)."""
+    code = match.group(1)
+    char = _SHORT_ESCAPES.get(code) or chr(int(code[1:], 16))
+    return match.group(0) if char in "\t\n" else char
 
 
 class FakeAiBotServer(_Server):
     """The AI-bot websocket endpoint: acks every command, records frames, pushes callbacks on demand.
 
     Like WeCom it answers 846609 to commands on a connection that is not (or no longer) subscribed, delivers
-    callbacks only to a subscribed connection, and takes a push into a group only under the req_id of a message
-    it delivered from that group.
+    callbacks only to a subscribed connection, and when a newer connection subscribes, sends the older ones a
+    `disconnected_event` and closes them. Callback bodies carry the fields of the official SDKs' types.
     """
 
     def __init__(self, bot_id: str, secret: str) -> None:
@@ -242,11 +250,14 @@ class FakeAiBotServer(_Server):
         """For each entry of `frames`, the number (1-based) of the connection it arrived on."""
         self.drop_ack: Callable[[dict[str, Any]], bool] | None = None
         """Frames whose ack is never sent (processed, but the ack is lost on the way)."""
-        self.group_req_ids: dict[str, set[str]] = {}
-        """Per group chatid, the req_ids of the callbacks delivered from it."""
+        self.ack_delay_s: dict[str, float] = {}
+        """Per command, how long its ack takes (the connection reads nothing else meanwhile)."""
+        self.ack_cmd: str | None = None
+        """When set, acks carry this `cmd` (the SDKs' `WsFrame`: "cmd ... may be empty" on acks)."""
         self._ws: web.WebSocketResponse | None = None
         self._current = 0  # the number of the connection `_ws` is
         self._live: set[int] = set()  # connections that are subscribed now
+        self._sockets: dict[int, web.WebSocketResponse] = {}  # every open connection by number
 
     @property
     def url(self) -> str:
@@ -261,17 +272,29 @@ class FakeAiBotServer(_Server):
     def sent(self, cmd: str, req_id: str | None = None) -> list[dict[str, Any]]:
         return [f for f in self.frames if f.get("cmd") == cmd and (req_id is None or f["headers"]["req_id"] == req_id)]
 
-    async def push(self, frame: dict[str, Any]) -> None:
-        """Deliver a callback on the current connection once it is subscribed (WeCom sends none before)."""
+    async def push(self, frame: dict[str, Any], *, raw_controls: bool = False, binary: bool = False) -> None:
+        """Deliver a callback on the current connection once it is subscribed (WeCom sends none before).
+
+        `raw_controls`: the control characters the Node SDK strips go out raw, as WeCom sends them in user text,
+        not JSON-escaped. `binary`: as a binary websocket frame (both official SDKs parse those too)."""
+        text = json.dumps(frame, ensure_ascii=False)
+        if raw_controls:
+            text = _ESCAPED_CONTROL.sub(_raw_control, text)
+        await self.push_text(text, binary=binary)
+
+    async def push_text(self, text: str, *, binary: bool = False) -> None:
+        """Put `text` on the current subscribed connection as it is."""
         await self.wait_for(lambda: self._ws is not None and self._current in self._live)
         assert self._ws is not None
-        await self._ws.send_str(json.dumps(frame, ensure_ascii=False))
+        if binary:
+            await self._ws.send_bytes(text.encode())
+        else:
+            await self._ws.send_str(text)
 
-    async def send_message(self, body: dict[str, Any]) -> str:
+    async def send_message(self, body: dict[str, Any], **wire: bool) -> str:
+        """A message callback; `wire` is passed to `push`."""
         req_id = f"cb_{secrets.token_hex(6)}"
-        if body.get("chattype") == "group":
-            self.group_req_ids.setdefault(str(body.get("chatid")), set()).add(req_id)
-        await self.push({"cmd": "aibot_msg_callback", "headers": {"req_id": req_id}, "body": body})
+        await self.push({"cmd": "aibot_msg_callback", "headers": {"req_id": req_id}, "body": body}, **wire)
         return req_id
 
     def unsubscribe(self) -> None:
@@ -282,9 +305,22 @@ class FakeAiBotServer(_Server):
     async def send_event(self, eventtype: str, **extra: Any) -> str:
         """An event callback; `extra` overrides body fields (e.g. `msgid`, `from`)."""
         req_id = f"ev_{secrets.token_hex(6)}"
-        body = {"msgid": secrets.token_hex(8), "event": {"eventtype": eventtype}, **extra}
-        await self.push({"cmd": "aibot_event_callback", "headers": {"req_id": req_id}, "body": body})
+        await self.push(
+            {"cmd": "aibot_event_callback", "headers": {"req_id": req_id}, "body": self.event_body(eventtype, **extra)}
+        )
         return req_id
+
+    def event_body(self, eventtype: str, **extra: Any) -> dict[str, Any]:
+        """An event callback's body as the SDKs type it (`EventMessage`); `chatid`/`chattype` only when given."""
+        body = {
+            "msgid": secrets.token_hex(8),
+            "create_time": int(time.time()),
+            "aibotid": self.bot_id,
+            "from": {"userid": "zhangsan"},
+            "msgtype": "event",
+            "event": {"eventtype": eventtype},
+        }
+        return {**body, **extra}
 
     def sent_on(self, connection: int, cmd: str) -> list[dict[str, Any]]:
         """The frames of `cmd` that arrived on the given connection (1-based)."""
@@ -296,7 +332,9 @@ class FakeAiBotServer(_Server):
         return [f["body"]["stream"] for f in self.sent("aibot_respond_msg", req_id)]
 
     def text_body(self, content: str, *, msgid: str, user: str = "zhangsan", **extra: Any) -> dict[str, Any]:
-        body = {"msgid": msgid, "aibotid": self.bot_id, "chattype": "single", "from": {"userid": user}}
+        """A text message callback's body as the SDKs type it (`TextMessage`); `extra` overrides fields."""
+        body: dict[str, Any] = {"msgid": msgid, "aibotid": self.bot_id, "chattype": "single", "from": {"userid": user}}
+        body["create_time"] = int(time.time())
         return {**body, "msgtype": "text", "text": {"content": content}, **extra}
 
     async def drop(self) -> None:
@@ -312,6 +350,7 @@ class FakeAiBotServer(_Server):
         number = self.connections
         self.connect_times.append(asyncio.get_running_loop().time())
         self._ws, self._current = ws, number
+        self._sockets[number] = ws
         await self._changed()
         async for msg in ws:
             if msg.type != WSMsgType.TEXT:
@@ -323,6 +362,8 @@ class FakeAiBotServer(_Server):
                 await ws.close()
             else:
                 authed = await self._answer(ws, frame, number in self._live)
+                if authed and frame.get("cmd") == "aibot_subscribe":
+                    await self._disconnect_older(number)
                 if authed:
                     self._live.add(number)
                 if authed and frame.get("cmd") == "aibot_subscribe" and self.drop_after_subscribe > 0:
@@ -330,9 +371,22 @@ class FakeAiBotServer(_Server):
                     await ws.close()
             await self._changed()
         self._live.discard(number)
+        self._sockets.pop(number, None)
         if self._ws is ws:
             self._ws = None
         return ws
+
+    async def _disconnect_older(self, newer: int) -> None:
+        """A newer connection subscribed: every older subscribed one gets `disconnected_event`, then is closed."""
+        for number in sorted(self._live - {newer}):
+            self._live.discard(number)
+            ws = self._sockets.get(number)
+            if ws is None or ws.closed:
+                continue
+            body = self.event_body("disconnected_event", **{"from": {"userid": ""}})  # WeCom's value: unknown
+            frame = {"cmd": "aibot_event_callback", "headers": {"req_id": f"ev_{secrets.token_hex(6)}"}, "body": body}
+            await ws.send_str(json.dumps(frame, ensure_ascii=False))
+            await ws.close()
 
     async def _answer(self, ws: web.WebSocketResponse, frame: dict[str, Any], authed: bool) -> bool:
         cmd = frame.get("cmd", "")
@@ -350,20 +404,16 @@ class FakeAiBotServer(_Server):
                 self.subscribed += 1
         elif not authed:
             code = NOT_SUBSCRIBED
-        elif cmd == "aibot_send_msg" and not code:
-            code = self._group_push_errcode(frame)
         if self.drop_ack is not None and self.drop_ack(frame):
             return authed
         errmsg = "ok" if not code else ("aibot websocket not subscribed" if code == NOT_SUBSCRIBED else "err")
-        reply = {"headers": {"req_id": frame["headers"]["req_id"]}, "errcode": code, "errmsg": errmsg}
+        reply: dict[str, Any] = {"headers": {"req_id": frame["headers"]["req_id"]}, "errcode": code, "errmsg": errmsg}
+        if self.ack_cmd is not None:
+            reply = {"cmd": self.ack_cmd, **reply}
+        if self.ack_delay_s.get(cmd):
+            await asyncio.sleep(self.ack_delay_s[cmd])
         await ws.send_str(json.dumps(reply))
         return authed
-
-    def _group_push_errcode(self, frame: dict[str, Any]) -> int:
-        chatid = str((frame.get("body") or {}).get("chatid", ""))
-        if chatid in self.group_req_ids and frame["headers"]["req_id"] not in self.group_req_ids[chatid]:
-            return GROUP_PUSH_REJECTED
-        return 0
 
 
 # ---------------------------------------------------------------- channel harness

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -32,14 +34,12 @@ async def bot(server: FakeAiBotServer, submitter: ScriptedSubmitter, tmp_path: P
         await h.channel.stop()
 
 
-async def test_subscribe_carries_bot_id_secret_and_a_stable_device_id(bot: BotHarness, server: FakeAiBotServer) -> None:
-    channel = await bot.start()
-    first = server.sent("aibot_subscribe")[0]["body"]
-    assert (first["bot_id"], first["secret"]) == (BOT_ID, BOT_SECRET)
-    await channel.stop()
+async def test_subscribe_sends_what_the_official_sdks_send(bot: BotHarness, server: FakeAiBotServer) -> None:
+    # both SDKs: {cmd: "aibot_subscribe", headers: {req_id: generateReqId("aibot_subscribe")}, body: {bot_id, secret}}
     await bot.start()
-    await server.wait_for(lambda: len(server.sent("aibot_subscribe")) == 2)
-    assert server.sent("aibot_subscribe")[1]["body"]["device_id"] == first["device_id"]
+    (frame,) = server.sent("aibot_subscribe")
+    assert frame["body"] == {"bot_id": BOT_ID, "secret": BOT_SECRET}
+    assert re.fullmatch(r"aibot_subscribe_\d{13}_[0-9a-f]{8}", frame["headers"]["req_id"])
 
 
 async def test_a_callback_streams_growing_content_then_finishes(bot: BotHarness, server: FakeAiBotServer) -> None:
@@ -114,6 +114,22 @@ async def test_two_missed_ping_acks_mean_a_dead_connection(bot: BotHarness, serv
     await bot.start(ping_interval_s=0.05, ack_timeout_s=0.05)
     await server.wait_for(lambda: server.connections >= 2, timeout=5)
     assert len(server.sent("ping")) >= 2
+
+
+async def test_ping_acks_with_an_error_count_as_missed(bot: BotHarness, server: FakeAiBotServer) -> None:
+    # the SDKs reset their missed-pong count only on an ack with errcode 0
+    server.ack_rule = lambda frame: 50001 if frame.get("cmd") == "ping" else None
+    await bot.start(ping_interval_s=0.05)
+    await server.wait_for(lambda: server.connections >= 2, timeout=5)
+    assert len(server.sent_on(1, "ping")) == 2
+
+
+async def test_a_ping_ack_may_come_any_time_before_the_next_ping(bot: BotHarness, server: FakeAiBotServer) -> None:
+    # the SDKs count a ping as missed only when no ack came by the next ping, not after the reply-ack timeout
+    server.ack_delay_s["ping"] = 0.2
+    await bot.start(ping_interval_s=1.0, ack_timeout_s=0.05)
+    await server.wait_for(lambda: len(server.sent("ping")) >= 3, timeout=10)
+    assert server.connections == 1
 
 
 async def test_pings_are_sent_on_the_interval(bot: BotHarness, server: FakeAiBotServer) -> None:
@@ -204,10 +220,10 @@ async def test_an_expired_stream_continues_in_a_new_message(bot: BotHarness, ser
     server.ack_errcodes["aibot_respond_msg"] = [0, 0, 846608, 846608, 846608, 846608, 846608, 846608]
     await bot.start()
     req_id = await server.send_message(server.text_body("一二三四五六七八九十", msgid="exp-1"))
-    await server.wait_for(lambda: bool(server.sent("aibot_send_msg", req_id)))
+    await server.wait_for(lambda: bool(server.sent("aibot_send_msg")))
     await bot.settle()
     accepted = [s["content"] for s in server.streams(req_id)[:2]]
-    follow_up = server.sent("aibot_send_msg", req_id)[-1]["body"]["markdown"]["content"]
+    follow_up = server.sent("aibot_send_msg")[-1]["body"]["markdown"]["content"]
     shown = accepted[-1] if accepted[-1] != "正在思考…" else ""
     assert shown + follow_up == "echo: 一二三四五六七八九十"
 
@@ -301,3 +317,56 @@ async def test_stop_during_a_slow_turn_returns_promptly(server: FakeAiBotServer,
     assert conn is not None
     async with asyncio.timeout(1):
         await conn.wait_finished()
+
+
+async def test_a_frame_with_raw_control_characters_is_parsed_and_answered(
+    bot: BotHarness, server: FakeAiBotServer
+) -> None:
+    # WeCom puts some control characters raw into user text; the Node SDK strips [\x00-\x08\x0B-\x0D\x0E-\x1F]
+    # before parsing (tab and newline stay)
+    await bot.start()
+    body = server.text_body("甲\x01乙\r\n丙\t丁\x0b\x0c\x1f", msgid="ctl-1")
+    with capture_logs() as logs:
+        req_id = await server.send_message(body, raw_controls=True)
+        await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    assert bot.gateway.received[0].content == "甲乙\n丙\t丁"
+    assert server.streams(req_id)[-1]["content"] == "echo: 甲乙\n丙\t丁"
+    assert not [e for e in logs if e["event"] == "wecom_bot_bad_frame"]
+
+
+async def test_a_raw_tab_or_newline_inside_a_string_does_not_drop_the_frame(
+    bot: BotHarness, server: FakeAiBotServer
+) -> None:
+    await bot.start()
+    body = server.text_body("甲\t乙\n丙", msgid="ws-1")
+    frame = {"cmd": "aibot_msg_callback", "headers": {"req_id": "cb-ws"}, "body": body}
+    await server.push_text(json.dumps(frame, ensure_ascii=False).replace("\\t", "\t").replace("\\n", "\n"))
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams("cb-ws")))
+    assert bot.gateway.received[0].content == "甲\t乙\n丙"
+
+
+async def test_a_binary_frame_is_parsed_like_a_text_frame(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start()
+    req_id = await server.send_message(server.text_body("二进制帧", msgid="bin-1"), binary=True)
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    assert server.streams(req_id)[-1]["content"] == "echo: 二进制帧"
+
+
+def test_the_reply_ack_timeout_defaults_to_the_official_sdks_5_s(server: FakeAiBotServer, tmp_path: Path) -> None:
+    table = bot_table(server)
+    del table["bots"]["team"]["ack_timeout_s"]
+    channel = WeComChannel(channel_context(ScriptedSubmitter(), tmp_path), table)
+    assert channel.config.bots["team"].ack_timeout_s == 5.0  # replyAckTimeout = 5000 ms in both SDKs
+
+
+@pytest.mark.parametrize("ack_cmd", ["", "aibot_respond_msg"])
+async def test_acks_that_carry_a_cmd_are_still_acks(bot: BotHarness, server: FakeAiBotServer, ack_cmd: str) -> None:
+    # the SDKs treat every frame that is not a callback as an ack, matched by req_id; their WsFrame says an ack's
+    # cmd "may be empty"
+    server.ack_cmd = ack_cmd
+    channel = await bot.start()
+    req_id = await server.send_message(server.text_body("有 cmd 的回执", msgid=f"ack-{ack_cmd}"))
+    await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    await channel.send(OutboundMessage(channel="wecom", chat_id="zhangsan", content="提醒", cred_id="team"))
+    assert server.streams(req_id)[-1]["content"] == "echo: 有 cmd 的回执"
+    assert server.connections == 1

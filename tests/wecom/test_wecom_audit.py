@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from itertools import pairwise
 from pathlib import Path
@@ -10,12 +11,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from agenthub.errors import ChannelSendError, ConfigError
+from agenthub.errors import ConfigError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, NoticeEvent, OutboundMessage, ReplyEvent
 from channels.notices import with_notices
 from channels.wecom import WeComChannel
-from channels.wecom.text import strip_mention, utf8_len
+from channels.wecom.text import SUBMIT_FAILED, strip_mention, utf8_len
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context
 from tests.wecom.harness import BotHarness, Harness, SteppedGateway, app_table, text
@@ -170,33 +171,72 @@ async def test_notices_do_not_push_a_capped_stream_past_the_cap(server: FakeAiBo
     assert all(utf8_len(s["content"]) <= 1024 for s in streams)
     head = with_notices("", [COMPACTED]) + "\n\n"
     assert streams[-1]["content"].startswith(head)
-    follow_ups = [f["body"]["markdown"]["content"] for f in server.sent("aibot_send_msg", req_id)]
+    follow_ups = [f["body"]["markdown"]["content"] for f in server.sent("aibot_send_msg")]
     assert streams[-1]["content"][len(head) :] + "".join(follow_ups) == f"echo: {long_reply}"
 
 
 # ---------------------------------------------------------------- 4. proactive pushes into groups
 
 
-async def test_a_group_push_reuses_the_last_req_id_from_that_group(bot: BotHarness, server: FakeAiBotServer) -> None:
+async def test_every_push_gets_a_fresh_req_id_into_groups_too(bot: BotHarness, server: FakeAiBotServer) -> None:
+    # both official SDKs generate a new req_id for every aibot_send_msg (`generateReqId("aibot_send_msg")`)
     channel = await bot.start()
+    callbacks = []
     for n in (1, 2):
         body = server.text_body(f"第{n}条", msgid=f"gp-{n}", user="lisi", chattype="group", chatid="wrkgrp07")
-        last = await server.send_message(body)
-        await _answered(server, last)
-    await channel.send(OutboundMessage(channel="wecom", chat_id="wrkgrp07", content="三点开会", cred_id="team"))
-    push = server.sent("aibot_send_msg")[-1]
-    assert push["headers"]["req_id"] == last
-    assert push["body"] == {"chatid": "wrkgrp07", "msgtype": "markdown", "markdown": {"content": "三点开会"}}
+        callbacks.append(await server.send_message(body))
+        await _answered(server, callbacks[-1])
+    for content in ("三点开会", "四点开会"):
+        await channel.send(OutboundMessage(channel="wecom", chat_id="wrkgrp07", content=content, cred_id="team"))
+    await channel.send(OutboundMessage(channel="wecom", chat_id="zhangsan", content="单聊", cred_id="team"))
+    pushes = server.sent("aibot_send_msg")
+    req_ids = [f["headers"]["req_id"] for f in pushes]
+    assert len(set(req_ids)) == 3
+    assert not set(req_ids) & set(callbacks)
+    assert all(r.startswith("aibot_send_msg_") for r in req_ids)
+    assert pushes[0]["body"] == {"chatid": "wrkgrp07", "msgtype": "markdown", "markdown": {"content": "三点开会"}}
 
 
-async def test_a_group_push_with_no_message_from_the_group_is_refused_clearly(
+async def test_pushes_sent_at_the_same_moment_each_get_their_own_req_id(
     bot: BotHarness, server: FakeAiBotServer
 ) -> None:
     channel = await bot.start()
-    message = OutboundMessage(channel="wecom", chat_id="wrkgrp08:lisi", content="提醒", cred_id="team")
-    with pytest.raises(ChannelSendError, match="earlier message from that group"):
-        await channel.send(message)
-    assert server.sent("aibot_send_msg") == []
+    body = server.text_body("在吗", msgid="gp-11", user="lisi", chattype="group", chatid="wrkgrp11")
+    callback = await server.send_message(body)
+    await _answered(server, callback)
+    contents = [f"提醒{n}" for n in range(20)]
+    sends = [OutboundMessage(channel="wecom", chat_id="wrkgrp11", content=c, cred_id="team") for c in contents]
+    await asyncio.gather(*(channel.send(m) for m in sends))
+    pushes = server.sent("aibot_send_msg")
+    assert sorted(f["body"]["markdown"]["content"] for f in pushes) == sorted(contents)
+    req_ids = {f["headers"]["req_id"] for f in pushes}
+    assert len(req_ids) == 20 and callback not in req_ids
+
+
+async def test_a_group_push_needs_no_earlier_message_from_the_group(bot: BotHarness, server: FakeAiBotServer) -> None:
+    channel = await bot.start()
+    await channel.send(OutboundMessage(channel="wecom", chat_id="wrkgrp08:lisi", content="提醒", cred_id="team"))
+    (push,) = server.sent("aibot_send_msg")
+    assert push["body"] == {"chatid": "wrkgrp08", "msgtype": "markdown", "markdown": {"content": "提醒"}}
+
+
+async def test_follow_up_messages_of_a_capped_stream_get_fresh_req_ids(server: FakeAiBotServer, tmp_path: Path) -> None:
+    long_reply = "".join(f"第{i}句：超过上限的部分用主动消息发送。\n" for i in range(120))
+    h = BotHarness(server, ScriptedSubmitter(reply_for=lambda m: long_reply), tmp_path)
+    try:
+        await h.start(stream_cap_bytes=1024)
+        req_id = await server.send_message(server.text_body("长", msgid="cap-fresh"))
+        await server.wait_for(lambda: _finished(server, req_id))
+        await h.settle()
+    finally:
+        assert h.channel is not None
+        await h.channel.stop()
+    follow_ups = server.sent("aibot_send_msg")
+    req_ids = [f["headers"]["req_id"] for f in follow_ups]
+    assert len(follow_ups) >= 2
+    assert req_id not in req_ids and len(set(req_ids)) == len(req_ids)
+    shown = server.streams(req_id)[-1]["content"] + "".join(f["body"]["markdown"]["content"] for f in follow_ups)
+    assert shown == long_reply
 
 
 # ---------------------------------------------------------------- 5. @mentions in groups
@@ -261,3 +301,55 @@ def test_part_gap_s_defaults_to_half_a_second_and_rejects_negatives(api: FakeQyA
     assert WeComChannel(context, table).config.apps["hr"].part_gap_s == 0.5
     with pytest.raises(ConfigError, match=r"apps\.hr\.part_gap_s"):
         WeComChannel(context, app_table(api, part_gap_s=-1))
+
+
+# ---------------------------------------------------------------- 7. a gateway that fails: fixed texts only
+
+
+LEAK = "password=hunter2 at /srv/agenthub/data"
+
+
+class FailingGateway:
+    """A gateway whose `submit` raises with internal detail in the exception's text."""
+
+    accepting = True
+
+    def __init__(self) -> None:
+        self.received: list[InboundMessage] = []
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle:
+        self.received.append(message)
+        raise RuntimeError(f"inbox write failed: {LEAK}")
+
+
+async def test_a_bot_message_whose_submit_fails_gets_a_fixed_answer(server: FakeAiBotServer, tmp_path: Path) -> None:
+    h = BotHarness(server, FailingGateway(), tmp_path)
+    try:
+        await h.start()
+        with capture_logs() as logs:
+            req_id = await server.send_message(server.text_body("你好", msgid="fail-1"))
+            await server.wait_for(lambda: _finished(server, req_id))
+            await h.settle()
+    finally:
+        assert h.channel is not None
+        await h.channel.stop()
+    (last,) = [s for s in server.streams(req_id) if s["finish"]]
+    assert last["content"] == SUBMIT_FAILED
+    assert all("hunter2" not in f["body"]["stream"]["content"] for f in server.sent("aibot_respond_msg"))
+    assert any(e["event"] == "wecom_bot_submit_failed" for e in logs)
+
+
+async def test_an_app_message_whose_submit_fails_gets_a_fixed_answer(api: FakeQyApi, tmp_path: Path) -> None:
+    h = Harness(api, ScriptedSubmitter(), tmp_path)
+    h.submitter = FailingGateway()  # type: ignore[assignment]
+    try:
+        await h.start()
+        with capture_logs() as logs:
+            status, body = await h.post(text("你好"))
+            await h.settle()
+    finally:
+        await h.stop()
+        await h.http.close()
+    assert (status, body) == (200, "")
+    assert api.texts() == [SUBMIT_FAILED]
+    assert any(e["event"] == "wecom_app_submit_failed" for e in logs)

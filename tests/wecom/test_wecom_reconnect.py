@@ -139,3 +139,31 @@ async def test_a_redelivered_enter_chat_gets_one_welcome(bot: BotHarness, server
     welcomed = [f["headers"]["req_id"] for f in server.sent("aibot_respond_welcome_msg")]
     assert sorted(welcomed) == sorted([first, "ev-plain", other])
     assert again not in welcomed
+
+
+# ---------------------------------------------------------------- a second instance of the same bot
+
+
+async def test_a_second_instance_takes_over_and_the_first_stops_reconnecting(
+    bot: BotHarness, server: FakeAiBotServer, tmp_path: Path
+) -> None:
+    first = await bot.start()
+    conn = first.bots["team"].conn
+    assert conn is not None
+    second = BotHarness(server, ScriptedSubmitter(), tmp_path / "second")
+    try:
+        with capture_logs() as logs:
+            await second.start()  # WeCom sends disconnected_event to the older connection, then closes it
+            await server.wait_for(lambda: server.subscribed == 2)
+            async with asyncio.timeout(3):
+                await conn.wait_finished()
+        assert conn.replaced
+        assert any(e["event"] == "wecom_bot_replaced" for e in logs)
+        req_id = await server.send_message(server.text_body("谁来回答", msgid="takeover-1"))
+        await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+        assert isinstance(second.gateway, ScriptedSubmitter) and len(second.gateway.received) == 1
+        assert bot.gateway.received == []
+        assert server.connections == 2  # the first one did not come back
+    finally:
+        if second.channel is not None:
+            await second.channel.stop()

@@ -52,7 +52,7 @@ async def test_text_is_not_lost_when_the_finish_frame_hits_stream_expiry(
     await gateway.steps.put(DoneEvent("前半部分。后半部分。"))
     await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
     await bot.settle()
-    follow_ups = [f["body"]["markdown"]["content"] for f in server.sent("aibot_send_msg", req_id)]
+    follow_ups = [f["body"]["markdown"]["content"] for f in server.sent("aibot_send_msg")]
     assert "前半部分。" + "".join(follow_ups) == "前半部分。后半部分。"
 
 
@@ -72,7 +72,7 @@ async def test_text_is_not_skipped_when_the_cap_frame_hits_stream_expiry(
     await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
     await gateway.steps.put(DoneEvent(full))
     await bot.settle()
-    follow_ups = [f["body"]["markdown"]["content"] for f in server.sent("aibot_send_msg", req_id)]
+    follow_ups = [f["body"]["markdown"]["content"] for f in server.sent("aibot_send_msg")]
     assert all(utf8_len(p) <= 1024 for p in follow_ups)
     assert first + "".join(follow_ups) == full
 
