@@ -317,6 +317,47 @@ async def test_traversal_in_query_is_ignored_safely(api: RunningApi, tmp_path: P
     assert _files_outside_data(tmp_path) == before
 
 
+async def test_a_linked_session_file_is_a_403_and_the_others_still_list(api: RunningApi, tmp_path: Path) -> None:
+    history = api.gateway.history
+    await history.append(session_key("default", "http", "good"), {"role": "user", "content": "fine"})
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(json.dumps({"role": "user", "content": "not ours"}) + "\n")
+    linked = session_key("default", "http", "linked")
+    history.layout("default").sessions_dir.joinpath(linked.file_stem + ".jsonl").symlink_to(outside)
+    status, body = await api.call("GET", AGENT + "/sessions")
+    assert status == 200 and [m["chat_id"] for m in body["sessions"]] == ["good"]
+    for method, suffix, payload in (
+        ("GET", "/messages", None),
+        ("GET", "/context", None),
+        ("PATCH", "", {"title": "x"}),
+        ("POST", "/pin", {"pinned": True}),
+        ("DELETE", "", None),
+    ):
+        status, body = await api.call(method, AGENT + "/sessions/linked" + suffix, json=payload)
+        assert status == 403, (method, suffix, status)
+        assert_error(body, "path_refused")
+        assert "Errno" not in body["error"]["message"]
+    assert outside.read_text() == json.dumps({"role": "user", "content": "not ours"}) + "\n"  # never written
+
+
+async def test_a_linked_sessions_directory_is_a_403_not_a_500(api: RunningApi, tmp_path: Path) -> None:
+    history = api.gateway.history
+    await history.append(session_key("default", "http", "good"), {"role": "user", "content": "fine"})
+    sessions = history.layout("default").sessions_dir
+    sessions.rename(tmp_path / "elsewhere")
+    sessions.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    status, body = await api.call("GET", AGENT + "/sessions")
+    assert status == 403
+    assert_error(body, "path_refused")
+    status, body = await api.call("POST", AGENT + "/sessions", json={"chat_id": "new"})
+    assert status == 403
+    assert_error(body, "path_refused")
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == [
+        "default_http_good.jsonl",
+        "default_http_good.meta.json",
+    ]
+
+
 def _files_outside_data(root: Path) -> set[Path]:
     data = root / "data"
     return {p for p in root.rglob("*") if p.is_file() and data not in p.parents}

@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from agenthub.aio import runs_to_end
+from agenthub.errors import StorageError
 from agenthub.session.keys import SessionKey, key_from_file_stem
 from agenthub.session.meta import (
     DEFAULT_TITLE,
@@ -258,7 +259,11 @@ class SessionHistory:
             key = key_from_file_stem(stem)
             if key is None or key.agent != agent or (channel is not None and key.channel != channel):
                 continue
-            meta = await self.get_meta(key)
+            try:
+                meta = await self.get_meta(key)
+            except StorageError:  # one bad entry (a planted link) must not hide every other session
+                log.warning("session_entry_refused", agent=agent, file=stem)
+                continue
             if meta is not None:
                 found.append((key, meta))
         return found

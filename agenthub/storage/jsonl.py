@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from agenthub.errors import PathRefusedError
 from agenthub.storage.atomic import atomic_write_bytes, fsync_dir
 
 log = structlog.get_logger(__name__)
@@ -22,10 +25,34 @@ def encode_lines(records: Iterable[Record]) -> bytes:
     return b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
 
 
+@contextmanager
+def _opened(path: Path, flags: int, mode: int = 0o600) -> Iterator[int]:
+    """An fd for `path` opened with O_NOFOLLOW: a symbolic link in its place is refused (StorageError), never
+    followed, however recently it was planted."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PathRefusedError("refused a symbolic link inside the data directory") from e
+        raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _read_all(path: Path) -> bytes:
+    with _opened(path, os.O_RDONLY) as fd:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
 def read_records(path: Path) -> list[Record]:
     """Every whole, valid record; a torn or corrupt line is skipped and logged, never fatal."""
     try:
-        data = path.read_bytes()
+        data = _read_all(path)
     except FileNotFoundError:
         return []
     records: list[Record] = []
@@ -56,16 +83,13 @@ def append_records(path: Path, records: Iterable[Record], *, fsync: bool = True)
     new_file = not path.exists()
     if new_file:
         path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
+    with _opened(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
         _repair_torn_tail(fd, path)
         written = os.write(fd, payload)
         if written != len(payload):  # a short write on a regular file means the disk is full
             raise OSError(f"short write to {path}: {written} of {len(payload)} bytes")
         if fsync:
             os.fsync(fd)
-    finally:
-        os.close(fd)
     if new_file and fsync:
         fsync_dir(path.parent)
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import structlog
 from aiohttp import web
 
-from agenthub.errors import LLMError, SessionBusyError
+from agenthub.errors import LLMError, PathRefusedError, SessionBusyError
 from agenthub.gateway.core import GatewayCore
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.memory.thresholds import thresholds_for
@@ -28,6 +31,26 @@ from channels.http.requests import (
     session_of,
     token_name,
 )
+
+log = structlog.get_logger(__name__)
+
+Route = Callable[[web.Request], Awaitable[web.Response]]
+PATH_REFUSED = "this session's files are refused by the storage checks (a link inside data/); see the daemon log"
+
+
+def refuses_storage_paths(handler: Route) -> Route:
+    """A refused storage path (a symbolic link planted inside data/) is a 403 in the documented error shape, for
+    this request only; the log names the route (the message never carries the path or the exception)."""
+
+    @functools.wraps(handler)
+    async def route(request: web.Request) -> web.Response:
+        try:
+            return await handler(request)
+        except PathRefusedError:
+            log.warning("storage_path_refused", path=request.path)
+            raise ApiError(403, "path_refused", PATH_REFUSED) from None
+
+    return route
 
 
 def _gateway(request: web.Request) -> GatewayCore:
@@ -51,6 +74,7 @@ async def list_agents(request: web.Request) -> web.Response:
     return _json({"agents": agents, "offline": gateway.providers.is_offline})
 
 
+@refuses_storage_paths
 async def list_sessions(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     agent = agent_of(request, gateway)
@@ -59,6 +83,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     return _json({"sessions": [_meta(m) for m in metas]})
 
 
+@refuses_storage_paths
 async def create_session(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     agent = agent_of(request, gateway)
@@ -70,12 +95,14 @@ async def create_session(request: web.Request) -> web.Response:
     return _json(_meta(meta), status=201)
 
 
+@refuses_storage_paths
 async def get_messages(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     _, key = session_of(request, gateway)
     return _json({"messages": await gateway.history.load(key)})
 
 
+@refuses_storage_paths
 async def delete_session(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     _, key = session_of(request, gateway)
@@ -85,6 +112,7 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+@refuses_storage_paths
 async def rename_session(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     _, key = session_of(request, gateway)
@@ -92,6 +120,7 @@ async def rename_session(request: web.Request) -> web.Response:
     return _json(_meta(await gateway.history.update_meta(key, title=body.title.strip())))
 
 
+@refuses_storage_paths
 async def pin_session(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     _, key = session_of(request, gateway)
@@ -99,6 +128,7 @@ async def pin_session(request: web.Request) -> web.Response:
     return _json(_meta(await gateway.history.update_meta(key, pinned=body.pinned)))
 
 
+@refuses_storage_paths
 async def auto_title(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     agent, key = session_of(request, gateway)
@@ -112,6 +142,7 @@ async def auto_title(request: web.Request) -> web.Response:
     return _json(_meta(await gateway.history.update_meta(key, title=title)))
 
 
+@refuses_storage_paths
 async def context_meter(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     agent, key = session_of(request, gateway)
@@ -129,6 +160,7 @@ async def context_meter(request: web.Request) -> web.Response:
     )
 
 
+@refuses_storage_paths
 async def compact(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     agent, key = session_of(request, gateway)
