@@ -43,6 +43,7 @@ class _Entry:
     messages: list[Message] | None = None  # None until first load
     meta: SessionMeta | None = None
     meta_loaded: bool = False
+    meta_dirty: bool = False  # the cached meta is newer than its file (a write failed); the next write retries
 
 
 class SessionHistory:
@@ -109,6 +110,9 @@ class SessionHistory:
     async def append(self, key: SessionKey, *messages: Message, meta_changes: dict[str, Any] | None = None) -> None:
         """Persist `messages` (a `timestamp` is added where missing), then update the cache and meta.
 
+        The JSONL append is the commit point: it lands whole or not at all (StorageError, file and cache
+        unchanged, so a retry cannot duplicate). A meta write failing after it does not fail the append: the
+        meta is derivable, so it is logged, kept in the cache as dirty and written by the session's next write.
         `meta_changes` (e.g. the turn's `last_usage`) ride along in the same meta write.
         """
         now = _now_ms(self._clock)
@@ -119,16 +123,18 @@ class SessionHistory:
             if meta_changes:
                 meta = meta.with_changes(**meta_changes)
             layout = self.layout(key.agent)
-            history_path, meta_path = layout.history_file(key), layout.meta_file(key)
 
-            def write() -> None:  # one worker-thread hop for both files
-                jsonl.append_records(history_path, stamped, fsync=self._fsync)
-                write_meta(meta_path, meta, durable=False)
+            def write() -> bool:  # one worker-thread hop for both files; paths are checked right before writing
+                try:
+                    jsonl.append_records(layout.history_file(key), stamped, fsync=self._fsync)
+                except OSError as e:
+                    raise StorageError("the message could not be written to the session's history") from e
+                return _meta_saved(key, layout.meta_file(key), meta, durable=False)
 
-            await asyncio.to_thread(write)
+            meta_saved = await asyncio.to_thread(write)
             cached.extend(stamped)
             entry = self._entry(key)
-            entry.meta, entry.meta_loaded = meta, True
+            entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, not meta_saved
 
     @runs_to_end
     async def clear(self, key: SessionKey) -> list[Message]:
@@ -177,8 +183,10 @@ class SessionHistory:
             return gone_history or gone_meta
 
     def evict(self, key: SessionKey) -> None:
-        """Forget the cached copy (the files are untouched); the next access reloads it."""
-        if key not in self._users:
+        """Forget the cached copy (the files are untouched); the next access reloads it. A session whose meta
+        could not be written yet stays cached, so its next write still has the newer meta to save."""
+        entry = self._entries.get(key)
+        if key not in self._users and not (entry is not None and entry.meta_dirty):
             self._entries.pop(key, None)
             self._locks.pop(key, None)
 
@@ -196,9 +204,22 @@ class SessionHistory:
         return entry.meta
 
     async def _store_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
-        await asyncio.to_thread(write_meta, self.layout(key.agent).meta_file(key), meta, durable=durable)
+        """Write the meta, then cache it; StorageError (cache unchanged) when it cannot be written."""
+        layout = self.layout(key.agent)
+        try:
+            await asyncio.to_thread(lambda: write_meta(layout.meta_file(key), meta, durable=durable))
+        except OSError as e:
+            raise StorageError("the session's meta could not be written") from e
         entry = self._entry(key)
-        entry.meta, entry.meta_loaded = meta, True
+        entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, False
+
+    async def _store_derived_meta(self, key: SessionKey, meta: SessionMeta) -> None:
+        """Save a meta derived from the history (a legacy session's); if that fails it is served from the cache
+        and saved by the session's next write: listing must work on a full disk too."""
+        layout = self.layout(key.agent)
+        saved = await asyncio.to_thread(_meta_saved, key, layout.meta_file(key), meta, durable=True)
+        entry = self._entry(key)
+        entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, not saved
 
     async def _touched_meta(self, key: SessionKey, cached: list[Message], new: list[Message], now: int) -> SessionMeta:
         """The meta after appending `new`: `updated_at` moves, and a default title becomes the first user text."""
@@ -222,7 +243,7 @@ class SessionHistory:
                     self._entries.pop(key, None)  # probing unknown ids must not grow the cache
                     return None
                 meta = synthesise_meta(key.chat_id, await self._messages(key), _now_ms(self._clock))
-                await self._store_meta(key, meta, durable=True)
+                await self._store_derived_meta(key, meta)
             return meta
 
     @runs_to_end
@@ -267,6 +288,16 @@ class SessionHistory:
             if meta is not None:
                 found.append((key, meta))
         return found
+
+
+def _meta_saved(key: SessionKey, path: Path, meta: SessionMeta, *, durable: bool) -> bool:
+    """Write `meta`; False (logged) when the disk refuses it. Runs in a worker thread."""
+    try:
+        write_meta(path, meta, durable=durable)
+    except OSError as e:
+        log.warning("session_meta_write_failed", session_key=str(key), errno=e.errno)
+        return False
+    return True
 
 
 def _session_stems(sessions_dir: Path) -> set[str]:

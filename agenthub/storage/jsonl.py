@@ -76,7 +76,11 @@ def read_records(path: Path) -> list[Record]:
 
 
 def append_records(path: Path, records: Iterable[Record], *, fsync: bool = True) -> None:
-    """Append whole lines with a single write; first cut a torn tail left by a crash back to the last newline."""
+    """Append whole lines with a single write; first cut a torn tail left by a crash back to the last newline.
+
+    All or nothing: a failed or short write (a full disk) or a failed fsync cuts the file back to its size
+    before the call and raises OSError, so no partial line and no unconfirmed record stays behind.
+    """
     payload = encode_lines(records)
     if not payload:
         return
@@ -85,13 +89,27 @@ def append_records(path: Path, records: Iterable[Record], *, fsync: bool = True)
         path.parent.mkdir(parents=True, exist_ok=True)
     with _opened(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
         _repair_torn_tail(fd, path)
-        written = os.write(fd, payload)
-        if written != len(payload):  # a short write on a regular file means the disk is full
-            raise OSError(f"short write to {path}: {written} of {len(payload)} bytes")
-        if fsync:
-            os.fsync(fd)
-    if new_file and fsync:
-        fsync_dir(path.parent)
+        size = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, payload)
+            if written != len(payload):  # a short write on a regular file means the disk is full
+                raise OSError(errno.ENOSPC, f"short write: {written} of {len(payload)} bytes", str(path))
+            if fsync:
+                os.fsync(fd)
+                if new_file:
+                    fsync_dir(path.parent)
+        except BaseException:
+            _cut_back(fd, path, size)
+            raise
+
+
+def _cut_back(fd: int, path: Path, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:  # the torn line left behind is skipped on load and cut by the next append
+        log.exception("history_cut_back_failed", path=str(path), size=size)
+    else:
+        log.warning("history_append_undone", path=str(path), size=size)
 
 
 def _repair_torn_tail(fd: int, path: Path) -> None:

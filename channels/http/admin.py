@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from agenthub.errors import LLMError, PathRefusedError, SessionBusyError
+from agenthub.errors import LLMError, PathRefusedError, SessionBusyError, StorageError
 from agenthub.gateway.core import GatewayCore
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.memory.thresholds import thresholds_for
@@ -36,11 +36,13 @@ log = structlog.get_logger(__name__)
 
 Route = Callable[[web.Request], Awaitable[web.Response]]
 PATH_REFUSED = "this session's files are refused by the storage checks (a link inside data/); see the daemon log"
+STORAGE_UNAVAILABLE = "the change could not be saved (the server's storage is full or not writable); try again later"
 
 
 def refuses_storage_paths(handler: Route) -> Route:
-    """A refused storage path (a symbolic link planted inside data/) is a 403 in the documented error shape, for
-    this request only; the log names the route (the message never carries the path or the exception)."""
+    """Storage errors in the documented error shape, for this request only: a refused path (a symbolic link
+    planted inside data/) is a 403, a write the disk refused (full, read-only) a 503. The log names the route;
+    the message never carries the path or the exception."""
 
     @functools.wraps(handler)
     async def route(request: web.Request) -> web.Response:
@@ -49,6 +51,9 @@ def refuses_storage_paths(handler: Route) -> Route:
         except PathRefusedError:
             log.warning("storage_path_refused", path=request.path)
             raise ApiError(403, "path_refused", PATH_REFUSED) from None
+        except StorageError as e:
+            log.warning("storage_write_failed", path=request.path, error=repr(e.__cause__))
+            raise ApiError(503, "storage_unavailable", STORAGE_UNAVAILABLE) from None
 
     return route
 
