@@ -10,7 +10,9 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from agenthub.config import Settings
 from agenthub.session.keys import session_key
+from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, reply_text
 from tests.harness import RunningApi
 
@@ -161,6 +163,37 @@ async def test_session_admin_lifecycle(api: RunningApi) -> None:
     status, body = await api.call("GET", AGENT + "/sessions/newer/messages")
     assert status == 404
     assert_error(body, "session_not_found")
+
+
+@pytest.fixture
+def chat_scoped(settings: Settings) -> None:
+    """A second agent whose memory is per chat (written before `api` loads the agents)."""
+    write_agent(settings.agents_dir, "private", {"memory": {"scope": "chat"}})
+
+
+@pytest.mark.parametrize("agent", ["default", "private"])
+async def test_delete_leaves_nothing_of_the_sessions_text(chat_scoped: None, api: RunningApi, agent: str) -> None:
+    """The console says 无法恢复: history, meta, archive and the chat's own memory file (with its backup) go."""
+    gateway, key = api.gateway, session_key(agent, "http", "gone")
+    await gateway.history.append(key, {"role": "user", "content": "机密内容"}, {"role": "assistant", "content": "ok"})
+    await gateway.history.clear(key)  # a /restart: the text moved to the archive
+    await gateway.history.append(key, {"role": "user", "content": "更多机密"})
+    definition = gateway.agents.get(agent)
+    shared_memory = gateway.memory_files.memory_path(definition)
+    own_memory = gateway.memory_files.memory_path(definition, key)
+    for path in {shared_memory, own_memory, own_memory.with_name(own_memory.name + ".bak")}:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("- 记住的事实\n")
+    status, _ = await api.call("DELETE", f"/api/agents/{agent}/sessions/gone")
+    assert status == 204
+    data = api.gateway.settings.data_dir
+    left = [p for p in data.rglob("*") if p.is_file() and "机密" in p.read_text(errors="replace")]
+    assert left == []
+    assert not any(key.file_stem in p.name for p in data.rglob("*"))
+    assert shared_memory.is_file()  # the agent-wide MEMORY.md stays (README says so)
+    assert own_memory.exists() == (agent == "default")  # the same file there; a chat-scoped agent's own one goes
+    status, body = await api.call("GET", f"/api/agents/{agent}/sessions")
+    assert status == 200 and body["sessions"] == []
 
 
 async def test_list_shows_only_http_sessions_and_legacy_gets_meta(api: RunningApi) -> None:

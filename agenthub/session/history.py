@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,14 +173,20 @@ class SessionHistory:
         return await asyncio.to_thread(jsonl.read_records, path)
 
     @runs_to_end
-    async def delete(self, key: SessionKey) -> bool:
-        """Delete history and meta (the archive stays); True if anything existed."""
+    async def delete(self, key: SessionKey, *, also: Iterable[Path] = ()) -> bool:
+        """Delete everything stored of the session: history, archive, the files in `also` (the caller's, e.g. the
+        chat's own memory file) and, last, the meta, so a delete cut short still lists the session and can be
+        repeated. Links are removed, never followed. True if anything existed."""
         async with self._locked(key):
             layout = self.layout(key.agent)
-            gone_history = await asyncio.to_thread(jsonl.delete_file, layout.history_file(key))
-            gone_meta = await asyncio.to_thread(jsonl.delete_file, layout.meta_file(key))
-            self._entries.pop(key, None)
-            return gone_history or gone_meta
+            paths = [layout.history_file(key), layout.archive_file(key), *also, layout.meta_file(key)]
+            try:
+                gone = await asyncio.to_thread(lambda: [jsonl.delete_file(p) for p in paths])
+            except OSError as e:
+                raise StorageError("the session's files could not all be deleted") from e
+            finally:
+                self._entries.pop(key, None)
+            return any(gone)
 
     def evict(self, key: SessionKey) -> None:
         """Forget the cached copy (the files are untouched); the next access reloads it. A session whose meta

@@ -6,15 +6,19 @@ import functools
 import json
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import structlog
 from aiohttp import web
 
+from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import LLMError, PathRefusedError, SessionBusyError, StorageError
 from agenthub.gateway.core import GatewayCore
 from agenthub.llm.tokens import estimate_tokens
+from agenthub.memory.files import backup_path
 from agenthub.memory.thresholds import thresholds_for
+from agenthub.session.keys import SessionKey
 from agenthub.session.meta import SessionMeta
 from agenthub.web import GATEWAY
 from channels.http.llm_text import make_title
@@ -110,11 +114,20 @@ async def get_messages(request: web.Request) -> web.Response:
 @refuses_storage_paths
 async def delete_session(request: web.Request) -> web.Response:
     gateway = _gateway(request)
-    _, key = session_of(request, gateway)
+    agent, key = session_of(request, gateway)
     if gateway.is_busy(key):
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done")
-    await gateway.history.delete(key)
+    await gateway.history.delete(key, also=_own_memory_files(gateway, agent, key))
     return web.Response(status=204)
+
+
+def _own_memory_files(gateway: GatewayCore, agent: AgentDefinition, key: SessionKey) -> list[Path]:
+    """The chat's own memory file and its backup, when the agent keeps one per chat (`scope = "chat"`); the
+    agent-wide MEMORY.md is shared by every chat and stays."""
+    own = gateway.memory_files.memory_path(agent, key)
+    if own == gateway.memory_files.memory_path(agent):
+        return []
+    return [own, backup_path(own)]
 
 
 @refuses_storage_paths
