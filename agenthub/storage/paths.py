@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,12 +27,24 @@ def _check_plain_name(name: str) -> None:
         raise PathRefusedError("refused a file name that is not a plain name")
 
 
+def _is_link(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 def refuse_link(path: Path) -> Path:
-    """`path`, refused (StorageError) if it is a symbolic link now: one lstat, never cached, so a link planted
+    """`path`, refused (PathRefusedError) if it is a symbolic link now: one lstat, never cached, so a link planted
     after an earlier check is still refused at the next write. Files are then opened with O_NOFOLLOW."""
-    if path.is_symlink():
+    if _is_link(path):
         raise PathRefusedError("refused a symbolic link inside the data directory")
     return path
+
+
+def _plain_child(directory: Path, name: str) -> Path:
+    _check_plain_name(name)
+    return refuse_link(directory / name)
 
 
 def inside(directory: Path, name: str, *, directory_may_link: bool = False) -> Path:
@@ -54,16 +68,25 @@ class AgentLayout:
     def __post_init__(self) -> None:
         validate_agent_name(self.agent)
 
-    # Every property checks its directories for links each time it is read, so a path computed right before a
-    # write is checked at write time.
+    # The paths are built once; every property checks each directory below `data_dir` for links each time it is
+    # read (an lstat per level), so a path computed right before a write is checked at write time.
+
+    @functools.cached_property
+    def _root(self) -> Path:
+        return inside(self.data_dir, self.agent, directory_may_link=True)
+
+    @functools.cached_property
+    def _sessions(self) -> Path:
+        return self._root / "sessions"
 
     @property
     def root(self) -> Path:
-        return inside(self.data_dir, self.agent, directory_may_link=True)
+        return refuse_link(self._root)
 
     @property
     def sessions_dir(self) -> Path:
-        return refuse_link(self.root / "sessions")
+        refuse_link(self._root)
+        return refuse_link(self._sessions)
 
     @property
     def archive_dir(self) -> Path:
@@ -75,19 +98,19 @@ class AgentLayout:
 
     @property
     def memory_file(self) -> Path:
-        return inside(self.memory_dir, "MEMORY.md")
+        return _plain_child(self.memory_dir, "MEMORY.md")
 
     def history_file(self, key: SessionKey) -> Path:
         self._check_owner(key)
-        return inside(self.sessions_dir, key.file_stem + ".jsonl")
+        return _plain_child(self.sessions_dir, key.file_stem + ".jsonl")
 
     def meta_file(self, key: SessionKey) -> Path:
         self._check_owner(key)
-        return inside(self.sessions_dir, key.file_stem + ".meta.json")
+        return _plain_child(self.sessions_dir, key.file_stem + ".meta.json")
 
     def archive_file(self, key: SessionKey) -> Path:
         self._check_owner(key)
-        return inside(self.archive_dir, key.file_stem + ".jsonl")
+        return _plain_child(self.archive_dir, key.file_stem + ".jsonl")
 
     def _check_owner(self, key: SessionKey) -> None:
         if key.agent != self.agent:
