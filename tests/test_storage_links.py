@@ -7,11 +7,14 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from agenthub.agent.definition import load_agent
 from agenthub.errors import StorageError
+from agenthub.memory.files import MemoryFiles
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import session_key
 from agenthub.storage import jsonl
 from agenthub.storage.paths import AgentLayout
+from tests.conftest import write_agent
 
 KEY = session_key("default", "http", "a")
 
@@ -117,3 +120,16 @@ async def test_listing_skips_a_linked_session_and_logs_it(tmp_path: Path) -> Non
     assert [key for key, _ in listed] == [good]
     assert next(e for e in logs if e["event"] == "session_entry_refused")["file"] == bad.file_stem
     assert sorted(p.name for p in outside.iterdir()) == ["x.jsonl"]  # no meta was written out there
+
+
+def test_a_linked_chat_memory_directory_is_refused(tmp_path: Path) -> None:
+    write_agent(tmp_path / "agents", "private", {"memory": {"scope": "chat"}})
+    agent = load_agent(tmp_path / "agents" / "private")
+    files, key = MemoryFiles(tmp_path / "data", tmp_path / "auth"), session_key("private", "http", "a")
+    chats = files.memory_path(agent, key).parent
+    chats.mkdir(parents=True)
+    files.memory_path(agent, key)  # checked once while it was a real directory
+    chats.rmdir()
+    chats.symlink_to(_outside(tmp_path), target_is_directory=True)
+    with pytest.raises(StorageError):
+        files.memory_path(agent, key)

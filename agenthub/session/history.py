@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections import Counter
@@ -10,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -32,6 +33,7 @@ from agenthub.storage.paths import AgentLayout
 log = structlog.get_logger(__name__)
 
 Message = dict[str, Any]
+T = TypeVar("T")
 
 
 def _now_ms(clock: Callable[[], float]) -> int:
@@ -125,13 +127,10 @@ class SessionHistory:
             layout = self.layout(key.agent)
 
             def write() -> bool:  # one worker-thread hop for both files; paths are checked right before writing
-                try:
-                    jsonl.append_records(layout.history_file(key), stamped, fsync=self._fsync)
-                except OSError as e:
-                    raise StorageError("the message could not be written to the session's history") from e
+                jsonl.append_records(layout.history_file(key), stamped, fsync=self._fsync)
                 return _meta_saved(key, layout.meta_file(key), meta, durable=False)
 
-            meta_saved = await asyncio.to_thread(write)
+            meta_saved = await _on_disk("append to the session's history", write)
             cached.extend(stamped)
             entry = self._entry(key)
             entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, not meta_saved
@@ -144,8 +143,9 @@ class SessionHistory:
             layout = self.layout(key.agent)
             cleared = list(await self._messages(key))
             if cleared:
-                await asyncio.to_thread(jsonl.append_records, layout.archive_file(key), cleared, fsync=self._fsync)
-            await asyncio.to_thread(jsonl.delete_file, layout.history_file(key))
+                archive = layout.archive_file(key)
+                await _on_disk("archive", lambda: jsonl.append_records(archive, cleared, fsync=self._fsync))
+            await _on_disk("delete the history", functools.partial(jsonl.delete_file, layout.history_file(key)))
             self._entry(key).messages = []
             return cleared
 
@@ -162,9 +162,9 @@ class SessionHistory:
             layout = self.layout(key.agent)
             if removed:
                 archive = layout.archive_file(key)
-                await asyncio.to_thread(jsonl.append_records, archive, removed, fsync=self._fsync)
+                await _on_disk("archive", lambda: jsonl.append_records(archive, removed, fsync=self._fsync))
             path = layout.history_file(key)
-            await asyncio.to_thread(jsonl.replace_records, path, messages, fsync=self._fsync)
+            await _on_disk("replace the history", lambda: jsonl.replace_records(path, messages, fsync=self._fsync))
             self._entry(key).messages = list(messages)
             return removed
 
@@ -181,9 +181,7 @@ class SessionHistory:
             layout = self.layout(key.agent)
             paths = [layout.history_file(key), layout.archive_file(key), *also, layout.meta_file(key)]
             try:
-                gone = await asyncio.to_thread(lambda: [jsonl.delete_file(p) for p in paths])
-            except OSError as e:
-                raise StorageError("the session's files could not all be deleted") from e
+                gone = await _on_disk("delete the session's files", lambda: [jsonl.delete_file(p) for p in paths])
             finally:
                 self._entries.pop(key, None)
             return any(gone)
@@ -212,10 +210,7 @@ class SessionHistory:
     async def _store_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
         """Write the meta, then cache it; StorageError (cache unchanged) when it cannot be written."""
         layout = self.layout(key.agent)
-        try:
-            await asyncio.to_thread(lambda: write_meta(layout.meta_file(key), meta, durable=durable))
-        except OSError as e:
-            raise StorageError("the session's meta could not be written") from e
+        await _on_disk("write the session's meta", lambda: write_meta(layout.meta_file(key), meta, durable=durable))
         entry = self._entry(key)
         entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, False
 
@@ -294,6 +289,15 @@ class SessionHistory:
             if meta is not None:
                 found.append((key, meta))
         return found
+
+
+async def _on_disk(what: str, operation: Callable[[], T]) -> T:
+    """Run a blocking file operation in a worker thread; an OSError there (a full or read-only disk) becomes
+    StorageError, so callers see one error type for "could not store"."""
+    try:
+        return await asyncio.to_thread(operation)
+    except OSError as e:
+        raise StorageError(f"could not {what}") from e
 
 
 def _meta_saved(key: SessionKey, path: Path, meta: SessionMeta, *, durable: bool) -> bool:
