@@ -27,7 +27,7 @@ def encode_lines(records: Iterable[Record]) -> bytes:
 
 @contextmanager
 def _opened(path: Path, flags: int, mode: int = 0o600) -> Iterator[int]:
-    """An fd for `path` opened with O_NOFOLLOW: a symbolic link in its place is refused (StorageError), never
+    """An fd for `path` opened with O_NOFOLLOW: a symbolic link in its place is refused (PathRefusedError), never
     followed, however recently it was planted."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)

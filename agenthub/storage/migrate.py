@@ -200,29 +200,30 @@ def _read_marker(path: Path) -> _Marker | None:
 
 
 def _write_marker(path: Path, marker: _Marker, report: MigrationReport) -> None:
-    data = {"layout": "per-agent (agenthub; design §4)", **asdict(marker)}
-    text = json.dumps({**data, "loose_rewrites": list(marker.loose_rewrites)})
+    text = json.dumps({"layout": "per-agent (agenthub; design §4)", **asdict(marker)})
     try:
         atomic_write_text(path, text + "\n")
     except OSError as e:
         report.failed(f"write {path}", e)
 
 
-def migrate_workspace_layout(workspace_dir: Path, agents_dir: Path, *, if_incomplete: bool = False) -> MigrationReport:
+def migrate_workspace_layout(
+    workspace_dir: Path, agents_dir: Path, *, skip_if_complete: bool = False
+) -> MigrationReport:
     """Move `workspace/` loose files to `workspace/default/` and `workspace_<name>/` to `workspace/<name>/`.
 
     Also rewrites `system_allowed_paths` prefixes in every `agent.json` and makes sure each agent has its
     workspace directory. Loose entries are moved only while `workspace/` has no layout marker, so a later
     directory of a removed agent is never swept into `default`. Never raises for a step the file system refuses
     (a read-only install under the hardened unit): that step is reported as pending and the rest goes on; a
-    rerun finishes it. `if_incomplete` (start-up) skips everything but the agents' directories once a run has
+    rerun finishes it. `skip_if_complete` (start-up) skips everything but the agents' directories once a run has
     completed. A second run does nothing.
     """
     report = MigrationReport()
     agents = _agent_names(agents_dir) | _legacy_sibling_names(workspace_dir)
     marker_path = workspace_dir / LAYOUT_MARKER
     marker = _read_marker(marker_path)
-    if if_incomplete and marker is not None and marker.complete:
+    if skip_if_complete and marker is not None and marker.complete:
         _make_agent_dirs(workspace_dir, agents, report)
         return report
     legacy_root = marker is None
@@ -256,7 +257,7 @@ def _make_agent_dirs(workspace_dir: Path, agents: set[str], report: MigrationRep
 def migrate_at_start(workspace_dir: Path, agents_dir: Path) -> MigrationReport:
     """The start-up run: whatever may be done is done, and what may not is logged in one warning with the
     command that finishes it; the daemon starts either way."""
-    report = migrate_workspace_layout(workspace_dir, agents_dir, if_incomplete=True)
+    report = migrate_workspace_layout(workspace_dir, agents_dir, skip_if_complete=True)
     for action in report.done:
         log.info("workspace_migrated", action=action)
     if report.pending:
