@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from agenthub.clock import ManualClock
 from agenthub.errors import StorageError
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import session_key
@@ -71,8 +72,10 @@ def _user(text: str) -> dict[str, Any]:
 
 
 async def test_a_failing_meta_write_does_not_fail_an_append_that_landed(small_disk: Path) -> None:
-    history = SessionHistory(small_disk, fsync=True)
+    clock = ManualClock(1000.0)
+    history = SessionHistory(small_disk, fsync=True, clock=clock)
     await history.append(KEY, _user("first"))
+    clock.advance(1)
     path, meta_path = history.layout("default").history_file(KEY), history.layout("default").meta_file(KEY)
     filler = fill(small_disk)
     assert room_in_last_page(path) > 500  # the next line fits in the history's last page; a new meta page does not
