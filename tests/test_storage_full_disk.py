@@ -8,6 +8,7 @@ meta's temp file) cannot get a page. Nothing is faked; the filler is removed to 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import os
@@ -165,3 +166,21 @@ async def test_over_http_the_reply_matches_the_file_on_a_full_disk(
     assert [m["content"] for m in await SessionHistory(small_disk).load(KEY)] == [m["content"] for m in served]
     seen_by_model = [m["role"] for m in (fake_llm.message_requests()[-1].body or {})["messages"]]
     assert seen_by_model == ["user", "assistant", "user", "assistant", "user"]  # no ghost of the failed message
+
+
+async def test_many_sessions_appending_at_once_on_a_full_disk_each_keep_file_and_cache_equal(small_disk: Path) -> None:
+    history = SessionHistory(small_disk, fsync=False)
+    keys = [session_key("default", "http", f"c{i}") for i in range(24)]
+    for key in keys:
+        await history.append(key, _user("hello"))
+    fill(small_disk)
+    sizes = [10 if i % 3 else PAGE for i in range(len(keys))]  # every third cannot fit its last page
+    results = await asyncio.gather(
+        *(history.append(key, _user("y" * size)) for key, size in zip(keys, sizes, strict=True)),
+        return_exceptions=True,
+    )
+    assert [isinstance(r, StorageError) for r in results] == [size == PAGE for size in sizes]
+    restarted = SessionHistory(small_disk)
+    for key, size in zip(keys, sizes, strict=True):
+        cached, on_disk = await history.load(key), await restarted.load(key)
+        assert cached == on_disk and len(cached) == (1 if size == PAGE else 2)
