@@ -8,12 +8,12 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.wiring import attach_memory_layer
-from agenthub.storage.migrate import migrate_workspace_layout
+from agenthub.storage.migrate import migrate_at_start
 
 
 def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> GatewayCore:
     """A ready-to-enter GatewayCore with the agents and providers the settings describe."""
-    migrate_workspace_layout(settings.workspace_dir, settings.agents_dir)
+    migrate_at_start(settings.workspace_dir, settings.agents_dir)
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
     providers = ProviderRegistry.from_settings(settings.llm)
     gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock)

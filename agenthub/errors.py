@@ -4,6 +4,7 @@ AgentHubError
 ├── ConfigError          bad configuration; start-up stops with one line naming the key
 ├── InvalidIdError       an id fails the session key factory (→ HTTP 400)
 ├── StorageError         a path escapes its directory or a file cannot be written
+│   └── PathRefusedError   not a plain name, or a symbolic link inside data/ (→ HTTP 403)
 ├── AgentNotFoundError   no such agent (→ HTTP 404)
 ├── SessionBusyError     the session is running a turn (→ HTTP 409)
 ├── LLMError             the model call failed after retries
@@ -30,6 +31,10 @@ class InvalidIdError(AgentHubError, ValueError):
 
 class StorageError(AgentHubError):
     """A storage operation was refused or failed."""
+
+
+class PathRefusedError(StorageError):
+    """A storage path was refused: not a plain name, or a symbolic link where a real file or directory must be."""
 
 
 class AgentNotFoundError(AgentHubError, LookupError):

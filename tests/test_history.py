@@ -170,6 +170,24 @@ async def test_delete_removes_history_and_meta(tmp_path: Path) -> None:
     assert await history.delete(KEY) is False
 
 
+async def test_delete_removes_the_archive_and_the_files_it_is_given(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    await history.append(KEY, _user("compacted away"), _user("said after"))
+    await history.replace(KEY, [_user("said after")])  # the first one now lives only in the archive
+    other = session_key("reviewer", "http", "chat-2")
+    await history.append(other, _user("another chat"))
+    await history.replace(other, [])
+    own_memory = tmp_path / "data/reviewer/memory/chats/x.md"
+    own_memory.parent.mkdir(parents=True)
+    own_memory.write_text("facts from this chat")
+    assert await history.delete(KEY, also=[own_memory, own_memory.with_name("x.md.bak")]) is True
+    sessions = tmp_path / "data/reviewer/sessions"
+    assert not any(KEY.file_stem in p.name for p in sessions.rglob("*"))
+    assert not own_memory.exists()
+    assert await _history(tmp_path).archived(KEY) == []
+    assert [m["content"] for m in await history.archived(other)] == ["another chat"]  # other chats untouched
+
+
 async def test_evict_never_splits_a_sessions_lock(tmp_path: Path) -> None:
     history = _history(tmp_path)
     await history.append(KEY, _user("0"))

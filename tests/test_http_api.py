@@ -10,7 +10,9 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from agenthub.config import Settings
 from agenthub.session.keys import session_key
+from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, reply_text
 from tests.harness import RunningApi
 
@@ -161,6 +163,37 @@ async def test_session_admin_lifecycle(api: RunningApi) -> None:
     status, body = await api.call("GET", AGENT + "/sessions/newer/messages")
     assert status == 404
     assert_error(body, "session_not_found")
+
+
+@pytest.fixture
+def chat_scoped(settings: Settings) -> None:
+    """A second agent whose memory is per chat (written before `api` loads the agents)."""
+    write_agent(settings.agents_dir, "private", {"memory": {"scope": "chat"}})
+
+
+@pytest.mark.parametrize("agent", ["default", "private"])
+async def test_delete_leaves_nothing_of_the_sessions_text(chat_scoped: None, api: RunningApi, agent: str) -> None:
+    """The console says 无法恢复: history, meta, archive and the chat's own memory file (with its backup) go."""
+    gateway, key = api.gateway, session_key(agent, "http", "gone")
+    await gateway.history.append(key, {"role": "user", "content": "机密内容"}, {"role": "assistant", "content": "ok"})
+    await gateway.history.clear(key)  # a /restart: the text moved to the archive
+    await gateway.history.append(key, {"role": "user", "content": "更多机密"})
+    definition = gateway.agents.get(agent)
+    shared_memory = gateway.memory_files.memory_path(definition)
+    own_memory = gateway.memory_files.memory_path(definition, key)
+    for path in {shared_memory, own_memory, own_memory.with_name(own_memory.name + ".bak")}:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("- 记住的事实\n")
+    status, _ = await api.call("DELETE", f"/api/agents/{agent}/sessions/gone")
+    assert status == 204
+    data = api.gateway.settings.data_dir
+    left = [p for p in data.rglob("*") if p.is_file() and "机密" in p.read_text(errors="replace")]
+    assert left == []
+    assert not any(key.file_stem in p.name for p in data.rglob("*"))
+    assert shared_memory.is_file()  # the agent-wide MEMORY.md stays (README says so)
+    assert own_memory.exists() == (agent == "default")  # the same file there; a chat-scoped agent's own one goes
+    status, body = await api.call("GET", f"/api/agents/{agent}/sessions")
+    assert status == 200 and body["sessions"] == []
 
 
 async def test_list_shows_only_http_sessions_and_legacy_gets_meta(api: RunningApi) -> None:
@@ -315,6 +348,47 @@ async def test_traversal_in_query_is_ignored_safely(api: RunningApi, tmp_path: P
     )
     assert status == 400
     assert _files_outside_data(tmp_path) == before
+
+
+async def test_a_linked_session_file_is_a_403_and_the_others_still_list(api: RunningApi, tmp_path: Path) -> None:
+    history = api.gateway.history
+    await history.append(session_key("default", "http", "good"), {"role": "user", "content": "fine"})
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(json.dumps({"role": "user", "content": "not ours"}) + "\n")
+    linked = session_key("default", "http", "linked")
+    history.layout("default").sessions_dir.joinpath(linked.file_stem + ".jsonl").symlink_to(outside)
+    status, body = await api.call("GET", AGENT + "/sessions")
+    assert status == 200 and [m["chat_id"] for m in body["sessions"]] == ["good"]
+    for method, suffix, payload in (
+        ("GET", "/messages", None),
+        ("GET", "/context", None),
+        ("PATCH", "", {"title": "x"}),
+        ("POST", "/pin", {"pinned": True}),
+        ("DELETE", "", None),
+    ):
+        status, body = await api.call(method, AGENT + "/sessions/linked" + suffix, json=payload)
+        assert status == 403, (method, suffix, status)
+        assert_error(body, "path_refused")
+        assert "Errno" not in body["error"]["message"]
+    assert outside.read_text() == json.dumps({"role": "user", "content": "not ours"}) + "\n"  # never written
+
+
+async def test_a_linked_sessions_directory_is_a_403_not_a_500(api: RunningApi, tmp_path: Path) -> None:
+    history = api.gateway.history
+    await history.append(session_key("default", "http", "good"), {"role": "user", "content": "fine"})
+    sessions = history.layout("default").sessions_dir
+    sessions.rename(tmp_path / "elsewhere")
+    sessions.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    status, body = await api.call("GET", AGENT + "/sessions")
+    assert status == 403
+    assert_error(body, "path_refused")
+    status, body = await api.call("POST", AGENT + "/sessions", json={"chat_id": "new"})
+    assert status == 403
+    assert_error(body, "path_refused")
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == [
+        "default_http_good.jsonl",
+        "default_http_good.meta.json",
+    ]
 
 
 def _files_outside_data(root: Path) -> set[Path]:

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from agenthub.aio import runs_to_end
+from agenthub.errors import StorageError
 from agenthub.session.keys import SessionKey, key_from_file_stem
 from agenthub.session.meta import (
     DEFAULT_TITLE,
@@ -31,6 +33,7 @@ from agenthub.storage.paths import AgentLayout
 log = structlog.get_logger(__name__)
 
 Message = dict[str, Any]
+T = TypeVar("T")
 
 
 def _now_ms(clock: Callable[[], float]) -> int:
@@ -42,6 +45,7 @@ class _Entry:
     messages: list[Message] | None = None  # None until first load
     meta: SessionMeta | None = None
     meta_loaded: bool = False
+    meta_dirty: bool = False  # the cached meta is newer than its file (a write failed); the next write retries
 
 
 class SessionHistory:
@@ -108,6 +112,9 @@ class SessionHistory:
     async def append(self, key: SessionKey, *messages: Message, meta_changes: dict[str, Any] | None = None) -> None:
         """Persist `messages` (a `timestamp` is added where missing), then update the cache and meta.
 
+        The JSONL append is the commit point: it lands whole or not at all (StorageError, file and cache
+        unchanged, so a retry cannot duplicate). A meta write failing after it does not fail the append: the
+        meta is derivable, so it is logged, kept in the cache as dirty and written by the session's next write.
         `meta_changes` (e.g. the turn's `last_usage`) ride along in the same meta write.
         """
         now = _now_ms(self._clock)
@@ -118,16 +125,15 @@ class SessionHistory:
             if meta_changes:
                 meta = meta.with_changes(**meta_changes)
             layout = self.layout(key.agent)
-            history_path, meta_path = layout.history_file(key), layout.meta_file(key)
 
-            def write() -> None:  # one worker-thread hop for both files
-                jsonl.append_records(history_path, stamped, fsync=self._fsync)
-                write_meta(meta_path, meta, durable=False)
+            def write() -> bool:  # one worker-thread hop for both files; paths are checked right before writing
+                jsonl.append_records(layout.history_file(key), stamped, fsync=self._fsync)
+                return _meta_saved(key, layout.meta_file(key), meta, durable=False)
 
-            await asyncio.to_thread(write)
+            meta_saved = await _on_disk("append to the session's history", write)
             cached.extend(stamped)
             entry = self._entry(key)
-            entry.meta, entry.meta_loaded = meta, True
+            entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, not meta_saved
 
     @runs_to_end
     async def clear(self, key: SessionKey) -> list[Message]:
@@ -137,8 +143,9 @@ class SessionHistory:
             layout = self.layout(key.agent)
             cleared = list(await self._messages(key))
             if cleared:
-                await asyncio.to_thread(jsonl.append_records, layout.archive_file(key), cleared, fsync=self._fsync)
-            await asyncio.to_thread(jsonl.delete_file, layout.history_file(key))
+                archive = layout.archive_file(key)
+                await _on_disk("archive", lambda: jsonl.append_records(archive, cleared, fsync=self._fsync))
+            await _on_disk("delete the history", functools.partial(jsonl.delete_file, layout.history_file(key)))
             self._entry(key).messages = []
             return cleared
 
@@ -155,9 +162,9 @@ class SessionHistory:
             layout = self.layout(key.agent)
             if removed:
                 archive = layout.archive_file(key)
-                await asyncio.to_thread(jsonl.append_records, archive, removed, fsync=self._fsync)
+                await _on_disk("archive", lambda: jsonl.append_records(archive, removed, fsync=self._fsync))
             path = layout.history_file(key)
-            await asyncio.to_thread(jsonl.replace_records, path, messages, fsync=self._fsync)
+            await _on_disk("replace the history", lambda: jsonl.replace_records(path, messages, fsync=self._fsync))
             self._entry(key).messages = list(messages)
             return removed
 
@@ -166,18 +173,24 @@ class SessionHistory:
         return await asyncio.to_thread(jsonl.read_records, path)
 
     @runs_to_end
-    async def delete(self, key: SessionKey) -> bool:
-        """Delete history and meta (the archive stays); True if anything existed."""
+    async def delete(self, key: SessionKey, *, also: Iterable[Path] = ()) -> bool:
+        """Delete everything stored of the session: history, archive, the files in `also` (the caller's, e.g. the
+        chat's own memory file) and, last, the meta, so a delete cut short still lists the session and can be
+        repeated. Links are removed, never followed. True if anything existed."""
         async with self._locked(key):
             layout = self.layout(key.agent)
-            gone_history = await asyncio.to_thread(jsonl.delete_file, layout.history_file(key))
-            gone_meta = await asyncio.to_thread(jsonl.delete_file, layout.meta_file(key))
-            self._entries.pop(key, None)
-            return gone_history or gone_meta
+            paths = [layout.history_file(key), layout.archive_file(key), *also, layout.meta_file(key)]
+            try:
+                gone = await _on_disk("delete the session's files", lambda: [jsonl.delete_file(p) for p in paths])
+            finally:
+                self._entries.pop(key, None)
+            return any(gone)
 
     def evict(self, key: SessionKey) -> None:
-        """Forget the cached copy (the files are untouched); the next access reloads it."""
-        if key not in self._users:
+        """Forget the cached copy (the files are untouched); the next access reloads it. A session whose meta
+        could not be written yet stays cached, so its next write still has the newer meta to save."""
+        entry = self._entries.get(key)
+        if key not in self._users and not (entry is not None and entry.meta_dirty):
             self._entries.pop(key, None)
             self._locks.pop(key, None)
 
@@ -195,9 +208,19 @@ class SessionHistory:
         return entry.meta
 
     async def _store_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
-        await asyncio.to_thread(write_meta, self.layout(key.agent).meta_file(key), meta, durable=durable)
+        """Write the meta, then cache it; StorageError (cache unchanged) when it cannot be written."""
+        layout = self.layout(key.agent)
+        await _on_disk("write the session's meta", lambda: write_meta(layout.meta_file(key), meta, durable=durable))
         entry = self._entry(key)
-        entry.meta, entry.meta_loaded = meta, True
+        entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, False
+
+    async def _store_derived_meta(self, key: SessionKey, meta: SessionMeta) -> None:
+        """Save a meta derived from the history (a legacy session's); if that fails it is served from the cache
+        and saved by the session's next write: listing must work on a full disk too."""
+        layout = self.layout(key.agent)
+        saved = await asyncio.to_thread(_meta_saved, key, layout.meta_file(key), meta, durable=True)
+        entry = self._entry(key)
+        entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, not saved
 
     async def _touched_meta(self, key: SessionKey, cached: list[Message], new: list[Message], now: int) -> SessionMeta:
         """The meta after appending `new`: `updated_at` moves, and a default title becomes the first user text."""
@@ -221,7 +244,7 @@ class SessionHistory:
                     self._entries.pop(key, None)  # probing unknown ids must not grow the cache
                     return None
                 meta = synthesise_meta(key.chat_id, await self._messages(key), _now_ms(self._clock))
-                await self._store_meta(key, meta, durable=True)
+                await self._store_derived_meta(key, meta)
             return meta
 
     @runs_to_end
@@ -258,10 +281,33 @@ class SessionHistory:
             key = key_from_file_stem(stem)
             if key is None or key.agent != agent or (channel is not None and key.channel != channel):
                 continue
-            meta = await self.get_meta(key)
+            try:
+                meta = await self.get_meta(key)
+            except StorageError:  # one bad entry (a planted link) must not hide every other session
+                log.warning("session_entry_refused", agent=agent, file=stem)
+                continue
             if meta is not None:
                 found.append((key, meta))
         return found
+
+
+async def _on_disk(what: str, operation: Callable[[], T]) -> T:
+    """Run a blocking file operation in a worker thread; an OSError there (a full or read-only disk) becomes
+    StorageError, so callers see one error type for "could not store"."""
+    try:
+        return await asyncio.to_thread(operation)
+    except OSError as e:
+        raise StorageError(f"could not {what}") from e
+
+
+def _meta_saved(key: SessionKey, path: Path, meta: SessionMeta, *, durable: bool) -> bool:
+    """Write `meta`; False (logged) when the disk refuses it. Runs in a worker thread."""
+    try:
+        write_meta(path, meta, durable=durable)
+    except OSError as e:
+        log.warning("session_meta_write_failed", session_key=str(key), errno=e.errno)
+        return False
+    return True
 
 
 def _session_stems(sessions_dir: Path) -> set[str]:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from agenthub.errors import PathRefusedError
 from agenthub.storage.atomic import atomic_write_bytes, fsync_dir
 
 log = structlog.get_logger(__name__)
@@ -22,10 +25,34 @@ def encode_lines(records: Iterable[Record]) -> bytes:
     return b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
 
 
+@contextmanager
+def _opened(path: Path, flags: int, mode: int = 0o600) -> Iterator[int]:
+    """An fd for `path` opened with O_NOFOLLOW: a symbolic link in its place is refused (PathRefusedError), never
+    followed, however recently it was planted."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PathRefusedError("refused a symbolic link inside the data directory") from e
+        raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _read_all(path: Path) -> bytes:
+    with _opened(path, os.O_RDONLY) as fd:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
 def read_records(path: Path) -> list[Record]:
     """Every whole, valid record; a torn or corrupt line is skipped and logged, never fatal."""
     try:
-        data = path.read_bytes()
+        data = _read_all(path)
     except FileNotFoundError:
         return []
     records: list[Record] = []
@@ -49,25 +76,40 @@ def read_records(path: Path) -> list[Record]:
 
 
 def append_records(path: Path, records: Iterable[Record], *, fsync: bool = True) -> None:
-    """Append whole lines with a single write; first cut a torn tail left by a crash back to the last newline."""
+    """Append whole lines with a single write; first cut a torn tail left by a crash back to the last newline.
+
+    All or nothing: a failed or short write (a full disk) or a failed fsync cuts the file back to its size
+    before the call and raises OSError, so no partial line and no unconfirmed record stays behind.
+    """
     payload = encode_lines(records)
     if not payload:
         return
     new_file = not path.exists()
     if new_file:
         path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
+    with _opened(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
         _repair_torn_tail(fd, path)
-        written = os.write(fd, payload)
-        if written != len(payload):  # a short write on a regular file means the disk is full
-            raise OSError(f"short write to {path}: {written} of {len(payload)} bytes")
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    if new_file and fsync:
-        fsync_dir(path.parent)
+        size = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, payload)
+            if written != len(payload):  # a short write on a regular file means the disk is full
+                raise OSError(errno.ENOSPC, f"short write: {written} of {len(payload)} bytes", str(path))
+            if fsync:
+                os.fsync(fd)
+                if new_file:
+                    fsync_dir(path.parent)
+        except BaseException:
+            _cut_back(fd, path, size)
+            raise
+
+
+def _cut_back(fd: int, path: Path, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:  # the torn line left behind is skipped on load and cut by the next append
+        log.exception("history_cut_back_failed", path=str(path), size=size)
+    else:
+        log.warning("history_append_undone", path=str(path), size=size)
 
 
 def _repair_torn_tail(fd: int, path: Path) -> None:

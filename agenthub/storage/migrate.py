@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from agenthub.errors import InvalidIdError
+from agenthub.invocation import command_name
 from agenthub.session.keys import validate_agent_name
 from agenthub.storage.atomic import atomic_write_text
 
@@ -45,27 +50,59 @@ def _agent_names(agents_dir: Path) -> set[str]:
     return names
 
 
-def _move_into(source: Path, target_dir: Path, actions: list[str]) -> None:
-    target_dir.mkdir(parents=True, exist_ok=True)
-    target = target_dir / source.name
-    if target.exists():
-        log.warning("migration_conflict_left_in_place", source=str(source), target=str(target))
+@dataclass
+class MigrationReport:
+    """What a migration run did and what it could not do (each `pending` entry: what, then why)."""
+
+    done: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.pending
+
+    def failed(self, what: str, error: OSError) -> None:
+        self.pending.append(f"{what}: {error.strerror or error}")
+
+
+def _move(source: Path, target: Path) -> None:
+    """Rename `source` to `target`; across file systems (or mounts) copy and remove, but only when the original
+    can be removed afterwards: a copy that leaves the original behind would split the workspace in two."""
+    try:
+        os.rename(source, target)
         return
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+    if not os.access(source.parent, os.W_OK):
+        raise OSError(errno.EROFS, "the original cannot be removed after a copy", str(source.parent))
     shutil.move(str(source), str(target))
-    actions.append(f"moved {source} -> {target}")
 
 
-def _migrate_loose_files(workspace: Path, agents: set[str], actions: list[str]) -> None:
+def _move_into(source: Path, target_dir: Path, report: MigrationReport) -> None:
+    target = target_dir / source.name
+    try:
+        target_dir.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            log.warning("migration_conflict_left_in_place", source=str(source), target=str(target))
+            return
+        _move(source, target)
+    except OSError as e:
+        report.failed(f"move {source} -> {target}", e)
+        return
+    report.done.append(f"moved {source} -> {target}")
+
+
+def _migrate_loose_files(workspace: Path, agents: set[str], report: MigrationReport) -> None:
     if not workspace.is_dir():
         return
     for entry in sorted(workspace.iterdir()):
         if (entry.is_dir() and entry.name in agents) or entry.name == LAYOUT_MARKER:
             continue
-        _move_into(entry, workspace / DEFAULT_AGENT, actions)
+        _move_into(entry, workspace / DEFAULT_AGENT, report)
 
 
-def _migrate_sibling_workspaces(workspace: Path, actions: list[str]) -> list[str]:
-    moved_agents = []
+def _migrate_sibling_workspaces(workspace: Path, report: MigrationReport) -> None:
     parent = workspace.parent
     prefix = workspace.name + "_"
     for legacy in sorted(parent.glob(prefix + "*")):
@@ -74,12 +111,15 @@ def _migrate_sibling_workspaces(workspace: Path, actions: list[str]) -> list[str
             continue
         target = workspace / name
         for entry in sorted(legacy.iterdir()):
-            _move_into(entry, target, actions)
-        if not any(legacy.iterdir()):
+            _move_into(entry, target, report)
+        if any(legacy.iterdir()):
+            continue
+        try:
             legacy.rmdir()
-            actions.append(f"removed empty {legacy}")
-        moved_agents.append(name)
-    return moved_agents
+        except OSError as e:
+            report.failed(f"remove empty {legacy}", e)
+        else:
+            report.done.append(f"removed empty {legacy}")
 
 
 def rewrite_allowed_path(path: str, workspace: Path, agents: set[str], *, loose: bool = True) -> str:
@@ -105,8 +145,12 @@ def rewrite_allowed_path(path: str, workspace: Path, agents: set[str], *, loose:
 
 
 def _rewrite_agent_json(
-    agents_dir: Path, workspace: Path, agents: set[str], actions: list[str], *, loose: bool
-) -> None:
+    agents_dir: Path, workspace: Path, agents: set[str], report: MigrationReport, *, loose_for: Callable[[str], bool]
+) -> list[str]:
+    """Rewrite legacy `system_allowed_paths`; returns the agents whose agent.json could not be written.
+
+    `loose_for(agent)` says whether that agent's definition still predates the move of the loose files."""
+    failed: list[str] = []
     for agent_json in sorted(agents_dir.glob("*/agent.json")):
         try:
             data: dict[str, Any] = json.loads(agent_json.read_text(encoding="utf-8"))
@@ -115,33 +159,111 @@ def _rewrite_agent_json(
         paths = data.get("system_allowed_paths")
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             continue
-        new_paths = [rewrite_allowed_path(p, workspace, agents, loose=loose) for p in paths]
-        if new_paths != paths:
-            data["system_allowed_paths"] = new_paths
+        agent = agent_json.parent.name
+        new_paths = [rewrite_allowed_path(p, workspace, agents, loose=loose_for(agent)) for p in paths]
+        if new_paths == paths:
+            continue
+        data["system_allowed_paths"] = new_paths
+        try:
             atomic_write_text(agent_json, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
-            actions.append(f"rewrote system_allowed_paths in {agent_json}")
+        except OSError as e:
+            report.failed(f"rewrite system_allowed_paths in {agent_json}", e)
+            failed.append(agent)
+        else:
+            report.done.append(f"rewrote system_allowed_paths in {agent_json}")
+    return failed
 
 
-def migrate_workspace_layout(workspace_dir: Path, agents_dir: Path) -> list[str]:
+@dataclass(frozen=True)
+class _Marker:
+    """`workspace/.agenthub-layout`: present once the loose files are moved. `complete` once nothing is left;
+    `loose_rewrites` names agents whose agent.json could not be rewritten yet and still has pre-move paths."""
+
+    complete: bool = False
+    loose_rewrites: tuple[str, ...] = ()
+
+
+def _read_marker(path: Path) -> _Marker | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return _Marker()  # written by an older version: the loose files were moved; check the rest again
+    if not isinstance(data, dict):
+        return _Marker()
+    pending = data.get("loose_rewrites", [])
+    names = tuple(str(n) for n in pending) if isinstance(pending, list) else ()
+    return _Marker(complete=data.get("complete") is True, loose_rewrites=names)
+
+
+def _write_marker(path: Path, marker: _Marker, report: MigrationReport) -> None:
+    text = json.dumps({"layout": "per-agent (agenthub; design §4)", **asdict(marker)})
+    try:
+        atomic_write_text(path, text + "\n")
+    except OSError as e:
+        report.failed(f"write {path}", e)
+
+
+def migrate_workspace_layout(
+    workspace_dir: Path, agents_dir: Path, *, skip_if_complete: bool = False
+) -> MigrationReport:
     """Move `workspace/` loose files to `workspace/default/` and `workspace_<name>/` to `workspace/<name>/`.
 
     Also rewrites `system_allowed_paths` prefixes in every `agent.json` and makes sure each agent has its
     workspace directory. Loose entries are moved only while `workspace/` has no layout marker, so a later
-    directory of a removed agent is never swept into `default`. Returns what was done; a second run
-    returns an empty list.
+    directory of a removed agent is never swept into `default`. Never raises for a step the file system refuses
+    (a read-only install under the hardened unit): that step is reported as pending and the rest goes on; a
+    rerun finishes it. `skip_if_complete` (start-up) skips everything but the agents' directories once a run has
+    completed. A second run does nothing.
     """
-    actions: list[str] = []
+    report = MigrationReport()
     agents = _agent_names(agents_dir) | _legacy_sibling_names(workspace_dir)
-    marker = workspace_dir / LAYOUT_MARKER
-    legacy_root = not marker.exists()
+    marker_path = workspace_dir / LAYOUT_MARKER
+    marker = _read_marker(marker_path)
+    if skip_if_complete and marker is not None and marker.complete:
+        _make_agent_dirs(workspace_dir, agents, report)
+        return report
+    legacy_root = marker is None
     if legacy_root:
-        _migrate_loose_files(workspace_dir, agents, actions)
-    _migrate_sibling_workspaces(workspace_dir, actions)
-    _rewrite_agent_json(agents_dir, workspace_dir, agents, actions, loose=legacy_root)
+        _migrate_loose_files(workspace_dir, agents, report)
+    loose_moved = report.complete
+    _migrate_sibling_workspaces(workspace_dir, report)
+    still_loose = set(marker.loose_rewrites) if marker is not None else set()
+
+    def loose_for(agent: str) -> bool:
+        return legacy_root or agent in still_loose
+
+    unwritten = _rewrite_agent_json(agents_dir, workspace_dir, agents, report, loose_for=loose_for)
+    _make_agent_dirs(workspace_dir, agents, report)
+    if legacy_root and not loose_moved:
+        return report  # no marker yet: the loose files left behind are swept again next time
+    new = _Marker(complete=report.complete, loose_rewrites=tuple(sorted(a for a in unwritten if loose_for(a))))
+    if new != marker:
+        _write_marker(marker_path, new, report)
+    return report
+
+
+def _make_agent_dirs(workspace_dir: Path, agents: set[str], report: MigrationReport) -> None:
     for name in sorted(agents):
-        (workspace_dir / name).mkdir(parents=True, exist_ok=True)
-    if legacy_root:
-        atomic_write_text(marker, "per-agent workspace layout (agenthub); see design §4\n")
-    for action in actions:
+        try:
+            (workspace_dir / name).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            report.failed(f"create {workspace_dir / name}", e)
+
+
+def migrate_at_start(workspace_dir: Path, agents_dir: Path) -> MigrationReport:
+    """The start-up run: whatever may be done is done, and what may not is logged in one warning with the
+    command that finishes it; the daemon starts either way."""
+    report = migrate_workspace_layout(workspace_dir, agents_dir, skip_if_complete=True)
+    for action in report.done:
         log.info("workspace_migrated", action=action)
-    return actions
+    if report.pending:
+        log.warning(
+            "workspace_migration_incomplete",
+            pending=report.pending,
+            hint=f"run `{command_name()} migrate` as a user who may write these paths, then restart the daemon",
+        )
+    return report

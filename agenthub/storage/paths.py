@@ -3,34 +3,59 @@
 from __future__ import annotations
 
 import functools
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from agenthub.errors import StorageError
+from agenthub.errors import PathRefusedError, StorageError
 from agenthub.session.keys import SessionKey, validate_agent_name
 
 
 @functools.lru_cache(maxsize=4096)
 def _resolved_dir(directory: Path) -> Path:
-    """A directory's resolved path, cached: resolving walks every component with an lstat, on the hot path."""
+    """A directory's resolved path, cached: resolving walks every component with an lstat, on the hot path.
+
+    Safe to cache because every caller checks, at each call, that the directory itself is not a link
+    (`AgentLayout` also checks each of its directories below the data directory)."""
     return directory.resolve()
 
 
 @functools.lru_cache(maxsize=65536)
-def inside(directory: Path, name: str) -> Path:
-    """`directory / name`, refused unless it resolves inside `directory` (defence in depth after the key factory).
-
-    The name must be a plain name; a symlink is resolved to make sure it does not lead out of the directory.
-    Accepted paths are cached (this runs several times per turn): a link planted later inside the data
-    directory is not looked at again, which needs write access to the data directory in the first place.
-    """
+def _check_plain_name(name: str) -> None:
     if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
-        raise StorageError("refused a file name that is not a plain name")
-    base = _resolved_dir(directory)
-    path = base / name
-    if path.is_symlink() and path.resolve().parent != base:
-        raise StorageError("refused a path outside its directory")
+        raise PathRefusedError("refused a file name that is not a plain name")
+
+
+def _is_link(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def refuse_link(path: Path) -> Path:
+    """`path`, refused (PathRefusedError) if it is a symbolic link now: one lstat, never cached, so a link planted
+    after an earlier check is still refused at the next write. Files are then opened with O_NOFOLLOW."""
+    if _is_link(path):
+        raise PathRefusedError("refused a symbolic link inside the data directory")
     return path
+
+
+def _plain_child(directory: Path, name: str) -> Path:
+    _check_plain_name(name)
+    return refuse_link(directory / name)
+
+
+def inside(directory: Path, name: str, *, directory_may_link: bool = False) -> Path:
+    """`directory / name`, refused unless it is a plain name that is not a link (defence in depth after the key
+    factory). The directory itself must not be a link either, unless the caller says it is the operator's
+    (`data_dir` may be a link to another disk; what lies below it may not).
+    """
+    _check_plain_name(name)
+    if not directory_may_link:
+        refuse_link(directory)
+    return refuse_link(_resolved_dir(directory) / name)
 
 
 @dataclass(frozen=True)
@@ -43,37 +68,49 @@ class AgentLayout:
     def __post_init__(self) -> None:
         validate_agent_name(self.agent)
 
+    # The paths are built once; every property checks each directory below `data_dir` for links each time it is
+    # read (an lstat per level), so a path computed right before a write is checked at write time.
+
+    @functools.cached_property
+    def _root(self) -> Path:
+        return inside(self.data_dir, self.agent, directory_may_link=True)
+
+    @functools.cached_property
+    def _sessions(self) -> Path:
+        return self._root / "sessions"
+
     @property
     def root(self) -> Path:
-        return inside(self.data_dir, self.agent)
+        return refuse_link(self._root)
 
     @property
     def sessions_dir(self) -> Path:
-        return self.root / "sessions"
+        refuse_link(self._root)
+        return refuse_link(self._sessions)
 
     @property
     def archive_dir(self) -> Path:
-        return self.sessions_dir / "archive"
+        return refuse_link(self.sessions_dir / "archive")
 
     @property
     def memory_dir(self) -> Path:
-        return self.root / "memory"
+        return refuse_link(self.root / "memory")
 
     @property
     def memory_file(self) -> Path:
-        return self.memory_dir / "MEMORY.md"
+        return _plain_child(self.memory_dir, "MEMORY.md")
 
     def history_file(self, key: SessionKey) -> Path:
         self._check_owner(key)
-        return inside(self.sessions_dir, key.file_stem + ".jsonl")
+        return _plain_child(self.sessions_dir, key.file_stem + ".jsonl")
 
     def meta_file(self, key: SessionKey) -> Path:
         self._check_owner(key)
-        return inside(self.sessions_dir, key.file_stem + ".meta.json")
+        return _plain_child(self.sessions_dir, key.file_stem + ".meta.json")
 
     def archive_file(self, key: SessionKey) -> Path:
         self._check_owner(key)
-        return inside(self.archive_dir, key.file_stem + ".jsonl")
+        return _plain_child(self.archive_dir, key.file_stem + ".jsonl")
 
     def _check_owner(self, key: SessionKey) -> None:
         if key.agent != self.agent:

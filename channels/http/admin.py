@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import structlog
 from aiohttp import web
 
-from agenthub.errors import LLMError, SessionBusyError
+from agenthub.agent.definition import AgentDefinition
+from agenthub.errors import LLMError, PathRefusedError, SessionBusyError, StorageError
 from agenthub.gateway.core import GatewayCore
 from agenthub.llm.tokens import estimate_tokens
+from agenthub.memory.files import backup_path
 from agenthub.memory.thresholds import thresholds_for
+from agenthub.session.keys import SessionKey
 from agenthub.session.meta import SessionMeta
 from agenthub.web import GATEWAY
 from channels.http.llm_text import make_title
@@ -28,6 +35,31 @@ from channels.http.requests import (
     session_of,
     token_name,
 )
+
+log = structlog.get_logger(__name__)
+
+Route = Callable[[web.Request], Awaitable[web.Response]]
+PATH_REFUSED = "this session's files are refused by the storage checks (a link inside data/); see the daemon log"
+STORAGE_UNAVAILABLE = "the change could not be saved (the server's storage is full or not writable); try again later"
+
+
+def refuses_storage_paths(handler: Route) -> Route:
+    """Storage errors in the documented error shape, for this request only: a refused path (a symbolic link
+    planted inside data/) is a 403, a write the disk refused (full, read-only) a 503. The log names the route;
+    the message never carries the path or the exception."""
+
+    @functools.wraps(handler)
+    async def route(request: web.Request) -> web.Response:
+        try:
+            return await handler(request)
+        except PathRefusedError:
+            log.warning("storage_path_refused", path=request.path)
+            raise ApiError(403, "path_refused", PATH_REFUSED) from None
+        except StorageError as e:
+            log.warning("storage_write_failed", path=request.path, error=repr(e.__cause__))
+            raise ApiError(503, "storage_unavailable", STORAGE_UNAVAILABLE) from None
+
+    return route
 
 
 def _gateway(request: web.Request) -> GatewayCore:
@@ -51,6 +83,7 @@ async def list_agents(request: web.Request) -> web.Response:
     return _json({"agents": agents, "offline": gateway.providers.is_offline})
 
 
+@refuses_storage_paths
 async def list_sessions(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     agent = agent_of(request, gateway)
@@ -59,6 +92,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     return _json({"sessions": [_meta(m) for m in metas]})
 
 
+@refuses_storage_paths
 async def create_session(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     agent = agent_of(request, gateway)
@@ -70,21 +104,33 @@ async def create_session(request: web.Request) -> web.Response:
     return _json(_meta(meta), status=201)
 
 
+@refuses_storage_paths
 async def get_messages(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     _, key = session_of(request, gateway)
     return _json({"messages": await gateway.history.load(key)})
 
 
+@refuses_storage_paths
 async def delete_session(request: web.Request) -> web.Response:
     gateway = _gateway(request)
-    _, key = session_of(request, gateway)
+    agent, key = session_of(request, gateway)
     if gateway.is_busy(key):
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done")
-    await gateway.history.delete(key)
+    await gateway.history.delete(key, also=_own_memory_files(gateway, agent, key))
     return web.Response(status=204)
 
 
+def _own_memory_files(gateway: GatewayCore, agent: AgentDefinition, key: SessionKey) -> list[Path]:
+    """The chat's own memory file and its backup, when the agent keeps one per chat (`scope = "chat"`); the
+    agent-wide MEMORY.md is shared by every chat and stays."""
+    own = gateway.memory_files.memory_path(agent, key)
+    if own == gateway.memory_files.memory_path(agent):
+        return []
+    return [own, backup_path(own)]
+
+
+@refuses_storage_paths
 async def rename_session(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     _, key = session_of(request, gateway)
@@ -92,6 +138,7 @@ async def rename_session(request: web.Request) -> web.Response:
     return _json(_meta(await gateway.history.update_meta(key, title=body.title.strip())))
 
 
+@refuses_storage_paths
 async def pin_session(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     _, key = session_of(request, gateway)
@@ -99,6 +146,7 @@ async def pin_session(request: web.Request) -> web.Response:
     return _json(_meta(await gateway.history.update_meta(key, pinned=body.pinned)))
 
 
+@refuses_storage_paths
 async def auto_title(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     agent, key = session_of(request, gateway)
@@ -112,6 +160,7 @@ async def auto_title(request: web.Request) -> web.Response:
     return _json(_meta(await gateway.history.update_meta(key, title=title)))
 
 
+@refuses_storage_paths
 async def context_meter(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     agent, key = session_of(request, gateway)
@@ -129,6 +178,7 @@ async def context_meter(request: web.Request) -> web.Response:
     )
 
 
+@refuses_storage_paths
 async def compact(request: web.Request) -> web.Response:
     gateway = _gateway(request)
     agent, key = session_of(request, gateway)
