@@ -20,15 +20,16 @@ async def _restart(ctx: CommandContext) -> str:
     gw, key = ctx.gateway, ctx.key
     pending = gw.restart_pending()
     window = gw.settings.session.restart_confirm_s
-    asked_at = pending.get(key)
+    asker = (key, ctx.message.sender_id)  # in a group, only the member who was asked can confirm
+    asked_at = pending.get(asker)
     now = gw.clock()
     if asked_at is None or now - asked_at > window:
-        pending[key] = now
+        pending[asker] = now
         return (
             f"This clears this chat's conversation history. Send /restart again within {int(window)} seconds "
             "to confirm."
         )
-    del pending[key]
+    del pending[asker]
     gw.abort(key, "restart")
     async with gw.hold(key):  # the aborted turn has stored what it will; queued turns start after the clear
         await gw.history.clear(key)

@@ -91,7 +91,7 @@ class GatewayCore:
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.turns = TurnRunner(self)
         self._runners: dict[SessionKey, SessionRunner] = {}
-        self._restart_pending: dict[SessionKey, float] = {}
+        self._restart_pending: dict[tuple[SessionKey, str], float] = {}
         self._notices: dict[SessionKey, list[str]] = {}
         self._ids = itertools.count(1)
         self._accepting = True
@@ -220,6 +220,7 @@ class GatewayCore:
                             raise
                         outcome = self.turns.outcome_of(runner.turn_task)
                         runner.current, runner.turn_task = None, None
+                        _end_with(pending, outcome)  # after `current` is cleared: a follow-up queues behind nothing
                         await self._after_turn(pending, outcome)
                 finally:
                     _end_unanswered(pending, (runner.abort_reason if started else None) or "shutdown")
@@ -305,7 +306,8 @@ class GatewayCore:
     def take_notices(self, key: SessionKey) -> list[str]:
         return self._notices.pop(key, [])
 
-    def restart_pending(self) -> dict[SessionKey, float]:
+    def restart_pending(self) -> dict[tuple[SessionKey, str], float]:
+        """When each (session, sender) was asked to confirm /restart; only that sender's second one confirms."""
         return self._restart_pending
 
     def _on_lock_timeout(self, session: Session, holder: LockHolder) -> None:
@@ -317,9 +319,14 @@ class GatewayCore:
         self.sessions.sweep()
         now = self.clock()
         window = self.settings.session.restart_confirm_s
-        for key, asked_at in list(self._restart_pending.items()):
+        for asked, asked_at in list(self._restart_pending.items()):
             if now - asked_at > window:
-                del self._restart_pending[key]
+                del self._restart_pending[asked]
+
+
+def _end_with(pending: PendingTurn, outcome: TurnOutcome) -> None:
+    if outcome.final is not None:
+        pending.handle.emit(outcome.final)
 
 
 def _end_unanswered(pending: PendingTurn, reason: str) -> None:

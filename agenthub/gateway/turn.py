@@ -28,6 +28,8 @@ ABORT_MESSAGES = {
     "shutdown": "The service is restarting; please send your message again in a moment.",
 }
 
+USER_ABORTS = frozenset({"stopped", "restart"})
+
 INTERNAL_ERROR = "Sorry, something went wrong on our side while answering. Please try again (ref {ref})."
 OVERFLOW_AFTER_RETRY = (
     "This conversation is too long for the model even after compacting it. Send /compact to try again, "
@@ -45,6 +47,9 @@ class TurnOutcome:
     last_usage: Usage = field(default_factory=Usage)
     provider: LLMProvider | None = None
     model: str = ""
+    final: DoneEvent | ErrorEvent | None = None
+    """The terminal event; the gateway emits it once the session is free again (so a message sent the moment
+    the reply arrives neither queues behind this turn nor finds the chat busy)."""
 
 
 class TurnRunner:
@@ -56,6 +61,9 @@ class TurnRunner:
 
     def outcome_of(self, task: asyncio.Task[None]) -> TurnOutcome:
         return self._outcomes.pop(task, TurnOutcome(ok=False, code="aborted"))
+
+    def _failed(self, task: asyncio.Task[None], code: str, message: str) -> None:
+        self._outcomes[task] = TurnOutcome(ok=False, code=code, final=ErrorEvent(message, code=code))
 
     async def run(self, pending: PendingTurn, runner: SessionRunner) -> None:
         gw = self.gateway
@@ -72,21 +80,20 @@ class TurnRunner:
                 self._outcomes[task] = outcome
             except asyncio.CancelledError:
                 reason = runner.abort_reason or "shutdown"
+                failed = reason not in USER_ABORTS  # /stop and /restart leave the session idle, not in error
                 gw.stats.aborted += 1
                 log.info("turn_aborted", reason=reason)
-                pending.handle.emit(ErrorEvent(_abort_message(reason), code=reason))
+                self._failed(task, reason, _abort_message(reason))
                 raise
             except LLMError as e:
                 gw.stats.turn_errors += 1
                 log.warning("turn_llm_error", error=str(e), error_type=type(e).__name__)
-                pending.handle.emit(ErrorEvent(e.user_message, code="llm_error"))
-                self._outcomes[task] = TurnOutcome(ok=False, code="llm_error")
+                self._failed(task, "llm_error", e.user_message)
             except Exception:
                 gw.stats.turn_errors += 1
                 ref = pending.message_id[-8:]
                 log.exception("turn_failed", ref=ref)
-                pending.handle.emit(ErrorEvent(INTERNAL_ERROR.format(ref=ref), code="internal"))
-                self._outcomes[task] = TurnOutcome(ok=False, code="internal")
+                self._failed(task, "internal", INTERNAL_ERROR.format(ref=ref))
             finally:
                 if locked:
                     gw.sessions.release(pending.key, pending.message_id, failed=failed)
@@ -107,8 +114,8 @@ class TurnRunner:
             pending.key, *result.new_messages, meta_changes={"last_usage": result.last_usage.as_dict()}
         )
         gw.stats.turns += 1
-        pending.handle.emit(DoneEvent(result.text, result.usage, str(pending.key)))
-        return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model)
+        final = DoneEvent(result.text, result.usage, str(pending.key))
+        return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model, final)
 
     async def _run_with_recovery(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         """Run the loop; on context overflow compact once and retry; on an unknown hinted model fall back once."""
