@@ -36,6 +36,12 @@ OVERFLOW_AFTER_RETRY = (
     "or /restart to start over."
 )
 
+MESSAGE_TOO_LONG = (
+    "This message is too long for the model's context window, and there is nothing earlier in this chat to "
+    "compact. Please shorten it or send it in smaller parts."
+)
+OVERFLOW_NOTICE = "The conversation got too long; compacting it and retrying…"
+
 
 @dataclass(frozen=True)
 class TurnOutcome:
@@ -128,8 +134,8 @@ class TurnRunner:
                 if overflow_retried or compactor is None:
                     raise LLMError(str(e), user_message=OVERFLOW_AFTER_RETRY) from e
                 overflow_retried = True
-                pending.handle.emit(NoticeEvent("The conversation got too long; compacting it and retrying…"))
                 await compactor.compact(pending.key, pending.agent, reason="overflow", actor="gateway")
+                pending.handle.emit(NoticeEvent(OVERFLOW_NOTICE))  # only once something was compacted
             except ModelNotFoundError:
                 default = pending.agent.config.model or provider.default_model
                 if model_retried or model == default:

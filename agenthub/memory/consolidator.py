@@ -19,7 +19,7 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.agent.tools import tools_for
 from agenthub.errors import LLMError
 from agenthub.gateway.runner import PendingTurn
-from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY, TurnOutcome
+from agenthub.gateway.turn import MESSAGE_TOO_LONG, OVERFLOW_AFTER_RETRY, TurnOutcome
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.llm.types import LLMProvider
 from agenthub.memory import policy
@@ -165,6 +165,8 @@ class Consolidator:
             result = await self.run(
                 key, agent, reason=reason, actor=actor, provider=provider, model=model, tail_budget=int(budget / factor)
             )
+            if result.status == "nothing":  # the turn's own message is what does not fit: a retry cannot help
+                raise LLMError("overflow compaction: nothing to compact", user_message=MESSAGE_TOO_LONG)
             if result.status != "done":
                 raise LLMError(f"overflow compaction: {result.status}", user_message=OVERFLOW_AFTER_RETRY)
             return result.message
