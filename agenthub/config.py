@@ -34,7 +34,9 @@ class SessionSettings(_Section):
     lock_timeout_s: float = Field(120.0, gt=0, description="a turn holding the lock longer is cancelled")
     restart_confirm_s: float = Field(30.0, gt=0, description="window for the second /restart")
     max_concurrent_llm: int = Field(64, ge=1, description="global cap on concurrent LLM calls")
-    max_queued: int = Field(20, ge=1, description="messages a chat may have waiting; more are refused at once")
+    max_queued: int = Field(
+        200, ge=1, description="against abuse: messages a chat may have waiting (they go as one turn); more are refused"
+    )
     fsync: bool = Field(True, description="fsync every history append")
 
 

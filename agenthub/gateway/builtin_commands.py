@@ -43,7 +43,7 @@ async def _stop(ctx: CommandContext) -> str:
     queued = f" Dropped {dropped} queued message(s) of yours." if dropped else ""
     runner = ctx.gateway.runner(ctx.key)
     running = runner.current if runner is not None else None
-    if running is not None and running.message.sender_id and running.message.sender_id != ctx.message.sender_id:
+    if running is not None and running.senders - {ctx.message.sender_id}:
         # in a shared (group) session, one member must not cut off another member's answer
         return "Only the person who asked can stop this reply." + queued
     if ctx.gateway.abort(ctx.key, "stopped"):

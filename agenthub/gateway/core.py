@@ -27,7 +27,7 @@ from agenthub.gateway.turn import ABORT_MESSAGES, TurnOutcome, TurnRunner
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.context import ContextBudget, ContextBuilder
 from agenthub.memory.files import MemoryFiles
-from agenthub.messages import ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey, session_key
 from agenthub.session.manager import LockHolder, Session, SessionManager
@@ -35,6 +35,9 @@ from agenthub.session.manager import LockHolder, Session, SessionManager
 log = structlog.get_logger(__name__)
 
 QUEUE_FULL = "This chat already has {limit} messages waiting; please wait for the replies or send /stop."
+
+ANSWERED_TOGETHER = "(Answered together with the messages that followed; the reply is below.)"
+"""How a message that waited behind a turn ends when later ones joined it: the one answer goes to the newest."""
 
 AfterTurnHook = Callable[[PendingTurn, TurnOutcome], Awaitable[None]]
 
@@ -192,6 +195,7 @@ class GatewayCore:
             log.warning("queue_full", session_key=str(pending.key), waiting=len(runner.queue))
             pending.handle.emit(ErrorEvent(QUEUE_FULL.format(limit=limit), code="queue_full"))
             return
+        pending.waited = runner.depth > 0 or runner.holds > 0 or runner.mutex.locked()
         runner.queue.append(pending)
         if runner.depth > 1:
             pending.handle.emit(NoticeEvent(f"Queued behind {runner.depth - 1} earlier message(s) in this chat."))
@@ -207,7 +211,7 @@ class GatewayCore:
                     async with runner.mutex:
                         if not runner.queue or runner.queue[0] is not pending:  # dropped or aborted meanwhile
                             continue
-                        runner.queue.popleft()
+                        pending = runner.take_next()  # what waited behind the last turn goes to the model as one
                         runner.current, runner.abort_reason = pending, None
                         runner.turn_task = asyncio.create_task(self.turns.run(pending, runner))
                         started = True
@@ -325,14 +329,24 @@ class GatewayCore:
 
 
 def _end_with(pending: PendingTurn, outcome: TurnOutcome) -> None:
-    if outcome.final is not None:
-        pending.handle.emit(outcome.final)
+    """The newest message's handle gets the turn's answer; the others of a joined turn end with a short done
+    (the answer went out once, below them) or with the same error."""
+    final = outcome.final
+    if final is None:
+        return
+    for earlier in pending.joined:
+        together = (
+            DoneEvent(ANSWERED_TOGETHER, session_key=final.session_key) if isinstance(final, DoneEvent) else final
+        )
+        earlier.handle.emit(together)
+    pending.handle.emit(final)
 
 
 def _end_unanswered(pending: PendingTurn, reason: str) -> None:
-    """A turn cancelled before it could run (or before its task took a step) still ends its handle."""
-    if not pending.handle.finished:
-        pending.handle.emit(ErrorEvent(ABORT_MESSAGES.get(reason, "Stopped."), code=reason))
+    """A turn cancelled before it could run (or before its task took a step) still ends its handles."""
+    for member in pending.members:
+        if not member.handle.finished:
+            member.handle.emit(ErrorEvent(ABORT_MESSAGES.get(reason, "Stopped."), code=reason))
 
 
 def _failed(session_key_text: str, message: str, code: str) -> ReplyHandle:

@@ -114,7 +114,7 @@ class TurnRunner:
         if warning:
             log.warning("model_hint_fallback", warning=warning)
             pending.handle.emit(NoticeEvent(warning))
-        await gw.history.append(pending.key, _user_record(pending))
+        await gw.history.append(pending.key, *_user_records(pending))
         result = await self._run_with_recovery(pending, provider, model)
         await gw.history.append(
             pending.key, *result.new_messages, meta_changes={"last_usage": result.last_usage.as_dict()}
@@ -175,6 +175,14 @@ class TurnRunner:
             memory_max_chars=settings.memory.memory_max_chars,
         )
         return await loop.run(request, tools, ctx, pending.handle.emit)
+
+
+def _user_records(pending: PendingTurn) -> list[dict[str, Any]]:
+    """One stored user message per message of the turn; the later ones are flagged as sent together."""
+    records = [_user_record(member) for member in pending.members]
+    for record in records[1:]:
+        record["together"] = True
+    return records
 
 
 def _user_record(pending: PendingTurn) -> dict[str, Any]:
