@@ -95,6 +95,9 @@ class MemorySettings(_Section):
     consolidate_retry_after_s: float = Field(
         600.0, ge=0, description="after a failed summary, wait this long (or 10 more messages); 0: no wait"
     )
+    background_timeout_s: float = Field(
+        120.0, gt=0, description="bounds each background model call: L2 summary and flush, AutoCompact summary, L3"
+    )
     old_tool_result_chars: int = Field(
         4000, ge=0, description="send tool results older than the last 2 user turns cut to this; 0: never"
     )

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+COMPACTION_STOPPED = " Stopped the compaction that was summarising older messages."
+
 
 async def _restart(ctx: CommandContext) -> str:
     gw, key = ctx.gateway, ctx.key
@@ -31,6 +33,7 @@ async def _restart(ctx: CommandContext) -> str:
         )
     del pending[asker]
     gw.abort(key, "restart")
+    await gw.cancel_background(key)  # a compaction in flight is aborted, its model call too; nothing is written
     async with gw.hold(key):  # the aborted turn has stored what it will; queued turns start after the clear
         await gw.history.clear(key)
     log.info("session_restarted", session_key=str(key))
@@ -46,9 +49,12 @@ async def _stop(ctx: CommandContext) -> str:
     if running is not None and running.senders - {ctx.message.sender_id}:
         # in a shared (group) session, one member must not cut off another member's answer
         return "Only the person who asked can stop this reply." + queued
+    compaction = COMPACTION_STOPPED if await ctx.gateway.cancel_background(ctx.key) else ""
     if ctx.gateway.abort(ctx.key, "stopped"):
         await ctx.gateway.wait_turn_done(ctx.key)
-        return "Stopped the running reply." + queued + " The conversation is kept."
+        return "Stopped the running reply." + queued + compaction + " The conversation is kept."
+    if compaction:
+        return (queued + compaction).strip() + " The conversation is kept as it was."
     return (queued.strip() + " Nothing else is running.") if dropped else "Nothing is running in this chat."
 
 

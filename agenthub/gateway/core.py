@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -94,6 +94,7 @@ class GatewayCore:
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.turns = TurnRunner(self)
         self._runners: dict[SessionKey, SessionRunner] = {}
+        self._background: dict[SessionKey, asyncio.Task[None]] = {}
         self._restart_pending: dict[tuple[SessionKey, str], float] = {}
         self._notices: dict[SessionKey, list[str]] = {}
         self._ids = itertools.count(1)
@@ -121,12 +122,15 @@ class GatewayCore:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self._cancel_all_background()
         await self.timers.stop()
         await self.providers.aclose()
 
     def abort_all(self, reason: str) -> None:
         """Stop accepting, abort every running turn and answer every queued message with an error."""
         self._accepting = False
+        for task in self._background.values():
+            task.cancel()
         for runner in list(self._runners.values()):
             runner.abort(reason)
             for pending in runner.queue:
@@ -300,6 +304,45 @@ class GatewayCore:
         runner = self._runners.get(key)
         if runner is not None and runner.turn_task is not None:
             await asyncio.wait([runner.turn_task])
+
+    # ---- background work per session (compaction) ------------------------------------------------
+
+    def start_background(self, key: SessionKey, work: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+        """Run `work` (a compaction) beside the session's turns; at most one per session, none once shutting
+        down: then `work` is closed unrun and None returned. /restart, /stop and shutdown cancel it."""
+        if key in self._background or not self._accepting:
+            work.close()
+            return None
+        task = asyncio.create_task(work, name=f"background:{key}")
+        self._background[key] = task
+        task.add_done_callback(lambda done: self._background_done(key, done))
+        return task
+
+    def _background_done(self, key: SessionKey, task: asyncio.Task[None]) -> None:
+        if self._background.get(key) is task:
+            del self._background[key]
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("background_work_failed", session_key=str(key), error_type=type(error).__name__)
+
+    def background(self, key: SessionKey) -> asyncio.Task[None] | None:
+        """The session's running background work, if any."""
+        return self._background.get(key)
+
+    async def cancel_background(self, key: SessionKey) -> bool:
+        """Abort the session's background work (its model call too) and wait until it has stopped."""
+        task = self._background.get(key)
+        if task is None:
+            return False
+        task.cancel()
+        await asyncio.wait([task])
+        return True
+
+    async def _cancel_all_background(self) -> None:
+        tasks = list(self._background.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
 
     # ---- commands and housekeeping -------------------------------------------------------------
 
