@@ -313,3 +313,24 @@ async def test_right_after_a_reply_the_chat_is_free(gateway: GatewayCore, fake_l
     assert not [e for e in events if isinstance(e, NoticeEvent)], events
     compact = await follow_up[0].result()
     assert isinstance(compact, DoneEvent) and "busy" not in compact.full_text
+
+
+async def test_a_turn_that_also_answers_another_member_cannot_be_stopped_by_one_of_them(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    release = asyncio.Event()
+    fake_llm.script(reply_text("first", release=release), _slow())
+    first = await gateway.submit(InboundMessage("wecom", "group-1", "alice", "a question"))
+    await fake_llm.wait_for_requests(1)
+    alice = await gateway.submit(InboundMessage("wecom", "group-1", "alice", "and one more thing"))
+    bob = await gateway.submit(InboundMessage("wecom", "group-1", "bob", "me too"))
+    release.set()
+    assert isinstance(await first.result(), DoneEvent)
+    await fake_llm.wait_for_requests(2)  # alice's and bob's messages now run as one turn
+    refused = await (await gateway.submit(InboundMessage("wecom", "group-1", "alice", "/stop"))).result()
+    assert isinstance(refused, DoneEvent) and "Only the person who asked" in refused.full_text
+    assert not alice.finished and not bob.finished
+    stopped = await (await gateway.submit(InboundMessage("wecom", "group-1", "bob", "/stop"))).result()
+    assert isinstance(stopped, DoneEvent) and "Only the person who asked" in stopped.full_text
+    gateway.abort(SessionKey("default", "wecom", "group-1"))
+    assert [type(await h.result()) for h in (alice, bob)] == [ErrorEvent, ErrorEvent]
