@@ -33,7 +33,7 @@ async def _restart(ctx: CommandContext) -> str:
         )
     del pending[asker]
     gw.abort(key, "restart")
-    await gw.cancel_background(key)  # a compaction in flight is aborted, its model call too; nothing is written
+    await gw.cancel_background(key)  # a compaction in flight is aborted, its model call too
     async with gw.hold(key):  # the aborted turn has stored what it will; queued turns start after the clear
         await gw.history.clear(key)
     log.info("session_restarted", session_key=str(key))

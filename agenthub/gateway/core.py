@@ -377,10 +377,8 @@ def _end_with(pending: PendingTurn, outcome: TurnOutcome) -> None:
     final = outcome.final
     if final is None:
         return
+    together = DoneEvent(ANSWERED_TOGETHER, session_key=final.session_key) if isinstance(final, DoneEvent) else final
     for earlier in pending.joined:
-        together = (
-            DoneEvent(ANSWERED_TOGETHER, session_key=final.session_key) if isinstance(final, DoneEvent) else final
-        )
         earlier.handle.emit(together)
     pending.handle.emit(final)
 

@@ -68,7 +68,7 @@ class TurnRunner:
     def outcome_of(self, task: asyncio.Task[None]) -> TurnOutcome:
         return self._outcomes.pop(task, TurnOutcome(ok=False, code="aborted"))
 
-    def _failed(self, task: asyncio.Task[None], code: str, message: str) -> None:
+    def _record_failure(self, task: asyncio.Task[None], code: str, message: str) -> None:
         self._outcomes[task] = TurnOutcome(ok=False, code=code, final=ErrorEvent(message, code=code))
 
     async def run(self, pending: PendingTurn, runner: SessionRunner) -> None:
@@ -89,17 +89,17 @@ class TurnRunner:
                 failed = reason not in USER_ABORTS  # /stop and /restart leave the session idle, not in error
                 gw.stats.aborted += 1
                 log.info("turn_aborted", reason=reason)
-                self._failed(task, reason, _abort_message(reason))
+                self._record_failure(task, reason, _abort_message(reason))
                 raise
             except LLMError as e:
                 gw.stats.turn_errors += 1
                 log.warning("turn_llm_error", error=str(e), error_type=type(e).__name__)
-                self._failed(task, "llm_error", e.user_message)
+                self._record_failure(task, "llm_error", e.user_message)
             except Exception:
                 gw.stats.turn_errors += 1
                 ref = pending.message_id[-8:]
                 log.exception("turn_failed", ref=ref)
-                self._failed(task, "internal", INTERNAL_ERROR.format(ref=ref))
+                self._record_failure(task, "internal", INTERNAL_ERROR.format(ref=ref))
             finally:
                 if locked:
                     gw.sessions.release(pending.key, pending.message_id, failed=failed)
