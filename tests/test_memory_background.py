@@ -136,3 +136,16 @@ async def test_at_most_one_compaction_runs_per_session(
         release.set()
         await settle(gw, key)
         assert len([r for r in fake_llm.message_requests() if is_summary_request(r.body or {})]) == 1
+
+
+async def test_compact_while_a_background_compaction_runs_says_so(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    release = asyncio.Event()
+    _held_summary(fake_llm, release)
+    async with build_gateway(_settings(settings_factory)) as gw:
+        key, _ = await _start_consolidation(gw, fake_llm)
+        assert "already running" in (await _say(gw, "/compact")).full_text
+        release.set()
+        await settle(gw, key)
+        assert len([r for r in fake_llm.message_requests() if is_summary_request(r.body or {})]) == 1
