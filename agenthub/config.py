@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
+import structlog
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
@@ -16,6 +17,8 @@ from pydantic_settings import (
 )
 
 from agenthub.errors import ConfigError
+
+log = structlog.get_logger(__name__)
 
 DEFAULT_CONFIG_FILE = Path("agenthub.toml")
 
@@ -31,7 +34,9 @@ class SessionSettings(_Section):
     lock_timeout_s: float = Field(120.0, gt=0, description="a turn holding the lock longer is cancelled")
     restart_confirm_s: float = Field(30.0, gt=0, description="window for the second /restart")
     max_concurrent_llm: int = Field(64, ge=1, description="global cap on concurrent LLM calls")
-    max_queued: int = Field(20, ge=1, description="messages a chat may have waiting; more are refused at once")
+    max_queued: int = Field(
+        200, ge=1, description="against abuse: messages a chat may have waiting (they go as one turn); more are refused"
+    )
     fsync: bool = Field(True, description="fsync every history append")
 
 
@@ -52,7 +57,9 @@ class LLMSettings(_Section):
     api_key: SecretStr | None = None
     model: str = "claude-sonnet-4-6"
     max_tokens: int = Field(4096, ge=1)
-    timeout_s: float = Field(120.0, gt=0, description="read timeout of one model call")
+    timeout_s: float = Field(
+        25.0, gt=0, description="read timeout of one model call; with its retries it must end before the lock timeout"
+    )
     connect_timeout_s: float = Field(10.0, gt=0)
     max_retries: int = Field(3, ge=0, description="retries on 429/529/5xx/timeouts")
     retry_base_s: float = Field(0.5, ge=0, description="first backoff delay, doubled per retry")
@@ -87,6 +94,9 @@ class MemorySettings(_Section):
     )
     consolidate_retry_after_s: float = Field(
         600.0, ge=0, description="after a failed summary, wait this long (or 10 more messages); 0: no wait"
+    )
+    background_timeout_s: float = Field(
+        120.0, gt=0, description="bounds each background model call: L2 summary and flush, AutoCompact summary, L3"
     )
     old_tool_result_chars: int = Field(
         4000, ge=0, description="send tool results older than the last 2 user turns cut to this; 0: never"
@@ -163,13 +173,40 @@ def load_settings(config_path: Path | None = None, **overrides: Any) -> Settings
         _check_toml_syntax(path)
     _active_toml["path"] = path if path.is_file() else None
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as e:
         raise ConfigError(describe_validation_error(e)) from None
     except SettingsError as e:  # a complex value (JSON in an env var) that does not parse; names the field
         raise ConfigError(f"invalid configuration: {e}") from None
     finally:
         _active_toml["path"] = None
+    warn_about_timeouts(settings)
+    return settings
+
+
+RETRY_JITTER = 0.1
+"""The provider adds up to 10 % to each backoff delay (`RetryPolicy.jitter`)."""
+
+
+def worst_case_llm_s(llm: LLMSettings) -> float:
+    """How long one model call can take when every attempt hangs until the read timeout: all attempts plus the
+    backoff delays between them."""
+    delays = sum(min(llm.retry_max_s, llm.retry_base_s * 2.0**i) for i in range(llm.max_retries))
+    return (llm.max_retries + 1) * llm.timeout_s + delays * (1 + RETRY_JITTER)
+
+
+def warn_about_timeouts(settings: Settings) -> None:
+    """A hung call and its retries should end before the session lock timeout cancels the turn; if they cannot,
+    the retries are wasted (the user gets the lock timeout instead). Warn, naming the keys."""
+    worst, lock = worst_case_llm_s(settings.llm), settings.session.lock_timeout_s
+    if worst > lock:
+        log.warning(
+            "config_llm_timeouts_exceed_lock_timeout",
+            worst_case_s=round(worst, 1),
+            lock_timeout_s=lock,
+            hint="lower llm.timeout_s or llm.max_retries, or raise session.lock_timeout_s: "
+            "(llm.max_retries + 1) × llm.timeout_s + backoff must stay below session.lock_timeout_s",
+        )
 
 
 def _check_toml_syntax(path: Path) -> None:

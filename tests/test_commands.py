@@ -12,7 +12,7 @@ from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.session.keys import SessionKey
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
 
@@ -115,10 +115,10 @@ async def test_restart_confirmation_is_per_session(
 async def test_expired_restart_window_is_swept(clock_gw: tuple[GatewayCore, ManualClock]) -> None:
     gw, clock = clock_gw
     await _command(gw, "/restart")
-    assert KEY in gw.restart_pending()
+    assert (KEY, "me") in gw.restart_pending()
     clock.advance(31)
     await gw.timers["session_sweep"].tick_now()
-    assert KEY not in gw.restart_pending()
+    assert (KEY, "me") not in gw.restart_pending()
 
 
 async def test_restart_with_a_queued_message_clears_before_the_queued_turn(
@@ -268,3 +268,69 @@ async def test_stop_also_drops_the_askers_queued_messages_but_not_other_members(
     assert "and 0" not in " ".join(sent) and "and 1" not in " ".join(sent)  # the dropped ones never reached the model
     history = await gateway.history.load(SessionKey("default", "wecom", "group-1"))
     assert [m["content"] for m in history if m["role"] == "user"] == ["a long question", "my own question"]
+
+
+async def test_in_a_group_the_confirming_restart_must_come_from_the_sender_who_was_asked(
+    clock_gw: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+) -> None:
+    gw, _ = clock_gw
+    group = SessionKey("default", "wecom", "group-1")
+
+    async def restart_by(sender: str) -> str:
+        final = await (await gw.submit(InboundMessage("wecom", "group-1", sender, "/restart"))).result()
+        assert isinstance(final, DoneEvent)
+        return final.full_text
+
+    assert isinstance(await (await gw.submit(InboundMessage("wecom", "group-1", "alice", "hi"))).result(), DoneEvent)
+    assert "again within" in await restart_by("alice")
+    assert "again within" in await restart_by("bob")  # Bob is asked himself; nothing is cleared
+    assert len(await gw.history.load(group)) == 2
+    assert "starts fresh" in await restart_by("alice")
+    assert await gw.history.load(group) == []
+    assert "starts fresh" in await restart_by("bob")  # Bob's own prompt is still open
+
+
+async def test_stop_leaves_the_session_idle(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
+    fake_llm.script(_slow())
+    slow = await gateway.submit(_msg("slow"))
+    await fake_llm.wait_for_requests(1)
+    assert "Stopped the running reply" in await _command(gateway, "/stop")
+    assert isinstance(await slow.result(), ErrorEvent)
+    session = gateway.sessions.get(KEY)
+    assert session is not None and session.status == "idle"
+    assert "state: idle" in await _command(gateway, "/status")
+
+
+async def test_right_after_a_reply_the_chat_is_free(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
+    """A message or /compact sent the moment a reply is done neither queues behind it nor finds the chat busy."""
+    first = await gateway.submit(_msg("first"))
+    follow_up: list[Any] = []
+    async for event in first:
+        if isinstance(event, DoneEvent):  # sent from inside the consumer, before anything else can run
+            follow_up.append(await gateway.submit(_msg("/compact")))
+            follow_up.append(await gateway.submit(_msg("second")))
+    events = [e async for e in follow_up[1]]
+    assert not [e for e in events if isinstance(e, NoticeEvent)], events
+    compact = await follow_up[0].result()
+    assert isinstance(compact, DoneEvent) and "busy" not in compact.full_text
+
+
+async def test_a_turn_that_also_answers_another_member_cannot_be_stopped_by_one_of_them(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    release = asyncio.Event()
+    fake_llm.script(reply_text("first", release=release), _slow())
+    first = await gateway.submit(InboundMessage("wecom", "group-1", "alice", "a question"))
+    await fake_llm.wait_for_requests(1)
+    alice = await gateway.submit(InboundMessage("wecom", "group-1", "alice", "and one more thing"))
+    bob = await gateway.submit(InboundMessage("wecom", "group-1", "bob", "me too"))
+    release.set()
+    assert isinstance(await first.result(), DoneEvent)
+    await fake_llm.wait_for_requests(2)  # alice's and bob's messages now run as one turn
+    refused = await (await gateway.submit(InboundMessage("wecom", "group-1", "alice", "/stop"))).result()
+    assert isinstance(refused, DoneEvent) and "Only the person who asked" in refused.full_text
+    assert not alice.finished and not bob.finished
+    stopped = await (await gateway.submit(InboundMessage("wecom", "group-1", "bob", "/stop"))).result()
+    assert isinstance(stopped, DoneEvent) and "Only the person who asked" in stopped.full_text
+    gateway.abort(SessionKey("default", "wecom", "group-1"))
+    assert [type(await h.result()) for h in (alice, bob)] == [ErrorEvent, ErrorEvent]

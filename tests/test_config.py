@@ -115,3 +115,24 @@ def test_typo_in_dotenv_is_refused_but_foreign_lines_are_ignored() -> None:
     Path(".env").write_text("ANTHROPIC_API_KEY=x\nPATH_EXTRA=1\nAGENTHUB_HTP__PORT=1\n")
     with pytest.raises(ConfigError, match="htp__port"):
         load_settings()
+
+
+def test_default_model_timeouts_and_retries_fit_inside_the_lock_timeout() -> None:
+    from agenthub.config import worst_case_llm_s
+
+    settings = load_settings()
+    assert settings.llm.timeout_s < settings.session.lock_timeout_s / 2  # a hung call leaves room for a retry
+    assert worst_case_llm_s(settings.llm) <= settings.session.lock_timeout_s  # all retries end before the lock
+
+
+def test_timeouts_that_outlast_the_lock_timeout_are_warned_about_naming_the_keys() -> None:
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        load_settings(llm={"timeout_s": 120.0})
+    warnings = [e for e in logs if e["event"] == "config_llm_timeouts_exceed_lock_timeout"]
+    assert len(warnings) == 1
+    assert "llm.timeout_s" in warnings[0]["hint"] and "session.lock_timeout_s" in warnings[0]["hint"]
+    with capture_logs() as logs:
+        load_settings()
+    assert not [e for e in logs if e["event"] == "config_llm_timeouts_exceed_lock_timeout"]

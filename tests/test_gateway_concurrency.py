@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from agenthub.app import build_gateway
 from agenthub.config import Settings
-from agenthub.gateway.core import GatewayCore
-from agenthub.messages import DoneEvent, InboundMessage, NoticeEvent, ReplyEvent
+from agenthub.gateway.core import ANSWERED_TOGETHER, GatewayCore
+from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, NoticeEvent, ReplyEvent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
 
 
@@ -36,26 +36,51 @@ async def test_two_sessions_with_latency_finish_in_about_one_latency(
     assert elapsed < 0.9, f"two parallel sessions took {elapsed:.2f}s"
 
 
-async def test_five_messages_to_one_session_are_answered_in_order(
+async def test_messages_waiting_behind_a_turn_go_to_the_model_together_as_one_turn(
     gateway: GatewayCore, fake_llm: FakeAnthropic
 ) -> None:
-    fake_llm.first_byte_delay_s, fake_llm.responder = 0.02, _echo
+    release = asyncio.Event()
+    fake_llm.script(reply_text("first answer", release=release), reply_text("answer to the rest"))
     handles = [await gateway.submit(InboundMessage("cli", "direct", "me", f"m{i}")) for i in range(5)]
+    await fake_llm.wait_for_requests(1)
+    release.set()  # the four waiting messages are all queued when the first turn ends
     results = await asyncio.gather(*(_events(h) for h in handles))
-    texts = [r[-1].full_text for r in results if isinstance(r[-1], DoneEvent)]
-    assert texts == [f"reply to: m{i}" for i in range(5)]
-    assert fake_llm.max_in_flight == 1
+    finals = [r[-1] for r in results]
+    assert all(isinstance(f, DoneEvent) for f in finals)
+    assert [f.full_text for f in finals if isinstance(f, DoneEvent)] == [
+        "first answer",
+        *[ANSWERED_TOGETHER] * 3,
+        "answer to the rest",
+    ]
+    assert fake_llm.max_in_flight == 1 and len(fake_llm.message_requests()) == 2
     assert not any(isinstance(e, NoticeEvent) for e in results[0])
     assert any(isinstance(e, NoticeEvent) and "Queued behind 4" in e.text for e in results[4])
+    assert not any(isinstance(e, DeltaEvent) for r in results[1:4] for e in r)  # the answer streams to the last
     _, key = gateway.resolve_key(InboundMessage("cli", "direct", "me", "x"))
     history = await gateway.history.load(key)
     assert [(m["role"], m["content"]) for m in history] == [
-        pair for i in range(5) for pair in (("user", f"m{i}"), ("assistant", f"reply to: m{i}"))
+        ("user", "m0"),
+        ("assistant", "first answer"),
+        *[("user", f"m{i}") for i in range(1, 5)],  # each stored as its own user message
+        ("assistant", "answer to the rest"),
     ]
-    # each request carried exactly the earlier pairs plus its own message: nothing interleaved
-    for i, request in enumerate(fake_llm.message_requests()):
-        assert request.body is not None
-        assert len(request.body["messages"]) == 2 * i + 1
+    second = fake_llm.message_requests()[1].body
+    assert second is not None
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]  # one request sees all four
+    together = last_user_text(second)
+    assert [together.index(f"m{i}") for i in range(1, 5)] == sorted(together.index(f"m{i}") for i in range(1, 5))
+    assert "interrupted" not in together
+
+
+async def test_a_burst_of_25_messages_is_answered_not_refused(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
+    release = asyncio.Event()
+    fake_llm.script(reply_text("first", release=release))
+    handles = [await gateway.submit(InboundMessage("cli", "paste", "me", f"line {i}")) for i in range(25)]
+    await fake_llm.wait_for_requests(1)
+    release.set()
+    finals = await asyncio.gather(*(h.result() for h in handles))
+    assert [type(f) for f in finals] == [DoneEvent] * 25
+    assert len(fake_llm.message_requests()) == 2
 
 
 async def test_the_global_cap_bounds_concurrent_llm_calls(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -10,9 +11,10 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
+from agenthub.messages import DoneEvent
 from agenthub.session.keys import SessionKey
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, hang
+from tests.fakes.anthropic import FakeAnthropic, hang, reply_text
 from tests.test_memory_support import is_summary_request, msg, seed, settle, summaries_then_default
 
 
@@ -115,3 +117,63 @@ async def test_an_idle_session_over_the_threshold_in_tokens_is_cut_though_it_has
         assert len(after) + len(archived) == 10  # nothing lost
         assert after[0]["role"] == "user"
         assert len(fake_llm.message_requests()) == 0
+
+
+async def test_a_session_whose_user_came_back_during_the_sweep_is_not_cut(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory(memory={"flush_before_compaction": False})
+    write_agent(settings.agents_dir, "default", {"memory": {"autocompact_summary": True}})
+    release = asyncio.Event()
+    fake_llm.responder = lambda body: reply_text("idle summary", release=release) if is_summary_request(body) else None
+    async with build_gateway(settings) as gw:
+        slow, back = (gw.resolve_key(msg("x", chat=c))[1] for c in ("a-slow", "b-back"))
+        for key in (slow, back):
+            await seed(gw, key, 75)
+            _age(gw, key)
+        sweep = asyncio.create_task(gw.timers[AUTOCOMPACT_TIMER].tick_now())
+        await fake_llm.wait_for_requests(1)  # the sweep is summarising the first chat; both were idle when listed
+        answer = await (await gw.submit(msg("I'm back", chat="b-back"))).result()
+        assert isinstance(answer, DoneEvent)
+        release.set()
+        await asyncio.wait_for(sweep, 10)
+        assert len(await gw.history.load(slow)) == 21  # summary + last 20
+        assert len(await gw.history.load(back)) == 152  # its user came back: kept whole
+        assert not gw.history.layout("default").archive_file(back).exists()
+
+
+async def test_a_user_who_comes_back_while_the_summary_is_written_keeps_the_chat_whole(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory(memory={"flush_before_compaction": False})
+    write_agent(settings.agents_dir, "default", {"memory": {"autocompact_summary": True}})
+    release = asyncio.Event()
+    fake_llm.responder = lambda body: reply_text("idle summary", release=release) if is_summary_request(body) else None
+    async with build_gateway(settings) as gw:
+        key = gw.resolve_key(msg("x"))[1]
+        await seed(gw, key, 75)
+        _age(gw, key)
+        sweep = asyncio.create_task(gw.timers[AUTOCOMPACT_TIMER].tick_now())
+        await fake_llm.wait_for_requests(1)
+        answer = await asyncio.wait_for((await gw.submit(msg("I'm back"))).result(), 10)  # not blocked by it
+        assert isinstance(answer, DoneEvent)
+        release.set()
+        await asyncio.wait_for(sweep, 10)
+        assert len(await gw.history.load(key)) == 152
+
+
+async def test_plain_truncation_rechecks_idleness_right_before_the_cut(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    from agenthub.memory.autocompact import AutoCompact
+    from agenthub.memory.consolidator import Consolidator
+
+    async with build_gateway(settings_factory()) as gw:
+        key = gw.resolve_key(msg("x"))[1]
+        await seed(gw, key, 75)  # written just now, after an (earlier) scan would have listed it as idle
+        assert isinstance(gw.compactor, Consolidator)
+        await AutoCompact(gw, gw.compactor).compact_session(key, gw.agents.get("default"))
+        assert len(await gw.history.load(key)) == 150
+        _age(gw, key)
+        await AutoCompact(gw, gw.compactor).compact_session(key, gw.agents.get("default"))
+        assert len(await gw.history.load(key)) == 20

@@ -221,7 +221,7 @@ async def test_consolidation_runs_after_the_reply_went_out(
         final = await (await gw.submit(msg("go"))).result()
         assert isinstance(final, DoneEvent) and final.full_text == "answer"
         assert not any(r.completed.is_set() for r in fake_llm.message_requests() if is_summary_request(r.body or {}))
-        assert gw.is_busy(key)  # the hook holds the session: a next turn would wait for it
+        assert not gw.is_busy(key) and gw.background(key) is not None  # beside the chat: a next turn starts at once
         await settle(gw, key)
         assert (await gw.history.load(key))[0]["role"] == "system"
 
@@ -275,3 +275,19 @@ async def test_a_failed_memory_flush_does_not_stop_the_compaction(
         assert any(e["event"] == "memory_flush_failed" for e in logs)
         assert (await gw.history.load(key))[0]["content"].startswith("[历史摘要]")
         assert not gw.memory_files.memory_path(gw.agents.get("default"), key).exists()
+
+
+async def test_overflow_on_a_one_message_chat_says_the_message_itself_is_too_long(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    from agenthub.gateway.turn import MESSAGE_TOO_LONG
+
+    fake_llm.responder = summaries_then_default()
+    async with build_gateway(_settings(settings_factory)) as gw:
+        fake_llm.script(prompt_too_long())
+        events = [e async for e in await gw.submit(msg("a paste far too long for the model"))]
+        final = events[-1]
+        assert isinstance(final, ErrorEvent) and final.message == MESSAGE_TOO_LONG
+        assert not [e for e in events if isinstance(e, NoticeEvent)]  # no "compacting and retrying" that never happens
+        assert len(fake_llm.message_requests()) == 1  # no summary call, no pointless retry
+        assert isinstance(await (await gw.submit(msg("short"))).result(), DoneEvent)  # the chat goes on

@@ -51,11 +51,14 @@ async def seed(gateway: GatewayCore, key: SessionKey, pairs: int, *, start: int 
 
 
 async def settle(gateway: GatewayCore, key: SessionKey) -> None:
-    """Wait until the session's runner (turns and after-turn hooks) has finished."""
+    """Wait until the session's runner (turns and after-turn hooks) and its background compaction have finished."""
     runner = gateway.runner(key)
     if runner is not None and runner.task is not None:
         with contextlib.suppress(asyncio.CancelledError):
             await runner.task
+    background = gateway.background(key)
+    if background is not None:
+        await asyncio.wait([background])
 
 
 def conversation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

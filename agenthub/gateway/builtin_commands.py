@@ -15,21 +15,25 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+COMPACTION_STOPPED = " Stopped the compaction that was summarising older messages."
+
 
 async def _restart(ctx: CommandContext) -> str:
     gw, key = ctx.gateway, ctx.key
     pending = gw.restart_pending()
     window = gw.settings.session.restart_confirm_s
-    asked_at = pending.get(key)
+    asker = (key, ctx.message.sender_id)  # in a group, only the member who was asked can confirm
+    asked_at = pending.get(asker)
     now = gw.clock()
     if asked_at is None or now - asked_at > window:
-        pending[key] = now
+        pending[asker] = now
         return (
             f"This clears this chat's conversation history. Send /restart again within {int(window)} seconds "
             "to confirm."
         )
-    del pending[key]
+    del pending[asker]
     gw.abort(key, "restart")
+    await gw.cancel_background(key)  # a compaction in flight is aborted, its model call too
     async with gw.hold(key):  # the aborted turn has stored what it will; queued turns start after the clear
         await gw.history.clear(key)
     log.info("session_restarted", session_key=str(key))
@@ -42,12 +46,15 @@ async def _stop(ctx: CommandContext) -> str:
     queued = f" Dropped {dropped} queued message(s) of yours." if dropped else ""
     runner = ctx.gateway.runner(ctx.key)
     running = runner.current if runner is not None else None
-    if running is not None and running.message.sender_id and running.message.sender_id != ctx.message.sender_id:
+    if running is not None and running.senders - {ctx.message.sender_id}:
         # in a shared (group) session, one member must not cut off another member's answer
         return "Only the person who asked can stop this reply." + queued
+    compaction = COMPACTION_STOPPED if await ctx.gateway.cancel_background(ctx.key) else ""
     if ctx.gateway.abort(ctx.key, "stopped"):
         await ctx.gateway.wait_turn_done(ctx.key)
-        return "Stopped the running reply." + queued + " The conversation is kept."
+        return "Stopped the running reply." + queued + compaction + " The conversation is kept."
+    if compaction:
+        return (queued + compaction).strip() + " The conversation is kept as it was."
     return (queued.strip() + " Nothing else is running.") if dropped else "Nothing is running in this chat."
 
 

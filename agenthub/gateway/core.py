@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -27,7 +27,7 @@ from agenthub.gateway.turn import ABORT_MESSAGES, TurnOutcome, TurnRunner
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.context import ContextBudget, ContextBuilder
 from agenthub.memory.files import MemoryFiles
-from agenthub.messages import ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey, session_key
 from agenthub.session.manager import LockHolder, Session, SessionManager
@@ -35,6 +35,9 @@ from agenthub.session.manager import LockHolder, Session, SessionManager
 log = structlog.get_logger(__name__)
 
 QUEUE_FULL = "This chat already has {limit} messages waiting; please wait for the replies or send /stop."
+
+ANSWERED_TOGETHER = "(Answered together with the messages that followed; the reply is below.)"
+"""How a message that waited behind a turn ends when later ones joined it: the one answer goes to the newest."""
 
 AfterTurnHook = Callable[[PendingTurn, TurnOutcome], Awaitable[None]]
 
@@ -91,7 +94,8 @@ class GatewayCore:
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.turns = TurnRunner(self)
         self._runners: dict[SessionKey, SessionRunner] = {}
-        self._restart_pending: dict[SessionKey, float] = {}
+        self._background: dict[SessionKey, asyncio.Task[None]] = {}
+        self._restart_pending: dict[tuple[SessionKey, str], float] = {}
         self._notices: dict[SessionKey, list[str]] = {}
         self._ids = itertools.count(1)
         self._accepting = True
@@ -118,12 +122,15 @@ class GatewayCore:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self._cancel_all_background()
         await self.timers.stop()
         await self.providers.aclose()
 
     def abort_all(self, reason: str) -> None:
         """Stop accepting, abort every running turn and answer every queued message with an error."""
         self._accepting = False
+        for task in self._background.values():
+            task.cancel()
         for runner in list(self._runners.values()):
             runner.abort(reason)
             for pending in runner.queue:
@@ -192,6 +199,7 @@ class GatewayCore:
             log.warning("queue_full", session_key=str(pending.key), waiting=len(runner.queue))
             pending.handle.emit(ErrorEvent(QUEUE_FULL.format(limit=limit), code="queue_full"))
             return
+        pending.waited = runner.depth > 0 or runner.holds > 0 or runner.mutex.locked()
         runner.queue.append(pending)
         if runner.depth > 1:
             pending.handle.emit(NoticeEvent(f"Queued behind {runner.depth - 1} earlier message(s) in this chat."))
@@ -207,7 +215,7 @@ class GatewayCore:
                     async with runner.mutex:
                         if not runner.queue or runner.queue[0] is not pending:  # dropped or aborted meanwhile
                             continue
-                        runner.queue.popleft()
+                        pending = runner.take_next()  # what waited behind the last turn goes to the model as one
                         runner.current, runner.abort_reason = pending, None
                         runner.turn_task = asyncio.create_task(self.turns.run(pending, runner))
                         started = True
@@ -220,6 +228,7 @@ class GatewayCore:
                             raise
                         outcome = self.turns.outcome_of(runner.turn_task)
                         runner.current, runner.turn_task = None, None
+                        _end_with(pending, outcome)  # after `current` is cleared: a follow-up queues behind nothing
                         await self._after_turn(pending, outcome)
                 finally:
                     _end_unanswered(pending, (runner.abort_reason if started else None) or "shutdown")
@@ -296,6 +305,45 @@ class GatewayCore:
         if runner is not None and runner.turn_task is not None:
             await asyncio.wait([runner.turn_task])
 
+    # ---- background work per session (compaction) ------------------------------------------------
+
+    def start_background(self, key: SessionKey, work: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+        """Run `work` (a compaction) beside the session's turns; at most one per session, none once shutting
+        down: then `work` is closed unrun and None returned. /restart, /stop and shutdown cancel it."""
+        if key in self._background or not self._accepting:
+            work.close()
+            return None
+        task = asyncio.create_task(work, name=f"background:{key}")
+        self._background[key] = task
+        task.add_done_callback(lambda done: self._background_done(key, done))
+        return task
+
+    def _background_done(self, key: SessionKey, task: asyncio.Task[None]) -> None:
+        if self._background.get(key) is task:
+            del self._background[key]
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("background_work_failed", session_key=str(key), error_type=type(error).__name__)
+
+    def background(self, key: SessionKey) -> asyncio.Task[None] | None:
+        """The session's running background work, if any."""
+        return self._background.get(key)
+
+    async def cancel_background(self, key: SessionKey) -> bool:
+        """Abort the session's background work (its model call too) and wait until it has stopped."""
+        task = self._background.get(key)
+        if task is None:
+            return False
+        task.cancel()
+        await asyncio.wait([task])
+        return True
+
+    async def _cancel_all_background(self) -> None:
+        tasks = list(self._background.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
     # ---- commands and housekeeping -------------------------------------------------------------
 
     def notify_next_turn(self, key: SessionKey, text: str) -> None:
@@ -305,7 +353,8 @@ class GatewayCore:
     def take_notices(self, key: SessionKey) -> list[str]:
         return self._notices.pop(key, [])
 
-    def restart_pending(self) -> dict[SessionKey, float]:
+    def restart_pending(self) -> dict[tuple[SessionKey, str], float]:
+        """When each (session, sender) was asked to confirm /restart; only that sender's second one confirms."""
         return self._restart_pending
 
     def _on_lock_timeout(self, session: Session, holder: LockHolder) -> None:
@@ -317,15 +366,28 @@ class GatewayCore:
         self.sessions.sweep()
         now = self.clock()
         window = self.settings.session.restart_confirm_s
-        for key, asked_at in list(self._restart_pending.items()):
+        for asked, asked_at in list(self._restart_pending.items()):
             if now - asked_at > window:
-                del self._restart_pending[key]
+                del self._restart_pending[asked]
+
+
+def _end_with(pending: PendingTurn, outcome: TurnOutcome) -> None:
+    """The newest message's handle gets the turn's answer; the others of a joined turn end with a short done
+    (the answer went out once, below them) or with the same error."""
+    final = outcome.final
+    if final is None:
+        return
+    together = DoneEvent(ANSWERED_TOGETHER, session_key=final.session_key) if isinstance(final, DoneEvent) else final
+    for earlier in pending.joined:
+        earlier.handle.emit(together)
+    pending.handle.emit(final)
 
 
 def _end_unanswered(pending: PendingTurn, reason: str) -> None:
-    """A turn cancelled before it could run (or before its task took a step) still ends its handle."""
-    if not pending.handle.finished:
-        pending.handle.emit(ErrorEvent(ABORT_MESSAGES.get(reason, "Stopped."), code=reason))
+    """A turn cancelled before it could run (or before its task took a step) still ends its handles."""
+    for member in pending.members:
+        if not member.handle.finished:
+            member.handle.emit(ErrorEvent(ABORT_MESSAGES.get(reason, "Stopped."), code=reason))
 
 
 def _failed(session_key_text: str, message: str, code: str) -> ReplyHandle:

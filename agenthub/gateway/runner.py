@@ -21,6 +21,20 @@ class PendingTurn:
     agent: AgentDefinition
     handle: ReplyHandle
     message_id: str
+    waited: bool = False
+    """True when it arrived while the session was busy (a turn running or queued, or maintenance)."""
+    joined: list[PendingTurn] = field(default_factory=list)
+    """Messages that waited with this one behind the previous turn and go to the model with it, earlier first;
+    this (the newest) one carries the turn: its handle gets the answer, its id holds the lock."""
+
+    @property
+    def members(self) -> list[PendingTurn]:
+        """Every message of the turn, in arrival order."""
+        return [*self.joined, self]
+
+    @property
+    def senders(self) -> set[str]:
+        return {p.message.sender_id for p in self.members if p.message.sender_id}
 
 
 @dataclass
@@ -39,6 +53,17 @@ class SessionRunner:
     @property
     def depth(self) -> int:
         return len(self.queue) + (1 if self.current is not None else 0)
+
+    def take_next(self) -> PendingTurn:
+        """The next turn (the queue must not be empty): a message that found the session free runs alone;
+        messages that waited behind something go together, carried by the newest of them."""
+        if not self.queue[0].waited:
+            return self.queue.popleft()
+        waiting = list(self.queue)
+        self.queue.clear()
+        lead = waiting[-1]
+        lead.joined = waiting[:-1]
+        return lead
 
     def abort(self, reason: str) -> bool:
         """Cancel the running turn (if any); its handle ends with an ErrorEvent coded `reason`."""

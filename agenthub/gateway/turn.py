@@ -28,11 +28,19 @@ ABORT_MESSAGES = {
     "shutdown": "The service is restarting; please send your message again in a moment.",
 }
 
+USER_ABORTS = frozenset({"stopped", "restart"})
+
 INTERNAL_ERROR = "Sorry, something went wrong on our side while answering. Please try again (ref {ref})."
 OVERFLOW_AFTER_RETRY = (
     "This conversation is too long for the model even after compacting it. Send /compact to try again, "
     "or /restart to start over."
 )
+
+MESSAGE_TOO_LONG = (
+    "This message is too long for the model's context window, and there is nothing earlier in this chat to "
+    "compact. Please shorten it or send it in smaller parts."
+)
+OVERFLOW_NOTICE = "The conversation got too long; compacting it and retrying…"
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,9 @@ class TurnOutcome:
     last_usage: Usage = field(default_factory=Usage)
     provider: LLMProvider | None = None
     model: str = ""
+    final: DoneEvent | ErrorEvent | None = None
+    """The terminal event; the gateway emits it once the session is free again (so a message sent the moment
+    the reply arrives neither queues behind this turn nor finds the chat busy)."""
 
 
 class TurnRunner:
@@ -56,6 +67,9 @@ class TurnRunner:
 
     def outcome_of(self, task: asyncio.Task[None]) -> TurnOutcome:
         return self._outcomes.pop(task, TurnOutcome(ok=False, code="aborted"))
+
+    def _record_failure(self, task: asyncio.Task[None], code: str, message: str) -> None:
+        self._outcomes[task] = TurnOutcome(ok=False, code=code, final=ErrorEvent(message, code=code))
 
     async def run(self, pending: PendingTurn, runner: SessionRunner) -> None:
         gw = self.gateway
@@ -72,21 +86,20 @@ class TurnRunner:
                 self._outcomes[task] = outcome
             except asyncio.CancelledError:
                 reason = runner.abort_reason or "shutdown"
+                failed = reason not in USER_ABORTS  # /stop and /restart leave the session idle, not in error
                 gw.stats.aborted += 1
                 log.info("turn_aborted", reason=reason)
-                pending.handle.emit(ErrorEvent(_abort_message(reason), code=reason))
+                self._record_failure(task, reason, _abort_message(reason))
                 raise
             except LLMError as e:
                 gw.stats.turn_errors += 1
                 log.warning("turn_llm_error", error=str(e), error_type=type(e).__name__)
-                pending.handle.emit(ErrorEvent(e.user_message, code="llm_error"))
-                self._outcomes[task] = TurnOutcome(ok=False, code="llm_error")
+                self._record_failure(task, "llm_error", e.user_message)
             except Exception:
                 gw.stats.turn_errors += 1
                 ref = pending.message_id[-8:]
                 log.exception("turn_failed", ref=ref)
-                pending.handle.emit(ErrorEvent(INTERNAL_ERROR.format(ref=ref), code="internal"))
-                self._outcomes[task] = TurnOutcome(ok=False, code="internal")
+                self._record_failure(task, "internal", INTERNAL_ERROR.format(ref=ref))
             finally:
                 if locked:
                     gw.sessions.release(pending.key, pending.message_id, failed=failed)
@@ -101,14 +114,14 @@ class TurnRunner:
         if warning:
             log.warning("model_hint_fallback", warning=warning)
             pending.handle.emit(NoticeEvent(warning))
-        await gw.history.append(pending.key, _user_record(pending))
+        await gw.history.append(pending.key, *_user_records(pending))
         result = await self._run_with_recovery(pending, provider, model)
         await gw.history.append(
             pending.key, *result.new_messages, meta_changes={"last_usage": result.last_usage.as_dict()}
         )
         gw.stats.turns += 1
-        pending.handle.emit(DoneEvent(result.text, result.usage, str(pending.key)))
-        return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model)
+        final = DoneEvent(result.text, result.usage, str(pending.key))
+        return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model, final)
 
     async def _run_with_recovery(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         """Run the loop; on context overflow compact once and retry; on an unknown hinted model fall back once."""
@@ -121,8 +134,8 @@ class TurnRunner:
                 if overflow_retried or compactor is None:
                     raise LLMError(str(e), user_message=OVERFLOW_AFTER_RETRY) from e
                 overflow_retried = True
-                pending.handle.emit(NoticeEvent("The conversation got too long; compacting it and retrying…"))
                 await compactor.compact(pending.key, pending.agent, reason="overflow", actor="gateway")
+                pending.handle.emit(NoticeEvent(OVERFLOW_NOTICE))  # only once something was compacted
             except ModelNotFoundError:
                 default = pending.agent.config.model or provider.default_model
                 if model_retried or model == default:
@@ -162,6 +175,14 @@ class TurnRunner:
             memory_max_chars=settings.memory.memory_max_chars,
         )
         return await loop.run(request, tools, ctx, pending.handle.emit)
+
+
+def _user_records(pending: PendingTurn) -> list[dict[str, Any]]:
+    """One stored user message per message of the turn; the later ones are flagged as sent together."""
+    records = [_user_record(member) for member in pending.members]
+    for record in records[1:]:
+        record["together"] = True
+    return records
 
 
 def _user_record(pending: PendingTurn) -> dict[str, Any]:

@@ -65,7 +65,7 @@ class AnthropicProvider:
         endpoint: Endpoint,
         *,
         name: str = "default",
-        timeout_s: float = 120.0,
+        timeout_s: float = 25.0,
         connect_timeout_s: float = 10.0,
         retry: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,

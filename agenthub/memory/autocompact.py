@@ -11,6 +11,7 @@ import structlog
 from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import SessionBusyError
 from agenthub.llm.tokens import estimate_tokens
+from agenthub.llm.types import LLMProvider
 from agenthub.memory import policy, thresholds
 from agenthub.memory.consolidator import Consolidator, compaction_notice
 from agenthub.session.keys import SessionKey, key_from_file_stem
@@ -36,9 +37,19 @@ def idle_history_stems(sessions_dir: Path, idle_before: float) -> list[str]:
     return sorted(stems)
 
 
+def history_mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
 class AutoCompact:
-    """The periodic sweep. A session whose turn runs (or is queued) is skipped: the cut happens inside
-    `gateway.exclusive`, which refuses busy sessions and holds off new turns until it is done."""
+    """The periodic sweep. The list of idle sessions is only a candidate list: right before a session is cut,
+    under the session's own serialisation, it must still be idle (no turn running or waiting, no activity since
+    `autocompact_idle_s`), or it is left whole. Plain truncation happens inside `gateway.exclusive`; with
+    `autocompact_summary` the summary is the session's background work (the chat is not held while it is written)
+    and is applied only if the session is still idle then."""
 
     def __init__(self, gateway: GatewayCore, consolidator: Consolidator) -> None:
         self.gateway = gateway
@@ -66,16 +77,32 @@ class AutoCompact:
     async def compact_session(self, key: SessionKey, agent: AgentDefinition) -> None:
         gw = self.gateway
         try:
-            async with gw.exclusive(key):
-                history = await gw.history.load(key)
-                if not self._too_big(agent, history):
-                    return
-                await self._compact(key, agent, len(history))
+            if gw.background(key) is not None:
+                raise SessionBusyError(f"session {key} is compacting")
+            summary_model = self._summary_model(agent)
+            if summary_model is None:
+                await self._truncate(key, agent)
+            else:
+                await self._summarise(key, agent, *summary_model)
         except SessionBusyError:
             log.info("autocompact_skipped_busy", session_key=str(key))
         finally:
             if gw.sessions.get(key) is None and not gw.is_busy(key):
                 gw.history.evict(key)  # a sweep must not leave every idle session cached
+
+    async def still_idle(self, key: SessionKey) -> bool:
+        """Re-checked right before a cut: nothing runs or waits in the session, and neither the live session nor
+        the history file has seen activity within `autocompact_idle_s`."""
+        gw = self.gateway
+        idle_before = gw.clock() - gw.settings.memory.autocompact_idle_s
+        runner = gw.runner(key)
+        if runner is not None and (runner.queue or runner.current is not None):
+            return False
+        session = gw.sessions.get(key)
+        if session is not None and session.last_active >= idle_before:
+            return False
+        mtime = await asyncio.to_thread(history_mtime, gw.history.layout(key.agent).history_file(key))
+        return mtime is not None and mtime < idle_before
 
     def _too_big(self, agent: AgentDefinition, history: list[dict[str, Any]]) -> bool:
         """More than `autocompact_min_messages`, or (following the model's window) an estimated size at or
@@ -91,31 +118,55 @@ class AutoCompact:
         threshold = policy.consolidate_at(settings, agent, thresholds.agent_model(settings, agent))
         return int(threshold * policy.TAIL_SHARE)
 
-    async def _compact(self, key: SessionKey, agent: AgentDefinition, length: int) -> None:
-        gw, memory = self.gateway, self.gateway.settings.memory
-        keep = memory.autocompact_keep
-        if policy.autocompact_summary(gw.settings, agent):
-            provider, model = self.consolidator.provider_for(agent)
-            if not provider.offline:
-                if self.consolidator.deferred(key, length):  # a summary failed lately: leave it as it is
-                    return
-                result = await self.consolidator.run(
-                    key,
-                    agent,
-                    reason="autocompact",
-                    actor="autocompact",
-                    provider=provider,
-                    model=model,
-                    tail_budget=self._tail_budget(agent),
-                    keep=keep,
-                )
-                log.info("autocompact_summarised", session_key=str(key), status=result.status)
-                if result.status == "done":
-                    gw.notify_next_turn(key, compaction_notice(result))
+    def _summary_model(self, agent: AgentDefinition) -> tuple[LLMProvider, str] | None:
+        """The provider and model for the summary, or None for plain truncation (option off, or offline)."""
+        if not policy.autocompact_summary(self.gateway.settings, agent):
+            return None
+        provider, model = self.consolidator.provider_for(agent)
+        return None if provider.offline else (provider, model)
+
+    async def _truncate(self, key: SessionKey, agent: AgentDefinition) -> None:
+        gw = self.gateway
+        async with gw.exclusive(key):
+            history = await gw.history.load(key)
+            if not self._too_big(agent, history) or not await self.still_idle(key):
                 return
-        result = await self.consolidator.truncate(
-            key, keep=keep, tail_budget=self._tail_budget(agent), reason="autocompact", actor="autocompact"
-        )
+            result = await self.consolidator.truncate(
+                key,
+                keep=gw.settings.memory.autocompact_keep,
+                tail_budget=self._tail_budget(agent),
+                reason="autocompact",
+                actor="autocompact",
+            )
         log.info("autocompact_truncated", session_key=str(key), status=result.status, kept=result.kept)
+        if result.status == "done":
+            gw.notify_next_turn(key, compaction_notice(result))
+
+    async def _summarise(self, key: SessionKey, agent: AgentDefinition, provider: LLMProvider, model: str) -> None:
+        gw = self.gateway
+        if gw.is_busy(key) or not await self.still_idle(key):
+            raise SessionBusyError(f"session {key} is busy")
+        history = await gw.history.load(key)
+        if not self._too_big(agent, history) or self.consolidator.deferred(key, len(history)):
+            return  # small, or a summary failed lately: leave it as it is
+        task = gw.start_background(key, self._summary_job(key, agent, provider, model))
+        if task is not None:  # /restart, /stop or shutdown may cancel it; the sweep goes on with the next
+            await asyncio.wait([task])
+
+    async def _summary_job(self, key: SessionKey, agent: AgentDefinition, provider: LLMProvider, model: str) -> None:
+        gw = self.gateway
+        result = await self.consolidator.run(
+            key,
+            agent,
+            reason="autocompact",
+            actor="autocompact",
+            provider=provider,
+            model=model,
+            tail_budget=self._tail_budget(agent),
+            keep=gw.settings.memory.autocompact_keep,
+            background=True,
+            still_wanted=lambda: self.still_idle(key),
+        )
+        log.info("autocompact_summarised", session_key=str(key), status=result.status)
         if result.status == "done":
             gw.notify_next_turn(key, compaction_notice(result))

@@ -1,8 +1,10 @@
 """L2 Consolidator: summarise a session's older messages into one `[历史摘要]` system message, archive first.
 
-It is also the gateway's `compactor` (manual `/compact`, and the overflow → compact → retry path). Every
-run happens while the session's runner mutex is held (the after-turn hook, `gateway.exclusive`, or inside
-the turn itself), so it never runs twice at once for a session nor while that session's next turn runs.
+It is also the gateway's `compactor` (manual `/compact`, and the overflow → compact → retry path). Manual and
+overflow runs happen while the session is held (`gateway.exclusive`, or inside the turn itself). The after-turn
+run is the session's background work (`gateway.start_background`, at most one per session): it summarises a
+snapshot without holding the session and applies the result under `gateway.hold` only if messages were merely
+appended since; /restart, /stop and shutdown cancel it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.agent.tools import tools_for
 from agenthub.errors import LLMError
 from agenthub.gateway.runner import PendingTurn
-from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY, TurnOutcome
+from agenthub.gateway.turn import MESSAGE_TOO_LONG, OVERFLOW_AFTER_RETRY, TurnOutcome
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.llm.types import LLMProvider
 from agenthub.memory import policy
@@ -106,27 +108,42 @@ class Consolidator:
     # ---- the after-turn hook (L2) ----------------------------------------------------------------
 
     async def after_turn(self, pending: PendingTurn, outcome: TurnOutcome) -> None:
-        """Consolidate when the turn's last model call reached the agent's threshold (the reply is already out)."""
-        if not outcome.ok or outcome.provider is None:
+        """Start a background consolidation when the turn's last model call reached the agent's threshold (the
+        reply is already out; the chat goes on meanwhile). At most one runs per session."""
+        provider = outcome.provider
+        if not outcome.ok or provider is None:
             return
-        settings, agent = self.gateway.settings, pending.agent
+        settings, agent, key = self.gateway.settings, pending.agent, pending.key
         threshold = policy.consolidate_at(settings, agent, outcome.model)
         prompt = outcome.last_usage.prompt_tokens
-        if prompt < threshold:
+        if prompt < threshold or self.gateway.background(key) is not None:
             return
-        history = await self.gateway.history.load(pending.key)
-        if self.deferred(pending.key, len(history)):
+        history = await self.gateway.history.load(key)
+        if self.deferred(key, len(history)):
             return
+        job = self._consolidate(pending, history, prompt, threshold, provider, outcome.model)
+        self.gateway.start_background(key, job)
+
+    async def _consolidate(
+        self,
+        pending: PendingTurn,
+        history: list[Message],
+        prompt: int,
+        threshold: int,
+        provider: LLMProvider,
+        model: str,
+    ) -> None:
         factor = await self._calibrate(pending, history, prompt)
         log.info("consolidation_triggered", session_key=str(pending.key), prompt_tokens=prompt, threshold=threshold)
         result = await self.run(
             pending.key,
-            agent,
+            pending.agent,
             reason="threshold",
             actor="consolidator",
-            provider=outcome.provider,
-            model=outcome.model,
+            provider=provider,
+            model=model,
             tail_budget=int(threshold * policy.TAIL_SHARE / factor),
+            background=True,
         )
         if result.status == "done":
             self.gateway.notify_next_turn(pending.key, compaction_notice(result))
@@ -165,9 +182,13 @@ class Consolidator:
             result = await self.run(
                 key, agent, reason=reason, actor=actor, provider=provider, model=model, tail_budget=int(budget / factor)
             )
+            if result.status == "nothing":  # the turn's own message is what does not fit: a retry cannot help
+                raise LLMError("overflow compaction: nothing to compact", user_message=MESSAGE_TOO_LONG)
             if result.status != "done":
                 raise LLMError(f"overflow compaction: {result.status}", user_message=OVERFLOW_AFTER_RETRY)
             return result.message
+        if self.gateway.background(key) is not None:
+            return "A compaction of this chat is already running; its summary applies when it is done."
         async with self.gateway.exclusive(key):
             result = await self.run(
                 key,
@@ -195,8 +216,16 @@ class Consolidator:
         tail_budget: int | None,
         keep: int | None = None,
         focus: str = "",
+        background: bool = False,
+        still_wanted: Callable[[], Awaitable[bool]] | None = None,
     ) -> CompactionResult:
-        """Summarise all but the last `keep` messages (the caller holds the session). Archive, then replace."""
+        """Summarise all but the last `keep` messages of a snapshot of the history. Archive, then replace.
+
+        In the foreground the caller holds the session. With `background`, the flush and the summary run without
+        holding it and the result is applied under `gateway.hold` (after a running turn): only if the history still
+        starts with the snapshot (messages were only appended since, and those are kept) and `still_wanted()`
+        agrees; otherwise it is abandoned. Each model call is bounded by `memory.background_timeout_s`.
+        """
         gw, settings = self.gateway, self.gateway.settings
         fields = {"session_key": str(key), "reason": reason, "actor": actor}
         if provider.offline:
@@ -208,6 +237,29 @@ class Consolidator:
             return CompactionResult("nothing", f"Nothing to compact: the conversation has {len(history)} messages.")
         if reason != "overflow":
             await self._flush_memory(key, agent, cut.head, fields)
+        summary = await self._summary(key, agent, cut, provider, model, focus, len(history), fields)
+        if summary is None:
+            return CompactionResult(
+                "failed", "Could not compact: the summary failed, so the conversation was left unchanged."
+            )
+        if not background:
+            return await self._apply(key, history, cut, summary, fields, still_wanted, reason=reason, actor=actor)
+        async with gw.hold(key):  # a safe point: no turn runs while the summary replaces the head
+            return await self._apply(key, history, cut, summary, fields, still_wanted, reason=reason, actor=actor)
+
+    async def _summary(
+        self,
+        key: SessionKey,
+        agent: AgentDefinition,
+        cut: Cut,
+        provider: LLMProvider,
+        model: str,
+        focus: str,
+        length: int,
+        fields: dict[str, str],
+    ) -> str | None:
+        """The `[历史摘要]` text, or None when the call failed, timed out or gave an unusable answer."""
+        gw, settings = self.gateway, self.gateway.settings
         threshold = policy.consolidate_at(settings, agent, model)
         window = policy.window_of(settings, agent, model) or 2 * threshold
         request = summary_request(
@@ -220,19 +272,36 @@ class Consolidator:
         )
         original = estimate_tokens(cut.previous_summaries) + estimate_tokens([m.get("content") for m in cut.head])
         try:
-            async with gw.llm_gate:
-                summary = await summarise(provider, request, original)
-        except SummaryError as e:
-            log.warning("consolidation_failed", error=str(e), **fields)
-            self.backoff.failed(key, len(history), now=gw.clock())
-            return CompactionResult(
-                "failed", "Could not compact: the summary failed, so the conversation was left unchanged."
-            )
-        if await gw.history.load(key) != history:  # e.g. /restart cleared it while the summary was written
+            async with gw.llm_gate, asyncio.timeout(settings.memory.background_timeout_s):
+                return await summarise(provider, request, original)
+        except (SummaryError, TimeoutError) as e:
+            error = str(e) if isinstance(e, SummaryError) else "summary call timed out"
+            log.warning("consolidation_failed", error=error, **fields)
+            self.backoff.failed(key, length, now=gw.clock())
+            return None
+
+    async def _apply(
+        self,
+        key: SessionKey,
+        snapshot: list[Message],
+        cut: Cut,
+        summary: str,
+        fields: dict[str, str],
+        still_wanted: Callable[[], Awaitable[bool]] | None,
+        *,
+        reason: str,
+        actor: str,
+    ) -> CompactionResult:
+        """Replace the snapshot's head by the summary, keeping the tail and whatever was appended since."""
+        gw = self.gateway
+        current = await gw.history.load(key)
+        unchanged = current[: len(snapshot)] == snapshot  # e.g. /restart cleared it while the summary was written
+        if not unchanged or (still_wanted is not None and not await still_wanted()):
             log.warning("consolidation_abandoned_history_changed", **fields)
             self.backoff.settled(key)
             return CompactionResult("changed", "The conversation changed meanwhile; nothing was compacted.")
-        removed = await gw.history.replace(key, [summary_record(gw, summary), *cut.tail])
+        appended = current[len(snapshot) :]
+        removed = await gw.history.replace(key, [summary_record(gw, summary), *cut.tail, *appended])
         self.backoff.settled(key)
         audit(gw, key, reason=reason, actor=actor, cut=cut, summary=summary, archived=len(removed))
         return _done(cut, summary)
@@ -248,7 +317,8 @@ class Consolidator:
             log.info("memory_flush_skipped_already_flushed", messages=len(head), **fields)
             return
         try:
-            settled = await self.flush(key, agent, fresh)
+            async with asyncio.timeout(self.gateway.settings.memory.background_timeout_s):
+                settled = await self.flush(key, agent, fresh)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the summary still keeps the facts in the session; compaction goes on

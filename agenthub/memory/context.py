@@ -72,7 +72,10 @@ def _api_message(message: Message) -> Message:
     content = message.get("content")
     if message["role"] == "user" and isinstance(content, str):
         content = _as_blocks(content + _user_suffix(message))
-    return {"role": message["role"], "content": content}
+    api = {"role": message["role"], "content": content}
+    if message.get("together"):
+        api["together"] = True  # read (and dropped) by `to_api_messages`
+    return api
 
 
 def _as_blocks(content: Any) -> list[dict[str, Any]]:
@@ -144,7 +147,9 @@ def to_api_messages(history: list[Message]) -> list[Message]:
     user first (a placeholder user message when the kept history opens with the assistant).
 
     Two assistant neighbours are merged; two user neighbours (a turn that ended without a reply) get an
-    `INTERRUPTED_PLACEHOLDER` assistant message between them, so separate requests never read as one.
+    `INTERRUPTED_PLACEHOLDER` assistant message between them, so separate requests never read as one, unless
+    the later one is flagged `together` (messages that waited and went to the model as one turn): then their
+    blocks are joined into one user message.
     """
     conversation = [m for m in drop_refused_turns(history) if m.get("role") in ("user", "assistant")]
     plain = [_api_message(m) for m in conversation if not (m["role"] == "assistant" and _is_empty(m))]
@@ -157,7 +162,11 @@ def to_api_messages(history: list[Message]) -> list[Message]:
                 "content": _as_blocks(merged[-1]["content"]) + _as_blocks(message["content"]),
             }
             continue
+        together = message.pop("together", False)
         if merged and merged[-1]["role"] == message["role"] == "user":
+            if together:  # sent while the previous turn ran: one turn with the messages before it
+                merged[-1] = {"role": "user", "content": _as_blocks(merged[-1]["content"]) + message["content"]}
+                continue
             merged.append({"role": "assistant", "content": INTERRUPTED_PLACEHOLDER})
         merged.append(message)
     if merged and merged[0]["role"] != "user":  # a compaction cut before an assistant message: keep it

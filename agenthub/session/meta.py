@@ -16,7 +16,10 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_TITLE = "新会话"
 TITLE_CHARS = 40
-_PREFIXES = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)+")
+METADATA_KEYS = ("channel", "from", "sender", "chat", "time", "via")
+_PREFIXES = re.compile(r"^\s*(?:\[(?:" + "|".join(METADATA_KEYS) + r"): [^\]\n]{0,60}\]\s*)+")
+"""Only the `[key: value]` metadata the product puts before a message (`[channel: x]`, `[from: y]`);
+a bracket the user typed (`[重要] …`) is part of the title."""
 _SPACES = re.compile(r"\s+")
 
 
@@ -31,7 +34,8 @@ def text_of(content: Any) -> str:
 
 
 def title_from(text: str) -> str:
-    """The first 40 characters of a user message, metadata prefixes like `[channel: x]` stripped."""
+    """The first 40 characters of a user message, the product's `[key: value]` metadata
+    prefixes (`[channel: x]`) stripped."""
     cleaned = _SPACES.sub(" ", _PREFIXES.sub("", text)).strip()
     return cleaned[:TITLE_CHARS] or DEFAULT_TITLE
 
