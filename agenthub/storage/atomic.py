@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from pathlib import Path
 
 
@@ -16,12 +17,17 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def temp_path_for(path: Path) -> Path:
+    """A temp name beside `path`, unique per write: `.<name>.<pid>.<random>.tmp` (two writers never share one)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` so that a crash leaves either the old or the new content, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_path_for(path)
     try:
-        with tmp.open("wb") as f:
+        with tmp.open("xb") as f:
             f.write(data)
             f.flush()
             if durable:
