@@ -233,33 +233,43 @@ class MemoryProcessor:
         return outcome != "refused"
 
     async def _write(self, target: Target) -> WriteOutcome:
-        """Atomic write within the cap; text another writer (the write_memory tool) appended meanwhile is kept.
+        """Atomic write within the cap, under the file's lock (`MemoryWriter`): text another writer (the
+        write_memory tool) appended since `target.old` was read is kept. The replaced version is kept as
+        `<file>.bak`."""
+        async with self.gateway.memory_files.writer.lock(target.path):
+            current = await read_text(target.path)
+            outcome, text = _merge(target, current)
+            if outcome == "written":
+                if current:
+                    await write_text(backup_path(target.path), current)
+                await write_text(target.path, text)
+        return outcome
 
-        The replaced version is kept as `<file>.bak`; a rewrite that would shrink a long file to under a
-        quarter is refused (the model most likely lost facts), as is one whose file another writer replaced.
-        """
-        text = target.new
-        current = await read_text(target.path)
-        if current != target.old:
-            if not current.startswith(target.old):
-                log.warning("l3_file_changed_meanwhile", file=str(target.path))
-                return "refused"
-            text = text.rstrip("\n") + "\n" + current[len(target.old) :].lstrip("\n")
-        capped = cap_text(text, target.cap)
-        if len(capped) < len(text):
-            log.info("l3_file_capped", file=target.path.name, dropped_chars=len(text) - len(capped))
-        if capped == current:
-            return "unchanged"
-        if len(current) > SHRINK_GUARD_CHARS and len(capped) < SHRINK_GUARD_RATIO * len(current):
-            log.warning(
-                "memory_rewrite_refused",
-                file=str(target.path),
-                purpose=target.purpose,
-                old_chars=len(current),
-                new_chars=len(capped),
-            )
-            return "refused"
-        if current:
-            await write_text(backup_path(target.path), current)
-        await write_text(target.path, capped)
-        return "written"
+
+def _merge(target: Target, current: str) -> tuple[WriteOutcome, str]:
+    """What to write over `current`: the rewrite plus whatever was appended since `target.old`, capped.
+
+    Refused: a rewrite that would shrink a long file to under a quarter (the model most likely lost facts), and
+    one whose file another writer replaced meanwhile (its answer was written against a text that is gone).
+    """
+    text = target.new
+    if current != target.old:
+        if not current.startswith(target.old):
+            log.warning("l3_file_changed_meanwhile", file=str(target.path))
+            return "refused", current
+        text = text.rstrip("\n") + "\n" + current[len(target.old) :].lstrip("\n")
+    capped = cap_text(text, target.cap)
+    if len(capped) < len(text):
+        log.info("l3_file_capped", file=target.path.name, dropped_chars=len(text) - len(capped))
+    if capped == current:
+        return "unchanged", current
+    if len(current) > SHRINK_GUARD_CHARS and len(capped) < SHRINK_GUARD_RATIO * len(current):
+        log.warning(
+            "memory_rewrite_refused",
+            file=str(target.path),
+            purpose=target.purpose,
+            old_chars=len(current),
+            new_chars=len(capped),
+        )
+        return "refused", current
+    return "written", capped

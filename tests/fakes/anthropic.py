@@ -51,6 +51,7 @@ class ScriptedReply:
     `stream_error` sends the content, then `event: error` (type `error_type`); `cut` sends the content and ends
     the stream without `message_delta`/`message_stop`; `hang` never answers until the client disconnects.
     `usage` keys override the server default; `stop_reason` defaults to `tool_use`/`end_turn` by content.
+    `hold`: the reply waits for this event before anything else (set it once to release many replies together).
     """
 
     content: list[dict[str, Any]] = field(default_factory=list)
@@ -65,6 +66,7 @@ class ScriptedReply:
     error_message: str = "error"
     headers: dict[str, str] = field(default_factory=dict)
     fault: Fault | None = None
+    hold: asyncio.Event | None = None
 
 
 def reply_text(text: str, **kw: Any) -> ScriptedReply:
@@ -296,6 +298,8 @@ class FakeAnthropic:
             self.in_flight -= 1
 
     async def _respond(self, request: web.Request, body: dict[str, Any], reply: ScriptedReply) -> web.StreamResponse:
+        if reply.hold is not None:
+            await reply.hold.wait()
         if reply.fault == "hang":
             await self._closing.wait()
             return _error_response(503, "api_error", "server stopping")
