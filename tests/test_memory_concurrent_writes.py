@@ -1,4 +1,5 @@
-"""Many writers of one memory file at the same moment: write_memory from many chats, L3 rewrites, memory flushes."""
+"""Memory file writers at the same moment: write_memory from many chats racing an L3 rewrite of the same file,
+and a compaction's memory flush beside an L3 run of other files."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from typing import Any
 from agenthub.agent.tools import PLATFORM_TOOLS, ToolContext, run_tool
 from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.gateway.core import GatewayCore
+from agenthub.memory.processor import MAX_PARALLEL_CALLS
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.session.keys import session_key
+from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
-from tests.test_memory_support import is_l3_request, msg, seed
+from tests.test_memory_support import is_l3_request, is_summary_request, msg, seed, system_text
 
 CHATS = 16
 APPENDS_EACH = 10
@@ -135,3 +139,86 @@ async def test_write_memory_tool_calls_of_sixteen_chats_released_together_keep_e
         missing = [_fact(c, r) for c in range(CHATS) for r in range(rounds) if _fact(c, r) not in memory]
         assert missing == []
         assert memory.count(L3_LINE) >= 1
+
+
+async def test_a_compaction_flush_does_not_wait_for_an_l3_run_of_other_files(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory(llm={"timeout_s": 60.0})  # the held L3 calls must not time out meanwhile
+    others = [f"agent{i}" for i in range(MAX_PARALLEL_CALLS + 1)]  # more L3 calls than the run lets out at once
+    for name in others:
+        write_agent(settings.agents_dir, name)
+    gate = Gate(expected=MAX_PARALLEL_CALLS)
+    l3 = _l3_keeping_the_file(gate)
+
+    def respond(body: dict[str, Any]) -> ScriptedReply | None:
+        if is_summary_request(body):
+            return reply_text("用户在做项目 X。")
+        if "the assistant agent 'default'" in system_text(body):  # the flush of default's MEMORY.md
+            return reply_text("- default remembers project X")
+        return l3(body)
+
+    fake_llm.responder = respond
+    async with build_gateway(settings) as gw:
+        for name in others:
+            await seed(gw, gw.resolve_key(msg("x", agent=name))[1], 2)
+        run = asyncio.create_task(gw.timers[L3_TIMER].tick_now())
+        await gate.all_arrived.wait()  # the L3 run is in its model calls, holding as many as it may
+        key = gw.resolve_key(msg("x"))[1]
+        await seed(gw, key, 25)
+        async with asyncio.timeout(60):  # only a guard against a hang: the flush used to wait for the whole run
+            final = await (await gw.submit(msg("/compact"))).result()
+        assert not run.done()
+        assert getattr(final, "full_text", "").startswith("Compacted")
+        memory = gw.memory_files.memory_path(gw.agents.get("default"), key).read_text(encoding="utf-8")
+        assert memory == "- default remembers project X\n"
+        gate.release.set()
+        await run
+        for name in others:
+            assert L3_LINE in gw.history.layout(name).memory_file.read_text(encoding="utf-8")
+
+
+async def _reply_text(gw: GatewayCore, text: str) -> str:
+    final = await (await gw.submit(msg(text))).result()
+    return str(getattr(final, "full_text", ""))
+
+
+async def test_a_flush_whose_file_an_l3_run_replaced_meanwhile_merges_again(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    l3_gate, flush_gate = Gate(expected=1), Gate(expected=1)
+    flush_answers: list[str] = []
+
+    def respond(body: dict[str, Any]) -> ScriptedReply | None:
+        if is_summary_request(body):
+            return reply_text("用户在做项目 X。")
+        if "You maintain USER.md" in system_text(body):
+            return reply_text("# User")
+        if "question 10" in str(body["messages"]):  # the flush: it sees the messages being compacted
+            flush_answers.append(_current_file(body))
+            reply = reply_text(_current_file(body) + "\n- flushed: project X")
+            return flush_gate.held(reply) if len(flush_answers) == 1 else reply
+        rewrite = "# Rewritten by L3\n" + _current_file(body) + "\n" + L3_LINE  # not an append: a new text
+        return l3_gate.held(reply_text(rewrite)) if is_l3_request(body) else None
+
+    fake_llm.responder = respond
+    async with build_gateway(settings_factory(llm={"timeout_s": 60.0})) as gw:
+        key = gw.resolve_key(msg("x"))[1]
+        memory_file = gw.memory_files.memory_path(gw.agents.get("default"), key)
+        memory_file.parent.mkdir(parents=True)
+        memory_file.write_text("- an old fact\n", encoding="utf-8")
+        await seed(gw, gw.resolve_key(msg("x", chat="other"))[1], 2)
+        run = asyncio.create_task(gw.timers[L3_TIMER].tick_now())
+        await l3_gate.all_arrived.wait()  # the L3 run read the file and waits for its answer
+        await seed(gw, key, 25)
+        compact = asyncio.create_task(_reply_text(gw, "/compact"))
+        await flush_gate.all_arrived.wait()  # the flush read the same file and waits for its answer
+        l3_gate.release.set()
+        await run  # L3 replaced the file under the flush
+        flush_gate.release.set()
+        final = await compact
+
+        assert final.startswith("Compacted")
+        rewritten = "# Rewritten by L3\n- an old fact\n" + L3_LINE
+        assert flush_answers == ["- an old fact", rewritten]  # merged again, into the text L3 wrote
+        assert memory_file.read_text(encoding="utf-8") == rewritten + "\n- flushed: project X\n"

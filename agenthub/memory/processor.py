@@ -1,9 +1,11 @@
 """L3 MemoryProcessor: every couple of hours, rewrite each active agent's MEMORY.md and the user profile(s).
 
-Runs are serialised by `MemoryProcessor._lock` (an asyncio.Lock held for a whole run): the timer's tick and any
-manual trigger never overlap, so the global `auth/USER.md` is read, merged and rewritten by one run at a time.
-All model calls of a run go out in parallel; files are written only when every call succeeded (a failed run
-leaves all files as they were), each write atomic, each file cut to its size cap first.
+Runs are serialised by `MemoryProcessor._run_lock` (held for a whole run, and only by runs): the timer's tick
+and any manual trigger never overlap. Each file's read-merge-write takes that file's own lock
+(`MemoryWriter`), never across a model call, so a memory flush before a compaction or the write_memory tool
+never waits for a run's model calls. A run's model calls go out in parallel (at most `MAX_PARALLEL_CALLS`);
+files are written only when every call succeeded (a failed run leaves all files as they were), each write
+atomic, each file cut to its size cap first.
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-WriteOutcome = Literal["written", "unchanged", "refused"]
+WriteOutcome = Literal["written", "unchanged", "refused", "conflict"]
+"""`refused`: the rewrite looked lossy; `conflict`: another writer replaced the file after it was read."""
 
 MAX_PARALLEL_CALLS = 4
+FLUSH_ATTEMPTS = 2
+"""A flush whose file another writer (an L3 run) replaced meanwhile merges once more, into the new text."""
 MIN_MATERIAL_TOKENS = 200
 SHRINK_GUARD_CHARS = 1000
 """A file longer than this is never replaced by a rewrite shorter than `SHRINK_GUARD_RATIO` of it."""
@@ -107,12 +112,12 @@ class MemoryProcessor:
 
     def __init__(self, gateway: GatewayCore) -> None:
         self.gateway = gateway
-        self._lock = asyncio.Lock()  # serialises runs: one reader-merger-writer of USER.md at a time
-        self._calls = asyncio.Semaphore(MAX_PARALLEL_CALLS)
+        self._run_lock = asyncio.Lock()  # serialises runs only; files have their own locks
+        self._calls = asyncio.Semaphore(MAX_PARALLEL_CALLS)  # a run's calls; a flush never queues behind them
         self.runs = 0
 
     async def tick(self) -> None:
-        async with self._lock:
+        async with self._run_lock:
             await self._run()
 
     async def _run(self) -> None:
@@ -129,7 +134,7 @@ class MemoryProcessor:
             return
         for target in targets:
             target.old = await read_text(target.path)
-        results = await asyncio.gather(*(self._call(t) for t in targets), return_exceptions=True)
+        results = await asyncio.gather(*(self._run_call(t) for t in targets), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for error in errors:
             if isinstance(error, asyncio.CancelledError):
@@ -138,8 +143,8 @@ class MemoryProcessor:
             log.warning("l3_run_failed", errors=[str(e) for e in errors], targets=len(targets))
             return
         outcomes = [await self._write(target) for target in targets]
-        if "refused" in outcomes:  # that file still lacks this material: offer it again next run
-            refused = [t.path.name for t, o in zip(targets, outcomes, strict=True) if o == "refused"]
+        if {"refused", "conflict"} & set(outcomes):  # that file still lacks this material: offer it again next run
+            refused = [t.path.name for t, o in zip(targets, outcomes, strict=True) if o in ("refused", "conflict")]
             log.warning("l3_run_incomplete", refused=refused, retry="next run")
             return
         for agent_material in active:
@@ -174,6 +179,10 @@ class MemoryProcessor:
             targets.append(Target("user", path, prompt, text, memory.user_max_chars, provider, model, window))
         return targets
 
+    async def _run_call(self, target: Target) -> None:
+        async with self._calls:
+            await self._call(target)
+
     async def _call(self, target: Target) -> None:
         current = target.old.strip() or "(empty)"
         max_tokens, material = target.cap + 512, target.material
@@ -195,7 +204,7 @@ class MemoryProcessor:
             max_tokens=max_tokens,
             purpose=target.purpose,
         )
-        async with self._calls, self.gateway.llm_gate:
+        async with self.gateway.llm_gate:
             response = await target.provider.complete(request)
         text = _clean_answer(response.text)
         if not text:
@@ -207,8 +216,9 @@ class MemoryProcessor:
     async def flush(self, key: SessionKey, agent: AgentDefinition, messages: list[dict[str, Any]]) -> bool:
         """Memory flush before compaction: merge the durable facts of `messages` (about to leave the working
         history) into the MEMORY.md this session reads, so they reach long-term memory before only a summary is
-        left. One call under the run lock; raises on failure (the caller logs and compacts anyway). True when
-        the file now holds them (written, or nothing to change); False when the rewrite was refused."""
+        left. One call, outside any lock (an L3 run does not hold it up); the write takes the file's lock.
+        Raises on failure (the caller logs and compacts anyway). True when the file now holds them (written,
+        or nothing to change); False when the rewrite was refused (e.g. another writer replaced the file)."""
         gw, memory = self.gateway, self.gateway.settings.memory
         provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
         if provider.offline or not messages:
@@ -225,12 +235,14 @@ class MemoryProcessor:
             thresholds.window_of(gw.settings, agent, model),
             purpose="flush",
         )
-        async with self._lock:
+        for _ in range(FLUSH_ATTEMPTS):
             target.old = await read_text(target.path)
             await self._call(target)
             outcome = await self._write(target)
+            if outcome != "conflict":
+                break
         log.info("memory_flushed", session_key=str(key), messages=len(messages), file=target.path.name, outcome=outcome)
-        return outcome != "refused"
+        return outcome in ("written", "unchanged")
 
     async def _write(self, target: Target) -> WriteOutcome:
         """Atomic write within the cap, under the file's lock (`MemoryWriter`): text another writer (the
@@ -255,8 +267,8 @@ def _merge(target: Target, current: str) -> tuple[WriteOutcome, str]:
     text = target.new
     if current != target.old:
         if not current.startswith(target.old):
-            log.warning("l3_file_changed_meanwhile", file=str(target.path))
-            return "refused", current
+            log.warning("l3_file_changed_meanwhile", file=str(target.path), purpose=target.purpose)
+            return "conflict", current
         text = text.rstrip("\n") + "\n" + current[len(target.old) :].lstrip("\n")
     capped = cap_text(text, target.cap)
     if len(capped) < len(text):
