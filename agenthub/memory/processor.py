@@ -4,8 +4,9 @@ Runs are serialised by `MemoryProcessor._run_lock` (held for a whole run, and on
 and any manual trigger never overlap. Each file's read-merge-write takes that file's own lock
 (`MemoryWriter`), never across a model call, so a memory flush before a compaction or the write_memory tool
 never waits for a run's model calls. A run's model calls go out in parallel (at most `MAX_PARALLEL_CALLS`);
-files are written only when every call succeeded (a failed run leaves all files as they were), each write
-atomic, each file cut to its size cap first.
+each file is written when its own call succeeded, atomically, cut to its size cap first. A failed call or a
+refused rewrite leaves only its own file as it was, and only that file is offered the material again next run
+(`l3_material.L3State.retry`); the other files are written and their material is done.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ class Target:
     new: str = field(default="", repr=False)
     purpose: str = "l3"
     """The `llm_call` log's purpose: `l3` for the timer's rewrite, `flush` before a compaction."""
+    agents: tuple[str, ...] = ()
+    """Whose material this is: their L3 state records whether this file has taken it in."""
 
 
 def cap_text(text: str, cap: int) -> str:
@@ -125,59 +128,92 @@ class MemoryProcessor:
         started = gw.clock()
         collected = [await material.collect(gw, agent) for agent in gw.agents.agents.values()]
         active = [c for c in collected if c.sessions]
-        if not active:
-            log.info("l3_nothing_new")
-            return
         targets = self._targets(active)
-        if any(t.provider.offline for t in targets):
-            log.info("l3_skipped_offline")
+        online = [t for t in targets if not t.provider.offline]
+        if not targets or not online:
+            log.info("l3_nothing_new" if not targets else "l3_skipped_offline")
             return
+        offline = [t for t in targets if t.provider.offline]
+        if offline:
+            log.info("l3_skipped_offline", files=[str(t.path) for t in offline], retry="next run")
+        failed = offline + await self._rewrite(online)
+        for item in active:
+            await self._record(item, started, failed)
+        self.runs += 1
+        log.info("l3_run_done", agents=[c.agent.name for c in active], files=len(targets) - len(failed))
+
+    async def _rewrite(self, targets: list[Target]) -> list[Target]:
+        """Call the model for every target in parallel and write each file that got a good answer; a failed call
+        or a refused rewrite leaves only its own file as it was. Returns the targets that did not take their
+        material in."""
         for target in targets:
             target.old = await read_text(target.path)
         results = await asyncio.gather(*(self._run_call(t) for t in targets), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        for error in errors:
-            if isinstance(error, asyncio.CancelledError):
-                raise error
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result  # cancellation (or an interpreter exit) is never swallowed
+        errors = [(t, r) for t, r in zip(targets, results, strict=True) if isinstance(r, Exception)]
         if errors:
-            log.warning("l3_run_failed", errors=[str(e) for e in errors], targets=len(targets))
-            return
-        outcomes = [await self._write(target) for target in targets]
-        if {"refused", "conflict"} & set(outcomes):  # that file still lacks this material: offer it again next run
-            refused = [t.path.name for t, o in zip(targets, outcomes, strict=True) if o in ("refused", "conflict")]
-            log.warning("l3_run_incomplete", refused=refused, retry="next run")
-            return
-        for agent_material in active:
-            await material.mark_done(gw, agent_material.agent, started)
-        self.runs += 1
-        log.info("l3_run_done", agents=[c.agent.name for c in active], files=len(targets))
+            files = [str(t.path) for t, _ in errors]
+            log.warning("l3_run_failed", errors=[str(e) for _, e in errors], files=files, retry="next run")
+        failed = [t for t, _ in errors]
+        for target in targets:
+            if target not in failed and await self._write(target) in ("refused", "conflict"):
+                failed.append(target)
+        if len(failed) > len(errors):
+            log.warning("l3_run_incomplete", refused=[t.path.name for t in failed[len(errors) :]], retry="next run")
+        return failed
+
+    async def _record(self, item: material.AgentMaterial, started: float, failed: list[Target]) -> None:
+        """The agent's material is done for every file but the failed ones, which keep the watermark they had."""
+        name, state = item.agent.name, item.state
+        retry = {str(t.path): state.watermark(t.path) for t in failed if name in t.agents}
+        await material.save_state(self.gateway, item.agent, material.L3State(started, retry))
 
     def _targets(self, active: list[material.AgentMaterial]) -> list[Target]:
-        gw, memory = self.gateway, self.gateway.settings.memory
+        """The files with material they have not taken in yet (each file's own watermark decides)."""
         targets: list[Target] = []
-        shared_user: list[str] = []
         for item in active:
-            agent = item.agent
-            provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
-            window = thresholds.window_of(gw.settings, agent, model)
-            system = MEMORY_PROMPT.format(agent=agent.name, cap=memory.memory_max_chars)
-            for path, text in material.memory_batches(gw, item).items():
-                targets.append(Target("memory", path, system, text, memory.memory_max_chars, provider, model, window))
-            if agent.config.memory.user_profile == "per_user":
-                for path, text in material.user_batches(gw, item).items():
-                    who = "one person (the sender of the messages below)"
-                    prompt = USER_PROMPT.format(who=who, cap=memory.user_max_chars)
-                    targets.append(Target("user", path, prompt, text, memory.user_max_chars, provider, model, window))
-            elif agent.config.memory.scope == "agent":  # chat-scoped agents never feed the shared profile
-                shared_user.append(material.render_all(item))
-        if shared_user:
-            provider, model, _ = gw.providers.resolve(None, None)
-            prompt = USER_PROMPT.format(who="the user(s)", cap=memory.user_max_chars)
-            path = gw.settings.auth_dir / "USER.md"
-            text = "\n\n".join(shared_user)
-            window = context_window(model, gw.settings.llm.context_window)
-            targets.append(Target("user", path, prompt, text, memory.user_max_chars, provider, model, window))
+            targets += self._agent_targets(item)
+        shared = self._shared_user_target([i for i in active if i.agent.config.memory.user_profile != "per_user"])
+        return targets + ([shared] if shared is not None else [])
+
+    def _agent_targets(self, item: material.AgentMaterial) -> list[Target]:
+        gw, memory, agent = self.gateway, self.gateway.settings.memory, item.agent
+        provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
+        window = thresholds.window_of(gw.settings, agent, model)
+        targets: list[Target] = []
+        system = MEMORY_PROMPT.format(agent=agent.name, cap=memory.memory_max_chars)
+        for path, batch in material.memory_batches(gw, item).items():
+            if batch.newest > item.state.watermark(path):
+                cap = memory.memory_max_chars
+                targets.append(Target("memory", path, system, batch.text, cap, provider, model, window))
+        if agent.config.memory.user_profile == "per_user":
+            who = "one person (the sender of the messages below)"
+            prompt = USER_PROMPT.format(who=who, cap=memory.user_max_chars)
+            for path, batch in material.user_batches(gw, item).items():
+                if batch.newest > item.state.watermark(path):
+                    cap = memory.user_max_chars
+                    targets.append(Target("user", path, prompt, batch.text, cap, provider, model, window))
+        for target in targets:
+            target.agents = (agent.name,)
         return targets
+
+    def _shared_user_target(self, items: list[material.AgentMaterial]) -> Target | None:
+        """`auth/USER.md` from every agent-scoped agent whose material it has not taken in yet (chat-scoped
+        agents never feed the shared profile)."""
+        gw, memory = self.gateway, self.gateway.settings.memory
+        path = gw.settings.auth_dir / "USER.md"
+        feeding = [i for i in items if i.agent.config.memory.scope == "agent" and i.newest > i.state.watermark(path)]
+        if not feeding:
+            return None
+        provider, model, _ = gw.providers.resolve(None, None)
+        prompt = USER_PROMPT.format(who="the user(s)", cap=memory.user_max_chars)
+        text = "\n\n".join(material.render_all(i) for i in feeding)
+        window = context_window(model, gw.settings.llm.context_window)
+        target = Target("user", path, prompt, text, memory.user_max_chars, provider, model, window)
+        target.agents = tuple(i.agent.name for i in feeding)
+        return target
 
     async def _run_call(self, target: Target) -> None:
         async with self._calls:
@@ -223,7 +259,7 @@ class MemoryProcessor:
         provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
         if provider.offline or not messages:
             return True
-        session = material.SessionMaterial(key, messages, changed=True)
+        session = material.SessionMaterial(key, messages)
         target = Target(
             "memory",
             gw.memory_files.memory_path(agent, key),
