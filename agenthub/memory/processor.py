@@ -129,13 +129,17 @@ class MemoryProcessor:
         collected = [await material.collect(gw, agent) for agent in gw.agents.agents.values()]
         active = [c for c in collected if c.sessions]
         targets = self._targets(active)
-        online = [t for t in targets if not t.provider.offline]
-        if not targets or not online:
-            log.info("l3_nothing_new" if not targets else "l3_skipped_offline")
+        if not targets:  # nothing new for any file (a stale retry entry is dropped)
+            for item in active:
+                await self._record(item, started, [])
+            log.info("l3_nothing_new")
             return
+        online = [t for t in targets if not t.provider.offline]
         offline = [t for t in targets if t.provider.offline]
         if offline:
             log.info("l3_skipped_offline", files=[str(t.path) for t in offline], retry="next run")
+        if not online:
+            return
         failed = offline + await self._rewrite(online)
         for item in active:
             await self._record(item, started, failed)
@@ -156,13 +160,11 @@ class MemoryProcessor:
         if errors:
             files = [str(t.path) for t, _ in errors]
             log.warning("l3_run_failed", errors=[str(e) for _, e in errors], files=files, retry="next run")
-        failed = [t for t, _ in errors]
-        for target in targets:
-            if target not in failed and await self._write(target) in ("refused", "conflict"):
-                failed.append(target)
-        if len(failed) > len(errors):
-            log.warning("l3_run_incomplete", refused=[t.path.name for t in failed[len(errors) :]], retry="next run")
-        return failed
+        answered = [t for t, r in zip(targets, results, strict=True) if not isinstance(r, Exception)]
+        refused = [t for t in answered if await self._write(t) in ("refused", "conflict")]
+        if refused:
+            log.warning("l3_run_incomplete", refused=[t.path.name for t in refused], retry="next run")
+        return [t for t, _ in errors] + refused
 
     async def _record(self, item: material.AgentMaterial, started: float, failed: list[Target]) -> None:
         """The agent's material is done for every file but the failed ones, which keep the watermark they had."""
