@@ -114,7 +114,7 @@ def _turns_writing_memory(gate: Gate) -> Callable[[dict[str, Any]], ScriptedRepl
 async def test_write_memory_tool_calls_of_sixteen_chats_released_together_keep_every_fact(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
-    rounds = 3
+    rounds = APPENDS_EACH
     async with build_gateway(settings_factory()) as gw:
         for r in range(rounds):
             gate = Gate(expected=CHATS + 2)  # sixteen turns and this round's L3 rewrite of MEMORY.md and USER.md
