@@ -18,6 +18,7 @@ from agenthub.config import Settings
 from agenthub.datalock import DataDirLock
 from agenthub.gateway.core import GatewayCore
 from agenthub.invocation import command_name
+from agenthub.storage.atomic import remove_stale_temp_files
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
 from agenthub.web import WebServer
@@ -43,12 +44,19 @@ class Daemon:
     async def run(self) -> int:
         self.lock.acquire()
         try:
+            await self._remove_stale_temp_files()
             async with build_gateway(self.settings) as gateway:
                 await self._serve(gateway)
         finally:
             self.lock.release()
         log.info("daemon_stopped")
         return 0
+
+    async def _remove_stale_temp_files(self) -> None:
+        """Temp files of writes a kill cut off; holding the data-dir lock, no other daemon is writing them."""
+        roots = [self.settings.data_dir, self.settings.auth_dir]
+        removed = await asyncio.to_thread(remove_stale_temp_files, roots)
+        log.info("stale_temp_files_removed", count=removed)
 
     async def _serve(self, gateway: GatewayCore) -> None:
         http = self.settings.http

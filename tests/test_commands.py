@@ -319,7 +319,7 @@ async def test_a_turn_that_also_answers_another_member_cannot_be_stopped_by_one_
     gateway: GatewayCore, fake_llm: FakeAnthropic
 ) -> None:
     release = asyncio.Event()
-    fake_llm.script(reply_text("first", release=release), _slow())
+    fake_llm.script(reply_text("first", hold=release), _slow())
     first = await gateway.submit(InboundMessage("wecom", "group-1", "alice", "a question"))
     await fake_llm.wait_for_requests(1)
     alice = await gateway.submit(InboundMessage("wecom", "group-1", "alice", "and one more thing"))

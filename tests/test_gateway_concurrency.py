@@ -40,7 +40,7 @@ async def test_messages_waiting_behind_a_turn_go_to_the_model_together_as_one_tu
     gateway: GatewayCore, fake_llm: FakeAnthropic
 ) -> None:
     release = asyncio.Event()
-    fake_llm.script(reply_text("first answer", release=release), reply_text("answer to the rest"))
+    fake_llm.script(reply_text("first answer", hold=release), reply_text("answer to the rest"))
     handles = [await gateway.submit(InboundMessage("cli", "direct", "me", f"m{i}")) for i in range(5)]
     await fake_llm.wait_for_requests(1)
     release.set()  # the four waiting messages are all queued when the first turn ends
@@ -74,7 +74,7 @@ async def test_messages_waiting_behind_a_turn_go_to_the_model_together_as_one_tu
 
 async def test_a_burst_of_25_messages_is_answered_not_refused(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
     release = asyncio.Event()
-    fake_llm.script(reply_text("first", release=release))
+    fake_llm.script(reply_text("first", hold=release))
     handles = [await gateway.submit(InboundMessage("cli", "paste", "me", f"line {i}")) for i in range(25)]
     await fake_llm.wait_for_requests(1)
     release.set()

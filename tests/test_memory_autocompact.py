@@ -125,7 +125,7 @@ async def test_a_session_whose_user_came_back_during_the_sweep_is_not_cut(
     settings = settings_factory(memory={"flush_before_compaction": False})
     write_agent(settings.agents_dir, "default", {"memory": {"autocompact_summary": True}})
     release = asyncio.Event()
-    fake_llm.responder = lambda body: reply_text("idle summary", release=release) if is_summary_request(body) else None
+    fake_llm.responder = lambda body: reply_text("idle summary", hold=release) if is_summary_request(body) else None
     async with build_gateway(settings) as gw:
         slow, back = (gw.resolve_key(msg("x", chat=c))[1] for c in ("a-slow", "b-back"))
         for key in (slow, back):
@@ -148,7 +148,7 @@ async def test_a_user_who_comes_back_while_the_summary_is_written_keeps_the_chat
     settings = settings_factory(memory={"flush_before_compaction": False})
     write_agent(settings.agents_dir, "default", {"memory": {"autocompact_summary": True}})
     release = asyncio.Event()
-    fake_llm.responder = lambda body: reply_text("idle summary", release=release) if is_summary_request(body) else None
+    fake_llm.responder = lambda body: reply_text("idle summary", hold=release) if is_summary_request(body) else None
     async with build_gateway(settings) as gw:
         key = gw.resolve_key(msg("x"))[1]
         await seed(gw, key, 75)

@@ -31,7 +31,7 @@ def _settings(settings_factory: Callable[..., Settings], **memory: Any) -> Setti
 
 
 def _held_summary(fake_llm: FakeAnthropic, release: asyncio.Event) -> None:
-    fake_llm.responder = lambda body: reply_text(SUMMARY, release=release) if is_summary_request(body) else None
+    fake_llm.responder = lambda body: reply_text(SUMMARY, hold=release) if is_summary_request(body) else None
 
 
 async def _start_consolidation(gw: GatewayCore, fake_llm: FakeAnthropic) -> tuple[SessionKey, RecordedRequest]:

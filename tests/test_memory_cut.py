@@ -19,6 +19,7 @@ from agenthub.memory.autocompact import AutoCompact
 from agenthub.memory.consolidator import Consolidator
 from agenthub.memory.context import to_api_messages
 from agenthub.memory.cut import plan_cut, safe_cut, unpaired_tool_ids
+from agenthub.messages import InboundMessage
 from agenthub.session.keys import SessionKey, session_key
 from tests.fakes.anthropic import FakeAnthropic
 from tests.roots import make_settings
@@ -46,6 +47,41 @@ def histories(draw: st.DrawFn) -> list[Message]:
         if draw(st.integers(0, 9)):  # sometimes a failed turn leaves only the user message
             history.append({"role": "assistant", "content": f"a{next(ids)}"})
     return history
+
+
+def reused_ids(history: list[Message]) -> list[Message]:
+    """The same history with ids as some vendors make them (Kimi: `functions.<name>:<index>`, again every turn):
+    the same id appears in many exchanges, and only adjacency tells which result answers which call."""
+    renamed: list[Message] = []
+    names: dict[str, str] = {}
+    for message in history:
+        content = message["content"]
+        if not isinstance(content, list):
+            renamed.append(message)
+            continue
+        blocks: list[dict[str, Any]] = []
+        for block in content:
+            if block["type"] == "tool_use":
+                names[block["id"]] = f"functions.{block['name']}:{len([b for b in blocks if b['type'] == 'tool_use'])}"
+                block = {**block, "id": names[block["id"]]}
+            elif block["type"] == "tool_result":
+                block = {**block, "tool_use_id": names[block["tool_use_id"]]}
+            blocks.append(block)
+        renamed.append({**message, "content": blocks})
+    return renamed
+
+
+@given(histories(), st.integers(1, 30))
+@settings(max_examples=120, deadline=None)
+def test_reused_tool_ids_cut_exactly_where_unique_ids_do(history: list[Message], keep: int) -> None:
+    reused = reused_ids(history)  # (no token budget: longer ids would cost more tokens and move a budgeted cut)
+    assert unpaired_tool_ids(reused) == set()
+    unique_cut, reused_cut = plan_cut(history, keep), plan_cut(reused, keep)
+    assert (unique_cut and unique_cut.index) == (reused_cut and reused_cut.index)
+    targets = range(len(history) + 1)
+    assert [safe_cut(reused, t) for t in targets] == [safe_cut(history, t) for t in targets]
+    if reused_cut is not None:
+        assert unpaired_tool_ids(reused_cut.tail) == set() and unpaired_tool_ids(reused_cut.head) == set()
 
 
 def _fingerprints(messages: list[Message]) -> Counter[str]:
@@ -117,3 +153,26 @@ def test_every_compaction_path_keeps_tool_pairs_and_loses_nothing(
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(_scenario(Path(tmp), history, keep, budget))
+
+
+async def test_compact_works_when_the_vendor_reuses_tool_ids_every_turn(
+    settings_factory: Callable[..., Any], fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.responder = summaries_then_default("用户每轮都问时间。")
+    turns: list[Message] = []
+    for i in range(15):  # 60 messages; every turn's call has the same id, as Kimi's `functions.get_time:0`
+        call = {"type": "tool_use", "id": "functions.get_time:0", "name": "get_time", "input": {}}
+        turns += [
+            {"role": "user", "content": f"what time is it? ({i})"},
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": f"1{i}:00"}]},
+            {"role": "assistant", "content": f"It is 1{i}:00."},
+        ]
+    async with build_gateway(settings_factory()) as gw:
+        key = session_key("default", "cli", "c1")
+        await gw.history.append(key, *turns)
+        final = await (await gw.submit(InboundMessage("cli", "c1", "u1", "/compact"))).result()
+        assert getattr(final, "full_text", "").startswith("Compacted: 40 earlier messages")
+        history = await gw.history.load(key)
+        assert len(history) == 21 and history[1]["content"] == "what time is it? (10)"
+        assert unpaired_tool_ids(history) == set()

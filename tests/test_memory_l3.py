@@ -90,7 +90,17 @@ async def test_input_is_the_ten_newest_sessions_and_their_last_thirty_messages(
         assert "question 5\n" in first_section and "answer 4\n" not in first_section
 
 
-async def test_a_failing_call_leaves_the_old_files_intact(
+def _l3_calls(fake: FakeAnthropic, since: int) -> list[str]:
+    """Which file each L3 request since request `since` rewrote: an agent's name, or "USER.md"."""
+    calls = []
+    for request in fake.message_requests()[since:]:
+        system = system_text(request.body or {})
+        found = re.search(r"the assistant agent '([^']+)'", system)
+        calls.append(found.group(1) if found else "USER.md" if "You maintain USER.md" in system else "other")
+    return sorted(calls)
+
+
+async def test_a_failing_user_profile_call_leaves_only_that_file_and_only_it_is_retried(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
     settings = settings_factory()
@@ -104,12 +114,58 @@ async def test_a_failing_call_leaves_the_old_files_intact(
         await seed(gw, gw.resolve_key(msg("x"))[1], 2)
         timer = gw.timers[L3_TIMER]
         await timer.tick_now()
-        assert memory_file.read_text(encoding="utf-8") == "old memory\n"
+        assert memory_file.read_text(encoding="utf-8") == "# Memory of default\n- knows things\n"
         assert (settings.auth_dir / "USER.md").read_text(encoding="utf-8") == "old profile\n"
         assert timer.failures == 0  # handled inside the run, logged
         fake_llm.responder = scripted_l3()
-        await timer.tick_now()  # the watermark did not advance, so the next run retries
-        assert memory_file.read_text(encoding="utf-8") == "# Memory of default\n- knows things\n"
+        before = len(fake_llm.message_requests())
+        await timer.tick_now()  # nothing new was said: only the failed file's material is offered again
+        assert _l3_calls(fake_llm, before) == ["USER.md"]
+        assert (settings.auth_dir / "USER.md").read_text(encoding="utf-8") == "# User\n- prefers tea\n"
+        before = len(fake_llm.message_requests())
+        await timer.tick_now()
+        assert _l3_calls(fake_llm, before) == []
+
+
+async def test_one_agents_failing_model_keeps_only_its_own_memory_file_from_being_written(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory()
+    names = ("alpha", "beta", "gamma")
+    for name in names:
+        write_agent(settings.agents_dir, name)
+    working = scripted_l3()
+
+    def beta_unauthorised(body: dict[str, Any]) -> ScriptedReply | None:
+        if "the assistant agent 'beta'" in system_text(body):
+            return http_error(401, "invalid x-api-key")
+        return working(body)
+
+    fake_llm.responder = beta_unauthorised
+    async with build_gateway(settings) as gw:
+        beta_file = gw.history.layout("beta").memory_file
+        beta_file.parent.mkdir(parents=True)
+        beta_file.write_text("old beta memory\n", encoding="utf-8")
+        for name in names:
+            await seed(gw, gw.resolve_key(msg("x", agent=name))[1], 2)
+        timer = gw.timers[L3_TIMER]
+        await timer.tick_now()
+        for name in ("alpha", "gamma"):
+            assert (
+                gw.history.layout(name).memory_file.read_text(encoding="utf-8")
+                == f"# Memory of {name}\n- knows things\n"
+            )
+        assert (settings.auth_dir / "USER.md").read_text(encoding="utf-8") == "# User\n- prefers tea\n"
+        assert beta_file.read_text(encoding="utf-8") == "old beta memory\n"
+
+        fake_llm.responder = working  # beta's key is fixed; nobody said anything new
+        before = len(fake_llm.message_requests())
+        await timer.tick_now()
+        assert _l3_calls(fake_llm, before) == ["beta"]
+        assert beta_file.read_text(encoding="utf-8") == "# Memory of beta\n- knows things\n"
+        before = len(fake_llm.message_requests())
+        await timer.tick_now()
+        assert _l3_calls(fake_llm, before) == []
 
 
 async def test_files_are_capped_keeping_the_top(

@@ -1,20 +1,26 @@
-"""Crash safety: a writer SIGKILLed at random moments leaves a prefix of what it wrote, never corruption."""
+"""Crash safety: a writer SIGKILLed at random moments leaves a prefix of what it wrote, never corruption; the temp
+files of killed atomic writes are removed when the daemon starts."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import random
+import re
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from agenthub.config import Settings
+from agenthub.daemon import Daemon
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import session_key
 from agenthub.session.meta import read_meta, text_of
 from agenthub.storage import jsonl
 from agenthub.storage.paths import AgentLayout
-from tests.helpers.crash_writer import text_for
+from agenthub.systemd import Notifier
+from tests.helpers.crash_writer import text_for, version_for
 
 ROUNDS = 24
 WRITER = Path(__file__).parent / "helpers" / "crash_writer.py"
@@ -92,3 +98,62 @@ async def test_history_repairs_a_torn_tail_left_by_a_crash(tmp_path: Path) -> No
     assert [m["content"] for m in await restarted.load(KEY)] == ["one"]
     await restarted.append(KEY, {"role": "assistant", "content": "two"})
     assert [m["content"] for m in jsonl.read_records(path)] == ["one", "two"]
+
+
+TEMP_NAME = re.compile(r"^\..+\.tmp$")
+
+
+def _temp_files(*roots: Path) -> list[Path]:
+    return sorted(p for root in roots for p in root.rglob("*") if TEMP_NAME.match(p.name))
+
+
+async def _kill_atomic_writer(paths: list[Path], rng: random.Random) -> None:
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, str(WRITER), "atomic", *map(str, paths),
+        stdout=asyncio.subprocess.PIPE, cwd=Path(__file__).parent.parent,
+    )  # fmt: skip
+    assert child.stdout is not None
+    assert await asyncio.wait_for(child.stdout.readline(), timeout=20) == b"ready\n"
+    await asyncio.sleep(rng.uniform(0, 0.05))  # a random moment, most often while a temp file is being written
+    child.send_signal(signal.SIGKILL)
+    assert await asyncio.wait_for(child.wait(), timeout=10) == -signal.SIGKILL
+
+
+def _is_whole_version(text: str) -> bool:
+    found = re.match(r"version (\d+)\n", text)
+    return found is not None and text == version_for(int(found.group(1)))
+
+
+async def test_temp_files_of_killed_writers_are_removed_when_the_daemon_starts(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    settings = settings_factory(http={"port": 0})
+    memory = AgentLayout(settings.data_dir, "default").memory_file
+    profile = settings.auth_dir / "USER.md"
+    rng = random.Random(20261201)
+    for _ in range(40):  # kill until several writes were cut off mid-way (most kills do that)
+        await _kill_atomic_writer([memory, profile], rng)
+        if len(_temp_files(settings.data_dir, settings.auth_dir)) >= 3:
+            break
+    left = _temp_files(settings.data_dir, settings.auth_dir)
+    assert len(left) >= 3
+    live_writer = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(60)")
+    in_flight = settings.auth_dir / f".tokens.json.{live_writer.pid}.0123abcd.tmp"  # a live process's write
+    in_flight.write_text("{}", encoding="utf-8")
+
+    daemon = Daemon(settings, notifier=Notifier({}))
+    running = asyncio.create_task(daemon.run())
+    try:
+        for _ in range(500):
+            if daemon.server is not None and daemon.server.ready:
+                break
+            await asyncio.sleep(0.02)
+        assert daemon.server is not None and daemon.server.ready
+        assert _temp_files(settings.data_dir, settings.auth_dir) == [in_flight]
+        assert _is_whole_version(memory.read_text(encoding="utf-8"))
+        assert _is_whole_version(profile.read_text(encoding="utf-8"))
+    finally:
+        daemon.request_stop()
+        assert await asyncio.wait_for(running, 20) == 0
+        live_writer.kill()
+        await live_writer.wait()

@@ -12,7 +12,7 @@ from typing import Any
 import structlog
 
 from agenthub.agent.definition import AgentDefinition
-from agenthub.memory.files import MemoryFiles, read_text, write_text
+from agenthub.memory.files import MemoryFiles, read_text
 from agenthub.session.keys import SessionKey
 
 log = structlog.get_logger(__name__)
@@ -67,16 +67,18 @@ async def _write_memory(args: dict[str, Any], ctx: ToolContext) -> str:
     mode = args.get("mode", "append")
     if mode not in ("append", "replace"):
         raise ToolError("mode must be 'append' or 'replace'")
-    path = ctx.memory.memory_path(ctx.agent, ctx.key)
-    old = await read_text(path)
-    new = content if mode == "replace" else (old.rstrip("\n") + "\n" + content if old.strip() else content)
-    if len(new) > ctx.memory_max_chars:
-        raise ToolError(
-            f"memory would be {len(new)} characters, over the {ctx.memory_max_chars} limit; "
-            "rewrite it shorter with mode='replace'"
-        )
-    await write_text(path, new.rstrip("\n") + "\n")
-    return f"memory saved ({len(new)} characters)"
+
+    def change(old: str) -> str:
+        new = content if mode == "replace" else (old.rstrip("\n") + "\n" + content if old.strip() else content)
+        if len(new) > ctx.memory_max_chars:
+            raise ToolError(
+                f"memory would be {len(new)} characters, over the {ctx.memory_max_chars} limit; "
+                "rewrite it shorter with mode='replace'"
+            )
+        return new.rstrip("\n") + "\n"
+
+    saved = await ctx.memory.writer.update(ctx.memory.memory_path(ctx.agent, ctx.key), change)
+    return f"memory saved ({len(saved) - 1} characters)"
 
 
 async def _get_time(args: dict[str, Any], ctx: ToolContext) -> str:

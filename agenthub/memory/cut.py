@@ -30,23 +30,21 @@ def is_turn_start(message: Message) -> bool:
     return message.get("role") == "user" and not tool_result_ids(message)
 
 
-def _spans(history: list[Message]) -> list[tuple[int, int]]:
-    """For each tool id seen, the (first, last) message index that mentions it."""
-    seen: dict[str, tuple[int, int]] = {}
-    for i, message in enumerate(history):
-        for tool_id in tool_use_ids(message) + tool_result_ids(message):
-            first, _ = seen.get(tool_id, (i, i))
-            seen[tool_id] = (first, i)
-    return list(seen.values())
+def answers_previous(history: list[Message], index: int) -> bool:
+    """True when message `index` holds a `tool_result` for a `tool_use` of the message right before it.
+
+    A result always answers the message before it (the Messages API requires it), so that is how a pair is
+    found: never by id across the whole history, since some vendors reuse ids every turn (Kimi-style
+    `functions.get_time:0`) and an id seen again later is another call.
+    """
+    if index <= 0 or index >= len(history):
+        return False
+    return bool(set(tool_result_ids(history[index])) & set(tool_use_ids(history[index - 1])))
 
 
 def pair_safe_cuts(history: list[Message]) -> list[bool]:
-    """`safe[c]` is True when cutting before message `c` separates no tool id's use from its result."""
-    safe = [True] * (len(history) + 1)
-    for first, last in _spans(history):
-        for c in range(first + 1, last + 1):
-            safe[c] = False
-    return safe
+    """`safe[c]` is True when cutting before message `c` separates no `tool_use` from the result answering it."""
+    return [not answers_previous(history, c) for c in range(len(history) + 1)]
 
 
 def unpaired_tool_ids(history: list[Message]) -> set[str]:

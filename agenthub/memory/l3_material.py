@@ -1,11 +1,13 @@
 """What L3 reads: each agent's most recently updated sessions, their last messages, each clipped, and the
-per-agent watermark (`memory/.l3_state.json`) that says which sessions changed since the last good run."""
+per-agent state (`memory/.l3_state.json`): the watermark of the last run, and for each file whose rewrite
+failed the older watermark it still needs, so only that file's material is offered again."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,14 +32,46 @@ STATE_FILE = ".l3_state.json"
 class SessionMaterial:
     key: SessionKey
     messages: list[Message]
-    changed: bool
+    mtime: float = math.inf
+    """When the history file last changed (`inf`: new material by definition, e.g. for a memory flush)."""
+
+
+@dataclass
+class L3State:
+    """`last_run`: the start of the agent's last run; `retry`: file → the older watermark a file whose rewrite
+    failed (or was refused) still needs."""
+
+    last_run: float = 0.0
+    retry: dict[str, float] = field(default_factory=dict)
+
+    def watermark(self, path: Path) -> float:
+        """Material newer than this is new for `path`."""
+        return self.retry.get(str(path), self.last_run)
+
+    @property
+    def since(self) -> float:
+        """The oldest watermark of any file: sessions older than it are new for none."""
+        return min([self.last_run, *self.retry.values()])
 
 
 @dataclass(frozen=True)
 class AgentMaterial:
     agent: AgentDefinition
-    sessions: list[SessionMaterial]  # empty when nothing changed since the last good run
+    sessions: list[SessionMaterial]  # empty when nothing changed since the oldest watermark
     clip: int
+    state: L3State = field(default_factory=L3State)
+
+    @property
+    def newest(self) -> float:
+        return max((s.mtime for s in self.sessions), default=0.0)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The material for one file, and when the newest history it comes from changed."""
+
+    text: str
+    newest: float
 
 
 def recent_histories(sessions_dir: Path, limit: int) -> list[tuple[str, float]]:
@@ -59,28 +93,28 @@ def _state_path(gw: GatewayCore, agent: AgentDefinition) -> Path:
     return gw.history.layout(agent.name).memory_dir / STATE_FILE
 
 
-async def watermark(gw: GatewayCore, agent: AgentDefinition) -> float:
+async def load_state(gw: GatewayCore, agent: AgentDefinition) -> L3State:
     raw = await read_text(_state_path(gw, agent))
     try:
-        value = json.loads(raw).get("last_run", 0.0) if raw else 0.0
-        return float(value)
+        data = json.loads(raw) if raw else {}
+        retry = {str(k): float(v) for k, v in dict(data.get("retry", {})).items()}
+        return L3State(float(data.get("last_run", 0.0)), retry)
     except (ValueError, TypeError, AttributeError):
         log.warning("l3_state_unreadable", agent=agent.name)
-        return 0.0
+        return L3State()
 
 
-async def mark_done(gw: GatewayCore, agent: AgentDefinition, started: float) -> None:
-    """Advance the watermark to the start of a run that fully succeeded."""
-    await write_text(_state_path(gw, agent), json.dumps({"last_run": started}))
+async def save_state(gw: GatewayCore, agent: AgentDefinition, state: L3State) -> None:
+    await write_text(_state_path(gw, agent), json.dumps({"last_run": state.last_run, "retry": state.retry}))
 
 
 async def collect(gw: GatewayCore, agent: AgentDefinition) -> AgentMaterial:
     memory = gw.settings.memory
     sessions_dir = gw.history.layout(agent.name).sessions_dir
     files = await asyncio.to_thread(recent_histories, sessions_dir, memory.l3_sessions)
-    since = await watermark(gw, agent)
-    if not any(mtime > since for _, mtime in files):
-        return AgentMaterial(agent, [], memory.l3_message_chars)
+    state = await load_state(gw, agent)
+    if not any(mtime > state.since for _, mtime in files):
+        return AgentMaterial(agent, [], memory.l3_message_chars, state)
     sessions = []
     for stem, mtime in files:
         key = key_from_file_stem(stem)
@@ -89,8 +123,8 @@ async def collect(gw: GatewayCore, agent: AgentDefinition) -> AgentMaterial:
         messages = await gw.history.load(key)
         if gw.sessions.get(key) is None and not gw.is_busy(key):
             gw.history.evict(key)
-        sessions.append(SessionMaterial(key, messages[-memory.l3_messages :], mtime > since))
-    return AgentMaterial(agent, sessions, memory.l3_message_chars)
+        sessions.append(SessionMaterial(key, messages[-memory.l3_messages :], mtime))
+    return AgentMaterial(agent, sessions, memory.l3_message_chars, state)
 
 
 def _line(message: Message, clip: int) -> str:
@@ -109,17 +143,20 @@ def render_all(item: AgentMaterial) -> str:
     return "\n\n".join(render_session(s, item.clip) for s in item.sessions)
 
 
-def memory_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, str]:
-    """The MEMORY file(s) to rewrite: one per agent, or one per changed chat with `scope = "chat"`."""
+def memory_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, Batch]:
+    """The MEMORY file(s) to rewrite: one per agent, or one per chat with `scope = "chat"`."""
     files = gw.memory_files
     if item.agent.config.memory.scope == "chat":
-        return {files.memory_path(item.agent, s.key): render_session(s, item.clip) for s in item.sessions if s.changed}
-    return {files.memory_path(item.agent): render_all(item)}
+        return {
+            files.memory_path(item.agent, s.key): Batch(render_session(s, item.clip), s.mtime) for s in item.sessions
+        }
+    return {files.memory_path(item.agent): Batch(render_all(item), item.newest)}
 
 
-def user_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, str]:
+def user_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, Batch]:
     """With `user_profile = "per_user"`: each sender's own messages (and the replies to them), per profile."""
     per_sender: dict[str, list[str]] = {}
+    newest: dict[str, float] = {}
     for session in item.sessions:
         messages = session.messages
         for i, message in enumerate(messages):
@@ -127,8 +164,12 @@ def user_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, str]:
             if not is_turn_start(message) or not isinstance(sender, str) or not sender:
                 continue
             lines = per_sender.setdefault(sender, [])
+            newest[sender] = max(newest.get(sender, 0.0), session.mtime)
             lines.append(_line(message, item.clip))
             reply = messages[i + 1] if i + 1 < len(messages) else None
             if reply is not None and reply.get("role") == "assistant":
                 lines.append(_line(reply, item.clip))
-    return {gw.memory_files.user_path(item.agent, sender): "\n".join(lines) for sender, lines in per_sender.items()}
+    return {
+        gw.memory_files.user_path(item.agent, sender): Batch("\n".join(lines), newest[sender])
+        for sender, lines in per_sender.items()
+    }

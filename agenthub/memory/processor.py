@@ -1,9 +1,12 @@
 """L3 MemoryProcessor: every couple of hours, rewrite each active agent's MEMORY.md and the user profile(s).
 
-Runs are serialised by `MemoryProcessor._lock` (an asyncio.Lock held for a whole run): the timer's tick and any
-manual trigger never overlap, so the global `auth/USER.md` is read, merged and rewritten by one run at a time.
-All model calls of a run go out in parallel; files are written only when every call succeeded (a failed run
-leaves all files as they were), each write atomic, each file cut to its size cap first.
+Runs are serialised by `MemoryProcessor._run_lock` (held for a whole run, and only by runs): the timer's tick
+and any manual trigger never overlap. Each file's read-merge-write takes that file's own lock
+(`MemoryWriter`), never across a model call, so a memory flush before a compaction or the write_memory tool
+never waits for a run's model calls. A run's model calls go out in parallel (at most `MAX_PARALLEL_CALLS`);
+each file is written when its own call succeeded, atomically, cut to its size cap first. A failed call or a
+refused rewrite leaves only its own file as it was, and only that file is offered the material again next run
+(`l3_material.L3State.retry`); the other files are written and their material is done.
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-WriteOutcome = Literal["written", "unchanged", "refused"]
+WriteOutcome = Literal["written", "unchanged", "refused", "conflict"]
+"""`refused`: the rewrite looked lossy; `conflict`: another writer replaced the file after it was read."""
 
 MAX_PARALLEL_CALLS = 4
+FLUSH_ATTEMPTS = 2
+"""A flush whose file another writer (an L3 run) replaced meanwhile merges once more, into the new text."""
 MIN_MATERIAL_TOKENS = 200
 SHRINK_GUARD_CHARS = 1000
 """A file longer than this is never replaced by a rewrite shorter than `SHRINK_GUARD_RATIO` of it."""
@@ -76,6 +82,8 @@ class Target:
     new: str = field(default="", repr=False)
     purpose: str = "l3"
     """The `llm_call` log's purpose: `l3` for the timer's rewrite, `flush` before a compaction."""
+    agents: tuple[str, ...] = ()
+    """Whose material this is: their L3 state records whether this file has taken it in."""
 
 
 def cap_text(text: str, cap: int) -> str:
@@ -107,12 +115,12 @@ class MemoryProcessor:
 
     def __init__(self, gateway: GatewayCore) -> None:
         self.gateway = gateway
-        self._lock = asyncio.Lock()  # serialises runs: one reader-merger-writer of USER.md at a time
-        self._calls = asyncio.Semaphore(MAX_PARALLEL_CALLS)
+        self._run_lock = asyncio.Lock()  # serialises runs only; files have their own locks
+        self._calls = asyncio.Semaphore(MAX_PARALLEL_CALLS)  # a run's calls; a flush never queues behind them
         self.runs = 0
 
     async def tick(self) -> None:
-        async with self._lock:
+        async with self._run_lock:
             await self._run()
 
     async def _run(self) -> None:
@@ -120,59 +128,98 @@ class MemoryProcessor:
         started = gw.clock()
         collected = [await material.collect(gw, agent) for agent in gw.agents.agents.values()]
         active = [c for c in collected if c.sessions]
-        if not active:
+        targets = self._targets(active)
+        if not targets:  # nothing new for any file (a stale retry entry is dropped)
+            for item in active:
+                await self._record(item, started, [])
             log.info("l3_nothing_new")
             return
-        targets = self._targets(active)
-        if any(t.provider.offline for t in targets):
-            log.info("l3_skipped_offline")
+        online = [t for t in targets if not t.provider.offline]
+        offline = [t for t in targets if t.provider.offline]
+        if offline:
+            log.info("l3_skipped_offline", files=[str(t.path) for t in offline], retry="next run")
+        if not online:
             return
+        failed = offline + await self._rewrite(online)
+        for item in active:
+            await self._record(item, started, failed)
+        self.runs += 1
+        log.info("l3_run_done", agents=[c.agent.name for c in active], files=len(targets) - len(failed))
+
+    async def _rewrite(self, targets: list[Target]) -> list[Target]:
+        """Call the model for every target in parallel and write each file that got a good answer; a failed call
+        or a refused rewrite leaves only its own file as it was. Returns the targets that did not take their
+        material in."""
         for target in targets:
             target.old = await read_text(target.path)
-        results = await asyncio.gather(*(self._call(t) for t in targets), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        for error in errors:
-            if isinstance(error, asyncio.CancelledError):
-                raise error
+        results = await asyncio.gather(*(self._run_call(t) for t in targets), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result  # cancellation (or an interpreter exit) is never swallowed
+        errors = [(t, r) for t, r in zip(targets, results, strict=True) if isinstance(r, Exception)]
         if errors:
-            log.warning("l3_run_failed", errors=[str(e) for e in errors], targets=len(targets))
-            return
-        outcomes = [await self._write(target) for target in targets]
-        if "refused" in outcomes:  # that file still lacks this material: offer it again next run
-            refused = [t.path.name for t, o in zip(targets, outcomes, strict=True) if o == "refused"]
-            log.warning("l3_run_incomplete", refused=refused, retry="next run")
-            return
-        for agent_material in active:
-            await material.mark_done(gw, agent_material.agent, started)
-        self.runs += 1
-        log.info("l3_run_done", agents=[c.agent.name for c in active], files=len(targets))
+            files = [str(t.path) for t, _ in errors]
+            log.warning("l3_run_failed", errors=[str(e) for _, e in errors], files=files, retry="next run")
+        answered = [t for t, r in zip(targets, results, strict=True) if not isinstance(r, Exception)]
+        refused = [t for t in answered if await self._write(t) in ("refused", "conflict")]
+        if refused:
+            log.warning("l3_run_incomplete", refused=[t.path.name for t in refused], retry="next run")
+        return [t for t, _ in errors] + refused
+
+    async def _record(self, item: material.AgentMaterial, started: float, failed: list[Target]) -> None:
+        """The agent's material is done for every file but the failed ones, which keep the watermark they had."""
+        name, state = item.agent.name, item.state
+        retry = {str(t.path): state.watermark(t.path) for t in failed if name in t.agents}
+        await material.save_state(self.gateway, item.agent, material.L3State(started, retry))
 
     def _targets(self, active: list[material.AgentMaterial]) -> list[Target]:
-        gw, memory = self.gateway, self.gateway.settings.memory
+        """The files with material they have not taken in yet (each file's own watermark decides)."""
         targets: list[Target] = []
-        shared_user: list[str] = []
         for item in active:
-            agent = item.agent
-            provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
-            window = thresholds.window_of(gw.settings, agent, model)
-            system = MEMORY_PROMPT.format(agent=agent.name, cap=memory.memory_max_chars)
-            for path, text in material.memory_batches(gw, item).items():
-                targets.append(Target("memory", path, system, text, memory.memory_max_chars, provider, model, window))
-            if agent.config.memory.user_profile == "per_user":
-                for path, text in material.user_batches(gw, item).items():
-                    who = "one person (the sender of the messages below)"
-                    prompt = USER_PROMPT.format(who=who, cap=memory.user_max_chars)
-                    targets.append(Target("user", path, prompt, text, memory.user_max_chars, provider, model, window))
-            elif agent.config.memory.scope == "agent":  # chat-scoped agents never feed the shared profile
-                shared_user.append(material.render_all(item))
-        if shared_user:
-            provider, model, _ = gw.providers.resolve(None, None)
-            prompt = USER_PROMPT.format(who="the user(s)", cap=memory.user_max_chars)
-            path = gw.settings.auth_dir / "USER.md"
-            text = "\n\n".join(shared_user)
-            window = context_window(model, gw.settings.llm.context_window)
-            targets.append(Target("user", path, prompt, text, memory.user_max_chars, provider, model, window))
+            targets += self._agent_targets(item)
+        shared = self._shared_user_target([i for i in active if i.agent.config.memory.user_profile != "per_user"])
+        return targets + ([shared] if shared is not None else [])
+
+    def _agent_targets(self, item: material.AgentMaterial) -> list[Target]:
+        gw, memory, agent = self.gateway, self.gateway.settings.memory, item.agent
+        provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
+        window = thresholds.window_of(gw.settings, agent, model)
+        targets: list[Target] = []
+        system = MEMORY_PROMPT.format(agent=agent.name, cap=memory.memory_max_chars)
+        for path, batch in material.memory_batches(gw, item).items():
+            if batch.newest > item.state.watermark(path):
+                cap = memory.memory_max_chars
+                targets.append(Target("memory", path, system, batch.text, cap, provider, model, window))
+        if agent.config.memory.user_profile == "per_user":
+            who = "one person (the sender of the messages below)"
+            prompt = USER_PROMPT.format(who=who, cap=memory.user_max_chars)
+            for path, batch in material.user_batches(gw, item).items():
+                if batch.newest > item.state.watermark(path):
+                    cap = memory.user_max_chars
+                    targets.append(Target("user", path, prompt, batch.text, cap, provider, model, window))
+        for target in targets:
+            target.agents = (agent.name,)
         return targets
+
+    def _shared_user_target(self, items: list[material.AgentMaterial]) -> Target | None:
+        """`auth/USER.md` from every agent-scoped agent whose material it has not taken in yet (chat-scoped
+        agents never feed the shared profile)."""
+        gw, memory = self.gateway, self.gateway.settings.memory
+        path = gw.settings.auth_dir / "USER.md"
+        feeding = [i for i in items if i.agent.config.memory.scope == "agent" and i.newest > i.state.watermark(path)]
+        if not feeding:
+            return None
+        provider, model, _ = gw.providers.resolve(None, None)
+        prompt = USER_PROMPT.format(who="the user(s)", cap=memory.user_max_chars)
+        text = "\n\n".join(material.render_all(i) for i in feeding)
+        window = context_window(model, gw.settings.llm.context_window)
+        target = Target("user", path, prompt, text, memory.user_max_chars, provider, model, window)
+        target.agents = tuple(i.agent.name for i in feeding)
+        return target
+
+    async def _run_call(self, target: Target) -> None:
+        async with self._calls:
+            await self._call(target)
 
     async def _call(self, target: Target) -> None:
         current = target.old.strip() or "(empty)"
@@ -195,7 +242,7 @@ class MemoryProcessor:
             max_tokens=max_tokens,
             purpose=target.purpose,
         )
-        async with self._calls, self.gateway.llm_gate:
+        async with self.gateway.llm_gate:
             response = await target.provider.complete(request)
         text = _clean_answer(response.text)
         if not text:
@@ -207,13 +254,14 @@ class MemoryProcessor:
     async def flush(self, key: SessionKey, agent: AgentDefinition, messages: list[dict[str, Any]]) -> bool:
         """Memory flush before compaction: merge the durable facts of `messages` (about to leave the working
         history) into the MEMORY.md this session reads, so they reach long-term memory before only a summary is
-        left. One call under the run lock; raises on failure (the caller logs and compacts anyway). True when
-        the file now holds them (written, or nothing to change); False when the rewrite was refused."""
+        left. One call, outside any lock (an L3 run does not hold it up); the write takes the file's lock.
+        Raises on failure (the caller logs and compacts anyway). True when the file now holds them (written,
+        or nothing to change); False when the rewrite was refused (e.g. another writer replaced the file)."""
         gw, memory = self.gateway, self.gateway.settings.memory
         provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
         if provider.offline or not messages:
             return True
-        session = material.SessionMaterial(key, messages, changed=True)
+        session = material.SessionMaterial(key, messages)
         target = Target(
             "memory",
             gw.memory_files.memory_path(agent, key),
@@ -225,41 +273,53 @@ class MemoryProcessor:
             thresholds.window_of(gw.settings, agent, model),
             purpose="flush",
         )
-        async with self._lock:
+        for _ in range(FLUSH_ATTEMPTS):
             target.old = await read_text(target.path)
             await self._call(target)
             outcome = await self._write(target)
+            if outcome != "conflict":
+                break
         log.info("memory_flushed", session_key=str(key), messages=len(messages), file=target.path.name, outcome=outcome)
-        return outcome != "refused"
+        return outcome in ("written", "unchanged")
 
     async def _write(self, target: Target) -> WriteOutcome:
-        """Atomic write within the cap; text another writer (the write_memory tool) appended meanwhile is kept.
+        """Atomic write within the cap, under the file's lock (`MemoryWriter`): text another writer (the
+        write_memory tool) appended since `target.old` was read is kept. The replaced version is kept as
+        `<file>.bak`."""
+        async with self.gateway.memory_files.writer.lock(target.path):
+            current = await read_text(target.path)
+            outcome, text = _merge(target, current)
+            if outcome == "written":
+                if current:
+                    await write_text(backup_path(target.path), current)
+                await write_text(target.path, text)
+        return outcome
 
-        The replaced version is kept as `<file>.bak`; a rewrite that would shrink a long file to under a
-        quarter is refused (the model most likely lost facts), as is one whose file another writer replaced.
-        """
-        text = target.new
-        current = await read_text(target.path)
-        if current != target.old:
-            if not current.startswith(target.old):
-                log.warning("l3_file_changed_meanwhile", file=str(target.path))
-                return "refused"
-            text = text.rstrip("\n") + "\n" + current[len(target.old) :].lstrip("\n")
-        capped = cap_text(text, target.cap)
-        if len(capped) < len(text):
-            log.info("l3_file_capped", file=target.path.name, dropped_chars=len(text) - len(capped))
-        if capped == current:
-            return "unchanged"
-        if len(current) > SHRINK_GUARD_CHARS and len(capped) < SHRINK_GUARD_RATIO * len(current):
-            log.warning(
-                "memory_rewrite_refused",
-                file=str(target.path),
-                purpose=target.purpose,
-                old_chars=len(current),
-                new_chars=len(capped),
-            )
-            return "refused"
-        if current:
-            await write_text(backup_path(target.path), current)
-        await write_text(target.path, capped)
-        return "written"
+
+def _merge(target: Target, current: str) -> tuple[WriteOutcome, str]:
+    """What to write over `current`: the rewrite plus whatever was appended since `target.old`, capped.
+
+    Refused: a rewrite that would shrink a long file to under a quarter (the model most likely lost facts), and
+    one whose file another writer replaced meanwhile (its answer was written against a text that is gone).
+    """
+    text = target.new
+    if current != target.old:
+        if not current.startswith(target.old):
+            log.warning("l3_file_changed_meanwhile", file=str(target.path), purpose=target.purpose)
+            return "conflict", current
+        text = text.rstrip("\n") + "\n" + current[len(target.old) :].lstrip("\n")
+    capped = cap_text(text, target.cap)
+    if len(capped) < len(text):
+        log.info("l3_file_capped", file=target.path.name, dropped_chars=len(text) - len(capped))
+    if capped == current:
+        return "unchanged", current
+    if len(current) > SHRINK_GUARD_CHARS and len(capped) < SHRINK_GUARD_RATIO * len(current):
+        log.warning(
+            "memory_rewrite_refused",
+            file=str(target.path),
+            purpose=target.purpose,
+            old_chars=len(current),
+            new_chars=len(capped),
+        )
+        return "refused", current
+    return "written", capped

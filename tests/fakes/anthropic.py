@@ -51,7 +51,7 @@ class ScriptedReply:
     `stream_error` sends the content, then `event: error` (type `error_type`); `cut` sends the content and ends
     the stream without `message_delta`/`message_stop`; `hang` never answers until the client disconnects.
     `usage` keys override the server default; `stop_reason` defaults to `tool_use`/`end_turn` by content.
-    `release`: an event the reply waits for before it starts.
+    `hold`: the reply waits for this event before anything else (set it once to release many replies together).
     """
 
     content: list[dict[str, Any]] = field(default_factory=list)
@@ -66,7 +66,7 @@ class ScriptedReply:
     error_message: str = "error"
     headers: dict[str, str] = field(default_factory=dict)
     fault: Fault | None = None
-    release: asyncio.Event | None = None
+    hold: asyncio.Event | None = None
 
 
 def reply_text(text: str, **kw: Any) -> ScriptedReply:
@@ -298,11 +298,11 @@ class FakeAnthropic:
             self.in_flight -= 1
 
     async def _respond(self, request: web.Request, body: dict[str, Any], reply: ScriptedReply) -> web.StreamResponse:
+        if reply.hold is not None:
+            await reply.hold.wait()
         if reply.fault == "hang":
             await self._closing.wait()
             return _error_response(503, "api_error", "server stopping")
-        if reply.release is not None:
-            await reply.release.wait()
         await self._pause(reply.first_byte_delay_s, self.first_byte_delay_s)
         if reply.status != 200:
             return _error_response(reply.status, reply.error_type or "api_error", reply.error_message, reply.headers)

@@ -1,4 +1,5 @@
-"""Child process for the crash test: append numbered messages through SessionHistory until killed."""
+"""Child process for the crash tests: append numbered messages through SessionHistory until killed, or (`atomic`)
+rewrite whole files with atomic writes until killed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import session_key
+from agenthub.storage.atomic import atomic_write_text
 
 
 def text_for(seq: int) -> str:
@@ -35,5 +37,24 @@ async def main(data_dir: Path, fsync: bool) -> None:
         seq += width - 1
 
 
+def version_for(n: int) -> str:
+    """Version `n` of a rewritten file: large enough that a kill often lands while its temp file is written."""
+    return f"version {n}\n" + "记忆x" * 100_000 + f"\nend {n}\n"
+
+
+def rewrite_forever(paths: list[Path]) -> None:
+    n = 0
+    for path in paths:
+        atomic_write_text(path, version_for(n))
+    print("ready", flush=True)
+    while True:
+        n += 1
+        for path in paths:
+            atomic_write_text(path, version_for(n))
+
+
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), sys.argv[2] == "fsync"))
+    if sys.argv[1] == "atomic":
+        rewrite_forever([Path(p) for p in sys.argv[2:]])
+    else:
+        asyncio.run(main(Path(sys.argv[1]), sys.argv[2] == "fsync"))
