@@ -103,6 +103,19 @@ class MemorySettings(_Section):
     )
 
 
+class MediaSettings(_Section):
+    """Images and files users send (design §14)."""
+
+    max_download_bytes: int = Field(
+        20 * 1024 * 1024, ge=1024, description="a larger inbound file or image is refused with a clear reply"
+    )
+    download_timeout_s: float = Field(30.0, gt=0, description="bounds each media download from a platform")
+    max_image_bytes: int = Field(
+        3_750_000, ge=10_000, description="images are re-encoded/resized to at most this many bytes for the model"
+    )
+    max_image_edge_px: int = Field(1568, ge=64, description="images are resized so the longer edge is at most this")
+
+
 class HTTPSettings(_Section):
     """The daemon's one HTTP server (API, console, webhooks)."""
 
@@ -138,6 +151,7 @@ class Settings(BaseSettings):
     session: SessionSettings = Field(default_factory=SessionSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    media: MediaSettings = Field(default_factory=MediaSettings)
     http: HTTPSettings = Field(default_factory=HTTPSettings)
     channels: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="[channels.<name>] tables, each validated by its channel"

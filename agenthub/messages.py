@@ -13,6 +13,20 @@ def now_ms() -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Attachment:
+    """Media a channel downloaded with a message (already bounded by `media.max_download_bytes`).
+
+    `kind` "image" reaches the model as an image block, "file" is saved to the agent's inbox and the model is told
+    where; voice arrives as the platform's transcript in `content`, never as an attachment.
+    """
+
+    kind: Literal["image", "file"]
+    name: str
+    mime_type: str
+    data: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class InboundMessage:
     """One message a channel received; nothing SDK-shaped, platform extras go in `metadata`."""
 
@@ -27,6 +41,7 @@ class InboundMessage:
     provider_hint: str | None = None
     timestamp: int = field(default_factory=now_ms)
     metadata: dict[str, Any] = field(default_factory=dict)
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,8 @@ class AgentConfig(BaseModel):
     lock_timeout_s: float | None = Field(None, gt=0)
     memory: MemoryOverrides = Field(default_factory=MemoryOverrides)
     system_allowed_paths: list[str] = Field(default_factory=list)
+    locale: Literal["zh-CN", "en"] | None = None
+    """The language of the texts the product writes in this agent's chats; unset: the channel's locale."""
 
 
 @dataclass(frozen=True)

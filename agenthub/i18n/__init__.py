@@ -1,0 +1,79 @@
+"""User-facing texts in zh-CN and en: one catalogue (split by area), one lookup, where a chat's locale comes from."""
+
+from __future__ import annotations
+
+import locale as _system
+import os
+import string
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from agenthub.i18n import catalogue
+
+if TYPE_CHECKING:
+    from agenthub.agent.definition import AgentDefinition
+    from agenthub.config import Settings
+
+Locale = Literal["zh-CN", "en"]
+LOCALES: Final[tuple[Locale, ...]] = ("zh-CN", "en")
+CHANNEL_DEFAULTS: Final[Mapping[str, Locale]] = {"wecom": "zh-CN", "feishu": "zh-CN", "http": "zh-CN"}
+"""Channels whose users are Chinese teams by default; any other channel (the CLI) follows the system locale."""
+
+TEXTS: Final[Mapping[str, Mapping[str, str]]] = catalogue.merged()
+
+
+class UnknownTextError(KeyError):
+    """A text key that the catalogue does not have (a bug: every key is checked by the catalogue test)."""
+
+
+def normalise_locale(raw: object) -> Locale | None:
+    """`zh`, `zh_CN.UTF-8`, `zh-Hans`, `ZH-cn` → zh-CN; `en`, `en_US`, `C`, `POSIX` → en; anything else → None."""
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    tag = raw.strip().split(".")[0].replace("_", "-").lower()
+    if tag == "zh" or tag.startswith("zh-"):
+        return "zh-CN"
+    if tag in ("en", "c", "posix") or tag.startswith("en-"):
+        return "en"
+    return None
+
+
+def system_locale() -> Locale:
+    """The locale of the environment the process runs in (LC_ALL, LC_MESSAGES, LANG), en when unknown."""
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        found = normalise_locale(os.environ.get(name))
+        if found is not None:
+            return found
+    return normalise_locale(_system.getlocale()[0]) or "en"
+
+
+def channel_locale(settings: Settings, channel: str) -> Locale:
+    """`locale` in `[channels.<channel>]`, else the channel's default (zh-CN: WeCom, Feishu, HTTP; CLI: system)."""
+    configured = normalise_locale(settings.channels.get(channel, {}).get("locale"))
+    if configured is not None:
+        return configured
+    return CHANNEL_DEFAULTS.get(channel) or system_locale()
+
+
+def locale_for(settings: Settings, channel: str, agent: AgentDefinition | None = None) -> Locale:
+    """The locale of a chat: the agent's `locale` in agent.json when set, else the channel's."""
+    if agent is not None:
+        chosen = normalise_locale(getattr(agent.config, "locale", None))
+        if chosen is not None:
+            return chosen
+    return channel_locale(settings, channel)
+
+
+def text(key: str, locale: str, **params: Any) -> str:
+    """The text `key` in `locale` (en when the locale is unknown), with `{placeholders}` filled from `params`."""
+    try:
+        entry = TEXTS[key]
+    except KeyError:
+        raise UnknownTextError(key) from None
+    chosen: Locale = normalise_locale(locale) or "en"
+    return entry[chosen].format(**params) if params else entry[chosen]
+
+
+def placeholders(template: str) -> set[str]:
+    """The `{names}` a template expects."""
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
