@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agenthub.i18n.catalogue import core
+from agenthub.i18n.catalogue import core, media
 
-AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (core.TEXTS,)
+AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (core.TEXTS, media.TEXTS)
 """Every area module's `TEXTS`; an area added later is listed here."""
 
 

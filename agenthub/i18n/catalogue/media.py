@@ -1,0 +1,24 @@
+"""Texts channels write when a picture, file or voice note cannot be taken in."""
+
+from __future__ import annotations
+
+TEXTS: dict[str, dict[str, str]] = {
+    "media.too_large": {
+        "zh-CN": "这个{what}太大了（{size_mb} MB），我最多能接收 {limit_mb} MB 的{what}。",
+        "en": "This {what} is too large ({size_mb} MB); I can take {what}s of up to {limit_mb} MB.",
+    },
+    "media.download_failed": {
+        "zh-CN": "抱歉，这个{what}没能下载下来，请稍后再发一次。",
+        "en": "Sorry, I could not download this {what}; please send it again in a moment.",
+    },
+    "media.unsupported": {
+        "zh-CN": "抱歉，我还不能处理这种消息（{kind}）。可以发文字、图片或文件。",
+        "en": "Sorry, I cannot handle this kind of message yet ({kind}). Text, pictures and files work.",
+    },
+    "media.voice_no_transcript": {
+        "zh-CN": "抱歉，这条语音没有文字转写，我听不了语音。请发文字。",
+        "en": "Sorry, this voice message came without a transcript, and I cannot listen to audio. Please type it.",
+    },
+    "media.what.image": {"zh-CN": "图片", "en": "picture"},
+    "media.what.file": {"zh-CN": "文件", "en": "file"},
+}
