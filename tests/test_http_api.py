@@ -348,3 +348,18 @@ async def test_hundred_concurrent_chats_run_in_parallel(api: RunningApi, fake_ll
         assert [m["role"] for m in history] == ["user", "assistant"]
         assert history[0]["content"] == f"question {i}"
         assert f"question {i}" in history[1]["content"]
+
+
+@pytest.mark.parametrize("nested", [b"[" * 100_000, b'{"a":' * 50_000, b"[" * 100_000 + b"]" * 100_000])
+async def test_deeply_nested_json_is_a_400_on_every_body_route(api: RunningApi, nested: bytes) -> None:
+    await api.call("POST", AGENT + "/sessions", json={"chat_id": "deep"})
+    for method, path in (
+        ("POST", AGENT + "/chat"),
+        ("POST", AGENT + "/sessions"),
+        ("PATCH", AGENT + "/sessions/deep"),
+        ("POST", AGENT + "/sessions/deep/pin"),
+        ("POST", AGENT + "/sessions/deep/compact"),
+    ):
+        status, body = await api.call(method, path, data=nested, headers={"Content-Type": "application/json"})
+        assert status == 400, (method, path, status)
+        assert_error(body, "invalid_json")
