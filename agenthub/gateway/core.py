@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -93,7 +92,6 @@ class GatewayCore:
         self._runners: dict[SessionKey, SessionRunner] = {}
         self._restart_pending: dict[SessionKey, float] = {}
         self._notices: dict[SessionKey, list[str]] = {}
-        self._ids = itertools.count(1)
         self._accepting = True
         self._entered = False
         self.timers.add("session_sweep", 1.0, self._sweep)
@@ -178,7 +176,7 @@ class GatewayCore:
             command, args = matched
             await self.commands.run(command, CommandContext(self, key, agent, message, args), handle)
             return handle
-        self._enqueue(PendingTurn(message, key, agent, handle, message.message_id or f"local-{next(self._ids)}"))
+        self._enqueue(PendingTurn(message, key, agent, handle, message.message_id or f"local-{new_message_id()}"))
         return handle
 
     # ---- per-session queues --------------------------------------------------------------------

@@ -83,7 +83,7 @@ class TurnRunner:
                 self._outcomes[task] = TurnOutcome(ok=False, code="llm_error")
             except Exception:
                 gw.stats.turn_errors += 1
-                ref = pending.message_id[-8:]
+                ref = pending.message_id  # whole: the id every log line of this turn carries
                 log.exception("turn_failed", ref=ref)
                 pending.handle.emit(ErrorEvent(INTERNAL_ERROR.format(ref=ref), code="internal"))
                 self._outcomes[task] = TurnOutcome(ok=False, code="internal")
