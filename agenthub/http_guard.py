@@ -109,14 +109,20 @@ class ConnectionGuard:
     def admit(self, conn: web.RequestHandler) -> bool:
         """Count a new connection in; at the cap close the longest-idle one for it, or refuse it (False)."""
         if self.open >= self.cap:
-            if not self._idle:
+            if not self._close_longest_idle():
                 self.limit_log.hit("refused")
                 return False
-            victim = next(iter(self._idle))
-            del self._idle[victim]
-            victim.force_close()
             self.limit_log.hit("closed_idle")
         self._idle[conn] = None
+        return True
+
+    def _close_longest_idle(self) -> bool:
+        """Close the connection idle the longest (waiting for a request head, or between keep-alive requests)."""
+        if not self._idle:
+            return False
+        victim = next(iter(self._idle))
+        del self._idle[victim]
+        victim.force_close()
         return True
 
     def release(self, conn: web.RequestHandler) -> None:
@@ -127,10 +133,7 @@ class ConnectionGuard:
         """`accept()` failed for want of descriptors (a cap above what the process may open): free one by closing
         the longest-idle connection, as the cap would have."""
         self.limit_log.hit("accept_failed")
-        if self._idle:
-            victim = next(iter(self._idle))
-            del self._idle[victim]
-            victim.force_close()
+        self._close_longest_idle()
 
     def install_fd_filter(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
         """Route asyncio's per-retry "accept() out of system resource" errors into the rate-limited line; every
