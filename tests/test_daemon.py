@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import resource
 import signal
@@ -331,4 +332,6 @@ async def test_a_connection_flood_under_a_low_fd_limit_leaves_healthz_answering_
         await asyncio.gather(*readers)
     assert code == 0, "".join(out[-20:])
     assert len([line for line in out if "http_connection_limit" in line]) == 1, "one rate-limited line"
+    [listening] = [json.loads(line) for line in out if '"http_listening"' in line]
+    assert listening["max_connections"] == (max_connections or 128)  # derived: half of 256 (the reserve is larger)
     assert not [line for line in out if "out of system resource" in line or "Too many open files" in line]

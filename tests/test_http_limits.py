@@ -15,6 +15,7 @@ import structlog
 from structlog.testing import LogCapture
 
 from agenthub.config import Settings
+from agenthub.http_guard import LimitLog
 from agenthub.session.keys import session_key
 from tests.harness import RunningApi, running_api
 from tests.test_http_api import assert_error
@@ -219,3 +220,17 @@ async def test_busy_connections_are_kept_and_a_new_one_gets_a_503(capped_api: Ru
         await conn.send(f'"b{i}", "content": "hi"}}'.ljust(100 - len('{"chat_id": ')).encode())
     answers = await asyncio.gather(*(conn.until_closed() for conn in busy))
     assert [_response(raw)[0] for raw in answers] == [200] * CAP
+
+
+def test_the_limit_line_repeats_once_an_interval_with_the_counts_since_the_last(log_capture: LogCapture) -> None:
+    now = [0.0]
+    limit_log = LimitLog(10, interval_s=60.0, clock=lambda: now[0])
+    for second in range(0, 150):  # hit 3 times a second for 150 s
+        now[0] = float(second)
+        for kind in ("closed_idle", "closed_idle", "refused"):
+            limit_log.hit(kind)
+    lines = [e for e in log_capture.entries if e["event"] == "http_connection_limit"]
+    assert len(lines) == 3  # at 0 s, 60 s and 120 s
+    assert lines[0]["closed_idle"] == 1 and "refused" not in lines[0]  # the first hit is logged at once
+    assert (lines[1]["closed_idle"], lines[1]["refused"]) == (120, 60)
+    assert all(line["max_connections"] == 10 and line["log_level"] == "warning" for line in lines)
