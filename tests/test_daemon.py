@@ -335,3 +335,10 @@ async def test_a_connection_flood_under_a_low_fd_limit_leaves_healthz_answering_
     [listening] = [json.loads(line) for line in out if '"http_listening"' in line]
     assert listening["max_connections"] == (max_connections or 128)  # derived: half of 256 (the reserve is larger)
     assert not [line for line in out if "out of system resource" in line or "Too many open files" in line]
+
+
+def test_systemd_unit_raises_the_open_file_limit() -> None:
+    """systemd's default soft limit (1024) is below what a connection flood reaches; the unit sets its own."""
+    unit = (Path(__file__).parent.parent / "systemd" / "agenthub.service").read_text(encoding="utf-8")
+    [value] = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("LimitNOFILE=")]
+    assert int(value.split(":")[0]) >= 16_384
