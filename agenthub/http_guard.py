@@ -50,8 +50,10 @@ class ConnectionLimits:
     reserved_fds: int = RESERVED_FDS
 
     def connection_cap(self) -> int:
-        if self.max_connections is not None:
-            return self.max_connections
+        return self.max_connections if self.max_connections is not None else self.fd_cap()
+
+    def fd_cap(self) -> int:
+        """The most connections the open-file limit leaves room for (the limit minus the reserve, at least half)."""
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         fds = UNLIMITED_FDS if soft == resource.RLIM_INFINITY else soft
         return max(fds - self.reserved_fds, fds // 2, 1)

@@ -119,6 +119,8 @@ class WebServer:
         self._undo_fd_filter = self.guard.install_fd_filter(loop)
         self.port = self._listener.sockets[0].getsockname()[1]
         log.info("http_listening", host=self.host, port=self.port, max_connections=self.guard.cap)
+        if self.guard.cap > (room := self.guard.limits.fd_cap()):
+            log.warning("http_max_connections_above_fd_limit", max_connections=self.guard.cap, fd_room=room)
 
     async def stop_listening(self) -> None:
         """Refuse new connections; requests already running go on."""

@@ -334,6 +334,8 @@ async def test_a_connection_flood_under_a_low_fd_limit_leaves_healthz_answering_
     assert len([line for line in out if "http_connection_limit" in line]) == 1, "one rate-limited line"
     [listening] = [json.loads(line) for line in out if '"http_listening"' in line]
     assert listening["max_connections"] == (max_connections or 128)  # derived: half of 256 (the reserve is larger)
+    warned = [line for line in out if "http_max_connections_above_fd_limit" in line]
+    assert len(warned) == (1 if max_connections else 0)
     assert not [line for line in out if "out of system resource" in line or "Too many open files" in line]
 
 
