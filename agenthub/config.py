@@ -125,6 +125,13 @@ class HTTPSettings(_Section):
     tokens: list[SecretStr] = Field(default_factory=list, description="bearer tokens besides auth/tokens.json")
     max_body_bytes: int = Field(1_048_576, ge=1024)
     drain_timeout_s: float = Field(30.0, ge=0)
+    header_timeout_s: float = Field(
+        15.0, gt=0, description="a connection sends a whole request head within this of opening or of its last reply"
+    )
+    body_timeout_s: float = Field(60.0, gt=0, description="a request body arrives whole within this of its head")
+    max_connections: int | None = Field(
+        None, ge=1, description="open connections at most; default: the open-file limit minus room for the rest"
+    )
 
 
 class Settings(BaseSettings):

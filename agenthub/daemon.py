@@ -17,6 +17,7 @@ from agenthub.channel_registry import enabled_channels, load_channel_class
 from agenthub.config import Settings
 from agenthub.datalock import DataDirLock
 from agenthub.gateway.core import GatewayCore
+from agenthub.http_guard import RESERVED_FDS, ConnectionLimits
 from agenthub.invocation import command_name
 from agenthub.storage.atomic import remove_stale_temp_files
 from agenthub.systemd import Notifier
@@ -161,7 +162,13 @@ def assemble(settings: Settings, gateway: GatewayCore) -> tuple[WebServer, list[
     A channel that fails to build is logged by name and left out; the others go on.
     """
     http = settings.http
-    server = WebServer(gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes)
+    limits = ConnectionLimits(
+        header_timeout_s=http.header_timeout_s,
+        body_timeout_s=http.body_timeout_s,
+        max_connections=http.max_connections,
+        reserved_fds=RESERVED_FDS + settings.session.max_concurrent_llm,
+    )
+    server = WebServer(gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes, limits=limits)
     routes = WebRoutes()
     built: list[Channel] = []
     for name, raw in enabled_channels(settings):

@@ -118,7 +118,7 @@ class RemoteGateway:
                 return [str(a["name"]) for a in data["agents"]]
         except (aiohttp.ClientError, TimeoutError) as e:
             raise DaemonUnavailableError(_unreachable(self.base_url, e)) from None
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise DaemonUnavailableError(f"the daemon at {self.base_url} sent an unexpected agent list") from None
 
     async def submit(self, message: InboundMessage) -> ReplyHandle:
@@ -153,7 +153,12 @@ async def _read_events(resp: aiohttp.ClientResponse, handle: ReplyHandle) -> Non
         if line.startswith("event:"):
             name = line[len("event:") :].strip()
         elif line.startswith("data:"):
-            event = event_from_sse(name, json.loads(line[len("data:") :]))
+            try:
+                data = json.loads(line[len("data:") :])
+            except (ValueError, RecursionError):
+                handle.emit(ErrorEvent("the daemon sent an event that is not valid JSON", code="bad_stream"))
+                return
+            event = event_from_sse(name, data) if isinstance(data, dict) else None
             if event is not None:
                 handle.emit(event)
 
@@ -163,7 +168,7 @@ async def _error_fields(resp: aiohttp.ClientResponse) -> tuple[str, str]:
     try:
         data = await resp.json(content_type=None)
         return str(data["error"].get("code", "")), str(data["error"]["message"])
-    except (ValueError, KeyError, TypeError, AttributeError, aiohttp.ContentTypeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, aiohttp.ContentTypeError):
         return "", resp.reason or "request failed"
 
 

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from agenthub.channel import WebRoutes
 from agenthub.gateway.core import GatewayCore
+from agenthub.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, ConnectionLimits, GuardedRequestHandler
 
 log = structlog.get_logger(__name__)
 
@@ -51,50 +52,91 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return json_error(e.status, _STATUS_CODES.get(e.status, "error"), e.reason)
     except asyncio.CancelledError:
         raise
-    except Exception:
+    except BodyTimeoutError:
+        log.info("http_body_timeout", path=request.path)
+        response = json_error(408, "request_timeout", "the request body did not arrive in time")
+        response.force_close()
+        return response
+    except Exception as e:
+        if isinstance(e, ConnectionError) and _client_gone(request):  # mid-body, mid-reply: nothing broke here
+            log.info("http_client_gone", path=request.path, error_type=type(e).__name__)
+            return json_error(400, "client_gone", "the connection was lost")
         log.exception("http_handler_failed", path=request.path)
         return json_error(500, "internal", "internal server error")
+
+
+def _client_gone(request: web.Request) -> bool:
+    """Whether this request's own connection is lost (not, say, a connection the handler opened to a platform)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 class WebServer:
     """Owns the aiohttp app and its listener. Routes are added before `start()`; `stop_listening()` then
     `close()` give a graceful shutdown."""
 
-    def __init__(self, gateway: GatewayCore, *, host: str, port: int, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        gateway: GatewayCore,
+        *,
+        host: str,
+        port: int,
+        max_body_bytes: int,
+        limits: ConnectionLimits | None = None,
+    ) -> None:
         self.gateway = gateway
         self.host = host
         self.port = port
         self.ready = False
-        self.app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors])
+        self.guard = ConnectionGuard(limits or ConnectionLimits())
+        self.app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors, self.guard.middleware])
         self.app[GATEWAY] = gateway
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
         self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._listener: asyncio.Server | None = None
+        self._undo_fd_filter: Callable[[], None] | None = None
 
     def mount(self, routes: WebRoutes) -> None:
         self.app.add_routes(routes.routes)
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+        """Listen. Connections are aiohttp's protocol counted by the guard; aiohttp's keep-alive timer, armed at
+        connect and after every reply, closes one still waiting for a whole request head (`header_timeout_s`)."""
+        self._runner = web.AppRunner(self.app, handle_signals=False, shutdown_timeout=5.0)
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.host, self.port)
-        await self._site.start()
-        self.port = self._runner.addresses[0][1]
-        log.info("http_listening", host=self.host, port=self.port)
+        server, loop = self._runner.server, asyncio.get_running_loop()
+        assert server is not None
+        keepalive_s = self.guard.limits.header_timeout_s
+
+        def connection() -> GuardedRequestHandler:
+            return GuardedRequestHandler(
+                server, guard=self.guard, loop=loop, access_log=None, keepalive_timeout=keepalive_s
+            )
+
+        self._listener = await loop.create_server(connection, self.host, self.port, backlog=BACKLOG)
+        self._undo_fd_filter = self.guard.install_fd_filter(loop)
+        self.port = self._listener.sockets[0].getsockname()[1]
+        log.info("http_listening", host=self.host, port=self.port, max_connections=self.guard.cap)
+        if self.guard.cap > (room := self.guard.limits.fd_cap()):
+            log.warning("http_max_connections_above_fd_limit", max_connections=self.guard.cap, fd_room=room)
 
     async def stop_listening(self) -> None:
         """Refuse new connections; requests already running go on."""
         self.ready = False
-        if self._site is not None:
-            await self._site.stop()
-            self._site = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
 
     async def close(self) -> None:
+        await self.stop_listening()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._undo_fd_filter is not None:
+            self._undo_fd_filter()
+            self._undo_fd_filter = None
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,13 @@ class RunningApi:
 
 @pytest_asyncio.fixture
 async def api(settings: Settings) -> AsyncIterator[RunningApi]:
+    async with running_api(settings) as running:
+        yield running
+
+
+@asynccontextmanager
+async def running_api(settings: Settings) -> AsyncIterator[RunningApi]:
+    """The daemon's server and channels on `settings` (any port), with a token named `test`."""
     settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": 0})})
     token = TokenStore(settings.auth_dir).create("test")
     async with build_gateway(settings) as gateway:

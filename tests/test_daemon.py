@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
+import resource
 import signal
 import socket
 import sys
@@ -52,10 +54,16 @@ class DaemonEnv:
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
-    async def start(self) -> asyncio.subprocess.Process:
+    async def start(self, *, fd_limit: int | None = None) -> asyncio.subprocess.Process:
+        """`agenthub serve` in a subprocess; `fd_limit` sets its RLIMIT_NOFILE (soft and hard) before it starts."""
+
+        def limit_fds() -> None:
+            if fd_limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
+
         return await asyncio.create_subprocess_exec(
             sys.executable, "-m", "agenthub", "serve", env=self.env, cwd=self.root,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=limit_fds,
         )  # fmt: skip
 
     async def wait_notify(self, expected: str, timeout: float = 20.0) -> None:
@@ -77,6 +85,7 @@ async def daemon_env(tmp_path: Path, fake_llm: FakeAnthropic) -> AsyncIterator[D
     token = TokenStore(tmp_path / "auth").create("test")
     env = {
         "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": str(Path(__file__).parent.parent),  # the daemon runs the code under test, not an installed copy
         "HOME": str(tmp_path),
         "NO_PROXY": "127.0.0.1,localhost",
         "NOTIFY_SOCKET": str(notify_path),
@@ -281,3 +290,57 @@ async def test_systemd_unit_verifies() -> None:
         line for line in err.decode().splitlines() if "agenthub.service" in line and "not executable" not in line
     ]
     assert not problems, problems
+
+
+async def _lines(stream: asyncio.StreamReader | None, into: list[str]) -> None:
+    """Read a subprocess's output as it comes, so a chatty daemon never blocks on a full pipe."""
+    assert stream is not None
+    async for raw in stream:
+        into.append(raw.decode(errors="replace"))
+
+
+FLOOD_HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: "
+
+
+@pytest.mark.parametrize("max_connections", [None, 100_000], ids=["derived-cap", "cap-above-the-fd-limit"])
+async def test_a_connection_flood_under_a_low_fd_limit_leaves_healthz_answering_and_the_log_quiet(
+    daemon_env: DaemonEnv, max_connections: int | None
+) -> None:
+    daemon_env.env["AGENTHUB_HTTP__HEADER_TIMEOUT_S"] = "300"  # the flood is held for the whole test
+    if max_connections is not None:  # accept() itself runs out of descriptors
+        daemon_env.env["AGENTHUB_HTTP__MAX_CONNECTIONS"] = str(max_connections)
+    proc = await daemon_env.start(fd_limit=256)
+    out: list[str] = []
+    readers = [asyncio.create_task(_lines(proc.stdout, out)), asyncio.create_task(_lines(proc.stderr, out))]
+    flood: list[asyncio.StreamWriter] = []
+    try:
+        await daemon_env.wait_notify("READY=1")
+        for _ in range(600):  # far more half-sent requests than the daemon has descriptors
+            _, writer = await asyncio.open_connection("127.0.0.1", daemon_env.port)
+            writer.write(FLOOD_HEAD)
+            flood.append(writer)
+        async with (
+            aiohttp.ClientSession() as client,
+            asyncio.timeout(20),
+            client.get(daemon_env.base + "/healthz") as resp,
+        ):
+            assert resp.status == 200
+    finally:
+        for writer in flood:
+            writer.close()
+        code = await _stop(proc)
+        await asyncio.gather(*readers)
+    assert code == 0, "".join(out[-20:])
+    assert len([line for line in out if "http_connection_limit" in line]) == 1, "one rate-limited line"
+    [listening] = [json.loads(line) for line in out if '"http_listening"' in line]
+    assert listening["max_connections"] == (max_connections or 128)  # derived: half of 256 (the reserve is larger)
+    warned = [line for line in out if "http_max_connections_above_fd_limit" in line]
+    assert len(warned) == (1 if max_connections else 0)
+    assert not [line for line in out if "out of system resource" in line or "Too many open files" in line]
+
+
+def test_systemd_unit_raises_the_open_file_limit() -> None:
+    """systemd's default soft limit (1024) is below what a connection flood reaches; the unit sets its own."""
+    unit = (Path(__file__).parent.parent / "systemd" / "agenthub.service").read_text(encoding="utf-8")
+    [value] = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("LimitNOFILE=")]
+    assert int(value.split(":")[0]) >= 16_384

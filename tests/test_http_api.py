@@ -422,3 +422,42 @@ async def test_hundred_concurrent_chats_run_in_parallel(api: RunningApi, fake_ll
         assert [m["role"] for m in history] == ["user", "assistant"]
         assert history[0]["content"] == f"question {i}"
         assert f"question {i}" in history[1]["content"]
+
+
+@pytest.mark.parametrize("nested", [b"[" * 100_000, b'{"a":' * 50_000, b"[" * 100_000 + b"]" * 100_000])
+async def test_deeply_nested_json_is_a_400_on_every_body_route(api: RunningApi, nested: bytes) -> None:
+    await api.call("POST", AGENT + "/sessions", json={"chat_id": "deep"})
+    for method, path in (
+        ("POST", AGENT + "/chat"),
+        ("POST", AGENT + "/sessions"),
+        ("PATCH", AGENT + "/sessions/deep"),
+        ("POST", AGENT + "/sessions/deep/pin"),
+        ("POST", AGENT + "/sessions/deep/compact"),
+    ):
+        status, body = await api.call(method, path, data=nested, headers={"Content-Type": "application/json"})
+        assert status == 400, (method, path, status)
+        assert_error(body, "invalid_json")
+
+
+async def test_a_reply_that_broke_after_some_text_returns_that_text_marked_incomplete(
+    api: RunningApi, fake_llm: FakeAnthropic
+) -> None:
+    from tests.fakes.anthropic import midstream_error
+
+    fake_llm.script(midstream_error(after_text="the first half of the answer"))
+    status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "half", "content": "go"})
+    assert status == 502
+    assert body["reply"] == "the first half of the answer"
+    assert body["incomplete"] is True
+    assert body["session_key"] == "default:http:half"
+    assert set(body["error"]) == {"code", "message"} and body["error"]["code"] == "llm_error"
+    assert body["error"]["message"]
+
+
+async def test_a_reply_that_failed_before_any_text_is_the_plain_error(api: RunningApi, fake_llm: FakeAnthropic) -> None:
+    from tests.fakes.anthropic import http_error
+
+    fake_llm.script(http_error(401, "bad key"))
+    status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "none", "content": "go"})
+    assert status == 502
+    assert_error(body, "llm_error")

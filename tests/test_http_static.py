@@ -55,3 +55,11 @@ async def test_static_traversal_never_leaves_the_directory(api: RunningApi) -> N
         assert resp.status == 404, path
         assert b"HttpChannel" not in body
         assert_error(json.loads(body))
+
+
+async def test_a_name_too_long_for_the_file_system_is_the_json_404(api: RunningApi) -> None:
+    for length in (255, 256, 300, 4096):
+        resp, body = await _get(api, "/static/" + "a" * length)
+        assert resp.status == 404, length
+        assert resp.content_type == "application/json", length
+        assert_error(json.loads(body), "not_found")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -97,7 +96,6 @@ class GatewayCore:
         self._background: dict[SessionKey, asyncio.Task[None]] = {}
         self._restart_pending: dict[tuple[SessionKey, str], float] = {}
         self._notices: dict[SessionKey, list[str]] = {}
-        self._ids = itertools.count(1)
         self._accepting = True
         self._entered = False
         self.timers.add("session_sweep", 1.0, self._sweep)
@@ -185,7 +183,7 @@ class GatewayCore:
             command, args = matched
             await self.commands.run(command, CommandContext(self, key, agent, message, args), handle)
             return handle
-        self._enqueue(PendingTurn(message, key, agent, handle, message.message_id or f"local-{next(self._ids)}"))
+        self._enqueue(PendingTurn(message, key, agent, handle, message.message_id or f"local-{new_message_id()}"))
         return handle
 
     # ---- per-session queues --------------------------------------------------------------------

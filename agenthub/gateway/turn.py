@@ -97,7 +97,7 @@ class TurnRunner:
                 self._record_failure(task, "llm_error", e.user_message)
             except Exception:
                 gw.stats.turn_errors += 1
-                ref = pending.message_id[-8:]
+                ref = pending.message_id  # whole: the id every log line of this turn carries
                 log.exception("turn_failed", ref=ref)
                 self._record_failure(task, "internal", INTERNAL_ERROR.format(ref=ref))
             finally:

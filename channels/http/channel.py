@@ -28,6 +28,14 @@ STATIC_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
 """The console's files are one flat directory; no name with a slash or a leading dot ever matches."""
 
 
+def _is_file(path: Path) -> bool:
+    """Whether `path` is a regular file; a name the file system refuses (too long, …) is simply not one."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def _bearer(request: web.Request) -> str | None:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
@@ -101,8 +109,8 @@ class HttpChannel:
         """A console file; a missing one is the JSON 404 every unknown route gives (FileResponse would send an
         empty body)."""
         path = STATIC_DIR / request.match_info["name"]
-        if not await asyncio.to_thread(path.is_file):
-            raise ApiError(404, "not_found", f"no console file {request.match_info['name']!r}")
+        if not await asyncio.to_thread(_is_file, path):
+            raise ApiError(404, "not_found", "no such console file")
         return web.FileResponse(path)
 
     async def start(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -77,24 +78,52 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
     handle = await gateway.submit(message)
     if wants_stream(request):
         return await _stream(request, handle)
-    final, notices = await _collect(handle)
+    collected = await _collect(handle)
+    final = collected.final
     if isinstance(final, ErrorEvent):
-        raise ApiError(ERROR_STATUS.get(final.code, 500), final.code, final.message)
-    return web.json_response(
-        {"reply": final.full_text, "session_key": str(key), "usage": final.usage.as_dict(), "notices": notices},
-        dumps=lambda d: json.dumps(d, ensure_ascii=False),
-    )
+        if not collected.text:
+            raise ApiError(ERROR_STATUS.get(final.code, 500), final.code, final.message)
+        return _json(_incomplete(collected, final, str(key)), ERROR_STATUS.get(final.code, 500))
+    usage = final.usage.as_dict()
+    return _json({"reply": final.full_text, "session_key": str(key), "usage": usage, "notices": collected.notices})
 
 
-async def _collect(handle: ReplyHandle) -> tuple[DoneEvent | ErrorEvent, list[str]]:
-    """The terminal event and the texts of the notices before it (fallbacks, compaction, queueing)."""
+@dataclass
+class _Collected:
+    """A reply gathered for a JSON answer: its terminal event, the text streamed before it, and its notices."""
+
+    final: DoneEvent | ErrorEvent
+    text: str
+    notices: list[str]
+
+
+async def _collect(handle: ReplyHandle) -> _Collected:
+    """The terminal event, the deltas' text and the notices before it (fallbacks, compaction, queueing)."""
     notices: list[str] = []
+    deltas: list[str] = []
     async for event in handle:
         if isinstance(event, NoticeEvent):
             notices.append(event.text)
+        elif isinstance(event, DeltaEvent):
+            deltas.append(event.text)
         elif isinstance(event, DoneEvent | ErrorEvent):
-            return event, notices
-    return await handle.result(), notices
+            return _Collected(event, "".join(deltas), notices)
+    return _Collected(await handle.result(), "".join(deltas), notices)
+
+
+def _incomplete(collected: _Collected, error: ErrorEvent, session_key: str) -> dict[str, Any]:
+    """A reply that broke after some text: the documented error shape plus the text that was produced."""
+    return {
+        "error": {"code": error.code, "message": error.message},
+        "reply": collected.text,
+        "incomplete": True,
+        "session_key": session_key,
+        "notices": collected.notices,
+    }
+
+
+def _json(data: dict[str, Any], status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, ensure_ascii=False))
 
 
 async def _stream(request: web.Request, handle: ReplyHandle) -> web.StreamResponse:

@@ -81,13 +81,14 @@ def sender_of(name: str) -> str:
 
 
 async def parse_body(request: web.Request, model: type[Body], *, optional: bool = False) -> Body:
-    """The request's JSON body as `model`: 400 when it is not JSON, 422 naming the first bad field."""
+    """The request's JSON body as `model`: 400 when it is not JSON (or nested too deep to parse), 422 naming the
+    first bad field."""
     raw = await request.read()
     if not raw.strip() and optional:
         return model()
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes (`[` × 100,000)
         raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
     try:
         return model.model_validate(data)
