@@ -157,7 +157,7 @@ def tools_for(agent: AgentDefinition) -> list[Tool]:
     for name in agent.config.tools:
         tool = BUILTIN_TOOLS.get(name)
         if tool is None:
-            if name not in {t.name for t in PLATFORM_TOOLS}:
+            if name not in {t.name for t in PLATFORM_TOOLS} and "__" not in name:  # `server__tool`: MCP's
                 log.warning("agent_tool_unknown", agent=agent.name, tool=name)
             continue
         tools.append(tool)

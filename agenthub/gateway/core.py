@@ -14,6 +14,7 @@ from typing import Protocol
 import structlog
 
 from agenthub.agent.definition import AgentDefinition, AgentRegistry
+from agenthub.agent.mcp import McpHub
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
 from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
@@ -53,7 +54,7 @@ class GatewayCore:
     Same-session messages run one at a time in arrival order (a `SessionRunner` per busy session);
     different sessions run in parallel, bounded by `session.max_concurrent_llm` concurrent model calls.
     Commands bypass the queue. Use it as an async context manager: entering starts the timers, leaving
-    aborts what still runs, stops the timers in reverse order and closes the LLM providers.
+    aborts what still runs, stops the timers in reverse order, closes the MCP servers and the LLM providers.
     """
 
     def __init__(
@@ -88,6 +89,7 @@ class GatewayCore:
         self.commands = CommandRouter()
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.compactor: Compactor | None = None
+        self.mcp = McpHub()
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.turns = TurnRunner(self)
         self._runners: dict[SessionKey, SessionRunner] = {}
@@ -106,6 +108,7 @@ class GatewayCore:
             raise RuntimeError("GatewayCore was already started")
         self._entered = True
         self.timers.start()
+        self.mcp.start(self.agents.agents.values())
         return self
 
     async def __aexit__(
@@ -119,6 +122,7 @@ class GatewayCore:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.timers.stop()
+        await self.mcp.aclose()
         await self.providers.aclose()
 
     def abort_all(self, reason: str) -> None:

@@ -135,7 +135,7 @@ class TurnRunner:
     async def _run_loop(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         gw, agent, settings = self.gateway, pending.agent, self.gateway.settings
         history = await gw.history.load(pending.key)
-        tools = tools_for(agent)
+        tools = [*tools_for(agent), *await gw.mcp.tools_for(agent)]
         max_tokens = agent.config.max_tokens or settings.llm.max_tokens
         request = await gw.context.build(
             agent=agent,

@@ -1,0 +1,208 @@
+"""MCP tool servers through the gateway: a real stdio server (tests/fakes/mcp_server.py) and the fake model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from structlog.testing import capture_logs
+
+from agenthub.agent.definition import AgentConfig
+from agenthub.agent.mcp import McpServer, ServerState, exposed_name, whitelisted
+from agenthub.app import build_gateway
+from agenthub.config import Settings
+from agenthub.gateway.core import GatewayCore
+from agenthub.messages import DoneEvent, InboundMessage, ReplyEvent
+from tests.conftest import write_agent
+from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+
+SERVER_SCRIPT = Path(__file__).parent / "fakes" / "mcp_server.py"
+WAIT_S = 60.0
+"""A hang guard for waits on a subprocess (python start-up is slow on a loaded machine), never a measurement."""
+
+
+def stdio_server(**extra: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(SERVER_SCRIPT)], **extra}
+
+
+@pytest_asyncio.fixture
+async def mcp_gateway(settings: Settings) -> AsyncIterator[GatewayCore]:
+    write_agent(settings.agents_dir, "default", {"tools": ["srv__*"], "mcp": {"srv": stdio_server()}})
+    async with build_gateway(settings) as gw:
+        yield gw
+
+
+async def _turn(gw: GatewayCore, text: str, chat: str = "direct") -> list[ReplyEvent]:
+    return [e async for e in await gw.submit(InboundMessage("cli", chat, "me", text))]
+
+
+def _bodies(fake: FakeAnthropic) -> list[dict[str, Any]]:
+    return [r.body for r in fake.message_requests() if r.body is not None]
+
+
+def _tool_names(body: dict[str, Any]) -> list[str]:
+    return [t["name"] for t in body.get("tools", [])]
+
+
+def _results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    content = body["messages"][-1]["content"]
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def _server(gw: GatewayCore, name: str = "srv") -> McpServer:
+    server = gw.mcp.server("default", name)
+    assert server is not None
+    return server
+
+
+async def _wait(server: McpServer, predicate: Callable[[McpServer], bool]) -> None:
+    async with asyncio.timeout(WAIT_S):
+        await server.wait_until(predicate)
+
+
+async def test_a_tool_call_round_trips_through_a_real_stdio_server(
+    mcp_gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.script(reply_tool("srv__echo", {"text": "ni hao"}), reply_text("it said it back"))
+    events = await _turn(mcp_gateway, "echo something")
+    assert isinstance(events[-1], DoneEvent) and events[-1].full_text == "it said it back"
+    first, second = _bodies(fake_llm)
+    assert {"srv__echo", "srv__pid", "srv__big"} <= set(_tool_names(first))
+    assert _tool_names(first)[:2] == ["read_memory", "write_memory"]  # platform tools first, MCP tools after
+    [result] = _results(second)
+    assert result["content"] == "echo: ni hao" and not result.get("is_error")
+    history = await mcp_gateway.history.load(mcp_gateway.resolve_key(InboundMessage("cli", "direct", "me", "x"))[1])
+    assert history[2]["content"][0]["content"] == "echo: ni hao"
+
+
+async def test_whitelist_offers_only_the_named_mcp_tools(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    servers = {"srv": stdio_server(), "other": stdio_server()}
+    write_agent(settings.agents_dir, "default", {"tools": ["srv__echo", "get_time"], "mcp": servers})
+    write_agent(settings.agents_dir, "plain", {"mcp": {"srv": stdio_server()}})
+    async with build_gateway(settings) as gw:
+        await _turn(gw, "hello")
+        assert gw.mcp.server("plain", "srv") is None  # no whitelist entry reaches it: never started
+        assert gw.mcp.server("default", "other") is None
+        [body] = _bodies(fake_llm)
+        assert _tool_names(body) == ["read_memory", "write_memory", "get_time", "srv__echo"]
+        fake_llm.script(reply_tool("srv__pid", {}))
+        await _turn(gw, "call a tool that is not offered")
+        assert _results(_bodies(fake_llm)[-1])[0]["is_error"] is True
+
+
+async def test_the_tools_list_is_byte_identical_across_requests_and_restarts(
+    mcp_gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.script(reply_tool("srv__echo", {"text": "a"}), reply_text("one"))
+    await _turn(mcp_gateway, "first")
+    server = _server(mcp_gateway)
+    fake_llm.script(reply_tool("srv__crash", {}), reply_text("it crashed"))
+    await _turn(mcp_gateway, "crash it")
+    await _wait(server, lambda s: s.starts == 2 and s.state is ServerState.RUNNING)
+    await _turn(mcp_gateway, "third")
+    tools = [json.dumps(body["tools"], ensure_ascii=False) for body in _bodies(fake_llm)]
+    assert len(tools) == 5 and len(set(tools)) == 1
+
+
+async def test_a_server_killed_mid_session_is_a_tool_error_then_comes_back(
+    mcp_gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    server = _server(mcp_gateway)
+    fake_llm.script(reply_tool("srv__pid", {}), reply_text("got it"))
+    await _turn(mcp_gateway, "your pid?")
+    first_pid = int(_results(_bodies(fake_llm)[-1])[0]["content"])
+
+    with capture_logs() as logs:
+        fake_llm.script(reply_tool("srv__crash", {}), reply_text("that failed"))
+        events = await _turn(mcp_gateway, "crash")
+        assert isinstance(events[-1], DoneEvent)  # the turn goes on: the model hears about it
+        [crashed] = _results(_bodies(fake_llm)[-1])
+        assert crashed["is_error"] is True
+        assert "MCP server 'srv' stopped during the call" in crashed["content"]
+        await _wait(server, lambda s: s.starts == 2 and s.state is ServerState.RUNNING)
+    assert any(e["event"] == "mcp_server_died" and e["server"] == "srv" for e in logs)
+    assert any(e["event"] == "mcp_server_restart_scheduled" and e["server"] == "srv" for e in logs)
+
+    fake_llm.script(reply_tool("srv__pid", {}), reply_text("back"))
+    await _turn(mcp_gateway, "your pid now?")
+    [answer] = _results(_bodies(fake_llm)[-1])
+    second_pid = int(answer["content"])
+    assert not answer.get("is_error") and second_pid != first_pid
+
+    os.kill(second_pid, signal.SIGKILL)  # killed from outside, between calls: noticed without any call
+    await _wait(server, lambda s: s.starts == 3 and s.state is ServerState.RUNNING)
+    fake_llm.script(reply_tool("srv__echo", {"text": "still here"}), reply_text("fine"))
+    await _turn(mcp_gateway, "echo")
+    assert _results(_bodies(fake_llm)[-1])[0]["content"] == "echo: still here"
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"command": "/nonexistent/agenthub-mcp-server"},
+        {"command": sys.executable, "args": ["-c", "raise SystemExit(1)"]},
+    ],
+    ids=["missing-command", "exits-at-once"],
+)
+async def test_a_server_that_fails_to_start_is_reported_by_name_and_the_agent_keeps_working(
+    settings: Settings, fake_llm: FakeAnthropic, broken: dict[str, Any]
+) -> None:
+    servers = {"broken": broken, "srv": stdio_server()}
+    write_agent(settings.agents_dir, "default", {"tools": ["broken__*", "srv__*"], "mcp": servers})
+    with capture_logs() as logs:
+        async with build_gateway(settings) as gw:
+            fake_llm.script(reply_tool("srv__echo", {"text": "ok"}), reply_text("works"))
+            events = await _turn(gw, "hello")
+            assert _server(gw, "broken").state is ServerState.DOWN
+    assert isinstance(events[-1], DoneEvent) and events[-1].full_text == "works"
+    names = _tool_names(_bodies(fake_llm)[0])
+    assert "srv__echo" in names and not any(n.startswith("broken__") for n in names)
+    failed = [e for e in logs if e["event"] == "mcp_server_unavailable"]
+    assert failed and {e["server"] for e in failed} == {"broken"} and failed[0]["agent"] == "default"
+
+
+async def test_many_sessions_call_one_server_at_the_same_moment(
+    mcp_gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    """Eight sessions' calls must all be in flight on the one session at once: the server answers none of them
+    until all eight have arrived, so a client that sent them one by one would never finish."""
+    count = 8
+
+    def respond(body: dict[str, Any]) -> ScriptedReply:
+        last = body["messages"][-1]["content"]
+        results = [b for b in last if isinstance(b, dict) and b.get("type") == "tool_result"]
+        if results:
+            return reply_text(f"done: {results[0]['content']}")
+        tag = last[0]["text"].split("\n\n[")[0]
+        return reply_tool("srv__rendezvous", {"tag": tag, "count": count})
+
+    fake_llm.responder = respond
+    async with asyncio.timeout(WAIT_S):
+        finals = await asyncio.gather(*(_turn(mcp_gateway, f"chat{i}", chat=f"c{i}") for i in range(count)))
+    texts = [events[-1].full_text for events in finals if isinstance(events[-1], DoneEvent)]
+    assert texts == [f"done: chat{i} met {count}" for i in range(count)]
+
+
+def test_mcp_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="exactly one of 'command' and 'url'"):
+        AgentConfig.model_validate({"mcp": {"x": {"command": "a", "url": "http://h/mcp"}}})
+    with pytest.raises(ValueError, match="exactly one"):
+        AgentConfig.model_validate({"mcp": {"x": {}}})
+    with pytest.raises(ValueError, match="letters, digits"):
+        AgentConfig.model_validate({"mcp": {"bad name": {"command": "a"}}})
+    config = AgentConfig.model_validate({"mcp": {"web-1": {"url": "https://h.example/mcp"}}})
+    assert config.mcp["web-1"].url == "https://h.example/mcp" and config.mcp_call_timeout_s == 60
+
+
+def test_names_and_whitelist_patterns() -> None:
+    assert exposed_name("fs", "read.file/v2") == "fs__read_file_v2"
+    assert whitelisted(["fs__*"], "fs__read") and not whitelisted(["fs__*"], "fsx__read")
+    assert whitelisted(["fs__read"], "fs__read") and not whitelisted(["fs__read"], "fs__write")
