@@ -144,6 +144,23 @@ async def test_a_server_killed_mid_session_is_a_tool_error_then_comes_back(
     assert _results(_bodies(fake_llm)[-1])[0]["content"] == "echo: still here"
 
 
+async def test_a_call_that_takes_too_long_ends_with_a_timeout_error(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    config = {"tools": ["srv__*"], "mcp": {"srv": stdio_server()}, "mcp_call_timeout_s": 0.5}
+    write_agent(settings.agents_dir, "default", config)
+    async with build_gateway(settings) as gw:
+        fake_llm.script(reply_tool("srv__sleep", {"seconds": 30}), reply_text("too slow"))
+        events = await _turn(gw, "sleep")
+        assert isinstance(events[-1], DoneEvent)
+        [late] = _results(_bodies(fake_llm)[-1])
+        assert late["is_error"] is True and "did not answer within 0.5 s" in late["content"]
+        fake_llm.script(reply_tool("srv__echo", {"text": "after"}), reply_text("ok"))
+        await _turn(gw, "echo")
+        [echoed] = _results(_bodies(fake_llm)[-1])
+        assert echoed["content"] == "echo: after" and _server(gw).starts == 1
+
+
 @pytest.mark.parametrize(
     "broken",
     [

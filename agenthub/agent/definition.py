@@ -67,7 +67,7 @@ class AgentConfig(BaseModel):
     memory: MemoryOverrides = Field(default_factory=MemoryOverrides)
     system_allowed_paths: list[str] = Field(default_factory=list)
     mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
-    mcp_call_timeout_s: float = Field(60.0, gt=0, description="bound of one MCP call (and of a server's start)")
+    mcp_call_timeout_s: float = Field(60.0, gt=0, description="bound of one MCP tool call")
 
     @field_validator("mcp")
     @classmethod

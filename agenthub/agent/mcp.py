@@ -35,6 +35,8 @@ log = structlog.get_logger(__name__)
 TOOL_NAME_MAX = 64
 """Longest tool name offered to the model (the Messages API limit)."""
 MAX_LIST_PAGES = 100
+START_TIMEOUT_MIN_S = 30.0
+"""A start (spawn, initialize, list tools) gets `mcp_call_timeout_s`, but at least this long."""
 CLOSE_GRACE_S = 5.0
 """How long closing waits for a server's task to shut its transport down before cancelling it."""
 ERROR_TEXT_MAX = 300
@@ -206,7 +208,7 @@ class McpServer:
         async with contextlib.AsyncExitStack() as stack:
             read, write = await self._open_transport(stack)
             session = await stack.enter_async_context(ClientSession(await self._watch(stack, read), write))
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(max(self.timeout_s, START_TIMEOUT_MIN_S)):
                 await session.initialize()
                 listed = await _list_all_tools(session)
             self._cache_tools(listed)
