@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from agenthub.agent.large_results import LargeResultStore
 from agenthub.agent.loop import AgentLoop, TurnResult
 from agenthub.agent.tools import ToolContext, tools_for
 from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError
@@ -146,19 +147,21 @@ class TurnRunner:
             model=model,
             max_tokens=max_tokens,
         )
+        workspace = settings.workspace_dir / agent.name
         loop = AgentLoop(
             provider,
             model,
             max_tokens=max_tokens,
             max_iterations=settings.llm.max_tool_iterations,
             llm_gate=gw.llm_gate,
+            large_results=LargeResultStore(workspace, settings.memory.large_tool_result_chars),
         )
         ctx = ToolContext(
             agent=agent,
             key=pending.key,
             sender_id=pending.message.sender_id,
             memory=gw.memory_files,
-            workspace=settings.workspace_dir / agent.name,
+            workspace=workspace,
             memory_max_chars=settings.memory.memory_max_chars,
         )
         return await loop.run(request, tools, ctx, pending.handle.emit)

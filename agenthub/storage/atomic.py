@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 
 
@@ -19,7 +20,8 @@ def fsync_dir(directory: Path) -> None:
 def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` so that a crash leaves either the old or the new content, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # one temp file per writing thread: two threads replacing the same path at once must not share one
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with tmp.open("wb") as f:
             f.write(data)
