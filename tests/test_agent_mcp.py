@@ -6,6 +6,8 @@ import asyncio
 import json
 import os
 import signal
+import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -15,12 +17,12 @@ import pytest
 import pytest_asyncio
 from structlog.testing import capture_logs
 
-from agenthub.agent.definition import AgentConfig
+from agenthub.agent.definition import AgentConfig, load_agents
 from agenthub.agent.mcp import McpServer, ServerState, exposed_name, whitelisted
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.messages import DoneEvent, InboundMessage, ReplyEvent
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, ReplyEvent, ToolEvent
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 
@@ -161,6 +163,43 @@ async def test_a_call_that_takes_too_long_ends_with_a_timeout_error(
         assert echoed["content"] == "echo: after" and _server(gw).starts == 1
 
 
+async def test_stop_during_a_call_leaves_the_server_serving(mcp_gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
+    fake_llm.script(reply_tool("srv__sleep", {"seconds": 30}))
+    handle = await mcp_gateway.submit(InboundMessage("cli", "direct", "me", "sleep"))
+    events: list[ReplyEvent] = []
+    async with asyncio.timeout(WAIT_S):
+        async for event in handle:
+            events.append(event)
+            if isinstance(event, ToolEvent) and event.phase == "start":
+                await _turn(mcp_gateway, "/stop")
+    assert isinstance(events[-1], ErrorEvent) and events[-1].code == "stopped"
+    fake_llm.script(reply_tool("srv__echo", {"text": "awake"}), reply_text("ok"))
+    await _turn(mcp_gateway, "echo")
+    assert _results(_bodies(fake_llm)[-1])[0]["content"] == "echo: awake"
+    assert _server(mcp_gateway).starts == 1
+
+
+async def test_a_reloaded_agent_gets_its_servers_as_now_declared(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    def declare(mark: str) -> None:
+        server = stdio_server(env={"AGENTHUB_TEST_MARK": mark})
+        write_agent(settings.agents_dir, "default", {"tools": ["srv__env"], "mcp": {"srv": server}})
+
+    async def ask() -> str:
+        fake_llm.script(reply_tool("srv__env", {"name": "AGENTHUB_TEST_MARK"}), reply_text("ok"))
+        await _turn(gw, "which mark?")
+        return str(_results(_bodies(fake_llm)[-1])[0]["content"])
+
+    declare("one")
+    async with build_gateway(settings) as gw:
+        assert await ask() == "one"
+        before = _server(gw)
+        declare("two")
+        gw.agents = load_agents(settings.agents_dir)  # what SIGHUP does
+        assert await ask() == "two"
+        assert _server(gw) is not before
+        await _wait(before, lambda s: s.state is ServerState.CLOSED)
+
+
 @pytest.mark.parametrize(
     "broken",
     [
@@ -206,6 +245,55 @@ async def test_many_sessions_call_one_server_at_the_same_moment(
         finals = await asyncio.gather(*(_turn(mcp_gateway, f"chat{i}", chat=f"c{i}") for i in range(count)))
     texts = [events[-1].full_text for events in finals if isinstance(events[-1], DoneEvent)]
     assert texts == [f"done: chat{i} met {count}" for i in range(count)]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def _until_listening(port: int, process: asyncio.subprocess.Process) -> None:
+    async with asyncio.timeout(WAIT_S):
+        while process.returncode is None:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            return
+    raise AssertionError("the HTTP MCP server exited before listening")
+
+
+@pytest_asyncio.fixture
+async def http_server_url() -> AsyncIterator[str]:
+    port = _free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(SERVER_SCRIPT), "http", str(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        await _until_listening(port, process)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        async with asyncio.timeout(WAIT_S):
+            await process.wait()
+
+
+async def test_a_streamable_http_server_is_used_by_url(
+    settings: Settings, fake_llm: FakeAnthropic, http_server_url: str
+) -> None:
+    write_agent(settings.agents_dir, "default", {"tools": ["web__echo"], "mcp": {"web": {"url": http_server_url}}})
+    async with build_gateway(settings) as gw:
+        fake_llm.script(reply_tool("web__echo", {"text": "over http"}), reply_text("done"))
+        events = await _turn(gw, "echo over http")
+    assert isinstance(events[-1], DoneEvent) and events[-1].full_text == "done"
+    first, second = _bodies(fake_llm)
+    assert _tool_names(first)[-1] == "web__echo"
+    assert _results(second)[0]["content"] == "echo: over http"
 
 
 def test_mcp_config_is_validated() -> None:

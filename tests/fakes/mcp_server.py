@@ -27,6 +27,12 @@ def pid() -> str:
 
 
 @server.tool()
+def env(name: str) -> str:
+    """The value of an environment variable of the server process."""
+    return os.environ.get(name, "(unset)")
+
+
+@server.tool()
 def big(chars: int) -> str:
     """A deterministic text of `chars` characters: numbered lines."""
     lines, size, n = [], 0, 0
