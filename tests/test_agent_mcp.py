@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,10 +18,11 @@ import pytest
 import pytest_asyncio
 from structlog.testing import capture_logs
 
-from agenthub.agent.definition import AgentConfig, load_agents
+from agenthub.agent.definition import AgentConfig
 from agenthub.agent.mcp import McpServer, ServerState, exposed_name, whitelisted
 from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.daemon import Daemon
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, ReplyEvent, ToolEvent
 from tests.conftest import write_agent
@@ -190,14 +192,24 @@ async def test_a_reloaded_agent_gets_its_servers_as_now_declared(settings: Setti
         return str(_results(_bodies(fake_llm)[-1])[0]["content"])
 
     declare("one")
+    write_agent(settings.agents_dir, "helper", {"tools": ["srv__*"], "mcp": {"srv": stdio_server()}})
+    daemon = Daemon(settings)
     async with build_gateway(settings) as gw:
+        helper = gw.mcp.server("helper", "srv")
+        assert helper is not None
         assert await ask() == "one"
         before = _server(gw)
         declare("two")
-        gw.agents = load_agents(settings.agents_dir)  # what SIGHUP does
-        assert await ask() == "two"
-        assert _server(gw) is not before
+        daemon.reload_agents(gw)  # SIGHUP
         await _wait(before, lambda s: s.state is ServerState.CLOSED)
+        assert await ask() == "two"
+        after = _server(gw)
+        assert after is not before
+
+        shutil.rmtree(settings.agents_dir / "helper")
+        daemon.reload_agents(gw)
+        await _wait(helper, lambda s: s.state is ServerState.CLOSED)
+        assert gw.mcp.server("helper", "srv") is None and _server(gw) is after
 
 
 @pytest.mark.parametrize(

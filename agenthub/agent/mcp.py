@@ -292,9 +292,9 @@ def _describe(error: BaseException) -> str:
 class McpHub:
     """The MCP servers of every agent, for the gateway's lifetime.
 
-    `start` launches the servers the agents' whitelists reach; `tools_for` also launches those of an agent
-    reloaded since (and retires servers whose declaration changed), waits for each one's first start attempt,
-    and returns the whitelisted tools in a stable order (servers by name, tools as listed).
+    `sync` launches the servers the agents' whitelists reach and retires those of agents that are gone;
+    `tools_for` does the same for one agent (retiring servers whose declaration changed), waits for each one's
+    first start attempt, and returns the whitelisted tools in a stable order (servers by name, tools as listed).
     """
 
     def __init__(self, *, backoff: RestartBackoff | None = None) -> None:
@@ -303,7 +303,13 @@ class McpHub:
         self._retiring: set[asyncio.Task[None]] = set()
         self._closed = False
 
-    def start(self, agents: Iterable[AgentDefinition]) -> None:
+    def sync(self, agents: Iterable[AgentDefinition]) -> None:
+        """Start what `agents` declare (and their whitelists reach); retire servers no agent declares any more.
+        Called at gateway start and after an agent reload."""
+        agents = list(agents)
+        names = {agent.name for agent in agents}
+        for owner, name in [key for key in self._servers if key[0] not in names]:
+            self._retire(self._servers.pop((owner, name)))
         for agent in agents:
             self._ensure(agent)
 

@@ -108,7 +108,7 @@ class GatewayCore:
             raise RuntimeError("GatewayCore was already started")
         self._entered = True
         self.timers.start()
-        self.mcp.start(self.agents.agents.values())
+        self.mcp.sync(self.agents.agents.values())
         return self
 
     async def __aexit__(
