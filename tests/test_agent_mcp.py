@@ -19,7 +19,9 @@ import pytest_asyncio
 from structlog.testing import capture_logs
 
 from agenthub.agent.definition import AgentConfig
-from agenthub.agent.mcp import McpServer, ServerState, exposed_name, whitelisted
+from agenthub.agent.mcp import whitelisted
+from agenthub.agent.mcp_server import McpServer, ServerState
+from agenthub.agent.mcp_support import RestartBackoff, exposed_name
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.daemon import Daemon
@@ -237,6 +239,17 @@ async def test_a_server_that_fails_to_start_is_reported_by_name_and_the_agent_ke
     assert failed and {e["server"] for e in failed} == {"broken"} and failed[0]["agent"] == "default"
 
 
+async def test_a_servers_stderr_becomes_log_lines_naming_it(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    script = "import sys; sys.stderr.write('first line\\nmissing API key for upstream\\n'); sys.exit(2)"
+    servers = {"noisy": {"command": sys.executable, "args": ["-c", script]}}
+    write_agent(settings.agents_dir, "default", {"tools": ["noisy__*"], "mcp": servers})
+    with capture_logs() as logs:
+        async with build_gateway(settings) as gw:
+            await _turn(gw, "hello")
+    lines = [(e["server"], e["line"]) for e in logs if e["event"] == "mcp_server_stderr"]
+    assert ("noisy", "first line") in lines and ("noisy", "missing API key for upstream") in lines
+
+
 async def test_many_sessions_call_one_server_at_the_same_moment(
     mcp_gateway: GatewayCore, fake_llm: FakeAnthropic
 ) -> None:
@@ -323,3 +336,8 @@ def test_names_and_whitelist_patterns() -> None:
     assert exposed_name("fs", "read.file/v2") == "fs__read_file_v2"
     assert whitelisted(["fs__*"], "fs__read") and not whitelisted(["fs__*"], "fsx__read")
     assert whitelisted(["fs__read"], "fs__read") and not whitelisted(["fs__read"], "fs__write")
+
+
+def test_restart_backoff_doubles_up_to_its_cap() -> None:
+    backoff = RestartBackoff(first_s=1.0, max_s=60.0)
+    assert [backoff.delay_s(n) for n in (1, 2, 3, 6, 7, 20)] == [1.0, 2.0, 4.0, 32.0, 60.0, 60.0]

@@ -1,0 +1,118 @@
+"""Pieces of the MCP client that need no session state: naming, result text, restart backoff, stderr relay."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import TextIO
+
+import structlog
+from mcp import ClientSession, types
+
+log = structlog.get_logger(__name__)
+
+MAX_LIST_PAGES = 100
+STDERR_LINE_MAX = 1 << 16
+STDERR_SHOWN_CHARS = 2000
+STDERR_DRAIN_S = 1.0
+
+
+@dataclass(frozen=True)
+class RestartBackoff:
+    """Delay before restarting a server after `failures` consecutive failed starts or deaths."""
+
+    first_s: float = 1.0
+    max_s: float = 60.0
+
+    def delay_s(self, failures: int) -> float:
+        return float(min(self.max_s, self.first_s * 2 ** max(0, failures - 1)))
+
+
+def exposed_name(server: str, tool: str) -> str:
+    """`server__tool`, with characters the Messages API does not accept in tool names turned into `_`."""
+    return f"{server}__{re.sub(r'[^A-Za-z0-9_-]', '_', tool)}"
+
+
+def render_result(result: types.CallToolResult) -> str:
+    """The text the model gets for a tool result: its text blocks; other kinds are named, not shown."""
+    parts: list[str] = []
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            parts.append(block.text)
+        elif isinstance(block, types.EmbeddedResource) and isinstance(block.resource, types.TextResourceContents):
+            parts.append(block.resource.text)
+        elif isinstance(block, types.ResourceLink):
+            parts.append(f"[resource: {block.uri}]")
+        else:
+            parts.append(f"[{block.type} content not shown]")
+    if not parts and result.structuredContent is not None:
+        parts.append(json.dumps(result.structuredContent, ensure_ascii=False, sort_keys=True))
+    return "\n".join(parts)
+
+
+async def list_all_tools(session: ClientSession) -> list[types.Tool]:
+    listed: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(MAX_LIST_PAGES):
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        listed += page.tools
+        cursor = page.nextCursor
+        if not cursor:
+            break
+    return listed
+
+
+async def stderr_to_log(stack: contextlib.AsyncExitStack, **names: str) -> TextIO:
+    """A pipe for a server's stderr whose lines become `mcp_server_stderr` log lines (so they stay out of a
+    terminal `agenthub chat` draws on, and are structured in the daemon's log). Returns the write end; the reader
+    ends when every copy of it is closed, or soon after `stack` unwinds."""
+    read_fd, write_fd = os.pipe()
+    reader = asyncio.StreamReader(limit=STDERR_LINE_MAX)
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
+    )
+    task = asyncio.create_task(_log_lines(reader, names))
+
+    async def finish() -> None:
+        await asyncio.wait([task], timeout=STDERR_DRAIN_S)  # lines written while the server shuts down
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        transport.close()
+
+    stack.push_async_callback(finish)
+    return os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
+
+
+async def _log_lines(reader: asyncio.StreamReader, names: dict[str, str]) -> None:
+    while True:
+        try:
+            line = await reader.readline()
+        except ValueError:  # a line over the limit: the rest of it is dropped
+            continue
+        if not line:
+            return
+        text = line.decode("utf-8", errors="replace").rstrip()
+        if text:
+            log.info("mcp_server_stderr", line=text[:STDERR_SHOWN_CHARS], **names)
+
+
+async def first_of(*events: asyncio.Event) -> None:
+    waits = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
+def describe_error(error: BaseException) -> str:
+    """The exception's type names (an ExceptionGroup's members too); never its text, which may hold env values."""
+    if isinstance(error, BaseExceptionGroup):
+        return ",".join(sorted({describe_error(e) for e in error.exceptions}))
+    return type(error).__name__
