@@ -97,9 +97,16 @@ async def test_results_move_only_when_over_the_threshold_and_never_for_read_file
     over = "b" * 10_001
     kept = await store.keep("srv__x", over)
     assert kept != over and STORED.search(kept)
+    assert "read it with read_file" in kept
     assert await store.keep("read_file", over) == over
     assert await store.keep("memory_search", over) == over
     assert len(list((tmp_path / "ws" / "large_tool_results").iterdir())) == 1
+
+
+async def test_without_read_file_the_preview_says_only_it_is_available(tmp_path: Path) -> None:
+    store = LargeResultStore(tmp_path / "ws", threshold_chars=10_000, readable=False)
+    kept = await store.keep("srv__x", "c" * 20_000)
+    assert STORED.search(kept) and "read_file is not enabled for you" in kept and "read it with" not in kept
 
 
 async def test_many_turns_storing_the_same_result_at_once_all_succeed(tmp_path: Path) -> None:

@@ -23,9 +23,11 @@ class LargeResultStore:
     distinct text) and returns what the conversation keeps instead: the path, then the first and last
     `PREVIEW_CHARS` characters. `read_file` with `offset`/`limit` reads the file back in pages."""
 
-    def __init__(self, workspace: Path, threshold_chars: int) -> None:
+    def __init__(self, workspace: Path, threshold_chars: int, *, readable: bool = True) -> None:
         self.workspace = workspace
         self.threshold_chars = threshold_chars
+        self.readable = readable
+        """Whether the agent has `read_file`; the preview says how to read the rest, or that it cannot."""
 
     def should_move(self, tool: str, output: str) -> bool:
         return len(output) > self.threshold_chars and tool not in NEVER_MOVED
@@ -37,7 +39,7 @@ class LargeResultStore:
         relative = f"{DIRECTORY}/{hashlib.sha256(output.encode('utf-8')).hexdigest()}.txt"
         await asyncio.to_thread(_store, self.workspace / relative, output)
         log.info("tool_result_moved", tool=tool, chars=len(output), path=relative)
-        return preview(output, relative)
+        return preview(output, relative, readable=self.readable)
 
 
 def _store(path: Path, text: str) -> None:
@@ -45,12 +47,16 @@ def _store(path: Path, text: str) -> None:
         atomic_write_text(path, text)
 
 
-def preview(text: str, relative_path: str) -> str:
+def preview(text: str, relative_path: str, *, readable: bool = True) -> str:
     """The path first (so any later cut of old tool results keeps it), then the head and the tail."""
     omitted = len(text) - 2 * PREVIEW_CHARS
+    how = (
+        f"read it with read_file (path {relative_path!r}, offset and limit in characters)"
+        if readable
+        else "read_file is not enabled for you, so only this preview is available"
+    )
     return (
         f"[This result has {len(text)} characters. It is stored in full in your workspace at {relative_path}; "
-        f"read it with read_file (path {relative_path!r}, offset and limit in characters). "
-        f"The first and last {PREVIEW_CHARS} characters follow.]\n"
+        f"{how}. The first and last {PREVIEW_CHARS} characters follow.]\n"
         f"{text[:PREVIEW_CHARS]}\n[… {omitted} characters not shown …]\n{text[-PREVIEW_CHARS:]}"
     )

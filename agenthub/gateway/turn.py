@@ -154,7 +154,9 @@ class TurnRunner:
             max_tokens=max_tokens,
             max_iterations=settings.llm.max_tool_iterations,
             llm_gate=gw.llm_gate,
-            large_results=LargeResultStore(workspace, settings.memory.large_tool_result_chars),
+            large_results=LargeResultStore(
+                workspace, settings.memory.large_tool_result_chars, readable=any(t.name == "read_file" for t in tools)
+            ),
         )
         ctx = ToolContext(
             agent=agent,
