@@ -150,6 +150,26 @@ async def test_a_server_killed_mid_session_is_a_tool_error_then_comes_back(
     assert _results(_bodies(fake_llm)[-1])[0]["content"] == "echo: still here"
 
 
+async def test_while_a_dead_server_waits_for_its_restart_its_tools_answer_with_a_clear_error(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    write_agent(settings.agents_dir, "default", {"tools": ["srv__*"], "mcp": {"srv": stdio_server()}})
+    gw = build_gateway(settings)
+    gw.mcp.backoff = RestartBackoff(first_s=3600.0)  # the restart stays pending for the whole test
+    async with gw:
+        fake_llm.script(reply_tool("srv__crash", {}), reply_text("crashed"))
+        await _turn(gw, "crash")
+        await _wait(_server(gw), lambda s: s.state is ServerState.DOWN)
+        fake_llm.script(reply_tool("srv__echo", {"text": "anyone?"}), reply_text("it is down, sorry"))
+        events = await _turn(gw, "echo")
+        assert isinstance(events[-1], DoneEvent) and events[-1].full_text == "it is down, sorry"
+        [result] = _results(_bodies(fake_llm)[-1])
+        assert result["is_error"] is True
+        assert result["content"] == "MCP server 'srv' is not available right now (it is being restarted)"
+        tools = {json.dumps(body["tools"]) for body in _bodies(fake_llm)}
+        assert len(tools) == 1  # the cached list stays offered: the prompt prefix does not change
+
+
 async def test_a_call_that_takes_too_long_ends_with_a_timeout_error(
     settings: Settings, fake_llm: FakeAnthropic
 ) -> None:
