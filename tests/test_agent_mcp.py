@@ -358,6 +358,13 @@ def test_names_and_whitelist_patterns() -> None:
     assert whitelisted(["fs__read"], "fs__read") and not whitelisted(["fs__read"], "fs__write")
 
 
+def test_the_gateway_does_not_import_the_sdk_until_a_server_is_declared() -> None:
+    code = "import sys; import agenthub.app, agenthub.daemon; print('mcp' in sys.modules)"
+    root = Path(__file__).parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
 def test_restart_backoff_doubles_up_to_its_cap() -> None:
     backoff = RestartBackoff(first_s=1.0, max_s=60.0)
     assert [backoff.delay_s(n) for n in (1, 2, 3, 6, 7, 20)] == [1.0, 2.0, 4.0, 32.0, 60.0, 60.0]

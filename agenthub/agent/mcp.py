@@ -2,18 +2,21 @@
 
 Servers are reached through the official `mcp` SDK over stdio or streamable HTTP; each runs supervised in its own
 task (`mcp_server.McpServer`). Only the tools an agent's `tools` whitelist names (exactly or as `server__*`) are
-offered, and a server no entry reaches is not started.
+offered, and a server no entry reaches is not started. The SDK is imported only once a server is started.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from agenthub.agent.definition import AgentDefinition
-from agenthub.agent.mcp_server import McpServer
 from agenthub.agent.mcp_support import RestartBackoff
 from agenthub.agent.tools import Tool
+
+if TYPE_CHECKING:
+    from agenthub.agent.mcp_server import McpServer
 
 
 def whitelisted(whitelist: Iterable[str], name: str) -> bool:
@@ -78,6 +81,8 @@ class McpHub:
         for name in sorted(wanted):
             running = self._servers.get((agent.name, name))
             if running is None:
+                from agenthub.agent.mcp_server import McpServer  # the SDK loads only when some agent declares a server
+
                 running = McpServer(
                     agent.name, name, wanted[name], timeout_s=config.mcp_call_timeout_s, backoff=self.backoff
                 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
@@ -24,15 +25,7 @@ from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 
 from agenthub.agent.definition import McpServerConfig
-from agenthub.agent.mcp_support import (
-    RestartBackoff,
-    describe_error,
-    exposed_name,
-    first_of,
-    list_all_tools,
-    render_result,
-    stderr_to_log,
-)
+from agenthub.agent.mcp_support import RestartBackoff, describe_error, exposed_name, first_of, stderr_to_log
 from agenthub.agent.tools import Tool, ToolContext, ToolError, ToolFn
 
 log = structlog.get_logger(__name__)
@@ -45,8 +38,39 @@ CLOSE_GRACE_S = 5.0
 """How long closing waits for a server's task to shut its transport down before cancelling it."""
 ERROR_TEXT_MAX = 4000
 """At most this much of a server's error text reaches the model."""
+MAX_LIST_PAGES = 100
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
+
+
+def render_result(result: types.CallToolResult) -> str:
+    """The text the model gets for a tool result: its text blocks; other kinds are named, not shown."""
+    parts: list[str] = []
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            parts.append(block.text)
+        elif isinstance(block, types.EmbeddedResource) and isinstance(block.resource, types.TextResourceContents):
+            parts.append(block.resource.text)
+        elif isinstance(block, types.ResourceLink):
+            parts.append(f"[resource: {block.uri}]")
+        else:
+            parts.append(f"[{block.type} content not shown]")
+    if not parts and result.structuredContent is not None:
+        parts.append(json.dumps(result.structuredContent, ensure_ascii=False, sort_keys=True))
+    return "\n".join(parts)
+
+
+async def list_all_tools(session: ClientSession) -> list[types.Tool]:
+    listed: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(MAX_LIST_PAGES):
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        listed += page.tools
+        cursor = page.nextCursor
+        if not cursor:
+            break
+    return listed
 
 
 class ServerState(StrEnum):

@@ -1,21 +1,19 @@
-"""Pieces of the MCP client that need no session state: naming, result text, restart backoff, stderr relay."""
+"""Pieces of the MCP client that do not need the SDK (so importing the gateway does not import it): naming,
+restart backoff, the stderr relay."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
 from dataclasses import dataclass
 from typing import TextIO
 
 import structlog
-from mcp import ClientSession, types
 
 log = structlog.get_logger(__name__)
 
-MAX_LIST_PAGES = 100
 STDERR_LINE_MAX = 1 << 16
 STDERR_SHOWN_CHARS = 2000
 STDERR_DRAIN_S = 1.0
@@ -35,36 +33,6 @@ class RestartBackoff:
 def exposed_name(server: str, tool: str) -> str:
     """`server__tool`, with characters the Messages API does not accept in tool names turned into `_`."""
     return f"{server}__{re.sub(r'[^A-Za-z0-9_-]', '_', tool)}"
-
-
-def render_result(result: types.CallToolResult) -> str:
-    """The text the model gets for a tool result: its text blocks; other kinds are named, not shown."""
-    parts: list[str] = []
-    for block in result.content:
-        if isinstance(block, types.TextContent):
-            parts.append(block.text)
-        elif isinstance(block, types.EmbeddedResource) and isinstance(block.resource, types.TextResourceContents):
-            parts.append(block.resource.text)
-        elif isinstance(block, types.ResourceLink):
-            parts.append(f"[resource: {block.uri}]")
-        else:
-            parts.append(f"[{block.type} content not shown]")
-    if not parts and result.structuredContent is not None:
-        parts.append(json.dumps(result.structuredContent, ensure_ascii=False, sort_keys=True))
-    return "\n".join(parts)
-
-
-async def list_all_tools(session: ClientSession) -> list[types.Tool]:
-    listed: list[types.Tool] = []
-    cursor: str | None = None
-    for _ in range(MAX_LIST_PAGES):
-        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        page = await session.list_tools(params=params)
-        listed += page.tools
-        cursor = page.nextCursor
-        if not cursor:
-            break
-    return listed
 
 
 async def stderr_to_log(stack: contextlib.AsyncExitStack, **names: str) -> TextIO:
