@@ -168,8 +168,12 @@ class McpServer:
             try:
                 await self._serve_once()
             except Exception as e:  # a server that cannot start must never take the gateway down
-                log.warning(
-                    "mcp_server_unavailable", agent=self.agent, server=self.name, error=describe_error(e), exc_info=True
+                log.warning(  # the traceback once per outage, not on every retry
+                    "mcp_server_unavailable",
+                    agent=self.agent,
+                    server=self.name,
+                    error=describe_error(e),
+                    exc_info=self.failures == 0,
                 )
             self._session = None
             if self._closing.is_set():
