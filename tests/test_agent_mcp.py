@@ -312,33 +312,78 @@ async def _until_listening(port: int, process: asyncio.subprocess.Process) -> No
     raise AssertionError("the HTTP MCP server exited before listening")
 
 
+class HttpMcpServer:
+    """The test server over streamable HTTP on a fixed port, in a subprocess that a test can replace."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.process: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    async def start(self) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(SERVER_SCRIPT),
+            "http",
+            str(self.port),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        await _until_listening(self.port, self.process)
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            async with asyncio.timeout(WAIT_S):
+                await self.process.wait()
+
+
 @pytest_asyncio.fixture
-async def http_server_url() -> AsyncIterator[str]:
-    port = _free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(SERVER_SCRIPT), "http", str(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+async def http_server() -> AsyncIterator[HttpMcpServer]:
+    server = HttpMcpServer()
+    await server.start()
     try:
-        await _until_listening(port, process)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield server
     finally:
-        if process.returncode is None:
-            process.terminate()
-        async with asyncio.timeout(WAIT_S):
-            await process.wait()
+        await server.stop()
 
 
 async def test_a_streamable_http_server_is_used_by_url(
-    settings: Settings, fake_llm: FakeAnthropic, http_server_url: str
+    settings: Settings, fake_llm: FakeAnthropic, http_server: HttpMcpServer
 ) -> None:
-    write_agent(settings.agents_dir, "default", {"tools": ["web__echo"], "mcp": {"web": {"url": http_server_url}}})
+    write_agent(settings.agents_dir, "default", {"tools": ["web__echo"], "mcp": {"web": {"url": http_server.url}}})
     async with build_gateway(settings) as gw:
         fake_llm.script(reply_tool("web__echo", {"text": "over http"}), reply_text("done"))
         events = await _turn(gw, "echo over http")
-    assert isinstance(events[-1], DoneEvent) and events[-1].full_text == "done"
-    first, second = _bodies(fake_llm)
-    assert _tool_names(first)[-1] == "web__echo"
-    assert _results(second)[0]["content"] == "echo: over http"
+        assert isinstance(events[-1], DoneEvent) and events[-1].full_text == "done"
+        first, second = _bodies(fake_llm)
+        assert _tool_names(first)[-1] == "web__echo"
+        assert _results(second)[0]["content"] == "echo: over http"
+
+        await http_server.stop()  # replaced by a new process: the old MCP session is unknown to it
+        await http_server.start()
+        fake_llm.script(reply_tool("web__echo", {"text": "again"}), reply_text("the server went away"))
+        await _turn(gw, "echo again")
+        [lost] = _results(_bodies(fake_llm)[-1])
+        assert lost["is_error"] is True and "MCP server 'web'" in lost["content"]
+        await _wait(_server(gw, "web"), lambda s: s.starts == 2 and s.state is ServerState.RUNNING)
+        fake_llm.script(reply_tool("web__echo", {"text": "back"}), reply_text("ok"))
+        await _turn(gw, "echo once more")
+        assert _results(_bodies(fake_llm)[-1])[0]["content"] == "echo: back"
+
+        await http_server.stop()  # gone: nothing listens until it starts again
+        fake_llm.script(reply_tool("web__echo", {"text": "hello?"}), reply_text("nobody there"))
+        await _turn(gw, "echo into the void")
+        [refused] = _results(_bodies(fake_llm)[-1])
+        assert refused["is_error"] is True and "MCP server 'web'" in refused["content"]
+        await http_server.start()
+        await _wait(_server(gw, "web"), lambda s: s.starts == 3 and s.state is ServerState.RUNNING)
+        fake_llm.script(reply_tool("web__echo", {"text": "found"}), reply_text("ok"))
+        await _turn(gw, "echo at last")
+        assert _results(_bodies(fake_llm)[-1])[0]["content"] == "echo: found"
 
 
 def test_mcp_config_is_validated() -> None:

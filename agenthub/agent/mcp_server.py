@@ -25,7 +25,15 @@ from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 
 from agenthub.agent.definition import McpServerConfig
-from agenthub.agent.mcp_support import RestartBackoff, describe_error, exposed_name, first_of, stderr_to_log
+from agenthub.agent.mcp_support import (
+    EventSet,
+    RestartBackoff,
+    describe_error,
+    exposed_name,
+    first_of,
+    stderr_to_log,
+    unless_set,
+)
 from agenthub.agent.tools import Tool, ToolContext, ToolError, ToolFn
 
 log = structlog.get_logger(__name__)
@@ -39,6 +47,9 @@ CLOSE_GRACE_S = 5.0
 ERROR_TEXT_MAX = 4000
 """At most this much of a server's error text reaches the model."""
 MAX_LIST_PAGES = 100
+SESSION_GONE = frozenset({types.CONNECTION_CLOSED, 32600})
+"""Error codes that mean the session is lost: the connection closed, or (32600, as the SDK's streamable HTTP
+client reports a 404) the server no longer knows the session, e.g. after it restarted. Either way: restart."""
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
 
@@ -97,8 +108,8 @@ class McpServer:
         self.failures = 0
         self.tools: tuple[Tool, ...] = ()
         self._listing: list[dict[str, Any]] = []
-        self._session: ClientSession | None = None
-        self._broken = asyncio.Event()
+        self._live: tuple[ClientSession, asyncio.Event] | None = None
+        """The running session and the event that marks its end (a fresh pair per start)."""
         self._closing = asyncio.Event()
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
@@ -130,20 +141,23 @@ class McpServer:
     # ---- calls ---------------------------------------------------------------------------------
 
     async def call(self, tool: str, args: dict[str, Any]) -> str:
-        session = self._session
-        if session is None:
+        live = self._live
+        if live is None:
             raise ToolError(f"MCP server '{self.name}' is not available right now (it is being restarted)")
+        session, ended = live
         try:
             async with asyncio.timeout(self.timeout_s):
-                result = await session.call_tool(tool, args)
+                result = await unless_set(ended, session.call_tool(tool, args))
+        except EventSet:  # the session ended under the call (the SDK does not always fail a pending request then)
+            raise self._lost(ended) from None
         except TimeoutError:
             raise ToolError(f"MCP tool '{tool}' of '{self.name}' did not answer within {self.timeout_s:g} s") from None
         except McpError as e:
-            if e.error.code == types.CONNECTION_CLOSED:
-                raise self._lost() from None
+            if e.error.code in SESSION_GONE:
+                raise self._lost(ended) from None
             raise ToolError(f"MCP server '{self.name}' refused the call: {e.error.message[:ERROR_TEXT_MAX]}") from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-            raise self._lost() from None
+            raise self._lost(ended) from None
         except RuntimeError:  # the SDK's check of structured content against the tool's output schema
             raise ToolError(f"MCP tool '{tool}' of '{self.name}' returned a malformed result") from None
         text = render_result(result)
@@ -151,8 +165,8 @@ class McpServer:
             raise ToolError(text[:ERROR_TEXT_MAX] or f"MCP tool '{tool}' reported an error")
         return text
 
-    def _lost(self) -> ToolError:
-        self._broken.set()
+    def _lost(self, ended: asyncio.Event) -> ToolError:
+        ended.set()  # the supervisor restarts the server
         return ToolError(f"MCP server '{self.name}' stopped during the call; it is being restarted")
 
     def _bind(self, tool: str) -> ToolFn:
@@ -175,7 +189,6 @@ class McpServer:
                     error=describe_error(e),
                     exc_info=self.failures == 0,
                 )
-            self._session = None
             if self._closing.is_set():
                 break
             self.failures += 1
@@ -186,20 +199,27 @@ class McpServer:
                 await asyncio.wait_for(self._closing.wait(), delay)
 
     async def _serve_once(self) -> None:
-        self._broken = asyncio.Event()
+        ended = asyncio.Event()
+        try:
+            await self._serve(ended)
+        finally:
+            self._live = None
+            ended.set()  # calls still waiting on this session fail now, whatever state the SDK left them in
+
+    async def _serve(self, ended: asyncio.Event) -> None:
         async with contextlib.AsyncExitStack() as stack:
             read, write = await self._open_transport(stack)
-            session = await stack.enter_async_context(ClientSession(await self._watch(stack, read), write))
+            session = await stack.enter_async_context(ClientSession(await self._watch(stack, read, ended), write))
             async with asyncio.timeout(max(self.timeout_s, START_TIMEOUT_MIN_S)):
                 await session.initialize()
                 listed = await list_all_tools(session)
             self._cache_tools(listed)
-            self._session, self.failures = session, 0
+            self._live, self.failures = (session, ended), 0
             self.starts += 1
             log.info("mcp_server_started", agent=self.agent, server=self.name, tools=len(self.tools))
             await self._set_state(ServerState.RUNNING)
-            await first_of(self._broken, self._closing)
-            self._session = None
+            await first_of(ended, self._closing)
+            self._live = None
             if not self._closing.is_set():
                 log.warning("mcp_server_died", agent=self.agent, server=self.name)
 
@@ -217,13 +237,12 @@ class McpServer:
         read, write, _ = await stack.enter_async_context(streamable_http_client(config.url))
         return read, write
 
-    async def _watch(self, stack: contextlib.AsyncExitStack, read: ReadStream) -> ReadStream:
+    async def _watch(self, stack: contextlib.AsyncExitStack, read: ReadStream, ended: asyncio.Event) -> ReadStream:
         """Relay the transport's messages to the session; the end of the transport's stream marks the server
         broken (a dead stdio process, a dropped HTTP connection) so it is restarted without waiting for a call."""
         relay_send, relay_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         group = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(group.cancel_scope.cancel)
-        broken = self._broken
 
         async def relay() -> None:
             try:
@@ -231,7 +250,7 @@ class McpServer:
                     async for item in read:
                         await relay_send.send(item)
             finally:
-                broken.set()
+                ended.set()
 
         group.start_soon(relay)
         return relay_read

@@ -7,12 +7,14 @@ import asyncio
 import contextlib
 import os
 import re
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO, TypeVar
 
 import structlog
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 STDERR_LINE_MAX = 1 << 16
 STDERR_SHOWN_CHARS = 2000
@@ -68,6 +70,26 @@ async def _log_lines(reader: asyncio.StreamReader, names: dict[str, str]) -> Non
         text = line.decode("utf-8", errors="replace").rstrip()
         if text:
             log.info("mcp_server_stderr", line=text[:STDERR_SHOWN_CHARS], **names)
+
+
+class EventSet(Exception):
+    """`unless_set`'s event was set before the awaited call finished."""
+
+
+async def unless_set(event: asyncio.Event, call: Coroutine[Any, Any, T]) -> T:
+    """`call`'s result, unless `event` is set first: then the call is cancelled and `EventSet` raised."""
+    running = asyncio.ensure_future(call)
+    waiting = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait([running, waiting], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+        if not running.done():
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+    if running.cancelled():
+        raise EventSet
+    return running.result()
 
 
 async def first_of(*events: asyncio.Event) -> None:
