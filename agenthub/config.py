@@ -101,6 +101,9 @@ class MemorySettings(_Section):
     old_tool_result_chars: int = Field(
         4000, ge=0, description="send tool results older than the last 2 user turns cut to this; 0: never"
     )
+    large_tool_result_chars: int = Field(
+        80_000, ge=8000, description="a longer tool result is moved to workspace/<agent>/large_tool_results/"
+    )
 
 
 class MediaSettings(_Section):

@@ -127,6 +127,7 @@ class Daemon:
                 fresh.agents[name] = previous.agents[name]
                 log.error("agent_reload_kept_previous", agent=name, reason=reason)
         gateway.agents = fresh
+        gateway.mcp.sync(fresh.agents.values())
         log.info("agents_reloaded", agents=fresh.names(), broken=sorted(fresh.errors))
 
     def _first_console_token(self) -> str | None:

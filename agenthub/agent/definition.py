@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agenthub.config import describe_validation_error
 from agenthub.errors import AgentNotFoundError, InvalidIdError
@@ -17,6 +18,7 @@ from agenthub.session.keys import validate_agent_name
 log = structlog.get_logger(__name__)
 
 DEFAULT_PERSONA = "You are a helpful assistant."
+MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class MemoryOverrides(BaseModel):
@@ -30,6 +32,25 @@ class MemoryOverrides(BaseModel):
     autocompact_summary: bool | None = None
     scope: Literal["agent", "chat"] = "agent"
     user_profile: Literal["shared", "per_user"] = "shared"
+
+
+class McpServerConfig(BaseModel):
+    """One MCP tool server of an agent: a command started over stdio, or a streamable HTTP `url`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str | None = Field(None, min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, description="added to the safe default environment")
+    url: str | None = Field(None, pattern=r"^https?://")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of 'command' and 'url'")
+        if self.url is not None and (self.args or self.env):
+            raise ValueError("'args' and 'env' go with 'command', not 'url'")
+        return self
 
 
 class AgentConfig(BaseModel):
@@ -47,6 +68,16 @@ class AgentConfig(BaseModel):
     system_allowed_paths: list[str] = Field(default_factory=list)
     locale: Literal["zh-CN", "en"] | None = None
     """The language of the texts the product writes in this agent's chats; unset: the channel's locale."""
+    mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
+    mcp_call_timeout_s: float = Field(60.0, gt=0, description="bound of one MCP tool call")
+
+    @field_validator("mcp")
+    @classmethod
+    def _mcp_names(cls, servers: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in servers:
+            if not MCP_SERVER_NAME.fullmatch(name):
+                raise ValueError(f"MCP server name {name!r} may hold only letters, digits, '_' and '-'")
+        return servers
 
 
 @dataclass(frozen=True)

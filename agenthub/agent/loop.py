@@ -9,6 +9,7 @@ from typing import Any
 
 import structlog
 
+from agenthub.agent.large_results import LargeResultStore
 from agenthub.agent.tools import Tool, ToolContext, run_tool
 from agenthub.llm.types import LLMProvider, LLMRequest, LLMResponse
 from agenthub.memory.context import mark_newest_message
@@ -96,8 +97,10 @@ class AgentLoop:
         max_tokens: int,
         max_iterations: int,
         llm_gate: asyncio.Semaphore,
+        large_results: LargeResultStore | None = None,
     ) -> None:
         self.provider = provider
+        self.large_results = large_results
         self.model = model
         self.max_tokens = max_tokens
         self.max_iterations = max_iterations
@@ -149,6 +152,7 @@ class AgentLoop:
             args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
             emit(ToolEvent(name, "start"))
             output, is_error = await run_tool(tools, name, args, ctx)
+            output = await self._keep(name, output)
             emit(ToolEvent(name, "end", is_error=is_error))
             log.info("tool_called", tool=name, is_error=is_error)
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.get("id"), "content": output}
@@ -156,3 +160,13 @@ class AgentLoop:
                 block["is_error"] = True
             blocks.append(block)
         return {"role": "user", "content": blocks}
+
+    async def _keep(self, tool: str, output: str) -> str:
+        """A large result moved to a file (its preview kept); if the file cannot be written, the whole text."""
+        if self.large_results is None:
+            return output
+        try:
+            return await self.large_results.keep(tool, output)
+        except OSError as e:
+            log.error("tool_result_move_failed", tool=tool, chars=len(output), error=type(e).__name__)
+            return output

@@ -18,6 +18,10 @@ from agenthub.session.keys import SessionKey
 log = structlog.get_logger(__name__)
 
 MAX_FILE_BYTES = 200_000
+"""read_file without offset/limit refuses larger files; paged reads have no size limit."""
+DEFAULT_PAGE_CHARS = 20_000
+MAX_PAGE_CHARS = 100_000
+_SKIP_CHUNK_CHARS = 1 << 20
 
 
 class ToolError(Exception):
@@ -101,12 +105,43 @@ def _read_small(path: Path) -> str:
     if not path.is_file():
         raise ToolError(f"{path.name} is not a file")
     if path.stat().st_size > MAX_FILE_BYTES:
-        raise ToolError(f"{path.name} is larger than {MAX_FILE_BYTES} bytes")
+        raise ToolError(f"{path.name} is larger than {MAX_FILE_BYTES} bytes; read it in pages with offset and limit")
     return path.read_text(encoding="utf-8", errors="replace")
 
 
+def _read_page(path: Path, offset: int, limit: int) -> str:
+    """Characters `offset` .. `offset + limit` of a text file of any size (skipped in chunks, never loaded whole),
+    with a closing line saying where the next page starts when there is more."""
+    if not path.is_file():
+        raise ToolError(f"{path.name} is not a file")
+    with path.open(encoding="utf-8", errors="replace") as f:
+        skipped = 0
+        while skipped < offset and (chunk := f.read(min(_SKIP_CHUNK_CHARS, offset - skipped))):
+            skipped += len(chunk)
+        page = f.read(limit + 1)
+    if skipped < offset or not page:
+        return f"(nothing at offset {offset}: the file has {skipped} characters)"
+    if len(page) <= limit:
+        return page
+    return f"{page[:limit]}\n[read_file: more follows; the next page starts at offset {offset + limit}]"
+
+
+def _int_arg(args: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = args.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ToolError(f"argument '{name}' must be a whole number from {low} to {high}")
+    return value
+
+
 async def _read_file(args: dict[str, Any], ctx: ToolContext) -> str:
-    return await asyncio.to_thread(_read_small, _resolve_allowed(_str_arg(args, "path"), ctx))
+    path = _resolve_allowed(_str_arg(args, "path"), ctx)
+    if args.get("offset") is None and args.get("limit") is None:
+        return await asyncio.to_thread(_read_small, path)
+    offset = _int_arg(args, "offset", 0, 0, 2**62)
+    limit = _int_arg(args, "limit", DEFAULT_PAGE_CHARS, 1, MAX_PAGE_CHARS)
+    return await asyncio.to_thread(_read_page, path, offset, limit)
 
 
 def _listing(path: Path) -> str:
@@ -128,6 +163,21 @@ def _schema(**props: str) -> dict[str, Any]:
     }
 
 
+READ_FILE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": "file path"},
+        "offset": {"type": "integer", "minimum": 0, "description": "first character to read (default 0)"},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_PAGE_CHARS,
+            "description": f"characters to read (default {DEFAULT_PAGE_CHARS})",
+        },
+    },
+    "required": ["path"],
+}
+
 PLATFORM_TOOLS = (
     Tool(
         "read_memory",
@@ -147,7 +197,13 @@ BUILTIN_TOOLS = {
     tool.name: tool
     for tool in (
         Tool("get_time", "The current local date and time.", {"type": "object", "properties": {}}, _get_time),
-        Tool("read_file", "Read a text file from your workspace.", _schema(path="file path"), _read_file),
+        Tool(
+            "read_file",
+            "Read a text file from your workspace. Give offset and/or limit (in characters) to read it in pages; "
+            "large files must be read that way.",
+            READ_FILE_SCHEMA,
+            _read_file,
+        ),
         Tool("list_dir", "List a directory in your workspace.", _schema(path="directory path"), _list_dir),
     )
 }
@@ -159,7 +215,7 @@ def tools_for(agent: AgentDefinition) -> list[Tool]:
     for name in agent.config.tools:
         tool = BUILTIN_TOOLS.get(name)
         if tool is None:
-            if name not in {t.name for t in PLATFORM_TOOLS}:
+            if name not in {t.name for t in PLATFORM_TOOLS} and "__" not in name:  # `server__tool`: MCP's
                 log.warning("agent_tool_unknown", agent=agent.name, tool=name)
             continue
         tools.append(tool)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import structlog
 
 from agenthub.agent.definition import AgentDefinition, AgentRegistry
+from agenthub.agent.mcp import McpHub
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
 from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
@@ -55,7 +56,7 @@ class GatewayCore:
     Same-session messages run one at a time in arrival order (a `SessionRunner` per busy session);
     different sessions run in parallel, bounded by `session.max_concurrent_llm` concurrent model calls.
     Commands bypass the queue. Use it as an async context manager: entering starts the timers, leaving
-    aborts what still runs, stops the timers in reverse order and closes the LLM providers.
+    aborts what still runs, stops the timers in reverse order, closes the MCP servers and the LLM providers.
     """
 
     def __init__(
@@ -90,6 +91,7 @@ class GatewayCore:
         self.commands = CommandRouter()
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.compactor: Compactor | None = None
+        self.mcp = McpHub()
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.turns = TurnRunner(self)
         self._runners: dict[SessionKey, SessionRunner] = {}
@@ -108,6 +110,7 @@ class GatewayCore:
             raise RuntimeError("GatewayCore was already started")
         self._entered = True
         self.timers.start()
+        self.mcp.sync(self.agents.agents.values())
         return self
 
     async def __aexit__(
@@ -122,6 +125,7 @@ class GatewayCore:
                 await task
         await self._cancel_all_background()
         await self.timers.stop()
+        await self.mcp.aclose()
         await self.providers.aclose()
 
     def abort_all(self, reason: str) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from agenthub.agent.large_results import LargeResultStore
 from agenthub.agent.loop import AgentLoop, TurnResult
 from agenthub.agent.tools import ToolContext, tools_for
 from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError
@@ -148,7 +149,7 @@ class TurnRunner:
     async def _run_loop(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         gw, agent, settings = self.gateway, pending.agent, self.gateway.settings
         history = await gw.history.load(pending.key)
-        tools = tools_for(agent)
+        tools = [*tools_for(agent), *await gw.mcp.tools_for(agent)]
         max_tokens = agent.config.max_tokens or settings.llm.max_tokens
         request = await gw.context.build(
             agent=agent,
@@ -159,19 +160,23 @@ class TurnRunner:
             model=model,
             max_tokens=max_tokens,
         )
+        workspace = settings.workspace_dir / agent.name
         loop = AgentLoop(
             provider,
             model,
             max_tokens=max_tokens,
             max_iterations=settings.llm.max_tool_iterations,
             llm_gate=gw.llm_gate,
+            large_results=LargeResultStore(
+                workspace, settings.memory.large_tool_result_chars, readable=any(t.name == "read_file" for t in tools)
+            ),
         )
         ctx = ToolContext(
             agent=agent,
             key=pending.key,
             sender_id=pending.message.sender_id,
             memory=gw.memory_files,
-            workspace=settings.workspace_dir / agent.name,
+            workspace=workspace,
             memory_max_chars=settings.memory.memory_max_chars,
         )
         return await loop.run(request, tools, ctx, pending.handle.emit)

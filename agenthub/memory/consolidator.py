@@ -157,7 +157,7 @@ class Consolidator:
         """Compare the real prompt size with our estimate of the same request (history minus the reply)."""
         gw, agent = self.gateway, pending.agent
         system = await gw.context.system_blocks(agent, pending.key, pending.message.sender_id, history)
-        tools = [t.definition() for t in tools_for(agent)]
+        tools = [t.definition() for t in [*tools_for(agent), *gw.mcp.cached_tools(agent)]]
         sent = cut_old_tool_results(to_api_messages(history[:-1]), gw.settings.memory.old_tool_result_chars)
         estimated = estimate_tokens(system) + estimate_tokens(sent) + estimate_tokens(tools)
         factor = policy.calibration(real, estimated)
