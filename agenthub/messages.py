@@ -98,6 +98,9 @@ class NoticeEvent:
     """Out-of-band information for the user (a queued message, a compaction, a fallback)."""
 
     text: str
+    transient: bool = False
+    """Only true while the reply is pending (e.g. "queued behind …"): a channel that shows nothing before the final
+    answer drops it."""
     kind: Literal["notice"] = "notice"
 
 
@@ -108,6 +111,9 @@ class DoneEvent:
     full_text: str
     usage: Usage = field(default_factory=Usage)
     session_key: str = ""
+    joined: bool = False
+    """This message waited and was answered together with later ones: the answer ends a later message's handle
+    (`full_text` is then only a short note). A channel that has shown nothing for it yet may stay silent."""
     kind: Literal["done"] = "done"
 
 

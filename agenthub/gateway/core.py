@@ -204,7 +204,8 @@ class GatewayCore:
         pending.waited = runner.depth > 0 or runner.holds > 0 or runner.mutex.locked()
         runner.queue.append(pending)
         if runner.depth > 1:
-            pending.handle.emit(NoticeEvent(f"Queued behind {runner.depth - 1} earlier message(s) in this chat."))
+            waiting = f"Queued behind {runner.depth - 1} earlier message(s) in this chat."
+            pending.handle.emit(NoticeEvent(waiting, transient=True))
         if runner.task is None:
             runner.task = asyncio.create_task(self._work(runner), name=f"session:{pending.key}")
 
@@ -379,7 +380,11 @@ def _end_with(pending: PendingTurn, outcome: TurnOutcome) -> None:
     final = outcome.final
     if final is None:
         return
-    together = DoneEvent(ANSWERED_TOGETHER, session_key=final.session_key) if isinstance(final, DoneEvent) else final
+    together = (
+        DoneEvent(ANSWERED_TOGETHER, session_key=final.session_key, joined=True)
+        if isinstance(final, DoneEvent)
+        else final
+    )
     for earlier in pending.joined:
         earlier.handle.emit(together)
     pending.handle.emit(final)

@@ -147,10 +147,12 @@ class AppEndpoint:
         final: DoneEvent | ErrorEvent | None = None
         notices: list[str] = []
         async for event in handle:
-            if isinstance(event, NoticeEvent):
+            if isinstance(event, NoticeEvent) and not event.transient:  # nothing is shown before the answer
                 notices.append(event.text)
             elif isinstance(event, DoneEvent | ErrorEvent):
                 final = event
+        if isinstance(final, DoneEvent) and final.joined:
+            return  # answered (with its queue notice) by the reply to a later message: not one send per line
         text = final.full_text if isinstance(final, DoneEvent) else getattr(final, "message", "")
         text = with_notices(text, notices)  # compaction, fallback, queueing: never silent
         if text:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -88,3 +89,39 @@ async def test_ai_bot_streams_a_real_turn(settings: Settings, fake_llm: FakeAnth
         finally:
             await channel.stop()
             await server.close()
+
+
+async def test_lines_pasted_as_several_app_messages_get_one_answer_each_burst(
+    settings: Settings, fake_llm: FakeAnthropic, tmp_path: Path
+) -> None:
+    """Messages waiting behind a running turn go to the model as one turn; the app sends that one answer, not an
+    extra "answered together" message per waiting line (each message/send counts against WeCom's member budget)."""
+    release = asyncio.Event()
+    fake_llm.script(reply_text("第一条的回答", hold=release), reply_text("后面三行一起的回答"))
+    api = await FakeQyApi(CORP_ID, SECRET).start()
+    table = app_table(api)
+    table["apps"]["hr"]["agent"] = None
+    async with build_gateway(settings) as gateway, aiohttp.ClientSession() as http:
+        context = channel_context(gateway, tmp_path / "state", settings)
+        channel = WeComChannel(context, table)
+        await channel.start()
+        server = await serve_routes(context)
+        try:
+            url = server.make_url("/wecom/hr/callback")
+            for number, line in enumerate(["第一行", "第二行", "第三行", "第四行"]):
+                xml = text_message_xml(corp_id=CORP_ID, user="lisi", content=line, msg_id=4200 + number)
+                query, body = signed_callback(xml, token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID)
+                async with http.post(url.with_query(query), data=body) as resp:
+                    assert resp.status == 200
+                if number == 0:
+                    await fake_llm.wait_for_requests(1)
+            release.set()
+            await api.wait_for(lambda: len(api.sends) >= 2, timeout=10)
+            await channel.tasks.join()
+            assert api.texts() == ["第一条的回答", "后面三行一起的回答"]
+            merged = (fake_llm.requests[1].body or {})["messages"][-1]["content"]
+            assert all(line in str(merged) for line in ["第二行", "第三行", "第四行"])
+        finally:
+            await channel.stop()
+            await server.close()
+            await api.close()
