@@ -148,7 +148,8 @@ async def test_over_http_the_reply_matches_the_file_on_a_full_disk(
     filler = fill(small_disk)
     too_big = "x" * (room_in_last_page(path) + 100)
     status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "full", "content": too_big})
-    assert status == 500 and "try again" in body["error"]["message"].lower()
+    assert status == 503 and body["error"]["code"] == "storage_unavailable"
+    assert "not saved" in body["error"]["message"] or "没有保存" in body["error"]["message"]
     status, body = await api.call("GET", AGENT + "/sessions")
     assert status == 200 and [m["chat_id"] for m in body["sessions"]] == ["full"]
     for method, path_, payload in (("PATCH", "/sessions/full", {"title": "t"}), ("POST", "/sessions", {})):
@@ -166,6 +167,23 @@ async def test_over_http_the_reply_matches_the_file_on_a_full_disk(
     assert [m["content"] for m in await SessionHistory(small_disk).load(KEY)] == [m["content"] for m in served]
     seen_by_model = [m["role"] for m in (fake_llm.message_requests()[-1].body or {})["messages"]]
     assert seen_by_model == ["user", "assistant", "user", "assistant", "user"]  # no ghost of the failed message
+
+
+async def test_an_answer_that_cannot_be_saved_is_delivered_and_says_so(
+    small_disk: Path, api: RunningApi, fake_llm: FakeAnthropic
+) -> None:
+    """The user's message fits the disk, the model's long answer does not: the user still gets the answer, told that
+    the history will miss it; file and cache agree (the answer is in neither)."""
+    assert (await api.call("POST", AGENT + "/chat", json={"chat_id": "full", "content": "hello"}))[0] == 200
+    path = api.gateway.history.layout("default").history_file(KEY)
+    fill(small_disk)
+    long_answer = "y" * (room_in_last_page(path) + 100)
+    fake_llm.script(reply_text(long_answer))
+    status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "full", "content": "ok"})
+    assert status == 200 and body["reply"] == long_answer
+    assert any("could not be saved" in n or "没能保存" in n for n in body["notices"]), body["notices"]
+    stored = [m["content"] for m in jsonl.read_records(path)]
+    assert long_answer not in str(stored) and [m["content"] for m in await api.gateway.history.load(KEY)] == stored
 
 
 async def test_many_sessions_appending_at_once_on_a_full_disk_each_keep_file_and_cache_equal(small_disk: Path) -> None:

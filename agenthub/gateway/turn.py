@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from agenthub import i18n
 from agenthub.agent.large_results import LargeResultStore
 from agenthub.agent.loop import AgentLoop, TurnResult
 from agenthub.agent.tools import ToolContext, tools_for
-from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError
+from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError, PathRefusedError, StorageError
 from agenthub.gateway.runner import PendingTurn, SessionRunner
 from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
@@ -92,6 +93,14 @@ class TurnRunner:
                 log.info("turn_aborted", reason=reason)
                 self._record_failure(task, reason, _abort_message(reason))
                 raise
+            except PathRefusedError:
+                gw.stats.turn_errors += 1
+                log.warning("turn_path_refused")
+                self._record_failure(task, "path_refused", self._text(pending, "error.path_refused"))
+            except StorageError as e:
+                gw.stats.turn_errors += 1
+                log.warning("turn_storage_unavailable", error=str(e))
+                self._record_failure(task, "storage_unavailable", self._text(pending, "error.storage_unavailable"))
             except LLMError as e:
                 gw.stats.turn_errors += 1
                 log.warning("turn_llm_error", error=str(e), error_type=type(e).__name__)
@@ -105,6 +114,10 @@ class TurnRunner:
                 if locked:
                     gw.sessions.release(pending.key, pending.message_id, failed=failed)
 
+    def _text(self, pending: PendingTurn, key: str) -> str:
+        """A catalogue text in the locale of the pending message's chat."""
+        return i18n.text(key, i18n.locale_for(self.gateway.settings, pending.message.channel, pending.agent))
+
     async def _execute(self, pending: PendingTurn) -> TurnOutcome:
         gw, msg, agent = self.gateway, pending.message, pending.agent
         provider, model, warning = gw.providers.resolve(
@@ -117,9 +130,15 @@ class TurnRunner:
             pending.handle.emit(NoticeEvent(warning))
         await gw.history.append(pending.key, *_user_records(pending))
         result = await self._run_with_recovery(pending, provider, model)
-        await gw.history.append(
-            pending.key, *result.new_messages, meta_changes={"last_usage": result.last_usage.as_dict()}
-        )
+        try:
+            await gw.history.append(
+                pending.key, *result.new_messages, meta_changes={"last_usage": result.last_usage.as_dict()}
+            )
+        except PathRefusedError:
+            raise
+        except StorageError as e:  # the answer exists: deliver it, and say that the history will miss it
+            log.warning("turn_reply_not_saved", error=str(e))
+            pending.handle.emit(NoticeEvent(self._text(pending, "notice.reply_not_saved")))
         gw.stats.turns += 1
         final = DoneEvent(result.text, result.usage, str(pending.key))
         return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model, final)

@@ -34,6 +34,8 @@ ERROR_STATUS = {
     "llm_error": 502,
     "shutdown": 503,
     "queue_full": 429,
+    "path_refused": 403,
+    "storage_unavailable": 503,
 }
 
 
