@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
@@ -12,7 +13,7 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.memory.wiring import L3_TIMER
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, http_error, reply_text
+from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, hang, http_error, reply_text
 from tests.test_memory_support import is_l3_request, msg, seed, system_text
 
 LONG = "长" * 150 + "x" * 350  # 500 characters
@@ -166,6 +167,31 @@ async def test_one_agents_failing_model_keeps_only_its_own_memory_file_from_bein
         before = len(fake_llm.message_requests())
         await timer.tick_now()
         assert _l3_calls(fake_llm, before) == []
+
+
+async def test_a_hung_l3_call_ends_at_the_background_timeout_and_the_other_files_are_written(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    # the model's own read timeout is far longer: only the background bound can end the hung call in time
+    settings = settings_factory(memory={"background_timeout_s": 0.5}, llm={"timeout_s": 60.0})
+    for name in ("alpha", "beta"):
+        write_agent(settings.agents_dir, name)
+    working = scripted_l3()
+
+    def beta_hangs(body: dict[str, Any]) -> ScriptedReply | None:
+        return hang() if "the assistant agent 'beta'" in system_text(body) else working(body)
+
+    fake_llm.responder = beta_hangs
+    async with build_gateway(settings) as gw:
+        for name in ("alpha", "beta"):
+            await seed(gw, gw.resolve_key(msg("x", agent=name))[1], 2)
+        async with asyncio.timeout(20):  # a guard against hanging, not a timing assertion
+            await gw.timers[L3_TIMER].tick_now()
+        alpha = gw.history.layout("alpha").memory_file.read_text(encoding="utf-8")
+        assert alpha == "# Memory of alpha\n- knows things\n"
+        assert not gw.history.layout("beta").memory_file.exists()
+        hung = [r for r in fake_llm.requests if "the assistant agent 'beta'" in system_text(r.body or {})]
+        assert hung and all(r.disconnected.is_set() for r in hung)  # the call was abandoned, not left running
 
 
 async def test_files_are_capped_keeping_the_top(

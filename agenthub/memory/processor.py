@@ -242,8 +242,13 @@ class MemoryProcessor:
             max_tokens=max_tokens,
             purpose=target.purpose,
         )
+        bound_s = self.gateway.settings.memory.background_timeout_s
         async with self.gateway.llm_gate:
-            response = await target.provider.complete(request)
+            try:
+                async with asyncio.timeout(bound_s):  # a hung model must not hold the run (or the file) forever
+                    response = await target.provider.complete(request)
+            except TimeoutError:
+                raise L3Error(f"no answer for {target.path.name} within {bound_s:g} s") from None
         text = _clean_answer(response.text)
         if not text:
             raise L3Error(f"empty answer for {target.path.name}")
