@@ -1,10 +1,12 @@
-"""`agenthub chat` in a real pseudo-terminal: Ctrl-C (the terminal's byte, not a signal) stops a slow reply."""
+"""The CLI in a real pseudo-terminal: Ctrl-C (the terminal's byte, not a signal) stops a slow reply in `agenthub chat`,
+and `agenthub serve` run by hand logs readable lines."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import pty
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,13 +18,14 @@ from tests.test_cli_oneshot import cli_env
 
 
 class Terminal:
-    """The master side of a pty whose child runs `python -m agenthub chat`; collects everything it prints."""
+    """The master side of a pty whose child runs `python -m agenthub <args>` (`chat` by default); collects everything
+    it prints."""
 
-    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path, args: tuple[str, ...] = ("chat",)) -> None:
         pid, fd = pty.fork()  # the child gets the pty as its controlling terminal, so ^C could raise SIGINT
         if pid == 0:  # pragma: no cover - the child
             os.chdir(cwd)
-            os.execve(sys.executable, [sys.executable, "-m", "agenthub", "chat"], env)
+            os.execve(sys.executable, [sys.executable, "-m", "agenthub", *args], env)
         self.pid, self.fd, self.reaped = pid, fd, False
         self.screen = bytearray()
         self._changed = asyncio.Event()
@@ -86,6 +89,22 @@ async def test_ctrl_c_in_a_real_terminal_stops_the_reply_and_the_repl_goes_on(
         term.type("again\r")
         await term.wait_for("after the stop")
         term.type("\x04")
+        assert await term.exit_code() == 0
+    finally:
+        term.close()
+
+
+async def test_serve_on_a_terminal_logs_readable_lines_not_json(terminal_env: dict[str, str], tmp_path: Path) -> None:
+    """`make run` by hand: one readable line per event. (Off a terminal, as under systemd, it is JSON: test_daemon.)"""
+    env = {**terminal_env, "AGENTHUB_HTTP__PORT": "0", "AGENTHUB_LLM__OFFLINE": "true"}
+    term = Terminal(env, tmp_path, ("serve",))
+    try:
+        await term.wait_for("daemon_ready")  # signal handlers are in place from here on
+        lines = [line.strip() for line in term.screen.decode(errors="replace").splitlines() if line.strip()]
+        listening = next(line for line in lines if "http_listening" in line)
+        assert not listening.startswith("{") and "port=" in listening, listening
+        assert not any(line.startswith('{"') for line in lines), lines
+        os.kill(term.pid, signal.SIGTERM)
         assert await term.exit_code() == 0
     finally:
         term.close()

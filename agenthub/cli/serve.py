@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"agenthub: {e}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, "json" if settings.log_format == "auto" else settings.log_format)
+    configure_logging(settings.log_level, settings.log_format)  # auto: readable on a terminal, JSON otherwise
     try:
         return run_daemon(settings, show_console_hint=args.console_hint)
     except DataDirLocked as e:
