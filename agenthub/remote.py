@@ -15,6 +15,7 @@ from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import (
     DeltaEvent,
     DoneEvent,
+    ErrorCode,
     ErrorEvent,
     InboundMessage,
     NoticeEvent,
@@ -28,7 +29,7 @@ log = structlog.get_logger(__name__)
 
 CHANNEL = "http"
 """The daemon's API is its HTTP channel: a remote session is `<agent>:http:<chat_id>`."""
-DAEMON_CODES = {"agent_not_found": "unknown_agent"}
+DAEMON_CODES: dict[str, str] = {"agent_not_found": ErrorCode.UNKNOWN_AGENT}
 """The daemon's API error codes that differ from the gateway's event codes for the same failure."""
 CHECK_TIMEOUT = aiohttp.ClientTimeout(total=15)
 
@@ -51,7 +52,9 @@ def event_from_sse(name: str, data: dict[str, Any]) -> ReplyEvent | None:
         known = Usage().as_dict()
         return DoneEvent(str(data.get("full_text", "")), Usage(**{k: int(v) for k, v in usage.items() if k in known}))
     if name == "error":
-        return ErrorEvent(str(data.get("message", "the daemon reported an error")), code=str(data.get("code", "error")))
+        return ErrorEvent(
+            str(data.get("message", "the daemon reported an error")), code=str(data.get("code", ErrorCode.ERROR))
+        )
     if name == "tool":
         name = str(data.get("name", "?"))
         if data.get("phase") == "end":
@@ -141,9 +144,9 @@ class RemoteGateway:
                     return
                 await _read_events(resp, handle)
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-            handle.emit(ErrorEvent(_unreachable(self.base_url, e), code="unreachable"))
+            handle.emit(ErrorEvent(_unreachable(self.base_url, e), code=ErrorCode.UNREACHABLE))
         if not handle.finished:
-            handle.emit(ErrorEvent("the daemon closed the stream before the reply finished", code="truncated"))
+            handle.emit(ErrorEvent("the daemon closed the stream before the reply finished", code=ErrorCode.TRUNCATED))
 
 
 async def _read_events(resp: aiohttp.ClientResponse, handle: ReplyHandle) -> None:
@@ -156,7 +159,7 @@ async def _read_events(resp: aiohttp.ClientResponse, handle: ReplyHandle) -> Non
             try:
                 data = json.loads(line[len("data:") :])
             except (ValueError, RecursionError):
-                handle.emit(ErrorEvent("the daemon sent an event that is not valid JSON", code="bad_stream"))
+                handle.emit(ErrorEvent("the daemon sent an event that is not valid JSON", code=ErrorCode.BAD_STREAM))
                 return
             event = event_from_sse(name, data) if isinstance(data, dict) else None
             if event is not None:

@@ -28,6 +28,7 @@ from agenthub.errors import ConfigError
 from agenthub.messages import (
     DeltaEvent,
     DoneEvent,
+    ErrorCode,
     ErrorEvent,
     InboundMessage,
     NoticeEvent,
@@ -39,7 +40,7 @@ from agenthub.messages import (
 log = structlog.get_logger(__name__)
 
 TOOLBAR = " Enter send · Esc+Enter or \\ at end: newline · Ctrl-C stop · Ctrl-D quit "
-STOP_CODES = frozenset({"stopped", "restart", "shutdown"})
+STOP_CODES = frozenset({ErrorCode.STOPPED, ErrorCode.RESTART, ErrorCode.SHUTDOWN})
 HELP_LINE = "Enter sends · Esc+Enter or a trailing \\ adds a line · Ctrl-C stops a reply · Ctrl-D quits · /help"
 STYLE = Style.from_dict(
     {
@@ -62,6 +63,7 @@ class CliConfig(BaseModel):
     chat_id: str = Field("direct", min_length=1, description="session key part: <agent>:cli:<chat_id>")
     sender_id: str = Field("local", min_length=1)
     history_file: Path | None = Field(None, description="input history; default data/.channels/cli/history")
+    locale: str | None = Field(None, description="zh-CN or en for the texts the product writes; default: the system's")
 
 
 class ChatBackend(Protocol):

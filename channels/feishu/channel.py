@@ -12,6 +12,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from agenthub import i18n
 from agenthub.channel import ChannelContext
 from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
@@ -37,9 +38,6 @@ from channels.feishu.webhook import Refused, check_request, dispatch, log_refusa
 log = structlog.get_logger(__name__)
 
 WEBHOOK_PATH = "/feishu/{cred_id}/events"
-UNSUPPORTED = (
-    "暂不支持 {kind} 类型的消息，请发送文字。(Sorry, {kind} messages are not supported yet; please send text.)"
-)
 
 
 class FeishuChannel:
@@ -50,7 +48,8 @@ class FeishuChannel:
     def __init__(self, context: ChannelContext, config: Mapping[str, Any]) -> None:
         self._ctx = context
         self._config = parse_config(config)
-        self._apps = {cred_id: FeishuApp(cred_id, cfg) for cred_id, cfg in self._config.apps.items()}
+        locale = i18n.channel_locale(context.settings, self.name)
+        self._apps = {cred_id: FeishuApp(cred_id, cfg, locale=locale) for cred_id, cfg in self._config.apps.items()}
         self._dedup = DedupStore(context.state_dir / "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
         self._order = ChatOrder()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -268,7 +267,8 @@ class FeishuChannel:
             supported = msg.message_type in SUPPORTED_TYPES
             handle = await self._submit(app, msg, received_at) if supported else None
         if not supported:
-            await send_safely(app.api, msg.message_id, UNSUPPORTED.format(kind=msg.message_type), key)
+            unsupported = i18n.text("channel.unsupported_kind", app.locale, kind=msg.message_type)
+            await send_safely(app.api, msg.message_id, unsupported, key)
         elif handle is not None:
             await run_turn(app, msg.message_id, handle, key)
 

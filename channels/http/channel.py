@@ -10,11 +10,12 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from agenthub import i18n
 from agenthub.channel import ChannelContext, Handler
 from agenthub.errors import ChannelSendError, LLMError
 from agenthub.gateway.core import GatewayCore
 from agenthub.invocation import command_name
-from agenthub.messages import OutboundMessage
+from agenthub.messages import ErrorCode, OutboundMessage
 from agenthub.tokens import TokenStore
 from channels.http import admin
 from channels.http.chat import handle_chat
@@ -96,7 +97,8 @@ class HttpChannel:
         try:
             entry = await self.welcome.get(agent)
         except LLMError as e:
-            raise ApiError(502, "llm_error", e.user_message) from None
+            locale = i18n.locale_for(self.gateway.settings, "http", agent)
+            raise ApiError(502, ErrorCode.LLM_ERROR, e.user_text.render(locale)) from None
         return web.json_response({"agent": agent.name, "text": entry["text"]})
 
     async def _console(self, request: web.Request) -> web.FileResponse:

@@ -15,11 +15,9 @@ from channels.wecom.aibot_conn import BotConnection
 from channels.wecom.aibot_stream import StreamReply
 from channels.wecom.config import BotConfig
 from channels.wecom.tasks import TaskSet
-from channels.wecom.text import SUBMIT_FAILED, split_utf8, strip_mention
+from channels.wecom.text import split_utf8, strip_mention
 
 log = structlog.get_logger(__name__)
-
-EMPTY_PROMPT = "你好，有什么可以帮你？"
 
 
 class BotEndpoint:
@@ -97,22 +95,22 @@ class BotEndpoint:
         reply = StreamReply(self.conn, self.config, req_id, group_id if group else user)
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
-            await reply.say(self.config.refusal)
+            await reply.say(self.config.refusal or self.config.text("channel.refusal"))
             return
         content = message_text(body)
         if content is None:
-            await reply.say(self.config.unsupported)
+            await reply.say(self.config.unsupported or self.config.text("channel.unsupported"))
             return
         if group:
             content = strip_mention(content, self.config.bot_name)
         if not content.strip():
-            await reply.say(EMPTY_PROMPT)
+            await reply.say(self.config.text("channel.empty_prompt"))
             return
         try:
             handle = await self._gateway.submit(self._inbound(body, user, group, content))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_bot_submit_failed", cred_id=self.cred_id, msgid=msgid)
-            await reply.say(SUBMIT_FAILED)
+            await reply.say(self.config.text("channel.submit_failed"))
             return
         await reply.run(handle)
 
