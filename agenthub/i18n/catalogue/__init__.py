@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agenthub.i18n.catalogue import channels, commands, core, llm, media, memory
+from agenthub.i18n.catalogue import channels, cli, commands, core, llm, media, memory
 
 AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (
     core.TEXTS,
@@ -13,6 +13,7 @@ AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (
     llm.TEXTS,
     memory.TEXTS,
     channels.TEXTS,
+    cli.TEXTS,
 )
 """Every area module's `TEXTS`; an area added later is listed here."""
 

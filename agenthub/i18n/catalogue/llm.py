@@ -63,4 +63,26 @@ TEXTS: dict[str, dict[str, str]] = {
         "Anthropic-compatible vendor, llm.base_url or llm.preset (e.g. deepseek, moonshot, zhipu, qwen), then restart.",
     },
     "llm.offline.echo": {"zh-CN": "你说的是：“{said}”。", "en": ' You said: "{said}".'},
+    "loop.cut": {"zh-CN": "（回复在完成之前被截断了。）", "en": "(The reply was cut off before it finished.)"},
+    "loop.cut.max_tokens": {
+        "zh-CN": "（回复在长度上限处被截断了。）",
+        "en": "(The reply was cut off at the length limit.)",
+    },
+    "loop.cut.context_window": {
+        "zh-CN": "（回复被截断：这段对话已占满模型的上下文窗口。发送 /compact 腾出空间，或发送 /restart 重新开始。）",
+        "en": "(The reply was cut off: this conversation has filled the model's context window. "
+        "Send /compact to make room, or /restart to start over.)",
+    },
+    "loop.refusal": {
+        "zh-CN": "模型拒绝回答这个请求。请换个说法，或问点别的。",
+        "en": "The model declined to answer this request. Please rephrase it or ask something else.",
+    },
+    "loop.refusal.note": {
+        "zh-CN": "（模型在这里停下，拒绝继续。）",
+        "en": "(The model stopped here and declined to go on.)",
+    },
+    "loop.empty_reply": {
+        "zh-CN": "（模型结束了，但没有写出回复。请再试一次，或换个说法。）",
+        "en": "(The model finished without writing a reply. Please try again or rephrase your message.)",
+    },
 }
