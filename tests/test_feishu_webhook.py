@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
+from agenthub import i18n
 from tests.fakes.feishu import (
     FakeFeishu,
     Harness,
@@ -428,7 +429,7 @@ async def test_unsupported_type_gets_a_clear_reply_and_reaction_ack(tmp_path: Pa
         await post_event(h, text)
         await fake.wait_until(lambda: fake.closed_cards() >= 1 and len(fake.reactions) == 1)
     [unsupported] = [m for m in fake.replies() if m.msg_type == "text"]
-    assert "image" in unsupported.content["text"] and "not supported" in unsupported.content["text"]
+    assert unsupported.content["text"] == i18n.text("channel.unsupported_kind", "zh-CN", kind="image")
     assert fake.reactions == [(text["event"]["message"]["message_id"], "OnIt")]
     assert [m.content for m in gateway.received] == ["hi"]
 
