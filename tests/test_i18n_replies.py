@@ -192,3 +192,18 @@ async def test_the_offline_stand_in_answers_in_the_chats_locale(
         echo = chat.said("llm.offline.echo", said="你好 hello")
         assert said == chat.said("llm.offline.reply", echo=echo)
     assert fake_llm.message_requests() == []
+
+
+async def test_the_models_language_is_the_users_whatever_the_locale(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    """The default persona tells the model to answer in the user's language, and a chat's locale changes only the
+    product's own texts: the system prompt is the same in a zh-CN and an en chat."""
+    systems = []
+    for channels in ({}, {"wecom": {"locale": "en"}}):
+        async with build_gateway(settings_factory(channels=channels)) as gateway:
+            fake_llm.script(reply_text("ok"))
+            await (await gateway.submit(InboundMessage("wecom", "c", "a", "Bonjour"))).result()
+        systems.append(fake_llm.message_requests()[-1].body["system"])  # type: ignore[index]
+    assert systems[0] == systems[1]
+    assert "answer in the language the user writes in" in systems[0][0]["text"].lower()
