@@ -24,4 +24,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh-CN": "守护进程回答 {status}：{message}",
         "en": "the daemon answered {status}: {message}",
     },
+    "cli.toolbar": {
+        "zh-CN": " Enter 发送 · Esc+Enter 或行尾 \\：换行 · Ctrl-C 停止 · Ctrl-D 退出 ",
+        "en": " Enter send · Esc+Enter or \\ at end: newline · Ctrl-C stop · Ctrl-D quit ",
+    },
+    "cli.help_line": {
+        "zh-CN": "Enter 发送 · Esc+Enter 或行尾的 \\ 换行 · Ctrl-C 停止回复 · Ctrl-D 退出 · /help",
+        "en": "Enter sends · Esc+Enter or a trailing \\ adds a line · Ctrl-C stops a reply · Ctrl-D quits · /help",
+    },
+    "cli.banner.session": {"zh-CN": "AgentHub chat · 会话 {label}", "en": "AgentHub chat · session {label}"},
+    "cli.tool_failed": {"zh-CN": "⚙ {name} 出错", "en": "⚙ {name} failed"},
+    "cli.stopped_waiting": {"zh-CN": "已不再等待这条回复。", "en": "Stopped waiting for the reply."},
+    "cli.no_reply": {"zh-CN": "没能拿到回复：{error}", "en": "Could not get a reply: {error}"},
+    "cli.no_answer": {"zh-CN": "回复结束了，但没有答案", "en": "the reply ended without an answer"},
 }
