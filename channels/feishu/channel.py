@@ -48,7 +48,7 @@ class FeishuChannel:
     def __init__(self, context: ChannelContext, config: Mapping[str, Any]) -> None:
         self._ctx = context
         self._config = parse_config(config)
-        locale = i18n.channel_locale(context.settings, self.name)
+        locale = i18n.normalise_locale(self._config.locale) or i18n.channel_locale(context.settings, self.name)
         self._apps = {cred_id: FeishuApp(cred_id, cfg, locale=locale) for cred_id, cfg in self._config.apps.items()}
         self._dedup = DedupStore(context.state_dir / "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
         self._order = ChatOrder()

@@ -71,7 +71,7 @@ async def _open_chain(app: FeishuApp, reply_to: str, key: str) -> CardChain | No
     app; any other failure (CardKit's 230099, a timeout) costs this turn its card, and the next one tries."""
     if not app.cards_enabled or app.api is None:
         return None
-    chain = CardChain(app.api, reply_to, key, interval_s=app.config.card_update_interval_s)
+    chain = CardChain(app.api, reply_to, key, interval_s=app.config.card_update_interval_s, locale=app.locale)
     try:
         await chain.open()
     except FeishuApiError as e:
