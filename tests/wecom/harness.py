@@ -59,6 +59,7 @@ class Harness:
         self.server: TestServer | None = None
         self.http = aiohttp.ClientSession()
         self.clock: FakeClock | None = None
+        self.locale: str | None = None
 
     def use_clock(self, clock: FakeClock) -> None:
         """Drive the send budget and the fake API's per-member limit with `clock` (call before `start`)."""
@@ -66,8 +67,11 @@ class Harness:
         self.api.clock = clock.now
 
     async def start(self, **extra: Any) -> WeComChannel:
+        """`extra` goes into the app's own table; `self.locale`, when set, is `[channels.wecom] locale`."""
         context = channel_context(self.submitter, self.state_dir)
         table = app_table(self.api, **extra)
+        if self.locale is not None:
+            table["locale"] = self.locale
         if self.clock is None:
             self.channel = WeComChannel(context, table)
         else:

@@ -6,9 +6,11 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 import yarl
 from structlog.testing import capture_logs
 
+from agenthub import i18n
 from channels.wecom import WeComChannel
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import (
@@ -183,6 +185,21 @@ async def test_allow_list_refuses_others_politely(harness: Harness, api: FakeQyA
     assert [m.sender_id for m in harness.submitter.received] == ["zhangsan"]
     assert sorted(api.texts()) == sorted(["抱歉，你没有权限。", "echo: 我可以"])
     assert next(s for s in api.sends if s["touser"] == "stranger")["text"]["content"] == "抱歉，你没有权限。"
+
+
+@pytest.mark.parametrize("locale", ["zh-CN", "en"])
+async def test_the_default_refusal_and_unsupported_reply_are_in_the_channels_locale(
+    harness: Harness, api: FakeQyApi, locale: str
+) -> None:
+    harness.locale = None if locale == "zh-CN" else locale  # zh-CN: the default, nothing configured
+    await harness.start(allow_users=["zhangsan"])
+    await harness.post(text("我能用吗", msg_id=1, user="stranger"))
+    await harness.settle()
+    location: dict[str, str | int] = {"MsgType": "location", "Location_X": "39.9", "Location_Y": "116.4", "MsgId": 9}
+    await harness.post(message_xml(CORP_ID, "zhangsan", AGENT_ID, location))
+    await harness.settle()
+    assert api.texts() == [i18n.text("channel.refusal", locale), i18n.text("channel.unsupported", locale)]
+    assert harness.submitter.received == []
 
 
 async def test_error_event_text_is_sent_to_the_user(harness: Harness, api: FakeQyApi) -> None:
