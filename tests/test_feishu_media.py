@@ -101,6 +101,26 @@ async def test_an_image_a_file_and_a_post_with_two_images_reach_the_agent_as_the
     )
 
 
+async def test_a_slow_download_holds_back_only_its_own_chat(tmp_path: Path) -> None:
+    gateway = ScriptedSubmitter()
+    async with harness(tmp_path, gateway) as h:
+        fake = h.fake
+        fake.resources.add("om_pic", "img_v3_a", Resource("image", PNG_A, "image/png"))
+        fake.resources.hold()
+        await post_event(h, event("image", {"image_key": "img_v3_a"}, "om_pic"))  # ou_user1's chat
+        await fake.wait_until(lambda: len(fake.resources.gets) == 1)
+        same_chat = message_event("然后呢", token=TOKEN, app_id=APP_ID)
+        other_chats = [message_event(f"我是 {n}", token=TOKEN, app_id=APP_ID, sender=f"ou_{n}") for n in range(5)]
+        for payload in [same_chat, *other_chats]:
+            await post_event(h, payload)
+        await gateway.wait_for(5)
+        assert sorted(m.content for m in gateway.received) == sorted(f"我是 {n}" for n in range(5))
+        fake.resources.release()
+        await gateway.wait_for(7)
+    assert [m.content for m in gateway.received[5:]] == ["", "然后呢"]  # its chat: still in arrival order
+    assert gateway.received[5].attachments[0].data == PNG_A
+
+
 async def test_a_download_with_a_token_feishu_no_longer_accepts_fetches_a_new_one_and_goes_on(tmp_path: Path) -> None:
     gateway = ScriptedSubmitter()
     async with harness(tmp_path, gateway) as h:
