@@ -121,16 +121,18 @@ async def test_a_slow_download_holds_back_only_its_own_chat(tmp_path: Path) -> N
     assert gateway.received[5].attachments[0].data == PNG_A
 
 
-async def test_a_download_with_a_token_feishu_no_longer_accepts_fetches_a_new_one_and_goes_on(tmp_path: Path) -> None:
+async def test_a_download_renews_a_token_feishu_no_longer_accepts_and_waits_out_a_rate_limit(tmp_path: Path) -> None:
     gateway = ScriptedSubmitter()
     async with harness(tmp_path, gateway) as h:
         fake = h.fake
         fake.resources.add("om_img", "img_v3_a", Resource("image", PNG_A, "image/png"))
         fake.tokens.clear()  # the cached tenant token expired early on Feishu's side
+        fake.rate_limit = {"message_resource": 2}  # and the app is over its 50 calls/s for a moment
         await post_event(h, event("image", {"image_key": "img_v3_a"}, "om_img"))
         await gateway.wait_for(1)
     assert gateway.received[0].attachments[0].data == PNG_A
-    assert fake.token_fetches[APP_ID] == 2 and fake.resources.gets == [("om_img", "img_v3_a", "image")]
+    assert fake.token_fetches[APP_ID] == 2 and fake.rate_limited == ["message_resource"] * 2
+    assert fake.resources.gets == [("om_img", "img_v3_a", "image")]
 
 
 @pytest.mark.parametrize(("locale", "expected_locale"), [(None, "zh-CN"), ("en", "en")])

@@ -251,14 +251,21 @@ class FeishuApi:
     ) -> Resource:
         """`GET /open-apis/im/v1/messages/:message_id/resources/:file_key?type=image|file`: the image or file a
         user sent, read as it streams and given up past `max_bytes` (`ResourceTooLarge`) or `timeout_s`
-        (`FeishuApiError`, status 0), a rejected token renewed once. Raises `FeishuApiError` for Feishu's errors."""
+        (`FeishuApiError`, status 0); a rejected token is renewed once and a rate limit waited out up to
+        `max_retries` times. Raises `FeishuApiError` for Feishu's errors."""
         path = RESOURCE_PATH.format(message_id=message_id, file_key=file_key)
-        token_retried = False
+        token_retried, attempt = False, 0
         while True:
             token = await self.tenant_token()
             try:
                 return await self._download(path, kind, token, max_bytes, timeout_s)
             except FeishuApiError as e:
+                if (e.status == 429 or e.code == RATE_LIMITED) and attempt < self._max_retries:
+                    attempt += 1
+                    delay = _reset_delay({}, attempt)
+                    log.warning("feishu_rate_limited", op=e.op, app_id=self.app_id, retry_in_s=delay)
+                    await self._sleep(delay)
+                    continue
                 if e.code not in TOKEN_REJECTED or token_retried:
                     raise
                 token_retried = True
