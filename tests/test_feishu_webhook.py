@@ -422,13 +422,13 @@ async def test_unsupported_type_gets_a_clear_reply_and_reaction_ack(tmp_path: Pa
     app = {**APP, "ack_reaction": "OnIt"}
     async with harness(tmp_path, gateway, {"main": app}) as h:
         fake = h.fake
-        image = message_event("", token=TOKEN, app_id=APP_ID, message_type="image", content={"image_key": "img_1"})
-        await post_event(h, image)
+        sticker = {"file_key": "file_v3_sticker"}
+        await post_event(h, message_event("", token=TOKEN, app_id=APP_ID, message_type="sticker", content=sticker))
         text = message_event("hi", token=TOKEN, app_id=APP_ID)
         await post_event(h, text)
         await fake.wait_until(lambda: fake.closed_cards() >= 1 and len(fake.reactions) == 1)
     [unsupported] = [m for m in fake.replies() if m.msg_type == "text"]
-    assert "image" in unsupported.content["text"] and "not supported" in unsupported.content["text"]
+    assert unsupported.content["text"] == "抱歉，我还不能处理这种消息（表情包）。可以发文字、图片或文件。"
     assert fake.reactions == [(text["event"]["message"]["message_id"], "OnIt")]
     assert [m.content for m in gateway.received] == ["hi"]
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from agenthub.config import describe_validation_error
 from agenthub.errors import ConfigError
+from agenthub.i18n import normalise_locale
 
 DOMAINS = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
 _CRED_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -98,11 +99,20 @@ class FeishuConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     apps: dict[str, FeishuAppConfig] = Field(default_factory=dict)
+    locale: str | None = None
+    """The language of what AgentHub itself writes in these chats (`zh-CN` by default, or `en`); see agenthub.i18n."""
     dedup_ttl_s: float = Field(8 * 3600.0, ge=MIN_DEDUP_TTL_S)
     start_retry_s: float = Field(5.0, gt=0, le=3600)
     """Delay before an app that failed to start is tried again; it doubles after each failure."""
     start_retry_max_s: float = Field(300.0, gt=0, le=86400)
     """The longest delay between two start attempts of a failed app."""
+
+    @field_validator("locale")
+    @classmethod
+    def _known_locale(cls, value: str | None) -> str | None:
+        if value is not None and normalise_locale(value) is None:
+            raise ValueError('must be "zh-CN" or "en"')
+        return value
 
     @field_validator("apps")
     @classmethod
