@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from agenthub.agent.definition import AgentConfig, AgentDefinition
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.memory.files import memory_scope
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import InboundMessage
 from tests.conftest import write_agent
@@ -237,3 +239,24 @@ async def test_a_message_without_chat_type_is_treated_as_a_group(
         before = len(fake_llm.message_requests())
         await (await gw.submit(InboundMessage("feishu", "oc_unknown", "alice", "hi"))).result()
         assert private_fact("alice", "SAID") not in str(fake_llm.message_requests()[before].body)
+
+
+@pytest.mark.parametrize(
+    ("options", "channel", "chat_type", "expected"),
+    [
+        ({}, "wecom", "private", ("chat", "per_user", "private")),
+        ({}, "feishu", "group", ("chat", "per_user", "group")),
+        ({}, "feishu", None, ("chat", "per_user", "group")),
+        ({}, "cli", "private", ("agent", "shared", "private")),
+        ({}, "http", None, ("agent", "shared", "private")),
+        ({"scope": "agent", "user_profile": "shared"}, "wecom", "group", ("agent", "shared", "group")),
+        ({"scope": "chat"}, "cli", "private", ("chat", "shared", "private")),
+        ({"user_profile": "per_user"}, "http", "private", ("agent", "per_user", "private")),
+    ],
+)
+def test_scope_rule_auto_by_channel_and_explicit_settings_win(
+    options: dict[str, str], channel: str, chat_type: str | None, expected: tuple[str, str, str]
+) -> None:
+    agent = AgentDefinition("default", AgentConfig.model_validate({"memory": options}), "persona")
+    scope = memory_scope(agent, channel, chat_type)
+    assert (scope.memory, scope.profile, scope.visibility) == expected
