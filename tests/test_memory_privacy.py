@@ -68,9 +68,11 @@ def message(chat: str, sender: str, text: str, *, channel: str = "feishu") -> In
     return InboundMessage(channel, chat, sender, text, metadata={"chat_type": chat_type})
 
 
-async def say(gw: GatewayCore, fake: FakeAnthropic, chat: str, sender: str, text: str) -> Turn:
+async def say(
+    gw: GatewayCore, fake: FakeAnthropic, chat: str, sender: str, text: str, *, channel: str = "feishu"
+) -> Turn:
     before = len(fake.message_requests())
-    await (await gw.submit(message(chat, sender, text))).result()
+    await (await gw.submit(message(chat, sender, text, channel=channel))).result()
     return Turn(chat, sender, fake.message_requests()[before:])
 
 
@@ -98,39 +100,40 @@ def assert_no_leak(turn: Turn) -> None:
             assert [fact for fact in others if fact in profile] == []
 
 
-async def plant(gw: GatewayCore, fake: FakeAnthropic) -> list[Turn]:
+async def plant(gw: GatewayCore, fake: FakeAnthropic, channel: str = "feishu") -> list[Turn]:
     """Each person: a fact said and one saved with write_memory, in their private chat and in the group."""
     turns = []
     for person in PEOPLE:
         private = f"oc_private_{person}"
-        turns.append(await say(gw, fake, private, person, f"remember {private_fact(person, 'SAID')}"))
+        turns.append(await say(gw, fake, private, person, f"remember {private_fact(person, 'SAID')}", channel=channel))
         fake.script(reply_tool("write_memory", {"content": private_fact(person, "TOOL")}), reply_text("saved"))
-        turns.append(await say(gw, fake, private, person, "please save that"))
-        turns.append(await say(gw, fake, GROUP, person, f"team, note {group_fact(person, 'SAID')}"))
+        turns.append(await say(gw, fake, private, person, "please save that", channel=channel))
+        turns.append(await say(gw, fake, GROUP, person, f"team, note {group_fact(person, 'SAID')}", channel=channel))
         fake.script(reply_tool("write_memory", {"content": group_fact(person, "TOOL")}), reply_text("saved"))
-        turns.append(await say(gw, fake, GROUP, person, "save it for the team"))
+        turns.append(await say(gw, fake, GROUP, person, "save it for the team", channel=channel))
     return turns
 
 
-async def ask_everywhere(gw: GatewayCore, fake: FakeAnthropic) -> list[Turn]:
+async def ask_everywhere(gw: GatewayCore, fake: FakeAnthropic, channel: str = "feishu") -> list[Turn]:
     turns = []
     for person in PEOPLE:
-        turns.append(await say(gw, fake, f"oc_private_{person}", person, "what do you know about me?"))
-        turns.append(await say(gw, fake, GROUP, person, "what do you know about me?"))
+        turns.append(await say(gw, fake, f"oc_private_{person}", person, "what do you know about me?", channel=channel))
+        turns.append(await say(gw, fake, GROUP, person, "what do you know about me?", channel=channel))
     return turns
 
 
+@pytest.mark.parametrize("channel", ["feishu", "wecom"])
 async def test_privacy_matrix_three_people_private_chats_and_a_group(
-    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, channel: str
 ) -> None:
     settings = settings_factory()
     fake_llm.responder = _echo_l3
     async with build_gateway(settings) as gw:
-        turns = await plant(gw, fake_llm)
+        turns = await plant(gw, fake_llm, channel)
         await gw.timers[L3_TIMER].tick_now()
-        turns += await ask_everywhere(gw, fake_llm)
+        turns += await ask_everywhere(gw, fake_llm, channel)
         await gw.timers[L3_TIMER].tick_now()  # a second run merges the profiles the first one wrote
-        turns += await ask_everywhere(gw, fake_llm)
+        turns += await ask_everywhere(gw, fake_llm, channel)
 
         for turn in turns:
             assert_no_leak(turn)
@@ -145,7 +148,7 @@ async def test_privacy_matrix_three_people_private_chats_and_a_group(
 
         assert not (settings.auth_dir / "USER.md").exists()  # the shared profile takes nothing from Feishu
         assert not gw.history.layout("default").memory_file.exists()
-        agent, group_key = gw.resolve_key(message(GROUP, "x", "hi"))
+        agent, group_key = gw.resolve_key(message(GROUP, "x", "hi", channel=channel))
         group_files = [gw.memory_files.memory_path(agent, group_key)]
         group_files += [gw.memory_files.person_profile(agent, p, "group") for p in PEOPLE]
         for path in group_files:
