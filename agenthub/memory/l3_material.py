@@ -139,10 +139,6 @@ def render_session(session: SessionMaterial, clip: int) -> str:
     return f"## chat {session.key.channel}/{session.key.chat_id}\n" + "\n".join(lines)
 
 
-def render_all(item: AgentMaterial) -> str:
-    return "\n\n".join(render_session(s, item.clip) for s in item.sessions)
-
-
 def _batch(sessions: list[SessionMaterial], clip: int) -> Batch:
     return Batch("\n\n".join(render_session(s, clip) for s in sessions), max(s.mtime for s in sessions))
 
