@@ -137,6 +137,10 @@ async def test_privacy_matrix_three_people_private_chats_and_a_group(
 
         for turn in turns:
             assert_no_leak(turn)
+        l3 = [r.body or {} for r in fake_llm.message_requests() if is_l3_request(r.body or {})]
+        assert len(l3) >= 20  # two runs: 6 profiles and 4 chat memories each
+        for body in l3:  # the current file and the new material together
+            assert_one_file_s_own_material(body, str(body["messages"]))
         for turn in turns[-6:]:  # after L3, each chat sees its own person's profile
             body = turn.requests[-1].body or {}
             own = group_fact(turn.sender, "SAID") if turn.in_group else private_fact(turn.sender, "SAID")
@@ -169,12 +173,18 @@ async def test_l3_requests_feed_each_file_only_from_its_own_chats(
         memories = [b for b in l3 if "You maintain MEMORY.md" in system_text(b)]
         assert len(profiles) == 6 and len(memories) == 4  # 3 people × 2 visibilities; 3 private chats + 1 group
         for body in profiles + memories:
-            material = _material(body)
-            owners = {fact.split("-")[0] for fact in ALL_PRIVATE + ALL_GROUP if fact in material}
-            kinds = {"PRIVATE" if "-PRIVATE-" in f else "GROUP" for f in ALL_PRIVATE + ALL_GROUP if f in material}
-            assert len(kinds) == 1, material  # never private and group material in one file
-            if body in profiles or kinds == {"PRIVATE"}:
-                assert len(owners) == 1, material  # one person's own material
+            assert_one_file_s_own_material(body, _material(body))
+            assert _material(body), "every file here has new material"
+
+
+def assert_one_file_s_own_material(body: dict[str, Any], text: str) -> None:
+    """An L3 or flush request's `text` never mixes private and group facts; a profile's and a private chat's are
+    one person's own."""
+    owners = {fact.split("-")[0] for fact in ALL_PRIVATE + ALL_GROUP if fact in text}
+    kinds = {"PRIVATE" if "-PRIVATE-" in f else "GROUP" for f in ALL_PRIVATE + ALL_GROUP if f in text}
+    assert len(kinds) <= 1, text  # never private and group material in one file
+    if "You maintain USER.md" in system_text(body) or kinds == {"PRIVATE"}:
+        assert len(owners) <= 1, text  # one person's own material
 
 
 @pytest.mark.parametrize("profile", ["per_user", "auto"])
