@@ -116,7 +116,7 @@ async def test_signed_encrypted_message_streams_one_card_acked_before_the_turn(t
     assert fake.sequence_errors == []
     [msg] = gateway.received
     assert (msg.channel, msg.chat_id, msg.sender_id, msg.content) == ("feishu", "ou_user1", "ou_user1", "hello there")
-    assert (msg.cred_id, msg.message_id, msg.metadata["chat_type"]) == ("main", message_id, "p2p")
+    assert (msg.cred_id, msg.message_id, msg.metadata["chat_type"]) == ("main", message_id, "private")
     assert fake.token_fetches == {APP_ID: 1}
 
 

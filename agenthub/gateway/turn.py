@@ -213,6 +213,8 @@ def _user_record(pending: PendingTurn) -> dict[str, Any]:
     msg = pending.message
     record: dict[str, Any] = {"role": "user", "content": msg.content, "timestamp": msg.timestamp}
     record["channel"] = msg.channel
+    if isinstance(msg.metadata.get("chat_type"), str):  # which memory scope the chat reads and feeds
+        record["chat_type"] = msg.metadata["chat_type"]
     if msg.sender_id:
         record["sender_id"] = msg.sender_id
     if msg.message_id:

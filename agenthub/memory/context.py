@@ -37,9 +37,18 @@ def cut_to_tokens(text: str, budget: int) -> str:
     return "\n".join(kept) + "\n…(cut to fit the memory budget)"
 
 
-def _read_files(paths: tuple[Path, Path]) -> tuple[str, str]:
-    """Both memory files' text ("" for a missing one), read in one go off the event loop."""
-    return _read_or_empty(paths[0]), _read_or_empty(paths[1])
+def _read_files(memory: Path, profile: Path | None) -> tuple[str, str]:
+    """Both memory files' text ("" for a missing one or no profile), read in one go off the event loop."""
+    return _read_or_empty(memory), _read_or_empty(profile) if profile is not None else ""
+
+
+def chat_type_of(history: list[Message]) -> object:
+    """The `chat_type` the newest user message of the chat was stored with (None when none was: a group, for
+    the scope rule)."""
+    for message in reversed(history):
+        if message.get("role") == "user" and "chat_type" in message:
+            return message["chat_type"]
+    return None
 
 
 def _read_or_empty(path: Path) -> str:
@@ -253,7 +262,8 @@ class ContextBudget:
 class ContextBuilder:
     """Builds each request so that everything before the conversation is byte-stable between turns.
 
-    Order: persona, folded summaries, MEMORY.md, USER.md (each memory file cut to its token budget),
+    Order: persona, folded summaries, MEMORY.md, USER.md (the chat's memory and the current sender's profile as
+    `memory_scope` resolves them, each cut to its token budget),
     then the tools; the last system block, the last tool and the newest message's last block carry
     `cache_control`. Volatile data (time,
     channel) rides on each user message, derived from what was stored, never in the system prompt.
@@ -268,8 +278,10 @@ class ContextBuilder:
     ) -> list[dict[str, Any]]:
         texts = [agent.persona]
         texts.extend(fold_system_messages(history))
-        paths = (self.memory_files.memory_path(agent, key), self.memory_files.user_path(agent, sender_id))
-        memory, profile = await asyncio.to_thread(_read_files, paths)  # one worker-thread hop per turn
+        files = self.memory_files
+        memory_path = files.memory_path(agent, key)
+        profile_path = files.profile_path(agent, key, sender_id, chat_type_of(history))  # only the current sender's
+        memory, profile = await asyncio.to_thread(_read_files, memory_path, profile_path)  # one hop per turn
         if memory.strip():
             texts.append(
                 "# Long-term memory (MEMORY.md)\n\n" + cut_to_tokens(memory.strip(), self.budget.memory_tokens)

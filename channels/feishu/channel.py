@@ -320,7 +320,7 @@ class FeishuChannel:
         self, app: FeishuApp, msg: FeishuMessage, content: str, attachments: tuple[Attachment, ...] = ()
     ) -> InboundMessage:
         metadata = {
-            "chat_type": "group" if msg.is_group else "p2p",
+            "chat_type": "group" if msg.is_group else "private",
             "feishu_chat_id": msg.chat_id,
             "message_type": msg.message_type,
             "root_id": msg.root_id,

@@ -124,7 +124,7 @@ class BotEndpoint:
             chat_id = f"{group_id}:{user}"
         else:
             chat_id = group_id
-        metadata: dict[str, Any] = {"chat_type": "group" if group else "single", "mode": "aibot"}
+        metadata: dict[str, Any] = {"chat_type": "group" if group else "private", "mode": "aibot"}
         if group:
             metadata["group_id"] = group_id
         return InboundMessage(

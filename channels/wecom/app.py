@@ -167,7 +167,7 @@ class AppEndpoint:
             message_id=str(msg.id),
             agent=self.config.agent,
             cred_id=self.cred_id,
-            metadata={"chat_type": "single", "mode": "app", "msg_type": raw_type(msg)},
+            metadata={"chat_type": "private", "mode": "app", "msg_type": raw_type(msg)},
         )
 
     async def _reply_safely(self, user: str, text: str) -> None:

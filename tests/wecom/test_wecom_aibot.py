@@ -57,7 +57,7 @@ async def test_a_callback_streams_growing_content_then_finishes(bot: BotHarness,
     assert all(f["headers"]["req_id"] == req_id for f in server.sent("aibot_respond_msg"))
     message = bot.gateway.received[0]
     assert (message.chat_id, message.sender_id, message.message_id) == ("zhangsan", "zhangsan", "m-1")
-    assert (message.agent, message.cred_id, message.metadata["chat_type"]) == ("helper", "team", "single")
+    assert (message.agent, message.cred_id, message.metadata["chat_type"]) == ("helper", "team", "private")
 
 
 async def test_a_slow_turn_gets_keepalive_frames(

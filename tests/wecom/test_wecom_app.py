@@ -66,6 +66,7 @@ async def test_callback_acks_before_the_slow_llm_and_reply_goes_through_message_
     message = harness.submitter.received[0]
     assert (message.channel, message.chat_id, message.sender_id) == ("wecom", "zhangsan", "zhangsan")
     assert (message.message_id, message.cred_id, message.agent) == ("7001", "hr", "helper")
+    assert message.metadata["chat_type"] == "private"  # an app chat is always one person's
 
 
 async def test_same_msgid_three_times_gives_one_send(harness: Harness, api: FakeQyApi) -> None:
