@@ -104,6 +104,16 @@ class HTTPSettings(_Section):
     drain_timeout_s: float = Field(30.0, ge=0)
 
 
+class SchedulerSettings(_Section):
+    """Scheduled jobs (`manage_cron_jobs`, `/jobs`): defaults and limits."""
+
+    enabled: bool = True
+    timezone: str = Field("Asia/Shanghai", description="IANA zone of jobs that name none")
+    catch_up_s: float = Field(600.0, ge=0, description="a job missed while down runs once on start if less late")
+    max_jobs_per_chat: int = Field(50, ge=1)
+    min_interval_s: float = Field(60.0, ge=60, description="shortest gap between two runs of a recurring job")
+
+
 class Settings(BaseSettings):
     """All of AgentHub's configuration; see README "Configuration"."""
 
@@ -129,6 +139,7 @@ class Settings(BaseSettings):
     llm: LLMSettings = Field(default_factory=LLMSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
     http: HTTPSettings = Field(default_factory=HTTPSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     channels: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="[channels.<name>] tables, each validated by its channel"
     )

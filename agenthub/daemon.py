@@ -18,6 +18,7 @@ from agenthub.config import Settings
 from agenthub.datalock import DataDirLock
 from agenthub.gateway.core import GatewayCore
 from agenthub.invocation import command_name
+from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
 from agenthub.web import WebServer
@@ -58,6 +59,7 @@ class Daemon:
         await server.start()
         self.lock.acquire_info(f"http={http.host}:{server.port}")
         await self._start_channels()
+        await start_scheduler(gateway, self.channels)
         watchdog = asyncio.create_task(self.notifier.watchdog(), name="sd-watchdog")
         self._install_signals(gateway)
         server.ready = True
@@ -84,6 +86,7 @@ class Daemon:
 
     async def _shutdown(self, gateway: GatewayCore, server: WebServer) -> None:
         """Stop accepting, drain running turns (bounded), close channels in reverse order, then the server."""
+        await stop_scheduler(gateway)
         await server.stop_listening()
         drained = await gateway.drain(self.settings.http.drain_timeout_s)
         log.info("daemon_drained", complete=drained)

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -31,6 +31,9 @@ from agenthub.messages import ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey, session_key
 from agenthub.session.manager import LockHolder, Session, SessionManager
+
+if TYPE_CHECKING:
+    from agenthub.scheduler.core import Scheduler
 
 log = structlog.get_logger(__name__)
 
@@ -88,6 +91,7 @@ class GatewayCore:
         self.commands = CommandRouter()
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.compactor: Compactor | None = None
+        self.scheduler: Scheduler | None = None  # scheduled jobs, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.turns = TurnRunner(self)
         self._runners: dict[SessionKey, SessionRunner] = {}

@@ -65,6 +65,8 @@ class ScriptedReply:
     error_message: str = "error"
     headers: dict[str, str] = field(default_factory=dict)
     fault: Fault | None = None
+    hold: asyncio.Event | None = None
+    """When set, the answer waits for this event (tests release several answers at the same moment)."""
 
 
 def reply_text(text: str, **kw: Any) -> ScriptedReply:
@@ -299,6 +301,8 @@ class FakeAnthropic:
         if reply.fault == "hang":
             await self._closing.wait()
             return _error_response(503, "api_error", "server stopping")
+        if reply.hold is not None:
+            await reply.hold.wait()
         await self._pause(reply.first_byte_delay_s, self.first_byte_delay_s)
         if reply.status != 200:
             return _error_response(reply.status, reply.error_type or "api_error", reply.error_message, reply.headers)

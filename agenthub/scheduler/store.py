@@ -1,0 +1,63 @@
+"""Jobs on disk: `data/<agent>/jobs.json`, one file per agent, every write atomic (temp file, fsync, rename)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import structlog
+
+from agenthub.scheduler.jobs import Job
+from agenthub.storage.atomic import atomic_write_text
+from agenthub.storage.paths import AgentLayout
+
+log = structlog.get_logger(__name__)
+
+FILE_NAME = "jobs.json"
+VERSION = 1
+
+
+class JobStore:
+    """Reads every agent's jobs at start; rewrites one agent's file whole, one write at a time per agent."""
+
+    def __init__(self, data_dir: Path, *, durable: bool = True) -> None:
+        self.data_dir = data_dir
+        self.durable = durable
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def path(self, agent: str) -> Path:
+        return AgentLayout(self.data_dir, agent).root / FILE_NAME
+
+    async def load_all(self) -> list[Job]:
+        return await asyncio.to_thread(self._load_all)
+
+    async def save(self, agent: str, jobs: list[Job]) -> None:
+        """Replace the agent's file with `jobs` (a snapshot taken by the caller before it awaits)."""
+        lock = self._locks.setdefault(agent, asyncio.Lock())
+        async with lock:
+            await asyncio.to_thread(self._write, self.path(agent), jobs)
+
+    def _write(self, path: Path, jobs: list[Job]) -> None:
+        payload = [job.to_json() for job in jobs]  # jobs are frozen: serialising off the loop is safe
+        text = json.dumps({"version": VERSION, "jobs": payload}, ensure_ascii=False, separators=(",", ":"))
+        atomic_write_text(path, text + "\n", durable=self.durable)
+
+    def _load_all(self) -> list[Job]:
+        if not self.data_dir.is_dir():
+            return []
+        jobs: list[Job] = []
+        for path in sorted(self.data_dir.glob(f"*/{FILE_NAME}")):
+            jobs.extend(self._load_file(path))
+        return jobs
+
+    def _load_file(self, path: Path) -> list[Job]:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return [Job.from_json(item) for item in data["jobs"]]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            aside = path.with_name(f"{FILE_NAME}.broken-{int(time.time())}")
+            path.rename(aside)
+            log.error("jobs_file_unreadable", path=str(path), moved_to=str(aside), error_type=type(e).__name__)
+            return []
