@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,16 +13,22 @@ import aiohttp
 import pytest
 
 from agenthub.app import build_gateway
+from agenthub.channel import Channel
+from agenthub.cli.chat import relay_pushes
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.daemon import assemble
+from agenthub.gateway.core import GatewayCore
+from agenthub.messages import InboundMessage
+from agenthub.remote import RemoteGateway
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
 from agenthub.tokens import TokenStore
+from channels.http.channel import HttpChannel
 from channels.wecom import WeComChannel
 from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 from tests.fakes.feishu import FakeFeishu, feishu_encrypt, feishu_headers, message_event, running_channel
 from tests.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context, serve_routes, signed_callback
-from tests.scheduler_support import START, shanghai, until
+from tests.scheduler_support import START, RecordingChannel, shanghai, until
 from tests.wecom.harness import AES_KEY, BOT_ID, BOT_SECRET, CORP_ID, SECRET, TOKEN, app_table, bot_table, text
 
 REMIND = {"action": "create", "at": "2026-12-02T09:00:00", "text": "该交周报了"}
@@ -148,7 +155,9 @@ async def _read_event(resp: aiohttp.ClientResponse) -> tuple[str, dict[str, Any]
 
 
 @asynccontextmanager
-async def _http_daemon(settings: Settings, clock: ManualClock) -> AsyncIterator[tuple[str, dict[str, str], Any]]:
+async def _http_daemon(
+    settings: Settings, clock: ManualClock
+) -> AsyncIterator[tuple[str, dict[str, str], GatewayCore, list[Channel]]]:
     settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": 0})})
     token = TokenStore(settings.auth_dir).create("test")
     async with build_gateway(settings, clock=clock) as gateway:
@@ -158,7 +167,7 @@ async def _http_daemon(settings: Settings, clock: ManualClock) -> AsyncIterator[
             await channel.start()
         await start_scheduler(gateway, channels)
         try:
-            yield f"http://127.0.0.1:{server.port}", {"Authorization": f"Bearer {token}"}, gateway
+            yield f"http://127.0.0.1:{server.port}", {"Authorization": f"Bearer {token}"}, gateway, channels
         finally:
             await stop_scheduler(gateway)
             for channel in reversed(channels):
@@ -169,7 +178,7 @@ async def _http_daemon(settings: Settings, clock: ManualClock) -> AsyncIterator[
 async def test_http_reminder_is_stored_and_pushed_on_the_events_feed(
     settings: Settings, fake_llm: FakeAnthropic, clock: ManualClock
 ) -> None:
-    async with _http_daemon(settings, clock) as (base, auth, _):
+    async with _http_daemon(settings, clock) as (base, auth, _, _channels):
         session = base + "/api/agents/default/sessions/c1"
         async with aiohttp.ClientSession(headers=auth) as http:
             script_reminder(fake_llm)
@@ -193,7 +202,7 @@ async def test_http_reminder_is_stored_and_pushed_on_the_events_feed(
 async def test_admin_routes_list_and_delete_an_agents_jobs(
     settings: Settings, fake_llm: FakeAnthropic, clock: ManualClock
 ) -> None:
-    async with _http_daemon(settings, clock) as (base, auth, gateway):
+    async with _http_daemon(settings, clock) as (base, auth, gateway, _channels):
         jobs = base + "/api/agents/default/jobs"
         async with aiohttp.ClientSession(headers=auth) as http:
             script_reminder(fake_llm, {"action": "create", "cron": "0 9 * * 1-5", "prompt": "今日待办"})
@@ -213,3 +222,24 @@ async def test_admin_routes_list_and_delete_an_agents_jobs(
             async with aiohttp.ClientSession() as anonymous, anonymous.get(jobs) as r:
                 assert r.status == 401
         assert gateway.scheduler is not None and gateway.scheduler.for_agent("default") == []
+
+
+async def test_cli_connected_to_the_daemon_shows_its_sessions_reminders(
+    settings: Settings, fake_llm: FakeAnthropic, clock: ManualClock
+) -> None:
+    async with _http_daemon(settings, clock) as (base, auth, _, channels):
+        [http_channel] = [c for c in channels if isinstance(c, HttpChannel)]
+        token = auth["Authorization"].removeprefix("Bearer ")
+        async with RemoteGateway(base, token, default_agent="default") as remote:
+            script_reminder(fake_llm)
+            await (await remote.submit(InboundMessage("cli", "desk", "me", "明天九点提醒我"))).text()
+            terminal = RecordingChannel()
+            relay = asyncio.create_task(relay_pushes(remote, terminal, "default", "desk"))
+            try:
+                await until(lambda: http_channel.pushes.subscribers("default", "desk") == 1)
+                clock.advance(DUE - clock())
+                [shown] = await terminal.wait_for(1)
+            finally:
+                relay.cancel()
+                await asyncio.gather(relay, return_exceptions=True)
+        assert (shown.channel, shown.chat_id, shown.content) == ("cli", "desk", "该交周报了")

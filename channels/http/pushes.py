@@ -40,6 +40,9 @@ class PushFeed:
                 log.warning("http_push_dropped", agent=agent, chat_id=chat_id)
         return delivered
 
+    def subscribers(self, agent: str, chat_id: str) -> int:
+        return len(self._subscribers.get((agent, chat_id), ()))
+
     @contextlib.contextmanager
     def subscribe(self, agent: str, chat_id: str) -> Iterator[asyncio.Queue[dict[str, Any]]]:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(QUEUE_MAX)
