@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -112,6 +113,15 @@ class SchedulerSettings(_Section):
     catch_up_s: float = Field(600.0, ge=0, description="a job missed while down runs once on start if less late")
     max_jobs_per_chat: int = Field(50, ge=1)
     min_interval_s: float = Field(60.0, ge=60, description="shortest gap between two runs of a recurring job")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("not an IANA time zone name such as Asia/Shanghai") from None
+        return value
 
 
 class Settings(BaseSettings):

@@ -13,6 +13,7 @@ import pytest_asyncio
 from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
+from agenthub.errors import ConfigError
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import InboundMessage
 from agenthub.scheduler.core import Scheduler
@@ -240,3 +241,9 @@ async def test_a_prompt_job_runs_a_turn_queued_behind_the_chats_running_turn(
     assert tail[2][0] == "user" and str(tail[2][1]).startswith("scheduler:")
     assert "summarise the news" in str(tail[2][2])
     assert tail[3][:1] == ("assistant",) and tail[3][2] == "here is the news"
+
+
+def test_a_bad_default_timezone_stops_start_up_naming_the_key(settings_factory: Callable[..., Settings]) -> None:
+    with pytest.raises(ConfigError, match=r"scheduler\.timezone: .*IANA") as caught:
+        settings_factory(scheduler={"timezone": "Mars/Olympus"})
+    assert "Mars" not in str(caught.value)

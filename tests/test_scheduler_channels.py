@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +19,14 @@ from agenthub.channel import Channel
 from agenthub.cli.chat import relay_pushes
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
-from agenthub.daemon import assemble
+from agenthub.daemon import Daemon, assemble
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import InboundMessage
 from agenthub.remote import RemoteGateway
+from agenthub.scheduler.jobs import Job
+from agenthub.scheduler.store import JobStore
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
+from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
 from channels.http.channel import HttpChannel
 from channels.wecom import WeComChannel
@@ -243,3 +248,32 @@ async def test_cli_connected_to_the_daemon_shows_its_sessions_reminders(
                 relay.cancel()
                 await asyncio.gather(relay, return_exceptions=True)
         assert (shown.channel, shown.chat_id, shown.content) == ("cli", "desk", "该交周报了")
+
+
+async def test_the_daemon_starts_the_scheduler_and_catches_up_a_missed_reminder(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory(http={"port": 0})
+    token = TokenStore(settings.auth_dir).create("test")
+    missed = time.time() - 60  # due a minute ago, while the daemon was down: within scheduler.catch_up_s
+    job = Job("abc12345", "default", "http", "c9", "Asia/Shanghai", missed - 3600, at=missed, next_due=missed)
+    job = replace(job, text="补发")
+    await JobStore(settings.data_dir).save("default", [job])
+    daemon = Daemon(settings, notifier=Notifier({}))
+    running = asyncio.create_task(daemon.run())
+    try:
+        await until(lambda: daemon.server is not None and daemon.server.ready)
+        assert daemon.server is not None
+        url = f"http://127.0.0.1:{daemon.server.port}/api/agents/default/sessions/c9/messages"
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http:
+            for _ in range(200):
+                async with http.get(url) as r:
+                    if r.status == 200 and (messages := (await r.json())["messages"]):
+                        break
+                await asyncio.sleep(0.05)
+        assert [(m["role"], m["content"]) for m in messages] == [("assistant", "补发")]
+    finally:
+        daemon.request_stop()
+        assert await asyncio.wait_for(running, 10) == 0
+    stored = json.loads((settings.data_dir / "default" / "jobs.json").read_text(encoding="utf-8"))
+    assert stored["jobs"] == []
