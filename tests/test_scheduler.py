@@ -247,3 +247,27 @@ def test_a_bad_default_timezone_stops_start_up_naming_the_key(settings_factory: 
     with pytest.raises(ConfigError, match=r"scheduler\.timezone: .*IANA") as caught:
         settings_factory(scheduler={"timezone": "Mars/Olympus"})
     assert "Mars" not in str(caught.value)
+
+
+async def test_jobs_created_in_many_chats_at_the_same_moment_are_all_stored(
+    settings: Settings, clock: ManualClock, fake_llm: FakeAnthropic
+) -> None:
+    release = asyncio.Event()
+    chats = [f"chat{i}" for i in range(20)]
+
+    def respond(body: dict[str, Any]) -> ScriptedReply:
+        last = body["messages"][-1]["content"]
+        if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
+            return reply_text("ok")
+        at = "2026-12-01T09:00:00"
+        return reply_tool("manage_cron_jobs", {"action": "create", "at": at, "text": "同时"}, hold=release)
+
+    fake_llm.responder = respond
+    async with build_gateway(settings, clock=clock) as gw:
+        handles = [await gw.submit(InboundMessage("cli", chat, "me", "remind me")) for chat in chats]
+        await until(lambda: fake_llm.in_flight == len(chats))
+        release.set()  # every model answer, and so every tool call, lands at once
+        assert [await h.text() for h in handles] == ["ok"] * len(chats)
+        assert len(_scheduler(gw)) == len(chats)
+    stored = json.loads((settings.data_dir / "default" / "jobs.json").read_text(encoding="utf-8"))
+    assert sorted(j["chat_id"] for j in stored["jobs"]) == sorted(chats)
