@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from structlog.testing import capture_logs
 
 from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.errors import ConfigError
 from agenthub.gateway.core import GatewayCore
-from agenthub.messages import InboundMessage
+from agenthub.messages import ErrorEvent, InboundMessage
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
@@ -271,3 +273,40 @@ async def test_jobs_created_in_many_chats_at_the_same_moment_are_all_stored(
         assert len(_scheduler(gw)) == len(chats)
     stored = json.loads((settings.data_dir / "default" / "jobs.json").read_text(encoding="utf-8"))
     assert sorted(j["chat_id"] for j in stored["jobs"]) == sorted(chats)
+
+
+async def test_a_run_that_cannot_be_recorded_is_skipped_and_later_jobs_still_fire(
+    running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic, settings: Settings
+) -> None:
+    gw, channel = running
+    await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "text": "unrecorded"})
+    await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:05:00", "text": "later"})
+    blocker = settings.data_dir / "default" / f".jobs.json.{os.getpid()}.tmp"
+    blocker.mkdir()  # the atomic write's temp file cannot be created: the disk refuses the record
+    with capture_logs() as logs:
+        clock.advance(shanghai(2026, 12, 1, 9, 0) - clock())
+        await until(lambda: any(e["event"] == "job_record_failed" for e in logs))
+    blocker.rmdir()
+    clock.advance(shanghai(2026, 12, 1, 9, 5) - clock())
+    await channel.wait_for(1)
+    assert channel.texts() == ["later"]  # never sent without a record, and the loop lived on
+
+
+async def test_a_job_the_disk_refuses_is_not_created(
+    running: tuple[GatewayCore, RecordingChannel], fake_llm: FakeAnthropic, settings: Settings
+) -> None:
+    gw, _ = running
+    kept = await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T10:00:00", "text": "kept"})
+    kept_id = kept.split()[2].rstrip(";")
+    blocker = settings.data_dir / "default" / f".jobs.json.{os.getpid()}.tmp"
+    blocker.mkdir()
+    refused = await (await gw.submit(_msg(f"/jobs delete {kept_id}"))).result()
+    assert isinstance(refused, ErrorEvent) and refused.message == "/jobs failed; please try again."
+    fake_llm.script(
+        reply_tool("manage_cron_jobs", {"action": "create", "at": "2026-12-01T09:00:00", "text": "x"}),
+        reply_text("sorry"),
+    )
+    await (await gw.submit(_msg("remind me"))).text()
+    result = _tool_results(fake_llm)[-1]
+    assert (result.get("is_error") and "OSError" not in str(result["content"])) or "failed" in str(result["content"])
+    assert [j.text for j in _scheduler(gw).for_chat(KEY)] == ["kept"]  # neither created nor deleted

@@ -130,6 +130,9 @@ async def _manage_cron_jobs(args: dict[str, Any], ctx: ToolContext) -> str:
         return await cron_tool.manage_cron_jobs(args, ctx)
     except JobError as e:
         raise ToolError(str(e)) from None
+    except OSError as e:
+        log.error("jobs_not_saved", error_type=type(e).__name__)
+        raise ToolError("the jobs could not be saved (storage error); nothing was changed") from None
 
 
 def _schema(**props: str) -> dict[str, Any]:

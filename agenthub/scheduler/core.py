@@ -96,17 +96,16 @@ class Scheduler:
         limit = self.config.max_jobs_per_chat
         if len(self.for_chat(job.key)) >= limit:
             raise JobError(f"this chat already has {limit} jobs; delete one first")
-        self._put(job)
-        await self._persist(job.agent)
+        await self._commit(job.agent, job.id, job, None)
         log.info("job_created", agent=job.agent, job_id=job.id, cron=job.cron, next_due=job.next_due)
         return job
 
     async def update(self, job: Job) -> Job:
         await self.ensure_loaded()
-        if self.get(job.agent, job.id) is None:
+        before = self.get(job.agent, job.id)
+        if before is None:
             raise JobError(f"no job {job.id!r} in this chat")
-        self._put(job)
-        await self._persist(job.agent)
+        await self._commit(job.agent, job.id, job, before)
         log.info("job_updated", agent=job.agent, job_id=job.id, next_due=job.next_due)
         return job
 
@@ -116,10 +115,25 @@ class Scheduler:
         job = self.get(agent, job_id, key)
         if job is None:
             return None
-        del self._by_agent[agent][job_id]
-        await self._persist(agent)
+        await self._commit(agent, job_id, None, job)
         log.info("job_deleted", agent=agent, job_id=job_id)
         return job
+
+    async def _commit(self, agent: str, job_id: str, new: Job | None, old: Job | None) -> None:
+        """Make `new` (None: no job) current and durable; if the write fails, `old` is put back and it raises."""
+        self._set(agent, job_id, new)
+        try:
+            await self._persist(agent)
+        except BaseException:
+            if self._by_agent.get(agent, {}).get(job_id) is new:  # nothing fired or changed it meanwhile
+                self._set(agent, job_id, old)
+            raise
+
+    def _set(self, agent: str, job_id: str, job: Job | None) -> None:
+        if job is None:
+            self._by_agent.get(agent, {}).pop(job_id, None)
+        else:
+            self._put(job)
 
     # ---- the loop ------------------------------------------------------------------------------
 
@@ -154,7 +168,10 @@ class Scheduler:
         while True:
             due = self._pop_due(self.clock())
             if due:
-                await self._handle_due(due)
+                try:
+                    await self._handle_due(due)
+                except Exception:  # the disk refused the record: those runs are skipped, later ones still fire
+                    log.exception("job_record_failed", jobs=[j.id for j in due])
                 continue
             self._wake.clear()
             await self._sleep(self.next_due())
