@@ -311,3 +311,30 @@ async def test_a_job_the_disk_refuses_is_not_created(
     assert result.get("is_error")
     assert result["content"] == "the jobs could not be saved (storage error); nothing was changed"
     assert [j.text for j in _scheduler(gw).for_chat(KEY)] == ["kept"]  # neither created nor deleted
+
+
+async def test_a_job_updated_without_moving_its_time_fires_once(
+    running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
+) -> None:
+    gw, channel = running
+    made = await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "text": "old words"})
+    job_id = made.split()[2].rstrip(";")
+    await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "text": "new words"})
+    await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:01:00", "text": "sentinel"})
+    clock.advance(shanghai(2026, 12, 1, 9, 1) - clock())
+    await channel.wait_for(2)
+    assert channel.texts() == ["new words", "sentinel"]
+
+
+async def test_with_no_catch_up_a_job_due_while_running_still_fires_however_late_the_wake(
+    settings_factory: Callable[..., Settings], clock: ManualClock, fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory(scheduler={"catch_up_s": 0})
+    channel = RecordingChannel()
+    async with build_gateway(settings, clock=clock) as gw:
+        await start_scheduler(gw, [channel])
+        await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "text": "on time"})
+        clock.advance(shanghai(2026, 12, 1, 9, 0, 5) - clock())  # the loop wakes 5 s after the due time
+        await channel.wait_for(1)
+        await stop_scheduler(gw)
+    assert channel.texts() == ["on time"]

@@ -33,6 +33,7 @@ class Scheduler:
         self.clock = clock
         self._by_agent: dict[str, dict[str, Job]] = {}
         self._heap: list[tuple[float, int, str, str]] = []  # (due, seq, agent, job id); stale entries skipped
+        self._live: dict[tuple[str, str], int] = {}  # (agent, job id) → the seq of its one valid heap entry
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._loaded = False
@@ -43,6 +44,7 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
         self._fire: FireFn | None = None
         self._running: set[asyncio.Task[None]] = set()
+        self._started_at = 0.0
         self.fired = 0
         self.skipped = 0
 
@@ -52,6 +54,7 @@ class Scheduler:
         """Load the jobs and start sleeping until the first is due; overdue ones are handled at once."""
         await self.ensure_loaded()
         self._fire = fire
+        self._started_at = self.clock()
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="scheduler")
         log.info("scheduler_started", jobs=len(self))
@@ -132,6 +135,7 @@ class Scheduler:
     def _set(self, agent: str, job_id: str, job: Job | None) -> None:
         if job is None:
             self._by_agent.get(agent, {}).pop(job_id, None)
+            self._live.pop((agent, job_id), None)
         else:
             self._put(job)
 
@@ -139,16 +143,19 @@ class Scheduler:
 
     def _put(self, job: Job) -> None:
         self._by_agent.setdefault(job.agent, {})[job.id] = job
+        self._live.pop((job.agent, job.id), None)  # whatever entry it had is stale now
         if job.next_due is not None:
-            seq = next(self._seq)
+            seq = self._live[(job.agent, job.id)] = next(self._seq)
             heapq.heappush(self._heap, (job.next_due, seq, job.agent, job.id))
             if self._heap[0][1] == seq:  # earlier than what the loop sleeps for
                 self._wake.set()
 
     def _current(self, entry: tuple[float, int, str, str]) -> Job | None:
-        due, _, agent, job_id = entry
-        job = self._by_agent.get(agent, {}).get(job_id)
-        return job if job is not None and job.next_due == due else None
+        """The job of a heap entry, or None when the entry is stale (the job was deleted, moved or updated)."""
+        _, seq, agent, job_id = entry
+        if self._live.get((agent, job_id)) != seq:
+            return None
+        return self._by_agent.get(agent, {}).get(job_id)
 
     def next_due(self) -> float | None:
         """The earliest due time of any job (stale heap entries dropped on the way)."""
@@ -159,8 +166,10 @@ class Scheduler:
     def _pop_due(self, now: float) -> list[Job]:
         due: list[Job] = []
         while (first := self.next_due()) is not None and first <= now:
-            job = self._current(heapq.heappop(self._heap))
+            entry = heapq.heappop(self._heap)
+            job = self._current(entry)
             if job is not None:
+                del self._live[(job.agent, job.id)]
                 due.append(job)
         return due
 
@@ -193,7 +202,8 @@ class Scheduler:
         agents: set[str] = set()
         for job in due:
             assert job.next_due is not None
-            on_time = now - job.next_due <= self.config.catch_up_s
+            # catch-up applies to runs missed while the daemon was down; one due since start runs however late
+            on_time = job.next_due >= self._started_at or now - job.next_due <= self.config.catch_up_s
             if on_time:
                 to_fire.append((job, job.next_due))
             else:
@@ -209,7 +219,7 @@ class Scheduler:
         assert job.next_due is not None
         following = job.next_after(max(now, job.next_due)) if job.recurring else None
         if following is None:
-            del self._by_agent[job.agent][job.id]
+            self._set(job.agent, job.id, None)
             return
         self._put(replace(job, next_due=following, last_due=job.next_due, runs=job.runs + int(ran)))
 
