@@ -17,7 +17,7 @@ from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.errors import ConfigError
 from agenthub.gateway.core import GatewayCore
-from agenthub.messages import ErrorEvent, InboundMessage
+from agenthub.messages import ErrorEvent, InboundMessage, OutboundMessage
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
@@ -338,3 +338,27 @@ async def test_with_no_catch_up_a_job_due_while_running_still_fires_however_late
         await channel.wait_for(1)
         await stop_scheduler(gw)
     assert channel.texts() == ["on time"]
+
+
+async def test_stopping_lets_a_fired_job_finish_its_send_within_the_grace(
+    settings: Settings, clock: ManualClock, fake_llm: FakeAnthropic
+) -> None:
+    platform_slow = asyncio.Event()
+
+    class SlowPlatform(RecordingChannel):
+        async def send(self, message: OutboundMessage) -> None:
+            await platform_slow.wait()
+            await super().send(message)
+
+    channel = SlowPlatform()
+    async with build_gateway(settings, clock=clock) as gw:
+        await start_scheduler(gw, [channel])
+        await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "text": "in flight"})
+        clock.advance(shanghai(2026, 12, 1, 9, 0) - clock())
+        await until(lambda: _scheduler(gw).fired == 1)
+        stopping = asyncio.create_task(stop_scheduler(gw, grace_s=10.0))
+        await asyncio.sleep(0)
+        assert not stopping.done()
+        platform_slow.set()
+        await stopping
+    assert channel.texts() == ["in flight"]

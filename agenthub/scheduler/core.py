@@ -59,9 +59,20 @@ class Scheduler:
             self._task = asyncio.create_task(self._loop(), name="scheduler")
         log.info("scheduler_started", jobs=len(self))
 
-    async def stop(self) -> None:
+    async def pause(self) -> None:
+        """Fire nothing more; runs already handed to delivery go on."""
         task, self._task = self._task, None
-        tasks = [t for t in (task, *self._running) if t is not None]
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def stop(self, grace_s: float = 0.0) -> None:
+        """Pause, give the runs in delivery up to `grace_s` to finish (they are recorded already), cancel the rest."""
+        await self.pause()
+        if self._running and grace_s > 0:
+            await asyncio.wait(list(self._running), timeout=grace_s)
+        tasks = list(self._running)
         for t in tasks:
             t.cancel()
         for t in tasks:

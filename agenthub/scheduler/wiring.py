@@ -35,9 +35,16 @@ async def start_scheduler(gateway: GatewayCore, channels: Iterable[Channel]) -> 
         await gateway.scheduler.start(JobDelivery(gateway, {c.name: c for c in channels}))
 
 
-async def stop_scheduler(gateway: GatewayCore) -> None:
+async def pause_scheduler(gateway: GatewayCore) -> None:
+    """No new runs (shutdown begins); deliveries already under way go on."""
     if gateway.scheduler is not None:
-        await gateway.scheduler.stop()
+        await gateway.scheduler.pause()
+
+
+async def stop_scheduler(gateway: GatewayCore, grace_s: float = 0.0) -> None:
+    """Pause, then give deliveries under way `grace_s` to reach their channel before they are cancelled."""
+    if gateway.scheduler is not None:
+        await gateway.scheduler.stop(grace_s)
 
 
 async def _jobs_command(ctx: CommandContext) -> str:
