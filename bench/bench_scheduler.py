@@ -5,7 +5,8 @@ Lateness: the jobs are written to one agent's jobs.json (the restart path) and f
 `--spread` seconds, a fifth of them due at the very same second; each is late by the time from its due time to the
 moment the scheduler hands it to delivery, after recording it durably (fsync on). Idle CPU: a daemon-like gateway
 with the scheduler holding `--jobs` jobs due next year, against one holding none, each measured as process CPU
-time over `--idle` seconds. Targets: lateness p99 <= 1 s, idle CPU ratio <= 1.1.
+time over `--idle` seconds, three rounds alternated and the medians compared.
+Targets: lateness p99 <= 1 s, idle CPU ratio <= 1.1.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.roots import make_settings
 
 AGENT = "default"
 YEAR_S = 365 * 86400.0
+IDLE_ROUNDS = 3
 
 
 def make_jobs(count: int, first_due: float, spread_s: float) -> list[Job]:
@@ -106,8 +108,12 @@ async def main(count: int, spread_s: float, idle_s: float) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-scheduler-") as tmp:
         root = Path(tmp)
         late = await measure_lateness(root, count, spread_s)
-        none_cpu, _ = await idle_cpu(root, 0, idle_s)
-        many_cpu, loaded = await idle_cpu(root, count, idle_s)
+        nones, manys, loaded = [], [], 0
+        for round_ in range(IDLE_ROUNDS):  # alternated, medians taken: the two quantities are tiny and noisy
+            nones.append((await idle_cpu(root / str(round_), 0, idle_s))[0])
+            used, loaded = await idle_cpu(root / str(round_), count, idle_s)
+            manys.append(used)
+        none_cpu, many_cpu = statistics.median(nones), statistics.median(manys)
     p50, p99, worst = percentile(late, 0.5), percentile(late, 0.99), max(late)
     ratio = many_cpu / none_cpu if none_cpu > 0 else float("inf")
     print(f"jobs fired: {len(late)} over {spread_s:.0f} s ({count // 5} due at the same second)")
@@ -128,6 +134,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--spread", type=float, default=20.0, help="seconds over which the jobs fall due")
-    parser.add_argument("--idle", type=float, default=10.0, help="seconds of each idle CPU measurement")
+    parser.add_argument("--idle", type=float, default=5.0, help="seconds of each idle CPU measurement")
     args = parser.parse_args()
     sys.exit(asyncio.run(main(args.jobs, args.spread, args.idle)))

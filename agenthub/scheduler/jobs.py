@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
+import json
 import secrets
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -60,6 +62,12 @@ class Job:
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _FIELD_NAMES}  # not asdict(): no deep copy, 10x faster
         return {k: v for k, v in data.items() if v is not None and v != {}}
+
+    @functools.cached_property
+    def json_text(self) -> str:
+        """`to_json()` encoded once per job version (a job is immutable): a rewrite of the file re-encodes only
+        the jobs that changed."""
+        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Job:

@@ -40,9 +40,8 @@ class JobStore:
             await asyncio.to_thread(self._write, self.path(agent), jobs)
 
     def _write(self, path: Path, jobs: list[Job]) -> None:
-        payload = [job.to_json() for job in jobs]  # jobs are frozen: serialising off the loop is safe
-        text = json.dumps({"version": VERSION, "jobs": payload}, ensure_ascii=False, separators=(",", ":"))
-        atomic_write_text(path, text + "\n", durable=self.durable)
+        encoded = ",".join(job.json_text for job in jobs)  # jobs are frozen: encoding off the loop is safe
+        atomic_write_text(path, f'{{"version":{VERSION},"jobs":[{encoded}]}}\n', durable=self.durable)
 
     def _load_all(self) -> list[Job]:
         if not self.data_dir.is_dir():
