@@ -362,3 +362,29 @@ async def test_stopping_lets_a_fired_job_finish_its_send_within_the_grace(
         platform_slow.set()
         await stopping
     assert channel.texts() == ["in flight"]
+
+
+async def test_a_damaged_job_entry_is_skipped_and_the_rest_still_fire(settings: Settings, clock: ManualClock) -> None:
+    good = {
+        "id": "good0001",
+        "agent": "default",
+        "channel": "cli",
+        "chat_id": "direct",
+        "timezone": "Asia/Shanghai",
+        "created_at": START,
+        "at": START + 60,
+        "text": "still here",
+        "next_due": START + 60,
+    }
+    damaged = [{**good, "id": "bad00001", "next_due": "soon"}, {**good, "id": "bad00002", "timezone": 8}, {"id": "x"}]
+    path = settings.data_dir / "default" / "jobs.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"version": 1, "jobs": [*damaged, good]}), encoding="utf-8")
+    channel = RecordingChannel()
+    async with build_gateway(settings, clock=clock) as gw:
+        await start_scheduler(gw, [channel])
+        assert [j.id for j in _scheduler(gw).for_agent("default")] == ["good0001"]
+        clock.advance(60)
+        await channel.wait_for(1)
+        await stop_scheduler(gw)
+    assert channel.texts() == ["still here"]

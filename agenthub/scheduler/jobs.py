@@ -71,7 +71,28 @@ class Job:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Job:
-        return cls(**{k: v for k, v in data.items() if k in _FIELD_NAMES})
+        """A stored job; `ValueError` when a field is missing or of the wrong type (a damaged file)."""
+        try:
+            job = cls(**{k: v for k, v in data.items() if k in _FIELD_NAMES})
+        except TypeError:
+            raise ValueError("a stored job lacks required fields") from None
+        job.check_types()
+        return job
+
+    def check_types(self) -> None:
+        texts = (self.id, self.agent, self.channel, self.chat_id, self.timezone, self.created_by)
+        optional_texts = (self.cred_id, self.cron, self.text, self.prompt)
+        numbers = (self.created_at, *(n for n in (self.at, self.next_due, self.last_due) if n is not None))
+        if (
+            not all(isinstance(t, str) for t in texts)
+            or not all(t is None or isinstance(t, str) for t in optional_texts)
+            or not all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers)
+            or not isinstance(self.runs, int)
+        ):
+            raise ValueError(f"stored job {self.id!r} has a field of the wrong type")
+        zone(self.timezone)
+        if self.cron is not None:
+            parse_cron(self.cron)
 
     def describe(self) -> str:
         """One line for listings: id, when, what."""

@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -53,10 +54,28 @@ class JobStore:
 
     def _load_file(self, path: Path) -> list[Job]:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return [Job.from_json(item) for item in data["jobs"]]
+            items = json.loads(path.read_text(encoding="utf-8"))["jobs"]
+            if not isinstance(items, list):
+                raise TypeError("jobs is not a list")
         except (OSError, ValueError, KeyError, TypeError) as e:
             aside = path.with_name(f"{FILE_NAME}.broken-{int(time.time())}")
             path.rename(aside)
             log.error("jobs_file_unreadable", path=str(path), moved_to=str(aside), error_type=type(e).__name__)
             return []
+        return [job for item in items if (job := _job_or_none(item, path)) is not None]
+
+
+def _job_or_none(item: Any, path: Path) -> Job | None:
+    """One stored job, or None (logged) when that entry is damaged; the other jobs still load."""
+    try:
+        if not isinstance(item, dict):
+            raise ValueError("not an object")
+        return Job.from_json(item)
+    except ValueError as e:  # JobError and CronError included
+        log.error(
+            "job_unreadable",
+            path=str(path),
+            job_id=str(item.get("id"))[:40] if isinstance(item, dict) else None,
+            reason=str(e)[:200],
+        )
+        return None
