@@ -277,3 +277,21 @@ async def test_the_daemon_starts_the_scheduler_and_catches_up_a_missed_reminder(
         assert await asyncio.wait_for(running, 10) == 0
     stored = json.loads((settings.data_dir / "default" / "jobs.json").read_text(encoding="utf-8"))
     assert stored["jobs"] == []
+
+
+async def test_deleting_an_http_session_deletes_its_jobs(
+    settings: Settings, fake_llm: FakeAnthropic, clock: ManualClock
+) -> None:
+    async with _http_daemon(settings, clock) as (base, auth, gateway, _channels):
+        async with aiohttp.ClientSession(headers=auth) as http:
+            for chat in ("gone", "kept"):
+                script_reminder(fake_llm)
+                async with http.post(base + "/api/agents/default/chat", json={"chat_id": chat, "content": "提醒"}) as r:
+                    assert r.status == 200
+            async with http.delete(base + "/api/agents/default/sessions/gone") as r:
+                assert r.status == 204
+            async with http.get(base + "/api/agents/default/jobs") as r:
+                assert [j["chat_id"] for j in (await r.json())["jobs"]] == ["kept"]
+        clock.advance(DUE - clock())
+        await until(lambda: gateway.scheduler is not None and gateway.scheduler.fired == 1)
+        assert not (settings.data_dir / "default" / "sessions" / "default_http_gone.jsonl").exists()

@@ -133,6 +133,17 @@ class Scheduler:
         log.info("job_deleted", agent=agent, job_id=job_id)
         return job
 
+    async def delete_chat(self, key: SessionKey) -> int:
+        """Remove every job of one chat (its session was deleted); returns how many."""
+        await self.ensure_loaded()
+        doomed = self.for_chat(key)
+        for job in doomed:
+            self._set(job.agent, job.id, None)
+        if doomed:
+            await self._persist(key.agent)
+            log.info("chat_jobs_deleted", session_key=str(key), jobs=len(doomed))
+        return len(doomed)
+
     async def _commit(self, agent: str, job_id: str, new: Job | None, old: Job | None) -> None:
         """Make `new` (None: no job) current and durable; if the write fails, `old` is put back and it raises."""
         self._set(agent, job_id, new)
