@@ -140,3 +140,5 @@ class OutboundMessage:
     reply_to: str | None = None
     cred_id: str | None = None
     event: ReplyEvent | None = None
+    agent: str | None = None
+    """The agent whose session the message belongs to (the HTTP channel's events feed is per agent)."""

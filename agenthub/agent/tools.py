@@ -7,13 +7,18 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.memory.files import MemoryFiles, read_text
+from agenthub.scheduler import tool as cron_tool
+from agenthub.scheduler.jobs import JobError
 from agenthub.session.keys import SessionKey
+
+if TYPE_CHECKING:
+    from agenthub.scheduler.core import Scheduler
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +43,8 @@ class ToolContext:
     memory: MemoryFiles
     workspace: Path
     memory_max_chars: int = 8000
+    cred_id: str | None = None
+    scheduler: Scheduler | None = None
 
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
@@ -155,6 +162,16 @@ async def _list_dir(args: dict[str, Any], ctx: ToolContext) -> str:
     return await asyncio.to_thread(_listing, _resolve_allowed(str(args.get("path") or "."), ctx))
 
 
+async def _manage_cron_jobs(args: dict[str, Any], ctx: ToolContext) -> str:
+    try:
+        return await cron_tool.manage_cron_jobs(args, ctx)
+    except JobError as e:
+        raise ToolError(str(e)) from None
+    except OSError as e:
+        log.error("jobs_not_saved", error_type=type(e).__name__)
+        raise ToolError("the jobs could not be saved (storage error); nothing was changed") from None
+
+
 def _schema(**props: str) -> dict[str, Any]:
     return {
         "type": "object",
@@ -191,6 +208,7 @@ PLATFORM_TOOLS = (
         _schema(content="Markdown text to save", mode="'append' or 'replace'"),
         _write_memory,
     ),
+    Tool(cron_tool.NAME, cron_tool.DESCRIPTION, cron_tool.INPUT_SCHEMA, _manage_cron_jobs),
 )
 
 BUILTIN_TOOLS = {

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -31,6 +31,9 @@ from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey, session_key
 from agenthub.session.manager import LockHolder, Session, SessionManager
+
+if TYPE_CHECKING:
+    from agenthub.scheduler.core import Scheduler
 
 log = structlog.get_logger(__name__)
 
@@ -92,6 +95,7 @@ class GatewayCore:
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.compactor: Compactor | None = None
         self.mcp = McpHub()
+        self.scheduler: Scheduler | None = None  # scheduled jobs, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.turns = TurnRunner(self)
         self._runners: dict[SessionKey, SessionRunner] = {}

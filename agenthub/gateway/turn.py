@@ -197,6 +197,8 @@ class TurnRunner:
             memory=gw.memory_files,
             workspace=workspace,
             memory_max_chars=settings.memory.memory_max_chars,
+            cred_id=pending.message.cred_id,
+            scheduler=gw.scheduler,
         )
         return await loop.run(request, tools, ctx, pending.handle.emit)
 

@@ -118,6 +118,8 @@ async def delete_session(request: web.Request) -> web.Response:
     if gateway.is_busy(key):
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done")
     await gateway.history.delete(key, also=_own_memory_files(gateway, agent, key))
+    if gateway.scheduler is not None:  # a reminder must not bring a deleted session back
+        await gateway.scheduler.delete_chat(key)
     return web.Response(status=204)
 
 

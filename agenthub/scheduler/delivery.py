@@ -1,0 +1,70 @@
+"""Running a due job: a fixed text is stored in the chat's history, a prompt runs a real turn; then `Channel.send`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agenthub.channel import Channel
+from agenthub.errors import ChannelSendError
+from agenthub.messages import ErrorEvent, InboundMessage, OutboundMessage
+from agenthub.scheduler.jobs import Job
+
+if TYPE_CHECKING:
+    from agenthub.gateway.core import GatewayCore
+
+log = structlog.get_logger(__name__)
+
+SCHEDULER_SENDER = "scheduler:"
+"""Prefix of the `sender_id` of a prompt job's turn: `scheduler:<job id>`."""
+
+
+class JobDelivery:
+    """The scheduler's `fire`: produce the job's message in the chat's session, then push it through its channel."""
+
+    def __init__(self, gateway: GatewayCore, channels: Mapping[str, Channel]) -> None:
+        self.gateway = gateway
+        self.channels = channels
+
+    async def __call__(self, job: Job, due: float) -> None:
+        text = await (self._run_prompt(job, due) if job.prompt is not None else self._store_text(job))
+        if text:
+            await self._send(job, text)
+
+    async def _store_text(self, job: Job) -> str:
+        """The reminder goes into the history as an assistant message, after any turn that runs in the chat."""
+        text = job.text or ""
+        async with self.gateway.hold(job.key):
+            await self.gateway.history.append(job.key, {"role": "assistant", "content": text, "scheduled_job": job.id})
+        return text
+
+    async def _run_prompt(self, job: Job, due: float) -> str | None:
+        """A turn through the gateway's normal path, so it queues behind the chat's other turns."""
+        message = InboundMessage(
+            channel=job.channel,
+            chat_id=job.chat_id,
+            sender_id=SCHEDULER_SENDER + job.id,
+            content=f"[scheduled job {job.id}] {job.prompt}",
+            message_id=f"job-{job.id}-{int(due)}",
+            agent=job.agent,
+            cred_id=job.cred_id,
+            metadata={"scheduled": True, "job_id": job.id, "due": due},
+        )
+        final = await (await self.gateway.submit(message)).result()
+        if isinstance(final, ErrorEvent):
+            log.warning("job_turn_failed", agent=job.agent, job_id=job.id, code=final.code)
+            return None
+        return final.full_text
+
+    async def _send(self, job: Job, text: str) -> None:
+        channel = self.channels.get(job.channel)
+        if channel is None:
+            log.warning("job_channel_unavailable", agent=job.agent, job_id=job.id, channel=job.channel)
+            return
+        outbound = OutboundMessage(job.channel, job.chat_id, text, cred_id=job.cred_id, agent=job.agent)
+        try:
+            await channel.send(outbound)
+        except ChannelSendError as e:
+            log.error("job_send_failed", agent=job.agent, job_id=job.id, channel=job.channel, error=str(e))

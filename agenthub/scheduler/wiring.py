@@ -1,0 +1,61 @@
+"""Plugging the scheduler into the gateway: the `/jobs` command at build time, delivery once channels run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from agenthub.channel import Channel
+from agenthub.gateway.commands import CommandContext
+from agenthub.scheduler.core import Scheduler
+from agenthub.scheduler.delivery import JobDelivery
+from agenthub.scheduler.store import JobStore
+from agenthub.scheduler.tool import list_text
+
+if TYPE_CHECKING:
+    from agenthub.gateway.core import GatewayCore
+
+JOBS_USAGE = "Usage: /jobs lists this chat's scheduled jobs; /jobs delete ID removes one."
+
+
+def attach_scheduler(gateway: GatewayCore) -> Scheduler | None:
+    """Give the gateway its scheduler (jobs load lazily) and the `/jobs` command; nothing runs until started."""
+    settings = gateway.settings
+    if not settings.scheduler.enabled:
+        return None
+    store = JobStore(settings.data_dir, durable=settings.session.fsync)
+    scheduler = gateway.scheduler = Scheduler(settings.scheduler, store, clock=gateway.clock)
+    gateway.commands.register("jobs", "list this chat's scheduled jobs; /jobs delete ID removes one", _jobs_command)
+    return scheduler
+
+
+async def start_scheduler(gateway: GatewayCore, channels: Iterable[Channel]) -> None:
+    """Start firing due jobs through the running channels (the composition root calls this after they start)."""
+    if gateway.scheduler is not None:
+        await gateway.scheduler.start(JobDelivery(gateway, {c.name: c for c in channels}))
+
+
+async def pause_scheduler(gateway: GatewayCore) -> None:
+    """No new runs (shutdown begins); deliveries already under way go on."""
+    if gateway.scheduler is not None:
+        await gateway.scheduler.pause()
+
+
+async def stop_scheduler(gateway: GatewayCore, grace_s: float = 0.0) -> None:
+    """Pause, then give deliveries under way `grace_s` to reach their channel before they are cancelled."""
+    if gateway.scheduler is not None:
+        await gateway.scheduler.stop(grace_s)
+
+
+async def _jobs_command(ctx: CommandContext) -> str:
+    scheduler = ctx.gateway.scheduler
+    if scheduler is None:
+        return "Scheduled jobs are turned off."
+    await scheduler.ensure_loaded()
+    words = ctx.args.split()
+    if not words:
+        return list_text(scheduler.for_chat(ctx.key))
+    if len(words) == 2 and words[0].lower() == "delete":
+        job = await scheduler.delete(ctx.key.agent, words[1], ctx.key)
+        return f"Deleted job {words[1]}." if job is not None else f"This chat has no job {words[1]!r}."
+    return JOBS_USAGE
