@@ -61,6 +61,22 @@ async def test_app_file_arrives_as_an_attachment_with_its_name(harness: Harness,
     assert attachment.data == data
 
 
+async def test_app_json_file_is_a_file_not_an_errcode_and_names_lose_their_path(
+    harness: Harness, api: FakeQyApi
+) -> None:
+    config = b'{"errcode": 0, "note": "a user\'s own file"}'
+    api.add_media("MID-json", config, filename="settings.json", content_type="application/json")
+    api.add_media("MID-path", b"secret", filename="../../etc/passwd", content_type="application/octet-stream")
+    await harness.start()
+    await harness.post(app_media("file", "MID-json", 41))
+    await harness.settle()
+    await harness.post(app_media("file", "MID-path", 42))
+    await harness.settle()
+    first, second = (m.attachments[0] for m in harness.submitter.received)
+    assert (first.name, first.mime_type, first.data) == ("settings.json", "application/json", config)
+    assert (second.name, second.data) == ("passwd", b"secret")
+
+
 async def test_app_media_with_an_expired_token_is_fetched_again_with_a_new_one(
     harness: Harness, api: FakeQyApi
 ) -> None:
