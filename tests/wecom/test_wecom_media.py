@@ -119,12 +119,22 @@ async def test_app_download_errcode_gets_the_clear_reply(harness: Harness, api: 
     await harness.post(app_media("image", "MID-unknown", 36))  # errcode 40007 invalid media_id
     await harness.settle()
     api.add_media("MID-doc", b"x" * 100, filename="a.txt", content_type="text/plain")
-    api.media_errcodes = [45009]
+    api.media_errcodes = [48002]  # the API is not allowed for this app
     await harness.post(app_media("file", "MID-doc", 37))
     await harness.settle()
     assert harness.submitter.received == []
     assert sorted(api.texts()) == sorted([download_failed("zh-CN", "image"), download_failed("zh-CN", "file")])
     assert not any("40007" in t or "errcode" in t for t in api.texts())
+
+
+async def test_app_download_rate_limited_is_retried_with_backoff(harness: Harness, api: FakeQyApi) -> None:
+    api.add_media("MID-img", PNG, filename="MID-img.png", content_type="image/png")
+    api.media_errcodes = [45009, 45033]
+    await harness.start()
+    await harness.post(app_media("image", "MID-img", 43))
+    await harness.settle()
+    assert harness.submitter.received[0].attachments[0].data == PNG
+    assert len(api.media_tokens) == 3
 
 
 async def test_app_download_past_the_time_bound_gets_the_clear_reply(harness: Harness, api: FakeQyApi) -> None:
