@@ -139,8 +139,10 @@ class BotEndpoint:
         if kind in MEDIA_TYPES:
             return "", (await self._download(body.get(kind), MEDIA_TYPES[kind], f"{kind}-{msgid}"),)
         if kind == "mixed":
-            items = (body.get("mixed") or {}).get("msg_item") or []
-            texts = [str(i["text"].get("content", "")) for i in items if i.get("msgtype") == "text" and i.get("text")]
+            listed = _mapping(body.get("mixed")).get("msg_item")
+            items = [_mapping(i) for i in listed] if isinstance(listed, list) else []
+            texts = [str(_mapping(i.get("text")).get("content") or "") for i in items if i.get("msgtype") == "text"]
+            texts = [t for t in texts if t]
             images = [i.get("image") for i in items if i.get("msgtype") == "image"]
             media = [await self._download(image, "image", f"image-{msgid}-{n + 1}") for n, image in enumerate(images)]
             return "\n".join(texts), tuple(media)
@@ -153,7 +155,7 @@ class BotEndpoint:
 
     async def _download(self, content: Any, kind: MediaKind, fallback_stem: str) -> Attachment:
         """One `{url, aeskey}` of a callback as an Attachment, bounded by `[media]`; `Refused` when it fails."""
-        found = content if isinstance(content, dict) else {}
+        found = _mapping(content)
         limits = self._media_in.limits
         try:
             if self._session is None:
@@ -235,3 +237,8 @@ def message_text(body: dict[str, Any]) -> str | None:
         transcript = (body.get("voice") or {}).get("content")
         return str(transcript) if transcript else None
     return None
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """`value` when the callback has an object there, else empty (a malformed body is not a crash)."""
+    return value if isinstance(value, dict) else {}

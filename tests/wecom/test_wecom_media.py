@@ -236,6 +236,14 @@ async def test_bot_mixed_message_brings_its_text_and_every_image_in_order(
     ]
 
 
+async def test_bot_malformed_mixed_items_are_skipped_not_a_crash(bot: BotHarness, server: FakeAiBotServer) -> None:
+    await bot.start()
+    items = ["junk", {"msgtype": "text", "text": "not an object"}, {"msgtype": "text", "text": {"content": "还在"}}]
+    req_id = await server.send_message(bot_body("b-junk", "mixed", {"msg_item": items}))
+    await final_text(server, req_id)
+    assert [m.content for m in submitted(bot).received] == ["还在"]
+
+
 async def test_bot_file_arrives_with_its_name(bot: BotHarness, server: FakeAiBotServer) -> None:
     data = b"name,dept\n" + os.urandom(50000)
     await bot.start()
