@@ -23,7 +23,9 @@ class _Credential(_Model):
     agent: str | None = Field(None, description="the agent this credential's messages go to")
     allow_users: list[str] | None = Field(None, description="user ids allowed to talk; None lets everyone in")
     refusal: str = "抱歉，你没有使用这个助手的权限。请联系管理员开通。"
-    unsupported: str = "暂不支持这种消息类型，请发送文字。"
+    unsupported: str | None = Field(
+        None, description="the reply to a message type not taken in; unset: the catalogue's"
+    )
     welcome: str | None = Field(None, description="sent when a user opens the app / enters the bot chat")
 
     def allows(self, user_id: str) -> bool:
@@ -92,6 +94,7 @@ class WeComConfig(_Model):
     """The `[channels.wecom]` table."""
 
     enabled: bool = True
+    locale: str | None = Field(None, description="zh-CN or en: the language of the texts the channel writes")
     dedup_ttl_s: float = Field(6 * 3600.0, gt=0, le=7 * 86400, description="how long message ids are remembered")
     stop_grace_s: float = Field(5.0, ge=0, description="on stop, how long replies in flight may finish")
     apps: dict[str, AppConfig] = Field(default_factory=dict)
