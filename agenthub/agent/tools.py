@@ -7,13 +7,17 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.memory.files import MemoryFiles, read_text, write_text
+from agenthub.search import tool as search_tool
 from agenthub.session.keys import SessionKey
+
+if TYPE_CHECKING:
+    from agenthub.search.service import SearchService
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +38,7 @@ class ToolContext:
     memory: MemoryFiles
     workspace: Path
     memory_max_chars: int = 8000
+    search: SearchService | None = None
 
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
@@ -77,6 +82,13 @@ async def _write_memory(args: dict[str, Any], ctx: ToolContext) -> str:
         )
     await write_text(path, new.rstrip("\n") + "\n")
     return f"memory saved ({len(new)} characters)"
+
+
+async def _memory_search(args: dict[str, Any], ctx: ToolContext) -> str:
+    try:
+        return await search_tool.run_memory_search(args, ctx)
+    except search_tool.SearchInputError as e:
+        raise ToolError(str(e)) from e
 
 
 async def _get_time(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -139,6 +151,7 @@ PLATFORM_TOOLS = (
         _schema(content="Markdown text to save", mode="'append' or 'replace'"),
         _write_memory,
     ),
+    Tool(search_tool.NAME, search_tool.DESCRIPTION, search_tool.INPUT_SCHEMA, _memory_search),
 )
 
 BUILTIN_TOOLS = {

@@ -160,6 +160,7 @@ class TurnRunner:
             memory=gw.memory_files,
             workspace=settings.workspace_dir / agent.name,
             memory_max_chars=settings.memory.memory_max_chars,
+            search=gw.search,
         )
         return await loop.run(request, tools, ctx, pending.handle.emit)
 

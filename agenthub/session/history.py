@@ -31,6 +31,7 @@ from agenthub.storage.paths import AgentLayout
 log = structlog.get_logger(__name__)
 
 Message = dict[str, Any]
+HistoryObserver = Callable[[str, SessionKey], None]  # (op: append|replace|clear|delete, key), after the write landed
 
 
 def _now_ms(clock: Callable[[], float]) -> int:
@@ -60,6 +61,7 @@ class SessionHistory:
         self._locks: dict[SessionKey, asyncio.Lock] = {}
         self._users: dict[SessionKey, int] = {}  # tasks holding or waiting for each session's lock
         self._layouts: dict[str, AgentLayout] = {}
+        self.observers: list[HistoryObserver] = []
 
     def layout(self, agent: str) -> AgentLayout:
         if agent not in self._layouts:
@@ -82,6 +84,13 @@ class SessionHistory:
                 self._users[key] = left
             else:
                 del self._users[key]
+
+    def _notify(self, op: str, key: SessionKey) -> None:
+        for observer in self.observers:
+            try:
+                observer(op, key)
+            except Exception:  # an observer (the search index) must never fail a write that already landed
+                log.exception("history_observer_failed", op=op)
 
     def _entry(self, key: SessionKey) -> _Entry:
         return self._entries.setdefault(key, _Entry())
@@ -128,6 +137,7 @@ class SessionHistory:
             cached.extend(stamped)
             entry = self._entry(key)
             entry.meta, entry.meta_loaded = meta, True
+            self._notify("append", key)
 
     @runs_to_end
     async def clear(self, key: SessionKey) -> list[Message]:
@@ -140,6 +150,7 @@ class SessionHistory:
                 await asyncio.to_thread(jsonl.append_records, layout.archive_file(key), cleared, fsync=self._fsync)
             await asyncio.to_thread(jsonl.delete_file, layout.history_file(key))
             self._entry(key).messages = []
+            self._notify("clear", key)
             return cleared
 
     @runs_to_end
@@ -159,6 +170,7 @@ class SessionHistory:
             path = layout.history_file(key)
             await asyncio.to_thread(jsonl.replace_records, path, messages, fsync=self._fsync)
             self._entry(key).messages = list(messages)
+            self._notify("replace", key)
             return removed
 
     async def archived(self, key: SessionKey) -> list[Message]:
@@ -173,6 +185,7 @@ class SessionHistory:
             gone_history = await asyncio.to_thread(jsonl.delete_file, layout.history_file(key))
             gone_meta = await asyncio.to_thread(jsonl.delete_file, layout.meta_file(key))
             self._entries.pop(key, None)
+            self._notify("delete", key)
             return gone_history or gone_meta
 
     def evict(self, key: SessionKey) -> None:
