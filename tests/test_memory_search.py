@@ -159,12 +159,20 @@ async def test_an_agent_scoped_agent_searches_all_its_sessions_and_memory_but_ne
     write_agent(settings.agents_dir, "other")
     async with build_gateway(settings) as gw:
         await gw.history.append(SessionKey("default", "wecom", "g1"), _user("会议室叫夜莺厅"))
+        await gw.history.append(SessionKey("default", "wecom", "g2"), _user("夜莺"), _user("我最喜欢的鸟是夜莺"))
+        await gw.history.append(SessionKey("default", "wecom", "g3"), _user("鸟"), _user("夜"), _user("好"))
         await gw.history.append(SessionKey("other", "wecom", "g1"), _user("另一个助手的夜莺秘密"))
         memory = gw.settings.data_dir / "default" / "memory" / "MEMORY.md"
         memory.parent.mkdir(parents=True, exist_ok=True)
         memory.write_text("- 用户的猫叫夜莺\n", encoding="utf-8")
-        ((text, _),) = await _search(gw, fake_llm, {"query": "夜莺"})
-    assert text.startswith('2 matches for "夜莺"'), text
+        (text, _), (bird, _), (night, _) = await _search(
+            gw, fake_llm, {"query": "夜莺"}, {"query": "鸟"}, {"query": "夜"}
+        )
+    # 1- and 2-character terms, also a whole message and the very end of one
+    assert text.startswith('4 matches for "夜莺"'), text
+    g2_lines = [line for line in text.splitlines() if "[session wecom:g2] user" in line]
+    assert sorted(line.rsplit(": ", 1)[1] for line in g2_lines) == ["夜莺", "我最喜欢的鸟是夜莺"]
+    assert bird.startswith('2 matches for "鸟"') and night.startswith('5 matches for "夜"'), (bird, night)
     assert "[session wecom:g1] user" in text and "会议室叫夜莺厅" in text
     assert "[agent memory] memory" in text and "用户的猫叫夜莺" in text
     assert "另一个助手" not in text
@@ -333,3 +341,17 @@ async def test_many_writers_at_the_same_moment_are_all_indexed_once(
     assert texts == sorted([f"旧消息 old-{i}" for i in range(30)] + [f"共享会话 shared-{i}" for i in range(40)])
     for i in range(40):
         assert len(_index_rows(gateway.settings, "default", SessionKey("default", "wecom", f"w{i}"))) == 1
+
+
+async def test_a_broken_index_file_is_rebuilt_from_the_histories(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    key = SessionKey("default", "wecom", "kept")
+    async with build_gateway(settings) as gw:
+        await gw.history.append(key, _user(PLANTED))
+        assert (await _search(gw, fake_llm, {"query": "夜莺"}))[0][0].startswith("1 match")
+    path = index_path(AgentLayout(settings.data_dir, "default"))
+    for suffix in ("-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    path.write_bytes(b"this is not a database" * 100)
+    async with build_gateway(settings) as gw:
+        ((text, is_error),) = await _search(gw, fake_llm, {"query": "夜莺"})
+    assert not is_error and text.startswith('1 match for "夜莺"') and "[session wecom:kept]" in text

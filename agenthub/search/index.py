@@ -29,6 +29,11 @@ log = structlog.get_logger(__name__)
 SCHEMA_VERSION = "1"
 HISTORY, ARCHIVE, MEMORY = "history", "archive", "memory"
 MIN_TRIGRAM_CHARS = 3
+# A 1- or 2-character term (夜莺) has no trigram of its own: it is looked up as the trigrams that start with it.
+# Every text is indexed with two char(31) appended (whitespace to a query, so never part of a term), so each
+# occurrence starts some trigram, even at the very end of a text. A term starting more distinct trigrams than
+# MAX_EXPANSIONS is common: its rows are scanned instead, newest first, and the limit is reached soon.
+MAX_EXPANSIONS = 500
 _HEAD_BYTES = 4096
 _TAIL_BYTES = 64
 
@@ -45,11 +50,12 @@ CREATE TABLE IF NOT EXISTS docs(
     role TEXT NOT NULL, ts INTEGER, text TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS docs_source ON docs(source_id, ord);
 CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(text, content='docs', content_rowid='id', tokenize='trigram');
+CREATE VIRTUAL TABLE IF NOT EXISTS docs_vocab USING fts5vocab(docs_fts, 'row');
 CREATE TRIGGER IF NOT EXISTS docs_ai AFTER INSERT ON docs BEGIN
-    INSERT INTO docs_fts(rowid, text) VALUES (new.id, new.text);
+    INSERT INTO docs_fts(rowid, text) VALUES (new.id, new.text || char(31, 31));
 END;
 CREATE TRIGGER IF NOT EXISTS docs_ad AFTER DELETE ON docs BEGIN
-    INSERT INTO docs_fts(docs_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO docs_fts(docs_fts, rowid, text) VALUES ('delete', old.id, old.text || char(31, 31));
 END;
 CREATE TABLE IF NOT EXISTS skipped_tool_uses(id TEXT PRIMARY KEY);
 """
@@ -310,42 +316,71 @@ class SearchIndex:
     # ---- searching -----------------------------------------------------------------------------
 
     def search(self, terms: list[str], scope: SearchScope, limit: int) -> list[Hit]:
-        """Rows holding every term (case-insensitive substrings), best first, without duplicates."""
+        """Rows holding every term (case-insensitive substrings), newest first, without duplicates."""
         if not terms:
             return []
         memory_ids = [i for i in (self.sync_memory(path, label) for path, label in scope.memory_files) if i]
-        allowed, params = self._scope_filter(scope, memory_ids)
-        if allowed is None:
+        conditions, params = self._scope_filter(scope, memory_ids)
+        if conditions is None:
             return []
-        short = [t for t in terms if len(t) < MIN_TRIGRAM_CHARS]
-        long = [t for t in terms if len(t) >= MIN_TRIGRAM_CHARS]
-        conditions = [allowed, *("instr(lower(d.text), ?) > 0" for _ in short)]
-        params += [t.lower() for t in short]
-        columns = "s.session, s.kind, d.role, d.ts, d.text"
-        joins = "JOIN sources s ON s.id = d.source_id"
-        if long:
+        match: list[str] = [_phrase(t) for t in terms if len(t) >= MIN_TRIGRAM_CHARS]
+        for term in (t for t in terms if len(t) < MIN_TRIGRAM_CHARS):
+            trigrams = self._trigrams_starting(term.lower())
+            if not trigrams:
+                return []  # no text holds it
+            if len(trigrams) <= MAX_EXPANSIONS:
+                match.append("(" + " OR ".join(_phrase(t) for t in trigrams) + ")")
+                continue
+            cased = term.lower() != term.upper()  # CJK has no case: skip lower() over every row scanned
+            conditions.append("instr(lower(d.text), ?) > 0" if cased else "instr(d.text, ?) > 0")
+            params.append(term.lower())
+        where = " AND ".join(conditions) or "1"
+        columns = "d.source_id, d.role, d.ts, d.text"
+        if match:  # the trigram index finds the rows; FTS5 walks them newest first and stops at the limit
             sql = (
-                f"SELECT {columns} FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid {joins} "
-                f"WHERE docs_fts MATCH ? AND {' AND '.join(conditions)} ORDER BY docs_fts.rank, d.id DESC LIMIT ?"
+                f"SELECT {columns} FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid "
+                f"WHERE docs_fts MATCH ? AND {where} ORDER BY docs_fts.rowid DESC LIMIT ?"
             )
-            params = [" AND ".join(_phrase(t) for t in long), *params]
-        else:  # fewer than 3 characters (夜莺): no trigram to look up; scan the scope's rows, newest first
-            sql = f"SELECT {columns} FROM docs d {joins} WHERE {' AND '.join(conditions)} ORDER BY d.id DESC LIMIT ?"
+            params = [" AND ".join(match), *params]
+        else:  # only very common short terms: scan the scope's rows newest first, the limit comes soon
+            sql = f"SELECT {columns} FROM docs d WHERE {where} ORDER BY d.id DESC LIMIT ?"
         rows = self.db.execute(sql, [*params, limit * 4]).fetchall()
-        return _distinct(rows, limit)
+        return _distinct(rows, self._source_names({r[0] for r in rows}), limit)
 
-    def _scope_filter(self, scope: SearchScope, memory_ids: list[int]) -> tuple[str | None, list[Any]]:
-        marks = ",".join("?" * len(memory_ids))
+    def _trigrams_starting(self, prefix: str) -> list[str]:
+        """The indexed trigrams that start with `prefix` (up to one more than MAX_EXPANSIONS)."""
+        rows = self.db.execute(
+            "SELECT term FROM docs_vocab WHERE term >= ? AND term < ? LIMIT ?",
+            (prefix, prefix + "\U0010ffff", MAX_EXPANSIONS + 1),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def _scope_filter(self, scope: SearchScope, memory_ids: list[int]) -> tuple[list[str] | None, list[Any]]:
+        """SQL conditions on `d.source_id`: this chat's files, or every session's and only these memory files."""
         if scope.session is None:
-            in_memory = f" OR d.source_id IN ({marks})" if memory_ids else ""
-            return f"(s.kind IN ('{HISTORY}', '{ARCHIVE}'){in_memory})", list(memory_ids)
+            outside = [
+                r[0]
+                for r in self.db.execute("SELECT id FROM sources WHERE kind = ?", (MEMORY,))
+                if r[0] not in memory_ids
+            ]
+            if not outside:
+                return [], []
+            return [f"d.source_id NOT IN ({','.join('?' * len(outside))})"], outside
         rows = self.db.execute(
             "SELECT id FROM sources WHERE session = ? AND kind IN (?, ?)", (scope.session, HISTORY, ARCHIVE)
         ).fetchall()
         ids = [r[0] for r in rows] + memory_ids
         if not ids:
             return None, []
-        return f"d.source_id IN ({','.join('?' * len(ids))})", ids
+        return [f"d.source_id IN ({','.join('?' * len(ids))})"], ids
+
+    def _source_names(self, ids: set[int]) -> dict[int, tuple[str, str]]:
+        if not ids:
+            return {}
+        rows = self.db.execute(
+            f"SELECT id, session, kind FROM sources WHERE id IN ({','.join('?' * len(ids))})", list(ids)
+        ).fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
 
     def stats(self) -> dict[str, int]:
         docs = self.db.execute("SELECT count(*) FROM docs").fetchone()[0]
@@ -386,18 +421,20 @@ def _phrase(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
-def _distinct(rows: Iterable[tuple[str, str, str, int | None, str]], limit: int) -> list[Hit]:
+def _distinct(
+    rows: Iterable[tuple[int, str, int | None, str]], sources: dict[int, tuple[str, str]], limit: int
+) -> list[Hit]:
     """One hit per message: the same message in the archive twice (a crash between archive and replace) or in
     both the archive and the history counts once."""
     hits: list[Hit] = []
     seen: set[tuple[str, str, int | None, str]] = set()
-    for session, kind, role, ts, text in rows:
-        label = session if kind == MEMORY else ""
+    for source_id, role, ts, text in rows:
+        session, kind = sources[source_id]
         identity = (session, role, ts, text)
         if identity in seen:
             continue
         seen.add(identity)
-        hits.append(Hit("" if kind == MEMORY else session, kind, label, role, ts, text))
+        hits.append(Hit("" if kind == MEMORY else session, kind, session if kind == MEMORY else "", role, ts, text))
         if len(hits) == limit:
             break
     return hits

@@ -96,21 +96,30 @@ class SearchService:
         self._guarded(key.agent, lambda index: index.sync_session(key, op))
 
     def _search(self, agent: str, terms: list[str], scope: SearchScope, limit: int) -> list[Hit]:
-        index = self._index(agent)
-        if scope.session is not None:  # cheap (two stats): also see what another process wrote to this chat
-            index.sync_session(SessionKey.parse(scope.session), "append")
-        return index.search(terms, scope, limit)
+        def ask(index: SearchIndex) -> list[Hit]:
+            if scope.session is not None:  # cheap (two stats): also see what another process wrote to this chat
+                index.sync_session(SessionKey.parse(scope.session), "append")
+            return index.search(terms, scope, limit)
+
+        try:
+            return ask(self._index(agent))
+        except sqlite3.DatabaseError:  # rebuilt from the files, once
+            self._discard(agent)
+            return ask(self._index(agent))
 
     def _guarded(self, agent: str, work: Callable[[SearchIndex], None]) -> None:
         """Run `work`; a broken database is dropped and rebuilt from the files on the next use."""
         try:
             work(self._index(agent))
         except sqlite3.DatabaseError:
-            log.exception("search_index_broken", agent=agent)
-            index = self._indexes.pop(agent, None)
-            if index is not None:
-                index.close()
-                remove_index_files(index.path)
+            self._discard(agent)
+
+    def _discard(self, agent: str) -> None:
+        log.exception("search_index_broken", agent=agent)
+        index = self._indexes.pop(agent, None)
+        if index is not None:
+            index.close()
+            remove_index_files(index.path)
 
 
 def _log_failure(future: Future[object]) -> None:
