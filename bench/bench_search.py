@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import random
 import statistics
 import tempfile
@@ -63,8 +64,14 @@ QUERIES = 200
 APPENDS = 300
 
 
+# 3000 CJK characters drawn with Zipf weights, so the trigram vocabulary is as varied as real chat text
+HANZI = [chr(0x4E00 + (i * 7) % 20000) for i in range(3000)]
+HANZI_WEIGHTS = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(HANZI))))
+
+
 def _sentence(rng: random.Random, i: int) -> str:
-    words = [rng.choice(ZH) for _ in range(6)] + [rng.choice(EN) for _ in range(4)]
+    words = [rng.choice(ZH) for _ in range(4)] + [rng.choice(EN) for _ in range(3)]
+    words += ["".join(rng.choices(HANZI, cum_weights=HANZI_WEIGHTS, k=rng.randint(2, 6))) for _ in range(6)]
     rng.shuffle(words)
     return f"第{i}条：" + "，".join(words) + " 的事情我们下周再讨论一下"
 
@@ -115,8 +122,11 @@ async def bench_queries(data_dir: Path, planted: SessionKey) -> None:
     cases: list[tuple[str, list[str], SearchScope]] = [
         ("english word, all sessions", ["nightingale"], everything),
         ("chinese 3+ chars, all sessions", ["暗号是夜莺"], everything),
-        ("chinese 2 chars, rare (full scan), all sessions", ["夜莺"], everything),
-        ("chinese 2 chars, common, all sessions", ["预算"], everything),
+        ("chinese 2 chars, rare, all sessions", ["夜莺"], everything),
+        ("chinese 2 chars, common word, all sessions", ["预算"], everything),
+        ("chinese 2 chars, frequent characters, all sessions", [HANZI[0] + HANZI[1]], everything),
+        ("chinese 1 char, the most frequent, all sessions", [HANZI[0]], everything),
+        ("chinese 1 char, rare, all sessions", [HANZI[2999]], everything),
         ("two terms mixed, all sessions", ["夜莺", "password"], everything),
         ("common english, all sessions", ["budget", "server"], everything),
         ("chinese 2 chars, one chat", ["夜莺"], one_chat),
