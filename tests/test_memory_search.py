@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 import sqlite3
 from typing import Any
 
@@ -17,7 +18,7 @@ from agenthub.session.keys import SessionKey
 from agenthub.storage import jsonl
 from agenthub.storage.paths import AgentLayout
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
+from tests.fakes.anthropic import FakeAnthropic, last_user_text, reply_text, reply_tool
 
 PLANTED = "顺便说一下，我们的暗号是夜莺，the password is nightingale"
 PLANTED_AT = 1_764_000_000_000  # ms
@@ -355,3 +356,26 @@ async def test_a_broken_index_file_is_rebuilt_from_the_histories(settings: Setti
     async with build_gateway(settings) as gw:
         ((text, is_error),) = await _search(gw, fake_llm, {"query": "夜莺"})
     assert not is_error and text.startswith('1 match for "夜莺"') and "[session wecom:kept]" in text
+
+
+async def test_turns_of_many_chats_answered_at_the_same_moment_are_all_found(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.first_byte_delay_s = 0.3  # every answer is held, then they all land together
+    fake_llm.responder = lambda body: reply_text("回执 receipt-" + re.findall(r"sent-(\d+)", last_user_text(body))[0])
+    handles = [
+        await gateway.submit(InboundMessage("wecom", f"room{i}", f"u{i}", f"同时发送 sent-{i}")) for i in range(20)
+    ]
+    await fake_llm.wait_for_requests(20)
+    assert fake_llm.in_flight == 20
+    for handle in handles:
+        events = [e async for e in handle]
+        assert isinstance(events[-1], DoneEvent)
+    fake_llm.first_byte_delay_s, fake_llm.responder = 0.0, None
+    (sent, _), (receipts, _) = await _search(
+        gateway, fake_llm, {"query": "sent", "limit": 20}, {"query": "receipt", "limit": 20}
+    )
+    assert sent.startswith('20 matches for "sent"') and receipts.startswith('20 matches for "receipt"')
+    for i in range(20):
+        rows = _index_rows(gateway.settings, "default", SessionKey("default", "wecom", f"room{i}"))
+        assert [t for _, t in rows] == [f"同时发送 sent-{i}", f"回执 receipt-{i}"]

@@ -193,9 +193,8 @@ class SearchIndex:
             st = os.fstat(fd)
             if source is not None and not rewritten and (st.st_ino, st.st_size, st.st_mtime_ns) == source.stat:
                 return
-            resume = source is not None and not rewritten and _continues(fd, st.st_size, source)
-            start = source.offset if (resume and source is not None) else 0
-            first_ord = source.next_ord if (resume and source is not None) else 0
+            resumed = source if source is not None and not rewritten and _continues(fd, st.st_size, source) else None
+            start, first_ord = (resumed.offset, resumed.next_ord) if resumed is not None else (0, 0)
             hidden = source.hidden_lines if source is not None else 0
             file.seek(start)
             data = file.read(max(0, st.st_size - start))
@@ -206,7 +205,7 @@ class SearchIndex:
             tail = os.pread(fd, min(_TAIL_BYTES, offset), offset - min(_TAIL_BYTES, offset))
         with self.db:  # one transaction per file
             self.db.execute("BEGIN")
-            if source is not None and not resume:
+            if source is not None and resumed is None:  # rewritten: index it again from the start
                 self.db.execute("DELETE FROM docs WHERE source_id = ?", (source.id,))
             source_id = self._store_source(
                 path, kind, session, st, offset, head, tail, first_ord + batch.lines, hidden, source
