@@ -232,6 +232,8 @@ async def test_compaction_keeps_archived_text_findable_exactly_once(
     key = SessionKey("default", "wecom", "long")
     messages = [_user(PLANTED, PLANTED_AT), *(_user(f"第{i}条普通消息 plain {i}") for i in range(14))]
     await gateway.history.append(key, *messages)
+    ((before, _),) = await _search(gateway, fake_llm, {"query": "夜莺"})  # the index is open and current
+    assert "[session wecom:long] user" in before
     kept = await gateway.history.load(key)
     summary = {"role": "system", "content": "[历史摘要] 用户说过暗号"}
     await gateway.history.replace(key, [summary, *kept[-10:]])
@@ -379,3 +381,17 @@ async def test_turns_of_many_chats_answered_at_the_same_moment_are_all_found(
     for i in range(20):
         rows = _index_rows(gateway.settings, "default", SessionKey("default", "wecom", f"room{i}"))
         assert [t for _, t in rows] == [f"同时发送 sent-{i}", f"回执 receipt-{i}"]
+
+
+async def test_a_message_left_in_both_archive_and_history_by_a_crash_is_one_hit(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    key = SessionKey("default", "wecom", "crashed")
+    layout = AgentLayout(gateway.settings.data_dir, "default")
+    planted = _user(PLANTED, PLANTED_AT)
+    # archive-then-replace cut twice between the two steps: the message is archived twice and still in the history
+    jsonl.append_records(layout.archive_file(key), [planted, planted], fsync=False)
+    jsonl.append_records(layout.history_file(key), [planted, _user("之后的消息 later")], fsync=False)
+    ((text, _),) = await _search(gateway, fake_llm, {"query": "夜莺"})
+    assert text.startswith('1 match for "夜莺"'), text
+    assert len(_index_rows(gateway.settings, "default", key)) == 4  # indexed as stored, shown once
