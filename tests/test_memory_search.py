@@ -7,6 +7,7 @@ import asyncio
 import datetime as dt
 import re
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 from agenthub.app import build_gateway
@@ -14,6 +15,7 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.search.index import index_path
+from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey
 from agenthub.storage import jsonl
 from agenthub.storage.paths import AgentLayout
@@ -395,3 +397,25 @@ async def test_a_message_left_in_both_archive_and_history_by_a_crash_is_one_hit(
     ((text, _),) = await _search(gateway, fake_llm, {"query": "夜莺"})
     assert text.startswith('1 match for "夜莺"'), text
     assert len(_index_rows(gateway.settings, "default", key)) == 4  # indexed as stored, shown once
+
+
+async def test_history_observers_hear_each_write_after_it_landed_and_cannot_fail_it(tmp_path: Path) -> None:
+    history = SessionHistory(tmp_path / "data", fsync=False)
+    key = SessionKey("default", "http", "observed")
+    heard: list[tuple[str, int]] = []
+
+    def observe(op: str, changed: SessionKey) -> None:
+        assert changed == key
+        path = history.layout("default").history_file(key)
+        heard.append((op, len(jsonl.read_records(path))))  # what is on disk when the observer hears of it
+
+    def broken(op: str, changed: SessionKey) -> None:
+        raise RuntimeError("observer bug")
+
+    history.observers += [broken, observe]
+    await history.append(key, _user("one"), _user("two"))
+    await history.replace(key, [_user("two")])
+    await history.clear(key)
+    await history.append(key, _user("three"))
+    assert await history.delete(key)
+    assert heard == [("append", 2), ("replace", 1), ("clear", 0), ("append", 1), ("delete", 0)]
