@@ -419,3 +419,12 @@ async def test_history_observers_hear_each_write_after_it_landed_and_cannot_fail
     await history.append(key, _user("three"))
     assert await history.delete(key)
     assert heard == [("append", 2), ("replace", 1), ("clear", 0), ("append", 1), ("delete", 0)]
+
+
+async def test_hits_are_listed_newest_first(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
+    day = 86_400_000
+    for chat, ts in (("middle", PLANTED_AT), ("newest", PLANTED_AT + day), ("oldest", PLANTED_AT - day)):
+        await gateway.history.append(SessionKey("default", "wecom", chat), _user(f"{chat} 的夜莺", ts))
+    ((text, _),) = await _search(gateway, fake_llm, {"query": "夜莺"})
+    chats = [line.split("wecom:")[1].split("]")[0] for line in text.splitlines()[1:]]
+    assert chats == ["newest", "middle", "oldest"]

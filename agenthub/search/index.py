@@ -343,7 +343,8 @@ class SearchIndex:
             params = [" AND ".join(match), *params]
         else:  # only very common short terms: scan the scope's rows newest first, the limit comes soon
             sql = f"SELECT {columns} FROM docs d WHERE {where} ORDER BY d.id DESC LIMIT ?"
-        rows = self.db.execute(sql, [*params, limit * 4]).fetchall()
+        rows = self.db.execute(sql, [*params, limit * 4]).fetchall()  # the most recently indexed candidates
+        rows.sort(key=lambda r: r[2] or 0, reverse=True)  # shown newest first (a rebuild indexes in file order)
         return _distinct(rows, self._source_names({r[0] for r in rows}), limit)
 
     def _trigrams_starting(self, prefix: str) -> list[str]:
