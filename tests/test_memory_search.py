@@ -371,7 +371,6 @@ async def test_turns_of_many_chats_answered_at_the_same_moment_are_all_found(
         await gateway.submit(InboundMessage("wecom", f"room{i}", f"u{i}", f"同时发送 sent-{i}")) for i in range(20)
     ]
     await fake_llm.wait_for_requests(20)
-    assert fake_llm.in_flight == 20
     for handle in handles:
         events = [e async for e in handle]
         assert isinstance(events[-1], DoneEvent)

@@ -62,10 +62,6 @@ class SearchService:
     async def stats(self, agent: str) -> dict[str, int]:
         return await self._run(lambda: self._index(agent).stats())
 
-    async def settled(self) -> None:
-        """Wait until every change queued so far is indexed (for tests and benchmarks)."""
-        await self._run(lambda: None)
-
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         if self._closing.is_set():
             raise RuntimeError("the search service is closed")
