@@ -15,10 +15,12 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.memory.files import MemoryFiles, read_text
 from agenthub.scheduler import tool as cron_tool
 from agenthub.scheduler.jobs import JobError
+from agenthub.search import tool as search_tool
 from agenthub.session.keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler
+    from agenthub.search.service import SearchService
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +47,9 @@ class ToolContext:
     memory_max_chars: int = 8000
     cred_id: str | None = None
     scheduler: Scheduler | None = None
+    search: SearchService | None = None
+    chat_type: str | None = None
+    """`private` / `group` as the channel said (None: unknown, read as a group): which of the sender's profiles."""
 
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
@@ -90,6 +95,13 @@ async def _write_memory(args: dict[str, Any], ctx: ToolContext) -> str:
 
     saved = await ctx.memory.writer.update(ctx.memory.memory_path(ctx.agent, ctx.key), change)
     return f"memory saved ({len(saved) - 1} characters)"
+
+
+async def _memory_search(args: dict[str, Any], ctx: ToolContext) -> str:
+    try:
+        return await search_tool.run_memory_search(args, ctx)
+    except search_tool.SearchInputError as e:
+        raise ToolError(str(e)) from e
 
 
 async def _get_time(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -209,6 +221,7 @@ PLATFORM_TOOLS = (
         _write_memory,
     ),
     Tool(cron_tool.NAME, cron_tool.DESCRIPTION, cron_tool.INPUT_SCHEMA, _manage_cron_jobs),
+    Tool(search_tool.NAME, search_tool.DESCRIPTION, search_tool.INPUT_SCHEMA, _memory_search),
 )
 
 BUILTIN_TOOLS = {

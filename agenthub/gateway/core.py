@@ -28,6 +28,7 @@ from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.context import ContextBudget, ContextBuilder
 from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey, session_key
 from agenthub.session.manager import LockHolder, Session, SessionManager
@@ -84,6 +85,8 @@ class GatewayCore:
             on_expire=lambda s: self.history.evict(s.key),
         )
         self.memory_files = MemoryFiles(settings.data_dir, settings.auth_dir)
+        self.search = SearchService(settings.data_dir)  # kept current by the history's observer, off the loop
+        self.history.observers.append(self.search.history_changed)
         memory = settings.memory
         budget = ContextBudget(memory.memory_budget_tokens, memory.user_budget_tokens, memory.old_tool_result_chars)
         self.context = ContextBuilder(self.memory_files, budget)
@@ -130,6 +133,8 @@ class GatewayCore:
         await self._cancel_all_background()
         await self.timers.stop()
         await self.mcp.aclose()
+        self.history.observers.remove(self.search.history_changed)
+        await self.search.close()
         await self.providers.aclose()
 
     def abort_all(self, reason: str) -> None:

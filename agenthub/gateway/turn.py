@@ -199,6 +199,8 @@ class TurnRunner:
             memory_max_chars=settings.memory.memory_max_chars,
             cred_id=pending.message.cred_id,
             scheduler=gw.scheduler,
+            search=gw.search,
+            chat_type=chat_type if isinstance(chat_type := pending.message.metadata.get("chat_type"), str) else None,
         )
         return await loop.run(request, tools, ctx, pending.handle.emit)
 
