@@ -57,13 +57,13 @@ def lines_of(path: Path) -> list[bytes]:
     return path.read_bytes().splitlines() if path.exists() else []
 
 
-def others_exchanges(lines: list[bytes], person: str) -> list[bytes]:
+def others_exchanges(lines: list[bytes], person: str, channel: str = "wecom") -> list[bytes]:
     """The lines of every exchange that another person started (their message and the replies to it)."""
     kept, theirs = [], False
     for line in lines:
         record = json.loads(line)
         if record.get("role") == "user" and "sender_id" in record:
-            theirs = record["sender_id"] not in (person, Person("wecom", person).tag)
+            theirs = record["sender_id"] not in (person, Person(channel, person).tag)
         if theirs and record.get("role") != "system":
             kept.append(line)
     return kept
