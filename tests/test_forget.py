@@ -3,6 +3,7 @@ and the search index, double-confirmed; everyone else's records stay byte-identi
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -236,3 +237,35 @@ def test_quote_matcher_finds_latin_and_chinese_quotes_but_not_short_common_words
     assert matcher.quotes("- 对榛子过敏很")
     assert not matcher.quotes("- my locker is blue")  # under the quote length: a restated fact is not found
     assert not QuoteMatcher(["short"])
+
+
+async def test_forget_while_their_reply_runs_waits_for_it_drops_their_queue_and_lets_others_run_after(
+    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+) -> None:
+    """The interleaving /forget must survive: Alice's reply is in flight (held at the fake model), Bob and Alice
+    each queue a message behind it, and Alice confirms /forget. Her running reply is stored and then redacted,
+    her queued message is never stored, and Bob's queued turn runs after the redaction, untouched."""
+    gw, _ = team
+    release = asyncio.Event()
+    fake_llm.script(reply_text("noted your locker 4417-ZEBRA", hold=release))
+    await say(gw, "alice", "/forget")
+    running = await gw.submit(msg("alice", ALICE_SAYS[0]))
+    await fake_llm.wait_for_requests(1)
+    bob_queued = await gw.submit(msg("bob", BOB_SAYS[0]))
+    alice_queued = await gw.submit(msg("alice", ALICE_SAYS[1]))
+    confirm = asyncio.create_task(say(gw, "alice", "/forget"))
+    await asyncio.sleep(0.05)
+    assert not confirm.done(), "the redaction waits for the running turn"
+    release.set()
+    assert "已完成" in await confirm
+    assert isinstance(await running.result(), DoneEvent)
+    assert isinstance(await bob_queued.result(), DoneEvent)
+    assert not isinstance(await alice_queued.result(), DoneEvent)  # dropped before it was stored
+
+    for fact in FACTS:
+        assert files_with([gw.settings.data_dir, gw.settings.auth_dir], fact) == [], fact
+    history = await gw.history.load(GROUP)
+    assert [m.get("redacted", False) for m in history] == [True, True, False, False]
+    assert history[2]["content"] == BOB_SAYS[0] and history[3]["content"].startswith(f"reply to: {BOB_SAYS[0]}")
+    bob_request = json.dumps(fake_llm.message_requests()[-1].body, ensure_ascii=False)
+    assert BOB_SAYS[0] in bob_request and FACTS[0] not in bob_request  # Bob's turn ran after the redaction
