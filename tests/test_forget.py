@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
+from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Markers, Person, redact
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.gateway.core import GatewayCore
@@ -269,3 +270,20 @@ async def test_forget_while_their_reply_runs_waits_for_it_drops_their_queue_and_
     assert history[2]["content"] == BOB_SAYS[0] and history[3]["content"].startswith(f"reply to: {BOB_SAYS[0]}")
     bob_request = json.dumps(fake_llm.message_requests()[-1].body, ensure_ascii=False)
     assert BOB_SAYS[0] in bob_request and FACTS[0] not in bob_request  # Bob's turn ran after the redaction
+
+
+async def test_forgetting_a_cli_person_scrubs_the_repl_line_history(
+    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+) -> None:
+    gw, _ = team
+    final = await (await gw.submit(InboundMessage("cli", "direct", "me", ALICE_SAYS[0]))).result()
+    assert isinstance(final, DoneEvent)
+    lines = gw.settings.data_dir / ".channels" / "cli" / "history"
+    lines.parent.mkdir(parents=True)
+    lines.write_text(
+        f"\n# 2026-12-01 08:00:00\n+{ALICE_SAYS[0]}\n\n# 2026-12-01 08:01:00\n+/status\n", encoding="utf-8"
+    )
+    report = await gateway_forgetter(gw).forget_everywhere([gw.agents.get("default")], Person("cli", "me"), actor="t")
+    assert report.messages == 1
+    assert files_with([gw.settings.data_dir, gw.settings.auth_dir], FACTS[0]) == []
+    assert "+/status" in lines.read_text(encoding="utf-8")

@@ -29,6 +29,10 @@ from agenthub.storage.paths import AgentLayout
 
 log = structlog.get_logger(__name__)
 
+CLI_CHANNEL = "cli"
+CLI_LINE_HISTORY = Path(".channels", "cli", "history")
+"""Where `agenthub chat` keeps the REPL's line history by default (`[channels.cli] history_file` moves it)."""
+
 SessionGuard = Callable[[SessionKey], AbstractAsyncContextManager[None]]
 
 
@@ -101,6 +105,8 @@ class Forgetter:
             await self._forget_memory(agent, person, outcomes, report)
             texts += [t for o in outcomes for t in o.texts]
         await self._scrub_shared_profile(texts, report)
+        if person.channel == CLI_CHANNEL:  # the terminal's line history holds every line typed at the prompt
+            report.memory_lines += await self._scrub([self.settings.data_dir / CLI_LINE_HISTORY], QuoteMatcher(texts))
         audit("everywhere", person, actor, [a.name for a in agents], report)
         return report
 
