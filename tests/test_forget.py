@@ -12,6 +12,7 @@ from typing import Any
 import pytest_asyncio
 from structlog.testing import capture_logs
 
+from agenthub import i18n
 from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
@@ -287,3 +288,20 @@ async def test_forgetting_a_cli_person_scrubs_the_repl_line_history(
     assert report.messages == 1
     assert files_with([gw.settings.data_dir, gw.settings.auth_dir], FACTS[0]) == []
     assert "+/status" in lines.read_text(encoding="utf-8")
+
+
+async def test_forget_from_a_message_without_a_sender_touches_nothing(
+    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+) -> None:
+    """Without a sender id there is nobody to forget; above all the shared USER.md (the profile path of an
+    unknown sender) must not be taken for their profile."""
+    gw, _ = team
+    shared = gw.settings.auth_dir / "USER.md"
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    shared.write_text("- the team meets on Mondays\n", encoding="utf-8")
+    await say(gw, "alice", ALICE_SAYS[0])
+    for _ in range(2):
+        final = await (await gw.submit(msg("", "/forget"))).result()
+        assert isinstance(final, DoneEvent) and final.full_text == i18n.text("forget.no_sender", "zh-CN")
+    assert shared.read_text(encoding="utf-8") == "- the team meets on Mondays\n"
+    assert ALICE_SAYS[0] in json.dumps(await gw.history.load(GROUP), ensure_ascii=False)

@@ -41,6 +41,8 @@ class ForgetCommand:
     async def __call__(self, ctx: CommandContext) -> str:
         gw, sender = self.gateway, ctx.message.sender_id
         locale = i18n.locale_for(gw.settings, ctx.message.channel, ctx.agent)
+        if not sender:  # nobody to forget (and nobody who could confirm)
+            return i18n.text("forget.no_sender", locale)
         window = gw.settings.session.restart_confirm_s
         now = gw.clock()
         self._asked = {asker: at for asker, at in self._asked.items() if now - at <= window}

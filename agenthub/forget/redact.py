@@ -24,6 +24,10 @@ class Person:
     channel: str
     sender_id: str
 
+    def __post_init__(self) -> None:
+        if not self.channel or not self.sender_id:
+            raise ValueError("a person needs a channel and a sender id")
+
     @property
     def tag(self) -> str:
         digest = hashlib.sha256(f"{self.channel}\n{self.sender_id}".encode()).hexdigest()[:16]

@@ -15,7 +15,7 @@ from pathlib import Path
 import structlog
 
 from agenthub import i18n
-from agenthub.agent.definition import AgentDefinition
+from agenthub.agent.definition import AgentConfig, AgentDefinition
 from agenthub.config import Settings
 from agenthub.forget.index import IndexHook, drop_derived_index
 from agenthub.forget.redact import Markers, Person, involves, other_senders, redact
@@ -154,7 +154,9 @@ class Forgetter:
     ) -> None:
         """Their profile with this agent and the memory files of their private chats go; the agent's and the
         group chats' memory files lose the lines that quote them; the search index is told."""
-        report.profiles += await _delete_all(_with_backup(profile_path(self.files, agent, person)))
+        profile = profile_path(self.files, agent, person)
+        if profile is not None:
+            report.profiles += await _delete_all(_with_backup(profile))
         matcher = QuoteMatcher(t for o in outcomes for t in o.texts)
         for outcome in outcomes:
             path = chat_memory_path(self.files, agent, outcome.key)
@@ -166,7 +168,7 @@ class Forgetter:
         report.indexes += await self.index(agent.name, [o.key for o in outcomes])
 
     async def _scrub_shared_profile(self, texts: list[str], report: ForgetReport) -> None:
-        report.memory_lines += await self._scrub(_with_backup(self.files.auth_dir / "USER.md"), QuoteMatcher(texts))
+        report.memory_lines += await self._scrub(_with_backup(shared_profile_path(self.files)), QuoteMatcher(texts))
 
     async def _scrub(self, paths: list[Path], matcher: QuoteMatcher) -> int:
         """Remove quoting lines under each file's writer lock (never racing write_memory or L3)."""
@@ -184,12 +186,18 @@ class Forgetter:
         return removed
 
 
-def profile_path(files: MemoryFiles, agent: AgentDefinition, person: Person) -> Path:
+def profile_path(files: MemoryFiles, agent: AgentDefinition, person: Person) -> Path | None:
     """Where the person's own profile with `agent` is kept (whatever the agent's current profile option is, so a
-    profile written before the option changed is found too). Re-check when per-person profiles change their key."""
+    profile written before the option changed is found too); None when that would be the shared USER.md, which is
+    everybody's and only loses the lines quoting them. Re-check when per-person profiles change their key."""
     memory = agent.config.memory.model_copy(update={"user_profile": "per_user"})
     per_user = AgentDefinition(agent.name, agent.config.model_copy(update={"memory": memory}), agent.persona)
-    return files.user_path(per_user, person.sender_id)
+    path = files.user_path(per_user, person.sender_id)
+    return None if path == shared_profile_path(files) else path
+
+
+def shared_profile_path(files: MemoryFiles) -> Path:
+    return files.user_path(AgentDefinition("shared", AgentConfig(), ""))
 
 
 def chat_memory_path(files: MemoryFiles, agent: AgentDefinition, key: SessionKey) -> Path:

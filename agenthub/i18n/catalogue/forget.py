@@ -24,6 +24,10 @@ TEXTS: dict[str, dict[str, str]] = {
             "profile. Other people's messages are kept."
         ),
     },
+    "forget.no_sender": {
+        "zh-CN": "这条消息没有发送者信息，无法确定要删除谁的消息，因此未做任何更改。",
+        "en": "This message carries no sender, so there is nobody whose messages I could delete; nothing was changed.",
+    },
     "forget.redacted_message": {
         "zh-CN": "[此消息已应发送者要求删除]",
         "en": "[deleted at the sender's request]",
