@@ -194,3 +194,16 @@ async def test_admin_route_refuses_bad_input_in_the_documented_shape(api: Runnin
     assert status == 422
     status, body = await api.call("POST", "/api/forget", json={"channel": "wecom", "sender_id": "nobody"})
     assert status == 200 and body["forgotten"]["messages"] == 0
+
+
+async def test_forget_without_a_daemon_reports_a_refused_path_in_one_line(settings: Settings, tmp_path: Path) -> None:
+    sessions = settings.data_dir / "default" / "sessions"
+    sessions.mkdir(parents=True)
+    line = {"role": "user", "content": "x", "sender_id": "alice", "channel": "wecom"}
+    (sessions / "default_wecom_team.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (sessions / "archive").symlink_to(elsewhere)  # planted: storage refuses to follow it
+    env = cli_env(settings, tmp_path)
+    code, _, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", "--yes")
+    assert code == 1 and "symbolic link" in err and "Traceback" not in err

@@ -18,7 +18,7 @@ from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition, load_agents
 from agenthub.config import Settings, load_settings
 from agenthub.datalock import DataDirLock, DataDirLocked, holder_address, is_locked
-from agenthub.errors import AgentNotFoundError, ConfigError, InvalidIdError
+from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError, StorageError
 from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter
 from agenthub.invocation import command_name
@@ -74,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
     except RemoteRefused as e:
         print(f"agenthub forget: {e}", file=sys.stderr)
         return e.exit_code
+    except StorageError as e:  # a link planted inside data/, a full or read-only disk: what is done stays done
+        print(f"agenthub forget: {e}", file=sys.stderr)
+        return EXIT_FAILED
     print(i18n.text("forget.cli_done", locale, **counts))
     return EXIT_OK
 
@@ -107,7 +110,9 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
         lock.release()
 
 
-class RemoteRefused(Exception):
+class RemoteRefused(AgentHubError):
+    """The daemon could not be reached or refused the request; `exit_code` is what the command exits with."""
+
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
