@@ -1,4 +1,5 @@
-"""The built-in commands of design §6: /restart (double-confirm), /stop, /status, /compact, /help."""
+"""The built-in commands of design §6 and §14: /restart and /forget (double-confirm), /stop, /status, /compact,
+/help."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from agenthub import i18n
 from agenthub.errors import SessionBusyError
+from agenthub.forget.command import ForgetCommand
 from agenthub.gateway.commands import CommandContext
 from agenthub.llm.tokens import estimate_tokens
 
@@ -107,4 +110,5 @@ def register_builtin_commands(gateway: GatewayCore) -> None:
         "summarise older messages to free context; /compact <focus> says what the summary should keep",
         _compact,
     )
+    gateway.commands.register("forget", i18n.text("forget.help", "en"), ForgetCommand(gateway))
     gateway.commands.register("help", "list the commands", _help)

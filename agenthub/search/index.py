@@ -181,6 +181,19 @@ class SearchIndex:
         if op == "delete":
             self._hide_source(archive)
 
+    def forget(self, keys: Iterable[SessionKey]) -> None:
+        """After "forget me" rewrote these sessions' files and scrubbed memory files: index them again from what
+        the files now hold, then rebuild the database, so no free page, old FTS segment or WAL frame keeps the text
+        that was forgotten."""
+        for key in keys:
+            self.sync_jsonl(self.layout.history_file(key), HISTORY, str(key), rewritten=True)
+            self.sync_jsonl(self.layout.archive_file(key), ARCHIVE, str(key), rewritten=True)
+        for path, label in self.db.execute("SELECT path, session FROM sources WHERE kind = ?", (MEMORY,)).fetchall():
+            self.sync_memory(Path(path), label)
+        self.db.execute("INSERT INTO docs_fts(docs_fts) VALUES ('optimize')")
+        self.db.execute("VACUUM")
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def sync_jsonl(self, path: Path, kind: str, session: str, *, rewritten: bool = False) -> None:
         source = self._source(path)
         try:

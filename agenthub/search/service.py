@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -58,6 +58,12 @@ class SearchService:
 
     async def search(self, agent: str, terms: list[str], scope: SearchScope, limit: int) -> list[Hit]:
         return await self._run(self._search, agent, terms, scope, limit)
+
+    async def forget(self, agent: str, keys: Sequence[SessionKey]) -> int:
+        """ "Forget me"'s index hook: the redacted sessions (and scrubbed memory files) indexed again from their
+        files, the old text gone from the database file too. Returns how many sessions were re-indexed."""
+        await self._run(lambda: self._index(agent).forget(keys))
+        return len(keys)
 
     async def stats(self, agent: str) -> dict[str, int]:
         return await self._run(lambda: self._index(agent).stats())

@@ -161,15 +161,16 @@ class SessionHistory:
             return cleared
 
     @runs_to_end
-    async def replace(self, key: SessionKey, messages: list[Message]) -> list[Message]:
+    async def replace(self, key: SessionKey, messages: list[Message], *, archive_removed: bool = True) -> list[Message]:
         """Make `messages` the working history; everything dropped is appended to the archive first.
 
         Returns the archived messages. Archive-then-replace means a crash in between at worst
-        duplicates messages in the archive, never loses one.
+        duplicates messages in the archive, never loses one. A redaction ("forget me") passes
+        `archive_removed=False`: what it replaces must not survive in the archive.
         """
         async with self._locked(key):
             old = await self._messages(key)
-            removed = _removed(old, messages)
+            removed = _removed(old, messages) if archive_removed else []
             layout = self.layout(key.agent)
             if removed:
                 archive = layout.archive_file(key)
@@ -183,6 +184,19 @@ class SessionHistory:
     async def archived(self, key: SessionKey) -> list[Message]:
         path = self.layout(key.agent).archive_file(key)
         return await asyncio.to_thread(jsonl.read_records, path)
+
+    @runs_to_end
+    async def rewrite_archive(self, key: SessionKey, change: Callable[[list[Message]], list[Message]]) -> bool:
+        """Under the session's lock: replace the archive with `change(archived records)`, atomically (a redaction);
+        an unchanged list leaves the file alone. True when the file was rewritten."""
+        async with self._locked(key):
+            path = self.layout(key.agent).archive_file(key)
+            old = await asyncio.to_thread(jsonl.read_records, path)
+            new = change(old)
+            if new == old:
+                return False
+            await _on_disk("rewrite the archive", lambda: jsonl.replace_records(path, new, fsync=self._fsync))
+            return True
 
     @runs_to_end
     async def delete(self, key: SessionKey, *, also: Iterable[Path] = ()) -> bool:

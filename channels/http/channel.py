@@ -66,6 +66,7 @@ class HttpChannel:
             ("GET", "/api/agents", admin.list_agents),
             ("POST", api + "/{agent}/chat", handle_chat),
             ("GET", api + "/{agent}/sessions", admin.list_sessions),
+            ("POST", "/api/forget", admin.forget_person),
             ("POST", api + "/{agent}/sessions", admin.create_session),
             ("GET", session + "/messages", admin.get_messages),
             ("DELETE", session, admin.delete_session),

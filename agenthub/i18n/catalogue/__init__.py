@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agenthub.i18n.catalogue import core, feishu, media
+from agenthub.i18n.catalogue import core, feishu, forget, media
 
-AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (core.TEXTS, media.TEXTS, feishu.TEXTS)
+AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (core.TEXTS, media.TEXTS, feishu.TEXTS, forget.TEXTS)
 """Every area module's `TEXTS`; an area added later is listed here."""
 
 
