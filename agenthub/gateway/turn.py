@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from agenthub import i18n
 from agenthub.agent.loop import AgentLoop, TurnResult
 from agenthub.agent.tools import ToolContext, tools_for
 from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError
 from agenthub.gateway.runner import PendingTurn, SessionRunner
 from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
+from agenthub.media.inbox import Intake, MediaInbox
 from agenthub.messages import DoneEvent, ErrorEvent, NoticeEvent, Usage
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ class TurnRunner:
 
     def __init__(self, gateway: GatewayCore) -> None:
         self.gateway = gateway
+        self.media = MediaInbox(gateway.settings.workspace_dir, gateway.settings.media)
         self._outcomes: dict[asyncio.Task[None], TurnOutcome] = {}
 
     def outcome_of(self, task: asyncio.Task[None]) -> TurnOutcome:
@@ -114,7 +117,14 @@ class TurnRunner:
         if warning:
             log.warning("model_hint_fallback", warning=warning)
             pending.handle.emit(NoticeEvent(warning))
-        await gw.history.append(pending.key, *_user_records(pending))
+        intakes = [await self._take_in(member) for member in pending.members]
+        refusals = [text for intake in intakes for text in intake.refusals]
+        if not any(_has_something_to_answer(m, i) for m, i in zip(pending.members, intakes, strict=True)):
+            refused = ErrorEvent("\n".join(refusals), code="media_refused")  # only refused media: no model call
+            return TurnOutcome(False, "media_refused", final=refused)
+        for text in refusals:
+            pending.handle.emit(NoticeEvent(text))
+        await gw.history.append(pending.key, *_user_records(pending, intakes))
         result = await self._run_with_recovery(pending, provider, model)
         await gw.history.append(
             pending.key, *result.new_messages, meta_changes={"last_usage": result.last_usage.as_dict()}
@@ -122,6 +132,15 @@ class TurnRunner:
         gw.stats.turns += 1
         final = DoneEvent(result.text, result.usage, str(pending.key))
         return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model, final)
+
+    async def _take_in(self, member: PendingTurn) -> Intake:
+        """Save the message's attachments (images and files) and say how to store them; none: nothing to do."""
+        msg = member.message
+        if not msg.attachments:
+            return Intake()
+        locale = i18n.locale_for(self.gateway.settings, msg.channel, member.agent)
+        can_read = "read_file" in member.agent.config.tools
+        return await self.media.take_in(member.key, msg.attachments, locale, can_read_files=can_read)
 
     async def _run_with_recovery(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         """Run the loop; on context overflow compact once and retry; on an unknown hinted model fall back once."""
@@ -177,17 +196,26 @@ class TurnRunner:
         return await loop.run(request, tools, ctx, pending.handle.emit)
 
 
-def _user_records(pending: PendingTurn) -> list[dict[str, Any]]:
+def _has_something_to_answer(member: PendingTurn, intake: Intake) -> bool:
+    return bool(member.message.content.strip()) or intake.accepted > 0
+
+
+def _user_records(pending: PendingTurn, intakes: list[Intake]) -> list[dict[str, Any]]:
     """One stored user message per message of the turn; the later ones are flagged as sent together."""
-    records = [_user_record(member) for member in pending.members]
+    records = [_user_record(member, intake) for member, intake in zip(pending.members, intakes, strict=True)]
     for record in records[1:]:
         record["together"] = True
     return records
 
 
-def _user_record(pending: PendingTurn) -> dict[str, Any]:
+def _user_record(pending: PendingTurn, intake: Intake) -> dict[str, Any]:
+    """The stored user message: its text, or with media its text block, image references and file lines."""
     msg = pending.message
-    record: dict[str, Any] = {"role": "user", "content": msg.content, "timestamp": msg.timestamp}
+    content: str | list[dict[str, Any]] = msg.content
+    if intake.blocks:
+        text = [{"type": "text", "text": msg.content}] if msg.content.strip() else []
+        content = [*text, *intake.blocks]
+    record: dict[str, Any] = {"role": "user", "content": content, "timestamp": msg.timestamp}
     record["channel"] = msg.channel
     if msg.sender_id:
         record["sender_id"] = msg.sender_id

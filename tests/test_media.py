@@ -1,0 +1,231 @@
+"""Images and files users send reach the model through a real turn; the history keeps references, never bytes."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from agenthub import i18n
+from agenthub.app import build_gateway
+from agenthub.config import Settings
+from agenthub.gateway.core import GatewayCore
+from agenthub.messages import Attachment, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
+from tests.conftest import write_agent
+from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
+from tests.test_memory_support import is_summary_request, summaries_then_default
+
+CHAT = "c1"
+
+
+def png(width: int, height: int, *, noise: bool = False, color: tuple[int, int, int] = (200, 30, 30)) -> bytes:
+    """A PNG; `noise` makes it incompressible (a big file), otherwise one flat colour."""
+    if noise:
+        image = Image.frombytes("RGB", (width, height), os.urandom(width * height * 3))
+    else:
+        image = Image.new("RGB", (width, height), color)
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
+
+
+def image_message(data: bytes, text: str = "what is in this picture?", *, name: str = "photo.png") -> InboundMessage:
+    return InboundMessage("cli", CHAT, "u1", text, attachments=(Attachment("image", name, "image/png", data),))
+
+
+def file_message(data: bytes, name: str, text: str = "", mime: str = "text/plain") -> InboundMessage:
+    return InboundMessage("cli", CHAT, "u1", text, attachments=(Attachment("file", name, mime, data),))
+
+
+def image_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        b
+        for m in body["messages"]
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "image"
+    ]
+
+
+def request_text(body: dict[str, Any]) -> str:
+    return json.dumps(body["messages"], ensure_ascii=False)
+
+
+def decoded(block: dict[str, Any]) -> Image.Image:
+    source = block["source"]
+    assert source["type"] == "base64" and source["media_type"] in {"image/jpeg", "image/png", "image/gif", "image/webp"}
+    image = Image.open(io.BytesIO(base64.b64decode(source["data"])))
+    image.load()
+    assert Image.MIME[image.format or ""] == source["media_type"]
+    return image
+
+
+def history_text(settings: Settings) -> str:
+    sessions = settings.data_dir / "default" / "sessions"
+    return "".join(p.read_text(encoding="utf-8") for p in sorted(sessions.rglob("*.jsonl")))
+
+
+def inbox(settings: Settings) -> Path:
+    return settings.workspace_dir / "default" / "inbox" / "cli_c1"
+
+
+async def answer(gw: GatewayCore, message: InboundMessage) -> DoneEvent | ErrorEvent:
+    final = await (await gw.submit(message)).result()
+    assert isinstance(final, DoneEvent | ErrorEvent)
+    return final
+
+
+async def test_an_image_reaches_the_model_as_an_image_block(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    async with build_gateway(settings) as gw:
+        final = await answer(gw, image_message(png(64, 48)))
+    assert isinstance(final, DoneEvent)
+    [request] = fake_llm.message_requests()
+    assert request.body is not None
+    [block] = image_blocks(request.body)
+    assert decoded(block).size == (64, 48)
+    assert "what is in this picture?" in request_text(request.body)
+
+
+async def test_a_big_png_is_resized_and_re_encoded_under_the_limits(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory(media={"max_image_bytes": 400_000})
+    big = png(2400, 1600, noise=True)
+    assert len(big) > 10_000_000
+    async with build_gateway(settings) as gw:
+        assert isinstance(await answer(gw, image_message(big)), DoneEvent)
+    [request] = fake_llm.message_requests()
+    assert request.body is not None
+    [block] = image_blocks(request.body)
+    raw = base64.b64decode(block["source"]["data"])
+    assert len(raw) <= 400_000
+    assert max(decoded(block).size) <= settings.media.max_image_edge_px
+
+
+async def test_the_history_keeps_a_reference_and_a_reload_still_sends_the_image(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    picture = png(80, 60)
+    async with build_gateway(settings) as gw:
+        await answer(gw, image_message(picture))
+    stored = history_text(settings)
+    sent = image_blocks(fake_llm.message_requests()[0].body or {})[0]["source"]["data"]
+    assert sent not in stored and base64.b64encode(picture).decode() not in stored
+    assert "base64" not in stored and len(stored) < 2000
+    async with build_gateway(settings) as gw:  # a new gateway: the history is loaded from disk
+        await answer(gw, InboundMessage("cli", CHAT, "u1", "and now?"))
+    second = fake_llm.message_requests()[1].body or {}
+    [block] = image_blocks(second)
+    assert decoded(block).size == (80, 60)
+
+
+async def test_a_resent_picture_is_stored_once(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    picture = png(30, 30)
+    async with build_gateway(settings) as gw:
+        await answer(gw, image_message(picture, name="a.png"))
+        await answer(gw, image_message(picture, name="b.png"))
+    files = list(inbox(settings).iterdir())
+    assert len(files) == 1 and re.fullmatch(r"[0-9a-f]{32}\.png", files[0].name)
+
+
+async def test_a_file_lands_in_the_inbox_the_model_is_told_its_path_and_read_file_works(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    write_agent(settings.agents_dir, "default", {"tools": ["read_file"]})
+    seen: list[str] = []
+
+    def respond(body: dict[str, Any]) -> Any:
+        if not seen:
+            found = re.search(r"saved in your workspace at (\S+?);", request_text(body))
+            assert found is not None
+            seen.append(found.group(1))
+            return reply_tool("read_file", {"path": found.group(1)}, tool_id="toolu_1")
+        return reply_text("read it")
+
+    fake_llm.responder = respond
+    async with build_gateway(settings) as gw:
+        final = await answer(gw, file_message("季度报告: 42\n".encode(), "report.txt", "please read this"))
+    assert isinstance(final, DoneEvent) and final.full_text == "read it"
+    assert seen == ["inbox/cli_c1/report.txt"]
+    assert (inbox(settings) / "report.txt").read_text(encoding="utf-8") == "季度报告: 42\n"
+    follow_up = fake_llm.message_requests()[1].body or {}
+    assert "季度报告: 42" in request_text(follow_up)  # the tool result: read_file read the saved file
+
+
+async def test_hostile_file_names_are_sanitised_and_collisions_get_a_suffix(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    async with build_gateway(settings) as gw:
+        await answer(gw, file_message(b"one", "../../etc/passwd"))
+        await answer(gw, file_message(b"two", "..\\..\\passwd"))
+        await answer(gw, file_message(b"two", "passwd"))  # the same content again: stored once
+        await answer(gw, file_message(b"three", "bad\x00\x07name\n.txt"))
+    names = sorted(p.name for p in inbox(settings).iterdir())
+    assert names == ["badname.txt", "passwd", "passwd-2"]
+    assert (inbox(settings) / "passwd").read_bytes() == b"one"
+    assert (inbox(settings) / "passwd-2").read_bytes() == b"two"
+    assert not (settings.workspace_dir / "etc").exists()
+
+
+async def test_a_corrupt_image_gets_a_clear_reply_in_the_chat_locale(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    broken = png(40, 40)[:60]  # a PNG header and nothing decodable
+    async with build_gateway(settings) as gw:
+        final = await answer(gw, image_message(broken, text=""))
+        locale = i18n.locale_for(settings, "cli", gw.agents.get("default"))
+    assert isinstance(final, ErrorEvent)
+    assert final.message == i18n.text("media.image_unreadable", locale)
+    assert fake_llm.message_requests() == []
+
+
+async def test_a_corrupt_image_beside_text_is_announced_and_the_text_answered(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    async with build_gateway(settings) as gw:
+        handle = await gw.submit(image_message(b"not an image at all", text="hello"))
+        events = [event async for event in handle]
+        locale = i18n.locale_for(settings, "cli", gw.agents.get("default"))
+    notices = [e.text for e in events if isinstance(e, NoticeEvent)]
+    assert notices == [i18n.text("media.image_unreadable", locale)]
+    assert isinstance(events[-1], DoneEvent)
+    [request] = fake_llm.message_requests()
+    assert image_blocks(request.body or {}) == [] and "hello" in request_text(request.body or {})
+
+
+async def test_a_30_mb_attachment_handed_to_the_core_is_refused(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    huge = b"x" * (30 * 1024 * 1024)
+    async with build_gateway(settings) as gw:
+        final = await answer(gw, file_message(huge, "big.bin", mime="application/octet-stream"))
+        picture = await answer(gw, image_message(huge, text=""))
+    assert isinstance(final, ErrorEvent) and isinstance(picture, ErrorEvent)
+    assert "30" in final.message and "20" in final.message
+    assert fake_llm.message_requests() == []
+    assert not inbox(settings).exists() or list(inbox(settings).iterdir()) == []
+
+
+async def test_compaction_of_a_session_with_images_sends_text_not_bytes(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.responder = summaries_then_default("用户发了几张图片。")
+    async with build_gateway(settings) as gw:
+        for i in range(12):
+            await answer(gw, image_message(png(20 + i, 20), text=f"picture {i}"))
+        for i in range(12):
+            await answer(gw, InboundMessage("cli", CHAT, "u1", f"question {i}"))
+        final = await answer(gw, InboundMessage("cli", CHAT, "u1", "/compact"))
+        assert isinstance(final, DoneEvent) and "Compacted" in final.full_text
+        await answer(gw, InboundMessage("cli", CHAT, "u1", "after"))
+    summary = next(r.body for r in fake_llm.message_requests() if is_summary_request(r.body or {}))
+    assert summary is not None
+    text = request_text(summary)
+    assert "[image" in text and "base64" not in text and "picture 0" in text
+    last = fake_llm.message_requests()[-1].body or {}
+    assert not is_summary_request(last) and "after" in request_text(last)
