@@ -229,3 +229,37 @@ async def test_compaction_of_a_session_with_images_sends_text_not_bytes(
     assert "[image" in text and "base64" not in text and "picture 0" in text
     last = fake_llm.message_requests()[-1].body or {}
     assert not is_summary_request(last) and "after" in request_text(last)
+
+
+async def test_a_chat_cannot_read_or_list_another_chats_inbox(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    write_agent(settings.agents_dir, "default", {"tools": ["read_file", "list_dir"]})
+    secret = InboundMessage(
+        "cli", "alice", "alice", "", attachments=(Attachment("file", "salary.txt", "text/plain", b"SECRET-4711"),)
+    )
+    fake_llm.script(
+        reply_text("saved"),
+        reply_tool("read_file", {"path": "inbox/cli_alice/salary.txt"}, tool_id="toolu_1"),
+        reply_tool("list_dir", {"path": "inbox"}, tool_id="toolu_2"),
+        reply_tool("list_dir", {"path": "./inbox/../inbox/cli_alice"}, tool_id="toolu_3"),
+        reply_text("done"),
+        reply_tool("list_dir", {"path": "inbox/cli_alice"}, tool_id="toolu_4"),
+        reply_text("mine"),
+    )
+    async with build_gateway(settings) as gw:
+        await answer(gw, secret)
+        await answer(gw, InboundMessage("cli", "bob", "bob", "what did alice send?"))
+        await answer(gw, InboundMessage("cli", "alice", "alice", "list my files"))
+    results = [
+        b
+        for r in fake_llm.message_requests()
+        for m in (r.body or {})["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
+    by_id = {b["tool_use_id"]: b for b in results}
+    for refused in ("toolu_1", "toolu_2", "toolu_3"):
+        assert by_id[refused].get("is_error") is True
+        assert "SECRET" not in json.dumps(by_id[refused])
+    assert "alice" not in json.dumps(by_id["toolu_2"])  # the inbox's listing would name every chat
+    assert "salary.txt" in json.dumps(by_id["toolu_4"]) and not by_id["toolu_4"].get("is_error")

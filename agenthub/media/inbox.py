@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ HASH_CHARS = 32
 """Images are saved as `<first 32 hex digits of the sha256 of what was sent>.<ext>`: a re-sent picture is one file."""
 MAX_SAME_NAME = 1000
 MB = 1024 * 1024
+_MIME = re.compile(r"[\w.+-]{1,64}/[\w.+-]{1,64}")
 
 
 @dataclass
@@ -104,8 +106,10 @@ def _note(text: str) -> dict[str, Any]:
 def _file_line(attachment: Attachment, path: str, can_read_files: bool) -> dict[str, Any]:
     """The line that tells the model a file arrived and where it is."""
     how = "; read it with read_file" if can_read_files else ""
+    mime = attachment.mime_type if _MIME.fullmatch(attachment.mime_type) else "type unknown"
+    name = safe_file_name(attachment.name)  # the platform's name, without line breaks or other control characters
     return _note(
-        f'[The user sent a file "{attachment.name}" ({_size(len(attachment.data))}, {attachment.mime_type}). '
+        f'[The user sent a file "{name}" ({_size(len(attachment.data))}, {mime}). '
         f"It is saved in your workspace at {path}{how}.]"
     )
 

@@ -60,3 +60,13 @@ def numbered(name: str, n: int) -> str:
     if not dot or not stem:
         return f"{name}-{n}"
     return f"{stem}-{n}.{ext}"
+
+
+def in_another_chats_inbox(path: Path, workspace: Path, key: SessionKey) -> bool:
+    """True when the resolved `path` lies in the agent's inbox but outside this chat's own folder (the inbox
+    itself included: its listing names every chat): one chat's files never reach another chat's tools."""
+    inbox = (workspace / INBOX).resolve()
+    if path != inbox and not path.is_relative_to(inbox):
+        return False
+    own = inbox_dir(workspace, key).resolve()
+    return path != own and not path.is_relative_to(own)
