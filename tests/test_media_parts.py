@@ -261,3 +261,10 @@ async def test_the_line_for_the_model_carries_no_control_characters_from_the_pla
     [line] = [b["text"] for b in intake.blocks]
     assert "\n" not in line and "\r" not in line and "type unknown" in line and "read_file" not in line
     assert intake.accepted == 1 and intake.refusals == []
+
+
+def test_a_picture_pillow_refuses_to_open_as_a_bomb_is_too_big_not_unreadable() -> None:
+    data = encoded(Image.new("1", (14000, 14000)), "PNG")  # 196 M pixels: over twice Pillow's bomb limit
+    with pytest.raises(ImageRejectedError) as caught:
+        prepare_image(data, max_bytes=1_000_000, max_edge_px=1568)
+    assert caught.value.reason == "too_big"

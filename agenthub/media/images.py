@@ -58,7 +58,9 @@ def prepare_image(data: bytes, *, max_bytes: int, max_edge_px: int) -> PreparedI
             return _re_encoded(ImageOps.exif_transpose(image), max_bytes, max_edge_px)
     except ImageRejectedError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as e:
+    except Image.DecompressionBombError as e:  # Pillow refuses to open it at all
+        raise ImageRejectedError("too_big") from e
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as e:
         raise ImageRejectedError("unreadable") from e
 
 
