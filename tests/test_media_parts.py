@@ -268,3 +268,10 @@ def test_a_picture_pillow_refuses_to_open_as_a_bomb_is_too_big_not_unreadable() 
     with pytest.raises(ImageRejectedError) as caught:
         prepare_image(data, max_bytes=1_000_000, max_edge_px=1568)
     assert caught.value.reason == "too_big"
+
+
+def test_a_big_jpeg_is_decoded_scaled_yet_ends_exactly_at_the_edge_limit() -> None:
+    photo = Image.linear_gradient("L").resize((4000, 3000)).convert("RGB")
+    prepared = prepare_image(encoded(photo, "JPEG", quality=90), max_bytes=3_750_000, max_edge_px=1568)
+    assert (prepared.width, prepared.height) == (1568, 1176) and prepared.media_type == "image/jpeg"
+    assert Image.open(io.BytesIO(prepared.data)).size == (1568, 1176)

@@ -52,6 +52,7 @@ def prepare_image(data: bytes, *, max_bytes: int, max_edge_px: int) -> PreparedI
         with Image.open(io.BytesIO(data)) as image:
             if image.width * image.height > MAX_PIXELS:
                 raise ImageRejectedError("too_big")
+            _decode_jpeg_scaled(image, max_edge_px)
             image.load()  # the whole decode: a truncated or corrupt file fails here, not at the vendor
             if _fits_as_is(image, len(data), max_bytes, max_edge_px):
                 return PreparedImage(data, API_MEDIA_TYPES[image.format or ""], image.width, image.height)
@@ -62,6 +63,16 @@ def prepare_image(data: bytes, *, max_bytes: int, max_edge_px: int) -> PreparedI
         raise ImageRejectedError("too_big") from e
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as e:
         raise ImageRejectedError("unreadable") from e
+
+
+def _decode_jpeg_scaled(image: Image.Image, max_edge_px: int) -> None:
+    """A JPEG that will be shrunk anyway is decoded at 1/2, 1/4 or 1/8 scale (never below the target size):
+    several times faster for a phone photo, and the resize that follows looks the same."""
+    longest = max(image.size)
+    if image.format != "JPEG" or longest <= max_edge_px:
+        return
+    target = (image.width * max_edge_px // longest, image.height * max_edge_px // longest)
+    image.draft(image.mode if image.mode in ("RGB", "L") else "RGB", target)
 
 
 def _fits_as_is(image: Image.Image, size: int, max_bytes: int, max_edge_px: int) -> bool:
@@ -93,7 +104,7 @@ def _fit_edge(image: Image.Image, edge: int) -> Image.Image:
         return image
     scale = edge / max(image.size)
     size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    return image.resize(size, Image.Resampling.LANCZOS)
+    return image.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
 
 
 def _encodings(alpha: bool) -> list[tuple[str, dict[str, int | bool]]]:
