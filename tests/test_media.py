@@ -90,7 +90,8 @@ async def test_an_image_reaches_the_model_as_an_image_block(settings: Settings, 
     assert request.body is not None
     [block] = image_blocks(request.body)
     assert decoded(block).size == (64, 48)
-    assert "what is in this picture?" in request_text(request.body)
+    kinds = [b["type"] for b in request.body["messages"][-1]["content"]]
+    assert kinds[0] == "image" and request.body["messages"][-1]["content"][1]["text"] == "what is in this picture?"
 
 
 async def test_a_big_png_is_resized_and_re_encoded_under_the_limits(

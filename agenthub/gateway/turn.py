@@ -209,12 +209,15 @@ def _user_records(pending: PendingTurn, intakes: list[Intake]) -> list[dict[str,
 
 
 def _user_record(pending: PendingTurn, intake: Intake) -> dict[str, Any]:
-    """The stored user message: its text, or with media its text block, image references and file lines."""
+    """The stored user message: its text, or with media its image references, text block and file lines (images
+    first: the vendor finds images before the text about them best)."""
     msg = pending.message
     content: str | list[dict[str, Any]] = msg.content
     if intake.blocks:
+        images = [b for b in intake.blocks if b.get("type") == "image"]
+        lines = [b for b in intake.blocks if b.get("type") != "image"]
         text = [{"type": "text", "text": msg.content}] if msg.content.strip() else []
-        content = [*text, *intake.blocks]
+        content = [*images, *text, *lines]
     record: dict[str, Any] = {"role": "user", "content": content, "timestamp": msg.timestamp}
     record["channel"] = msg.channel
     if msg.sender_id:
