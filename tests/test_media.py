@@ -264,3 +264,19 @@ async def test_a_chat_cannot_read_or_list_another_chats_inbox(settings: Settings
         assert "SECRET" not in json.dumps(by_id[refused])
     assert "alice" not in json.dumps(by_id["toolu_2"])  # the inbox's listing would name every chat
     assert "salary.txt" in json.dumps(by_id["toolu_4"]) and not by_id["toolu_4"].get("is_error")
+
+
+async def test_an_inbox_that_cannot_be_written_gets_a_clear_reply_not_an_internal_error(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    (settings.workspace_dir / "default").mkdir(parents=True)
+    (settings.workspace_dir / "default" / "inbox").write_text("not a directory", encoding="utf-8")
+    async with build_gateway(settings) as gw:
+        final = await answer(gw, file_message(b"data", "a.txt"))
+        picture = await answer(gw, image_message(png(20, 20), text=""))
+        locale = i18n.locale_for(settings, "cli", gw.agents.get("default"))
+    whats = [i18n.text(f"media.what.{kind}", locale) for kind in ("file", "image")]
+    expected = [i18n.text("media.save_failed", locale, what=what) for what in whats]
+    assert isinstance(final, ErrorEvent) and isinstance(picture, ErrorEvent)
+    assert [final.message, picture.message] == expected
+    assert fake_llm.message_requests() == []

@@ -53,20 +53,31 @@ class MediaInbox:
         self, key: SessionKey, attachments: tuple[Attachment, ...], locale: str, *, can_read_files: bool
     ) -> Intake:
         intake = Intake()
-        workspace = self.workspace_dir / key.agent
         for attachment in attachments:
-            refusal = self._refusal_for_size(attachment, locale)
-            if refusal is not None:
-                intake.refusals.append(refusal)
-                intake.blocks.append(_note(f"[The user sent a {attachment.kind} that was too large to take in.]"))
-            elif attachment.kind == "image":
-                await self._take_image(workspace, key, attachment, locale, intake)
-            else:
-                path = await asyncio.to_thread(_save_file, inbox_dir(workspace, key), attachment)
-                intake.blocks.append(_file_line(attachment, relative_to_workspace(key, path.name), can_read_files))
-                intake.accepted += 1
-                log.info("media_file_saved", name=path.name, size=len(attachment.data))
+            try:
+                await self._take_one(key, attachment, locale, can_read_files, intake)
+            except OSError as e:  # a full disk, a read-only or odd workspace: the user hears it, the turn goes on
+                log.warning("media_save_failed", kind=attachment.kind, error=str(e))
+                what = i18n.text(f"media.what.{attachment.kind}", locale)
+                intake.refusals.append(i18n.text("media.save_failed", locale, what=what))
+                intake.blocks.append(_note(f"[The user sent a {attachment.kind} that could not be saved.]"))
         return intake
+
+    async def _take_one(
+        self, key: SessionKey, attachment: Attachment, locale: str, can_read_files: bool, intake: Intake
+    ) -> None:
+        workspace = self.workspace_dir / key.agent
+        refusal = self._refusal_for_size(attachment, locale)
+        if refusal is not None:
+            intake.refusals.append(refusal)
+            intake.blocks.append(_note(f"[The user sent a {attachment.kind} that was too large to take in.]"))
+        elif attachment.kind == "image":
+            await self._take_image(workspace, key, attachment, locale, intake)
+        else:
+            path = await asyncio.to_thread(_save_file, inbox_dir(workspace, key), attachment)
+            intake.blocks.append(_file_line(attachment, relative_to_workspace(key, path.name), can_read_files))
+            intake.accepted += 1
+            log.info("media_file_saved", name=path.name, size=len(attachment.data))
 
     def _refusal_for_size(self, attachment: Attachment, locale: str) -> str | None:
         limit = self.settings.max_download_bytes

@@ -29,6 +29,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "Sorry, this picture is too big to bring under {limit_mb} MB while staying legible. "
         "Please crop or shrink it and send it again.",
     },
+    "media.save_failed": {
+        "zh-CN": "抱歉，这个{what}没能保存下来，请稍后再发一次。",
+        "en": "Sorry, I could not save this {what}; please send it again in a moment.",
+    },
     "media.what.image": {"zh-CN": "图片", "en": "picture"},
     "media.what.file": {"zh-CN": "文件", "en": "file"},
 }
