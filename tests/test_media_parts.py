@@ -7,6 +7,7 @@ import base64
 import io
 import itertools
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -275,3 +276,17 @@ def test_a_big_jpeg_is_decoded_scaled_yet_ends_exactly_at_the_edge_limit() -> No
     prepared = prepare_image(encoded(photo, "JPEG", quality=90), max_bytes=3_750_000, max_edge_px=1568)
     assert (prepared.width, prepared.height) == (1568, 1176) and prepared.media_type == "image/jpeg"
     assert Image.open(io.BytesIO(prepared.data)).size == (1568, 1176)
+
+
+async def test_the_cache_serves_an_unchanged_file_without_reading_it_again(tmp_path: Path) -> None:
+    path = tmp_path / "a.png"
+    path.write_bytes(b"one")
+    stamp = path.stat().st_mtime_ns
+    cache = ImageCache()
+    await cache.load(tmp_path, [("a.png", "image/png")])
+    path.write_bytes(b"two")  # same size and, restored below, same mtime: only a re-read would see "two"
+    os.utime(path, ns=(stamp, stamp))
+    again = await cache.load(tmp_path, [("a.png", "image/png")])
+    assert again["a.png"].data == base64.b64encode(b"one").decode()
+    path.write_bytes(b"three")  # a changed file is read again
+    assert (await cache.load(tmp_path, [("a.png", "image/png")]))["a.png"].data == base64.b64encode(b"three").decode()
