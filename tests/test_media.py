@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -280,3 +281,27 @@ async def test_an_inbox_that_cannot_be_written_gets_a_clear_reply_not_an_interna
     assert isinstance(final, ErrorEvent) and isinstance(picture, ErrorEvent)
     assert [final.message, picture.message] == expected
     assert fake_llm.message_requests() == []
+
+
+async def test_pictures_waiting_behind_a_turn_reach_the_model_with_the_messages_sent_together(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    release = asyncio.Event()
+    fake_llm.script(reply_text("first answer", hold=release), reply_text("answer to the rest"))
+    async with build_gateway(settings) as gw:
+        first = await gw.submit(InboundMessage("cli", CHAT, "u1", "m0"))
+        await fake_llm.wait_for_requests(1)
+        waiting = [
+            await gw.submit(image_message(png(21, 21), text="m1")),
+            await gw.submit(InboundMessage("cli", CHAT, "u1", "m2")),
+            await gw.submit(image_message(png(22, 22), text="")),
+            await gw.submit(image_message(b"broken", text="")),
+        ]
+        release.set()  # all four are queued when the first turn ends: one turn
+        finals = [await h.result() for h in [first, *waiting]]
+    assert all(isinstance(f, DoneEvent) for f in finals)
+    second = fake_llm.message_requests()[1].body or {}
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
+    assert [decoded(b).size for b in image_blocks(second)] == [(21, 21), (22, 22)]
+    assert "m1" in request_text(second) and "m2" in request_text(second)
+    assert "could not be read" in request_text(second)  # the model hears that a picture did not come through
