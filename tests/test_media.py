@@ -305,3 +305,11 @@ async def test_pictures_waiting_behind_a_turn_reach_the_model_with_the_messages_
     assert [decoded(b).size for b in image_blocks(second)] == [(21, 21), (22, 22)]
     assert "m1" in request_text(second) and "m2" in request_text(second)
     assert "could not be read" in request_text(second)  # the model hears that a picture did not come through
+
+
+async def test_a_message_without_text_or_attachments_still_goes_to_the_model(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    async with build_gateway(settings) as gw:
+        final = await answer(gw, InboundMessage("cli", CHAT, "u1", ""))
+    assert isinstance(final, DoneEvent) and len(fake_llm.message_requests()) == 1

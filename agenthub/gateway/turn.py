@@ -119,7 +119,7 @@ class TurnRunner:
             pending.handle.emit(NoticeEvent(warning))
         intakes = [await self._take_in(member) for member in pending.members]
         refusals = [text for intake in intakes for text in intake.refusals]
-        if not any(_has_something_to_answer(m, i) for m, i in zip(pending.members, intakes, strict=True)):
+        if refusals and not any(_has_something_to_answer(m, i) for m, i in zip(pending.members, intakes, strict=True)):
             refused = ErrorEvent("\n".join(refusals), code="media_refused")  # only refused media: no model call
             return TurnOutcome(False, "media_refused", final=refused)
         for text in refusals:
