@@ -20,7 +20,7 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import Attachment, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
+from tests.fakes.anthropic import FakeAnthropic, http_error, reply_text, reply_tool
 from tests.test_memory_support import is_summary_request, summaries_then_default
 
 CHAT = "c1"
@@ -313,3 +313,36 @@ async def test_a_message_without_text_or_attachments_still_goes_to_the_model(
     async with build_gateway(settings) as gw:
         final = await answer(gw, InboundMessage("cli", CHAT, "u1", ""))
     assert isinstance(final, DoneEvent) and len(fake_llm.message_requests()) == 1
+
+
+async def test_a_model_that_refuses_images_gets_them_as_text_and_the_user_is_told(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    def text_only_vendor(body: dict[str, Any]) -> Any:
+        if image_blocks(body):  # like a vendor without image input: 400 on any image block
+            return http_error(400, "unsupported content type: image", error_type="invalid_request_error")
+        return None
+
+    fake_llm.responder = text_only_vendor
+    async with build_gateway(settings) as gw:
+        handle = await gw.submit(image_message(png(30, 30), text="look"))
+        events = [event async for event in handle]
+        later = await answer(gw, InboundMessage("cli", CHAT, "u1", "and now?"))
+        locale = i18n.locale_for(settings, "cli", gw.agents.get("default"))
+    assert isinstance(events[-1], DoneEvent) and isinstance(later, DoneEvent)
+    assert NoticeEvent(i18n.text("media.model_cannot_see_images", locale)) in events
+    bodies = [r.body or {} for r in fake_llm.message_requests()]
+    assert [bool(image_blocks(b)) for b in bodies] == [True, False, False]  # refused once, then text for this model
+    assert "[image: inbox/cli_c1/" in request_text(bodies[1]) and "[image: inbox/cli_c1/" in request_text(bodies[2])
+
+
+async def test_a_rejected_request_whose_images_were_not_the_cause_still_fails_and_images_stay_on(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.script(http_error(400, "bad"), http_error(400, "bad"))
+    async with build_gateway(settings) as gw:
+        final = await answer(gw, image_message(png(30, 30), text="look"))
+        await answer(gw, InboundMessage("cli", CHAT, "u1", "again"))
+    assert isinstance(final, ErrorEvent)
+    bodies = [r.body or {} for r in fake_llm.message_requests()]
+    assert [bool(image_blocks(b)) for b in bodies] == [True, False, True]

@@ -11,7 +11,7 @@ import structlog
 from agenthub import i18n
 from agenthub.agent.loop import AgentLoop, TurnResult
 from agenthub.agent.tools import ToolContext, tools_for
-from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError
+from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError, RequestRejectedError
 from agenthub.gateway.runner import PendingTurn, SessionRunner
 from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
@@ -144,10 +144,18 @@ class TurnRunner:
 
     async def _run_with_recovery(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         """Run the loop; on context overflow compact once and retry; on an unknown hinted model fall back once."""
-        overflow_retried = model_retried = False
+        overflow_retried = model_retried = images_retried = False
         while True:
             try:
                 return await self._run_loop(pending, provider, model)
+            except RequestRejectedError:
+                if images_retried:  # refused without images too: they were not the cause
+                    self.gateway.context.text_only_models.discard(model)
+                    raise
+                if not self.gateway.context.sends_images(await self.gateway.history.load(pending.key), model):
+                    raise
+                images_retried = True
+                self._send_images_as_text(pending, model)
             except ContextOverflowError as e:
                 compactor = self.gateway.compactor
                 if overflow_retried or compactor is None:
@@ -163,6 +171,14 @@ class TurnRunner:
                 log.warning("model_not_found_fallback", model=model, fallback=default)
                 pending.handle.emit(NoticeEvent(f"Model {model!r} is not available; using {default!r}."))
                 model = default
+
+    def _send_images_as_text(self, pending: PendingTurn, model: str) -> None:
+        """The model refused a request with images (a vendor without image input): from now on it gets their
+        paths as text, and the user is told."""
+        log.warning("model_refused_images", model=model)
+        self.gateway.context.text_only_models.add(model)
+        locale = i18n.locale_for(self.gateway.settings, pending.message.channel, pending.agent)
+        pending.handle.emit(NoticeEvent(i18n.text("media.model_cannot_see_images", locale)))
 
     async def _run_loop(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         gw, agent, settings = self.gateway, pending.agent, self.gateway.settings

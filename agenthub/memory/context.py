@@ -158,9 +158,10 @@ def to_api_messages(history: list[Message], images: Mapping[str, LoadedImage] | 
     blocks are joined into one user message.
 
     Stored image references become base64 image blocks from `images` (path → loaded file, see `images_to_send`)
-    in the recent turns, `[image: <path>]` text elsewhere (see `place_images`).
+    in the recent turns, `[image: <path>]` text elsewhere and everywhere when `images` is None (see
+    `place_images`).
     """
-    return place_images(_conversation(history), images or {})
+    return place_images(_conversation(history), images)
 
 
 def _conversation(history: list[Message]) -> list[Message]:
@@ -224,15 +225,17 @@ def images_to_send(history: list[Message]) -> list[tuple[str, str]]:
     return [ref for _, _, ref in _recent_refs(_conversation(history))]
 
 
-def place_images(messages: list[Message], images: Mapping[str, LoadedImage]) -> list[Message]:
+def place_images(messages: list[Message], images: Mapping[str, LoadedImage] | None) -> list[Message]:
     """API messages whose image references are base64 image blocks in the recent turns (newest first, within
-    `MAX_REQUEST_IMAGES` and `MAX_REQUEST_IMAGE_CHARS`), `[image: <path>]` text otherwise, and a placeholder
-    for a recent one whose file is gone. Never more than the request may hold; the stored history is unchanged."""
+    `MAX_REQUEST_IMAGES` and `MAX_REQUEST_IMAGE_CHARS`), `[image: <path>]` text otherwise (all of them when
+    `images` is None: a model without image input), and a placeholder for a recent one whose file is gone. Never
+    more than the request may hold; the stored history is unchanged."""
     chosen: dict[tuple[int, int], dict[str, Any]] = {}
     missing: set[tuple[int, int]] = set()
     chars = 0
-    for i, j, (path, _) in _recent_refs(messages):
-        loaded = images.get(path)
+    loadable = images or {}
+    for i, j, (path, _) in _recent_refs(messages) if images is not None else []:
+        loaded = loadable.get(path)
         if loaded is None:
             missing.add((i, j))
         elif len(chosen) < MAX_REQUEST_IMAGES and chars + len(loaded.data) <= MAX_REQUEST_IMAGE_CHARS:
@@ -358,6 +361,12 @@ class ContextBuilder:
         self.budget = budget or ContextBudget()
         self.workspace_dir = workspace_dir
         self.images = images or ImageCache()
+        self.text_only_models: set[str] = set()
+        """Models that refused a request with images (this process): they get `[image: <path>]` text instead."""
+
+    def sends_images(self, history: list[Message], model: str) -> bool:
+        """True when the next request for `history` carries image blocks to `model`."""
+        return model not in self.text_only_models and bool(images_to_send(history))
 
     async def system_blocks(
         self, agent: AgentDefinition, key: SessionKey, sender_id: str, history: list[Message]
@@ -390,7 +399,9 @@ class ContextBuilder:
         definitions = [t.definition() for t in tools]
         if definitions:
             definitions[-1] = {**definitions[-1], "cache_control": CACHE}
-        images = await self.images.load(self.workspace_dir / agent.name, images_to_send(history))
+        images = None
+        if self.sends_images(history, model):
+            images = await self.images.load(self.workspace_dir / agent.name, images_to_send(history))
         return LLMRequest(
             model=model,
             system=await self.system_blocks(agent, key, sender_id, history),

@@ -33,6 +33,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh-CN": "抱歉，这个{what}没能保存下来，请稍后再发一次。",
         "en": "Sorry, I could not save this {what}; please send it again in a moment.",
     },
+    "media.model_cannot_see_images": {
+        "zh-CN": "当前使用的模型看不了图片，我只告诉了它图片保存在哪里。",
+        "en": "The model in use cannot view pictures; it was only told where the picture is saved.",
+    },
     "media.what.image": {"zh-CN": "图片", "en": "picture"},
     "media.what.file": {"zh-CN": "文件", "en": "file"},
 }
