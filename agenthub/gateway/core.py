@@ -89,7 +89,7 @@ class GatewayCore:
         self.history.observers.append(self.search.history_changed)
         memory = settings.memory
         budget = ContextBudget(memory.memory_budget_tokens, memory.user_budget_tokens, memory.old_tool_result_chars)
-        self.context = ContextBuilder(self.memory_files, budget)
+        self.context = ContextBuilder(self.memory_files, budget, workspace_dir=settings.workspace_dir)
         self.stats = GatewayStats()
         # every model call (turns and background work alike) reaches the stats through the providers' call log
         self.providers.call_log.observe(self.stats.record_call)
