@@ -33,7 +33,7 @@ def gateway_forgetter(gateway: GatewayCore) -> Forgetter:
         gateway.history,
         gateway.memory_files,
         guard=functools.partial(held, gateway),
-        index=gateway.search.forget,  # the live index re-reads the redacted files (its file stays open)
+        index=gateway.search.purge,  # the live index re-reads the redacted files (its file stays open)
     )
 
 

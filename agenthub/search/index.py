@@ -181,10 +181,10 @@ class SearchIndex:
         if op == "delete":
             self._hide_source(archive)
 
-    def forget(self, keys: Iterable[SessionKey]) -> None:
-        """After "forget me" rewrote these sessions' files and scrubbed memory files: index them again from what
-        the files now hold, then rebuild the database, so no free page, old FTS segment or WAL frame keeps the text
-        that was forgotten."""
+    def purge(self, keys: Iterable[SessionKey]) -> None:
+        """After these sessions' files were deleted, or rewritten by "forget me" (and memory files scrubbed): index
+        them again from what the files now hold, then rebuild the database, so no free page, old FTS segment or WAL
+        frame keeps the text that is gone."""
         for key in keys:
             self.sync_jsonl(self.layout.history_file(key), HISTORY, str(key), rewritten=True)
             self.sync_jsonl(self.layout.archive_file(key), ARCHIVE, str(key), rewritten=True)

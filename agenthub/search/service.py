@@ -59,10 +59,10 @@ class SearchService:
     async def search(self, agent: str, terms: list[str], scope: SearchScope, limit: int) -> list[Hit]:
         return await self._run(self._search, agent, terms, scope, limit)
 
-    async def forget(self, agent: str, keys: Sequence[SessionKey]) -> int:
-        """ "Forget me"'s index hook: the redacted sessions (and scrubbed memory files) indexed again from their
-        files, the old text gone from the database file too. Returns how many sessions were re-indexed."""
-        await self._run(lambda: self._index(agent).forget(keys))
+    async def purge(self, agent: str, keys: Sequence[SessionKey]) -> int:
+        """After a session delete or "forget me" (its index hook): those sessions (and the memory files) indexed
+        again from their files, the old text gone from the database file too. Returns how many sessions."""
+        await self._run(lambda: self._index(agent).purge(keys))
         return len(keys)
 
     async def stats(self, agent: str) -> dict[str, int]:
