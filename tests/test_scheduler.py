@@ -226,7 +226,10 @@ async def test_a_prompt_job_runs_a_turn_queued_behind_the_chats_running_turn(
     running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
     gw, channel = running
-    await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "prompt": "summarise the news"})
+    made = await _create(
+        gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "prompt": "summarise the news"}
+    )
+    job_id = made.split()[2].rstrip(";")
     release = asyncio.Event()
     fake_llm.script(reply_text("user answer", hold=release), reply_text("here is the news"))
     user_turn = await gw.submit(_msg("a question"))
@@ -239,7 +242,7 @@ async def test_a_prompt_job_runs_a_turn_queued_behind_the_chats_running_turn(
     history = await gw.history.load(KEY)
     tail = [(m["role"], m.get("sender_id"), m["content"]) for m in history[-4:]]
     assert tail[0][2] == "a question" and tail[1][2] == "user answer"
-    assert tail[2][0] == "user" and str(tail[2][1]).startswith("scheduler:")
+    assert tail[2][:2] == ("user", "me") and history[-2]["scheduled_job"] == job_id  # its creator, marked
     assert "summarise the news" in str(tail[2][2])
     assert tail[3][:1] == ("assistant",) and tail[3][2] == "here is the news"
 

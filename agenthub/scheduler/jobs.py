@@ -34,6 +34,9 @@ class Job:
     timezone: str
     created_at: float
     created_by: str = ""
+    """The sender who made the job: a prompt job's turn runs on their behalf (their profile, their chat memory)."""
+    chat_type: str | None = None
+    """`private` / `group` as the chat was when the job was made (None: unknown, read as a group)."""
     cred_id: str | None = None
     at: float | None = None
     cron: str | None = None
@@ -81,7 +84,7 @@ class Job:
 
     def check_types(self) -> None:
         texts = (self.id, self.agent, self.channel, self.chat_id, self.timezone, self.created_by)
-        optional_texts = (self.cred_id, self.cron, self.text, self.prompt)
+        optional_texts = (self.chat_type, self.cred_id, self.cron, self.text, self.prompt)
         numbers = (self.created_at, *(n for n in (self.at, self.next_due, self.last_due) if n is not None))
         if (
             not all(isinstance(t, str) for t in texts)

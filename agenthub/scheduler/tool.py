@@ -62,6 +62,7 @@ async def _create(args: dict[str, Any], ctx: ToolContext, scheduler: Scheduler) 
         timezone=scheduler.config.timezone,
         created_at=now,
         created_by=ctx.sender_id,
+        chat_type=ctx.chat_type,
         cred_id=ctx.cred_id,
     )
     job = await scheduler.add(build_job(JobChanges.from_args(args), base, now, scheduler.config.min_interval_s))
