@@ -124,6 +124,10 @@ async def test_a_failed_prompt_job_tells_the_chat_in_its_locale_without_the_erro
     [sent] = await channel.wait_for(1)
     assert sent.chat_id == PRIVATE_CHAT
     assert sent.content == f"定时任务 {job} 这次没能完成，下次将在 12月2日 09:00 照常运行。"
+    history = await gw.history.load(SessionKey("default", "wecom", PRIVATE_CHAT))
+    assert history[-1]["role"] == "assistant"  # stored like any push, so HTTP feeds and the console show it
+    assert (history[-1]["content"], history[-1]["scheduled_job"]) == (sent.content, job)
+    assert "SECRET-UPSTREAM-DETAIL" not in str(history)
 
 
 # ---- on behalf of the person who made the job ------------------------------------------------

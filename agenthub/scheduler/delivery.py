@@ -31,13 +31,12 @@ class JobDelivery:
         self.channels = channels
 
     async def __call__(self, job: Job, due: float) -> None:
-        text = await (self._run_prompt(job, due) if job.prompt is not None else self._store_text(job))
+        text = await (self._run_prompt(job, due) if job.prompt is not None else self._store(job, job.text or ""))
         if text:
             await self._send(job, text)
 
-    async def _store_text(self, job: Job) -> str:
-        """The reminder goes into the history as an assistant message, after any turn that runs in the chat."""
-        text = job.text or ""
+    async def _store(self, job: Job, text: str) -> str:
+        """A reminder (or a notice) goes into the history as an assistant message, after any turn running there."""
         async with self.gateway.hold(job.key):
             await self.gateway.history.append(job.key, {"role": "assistant", "content": text, "scheduled_job": job.id})
         return text
@@ -62,7 +61,7 @@ class JobDelivery:
         final = await (await self.gateway.submit(message)).result()
         if isinstance(final, ErrorEvent):
             log.warning("job_turn_failed", agent=job.agent, job_id=job.id, code=final.code)
-            return self._failure_notice(job)
+            return await self._store(job, self._failure_notice(job))
         return final.full_text
 
     def _failure_notice(self, job: Job) -> str:
