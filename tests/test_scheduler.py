@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import pytest_asyncio
@@ -394,3 +396,43 @@ async def test_a_damaged_job_entry_is_skipped_and_the_rest_still_fire(settings: 
         await channel.wait_for(1)
         await stop_scheduler(gw)
     assert channel.texts() == ["still here"]
+
+
+async def _tool_call(gw: GatewayCore, fake: FakeAnthropic, args: dict[str, Any]) -> tuple[bool, str]:
+    fake.script(reply_tool("manage_cron_jobs", args), reply_text("ok"))
+    await (await gw.submit(_msg("change it"))).text()
+    result = _tool_results(fake)[-1]
+    return bool(result.get("is_error")), str(result["content"])
+
+
+async def test_update_changes_every_field_and_refuses_an_empty_one(
+    running: tuple[GatewayCore, RecordingChannel], fake_llm: FakeAnthropic
+) -> None:
+    gw, _ = running
+    made = await _create(gw, fake_llm, {"action": "create", "at": "2026-12-02T09:00:00", "text": "a"})
+    job_id = made.split()[2].rstrip(";")
+
+    def job() -> Job:
+        found = _scheduler(gw).get("default", job_id)
+        assert found is not None
+        return found
+
+    is_error, text = await _tool_call(gw, fake_llm, {"action": "update", "job_id": job_id})
+    assert is_error and "nothing to change" in text
+    # a one-off moved to another zone keeps its wall-clock time there
+    await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "timezone": "Europe/Berlin"})
+    berlin_nine = dt.datetime(2026, 12, 2, 9, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    assert (job().timezone, job().at, job().next_due) == ("Europe/Berlin", berlin_nine, berlin_nine)
+    await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "prompt": "p"})
+    assert (job().text, job().prompt) == (None, "p")
+    await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "cron": "0 9 * * *"})
+    assert (job().cron, job().at, job().next_due) == ("0 9 * * *", None, berlin_nine - 86400)  # 01:00 there now
+    await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "timezone": "Asia/Shanghai"})
+    assert job().next_due == shanghai(2026, 12, 1, 9, 0)
+    await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "at": "2026-12-03T07:00:00", "text": "t"})
+    assert (job().cron, job().next_due, job().text, job().prompt) == (None, shanghai(2026, 12, 3, 7), "t", None)
+    # moving a one-off to a zone where its wall-clock time has passed is refused, the job kept as it was
+    is_error, text = await _tool_call(gw, fake_llm, {"action": "update", "job_id": job_id, "at": "2026-12-01T08:30:00"})
+    assert not is_error
+    is_error, text = await _tool_call(gw, fake_llm, {"action": "update", "job_id": job_id, "timezone": "Asia/Tokyo"})
+    assert is_error and "in the past" in text and job().timezone == "Asia/Shanghai"

@@ -167,6 +167,10 @@ class JobChanges:
     text: str | None = None
     prompt: str | None = None
 
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, f.name) is None for f in fields(self))
+
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> JobChanges:
         values: dict[str, str | None] = {}
@@ -210,8 +214,18 @@ def build_job(changes: JobChanges, base: Job, now: float, min_interval_s: float)
         return replace(base, timezone=timezone, at=None, cron=cron, text=text, prompt=prompt, next_due=first)
     if at is None:
         raise JobError("a job needs 'at' (ISO 8601 time, one-off) or 'cron' (5 fields, recurring)")
-    if changes.timezone is not None and base.at is not None:
-        raise JobError("to move a one-off job to another timezone, give its 'at' again")
     if at <= now:
         raise JobError("this one-off job has already run; create a new one")
-    return replace(base, text=text, prompt=prompt, next_due=at)
+    if timezone != base.timezone:  # the same wall-clock time, in the new zone
+        at = same_wall_clock(at, base.timezone, timezone)
+        if at <= now:
+            raise JobError(
+                f"{local_iso(at, timezone)} in {timezone} is in the past; it is now {local_iso(now, timezone)} there"
+            )
+    return replace(base, timezone=timezone, at=at, text=text, prompt=prompt, next_due=at)
+
+
+def same_wall_clock(moment: float, old_zone: str, new_zone: str) -> float:
+    """The moment whose wall-clock time in `new_zone` is `moment`'s in `old_zone`."""
+    wall = dt.datetime.fromtimestamp(moment, zone(old_zone)).replace(tzinfo=None)
+    return wall.replace(tzinfo=zone(new_zone)).timestamp()

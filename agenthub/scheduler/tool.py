@@ -73,8 +73,11 @@ async def _update(job_id: str, args: dict[str, Any], ctx: ToolContext, scheduler
     current = scheduler.get(ctx.key.agent, job_id, ctx.key)
     if current is None:
         raise JobError(f"no job {job_id!r} in this chat (see action 'list')")
+    changes = JobChanges.from_args(args)
+    if changes.empty:
+        raise JobError("nothing to change: give any of 'at', 'cron', 'timezone', 'text' or 'prompt'")
     now = scheduler.clock()
-    job = await scheduler.update(build_job(JobChanges.from_args(args), current, now, scheduler.config.min_interval_s))
+    job = await scheduler.update(build_job(changes, current, now, scheduler.config.min_interval_s))
     return f"updated job {job.id}; {_next_text(job)}"
 
 
