@@ -3,6 +3,7 @@ jobs that run on behalf of the person who made them (their profile of that chat'
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
 from agenthub.session.keys import SessionKey
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
-from tests.scheduler_support import START, RecordingChannel, shanghai
+from tests.scheduler_support import START, RecordingChannel, shanghai, until
 from tests.test_memory_support import system_text
 
 PRIVATE_CHAT, GROUP_CHAT = "alice-dm", "team"
@@ -164,3 +165,24 @@ async def test_a_prompt_job_runs_on_behalf_of_its_creator_with_the_chats_profile
     assert prompt_record["role"] == "user" and prompt_record["sender_id"] == "alice"
     assert prompt_record["scheduled_job"] == job  # the history still says it was the schedule, not Alice, speaking
     assert prompt_record["chat_type"] == ("group" if chat == GROUP_CHAT else "private")
+
+
+async def test_a_prompt_job_its_creator_stops_ends_quietly(
+    started: Callable[..., Any], clock: ManualClock, fake_llm: FakeAnthropic
+) -> None:
+    gw, channel = await started()
+    await create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "prompt": "汇报进度"})
+    await create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:01:00", "text": "sentinel"})
+    release = asyncio.Event()
+    fake_llm.script(reply_text("user answer", hold=release))
+    user_turn = await gw.submit(wecom(PRIVATE_CHAT, "alice", "a long question"))
+    clock.advance(shanghai(2026, 12, 1, 9, 0) - clock())
+    await until(lambda: gw.queue_depth() == 2)  # the job's turn waits behind Alice's running one
+    stopped = await ask(gw, wecom(PRIVATE_CHAT, "alice", "/stop"))
+    assert "1" in stopped  # her queued job turn was dropped with her own messages
+    release.set()
+    await user_turn.result()
+    clock.advance(shanghai(2026, 12, 1, 9, 1) - clock())
+    await channel.wait_for(1)
+    await until(lambda: gw.queue_depth() == 0)
+    assert channel.texts() == ["sentinel"]  # no "could not be completed" notice for a run she stopped

@@ -10,6 +10,7 @@ import structlog
 from agenthub import i18n
 from agenthub.channel import Channel
 from agenthub.errors import ChannelSendError
+from agenthub.gateway.turn import USER_ABORTS
 from agenthub.messages import ErrorEvent, InboundMessage, OutboundMessage
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.texts import prompt_failed_notice
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
 
 log = structlog.get_logger(__name__)
+
+QUIET_ENDS = USER_ABORTS | {"shutdown"}
+"""A prompt job's turn ended this way (its creator stopped it, the chat restarted, the daemon stops) gets no notice."""
 
 SCHEDULER_SENDER = "scheduler:"
 """Prefix of the `sender_id` of a prompt job's turn when the job names no creator: `scheduler:<job id>`."""
@@ -41,10 +45,11 @@ class JobDelivery:
             await self.gateway.history.append(job.key, {"role": "assistant", "content": text, "scheduled_job": job.id})
         return text
 
-    async def _run_prompt(self, job: Job, due: float) -> str:
+    async def _run_prompt(self, job: Job, due: float) -> str:  # "": nothing to send
         """A turn through the gateway's normal path, so it queues behind the chat's other turns. It runs on behalf
         of the job's creator in the chat as it was (their profile, that chat's memory); its stored user message
-        carries `scheduled_job`. A failed turn is answered by a notice in the chat's locale."""
+        carries `scheduled_job`. A failed turn is answered by a notice in the chat's locale (one
+        stopped on purpose is not)."""
         metadata: dict[str, object] = {"scheduled_job": job.id, "due": due}
         if job.chat_type is not None:
             metadata["chat_type"] = job.chat_type
@@ -61,6 +66,8 @@ class JobDelivery:
         final = await (await self.gateway.submit(message)).result()
         if isinstance(final, ErrorEvent):
             log.warning("job_turn_failed", agent=job.agent, job_id=job.id, code=final.code)
+            if final.code in QUIET_ENDS:
+                return ""
             return await self._store(job, self._failure_notice(job))
         return final.full_text
 
