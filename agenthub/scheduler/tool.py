@@ -15,7 +15,8 @@ DESCRIPTION = (
     "Create, list, update or delete scheduled jobs of this chat: one-off reminders ('at', ISO 8601, local to "
     "'timezone' when it has no offset) or recurring jobs ('cron', 5 fields: minute hour day month weekday). "
     "A job either sends 'text' as is, or runs 'prompt' through you at the due time and sends your answer. "
-    "'timezone' is an IANA name; it defaults to the configured one."
+    "'timezone' is an IANA name; it defaults to the configured one. 'update' takes only what changes; a one-off "
+    "moved to another timezone keeps its wall-clock time there."
 )
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
