@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import pytest_asyncio
@@ -226,7 +228,10 @@ async def test_a_prompt_job_runs_a_turn_queued_behind_the_chats_running_turn(
     running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
     gw, channel = running
-    await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "prompt": "summarise the news"})
+    made = await _create(
+        gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "prompt": "summarise the news"}
+    )
+    job_id = made.split()[2].rstrip(";")
     release = asyncio.Event()
     fake_llm.script(reply_text("user answer", hold=release), reply_text("here is the news"))
     user_turn = await gw.submit(_msg("a question"))
@@ -239,7 +244,7 @@ async def test_a_prompt_job_runs_a_turn_queued_behind_the_chats_running_turn(
     history = await gw.history.load(KEY)
     tail = [(m["role"], m.get("sender_id"), m["content"]) for m in history[-4:]]
     assert tail[0][2] == "a question" and tail[1][2] == "user answer"
-    assert tail[2][0] == "user" and str(tail[2][1]).startswith("scheduler:")
+    assert tail[2][:2] == ("user", "me") and history[-2]["scheduled_job"] == job_id  # its creator, marked
     assert "summarise the news" in str(tail[2][2])
     assert tail[3][:1] == ("assistant",) and tail[3][2] == "here is the news"
 
@@ -391,3 +396,43 @@ async def test_a_damaged_job_entry_is_skipped_and_the_rest_still_fire(settings: 
         await channel.wait_for(1)
         await stop_scheduler(gw)
     assert channel.texts() == ["still here"]
+
+
+async def _tool_call(gw: GatewayCore, fake: FakeAnthropic, args: dict[str, Any]) -> tuple[bool, str]:
+    fake.script(reply_tool("manage_cron_jobs", args), reply_text("ok"))
+    await (await gw.submit(_msg("change it"))).text()
+    result = _tool_results(fake)[-1]
+    return bool(result.get("is_error")), str(result["content"])
+
+
+async def test_update_changes_every_field_and_refuses_an_empty_one(
+    running: tuple[GatewayCore, RecordingChannel], fake_llm: FakeAnthropic
+) -> None:
+    gw, _ = running
+    made = await _create(gw, fake_llm, {"action": "create", "at": "2026-12-02T09:00:00", "text": "a"})
+    job_id = made.split()[2].rstrip(";")
+
+    def job() -> Job:
+        found = _scheduler(gw).get("default", job_id)
+        assert found is not None
+        return found
+
+    is_error, text = await _tool_call(gw, fake_llm, {"action": "update", "job_id": job_id})
+    assert is_error and "nothing to change" in text
+    # a one-off moved to another zone keeps its wall-clock time there
+    await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "timezone": "Europe/Berlin"})
+    berlin_nine = dt.datetime(2026, 12, 2, 9, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    assert (job().timezone, job().at, job().next_due) == ("Europe/Berlin", berlin_nine, berlin_nine)
+    await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "prompt": "p"})
+    assert (job().text, job().prompt) == (None, "p")
+    await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "cron": "0 9 * * *"})
+    assert (job().cron, job().at, job().next_due) == ("0 9 * * *", None, berlin_nine - 86400)  # 01:00 there now
+    await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "timezone": "Asia/Shanghai"})
+    assert job().next_due == shanghai(2026, 12, 1, 9, 0)
+    await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "at": "2026-12-03T07:00:00", "text": "t"})
+    assert (job().cron, job().next_due, job().text, job().prompt) == (None, shanghai(2026, 12, 3, 7), "t", None)
+    # moving a one-off to a zone where its wall-clock time has passed is refused, the job kept as it was
+    is_error, text = await _tool_call(gw, fake_llm, {"action": "update", "job_id": job_id, "at": "2026-12-01T08:30:00"})
+    assert not is_error
+    is_error, text = await _tool_call(gw, fake_llm, {"action": "update", "job_id": job_id, "timezone": "Asia/Tokyo"})
+    assert is_error and "in the past" in text and job().timezone == "Asia/Shanghai"

@@ -274,6 +274,8 @@ def _user_record(pending: PendingTurn, intake: Intake) -> dict[str, Any]:
         record["chat_type"] = msg.metadata["chat_type"]
     if msg.sender_id:
         record["sender_id"] = msg.sender_id
+    if isinstance(msg.metadata.get("scheduled_job"), str):  # a prompt job's turn, run on its creator's behalf
+        record["scheduled_job"] = msg.metadata["scheduled_job"]
     if msg.message_id:
         record["message_id"] = msg.message_id
     return record

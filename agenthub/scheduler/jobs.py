@@ -34,6 +34,9 @@ class Job:
     timezone: str
     created_at: float
     created_by: str = ""
+    """The sender who made the job: a prompt job's turn runs on their behalf (their profile, their chat memory)."""
+    chat_type: str | None = None
+    """`private` / `group` as the chat was when the job was made (None: unknown, read as a group)."""
     cred_id: str | None = None
     at: float | None = None
     cron: str | None = None
@@ -81,7 +84,7 @@ class Job:
 
     def check_types(self) -> None:
         texts = (self.id, self.agent, self.channel, self.chat_id, self.timezone, self.created_by)
-        optional_texts = (self.cred_id, self.cron, self.text, self.prompt)
+        optional_texts = (self.chat_type, self.cred_id, self.cron, self.text, self.prompt)
         numbers = (self.created_at, *(n for n in (self.at, self.next_due, self.last_due) if n is not None))
         if (
             not all(isinstance(t, str) for t in texts)
@@ -164,6 +167,10 @@ class JobChanges:
     text: str | None = None
     prompt: str | None = None
 
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, f.name) is None for f in fields(self))
+
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> JobChanges:
         values: dict[str, str | None] = {}
@@ -207,8 +214,18 @@ def build_job(changes: JobChanges, base: Job, now: float, min_interval_s: float)
         return replace(base, timezone=timezone, at=None, cron=cron, text=text, prompt=prompt, next_due=first)
     if at is None:
         raise JobError("a job needs 'at' (ISO 8601 time, one-off) or 'cron' (5 fields, recurring)")
-    if changes.timezone is not None and base.at is not None:
-        raise JobError("to move a one-off job to another timezone, give its 'at' again")
     if at <= now:
         raise JobError("this one-off job has already run; create a new one")
-    return replace(base, text=text, prompt=prompt, next_due=at)
+    if timezone != base.timezone:  # the same wall-clock time, in the new zone
+        at = same_wall_clock(at, base.timezone, timezone)
+        if at <= now:
+            raise JobError(
+                f"{local_iso(at, timezone)} in {timezone} is in the past; it is now {local_iso(now, timezone)} there"
+            )
+    return replace(base, timezone=timezone, at=at, text=text, prompt=prompt, next_due=at)
+
+
+def same_wall_clock(moment: float, old_zone: str, new_zone: str) -> float:
+    """The moment whose wall-clock time in `new_zone` is `moment`'s in `old_zone`."""
+    wall = dt.datetime.fromtimestamp(moment, zone(old_zone)).replace(tzinfo=None)
+    return wall.replace(tzinfo=zone(new_zone)).timestamp()

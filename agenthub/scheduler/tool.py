@@ -15,7 +15,8 @@ DESCRIPTION = (
     "Create, list, update or delete scheduled jobs of this chat: one-off reminders ('at', ISO 8601, local to "
     "'timezone' when it has no offset) or recurring jobs ('cron', 5 fields: minute hour day month weekday). "
     "A job either sends 'text' as is, or runs 'prompt' through you at the due time and sends your answer. "
-    "'timezone' is an IANA name; it defaults to the configured one."
+    "'timezone' is an IANA name; it defaults to the configured one. 'update' takes only what changes; a one-off "
+    "moved to another timezone keeps its wall-clock time there."
 )
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -62,6 +63,7 @@ async def _create(args: dict[str, Any], ctx: ToolContext, scheduler: Scheduler) 
         timezone=scheduler.config.timezone,
         created_at=now,
         created_by=ctx.sender_id,
+        chat_type=ctx.chat_type,
         cred_id=ctx.cred_id,
     )
     job = await scheduler.add(build_job(JobChanges.from_args(args), base, now, scheduler.config.min_interval_s))
@@ -72,8 +74,11 @@ async def _update(job_id: str, args: dict[str, Any], ctx: ToolContext, scheduler
     current = scheduler.get(ctx.key.agent, job_id, ctx.key)
     if current is None:
         raise JobError(f"no job {job_id!r} in this chat (see action 'list')")
+    changes = JobChanges.from_args(args)
+    if changes.empty:
+        raise JobError("nothing to change: give any of 'at', 'cron', 'timezone', 'text' or 'prompt'")
     now = scheduler.clock()
-    job = await scheduler.update(build_job(JobChanges.from_args(args), current, now, scheduler.config.min_interval_s))
+    job = await scheduler.update(build_job(changes, current, now, scheduler.config.min_interval_s))
     return f"updated job {job.id}; {_next_text(job)}"
 
 

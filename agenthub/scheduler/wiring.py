@@ -5,17 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from agenthub import i18n
 from agenthub.channel import Channel
 from agenthub.gateway.commands import CommandContext
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.delivery import JobDelivery
 from agenthub.scheduler.store import JobStore
-from agenthub.scheduler.tool import list_text
+from agenthub.scheduler.texts import jobs_listing
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
-
-JOBS_USAGE = "Usage: /jobs lists this chat's scheduled jobs; /jobs delete ID removes one."
 
 
 def attach_scheduler(gateway: GatewayCore) -> Scheduler | None:
@@ -25,7 +24,7 @@ def attach_scheduler(gateway: GatewayCore) -> Scheduler | None:
         return None
     store = JobStore(settings.data_dir, durable=settings.session.fsync)
     scheduler = gateway.scheduler = Scheduler(settings.scheduler, store, clock=gateway.clock)
-    gateway.commands.register("jobs", "list this chat's scheduled jobs; /jobs delete ID removes one", _jobs_command)
+    gateway.commands.register("jobs", i18n.text("jobs.help", "en"), _jobs_command)
     return scheduler
 
 
@@ -48,14 +47,18 @@ async def stop_scheduler(gateway: GatewayCore, grace_s: float = 0.0) -> None:
 
 
 async def _jobs_command(ctx: CommandContext) -> str:
-    scheduler = ctx.gateway.scheduler
+    """`/jobs` lists the chat's jobs, `/jobs delete ID` removes one; answered in the chat's locale."""
+    gw = ctx.gateway
+    locale = i18n.locale_for(gw.settings, ctx.message.channel, ctx.agent)
+    scheduler = gw.scheduler
     if scheduler is None:
-        return "Scheduled jobs are turned off."
+        return i18n.text("jobs.disabled", locale)
     await scheduler.ensure_loaded()
     words = ctx.args.split()
     if not words:
-        return list_text(scheduler.for_chat(ctx.key))
+        jobs = scheduler.for_chat(ctx.key)
+        return jobs_listing(jobs, locale, default_zone=gw.settings.scheduler.timezone, now=gw.clock())
     if len(words) == 2 and words[0].lower() == "delete":
         job = await scheduler.delete(ctx.key.agent, words[1], ctx.key)
-        return f"Deleted job {words[1]}." if job is not None else f"This chat has no job {words[1]!r}."
-    return JOBS_USAGE
+        return i18n.text("jobs.deleted" if job is not None else "jobs.not_found", locale, job_id=words[1])
+    return i18n.text("jobs.usage", locale)

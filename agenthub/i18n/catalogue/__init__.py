@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agenthub.i18n.catalogue import core, feishu, forget, media
+from agenthub.i18n.catalogue import core, feishu, forget, jobs, media
 
-AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (core.TEXTS, media.TEXTS, feishu.TEXTS, forget.TEXTS)
+AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (core.TEXTS, media.TEXTS, feishu.TEXTS, forget.TEXTS, jobs.TEXTS)
 """Every area module's `TEXTS`; an area added later is listed here."""
 
 
