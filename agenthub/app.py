@@ -8,6 +8,7 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.wiring import attach_memory_layer
+from agenthub.scheduler.wiring import attach_scheduler
 from agenthub.storage.migrate import migrate_at_start
 
 
@@ -18,4 +19,5 @@ def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> Gateway
     providers = ProviderRegistry.from_settings(settings.llm)
     gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock)
     attach_memory_layer(gateway)
+    attach_scheduler(gateway)
     return gateway

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -137,6 +138,25 @@ class HTTPSettings(_Section):
     )
 
 
+class SchedulerSettings(_Section):
+    """Scheduled jobs (`manage_cron_jobs`, `/jobs`): defaults and limits."""
+
+    enabled: bool = True
+    timezone: str = Field("Asia/Shanghai", description="IANA zone of jobs that name none")
+    catch_up_s: float = Field(600.0, ge=0, description="a job missed while down runs once on start if less late")
+    max_jobs_per_chat: int = Field(50, ge=1)
+    min_interval_s: float = Field(60.0, ge=60, description="shortest gap between two runs of a recurring job")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("not an IANA time zone name such as Asia/Shanghai") from None
+        return value
+
+
 class Settings(BaseSettings):
     """All of AgentHub's configuration; see README "Configuration"."""
 
@@ -163,6 +183,7 @@ class Settings(BaseSettings):
     memory: MemorySettings = Field(default_factory=MemorySettings)
     media: MediaSettings = Field(default_factory=MediaSettings)
     http: HTTPSettings = Field(default_factory=HTTPSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     channels: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="[channels.<name>] tables, each validated by its channel"
     )

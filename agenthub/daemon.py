@@ -19,12 +19,16 @@ from agenthub.datalock import DataDirLock
 from agenthub.gateway.core import GatewayCore
 from agenthub.http_guard import RESERVED_FDS, ConnectionLimits
 from agenthub.invocation import command_name
+from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
 from agenthub.storage.atomic import remove_stale_temp_files
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
 from agenthub.web import WebServer
 
 log = structlog.get_logger(__name__)
+
+SCHEDULER_GRACE_S = 5.0
+"""At shutdown, how long scheduled messages already being sent get to reach their platform."""
 
 
 class Daemon:
@@ -67,6 +71,7 @@ class Daemon:
         await server.start()
         self.lock.acquire_info(f"http={http.host}:{server.port}")
         await self._start_channels()
+        await start_scheduler(gateway, self.channels)
         watchdog = asyncio.create_task(self.notifier.watchdog(), name="sd-watchdog")
         self._install_signals(gateway)
         server.ready = True
@@ -93,12 +98,14 @@ class Daemon:
 
     async def _shutdown(self, gateway: GatewayCore, server: WebServer) -> None:
         """Stop accepting, drain running turns (bounded), close channels in reverse order, then the server."""
+        await pause_scheduler(gateway)
         await server.stop_listening()
         drained = await gateway.drain(self.settings.http.drain_timeout_s)
         log.info("daemon_drained", complete=drained)
         if not drained:  # tell the clients still waiting, while their connections are still open
             gateway.abort_all("shutdown")
             await gateway.drain(5.0)
+        await stop_scheduler(gateway, grace_s=SCHEDULER_GRACE_S)  # fired jobs' sends, while channels are up
         for channel in reversed(self.channels):
             try:
                 await channel.stop()

@@ -60,6 +60,10 @@ class ContextOverflowError(LLMError):
     """The request was larger than the model's context window."""
 
 
+class RequestRejectedError(LLMError):
+    """The endpoint refused the request itself (HTTP 400), e.g. content the model does not take such as images."""
+
+
 class ModelNotFoundError(LLMError):
     """The endpoint does not know the requested model (404 `not_found_error`); the loop may fall back."""
 

@@ -137,6 +137,7 @@ class ErrorCode(StrEnum):
     UNREACHABLE = "unreachable"
     TRUNCATED = "truncated"
     BAD_STREAM = "bad_stream"
+    MEDIA_REFUSED = "media_refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,3 +163,5 @@ class OutboundMessage:
     reply_to: str | None = None
     cred_id: str | None = None
     event: ReplyEvent | None = None
+    agent: str | None = None
+    """The agent whose session the message belongs to (the HTTP channel's events feed is per agent)."""

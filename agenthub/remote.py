@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import structlog
@@ -147,6 +149,24 @@ class RemoteGateway:
             handle.emit(ErrorEvent(_unreachable(self.base_url, e), code=ErrorCode.UNREACHABLE))
         if not handle.finished:
             handle.emit(ErrorEvent(_said("remote.truncated"), code=ErrorCode.TRUNCATED))
+
+    async def pushes(self, agent: str, chat_id: str) -> AsyncIterator[str]:
+        """The session's proactive messages (reminders) from `GET …/sessions/{chat_id}/events`, as they come;
+        ends when the daemon closes the feed. Raises `DaemonUnavailableError` when it refuses the feed."""
+        assert self._session is not None, "use RemoteGateway as an async context manager"
+        url = f"{self.base_url}/api/agents/{agent}/sessions/{quote(chat_id, safe='')}/events"
+        headers = {"Authorization": f"Bearer {self._token}", "Accept": "text/event-stream"}
+        async with self._session.get(url, headers=headers) as resp:
+            if resp.status != 200:
+                _, message = await _error_fields(resp)
+                raise DaemonUnavailableError(f"the daemon refused the events feed ({resp.status}: {message})")
+            name = ""
+            async for raw in resp.content:
+                line = raw.decode("utf-8").rstrip("\r\n")
+                if line.startswith("event:"):
+                    name = line[len("event:") :].strip()
+                elif line.startswith("data:") and name == "push":
+                    yield str(json.loads(line[len("data:") :]).get("content", ""))
 
 
 async def _read_events(resp: aiohttp.ClientResponse, handle: ReplyHandle) -> None:

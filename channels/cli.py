@@ -80,7 +80,8 @@ class GatewayBackend:
         self._gateway, self._chat_id, self._sender_id, self._agent = gateway, chat_id, sender_id, agent
 
     def _message(self, text: str) -> InboundMessage:
-        return InboundMessage("cli", self._chat_id, self._sender_id, text, agent=self._agent)
+        metadata = {"chat_type": "private"}  # a terminal is one person's chat
+        return InboundMessage("cli", self._chat_id, self._sender_id, text, agent=self._agent, metadata=metadata)
 
     async def submit(self, text: str) -> AsyncIterator[ReplyEvent]:
         handle = await self._gateway.submit(self._message(text))

@@ -123,7 +123,13 @@ async def test_whitelisted_tools_are_offered_after_the_platform_tools(
         events = await _turn(gw, "what time is it", agent="timer")
     assert isinstance(events[-1], DoneEvent)
     body = _bodies(fake_llm)[0]
-    assert [t["name"] for t in body["tools"]] == ["read_memory", "write_memory", "get_time"]
+    assert [t["name"] for t in body["tools"]] == [
+        "read_memory",
+        "write_memory",
+        "manage_cron_jobs",
+        "memory_search",
+        "get_time",
+    ]
     result = _blocks(_bodies(fake_llm)[1]["messages"][2], "tool_result")[0]
     assert "is_error" not in result and result["content"][:2] == "20"
 

@@ -98,7 +98,8 @@ async def test_whitelist_offers_only_the_named_mcp_tools(settings: Settings, fak
         assert gw.mcp.server("plain", "srv") is None  # no whitelist entry reaches it: never started
         assert gw.mcp.server("default", "other") is None
         [body] = _bodies(fake_llm)
-        assert _tool_names(body) == ["read_memory", "write_memory", "get_time", "srv__echo"]
+        platform = ["read_memory", "write_memory", "manage_cron_jobs", "memory_search"]
+        assert _tool_names(body) == [*platform, "get_time", "srv__echo"]
         fake_llm.script(reply_tool("srv__pid", {}))
         await _turn(gw, "call a tool that is not offered")
         assert _results(_bodies(fake_llm)[-1])[0]["is_error"] is True

@@ -143,6 +143,7 @@ async def test_ctrl_c_at_the_prompt_clears_the_line(
     assert isinstance(final, DoneEvent)
     history = await gateway.history.load(gateway.resolve_key(InboundMessage("cli", "direct", "x", ""))[1])
     assert history[0]["content"] == "real question"
+    assert history[0]["chat_type"] == "private"  # a terminal is one person's chat
     assert len(fake_llm.message_requests()) == 1
 
 

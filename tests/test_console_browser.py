@@ -17,13 +17,16 @@ from playwright.async_api import Dialog, Page, async_playwright, expect
 
 from agenthub.app import build_gateway
 from agenthub.channel import ChannelContext, WebRoutes
+from agenthub.clock import ManualClock
 from agenthub.config import Settings
+from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
 from agenthub.tokens import TokenStore
 from agenthub.web import WebServer
 from channels.http import HttpChannel
 from channels.http.llm_text import TITLE_PROMPT, WELCOME_PROMPT
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
+from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text, reply_tool
+from tests.scheduler_support import shanghai, until
 
 pytestmark = pytest.mark.browser
 
@@ -327,3 +330,62 @@ async def test_console_follows_the_http_channels_locale(english_console: Console
     await expect(done).to_have_count(1)
     await expect(done).to_contain_text("[offline] AgentHub has no LLM API key configured")  # the reply follows too
     await screenshot(page, tmp_path, "console_en.png")
+
+
+REMINDER = "该交周报了"
+
+
+def scheduling_responder(body: dict[str, Any]) -> ScriptedReply:
+    """Like `responder`, but a chat turn asks for a reminder at 09:00 and confirms once the tool answered."""
+    last = body["messages"][-1]["content"]
+    if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
+        return reply_text("好的，九点提醒你。")
+    if "提醒" in last_user_text(body):
+        return reply_tool("manage_cron_jobs", {"action": "create", "at": "2026-12-01T09:00:00", "text": REMINDER})
+    return responder(body)
+
+
+@pytest_asyncio.fixture
+async def scheduled_console(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> AsyncIterator[tuple[Console, ManualClock, HttpChannel]]:
+    """The daemon's wiring with a manual clock and the scheduler delivering through the http channel."""
+    fake_llm.responder = scheduling_responder
+    settings = settings_factory()
+    clock = ManualClock(shanghai(2026, 12, 1, 8, 0))
+    token = TokenStore(settings.auth_dir).create("test")
+    async with build_gateway(settings, clock=clock) as gateway:
+        server = WebServer(gateway, host="127.0.0.1", port=0, max_body_bytes=settings.http.max_body_bytes)
+        routes = WebRoutes()
+        channel = HttpChannel(ChannelContext(gateway, settings, routes, settings.data_dir / ".channels" / "http"), {})
+        server.mount(routes)
+        await server.start()
+        await channel.start()
+        await start_scheduler(gateway, [channel])
+        server.ready = True
+        try:
+            yield Console(f"http://127.0.0.1:{server.port}", token), clock, channel
+        finally:
+            await stop_scheduler(gateway)
+            await server.stop_listening()
+            await gateway.drain(5.0)
+            await channel.stop()
+            await server.close()
+
+
+async def test_console_shows_a_reminder_the_moment_it_fires(
+    scheduled_console: tuple[Console, ManualClock, HttpChannel], page: Page, tmp_path: Path
+) -> None:
+    console, clock, channel = scheduled_console
+    await sign_in(page, console, tmp_path)
+    await page.get_by_role("button", name="新建会话").click()
+    chat_id = await page.locator("#session-list > li").first.get_attribute("data-chat-id")
+    assert chat_id
+    await page.get_by_label("输入消息").fill("九点提醒我交周报")
+    await page.get_by_label("输入消息").press("Enter")
+    await expect(page.locator('.bubble[data-state="done"]')).to_have_text("好的，九点提醒你。")
+    await until(lambda: channel.pushes.subscribers("default", chat_id) == 1)
+    clock.advance(shanghai(2026, 12, 1, 9, 0) - clock())
+    await expect(page.locator('.bubble[data-role="assistant"]').last).to_have_text(REMINDER)  # no reload
+    await page.reload()
+    await expect(page.locator('.bubble[data-role="assistant"]').last).to_have_text(REMINDER)  # stored too

@@ -17,7 +17,6 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from agenthub import i18n
 from tests.fakes.feishu import (
     FakeFeishu,
     Harness,
@@ -117,7 +116,7 @@ async def test_signed_encrypted_message_streams_one_card_acked_before_the_turn(t
     assert fake.sequence_errors == []
     [msg] = gateway.received
     assert (msg.channel, msg.chat_id, msg.sender_id, msg.content) == ("feishu", "ou_user1", "ou_user1", "hello there")
-    assert (msg.cred_id, msg.message_id, msg.metadata["chat_type"]) == ("main", message_id, "p2p")
+    assert (msg.cred_id, msg.message_id, msg.metadata["chat_type"]) == ("main", message_id, "private")
     assert fake.token_fetches == {APP_ID: 1}
 
 
@@ -423,13 +422,13 @@ async def test_unsupported_type_gets_a_clear_reply_and_reaction_ack(tmp_path: Pa
     app = {**APP, "ack_reaction": "OnIt"}
     async with harness(tmp_path, gateway, {"main": app}) as h:
         fake = h.fake
-        image = message_event("", token=TOKEN, app_id=APP_ID, message_type="image", content={"image_key": "img_1"})
-        await post_event(h, image)
+        sticker = {"file_key": "file_v3_sticker"}
+        await post_event(h, message_event("", token=TOKEN, app_id=APP_ID, message_type="sticker", content=sticker))
         text = message_event("hi", token=TOKEN, app_id=APP_ID)
         await post_event(h, text)
         await fake.wait_until(lambda: fake.closed_cards() >= 1 and len(fake.reactions) == 1)
     [unsupported] = [m for m in fake.replies() if m.msg_type == "text"]
-    assert unsupported.content["text"] == i18n.text("channel.unsupported_kind", "zh-CN", kind="image")
+    assert unsupported.content["text"] == "抱歉，我还不能处理这种消息（表情包）。可以发文字、图片或文件。"
     assert fake.reactions == [(text["event"]["message"]["message_id"], "OnIt")]
     assert [m.content for m in gateway.received] == ["hi"]
 

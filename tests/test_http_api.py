@@ -11,6 +11,7 @@ import pytest
 from yarl import URL
 
 from agenthub.config import Settings
+from agenthub.media.names import inbox_dir
 from agenthub.session.keys import session_key
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, reply_text
@@ -173,7 +174,8 @@ def chat_scoped(settings: Settings) -> None:
 
 @pytest.mark.parametrize("agent", ["default", "private"])
 async def test_delete_leaves_nothing_of_the_sessions_text(chat_scoped: None, api: RunningApi, agent: str) -> None:
-    """The console says 无法恢复: history, meta, archive and the chat's own memory file (with its backup) go."""
+    """The console says 无法恢复: history, meta, archive, the chat's own memory file (with its backup), its inbox and
+    its text in the search index's files go."""
     gateway, key = api.gateway, session_key(agent, "http", "gone")
     await gateway.history.append(key, {"role": "user", "content": "机密内容"}, {"role": "assistant", "content": "ok"})
     await gateway.history.clear(key)  # a /restart: the text moved to the archive
@@ -184,8 +186,12 @@ async def test_delete_leaves_nothing_of_the_sessions_text(chat_scoped: None, api
     for path in {shared_memory, own_memory, own_memory.with_name(own_memory.name + ".bak")}:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("- 记住的事实\n")
+    inbox = inbox_dir(gateway.settings.workspace_dir / agent, key)  # a file the chat sent
+    inbox.mkdir(parents=True)
+    (inbox / "合同.txt").write_text("机密合同")
     status, _ = await api.call("DELETE", f"/api/agents/{agent}/sessions/gone")
     assert status == 204
+    assert not inbox.exists()
     data = api.gateway.settings.data_dir
     left = [p for p in data.rglob("*") if p.is_file() and "机密" in p.read_text(errors="replace")]
     assert left == []

@@ -42,6 +42,7 @@ async def test_each_token_is_the_sender_of_its_messages(api: RunningApi) -> None
     for chat_id in ("t-test", "t-alice", "t-config"):
         history = await api.gateway.history.load(session_key("default", "http", chat_id))
         senders[chat_id] = history[0]["sender_id"]
+        assert history[0]["chat_type"] == "private"  # the console is one person's chat
     assert senders == {"t-test": "test", "t-alice": "alice", "t-config": "config-1"}
 
 

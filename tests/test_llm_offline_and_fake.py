@@ -44,6 +44,13 @@ async def test_offline_echo_is_short_and_uses_last_user_text() -> None:
     assert len(resp.text) < 500
 
 
+async def test_offline_counts_an_inline_image_as_an_image_not_as_its_base64_text() -> None:
+    picture = {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "QUJD" * 250_000}}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [picture, {"type": "text", "text": "what is it?"}]}]
+    resp = await OfflineProvider().complete(LLMRequest("m", [], messages, [], 10))
+    assert 1000 < resp.usage.input_tokens < 3000  # about one image (1600) and a few words, not 250k "tokens"
+
+
 @pytest.fixture
 def client(fake_llm: FakeAnthropic) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(base_url=fake_llm.base_url, api_key="k", max_retries=0, timeout=5)

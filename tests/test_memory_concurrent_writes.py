@@ -68,7 +68,9 @@ async def test_sixteen_chats_appending_at_once_keep_every_fact_while_l3_rewrites
 ) -> None:
     gate = Gate(expected=2)  # the MEMORY.md and the USER.md rewrite
     fake_llm.responder = _l3_keeping_the_file(gate)
-    async with build_gateway(settings_factory()) as gw:
+    settings = settings_factory()
+    write_agent(settings.agents_dir, "default", {"memory": {"scope": "agent"}})  # sixteen WeCom chats, one file
+    async with build_gateway(settings) as gw:
         agent = gw.agents.get("default")
         await seed(gw, gw.resolve_key(msg("x"))[1], 2)
         l3 = asyncio.create_task(gw.timers[L3_TIMER].tick_now())

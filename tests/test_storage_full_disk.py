@@ -145,6 +145,7 @@ async def test_over_http_the_reply_matches_the_file_on_a_full_disk(
     fake_llm.script(reply_text("one"), reply_text("two"), reply_text("three"))
     assert (await api.call("POST", AGENT + "/chat", json={"chat_id": "full", "content": "hello"}))[0] == 200
     path = api.gateway.history.layout("default").history_file(KEY)
+    await api.gateway.search.stats("default")  # the search index has written what it will (its files share the disk)
     filler = fill(small_disk)
     too_big = "x" * (room_in_last_page(path) + 100)
     status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "full", "content": too_big})
@@ -176,8 +177,9 @@ async def test_an_answer_that_cannot_be_saved_is_delivered_and_says_so(
     the history will miss it; file and cache agree (the answer is in neither)."""
     assert (await api.call("POST", AGENT + "/chat", json={"chat_id": "full", "content": "hello"}))[0] == 200
     path = api.gateway.history.layout("default").history_file(KEY)
+    await api.gateway.search.stats("default")  # the search index has written what it will (its files share the disk)
     fill(small_disk)
-    long_answer = "y" * (room_in_last_page(path) + 100)
+    long_answer = "y" * 300_000  # more than the whole 256 KiB disk: never fits, whatever else frees a page
     fake_llm.script(reply_text(long_answer))
     status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "full", "content": "ok"})
     assert status == 200 and body["reply"] == long_answer

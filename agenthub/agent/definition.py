@@ -30,8 +30,11 @@ class MemoryOverrides(BaseModel):
     keep_recent: int | None = Field(None, ge=2)
     context_window: int | None = Field(None, ge=1000)
     autocompact_summary: bool | None = None
-    scope: Literal["agent", "chat"] = "agent"
-    user_profile: Literal["shared", "per_user"] = "shared"
+    scope: Literal["auto", "agent", "chat"] = "auto"
+    """`auto`: the chat's own memory on multi-user channels (WeCom, Feishu), the agent's elsewhere."""
+    user_profile: Literal["auto", "shared", "per_user"] = "auto"
+    """`auto`: per sender on multi-user channels, shared elsewhere. Per sender on a multi-user channel means one
+    profile per (person, visibility): their private chats' and their groups' (see `memory.files`)."""
 
 
 class McpServerConfig(BaseModel):

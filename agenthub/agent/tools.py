@@ -7,13 +7,21 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from agenthub.agent.definition import AgentDefinition
+from agenthub.media.names import chat_dir_name, in_another_chats_inbox
 from agenthub.memory.files import MemoryFiles, read_text
+from agenthub.scheduler import tool as cron_tool
+from agenthub.scheduler.jobs import JobError
+from agenthub.search import tool as search_tool
 from agenthub.session.keys import SessionKey
+
+if TYPE_CHECKING:
+    from agenthub.scheduler.core import Scheduler
+    from agenthub.search.service import SearchService
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +46,11 @@ class ToolContext:
     memory: MemoryFiles
     workspace: Path
     memory_max_chars: int = 8000
+    cred_id: str | None = None
+    scheduler: Scheduler | None = None
+    search: SearchService | None = None
+    chat_type: str | None = None
+    """`private` / `group` as the channel said (None: unknown, read as a group): which of the sender's profiles."""
 
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
@@ -85,6 +98,13 @@ async def _write_memory(args: dict[str, Any], ctx: ToolContext) -> str:
     return f"memory saved ({len(saved) - 1} characters)"
 
 
+async def _memory_search(args: dict[str, Any], ctx: ToolContext) -> str:
+    try:
+        return await search_tool.run_memory_search(args, ctx)
+    except search_tool.SearchInputError as e:
+        raise ToolError(str(e)) from e
+
+
 async def _get_time(args: dict[str, Any], ctx: ToolContext) -> str:
     return dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
@@ -98,6 +118,8 @@ def _resolve_allowed(raw: str, ctx: ToolContext) -> Path:
     path = (candidate if candidate.is_absolute() else ctx.workspace / candidate).resolve()
     if not any(path == root or path.is_relative_to(root) for root in _allowed_roots(ctx)):
         raise ToolError(f"{raw} is outside this agent's workspace and system_allowed_paths")
+    if in_another_chats_inbox(path, ctx.workspace, ctx.key):
+        raise ToolError(f"{raw} is another chat's inbox; this chat's files are in inbox/{chat_dir_name(ctx.key)}")
     return path
 
 
@@ -155,6 +177,16 @@ async def _list_dir(args: dict[str, Any], ctx: ToolContext) -> str:
     return await asyncio.to_thread(_listing, _resolve_allowed(str(args.get("path") or "."), ctx))
 
 
+async def _manage_cron_jobs(args: dict[str, Any], ctx: ToolContext) -> str:
+    try:
+        return await cron_tool.manage_cron_jobs(args, ctx)
+    except JobError as e:
+        raise ToolError(str(e)) from None
+    except OSError as e:
+        log.error("jobs_not_saved", error_type=type(e).__name__)
+        raise ToolError("the jobs could not be saved (storage error); nothing was changed") from None
+
+
 def _schema(**props: str) -> dict[str, Any]:
     return {
         "type": "object",
@@ -191,6 +223,8 @@ PLATFORM_TOOLS = (
         _schema(content="Markdown text to save", mode="'append' or 'replace'"),
         _write_memory,
     ),
+    Tool(cron_tool.NAME, cron_tool.DESCRIPTION, cron_tool.INPUT_SCHEMA, _manage_cron_jobs),
+    Tool(search_tool.NAME, search_tool.DESCRIPTION, search_tool.INPUT_SCHEMA, _memory_search),
 )
 
 BUILTIN_TOOLS = {

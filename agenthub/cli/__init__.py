@@ -1,4 +1,4 @@
-"""The `agenthub` command: `serve`, `chat`, `token` and `migrate` subcommands, each in its own module."""
+"""The `agenthub` command: `serve`, `chat`, `token`, `migrate` and `forget` subcommands, each in its own module."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 SUBCOMMANDS = {
     "chat": "agenthub.cli.chat",
+    "forget": "agenthub.cli.forget",
     "migrate": "agenthub.cli.migrate",
     "serve": "agenthub.cli.serve",
     "token": "agenthub.cli.token",

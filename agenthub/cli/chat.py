@@ -7,8 +7,10 @@ import asyncio
 import importlib
 import os
 import sys
+from collections.abc import Coroutine
 from typing import Any
 
+import aiohttp
 import structlog
 
 from agenthub.channel import ChannelContext, Submitter, WebRoutes
@@ -18,13 +20,15 @@ from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, Inva
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging, route_library_loggers
-from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage
+from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, OutboundMessage
 from agenthub.remote import DaemonUnavailableError, RemoteGateway, TokenRefusedError
 
 log = structlog.get_logger(__name__)
 
 EXIT_OK, EXIT_REPLY_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 CHANNEL_MODULE = "channels.cli"
+PUSH_RETRY_S = 5.0
+"""How long the REPL waits before it opens the daemon's events feed again after it dropped."""
 USAGE_CODES = frozenset({ErrorCode.INVALID_ID, ErrorCode.UNKNOWN_AGENT})
 """Reply error codes that mean the command line was wrong (exit 2), not that the reply failed (exit 1)."""
 
@@ -113,7 +117,19 @@ async def _chat_remote(settings: Settings, args: argparse.Namespace) -> int:
         channel = _build_channel(settings, args, watch)
         agent = channel.config.agent or bound
         await remote.check(agent, channel.config.chat_id)  # a bad id, agent or token stops here, before any prompt
-        return await _drive(channel, args, f"{agent}:http:{channel.config.chat_id} via {address}", watch)
+        relay = None if args.message is not None else relay_pushes(remote, channel, agent, channel.config.chat_id)
+        return await _drive(channel, args, f"{agent}:http:{channel.config.chat_id} via {address}", watch, relay)
+
+
+async def relay_pushes(remote: RemoteGateway, channel: Any, agent: str, chat_id: str) -> None:
+    """While the REPL runs: the daemon's proactive messages for this session (reminders) are shown in it."""
+    while True:
+        try:
+            async for text in remote.pushes(agent, chat_id):
+                await channel.send(OutboundMessage("cli", chat_id, text, agent=agent))
+        except (DaemonUnavailableError, aiohttp.ClientError, TimeoutError, ValueError) as e:
+            log.info("push_feed_unavailable", error_type=type(e).__name__)
+        await asyncio.sleep(PUSH_RETRY_S)
 
 
 class UsageWatch:
@@ -148,8 +164,15 @@ def _build_channel(settings: Settings, args: argparse.Namespace, gateway: Submit
     return module.CliChannel(context, _channel_config(settings, args))
 
 
-async def _drive(channel: Any, args: argparse.Namespace, label: str, watch: UsageWatch | None = None) -> int:
+async def _drive(
+    channel: Any,
+    args: argparse.Namespace,
+    label: str,
+    watch: UsageWatch | None = None,
+    background: Coroutine[Any, Any, None] | None = None,
+) -> int:
     await channel.start()
+    task = asyncio.create_task(background, name="cli-pushes") if background is not None else None
     try:
         if args.message is not None:
             code = int(await channel.ask(args.message))
@@ -161,4 +184,7 @@ async def _drive(channel: Any, args: argparse.Namespace, label: str, watch: Usag
         log.error("chat_failed", error=str(e))
         return EXIT_REPLY_FAILED
     finally:
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         await channel.stop()

@@ -1,4 +1,5 @@
-"""The built-in commands of design §6: /restart (double-confirm), /stop, /status, /compact, /help."""
+"""The built-in commands of design §6 and §14: /restart and /forget (double-confirm), /stop, /status, /compact,
+/help."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agenthub.errors import SessionBusyError
+from agenthub.forget.command import ForgetCommand
 from agenthub.gateway.commands import CommandContext
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.messages import ErrorCode
@@ -110,4 +112,5 @@ def register_builtin_commands(gateway: GatewayCore) -> None:
     gateway.commands.register("stop", "command.help.stop", _stop)
     gateway.commands.register("status", "command.help.status", _status)
     gateway.commands.register("compact", "command.help.compact", _compact)
+    gateway.commands.register("forget", "forget.help", ForgetCommand(gateway))
     gateway.commands.register("help", "command.help.help", _help)

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -29,9 +29,13 @@ from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.context import ContextBudget, ContextBuilder
 from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey, session_key
 from agenthub.session.manager import LockHolder, Session, SessionManager
+
+if TYPE_CHECKING:
+    from agenthub.scheduler.core import Scheduler
 
 log = structlog.get_logger(__name__)
 
@@ -77,9 +81,11 @@ class GatewayCore:
             on_expire=lambda s: self.history.evict(s.key),
         )
         self.memory_files = MemoryFiles(settings.data_dir, settings.auth_dir)
+        self.search = SearchService(settings.data_dir)  # kept current by the history's observer, off the loop
+        self.history.observers.append(self.search.history_changed)
         memory = settings.memory
         budget = ContextBudget(memory.memory_budget_tokens, memory.user_budget_tokens, memory.old_tool_result_chars)
-        self.context = ContextBuilder(self.memory_files, budget)
+        self.context = ContextBuilder(self.memory_files, budget, workspace_dir=settings.workspace_dir)
         self.stats = GatewayStats()
         # every model call (turns and background work alike) reaches the stats through the providers' call log
         self.providers.call_log.observe(self.stats.record_call)
@@ -88,6 +94,7 @@ class GatewayCore:
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.compactor: Compactor | None = None
         self.mcp = McpHub()
+        self.scheduler: Scheduler | None = None  # scheduled jobs, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.turns = TurnRunner(self)
         self._runners: dict[SessionKey, SessionRunner] = {}
@@ -122,6 +129,8 @@ class GatewayCore:
         await self._cancel_all_background()
         await self.timers.stop()
         await self.mcp.aclose()
+        self.history.observers.remove(self.search.history_changed)
+        await self.search.close()
         await self.providers.aclose()
 
     def abort_all(self, reason: str) -> None:

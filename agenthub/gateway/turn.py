@@ -13,11 +13,19 @@ from agenthub import i18n
 from agenthub.agent.large_results import LargeResultStore
 from agenthub.agent.loop import AgentLoop, TurnResult
 from agenthub.agent.tools import ToolContext, tools_for
-from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError, PathRefusedError, StorageError
+from agenthub.errors import (
+    ContextOverflowError,
+    LLMError,
+    ModelNotFoundError,
+    PathRefusedError,
+    RequestRejectedError,
+    StorageError,
+)
 from agenthub.gateway.runner import PendingTurn, SessionRunner
 from agenthub.i18n import Text
 from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
+from agenthub.media.inbox import Intake, MediaInbox
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, NoticeEvent, Usage
 
 if TYPE_CHECKING:
@@ -59,6 +67,7 @@ class TurnRunner:
 
     def __init__(self, gateway: GatewayCore) -> None:
         self.gateway = gateway
+        self.media = MediaInbox(gateway.settings.workspace_dir, gateway.settings.media)
         self._outcomes: dict[asyncio.Task[None], TurnOutcome] = {}
 
     def outcome_of(self, task: asyncio.Task[None]) -> TurnOutcome:
@@ -120,7 +129,14 @@ class TurnRunner:
             log.warning("model_hint_fallback", warning=" ".join(w.render("en") for w in warnings))
             separator = i18n.text("llm.hint.separator", pending.locale)
             pending.handle.emit(NoticeEvent(separator.join(w.render(pending.locale) for w in warnings)))
-        await gw.history.append(pending.key, *_user_records(pending))
+        intakes = [await self._take_in(member) for member in pending.members]
+        refusals = [text for intake in intakes for text in intake.refusals]
+        if refusals and not any(_has_something_to_answer(m, i) for m, i in zip(pending.members, intakes, strict=True)):
+            refused = ErrorEvent("\n".join(refusals), code=ErrorCode.MEDIA_REFUSED)  # only refused media: no model call
+            return TurnOutcome(False, ErrorCode.MEDIA_REFUSED, final=refused)
+        for text in refusals:
+            pending.handle.emit(NoticeEvent(text))
+        await gw.history.append(pending.key, *_user_records(pending, intakes))
         result = await self._run_with_recovery(pending, provider, model)
         try:
             await gw.history.append(
@@ -135,12 +151,28 @@ class TurnRunner:
         final = DoneEvent(result.text, result.usage, str(pending.key))
         return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model, final)
 
+    async def _take_in(self, member: PendingTurn) -> Intake:
+        """Save the message's attachments (images and files) and say how to store them; none: nothing to do."""
+        msg = member.message
+        if not msg.attachments:
+            return Intake()
+        can_read = "read_file" in member.agent.config.tools
+        return await self.media.take_in(member.key, msg.attachments, member.locale, can_read_files=can_read)
+
     async def _run_with_recovery(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         """Run the loop; on context overflow compact once and retry; on an unknown hinted model fall back once."""
-        overflow_retried = model_retried = False
+        overflow_retried = model_retried = images_retried = False
         while True:
             try:
                 return await self._run_loop(pending, provider, model)
+            except RequestRejectedError:
+                if images_retried:  # refused without images too: they were not the cause
+                    self.gateway.context.text_only_models.discard(model)
+                    raise
+                if not self.gateway.context.sends_images(await self.gateway.history.load(pending.key), model):
+                    raise
+                images_retried = True
+                self._send_images_as_text(pending, model)
             except ContextOverflowError as e:
                 compactor = self.gateway.compactor
                 if overflow_retried or compactor is None:
@@ -158,6 +190,13 @@ class TurnRunner:
                 fallback = i18n.text("notice.model_fallback", pending.locale, model=repr(model), fallback=repr(default))
                 pending.handle.emit(NoticeEvent(fallback))
                 model = default
+
+    def _send_images_as_text(self, pending: PendingTurn, model: str) -> None:
+        """The model refused a request with images (a vendor without image input): from now on it gets their
+        paths as text, and the user is told."""
+        log.warning("model_refused_images", model=model)
+        self.gateway.context.text_only_models.add(model)
+        pending.handle.emit(NoticeEvent(i18n.text("media.model_cannot_see_images", pending.locale)))
 
     async def _run_loop(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         gw, agent, settings = self.gateway, pending.agent, self.gateway.settings
@@ -192,24 +231,44 @@ class TurnRunner:
             memory=gw.memory_files,
             workspace=workspace,
             memory_max_chars=settings.memory.memory_max_chars,
+            cred_id=pending.message.cred_id,
+            scheduler=gw.scheduler,
+            search=gw.search,
+            chat_type=chat_type if isinstance(chat_type := pending.message.metadata.get("chat_type"), str) else None,
         )
         return await loop.run(request, tools, ctx, pending.handle.emit)
 
 
-def _user_records(pending: PendingTurn) -> list[dict[str, Any]]:
+def _has_something_to_answer(member: PendingTurn, intake: Intake) -> bool:
+    return bool(member.message.content.strip()) or intake.accepted > 0
+
+
+def _user_records(pending: PendingTurn, intakes: list[Intake]) -> list[dict[str, Any]]:
     """One stored user message per message of the turn; the later ones are flagged as sent together."""
-    records = [_user_record(member) for member in pending.members]
+    records = [_user_record(member, intake) for member, intake in zip(pending.members, intakes, strict=True)]
     for record in records[1:]:
         record["together"] = True
     return records
 
 
-def _user_record(pending: PendingTurn) -> dict[str, Any]:
+def _user_record(pending: PendingTurn, intake: Intake) -> dict[str, Any]:
+    """The stored user message: its text, or with media its image references, text block and file lines (images
+    first: the vendor finds images before the text about them best)."""
     msg = pending.message
-    record: dict[str, Any] = {"role": "user", "content": msg.content, "timestamp": msg.timestamp}
+    content: str | list[dict[str, Any]] = msg.content
+    if intake.blocks:
+        images = [b for b in intake.blocks if b.get("type") == "image"]
+        lines = [b for b in intake.blocks if b.get("type") != "image"]
+        text = [{"type": "text", "text": msg.content}] if msg.content.strip() else []
+        content = [*images, *text, *lines]
+    record: dict[str, Any] = {"role": "user", "content": content, "timestamp": msg.timestamp}
     record["channel"] = msg.channel
+    if isinstance(msg.metadata.get("chat_type"), str):  # which memory scope the chat reads and feeds
+        record["chat_type"] = msg.metadata["chat_type"]
     if msg.sender_id:
         record["sender_id"] = msg.sender_id
+    if isinstance(msg.metadata.get("scheduled_job"), str):  # a prompt job's turn, run on its creator's behalf
+        record["scheduled_job"] = msg.metadata["scheduled_job"]
     if msg.message_id:
         record["message_id"] = msg.message_id
     return record

@@ -2,8 +2,9 @@
 
 LLMError (agenthub.errors)
 ├── ContextOverflowError   400 "prompt is too long" and vendor phrasings; never retried here
-└── ModelNotFoundError     404 not_found_error, or a vendor's 400 naming an unknown model (DeepSeek:
-                           "Model Not Exist"); the turn may fall back to the agent's model
+├── ModelNotFoundError     404 not_found_error, or a vendor's 400 naming an unknown model (DeepSeek:
+│                          "Model Not Exist"); the turn may fall back to the agent's model
+└── RequestRejectedError   any other 400 (e.g. a vendor without image input); the turn may retry without images
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import anthropic
 import httpx2
 
-from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError
+from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError, RequestRejectedError
 from agenthub.i18n import Text
 
 __all__ = ["ModelNotFoundError", "classify", "is_overflow_message"]
@@ -135,4 +136,6 @@ def _classify_status(exc: anthropic.APIStatusError, model: str, secret: str | No
     if should_retry in ("true", "false"):
         retryable = should_retry == "true"
     user = MSG_BUSY if status == 429 or status >= 500 else MSG_REJECTED
+    if status == 400:
+        return Failure(RequestRejectedError(summary, user_text=user, retryable=retryable), retryable, delay)
     return Failure(LLMError(summary, user_text=user, retryable=retryable), retryable, delay)

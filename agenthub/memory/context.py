@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.agent.tools import Tool
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest
+from agenthub.media.loader import ImageCache, LoadedImage
+from agenthub.media.refs import image_ref_source, media_text
 from agenthub.memory.files import MemoryFiles
 from agenthub.session.keys import SessionKey
 
@@ -37,9 +40,18 @@ def cut_to_tokens(text: str, budget: int) -> str:
     return "\n".join(kept) + "\n…(cut to fit the memory budget)"
 
 
-def _read_files(paths: tuple[Path, Path]) -> tuple[str, str]:
-    """Both memory files' text ("" for a missing one), read in one go off the event loop."""
-    return _read_or_empty(paths[0]), _read_or_empty(paths[1])
+def _read_files(memory: Path, profile: Path | None) -> tuple[str, str]:
+    """Both memory files' text ("" for a missing one or no profile), read in one go off the event loop."""
+    return _read_or_empty(memory), _read_or_empty(profile) if profile is not None else ""
+
+
+def chat_type_of(history: list[Message]) -> object:
+    """The `chat_type` the newest user message of the chat was stored with (None when none was: a group, for
+    the scope rule)."""
+    for message in reversed(history):
+        if message.get("role") == "user" and "chat_type" in message:
+            return message["chat_type"]
+    return None
 
 
 def _read_or_empty(path: Path) -> str:
@@ -72,6 +84,9 @@ def _api_message(message: Message) -> Message:
     content = message.get("content")
     if message["role"] == "user" and isinstance(content, str):
         content = _as_blocks(content + _user_suffix(message))
+    elif message["role"] == "user" and isinstance(content, list) and _opens_turn(message):
+        suffix = _user_suffix(message).lstrip("\n")  # a message with media: text, images, file lines
+        content = [*content, {"type": "text", "text": suffix}] if suffix else list(content)
     api = {"role": message["role"], "content": content}
     if message.get("together"):
         api["together"] = True  # read (and dropped) by `to_api_messages`
@@ -142,7 +157,7 @@ def drop_orphan_tool_blocks(messages: list[Message]) -> list[Message]:
     return cleaned
 
 
-def to_api_messages(history: list[Message]) -> list[Message]:
+def to_api_messages(history: list[Message], images: Mapping[str, LoadedImage] | None = None) -> list[Message]:
     """History → API messages: no system role, no refused turns, tool pairs intact, no empty assistant text,
     user first (a placeholder user message when the kept history opens with the assistant).
 
@@ -150,7 +165,15 @@ def to_api_messages(history: list[Message]) -> list[Message]:
     `INTERRUPTED_PLACEHOLDER` assistant message between them, so separate requests never read as one, unless
     the later one is flagged `together` (messages that waited and went to the model as one turn): then their
     blocks are joined into one user message.
+
+    Stored image references become base64 image blocks from `images` (path → loaded file, see `images_to_send`)
+    in the recent turns, `[image: <path>]` text elsewhere and everywhere when `images` is None (see
+    `place_images`).
     """
+    return place_images(_conversation(history), images)
+
+
+def _conversation(history: list[Message]) -> list[Message]:
     conversation = [m for m in drop_refused_turns(history) if m.get("role") in ("user", "assistant")]
     plain = [_api_message(m) for m in conversation if not (m["role"] == "assistant" and _is_empty(m))]
     plain = drop_orphan_tool_blocks(plain)
@@ -172,6 +195,82 @@ def to_api_messages(history: list[Message]) -> list[Message]:
     if merged and merged[0]["role"] != "user":  # a compaction cut before an assistant message: keep it
         merged.insert(0, {"role": "user", "content": _as_blocks(EARLIER_PLACEHOLDER)})
     return merged
+
+
+IMAGE_RECENT_TURNS = 4
+IMAGE_STEP_TURNS = 4
+"""Images of at least the newest `IMAGE_RECENT_TURNS` user turns go as image blocks; the cut-off moves
+`IMAGE_STEP_TURNS` turns at a time (as for old tool results), so the request stays a byte-identical prefix of the
+next one in between and the prompt cache misses once per step."""
+MAX_REQUEST_IMAGES = 100
+"""The Messages API takes at most 100 images per request."""
+MAX_REQUEST_IMAGE_CHARS = 20_000_000
+"""Base64 characters of all image blocks of one request; the API refuses requests over 32 MB."""
+MISSING_IMAGE = "[image no longer available: {path}]"
+
+
+def _image_boundary(messages: list[Message]) -> int:
+    openers = [i for i, m in enumerate(messages) if _opens_turn(m)]
+    steps = max(0, len(openers) - IMAGE_RECENT_TURNS) // IMAGE_STEP_TURNS
+    return openers[steps * IMAGE_STEP_TURNS] if steps else 0
+
+
+def _recent_refs(messages: list[Message]) -> list[tuple[int, int, tuple[str, str]]]:
+    """(message index, block index, (path, media type)) of the image references after the cut-off, newest first."""
+    found = []
+    for i in range(len(messages) - 1, _image_boundary(messages) - 1, -1):
+        content = messages[i].get("content")
+        if messages[i].get("role") != "user" or not isinstance(content, list):
+            continue
+        for j in range(len(content) - 1, -1, -1):
+            ref = image_ref_source(content[j])
+            if ref is not None:
+                found.append((i, j, ref))
+    return found
+
+
+def images_to_send(history: list[Message]) -> list[tuple[str, str]]:
+    """(path, media type) of the stored images the next request may carry as image blocks."""
+    return [ref for _, _, ref in _recent_refs(_conversation(history))]
+
+
+def place_images(messages: list[Message], images: Mapping[str, LoadedImage] | None) -> list[Message]:
+    """API messages whose image references are base64 image blocks in the recent turns (newest first, within
+    `MAX_REQUEST_IMAGES` and `MAX_REQUEST_IMAGE_CHARS`), `[image: <path>]` text otherwise (all of them when
+    `images` is None: a model without image input), and a placeholder for a recent one whose file is gone. Never
+    more than the request may hold; the stored history is unchanged."""
+    chosen: dict[tuple[int, int], dict[str, Any]] = {}
+    missing: set[tuple[int, int]] = set()
+    chars = 0
+    loadable = images or {}
+    for i, j, (path, _) in _recent_refs(messages) if images is not None else []:
+        loaded = loadable.get(path)
+        if loaded is None:
+            missing.add((i, j))
+        elif len(chosen) < MAX_REQUEST_IMAGES and chars + len(loaded.data) <= MAX_REQUEST_IMAGE_CHARS:
+            chars += len(loaded.data)
+            source = {"type": "base64", "media_type": loaded.media_type, "data": loaded.data}
+            chosen[(i, j)] = {"type": "image", "source": source}
+    placed = list(messages)
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if message.get("role") != "user" or not isinstance(content, list):
+            continue
+        if not any(image_ref_source(b) for b in content):
+            continue
+        blocks = []
+        for j, block in enumerate(content):
+            ref = image_ref_source(block)
+            if ref is None:
+                blocks.append(block)
+            elif (i, j) in chosen:
+                blocks.append(chosen[(i, j)])
+            elif (i, j) in missing:
+                blocks.append({"type": "text", "text": MISSING_IMAGE.format(path=ref[0])})
+            else:
+                blocks.append({"type": "text", "text": media_text(block) or "[image]"})
+        placed[i] = {**message, "content": blocks}
+    return placed
 
 
 RECENT_TURNS = 2
@@ -253,23 +352,41 @@ class ContextBudget:
 class ContextBuilder:
     """Builds each request so that everything before the conversation is byte-stable between turns.
 
-    Order: persona, folded summaries, MEMORY.md, USER.md (each memory file cut to its token budget),
+    Order: persona, folded summaries, MEMORY.md, USER.md (the chat's memory and the current sender's profile as
+    `memory_scope` resolves them, each cut to its token budget),
     then the tools; the last system block, the last tool and the newest message's last block carry
     `cache_control`. Volatile data (time,
     channel) rides on each user message, derived from what was stored, never in the system prompt.
     """
 
-    def __init__(self, memory_files: MemoryFiles, budget: ContextBudget | None = None) -> None:
+    def __init__(
+        self,
+        memory_files: MemoryFiles,
+        budget: ContextBudget | None = None,
+        *,
+        workspace_dir: Path = Path("workspace"),
+        images: ImageCache | None = None,
+    ) -> None:
         self.memory_files = memory_files
         self.budget = budget or ContextBudget()
+        self.workspace_dir = workspace_dir
+        self.images = images or ImageCache()
+        self.text_only_models: set[str] = set()
+        """Models that refused a request with images (this process): they get `[image: <path>]` text instead."""
+
+    def sends_images(self, history: list[Message], model: str) -> bool:
+        """True when the next request for `history` carries image blocks to `model`."""
+        return model not in self.text_only_models and bool(images_to_send(history))
 
     async def system_blocks(
         self, agent: AgentDefinition, key: SessionKey, sender_id: str, history: list[Message]
     ) -> list[dict[str, Any]]:
         texts = [agent.persona]
         texts.extend(fold_system_messages(history))
-        paths = (self.memory_files.memory_path(agent, key), self.memory_files.user_path(agent, sender_id))
-        memory, profile = await asyncio.to_thread(_read_files, paths)  # one worker-thread hop per turn
+        files = self.memory_files
+        memory_path = files.memory_path(agent, key)
+        profile_path = files.profile_path(agent, key, sender_id, chat_type_of(history))  # only the current sender's
+        memory, profile = await asyncio.to_thread(_read_files, memory_path, profile_path)  # one hop per turn
         if memory.strip():
             texts.append(
                 "# Long-term memory (MEMORY.md)\n\n" + cut_to_tokens(memory.strip(), self.budget.memory_tokens)
@@ -294,11 +411,14 @@ class ContextBuilder:
         definitions = [t.definition() for t in tools]
         if definitions:
             definitions[-1] = {**definitions[-1], "cache_control": CACHE}
+        images = None
+        if self.sends_images(history, model):
+            images = await self.images.load(self.workspace_dir / agent.name, images_to_send(history))
         return LLMRequest(
             model=model,
             system=await self.system_blocks(agent, key, sender_id, history),
             messages=mark_newest_message(
-                cut_old_tool_results(to_api_messages(history), self.budget.old_tool_result_chars)
+                cut_old_tool_results(to_api_messages(history, images), self.budget.old_tool_result_chars)
             ),
             tools=definitions,
             max_tokens=max_tokens,

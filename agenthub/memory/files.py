@@ -1,5 +1,6 @@
-"""Where MEMORY.md and USER.md live for a session (honouring the per-agent privacy options), and the one
-serialised writer every change to them goes through."""
+"""Where MEMORY.md and the user profiles live for a chat (the memory scope: `auto`, `agent`, `chat`; the profile:
+`auto`, `shared`, `per_user`, kept per person and visibility on multi-user channels), and the one serialised writer
+every change to them goes through."""
 
 from __future__ import annotations
 
@@ -8,11 +9,45 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.session.keys import SessionKey, session_key
 from agenthub.storage.atomic import atomic_write_text
 from agenthub.storage.paths import AgentLayout, inside
+
+MULTI_USER_CHANNELS = frozenset({"wecom", "feishu"})
+"""Channels where several people talk to the bot (groups, many employees): `auto` keeps their memory apart."""
+Visibility = Literal["private", "group"]
+"""Which of a person's profiles a chat shows and feeds: the one built from private chats, or from groups."""
+
+
+@dataclass(frozen=True)
+class MemoryScope:
+    """What one chat reads and feeds: the agent-wide MEMORY.md or the chat's own, the shared USER.md or the
+    sender's own profile of this chat's visibility."""
+
+    memory: Literal["agent", "chat"]
+    profile: Literal["shared", "per_user"]
+    visibility: Visibility
+
+
+def chat_visibility(channel: str, chat_type: object) -> Visibility:
+    """A chat on a single-user channel (CLI, HTTP console) is private; on WeCom and Feishu only a chat marked
+    `chat_type = "private"` is, anything else (a group, or no mark: the safe side) is a group."""
+    if channel not in MULTI_USER_CHANNELS:
+        return "private"
+    return "private" if chat_type == "private" else "group"
+
+
+def memory_scope(agent: AgentDefinition, channel: str, chat_type: object = None) -> MemoryScope:
+    """The scope of a chat of `agent` on `channel`: explicit `scope` / `user_profile` win; `auto` (the default)
+    means chat memory and a per-sender profile on multi-user channels, the agent's and the shared one elsewhere."""
+    options = agent.config.memory
+    multi_user = channel in MULTI_USER_CHANNELS
+    memory = options.scope if options.scope != "auto" else ("chat" if multi_user else "agent")
+    profile = options.user_profile if options.user_profile != "auto" else ("per_user" if multi_user else "shared")
+    return MemoryScope(memory, profile, chat_visibility(channel, chat_type))
 
 
 class MemoryWriter:
@@ -44,24 +79,49 @@ class MemoryWriter:
 
 @dataclass(frozen=True)
 class MemoryFiles:
-    """Resolves memory file paths; `scope="chat"` and `user_profile="per_user"` keep people's facts apart.
-    `writer` serialises the changes to each file."""
+    """Resolves memory file paths through `memory_scope`; `writer` serialises the changes to each file.
+
+    A person's profiles: `auth/users/<agent>_user_<sender>.md` (private: shown in and fed by their private chats,
+    and the only one on single-user channels) and `auth/users/group/<agent>_user_<sender>.md` (shown in and fed
+    by what they said in groups)."""
 
     data_dir: Path
     auth_dir: Path
     writer: MemoryWriter = field(default_factory=MemoryWriter, compare=False, repr=False)
 
+    def scope_for(self, agent: AgentDefinition, channel: str, chat_type: object = None) -> MemoryScope:
+        """The one scope rule (`memory_scope`): every reader and writer of memory resolves a chat through it."""
+        return memory_scope(agent, channel, chat_type)
+
     def memory_path(self, agent: AgentDefinition, key: SessionKey | None = None) -> Path:
+        """The MEMORY.md a chat reads and writes (the agent-wide one when `key` is None)."""
         layout = AgentLayout(self.data_dir, agent.name)
-        if agent.config.memory.scope == "chat" and key is not None:
+        if key is not None and self.scope_for(agent, key.channel).memory == "chat":
             return inside(layout.memory_dir / "chats", key.file_stem + ".md")
         return layout.memory_file
 
-    def user_path(self, agent: AgentDefinition, sender_id: str | None = None) -> Path:
-        if agent.config.memory.user_profile == "per_user" and sender_id:
-            stem = session_key(agent.name, "user", sender_id).file_stem
-            return inside(self.auth_dir / "users", stem + ".md")
+    @property
+    def shared_profile(self) -> Path:
         return self.auth_dir / "USER.md"
+
+    def profile_path(self, agent: AgentDefinition, key: SessionKey, sender_id: str, chat_type: object) -> Path | None:
+        """The profile a chat shows for its current sender: the shared USER.md, or the sender's own of this chat's
+        visibility; None when the profile is per person and the message has no sender."""
+        scope = self.scope_for(agent, key.channel, chat_type)
+        if scope.profile == "shared":
+            return self.shared_profile
+        return self.person_profile(agent, sender_id, scope.visibility) if sender_id else None
+
+    def person_profile(self, agent: AgentDefinition, sender_id: str, visibility: Visibility) -> Path:
+        """One person's profile with `agent` for chats of `visibility`."""
+        directory = self.auth_dir / "users"
+        if visibility == "group":
+            directory = directory / "group"
+        return inside(directory, session_key(agent.name, "user", sender_id).file_stem + ".md")
+
+    def person_profiles(self, agent: AgentDefinition, sender_id: str) -> tuple[Path, ...]:
+        """Every profile file of one person with `agent` (for "forget me")."""
+        return tuple(self.person_profile(agent, sender_id, v) for v in ("private", "group"))
 
 
 def _read(path: Path) -> str:

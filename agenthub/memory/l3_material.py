@@ -15,7 +15,7 @@ import structlog
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.memory.cut import is_turn_start
-from agenthub.memory.files import read_text, write_text
+from agenthub.memory.files import MULTI_USER_CHANNELS, Visibility, chat_visibility, read_text, write_text
 from agenthub.memory.summary import render_content
 from agenthub.session.keys import SessionKey, key_from_file_stem
 
@@ -139,37 +139,58 @@ def render_session(session: SessionMaterial, clip: int) -> str:
     return f"## chat {session.key.channel}/{session.key.chat_id}\n" + "\n".join(lines)
 
 
-def render_all(item: AgentMaterial) -> str:
-    return "\n\n".join(render_session(s, item.clip) for s in item.sessions)
+def _batch(sessions: list[SessionMaterial], clip: int) -> Batch:
+    return Batch("\n\n".join(render_session(s, clip) for s in sessions), max(s.mtime for s in sessions))
 
 
 def memory_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, Batch]:
-    """The MEMORY file(s) to rewrite: one per agent, or one per chat with `scope = "chat"`."""
-    files = gw.memory_files
-    if item.agent.config.memory.scope == "chat":
-        return {
-            files.memory_path(item.agent, s.key): Batch(render_session(s, item.clip), s.mtime) for s in item.sessions
-        }
-    return {files.memory_path(item.agent): Batch(render_all(item), item.newest)}
+    """The MEMORY file(s) to rewrite, each only from the chats that read it (`MemoryFiles.memory_path`): the
+    agent-wide one from agent-scoped chats, a chat's own from that chat alone."""
+    by_path: dict[Path, list[SessionMaterial]] = {}
+    for session in item.sessions:
+        by_path.setdefault(gw.memory_files.memory_path(item.agent, session.key), []).append(session)
+    return {path: _batch(sessions, item.clip) for path, sessions in by_path.items()}
+
+
+def shared_profile_sessions(gw: GatewayCore, item: AgentMaterial) -> list[SessionMaterial]:
+    """The chats that feed the shared `auth/USER.md`: agent-scoped ones with the shared profile (under `auto`
+    the single-user channels only; chat-scoped chats never feed it)."""
+    scope = gw.memory_files.scope_for
+    return [
+        s
+        for s in item.sessions
+        if scope(item.agent, s.key.channel).memory == "agent" and scope(item.agent, s.key.channel).profile == "shared"
+    ]
+
+
+def _message_visibility(session: SessionMaterial, message: Message) -> Visibility | None:
+    """Which of the sender's profiles a message may feed; None for a message on a multi-user channel stored
+    without a `chat_type` (from before the upgrade): it feeds none, rather than risk a private fact in a group."""
+    channel = session.key.channel
+    if channel in MULTI_USER_CHANNELS and "chat_type" not in message:
+        return None
+    return chat_visibility(channel, message.get("chat_type"))
 
 
 def user_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, Batch]:
-    """With `user_profile = "per_user"`: each sender's own messages (and the replies to them), per profile."""
-    per_sender: dict[str, list[str]] = {}
-    newest: dict[str, float] = {}
+    """Per-sender profiles: each sender's own messages (and the replies to them), per profile file, i.e. per
+    (person, visibility): a private profile only from private chats, a group profile only from groups."""
+    per_file: dict[Path, list[str]] = {}
+    newest: dict[Path, float] = {}
     for session in item.sessions:
+        if gw.memory_files.scope_for(item.agent, session.key.channel).profile != "per_user":
+            continue
         messages = session.messages
         for i, message in enumerate(messages):
             sender = message.get("sender_id")
-            if not is_turn_start(message) or not isinstance(sender, str) or not sender:
+            visibility = _message_visibility(session, message)
+            if not is_turn_start(message) or not isinstance(sender, str) or not sender or visibility is None:
                 continue
-            lines = per_sender.setdefault(sender, [])
-            newest[sender] = max(newest.get(sender, 0.0), session.mtime)
+            path = gw.memory_files.person_profile(item.agent, sender, visibility)
+            lines = per_file.setdefault(path, [])
+            newest[path] = max(newest.get(path, 0.0), session.mtime)
             lines.append(_line(message, item.clip))
             reply = messages[i + 1] if i + 1 < len(messages) else None
             if reply is not None and reply.get("role") == "assistant":
                 lines.append(_line(reply, item.clip))
-    return {
-        gw.memory_files.user_path(item.agent, sender): Batch("\n".join(lines), newest[sender])
-        for sender, lines in per_sender.items()
-    }
+    return {path: Batch("\n".join(lines), newest[path]) for path, lines in per_file.items()}

@@ -177,7 +177,7 @@ class MemoryProcessor:
         targets: list[Target] = []
         for item in active:
             targets += self._agent_targets(item)
-        shared = self._shared_user_target([i for i in active if i.agent.config.memory.user_profile != "per_user"])
+        shared = self._shared_user_target(active)
         return targets + ([shared] if shared is not None else [])
 
     def _agent_targets(self, item: material.AgentMaterial) -> list[Target]:
@@ -190,31 +190,35 @@ class MemoryProcessor:
             if batch.newest > item.state.watermark(path):
                 cap = memory.memory_max_chars
                 targets.append(Target("memory", path, system, batch.text, cap, provider, model, window))
-        if agent.config.memory.user_profile == "per_user":
-            who = "one person (the sender of the messages below)"
-            prompt = USER_PROMPT.format(who=who, cap=memory.user_max_chars)
-            for path, batch in material.user_batches(gw, item).items():
-                if batch.newest > item.state.watermark(path):
-                    cap = memory.user_max_chars
-                    targets.append(Target("user", path, prompt, batch.text, cap, provider, model, window))
+        who = "one person (the sender of the messages below)"
+        prompt = USER_PROMPT.format(who=who, cap=memory.user_max_chars)
+        for path, batch in material.user_batches(gw, item).items():
+            if batch.newest > item.state.watermark(path):
+                cap = memory.user_max_chars
+                targets.append(Target("user", path, prompt, batch.text, cap, provider, model, window))
         for target in targets:
             target.agents = (agent.name,)
         return targets
 
     def _shared_user_target(self, items: list[material.AgentMaterial]) -> Target | None:
-        """`auth/USER.md` from every agent-scoped agent whose material it has not taken in yet (chat-scoped
-        agents never feed the shared profile)."""
+        """`auth/USER.md` from the chats that share it (`l3_material.shared_profile_sessions`) whose material it
+        has not taken in yet."""
         gw, memory = self.gateway, self.gateway.settings.memory
-        path = gw.settings.auth_dir / "USER.md"
-        feeding = [i for i in items if i.agent.config.memory.scope == "agent" and i.newest > i.state.watermark(path)]
+        path = gw.memory_files.shared_profile
+        feeding: list[tuple[str, list[material.SessionMaterial]]] = []
+        for item in items:
+            sessions = material.shared_profile_sessions(gw, item)
+            if sessions and max(s.mtime for s in sessions) > item.state.watermark(path):
+                feeding.append((item.agent.name, sessions))
         if not feeding:
             return None
         provider, model, _ = gw.providers.resolve(None, None)
         prompt = USER_PROMPT.format(who="the user(s)", cap=memory.user_max_chars)
-        text = "\n\n".join(material.render_all(i) for i in feeding)
+        clip = memory.l3_message_chars
+        text = "\n\n".join(material.render_session(s, clip) for _, sessions in feeding for s in sessions)
         window = context_window(model, gw.settings.llm.context_window)
         target = Target("user", path, prompt, text, memory.user_max_chars, provider, model, window)
-        target.agents = tuple(i.agent.name for i in feeding)
+        target.agents = tuple(name for name, _ in feeding)
         return target
 
     async def _run_call(self, target: Target) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from agenthub.errors import AgentHubError
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.llm.types import LLMProvider, LLMRequest
+from agenthub.media.refs import media_text
 from agenthub.memory.context import SUMMARY_PREFIX
 
 Message = dict[str, Any]
@@ -40,7 +41,8 @@ def _clip(text: str, limit: int) -> str:
 
 
 def render_content(content: Any, *, text_chars: int = MESSAGE_CHARS, tool_chars: int = TOOL_CHARS) -> str:
-    """A readable one-message rendering: text, `[tool call …]` and `[tool result …]`, each clipped."""
+    """A readable one-message rendering: text, `[image: <path>]` (never the bytes), `[tool call …]` and
+    `[tool result …]`, each clipped."""
     if isinstance(content, str):
         return _clip(content, text_chars)
     parts: list[str] = []
@@ -50,6 +52,8 @@ def render_content(content: Any, *, text_chars: int = MESSAGE_CHARS, tool_chars:
         kind = block.get("type")
         if kind == "text":
             parts.append(_clip(str(block.get("text", "")), text_chars))
+        elif kind == "image":
+            parts.append(media_text(block) or "[image]")
         elif kind == "tool_use":
             args = json.dumps(block.get("input", {}), ensure_ascii=False)
             parts.append(_clip(f"[tool call {block.get('name')}({args})]", tool_chars))

@@ -34,6 +34,7 @@ log = structlog.get_logger(__name__)
 
 Message = dict[str, Any]
 T = TypeVar("T")
+HistoryObserver = Callable[[str, SessionKey], None]  # (op: append|replace|clear|delete, key), after the write landed
 
 
 def _now_ms(clock: Callable[[], float]) -> int:
@@ -64,6 +65,7 @@ class SessionHistory:
         self._locks: dict[SessionKey, asyncio.Lock] = {}
         self._users: dict[SessionKey, int] = {}  # tasks holding or waiting for each session's lock
         self._layouts: dict[str, AgentLayout] = {}
+        self.observers: list[HistoryObserver] = []
 
     def layout(self, agent: str) -> AgentLayout:
         if agent not in self._layouts:
@@ -86,6 +88,13 @@ class SessionHistory:
                 self._users[key] = left
             else:
                 del self._users[key]
+
+    def _notify(self, op: str, key: SessionKey) -> None:
+        for observer in self.observers:
+            try:
+                observer(op, key)
+            except Exception:  # an observer (the search index) must never fail a write that already landed
+                log.exception("history_observer_failed", op=op)
 
     def _entry(self, key: SessionKey) -> _Entry:
         return self._entries.setdefault(key, _Entry())
@@ -134,6 +143,7 @@ class SessionHistory:
             cached.extend(stamped)
             entry = self._entry(key)
             entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, not meta_saved
+            self._notify("append", key)
 
     @runs_to_end
     async def clear(self, key: SessionKey) -> list[Message]:
@@ -147,18 +157,20 @@ class SessionHistory:
                 await _on_disk("archive", lambda: jsonl.append_records(archive, cleared, fsync=self._fsync))
             await _on_disk("delete the history", functools.partial(jsonl.delete_file, layout.history_file(key)))
             self._entry(key).messages = []
+            self._notify("clear", key)
             return cleared
 
     @runs_to_end
-    async def replace(self, key: SessionKey, messages: list[Message]) -> list[Message]:
+    async def replace(self, key: SessionKey, messages: list[Message], *, archive_removed: bool = True) -> list[Message]:
         """Make `messages` the working history; everything dropped is appended to the archive first.
 
         Returns the archived messages. Archive-then-replace means a crash in between at worst
-        duplicates messages in the archive, never loses one.
+        duplicates messages in the archive, never loses one. A redaction ("forget me") passes
+        `archive_removed=False`: what it replaces must not survive in the archive.
         """
         async with self._locked(key):
             old = await self._messages(key)
-            removed = _removed(old, messages)
+            removed = _removed(old, messages) if archive_removed else []
             layout = self.layout(key.agent)
             if removed:
                 archive = layout.archive_file(key)
@@ -166,11 +178,25 @@ class SessionHistory:
             path = layout.history_file(key)
             await _on_disk("replace the history", lambda: jsonl.replace_records(path, messages, fsync=self._fsync))
             self._entry(key).messages = list(messages)
+            self._notify("replace", key)
             return removed
 
     async def archived(self, key: SessionKey) -> list[Message]:
         path = self.layout(key.agent).archive_file(key)
         return await asyncio.to_thread(jsonl.read_records, path)
+
+    @runs_to_end
+    async def rewrite_archive(self, key: SessionKey, change: Callable[[list[Message]], list[Message]]) -> bool:
+        """Under the session's lock: replace the archive with `change(archived records)`, atomically (a redaction);
+        an unchanged list leaves the file alone. True when the file was rewritten."""
+        async with self._locked(key):
+            path = self.layout(key.agent).archive_file(key)
+            old = await asyncio.to_thread(jsonl.read_records, path)
+            new = change(old)
+            if new == old:
+                return False
+            await _on_disk("rewrite the archive", lambda: jsonl.replace_records(path, new, fsync=self._fsync))
+            return True
 
     @runs_to_end
     async def delete(self, key: SessionKey, *, also: Iterable[Path] = ()) -> bool:
@@ -184,6 +210,7 @@ class SessionHistory:
                 gone = await _on_disk("delete the session's files", lambda: [jsonl.delete_file(p) for p in paths])
             finally:
                 self._entries.pop(key, None)
+            self._notify("delete", key)
             return any(gone)
 
     def evict(self, key: SessionKey) -> None:

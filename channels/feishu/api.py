@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
@@ -19,6 +20,10 @@ from channels.feishu.pace import FIRST, NORMAL, URGENT, RateGate
 log = structlog.get_logger(__name__)
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
+RESOURCE_PATH = "/open-apis/im/v1/messages/{message_id}/resources/{file_key}"
+DOWNLOAD_CHUNK = 64 * 1024
+ERROR_BODY_MAX = 64 * 1024
+"""An error answer of a download is JSON `{code, msg}`; no more than this of it is read."""
 RATE_LIMITED = 99991400
 TOKEN_REJECTED = frozenset({99991661, 99991663, 99991668})
 PERMISSION_DENIED = frozenset({99991672, 99991679, 200340})
@@ -50,6 +55,25 @@ class FeishuApiError(ChannelSendError):
     @property
     def permission_denied(self) -> bool:
         return self.code in PERMISSION_DENIED or self.status == 403
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One downloaded message resource: its bytes, Content-Type and the file name Feishu gives it (may be "")."""
+
+    data: bytes = field(repr=False)
+    mime_type: str
+    file_name: str
+
+
+class ResourceTooLarge(Exception):
+    """A resource is larger than the caller's limit; `size` is its declared length (None: it was streamed and
+    stopped past the limit)."""
+
+    def __init__(self, size: int | None, limit: int) -> None:
+        super().__init__(f"resource larger than {limit} bytes (declared: {size})")
+        self.size = size
+        self.limit = limit
 
 
 class Superseded(Exception):
@@ -222,6 +246,48 @@ class FeishuApi:
             raise FeishuApiError("message_get", -1, "no message in answer")
         return items[0]
 
+    async def message_resource(
+        self, message_id: str, file_key: str, kind: Literal["image", "file"], *, max_bytes: int, timeout_s: float
+    ) -> Resource:
+        """`GET /open-apis/im/v1/messages/:message_id/resources/:file_key?type=image|file`: the image or file a
+        user sent, read as it streams and given up past `max_bytes` (`ResourceTooLarge`) or `timeout_s`
+        (`FeishuApiError`, status 0); a rejected token is renewed once and a rate limit waited out up to
+        `max_retries` times. Raises `FeishuApiError` for Feishu's errors."""
+        path = RESOURCE_PATH.format(message_id=message_id, file_key=file_key)
+        token_retried, attempt = False, 0
+        while True:
+            token = await self.tenant_token()
+            try:
+                return await self._download(path, kind, token, max_bytes, timeout_s)
+            except FeishuApiError as e:
+                if (e.status == 429 or e.code == RATE_LIMITED) and attempt < self._max_retries:
+                    attempt += 1
+                    delay = _reset_delay({}, attempt)
+                    log.warning("feishu_rate_limited", op=e.op, app_id=self.app_id, retry_in_s=delay)
+                    await self._sleep(delay)
+                    continue
+                if e.code not in TOKEN_REJECTED or token_retried:
+                    raise
+                token_retried = True
+                self._token = None
+
+    async def _download(self, path: str, kind: str, token: str, max_bytes: int, timeout_s: float) -> Resource:
+        headers = {"Authorization": f"Bearer {token}"}
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        try:
+            async with self._session.get(
+                self._base + path, params={"type": kind}, headers=headers, timeout=timeout
+            ) as resp:
+                if not 200 <= resp.status < 300:
+                    raise _download_error(resp.status, await resp.content.read(ERROR_BODY_MAX))
+                if resp.content_length is not None and resp.content_length > max_bytes:
+                    raise ResourceTooLarge(resp.content_length, max_bytes)
+                data = await _read_at_most(resp, max_bytes)
+                name = resp.content_disposition.filename if resp.content_disposition else None
+                return Resource(data, resp.content_type, name or "")
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise FeishuApiError("message_resource", -1, type(e).__name__, 0) from e
+
     async def add_reaction(self, message_id: str, emoji_type: str) -> None:
         body = {"reaction_type": {"emoji_type": emoji_type}}
         await self.call("POST", f"/open-apis/im/v1/messages/{message_id}/reactions", "reaction", body)
@@ -269,6 +335,28 @@ class FeishuApi:
         body = {"settings": json.dumps(settings, ensure_ascii=False), "sequence": sequence, "uuid": uuid}
         path = f"/open-apis/cardkit/v1/cards/{card_id}/settings"
         await self.call("PATCH", path, "card_settings", body, pace="urgent")
+
+
+async def _read_at_most(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The body as it streams in; `ResourceTooLarge` as soon as it passes `max_bytes` (the rest is never read)."""
+    body = bytearray()
+    async for chunk in resp.content.iter_chunked(DOWNLOAD_CHUNK):
+        body += chunk
+        if len(body) > max_bytes:
+            raise ResourceTooLarge(None, max_bytes)
+    return bytes(body)
+
+
+def _download_error(status: int, raw: bytes) -> FeishuApiError:
+    """Feishu's JSON error of a download (`{code, msg}`), or a generic one when the answer is not that."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return FeishuApiError("message_resource", -1, f"non-JSON answer (HTTP {status})", status)
+    code = data.get("code")
+    return FeishuApiError("message_resource", code if isinstance(code, int) else -1, str(data.get("msg", "")), status)
 
 
 def _reset_delay(headers: dict[str, str], attempt: int) -> float:

@@ -17,12 +17,11 @@ from agenthub.channel import ChannelContext
 from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import InboundMessage, OutboundMessage
+from agenthub.messages import Attachment, InboundMessage, OutboundMessage
 from agenthub.web import json_error
 from channels.feishu.api import FeishuApi, FeishuApiError
 from channels.feishu.config import parse_config
 from channels.feishu.inbound import (
-    SUPPORTED_TYPES,
     BadEvent,
     FeishuMessage,
     mentions_bot,
@@ -30,6 +29,7 @@ from channels.feishu.inbound import (
     render_text,
     session_chat_id,
 )
+from channels.feishu.media import TAKEN_TYPES, MediaRefused, download_all, media_refs, unsupported_reply
 from channels.feishu.order import ChatOrder
 from channels.feishu.quote import with_quote
 from channels.feishu.turn import FeishuApp, run_turn, send_reply, send_safely
@@ -257,33 +257,41 @@ class FeishuChannel:
         if not self._addressed(app, msg):
             return
         key = f"{app.cred_id}:{msg.message_id}"
-        # Each event runs in its own task: messages of one chat go through dedup, quote and submit one at a
-        # time, in arrival order (taken before the first await), so a slow quote fetch cannot reorder them.
+        # Each event runs in its own task: messages of one chat go through dedup, media downloads, quote and
+        # submit one at a time, in arrival order (taken before the first await), so a slow download or quote
+        # fetch cannot reorder them.
         async with self._order.slot(session_chat_id(msg, app.config.group_session_scope)):
             if await self._dedup.check_and_add(key):
                 log.info("feishu_duplicate_dropped", cred_id=app.cred_id, message_id=msg.message_id)
                 return
             assert app.api is not None
-            supported = msg.message_type in SUPPORTED_TYPES
-            handle = await self._submit(app, msg, received_at) if supported else None
-        if not supported:
-            unsupported = i18n.text("channel.unsupported_kind", app.locale, kind=msg.message_type)
-            await send_safely(app.api, msg.message_id, unsupported, key)
-        elif handle is not None:
-            await run_turn(app, msg.message_id, handle, key)
+            if msg.message_type in TAKEN_TYPES:
+                outcome = await self._submit(app, msg, received_at)
+            else:
+                outcome = unsupported_reply(msg.message_type, app.locale)
+        if isinstance(outcome, str):
+            await send_safely(app.api, msg.message_id, outcome, key)
+        elif outcome is not None:
+            await run_turn(app, msg.message_id, outcome, key)
 
-    async def _submit(self, app: FeishuApp, msg: FeishuMessage, received_at: float) -> ReplyHandle | None:
-        """Hand a supported message to the gateway (with its quote); None when it holds no text."""
+    async def _submit(self, app: FeishuApp, msg: FeishuMessage, received_at: float) -> ReplyHandle | str | None:
+        """Hand a message to the gateway with its images and files (downloaded here, after the ack) and its
+        quote; the reply text instead when its media cannot be taken in; None when it holds nothing."""
         assert app.api is not None
-        content = render_text(msg, app.bot_open_id)
-        if not content:
+        content, refs = render_text(msg, app.bot_open_id), media_refs(msg)
+        if not content and not refs:
             log.info("feishu_empty_message", cred_id=app.cred_id, message_id=msg.message_id)
             return None
         if app.config.ack_reaction:
             self._spawn(self._react(app, msg.message_id, app.config.ack_reaction))
+        media = self._ctx.settings.media
+        try:
+            attachments = await download_all(app.api, msg.message_id, refs, media)
+        except MediaRefused as e:
+            return e.reply(app.locale, media.max_download_bytes)
         timeout_s = app.config.quote_timeout_s
         content = await with_quote(app.api, msg, content, bot_open_id=app.bot_open_id, timeout_s=timeout_s)
-        handle = await self._ctx.gateway.submit(self._inbound(app, msg, content))
+        handle = await self._ctx.gateway.submit(self._inbound(app, msg, content, attachments))
         waited_s = round(time.monotonic() - received_at, 4)
         log.info("feishu_submitted", cred_id=app.cred_id, message_id=msg.message_id, waited_s=waited_s)
         return handle
@@ -304,9 +312,11 @@ class FeishuChannel:
             return False
         return True
 
-    def _inbound(self, app: FeishuApp, msg: FeishuMessage, content: str) -> InboundMessage:
+    def _inbound(
+        self, app: FeishuApp, msg: FeishuMessage, content: str, attachments: tuple[Attachment, ...] = ()
+    ) -> InboundMessage:
         metadata = {
-            "chat_type": "group" if msg.is_group else "p2p",
+            "chat_type": "group" if msg.is_group else "private",
             "feishu_chat_id": msg.chat_id,
             "message_type": msg.message_type,
             "root_id": msg.root_id,
@@ -323,6 +333,7 @@ class FeishuChannel:
             cred_id=app.cred_id,
             timestamp=msg.create_time_ms or int(time.time() * 1000),
             metadata=metadata,
+            attachments=attachments,
         )
 
     async def _react(self, app: FeishuApp, message_id: str, emoji: str) -> None:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from agenthub.config import describe_validation_error
 from agenthub.errors import ConfigError
+from agenthub.i18n import normalise_locale
 
 DOMAINS = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
 _CRED_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -104,6 +105,13 @@ class FeishuConfig(BaseModel):
     """Delay before an app that failed to start is tried again; it doubles after each failure."""
     start_retry_max_s: float = Field(300.0, gt=0, le=86400)
     """The longest delay between two start attempts of a failed app."""
+
+    @field_validator("locale")
+    @classmethod
+    def _known_locale(cls, value: str | None) -> str | None:
+        if value is not None and normalise_locale(value) is None:
+            raise ValueError('must be "zh-CN" or "en"')
+        return value
 
     @field_validator("apps")
     @classmethod

@@ -100,27 +100,36 @@ def parse_message_event(envelope: dict[str, Any]) -> FeishuMessage:
     )
 
 
-def raw_text(message: FeishuMessage) -> str:
-    """The text of a `text` or `post` message with `@_user_N` placeholders still in place."""
+def message_content(message: FeishuMessage) -> dict[str, Any]:
+    """The message's `content` JSON object ({} when it is not one)."""
     try:
         content = json.loads(message.content) if message.content else {}
     except ValueError:
-        return ""
-    if not isinstance(content, dict):
-        return ""
+        return {}
+    return content if isinstance(content, dict) else {}
+
+
+def raw_text(message: FeishuMessage) -> str:
+    """The text of a `text` or `post` message with `@_user_N` placeholders still in place ("" for other types)."""
+    content = message_content(message)
     if message.message_type == "text":
         return _str(content, "text")
-    return _post_text(content)
+    return _post_text(content) if message.message_type == "post" else ""
+
+
+def post_paragraphs(content: dict[str, Any]) -> tuple[str, list[list[dict[str, Any]]]]:
+    """A post's title and its rows of elements, from the flat form or a locale wrapper (`{"zh_cn": {…}}`)."""
+    if "content" not in content:
+        content = next((v for v in content.values() if isinstance(v, dict)), {})
+    rows = content.get("content")
+    rows = rows if isinstance(rows, list) else []
+    return _str(content, "title"), [[el for el in row if isinstance(el, dict)] for row in rows if isinstance(row, list)]
 
 
 def _post_text(content: dict[str, Any]) -> str:
-    if "content" not in content:  # a locale wrapper: {"zh_cn": {"title", "content"}}
-        inner = next((v for v in content.values() if isinstance(v, dict)), {})
-        content = inner
-    lines = [_str(content, "title")] if _str(content, "title") else []
-    for paragraph in content.get("content") or []:
-        if isinstance(paragraph, list):
-            lines.append("".join(_post_element(el) for el in paragraph if isinstance(el, dict)))
+    title, paragraphs = post_paragraphs(content)
+    lines = [title] if title else []
+    lines += ["".join(_post_element(el) for el in paragraph) for paragraph in paragraphs]
     return "\n".join(lines)
 
 

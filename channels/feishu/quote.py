@@ -25,8 +25,7 @@ async def with_quote(api: FeishuApi, msg: FeishuMessage, content: str, *, bot_op
         return content
     own_answer = api.answers.text_of(msg.parent_id)
     if own_answer is not None:  # the bot's own card: Feishu would return it without its streamed text
-        quote = render_quote_text(own_answer, "bot")
-        return f"{quote}\n\n{content}" if quote else content
+        return _above(render_quote_text(own_answer, "bot"), content)
     try:
         async with asyncio.timeout(timeout_s):
             item = await api.get_message(msg.parent_id)
@@ -34,8 +33,12 @@ async def with_quote(api: FeishuApi, msg: FeishuMessage, content: str, *, bot_op
         error = str(e) or type(e).__name__
         log.warning("feishu_quote_unavailable", message_id=msg.message_id, parent_id=msg.parent_id, error=error)
         return content
-    quote = render_quote(item, bot_open_id=bot_open_id, app_id=api.app_id)
-    return f"{quote}\n\n{content}" if quote else content
+    return _above(render_quote(item, bot_open_id=bot_open_id, app_id=api.app_id), content)
+
+
+def _above(quote: str, content: str) -> str:
+    """`quote` above `content`, a blank line between; either alone when the other is empty (a picture's text)."""
+    return "\n\n".join(part for part in (quote, content) if part)
 
 
 def render_quote(item: dict[str, Any], *, bot_open_id: str, app_id: str) -> str:

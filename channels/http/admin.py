@@ -1,9 +1,12 @@
-"""Session admin routes: list, create, delete, rename, pin, auto-title, messages, context meter, compaction."""
+"""Session admin routes: list, create, delete, rename, pin, auto-title, messages, context meter, compaction, and
+"forget me" for one person in every chat."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
+import shutil
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -11,15 +14,26 @@ from typing import Any
 
 import structlog
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
 
 from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
-from agenthub.errors import LLMError, PathRefusedError, SessionBusyError, StorageError
+from agenthub.errors import (
+    AgentNotFoundError,
+    InvalidIdError,
+    LLMError,
+    PathRefusedError,
+    SessionBusyError,
+    StorageError,
+)
+from agenthub.forget.command import gateway_forgetter
+from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
 from agenthub.llm.tokens import estimate_tokens
+from agenthub.media.names import inbox_dir
 from agenthub.memory.files import backup_path
 from agenthub.memory.thresholds import thresholds_for
-from agenthub.session.keys import SessionKey
+from agenthub.session.keys import SessionKey, validate_agent_name, validate_part
 from agenthub.session.meta import SessionMeta
 from agenthub.web import GATEWAY
 from channels.http.llm_text import make_title
@@ -119,7 +133,19 @@ async def delete_session(request: web.Request) -> web.Response:
     if gateway.is_busy(key):
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done")
     await gateway.history.delete(key, also=_own_memory_files(gateway, agent, key))
+    if gateway.scheduler is not None:  # a reminder must not bring a deleted session back
+        await gateway.scheduler.delete_chat(key)
+    await gateway.search.purge(agent.name, [key])  # not even in the index file's free pages
+    await asyncio.to_thread(_remove_inbox, inbox_dir(gateway.settings.workspace_dir / agent.name, key))
     return web.Response(status=204)
+
+
+def _remove_inbox(directory: Path) -> None:
+    """The pictures and files this chat sent (a planted link is refused, never followed)."""
+    if directory.is_symlink():
+        raise PathRefusedError("refused a linked inbox directory")
+    if directory.is_dir():
+        shutil.rmtree(directory)
 
 
 def _own_memory_files(gateway: GatewayCore, agent: AgentDefinition, key: SessionKey) -> list[Path]:
@@ -194,3 +220,34 @@ async def compact(request: web.Request) -> web.Response:
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done") from None
     after = len(await gateway.history.load(key))
     return _json({"result": result, "messages_before": before, "messages_after": after})
+
+
+class ForgetBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    channel: str = Field(min_length=1, max_length=128)
+    sender_id: str = Field(min_length=1, max_length=128)
+    agent: str | None = Field(None, min_length=1, max_length=128)
+
+
+@refuses_storage_paths
+async def forget_person(request: web.Request) -> web.Response:
+    """`POST /api/forget` `{"channel", "sender_id", "agent"?}`: everything about that person in every chat of the
+    agent (all agents when omitted), each session redacted under its serialisation; answers the counts."""
+    gateway = _gateway(request)
+    body = await parse_body(request, ForgetBody)
+    try:
+        person = Person(
+            validate_part("channel", body.channel), validate_part("sender_id", body.sender_id, allow_colon=True)
+        )
+        agents = (
+            [gateway.agents.get(validate_agent_name(body.agent))]
+            if body.agent
+            else [gateway.agents.get(name) for name in gateway.agents.names()]
+        )
+    except InvalidIdError as e:
+        raise ApiError(400, "invalid_id", str(e)) from None
+    except AgentNotFoundError:
+        raise ApiError(404, "agent_not_found", f"no agent named {body.agent!r}") from None
+    report = await gateway_forgetter(gateway).forget_everywhere(agents, person, actor=f"http:{token_name(request)}")
+    return _json({"forgotten": report.as_dict()})

@@ -12,14 +12,15 @@ from aiohttp import web
 
 from agenthub import i18n
 from agenthub.channel import ChannelContext, Handler
-from agenthub.errors import ChannelSendError, LLMError
+from agenthub.errors import LLMError
 from agenthub.gateway.core import GatewayCore
 from agenthub.invocation import command_name
 from agenthub.messages import ErrorCode, OutboundMessage
 from agenthub.tokens import TokenStore
-from channels.http import admin
+from channels.http import admin, jobs
 from channels.http.chat import handle_chat
 from channels.http.llm_text import WelcomeCache
+from channels.http.pushes import PushFeed, push_payload, stream_events
 from channels.http.requests import TOKEN_NAME, ApiError, agent_of
 
 log = structlog.get_logger(__name__)
@@ -58,6 +59,7 @@ class HttpChannel:
         settings = context.settings
         self.tokens = TokenStore(settings.auth_dir, [t.get_secret_value() for t in settings.http.tokens])
         self.welcome = WelcomeCache(gateway)
+        self.pushes = PushFeed()
         self._mount(context)
 
     def _mount(self, context: ChannelContext) -> None:
@@ -67,6 +69,7 @@ class HttpChannel:
             ("GET", "/api/agents", admin.list_agents),
             ("POST", api + "/{agent}/chat", handle_chat),
             ("GET", api + "/{agent}/sessions", admin.list_sessions),
+            ("POST", "/api/forget", admin.forget_person),
             ("POST", api + "/{agent}/sessions", admin.create_session),
             ("GET", session + "/messages", admin.get_messages),
             ("DELETE", session, admin.delete_session),
@@ -76,6 +79,9 @@ class HttpChannel:
             ("GET", session + "/context", admin.context_meter),
             ("POST", session + "/compact", admin.compact),
             ("GET", api + "/{agent}/welcome", self._welcome),
+            ("GET", session + "/events", self._events),
+            ("GET", api + "/{agent}/jobs", jobs.list_jobs),
+            ("DELETE", api + "/{agent}/jobs/{job_id}", jobs.delete_job),
         ]
         for method, path, handler in table:
             context.web.add(method, path, self._authenticated(handler))
@@ -103,6 +109,9 @@ class HttpChannel:
             raise ApiError(502, ErrorCode.LLM_ERROR, e.user_text.render(locale)) from None
         return web.json_response({"agent": agent.name, "text": entry["text"]})
 
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        return await stream_events(request, self.gateway, self.pushes)
+
     async def _console(self, request: web.Request) -> web.Response:
         """The console page, its `<html lang>` set to the HTTP channel's locale (the console's texts follow it)."""
         page = await asyncio.to_thread((STATIC_DIR / "index.html").read_text, encoding="utf-8")
@@ -125,7 +134,13 @@ class HttpChannel:
             log.warning("http_no_tokens", hint=f"create one with: {command_name()} token create --name console")
 
     async def stop(self) -> None:
-        return None
+        self.pushes.close()
 
     async def send(self, message: OutboundMessage) -> None:
-        raise ChannelSendError("the http channel cannot push messages; clients poll the session's messages")
+        """A proactive message (already stored in the session by its sender) goes to the session's open
+        `/events` feeds; with none open, the console and the messages route still show it."""
+        settings = self.gateway.settings
+        agent = message.agent or settings.bindings.get(self.name) or settings.default_agent
+        session = f"{agent}:{self.name}:{message.chat_id}"
+        delivered = self.pushes.publish(agent, message.chat_id, push_payload(session, message.content))
+        log.info("http_push", session_key=session, feeds=delivered)

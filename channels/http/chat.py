@@ -85,6 +85,7 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
         agent=agent.name,
         model_hint=body.model_hint,
         provider_hint=body.provider_hint,
+        metadata={"chat_type": "private"},  # the console: one person's chats
     )
     handle = await gateway.submit(message)
     if wants_stream(request):

@@ -10,14 +10,26 @@ import structlog
 from agenthub.channel import Submitter
 from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
-from agenthub.messages import InboundMessage
+from agenthub.messages import Attachment, InboundMessage
 from channels.wecom.aibot_conn import BotConnection
 from channels.wecom.aibot_stream import StreamReply
 from channels.wecom.config import BotConfig
+from channels.wecom.media import Inbound, MediaError, MediaKind, attachment, download_bot_media
 from channels.wecom.tasks import TaskSet
 from channels.wecom.text import split_utf8, strip_mention
 
 log = structlog.get_logger(__name__)
+
+MEDIA_TYPES: dict[str, MediaKind] = {"image": "image", "file": "file"}
+"""Callback `msgtype`s whose body `{url, aeskey}` is downloaded, decrypted and handed to the agent."""
+
+
+class Refused(Exception):
+    """A message that is answered with `reply` instead of reaching the agent."""
+
+    def __init__(self, reply: str) -> None:
+        super().__init__(reply)
+        self.reply = reply
 
 
 class BotEndpoint:
@@ -30,12 +42,15 @@ class BotEndpoint:
         gateway: Submitter,
         dedup: DedupStore,
         tasks: TaskSet,
+        inbound: Inbound,
     ) -> None:
         self.cred_id = cred_id
         self.config = config
         self._gateway = gateway
         self._dedup = dedup
         self._tasks = tasks
+        self._media_in = inbound
+        self._session: aiohttp.ClientSession | None = None
         self.conn: BotConnection | None = None
 
     def start(self, session: aiohttp.ClientSession) -> None:
@@ -45,6 +60,7 @@ class BotEndpoint:
                 cred_id=self.cred_id,
                 hint="set bot_name for groups: without it the first @mention is removed, whoever it names",
             )
+        self._session = session
         self.conn = BotConnection(self.cred_id, self.config, self._on_frame, session)
         self.conn.start()
 
@@ -97,24 +113,68 @@ class BotEndpoint:
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
             await reply.say(self.config.refusal or self.config.text("channel.refusal"))
             return
-        content = message_text(body)
-        if content is None:
-            await reply.say(self.config.unsupported or self.config.text("channel.unsupported"))
+        try:
+            content, attachments = await self._take_in(body, msgid)
+        except Refused as e:
+            await reply.say(e.reply)
             return
         if group:
             content = strip_mention(content, self.config.bot_name)
-        if not content.strip():
+        if not content.strip() and not attachments:
             await reply.say(self.config.text("channel.empty_prompt"))
             return
         try:
-            handle = await self._gateway.submit(self._inbound(body, user, group, content))
+            handle = await self._gateway.submit(self._inbound(body, user, group, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_bot_submit_failed", cred_id=self.cred_id, msgid=msgid)
             await reply.say(self.config.text("channel.submit_failed"))
             return
         await reply.run(handle)
 
-    def _inbound(self, body: dict[str, Any], user: str, group: bool, content: str) -> InboundMessage:
+    async def _take_in(self, body: dict[str, Any], msgid: str) -> tuple[str, tuple[Attachment, ...]]:
+        """The message's text and its downloaded media; raises `Refused` with the reply for the user when the
+        type is not taken in, a voice note has no transcript or a download fails (nothing half-submitted)."""
+        kind = str(body.get("msgtype") or "")
+        if kind in MEDIA_TYPES:
+            return "", (await self._download(body.get(kind), MEDIA_TYPES[kind], f"{kind}-{msgid}"),)
+        if kind == "mixed":
+            listed = _mapping(body.get("mixed")).get("msg_item")
+            items = [_mapping(i) for i in listed] if isinstance(listed, list) else []
+            texts = [str(_mapping(i.get("text")).get("content") or "") for i in items if i.get("msgtype") == "text"]
+            texts = [t for t in texts if t]
+            images = [i.get("image") for i in items if i.get("msgtype") == "image"]
+            media = [await self._download(image, "image", f"image-{msgid}-{n + 1}") for n, image in enumerate(images)]
+            return "\n".join(texts), tuple(media)
+        content = message_text(body)
+        if content is not None:
+            return content, ()
+        if kind == "voice":
+            raise Refused(self._media_in.no_transcript())
+        raise Refused(self._media_in.unsupported(kind, self.config.unsupported))
+
+    async def _download(self, content: Any, kind: MediaKind, fallback_stem: str) -> Attachment:
+        """One `{url, aeskey}` of a callback as an Attachment, bounded by `[media]`; `Refused` when it fails."""
+        found = _mapping(content)
+        limits = self._media_in.limits
+        try:
+            if self._session is None:
+                raise MediaError("bot not started")
+            download = await download_bot_media(
+                self._session,
+                str(found.get("url") or ""),
+                str(found.get("aeskey") or ""),
+                max_bytes=limits.max_download_bytes,
+                timeout_s=limits.download_timeout_s,
+            )
+        except MediaError as e:
+            log.warning("wecom_media_refused", cred_id=self.cred_id, kind=kind, reason=str(e))
+            raise Refused(self._media_in.refusal(e, kind)) from None
+        log.info("wecom_media_received", cred_id=self.cred_id, kind=kind, size=len(download.data))
+        return attachment(kind, download, fallback_stem)
+
+    def _inbound(
+        self, body: dict[str, Any], user: str, group: bool, content: str, attachments: tuple[Attachment, ...]
+    ) -> InboundMessage:
         group_id = str(body.get("chatid") or "")
         if not group:
             chat_id = user
@@ -122,7 +182,7 @@ class BotEndpoint:
             chat_id = f"{group_id}:{user}"
         else:
             chat_id = group_id
-        metadata: dict[str, Any] = {"chat_type": "group" if group else "single", "mode": "aibot"}
+        metadata: dict[str, Any] = {"chat_type": "group" if group else "private", "mode": "aibot"}
         if group:
             metadata["group_id"] = group_id
         return InboundMessage(
@@ -130,6 +190,7 @@ class BotEndpoint:
             chat_id=chat_id,
             sender_id=user,
             content=content,
+            attachments=attachments,
             message_id=str(body["msgid"]),
             agent=self.config.agent,
             cred_id=self.cred_id,
@@ -167,15 +228,16 @@ class BotEndpoint:
 
 
 def message_text(body: dict[str, Any]) -> str | None:
-    """The text of a text, voice (WeCom's transcript) or mixed message; None for other types."""
+    """The text of a text or voice (WeCom's transcript) message; None for other types and a silent voice note."""
     kind = body.get("msgtype")
     if kind == "text":
         return str((body.get("text") or {}).get("content") or "")
     if kind == "voice":
         transcript = (body.get("voice") or {}).get("content")
         return str(transcript) if transcript else None
-    if kind == "mixed":
-        items = (body.get("mixed") or {}).get("msg_item") or []
-        texts = [str(i["text"].get("content", "")) for i in items if i.get("msgtype") == "text" and i.get("text")]
-        return "\n".join(texts) if texts else None
     return None
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """`value` when the callback has an object there, else empty (a malformed body is not a crash)."""
+    return value if isinstance(value, dict) else {}

@@ -12,12 +12,15 @@ import aiohttp
 import structlog
 
 from agenthub.errors import ChannelSendError
+from channels.wecom.media import Download, MediaDownloadFailed, MediaTooLarge, disposition_filename, read_bounded
 
 log = structlog.get_logger(__name__)
 
 TOKEN_ERRCODES = frozenset({40001, 40014, 42001})
 RATE_LIMIT_ERRCODES = frozenset({45009, 45033, -1})
 TOKEN_EARLY_REFRESH_S = 300.0
+ERROR_BODY_MAX_BYTES = 64 * 1024
+"""`media/get` answers errors as a small JSON body (HTTP 200) instead of the file."""
 
 ERRCODE_HINTS: dict[int, str] = {
     -1: "WeCom is busy; retried with backoff",
@@ -130,6 +133,60 @@ class WorkApi:
             self._check(api, data)
             return data
 
+    async def download_media(self, media_id: str, *, max_bytes: int, timeout_s: float) -> Download:
+        """GET `media/get` (a temporary media file: image, voice, file) within `max_bytes` and `timeout_s`.
+
+        Success is the file's bytes with its Content-Type and Content-disposition; failure a JSON errcode body.
+        Errcodes are handled as in `call`: a token errcode refetches the token once, a rate-limit errcode is
+        retried after a doubling backoff (all within `timeout_s`). Raises `MediaTooLarge` or
+        `MediaDownloadFailed`.
+        """
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._download_media(media_id, max_bytes)
+        except TimeoutError:
+            log.warning("wecom_media_timeout", cred_id=self._cred_id, media_id=media_id, timeout_s=timeout_s)
+            raise MediaDownloadFailed("media/get timed out") from None
+        except ChannelSendError as e:  # gettoken failed
+            raise MediaDownloadFailed(str(e)) from None
+
+    async def _download_media(self, media_id: str, max_bytes: int) -> Download:
+        refetched = False
+        rate_tries = 0
+        while True:
+            token = await self.token()
+            result = await self._media_get(token, media_id, max_bytes)
+            if isinstance(result, Download):
+                return result
+            errcode = _int_errcode(result)
+            self._log_errcode("media/get", result)
+            if errcode in TOKEN_ERRCODES and not refetched:
+                self.invalidate(token)
+                refetched = True
+                continue
+            if errcode in RATE_LIMIT_ERRCODES and rate_tries < self._rate_retries:
+                await self._sleep(self._backoff_s * 2**rate_tries)
+                rate_tries += 1
+                continue
+            raise MediaDownloadFailed(f"media/get failed: errcode {errcode}")
+
+    async def _media_get(self, token: str, media_id: str, max_bytes: int) -> Download | dict[str, Any]:
+        """One `media/get`: the file, or the parsed JSON error body."""
+        params = {"access_token": token, "media_id": media_id}
+        try:
+            async with self._session.get(self._base + "media/get", params=params) as resp:
+                if resp.status != 200:
+                    raise MediaDownloadFailed(f"media/get: HTTP {resp.status}")
+                disposition = resp.headers.get("Content-Disposition")
+                if not _is_error_body(resp.headers.get("Content-Type"), disposition):
+                    data = await read_bounded(resp, max_bytes)
+                    return Download(data, disposition_filename(disposition), resp.headers.get("Content-Type"))
+                payload = json.loads(await _error_body(resp))
+                return payload if isinstance(payload, dict) else {"errcode": -1, "errmsg": "unexpected response"}
+        except (aiohttp.ClientError, ValueError) as e:  # never str(e): the url carries the token
+            log.warning("wecom_api_unreachable", cred_id=self._cred_id, api="media/get", error=type(e).__name__)
+            raise MediaDownloadFailed(f"media/get: {type(e).__name__}") from None
+
     def _check(self, api: str, data: dict[str, Any]) -> None:
         errcode = int(data.get("errcode", 0))
         if errcode != 0:
@@ -166,3 +223,24 @@ class WorkApi:
         if not isinstance(payload, dict):
             raise ChannelSendError(f"wecom {api} failed: unexpected response")
         return payload
+
+
+def _is_error_body(content_type: str | None, disposition: str | None) -> bool:
+    """`media/get` answers an error as a JSON body where the file would be, without a Content-disposition
+    (a file always has one, so a user's own .json or .txt file is still a file)."""
+    kind = (content_type or "").split(";")[0].strip().lower()
+    return not disposition and kind in ("application/json", "text/json", "text/plain")
+
+
+async def _error_body(resp: aiohttp.ClientResponse) -> bytes:
+    try:
+        return await read_bounded(resp, ERROR_BODY_MAX_BYTES)
+    except MediaTooLarge:  # not an answer WeCom gives: the download failed, the user's file is not too large
+        raise MediaDownloadFailed("media/get: oversized error body") from None
+
+
+def _int_errcode(payload: dict[str, Any]) -> int:
+    try:
+        return int(payload.get("errcode", -1))
+    except (TypeError, ValueError):
+        return -1

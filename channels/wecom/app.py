@@ -16,18 +16,21 @@ from wechatpy.exceptions import InvalidSignatureException
 from agenthub.channel import Submitter
 from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
-from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.messages import Attachment, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from channels.notices import with_notices
 from channels.replay import stale_reason
 from channels.wecom.api import WorkApi, WorkApiError
 from channels.wecom.budget import Clock, MemberBudget, Sleep
 from channels.wecom.config import AppConfig
+from channels.wecom.media import Inbound, MediaError, MediaKind, attachment
 from channels.wecom.tasks import TaskSet
 from channels.wecom.text import head_with_note, pack_utf8, split_utf8, strip_markdown, utf8_len
 
 log = structlog.get_logger(__name__)
 
 TEXT_LIMIT_BYTES = 2048
+MEDIA_TYPES: dict[str, MediaKind] = {"image": "image", "file": "file"}
+"""Callback `MsgType`s whose `MediaId` is fetched through `media/get` and handed to the agent."""
 WELCOME_EVENTS = frozenset({"enter_agent", "subscribe"})
 _QUERY_KEYS = ("msg_signature", "timestamp", "nonce")
 
@@ -51,6 +54,7 @@ class AppEndpoint:
         gateway: Submitter,
         dedup: DedupStore,
         tasks: TaskSet,
+        inbound: Inbound,
         *,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
@@ -60,6 +64,7 @@ class AppEndpoint:
         self._gateway = gateway
         self._dedup = dedup
         self._tasks = tasks
+        self._media_in = inbound
         self._crypto = WeChatCrypto(
             config.token.get_secret_value(), config.encoding_aes_key.get_secret_value(), config.corp_id
         )
@@ -131,15 +136,41 @@ class AppEndpoint:
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
             await self._reply_safely(user, self.config.refusal or self.config.text("channel.refusal"))
             return
+        kind = raw_type(msg)
+        if kind in MEDIA_TYPES:
+            media = await self._fetch_media(msg, user, MEDIA_TYPES[kind])
+            if media is not None:
+                await self._run_turn(msg, user, "", (media,))
+            return
         content = message_text(msg)
-        if content is None:
-            await self._reply_safely(user, self.config.unsupported or self.config.text("channel.unsupported"))
-        elif content.strip():
+        if content is not None and content.strip():
             await self._run_turn(msg, user, content)
+        elif kind == "voice":
+            await self._reply_safely(user, self._media_in.no_transcript())
+        elif content is None:
+            await self._reply_safely(user, self._media_in.unsupported(kind, self.config.unsupported))
 
-    async def _run_turn(self, msg: Any, user: str, content: str) -> None:
+    async def _fetch_media(self, msg: Any, user: str, kind: MediaKind) -> Attachment | None:
+        """The message's media through `media/get`; on failure the user gets the clear reply and None comes back."""
+        api = self.api
+        media_id = str(msg._data.get("MediaId") or "")
+        limits = self._media_in.limits
         try:
-            handle = await self._gateway.submit(self._inbound(msg, user, content))
+            if api is None or not media_id:
+                raise MediaError("no api or no MediaId")
+            download = await api.download_media(
+                media_id, max_bytes=limits.max_download_bytes, timeout_s=limits.download_timeout_s
+            )
+        except MediaError as e:
+            log.warning("wecom_media_refused", cred_id=self.cred_id, user=user, kind=kind, reason=str(e))
+            await self._reply_safely(user, self._media_in.refusal(e, kind))
+            return None
+        log.info("wecom_media_received", cred_id=self.cred_id, user=user, kind=kind, size=len(download.data))
+        return attachment(kind, download, f"{kind}-{msg.id}")
+
+    async def _run_turn(self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...] = ()) -> None:
+        try:
+            handle = await self._gateway.submit(self._inbound(msg, user, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_app_submit_failed", cred_id=self.cred_id, user=user, key=dedup_key(msg))
             await self._reply_safely(user, self.config.text("channel.submit_failed"))
@@ -158,16 +189,17 @@ class AppEndpoint:
         if text:
             await self._reply_safely(user, text)
 
-    def _inbound(self, msg: Any, user: str, content: str) -> InboundMessage:
+    def _inbound(self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...]) -> InboundMessage:
         return InboundMessage(
             channel="wecom",
             chat_id=user,
             sender_id=user,
             content=content,
+            attachments=attachments,
             message_id=str(msg.id),
             agent=self.config.agent,
             cred_id=self.cred_id,
-            metadata={"chat_type": "single", "mode": "app", "msg_type": raw_type(msg)},
+            metadata={"chat_type": "private", "mode": "app", "msg_type": raw_type(msg)},
         )
 
     async def _reply_safely(self, user: str, text: str) -> None:

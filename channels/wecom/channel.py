@@ -11,6 +11,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from agenthub import i18n
 from agenthub.channel import ChannelContext
 from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
@@ -20,6 +21,7 @@ from channels.wecom.api import WorkApi
 from channels.wecom.app import AppEndpoint, handle_callback, handle_verify
 from channels.wecom.budget import Clock, Sleep
 from channels.wecom.config import load_config
+from channels.wecom.media import Inbound
 from channels.wecom.tasks import TaskSet
 
 log = structlog.get_logger(__name__)
@@ -46,6 +48,7 @@ class WeComChannel:
         self.tasks = TaskSet()
         state = context.state_dir
         ttl = self.config.dedup_ttl_s
+        inbound = Inbound(i18n.channel_locale(context.settings, "wecom"), context.settings.media)
         self.apps = {
             cred_id: AppEndpoint(
                 cred_id,
@@ -53,6 +56,7 @@ class WeComChannel:
                 context.gateway,
                 DedupStore(state / f"app-{cred_id}.dedup.jsonl", ttl_s=ttl),
                 self.tasks,
+                inbound,
                 clock=clock,
                 sleep=sleep,
             )
@@ -65,6 +69,7 @@ class WeComChannel:
                 context.gateway,
                 DedupStore(state / f"bot-{cred_id}.dedup.jsonl", ttl_s=ttl),
                 self.tasks,
+                inbound,
             )
             for cred_id, cfg in self.config.bots.items()
         }

@@ -303,6 +303,8 @@ class FakeAnthropic:
         if reply.fault == "hang":
             await self._closing.wait()
             return _error_response(503, "api_error", "server stopping")
+        if reply.hold is not None:
+            await reply.hold.wait()
         await self._pause(reply.first_byte_delay_s, self.first_byte_delay_s)
         if reply.status != 200:
             return _error_response(reply.status, reply.error_type or "api_error", reply.error_message, reply.headers)

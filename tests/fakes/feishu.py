@@ -27,6 +27,7 @@ from tests.fakes.feishu_payloads import (
     other_event,
     ws_frame,
 )
+from tests.fakes.feishu_resources import MessageResources
 
 __all__ = ["FakeCard", "FakeFeishu", "Harness", "StoppableSubmitter", "bot_open_id", "running_channel"]
 __all__ += ["feishu_body", "feishu_encrypt", "feishu_headers", "mention", "message_event", "other_event"]
@@ -72,6 +73,7 @@ class FakeFeishu:
         self.reactions: list[tuple[str, str]] = []
         self.cards: dict[str, FakeCard] = {}
         self.history = MessageHistory()  # GET /open-apis/im/v1/messages/{message_id}
+        self.resources = MessageResources()  # GET …/messages/{message_id}/resources/{file_key}
         self.sequence_errors: list[str] = []
         self.ws: dict[str, web.WebSocketResponse] = {}
         self.ws_connected = asyncio.Event()
@@ -106,6 +108,7 @@ class FakeFeishu:
         r.add_post("/open-apis/im/v1/messages", self._create)
         r.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
         self.history.mount(r, self)
+        self.resources.mount(r, self)
         r.add_post("/open-apis/im/v1/messages/{message_id}/reactions", self._reaction)
         r.add_post("/open-apis/cardkit/v1/cards", self._card_create)
         r.add_put("/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content", self._card_content)

@@ -60,16 +60,23 @@ class Harness:
 
 @asynccontextmanager
 async def running_channel(
-    fake: FakeFeishu, state_dir: Path, apps: dict[str, dict[str, Any]], gateway: Any, **top: Any
+    fake: FakeFeishu,
+    state_dir: Path,
+    apps: dict[str, dict[str, Any]],
+    gateway: Any,
+    settings: dict[str, Any] | None = None,
+    **top: Any,
 ) -> AsyncIterator[Harness]:
-    """Build FeishuChannel from `[channels.feishu]`-shaped config, serve its routes, start it, stop it."""
+    """Build FeishuChannel from `[channels.feishu]`-shaped config (also the Settings' `channels.feishu`, as the
+    daemon passes it; other Settings fields from `settings`), serve its routes, start it, stop it."""
     from agenthub.channel import ChannelContext, WebRoutes
     from agenthub.config import Settings
     from channels.feishu import FeishuChannel
 
     routes = WebRoutes()
-    ctx = ChannelContext(gateway=gateway, settings=Settings.model_construct(), web=routes, state_dir=state_dir)
     config = {"apps": {cred: {"domain": fake.url, **cfg} for cred, cfg in apps.items()}, **top}
+    daemon_settings = Settings.model_construct(channels={"feishu": config}, **(settings or {}))
+    ctx = ChannelContext(gateway=gateway, settings=daemon_settings, web=routes, state_dir=state_dir)
     channel = FeishuChannel(ctx, config)
     app = web.Application()
     app.add_routes(routes.routes)

@@ -22,6 +22,15 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from agenthub.channel import ChannelContext, WebRoutes
 from agenthub.config import Settings
 from tests.fakes.wecom_limits import MemberLimit
+from tests.fakes.wecom_media import (
+    MediaFile,
+    MediaStore,
+    app_disposition,
+    bot_disposition,
+    bot_media_encrypt,
+    make_media_aeskey,
+    wrong_key_for,
+)
 
 # ---------------------------------------------------------------- callback crypto, independent of wechatpy
 
@@ -153,6 +162,11 @@ class FakeQyApi(_Server, MemberLimit):
         self.send_delay_s = 0.0
         self.dropped: list[dict[str, Any]] = []
         """Sends answered errcode 0 but never delivered: over the per-member limit."""
+        self.media = MediaStore()
+        """What `media/get` serves, by media_id; an unknown id is answered errcode 40007 like WeCom."""
+        self.media_errcodes: list[int] = []
+        self.media_tokens: list[str] = []
+        """The access token of every `media/get` call."""
 
     @property
     def url(self) -> str:
@@ -162,8 +176,29 @@ class FakeQyApi(_Server, MemberLimit):
         app = web.Application()
         app.router.add_get("/cgi-bin/gettoken", self._gettoken)
         app.router.add_post("/cgi-bin/message/send", self._send)
+        app.router.add_get("/cgi-bin/media/get", self._media_get)
         await self._serve(app)
         return self
+
+    def add_media(self, media_id: str, data: bytes, *, filename: str, content_type: str, chunked: bool = False) -> None:
+        """A temporary media file as `media/get` serves it: its bytes, Content-Type and Content-disposition."""
+        self.media.put(media_id, MediaFile(data, content_type, app_disposition(filename), chunked))
+
+    async def _media_get(self, request: web.Request) -> web.StreamResponse:
+        """Success: the file bytes with its headers; failure: a JSON body with errcode (HTTP 200 either way)."""
+        token = request.query.get("access_token", "")
+        self.media_tokens.append(token)
+        if token not in self.tokens_issued:
+            return web.json_response({"errcode": 40014, "errmsg": "invalid access_token"})
+        if token in self.expired:
+            return web.json_response({"errcode": 42001, "errmsg": "access_token expired"})
+        if self.media_errcodes:
+            code = self.media_errcodes.pop(0)
+            return web.json_response({"errcode": code, "errmsg": f"injected {code}"})
+        media_id = request.query.get("media_id", "")
+        if media_id not in self.media.files:
+            return web.json_response({"errcode": 40007, "errmsg": "invalid media_id"})
+        return await self.media.serve(request, media_id)
 
     def expire_tokens(self) -> None:
         self.expired.update(self.tokens_issued)
@@ -258,6 +293,8 @@ class FakeAiBotServer(_Server):
         self._current = 0  # the number of the connection `_ws` is
         self._live: set[int] = set()  # connections that are subscribed now
         self._sockets: dict[int, web.WebSocketResponse] = {}  # every open connection by number
+        self.media = MediaStore()
+        """What the media urls in callbacks serve (encrypted); an unknown or expired url is a 404."""
 
     @property
     def url(self) -> str:
@@ -266,8 +303,32 @@ class FakeAiBotServer(_Server):
     async def start(self) -> FakeAiBotServer:
         app = web.Application()
         app.router.add_get("/", self._handle)
+        app.router.add_get("/media/{key}", self._media)
         await self._serve(app)
         return self
+
+    def add_media(
+        self, data: bytes, *, filename: str = "", aeskey: str | None = None, chunked: bool = False
+    ) -> dict[str, str]:
+        """Serve `data` encrypted under a fresh per-message key; return the callback's `{"url", "aeskey"}`.
+
+        `aeskey` given: the bytes are encrypted under that key instead (a callback can then carry another one)."""
+        key = aeskey or make_media_aeskey()
+        name = secrets.token_hex(8)
+        disposition = bot_disposition(filename) if filename else "attachment"
+        self.media.put(name, MediaFile(bot_media_encrypt(data, key), "application/octet-stream", disposition, chunked))
+        return {"url": f"http://127.0.0.1:{self.port}/media/{name}", "aeskey": key}
+
+    def with_wrong_key(self, media: dict[str, str]) -> dict[str, str]:
+        """`media` (from `add_media`) carrying another message's aeskey, under which its bytes do not decrypt."""
+        served = self.media.files[media["url"].rsplit("/", 1)[-1]]
+        return {**media, "aeskey": wrong_key_for(served.data)}
+
+    async def _media(self, request: web.Request) -> web.StreamResponse:
+        key = request.match_info["key"]
+        if key not in self.media.files:
+            return web.Response(status=404, text="not found")
+        return await self.media.serve(request, key)
 
     def sent(self, cmd: str, req_id: str | None = None) -> list[dict[str, Any]]:
         return [f for f in self.frames if f.get("cmd") == cmd and (req_id is None or f["headers"]["req_id"] == req_id)]

@@ -12,6 +12,7 @@ import pytest
 import yarl
 from aiohttp.test_utils import TestServer
 
+from agenthub.config import MediaSettings, Settings
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, InboundMessage, ReplyEvent
 from channels.wecom import WeComChannel
@@ -50,6 +51,14 @@ def app_table(api: FakeQyApi, **extra: Any) -> dict[str, Any]:
     return {"apps": {"hr": app}}
 
 
+def wecom_settings(table: dict[str, Any], locale: str | None, media: dict[str, Any]) -> tuple[Settings, dict[str, Any]]:
+    """The daemon's settings with `table` as `[channels.wecom]` (plus `locale` when given) and `[media]` overrides;
+    returns them with the table the channel is built from, the same one as in production."""
+    if locale is not None:
+        table = {**table, "locale": locale}
+    return Settings(channels={"wecom": table}, media=MediaSettings(**media)), table
+
+
 class Harness:
     def __init__(self, api: FakeQyApi, submitter: ScriptedSubmitter, state_dir: Path) -> None:
         self.api = api
@@ -60,6 +69,9 @@ class Harness:
         self.http = aiohttp.ClientSession()
         self.clock: FakeClock | None = None
         self.locale: str | None = None
+        """`[channels.wecom] locale`, set before `start`."""
+        self.media: dict[str, Any] = {}
+        """`[media]` overrides, set before `start`."""
 
     def use_clock(self, clock: FakeClock) -> None:
         """Drive the send budget and the fake API's per-member limit with `clock` (call before `start`)."""
@@ -67,11 +79,8 @@ class Harness:
         self.api.clock = clock.now
 
     async def start(self, **extra: Any) -> WeComChannel:
-        """`extra` goes into the app's own table; `self.locale`, when set, is `[channels.wecom] locale`."""
-        context = channel_context(self.submitter, self.state_dir)
-        table = app_table(self.api, **extra)
-        if self.locale is not None:
-            table["locale"] = self.locale
+        settings, table = wecom_settings(app_table(self.api, **extra), self.locale, self.media)
+        context = channel_context(self.submitter, self.state_dir, settings)
         if self.clock is None:
             self.channel = WeComChannel(context, table)
         else:
@@ -154,9 +163,12 @@ class BotHarness:
         self.gateway = gateway
         self.state_dir = state_dir
         self.channel: WeComChannel | None = None
+        self.locale: str | None = None
+        self.media: dict[str, Any] = {}
 
     async def start(self, **extra: Any) -> WeComChannel:
-        self.channel = WeComChannel(channel_context(self.gateway, self.state_dir), bot_table(self.server, **extra))
+        settings, table = wecom_settings(bot_table(self.server, **extra), self.locale, self.media)
+        self.channel = WeComChannel(channel_context(self.gateway, self.state_dir, settings), table)
         await self.channel.start()
         await self.server.wait_for(lambda: self.server.subscribed >= 1)
         return self.channel

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from agenthub import i18n
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, OutboundMessage, ToolEvent
 from channels.wecom import WeComChannel
@@ -57,7 +58,7 @@ async def test_a_callback_streams_growing_content_then_finishes(bot: BotHarness,
     assert all(f["headers"]["req_id"] == req_id for f in server.sent("aibot_respond_msg"))
     message = bot.gateway.received[0]
     assert (message.chat_id, message.sender_id, message.message_id) == ("zhangsan", "zhangsan", "m-1")
-    assert (message.agent, message.cred_id, message.metadata["chat_type"]) == ("helper", "team", "single")
+    assert (message.agent, message.cred_id, message.metadata["chat_type"]) == ("helper", "team", "private")
 
 
 async def test_a_slow_turn_gets_keepalive_frames(
@@ -180,10 +181,10 @@ async def test_allow_list_refusal_never_reaches_the_agent(bot: BotHarness, serve
 
 async def test_unsupported_types_get_a_clear_reply(bot: BotHarness, server: FakeAiBotServer) -> None:
     await bot.start()
-    body = {"msgid": "i-1", "chattype": "single", "from": {"userid": "a"}, "msgtype": "image", "image": {"url": "u"}}
+    body = {"msgid": "i-1", "chattype": "single", "from": {"userid": "a"}, "msgtype": "video", "video": {"url": "u"}}
     req_id = await server.send_message(body)
     await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
-    assert server.streams(req_id)[-1]["content"] == "暂不支持这种消息类型，请发送文字。"
+    assert server.streams(req_id)[-1]["content"] == i18n.text("media.unsupported", "zh-CN", kind="video")
     assert bot.gateway.received == []
 
 

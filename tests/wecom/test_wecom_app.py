@@ -68,6 +68,7 @@ async def test_callback_acks_before_the_slow_llm_and_reply_goes_through_message_
     message = harness.submitter.received[0]
     assert (message.channel, message.chat_id, message.sender_id) == ("wecom", "zhangsan", "zhangsan")
     assert (message.message_id, message.cred_id, message.agent) == ("7001", "hr", "helper")
+    assert message.metadata["chat_type"] == "private"  # an app chat is always one person's
 
 
 async def test_same_msgid_three_times_gives_one_send(harness: Harness, api: FakeQyApi) -> None:
@@ -157,13 +158,21 @@ async def test_voice_recognition_goes_in_as_text(harness: Harness, api: FakeQyAp
 
 async def test_unsupported_types_get_a_clear_reply_and_skip_the_agent(harness: Harness, api: FakeQyApi) -> None:
     await harness.start()
-    image: dict[str, str | int] = {"MsgType": "image", "PicUrl": "http://x/p.png", "MediaId": "m", "MsgId": 6}
-    file: dict[str, str | int] = {"MsgType": "file", "MediaId": "m", "MsgId": 8}
-    await harness.post(message_xml(CORP_ID, "lisi", AGENT_ID, image))
-    await harness.post(message_xml(CORP_ID, "lisi", AGENT_ID, file))
+    video: dict[str, str | int] = {"MsgType": "video", "MediaId": "m", "ThumbMediaId": "t", "MsgId": 6}
+    location: dict[str, str | int] = {"MsgType": "location", "Location_X": "23.1", "Location_Y": "113.3", "MsgId": 8}
+    await harness.post(message_xml(CORP_ID, "lisi", AGENT_ID, video))
+    await harness.post(message_xml(CORP_ID, "lisi", AGENT_ID, location))
     await harness.settle()
     assert harness.submitter.received == []
-    assert api.texts() == ["暂不支持这种消息类型，请发送文字。"] * 2
+    expected = [i18n.text("media.unsupported", "zh-CN", kind=kind) for kind in ("video", "location")]
+    assert sorted(api.texts()) == sorted(expected)
+
+
+async def test_the_operators_unsupported_text_replaces_the_catalogues(harness: Harness, api: FakeQyApi) -> None:
+    await harness.start(unsupported="请发送文字。")
+    await harness.post(message_xml(CORP_ID, "lisi", AGENT_ID, {"MsgType": "link", "Url": "https://x", "MsgId": 9}))
+    await harness.settle()
+    assert api.texts() == ["请发送文字。"]
 
 
 async def test_enter_agent_event_sends_the_configured_welcome_once(harness: Harness, api: FakeQyApi) -> None:
@@ -198,7 +207,8 @@ async def test_the_default_refusal_and_unsupported_reply_are_in_the_channels_loc
     location: dict[str, str | int] = {"MsgType": "location", "Location_X": "39.9", "Location_Y": "116.4", "MsgId": 9}
     await harness.post(message_xml(CORP_ID, "zhangsan", AGENT_ID, location))
     await harness.settle()
-    assert api.texts() == [i18n.text("channel.refusal", locale), i18n.text("channel.unsupported", locale)]
+    unsupported = i18n.text("media.unsupported", locale, kind="location")
+    assert api.texts() == [i18n.text("channel.refusal", locale), unsupported]
     assert harness.submitter.received == []
 
 

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
+from agenthub import i18n
 from agenthub.errors import ConfigError
 from agenthub.messages import OutboundMessage
 from channels.wecom import WeComChannel
@@ -148,9 +149,9 @@ async def test_welcomes_unsupported_replies_and_proactive_sends_share_the_budget
     api.member_per_minute = 3
     channel = await harness.start(member_per_minute=3, member_wait_max_s=0, welcome="欢迎")
     enter: dict[str, str | int] = {"MsgType": "event", "Event": "enter_agent", "EventKey": ""}
-    image: dict[str, str | int] = {"MsgType": "image", "PicUrl": "http://x/p.png", "MediaId": "m", "MsgId": 6}
+    video: dict[str, str | int] = {"MsgType": "video", "MediaId": "m", "ThumbMediaId": "t", "MsgId": 6}
     await harness.post(message_xml(CORP_ID, "zhangsan", AGENT_ID, enter))
-    await harness.post(message_xml(CORP_ID, "zhangsan", AGENT_ID, image))
+    await harness.post(message_xml(CORP_ID, "zhangsan", AGENT_ID, video))
     await harness.settle()
     note = OutboundMessage(channel="wecom", chat_id="zhangsan", content="提醒：三点开会", cred_id="hr")
     await channel.send(note)
@@ -159,7 +160,7 @@ async def test_welcomes_unsupported_replies_and_proactive_sends_share_the_budget
     assert info.value.free_in_s == 60
     await harness.post(text("还有吗", msg_id=7))
     await harness.settle()
-    assert api.texts() == ["欢迎", "暂不支持这种消息类型，请发送文字。", "提醒：三点开会"]
+    assert api.texts() == ["欢迎", i18n.text("media.unsupported", "zh-CN", kind="video"), "提醒：三点开会"]
     await channel.send(OutboundMessage(channel="wecom", chat_id="lisi", content="另一位成员不受影响", cred_id="hr"))
     assert api.dropped == []
     assert api.texts()[-1] == "另一位成员不受影响"

@@ -115,6 +115,9 @@ async def test_lines_pasted_as_several_app_messages_get_one_answer_each_burst(
                     assert resp.status == 200
                 if number == 0:
                     await fake_llm.wait_for_requests(1)
+            async with asyncio.timeout(10):  # the app acks first and submits after: all four reach the gateway
+                while gateway.queue_depth() < 4:  # noqa: ASYNC110 - the gateway offers no event for its queue
+                    await asyncio.sleep(0.01)
             release.set()
             await api.wait_for(lambda: len(api.sends) >= 2, timeout=10)
             await channel.tasks.join()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agenthub.i18n.catalogue import channels, cli, commands, core, llm, media, memory
+from agenthub.i18n.catalogue import channels, cli, commands, core, feishu, forget, jobs, llm, media, memory
 
 AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (
     core.TEXTS,
@@ -14,6 +14,9 @@ AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (
     memory.TEXTS,
     channels.TEXTS,
     cli.TEXTS,
+    feishu.TEXTS,
+    forget.TEXTS,
+    jobs.TEXTS,
 )
 """Every area module's `TEXTS`; an area added later is listed here."""
 

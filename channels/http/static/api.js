@@ -115,6 +115,8 @@ export const api = {
   context: (agent, chat) => json(`/api/agents/${enc(agent)}/sessions/${enc(chat)}/context`),
   compact: (agent, chat) => json(`/api/agents/${enc(agent)}/sessions/${enc(chat)}/compact`, { method: "POST" }),
   welcome: (agent) => json(`/api/agents/${enc(agent)}/welcome`),
+  events: (agent, chat, signal) =>
+    request(`/api/agents/${enc(agent)}/sessions/${enc(chat)}/events`, { signal, accept: "text/event-stream" }),
   send: (agent, chat, content) =>
     json(`/api/agents/${enc(agent)}/chat`, { method: "POST", body: { chat_id: chat, content } }),
   stream: (agent, chat, content, signal) =>

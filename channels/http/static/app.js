@@ -15,6 +15,7 @@ const state = {
   chat: null,
   view: 0, // bumped on every chat switch so late answers for an old view are dropped
   streams: new Map(), // "agent\nchat" → {row, controller}
+  feed: null, // AbortController of the open chat's events feed (reminders pushed by the daemon)
   welcome: new Map(),
 };
 
@@ -188,6 +189,7 @@ async function newChat() {
 function showNoChat() {
   state.chat = null;
   state.view += 1;
+  followPushes(null, null, state.view);
   $("chat-title").textContent = t("chat.pick");
   $("context-meter").hidden = true;
   $("messages").replaceChildren(el("div", { class: "welcome", text: t("chat.start") }));
@@ -211,6 +213,31 @@ async function openChat(chat) {
   if (!rows.length) showWelcome(agent, view);
   scrollToEnd();
   refreshMeter();
+  followPushes(agent, chat, view);
+}
+
+/** While a chat is open, messages the daemon pushes into it (scheduled reminders) appear as they come. */
+async function followPushes(agent, chat, view) {
+  state.feed?.abort();
+  state.feed = null;
+  if (!chat) return;
+  const controller = new AbortController();
+  state.feed = controller;
+  try {
+    const response = await api.events(agent, chat, controller.signal);
+    for await (const frame of sseFrames(response)) {
+      if (view !== state.view) break;
+      if (frame.event !== "push") continue;
+      $("messages").querySelector(".welcome")?.remove();
+      const row = messageRow({ role: "assistant", content: frame.data.content });
+      if (row) $("messages").append(row);
+      scrollToEnd();
+    }
+  } catch {
+    // aborted on a chat switch, or the feed is gone: the messages route still shows every push on reopening
+  } finally {
+    if (state.feed === controller) state.feed = null;
+  }
 }
 
 async function showWelcome(agent, view) {

@@ -1,0 +1,154 @@
+"""`agenthub forget --channel C --sender ID [--agent A] [--yes]`: everything about one person, in every chat.
+
+With a daemon running (it holds the data directory) the work goes to its admin route, so each session is redacted
+under the daemon's own serialisation; otherwise this process takes the data directory's lock and does it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import os
+import sys
+from typing import Any
+
+import aiohttp
+
+from agenthub import i18n
+from agenthub.agent.definition import AgentDefinition, load_agents
+from agenthub.config import Settings, load_settings
+from agenthub.datalock import DataDirLock, DataDirLocked, holder_address, is_locked
+from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError, StorageError
+from agenthub.forget.redact import Person
+from agenthub.forget.service import Forgetter
+from agenthub.invocation import command_name
+from agenthub.log import configure_logging
+from agenthub.memory.files import MemoryFiles
+from agenthub.session.history import SessionHistory
+from agenthub.session.keys import validate_agent_name, validate_part
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+REMOTE_TIMEOUT = aiohttp.ClientTimeout(total=600, sock_connect=10)
+
+
+def add_parser(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "forget",
+        help="delete everything about one person (messages, replies, summaries, profile, memory lines)",
+        description=(
+            "Redact one person's messages and the replies to them in every chat on a channel, drop the summaries "
+            "of those chats, delete their profile and the memory lines that quote them. Works while the daemon "
+            "runs (through its API, with a token)."
+        ),
+    )
+    parser.add_argument("--channel", required=True, help="the channel the person writes on: wecom, feishu, http, cli")
+    parser.add_argument("--sender", required=True, help="their sender id on that channel")
+    parser.add_argument("--agent", default=None, help="only this agent's chats (default: every agent)")
+    parser.add_argument("--yes", action="store_true", help="do not ask before acting")
+    parser.add_argument("--token", default=None, help="API token for a running daemon (default: $AGENTHUB_TOKEN)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging("info", "auto", stream=sys.stderr)
+    locale = i18n.system_locale()
+    try:
+        settings = load_settings(args.config)
+        person = Person(validate_part("channel", args.channel), validate_part("sender", args.sender, allow_colon=True))
+        if args.agent is not None:
+            validate_agent_name(args.agent)
+    except (ConfigError, InvalidIdError) as e:
+        print(f"agenthub forget: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.yes and not _confirmed(person, args.agent, locale):
+        print(i18n.text("forget.cli_cancelled", locale), file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        if is_locked(settings.data_dir):
+            counts = asyncio.run(_forget_remote(settings, person, args))
+        else:
+            counts = asyncio.run(_forget_here(settings, person, args.agent))
+    except (AgentNotFoundError, DataDirLocked) as e:
+        print(f"agenthub forget: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except RemoteRefused as e:
+        print(f"agenthub forget: {e}", file=sys.stderr)
+        return e.exit_code
+    except StorageError as e:  # a link planted inside data/, a full or read-only disk: what is done stays done
+        print(f"agenthub forget: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(i18n.text("forget.cli_done", locale, **counts))
+    return EXIT_OK
+
+
+def _confirmed(person: Person, agent: str | None, locale: str) -> bool:
+    agents = agent or i18n.text("forget.cli_all_agents", locale)
+    prompt = i18n.text("forget.cli_ask", locale, channel=person.channel, sender=person.sender_id, agents=agents)
+    print(prompt, end="", file=sys.stderr, flush=True)
+    try:
+        answer = sys.stdin.readline()
+    except (OSError, ValueError):
+        return False
+    return answer.strip().lower() in ("yes", "y", "是")
+
+
+async def _forget_here(settings: Settings, person: Person, agent: str | None) -> dict[str, int]:
+    """No daemon: hold the data directory's lock (a daemon starting meanwhile is refused) and work on the files."""
+    lock = DataDirLock(settings.data_dir)
+    lock.acquire("forget")
+    try:
+        registry = load_agents(settings.agents_dir, default_agent=settings.default_agent)
+        agents: list[AgentDefinition] = [registry.get(agent)] if agent else [registry.get(n) for n in registry.names()]
+        forgetter = Forgetter(
+            settings,
+            SessionHistory(settings.data_dir, fsync=settings.session.fsync),
+            MemoryFiles(settings.data_dir, settings.auth_dir),
+        )
+        report = await forgetter.forget_everywhere(agents, person, actor=f"cli:{_os_user()}")
+        return report.as_dict()
+    finally:
+        lock.release()
+
+
+class RemoteRefused(AgentHubError):
+    """The daemon could not be reached or refused the request; `exit_code` is what the command exits with."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+async def _forget_remote(settings: Settings, person: Person, args: argparse.Namespace) -> dict[str, int]:
+    """A daemon holds the data directory: `POST /api/forget` on it."""
+    locale = i18n.system_locale()
+    token = args.token or os.environ.get("AGENTHUB_TOKEN", "")
+    address = holder_address(settings.data_dir) or f"{settings.http.host}:{settings.http.port}"
+    if not token:
+        command = f"{command_name()} token create --name cli"
+        text = i18n.text("forget.cli_needs_token", locale, data_dir=settings.data_dir, address=address, command=command)
+        raise RemoteRefused(text, EXIT_USAGE)
+    body: dict[str, str] = {"channel": person.channel, "sender_id": person.sender_id}
+    if args.agent:
+        body["agent"] = args.agent
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=REMOTE_TIMEOUT) as client,
+            client.post(f"http://{address}/api/forget", json=body, headers=headers) as resp,
+        ):
+            data = await resp.json(content_type=None)
+            if resp.status != 200:
+                message = str((data.get("error") or {}).get("message", resp.reason))
+                text = i18n.text("forget.cli_daemon_failed", locale, status=resp.status, message=message)
+                raise RemoteRefused(text, EXIT_USAGE if resp.status in (400, 401, 404, 422) else EXIT_FAILED)
+            return {str(k): int(v) for k, v in data["forgotten"].items()}
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError, AttributeError) as e:
+        text = i18n.text("forget.cli_unreachable", locale, address=address, error=type(e).__name__)
+        raise RemoteRefused(text, EXIT_FAILED) from None
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

@@ -1,0 +1,62 @@
+"""`/forget`: the sender's own messages in this chat and their profile, double-confirmed like `/restart`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from agenthub import i18n
+from agenthub.forget.redact import Person
+from agenthub.forget.service import Forgetter
+from agenthub.gateway.commands import CommandContext
+from agenthub.session.keys import SessionKey
+
+if TYPE_CHECKING:
+    from agenthub.gateway.core import GatewayCore
+
+
+@asynccontextmanager
+async def held(gateway: GatewayCore, key: SessionKey) -> AsyncIterator[None]:
+    """The session's serialisation: its compaction in flight is aborted (it read the old messages), the running
+    turn finishes and stores its reply, and the next queued turn waits until the block exits."""
+    await gateway.cancel_background(key)
+    async with gateway.hold(key):
+        yield
+
+
+def gateway_forgetter(gateway: GatewayCore) -> Forgetter:
+    """A Forgetter on the daemon's own history cache and memory writers, each session redacted while held."""
+    return Forgetter(
+        gateway.settings,
+        gateway.history,
+        gateway.memory_files,
+        guard=functools.partial(held, gateway),
+        index=gateway.search.purge,  # the live index re-reads the redacted files (its file stays open)
+    )
+
+
+class ForgetCommand:
+    """The first `/forget` asks; a second one from the same sender in the same chat within the window acts."""
+
+    def __init__(self, gateway: GatewayCore) -> None:
+        self.gateway = gateway
+        self._asked: dict[tuple[SessionKey, str], float] = {}
+
+    async def __call__(self, ctx: CommandContext) -> str:
+        gw, sender = self.gateway, ctx.message.sender_id
+        locale = i18n.locale_for(gw.settings, ctx.message.channel, ctx.agent)
+        if not sender:  # nobody to forget (and nobody who could confirm)
+            return i18n.text("forget.no_sender", locale)
+        window = gw.settings.session.restart_confirm_s
+        now = gw.clock()
+        self._asked = {asker: at for asker, at in self._asked.items() if now - at <= window}
+        asker = (ctx.key, sender)
+        if asker not in self._asked:
+            self._asked[asker] = now
+            return i18n.text("forget.confirm", locale, seconds=int(window))
+        del self._asked[asker]
+        gw.drop_queued(ctx.key, sender)  # not stored yet; they must not be stored after the redaction
+        report = await gateway_forgetter(gw).forget_in_chat(ctx.agent, ctx.key, Person(ctx.message.channel, sender))
+        return i18n.text("forget.done", locale, messages=report.messages, replies=report.replies)

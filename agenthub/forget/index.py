@@ -1,0 +1,28 @@
+"""The search index's part in "forget me": the seam `memory_search`'s index plugs into."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from agenthub.session.keys import SessionKey
+from agenthub.storage.paths import AgentLayout, refuse_link
+
+IndexHook = Callable[[str, Sequence[SessionKey]], Awaitable[int]]
+"""`(agent, redacted session keys) -> index entries or directories dropped`, called after the files are redacted."""
+
+INDEX_DIR = "index"
+
+
+async def drop_derived_index(data_dir: Path, agent: str, keys: Sequence[SessionKey]) -> int:
+    """Until the index can delete one session's entries: remove `data/<agent>/index/` whole (it is derived from
+    the redacted files and rebuilt from them). 1 when there was one, else 0."""
+    if not keys:
+        return 0
+    directory = refuse_link(AgentLayout(data_dir, agent).root / INDEX_DIR)
+    if not directory.is_dir():
+        return 0
+    await asyncio.to_thread(shutil.rmtree, directory)
+    return 1

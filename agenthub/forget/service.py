@@ -1,0 +1,245 @@
+"""The Forgetter: one person's messages, replies, summaries, profile and memory lines, in one chat or in every
+chat of a channel. Each session is redacted under the caller's guard (inside the daemon, the session's
+serialisation); every file change is an atomic replace or an unlink."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import structlog
+
+from agenthub import i18n
+from agenthub.agent.definition import AgentDefinition
+from agenthub.config import Settings
+from agenthub.forget.index import IndexHook, drop_derived_index
+from agenthub.forget.redact import Markers, Person, involves, other_senders, redact
+from agenthub.forget.scrub import QuoteMatcher
+from agenthub.memory.files import MemoryFiles, backup_path, read_text, write_text
+from agenthub.session.history import SessionHistory
+from agenthub.session.keys import SessionKey, key_from_file_stem
+from agenthub.session.meta import DEFAULT_TITLE, title_from
+from agenthub.storage import jsonl
+from agenthub.storage.paths import AgentLayout
+
+log = structlog.get_logger(__name__)
+
+CLI_CHANNEL = "cli"
+CLI_LINE_HISTORY = Path(".channels", "cli", "history")
+"""Where `agenthub chat` keeps the REPL's line history by default (`[channels.cli] history_file` moves it)."""
+
+SessionGuard = Callable[[SessionKey], AbstractAsyncContextManager[None]]
+
+
+@contextlib.asynccontextmanager
+async def unguarded(_: SessionKey) -> AsyncIterator[None]:
+    """For a process that holds the data directory's lock itself (no daemon, no turns running)."""
+    yield
+
+
+@dataclass
+class ForgetReport:
+    """What was removed (counts only: the audit line and the replies never carry content)."""
+
+    sessions: int = 0
+    messages: int = 0
+    replies: int = 0
+    summaries: int = 0
+    profiles: int = 0
+    memory_files: int = 0
+    memory_lines: int = 0
+    indexes: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass
+class _SessionOutcome:
+    key: SessionKey
+    texts: list[str] = field(default_factory=list)
+    private: bool = False
+
+
+class Forgetter:
+    def __init__(
+        self,
+        settings: Settings,
+        history: SessionHistory,
+        memory_files: MemoryFiles,
+        *,
+        guard: SessionGuard = unguarded,
+        index: IndexHook | None = None,
+    ) -> None:
+        self.settings = settings
+        self.history = history
+        self.files = memory_files
+        self.guard = guard
+        self.index: IndexHook = index or functools.partial(drop_derived_index, settings.data_dir)
+
+    async def forget_in_chat(self, agent: AgentDefinition, key: SessionKey, person: Person) -> ForgetReport:
+        """`/forget`: the person's messages in this chat and their profile with this agent."""
+        report = ForgetReport()
+        outcome = await self._forget_session(agent, key, person, report)
+        outcomes = [outcome] if outcome is not None else []
+        await self._forget_memory(agent, person, outcomes, report)
+        await self._scrub_shared_profile([t for o in outcomes for t in o.texts], report)
+        audit("chat", person, "self", [agent.name], report)
+        return report
+
+    async def forget_everywhere(self, agents: Sequence[AgentDefinition], person: Person, *, actor: str) -> ForgetReport:
+        """`agenthub forget` / the admin route: every chat of `agents` on the person's channel."""
+        report = ForgetReport()
+        texts: list[str] = []
+        for agent in agents:
+            outcomes = []
+            for key in await asyncio.to_thread(session_keys, self.settings.data_dir, agent.name, person.channel):
+                outcome = await self._forget_session(agent, key, person, report)
+                if outcome is not None:
+                    outcomes.append(outcome)
+            await self._forget_memory(agent, person, outcomes, report)
+            texts += [t for o in outcomes for t in o.texts]
+        await self._scrub_shared_profile(texts, report)
+        if person.channel == CLI_CHANNEL:  # the terminal's line history holds every line typed at the prompt
+            report.memory_lines += await self._scrub([self.settings.data_dir / CLI_LINE_HISTORY], QuoteMatcher(texts))
+        audit("everywhere", person, actor, [a.name for a in agents], report)
+        return report
+
+    # ---- sessions ------------------------------------------------------------------------------
+
+    async def _forget_session(
+        self, agent: AgentDefinition, key: SessionKey, person: Person, report: ForgetReport
+    ) -> _SessionOutcome | None:
+        """Redact the archive, then the working history (no re-archiving), under the session's guard."""
+        locale = i18n.locale_for(self.settings, key.channel, agent)
+        markers = Markers(i18n.text("forget.redacted_message", locale), i18n.text("forget.redacted_reply", locale))
+        async with self.guard(key):
+            working = await self.history.load(key)
+            archived = await self.history.archived(key)
+            if not (involves(working, person) or involves(archived, person)):
+                return None
+            outcome = _SessionOutcome(key, private=not other_senders([*archived, *working], person))
+
+            def redacted(records: list[dict[str, object]]) -> list[dict[str, object]]:
+                done = redact(records, person, markers, drop_summaries=True)
+                _count(report, done.messages, done.replies, done.summaries)
+                outcome.texts += done.texts
+                return done.records
+
+            await self.history.rewrite_archive(key, redacted)
+            new_working = redacted(working)
+            if new_working != working:
+                await self.history.replace(key, new_working, archive_removed=False)
+            await self._retitle(key, outcome.texts)
+        report.sessions += 1
+        return outcome
+
+    async def _retitle(self, key: SessionKey, texts: list[str]) -> None:
+        """A title made from one of their messages goes back to the default (the next message names it again)."""
+        meta = await self.history.get_meta(key)
+        if meta is None or meta.title == DEFAULT_TITLE:
+            return
+        if any(meta.title == title_from(t) for t in texts) or QuoteMatcher(texts).quotes(meta.title):
+            await self.history.update_meta(key, title=DEFAULT_TITLE)
+
+    # ---- memory files --------------------------------------------------------------------------
+
+    async def _forget_memory(
+        self, agent: AgentDefinition, person: Person, outcomes: list[_SessionOutcome], report: ForgetReport
+    ) -> None:
+        """Their profile with this agent and the memory files of their private chats go; the agent's and the
+        group chats' memory files lose the lines that quote them; the search index is told."""
+        for profile in profile_paths(self.files, agent, person):
+            report.profiles += await _delete_all(_with_backup(profile))
+        matcher = QuoteMatcher(t for o in outcomes for t in o.texts)
+        for outcome in outcomes:
+            path = chat_memory_path(self.files, agent, outcome.key)
+            if outcome.private:
+                report.memory_files += await _delete_all(_with_backup(path))
+            else:
+                report.memory_lines += await self._scrub(_with_backup(path), matcher)
+        report.memory_lines += await self._scrub(_with_backup(self.files.memory_path(agent)), matcher)
+        report.indexes += await self.index(agent.name, [o.key for o in outcomes])
+
+    async def _scrub_shared_profile(self, texts: list[str], report: ForgetReport) -> None:
+        report.memory_lines += await self._scrub(_with_backup(shared_profile_path(self.files)), QuoteMatcher(texts))
+
+    async def _scrub(self, paths: list[Path], matcher: QuoteMatcher) -> int:
+        """Remove quoting lines under each file's writer lock (never racing write_memory or L3)."""
+        if not matcher:
+            return 0
+        removed = 0
+        for path in paths:
+            async with self.files.writer.lock(path):
+                if not path.exists():
+                    continue
+                text, lines = matcher.scrub(await read_text(path))
+                if lines:
+                    await write_text(path, text)
+                    removed += lines
+        return removed
+
+
+def profile_paths(files: MemoryFiles, agent: AgentDefinition, person: Person) -> tuple[Path, ...]:
+    """Every profile of the person's own with `agent` (private and group, whatever the agent's current profile
+    option, so a profile written before the option changed is found too). The shared USER.md is everybody's: it only
+    loses the lines quoting them."""
+    return files.person_profiles(agent, person.sender_id)
+
+
+def shared_profile_path(files: MemoryFiles) -> Path:
+    return files.shared_profile
+
+
+def chat_memory_path(files: MemoryFiles, agent: AgentDefinition, key: SessionKey) -> Path:
+    """The chat's own memory file (as `scope = "chat"` keeps it), whatever the agent's current scope."""
+    memory = agent.config.memory.model_copy(update={"scope": "chat"})
+    chat_scoped = AgentDefinition(agent.name, agent.config.model_copy(update={"memory": memory}), agent.persona)
+    return files.memory_path(chat_scoped, key)
+
+
+def session_keys(data_dir: Path, agent: str, channel: str) -> list[SessionKey]:
+    """Every session of `agent` on `channel` with a history, a meta or an archive. Runs in a worker thread."""
+    layout = AgentLayout(data_dir, agent)
+    stems: set[str] = set()
+    for directory in (layout.sessions_dir, layout.archive_dir):
+        if directory.is_dir():
+            stems |= {_stem(p.name) for p in directory.iterdir() if p.is_file()}
+    keys = (key_from_file_stem(s) for s in stems if s)
+    return sorted((k for k in keys if k is not None and k.agent == agent and k.channel == channel), key=str)
+
+
+def _stem(name: str) -> str:
+    for suffix in (".meta.json", ".jsonl"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return ""
+
+
+def _with_backup(path: Path) -> list[Path]:
+    return [path, backup_path(path)]
+
+
+async def _delete_all(paths: list[Path]) -> int:
+    """Unlink each (a link is removed, never followed); how many of the main files existed (backups not counted)."""
+    gone = await asyncio.to_thread(lambda: [jsonl.delete_file(p) for p in paths])
+    return int(gone[0])
+
+
+def _count(report: ForgetReport, messages: int, replies: int, summaries: int) -> None:
+    report.messages += messages
+    report.replies += replies
+    report.summaries += summaries
+
+
+def audit(scope: str, person: Person, actor: str, agents: list[str], report: ForgetReport) -> None:
+    """The one audit line: who asked, which person (as its tag), where, how much; never any content."""
+    log.info(
+        "forget_audit", scope=scope, actor=actor, person=person.tag, channel=person.channel, agents=agents,
+        **report.as_dict(),
+    )  # fmt: skip

@@ -1,0 +1,64 @@
+"""Plugging the scheduler into the gateway: the `/jobs` command at build time, delivery once channels run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from agenthub import i18n
+from agenthub.channel import Channel
+from agenthub.gateway.commands import CommandContext
+from agenthub.scheduler.core import Scheduler
+from agenthub.scheduler.delivery import JobDelivery
+from agenthub.scheduler.store import JobStore
+from agenthub.scheduler.texts import jobs_listing
+
+if TYPE_CHECKING:
+    from agenthub.gateway.core import GatewayCore
+
+
+def attach_scheduler(gateway: GatewayCore) -> Scheduler | None:
+    """Give the gateway its scheduler (jobs load lazily) and the `/jobs` command; nothing runs until started."""
+    settings = gateway.settings
+    if not settings.scheduler.enabled:
+        return None
+    store = JobStore(settings.data_dir, durable=settings.session.fsync)
+    scheduler = gateway.scheduler = Scheduler(settings.scheduler, store, clock=gateway.clock)
+    gateway.commands.register("jobs", "jobs.help", _jobs_command)
+    return scheduler
+
+
+async def start_scheduler(gateway: GatewayCore, channels: Iterable[Channel]) -> None:
+    """Start firing due jobs through the running channels (the composition root calls this after they start)."""
+    if gateway.scheduler is not None:
+        await gateway.scheduler.start(JobDelivery(gateway, {c.name: c for c in channels}))
+
+
+async def pause_scheduler(gateway: GatewayCore) -> None:
+    """No new runs (shutdown begins); deliveries already under way go on."""
+    if gateway.scheduler is not None:
+        await gateway.scheduler.pause()
+
+
+async def stop_scheduler(gateway: GatewayCore, grace_s: float = 0.0) -> None:
+    """Pause, then give deliveries under way `grace_s` to reach their channel before they are cancelled."""
+    if gateway.scheduler is not None:
+        await gateway.scheduler.stop(grace_s)
+
+
+async def _jobs_command(ctx: CommandContext) -> str:
+    """`/jobs` lists the chat's jobs, `/jobs delete ID` removes one; answered in the chat's locale."""
+    gw = ctx.gateway
+    locale = i18n.locale_for(gw.settings, ctx.message.channel, ctx.agent)
+    scheduler = gw.scheduler
+    if scheduler is None:
+        return i18n.text("jobs.disabled", locale)
+    await scheduler.ensure_loaded()
+    words = ctx.args.split()
+    if not words:
+        jobs = scheduler.for_chat(ctx.key)
+        return jobs_listing(jobs, locale, default_zone=gw.settings.scheduler.timezone, now=gw.clock())
+    if len(words) == 2 and words[0].lower() == "delete":
+        job = await scheduler.delete(ctx.key.agent, words[1], ctx.key)
+        return i18n.text("jobs.deleted" if job is not None else "jobs.not_found", locale, job_id=words[1])
+    return i18n.text("jobs.usage", locale)

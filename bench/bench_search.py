@@ -1,0 +1,192 @@
+"""memory_search benchmarks: query p50/p99 at 100,000 stored messages, and the index update per append ÷ the append.
+
+Run: PYTHONPATH=. .venv/bin/python bench/bench_search.py [--sessions 1000] [--per-session 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from agenthub.search.index import SearchIndex, SearchScope
+from agenthub.search.service import SearchService
+from agenthub.session.history import SessionHistory
+from agenthub.session.keys import SessionKey
+from agenthub.storage import jsonl
+from agenthub.storage.paths import AgentLayout
+
+AGENT = "bench"
+ZH = [
+    "预算",
+    "排期",
+    "会议",
+    "客户",
+    "合同",
+    "发票",
+    "报销",
+    "需求",
+    "测试",
+    "上线",
+    "版本",
+    "接口",
+    "数据库",
+    "服务器",
+    "前端",
+    "后端",
+    "设计",
+    "文档",
+    "周报",
+    "季度",
+]
+EN = [
+    "budget",
+    "schedule",
+    "meeting",
+    "customer",
+    "contract",
+    "invoice",
+    "expense",
+    "release",
+    "version",
+    "server",
+    "design",
+    "report",
+]
+QUERIES = 200
+APPENDS = 300
+
+
+# 3000 CJK characters drawn with Zipf weights, so the trigram vocabulary is as varied as real chat text
+HANZI = [chr(0x4E00 + (i * 7) % 20000) for i in range(3000)]
+HANZI_WEIGHTS = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(HANZI))))
+
+
+def _sentence(rng: random.Random, i: int) -> str:
+    words = [rng.choice(ZH) for _ in range(4)] + [rng.choice(EN) for _ in range(3)]
+    words += ["".join(rng.choices(HANZI, cum_weights=HANZI_WEIGHTS, k=rng.randint(2, 6))) for _ in range(6)]
+    rng.shuffle(words)
+    return f"第{i}条：" + "，".join(words) + " 的事情我们下周再讨论一下"
+
+
+def _message(rng: random.Random, i: int) -> dict[str, Any]:
+    role = "user" if i % 2 == 0 else "assistant"
+    return {"role": role, "content": _sentence(rng, i), "timestamp": 1_700_000_000_000 + i}
+
+
+def write_corpus(data_dir: Path, sessions: int, per_session: int) -> SessionKey:
+    """`sessions` × `per_session` messages on disk; one fact planted in one session. Returns that session."""
+    rng = random.Random(13)
+    layout = AgentLayout(data_dir, AGENT)
+    planted = SessionKey(AGENT, "wecom", f"group-{sessions // 2}")
+    for s in range(sessions):
+        key = SessionKey(AGENT, "wecom", f"group-{s}")
+        records = [_message(rng, s * per_session + i) for i in range(per_session)]
+        if key == planted:
+            records[per_session // 2] = {"role": "user", "content": "我们的暗号是夜莺 password nightingale"}
+        jsonl.append_records(layout.history_file(key), records, fsync=False)
+    return planted
+
+
+async def _timed(fn: Callable[[], Awaitable[object]], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        await fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _query(service: SearchService, terms: list[str], scope: SearchScope) -> Callable[[], Awaitable[object]]:
+    return lambda: service.search(AGENT, terms, scope, 5)
+
+
+def _p(times: list[float], q: float) -> float:
+    ordered = sorted(times)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+async def bench_queries(data_dir: Path, planted: SessionKey) -> None:
+    service = SearchService(data_dir)
+    start = time.perf_counter()
+    stats = await service.stats(AGENT)  # the first use builds the index from the files
+    print(f"build: {stats['docs']} messages from {stats['sources']} files in {time.perf_counter() - start:.1f} s")
+    everything, one_chat = SearchScope(None), SearchScope(str(planted))
+    cases: list[tuple[str, list[str], SearchScope]] = [
+        ("english word, all sessions", ["nightingale"], everything),
+        ("chinese 3+ chars, all sessions", ["暗号是夜莺"], everything),
+        ("chinese 2 chars, rare, all sessions", ["夜莺"], everything),
+        ("chinese 2 chars, common word, all sessions", ["预算"], everything),
+        ("chinese 2 chars, frequent characters, all sessions", [HANZI[0] + HANZI[1]], everything),
+        ("chinese 1 char, the most frequent, all sessions", [HANZI[0]], everything),
+        ("chinese 1 char, rare, all sessions", [HANZI[2999]], everything),
+        ("two terms mixed, all sessions", ["夜莺", "password"], everything),
+        ("common english, all sessions", ["budget", "server"], everything),
+        ("chinese 2 chars, one chat", ["夜莺"], one_chat),
+        ("english word, one chat", ["nightingale"], one_chat),
+    ]
+    overall: list[float] = []
+    for name, terms, scope in cases:
+        hits = await service.search(AGENT, terms, scope, 5)
+        times = await _timed(_query(service, terms, scope), QUERIES)
+        overall += times
+        print(f"  {name:48s} hits={len(hits)}  p50={_p(times, 0.5):7.2f} ms  p99={_p(times, 0.99):7.2f} ms")
+    print(f"memory_search at {stats['docs']} messages: p50={_p(overall, 0.5):.2f} ms  p99={_p(overall, 0.99):.2f} ms")
+    await service.close()
+
+    service = SearchService(data_dir)
+    start = time.perf_counter()
+    await service.stats(AGENT)
+    print(f"restart: verifying {stats['sources']} unchanged files took {(time.perf_counter() - start) * 1000:.0f} ms")
+    await service.close()
+
+
+async def bench_append_cost(data_dir: Path, fsync: bool) -> None:
+    """Median seconds of SessionHistory.append vs of the index update it causes (same message, same thread kind)."""
+    rng = random.Random(7)
+    history = SessionHistory(data_dir, fsync=fsync)
+    key = SessionKey(AGENT, "wecom", f"append-{fsync}")
+    await history.append(key, _message(rng, 0))
+    index = SearchIndex(AgentLayout(data_dir, AGENT))
+    index.sync_session(key, "append")
+    appends, updates = [], []
+    for i in range(APPENDS):
+        start = time.perf_counter()
+        await history.append(key, _message(rng, i))
+        appends.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        index.sync_session(key, "append")  # what the observer queues on the worker thread
+        updates.append(time.perf_counter() - start)
+    index.close()
+    append_s, update_s = statistics.median(appends), statistics.median(updates)
+    print(
+        f"append (fsync={fsync}): {append_s * 1e6:.0f} us, index update {update_s * 1e6:.0f} us, "
+        f"ratio update/append = {update_s / append_s:.2f}"
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--per-session", type=int, default=100)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp) / "data"
+        start = time.perf_counter()
+        planted = write_corpus(data_dir, args.sessions, args.per_session)
+        total = args.sessions * args.per_session
+        print(f"wrote {total} messages in {args.sessions} sessions in {time.perf_counter() - start:.1f} s")
+        await bench_queries(data_dir, planted)
+        for fsync in (True, False):
+            await bench_append_cost(data_dir, fsync)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

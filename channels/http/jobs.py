@@ -1,0 +1,45 @@
+"""Admin routes for an agent's scheduled jobs: list them, delete one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from agenthub.gateway.core import GatewayCore
+from agenthub.scheduler.core import Scheduler
+from agenthub.scheduler.jobs import Job, local_iso
+from agenthub.web import GATEWAY, dumps
+from channels.http.requests import ApiError, agent_of
+
+
+def _scheduler(gateway: GatewayCore) -> Scheduler:
+    if gateway.scheduler is None:
+        raise ApiError(404, "scheduler_disabled", "scheduled jobs are turned off ([scheduler] enabled = false)")
+    return gateway.scheduler
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    data = job.to_json()
+    if job.next_due is not None:
+        data["next_due_local"] = local_iso(job.next_due, job.timezone)
+    return data
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    """`GET /api/agents/{agent}/jobs`: every job of the agent, next due first."""
+    gateway = request.app[GATEWAY]
+    agent = agent_of(request, gateway)
+    scheduler = _scheduler(gateway)
+    await scheduler.ensure_loaded()
+    return web.json_response({"jobs": [job_json(j) for j in scheduler.for_agent(agent.name)]}, dumps=dumps)
+
+
+async def delete_job(request: web.Request) -> web.Response:
+    """`DELETE /api/agents/{agent}/jobs/{job_id}` → 204, or 404 when the agent has no such job."""
+    gateway = request.app[GATEWAY]
+    agent = agent_of(request, gateway)
+    job_id = request.match_info["job_id"]
+    if await _scheduler(gateway).delete(agent.name, job_id) is None:
+        raise ApiError(404, "job_not_found", f"agent {agent.name!r} has no job {job_id!r}")
+    return web.Response(status=204)

@@ -1,0 +1,103 @@
+"""The 5-field cron parser: known expressions, clear errors, and a property test against a minute-by-minute search."""
+
+from __future__ import annotations
+
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agenthub.scheduler.cron import CronError, CronSpec, parse_cron
+
+SHANGHAI = ZoneInfo("Asia/Shanghai")
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def at(tz: ZoneInfo, year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> dt.datetime:
+    return dt.datetime(year, month, day, hour, minute, tzinfo=tz)
+
+
+def test_weekday_mornings_in_shanghai() -> None:
+    spec = parse_cron("30 9 * * mon-fri")
+    friday_evening = at(SHANGHAI, 2026, 12, 4, 18, 0)
+    assert spec.next_after(friday_evening, SHANGHAI) == at(SHANGHAI, 2026, 12, 7, 9, 30)
+
+
+def test_steps_lists_and_macros() -> None:
+    spec = parse_cron("*/15 8,20 * * *")
+    assert spec.minutes == {0, 15, 30, 45} and spec.hours == {8, 20}
+    assert parse_cron("@daily").next_after(at(SHANGHAI, 2026, 1, 1, 0, 0), SHANGHAI) == at(SHANGHAI, 2026, 1, 2)
+    assert parse_cron("0 0 * * 7").weekdays == {0}
+
+
+def test_day_of_month_or_day_of_week_when_both_are_given() -> None:
+    spec = parse_cron("0 12 1 * fri")  # the 1st of every month, and every Friday
+    start = at(SHANGHAI, 2026, 12, 1, 13, 0)  # a Tuesday, after noon
+    assert spec.next_after(start, SHANGHAI) == at(SHANGHAI, 2026, 12, 4, 12, 0)
+
+
+def test_dst_gap_is_skipped_and_repeat_fires_once() -> None:
+    gap = parse_cron("30 2 * * *")  # 02:30 does not exist in Berlin on 2026-03-29
+    assert gap.next_after(at(BERLIN, 2026, 3, 28, 12, 0), BERLIN) == at(BERLIN, 2026, 3, 30, 2, 30)
+    repeat = parse_cron("30 2 * * *")  # 02:30 happens twice on 2026-10-25
+    first = repeat.next_after(at(BERLIN, 2026, 10, 25, 0, 0), BERLIN)
+    assert first.fold == 0 and first.hour == 2
+    assert repeat.next_after(first, BERLIN).day == 26
+
+
+@pytest.mark.parametrize(
+    ("expression", "words"),
+    [
+        ("* * * *", "5 fields"),
+        ("61 * * * *", "minute"),
+        ("* 24 * * *", "hour"),
+        ("* * 0 * *", "day of month"),
+        ("* * * 13 *", "month"),
+        ("* * * * funday", "day of week"),
+        ("*/0 * * * *", "step"),
+        ("5-1 * * * *", "backwards"),
+        ("0 0 30 2 *", "never matches"),
+    ],
+)
+def test_bad_expressions_say_what_is_wrong(expression: str, words: str) -> None:
+    with pytest.raises(CronError, match=words):
+        parse_cron(expression).next_after(at(SHANGHAI, 2026, 1, 1), SHANGHAI)
+
+
+def brute_force_next(spec: CronSpec, after: dt.datetime, tz: ZoneInfo, limit_minutes: int) -> dt.datetime | None:
+    """The first UTC minute after `after` whose (first-occurrence) local wall time matches."""
+    utc = after.astimezone(dt.UTC).replace(second=0, microsecond=0)
+    for _ in range(limit_minutes):
+        utc += dt.timedelta(minutes=1)
+        local = utc.astimezone(tz)
+        if local.fold == 0 and spec.matches(local.replace(tzinfo=None)) and utc > after:
+            return local
+    return None
+
+
+def _field(low: int, high: int) -> st.SearchStrategy[str]:
+    single = st.integers(low, high).map(str)
+    step = st.integers(1, high - low + 1).map(lambda s: f"*/{s}")
+    ranged = st.tuples(st.integers(low, high), st.integers(low, high)).map(lambda r: f"{min(r)}-{max(r)}")
+    item = st.one_of(single, step, ranged)
+    return st.one_of(st.just("*"), st.lists(item, min_size=1, max_size=3).map(",".join))
+
+
+EXPRESSIONS = st.tuples(_field(0, 59), _field(0, 23), _field(1, 28), st.just("*"), _field(0, 6)).map(" ".join)
+STARTS = st.datetimes(min_value=dt.datetime(2025, 1, 1), max_value=dt.datetime(2027, 12, 31)).map(
+    lambda d: d.replace(tzinfo=dt.UTC)
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(EXPRESSIONS, STARTS, st.sampled_from([SHANGHAI, BERLIN, ZoneInfo("UTC")]))
+def test_next_after_is_the_first_matching_minute(expression: str, start: dt.datetime, tz: ZoneInfo) -> None:
+    spec = parse_cron(expression)
+    found = spec.next_after(start, tz)
+    assert found > start
+    assert found.second == 0 and spec.matches(found.replace(tzinfo=None))
+    expected = brute_force_next(spec, start, tz, limit_minutes=40 * 24 * 60)
+    if expected is not None:
+        assert found == expected
