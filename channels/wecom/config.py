@@ -109,6 +109,18 @@ class WeComConfig(_Model):
     apps: dict[str, AppConfig] = Field(default_factory=dict)
     bots: dict[str, BotConfig] = Field(default_factory=dict)
 
+    @property
+    def texts_locale(self) -> i18n.Locale:
+        """The locale of every text the channel writes: `locale`, else WeCom's default (zh-CN)."""
+        return i18n.normalise_locale(self.locale) or i18n.CHANNEL_DEFAULTS["wecom"]
+
+    @field_validator("locale")
+    @classmethod
+    def _known_locale(cls, value: str | None) -> str | None:
+        if value is not None and i18n.normalise_locale(value) is None:
+            raise ValueError('must be "zh-CN" or "en"')
+        return value
+
     @field_validator("apps", "bots")
     @classmethod
     def _check_ids(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +143,6 @@ def load_config(raw: Mapping[str, Any]) -> WeComConfig:
     clash = set(config.apps) & set(config.bots)
     if clash:
         raise ConfigError(f"invalid configuration: channels.wecom: cred_id used twice: {sorted(clash)}")
-    locale = i18n.normalise_locale(config.locale) or i18n.CHANNEL_DEFAULTS["wecom"]
     for credential in [*config.apps.values(), *config.bots.values()]:
-        credential._locale = locale
+        credential._locale = config.texts_locale
     return config

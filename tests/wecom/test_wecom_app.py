@@ -11,6 +11,7 @@ import yarl
 from structlog.testing import capture_logs
 
 from agenthub import i18n
+from agenthub.errors import ConfigError
 from channels.wecom import WeComChannel
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import (
@@ -210,6 +211,13 @@ async def test_the_default_refusal_and_unsupported_reply_are_in_the_channels_loc
     unsupported = i18n.text("media.unsupported", locale, kind="location")
     assert api.texts() == [i18n.text("channel.refusal", locale), unsupported]
     assert harness.submitter.received == []
+
+
+def test_an_unknown_locale_is_a_config_error_naming_the_key(api: FakeQyApi, tmp_path: Path) -> None:
+    context = channel_context(ScriptedSubmitter(), tmp_path)
+    with pytest.raises(ConfigError, match=r"channels\.wecom\.locale"):
+        WeComChannel(context, {**app_table(api), "locale": "fr"})
+    assert WeComChannel(context, {**app_table(api), "locale": "en_US.UTF-8"}).config.locale == "en_US.UTF-8"
 
 
 async def test_error_event_text_is_sent_to_the_user(harness: Harness, api: FakeQyApi) -> None:
