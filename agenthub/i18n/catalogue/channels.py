@@ -1,4 +1,4 @@
-"""Texts the channels write themselves: refusals, unsupported messages, placeholders of a streaming reply."""
+"""Texts the channels write themselves: refusals, placeholders of a streaming reply."""
 
 from __future__ import annotations
 
@@ -10,14 +10,6 @@ TEXTS: dict[str, dict[str, str]] = {
     "channel.refusal": {
         "zh-CN": "抱歉，你没有使用这个助手的权限。请联系管理员开通。",
         "en": "Sorry, you are not allowed to use this assistant. Please ask your administrator for access.",
-    },
-    "channel.unsupported": {
-        "zh-CN": "暂不支持这种消息类型，请发送文字。",
-        "en": "This kind of message is not supported yet; please send text.",
-    },
-    "channel.unsupported_kind": {
-        "zh-CN": "暂不支持 {kind} 类型的消息，请发送文字。",
-        "en": "Sorry, {kind} messages are not supported yet; please send text.",
     },
     "channel.empty_prompt": {"zh-CN": "你好，有什么可以帮你？", "en": "Hello, how can I help?"},
     "channel.thinking": {"zh-CN": "正在思考…", "en": "Thinking…"},
