@@ -16,6 +16,8 @@ AgentHubError
 
 from __future__ import annotations
 
+from agenthub.i18n import Text
+
 
 class AgentHubError(Exception):
     """Base of every error AgentHub raises on purpose."""
@@ -46,11 +48,11 @@ class SessionBusyError(AgentHubError):
 
 
 class LLMError(AgentHubError):
-    """The model call failed; `user_message` is safe to show to the user."""
+    """The model call failed; `user_text` (a catalogue text, rendered in the chat's locale) is safe to show."""
 
-    def __init__(self, message: str, *, user_message: str, retryable: bool = False) -> None:
+    def __init__(self, message: str, *, user_text: Text, retryable: bool = False) -> None:
         super().__init__(message)
-        self.user_message = user_message
+        self.user_text = user_text
         self.retryable = retryable
 
 
@@ -65,8 +67,8 @@ class RequestRejectedError(LLMError):
 class ModelNotFoundError(LLMError):
     """The endpoint does not know the requested model (404 `not_found_error`); the loop may fall back."""
 
-    def __init__(self, message: str, *, user_message: str, model: str) -> None:
-        super().__init__(message, user_message=user_message)
+    def __init__(self, message: str, *, user_text: Text, model: str) -> None:
+        super().__init__(message, user_text=user_text)
         self.model = model
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 
@@ -115,6 +116,28 @@ class DoneEvent:
     """This message waited and was answered together with later ones: the answer ends a later message's handle
     (`full_text` is then only a short note). A channel that has shown nothing for it yet may stay silent."""
     kind: Literal["done"] = "done"
+
+
+class ErrorCode(StrEnum):
+    """The `code` of a reply's error; the values are an HTTP contract (`{"error": {"code"}}`, SSE `error`)."""
+
+    ERROR = "error"
+    STOPPED = "stopped"
+    RESTART = "restart"
+    TIMEOUT = "timeout"
+    SHUTDOWN = "shutdown"
+    ABORTED = "aborted"
+    QUEUE_FULL = "queue_full"
+    LLM_ERROR = "llm_error"
+    INTERNAL = "internal"
+    INVALID_ID = "invalid_id"
+    UNKNOWN_AGENT = "unknown_agent"
+    STORAGE_UNAVAILABLE = "storage_unavailable"
+    PATH_REFUSED = "path_refused"
+    UNREACHABLE = "unreachable"
+    TRUNCATED = "truncated"
+    BAD_STREAM = "bad_stream"
+    MEDIA_REFUSED = "media_refused"
 
 
 @dataclass(frozen=True, slots=True)

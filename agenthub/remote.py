@@ -12,11 +12,13 @@ from urllib.parse import quote
 import aiohttp
 import structlog
 
+from agenthub import i18n
 from agenthub.errors import AgentHubError, AgentNotFoundError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import (
     DeltaEvent,
     DoneEvent,
+    ErrorCode,
     ErrorEvent,
     InboundMessage,
     NoticeEvent,
@@ -30,7 +32,7 @@ log = structlog.get_logger(__name__)
 
 CHANNEL = "http"
 """The daemon's API is its HTTP channel: a remote session is `<agent>:http:<chat_id>`."""
-DAEMON_CODES = {"agent_not_found": "unknown_agent"}
+DAEMON_CODES: dict[str, str] = {"agent_not_found": ErrorCode.UNKNOWN_AGENT}
 """The daemon's API error codes that differ from the gateway's event codes for the same failure."""
 CHECK_TIMEOUT = aiohttp.ClientTimeout(total=15)
 
@@ -53,7 +55,8 @@ def event_from_sse(name: str, data: dict[str, Any]) -> ReplyEvent | None:
         known = Usage().as_dict()
         return DoneEvent(str(data.get("full_text", "")), Usage(**{k: int(v) for k, v in usage.items() if k in known}))
     if name == "error":
-        return ErrorEvent(str(data.get("message", "the daemon reported an error")), code=str(data.get("code", "error")))
+        message = data.get("message") or _said("remote.daemon_error")
+        return ErrorEvent(str(message), code=str(data.get("code", ErrorCode.ERROR)))
     if name == "tool":
         name = str(data.get("name", "?"))
         if data.get("phase") == "end":
@@ -143,9 +146,9 @@ class RemoteGateway:
                     return
                 await _read_events(resp, handle)
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-            handle.emit(ErrorEvent(_unreachable(self.base_url, e), code="unreachable"))
+            handle.emit(ErrorEvent(_unreachable(self.base_url, e), code=ErrorCode.UNREACHABLE))
         if not handle.finished:
-            handle.emit(ErrorEvent("the daemon closed the stream before the reply finished", code="truncated"))
+            handle.emit(ErrorEvent(_said("remote.truncated"), code=ErrorCode.TRUNCATED))
 
     async def pushes(self, agent: str, chat_id: str) -> AsyncIterator[str]:
         """The session's proactive messages (reminders) from `GET …/sessions/{chat_id}/events`, as they come;
@@ -176,7 +179,7 @@ async def _read_events(resp: aiohttp.ClientResponse, handle: ReplyHandle) -> Non
             try:
                 data = json.loads(line[len("data:") :])
             except (ValueError, RecursionError):
-                handle.emit(ErrorEvent("the daemon sent an event that is not valid JSON", code="bad_stream"))
+                handle.emit(ErrorEvent(_said("remote.bad_stream"), code=ErrorCode.BAD_STREAM))
                 return
             event = event_from_sse(name, data) if isinstance(data, dict) else None
             if event is not None:
@@ -192,16 +195,21 @@ async def _error_fields(resp: aiohttp.ClientResponse) -> tuple[str, str]:
         return "", resp.reason or "request failed"
 
 
+def _said(key: str, **params: object) -> str:
+    """A catalogue text in the terminal's locale (the chat command runs where its user sits)."""
+    return i18n.text(key, i18n.system_locale(), **params)
+
+
 def _refused(message: str) -> str:
-    return f"the daemon refused the token ({message}); pass --token or set AGENTHUB_TOKEN"
+    return _said("remote.token_refused", message=message)
 
 
 def _unreachable(base_url: str, error: BaseException) -> str:
-    return f"cannot reach the daemon at {base_url}: {type(error).__name__}"
+    return _said("remote.unreachable", url=base_url, error=type(error).__name__)
 
 
 async def _error_event(resp: aiohttp.ClientResponse) -> ErrorEvent:
     """A refused chat request as the reply's error; a bad id or unknown agent keeps the gateway's code."""
     code, message = await _error_fields(resp)
-    text = _refused(message) if resp.status == 401 else f"the daemon answered {resp.status}: {message}"
+    text = _refused(message) if resp.status == 401 else _said("remote.refused", status=resp.status, message=message)
     return ErrorEvent(text, code=DAEMON_CODES.get(code, code) or f"http_{resp.status}")

@@ -23,11 +23,13 @@ from prompt_toolkit.shortcuts import print_formatted_text
 from prompt_toolkit.styles import Style
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agenthub import i18n
 from agenthub.channel import ChannelContext, Submitter
 from agenthub.errors import ConfigError
 from agenthub.messages import (
     DeltaEvent,
     DoneEvent,
+    ErrorCode,
     ErrorEvent,
     InboundMessage,
     NoticeEvent,
@@ -38,9 +40,7 @@ from agenthub.messages import (
 
 log = structlog.get_logger(__name__)
 
-TOOLBAR = " Enter send · Esc+Enter or \\ at end: newline · Ctrl-C stop · Ctrl-D quit "
-STOP_CODES = frozenset({"stopped", "restart", "shutdown"})
-HELP_LINE = "Enter sends · Esc+Enter or a trailing \\ adds a line · Ctrl-C stops a reply · Ctrl-D quits · /help"
+STOP_CODES = frozenset({ErrorCode.STOPPED, ErrorCode.RESTART, ErrorCode.SHUTDOWN})
 STYLE = Style.from_dict(
     {
         "tool": "#888888 italic",
@@ -62,6 +62,7 @@ class CliConfig(BaseModel):
     chat_id: str = Field("direct", min_length=1, description="session key part: <agent>:cli:<chat_id>")
     sender_id: str = Field("local", min_length=1)
     history_file: Path | None = Field(None, description="input history; default data/.channels/cli/history")
+    locale: str | None = Field(None, description="zh-CN or en for the texts the product writes; default: the system's")
 
 
 class ChatBackend(Protocol):
@@ -159,7 +160,9 @@ class StreamPrinter(Printer):
         self._err.flush()
 
 
-async def render_reply(events: AsyncIterator[ReplyEvent], printer: Printer) -> DoneEvent | ErrorEvent | None:
+async def render_reply(
+    events: AsyncIterator[ReplyEvent], printer: Printer, locale: str
+) -> DoneEvent | ErrorEvent | None:
     """Print a reply as it streams; return its terminal event (None if the stream ended without one)."""
     streamed: list[str] = []
     final: DoneEvent | ErrorEvent | None = None
@@ -172,7 +175,7 @@ async def render_reply(events: AsyncIterator[ReplyEvent], printer: Printer) -> D
                 if event.phase == "start":
                     printer.line(f"⚙ {event.name}…", "tool")
                 elif event.is_error:
-                    printer.line(f"⚙ {event.name} failed", "tool")
+                    printer.line(i18n.text("cli.tool_failed", locale, name=event.name), "tool")
             elif isinstance(event, NoticeEvent):
                 printer.line(event.text, "notice")
             elif isinstance(event, DoneEvent):
@@ -243,8 +246,9 @@ def key_bindings() -> KeyBindings:
 class ChatRepl:
     """The interactive loop: read a message, stream its reply, Ctrl-C stops the reply, Ctrl-D quits."""
 
-    def __init__(self, backend: ChatBackend, session: PromptSession[str], *, label: str = "") -> None:
+    def __init__(self, backend: ChatBackend, session: PromptSession[str], *, label: str = "", locale: str) -> None:
         self.backend = backend
+        self.locale = locale
         self._session = session
         self._label = label
         self.printer = TerminalPrinter(session.app.output)
@@ -252,8 +256,8 @@ class ChatRepl:
 
     async def run(self) -> int:
         """Run until Ctrl-D or /exit; returns the exit code."""
-        where = f" · session {self._label}" if self._label else ""
-        self.printer.line(f"AgentHub chat{where}\n{HELP_LINE}", "notice")
+        banner = i18n.text("cli.banner.session", self.locale, label=self._label) if self._label else "AgentHub chat"
+        self.printer.line(f"{banner}\n{i18n.text('cli.help_line', self.locale)}", "notice")
         while True:
             try:
                 text = await self._session.prompt_async()
@@ -269,19 +273,19 @@ class ChatRepl:
 
     async def turn(self, text: str) -> DoneEvent | ErrorEvent | None:
         """Send one message and render its reply; keys typed meanwhile are kept for the next prompt."""
-        consumer = asyncio.create_task(render_reply(self.backend.submit(text), self.printer))
+        consumer = asyncio.create_task(render_reply(self.backend.submit(text), self.printer, self.locale))
         keyboard = self._session.app.input
         with keyboard.raw_mode(), keyboard.attach(lambda: self._on_keys(keyboard, consumer)):
             try:
                 return await consumer
             except asyncio.CancelledError:
                 if consumer.cancelled() and not _current_task_cancelling():
-                    self.printer.line("Stopped waiting for the reply.", "stopped")
+                    self.printer.line(i18n.text("cli.stopped_waiting", self.locale), "stopped")
                     return None
                 raise
             except Exception as e:  # a backend failure ends this turn, never the REPL
                 log.warning("cli_turn_failed", error=str(e), error_type=type(e).__name__)
-                self.printer.line(f"Could not get a reply: {e}", "error")
+                self.printer.line(i18n.text("cli.no_reply", self.locale, error=e), "error")
                 return None
             finally:
                 await self._settle_aborts()
@@ -334,6 +338,7 @@ class CliChannel:
             )
             raise ConfigError(f"invalid configuration: {problems}") from None
         self._context = context
+        self.locale = i18n.normalise_locale(self.config.locale) or i18n.channel_locale(context.settings, self.name)
         self.backend: ChatBackend = GatewayBackend(
             context.gateway, chat_id=self.config.chat_id, sender_id=self.config.sender_id, agent=self.config.agent
         )
@@ -371,9 +376,9 @@ class CliChannel:
     async def ask(self, text: str, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
         """One-shot mode: the reply on stdout and 0, or the error on stderr and 1."""
         printer = StreamPrinter(stdout or sys.stdout, stderr or sys.stderr)
-        final = await render_reply(self.backend.submit(text), printer)
+        final = await render_reply(self.backend.submit(text), printer, self.locale)
         if final is None:
-            printer.line("the reply ended without an answer", "error")
+            printer.line(i18n.text("cli.no_answer", self.locale), "error")
         return 0 if isinstance(final, DoneEvent) else 1
 
     async def run_repl(self, *, label: str = "", input: Input | None = None, output: Output | None = None) -> int:
@@ -385,12 +390,12 @@ class CliChannel:
             prompt_continuation="  ",
             key_bindings=key_bindings(),
             history=self._history,
-            bottom_toolbar=TOOLBAR,
+            bottom_toolbar=i18n.text("cli.toolbar", self.locale),
             style=STYLE,
             input=input,
             output=output,
         )
-        self._repl = ChatRepl(self.backend, session, label=label)
+        self._repl = ChatRepl(self.backend, session, label=label, locale=self.locale)
         task = asyncio.create_task(self._repl.run(), name="cli-repl")
         self._tasks.add(task)
         try:

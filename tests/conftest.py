@@ -23,10 +23,14 @@ pytest_plugins = ["tests.fakes.anthropic", "tests.harness"]
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test sees the developer's AGENTHUB_*/ANTHROPIC_* variables, agenthub.toml or .env."""
+    """No test sees the developer's AGENTHUB_*/ANTHROPIC_* variables, agenthub.toml or .env, nor their locale:
+    the CLI's texts follow the system locale, which is English here (a test that wants zh-CN sets it)."""
     for name in list(os.environ):
         if name.startswith(("AGENTHUB_", "ANTHROPIC_")):
             monkeypatch.delenv(name)
+    for name in ("LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
     workdir = tmp_path / "cwd"
     workdir.mkdir()
     monkeypatch.chdir(workdir)

@@ -6,7 +6,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from agenthub.agent.loop import TRUNCATED_NOTE
+from agenthub import i18n
+from agenthub.agent.loop import CUT_NOTES
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
@@ -186,7 +187,7 @@ async def test_cut_stream_is_stored_as_truncated(gateway: GatewayCore, fake_llm:
     fake_llm.script(cut_stream("half a th"))
     events = await _turn(gateway, "long answer please")
     final = events[-1]
-    assert isinstance(final, DoneEvent) and final.full_text == "half a th" + TRUNCATED_NOTE
+    assert isinstance(final, DoneEvent) and final.full_text == "half a th\n\n" + i18n.text(CUT_NOTES[None], "en")
     assert "".join(e.text for e in events if isinstance(e, DeltaEvent)) == final.full_text
     assert (await gateway.history.load(KEY))[-1]["content"] == final.full_text
 

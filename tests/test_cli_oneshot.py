@@ -8,6 +8,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from agenthub import i18n
 from tests.fakes.anthropic import FakeAnthropic, http_error, reply_text
 
 
@@ -129,3 +132,16 @@ async def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) 
         _, err = await process.communicate()
     assert process.returncode == 141
     assert "Traceback" not in err.decode() and "BrokenPipeError" not in err.decode()
+
+
+@pytest.mark.parametrize(("lang", "locale"), [("zh_CN.UTF-8", "zh-CN"), ("en_US.UTF-8", "en")])
+async def test_the_terminal_chat_follows_the_system_locale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lang: str, locale: str
+) -> None:
+    monkeypatch.setenv("LANG", lang)
+    result = await agenthub(tmp_path, "chat", "-m", "/stop")
+    assert (result.code, result.stdout.strip()) == (0, i18n.text("command.stop.nothing", locale))
+    offline = await agenthub(tmp_path, "chat", "-m", "hello")
+    assert offline.stdout.strip() == i18n.text(
+        "llm.offline.reply", locale, echo=i18n.text("llm.offline.echo", locale, said="hello")
+    )

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest_asyncio
 
+from agenthub import i18n
 from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
@@ -233,6 +234,11 @@ async def test_restart_waits_for_after_turn_work_before_clearing(
     assert await gw.history.load(KEY) == []
 
 
+def _zh(key: str, **params: object) -> str:
+    """A catalogue text as a WeCom chat (zh-CN by default) reads it."""
+    return i18n.text(key, "zh-CN", **params)
+
+
 async def test_in_a_shared_session_only_the_asker_can_stop_the_reply(
     gateway: GatewayCore, fake_llm: FakeAnthropic
 ) -> None:
@@ -240,10 +246,10 @@ async def test_in_a_shared_session_only_the_asker_can_stop_the_reply(
     slow = await gateway.submit(InboundMessage("wecom", "group-1", "alice", "a long question"))
     request = (await fake_llm.wait_for_requests(1))[0]
     refused = await (await gateway.submit(InboundMessage("wecom", "group-1", "bob", "/stop"))).result()
-    assert isinstance(refused, DoneEvent) and "Only the person who asked" in refused.full_text
+    assert isinstance(refused, DoneEvent) and refused.full_text == _zh("command.stop.not_yours")
     assert not slow.finished and not request.disconnected.is_set()
     stopped = await (await gateway.submit(InboundMessage("wecom", "group-1", "alice", "/stop"))).result()
-    assert isinstance(stopped, DoneEvent) and "Stopped the running reply" in stopped.full_text
+    assert isinstance(stopped, DoneEvent) and _zh("command.stop.stopped") in stopped.full_text
     final = await slow.result()
     assert isinstance(final, ErrorEvent) and final.code == "stopped"
 
@@ -258,7 +264,9 @@ async def test_stop_also_drops_the_askers_queued_messages_but_not_other_members(
     bob = await gateway.submit(InboundMessage("wecom", "group-1", "bob", "my own question"))
     stopped = await (await gateway.submit(InboundMessage("wecom", "group-1", "alice", "/stop"))).result()
     assert isinstance(stopped, DoneEvent)
-    assert "Stopped the running reply" in stopped.full_text and "Dropped 2 queued" in stopped.full_text
+    assert (
+        _zh("command.stop.stopped") in stopped.full_text and _zh("command.stop.dropped", count=2) in stopped.full_text
+    )
     for handle in (running, *alice_more):
         final = await handle.result()
         assert isinstance(final, ErrorEvent) and final.code == "stopped"
@@ -282,12 +290,13 @@ async def test_in_a_group_the_confirming_restart_must_come_from_the_sender_who_w
         return final.full_text
 
     assert isinstance(await (await gw.submit(InboundMessage("wecom", "group-1", "alice", "hi"))).result(), DoneEvent)
-    assert "again within" in await restart_by("alice")
-    assert "again within" in await restart_by("bob")  # Bob is asked himself; nothing is cleared
+    confirm = _zh("command.restart.confirm", seconds=int(gw.settings.session.restart_confirm_s))
+    assert await restart_by("alice") == confirm
+    assert await restart_by("bob") == confirm  # Bob is asked himself; nothing is cleared
     assert len(await gw.history.load(group)) == 2
-    assert "starts fresh" in await restart_by("alice")
+    assert await restart_by("alice") == _zh("command.restart.done")
     assert await gw.history.load(group) == []
-    assert "starts fresh" in await restart_by("bob")  # Bob's own prompt is still open
+    assert await restart_by("bob") == _zh("command.restart.done")  # Bob's own prompt is still open
 
 
 async def test_stop_leaves_the_session_idle(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
@@ -328,9 +337,9 @@ async def test_a_turn_that_also_answers_another_member_cannot_be_stopped_by_one_
     assert isinstance(await first.result(), DoneEvent)
     await fake_llm.wait_for_requests(2)  # alice's and bob's messages now run as one turn
     refused = await (await gateway.submit(InboundMessage("wecom", "group-1", "alice", "/stop"))).result()
-    assert isinstance(refused, DoneEvent) and "Only the person who asked" in refused.full_text
+    assert isinstance(refused, DoneEvent) and refused.full_text == _zh("command.stop.not_yours")
     assert not alice.finished and not bob.finished
     stopped = await (await gateway.submit(InboundMessage("wecom", "group-1", "bob", "/stop"))).result()
-    assert isinstance(stopped, DoneEvent) and "Only the person who asked" in stopped.full_text
+    assert isinstance(stopped, DoneEvent) and stopped.full_text == _zh("command.stop.not_yours")
     gateway.abort(SessionKey("default", "wecom", "group-1"))
     assert [type(await h.result()) for h in (alice, bob)] == [ErrorEvent, ErrorEvent]

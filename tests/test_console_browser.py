@@ -307,6 +307,31 @@ async def test_console_offline_banner_and_single_agent(offline_console: Console,
     await screenshot(page, tmp_path, "console_offline.png")
 
 
+@pytest_asyncio.fixture
+async def english_console(settings_factory: Callable[..., Settings]) -> AsyncIterator[Console]:
+    async with serve(settings_factory(llm={"offline": True}, channels={"http": {"locale": "en"}})) as running:
+        yield running
+
+
+async def test_console_follows_the_http_channels_locale(english_console: Console, page: Page, tmp_path: Path) -> None:
+    await page.goto(english_console.url + "/")
+    await expect(page).to_have_title("AgentHub console")
+    await page.get_by_label("Access token").fill("ahk_wrong")
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page.locator("#signin-error")).to_contain_text("no longer valid")
+    await page.get_by_label("Access token").fill(english_console.token)
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page.get_by_role("button", name="New chat")).to_be_visible()
+    await expect(page.locator("#offline-banner")).to_contain_text("Model offline")
+    await expect(page.locator("#chat-title")).to_have_text("Pick a chat or start a new one")
+    await page.get_by_label("Message", exact=True).fill("hello")
+    await page.get_by_role("button", name="Send").click()
+    done = page.locator('.bubble[data-state="done"]')
+    await expect(done).to_have_count(1)
+    await expect(done).to_contain_text("[offline] AgentHub has no LLM API key configured")  # the reply follows too
+    await screenshot(page, tmp_path, "console_en.png")
+
+
 REMINDER = "该交周报了"
 
 

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
+from agenthub import i18n
 from tests.fakes.feishu import FakeCard, FakeFeishu, StoppableSubmitter, message_event
+from tests.fakes.feishu_harness import running_channel
 from tests.fakes.submitter import ScriptedSubmitter
-from tests.test_feishu_webhook import APP_ID, TOKEN, harness, post_event
+from tests.test_feishu_webhook import APP, APP_ID, SECRET, TOKEN, harness, post_event
 
 
 def ops(fake: FakeFeishu) -> list[str]:
@@ -87,3 +89,19 @@ async def test_stop_closes_the_card_with_one_full_update_carrying_the_stop_note(
     assert text.startswith(shown) and text.endswith("> ⚠️ 已停止 (stopped)") and len(text) < 400 + 40
     assert card.content == text
     assert_sequences_rise(fake, card)
+
+
+@pytest.mark.parametrize(("top", "locale"), [({}, "zh-CN"), ({"locale": "en"}, "en")])
+async def test_a_streaming_cards_chat_list_summary_is_in_the_channels_locale(
+    tmp_path: Path, top: dict[str, Any], locale: str
+) -> None:
+    gateway = ScriptedSubmitter(chunks=3, delay_s=0.03, reply_for=lambda m: "answer")
+    async with (
+        FakeFeishu({APP_ID: SECRET}) as fake,
+        running_channel(fake, tmp_path, {"main": APP}, gateway, **top) as h,
+    ):
+        event = message_event("go", token=TOKEN, app_id=APP_ID)
+        await post_event(h, event)
+        await fake.wait_until(lambda: fake.closed_cards() == 1)
+    card = fake.card_for_reply(event["event"]["message"]["message_id"])
+    assert card.card["config"]["summary"]["content"] == i18n.text("channel.generating", locale)

@@ -6,9 +6,10 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from agenthub import i18n
 from agenthub.app import build_gateway
 from agenthub.config import Settings
-from agenthub.gateway.core import ANSWERED_TOGETHER, GatewayCore
+from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, NoticeEvent, ReplyEvent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
 
@@ -49,7 +50,7 @@ async def test_messages_waiting_behind_a_turn_go_to_the_model_together_as_one_tu
     assert all(isinstance(f, DoneEvent) for f in finals)
     assert [f.full_text for f in finals if isinstance(f, DoneEvent)] == [
         "first answer",
-        *[ANSWERED_TOGETHER] * 3,
+        *[i18n.text("done.answered_together", "en")] * 3,
         "answer to the rest",
     ]
     assert fake_llm.max_in_flight == 1 and len(fake_llm.message_requests()) == 2

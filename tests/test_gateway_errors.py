@@ -10,12 +10,13 @@ import pytest
 import structlog
 from structlog.testing import LogCapture
 
+from agenthub import i18n
 from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.gateway.turn import ABORT_MESSAGES, OVERFLOW_AFTER_RETRY
+from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY
 from agenthub.llm.failures import MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
 from agenthub.memory.context import INTERRUPTED_PLACEHOLDER
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
@@ -84,7 +85,7 @@ async def test_retries_exhausted_end_the_turn_with_a_clear_message(
         fake_llm.script(server_error(500), overloaded())
         final = await (await gw.submit(_msg("hi"))).result()
         assert isinstance(final, ErrorEvent) and final.code == "llm_error"
-        assert final.message == MSG_BUSY
+        assert final.message == MSG_BUSY.render("en")
         assert len(fake_llm.message_requests()) == 2
         await _next_turn_works(gw, fake_llm)
 
@@ -96,7 +97,7 @@ async def test_midstream_error_after_text_ends_the_turn_and_releases_the_lock(
     events = await _events(await gateway.submit(_msg("question")))
     assert "".join(e.text for e in events if isinstance(e, DeltaEvent)) == "Half an ans"
     final = events[-1]
-    assert isinstance(final, ErrorEvent) and final.message == MSG_INTERRUPTED
+    assert isinstance(final, ErrorEvent) and final.message == MSG_INTERRUPTED.render("en")
     assert "overloaded_error" not in final.message and "Error code" not in final.message
     assert len(fake_llm.message_requests()) == 1  # text already reached the user: never silently re-asked
     session = gateway.sessions.get(KEY)
@@ -127,7 +128,7 @@ async def test_a_hung_model_call_times_out_with_a_clear_message(
     async with build_gateway(settings_factory(llm={"timeout_s": 0.3, "max_retries": 0})) as gw:
         fake_llm.script(hang())
         final = await (await gw.submit(_msg("hello?"))).result()
-        assert isinstance(final, ErrorEvent) and final.message == MSG_TIMEOUT
+        assert isinstance(final, ErrorEvent) and final.message == MSG_TIMEOUT.render("en")
         request = fake_llm.message_requests()[0]
         await asyncio.wait_for(request.disconnected.wait(), 2)
         await _next_turn_works(gw, fake_llm)
@@ -148,7 +149,7 @@ async def test_lock_timeout_cancels_the_hung_turn_and_tells_the_user(
         await gw.timers["session_sweep"].tick_now()
         final = await asyncio.wait_for(handle.result(), 2)
         assert isinstance(final, ErrorEvent) and final.code == "timeout"
-        assert final.message == ABORT_MESSAGES["timeout"]
+        assert final.message == i18n.text("abort.timeout", "en")
         await asyncio.wait_for(request.disconnected.wait(), 2)
         session = gw.sessions.get(KEY)
         assert session is not None and session.status == SessionStatus.ERROR
@@ -197,7 +198,7 @@ async def test_context_overflow_without_compactor_says_what_to_do(
     gateway.compactor = None
     fake_llm.script(prompt_too_long())
     final = await (await gateway.submit(_msg("huge"))).result()
-    assert isinstance(final, ErrorEvent) and final.message == OVERFLOW_AFTER_RETRY
+    assert isinstance(final, ErrorEvent) and final.message == OVERFLOW_AFTER_RETRY.render("en")
     assert len(fake_llm.message_requests()) == 1
     await _next_turn_works(gateway, fake_llm)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agenthub import i18n
 from agenthub.session.keys import session_key
 from tests.fakes.anthropic import FakeAnthropic, prompt_too_long, reply_text
 from tests.harness import RunningApi
@@ -25,7 +26,8 @@ async def test_unknown_provider_hint_notice_is_in_the_json_answer(api: RunningAp
     )
     assert status == 200
     assert body["reply"] == "answered anyway"
-    assert body["notices"] == ["unknown provider 'nope'; using 'default'"]
+    # the HTTP channel (and so the console) is zh-CN by default
+    assert body["notices"] == [i18n.text("llm.hint.provider_unknown", "zh-CN", provider="'nope'", fallback="'default'")]
 
 
 async def test_compaction_notice_is_in_the_json_answer(api: RunningApi, fake_llm: FakeAnthropic) -> None:
@@ -35,4 +37,4 @@ async def test_compaction_notice_is_in_the_json_answer(api: RunningApi, fake_llm
     status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "n2", "content": "one more"})
     assert status == 200
     assert body["reply"].startswith("reply to: one more")
-    assert len(body["notices"]) == 1 and "compacting" in body["notices"][0]
+    assert body["notices"] == [i18n.text("notice.overflow_compacting", "zh-CN")]

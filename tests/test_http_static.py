@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 import aiohttp
+import pytest
 from yarl import URL
 
+from agenthub.config import Settings
 from tests.harness import RunningApi
 from tests.test_http_api import assert_error
 
@@ -15,6 +18,23 @@ from tests.test_http_api import assert_error
 async def _get(api: RunningApi, path: str, method: str = "GET") -> tuple[aiohttp.ClientResponse, bytes]:
     async with api.client.request(method, URL(api.base_url + path, encoded=True)) as resp:
         return resp, await resp.read()
+
+
+@pytest.fixture
+def settings(request: pytest.FixtureRequest, settings_factory: Callable[..., Settings]) -> Settings:
+    return settings_factory(**getattr(request, "param", {}))
+
+
+async def test_the_console_is_in_the_http_channels_default_locale(api: RunningApi) -> None:
+    resp, html = await _get(api, "/")
+    assert resp.status == 200 and resp.content_type == "text/html"
+    assert b'<html lang="zh-CN">' in html
+
+
+@pytest.mark.parametrize("settings", [{"channels": {"http": {"locale": "en"}}}], indirect=True)
+async def test_the_console_follows_the_http_channels_locale(api: RunningApi) -> None:
+    resp, html = await _get(api, "/")
+    assert resp.status == 200 and b'<html lang="en">' in html and b'lang="zh-CN"' not in html
 
 
 async def test_console_links_a_favicon_that_exists(api: RunningApi) -> None:

@@ -33,7 +33,7 @@ async def test_offline_welcome_is_fixed_and_not_cached(api: RunningApi, fake_llm
     assert status == 200
     text = body["text"]
     assert "helper" in text and "旅行规划" in text
-    assert "离线" in text and "offline" in text
+    assert "离线" in text  # the HTTP channel's default locale is zh-CN
     assert WELCOME_PROMPT not in text and "Write the short welcome" not in text
     assert not (api.gateway.settings.agents_dir / "helper" / "welcome.json").exists()
     status, body = await api.call("GET", "/api/agents/default/welcome")  # the built-in agent: no description
@@ -82,3 +82,10 @@ async def test_writable_welcome_cache_is_written_once(api: RunningApi, fake_llm:
     path = api.gateway.settings.agents_dir / "helper" / "welcome.json"
     assert json.loads(path.read_text(encoding="utf-8"))["text"] == "Hello from helper."
     assert not [e for e in logs if e["event"] == "welcome_cache_not_writable"]
+
+
+@pytest.mark.parametrize("settings", [{**OFFLINE, "channels": {"http": {"locale": "en"}}}], indirect=True)
+async def test_offline_welcome_follows_the_http_channels_locale(api: RunningApi) -> None:
+    status, body = await api.call("GET", "/api/agents/helper/welcome")
+    assert status == 200
+    assert "offline placeholder" in body["text"] and "离线" not in body["text"]

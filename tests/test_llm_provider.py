@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import anthropic
 import pytest
 
+from agenthub import i18n
 from agenthub.errors import ContextOverflowError, LLMError
 from agenthub.llm import AnthropicProvider, Endpoint, LLMRequest, ModelNotFoundError, RetryPolicy
 from agenthub.llm.failures import MSG_AUTH, MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
@@ -142,7 +143,7 @@ async def test_500_gives_up_after_max_retries(
     with pytest.raises(LLMError) as info:
         await provider.stream(request())
     assert len(fake_llm.requests) == 3
-    assert info.value.user_message == MSG_BUSY
+    assert info.value.user_text == MSG_BUSY
     assert isinstance(info.value.__cause__, anthropic.InternalServerError)
     assert fake_llm.pending == 1
 
@@ -170,7 +171,7 @@ async def test_midstream_error_after_text_fails_without_retry(
     with pytest.raises(LLMError) as info:
         await provider.stream(request(), deltas.append)
     assert "".join(deltas) == "The answer is"
-    assert info.value.user_message == MSG_INTERRUPTED
+    assert info.value.user_text == MSG_INTERRUPTED
     assert len(fake_llm.requests) == 1
 
 
@@ -191,7 +192,7 @@ async def test_hang_times_out_and_each_attempt_disconnects(fake_llm: FakeAnthrop
             await p.stream(request())
     finally:
         await p.aclose()
-    assert info.value.user_message == MSG_TIMEOUT
+    assert info.value.user_text == MSG_TIMEOUT
     assert len(fake_llm.requests) == 2
     for rec in fake_llm.requests:
         await asyncio.wait_for(rec.disconnected.wait(), 2)
@@ -204,7 +205,8 @@ async def test_prompt_too_long_raises_overflow_without_retry(
     with pytest.raises(ContextOverflowError) as info:
         await provider.stream(request())
     assert len(fake_llm.requests) == 1
-    assert "208656" not in info.value.user_message and "context window" in info.value.user_message
+    said = info.value.user_text.render("en")
+    assert "208656" not in said and "context window" in said
 
 
 @pytest.mark.parametrize(
@@ -228,8 +230,8 @@ async def test_401_is_not_retried_and_hides_the_key(fake_llm: FakeAnthropic, pro
     with pytest.raises(LLMError) as info:
         await provider.stream(request())
     assert len(fake_llm.requests) == 1
-    assert info.value.user_message == MSG_AUTH
-    assert KEY not in info.value.user_message and KEY not in str(info.value)
+    assert info.value.user_text == MSG_AUTH
+    assert all(KEY not in info.value.user_text.render(locale) for locale in i18n.LOCALES) and KEY not in str(info.value)
 
 
 async def test_404_raises_model_not_found(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:

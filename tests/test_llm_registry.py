@@ -8,6 +8,7 @@ import pytest
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
+from agenthub import i18n
 from agenthub.config import LLMSettings, ProviderSettings
 from agenthub.errors import ConfigError
 from agenthub.llm import AnthropicProvider, LLMRequest, OfflineProvider, ProviderRegistry, context_window
@@ -129,15 +130,21 @@ def test_get_unknown_raises_key_error() -> None:
         reg.get("missing")
 
 
+def _in_each_locale(warnings: tuple[i18n.Text, ...]) -> list[str]:
+    """The warnings as the user reads them, once per locale (at least one warning is expected)."""
+    assert warnings
+    return [" ".join(w.render(locale) for w in warnings) for locale in i18n.LOCALES]
+
+
 async def test_resolve_defaults_and_valid_hints(registry: ProviderRegistry) -> None:
     provider, model, warning = registry.resolve(None, None)
-    assert (provider.name, model, warning) == ("default", "claude-main", None)
+    assert (provider.name, model, warning) == ("default", "claude-main", ())
     provider, model, warning = registry.resolve("claude-opus-4-1", None, None, "claude-agent")
-    assert (provider.name, model, warning) == ("default", "claude-opus-4-1", None)
+    assert (provider.name, model, warning) == ("default", "claude-opus-4-1", ())
     provider, model, warning = registry.resolve(None, "deep", None, "claude-agent")
-    assert (provider.name, model, warning) == ("deep", "deepseek-flash", None)
+    assert (provider.name, model, warning) == ("deep", "deepseek-flash", ())
     provider, model, warning = registry.resolve("deepseek-v4-pro", "deep", None, None)
-    assert (provider.name, model, warning) == ("deep", "deepseek-v4-pro", None)
+    assert (provider.name, model, warning) == ("deep", "deepseek-v4-pro", ())
     provider, model, _ = registry.resolve(None, None, "deep", "deepseek-v4-pro")
     assert (provider.name, model) == ("deep", "deepseek-v4-pro")
 
@@ -145,27 +152,29 @@ async def test_resolve_defaults_and_valid_hints(registry: ProviderRegistry) -> N
 async def test_resolve_unknown_provider_hint_falls_back(registry: ProviderRegistry) -> None:
     provider, model, warning = registry.resolve(None, "openai", "deep", "deepseek-v4-pro")
     assert (provider.name, model) == ("deep", "deepseek-v4-pro")
-    assert warning is not None and "openai" in warning and "deep" in warning
+    for said in _in_each_locale(warning):
+        assert "openai" in said and "deep" in said
 
 
 @pytest.mark.parametrize("hint", ["", "   ", "x" * 101, "gpt 4", "model;rm -rf", "模型"])
 async def test_resolve_unusable_model_hint_falls_back(registry: ProviderRegistry, hint: str) -> None:
     provider, model, warning = registry.resolve(hint, None, None, "claude-agent")
     assert (provider.name, model) == ("default", "claude-agent")
-    assert warning is not None and "claude-agent" in warning
-    assert len(warning) < 200
+    for said in _in_each_locale(warning):
+        assert "claude-agent" in said and len(said) < 200
 
 
 async def test_resolve_unknown_agent_provider_uses_default(registry: ProviderRegistry) -> None:
     provider, model, warning = registry.resolve(None, None, "gone", "some-model")
     assert (provider.name, model) == ("default", "claude-main")
-    assert warning is not None and "gone" in warning
+    for said in _in_each_locale(warning):
+        assert "gone" in said
 
 
 async def test_offline_registry_accepts_any_model_hint() -> None:
     reg = ProviderRegistry.from_settings(settings(), env={})
     _, model, warning = reg.resolve("anything at all", None)
-    assert (model, warning) == ("anything at all", None)
+    assert (model, warning) == ("anything at all", ())
 
 
 def test_context_windows() -> None:

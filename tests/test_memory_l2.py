@@ -204,7 +204,7 @@ async def test_prompt_too_long_after_compacting_tells_the_user(
         fake_llm.script(prompt_too_long())
         fake_llm.responder = lambda body: reply_text("s") if is_summary_request(body) else prompt_too_long()
         final = await (await gw.submit(msg("one more"))).result()
-        assert isinstance(final, ErrorEvent) and final.message == OVERFLOW_AFTER_RETRY
+        assert isinstance(final, ErrorEvent) and final.message == OVERFLOW_AFTER_RETRY.render("en")
         assert len(fake_llm.message_requests()) == 3  # the call, the summary, the one retry
 
 
@@ -287,7 +287,7 @@ async def test_overflow_on_a_one_message_chat_says_the_message_itself_is_too_lon
         fake_llm.script(prompt_too_long())
         events = [e async for e in await gw.submit(msg("a paste far too long for the model"))]
         final = events[-1]
-        assert isinstance(final, ErrorEvent) and final.message == MESSAGE_TOO_LONG
+        assert isinstance(final, ErrorEvent) and final.message == MESSAGE_TOO_LONG.render("en")
         assert not [e for e in events if isinstance(e, NoticeEvent)]  # no "compacting and retrying" that never happens
         assert len(fake_llm.message_requests()) == 1  # no summary call, no pointless retry
         assert isinstance(await (await gw.submit(msg("short"))).result(), DoneEvent)  # the chat goes on

@@ -17,7 +17,7 @@ from agenthub.session.keys import validate_agent_name
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_PERSONA = "You are a helpful assistant."
+DEFAULT_PERSONA = "You are a helpful assistant. Answer in the language the user writes in."
 MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import structlog
 
+from agenthub import i18n
 from agenthub.agent.large_results import LargeResultStore
 from agenthub.agent.tools import Tool, ToolContext, run_tool
 from agenthub.llm.types import LLMProvider, LLMRequest, LLMResponse
@@ -20,17 +21,14 @@ log = structlog.get_logger(__name__)
 Message = dict[str, Any]
 Emit = Callable[[ReplyEvent], None]
 CUT_NOTES: dict[str | None, str] = {
-    None: "(The reply was cut off before it finished.)",
-    "max_tokens": "(The reply was cut off at the length limit.)",
-    "model_context_window_exceeded": (
-        "(The reply was cut off: this conversation has filled the model's context window. "
-        "Send /compact to make room, or /restart to start over.)"
-    ),
+    None: "loop.cut",
+    "max_tokens": "loop.cut.max_tokens",
+    "model_context_window_exceeded": "loop.cut.context_window",
 }
-TRUNCATED_NOTE = "\n\n" + CUT_NOTES[None]
-REFUSAL_TEXT = "The model declined to answer this request. Please rephrase it or ask something else."
-REFUSAL_NOTE = "(The model stopped here and declined to go on.)"
-EMPTY_REPLY = "(The model finished without writing a reply. Please try again or rephrase your message.)"
+"""The catalogue key of the note added to a reply the model stopped early, by stop reason."""
+REFUSAL_TEXT = "loop.refusal"
+REFUSAL_NOTE = "loop.refusal.note"
+EMPTY_REPLY = "loop.empty_reply"
 EMPTY_STORED = "(no further text)"
 """Stored for a final call without text after earlier text in the same turn: the API rejects empty messages."""
 
@@ -50,17 +48,17 @@ class TurnResult:
         return "\n\n".join(t for t in self.texts if t)
 
 
-def _closing_note(response: LLMResponse, shown_before: bool) -> str:
+def _closing_note(response: LLMResponse, shown_before: bool, locale: str) -> str:
     """What to add after the final call's text: a note on an unusual stop reason, or a fallback for no text."""
     reason, text = response.stop_reason, response.text
     if reason == "refusal":
-        return REFUSAL_NOTE if text else REFUSAL_TEXT
+        return i18n.text(REFUSAL_NOTE if text else REFUSAL_TEXT, locale)
     if reason in CUT_NOTES:
-        return CUT_NOTES[reason]
-    return "" if text or shown_before else EMPTY_REPLY
+        return i18n.text(CUT_NOTES[reason], locale)
+    return "" if text or shown_before else i18n.text(EMPTY_REPLY, locale)
 
 
-def _finish(response: LLMResponse, emit: Emit, result: TurnResult) -> None:
+def _finish(response: LLMResponse, emit: Emit, result: TurnResult, locale: str) -> None:
     """Record the final call: its text plus any note (emitted too), stored as plain text, never empty.
 
     Tool calls in a final reply (one cut at `max_tokens`) are not stored: they have no results. A refused
@@ -68,7 +66,7 @@ def _finish(response: LLMResponse, emit: Emit, result: TurnResult) -> None:
     """
     text = response.text
     shown_before = bool(text or result.text)
-    note = _closing_note(response, shown_before)
+    note = _closing_note(response, shown_before, locale)
     if note:
         emit(DeltaEvent(("\n\n" if shown_before else "") + note))
         text = f"{text}\n\n{note}" if text else note
@@ -131,7 +129,7 @@ class AgentLoop:
             call = replace(request, model=self.model, max_tokens=self.max_tokens, messages=messages, purpose="turn")
             response = await self._call(call, emit, result)
             if response.stop_reason != "tool_use" or not response.tool_uses:
-                _finish(response, emit, result)
+                _finish(response, emit, result, request.locale)
                 return result
             result.texts.append(response.text)
             result.new_messages.append({"role": "assistant", "content": response.content})

@@ -20,7 +20,7 @@ from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, Inva
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging, route_library_loggers
-from agenthub.messages import ErrorEvent, InboundMessage, OutboundMessage
+from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, OutboundMessage
 from agenthub.remote import DaemonUnavailableError, RemoteGateway, TokenRefusedError
 
 log = structlog.get_logger(__name__)
@@ -29,7 +29,7 @@ EXIT_OK, EXIT_REPLY_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 CHANNEL_MODULE = "channels.cli"
 PUSH_RETRY_S = 5.0
 """How long the REPL waits before it opens the daemon's events feed again after it dropped."""
-USAGE_CODES = frozenset({"invalid_id", "unknown_agent"})
+USAGE_CODES = frozenset({ErrorCode.INVALID_ID, ErrorCode.UNKNOWN_AGENT})
 """Reply error codes that mean the command line was wrong (exit 2), not that the reply failed (exit 1)."""
 
 

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from agenthub import i18n
 from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter
 from agenthub.gateway.commands import CommandContext
@@ -46,17 +45,16 @@ class ForgetCommand:
 
     async def __call__(self, ctx: CommandContext) -> str:
         gw, sender = self.gateway, ctx.message.sender_id
-        locale = i18n.locale_for(gw.settings, ctx.message.channel, ctx.agent)
         if not sender:  # nobody to forget (and nobody who could confirm)
-            return i18n.text("forget.no_sender", locale)
+            return ctx.text("forget.no_sender")
         window = gw.settings.session.restart_confirm_s
         now = gw.clock()
         self._asked = {asker: at for asker, at in self._asked.items() if now - at <= window}
         asker = (ctx.key, sender)
         if asker not in self._asked:
             self._asked[asker] = now
-            return i18n.text("forget.confirm", locale, seconds=int(window))
+            return ctx.text("forget.confirm", seconds=int(window))
         del self._asked[asker]
         gw.drop_queued(ctx.key, sender)  # not stored yet; they must not be stored after the redaction
         report = await gateway_forgetter(gw).forget_in_chat(ctx.agent, ctx.key, Person(ctx.message.channel, sender))
-        return i18n.text("forget.done", locale, messages=report.messages, replies=report.replies)
+        return ctx.text("forget.done", messages=report.messages, replies=report.replies)

@@ -7,18 +7,16 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agenthub import i18n
 from agenthub.errors import SessionBusyError
 from agenthub.forget.command import ForgetCommand
 from agenthub.gateway.commands import CommandContext
 from agenthub.llm.tokens import estimate_tokens
+from agenthub.messages import ErrorCode
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
 
 log = structlog.get_logger(__name__)
-
-COMPACTION_STOPPED = " Stopped the compaction that was summarising older messages."
 
 
 async def _restart(ctx: CommandContext) -> str:
@@ -30,35 +28,40 @@ async def _restart(ctx: CommandContext) -> str:
     now = gw.clock()
     if asked_at is None or now - asked_at > window:
         pending[asker] = now
-        return (
-            f"This clears this chat's conversation history. Send /restart again within {int(window)} seconds "
-            "to confirm."
-        )
+        return ctx.text("command.restart.confirm", seconds=int(window))
     del pending[asker]
-    gw.abort(key, "restart")
+    gw.abort(key, ErrorCode.RESTART)
     await gw.cancel_background(key)  # a compaction in flight is aborted, its model call too
     async with gw.hold(key):  # the aborted turn has stored what it will; queued turns start after the clear
         await gw.history.clear(key)
     log.info("session_restarted", session_key=str(key))
-    return "Done: this chat starts fresh. (Other chats and long-term memory are untouched.)"
+    return ctx.text("command.restart.done")
+
+
+def _sentences(ctx: CommandContext, *keys: str, count: int = 0) -> str:
+    """Catalogue sentences joined the way the locale writes them (a space in en, nothing in zh-CN)."""
+    joiner = "" if ctx.locale == "zh-CN" else " "
+    return joiner.join(ctx.text(key, count=count) for key in keys)
 
 
 async def _stop(ctx: CommandContext) -> str:
     """Stop the sender's running reply and drop the messages they queued behind it (never another member's)."""
     dropped = ctx.gateway.drop_queued(ctx.key, ctx.message.sender_id)
-    queued = f" Dropped {dropped} queued message(s) of yours." if dropped else ""
+    queued = ("command.stop.dropped",) if dropped else ()
     runner = ctx.gateway.runner(ctx.key)
     running = runner.current if runner is not None else None
     if running is not None and running.senders - {ctx.message.sender_id}:
         # in a shared (group) session, one member must not cut off another member's answer
-        return "Only the person who asked can stop this reply." + queued
-    compaction = COMPACTION_STOPPED if await ctx.gateway.cancel_background(ctx.key) else ""
-    if ctx.gateway.abort(ctx.key, "stopped"):
+        return _sentences(ctx, "command.stop.not_yours", *queued, count=dropped)
+    compaction = ("command.stop.compaction_stopped",) if await ctx.gateway.cancel_background(ctx.key) else ()
+    if ctx.gateway.abort(ctx.key, ErrorCode.STOPPED):
         await ctx.gateway.wait_turn_done(ctx.key)
-        return "Stopped the running reply." + queued + compaction + " The conversation is kept."
+        return _sentences(ctx, "command.stop.stopped", *queued, *compaction, "command.stop.kept", count=dropped)
     if compaction:
-        return (queued + compaction).strip() + " The conversation is kept as it was."
-    return (queued.strip() + " Nothing else is running.") if dropped else "Nothing is running in this chat."
+        return _sentences(ctx, *queued, *compaction, "command.stop.kept_as_was", count=dropped)
+    if dropped:
+        return _sentences(ctx, *queued, "command.stop.nothing_else", count=dropped)
+    return ctx.text("command.stop.nothing")
 
 
 async def _status(ctx: CommandContext) -> str:
@@ -68,47 +71,46 @@ async def _status(ctx: CommandContext) -> str:
     runner = gw.runner(key)
     history = await gw.history.load(key)
     meta = await gw.history.get_meta(key)
+    depth = ctx.text("command.status.depth", count=runner.depth) if runner and runner.depth else ""
     lines = [
-        f"agent: {ctx.agent.name}",
-        f"session: {key}",
-        f"state: {state}" + (f", {runner.depth} message(s) in progress or queued" if runner and runner.depth else ""),
-        f"messages: {len(history)} (about {estimate_tokens(history)} tokens estimated)",
+        ctx.text("command.status.agent", agent=ctx.agent.name),
+        ctx.text("command.status.session", session=str(key)),
+        ctx.text("command.status.state", state=ctx.text(f"command.status.state.{state}")) + depth,
+        ctx.text("command.status.messages", count=len(history), tokens=estimate_tokens(history)),
     ]
     if meta is not None and meta.last_usage:
         usage = meta.last_usage
-        lines.append(
-            f"last model call: {usage.get('input_tokens', 0)} input, "
-            f"{usage.get('cache_read_input_tokens', 0)} cached, {usage.get('output_tokens', 0)} output tokens"
-        )
+        last_call = {
+            "input": usage.get("input_tokens", 0),
+            "cached": usage.get("cache_read_input_tokens", 0),
+            "output": usage.get("output_tokens", 0),
+        }
+        lines.append(ctx.text("command.status.last_call", **last_call))
     if any(m.get("role") == "system" for m in history):
-        lines.append("an earlier part of the conversation is summarised")
+        lines.append(ctx.text("command.status.summarised"))
     return "\n".join(lines)
 
 
 async def _compact(ctx: CommandContext) -> str:
     compactor = ctx.gateway.compactor
     if compactor is None:
-        return "Compaction is not available."
+        return ctx.text("command.compact.unavailable")
     try:
         return await compactor.compact(
             ctx.key, ctx.agent, reason="manual", actor=ctx.message.sender_id or "user", focus=ctx.args
         )
     except SessionBusyError:
-        return "This chat is busy answering; try /compact again when the reply is done."
+        return ctx.text("command.compact.busy")
 
 
 async def _help(ctx: CommandContext) -> str:
-    return "Commands:\n" + ctx.gateway.commands.help_text()
+    return ctx.text("command.help.title") + "\n" + ctx.gateway.commands.help_text(ctx.locale)
 
 
 def register_builtin_commands(gateway: GatewayCore) -> None:
-    gateway.commands.register("restart", "clear this chat's history (send twice to confirm)", _restart)
-    gateway.commands.register("stop", "stop the reply that is running", _stop)
-    gateway.commands.register("status", "show this chat's state and context size", _status)
-    gateway.commands.register(
-        "compact",
-        "summarise older messages to free context; /compact <focus> says what the summary should keep",
-        _compact,
-    )
-    gateway.commands.register("forget", i18n.text("forget.help", "en"), ForgetCommand(gateway))
-    gateway.commands.register("help", "list the commands", _help)
+    gateway.commands.register("restart", "command.help.restart", _restart)
+    gateway.commands.register("stop", "command.help.stop", _stop)
+    gateway.commands.register("status", "command.help.status", _status)
+    gateway.commands.register("compact", "command.help.compact", _compact)
+    gateway.commands.register("forget", "forget.help", ForgetCommand(gateway))
+    gateway.commands.register("help", "command.help.help", _help)

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.session.keys import SessionKey
 
 if TYPE_CHECKING:
@@ -30,6 +31,12 @@ class CommandContext:
     agent: AgentDefinition
     message: InboundMessage
     args: str
+    locale: i18n.Locale = "en"
+    """The chat's locale: a handler writes its reply with `self.text(key, …)`, which uses it."""
+
+    def text(self, key: str, **params: object) -> str:
+        """The catalogue text `key` in this chat's locale."""
+        return i18n.text(key, self.locale, **params)
 
 
 CommandHandler = Callable[[CommandContext], Awaitable[str]]
@@ -39,6 +46,7 @@ CommandHandler = Callable[[CommandContext], Awaitable[str]]
 class Command:
     name: str
     help: str
+    """The catalogue key of the command's help line."""
     handler: CommandHandler
 
 
@@ -48,8 +56,11 @@ class CommandRouter:
     def __init__(self) -> None:
         self._commands: dict[str, Command] = {}
 
-    def register(self, name: str, help_text: str, handler: CommandHandler) -> None:
-        self._commands[name] = Command(name, help_text, handler)
+    def register(self, name: str, help_key: str, handler: CommandHandler) -> None:
+        """`help_key` is a catalogue key (its text is the line `/help` shows, in the chat's locale)."""
+        if help_key not in i18n.TEXTS:
+            raise i18n.UnknownTextError(help_key)
+        self._commands[name] = Command(name, help_key, handler)
 
     def match(self, content: str) -> tuple[Command, str] | None:
         found = _COMMAND.match(content.strip())
@@ -66,9 +77,9 @@ class CommandRouter:
             raise
         except Exception:
             log.exception("command_failed", command=command.name, session_key=str(ctx.key))
-            handle.emit(ErrorEvent(f"/{command.name} failed; please try again.", code="internal"))
+            handle.emit(ErrorEvent(ctx.text("command.failed", command=command.name), code=ErrorCode.INTERNAL))
             return
         handle.emit(DoneEvent(text, session_key=str(ctx.key)))
 
-    def help_text(self) -> str:
-        return "\n".join(f"/{c.name} — {c.help}" for c in self._commands.values())
+    def help_text(self, locale: str) -> str:
+        return "\n".join(f"/{c.name} — {i18n.text(c.help, locale)}" for c in self._commands.values())

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition, AgentRegistry
 from agenthub.agent.mcp import McpHub
 from agenthub.clock import Clock, system_clock
@@ -23,11 +24,11 @@ from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.runner import PendingTurn, SessionRunner
 from agenthub.gateway.stats import GatewayStats
 from agenthub.gateway.timers import TimerRegistry
-from agenthub.gateway.turn import ABORT_MESSAGES, TurnOutcome, TurnRunner
+from agenthub.gateway.turn import TurnOutcome, TurnRunner, abort_message
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.context import ContextBudget, ContextBuilder
 from agenthub.memory.files import MemoryFiles
-from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey, session_key
@@ -37,11 +38,6 @@ if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler
 
 log = structlog.get_logger(__name__)
-
-QUEUE_FULL = "This chat already has {limit} messages waiting; please wait for the replies or send /stop."
-
-ANSWERED_TOGETHER = "(Answered together with the messages that followed; the reply is below.)"
-"""How a message that waited behind a turn ends when later ones joined it: the one answer goes to the newest."""
 
 AfterTurnHook = Callable[[PendingTurn, TurnOutcome], Awaitable[None]]
 
@@ -104,7 +100,7 @@ class GatewayCore:
         self._runners: dict[SessionKey, SessionRunner] = {}
         self._background: dict[SessionKey, asyncio.Task[None]] = {}
         self._restart_pending: dict[tuple[SessionKey, str], float] = {}
-        self._notices: dict[SessionKey, list[str]] = {}
+        self._notices: dict[SessionKey, list[i18n.Text]] = {}
         self._accepting = True
         self._entered = False
         self.timers.add("session_sweep", 1.0, self._sweep)
@@ -145,7 +141,7 @@ class GatewayCore:
         for runner in list(self._runners.values()):
             runner.abort(reason)
             for pending in runner.queue:
-                pending.handle.emit(ErrorEvent(ABORT_MESSAGES.get(reason, "Stopped."), code=reason))
+                pending.handle.emit(ErrorEvent(abort_message(reason, pending.locale), code=reason))
             runner.queue.clear()
 
     @property
@@ -166,14 +162,17 @@ class GatewayCore:
 
     def route(self, message: InboundMessage) -> AgentDefinition:
         """Explicit agent, else the channel/cred_id binding, else the default agent."""
+        return self.agents.get(self.agent_name(message))
+
+    def agent_name(self, message: InboundMessage) -> str:
+        """The name of the agent a message goes to (which may not exist)."""
         bindings = self.settings.bindings
-        name = (
+        return (
             message.agent
             or (message.cred_id and bindings.get(f"{message.channel}:{message.cred_id}"))
             or bindings.get(message.channel)
             or self.settings.default_agent
         )
-        return self.agents.get(name)
 
     def resolve_key(self, message: InboundMessage) -> tuple[AgentDefinition, SessionKey]:
         agent = self.route(message)
@@ -183,21 +182,28 @@ class GatewayCore:
         """Accept one message; the returned handle yields its reply events (bad input ends it with an error)."""
         try:
             agent, key = self.resolve_key(message)
-        except InvalidIdError as e:
-            return _failed("?", str(e), "invalid_id")
-        except AgentNotFoundError as e:
-            return _failed("?", str(e), "unknown_agent")
+        except InvalidIdError:
+            return _failed(i18n.text("error.invalid_id", self._channel_locale(message)), ErrorCode.INVALID_ID)
+        except AgentNotFoundError:
+            unknown = i18n.text("error.unknown_agent", self._channel_locale(message), agent=self.agent_name(message))
+            return _failed(unknown, ErrorCode.UNKNOWN_AGENT)
+        locale = i18n.locale_for(self.settings, message.channel, agent)
         handle = ReplyHandle(str(key))
         if not self._accepting:
-            handle.emit(ErrorEvent(ABORT_MESSAGES["shutdown"], code="shutdown"))
+            handle.emit(ErrorEvent(abort_message(ErrorCode.SHUTDOWN, locale), code=ErrorCode.SHUTDOWN))
             return handle
         matched = self.commands.match(message.content)
         if matched is not None:
             command, args = matched
-            await self.commands.run(command, CommandContext(self, key, agent, message, args), handle)
+            await self.commands.run(command, CommandContext(self, key, agent, message, args, locale), handle)
             return handle
-        self._enqueue(PendingTurn(message, key, agent, handle, message.message_id or f"local-{new_message_id()}"))
+        message_id = message.message_id or f"local-{new_message_id()}"
+        self._enqueue(PendingTurn(message, key, agent, handle, message_id, locale=locale))
         return handle
+
+    def _channel_locale(self, message: InboundMessage) -> i18n.Locale:
+        """The locale of a message whose agent is not known (a bad id or an unknown agent)."""
+        return i18n.channel_locale(self.settings, message.channel)
 
     # ---- per-session queues --------------------------------------------------------------------
 
@@ -208,12 +214,13 @@ class GatewayCore:
         limit = self.settings.session.max_queued
         if len(runner.queue) >= limit:  # refused before anything is stored; the sender can send it again later
             log.warning("queue_full", session_key=str(pending.key), waiting=len(runner.queue))
-            pending.handle.emit(ErrorEvent(QUEUE_FULL.format(limit=limit), code="queue_full"))
+            refused = i18n.text("error.queue_full", pending.locale, limit=limit)
+            pending.handle.emit(ErrorEvent(refused, code=ErrorCode.QUEUE_FULL))
             return
         pending.waited = runner.depth > 0 or runner.holds > 0 or runner.mutex.locked()
         runner.queue.append(pending)
         if runner.depth > 1:
-            waiting = f"Queued behind {runner.depth - 1} earlier message(s) in this chat."
+            waiting = i18n.text("notice.queued", pending.locale, count=runner.depth - 1)
             pending.handle.emit(NoticeEvent(waiting, transient=True))
         if runner.task is None:
             runner.task = asyncio.create_task(self._work(runner), name=f"session:{pending.key}")
@@ -243,7 +250,7 @@ class GatewayCore:
                         _end_with(pending, outcome)  # after `current` is cleared: a follow-up queues behind nothing
                         await self._after_turn(pending, outcome)
                 finally:
-                    _end_unanswered(pending, (runner.abort_reason if started else None) or "shutdown")
+                    _end_unanswered(pending, (runner.abort_reason if started else None) or ErrorCode.SHUTDOWN)
         finally:
             runner.current = None
             runner.task = None
@@ -295,11 +302,11 @@ class GatewayCore:
             if runner.task is None and not runner.queue and not runner.holds and self._runners.get(key) is runner:
                 del self._runners[key]
 
-    def abort(self, key: SessionKey, reason: str = "stopped") -> bool:
+    def abort(self, key: SessionKey, reason: str = ErrorCode.STOPPED) -> bool:
         runner = self._runners.get(key)
         return runner is not None and runner.abort(reason)
 
-    def drop_queued(self, key: SessionKey, sender_id: str, reason: str = "stopped") -> int:
+    def drop_queued(self, key: SessionKey, sender_id: str, reason: str = ErrorCode.STOPPED) -> int:
         """End the messages `sender_id` queued in this session that have not started (nothing of them is stored
         yet); each handle ends with the `reason` error. Returns how many were dropped."""
         runner = self._runners.get(key)
@@ -358,11 +365,12 @@ class GatewayCore:
 
     # ---- commands and housekeeping -------------------------------------------------------------
 
-    def notify_next_turn(self, key: SessionKey, text: str) -> None:
-        """Queue a notice for the session's next reply (e.g. that background compaction summarised it)."""
+    def notify_next_turn(self, key: SessionKey, text: i18n.Text) -> None:
+        """Queue a notice for the session's next reply (e.g. that background compaction summarised it); it is
+        rendered in that reply's locale."""
         self._notices.setdefault(key, []).append(text)
 
-    def take_notices(self, key: SessionKey) -> list[str]:
+    def take_notices(self, key: SessionKey) -> list[i18n.Text]:
         return self._notices.pop(key, [])
 
     def restart_pending(self) -> dict[tuple[SessionKey, str], float]:
@@ -372,7 +380,7 @@ class GatewayCore:
     def _on_lock_timeout(self, session: Session, holder: LockHolder) -> None:
         runner = self._runners.get(session.key)
         if runner is not None and runner.current is not None and runner.current.message_id == holder.message_id:
-            runner.abort("timeout")
+            runner.abort(ErrorCode.TIMEOUT)
 
     async def _sweep(self) -> None:
         self.sessions.sweep()
@@ -389,13 +397,11 @@ def _end_with(pending: PendingTurn, outcome: TurnOutcome) -> None:
     final = outcome.final
     if final is None:
         return
-    together = (
-        DoneEvent(ANSWERED_TOGETHER, session_key=final.session_key, joined=True)
-        if isinstance(final, DoneEvent)
-        else final
-    )
     for earlier in pending.joined:
-        earlier.handle.emit(together)
+        together = i18n.text("done.answered_together", earlier.locale)
+        earlier.handle.emit(
+            DoneEvent(together, session_key=final.session_key, joined=True) if isinstance(final, DoneEvent) else final
+        )
     pending.handle.emit(final)
 
 
@@ -403,11 +409,11 @@ def _end_unanswered(pending: PendingTurn, reason: str) -> None:
     """A turn cancelled before it could run (or before its task took a step) still ends its handles."""
     for member in pending.members:
         if not member.handle.finished:
-            member.handle.emit(ErrorEvent(ABORT_MESSAGES.get(reason, "Stopped."), code=reason))
+            member.handle.emit(ErrorEvent(abort_message(reason, member.locale), code=reason))
 
 
-def _failed(session_key_text: str, message: str, code: str) -> ReplyHandle:
-    handle = ReplyHandle(session_key_text)
+def _failed(message: str, code: ErrorCode) -> ReplyHandle:
+    handle = ReplyHandle("?")
     handle.emit(ErrorEvent(message, code=code))
     return handle
 

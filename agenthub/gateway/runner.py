@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.i18n import Locale
 from agenthub.messages import InboundMessage
 from agenthub.session.keys import SessionKey
 
@@ -21,6 +22,8 @@ class PendingTurn:
     agent: AgentDefinition
     handle: ReplyHandle
     message_id: str
+    locale: Locale = "en"
+    """The chat's locale (`i18n.locale_for` of the message's channel and agent): every text the turn writes uses it."""
     waited: bool = False
     """True when it arrived while the session was busy (a turn running or queued, or maintenance)."""
     joined: list[PendingTurn] = field(default_factory=list)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,36 +22,29 @@ from agenthub.errors import (
     StorageError,
 )
 from agenthub.gateway.runner import PendingTurn, SessionRunner
+from agenthub.i18n import Text
 from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
 from agenthub.media.inbox import Intake, MediaInbox
-from agenthub.messages import DoneEvent, ErrorEvent, NoticeEvent, Usage
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, NoticeEvent, Usage
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
 
 log = structlog.get_logger(__name__)
 
-ABORT_MESSAGES = {
-    "stopped": "Stopped. The conversation is kept; send a new message to go on.",
-    "restart": "Stopped for /restart.",
-    "timeout": "This request took too long and was stopped. Please try again.",
-    "shutdown": "The service is restarting; please send your message again in a moment.",
+ABORT_TEXTS: dict[str, str] = {
+    ErrorCode.STOPPED: "abort.stopped",
+    ErrorCode.RESTART: "abort.restart",
+    ErrorCode.TIMEOUT: "abort.timeout",
+    ErrorCode.SHUTDOWN: "abort.shutdown",
 }
+"""The catalogue key of the reply a turn aborted for each reason ends with (any other reason: `abort.other`)."""
 
-USER_ABORTS = frozenset({"stopped", "restart"})
+USER_ABORTS = frozenset({ErrorCode.STOPPED, ErrorCode.RESTART})
 
-INTERNAL_ERROR = "Sorry, something went wrong on our side while answering. Please try again (ref {ref})."
-OVERFLOW_AFTER_RETRY = (
-    "This conversation is too long for the model even after compacting it. Send /compact to try again, "
-    "or /restart to start over."
-)
-
-MESSAGE_TOO_LONG = (
-    "This message is too long for the model's context window, and there is nothing earlier in this chat to "
-    "compact. Please shorten it or send it in smaller parts."
-)
-OVERFLOW_NOTICE = "The conversation got too long; compacting it and retrying…"
+OVERFLOW_AFTER_RETRY = Text("error.overflow_after_retry")
+MESSAGE_TOO_LONG = Text("error.message_too_long")
 
 
 @dataclass(frozen=True)
@@ -77,7 +71,7 @@ class TurnRunner:
         self._outcomes: dict[asyncio.Task[None], TurnOutcome] = {}
 
     def outcome_of(self, task: asyncio.Task[None]) -> TurnOutcome:
-        return self._outcomes.pop(task, TurnOutcome(ok=False, code="aborted"))
+        return self._outcomes.pop(task, TurnOutcome(ok=False, code=ErrorCode.ABORTED))
 
     def _record_failure(self, task: asyncio.Task[None], code: str, message: str) -> None:
         self._outcomes[task] = TurnOutcome(ok=False, code=code, final=ErrorEvent(message, code=code))
@@ -96,52 +90,50 @@ class TurnRunner:
                 failed = False
                 self._outcomes[task] = outcome
             except asyncio.CancelledError:
-                reason = runner.abort_reason or "shutdown"
+                reason = runner.abort_reason or ErrorCode.SHUTDOWN
                 failed = reason not in USER_ABORTS  # /stop and /restart leave the session idle, not in error
                 gw.stats.aborted += 1
                 log.info("turn_aborted", reason=reason)
-                self._record_failure(task, reason, _abort_message(reason))
+                self._record_failure(task, reason, abort_message(reason, pending.locale))
                 raise
             except PathRefusedError:
                 gw.stats.turn_errors += 1
                 log.warning("turn_path_refused")
-                self._record_failure(task, "path_refused", self._text(pending, "error.path_refused"))
+                self._record_failure(task, ErrorCode.PATH_REFUSED, i18n.text("error.path_refused", pending.locale))
             except StorageError as e:
                 gw.stats.turn_errors += 1
                 log.warning("turn_storage_unavailable", error=str(e))
-                self._record_failure(task, "storage_unavailable", self._text(pending, "error.storage_unavailable"))
+                unavailable = i18n.text("error.storage_unavailable", pending.locale)
+                self._record_failure(task, ErrorCode.STORAGE_UNAVAILABLE, unavailable)
             except LLMError as e:
                 gw.stats.turn_errors += 1
                 log.warning("turn_llm_error", error=str(e), error_type=type(e).__name__)
-                self._record_failure(task, "llm_error", e.user_message)
+                self._record_failure(task, ErrorCode.LLM_ERROR, e.user_text.render(pending.locale))
             except Exception:
                 gw.stats.turn_errors += 1
                 ref = pending.message_id  # whole: the id every log line of this turn carries
                 log.exception("turn_failed", ref=ref)
-                self._record_failure(task, "internal", INTERNAL_ERROR.format(ref=ref))
+                self._record_failure(task, ErrorCode.INTERNAL, i18n.text("error.internal", pending.locale, ref=ref))
             finally:
                 if locked:
                     gw.sessions.release(pending.key, pending.message_id, failed=failed)
 
-    def _text(self, pending: PendingTurn, key: str) -> str:
-        """A catalogue text in the locale of the pending message's chat."""
-        return i18n.text(key, i18n.locale_for(self.gateway.settings, pending.message.channel, pending.agent))
-
     async def _execute(self, pending: PendingTurn) -> TurnOutcome:
         gw, msg, agent = self.gateway, pending.message, pending.agent
-        provider, model, warning = gw.providers.resolve(
+        provider, model, warnings = gw.providers.resolve(
             msg.model_hint, msg.provider_hint, agent.config.provider, agent.config.model
         )
         for notice in gw.take_notices(pending.key):
-            pending.handle.emit(NoticeEvent(notice))
-        if warning:
-            log.warning("model_hint_fallback", warning=warning)
-            pending.handle.emit(NoticeEvent(warning))
+            pending.handle.emit(NoticeEvent(notice.render(pending.locale)))
+        if warnings:
+            log.warning("model_hint_fallback", warning=" ".join(w.render("en") for w in warnings))
+            separator = i18n.text("llm.hint.separator", pending.locale)
+            pending.handle.emit(NoticeEvent(separator.join(w.render(pending.locale) for w in warnings)))
         intakes = [await self._take_in(member) for member in pending.members]
         refusals = [text for intake in intakes for text in intake.refusals]
         if refusals and not any(_has_something_to_answer(m, i) for m, i in zip(pending.members, intakes, strict=True)):
-            refused = ErrorEvent("\n".join(refusals), code="media_refused")  # only refused media: no model call
-            return TurnOutcome(False, "media_refused", final=refused)
+            refused = ErrorEvent("\n".join(refusals), code=ErrorCode.MEDIA_REFUSED)  # only refused media: no model call
+            return TurnOutcome(False, ErrorCode.MEDIA_REFUSED, final=refused)
         for text in refusals:
             pending.handle.emit(NoticeEvent(text))
         await gw.history.append(pending.key, *_user_records(pending, intakes))
@@ -154,7 +146,7 @@ class TurnRunner:
             raise
         except StorageError as e:  # the answer exists: deliver it, and say that the history will miss it
             log.warning("turn_reply_not_saved", error=str(e))
-            pending.handle.emit(NoticeEvent(self._text(pending, "notice.reply_not_saved")))
+            pending.handle.emit(NoticeEvent(i18n.text("notice.reply_not_saved", pending.locale)))
         gw.stats.turns += 1
         final = DoneEvent(result.text, result.usage, str(pending.key))
         return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model, final)
@@ -164,9 +156,8 @@ class TurnRunner:
         msg = member.message
         if not msg.attachments:
             return Intake()
-        locale = i18n.locale_for(self.gateway.settings, msg.channel, member.agent)
         can_read = "read_file" in member.agent.config.tools
-        return await self.media.take_in(member.key, msg.attachments, locale, can_read_files=can_read)
+        return await self.media.take_in(member.key, msg.attachments, member.locale, can_read_files=can_read)
 
     async def _run_with_recovery(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         """Run the loop; on context overflow compact once and retry; on an unknown hinted model fall back once."""
@@ -185,17 +176,19 @@ class TurnRunner:
             except ContextOverflowError as e:
                 compactor = self.gateway.compactor
                 if overflow_retried or compactor is None:
-                    raise LLMError(str(e), user_message=OVERFLOW_AFTER_RETRY) from e
+                    raise LLMError(str(e), user_text=OVERFLOW_AFTER_RETRY) from e
                 overflow_retried = True
                 await compactor.compact(pending.key, pending.agent, reason="overflow", actor="gateway")
-                pending.handle.emit(NoticeEvent(OVERFLOW_NOTICE))  # only once something was compacted
+                compacted = i18n.text("notice.overflow_compacting", pending.locale)
+                pending.handle.emit(NoticeEvent(compacted))  # only once something was compacted
             except ModelNotFoundError:
                 default = pending.agent.config.model or provider.default_model
                 if model_retried or model == default:
                     raise
                 model_retried = True
                 log.warning("model_not_found_fallback", model=model, fallback=default)
-                pending.handle.emit(NoticeEvent(f"Model {model!r} is not available; using {default!r}."))
+                fallback = i18n.text("notice.model_fallback", pending.locale, model=repr(model), fallback=repr(default))
+                pending.handle.emit(NoticeEvent(fallback))
                 model = default
 
     def _send_images_as_text(self, pending: PendingTurn, model: str) -> None:
@@ -203,8 +196,7 @@ class TurnRunner:
         paths as text, and the user is told."""
         log.warning("model_refused_images", model=model)
         self.gateway.context.text_only_models.add(model)
-        locale = i18n.locale_for(self.gateway.settings, pending.message.channel, pending.agent)
-        pending.handle.emit(NoticeEvent(i18n.text("media.model_cannot_see_images", locale)))
+        pending.handle.emit(NoticeEvent(i18n.text("media.model_cannot_see_images", pending.locale)))
 
     async def _run_loop(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         gw, agent, settings = self.gateway, pending.agent, self.gateway.settings
@@ -220,6 +212,7 @@ class TurnRunner:
             model=model,
             max_tokens=max_tokens,
         )
+        request = dataclasses.replace(request, locale=pending.locale)  # the offline stand-in answers in it
         workspace = settings.workspace_dir / agent.name
         loop = AgentLoop(
             provider,
@@ -281,5 +274,6 @@ def _user_record(pending: PendingTurn, intake: Intake) -> dict[str, Any]:
     return record
 
 
-def _abort_message(reason: str) -> str:
-    return ABORT_MESSAGES.get(reason, "Stopped.")
+def abort_message(reason: str, locale: str) -> str:
+    """What a message whose turn was aborted for `reason` (an `ErrorCode`) ends with, in `locale`."""
+    return i18n.text(ABORT_TEXTS.get(reason, "abort.other"), locale)

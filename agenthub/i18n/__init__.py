@@ -6,6 +6,7 @@ import locale as _system
 import os
 import string
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from agenthub.i18n import catalogue
@@ -72,6 +73,17 @@ def text(key: str, locale: str, **params: Any) -> str:
         raise UnknownTextError(key) from None
     chosen: Locale = normalise_locale(locale) or "en"
     return entry[chosen].format(**params) if params else entry[chosen]
+
+
+@dataclass(frozen=True)
+class Text:
+    """A catalogue text not yet put into a locale: made where the words are chosen, rendered where the chat is known."""
+
+    key: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def render(self, locale: str) -> str:
+        return text(self.key, locale, **self.params)
 
 
 def placeholders(template: str) -> set[str]:

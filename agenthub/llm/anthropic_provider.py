@@ -13,6 +13,7 @@ import structlog
 from anthropic.types import Message
 
 from agenthub.errors import ConfigError, LLMError
+from agenthub.i18n import Text
 from agenthub.llm.calllog import CallLog
 from agenthub.llm.endpoint import Endpoint
 from agenthub.llm.failures import MSG_INTERRUPTED, classify
@@ -111,7 +112,7 @@ class AnthropicProvider:
                 fields = {"provider": self.name, "model": request.model, "attempt": retry + 1}
                 if attempt.emitted:
                     log.warning("llm_stream_interrupted", error=str(failure.error), **fields)
-                    raise LLMError(str(failure.error), user_message=MSG_INTERRUPTED) from e
+                    raise LLMError(str(failure.error), user_text=MSG_INTERRUPTED) from e
                 if not failure.retryable or retry >= self.retry.max_retries:
                     log.warning("llm_call_failed", error=str(failure.error), retryable=failure.retryable, **fields)
                     raise failure.error from e
@@ -132,7 +133,7 @@ class AnthropicProvider:
                 elif event.type == "text":
                     attempt.text(event.text)
             if not started:
-                raise LLMError("stream ended before message_start", user_message="The model sent an empty reply.")
+                raise LLMError("stream ended before message_start", user_text=Text("llm.empty_reply"))
             final = await stream.get_final_message()
         return to_response(final)
 

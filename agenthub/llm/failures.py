@@ -16,6 +16,7 @@ import anthropic
 import httpx2
 
 from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError, RequestRejectedError
+from agenthub.i18n import Text
 
 __all__ = ["ModelNotFoundError", "classify", "is_overflow_message"]
 
@@ -47,15 +48,15 @@ MODEL_NAMED_NOT_FOUND = re.compile(r"\bmodel\b[^.\n]{0,120}?\b(?:does not exist|
 
 RETRYABLE_STREAM_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 
-MSG_BUSY = "The model service is busy or unavailable right now. Please try again in a moment."
-MSG_TIMEOUT = "The model did not answer in time. Please try again."
-MSG_NETWORK = "Could not reach the model service (network error). Please try again later."
-MSG_AUTH = "The model service rejected the API key. Please check your API key configuration."
-MSG_BILLING = "The model service refused the request for billing reasons. Please check your account."
-MSG_OVERFLOW = "The conversation is too long for the model's context window."
-MSG_REJECTED = "The model service rejected the request."
-MSG_UNEXPECTED = "The model call failed unexpectedly. Please try again."
-MSG_INTERRUPTED = "The reply was interrupted by a model service error; the text above is incomplete. Please try again."
+MSG_BUSY = Text("llm.busy")
+MSG_TIMEOUT = Text("llm.timeout")
+MSG_NETWORK = Text("llm.network")
+MSG_AUTH = Text("llm.auth")
+MSG_BILLING = Text("llm.billing")
+MSG_OVERFLOW = Text("llm.overflow")
+MSG_REJECTED = Text("llm.rejected")
+MSG_UNEXPECTED = Text("llm.unexpected")
+MSG_INTERRUPTED = Text("llm.interrupted")
 
 
 @dataclass(frozen=True)
@@ -103,10 +104,10 @@ def classify(exc: BaseException, *, model: str, secret: str | None = None) -> Fa
     if isinstance(exc, anthropic.APIStatusError):
         return _classify_status(exc, model, secret)
     if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
-        return Failure(LLMError(f"timeout: {type(exc).__name__}", user_message=MSG_TIMEOUT), True)
+        return Failure(LLMError(f"timeout: {type(exc).__name__}", user_text=MSG_TIMEOUT), True)
     if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
-        return Failure(LLMError(f"connection error: {type(exc).__name__}", user_message=MSG_NETWORK), True)
-    return Failure(LLMError(f"unexpected error: {type(exc).__name__}", user_message=MSG_UNEXPECTED), False)
+        return Failure(LLMError(f"connection error: {type(exc).__name__}", user_text=MSG_NETWORK), True)
+    return Failure(LLMError(f"unexpected error: {type(exc).__name__}", user_text=MSG_UNEXPECTED), False)
 
 
 def _classify_status(exc: anthropic.APIStatusError, model: str, secret: str | None) -> Failure:
@@ -116,18 +117,18 @@ def _classify_status(exc: anthropic.APIStatusError, model: str, secret: str | No
         detail = detail.replace(secret, "***")
     summary = f"HTTP {status} {kind}: {detail[:300]}"
     if status in (400, 413) and (is_overflow_message(detail) or kind == "request_too_large"):
-        return Failure(ContextOverflowError(summary, user_message=MSG_OVERFLOW), False)
+        return Failure(ContextOverflowError(summary, user_text=MSG_OVERFLOW), False)
     if status == 200:  # an `event: error` inside a stream
         if is_overflow_message(detail):
-            return Failure(ContextOverflowError(summary, user_message=MSG_OVERFLOW), False)
-        return Failure(LLMError(summary, user_message=MSG_BUSY), kind in RETRYABLE_STREAM_TYPES)
+            return Failure(ContextOverflowError(summary, user_text=MSG_OVERFLOW), False)
+        return Failure(LLMError(summary, user_text=MSG_BUSY), kind in RETRYABLE_STREAM_TYPES)
     if status in (401, 403):
-        return Failure(LLMError(summary, user_message=MSG_AUTH), False)
+        return Failure(LLMError(summary, user_text=MSG_AUTH), False)
     if status == 402:
-        return Failure(LLMError(summary, user_message=MSG_BILLING), False)
+        return Failure(LLMError(summary, user_text=MSG_BILLING), False)
     if status == 404 or (status == 400 and is_model_not_found_message(f"{kind} {detail}")):
-        user = f"The model service does not know the model {model[:100]!r}."
-        return Failure(ModelNotFoundError(summary, user_message=user, model=model), False)
+        user = Text("llm.model_unknown", {"model": repr(model[:100])})
+        return Failure(ModelNotFoundError(summary, user_text=user, model=model), False)
     headers = exc.response.headers
     delay = retry_after_s(headers)
     retryable = status in (408, 409, 429) or status >= 500
@@ -136,5 +137,5 @@ def _classify_status(exc: anthropic.APIStatusError, model: str, secret: str | No
         retryable = should_retry == "true"
     user = MSG_BUSY if status == 429 or status >= 500 else MSG_REJECTED
     if status == 400:
-        return Failure(RequestRejectedError(summary, user_message=user, retryable=retryable), retryable, delay)
-    return Failure(LLMError(summary, user_message=user, retryable=retryable), retryable, delay)
+        return Failure(RequestRejectedError(summary, user_text=user, retryable=retryable), retryable, delay)
+    return Failure(LLMError(summary, user_text=user, retryable=retryable), retryable, delay)

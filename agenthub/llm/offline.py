@@ -7,6 +7,7 @@ import re
 import time
 from typing import Any
 
+from agenthub import i18n
 from agenthub.llm.calllog import CallLog
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest, LLMResponse, TextCallback
@@ -42,11 +43,11 @@ def _excerpt(text: str) -> str:
 _TRAILING_CONTEXT = re.compile(r"\n\n\[[^\]\n]*\]\s*$")
 
 
-def offline_reply(messages: list[dict[str, Any]]) -> str:
+def offline_reply(messages: list[dict[str, Any]], locale: str = "en") -> str:
     """The offline reply text for a conversation (the gateway's `[time, via channel]` tag is not echoed)."""
     said = _excerpt(_TRAILING_CONTEXT.sub("", last_user_text(messages)))
-    echo = f' You said: "{said}".' if said else ""
-    return f"[offline] AgentHub has no LLM API key configured, so this is an automatic reply.{echo} {HOW_TO_CONFIGURE}"
+    echo = i18n.text("llm.offline.echo", locale, said=said) if said else ""
+    return i18n.text("llm.offline.reply", locale, echo=echo)
 
 
 def _pieces(text: str) -> list[str]:
@@ -79,7 +80,7 @@ class OfflineProvider:
 
     async def stream(self, request: LLMRequest, on_text: TextCallback | None = None) -> LLMResponse:
         began = time.perf_counter()
-        text = offline_reply(request.messages)
+        text = offline_reply(request.messages, request.locale)
         for piece in _pieces(text):
             await asyncio.sleep(0)
             if on_text is not None:

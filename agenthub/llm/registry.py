@@ -9,6 +9,7 @@ import structlog
 
 from agenthub.config import LLMSettings
 from agenthub.errors import ConfigError
+from agenthub.i18n import Text
 from agenthub.llm.calllog import CallLog
 from agenthub.llm.endpoint import Endpoint, default_endpoint, named_endpoint
 from agenthub.llm.offline import HOW_TO_CONFIGURE, OfflineProvider
@@ -73,26 +74,26 @@ class ProviderRegistry:
         provider_hint: str | None,
         agent_provider: str | None = None,
         agent_model: str | None = None,
-    ) -> tuple[LLMProvider, str, str | None]:
-        """Pick the provider and model for one turn; unusable hints fall back with a user-safe warning."""
-        warnings: list[str] = []
+    ) -> tuple[LLMProvider, str, tuple[Text, ...]]:
+        """Pick the provider and model for one turn; unusable hints fall back with user-safe warnings."""
+        warnings: list[Text] = []
         provider = self._providers.get(agent_provider or DEFAULT)
         if provider is None:
-            warnings.append(f"unknown provider {_show(agent_provider)} in the agent's config; using {DEFAULT!r}")
+            warnings.append(Text("llm.hint.agent_provider_unknown", _fallback(agent_provider, DEFAULT)))
             provider, agent_model = self.default, None
         model = agent_model or provider.default_model
         if provider_hint is not None:
             hinted = self._providers.get(provider_hint.strip())
             if hinted is None:
-                warnings.append(f"unknown provider {_show(provider_hint)}; using {provider.name!r}")
+                warnings.append(Text("llm.hint.provider_unknown", _fallback(provider_hint, provider.name)))
             elif hinted is not provider:
                 provider, model = hinted, hinted.default_model
         if model_hint is not None:
             if provider.knows_model(model_hint):
                 model = model_hint
             else:
-                warnings.append(f"model hint {_show(model_hint)} is not a usable model name; using {model!r}")
-        return provider, model, "; ".join(warnings) or None
+                warnings.append(Text("llm.hint.model_unusable", _fallback(model_hint, model, "model")))
+        return provider, model, tuple(warnings)
 
     async def aclose(self) -> None:
         """Close every provider (errors are logged, not raised)."""
@@ -101,6 +102,11 @@ class ProviderRegistry:
                 await provider.aclose()
             except Exception:
                 log.exception("llm_provider_close_failed", provider=name)
+
+
+def _fallback(asked: str | None, used: str, name: str = "provider") -> dict[str, str]:
+    """The parameters of a fallback warning: what was asked for (as `name`) and what is used instead."""
+    return {name: _show(asked), "fallback": repr(used)}
 
 
 def _show(value: str | None) -> str:

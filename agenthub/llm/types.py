@@ -27,6 +27,8 @@ class LLMRequest:
     tool_choice: dict[str, Any] | None = None
     purpose: str = "other"
     """What the call is for, in the `llm_call` log: turn, summary, flush, l3, title, welcome."""
+    locale: str = "en"
+    """The chat's locale, for the few texts a provider writes itself (the offline stand-in's reply); never sent."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
+from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
 from agenthub.agent.tools import tools_for
 from agenthub.errors import LLMError
@@ -45,7 +46,8 @@ Message = dict[str, Any]
 @dataclass(frozen=True)
 class CompactionResult:
     status: Status
-    message: str
+    message: i18n.Text
+    """What the user who asked for it is told (rendered in their chat's locale)."""
     cut: int = 0
     kept: int = 0
     archived: int = 0
@@ -73,20 +75,14 @@ def summary_record(gateway: GatewayCore, summary: str) -> Message:
     return {"role": "system", "content": summary, "timestamp": int(gateway.clock() * 1000), "kind": "summary"}
 
 
-def compaction_notice(result: CompactionResult) -> str:
+def compaction_notice(result: CompactionResult) -> i18n.Text:
     """What the user is told on their next reply after a compaction they did not ask for (never silent)."""
-    how = "summarised" if result.summary_chars else "set aside"
-    return (
-        f"To keep this chat within the model's context, {result.archived} earlier messages were {how}; "
-        f"the last {result.kept} are kept as they were, and the originals stay in the archive."
-    )
+    how = "summarised" if result.summary_chars else "set_aside"
+    return i18n.Text(f"compaction.notice.{how}", {"archived": result.archived, "kept": result.kept})
 
 
 def _done(cut: Cut, summary: str) -> CompactionResult:
-    text = (
-        f"Compacted: {len(cut.head)} earlier messages are now a summary and the last {len(cut.tail)} are kept "
-        "as they were. The original messages stay in the archive."
-    )
+    text = i18n.Text("compaction.done", {"head": len(cut.head), "tail": len(cut.tail)})
     return CompactionResult("done", text, cut.index, len(cut.tail), len(cut.head), len(summary))
 
 
@@ -174,6 +170,7 @@ class Consolidator:
         nothing changed)."""
         provider, model = self.provider_for(agent)
         settings = self.gateway.settings
+        locale = i18n.locale_for(settings, key.channel, agent)
         factor = self._factors.get(key, 1.0)
         threshold = policy.consolidate_at(settings, agent, model)
         if reason == "overflow":
@@ -183,12 +180,12 @@ class Consolidator:
                 key, agent, reason=reason, actor=actor, provider=provider, model=model, tail_budget=int(budget / factor)
             )
             if result.status == "nothing":  # the turn's own message is what does not fit: a retry cannot help
-                raise LLMError("overflow compaction: nothing to compact", user_message=MESSAGE_TOO_LONG)
+                raise LLMError("overflow compaction: nothing to compact", user_text=MESSAGE_TOO_LONG)
             if result.status != "done":
-                raise LLMError(f"overflow compaction: {result.status}", user_message=OVERFLOW_AFTER_RETRY)
-            return result.message
+                raise LLMError(f"overflow compaction: {result.status}", user_text=OVERFLOW_AFTER_RETRY)
+            return result.message.render(locale)
         if self.gateway.background(key) is not None:
-            return "A compaction of this chat is already running; its summary applies when it is done."
+            return i18n.text("compaction.running", locale)
         async with self.gateway.exclusive(key):
             result = await self.run(
                 key,
@@ -200,7 +197,7 @@ class Consolidator:
                 tail_budget=int(threshold * policy.TAIL_SHARE / factor),
                 focus=focus,
             )
-        return result.message
+        return result.message.render(locale)
 
     # ---- the compaction itself -------------------------------------------------------------------
 
@@ -230,18 +227,16 @@ class Consolidator:
         fields = {"session_key": str(key), "reason": reason, "actor": actor}
         if provider.offline:
             log.info("compaction_skipped_offline", **fields)
-            return CompactionResult("unavailable", "Compaction needs a language model, and none is configured.")
+            return CompactionResult("unavailable", i18n.Text("compaction.unavailable"))
         history = await gw.history.load(key)
         cut = plan_cut(history, keep or policy.keep_recent(settings, agent), tail_budget)
         if cut is None:
-            return CompactionResult("nothing", f"Nothing to compact: the conversation has {len(history)} messages.")
+            return CompactionResult("nothing", i18n.Text("compaction.nothing", {"count": len(history)}))
         if reason != "overflow":
             await self._flush_memory(key, agent, cut.head, fields)
         summary = await self._summary(key, agent, cut, provider, model, focus, len(history), fields)
         if summary is None:
-            return CompactionResult(
-                "failed", "Could not compact: the summary failed, so the conversation was left unchanged."
-            )
+            return CompactionResult("failed", i18n.Text("compaction.failed"))
         if not background:
             return await self._apply(key, history, cut, summary, fields, still_wanted, reason=reason, actor=actor)
         async with gw.hold(key):  # a safe point: no turn runs while the summary replaces the head
@@ -299,7 +294,7 @@ class Consolidator:
         if not unchanged or (still_wanted is not None and not await still_wanted()):
             log.warning("consolidation_abandoned_history_changed", **fields)
             self.backoff.settled(key)
-            return CompactionResult("changed", "The conversation changed meanwhile; nothing was compacted.")
+            return CompactionResult("changed", i18n.Text("compaction.changed"))
         appended = current[len(snapshot) :]
         removed = await gw.history.replace(key, [summary_record(gw, summary), *cut.tail, *appended])
         self.backoff.settled(key)
@@ -335,8 +330,9 @@ class Consolidator:
         history = await self.gateway.history.load(key)
         cut = plan_cut(history, keep, tail_budget)
         if cut is None:
-            return CompactionResult("nothing", "Nothing to compact.")
+            return CompactionResult("nothing", i18n.Text("compaction.nothing", {"count": len(history)}))
         summaries = [m for m in history[: cut.index] if m.get("role") == "system"]
         removed = await self.gateway.history.replace(key, [*summaries, *cut.tail])
         audit(self.gateway, key, reason=reason, actor=actor, cut=cut, summary="", archived=len(removed))
-        return CompactionResult("done", "Truncated.", cut.index, len(cut.tail), len(cut.head), 0)
+        truncated = i18n.Text("compaction.truncated", {"head": len(cut.head), "tail": len(cut.tail)})
+        return CompactionResult("done", truncated, cut.index, len(cut.tail), len(cut.head), 0)

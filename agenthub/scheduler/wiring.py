@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from agenthub import i18n
 from agenthub.channel import Channel
 from agenthub.gateway.commands import CommandContext
 from agenthub.scheduler.core import Scheduler
@@ -24,7 +23,7 @@ def attach_scheduler(gateway: GatewayCore) -> Scheduler | None:
         return None
     store = JobStore(settings.data_dir, durable=settings.session.fsync)
     scheduler = gateway.scheduler = Scheduler(settings.scheduler, store, clock=gateway.clock)
-    gateway.commands.register("jobs", i18n.text("jobs.help", "en"), _jobs_command)
+    gateway.commands.register("jobs", "jobs.help", _jobs_command)
     return scheduler
 
 
@@ -49,16 +48,15 @@ async def stop_scheduler(gateway: GatewayCore, grace_s: float = 0.0) -> None:
 async def _jobs_command(ctx: CommandContext) -> str:
     """`/jobs` lists the chat's jobs, `/jobs delete ID` removes one; answered in the chat's locale."""
     gw = ctx.gateway
-    locale = i18n.locale_for(gw.settings, ctx.message.channel, ctx.agent)
     scheduler = gw.scheduler
     if scheduler is None:
-        return i18n.text("jobs.disabled", locale)
+        return ctx.text("jobs.disabled")
     await scheduler.ensure_loaded()
     words = ctx.args.split()
     if not words:
         jobs = scheduler.for_chat(ctx.key)
-        return jobs_listing(jobs, locale, default_zone=gw.settings.scheduler.timezone, now=gw.clock())
+        return jobs_listing(jobs, ctx.locale, default_zone=gw.settings.scheduler.timezone, now=gw.clock())
     if len(words) == 2 and words[0].lower() == "delete":
         job = await scheduler.delete(ctx.key.agent, words[1], ctx.key)
-        return i18n.text("jobs.deleted" if job is not None else "jobs.not_found", locale, job_id=words[1])
-    return i18n.text("jobs.usage", locale)
+        return ctx.text("jobs.deleted" if job is not None else "jobs.not_found", job_id=words[1])
+    return ctx.text("jobs.usage")

@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 
+from agenthub import i18n
 from channels.feishu.api import FeishuApi, FeishuApiError, Pace
 
 log = structlog.get_logger(__name__)
@@ -25,10 +26,10 @@ def idempotency_key(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
 
 
-def build_card(text: str, *, streaming: bool) -> dict[str, Any]:
+def build_card(text: str, *, streaming: bool, locale: str) -> dict[str, Any]:
     """The turn's card (JSON 2.0), the one shape both for creating it and for the closing full update:
     only the markdown text, the streaming flag and the chat-list summary derived from them differ."""
-    summary = "[生成中...]" if streaming else preview(text)
+    summary = i18n.text("channel.generating", locale) if streaming else preview(text)
     return {
         "schema": "2.0",
         "config": {
@@ -50,8 +51,8 @@ def preview(text: str) -> str:
     return " ".join(text.split())[:60] or " "
 
 
-def streaming_card() -> dict[str, Any]:
-    return build_card(PLACEHOLDER, streaming=True)
+def streaming_card(locale: str) -> dict[str, Any]:
+    return build_card(PLACEHOLDER, streaming=True, locale=locale)
 
 
 class CardStream:
@@ -70,9 +71,11 @@ class CardStream:
         key: str,
         *,
         interval_s: float,
+        locale: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
+        self._locale = locale
         self._reply_to = reply_to
         self._key = key
         self._interval_s = interval_s
@@ -89,7 +92,7 @@ class CardStream:
 
     async def open(self) -> None:
         """Create the card entity and send it as a reply; raises `FeishuApiError` (then nothing was sent)."""
-        self.card_id = await self._api.create_card(streaming_card())
+        self.card_id = await self._api.create_card(streaming_card(self._locale))
         content = {"type": "card", "data": {"card_id": self.card_id}}
         await self._api.reply(self._reply_to, "interactive", content, idempotency_key(self._key, "card"))
         self._writer = asyncio.create_task(self._write_loop(), name=f"feishu-card-{self.card_id}")
@@ -164,7 +167,7 @@ class CardStream:
     async def _update_full(self, final_text: str) -> None:
         """Replace the whole card with its closed form showing `final_text`: one call, one sequence."""
         self.sequence += 1
-        card = build_card(final_text or PLACEHOLDER, streaming=False)
+        card = build_card(final_text or PLACEHOLDER, streaming=False, locale=self._locale)
         uuid = idempotency_key(self._key, "update", str(self.sequence))
         await self._api.card_update(self.card_id, card, self.sequence, uuid)
         self._sent = final_text

@@ -25,9 +25,17 @@ class CardChain:
     """
 
     def __init__(
-        self, api: FeishuApi, reply_to: str, key: str, *, interval_s: float, split_bytes: int = CARD_SPLIT_BYTES
+        self,
+        api: FeishuApi,
+        reply_to: str,
+        key: str,
+        *,
+        interval_s: float,
+        locale: str,
+        split_bytes: int = CARD_SPLIT_BYTES,
     ) -> None:
         self._api = api
+        self._locale = locale
         self._reply_to = reply_to
         self._key = key
         self._interval_s = interval_s
@@ -111,7 +119,7 @@ class CardChain:
 
     async def _new_card(self) -> CardStream:
         key = self._key if not self.cards else f"{self._key}#card{len(self.cards)}"
-        card = CardStream(self._api, self._reply_to, key, interval_s=self._interval_s)
+        card = CardStream(self._api, self._reply_to, key, interval_s=self._interval_s, locale=self._locale)
         await card.open()
         self.cards.append(card)
         return card

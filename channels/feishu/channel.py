@@ -48,7 +48,8 @@ class FeishuChannel:
     def __init__(self, context: ChannelContext, config: Mapping[str, Any]) -> None:
         self._ctx = context
         self._config = parse_config(config)
-        self._apps = {cred_id: FeishuApp(cred_id, cfg) for cred_id, cfg in self._config.apps.items()}
+        locale = i18n.normalise_locale(self._config.locale) or i18n.channel_locale(context.settings, self.name)
+        self._apps = {cred_id: FeishuApp(cred_id, cfg, locale=locale) for cred_id, cfg in self._config.apps.items()}
         self._dedup = DedupStore(context.state_dir / "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
         self._order = ChatOrder()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -267,16 +268,11 @@ class FeishuChannel:
             if msg.message_type in TAKEN_TYPES:
                 outcome = await self._submit(app, msg, received_at)
             else:
-                outcome = unsupported_reply(msg.message_type, self._locale)
+                outcome = unsupported_reply(msg.message_type, app.locale)
         if isinstance(outcome, str):
             await send_safely(app.api, msg.message_id, outcome, key)
         elif outcome is not None:
             await run_turn(app, msg.message_id, outcome, key)
-
-    @property
-    def _locale(self) -> str:
-        """The language of what the channel itself writes: `[channels.feishu] locale`, zh-CN by default."""
-        return i18n.channel_locale(self._ctx.settings, self.name)
 
     async def _submit(self, app: FeishuApp, msg: FeishuMessage, received_at: float) -> ReplyHandle | str | None:
         """Hand a message to the gateway with its images and files (downloaded here, after the ack) and its
@@ -292,7 +288,7 @@ class FeishuChannel:
         try:
             attachments = await download_all(app.api, msg.message_id, refs, media)
         except MediaRefused as e:
-            return e.reply(self._locale, media.max_download_bytes)
+            return e.reply(app.locale, media.max_download_bytes)
         timeout_s = app.config.quote_timeout_s
         content = await with_quote(app.api, msg, content, bot_open_id=app.bot_open_id, timeout_s=timeout_s)
         handle = await self._ctx.gateway.submit(self._inbound(app, msg, content, attachments))

@@ -99,8 +99,7 @@ class FeishuConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     apps: dict[str, FeishuAppConfig] = Field(default_factory=dict)
-    locale: str | None = None
-    """The language of what AgentHub itself writes in these chats (`zh-CN` by default, or `en`); see agenthub.i18n."""
+    locale: str | None = Field(None, description="zh-CN or en: the locale of every text written to Feishu users")
     dedup_ttl_s: float = Field(8 * 3600.0, ge=MIN_DEDUP_TTL_S)
     start_retry_s: float = Field(5.0, gt=0, le=3600)
     """Delay before an app that failed to start is tried again; it doubles after each failure."""

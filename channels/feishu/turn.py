@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import structlog
 
+from agenthub import i18n
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, NoticeEvent
 from channels.feishu.api import FeishuApi, FeishuApiError
@@ -30,6 +31,8 @@ class FeishuApp:
     bot_open_id: str = ""
     status: Literal["new", "ready", "failed"] = "new"
     cards_enabled: bool = True
+    locale: i18n.Locale = "zh-CN"
+    """`[channels.feishu] locale` (default zh-CN): the texts the channel writes itself use it."""
 
     def __post_init__(self) -> None:
         self.cards_enabled = self.config.streaming_card
@@ -56,7 +59,7 @@ async def run_turn(app: FeishuApp, reply_to: str, handle: ReplyHandle, key: str)
                 await chain.push(text, notices)
     finally:
         if answer is None:
-            answer = with_error(text, "回复已中断 (interrupted)")
+            answer = with_error(text, i18n.text("channel.interrupted", app.locale))
         unshown = with_notices(answer, notices) if chain is None else await chain.finish(answer, notices)
         app.api.answers.answered(reply_to, answer)
     if unshown is not None:
@@ -68,7 +71,7 @@ async def _open_chain(app: FeishuApp, reply_to: str, key: str) -> CardChain | No
     app; any other failure (CardKit's 230099, a timeout) costs this turn its card, and the next one tries."""
     if not app.cards_enabled or app.api is None:
         return None
-    chain = CardChain(app.api, reply_to, key, interval_s=app.config.card_update_interval_s)
+    chain = CardChain(app.api, reply_to, key, interval_s=app.config.card_update_interval_s, locale=app.locale)
     try:
         await chain.open()
     except FeishuApiError as e:

@@ -16,6 +16,7 @@ import structlog
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import (
     AgentNotFoundError,
@@ -182,7 +183,7 @@ async def auto_title(request: web.Request) -> web.Response:
     try:
         title = await make_title(gateway, agent, history)
     except LLMError as e:
-        raise ApiError(502, "llm_error", e.user_message) from None
+        raise ApiError(502, "llm_error", e.user_text.render(i18n.locale_for(gateway.settings, "http", agent))) from None
     return _json(_meta(await gateway.history.update_meta(key, title=title)))
 
 

@@ -10,11 +10,12 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from agenthub import i18n
 from agenthub.channel import ChannelContext, Handler
 from agenthub.errors import LLMError
 from agenthub.gateway.core import GatewayCore
 from agenthub.invocation import command_name
-from agenthub.messages import OutboundMessage
+from agenthub.messages import ErrorCode, OutboundMessage
 from agenthub.tokens import TokenStore
 from channels.http import admin, jobs
 from channels.http.chat import handle_chat
@@ -25,6 +26,8 @@ from channels.http.requests import TOKEN_NAME, ApiError, agent_of
 log = structlog.get_logger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
+CONSOLE_LANG = '<html lang="zh-CN">'
+"""How index.html names its language; the page is served with the HTTP channel's locale in its place."""
 STATIC_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
 """The console's files are one flat directory; no name with a slash or a leading dot ever matches."""
 
@@ -102,14 +105,18 @@ class HttpChannel:
         try:
             entry = await self.welcome.get(agent)
         except LLMError as e:
-            raise ApiError(502, "llm_error", e.user_message) from None
+            locale = i18n.locale_for(self.gateway.settings, "http", agent)
+            raise ApiError(502, ErrorCode.LLM_ERROR, e.user_text.render(locale)) from None
         return web.json_response({"agent": agent.name, "text": entry["text"]})
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         return await stream_events(request, self.gateway, self.pushes)
 
-    async def _console(self, request: web.Request) -> web.FileResponse:
-        return web.FileResponse(STATIC_DIR / "index.html")
+    async def _console(self, request: web.Request) -> web.Response:
+        """The console page, its `<html lang>` set to the HTTP channel's locale (the console's texts follow it)."""
+        page = await asyncio.to_thread((STATIC_DIR / "index.html").read_text, encoding="utf-8")
+        locale = i18n.channel_locale(self.gateway.settings, self.name)
+        return web.Response(text=page.replace(CONSOLE_LANG, f'<html lang="{locale}">', 1), content_type="text/html")
 
     async def _favicon(self, request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC_DIR / "favicon.svg")

@@ -10,7 +10,16 @@ import structlog
 from aiohttp import web
 
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent, ToolEvent
+from agenthub.messages import (
+    DeltaEvent,
+    DoneEvent,
+    ErrorCode,
+    ErrorEvent,
+    InboundMessage,
+    NoticeEvent,
+    ReplyEvent,
+    ToolEvent,
+)
 from agenthub.web import GATEWAY
 from channels.http.requests import (
     CHANNEL,
@@ -25,17 +34,17 @@ from channels.http.requests import (
 
 log = structlog.get_logger(__name__)
 
-ERROR_STATUS = {
-    "invalid_id": 400,
-    "unknown_agent": 404,
-    "stopped": 409,
-    "restart": 409,
-    "timeout": 504,
-    "llm_error": 502,
-    "shutdown": 503,
-    "queue_full": 429,
-    "path_refused": 403,
-    "storage_unavailable": 503,
+ERROR_STATUS: dict[str, int] = {
+    ErrorCode.INVALID_ID: 400,
+    ErrorCode.UNKNOWN_AGENT: 404,
+    ErrorCode.STOPPED: 409,
+    ErrorCode.RESTART: 409,
+    ErrorCode.TIMEOUT: 504,
+    ErrorCode.LLM_ERROR: 502,
+    ErrorCode.SHUTDOWN: 503,
+    ErrorCode.QUEUE_FULL: 429,
+    ErrorCode.PATH_REFUSED: 403,
+    ErrorCode.STORAGE_UNAVAILABLE: 503,
 }
 
 

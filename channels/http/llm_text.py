@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 
+from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
 from agenthub.gateway.core import GatewayCore
 from agenthub.llm.types import LLMProvider, LLMRequest
@@ -69,15 +70,11 @@ def _read_cache(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def offline_welcome(agent: AgentDefinition) -> str:
+def offline_welcome(agent: AgentDefinition, locale: str) -> str:
     """The welcome when no model is configured: fixed and honest, never the offline echo of WELCOME_PROMPT."""
     about = agent.config.description.strip()
-    zh = f"你好，我是 {agent.name}" + (f"（{about}）" if about else "") + "。"
-    en = f"Hi, I'm {agent.name}" + (f" ({about})" if about else "") + "."
-    return (
-        f"{zh}服务器还没有配置模型 API 密钥，现在的回复来自离线占位模型。\n"
-        f"{en} No LLM API key is configured on the server yet, so replies come from an offline placeholder."
-    )
+    key = "http.offline_welcome.about" if about else "http.offline_welcome"
+    return i18n.text(key, locale, agent=agent.name, about=about)
 
 
 class WelcomeCache:
@@ -93,7 +90,8 @@ class WelcomeCache:
     async def get(self, agent: AgentDefinition) -> dict[str, Any]:
         provider, model, _ = self.gateway.providers.resolve(None, None, agent.config.provider, agent.config.model)
         if provider.offline:
-            return {"text": offline_welcome(agent), "persona": _persona_hash(agent), "created_at": int(time.time())}
+            welcome = offline_welcome(agent, i18n.locale_for(self.gateway.settings, "http", agent))
+            return {"text": welcome, "persona": _persona_hash(agent), "created_at": int(time.time())}
         async with self._locks.setdefault(agent.name, asyncio.Lock()):
             path = agent.directory / "welcome.json" if agent.directory is not None else None
             cached = self._memory.get(agent.name) or (await asyncio.to_thread(_read_cache, path) if path else None)

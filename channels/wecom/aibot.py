@@ -16,11 +16,10 @@ from channels.wecom.aibot_stream import StreamReply
 from channels.wecom.config import BotConfig
 from channels.wecom.media import Inbound, MediaError, MediaKind, attachment, download_bot_media
 from channels.wecom.tasks import TaskSet
-from channels.wecom.text import SUBMIT_FAILED, split_utf8, strip_mention
+from channels.wecom.text import split_utf8, strip_mention
 
 log = structlog.get_logger(__name__)
 
-EMPTY_PROMPT = "你好，有什么可以帮你？"
 MEDIA_TYPES: dict[str, MediaKind] = {"image": "image", "file": "file"}
 """Callback `msgtype`s whose body `{url, aeskey}` is downloaded, decrypted and handed to the agent."""
 
@@ -112,7 +111,7 @@ class BotEndpoint:
         reply = StreamReply(self.conn, self.config, req_id, group_id if group else user)
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
-            await reply.say(self.config.refusal)
+            await reply.say(self.config.refusal or self.config.text("channel.refusal"))
             return
         try:
             content, attachments = await self._take_in(body, msgid)
@@ -122,13 +121,13 @@ class BotEndpoint:
         if group:
             content = strip_mention(content, self.config.bot_name)
         if not content.strip() and not attachments:
-            await reply.say(EMPTY_PROMPT)
+            await reply.say(self.config.text("channel.empty_prompt"))
             return
         try:
             handle = await self._gateway.submit(self._inbound(body, user, group, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_bot_submit_failed", cred_id=self.cred_id, msgid=msgid)
-            await reply.say(SUBMIT_FAILED)
+            await reply.say(self.config.text("channel.submit_failed"))
             return
         await reply.run(handle)
 

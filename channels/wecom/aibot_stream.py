@@ -19,8 +19,6 @@ from channels.wecom.text import split_utf8, utf8_len
 log = structlog.get_logger(__name__)
 
 STREAM_EXPIRED = 846608
-EMPTY_REPLY = "（没有内容）"
-INTERRUPTED = "回复中断了。"
 ABANDON_TIMEOUT_S = 2.0  # on cancellation (daemon stop), how long the closing frame may take
 NOTICE_BUDGET_DIVISOR = 4  # the notice lines above a reply take at most this share of the stream cap
 
@@ -93,6 +91,9 @@ class StreamReply:
         head = with_notices("", self._notices)
         return self._cfg.stream_cap_bytes - (utf8_len(head) + 2 if head else 0)
 
+    def _thinking(self) -> str:
+        return self._cfg.thinking_text or self._cfg.text("channel.thinking")
+
     async def say(self, text: str) -> None:
         """A one-frame answer (refusal, unsupported type)."""
         await self.finish(text)
@@ -101,7 +102,7 @@ class StreamReply:
         if isinstance(final, DoneEvent):
             shown = self._text[: self._base]
             return final.full_text if final.full_text.startswith(shown) else shown + final.full_text
-        message = final.message if isinstance(final, ErrorEvent) else INTERRUPTED
+        message = final.message if isinstance(final, ErrorEvent) else self._cfg.text("channel.interrupted")
         return f"{self._text}\n\n{message}" if self._text else message
 
     async def _write_loop(self) -> None:
@@ -125,7 +126,7 @@ class StreamReply:
     async def _push(self, *, force: bool) -> None:
         if not self._stream_open:
             return
-        text = self._text[self._base :] or self._cfg.thinking_text
+        text = self._text[self._base :] or self._thinking()
         room = self._room()
         if utf8_len(text) > room:
             first = split_utf8(text, room)[0]
@@ -141,7 +142,7 @@ class StreamReply:
         if self._stream_open:
             rest = full_text[self._base :]
             first = split_utf8(rest, self._room())[0] if rest else ""
-            await self._close_stream(first or EMPTY_REPLY, len(first))
+            await self._close_stream(first or self._cfg.text("channel.empty_reply"), len(first))
         unseen = self._notices[self._notices_sent :]
         if unseen:  # arrived after the stream was closed (capped or expired): never silent
             await self._push_message(with_notices("", unseen))
@@ -165,7 +166,8 @@ class StreamReply:
         if not self._stream_open:
             return
         shown = self._text[self._base :]
-        content = split_utf8(f"{shown}\n\n{INTERRUPTED}" if shown else INTERRUPTED, self._room())[0]
+        interrupted = self._cfg.text("channel.interrupted")
+        content = split_utf8(f"{shown}\n\n{interrupted}" if shown else interrupted, self._room())[0]
         try:
             async with asyncio.timeout(min(ABANDON_TIMEOUT_S, self._cfg.ack_timeout_s)):
                 await self._respond(content, finish=True)
@@ -210,7 +212,7 @@ class StreamReply:
 
     def _shown_len(self) -> int:
         """After an expiry, what the user last saw ends at the last frame WeCom accepted."""
-        if self._sent_text is None or self._sent_text == self._cfg.thinking_text:
+        if self._sent_text is None or self._sent_text == self._thinking():
             return self._base
         return self._base + len(self._sent_text)
 

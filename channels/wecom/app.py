@@ -24,7 +24,7 @@ from channels.wecom.budget import Clock, MemberBudget, Sleep
 from channels.wecom.config import AppConfig
 from channels.wecom.media import Inbound, MediaError, MediaKind, attachment
 from channels.wecom.tasks import TaskSet
-from channels.wecom.text import SUBMIT_FAILED, head_with_note, pack_utf8, split_utf8, strip_markdown, utf8_len
+from channels.wecom.text import head_with_note, pack_utf8, split_utf8, strip_markdown, utf8_len
 
 log = structlog.get_logger(__name__)
 
@@ -134,7 +134,7 @@ class AppEndpoint:
             return
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
-            await self._reply_safely(user, self.config.refusal)
+            await self._reply_safely(user, self.config.refusal or self.config.text("channel.refusal"))
             return
         kind = raw_type(msg)
         if kind in MEDIA_TYPES:
@@ -173,7 +173,7 @@ class AppEndpoint:
             handle = await self._gateway.submit(self._inbound(msg, user, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_app_submit_failed", cred_id=self.cred_id, user=user, key=dedup_key(msg))
-            await self._reply_safely(user, SUBMIT_FAILED)
+            await self._reply_safely(user, self.config.text("channel.submit_failed"))
             return
         final: DoneEvent | ErrorEvent | None = None
         notices: list[str] = []
@@ -273,14 +273,13 @@ class AppEndpoint:
         rest = "".join(parts[cap - 1 :])
         if cap < self.config.max_parts:
             per_minute, per_hour = self.config.member_per_minute, self.config.member_per_hour
-            limits = f"企业微信限制每人每分钟 {per_minute} 条、每小时 {per_hour} 条消息"
             last, held = head_with_note(
-                rest, lambda n: f"（{limits}，余下约 {n} 字节暂未发送。请稍后让我继续。）", TEXT_LIMIT_BYTES
+                rest,
+                lambda n: self.config.text("wecom.rate_limited", per_minute=per_minute, per_hour=per_hour, rest=n),
+                TEXT_LIMIT_BYTES,
             )
         else:
-            last, held = head_with_note(
-                rest, lambda n: f"（回复过长，余下约 {n} 字节未发送。请让我分段回答。）", TEXT_LIMIT_BYTES
-            )
+            last, held = head_with_note(rest, lambda n: self.config.text("wecom.too_long", rest=n), TEXT_LIMIT_BYTES)
             log.warning("wecom_reply_capped", cred_id=self.cred_id, parts=len(parts), dropped_bytes=held)
         return [*parts[: cap - 1], last], held
 

@@ -11,7 +11,6 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from agenthub import i18n
 from agenthub.channel import ChannelContext
 from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
@@ -48,7 +47,7 @@ class WeComChannel:
         self.tasks = TaskSet()
         state = context.state_dir
         ttl = self.config.dedup_ttl_s
-        inbound = Inbound(i18n.channel_locale(context.settings, "wecom"), context.settings.media)
+        inbound = Inbound(self.config.texts_locale, context.settings.media)
         self.apps = {
             cred_id: AppEndpoint(
                 cred_id,

@@ -8,8 +8,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
 
+from agenthub import i18n
 from agenthub.errors import ConfigError
 
 CRED_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
@@ -22,14 +23,22 @@ class _Model(BaseModel):
 class _Credential(_Model):
     agent: str | None = Field(None, description="the agent this credential's messages go to")
     allow_users: list[str] | None = Field(None, description="user ids allowed to talk; None lets everyone in")
-    refusal: str = "抱歉，你没有使用这个助手的权限。请联系管理员开通。"
-    unsupported: str | None = Field(
-        None, description="the reply to a message type not taken in; unset: the catalogue's"
-    )
+    refusal: str | None = Field(None, description="the reply to a user not allowed; default: the catalogue's")
+    unsupported: str | None = Field(None, description="the reply to a message type not taken; default: catalogue's")
     welcome: str | None = Field(None, description="sent when a user opens the app / enters the bot chat")
+    _locale: i18n.Locale = PrivateAttr("zh-CN")
 
     def allows(self, user_id: str) -> bool:
         return self.allow_users is None or user_id in self.allow_users
+
+    @property
+    def locale(self) -> i18n.Locale:
+        """The locale of the texts this credential writes (`[channels.wecom] locale`, else zh-CN)."""
+        return self._locale
+
+    def text(self, key: str, **params: object) -> str:
+        """The catalogue text `key` in this credential's locale."""
+        return i18n.text(key, self._locale, **params)
 
 
 class AppConfig(_Credential):
@@ -87,18 +96,30 @@ class BotConfig(_Credential):
     throttle_s: float = Field(0.5, ge=0, description="minimum gap between stream updates")
     keepalive_s: float = Field(180.0, gt=0, description="refresh a silent stream this often (expiry ~6 min)")
     stream_cap_bytes: int = Field(20480, ge=1024, le=20480)
-    thinking_text: str = "正在思考…"
+    thinking_text: str | None = Field(None, description="shown until the first words; default: the catalogue's")
 
 
 class WeComConfig(_Model):
     """The `[channels.wecom]` table."""
 
     enabled: bool = True
-    locale: str | None = Field(None, description="zh-CN or en: the language of the texts the channel writes")
+    locale: str | None = Field(None, description="zh-CN or en: the locale of every text written to WeCom users")
     dedup_ttl_s: float = Field(6 * 3600.0, gt=0, le=7 * 86400, description="how long message ids are remembered")
     stop_grace_s: float = Field(5.0, ge=0, description="on stop, how long replies in flight may finish")
     apps: dict[str, AppConfig] = Field(default_factory=dict)
     bots: dict[str, BotConfig] = Field(default_factory=dict)
+
+    @property
+    def texts_locale(self) -> i18n.Locale:
+        """The locale of every text the channel writes: `locale`, else WeCom's default (zh-CN)."""
+        return i18n.normalise_locale(self.locale) or i18n.CHANNEL_DEFAULTS["wecom"]
+
+    @field_validator("locale")
+    @classmethod
+    def _known_locale(cls, value: str | None) -> str | None:
+        if value is not None and i18n.normalise_locale(value) is None:
+            raise ValueError('must be "zh-CN" or "en"')
+        return value
 
     @field_validator("apps", "bots")
     @classmethod
@@ -122,4 +143,6 @@ def load_config(raw: Mapping[str, Any]) -> WeComConfig:
     clash = set(config.apps) & set(config.bots)
     if clash:
         raise ConfigError(f"invalid configuration: channels.wecom: cred_id used twice: {sorted(clash)}")
+    for credential in [*config.apps.values(), *config.bots.values()]:
+        credential._locale = config.texts_locale
     return config

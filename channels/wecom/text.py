@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-SUBMIT_FAILED = "抱歉，这条消息没能处理，请稍后再发一次。"
-"""The answer when the gateway could not take a message: a fixed text, never the exception's."""
 _NOTE_GAP = "\n\n"  # between the text and a note appended to it
 # Strongest break first; a break is used when it falls in the back half of the window.
 _BREAKS = ("\n\n", "\n", "。", "！", "？", "；", ". ", "! ", "? ", "; ", "，", ", ", " ")

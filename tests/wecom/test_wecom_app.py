@@ -6,10 +6,12 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 import yarl
 from structlog.testing import capture_logs
 
 from agenthub import i18n
+from agenthub.errors import ConfigError
 from channels.wecom import WeComChannel
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import (
@@ -193,6 +195,29 @@ async def test_allow_list_refuses_others_politely(harness: Harness, api: FakeQyA
     assert [m.sender_id for m in harness.submitter.received] == ["zhangsan"]
     assert sorted(api.texts()) == sorted(["抱歉，你没有权限。", "echo: 我可以"])
     assert next(s for s in api.sends if s["touser"] == "stranger")["text"]["content"] == "抱歉，你没有权限。"
+
+
+@pytest.mark.parametrize("locale", ["zh-CN", "en"])
+async def test_the_default_refusal_and_unsupported_reply_are_in_the_channels_locale(
+    harness: Harness, api: FakeQyApi, locale: str
+) -> None:
+    harness.locale = None if locale == "zh-CN" else locale  # zh-CN: the default, nothing configured
+    await harness.start(allow_users=["zhangsan"])
+    await harness.post(text("我能用吗", msg_id=1, user="stranger"))
+    await harness.settle()
+    location: dict[str, str | int] = {"MsgType": "location", "Location_X": "39.9", "Location_Y": "116.4", "MsgId": 9}
+    await harness.post(message_xml(CORP_ID, "zhangsan", AGENT_ID, location))
+    await harness.settle()
+    unsupported = i18n.text("media.unsupported", locale, kind="location")
+    assert api.texts() == [i18n.text("channel.refusal", locale), unsupported]
+    assert harness.submitter.received == []
+
+
+def test_an_unknown_locale_is_a_config_error_naming_the_key(api: FakeQyApi, tmp_path: Path) -> None:
+    context = channel_context(ScriptedSubmitter(), tmp_path)
+    with pytest.raises(ConfigError, match=r"channels\.wecom\.locale"):
+        WeComChannel(context, {**app_table(api), "locale": "fr"})
+    assert WeComChannel(context, {**app_table(api), "locale": "en_US.UTF-8"}).config.locale == "en_US.UTF-8"
 
 
 async def test_error_event_text_is_sent_to_the_user(harness: Harness, api: FakeQyApi) -> None:

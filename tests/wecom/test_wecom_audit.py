@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from agenthub import i18n
 from agenthub.errors import ConfigError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, NoticeEvent, OutboundMessage, ReplyEvent
 from channels.notices import with_notices
 from channels.wecom import WeComChannel
-from channels.wecom.text import SUBMIT_FAILED, strip_mention, utf8_len
+from channels.wecom.text import strip_mention, utf8_len
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context
 from tests.wecom.harness import BotHarness, Harness, SteppedGateway, app_table, text
@@ -334,7 +335,7 @@ async def test_a_bot_message_whose_submit_fails_gets_a_fixed_answer(server: Fake
         assert h.channel is not None
         await h.channel.stop()
     (last,) = [s for s in server.streams(req_id) if s["finish"]]
-    assert last["content"] == SUBMIT_FAILED
+    assert last["content"] == i18n.text("channel.submit_failed", "zh-CN")
     assert all("hunter2" not in f["body"]["stream"]["content"] for f in server.sent("aibot_respond_msg"))
     assert any(e["event"] == "wecom_bot_submit_failed" for e in logs)
 
@@ -351,5 +352,5 @@ async def test_an_app_message_whose_submit_fails_gets_a_fixed_answer(api: FakeQy
         await h.stop()
         await h.http.close()
     assert (status, body) == (200, "")
-    assert api.texts() == [SUBMIT_FAILED]
+    assert api.texts() == [i18n.text("channel.submit_failed", "zh-CN")]
     assert any(e["event"] == "wecom_app_submit_failed" for e in logs)

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agenthub.i18n.catalogue import core, feishu, forget, jobs, media
+from agenthub.i18n.catalogue import channels, cli, commands, core, feishu, forget, jobs, llm, media, memory
 
-AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (core.TEXTS, media.TEXTS, feishu.TEXTS, forget.TEXTS, jobs.TEXTS)
+AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (
+    core.TEXTS,
+    media.TEXTS,
+    commands.TEXTS,
+    llm.TEXTS,
+    memory.TEXTS,
+    channels.TEXTS,
+    cli.TEXTS,
+    feishu.TEXTS,
+    forget.TEXTS,
+    jobs.TEXTS,
+)
 """Every area module's `TEXTS`; an area added later is listed here."""
 
 

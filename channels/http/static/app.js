@@ -1,9 +1,10 @@
 // AgentHub web console: sign-in, agent picker, session list (pin/rename/delete), streaming chat, context meter.
 
 import { api, ApiError, AuthError, sseFrames, token } from "/static/api.js";
+import { localisePage, t } from "/static/i18n.js";
 import { el, formatText, messageRow, meterOf, relativeTime, welcomeCard } from "/static/render.js";
 
-const DEFAULT_TITLE = "新会话";
+const DEFAULT_TITLE = "新会话"; // the server's title of a new session (data, not a console text)
 const AGENT_KEY = "agenthub.agent";
 const $ = (id) => document.getElementById(id);
 
@@ -31,7 +32,7 @@ function showError(message) {
 }
 
 function handleError(error) {
-  if (error instanceof AuthError) return showSignIn("令牌无效或已失效，请重新输入。");
+  if (error instanceof AuthError) return showSignIn(t("signin.invalid"));
   if (error && error.name === "AbortError") return;
   console.error(error);
   showError(error && error.message ? error.message : String(error));
@@ -109,7 +110,7 @@ function sessionItem(meta) {
     el(
       "span",
       { class: "session-title" },
-      meta.pinned ? el("span", { class: "pin-badge", text: "置顶" }) : null,
+      meta.pinned ? el("span", { class: "pin-badge", text: t("session.pinned") }) : null,
       el("span", { class: "session-name", text: meta.title }),
     ),
     el("span", { class: "session-time", text: relativeTime(meta.updated_at) }),
@@ -124,9 +125,9 @@ function sessionItem(meta) {
     el(
       "span",
       { class: "session-actions" },
-      action(meta.pinned ? "取消置顶" : "置顶", meta.pinned ? "★" : "☆", () => guard(() => togglePin(meta))),
-      action("重命名", "✎", () => startRename(item, meta)),
-      action("删除", "✕", () => guard(() => removeSession(meta))),
+      action(t(meta.pinned ? "session.unpin" : "session.pin"), meta.pinned ? "★" : "☆", () => guard(() => togglePin(meta))),
+      action(t("session.rename"), "✎", () => startRename(item, meta)),
+      action(t("session.delete"), "✕", () => guard(() => removeSession(meta))),
     ),
   );
   return item;
@@ -145,7 +146,7 @@ async function togglePin(meta) {
 }
 
 function startRename(item, meta) {
-  const input = el("input", { class: "session-rename", "aria-label": "会话标题", maxlength: 200 });
+  const input = el("input", { class: "session-rename", "aria-label": t("session.title"), maxlength: 200 });
   input.value = meta.title;
   let settled = false;
   const finish = async (save) => {
@@ -166,7 +167,7 @@ function startRename(item, meta) {
 }
 
 async function removeSession(meta) {
-  if (!window.confirm(`删除会话「${meta.title}」？历史消息会一并删除，无法恢复。`)) return;
+  if (!window.confirm(t("session.delete_confirm", { title: meta.title }))) return;
   await api.remove(state.agent, meta.chat_id);
   if (meta.chat_id === state.chat) state.chat = null;
   await loadSessions();
@@ -189,9 +190,9 @@ function showNoChat() {
   state.chat = null;
   state.view += 1;
   followPushes(null, null, state.view);
-  $("chat-title").textContent = "选择或新建一个会话";
+  $("chat-title").textContent = t("chat.pick");
   $("context-meter").hidden = true;
-  $("messages").replaceChildren(el("div", { class: "welcome", text: "点击「新建会话」开始，或直接输入消息。" }));
+  $("messages").replaceChildren(el("div", { class: "welcome", text: t("chat.start") }));
   renderSessions();
   updateComposer();
 }
@@ -249,7 +250,7 @@ async function showWelcome(agent, view) {
       state.welcome.set(agent, text);
     } catch (error) {
       if (error instanceof AuthError) return handleError(error);
-      text = `你好，我是 ${agent}。有什么可以帮你？`;
+      text = t("welcome.fallback", { agent });
     }
   }
   if (view === state.view && box.isConnected) box.replaceWith(welcomeCard(agent, text));
@@ -329,8 +330,9 @@ async function streamReply(agent, chat, content) {
         if (row.isConnected) scrollToEnd();
       } else if (event === "tool") {
         status.hidden = false;
-        const done = data.is_error ? "出错" : "已完成";
-        status.textContent = data.phase === "start" ? `工具 ${data.name} 运行中…` : `工具 ${data.name} ${done}`;
+        const done = t(data.is_error ? "tool.error" : "tool.done");
+        const name = data.name;
+        status.textContent = data.phase === "start" ? t("tool.running", { name }) : t("tool.finished", { name, done });
       } else if (event === "notice") {
         bubble.before(el("div", { class: "notice", text: data.text }));
       } else if (event === "done") {
@@ -338,16 +340,16 @@ async function streamReply(agent, chat, content) {
         bubble.dataset.state = "done";
         return;
       } else if (event === "error") {
-        throw new ApiError(0, data.code || "error", data.message || "回复失败");
+        throw new ApiError(0, data.code || "error", data.message || t("reply.failed"));
       }
     }
-    throw new ApiError(0, "incomplete", "连接中断，回复没有完成。");
+    throw new ApiError(0, "incomplete", t("reply.incomplete"));
   } catch (error) {
     if (error instanceof AuthError) return handleError(error);
     const stopped = error.name === "AbortError" || (error instanceof ApiError && error.code === "stopped");
     live.classList.remove("caret");
     bubble.dataset.state = stopped ? "stopped" : "error";
-    bubble.append(el("div", { class: "notice", text: stopped ? "（已停止）" : `出错了：${error.message}` }));
+    bubble.append(el("div", { class: "notice", text: stopped ? t("reply.stopped") : t("reply.error", { message: error.message }) }));
   } finally {
     state.streams.delete(key);
     if (chat === state.chat) updateComposer();
@@ -362,13 +364,13 @@ async function stop() {
 }
 
 async function compact() {
-  if (!state.chat || !window.confirm("把较早的消息总结成摘要以释放上下文？原文会存档。")) return;
+  if (!state.chat || !window.confirm(t("compact.confirm"))) return;
   try {
     const result = await api.compact(state.agent, state.chat);
     await openChat(state.chat);
-    notice(`${result.result}（${result.messages_before} → ${result.messages_after} 条消息）`);
+    notice(t("compact.result", { result: result.result, before: result.messages_before, after: result.messages_after }));
   } catch (error) {
-    if (error instanceof ApiError && error.status === 409) notice("正在回复中，请稍后再压缩。");
+    if (error instanceof ApiError && error.status === 409) notice(t("compact.busy"));
     else handleError(error);
   }
 }
@@ -389,6 +391,7 @@ function onKey(event) {
 // ---- wiring --------------------------------------------------------------------------------------------------
 
 function init() {
+  localisePage();
   $("signin-form").addEventListener("submit", signIn);
   $("sign-out").addEventListener("click", () => showSignIn());
   $("error-banner").addEventListener("click", () => showError(""));

@@ -1,5 +1,7 @@
 // Safe rendering for the console: text becomes DOM nodes (never innerHTML), with code blocks and inline code.
 
+import { t } from "/static/i18n.js";
+
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs)) {
@@ -67,9 +69,9 @@ export function renderContent(content) {
     if (!block || typeof block !== "object") continue;
     if (block.type === "text" && block.text) nodes.push(formatText(block.text));
     else if (block.type === "tool_use") {
-      nodes.push(el("div", { class: "tool-chip", text: `工具 ${block.name}(${short(block.input ?? {}, 80)})` }));
+      nodes.push(el("div", { class: "tool-chip", text: t("tool.chip", { name: block.name, input: short(block.input ?? {}, 80) }) }));
     } else if (block.type === "tool_result") {
-      const mark = block.is_error ? "工具出错 ↳" : "↳";
+      const mark = block.is_error ? t("tool.result_error") : "↳";
       nodes.push(el("div", { class: "tool-chip", text: `${mark} ${short(resultText(block.content))}` }));
     }
   }
@@ -87,7 +89,7 @@ export function messageRow(message) {
     return el(
       "details",
       { class: "summary" },
-      el("summary", { text: "历史摘要（较早的对话已被总结）" }),
+      el("summary", { text: t("summary") }),
       formatText(summaryText(message.content)),
     );
   }
@@ -104,11 +106,11 @@ export function welcomeCard(agentName, text) {
 export function relativeTime(ms) {
   if (!ms) return "";
   const seconds = Math.max(0, (Date.now() - ms) / 1000);
-  if (seconds < 60) return "刚刚";
-  if (seconds < 3600) return `${Math.floor(seconds / 60)} 分钟前`;
-  if (seconds < 86400) return `${Math.floor(seconds / 3600)} 小时前`;
+  if (seconds < 60) return t("time.now");
+  if (seconds < 3600) return t("time.minutes", { n: Math.floor(seconds / 60) });
+  if (seconds < 86400) return t("time.hours", { n: Math.floor(seconds / 3600) });
   const date = new Date(ms);
-  return `${date.getMonth() + 1}月${date.getDate()}日`;
+  return t("time.date", { month: date.getMonth() + 1, day: date.getDate() });
 }
 
 function kilo(n) {
@@ -125,9 +127,9 @@ export function meterOf(context) {
   const limits = context.thresholds || {};
   const limit = limits.consolidate_at_tokens || limits.context_window || 80000;
   const percent = Math.min(100, Math.round((used / limit) * 100));
-  const window = limits.context_window ? ` · 窗口 ${kilo(limits.context_window)}` : "";
-  const label = `${kilo(used)} / ${kilo(limit)} tokens${real ? "" : "（估算）"}${window}`;
-  const tip = `${context.messages} 条消息；达到 ${kilo(limit)} tokens 时自动把较早的消息总结成摘要` +
-    (context.has_summary ? "；已有历史摘要" : "");
+  const window = limits.context_window ? t("meter.window", { window: kilo(limits.context_window) }) : "";
+  const label = `${kilo(used)} / ${kilo(limit)} tokens${real ? "" : t("meter.estimated")}${window}`;
+  const tip = t("meter.tip", { messages: context.messages, limit: kilo(limit) }) +
+    (context.has_summary ? t("meter.has_summary") : "");
   return { percent, label, tip, level: percent >= 90 ? "high" : percent >= 70 ? "warn" : "" };
 }
