@@ -294,15 +294,18 @@ class MemoryProcessor:
     async def _write(self, target: Target) -> WriteOutcome:
         """Atomic write within the cap, under the file's lock (`MemoryWriter`): text another writer (the
         write_memory tool) appended since `target.old` was read is kept. The replaced version is kept as
-        `<file>.bak`."""
-        async with self.gateway.memory_files.writer.lock(target.path):
+        `<file>.bak`. Runs to its end even when the caller is cancelled (`MemoryWriter.locked`)."""
+
+        async def merge_and_write() -> WriteOutcome:
             current = await read_text(target.path)
             outcome, text = _merge(target, current)
             if outcome == "written":
                 if current:
                     await write_text(backup_path(target.path), current)
                 await write_text(target.path, text)
-        return outcome
+            return outcome
+
+        return await self.gateway.memory_files.writer.locked(target.path, merge_and_write)
 
 
 def _merge(target: Target, current: str) -> tuple[WriteOutcome, str]:
