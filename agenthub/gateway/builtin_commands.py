@@ -38,6 +38,7 @@ async def _restart(ctx: CommandContext) -> str:
     gw.abort(key, "restart")
     await gw.cancel_background(key)  # a compaction in flight is aborted, its model call too
     async with gw.hold(key):  # the aborted turn has stored what it will; queued turns start after the clear
+        await gw.cancel_background(key)  # one the aborted turn's after-turn hook started meanwhile
         await gw.history.clear(key)
     log.info("session_restarted", session_key=str(key))
     return "Done: this chat starts fresh. (Other chats and long-term memory are untouched.)"
