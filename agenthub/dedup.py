@@ -12,6 +12,7 @@ from pathlib import Path
 
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.storage.atomic import atomic_write_bytes
 
 log = structlog.get_logger(__name__)
@@ -120,7 +121,7 @@ class DedupStore:
         with self._path.open("rb") as f:
             for raw in f:
                 try:
-                    item = json.loads(raw)
+                    item = jsonsafe.loads(raw)
                     key, seen_at = str(item["k"]), float(item["t"])
                 except (ValueError, KeyError, TypeError):
                     log.warning("dedup_line_skipped", path=str(self._path))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.agent.definition import AgentDefinition
 from agenthub.memory.cut import is_turn_start
 from agenthub.memory.files import MULTI_USER_CHANNELS, Visibility, chat_visibility, read_text, write_text
@@ -96,7 +97,7 @@ def _state_path(gw: GatewayCore, agent: AgentDefinition) -> Path:
 async def load_state(gw: GatewayCore, agent: AgentDefinition) -> L3State:
     raw = await read_text(_state_path(gw, agent))
     try:
-        data = json.loads(raw) if raw else {}
+        data = jsonsafe.loads(raw) if raw else {}
         retry = {str(k): float(v) for k, v in dict(data.get("retry", {})).items()}
         return L3State(float(data.get("last_run", 0.0)), retry)
     except (ValueError, TypeError, AttributeError):

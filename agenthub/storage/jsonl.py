@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.errors import PathRefusedError
 from agenthub.storage.atomic import atomic_write_bytes, fsync_dir
 
@@ -62,7 +63,7 @@ def read_records(path: Path) -> list[Record]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = jsonsafe.loads(line)
         except ValueError:
             log.warning("history_line_corrupt", path=str(path), line=number)
             continue
