@@ -18,6 +18,7 @@ from agenthub.session.keys import session_key
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
 from tests.harness import RunningApi, running_api
+from tests.scheduler_support import until
 from tests.test_memory_support import is_l3_request, is_summary_request, seed
 
 AGENT = "/api/agents/default"
@@ -497,3 +498,35 @@ async def test_delete_during_a_background_compaction_cancels_it_and_nothing_come
         assert not own_memory.exists() and not gateway.history.exists(key)
         status, _ = await api.call("GET", AGENT + "/sessions/gone/messages")
         assert status == 404
+
+
+async def _sse_done(api: RunningApi, content: str) -> dict[str, Any]:
+    url = api.base_url + AGENT + "/chat?stream=1"
+    async with api.client.post(url, json={"chat_id": "j1", "content": content}, headers=api.auth) as resp:
+        frames = (await resp.text()).split("\n\n")
+    done = [f for f in frames if f.startswith("event: done")]
+    assert len(done) == 1, frames
+    parsed: dict[str, Any] = json.loads(done[0].split("data: ", 1)[1])
+    return parsed
+
+
+async def test_every_request_of_a_joined_turn_gets_the_joined_answer(api: RunningApi, fake_llm: FakeAnthropic) -> None:
+    """Requests that queued behind a turn are answered together; on HTTP each of them carries that answer."""
+    release = asyncio.Event()
+    fake_llm.script(reply_text("first answer", hold=release), reply_text("the joined answer"))
+    first = asyncio.create_task(api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "1"}))
+    await fake_llm.wait_for_requests(1)
+    second = asyncio.create_task(api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "2"}))
+    await until(lambda: api.gateway.queue_depth() >= 1)
+    streamed = asyncio.create_task(_sse_done(api, "3"))
+    await until(lambda: api.gateway.queue_depth() >= 2)
+    third = asyncio.create_task(api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "4"}))
+    await until(lambda: api.gateway.queue_depth() >= 3)
+    release.set()
+    assert (await first)[1]["reply"] == "first answer"
+    (status, joined), (last_status, last) = await second, await third
+    assert (status, joined["reply"], joined["joined"]) == (200, "the joined answer", True)
+    assert (last_status, last["reply"]) == (200, "the joined answer") and not last.get("joined")
+    done = await streamed
+    assert (done["full_text"], done["joined"]) == ("the joined answer", True)
+    assert len(fake_llm.message_requests()) == 2

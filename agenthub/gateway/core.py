@@ -390,7 +390,7 @@ def _end_with(pending: PendingTurn, outcome: TurnOutcome) -> None:
     if final is None:
         return
     together = (
-        DoneEvent(ANSWERED_TOGETHER, session_key=final.session_key, joined=True)
+        DoneEvent(ANSWERED_TOGETHER, session_key=final.session_key, joined=True, answer=final.full_text)
         if isinstance(final, DoneEvent)
         else final
     )
