@@ -309,3 +309,23 @@ async def test_a_planted_link_at_one_agents_memory_file_stops_only_that_file(
         assert gw.history.layout("beta").memory_file.read_text(encoding="utf-8") == "# Memory of beta\n- knows things\n"
         assert (settings.auth_dir / "USER.md").read_text(encoding="utf-8") == "# User\n- prefers tea\n"
         assert not outside.exists() and alpha_file.is_symlink()
+
+
+async def test_a_planted_link_at_one_chats_own_memory_file_stops_only_that_chat(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, tmp_path: Any
+) -> None:
+    settings = settings_factory()
+    write_agent(settings.agents_dir, "default", {"memory": {"scope": "chat"}})
+    fake_llm.responder = scripted_l3()
+    async with build_gateway(settings) as gw:
+        agent = gw.agents.get("default")
+        planted, kept = gw.resolve_key(msg("x", chat="planted"))[1], gw.resolve_key(msg("x", chat="kept"))[1]
+        for key in (planted, kept):
+            await seed(gw, key, 2)
+        planted_file = gw.memory_files.memory_path(agent, planted)
+        planted_file.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(tmp_path / "outside.md", planted_file)
+        await gw.timers[L3_TIMER].tick_now()
+        kept_file = gw.memory_files.memory_path(agent, kept)
+        assert kept_file.read_text(encoding="utf-8") == "# Memory of default\n- knows things\n"
+        assert not (tmp_path / "outside.md").exists()
