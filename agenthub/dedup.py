@@ -12,6 +12,9 @@ from pathlib import Path
 
 import structlog
 
+from agenthub import jsonsafe
+from agenthub.errors import PathRefusedError
+from agenthub.storage import jsonl
 from agenthub.storage.atomic import atomic_write_bytes
 
 log = structlog.get_logger(__name__)
@@ -114,20 +117,24 @@ class DedupStore:
             log.warning("dedup_compaction_failed", path=str(self._path), error=str(e))
 
     def _load(self) -> None:
-        if not self._path.exists():
+        try:
+            data = jsonl.read_bytes_no_follow(self._path)
+        except FileNotFoundError:
             return
+        except PathRefusedError:  # a planted link is never read; the rewrite below replaces it by a real file
+            log.warning("dedup_link_replaced", path=str(self._path))
+            data = b""
         now = self._clock()
-        with self._path.open("rb") as f:
-            for raw in f:
-                try:
-                    item = json.loads(raw)
-                    key, seen_at = str(item["k"]), float(item["t"])
-                except (ValueError, KeyError, TypeError):
-                    log.warning("dedup_line_skipped", path=str(self._path))
-                    continue
-                if now - seen_at < self._ttl_s:
-                    self._seen[key] = seen_at
-                    self._seen.move_to_end(key)
+        for raw in data.splitlines():
+            try:
+                item = jsonsafe.loads(raw)
+                key, seen_at = str(item["k"]), float(item["t"])
+            except (ValueError, KeyError, TypeError):
+                log.warning("dedup_line_skipped", path=str(self._path))
+                continue
+            if now - seen_at < self._ttl_s:
+                self._seen[key] = seen_at
+                self._seen.move_to_end(key)
         self._rewrite(list(self._seen.items()))
 
     def _expire(self, now: float) -> None:
@@ -138,13 +145,10 @@ class DedupStore:
             del self._seen[key]
 
     def _append(self, line: str) -> None:
-        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
+        with jsonl.opened_no_follow(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as fd:  # a link: refused
             os.write(fd, line.encode())
             if self._fsync:
                 os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def _durable_items(self) -> list[tuple[str, float]]:
         """A snapshot of the ids already written (ids still waiting for their batch go out with it)."""

@@ -115,6 +115,9 @@ class DoneEvent:
     joined: bool = False
     """This message waited and was answered together with later ones: the answer ends a later message's handle
     (`full_text` is then only a short note). A channel that has shown nothing for it yet may stay silent."""
+    answer: str = ""
+    """When `joined`: the turn's answer (the newest message's `full_text`), for channels that answer every
+    request on its own (HTTP); chat UIs show it once, under the newest message."""
     kind: Literal["done"] = "done"
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agenthub import jsonsafe
 from agenthub.errors import ConfigError
 from agenthub.session.keys import validate_part
 from agenthub.storage.atomic import atomic_write_text
@@ -49,7 +50,7 @@ class TokenStore:
 
     def _entries(self) -> list[dict[str, Any]]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = jsonsafe.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return []
         except (ValueError, UnicodeDecodeError):

@@ -9,6 +9,7 @@ import pytest
 
 from agenthub.clock import ManualClock
 from agenthub.dedup import DedupStore
+from agenthub.errors import PathRefusedError
 
 
 async def test_duplicate_within_ttl_and_new_after(tmp_path: Path) -> None:
@@ -86,3 +87,23 @@ async def test_a_burst_is_group_committed_and_each_id_answered_once(tmp_path: Pa
     assert _CountingStore.writes <= 3  # one write + fsync per batch, not per id
     reloaded = DedupStore(path, ttl_s=60)
     assert all([await reloaded.check_and_add(k) for k in ids])
+
+
+async def test_a_link_planted_at_the_file_never_receives_event_ids(tmp_path: Path) -> None:
+    path, outside = tmp_path / "seen.jsonl", tmp_path / "outside.txt"
+    outside.write_text("")
+    store = DedupStore(path, ttl_s=60, clock=ManualClock())  # the daemon runs; then a link is planted
+    path.unlink(missing_ok=True)
+    path.symlink_to(outside)
+    with pytest.raises(PathRefusedError):
+        await store.check_and_add("evt-1")
+    assert outside.read_text() == ""
+
+
+async def test_a_link_found_at_start_is_not_read_and_is_replaced_by_a_real_file(tmp_path: Path) -> None:
+    path, outside = tmp_path / "seen.jsonl", tmp_path / "outside.txt"
+    outside.write_text('{"k": "planted", "t": 1000.0}\n')
+    path.symlink_to(outside)
+    store = DedupStore(path, ttl_s=60, clock=ManualClock(1000.0))
+    assert await store.check_and_add("planted") is False  # nothing was read through the link
+    assert not path.is_symlink() and outside.read_text() == '{"k": "planted", "t": 1000.0}\n'

@@ -511,3 +511,11 @@ async def test_a_signed_event_older_than_the_dedup_memory_is_refused(tmp_path: P
         assert (await post_event(h, fresh, sent_at=time.time() - 60, lowercase=True))[0] == 200
         await h.fake.wait_until(lambda: h.fake.closed_cards() == 1)
     assert [m.content for m in gateway.received] == ["fresh"]
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000, b'{"a":' * 100_000])
+async def test_json_nested_deeper_than_the_parser_goes_is_a_clean_400(tmp_path: Path, body: bytes) -> None:
+    """Parsed before the signature check, so anyone can send it: a 400 in the documented shape, never a 500."""
+    async with harness(tmp_path, ScriptedSubmitter()) as h:
+        status, answer = await post_raw(h, body, {"Content-Type": "application/json"})
+    assert_fixed_error(status, answer, (400, "bad_request"))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agenthub.clock import ManualClock
+from agenthub.errors import PathRefusedError
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey, session_key
 from agenthub.session.meta import DEFAULT_TITLE, read_meta, write_meta
@@ -222,3 +223,20 @@ async def test_unknown_ids_do_not_grow_the_cache(tmp_path: Path) -> None:
     for i in range(50):
         assert await history.get_meta(SessionKey("reviewer", "http", f"probe{i}")) is None
     assert history._entries == {}
+
+
+async def test_a_link_planted_at_the_meta_file_refuses_the_append_whole(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    await history.append(KEY, _user("first"))
+    meta = tmp_path / "data/reviewer/sessions/reviewer_http_chat-1.meta.json"
+    meta.unlink()
+    meta.symlink_to(tmp_path / "elsewhere.json")
+    for _ in range(2):  # the user retries: nothing is duplicated
+        try:
+            await history.append(KEY, _user("second"))
+            raise AssertionError("the append must be refused")
+        except PathRefusedError:
+            pass
+    on_disk = jsonl.read_records(tmp_path / "data/reviewer/sessions/reviewer_http_chat-1.jsonl")
+    assert [m["content"] for m in on_disk] == [m["content"] for m in await history.load(KEY)] == ["first"]
+    assert not (tmp_path / "elsewhere.json").exists()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -12,10 +14,13 @@ from yarl import URL
 
 from agenthub.config import Settings
 from agenthub.media.names import inbox_dir
+from agenthub.messages import InboundMessage
 from agenthub.session.keys import session_key
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, reply_text
-from tests.harness import RunningApi
+from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
+from tests.harness import RunningApi, running_api
+from tests.scheduler_support import until
+from tests.test_memory_support import is_l3_request, is_summary_request, seed
 
 AGENT = "/api/agents/default"
 
@@ -467,3 +472,67 @@ async def test_a_reply_that_failed_before_any_text_is_the_plain_error(api: Runni
     status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "none", "content": "go"})
     assert status == 502
     assert_error(body, "llm_error")
+
+
+async def test_delete_during_a_background_compaction_cancels_it_and_nothing_comes_back(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    """DELETE means delete: the chat's memory flush in flight is cancelled, it never writes the file again."""
+    release = asyncio.Event()
+
+    def respond(body: dict[str, Any]) -> ScriptedReply | None:
+        if is_l3_request(body):  # the memory flush before the background compaction
+            return reply_text("- the deleted chat's secret fact", hold=release)
+        return reply_text("summary") if is_summary_request(body) else None
+
+    fake_llm.responder = respond
+    settings = settings_factory(memory={"flush_before_compaction": True}, llm={"timeout_s": 60.0})
+    write_agent(settings.agents_dir, "default", {"memory": {"consolidate_at_tokens": 5000, "scope": "chat"}})
+    async with running_api(settings) as api:
+        gateway, key = api.gateway, session_key("default", "http", "gone")
+        await seed(gateway, key, 20)
+        fake_llm.script(reply_text("first answer", usage={"input_tokens": 6000}))
+        await (await gateway.submit(InboundMessage("http", "gone", "u1", "turn one"))).result()
+        await fake_llm.wait_for_requests(2)  # the flush's model call is in flight, held
+        assert gateway.background(key) is not None
+        own_memory = gateway.memory_files.memory_path(gateway.agents.get("default"), key)
+        status, _ = await api.call("DELETE", AGENT + "/sessions/gone")
+        assert status == 204
+        assert gateway.background(key) is None
+        release.set()
+        await asyncio.sleep(0)
+        assert not own_memory.exists() and not gateway.history.exists(key)
+        status, _ = await api.call("GET", AGENT + "/sessions/gone/messages")
+        assert status == 404
+
+
+async def _sse_done(api: RunningApi, content: str) -> dict[str, Any]:
+    url = api.base_url + AGENT + "/chat?stream=1"
+    async with api.client.post(url, json={"chat_id": "j1", "content": content}, headers=api.auth) as resp:
+        frames = (await resp.text()).split("\n\n")
+    done = [f for f in frames if f.startswith("event: done")]
+    assert len(done) == 1, frames
+    parsed: dict[str, Any] = json.loads(done[0].split("data: ", 1)[1])
+    return parsed
+
+
+async def test_every_request_of_a_joined_turn_gets_the_joined_answer(api: RunningApi, fake_llm: FakeAnthropic) -> None:
+    """Requests that queued behind a turn are answered together; on HTTP each of them carries that answer."""
+    release = asyncio.Event()
+    fake_llm.script(reply_text("first answer", hold=release), reply_text("the joined answer"))
+    first = asyncio.create_task(api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "1"}))
+    await fake_llm.wait_for_requests(1)
+    second = asyncio.create_task(api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "2"}))
+    await until(lambda: api.gateway.queue_depth() >= 1)
+    streamed = asyncio.create_task(_sse_done(api, "3"))
+    await until(lambda: api.gateway.queue_depth() >= 2)
+    third = asyncio.create_task(api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "4"}))
+    await until(lambda: api.gateway.queue_depth() >= 3)
+    release.set()
+    assert (await first)[1]["reply"] == "first answer"
+    (status, joined), (last_status, last) = await second, await third
+    assert (status, joined["reply"], joined["joined"]) == (200, "the joined answer", True)
+    assert (last_status, last["reply"]) == (200, "the joined answer") and not last.get("joined")
+    done = await streamed
+    assert (done["full_text"], done["joined"]) == ("the joined answer", True)
+    assert len(fake_llm.message_requests()) == 2

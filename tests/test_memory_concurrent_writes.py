@@ -1,17 +1,21 @@
 """Memory file writers at the same moment: write_memory from many chats racing an L3 rewrite of the same file,
-and a compaction's memory flush beside an L3 run of other files."""
+a compaction's memory flush beside an L3 run of other files, and a writer cancelled while its replace runs."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from agenthub.agent.tools import PLATFORM_TOOLS, ToolContext, run_tool
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.memory.files import MemoryWriter
 from agenthub.memory.processor import MAX_PARALLEL_CALLS
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.session.keys import session_key
@@ -224,3 +228,84 @@ async def test_a_flush_whose_file_an_l3_run_replaced_meanwhile_merges_again(
         rewritten = "# Rewritten by L3\n- an old fact\n" + L3_LINE
         assert flush_answers == ["- an old fact", rewritten]  # merged again, into the text L3 wrote
         assert memory_file.read_text(encoding="utf-8") == rewritten + "\n- flushed: project X\n"
+
+
+class _HeldReplace(ThreadPoolExecutor):
+    """A thread pool whose first atomic replace of `path` starts (a thread cannot be cancelled) and then waits
+    for `gate`: a slow disk under a writer that is cancelled meanwhile."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, path: Path) -> None:
+        super().__init__(max_workers=4)
+        self.loop, self.path, self.held = loop, path, False
+        self.gate = threading.Event()
+        self.started = asyncio.Event()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        call = getattr(fn, "args", None) or (None, None)  # asyncio.to_thread submits partial(ctx.run, func, ...)
+        is_replace = getattr(call[0], "__name__", "") == "atomic_write_text" and call[1:2] == (self.path,)
+        if not is_replace or self.held:
+            return super().submit(fn, *args, **kwargs)
+        self.held = True
+        future: Future[Any] = Future()
+        future.set_running_or_notify_cancel()
+
+        def run() -> None:
+            self.loop.call_soon_threadsafe(self.started.set)
+            self.gate.wait(5)
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as e:
+                future.set_exception(e)
+
+        threading.Thread(target=run, daemon=True).start()
+        return future
+
+
+async def _yield_often() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_a_writer_cancelled_during_its_replace_keeps_the_file_until_it_lands(tmp_path: Path) -> None:
+    path = tmp_path / "MEMORY.md"
+    loop = asyncio.get_running_loop()
+    executor = _HeldReplace(loop, path)
+    loop.set_default_executor(executor)
+    writer = MemoryWriter()
+    first = asyncio.create_task(writer.update(path, lambda old: old + "- fact A\n"))
+    await asyncio.wait_for(executor.started.wait(), 5)  # A's replace runs in its thread
+    first.cancel()  # /stop, a lock timeout, /restart or shutdown of the chat writing A
+    second = asyncio.create_task(writer.update(path, lambda old: old + "- fact B\n"))
+    await _yield_often()
+    assert not first.done() and writer.lock(path).locked()  # the lock waits for A's replace to land
+    executor.gate.set()
+    try:
+        await first
+        raise AssertionError("the cancelled writer must see its cancellation")
+    except asyncio.CancelledError:
+        pass
+    assert await second == "- fact A\n- fact B\n"
+    assert path.read_text(encoding="utf-8") == "- fact A\n- fact B\n"
+
+
+async def test_an_l3_run_cancelled_during_its_replace_loses_no_fact_written_after(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.responder = lambda body: reply_text("- rewritten by L3") if is_l3_request(body) else None
+    async with build_gateway(settings_factory()) as gw:
+        memory_file = gw.history.layout("default").memory_file
+        await seed(gw, gw.resolve_key(msg("x"))[1], 2)
+        loop = asyncio.get_running_loop()
+        executor = _HeldReplace(loop, memory_file)
+        loop.set_default_executor(executor)
+        run = asyncio.create_task(gw.timers[L3_TIMER].tick_now())
+        await asyncio.wait_for(executor.started.wait(), 5)
+        run.cancel()  # shutdown (or the timeout) hitting the run while its replace is in the worker thread
+        writer = gw.memory_files.writer
+        saved = asyncio.create_task(writer.update(memory_file, lambda old: old + "- saved by write_memory\n"))
+        await _yield_often()
+        assert not run.done()
+        executor.gate.set()
+        await asyncio.gather(run, return_exceptions=True)
+        assert await saved == "- rewritten by L3\n- saved by write_memory\n"
+        assert memory_file.read_text(encoding="utf-8") == "- rewritten by L3\n- saved by write_memory\n"

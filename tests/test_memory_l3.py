@@ -254,3 +254,78 @@ async def test_memory_files_are_injected_and_cut_to_budget(
         assert "记忆第0条" in system and "记忆第99条" not in system and "cut to fit" in system
         assert "- 名字：张三\n- 喜欢简短回答" in system
         assert system.index("记忆第0条") < system.index("名字：张三")
+
+
+async def test_a_file_whose_write_fails_is_retried_alone_and_the_other_files_are_written(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory()
+    names = ("alpha", "beta", "gamma")
+    for name in names:
+        write_agent(settings.agents_dir, name)
+    fake_llm.responder = scripted_l3()
+    async with build_gateway(settings) as gw:
+        alpha_file = gw.history.layout("alpha").memory_file
+        alpha_file.parent.mkdir(parents=True)
+        alpha_file.write_text("old alpha memory\n", encoding="utf-8")
+        blocker = alpha_file.with_name(alpha_file.name + ".bak")  # its backup cannot be replaced: the write raises
+        (blocker / "in-the-way").mkdir(parents=True)
+        for name in names:
+            await seed(gw, gw.resolve_key(msg("x", agent=name))[1], 2)
+        timer = gw.timers[L3_TIMER]
+        await timer.tick_now()
+        assert timer.failures == 0  # handled inside the run, logged
+        for name in ("beta", "gamma"):
+            written = gw.history.layout(name).memory_file.read_text(encoding="utf-8")
+            assert written == f"# Memory of {name}\n- knows things\n"
+        assert (settings.auth_dir / "USER.md").read_text(encoding="utf-8") == "# User\n- prefers tea\n"
+        assert alpha_file.read_text(encoding="utf-8") == "old alpha memory\n"
+
+        (blocker / "in-the-way").rmdir()
+        blocker.rmdir()
+        before = len(fake_llm.message_requests())
+        await timer.tick_now()  # nothing new was said: only the file that failed is offered its material again
+        assert _l3_calls(fake_llm, before) == ["alpha"]
+        assert alpha_file.read_text(encoding="utf-8") == "# Memory of alpha\n- knows things\n"
+
+
+async def test_a_planted_link_at_one_agents_memory_file_stops_only_that_file(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, tmp_path: Any
+) -> None:
+    settings = settings_factory()
+    for name in ("alpha", "beta"):
+        write_agent(settings.agents_dir, name)
+    fake_llm.responder = scripted_l3()
+    outside = tmp_path / "outside.md"
+    async with build_gateway(settings) as gw:
+        for name in ("alpha", "beta"):
+            await seed(gw, gw.resolve_key(msg("x", agent=name))[1], 2)
+        alpha_file = gw.history.layout("alpha").memory_file
+        alpha_file.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(outside, alpha_file)
+        timer = gw.timers[L3_TIMER]
+        await timer.tick_now()
+        assert timer.failures == 0
+        assert gw.history.layout("beta").memory_file.read_text(encoding="utf-8") == "# Memory of beta\n- knows things\n"
+        assert (settings.auth_dir / "USER.md").read_text(encoding="utf-8") == "# User\n- prefers tea\n"
+        assert not outside.exists() and alpha_file.is_symlink()
+
+
+async def test_a_planted_link_at_one_chats_own_memory_file_stops_only_that_chat(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, tmp_path: Any
+) -> None:
+    settings = settings_factory()
+    write_agent(settings.agents_dir, "default", {"memory": {"scope": "chat"}})
+    fake_llm.responder = scripted_l3()
+    async with build_gateway(settings) as gw:
+        agent = gw.agents.get("default")
+        planted, kept = gw.resolve_key(msg("x", chat="planted"))[1], gw.resolve_key(msg("x", chat="kept"))[1]
+        for key in (planted, kept):
+            await seed(gw, key, 2)
+        planted_file = gw.memory_files.memory_path(agent, planted)
+        planted_file.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(tmp_path / "outside.md", planted_file)
+        await gw.timers[L3_TIMER].tick_now()
+        kept_file = gw.memory_files.memory_path(agent, kept)
+        assert kept_file.read_text(encoding="utf-8") == "# Memory of default\n- knows things\n"
+        assert not (tmp_path / "outside.md").exists()

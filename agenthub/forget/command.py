@@ -22,6 +22,7 @@ async def held(gateway: GatewayCore, key: SessionKey) -> AsyncIterator[None]:
     turn finishes and stores its reply, and the next queued turn waits until the block exits."""
     await gateway.cancel_background(key)
     async with gateway.hold(key):
+        await gateway.cancel_background(key)  # one the running turn's after-turn hook started meanwhile
         yield
 
 

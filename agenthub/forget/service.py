@@ -175,14 +175,16 @@ class Forgetter:
             return 0
         removed = 0
         for path in paths:
-            async with self.files.writer.lock(path):
-                if not path.exists():
-                    continue
-                text, lines = matcher.scrub(await read_text(path))
-                if lines:
-                    await write_text(path, text)
-                    removed += lines
+            removed += await self.files.writer.locked(path, functools.partial(_scrub_file, path, matcher))
         return removed
+
+
+async def _scrub_file(path: Path, matcher: QuoteMatcher) -> int:
+    """One file's read-scrub-write (run to its end under the file's lock); the number of lines removed."""
+    text, lines = matcher.scrub(await read_text(path))
+    if lines:
+        await write_text(path, text)
+    return lines
 
 
 def profile_paths(files: MemoryFiles, agent: AgentDefinition, person: Person) -> tuple[Path, ...]:

@@ -33,6 +33,7 @@ async def _restart(ctx: CommandContext) -> str:
     gw.abort(key, ErrorCode.RESTART)
     await gw.cancel_background(key)  # a compaction in flight is aborted, its model call too
     async with gw.hold(key):  # the aborted turn has stored what it will; queued turns start after the clear
+        await gw.cancel_background(key)  # one the aborted turn's after-turn hook started meanwhile
         await gw.history.clear(key)
     log.info("session_restarted", session_key=str(key))
     return ctx.text("command.restart.done")

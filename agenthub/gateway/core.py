@@ -398,10 +398,11 @@ def _end_with(pending: PendingTurn, outcome: TurnOutcome) -> None:
     if final is None:
         return
     for earlier in pending.joined:
-        together = i18n.text("done.answered_together", earlier.locale)
-        earlier.handle.emit(
-            DoneEvent(together, session_key=final.session_key, joined=True) if isinstance(final, DoneEvent) else final
-        )
+        if not isinstance(final, DoneEvent):
+            earlier.handle.emit(final)
+            continue
+        note = i18n.text("done.answered_together", earlier.locale)
+        earlier.handle.emit(DoneEvent(note, session_key=final.session_key, joined=True, answer=final.full_text))
     pending.handle.emit(final)
 
 

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from agenthub.agent.definition import AgentDefinition
+from agenthub.aio import run_to_end
 from agenthub.session.keys import SessionKey, session_key
 from agenthub.storage.atomic import atomic_write_text
 from agenthub.storage.paths import AgentLayout, inside
 
 MULTI_USER_CHANNELS = frozenset({"wecom", "feishu"})
 """Channels where several people talk to the bot (groups, many employees): `auto` keeps their memory apart."""
+R = TypeVar("R")
 Visibility = Literal["private", "group"]
 """Which of a person's profiles a chat shows and feeds: the one built from private chats, or from groups."""
 
@@ -68,13 +70,24 @@ class MemoryWriter:
             self._locks[key] = lock
         return lock
 
+    async def locked(self, path: Path, work: Callable[[], Coroutine[Any, Any, R]]) -> R:
+        """Run `work()` (a read-modify-write of `path`) under the file's lock, to its end even if the caller is
+        cancelled meanwhile (the caller still sees its cancellation): the lock is never released while a worker
+        thread is still replacing the file, so the next writer never reads the text that replace is about to
+        overwrite. Waiting for the lock is cancellable as usual."""
+        async with self.lock(path):
+            return await run_to_end(work())
+
     async def update(self, path: Path, change: Callable[[str], str]) -> str:
         """Under the file's lock: read it ("" when missing), write `change(text)` atomically; returns the new text.
         An exception from `change` leaves the file as it was."""
-        async with self.lock(path):
+
+        async def read_change_write() -> str:
             new = change(await read_text(path))
             await write_text(path, new)
             return new
+
+        return await self.locked(path, read_change_write)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.agent.definition import AgentDefinition
+from agenthub.errors import StorageError
 from agenthub.memory.cut import is_turn_start
 from agenthub.memory.files import MULTI_USER_CHANNELS, Visibility, chat_visibility, read_text, write_text
 from agenthub.memory.summary import render_content
@@ -96,7 +98,7 @@ def _state_path(gw: GatewayCore, agent: AgentDefinition) -> Path:
 async def load_state(gw: GatewayCore, agent: AgentDefinition) -> L3State:
     raw = await read_text(_state_path(gw, agent))
     try:
-        data = json.loads(raw) if raw else {}
+        data = jsonsafe.loads(raw) if raw else {}
         retry = {str(k): float(v) for k, v in dict(data.get("retry", {})).items()}
         return L3State(float(data.get("last_run", 0.0)), retry)
     except (ValueError, TypeError, AttributeError):
@@ -145,10 +147,16 @@ def _batch(sessions: list[SessionMaterial], clip: int) -> Batch:
 
 def memory_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, Batch]:
     """The MEMORY file(s) to rewrite, each only from the chats that read it (`MemoryFiles.memory_path`): the
-    agent-wide one from agent-scoped chats, a chat's own from that chat alone."""
+    agent-wide one from agent-scoped chats, a chat's own from that chat alone. A chat whose file path is refused (a
+    planted link) is left out, logged: the other chats' files go on."""
     by_path: dict[Path, list[SessionMaterial]] = {}
     for session in item.sessions:
-        by_path.setdefault(gw.memory_files.memory_path(item.agent, session.key), []).append(session)
+        try:
+            path = gw.memory_files.memory_path(item.agent, session.key)
+        except StorageError:
+            log.warning("l3_memory_path_refused", agent=item.agent.name, session_key=str(session.key))
+            continue
+        by_path.setdefault(path, []).append(session)
     return {path: _batch(sessions, item.clip) for path, sessions in by_path.items()}
 
 

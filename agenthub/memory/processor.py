@@ -5,13 +5,17 @@ and any manual trigger never overlap. Each file's read-merge-write takes that fi
 (`MemoryWriter`), never across a model call, so a memory flush before a compaction or the write_memory tool
 never waits for a run's model calls. A run's model calls go out in parallel (at most `MAX_PARALLEL_CALLS`);
 each file is written when its own call succeeded, atomically, cut to its size cap first. A failed call or a
-refused rewrite leaves only its own file as it was, and only that file is offered the material again next run
-(`l3_material.L3State.retry`); the other files are written and their material is done.
+refused rewrite, or a read or write of the file that raises (a full or read-only disk, a refused path), leaves
+only its own file as it was, and only that file is offered the material again next run
+(`l3_material.L3State.retry`); the other files are written and their material is done. Each agent's material and
+each kind of target is gathered on its own: one agent's broken directory (a planted link) stops only its files.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -36,6 +40,8 @@ log = structlog.get_logger(__name__)
 
 WriteOutcome = Literal["written", "unchanged", "refused", "conflict"]
 """`refused`: the rewrite looked lossy; `conflict`: another writer replaced the file after it was read."""
+NOT_TAKEN_IN = frozenset({"refused", "conflict", "failed"})
+"""The outcomes of a target whose material is offered again next run (`failed`: the write raised)."""
 
 MAX_PARALLEL_CALLS = 4
 FLUSH_ATTEMPTS = 2
@@ -126,8 +132,8 @@ class MemoryProcessor:
     async def _run(self) -> None:
         gw = self.gateway
         started = gw.clock()
-        collected = [await material.collect(gw, agent) for agent in gw.agents.agents.values()]
-        active = [c for c in collected if c.sessions]
+        collected = [await self._collect(agent) for agent in gw.agents.agents.values()]
+        active = [c for c in collected if c is not None and c.sessions]
         targets = self._targets(active)
         if not targets:  # nothing new for any file (a stale retry entry is dropped)
             for item in active:
@@ -146,12 +152,20 @@ class MemoryProcessor:
         self.runs += 1
         log.info("l3_run_done", agents=[c.agent.name for c in active], files=len(targets) - len(failed))
 
+    async def _collect(self, agent: AgentDefinition) -> material.AgentMaterial | None:
+        """One agent's material; None (logged) when its directory cannot be read: the other agents go on."""
+        try:
+            return await material.collect(self.gateway, agent)
+        except (OSError, AgentHubError) as e:
+            log.warning("l3_agent_unreadable", agent=agent.name, error_type=type(e).__name__, error=str(e))
+            return None
+
     async def _rewrite(self, targets: list[Target]) -> list[Target]:
-        """Call the model for every target in parallel and write each file that got a good answer; a failed call
-        or a refused rewrite leaves only its own file as it was. Returns the targets that did not take their
-        material in."""
-        for target in targets:
-            target.old = await read_text(target.path)
+        """Call the model for every target in parallel and write each file that got a good answer; a failed call,
+        a refused rewrite or a read or write that raises leaves only its own file as it was. Returns the targets
+        that did not take their material in."""
+        unreadable = [t for t in targets if not await self._read_old(t)]
+        targets = [t for t in targets if t not in unreadable]
         results = await asyncio.gather(*(self._run_call(t) for t in targets), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, Exception):
@@ -161,44 +175,80 @@ class MemoryProcessor:
             files = [str(t.path) for t, _ in errors]
             log.warning("l3_run_failed", errors=[str(e) for _, e in errors], files=files, retry="next run")
         answered = [t for t, r in zip(targets, results, strict=True) if not isinstance(r, Exception)]
-        refused = [t for t in answered if await self._write(t) in ("refused", "conflict")]
+        refused = [t for t in answered if await self._write_or_fail(t) in NOT_TAKEN_IN]
         if refused:
             log.warning("l3_run_incomplete", refused=[t.path.name for t in refused], retry="next run")
-        return [t for t, _ in errors] + refused
+        return unreadable + [t for t, _ in errors] + refused
+
+    async def _read_old(self, target: Target) -> bool:
+        """Read the file's current text into `target.old`; False (logged) when the read raises."""
+        try:
+            target.old = await read_text(target.path)
+        except (OSError, AgentHubError) as e:
+            log.warning("l3_read_failed", file=str(target.path), error_type=type(e).__name__, error=str(e))
+            return False
+        return True
+
+    async def _write_or_fail(self, target: Target) -> WriteOutcome | Literal["failed"]:
+        """`_write`, with a write that raises (EACCES, EROFS, ENOSPC, a refused path) a failed target, logged."""
+        try:
+            return await self._write(target)
+        except (OSError, AgentHubError) as e:
+            log.warning("l3_write_failed", file=str(target.path), error_type=type(e).__name__, error=str(e))
+            return "failed"
 
     async def _record(self, item: material.AgentMaterial, started: float, failed: list[Target]) -> None:
         """The agent's material is done for every file but the failed ones, which keep the watermark they had."""
         name, state = item.agent.name, item.state
         retry = {str(t.path): state.watermark(t.path) for t in failed if name in t.agents}
-        await material.save_state(self.gateway, item.agent, material.L3State(started, retry))
+        try:
+            await material.save_state(self.gateway, item.agent, material.L3State(started, retry))
+        except (OSError, AgentHubError) as e:  # the next run offers this agent's material again
+            log.warning("l3_state_not_saved", agent=name, error_type=type(e).__name__, error=str(e))
 
     def _targets(self, active: list[material.AgentMaterial]) -> list[Target]:
-        """The files with material they have not taken in yet (each file's own watermark decides)."""
+        """The files with material they have not taken in yet (each file's own watermark decides); each agent's
+        MEMORY and profile targets, and the shared profile's, are built on their own (`_built`)."""
         targets: list[Target] = []
         for item in active:
-            targets += self._agent_targets(item)
-        shared = self._shared_user_target(active)
-        return targets + ([shared] if shared is not None else [])
+            targets += self._built("memory", item.agent.name, functools.partial(self._memory_targets, item))
+            targets += self._built("user", item.agent.name, functools.partial(self._user_targets, item))
+        targets += self._built("shared_user", None, lambda: _listed(self._shared_user_target(active)))
+        return targets
 
-    def _agent_targets(self, item: material.AgentMaterial) -> list[Target]:
+    def _built(self, kind: str, agent: str | None, build: Callable[[], list[Target]]) -> list[Target]:
+        """`build()`, or no targets (logged) when it raises: a refused path (a planted link) at one agent's file
+        stops only that agent's files of that kind."""
+        try:
+            return build()
+        except (OSError, AgentHubError) as e:
+            log.warning("l3_targets_refused", kind=kind, agent=agent, error_type=type(e).__name__, error=str(e))
+            return []
+
+    def _memory_targets(self, item: material.AgentMaterial) -> list[Target]:
         gw, memory, agent = self.gateway, self.gateway.settings.memory, item.agent
         provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
         window = thresholds.window_of(gw.settings, agent, model)
-        targets: list[Target] = []
-        system = MEMORY_PROMPT.format(agent=agent.name, cap=memory.memory_max_chars)
-        for path, batch in material.memory_batches(gw, item).items():
-            if batch.newest > item.state.watermark(path):
-                cap = memory.memory_max_chars
-                targets.append(Target("memory", path, system, batch.text, cap, provider, model, window))
+        cap = memory.memory_max_chars
+        system = MEMORY_PROMPT.format(agent=agent.name, cap=cap)
+        return [
+            Target("memory", path, system, batch.text, cap, provider, model, window, agents=(agent.name,))
+            for path, batch in material.memory_batches(gw, item).items()
+            if batch.newest > item.state.watermark(path)
+        ]
+
+    def _user_targets(self, item: material.AgentMaterial) -> list[Target]:
+        gw, memory, agent = self.gateway, self.gateway.settings.memory, item.agent
+        provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
+        window = thresholds.window_of(gw.settings, agent, model)
         who = "one person (the sender of the messages below)"
-        prompt = USER_PROMPT.format(who=who, cap=memory.user_max_chars)
-        for path, batch in material.user_batches(gw, item).items():
-            if batch.newest > item.state.watermark(path):
-                cap = memory.user_max_chars
-                targets.append(Target("user", path, prompt, batch.text, cap, provider, model, window))
-        for target in targets:
-            target.agents = (agent.name,)
-        return targets
+        cap = memory.user_max_chars
+        prompt = USER_PROMPT.format(who=who, cap=cap)
+        return [
+            Target("user", path, prompt, batch.text, cap, provider, model, window, agents=(agent.name,))
+            for path, batch in material.user_batches(gw, item).items()
+            if batch.newest > item.state.watermark(path)
+        ]
 
     def _shared_user_target(self, items: list[material.AgentMaterial]) -> Target | None:
         """`auth/USER.md` from the chats that share it (`l3_material.shared_profile_sessions`) whose material it
@@ -294,15 +344,22 @@ class MemoryProcessor:
     async def _write(self, target: Target) -> WriteOutcome:
         """Atomic write within the cap, under the file's lock (`MemoryWriter`): text another writer (the
         write_memory tool) appended since `target.old` was read is kept. The replaced version is kept as
-        `<file>.bak`."""
-        async with self.gateway.memory_files.writer.lock(target.path):
+        `<file>.bak`. Runs to its end even when the caller is cancelled (`MemoryWriter.locked`)."""
+
+        async def merge_and_write() -> WriteOutcome:
             current = await read_text(target.path)
             outcome, text = _merge(target, current)
             if outcome == "written":
                 if current:
                     await write_text(backup_path(target.path), current)
                 await write_text(target.path, text)
-        return outcome
+            return outcome
+
+        return await self.gateway.memory_files.writer.locked(target.path, merge_and_write)
+
+
+def _listed(target: Target | None) -> list[Target]:
+    return [target] if target is not None else []
 
 
 def _merge(target: Target, current: str) -> tuple[WriteOutcome, str]:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.scheduler.jobs import Job
 from agenthub.storage.atomic import atomic_write_text
 from agenthub.storage.paths import AgentLayout
@@ -54,7 +54,7 @@ class JobStore:
 
     def _load_file(self, path: Path) -> list[Job]:
         try:
-            items = json.loads(path.read_text(encoding="utf-8"))["jobs"]
+            items = jsonsafe.loads(path.read_text(encoding="utf-8"))["jobs"]
             if not isinstance(items, list):
                 raise TypeError("jobs is not a list")
         except (OSError, ValueError, KeyError, TypeError) as e:

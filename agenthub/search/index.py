@@ -9,7 +9,6 @@ whatever changed while nothing was watching. The database is derived data: delet
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
@@ -20,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.search.extract import message_text, skipped_tool_ids
 from agenthub.session.keys import SessionKey, key_from_file_stem
 from agenthub.storage.paths import AgentLayout
@@ -424,7 +424,7 @@ def _record(line: bytes) -> dict[str, Any] | None:
     if not line.strip():
         return None
     try:
-        record = json.loads(line)
+        record = jsonsafe.loads(line)
     except ValueError:
         return None
     return record if isinstance(record, dict) else None

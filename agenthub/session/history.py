@@ -135,9 +135,10 @@ class SessionHistory:
                 meta = meta.with_changes(**meta_changes)
             layout = self.layout(key.agent)
 
-            def write() -> bool:  # one worker-thread hop for both files; paths are checked right before writing
-                jsonl.append_records(layout.history_file(key), stamped, fsync=self._fsync)
-                return _meta_saved(key, layout.meta_file(key), meta, durable=False)
+            def write() -> bool:  # one worker-thread hop for both files; both paths are checked before the append
+                history_file, meta_file = layout.history_file(key), layout.meta_file(key)
+                jsonl.append_records(history_file, stamped, fsync=self._fsync)
+                return _meta_saved(key, meta_file, meta, durable=False)
 
             meta_saved = await _on_disk("append to the session's history", write)
             cached.extend(stamped)
@@ -331,8 +332,9 @@ def _meta_saved(key: SessionKey, path: Path, meta: SessionMeta, *, durable: bool
     """Write `meta`; False (logged) when the disk refuses it. Runs in a worker thread."""
     try:
         write_meta(path, meta, durable=durable)
-    except OSError as e:
-        log.warning("session_meta_write_failed", session_key=str(key), errno=e.errno)
+    except (OSError, StorageError) as e:
+        errno = getattr(e, "errno", None)
+        log.warning("session_meta_write_failed", session_key=str(key), error_type=type(e).__name__, errno=errno)
         return False
     return True
 

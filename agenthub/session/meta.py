@@ -10,6 +10,7 @@ from typing import Any
 
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.storage.atomic import atomic_write_text
 
 log = structlog.get_logger(__name__)
@@ -87,7 +88,7 @@ def synthesise_meta(chat_id: str, messages: list[dict[str, Any]], now_ms: int) -
 
 def read_meta(path: Path) -> SessionMeta | None:
     try:
-        return SessionMeta.from_json(json.loads(path.read_text(encoding="utf-8")))
+        return SessionMeta.from_json(jsonsafe.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError, AttributeError):

@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.errors import PathRefusedError
 from agenthub.storage.atomic import atomic_write_bytes, fsync_dir
 
@@ -26,7 +27,7 @@ def encode_lines(records: Iterable[Record]) -> bytes:
 
 
 @contextmanager
-def _opened(path: Path, flags: int, mode: int = 0o600) -> Iterator[int]:
+def opened_no_follow(path: Path, flags: int, mode: int = 0o600) -> Iterator[int]:
     """An fd for `path` opened with O_NOFOLLOW: a symbolic link in its place is refused (PathRefusedError), never
     followed, however recently it was planted."""
     try:
@@ -41,8 +42,8 @@ def _opened(path: Path, flags: int, mode: int = 0o600) -> Iterator[int]:
         os.close(fd)
 
 
-def _read_all(path: Path) -> bytes:
-    with _opened(path, os.O_RDONLY) as fd:
+def read_bytes_no_follow(path: Path) -> bytes:
+    with opened_no_follow(path, os.O_RDONLY) as fd:
         chunks = []
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
@@ -52,7 +53,7 @@ def _read_all(path: Path) -> bytes:
 def read_records(path: Path) -> list[Record]:
     """Every whole, valid record; a torn or corrupt line is skipped and logged, never fatal."""
     try:
-        data = _read_all(path)
+        data = read_bytes_no_follow(path)
     except FileNotFoundError:
         return []
     records: list[Record] = []
@@ -62,7 +63,7 @@ def read_records(path: Path) -> list[Record]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = jsonsafe.loads(line)
         except ValueError:
             log.warning("history_line_corrupt", path=str(path), line=number)
             continue
@@ -87,7 +88,7 @@ def append_records(path: Path, records: Iterable[Record], *, fsync: bool = True)
     new_file = not path.exists()
     if new_file:
         path.parent.mkdir(parents=True, exist_ok=True)
-    with _opened(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
+    with opened_no_follow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
         _repair_torn_tail(fd, path)
         size = os.fstat(fd).st_size
         try:

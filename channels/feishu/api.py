@@ -13,6 +13,7 @@ import aiohttp
 import structlog
 from pydantic import SecretStr
 
+from agenthub import jsonsafe
 from agenthub.errors import ChannelSendError
 from channels.feishu.answers import RecentAnswers
 from channels.feishu.pace import FIRST, NORMAL, URGENT, RateGate
@@ -197,7 +198,7 @@ class FeishuApi:
         except (aiohttp.ClientError, TimeoutError) as e:
             raise FeishuApiError(op, -1, type(e).__name__, 0) from e
         try:
-            data = json.loads(raw) if raw else {}
+            data = jsonsafe.loads(raw) if raw else {}
         except ValueError:
             data = {"code": -1, "msg": f"non-JSON answer (HTTP {status})"}
         if not isinstance(data, dict):
@@ -350,7 +351,7 @@ async def _read_at_most(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
 def _download_error(status: int, raw: bytes) -> FeishuApiError:
     """Feishu's JSON error of a download (`{code, msg}`), or a generic one when the answer is not that."""
     try:
-        data = json.loads(raw)
+        data = jsonsafe.loads(raw)
     except ValueError:
         data = None
     if not isinstance(data, dict):

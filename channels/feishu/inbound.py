@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from agenthub import jsonsafe
 from channels.feishu.config import SessionScope
 
 SUPPORTED_TYPES = frozenset({"text", "post"})
@@ -103,7 +103,7 @@ def parse_message_event(envelope: dict[str, Any]) -> FeishuMessage:
 def message_content(message: FeishuMessage) -> dict[str, Any]:
     """The message's `content` JSON object ({} when it is not one)."""
     try:
-        content = json.loads(message.content) if message.content else {}
+        content = jsonsafe.loads(message.content) if message.content else {}
     except ValueError:
         return {}
     return content if isinstance(content, dict) else {}

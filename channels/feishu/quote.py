@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import structlog
 
+from agenthub import jsonsafe
 from channels.feishu.api import FeishuApi, FeishuApiError
 from channels.feishu.inbound import SUPPORTED_TYPES, FeishuMessage, Mention, render_text
 
@@ -82,7 +82,7 @@ def quoted_text(item: dict[str, Any], bot_open_id: str) -> str:
         return render_text(parent, bot_open_id)
     if msg_type == "interactive":
         try:
-            card = json.loads(content) if content else {}
+            card = jsonsafe.loads(content) if content else {}
         except ValueError:
             card = {}
         text = "\n".join(t for t in _card_texts(card) if t.strip()).strip()

@@ -6,13 +6,13 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import structlog
 from aiohttp import web
 
+from agenthub import jsonsafe
 from channels.replay import stale_reason
 
 log = structlog.get_logger(__name__)
@@ -83,7 +83,7 @@ def event_type(event: dict[str, Any]) -> object:
 
 def json_object(data: bytes, message: str) -> dict[str, Any]:
     try:
-        value = json.loads(data.decode("utf-8"))
+        value = jsonsafe.loads(data.decode("utf-8"))
     except ValueError as e:  # JSONDecodeError and UnicodeDecodeError both are
         raise bad_request(f"not JSON: {e}", message) from None
     if not isinstance(value, dict):

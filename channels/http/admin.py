@@ -132,11 +132,13 @@ async def delete_session(request: web.Request) -> web.Response:
     agent, key = session_of(request, gateway)
     if gateway.is_busy(key):
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done")
-    await gateway.history.delete(key, also=_own_memory_files(gateway, agent, key))
-    if gateway.scheduler is not None:  # a reminder must not bring a deleted session back
-        await gateway.scheduler.delete_chat(key)
-    await gateway.search.purge(agent.name, [key])  # not even in the index file's free pages
-    await asyncio.to_thread(_remove_inbox, inbox_dir(gateway.settings.workspace_dir / agent.name, key))
+    async with gateway.hold(key):  # no turn starts meanwhile, so no new background work either
+        await gateway.cancel_background(key)  # a compaction or memory flush in flight must not write it back
+        await gateway.history.delete(key, also=_own_memory_files(gateway, agent, key))
+        if gateway.scheduler is not None:  # a reminder must not bring a deleted session back
+            await gateway.scheduler.delete_chat(key)
+        await gateway.search.purge(agent.name, [key])  # not even in the index file's free pages
+        await asyncio.to_thread(_remove_inbox, inbox_dir(gateway.settings.workspace_dir / agent.name, key))
     return web.Response(status=204)
 
 

@@ -63,7 +63,7 @@ def sse_frame(event: ReplyEvent) -> bytes:
     if isinstance(event, DeltaEvent):
         return _sse("delta", {"text": event.text})
     if isinstance(event, DoneEvent):
-        return _sse("done", {"full_text": event.full_text, "usage": event.usage.as_dict()})
+        return _sse("done", {"full_text": reply_text(event), "usage": event.usage.as_dict(), **_joined(event)})
     if isinstance(event, ErrorEvent):
         return _sse("error", {"message": event.message, "code": event.code})
     if isinstance(event, ToolEvent):
@@ -97,7 +97,18 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
             raise ApiError(ERROR_STATUS.get(final.code, 500), final.code, final.message)
         return _json(_incomplete(collected, final, str(key)), ERROR_STATUS.get(final.code, 500))
     usage = final.usage.as_dict()
-    return _json({"reply": final.full_text, "session_key": str(key), "usage": usage, "notices": collected.notices})
+    reply = {"reply": reply_text(final), "session_key": str(key), "usage": usage, "notices": collected.notices}
+    return _json({**reply, **_joined(final)})
+
+
+def reply_text(done: DoneEvent) -> str:
+    """What an HTTP client gets as the reply: for a request answered together with later ones (`joined`), the
+    same joined answer the newest request gets (every request carries the answer; usage is on the newest)."""
+    return done.answer if done.joined else done.full_text
+
+
+def _joined(done: DoneEvent) -> dict[str, Any]:
+    return {"joined": True} if done.joined else {}
 
 
 @dataclass

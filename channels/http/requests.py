@@ -9,6 +9,7 @@ from typing import TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
+from agenthub import jsonsafe
 from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import AgentNotFoundError, InvalidIdError
 from agenthub.gateway.core import GatewayCore
@@ -87,8 +88,8 @@ async def parse_body(request: web.Request, model: type[Body], *, optional: bool 
     if not raw.strip() and optional:
         return model()
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes (`[` × 100,000)
+        data = jsonsafe.loads(raw)
+    except ValueError:  # jsonsafe: also a text nested deeper than the parser goes (`[` × 100,000)
         raise ApiError(400, "invalid_json", "the request body is not valid JSON") from None
     try:
         return model.model_validate(data)

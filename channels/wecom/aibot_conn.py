@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.errors import ChannelSendError
 from channels.wecom.config import BotConfig
 
@@ -355,9 +356,9 @@ class BotConnection:
 
 def parse_frame(data: str | bytes) -> dict[str, Any]:
     """One websocket frame as the official SDKs read it (UTF-8 text or binary, raw control characters dropped);
-    raise ValueError (UnicodeDecodeError, JSONDecodeError) or TypeError when it is not a JSON object."""
+    raise ValueError (not UTF-8, not JSON, nested too deep: `jsonsafe`) or TypeError when it is not a JSON object."""
     text = data.decode("utf-8") if isinstance(data, bytes) else data
-    frame = json.loads(RAW_CONTROL_CHARS.sub("", text), strict=False)
+    frame = jsonsafe.loads(RAW_CONTROL_CHARS.sub("", text), strict=False)
     if not isinstance(frame, dict):
         raise TypeError("frame is not a JSON object")
     return frame

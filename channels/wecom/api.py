@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.errors import ChannelSendError
 from channels.wecom.media import Download, MediaDownloadFailed, MediaTooLarge, disposition_filename, read_bounded
 
@@ -181,7 +182,7 @@ class WorkApi:
                 if not _is_error_body(resp.headers.get("Content-Type"), disposition):
                     data = await read_bounded(resp, max_bytes)
                     return Download(data, disposition_filename(disposition), resp.headers.get("Content-Type"))
-                payload = json.loads(await _error_body(resp))
+                payload = jsonsafe.loads(await _error_body(resp))
                 return payload if isinstance(payload, dict) else {"errcode": -1, "errmsg": "unexpected response"}
         except (aiohttp.ClientError, ValueError) as e:  # never str(e): the url carries the token
             log.warning("wecom_api_unreachable", cred_id=self._cred_id, api="media/get", error=type(e).__name__)
@@ -215,7 +216,7 @@ class WorkApi:
             ) as resp:
                 if resp.status != 200:
                     raise ChannelSendError(f"wecom {api} failed: HTTP {resp.status}")
-                payload = json.loads(await resp.read())
+                payload = jsonsafe.loads(await resp.read())
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             # Never put str(e) in the message: aiohttp includes the URL, which carries the access token.
             log.warning("wecom_api_unreachable", cred_id=self._cred_id, api=api, error=type(e).__name__)

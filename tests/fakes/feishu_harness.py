@@ -8,9 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-from aiohttp.test_utils import TestServer
-
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent
 from tests.fakes.submitter import ScriptedSubmitter
@@ -70,7 +67,8 @@ async def running_channel(
     """Build FeishuChannel from `[channels.feishu]`-shaped config (also the Settings' `channels.feishu`, as the
     daemon passes it; other Settings fields from `settings`), serve its routes, start it, stop it."""
     from agenthub.channel import ChannelContext, WebRoutes
-    from agenthub.config import Settings
+    from agenthub.config import HTTPSettings, Settings
+    from agenthub.web import WebServer
     from channels.feishu import FeishuChannel
 
     routes = WebRoutes()
@@ -78,10 +76,9 @@ async def running_channel(
     daemon_settings = Settings.model_construct(channels={"feishu": config}, **(settings or {}))
     ctx = ChannelContext(gateway=gateway, settings=daemon_settings, web=routes, state_dir=state_dir)
     channel = FeishuChannel(ctx, config)
-    app = web.Application()
-    app.add_routes(routes.routes)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
+    server = WebServer(gateway, host="127.0.0.1", port=0, max_body_bytes=HTTPSettings().max_body_bytes)
+    server.mount(routes)  # the daemon's own app: its middlewares decide what a failing handler answers
+    await server.start()
     await channel.start()
     try:
         yield Harness(channel, fake, f"http://127.0.0.1:{server.port}")

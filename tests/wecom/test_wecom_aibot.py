@@ -371,3 +371,16 @@ async def test_acks_that_carry_a_cmd_are_still_acks(bot: BotHarness, server: Fak
     await channel.send(OutboundMessage(channel="wecom", chat_id="zhangsan", content="提醒", cred_id="team"))
     assert server.streams(req_id)[-1]["content"] == "echo: 有 cmd 的回执"
     assert server.connections == 1
+
+
+async def test_a_frame_nested_deeper_than_the_parser_goes_is_dropped_and_the_connection_goes_on(
+    bot: BotHarness, server: FakeAiBotServer
+) -> None:
+    await bot.start()
+    with capture_logs() as logs:
+        await server.push_text("[" * 100_000)
+        req_id = await server.send_message(server.text_body("之后", msgid="after-deep"))
+        await server.wait_for(lambda: any(s["finish"] for s in server.streams(req_id)))
+    assert server.streams(req_id)[-1]["content"] == "echo: 之后"
+    assert [e["event"] for e in logs if e["event"] == "wecom_bot_bad_frame"] == ["wecom_bot_bad_frame"]
+    assert server.subscribed == 1  # the same connection read on: no reconnect

@@ -1,0 +1,21 @@
+"""JSON parsing for untrusted input (request bodies, webhooks, platform frames, files others may have written):
+a text nested deeper than the parser goes (`[` × 100,000) raises ValueError like any other bad JSON, never
+RecursionError, so every caller's `except ValueError` turns it into a clean refusal instead of a 500."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class JSONTooDeepError(ValueError):
+    """The text nests arrays or objects deeper than the parser can go."""
+
+
+def loads(data: str | bytes | bytearray, *, strict: bool = True) -> Any:
+    """`json.loads`, with RecursionError turned into `JSONTooDeepError` (a ValueError). Bytes are decoded as
+    UTF-8 by `json.loads` itself (UnicodeDecodeError is a ValueError too)."""
+    try:
+        return json.loads(data, strict=strict)
+    except RecursionError:
+        raise JSONTooDeepError("JSON nested too deeply") from None
