@@ -1,4 +1,5 @@
-"""Gateway benchmark: N sessions x M turns at latency L against the fake Messages API, and per-turn overhead."""
+"""Gateway benchmark: N sessions x M turns at latency L against the fake Messages API (and the same load through a
+bare SDK client, the floor), the per-turn overhead, and a turn on a long session against one on a short session."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -19,6 +21,9 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.log import configure_logging
 from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.session.keys import session_key
+from agenthub.storage import jsonl
+from agenthub.storage.paths import AgentLayout
 from tests.fakes.anthropic import FakeAnthropic
 from tests.roots import make_settings
 
@@ -133,18 +138,92 @@ async def overhead(calls: int, fsync: bool) -> float:
     return turn / bare
 
 
+def _seed_history(settings: Settings, chat: str, messages: int) -> None:
+    """A session of `messages` stored messages (user and assistant taking turns), written straight to its file."""
+    key = session_key("default", "bench", chat)
+    records = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} of {chat}", "timestamp": 1_000 + i}
+        for i in range(messages)
+    ]
+    jsonl.append_records(AgentLayout(settings.data_dir, "default").history_file(key), records, fsync=False)
+
+
+async def _alternating_turns_s(gw: GatewayCore, chats: list[str], turns: int) -> dict[str, float]:
+    samples: dict[str, list[float]] = {chat: [] for chat in chats}
+    for turn in range(turns):
+        for chat in chats:
+            began = time.perf_counter()
+            await _session_turn(gw, chat, turn)
+            samples[chat].append(time.perf_counter() - began)
+    return {chat: statistics.median(s) for chat, s in samples.items()}
+
+
+async def _bare_call_s(client: anthropic.AsyncAnthropic, body: dict[str, Any], calls: int) -> float:
+    """Median of one bare SDK streaming call sending `body` (a request the daemon made) as it is."""
+    samples = []
+    for _ in range(calls):
+        began = time.perf_counter()
+        async with client.messages.stream(**body) as stream:
+            await stream.get_final_message()
+        samples.append(time.perf_counter() - began)
+    return statistics.median(samples)
+
+
+async def long_session(messages: int, turns: int, fsync: bool) -> float:
+    """Median turn on a session of `messages` messages over the median turn on one of 10 (0-ms model); and, for
+    the floor, the same two requests sent by a bare SDK client."""
+    async with FakeAnthropic() as fake:
+        with tempfile.TemporaryDirectory() as tmp:
+            settings = _settings(Path(tmp), fake.base_url, 64, fsync)
+            _seed_history(settings, "long", messages)
+            _seed_history(settings, "short", 10)
+            async with build_gateway(settings) as gw:
+                for chat in ("long", "short"):
+                    await _session_turn(gw, chat, 0)  # loads the file; the turns measured run on the cache
+                medians = await _alternating_turns_s(gw, ["long", "short"], turns)
+                kept = await gw.history.count(session_key("default", "bench", "long"))
+        last_two = sorted((r.body or {} for r in fake.message_requests()[-2:]), key=lambda b: len(b["messages"]))
+        bodies = dict(zip(("short", "long"), last_two, strict=True))
+        client = _client(fake.base_url)
+        try:
+            bare = {chat: await _bare_call_s(client, _sdk_kwargs(bodies[chat]), turns) for chat in ("long", "short")}
+        finally:
+            await client.close()
+    long_s, short_s = medians["long"], medians["short"]
+    ratio = long_s / short_s
+    print(
+        f"long session at 0 ms, fsync={fsync}: a turn on {messages} messages {long_s * 1000:.2f} ms, on 10 messages "
+        f"{short_s * 1000:.2f} ms, ratio {ratio:.2f} (target <= 2) {'ok' if ratio <= 2 else 'MISSED'}"
+        f"{'' if kept >= messages else f' (history compacted to {kept}: not comparable)'}"
+    )
+    print(
+        f"  floor, the same two requests from a bare SDK client: {bare['long'] * 1000:.2f} ms vs "
+        f"{bare['short'] * 1000:.2f} ms, ratio {bare['long'] / bare['short']:.2f}"
+    )
+    return ratio
+
+
+def _sdk_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: body[k] for k in ("model", "max_tokens", "messages", "system", "tools") if k in body}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--calls", type=int, default=200, help="sequential calls for the overhead measure")
+    parser.add_argument("--long-messages", type=int, default=3000, help="messages of the long session")
+    parser.add_argument("--long-turns", type=int, default=30, help="turns measured on each of long and short")
     args = parser.parse_args()
     configure_logging("warning", "console", stream=sys.stderr)
-    await throughput(args.sessions, args.turns, args.latency_ms / 1000, True)
-    await bare_throughput(args.sessions, args.turns, args.latency_ms / 1000)
+    daemon = await throughput(args.sessions, args.turns, args.latency_ms / 1000, True)
+    floor = await bare_throughput(args.sessions, args.turns, args.latency_ms / 1000)
+    verdict = "ok" if daemon / floor <= 1.25 else "MISSED"
+    print(f"  wall {daemon / floor:.2f}x of the floor's (target <= 1.25x) {verdict}")
     for fsync in (True, False):
         await overhead(args.calls, fsync)
+    await long_session(args.long_messages, args.long_turns, True)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,30 @@
-"""HTTP benchmark: POST /chat at 50 concurrent clients (zero-latency fake LLM) vs a bare aiohttp handler floor.
+"""HTTP benchmark: `agenthub serve` against the floor, each in its own process, measured in the same run.
 
-Three event loops on three threads: the fake Messages API, the server under test, and the load generator, the same
-for both servers, so the ratio shows what the daemon's stack (auth, validation, gateway, history on disk) costs over
-the floor of one handler making the same single streaming call with the same conversation (kept in memory).
-Run: `.venv/bin/python bench/bench_http.py`.
+The floor is a bare aiohttp handler making one non-streaming `AsyncAnthropic.messages.create` call on the SDK's aiohttp
+transport (`DefaultAioHttpClient`) with the daemon's system prompt, tools and conversation (kept in memory). Both
+servers answer POST chat from the same load (20 clients by default) against the same zero-latency fake Messages API;
+the fake and the load generator run on their own threads in this process, each server in a child process, so the
+server's CPU time per turn is read from its /proc stat before and after the measured load. The daemon is the real
+`agenthub serve` with the HTTP channel (history fsync on unless --no-fsync); its start-up is timed up to its systemd
+READY=1. Run: `.venv/bin/python bench/bench_http.py`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +34,11 @@ import aiohttp
 from aiohttp import web
 from anthropic import AsyncAnthropic, DefaultAioHttpClient
 
-from agenthub.app import build_gateway
-from agenthub.daemon import assemble
-from agenthub.log import configure_logging
 from agenthub.tokens import TokenStore
 from tests.fakes.anthropic import FakeAnthropic
-from tests.roots import make_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 class LoopThread:
@@ -47,6 +55,22 @@ class LoopThread:
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
+
+
+@dataclass
+class Result:
+    name: str
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    cpu_ms_per_turn: float
+    started_s: float
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of the process (all its threads), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
 
 
 async def _load(url: str, headers: dict[str, str], clients: int, requests: int) -> tuple[float, list[float]]:
@@ -70,9 +94,95 @@ async def _load(url: str, headers: dict[str, str], clients: int, requests: int) 
         return time.perf_counter() - began, latencies
 
 
-def _bare_app(base_url: str, prefix: dict[str, Any]) -> tuple[web.Application, Callable[[], Awaitable[None]]]:
-    """The floor: the same call the daemon makes (its system prompt and tools, taken from its last request, and
-    the conversation so far, kept in memory), with no auth, validation, queueing or disk."""
+def _measure(
+    name: str, pid: int, url: str, headers: dict[str, str], args: argparse.Namespace, load: LoopThread, started_s: float
+) -> Result:
+    load.run(_load(url, headers, args.clients, 100))  # warm-up
+    cpu_before = _cpu_s(pid)
+    wall, latencies = load.run(_load(url, headers, args.clients, args.requests))
+    cpu = _cpu_s(pid) - cpu_before
+    ordered = sorted(latencies)
+    result = Result(
+        name,
+        len(latencies) / wall,
+        statistics.median(ordered) * 1000,
+        ordered[int(len(ordered) * 0.99) - 1] * 1000,
+        cpu / len(latencies) * 1000,
+        started_s,
+    )
+    print(
+        f"{name:>8}: {result.rps:7.1f} req/s  p50 {result.p50_ms:6.1f} ms  p99 {result.p99_ms:6.1f} ms  "
+        f"cpu {result.cpu_ms_per_turn:5.2f} ms/turn  start {started_s:5.2f} s  ({len(latencies)} requests)"
+    )
+    return result
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+def _start_daemon(root: Path, llm_url: str, fsync: bool) -> tuple[subprocess.Popen[bytes], int, str, float]:
+    """`agenthub serve` with the HTTP channel; returns it, its port, a token and the seconds until READY=1."""
+    notify_path = root / "notify.sock"
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(notify_path))
+    notify.settimeout(30)
+    token = TokenStore(root / "auth").create("bench")
+    port = _free_port()
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": str(ROOT),
+        "HOME": str(root),
+        "NO_PROXY": "127.0.0.1,localhost",
+        "NOTIFY_SOCKET": str(notify_path),
+        "AGENTHUB_DATA_DIR": str(root / "data"),
+        "AGENTHUB_AGENTS_DIR": str(root / "agents"),
+        "AGENTHUB_AUTH_DIR": str(root / "auth"),
+        "AGENTHUB_WORKSPACE_DIR": str(root / "workspace"),
+        "AGENTHUB_HTTP__PORT": str(port),
+        "AGENTHUB_LLM__BASE_URL": llm_url,
+        "AGENTHUB_LLM__API_KEY": "bench-key",
+        "AGENTHUB_LLM__MAX_RETRIES": "0",
+        "AGENTHUB_SESSION__FSYNC": "true" if fsync else "false",
+        "AGENTHUB_LOG_LEVEL": "error",
+        "AGENTHUB_LOG_FORMAT": "json",
+    }
+    began = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "agenthub", "serve"], env=env, cwd=root, stdout=subprocess.DEVNULL, stderr=sys.stderr
+    )
+    try:
+        while b"READY=1" not in notify.recv(4096).split(b"\n"):
+            pass
+    finally:
+        notify.close()
+    return child, port, token, time.perf_counter() - began
+
+
+def _start_floor(llm_url: str, prefix: Path) -> tuple[subprocess.Popen[bytes], int, float]:
+    began = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--floor-server", llm_url, str(prefix)], stdout=subprocess.PIPE, stderr=sys.stderr
+    )
+    assert child.stdout is not None
+    port = int(child.stdout.readline())
+    return child, port, time.perf_counter() - began
+
+
+def _floor_app(base_url: str, prefix: dict[str, Any]) -> web.Application:
+    """The floor: the daemon's call (its system prompt and tools, taken from its last request, and the conversation
+    so far, kept in memory) as one non-streaming create, with no auth, validation, queueing or disk."""
     client = AsyncAnthropic(base_url=base_url, api_key="k", max_retries=0, http_client=DefaultAioHttpClient())
     conversations: dict[str, list[Any]] = {}
 
@@ -80,93 +190,93 @@ def _bare_app(base_url: str, prefix: dict[str, Any]) -> tuple[web.Application, C
         body = await request.json()
         messages = conversations.setdefault(body["chat_id"], [])
         messages.append({"role": "user", "content": body["content"]})
-        async with client.messages.stream(
+        message = await client.messages.create(
             model="m", max_tokens=256, messages=messages, system=prefix["system"], tools=prefix["tools"]
-        ) as stream:
-            message = await stream.get_final_message()
+        )
         text = "".join(b.text for b in message.content if b.type == "text")
         messages.append({"role": "assistant", "content": text})
         return web.json_response({"reply": text})
 
+    async def close_client(_: web.Application) -> None:
+        await client.close()
+
     app = web.Application()
     app.router.add_post("/chat", chat)
-    return app, client.close
+    app.on_cleanup.append(close_client)
+    return app
 
 
-async def _serve(app: web.Application) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(app, access_log=None)
+async def _serve_floor(base_url: str, prefix_file: Path) -> None:
+    """The floor's child process: print the port, serve until SIGTERM."""
+    prefix = json.loads(await asyncio.to_thread(prefix_file.read_text))
+    runner = web.AppRunner(_floor_app(base_url, prefix), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    return runner, runner.addresses[0][1]
+    print(runner.addresses[0][1], flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await runner.cleanup()
 
 
-def _report(name: str, wall: float, latencies: list[float]) -> tuple[float, float, float]:
-    ordered = sorted(latencies)
-    rps = len(latencies) / wall
-    p50 = statistics.median(ordered) * 1000
-    p99 = ordered[int(len(ordered) * 0.99) - 1] * 1000
-    print(f"{name:>8}: {rps:7.1f} req/s  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  ({len(latencies)} requests)")
-    return rps, p50, p99
+def _ratios(daemon: Result, floor: Result, fsync: bool, ready_limit_s: float) -> None:
+    throughput, p99, cpu = (
+        daemon.rps / floor.rps,
+        daemon.p99_ms / floor.p99_ms,
+        daemon.cpu_ms_per_turn / floor.cpu_ms_per_turn,
+    )
+
+    def verdict(ok: bool) -> str:
+        return "ok" if ok else "MISSED"
+
+    print(f"   ratio (fsync {'on' if fsync else 'off'}, per-session history on disk):")
+    print(f"     throughput {throughput:.2f}x of the floor (target >= 0.6x) {verdict(throughput >= 0.6)}")
+    p50 = daemon.p50_ms / floor.p50_ms
+    print(f"     p99 {p99:.2f}x of the floor's (target <= 2x) {verdict(p99 <= 2)}; p50 {p50:.2f}x")
+    print(f"     daemon CPU per turn {cpu:.2f}x of the floor's (target <= 2x) {verdict(cpu <= 2)}")
+    ready, limit = daemon.started_s, ready_limit_s
+    print(f"     agenthub serve READY in {ready:.2f} s (target <= {limit:.0f} s) {verdict(ready <= limit)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--requests", type=int, default=1500)
     parser.add_argument("--no-fsync", action="store_true", help="turn off history fsync (session.fsync=false)")
+    parser.add_argument("--floor-server", nargs=2, metavar=("LLM_URL", "PREFIX_FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    configure_logging("error", "json", stream=open("/dev/null", "w"))  # noqa: SIM115 - silence the daemon's logs
-
-    llm_thread, server_thread, load_thread = LoopThread(), LoopThread(), LoopThread()
+    if args.floor_server:
+        asyncio.run(_serve_floor(args.floor_server[0], Path(args.floor_server[1])))
+        return
+    llm_thread, load_thread = LoopThread(), LoopThread()
     fake = FakeAnthropic()
     llm_thread.run(fake.start())
     try:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
-            settings = make_settings(
-                root,
-                llm={"base_url": fake.base_url, "api_key": "k", "max_retries": 0},
-                http={"port": 0},
-                session={"fsync": not args.no_fsync},
-            )
-            token = TokenStore(settings.auth_dir).create("bench")
-
-            async def start_daemon() -> tuple[Any, Any]:
-                gateway = build_gateway(settings)
-                await gateway.__aenter__()
-                server, _ = assemble(settings, gateway)
-                await server.start()
-                return gateway, server
-
-            gateway, server = server_thread.run(start_daemon())
-            url = f"http://127.0.0.1:{server.port}/api/agents/default/chat"
-            headers = {"Authorization": f"Bearer {token}"}
-            load_thread.run(_load(url, headers, args.clients, 100))  # warm-up
-            daemon = _report("agenthub", *load_thread.run(_load(url, headers, args.clients, args.requests)))
-            server_thread.run(server.close())
-            server_thread.run(gateway.__aexit__(None, None, None))
-
-            async def start_bare() -> tuple[web.AppRunner, int, Callable[[], Awaitable[None]]]:
-                recorded = fake.message_requests()[-1].body or {}
-                app, close = _bare_app(fake.base_url, recorded)
-                runner, port = await _serve(app)
-                return runner, port, close
-
-            runner, port, close = server_thread.run(start_bare())
-            bare_url = f"http://127.0.0.1:{port}/chat"
-            load_thread.run(_load(bare_url, {}, args.clients, 100))
-            bare = _report("bare", *load_thread.run(_load(bare_url, {}, args.clients, args.requests)))
-            server_thread.run(runner.cleanup())
-            server_thread.run(close())
+            child, port, token, ready_s = _start_daemon(root, fake.base_url, not args.no_fsync)
+            try:
+                url = f"http://127.0.0.1:{port}/api/agents/default/chat"
+                daemon = _measure(
+                    "agenthub", child.pid, url, {"Authorization": f"Bearer {token}"}, args, load_thread, ready_s
+                )
+            finally:
+                _stop(child)
+            prefix = root / "prefix.json"
+            body = fake.message_requests()[-1].body or {}
+            prefix.write_text(json.dumps({"system": body.get("system", []), "tools": body.get("tools", [])}))
+            floor_child, floor_port, floor_started = _start_floor(fake.base_url, prefix)
+            try:
+                floor_url = f"http://127.0.0.1:{floor_port}/chat"
+                floor = _measure("floor", floor_child.pid, floor_url, {}, args, load_thread, floor_started)
+            finally:
+                _stop(floor_child)
     finally:
         llm_thread.run(fake.stop())
-        for thread in (load_thread, server_thread, llm_thread):
+        for thread in (load_thread, llm_thread):
             thread.close()
-    print(
-        f"   ratio: throughput {daemon[0] / bare[0]:.2f}x of bare, "
-        f"p50 {daemon[1] / bare[1]:.2f}x, p99 {daemon[2] / bare[2]:.2f}x  (fsync on, per-session history on disk)"
-    )
+    _ratios(daemon, floor, not args.no_fsync, 1.0)
 
 
 if __name__ == "__main__":
