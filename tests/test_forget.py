@@ -4,6 +4,7 @@ and the search index, double-confirmed; everyone else's records stay byte-identi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,11 +22,14 @@ from agenthub.forget.redact import Markers, Person, redact
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.files import backup_path
+from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.search.index import SearchScope
 from agenthub.session.keys import SessionKey
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
+from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.test_memory_privacy import _echo_l3
+from tests.test_memory_support import is_l3_request
 
 GROUP = SessionKey("default", "wecom", "team")
 PRIVATE_CONFIG = {"memory": {"scope": "chat", "user_profile": "per_user"}}
@@ -307,3 +311,32 @@ async def test_forget_from_a_message_without_a_sender_touches_nothing(
         assert isinstance(final, DoneEvent) and final.full_text == i18n.text("forget.no_sender", "zh-CN")
     assert shared.read_text(encoding="utf-8") == "- the team meets on Mondays\n"
     assert ALICE_SAYS[0] in json.dumps(await gw.history.load(GROUP), ensure_ascii=False)
+
+
+async def test_an_l3_run_in_flight_during_forget_does_not_write_their_facts_back(
+    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+) -> None:
+    """L3 read Alice's messages before her /forget and answers after it: its rewrites (profile, memory) are refused
+    and the next run, from the redacted material, never brings her fact back."""
+    gw, _ = team
+    hold = asyncio.Event()
+
+    def l3_held(body: dict[str, Any]) -> ScriptedReply | None:
+        reply = _echo_l3(body)
+        return dataclasses.replace(reply, hold=hold) if reply is not None and is_l3_request(body) else reply
+
+    fake_llm.responder = l3_held
+    await say(gw, "alice", ALICE_SAYS[0])
+    await say(gw, "bob", BOB_SAYS[0])
+    before = len(fake_llm.message_requests())
+    run = asyncio.create_task(gw.timers[L3_TIMER].tick_now())
+    await fake_llm.wait_for_requests(before + 1)
+    await say(gw, "alice", "/forget")
+    assert "已完成" in await say(gw, "alice", "/forget")
+    hold.set()
+    await run
+    roots = [gw.settings.data_dir, gw.settings.auth_dir]
+    assert files_with(roots, FACTS[0]) == []
+    await gw.timers[L3_TIMER].tick_now()  # the refused files take the (now redacted) material in again
+    assert files_with(roots, FACTS[0]) == []
+    assert files_with(roots, BOB_SAYS[0]) != []  # Bob's material did reach memory

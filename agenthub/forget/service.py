@@ -34,11 +34,20 @@ CLI_LINE_HISTORY = Path(".channels", "cli", "history")
 """Where `agenthub chat` keeps the REPL's line history by default (`[channels.cli] history_file` moves it)."""
 
 SessionGuard = Callable[[SessionKey], AbstractAsyncContextManager[None]]
+MemoryExclusion = Callable[[Sequence[str]], AbstractAsyncContextManager[None]]
+"""Held for a whole forget, with the names of the agents it covers (inside the daemon: no memory rewrite from
+material read before the forget ended is written, `MemoryProcessor.forgetting`)."""
 
 
 @contextlib.asynccontextmanager
 async def unguarded(_: SessionKey) -> AsyncIterator[None]:
     """For a process that holds the data directory's lock itself (no daemon, no turns running)."""
+    yield
+
+
+@contextlib.asynccontextmanager
+async def no_memory_writers(_: Sequence[str]) -> AsyncIterator[None]:
+    """For a process without an L3 processor (the data directory's lock keeps the daemon out)."""
     yield
 
 
@@ -75,26 +84,35 @@ class Forgetter:
         *,
         guard: SessionGuard = unguarded,
         index: IndexHook | None = None,
+        exclusive: MemoryExclusion = no_memory_writers,
     ) -> None:
         self.settings = settings
         self.history = history
         self.files = memory_files
         self.guard = guard
+        self.exclusive = exclusive
         self.index: IndexHook = index or functools.partial(drop_derived_index, settings.data_dir)
 
     async def forget_in_chat(self, agent: AgentDefinition, key: SessionKey, person: Person) -> ForgetReport:
         """`/forget`: the person's messages in this chat and their profile with this agent."""
         report = ForgetReport()
-        outcome = await self._forget_session(agent, key, person, report)
-        outcomes = [outcome] if outcome is not None else []
-        await self._forget_memory(agent, person, outcomes, report)
-        await self._scrub_shared_profile([t for o in outcomes for t in o.texts], report)
+        async with self.exclusive([agent.name]):
+            outcome = await self._forget_session(agent, key, person, report)
+            outcomes = [outcome] if outcome is not None else []
+            await self._forget_memory(agent, person, outcomes, report)
+            await self._scrub_shared_profile([t for o in outcomes for t in o.texts], report)
         audit("chat", person, "self", [agent.name], report)
         return report
 
     async def forget_everywhere(self, agents: Sequence[AgentDefinition], person: Person, *, actor: str) -> ForgetReport:
         """`agenthub forget` / the admin route: every chat of `agents` on the person's channel."""
         report = ForgetReport()
+        async with self.exclusive([a.name for a in agents]):
+            await self._forget_agents(agents, person, report)
+        audit("everywhere", person, actor, [a.name for a in agents], report)
+        return report
+
+    async def _forget_agents(self, agents: Sequence[AgentDefinition], person: Person, report: ForgetReport) -> None:
         texts: list[str] = []
         for agent in agents:
             outcomes = []
@@ -107,8 +125,6 @@ class Forgetter:
         await self._scrub_shared_profile(texts, report)
         if person.channel == CLI_CHANNEL:  # the terminal's line history holds every line typed at the prompt
             report.memory_lines += await self._scrub([self.settings.data_dir / CLI_LINE_HISTORY], QuoteMatcher(texts))
-        audit("everywhere", person, actor, [a.name for a in agents], report)
-        return report
 
     # ---- sessions ------------------------------------------------------------------------------
 
@@ -155,12 +171,12 @@ class Forgetter:
         """Their profile with this agent and the memory files of their private chats go; the agent's and the
         group chats' memory files lose the lines that quote them; the search index is told."""
         for profile in profile_paths(self.files, agent, person):
-            report.profiles += await _delete_all(_with_backup(profile))
+            report.profiles += await self._delete(profile)
         matcher = QuoteMatcher(t for o in outcomes for t in o.texts)
         for outcome in outcomes:
             path = chat_memory_path(self.files, agent, outcome.key)
             if outcome.private:
-                report.memory_files += await _delete_all(_with_backup(path))
+                report.memory_files += await self._delete(path)
             else:
                 report.memory_lines += await self._scrub(_with_backup(path), matcher)
         report.memory_lines += await self._scrub(_with_backup(self.files.memory_path(agent)), matcher)
@@ -168,6 +184,11 @@ class Forgetter:
 
     async def _scrub_shared_profile(self, texts: list[str], report: ForgetReport) -> None:
         report.memory_lines += await self._scrub(_with_backup(shared_profile_path(self.files)), QuoteMatcher(texts))
+
+    async def _delete(self, path: Path) -> int:
+        """The file and its backup, under the file's writer lock (a rewrite's check-and-write never straddles it)."""
+        async with self.files.writer.lock(path):
+            return await _delete_all(_with_backup(path))
 
     async def _scrub(self, paths: list[Path], matcher: QuoteMatcher) -> int:
         """Remove quoting lines under each file's writer lock (never racing write_memory or L3)."""

@@ -6,12 +6,17 @@ and any manual trigger never overlap. Each file's read-merge-write takes that fi
 never waits for a run's model calls. A run's model calls go out in parallel (at most `MAX_PARALLEL_CALLS`);
 each file is written when its own call succeeded, atomically, cut to its size cap first. A failed call or a
 refused rewrite leaves only its own file as it was, and only that file is offered the material again next run
-(`l3_material.L3State.retry`); the other files are written and their material is done.
+(`l3_material.L3State.retry`); the other files are written and their material is done. A forget
+(`MemoryProcessor.forgetting`) makes every rewrite of its agents' files whose material was read before it ended
+stale: refused under the file's lock and retried next run, from the redacted material.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,8 +39,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-WriteOutcome = Literal["written", "unchanged", "refused", "conflict"]
-"""`refused`: the rewrite looked lossy; `conflict`: another writer replaced the file after it was read."""
+WriteOutcome = Literal["written", "unchanged", "refused", "conflict", "stale"]
+"""`refused`: the rewrite looked lossy; `conflict`: another writer replaced the file after it was read; `stale`: a
+forget ran (or runs) since the material was read."""
 
 MAX_PARALLEL_CALLS = 4
 FLUSH_ATTEMPTS = 2
@@ -84,6 +90,8 @@ class Target:
     """The `llm_call` log's purpose: `l3` for the timer's rewrite, `flush` before a compaction."""
     agents: tuple[str, ...] = ()
     """Whose material this is: their L3 state records whether this file has taken it in."""
+    forgets: Mapping[str, int] = field(default_factory=dict)
+    """`MemoryProcessor.forgets_seen()` when the material was read: a forget since then makes it stale."""
 
 
 def cap_text(text: str, cap: int) -> str:
@@ -117,7 +125,28 @@ class MemoryProcessor:
         self.gateway = gateway
         self._run_lock = asyncio.Lock()  # serialises runs only; files have their own locks
         self._calls = asyncio.Semaphore(MAX_PARALLEL_CALLS)  # a run's calls; a flush never queues behind them
+        self._forgets: Counter[str] = Counter()  # per agent: bumped when a forget starts and when it ends
+        self._forgetting: Counter[str] = Counter()  # per agent: forgets running now
         self.runs = 0
+
+    @contextlib.asynccontextmanager
+    async def forgetting(self, agents: Iterable[str]) -> AsyncIterator[None]:
+        """A forget of these agents' people runs: no rewrite from material read before it ends is written (an
+        L3 run in flight, a flush), so nothing it removes is written back; those files retry next run."""
+        names = list(agents)
+        self._forgets.update(names)
+        self._forgetting.update(names)
+        try:
+            yield
+        finally:
+            self._forgetting.subtract(names)
+            self._forgets.update(names)
+
+    def forgets_seen(self) -> dict[str, int]:
+        return dict(self._forgets)
+
+    def _stale(self, target: Target) -> bool:
+        return any(self._forgetting[a] > 0 or self._forgets[a] != target.forgets.get(a, 0) for a in target.agents)
 
     async def tick(self) -> None:
         async with self._run_lock:
@@ -125,10 +154,12 @@ class MemoryProcessor:
 
     async def _run(self) -> None:
         gw = self.gateway
-        started = gw.clock()
+        started, forgets = gw.clock(), self.forgets_seen()
         collected = [await material.collect(gw, agent) for agent in gw.agents.agents.values()]
         active = [c for c in collected if c.sessions]
         targets = self._targets(active)
+        for target in targets:
+            target.forgets = forgets
         if not targets:  # nothing new for any file (a stale retry entry is dropped)
             for item in active:
                 await self._record(item, started, [])
@@ -161,7 +192,7 @@ class MemoryProcessor:
             files = [str(t.path) for t, _ in errors]
             log.warning("l3_run_failed", errors=[str(e) for _, e in errors], files=files, retry="next run")
         answered = [t for t, r in zip(targets, results, strict=True) if not isinstance(r, Exception)]
-        refused = [t for t in answered if await self._write(t) in ("refused", "conflict")]
+        refused = [t for t in answered if await self._write(t) in ("refused", "conflict", "stale")]
         if refused:
             log.warning("l3_run_incomplete", refused=[t.path.name for t in refused], retry="next run")
         return [t for t, _ in errors] + refused
@@ -281,6 +312,8 @@ class MemoryProcessor:
             model,
             thresholds.window_of(gw.settings, agent, model),
             purpose="flush",
+            agents=(agent.name,),
+            forgets=self.forgets_seen(),
         )
         for _ in range(FLUSH_ATTEMPTS):
             target.old = await read_text(target.path)
@@ -294,8 +327,11 @@ class MemoryProcessor:
     async def _write(self, target: Target) -> WriteOutcome:
         """Atomic write within the cap, under the file's lock (`MemoryWriter`): text another writer (the
         write_memory tool) appended since `target.old` was read is kept. The replaced version is kept as
-        `<file>.bak`."""
+        `<file>.bak`. Stale material (a forget since it was read) is never written."""
         async with self.gateway.memory_files.writer.lock(target.path):
+            if self._stale(target):
+                log.warning("l3_material_stale", file=str(target.path), purpose=target.purpose, retry="next run")
+                return "stale"
             current = await read_text(target.path)
             outcome, text = _merge(target, current)
             if outcome == "written":
