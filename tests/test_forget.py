@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,11 +24,12 @@ from agenthub.forget.scrub import QuoteMatcher
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.files import backup_path
 from agenthub.memory.wiring import L3_TIMER
-from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.search.index import SearchScope
 from agenthub.session.keys import SessionKey
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.test_media import png
 from tests.test_memory_privacy import _echo_l3
 from tests.test_memory_support import is_l3_request
 
@@ -41,8 +43,11 @@ FACTS = ["4417-ZEBRA", "榛子过敏"]
 BOB_SAYS = ["Bob prefers the blue team jersey", "Bob asks when the next offsite is"]
 
 
+GROUP_META = {"chat_type": "group"}
+
+
 def msg(sender: str, text: str, chat: str = "team") -> InboundMessage:
-    return InboundMessage("wecom", chat, sender, text, metadata={"chat_type": "group"})
+    return InboundMessage("wecom", chat, sender, text, metadata=GROUP_META)
 
 
 async def say(gw: GatewayCore, sender: str, text: str, chat: str = "team") -> str:
@@ -340,3 +345,26 @@ async def test_an_l3_run_in_flight_during_forget_does_not_write_their_facts_back
     await gw.timers[L3_TIMER].tick_now()  # the refused files take the (now redacted) material in again
     assert files_with(roots, FACTS[0]) == []
     assert files_with(roots, BOB_SAYS[0]) != []  # Bob's material did reach memory
+
+
+async def test_forget_deletes_the_inbox_files_of_their_messages_but_keeps_a_picture_another_member_sent_too(
+    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+) -> None:
+    """Their file (its text only in the inbox) and their pictures go; Bob's file stays, and so does the picture
+    both sent (images are stored once by content)."""
+    gw, _ = team
+    shared, own = png(30, 30, color=(1, 2, 3)), png(31, 31, color=(9, 8, 7))
+    doc = Attachment("file", "alice medical.txt", "text/plain", b"ALICE-MEDICAL-RECORD")
+    both = Attachment("image", "team.png", "image/png", shared)
+    mine = Attachment("image", "me.png", "image/png", own)
+    bobs = Attachment("file", "bob.txt", "text/plain", b"BOB-NOTES")
+    for sender, attachments in [("alice", (doc, both, mine)), ("bob", (bobs, both))]:
+        message = InboundMessage("wecom", "team", sender, "see this", attachments=attachments, metadata=GROUP_META)
+        assert isinstance(await (await gw.submit(message)).result(), DoneEvent)
+    inbox = gw.settings.workspace_dir / "default" / "inbox" / "wecom_team"
+    assert len(list(inbox.iterdir())) == 4
+    await say(gw, "alice", "/forget")
+    await say(gw, "alice", "/forget")
+    assert files_with([gw.settings.workspace_dir, gw.settings.data_dir], "ALICE-MEDICAL-RECORD") == []
+    left = sorted(p.name for p in inbox.iterdir())
+    assert left == sorted(["bob.txt", f"{hashlib.sha256(shared).hexdigest()[:32]}.png"])

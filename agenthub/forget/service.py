@@ -10,7 +10,8 @@ import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import structlog
 
@@ -20,6 +21,8 @@ from agenthub.config import Settings
 from agenthub.forget.index import IndexHook, drop_derived_index
 from agenthub.forget.redact import Markers, Person, involves, other_senders, redact
 from agenthub.forget.scrub import QuoteMatcher
+from agenthub.media.inbox import stored_media_paths
+from agenthub.media.names import inbox_dir, relative_to_workspace
 from agenthub.memory.files import MemoryFiles, backup_path, read_text, write_text
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey, key_from_file_stem
@@ -63,6 +66,7 @@ class ForgetReport:
     memory_files: int = 0
     memory_lines: int = 0
     indexes: int = 0
+    inbox_files: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -140,11 +144,14 @@ class Forgetter:
             if not (involves(working, person) or involves(archived, person)):
                 return None
             outcome = _SessionOutcome(key, private=not other_senders([*archived, *working], person))
+            theirs = _media_of([r for r in [*archived, *working] if person.wrote(r)])
+            remaining: list[dict[str, Any]] = []
 
-            def redacted(records: list[dict[str, object]]) -> list[dict[str, object]]:
+            def redacted(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 done = redact(records, person, markers, drop_summaries=True)
                 _count(report, done.messages, done.replies, done.summaries)
                 outcome.texts += done.texts
+                remaining.extend(done.records)
                 return done.records
 
             await self.history.rewrite_archive(key, redacted)
@@ -152,8 +159,18 @@ class Forgetter:
             if new_working != working:
                 await self.history.replace(key, new_working, archive_removed=False)
             await self._retitle(key, outcome.texts)
+            report.inbox_files += await self._delete_inbox_files(key, theirs - _media_of(remaining))
         report.sessions += 1
         return outcome
+
+    async def _delete_inbox_files(self, key: SessionKey, paths: set[str]) -> int:
+        """The chat's inbox files only their messages referred to (a picture another member sent too stays: images
+        are stored once by content). A path outside the chat's own inbox folder is never touched."""
+        inbox = inbox_dir(self.settings.workspace_dir / key.agent, key)
+        names = {PurePosixPath(p).name for p in paths}
+        files = [inbox / n for n in sorted(names) if n and relative_to_workspace(key, n) in paths]
+        gone = await asyncio.to_thread(lambda: [jsonl.delete_file(f) for f in files])
+        return sum(gone)
 
     async def _retitle(self, key: SessionKey, texts: list[str]) -> None:
         """A title made from one of their messages goes back to the default (the next message names it again)."""
@@ -240,6 +257,10 @@ def _stem(name: str) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return ""
+
+
+def _media_of(records: list[dict[str, Any]]) -> set[str]:
+    return {p for r in records if r.get("role") == "user" for p in stored_media_paths(r.get("content"))}
 
 
 def _with_backup(path: Path) -> list[Path]:
