@@ -115,8 +115,8 @@ def plant_memory(gw: GatewayCore) -> dict[str, Path]:
     """What L3 would have written: Alice's profile (and its backup), lines quoting her in the shared files."""
     agent = gw.agents.get("default")
     files = gw.memory_files
-    profile = files.person_profile(agent, "alice", "private")
-    bob_profile = files.person_profile(agent, "bob", "private")
+    profile = files.person_profile(agent, GROUP, "alice", "private")
+    bob_profile = files.person_profile(agent, GROUP, "bob", "private")
     agent_memory = gw.settings.data_dir / "default" / "memory" / "MEMORY.md"
     shared_user = gw.settings.auth_dir / "USER.md"
     for path, text in [

@@ -187,7 +187,7 @@ class Forgetter:
     ) -> None:
         """Their profile with this agent and the memory files of their private chats go; the agent's and the
         group chats' memory files lose the lines that quote them; the search index is told."""
-        for profile in profile_paths(self.files, agent, person):
+        for profile in await asyncio.to_thread(profile_paths, self.files, agent, person):
             report.profiles += await self._delete(profile)
         matcher = QuoteMatcher(t for o in outcomes for t in o.texts)
         for outcome in outcomes:
@@ -224,10 +224,10 @@ class Forgetter:
 
 
 def profile_paths(files: MemoryFiles, agent: AgentDefinition, person: Person) -> tuple[Path, ...]:
-    """Every profile of the person's own with `agent` (private and group, whatever the agent's current profile
-    option, so a profile written before the option changed is found too). The shared USER.md is everybody's: it only
-    loses the lines quoting them."""
-    return files.person_profiles(agent, person.sender_id)
+    """Every profile of the person's own with `agent` on their channel (private and each group's, whatever the
+    agent's current profile option, so a profile written before the option changed is found too). The shared USER.md
+    is everybody's: it only loses the lines quoting them. Blocking (lists directories)."""
+    return files.person_profiles(agent, person.channel, person.sender_id)
 
 
 def shared_profile_path(files: MemoryFiles) -> Path:
