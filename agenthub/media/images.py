@@ -6,11 +6,14 @@ import io
 from dataclasses import dataclass
 from typing import Literal
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
 
 API_MEDIA_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
 """The image types the Messages API takes (`Base64ImageSourceParam.media_type` in the anthropic SDK)."""
 EXTENSIONS = {"image/jpeg": "jpg", "image/png": "png", "image/gif": "gif", "image/webp": "webp"}
+OPENED_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP")
+"""The only decoders Pillow may try (never EPS, which runs Ghostscript, nor TIFF and the other rarely-fuzzed ones);
+BMP is re-encoded."""
 API_MAX_EDGE_PX = 8000
 MAX_PIXELS = 64_000_000
 """A larger image is refused before it is decoded (Pillow's own bomb guard errors only at twice its 89 M)."""
@@ -46,10 +49,11 @@ class PreparedImage:
 def prepare_image(data: bytes, *, max_bytes: int, max_edge_px: int) -> PreparedImage:
     """`data` as the model may receive it: kept as it is when it already fits, else turned upright, resized to
     `max_edge_px` and re-encoded (PNG/WebP with transparency, JPEG otherwise), shrinking further until it fits
-    `max_bytes`. CPU-bound: call it off the event loop. Raises `ImageRejectedError`."""
+    `max_bytes`. CPU-bound: call it off the event loop. Raises `ImageRejectedError` (any failure to decode is
+    `unreadable`)."""
     max_edge_px = min(max_edge_px, API_MAX_EDGE_PX)
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(data), formats=OPENED_FORMATS) as image:
             if image.width * image.height > MAX_PIXELS:
                 raise ImageRejectedError("too_big")
             _decode_jpeg_scaled(image, max_edge_px)
@@ -61,7 +65,7 @@ def prepare_image(data: bytes, *, max_bytes: int, max_edge_px: int) -> PreparedI
         raise
     except Image.DecompressionBombError as e:  # Pillow refuses to open it at all
         raise ImageRejectedError("too_big") from e
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as e:
+    except Exception as e:  # a fuzzed file breaks decoders in undocumented ways (ZeroDivisionError, TypeError, …)
         raise ImageRejectedError("unreadable") from e
 
 
