@@ -232,6 +232,20 @@ def test_only_the_accepted_formats_are_opened() -> None:
     assert refused.value.reason == "unreadable"
 
 
+def test_a_flat_picture_of_too_many_pixels_is_refused_before_decoding_but_a_big_jpeg_is_decoded_scaled() -> None:
+    """A PNG has no scaled decode: 41 MP (a 200 KB file) would cost hundreds of MB, so it is refused; a JPEG of
+    49 MP is decoded at a fraction of its size (draft) and taken in."""
+    flat = io.BytesIO()
+    Image.new("1", (6400, 6400), 1).save(flat, "PNG")
+    with pytest.raises(ImageRejectedError) as refused:
+        prepare_image(flat.getvalue(), max_bytes=3_750_000, max_edge_px=1568)
+    assert refused.value.reason == "too_big"
+    photo = io.BytesIO()
+    Image.new("L", (7000, 7000), 90).save(photo, "JPEG")
+    prepared = prepare_image(photo.getvalue(), max_bytes=3_750_000, max_edge_px=1568)
+    assert (prepared.width, prepared.height) == (1568, 1568)
+
+
 async def test_a_30_mb_attachment_handed_to_the_core_is_refused(settings: Settings, fake_llm: FakeAnthropic) -> None:
     huge = b"x" * (30 * 1024 * 1024)
     async with build_gateway(settings) as gw:

@@ -27,6 +27,8 @@ log = structlog.get_logger(__name__)
 HASH_CHARS = 32
 """Images are saved as `<first 32 hex digits of the sha256 of what was sent>.<ext>`: a re-sent picture is one file."""
 MAX_SAME_NAME = 1000
+PARALLEL_IMAGES = 2
+"""Pictures decoded at the same time (each can take ~150 MB and seconds of CPU): the others wait their turn."""
 MB = 1024 * 1024
 _MIME = re.compile(r"[\w.+-]{1,64}/[\w.+-]{1,64}")
 SAVED_AT = "It is saved in your workspace at "
@@ -51,6 +53,7 @@ class MediaInbox:
     def __init__(self, workspace_dir: Path, settings: MediaSettings) -> None:
         self.workspace_dir = workspace_dir
         self.settings = settings
+        self._decoding = asyncio.Semaphore(PARALLEL_IMAGES)
 
     async def take_in(
         self, key: SessionKey, attachments: tuple[Attachment, ...], locale: str, *, can_read_files: bool
@@ -95,9 +98,13 @@ class MediaInbox:
     ) -> None:
         limits = self.settings
         try:
-            prepared = await asyncio.to_thread(
-                prepare_image, attachment.data, max_bytes=limits.max_image_bytes, max_edge_px=limits.max_image_edge_px
-            )
+            async with self._decoding:
+                prepared = await asyncio.to_thread(
+                    prepare_image,
+                    attachment.data,
+                    max_bytes=limits.max_image_bytes,
+                    max_edge_px=limits.max_image_edge_px,
+                )
         except ImageRejectedError as e:
             log.warning("media_image_refused", reason=e.reason, size=len(attachment.data), mime=attachment.mime_type)
             if e.reason == "unreadable":
