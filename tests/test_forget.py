@@ -368,3 +368,21 @@ async def test_forget_deletes_the_inbox_files_of_their_messages_but_keeps_a_pict
     assert files_with([gw.settings.workspace_dir, gw.settings.data_dir], "ALICE-MEDICAL-RECORD") == []
     left = sorted(p.name for p in inbox.iterdir())
     assert left == sorted(["bob.txt", f"{hashlib.sha256(shared).hexdigest()[:32]}.png"])
+
+
+async def test_their_words_quoted_in_another_members_message_and_repeated_in_its_reply_are_scrubbed(
+    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+) -> None:
+    """Bob quotes Alice (as the Feishu channel renders a quote) and the bot's answer to him repeats her words:
+    the quoting lines become the marker, the rest of Bob's exchange stays byte for byte."""
+    gw, _ = team
+    await say(gw, "alice", ALICE_SAYS[0])
+    fake_llm.script(reply_text(f"She said: {ALICE_SAYS[0]}\nBob, the answer is yes."))
+    await say(gw, "bob", f"> 引用 alice: {ALICE_SAYS[0]}\n\nwhat does that mean?")
+    await say(gw, "alice", "/forget")
+    await say(gw, "alice", "/forget")
+    assert files_with([gw.settings.data_dir, gw.settings.auth_dir], FACTS[0]) == []
+    marker = i18n.text("forget.redacted_message", "zh-CN")
+    bob, answer = (await gw.history.load(GROUP))[2:4]
+    assert bob["sender_id"] == "bob" and bob["content"] == f"> {marker}\n\nwhat does that mean?"
+    assert str(answer["content"]).startswith(f"{marker}\nBob, the answer is yes.")

@@ -19,7 +19,7 @@ from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
 from agenthub.config import Settings
 from agenthub.forget.index import IndexHook, drop_derived_index
-from agenthub.forget.redact import Markers, Person, involves, other_senders, redact
+from agenthub.forget.redact import Markers, Person, involves, other_senders, redact, scrub_quotes, their_texts
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.media.inbox import stored_media_paths
 from agenthub.media.names import inbox_dir, relative_to_workspace
@@ -67,6 +67,8 @@ class ForgetReport:
     memory_lines: int = 0
     indexes: int = 0
     inbox_files: int = 0
+    quoted_lines: int = 0
+    """Lines of other people's messages and replies that quoted them, replaced by the marker."""
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -145,14 +147,17 @@ class Forgetter:
                 return None
             outcome = _SessionOutcome(key, private=not other_senders([*archived, *working], person))
             theirs = _media_of([r for r in [*archived, *working] if person.wrote(r)])
+            quoting = QuoteMatcher(their_texts([*archived, *working], person))
             remaining: list[dict[str, Any]] = []
 
             def redacted(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 done = redact(records, person, markers, drop_summaries=True)
                 _count(report, done.messages, done.replies, done.summaries)
                 outcome.texts += done.texts
-                remaining.extend(done.records)
-                return done.records
+                scrubbed, lines = scrub_quotes(done.records, quoting, markers.message)
+                report.quoted_lines += lines
+                remaining.extend(scrubbed)
+                return scrubbed
 
             await self.history.rewrite_archive(key, redacted)
             new_working = redacted(working)
