@@ -238,3 +238,20 @@ def test_the_channel_locale_is_a_known_one(locale: str) -> None:
     assert parse_config({"locale": locale}).locale == locale
     with pytest.raises(ConfigError, match="locale"):
         parse_config({"locale": "klingon"})
+
+
+async def test_the_images_of_one_post_are_held_within_the_download_limit_together(tmp_path: Path) -> None:
+    """Each picture of a post is under the limit, but the message holds them all in memory: together they are
+    bounded by it too (the second of two 12 MiB pictures is refused, and the message with it)."""
+    gateway = ScriptedSubmitter()
+    async with harness(tmp_path, gateway, locale="en") as h:
+        for key in ("img_big_a", "img_big_b"):
+            h.fake.resources.add(
+                "om_two", key, Resource("image", b"\x89PNG\r\n\x1a\n" + b"\0" * (12 * MiB), "image/png")
+            )
+        post = {"title": "", "content": [[{"tag": "img", "image_key": k}] for k in ("img_big_a", "img_big_b")]}
+        await post_event(h, event("post", post, "om_two"))
+        await h.fake.wait_until(lambda: len(h.fake.replies()) == 1)
+    assert gateway.received == []
+    what = i18n.text("media.what.image", "en")
+    assert reply_texts(h) == [i18n.text("feishu.media_over_limit", "en", what=what, limit_mb="20")]

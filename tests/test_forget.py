@@ -4,6 +4,8 @@ and the search index, double-confirmed; everyone else's records stay byte-identi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,11 +23,15 @@ from agenthub.forget.redact import Markers, Person, redact
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.files import backup_path
-from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.memory.wiring import L3_TIMER
+from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.search.index import SearchScope
 from agenthub.session.keys import SessionKey
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
+from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.test_media import png
+from tests.test_memory_privacy import _echo_l3
+from tests.test_memory_support import is_l3_request
 
 GROUP = SessionKey("default", "wecom", "team")
 PRIVATE_CONFIG = {"memory": {"scope": "chat", "user_profile": "per_user"}}
@@ -37,8 +43,11 @@ FACTS = ["4417-ZEBRA", "榛子过敏"]
 BOB_SAYS = ["Bob prefers the blue team jersey", "Bob asks when the next offsite is"]
 
 
+GROUP_META = {"chat_type": "group"}
+
+
 def msg(sender: str, text: str, chat: str = "team") -> InboundMessage:
-    return InboundMessage("wecom", chat, sender, text, metadata={"chat_type": "group"})
+    return InboundMessage("wecom", chat, sender, text, metadata=GROUP_META)
 
 
 async def say(gw: GatewayCore, sender: str, text: str, chat: str = "team") -> str:
@@ -106,8 +115,8 @@ def plant_memory(gw: GatewayCore) -> dict[str, Path]:
     """What L3 would have written: Alice's profile (and its backup), lines quoting her in the shared files."""
     agent = gw.agents.get("default")
     files = gw.memory_files
-    profile = files.person_profile(agent, "alice", "private")
-    bob_profile = files.person_profile(agent, "bob", "private")
+    profile = files.person_profile(agent, GROUP, "alice", "private")
+    bob_profile = files.person_profile(agent, GROUP, "bob", "private")
     agent_memory = gw.settings.data_dir / "default" / "memory" / "MEMORY.md"
     shared_user = gw.settings.auth_dir / "USER.md"
     for path, text in [
@@ -307,3 +316,73 @@ async def test_forget_from_a_message_without_a_sender_touches_nothing(
         assert isinstance(final, DoneEvent) and final.full_text == i18n.text("forget.no_sender", "zh-CN")
     assert shared.read_text(encoding="utf-8") == "- the team meets on Mondays\n"
     assert ALICE_SAYS[0] in json.dumps(await gw.history.load(GROUP), ensure_ascii=False)
+
+
+async def test_an_l3_run_in_flight_during_forget_does_not_write_their_facts_back(
+    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+) -> None:
+    """L3 read Alice's messages before her /forget and answers after it: its rewrites (profile, memory) are refused
+    and the next run, from the redacted material, never brings her fact back."""
+    gw, _ = team
+    hold = asyncio.Event()
+
+    def l3_held(body: dict[str, Any]) -> ScriptedReply | None:
+        reply = _echo_l3(body)
+        return dataclasses.replace(reply, hold=hold) if reply is not None and is_l3_request(body) else reply
+
+    fake_llm.responder = l3_held
+    await say(gw, "alice", ALICE_SAYS[0])
+    await say(gw, "bob", BOB_SAYS[0])
+    before = len(fake_llm.message_requests())
+    run = asyncio.create_task(gw.timers[L3_TIMER].tick_now())
+    await fake_llm.wait_for_requests(before + 1)
+    await say(gw, "alice", "/forget")
+    assert "已完成" in await say(gw, "alice", "/forget")
+    hold.set()
+    await run
+    roots = [gw.settings.data_dir, gw.settings.auth_dir]
+    assert files_with(roots, FACTS[0]) == []
+    await gw.timers[L3_TIMER].tick_now()  # the refused files take the (now redacted) material in again
+    assert files_with(roots, FACTS[0]) == []
+    assert files_with(roots, BOB_SAYS[0]) != []  # Bob's material did reach memory
+
+
+async def test_forget_deletes_the_inbox_files_of_their_messages_but_keeps_a_picture_another_member_sent_too(
+    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+) -> None:
+    """Their file (its text only in the inbox) and their pictures go; Bob's file stays, and so does the picture
+    both sent (images are stored once by content)."""
+    gw, _ = team
+    shared, own = png(30, 30, color=(1, 2, 3)), png(31, 31, color=(9, 8, 7))
+    doc = Attachment("file", "alice medical.txt", "text/plain", b"ALICE-MEDICAL-RECORD")
+    both = Attachment("image", "team.png", "image/png", shared)
+    mine = Attachment("image", "me.png", "image/png", own)
+    bobs = Attachment("file", "bob.txt", "text/plain", b"BOB-NOTES")
+    for sender, attachments in [("alice", (doc, both, mine)), ("bob", (bobs, both))]:
+        message = InboundMessage("wecom", "team", sender, "see this", attachments=attachments, metadata=GROUP_META)
+        assert isinstance(await (await gw.submit(message)).result(), DoneEvent)
+    inbox = gw.settings.workspace_dir / "default" / "inbox" / "wecom_team"
+    assert len(list(inbox.iterdir())) == 4
+    await say(gw, "alice", "/forget")
+    await say(gw, "alice", "/forget")
+    assert files_with([gw.settings.workspace_dir, gw.settings.data_dir], "ALICE-MEDICAL-RECORD") == []
+    left = sorted(p.name for p in inbox.iterdir())
+    assert left == sorted(["bob.txt", f"{hashlib.sha256(shared).hexdigest()[:32]}.png"])
+
+
+async def test_their_words_quoted_in_another_members_message_and_repeated_in_its_reply_are_scrubbed(
+    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+) -> None:
+    """Bob quotes Alice (as the Feishu channel renders a quote) and the bot's answer to him repeats her words:
+    the quoting lines become the marker, the rest of Bob's exchange stays byte for byte."""
+    gw, _ = team
+    await say(gw, "alice", ALICE_SAYS[0])
+    fake_llm.script(reply_text(f"She said: {ALICE_SAYS[0]}\nBob, the answer is yes."))
+    await say(gw, "bob", f"> 引用 alice: {ALICE_SAYS[0]}\n\nwhat does that mean?")
+    await say(gw, "alice", "/forget")
+    await say(gw, "alice", "/forget")
+    assert files_with([gw.settings.data_dir, gw.settings.auth_dir], FACTS[0]) == []
+    marker = i18n.text("forget.redacted_message", "zh-CN")
+    bob, answer = (await gw.history.load(GROUP))[2:4]
+    assert bob["sender_id"] == "bob" and bob["content"] == f"> {marker}\n\nwhat does that mean?"
+    assert str(answer["content"]).startswith(f"{marker}\nBob, the answer is yes.")

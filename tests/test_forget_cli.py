@@ -17,6 +17,7 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.session.keys import SessionKey
 from agenthub.tokens import TokenStore
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
@@ -74,7 +75,9 @@ async def plant_two_agents(settings: Settings, fake_llm: FakeAnthropic) -> None:
         await say(gw, InboundMessage("wecom", "dm2", "alice", f"我对{FACT_ZH}很严重，记住", agent="helper"))
         await say(gw, InboundMessage("feishu", "fs", "alice", f"feishu alice keeps {OTHER_CHANNEL_FACT}"))
         for agent in ("default", "helper"):
-            for profile in gw.memory_files.person_profiles(gw.agents.get(agent), "alice"):  # private and group
+            definition, team = gw.agents.get(agent), SessionKey(agent, "wecom", "team")
+            group_profile = gw.memory_files.person_profile(definition, team, "alice", "group")
+            for profile in (*gw.memory_files.person_profiles(definition, "wecom", "alice"), group_profile):
                 profile.parent.mkdir(parents=True, exist_ok=True)
                 profile.write_text(f"- locker {FACT}, {FACT_ZH}\n", encoding="utf-8")
 

@@ -12,12 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from PIL import Image
 
 from agenthub import i18n
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.media.images import ImageRejectedError, prepare_image
 from agenthub.messages import Attachment, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, http_error, reply_text, reply_tool
@@ -200,6 +202,48 @@ async def test_a_corrupt_image_beside_text_is_announced_and_the_text_answered(
     assert isinstance(events[-1], DoneEvent)
     [request] = fake_llm.message_requests()
     assert image_blocks(request.body or {}) == [] and "hello" in request_text(request.body or {})
+
+
+FUZZED = Path(__file__).parent / "data" / "images"
+"""Fuzzed pictures on which Pillow raises what it is not documented to (ZeroDivisionError in JPEG `draft`, a
+TypeError in the TIFF decoder)."""
+
+
+@pytest.mark.parametrize("name", ["fuzzed_zero_division.jpg", "fuzzed_type_error.tif"])
+async def test_a_picture_that_breaks_the_decoder_is_unreadable_and_the_text_still_answered(
+    settings: Settings, fake_llm: FakeAnthropic, name: str
+) -> None:
+    async with build_gateway(settings) as gw:
+        message = image_message((FUZZED / name).read_bytes(), text="an important question", name=name)
+        events = [event async for event in await gw.submit(message)]
+        locale = i18n.locale_for(settings, "cli", gw.agents.get("default"))
+    assert [e.text for e in events if isinstance(e, NoticeEvent)] == [i18n.text("media.image_unreadable", locale)]
+    assert isinstance(events[-1], DoneEvent)
+    [request] = fake_llm.message_requests()
+    assert "an important question" in request_text(request.body or {})
+
+
+def test_only_the_accepted_formats_are_opened() -> None:
+    """A TIFF (or EPS, which would run Ghostscript) is never decoded, even a valid one."""
+    out = io.BytesIO()
+    Image.new("RGB", (300, 300), (5, 6, 7)).save(out, "TIFF")
+    with pytest.raises(ImageRejectedError) as refused:
+        prepare_image(out.getvalue(), max_bytes=3_000_000, max_edge_px=1568)
+    assert refused.value.reason == "unreadable"
+
+
+def test_a_flat_picture_of_too_many_pixels_is_refused_before_decoding_but_a_big_jpeg_is_decoded_scaled() -> None:
+    """A PNG has no scaled decode: 41 MP (a 200 KB file) would cost hundreds of MB, so it is refused; a JPEG of
+    49 MP is decoded at a fraction of its size (draft) and taken in."""
+    flat = io.BytesIO()
+    Image.new("1", (6400, 6400), 1).save(flat, "PNG")
+    with pytest.raises(ImageRejectedError) as refused:
+        prepare_image(flat.getvalue(), max_bytes=3_750_000, max_edge_px=1568)
+    assert refused.value.reason == "too_big"
+    photo = io.BytesIO()
+    Image.new("L", (7000, 7000), 90).save(photo, "JPEG")
+    prepared = prepare_image(photo.getvalue(), max_bytes=3_750_000, max_edge_px=1568)
+    assert (prepared.width, prepared.height) == (1568, 1568)
 
 
 async def test_a_30_mb_attachment_handed_to_the_core_is_refused(settings: Settings, fake_llm: FakeAnthropic) -> None:

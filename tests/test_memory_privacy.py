@@ -14,6 +14,8 @@ import pytest
 from agenthub.agent.definition import AgentConfig, AgentDefinition
 from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.forget.command import gateway_forgetter
+from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.files import memory_scope
 from agenthub.memory.wiring import L3_TIMER
@@ -24,6 +26,8 @@ from tests.test_memory_support import is_l3_request, is_summary_request, system_
 
 PEOPLE = ("alice", "bob", "carol")
 GROUP = "oc_team_group"
+OTHER_GROUP = "oc_other_group"
+GROUPS = (GROUP, OTHER_GROUP)
 PROFILE_HEADING = "# About the user (USER.md)"
 
 
@@ -60,11 +64,11 @@ class Turn:
 
     @property
     def in_group(self) -> bool:
-        return self.chat == GROUP
+        return self.chat in GROUPS
 
 
 def message(chat: str, sender: str, text: str, *, channel: str = "feishu") -> InboundMessage:
-    chat_type = "group" if chat == GROUP else "private"
+    chat_type = "group" if chat in GROUPS else "private"
     return InboundMessage(channel, chat, sender, text, metadata={"chat_type": chat_type})
 
 
@@ -154,7 +158,7 @@ async def test_privacy_matrix_three_people_private_chats_and_a_group(
         assert not gw.history.layout("default").memory_file.exists()
         agent, group_key = gw.resolve_key(message(GROUP, "x", "hi", channel=channel))
         group_files = [gw.memory_files.memory_path(agent, group_key)]
-        group_files += [gw.memory_files.person_profile(agent, p, "group") for p in PEOPLE]
+        group_files += [gw.memory_files.person_profile(agent, group_key, p, "group") for p in PEOPLE]
         for path in group_files:
             text = path.read_text(encoding="utf-8")
             assert [fact for fact in ALL_PRIVATE if fact in text] == [], path
@@ -198,7 +202,8 @@ async def test_a_person_s_private_profile_never_reaches_the_group(
     async with build_gateway(settings) as gw:
         await say(gw, fake_llm, "oc_private_alice", "alice", f"my secret {private_fact('alice', 'SAID')}")
         await gw.timers[L3_TIMER].tick_now()
-        private_profile = gw.memory_files.person_profile(gw.agents.get("default"), "alice", "private")
+        agent, key = gw.resolve_key(message("oc_private_alice", "alice", "hi"))
+        private_profile = gw.memory_files.person_profile(agent, key, "alice", "private")
         assert private_fact("alice", "SAID") in private_profile.read_text(encoding="utf-8")
         turn = await say(gw, fake_llm, GROUP, "alice", "hello team")
         assert private_fact("alice", "SAID") not in str(turn.requests[0].body)
@@ -273,3 +278,41 @@ def test_scope_rule_auto_by_channel_and_explicit_settings_win(
     agent = AgentDefinition("default", AgentConfig.model_validate({"memory": options}), "persona")
     scope = memory_scope(agent, channel, chat_type)
     assert (scope.memory, scope.profile, scope.visibility) == expected
+
+
+async def test_a_fact_from_one_group_never_reaches_another_group_through_a_member_s_profile(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    """G1: alice and bob; G2: alice and carol. The bot's reply to alice in G1 repeats bob's fact, so L3 feeds it to
+    alice's profile in G1: in G2, alice's profile is another file and carries nothing of G1."""
+    fake_llm.responder = _echo_l3
+    async with build_gateway(settings_factory()) as gw:
+        await say(gw, fake_llm, GROUP, "bob", f"team, note {group_fact('bob', 'SAID')}")
+        fake_llm.script(reply_text(f"Bob said {group_fact('bob', 'SAID')}"))
+        await say(gw, fake_llm, GROUP, "alice", "what did bob say?")
+        await say(gw, fake_llm, OTHER_GROUP, "carol", f"hi {group_fact('carol', 'SAID')}")
+        await say(gw, fake_llm, OTHER_GROUP, "alice", f"hello {group_fact('alice', 'SAID')}")
+        await gw.timers[L3_TIMER].tick_now()
+        in_g1 = await say(gw, fake_llm, GROUP, "alice", "what do you know about me?")
+        in_g2 = await say(gw, fake_llm, OTHER_GROUP, "alice", "what do you know about me?")
+        assert group_fact("bob", "SAID") in profile_section(in_g1.requests[-1].body or {})
+        assert group_fact("alice", "SAID") in profile_section(in_g2.requests[-1].body or {})
+        assert group_fact("bob", "SAID") not in str(in_g2.requests[-1].body)
+
+
+async def test_profiles_are_per_channel_a_same_named_sender_elsewhere_is_another_person(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    """WeCom `zhangsan` and Feishu `zhangsan` are two people: each sees only their own profile, and forgetting
+    one leaves the other's."""
+    fake_llm.responder = _echo_l3
+    async with build_gateway(settings_factory()) as gw:
+        await say(gw, fake_llm, "zhangsan", "zhangsan", f"remember {private_fact('wecom', 'SAID')}", channel="wecom")
+        await gw.timers[L3_TIMER].tick_now()
+        feishu = await say(gw, fake_llm, "zhangsan", "zhangsan", "what do you know about me?", channel="feishu")
+        assert private_fact("wecom", "SAID") not in str(feishu.requests[-1].body)
+        await gateway_forgetter(gw).forget_everywhere(
+            [gw.agents.get("default")], Person("feishu", "zhangsan"), actor="t"
+        )
+        wecom = await say(gw, fake_llm, "zhangsan", "zhangsan", "what do you know about me?", channel="wecom")
+        assert private_fact("wecom", "SAID") in profile_section(wecom.requests[-1].body or {})

@@ -125,10 +125,10 @@ async def test_a_chat_scoped_agent_never_returns_another_chats_text_nor_another_
         other_memory = gw.memory_files.memory_path(agent, theirs)
         other_memory.parent.mkdir(parents=True, exist_ok=True)
         other_memory.write_text("- 群A的会议室在夜莺厅\n", encoding="utf-8")
-        own_profile = gw.memory_files.person_profile(agent, "bob", "group")  # these chats carry no chat_type
+        own_profile = gw.memory_files.person_profile(agent, mine, "bob", "group")  # these chats carry no chat_type
         own_profile.parent.mkdir(parents=True, exist_ok=True)
         own_profile.write_text("- bob 喜欢乌龙茶 oolong\n", encoding="utf-8")
-        gw.memory_files.person_profile(agent, "alice", "group").write_text(
+        gw.memory_files.person_profile(agent, mine, "alice", "group").write_text(
             "- alice 的生日是夜莺节 oolong\n", encoding="utf-8"
         )
 

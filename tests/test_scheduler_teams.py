@@ -14,6 +14,7 @@ from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.memory.files import Visibility
 from agenthub.messages import InboundMessage
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
 from agenthub.session.keys import SessionKey
@@ -136,8 +137,9 @@ async def test_a_failed_prompt_job_tells_the_chat_in_its_locale_without_the_erro
 
 async def _plant_profiles(gw: GatewayCore) -> None:
     agent = gw.agents.get("default")
-    for visibility in ("private", "group"):
-        path = gw.memory_files.person_profile(agent, "alice", visibility)
+    chats: tuple[tuple[Visibility, str], ...] = (("private", PRIVATE_CHAT), ("group", GROUP_CHAT))
+    for visibility, chat in chats:
+        path = gw.memory_files.person_profile(agent, SessionKey("default", "wecom", chat), "alice", visibility)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"ALICE-{visibility.upper()}-PROFILE\n", encoding="utf-8")
 

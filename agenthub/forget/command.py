@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from agenthub.forget.redact import Person
-from agenthub.forget.service import Forgetter
+from agenthub.forget.service import Forgetter, no_memory_writers
 from agenthub.gateway.commands import CommandContext
 from agenthub.session.keys import SessionKey
 
@@ -27,13 +27,16 @@ async def held(gateway: GatewayCore, key: SessionKey) -> AsyncIterator[None]:
 
 
 def gateway_forgetter(gateway: GatewayCore) -> Forgetter:
-    """A Forgetter on the daemon's own history cache and memory writers, each session redacted while held."""
+    """A Forgetter on the daemon's own history cache and memory writers, each session redacted while held, no
+    memory rewrite from material read before it ended written (L3 runs, flushes)."""
+    layer = gateway.memory_layer
     return Forgetter(
         gateway.settings,
         gateway.history,
         gateway.memory_files,
         guard=functools.partial(held, gateway),
         index=gateway.search.purge,  # the live index re-reads the redacted files (its file stays open)
+        exclusive=layer.processor.forgetting if layer is not None else no_memory_writers,
     )
 
 

@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from agenthub.forget.scrub import QuoteMatcher
 from agenthub.memory.context import SUMMARY_PREFIX
 from agenthub.session.meta import text_of
 
@@ -85,6 +86,11 @@ def involves(records: list[Message], person: Person) -> bool:
     return any(person.wrote(r) for r in records)
 
 
+def their_texts(records: list[Message], person: Person) -> list[str]:
+    """The text of each of their messages not redacted yet (what quotes of them are recognised by)."""
+    return [text_of(r.get("content")) for r in records if person.wrote(r) and not r.get("redacted")]
+
+
 def other_senders(records: list[Message], person: Person) -> set[str]:
     """Everyone else who wrote in these records (an empty set: a private chat with the person)."""
     return {str(r.get("sender_id", "")) for r in records if is_prompt(r) and not person.wrote(r)}
@@ -115,6 +121,39 @@ def redact(records: list[Message], person: Person, markers: Markers, *, drop_sum
             continue
         result.records.append(record)
     return result
+
+
+def scrub_quotes(records: list[Message], matcher: QuoteMatcher, marker: str) -> tuple[list[Message], int]:
+    """Other people's exchanges that quote the person (a quoted message, a reply repeating their words): each
+    quoting line of a message's or a reply's text becomes `marker`, everything else stays as it was. Returns the
+    records and how many lines were replaced."""
+    if not matcher:
+        return records, 0
+    out: list[Message] = []
+    replaced = 0
+    for record in records:
+        if record.get("redacted") or record.get("role") not in ("user", "assistant"):
+            out.append(record)
+            continue
+        content, lines = _scrubbed_content(record.get("content"), matcher, marker)
+        out.append({**record, "content": content} if lines else record)
+        replaced += lines
+    return out, replaced
+
+
+def _scrubbed_content(content: Any, matcher: QuoteMatcher, marker: str) -> tuple[Any, int]:
+    if isinstance(content, str):
+        return matcher.replace(content, marker)
+    if not isinstance(content, list):
+        return content, 0
+    blocks, replaced = [], 0
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            text, lines = matcher.replace(block["text"], marker)
+            if lines:
+                block, replaced = {**block, "text": text}, replaced + lines
+        blocks.append(block)
+    return blocks, replaced
 
 
 def _redacted_prompt(record: Message, person: Person, marker: str) -> Message:

@@ -55,3 +55,21 @@ class QuoteMatcher:
             else:
                 kept.append(line)
         return "".join(kept), removed
+
+    def replace(self, text: str, marker: str) -> tuple[str, int]:
+        """`text` with each line that quotes a source replaced by `marker` (`> marker` for a `>` quote line; a
+        run of such lines becomes one), every other character kept; how many lines were replaced."""
+        out: list[str] = []
+        replaced, last = 0, None
+        for line in text.splitlines(keepends=True):
+            if not self.quotes(line):
+                out.append(line)
+                last = None
+                continue
+            replaced += 1
+            body = line.rstrip("\r\n")
+            new = ("> " if body.lstrip().startswith(">") else "") + marker + line[len(body) :]
+            if new != last:
+                out.append(new)
+            last = new
+        return "".join(out), replaced

@@ -10,7 +10,8 @@ import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import structlog
 
@@ -18,8 +19,10 @@ from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
 from agenthub.config import Settings
 from agenthub.forget.index import IndexHook, drop_derived_index
-from agenthub.forget.redact import Markers, Person, involves, other_senders, redact
+from agenthub.forget.redact import Markers, Person, involves, other_senders, redact, scrub_quotes, their_texts
 from agenthub.forget.scrub import QuoteMatcher
+from agenthub.media.inbox import stored_media_paths
+from agenthub.media.names import inbox_dir, relative_to_workspace
 from agenthub.memory.files import MemoryFiles, backup_path, read_text, write_text
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey, key_from_file_stem
@@ -34,11 +37,20 @@ CLI_LINE_HISTORY = Path(".channels", "cli", "history")
 """Where `agenthub chat` keeps the REPL's line history by default (`[channels.cli] history_file` moves it)."""
 
 SessionGuard = Callable[[SessionKey], AbstractAsyncContextManager[None]]
+MemoryExclusion = Callable[[Sequence[str]], AbstractAsyncContextManager[None]]
+"""Held for a whole forget, with the names of the agents it covers (inside the daemon: no memory rewrite from
+material read before the forget ended is written, `MemoryProcessor.forgetting`)."""
 
 
 @contextlib.asynccontextmanager
 async def unguarded(_: SessionKey) -> AsyncIterator[None]:
     """For a process that holds the data directory's lock itself (no daemon, no turns running)."""
+    yield
+
+
+@contextlib.asynccontextmanager
+async def no_memory_writers(_: Sequence[str]) -> AsyncIterator[None]:
+    """For a process without an L3 processor (the data directory's lock keeps the daemon out)."""
     yield
 
 
@@ -54,6 +66,9 @@ class ForgetReport:
     memory_files: int = 0
     memory_lines: int = 0
     indexes: int = 0
+    inbox_files: int = 0
+    quoted_lines: int = 0
+    """Lines of other people's messages and replies that quoted them, replaced by the marker."""
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -75,26 +90,35 @@ class Forgetter:
         *,
         guard: SessionGuard = unguarded,
         index: IndexHook | None = None,
+        exclusive: MemoryExclusion = no_memory_writers,
     ) -> None:
         self.settings = settings
         self.history = history
         self.files = memory_files
         self.guard = guard
+        self.exclusive = exclusive
         self.index: IndexHook = index or functools.partial(drop_derived_index, settings.data_dir)
 
     async def forget_in_chat(self, agent: AgentDefinition, key: SessionKey, person: Person) -> ForgetReport:
         """`/forget`: the person's messages in this chat and their profile with this agent."""
         report = ForgetReport()
-        outcome = await self._forget_session(agent, key, person, report)
-        outcomes = [outcome] if outcome is not None else []
-        await self._forget_memory(agent, person, outcomes, report)
-        await self._scrub_shared_profile([t for o in outcomes for t in o.texts], report)
+        async with self.exclusive([agent.name]):
+            outcome = await self._forget_session(agent, key, person, report)
+            outcomes = [outcome] if outcome is not None else []
+            await self._forget_memory(agent, person, outcomes, report)
+            await self._scrub_shared_profile([t for o in outcomes for t in o.texts], report)
         audit("chat", person, "self", [agent.name], report)
         return report
 
     async def forget_everywhere(self, agents: Sequence[AgentDefinition], person: Person, *, actor: str) -> ForgetReport:
         """`agenthub forget` / the admin route: every chat of `agents` on the person's channel."""
         report = ForgetReport()
+        async with self.exclusive([a.name for a in agents]):
+            await self._forget_agents(agents, person, report)
+        audit("everywhere", person, actor, [a.name for a in agents], report)
+        return report
+
+    async def _forget_agents(self, agents: Sequence[AgentDefinition], person: Person, report: ForgetReport) -> None:
         texts: list[str] = []
         for agent in agents:
             outcomes = []
@@ -107,8 +131,6 @@ class Forgetter:
         await self._scrub_shared_profile(texts, report)
         if person.channel == CLI_CHANNEL:  # the terminal's line history holds every line typed at the prompt
             report.memory_lines += await self._scrub([self.settings.data_dir / CLI_LINE_HISTORY], QuoteMatcher(texts))
-        audit("everywhere", person, actor, [a.name for a in agents], report)
-        return report
 
     # ---- sessions ------------------------------------------------------------------------------
 
@@ -124,20 +146,36 @@ class Forgetter:
             if not (involves(working, person) or involves(archived, person)):
                 return None
             outcome = _SessionOutcome(key, private=not other_senders([*archived, *working], person))
+            theirs = _media_of([r for r in [*archived, *working] if person.wrote(r)])
+            quoting = QuoteMatcher(their_texts([*archived, *working], person))
+            remaining: list[dict[str, Any]] = []
 
-            def redacted(records: list[dict[str, object]]) -> list[dict[str, object]]:
+            def redacted(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 done = redact(records, person, markers, drop_summaries=True)
                 _count(report, done.messages, done.replies, done.summaries)
                 outcome.texts += done.texts
-                return done.records
+                scrubbed, lines = scrub_quotes(done.records, quoting, markers.message)
+                report.quoted_lines += lines
+                remaining.extend(scrubbed)
+                return scrubbed
 
             await self.history.rewrite_archive(key, redacted)
             new_working = redacted(working)
             if new_working != working:
                 await self.history.replace(key, new_working, archive_removed=False)
             await self._retitle(key, outcome.texts)
+            report.inbox_files += await self._delete_inbox_files(key, theirs - _media_of(remaining))
         report.sessions += 1
         return outcome
+
+    async def _delete_inbox_files(self, key: SessionKey, paths: set[str]) -> int:
+        """The chat's inbox files only their messages referred to (a picture another member sent too stays: images
+        are stored once by content). A path outside the chat's own inbox folder is never touched."""
+        inbox = inbox_dir(self.settings.workspace_dir / key.agent, key)
+        names = {PurePosixPath(p).name for p in paths}
+        files = [inbox / n for n in sorted(names) if n and relative_to_workspace(key, n) in paths]
+        gone = await asyncio.to_thread(lambda: [jsonl.delete_file(f) for f in files])
+        return sum(gone)
 
     async def _retitle(self, key: SessionKey, texts: list[str]) -> None:
         """A title made from one of their messages goes back to the default (the next message names it again)."""
@@ -154,13 +192,13 @@ class Forgetter:
     ) -> None:
         """Their profile with this agent and the memory files of their private chats go; the agent's and the
         group chats' memory files lose the lines that quote them; the search index is told."""
-        for profile in profile_paths(self.files, agent, person):
-            report.profiles += await _delete_all(_with_backup(profile))
+        for profile in await asyncio.to_thread(profile_paths, self.files, agent, person):
+            report.profiles += await self._delete(profile)
         matcher = QuoteMatcher(t for o in outcomes for t in o.texts)
         for outcome in outcomes:
             path = chat_memory_path(self.files, agent, outcome.key)
             if outcome.private:
-                report.memory_files += await _delete_all(_with_backup(path))
+                report.memory_files += await self._delete(path)
             else:
                 report.memory_lines += await self._scrub(_with_backup(path), matcher)
         report.memory_lines += await self._scrub(_with_backup(self.files.memory_path(agent)), matcher)
@@ -168,6 +206,11 @@ class Forgetter:
 
     async def _scrub_shared_profile(self, texts: list[str], report: ForgetReport) -> None:
         report.memory_lines += await self._scrub(_with_backup(shared_profile_path(self.files)), QuoteMatcher(texts))
+
+    async def _delete(self, path: Path) -> int:
+        """The file and its backup, under the file's writer lock (a rewrite's check-and-write never straddles it)."""
+        async with self.files.writer.lock(path):
+            return await _delete_all(_with_backup(path))
 
     async def _scrub(self, paths: list[Path], matcher: QuoteMatcher) -> int:
         """Remove quoting lines under each file's writer lock (never racing write_memory or L3)."""
@@ -188,10 +231,10 @@ async def _scrub_file(path: Path, matcher: QuoteMatcher) -> int:
 
 
 def profile_paths(files: MemoryFiles, agent: AgentDefinition, person: Person) -> tuple[Path, ...]:
-    """Every profile of the person's own with `agent` (private and group, whatever the agent's current profile
-    option, so a profile written before the option changed is found too). The shared USER.md is everybody's: it only
-    loses the lines quoting them."""
-    return files.person_profiles(agent, person.sender_id)
+    """Every profile of the person's own with `agent` on their channel (private and each group's, whatever the
+    agent's current profile option, so a profile written before the option changed is found too). The shared USER.md
+    is everybody's: it only loses the lines quoting them. Blocking (lists directories)."""
+    return files.person_profiles(agent, person.channel, person.sender_id)
 
 
 def shared_profile_path(files: MemoryFiles) -> Path:
@@ -221,6 +264,10 @@ def _stem(name: str) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return ""
+
+
+def _media_of(records: list[dict[str, Any]]) -> set[str]:
+    return {p for r in records if r.get("role") == "user" for p in stored_media_paths(r.get("content"))}
 
 
 def _with_backup(path: Path) -> list[Path]:

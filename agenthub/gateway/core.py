@@ -35,6 +35,7 @@ from agenthub.session.keys import SessionKey, session_key
 from agenthub.session.manager import LockHolder, Session, SessionManager
 
 if TYPE_CHECKING:
+    from agenthub.memory.wiring import MemoryLayer
     from agenthub.scheduler.core import Scheduler
 
 log = structlog.get_logger(__name__)
@@ -95,6 +96,7 @@ class GatewayCore:
         self.compactor: Compactor | None = None
         self.mcp = McpHub()
         self.scheduler: Scheduler | None = None  # scheduled jobs, attached by the composition root
+        self.memory_layer: MemoryLayer | None = None  # L2/L3 and their timers, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.turns = TurnRunner(self)
         self._runners: dict[SessionKey, SessionRunner] = {}

@@ -6,14 +6,21 @@ import io
 from dataclasses import dataclass
 from typing import Literal
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
 
 API_MEDIA_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
 """The image types the Messages API takes (`Base64ImageSourceParam.media_type` in the anthropic SDK)."""
 EXTENSIONS = {"image/jpeg": "jpg", "image/png": "png", "image/gif": "gif", "image/webp": "webp"}
+OPENED_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP")
+"""The only decoders Pillow may try (never EPS, which runs Ghostscript, nor TIFF and the other rarely-fuzzed ones);
+BMP is re-encoded."""
 API_MAX_EDGE_PX = 8000
-MAX_PIXELS = 64_000_000
-"""A larger image is refused before it is decoded (Pillow's own bomb guard errors only at twice its 89 M)."""
+MAX_PIXELS = 36_000_000
+"""A larger picture is refused before it is decoded (Pillow's own bomb guard errors only at twice its 89 M). PNG,
+GIF, WebP and BMP decode whole: a flat 8000×8000 PNG (a 200 KB file, 64 MP) cost 500–800 MB and 5–6 s of CPU.
+36 MP still takes an 8K screenshot (7680×4320, 33 MP) and keeps one decode under ~150 MB (RGBA) plus its copies."""
+JPEG_MAX_PIXELS = 64_000_000
+"""A JPEG is decoded scaled (`draft`, 1/2 to 1/8) when it will be shrunk, so a 48–50 MP phone photo is taken in."""
 MIN_EDGE_PX = 200
 """Shrinking to fit the byte limit stops here: a smaller picture would show the model nothing useful."""
 SHRINK = 0.7
@@ -46,22 +53,24 @@ class PreparedImage:
 def prepare_image(data: bytes, *, max_bytes: int, max_edge_px: int) -> PreparedImage:
     """`data` as the model may receive it: kept as it is when it already fits, else turned upright, resized to
     `max_edge_px` and re-encoded (PNG/WebP with transparency, JPEG otherwise), shrinking further until it fits
-    `max_bytes`. CPU-bound: call it off the event loop. Raises `ImageRejectedError`."""
+    `max_bytes`. CPU-bound: call it off the event loop. Raises `ImageRejectedError` (any failure to decode is
+    `unreadable`)."""
     max_edge_px = min(max_edge_px, API_MAX_EDGE_PX)
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            if image.width * image.height > MAX_PIXELS:
+        with Image.open(io.BytesIO(data), formats=OPENED_FORMATS) as image:
+            if image.width * image.height > (JPEG_MAX_PIXELS if image.format == "JPEG" else MAX_PIXELS):
                 raise ImageRejectedError("too_big")
             _decode_jpeg_scaled(image, max_edge_px)
             image.load()  # the whole decode: a truncated or corrupt file fails here, not at the vendor
             if _fits_as_is(image, len(data), max_bytes, max_edge_px):
                 return PreparedImage(data, API_MEDIA_TYPES[image.format or ""], image.width, image.height)
-            return _re_encoded(ImageOps.exif_transpose(image), max_bytes, max_edge_px)
+            ImageOps.exif_transpose(image, in_place=True)  # no copy of a picture that is upright already
+            return _re_encoded(image, max_bytes, max_edge_px)
     except ImageRejectedError:
         raise
     except Image.DecompressionBombError as e:  # Pillow refuses to open it at all
         raise ImageRejectedError("too_big") from e
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as e:
+    except Exception as e:  # a fuzzed file breaks decoders in undocumented ways (ZeroDivisionError, TypeError, …)
         raise ImageRejectedError("unreadable") from e
 
 
@@ -86,7 +95,9 @@ def _has_alpha(image: Image.Image) -> bool:
 
 def _re_encoded(image: Image.Image, max_bytes: int, max_edge_px: int) -> PreparedImage:
     alpha = _has_alpha(image)
-    image = image.convert("RGBA" if alpha else "RGB")
+    mode = "RGBA" if alpha else "RGB"
+    if image.mode != mode:  # converting to the same mode would only copy it
+        image = image.convert(mode)
     edge = min(max(image.size), max_edge_px)
     while True:
         resized = _fit_edge(image, edge)

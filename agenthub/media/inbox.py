@@ -18,7 +18,7 @@ from agenthub import i18n
 from agenthub.config import MediaSettings
 from agenthub.media.images import ImageRejectedError, PreparedImage, prepare_image
 from agenthub.media.names import inbox_dir, numbered, relative_to_workspace, safe_file_name
-from agenthub.media.refs import image_ref
+from agenthub.media.refs import image_ref, image_ref_source
 from agenthub.messages import Attachment
 from agenthub.session.keys import SessionKey
 
@@ -27,8 +27,13 @@ log = structlog.get_logger(__name__)
 HASH_CHARS = 32
 """Images are saved as `<first 32 hex digits of the sha256 of what was sent>.<ext>`: a re-sent picture is one file."""
 MAX_SAME_NAME = 1000
+PARALLEL_IMAGES = 2
+"""Pictures decoded at the same time (each can take ~150 MB and seconds of CPU): the others wait their turn."""
 MB = 1024 * 1024
 _MIME = re.compile(r"[\w.+-]{1,64}/[\w.+-]{1,64}")
+SAVED_AT = "It is saved in your workspace at "
+READ_IT = "; read it with read_file"
+_SAVED_FILE = re.compile(re.escape(SAVED_AT) + r"(.+?)(?:" + re.escape(READ_IT) + r")?\.\]\Z")
 
 
 @dataclass
@@ -48,6 +53,7 @@ class MediaInbox:
     def __init__(self, workspace_dir: Path, settings: MediaSettings) -> None:
         self.workspace_dir = workspace_dir
         self.settings = settings
+        self._decoding = asyncio.Semaphore(PARALLEL_IMAGES)
 
     async def take_in(
         self, key: SessionKey, attachments: tuple[Attachment, ...], locale: str, *, can_read_files: bool
@@ -92,9 +98,13 @@ class MediaInbox:
     ) -> None:
         limits = self.settings
         try:
-            prepared = await asyncio.to_thread(
-                prepare_image, attachment.data, max_bytes=limits.max_image_bytes, max_edge_px=limits.max_image_edge_px
-            )
+            async with self._decoding:
+                prepared = await asyncio.to_thread(
+                    prepare_image,
+                    attachment.data,
+                    max_bytes=limits.max_image_bytes,
+                    max_edge_px=limits.max_image_edge_px,
+                )
         except ImageRejectedError as e:
             log.warning("media_image_refused", reason=e.reason, size=len(attachment.data), mime=attachment.mime_type)
             if e.reason == "unreadable":
@@ -116,13 +126,25 @@ def _note(text: str) -> dict[str, Any]:
 
 def _file_line(attachment: Attachment, path: str, can_read_files: bool) -> dict[str, Any]:
     """The line that tells the model a file arrived and where it is."""
-    how = "; read it with read_file" if can_read_files else ""
+    how = READ_IT if can_read_files else ""
     mime = attachment.mime_type if _MIME.fullmatch(attachment.mime_type) else "type unknown"
     name = safe_file_name(attachment.name)  # the platform's name, without line breaks or other control characters
-    return _note(
-        f'[The user sent a file "{name}" ({_size(len(attachment.data))}, {mime}). '
-        f"It is saved in your workspace at {path}{how}.]"
-    )
+    return _note(f'[The user sent a file "{name}" ({_size(len(attachment.data))}, {mime}). {SAVED_AT}{path}{how}.]')
+
+
+def stored_media_paths(content: Any) -> set[str]:
+    """The workspace paths a stored user message's content refers to: its image references and the paths its
+    file lines told the model (the inverse of the blocks `MediaInbox.take_in` makes)."""
+    paths: set[str] = set()
+    for block in content if isinstance(content, list) else ():
+        ref = image_ref_source(block)
+        if ref is not None:
+            paths.add(ref[0])
+        elif isinstance(block, dict) and isinstance(block.get("text"), str):
+            found = _SAVED_FILE.search(block["text"])
+            if found:
+                paths.add(found.group(1))
+    return paths
 
 
 def _size(n: int) -> str:

@@ -94,9 +94,11 @@ class MemoryWriter:
 class MemoryFiles:
     """Resolves memory file paths through `memory_scope`; `writer` serialises the changes to each file.
 
-    A person's profiles: `auth/users/<agent>_user_<sender>.md` (private: shown in and fed by their private chats,
-    and the only one on single-user channels) and `auth/users/group/<agent>_user_<sender>.md` (shown in and fed
-    by what they said in groups)."""
+    A person is a sender id on one channel. Their profiles: `auth/users/<agent>_<channel>_<sender>.md` (private:
+    shown in and fed by their private chats, and the only one on single-user channels) and, per group chat,
+    `auth/users/group/<chat's session stem>/<agent>_<channel>_<sender>.md` (shown in and fed by what they said in
+    that group only: what one group heard never reaches another through a member's profile). Profiles of the older
+    layout (`<agent>_user_<sender>.md`, no channel, one group profile for all groups) are not read any more."""
 
     data_dir: Path
     auth_dir: Path
@@ -123,18 +125,33 @@ class MemoryFiles:
         scope = self.scope_for(agent, key.channel, chat_type)
         if scope.profile == "shared":
             return self.shared_profile
-        return self.person_profile(agent, sender_id, scope.visibility) if sender_id else None
+        return self.person_profile(agent, key, sender_id, scope.visibility) if sender_id else None
 
-    def person_profile(self, agent: AgentDefinition, sender_id: str, visibility: Visibility) -> Path:
-        """One person's profile with `agent` for chats of `visibility`."""
+    def person_profile(self, agent: AgentDefinition, key: SessionKey, sender_id: str, visibility: Visibility) -> Path:
+        """The profile of `sender_id` on `key`'s channel with `agent` for the chat `key` (of `visibility`)."""
         directory = self.auth_dir / "users"
         if visibility == "group":
-            directory = directory / "group"
-        return inside(directory, session_key(agent.name, "user", sender_id).file_stem + ".md")
+            directory = inside(directory / "group", key.file_stem)
+        return inside(directory, _profile_name(agent, key.channel, sender_id))
 
-    def person_profiles(self, agent: AgentDefinition, sender_id: str) -> tuple[Path, ...]:
-        """Every profile file of one person with `agent` (for "forget me")."""
-        return tuple(self.person_profile(agent, sender_id, v) for v in ("private", "group"))
+    def person_profiles(self, agent: AgentDefinition, channel: str, sender_id: str) -> tuple[Path, ...]:
+        """Every profile file of one person with `agent` (for "forget me"): the private one, one per group chat,
+        and those of the older layout under their sender id (unread, and not tied to a channel). Blocking: it
+        lists the group directories (run it in a worker thread)."""
+        users, name = self.auth_dir / "users", _profile_name(agent, channel, sender_id)
+        groups = users / "group"
+        chats = sorted(d.name for d in groups.iterdir() if d.is_dir() and not d.is_symlink()) if groups.is_dir() else []
+        legacy = session_key(agent.name, "user", sender_id).file_stem + ".md"
+        return (
+            inside(users, name),
+            *(inside(inside(groups, chat), name) for chat in chats),
+            inside(users, legacy),
+            inside(groups, legacy),
+        )
+
+
+def _profile_name(agent: AgentDefinition, channel: str, sender_id: str) -> str:
+    return session_key(agent.name, channel, sender_id).file_stem + ".md"
 
 
 def _read(path: Path) -> str:

@@ -182,7 +182,7 @@ def _message_visibility(session: SessionMaterial, message: Message) -> Visibilit
 
 def user_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, Batch]:
     """Per-sender profiles: each sender's own messages (and the replies to them), per profile file, i.e. per
-    (person, visibility): a private profile only from private chats, a group profile only from groups."""
+    (person, channel, visibility): a private profile only from private chats, a group profile only from that group."""
     per_file: dict[Path, list[str]] = {}
     newest: dict[Path, float] = {}
     for session in item.sessions:
@@ -194,7 +194,7 @@ def user_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, Batch]:
             visibility = _message_visibility(session, message)
             if not is_turn_start(message) or not isinstance(sender, str) or not sender or visibility is None:
                 continue
-            path = gw.memory_files.person_profile(item.agent, sender, visibility)
+            path = gw.memory_files.person_profile(item.agent, session.key, sender, visibility)
             lines = per_file.setdefault(path, [])
             newest[path] = max(newest.get(path, 0.0), session.mtime)
             lines.append(_line(message, item.clip))

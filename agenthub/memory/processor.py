@@ -8,14 +8,18 @@ each file is written when its own call succeeded, atomically, cut to its size ca
 refused rewrite, or a read or write of the file that raises (a full or read-only disk, a refused path), leaves
 only its own file as it was, and only that file is offered the material again next run
 (`l3_material.L3State.retry`); the other files are written and their material is done. Each agent's material and
-each kind of target is gathered on its own: one agent's broken directory (a planted link) stops only its files.
+each kind of target is gathered on its own: one agent's broken directory (a planted link) stops only its files. A
+forget (`MemoryProcessor.forgetting`) makes every rewrite of its agents' files whose material was read before it
+ended stale: refused under the file's lock and retried next run, from the redacted material.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,9 +42,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-WriteOutcome = Literal["written", "unchanged", "refused", "conflict"]
-"""`refused`: the rewrite looked lossy; `conflict`: another writer replaced the file after it was read."""
-NOT_TAKEN_IN = frozenset({"refused", "conflict", "failed"})
+WriteOutcome = Literal["written", "unchanged", "refused", "conflict", "stale"]
+"""`refused`: the rewrite looked lossy; `conflict`: another writer replaced the file after it was read; `stale`: a
+forget ran (or runs) since the material was read."""
+NOT_TAKEN_IN = frozenset({"refused", "conflict", "stale", "failed"})
 """The outcomes of a target whose material is offered again next run (`failed`: the write raised)."""
 
 MAX_PARALLEL_CALLS = 4
@@ -90,6 +95,8 @@ class Target:
     """The `llm_call` log's purpose: `l3` for the timer's rewrite, `flush` before a compaction."""
     agents: tuple[str, ...] = ()
     """Whose material this is: their L3 state records whether this file has taken it in."""
+    forgets: Mapping[str, int] = field(default_factory=dict)
+    """`MemoryProcessor.forgets_seen()` when the material was read: a forget since then makes it stale."""
 
 
 def cap_text(text: str, cap: int) -> str:
@@ -123,7 +130,28 @@ class MemoryProcessor:
         self.gateway = gateway
         self._run_lock = asyncio.Lock()  # serialises runs only; files have their own locks
         self._calls = asyncio.Semaphore(MAX_PARALLEL_CALLS)  # a run's calls; a flush never queues behind them
+        self._forgets: Counter[str] = Counter()  # per agent: bumped when a forget starts and when it ends
+        self._forgetting: Counter[str] = Counter()  # per agent: forgets running now
         self.runs = 0
+
+    @contextlib.asynccontextmanager
+    async def forgetting(self, agents: Iterable[str]) -> AsyncIterator[None]:
+        """A forget of these agents' people runs: no rewrite from material read before it ends is written (an
+        L3 run in flight, a flush), so nothing it removes is written back; those files retry next run."""
+        names = list(agents)
+        self._forgets.update(names)
+        self._forgetting.update(names)
+        try:
+            yield
+        finally:
+            self._forgetting.subtract(names)
+            self._forgets.update(names)
+
+    def forgets_seen(self) -> dict[str, int]:
+        return dict(self._forgets)
+
+    def _stale(self, target: Target) -> bool:
+        return any(self._forgetting[a] > 0 or self._forgets[a] != target.forgets.get(a, 0) for a in target.agents)
 
     async def tick(self) -> None:
         async with self._run_lock:
@@ -131,10 +159,12 @@ class MemoryProcessor:
 
     async def _run(self) -> None:
         gw = self.gateway
-        started = gw.clock()
+        started, forgets = gw.clock(), self.forgets_seen()
         collected = [await self._collect(agent) for agent in gw.agents.agents.values()]
         active = [c for c in collected if c is not None and c.sessions]
         targets = self._targets(active)
+        for target in targets:
+            target.forgets = forgets
         if not targets:  # nothing new for any file (a stale retry entry is dropped)
             for item in active:
                 await self._record(item, started, [])
@@ -331,6 +361,8 @@ class MemoryProcessor:
             model,
             thresholds.window_of(gw.settings, agent, model),
             purpose="flush",
+            agents=(agent.name,),
+            forgets=self.forgets_seen(),
         )
         for _ in range(FLUSH_ATTEMPTS):
             target.old = await read_text(target.path)
@@ -344,9 +376,13 @@ class MemoryProcessor:
     async def _write(self, target: Target) -> WriteOutcome:
         """Atomic write within the cap, under the file's lock (`MemoryWriter`): text another writer (the
         write_memory tool) appended since `target.old` was read is kept. The replaced version is kept as
-        `<file>.bak`. Runs to its end even when the caller is cancelled (`MemoryWriter.locked`)."""
+        `<file>.bak`. Stale material (a forget since it was read) is never written. Runs to its end even when the
+        caller is cancelled (`MemoryWriter.locked`)."""
 
         async def merge_and_write() -> WriteOutcome:
+            if self._stale(target):
+                log.warning("l3_material_stale", file=str(target.path), purpose=target.purpose, retry="next run")
+                return "stale"
             current = await read_text(target.path)
             outcome, text = _merge(target, current)
             if outcome == "written":

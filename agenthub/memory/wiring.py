@@ -27,17 +27,18 @@ class MemoryLayer:
 
 
 def attach_memory_layer(gateway: GatewayCore) -> MemoryLayer:
-    """Wire everything; the timers start and stop with the gateway (`gateway.timers`)."""
+    """Wire everything (kept as `gateway.memory_layer`); the timers start and stop with the gateway."""
     memory = gateway.settings.memory
     processor = MemoryProcessor(gateway)
     consolidator = Consolidator(gateway, flush=processor.flush)
     gateway.compactor = consolidator
     gateway.after_turn_hooks.append(consolidator.after_turn)
     autocompact = AutoCompact(gateway, consolidator)
-    return MemoryLayer(
+    gateway.memory_layer = MemoryLayer(
         consolidator,
         autocompact,
         processor,
         gateway.timers.add(AUTOCOMPACT_TIMER, memory.autocompact_interval_s, autocompact.tick),
         gateway.timers.add(L3_TIMER, memory.l3_interval_s, processor.tick),
     )
+    return gateway.memory_layer

@@ -83,15 +83,33 @@ def unsupported_reply(message_type: str, locale: str) -> str:
 async def download_all(
     api: FeishuApi, message_id: str, refs: tuple[MediaRef, ...], media: MediaSettings
 ) -> tuple[Attachment, ...]:
-    """Every ref of one message downloaded, one after the other; `MediaRefused` at the first that fails."""
-    return tuple([await download(api, message_id, ref, media) for ref in refs])
+    """Every ref of one message downloaded, one after the other, all of them together within
+    `media.max_download_bytes` (the message is held in memory whole); `MediaRefused` at the first that fails."""
+    attachments: list[Attachment] = []
+    room = media.max_download_bytes
+    for ref in refs:
+        if room <= 0:
+            raise MediaRefused(ref, "too_large")
+        try:
+            attachment = await download(api, message_id, ref, media, max_bytes=room)
+        except MediaRefused as e:
+            if e.reason == "too_large" and room < media.max_download_bytes:  # the message's budget, not its size
+                raise MediaRefused(ref, "too_large") from e
+            raise
+        room -= len(attachment.data)
+        attachments.append(attachment)
+    return tuple(attachments)
 
 
-async def download(api: FeishuApi, message_id: str, ref: MediaRef, media: MediaSettings) -> Attachment:
-    """One image or file as an Attachment, at most `media.max_download_bytes` within `media.download_timeout_s`."""
+async def download(
+    api: FeishuApi, message_id: str, ref: MediaRef, media: MediaSettings, *, max_bytes: int | None = None
+) -> Attachment:
+    """One image or file as an Attachment, at most `max_bytes` (`media.max_download_bytes`) within
+    `media.download_timeout_s`."""
+    limit = media.max_download_bytes if max_bytes is None else max_bytes
     try:
         resource = await api.message_resource(
-            message_id, ref.key, ref.kind, max_bytes=media.max_download_bytes, timeout_s=media.download_timeout_s
+            message_id, ref.key, ref.kind, max_bytes=limit, timeout_s=media.download_timeout_s
         )
     except ResourceTooLarge as e:
         log.warning("feishu_media_too_large", message_id=message_id, kind=ref.kind, size=e.size, limit=e.limit)

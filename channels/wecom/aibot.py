@@ -14,7 +14,7 @@ from agenthub.messages import Attachment, InboundMessage
 from channels.wecom.aibot_conn import BotConnection
 from channels.wecom.aibot_stream import StreamReply
 from channels.wecom.config import BotConfig
-from channels.wecom.media import Inbound, MediaError, MediaKind, attachment, download_bot_media
+from channels.wecom.media import Inbound, MediaError, MediaKind, MediaTooLarge, attachment, download_bot_media
 from channels.wecom.tasks import TaskSet
 from channels.wecom.text import split_utf8, strip_mention
 
@@ -143,8 +143,7 @@ class BotEndpoint:
             texts = [str(_mapping(i.get("text")).get("content") or "") for i in items if i.get("msgtype") == "text"]
             texts = [t for t in texts if t]
             images = [i.get("image") for i in items if i.get("msgtype") == "image"]
-            media = [await self._download(image, "image", f"image-{msgid}-{n + 1}") for n, image in enumerate(images)]
-            return "\n".join(texts), tuple(media)
+            return "\n".join(texts), await self._download_images(images, msgid)
         content = message_text(body)
         if content is not None:
             return content, ()
@@ -152,20 +151,42 @@ class BotEndpoint:
             raise Refused(self._media_in.no_transcript())
         raise Refused(self._media_in.unsupported(kind, self.config.unsupported))
 
-    async def _download(self, content: Any, kind: MediaKind, fallback_stem: str) -> Attachment:
-        """One `{url, aeskey}` of a callback as an Attachment, bounded by `[media]`; `Refused` when it fails."""
+    async def _download_images(self, images: list[Any], msgid: str) -> tuple[Attachment, ...]:
+        """A mixed message's pictures, one after the other, all of them together within `max_download_bytes`
+        (the message is held in memory whole)."""
+        media: list[Attachment] = []
+        room = self._media_in.limits.max_download_bytes
+        for n, image in enumerate(images):
+            attachment = await self._download(image, "image", f"image-{msgid}-{n + 1}", max_bytes=room)
+            room -= len(attachment.data)
+            media.append(attachment)
+        return tuple(media)
+
+    async def _download(
+        self, content: Any, kind: MediaKind, fallback_stem: str, *, max_bytes: int | None = None
+    ) -> Attachment:
+        """One `{url, aeskey}` of a callback as an Attachment, bounded by `[media]` (or the `max_bytes` left of the
+        message's budget); `Refused` when it fails."""
         found = _mapping(content)
         limits = self._media_in.limits
+        budget = limits.max_download_bytes if max_bytes is None else max_bytes
         try:
             if self._session is None:
                 raise MediaError("bot not started")
+            if budget <= 0:
+                raise MediaTooLarge(None)
             download = await download_bot_media(
                 self._session,
                 str(found.get("url") or ""),
                 str(found.get("aeskey") or ""),
-                max_bytes=limits.max_download_bytes,
+                max_bytes=budget,
                 timeout_s=limits.download_timeout_s,
             )
+        except MediaTooLarge as e:
+            # over what is left of the message's budget: its own size is not what was too large
+            too_large = e if budget >= limits.max_download_bytes else MediaTooLarge(None)
+            log.warning("wecom_media_refused", cred_id=self.cred_id, kind=kind, reason=str(too_large))
+            raise Refused(self._media_in.refusal(too_large, kind)) from None
         except MediaError as e:
             log.warning("wecom_media_refused", cred_id=self.cred_id, kind=kind, reason=str(e))
             raise Refused(self._media_in.refusal(e, kind)) from None

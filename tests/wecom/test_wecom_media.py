@@ -311,3 +311,16 @@ async def test_bot_voice_without_transcript_and_video_get_clear_replies(
     assert voice == i18n.text("media.voice_no_transcript", "en")
     assert video == i18n.text("media.unsupported", "en", kind="video")
     assert submitted(bot).received == []
+
+
+async def test_bot_mixed_message_images_are_held_within_the_download_limit_together(
+    bot: BotHarness, server: FakeAiBotServer
+) -> None:
+    """Each picture is under the limit, but the message holds them all in memory: together they are bounded too."""
+    bot.media = {"max_download_bytes": 1 * MiB}
+    await bot.start()
+    big = b"\x89PNG\r\n\x1a\n" + os.urandom(700 * 1024)
+    items = [{"msgtype": "image", "image": server.add_media(big)}, {"msgtype": "image", "image": server.add_media(big)}]
+    req_id = await server.send_message(bot_body("b-mixed-big", "mixed", {"msg_item": items}))
+    assert await final_text(server, req_id) == too_large("zh-CN", "image", "> 1", "1")
+    assert submitted(bot).received == []
