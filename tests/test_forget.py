@@ -178,7 +178,7 @@ async def test_forget_in_a_group_redacts_only_the_sender_and_keeps_everyone_else
     assert not any(s in json.dumps(audits[0], ensure_ascii=False) for s in ["alice", *FACTS])
 
     await say(gw, "bob", "still here?")  # the redacted history still makes a valid request
-    index_hits = await gw.search.search("default", ["jersey"], SearchScope(session=None), 5)
+    index_hits = await gw.search.search("default", ["jersey"], SearchScope(None, agent_scoped=lambda _: True), 5)
     assert index_hits  # the index still answers, with Bob's own words
     request = fake_llm.message_requests()[-1].body
     assert not any(fact in json.dumps(request, ensure_ascii=False) for fact in FACTS)

@@ -61,12 +61,19 @@ CREATE TABLE IF NOT EXISTS skipped_tool_uses(id TEXT PRIMARY KEY);
 """
 
 
+def _no_channel(channel: str) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class SearchScope:
-    """What one search may see: one session's rows (or all sessions' when `session` is None) and these files."""
+    """What one search may see: one session's rows (or, when `session` is None, the rows of every session whose
+    channel `agent_scoped` accepts: the chats that share the agent's memory, never a chat-scoped one) and these
+    files."""
 
     session: str | None
     memory_files: tuple[tuple[Path, str], ...] = ()  # (path, label)
+    agent_scoped: Callable[[str], bool] = field(default=_no_channel, compare=False)
 
 
 @dataclass(frozen=True)
@@ -369,23 +376,32 @@ class SearchIndex:
         return [r[0] for r in rows]
 
     def _scope_filter(self, scope: SearchScope, memory_ids: list[int]) -> tuple[list[str] | None, list[Any]]:
-        """SQL conditions on `d.source_id`: this chat's files, or every session's and only these memory files."""
+        """SQL conditions on `d.source_id`: this chat's files, or the agent-scoped sessions' files; and only these
+        memory files."""
         if scope.session is None:
-            outside = [
-                r[0]
-                for r in self.db.execute("SELECT id FROM sources WHERE kind = ?", (MEMORY,))
-                if r[0] not in memory_ids
-            ]
-            if not outside:
-                return [], []
-            return [f"d.source_id NOT IN ({','.join('?' * len(outside))})"], outside
-        rows = self.db.execute(
-            "SELECT id FROM sources WHERE session = ? AND kind IN (?, ?)", (scope.session, HISTORY, ARCHIVE)
-        ).fetchall()
-        ids = [r[0] for r in rows] + memory_ids
+            ids = self._agent_scoped_sources(scope.agent_scoped)
+        else:
+            rows = self.db.execute(
+                "SELECT id FROM sources WHERE session = ? AND kind IN (?, ?)", (scope.session, HISTORY, ARCHIVE)
+            ).fetchall()
+            ids = [r[0] for r in rows]
+        ids += memory_ids
         if not ids:
             return None, []
-        return [f"d.source_id IN ({','.join('?' * len(ids))})"], ids
+        return ["d.source_id IN (SELECT value FROM json_each(?))"], [json.dumps(ids)]
+
+    def _agent_scoped_sources(self, agent_scoped: Callable[[str], bool]) -> list[int]:
+        """The history and archive files of the sessions whose channel shares the agent's memory."""
+        rows = self.db.execute("SELECT id, session FROM sources WHERE kind IN (?, ?)", (HISTORY, ARCHIVE)).fetchall()
+        verdicts: dict[str, bool] = {}
+        ids = []
+        for source_id, session in rows:
+            channel = SessionKey.parse(session).channel
+            if channel not in verdicts:
+                verdicts[channel] = agent_scoped(channel)
+            if verdicts[channel]:
+                ids.append(source_id)
+        return ids
 
     def _source_names(self, ids: set[int]) -> dict[int, tuple[str, str]]:
         if not ids:
