@@ -225,17 +225,30 @@ class Scheduler:
         for job in due:
             assert job.next_due is not None
             # catch-up applies to runs missed while the daemon was down; one due since start runs however late
-            on_time = job.next_due >= self._started_at or now - job.next_due <= self.config.catch_up_s
-            if on_time:
-                to_fire.append((job, job.next_due))
-            else:
+            run_at = job.next_due if job.next_due >= self._started_at else self._latest_missed(job, now)
+            on_time = run_at is not None
+            if run_at is None or run_at != job.next_due:  # the runs before the one fired are skipped
                 self.skipped += 1
                 log.warning("job_missed", agent=job.agent, job_id=job.id, due=job.next_due, late_s=now - job.next_due)
+            if run_at is not None:
+                to_fire.append((job, run_at))
             self._advance(job, now, ran=on_time)
             agents.add(job.agent)
         await asyncio.gather(*(self._persist(agent) for agent in agents))
         for job, due_at in to_fire:
             self._spawn(job, due_at)
+
+    def _latest_missed(self, job: Job, now: float) -> float | None:
+        """Of the runs missed while the daemon was down, the latest at or before `now` if it is within
+        `catch_up_s` (the only one that runs), else None."""
+        assert job.next_due is not None
+        window_start = now - self.config.catch_up_s
+        latest: float | None = job.next_due if job.next_due >= window_start else None
+        candidate = job.next_after(max(job.next_due, window_start - 1e-3)) if job.recurring else None
+        while candidate is not None and candidate <= now:
+            latest = candidate
+            candidate = job.next_after(candidate)
+        return latest
 
     def _advance(self, job: Job, now: float, *, ran: bool) -> None:
         assert job.next_due is not None
