@@ -65,7 +65,11 @@ async def test_a_200k_tool_result_is_stored_previewed_and_read_back_in_pages(
     settings: Settings, fake_llm: FakeAnthropic
 ) -> None:
     server = {"command": sys.executable, "args": [str(SERVER_SCRIPT)]}
-    write_agent(settings.agents_dir, "default", {"tools": ["srv__*", "read_file"], "mcp": {"srv": server}})
+    write_agent(
+        settings.agents_dir,
+        "default",
+        {"tools": ["srv__*", "read_file"], "mcp": {"srv": server}, "mcp_start_wait_s": 60},
+    )
     fake_llm.responder = _read_pages_then_answer
     full = big(200_000)
     async with build_gateway(settings) as gw:
