@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agenthub.scheduler.cron import CronError, CronSpec, parse_cron
+from agenthub.scheduler.jobs import JobError, check_cron
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -101,3 +102,24 @@ def test_next_after_is_the_first_matching_minute(expression: str, start: dt.date
     expected = brute_force_next(spec, start, tz, limit_minutes=40 * 24 * 60)
     if expected is not None:
         assert found == expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "now", "min_interval_s"),
+    [
+        ("0,5,10,15,20,25,30,35,40,45,50,55,56 * * * *", at(SHANGHAI, 2026, 12, 1, 8, 59), 300),  # 55 → 56
+        ("0 0-22/2,23 * * *", at(SHANGHAI, 2026, 12, 1, 23, 30), 7200),  # 22:00 → 23:00, a day of runs later
+        ("0 0,12,23 * * *", at(SHANGHAI, 2026, 12, 1, 23, 30), 7200),  # 23:00 → 00:00 across midnight
+    ],
+)
+def test_the_minimum_interval_is_checked_over_every_gap_of_a_day_and_across_midnight(
+    expression: str, now: dt.datetime, min_interval_s: float
+) -> None:
+    with pytest.raises(JobError, match="more often"):
+        check_cron(expression, "Asia/Shanghai", now.timestamp(), min_interval_s)
+
+
+@pytest.mark.parametrize("expression", ["*/5 * * * *", "0 0-22/2 * * *", "0 0,12 * * *", "55 23 * * *"])
+def test_jobs_as_frequent_as_the_minimum_interval_are_accepted(expression: str) -> None:
+    now = at(SHANGHAI, 2026, 12, 1, 23, 30).timestamp()
+    assert check_cron(expression, "Asia/Shanghai", now, 300) > now
