@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING
 
 from agenthub import i18n
 from agenthub.forget.redact import Person
-from agenthub.forget.service import Forgetter
+from agenthub.forget.service import Forgetter, JobsHook
 from agenthub.gateway.commands import CommandContext
 from agenthub.session.keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
+    from agenthub.scheduler.core import Scheduler
 
 
 @asynccontextmanager
@@ -34,7 +35,17 @@ def gateway_forgetter(gateway: GatewayCore) -> Forgetter:
         gateway.memory_files,
         guard=functools.partial(held, gateway),
         index=gateway.search.purge,  # the live index re-reads the redacted files (its file stays open)
+        jobs=None if gateway.scheduler is None else jobs_hook(gateway.scheduler),
     )
+
+
+def jobs_hook(scheduler: Scheduler) -> JobsHook:
+    """Forget drops the jobs the person created, through the scheduler that holds them."""
+
+    async def drop(agent: str, person: Person, key: SessionKey | None) -> int:
+        return await scheduler.delete_created_by(agent, person.channel, person.sender_id, key)
+
+    return drop
 
 
 class ForgetCommand:

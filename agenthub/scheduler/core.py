@@ -144,6 +144,22 @@ class Scheduler:
             log.info("chat_jobs_deleted", session_key=str(key), jobs=len(doomed))
         return len(doomed)
 
+    async def delete_created_by(self, agent: str, channel: str, sender_id: str, key: SessionKey | None = None) -> int:
+        """Remove the jobs one person created with `agent` on `channel` (only in `key`'s chat when given), for
+        "forget me"; returns how many."""
+        await self.ensure_loaded()
+        doomed = [
+            j
+            for j in self.for_agent(agent)
+            if j.channel == channel and j.created_by == sender_id and (key is None or j.key == key)
+        ]
+        for job in doomed:
+            self._set(job.agent, job.id, None)
+        if doomed:
+            await self._persist(agent)
+            log.info("person_jobs_deleted", agent=agent, jobs=len(doomed))
+        return len(doomed)
+
     async def _commit(self, agent: str, job_id: str, new: Job | None, old: Job | None) -> None:
         """Make `new` (None: no job) current and durable; if the write fails, `old` is put back and it raises."""
         self._set(agent, job_id, new)
