@@ -459,3 +459,18 @@ async def test_update_changes_every_field_and_refuses_an_empty_one(
     assert not is_error
     is_error, text = await _tool_call(gw, fake_llm, {"action": "update", "job_id": job_id, "timezone": "Asia/Tokyo"})
     assert is_error and "in the past" in text and job().timezone == "Asia/Shanghai"
+
+
+async def test_a_job_made_where_no_scheduler_runs_says_it_fires_only_while_the_daemon_runs(
+    settings: Settings, clock: ManualClock, fake_llm: FakeAnthropic
+) -> None:
+    async with build_gateway(settings, clock=clock) as gw:  # a stand-alone `agenthub chat`: nothing fires jobs
+        alone = await _create(gw, fake_llm, {"action": "create", "cron": "0 9 * * *", "text": "daily"})
+        await start_scheduler(gw, [RecordingChannel()])  # what `agenthub serve` does once its channels run
+        served = await _create(gw, fake_llm, {"action": "create", "cron": "0 10 * * *", "text": "daily too"})
+        job_id = served.split()[2].rstrip(";")
+        updated = await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "text": "changed"})
+        await stop_scheduler(gw)
+    assert alone.startswith("created job ") and "only while `agenthub serve` runs" in alone
+    assert served.startswith("created job ") and "agenthub serve" not in served
+    assert updated.startswith("updated job ") and "agenthub serve" not in updated

@@ -50,6 +50,11 @@ class Scheduler:
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
+    @property
+    def running(self) -> bool:
+        """Whether due jobs fire now (started by `agenthub serve`); a stand-alone `agenthub chat` only stores them."""
+        return self._task is not None
+
     async def start(self, fire: FireFn) -> None:
         """Load the jobs and start sleeping until the first is due; overdue ones are handled at once."""
         await self.ensure_loaded()
