@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS skipped_tool_uses(id TEXT PRIMARY KEY);
 """
 
 
+_CHANNEL = "substr(session, instr(session, ':') + 1, instr(substr(session, instr(session, ':') + 1), ':') - 1)"
+"""SQL: the channel part of a sources row's `agent:channel:chat_id` session key (agent and channel hold no ':')."""
+
+
 def _no_channel(channel: str) -> bool:
     return False
 
@@ -379,29 +383,34 @@ class SearchIndex:
         """SQL conditions on `d.source_id`: this chat's files, or the agent-scoped sessions' files; and only these
         memory files."""
         if scope.session is None:
-            ids = self._agent_scoped_sources(scope.agent_scoped)
-        else:
-            rows = self.db.execute(
-                "SELECT id FROM sources WHERE session = ? AND kind IN (?, ?)", (scope.session, HISTORY, ARCHIVE)
-            ).fetchall()
-            ids = [r[0] for r in rows]
-        ids += memory_ids
+            return self._agent_scoped_filter(scope.agent_scoped, memory_ids)
+        rows = self.db.execute(
+            "SELECT id FROM sources WHERE session = ? AND kind IN (?, ?)", (scope.session, HISTORY, ARCHIVE)
+        ).fetchall()
+        ids = [r[0] for r in rows] + memory_ids
         if not ids:
             return None, []
         return ["d.source_id IN (SELECT value FROM json_each(?))"], [json.dumps(ids)]
 
-    def _agent_scoped_sources(self, agent_scoped: Callable[[str], bool]) -> list[int]:
-        """The history and archive files of the sessions whose channel shares the agent's memory."""
-        rows = self.db.execute("SELECT id, session FROM sources WHERE kind IN (?, ?)", (HISTORY, ARCHIVE)).fetchall()
-        verdicts: dict[str, bool] = {}
-        ids = []
-        for source_id, session in rows:
-            channel = SessionKey.parse(session).channel
-            if channel not in verdicts:
-                verdicts[channel] = agent_scoped(channel)
-            if verdicts[channel]:
-                ids.append(source_id)
-        return ids
+    def _agent_scoped_filter(
+        self, agent_scoped: Callable[[str], bool], memory_ids: list[int]
+    ) -> tuple[list[str] | None, list[Any]]:
+        """The sessions whose channel shares the agent's memory (decided once per channel) and these memory files;
+        no other memory file."""
+        channels = [
+            r[0] for r in self.db.execute(f"SELECT DISTINCT {_CHANNEL} FROM sources WHERE kind != ?", (MEMORY,))
+        ]
+        allowed = [c for c in channels if agent_scoped(c)]
+        if len(allowed) < len(channels):
+            condition = (
+                f"d.source_id IN (SELECT id FROM sources WHERE (kind != ? AND {_CHANNEL} IN "
+                "(SELECT value FROM json_each(?))) OR id IN (SELECT value FROM json_each(?)))"
+            )
+            return [condition], [MEMORY, json.dumps(allowed), json.dumps(memory_ids)]
+        condition = (
+            "d.source_id NOT IN (SELECT id FROM sources WHERE kind = ? AND id NOT IN (SELECT value FROM json_each(?)))"
+        )
+        return [condition], [MEMORY, json.dumps(memory_ids)]
 
     def _source_names(self, ids: set[int]) -> dict[int, tuple[str, str]]:
         if not ids:
