@@ -118,7 +118,7 @@ async def bench_queries(data_dir: Path, planted: SessionKey) -> None:
     start = time.perf_counter()
     stats = await service.stats(AGENT)  # the first use builds the index from the files
     print(f"build: {stats['docs']} messages from {stats['sources']} files in {time.perf_counter() - start:.1f} s")
-    everything, one_chat = SearchScope(None), SearchScope(str(planted))
+    everything, one_chat = SearchScope(None, agent_scoped=lambda _: True), SearchScope(str(planted))
     cases: list[tuple[str, list[str], SearchScope]] = [
         ("english word, all sessions", ["nightingale"], everything),
         ("chinese 3+ chars, all sessions", ["暗号是夜莺"], everything),
@@ -131,6 +131,7 @@ async def bench_queries(data_dir: Path, planted: SessionKey) -> None:
         ("common english, all sessions", ["budget", "server"], everything),
         ("chinese 2 chars, one chat", ["夜莺"], one_chat),
         ("english word, one chat", ["nightingale"], one_chat),
+        ("common english, every session chat-scoped", ["budget", "server"], SearchScope(None)),  # nothing visible
     ]
     overall: list[float] = []
     for name, terms, scope in cases:

@@ -24,14 +24,15 @@ from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, repl
 from tests.fakes.mcp_server import big
 
 SERVER_SCRIPT = Path(__file__).parent / "fakes" / "mcp_server.py"
-STORED = re.compile(r"stored in full in your workspace at (large_tool_results/[0-9a-f]{64}\.txt)")
+STORED = re.compile(r"stored in full in your workspace at (large_tool_results/[^/ ]+/[0-9a-f]{64}\.txt)")
+DIRECT = SessionKey("default", "cli", "direct")
 NEXT_PAGE = re.compile(r"\n\[read_file: more follows; the next page starts at offset (\d+)\]$")
 
 
-def _tool_context(workspace: Path, tmp_path: Path) -> ToolContext:
-    agent = AgentDefinition("default", AgentConfig(tools=["read_file"]), "persona")
+def _tool_context(workspace: Path, tmp_path: Path, key: SessionKey = DIRECT) -> ToolContext:
+    agent = AgentDefinition("default", AgentConfig(tools=["read_file", "list_dir"]), "persona")
     memory = MemoryFiles(tmp_path / "data", tmp_path / "auth")
-    return ToolContext(agent, SessionKey("default", "cli", "direct"), "me", memory, workspace)
+    return ToolContext(agent, key, "me", memory, workspace)
 
 
 def _last_result(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -65,7 +66,11 @@ async def test_a_200k_tool_result_is_stored_previewed_and_read_back_in_pages(
     settings: Settings, fake_llm: FakeAnthropic
 ) -> None:
     server = {"command": sys.executable, "args": [str(SERVER_SCRIPT)]}
-    write_agent(settings.agents_dir, "default", {"tools": ["srv__*", "read_file"], "mcp": {"srv": server}})
+    write_agent(
+        settings.agents_dir,
+        "default",
+        {"tools": ["srv__*", "read_file"], "mcp": {"srv": server}, "mcp_start_wait_s": 60},
+    )
     fake_llm.responder = _read_pages_then_answer
     full = big(200_000)
     async with build_gateway(settings) as gw:
@@ -75,13 +80,15 @@ async def test_a_200k_tool_result_is_stored_previewed_and_read_back_in_pages(
     assert isinstance(events[-1], DoneEvent) and events[-1].full_text == "read it all"
 
     digest = hashlib.sha256(full.encode("utf-8")).hexdigest()
-    stored = settings.workspace_dir / "default" / "large_tool_results" / f"{digest}.txt"
+    stored = settings.workspace_dir / "default" / "large_tool_results" / "cli_direct" / f"{digest}.txt"
     assert stored.read_text(encoding="utf-8") == full
 
     results = [b for m in history if isinstance(m["content"], list) for b in m["content"] if b["type"] == "tool_result"]
     kept = results[0]["content"]
     assert len(kept) < 2 * PREVIEW_CHARS + 600
-    assert f"large_tool_results/{digest}.txt" in kept and kept.startswith("[This result has 200000 characters")
+    assert f"large_tool_results/cli_direct/{digest}.txt" in kept and kept.startswith(
+        "[This result has 200000 characters"
+    )
     assert full[:PREVIEW_CHARS] in kept and kept.endswith(full[-PREVIEW_CHARS:])
 
     pages = [str(r["content"]) for r in results[1:]]
@@ -91,7 +98,7 @@ async def test_a_200k_tool_result_is_stored_previewed_and_read_back_in_pages(
 
 
 async def test_results_move_only_when_over_the_threshold_and_never_for_read_file(tmp_path: Path) -> None:
-    store = LargeResultStore(tmp_path / "ws", threshold_chars=10_000)
+    store = LargeResultStore(tmp_path / "ws", threshold_chars=10_000, key=DIRECT)
     exactly = "a" * 10_000
     assert await store.keep("srv__x", exactly) == exactly
     over = "b" * 10_001
@@ -100,21 +107,21 @@ async def test_results_move_only_when_over_the_threshold_and_never_for_read_file
     assert "read it with read_file" in kept
     assert await store.keep("read_file", over) == over
     assert await store.keep("memory_search", over) == over
-    assert len(list((tmp_path / "ws" / "large_tool_results").iterdir())) == 1
+    assert len(list((tmp_path / "ws" / "large_tool_results" / "cli_direct").iterdir())) == 1
 
 
 async def test_without_read_file_the_preview_says_only_it_is_available(tmp_path: Path) -> None:
-    store = LargeResultStore(tmp_path / "ws", threshold_chars=10_000, readable=False)
+    store = LargeResultStore(tmp_path / "ws", threshold_chars=10_000, key=DIRECT, readable=False)
     kept = await store.keep("srv__x", "c" * 20_000)
     assert STORED.search(kept) and "read_file is not enabled for you" in kept and "read it with" not in kept
 
 
 async def test_many_turns_storing_the_same_result_at_once_all_succeed(tmp_path: Path) -> None:
-    store = LargeResultStore(tmp_path / "ws", threshold_chars=10_000)
+    store = LargeResultStore(tmp_path / "ws", threshold_chars=10_000, key=DIRECT)
     text = big(3_000_000)
     kept = await asyncio.gather(*(store.keep(f"t{i}", text) for i in range(16)))
     assert len(set(kept)) == 1 and STORED.search(kept[0])
-    [stored] = (tmp_path / "ws" / "large_tool_results").iterdir()
+    [stored] = (tmp_path / "ws" / "large_tool_results" / "cli_direct").iterdir()
     assert stored.read_text(encoding="utf-8") == text
 
 
@@ -135,3 +142,22 @@ async def test_read_file_pages_count_characters_and_lift_the_size_limit(tmp_path
         await read_file.run({"path": "big.txt", "limit": 0}, ctx)
     with pytest.raises(ToolError, match="outside this agent's workspace"):
         await read_file.run({"path": "../elsewhere.txt", "offset": 0}, ctx)
+
+
+async def test_a_large_result_is_kept_per_chat_and_another_chat_can_neither_read_nor_list_it(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    alice = SessionKey("default", "wecom", "alice")
+    kept = await LargeResultStore(workspace, threshold_chars=10_000, key=alice).keep("srv__x", "工资单 " * 5000)
+    stored = STORED.search(kept)
+    assert stored and stored.group(1).startswith("large_tool_results/wecom_alice/")
+    own, other = _tool_context(workspace, tmp_path, alice), _tool_context(workspace, tmp_path)
+    read_file, list_dir = BUILTIN_TOOLS["read_file"], BUILTIN_TOOLS["list_dir"]
+    assert (await read_file.run({"path": stored.group(1), "limit": 3}, own)).startswith("工资单")
+    for tool, path in [
+        (read_file, stored.group(1)),
+        (list_dir, "large_tool_results"),  # its listing would name every chat
+        (list_dir, "large_tool_results/wecom_alice"),
+        (list_dir, "./large_tool_results/../large_tool_results/wecom_alice"),
+    ]:
+        with pytest.raises(ToolError, match="another chat's"):
+            await tool.run({"path": path}, other)

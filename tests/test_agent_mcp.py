@@ -41,7 +41,11 @@ def stdio_server(**extra: Any) -> dict[str, Any]:
 
 @pytest_asyncio.fixture
 async def mcp_gateway(settings: Settings) -> AsyncIterator[GatewayCore]:
-    write_agent(settings.agents_dir, "default", {"tools": ["srv__*"], "mcp": {"srv": stdio_server()}})
+    write_agent(
+        settings.agents_dir,
+        "default",
+        {"tools": ["srv__*"], "mcp": {"srv": stdio_server()}, "mcp_start_wait_s": WAIT_S},
+    )
     async with build_gateway(settings) as gw:
         yield gw
 
@@ -91,8 +95,10 @@ async def test_a_tool_call_round_trips_through_a_real_stdio_server(
 
 async def test_whitelist_offers_only_the_named_mcp_tools(settings: Settings, fake_llm: FakeAnthropic) -> None:
     servers = {"srv": stdio_server(), "other": stdio_server()}
-    write_agent(settings.agents_dir, "default", {"tools": ["srv__echo", "get_time"], "mcp": servers})
-    write_agent(settings.agents_dir, "plain", {"mcp": {"srv": stdio_server()}})
+    write_agent(
+        settings.agents_dir, "default", {"tools": ["srv__echo", "get_time"], "mcp": servers, "mcp_start_wait_s": WAIT_S}
+    )
+    write_agent(settings.agents_dir, "plain", {"mcp": {"srv": stdio_server()}, "mcp_start_wait_s": WAIT_S})
     async with build_gateway(settings) as gw:
         await _turn(gw, "hello")
         assert gw.mcp.server("plain", "srv") is None  # no whitelist entry reaches it: never started
@@ -117,6 +123,34 @@ async def test_the_tools_list_is_byte_identical_across_requests_and_restarts(
     await _turn(mcp_gateway, "third")
     tools = [json.dumps(body["tools"], ensure_ascii=False) for body in _bodies(fake_llm)]
     assert len(tools) == 5 and len(set(tools)) == 1
+
+
+async def test_a_turn_does_not_wait_for_a_server_that_hangs_on_start_and_gets_its_tools_once_it_is_up(
+    settings: Settings, fake_llm: FakeAnthropic, tmp_path: Path
+) -> None:
+    gate = tmp_path / "let-the-server-start"
+    hold = (
+        "import os, sys, time\n"
+        "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
+        "os.execv(sys.executable, [sys.executable, sys.argv[2]])"
+    )
+    server = {"command": sys.executable, "args": ["-c", hold, str(gate), str(SERVER_SCRIPT)]}
+    config = {"tools": ["srv__*"], "mcp": {"srv": server}, "mcp_call_timeout_s": WAIT_S, "mcp_start_wait_s": 0.2}
+    write_agent(settings.agents_dir, "default", config)
+    async with build_gateway(settings) as gw:
+        fake_llm.script(reply_text("without tools"))
+        first = await _turn(gw, "hello")
+        assert _server(gw).state is ServerState.STARTING  # the turn went on while the server still hangs
+        gate.touch()
+        await _wait(_server(gw), lambda s: s.state is ServerState.RUNNING)
+        fake_llm.script(reply_text("with tools"), reply_text("again"))
+        await _turn(gw, "now")
+        await _turn(gw, "and now")
+    assert isinstance(first[-1], DoneEvent) and first[-1].full_text == "without tools"
+    bodies = _bodies(fake_llm)
+    assert not any(n.startswith("srv__") for n in _tool_names(bodies[0]))
+    assert "srv__echo" in _tool_names(bodies[1])
+    assert json.dumps(bodies[1]["tools"]) == json.dumps(bodies[2]["tools"])  # grew once, then byte-stable
 
 
 async def test_a_server_killed_mid_session_is_a_tool_error_then_comes_back(
@@ -154,7 +188,11 @@ async def test_a_server_killed_mid_session_is_a_tool_error_then_comes_back(
 async def test_while_a_dead_server_waits_for_its_restart_its_tools_answer_with_a_clear_error(
     settings: Settings, fake_llm: FakeAnthropic
 ) -> None:
-    write_agent(settings.agents_dir, "default", {"tools": ["srv__*"], "mcp": {"srv": stdio_server()}})
+    write_agent(
+        settings.agents_dir,
+        "default",
+        {"tools": ["srv__*"], "mcp": {"srv": stdio_server()}, "mcp_start_wait_s": WAIT_S},
+    )
     gw = build_gateway(settings)
     gw.mcp.backoff = RestartBackoff(first_s=3600.0)  # the restart stays pending for the whole test
     async with gw:
@@ -174,7 +212,12 @@ async def test_while_a_dead_server_waits_for_its_restart_its_tools_answer_with_a
 async def test_a_call_that_takes_too_long_ends_with_a_timeout_error(
     settings: Settings, fake_llm: FakeAnthropic
 ) -> None:
-    config = {"tools": ["srv__*"], "mcp": {"srv": stdio_server()}, "mcp_call_timeout_s": 0.5}
+    config = {
+        "tools": ["srv__*"],
+        "mcp": {"srv": stdio_server()},
+        "mcp_call_timeout_s": 0.5,
+        "mcp_start_wait_s": WAIT_S,
+    }
     write_agent(settings.agents_dir, "default", config)
     async with build_gateway(settings) as gw:
         fake_llm.script(reply_tool("srv__sleep", {"seconds": 30}), reply_text("too slow"))
@@ -207,7 +250,9 @@ async def test_stop_during_a_call_leaves_the_server_serving(mcp_gateway: Gateway
 async def test_a_reloaded_agent_gets_its_servers_as_now_declared(settings: Settings, fake_llm: FakeAnthropic) -> None:
     def declare(mark: str) -> None:
         server = stdio_server(env={"AGENTHUB_TEST_MARK": mark})
-        write_agent(settings.agents_dir, "default", {"tools": ["srv__env"], "mcp": {"srv": server}})
+        write_agent(
+            settings.agents_dir, "default", {"tools": ["srv__env"], "mcp": {"srv": server}, "mcp_start_wait_s": WAIT_S}
+        )
 
     async def ask() -> str:
         fake_llm.script(reply_tool("srv__env", {"name": "AGENTHUB_TEST_MARK"}), reply_text("ok"))
@@ -215,7 +260,9 @@ async def test_a_reloaded_agent_gets_its_servers_as_now_declared(settings: Setti
         return str(_results(_bodies(fake_llm)[-1])[0]["content"])
 
     declare("one")
-    write_agent(settings.agents_dir, "helper", {"tools": ["srv__*"], "mcp": {"srv": stdio_server()}})
+    write_agent(
+        settings.agents_dir, "helper", {"tools": ["srv__*"], "mcp": {"srv": stdio_server()}, "mcp_start_wait_s": WAIT_S}
+    )
     daemon = Daemon(settings)
     async with build_gateway(settings) as gw:
         helper = gw.mcp.server("helper", "srv")
@@ -247,7 +294,9 @@ async def test_a_server_that_fails_to_start_is_reported_by_name_and_the_agent_ke
     settings: Settings, fake_llm: FakeAnthropic, broken: dict[str, Any]
 ) -> None:
     servers = {"broken": broken, "srv": stdio_server()}
-    write_agent(settings.agents_dir, "default", {"tools": ["broken__*", "srv__*"], "mcp": servers})
+    write_agent(
+        settings.agents_dir, "default", {"tools": ["broken__*", "srv__*"], "mcp": servers, "mcp_start_wait_s": WAIT_S}
+    )
     with capture_logs() as logs:
         async with build_gateway(settings) as gw:
             fake_llm.script(reply_tool("srv__echo", {"text": "ok"}), reply_text("works"))
@@ -263,7 +312,7 @@ async def test_a_server_that_fails_to_start_is_reported_by_name_and_the_agent_ke
 async def test_a_servers_stderr_becomes_log_lines_naming_it(settings: Settings, fake_llm: FakeAnthropic) -> None:
     script = "import sys; sys.stderr.write('first line\\nmissing API key for upstream\\n'); sys.exit(2)"
     servers = {"noisy": {"command": sys.executable, "args": ["-c", script]}}
-    write_agent(settings.agents_dir, "default", {"tools": ["noisy__*"], "mcp": servers})
+    write_agent(settings.agents_dir, "default", {"tools": ["noisy__*"], "mcp": servers, "mcp_start_wait_s": WAIT_S})
     with capture_logs() as logs:
         async with build_gateway(settings) as gw:
             await _turn(gw, "hello")
@@ -355,7 +404,11 @@ async def http_server() -> AsyncIterator[HttpMcpServer]:
 async def test_a_streamable_http_server_is_used_by_url(
     settings: Settings, fake_llm: FakeAnthropic, http_server: HttpMcpServer
 ) -> None:
-    write_agent(settings.agents_dir, "default", {"tools": ["web__echo"], "mcp": {"web": {"url": http_server.url}}})
+    write_agent(
+        settings.agents_dir,
+        "default",
+        {"tools": ["web__echo"], "mcp": {"web": {"url": http_server.url}}, "mcp_start_wait_s": WAIT_S},
+    )
     async with build_gateway(settings) as gw:
         fake_llm.script(reply_tool("web__echo", {"text": "over http"}), reply_text("done"))
         events = await _turn(gw, "echo over http")

@@ -15,6 +15,7 @@ import pytest_asyncio
 from structlog.testing import capture_logs
 
 from agenthub import i18n
+from agenthub.agent.large_results import LargeResultStore
 from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
@@ -22,9 +23,11 @@ from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Markers, Person, redact
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.gateway.core import GatewayCore
+from agenthub.media.names import chat_folders, inbox_dir
 from agenthub.memory.files import backup_path
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import Attachment, DoneEvent, InboundMessage
+from agenthub.scheduler.jobs import Job
 from agenthub.search.index import SearchScope
 from agenthub.session.keys import SessionKey
 from tests.conftest import write_agent
@@ -187,7 +190,7 @@ async def test_forget_in_a_group_redacts_only_the_sender_and_keeps_everyone_else
     assert not any(s in json.dumps(audits[0], ensure_ascii=False) for s in ["alice", *FACTS])
 
     await say(gw, "bob", "still here?")  # the redacted history still makes a valid request
-    index_hits = await gw.search.search("default", ["jersey"], SearchScope(session=None), 5)
+    index_hits = await gw.search.search("default", ["jersey"], SearchScope(None, agent_scoped=lambda _: True), 5)
     assert index_hits  # the index still answers, with Bob's own words
     request = fake_llm.message_requests()[-1].body
     assert not any(fact in json.dumps(request, ensure_ascii=False) for fact in FACTS)
@@ -386,3 +389,33 @@ async def test_their_words_quoted_in_another_members_message_and_repeated_in_its
     bob, answer = (await gw.history.load(GROUP))[2:4]
     assert bob["sender_id"] == "bob" and bob["content"] == f"> {marker}\n\nwhat does that mean?"
     assert str(answer["content"]).startswith(f"{marker}\nBob, the answer is yes.")
+
+
+def _job(creator: str, chat: str, number: int) -> Job:
+    at = 2_000_000_000.0 + number  # far ahead of the manual clock: none fires during the test
+    return Job(f"j{number}", "default", "wecom", chat, "Asia/Shanghai", 0.0, created_by=creator, at=at, text="hi")
+
+
+async def test_forget_everywhere_removes_their_private_chats_folders_and_every_job_they_created(
+    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+) -> None:
+    gw, _ = team
+    await say(gw, "alice", ALICE_SAYS[0], chat="alice-dm")
+    await say(gw, "alice", ALICE_SAYS[1])
+    await say(gw, "bob", BOB_SAYS[0])
+    workspace = gw.settings.workspace_dir / "default"
+    dm, group = SessionKey("default", "wecom", "alice-dm"), GROUP
+    for key in (dm, group):  # a file each chat sent and a large tool result each chat got
+        inbox_dir(workspace, key).mkdir(parents=True)
+        (inbox_dir(workspace, key) / "note.txt").write_text(f"{key.chat_id} 4417-ZEBRA", encoding="utf-8")
+        await LargeResultStore(workspace, 10, key=key).keep("srv__x", f"{key.chat_id} 4417-ZEBRA " * 5)
+    scheduler = gw.scheduler
+    assert scheduler is not None
+    for number, (creator, chat) in enumerate([("alice", "alice-dm"), ("alice", "team"), ("bob", "team")]):
+        await scheduler.add(_job(creator, chat, number))
+    await gateway_forgetter(gw).forget_everywhere([gw.agents.get("default")], Person("wecom", "alice"), actor="t")
+    assert not any(folder.exists() for folder in chat_folders(workspace, dm))
+    assert all(folder.exists() for folder in chat_folders(workspace, group))  # a group's files are everyone's
+    assert [(j.created_by, j.chat_id) for j in scheduler.for_agent("default")] == [("bob", "team")]
+    stored = json.loads((gw.settings.data_dir / "default" / "jobs.json").read_text(encoding="utf-8"))
+    assert [j["created_by"] for j in stored["jobs"]] == ["bob"]

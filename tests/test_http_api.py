@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from agenthub.agent.large_results import LargeResultStore
 from agenthub.config import Settings
 from agenthub.media.names import inbox_dir
 from agenthub.messages import InboundMessage
@@ -194,9 +195,13 @@ async def test_delete_leaves_nothing_of_the_sessions_text(chat_scoped: None, api
     inbox = inbox_dir(gateway.settings.workspace_dir / agent, key)  # a file the chat sent
     inbox.mkdir(parents=True)
     (inbox / "合同.txt").write_text("机密合同")
+    workspace = gateway.settings.workspace_dir / agent
+    await LargeResultStore(workspace, 10, key=key).keep("srv__x", "机密的大结果" * 10)  # a tool result it got
+    await LargeResultStore(workspace, 10, key=session_key(agent, "http", "kept")).keep("srv__x", "别的会话" * 10)
     status, _ = await api.call("DELETE", f"/api/agents/{agent}/sessions/gone")
     assert status == 204
     assert not inbox.exists()
+    assert [p.parent.name for p in (workspace / "large_tool_results").rglob("*.txt")] == ["http_kept"]
     data = api.gateway.settings.data_dir
     left = [p for p in data.rglob("*") if p.is_file() and "机密" in p.read_text(errors="replace")]
     assert left == []

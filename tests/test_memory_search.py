@@ -162,11 +162,11 @@ async def test_an_agent_scoped_agent_searches_all_its_sessions_and_memory_but_ne
     settings: Settings, fake_llm: FakeAnthropic
 ) -> None:
     write_agent(settings.agents_dir, "other")
-    async with build_gateway(settings) as gw:
-        await gw.history.append(SessionKey("default", "wecom", "g1"), _user("会议室叫夜莺厅"))
-        await gw.history.append(SessionKey("default", "wecom", "g2"), _user("夜莺"), _user("我最喜欢的鸟是夜莺"))
-        await gw.history.append(SessionKey("default", "wecom", "g3"), _user("鸟"), _user("夜"), _user("好"))
-        await gw.history.append(SessionKey("other", "wecom", "g1"), _user("另一个助手的夜莺秘密"))
+    async with build_gateway(settings) as gw:  # scope "auto": CLI and HTTP chats are agent-scoped
+        await gw.history.append(SessionKey("default", "http", "g1"), _user("会议室叫夜莺厅"))
+        await gw.history.append(SessionKey("default", "cli", "g2"), _user("夜莺"), _user("我最喜欢的鸟是夜莺"))
+        await gw.history.append(SessionKey("default", "http", "g3"), _user("鸟"), _user("夜"), _user("好"))
+        await gw.history.append(SessionKey("other", "http", "g1"), _user("另一个助手的夜莺秘密"))
         memory = gw.settings.data_dir / "default" / "memory" / "MEMORY.md"
         memory.parent.mkdir(parents=True, exist_ok=True)
         memory.write_text("- 用户的猫叫夜莺\n", encoding="utf-8")
@@ -175,12 +175,32 @@ async def test_an_agent_scoped_agent_searches_all_its_sessions_and_memory_but_ne
         )
     # 1- and 2-character terms, also a whole message and the very end of one
     assert text.startswith('4 matches for "夜莺"'), text
-    g2_lines = [line for line in text.splitlines() if "[session wecom:g2] user" in line]
+    g2_lines = [line for line in text.splitlines() if "[session cli:g2] user" in line]
     assert sorted(line.rsplit(": ", 1)[1] for line in g2_lines) == ["夜莺", "我最喜欢的鸟是夜莺"]
     assert bird.startswith('2 matches for "鸟"') and night.startswith('5 matches for "夜"'), (bird, night)
-    assert "[session wecom:g1] user" in text and "会议室叫夜莺厅" in text
+    assert "[session http:g1] user" in text and "会议室叫夜莺厅" in text
     assert "[agent memory] memory" in text and "用户的猫叫夜莺" in text
     assert "另一个助手" not in text
+
+
+async def test_an_agent_scoped_chat_never_finds_the_text_of_a_chat_scoped_chat_of_the_same_agent(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    write_agent(settings.agents_dir, "all-chat", {"memory": {"scope": "chat"}})
+    async with build_gateway(settings) as gw:  # "auto": WeCom/Feishu chats are chat-scoped, HTTP/CLI agent-scoped
+        await gw.history.append(SessionKey("default", "wecom", "alice-private"), _user("我的银行卡密码是夜莺1234"))
+        await gw.history.append(SessionKey("default", "feishu", "ou_carol"), _user("飞书里的夜莺口令"))
+        await gw.history.append(SessionKey("default", "cli", "desk"), _user("控制台记下的夜莺笔记"))
+        await gw.history.append(SessionKey("all-chat", "http", "other-visitor"), _user("另一位访客的夜莺"))
+        ((http, _),) = await _search(gw, fake_llm, {"query": "夜莺"}, channel="http", chat="web-visitor", sender="bob")
+        ((wecom, _),) = await _search(gw, fake_llm, {"query": "夜莺"}, channel="wecom", chat="bob-private")
+        ((scoped_http, _),) = await _search(
+            gw, fake_llm, {"query": "夜莺"}, channel="http", chat="visitor", agent="all-chat"
+        )
+    assert http.startswith('1 match for "夜莺"') and "[session cli:desk] user" in http, http
+    assert "银行卡" not in http and "飞书" not in http
+    assert wecom == 'no matches for "夜莺"'
+    assert scoped_http == 'no matches for "夜莺"'  # scope "chat": even an HTTP chat sees only itself
 
 
 async def test_a_memory_file_written_between_searches_is_found_in_its_new_version(
@@ -233,11 +253,11 @@ async def test_bad_input_is_a_clear_error_to_the_model(gateway: GatewayCore, fak
 async def test_compaction_keeps_archived_text_findable_exactly_once(
     gateway: GatewayCore, fake_llm: FakeAnthropic
 ) -> None:
-    key = SessionKey("default", "wecom", "long")
+    key = SessionKey("default", "http", "long")
     messages = [_user(PLANTED, PLANTED_AT), *(_user(f"第{i}条普通消息 plain {i}") for i in range(14))]
     await gateway.history.append(key, *messages)
     ((before, _),) = await _search(gateway, fake_llm, {"query": "夜莺"})  # the index is open and current
-    assert "[session wecom:long] user" in before
+    assert "[session http:long] user" in before
     kept = await gateway.history.load(key)
     summary = {"role": "system", "content": "[历史摘要] 用户说过暗号"}
     await gateway.history.replace(key, [summary, *kept[-10:]])
@@ -245,10 +265,10 @@ async def test_compaction_keeps_archived_text_findable_exactly_once(
         gateway, fake_llm, {"query": "夜莺", "limit": 20}, {"query": "plain", "limit": 20}, {"query": "历史摘要"}
     )
     assert text.startswith('1 match for "夜莺"'), text
-    assert "[session wecom:long, archived] user " + _iso(PLANTED_AT) in text
+    assert "[session http:long, archived] user " + _iso(PLANTED_AT) in text
     assert recent.startswith('14 matches for "plain"')
     assert recent.count(", archived]") == 4
-    assert "[session wecom:long] system" in summarised
+    assert "[session http:long] system" in summarised
     layout = AgentLayout(gateway.settings.data_dir, "default")
     rows = _index_rows(gateway.settings, "default", key)
     assert len(rows) == 16  # 15 messages (5 archived + 10 kept) and the summary, each once
@@ -276,7 +296,7 @@ async def test_the_index_survives_a_restart_and_catches_up_with_files_changed_wh
     settings: Settings, fake_llm: FakeAnthropic
 ) -> None:
     grown, rewritten, removed, untouched = (
-        SessionKey("default", "wecom", c) for c in ("grown", "rewritten", "gone", "same")
+        SessionKey("default", "http", c) for c in ("grown", "rewritten", "gone", "same")
     )
     async with build_gateway(settings) as gw:
         for key in (grown, rewritten, removed, untouched):
@@ -288,7 +308,7 @@ async def test_the_index_survives_a_restart_and_catches_up_with_files_changed_wh
     jsonl.append_records(layout.history_file(grown), [_user("后来补上的夜莺 appended-later")], fsync=False)
     jsonl.replace_records(layout.history_file(rewritten), [_user("重写后的孔雀 rewritten-text")], fsync=False)
     layout.history_file(removed).unlink()
-    fresh = SessionKey("default", "wecom", "fresh")
+    fresh = SessionKey("default", "http", "fresh")
     jsonl.append_records(layout.history_file(fresh), [_user("全新的会话 brand-new")], fsync=False)
 
     async with build_gateway(settings) as gw:
@@ -304,12 +324,12 @@ async def test_the_index_survives_a_restart_and_catches_up_with_files_changed_wh
             {"query": "first", "limit": 10},
         )
     texts = [t for t, _ in results]
-    assert "[session wecom:grown] user" in texts[0]
+    assert "[session http:grown] user" in texts[0]
     assert texts[1] == 'no matches for "first-rewritten"'
-    assert "[session wecom:rewritten] user" in texts[2]
+    assert "[session http:rewritten] user" in texts[2]
     assert texts[3] == 'no matches for "first-gone"'
-    assert "[session wecom:fresh] user" in texts[4]
-    assert "[session wecom:same] user" in texts[5]
+    assert "[session http:fresh] user" in texts[4]
+    assert "[session http:same] user" in texts[5]
     assert texts[6].startswith('2 matches for "first"')  # grown and same, each once
     assert _index_rows(settings, "default", untouched) == before  # an unchanged file is not indexed again
 
@@ -317,13 +337,13 @@ async def test_the_index_survives_a_restart_and_catches_up_with_files_changed_wh
 async def test_many_writers_at_the_same_moment_are_all_indexed_once(
     gateway: GatewayCore, fake_llm: FakeAnthropic
 ) -> None:
-    shared = SessionKey("default", "wecom", "busy")
+    shared = SessionKey("default", "http", "busy")
     await gateway.history.append(shared, *(_user(f"旧消息 old-{i}") for i in range(30)))
     start = asyncio.Event()
 
     async def write(i: int) -> None:
         await start.wait()
-        await gateway.history.append(SessionKey("default", "wecom", f"w{i}"), _user(f"并发写入 writer-{i}"))
+        await gateway.history.append(SessionKey("default", "http", f"w{i}"), _user(f"并发写入 writer-{i}"))
         await gateway.history.append(shared, _user(f"共享会话 shared-{i}"))
 
     async def compact() -> None:
@@ -347,11 +367,11 @@ async def test_many_writers_at_the_same_moment_are_all_indexed_once(
     texts = sorted(t for _, t in rows)
     assert texts == sorted([f"旧消息 old-{i}" for i in range(30)] + [f"共享会话 shared-{i}" for i in range(40)])
     for i in range(40):
-        assert len(_index_rows(gateway.settings, "default", SessionKey("default", "wecom", f"w{i}"))) == 1
+        assert len(_index_rows(gateway.settings, "default", SessionKey("default", "http", f"w{i}"))) == 1
 
 
 async def test_a_broken_index_file_is_rebuilt_from_the_histories(settings: Settings, fake_llm: FakeAnthropic) -> None:
-    key = SessionKey("default", "wecom", "kept")
+    key = SessionKey("default", "http", "kept")
     async with build_gateway(settings) as gw:
         await gw.history.append(key, _user(PLANTED))
         assert (await _search(gw, fake_llm, {"query": "夜莺"}))[0][0].startswith("1 match")
@@ -361,7 +381,7 @@ async def test_a_broken_index_file_is_rebuilt_from_the_histories(settings: Setti
     path.write_bytes(b"this is not a database" * 100)
     async with build_gateway(settings) as gw:
         ((text, is_error),) = await _search(gw, fake_llm, {"query": "夜莺"})
-    assert not is_error and text.startswith('1 match for "夜莺"') and "[session wecom:kept]" in text
+    assert not is_error and text.startswith('1 match for "夜莺"') and "[session http:kept]" in text
 
 
 async def test_turns_of_many_chats_answered_at_the_same_moment_are_all_found(
@@ -370,7 +390,7 @@ async def test_turns_of_many_chats_answered_at_the_same_moment_are_all_found(
     fake_llm.first_byte_delay_s = 0.3  # every answer is held, then they all land together
     fake_llm.responder = lambda body: reply_text("回执 receipt-" + re.findall(r"sent-(\d+)", last_user_text(body))[0])
     handles = [
-        await gateway.submit(InboundMessage("wecom", f"room{i}", f"u{i}", f"同时发送 sent-{i}")) for i in range(20)
+        await gateway.submit(InboundMessage("http", f"room{i}", f"u{i}", f"同时发送 sent-{i}")) for i in range(20)
     ]
     await fake_llm.wait_for_requests(20)
     for handle in handles:
@@ -382,14 +402,14 @@ async def test_turns_of_many_chats_answered_at_the_same_moment_are_all_found(
     )
     assert sent.startswith('20 matches for "sent"') and receipts.startswith('20 matches for "receipt"')
     for i in range(20):
-        rows = _index_rows(gateway.settings, "default", SessionKey("default", "wecom", f"room{i}"))
+        rows = _index_rows(gateway.settings, "default", SessionKey("default", "http", f"room{i}"))
         assert [t for _, t in rows] == [f"同时发送 sent-{i}", f"回执 receipt-{i}"]
 
 
 async def test_a_message_left_in_both_archive_and_history_by_a_crash_is_one_hit(
     gateway: GatewayCore, fake_llm: FakeAnthropic
 ) -> None:
-    key = SessionKey("default", "wecom", "crashed")
+    key = SessionKey("default", "http", "crashed")
     layout = AgentLayout(gateway.settings.data_dir, "default")
     planted = _user(PLANTED, PLANTED_AT)
     # archive-then-replace cut twice between the two steps: the message is archived twice and still in the history
@@ -425,7 +445,7 @@ async def test_history_observers_hear_each_write_after_it_landed_and_cannot_fail
 async def test_hits_are_listed_newest_first(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
     day = 86_400_000
     for chat, ts in (("middle", PLANTED_AT), ("newest", PLANTED_AT + day), ("oldest", PLANTED_AT - day)):
-        await gateway.history.append(SessionKey("default", "wecom", chat), _user(f"{chat} 的夜莺", ts))
+        await gateway.history.append(SessionKey("default", "http", chat), _user(f"{chat} 的夜莺", ts))
     ((text, _),) = await _search(gateway, fake_llm, {"query": "夜莺"})
-    chats = [line.split("wecom:")[1].split("]")[0] for line in text.splitlines()[1:]]
+    chats = [line.split("http:")[1].split("]")[0] for line in text.splitlines()[1:]]
     assert chats == ["newest", "middle", "oldest"]

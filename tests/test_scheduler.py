@@ -141,6 +141,29 @@ async def test_restart_catch_up_runs_a_missed_job_once_and_skips_a_stale_one(
         assert stored["jobs"][0]["next_due"] == shanghai(2026, 12, 2, 8, 30)
 
 
+async def test_restart_catch_up_runs_the_latest_missed_run_of_a_recurring_job_once_and_skips_the_older_ones(
+    settings: Settings, clock: ManualClock, fake_llm: FakeAnthropic
+) -> None:
+    async with build_gateway(settings, clock=clock) as gw:
+        await _create(gw, fake_llm, {"action": "create", "cron": "0 9 * * *", "text": "daily nine"})
+        await _create(gw, fake_llm, {"action": "create", "cron": "*/2 * * * *", "text": "every two"})
+    clock.advance(shanghai(2026, 12, 3, 9, 5) - clock())  # down two days; today's 09:00 only 5 minutes late
+    channel = RecordingChannel()
+    with capture_logs() as logs:
+        async with build_gateway(settings, clock=clock) as gw:
+            await start_scheduler(gw, [channel])
+            scheduler = _scheduler(gw)
+            await channel.wait_for(2)
+            await stop_scheduler(gw)
+    assert sorted(channel.texts()) == ["daily nine", "every two"]  # each once, however many runs were missed
+    assert (scheduler.fired, scheduler.skipped) == (2, 2)
+    fired = sorted(e["due"] for e in logs if e["event"] == "job_fired")
+    assert fired == [shanghai(2026, 12, 3, 9, 0), shanghai(2026, 12, 3, 9, 4)]  # the latest at or before now
+    stored = json.loads((settings.data_dir / "default" / "jobs.json").read_text(encoding="utf-8"))
+    assert {e["job_id"] for e in logs if e["event"] == "job_missed"} == {j["id"] for j in stored["jobs"]}
+    assert sorted(j["next_due"] for j in stored["jobs"]) == [shanghai(2026, 12, 3, 9, 6), shanghai(2026, 12, 4, 9)]
+
+
 async def test_a_run_is_recorded_before_it_is_sent_so_a_crash_skips_rather_than_repeats(
     settings: Settings, clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
@@ -436,3 +459,18 @@ async def test_update_changes_every_field_and_refuses_an_empty_one(
     assert not is_error
     is_error, text = await _tool_call(gw, fake_llm, {"action": "update", "job_id": job_id, "timezone": "Asia/Tokyo"})
     assert is_error and "in the past" in text and job().timezone == "Asia/Shanghai"
+
+
+async def test_a_job_made_where_no_scheduler_runs_says_it_fires_only_while_the_daemon_runs(
+    settings: Settings, clock: ManualClock, fake_llm: FakeAnthropic
+) -> None:
+    async with build_gateway(settings, clock=clock) as gw:  # a stand-alone `agenthub chat`: nothing fires jobs
+        alone = await _create(gw, fake_llm, {"action": "create", "cron": "0 9 * * *", "text": "daily"})
+        await start_scheduler(gw, [RecordingChannel()])  # what `agenthub serve` does once its channels run
+        served = await _create(gw, fake_llm, {"action": "create", "cron": "0 10 * * *", "text": "daily too"})
+        job_id = served.split()[2].rstrip(";")
+        updated = await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "text": "changed"})
+        await stop_scheduler(gw)
+    assert alone.startswith("created job ") and "only while `agenthub serve` runs" in alone
+    assert served.startswith("created job ") and "agenthub serve" not in served
+    assert updated.startswith("updated job ") and "agenthub serve" not in updated

@@ -73,6 +73,7 @@ class AgentConfig(BaseModel):
     """The language of the texts the product writes in this agent's chats; unset: the channel's locale."""
     mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
     mcp_call_timeout_s: float = Field(60.0, gt=0, description="bound of one MCP tool call")
+    mcp_start_wait_s: float = Field(5.0, ge=0, description="how long a turn waits for a server's first start")
 
     @field_validator("mcp")
     @classmethod

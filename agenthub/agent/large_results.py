@@ -8,23 +8,27 @@ from pathlib import Path
 
 import structlog
 
+from agenthub.media.names import LARGE_RESULTS, chat_dir_name
+from agenthub.session.keys import SessionKey
 from agenthub.storage.atomic import atomic_write_text
 
 log = structlog.get_logger(__name__)
 
-DIRECTORY = "large_tool_results"
+DIRECTORY = LARGE_RESULTS
 PREVIEW_CHARS = 2000
 NEVER_MOVED = frozenset({"read_file", "memory_search"})
 """Their results are already pages of stored text: moving them would only send the model round in a loop."""
 
 
 class LargeResultStore:
-    """Moves a tool result over `threshold_chars` to `<workspace>/large_tool_results/<sha256>.txt` (one file per
-    distinct text) and returns what the conversation keeps instead: the path, then the first and last
-    `PREVIEW_CHARS` characters. `read_file` with `offset`/`limit` reads the file back in pages."""
+    """Moves a tool result over `threshold_chars` to `<workspace>/large_tool_results/<chat>/<sha256>.txt` (one file
+    per distinct text of a chat, which only that chat's tools can read) and returns what the conversation keeps
+    instead: the path, then the first and last `PREVIEW_CHARS` characters. `read_file` with `offset`/`limit` reads
+    the file back in pages."""
 
-    def __init__(self, workspace: Path, threshold_chars: int, *, readable: bool = True) -> None:
+    def __init__(self, workspace: Path, threshold_chars: int, *, key: SessionKey, readable: bool = True) -> None:
         self.workspace = workspace
+        self.chat = chat_dir_name(key)
         self.threshold_chars = threshold_chars
         self.readable = readable
         """Whether the agent has `read_file`; the preview says how to read the rest, or that it cannot."""
@@ -36,7 +40,7 @@ class LargeResultStore:
         """`output` itself when it is small enough (or from a tool whose results never move), else the preview."""
         if not self.should_move(tool, output):
             return output
-        relative = f"{DIRECTORY}/{hashlib.sha256(output.encode('utf-8')).hexdigest()}.txt"
+        relative = f"{DIRECTORY}/{self.chat}/{hashlib.sha256(output.encode('utf-8')).hexdigest()}.txt"
         await asyncio.to_thread(_store, self.workspace / relative, output)
         log.info("tool_result_moved", tool=tool, chars=len(output), path=relative)
         return preview(output, relative, readable=self.readable)

@@ -8,6 +8,7 @@ offered, and a server no entry reaches is not started. The SDK is imported only 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -28,8 +29,9 @@ class McpHub:
     """The MCP servers of every agent, for the gateway's lifetime.
 
     `sync` launches the servers the agents' whitelists reach and retires those of agents that are gone;
-    `tools_for` does the same for one agent (retiring servers whose declaration changed), waits for each one's
-    first start attempt, and returns the whitelisted tools in a stable order (servers by name, tools as listed).
+    `tools_for` does the same for one agent (retiring servers whose declaration changed), waits a few seconds
+    for each one's first start attempt, and returns the whitelisted tools in a stable order (servers by name, tools
+    as listed).
     """
 
     def __init__(self, *, backoff: RestartBackoff | None = None) -> None:
@@ -52,8 +54,12 @@ class McpHub:
         return self._servers.get((agent, name))
 
     async def tools_for(self, agent: AgentDefinition) -> list[Tool]:
+        """The agent's tools after waiting at most `mcp_start_wait_s` for the first start of its servers: a server
+        still starting then adds its tools to a later turn (the list grows once, then stays byte-stable)."""
         servers = self._ensure(agent)
-        await asyncio.gather(*(s.wait_first_attempt() for s in servers))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(agent.config.mcp_start_wait_s):
+                await asyncio.gather(*(s.wait_first_attempt() for s in servers))
         return self.cached_tools(agent)
 
     def cached_tools(self, agent: AgentDefinition) -> list[Tool]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agenthub.agent.definition import AgentDefinition
-from agenthub.media.names import chat_dir_name, in_another_chats_inbox
+from agenthub.media.names import another_chats_folder, chat_dir_name
 from agenthub.memory.files import MemoryFiles, read_text
 from agenthub.scheduler import tool as cron_tool
 from agenthub.scheduler.jobs import JobError
@@ -118,8 +118,9 @@ def _resolve_allowed(raw: str, ctx: ToolContext) -> Path:
     path = (candidate if candidate.is_absolute() else ctx.workspace / candidate).resolve()
     if not any(path == root or path.is_relative_to(root) for root in _allowed_roots(ctx)):
         raise ToolError(f"{raw} is outside this agent's workspace and system_allowed_paths")
-    if in_another_chats_inbox(path, ctx.workspace, ctx.key):
-        raise ToolError(f"{raw} is another chat's inbox; this chat's files are in inbox/{chat_dir_name(ctx.key)}")
+    folder = another_chats_folder(path, ctx.workspace, ctx.key)
+    if folder is not None:
+        raise ToolError(f"{raw} is another chat's {folder}; this chat's files are in {folder}/{chat_dir_name(ctx.key)}")
     return path
 
 

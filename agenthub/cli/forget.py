@@ -19,11 +19,14 @@ from agenthub.agent.definition import AgentDefinition, load_agents
 from agenthub.config import Settings, load_settings
 from agenthub.datalock import DataDirLock, DataDirLocked, holder_address, is_locked
 from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError, StorageError
+from agenthub.forget.command import jobs_hook
 from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging
 from agenthub.memory.files import MemoryFiles
+from agenthub.scheduler.core import Scheduler
+from agenthub.scheduler.store import JobStore
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import validate_agent_name, validate_part
 
@@ -103,6 +106,7 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
             settings,
             SessionHistory(settings.data_dir, fsync=settings.session.fsync),
             MemoryFiles(settings.data_dir, settings.auth_dir),
+            jobs=jobs_hook(Scheduler(settings.scheduler, JobStore(settings.data_dir, durable=settings.session.fsync))),
         )
         report = await forgetter.forget_everywhere(agents, person, actor=f"cli:{_os_user()}")
         return report.as_dict()

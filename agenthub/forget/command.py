@@ -8,12 +8,13 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from agenthub.forget.redact import Person
-from agenthub.forget.service import Forgetter, no_memory_writers
+from agenthub.forget.service import Forgetter, JobsHook, no_memory_writers
 from agenthub.gateway.commands import CommandContext
 from agenthub.session.keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
+    from agenthub.scheduler.core import Scheduler
 
 
 @asynccontextmanager
@@ -37,7 +38,17 @@ def gateway_forgetter(gateway: GatewayCore) -> Forgetter:
         guard=functools.partial(held, gateway),
         index=gateway.search.purge,  # the live index re-reads the redacted files (its file stays open)
         exclusive=layer.processor.forgetting if layer is not None else no_memory_writers,
+        jobs=None if gateway.scheduler is None else jobs_hook(gateway.scheduler),
     )
+
+
+def jobs_hook(scheduler: Scheduler) -> JobsHook:
+    """Forget drops the jobs the person created, through the scheduler that holds them."""
+
+    async def drop(agent: str, person: Person, key: SessionKey | None) -> int:
+        return await scheduler.delete_created_by(agent, person.channel, person.sender_id, key)
+
+    return drop
 
 
 class ForgetCommand:

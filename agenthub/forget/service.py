@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -22,7 +22,7 @@ from agenthub.forget.index import IndexHook, drop_derived_index
 from agenthub.forget.redact import Markers, Person, involves, other_senders, redact, scrub_quotes, their_texts
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.media.inbox import stored_media_paths
-from agenthub.media.names import inbox_dir, relative_to_workspace
+from agenthub.media.names import chat_folders, inbox_dir, relative_to_workspace, remove_chat_folder
 from agenthub.memory.files import MemoryFiles, backup_path, read_text, write_text
 from agenthub.session.history import SessionHistory
 from agenthub.session.keys import SessionKey, key_from_file_stem
@@ -40,6 +40,8 @@ SessionGuard = Callable[[SessionKey], AbstractAsyncContextManager[None]]
 MemoryExclusion = Callable[[Sequence[str]], AbstractAsyncContextManager[None]]
 """Held for a whole forget, with the names of the agents it covers (inside the daemon: no memory rewrite from
 material read before the forget ended is written, `MemoryProcessor.forgetting`)."""
+JobsHook = Callable[[str, Person, SessionKey | None], Awaitable[int]]
+"""(agent, person, the chat or None for every chat) → how many of the jobs the person created were dropped."""
 
 
 @contextlib.asynccontextmanager
@@ -91,12 +93,15 @@ class Forgetter:
         guard: SessionGuard = unguarded,
         index: IndexHook | None = None,
         exclusive: MemoryExclusion = no_memory_writers,
+        jobs: JobsHook | None = None,
     ) -> None:
         self.settings = settings
         self.history = history
         self.files = memory_files
         self.guard = guard
         self.exclusive = exclusive
+        self.jobs = jobs
+        """Drops the jobs the person created (with an agent, in one chat or everywhere); None: no scheduler."""
         self.index: IndexHook = index or functools.partial(drop_derived_index, settings.data_dir)
 
     async def forget_in_chat(self, agent: AgentDefinition, key: SessionKey, person: Person) -> ForgetReport:
@@ -107,6 +112,7 @@ class Forgetter:
             outcomes = [outcome] if outcome is not None else []
             await self._forget_memory(agent, person, outcomes, report)
             await self._scrub_shared_profile([t for o in outcomes for t in o.texts], report)
+        await self._forget_jobs(agent, person, key)
         audit("chat", person, "self", [agent.name], report)
         return report
 
@@ -127,6 +133,7 @@ class Forgetter:
                 if outcome is not None:
                     outcomes.append(outcome)
             await self._forget_memory(agent, person, outcomes, report)
+            await self._forget_jobs(agent, person, None)
             texts += [t for o in outcomes for t in o.texts]
         await self._scrub_shared_profile(texts, report)
         if person.channel == CLI_CHANNEL:  # the terminal's line history holds every line typed at the prompt
@@ -197,12 +204,18 @@ class Forgetter:
         matcher = QuoteMatcher(t for o in outcomes for t in o.texts)
         for outcome in outcomes:
             path = chat_memory_path(self.files, agent, outcome.key)
-            if outcome.private:
+            if outcome.private:  # with the files the chat sent and the large tool results it got
                 report.memory_files += await self._delete(path)
+                for folder in chat_folders(self.settings.workspace_dir / agent.name, outcome.key):
+                    await asyncio.to_thread(remove_chat_folder, folder)
             else:
                 report.memory_lines += await self._scrub(_with_backup(path), matcher)
         report.memory_lines += await self._scrub(_with_backup(self.files.memory_path(agent)), matcher)
         report.indexes += await self.index(agent.name, [o.key for o in outcomes])
+
+    async def _forget_jobs(self, agent: AgentDefinition, person: Person, key: SessionKey | None) -> None:
+        if self.jobs is not None:
+            await self.jobs(agent.name, person, key)
 
     async def _scrub_shared_profile(self, texts: list[str], report: ForgetReport) -> None:
         report.memory_lines += await self._scrub(_with_backup(shared_profile_path(self.files)), QuoteMatcher(texts))

@@ -221,7 +221,10 @@ class TurnRunner:
             max_iterations=settings.llm.max_tool_iterations,
             llm_gate=gw.llm_gate,
             large_results=LargeResultStore(
-                workspace, settings.memory.large_tool_result_chars, readable=any(t.name == "read_file" for t in tools)
+                workspace,
+                settings.memory.large_tool_result_chars,
+                key=pending.key,
+                readable=any(t.name == "read_file" for t in tools),
             ),
         )
         ctx = ToolContext(

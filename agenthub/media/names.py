@@ -1,13 +1,19 @@
-"""Where inbound media is saved (`workspace/<agent>/inbox/<chat>/`) and file names from platforms made safe."""
+"""The per-chat folders of an agent's workspace (inbound media in `inbox/<chat>/`, moved tool results in
+`large_tool_results/<chat>/`), the rule that keeps one chat out of another's, and file names made safe."""
 
 from __future__ import annotations
 
+import shutil
 import unicodedata
 from pathlib import Path, PurePosixPath
 
+from agenthub.errors import PathRefusedError
 from agenthub.session.keys import SessionKey
 
 INBOX = "inbox"
+LARGE_RESULTS = "large_tool_results"
+PER_CHAT_FOLDERS = (INBOX, LARGE_RESULTS)
+"""Workspace folders with one sub-folder per chat: a chat's tools reach only its own."""
 MAX_NAME_BYTES = 120
 """File names are cut to this many UTF-8 bytes (the extension kept), well under every file system's 255."""
 FALLBACK_NAME = "file"
@@ -62,11 +68,27 @@ def numbered(name: str, n: int) -> str:
     return f"{stem}-{n}.{ext}"
 
 
-def in_another_chats_inbox(path: Path, workspace: Path, key: SessionKey) -> bool:
-    """True when the resolved `path` lies in the agent's inbox but outside this chat's own folder (the inbox
-    itself included: its listing names every chat): one chat's files never reach another chat's tools."""
-    inbox = (workspace / INBOX).resolve()
-    if path != inbox and not path.is_relative_to(inbox):
-        return False
-    own = inbox_dir(workspace, key).resolve()
-    return path != own and not path.is_relative_to(own)
+def chat_folders(workspace: Path, key: SessionKey) -> tuple[Path, ...]:
+    """This chat's own folder under each per-chat workspace folder (what goes with the chat)."""
+    return tuple(workspace / folder / chat_dir_name(key) for folder in PER_CHAT_FOLDERS)
+
+
+def remove_chat_folder(directory: Path) -> None:
+    """Delete one chat's folder (blocking: run it in a thread); a planted link is refused, never followed."""
+    if directory.is_symlink():
+        raise PathRefusedError(f"refused a linked {directory.parent.name} directory")
+    if directory.is_dir():
+        shutil.rmtree(directory)
+
+
+def another_chats_folder(path: Path, workspace: Path, key: SessionKey) -> str | None:
+    """The per-chat folder (`inbox`, `large_tool_results`) when the resolved `path` lies in it but outside this
+    chat's own sub-folder (the folder itself included: its listing names every chat), else None: one chat's files
+    never reach another chat's tools."""
+    for folder in PER_CHAT_FOLDERS:
+        root = (workspace / folder).resolve()
+        if path != root and not path.is_relative_to(root):
+            continue
+        own = (workspace / folder / chat_dir_name(key)).resolve()
+        return None if path == own or path.is_relative_to(own) else folder
+    return None

@@ -50,6 +50,11 @@ class Scheduler:
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
+    @property
+    def running(self) -> bool:
+        """Whether due jobs fire now (started by `agenthub serve`); a stand-alone `agenthub chat` only stores them."""
+        return self._task is not None
+
     async def start(self, fire: FireFn) -> None:
         """Load the jobs and start sleeping until the first is due; overdue ones are handled at once."""
         await self.ensure_loaded()
@@ -144,6 +149,22 @@ class Scheduler:
             log.info("chat_jobs_deleted", session_key=str(key), jobs=len(doomed))
         return len(doomed)
 
+    async def delete_created_by(self, agent: str, channel: str, sender_id: str, key: SessionKey | None = None) -> int:
+        """Remove the jobs one person created with `agent` on `channel` (only in `key`'s chat when given), for
+        "forget me"; returns how many."""
+        await self.ensure_loaded()
+        doomed = [
+            j
+            for j in self.for_agent(agent)
+            if j.channel == channel and j.created_by == sender_id and (key is None or j.key == key)
+        ]
+        for job in doomed:
+            self._set(job.agent, job.id, None)
+        if doomed:
+            await self._persist(agent)
+            log.info("person_jobs_deleted", agent=agent, jobs=len(doomed))
+        return len(doomed)
+
     async def _commit(self, agent: str, job_id: str, new: Job | None, old: Job | None) -> None:
         """Make `new` (None: no job) current and durable; if the write fails, `old` is put back and it raises."""
         self._set(agent, job_id, new)
@@ -225,17 +246,30 @@ class Scheduler:
         for job in due:
             assert job.next_due is not None
             # catch-up applies to runs missed while the daemon was down; one due since start runs however late
-            on_time = job.next_due >= self._started_at or now - job.next_due <= self.config.catch_up_s
-            if on_time:
-                to_fire.append((job, job.next_due))
-            else:
+            run_at = job.next_due if job.next_due >= self._started_at else self._latest_missed(job, now)
+            on_time = run_at is not None
+            if run_at is None or run_at != job.next_due:  # the runs before the one fired are skipped
                 self.skipped += 1
                 log.warning("job_missed", agent=job.agent, job_id=job.id, due=job.next_due, late_s=now - job.next_due)
+            if run_at is not None:
+                to_fire.append((job, run_at))
             self._advance(job, now, ran=on_time)
             agents.add(job.agent)
         await asyncio.gather(*(self._persist(agent) for agent in agents))
         for job, due_at in to_fire:
             self._spawn(job, due_at)
+
+    def _latest_missed(self, job: Job, now: float) -> float | None:
+        """Of the runs missed while the daemon was down, the latest at or before `now` if it is within
+        `catch_up_s` (the only one that runs), else None."""
+        assert job.next_due is not None
+        window_start = now - self.config.catch_up_s
+        latest: float | None = job.next_due if job.next_due >= window_start else None
+        candidate = job.next_after(max(job.next_due, window_start - 1e-3)) if job.recurring else None
+        while candidate is not None and candidate <= now:
+            latest = candidate
+            candidate = job.next_after(candidate)
+        return latest
 
     def _advance(self, job: Job, now: float, *, ran: bool) -> None:
         assert job.next_due is not None

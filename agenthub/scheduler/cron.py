@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 SEARCH_YEARS = 5
+REPEAT_REACH = dt.timedelta(hours=3)
+"""Longer than any clock change (DST moves by at most 2 hours): how far from a moment a gap or repeat can matter."""
 """An expression with no match within this many years (`0 0 30 2 *`) is refused."""
 
 _MONTHS = {m: i for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun"), start=1)} | {
@@ -58,6 +60,9 @@ class CronSpec:
     weekdays: frozenset[int]  # 0 = Sunday
     any_day: bool
     any_weekday: bool
+    any_hour: bool = False
+    """The hour field is a wildcard (`*`, `*/2`): across DST it runs by the new wall clock, in a repeated hour in
+    both passes; a fixed-hour job runs once there, and just after a spring-forward gap that skipped its time."""
 
     def day_matches(self, day: dt.date) -> bool:
         in_month = day.day in self.days
@@ -76,10 +81,20 @@ class CronSpec:
         )
 
     def next_after(self, after: dt.datetime, tz: ZoneInfo) -> dt.datetime:
-        """The first matching minute strictly after `after` (aware), as an aware time in `tz`.
+        """The first run strictly after `after` (aware), as an aware time in `tz`, the way cron handles DST: a
+        fixed-hour time in a spring-forward gap runs just after the change; in a repeated (fall-back) hour a
+        fixed-hour job runs once (the first pass), a wildcard-hour job in both passes."""
+        first = self._next_first_pass(after, tz)
+        if self.any_hour:
+            second = self._next_second_pass(after, tz)
+            if second is not None and second.timestamp() < first.timestamp():
+                return second
+        return first
 
-        A wall-clock time that does not exist (a DST gap) is skipped; one that exists twice fires the first time.
-        """
+    def _next_first_pass(self, after: dt.datetime, tz: ZoneInfo) -> dt.datetime:
+        """Walking wall-clock minutes: the first match that exists (its first occurrence) after `after`; for a
+        fixed-hour job a match in a gap stands for the first minute after the gap."""
+        moment = after.timestamp()
         local = after.astimezone(tz).replace(tzinfo=None, second=0, microsecond=0) + dt.timedelta(minutes=1)
         limit = local + dt.timedelta(days=366 * SEARCH_YEARS)
         while local < limit:
@@ -88,10 +103,28 @@ class CronSpec:
                 local = moved
                 continue
             aware = _existing(local, tz)
-            if aware is not None and aware > after:
+            if aware is None and not self.any_hour:
+                aware = _after_gap(local, tz)
+            if aware is not None and aware.timestamp() > moment:
                 return aware
             local += dt.timedelta(minutes=1)
         raise CronError(f"cron {self.expression!r} never matches within {SEARCH_YEARS} years")
+
+    def _next_second_pass(self, after: dt.datetime, tz: ZoneInfo) -> dt.datetime | None:
+        """The first match after `after` in the second pass of a repeated hour, if a clock change is near (only
+        such a run can come before the first pass's next one)."""
+        if (after - REPEAT_REACH).astimezone(tz).utcoffset() == (after + REPEAT_REACH).astimezone(tz).utcoffset():
+            return None
+        moment = after.timestamp()
+        local = (after - REPEAT_REACH).astimezone(tz).replace(tzinfo=None, second=0, microsecond=0)
+        end = local + 2 * REPEAT_REACH
+        while local <= end:
+            if self.matches(local) and _existing(local, tz) is not None:  # (a gap's times have two offsets too)
+                second = local.replace(tzinfo=tz, fold=1)
+                if second.utcoffset() != local.replace(tzinfo=tz).utcoffset() and second.timestamp() > moment:
+                    return second
+            local += dt.timedelta(minutes=1)
+        return None
 
     def _skip_to_candidate(self, local: dt.datetime) -> dt.datetime | None:
         """The next wall-clock time worth checking when `local` cannot match, else None."""
@@ -117,6 +150,15 @@ def _existing(local: dt.datetime, tz: ZoneInfo) -> dt.datetime | None:
     return aware if back.replace(tzinfo=None) == local else None
 
 
+def _after_gap(local: dt.datetime, tz: ZoneInfo) -> dt.datetime | None:
+    """The first wall-clock minute after `local` (which a spring-forward gap skipped) that exists in `tz`."""
+    for minutes in range(1, int(REPEAT_REACH.total_seconds()) // 60):
+        aware = _existing(local + dt.timedelta(minutes=minutes), tz)
+        if aware is not None:
+            return aware
+    return None
+
+
 @functools.lru_cache(maxsize=1024)
 def parse_cron(expression: str) -> CronSpec:
     """Parse `m h dom mon dow` (lists, ranges, steps, names like `mon`/`jan`) or a macro such as `@daily`."""
@@ -135,6 +177,7 @@ def parse_cron(expression: str) -> CronSpec:
         weekdays=weekdays,
         any_day=parts[2].startswith("*"),
         any_weekday=parts[4].startswith("*"),
+        any_hour=parts[1].startswith("*"),
     )
 
 

@@ -11,12 +11,11 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agenthub.scheduler.cron import CronError, parse_cron
+from agenthub.scheduler.cron import CronError, CronSpec, parse_cron
 from agenthub.session.keys import SessionKey, session_key
 
 MAX_CONTENT_CHARS = 4000
-INTERVAL_SAMPLES = 12
-"""How many consecutive runs of a cron job are checked against the minimum interval."""
+MINUTES_PER_DAY = 24 * 60
 
 
 class JobError(ValueError):
@@ -146,15 +145,21 @@ def check_cron(expression: str, timezone: str, now: float, min_interval_s: float
     """Validate a cron expression in `timezone`; return its first due time after `now`."""
     try:
         spec = parse_cron(expression)
-        tz = zone(timezone)
-        moment = dt.datetime.fromtimestamp(now, dt.UTC)
-        runs = [moment := spec.next_after(moment, tz) for _ in range(INTERVAL_SAMPLES)]
+        first = spec.next_after(dt.datetime.fromtimestamp(now, dt.UTC), zone(timezone))
     except CronError as e:
         raise JobError(str(e)) from None
-    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(runs)]
-    if gaps and min(gaps) < min_interval_s:
+    if shortest_gap_s(spec) < min_interval_s:
         raise JobError(f"cron {expression!r} runs more often than every {int(min_interval_s)} seconds")
-    return runs[0].timestamp()
+    return first.timestamp()
+
+
+def shortest_gap_s(spec: CronSpec) -> float:
+    """The shortest wall-clock gap between two runs: every gap of one day's minute/hour pattern and the one across
+    midnight (as if the next day matched too: the safe side for day and weekday fields)."""
+    minutes = sorted(h * 60 + m for h in spec.hours for m in spec.minutes)
+    gaps = [b - a for a, b in itertools.pairwise(minutes)]
+    gaps.append(minutes[0] + MINUTES_PER_DAY - minutes[-1])
+    return min(gaps) * 60.0
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ async def _create(args: dict[str, Any], ctx: ToolContext, scheduler: Scheduler) 
         cred_id=ctx.cred_id,
     )
     job = await scheduler.add(build_job(JobChanges.from_args(args), base, now, scheduler.config.min_interval_s))
-    return f"created job {job.id}; {_next_text(job)}"
+    return f"created job {job.id}; {_next_text(job)}{_idle_note(scheduler)}"
 
 
 async def _update(job_id: str, args: dict[str, Any], ctx: ToolContext, scheduler: Scheduler) -> str:
@@ -79,7 +79,7 @@ async def _update(job_id: str, args: dict[str, Any], ctx: ToolContext, scheduler
         raise JobError("nothing to change: give any of 'at', 'cron', 'timezone', 'text' or 'prompt'")
     now = scheduler.clock()
     job = await scheduler.update(build_job(changes, current, now, scheduler.config.min_interval_s))
-    return f"updated job {job.id}; {_next_text(job)}"
+    return f"updated job {job.id}; {_next_text(job)}{_idle_note(scheduler)}"
 
 
 async def _delete(job_id: str, ctx: ToolContext, scheduler: Scheduler) -> str:
@@ -87,6 +87,16 @@ async def _delete(job_id: str, ctx: ToolContext, scheduler: Scheduler) -> str:
     if job is None:
         raise JobError(f"no job {job_id!r} in this chat (see action 'list')")
     return f"deleted job {job.id}"
+
+
+def _idle_note(scheduler: Scheduler) -> str:
+    """Said when nothing fires jobs here (a stand-alone `agenthub chat`), so the model does not promise a run."""
+    if scheduler.running:
+        return ""
+    return (
+        ". Note: jobs run only while `agenthub serve` runs, and it is not running here: this job fires at its time"
+        " only if the daemon is running then"
+    )
 
 
 def _next_text(job: Job) -> str:

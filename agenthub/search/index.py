@@ -9,6 +9,7 @@ whatever changed while nothing was watching. The database is derived data: delet
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
@@ -61,12 +62,23 @@ CREATE TABLE IF NOT EXISTS skipped_tool_uses(id TEXT PRIMARY KEY);
 """
 
 
+_CHANNEL = "substr(session, instr(session, ':') + 1, instr(substr(session, instr(session, ':') + 1), ':') - 1)"
+"""SQL: the channel part of a sources row's `agent:channel:chat_id` session key (agent and channel hold no ':')."""
+
+
+def _no_channel(channel: str) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class SearchScope:
-    """What one search may see: one session's rows (or all sessions' when `session` is None) and these files."""
+    """What one search may see: one session's rows (or, when `session` is None, the rows of every session whose
+    channel `agent_scoped` accepts: the chats that share the agent's memory, never a chat-scoped one) and these
+    files."""
 
     session: str | None
     memory_files: tuple[tuple[Path, str], ...] = ()  # (path, label)
+    agent_scoped: Callable[[str], bool] = field(default=_no_channel, compare=False)
 
 
 @dataclass(frozen=True)
@@ -369,23 +381,37 @@ class SearchIndex:
         return [r[0] for r in rows]
 
     def _scope_filter(self, scope: SearchScope, memory_ids: list[int]) -> tuple[list[str] | None, list[Any]]:
-        """SQL conditions on `d.source_id`: this chat's files, or every session's and only these memory files."""
+        """SQL conditions on `d.source_id`: this chat's files, or the agent-scoped sessions' files; and only these
+        memory files."""
         if scope.session is None:
-            outside = [
-                r[0]
-                for r in self.db.execute("SELECT id FROM sources WHERE kind = ?", (MEMORY,))
-                if r[0] not in memory_ids
-            ]
-            if not outside:
-                return [], []
-            return [f"d.source_id NOT IN ({','.join('?' * len(outside))})"], outside
+            return self._agent_scoped_filter(scope.agent_scoped, memory_ids)
         rows = self.db.execute(
             "SELECT id FROM sources WHERE session = ? AND kind IN (?, ?)", (scope.session, HISTORY, ARCHIVE)
         ).fetchall()
         ids = [r[0] for r in rows] + memory_ids
         if not ids:
             return None, []
-        return [f"d.source_id IN ({','.join('?' * len(ids))})"], ids
+        return ["d.source_id IN (SELECT value FROM json_each(?))"], [json.dumps(ids)]
+
+    def _agent_scoped_filter(
+        self, agent_scoped: Callable[[str], bool], memory_ids: list[int]
+    ) -> tuple[list[str] | None, list[Any]]:
+        """The sessions whose channel shares the agent's memory (decided once per channel) and these memory files;
+        no other memory file."""
+        channels = [
+            r[0] for r in self.db.execute(f"SELECT DISTINCT {_CHANNEL} FROM sources WHERE kind != ?", (MEMORY,))
+        ]
+        allowed = [c for c in channels if agent_scoped(c)]
+        if len(allowed) < len(channels):
+            condition = (
+                f"d.source_id IN (SELECT id FROM sources WHERE (kind != ? AND {_CHANNEL} IN "
+                "(SELECT value FROM json_each(?))) OR id IN (SELECT value FROM json_each(?)))"
+            )
+            return [condition], [MEMORY, json.dumps(allowed), json.dumps(memory_ids)]
+        condition = (
+            "d.source_id NOT IN (SELECT id FROM sources WHERE kind = ? AND id NOT IN (SELECT value FROM json_each(?)))"
+        )
+        return [condition], [MEMORY, json.dumps(memory_ids)]
 
     def _source_names(self, ids: set[int]) -> dict[int, tuple[str, str]]:
         if not ids:

@@ -61,8 +61,10 @@ def parse_limit(value: Any) -> int:
 
 
 def scope_for(ctx: ToolContext) -> SearchScope:
-    """The memory scope of this call: a chat-scoped agent sees only this chat (and its memory file), a per-user
-    profile only the current sender's; the memory files are whichever `MemoryFiles` gives this call."""
+    """The memory scope of this call: a chat-scoped chat sees only itself (and its memory file), an agent-scoped one
+    every agent-scoped chat of the agent but never a chat-scoped one (under `auto` a WeCom/Feishu chat stays hidden
+    from the HTTP console); a per-user profile only the current sender's; the memory files are whichever
+    `MemoryFiles` gives this call."""
     agent_memory = AgentLayout(ctx.memory.data_dir, ctx.agent.name).memory_file
     memory_file = ctx.memory.memory_path(ctx.agent, ctx.key)
     chat_scoped = memory_file != agent_memory
@@ -70,7 +72,12 @@ def scope_for(ctx: ToolContext) -> SearchScope:
     profile = ctx.memory.profile_path(ctx.agent, ctx.key, ctx.sender_id, ctx.chat_type)
     if profile is not None:  # the current sender's own profile of this chat's visibility, or the shared one
         files.append((profile, "user profile"))
-    return SearchScope(session=str(ctx.key) if chat_scoped else None, memory_files=tuple(files))
+    if chat_scoped:
+        return SearchScope(session=str(ctx.key), memory_files=tuple(files))
+    agent, memory = ctx.agent, ctx.memory
+    return SearchScope(
+        None, tuple(files), agent_scoped=lambda channel: memory.scope_for(agent, channel).memory == "agent"
+    )
 
 
 async def run_memory_search(args: dict[str, Any], ctx: ToolContext) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import shutil
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -30,7 +29,7 @@ from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
 from agenthub.llm.tokens import estimate_tokens
-from agenthub.media.names import inbox_dir
+from agenthub.media.names import chat_folders, remove_chat_folder
 from agenthub.memory.files import backup_path
 from agenthub.memory.thresholds import thresholds_for
 from agenthub.session.keys import SessionKey, validate_agent_name, validate_part
@@ -138,16 +137,9 @@ async def delete_session(request: web.Request) -> web.Response:
         if gateway.scheduler is not None:  # a reminder must not bring a deleted session back
             await gateway.scheduler.delete_chat(key)
         await gateway.search.purge(agent.name, [key])  # not even in the index file's free pages
-        await asyncio.to_thread(_remove_inbox, inbox_dir(gateway.settings.workspace_dir / agent.name, key))
+        for folder in chat_folders(gateway.settings.workspace_dir / agent.name, key):  # its inbox, large results
+            await asyncio.to_thread(remove_chat_folder, folder)
     return web.Response(status=204)
-
-
-def _remove_inbox(directory: Path) -> None:
-    """The pictures and files this chat sent (a planted link is refused, never followed)."""
-    if directory.is_symlink():
-        raise PathRefusedError("refused a linked inbox directory")
-    if directory.is_dir():
-        shutil.rmtree(directory)
 
 
 def _own_memory_files(gateway: GatewayCore, agent: AgentDefinition, key: SessionKey) -> list[Path]:
