@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import pytest_asyncio
+import structlog
+from structlog.testing import LogCapture
 
 from agenthub.app import build_gateway
 from agenthub.config import Settings
@@ -64,3 +66,15 @@ def write_agent(agents_dir: Path, name: str, config: dict[str, Any] | None = Non
     (directory / "agent.json").write_text(json.dumps(config or {}), encoding="utf-8")
     (directory / "AGENTS.md").write_text(persona or f"You are the {name} agent.", encoding="utf-8")
     return directory
+
+
+@pytest.fixture
+def log_capture() -> Iterator[LogCapture]:
+    """Capture structlog events with the turn's bound context variables merged in."""
+    capture = LogCapture()
+    old = structlog.get_config()
+    structlog.configure(processors=[structlog.contextvars.merge_contextvars, capture])
+    try:
+        yield capture
+    finally:
+        structlog.configure(**old)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from agenthub.app import build_gateway
@@ -16,6 +14,7 @@ from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.session.keys import SessionKey
 from agenthub.storage import jsonl
 from tests.fakes.anthropic import FakeAnthropic, reply_text
+from tests.helpers.gated_pool import GatedPool
 
 KEY = SessionKey("default", "cli", "direct")
 
@@ -125,41 +124,24 @@ async def test_a_hold_that_waited_for_a_turn_keeps_the_session_busy(
     assert isinstance(final, DoneEvent) and final.full_text == "after the hold"
 
 
-class _GatedExecutor(ThreadPoolExecutor):
-    """A thread pool whose `nth` history append starts (so it cannot be cancelled) and then waits for `gate`."""
+def _gated_append(loop: asyncio.AbstractEventLoop, nth: int) -> GatedPool:
+    """The `nth` history append starts (so it cannot be cancelled) and then waits for the pool's gate."""
+    seen = 0
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, nth: int) -> None:
-        super().__init__(max_workers=4)
-        self.loop, self.nth, self.seen = loop, nth, 0
-        self.gate = threading.Event()
-        self.started = asyncio.Event()
+    def chooses(func: Any, args: tuple[Any, ...]) -> bool:
+        nonlocal seen
+        if getattr(func, "__qualname__", "").endswith("SessionHistory.append.<locals>.write"):
+            seen += 1
+        return seen == nth
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        inner = (getattr(fn, "args", None) or (None,))[0]  # asyncio.to_thread submits partial(ctx.run, func)
-        if getattr(inner, "__qualname__", "").endswith("SessionHistory.append.<locals>.write"):
-            self.seen += 1
-            if self.seen == self.nth:
-                future: Future[Any] = Future()
-                future.set_running_or_notify_cancel()
-
-                def run() -> None:
-                    self.loop.call_soon_threadsafe(self.started.set)
-                    self.gate.wait(5)
-                    try:
-                        future.set_result(fn(*args, **kwargs))
-                    except BaseException as e:
-                        future.set_exception(e)
-
-                threading.Thread(target=run, daemon=True).start()
-                return future
-        return super().submit(fn, *args, **kwargs)
+    return GatedPool(loop, chooses)
 
 
 async def test_stop_during_the_reply_write_leaves_file_and_cache_agreeing(
     gateway: GatewayCore, fake_llm: FakeAnthropic
 ) -> None:
     loop = asyncio.get_running_loop()
-    executor = _GatedExecutor(loop, nth=2)  # 1: the user message, 2: the reply
+    executor = _gated_append(loop, nth=2)  # 1: the user message, 2: the reply
     loop.set_default_executor(executor)
     fake_llm.script(reply_text("the reply"))
     handle = await gateway.submit(_msg("hello"))

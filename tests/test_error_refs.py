@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
-import pytest
-import structlog
 from structlog.testing import LogCapture
 
 from agenthub.app import build_gateway
@@ -16,17 +13,6 @@ from agenthub.session.keys import SessionKey
 
 KEY = SessionKey("default", "cli", "direct")
 REF = re.compile(r"\(ref ([^)]+)\)")
-
-
-@pytest.fixture
-def log_capture() -> Iterator[LogCapture]:
-    capture = LogCapture()
-    old = structlog.get_config()
-    structlog.configure(processors=[structlog.contextvars.merge_contextvars, capture])
-    try:
-        yield capture
-    finally:
-        structlog.configure(**old)
 
 
 async def _failing_turn_ref(settings: Settings, message_id: str = "") -> str:

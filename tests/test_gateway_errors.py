@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import structlog
 from structlog.testing import LogCapture
 
 from agenthub import i18n
@@ -51,18 +50,6 @@ async def _next_turn_works(gw: GatewayCore, fake: FakeAnthropic) -> None:
     fake.script(reply_text("back to normal"))
     final = await (await gw.submit(_msg("again"))).result()
     assert isinstance(final, DoneEvent) and final.full_text == "back to normal"
-
-
-@pytest.fixture
-def log_capture() -> Iterator[LogCapture]:
-    """Capture structlog events with the turn's bound context variables merged in."""
-    capture = LogCapture()
-    old = structlog.get_config()
-    structlog.configure(processors=[structlog.contextvars.merge_contextvars, capture])
-    try:
-        yield capture
-    finally:
-        structlog.configure(**old)
 
 
 @pytest.mark.parametrize("failure", [rate_limited(retry_after_ms=1), overloaded(), server_error(500)])

@@ -6,12 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 import pytest_asyncio
-import structlog
 from structlog.testing import LogCapture
 
 from agenthub.config import Settings
@@ -24,17 +23,6 @@ LIVENESS_S = 20.0
 """An upper bound for "eventually" (a server that never closes fails instead of hanging), never a speed measure."""
 HALF_HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: "
 CAP = 20
-
-
-@pytest.fixture
-def log_capture() -> Iterator[LogCapture]:
-    capture = LogCapture()
-    old = structlog.get_config()
-    structlog.configure(processors=[structlog.contextvars.merge_contextvars, capture])
-    try:
-        yield capture
-    finally:
-        structlog.configure(**old)
 
 
 @pytest_asyncio.fixture

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from agenthub.memory.wiring import L3_TIMER
 from agenthub.session.keys import session_key
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.helpers.gated_pool import GatedPool
 from tests.test_memory_support import is_l3_request, is_summary_request, msg, seed, system_text
 
 CHATS = 16
@@ -230,35 +229,13 @@ async def test_a_flush_whose_file_an_l3_run_replaced_meanwhile_merges_again(
         assert memory_file.read_text(encoding="utf-8") == rewritten + "\n- flushed: project X\n"
 
 
-class _HeldReplace(ThreadPoolExecutor):
-    """A thread pool whose first atomic replace of `path` starts (a thread cannot be cancelled) and then waits
-    for `gate`: a slow disk under a writer that is cancelled meanwhile."""
+def _held_replace(loop: asyncio.AbstractEventLoop, path: Path) -> GatedPool:
+    """The first atomic replace of `path` starts and then waits for the pool's gate."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, path: Path) -> None:
-        super().__init__(max_workers=4)
-        self.loop, self.path, self.held = loop, path, False
-        self.gate = threading.Event()
-        self.started = asyncio.Event()
+    def chooses(func: Any, args: tuple[Any, ...]) -> bool:
+        return getattr(func, "__name__", "") == "atomic_write_text" and args[:1] == (path,)
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        call = getattr(fn, "args", None) or (None, None)  # asyncio.to_thread submits partial(ctx.run, func, ...)
-        is_replace = getattr(call[0], "__name__", "") == "atomic_write_text" and call[1:2] == (self.path,)
-        if not is_replace or self.held:
-            return super().submit(fn, *args, **kwargs)
-        self.held = True
-        future: Future[Any] = Future()
-        future.set_running_or_notify_cancel()
-
-        def run() -> None:
-            self.loop.call_soon_threadsafe(self.started.set)
-            self.gate.wait(5)
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as e:
-                future.set_exception(e)
-
-        threading.Thread(target=run, daemon=True).start()
-        return future
+    return GatedPool(loop, chooses)
 
 
 async def _yield_often() -> None:
@@ -269,7 +246,7 @@ async def _yield_often() -> None:
 async def test_a_writer_cancelled_during_its_replace_keeps_the_file_until_it_lands(tmp_path: Path) -> None:
     path = tmp_path / "MEMORY.md"
     loop = asyncio.get_running_loop()
-    executor = _HeldReplace(loop, path)
+    executor = _held_replace(loop, path)
     loop.set_default_executor(executor)
     writer = MemoryWriter()
     first = asyncio.create_task(writer.update(path, lambda old: old + "- fact A\n"))
@@ -296,7 +273,7 @@ async def test_an_l3_run_cancelled_during_its_replace_loses_no_fact_written_afte
         memory_file = gw.history.layout("default").memory_file
         await seed(gw, gw.resolve_key(msg("x"))[1], 2)
         loop = asyncio.get_running_loop()
-        executor = _HeldReplace(loop, memory_file)
+        executor = _held_replace(loop, memory_file)
         loop.set_default_executor(executor)
         run = asyncio.create_task(gw.timers[L3_TIMER].tick_now())
         await asyncio.wait_for(executor.started.wait(), 5)
