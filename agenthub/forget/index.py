@@ -7,21 +7,21 @@ import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from agenthub.search.index import index_path
 from agenthub.session.keys import SessionKey
 from agenthub.storage.paths import AgentLayout, refuse_link
 
 IndexHook = Callable[[str, Sequence[SessionKey]], Awaitable[int]]
 """`(agent, redacted session keys) -> index entries or directories dropped`, called after the files are redacted."""
 
-INDEX_DIR = "index"
-
 
 async def drop_derived_index(data_dir: Path, agent: str, keys: Sequence[SessionKey]) -> int:
-    """Until the index can delete one session's entries: remove `data/<agent>/index/` whole (it is derived from
-    the redacted files and rebuilt from them). 1 when there was one, else 0."""
+    """Without a daemon (no live index to tell): remove `data/<agent>/index/` whole; it is derived from the redacted
+    files and the next start rebuilds it. 1 when there was one, else 0. The daemon's forget uses
+    `SearchService.purge` instead."""
     if not keys:
         return 0
-    directory = refuse_link(AgentLayout(data_dir, agent).root / INDEX_DIR)
+    directory = refuse_link(index_path(AgentLayout(data_dir, agent)).parent)
     if not directory.is_dir():
         return 0
     await asyncio.to_thread(shutil.rmtree, directory)
