@@ -26,7 +26,7 @@ from agenthub.messages import (
     ToolEvent,
     Usage,
 )
-from agenthub.session.keys import session_key
+from agenthub.storage.keys import session_key
 
 log = structlog.get_logger(__name__)
 

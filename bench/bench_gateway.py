@@ -21,8 +21,8 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.log import configure_logging
 from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.session.keys import session_key
 from agenthub.storage import jsonl
+from agenthub.storage.keys import session_key
 from agenthub.storage.paths import AgentLayout
 from tests.fakes.anthropic import FakeAnthropic
 from tests.roots import make_settings

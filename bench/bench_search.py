@@ -19,8 +19,8 @@ from typing import Any
 from agenthub.search.index import SearchIndex, SearchScope
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
-from agenthub.session.keys import SessionKey
 from agenthub.storage import jsonl
+from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout
 
 AGENT = "bench"

@@ -13,9 +13,9 @@ from typing import Any
 
 from agenthub.clock import ManualClock
 from agenthub.session.history import SessionHistory
-from agenthub.session.keys import session_key
 from agenthub.session.manager import SessionManager
 from agenthub.storage import jsonl
+from agenthub.storage.keys import session_key
 
 BIG = 10_000
 SMALL = 10

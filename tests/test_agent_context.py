@@ -10,7 +10,7 @@ from typing import Any
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.context import INTERRUPTED_PLACEHOLDER
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from tests.fakes.anthropic import FakeAnthropic, hang, reply_text, reply_tool
 
 KEY = SessionKey("default", "cli", "direct")

@@ -18,7 +18,7 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.fakes.mcp_server import big

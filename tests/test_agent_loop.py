@@ -12,7 +12,7 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, ReplyEvent, ToolEvent
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, cut_stream, reply_text, reply_tool
 

@@ -14,7 +14,7 @@ from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
 
 KEY = SessionKey("default", "cli", "direct")

@@ -11,8 +11,8 @@ from agenthub.config import Settings
 from agenthub.errors import SessionBusyError
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
-from agenthub.session.keys import SessionKey
 from agenthub.storage import jsonl
+from agenthub.storage.keys import SessionKey
 from tests.fakes.anthropic import FakeAnthropic, reply_text
 from tests.helpers.gated_pool import GatedPool
 

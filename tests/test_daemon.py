@@ -24,8 +24,8 @@ from agenthub.config import load_settings
 from agenthub.messages import ErrorEvent, InboundMessage
 from agenthub.remote import RemoteGateway
 from agenthub.session.history import SessionHistory
-from agenthub.session.keys import session_key
 from agenthub.storage.jsonl import read_records
+from agenthub.storage.keys import session_key
 from agenthub.tokens import TokenStore
 from channels.cli import CliChannel
 from tests.conftest import write_agent

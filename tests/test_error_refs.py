@@ -9,7 +9,7 @@ from structlog.testing import LogCapture
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.messages import ErrorEvent, InboundMessage
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 
 KEY = SessionKey("default", "cli", "direct")
 REF = re.compile(r"\(ref ([^)]+)\)")

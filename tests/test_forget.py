@@ -29,7 +29,7 @@ from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.scheduler.jobs import Job
 from agenthub.search.index import SearchScope
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.test_media import png

@@ -17,7 +17,7 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from agenthub.tokens import TokenStore
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool

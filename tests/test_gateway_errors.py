@@ -19,8 +19,8 @@ from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY
 from agenthub.llm.failures import MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
 from agenthub.memory.context import INTERRUPTED_PLACEHOLDER
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
-from agenthub.session.keys import SessionKey
 from agenthub.session.manager import SessionStatus
+from agenthub.storage.keys import SessionKey
 from tests.fakes.anthropic import (
     FakeAnthropic,
     hang,

@@ -14,7 +14,7 @@ from agenthub.config import Settings
 from agenthub.gateway.timers import TimerRegistry
 from agenthub.llm.anthropic_provider import AnthropicProvider
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from tests.fakes.anthropic import FakeAnthropic, hang, last_user_text
 from tests.roots import make_settings
 

@@ -11,9 +11,9 @@ from typing import Any
 from agenthub.clock import ManualClock
 from agenthub.errors import PathRefusedError
 from agenthub.session.history import SessionHistory
-from agenthub.session.keys import SessionKey, session_key
-from agenthub.session.meta import DEFAULT_TITLE, read_meta, write_meta
 from agenthub.storage import jsonl
+from agenthub.storage.keys import SessionKey, session_key
+from agenthub.storage.meta import DEFAULT_TITLE, read_meta, write_meta
 
 KEY = session_key("reviewer", "http", "chat-1")
 

@@ -16,7 +16,7 @@ from agenthub.agent.large_results import LargeResultStore
 from agenthub.config import Settings
 from agenthub.media.names import inbox_dir
 from agenthub.messages import InboundMessage
-from agenthub.session.keys import session_key
+from agenthub.storage.keys import session_key
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
 from tests.harness import RunningApi, running_api

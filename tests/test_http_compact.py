@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agenthub.session.keys import session_key
+from agenthub.storage.keys import session_key
 from tests.fakes.anthropic import FakeAnthropic, reply_text
 from tests.harness import RunningApi
 from tests.test_http_api import AGENT, assert_error

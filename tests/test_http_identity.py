@@ -9,7 +9,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from agenthub.config import Settings
-from agenthub.session.keys import session_key
+from agenthub.storage.keys import session_key
 from agenthub.tokens import TokenStore, hash_token
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic

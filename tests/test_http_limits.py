@@ -15,7 +15,7 @@ from structlog.testing import LogCapture
 
 from agenthub.config import Settings
 from agenthub.http_guard import LimitLog
-from agenthub.session.keys import session_key
+from agenthub.storage.keys import session_key
 from tests.harness import RunningApi, running_api
 from tests.test_http_api import assert_error
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agenthub import i18n
-from agenthub.session.keys import session_key
+from agenthub.storage.keys import session_key
 from tests.fakes.anthropic import FakeAnthropic, prompt_too_long, reply_text
 from tests.harness import RunningApi
 from tests.test_http_api import AGENT

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from agenthub.config import Settings
-from agenthub.session.keys import session_key
+from agenthub.storage.keys import session_key
 from tests.fakes.anthropic import FakeAnthropic, reply_text
 from tests.harness import RunningApi
 from tests.test_http_api import AGENT

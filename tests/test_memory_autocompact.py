@@ -12,7 +12,7 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
 from agenthub.messages import DoneEvent
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, hang, reply_text
 from tests.test_memory_support import is_summary_request, msg, seed, settle, summaries_then_default

@@ -16,7 +16,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.memory.files import MemoryWriter
 from agenthub.memory.processor import MAX_PARALLEL_CALLS
 from agenthub.memory.wiring import L3_TIMER
-from agenthub.session.keys import session_key
+from agenthub.storage.keys import session_key
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.helpers.gated_pool import GatedPool

@@ -20,7 +20,7 @@ from agenthub.memory.consolidator import Consolidator
 from agenthub.memory.context import to_api_messages
 from agenthub.memory.cut import plan_cut, safe_cut, unpaired_tool_ids
 from agenthub.messages import InboundMessage
-from agenthub.session.keys import SessionKey, session_key
+from agenthub.storage.keys import SessionKey, session_key
 from tests.fakes.anthropic import FakeAnthropic
 from tests.roots import make_settings
 from tests.test_memory_support import conversation, summaries_then_default

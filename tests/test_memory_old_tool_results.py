@@ -12,7 +12,7 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.context import CUT_STEP_TURNS, RECENT_TURNS, cut_middle
 from agenthub.messages import DoneEvent
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 from tests.test_memory_support import msg

@@ -16,8 +16,8 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.search.index import index_path
 from agenthub.session.history import SessionHistory
-from agenthub.session.keys import SessionKey
 from agenthub.storage import jsonl
+from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, last_user_text, reply_text, reply_tool

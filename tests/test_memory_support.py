@@ -8,7 +8,7 @@ from typing import Any
 
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import InboundMessage
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from tests.fakes.anthropic import ScriptedReply, reply_text
 
 

@@ -22,7 +22,7 @@ from agenthub.messages import ErrorEvent, InboundMessage, OutboundMessage
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.scheduler_support import START, RecordingChannel, shanghai, until
 

@@ -17,7 +17,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.memory.files import Visibility
 from agenthub.messages import InboundMessage
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.scheduler_support import START, RecordingChannel, shanghai, until

@@ -9,8 +9,8 @@ import pytest
 from agenthub.clock import ManualClock
 from agenthub.errors import SessionBusyError
 from agenthub.session.history import SessionHistory
-from agenthub.session.keys import session_key
 from agenthub.session.manager import LockHolder, Session, SessionManager, SessionStatus
+from agenthub.storage.keys import session_key
 
 KEY = session_key("default", "wecom", "zhangsan")
 OTHER = session_key("default", "wecom", "lisi")

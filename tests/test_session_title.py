@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agenthub.session.meta import DEFAULT_TITLE, title_from
+from agenthub.storage.meta import DEFAULT_TITLE, title_from
 
 
 def test_a_bracket_the_user_typed_stays_in_the_title() -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 from agenthub.config import Settings
 from agenthub.daemon import Daemon
 from agenthub.session.history import SessionHistory
-from agenthub.session.keys import session_key
-from agenthub.session.meta import read_meta, text_of
 from agenthub.storage import jsonl
+from agenthub.storage.keys import session_key
+from agenthub.storage.meta import read_meta, text_of
 from agenthub.storage.paths import AgentLayout
 from agenthub.systemd import Notifier
 from tests.helpers.crash_writer import text_for, version_for

@@ -23,9 +23,9 @@ from structlog.testing import capture_logs
 from agenthub.clock import ManualClock
 from agenthub.errors import StorageError
 from agenthub.session.history import SessionHistory
-from agenthub.session.keys import session_key
-from agenthub.session.meta import read_meta
 from agenthub.storage import jsonl
+from agenthub.storage.keys import session_key
+from agenthub.storage.meta import read_meta
 from tests.fakes.anthropic import FakeAnthropic, reply_text
 from tests.harness import RunningApi
 

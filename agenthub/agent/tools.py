@@ -17,7 +17,7 @@ from agenthub.memory.files import MemoryFiles, read_text
 from agenthub.scheduler import tool as cron_tool
 from agenthub.scheduler.jobs import JobError
 from agenthub.search import tool as search_tool
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler

@@ -28,7 +28,7 @@ from agenthub.memory.files import MemoryFiles
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.store import JobStore
 from agenthub.session.history import SessionHistory
-from agenthub.session.keys import validate_agent_name, validate_part
+from agenthub.storage.keys import validate_agent_name, validate_part
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 REMOTE_TIMEOUT = aiohttp.ClientTimeout(total=600, sock_connect=10)

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from agenthub.search.index import index_path
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout, refuse_link
 
 IndexHook = Callable[[str, Sequence[SessionKey]], Awaitable[int]]

@@ -9,7 +9,7 @@ from typing import Any
 
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.memory.context import SUMMARY_PREFIX
-from agenthub.session.meta import text_of
+from agenthub.storage.meta import text_of
 
 Message = dict[str, Any]
 

@@ -25,9 +25,9 @@ from agenthub.media.inbox import stored_media_paths
 from agenthub.media.names import chat_folders, inbox_dir, relative_to_workspace, remove_chat_folder
 from agenthub.memory.files import MemoryFiles, backup_path, read_text, write_text
 from agenthub.session.history import SessionHistory
-from agenthub.session.keys import SessionKey, key_from_file_stem
-from agenthub.session.meta import DEFAULT_TITLE, title_from
 from agenthub.storage import jsonl
+from agenthub.storage.keys import SessionKey, key_from_file_stem
+from agenthub.storage.meta import DEFAULT_TITLE, title_from
 from agenthub.storage.paths import AgentLayout
 
 log = structlog.get_logger(__name__)

@@ -14,7 +14,7 @@ from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore

@@ -31,8 +31,8 @@ from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
-from agenthub.session.keys import SessionKey, session_key
 from agenthub.session.manager import LockHolder, Session, SessionManager
+from agenthub.storage.keys import SessionKey, session_key
 
 if TYPE_CHECKING:
     from agenthub.memory.wiring import MemoryLayer

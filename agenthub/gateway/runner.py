@@ -10,7 +10,7 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.i18n import Locale
 from agenthub.messages import InboundMessage
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 
 
 @dataclass

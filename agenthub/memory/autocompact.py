@@ -14,7 +14,7 @@ from agenthub.llm.tokens import estimate_tokens
 from agenthub.llm.types import LLMProvider
 from agenthub.memory import policy, thresholds
 from agenthub.memory.consolidator import Consolidator, compaction_notice
-from agenthub.session.keys import SessionKey, key_from_file_stem
+from agenthub.storage.keys import SessionKey, key_from_file_stem
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore

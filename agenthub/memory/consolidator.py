@@ -30,7 +30,7 @@ from agenthub.memory.backoff import SummaryBackoff
 from agenthub.memory.context import cut_old_tool_results, to_api_messages
 from agenthub.memory.cut import Cut, plan_cut
 from agenthub.memory.summary import SummaryError, summarise, summary_request
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore

@@ -16,7 +16,7 @@ from agenthub.llm.types import LLMRequest
 from agenthub.media.loader import ImageCache, LoadedImage
 from agenthub.media.refs import image_ref_source, media_text
 from agenthub.memory.files import MemoryFiles
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 
 Message = dict[str, Any]
 CACHE = {"type": "ephemeral"}

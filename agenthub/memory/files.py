@@ -13,8 +13,8 @@ from typing import Any, Literal, TypeVar
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.aio import run_to_end
-from agenthub.session.keys import SessionKey, session_key
 from agenthub.storage.atomic import atomic_write_text
+from agenthub.storage.keys import SessionKey, session_key
 from agenthub.storage.paths import AgentLayout, inside
 
 MULTI_USER_CHANNELS = frozenset({"wecom", "feishu"})

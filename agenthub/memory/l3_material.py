@@ -19,7 +19,7 @@ from agenthub.errors import StorageError
 from agenthub.memory.cut import is_turn_start
 from agenthub.memory.files import MULTI_USER_CHANNELS, Visibility, chat_visibility, read_text, write_text
 from agenthub.memory.summary import render_content
-from agenthub.session.keys import SessionKey, key_from_file_stem
+from agenthub.storage.keys import SessionKey, key_from_file_stem
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore

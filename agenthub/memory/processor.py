@@ -35,7 +35,7 @@ from agenthub.memory import l3_material as material
 from agenthub.memory import thresholds
 from agenthub.memory.context import cut_to_tokens
 from agenthub.memory.files import backup_path, read_text, write_text
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore

@@ -15,7 +15,7 @@ from agenthub.clock import Clock, sleep_until, system_clock
 from agenthub.config import SchedulerSettings
 from agenthub.scheduler.jobs import Job, JobError
 from agenthub.scheduler.store import JobStore
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 
 log = structlog.get_logger(__name__)
 

@@ -22,7 +22,7 @@ import structlog
 
 from agenthub import jsonsafe
 from agenthub.search.extract import message_text, skipped_tool_ids
-from agenthub.session.keys import SessionKey, key_from_file_stem
+from agenthub.storage.keys import SessionKey, key_from_file_stem
 from agenthub.storage.paths import AgentLayout
 
 log = structlog.get_logger(__name__)

@@ -17,7 +17,7 @@ from typing import TypeVar
 import structlog
 
 from agenthub.search.index import Hit, SearchIndex, SearchScope, remove_index_files
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout
 
 log = structlog.get_logger(__name__)

@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from agenthub.search.index import ARCHIVE, MEMORY, Hit, SearchScope
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout
 
 if TYPE_CHECKING:

@@ -17,8 +17,9 @@ import structlog
 
 from agenthub.aio import runs_to_end
 from agenthub.errors import StorageError
-from agenthub.session.keys import SessionKey, key_from_file_stem
-from agenthub.session.meta import (
+from agenthub.storage import jsonl
+from agenthub.storage.keys import SessionKey, key_from_file_stem
+from agenthub.storage.meta import (
     DEFAULT_TITLE,
     SessionMeta,
     read_meta,
@@ -27,8 +28,8 @@ from agenthub.session.meta import (
     title_from,
     write_meta,
 )
-from agenthub.storage import jsonl
 from agenthub.storage.paths import AgentLayout
+from agenthub.storage.store import SessionActivity
 
 log = structlog.get_logger(__name__)
 
@@ -300,6 +301,14 @@ class SessionHistory:
             await self._store_meta(key, meta, durable=set(changes) != {"last_usage"})
             return meta
 
+    async def activity(self, agent: str) -> list[SessionActivity]:
+        """When each of `agent`'s histories last changed, newest first (what AutoCompact and L3 pick by)."""
+        sessions_dir = self.layout(agent).sessions_dir
+        found = await asyncio.to_thread(_history_mtimes, sessions_dir)
+        keyed = [(key_from_file_stem(stem), mtime) for stem, mtime in found]
+        activity = [SessionActivity(key, mtime) for key, mtime in keyed if key is not None and key.agent == agent]
+        return sorted(activity, key=lambda a: a.changed_at, reverse=True)
+
     async def list_sessions(self, agent: str, channel: str | None = None) -> list[tuple[SessionKey, SessionMeta]]:
         """Every session of `agent` (optionally one channel) with its meta, legacy ones given meta on the fly."""
         sessions_dir = self.layout(agent).sessions_dir
@@ -350,6 +359,20 @@ def _session_stems(sessions_dir: Path) -> set[str]:
         elif name.endswith(".jsonl"):
             stems.add(name[: -len(".jsonl")])
     return stems
+
+
+def _history_mtimes(sessions_dir: Path) -> list[tuple[str, float]]:
+    """(stem, mtime) of every `*.jsonl` history in `sessions_dir`. Runs in a worker thread."""
+    if not sessions_dir.is_dir():
+        return []
+    found = []
+    for path in sessions_dir.iterdir():
+        if path.name.endswith(".jsonl") and path.is_file():
+            try:
+                found.append((path.name[: -len(".jsonl")], path.stat().st_mtime))
+            except FileNotFoundError:
+                continue
+    return found
 
 
 def _removed(old: list[Message], new: list[Message]) -> list[Message]:

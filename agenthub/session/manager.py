@@ -10,7 +10,7 @@ import structlog
 
 from agenthub.clock import Clock, system_clock
 from agenthub.errors import SessionBusyError
-from agenthub.session.keys import SessionKey
+from agenthub.storage.keys import SessionKey
 
 log = structlog.get_logger(__name__)
 

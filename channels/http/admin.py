@@ -32,8 +32,8 @@ from agenthub.llm.tokens import estimate_tokens
 from agenthub.media.names import chat_folders, remove_chat_folder
 from agenthub.memory.files import backup_path
 from agenthub.memory.thresholds import thresholds_for
-from agenthub.session.keys import SessionKey, validate_agent_name, validate_part
-from agenthub.session.meta import SessionMeta
+from agenthub.storage.keys import SessionKey, validate_agent_name, validate_part
+from agenthub.storage.meta import SessionMeta
 from agenthub.web import GATEWAY
 from channels.http.llm_text import make_title
 from channels.http.requests import (

@@ -15,8 +15,8 @@ from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
 from agenthub.gateway.core import GatewayCore
 from agenthub.llm.types import LLMProvider, LLMRequest
-from agenthub.session.meta import TITLE_CHARS, text_of, title_from
 from agenthub.storage.atomic import atomic_write_text
+from agenthub.storage.meta import TITLE_CHARS, text_of, title_from
 
 log = structlog.get_logger(__name__)
 

@@ -13,7 +13,7 @@ from agenthub import jsonsafe
 from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import AgentNotFoundError, InvalidIdError
 from agenthub.gateway.core import GatewayCore
-from agenthub.session.keys import SessionKey, session_key, validate_agent_name, validate_part
+from agenthub.storage.keys import SessionKey, session_key, validate_agent_name, validate_part
 from agenthub.web import error_body
 
 CHANNEL = "http"

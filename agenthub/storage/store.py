@@ -1,0 +1,73 @@
+"""The `SessionStore` protocol: what a backend (JSONL files, memory, a database) must do for session histories."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agenthub.storage.keys import SessionKey
+from agenthub.storage.meta import SessionMeta
+
+HistoryRecord = dict[str, Any]
+"""One stored message: the Anthropic message (`role`, `content`) plus our fields (`timestamp` in ms, `channel`,
+`chat_type`, `sender_id`, `message_id`, `together`, `scheduled_job`). A plain dict on purpose: it is handed to the
+SDK as it is; the store checks `role` and `content` at its boundary (`check_records`)."""
+
+ROLES = frozenset({"user", "assistant"})
+
+
+@dataclass(frozen=True)
+class SessionActivity:
+    """When a session's history last changed (epoch seconds): what AutoCompact and L3 pick sessions by."""
+
+    key: SessionKey
+    changed_at: float
+
+
+class SessionStore(Protocol):
+    """Durable session histories, their archives and meta. One call is one durable step: when it returns, what it
+    wrote survives a crash; when it raises `StorageError`, nothing of it was written. Callers serialise calls per
+    key (`SessionHistory` does); a backend may still be called for different keys at the same time."""
+
+    async def load(self, key: SessionKey) -> list[HistoryRecord]:
+        """The working history, oldest first; [] for an unknown session. A torn or corrupt record is skipped."""
+        ...
+
+    async def append(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
+        """Add `records` at the end, all or nothing."""
+        ...
+
+    async def replace(
+        self, key: SessionKey, records: Sequence[HistoryRecord], *, archive: Sequence[HistoryRecord]
+    ) -> None:
+        """Append `archive` to the session's archive, then make `records` the working history."""
+        ...
+
+    async def read_archive(self, key: SessionKey) -> list[HistoryRecord]: ...
+
+    async def rewrite_archive(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
+        """Replace the whole archive (a redaction), atomically."""
+        ...
+
+    async def delete(self, key: SessionKey) -> bool:
+        """Remove history, archive and, last, meta (a delete cut short can be repeated). True if anything existed."""
+        ...
+
+    async def read_meta(self, key: SessionKey) -> SessionMeta | None: ...
+
+    async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
+        """Store `meta`; `durable=False` allows a backend to lose it in a crash (it is rebuilt from the history)."""
+        ...
+
+    async def exists(self, key: SessionKey) -> bool:
+        """Whether the session has a history or a meta."""
+        ...
+
+    async def list_keys(self, agent: str) -> list[SessionKey]:
+        """Every session of `agent` that has a history or a meta."""
+        ...
+
+    async def activity(self, agent: str) -> list[SessionActivity]:
+        """When each of `agent`'s histories last changed, newest first."""
+        ...
