@@ -7,8 +7,8 @@ import itertools
 import json
 from typing import Any
 
+from agenthub.agent.context import INTERRUPTED_PLACEHOLDER
 from agenthub.gateway.core import GatewayCore
-from agenthub.memory.context import INTERRUPTED_PLACEHOLDER
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
 from tests.fakes.anthropic import FakeAnthropic, hang, reply_text, reply_tool

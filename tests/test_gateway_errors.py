@@ -10,6 +10,7 @@ import pytest
 from structlog.testing import LogCapture
 
 from agenthub import i18n
+from agenthub.agent.context import INTERRUPTED_PLACEHOLDER
 from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
@@ -17,7 +18,6 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY
 from agenthub.llm.failures import MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
-from agenthub.memory.context import INTERRUPTED_PLACEHOLDER
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
 from agenthub.session.manager import SessionStatus
 from agenthub.storage.keys import SessionKey

@@ -15,6 +15,13 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from agenthub.agent.context import (
+    IMAGE_RECENT_TURNS,
+    IMAGE_STEP_TURNS,
+    MAX_REQUEST_IMAGES,
+    images_to_send,
+    to_api_messages,
+)
 from agenthub.app import build_gateway
 from agenthub.config import MediaSettings, Settings
 from agenthub.media import (
@@ -28,13 +35,6 @@ from agenthub.media import (
 )
 from agenthub.media.names import MAX_NAME_BYTES, chat_dir_name
 from agenthub.media.refs import image_ref
-from agenthub.memory.context import (
-    IMAGE_RECENT_TURNS,
-    IMAGE_STEP_TURNS,
-    MAX_REQUEST_IMAGES,
-    images_to_send,
-    to_api_messages,
-)
 from agenthub.memory.summary import render_content
 from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.storage.keys import session_key

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agenthub.agent.context import to_api_messages
 from agenthub.app import build_gateway
 from agenthub.memory.autocompact import AutoCompact
 from agenthub.memory.consolidator import Consolidator
-from agenthub.memory.context import to_api_messages
 from agenthub.memory.cut import plan_cut, safe_cut, unpaired_tool_ids
 from agenthub.messages import InboundMessage
 from agenthub.storage.keys import SessionKey, session_key

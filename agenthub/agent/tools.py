@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agenthub.agent.definition import AgentDefinition
+from agenthub.agent.memory_access import MemoryAccess, read_memory_text
 from agenthub.media.names import another_chats_folder, chat_dir_name
-from agenthub.memory.files import MemoryFiles, read_text
 from agenthub.scheduler import tool as cron_tool
 from agenthub.scheduler.jobs import JobError
 from agenthub.search import tool as search_tool
@@ -43,7 +43,7 @@ class ToolContext:
     agent: AgentDefinition
     key: SessionKey
     sender_id: str
-    memory: MemoryFiles
+    memory: MemoryAccess
     workspace: Path
     memory_max_chars: int = 8000
     cred_id: str | None = None
@@ -75,7 +75,7 @@ def _str_arg(args: dict[str, Any], name: str) -> str:
 
 
 async def _read_memory(args: dict[str, Any], ctx: ToolContext) -> str:
-    text = await read_text(ctx.memory.memory_path(ctx.agent, ctx.key))
+    text = await read_memory_text(ctx.memory.memory_path(ctx.agent, ctx.key))
     return text or "(memory is empty)"
 
 

@@ -7,8 +7,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from agenthub.agent.context import SUMMARY_PREFIX
 from agenthub.forget.scrub import QuoteMatcher
-from agenthub.memory.context import SUMMARY_PREFIX
 from agenthub.storage.meta import text_of
 
 Message = dict[str, Any]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from agenthub import i18n
+from agenthub.agent.context import ContextBudget, ContextBuilder
 from agenthub.agent.definition import AgentDefinition, AgentRegistry
 from agenthub.agent.mcp import McpHub
 from agenthub.clock import Clock, system_clock
@@ -26,7 +27,6 @@ from agenthub.gateway.stats import GatewayStats
 from agenthub.gateway.timers import TimerRegistry
 from agenthub.gateway.turn import TurnOutcome, TurnRunner, abort_message
 from agenthub.llm.registry import ProviderRegistry
-from agenthub.memory.context import ContextBudget, ContextBuilder
 from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.search.service import SearchService

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 from agenthub import i18n
+from agenthub.agent.context import cut_old_tool_results, to_api_messages
 from agenthub.agent.definition import AgentDefinition
 from agenthub.agent.tools import tools_for
 from agenthub.errors import LLMError
@@ -27,7 +28,6 @@ from agenthub.llm.tokens import estimate_tokens
 from agenthub.llm.types import LLMProvider
 from agenthub.memory import policy
 from agenthub.memory.backoff import SummaryBackoff
-from agenthub.memory.context import cut_old_tool_results, to_api_messages
 from agenthub.memory.cut import Cut, plan_cut
 from agenthub.memory.summary import SummaryError, summarise, summary_request
 from agenthub.storage.keys import SessionKey

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
+from agenthub.agent.context import cut_to_tokens
 from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import AgentHubError
 from agenthub.llm.models import context_window
@@ -33,7 +34,6 @@ from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.llm.types import LLMProvider, LLMRequest
 from agenthub.memory import l3_material as material
 from agenthub.memory import thresholds
-from agenthub.memory.context import cut_to_tokens
 from agenthub.memory.files import backup_path, read_text, write_text
 from agenthub.storage.keys import SessionKey
 

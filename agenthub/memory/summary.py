@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agenthub.agent.context import SUMMARY_PREFIX
 from agenthub.errors import AgentHubError
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.llm.types import LLMProvider, LLMRequest
 from agenthub.media.refs import media_text
-from agenthub.memory.context import SUMMARY_PREFIX
 
 Message = dict[str, Any]
 

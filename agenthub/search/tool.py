@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from agenthub.search.index import ARCHIVE, MEMORY, Hit, SearchScope
 from agenthub.storage.keys import SessionKey
-from agenthub.storage.paths import AgentLayout
 
 if TYPE_CHECKING:
     from agenthub.agent.tools import ToolContext
@@ -65,7 +64,7 @@ def scope_for(ctx: ToolContext) -> SearchScope:
     every agent-scoped chat of the agent but never a chat-scoped one (under `auto` a WeCom/Feishu chat stays hidden
     from the HTTP console); a per-user profile only the current sender's; the memory files are whichever
     `MemoryFiles` gives this call."""
-    agent_memory = AgentLayout(ctx.memory.data_dir, ctx.agent.name).memory_file
+    agent_memory = ctx.memory.memory_path(ctx.agent)  # the agent-wide file
     memory_file = ctx.memory.memory_path(ctx.agent, ctx.key)
     chat_scoped = memory_file != agent_memory
     files = [(memory_file, "chat memory" if chat_scoped else "agent memory")]

@@ -1,4 +1,5 @@
-"""Context building: the cacheable system prompt (persona, summaries, memory files) and the message list."""
+"""Request assembly next to the agent loop: the cacheable system prompt (persona, summaries, memory files), the
+message list and its cache marks."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from agenthub.agent.definition import AgentDefinition
+from agenthub.agent.memory_access import MemoryAccess, read_or_empty
 from agenthub.agent.tools import Tool
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest
 from agenthub.media.loader import ImageCache, LoadedImage
 from agenthub.media.refs import image_ref_source, media_text
-from agenthub.memory.files import MemoryFiles
 from agenthub.storage.keys import SessionKey
 
 Message = dict[str, Any]
@@ -42,7 +43,7 @@ def cut_to_tokens(text: str, budget: int) -> str:
 
 def _read_files(memory: Path, profile: Path | None) -> tuple[str, str]:
     """Both memory files' text ("" for a missing one or no profile), read in one go off the event loop."""
-    return _read_or_empty(memory), _read_or_empty(profile) if profile is not None else ""
+    return read_or_empty(memory), read_or_empty(profile) if profile is not None else ""
 
 
 def chat_type_of(history: list[Message]) -> object:
@@ -52,13 +53,6 @@ def chat_type_of(history: list[Message]) -> object:
         if message.get("role") == "user" and "chat_type" in message:
             return message["chat_type"]
     return None
-
-
-def _read_or_empty(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return ""
 
 
 def fold_system_messages(history: list[Message]) -> list[str]:
@@ -361,7 +355,7 @@ class ContextBuilder:
 
     def __init__(
         self,
-        memory_files: MemoryFiles,
+        memory_files: MemoryAccess,
         budget: ContextBudget | None = None,
         *,
         workspace_dir: Path = Path("workspace"),
