@@ -6,8 +6,8 @@ from agenthub.agent.definition import load_agents
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.gateway.memory_host import attach_memory_layer
 from agenthub.llm.registry import ProviderRegistry
-from agenthub.memory.wiring import attach_memory_layer
 from agenthub.scheduler.wiring import attach_scheduler
 from agenthub.storage.migrate import migrate_at_start
 

@@ -165,15 +165,12 @@ async def test_a_user_who_comes_back_while_the_summary_is_written_keeps_the_chat
 async def test_plain_truncation_rechecks_idleness_right_before_the_cut(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
-    from agenthub.memory.autocompact import AutoCompact
-    from agenthub.memory.consolidator import Consolidator
-
     async with build_gateway(settings_factory()) as gw:
         key = gw.resolve_key(msg("x"))[1]
         await seed(gw, key, 75)  # written just now, after an (earlier) scan would have listed it as idle
-        assert isinstance(gw.compactor, Consolidator)
-        await AutoCompact(gw, gw.compactor).compact_session(key, gw.agents.get("default"))
+        assert gw.memory_layer is not None
+        await gw.memory_layer.autocompact.compact_session(key, gw.agents.get("default"))
         assert len(await gw.history.load(key)) == 150
         _age(gw, key)
-        await AutoCompact(gw, gw.compactor).compact_session(key, gw.agents.get("default"))
+        await gw.memory_layer.autocompact.compact_session(key, gw.agents.get("default"))
         assert len(await gw.history.load(key)) == 20

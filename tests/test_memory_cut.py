@@ -16,8 +16,6 @@ from hypothesis import strategies as st
 
 from agenthub.agent.context import to_api_messages
 from agenthub.app import build_gateway
-from agenthub.memory.autocompact import AutoCompact
-from agenthub.memory.consolidator import Consolidator
 from agenthub.memory.cut import plan_cut, safe_cut, unpaired_tool_ids
 from agenthub.messages import InboundMessage
 from agenthub.storage.keys import SessionKey, session_key
@@ -127,15 +125,15 @@ async def _scenario(root: Path, history: list[Message], keep: int, budget: int |
         config = make_settings(root, fake.base_url, memory=memory, session={"fsync": False})
         async with build_gateway(config) as gw:
             agent = gw.agents.get("default")
-            assert isinstance(gw.compactor, Consolidator)
-            consolidator = gw.compactor
+            assert gw.memory_layer is not None
+            consolidator, autocompact = gw.memory_layer.consolidator, gw.memory_layer.autocompact
             provider, model = consolidator.provider_for(agent)
             runs: dict[str, Callable[[SessionKey], Awaitable[object]]] = {
                 "l2": lambda key: consolidator.run(
                     key, agent, reason="t", actor="t", provider=provider, model=model, tail_budget=budget, keep=keep
                 ),
                 "manual": lambda key: consolidator.compact(key, agent, reason="manual", actor="t"),
-                "autocompact": lambda key: AutoCompact(gw, consolidator).compact_session(key, agent),
+                "autocompact": lambda key: autocompact.compact_session(key, agent),
             }
             for name, run in runs.items():
                 key = session_key("default", "cli", name)

@@ -391,6 +391,15 @@ class ContextBuilder:
         blocks[-1] = {**blocks[-1], "cache_control": CACHE}
         return blocks
 
+    async def estimate_prompt_tokens(
+        self, agent: AgentDefinition, key: SessionKey, sender_id: str, history: list[Message], tools: list[Tool]
+    ) -> int:
+        """An offline estimate of the prompt a request for `history` carries: system blocks, messages as sent
+        (old tool results cut, images not counted) and tool definitions."""
+        system = await self.system_blocks(agent, key, sender_id, history)
+        sent = cut_old_tool_results(to_api_messages(history), self.budget.old_tool_result_chars)
+        return estimate_tokens(system) + estimate_tokens(sent) + estimate_tokens([t.definition() for t in tools])
+
     async def build(
         self,
         *,

@@ -13,27 +13,20 @@ import asyncio
 import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import structlog
 
 from agenthub import i18n
-from agenthub.agent.context import cut_old_tool_results, to_api_messages
 from agenthub.agent.definition import AgentDefinition
-from agenthub.agent.tools import tools_for
-from agenthub.errors import LLMError
-from agenthub.gateway.runner import PendingTurn
-from agenthub.gateway.turn import MESSAGE_TOO_LONG, OVERFLOW_AFTER_RETRY, TurnOutcome
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.llm.types import LLMProvider
 from agenthub.memory import policy
 from agenthub.memory.backoff import SummaryBackoff
 from agenthub.memory.cut import Cut, plan_cut
+from agenthub.memory.host import FinishedTurn, MemoryHost
 from agenthub.memory.summary import SummaryError, summarise, summary_request
 from agenthub.storage.keys import SessionKey
-
-if TYPE_CHECKING:
-    from agenthub.gateway.core import GatewayCore
 
 log = structlog.get_logger(__name__)
 
@@ -54,16 +47,14 @@ class CompactionResult:
     summary_chars: int = 0
 
 
-def audit(
-    gateway: GatewayCore, key: SessionKey, *, reason: str, actor: str, cut: Cut, summary: str, archived: int
-) -> None:
+def audit(now: float, key: SessionKey, *, reason: str, actor: str, cut: Cut, summary: str, archived: int) -> None:
     """One `compaction_audit` line per compaction: who, when, where the cut was, what was kept, summary size."""
     log.info(
         "compaction_audit",
         session_key=str(key),
         reason=reason,
         actor=actor,
-        at=dt.datetime.fromtimestamp(gateway.clock(), dt.UTC).isoformat(),
+        at=dt.datetime.fromtimestamp(now, dt.UTC).isoformat(),
         cut_index=cut.index,
         kept=len(cut.tail),
         archived=archived,
@@ -71,8 +62,8 @@ def audit(
     )
 
 
-def summary_record(gateway: GatewayCore, summary: str) -> Message:
-    return {"role": "system", "content": summary, "timestamp": int(gateway.clock() * 1000), "kind": "summary"}
+def summary_record(now: float, summary: str) -> Message:
+    return {"role": "system", "content": summary, "timestamp": int(now * 1000), "kind": "summary"}
 
 
 def compaction_notice(result: CompactionResult) -> i18n.Text:
@@ -89,8 +80,8 @@ def _done(cut: Cut, summary: str) -> CompactionResult:
 class Consolidator:
     """L2 consolidation and manual/overflow compaction for one gateway."""
 
-    def __init__(self, gateway: GatewayCore, *, flush: Flush | None = None) -> None:
-        self.gateway = gateway
+    def __init__(self, host: MemoryHost, *, flush: Flush | None = None) -> None:
+        self.host = host
         self.flush = flush
         """Memory flush run before a compaction takes messages out of the working history (not on overflow,
         which happens inside a turn the user is waiting for)."""
@@ -98,95 +89,70 @@ class Consolidator:
         self.backoff = SummaryBackoff()
 
     def provider_for(self, agent: AgentDefinition) -> tuple[LLMProvider, str]:
-        provider, model, _ = self.gateway.providers.resolve(None, None, agent.config.provider, agent.config.model)
-        return provider, model
+        return self.host.resolve_model(agent)
 
     # ---- the after-turn hook (L2) ----------------------------------------------------------------
 
-    async def after_turn(self, pending: PendingTurn, outcome: TurnOutcome) -> None:
-        """Start a background consolidation when the turn's last model call reached the agent's threshold (the
+    async def after_turn(self, turn: FinishedTurn) -> None:
+        """Start a background compaction when the turn's last model call reached the agent's threshold (the
         reply is already out; the chat goes on meanwhile). At most one runs per session."""
-        provider = outcome.provider
-        if not outcome.ok or provider is None:
+        provider = turn.provider
+        if not turn.ok or provider is None:
             return
-        settings, agent, key = self.gateway.settings, pending.agent, pending.key
-        threshold = policy.consolidate_at(settings, agent, outcome.model)
-        prompt = outcome.last_usage.prompt_tokens
-        if prompt < threshold or self.gateway.background(key) is not None:
+        threshold = policy.consolidate_at(self.host.settings, turn.agent, turn.model)
+        if turn.prompt_tokens < threshold or self.host.background(turn.key) is not None:
             return
-        history = await self.gateway.history.load(key)
-        if self.deferred(key, len(history)):
+        history = await self.host.history.load(turn.key)
+        if self.deferred(turn.key, len(history)):
             return
-        job = self._consolidate(pending, history, prompt, threshold, provider, outcome.model)
-        self.gateway.start_background(key, job)
+        self.host.start_background(turn.key, self._compact_after_turn(turn, history, threshold, provider))
 
-    async def _consolidate(
-        self,
-        pending: PendingTurn,
-        history: list[Message],
-        prompt: int,
-        threshold: int,
-        provider: LLMProvider,
-        model: str,
+    async def _compact_after_turn(
+        self, turn: FinishedTurn, history: list[Message], threshold: int, provider: LLMProvider
     ) -> None:
-        factor = await self._calibrate(pending, history, prompt)
-        log.info("consolidation_triggered", session_key=str(pending.key), prompt_tokens=prompt, threshold=threshold)
+        factor = await self._calibrate(turn, history)
+        log.info(
+            "consolidation_triggered", session_key=str(turn.key), prompt_tokens=turn.prompt_tokens, threshold=threshold
+        )
         result = await self.run(
-            pending.key,
-            pending.agent,
+            turn.key,
+            turn.agent,
             reason="threshold",
             actor="consolidator",
             provider=provider,
-            model=model,
+            model=turn.model,
             tail_budget=int(threshold * policy.TAIL_SHARE / factor),
             background=True,
         )
         if result.status == "done":
-            self.gateway.notify_next_turn(pending.key, compaction_notice(result))
+            self.host.notify_next_turn(turn.key, compaction_notice(result))
 
     def deferred(self, key: SessionKey, length: int) -> bool:
         """Automatic consolidation of `key` waits after a failed summary (`memory.consolidate_retry_after_s`)."""
-        retry_after_s = self.gateway.settings.memory.consolidate_retry_after_s
-        return self.backoff.deferred(key, length, now=self.gateway.clock(), retry_after_s=retry_after_s)
+        retry_after_s = self.host.settings.memory.consolidate_retry_after_s
+        return self.backoff.deferred(key, length, now=self.host.clock(), retry_after_s=retry_after_s)
 
-    async def _calibrate(self, pending: PendingTurn, history: list[Message], real: int) -> float:
-        """Compare the real prompt size with our estimate of the same request (history minus the reply)."""
-        gw, agent = self.gateway, pending.agent
-        system = await gw.context.system_blocks(agent, pending.key, pending.message.sender_id, history)
-        tools = [t.definition() for t in [*tools_for(agent), *gw.mcp.cached_tools(agent)]]
-        sent = cut_old_tool_results(to_api_messages(history[:-1]), gw.settings.memory.old_tool_result_chars)
-        estimated = estimate_tokens(system) + estimate_tokens(sent) + estimate_tokens(tools)
-        factor = policy.calibration(real, estimated)
-        self._factors[pending.key] = factor
+    async def _calibrate(self, turn: FinishedTurn, history: list[Message]) -> float:
+        """Compare the real prompt size with our estimate of the same request (the history without the reply)."""
+        estimated = await self.host.estimate_prompt_tokens(turn.agent, turn.key, turn.sender_id, history[:-1])
+        factor = policy.calibration(turn.prompt_tokens, estimated)
+        self._factors[turn.key] = factor
         return factor
 
-    # ---- the gateway's compactor -----------------------------------------------------------------
+    # ---- compaction on request ------------------------------------------------------------------
 
     async def compact(
         self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
     ) -> str:
-        """Manual compaction (only when idle: `SessionBusyError` otherwise; `focus` steers the summary) or, with
-        reason "overflow", the compaction the running turn asks for before its one retry (raises `LLMError` if
-        nothing changed)."""
+        """Manual compaction (only when idle: `SessionBusyError` otherwise; `focus` steers the summary); returns
+        what the user is told."""
         provider, model = self.provider_for(agent)
-        settings = self.gateway.settings
+        settings = self.host.settings
         locale = i18n.locale_for(settings, key.channel, agent)
-        factor = self._factors.get(key, 1.0)
-        threshold = policy.consolidate_at(settings, agent, model)
-        if reason == "overflow":
-            window = policy.window_of(settings, agent, model)
-            budget = window * policy.OVERFLOW_TAIL_SHARE if window else threshold * policy.TAIL_SHARE
-            result = await self.run(
-                key, agent, reason=reason, actor=actor, provider=provider, model=model, tail_budget=int(budget / factor)
-            )
-            if result.status == "nothing":  # the turn's own message is what does not fit: a retry cannot help
-                raise LLMError("overflow compaction: nothing to compact", user_text=MESSAGE_TOO_LONG)
-            if result.status != "done":
-                raise LLMError(f"overflow compaction: {result.status}", user_text=OVERFLOW_AFTER_RETRY)
-            return result.message.render(locale)
-        if self.gateway.background(key) is not None:
+        if self.host.background(key) is not None:
             return i18n.text("compaction.running", locale)
-        async with self.gateway.exclusive(key):
+        threshold = policy.consolidate_at(settings, agent, model)
+        async with self.host.exclusive(key):
             result = await self.run(
                 key,
                 agent,
@@ -194,10 +160,23 @@ class Consolidator:
                 actor=actor,
                 provider=provider,
                 model=model,
-                tail_budget=int(threshold * policy.TAIL_SHARE / factor),
+                tail_budget=int(threshold * policy.TAIL_SHARE / self._factors.get(key, 1.0)),
                 focus=focus,
             )
         return result.message.render(locale)
+
+    async def compact_for_overflow(self, key: SessionKey, agent: AgentDefinition, *, actor: str) -> CompactionResult:
+        """The compaction a running turn asks for (it holds the session) after the model refused the request as
+        too long, before its one retry: the kept tail is a smaller share of the window."""
+        provider, model = self.provider_for(agent)
+        settings = self.host.settings
+        threshold = policy.consolidate_at(settings, agent, model)
+        window = policy.window_of(settings, agent, model)
+        budget = window * policy.OVERFLOW_TAIL_SHARE if window else threshold * policy.TAIL_SHARE
+        tail_budget = int(budget / self._factors.get(key, 1.0))
+        return await self.run(
+            key, agent, reason="overflow", actor=actor, provider=provider, model=model, tail_budget=tail_budget
+        )
 
     # ---- the compaction itself -------------------------------------------------------------------
 
@@ -223,12 +202,12 @@ class Consolidator:
         starts with the snapshot (messages were only appended since, and those are kept) and `still_wanted()`
         agrees; otherwise it is abandoned. Each model call is bounded by `memory.background_timeout_s`.
         """
-        gw, settings = self.gateway, self.gateway.settings
+        host, settings = self.host, self.host.settings
         fields = {"session_key": str(key), "reason": reason, "actor": actor}
         if provider.offline:
             log.info("compaction_skipped_offline", **fields)
             return CompactionResult("unavailable", i18n.Text("compaction.unavailable"))
-        history = await gw.history.load(key)
+        history = await host.history.load(key)
         cut = plan_cut(history, keep or policy.keep_recent(settings, agent), tail_budget)
         if cut is None:
             return CompactionResult("nothing", i18n.Text("compaction.nothing", {"count": len(history)}))
@@ -239,7 +218,7 @@ class Consolidator:
             return CompactionResult("failed", i18n.Text("compaction.failed"))
         if not background:
             return await self._apply(key, history, cut, summary, fields, still_wanted, reason=reason, actor=actor)
-        async with gw.hold(key):  # a safe point: no turn runs while the summary replaces the head
+        async with host.hold(key):  # a safe point: no turn runs while the summary replaces the head
             return await self._apply(key, history, cut, summary, fields, still_wanted, reason=reason, actor=actor)
 
     async def _summary(
@@ -254,7 +233,7 @@ class Consolidator:
         fields: dict[str, str],
     ) -> str | None:
         """The `[历史摘要]` text, or None when the call failed, timed out or gave an unusable answer."""
-        gw, settings = self.gateway, self.gateway.settings
+        host, settings = self.host, self.host.settings
         threshold = policy.consolidate_at(settings, agent, model)
         window = policy.window_of(settings, agent, model) or 2 * threshold
         request = summary_request(
@@ -267,12 +246,12 @@ class Consolidator:
         )
         original = estimate_tokens(cut.previous_summaries) + estimate_tokens([m.get("content") for m in cut.head])
         try:
-            async with gw.llm_gate, asyncio.timeout(settings.memory.background_timeout_s):
+            async with host.llm_gate, asyncio.timeout(settings.memory.background_timeout_s):
                 return await summarise(provider, request, original)
         except (SummaryError, TimeoutError) as e:
             error = str(e) if isinstance(e, SummaryError) else "summary call timed out"
             log.warning("consolidation_failed", error=error, **fields)
-            self.backoff.failed(key, length, now=gw.clock())
+            self.backoff.failed(key, length, now=host.clock())
             return None
 
     async def _apply(
@@ -288,31 +267,31 @@ class Consolidator:
         actor: str,
     ) -> CompactionResult:
         """Replace the snapshot's head by the summary, keeping the tail and whatever was appended since."""
-        gw = self.gateway
-        current = await gw.history.load(key)
+        host = self.host
+        current = await host.history.load(key)
         unchanged = current[: len(snapshot)] == snapshot  # e.g. /restart cleared it while the summary was written
         if not unchanged or (still_wanted is not None and not await still_wanted()):
             log.warning("consolidation_abandoned_history_changed", **fields)
             self.backoff.settled(key)
             return CompactionResult("changed", i18n.Text("compaction.changed"))
         appended = current[len(snapshot) :]
-        removed = await gw.history.replace(key, [summary_record(gw, summary), *cut.tail, *appended])
+        removed = await host.history.replace(key, [summary_record(host.clock(), summary), *cut.tail, *appended])
         self.backoff.settled(key)
-        audit(gw, key, reason=reason, actor=actor, cut=cut, summary=summary, archived=len(removed))
+        audit(host.clock(), key, reason=reason, actor=actor, cut=cut, summary=summary, archived=len(removed))
         return _done(cut, summary)
 
     async def _flush_memory(
         self, key: SessionKey, agent: AgentDefinition, head: list[Message], fields: dict[str, str]
     ) -> None:
         """Flush what an earlier failed attempt has not flushed yet (a retry of the same head flushes nothing)."""
-        if self.flush is None or not self.gateway.settings.memory.flush_before_compaction:
+        if self.flush is None or not self.host.settings.memory.flush_before_compaction:
             return
         fresh = self.backoff.unflushed(key, head)
         if not fresh:
             log.info("memory_flush_skipped_already_flushed", messages=len(head), **fields)
             return
         try:
-            async with asyncio.timeout(self.gateway.settings.memory.background_timeout_s):
+            async with asyncio.timeout(self.host.settings.memory.background_timeout_s):
                 settled = await self.flush(key, agent, fresh)
         except asyncio.CancelledError:
             raise
@@ -327,12 +306,12 @@ class Consolidator:
     ) -> CompactionResult:
         """Cut to the last `keep` messages (fewer if over `tail_budget` tokens) without a model call (earlier
         summaries stay); archive first."""
-        history = await self.gateway.history.load(key)
+        history = await self.host.history.load(key)
         cut = plan_cut(history, keep, tail_budget)
         if cut is None:
             return CompactionResult("nothing", i18n.Text("compaction.nothing", {"count": len(history)}))
         summaries = [m for m in history[: cut.index] if m.get("role") == "system"]
-        removed = await self.gateway.history.replace(key, [*summaries, *cut.tail])
-        audit(self.gateway, key, reason=reason, actor=actor, cut=cut, summary="", archived=len(removed))
+        removed = await self.host.history.replace(key, [*summaries, *cut.tail])
+        audit(self.host.clock(), key, reason=reason, actor=actor, cut=cut, summary="", archived=len(removed))
         truncated = i18n.Text("compaction.truncated", {"head": len(cut.head), "tail": len(cut.tail)})
         return CompactionResult("done", truncated, cut.index, len(cut.tail), len(cut.head), 0)

@@ -19,6 +19,7 @@ from agenthub.storage.paths import AgentLayout, inside
 
 MULTI_USER_CHANNELS = frozenset({"wecom", "feishu"})
 """Channels where several people talk to the bot (groups, many employees): `auto` keeps their memory apart."""
+L3_STATE_FILE = ".l3_state.json"
 R = TypeVar("R")
 Visibility = Literal["private", "group"]
 """Which of a person's profiles a chat shows and feeds: the one built from private chats, or from groups."""
@@ -114,6 +115,10 @@ class MemoryFiles:
         if key is not None and self.scope_for(agent, key.channel).memory == "chat":
             return inside(layout.memory_dir / "chats", key.file_stem + ".md")
         return layout.memory_file
+
+    def l3_state_path(self, agent: AgentDefinition) -> Path:
+        """Where L3 keeps `agent`'s watermarks (`l3_material.L3State`), beside its MEMORY.md."""
+        return AgentLayout(self.data_dir, agent.name).memory_dir / L3_STATE_FILE
 
     @property
     def shared_profile(self) -> Path:

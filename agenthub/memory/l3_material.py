@@ -4,12 +4,11 @@ failed the older watermark it still needs, so only that file's material is offer
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
@@ -18,24 +17,21 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import StorageError
 from agenthub.memory.cut import is_turn_start
 from agenthub.memory.files import MULTI_USER_CHANNELS, Visibility, chat_visibility, read_text, write_text
+from agenthub.memory.host import MemoryHost
 from agenthub.memory.summary import render_content
-from agenthub.storage.keys import SessionKey, key_from_file_stem
-
-if TYPE_CHECKING:
-    from agenthub.gateway.core import GatewayCore
+from agenthub.storage.keys import SessionKey
 
 log = structlog.get_logger(__name__)
 
 Message = dict[str, Any]
-STATE_FILE = ".l3_state.json"
 
 
 @dataclass(frozen=True)
 class SessionMaterial:
     key: SessionKey
     messages: list[Message]
-    mtime: float = math.inf
-    """When the history file last changed (`inf`: new material by definition, e.g. for a memory flush)."""
+    changed_at: float = math.inf
+    """When the session's history last changed (`inf`: new material by definition, e.g. for a memory flush)."""
 
 
 @dataclass
@@ -65,7 +61,7 @@ class AgentMaterial:
 
     @property
     def newest(self) -> float:
-        return max((s.mtime for s in self.sessions), default=0.0)
+        return max((s.changed_at for s in self.sessions), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -76,27 +72,8 @@ class Batch:
     newest: float
 
 
-def recent_histories(sessions_dir: Path, limit: int) -> list[tuple[str, float]]:
-    """(stem, mtime) of the `limit` most recently modified `*.jsonl` histories, newest first."""
-    if not sessions_dir.is_dir():
-        return []
-    found = []
-    for path in sessions_dir.iterdir():
-        if path.name.endswith(".jsonl") and path.is_file():
-            try:
-                found.append((path.name[: -len(".jsonl")], path.stat().st_mtime))
-            except FileNotFoundError:
-                continue
-    found.sort(key=lambda item: item[1], reverse=True)
-    return found[:limit]
-
-
-def _state_path(gw: GatewayCore, agent: AgentDefinition) -> Path:
-    return gw.history.layout(agent.name).memory_dir / STATE_FILE
-
-
-async def load_state(gw: GatewayCore, agent: AgentDefinition) -> L3State:
-    raw = await read_text(_state_path(gw, agent))
+async def load_state(host: MemoryHost, agent: AgentDefinition) -> L3State:
+    raw = await read_text(host.memory_files.l3_state_path(agent))
     try:
         data = jsonsafe.loads(raw) if raw else {}
         retry = {str(k): float(v) for k, v in dict(data.get("retry", {})).items()}
@@ -106,26 +83,24 @@ async def load_state(gw: GatewayCore, agent: AgentDefinition) -> L3State:
         return L3State()
 
 
-async def save_state(gw: GatewayCore, agent: AgentDefinition, state: L3State) -> None:
-    await write_text(_state_path(gw, agent), json.dumps({"last_run": state.last_run, "retry": state.retry}))
+async def save_state(host: MemoryHost, agent: AgentDefinition, state: L3State) -> None:
+    text = json.dumps({"last_run": state.last_run, "retry": state.retry})
+    await write_text(host.memory_files.l3_state_path(agent), text)
 
 
-async def collect(gw: GatewayCore, agent: AgentDefinition) -> AgentMaterial:
-    memory = gw.settings.memory
-    sessions_dir = gw.history.layout(agent.name).sessions_dir
-    files = await asyncio.to_thread(recent_histories, sessions_dir, memory.l3_sessions)
-    state = await load_state(gw, agent)
-    if not any(mtime > state.since for _, mtime in files):
+async def collect(host: MemoryHost, agent: AgentDefinition) -> AgentMaterial:
+    """The `l3_sessions` sessions of `agent` whose history changed last, each with its last `l3_messages`
+    messages, or none when no session changed since the oldest watermark."""
+    memory = host.settings.memory
+    recent = (await host.history.activity(agent.name))[: memory.l3_sessions]
+    state = await load_state(host, agent)
+    if not any(a.changed_at > state.since for a in recent):
         return AgentMaterial(agent, [], memory.l3_message_chars, state)
     sessions = []
-    for stem, mtime in files:
-        key = key_from_file_stem(stem)
-        if key is None or key.agent != agent.name:
-            continue
-        messages = await gw.history.load(key)
-        if gw.sessions.get(key) is None and not gw.is_busy(key):
-            gw.history.evict(key)
-        sessions.append(SessionMaterial(key, messages[-memory.l3_messages :], mtime))
+    for active in recent:
+        messages = await host.history.load(active.key)
+        host.release(active.key)
+        sessions.append(SessionMaterial(active.key, messages[-memory.l3_messages :], active.changed_at))
     return AgentMaterial(agent, sessions, memory.l3_message_chars, state)
 
 
@@ -142,17 +117,17 @@ def render_session(session: SessionMaterial, clip: int) -> str:
 
 
 def _batch(sessions: list[SessionMaterial], clip: int) -> Batch:
-    return Batch("\n\n".join(render_session(s, clip) for s in sessions), max(s.mtime for s in sessions))
+    return Batch("\n\n".join(render_session(s, clip) for s in sessions), max(s.changed_at for s in sessions))
 
 
-def memory_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, Batch]:
+def memory_batches(host: MemoryHost, item: AgentMaterial) -> dict[Path, Batch]:
     """The MEMORY file(s) to rewrite, each only from the chats that read it (`MemoryFiles.memory_path`): the
     agent-wide one from agent-scoped chats, a chat's own from that chat alone. A chat whose file path is refused (a
     planted link) is left out, logged: the other chats' files go on."""
     by_path: dict[Path, list[SessionMaterial]] = {}
     for session in item.sessions:
         try:
-            path = gw.memory_files.memory_path(item.agent, session.key)
+            path = host.memory_files.memory_path(item.agent, session.key)
         except StorageError:
             log.warning("l3_memory_path_refused", agent=item.agent.name, session_key=str(session.key))
             continue
@@ -160,10 +135,10 @@ def memory_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, Batch]:
     return {path: _batch(sessions, item.clip) for path, sessions in by_path.items()}
 
 
-def shared_profile_sessions(gw: GatewayCore, item: AgentMaterial) -> list[SessionMaterial]:
+def shared_profile_sessions(host: MemoryHost, item: AgentMaterial) -> list[SessionMaterial]:
     """The chats that feed the shared `auth/USER.md`: agent-scoped ones with the shared profile (under `auto`
     the single-user channels only; chat-scoped chats never feed it)."""
-    scope = gw.memory_files.scope_for
+    scope = host.memory_files.scope_for
     return [
         s
         for s in item.sessions
@@ -180,13 +155,13 @@ def _message_visibility(session: SessionMaterial, message: Message) -> Visibilit
     return chat_visibility(channel, message.get("chat_type"))
 
 
-def user_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, Batch]:
+def user_batches(host: MemoryHost, item: AgentMaterial) -> dict[Path, Batch]:
     """Per-sender profiles: each sender's own messages (and the replies to them), per profile file, i.e. per
     (person, channel, visibility): a private profile only from private chats, a group profile only from that group."""
     per_file: dict[Path, list[str]] = {}
     newest: dict[Path, float] = {}
     for session in item.sessions:
-        if gw.memory_files.scope_for(item.agent, session.key.channel).profile != "per_user":
+        if host.memory_files.scope_for(item.agent, session.key.channel).profile != "per_user":
             continue
         messages = session.messages
         for i, message in enumerate(messages):
@@ -194,9 +169,9 @@ def user_batches(gw: GatewayCore, item: AgentMaterial) -> dict[Path, Batch]:
             visibility = _message_visibility(session, message)
             if not is_turn_start(message) or not isinstance(sender, str) or not sender or visibility is None:
                 continue
-            path = gw.memory_files.person_profile(item.agent, session.key, sender, visibility)
+            path = host.memory_files.person_profile(item.agent, session.key, sender, visibility)
             lines = per_file.setdefault(path, [])
-            newest[path] = max(newest.get(path, 0.0), session.mtime)
+            newest[path] = max(newest.get(path, 0.0), session.changed_at)
             lines.append(_line(message, item.clip))
             reply = messages[i + 1] if i + 1 < len(messages) else None
             if reply is not None and reply.get("role") == "assistant":

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import structlog
 
@@ -35,10 +35,8 @@ from agenthub.llm.types import LLMProvider, LLMRequest
 from agenthub.memory import l3_material as material
 from agenthub.memory import thresholds
 from agenthub.memory.files import backup_path, read_text, write_text
+from agenthub.memory.host import MemoryHost
 from agenthub.storage.keys import SessionKey
-
-if TYPE_CHECKING:
-    from agenthub.gateway.core import GatewayCore
 
 log = structlog.get_logger(__name__)
 
@@ -124,10 +122,10 @@ def _clean_answer(text: str) -> str:
 
 
 class MemoryProcessor:
-    """L3 for one gateway; `tick()` is the timer's job."""
+    """L3 for one host; `tick()` is the timer's job."""
 
-    def __init__(self, gateway: GatewayCore) -> None:
-        self.gateway = gateway
+    def __init__(self, host: MemoryHost) -> None:
+        self.host = host
         self._run_lock = asyncio.Lock()  # serialises runs only; files have their own locks
         self._calls = asyncio.Semaphore(MAX_PARALLEL_CALLS)  # a run's calls; a flush never queues behind them
         self._forgets: Counter[str] = Counter()  # per agent: bumped when a forget starts and when it ends
@@ -158,9 +156,9 @@ class MemoryProcessor:
             await self._run()
 
     async def _run(self) -> None:
-        gw = self.gateway
-        started, forgets = gw.clock(), self.forgets_seen()
-        collected = [await self._collect(agent) for agent in gw.agents.agents.values()]
+        host = self.host
+        started, forgets = host.clock(), self.forgets_seen()
+        collected = [await self._collect(agent) for agent in host.agents()]
         active = [c for c in collected if c is not None and c.sessions]
         targets = self._targets(active)
         for target in targets:
@@ -185,7 +183,7 @@ class MemoryProcessor:
     async def _collect(self, agent: AgentDefinition) -> material.AgentMaterial | None:
         """One agent's material; None (logged) when its directory cannot be read: the other agents go on."""
         try:
-            return await material.collect(self.gateway, agent)
+            return await material.collect(self.host, agent)
         except (OSError, AgentHubError) as e:
             log.warning("l3_agent_unreadable", agent=agent.name, error_type=type(e).__name__, error=str(e))
             return None
@@ -232,7 +230,7 @@ class MemoryProcessor:
         name, state = item.agent.name, item.state
         retry = {str(t.path): state.watermark(t.path) for t in failed if name in t.agents}
         try:
-            await material.save_state(self.gateway, item.agent, material.L3State(started, retry))
+            await material.save_state(self.host, item.agent, material.L3State(started, retry))
         except (OSError, AgentHubError) as e:  # the next run offers this agent's material again
             log.warning("l3_state_not_saved", agent=name, error_type=type(e).__name__, error=str(e))
 
@@ -256,47 +254,47 @@ class MemoryProcessor:
             return []
 
     def _memory_targets(self, item: material.AgentMaterial) -> list[Target]:
-        gw, memory, agent = self.gateway, self.gateway.settings.memory, item.agent
-        provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
-        window = thresholds.window_of(gw.settings, agent, model)
+        host, memory, agent = self.host, self.host.settings.memory, item.agent
+        provider, model = host.resolve_model(agent)
+        window = thresholds.window_of(host.settings, agent, model)
         cap = memory.memory_max_chars
         system = MEMORY_PROMPT.format(agent=agent.name, cap=cap)
         return [
             Target("memory", path, system, batch.text, cap, provider, model, window, agents=(agent.name,))
-            for path, batch in material.memory_batches(gw, item).items()
+            for path, batch in material.memory_batches(host, item).items()
             if batch.newest > item.state.watermark(path)
         ]
 
     def _user_targets(self, item: material.AgentMaterial) -> list[Target]:
-        gw, memory, agent = self.gateway, self.gateway.settings.memory, item.agent
-        provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
-        window = thresholds.window_of(gw.settings, agent, model)
+        host, memory, agent = self.host, self.host.settings.memory, item.agent
+        provider, model = host.resolve_model(agent)
+        window = thresholds.window_of(host.settings, agent, model)
         who = "one person (the sender of the messages below)"
         cap = memory.user_max_chars
         prompt = USER_PROMPT.format(who=who, cap=cap)
         return [
             Target("user", path, prompt, batch.text, cap, provider, model, window, agents=(agent.name,))
-            for path, batch in material.user_batches(gw, item).items()
+            for path, batch in material.user_batches(host, item).items()
             if batch.newest > item.state.watermark(path)
         ]
 
     def _shared_user_target(self, items: list[material.AgentMaterial]) -> Target | None:
         """`auth/USER.md` from the chats that share it (`l3_material.shared_profile_sessions`) whose material it
         has not taken in yet."""
-        gw, memory = self.gateway, self.gateway.settings.memory
-        path = gw.memory_files.shared_profile
+        host, memory = self.host, self.host.settings.memory
+        path = host.memory_files.shared_profile
         feeding: list[tuple[str, list[material.SessionMaterial]]] = []
         for item in items:
-            sessions = material.shared_profile_sessions(gw, item)
-            if sessions and max(s.mtime for s in sessions) > item.state.watermark(path):
+            sessions = material.shared_profile_sessions(host, item)
+            if sessions and max(s.changed_at for s in sessions) > item.state.watermark(path):
                 feeding.append((item.agent.name, sessions))
         if not feeding:
             return None
-        provider, model, _ = gw.providers.resolve(None, None)
+        provider, model = host.resolve_model(None)
         prompt = USER_PROMPT.format(who="the user(s)", cap=memory.user_max_chars)
         clip = memory.l3_message_chars
         text = "\n\n".join(material.render_session(s, clip) for _, sessions in feeding for s in sessions)
-        window = context_window(model, gw.settings.llm.context_window)
+        window = context_window(model, host.settings.llm.context_window)
         target = Target("user", path, prompt, text, memory.user_max_chars, provider, model, window)
         target.agents = tuple(name for name, _ in feeding)
         return target
@@ -326,8 +324,8 @@ class MemoryProcessor:
             max_tokens=max_tokens,
             purpose=target.purpose,
         )
-        bound_s = self.gateway.settings.memory.background_timeout_s
-        async with self.gateway.llm_gate:
+        bound_s = self.host.settings.memory.background_timeout_s
+        async with self.host.llm_gate:
             try:
                 async with asyncio.timeout(bound_s):  # a hung model must not hold the run (or the file) forever
                     response = await target.provider.complete(request)
@@ -346,20 +344,20 @@ class MemoryProcessor:
         left. One call, outside any lock (an L3 run does not hold it up); the write takes the file's lock.
         Raises on failure (the caller logs and compacts anyway). True when the file now holds them (written,
         or nothing to change); False when the rewrite was refused (e.g. another writer replaced the file)."""
-        gw, memory = self.gateway, self.gateway.settings.memory
-        provider, model, _ = gw.providers.resolve(None, None, agent.config.provider, agent.config.model)
+        host, memory = self.host, self.host.settings.memory
+        provider, model = host.resolve_model(agent)
         if provider.offline or not messages:
             return True
         session = material.SessionMaterial(key, messages)
         target = Target(
             "memory",
-            gw.memory_files.memory_path(agent, key),
+            host.memory_files.memory_path(agent, key),
             MEMORY_PROMPT.format(agent=agent.name, cap=memory.memory_max_chars),
             material.render_session(session, memory.l3_message_chars),
             memory.memory_max_chars,
             provider,
             model,
-            thresholds.window_of(gw.settings, agent, model),
+            thresholds.window_of(host.settings, agent, model),
             purpose="flush",
             agents=(agent.name,),
             forgets=self.forgets_seen(),
@@ -391,7 +389,7 @@ class MemoryProcessor:
                 await write_text(target.path, text)
             return outcome
 
-        return await self.gateway.memory_files.writer.locked(target.path, merge_and_write)
+        return await self.host.memory_files.writer.locked(target.path, merge_and_write)
 
 
 def _listed(target: Target | None) -> list[Target]:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.config import Settings
 from agenthub.llm.models import context_window
-
-if TYPE_CHECKING:
-    from agenthub.gateway.core import GatewayCore
 
 DEFAULT_CONSOLIDATE_AT = 80_000
 
@@ -40,9 +37,8 @@ def keep_recent(settings: Settings, agent: AgentDefinition) -> int:
     return agent.config.memory.keep_recent or settings.memory.keep_recent
 
 
-def thresholds_for(gateway: GatewayCore, agent: AgentDefinition) -> dict[str, Any]:
+def thresholds_for(settings: Settings, agent: AgentDefinition) -> dict[str, Any]:
     """The numbers the context meter shows."""
-    settings = gateway.settings
     return {
         "consolidate_at_tokens": consolidate_at_tokens(settings, agent),
         "keep_recent": keep_recent(settings, agent),

@@ -1,17 +1,14 @@
-"""Attach the memory layer to a gateway: the L2 after-turn hook, the compactor, and the AutoCompact/L3 timers."""
+"""Build the memory layer on a host: the compactor (L2 after each turn, on request, on overflow), AutoCompact and
+L3, and the timers the host is to run for them (memory never schedules anything itself)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from agenthub.gateway.timers import Timer
 from agenthub.memory.autocompact import AutoCompact
 from agenthub.memory.consolidator import Consolidator
+from agenthub.memory.host import MemoryHost, TimerSpec
 from agenthub.memory.processor import MemoryProcessor
-
-if TYPE_CHECKING:
-    from agenthub.gateway.core import GatewayCore
 
 AUTOCOMPACT_TIMER = "memory_autocompact"
 L3_TIMER = "memory_l3"
@@ -22,23 +19,18 @@ class MemoryLayer:
     consolidator: Consolidator
     autocompact: AutoCompact
     processor: MemoryProcessor
-    autocompact_timer: Timer
-    l3_timer: Timer
+    timers: tuple[TimerSpec, ...]
+    """What the host runs periodically: the AutoCompact sweep and the L3 run."""
 
 
-def attach_memory_layer(gateway: GatewayCore) -> MemoryLayer:
-    """Wire everything (kept as `gateway.memory_layer`); the timers start and stop with the gateway."""
-    memory = gateway.settings.memory
-    processor = MemoryProcessor(gateway)
-    consolidator = Consolidator(gateway, flush=processor.flush)
-    gateway.compactor = consolidator
-    gateway.after_turn_hooks.append(consolidator.after_turn)
-    autocompact = AutoCompact(gateway, consolidator)
-    gateway.memory_layer = MemoryLayer(
-        consolidator,
-        autocompact,
-        processor,
-        gateway.timers.add(AUTOCOMPACT_TIMER, memory.autocompact_interval_s, autocompact.tick),
-        gateway.timers.add(L3_TIMER, memory.l3_interval_s, processor.tick),
+def build_memory_layer(host: MemoryHost) -> MemoryLayer:
+    """Every memory job on `host`; the caller plugs in `consolidator.after_turn` and registers `timers`."""
+    memory = host.settings.memory
+    processor = MemoryProcessor(host)
+    consolidator = Consolidator(host, flush=processor.flush)
+    autocompact = AutoCompact(host, consolidator)
+    timers = (
+        TimerSpec(AUTOCOMPACT_TIMER, memory.autocompact_interval_s, autocompact.tick),
+        TimerSpec(L3_TIMER, memory.l3_interval_s, processor.tick),
     )
-    return gateway.memory_layer
+    return MemoryLayer(consolidator, autocompact, processor, timers)

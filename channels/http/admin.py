@@ -194,7 +194,7 @@ async def context_meter(request: web.Request) -> web.Response:
             "last_usage": meta.last_usage if meta is not None else None,
             "has_summary": any(m.get("role") == "system" for m in history),
             "busy": gateway.is_busy(key),
-            "thresholds": thresholds_for(gateway, agent),
+            "thresholds": thresholds_for(gateway.settings, agent),
         }
     )
 

@@ -1,0 +1,153 @@
+"""The gateway side of the memory layer: `GatewayMemoryHost` (the `memory.host.MemoryHost` a gateway offers), the
+compactor the turn and the commands call, and `attach_memory_layer`, the composition root's one call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from agenthub import i18n
+from agenthub.agent.definition import AgentDefinition
+from agenthub.agent.tools import tools_for
+from agenthub.config import Settings
+from agenthub.errors import LLMError
+from agenthub.gateway.core import GatewayCore
+from agenthub.gateway.runner import PendingTurn
+from agenthub.gateway.turn import MESSAGE_TOO_LONG, OVERFLOW_AFTER_RETRY, TurnOutcome
+from agenthub.llm.types import LLMProvider
+from agenthub.memory.consolidator import Consolidator
+from agenthub.memory.files import MemoryFiles
+from agenthub.memory.host import FinishedTurn
+from agenthub.memory.wiring import MemoryLayer, build_memory_layer
+from agenthub.session.history import SessionHistory
+from agenthub.storage.keys import SessionKey
+
+Message = dict[str, Any]
+
+
+class GatewayMemoryHost:
+    """What the memory layer sees of one gateway (structurally a `MemoryHost`)."""
+
+    def __init__(self, gateway: GatewayCore) -> None:
+        self._gateway = gateway
+
+    @property
+    def settings(self) -> Settings:
+        return self._gateway.settings
+
+    @property
+    def history(self) -> SessionHistory:
+        return self._gateway.history
+
+    @property
+    def memory_files(self) -> MemoryFiles:
+        return self._gateway.memory_files
+
+    @property
+    def llm_gate(self) -> AbstractAsyncContextManager[Any]:
+        return self._gateway.llm_gate
+
+    def clock(self) -> float:
+        return self._gateway.clock()
+
+    def agents(self) -> Sequence[AgentDefinition]:
+        return list(self._gateway.agents.agents.values())
+
+    def resolve_model(self, agent: AgentDefinition | None) -> tuple[LLMProvider, str]:
+        providers = self._gateway.providers
+        if agent is None:
+            provider, model, _ = providers.resolve(None, None)
+        else:
+            provider, model, _ = providers.resolve(None, None, agent.config.provider, agent.config.model)
+        return provider, model
+
+    async def estimate_prompt_tokens(
+        self, agent: AgentDefinition, key: SessionKey, sender_id: str, history: list[Message]
+    ) -> int:
+        gw = self._gateway
+        tools = [*tools_for(agent), *gw.mcp.cached_tools(agent)]
+        return await gw.context.estimate_prompt_tokens(agent, key, sender_id, history, tools)
+
+    def notify_next_turn(self, key: SessionKey, text: i18n.Text) -> None:
+        self._gateway.notify_next_turn(key, text)
+
+    def is_busy(self, key: SessionKey) -> bool:
+        return self._gateway.is_busy(key)
+
+    def turn_pending(self, key: SessionKey) -> bool:
+        runner = self._gateway.runner(key)
+        return runner is not None and (bool(runner.queue) or runner.current is not None)
+
+    def last_active(self, key: SessionKey) -> float | None:
+        session = self._gateway.sessions.get(key)
+        return None if session is None else session.last_active
+
+    def release(self, key: SessionKey) -> None:
+        gw = self._gateway
+        if gw.sessions.get(key) is None and not gw.is_busy(key):
+            gw.history.evict(key)
+
+    def exclusive(self, key: SessionKey) -> AbstractAsyncContextManager[None]:
+        return self._gateway.exclusive(key)
+
+    def hold(self, key: SessionKey) -> AbstractAsyncContextManager[None]:
+        return self._gateway.hold(key)
+
+    def start_background(self, key: SessionKey, work: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+        return self._gateway.start_background(key, work)
+
+    def background(self, key: SessionKey) -> asyncio.Task[None] | None:
+        return self._gateway.background(key)
+
+
+class GatewayCompactor:
+    """The gateway's `Compactor`: manual runs answer with the memory layer's text; an overflow run that changed
+    nothing becomes the turn's error (a retry could not help)."""
+
+    def __init__(self, settings: Settings, consolidator: Consolidator) -> None:
+        self._settings = settings
+        self.consolidator = consolidator
+
+    async def compact(
+        self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
+    ) -> str:
+        if reason != "overflow":
+            return await self.consolidator.compact(key, agent, reason=reason, actor=actor, focus=focus)
+        result = await self.consolidator.compact_for_overflow(key, agent, actor=actor)
+        if result.status == "nothing":  # the turn's own message is what does not fit
+            raise LLMError("overflow compaction: nothing to compact", user_text=MESSAGE_TOO_LONG)
+        if result.status != "done":
+            raise LLMError(f"overflow compaction: {result.status}", user_text=OVERFLOW_AFTER_RETRY)
+        return result.message.render(i18n.locale_for(self._settings, key.channel, agent))
+
+
+def finished_turn(pending: PendingTurn, outcome: TurnOutcome) -> FinishedTurn:
+    """What memory reads of a turn that has just ended."""
+    return FinishedTurn(
+        key=pending.key,
+        agent=pending.agent,
+        sender_id=pending.message.sender_id,
+        ok=outcome.ok,
+        provider=outcome.provider,
+        model=outcome.model,
+        prompt_tokens=outcome.last_usage.prompt_tokens,
+    )
+
+
+def attach_memory_layer(gateway: GatewayCore) -> MemoryLayer:
+    """Build the memory layer on `gateway` (kept as `gateway.memory_layer`): its compactor, the L2 after-turn
+    hook, and its timers, which start and stop with the gateway."""
+    layer = build_memory_layer(GatewayMemoryHost(gateway))
+    consolidator = layer.consolidator
+
+    async def after_turn(pending: PendingTurn, outcome: TurnOutcome) -> None:
+        await consolidator.after_turn(finished_turn(pending, outcome))
+
+    gateway.compactor = GatewayCompactor(gateway.settings, consolidator)
+    gateway.after_turn_hooks.append(after_turn)
+    for timer in layer.timers:
+        gateway.timers.add(timer.name, timer.interval_s, timer.tick)
+    gateway.memory_layer = layer
+    return layer
