@@ -126,13 +126,13 @@ async def _scenario(root: Path, history: list[Message], keep: int, budget: int |
         async with build_gateway(config) as gw:
             agent = gw.agents.get("default")
             assert gw.memory_layer is not None
-            consolidator, autocompact = gw.memory_layer.consolidator, gw.memory_layer.autocompact
-            provider, model = consolidator.provider_for(agent)
+            compactor, autocompact = gw.memory_layer.compactor, gw.memory_layer.autocompact
+            provider, model = compactor.provider_for(agent)
             runs: dict[str, Callable[[SessionKey], Awaitable[object]]] = {
-                "l2": lambda key: consolidator.run(
+                "l2": lambda key: compactor.run(
                     key, agent, reason="t", actor="t", provider=provider, model=model, tail_budget=budget, keep=keep
                 ),
-                "manual": lambda key: consolidator.compact(key, agent, reason="manual", actor="t"),
+                "manual": lambda key: compactor.compact(key, agent, reason="manual", actor="t"),
                 "autocompact": lambda key: autocompact.compact_session(key, agent),
             }
             for name, run in runs.items():

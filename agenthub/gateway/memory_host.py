@@ -17,7 +17,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.runner import PendingTurn
 from agenthub.gateway.turn import MESSAGE_TOO_LONG, OVERFLOW_AFTER_RETRY, TurnOutcome
 from agenthub.llm.types import LLMProvider
-from agenthub.memory.consolidator import Consolidator
+from agenthub.memory.compaction import SessionCompactor
 from agenthub.memory.files import MemoryFiles
 from agenthub.memory.host import FinishedTurn
 from agenthub.memory.wiring import MemoryLayer, build_memory_layer
@@ -106,16 +106,16 @@ class GatewayCompactor:
     """The gateway's `Compactor`: manual runs answer with the memory layer's text; an overflow run that changed
     nothing becomes the turn's error (a retry could not help)."""
 
-    def __init__(self, settings: Settings, consolidator: Consolidator) -> None:
+    def __init__(self, settings: Settings, compactor: SessionCompactor) -> None:
         self._settings = settings
-        self.consolidator = consolidator
+        self.compactor = compactor
 
     async def compact(
         self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
     ) -> str:
         if reason != "overflow":
-            return await self.consolidator.compact(key, agent, reason=reason, actor=actor, focus=focus)
-        result = await self.consolidator.compact_for_overflow(key, agent, actor=actor)
+            return await self.compactor.compact(key, agent, reason=reason, actor=actor, focus=focus)
+        result = await self.compactor.compact_for_overflow(key, agent, actor=actor)
         if result.status == "nothing":  # the turn's own message is what does not fit
             raise LLMError("overflow compaction: nothing to compact", user_text=MESSAGE_TOO_LONG)
         if result.status != "done":
@@ -140,12 +140,12 @@ def attach_memory_layer(gateway: GatewayCore) -> MemoryLayer:
     """Build the memory layer on `gateway` (kept as `gateway.memory_layer`): its compactor, the L2 after-turn
     hook, and its timers, which start and stop with the gateway."""
     layer = build_memory_layer(GatewayMemoryHost(gateway))
-    consolidator = layer.consolidator
+    compactor = layer.compactor
 
     async def after_turn(pending: PendingTurn, outcome: TurnOutcome) -> None:
-        await consolidator.after_turn(finished_turn(pending, outcome))
+        await compactor.after_turn(finished_turn(pending, outcome))
 
-    gateway.compactor = GatewayCompactor(gateway.settings, consolidator)
+    gateway.compactor = GatewayCompactor(gateway.settings, compactor)
     gateway.after_turn_hooks.append(after_turn)
     for timer in layer.timers:
         gateway.timers.add(timer.name, timer.interval_s, timer.tick)

@@ -1,1 +1,2 @@
-"""The memory layer: memory files, context building, L2 consolidation, L3 memory processing, AutoCompact."""
+"""The memory layer behind `host.MemoryHost`: memory files, compaction (L2 after a turn, on request, AutoCompact
+when idle) and L3 memory processing."""

@@ -1,4 +1,5 @@
-"""AutoCompact: idle sessions with many messages are cut to their last few (archived first), optionally summarised."""
+"""AutoCompact, the compaction of idle sessions: one with many messages is truncated to its last few (archived
+first), or with `autocompact_summary` compacted with a summary."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import SessionBusyError
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.llm.types import LLMProvider
-from agenthub.memory import policy, thresholds
-from agenthub.memory.consolidator import Consolidator, compaction_notice
+from agenthub.memory import thresholds
+from agenthub.memory.compaction import SessionCompactor, compaction_notice
 from agenthub.memory.host import MemoryHost
 from agenthub.storage.keys import SessionKey
 
@@ -22,13 +23,13 @@ log = structlog.get_logger(__name__)
 class AutoCompact:
     """The periodic sweep. The list of idle sessions is only a candidate list: right before a session is cut,
     under the session's own serialisation, it must still be idle (no turn running or waiting, no activity since
-    `autocompact_idle_s`), or it is left whole. Plain truncation happens inside `gateway.exclusive`; with
+    `autocompact_idle_s`), or it is left whole. Truncation happens inside `host.exclusive`; with
     `autocompact_summary` the summary is the session's background work (the chat is not held while it is written)
     and is applied only if the session is still idle then."""
 
-    def __init__(self, host: MemoryHost, consolidator: Consolidator) -> None:
+    def __init__(self, host: MemoryHost, compactor: SessionCompactor) -> None:
         self.host = host
-        self.consolidator = consolidator
+        self.compactor = compactor
 
     async def tick(self) -> None:
         for agent in list(self.host.agents()):
@@ -54,7 +55,7 @@ class AutoCompact:
             if summary_model is None:
                 await self._truncate(key, agent)
             else:
-                await self._summarise(key, agent, *summary_model)
+                await self._compact_with_summary(key, agent, *summary_model)
         except SessionBusyError:
             log.info("autocompact_skipped_busy", session_key=str(key))
         finally:
@@ -79,19 +80,19 @@ class AutoCompact:
         settings = self.host.settings
         if len(history) > settings.memory.autocompact_min_messages:
             return True
-        threshold = policy.consolidate_at(settings, agent, thresholds.agent_model(settings, agent))
+        threshold = thresholds.compact_at_tokens(settings, agent)
         return len(history) > 2 and estimate_tokens([m.get("content") for m in history]) >= threshold
 
     def _tail_budget(self, agent: AgentDefinition) -> int:
         settings = self.host.settings
-        threshold = policy.consolidate_at(settings, agent, thresholds.agent_model(settings, agent))
-        return int(threshold * policy.TAIL_SHARE)
+        threshold = thresholds.compact_at_tokens(settings, agent)
+        return int(threshold * thresholds.TAIL_SHARE)
 
     def _summary_model(self, agent: AgentDefinition) -> tuple[LLMProvider, str] | None:
-        """The provider and model for the summary, or None for plain truncation (option off, or offline)."""
-        if not policy.autocompact_summary(self.host.settings, agent):
+        """The provider and model for the summary, or None for truncation (option off, or offline)."""
+        if not thresholds.autocompact_summary(self.host.settings, agent):
             return None
-        provider, model = self.consolidator.provider_for(agent)
+        provider, model = self.compactor.provider_for(agent)
         return None if provider.offline else (provider, model)
 
     async def _truncate(self, key: SessionKey, agent: AgentDefinition) -> None:
@@ -100,7 +101,7 @@ class AutoCompact:
             history = await host.history.load(key)
             if not self._too_big(agent, history) or not await self.still_idle(key):
                 return
-            result = await self.consolidator.truncate(
+            result = await self.compactor.truncate(
                 key,
                 keep=host.settings.memory.autocompact_keep,
                 tail_budget=self._tail_budget(agent),
@@ -111,12 +112,14 @@ class AutoCompact:
         if result.status == "done":
             host.notify_next_turn(key, compaction_notice(result))
 
-    async def _summarise(self, key: SessionKey, agent: AgentDefinition, provider: LLMProvider, model: str) -> None:
+    async def _compact_with_summary(
+        self, key: SessionKey, agent: AgentDefinition, provider: LLMProvider, model: str
+    ) -> None:
         host = self.host
         if host.is_busy(key):
             raise SessionBusyError(f"session {key} is busy")
         history = await host.history.load(key)
-        if not self._too_big(agent, history) or self.consolidator.deferred(key, len(history)):
+        if not self._too_big(agent, history) or self.compactor.deferred(key, len(history)):
             return  # small, or a summary failed lately: leave it as it is
         if not await self.still_idle(key):
             raise SessionBusyError(f"session {key} is busy")
@@ -126,7 +129,7 @@ class AutoCompact:
 
     async def _summary_job(self, key: SessionKey, agent: AgentDefinition, provider: LLMProvider, model: str) -> None:
         host = self.host
-        result = await self.consolidator.run(
+        result = await self.compactor.run(
             key,
             agent,
             reason="autocompact",

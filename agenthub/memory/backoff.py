@@ -29,7 +29,7 @@ class _Failure:
 
 
 class SummaryBackoff:
-    """After a failed summary, skip that session's automatic consolidation (after-turn threshold, AutoCompact)
+    """After a failed summary, skip that session's automatic compaction (after-turn threshold, AutoCompact)
     for `retry_after_s` or until `RETRY_GROWTH` more messages, whichever comes first. Manual `/compact` and the
     overflow path are never deferred. It also remembers the head a failed attempt flushed, so a retry flushes
     only what is new."""

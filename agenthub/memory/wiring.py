@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agenthub.memory.autocompact import AutoCompact
-from agenthub.memory.consolidator import Consolidator
+from agenthub.memory.compaction import SessionCompactor
 from agenthub.memory.host import MemoryHost, TimerSpec
 from agenthub.memory.processor import MemoryProcessor
 
@@ -16,7 +16,7 @@ L3_TIMER = "memory_l3"
 
 @dataclass(frozen=True)
 class MemoryLayer:
-    consolidator: Consolidator
+    compactor: SessionCompactor
     autocompact: AutoCompact
     processor: MemoryProcessor
     timers: tuple[TimerSpec, ...]
@@ -24,13 +24,13 @@ class MemoryLayer:
 
 
 def build_memory_layer(host: MemoryHost) -> MemoryLayer:
-    """Every memory job on `host`; the caller plugs in `consolidator.after_turn` and registers `timers`."""
+    """Every memory job on `host`; the caller plugs in `compactor.after_turn` and registers `timers`."""
     memory = host.settings.memory
     processor = MemoryProcessor(host)
-    consolidator = Consolidator(host, flush=processor.flush)
-    autocompact = AutoCompact(host, consolidator)
+    compactor = SessionCompactor(host, flush=processor.flush)
+    autocompact = AutoCompact(host, compactor)
     timers = (
         TimerSpec(AUTOCOMPACT_TIMER, memory.autocompact_interval_s, autocompact.tick),
         TimerSpec(L3_TIMER, memory.l3_interval_s, processor.tick),
     )
-    return MemoryLayer(consolidator, autocompact, processor, timers)
+    return MemoryLayer(compactor, autocompact, processor, timers)

@@ -50,17 +50,17 @@ def notice_keys(host: FakeMemoryHost, key: SessionKey = KEY) -> list[str]:
 
 async def test_l2_compacts_in_the_background_once_a_turn_reached_the_threshold_and_only_once(tmp_path: Path) -> None:
     host = await seeded(tmp_path, L2)
-    consolidator = build_memory_layer(host).consolidator
-    await consolidator.after_turn(finished(host, 999))
-    await consolidator.after_turn(finished(host, 50_000, ok=False))
+    compactor = build_memory_layer(host).compactor
+    await compactor.after_turn(finished(host, 999))
+    await compactor.after_turn(finished(host, 50_000, ok=False))
     assert host.background(KEY) is None and host.model.requests == []
 
     host.model.gate.clear()
-    await consolidator.after_turn(finished(host, 1000))
+    await compactor.after_turn(finished(host, 1000))
     task = host.background(KEY)
     assert task is not None
     await host.model.called.wait()
-    await consolidator.after_turn(finished(host, 2000))  # one compaction per session at a time
+    await compactor.after_turn(finished(host, 2000))  # one compaction per session at a time
     assert host.background(KEY) is task and len(host.model.requests) == 1
     host.model.gate.set()
     await asyncio.wait([task])
@@ -74,9 +74,9 @@ async def test_l2_compacts_in_the_background_once_a_turn_reached_the_threshold_a
 
 async def test_l2_keeps_what_was_appended_while_the_summary_was_written(tmp_path: Path) -> None:
     host = await seeded(tmp_path, L2)
-    consolidator = build_memory_layer(host).consolidator
+    compactor = build_memory_layer(host).compactor
     host.model.gate.clear()
-    await consolidator.after_turn(finished(host, 1000))
+    await compactor.after_turn(finished(host, 1000))
     task = host.background(KEY)
     assert task is not None
     await host.model.called.wait()
@@ -91,9 +91,9 @@ async def test_l2_keeps_what_was_appended_while_the_summary_was_written(tmp_path
 
 async def test_l2_abandons_the_summary_when_the_history_was_replaced_meanwhile(tmp_path: Path) -> None:
     host = await seeded(tmp_path, L2)
-    consolidator = build_memory_layer(host).consolidator
+    compactor = build_memory_layer(host).compactor
     host.model.gate.clear()
-    await consolidator.after_turn(finished(host, 1000))
+    await compactor.after_turn(finished(host, 1000))
     task = host.background(KEY)
     assert task is not None
     await host.model.called.wait()

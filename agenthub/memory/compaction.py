@@ -1,10 +1,13 @@
-"""L2 Consolidator: summarise a session's older messages into one `[历史摘要]` system message, archive first.
+"""Compaction, the one way the working history shrinks: the older messages are summarised into one `[历史摘要]`
+system message and cut (archived first); `truncate` is the cut without a summary.
 
-It is also the gateway's `compactor` (manual `/compact`, and the overflow → compact → retry path). Manual and
-overflow runs happen while the session is held (`gateway.exclusive`, or inside the turn itself). The after-turn
-run is the session's background work (`gateway.start_background`, at most one per session): it summarises a
-snapshot without holding the session and applies the result under `gateway.hold` only if messages were merely
-appended since; /restart, /stop and shutdown cancel it.
+Three callers: L2 after a turn that reached the agent's threshold, a request (`/compact`, the HTTP route), and a
+turn whose request overflowed the model's window (the gateway's compactor, `gateway/memory_host.py`, turns an
+overflow compaction that changed nothing into the turn's error). Requested and overflow compactions run while the
+session is held (`host.exclusive`, or inside the turn itself). The after-turn one is the session's background work
+(`host.start_background`, at most one per session): it summarises a snapshot without holding the session and
+applies the result under `host.hold` only if messages were merely appended since; /restart, /stop and shutdown
+cancel it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.llm.types import LLMProvider
-from agenthub.memory import policy
+from agenthub.memory import thresholds
 from agenthub.memory.backoff import SummaryBackoff
 from agenthub.memory.cut import Cut, plan_cut
 from agenthub.memory.host import FinishedTurn, MemoryHost
@@ -77,13 +80,13 @@ def _done(cut: Cut, summary: str) -> CompactionResult:
     return CompactionResult("done", text, cut.index, len(cut.tail), len(cut.head), len(summary))
 
 
-class Consolidator:
-    """L2 consolidation and manual/overflow compaction for one gateway."""
+class SessionCompactor:
+    """Compaction of one host's sessions: after a turn (L2), on request, on overflow, and AutoCompact's."""
 
     def __init__(self, host: MemoryHost, *, flush: Flush | None = None) -> None:
         self.host = host
         self.flush = flush
-        """Memory flush run before a compaction takes messages out of the working history (not on overflow,
+        """The memory flush run before a compaction takes messages out of the working history (not on overflow,
         which happens inside a turn the user is waiting for)."""
         self._factors: dict[SessionKey, float] = {}  # real tokens per estimated token, per session
         self.backoff = SummaryBackoff()
@@ -91,7 +94,7 @@ class Consolidator:
     def provider_for(self, agent: AgentDefinition) -> tuple[LLMProvider, str]:
         return self.host.resolve_model(agent)
 
-    # ---- the after-turn hook (L2) ----------------------------------------------------------------
+    # ---- after a turn (L2) -----------------------------------------------------------------------
 
     async def after_turn(self, turn: FinishedTurn) -> None:
         """Start a background compaction when the turn's last model call reached the agent's threshold (the
@@ -99,7 +102,7 @@ class Consolidator:
         provider = turn.provider
         if not turn.ok or provider is None:
             return
-        threshold = policy.consolidate_at(self.host.settings, turn.agent, turn.model)
+        threshold = thresholds.compact_at_tokens(self.host.settings, turn.agent, turn.model)
         if turn.prompt_tokens < threshold or self.host.background(turn.key) is not None:
             return
         history = await self.host.history.load(turn.key)
@@ -121,21 +124,21 @@ class Consolidator:
             actor="consolidator",
             provider=provider,
             model=turn.model,
-            tail_budget=int(threshold * policy.TAIL_SHARE / factor),
+            tail_budget=int(threshold * thresholds.TAIL_SHARE / factor),
             background=True,
         )
         if result.status == "done":
             self.host.notify_next_turn(turn.key, compaction_notice(result))
 
     def deferred(self, key: SessionKey, length: int) -> bool:
-        """Automatic consolidation of `key` waits after a failed summary (`memory.consolidate_retry_after_s`)."""
+        """Automatic compaction of `key` waits after a failed summary (`memory.consolidate_retry_after_s`)."""
         retry_after_s = self.host.settings.memory.consolidate_retry_after_s
         return self.backoff.deferred(key, length, now=self.host.clock(), retry_after_s=retry_after_s)
 
     async def _calibrate(self, turn: FinishedTurn, history: list[Message]) -> float:
         """Compare the real prompt size with our estimate of the same request (the history without the reply)."""
         estimated = await self.host.estimate_prompt_tokens(turn.agent, turn.key, turn.sender_id, history[:-1])
-        factor = policy.calibration(turn.prompt_tokens, estimated)
+        factor = thresholds.calibration(turn.prompt_tokens, estimated)
         self._factors[turn.key] = factor
         return factor
 
@@ -144,14 +147,14 @@ class Consolidator:
     async def compact(
         self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
     ) -> str:
-        """Manual compaction (only when idle: `SessionBusyError` otherwise; `focus` steers the summary); returns
+        """Compaction on request (only when idle: `SessionBusyError` otherwise; `focus` steers the summary); returns
         what the user is told."""
         provider, model = self.provider_for(agent)
         settings = self.host.settings
         locale = i18n.locale_for(settings, key.channel, agent)
         if self.host.background(key) is not None:
             return i18n.text("compaction.running", locale)
-        threshold = policy.consolidate_at(settings, agent, model)
+        threshold = thresholds.compact_at_tokens(settings, agent, model)
         async with self.host.exclusive(key):
             result = await self.run(
                 key,
@@ -160,7 +163,7 @@ class Consolidator:
                 actor=actor,
                 provider=provider,
                 model=model,
-                tail_budget=int(threshold * policy.TAIL_SHARE / self._factors.get(key, 1.0)),
+                tail_budget=int(threshold * thresholds.TAIL_SHARE / self._factors.get(key, 1.0)),
                 focus=focus,
             )
         return result.message.render(locale)
@@ -170,9 +173,9 @@ class Consolidator:
         too long, before its one retry: the kept tail is a smaller share of the window."""
         provider, model = self.provider_for(agent)
         settings = self.host.settings
-        threshold = policy.consolidate_at(settings, agent, model)
-        window = policy.window_of(settings, agent, model)
-        budget = window * policy.OVERFLOW_TAIL_SHARE if window else threshold * policy.TAIL_SHARE
+        threshold = thresholds.compact_at_tokens(settings, agent, model)
+        window = thresholds.window_of(settings, agent, model)
+        budget = window * thresholds.OVERFLOW_TAIL_SHARE if window else threshold * thresholds.TAIL_SHARE
         tail_budget = int(budget / self._factors.get(key, 1.0))
         return await self.run(
             key, agent, reason="overflow", actor=actor, provider=provider, model=model, tail_budget=tail_budget
@@ -208,7 +211,7 @@ class Consolidator:
             log.info("compaction_skipped_offline", **fields)
             return CompactionResult("unavailable", i18n.Text("compaction.unavailable"))
         history = await host.history.load(key)
-        cut = plan_cut(history, keep or policy.keep_recent(settings, agent), tail_budget)
+        cut = plan_cut(history, keep or thresholds.keep_recent(settings, agent), tail_budget)
         if cut is None:
             return CompactionResult("nothing", i18n.Text("compaction.nothing", {"count": len(history)}))
         if reason != "overflow":
@@ -234,14 +237,14 @@ class Consolidator:
     ) -> str | None:
         """The `[历史摘要]` text, or None when the call failed, timed out or gave an unusable answer."""
         host, settings = self.host, self.host.settings
-        threshold = policy.consolidate_at(settings, agent, model)
-        window = policy.window_of(settings, agent, model) or 2 * threshold
+        threshold = thresholds.compact_at_tokens(settings, agent, model)
+        window = thresholds.window_of(settings, agent, model) or 2 * threshold
         request = summary_request(
             model,
             cut.previous_summaries,
             cut.head,
             input_budget=int(window * 0.5),
-            max_tokens=policy.summary_max_tokens(threshold),
+            max_tokens=thresholds.summary_max_tokens(threshold),
             focus=focus,
         )
         original = estimate_tokens(cut.previous_summaries) + estimate_tokens([m.get("content") for m in cut.head])
