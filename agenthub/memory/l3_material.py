@@ -16,7 +16,14 @@ from agenthub import jsonsafe
 from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import StorageError
 from agenthub.memory.cut import is_turn_start
-from agenthub.memory.files import MULTI_USER_CHANNELS, Visibility, chat_visibility, read_text, write_text
+from agenthub.memory.files import (
+    MULTI_USER_CHANNELS,
+    MemoryFiles,
+    Visibility,
+    chat_visibility,
+    read_text,
+    write_text,
+)
 from agenthub.memory.host import MemoryHost
 from agenthub.memory.summary import render_content
 from agenthub.storage.keys import SessionKey
@@ -72,8 +79,8 @@ class Batch:
     newest: float
 
 
-async def load_state(host: MemoryHost, agent: AgentDefinition) -> L3State:
-    raw = await read_text(host.memory_files.l3_state_path(agent))
+async def load_state(files: MemoryFiles, agent: AgentDefinition) -> L3State:
+    raw = await read_text(files.l3_state_path(agent))
     try:
         data = jsonsafe.loads(raw) if raw else {}
         retry = {str(k): float(v) for k, v in dict(data.get("retry", {})).items()}
@@ -83,9 +90,9 @@ async def load_state(host: MemoryHost, agent: AgentDefinition) -> L3State:
         return L3State()
 
 
-async def save_state(host: MemoryHost, agent: AgentDefinition, state: L3State) -> None:
+async def save_state(files: MemoryFiles, agent: AgentDefinition, state: L3State) -> None:
     text = json.dumps({"last_run": state.last_run, "retry": state.retry})
-    await write_text(host.memory_files.l3_state_path(agent), text)
+    await write_text(files.l3_state_path(agent), text)
 
 
 async def collect(host: MemoryHost, agent: AgentDefinition) -> AgentMaterial:
@@ -93,7 +100,7 @@ async def collect(host: MemoryHost, agent: AgentDefinition) -> AgentMaterial:
     messages, or none when no session changed since the oldest watermark."""
     memory = host.settings.memory
     recent = (await host.history.activity(agent.name))[: memory.l3_sessions]
-    state = await load_state(host, agent)
+    state = await load_state(host.memory_files, agent)
     if not any(a.changed_at > state.since for a in recent):
         return AgentMaterial(agent, [], memory.l3_message_chars, state)
     sessions = []
@@ -120,14 +127,14 @@ def _batch(sessions: list[SessionMaterial], clip: int) -> Batch:
     return Batch("\n\n".join(render_session(s, clip) for s in sessions), max(s.changed_at for s in sessions))
 
 
-def memory_batches(host: MemoryHost, item: AgentMaterial) -> dict[Path, Batch]:
+def memory_batches(files: MemoryFiles, item: AgentMaterial) -> dict[Path, Batch]:
     """The MEMORY file(s) to rewrite, each only from the chats that read it (`MemoryFiles.memory_path`): the
     agent-wide one from agent-scoped chats, a chat's own from that chat alone. A chat whose file path is refused (a
     planted link) is left out, logged: the other chats' files go on."""
     by_path: dict[Path, list[SessionMaterial]] = {}
     for session in item.sessions:
         try:
-            path = host.memory_files.memory_path(item.agent, session.key)
+            path = files.memory_path(item.agent, session.key)
         except StorageError:
             log.warning("l3_memory_path_refused", agent=item.agent.name, session_key=str(session.key))
             continue
@@ -135,10 +142,10 @@ def memory_batches(host: MemoryHost, item: AgentMaterial) -> dict[Path, Batch]:
     return {path: _batch(sessions, item.clip) for path, sessions in by_path.items()}
 
 
-def shared_profile_sessions(host: MemoryHost, item: AgentMaterial) -> list[SessionMaterial]:
+def shared_profile_sessions(files: MemoryFiles, item: AgentMaterial) -> list[SessionMaterial]:
     """The chats that feed the shared `auth/USER.md`: agent-scoped ones with the shared profile (under `auto`
     the single-user channels only; chat-scoped chats never feed it)."""
-    scope = host.memory_files.scope_for
+    scope = files.scope_for
     return [
         s
         for s in item.sessions
@@ -155,13 +162,13 @@ def _message_visibility(session: SessionMaterial, message: Message) -> Visibilit
     return chat_visibility(channel, message.get("chat_type"))
 
 
-def user_batches(host: MemoryHost, item: AgentMaterial) -> dict[Path, Batch]:
+def user_batches(files: MemoryFiles, item: AgentMaterial) -> dict[Path, Batch]:
     """Per-sender profiles: each sender's own messages (and the replies to them), per profile file, i.e. per
     (person, channel, visibility): a private profile only from private chats, a group profile only from that group."""
     per_file: dict[Path, list[str]] = {}
     newest: dict[Path, float] = {}
     for session in item.sessions:
-        if host.memory_files.scope_for(item.agent, session.key.channel).profile != "per_user":
+        if files.scope_for(item.agent, session.key.channel).profile != "per_user":
             continue
         messages = session.messages
         for i, message in enumerate(messages):
@@ -169,7 +176,7 @@ def user_batches(host: MemoryHost, item: AgentMaterial) -> dict[Path, Batch]:
             visibility = _message_visibility(session, message)
             if not is_turn_start(message) or not isinstance(sender, str) or not sender or visibility is None:
                 continue
-            path = host.memory_files.person_profile(item.agent, session.key, sender, visibility)
+            path = files.person_profile(item.agent, session.key, sender, visibility)
             lines = per_file.setdefault(path, [])
             newest[path] = max(newest.get(path, 0.0), session.changed_at)
             lines.append(_line(message, item.clip))

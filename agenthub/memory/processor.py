@@ -230,7 +230,7 @@ class MemoryProcessor:
         name, state = item.agent.name, item.state
         retry = {str(t.path): state.watermark(t.path) for t in failed if name in t.agents}
         try:
-            await material.save_state(self.host, item.agent, material.L3State(started, retry))
+            await material.save_state(self.host.memory_files, item.agent, material.L3State(started, retry))
         except (OSError, AgentHubError) as e:  # the next run offers this agent's material again
             log.warning("l3_state_not_saved", agent=name, error_type=type(e).__name__, error=str(e))
 
@@ -261,7 +261,7 @@ class MemoryProcessor:
         system = MEMORY_PROMPT.format(agent=agent.name, cap=cap)
         return [
             Target("memory", path, system, batch.text, cap, provider, model, window, agents=(agent.name,))
-            for path, batch in material.memory_batches(host, item).items()
+            for path, batch in material.memory_batches(host.memory_files, item).items()
             if batch.newest > item.state.watermark(path)
         ]
 
@@ -274,7 +274,7 @@ class MemoryProcessor:
         prompt = USER_PROMPT.format(who=who, cap=cap)
         return [
             Target("user", path, prompt, batch.text, cap, provider, model, window, agents=(agent.name,))
-            for path, batch in material.user_batches(host, item).items()
+            for path, batch in material.user_batches(host.memory_files, item).items()
             if batch.newest > item.state.watermark(path)
         ]
 
@@ -285,7 +285,7 @@ class MemoryProcessor:
         path = host.memory_files.shared_profile
         feeding: list[tuple[str, list[material.SessionMaterial]]] = []
         for item in items:
-            sessions = material.shared_profile_sessions(host, item)
+            sessions = material.shared_profile_sessions(host.memory_files, item)
             if sessions and max(s.changed_at for s in sessions) > item.state.watermark(path):
                 feeding.append((item.agent.name, sessions))
         if not feeding:
