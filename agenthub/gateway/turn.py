@@ -1,4 +1,4 @@
-"""One turn: lock, store the user message, build the context, run the agent loop, store the reply."""
+"""One turn, within its time limit: store the user message, build the context, run the agent loop, store the reply."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from agenthub.errors import (
     RequestRejectedError,
     StorageError,
 )
-from agenthub.gateway.runner import PendingTurn, SessionRunner
+from agenthub.gateway.runner import PendingTurn
+from agenthub.gateway.session_state import SessionState, SessionStatus
 from agenthub.i18n import Text
 from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
@@ -45,6 +46,10 @@ USER_ABORTS = frozenset({ErrorCode.STOPPED, ErrorCode.RESTART})
 
 OVERFLOW_AFTER_RETRY = Text("error.overflow_after_retry")
 MESSAGE_TOO_LONG = Text("error.message_too_long")
+
+
+class TurnTimedOut(Exception):
+    """The turn ran longer than its `lock_timeout_s` and was cancelled."""
 
 
 @dataclass(frozen=True)
@@ -76,26 +81,27 @@ class TurnRunner:
     def _record_failure(self, task: asyncio.Task[None], code: str, message: str) -> None:
         self._outcomes[task] = TurnOutcome(ok=False, code=code, final=ErrorEvent(message, code=code))
 
-    async def run(self, pending: PendingTurn, runner: SessionRunner) -> None:
+    async def run(self, pending: PendingTurn, state: SessionState) -> None:
+        """Run the turn to its outcome within the agent's (or the session default's) `lock_timeout_s`; the
+        session is `processing` meanwhile and `error` after a turn that failed, timed out or was shut down."""
         gw = self.gateway
         task = asyncio.current_task()
         assert task is not None
-        failed, locked = True, False
+        limit = pending.agent.config.lock_timeout_s or gw.settings.session.lock_timeout_s
+        failed = True
+        state.status = SessionStatus.PROCESSING
         with bound_turn(str(pending.key), pending.message.channel, pending.message_id):
             try:
-                gw.sessions.get_or_create(pending.key, lock_timeout_s=pending.agent.config.lock_timeout_s)
-                gw.sessions.acquire(pending.key, pending.message_id)
-                locked = True
-                outcome = await self._execute(pending)
+                self._outcomes[task] = await self._execute_within(pending, limit)
                 failed = False
-                self._outcomes[task] = outcome
             except asyncio.CancelledError:
-                reason = runner.abort_reason or ErrorCode.SHUTDOWN
+                reason = state.abort_reason or ErrorCode.SHUTDOWN
                 failed = reason not in USER_ABORTS  # /stop and /restart leave the session idle, not in error
-                gw.stats.aborted += 1
-                log.info("turn_aborted", reason=reason)
-                self._record_failure(task, reason, abort_message(reason, pending.locale))
+                self._aborted(task, pending, reason)
                 raise
+            except TurnTimedOut:
+                log.warning("session_lock_timeout", limit_s=limit)
+                self._aborted(task, pending, ErrorCode.TIMEOUT)
             except PathRefusedError:
                 gw.stats.turn_errors += 1
                 log.warning("turn_path_refused")
@@ -115,8 +121,23 @@ class TurnRunner:
                 log.exception("turn_failed", ref=ref)
                 self._record_failure(task, ErrorCode.INTERNAL, i18n.text("error.internal", pending.locale, ref=ref))
             finally:
-                if locked:
-                    gw.sessions.release(pending.key, pending.message_id, failed=failed)
+                state.status = SessionStatus.ERROR if failed else SessionStatus.IDLE
+
+    def _aborted(self, task: asyncio.Task[None], pending: PendingTurn, reason: str) -> None:
+        self.gateway.stats.aborted += 1
+        log.info("turn_aborted", reason=reason)
+        self._record_failure(task, reason, abort_message(reason, pending.locale))
+
+    async def _execute_within(self, pending: PendingTurn, limit_s: float) -> TurnOutcome:
+        """`_execute` cancelled once it has run `limit_s` seconds (a hung tool or model call); `TurnTimedOut` then."""
+        deadline = asyncio.timeout(limit_s)
+        try:
+            async with deadline:
+                return await self._execute(pending)
+        except TimeoutError:
+            if deadline.expired():
+                raise TurnTimedOut(limit_s) from None
+            raise
 
     async def _execute(self, pending: PendingTurn) -> TurnOutcome:
         gw, msg, agent = self.gateway, pending.message, pending.agent

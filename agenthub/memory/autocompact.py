@@ -95,11 +95,8 @@ class AutoCompact:
         the history file has seen activity within `autocompact_idle_s`."""
         gw = self.gateway
         idle_before = gw.clock() - gw.settings.memory.autocompact_idle_s
-        runner = gw.runner(key)
-        if runner is not None and (runner.queue or runner.current is not None):
-            return False
         session = gw.sessions.get(key)
-        if session is not None and session.last_active >= idle_before:
+        if session is not None and session.active_since(idle_before):
             return False
         mtime = await asyncio.to_thread(history_mtime, gw.history.layout(key.agent).history_file(key))
         return mtime is not None and mtime < idle_before
