@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -22,7 +21,7 @@ class SessionStatus(enum.StrEnum):
     ERROR = "error"
 
 
-@dataclass
+@dataclass(slots=True)
 class SessionState:
     """Everything the gateway knows about one session in memory; never persisted (a restart loses it, never history).
 
@@ -34,7 +33,8 @@ class SessionState:
     last_active: float | None = None
     """When the session last saw a message or ended a turn; None while only a hold (maintenance) created it."""
     status: SessionStatus = SessionStatus.IDLE
-    queue: deque[PendingTurn] = field(default_factory=deque)
+    queue: list[PendingTurn] = field(default_factory=list)
+    """Arrival order; a list, not a deque: it is short (`max_queued`) and most sessions sit idle with it empty."""
     task: asyncio.Task[None] | None = None
     """The worker that runs the queue, while it has work."""
     current: PendingTurn | None = None
@@ -79,10 +79,10 @@ class SessionState:
         carried by the newest of them."""
         head = self.queue[0]
         if head.command is not None or not head.waited:
-            return self.queue.popleft()
+            return self.queue.pop(0)
         waiting: list[PendingTurn] = []
         while self.queue and self.queue[0].command is None:  # a queued command ends the burst
-            waiting.append(self.queue.popleft())
+            waiting.append(self.queue.pop(0))
         lead = waiting[-1]
         lead.joined = waiting[:-1]
         return lead
