@@ -56,8 +56,9 @@ class GatewayCore:
 
     Same-session messages run one at a time in arrival order (the queue of the session's `SessionState`);
     different sessions run in parallel, bounded by `session.max_concurrent_llm` concurrent model calls.
-    Commands bypass the queue. Use it as an async context manager: entering starts the timers, leaving
-    aborts what still runs, stops the timers in reverse order, closes the MCP servers and the LLM providers.
+    Priority commands bypass the queue; queued ones take their place in it. Use it as an async context manager:
+    entering starts the timers, leaving aborts what still runs, stops the timers in reverse order, closes the MCP
+    servers and the LLM providers.
     """
 
     def __init__(
@@ -371,6 +372,8 @@ class GatewayCore:
         return self._notices.pop(key, [])
 
     async def _expire_idle_sessions(self) -> None:
+        """The `session_sweep` tick. A periodic pass (not a `call_at` per session): it reads the injected clock,
+        costs one look at each live session a second, and leaves the hot path nothing to reschedule per message."""
         self.sessions.expire(self.clock())
 
 
