@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -30,7 +30,17 @@ from agenthub.media.inbox import Intake, MediaInbox
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, NoticeEvent, Usage
 
 if TYPE_CHECKING:
-    from agenthub.gateway.core import GatewayCore
+    from agenthub.agent.mcp import McpHub
+    from agenthub.config import Settings
+    from agenthub.gateway.core import Compactor
+    from agenthub.gateway.stats import GatewayStats
+    from agenthub.llm.registry import ProviderRegistry
+    from agenthub.memory.context import ContextBuilder
+    from agenthub.memory.files import MemoryFiles
+    from agenthub.scheduler.core import Scheduler
+    from agenthub.search.service import SearchService
+    from agenthub.session.history import SessionHistory
+    from agenthub.storage.keys import SessionKey
 
 log = structlog.get_logger(__name__)
 
@@ -67,10 +77,28 @@ class TurnOutcome:
     the reply arrives neither queues behind this turn nor finds the chat busy)."""
 
 
+class TurnHost(Protocol):
+    """What a turn uses of the gateway (which provides it); nothing about queues, commands or lifecycles."""
+
+    settings: Settings
+    providers: ProviderRegistry
+    history: SessionHistory
+    context: ContextBuilder
+    memory_files: MemoryFiles
+    search: SearchService
+    mcp: McpHub
+    llm_gate: asyncio.Semaphore
+    stats: GatewayStats
+    compactor: Compactor | None
+    scheduler: Scheduler | None
+
+    def take_notices(self, key: SessionKey) -> list[Text]: ...
+
+
 class TurnRunner:
     """Runs turns for the gateway, with the outermost error boundary of each."""
 
-    def __init__(self, gateway: GatewayCore) -> None:
+    def __init__(self, gateway: TurnHost) -> None:
         self.gateway = gateway
         self.media = MediaInbox(gateway.settings.workspace_dir, gateway.settings.media)
         self._outcomes: dict[asyncio.Task[None], TurnOutcome] = {}
