@@ -146,7 +146,7 @@ async def soak(turns: int, window: int) -> int:
                     if len(stats.chat_requests) > before:
                         firsts.append(stats.chat_requests[before])
                 key = gw.resolve_key(InboundMessage("cli", "soak", "user", "x"))[1]
-                runner = gw.runner(key)
+                runner = gw.sessions.get(key)
                 if runner is not None and runner.task is not None:
                     await runner.task
                 working = await gw.history.load(key)

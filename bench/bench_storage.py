@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from agenthub.clock import ManualClock
+from agenthub.gateway.session_state import SessionRegistry
 from agenthub.session.history import SessionHistory
-from agenthub.session.manager import SessionManager
 from agenthub.storage import jsonl
 from agenthub.storage.keys import session_key
 
@@ -72,12 +72,13 @@ def _rss_bytes() -> int:
 
 
 def bench_memory(count: int = BIG) -> tuple[int, int]:
-    """RSS growth for `count` idle Session objects (keys included) held by a SessionManager."""
-    manager = SessionManager(clock=ManualClock())
+    """RSS growth for `count` idle SessionState objects (keys included) held by a SessionRegistry."""
+    manager = SessionRegistry(ttl_s=3600.0)
+    clock = ManualClock()
     gc.collect()
     before = _rss_bytes()
     for i in range(count):
-        manager.get_or_create(session_key("default", "wecom", f"user-{i:06d}"))
+        manager.touch(session_key("default", "wecom", f"user-{i:06d}"), clock())
     gc.collect()
     delta = _rss_bytes() - before
     assert len(manager) == count

@@ -113,15 +113,6 @@ async def test_restart_confirmation_is_per_session(
     assert len(await gw.history.load(KEY)) == 2
 
 
-async def test_expired_restart_window_is_swept(clock_gw: tuple[GatewayCore, ManualClock]) -> None:
-    gw, clock = clock_gw
-    await _command(gw, "/restart")
-    assert (KEY, "me") in gw.restart_pending()
-    clock.advance(31)
-    await gw.timers["session_sweep"].tick_now()
-    assert (KEY, "me") not in gw.restart_pending()
-
-
 async def test_restart_with_a_queued_message_clears_before_the_queued_turn(
     clock_gw: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
 ) -> None:

@@ -46,7 +46,7 @@ async def test_a_message_waiting_behind_maintenance_gets_an_error_on_shutdown(se
         holder = asyncio.create_task(maintenance(gw))
         await entered.wait()
         waiting = await gw.submit(_msg("arrives during compaction"))
-        runner = gw.runner(KEY)
+        runner = gw.sessions.get(KEY)
         assert runner is not None
         await _until(lambda: runner.task is not None)  # its worker runs, waiting for the hold
     final = await asyncio.wait_for(waiting.result(), 2)
@@ -84,7 +84,7 @@ async def test_stop_before_the_turn_task_first_runs_still_ends_the_handle(
     gateway: GatewayCore, fake_llm: FakeAnthropic
 ) -> None:
     handle = await gateway.submit(_msg("stopped at once"))
-    runner = gateway.runner(KEY)
+    runner = gateway.sessions.get(KEY)
     assert runner is not None
     await _until(lambda: runner.turn_task is not None)  # no wait_for: its extra task would let the turn start
     assert gateway.abort(KEY, "stopped")  # the turn task exists but has not run a single step yet
@@ -116,7 +116,7 @@ async def test_a_hold_that_waited_for_a_turn_keeps_the_session_busy(
     except SessionBusyError:
         pass
     queued = await gateway.submit(_msg("second"))
-    runner = gateway.runner(KEY)
+    runner = gateway.sessions.get(KEY)
     assert runner is not None and runner.mutex.locked()
     release.set()
     await holder

@@ -25,7 +25,7 @@ async def test_one_message_too_many_is_a_429(api: RunningApi, fake_llm: FakeAnth
     await fake_llm.wait_for_requests(1)  # running
     second = asyncio.create_task(api.call("POST", AGENT + "/chat", json={"chat_id": "q", "content": "2"}))
     for _ in range(200):  # until the second one waits in the queue
-        runner = api.gateway.runner(session_key("default", "http", "q"))
+        runner = api.gateway.sessions.get(session_key("default", "http", "q"))
         if runner is not None and runner.queue:
             break
         await asyncio.sleep(0.01)

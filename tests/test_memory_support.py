@@ -52,7 +52,7 @@ async def seed(gateway: GatewayCore, key: SessionKey, pairs: int, *, start: int 
 
 async def settle(gateway: GatewayCore, key: SessionKey) -> None:
     """Wait until the session's runner (turns and after-turn hooks) and its background compaction have finished."""
-    runner = gateway.runner(key)
+    runner = gateway.sessions.get(key)
     if runner is not None and runner.task is not None:
         with contextlib.suppress(asyncio.CancelledError):
             await runner.task

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter, JobsHook, no_memory_writers
-from agenthub.gateway.commands import CommandContext
+from agenthub.gateway.commands import CommandContext, CommandTier, ConfirmWindow
 from agenthub.storage.keys import SessionKey
 
 if TYPE_CHECKING:
@@ -54,22 +54,18 @@ def jobs_hook(scheduler: Scheduler) -> JobsHook:
 class ForgetCommand:
     """The first `/forget` asks; a second one from the same sender in the same chat within the window acts."""
 
+    name, help_key, tier = "forget", "forget.help", CommandTier.PRIORITY
+
     def __init__(self, gateway: GatewayCore) -> None:
-        self.gateway = gateway
-        self._asked: dict[tuple[SessionKey, str], float] = {}
+        self.gateway = gateway  # the forgetter reads the memory layer and scheduler attached after start-up
+        self.confirmations = ConfirmWindow(gateway.settings.session.restart_confirm_s)
 
     async def __call__(self, ctx: CommandContext) -> str:
         gw, sender = self.gateway, ctx.message.sender_id
         if not sender:  # nobody to forget (and nobody who could confirm)
             return ctx.text("forget.no_sender")
-        window = gw.settings.session.restart_confirm_s
-        now = gw.clock()
-        self._asked = {asker: at for asker, at in self._asked.items() if now - at <= window}
-        asker = (ctx.key, sender)
-        if asker not in self._asked:
-            self._asked[asker] = now
-            return ctx.text("forget.confirm", seconds=int(window))
-        del self._asked[asker]
+        if not self.confirmations.confirm((ctx.key, sender), gw.clock()):
+            return ctx.text("forget.confirm", seconds=int(self.confirmations.window_s))
         gw.drop_queued(ctx.key, sender)  # not stored yet; they must not be stored after the redaction
         report = await gateway_forgetter(gw).forget_in_chat(ctx.agent, ctx.key, Person(ctx.message.channel, sender))
         return ctx.text("forget.done", messages=report.messages, replies=report.replies)

@@ -1,8 +1,13 @@
-"""Slash commands: a message is a command only when it is exactly a registered `/word` (plus arguments)."""
+"""Slash commands: a message is a command only when it is exactly a registered `/word` (plus arguments).
+
+Each command has a tier: a priority command runs the moment it arrives, outside the session's queue (/stop must
+reach a running turn); a queued one waits its place in the queue like a message and runs between turns.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -42,12 +47,52 @@ class CommandContext:
 CommandHandler = Callable[[CommandContext], Awaitable[str]]
 
 
+class CommandTier(enum.StrEnum):
+    PRIORITY = "priority"
+    """Runs at once, beside whatever the session is doing."""
+    QUEUED = "queued"
+    """Waits in the session's queue behind the messages before it; the messages after it wait for it."""
+
+
 @dataclass(frozen=True)
 class Command:
     name: str
     help: str
     """The catalogue key of the command's help line."""
     handler: CommandHandler
+    tier: CommandTier = CommandTier.PRIORITY
+
+
+@dataclass(frozen=True)
+class CommandCall:
+    """A queued-tier command waiting in its session's queue, with what it runs with."""
+
+    command: Command
+    context: CommandContext
+
+
+class ConfirmWindow:
+    """A double confirmation per (session, sender): the first ask opens a window of `window_s` seconds, a second
+    ask by the same sender in the same session inside it confirms. Expired asks are dropped on every call."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._asked: dict[tuple[SessionKey, str], float] = {}
+
+    def __contains__(self, asker: object) -> bool:
+        return asker in self._asked
+
+    def __len__(self) -> int:
+        return len(self._asked)
+
+    def confirm(self, asker: tuple[SessionKey, str], now: float) -> bool:
+        """True when `asker` asked within the window (which closes); otherwise the window opens now."""
+        self._asked = {who: at for who, at in self._asked.items() if now - at <= self.window_s}
+        if asker in self._asked:
+            del self._asked[asker]
+            return True
+        self._asked[asker] = now
+        return False
 
 
 class CommandRouter:
@@ -56,11 +101,13 @@ class CommandRouter:
     def __init__(self) -> None:
         self._commands: dict[str, Command] = {}
 
-    def register(self, name: str, help_key: str, handler: CommandHandler) -> None:
+    def register(
+        self, name: str, help_key: str, handler: CommandHandler, *, tier: CommandTier = CommandTier.PRIORITY
+    ) -> None:
         """`help_key` is a catalogue key (its text is the line `/help` shows, in the chat's locale)."""
         if help_key not in i18n.TEXTS:
             raise i18n.UnknownTextError(help_key)
-        self._commands[name] = Command(name, help_key, handler)
+        self._commands[name] = Command(name, help_key, handler, tier)
 
     def match(self, content: str) -> tuple[Command, str] | None:
         found = _COMMAND.match(content.strip())
@@ -70,7 +117,7 @@ class CommandRouter:
         return None if command is None else (command, (found.group(2) or "").strip())
 
     async def run(self, command: Command, ctx: CommandContext, handle: ReplyHandle) -> None:
-        """Run a command outside the session queue; its reply is one DoneEvent and nothing goes into history."""
+        """Run a command now; its reply is one DoneEvent and nothing goes into history."""
         try:
             text = await command.handler(ctx)
         except asyncio.CancelledError:

@@ -20,9 +20,10 @@ from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
 from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
 from agenthub.gateway.builtin_commands import register_builtin_commands
-from agenthub.gateway.commands import CommandContext, CommandRouter
+from agenthub.gateway.commands import CommandCall, CommandContext, CommandRouter, CommandTier
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.gateway.runner import PendingTurn, SessionRunner
+from agenthub.gateway.runner import PendingTurn
+from agenthub.gateway.session_state import SessionRegistry, SessionState
 from agenthub.gateway.stats import GatewayStats
 from agenthub.gateway.timers import TimerRegistry
 from agenthub.gateway.turn import TurnOutcome, TurnRunner, abort_message
@@ -31,7 +32,6 @@ from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
-from agenthub.session.manager import LockHolder, Session, SessionManager
 from agenthub.storage.keys import SessionKey, session_key
 
 if TYPE_CHECKING:
@@ -54,10 +54,11 @@ class Compactor(Protocol):
 class GatewayCore:
     """The one core every channel submits to.
 
-    Same-session messages run one at a time in arrival order (a `SessionRunner` per busy session);
+    Same-session messages run one at a time in arrival order (the queue of the session's `SessionState`);
     different sessions run in parallel, bounded by `session.max_concurrent_llm` concurrent model calls.
-    Commands bypass the queue. Use it as an async context manager: entering starts the timers, leaving
-    aborts what still runs, stops the timers in reverse order, closes the MCP servers and the LLM providers.
+    Priority commands bypass the queue; queued ones take their place in it. Use it as an async context manager:
+    entering starts the timers, leaving aborts what still runs, stops the timers in reverse order, closes the MCP
+    servers and the LLM providers.
     """
 
     def __init__(
@@ -74,13 +75,7 @@ class GatewayCore:
         self.providers = providers
         self.history = history or SessionHistory(settings.data_dir, fsync=settings.session.fsync, clock=clock)
         self.clock = clock
-        self.sessions = SessionManager(
-            ttl_s=settings.session.ttl_s,
-            lock_timeout_s=settings.session.lock_timeout_s,
-            clock=clock,
-            on_lock_timeout=self._on_lock_timeout,
-            on_expire=lambda s: self.history.evict(s.key),
-        )
+        self.sessions = SessionRegistry(ttl_s=settings.session.ttl_s, on_expire=self.history.evict)
         self.memory_files = MemoryFiles(settings.data_dir, settings.auth_dir)
         self.search = SearchService(settings.data_dir)  # kept current by the history's observer, off the loop
         self.history.observers.append(self.search.history_changed)
@@ -99,13 +94,11 @@ class GatewayCore:
         self.memory_layer: MemoryLayer | None = None  # L2/L3 and their timers, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.turns = TurnRunner(self)
-        self._runners: dict[SessionKey, SessionRunner] = {}
         self._background: dict[SessionKey, asyncio.Task[None]] = {}
-        self._restart_pending: dict[tuple[SessionKey, str], float] = {}
         self._notices: dict[SessionKey, list[i18n.Text]] = {}
         self._accepting = True
         self._entered = False
-        self.timers.add("session_sweep", 1.0, self._sweep)
+        self.timers.add("session_sweep", 1.0, self._expire_idle_sessions)
         register_builtin_commands(self)
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -122,7 +115,7 @@ class GatewayCore:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.abort_all("shutdown")
-        tasks = [r.task for r in self._runners.values() if r.task is not None]
+        tasks = [s.task for s in self.sessions if s.task is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -140,11 +133,11 @@ class GatewayCore:
         self._accepting = False
         for task in self._background.values():
             task.cancel()
-        for runner in list(self._runners.values()):
-            runner.abort(reason)
-            for pending in runner.queue:
+        for state in self.sessions:
+            state.abort(reason)
+            for pending in state.queue:
                 pending.handle.emit(ErrorEvent(abort_message(reason, pending.locale), code=reason))
-            runner.queue.clear()
+            state.queue.clear()
 
     @property
     def accepting(self) -> bool:
@@ -154,7 +147,7 @@ class GatewayCore:
     async def drain(self, timeout_s: float) -> bool:
         """Stop accepting new messages and wait up to `timeout_s` for queued and running turns; True if all done."""
         self._accepting = False
-        tasks = [r.task for r in self._runners.values() if r.task is not None]
+        tasks = [s.task for s in self.sessions if s.task is not None]
         if not tasks:
             return True
         _, pending = await asyncio.wait(tasks, timeout=timeout_s)
@@ -194,13 +187,18 @@ class GatewayCore:
         if not self._accepting:
             handle.emit(ErrorEvent(abort_message(ErrorCode.SHUTDOWN, locale), code=ErrorCode.SHUTDOWN))
             return handle
-        matched = self.commands.match(message.content)
-        if matched is not None:
-            command, args = matched
-            await self.commands.run(command, CommandContext(self, key, agent, message, args, locale), handle)
-            return handle
         message_id = message.message_id or f"local-{new_message_id()}"
-        self._enqueue(PendingTurn(message, key, agent, handle, message_id, locale=locale))
+        matched = self.commands.match(message.content)
+        if matched is None:
+            self._enqueue(PendingTurn(message, key, agent, handle, message_id, locale=locale))
+            return handle
+        command, args = matched
+        ctx = CommandContext(self, key, agent, message, args, locale)
+        if command.tier is CommandTier.QUEUED:
+            call = CommandCall(command, ctx)
+            self._enqueue(PendingTurn(message, key, agent, handle, message_id, locale=locale, command=call))
+        else:
+            await self.commands.run(command, ctx, handle)
         return handle
 
     def _channel_locale(self, message: InboundMessage) -> i18n.Locale:
@@ -210,54 +208,57 @@ class GatewayCore:
     # ---- per-session queues --------------------------------------------------------------------
 
     def _enqueue(self, pending: PendingTurn) -> None:
-        runner = self._runners.get(pending.key)
-        if runner is None:
-            runner = self._runners[pending.key] = SessionRunner(pending.key)
+        state = self.sessions.state(pending.key)
         limit = self.settings.session.max_queued
-        if len(runner.queue) >= limit:  # refused before anything is stored; the sender can send it again later
-            log.warning("queue_full", session_key=str(pending.key), waiting=len(runner.queue))
+        if len(state.queue) >= limit:  # refused before anything is stored; the sender can send it again later
+            log.warning("queue_full", session_key=str(pending.key), waiting=len(state.queue))
             refused = i18n.text("error.queue_full", pending.locale, limit=limit)
             pending.handle.emit(ErrorEvent(refused, code=ErrorCode.QUEUE_FULL))
+            self.sessions.release(state)
             return
-        pending.waited = runner.depth > 0 or runner.holds > 0 or runner.mutex.locked()
-        runner.queue.append(pending)
-        if runner.depth > 1:
-            waiting = i18n.text("notice.queued", pending.locale, count=runner.depth - 1)
+        self.sessions.touch(pending.key, self.clock())  # a message: the TTL starts again
+        pending.waited = state.busy
+        state.queue.append(pending)
+        if state.depth > 1:
+            waiting = i18n.text("notice.queued", pending.locale, count=state.depth - 1)
             pending.handle.emit(NoticeEvent(waiting, transient=True))
-        if runner.task is None:
-            runner.task = asyncio.create_task(self._work(runner), name=f"session:{pending.key}")
+        if state.task is None:
+            state.task = asyncio.create_task(self._work(state), name=f"session:{pending.key}")
 
-    async def _work(self, runner: SessionRunner) -> None:
+    async def _work(self, state: SessionState) -> None:
         try:
-            while runner.queue:
-                pending = runner.queue[0]  # stays queued (droppable by /stop) while it waits for the session
+            while state.queue:
+                pending = state.queue[0]  # stays queued (droppable by /stop) while it waits for the session
                 started = False
                 try:
-                    async with runner.mutex:
-                        if not runner.queue or runner.queue[0] is not pending:  # dropped or aborted meanwhile
+                    async with state.mutex:
+                        if not state.queue or state.queue[0] is not pending:  # dropped or aborted meanwhile
                             continue
-                        pending = runner.take_next()  # what waited behind the last turn goes to the model as one
-                        runner.current, runner.abort_reason = pending, None
-                        runner.turn_task = asyncio.create_task(self.turns.run(pending, runner))
+                        pending = state.take_next()  # what waited behind the last turn goes to the model as one
+                        if pending.command is not None:  # a queued command: its place in the order, no turn
+                            await self.commands.run(pending.command.command, pending.command.context, pending.handle)
+                            continue
+                        state.current, state.abort_reason = pending, None
+                        state.turn_task = asyncio.create_task(self.turns.run(pending, state))
                         started = True
                         try:
-                            await asyncio.wait([runner.turn_task])
+                            await asyncio.wait([state.turn_task])
                         except asyncio.CancelledError:
-                            runner.turn_task.cancel()
+                            state.turn_task.cancel()
                             with contextlib.suppress(asyncio.CancelledError):
-                                await runner.turn_task
+                                await state.turn_task
                             raise
-                        outcome = self.turns.outcome_of(runner.turn_task)
-                        runner.current, runner.turn_task = None, None
+                        outcome = self.turns.outcome_of(state.turn_task)
+                        state.current, state.turn_task = None, None
+                        state.last_active = self.clock()  # the end of a turn counts as activity too
                         _end_with(pending, outcome)  # after `current` is cleared: a follow-up queues behind nothing
                         await self._after_turn(pending, outcome)
                 finally:
-                    _end_unanswered(pending, (runner.abort_reason if started else None) or ErrorCode.SHUTDOWN)
+                    _end_unanswered(pending, (state.abort_reason if started else None) or ErrorCode.SHUTDOWN)
         finally:
-            runner.current = None
-            runner.task = None
-            if not runner.queue and not runner.holds and self._runners.get(runner.key) is runner:
-                del self._runners[runner.key]
+            state.current = None
+            state.task = None
+            self.sessions.release(state)
 
     async def _after_turn(self, pending: PendingTurn, outcome: TurnOutcome) -> None:
         for hook in self.after_turn_hooks:
@@ -268,16 +269,12 @@ class GatewayCore:
             except Exception:
                 log.exception("after_turn_hook_failed", session_key=str(pending.key))
 
-    def runner(self, key: SessionKey) -> SessionRunner | None:
-        return self._runners.get(key)
-
     def is_busy(self, key: SessionKey) -> bool:
         """True while the session has a running or queued turn, or its post-turn work, or maintenance."""
-        runner = self._runners.get(key)
-        return runner is not None and (runner.depth > 0 or runner.holds > 0 or runner.mutex.locked())
+        return self.sessions.is_busy(key)
 
     def queue_depth(self) -> int:
-        return sum(r.depth for r in self._runners.values())
+        return self.sessions.queue_depth()
 
     @asynccontextmanager
     async def exclusive(self, key: SessionKey) -> AsyncIterator[None]:
@@ -294,37 +291,36 @@ class GatewayCore:
     async def hold(self, key: SessionKey) -> AsyncIterator[None]:
         """Wait for the session's running turn (and its after-turn work) to finish, then keep the next
         queued turn waiting until the block exits."""
-        runner = self._runners.get(key) or self._runners.setdefault(key, SessionRunner(key))
-        runner.holds += 1  # keeps the runner (and so its mutex) registered while this block waits or runs
+        state = self.sessions.state(key)
+        state.holds += 1  # keeps the state (and so its mutex) registered while this block waits or runs
         try:
-            async with runner.mutex:
+            async with state.mutex:
                 yield
         finally:
-            runner.holds -= 1
-            if runner.task is None and not runner.queue and not runner.holds and self._runners.get(key) is runner:
-                del self._runners[key]
+            state.holds -= 1
+            self.sessions.release(state)
 
     def abort(self, key: SessionKey, reason: str = ErrorCode.STOPPED) -> bool:
-        runner = self._runners.get(key)
-        return runner is not None and runner.abort(reason)
+        state = self.sessions.get(key)
+        return state is not None and state.abort(reason)
 
     def drop_queued(self, key: SessionKey, sender_id: str, reason: str = ErrorCode.STOPPED) -> int:
         """End the messages `sender_id` queued in this session that have not started (nothing of them is stored
         yet); each handle ends with the `reason` error. Returns how many were dropped."""
-        runner = self._runners.get(key)
-        if runner is None:
+        state = self.sessions.get(key)
+        if state is None:
             return 0
-        dropped = [p for p in runner.queue if p.message.sender_id == sender_id]
+        dropped = [p for p in state.queue if p.message.sender_id == sender_id]
         for pending in dropped:
-            runner.queue.remove(pending)
+            state.queue.remove(pending)
             _end_unanswered(pending, reason)
         return len(dropped)
 
     async def wait_turn_done(self, key: SessionKey) -> None:
         """Wait until the session's current turn task has ended (its outcome is not raised here)."""
-        runner = self._runners.get(key)
-        if runner is not None and runner.turn_task is not None:
-            await asyncio.wait([runner.turn_task])
+        state = self.sessions.get(key)
+        if state is not None and state.turn_task is not None:
+            await asyncio.wait([state.turn_task])
 
     # ---- background work per session (compaction) ------------------------------------------------
 
@@ -375,22 +371,10 @@ class GatewayCore:
     def take_notices(self, key: SessionKey) -> list[i18n.Text]:
         return self._notices.pop(key, [])
 
-    def restart_pending(self) -> dict[tuple[SessionKey, str], float]:
-        """When each (session, sender) was asked to confirm /restart; only that sender's second one confirms."""
-        return self._restart_pending
-
-    def _on_lock_timeout(self, session: Session, holder: LockHolder) -> None:
-        runner = self._runners.get(session.key)
-        if runner is not None and runner.current is not None and runner.current.message_id == holder.message_id:
-            runner.abort(ErrorCode.TIMEOUT)
-
-    async def _sweep(self) -> None:
-        self.sessions.sweep()
-        now = self.clock()
-        window = self.settings.session.restart_confirm_s
-        for asked, asked_at in list(self._restart_pending.items()):
-            if now - asked_at > window:
-                del self._restart_pending[asked]
+    async def _expire_idle_sessions(self) -> None:
+        """The `session_sweep` tick. A periodic pass (not a `call_at` per session): it reads the injected clock,
+        costs one look at each live session a second, and leaves the hot path nothing to reschedule per message."""
+        self.sessions.expire(self.clock())
 
 
 def _end_with(pending: PendingTurn, outcome: TurnOutcome) -> None:

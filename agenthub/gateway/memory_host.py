@@ -77,8 +77,8 @@ class GatewayMemoryHost:
         return self._gateway.is_busy(key)
 
     def turn_pending(self, key: SessionKey) -> bool:
-        runner = self._gateway.runner(key)
-        return runner is not None and (bool(runner.queue) or runner.current is not None)
+        state = self._gateway.sessions.get(key)
+        return state is not None and (bool(state.queue) or state.current is not None)
 
     def last_active(self, key: SessionKey) -> float | None:
         session = self._gateway.sessions.get(key)

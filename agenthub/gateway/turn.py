@@ -1,11 +1,11 @@
-"""One turn: lock, store the user message, build the context, run the agent loop, store the reply."""
+"""One turn, within its time limit: store the user message, build the context, run the agent loop, store the reply."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -21,7 +21,8 @@ from agenthub.errors import (
     RequestRejectedError,
     StorageError,
 )
-from agenthub.gateway.runner import PendingTurn, SessionRunner
+from agenthub.gateway.runner import PendingTurn
+from agenthub.gateway.session_state import SessionState, SessionStatus
 from agenthub.i18n import Text
 from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
@@ -29,7 +30,17 @@ from agenthub.media.inbox import Intake, MediaInbox
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, NoticeEvent, Usage
 
 if TYPE_CHECKING:
-    from agenthub.gateway.core import GatewayCore
+    from agenthub.agent.context import ContextBuilder
+    from agenthub.agent.mcp import McpHub
+    from agenthub.config import Settings
+    from agenthub.gateway.core import Compactor
+    from agenthub.gateway.stats import GatewayStats
+    from agenthub.llm.registry import ProviderRegistry
+    from agenthub.memory.files import MemoryFiles
+    from agenthub.scheduler.core import Scheduler
+    from agenthub.search.service import SearchService
+    from agenthub.session.history import SessionHistory
+    from agenthub.storage.keys import SessionKey
 
 log = structlog.get_logger(__name__)
 
@@ -47,6 +58,10 @@ OVERFLOW_AFTER_RETRY = Text("error.overflow_after_retry")
 MESSAGE_TOO_LONG = Text("error.message_too_long")
 
 
+class TurnTimedOut(Exception):
+    """The turn ran longer than its `lock_timeout_s` and was cancelled."""
+
+
 @dataclass(frozen=True)
 class TurnOutcome:
     """How a turn ended; after-turn hooks (the L2 consolidator) read it."""
@@ -62,10 +77,28 @@ class TurnOutcome:
     the reply arrives neither queues behind this turn nor finds the chat busy)."""
 
 
+class TurnHost(Protocol):
+    """What a turn uses of the gateway (which provides it); nothing about queues, commands or lifecycles."""
+
+    settings: Settings
+    providers: ProviderRegistry
+    history: SessionHistory
+    context: ContextBuilder
+    memory_files: MemoryFiles
+    search: SearchService
+    mcp: McpHub
+    llm_gate: asyncio.Semaphore
+    stats: GatewayStats
+    compactor: Compactor | None
+    scheduler: Scheduler | None
+
+    def take_notices(self, key: SessionKey) -> list[Text]: ...
+
+
 class TurnRunner:
     """Runs turns for the gateway, with the outermost error boundary of each."""
 
-    def __init__(self, gateway: GatewayCore) -> None:
+    def __init__(self, gateway: TurnHost) -> None:
         self.gateway = gateway
         self.media = MediaInbox(gateway.settings.workspace_dir, gateway.settings.media)
         self._outcomes: dict[asyncio.Task[None], TurnOutcome] = {}
@@ -76,26 +109,27 @@ class TurnRunner:
     def _record_failure(self, task: asyncio.Task[None], code: str, message: str) -> None:
         self._outcomes[task] = TurnOutcome(ok=False, code=code, final=ErrorEvent(message, code=code))
 
-    async def run(self, pending: PendingTurn, runner: SessionRunner) -> None:
+    async def run(self, pending: PendingTurn, state: SessionState) -> None:
+        """Run the turn to its outcome within the agent's (or the session default's) `lock_timeout_s`; the
+        session is `processing` meanwhile and `error` after a turn that failed, timed out or was shut down."""
         gw = self.gateway
         task = asyncio.current_task()
         assert task is not None
-        failed, locked = True, False
+        limit = pending.agent.config.lock_timeout_s or gw.settings.session.lock_timeout_s
+        failed = True
+        state.status = SessionStatus.PROCESSING
         with bound_turn(str(pending.key), pending.message.channel, pending.message_id):
             try:
-                gw.sessions.get_or_create(pending.key, lock_timeout_s=pending.agent.config.lock_timeout_s)
-                gw.sessions.acquire(pending.key, pending.message_id)
-                locked = True
-                outcome = await self._execute(pending)
+                self._outcomes[task] = await self._execute_within(pending, limit)
                 failed = False
-                self._outcomes[task] = outcome
             except asyncio.CancelledError:
-                reason = runner.abort_reason or ErrorCode.SHUTDOWN
+                reason = state.abort_reason or ErrorCode.SHUTDOWN
                 failed = reason not in USER_ABORTS  # /stop and /restart leave the session idle, not in error
-                gw.stats.aborted += 1
-                log.info("turn_aborted", reason=reason)
-                self._record_failure(task, reason, abort_message(reason, pending.locale))
+                self._aborted(task, pending, reason)
                 raise
+            except TurnTimedOut:
+                log.warning("session_lock_timeout", limit_s=limit)
+                self._aborted(task, pending, ErrorCode.TIMEOUT)
             except PathRefusedError:
                 gw.stats.turn_errors += 1
                 log.warning("turn_path_refused")
@@ -115,8 +149,23 @@ class TurnRunner:
                 log.exception("turn_failed", ref=ref)
                 self._record_failure(task, ErrorCode.INTERNAL, i18n.text("error.internal", pending.locale, ref=ref))
             finally:
-                if locked:
-                    gw.sessions.release(pending.key, pending.message_id, failed=failed)
+                state.status = SessionStatus.ERROR if failed else SessionStatus.IDLE
+
+    def _aborted(self, task: asyncio.Task[None], pending: PendingTurn, reason: str) -> None:
+        self.gateway.stats.aborted += 1
+        log.info("turn_aborted", reason=reason)
+        self._record_failure(task, reason, abort_message(reason, pending.locale))
+
+    async def _execute_within(self, pending: PendingTurn, limit_s: float) -> TurnOutcome:
+        """`_execute` cancelled once it has run `limit_s` seconds (a hung tool or model call); `TurnTimedOut` then."""
+        deadline = asyncio.timeout(limit_s)
+        try:
+            async with deadline:
+                return await self._execute(pending)
+        except TimeoutError:
+            if deadline.expired():
+                raise TurnTimedOut(limit_s) from None
+            raise
 
     async def _execute(self, pending: PendingTurn) -> TurnOutcome:
         gw, msg, agent = self.gateway, pending.message, pending.agent

@@ -1,1 +1,1 @@
-"""Sessions: keys, history, meta and the in-memory session manager."""
+"""Sessions: the history cache and per-key serialisation over the store."""
