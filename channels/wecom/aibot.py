@@ -8,14 +8,14 @@ import aiohttp
 import structlog
 
 from agenthub.channel import Submitter
-from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
 from agenthub.messages import Attachment, InboundMessage
+from channels.toolkit.dedup import MessageDedup
+from channels.toolkit.tasks import TaskSet
 from channels.wecom.aibot_conn import BotConnection
 from channels.wecom.aibot_stream import StreamReply
 from channels.wecom.config import BotConfig
 from channels.wecom.media import Inbound, MediaError, MediaKind, MediaTooLarge, attachment, download_bot_media
-from channels.wecom.tasks import TaskSet
 from channels.wecom.text import split_utf8, strip_mention
 
 log = structlog.get_logger(__name__)
@@ -40,7 +40,7 @@ class BotEndpoint:
         cred_id: str,
         config: BotConfig,
         gateway: Submitter,
-        dedup: DedupStore,
+        dedup: MessageDedup,
         tasks: TaskSet,
         inbound: Inbound,
     ) -> None:
@@ -104,7 +104,7 @@ class BotEndpoint:
         if not msgid or not user:
             log.warning("wecom_bot_message_malformed", cred_id=self.cred_id, req_id=req_id)
             return
-        if await self._is_duplicate(msgid):
+        if await self._dedup.is_duplicate(msgid):
             return
         group = body.get("chattype") == "group"
         group_id = str(body.get("chatid") or user)
@@ -218,17 +218,6 @@ class BotEndpoint:
             metadata=metadata,
         )
 
-    async def _is_duplicate(self, key: str) -> bool:
-        """True when `key` was handled already (a redelivery); remembers it otherwise."""
-        try:
-            duplicate = await self._dedup.check_and_add(f"{self.cred_id}:{key}")
-        except OSError as e:  # answering beats losing the message; a redelivery is rare
-            log.error("wecom_dedup_unavailable", cred_id=self.cred_id, key=key, error=str(e))
-            return False
-        if duplicate:
-            log.info("wecom_duplicate_dropped", cred_id=self.cred_id, key=key)
-        return duplicate
-
     async def _on_event(self, req_id: str, body: dict[str, Any]) -> None:
         assert self.conn is not None
         event = body.get("event") if isinstance(body.get("event"), dict) else {}
@@ -236,7 +225,7 @@ class BotEndpoint:
         user = str((body.get("from") or {}).get("userid") or "")
         msgid = str(body.get("msgid") or "")
         # events carry a msgid like messages do; a frame without one is identified by its req_id
-        if await self._is_duplicate(f"event:msgid:{msgid}" if msgid else f"event:req_id:{req_id}"):
+        if await self._dedup.is_duplicate(f"event:msgid:{msgid}" if msgid else f"event:req_id:{req_id}"):
             return
         if eventtype == "enter_chat" and self.config.welcome and self.config.allows(user):
             welcome = {"msgtype": "text", "text": {"content": self.config.welcome}}

@@ -14,16 +14,16 @@ from wechatpy.enterprise.crypto import WeChatCrypto
 from wechatpy.exceptions import InvalidSignatureException
 
 from agenthub.channel import Submitter
-from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
-from agenthub.messages import Attachment, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
-from channels.notices import with_notices
-from channels.replay import stale_reason
+from agenthub.messages import Attachment, InboundMessage
+from channels.toolkit.dedup import MessageDedup
+from channels.toolkit.replay import stale_reason
+from channels.toolkit.reply import collect_reply
+from channels.toolkit.tasks import TaskSet
 from channels.wecom.api import WorkApi, WorkApiError
 from channels.wecom.budget import Clock, MemberBudget, Sleep
 from channels.wecom.config import AppConfig
 from channels.wecom.media import Inbound, MediaError, MediaKind, attachment
-from channels.wecom.tasks import TaskSet
 from channels.wecom.text import head_with_note, pack_utf8, split_utf8, strip_markdown, utf8_len
 
 log = structlog.get_logger(__name__)
@@ -52,7 +52,7 @@ class AppEndpoint:
         cred_id: str,
         config: AppConfig,
         gateway: Submitter,
-        dedup: DedupStore,
+        dedup: MessageDedup,
         tasks: TaskSet,
         inbound: Inbound,
         *,
@@ -100,7 +100,7 @@ class AppEndpoint:
             raise BadCallback(400, "malformed envelope") from None
         except Exception:
             raise BadCallback(400, "payload does not decrypt for this corp_id") from None
-        stale = stale_reason(ts, self._dedup.ttl_s)
+        stale = stale_reason(ts, self._dedup.window_s)
         if stale is not None:
             raise BadCallback(403, stale)
         try:
@@ -123,8 +123,7 @@ class AppEndpoint:
     # ------------------------------------------------------------------ the turn (background task)
 
     async def _process(self, msg: Any) -> None:
-        if await _seen_before(self._dedup, self.cred_id, dedup_key(msg)):
-            log.info("wecom_duplicate_dropped", cred_id=self.cred_id, key=dedup_key(msg))
+        if await self._dedup.is_duplicate(dedup_key(msg)):  # unwritable: answered anyway (WeCom has its 200)
             return
         user = str(msg.source)
         if raw_type(msg) == "event":
@@ -175,19 +174,9 @@ class AppEndpoint:
             log.exception("wecom_app_submit_failed", cred_id=self.cred_id, user=user, key=dedup_key(msg))
             await self._reply_safely(user, self.config.text("channel.submit_failed"))
             return
-        final: DoneEvent | ErrorEvent | None = None
-        notices: list[str] = []
-        async for event in handle:
-            if isinstance(event, NoticeEvent) and not event.transient:  # nothing is shown before the answer
-                notices.append(event.text)
-            elif isinstance(event, DoneEvent | ErrorEvent):
-                final = event
-        if isinstance(final, DoneEvent) and final.joined:
-            return  # answered (with its queue notice) by the reply to a later message: not one send per line
-        text = final.full_text if isinstance(final, DoneEvent) else getattr(final, "message", "")
-        text = with_notices(text, notices)  # compaction, fallback, queueing: never silent
-        if text:
-            await self._reply_safely(user, text)
+        reply = await collect_reply(handle)  # a joined answer went out with a later message's reply: empty here
+        if reply.text:
+            await self._reply_safely(user, reply.text)
 
     def _inbound(self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...]) -> InboundMessage:
         return InboundMessage(
@@ -304,16 +293,6 @@ class MemberBudgetExhausted(ChannelSendError):
             f"wecom app {cred_id}: the send budget for {user} is used up (WeCom drops more than its per-member "
             f"limit); the next message may go in {free_in_s:.0f} s"
         )
-
-
-async def _seen_before(dedup: DedupStore, cred_id: str, key: str) -> bool:
-    """The durable dedup check. WeCom already has its 200 and will not retry, so when the dedup file
-    cannot be written the message is answered anyway: a possible duplicate beats a certain loss."""
-    try:
-        return await dedup.check_and_add(f"{cred_id}:{key}")
-    except OSError as e:
-        log.error("wecom_dedup_unavailable", cred_id=cred_id, key=key, error=str(e))
-        return False
 
 
 def _require(query: Any, keys: tuple[str, ...]) -> tuple[str, ...]:
