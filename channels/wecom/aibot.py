@@ -9,8 +9,10 @@ import structlog
 
 from agenthub.channel import Submitter
 from agenthub.errors import ChannelSendError
+from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage
 from channels.toolkit.dedup import MessageDedup
+from channels.toolkit.order import KeyedLock
 from channels.toolkit.tasks import TaskSet
 from channels.wecom.aibot_conn import BotConnection
 from channels.wecom.aibot_stream import StreamReply
@@ -50,6 +52,7 @@ class BotEndpoint:
         self._dedup = dedup
         self._tasks = tasks
         self._media_in = inbound
+        self._order = KeyedLock()
         self._session: aiohttp.ClientSession | None = None
         self.conn: BotConnection | None = None
 
@@ -104,32 +107,41 @@ class BotEndpoint:
         if not msgid or not user:
             log.warning("wecom_bot_message_malformed", cred_id=self.cred_id, req_id=req_id)
             return
-        if await self._dedup.is_duplicate(msgid):
-            return
         group = body.get("chattype") == "group"
-        group_id = str(body.get("chatid") or user)
-        reply = StreamReply(self.conn, self.config, req_id, group_id if group else user)
+        reply = StreamReply(self.conn, self.config, req_id, str(body.get("chatid") or user) if group else user)
+        # a chat's messages go from the dedup check to the gateway one at a time, in arrival order (taken before
+        # the first await), so a slow download holds back only that chat's later messages
+        async with self._order.hold(self._chat_id(body, user, group)):
+            handle = await self._admit(body, msgid, user, group, reply)
+        if handle is not None:
+            await reply.run(handle)
+
+    async def _admit(
+        self, body: dict[str, Any], msgid: str, user: str, group: bool, reply: StreamReply
+    ) -> ReplyHandle | None:
+        """The submitted message's handle, or None when it was answered on `reply` here or dropped."""
+        if await self._dedup.is_duplicate(msgid):
+            return None
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
             await reply.say(self.config.refusal or self.config.text("channel.refusal"))
-            return
+            return None
         try:
             content, attachments = await self._take_in(body, msgid)
         except Refused as e:
             await reply.say(e.reply)
-            return
+            return None
         if group:
             content = strip_mention(content, self.config.bot_name)
         if not content.strip() and not attachments:
             await reply.say(self.config.text("channel.empty_prompt"))
-            return
+            return None
         try:
-            handle = await self._gateway.submit(self._inbound(body, user, group, content, attachments))
+            return await self._gateway.submit(self._inbound(body, user, group, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_bot_submit_failed", cred_id=self.cred_id, msgid=msgid)
             await reply.say(self.config.text("channel.submit_failed"))
-            return
-        await reply.run(handle)
+            return None
 
     async def _take_in(self, body: dict[str, Any], msgid: str) -> tuple[str, tuple[Attachment, ...]]:
         """The message's text and its downloaded media; raises `Refused` with the reply for the user when the
@@ -197,18 +209,12 @@ class BotEndpoint:
         self, body: dict[str, Any], user: str, group: bool, content: str, attachments: tuple[Attachment, ...]
     ) -> InboundMessage:
         group_id = str(body.get("chatid") or "")
-        if not group:
-            chat_id = user
-        elif self.config.session_per_member:
-            chat_id = f"{group_id}:{user}"
-        else:
-            chat_id = group_id
         metadata: dict[str, Any] = {"chat_type": "group" if group else "private", "mode": "aibot"}
         if group:
             metadata["group_id"] = group_id
         return InboundMessage(
             channel="wecom",
-            chat_id=chat_id,
+            chat_id=self._chat_id(body, user, group),
             sender_id=user,
             content=content,
             attachments=attachments,
@@ -217,6 +223,13 @@ class BotEndpoint:
             cred_id=self.cred_id,
             metadata=metadata,
         )
+
+    def _chat_id(self, body: dict[str, Any], user: str, group: bool) -> str:
+        """The session's chat id: the user, the group, or `group:user` with `session_per_member`."""
+        if not group:
+            return user
+        group_id = str(body.get("chatid") or "")
+        return f"{group_id}:{user}" if self.config.session_per_member else group_id
 
     async def _on_event(self, req_id: str, body: dict[str, Any]) -> None:
         assert self.conn is not None

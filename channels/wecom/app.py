@@ -15,8 +15,10 @@ from wechatpy.exceptions import InvalidSignatureException
 
 from agenthub.channel import Submitter
 from agenthub.errors import ChannelSendError
+from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage
 from channels.toolkit.dedup import MessageDedup
+from channels.toolkit.order import KeyedLock
 from channels.toolkit.replay import stale_reason
 from channels.toolkit.reply import collect_reply
 from channels.toolkit.tasks import TaskSet
@@ -65,6 +67,7 @@ class AppEndpoint:
         self._dedup = dedup
         self._tasks = tasks
         self._media_in = inbound
+        self._order = KeyedLock()
         self._crypto = WeChatCrypto(
             config.token.get_secret_value(), config.encoding_aes_key.get_secret_value(), config.corp_id
         )
@@ -123,31 +126,41 @@ class AppEndpoint:
     # ------------------------------------------------------------------ the turn (background task)
 
     async def _process(self, msg: Any) -> None:
-        if await self._dedup.is_duplicate(dedup_key(msg)):  # unwritable: answered anyway (WeCom has its 200)
-            return
+        """One callback: a user's messages go from the dedup check to the gateway one at a time, in arrival order
+        (a slow download holds back only that user's later messages); the answer is awaited outside."""
         user = str(msg.source)
+        async with self._order.hold(user):
+            handle = await self._admit(msg, user)
+        if handle is not None:
+            reply = await collect_reply(handle)  # a joined answer went out with a later message's reply: empty
+            if reply.text:
+                await self._reply_safely(user, reply.text)
+
+    async def _admit(self, msg: Any, user: str) -> ReplyHandle | None:
+        """The submitted message's handle, or None when it was answered here (refused, unsupported) or dropped."""
+        if await self._dedup.is_duplicate(dedup_key(msg)):  # unwritable: answered anyway (WeCom has its 200)
+            return None
         if raw_type(msg) == "event":
             welcome = str(msg._data.get("Event", "")).lower() in WELCOME_EVENTS and self.config.welcome
             if welcome and self.config.allows(user):
                 await self._reply_safely(user, self.config.welcome or "")
-            return
+            return None
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
             await self._reply_safely(user, self.config.refusal or self.config.text("channel.refusal"))
-            return
+            return None
         kind = raw_type(msg)
         if kind in MEDIA_TYPES:
             media = await self._fetch_media(msg, user, MEDIA_TYPES[kind])
-            if media is not None:
-                await self._run_turn(msg, user, "", (media,))
-            return
+            return None if media is None else await self._submit(msg, user, "", (media,))
         content = message_text(msg)
         if content is not None and content.strip():
-            await self._run_turn(msg, user, content)
-        elif kind == "voice":
+            return await self._submit(msg, user, content)
+        if kind == "voice":
             await self._reply_safely(user, self._media_in.no_transcript())
         elif content is None:
             await self._reply_safely(user, self._media_in.unsupported(kind, self.config.unsupported))
+        return None
 
     async def _fetch_media(self, msg: Any, user: str, kind: MediaKind) -> Attachment | None:
         """The message's media through `media/get`; on failure the user gets the clear reply and None comes back."""
@@ -167,16 +180,15 @@ class AppEndpoint:
         log.info("wecom_media_received", cred_id=self.cred_id, user=user, kind=kind, size=len(download.data))
         return attachment(kind, download, f"{kind}-{msg.id}")
 
-    async def _run_turn(self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...] = ()) -> None:
+    async def _submit(
+        self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...] = ()
+    ) -> ReplyHandle | None:
         try:
-            handle = await self._gateway.submit(self._inbound(msg, user, content, attachments))
+            return await self._gateway.submit(self._inbound(msg, user, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_app_submit_failed", cred_id=self.cred_id, user=user, key=dedup_key(msg))
             await self._reply_safely(user, self.config.text("channel.submit_failed"))
-            return
-        reply = await collect_reply(handle)  # a joined answer went out with a later message's reply: empty here
-        if reply.text:
-            await self._reply_safely(user, reply.text)
+            return None
 
     def _inbound(self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...]) -> InboundMessage:
         return InboundMessage(
