@@ -34,6 +34,7 @@ from channels.feishu.turn import FeishuApp, run_turn, send_reply, send_safely
 from channels.feishu.webhook import Refused, check_request, dispatch, log_refusal, read_body
 from channels.toolkit.dedup import MessageDedup, open_seen_ids
 from channels.toolkit.order import KeyedLock
+from channels.toolkit.outbound import choose_credential
 from channels.toolkit.tasks import TaskSet
 
 log = structlog.get_logger(__name__)
@@ -353,14 +354,8 @@ class FeishuChannel:
             raise ChannelSendError(f"feishu send to {message.chat_id} failed: code={e.code}") from e
 
     def _app_for(self, cred_id: str | None) -> FeishuApp:
-        ready = [a for a in self._apps.values() if a.status == "ready" and a.api is not None]
-        if cred_id is not None:
-            ready = [a for a in ready if a.cred_id == cred_id]
-        elif len(ready) > 1:
-            raise ChannelSendError("several feishu apps are configured: the message needs a cred_id")
-        if not ready:
-            raise ChannelSendError(f"no running feishu app for cred_id={cred_id}")
-        return ready[0]
+        ready = {c: a for c, a in self._apps.items() if a.status == "ready" and a.api is not None}
+        return choose_credential(self.name, cred_id, ready, what="app")
 
 
 def receive_target(chat_id: str) -> tuple[str, str]:

@@ -15,6 +15,7 @@ from agenthub.channel import ChannelContext
 from agenthub.errors import ChannelSendError
 from agenthub.messages import OutboundMessage
 from channels.toolkit.dedup import MessageDedup, open_seen_ids
+from channels.toolkit.outbound import choose_credential
 from channels.toolkit.tasks import TaskSet
 from channels.wecom.aibot import BotEndpoint
 from channels.wecom.api import WorkApi
@@ -124,19 +125,12 @@ class WeComChannel:
 
     async def send(self, message: OutboundMessage) -> None:
         """Proactive message: `message/send` for an app, `aibot_send_msg` for a bot."""
-        cred_id = message.cred_id or self._only_credential()
-        if cred_id in self.apps:
-            await self.apps[cred_id].deliver(message.chat_id, message.content)
-        elif cred_id in self.bots:
-            await self.bots[cred_id].send(message.chat_id, message.content)
+        endpoints: dict[str, AppEndpoint | BotEndpoint] = {**self.apps, **self.bots}
+        endpoint = choose_credential(self.name, message.cred_id, endpoints)
+        if isinstance(endpoint, AppEndpoint):
+            await endpoint.deliver(message.chat_id, message.content)
         else:
-            raise ChannelSendError(f"wecom: no credential {cred_id!r}")
-
-    def _only_credential(self) -> str:
-        ids = [*self.apps, *self.bots]
-        if len(ids) != 1:
-            raise ChannelSendError("wecom: OutboundMessage.cred_id is required when several are configured")
-        return ids[0]
+            await endpoint.send(message.chat_id, message.content)
 
     def _endpoint(self, request: web.Request) -> AppEndpoint:
         app = self.apps.get(request.match_info["cred_id"])
