@@ -52,7 +52,7 @@ class FeishuChannel:
         self._config = parse_config(config)
         locale = i18n.normalise_locale(self._config.locale) or i18n.channel_locale(context.settings, self.name)
         self._apps = {cred_id: FeishuApp(cred_id, cfg, locale=locale) for cred_id, cfg in self._config.apps.items()}
-        seen = open_seen_ids(context.state_dir, "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
+        seen = open_seen_ids(context, "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
         self._replay_window_s = seen.ttl_s
         self._dedup = {cred_id: MessageDedup(seen, channel=self.name, cred_id=cred_id) for cred_id in self._apps}
         self._order = KeyedLock()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Protocol
 
 import structlog
 
+from agenthub.channel import ChannelContext
 from agenthub.dedup import DedupStore
 
 log = structlog.get_logger(__name__)
@@ -23,9 +23,12 @@ class SeenIds(Protocol):
     async def check_and_add(self, key: str) -> bool: ...
 
 
-def open_seen_ids(state_dir: Path, file_name: str, *, ttl_s: float) -> SeenIds:
-    """The channel's dedup memory `file_name` in its `ChannelContext.state_dir`, remembering ids for `ttl_s`."""
-    return DedupStore(state_dir / file_name, ttl_s=ttl_s)
+def open_seen_ids(context: ChannelContext, name: str, *, ttl_s: float) -> SeenIds:
+    """The channel's dedup memory `name`, remembering ids for `ttl_s`: today the file `<state_dir>/<name>`.
+
+    The one place a channel's dedup state is opened, so a shared backend (issue 12: PostgreSQL, dedup shared
+    by every instance) replaces this body and no channel."""
+    return DedupStore(context.state_dir / name, ttl_s=ttl_s)
 
 
 class MessageDedup:

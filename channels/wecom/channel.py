@@ -79,7 +79,7 @@ class WeComChannel:
 
     def _dedup(self, stem: str, cred_id: str) -> MessageDedup:
         """A credential's own dedup memory, `<state_dir>/<stem>.dedup.jsonl`."""
-        seen = open_seen_ids(self._context.state_dir, f"{stem}.dedup.jsonl", ttl_s=self.config.dedup_ttl_s)
+        seen = open_seen_ids(self._context, f"{stem}.dedup.jsonl", ttl_s=self.config.dedup_ttl_s)
         return MessageDedup(seen, channel=self.name, cred_id=cred_id)
 
     async def start(self) -> None:

@@ -7,9 +7,12 @@ from pathlib import Path
 
 from structlog.testing import LogCapture
 
+from agenthub.channel import ChannelContext, WebRoutes
 from agenthub.clock import ManualClock
+from agenthub.config import Settings
 from agenthub.dedup import DedupStore
-from channels.toolkit.dedup import MessageDedup
+from channels.toolkit.dedup import MessageDedup, open_seen_ids
+from tests.fakes.submitter import ScriptedSubmitter
 
 
 def _dedup(path: Path, cred_id: str = "main") -> MessageDedup:
@@ -57,3 +60,12 @@ async def test_an_unwritable_memory_fails_open_and_says_so(tmp_path: Path, log_c
 
 async def test_the_replay_window_is_the_memory_s_ttl(tmp_path: Path) -> None:
     assert _dedup(tmp_path / "seen.jsonl").window_s == 60
+
+
+async def test_a_channel_s_memory_lives_in_its_state_dir_and_survives_a_restart(tmp_path: Path) -> None:
+    context = ChannelContext(ScriptedSubmitter(), Settings.model_construct(), WebRoutes(), tmp_path / "state")
+    first = MessageDedup(open_seen_ids(context, "demo.dedup.jsonl", ttl_s=60), channel="demo", cred_id="main")
+    assert await first.is_duplicate("m-1") is False
+    assert (tmp_path / "state" / "demo.dedup.jsonl").is_file()
+    again = MessageDedup(open_seen_ids(context, "demo.dedup.jsonl", ttl_s=60), channel="demo", cred_id="main")
+    assert await again.is_duplicate("m-1") is True
