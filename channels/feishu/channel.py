@@ -12,7 +12,6 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from agenthub import i18n
 from agenthub.channel import ChannelContext
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
@@ -32,6 +31,7 @@ from channels.feishu.media import TAKEN_TYPES, MediaRefused, download_all, media
 from channels.feishu.quote import with_quote
 from channels.feishu.turn import FeishuApp, run_turn, send_reply, send_safely
 from channels.feishu.webhook import Refused, check_request, dispatch, log_refusal, read_body
+from channels.toolkit.config import texts_locale
 from channels.toolkit.dedup import MessageDedup, open_seen_ids
 from channels.toolkit.order import KeyedLock
 from channels.toolkit.outbound import choose_credential
@@ -50,7 +50,7 @@ class FeishuChannel:
     def __init__(self, context: ChannelContext, config: Mapping[str, Any]) -> None:
         self._ctx = context
         self._config = parse_config(config)
-        locale = i18n.normalise_locale(self._config.locale) or i18n.channel_locale(context.settings, self.name)
+        locale = texts_locale(self._config.locale, self.name)
         self._apps = {cred_id: FeishuApp(cred_id, cfg, locale=locale) for cred_id, cfg in self._config.apps.items()}
         seen = open_seen_ids(context, "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
         self._replay_window_s = seen.ttl_s

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from agenthub.errors import ConfigError
-from agenthub.i18n import normalise_locale
+from agenthub.i18n import CHANNEL_DEFAULTS, Locale, normalise_locale, system_locale
 
 CRED_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 """Lowercase only: environment variable names are case-insensitive, so `…__APPS__MAIN__SECRET` names `main`; no
@@ -32,6 +32,12 @@ def check_locale(value: str | None) -> str | None:
     if value is not None and normalise_locale(value) is None:
         raise ValueError('must be "zh-CN" or "en"')
     return value
+
+
+def texts_locale(configured: str | None, channel: str) -> Locale:
+    """The locale of the texts a channel writes itself: its `locale`, else the channel's default (zh-CN for the
+    Chinese platforms, the system's otherwise), as the gateway's `i18n.channel_locale` reads the same key."""
+    return normalise_locale(configured) or CHANNEL_DEFAULTS.get(channel) or system_locale()
 
 
 def parse_table(model: type[Model], raw: Mapping[str, Any], channel: str) -> Model:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field
 
 from agenthub import i18n
 from agenthub.errors import ConfigError
-from channels.toolkit.config import check_cred_ids, check_locale, parse_table
+from channels.toolkit.config import check_cred_ids, check_locale, parse_table, texts_locale
 
 
 class _Model(BaseModel):
@@ -110,7 +110,7 @@ class WeComConfig(_Model):
     @property
     def texts_locale(self) -> i18n.Locale:
         """The locale of every text the channel writes: `locale`, else WeCom's default (zh-CN)."""
-        return i18n.normalise_locale(self.locale) or i18n.CHANNEL_DEFAULTS["wecom"]
+        return texts_locale(self.locale, "wecom")
 
     _known_locale = field_validator("locale")(check_locale)
     _check_ids = field_validator("apps", "bots")(check_cred_ids)

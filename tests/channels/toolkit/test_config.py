@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, SecretStr, field_validator
 
 from agenthub.errors import ConfigError
-from channels.toolkit.config import check_cred_ids, check_locale, parse_table
+from channels.toolkit.config import check_cred_ids, check_locale, parse_table, texts_locale
 
 
 class _Cred(BaseModel):
@@ -50,3 +50,10 @@ def test_locale_is_checked() -> None:
     assert _parse({"locale": "en"}).locale == "en"
     with pytest.raises(ConfigError, match=r"channels\.demo\.locale"):
         _parse({"locale": "fr"})
+
+
+def test_the_texts_locale_is_the_configured_one_else_the_channel_s_default() -> None:
+    assert texts_locale("en_US.UTF-8", "wecom") == "en"
+    assert texts_locale(None, "wecom") == "zh-CN"
+    assert texts_locale(None, "feishu") == "zh-CN"
+    assert texts_locale("zh", "cli") == "zh-CN"
