@@ -112,36 +112,33 @@ class BotEndpoint:
         # a chat's messages go from the dedup check to the gateway one at a time, in arrival order (taken before
         # the first await), so a slow download holds back only that chat's later messages
         async with self._order.hold(self._chat_id(body, user, group)):
-            handle = await self._admit(body, msgid, user, group, reply)
-        if handle is not None:
-            await reply.run(handle)
+            outcome = await self._admit(body, msgid, user, group)
+        if isinstance(outcome, ReplyHandle):
+            await reply.run(outcome)
+        elif outcome is not None:
+            await reply.say(outcome)  # outside the chat's slot: it waits for WeCom's ack
 
-    async def _admit(
-        self, body: dict[str, Any], msgid: str, user: str, group: bool, reply: StreamReply
-    ) -> ReplyHandle | None:
-        """The submitted message's handle, or None when it was answered on `reply` here or dropped."""
+    async def _admit(self, body: dict[str, Any], msgid: str, user: str, group: bool) -> ReplyHandle | str | None:
+        """The submitted message's handle; else the one-frame answer (refused, unsupported, empty), or None for
+        a duplicate."""
         if await self._dedup.is_duplicate(msgid):
             return None
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
-            await reply.say(self.config.refusal or self.config.text("channel.refusal"))
-            return None
+            return self.config.refusal or self.config.text("channel.refusal")
         try:
             content, attachments = await self._take_in(body, msgid)
         except Refused as e:
-            await reply.say(e.reply)
-            return None
+            return e.reply
         if group:
             content = strip_mention(content, self.config.bot_name)
         if not content.strip() and not attachments:
-            await reply.say(self.config.text("channel.empty_prompt"))
-            return None
+            return self.config.text("channel.empty_prompt")
         try:
             return await self._gateway.submit(self._inbound(body, user, group, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_bot_submit_failed", cred_id=self.cred_id, msgid=msgid)
-            await reply.say(self.config.text("channel.submit_failed"))
-            return None
+            return self.config.text("channel.submit_failed")
 
     async def _take_in(self, body: dict[str, Any], msgid: str) -> tuple[str, tuple[Attachment, ...]]:
         """The message's text and its downloaded media; raises `Refused` with the reply for the user when the

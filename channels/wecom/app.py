@@ -127,43 +127,43 @@ class AppEndpoint:
 
     async def _process(self, msg: Any) -> None:
         """One callback: a user's messages go from the dedup check to the gateway one at a time, in arrival order
-        (a slow download holds back only that user's later messages); the answer is awaited outside."""
+        (a slow download holds back only that user's later messages); replies are sent outside, since a send may
+        wait for the member's budget."""
         user = str(msg.source)
         async with self._order.hold(user):
-            handle = await self._admit(msg, user)
-        if handle is not None:
-            reply = await collect_reply(handle)  # a joined answer went out with a later message's reply: empty
-            if reply.text:
-                await self._reply_safely(user, reply.text)
+            outcome = await self._admit(msg, user)
+        if isinstance(outcome, ReplyHandle):
+            reply = await collect_reply(outcome)  # a joined answer went out with a later message's reply: empty
+            outcome = reply.text
+        if outcome:
+            await self._reply_safely(user, outcome)
 
-    async def _admit(self, msg: Any, user: str) -> ReplyHandle | None:
-        """The submitted message's handle, or None when it was answered here (refused, unsupported) or dropped."""
+    async def _admit(self, msg: Any, user: str) -> ReplyHandle | str | None:
+        """The submitted message's handle; else the text to answer with (refused, unsupported, a welcome), or
+        None for nothing (a duplicate, an event without a welcome)."""
         if await self._dedup.is_duplicate(dedup_key(msg)):  # unwritable: answered anyway (WeCom has its 200)
             return None
         if raw_type(msg) == "event":
             welcome = str(msg._data.get("Event", "")).lower() in WELCOME_EVENTS and self.config.welcome
-            if welcome and self.config.allows(user):
-                await self._reply_safely(user, self.config.welcome or "")
-            return None
+            return self.config.welcome if welcome and self.config.allows(user) else None
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
-            await self._reply_safely(user, self.config.refusal or self.config.text("channel.refusal"))
-            return None
+            return self.config.refusal or self.config.text("channel.refusal")
         kind = raw_type(msg)
         if kind in MEDIA_TYPES:
             media = await self._fetch_media(msg, user, MEDIA_TYPES[kind])
-            return None if media is None else await self._submit(msg, user, "", (media,))
+            return media if isinstance(media, str) else await self._submit(msg, user, "", (media,))
         content = message_text(msg)
         if content is not None and content.strip():
             return await self._submit(msg, user, content)
         if kind == "voice":
-            await self._reply_safely(user, self._media_in.no_transcript())
-        elif content is None:
-            await self._reply_safely(user, self._media_in.unsupported(kind, self.config.unsupported))
+            return self._media_in.no_transcript()
+        if content is None:
+            return self._media_in.unsupported(kind, self.config.unsupported)
         return None
 
-    async def _fetch_media(self, msg: Any, user: str, kind: MediaKind) -> Attachment | None:
-        """The message's media through `media/get`; on failure the user gets the clear reply and None comes back."""
+    async def _fetch_media(self, msg: Any, user: str, kind: MediaKind) -> Attachment | str:
+        """The message's media through `media/get`, or the reply telling the user why it could not be taken."""
         api = self.api
         media_id = str(msg._data.get("MediaId") or "")
         limits = self._media_in.limits
@@ -175,20 +175,19 @@ class AppEndpoint:
             )
         except MediaError as e:
             log.warning("wecom_media_refused", cred_id=self.cred_id, user=user, kind=kind, reason=str(e))
-            await self._reply_safely(user, self._media_in.refusal(e, kind))
-            return None
+            return self._media_in.refusal(e, kind)
         log.info("wecom_media_received", cred_id=self.cred_id, user=user, kind=kind, size=len(download.data))
         return attachment(kind, download, f"{kind}-{msg.id}")
 
     async def _submit(
         self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...] = ()
-    ) -> ReplyHandle | None:
+    ) -> ReplyHandle | str:
+        """The message's handle, or the fixed text for the user when the gateway refused it."""
         try:
             return await self._gateway.submit(self._inbound(msg, user, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_app_submit_failed", cred_id=self.cred_id, user=user, key=dedup_key(msg))
-            await self._reply_safely(user, self.config.text("channel.submit_failed"))
-            return None
+            return self.config.text("channel.submit_failed")
 
     def _inbound(self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...]) -> InboundMessage:
         return InboundMessage(
