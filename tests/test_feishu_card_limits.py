@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from channels.feishu.format import plan_reply
-from channels.notices import with_notices
+from channels.toolkit.notices import with_notices
 from tests.fakes.feishu import FakeCard, FakeFeishu, message_event
 from tests.fakes.feishu_cards import CARD_MAX_BYTES, count_tables
 from tests.fakes.feishu_harness import NoticingSubmitter

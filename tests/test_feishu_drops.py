@@ -48,3 +48,15 @@ async def test_messages_from_bots_are_never_answered(tmp_path: Path, sender: str
     assert status == 200
     assert [m.content for m in gateway.received] == ["from a person"]
     assert len(h.fake.messages) == 1 and h.fake.reactions == []
+
+
+async def test_a_message_is_answered_when_the_dedup_file_cannot_be_written(tmp_path: Path) -> None:
+    """Feishu has its ack before the dedup check, so an unwritable memory must not lose the message (as WeCom)."""
+    gateway = ScriptedSubmitter()
+    async with harness(tmp_path, gateway) as h:
+        (tmp_path / "feishu_dedup.jsonl").unlink(missing_ok=True)
+        (tmp_path / "feishu_dedup.jsonl").mkdir()  # every append now fails with IsADirectoryError
+        with capture_logs() as logs:
+            await answer_after(h, gateway, "still answered")
+    assert [m.content for m in gateway.received] == ["still answered"]
+    assert any(e["event"] == "feishu_dedup_unavailable" for e in logs)

@@ -17,12 +17,12 @@ from agenthub import jsonsafe
 from agenthub.errors import ChannelSendError
 from channels.feishu.answers import RecentAnswers
 from channels.feishu.pace import FIRST, NORMAL, URGENT, RateGate
+from channels.toolkit.media import BodyTooLarge, read_at_most
 
 log = structlog.get_logger(__name__)
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 RESOURCE_PATH = "/open-apis/im/v1/messages/{message_id}/resources/{file_key}"
-DOWNLOAD_CHUNK = 64 * 1024
 ERROR_BODY_MAX = 64 * 1024
 """An error answer of a download is JSON `{code, msg}`; no more than this of it is read."""
 RATE_LIMITED = 99991400
@@ -281,9 +281,10 @@ class FeishuApi:
             ) as resp:
                 if not 200 <= resp.status < 300:
                     raise _download_error(resp.status, await resp.content.read(ERROR_BODY_MAX))
-                if resp.content_length is not None and resp.content_length > max_bytes:
-                    raise ResourceTooLarge(resp.content_length, max_bytes)
-                data = await _read_at_most(resp, max_bytes)
+                try:
+                    data = await read_at_most(resp, max_bytes)
+                except BodyTooLarge as e:
+                    raise ResourceTooLarge(e.declared, max_bytes) from None
                 name = resp.content_disposition.filename if resp.content_disposition else None
                 return Resource(data, resp.content_type, name or "")
         except (aiohttp.ClientError, TimeoutError) as e:
@@ -336,16 +337,6 @@ class FeishuApi:
         body = {"settings": json.dumps(settings, ensure_ascii=False), "sequence": sequence, "uuid": uuid}
         path = f"/open-apis/cardkit/v1/cards/{card_id}/settings"
         await self.call("PATCH", path, "card_settings", body, pace="urgent")
-
-
-async def _read_at_most(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
-    """The body as it streams in; `ResourceTooLarge` as soon as it passes `max_bytes` (the rest is never read)."""
-    body = bytearray()
-    async for chunk in resp.content.iter_chunked(DOWNLOAD_CHUNK):
-        body += chunk
-        if len(body) > max_bytes:
-            raise ResourceTooLarge(None, max_bytes)
-    return bytes(body)
 
 
 def _download_error(status: int, raw: bytes) -> FeishuApiError:

@@ -7,7 +7,7 @@ import structlog
 from channels.feishu.api import FeishuApi, FeishuApiError
 from channels.feishu.card import CardStream
 from channels.feishu.format import CARD_SPLIT_BYTES, card_cut, open_fence
-from channels.notices import with_notices
+from channels.toolkit.notices import with_notices
 
 log = structlog.get_logger(__name__)
 

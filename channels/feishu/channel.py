@@ -12,9 +12,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from agenthub import i18n
 from agenthub.channel import ChannelContext
-from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage, OutboundMessage
@@ -30,10 +28,14 @@ from channels.feishu.inbound import (
     session_chat_id,
 )
 from channels.feishu.media import TAKEN_TYPES, MediaRefused, download_all, media_refs, unsupported_reply
-from channels.feishu.order import ChatOrder
 from channels.feishu.quote import with_quote
 from channels.feishu.turn import FeishuApp, run_turn, send_reply, send_safely
 from channels.feishu.webhook import Refused, check_request, dispatch, log_refusal, read_body
+from channels.toolkit.config import texts_locale
+from channels.toolkit.dedup import MessageDedup, open_seen_ids
+from channels.toolkit.order import KeyedLock
+from channels.toolkit.outbound import choose_credential
+from channels.toolkit.tasks import TaskSet
 
 log = structlog.get_logger(__name__)
 
@@ -48,12 +50,16 @@ class FeishuChannel:
     def __init__(self, context: ChannelContext, config: Mapping[str, Any]) -> None:
         self._ctx = context
         self._config = parse_config(config)
-        locale = i18n.normalise_locale(self._config.locale) or i18n.channel_locale(context.settings, self.name)
+        locale = texts_locale(self._config.locale, self.name)
         self._apps = {cred_id: FeishuApp(cred_id, cfg, locale=locale) for cred_id, cfg in self._config.apps.items()}
-        self._dedup = DedupStore(context.state_dir / "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
-        self._order = ChatOrder()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._retries: set[asyncio.Task[None]] = set()
+        seen = open_seen_ids(context, "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
+        self._replay_window_s = seen.ttl_s
+        self._dedup = {cred_id: MessageDedup(seen, channel=self.name, cred_id=cred_id) for cred_id in self._apps}
+        self._order = KeyedLock()
+        self._tasks = TaskSet(self.name)
+        """Events being handled and reactions being added."""
+        self._retries = TaskSet(self.name)
+        """Start retries of failed apps (`_keep_trying`), ended first on stop."""
         self._retrying: dict[str, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ws: Any = None
@@ -90,10 +96,7 @@ class FeishuChannel:
         running = self._retrying.get(app.cred_id)
         if self._stopped or (running is not None and not running.done()):
             return
-        task = asyncio.create_task(self._keep_trying(app), name=f"feishu-start-{app.cred_id}")
-        self._retrying[app.cred_id] = task
-        self._retries.add(task)
-        task.add_done_callback(self._retries.discard)
+        self._retrying[app.cred_id] = self._retries.spawn(self._keep_trying(app), name=f"feishu-start-{app.cred_id}")
 
     async def _keep_trying(self, app: FeishuApp) -> None:
         """Bring a failed app up in the background, with doubling delays: a network or Feishu outage at boot
@@ -175,16 +178,10 @@ class FeishuChannel:
         if self._stopped:
             return
         self._stopped = True
-        retries = list(self._retries)
-        for task in retries:
-            task.cancel()
-        await asyncio.gather(*retries, return_exceptions=True)
+        await self._retries.close()
         if self._ws is not None:
             await self._ws.stop()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()
         for app in self._apps.values():
             if app.api is not None:
                 await app.api.close()
@@ -199,7 +196,7 @@ class FeishuChannel:
             app = self._webhook_app(cred_id)
             body = await read_body(request)
             encrypt_key = app.config.secret("encrypt_key")
-            check_request(request.headers, body, encrypt_key=encrypt_key, replay_window_s=self._dedup.ttl_s)
+            check_request(request.headers, body, encrypt_key=encrypt_key, replay_window_s=self._replay_window_s)
             if self._stopped or not self._ctx.gateway.accepting:  # no await from here to the dispatch
                 raise Refused(503, "shutdown", "AgentHub is restarting; deliver this event again later", "stopping")
             return dispatch(app.dispatcher, request, body)
@@ -229,24 +226,18 @@ class FeishuChannel:
         received_at = time.monotonic()
         coro = self._ingest(app, envelope, received_at)
         try:
-            loop.call_soon_threadsafe(self._spawn, coro)
+            loop.call_soon_threadsafe(self._spawn, coro, f"feishu-event-{app.cred_id}")
         except RuntimeError:  # the loop closed in between
             coro.close()
             log.warning("feishu_event_refused", cred_id=app.cred_id, reason="loop closed")
             raise
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        if self._stopped:
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run `coro` in the channel's task set; dropped (closed, never awaited) once the channel stops."""
+        if self._stopped or self._tasks.closed:
             coro.close()
             return
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("feishu_task_failed", error=repr(task.exception()))
+        self._tasks.spawn(coro, name=name)
 
     async def _ingest(self, app: FeishuApp, envelope: dict[str, Any], received_at: float) -> None:
         try:
@@ -260,9 +251,8 @@ class FeishuChannel:
         # Each event runs in its own task: messages of one chat go through dedup, media downloads, quote and
         # submit one at a time, in arrival order (taken before the first await), so a slow download or quote
         # fetch cannot reorder them.
-        async with self._order.slot(session_chat_id(msg, app.config.group_session_scope)):
-            if await self._dedup.check_and_add(key):
-                log.info("feishu_duplicate_dropped", cred_id=app.cred_id, message_id=msg.message_id)
+        async with self._order.hold(session_chat_id(msg, app.config.group_session_scope)):
+            if await self._dedup[app.cred_id].is_duplicate(msg.message_id):  # unwritable: answered anyway
                 return
             assert app.api is not None
             if msg.message_type in TAKEN_TYPES:
@@ -283,7 +273,7 @@ class FeishuChannel:
             log.info("feishu_empty_message", cred_id=app.cred_id, message_id=msg.message_id)
             return None
         if app.config.ack_reaction:
-            self._spawn(self._react(app, msg.message_id, app.config.ack_reaction))
+            self._spawn(self._react(app, msg.message_id, app.config.ack_reaction), f"feishu-react-{app.cred_id}")
         media = self._ctx.settings.media
         try:
             attachments = await download_all(app.api, msg.message_id, refs, media)
@@ -364,14 +354,8 @@ class FeishuChannel:
             raise ChannelSendError(f"feishu send to {message.chat_id} failed: code={e.code}") from e
 
     def _app_for(self, cred_id: str | None) -> FeishuApp:
-        ready = [a for a in self._apps.values() if a.status == "ready" and a.api is not None]
-        if cred_id is not None:
-            ready = [a for a in ready if a.cred_id == cred_id]
-        elif len(ready) > 1:
-            raise ChannelSendError("several feishu apps are configured: the message needs a cred_id")
-        if not ready:
-            raise ChannelSendError(f"no running feishu app for cred_id={cred_id}")
-        return ready[0]
+        ready = {c: a for c, a in self._apps.items() if a.status == "ready" and a.api is not None}
+        return choose_credential(self.name, cred_id, ready, what="app")
 
 
 def receive_target(chat_id: str) -> tuple[str, str]:

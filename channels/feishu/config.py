@@ -6,15 +6,11 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from agenthub.config import describe_validation_error
-from agenthub.errors import ConfigError
-from agenthub.i18n import normalise_locale
+from channels.toolkit.config import check_cred_ids, check_locale, parse_table
 
 DOMAINS = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
-_CRED_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-"""Lowercase only: environment variable names are case-insensitive, so `…__APPS__MAIN__APP_SECRET` names `main`."""
 _LOCAL_HTTP = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$")
 _HTTPS_ORIGIN = re.compile(r"^https://[A-Za-z0-9.-]+(:\d+)?$")
 MIN_DEDUP_TTL_S = 7 * 3600 + 600
@@ -106,19 +102,12 @@ class FeishuConfig(BaseModel):
     start_retry_max_s: float = Field(300.0, gt=0, le=86400)
     """The longest delay between two start attempts of a failed app."""
 
-    @field_validator("locale")
-    @classmethod
-    def _known_locale(cls, value: str | None) -> str | None:
-        if value is not None and normalise_locale(value) is None:
-            raise ValueError('must be "zh-CN" or "en"')
-        return value
+    _known_locale = field_validator("locale")(check_locale)
 
     @field_validator("apps")
     @classmethod
     def _cred_ids(cls, value: dict[str, FeishuAppConfig]) -> dict[str, FeishuAppConfig]:
-        for cred_id in value:
-            if not _CRED_ID.match(cred_id):
-                raise ValueError(f"cred_id {cred_id!r} must be 1-64 of lowercase a-z, 0-9, _ and - (led by a-z or 0-9)")
+        check_cred_ids(value)
         app_ids = [app.app_id for app in value.values()]
         if len(set(app_ids)) != len(app_ids):
             raise ValueError("two apps share one app_id")
@@ -127,7 +116,4 @@ class FeishuConfig(BaseModel):
 
 def parse_config(raw: Mapping[str, Any]) -> FeishuConfig:
     """Validate the raw table; a bad value raises `ConfigError` naming the key, never the value."""
-    try:
-        return FeishuConfig.model_validate(dict(raw))
-    except ValidationError as e:
-        raise ConfigError("channels.feishu: " + describe_validation_error(e)) from None
+    return parse_table(FeishuConfig, raw, "feishu")

@@ -15,7 +15,7 @@ from channels.feishu.card import idempotency_key
 from channels.feishu.chain import CardChain
 from channels.feishu.config import FeishuAppConfig
 from channels.feishu.format import build_content, plain_chunks, plan_reply
-from channels.notices import with_notices
+from channels.toolkit.notices import with_notices
 
 log = structlog.get_logger(__name__)
 

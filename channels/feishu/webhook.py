@@ -13,7 +13,7 @@ import structlog
 from aiohttp import web
 
 from agenthub import jsonsafe
-from channels.replay import stale_reason
+from channels.toolkit.replay import stale_reason
 
 log = structlog.get_logger(__name__)
 

@@ -8,14 +8,16 @@ import aiohttp
 import structlog
 
 from agenthub.channel import Submitter
-from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
+from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage
+from channels.toolkit.dedup import MessageDedup
+from channels.toolkit.order import KeyedLock
+from channels.toolkit.tasks import TaskSet
 from channels.wecom.aibot_conn import BotConnection
 from channels.wecom.aibot_stream import StreamReply
 from channels.wecom.config import BotConfig
 from channels.wecom.media import Inbound, MediaError, MediaKind, MediaTooLarge, attachment, download_bot_media
-from channels.wecom.tasks import TaskSet
 from channels.wecom.text import split_utf8, strip_mention
 
 log = structlog.get_logger(__name__)
@@ -40,7 +42,7 @@ class BotEndpoint:
         cred_id: str,
         config: BotConfig,
         gateway: Submitter,
-        dedup: DedupStore,
+        dedup: MessageDedup,
         tasks: TaskSet,
         inbound: Inbound,
     ) -> None:
@@ -50,6 +52,7 @@ class BotEndpoint:
         self._dedup = dedup
         self._tasks = tasks
         self._media_in = inbound
+        self._order = KeyedLock()
         self._session: aiohttp.ClientSession | None = None
         self.conn: BotConnection | None = None
 
@@ -104,32 +107,38 @@ class BotEndpoint:
         if not msgid or not user:
             log.warning("wecom_bot_message_malformed", cred_id=self.cred_id, req_id=req_id)
             return
-        if await self._is_duplicate(msgid):
-            return
         group = body.get("chattype") == "group"
-        group_id = str(body.get("chatid") or user)
-        reply = StreamReply(self.conn, self.config, req_id, group_id if group else user)
+        reply = StreamReply(self.conn, self.config, req_id, str(body.get("chatid") or user) if group else user)
+        # a chat's messages go from the dedup check to the gateway one at a time, in arrival order (taken before
+        # the first await), so a slow download holds back only that chat's later messages
+        async with self._order.hold(self._chat_id(body, user, group)):
+            outcome = await self._admit(body, msgid, user, group)
+        if isinstance(outcome, ReplyHandle):
+            await reply.run(outcome)
+        elif outcome is not None:
+            await reply.say(outcome)  # outside the chat's slot: it waits for WeCom's ack
+
+    async def _admit(self, body: dict[str, Any], msgid: str, user: str, group: bool) -> ReplyHandle | str | None:
+        """The submitted message's handle; else the one-frame answer (refused, unsupported, empty), or None for
+        a duplicate."""
+        if await self._dedup.is_duplicate(msgid):
+            return None
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
-            await reply.say(self.config.refusal or self.config.text("channel.refusal"))
-            return
+            return self.config.refusal or self.config.text("channel.refusal")
         try:
             content, attachments = await self._take_in(body, msgid)
         except Refused as e:
-            await reply.say(e.reply)
-            return
+            return e.reply
         if group:
             content = strip_mention(content, self.config.bot_name)
         if not content.strip() and not attachments:
-            await reply.say(self.config.text("channel.empty_prompt"))
-            return
+            return self.config.text("channel.empty_prompt")
         try:
-            handle = await self._gateway.submit(self._inbound(body, user, group, content, attachments))
+            return await self._gateway.submit(self._inbound(body, user, group, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_bot_submit_failed", cred_id=self.cred_id, msgid=msgid)
-            await reply.say(self.config.text("channel.submit_failed"))
-            return
-        await reply.run(handle)
+            return self.config.text("channel.submit_failed")
 
     async def _take_in(self, body: dict[str, Any], msgid: str) -> tuple[str, tuple[Attachment, ...]]:
         """The message's text and its downloaded media; raises `Refused` with the reply for the user when the
@@ -197,18 +206,12 @@ class BotEndpoint:
         self, body: dict[str, Any], user: str, group: bool, content: str, attachments: tuple[Attachment, ...]
     ) -> InboundMessage:
         group_id = str(body.get("chatid") or "")
-        if not group:
-            chat_id = user
-        elif self.config.session_per_member:
-            chat_id = f"{group_id}:{user}"
-        else:
-            chat_id = group_id
         metadata: dict[str, Any] = {"chat_type": "group" if group else "private", "mode": "aibot"}
         if group:
             metadata["group_id"] = group_id
         return InboundMessage(
             channel="wecom",
-            chat_id=chat_id,
+            chat_id=self._chat_id(body, user, group),
             sender_id=user,
             content=content,
             attachments=attachments,
@@ -218,16 +221,12 @@ class BotEndpoint:
             metadata=metadata,
         )
 
-    async def _is_duplicate(self, key: str) -> bool:
-        """True when `key` was handled already (a redelivery); remembers it otherwise."""
-        try:
-            duplicate = await self._dedup.check_and_add(f"{self.cred_id}:{key}")
-        except OSError as e:  # answering beats losing the message; a redelivery is rare
-            log.error("wecom_dedup_unavailable", cred_id=self.cred_id, key=key, error=str(e))
-            return False
-        if duplicate:
-            log.info("wecom_duplicate_dropped", cred_id=self.cred_id, key=key)
-        return duplicate
+    def _chat_id(self, body: dict[str, Any], user: str, group: bool) -> str:
+        """The session's chat id: the user, the group, or `group:user` with `session_per_member`."""
+        if not group:
+            return user
+        group_id = str(body.get("chatid") or "")
+        return f"{group_id}:{user}" if self.config.session_per_member else group_id
 
     async def _on_event(self, req_id: str, body: dict[str, Any]) -> None:
         assert self.conn is not None
@@ -236,7 +235,7 @@ class BotEndpoint:
         user = str((body.get("from") or {}).get("userid") or "")
         msgid = str(body.get("msgid") or "")
         # events carry a msgid like messages do; a frame without one is identified by its req_id
-        if await self._is_duplicate(f"event:msgid:{msgid}" if msgid else f"event:req_id:{req_id}"):
+        if await self._dedup.is_duplicate(f"event:msgid:{msgid}" if msgid else f"event:req_id:{req_id}"):
             return
         if eventtype == "enter_chat" and self.config.welcome and self.config.allows(user):
             welcome = {"msgtype": "text", "text": {"content": self.config.welcome}}

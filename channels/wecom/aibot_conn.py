@@ -17,6 +17,7 @@ import structlog
 
 from agenthub import jsonsafe
 from agenthub.errors import ChannelSendError
+from channels.toolkit.order import KeyedLock
 from channels.wecom.config import BotConfig
 
 log = structlog.get_logger(__name__)
@@ -85,7 +86,7 @@ class BotConnection:
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._connected = asyncio.Event()
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self._req_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._req_locks = KeyedLock()
         self._task: asyncio.Task[None] | None = None
         self.replaced = False
         self.connects = 0
@@ -341,17 +342,8 @@ class BotConnection:
 
     @contextlib.asynccontextmanager
     async def _req_lock(self, req_id: str) -> AsyncIterator[None]:
-        lock, users = self._req_locks.get(req_id, (asyncio.Lock(), 0))
-        self._req_locks[req_id] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._req_locks[req_id]
-            if users <= 1:
-                del self._req_locks[req_id]
-            else:
-                self._req_locks[req_id] = (lock, users - 1)
+        async with self._req_locks.hold(req_id):
+            yield
 
 
 def parse_frame(data: str | bytes) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import structlog
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, NoticeEvent
-from channels.notices import with_notices
+from channels.toolkit.notices import with_notices
 from channels.wecom.aibot_conn import AckTimeout, BotApiError, BotConnection
 from channels.wecom.config import BotConfig
 from channels.wecom.text import split_utf8, utf8_len

@@ -14,16 +14,18 @@ from wechatpy.enterprise.crypto import WeChatCrypto
 from wechatpy.exceptions import InvalidSignatureException
 
 from agenthub.channel import Submitter
-from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
-from agenthub.messages import Attachment, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
-from channels.notices import with_notices
-from channels.replay import stale_reason
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import Attachment, InboundMessage
+from channels.toolkit.dedup import MessageDedup
+from channels.toolkit.order import KeyedLock
+from channels.toolkit.replay import stale_reason
+from channels.toolkit.reply import collect_reply
+from channels.toolkit.tasks import TaskSet
 from channels.wecom.api import WorkApi, WorkApiError
 from channels.wecom.budget import Clock, MemberBudget, Sleep
 from channels.wecom.config import AppConfig
 from channels.wecom.media import Inbound, MediaError, MediaKind, attachment
-from channels.wecom.tasks import TaskSet
 from channels.wecom.text import head_with_note, pack_utf8, split_utf8, strip_markdown, utf8_len
 
 log = structlog.get_logger(__name__)
@@ -52,7 +54,7 @@ class AppEndpoint:
         cred_id: str,
         config: AppConfig,
         gateway: Submitter,
-        dedup: DedupStore,
+        dedup: MessageDedup,
         tasks: TaskSet,
         inbound: Inbound,
         *,
@@ -65,6 +67,7 @@ class AppEndpoint:
         self._dedup = dedup
         self._tasks = tasks
         self._media_in = inbound
+        self._order = KeyedLock()
         self._crypto = WeChatCrypto(
             config.token.get_secret_value(), config.encoding_aes_key.get_secret_value(), config.corp_id
         )
@@ -100,7 +103,7 @@ class AppEndpoint:
             raise BadCallback(400, "malformed envelope") from None
         except Exception:
             raise BadCallback(400, "payload does not decrypt for this corp_id") from None
-        stale = stale_reason(ts, self._dedup.ttl_s)
+        stale = stale_reason(ts, self._dedup.window_s)
         if stale is not None:
             raise BadCallback(403, stale)
         try:
@@ -123,35 +126,44 @@ class AppEndpoint:
     # ------------------------------------------------------------------ the turn (background task)
 
     async def _process(self, msg: Any) -> None:
-        if await _seen_before(self._dedup, self.cred_id, dedup_key(msg)):
-            log.info("wecom_duplicate_dropped", cred_id=self.cred_id, key=dedup_key(msg))
-            return
+        """One callback: a user's messages go from the dedup check to the gateway one at a time, in arrival order
+        (a slow download holds back only that user's later messages); replies are sent outside, since a send may
+        wait for the member's budget."""
         user = str(msg.source)
+        async with self._order.hold(user):
+            outcome = await self._admit(msg, user)
+        if isinstance(outcome, ReplyHandle):
+            reply = await collect_reply(outcome)  # a joined answer went out with a later message's reply: empty
+            outcome = reply.text
+        if outcome:
+            await self._reply_safely(user, outcome)
+
+    async def _admit(self, msg: Any, user: str) -> ReplyHandle | str | None:
+        """The submitted message's handle; else the text to answer with (refused, unsupported, a welcome), or
+        None for nothing (a duplicate, an event without a welcome)."""
+        if await self._dedup.is_duplicate(dedup_key(msg)):  # unwritable: answered anyway (WeCom has its 200)
+            return None
         if raw_type(msg) == "event":
             welcome = str(msg._data.get("Event", "")).lower() in WELCOME_EVENTS and self.config.welcome
-            if welcome and self.config.allows(user):
-                await self._reply_safely(user, self.config.welcome or "")
-            return
+            return self.config.welcome if welcome and self.config.allows(user) else None
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
-            await self._reply_safely(user, self.config.refusal or self.config.text("channel.refusal"))
-            return
+            return self.config.refusal or self.config.text("channel.refusal")
         kind = raw_type(msg)
         if kind in MEDIA_TYPES:
             media = await self._fetch_media(msg, user, MEDIA_TYPES[kind])
-            if media is not None:
-                await self._run_turn(msg, user, "", (media,))
-            return
+            return media if isinstance(media, str) else await self._submit(msg, user, "", (media,))
         content = message_text(msg)
         if content is not None and content.strip():
-            await self._run_turn(msg, user, content)
-        elif kind == "voice":
-            await self._reply_safely(user, self._media_in.no_transcript())
-        elif content is None:
-            await self._reply_safely(user, self._media_in.unsupported(kind, self.config.unsupported))
+            return await self._submit(msg, user, content)
+        if kind == "voice":
+            return self._media_in.no_transcript()
+        if content is None:
+            return self._media_in.unsupported(kind, self.config.unsupported)
+        return None
 
-    async def _fetch_media(self, msg: Any, user: str, kind: MediaKind) -> Attachment | None:
-        """The message's media through `media/get`; on failure the user gets the clear reply and None comes back."""
+    async def _fetch_media(self, msg: Any, user: str, kind: MediaKind) -> Attachment | str:
+        """The message's media through `media/get`, or the reply telling the user why it could not be taken."""
         api = self.api
         media_id = str(msg._data.get("MediaId") or "")
         limits = self._media_in.limits
@@ -163,31 +175,19 @@ class AppEndpoint:
             )
         except MediaError as e:
             log.warning("wecom_media_refused", cred_id=self.cred_id, user=user, kind=kind, reason=str(e))
-            await self._reply_safely(user, self._media_in.refusal(e, kind))
-            return None
+            return self._media_in.refusal(e, kind)
         log.info("wecom_media_received", cred_id=self.cred_id, user=user, kind=kind, size=len(download.data))
         return attachment(kind, download, f"{kind}-{msg.id}")
 
-    async def _run_turn(self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...] = ()) -> None:
+    async def _submit(
+        self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...] = ()
+    ) -> ReplyHandle | str:
+        """The message's handle, or the fixed text for the user when the gateway refused it."""
         try:
-            handle = await self._gateway.submit(self._inbound(msg, user, content, attachments))
+            return await self._gateway.submit(self._inbound(msg, user, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_app_submit_failed", cred_id=self.cred_id, user=user, key=dedup_key(msg))
-            await self._reply_safely(user, self.config.text("channel.submit_failed"))
-            return
-        final: DoneEvent | ErrorEvent | None = None
-        notices: list[str] = []
-        async for event in handle:
-            if isinstance(event, NoticeEvent) and not event.transient:  # nothing is shown before the answer
-                notices.append(event.text)
-            elif isinstance(event, DoneEvent | ErrorEvent):
-                final = event
-        if isinstance(final, DoneEvent) and final.joined:
-            return  # answered (with its queue notice) by the reply to a later message: not one send per line
-        text = final.full_text if isinstance(final, DoneEvent) else getattr(final, "message", "")
-        text = with_notices(text, notices)  # compaction, fallback, queueing: never silent
-        if text:
-            await self._reply_safely(user, text)
+            return self.config.text("channel.submit_failed")
 
     def _inbound(self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...]) -> InboundMessage:
         return InboundMessage(
@@ -304,16 +304,6 @@ class MemberBudgetExhausted(ChannelSendError):
             f"wecom app {cred_id}: the send budget for {user} is used up (WeCom drops more than its per-member "
             f"limit); the next message may go in {free_in_s:.0f} s"
         )
-
-
-async def _seen_before(dedup: DedupStore, cred_id: str, key: str) -> bool:
-    """The durable dedup check. WeCom already has its 200 and will not retry, so when the dedup file
-    cannot be written the message is answered anyway: a possible duplicate beats a certain loss."""
-    try:
-        return await dedup.check_and_add(f"{cred_id}:{key}")
-    except OSError as e:
-        log.error("wecom_dedup_unavailable", cred_id=cred_id, key=key, error=str(e))
-        return False
 
 
 def _require(query: Any, keys: tuple[str, ...]) -> tuple[str, ...]:

@@ -8,6 +8,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
+from channels.toolkit.order import KeyedLock
+
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -30,23 +32,14 @@ class MemberBudget:
         self.sleep = sleep
         self._span = max(w for w, _ in self.windows)
         self._sent: dict[str, deque[float]] = {}
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._members = KeyedLock()
         self._last_sweep = clock()
 
     @asynccontextmanager
     async def exclusive(self, member: str) -> AsyncIterator[None]:
         """Hold this member's budget: one planner and sender at a time, in arrival order."""
-        lock, users = self._locks.get(member, (asyncio.Lock(), 0))
-        self._locks[member] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[member]
-            if users <= 1:
-                del self._locks[member]
-            else:
-                self._locks[member] = (lock, users - 1)
+        async with self._members.hold(member):
+            yield
 
     def free(self, member: str) -> int:
         """How many messages may go to `member` right now."""

@@ -12,16 +12,17 @@ import structlog
 from aiohttp import web
 
 from agenthub.channel import ChannelContext
-from agenthub.dedup import DedupStore
 from agenthub.errors import ChannelSendError
 from agenthub.messages import OutboundMessage
+from channels.toolkit.dedup import MessageDedup, open_seen_ids
+from channels.toolkit.outbound import choose_credential
+from channels.toolkit.tasks import TaskSet
 from channels.wecom.aibot import BotEndpoint
 from channels.wecom.api import WorkApi
 from channels.wecom.app import AppEndpoint, handle_callback, handle_verify
 from channels.wecom.budget import Clock, Sleep
 from channels.wecom.config import load_config
 from channels.wecom.media import Inbound
-from channels.wecom.tasks import TaskSet
 
 log = structlog.get_logger(__name__)
 
@@ -44,16 +45,14 @@ class WeComChannel:
         """`clock` and `sleep` drive the apps' per-member send budgets (tests pass a fake clock)."""
         self.config = load_config(config)
         self._context = context
-        self.tasks = TaskSet()
-        state = context.state_dir
-        ttl = self.config.dedup_ttl_s
+        self.tasks = TaskSet(self.name)
         inbound = Inbound(self.config.texts_locale, context.settings.media)
         self.apps = {
             cred_id: AppEndpoint(
                 cred_id,
                 cfg,
                 context.gateway,
-                DedupStore(state / f"app-{cred_id}.dedup.jsonl", ttl_s=ttl),
+                self._dedup(f"app-{cred_id}", cred_id),
                 self.tasks,
                 inbound,
                 clock=clock,
@@ -66,7 +65,7 @@ class WeComChannel:
                 cred_id,
                 cfg,
                 context.gateway,
-                DedupStore(state / f"bot-{cred_id}.dedup.jsonl", ttl_s=ttl),
+                self._dedup(f"bot-{cred_id}", cred_id),
                 self.tasks,
                 inbound,
             )
@@ -77,6 +76,11 @@ class WeComChannel:
             context.web.add("POST", CALLBACK_PATH, self._callback)
         self._session: aiohttp.ClientSession | None = None
         self._stopped = False
+
+    def _dedup(self, stem: str, cred_id: str) -> MessageDedup:
+        """A credential's own dedup memory, `<state_dir>/<stem>.dedup.jsonl`."""
+        seen = open_seen_ids(self._context, f"{stem}.dedup.jsonl", ttl_s=self.config.dedup_ttl_s)
+        return MessageDedup(seen, channel=self.name, cred_id=cred_id)
 
     async def start(self) -> None:
         """Check every app's credentials and open every bot's connection; a bad one is logged, not raised."""
@@ -121,19 +125,12 @@ class WeComChannel:
 
     async def send(self, message: OutboundMessage) -> None:
         """Proactive message: `message/send` for an app, `aibot_send_msg` for a bot."""
-        cred_id = message.cred_id or self._only_credential()
-        if cred_id in self.apps:
-            await self.apps[cred_id].deliver(message.chat_id, message.content)
-        elif cred_id in self.bots:
-            await self.bots[cred_id].send(message.chat_id, message.content)
+        endpoints: dict[str, AppEndpoint | BotEndpoint] = {**self.apps, **self.bots}
+        endpoint = choose_credential(self.name, message.cred_id, endpoints)
+        if isinstance(endpoint, AppEndpoint):
+            await endpoint.deliver(message.chat_id, message.content)
         else:
-            raise ChannelSendError(f"wecom: no credential {cred_id!r}")
-
-    def _only_credential(self) -> str:
-        ids = [*self.apps, *self.bots]
-        if len(ids) != 1:
-            raise ChannelSendError("wecom: OutboundMessage.cred_id is required when several are configured")
-        return ids[0]
+            await endpoint.send(message.chat_id, message.content)
 
     def _endpoint(self, request: web.Request) -> AppEndpoint:
         app = self.apps.get(request.match_info["cred_id"])

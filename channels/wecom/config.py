@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator
 
 from agenthub import i18n
 from agenthub.errors import ConfigError
-
-CRED_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+from channels.toolkit.config import check_cred_ids, check_locale, parse_table, texts_locale
 
 
 class _Model(BaseModel):
@@ -112,34 +110,15 @@ class WeComConfig(_Model):
     @property
     def texts_locale(self) -> i18n.Locale:
         """The locale of every text the channel writes: `locale`, else WeCom's default (zh-CN)."""
-        return i18n.normalise_locale(self.locale) or i18n.CHANNEL_DEFAULTS["wecom"]
+        return texts_locale(self.locale, "wecom")
 
-    @field_validator("locale")
-    @classmethod
-    def _known_locale(cls, value: str | None) -> str | None:
-        if value is not None and i18n.normalise_locale(value) is None:
-            raise ValueError('must be "zh-CN" or "en"')
-        return value
-
-    @field_validator("apps", "bots")
-    @classmethod
-    def _check_ids(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for cred_id in value:
-            if not re.fullmatch(CRED_ID_PATTERN, cred_id):
-                raise ValueError(f"credential id {cred_id!r} must match {CRED_ID_PATTERN}")
-        return value
+    _known_locale = field_validator("locale")(check_locale)
+    _check_ids = field_validator("apps", "bots")(check_cred_ids)
 
 
 def load_config(raw: Mapping[str, Any]) -> WeComConfig:
     """Validate the raw table; raise `ConfigError` naming the key (never the value)."""
-    try:
-        config = WeComConfig.model_validate(dict(raw))
-    except ValidationError as e:
-        problems = []
-        for item in e.errors(include_input=False, include_url=False):
-            key = ".".join(["channels.wecom", *(str(part) for part in item["loc"])])
-            problems.append(f"{key}: {item['msg']}")
-        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+    config = parse_table(WeComConfig, raw, "wecom")
     clash = set(config.apps) & set(config.bots)
     if clash:
         raise ConfigError(f"invalid configuration: channels.wecom: cred_id used twice: {sorted(clash)}")

@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from agenthub import i18n
 from agenthub.config import MediaSettings
 from agenthub.messages import Attachment
+from channels.toolkit.media import BodyTooLarge, read_at_most
 
 MediaKind = Literal["image", "file"]
-READ_CHUNK_BYTES = 64 * 1024
 BOT_PAD_MAX = 32
 """The AI bot's media are PKCS#7-padded to a multiple of 32 bytes (the official SDKs' `decryptFile`)."""
 MIB = 1024 * 1024
@@ -61,15 +61,10 @@ class Download:
 
 async def read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     """The body, read in chunks; `MediaTooLarge` as soon as it (or its Content-Length) passes `limit`."""
-    declared = resp.content_length
-    if declared is not None and declared > limit:
-        raise MediaTooLarge(declared)
-    body = bytearray()
-    async for chunk in resp.content.iter_chunked(READ_CHUNK_BYTES):
-        body += chunk
-        if len(body) > limit:
-            raise MediaTooLarge(None)
-    return bytes(body)
+    try:
+        return await read_at_most(resp, limit)
+    except BodyTooLarge as e:
+        raise MediaTooLarge(e.declared) from None
 
 
 def disposition_filename(header: str | None) -> str | None:

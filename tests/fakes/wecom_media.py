@@ -61,7 +61,7 @@ class MediaStore:
     """The files one fake serves by key; counts the body bytes it managed to write for each request.
 
     `delay_s` holds every answer that long before the headers (a slow platform); `hold`, when set, holds every
-    answer until it is set (release many downloads at the same moment).
+    answer until it is set (release many downloads at the same moment); `holds[key]` holds only that file's.
     """
 
     def __init__(self) -> None:
@@ -70,6 +70,7 @@ class MediaStore:
         self.bytes_sent: dict[str, int] = {}
         self.delay_s = 0.0
         self.hold: asyncio.Event | None = None
+        self.holds: dict[str, asyncio.Event] = {}
         self.waiting = 0
         self._arrivals = asyncio.Condition()
 
@@ -83,11 +84,12 @@ class MediaStore:
 
     async def serve(self, request: web.Request, key: str) -> web.StreamResponse:
         self.requests.append(key)
-        if self.hold is not None:
+        hold = self.holds.get(key, self.hold)
+        if hold is not None:
             self.waiting += 1
             async with self._arrivals:
                 self._arrivals.notify_all()
-            await self.hold.wait()
+            await hold.wait()
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         served = self.files[key]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import time
+import warnings
 from pathlib import Path
 
 import aiohttp
@@ -11,7 +14,10 @@ import yarl
 from structlog.testing import capture_logs
 
 from agenthub import i18n
+from agenthub.config import Settings
 from agenthub.errors import ConfigError
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import InboundMessage
 from channels.wecom import WeComChannel
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import (
@@ -253,3 +259,50 @@ async def test_bad_secret_at_start_is_logged_without_the_secret(api: FakeQyApi, 
     failed = [e for e in logs if e["event"] == "wecom_app_start_failed"]
     assert failed and "40001" in failed[0]["error"] and "corp_id" in failed[0]["error"]
     assert "wrong-secret-xyz" not in repr(logs)
+
+
+class _NeverAnswers:
+    """A gateway that takes every message and never ends its reply: every turn is held mid-flight."""
+
+    accepting = True
+
+    def __init__(self) -> None:
+        self.handles: list[ReplyHandle] = []
+        self.all_in = asyncio.Event()
+        self.expected = 0
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle:
+        handle = ReplyHandle(f"helper:wecom:{message.chat_id}")
+        self.handles.append(handle)
+        if len(self.handles) == self.expected:
+            self.all_in.set()
+        return handle
+
+
+async def test_stop_with_many_turns_held_cancels_and_awaits_every_task(api: FakeQyApi, tmp_path: Path) -> None:
+    gateway = _NeverAnswers()
+    gateway.expected = 20
+    table = {**app_table(api), "stop_grace_s": 0}
+    context = channel_context(gateway, tmp_path, Settings(channels={"wecom": table}))
+    channel = WeComChannel(context, table)
+    await channel.start()
+    server = await serve_routes(context)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for n in range(20):
+                plain = text(f"第{n}条", msg_id=9000 + n, user=f"user{n}")
+                query, body = signed_callback(plain, token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID)
+                url = server.make_url("/wecom/hr/callback").with_query(query)
+                async with http.post(url, data=body) as resp:
+                    assert resp.status == 200
+        await gateway.all_in.wait()
+        assert len(channel.tasks) == 20  # every reply is being waited for
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            await channel.stop()
+            gc.collect()
+        assert len(channel.tasks) == 0 and channel.tasks.closed
+        assert not [w for w in caught if "destroyed" in str(w.message) or "never awaited" in str(w.message)]
+        assert api.sends == []  # nothing half-answered
+    finally:
+        await server.close()

@@ -15,7 +15,7 @@ from agenthub import i18n
 from agenthub.errors import ConfigError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, NoticeEvent, OutboundMessage, ReplyEvent
-from channels.notices import with_notices
+from channels.toolkit.notices import with_notices
 from channels.wecom import WeComChannel
 from channels.wecom.text import strip_mention, utf8_len
 from tests.fakes.submitter import ScriptedSubmitter

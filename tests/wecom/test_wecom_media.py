@@ -13,7 +13,7 @@ from agenthub import i18n
 from agenthub.messages import Attachment
 from tests.fakes.submitter import ScriptedSubmitter
 from tests.fakes.wecom import FakeAiBotServer, FakeQyApi, message_xml
-from tests.wecom.harness import AGENT_ID, CORP_ID, BotHarness, Harness
+from tests.wecom.harness import AGENT_ID, CORP_ID, BotHarness, Harness, text
 
 MiB = 1024 * 1024
 PNG = b"\x89PNG\r\n\x1a\n" + os.urandom(6000)
@@ -324,3 +324,42 @@ async def test_bot_mixed_message_images_are_held_within_the_download_limit_toget
     req_id = await server.send_message(bot_body("b-mixed-big", "mixed", {"msg_item": items}))
     assert await final_text(server, req_id) == too_large("zh-CN", "image", "> 1", "1")
     assert submitted(bot).received == []
+
+
+# ---------------------------------------------------------------- arrival order behind a slow download
+
+
+async def test_app_messages_of_one_user_reach_the_agent_in_order_behind_a_slow_download(
+    harness: Harness, api: FakeQyApi
+) -> None:
+    api.add_media("MID-slow", PNG, filename="slow.png", content_type="image/png")
+    release = api.media.holds["MID-slow"] = asyncio.Event()
+    await harness.start()
+    await harness.post(app_media("image", "MID-slow", 51))
+    await api.media.wait_held(1)
+    await harness.post(text("这张图是什么？", msg_id=52, user="lisi"))
+    await harness.post(text("另一个人", msg_id=53, user="wangwu"))
+    await harness.submitter.wait_for(1)  # another user's chat is not held up by lisi's download
+    release.set()
+    await harness.settle()
+    assert [(m.sender_id, m.message_id) for m in harness.submitter.received] == [
+        ("wangwu", "53"),
+        ("lisi", "51"),
+        ("lisi", "52"),
+    ]
+
+
+async def test_bot_messages_of_one_chat_reach_the_agent_in_order_behind_a_slow_download(
+    bot: BotHarness, server: FakeAiBotServer
+) -> None:
+    await bot.start()
+    media = server.add_media(PNG)
+    release = server.media.holds[media["url"].rsplit("/", 1)[-1]] = asyncio.Event()
+    await server.send_message(bot_body("b-slow", "image", media))
+    await server.media.wait_held(1)
+    await server.send_message(bot_body("b-text", "text", {"content": "这张图是什么？"}))
+    await server.send_message(bot_body("b-other", "text", {"content": "另一个人"}, user="wangwu"))
+    await submitted(bot).wait_for(1)  # another user's chat is not held up
+    release.set()
+    await bot.settle()
+    assert [m.message_id for m in submitted(bot).received] == ["b-other", "b-slow", "b-text"]

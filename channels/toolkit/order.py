@@ -1,4 +1,4 @@
-"""Arrival order per chat: one message of a chat at a time from its dedup check until the gateway has it."""
+"""Arrival order per key (a chat, a member, a stream): one holder at a time, in the order they asked."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ class _Turnstile:
     users: int = 0
 
 
-class ChatOrder:
-    """`async with order.slot(key)` lets one holder per key in at a time, in the order they asked (asyncio's
+class KeyedLock:
+    """`async with lock.hold(key)` lets one holder per key in at a time, in the order they asked (asyncio's
     Lock is FIFO), so a slow step of one message (fetching its quote) delays the later messages of that chat
     only. A key's lock exists only while someone holds or waits for it: memory is bounded by the chats busy
     right now."""
@@ -28,7 +28,7 @@ class ChatOrder:
         return len(self._keys)
 
     @asynccontextmanager
-    async def slot(self, key: str) -> AsyncIterator[None]:
+    async def hold(self, key: str) -> AsyncIterator[None]:
         """Wait for the earlier holders of `key` (none: no suspension), hold it for the block, then pass it on."""
         turnstile = self._keys.get(key)
         if turnstile is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from channels.notices import NOTICE_MARK, with_notices
+from channels.toolkit.notices import NOTICE_MARK, with_notices
 
 
 def test_notices_go_above_the_reply_once_each() -> None:

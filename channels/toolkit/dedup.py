@@ -1,0 +1,64 @@
+"""A credential's dedup check of platform message ids, over the core's durable `DedupStore` memory."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import structlog
+
+from agenthub.channel import ChannelContext
+from agenthub.dedup import DedupStore
+
+log = structlog.get_logger(__name__)
+
+
+class SeenIds(Protocol):
+    """A durable TTL set of ids shared by a channel's credentials (today `DedupStore`'s JSONL file)."""
+
+    @property
+    def ttl_s(self) -> float: ...
+
+    def __len__(self) -> int: ...
+
+    async def check_and_add(self, key: str) -> bool: ...
+
+
+def open_seen_ids(context: ChannelContext, name: str, *, ttl_s: float) -> SeenIds:
+    """The channel's dedup memory `name`, remembering ids for `ttl_s`: today the file `<state_dir>/<name>`.
+
+    The one place a channel's dedup state is opened, so a shared backend (issue 12: PostgreSQL, dedup shared
+    by every instance) replaces this body and no channel."""
+    return DedupStore(context.state_dir / name, ttl_s=ttl_s)
+
+
+class MessageDedup:
+    """One credential's view of a dedup memory: keys are `<cred_id>:<message key>`, so two bots (or apps) of
+    a channel sharing one memory never take each other's ids for duplicates.
+
+    Every channel acknowledges a message before this check (it waits for an fsync), so a memory that cannot be
+    written fails open: the message is answered, since a possible duplicate beats a certain loss."""
+
+    def __init__(self, seen: SeenIds, *, channel: str, cred_id: str) -> None:
+        self._seen = seen
+        self._channel = channel
+        self._cred_id = cred_id
+
+    def __len__(self) -> int:
+        """How many ids the memory holds now (every credential's)."""
+        return len(self._seen)
+
+    @property
+    def window_s(self) -> float:
+        """The replay window of signed callbacks: an id is remembered this long, so no accepted replay is new."""
+        return self._seen.ttl_s
+
+    async def is_duplicate(self, key: str) -> bool:
+        """True when `key` was handled already (a redelivery), logged; otherwise remember it durably."""
+        try:
+            duplicate = await self._seen.check_and_add(f"{self._cred_id}:{key}")
+        except OSError as e:
+            log.error(f"{self._channel}_dedup_unavailable", cred_id=self._cred_id, key=key, error=str(e))
+            return False
+        if duplicate:
+            log.info(f"{self._channel}_duplicate_dropped", cred_id=self._cred_id, key=key)
+        return duplicate
