@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import itertools
 import time
 import uuid
@@ -23,19 +24,22 @@ INBOX_FILE = ".inbox.jsonl"
 
 @dataclass(frozen=True)
 class InboxEntry:
-    """One accepted, not yet answered message; `seq` orders entries by acceptance."""
+    """One accepted, not yet answered message; `seq` orders entries by acceptance. `source` names who resumes it
+    after a crash (a channel instance, e.g. `wecom:app-1`), `payload` is what that source needs to answer it: the
+    platform event for a push channel (its media is downloaded after the ack), `message_to_json()` for HTTP."""
 
     id: str
     seq: int
     accepted_at: float
-    message: InboundMessage
+    source: str
+    payload: dict[str, Any]
 
 
 class Inbox(Protocol):
     """Accepted-but-unanswered messages. `accept` returns once the message is durable; `settle` marks it answered
     (after its answer is stored); `unsettled` lists what a restart must still answer, in acceptance order."""
 
-    async def accept(self, message: InboundMessage) -> InboxEntry: ...
+    async def accept(self, source: str, payload: dict[str, Any]) -> InboxEntry: ...
 
     async def settle(self, entry_id: str) -> None: ...
 
@@ -108,8 +112,8 @@ class _Entries:
         self.live: dict[str, InboxEntry] = {}
         self._seq = itertools.count(1)
 
-    def new(self, message: InboundMessage, now: float) -> InboxEntry:
-        entry = InboxEntry(uuid.uuid4().hex, next(self._seq), now, message)
+    def new(self, source: str, payload: dict[str, Any], now: float) -> InboxEntry:
+        entry = InboxEntry(uuid.uuid4().hex, next(self._seq), now, source, payload)
         self.live[entry.id] = entry
         return entry
 
@@ -128,8 +132,8 @@ class InMemoryInbox:
         self._entries = _Entries()
         self._clock = clock
 
-    async def accept(self, message: InboundMessage) -> InboxEntry:
-        return self._entries.new(message, self._clock())
+    async def accept(self, source: str, payload: dict[str, Any]) -> InboxEntry:
+        return self._entries.new(source, copy.deepcopy(payload), self._clock())
 
     async def settle(self, entry_id: str) -> None:
         self._entries.live.pop(entry_id, None)
@@ -170,8 +174,8 @@ class FileInbox:
     def _snapshot(self) -> list[JournalRecord]:
         return [_record_of(e) for e in self._entries.ordered()]
 
-    async def accept(self, message: InboundMessage) -> InboxEntry:
-        entry = self._entries.new(message, self._clock())
+    async def accept(self, source: str, payload: dict[str, Any]) -> InboxEntry:
+        entry = self._entries.new(source, payload, self._clock())
         try:
             await self._journal.write(_record_of(entry))
         except BaseException:
@@ -199,12 +203,13 @@ def _record_of(entry: InboxEntry) -> JournalRecord:
         "id": entry.id,
         "seq": entry.seq,
         "at": entry.accepted_at,
-        "message": message_to_json(entry.message),
+        "source": entry.source,
+        "payload": entry.payload,
     }
 
 
 def _entry_from_record(record: JournalRecord) -> InboxEntry:
-    message = record["message"]
-    if not isinstance(message, dict):
-        raise TypeError("message is not an object")
-    return InboxEntry(str(record["id"]), int(record["seq"]), float(record["at"]), message_from_json(message))
+    payload = record["payload"]
+    if not isinstance(payload, dict):
+        raise TypeError("payload is not an object")
+    return InboxEntry(str(record["id"]), int(record["seq"]), float(record["at"]), str(record["source"]), payload)

@@ -37,13 +37,13 @@ def make_inbox(request: pytest.FixtureRequest) -> InboxFactory:
 
 async def test_accepted_messages_are_listed_in_order_until_settled(tmp_path: Path, make_inbox: InboxFactory) -> None:
     inbox = make_inbox(tmp_path)
-    entries = [await inbox.accept(message(n)) for n in range(5)]
-    assert [e.message.message_id for e in await inbox.unsettled()] == [f"m{n}" for n in range(5)]
+    entries = [await inbox.accept("wecom:app", message_to_json(message(n))) for n in range(5)]
+    assert [e.payload["message_id"] for e in await inbox.unsettled()] == [f"m{n}" for n in range(5)]
     assert inbox.depth() == 5
     await inbox.settle(entries[1].id)
     await inbox.settle(entries[3].id)
     await inbox.settle(entries[3].id)  # settling twice is harmless
-    assert [e.message.message_id for e in await inbox.unsettled()] == ["m0", "m2", "m4"]
+    assert [e.payload["message_id"] for e in await inbox.unsettled()] == ["m0", "m2", "m4"]
     assert inbox.depth() == 3
 
 
@@ -55,7 +55,7 @@ async def test_fifty_writers_at_the_same_moment_each_get_a_distinct_ordered_entr
 
     async def writer(n: int) -> str:
         await start.wait()
-        return (await inbox.accept(message(n, chat=f"c{n % 7}"))).id
+        return (await inbox.accept("wecom:app", message_to_json(message(n, chat=f"c{n % 7}")))).id
 
     tasks = [asyncio.create_task(writer(n)) for n in range(50)]
     await asyncio.sleep(0)
@@ -80,15 +80,15 @@ async def test_the_file_inbox_survives_a_restart_with_attachments_and_metadata(t
         attachments=(Attachment("image", "a.png", "image/png", bytes(range(256))),),
     )
     inbox = FileInbox(tmp_path)
-    first = await inbox.accept(original)
-    done = await inbox.accept(message(2))
+    first = await inbox.accept("feishu:bot1", message_to_json(original))
+    done = await inbox.accept("http", message_to_json(message(2)))
     await inbox.settle(done.id)
     await inbox.aclose()
     reopened = FileInbox(tmp_path)
     [entry] = await reopened.unsettled()
     assert entry == first
-    assert entry.message == original
-    later = await reopened.accept(message(3))
+    assert message_from_json(entry.payload) == original
+    later = await reopened.accept("http", message_to_json(message(3)))
     assert later.seq > first.seq  # numbering continues after a restart
 
 
@@ -96,7 +96,7 @@ async def test_a_compacted_journal_keeps_exactly_the_unsettled_entries(tmp_path:
     inbox = FileInbox(tmp_path)
     kept = []
     for n in range(400):
-        entry = await inbox.accept(message(n))
+        entry = await inbox.accept("wecom:app", message_to_json(message(n)))
         if n % 100 == 0:
             kept.append(entry.id)
         else:
@@ -109,16 +109,14 @@ async def test_a_compacted_journal_keeps_exactly_the_unsettled_entries(tmp_path:
 
 async def test_a_torn_tail_and_a_damaged_entry_are_skipped_and_the_next_write_lands(tmp_path: Path) -> None:
     inbox = FileInbox(tmp_path)
-    good = await inbox.accept(message(1))
+    good = await inbox.accept("http", message_to_json(message(1)))
     path = tmp_path / INBOX_FILE
     with path.open("ab") as f:
-        f.write(
-            json.dumps({"op": "accept", "id": "bad", "seq": 2, "at": 0, "message": {"channel": 1}}).encode() + b"\n"
-        )
+        f.write(json.dumps({"op": "accept", "id": "bad", "seq": 2, "at": 0, "payload": 1}).encode() + b"\n")
         f.write(b'{"op": "accept", "id": "torn", "se')
     reopened = FileInbox(tmp_path)
     assert [e.id for e in await reopened.unsettled()] == [good.id]
-    after = await reopened.accept(message(3))
+    after = await reopened.accept("http", message_to_json(message(3)))
     assert [e.id for e in await FileInbox(tmp_path).unsettled()] == [good.id, after.id]
 
 
@@ -128,7 +126,7 @@ async def test_a_refused_write_is_not_accepted(tmp_path: Path) -> None:
     os.symlink(tmp_path / "elsewhere.jsonl", data_dir / INBOX_FILE)  # a planted link is refused, never followed
     inbox = FileInbox(data_dir)
     with pytest.raises(StorageError):
-        await inbox.accept(message(1))
+        await inbox.accept("http", message_to_json(message(1)))
     assert inbox.depth() == 0
     assert not (tmp_path / "elsewhere.jsonl").exists()
 
@@ -158,7 +156,7 @@ async def main() -> None:
     n = 0
     while True:
         batch = [InboundMessage("wecom", "c", "u", "x" * (n % 500), message_id=f"{n + i}") for i in range(5)]
-        await asyncio.gather(*(inbox.accept(m) for m in batch))
+        await asyncio.gather(*(inbox.accept("wecom:app", {"n": m.message_id, "text": m.content}) for m in batch))
         print(n + 4, flush=True)
         n += 5
 
@@ -177,6 +175,6 @@ async def test_what_accept_returned_survives_a_kill_at_a_random_moment(tmp_path:
         confirmed = int(await asyncio.wait_for(child.stdout.readline(), timeout=30))
     child.send_signal(signal.SIGKILL)
     await child.wait()
-    listed = [int(e.message.message_id) for e in await FileInbox(tmp_path).unsettled()]
+    listed = [int(e.payload["n"]) for e in await FileInbox(tmp_path).unsettled()]
     assert set(range(confirmed + 1)) <= set(listed)  # every confirmed accept is there
     assert listed == sorted(listed) and len(listed) == len(set(listed))
