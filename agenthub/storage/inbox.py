@@ -1,0 +1,215 @@
+"""The durable inbox: every accepted message is stored before the platform is acknowledged, until it is answered."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import itertools
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from agenthub.messages import Attachment, InboundMessage
+from agenthub.storage.journal import Journal, JournalRecord
+
+log = structlog.get_logger(__name__)
+
+INBOX_FILE = ".inbox.jsonl"
+
+
+@dataclass(frozen=True)
+class InboxEntry:
+    """One accepted, not yet answered message; `seq` orders entries by acceptance. `source` names who resumes it
+    after a crash (a channel instance, e.g. `wecom:app-1`), `payload` is what that source needs to answer it: the
+    platform event for a push channel (its media is downloaded after the ack), `message_to_json()` for HTTP."""
+
+    id: str
+    seq: int
+    accepted_at: float
+    source: str
+    payload: dict[str, Any]
+
+
+class Inbox(Protocol):
+    """Accepted-but-unanswered messages. `accept` returns once the message is durable; `settle` marks it answered
+    (after its answer is stored); `unsettled` lists what a restart must still answer, in acceptance order."""
+
+    async def accept(self, source: str, payload: dict[str, Any]) -> InboxEntry: ...
+
+    async def settle(self, entry_id: str) -> None: ...
+
+    async def unsettled(self) -> list[InboxEntry]: ...
+
+    def depth(self) -> int:
+        """How many accepted messages are not answered yet (for /metrics)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def message_to_json(message: InboundMessage) -> dict[str, Any]:
+    """A JSON-ready form of `message` (attachment bytes in base64)."""
+    return {
+        "channel": message.channel,
+        "chat_id": message.chat_id,
+        "sender_id": message.sender_id,
+        "content": message.content,
+        "message_id": message.message_id,
+        "agent": message.agent,
+        "cred_id": message.cred_id,
+        "model_hint": message.model_hint,
+        "provider_hint": message.provider_hint,
+        "timestamp": message.timestamp,
+        "metadata": message.metadata,
+        "attachments": [
+            {"kind": a.kind, "name": a.name, "mime_type": a.mime_type, "data": base64.b64encode(a.data).decode()}
+            for a in message.attachments
+        ],
+    }
+
+
+def message_from_json(data: dict[str, Any]) -> InboundMessage:
+    """The message `message_to_json` stored; ValueError/KeyError/TypeError when it is not one."""
+    attachments = tuple(
+        Attachment(str(a["kind"]), str(a["name"]), str(a["mime_type"]), base64.b64decode(a["data"], validate=True))  # type: ignore[arg-type]
+        for a in data.get("attachments", [])
+    )
+    for a in attachments:
+        if a.kind not in ("image", "file"):
+            raise ValueError("unknown attachment kind")
+    metadata = data.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise TypeError("metadata is not an object")
+    return InboundMessage(
+        channel=str(data["channel"]),
+        chat_id=str(data["chat_id"]),
+        sender_id=str(data["sender_id"]),
+        content=str(data["content"]),
+        message_id=str(data.get("message_id") or ""),
+        agent=_optional_str(data.get("agent")),
+        cred_id=_optional_str(data.get("cred_id")),
+        model_hint=_optional_str(data.get("model_hint")),
+        provider_hint=_optional_str(data.get("provider_hint")),
+        timestamp=int(data["timestamp"]),
+        metadata=metadata,
+        attachments=attachments,
+    )
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+class _Entries:
+    """The live entries of an inbox in acceptance order, with the next sequence number."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, InboxEntry] = {}
+        self._seq = itertools.count(1)
+
+    def new(self, source: str, payload: dict[str, Any], now: float) -> InboxEntry:
+        entry = InboxEntry(uuid.uuid4().hex, next(self._seq), now, source, payload)
+        self.live[entry.id] = entry
+        return entry
+
+    def restore(self, entry: InboxEntry) -> None:
+        self.live.setdefault(entry.id, entry)
+        self._seq = itertools.count(max(entry.seq + 1, next(self._seq)))
+
+    def ordered(self) -> list[InboxEntry]:
+        return sorted(self.live.values(), key=lambda e: e.seq)
+
+
+class InMemoryInbox:
+    """An inbox that lives as long as the process (tests, and the in-process `agenthub chat`)."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._entries = _Entries()
+        self._clock = clock
+
+    async def accept(self, source: str, payload: dict[str, Any]) -> InboxEntry:
+        return self._entries.new(source, copy.deepcopy(payload), self._clock())
+
+    async def settle(self, entry_id: str) -> None:
+        self._entries.live.pop(entry_id, None)
+
+    async def unsettled(self) -> list[InboxEntry]:
+        return self._entries.ordered()
+
+    def depth(self) -> int:
+        return len(self._entries.live)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class FileInbox:
+    """The inbox of the files mode: a group-committed journal `data/.inbox.jsonl` of `accept` and `settle`
+    records, compacted to the unsettled entries when it grows. Loading is idempotent (an entry written twice by a
+    compaction is one entry; a settle removes it), and an unreadable entry is logged and dropped, never fatal."""
+
+    def __init__(self, data_dir: Path, *, fsync: bool = True, clock: Callable[[], float] = time.time) -> None:
+        self._entries = _Entries()
+        self._clock = clock
+        self._journal = Journal(data_dir / INBOX_FILE, snapshot=self._snapshot, fsync=fsync)
+        self._load(self._journal.read())
+
+    def _load(self, records: list[JournalRecord]) -> None:
+        settled = {str(r.get("id")) for r in records if r.get("op") == "settle"}
+        for record in records:
+            if record.get("op") != "accept" or str(record.get("id")) in settled:
+                continue
+            try:
+                entry = _entry_from_record(record)
+            except (ValueError, KeyError, TypeError):
+                log.warning("inbox_entry_unreadable", path=str(self._journal.path))
+                continue
+            self._entries.restore(entry)
+
+    def _snapshot(self) -> list[JournalRecord]:
+        return [_record_of(e) for e in self._entries.ordered()]
+
+    async def accept(self, source: str, payload: dict[str, Any]) -> InboxEntry:
+        entry = self._entries.new(source, payload, self._clock())
+        try:
+            await self._journal.write(_record_of(entry))
+        except BaseException:
+            self._entries.live.pop(entry.id, None)  # not durable: not accepted (the platform retries)
+            raise
+        return entry
+
+    async def settle(self, entry_id: str) -> None:
+        if self._entries.live.pop(entry_id, None) is not None:
+            await self._journal.write({"op": "settle", "id": entry_id})
+
+    async def unsettled(self) -> list[InboxEntry]:
+        return self._entries.ordered()
+
+    def depth(self) -> int:
+        return len(self._entries.live)
+
+    async def aclose(self) -> None:
+        await self._journal.aclose()
+
+
+def _record_of(entry: InboxEntry) -> JournalRecord:
+    return {
+        "op": "accept",
+        "id": entry.id,
+        "seq": entry.seq,
+        "at": entry.accepted_at,
+        "source": entry.source,
+        "payload": entry.payload,
+    }
+
+
+def _entry_from_record(record: JournalRecord) -> InboxEntry:
+    payload = record["payload"]
+    if not isinstance(payload, dict):
+        raise TypeError("payload is not an object")
+    return InboxEntry(str(record["id"]), int(record["seq"]), float(record["at"]), str(record["source"]), payload)

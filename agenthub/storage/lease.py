@@ -1,0 +1,150 @@
+"""Leases: at most one holder of a name (a session's turns, the L3 leader, a WeCom bot's connection) at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from agenthub.clock import Clock, sleep_until, system_clock
+from agenthub.errors import StorageError
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A granted lease. `token` grows with every new grant of `name` (a fencing token): a write made under an older
+    token is refused by a store that checks it."""
+
+    name: str
+    holder: str
+    token: int
+    expires_at: float
+
+
+class LeaseStore(Protocol):
+    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
+        """The lease of `name` for `holder`: granted when free, expired or already `holder`'s (then renewed, same
+        token); None while another holder's lease is live."""
+        ...
+
+    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
+        """The lease extended by `ttl_s`; None when it was lost (expired and granted to another holder)."""
+        ...
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up (a no-op when it was lost already)."""
+        ...
+
+
+class InProcessLeases:
+    """Leases inside one process: the files mode (one instance per data directory) and tests."""
+
+    def __init__(self, *, clock: Clock = system_clock) -> None:
+        self._clock = clock
+        self._leases: dict[str, Lease] = {}
+        self._tokens: dict[str, int] = {}
+
+    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
+        now = self._clock()
+        current = self._leases.get(name)
+        if current is not None and current.holder != holder and current.expires_at > now:
+            return None
+        if current is not None and current.holder == holder and current.expires_at > now:
+            token = current.token
+        else:
+            token = self._tokens[name] = self._tokens.get(name, 0) + 1
+        lease = self._leases[name] = Lease(name, holder, token, now + ttl_s)
+        return lease
+
+    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
+        current = self._leases.get(lease.name)
+        if current is None or current.token != lease.token or current.expires_at <= self._clock():
+            return None
+        return await self.acquire(lease.name, lease.holder, ttl_s)
+
+    async def release(self, lease: Lease) -> None:
+        current = self._leases.get(lease.name)
+        if current is not None and current.token == lease.token:
+            del self._leases[lease.name]
+
+
+class LeaseKeeper:
+    """Holds one lease for as long as it can: tries to acquire it every `ttl_s / 3`, renews it at the same pace,
+    and calls `on_gained` / `on_lost` when that changes (a singleton's start and stop). A store error counts as
+    the lease lost once the lease has expired by our own clock: a holder that cannot reach the store must stop
+    before another instance may start."""
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        name: str,
+        holder: str,
+        *,
+        ttl_s: float,
+        on_gained: Callable[[Lease], None] = lambda lease: None,
+        on_lost: Callable[[], None] = lambda: None,
+        clock: Clock = system_clock,
+    ) -> None:
+        self._store, self._name, self._holder, self._ttl_s = store, name, holder, ttl_s
+        self._on_gained, self._on_lost, self._clock = on_gained, on_lost, clock
+        self.lease: Lease | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.lease is not None and self.lease.expires_at > self._clock()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"lease-{self._name}")
+
+    async def stop(self) -> None:
+        """Stop trying; a held lease is released so a standby takes over at once, not after `ttl_s`."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait([self._task])  # our own cancellation still propagates; the task's does not
+            self._task = None
+        if self.lease is not None:
+            lease, self.lease = self.lease, None
+            self._on_lost()
+            with contextlib.suppress(StorageError):
+                await self._store.release(lease)
+
+    async def step(self) -> None:
+        """One acquire-or-renew round (the loop's body; tests call it directly)."""
+        try:
+            lease = await self._attempt()
+        except StorageError:
+            log.warning("lease_store_unavailable", lease=self._name)
+            if self.lease is not None and self.lease.expires_at <= self._clock():
+                self._lose()
+            return
+        if lease is None:
+            if self.lease is not None:
+                self._lose()
+        elif self.lease is None:
+            self.lease = lease
+            log.info("lease_gained", lease=self._name, token=lease.token)
+            self._on_gained(lease)
+        else:
+            self.lease = lease
+
+    async def _attempt(self) -> Lease | None:
+        if self.lease is None:
+            return await self._store.acquire(self._name, self._holder, self._ttl_s)
+        return await self._store.renew(self.lease, self._ttl_s)
+
+    def _lose(self) -> None:
+        self.lease = None
+        log.warning("lease_lost", lease=self._name)
+        self._on_lost()
+
+    async def _run(self) -> None:
+        while True:
+            await self.step()
+            await sleep_until(self._clock, self._clock() + self._ttl_s / 3)

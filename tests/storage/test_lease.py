@@ -1,0 +1,128 @@
+"""Leases: one holder at a time, takeover after expiry with a newer fencing token, and the keeper that holds one."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agenthub.clock import ManualClock
+from agenthub.errors import StorageError
+from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper
+
+
+async def test_of_ten_contenders_at_the_same_moment_exactly_one_holds_the_lease() -> None:
+    leases = InProcessLeases(clock=ManualClock())
+    start = asyncio.Event()
+
+    async def contend(n: int) -> Lease | None:
+        await start.wait()
+        return await leases.acquire("session:a", f"instance-{n}", ttl_s=15)
+
+    tasks = [asyncio.create_task(contend(n)) for n in range(10)]
+    await asyncio.sleep(0)
+    start.set()
+    granted = [lease for lease in await asyncio.gather(*tasks) if lease is not None]
+    assert len(granted) == 1
+
+
+async def test_an_expired_lease_is_taken_over_with_a_newer_token_and_the_old_holder_cannot_renew() -> None:
+    clock = ManualClock()
+    leases = InProcessLeases(clock=clock)
+    first = await leases.acquire("l3", "a", ttl_s=15)
+    assert first is not None
+    assert await leases.acquire("l3", "b", ttl_s=15) is None
+    renewed = await leases.acquire("l3", "a", ttl_s=15)
+    assert renewed is not None and renewed.token == first.token  # re-acquiring one's own lease keeps the token
+    clock.advance(15.1)
+    second = await leases.acquire("l3", "b", ttl_s=15)
+    assert second is not None and second.token > first.token
+    assert await leases.renew(first, ttl_s=15) is None
+    await leases.release(first)  # a stale release must not free the new holder's lease
+    assert await leases.acquire("l3", "c", ttl_s=15) is None
+
+
+class FlakyLeases(InProcessLeases):
+    """A lease store whose server can go away."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock=clock)
+        self.down = False
+
+    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
+        if self.down:
+            raise StorageError("store unavailable")
+        return await super().acquire(name, holder, ttl_s)
+
+    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
+        if self.down:
+            raise StorageError("store unavailable")
+        return await super().renew(lease, ttl_s)
+
+
+async def test_a_keeper_gains_a_free_lease_and_a_standby_takes_over_when_the_holder_stops() -> None:
+    clock = ManualClock()
+    leases = InProcessLeases(clock=clock)
+    events: list[str] = []
+    a = LeaseKeeper(
+        leases,
+        "wecom-bot",
+        "a",
+        ttl_s=15,
+        clock=clock,
+        on_gained=lambda _: events.append("a+"),
+        on_lost=lambda: events.append("a-"),
+    )
+    b = LeaseKeeper(leases, "wecom-bot", "b", ttl_s=15, clock=clock, on_gained=lambda _: events.append("b+"))
+    await a.step()
+    await b.step()
+    assert (a.held, b.held) == (True, False)
+    await a.stop()
+    await b.step()
+    assert events == ["a+", "a-", "b+"]
+
+
+async def test_a_keeper_that_cannot_reach_the_store_stops_once_its_lease_has_expired() -> None:
+    clock = ManualClock()
+    leases = FlakyLeases(clock)
+    lost: list[bool] = []
+    keeper = LeaseKeeper(leases, "l3", "a", ttl_s=15, clock=clock, on_lost=lambda: lost.append(True))
+    await keeper.step()
+    assert keeper.held
+    leases.down = True
+    clock.advance(5)
+    await keeper.step()
+    assert keeper.held and not lost  # still within the lease: keep going
+    clock.advance(11)
+    await keeper.step()
+    assert not keeper.held and lost == [True]
+    leases.down = False
+    other = await leases.acquire("l3", "b", ttl_s=15)
+    assert other is not None  # the expired lease is free for another instance
+
+
+async def test_a_keeper_whose_lease_was_taken_calls_on_lost() -> None:
+    clock = ManualClock()
+    leases = InProcessLeases(clock=clock)
+    lost: list[bool] = []
+    keeper = LeaseKeeper(leases, "l3", "a", ttl_s=15, clock=clock, on_lost=lambda: lost.append(True))
+    await keeper.step()
+    clock.advance(16)  # the keeper missed its renewals (a paused process)
+    assert await leases.acquire("l3", "b", ttl_s=15) is not None
+    await keeper.step()
+    assert lost == [True] and keeper.lease is None
+
+
+async def test_the_running_keeper_renews_at_a_third_of_the_ttl() -> None:
+    clock = ManualClock()
+    leases = InProcessLeases(clock=clock)
+    keeper = LeaseKeeper(leases, "l3", "a", ttl_s=15, clock=clock)
+    keeper.start()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    for _ in range(12):  # a minute, renewed every 5 s: never expires
+        clock.advance(5)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert keeper.held
+    assert await leases.acquire("l3", "b", ttl_s=15) is None
+    await keeper.stop()
+    assert await leases.acquire("l3", "b", ttl_s=15) is not None
