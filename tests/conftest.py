@@ -15,12 +15,12 @@ from structlog.testing import LogCapture
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from tests.roots import make_settings
+from tests.support.roots import make_settings
 
 if TYPE_CHECKING:
-    from tests.fakes.anthropic import FakeAnthropic
+    from tests.support.fakes.anthropic import FakeAnthropic
 
-pytest_plugins = ["tests.fakes.anthropic", "tests.harness"]
+pytest_plugins = ["tests.support.fakes.anthropic", "tests.support.harness"]
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.memory.context import INTERRUPTED_PLACEHOLDER
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
-from tests.fakes.anthropic import FakeAnthropic, hang, reply_text, reply_tool
+from tests.support.fakes.anthropic import FakeAnthropic, hang, reply_text, reply_tool
 
 KEY = SessionKey("default", "cli", "direct")
 CACHE = '"cache_control": {"type": "ephemeral"}'

@@ -20,10 +20,11 @@ from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
-from tests.fakes.mcp_server import big
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.support.fakes.mcp_server import big
+from tests.support.paths import MCP_SERVER_SCRIPT
 
-SERVER_SCRIPT = Path(__file__).parent / "fakes" / "mcp_server.py"
+SERVER_SCRIPT = MCP_SERVER_SCRIPT
 STORED = re.compile(r"stored in full in your workspace at (large_tool_results/[^/ ]+/[0-9a-f]{64}\.txt)")
 DIRECT = SessionKey("default", "cli", "direct")
 NEXT_PAGE = re.compile(r"\n\[read_file: more follows; the next page starts at offset (\d+)\]$")

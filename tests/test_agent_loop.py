@@ -14,7 +14,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, ReplyEvent, ToolEvent
 from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, cut_stream, reply_text, reply_tool
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, cut_stream, reply_text, reply_tool
 
 KEY = SessionKey("default", "cli", "direct")
 

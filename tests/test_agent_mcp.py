@@ -1,4 +1,4 @@
-"""MCP tool servers through the gateway: a real stdio server (tests/fakes/mcp_server.py) and the fake model."""
+"""MCP tool servers through the gateway: a real stdio server (tests/support/fakes/mcp_server.py) and the fake model."""
 
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ from agenthub.daemon import Daemon
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, ReplyEvent, ToolEvent
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.support.paths import MCP_SERVER_SCRIPT, REPO
 
-SERVER_SCRIPT = Path(__file__).parent / "fakes" / "mcp_server.py"
+SERVER_SCRIPT = MCP_SERVER_SCRIPT
 WAIT_S = 60.0
 """A hang guard for waits on a subprocess (python start-up is slow on a loaded machine), never a measurement."""
 
@@ -459,7 +460,7 @@ def test_names_and_whitelist_patterns() -> None:
 
 def test_the_gateway_does_not_import_the_sdk_until_a_server_is_declared() -> None:
     code = "import sys; import agenthub.app, agenthub.daemon; print('mcp' in sys.modules)"
-    root = Path(__file__).parent.parent
+    root = REPO
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "False"
 

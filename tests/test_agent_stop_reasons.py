@@ -9,7 +9,7 @@ from agenthub.agent.loop import CUT_NOTES, EMPTY_REPLY, EMPTY_STORED, REFUSAL_NO
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, ReplyEvent
 from agenthub.storage.keys import SessionKey
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 
 KEY = SessionKey("default", "cli", "direct")
 

@@ -16,9 +16,10 @@ from agenthub.errors import AgentNotFoundError
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, http_error, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, http_error, reply_text
+from tests.support.paths import REPO
 
-REPO_AGENTS = Path(__file__).resolve().parent.parent / "agents"
+REPO_AGENTS = REPO / "agents"
 
 
 def _models(fake: FakeAnthropic) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agenthub import i18n
-from tests.fakes.anthropic import FakeAnthropic, http_error, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, http_error, reply_text
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.anthropic import FakeAnthropic, hang, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, hang, reply_text
 from tests.test_cli_oneshot import cli_env
 
 

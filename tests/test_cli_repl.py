@@ -19,7 +19,7 @@ from agenthub.errors import ConfigError
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, OutboundMessage, ReplyEvent
 from channels.cli import ChatBackend, CliChannel, printable
-from tests.fakes.anthropic import FakeAnthropic, hang, http_error, last_user_text, reply_text, reply_tool
+from tests.support.fakes.anthropic import FakeAnthropic, hang, http_error, last_user_text, reply_text, reply_tool
 
 Final = DoneEvent | ErrorEvent
 

@@ -15,7 +15,7 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.storage.keys import SessionKey
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
 
 KEY = SessionKey("default", "cli", "direct")
 OTHER = SessionKey("default", "cli", "other")

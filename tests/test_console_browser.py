@@ -25,8 +25,8 @@ from agenthub.web import WebServer
 from channels.http import HttpChannel
 from channels.http.llm_text import TITLE_PROMPT, WELCOME_PROMPT
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text, reply_tool
-from tests.scheduler_support import shanghai, until
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text, reply_tool
+from tests.support.scheduler import shanghai, until
 
 pytestmark = pytest.mark.browser
 

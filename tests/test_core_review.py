@@ -13,8 +13,8 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.storage import jsonl
 from agenthub.storage.keys import SessionKey
-from tests.fakes.anthropic import FakeAnthropic, reply_text
-from tests.helpers.gated_pool import GatedPool
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.gated_pool import GatedPool
 
 KEY = SessionKey("default", "cli", "direct")
 

@@ -29,7 +29,8 @@ from agenthub.storage.keys import session_key
 from agenthub.tokens import TokenStore
 from channels.cli import CliChannel
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.paths import REPO
 
 
 def _free_port() -> int:
@@ -85,7 +86,7 @@ async def daemon_env(tmp_path: Path, fake_llm: FakeAnthropic) -> AsyncIterator[D
     token = TokenStore(tmp_path / "auth").create("test")
     env = {
         "PATH": os.environ.get("PATH", ""),
-        "PYTHONPATH": str(Path(__file__).parent.parent),  # the daemon runs the code under test, not an installed copy
+        "PYTHONPATH": str(REPO),  # the daemon runs the code under test, not an installed copy
         "HOME": str(tmp_path),
         "NO_PROXY": "127.0.0.1,localhost",
         "NOTIFY_SOCKET": str(notify_path),
@@ -281,7 +282,7 @@ async def test_sigkill_during_load_then_restart(daemon_env: DaemonEnv, fake_llm:
 
 @pytest.mark.skipif(not Path("/usr/bin/systemd-analyze").exists(), reason="systemd-analyze is not installed")
 async def test_systemd_unit_verifies() -> None:
-    unit = Path(__file__).parent.parent / "systemd" / "agenthub.service"
+    unit = REPO / "systemd" / "agenthub.service"
     proc = await asyncio.create_subprocess_exec(
         "systemd-analyze", "verify", str(unit), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
@@ -341,6 +342,6 @@ async def test_a_connection_flood_under_a_low_fd_limit_leaves_healthz_answering_
 
 def test_systemd_unit_raises_the_open_file_limit() -> None:
     """systemd's default soft limit (1024) is below what a connection flood reaches; the unit sets its own."""
-    unit = (Path(__file__).parent.parent / "systemd" / "agenthub.service").read_text(encoding="utf-8")
+    unit = (REPO / "systemd" / "agenthub.service").read_text(encoding="utf-8")
     [value] = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("LimitNOFILE=")]
     assert int(value.split(":")[0]) >= 16_384

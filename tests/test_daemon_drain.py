@@ -12,7 +12,7 @@ from agenthub.config import Settings
 from agenthub.daemon import Daemon
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
-from tests.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 
 
 async def test_a_turn_longer_than_the_drain_ends_with_a_shutdown_error(

@@ -20,7 +20,7 @@ from agenthub.config import Settings
 from agenthub.daemon import Daemon
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
-from tests.fakes.anthropic import FakeAnthropic
+from tests.support.fakes.anthropic import FakeAnthropic
 
 
 @contextlib.asynccontextmanager

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from agenthub import i18n
-from tests.fakes.feishu import FakeCard, FakeFeishu, StoppableSubmitter, message_event
-from tests.fakes.feishu_harness import running_channel
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.feishu import FakeCard, FakeFeishu, StoppableSubmitter, message_event
+from tests.support.fakes.feishu_harness import running_channel
+from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.test_feishu_webhook import APP, APP_ID, SECRET, TOKEN, harness, post_event
 
 

@@ -9,10 +9,10 @@ import pytest
 
 from channels.feishu.format import plan_reply
 from channels.notices import with_notices
-from tests.fakes.feishu import FakeCard, FakeFeishu, message_event
-from tests.fakes.feishu_cards import CARD_MAX_BYTES, count_tables
-from tests.fakes.feishu_harness import NoticingSubmitter
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.feishu import FakeCard, FakeFeishu, message_event
+from tests.support.fakes.feishu_cards import CARD_MAX_BYTES, count_tables
+from tests.support.fakes.feishu_harness import NoticingSubmitter
+from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.test_feishu_webhook import APP, APP_ID, TOKEN, harness, post_event
 
 TWO_TABLES = (

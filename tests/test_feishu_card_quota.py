@@ -12,8 +12,8 @@ import pytest
 from agenthub.errors import ConfigError
 from channels.feishu.config import parse_config
 from channels.feishu.pace import FIRST, NORMAL, URGENT, RateGate
-from tests.fakes.feishu import FakeFeishu, feishu_encrypt, feishu_headers, message_event, running_channel
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.feishu import FakeFeishu, feishu_encrypt, feishu_headers, message_event, running_channel
+from tests.support.fakes.submitter import ScriptedSubmitter
 
 APP_ID, SECRET, TOKEN, KEY = "cli_quota", "s3cret-quota", "vtoken-quota", "enc-key-quota"
 APP = {"app_id": APP_ID, "app_secret": SECRET, "mode": "webhook", "verification_token": TOKEN, "encrypt_key": KEY}

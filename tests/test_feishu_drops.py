@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from tests.fakes.feishu import Harness, message_event
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.feishu import Harness, message_event
+from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.test_feishu_webhook import APP, APP_ID, BOT, TOKEN, harness, post_event
 
 

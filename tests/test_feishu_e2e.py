@@ -9,8 +9,8 @@ import aiohttp
 
 from agenthub.app import build_gateway
 from agenthub.config import Settings
-from tests.fakes.anthropic import FakeAnthropic, reply_text
-from tests.fakes.feishu import (
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.fakes.feishu import (
     FakeFeishu,
     Harness,
     bot_open_id,

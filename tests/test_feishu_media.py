@@ -17,9 +17,9 @@ from agenthub.messages import Attachment
 from channels.feishu.config import parse_config
 from channels.feishu.inbound import parse_message_event, render_text
 from channels.feishu.media import MediaRef, media_refs
-from tests.fakes.feishu import FakeFeishu, Harness, message_event, running_channel
-from tests.fakes.feishu_resources import Resource
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.feishu import FakeFeishu, Harness, message_event, running_channel
+from tests.support.fakes.feishu_resources import Resource
+from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.test_feishu_webhook import APP, APP_ID, SECRET, TOKEN, post_event
 
 MiB = 1024 * 1024

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,10 +13,11 @@ from agenthub.errors import ConfigError
 from channels.feishu.config import parse_config
 from channels.feishu.format import CARD_MAX_CHARS, choose_format, plan_reply, split_text
 from channels.feishu.inbound import FeishuMessage, mentions_bot, parse_message_event, render_text, session_chat_id
-from tests.fakes.feishu import mention, message_event
+from tests.support.fakes.feishu import mention, message_event
+from tests.support.paths import REPO
 
 BOT = "ou_bot"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def parsed(text: str = "", **kw: Any) -> FeishuMessage:

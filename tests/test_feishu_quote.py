@@ -9,8 +9,8 @@ from structlog.testing import capture_logs
 from channels.feishu.answers import KEPT_CHARS, RecentAnswers
 from channels.feishu.format import markdown_card
 from channels.feishu.quote import QUOTE_MAX_CHARS, render_quote, render_quote_text
-from tests.fakes.feishu import message_event
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.feishu import message_event
+from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.test_feishu_webhook import APP, APP_ID, BOT, TOKEN, harness, post_event
 
 PARENT = "om_parent_plan"

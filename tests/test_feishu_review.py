@@ -6,8 +6,8 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.fakes.feishu import feishu_encrypt, feishu_headers, message_event
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.feishu import feishu_encrypt, feishu_headers, message_event
+from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.test_feishu_webhook import APP_ID, KEY, TOKEN, harness
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from agenthub.errors import ChannelSendError
 from agenthub.messages import OutboundMessage
-from tests.fakes.feishu import FakeFeishu, running_channel
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.feishu import FakeFeishu, running_channel
+from tests.support.fakes.submitter import ScriptedSubmitter
 
 APP_ID, SECRET = "cli_send", "s3cret-send"
 APP = {"app_id": APP_ID, "app_secret": SECRET, "mode": "webhook", "verification_token": "vt"}

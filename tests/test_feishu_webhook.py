@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from tests.fakes.feishu import (
+from tests.support.fakes.feishu import (
     FakeFeishu,
     Harness,
     StoppableSubmitter,
@@ -30,8 +30,8 @@ from tests.fakes.feishu import (
     other_event,
     running_channel,
 )
-from tests.fakes.feishu_payloads import aes_blob, compact_json
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.feishu_payloads import aes_blob, compact_json
+from tests.support.fakes.submitter import ScriptedSubmitter
 
 APP_ID, SECRET, TOKEN, KEY = "cli_web1", "s3cret-web1", "vtoken-1", "enc-key-1"
 APP = {"app_id": APP_ID, "app_secret": SECRET, "mode": "webhook", "verification_token": TOKEN, "encrypt_key": KEY}

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from tests.fakes.feishu import FakeFeishu, bot_open_id, mention, message_event, other_event, running_channel
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.feishu import FakeFeishu, bot_open_id, mention, message_event, other_event, running_channel
+from tests.support.fakes.submitter import ScriptedSubmitter
 
 APP_ID, SECRET = "cli_ws1", "s3cret-ws1"
 

@@ -31,10 +31,10 @@ from agenthub.scheduler.jobs import Job
 from agenthub.search.index import SearchScope
 from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.support.memory import is_l3_request
 from tests.test_media import png
 from tests.test_memory_privacy import _echo_l3
-from tests.test_memory_support import is_l3_request
 
 GROUP = SessionKey("default", "wecom", "team")
 PRIVATE_CONFIG = {"memory": {"scope": "chat", "user_profile": "per_user"}}

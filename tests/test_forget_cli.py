@@ -20,11 +20,12 @@ from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
 from agenthub.tokens import TokenStore
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
-from tests.harness import RunningApi
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
+from tests.support.harness import RunningApi
+from tests.support.paths import REPO
 from tests.test_forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 FACT, FACT_ZH, OTHER_CHANNEL_FACT = "4417-ZEBRA", "榛子过敏", "9931-OTTER"
 
 

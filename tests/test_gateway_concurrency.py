@@ -11,7 +11,7 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, NoticeEvent, ReplyEvent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
 
 
 def _echo(body: dict[str, object]) -> ScriptedReply:

@@ -21,7 +21,7 @@ from agenthub.memory.context import INTERRUPTED_PLACEHOLDER
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
 from agenthub.session.manager import SessionStatus
 from agenthub.storage.keys import SessionKey
-from tests.fakes.anthropic import (
+from tests.support.fakes.anthropic import (
     FakeAnthropic,
     hang,
     midstream_error,

@@ -15,8 +15,8 @@ from agenthub.gateway.timers import TimerRegistry
 from agenthub.llm.anthropic_provider import AnthropicProvider
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
-from tests.fakes.anthropic import FakeAnthropic, hang, last_user_text
-from tests.roots import make_settings
+from tests.support.fakes.anthropic import FakeAnthropic, hang, last_user_text
+from tests.support.roots import make_settings
 
 KEY = SessionKey("default", "cli", "direct")
 

@@ -9,8 +9,8 @@ from structlog.testing import capture_logs
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.messages import DoneEvent, ErrorEvent, NoticeEvent
-from tests.fakes.anthropic import FakeAnthropic, hang
-from tests.test_memory_support import msg, settle
+from tests.support.fakes.anthropic import FakeAnthropic, hang
+from tests.support.memory import msg, settle
 
 
 async def test_a_message_beyond_the_limit_is_refused_and_not_stored(

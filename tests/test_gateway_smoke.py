@@ -2,7 +2,7 @@
 
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage
-from tests.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 
 
 async def test_one_turn_streams_and_stores(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:

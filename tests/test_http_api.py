@@ -18,10 +18,10 @@ from agenthub.media.names import inbox_dir
 from agenthub.messages import InboundMessage
 from agenthub.storage.keys import session_key
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
-from tests.harness import RunningApi, running_api
-from tests.scheduler_support import until
-from tests.test_memory_support import is_l3_request, is_summary_request, seed
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
+from tests.support.harness import RunningApi, running_api
+from tests.support.memory import is_l3_request, is_summary_request, seed
+from tests.support.scheduler import until
 
 AGENT = "/api/agents/default"
 
@@ -104,7 +104,7 @@ async def test_accept_header_selects_sse(api: RunningApi) -> None:
 
 
 async def test_sse_error_event_on_llm_failure(api: RunningApi, fake_llm: FakeAnthropic) -> None:
-    from tests.fakes.anthropic import http_error
+    from tests.support.fakes.anthropic import http_error
 
     fake_llm.script(http_error(401, "bad key"))
     async with api.client.post(
@@ -458,7 +458,7 @@ async def test_deeply_nested_json_is_a_400_on_every_body_route(api: RunningApi, 
 async def test_a_reply_that_broke_after_some_text_returns_that_text_marked_incomplete(
     api: RunningApi, fake_llm: FakeAnthropic
 ) -> None:
-    from tests.fakes.anthropic import midstream_error
+    from tests.support.fakes.anthropic import midstream_error
 
     fake_llm.script(midstream_error(after_text="the first half of the answer"))
     status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "half", "content": "go"})
@@ -471,7 +471,7 @@ async def test_a_reply_that_broke_after_some_text_returns_that_text_marked_incom
 
 
 async def test_a_reply_that_failed_before_any_text_is_the_plain_error(api: RunningApi, fake_llm: FakeAnthropic) -> None:
-    from tests.fakes.anthropic import http_error
+    from tests.support.fakes.anthropic import http_error
 
     fake_llm.script(http_error(401, "bad key"))
     status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "none", "content": "go"})

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from agenthub.storage.keys import session_key
-from tests.fakes.anthropic import FakeAnthropic, reply_text
-from tests.harness import RunningApi
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.harness import RunningApi
+from tests.support.memory import is_summary_request, seed, summaries_then_default
 from tests.test_http_api import AGENT, assert_error
-from tests.test_memory_support import is_summary_request, seed, summaries_then_default
 
 
 async def test_compact_route_409_when_busy(api: RunningApi, fake_llm: FakeAnthropic) -> None:

@@ -12,10 +12,10 @@ from agenthub.config import Settings
 from agenthub.storage.keys import session_key
 from agenthub.tokens import TokenStore, hash_token
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic
-from tests.harness import RunningApi
+from tests.support.fakes.anthropic import FakeAnthropic
+from tests.support.harness import RunningApi
+from tests.support.memory import seed, summaries_then_default
 from tests.test_http_api import AGENT
-from tests.test_memory_support import seed, summaries_then_default
 
 CONFIG_TOKEN = "configured-secret-token-0123456789"
 

@@ -16,7 +16,7 @@ from structlog.testing import LogCapture
 from agenthub.config import Settings
 from agenthub.http_guard import LimitLog
 from agenthub.storage.keys import session_key
-from tests.harness import RunningApi, running_api
+from tests.support.harness import RunningApi, running_api
 from tests.test_http_api import assert_error
 
 LIVENESS_S = 20.0

@@ -9,8 +9,8 @@ import pytest
 
 from agenthub.config import Settings
 from agenthub.storage.keys import session_key
-from tests.fakes.anthropic import FakeAnthropic, reply_text
-from tests.harness import RunningApi
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.harness import RunningApi
 from tests.test_http_api import AGENT
 
 

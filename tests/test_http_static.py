@@ -11,7 +11,7 @@ import pytest
 from yarl import URL
 
 from agenthub.config import Settings
-from tests.harness import RunningApi
+from tests.support.harness import RunningApi
 from tests.test_http_api import assert_error
 
 

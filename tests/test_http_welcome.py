@@ -13,8 +13,8 @@ from structlog.testing import capture_logs
 from agenthub.config import Settings
 from channels.http.llm_text import WELCOME_PROMPT
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, reply_text
-from tests.harness import RunningApi
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.harness import RunningApi
 
 OFFLINE = {"llm": {"offline": True}}
 

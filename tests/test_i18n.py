@@ -10,8 +10,9 @@ import pytest
 
 from agenthub import i18n
 from agenthub.config import Settings
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 KEY_SHAPE = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+")
 
 

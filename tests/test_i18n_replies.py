@@ -21,7 +21,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, reply_text, server_error
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text, server_error
 
 
 @dataclass(frozen=True)

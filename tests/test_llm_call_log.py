@@ -13,8 +13,8 @@ from agenthub.llm import LLMRequest, OfflineProvider
 from agenthub.llm.calllog import CallLog
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import DoneEvent, Usage
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
-from tests.test_memory_support import is_l3_request, is_summary_request, msg, seed, settle
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.support.memory import is_l3_request, is_summary_request, msg, seed, settle
 
 
 def _responder(body: dict[str, Any]) -> ScriptedReply | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage, NoticeEvent, ReplyEvent
-from tests.fakes.anthropic import FakeAnthropic, http_error, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, http_error, reply_text
 
 
 async def test_deepseek_400_model_not_exist_falls_back_with_a_notice(

@@ -9,7 +9,7 @@ import anthropic
 import pytest
 
 from agenthub.llm import LLMRequest, OfflineProvider
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, hang, last_user_text, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, hang, last_user_text, reply_text
 
 
 async def test_offline_streams_several_deltas_and_explains_setup() -> None:

@@ -13,7 +13,7 @@ from agenthub.errors import ContextOverflowError, LLMError
 from agenthub.llm import AnthropicProvider, Endpoint, LLMRequest, ModelNotFoundError, RetryPolicy
 from agenthub.llm.failures import MSG_AUTH, MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
 from agenthub.messages import Usage
-from tests.fakes.anthropic import (
+from tests.support.fakes.anthropic import (
     FakeAnthropic,
     cut_stream,
     hang,

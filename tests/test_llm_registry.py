@@ -13,7 +13,7 @@ from agenthub.config import LLMSettings, ProviderSettings
 from agenthub.errors import ConfigError
 from agenthub.llm import AnthropicProvider, LLMRequest, OfflineProvider, ProviderRegistry, context_window
 from agenthub.llm.presets import PRESETS, normalise_base_url
-from tests.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 
 
 def settings(**kw: object) -> LLMSettings:

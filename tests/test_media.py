@@ -22,8 +22,9 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.media.images import ImageRejectedError, prepare_image
 from agenthub.messages import Attachment, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, http_error, reply_text, reply_tool
-from tests.test_memory_support import is_summary_request, summaries_then_default
+from tests.support.fakes.anthropic import FakeAnthropic, http_error, reply_text, reply_tool
+from tests.support.memory import is_summary_request, summaries_then_default
+from tests.support.paths import DATA
 
 CHAT = "c1"
 
@@ -204,7 +205,7 @@ async def test_a_corrupt_image_beside_text_is_announced_and_the_text_answered(
     assert image_blocks(request.body or {}) == [] and "hello" in request_text(request.body or {})
 
 
-FUZZED = Path(__file__).parent / "data" / "images"
+FUZZED = DATA / "images"
 """Fuzzed pictures on which Pillow raises what it is not documented to (ZeroDivisionError in JPEG `draft`, a
 TypeError in the TIFF decoder)."""
 

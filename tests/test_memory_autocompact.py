@@ -14,8 +14,8 @@ from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
 from agenthub.messages import DoneEvent
 from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, hang, reply_text
-from tests.test_memory_support import is_summary_request, msg, seed, settle, summaries_then_default
+from tests.support.fakes.anthropic import FakeAnthropic, hang, reply_text
+from tests.support.memory import is_summary_request, msg, seed, settle, summaries_then_default
 
 
 def _age(gw: GatewayCore, key: SessionKey, seconds: float = 1200) -> None:

@@ -14,8 +14,8 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent
 from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, RecordedRequest, hang, reply_text
-from tests.test_memory_support import is_summary_request, msg, seed, settle
+from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, hang, reply_text
+from tests.support.memory import is_summary_request, msg, seed, settle
 
 SUMMARY = "用户在做项目 X；决定用 PostgreSQL；未完成：部署。"
 OVER = {"input_tokens": 6000}

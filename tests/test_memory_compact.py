@@ -11,8 +11,8 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.errors import SessionBusyError
 from agenthub.messages import DoneEvent
-from tests.fakes.anthropic import FakeAnthropic, hang, reply_text
-from tests.test_memory_support import (
+from tests.support.fakes.anthropic import FakeAnthropic, hang, reply_text
+from tests.support.memory import (
     conversation,
     is_summary_request,
     msg,

@@ -9,8 +9,8 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.memory.summary import FOCUS_CHARS
 from agenthub.messages import DoneEvent
-from tests.fakes.anthropic import FakeAnthropic
-from tests.test_memory_support import is_summary_request, msg, seed, summaries_then_default
+from tests.support.fakes.anthropic import FakeAnthropic
+from tests.support.memory import is_summary_request, msg, seed, summaries_then_default
 
 
 def _summary_prompt(fake: FakeAnthropic) -> str:

@@ -21,9 +21,9 @@ from agenthub.memory.context import to_api_messages
 from agenthub.memory.cut import plan_cut, safe_cut, unpaired_tool_ids
 from agenthub.messages import InboundMessage
 from agenthub.storage.keys import SessionKey, session_key
-from tests.fakes.anthropic import FakeAnthropic
-from tests.roots import make_settings
-from tests.test_memory_support import conversation, summaries_then_default
+from tests.support.fakes.anthropic import FakeAnthropic
+from tests.support.memory import conversation, summaries_then_default
+from tests.support.roots import make_settings
 
 Message = dict[str, Any]
 

@@ -13,8 +13,8 @@ from agenthub.config import Settings
 from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY
 from agenthub.messages import DoneEvent, ErrorEvent, NoticeEvent
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, http_error, prompt_too_long, reply_text
-from tests.test_memory_support import (
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, http_error, prompt_too_long, reply_text
+from tests.support.memory import (
     conversation,
     is_summary_request,
     msg,

@@ -13,8 +13,8 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.memory.wiring import L3_TIMER
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, hang, http_error, reply_text
-from tests.test_memory_support import is_l3_request, msg, seed, system_text
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, hang, http_error, reply_text
+from tests.support.memory import is_l3_request, msg, seed, system_text
 
 LONG = "长" * 150 + "x" * 350  # 500 characters
 

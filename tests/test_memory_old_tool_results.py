@@ -14,8 +14,8 @@ from agenthub.memory.context import CUT_STEP_TURNS, RECENT_TURNS, cut_middle
 from agenthub.messages import DoneEvent
 from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
-from tests.test_memory_support import msg
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
+from tests.support.memory import msg
 
 CACHE = ', "cache_control": {"type": "ephemeral"}'
 BIG = "HEAD-" + "".join(f"line {i:05d}\n" for i in range(2000)) + "-TAIL"

@@ -21,8 +21,8 @@ from agenthub.memory.files import memory_scope
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import InboundMessage
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, RecordedRequest, ScriptedReply, reply_text, reply_tool
-from tests.test_memory_support import is_l3_request, is_summary_request, system_text
+from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, ScriptedReply, reply_text, reply_tool
+from tests.support.memory import is_l3_request, is_summary_request, system_text
 
 PEOPLE = ("alice", "bob", "carol")
 GROUP = "oc_team_group"

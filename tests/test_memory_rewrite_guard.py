@@ -13,8 +13,8 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.memory.files import backup_path
 from agenthub.memory.wiring import L3_TIMER
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
-from tests.test_memory_support import is_l3_request, is_summary_request, msg, seed, system_text
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
+from tests.support.memory import is_l3_request, is_summary_request, msg, seed, system_text
 
 OLD_MEMORY = "\n".join(f"- durable fact {i:03d} about the project" for i in range(60)) + "\n"  # > 1000 chars
 

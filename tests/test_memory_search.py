@@ -20,7 +20,7 @@ from agenthub.storage import jsonl
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, last_user_text, reply_text, reply_tool
+from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text, reply_tool
 
 PLANTED = "顺便说一下，我们的暗号是夜莺，the password is nightingale"
 PLANTED_AT = 1_764_000_000_000  # ms

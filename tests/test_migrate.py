@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 
 from agenthub.storage.migrate import LAYOUT_MARKER, migrate_workspace_layout
+from tests.support.paths import REPO
 
 
 def _snapshot(root: Path) -> dict[str, bytes | None]:
@@ -96,7 +97,6 @@ def test_a_conflict_is_left_in_place_not_overwritten(tmp_path: Path) -> None:
     assert _snapshot(tmp_path) == before
 
 
-REPO = Path(__file__).resolve().parent.parent
 READ_ONLY_INSTALL = """
 for d in data auth workspace; do mount --bind "$ROOT/$d" "$ROOT/$d"; done
 mount --rbind "$ROOT" "$ROOT" && mount -o remount,bind,ro "$ROOT"

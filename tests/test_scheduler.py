@@ -23,8 +23,8 @@ from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
 from agenthub.storage.keys import SessionKey
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
-from tests.scheduler_support import START, RecordingChannel, shanghai, until
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.support.scheduler import START, RecordingChannel, shanghai, until
 
 KEY = SessionKey("default", "cli", "direct")
 

@@ -30,11 +30,11 @@ from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
 from channels.http.channel import HttpChannel
 from channels.wecom import WeComChannel
-from tests.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
-from tests.fakes.feishu import FakeFeishu, feishu_encrypt, feishu_headers, message_event, running_channel
-from tests.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context, serve_routes, signed_callback
-from tests.scheduler_support import START, RecordingChannel, shanghai, until
-from tests.wecom.harness import AES_KEY, BOT_ID, BOT_SECRET, CORP_ID, SECRET, TOKEN, app_table, bot_table, text
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
+from tests.support.fakes.feishu import FakeFeishu, feishu_encrypt, feishu_headers, message_event, running_channel
+from tests.support.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context, serve_routes, signed_callback
+from tests.support.scheduler import START, RecordingChannel, shanghai, until
+from tests.support.wecom import AES_KEY, BOT_ID, BOT_SECRET, CORP_ID, SECRET, TOKEN, app_table, bot_table, text
 
 REMIND = {"action": "create", "at": "2026-12-02T09:00:00", "text": "该交周报了"}
 DUE = shanghai(2026, 12, 2, 9, 0)

@@ -19,9 +19,9 @@ from agenthub.messages import InboundMessage
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
 from agenthub.storage.keys import SessionKey
 from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
-from tests.scheduler_support import START, RecordingChannel, shanghai, until
-from tests.test_memory_support import system_text
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
+from tests.support.memory import system_text
+from tests.support.scheduler import START, RecordingChannel, shanghai, until
 
 PRIVATE_CHAT, GROUP_CHAT = "alice-dm", "team"
 

@@ -20,10 +20,11 @@ from agenthub.storage.keys import session_key
 from agenthub.storage.meta import read_meta, text_of
 from agenthub.storage.paths import AgentLayout
 from agenthub.systemd import Notifier
-from tests.helpers.crash_writer import text_for, version_for
+from tests.support.crash_writer import text_for, version_for
+from tests.support.paths import CRASH_WRITER_SCRIPT, REPO
 
 ROUNDS = 24
-WRITER = Path(__file__).parent / "helpers" / "crash_writer.py"
+WRITER = CRASH_WRITER_SCRIPT
 KEY = session_key("default", "cli", "crash")
 
 
@@ -34,7 +35,7 @@ async def _run_and_kill(data_dir: Path, rng: random.Random, fsync: bool) -> None
         str(data_dir),
         "fsync" if fsync else "nofsync",
         stdout=asyncio.subprocess.PIPE,
-        cwd=Path(__file__).parent.parent,
+        cwd=REPO,
     )
     assert child.stdout is not None
     line = await asyncio.wait_for(child.stdout.readline(), timeout=20)
@@ -110,7 +111,7 @@ def _temp_files(*roots: Path) -> list[Path]:
 async def _kill_atomic_writer(paths: list[Path], rng: random.Random) -> None:
     child = await asyncio.create_subprocess_exec(
         sys.executable, str(WRITER), "atomic", *map(str, paths),
-        stdout=asyncio.subprocess.PIPE, cwd=Path(__file__).parent.parent,
+        stdout=asyncio.subprocess.PIPE, cwd=REPO,
     )  # fmt: skip
     assert child.stdout is not None
     assert await asyncio.wait_for(child.stdout.readline(), timeout=20) == b"ready\n"

@@ -26,8 +26,8 @@ from agenthub.session.history import SessionHistory
 from agenthub.storage import jsonl
 from agenthub.storage.keys import session_key
 from agenthub.storage.meta import read_meta
-from tests.fakes.anthropic import FakeAnthropic, reply_text
-from tests.harness import RunningApi
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.harness import RunningApi
 
 KEY = session_key("default", "http", "full")
 PAGE = 4096

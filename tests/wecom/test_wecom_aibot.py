@@ -17,9 +17,9 @@ from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, OutboundMessage, ToolEvent
 from channels.wecom import WeComChannel
 from channels.wecom.text import utf8_len
-from tests.fakes.submitter import ScriptedSubmitter
-from tests.fakes.wecom import FakeAiBotServer, channel_context
-from tests.wecom.harness import BOT_ID, BOT_SECRET, BotHarness, bot_table
+from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.wecom import FakeAiBotServer, channel_context
+from tests.support.wecom import BOT_ID, BOT_SECRET, BotHarness, bot_table
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from structlog.testing import capture_logs
 from agenthub import i18n
 from agenthub.errors import ConfigError
 from channels.wecom import WeComChannel
-from tests.fakes.submitter import ScriptedSubmitter
-from tests.fakes.wecom import (
+from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.wecom import (
     FakeQyApi,
     channel_context,
     message_xml,
@@ -24,7 +24,7 @@ from tests.fakes.wecom import (
     wecom_encrypt,
     wecom_signature,
 )
-from tests.wecom.harness import AES_KEY, AGENT_ID, CORP_ID, TOKEN, Harness, app_table, text
+from tests.support.wecom import AES_KEY, AGENT_ID, CORP_ID, TOKEN, Harness, app_table, text
 
 
 async def test_url_verification_returns_the_plaintext_only(harness: Harness) -> None:

@@ -18,9 +18,9 @@ from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, NoticeEvent
 from channels.notices import with_notices
 from channels.wecom import WeComChannel
 from channels.wecom.text import strip_mention, utf8_len
-from tests.fakes.submitter import ScriptedSubmitter
-from tests.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context
-from tests.wecom.harness import BotHarness, Harness, SteppedGateway, app_table, text
+from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context
+from tests.support.wecom import BotHarness, Harness, SteppedGateway, app_table, text
 
 COMPACTED = "上下文较长，已把较早的 40 条消息压缩成摘要。"
 THINKING = "正在思考…"

@@ -19,10 +19,10 @@ from channels.wecom.api import WorkApi
 from channels.wecom.app import MemberBudgetExhausted
 from channels.wecom.budget import MemberBudget
 from channels.wecom.text import head_with_note, pack_utf8, split_utf8, utf8_len
-from tests.fakes.submitter import ScriptedSubmitter
-from tests.fakes.wecom import FakeQyApi, channel_context, message_xml
-from tests.fakes.wecom_limits import FakeClock
-from tests.wecom.harness import AGENT_ID, CORP_ID, SECRET, Harness, app_table, text
+from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.wecom import FakeQyApi, channel_context, message_xml
+from tests.support.fakes.wecom_limits import FakeClock
+from tests.support.wecom import AGENT_ID, CORP_ID, SECRET, Harness, app_table, text
 
 
 def ten_part_answer(tag: str) -> str:

@@ -11,8 +11,8 @@ import aiohttp
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from channels.wecom import WeComChannel
-from tests.fakes.anthropic import FakeAnthropic, reply_text
-from tests.fakes.wecom import (
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.fakes.wecom import (
     FakeAiBotServer,
     FakeQyApi,
     channel_context,
@@ -20,7 +20,7 @@ from tests.fakes.wecom import (
     signed_callback,
     text_message_xml,
 )
-from tests.wecom.harness import AES_KEY, BOT_ID, BOT_SECRET, CORP_ID, SECRET, TOKEN, app_table, bot_table
+from tests.support.wecom import AES_KEY, BOT_ID, BOT_SECRET, CORP_ID, SECRET, TOKEN, app_table, bot_table
 
 
 def session_files(settings: Settings) -> list[Path]:

@@ -11,9 +11,9 @@ import pytest
 
 from agenthub import i18n
 from agenthub.messages import Attachment
-from tests.fakes.submitter import ScriptedSubmitter
-from tests.fakes.wecom import FakeAiBotServer, FakeQyApi, message_xml
-from tests.wecom.harness import AGENT_ID, CORP_ID, BotHarness, Harness
+from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.wecom import FakeAiBotServer, FakeQyApi, message_xml
+from tests.support.wecom import AGENT_ID, CORP_ID, BotHarness, Harness
 
 MiB = 1024 * 1024
 PNG = b"\x89PNG\r\n\x1a\n" + os.urandom(6000)

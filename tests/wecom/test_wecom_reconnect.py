@@ -13,9 +13,9 @@ from structlog.testing import capture_logs
 
 from agenthub.errors import ChannelSendError
 from agenthub.messages import DeltaEvent, DoneEvent, OutboundMessage
-from tests.fakes.submitter import ScriptedSubmitter
-from tests.fakes.wecom import FakeAiBotServer
-from tests.wecom.harness import BotHarness, SteppedGateway
+from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.wecom import FakeAiBotServer
+from tests.support.wecom import BotHarness, SteppedGateway
 
 
 @pytest.fixture

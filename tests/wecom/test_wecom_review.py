@@ -16,9 +16,9 @@ from agenthub.messages import DeltaEvent, DoneEvent
 from channels.wecom import WeComChannel
 from channels.wecom.aibot_stream import STREAM_EXPIRED
 from channels.wecom.text import strip_markdown, utf8_len
-from tests.fakes.submitter import ScriptedSubmitter
-from tests.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context
-from tests.wecom.harness import BOT_ID, BOT_SECRET, BotHarness, Harness, SteppedGateway, app_table, bot_table, text
+from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context
+from tests.support.wecom import BOT_ID, BOT_SECRET, BotHarness, Harness, SteppedGateway, app_table, bot_table, text
 
 
 def _rejects_finish(frame: dict[str, Any]) -> int | None:

@@ -15,9 +15,9 @@ from agenthub.messages import OutboundMessage
 from channels.wecom import WeComChannel
 from channels.wecom.api import WorkApi, WorkApiError
 from channels.wecom.text import split_utf8, strip_markdown, strip_mention, utf8_len
-from tests.fakes.submitter import ScriptedSubmitter
-from tests.fakes.wecom import FakeQyApi, channel_context
-from tests.wecom.harness import AES_KEY, CORP_ID, SECRET, Harness, app_table, text
+from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.wecom import FakeQyApi, channel_context
+from tests.support.wecom import AES_KEY, CORP_ID, SECRET, Harness, app_table, text
 
 
 def chinese_reply(min_bytes: int) -> str:

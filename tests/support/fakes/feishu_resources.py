@@ -11,7 +11,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from tests.fakes.feishu import FakeFeishu
+    from tests.support.fakes.feishu import FakeFeishu
 
 PATH = "/open-apis/im/v1/messages/{message_id}/resources/{file_key}"
 FILE_NOT_IN_MESSAGE = 234003

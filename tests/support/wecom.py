@@ -16,8 +16,8 @@ from agenthub.config import MediaSettings, Settings
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, InboundMessage, ReplyEvent
 from channels.wecom import WeComChannel
-from tests.fakes.submitter import ScriptedSubmitter
-from tests.fakes.wecom import (
+from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.wecom import (
     FakeAiBotServer,
     FakeQyApi,
     channel_context,
@@ -26,7 +26,7 @@ from tests.fakes.wecom import (
     signed_callback,
     text_message_xml,
 )
-from tests.fakes.wecom_limits import FakeClock
+from tests.support.fakes.wecom_limits import FakeClock
 
 CORP_ID = "ww0123456789abcdef"
 SECRET = "app-secret-value-1"

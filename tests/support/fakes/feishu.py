@@ -14,10 +14,16 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
-from tests.fakes.feishu_cards import FakeCard, card_refusal, message_limit_error, parse_full_update, with_content
-from tests.fakes.feishu_harness import Harness, StoppableSubmitter, running_channel
-from tests.fakes.feishu_history import MessageHistory
-from tests.fakes.feishu_payloads import (
+from tests.support.fakes.feishu_cards import (
+    FakeCard,
+    card_refusal,
+    message_limit_error,
+    parse_full_update,
+    with_content,
+)
+from tests.support.fakes.feishu_harness import Harness, StoppableSubmitter, running_channel
+from tests.support.fakes.feishu_history import MessageHistory
+from tests.support.fakes.feishu_payloads import (
     compact_json,
     feishu_body,
     feishu_encrypt,
@@ -27,7 +33,7 @@ from tests.fakes.feishu_payloads import (
     other_event,
     ws_frame,
 )
-from tests.fakes.feishu_resources import MessageResources
+from tests.support.fakes.feishu_resources import MessageResources
 
 __all__ = ["FakeCard", "FakeFeishu", "Harness", "StoppableSubmitter", "bot_open_id", "running_channel"]
 __all__ += ["feishu_body", "feishu_encrypt", "feishu_headers", "mention", "message_event", "other_event"]

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from agenthub.channel import ChannelContext, WebRoutes
 from agenthub.config import Settings
-from tests.fakes.wecom_limits import MemberLimit
-from tests.fakes.wecom_media import (
+from tests.support.fakes.wecom_limits import MemberLimit
+from tests.support.fakes.wecom_media import (
     MediaFile,
     MediaStore,
     app_disposition,

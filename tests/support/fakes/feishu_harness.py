@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.submitter import ScriptedSubmitter
 
 if TYPE_CHECKING:
-    from tests.fakes.feishu import FakeFeishu
+    from tests.support.fakes.feishu import FakeFeishu
 
 
 # --- a gateway stand-in that knows /stop ------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""A small MCP tool server written with the SDK's FastMCP, run as `python tests/fakes/mcp_server.py [stdio|http PORT]`.
+"""A small MCP tool server written with the SDK's FastMCP.
+
+Run as `python tests/support/fakes/mcp_server.py [stdio|http PORT]`.
 
 It imports nothing from this repository (the stdio client starts it with a minimal environment).
 """

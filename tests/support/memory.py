@@ -9,7 +9,7 @@ from typing import Any
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import InboundMessage
 from agenthub.storage.keys import SessionKey
-from tests.fakes.anthropic import ScriptedReply, reply_text
+from tests.support.fakes.anthropic import ScriptedReply, reply_text
 
 
 def system_text(body: dict[str, Any]) -> str:

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from tests.fakes.feishu_payloads import compact_json
+from tests.support.fakes.feishu_payloads import compact_json
 
 if TYPE_CHECKING:
-    from tests.fakes.feishu import FakeFeishu
+    from tests.support.fakes.feishu import FakeFeishu
 
 PATH = "/open-apis/im/v1/messages/{message_id}"
 
