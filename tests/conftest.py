@@ -57,17 +57,6 @@ async def gateway(settings: Settings) -> AsyncIterator[GatewayCore]:
         yield gw
 
 
-def write_agent(agents_dir: Path, name: str, config: dict[str, Any] | None = None, persona: str = "") -> Path:
-    """Create `agents/<name>/` with an agent.json and AGENTS.md."""
-    import json
-
-    directory = agents_dir / name
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "agent.json").write_text(json.dumps(config or {}), encoding="utf-8")
-    (directory / "AGENTS.md").write_text(persona or f"You are the {name} agent.", encoding="utf-8")
-    return directory
-
-
 @pytest.fixture
 def log_capture() -> Iterator[LogCapture]:
     """Capture structlog events with the turn's bound context variables merged in."""

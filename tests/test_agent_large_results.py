@@ -19,7 +19,7 @@ from agenthub.config import Settings
 from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.fakes.mcp_server import big
 from tests.support.paths import MCP_SERVER_SCRIPT

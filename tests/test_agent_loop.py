@@ -13,7 +13,7 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, ReplyEvent, ToolEvent
 from agenthub.storage.keys import SessionKey
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, cut_stream, reply_text, reply_tool
 
 KEY = SessionKey("default", "cli", "direct")

@@ -27,7 +27,7 @@ from agenthub.config import Settings
 from agenthub.daemon import Daemon
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, ReplyEvent, ToolEvent
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.paths import MCP_SERVER_SCRIPT, REPO
 

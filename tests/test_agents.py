@@ -15,7 +15,7 @@ from agenthub.config import Settings
 from agenthub.errors import AgentNotFoundError
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, http_error, reply_text
 from tests.support.paths import REPO
 

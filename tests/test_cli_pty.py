@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import cli_env
 from tests.support.fakes.anthropic import FakeAnthropic, hang, reply_text
-from tests.test_cli_oneshot import cli_env
 
 
 class Terminal:

@@ -200,7 +200,7 @@ async def test_commands_answer_while_a_turn_runs(gateway: GatewayCore, fake_llm:
 async def test_commands_are_per_agent_session(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
-    from tests.conftest import write_agent
+    from tests.support.agents import write_agent
 
     settings = settings_factory()
     write_agent(settings.agents_dir, "reviewer")

@@ -24,7 +24,7 @@ from agenthub.tokens import TokenStore
 from agenthub.web import WebServer
 from channels.http import HttpChannel
 from channels.http.llm_text import TITLE_PROMPT, WELCOME_PROMPT
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text, reply_tool
 from tests.support.scheduler import shanghai, until
 

@@ -28,7 +28,7 @@ from agenthub.storage.jsonl import read_records
 from agenthub.storage.keys import session_key
 from agenthub.tokens import TokenStore
 from channels.cli import CliChannel
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.paths import REPO
 

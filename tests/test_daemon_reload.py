@@ -9,7 +9,7 @@ from structlog.testing import capture_logs
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.daemon import Daemon
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 
 
 async def test_a_broken_edit_keeps_the_previous_definition_and_a_deleted_agent_goes(settings: Settings) -> None:

@@ -11,7 +11,7 @@ from agenthub import i18n
 from tests.support.fakes.feishu import FakeCard, FakeFeishu, StoppableSubmitter, message_event
 from tests.support.fakes.feishu_harness import running_channel
 from tests.support.fakes.submitter import ScriptedSubmitter
-from tests.test_feishu_webhook import APP, APP_ID, SECRET, TOKEN, harness, post_event
+from tests.support.feishu import APP, APP_ID, SECRET, TOKEN, harness, post_event
 
 
 def ops(fake: FakeFeishu) -> list[str]:

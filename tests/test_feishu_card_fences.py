@@ -7,8 +7,7 @@ from pathlib import Path
 from channels.feishu.format import is_fence, plan_reply
 from tests.support.fakes.feishu import message_event
 from tests.support.fakes.submitter import ScriptedSubmitter
-from tests.test_feishu_card_limits import cards_for, plain_replies
-from tests.test_feishu_webhook import APP_ID, TOKEN, harness, post_event
+from tests.support.feishu import APP_ID, TOKEN, cards_for, harness, plain_replies, post_event
 
 OPENER = "```python"
 

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from channels.feishu.format import plan_reply
 from channels.notices import with_notices
-from tests.support.fakes.feishu import FakeCard, FakeFeishu, message_event
+from tests.support.fakes.feishu import FakeFeishu, message_event
 from tests.support.fakes.feishu_cards import CARD_MAX_BYTES, count_tables
 from tests.support.fakes.feishu_harness import NoticingSubmitter
 from tests.support.fakes.submitter import ScriptedSubmitter
-from tests.test_feishu_webhook import APP, APP_ID, TOKEN, harness, post_event
+from tests.support.feishu import APP, APP_ID, TOKEN, cards_for, harness, plain_replies, post_event
 
 TWO_TABLES = (
     "对比如下：\n\n| 方案 | 成本 |\n|---|---|\n| A | 1 |\n| B | 2 |\n\n"
@@ -30,16 +29,6 @@ def long_answer(target_bytes: int) -> str:
         lines.append(line + ("\n" if len(lines) % 5 else "\n\n"))
         size += len(lines[-1].encode())
     return "".join(lines)
-
-
-def cards_for(fake: FakeFeishu, message_id: str) -> list[FakeCard]:
-    """The cards replying to `message_id`, in the order they were sent."""
-    sent = [m for m in fake.replies() if m.target == message_id and m.msg_type == "interactive"]
-    return [fake.cards[m.content["data"]["card_id"]] for m in sent]
-
-
-def plain_replies(fake: FakeFeishu, message_id: str) -> list[Any]:
-    return [m for m in fake.replies() if m.target == message_id and m.msg_type != "interactive"]
 
 
 @pytest.mark.parametrize(("code", "cards_stay_on"), [(230099, True), (99991672, False), (200340, False)])

@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from tests.support.fakes.feishu import Harness, message_event
 from tests.support.fakes.submitter import ScriptedSubmitter
-from tests.test_feishu_webhook import APP, APP_ID, BOT, TOKEN, harness, post_event
+from tests.support.feishu import APP, APP_ID, BOT, TOKEN, harness, post_event
 
 
 async def answer_after(h: Harness, gateway: ScriptedSubmitter, text: str) -> None:

@@ -20,7 +20,7 @@ from channels.feishu.media import MediaRef, media_refs
 from tests.support.fakes.feishu import FakeFeishu, Harness, message_event, running_channel
 from tests.support.fakes.feishu_resources import Resource
 from tests.support.fakes.submitter import ScriptedSubmitter
-from tests.test_feishu_webhook import APP, APP_ID, SECRET, TOKEN, post_event
+from tests.support.feishu import APP, APP_ID, SECRET, TOKEN, post_event
 
 MiB = 1024 * 1024
 PNG_A = b"\x89PNG\r\n\x1a\n" + b"picture-a" * 50

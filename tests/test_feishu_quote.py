@@ -11,7 +11,7 @@ from channels.feishu.format import markdown_card
 from channels.feishu.quote import QUOTE_MAX_CHARS, render_quote, render_quote_text
 from tests.support.fakes.feishu import message_event
 from tests.support.fakes.submitter import ScriptedSubmitter
-from tests.test_feishu_webhook import APP, APP_ID, BOT, TOKEN, harness, post_event
+from tests.support.feishu import APP, APP_ID, BOT, TOKEN, harness, post_event
 
 PARENT = "om_parent_plan"
 PLAN = {"text": "@_user_1 方案：\n1. 用 A\n2. 用 B，但要问 @_user_2"}

@@ -8,7 +8,7 @@ import aiohttp
 
 from tests.support.fakes.feishu import feishu_encrypt, feishu_headers, message_event
 from tests.support.fakes.submitter import ScriptedSubmitter
-from tests.test_feishu_webhook import APP_ID, KEY, TOKEN, harness
+from tests.support.feishu import APP_ID, KEY, TOKEN, harness
 
 
 async def test_a_failed_final_card_update_still_closes_the_card(tmp_path: Path) -> None:

@@ -8,8 +8,6 @@ import hashlib
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,6 @@ from tests.support.fakes.feishu import (
     FakeFeishu,
     Harness,
     StoppableSubmitter,
-    bot_open_id,
     feishu_body,
     feishu_encrypt,
     feishu_headers,
@@ -32,40 +29,11 @@ from tests.support.fakes.feishu import (
 )
 from tests.support.fakes.feishu_payloads import aes_blob, compact_json
 from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.feishu import APP, APP_ID, BOT, KEY, SECRET, TOKEN, harness, post_event
 
-APP_ID, SECRET, TOKEN, KEY = "cli_web1", "s3cret-web1", "vtoken-1", "enc-key-1"
-APP = {"app_id": APP_ID, "app_secret": SECRET, "mode": "webhook", "verification_token": TOKEN, "encrypt_key": KEY}
-BOT = bot_open_id(APP_ID)
 TS, NONCE, SIG = "X-Lark-Request-Timestamp", "X-Lark-Request-Nonce", "X-Lark-Signature"
 EXCEPTION_TEXT = ("NoneType", "operand", "Traceback", "Expecting", "padding", "ciphertext", "attribute", "decode")
 """Fragments of the Python errors these requests used to provoke; none may reach the client."""
-
-
-@asynccontextmanager
-async def harness(
-    tmp_path: Path, gateway: Any, apps: dict[str, dict[str, Any]] | None = None, secrets: dict[str, str] | None = None
-) -> AsyncIterator[Harness]:
-    async with (
-        FakeFeishu(secrets or {APP_ID: SECRET}) as fake,
-        running_channel(fake, tmp_path, apps or {"main": APP}, gateway) as h,
-    ):
-        yield h
-
-
-async def post_event(
-    h: Harness,
-    payload: dict[str, Any],
-    *,
-    key: str = KEY,
-    sign: bool = True,
-    lowercase: bool = False,
-    sent_at: float | None = None,
-) -> tuple[int, dict[str, Any]]:
-    body = feishu_encrypt(payload, key)
-    plain = {"Content-Type": "application/json"}
-    headers = feishu_headers(body, KEY, lowercase=lowercase, sent_at=sent_at) if sign else plain
-    async with aiohttp.ClientSession() as s, s.post(h.events_url("main"), data=body, headers=headers) as r:
-        return r.status, await r.json(content_type=None)
 
 
 def node_sdk_signature(headers: dict[str, str], body: bytes, encrypt_key: str) -> str:

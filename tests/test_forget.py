@@ -30,14 +30,13 @@ from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.scheduler.jobs import Job
 from agenthub.search.index import SearchScope
 from agenthub.storage.keys import SessionKey
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
-from tests.support.memory import is_l3_request
-from tests.test_media import png
-from tests.test_memory_privacy import _echo_l3
+from tests.support.forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges
+from tests.support.media import png
+from tests.support.memory import echo_l3, is_l3_request
 
 GROUP = SessionKey("default", "wecom", "team")
-PRIVATE_CONFIG = {"memory": {"scope": "chat", "user_profile": "per_user"}}
 ALICE_SAYS = [
     "My locker code is 4417-ZEBRA, please remember it",
     "另外我对榛子过敏很严重，订餐时注意",
@@ -57,32 +56,6 @@ async def say(gw: GatewayCore, sender: str, text: str, chat: str = "team") -> st
     final = await (await gw.submit(msg(sender, text, chat))).result()
     assert isinstance(final, DoneEvent), final
     return final.full_text
-
-
-def files_with(roots: list[Path], needle: str) -> list[str]:
-    """Every file under `roots` whose bytes contain `needle` (the grep of the issue's must-show)."""
-    found = []
-    for root in roots:
-        for path in root.rglob("*"):
-            if path.is_file() and needle.encode() in path.read_bytes():
-                found.append(str(path))
-    return found
-
-
-def lines_of(path: Path) -> list[bytes]:
-    return path.read_bytes().splitlines() if path.exists() else []
-
-
-def others_exchanges(lines: list[bytes], person: str, channel: str = "wecom") -> list[bytes]:
-    """The lines of every exchange that another person started (their message and the replies to it)."""
-    kept, theirs = [], False
-    for line in lines:
-        record = json.loads(line)
-        if record.get("role") == "user" and "sender_id" in record:
-            theirs = record["sender_id"] not in (person, Person(channel, person).tag)
-        if theirs and record.get("role") != "system":
-            kept.append(line)
-    return kept
 
 
 @pytest_asyncio.fixture
@@ -330,7 +303,7 @@ async def test_an_l3_run_in_flight_during_forget_does_not_write_their_facts_back
     hold = asyncio.Event()
 
     def l3_held(body: dict[str, Any]) -> ScriptedReply | None:
-        reply = _echo_l3(body)
+        reply = echo_l3(body)
         return dataclasses.replace(reply, hold=hold) if reply is not None and is_l3_request(body) else reply
 
     fake_llm.responder = l3_held

@@ -19,11 +19,11 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
 from agenthub.tokens import TokenStore
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
+from tests.support.forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges
 from tests.support.harness import RunningApi
 from tests.support.paths import REPO
-from tests.test_forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges
 
 ROOT = REPO
 FACT, FACT_ZH, OTHER_CHANNEL_FACT = "4417-ZEBRA", "榛子过敏", "9931-OTTER"

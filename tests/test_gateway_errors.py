@@ -148,7 +148,7 @@ async def test_lock_timeout_cancels_the_hung_turn_and_tells_the_user(
 async def test_per_agent_lock_timeout_applies(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, tmp_path: Any
 ) -> None:
-    from tests.conftest import write_agent
+    from tests.support.agents import write_agent
 
     settings = settings_factory()
     write_agent(settings.agents_dir, "quick", {"lock_timeout_s": 5})

@@ -17,21 +17,12 @@ from agenthub.config import Settings
 from agenthub.media.names import inbox_dir
 from agenthub.messages import InboundMessage
 from agenthub.storage.keys import session_key
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
 from tests.support.harness import RunningApi, running_api
+from tests.support.http import AGENT, assert_error
 from tests.support.memory import is_l3_request, is_summary_request, seed
 from tests.support.scheduler import until
-
-AGENT = "/api/agents/default"
-
-
-def assert_error(body: object, code: str | None = None) -> None:
-    assert isinstance(body, dict) and set(body) == {"error"}
-    assert set(body["error"]) == {"code", "message"}
-    assert body["error"]["message"]
-    if code is not None:
-        assert body["error"]["code"] == code
 
 
 async def test_healthz_needs_no_token_and_api_does(api: RunningApi) -> None:
@@ -252,7 +243,7 @@ async def test_auto_title_welcome_and_context(api: RunningApi, fake_llm: FakeAnt
 async def test_welcome_is_cached_in_the_agent_directory(
     api: RunningApi, fake_llm: FakeAnthropic, tmp_path: Path
 ) -> None:
-    from tests.conftest import write_agent
+    from tests.support.agents import write_agent
 
     write_agent(api.gateway.settings.agents_dir, "helper", persona="You help.")
     from agenthub.agent.definition import load_agents

@@ -10,8 +10,8 @@ import pytest
 from agenthub.storage.keys import session_key
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.harness import RunningApi
+from tests.support.http import AGENT, assert_error
 from tests.support.memory import is_summary_request, seed, summaries_then_default
-from tests.test_http_api import AGENT, assert_error
 
 
 async def test_compact_route_409_when_busy(api: RunningApi, fake_llm: FakeAnthropic) -> None:

@@ -11,11 +11,11 @@ from structlog.testing import capture_logs
 from agenthub.config import Settings
 from agenthub.storage.keys import session_key
 from agenthub.tokens import TokenStore, hash_token
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.harness import RunningApi
+from tests.support.http import AGENT
 from tests.support.memory import seed, summaries_then_default
-from tests.test_http_api import AGENT
 
 CONFIG_TOKEN = "configured-secret-token-0123456789"
 

@@ -17,7 +17,7 @@ from agenthub.config import Settings
 from agenthub.http_guard import LimitLog
 from agenthub.storage.keys import session_key
 from tests.support.harness import RunningApi, running_api
-from tests.test_http_api import assert_error
+from tests.support.http import assert_error
 
 LIVENESS_S = 20.0
 """An upper bound for "eventually" (a server that never closes fails instead of hanging), never a speed measure."""

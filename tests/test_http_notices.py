@@ -6,8 +6,8 @@ from agenthub import i18n
 from agenthub.storage.keys import session_key
 from tests.support.fakes.anthropic import FakeAnthropic, prompt_too_long, reply_text
 from tests.support.harness import RunningApi
+from tests.support.http import AGENT
 from tests.support.memory import seed, summaries_then_default
-from tests.test_http_api import AGENT
 
 
 async def test_json_chat_has_an_empty_notices_list_when_there_are_none(

@@ -11,7 +11,7 @@ from agenthub.config import Settings
 from agenthub.storage.keys import session_key
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.harness import RunningApi
-from tests.test_http_api import AGENT
+from tests.support.http import AGENT
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from yarl import URL
 
 from agenthub.config import Settings
 from tests.support.harness import RunningApi
-from tests.test_http_api import assert_error
+from tests.support.http import assert_error
 
 
 async def _get(api: RunningApi, path: str, method: str = "GET") -> tuple[aiohttp.ClientResponse, bytes]:

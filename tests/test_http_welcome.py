@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from agenthub.config import Settings
 from channels.http.llm_text import WELCOME_PROMPT
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.harness import RunningApi
 

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import io
 import json
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -21,23 +20,13 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.media.images import ImageRejectedError, prepare_image
 from agenthub.messages import Attachment, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, http_error, reply_text, reply_tool
+from tests.support.media import image_blocks, png
 from tests.support.memory import is_summary_request, summaries_then_default
 from tests.support.paths import DATA
 
 CHAT = "c1"
-
-
-def png(width: int, height: int, *, noise: bool = False, color: tuple[int, int, int] = (200, 30, 30)) -> bytes:
-    """A PNG; `noise` makes it incompressible (a big file), otherwise one flat colour."""
-    if noise:
-        image = Image.frombytes("RGB", (width, height), os.urandom(width * height * 3))
-    else:
-        image = Image.new("RGB", (width, height), color)
-    out = io.BytesIO()
-    image.save(out, "PNG")
-    return out.getvalue()
 
 
 def image_message(data: bytes, text: str = "what is in this picture?", *, name: str = "photo.png") -> InboundMessage:
@@ -46,16 +35,6 @@ def image_message(data: bytes, text: str = "what is in this picture?", *, name: 
 
 def file_message(data: bytes, name: str, text: str = "", mime: str = "text/plain") -> InboundMessage:
     return InboundMessage("cli", CHAT, "u1", text, attachments=(Attachment("file", name, mime, data),))
-
-
-def image_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        b
-        for m in body["messages"]
-        if m["role"] == "user" and isinstance(m["content"], list)
-        for b in m["content"]
-        if b.get("type") == "image"
-    ]
 
 
 def request_text(body: dict[str, Any]) -> str:

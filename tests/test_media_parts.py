@@ -39,7 +39,7 @@ from agenthub.memory.summary import render_content
 from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.storage.keys import session_key
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
-from tests.test_media import image_blocks, png
+from tests.support.media import image_blocks, png
 
 CACHE = ', "cache_control": {"type": "ephemeral"}'
 KEY = session_key("default", "wecom", "zhang:san@x")

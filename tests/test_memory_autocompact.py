@@ -13,7 +13,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
 from agenthub.messages import DoneEvent
 from agenthub.storage.keys import SessionKey
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, hang, reply_text
 from tests.support.memory import is_summary_request, msg, seed, settle, summaries_then_default
 

@@ -13,7 +13,7 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent
 from agenthub.storage.keys import SessionKey
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, hang, reply_text
 from tests.support.memory import is_summary_request, msg, seed, settle
 

@@ -16,7 +16,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER
 from agenthub.messages import DoneEvent
 from agenthub.storage.keys import SessionKey
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, ScriptedReply, http_error, reply_text
 from tests.support.memory import is_l3_request, is_summary_request, msg, seed, settle
 

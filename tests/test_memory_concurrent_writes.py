@@ -17,7 +17,7 @@ from agenthub.memory.files import MemoryWriter
 from agenthub.memory.processor import MAX_PARALLEL_CALLS
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.storage.keys import session_key
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.gated_pool import GatedPool
 from tests.support.memory import is_l3_request, is_summary_request, msg, seed, system_text

@@ -12,7 +12,7 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY
 from agenthub.messages import DoneEvent, ErrorEvent, NoticeEvent
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, http_error, prompt_too_long, reply_text
 from tests.support.memory import (
     conversation,

@@ -12,7 +12,7 @@ from typing import Any
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.memory.wiring import L3_TIMER
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, hang, http_error, reply_text
 from tests.support.memory import is_l3_request, msg, seed, system_text
 

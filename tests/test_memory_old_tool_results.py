@@ -13,7 +13,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.memory.context import CUT_STEP_TURNS, RECENT_TURNS, cut_middle
 from agenthub.messages import DoneEvent
 from agenthub.storage.keys import SessionKey
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 from tests.support.memory import msg
 

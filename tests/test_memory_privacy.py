@@ -4,7 +4,6 @@ checked for facts from a chat it must not see."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,28 +19,15 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.memory.files import memory_scope
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import InboundMessage
-from tests.conftest import write_agent
-from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, ScriptedReply, reply_text, reply_tool
-from tests.support.memory import is_l3_request, is_summary_request, system_text
+from tests.support.agents import write_agent
+from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, reply_text, reply_tool
+from tests.support.memory import echo_l3, is_l3_request, l3_material, system_text
 
 PEOPLE = ("alice", "bob", "carol")
 GROUP = "oc_team_group"
 OTHER_GROUP = "oc_other_group"
 GROUPS = (GROUP, OTHER_GROUP)
 PROFILE_HEADING = "# About the user (USER.md)"
-
-
-def _material(body: dict[str, Any]) -> str:
-    text = str(body["messages"][0]["content"])
-    found = re.search(r"<recent-conversations>\n(.*)\n</recent-conversations>", text, re.S)
-    return found.group(1) if found else ""
-
-
-def _echo_l3(body: dict[str, Any]) -> ScriptedReply | None:
-    """L3 (and flush) rewrites copy the material they were given into the file, so any leak propagates."""
-    if is_summary_request(body):
-        return reply_text("short summary")
-    return reply_text("# notes\n" + _material(body)) if is_l3_request(body) else None
 
 
 def private_fact(person: str, how: str) -> str:
@@ -131,7 +117,7 @@ async def test_privacy_matrix_three_people_private_chats_and_a_group(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, channel: str
 ) -> None:
     settings = settings_factory()
-    fake_llm.responder = _echo_l3
+    fake_llm.responder = echo_l3
     async with build_gateway(settings) as gw:
         turns = await plant(gw, fake_llm, channel)
         await gw.timers[L3_TIMER].tick_now()
@@ -167,7 +153,7 @@ async def test_privacy_matrix_three_people_private_chats_and_a_group(
 async def test_l3_requests_feed_each_file_only_from_its_own_chats(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
-    fake_llm.responder = _echo_l3
+    fake_llm.responder = echo_l3
     async with build_gateway(settings_factory()) as gw:
         await plant(gw, fake_llm)
         before = len(fake_llm.message_requests())
@@ -177,8 +163,8 @@ async def test_l3_requests_feed_each_file_only_from_its_own_chats(
         memories = [b for b in l3 if "You maintain MEMORY.md" in system_text(b)]
         assert len(profiles) == 6 and len(memories) == 4  # 3 people × 2 visibilities; 3 private chats + 1 group
         for body in profiles + memories:
-            assert_one_file_s_own_material(body, _material(body))
-            assert _material(body), "every file here has new material"
+            assert_one_file_s_own_material(body, l3_material(body))
+            assert l3_material(body), "every file here has new material"
 
 
 def assert_one_file_s_own_material(body: dict[str, Any], text: str) -> None:
@@ -198,7 +184,7 @@ async def test_a_person_s_private_profile_never_reaches_the_group(
     """Explicit `per_user` on a multi-user channel also keeps a profile per (person, visibility)."""
     settings = settings_factory()
     write_agent(settings.agents_dir, "default", {"memory": {"user_profile": profile}})
-    fake_llm.responder = _echo_l3
+    fake_llm.responder = echo_l3
     async with build_gateway(settings) as gw:
         await say(gw, fake_llm, "oc_private_alice", "alice", f"my secret {private_fact('alice', 'SAID')}")
         await gw.timers[L3_TIMER].tick_now()
@@ -213,7 +199,7 @@ async def test_compaction_flush_writes_the_group_s_own_memory(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
     settings = settings_factory(memory={"keep_recent": 2})
-    fake_llm.responder = _echo_l3
+    fake_llm.responder = echo_l3
     async with build_gateway(settings) as gw:
         for i in range(3):
             await say(gw, fake_llm, GROUP, "bob", f"fact {group_fact('bob', 'SAID')} {i}")
@@ -250,7 +236,7 @@ async def test_a_message_without_chat_type_is_treated_as_a_group(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
     """The safe side: no chat_type in the metadata shows the sender's group profile, never the private one."""
-    fake_llm.responder = _echo_l3
+    fake_llm.responder = echo_l3
     async with build_gateway(settings_factory()) as gw:
         await say(gw, fake_llm, "oc_private_alice", "alice", f"secret {private_fact('alice', 'SAID')}")
         await gw.timers[L3_TIMER].tick_now()
@@ -285,7 +271,7 @@ async def test_a_fact_from_one_group_never_reaches_another_group_through_a_membe
 ) -> None:
     """G1: alice and bob; G2: alice and carol. The bot's reply to alice in G1 repeats bob's fact, so L3 feeds it to
     alice's profile in G1: in G2, alice's profile is another file and carries nothing of G1."""
-    fake_llm.responder = _echo_l3
+    fake_llm.responder = echo_l3
     async with build_gateway(settings_factory()) as gw:
         await say(gw, fake_llm, GROUP, "bob", f"team, note {group_fact('bob', 'SAID')}")
         fake_llm.script(reply_text(f"Bob said {group_fact('bob', 'SAID')}"))
@@ -305,7 +291,7 @@ async def test_profiles_are_per_channel_a_same_named_sender_elsewhere_is_another
 ) -> None:
     """WeCom `zhangsan` and Feishu `zhangsan` are two people: each sees only their own profile, and forgetting
     one leaves the other's."""
-    fake_llm.responder = _echo_l3
+    fake_llm.responder = echo_l3
     async with build_gateway(settings_factory()) as gw:
         await say(gw, fake_llm, "zhangsan", "zhangsan", f"remember {private_fact('wecom', 'SAID')}", channel="wecom")
         await gw.timers[L3_TIMER].tick_now()

@@ -19,7 +19,7 @@ from agenthub.session.history import SessionHistory
 from agenthub.storage import jsonl
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text, reply_tool
 
 PLANTED = "顺便说一下，我们的暗号是夜莺，the password is nightingale"

@@ -18,7 +18,7 @@ from agenthub.memory.files import Visibility
 from agenthub.messages import InboundMessage
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
 from agenthub.storage.keys import SessionKey
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.memory import system_text
 from tests.support.scheduler import START, RecordingChannel, shanghai, until

@@ -14,7 +14,7 @@ from agenthub.session.history import SessionHistory
 from agenthub.storage import jsonl
 from agenthub.storage.keys import session_key
 from agenthub.storage.paths import AgentLayout
-from tests.conftest import write_agent
+from tests.support.agents import write_agent
 
 KEY = session_key("default", "http", "a")
 

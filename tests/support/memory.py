@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from typing import Any
 
 from agenthub.gateway.core import GatewayCore
@@ -64,3 +65,16 @@ async def settle(gateway: GatewayCore, key: SessionKey) -> None:
 def conversation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The non-summary messages."""
     return [m for m in messages if m.get("role") != "system"]
+
+
+def l3_material(body: dict[str, Any]) -> str:
+    text = str(body["messages"][0]["content"])
+    found = re.search(r"<recent-conversations>\n(.*)\n</recent-conversations>", text, re.S)
+    return found.group(1) if found else ""
+
+
+def echo_l3(body: dict[str, Any]) -> ScriptedReply | None:
+    """L3 (and flush) rewrites copy the material they were given into the file, so any leak propagates."""
+    if is_summary_request(body):
+        return reply_text("short summary")
+    return reply_text("# notes\n" + l3_material(body)) if is_l3_request(body) else None
