@@ -1,4 +1,4 @@
-"""Shared WeCom test harnesses and fixtures (registered by `tests/wecom/conftest.py`): the app and the AI bot."""
+"""Shared WeCom test harnesses and fixtures (registered by tests/channels/wecom/conftest.py): the app and the AI bot."""
 
 from __future__ import annotations
 
