@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from agenthub.api.sse import encode_event, joined_field, reply_text
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import (
     DeltaEvent,
@@ -17,8 +18,6 @@ from agenthub.messages import (
     ErrorEvent,
     InboundMessage,
     NoticeEvent,
-    ReplyEvent,
-    ToolEvent,
 )
 from agenthub.web import GATEWAY
 from channels.http.requests import (
@@ -54,24 +53,6 @@ def wants_stream(request: web.Request) -> bool:
     return "text/event-stream" in request.headers.get("Accept", "")
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
-
-
-def sse_frame(event: ReplyEvent) -> bytes:
-    """One reply event as an SSE frame (design §9: delta, then done or error; tool and notice are extras)."""
-    if isinstance(event, DeltaEvent):
-        return _sse("delta", {"text": event.text})
-    if isinstance(event, DoneEvent):
-        return _sse("done", {"full_text": reply_text(event), "usage": event.usage.as_dict(), **_joined(event)})
-    if isinstance(event, ErrorEvent):
-        return _sse("error", {"message": event.message, "code": event.code})
-    if isinstance(event, ToolEvent):
-        return _sse("tool", {"name": event.name, "phase": event.phase, "is_error": event.is_error})
-    assert isinstance(event, NoticeEvent)
-    return _sse("notice", {"text": event.text})
-
-
 async def handle_chat(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     agent = agent_of(request, gateway)
@@ -98,17 +79,7 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
         return _json(_incomplete(collected, final, str(key)), ERROR_STATUS.get(final.code, 500))
     usage = final.usage.as_dict()
     reply = {"reply": reply_text(final), "session_key": str(key), "usage": usage, "notices": collected.notices}
-    return _json({**reply, **_joined(final)})
-
-
-def reply_text(done: DoneEvent) -> str:
-    """What an HTTP client gets as the reply: for a request answered together with later ones (`joined`), the
-    same joined answer the newest request gets (every request carries the answer; usage is on the newest)."""
-    return done.answer if done.joined else done.full_text
-
-
-def _joined(done: DoneEvent) -> dict[str, Any]:
-    return {"joined": True} if done.joined else {}
+    return _json({**reply, **joined_field(final)})
 
 
 @dataclass
@@ -157,7 +128,7 @@ async def _stream(request: web.Request, handle: ReplyHandle) -> web.StreamRespon
     await response.prepare(request)
     async for event in handle:
         try:
-            await response.write(sse_frame(event))
+            await response.write(encode_event(event))
         except (ConnectionResetError, RuntimeError):
             log.info("sse_client_gone", session_key=handle.session_key)
             return response
