@@ -1,15 +1,29 @@
-"""Building the core from settings: agents, LLM providers, history, gateway (shared by `serve` and `chat`)."""
+"""The composition root: settings → agents, providers, history, gateway, memory, scheduler, the HTTP API and the
+channels, built once here for both `agenthub serve` and `agenthub chat`."""
 
 from __future__ import annotations
 
+import structlog
+
 from agenthub.agent.definition import load_agents
+from agenthub.api.host import ApiServices
+from agenthub.api.server import HttpApi
+from agenthub.channel import Channel, ChannelContext, Submitter, WebRoutes
+from agenthub.channel_registry import enabled_channels, load_channel_class
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
+from agenthub.forget.command import gateway_forgetter
 from agenthub.gateway.core import GatewayCore
+from agenthub.http_guard import RESERVED_FDS, ConnectionLimits
 from agenthub.llm.registry import ProviderRegistry
+from agenthub.log import route_library_loggers
+from agenthub.memory.thresholds import thresholds_for
 from agenthub.memory.wiring import attach_memory_layer
 from agenthub.scheduler.wiring import attach_scheduler
 from agenthub.storage.migrate import migrate_at_start
+from agenthub.web import WebServer
+
+log = structlog.get_logger(__name__)
 
 
 def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> GatewayCore:
@@ -21,3 +35,54 @@ def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> Gateway
     attach_memory_layer(gateway)
     attach_scheduler(gateway)
     return gateway
+
+
+def api_services(gateway: GatewayCore) -> ApiServices:
+    """The API's view of the core: the gateway behind the narrow `ApiHost` protocol, and the two services the
+    admin routes need that are built around the whole gateway (forgetting a person, the memory thresholds)."""
+    return ApiServices(
+        gateway,
+        forgetter=lambda: gateway_forgetter(gateway),
+        thresholds=lambda agent: thresholds_for(gateway, agent),
+    )
+
+
+def build_api(gateway: GatewayCore, routes: WebRoutes) -> HttpApi:
+    """The HTTP API and console, its routes added to `routes`; `ConfigError` for a bad `[channels.http]`."""
+    return HttpApi(api_services(gateway), routes, gateway.settings.channels.get("http", {}))
+
+
+def channel_context(settings: Settings, gateway: Submitter, routes: WebRoutes, name: str) -> ChannelContext:
+    """What channel `name` is built with; its private state lives in `data/.channels/<name>/`."""
+    return ChannelContext(
+        gateway=gateway, settings=settings, web=routes, state_dir=settings.data_dir / ".channels" / name
+    )
+
+
+def web_server(settings: Settings, gateway: GatewayCore) -> WebServer:
+    """The daemon's one HTTP server, bounded as `[http]` says (nothing mounted or listening yet)."""
+    http = settings.http
+    limits = ConnectionLimits(
+        header_timeout_s=http.header_timeout_s,
+        body_timeout_s=http.body_timeout_s,
+        max_connections=http.max_connections,
+        reserved_fds=RESERVED_FDS + settings.session.max_concurrent_llm,
+    )
+    return WebServer(gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes, limits=limits)
+
+
+def assemble(settings: Settings, gateway: GatewayCore) -> tuple[WebServer, list[Channel]]:
+    """The HTTP server with the API (unless `[http] enabled = false`) and every enabled channel built and their
+    routes mounted (nothing started yet). A channel that fails to build is logged by name and left out; the
+    others go on. A bad `[channels.http]` is a `ConfigError`: it stops start-up."""
+    server = web_server(settings, gateway)
+    routes = WebRoutes()
+    built: list[Channel] = [build_api(gateway, routes)] if settings.http.enabled else []
+    for name, raw in enabled_channels(settings):
+        try:
+            built.append(load_channel_class(name)(channel_context(settings, gateway, routes, name), raw))
+        except Exception as e:
+            log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)
+    route_library_loggers()  # a channel's SDK imported just now (lark-oapi) may have added its own handler
+    server.mount(routes)
+    return server, built

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -186,7 +185,3 @@ def render_metrics(gateway: GatewayCore) -> str:
         f"agenthub_queue_depth {gateway.queue_depth()}",
     ]
     return "\n".join(lines) + "\n"
-
-
-def dumps(data: object) -> str:
-    return json.dumps(data, ensure_ascii=False)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from agenthub.api.llm_text import WELCOME_PROMPT
 from agenthub.config import Settings
-from channels.http.llm_text import WELCOME_PROMPT
 from tests.conftest import write_agent
 from tests.fakes.anthropic import FakeAnthropic, reply_text
 from tests.harness import RunningApi

@@ -10,10 +10,10 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from agenthub.api.host import ApiHost
+from agenthub.api.requests import agent_of, key_for
 from agenthub.api.sse import KEEPALIVE, encode_frame
-from agenthub.gateway.core import GatewayCore
 from agenthub.messages import now_ms
-from channels.http.requests import agent_of, key_for
 
 log = structlog.get_logger(__name__)
 
@@ -66,9 +66,9 @@ def push_payload(session_key: str, content: str) -> dict[str, Any]:
     return {"session_key": session_key, "role": "assistant", "content": content, "timestamp": now_ms()}
 
 
-async def stream_events(request: web.Request, gateway: GatewayCore, feed: PushFeed) -> web.StreamResponse:
+async def stream_events(request: web.Request, host: ApiHost, feed: PushFeed) -> web.StreamResponse:
     """`event: ready` once subscribed, then one `event: push` per proactive message; comments keep it alive."""
-    agent = agent_of(request, gateway)
+    agent = agent_of(request, host)
     key = key_for(agent, request.match_info["chat_id"])
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

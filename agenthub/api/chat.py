@@ -9,20 +9,10 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from agenthub.api.sse import encode_event, joined_field, reply_text
-from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import (
-    DeltaEvent,
-    DoneEvent,
-    ErrorCode,
-    ErrorEvent,
-    InboundMessage,
-    NoticeEvent,
-)
-from agenthub.web import GATEWAY
-from channels.http.requests import (
+from agenthub.api.errors import ApiError, status_of
+from agenthub.api.host import ApiServices
+from agenthub.api.requests import (
     CHANNEL,
-    ApiError,
     ChatBody,
     agent_of,
     key_for,
@@ -30,21 +20,17 @@ from channels.http.requests import (
     sender_of,
     token_name,
 )
+from agenthub.api.sse import encode_event, joined_field, reply_text
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import (
+    DeltaEvent,
+    DoneEvent,
+    ErrorEvent,
+    InboundMessage,
+    NoticeEvent,
+)
 
 log = structlog.get_logger(__name__)
-
-ERROR_STATUS: dict[str, int] = {
-    ErrorCode.INVALID_ID: 400,
-    ErrorCode.UNKNOWN_AGENT: 404,
-    ErrorCode.STOPPED: 409,
-    ErrorCode.RESTART: 409,
-    ErrorCode.TIMEOUT: 504,
-    ErrorCode.LLM_ERROR: 502,
-    ErrorCode.SHUTDOWN: 503,
-    ErrorCode.QUEUE_FULL: 429,
-    ErrorCode.PATH_REFUSED: 403,
-    ErrorCode.STORAGE_UNAVAILABLE: 503,
-}
 
 
 def wants_stream(request: web.Request) -> bool:
@@ -53,8 +39,9 @@ def wants_stream(request: web.Request) -> bool:
     return "text/event-stream" in request.headers.get("Accept", "")
 
 
-async def handle_chat(request: web.Request) -> web.StreamResponse:
-    gateway = request.app[GATEWAY]
+async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamResponse:
+    """`POST /api/agents/{agent}/chat`: submit the message; stream its reply, or answer it as one JSON."""
+    gateway = api.host
     agent = agent_of(request, gateway)
     body = await parse_body(request, ChatBody)
     key = key_for(agent, body.chat_id)
@@ -75,8 +62,8 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
     final = collected.final
     if isinstance(final, ErrorEvent):
         if not collected.text:
-            raise ApiError(ERROR_STATUS.get(final.code, 500), final.code, final.message)
-        return _json(_incomplete(collected, final, str(key)), ERROR_STATUS.get(final.code, 500))
+            raise ApiError(status_of(final.code), final.code, final.message)
+        return _json(_incomplete(collected, final, str(key)), status_of(final.code))
     usage = final.usage.as_dict()
     reply = {"reply": reply_text(final), "session_key": str(key), "usage": usage, "notices": collected.notices}
     return _json({**reply, **joined_field(final)})
