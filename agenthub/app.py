@@ -3,31 +3,35 @@ channels, built once here for both `agenthub serve` and `agenthub chat`."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import structlog
 
-from agenthub.agent.definition import load_agents
-from agenthub.api.host import ApiServices
-from agenthub.api.server import HttpApi
 from agenthub.channel import Channel, ChannelContext, Submitter, WebRoutes
 from agenthub.channel_registry import enabled_channels, load_channel_class
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
-from agenthub.forget.command import gateway_forgetter
-from agenthub.gateway.core import GatewayCore
-from agenthub.http_guard import RESERVED_FDS, ConnectionLimits
-from agenthub.llm.registry import ProviderRegistry
-from agenthub.log import route_library_loggers
-from agenthub.memory.thresholds import thresholds_for
-from agenthub.memory.wiring import attach_memory_layer
-from agenthub.scheduler.wiring import attach_scheduler
-from agenthub.storage.migrate import migrate_at_start
-from agenthub.web import WebServer
+
+if TYPE_CHECKING:
+    from agenthub.api.host import ApiServices
+    from agenthub.api.server import HttpApi
+    from agenthub.gateway.core import GatewayCore
+    from agenthub.web import WebServer
 
 log = structlog.get_logger(__name__)
+# The core's heavy parts (the LLM SDK behind the gateway, the web server) are imported by the functions that build
+# them: `agenthub chat` connected to a daemon uses this module without ever loading them.
 
 
 def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> GatewayCore:
     """A ready-to-enter GatewayCore with the agents and providers the settings describe."""
+    from agenthub.agent.definition import load_agents
+    from agenthub.gateway.core import GatewayCore
+    from agenthub.llm.registry import ProviderRegistry
+    from agenthub.memory.wiring import attach_memory_layer
+    from agenthub.scheduler.wiring import attach_scheduler
+    from agenthub.storage.migrate import migrate_at_start
+
     migrate_at_start(settings.workspace_dir, settings.agents_dir)
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
     providers = ProviderRegistry.from_settings(settings.llm)
@@ -40,6 +44,10 @@ def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> Gateway
 def api_services(gateway: GatewayCore) -> ApiServices:
     """The API's view of the core: the gateway behind the narrow `ApiHost` protocol, and the two services the
     admin routes need that are built around the whole gateway (forgetting a person, the memory thresholds)."""
+    from agenthub.api.host import ApiServices
+    from agenthub.forget.command import gateway_forgetter
+    from agenthub.memory.thresholds import thresholds_for
+
     return ApiServices(
         gateway,
         forgetter=lambda: gateway_forgetter(gateway),
@@ -49,6 +57,8 @@ def api_services(gateway: GatewayCore) -> ApiServices:
 
 def build_api(gateway: GatewayCore, routes: WebRoutes) -> HttpApi:
     """The HTTP API and console, its routes added to `routes`; `ConfigError` for a bad `[channels.http]`."""
+    from agenthub.api.server import HttpApi
+
     return HttpApi(api_services(gateway), routes, gateway.settings.channels.get("http", {}))
 
 
@@ -61,6 +71,9 @@ def channel_context(settings: Settings, gateway: Submitter, routes: WebRoutes, n
 
 def web_server(settings: Settings, gateway: GatewayCore) -> WebServer:
     """The daemon's one HTTP server, bounded as `[http]` says (nothing mounted or listening yet)."""
+    from agenthub.http_guard import RESERVED_FDS, ConnectionLimits
+    from agenthub.web import WebServer
+
     http = settings.http
     limits = ConnectionLimits(
         header_timeout_s=http.header_timeout_s,
@@ -83,6 +96,5 @@ def assemble(settings: Settings, gateway: GatewayCore) -> tuple[WebServer, list[
             built.append(load_channel_class(name)(channel_context(settings, gateway, routes, name), raw))
         except Exception as e:
             log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)
-    route_library_loggers()  # a channel's SDK imported just now (lark-oapi) may have added its own handler
     server.mount(routes)
     return server, built
