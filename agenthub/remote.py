@@ -11,6 +11,7 @@ import aiohttp
 import structlog
 
 from agenthub import i18n
+from agenthub.api.codes import reply_code
 from agenthub.api.sse import Frame, MalformedFrame, decode_event, read_frames
 from agenthub.errors import AgentHubError, AgentNotFoundError
 from agenthub.gateway.handle import ReplyHandle
@@ -21,8 +22,6 @@ log = structlog.get_logger(__name__)
 
 CHANNEL = "http"
 """The daemon's API is its HTTP channel: a remote session is `<agent>:http:<chat_id>`."""
-DAEMON_CODES: dict[str, str] = {"agent_not_found": ErrorCode.UNKNOWN_AGENT}
-"""The daemon's API error codes that differ from the gateway's event codes for the same failure."""
 CHECK_TIMEOUT = aiohttp.ClientTimeout(total=15)
 
 
@@ -175,4 +174,4 @@ async def _error_event(resp: aiohttp.ClientResponse) -> ErrorEvent:
     """A refused chat request as the reply's error; a bad id or unknown agent keeps the gateway's code."""
     code, message = await _error_fields(resp)
     text = _refused(message) if resp.status == 401 else _said("remote.refused", status=resp.status, message=message)
-    return ErrorEvent(text, code=DAEMON_CODES.get(code, code) or f"http_{resp.status}")
+    return ErrorEvent(text, code=reply_code(code) or f"http_{resp.status}")

@@ -9,7 +9,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from agenthub.api.errors import ApiError, status_of
+from agenthub.api.codes import status_of
+from agenthub.api.errors import ApiError
 from agenthub.api.host import ApiServices
 from agenthub.api.requests import (
     CHANNEL,

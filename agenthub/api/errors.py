@@ -1,38 +1,22 @@
-"""The API's error answers: the documented shape, and the one table of HTTP statuses per reply error code."""
+"""The API's error answers in the documented shape `{"error": {"code", "message"}}`, storage errors included."""
 
 from __future__ import annotations
 
 import functools
 import json
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
 
-from agenthub.api.host import ApiServices
 from agenthub.errors import PathRefusedError, StorageError
-from agenthub.messages import ErrorCode
 from agenthub.web import error_body
 
+if TYPE_CHECKING:
+    from agenthub.api.host import ApiServices
+
 log = structlog.get_logger(__name__)
-
-STATUS: dict[str, int] = {
-    ErrorCode.INVALID_ID: 400,
-    ErrorCode.UNKNOWN_AGENT: 404,
-    ErrorCode.STOPPED: 409,
-    ErrorCode.RESTART: 409,
-    ErrorCode.TIMEOUT: 504,
-    ErrorCode.LLM_ERROR: 502,
-    ErrorCode.SHUTDOWN: 503,
-    ErrorCode.QUEUE_FULL: 429,
-    ErrorCode.PATH_REFUSED: 403,
-    ErrorCode.STORAGE_UNAVAILABLE: 503,
-}
-"""The HTTP status of a reply that ended in an error with this code; any other code is a 500."""
-
-
-def status_of(code: str) -> int:
-    return STATUS.get(code, 500)
 
 
 class ApiError(web.HTTPException):
@@ -43,7 +27,7 @@ class ApiError(web.HTTPException):
         super().__init__(text=json.dumps(error_body(code, message)), content_type="application/json")
 
 
-Route = Callable[[ApiServices, web.Request], Awaitable[web.Response]]
+Route = Callable[["ApiServices", web.Request], Awaitable[web.Response]]
 PATH_REFUSED = "this session's files are refused by the storage checks (a link inside data/); see the daemon log"
 STORAGE_UNAVAILABLE = "the change could not be saved (the server's storage is full or not writable); try again later"
 
