@@ -88,6 +88,9 @@ def assemble(settings: Settings, gateway: GatewayCore) -> tuple[WebServer, list[
     """The HTTP server with the API (unless `[http] enabled = false`) and every enabled channel built and their
     routes mounted (nothing started yet). A channel that fails to build is logged by name and left out; the
     others go on. A bad `[channels.http]` is a `ConfigError`: it stops start-up."""
+    from agenthub.api.server import api_config
+
+    api_config(settings.channels.get("http", {}))  # also with the server off: a stray key is never silently dropped
     server = web_server(settings, gateway)
     routes = WebRoutes()
     built: list[Channel] = [build_api(gateway, routes)] if settings.http.enabled else []

@@ -25,6 +25,14 @@ async def test_the_locale_key_is_accepted_and_the_api_is_built(settings: Setting
         await server.close()
 
 
+async def test_with_the_server_off_a_stray_key_still_stops_start_up(settings: Settings) -> None:
+    http = settings.http.model_copy(update={"enabled": False})
+    settings = settings.model_copy(update={"http": http, "channels": {"http": {"port": 9000}}})
+    async with build_gateway(settings) as gateway:
+        with pytest.raises(ConfigError, match=r"channels\.http\.port"):
+            assemble(settings, gateway)
+
+
 async def test_with_the_server_off_there_is_no_api(settings: Settings) -> None:
     settings = settings.model_copy(update={"http": settings.http.model_copy(update={"enabled": False})})
     async with build_gateway(settings) as gateway:
