@@ -59,6 +59,7 @@ async def test_meta_title_and_updated_at(tmp_path: Path) -> None:
     assert (meta.created_at, meta.updated_at) == (100_000, 105_000)
     clock.advance(5)
     await history.append(KEY, _user("a later message does not retitle"))
+    await history.flush()  # a moved updated_at is written behind
     on_disk = read_meta(history.layout("reviewer").meta_file(KEY))
     assert on_disk is not None and on_disk.title == meta.title and on_disk.updated_at == 110_000
 
@@ -73,6 +74,7 @@ async def test_append_does_not_reread_the_meta_file(tmp_path: Path) -> None:
     write_meta(meta_path, meta.with_changes(title="changed behind its back"))
     clock.advance(1)
     await history.append(KEY, _user("second"))
+    await history.flush()
     after = read_meta(meta_path)
     assert after is not None and after.title == "first" and after.updated_at == 101_000  # from the cache
 
