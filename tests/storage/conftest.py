@@ -1,4 +1,5 @@
-"""The session-store backends under the contract suite: add a backend by adding its factory to STORE_FACTORIES."""
+"""The backends under the contract suites: add one by adding its factory to STORE_FACTORIES (session histories)
+or MEMORY_STORE_FACTORIES (memory files)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.memory_backend import InMemorySessionStore
+from agenthub.storage.memory_files import FileMemoryStore, InMemoryMemoryStore, MemoryStore
 from agenthub.storage.store import SessionStore
 from tests.helpers.disks import fill, small_tmpfs
 
@@ -64,3 +66,54 @@ STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], Backend]] = {"files": _fi
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     with ExitStack() as stack:
         yield STORE_FACTORIES[request.param](tmp_path, stack)
+
+
+@dataclass
+class MemoryBackend:
+    """One memory-file backend as its contract suite drives it."""
+
+    name: str
+    store: MemoryStore
+    reopen: Callable[[], MemoryStore]
+    failing_writes: Callable[[], AbstractContextManager[None]]
+
+
+def _memory_files(tmp_path: Path, stack: ExitStack) -> MemoryBackend:
+    disk = stack.enter_context(small_tmpfs(tmp_path / "disk", size="1m"))
+    store = FileMemoryStore(disk / "data", disk / "auth")
+
+    @contextmanager
+    def full_disk() -> Iterator[None]:
+        filler = fill(disk)
+        try:
+            yield
+        finally:
+            filler.unlink()
+
+    return MemoryBackend("files", store, lambda: FileMemoryStore(disk / "data", disk / "auth"), full_disk)
+
+
+def _memory_dict(tmp_path: Path, stack: ExitStack) -> MemoryBackend:
+    store = InMemoryMemoryStore()
+
+    @contextmanager
+    def failing() -> Iterator[None]:
+        store.fail_writes = True
+        try:
+            yield
+        finally:
+            store.fail_writes = False
+
+    return MemoryBackend("memory", store, lambda: store, failing)
+
+
+MEMORY_STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], MemoryBackend]] = {
+    "files": _memory_files,
+    "memory": _memory_dict,
+}
+
+
+@pytest.fixture(params=sorted(MEMORY_STORE_FACTORIES))
+def memory_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryBackend]:
+    with ExitStack() as stack:
+        yield MEMORY_STORE_FACTORIES[request.param](tmp_path, stack)
