@@ -21,7 +21,9 @@ T = TypeVar("T")
 class FileSessionStore:
     """Session histories as JSONL files under `data_dir` (design §4): whole-line appends that land all or nothing,
     a torn tail skipped on read and cut by the next append, archive-then-replace, and every path refused if it is
-    a symbolic link (files are opened with O_NOFOLLOW)."""
+    a symbolic link (files are opened with O_NOFOLLOW). A write the disk refuses raises StorageError; a read of a
+    broken layout (a directory where a file belongs) raises its OSError, as it did before the store existed (the
+    turn reports it as an internal error, not as a full disk)."""
 
     def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
         self.data_dir = data_dir
@@ -36,7 +38,7 @@ class FileSessionStore:
 
     async def load(self, key: SessionKey) -> list[HistoryRecord]:
         path = self.layout(key.agent).history_file(key)
-        return await _on_disk("read the session's history", lambda: jsonl.read_records(path))
+        return await asyncio.to_thread(jsonl.read_records, path)
 
     async def append(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
         check_records(records)
@@ -75,7 +77,7 @@ class FileSessionStore:
 
     async def read_archive(self, key: SessionKey) -> list[HistoryRecord]:
         path = self.layout(key.agent).archive_file(key)
-        return await _on_disk("read the archive", lambda: jsonl.read_records(path))
+        return await asyncio.to_thread(jsonl.read_records, path)
 
     async def rewrite_archive(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
         path = self.layout(key.agent).archive_file(key)
@@ -101,14 +103,14 @@ class FileSessionStore:
             newest = newest_timestamp([last]) if last is not None else None
             return meta.with_changes(updated_at=newest) if newest is not None and newest > meta.updated_at else meta
 
-        return await _on_disk("read the session's meta", read)
+        return await asyncio.to_thread(read)
 
     async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
         path = self.layout(key.agent).meta_file(key)
         await _on_disk("write the session's meta", lambda: write_meta(path, meta, durable=durable))
 
     async def exists(self, key: SessionKey) -> bool:
-        return await _on_disk("look the session up", lambda: self.exists_now(key))
+        return await asyncio.to_thread(self.exists_now, key)
 
     def exists_now(self, key: SessionKey) -> bool:
         """Two stats at most, on the caller's thread (quick enough for the event loop's look-ups)."""
@@ -117,13 +119,13 @@ class FileSessionStore:
 
     async def list_keys(self, agent: str) -> list[SessionKey]:
         sessions_dir = self.layout(agent).sessions_dir
-        stems = await _on_disk("list the sessions", lambda: _session_stems(sessions_dir))
+        stems = await asyncio.to_thread(_session_stems, sessions_dir)
         keys = (key_from_file_stem(stem) for stem in sorted(stems))
         return [key for key in keys if key is not None and key.agent == agent]
 
     async def activity(self, agent: str) -> list[SessionActivity]:
         sessions_dir = self.layout(agent).sessions_dir
-        found = await _on_disk("list the sessions", lambda: _history_mtimes(sessions_dir))
+        found = await asyncio.to_thread(_history_mtimes, sessions_dir)
         keyed = [(key_from_file_stem(stem), mtime) for stem, mtime in found]
         activity = [SessionActivity(key, mtime) for key, mtime in keyed if key is not None and key.agent == agent]
         return sorted(activity, key=lambda a: a.changed_at, reverse=True)

@@ -55,8 +55,10 @@ class SessionActivity:
 
 class SessionStore(Protocol):
     """Durable session histories, their archives and meta. One call is one durable step: when it returns, what it
-    wrote survives a crash; when it raises `StorageError`, nothing of it was written. Callers serialise calls per
-    key (`SessionHistory` does); a backend may still be called for different keys at the same time."""
+    wrote survives a crash (meta written with `durable=False` excepted); when it raises `StorageError`, nothing of it
+    was written. A malformed record is refused with `MalformedRecordError` before anything is written. Callers
+    serialise calls per key (`SessionHistory` does); a backend may still be called for different keys at the same
+    time."""
 
     async def load(self, key: SessionKey) -> list[HistoryRecord]:
         """The working history, oldest first; [] for an unknown session. A torn or corrupt record is skipped."""
