@@ -17,6 +17,7 @@ from agenthub.storage.keys import SessionKey, session_key
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.store import MalformedRecordError, SessionStore
 from tests.helpers.crash_writer import text_for
+from tests.helpers.disks import fill, small_tmpfs
 from tests.storage.conftest import Backend
 
 KEY = session_key("default", "http", "chat-1")
@@ -256,3 +257,19 @@ async def test_files_killed_mid_append_keep_a_prefix(tmp_path: Path) -> None:
         assert (content if isinstance(content, str) else content[0]["text"]) == text_for(r["seq"])
     meta = await store.read_meta(key)
     assert meta is not None and meta.updated_at == records[-1]["timestamp"]  # caught up from the history
+
+
+async def test_files_replace_archives_before_it_replaces(tmp_path: Path) -> None:
+    """Cut short between its two steps (the disk fills after the archive landed), a replace has lost nothing: what
+    it removes is in the archive and the old history is whole; the retry at worst duplicates it in the archive."""
+    with small_tmpfs(tmp_path / "data", size="1m") as disk:
+        store = FileSessionStore(disk, fsync=True)
+        old = [_msg("one", timestamp=1), _msg("two", timestamp=2)]
+        await store.append(KEY, old)
+        await store.replace(KEY, old, archive=[_msg("seed", timestamp=0)])  # the archive file has a page now
+        filler = fill(disk)
+        with pytest.raises(StorageError):  # the archive line fits its last page; the new history file does not
+            await store.replace(KEY, [_msg(PAD, "system", timestamp=3)], archive=old[:1])
+        assert await store.load(KEY) == old
+        assert await store.read_archive(KEY) == [_msg("seed", timestamp=0), old[0]]
+        filler.unlink()
