@@ -20,7 +20,7 @@ from tests.roots import make_settings
 if TYPE_CHECKING:
     from tests.fakes.anthropic import FakeAnthropic
 
-pytest_plugins = ["tests.fakes.anthropic", "tests.harness"]
+pytest_plugins = ["tests.fakes.anthropic", "tests.harness", "tests.support.postgres"]
 
 
 @pytest.fixture(autouse=True)

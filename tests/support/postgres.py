@@ -1,0 +1,274 @@
+"""A real PostgreSQL for the suite: `initdb` in a temp dir as an unprivileged user, a server on a free port, and a
+fresh database per test. Missing binaries fail loudly (install them with `.ci/run` / apt), never skip."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+
+SUPERUSER = "agenthub"
+UNPRIVILEGED_USERS = ("postgres", "agenthub-pgtest")
+"""Who runs the server when the suite runs as root: Debian's `postgresql` package creates `postgres`; without it
+we create a system user of our own."""
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+MISSING = (
+    "PostgreSQL server binaries (initdb, postgres) not found: run `.ci/run` or `apt-get install -y postgresql` "
+    "(looked in `pg_config --bindir` and /usr/lib/postgresql/*/bin)"
+)
+
+
+def find_bindir() -> Path:
+    """Where `initdb` and `postgres` live: `pg_config --bindir`, else the newest /usr/lib/postgresql/*/bin."""
+    candidates: list[Path] = []
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
+        if out.returncode == 0 and out.stdout.strip():
+            candidates.append(Path(out.stdout.strip()))
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_of, reverse=True)
+    candidates.extend(Path(v) for v in versions)
+    for bindir in candidates:
+        if (bindir / "initdb").is_file() and (bindir / "postgres").is_file():
+            return bindir
+    pytest.fail(MISSING, pytrace=False)
+
+
+def _version_of(bindir: str) -> float:
+    try:
+        return float(Path(bindir).parent.name)
+    except ValueError:
+        return 0.0
+
+
+def server_account() -> pwd.struct_passwd | None:
+    """The account the server runs as: None when we are not root (we run it ourselves), else an unprivileged one,
+    created as a system user when none exists (postgres refuses to run as root)."""
+    if os.geteuid() != 0:
+        return None
+    for name in UNPRIVILEGED_USERS:
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            continue
+    name = UNPRIVILEGED_USERS[-1]
+    created = subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if created.returncode != 0:
+        pytest.fail(f"cannot create the unprivileged user {name} for PostgreSQL: {created.stderr.strip()}")
+    return pwd.getpwnam(name)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class PostgresServer:
+    """One throw-away cluster: `start()`, `stop()` (and `start()` again: same data, same port), `remove()`."""
+
+    bindir: Path
+    account: pwd.struct_passwd | None
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="agenthub-pg-")))
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def datadir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def logfile(self) -> Path:
+        return self.root / "server.log"
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
+
+    def init(self) -> None:
+        if self.account is not None:
+            os.chown(self.root, self.account.pw_uid, self.account.pw_gid)
+        self._run_as_owner(
+            [
+                str(self.bindir / "initdb"),
+                "-D",
+                str(self.datadir),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
+            ]
+        )
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections; fail with its log's tail if it does not."""
+        log = self.logfile.open("ab")
+        self.process = subprocess.Popen(
+            [str(self.bindir / "postgres"), "-D", str(self.datadir), "-p", str(self.port), *self._options()],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.root,
+            user=self._uid,
+            group=self._gid,
+            extra_groups=self._extra_groups,
+            env=self._env,
+        )
+        log.close()
+        self._wait_until_ready()
+
+    def _options(self) -> list[str]:
+        settings = {
+            "listen_addresses": "127.0.0.1",
+            "unix_socket_directories": str(self.root),
+            "fsync": "off",  # tests only: a lost server loses nothing we need
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "max_connections": "300",
+            "shared_buffers": "32MB",
+        }
+        return [arg for key, value in settings.items() for arg in ("-c", f"{key}={value}")]
+
+    def _wait_until_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                pytest.fail(f"postgres exited with {self.process.returncode}:\n{self._log_tail()}", pytrace=False)
+            try:
+                with psycopg.connect(self.dsn(), connect_timeout=2):
+                    return
+            except psycopg.OperationalError:
+                time.sleep(0.05)
+        pytest.fail(f"postgres did not accept connections within {START_TIMEOUT_S} s:\n{self._log_tail()}")
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT: connections are cut, clients see the server go away)."""
+        if self.process is None or self.process.poll() is not None:
+            self.process = None
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def create_database(self) -> str:
+        """A fresh, empty database; its DSN."""
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.dsn(name)
+
+    def drop_database(self, dsn: str) -> None:
+        name = dsn.rsplit("/", 1)[1]
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def _log_tail(self) -> str:
+        try:
+            return self.logfile.read_text(encoding="utf-8", errors="replace")[-2000:]
+        except OSError:
+            return "(no server log)"
+
+    @property
+    def _uid(self) -> int | None:
+        return None if self.account is None else self.account.pw_uid
+
+    @property
+    def _gid(self) -> int | None:
+        return None if self.account is None else self.account.pw_gid
+
+    @property
+    def _extra_groups(self) -> list[int] | None:
+        return None if self.account is None else []
+
+    @property
+    def _env(self) -> dict[str, str] | None:
+        if self.account is None:
+            return None
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.root), "LANG": "C.UTF-8"}
+
+    def _run_as_owner(self, argv: list[str]) -> None:
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            cwd=self.root,
+            check=False,
+            user=self._uid,
+            group=self._gid,
+            extra_groups=self._extra_groups,
+            env=self._env,
+        )
+        if done.returncode != 0:
+            pytest.fail(f"{argv[0]} failed ({done.returncode}): {done.stderr.strip()[-2000:]}", pytrace=False)
+
+
+def new_server() -> PostgresServer:
+    """An initialised and started server of its own (for a test that stops it); `remove()` it afterwards."""
+    server = PostgresServer(find_bindir(), server_account())
+    try:
+        server.init()
+        server.start()
+    except BaseException:
+        server.remove()
+        raise
+    return server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """The suite's shared PostgreSQL, started once on first use."""
+    server = new_server()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    """A fresh empty database on the shared server for this test; dropped afterwards."""
+    dsn = postgres_server.create_database()
+    try:
+        yield dsn
+    finally:
+        postgres_server.drop_database(dsn)
+
+
+@pytest.fixture
+def own_postgres_server() -> Iterator[PostgresServer]:
+    """A server of this test's own, which it may stop and start again."""
+    server = new_server()
+    try:
+        yield server
+    finally:
+        server.remove()
