@@ -3,6 +3,8 @@ fresh database per test. Missing binaries fail loudly (install them with `.ci/ru
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import glob
 import os
 import pwd
@@ -13,12 +15,17 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 import pytest
+
+from agenthub.storage.postgres import PostgresSessionStore, lazy_postgres_store
+from agenthub.storage.postgres.database import migrate
 
 SUPERUSER = "agenthub"
 UNPRIVILEGED_USERS = ("postgres", "agenthub-pgtest")
@@ -244,24 +251,88 @@ def new_server() -> PostgresServer:
     return server
 
 
+_shared: list[PostgresServer] = []
+
+
+def shared_server() -> PostgresServer:
+    """The suite's one shared server, started on first use (the `postgres_server` fixture, or code such as the
+    contract suite's backend factories that cannot ask for a fixture); removed at the end of the session."""
+    if not _shared:
+        _shared.append(new_server())
+        atexit.register(_remove_shared)
+    return _shared[0]
+
+
+def _remove_shared() -> None:
+    while _shared:
+        _shared.pop().remove()
+
+
+@contextmanager
+def fresh_database() -> Iterator[str]:
+    """A new empty database on the shared server; its DSN. Dropped (its connections cut) on exit."""
+    server = shared_server()
+    dsn = server.create_database()
+    try:
+        yield dsn
+    finally:
+        server.drop_database(dsn)
+
+
+def migrated(dsn: str) -> str:
+    """`dsn`, its schema brought up to date by the product's own migrations (run on a thread of its own, so this
+    works inside and outside an event loop)."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, migrate(dsn)).result()
+    return dsn
+
+
+@contextmanager
+def refusing_large_writes(dsn: str, limit: int = 4096) -> Iterator[None]:
+    """While inside, the server refuses every history, archive or meta row longer than `limit` bytes (the
+    database's counterpart of a full disk), from inside the statement, so all-or-nothing is really tested."""
+    tables = ("session_records", "session_archive", "session_meta")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION refuse_large_rows() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF octet_length(to_jsonb(NEW)::text) > {int(limit)} THEN RAISE EXCEPTION 'row too large'; END IF; "
+            "RETURN NEW; END $$"
+        )
+        for table in tables:
+            conn.execute(
+                f"CREATE TRIGGER refuse_large BEFORE INSERT OR UPDATE ON {table} "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_large_rows()"
+            )
+    try:
+        yield
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for table in tables:
+                conn.execute(f"DROP TRIGGER IF EXISTS refuse_large ON {table}")
+
+
+def postgres_backend_parts(
+    stack: ExitStack,
+) -> tuple[PostgresSessionStore, Callable[[], PostgresSessionStore], Callable[[], AbstractContextManager[None]]]:
+    """(store, reopen, failing_writes) on a fresh migrated database, for the SessionStore contract suite:
+    `Backend("postgres", *postgres_backend_parts(stack))`. `reopen` is a new store with its own pool over the same
+    database, as after a restart; the database is dropped when `stack` closes."""
+    dsn = migrated(stack.enter_context(fresh_database()))
+    return lazy_postgres_store(dsn), lambda: lazy_postgres_store(dsn), lambda: refusing_large_writes(dsn)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     """The suite's shared PostgreSQL, started once on first use."""
-    server = new_server()
-    try:
-        yield server
-    finally:
-        server.remove()
+    yield shared_server()
+    _remove_shared()
 
 
 @pytest.fixture
 def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
     """A fresh empty database on the shared server for this test; dropped afterwards."""
-    dsn = postgres_server.create_database()
-    try:
+    with fresh_database() as dsn:
         yield dsn
-    finally:
-        postgres_server.drop_database(dsn)
 
 
 @pytest.fixture
