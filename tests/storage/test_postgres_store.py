@@ -272,3 +272,17 @@ async def until_it_works(operation: Any) -> None:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.1)
+
+
+async def test_a_user_without_the_right_to_create_tables_is_told_so(postgres_dsn: str) -> None:
+    role = f"weak_{postgres_dsn.rsplit('_', 1)[1]}"
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        await conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'hunter2'")
+    weak_dsn = postgres_dsn.replace("agenthub@", f"{role}:hunter2@")
+    try:
+        with pytest.raises(StorageError, match="may not create AgentHub's tables") as caught:
+            await postgres_store_factory(weak_dsn)
+        assert "hunter2" not in str(caught.value) and role not in str(caught.value)
+    finally:
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+            await conn.execute(f"DROP ROLE {role}")

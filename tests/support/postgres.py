@@ -99,6 +99,8 @@ class PostgresServer:
     account: pwd.struct_passwd | None
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="agenthub-pg-")))
     port: int = field(default_factory=free_port)
+    durable: bool = False
+    """fsync and synchronous commit as in production (for benchmarks); off by default, for speed in tests."""
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -149,9 +151,9 @@ class PostgresServer:
         settings = {
             "listen_addresses": "127.0.0.1",
             "unix_socket_directories": str(self.root),
-            "fsync": "off",  # tests only: a lost server loses nothing we need
-            "synchronous_commit": "off",
-            "full_page_writes": "off",
+            "fsync": "on" if self.durable else "off",  # tests only: a lost server loses nothing we need
+            "synchronous_commit": "on" if self.durable else "off",
+            "full_page_writes": "on" if self.durable else "off",
             "max_connections": "300",
             "shared_buffers": "32MB",
         }
@@ -239,9 +241,9 @@ class PostgresServer:
             pytest.fail(f"{argv[0]} failed ({done.returncode}): {done.stderr.strip()[-2000:]}", pytrace=False)
 
 
-def new_server() -> PostgresServer:
+def new_server(*, durable: bool = False) -> PostgresServer:
     """An initialised and started server of its own (for a test that stops it); `remove()` it afterwards."""
-    server = PostgresServer(find_bindir(), server_account())
+    server = PostgresServer(find_bindir(), server_account(), durable=durable)
     try:
         server.init()
         server.start()

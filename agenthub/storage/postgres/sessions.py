@@ -54,15 +54,22 @@ class MalformedRecordError(StorageError, ValueError):
     """A record that is not a history message, or that cannot be written as JSON."""
 
 
-def encode_records(records: Sequence[HistoryRecord]) -> list[str]:
-    """The records as JSON texts; MalformedRecordError (nothing stored) for one that is not a history message."""
-    texts = []
+def check_records(records: Sequence[HistoryRecord]) -> None:
+    """The record check of the `SessionStore` boundary. (At the merge with the seams branch: use
+    `agenthub.storage.store.check_records` and its `MalformedRecordError` instead of these two.)"""
     for index, record in enumerate(records):
         content = record.get("content") if isinstance(record, dict) else None
         if not isinstance(record, dict) or record.get("role") not in ROLES | {"system"}:
             raise MalformedRecordError(f"record {index} has no known role")
         if not (isinstance(content, str) or (isinstance(content, list) and all(isinstance(b, dict) for b in content))):
             raise MalformedRecordError(f"record {index} has content that is neither text nor content blocks")
+
+
+def encode_records(records: Sequence[HistoryRecord]) -> list[str]:
+    """The records as JSON texts; MalformedRecordError (nothing stored) for one that is not a history message."""
+    check_records(records)
+    texts = []
+    for index, record in enumerate(records):
         try:
             texts.append(_json_text(record))
         except (TypeError, ValueError):
