@@ -286,3 +286,16 @@ async def test_a_user_without_the_right_to_create_tables_is_told_so(postgres_dsn
     finally:
         async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
             await conn.execute(f"DROP ROLE {role}")
+
+
+async def test_the_first_call_after_a_quiet_server_restart_succeeds(own_postgres_server: PostgresServer) -> None:
+    store = await postgres_store_factory(own_postgres_server.dsn(), max_size=4)
+    try:
+        await asyncio.gather(*(store.append(session_key("default", "http", f"u{i}"), [msg("warm")]) for i in range(4)))
+        own_postgres_server.stop()  # nobody calls while it is away: every pooled connection is now dead
+        own_postgres_server.start()
+        for i in range(4):
+            await store.append(session_key("default", "http", f"u{i}"), [msg("after")])
+        assert await store.load(session_key("default", "http", "u3")) == [msg("warm"), msg("after")]
+    finally:
+        await store.close()
