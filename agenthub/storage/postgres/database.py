@@ -31,6 +31,15 @@ CANNOT_CONNECT = (
 POOL_MAX = 20
 CONNECT_TIMEOUT_S = 5  # whole seconds: libpq's connect_timeout
 CHECKOUT_TIMEOUT_S = 5.0
+DEAD_PEER_DETECTION = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 3,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 20_000,  # ms a sent request may stay unacknowledged
+}
+"""libpq options: a server that vanished without closing the connection (a network cut, a dead host) is noticed
+in about 20 s instead of the kernel's minutes to hours, so a call on it ends in StorageError rather than hanging."""
 
 Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
 
@@ -69,7 +78,7 @@ class Database:
             max_size=self._max_size,
             open=False,
             timeout=self._checkout_timeout_s,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S, **DEAD_PEER_DETECTION},
             check=still_connected,
             name="agenthub-store",
         )
