@@ -39,15 +39,16 @@ MISSING = (
 )
 
 
-def find_bindir() -> Path:
-    """Where `initdb` and `postgres` live: `pg_config --bindir`, else the newest /usr/lib/postgresql/*/bin."""
+def find_bindir(*, path: str | None = None, pattern: str = "/usr/lib/postgresql/*/bin") -> Path:
+    """Where `initdb` and `postgres` live: `pg_config --bindir` (found on `path`, default $PATH), else the newest
+    `pattern` match (Debian's layout); a test failure naming `.ci/run` when there is none."""
     candidates: list[Path] = []
-    pg_config = shutil.which("pg_config")
+    pg_config = shutil.which("pg_config", path=path)
     if pg_config:
         out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
         if out.returncode == 0 and out.stdout.strip():
             candidates.append(Path(out.stdout.strip()))
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_of, reverse=True)
+    versions = sorted(glob.glob(pattern), key=_version_of, reverse=True)
     candidates.extend(Path(v) for v in versions)
     for bindir in candidates:
         if (bindir / "initdb").is_file() and (bindir / "postgres").is_file():
@@ -84,6 +85,12 @@ def server_account() -> pwd.struct_passwd | None:
     return pwd.getpwnam(name)
 
 
+def _parent_dir() -> str | None:
+    """Where the cluster's directory goes: the usual temp dir, but /tmp when we are root (the server's account
+    must reach it, and a root's TMPDIR may be private)."""
+    return "/tmp" if os.geteuid() == 0 else None
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -97,7 +104,7 @@ class PostgresServer:
 
     bindir: Path
     account: pwd.struct_passwd | None
-    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="agenthub-pg-")))
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="agenthub-pg-", dir=_parent_dir())))
     port: int = field(default_factory=free_port)
     durable: bool = False
     """fsync and synchronous commit as in production (for benchmarks); off by default, for speed in tests."""
@@ -193,7 +200,9 @@ class PostgresServer:
         """A fresh, empty database; its DSN."""
         name = f"t_{uuid.uuid4().hex[:16]}"
         with psycopg.connect(self.dsn(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            # FILE_COPY (PostgreSQL ≥ 15) copies the tiny template 3× faster than the default WAL_LOG
+            strategy = " STRATEGY FILE_COPY" if conn.info.server_version >= 150000 else ""
+            conn.execute(f'CREATE DATABASE "{name}"{strategy}')
         return self.dsn(name)
 
     def drop_database(self, dsn: str) -> None:
