@@ -15,6 +15,7 @@ from agenthub.storage.memory_backend import InMemorySessionStore
 from agenthub.storage.memory_files import FileMemoryStore, InMemoryMemoryStore, MemoryStore
 from agenthub.storage.store import SessionStore
 from tests.support.disks import fill, small_tmpfs
+from tests.support.postgres import postgres_backend_parts
 
 
 @dataclass
@@ -58,8 +59,16 @@ def _memory(tmp_path: Path, stack: ExitStack) -> Backend:
     return Backend("memory", store, lambda: store, failing)
 
 
-STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], Backend]] = {"files": _files, "memory": _memory}
-"""name → factory(tmp_path, exit stack for its resources). The lead adds "postgres" here."""
+def _postgres(tmp_path: Path, stack: ExitStack) -> Backend:
+    return Backend("postgres", *postgres_backend_parts(stack))
+
+
+STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], Backend]] = {
+    "files": _files,
+    "memory": _memory,
+    "postgres": _postgres,
+}
+"""name → factory(tmp_path, exit stack for its resources)."""
 
 
 @pytest.fixture(params=sorted(STORE_FACTORIES))
