@@ -86,6 +86,7 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
         model_hint=body.model_hint,
         provider_hint=body.provider_hint,
         metadata={"chat_type": "private"},  # the console: one person's chats
+        stream_text=wants_stream(request),
     )
     handle = await gateway.submit(message)
     if wants_stream(request):
