@@ -391,14 +391,17 @@ async def test_complete_retries_a_529_then_answers(
 
 
 def test_building_the_providers_does_not_import_the_sdk(tmp_path: Path) -> None:
-    """The SDK takes seconds to import: a start-up with a key configured must not wait for it."""
+    """The SDK takes seconds to import (Pillow a quarter second): a start-up with a key configured must not wait
+    for them, nor for the MCP SDK when no agent declares a server."""
     code = (
         "import sys\n"
+        "import agenthub.daemon, channels.http.channel\n"
         "from agenthub.config import LLMSettings\n"
         "from agenthub.llm.registry import ProviderRegistry\n"
         "reg = ProviderRegistry.from_settings(LLMSettings(api_key='k', base_url='http://127.0.0.1:9'), env={})\n"
         "assert not reg.is_offline\n"
-        "print(sorted(m for m in sys.modules if m == 'anthropic' or m.startswith(('anthropic.', 'httpx'))))\n"
+        "heavy = ('anthropic', 'httpx2', 'PIL', 'mcp')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,12 +34,20 @@ SDK_MODULE = "agenthub.llm.sdk"
 _sdk: ModuleType | None = None
 
 
+_sdk_import_lock = threading.Lock()
+
+
 async def load_sdk() -> ModuleType:
     """`agenthub.llm.sdk` (and with it the `anthropic` SDK), imported in a worker thread the first time."""
     global _sdk
     if _sdk is None:
-        _sdk = await asyncio.to_thread(importlib.import_module, SDK_MODULE)
+        _sdk = await asyncio.to_thread(_import_sdk)
     return _sdk
+
+
+def _import_sdk() -> ModuleType:
+    with _sdk_import_lock:  # one importing thread at a time: two importing one package can deadlock
+        return importlib.import_module(SDK_MODULE)
 
 
 @dataclass(frozen=True)
