@@ -364,6 +364,7 @@ async def test_both_calls_send_the_request_as_it_is(fake_llm: FakeAnthropic, pro
     }
     assert streamed.body == {**expected, "stream": True} and whole.body == expected
     assert streamed.headers["x-stainless-helper-method"] == "stream"
+    assert streamed.headers["x-stainless-stream-helper"] == "messages"
     assert streamed.headers["content-type"] == whole.headers["content-type"] == "application/json"
 
 

@@ -25,8 +25,8 @@ from agenthub.messages import Usage
 __all__ = ["create", "new_client", "read_timeout_s", "request_body", "stream", "to_response"]
 
 MESSAGES_PATH = "/v1/messages"
-STREAM_HEADERS = {"x-stainless-helper-method": "stream"}
-"""What `messages.stream` adds to its request; kept so that the wire stays as it was."""
+STREAM_HEADERS = {"x-stainless-helper-method": "stream", "x-stainless-stream-helper": "messages"}
+"""What `messages.stream` adds to its request (`lib/_stainless_helpers.py`); kept so that the wire stays as it was."""
 SECONDS_PER_OUTPUT_TOKEN = 3600 / 128_000
 """The SDK's own estimate of how long a whole (non-streaming) reply may take (`_calculate_nonstreaming_timeout`)."""
 
