@@ -42,6 +42,7 @@ class MessageDedup:
         self._seen = seen
         self._channel = channel
         self._cred_id = cred_id
+        self._forgotten: set[str] = set()
 
     def __len__(self) -> int:
         """How many ids the memory holds now (every credential's)."""
@@ -55,10 +56,15 @@ class MessageDedup:
     async def is_duplicate(self, key: str) -> bool:
         """True when `key` was handled already (a redelivery), logged; otherwise remember it durably."""
         try:
-            duplicate = await self._seen.check_and_add(f"{self._cred_id}:{key}")
+            duplicate = await self._seen.check_and_add(f"{self._cred_id}:{key}") and key not in self._forgotten
+            self._forgotten.discard(key)
         except OSError as e:
             log.error(f"{self._channel}_dedup_unavailable", cred_id=self._cred_id, key=key, error=str(e))
             return False
         if duplicate:
             log.info(f"{self._channel}_duplicate_dropped", cred_id=self._cred_id, key=key)
         return duplicate
+
+    def forget(self, key: str) -> None:
+        """`key` was seen but not kept (the inbox refused it): its next delivery, the platform's retry, is new."""
+        self._forgotten.add(key)
