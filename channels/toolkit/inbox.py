@@ -57,7 +57,9 @@ class InboxGate:
         admit: Admit,
         finish: Finish,
         deferred_text: str,
+        order: KeyedLock | None = None,
     ) -> None:
+        """`order`: the per-chat slots, when several gates share them (else the gate's own)."""
         self.source = source
         self._inbox = inbox
         self._dedup = dedup
@@ -66,7 +68,7 @@ class InboxGate:
         self._admit = admit
         self._finish = finish
         self._deferred_text = deferred_text
-        self._order = KeyedLock()
+        self._order = order if order is not None else KeyedLock()
 
     async def take(self, key: str, chat: str, payload: dict[str, Any]) -> Intake:
         """Dedup `key` and store `payload`; the answer is under way when this returns ACCEPTED. `RuntimeError`
