@@ -71,6 +71,7 @@ class WeComChannel:
                 self._dedup(f"bot-{cred_id}", cred_id),
                 self.tasks,
                 inbound,
+                context.inbox,
             )
             for cred_id, cfg in self.config.bots.items()
         }
@@ -128,7 +129,8 @@ class WeComChannel:
 
     async def resume(self, entries: list[InboxEntry]) -> None:
         """Answer the messages a stopped process had stored but not answered (the core calls it after `start`)."""
-        endpoints = {app.gate.source: app for app in self.apps.values()}
+        every: list[AppEndpoint | BotEndpoint] = [*self.apps.values(), *self.bots.values()]
+        endpoints = {endpoint.gate.source: endpoint for endpoint in every}
         for source, stored in resumable(entries, endpoints, channel=self.name).items():
             endpoints[source].resume(stored)
 

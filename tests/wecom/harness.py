@@ -168,10 +168,12 @@ class BotHarness:
         self.channel: WeComChannel | None = None
         self.locale: str | None = None
         self.media: dict[str, Any] = {}
+        self.inbox: Inbox | None = None
+        """The durable inbox the channel is built with (None: one in memory), set before `start`."""
 
     async def start(self, **extra: Any) -> WeComChannel:
         settings, table = wecom_settings(bot_table(self.server, **extra), self.locale, self.media)
-        self.channel = WeComChannel(channel_context(self.gateway, self.state_dir, settings), table)
+        self.channel = WeComChannel(channel_context(self.gateway, self.state_dir, settings, self.inbox), table)
         await self.channel.start()
         await self.server.wait_for(lambda: self.server.subscribed >= 1)
         return self.channel
