@@ -35,8 +35,9 @@ class MessageDedup:
     """One credential's view of a dedup memory: keys are `<cred_id>:<message key>`, so two bots (or apps) of
     a channel sharing one memory never take each other's ids for duplicates.
 
-    Every channel acknowledges a message before this check (it waits for an fsync), so a memory that cannot be
-    written fails open: the message is answered, since a possible duplicate beats a certain loss."""
+    The check runs before the message is stored in the inbox (`toolkit/inbox.py`); a memory that cannot be
+    written fails open (the inbox write decides: a possible duplicate beats a certain loss), and an id whose
+    inbox write was refused is `forget`-ten, so the platform's retry of it is not dropped as a duplicate."""
 
     def __init__(self, seen: SeenIds, *, channel: str, cred_id: str) -> None:
         self._seen = seen
