@@ -5,11 +5,17 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import aiohttp
+
 from agenthub import i18n
+from agenthub.app import build_gateway
+from agenthub.config import Settings
 from agenthub.storage.inbox import FileInbox
+from channels.wecom import WeComChannel
+from tests.fakes.anthropic import FakeAnthropic, reply_text
 from tests.fakes.submitter import ScriptedSubmitter
-from tests.fakes.wecom import FakeQyApi
-from tests.wecom.harness import Harness, text
+from tests.fakes.wecom import FakeQyApi, channel_context, serve_routes, signed_callback
+from tests.wecom.harness import AES_KEY, CORP_ID, TOKEN, Harness, app_table, text
 
 
 async def hard_stop(harness: Harness) -> None:
@@ -122,3 +128,41 @@ async def test_a_callback_during_the_drain_is_answered_after_the_restart(
 
     await restart_and_resume(harness, data_dir)
     assert api.texts()[1:] == ["echo: 重启时的问题"]
+
+
+async def test_with_the_real_gateway_a_turn_killed_mid_answer_is_answered_once_after_the_restart(
+    settings: Settings, fake_llm: FakeAnthropic, api: FakeQyApi, tmp_path: Path
+) -> None:
+    fake_llm.script(reply_text("死掉的进程的回答", first_byte_delay_s=30.0))  # the process dies before this
+    table = app_table(api)
+    table["apps"]["hr"]["agent"] = None  # the default agent of `settings`
+    xml = text("杀掉之前问的", msg_id=8601)
+    query, body = signed_callback(xml, token=TOKEN, aes_key=AES_KEY, corp_id=CORP_ID)
+    async with build_gateway(settings) as gateway, aiohttp.ClientSession() as http:
+        context = channel_context(gateway, tmp_path / "state", settings, FileInbox(settings.data_dir))
+        channel = WeComChannel(context, table)
+        await channel.start()
+        server = await serve_routes(context)
+        try:
+            async with http.post(server.make_url("/wecom/hr/callback").with_query(query), data=body) as resp:
+                assert resp.status == 200
+            await fake_llm.wait_for_requests(1)
+            await channel.tasks.close(0)  # kill -9: nothing after this point runs
+        finally:
+            await channel.stop()
+            await server.close()
+
+    fake_llm.script(reply_text("重启后的回答"))
+    async with build_gateway(settings) as gateway:
+        inbox = FileInbox(settings.data_dir)
+        context = channel_context(gateway, tmp_path / "state", settings, inbox)
+        channel = WeComChannel(context, table)
+        await channel.start()
+        try:
+            await channel.resume(await inbox.unsettled())
+            await api.wait_for(lambda: len(api.sends) == 1, timeout=10)
+            await channel.tasks.join()
+        finally:
+            await channel.stop()
+    assert api.texts() == ["重启后的回答"]
+    assert await FileInbox(settings.data_dir).unsettled() == []
