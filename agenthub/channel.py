@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from aiohttp import web
 
 from agenthub.messages import InboundMessage, OutboundMessage
+from agenthub.storage.inbox import Inbox, InMemoryInbox
 
 if TYPE_CHECKING:
     from agenthub.config import Settings
@@ -68,6 +69,7 @@ class ChannelContext:
     web: WebRoutes
     state_dir: Path
     """A private directory for the channel's durable state (dedup memory, tokens): `data/.channels/<name>/`."""
+    inbox: Inbox = field(default_factory=InMemoryInbox)
 
 
 class ChannelFactory(Protocol):
