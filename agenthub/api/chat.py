@@ -55,7 +55,6 @@ async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamRespo
         model_hint=body.model_hint,
         provider_hint=body.provider_hint,
         metadata={"chat_type": "private"},  # the console: one person's chats
-        stream_text=wants_stream(request),
     )
     handle = await gateway.submit(message)
     if wants_stream(request):

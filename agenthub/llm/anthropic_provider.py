@@ -138,17 +138,13 @@ class AnthropicProvider:
             await self._client.close()
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        """One non-streaming call (nobody reads the text before the end): the SDK's `create`, without the
-        streaming parser; read timeout `sdk.read_timeout_s`, as nothing arrives before the reply is whole."""
-        return await self._call(request, self._create, None)
+        """A call whose text nobody reads before its end (summaries, L3, titles). It streams all the same (design
+        §7): the read timeout between events (`timeout_s`) finds a hung vendor early and leaves room for retries,
+        where a whole-reply call would have to wait as long as `max_tokens` may take."""
+        return await self._call(request, self._stream, None)
 
     async def stream(self, request: LLMRequest, on_text: TextCallback | None = None) -> LLMResponse:
         return await self._call(request, self._stream, on_text)
-
-    async def _create(self, request: LLMRequest, attempt: _Attempt) -> LLMResponse:
-        client, sdk = await self._sdk_client(), await load_sdk()
-        response: LLMResponse = await sdk.create(client, request, self._timeout_s, self._connect_timeout_s)
-        return response
 
     async def _stream(self, request: LLMRequest, attempt: _Attempt) -> LLMResponse:
         client, sdk = await self._sdk_client(), await load_sdk()

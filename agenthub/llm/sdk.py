@@ -1,4 +1,4 @@
-"""The Anthropic SDK's side of one call: the client, the request body, the streamed and the whole call, the reply.
+"""The Anthropic SDK's side of one call: the client, the request body, the streamed call, the reply.
 
 Imported on first use (the SDK takes seconds to import; `AnthropicProvider` loads this module off the event loop).
 The body is encoded here once and handed to the SDK's public `post` as `content`: our requests are plain JSON-ready
@@ -22,13 +22,11 @@ from agenthub.llm.endpoint import Endpoint
 from agenthub.llm.types import LLMRequest, LLMResponse, TextCallback
 from agenthub.messages import Usage
 
-__all__ = ["create", "new_client", "read_timeout_s", "request_body", "stream", "to_response"]
+__all__ = ["new_client", "request_body", "stream", "to_response"]
 
 MESSAGES_PATH = "/v1/messages"
 STREAM_HEADERS = {"x-stainless-helper-method": "stream", "x-stainless-stream-helper": "messages"}
 """What `messages.stream` adds to its request (`lib/_stainless_helpers.py`); kept so that the wire stays as it was."""
-SECONDS_PER_OUTPUT_TOKEN = 3600 / 128_000
-"""The SDK's own estimate of how long a whole (non-streaming) reply may take (`_calculate_nonstreaming_timeout`)."""
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
@@ -47,11 +45,10 @@ def new_client(endpoint: Endpoint, timeout_s: float, connect_timeout_s: float) -
     )
 
 
-def request_body(request: LLMRequest, *, streaming: bool) -> bytes:
-    """The JSON body `messages.create` / `messages.stream` would send for `request`."""
+def request_body(request: LLMRequest) -> bytes:
+    """The JSON body `messages.stream` would send for `request`."""
     body: dict[str, Any] = {"max_tokens": request.max_tokens, "messages": request.messages, "model": request.model}
-    if streaming:
-        body["stream"] = True
+    body["stream"] = True
     if request.system:
         body["system"] = request.system
     if request.tool_choice is not None:
@@ -61,25 +58,9 @@ def request_body(request: LLMRequest, *, streaming: bool) -> bytes:
     return _encode(body).encode()
 
 
-def read_timeout_s(request: LLMRequest, timeout_s: float) -> float:
-    """The read timeout of a whole call: nothing arrives before the end, so it is at least the time the SDK
-    expects `max_tokens` to take, never less than the configured (streaming, between-events) read timeout."""
-    return max(timeout_s, request.max_tokens * SECONDS_PER_OUTPUT_TOKEN)
-
-
-async def create(
-    client: anthropic.AsyncAnthropic, request: LLMRequest, timeout_s: float, connect_timeout_s: float
-) -> LLMResponse:
-    """One non-streaming call: the whole reply at once (read timeout: `read_timeout_s`)."""
-    body = request_body(request, streaming=False)
-    timeout = anthropic.Timeout(read_timeout_s(request, timeout_s), connect=connect_timeout_s)
-    message = await client.post(MESSAGES_PATH, cast_to=Message, content=body, options={"timeout": timeout})
-    return to_response(message)
-
-
 async def stream(client: anthropic.AsyncAnthropic, request: LLMRequest, on_text: TextCallback) -> LLMResponse:
     """One streamed call, each text delta passed to `on_text` as it arrives."""
-    body = request_body(request, streaming=True)
+    body = request_body(request)
     raw = await client.post(
         MESSAGES_PATH,
         cast_to=Message,

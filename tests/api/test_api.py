@@ -84,10 +84,9 @@ async def test_sse_streams_deltas_before_done(api: RunningApi, fake_llm: FakeAnt
     assert history[-1]["content"] == done["full_text"]
 
 
-async def test_a_json_reply_makes_a_non_streaming_model_call_and_sse_a_streamed_one(
-    api: RunningApi, fake_llm: FakeAnthropic
-) -> None:
-    """Nobody reads a JSON reply's text before its end, so its model call does not stream; SSE's does."""
+async def test_json_and_sse_replies_both_stream_their_model_calls(api: RunningApi, fake_llm: FakeAnthropic) -> None:
+    """A JSON reply's model call streams too (design §7: a hung vendor is found by the read timeout between
+    events); only the SSE reply shows the text as it arrives."""
     fake_llm.script(reply_text("whole at once", chunks=4), reply_text("in pieces", chunks=4))
     status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "hi"})
     assert status == 200 and body["reply"] == "whole at once"
@@ -97,7 +96,7 @@ async def test_a_json_reply_makes_a_non_streaming_model_call_and_sse_a_streamed_
         events = await _read_sse(resp)
     deltas = [str(d["text"]) for k, d in events if k == "delta"]
     assert len(deltas) >= 3 and "".join(deltas) == "in pieces"
-    assert [r.stream for r in fake_llm.message_requests()] == [False, True]
+    assert [r.stream for r in fake_llm.message_requests()] == [True, True]
 
 
 async def test_accept_header_selects_sse(api: RunningApi) -> None:

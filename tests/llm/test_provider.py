@@ -328,9 +328,7 @@ async def test_other_400s_stay_plain_errors(fake_llm: FakeAnthropic, provider: A
     assert not isinstance(info.value, ModelNotFoundError | ContextOverflowError)
 
 
-async def test_complete_is_one_non_streaming_call_with_the_same_reply(
-    fake_llm: FakeAnthropic, provider: AnthropicProvider
-) -> None:
+async def test_complete_streams_and_gives_the_whole_reply(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
     usage = {"input_tokens": 12, "output_tokens": 42, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7}
     fake_llm.script(reply_tool("get_weather", {"city": "北京"}, text="Let me check.", usage=usage))
     resp = await provider.complete(request())
@@ -339,8 +337,7 @@ async def test_complete_is_one_non_streaming_call_with_the_same_reply(
     assert use["name"] == "get_weather" and use["input"] == {"city": "北京"} and use["id"].startswith("toolu_")
     assert resp.usage == Usage(12, 42, 100, 7)
     [sent] = fake_llm.requests
-    assert not sent.stream
-    assert "x-stainless-helper-method" not in sent.headers
+    assert sent.stream
 
 
 async def test_both_calls_send_the_request_as_it_is(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
@@ -353,7 +350,7 @@ async def test_both_calls_send_the_request_as_it_is(fake_llm: FakeAnthropic, pro
     call = request(messages=messages, tools=[tool], tool_choice={"type": "auto"})
     await provider.stream(call, lambda _: None)
     await provider.complete(call)
-    streamed, whole = fake_llm.requests
+    streamed, completed = fake_llm.requests
     expected = {
         "model": "claude-test",
         "max_tokens": 256,
@@ -362,24 +359,11 @@ async def test_both_calls_send_the_request_as_it_is(fake_llm: FakeAnthropic, pro
         "tools": [tool],
         "tool_choice": {"type": "auto"},
     }
-    assert streamed.body == {**expected, "stream": True} and whole.body == expected
-    assert streamed.headers["x-stainless-helper-method"] == "stream"
-    assert streamed.headers["x-stainless-stream-helper"] == "messages"
-    assert streamed.headers["content-type"] == whole.headers["content-type"] == "application/json"
-
-
-async def test_complete_waits_for_a_whole_reply_beyond_the_streaming_read_timeout(
-    fake_llm: FakeAnthropic, sleeps: RecordingSleep
-) -> None:
-    """A non-streaming reply arrives only when it is whole: the read timeout between stream events must not cut it."""
-    p = make(fake_llm, sleeps, retries=0, timeout_s=0.2)
-    fake_llm.script(reply_text("a long answer", first_byte_delay_s=0.6))
-    try:
-        resp = await p.complete(request())
-    finally:
-        await p.aclose()
-    assert resp.text == "a long answer"
-    assert len(fake_llm.requests) == 1
+    assert streamed.body == completed.body == {**expected, "stream": True}
+    for sent in (streamed, completed):
+        assert sent.headers["x-stainless-helper-method"] == "stream"
+        assert sent.headers["x-stainless-stream-helper"] == "messages"
+        assert sent.headers["content-type"] == "application/json"
 
 
 async def test_complete_retries_a_529_then_answers(
@@ -388,7 +372,7 @@ async def test_complete_retries_a_529_then_answers(
     fake_llm.script(overloaded(), reply_text("recovered"))
     resp = await provider.complete(request())
     assert resp.text == "recovered"
-    assert len(sleeps.delays) == 1 and [r.stream for r in fake_llm.requests] == [False, False]
+    assert len(sleeps.delays) == 1 and [r.stream for r in fake_llm.requests] == [True, True]
 
 
 def test_building_the_providers_does_not_import_the_sdk(tmp_path: Path) -> None:
@@ -408,3 +392,18 @@ def test_building_the_providers_does_not_import_the_sdk(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+async def test_a_background_call_to_a_hung_vendor_is_retried_after_the_read_timeout(
+    fake_llm: FakeAnthropic, sleeps: RecordingSleep
+) -> None:
+    """`complete` (summaries, L3, titles) streams like a turn: a vendor that sends nothing for `timeout_s` is cut
+    there and retried, not waited for as long as a whole reply of `max_tokens` could take."""
+    p = make(fake_llm, sleeps, retries=1, timeout_s=0.2)
+    fake_llm.script(reply_text("too late", first_byte_delay_s=3), reply_text("recovered"))
+    try:
+        resp = await p.complete(request())
+    finally:
+        await p.aclose()
+    assert resp.text == "recovered"
+    assert [r.stream for r in fake_llm.requests] == [True, True]
