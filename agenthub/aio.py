@@ -15,7 +15,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-async def run_to_end(work: Coroutine[Any, Any, R]) -> R:
+async def run_to_end(work: Coroutine[Any, Any, R] | asyncio.Future[R]) -> R:
     """Await `work` to its end even if the caller is cancelled meanwhile, then honour the cancellation.
 
     For writes that hand a file to a worker thread: cancelling the await would leave the thread writing after
@@ -34,6 +34,11 @@ async def run_to_end(work: Coroutine[Any, Any, R]) -> R:
             log.warning("work_failed_during_cancellation", error_type=type(error).__name__, error=str(error))
         raise asyncio.CancelledError
     return task.result()
+
+
+def succeeded(task: asyncio.Future[Any]) -> bool:
+    """Whether `task` finished with a result (not cancelled, no exception)."""
+    return task.done() and not task.cancelled() and task.exception() is None
 
 
 def runs_to_end(method: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:

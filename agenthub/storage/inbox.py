@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import itertools
@@ -14,6 +15,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from agenthub.aio import run_to_end, succeeded
 from agenthub.messages import Attachment, InboundMessage
 from agenthub.storage.journal import Journal, JournalRecord
 
@@ -176,10 +178,12 @@ class FileInbox:
 
     async def accept(self, source: str, payload: dict[str, Any]) -> InboxEntry:
         entry = self._entries.new(source, payload, self._clock())
+        write = asyncio.ensure_future(self._journal.write(_record_of(entry)))
         try:
-            await self._journal.write(_record_of(entry))
+            await run_to_end(write)  # a cancelled caller must not forget an entry whose write still lands
         except BaseException:
-            self._entries.live.pop(entry.id, None)  # not durable: not accepted (the platform retries)
+            if not succeeded(write):
+                self._entries.live.pop(entry.id, None)  # not durable: not accepted (the platform retries)
             raise
         return entry
 

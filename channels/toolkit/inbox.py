@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from agenthub.aio import run_to_end, succeeded
 from agenthub.channel import Submitter
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
@@ -75,10 +76,11 @@ class InboxGate:
         (nothing done) once the channel stops: the platform should deliver the message again."""
         accepted: asyncio.Future[InboxEntry | None] = asyncio.get_running_loop().create_future()
         self._tasks.spawn(self._answer(chat, accepted), name=f"{self.source}-{key}")  # its slot: taken now
+        store = asyncio.ensure_future(self._store(key, payload))
         try:
-            intake, entry = await self._store(key, payload)
+            intake, entry = await run_to_end(store)  # a dedup id and an entry once written are the answer's to keep
         except BaseException:
-            accepted.set_result(None)
+            accepted.set_result(store.result()[1] if succeeded(store) else None)
             raise
         accepted.set_result(entry)
         return intake

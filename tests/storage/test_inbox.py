@@ -178,3 +178,15 @@ async def test_what_accept_returned_survives_a_kill_at_a_random_moment(tmp_path:
     listed = [int(e.payload["n"]) for e in await FileInbox(tmp_path).unsettled()]
     assert set(range(confirmed + 1)) <= set(listed)  # every confirmed accept is there
     assert listed == sorted(listed) and len(listed) == len(set(listed))
+
+
+async def test_an_accept_cancelled_while_its_write_is_in_flight_keeps_memory_and_file_agreeing(tmp_path: Path) -> None:
+    inbox = FileInbox(tmp_path)
+    accepting = asyncio.create_task(inbox.accept("http", message_to_json(message(1))))
+    await asyncio.sleep(0)  # the journal write is under way in its worker thread
+    accepting.cancel()
+    await asyncio.wait([accepting])
+    await inbox.aclose()
+    on_disk = [e.id for e in await FileInbox(tmp_path).unsettled()]
+    assert [e.id for e in await inbox.unsettled()] == on_disk
+    assert len(on_disk) == 1  # the write landed: the entry is kept, not dropped while still on disk

@@ -157,3 +157,19 @@ async def test_resume_answers_entries_in_seq_order_per_chat(tmp_path: Path) -> N
     await tasks.join()
     assert recorder.admitted == {"a": [f"a{n}" for n in range(5)], "b": [f"b{n}" for n in range(5)]}
     assert stored.depth() == 0
+
+
+async def test_a_take_cancelled_while_its_message_is_stored_still_answers_it(tmp_path: Path) -> None:
+    """A dying long connection cancels its reader inside `take`: the store it started still lands (the platform
+    will not send that id again: dedup has it), so the message must be answered, not left for a restart."""
+    recorder = Recorder()
+    gate, tasks, inbox = gate_of(tmp_path, recorder, FileInbox(tmp_path / "data"))
+    taking = asyncio.create_task(gate.take("k1", "a", {"chat": "a", "text": "hello"}))
+    for _ in range(3):  # into the dedup write and the inbox write, both in worker threads
+        await asyncio.sleep(0)
+    taking.cancel()
+    await asyncio.wait([taking])
+    await tasks.join()
+    assert recorder.admitted["a"] == ["hello"]
+    assert inbox.depth() == 0
+    assert await FileInbox(tmp_path / "data").unsettled() == []  # settled on disk too
