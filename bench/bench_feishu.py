@@ -18,8 +18,8 @@ from anthropic import AsyncAnthropic
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agenthub.app import build_gateway
-from tests.fakes.anthropic import FakeAnthropic, reply_text
-from tests.fakes.feishu import (
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.fakes.feishu import (
     FakeFeishu,
     Harness,
     bot_open_id,
@@ -29,7 +29,7 @@ from tests.fakes.feishu import (
     message_event,
     running_channel,
 )
-from tests.roots import make_settings
+from tests.support.roots import make_settings
 
 CONCURRENCY = 20
 ROUNDS = 3

@@ -24,8 +24,8 @@ from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.storage import jsonl
 from agenthub.storage.keys import session_key
 from agenthub.storage.paths import AgentLayout
-from tests.fakes.anthropic import FakeAnthropic
-from tests.roots import make_settings
+from tests.support.fakes.anthropic import FakeAnthropic
+from tests.support.roots import make_settings
 
 
 def _settings(root: Path, base_url: str, cap: int, fsync: bool) -> Settings:

@@ -35,7 +35,7 @@ from aiohttp import web
 from anthropic import AsyncAnthropic, DefaultAioHttpClient
 
 from agenthub.tokens import TokenStore
-from tests.fakes.anthropic import FakeAnthropic
+from tests.support.fakes.anthropic import FakeAnthropic
 
 ROOT = Path(__file__).resolve().parent.parent
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")

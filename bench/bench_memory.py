@@ -28,8 +28,8 @@ from agenthub.llm.tokens import estimate_tokens
 from agenthub.log import configure_logging
 from agenthub.memory.cut import unpaired_tool_ids
 from agenthub.messages import ErrorEvent, InboundMessage, NoticeEvent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, prompt_too_long, reply_text, reply_tool
-from tests.roots import make_settings
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, prompt_too_long, reply_text, reply_tool
+from tests.support.roots import make_settings
 
 MAX_TOKENS = 512
 TOKENIZER_SKEW = 1.15

@@ -28,7 +28,7 @@ from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.store import JobStore
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
-from tests.roots import make_settings
+from tests.support.roots import make_settings
 
 AGENT = "default"
 YEAR_S = 365 * 86400.0

@@ -24,8 +24,8 @@ from agenthub.app import build_gateway
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, InboundMessage
 from channels.wecom import WeComChannel
-from tests.fakes.anthropic import FakeAnthropic, reply_text
-from tests.fakes.wecom import (
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.fakes.wecom import (
     FakeQyApi,
     channel_context,
     make_aes_key,
@@ -33,7 +33,7 @@ from tests.fakes.wecom import (
     signed_callback,
     text_message_xml,
 )
-from tests.roots import make_settings
+from tests.support.roots import make_settings
 
 CONCURRENCY = 50
 ROUNDS = 8

@@ -15,12 +15,12 @@ from structlog.testing import LogCapture
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from tests.roots import make_settings
+from tests.support.roots import make_settings
 
 if TYPE_CHECKING:
-    from tests.fakes.anthropic import FakeAnthropic
+    from tests.support.fakes.anthropic import FakeAnthropic
 
-pytest_plugins = ["tests.fakes.anthropic", "tests.harness"]
+pytest_plugins = ["tests.support.fakes.anthropic", "tests.support.harness"]
 
 
 @pytest.fixture(autouse=True)
@@ -55,17 +55,6 @@ def settings(settings_factory: Callable[..., Settings]) -> Settings:
 async def gateway(settings: Settings) -> AsyncIterator[GatewayCore]:
     async with build_gateway(settings) as gw:
         yield gw
-
-
-def write_agent(agents_dir: Path, name: str, config: dict[str, Any] | None = None, persona: str = "") -> Path:
-    """Create `agents/<name>/` with an agent.json and AGENTS.md."""
-    import json
-
-    directory = agents_dir / name
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "agent.json").write_text(json.dumps(config or {}), encoding="utf-8")
-    (directory / "AGENTS.md").write_text(persona or f"You are the {name} agent.", encoding="utf-8")
-    return directory
 
 
 @pytest.fixture

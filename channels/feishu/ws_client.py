@@ -22,7 +22,7 @@ log = structlog.get_logger(__name__)
 # - `_reconnect()` is where a reconnect's `ClientException` (via `_try_connect`) ends the reconnect task;
 # - `_disconnect()` closes `self._conn` and sets it to None; `_auto_reconnect` stops the receive loop reconnecting.
 # If an upgrade changes these, `test_a_hanging_endpoint_request_neither_stalls_other_apps_nor_blocks_forever`
-# in tests/test_feishu_ws.py fails.
+# in tests/channels/feishu/test_ws.py fails.
 
 _ENDPOINT_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar("feishu_ws_endpoint_timeout")
 

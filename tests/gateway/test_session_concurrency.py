@@ -13,8 +13,8 @@ from agenthub.gateway.commands import CommandContext, CommandTier
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
-from tests.conftest import write_agent
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, hang, last_user_text, reply_text
+from tests.support.agents import write_agent
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, hang, last_user_text, reply_text
 
 SESSIONS = 20
 PER_SESSION = 3

@@ -13,7 +13,7 @@ from agenthub.agent.context import SUMMARY_PREFIX
 from agenthub.memory.host import FinishedTurn
 from agenthub.memory.wiring import build_memory_layer
 from agenthub.storage.keys import SessionKey
-from tests.fakes.memory_host import FakeMemoryHost
+from tests.support.fakes.memory_host import FakeMemoryHost
 
 KEY = SessionKey("default", "cli", "c1")
 L2 = {"consolidate_at_tokens": 1000, "keep_recent": 4, "flush_before_compaction": False}

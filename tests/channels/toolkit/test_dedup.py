@@ -12,7 +12,7 @@ from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.dedup import DedupStore
 from channels.toolkit.dedup import MessageDedup, open_seen_ids
-from tests.fakes.submitter import ScriptedSubmitter
+from tests.support.fakes.submitter import ScriptedSubmitter
 
 
 def _dedup(path: Path, cred_id: str = "main") -> MessageDedup:

@@ -1,0 +1,213 @@
+"""`agenthub forget` (design §14): everything about one person in every chat, on the files when no daemon runs,
+through the daemon's admin route while one does; asks first unless --yes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from agenthub.app import build_gateway
+from agenthub.config import Settings
+from agenthub.gateway.core import GatewayCore
+from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.storage.keys import SessionKey
+from agenthub.tokens import TokenStore
+from tests.support.agents import write_agent
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
+from tests.support.forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges
+from tests.support.harness import RunningApi
+from tests.support.paths import REPO
+
+ROOT = REPO
+FACT, FACT_ZH, OTHER_CHANNEL_FACT = "4417-ZEBRA", "榛子过敏", "9931-OTTER"
+
+
+def cli_env(settings: Settings, home: Path, **extra: str) -> dict[str, str]:
+    """The subprocess runs this checkout's code on the test's directories."""
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "PYTHONPATH": str(ROOT),
+        "NO_PROXY": "127.0.0.1,localhost",
+        "AGENTHUB_DATA_DIR": str(settings.data_dir),
+        "AGENTHUB_AGENTS_DIR": str(settings.agents_dir),
+        "AGENTHUB_AUTH_DIR": str(settings.auth_dir),
+        "AGENTHUB_WORKSPACE_DIR": str(settings.workspace_dir),
+        "AGENTHUB_SESSION__FSYNC": "false",
+        **extra,
+    }
+
+
+async def run_cli(env: dict[str, str], cwd: Path, *args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agenthub", *args, env=env, cwd=cwd,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def say(gw: GatewayCore, message: InboundMessage) -> None:
+    final = await (await gw.submit(message)).result()
+    assert isinstance(final, DoneEvent), final
+
+
+async def plant_two_agents(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    """Alice (wecom) in a group with Bob and in a private chat with each of two agents; another person with the
+    same id on Feishu, who is not her."""
+    write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
+    write_agent(settings.agents_dir, "helper", PRIVATE_CONFIG)
+    async with build_gateway(settings) as gw:
+        fake_llm.script(
+            reply_tool("write_memory", {"content": f"- Alice's locker is {FACT}"}, tool_id="tu_1"),
+            reply_text(f"Saved your locker {FACT}."),
+        )
+        await say(gw, InboundMessage("wecom", "alice-dm", "alice", f"My locker code is {FACT}, remember it"))
+        await say(gw, InboundMessage("wecom", "team", "alice", f"Team: my locker code is {FACT} if you need it"))
+        await say(gw, InboundMessage("wecom", "team", "bob", "Bob prefers the blue team jersey"))
+        await say(gw, InboundMessage("wecom", "dm2", "alice", f"我对{FACT_ZH}很严重，记住", agent="helper"))
+        await say(gw, InboundMessage("feishu", "fs", "alice", f"feishu alice keeps {OTHER_CHANNEL_FACT}"))
+        for agent in ("default", "helper"):
+            definition, team = gw.agents.get(agent), SessionKey(agent, "wecom", "team")
+            group_profile = gw.memory_files.person_profile(definition, team, "alice", "group")
+            for profile in (*gw.memory_files.person_profiles(definition, "wecom", "alice"), group_profile):
+                profile.parent.mkdir(parents=True, exist_ok=True)
+                profile.write_text(f"- locker {FACT}, {FACT_ZH}\n", encoding="utf-8")
+
+
+async def test_forget_without_a_daemon_asks_then_redacts_every_chat_of_that_person_on_that_channel(
+    settings: Settings, fake_llm: FakeAnthropic, tmp_path: Path
+) -> None:
+    await plant_two_agents(settings, fake_llm)
+    roots = [settings.data_dir, settings.auth_dir]
+    team = settings.data_dir / "default" / "sessions" / "default_wecom_team.jsonl"
+    feishu = settings.data_dir / "default" / "sessions" / "default_feishu_fs.jsonl"
+    bob_before, feishu_before = others_exchanges(lines_of(team), "alice"), feishu.read_bytes()
+    env = cli_env(settings, tmp_path)
+
+    code, _, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", stdin=b"no\n")
+    assert code == 1 and "yes" in err
+    assert files_with(roots, FACT), "answered no: nothing changed"
+
+    code, out, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", "--yes")
+    assert code == 0, err
+    assert "3" in out  # three chats
+    for fact in (FACT, FACT_ZH):
+        assert files_with(roots, fact) == [], fact
+    assert others_exchanges(lines_of(team), "alice") == bob_before
+    assert feishu.read_bytes() == feishu_before  # the same id on another channel is another person
+    audit = [line for line in err.splitlines() if "forget_audit" in line]
+    assert len(audit) == 1 and "alice" not in audit[0] and FACT not in audit[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _chat(base: str, token: str, content: str) -> None:
+    async with (
+        aiohttp.ClientSession() as client,
+        client.post(
+            base + "/api/agents/default/chat",
+            json={"chat_id": "c1", "content": content},
+            headers={"Authorization": f"Bearer {token}"},
+        ) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+
+
+async def _wait_healthy(base: str, proc: asyncio.subprocess.Process) -> None:
+    async with asyncio.timeout(30), aiohttp.ClientSession() as client:
+        while True:
+            assert proc.returncode is None, "the daemon exited"
+            try:
+                async with client.get(base + "/healthz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+
+
+async def test_forget_while_the_daemon_runs_goes_through_its_admin_route(
+    settings: Settings, fake_llm: FakeAnthropic, tmp_path: Path
+) -> None:
+    tokens = TokenStore(settings.auth_dir)
+    alice, bob = tokens.create("alice"), tokens.create("bob")  # an HTTP sender is its token's name
+    port = _free_port()
+    env = cli_env(
+        settings,
+        tmp_path,
+        AGENTHUB_HTTP__PORT=str(port),
+        AGENTHUB_LLM__BASE_URL=fake_llm.base_url,
+        AGENTHUB_LLM__API_KEY="test-key",
+        AGENTHUB_LLM__RETRY_BASE_S="0.01",
+    )
+    base = f"http://127.0.0.1:{port}"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agenthub", "serve", env=env, cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        await _wait_healthy(base, proc)
+        await _chat(base, alice, f"My locker code is {FACT}, keep it")
+        await _chat(base, bob, "Bob prefers the blue team jersey")
+        history = settings.data_dir / "default" / "sessions" / "default_http_c1.jsonl"
+        bob_before = others_exchanges(lines_of(history), "alice", "http")
+
+        code, out, err = await run_cli(
+            {**env, "AGENTHUB_TOKEN": bob}, tmp_path, "forget", "--channel", "http", "--sender", "alice", "--yes"
+        )
+        assert code == 0, err
+        assert "1 message(s)" in out  # the daemon's counts, printed in the system locale (en here)
+        assert files_with([settings.data_dir, settings.auth_dir], FACT) == []
+        assert others_exchanges(lines_of(history), "alice", "http") == bob_before
+        async with (
+            aiohttp.ClientSession() as client,
+            client.get(
+                base + "/api/agents/default/sessions/c1/messages", headers={"Authorization": f"Bearer {bob}"}
+            ) as resp,
+        ):
+            served = json.dumps(await resp.json(), ensure_ascii=False)
+        assert FACT not in served and "Bob prefers" in served  # the daemon's own cache was redacted, not just files
+        await _chat(base, bob, "and now?")
+        assert FACT not in json.dumps(fake_llm.message_requests()[-1].body, ensure_ascii=False)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        daemon_log, _ = await asyncio.wait_for(proc.communicate(), 30)
+    audit = [line for line in daemon_log.decode().splitlines() if "forget_audit" in line]
+    assert len(audit) == 1 and "http:bob" in audit[0] and FACT not in audit[0]
+
+
+async def test_admin_route_refuses_bad_input_in_the_documented_shape(api: RunningApi) -> None:
+    status, body = await api.call("POST", "/api/forget", json={"channel": "a/b", "sender_id": "x"})
+    assert status == 400 and body["error"]["code"] == "invalid_id"
+    status, body = await api.call("POST", "/api/forget", json={"channel": "wecom", "sender_id": "x", "agent": "nope"})
+    assert status == 404 and body["error"]["code"] == "agent_not_found"
+    status, body = await api.call("POST", "/api/forget", json={"channel": "wecom"})
+    assert status == 422
+    status, body = await api.call("POST", "/api/forget", json={"channel": "wecom", "sender_id": "nobody"})
+    assert status == 200 and body["forgotten"]["messages"] == 0
+
+
+async def test_forget_without_a_daemon_reports_a_refused_path_in_one_line(settings: Settings, tmp_path: Path) -> None:
+    sessions = settings.data_dir / "default" / "sessions"
+    sessions.mkdir(parents=True)
+    line = {"role": "user", "content": "x", "sender_id": "alice", "channel": "wecom"}
+    (sessions / "default_wecom_team.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (sessions / "archive").symlink_to(elsewhere)  # planted: storage refuses to follow it
+    env = cli_env(settings, tmp_path)
+    code, _, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", "--yes")
+    assert code == 1 and "symbolic link" in err and "Traceback" not in err

@@ -1,1 +1,0 @@
-"""Helpers for tests that need a separate process."""

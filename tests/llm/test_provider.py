@@ -1,0 +1,324 @@
+"""AnthropicProvider through the real SDK against the fake Messages API: streaming, usage, retries, errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import anthropic
+import pytest
+
+from agenthub import i18n
+from agenthub.errors import ContextOverflowError, LLMError
+from agenthub.llm import AnthropicProvider, Endpoint, LLMRequest, ModelNotFoundError, RetryPolicy
+from agenthub.llm.failures import MSG_AUTH, MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
+from agenthub.messages import Usage
+from tests.support.fakes.anthropic import (
+    FakeAnthropic,
+    cut_stream,
+    hang,
+    http_error,
+    midstream_error,
+    overloaded,
+    prompt_too_long,
+    rate_limited,
+    reply_text,
+    reply_tool,
+    server_error,
+)
+
+KEY = "sk-test-secret-123"
+
+
+class RecordingSleep:
+    """An injected sleep: records requested delays and returns at once."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def sleeps() -> RecordingSleep:
+    return RecordingSleep()
+
+
+def make(fake: FakeAnthropic, sleep: RecordingSleep, *, retries: int = 2, timeout_s: float = 5.0) -> AnthropicProvider:
+    endpoint = Endpoint(fake.base_url, KEY, "claude-test", custom_base_url=True)
+    policy = RetryPolicy(max_retries=retries, base_s=0.01, max_s=0.05, jitter=0.0)
+    return AnthropicProvider(endpoint, timeout_s=timeout_s, connect_timeout_s=2.0, retry=policy, sleep=sleep)
+
+
+@pytest.fixture
+async def provider(fake_llm: FakeAnthropic, sleeps: RecordingSleep) -> AsyncIterator[AnthropicProvider]:
+    p = make(fake_llm, sleeps)
+    yield p
+    await p.aclose()
+
+
+def request(text: str = "hello", **kw: object) -> LLMRequest:
+    base: dict[str, object] = {
+        "model": "claude-test",
+        "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": text}],
+        "tools": [],
+        "max_tokens": 256,
+    }
+    base.update(kw)
+    return LLMRequest(**base)  # type: ignore[arg-type]
+
+
+async def test_text_streams_in_several_deltas(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    fake_llm.script(reply_text("Hello there, how are you today?", chunks=4))
+    deltas: list[str] = []
+    resp = await provider.stream(request(), deltas.append)
+    assert len(deltas) == 4
+    assert "".join(deltas) == resp.text == "Hello there, how are you today?"
+    assert resp.stop_reason == "end_turn"
+    assert resp.model == "claude-test"
+    body = fake_llm.requests[0].body
+    assert body is not None and body["stream"] is True
+    assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert "tools" not in body
+
+
+async def test_tool_use_input_arrives_parsed(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    tool = {"name": "get_weather", "description": "weather", "input_schema": {"type": "object"}}
+    fake_llm.script(reply_tool("get_weather", {"city": "北京", "unit": "c"}, text="Let me check.", chunks=5))
+    deltas: list[str] = []
+    resp = await provider.stream(request(tools=[tool], tool_choice={"type": "auto"}), deltas.append)
+    assert "".join(deltas) == "Let me check."
+    assert resp.stop_reason == "tool_use"
+    [use] = resp.tool_uses
+    assert use["name"] == "get_weather"
+    assert use["input"] == {"city": "北京", "unit": "c"}
+    assert use["id"].startswith("toolu_")
+    assert set(use) == {"type", "id", "name", "input"}
+    body = fake_llm.requests[0].body
+    assert body is not None and body["tools"] == [tool] and body["tool_choice"] == {"type": "auto"}
+
+
+async def test_usage_is_final_and_keeps_cache_fields(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    usage = {"input_tokens": 12, "output_tokens": 42, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7}
+    fake_llm.script(reply_text("cached", usage=usage))
+    resp = await provider.stream(request())
+    assert resp.usage == Usage(12, 42, 100, 7)
+    assert resp.usage.prompt_tokens == 119
+
+
+async def test_cut_stream_has_no_stop_reason(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    fake_llm.script(cut_stream("half a sen"))
+    resp = await provider.stream(request())
+    assert resp.text == "half a sen"
+    assert resp.stop_reason is None
+
+
+async def test_429_is_retried_honouring_retry_after(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider, sleeps: RecordingSleep
+) -> None:
+    fake_llm.script(rate_limited(retry_after_ms=1500), reply_text("ok now"))
+    resp = await provider.stream(request())
+    assert resp.text == "ok now"
+    assert len(fake_llm.message_requests()) == 2
+    assert sleeps.delays == [1.5]
+
+
+async def test_529_is_retried_with_backoff(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider, sleeps: RecordingSleep
+) -> None:
+    fake_llm.script(overloaded(), overloaded(), reply_text("finally"))
+    resp = await provider.stream(request())
+    assert resp.text == "finally"
+    assert len(fake_llm.requests) == 3
+    assert sleeps.delays == [0.01, 0.02]
+
+
+async def test_500_gives_up_after_max_retries(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider, sleeps: RecordingSleep
+) -> None:
+    fake_llm.script(server_error(), server_error(), server_error(), reply_text("too late"))
+    with pytest.raises(LLMError) as info:
+        await provider.stream(request())
+    assert len(fake_llm.requests) == 3
+    assert info.value.user_text == MSG_BUSY
+    assert isinstance(info.value.__cause__, anthropic.InternalServerError)
+    assert fake_llm.pending == 1
+
+
+async def test_x_should_retry_false_is_obeyed(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    fake_llm.script(http_error(529, "Overloaded", headers={"x-should-retry": "false"}), reply_text("no"))
+    with pytest.raises(LLMError):
+        await provider.stream(request())
+    assert len(fake_llm.requests) == 1
+
+
+async def test_midstream_error_before_text_is_retried(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    fake_llm.script(midstream_error(), reply_text("recovered"))
+    deltas: list[str] = []
+    resp = await provider.stream(request(), deltas.append)
+    assert "".join(deltas) == resp.text == "recovered"
+    assert len(fake_llm.requests) == 2
+
+
+async def test_midstream_error_after_text_fails_without_retry(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    fake_llm.script(midstream_error("The answer is"), reply_text("never sent"))
+    deltas: list[str] = []
+    with pytest.raises(LLMError) as info:
+        await provider.stream(request(), deltas.append)
+    assert "".join(deltas) == "The answer is"
+    assert info.value.user_text == MSG_INTERRUPTED
+    assert len(fake_llm.requests) == 1
+
+
+async def test_midstream_non_retryable_error_type_is_not_retried(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    fake_llm.script(midstream_error(error_type="invalid_request_error"), reply_text("no"))
+    with pytest.raises(LLMError):
+        await provider.stream(request())
+    assert len(fake_llm.requests) == 1
+
+
+async def test_hang_times_out_and_each_attempt_disconnects(fake_llm: FakeAnthropic, sleeps: RecordingSleep) -> None:
+    p = make(fake_llm, sleeps, retries=1, timeout_s=0.2)
+    fake_llm.script(hang(), hang())
+    try:
+        with pytest.raises(LLMError) as info:
+            await p.stream(request())
+    finally:
+        await p.aclose()
+    assert info.value.user_text == MSG_TIMEOUT
+    assert len(fake_llm.requests) == 2
+    for rec in fake_llm.requests:
+        await asyncio.wait_for(rec.disconnected.wait(), 2)
+
+
+async def test_prompt_too_long_raises_overflow_without_retry(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    fake_llm.script(prompt_too_long(208656, 200000), reply_text("no"))
+    with pytest.raises(ContextOverflowError) as info:
+        await provider.stream(request())
+    assert len(fake_llm.requests) == 1
+    said = info.value.user_text.render("en")
+    assert "208656" not in said and "context window" in said
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "kind"),
+    [
+        (400, "This model's maximum context length is 131072 tokens", None),
+        (400, "Input is too long for requested model.", None),
+        (413, "Request exceeds the maximum allowed size", "request_too_large"),
+    ],
+)
+async def test_vendor_overflow_phrasings(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider, status: int, message: str, kind: str | None
+) -> None:
+    fake_llm.script(http_error(status, message, error_type=kind))
+    with pytest.raises(ContextOverflowError):
+        await provider.stream(request())
+
+
+async def test_401_is_not_retried_and_hides_the_key(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    fake_llm.script(http_error(401, f"invalid x-api-key {KEY}"), reply_text("no"))
+    with pytest.raises(LLMError) as info:
+        await provider.stream(request())
+    assert len(fake_llm.requests) == 1
+    assert info.value.user_text == MSG_AUTH
+    assert all(KEY not in info.value.user_text.render(locale) for locale in i18n.LOCALES) and KEY not in str(info.value)
+
+
+async def test_404_raises_model_not_found(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    fake_llm.script(http_error(404, "model: claude-nope"), reply_text("no"))
+    with pytest.raises(ModelNotFoundError) as info:
+        await provider.stream(request(model="claude-nope"))
+    assert info.value.model == "claude-nope"
+    assert len(fake_llm.requests) == 1
+
+
+async def test_cancel_makes_the_server_see_the_disconnect(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    fake_llm.script(reply_text("x" * 200, chunks=100, delta_delay_s=0.02))
+    first = asyncio.Event()
+    task = asyncio.create_task(provider.stream(request(), lambda _t: first.set()))
+    await asyncio.wait_for(first.wait(), 2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    rec = fake_llm.requests[0]
+    await asyncio.wait_for(rec.disconnected.wait(), 2)
+    assert not rec.completed.is_set()
+
+
+async def test_cancel_during_backoff_propagates(fake_llm: FakeAnthropic) -> None:
+    sleeping = asyncio.Event()
+
+    async def real_sleep(delay: float) -> None:
+        sleeping.set()
+        await asyncio.sleep(delay)
+
+    endpoint = Endpoint(fake_llm.base_url, KEY, "claude-test", custom_base_url=True)
+    policy = RetryPolicy(max_retries=3, base_s=30.0, max_s=30.0)
+    p = AnthropicProvider(endpoint, retry=policy, sleep=real_sleep)
+    fake_llm.script(overloaded(), reply_text("never"))
+    task = asyncio.create_task(p.stream(request()))
+    try:
+        await asyncio.wait_for(sleeping.wait(), 2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 2)
+    finally:
+        await p.aclose()
+    assert len(fake_llm.requests) == 1
+
+
+async def test_both_auth_headers_sent_for_a_custom_base_url(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    await provider.complete(request("ping"))
+    headers = fake_llm.requests[0].headers
+    assert headers["authorization"] == f"Bearer {KEY}"
+    assert headers["x-api-key"] == KEY
+    assert "anthropic-version" in headers
+
+
+async def test_concurrent_calls_run_in_parallel_on_one_client(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    fake_llm.first_byte_delay_s = 0.1
+    results = await asyncio.gather(*(provider.stream(request(f"n{i}")) for i in range(6)))
+    assert [r.text for r in results] == [f"reply to: n{i}" for i in range(6)]
+    assert fake_llm.max_in_flight == 6
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ("Model Not Exist", "invalid_request_error"),  # DeepSeek
+        ("Model does not exist. Please check it carefully.", "invalid_request_error"),
+        ("The model `deepseek-v9` does not exist", "invalid_request_error"),
+        ("invalid model: deepseek-v9", "invalid_request_error"),
+        ("not available", "model_not_found"),
+        ("模型不存在，请检查模型代码。", "invalid_request_error"),
+    ],
+)
+async def test_a_400_naming_an_unknown_model_raises_model_not_found(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider, message: str, kind: str
+) -> None:
+    fake_llm.script(http_error(400, message, error_type=kind), reply_text("no"))
+    with pytest.raises(ModelNotFoundError) as info:
+        await provider.stream(request(model="deepseek-v9"))
+    assert info.value.model == "deepseek-v9"
+    assert len(fake_llm.requests) == 1
+
+
+async def test_other_400s_stay_plain_errors(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    fake_llm.script(http_error(400, "messages.0.content: text content blocks must be non-empty"))
+    with pytest.raises(LLMError) as info:
+        await provider.stream(request())
+    assert not isinstance(info.value, ModelNotFoundError | ContextOverflowError)

@@ -1,0 +1,36 @@
+"""Helpers for the /forget tests: a private-memory agent config and reading what stayed on disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agenthub.forget.redact import Person
+
+PRIVATE_CONFIG = {"memory": {"scope": "chat", "user_profile": "per_user"}}
+
+
+def files_with(roots: list[Path], needle: str) -> list[str]:
+    """Every file under `roots` whose bytes contain `needle` (the grep of the issue's must-show)."""
+    found = []
+    for root in roots:
+        for path in root.rglob("*"):
+            if path.is_file() and needle.encode() in path.read_bytes():
+                found.append(str(path))
+    return found
+
+
+def lines_of(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines() if path.exists() else []
+
+
+def others_exchanges(lines: list[bytes], person: str, channel: str = "wecom") -> list[bytes]:
+    """The lines of every exchange that another person started (their message and the replies to it)."""
+    kept, theirs = [], False
+    for line in lines:
+        record = json.loads(line)
+        if record.get("role") == "user" and "sender_id" in record:
+            theirs = record["sender_id"] not in (person, Person(channel, person).tag)
+        if theirs and record.get("role") != "system":
+            kept.append(line)
+    return kept

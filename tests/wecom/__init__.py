@@ -1,1 +1,0 @@
-"""WeCom channel tests, sharing the fixtures in `tests/wecom/harness.py`."""
