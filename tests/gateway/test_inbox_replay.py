@@ -8,7 +8,7 @@ import asyncio
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
-from tests.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
 
 KEY = SessionKey("default", "cli", "c1")
 
