@@ -1,19 +1,37 @@
-"""Building the core from settings: agents, LLM providers, history, gateway (shared by `serve` and `chat`)."""
+"""The composition root: settings → agents, providers, history, gateway, memory, scheduler, the HTTP API and the
+channels, built once here for both `agenthub serve` and `agenthub chat`."""
 
 from __future__ import annotations
 
-from agenthub.agent.definition import load_agents
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agenthub.channel import Channel, ChannelContext, Submitter, WebRoutes
+from agenthub.channel_registry import enabled_channels, load_channel_class
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
-from agenthub.gateway.core import GatewayCore
-from agenthub.gateway.memory_host import attach_memory_layer
-from agenthub.llm.registry import ProviderRegistry
-from agenthub.scheduler.wiring import attach_scheduler
-from agenthub.storage.migrate import migrate_at_start
+
+if TYPE_CHECKING:
+    from agenthub.api.host import ApiServices
+    from agenthub.api.server import HttpApi
+    from agenthub.gateway.core import GatewayCore
+    from agenthub.web import WebServer
+
+log = structlog.get_logger(__name__)
+# The core's heavy parts (the LLM SDK behind the gateway, the web server) are imported by the functions that build
+# them: `agenthub chat` connected to a daemon uses this module without ever loading them.
 
 
 def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> GatewayCore:
     """A ready-to-enter GatewayCore with the agents and providers the settings describe."""
+    from agenthub.agent.definition import load_agents
+    from agenthub.gateway.core import GatewayCore
+    from agenthub.gateway.memory_host import attach_memory_layer
+    from agenthub.llm.registry import ProviderRegistry
+    from agenthub.scheduler.wiring import attach_scheduler
+    from agenthub.storage.migrate import migrate_at_start
+
     migrate_at_start(settings.workspace_dir, settings.agents_dir)
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
     providers = ProviderRegistry.from_settings(settings.llm)
@@ -21,3 +39,65 @@ def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> Gateway
     attach_memory_layer(gateway)
     attach_scheduler(gateway)
     return gateway
+
+
+def api_services(gateway: GatewayCore) -> ApiServices:
+    """The API's view of the core: the gateway behind the narrow `ApiHost` protocol, and the two services the
+    admin routes need that are built around the whole gateway (forgetting a person, the memory thresholds)."""
+    from agenthub.api.host import ApiServices
+    from agenthub.forget.command import gateway_forgetter
+    from agenthub.memory.thresholds import thresholds_for
+
+    return ApiServices(
+        gateway,
+        forgetter=lambda: gateway_forgetter(gateway),
+        thresholds=lambda agent: thresholds_for(gateway.settings, agent),
+    )
+
+
+def build_api(gateway: GatewayCore, routes: WebRoutes) -> HttpApi:
+    """The HTTP API and console, its routes added to `routes`; `ConfigError` for a bad `[channels.http]`."""
+    from agenthub.api.server import HttpApi
+
+    return HttpApi(api_services(gateway), routes, gateway.settings.channels.get("http", {}))
+
+
+def channel_context(settings: Settings, gateway: Submitter, routes: WebRoutes, name: str) -> ChannelContext:
+    """What channel `name` is built with; its private state lives in `data/.channels/<name>/`."""
+    return ChannelContext(
+        gateway=gateway, settings=settings, web=routes, state_dir=settings.data_dir / ".channels" / name
+    )
+
+
+def web_server(settings: Settings, gateway: GatewayCore) -> WebServer:
+    """The daemon's one HTTP server, bounded as `[http]` says (nothing mounted or listening yet)."""
+    from agenthub.http_guard import RESERVED_FDS, ConnectionLimits
+    from agenthub.web import WebServer
+
+    http = settings.http
+    limits = ConnectionLimits(
+        header_timeout_s=http.header_timeout_s,
+        body_timeout_s=http.body_timeout_s,
+        max_connections=http.max_connections,
+        reserved_fds=RESERVED_FDS + settings.session.max_concurrent_llm,
+    )
+    return WebServer(gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes, limits=limits)
+
+
+def assemble(settings: Settings, gateway: GatewayCore) -> tuple[WebServer, list[Channel]]:
+    """The HTTP server with the API (unless `[http] enabled = false`) and every enabled channel built and their
+    routes mounted (nothing started yet). A channel that fails to build is logged by name and left out; the
+    others go on. A bad `[channels.http]` is a `ConfigError`: it stops start-up."""
+    from agenthub.api.server import api_config
+
+    api_config(settings.channels.get("http", {}))  # also with the server off: a stray key is never silently dropped
+    server = web_server(settings, gateway)
+    routes = WebRoutes()
+    built: list[Channel] = [build_api(gateway, routes)] if settings.http.enabled else []
+    for name, raw in enabled_channels(settings):
+        try:
+            built.append(load_channel_class(name)(channel_context(settings, gateway, routes, name), raw))
+        except Exception as e:
+            log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)
+    server.mount(routes)
+    return server, built

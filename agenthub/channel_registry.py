@@ -1,4 +1,7 @@
-"""Channels by name, as import strings: a channel's SDK is imported only when that channel is enabled."""
+"""Channels by name, as import strings: a channel's SDK is imported only when that channel is enabled.
+
+`[channels.http]` and `[channels.cli]` are not here: the HTTP API is the core's own surface (`agenthub.api`, built
+by the composition root when `[http] enabled`), and the CLI channel is run by `agenthub chat`, not by the daemon."""
 
 from __future__ import annotations
 
@@ -11,12 +14,11 @@ from agenthub.config import Settings
 from agenthub.errors import ConfigError
 
 CHANNELS: dict[str, str] = {
-    "http": "channels.http:HttpChannel",
     "wecom": "channels.wecom:WeComChannel",
     "feishu": "channels.feishu:FeishuChannel",
 }
-NOT_SERVED = frozenset({"cli"})
-"""Configured under `[channels.*]` but run by `agenthub chat`, not by the daemon."""
+NOT_SERVED = frozenset({"cli", "http"})
+"""Configured under `[channels.*]` but not a channel the daemon loads: `cli` is `agenthub chat`'s, `http` the API's."""
 
 
 def load_channel_class(name: str) -> ChannelFactory:
@@ -31,12 +33,10 @@ def load_channel_class(name: str) -> ChannelFactory:
 
 
 def enabled_channels(settings: Settings) -> list[tuple[str, Mapping[str, Any]]]:
-    """(name, raw config) of every channel to start: `http` unless disabled, others when configured and enabled."""
+    """(name, raw config) of every platform channel to start: those configured and not `enabled = false`."""
     enabled: list[tuple[str, Mapping[str, Any]]] = []
-    if settings.http.enabled:
-        enabled.append(("http", settings.channels.get("http", {})))
     for name, raw in settings.channels.items():
-        if name == "http" or name in NOT_SERVED:
+        if name in NOT_SERVED:
             continue
         if name not in CHANNELS:
             raise ConfigError(f"channels.{name}: unknown channel (known: {', '.join(sorted(CHANNELS))})")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -157,6 +157,20 @@ class SchedulerSettings(_Section):
         return value
 
 
+class StoreSettings(_Section):
+    """Where state lives (design §12): the files of §4, or PostgreSQL for several instances on one deployment."""
+
+    backend: Literal["files", "postgres"] = "files"
+    dsn: SecretStr | None = Field(None, description="postgres: set it as AGENTHUB_STORE__DSN; a secret, never logged")
+    lease_s: float = Field(15.0, gt=0, description="postgres: a dead instance's sessions are taken over after this")
+
+    @model_validator(mode="after")
+    def _postgres_needs_a_dsn(self) -> StoreSettings:
+        if self.backend == "postgres" and (self.dsn is None or not self.dsn.get_secret_value().strip()):
+            raise ValueError('backend "postgres" needs a dsn: set AGENTHUB_STORE__DSN')
+        return self
+
+
 class Settings(BaseSettings):
     """All of AgentHub's configuration; see README "Configuration"."""
 
@@ -184,6 +198,7 @@ class Settings(BaseSettings):
     media: MediaSettings = Field(default_factory=MediaSettings)
     http: HTTPSettings = Field(default_factory=HTTPSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
     channels: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="[channels.<name>] tables, each validated by its channel"
     )

@@ -1,4 +1,4 @@
-"""`agenthub serve`: the composition root that runs the gateway, the HTTP server and every enabled channel."""
+"""`agenthub serve`: runs what the composition root (`agenthub.app`) builds: start-up in order, signals, drain."""
 
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ from typing import TextIO
 import structlog
 
 from agenthub.agent.definition import load_agents
-from agenthub.app import build_gateway
-from agenthub.channel import Channel, ChannelContext, WebRoutes
-from agenthub.channel_registry import enabled_channels, load_channel_class
+from agenthub.app import assemble, build_gateway
+from agenthub.channel import Channel
 from agenthub.config import Settings
 from agenthub.datalock import DataDirLock
 from agenthub.gateway.core import GatewayCore
-from agenthub.http_guard import RESERVED_FDS, ConnectionLimits
 from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
 from agenthub.storage.atomic import remove_stale_temp_files
@@ -162,33 +160,6 @@ class Daemon:
                 file=self.console,
             )
         print("Stop with Ctrl-C.\n", file=self.console, flush=True)
-
-
-def assemble(settings: Settings, gateway: GatewayCore) -> tuple[WebServer, list[Channel]]:
-    """The HTTP server with every enabled channel built and its routes mounted (nothing started yet).
-
-    A channel that fails to build is logged by name and left out; the others go on.
-    """
-    http = settings.http
-    limits = ConnectionLimits(
-        header_timeout_s=http.header_timeout_s,
-        body_timeout_s=http.body_timeout_s,
-        max_connections=http.max_connections,
-        reserved_fds=RESERVED_FDS + settings.session.max_concurrent_llm,
-    )
-    server = WebServer(gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes, limits=limits)
-    routes = WebRoutes()
-    built: list[Channel] = []
-    for name, raw in enabled_channels(settings):
-        context = ChannelContext(
-            gateway=gateway, settings=settings, web=routes, state_dir=settings.data_dir / ".channels" / name
-        )
-        try:
-            built.append(load_channel_class(name)(context, raw))
-        except Exception as e:
-            log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)
-    server.mount(routes)
-    return server, built
 
 
 def run_daemon(settings: Settings, *, show_console_hint: bool = False) -> int:

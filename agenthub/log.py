@@ -79,8 +79,8 @@ def configure_logging(
 def route_library_loggers() -> None:
     """Strip the SDKs' own handlers so their records reach ours; call again after importing an SDK late.
 
-    lark-oapi adds a plain-text stdout handler to the `Lark` logger when it is imported, so the
-    composition root calls this once more after the enabled channels are loaded.
+    lark-oapi adds a plain-text stdout handler to the `Lark` logger when it is imported; the Feishu channel
+    imports it lazily (in `start()`) and replaces that handler itself, right after the import.
     """
     for name in _ROUTED_LOGGERS:
         routed = logging.getLogger(name)

@@ -81,7 +81,6 @@ class DeltaEvent:
     """A piece of reply text as it streams."""
 
     text: str
-    kind: Literal["delta"] = "delta"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +90,6 @@ class ToolEvent:
     name: str
     phase: Literal["start", "end"]
     is_error: bool = False
-    kind: Literal["tool"] = "tool"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +100,6 @@ class NoticeEvent:
     transient: bool = False
     """Only true while the reply is pending (e.g. "queued behind …"): a channel that shows nothing before the final
     answer drops it."""
-    kind: Literal["notice"] = "notice"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +115,6 @@ class DoneEvent:
     answer: str = ""
     """When `joined`: the turn's answer (the newest message's `full_text`), for channels that answer every
     request on its own (HTTP); chat UIs show it once, under the newest message."""
-    kind: Literal["done"] = "done"
 
 
 class ErrorCode(StrEnum):
@@ -149,7 +145,6 @@ class ErrorEvent:
 
     message: str
     code: str = "error"
-    kind: Literal["error"] = "error"
 
 
 ReplyEvent = DeltaEvent | ToolEvent | NoticeEvent | DoneEvent | ErrorEvent

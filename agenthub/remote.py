@@ -3,37 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 import structlog
 
 from agenthub import i18n
+from agenthub.api.codes import reply_code
+from agenthub.api.sse import Frame, MalformedFrame, decode_event, read_frames
 from agenthub.errors import AgentHubError, AgentNotFoundError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import (
-    DeltaEvent,
-    DoneEvent,
-    ErrorCode,
-    ErrorEvent,
-    InboundMessage,
-    NoticeEvent,
-    ReplyEvent,
-    ToolEvent,
-    Usage,
-)
+from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage
 from agenthub.storage.keys import session_key
 
 log = structlog.get_logger(__name__)
 
 CHANNEL = "http"
 """The daemon's API is its HTTP channel: a remote session is `<agent>:http:<chat_id>`."""
-DAEMON_CODES: dict[str, str] = {"agent_not_found": ErrorCode.UNKNOWN_AGENT}
-"""The daemon's API error codes that differ from the gateway's event codes for the same failure."""
 CHECK_TIMEOUT = aiohttp.ClientTimeout(total=15)
 
 
@@ -43,28 +31,6 @@ class TokenRefusedError(AgentHubError):
 
 class DaemonUnavailableError(AgentHubError):
     """The daemon could not be reached, or answered something other than what its API documents."""
-
-
-def event_from_sse(name: str, data: dict[str, Any]) -> ReplyEvent | None:
-    """One SSE frame of the chat route as a reply event (unknown event names are ignored)."""
-    if name == "delta":
-        return DeltaEvent(str(data.get("text", "")))
-    if name == "done":
-        raw_usage = data.get("usage")
-        usage = raw_usage if isinstance(raw_usage, dict) else {}
-        known = Usage().as_dict()
-        return DoneEvent(str(data.get("full_text", "")), Usage(**{k: int(v) for k, v in usage.items() if k in known}))
-    if name == "error":
-        message = data.get("message") or _said("remote.daemon_error")
-        return ErrorEvent(str(message), code=str(data.get("code", ErrorCode.ERROR)))
-    if name == "tool":
-        name = str(data.get("name", "?"))
-        if data.get("phase") == "end":
-            return ToolEvent(name, "end", is_error=bool(data.get("is_error")))
-        return ToolEvent(name, "start")
-    if name == "notice":
-        return NoticeEvent(str(data.get("text", "")))
-    return None
 
 
 class RemoteGateway:
@@ -160,30 +126,26 @@ class RemoteGateway:
             if resp.status != 200:
                 _, message = await _error_fields(resp)
                 raise DaemonUnavailableError(f"the daemon refused the events feed ({resp.status}: {message})")
-            name = ""
-            async for raw in resp.content:
-                line = raw.decode("utf-8").rstrip("\r\n")
-                if line.startswith("event:"):
-                    name = line[len("event:") :].strip()
-                elif line.startswith("data:") and name == "push":
-                    yield str(json.loads(line[len("data:") :]).get("content", ""))
+            async for frame in read_frames(resp.content.iter_any()):
+                if isinstance(frame, MalformedFrame):
+                    log.warning("push_frame_malformed", reason=frame.reason)
+                elif frame.event == "push":
+                    yield str(frame.data.get("content", ""))
 
 
 async def _read_events(resp: aiohttp.ClientResponse, handle: ReplyHandle) -> None:
-    name = ""
-    async for raw in resp.content:
-        line = raw.decode("utf-8").rstrip("\r\n")
-        if line.startswith("event:"):
-            name = line[len("event:") :].strip()
-        elif line.startswith("data:"):
-            try:
-                data = json.loads(line[len("data:") :])
-            except (ValueError, RecursionError):
-                handle.emit(ErrorEvent(_said("remote.bad_stream"), code=ErrorCode.BAD_STREAM))
-                return
-            event = event_from_sse(name, data) if isinstance(data, dict) else None
-            if event is not None:
-                handle.emit(event)
+    """Relay the chat stream's events; a malformed frame ends the reply with a bad-stream error (what came
+    before it was already relayed)."""
+    async for frame in read_frames(resp.content.iter_any()):
+        event = decode_event(frame) if isinstance(frame, Frame) else frame
+        if isinstance(event, MalformedFrame):
+            log.warning("chat_frame_malformed", reason=event.reason)
+            handle.emit(ErrorEvent(_said("remote.bad_stream"), code=ErrorCode.BAD_STREAM))
+            return
+        if isinstance(event, ErrorEvent) and not event.message:
+            event = ErrorEvent(_said("remote.daemon_error"), code=event.code)
+        if event is not None:
+            handle.emit(event)
 
 
 async def _error_fields(resp: aiohttp.ClientResponse) -> tuple[str, str]:
@@ -212,4 +174,4 @@ async def _error_event(resp: aiohttp.ClientResponse) -> ErrorEvent:
     """A refused chat request as the reply's error; a bad id or unknown agent keeps the gateway's code."""
     code, message = await _error_fields(resp)
     text = _refused(message) if resp.status == 401 else _said("remote.refused", status=resp.status, message=message)
-    return ErrorEvent(text, code=DAEMON_CODES.get(code, code) or f"http_{resp.status}")
+    return ErrorEvent(text, code=reply_code(code) or f"http_{resp.status}")

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
 
 from agenthub.channel import WebRoutes
-from agenthub.gateway.core import GatewayCore
 from agenthub.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, ConnectionLimits, GuardedRequestHandler
+
+if TYPE_CHECKING:
+    from agenthub.gateway.core import GatewayCore
 
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-GATEWAY = web.AppKey("agenthub.gateway", GatewayCore)
-"""Where handlers find the gateway: `request.app[GATEWAY]`."""
 
 
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
@@ -90,7 +90,6 @@ class WebServer:
         self.ready = False
         self.guard = ConnectionGuard(limits or ConnectionLimits())
         self.app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors, self.guard.middleware])
-        self.app[GATEWAY] = gateway
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
@@ -186,7 +185,3 @@ def render_metrics(gateway: GatewayCore) -> str:
         f"agenthub_queue_depth {gateway.queue_depth()}",
     ]
     return "\n".join(lines) + "\n"
-
-
-def dumps(data: object) -> str:
-    return json.dumps(data, ensure_ascii=False)

@@ -1,4 +1,5 @@
-"""Storage benchmarks: append cost vs history size, load cost vs bare json.loads, memory of idle sessions."""
+"""Storage benchmarks: appends/s with the meta written behind vs written through, append cost vs history size,
+load cost vs bare json.loads, memory of idle sessions."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from agenthub.gateway.session_state import SessionRegistry
 from agenthub.session.history import SessionHistory
 from agenthub.storage import jsonl
 from agenthub.storage.keys import session_key
+from agenthub.storage.meta import SessionMeta, write_meta
 
 BIG = 10_000
 SMALL = 10
@@ -45,6 +47,43 @@ async def bench_append(data_dir: Path, fsync: bool) -> tuple[float, float]:
             await history.append(key, _message(i))
             times[name].append(time.perf_counter() - start)
     return statistics.median(times["small"]), statistics.median(times["big"])
+
+
+async def _written_through(history: SessionHistory, key: Any, message: dict[str, Any], meta: SessionMeta) -> None:
+    """What an append cost before the meta was written behind: the JSONL append and the meta's atomic rewrite
+    (temp file, rename) in one worker-thread hop, per append."""
+    layout = history.layout(key.agent)
+
+    def write() -> None:
+        jsonl.append_records(layout.history_file(key), [message], fsync=True)
+        write_meta(layout.meta_file(key), meta, durable=False)
+
+    await asyncio.to_thread(write)
+
+
+async def bench_append_rate(data_dir: Path, seconds: float = 3.0) -> tuple[float, float]:
+    """Appends/s with fsync on, one session, alternating 0.5 s slices of written-through and written-behind meta
+    (the same disk and load for both); returns (through, behind)."""
+    history = SessionHistory(data_dir, fsync=True)
+    key = session_key("bench", "cli", "rate")
+    await history.append(key, _message(0))
+    meta = await history.get_meta(key)
+    assert meta is not None
+    counts, spent = {"through": 0, "behind": 0}, {"through": 0.0, "behind": 0.0}
+    i = 0
+    while sum(spent.values()) < 2 * seconds:
+        for mode in ("through", "behind"):
+            start = time.perf_counter()
+            while time.perf_counter() - start < 0.5:
+                i += 1
+                if mode == "through":
+                    await _written_through(history, key, _message(i), meta.with_changes(updated_at=i))
+                else:
+                    await history.append(key, _message(i))
+                counts[mode] += 1
+            spent[mode] += time.perf_counter() - start
+    await history.aclose()
+    return counts["through"] / spent["through"], counts["behind"] / spent["behind"]
 
 
 async def bench_load(data_dir: Path) -> tuple[float, float]:
@@ -90,6 +129,11 @@ async def main() -> None:
     print(f"memory: {BIG} idle sessions RSS +{delta / 1024 / 1024:.1f} MiB, {per} bytes per session")
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
+        through, behind = await bench_append_rate(data_dir)
+        print(
+            f"appends/s (fsync on): meta written through {through:.0f}, written behind {behind:.0f}, "
+            f"ratio {behind / through:.2f}"
+        )
         for fsync in (False, True):
             small, big = await bench_append(data_dir, fsync)
             print(

@@ -66,7 +66,8 @@ class CliConfig(BaseModel):
 
 
 class ChatBackend(Protocol):
-    """What the REPL talks to: the in-process gateway today, a running daemon over HTTP later."""
+    """What the REPL talks to (`GatewayBackend` over a Submitter: the in-process gateway, or a running daemon's
+    HTTP API through `agenthub.remote.RemoteGateway`)."""
 
     def submit(self, text: str) -> AsyncIterator[ReplyEvent]: ...
 

@@ -1,4 +1,4 @@
-"""The `agenthub` command: `serve`, `chat`, `token`, `migrate` and `forget` subcommands, each in its own module."""
+"""The `agenthub` command: `serve`, `chat`, `token`, `migrate`, `forget`, `store`; each in its own module."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ SUBCOMMANDS = {
     "forget": "agenthub.cli.forget",
     "migrate": "agenthub.cli.migrate",
     "serve": "agenthub.cli.serve",
+    "store": "agenthub.cli.store",
     "token": "agenthub.cli.token",
 }
 

@@ -13,7 +13,8 @@ from typing import Any
 import aiohttp
 import structlog
 
-from agenthub.channel import ChannelContext, Submitter, WebRoutes
+from agenthub.app import build_gateway, channel_context
+from agenthub.channel import Submitter, WebRoutes
 from agenthub.config import Settings, load_settings
 from agenthub.datalock import holder_address, is_locked
 from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError
@@ -90,10 +91,8 @@ def _channel_config(settings: Settings, args: argparse.Namespace) -> dict[str, A
 async def _chat(settings: Settings, args: argparse.Namespace) -> int:
     if is_locked(settings.data_dir):
         return await _chat_remote(settings, args)
-    from agenthub.app import build_gateway  # heavy (the LLM SDK); argument and config errors answer without it
-
-    route_library_loggers()
-    async with build_gateway(settings) as gateway:
+    async with build_gateway(settings) as gateway:  # imports the LLM SDK: argument and config errors answer first
+        route_library_loggers()  # the SDKs imported just now
         channel = _build_channel(settings, args, gateway)
         probe = InboundMessage("cli", channel.config.chat_id, channel.config.sender_id, "", agent=channel.config.agent)
         _, key = gateway.resolve_key(probe)  # a bad agent or chat id stops here, before any prompt
@@ -158,9 +157,7 @@ class UsageWatch:
 
 def _build_channel(settings: Settings, args: argparse.Namespace, gateway: Submitter) -> Any:
     module = importlib.import_module(CHANNEL_MODULE)  # the core never imports channels/ statically
-    context = ChannelContext(
-        gateway=gateway, settings=settings, web=WebRoutes(), state_dir=settings.data_dir / ".channels" / "cli"
-    )
+    context = channel_context(settings, gateway, WebRoutes(), "cli")
     return module.CliChannel(context, _channel_config(settings, args))
 
 

@@ -124,6 +124,7 @@ class GatewayCore:
         await self._cancel_all_background()
         await self.timers.stop()
         await self.mcp.aclose()
+        await self.history.aclose()  # the meta written behind
         self.history.observers.remove(self.search.history_changed)
         await self.search.close()
         await self.providers.aclose()

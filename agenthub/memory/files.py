@@ -15,11 +15,11 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.aio import run_to_end
 from agenthub.storage.atomic import atomic_write_text
 from agenthub.storage.keys import SessionKey, session_key
-from agenthub.storage.paths import AgentLayout, inside
+from agenthub.storage.memory_files import FileMemoryStore, MemoryName, MemoryStore
+from agenthub.storage.paths import inside
 
 MULTI_USER_CHANNELS = frozenset({"wecom", "feishu"})
 """Channels where several people talk to the bot (groups, many employees): `auto` keeps their memory apart."""
-L3_STATE_FILE = ".l3_state.json"
 R = TypeVar("R")
 Visibility = Literal["private", "group"]
 """Which of a person's profiles a chat shows and feeds: the one built from private chats, or from groups."""
@@ -54,41 +54,65 @@ def memory_scope(agent: AgentDefinition, channel: str, chat_type: object = None)
 
 
 class MemoryWriter:
-    """One asyncio lock per memory file (keyed by its resolved path): every read-modify-write of a memory file
-    (the write_memory tool, L3, the memory flush before a compaction) runs under its file's lock, so two writers
-    never both read the old text and one of them silently drops the other's change. Readers need no lock: each
-    write is an atomic replace."""
+    """One asyncio lock per memory file: every read-modify-write of a memory file (the write_memory tool, L3, the
+    memory flush before a compaction) runs under its file's lock, so two writers never both read the old text and
+    one of them silently drops the other's change. Readers need no lock: each write is an atomic replace.
 
-    def __init__(self) -> None:
-        self._locks: weakref.WeakValueDictionary[Path, asyncio.Lock] = weakref.WeakValueDictionary()
+    A file is named by its `MemoryName` (read and written through `store`) or, for the files-only callers, by its
+    path; over the files a name and its path share one lock (keyed by the resolved path)."""
 
-    def lock(self, path: Path) -> asyncio.Lock:
-        """The lock of `path`'s file; hold it only around read-merge-write, never across a model call."""
-        key = path.resolve()
+    def __init__(self, store: MemoryStore | None = None) -> None:
+        self.store = store
+        self._locks: weakref.WeakValueDictionary[Path | MemoryName, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def _lock_key(self, target: Path | MemoryName) -> Path | MemoryName:
+        if isinstance(target, Path):
+            return target.resolve()
+        if isinstance(self.store, FileMemoryStore):
+            return self.store.path_of(target).resolve()
+        return target
+
+    def lock(self, target: Path | MemoryName) -> asyncio.Lock:
+        """The lock of `target`'s file; hold it only around read-merge-write, never across a model call."""
+        key = self._lock_key(target)
         lock = self._locks.get(key)
         if lock is None:
             lock = asyncio.Lock()
             self._locks[key] = lock
         return lock
 
-    async def locked(self, path: Path, work: Callable[[], Coroutine[Any, Any, R]]) -> R:
-        """Run `work()` (a read-modify-write of `path`) under the file's lock, to its end even if the caller is
+    async def locked(self, target: Path | MemoryName, work: Callable[[], Coroutine[Any, Any, R]]) -> R:
+        """Run `work()` (a read-modify-write of `target`) under the file's lock, to its end even if the caller is
         cancelled meanwhile (the caller still sees its cancellation): the lock is never released while a worker
         thread is still replacing the file, so the next writer never reads the text that replace is about to
         overwrite. Waiting for the lock is cancellable as usual."""
-        async with self.lock(path):
+        async with self.lock(target):
             return await run_to_end(work())
 
-    async def update(self, path: Path, change: Callable[[str], str]) -> str:
+    async def update(self, target: Path | MemoryName, change: Callable[[str], str]) -> str:
         """Under the file's lock: read it ("" when missing), write `change(text)` atomically; returns the new text.
         An exception from `change` leaves the file as it was."""
 
         async def read_change_write() -> str:
-            new = change(await read_text(path))
-            await write_text(path, new)
+            new = change(await self.read(target))
+            await self.write(target, new)
             return new
 
-        return await self.locked(path, read_change_write)
+        return await self.locked(target, read_change_write)
+
+    async def read(self, target: Path | MemoryName) -> str:
+        return await read_text(target) if isinstance(target, Path) else await self._store().read(target)
+
+    async def write(self, target: Path | MemoryName, text: str) -> None:
+        if isinstance(target, Path):
+            await write_text(target, text)
+        else:
+            await self._store().write(target, text)
+
+    def _store(self) -> MemoryStore:
+        if self.store is None:
+            raise TypeError("this MemoryWriter has no MemoryStore: name files by their path")
+        return self.store
 
 
 @dataclass(frozen=True)
@@ -104,25 +128,34 @@ class MemoryFiles:
     data_dir: Path
     auth_dir: Path
     writer: MemoryWriter = field(default_factory=MemoryWriter, compare=False, repr=False)
+    store: FileMemoryStore = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "store", FileMemoryStore(self.data_dir, self.auth_dir))
+        if self.writer.store is None:
+            self.writer.store = self.store
 
     def scope_for(self, agent: AgentDefinition, channel: str, chat_type: object = None) -> MemoryScope:
         """The one scope rule (`memory_scope`): every reader and writer of memory resolves a chat through it."""
         return memory_scope(agent, channel, chat_type)
 
-    def memory_path(self, agent: AgentDefinition, key: SessionKey | None = None) -> Path:
+    def memory_name(self, agent: AgentDefinition, key: SessionKey | None = None) -> MemoryName:
         """The MEMORY.md a chat reads and writes (the agent-wide one when `key` is None)."""
-        layout = AgentLayout(self.data_dir, agent.name)
         if key is not None and self.scope_for(agent, key.channel).memory == "chat":
-            return inside(layout.memory_dir / "chats", key.file_stem + ".md")
-        return layout.memory_file
+            return MemoryName.chat_memory(key)
+        return MemoryName.agent_memory(agent.name)
+
+    def memory_path(self, agent: AgentDefinition, key: SessionKey | None = None) -> Path:
+        """Where `memory_name` lives."""
+        return self.store.path_of(self.memory_name(agent, key))
 
     def l3_state_path(self, agent: AgentDefinition) -> Path:
         """Where L3 keeps `agent`'s watermarks (`l3_material.L3State`), beside its MEMORY.md."""
-        return AgentLayout(self.data_dir, agent.name).memory_dir / L3_STATE_FILE
+        return self.store.path_of(MemoryName.l3_state(agent.name))
 
     @property
     def shared_profile(self) -> Path:
-        return self.auth_dir / "USER.md"
+        return self.store.path_of(MemoryName.shared_profile())
 
     def profile_path(self, agent: AgentDefinition, key: SessionKey, sender_id: str, chat_type: object) -> Path | None:
         """The profile a chat shows for its current sender: the shared USER.md, or the sender's own of this chat's
@@ -134,10 +167,7 @@ class MemoryFiles:
 
     def person_profile(self, agent: AgentDefinition, key: SessionKey, sender_id: str, visibility: Visibility) -> Path:
         """The profile of `sender_id` on `key`'s channel with `agent` for the chat `key` (of `visibility`)."""
-        directory = self.auth_dir / "users"
-        if visibility == "group":
-            directory = inside(directory / "group", key.file_stem)
-        return inside(directory, _profile_name(agent, key.channel, sender_id))
+        return self.store.path_of(MemoryName.person_profile(agent.name, key, sender_id, visibility))
 
     def person_profiles(self, agent: AgentDefinition, channel: str, sender_id: str) -> tuple[Path, ...]:
         """Every profile file of one person with `agent` (for "forget me"): the private one, one per group chat,

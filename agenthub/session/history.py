@@ -1,9 +1,9 @@
-"""SessionHistory: the write-through, lazily loaded cache of every session's JSONL history and meta."""
+"""SessionHistory: the lazily loaded cache of every session's history and meta over a `SessionStore`, with the
+per-session serialisation, the observers and the meta rules (title, legacy synthesis, meta written behind)."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 from collections import Counter
@@ -11,31 +11,27 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import structlog
 
 from agenthub.aio import runs_to_end
 from agenthub.errors import StorageError
 from agenthub.storage import jsonl
-from agenthub.storage.keys import SessionKey, key_from_file_stem
-from agenthub.storage.meta import (
-    DEFAULT_TITLE,
-    SessionMeta,
-    read_meta,
-    synthesise_meta,
-    text_of,
-    title_from,
-    write_meta,
-)
+from agenthub.storage.files import FileSessionStore
+from agenthub.storage.keys import SessionKey
+from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, synthesise_meta, text_of, title_from
 from agenthub.storage.paths import AgentLayout
-from agenthub.storage.store import SessionActivity
+from agenthub.storage.store import HistoryRecord, QuickLookup, SessionActivity, SessionStore
 
 log = structlog.get_logger(__name__)
 
-Message = dict[str, Any]
-T = TypeVar("T")
+Message = HistoryRecord
 HistoryObserver = Callable[[str, SessionKey], None]  # (op: append|replace|clear|delete, key), after the write landed
+META_DELAY_S = 5.0
+"""How long a meta change that is only `updated_at` / `last_usage` waits in the cache before it is written (not
+fsynced): a crash loses at most that much, and `read_meta` catches `updated_at` up from the history."""
+_DERIVED_FIELDS = ("updated_at", "last_usage")
 
 
 def _now_ms(clock: Callable[[], float]) -> int:
@@ -47,31 +43,51 @@ class _Entry:
     messages: list[Message] | None = None  # None until first load
     meta: SessionMeta | None = None
     meta_loaded: bool = False
-    meta_dirty: bool = False  # the cached meta is newer than its file (a write failed); the next write retries
+    meta_dirty: bool = False  # the cached meta is newer than the stored one: written behind, or a write failed
 
 
 class SessionHistory:
-    """Owns every read and write of history files; one instance per data directory.
+    """Every read and write of session histories goes through one instance (per data directory or store).
 
-    Nothing is loaded at start; the first access of a session reads its file, later reads come from the
-    cache, and every write goes to disk before the call returns (in a worker thread, so the event loop
-    never blocks). Operations on one session are serialised by a per-session lock.
+    Nothing is loaded at start; the first access of a session reads it from the store, later reads come from the
+    cache, and every history write reaches the store before the call returns. Operations on one session are
+    serialised by a per-session lock. A meta change that only moves `updated_at` or `last_usage` is kept in the
+    cache and written behind (after `meta_delay_s`, on `evict` and on `aclose`); title, pin and creation are
+    written at once.
     """
 
-    def __init__(self, data_dir: Path, *, fsync: bool = True, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        *,
+        fsync: bool = True,
+        clock: Callable[[], float] = time.time,
+        store: SessionStore | None = None,
+        meta_delay_s: float = META_DELAY_S,
+    ) -> None:
+        if store is None:
+            if data_dir is None:
+                raise ValueError("SessionHistory needs a data directory or a store")
+            store = FileSessionStore(data_dir, fsync=fsync)
         self.data_dir = data_dir
-        self._fsync = fsync
+        self.store = store
         self._clock = clock
+        self._meta_delay_s = meta_delay_s
         self._entries: dict[SessionKey, _Entry] = {}
         self._locks: dict[SessionKey, asyncio.Lock] = {}
         self._users: dict[SessionKey, int] = {}  # tasks holding or waiting for each session's lock
-        self._layouts: dict[str, AgentLayout] = {}
+        self._dirty: set[SessionKey] = set()
+        self._evict_when_written: set[SessionKey] = set()
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
         self.observers: list[HistoryObserver] = []
 
     def layout(self, agent: str) -> AgentLayout:
-        if agent not in self._layouts:
-            self._layouts[agent] = AgentLayout(self.data_dir, agent)
-        return self._layouts[agent]
+        """The agent's file layout, for the files-only code that still reads the files itself (search, forget,
+        media, the L3 state file); TypeError over a store that has no files."""
+        if not isinstance(self.store, FileSessionStore):
+            raise TypeError("layout() needs the files backend")
+        return self.store.layout(agent)
 
     @asynccontextmanager
     async def _locked(self, key: SessionKey) -> AsyncIterator[None]:
@@ -103,8 +119,7 @@ class SessionHistory:
     async def _messages(self, key: SessionKey) -> list[Message]:
         entry = self._entry(key)
         if entry.messages is None:
-            path = self.layout(key.agent).history_file(key)
-            entry.messages = await asyncio.to_thread(jsonl.read_records, path)
+            entry.messages = await self.store.load(key)
         return entry.messages
 
     # ---- history -------------------------------------------------------------------------------
@@ -122,29 +137,28 @@ class SessionHistory:
     async def append(self, key: SessionKey, *messages: Message, meta_changes: dict[str, Any] | None = None) -> None:
         """Persist `messages` (a `timestamp` is added where missing), then update the cache and meta.
 
-        The JSONL append is the commit point: it lands whole or not at all (StorageError, file and cache
-        unchanged, so a retry cannot duplicate). A meta write failing after it does not fail the append: the
-        meta is derivable, so it is logged, kept in the cache as dirty and written by the session's next write.
-        `meta_changes` (e.g. the turn's `last_usage`) ride along in the same meta write.
+        The store's append is the commit point and the only durable step: it lands whole or not at all
+        (StorageError, store and cache unchanged, so a retry cannot duplicate). The meta follows in the cache: a new
+        session or a new title is written at once (not fsynced), a moved `updated_at` or `meta_changes` (e.g. the
+        turn's `last_usage`) are written behind. A meta write failing does not fail the append: the meta is
+        derivable, so it is logged, kept in the cache as dirty and written later.
         """
         now = _now_ms(self._clock)
         stamped = [m if "timestamp" in m else {**m, "timestamp": now} for m in messages]
         async with self._locked(key):
             cached = await self._messages(key)
-            meta = await self._touched_meta(key, cached, stamped, now)
+            before = await self._meta(key)
+            meta = _touched_meta(key, before, cached, stamped, now)
             if meta_changes:
                 meta = meta.with_changes(**meta_changes)
-            layout = self.layout(key.agent)
-
-            def write() -> bool:  # one worker-thread hop for both files; both paths are checked before the append
-                history_file, meta_file = layout.history_file(key), layout.meta_file(key)
-                jsonl.append_records(history_file, stamped, fsync=self._fsync)
-                return _meta_saved(key, meta_file, meta, durable=False)
-
-            meta_saved = await _on_disk("append to the session's history", write)
+            await self.store.append(key, stamped)
             cached.extend(stamped)
             entry = self._entry(key)
-            entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, not meta_saved
+            entry.meta, entry.meta_loaded = meta, True
+            if before is None or _identity(meta) != _identity(before):
+                await self._save_meta_now(key, entry, meta)
+            else:
+                self._mark_dirty(key, entry)
             self._notify("append", key)
 
     @runs_to_end
@@ -152,12 +166,8 @@ class SessionHistory:
         """Remove the working history (the meta stays, design §3) after appending it to the archive, so what
         was said is never lost; a crash in between at worst leaves it in both. Returns the archived messages."""
         async with self._locked(key):
-            layout = self.layout(key.agent)
             cleared = list(await self._messages(key))
-            if cleared:
-                archive = layout.archive_file(key)
-                await _on_disk("archive", lambda: jsonl.append_records(archive, cleared, fsync=self._fsync))
-            await _on_disk("delete the history", functools.partial(jsonl.delete_file, layout.history_file(key)))
+            await self.store.clear(key, archive=cleared)
             self._entry(key).messages = []
             self._notify("clear", key)
             return cleared
@@ -173,95 +183,151 @@ class SessionHistory:
         async with self._locked(key):
             old = await self._messages(key)
             removed = _removed(old, messages) if archive_removed else []
-            layout = self.layout(key.agent)
-            if removed:
-                archive = layout.archive_file(key)
-                await _on_disk("archive", lambda: jsonl.append_records(archive, removed, fsync=self._fsync))
-            path = layout.history_file(key)
-            await _on_disk("replace the history", lambda: jsonl.replace_records(path, messages, fsync=self._fsync))
+            await self.store.replace(key, messages, archive=removed)
             self._entry(key).messages = list(messages)
             self._notify("replace", key)
             return removed
 
     async def archived(self, key: SessionKey) -> list[Message]:
-        path = self.layout(key.agent).archive_file(key)
-        return await asyncio.to_thread(jsonl.read_records, path)
+        return await self.store.read_archive(key)
 
     @runs_to_end
     async def rewrite_archive(self, key: SessionKey, change: Callable[[list[Message]], list[Message]]) -> bool:
         """Under the session's lock: replace the archive with `change(archived records)`, atomically (a redaction);
-        an unchanged list leaves the file alone. True when the file was rewritten."""
+        an unchanged list leaves it alone. True when it was rewritten."""
         async with self._locked(key):
-            path = self.layout(key.agent).archive_file(key)
-            old = await asyncio.to_thread(jsonl.read_records, path)
+            old = await self.store.read_archive(key)
             new = change(old)
             if new == old:
                 return False
-            await _on_disk("rewrite the archive", lambda: jsonl.replace_records(path, new, fsync=self._fsync))
+            await self.store.rewrite_archive(key, new)
             return True
 
     @runs_to_end
     async def delete(self, key: SessionKey, *, also: Iterable[Path] = ()) -> bool:
-        """Delete everything stored of the session: history, archive, the files in `also` (the caller's, e.g. the
-        chat's own memory file) and, last, the meta, so a delete cut short still lists the session and can be
+        """Delete everything stored of the session: the files in `also` (the caller's, e.g. the chat's own memory
+        file), then history, archive and, last, the meta, so a delete cut short still lists the session and can be
         repeated. Links are removed, never followed. True if anything existed."""
+        extra = list(also)
         async with self._locked(key):
-            layout = self.layout(key.agent)
-            paths = [layout.history_file(key), layout.archive_file(key), *also, layout.meta_file(key)]
             try:
-                gone = await _on_disk("delete the session's files", lambda: [jsonl.delete_file(p) for p in paths])
+                gone = await _delete_files(extra) if extra else False
+                gone = await self.store.delete(key) or gone
             finally:
                 self._entries.pop(key, None)
+                self._dirty.discard(key)
             self._notify("delete", key)
-            return any(gone)
+            return gone
 
     def evict(self, key: SessionKey) -> None:
-        """Forget the cached copy (the files are untouched); the next access reloads it. A session whose meta
-        could not be written yet stays cached, so its next write still has the newer meta to save."""
+        """Forget the cached copy (the store is untouched); the next access reloads it. A session whose meta is
+        not written yet stays cached until it is (its write is brought forward)."""
         entry = self._entries.get(key)
-        if key not in self._users and not (entry is not None and entry.meta_dirty):
-            self._entries.pop(key, None)
-            self._locks.pop(key, None)
+        if key in self._users:
+            return
+        if entry is not None and entry.meta_dirty:
+            self._evict_when_written.add(key)
+            self._schedule_flush(0.0)
+            return
+        self._entries.pop(key, None)
+        self._locks.pop(key, None)
 
     def exists(self, key: SessionKey) -> bool:
-        layout = self.layout(key.agent)
-        return layout.history_file(key).exists() or layout.meta_file(key).exists()
+        """Synchronous (the HTTP routes' look-up): the cache answers when it holds the session, else the store's
+        quick `exists_now` (a stat for the files); a store without one is asked through `SessionStore.exists`."""
+        entry = self._entries.get(key)
+        if entry is not None and (entry.messages or entry.meta is not None):
+            return True
+        if isinstance(self.store, QuickLookup):
+            return self.store.exists_now(key)
+        raise TypeError("this store has no synchronous look-up: use `await history.store.exists(key)`")
+
+    # ---- meta written behind -------------------------------------------------------------------
+
+    def _mark_dirty(self, key: SessionKey, entry: _Entry) -> None:
+        entry.meta_dirty = True
+        self._dirty.add(key)
+        self._schedule_flush(self._meta_delay_s)
+
+    def _schedule_flush(self, delay: float) -> None:
+        if self._flush_timer is not None:
+            if delay > 0:
+                return
+            self._flush_timer.cancel()
+        self._flush_timer = asyncio.get_running_loop().call_later(delay, self._start_flush)
+
+    def _start_flush(self) -> None:
+        self._flush_timer = None
+        task = asyncio.get_running_loop().create_task(self.flush())
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def flush(self) -> None:
+        """Write every meta that is newer in the cache than in the store (not fsynced); one that cannot be written
+        stays dirty for the next flush."""
+        for key in list(self._dirty):
+            async with self._locked(key):
+                entry = self._entries.get(key)
+                self._dirty.discard(key)
+                if entry is not None and entry.meta_dirty and entry.meta is not None:
+                    await self._save_meta_now(key, entry, entry.meta)
+            if key in self._evict_when_written and key not in self._dirty:
+                self._evict_when_written.discard(key)
+                self.evict(key)
+
+    async def aclose(self) -> None:
+        """Write what is still written behind (shutdown: after the last turn)."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if self._flushes:
+            await asyncio.gather(*self._flushes, return_exceptions=True)
+        await self.flush()
+
+    async def _save_meta_now(self, key: SessionKey, entry: _Entry, meta: SessionMeta) -> None:
+        """Write `meta` (not fsynced: it is derivable); on failure it is logged and stays dirty in the cache."""
+        try:
+            await self.store.write_meta(key, meta, durable=False)
+        except StorageError as e:
+            errno = getattr(e.__cause__, "errno", None)
+            log.warning("session_meta_write_failed", session_key=str(key), error_type=type(e).__name__, errno=errno)
+            entry.meta_dirty = True
+            self._dirty.add(key)
+            return
+        entry.meta_dirty = False
 
     # ---- meta ----------------------------------------------------------------------------------
 
     async def _meta(self, key: SessionKey) -> SessionMeta | None:
         entry = self._entry(key)
         if not entry.meta_loaded:
-            entry.meta = await asyncio.to_thread(read_meta, self.layout(key.agent).meta_file(key))
+            entry.meta = await self.store.read_meta(key)
             entry.meta_loaded = True
         return entry.meta
 
-    async def _store_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
-        """Write the meta, then cache it; StorageError (cache unchanged) when it cannot be written."""
-        layout = self.layout(key.agent)
-        await _on_disk("write the session's meta", lambda: write_meta(layout.meta_file(key), meta, durable=durable))
+    async def _store_meta(self, key: SessionKey, meta: SessionMeta) -> None:
+        """Write the meta durably, then cache it; StorageError (cache unchanged) when it cannot be written."""
+        await self.store.write_meta(key, meta, durable=True)
         entry = self._entry(key)
         entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, False
+        self._dirty.discard(key)
 
     async def _store_derived_meta(self, key: SessionKey, meta: SessionMeta) -> None:
         """Save a meta derived from the history (a legacy session's); if that fails it is served from the cache
-        and saved by the session's next write: listing must work on a full disk too."""
-        layout = self.layout(key.agent)
-        saved = await asyncio.to_thread(_meta_saved, key, layout.meta_file(key), meta, durable=True)
+        and saved later: listing must work on a full disk too."""
         entry = self._entry(key)
-        entry.meta, entry.meta_loaded, entry.meta_dirty = meta, True, not saved
+        entry.meta, entry.meta_loaded = meta, True
+        try:
+            await self.store.write_meta(key, meta, durable=True)
+        except StorageError as e:
+            log.warning("session_meta_write_failed", session_key=str(key), error_type=type(e).__name__)
+            entry.meta_dirty = True
+            self._dirty.add(key)
+        else:
+            entry.meta_dirty = False
 
-    async def _touched_meta(self, key: SessionKey, cached: list[Message], new: list[Message], now: int) -> SessionMeta:
-        """The meta after appending `new`: `updated_at` moves, and a default title becomes the first user text."""
-        meta = await self._meta(key)
-        if meta is None:
-            meta = synthesise_meta(key.chat_id, [*cached, *new], now)
-        changes: dict[str, Any] = {"updated_at": now}
-        if meta.title == DEFAULT_TITLE:
-            first_user = next((text_of(m["content"]) for m in new if m.get("role") == "user"), "")
-            if first_user.strip():
-                changes["title"] = title_from(first_user)
-        return meta.with_changes(**changes)
+    async def _history_exists(self, key: SessionKey) -> bool:
+        return bool(await self._messages(key)) or await self.store.exists(key)
 
     @runs_to_end
     async def get_meta(self, key: SessionKey) -> SessionMeta | None:
@@ -269,7 +335,7 @@ class SessionHistory:
         async with self._locked(key):
             meta = await self._meta(key)
             if meta is None:
-                if not self.layout(key.agent).history_file(key).exists():
+                if not await self._history_exists(key):
                     self._entries.pop(key, None)  # probing unknown ids must not grow the cache
                     return None
                 meta = synthesise_meta(key.chat_id, await self._messages(key), _now_ms(self._clock))
@@ -284,95 +350,74 @@ class SessionHistory:
             if meta is None:
                 now = _now_ms(self._clock)
                 meta = SessionMeta(chat_id=key.chat_id, title=title, created_at=now, updated_at=now)
-                await self._store_meta(key, meta, durable=True)
+                await self._store_meta(key, meta)
             return meta
 
     @runs_to_end
     async def update_meta(self, key: SessionKey, **changes: Any) -> SessionMeta:
-        """Change title / pinned / last_usage; the session must exist (KeyError otherwise)."""
+        """Change title / pinned / last_usage; the session must exist (KeyError otherwise). Title and pin are
+        durable when this returns; `last_usage` alone (a per-turn statistic) is written behind."""
         async with self._locked(key):
             meta = await self._meta(key)
             if meta is None:
-                if not self.layout(key.agent).history_file(key).exists():
+                if not await self._history_exists(key):
+                    self._entries.pop(key, None)
                     raise KeyError(str(key))
                 meta = synthesise_meta(key.chat_id, await self._messages(key), _now_ms(self._clock))
             meta = meta.with_changes(**changes)
-            # last_usage alone is a per-turn statistic, recomputed by the next turn: not worth two fsyncs
-            await self._store_meta(key, meta, durable=set(changes) != {"last_usage"})
+            if set(changes) <= set(_DERIVED_FIELDS):
+                entry = self._entry(key)
+                entry.meta, entry.meta_loaded = meta, True
+                self._mark_dirty(key, entry)
+            else:
+                await self._store_meta(key, meta)
             return meta
 
     async def activity(self, agent: str) -> list[SessionActivity]:
         """When each of `agent`'s histories last changed, newest first (what AutoCompact and L3 pick by)."""
-        sessions_dir = self.layout(agent).sessions_dir
-        found = await asyncio.to_thread(_history_mtimes, sessions_dir)
-        keyed = [(key_from_file_stem(stem), mtime) for stem, mtime in found]
-        activity = [SessionActivity(key, mtime) for key, mtime in keyed if key is not None and key.agent == agent]
-        return sorted(activity, key=lambda a: a.changed_at, reverse=True)
+        return await self.store.activity(agent)
 
     async def list_sessions(self, agent: str, channel: str | None = None) -> list[tuple[SessionKey, SessionMeta]]:
         """Every session of `agent` (optionally one channel) with its meta, legacy ones given meta on the fly."""
-        sessions_dir = self.layout(agent).sessions_dir
-        stems = await asyncio.to_thread(_session_stems, sessions_dir)
         found: list[tuple[SessionKey, SessionMeta]] = []
-        for stem in stems:
-            key = key_from_file_stem(stem)
-            if key is None or key.agent != agent or (channel is not None and key.channel != channel):
+        for key in await self.store.list_keys(agent):
+            if channel is not None and key.channel != channel:
                 continue
             try:
                 meta = await self.get_meta(key)
             except StorageError:  # one bad entry (a planted link) must not hide every other session
-                log.warning("session_entry_refused", agent=agent, file=stem)
+                log.warning("session_entry_refused", agent=agent, file=key.file_stem)
                 continue
             if meta is not None:
                 found.append((key, meta))
         return found
 
 
-async def _on_disk(what: str, operation: Callable[[], T]) -> T:
-    """Run a blocking file operation in a worker thread; an OSError there (a full or read-only disk) becomes
-    StorageError, so callers see one error type for "could not store"."""
+def _touched_meta(
+    key: SessionKey, meta: SessionMeta | None, cached: list[Message], new: list[Message], now: int
+) -> SessionMeta:
+    """The meta after an append: created (or synthesised for a legacy session) when missing, `updated_at` moved,
+    titled by the first user message while it has the default title."""
+    if meta is None:
+        meta = synthesise_meta(key.chat_id, [*cached, *new], now)
+    changes: dict[str, Any] = {"updated_at": now}
+    if meta.title == DEFAULT_TITLE:
+        first_user = next((text_of(m["content"]) for m in new if m.get("role") == "user"), "")
+        if first_user.strip():
+            changes["title"] = title_from(first_user)
+    return meta.with_changes(**changes)
+
+
+def _identity(meta: SessionMeta) -> SessionMeta:
+    """The meta without the fields that are written behind: when it changes, the meta is written at once."""
+    return meta.with_changes(updated_at=0, last_usage=None)
+
+
+async def _delete_files(paths: list[Path]) -> bool:
     try:
-        return await asyncio.to_thread(operation)
+        return any(await asyncio.to_thread(lambda: [jsonl.delete_file(p) for p in paths]))
     except OSError as e:
-        raise StorageError(f"could not {what}") from e
-
-
-def _meta_saved(key: SessionKey, path: Path, meta: SessionMeta, *, durable: bool) -> bool:
-    """Write `meta`; False (logged) when the disk refuses it. Runs in a worker thread."""
-    try:
-        write_meta(path, meta, durable=durable)
-    except (OSError, StorageError) as e:
-        errno = getattr(e, "errno", None)
-        log.warning("session_meta_write_failed", session_key=str(key), error_type=type(e).__name__, errno=errno)
-        return False
-    return True
-
-
-def _session_stems(sessions_dir: Path) -> set[str]:
-    if not sessions_dir.is_dir():
-        return set()
-    stems = set()
-    for path in sessions_dir.iterdir():
-        name = path.name
-        if name.endswith(".meta.json"):
-            stems.add(name[: -len(".meta.json")])
-        elif name.endswith(".jsonl"):
-            stems.add(name[: -len(".jsonl")])
-    return stems
-
-
-def _history_mtimes(sessions_dir: Path) -> list[tuple[str, float]]:
-    """(stem, mtime) of every `*.jsonl` history in `sessions_dir`. Runs in a worker thread."""
-    if not sessions_dir.is_dir():
-        return []
-    found = []
-    for path in sessions_dir.iterdir():
-        if path.name.endswith(".jsonl") and path.is_file():
-            try:
-                found.append((path.name[: -len(".jsonl")], path.stat().st_mtime))
-            except FileNotFoundError:
-                continue
-    return found
+        raise StorageError("could not delete the session's files") from e
 
 
 def _removed(old: list[Message], new: list[Message]) -> list[Message]:

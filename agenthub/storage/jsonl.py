@@ -143,3 +143,32 @@ def delete_file(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def last_record(path: Path) -> Record | None:
+    """The last whole, valid record of the file, read from its tail (a growing window, so a long history costs one
+    small read): what a meta written behind is caught up from after a crash."""
+    try:
+        with opened_no_follow(path, os.O_RDONLY) as fd:
+            size, window = os.fstat(fd).st_size, _TAIL_CHUNK
+            while True:
+                start = max(0, size - window)
+                lines = os.pread(fd, size - start, start).split(b"\n")[:-1]  # after the last newline: a torn tail
+                if start > 0:
+                    lines = lines[1:]  # the window may begin inside a line
+                record = next((r for r in map(_parsed, reversed(lines)) if r is not None), None)
+                if record is not None or start == 0:
+                    return record
+                window *= 2
+    except FileNotFoundError:
+        return None
+
+
+def _parsed(line: bytes) -> Record | None:
+    if not line.strip():
+        return None
+    try:
+        record = jsonsafe.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None

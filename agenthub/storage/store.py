@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from agenthub.errors import StorageError
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.meta import SessionMeta
 
@@ -14,7 +15,34 @@ HistoryRecord = dict[str, Any]
 `chat_type`, `sender_id`, `message_id`, `together`, `scheduled_job`, `inbox_id`). A plain dict on purpose: it is
 handed to the SDK as it is; the store checks `role` and `content` at its boundary (`check_records`)."""
 
-ROLES = frozenset({"user", "assistant"})
+ROLES = frozenset({"user", "assistant", "system"})
+"""design §4: `system` is the L2 summary (`[历史摘要] …`), turned into a user-side note before the API call."""
+
+
+class MalformedRecordError(StorageError, ValueError):
+    """A record that is not a history message (no known `role`, `content` neither text nor content blocks)."""
+
+
+def check_records(records: Sequence[HistoryRecord]) -> None:
+    """Refuse (MalformedRecordError, nothing stored) any record that is not an object with a known `role` and a
+    `content` that is a string or a list of content-block objects."""
+    for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise MalformedRecordError(f"record {index} is not an object")
+        if record.get("role") not in ROLES:
+            raise MalformedRecordError(f"record {index} has no role of {sorted(ROLES)}")
+        content = record.get("content")
+        if not (isinstance(content, str) or (isinstance(content, list) and all(isinstance(b, dict) for b in content))):
+            raise MalformedRecordError(f"record {index} has content that is neither text nor content blocks")
+
+
+def newest_timestamp(records: Sequence[HistoryRecord]) -> int | None:
+    """The `timestamp` (ms) of the last record that has one."""
+    for record in reversed(records):
+        stamp = record.get("timestamp")
+        if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+            return int(stamp)
+    return None
 
 
 @dataclass(frozen=True)
@@ -27,8 +55,10 @@ class SessionActivity:
 
 class SessionStore(Protocol):
     """Durable session histories, their archives and meta. One call is one durable step: when it returns, what it
-    wrote survives a crash; when it raises `StorageError`, nothing of it was written. Callers serialise calls per
-    key (`SessionHistory` does); a backend may still be called for different keys at the same time."""
+    wrote survives a crash (meta written with `durable=False` excepted); when it raises `StorageError`, nothing of it
+    was written. A malformed record is refused with `MalformedRecordError` before anything is written. Callers
+    serialise calls per key (`SessionHistory` does); a backend may still be called for different keys at the same
+    time."""
 
     async def load(self, key: SessionKey) -> list[HistoryRecord]:
         """The working history, oldest first; [] for an unknown session. A torn or corrupt record is skipped."""
@@ -44,6 +74,10 @@ class SessionStore(Protocol):
         """Append `archive` to the session's archive, then make `records` the working history."""
         ...
 
+    async def clear(self, key: SessionKey, *, archive: Sequence[HistoryRecord]) -> None:
+        """Append `archive` to the archive, then remove the working history (the meta stays, design §3)."""
+        ...
+
     async def read_archive(self, key: SessionKey) -> list[HistoryRecord]: ...
 
     async def rewrite_archive(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
@@ -54,7 +88,10 @@ class SessionStore(Protocol):
         """Remove history, archive and, last, meta (a delete cut short can be repeated). True if anything existed."""
         ...
 
-    async def read_meta(self, key: SessionKey) -> SessionMeta | None: ...
+    async def read_meta(self, key: SessionKey) -> SessionMeta | None:
+        """The stored meta; its `updated_at` is never older than the newest record's `timestamp` (a meta written
+        behind and lost in a crash is caught up from the history)."""
+        ...
 
     async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
         """Store `meta`; `durable=False` allows a backend to lose it in a crash (it is rebuilt from the history)."""
@@ -71,3 +108,11 @@ class SessionStore(Protocol):
     async def activity(self, agent: str) -> list[SessionActivity]:
         """When each of `agent`'s histories last changed, newest first."""
         ...
+
+
+@runtime_checkable
+class QuickLookup(Protocol):
+    """A backend that can tell without awaiting whether a session exists (the files: one stat). The HTTP routes
+    look sessions up synchronously through `SessionHistory.exists`."""
+
+    def exists_now(self, key: SessionKey) -> bool: ...

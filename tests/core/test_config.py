@@ -136,3 +136,34 @@ def test_timeouts_that_outlast_the_lock_timeout_are_warned_about_naming_the_keys
     with capture_logs() as logs:
         load_settings()
     assert not [e for e in logs if e["event"] == "config_llm_timeouts_exceed_lock_timeout"]
+
+
+def test_store_defaults_to_files_with_a_15_s_lease() -> None:
+    settings = load_settings()
+    assert (settings.store.backend, settings.store.dsn, settings.store.lease_s) == ("files", None, 15.0)
+
+
+def test_store_dsn_comes_from_the_environment_and_stays_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    dsn = f"postgresql://agenthub:{SECRET}@db.example/agenthub"
+    monkeypatch.setenv("AGENTHUB_STORE__BACKEND", "postgres")
+    monkeypatch.setenv("AGENTHUB_STORE__DSN", dsn)
+    settings = load_settings()
+    assert settings.store.backend == "postgres"
+    assert settings.store.dsn is not None and settings.store.dsn.get_secret_value() == dsn
+    assert SECRET not in repr(settings) and SECRET not in settings.model_dump_json()
+
+
+@pytest.mark.parametrize("dsn", [None, "", "   "])
+def test_postgres_without_a_dsn_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, dsn: str | None) -> None:
+    monkeypatch.setenv("AGENTHUB_STORE__BACKEND", "postgres")
+    if dsn is not None:
+        monkeypatch.setenv("AGENTHUB_STORE__DSN", dsn)
+    with pytest.raises(ConfigError, match=r"store.*AGENTHUB_STORE__DSN") as caught:
+        load_settings()
+    assert "\n" not in str(caught.value)
+
+
+def test_an_unknown_store_backend_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTHUB_STORE__BACKEND", "sqlite")
+    with pytest.raises(ConfigError, match=r"store\.backend"):
+        load_settings()

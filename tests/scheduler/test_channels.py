@@ -14,12 +14,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agenthub.app import build_gateway
+from agenthub.api.server import HttpApi
+from agenthub.app import assemble, build_gateway
 from agenthub.channel import Channel
 from agenthub.cli.chat import relay_pushes
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
-from agenthub.daemon import Daemon, assemble
+from agenthub.daemon import Daemon
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import InboundMessage
 from agenthub.remote import RemoteGateway
@@ -28,7 +29,6 @@ from agenthub.scheduler.store import JobStore
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
-from channels.http.channel import HttpChannel
 from channels.wecom import WeComChannel
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 from tests.support.fakes.feishu import FakeFeishu, feishu_encrypt, feishu_headers, message_event, running_channel
@@ -233,7 +233,7 @@ async def test_cli_connected_to_the_daemon_shows_its_sessions_reminders(
     settings: Settings, fake_llm: FakeAnthropic, clock: ManualClock
 ) -> None:
     async with _http_daemon(settings, clock) as (base, auth, _, channels):
-        [http_channel] = [c for c in channels if isinstance(c, HttpChannel)]
+        [http_channel] = [c for c in channels if isinstance(c, HttpApi)]
         token = auth["Authorization"].removeprefix("Bearer ")
         async with RemoteGateway(base, token, default_agent="default") as remote:
             script_reminder(fake_llm)

@@ -8,12 +8,17 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
+from agenthub.config import Settings
 from agenthub.errors import PathRefusedError
 from agenthub.session.history import SessionHistory
 from agenthub.storage import jsonl
 from agenthub.storage.keys import SessionKey, session_key
-from agenthub.storage.meta import DEFAULT_TITLE, read_meta, write_meta
+from agenthub.storage.memory_backend import InMemorySessionStore
+from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, read_meta, write_meta
 
 KEY = session_key("reviewer", "http", "chat-1")
 
@@ -59,6 +64,7 @@ async def test_meta_title_and_updated_at(tmp_path: Path) -> None:
     assert (meta.created_at, meta.updated_at) == (100_000, 105_000)
     clock.advance(5)
     await history.append(KEY, _user("a later message does not retitle"))
+    await history.flush()  # a moved updated_at is written behind
     on_disk = read_meta(history.layout("reviewer").meta_file(KEY))
     assert on_disk is not None and on_disk.title == meta.title and on_disk.updated_at == 110_000
 
@@ -73,6 +79,7 @@ async def test_append_does_not_reread_the_meta_file(tmp_path: Path) -> None:
     write_meta(meta_path, meta.with_changes(title="changed behind its back"))
     clock.advance(1)
     await history.append(KEY, _user("second"))
+    await history.flush()
     after = read_meta(meta_path)
     assert after is not None and after.title == "first" and after.updated_at == 101_000  # from the cache
 
@@ -240,3 +247,106 @@ async def test_a_link_planted_at_the_meta_file_refuses_the_append_whole(tmp_path
     on_disk = jsonl.read_records(tmp_path / "data/reviewer/sessions/reviewer_http_chat-1.jsonl")
     assert [m["content"] for m in on_disk] == [m["content"] for m in await history.load(KEY)] == ["first"]
     assert not (tmp_path / "elsewhere.json").exists()
+
+
+async def test_an_append_to_a_known_session_leaves_the_meta_file_alone_until_a_flush(tmp_path: Path) -> None:
+    clock = ManualClock(100.0)
+    history = _history(tmp_path, clock)
+    await history.append(KEY, _user("first"))  # a new session: its meta (the title) is written at once
+    meta_path = history.layout("reviewer").meta_file(KEY)
+    written, inode = meta_path.read_bytes(), meta_path.stat().st_ino
+    for _ in range(3):
+        clock.advance(1)
+        await history.append(KEY, {"role": "assistant", "content": "reply"}, meta_changes={"last_usage": {"i": 1}})
+    assert (meta_path.read_bytes(), meta_path.stat().st_ino) == (written, inode)  # no rewrite per append
+    await history.aclose()
+    on_disk = read_meta(meta_path)
+    assert on_disk is not None and on_disk.updated_at == 103_000 and on_disk.last_usage == {"i": 1}
+
+
+async def test_a_meta_written_behind_and_lost_in_a_crash_is_caught_up_from_the_history(tmp_path: Path) -> None:
+    clock = ManualClock(100.0)
+    history = _history(tmp_path, clock)
+    await history.append(KEY, _user("first"))
+    clock.advance(60)
+    await history.append(KEY, {"role": "assistant", "content": "later"})  # then the process dies: no flush
+    restarted = _history(tmp_path, clock)
+    meta = await restarted.get_meta(KEY)
+    assert meta is not None and (meta.title, meta.created_at, meta.updated_at) == ("first", 100_000, 160_000)
+    listed = dict(await _history(tmp_path, clock).list_sessions("reviewer"))
+    assert listed[KEY].updated_at == 160_000
+
+
+async def test_the_meta_is_written_behind_after_the_delay(tmp_path: Path) -> None:
+    clock = ManualClock(100.0)
+    history = SessionHistory(tmp_path / "data", fsync=False, clock=clock, meta_delay_s=0.01)
+    await history.append(KEY, _user("first"))
+    clock.advance(1)
+    await history.update_meta(KEY, last_usage={"input_tokens": 5})
+    meta_path = history.layout("reviewer").meta_file(KEY)
+    for _ in range(400):  # the flush runs on the loop after the delay; wait for it, bounded
+        on_disk = read_meta(meta_path)
+        if on_disk is not None and on_disk.last_usage:
+            break
+        await asyncio.sleep(0.025)
+    assert on_disk is not None and on_disk.last_usage == {"input_tokens": 5}
+
+
+async def test_title_and_pin_are_written_at_once(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    await history.append(KEY, _user("first"))
+    await history.update_meta(KEY, title="renamed", pinned=True)
+    on_disk = read_meta(history.layout("reviewer").meta_file(KEY))
+    assert on_disk is not None and (on_disk.title, on_disk.pinned) == ("renamed", True)
+
+
+async def test_evicting_a_session_writes_its_meta_behind_then_drops_it(tmp_path: Path) -> None:
+    clock = ManualClock(100.0)
+    history = _history(tmp_path, clock)
+    await history.append(KEY, _user("first"))
+    clock.advance(2)
+    await history.append(KEY, {"role": "assistant", "content": "reply"})
+    history.evict(KEY)
+    assert KEY in history._entries  # not before its meta is written
+    for _ in range(400):
+        if KEY not in history._entries:
+            break
+        await asyncio.sleep(0.025)
+    assert KEY not in history._entries
+    on_disk = read_meta(history.layout("reviewer").meta_file(KEY))
+    assert on_disk is not None and on_disk.updated_at == 102_000
+
+
+async def test_a_delete_is_not_undone_by_a_meta_written_behind(tmp_path: Path) -> None:
+    clock = ManualClock(100.0)
+    history = _history(tmp_path, clock)
+    await history.append(KEY, _user("first"))
+    clock.advance(1)
+    await history.append(KEY, {"role": "assistant", "content": "reply"})  # a meta waiting to be written
+    assert await history.delete(KEY)
+    await history.aclose()
+    assert not history.exists(KEY) and not history.layout("reviewer").meta_file(KEY).exists()
+
+
+async def test_over_the_memory_store_the_history_keeps_its_rules(tmp_path: Path) -> None:
+    clock = ManualClock(100.0)
+    store = InMemorySessionStore()
+    history = SessionHistory(store=store, clock=clock)
+    await history.append(KEY, _user("[channel: http] 你好"))
+    await history.replace(KEY, [_user("kept", timestamp=5)])
+    meta = await SessionHistory(store=store, clock=clock).get_meta(KEY)
+    assert meta is not None and meta.title == "你好" and history.exists(KEY)
+    assert await store.read_archive(KEY) == [{"role": "user", "content": "[channel: http] 你好", "timestamp": 100_000}]
+    with pytest.raises(TypeError):
+        history.layout("reviewer")
+
+
+async def test_the_gateways_shutdown_writes_the_meta_behind(settings: Settings) -> None:
+    key = session_key("default", "http", "shutdown")
+    async with build_gateway(settings) as gw:
+        await gw.history.append(key, _user("hello"))
+        await gw.history.update_meta(key, last_usage={"input_tokens": 42})
+        meta_path = gw.history.layout("default").meta_file(key)
+        assert (read_meta(meta_path) or SessionMeta(chat_id="")).last_usage is None  # still behind
+    on_disk = read_meta(meta_path)
+    assert on_disk is not None and on_disk.last_usage == {"input_tokens": 42}

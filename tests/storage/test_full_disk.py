@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,46 +24,19 @@ from agenthub.session.history import SessionHistory
 from agenthub.storage import jsonl
 from agenthub.storage.keys import session_key
 from agenthub.storage.meta import read_meta
+from tests.support.disks import PAGE, fill, room_in_last_page, small_tmpfs
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.harness import RunningApi
 
 KEY = session_key("default", "http", "full")
-PAGE = 4096
 AGENT = "/api/agents/default"
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """`tmp_path/data` as a fresh 256 KiB tmpfs (requested before `api`, so the daemon's data lives on it)."""
-    mount_point = tmp_path / "data"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(mount_point)], check=True)
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """Take every free page of `disk`; returns the filler, whose removal frees them again."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        while True:
-            try:
-                if os.write(fd, b"\0" * PAGE) < PAGE:
-                    break
-            except OSError as e:
-                assert e.errno == errno.ENOSPC
-                break
-    finally:
-        os.close(fd)
-    assert os.statvfs(disk).f_bfree == 0
-    return filler
-
-
-def room_in_last_page(path: Path) -> int:
-    return -path.stat().st_size % PAGE
+    with small_tmpfs(tmp_path / "data") as disk:
+        yield disk
 
 
 def _user(text: str) -> dict[str, Any]:
@@ -82,6 +53,7 @@ async def test_a_failing_meta_write_does_not_fail_an_append_that_landed(small_di
     assert room_in_last_page(path) > 500  # the next line fits in the history's last page; a new meta page does not
     with capture_logs() as logs:
         await history.append(KEY, {"role": "assistant", "content": "second"})
+        await history.flush()  # the moved updated_at is written behind
     assert [m["content"] for m in await history.load(KEY)] == ["first", "second"]
     assert [m["content"] for m in jsonl.read_records(path)] == ["first", "second"]
     assert "session_meta_write_failed" in [e["event"] for e in logs]

@@ -10,9 +10,8 @@ from typing import Any
 import aiohttp
 import pytest_asyncio
 
-from agenthub.app import build_gateway
+from agenthub.app import assemble, build_gateway
 from agenthub.config import Settings
-from agenthub.daemon import assemble
 from agenthub.gateway.core import GatewayCore
 from agenthub.tokens import TokenStore
 from agenthub.web import WebServer

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
 
-from agenthub.gateway.core import GatewayCore
+from agenthub.api.errors import ApiError
+from agenthub.api.host import ApiHost, ApiServices
+from agenthub.api.requests import agent_of
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job, local_iso
-from agenthub.web import GATEWAY, dumps
-from channels.http.requests import ApiError, agent_of
 
 
-def _scheduler(gateway: GatewayCore) -> Scheduler:
+def _scheduler(gateway: ApiHost) -> Scheduler:
     if gateway.scheduler is None:
         raise ApiError(404, "scheduler_disabled", "scheduled jobs are turned off ([scheduler] enabled = false)")
     return gateway.scheduler
@@ -26,18 +27,21 @@ def job_json(job: Job) -> dict[str, Any]:
     return data
 
 
-async def list_jobs(request: web.Request) -> web.Response:
+async def list_jobs(api: ApiServices, request: web.Request) -> web.Response:
     """`GET /api/agents/{agent}/jobs`: every job of the agent, next due first."""
-    gateway = request.app[GATEWAY]
+    gateway = api.host
     agent = agent_of(request, gateway)
     scheduler = _scheduler(gateway)
     await scheduler.ensure_loaded()
-    return web.json_response({"jobs": [job_json(j) for j in scheduler.for_agent(agent.name)]}, dumps=dumps)
+    return web.json_response(
+        {"jobs": [job_json(j) for j in scheduler.for_agent(agent.name)]},
+        dumps=lambda d: json.dumps(d, ensure_ascii=False),
+    )
 
 
-async def delete_job(request: web.Request) -> web.Response:
+async def delete_job(api: ApiServices, request: web.Request) -> web.Response:
     """`DELETE /api/agents/{agent}/jobs/{job_id}` → 204, or 404 when the agent has no such job."""
-    gateway = request.app[GATEWAY]
+    gateway = api.host
     agent = agent_of(request, gateway)
     job_id = request.match_info["job_id"]
     if await _scheduler(gateway).delete(agent.name, job_id) is None:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import structlog
 from aiohttp import web
 
-from agenthub.gateway.core import GatewayCore
+from agenthub.api.host import ApiHost
+from agenthub.api.requests import agent_of, key_for
+from agenthub.api.sse import KEEPALIVE, encode_frame
 from agenthub.messages import now_ms
-from channels.http.requests import agent_of, key_for
 
 log = structlog.get_logger(__name__)
 
@@ -66,13 +66,9 @@ def push_payload(session_key: str, content: str) -> dict[str, Any]:
     return {"session_key": session_key, "role": "assistant", "content": content, "timestamp": now_ms()}
 
 
-def _frame(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
-
-
-async def stream_events(request: web.Request, gateway: GatewayCore, feed: PushFeed) -> web.StreamResponse:
+async def stream_events(request: web.Request, host: ApiHost, feed: PushFeed) -> web.StreamResponse:
     """`event: ready` once subscribed, then one `event: push` per proactive message; comments keep it alive."""
-    agent = agent_of(request, gateway)
+    agent = agent_of(request, host)
     key = key_for(agent, request.match_info["chat_id"])
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -80,16 +76,16 @@ async def stream_events(request: web.Request, gateway: GatewayCore, feed: PushFe
     with feed.subscribe(agent.name, key.chat_id) as queue:
         await response.prepare(request)
         try:
-            await response.write(_frame("ready", {"session_key": str(key)}))
+            await response.write(encode_frame("ready", {"session_key": str(key)}))
             while True:
                 try:
                     payload = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
                 except TimeoutError:
-                    await response.write(b": keepalive\n\n")
+                    await response.write(KEEPALIVE)
                     continue
                 if payload is _CLOSED:
                     break
-                await response.write(_frame("push", payload))
+                await response.write(encode_frame("push", payload))
         except (ConnectionResetError, RuntimeError):
             log.info("http_events_client_gone", session_key=str(key))
             return response

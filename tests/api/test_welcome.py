@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from agenthub.api.llm_text import WELCOME_PROMPT
 from agenthub.config import Settings
-from channels.http.llm_text import WELCOME_PROMPT
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.harness import RunningApi

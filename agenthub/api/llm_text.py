@@ -13,7 +13,7 @@ import structlog
 
 from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
-from agenthub.gateway.core import GatewayCore
+from agenthub.api.host import ApiHost
 from agenthub.llm.types import LLMProvider, LLMRequest
 from agenthub.storage.atomic import atomic_write_text
 from agenthub.storage.meta import TITLE_CHARS, text_of, title_from
@@ -40,7 +40,7 @@ def _transcript(history: list[dict[str, Any]], limit: int = 8) -> str:
     return "\n".join(lines)
 
 
-async def make_title(gateway: GatewayCore, agent: AgentDefinition, history: list[dict[str, Any]]) -> str:
+async def make_title(gateway: ApiHost, agent: AgentDefinition, history: list[dict[str, Any]]) -> str:
     provider, model, _ = gateway.providers.resolve(None, None, agent.config.provider, agent.config.model)
     request = LLMRequest(
         model=model,
@@ -81,7 +81,7 @@ class WelcomeCache:
     """One welcome per agent, remade when the persona changes; stored in `agents/<name>/welcome.json`, or only
     in memory when that file cannot be written (a read-only agents dir under systemd's ProtectSystem=strict)."""
 
-    def __init__(self, gateway: GatewayCore) -> None:
+    def __init__(self, gateway: ApiHost) -> None:
         self.gateway = gateway
         self._memory: dict[str, dict[str, Any]] = {}
         self._locks: dict[str, asyncio.Lock] = {}

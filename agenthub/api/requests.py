@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import TypeVar
 
 from aiohttp import web
@@ -11,24 +10,16 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from agenthub import jsonsafe
 from agenthub.agent.definition import AgentDefinition
+from agenthub.api.errors import ApiError
+from agenthub.api.host import ApiHost
 from agenthub.errors import AgentNotFoundError, InvalidIdError
-from agenthub.gateway.core import GatewayCore
 from agenthub.storage.keys import SessionKey, session_key, validate_agent_name, validate_part
-from agenthub.web import error_body
 
 CHANNEL = "http"
 Body = TypeVar("Body", bound=BaseModel)
 TOKEN_NAME = web.RequestKey("agenthub.token_name", str)
 """The name of the token that authenticated the request (`TokenStore.identify`), set by the auth guard."""
 SENDER_MAX_BYTES = 64
-
-
-class ApiError(web.HTTPException):
-    """An error answered in the documented shape `{"error": {"code", "message"}}`."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        self.status_code = status
-        super().__init__(text=json.dumps(error_body(code, message)), content_type="application/json")
 
 
 class _Body(BaseModel):
@@ -99,12 +90,12 @@ async def parse_body(request: web.Request, model: type[Body], *, optional: bool 
         raise ApiError(422, "validation_error", f"{field}: {first['msg']}") from None
 
 
-def agent_of(request: web.Request, gateway: GatewayCore) -> AgentDefinition:
+def agent_of(request: web.Request, host: ApiHost) -> AgentDefinition:
     """The `{agent}` path parameter as a loaded agent: 400 if it is not a valid id, 404 if unknown."""
     name = request.match_info["agent"]
     try:
         validate_agent_name(name)
-        return gateway.agents.get(name)
+        return host.agents.get(name)
     except InvalidIdError as e:
         raise ApiError(400, "invalid_id", str(e)) from None
     except AgentNotFoundError:
@@ -118,12 +109,10 @@ def key_for(agent: AgentDefinition, chat_id: str) -> SessionKey:
         raise ApiError(400, "invalid_id", str(e)) from None
 
 
-def session_of(
-    request: web.Request, gateway: GatewayCore, *, must_exist: bool = True
-) -> tuple[AgentDefinition, SessionKey]:
+def session_of(request: web.Request, host: ApiHost, *, must_exist: bool = True) -> tuple[AgentDefinition, SessionKey]:
     """The `{agent}` and `{chat_id}` path parameters as a key; 404 when the session does not exist."""
-    agent = agent_of(request, gateway)
+    agent = agent_of(request, host)
     key = key_for(agent, request.match_info["chat_id"])
-    if must_exist and not gateway.history.exists(key):
+    if must_exist and not host.history.exists(key):
         raise ApiError(404, "session_not_found", f"no session {key.chat_id!r} for agent {agent.name!r}")
     return agent, key

@@ -9,21 +9,11 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import (
-    DeltaEvent,
-    DoneEvent,
-    ErrorCode,
-    ErrorEvent,
-    InboundMessage,
-    NoticeEvent,
-    ReplyEvent,
-    ToolEvent,
-)
-from agenthub.web import GATEWAY
-from channels.http.requests import (
+from agenthub.api.codes import status_of
+from agenthub.api.errors import ApiError
+from agenthub.api.host import ApiServices
+from agenthub.api.requests import (
     CHANNEL,
-    ApiError,
     ChatBody,
     agent_of,
     key_for,
@@ -31,21 +21,17 @@ from channels.http.requests import (
     sender_of,
     token_name,
 )
+from agenthub.api.sse import encode_event, joined_field, reply_text
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import (
+    DeltaEvent,
+    DoneEvent,
+    ErrorEvent,
+    InboundMessage,
+    NoticeEvent,
+)
 
 log = structlog.get_logger(__name__)
-
-ERROR_STATUS: dict[str, int] = {
-    ErrorCode.INVALID_ID: 400,
-    ErrorCode.UNKNOWN_AGENT: 404,
-    ErrorCode.STOPPED: 409,
-    ErrorCode.RESTART: 409,
-    ErrorCode.TIMEOUT: 504,
-    ErrorCode.LLM_ERROR: 502,
-    ErrorCode.SHUTDOWN: 503,
-    ErrorCode.QUEUE_FULL: 429,
-    ErrorCode.PATH_REFUSED: 403,
-    ErrorCode.STORAGE_UNAVAILABLE: 503,
-}
 
 
 def wants_stream(request: web.Request) -> bool:
@@ -54,26 +40,9 @@ def wants_stream(request: web.Request) -> bool:
     return "text/event-stream" in request.headers.get("Accept", "")
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
-
-
-def sse_frame(event: ReplyEvent) -> bytes:
-    """One reply event as an SSE frame (design §9: delta, then done or error; tool and notice are extras)."""
-    if isinstance(event, DeltaEvent):
-        return _sse("delta", {"text": event.text})
-    if isinstance(event, DoneEvent):
-        return _sse("done", {"full_text": reply_text(event), "usage": event.usage.as_dict(), **_joined(event)})
-    if isinstance(event, ErrorEvent):
-        return _sse("error", {"message": event.message, "code": event.code})
-    if isinstance(event, ToolEvent):
-        return _sse("tool", {"name": event.name, "phase": event.phase, "is_error": event.is_error})
-    assert isinstance(event, NoticeEvent)
-    return _sse("notice", {"text": event.text})
-
-
-async def handle_chat(request: web.Request) -> web.StreamResponse:
-    gateway = request.app[GATEWAY]
+async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamResponse:
+    """`POST /api/agents/{agent}/chat`: submit the message; stream its reply, or answer it as one JSON."""
+    gateway = api.host
     agent = agent_of(request, gateway)
     body = await parse_body(request, ChatBody)
     key = key_for(agent, body.chat_id)
@@ -94,21 +63,11 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
     final = collected.final
     if isinstance(final, ErrorEvent):
         if not collected.text:
-            raise ApiError(ERROR_STATUS.get(final.code, 500), final.code, final.message)
-        return _json(_incomplete(collected, final, str(key)), ERROR_STATUS.get(final.code, 500))
+            raise ApiError(status_of(final.code), final.code, final.message)
+        return _json(_incomplete(collected, final, str(key)), status_of(final.code))
     usage = final.usage.as_dict()
     reply = {"reply": reply_text(final), "session_key": str(key), "usage": usage, "notices": collected.notices}
-    return _json({**reply, **_joined(final)})
-
-
-def reply_text(done: DoneEvent) -> str:
-    """What an HTTP client gets as the reply: for a request answered together with later ones (`joined`), the
-    same joined answer the newest request gets (every request carries the answer; usage is on the newest)."""
-    return done.answer if done.joined else done.full_text
-
-
-def _joined(done: DoneEvent) -> dict[str, Any]:
-    return {"joined": True} if done.joined else {}
+    return _json({**reply, **joined_field(final)})
 
 
 @dataclass
@@ -157,7 +116,7 @@ async def _stream(request: web.Request, handle: ReplyHandle) -> web.StreamRespon
     await response.prepare(request)
     async for event in handle:
         try:
-            await response.write(sse_frame(event))
+            await response.write(encode_event(event))
         except (ConnectionResetError, RuntimeError):
             log.info("sse_client_gone", session_key=handle.session_key)
             return response

@@ -15,15 +15,15 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Dialog, Page, async_playwright, expect
 
-from agenthub.app import build_gateway
-from agenthub.channel import ChannelContext, WebRoutes
+from agenthub.api.llm_text import TITLE_PROMPT, WELCOME_PROMPT
+from agenthub.api.server import HttpApi
+from agenthub.app import build_api, build_gateway
+from agenthub.channel import WebRoutes
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
 from agenthub.tokens import TokenStore
 from agenthub.web import WebServer
-from channels.http import HttpChannel
-from channels.http.llm_text import TITLE_PROMPT, WELCOME_PROMPT
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text, reply_tool
 from tests.support.scheduler import shanghai, until
@@ -78,8 +78,7 @@ async def serve(settings: Settings) -> AsyncIterator[Console]:
     async with build_gateway(settings) as gateway:
         server = WebServer(gateway, host="127.0.0.1", port=0, max_body_bytes=settings.http.max_body_bytes)
         routes = WebRoutes()
-        state_dir = settings.data_dir / ".channels" / "http"
-        channel = HttpChannel(ChannelContext(gateway, settings, routes, state_dir), settings.channels.get("http", {}))
+        channel = build_api(gateway, routes)
         server.mount(routes)
         await server.start()
         await channel.start()
@@ -348,7 +347,7 @@ def scheduling_responder(body: dict[str, Any]) -> ScriptedReply:
 @pytest_asyncio.fixture
 async def scheduled_console(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
-) -> AsyncIterator[tuple[Console, ManualClock, HttpChannel]]:
+) -> AsyncIterator[tuple[Console, ManualClock, HttpApi]]:
     """The daemon's wiring with a manual clock and the scheduler delivering through the http channel."""
     fake_llm.responder = scheduling_responder
     settings = settings_factory()
@@ -357,7 +356,7 @@ async def scheduled_console(
     async with build_gateway(settings, clock=clock) as gateway:
         server = WebServer(gateway, host="127.0.0.1", port=0, max_body_bytes=settings.http.max_body_bytes)
         routes = WebRoutes()
-        channel = HttpChannel(ChannelContext(gateway, settings, routes, settings.data_dir / ".channels" / "http"), {})
+        channel = build_api(gateway, routes)
         server.mount(routes)
         await server.start()
         await channel.start()
@@ -374,7 +373,7 @@ async def scheduled_console(
 
 
 async def test_console_shows_a_reminder_the_moment_it_fires(
-    scheduled_console: tuple[Console, ManualClock, HttpChannel], page: Page, tmp_path: Path
+    scheduled_console: tuple[Console, ManualClock, HttpApi], page: Page, tmp_path: Path
 ) -> None:
     console, clock, channel = scheduled_console
     await sign_in(page, console, tmp_path)

@@ -1,0 +1,70 @@
+"""What the HTTP API needs from the core: a narrow protocol the gateway meets, and the services built beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agenthub.agent.definition import AgentDefinition, AgentRegistry
+from agenthub.config import Settings
+from agenthub.storage.keys import SessionKey
+
+if TYPE_CHECKING:
+    from agenthub.forget.service import Forgetter
+    from agenthub.gateway.handle import ReplyHandle
+    from agenthub.llm.registry import ProviderRegistry
+    from agenthub.memory.files import MemoryFiles
+    from agenthub.messages import InboundMessage
+    from agenthub.scheduler.core import Scheduler
+    from agenthub.search.service import SearchService
+    from agenthub.session.history import SessionHistory
+
+
+class ApiCompactor(Protocol):
+    """Manual compaction (`POST …/compact`), when the memory layer is on."""
+
+    async def compact(
+        self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
+    ) -> str: ...
+
+
+class ApiHost(Protocol):
+    """The core as the API sees it: submit a message, and the stores and services the admin routes read."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def agents(self) -> AgentRegistry: ...
+    @property
+    def providers(self) -> ProviderRegistry: ...
+    @property
+    def history(self) -> SessionHistory: ...
+    @property
+    def memory_files(self) -> MemoryFiles: ...
+    @property
+    def search(self) -> SearchService: ...
+    @property
+    def scheduler(self) -> Scheduler | None: ...
+    @property
+    def compactor(self) -> ApiCompactor | None: ...
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle: ...
+
+    def is_busy(self, key: SessionKey) -> bool: ...
+
+    def hold(self, key: SessionKey) -> AbstractAsyncContextManager[None]: ...
+
+    async def cancel_background(self, key: SessionKey) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ApiServices:
+    """What every route is given: the host, and the two core services the composition root builds around it."""
+
+    host: ApiHost
+    forgetter: Callable[[], Forgetter]
+    """A Forgetter over the daemon's live caches and memory writers (`POST /api/forget`)."""
+    thresholds: Callable[[AgentDefinition], dict[str, Any]]
+    """The memory thresholds the context meter shows for an agent."""

@@ -1,0 +1,167 @@
+"""`FileSessionStore`: the `SessionStore` of design §4's files (JSONL history, archive, `.meta.json`), blocking
+work in worker threads, one thread hop per call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from agenthub.errors import StorageError
+from agenthub.storage import jsonl
+from agenthub.storage.keys import SessionKey, key_from_file_stem
+from agenthub.storage.meta import SessionMeta, read_meta, write_meta
+from agenthub.storage.paths import AgentLayout
+from agenthub.storage.store import HistoryRecord, SessionActivity, check_records, newest_timestamp
+
+T = TypeVar("T")
+
+
+class FileSessionStore:
+    """Session histories as JSONL files under `data_dir` (design §4): whole-line appends that land all or nothing,
+    a torn tail skipped on read and cut by the next append, archive-then-replace, and every path refused if it is
+    a symbolic link (files are opened with O_NOFOLLOW). A write the disk refuses raises StorageError; a read of a
+    broken layout (a directory where a file belongs) raises its OSError, as it did before the store existed (the
+    turn reports it as an internal error, not as a full disk)."""
+
+    def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
+        self.data_dir = data_dir
+        self.fsync = fsync
+        self._layouts: dict[str, AgentLayout] = {}
+
+    def layout(self, agent: str) -> AgentLayout:
+        """The agent's directory layout: for the files-only code (search, forget, media) that reads the files."""
+        if agent not in self._layouts:
+            self._layouts[agent] = AgentLayout(self.data_dir, agent)
+        return self._layouts[agent]
+
+    async def load(self, key: SessionKey) -> list[HistoryRecord]:
+        path = self.layout(key.agent).history_file(key)
+        return await asyncio.to_thread(jsonl.read_records, path)
+
+    async def append(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
+        check_records(records)
+        layout = self.layout(key.agent)
+
+        def write() -> None:
+            layout.meta_file(key)  # a link planted at the meta refuses the append before anything is written
+            jsonl.append_records(layout.history_file(key), records, fsync=self.fsync)
+
+        await _on_disk("append to the session's history", write)
+
+    async def replace(
+        self, key: SessionKey, records: Sequence[HistoryRecord], *, archive: Sequence[HistoryRecord]
+    ) -> None:
+        check_records(records)
+        layout = self.layout(key.agent)
+
+        def write() -> None:
+            self._archive(layout, key, archive)
+            jsonl.replace_records(layout.history_file(key), records, fsync=self.fsync)
+
+        await _on_disk("replace the history", write)
+
+    async def clear(self, key: SessionKey, *, archive: Sequence[HistoryRecord]) -> None:
+        layout = self.layout(key.agent)
+
+        def write() -> None:
+            self._archive(layout, key, archive)
+            jsonl.delete_file(layout.history_file(key))
+
+        await _on_disk("clear the history", write)
+
+    def _archive(self, layout: AgentLayout, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
+        if records:
+            jsonl.append_records(layout.archive_file(key), records, fsync=self.fsync)
+
+    async def read_archive(self, key: SessionKey) -> list[HistoryRecord]:
+        path = self.layout(key.agent).archive_file(key)
+        return await asyncio.to_thread(jsonl.read_records, path)
+
+    async def rewrite_archive(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
+        path = self.layout(key.agent).archive_file(key)
+        await _on_disk("rewrite the archive", lambda: jsonl.replace_records(path, records, fsync=self.fsync))
+
+    async def delete(self, key: SessionKey) -> bool:
+        layout = self.layout(key.agent)
+
+        def remove() -> bool:
+            paths = (layout.history_file(key), layout.archive_file(key), layout.meta_file(key))  # the meta last
+            return any([jsonl.delete_file(p) for p in paths])
+
+        return await _on_disk("delete the session's files", remove)
+
+    async def read_meta(self, key: SessionKey) -> SessionMeta | None:
+        layout = self.layout(key.agent)
+
+        def read() -> SessionMeta | None:
+            meta = read_meta(layout.meta_file(key))
+            if meta is None:
+                return None
+            last = jsonl.last_record(layout.history_file(key))
+            newest = newest_timestamp([last]) if last is not None else None
+            return meta.with_changes(updated_at=newest) if newest is not None and newest > meta.updated_at else meta
+
+        return await asyncio.to_thread(read)
+
+    async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
+        path = self.layout(key.agent).meta_file(key)
+        await _on_disk("write the session's meta", lambda: write_meta(path, meta, durable=durable))
+
+    async def exists(self, key: SessionKey) -> bool:
+        return await asyncio.to_thread(self.exists_now, key)
+
+    def exists_now(self, key: SessionKey) -> bool:
+        """Two stats at most, on the caller's thread (quick enough for the event loop's look-ups)."""
+        layout = self.layout(key.agent)
+        return layout.history_file(key).exists() or layout.meta_file(key).exists()
+
+    async def list_keys(self, agent: str) -> list[SessionKey]:
+        sessions_dir = self.layout(agent).sessions_dir
+        stems = await asyncio.to_thread(_session_stems, sessions_dir)
+        keys = (key_from_file_stem(stem) for stem in sorted(stems))
+        return [key for key in keys if key is not None and key.agent == agent]
+
+    async def activity(self, agent: str) -> list[SessionActivity]:
+        sessions_dir = self.layout(agent).sessions_dir
+        found = await asyncio.to_thread(_history_mtimes, sessions_dir)
+        keyed = [(key_from_file_stem(stem), mtime) for stem, mtime in found]
+        activity = [SessionActivity(key, mtime) for key, mtime in keyed if key is not None and key.agent == agent]
+        return sorted(activity, key=lambda a: a.changed_at, reverse=True)
+
+
+async def _on_disk(what: str, operation: Callable[[], T]) -> T:
+    """Run a blocking file operation in a worker thread; an OSError there (a full or read-only disk) becomes
+    StorageError, so callers see one error type for "could not store"."""
+    try:
+        return await asyncio.to_thread(operation)
+    except OSError as e:
+        raise StorageError(f"could not {what}") from e
+
+
+def _session_stems(sessions_dir: Path) -> set[str]:
+    if not sessions_dir.is_dir():
+        return set()
+    stems = set()
+    for path in sessions_dir.iterdir():
+        name = path.name
+        if name.endswith(".meta.json"):
+            stems.add(name[: -len(".meta.json")])
+        elif name.endswith(".jsonl"):
+            stems.add(name[: -len(".jsonl")])
+    return stems
+
+
+def _history_mtimes(sessions_dir: Path) -> list[tuple[str, float]]:
+    """(stem, mtime) of every `*.jsonl` history in `sessions_dir`. Runs in a worker thread."""
+    if not sessions_dir.is_dir():
+        return []
+    found = []
+    for path in sessions_dir.iterdir():
+        if path.name.endswith(".jsonl") and path.is_file():
+            try:
+                found.append((path.name[: -len(".jsonl")], path.stat().st_mtime))
+            except FileNotFoundError:
+                continue
+    return found

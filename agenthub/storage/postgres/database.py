@@ -1,0 +1,169 @@
+"""The connection pool to `[store] dsn` and the one place where driver errors become `StorageError` with a fixed
+text: never the DSN, never the driver's message (it may name hosts and users)."""
+
+from __future__ import annotations
+
+import asyncio
+import select
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+import structlog
+from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
+
+from agenthub.errors import StorageError
+from agenthub.storage.postgres.schema import apply_migrations
+
+log = structlog.get_logger(__name__)
+
+UNAVAILABLE = "the database is unavailable"
+REFUSED = "the database refused it"
+DSN_INVALID = "[store] dsn (AGENTHUB_STORE__DSN) is not a valid PostgreSQL connection string"
+CANNOT_CONNECT = (
+    "cannot connect to the database of [store] dsn (AGENTHUB_STORE__DSN): check its host, port, user, password "
+    "and database name"
+)
+POOL_MAX = 20
+CONNECT_TIMEOUT_S = 5  # whole seconds: libpq's connect_timeout
+CHECKOUT_TIMEOUT_S = 5.0
+DEAD_PEER_DETECTION = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 3,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 20_000,  # ms a sent request may stay unacknowledged
+}
+"""libpq options: a server that vanished without closing the connection (a network cut, a dead host) is noticed
+in about 20 s instead of the kernel's minutes to hours, so a call on it ends in StorageError rather than hanging."""
+
+Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
+
+
+class Database:
+    """The pool. `open()` migrates the schema and connects (start-up: fails with one clear line); a database that
+    was not opened opens on first use. `connection(what)` lends one autocommit connection."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        max_size: int = POOL_MAX,
+        checkout_timeout_s: float = CHECKOUT_TIMEOUT_S,
+        migrate_schema: bool = True,
+    ) -> None:
+        _check_dsn(dsn)
+        self._dsn = dsn
+        self._max_size = max_size
+        self._checkout_timeout_s = checkout_timeout_s
+        self._migrate_schema = migrate_schema
+        self._pool: Pool | None = None
+        self._opening = asyncio.Lock()
+
+    async def open(self) -> None:
+        async with self._opening:
+            if self._pool is None:
+                if self._migrate_schema:
+                    await migrate(self._dsn)
+                self._pool = await self._open_pool()
+
+    async def _open_pool(self) -> Pool:
+        pool: Pool = AsyncConnectionPool(
+            self._dsn,
+            min_size=1,
+            max_size=self._max_size,
+            open=False,
+            timeout=self._checkout_timeout_s,
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S, **DEAD_PEER_DETECTION},
+            check=still_connected,
+            name="agenthub-store",
+        )
+        try:
+            await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S * 2)
+        except PoolTimeout:
+            await pool.close()
+            raise StorageError(CANNOT_CONNECT) from None
+        return pool
+
+    @asynccontextmanager
+    async def connection(self, what: str) -> AsyncIterator[AsyncConnection[TupleRow]]:
+        """A pooled connection; any driver failure inside the block is a `StorageError("could not <what>: …")`."""
+        if self._pool is None:
+            await self.open()
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, PoolClosed, OSError) as e:
+            log.warning("store_unavailable", operation=what, error=type(e).__name__, sqlstate=_sqlstate(e))
+            raise StorageError(f"could not {what}: {UNAVAILABLE}") from None
+        except psycopg.Error as e:
+            log.error("store_refused", operation=what, error=type(e).__name__, sqlstate=_sqlstate(e))
+            raise StorageError(f"could not {what}: {REFUSED}") from None
+
+    async def close(self) -> None:
+        async with self._opening:
+            if self._pool is not None:
+                await self._pool.close()
+                self._pool = None
+
+
+async def still_connected(conn: AsyncConnection[TupleRow]) -> None:
+    """The pool's check on lending a connection, a round trip only when needed: an idle pooled connection that
+    has something to read was told something (a server shutting down sends its FATAL, then closes), so it is
+    checked with a query (which raises if it is dead; the pool then drops it and lends or opens another).
+    Measured: a round-trip check on every loan cost 0.16 ms of CPU per call (0.46 against 0.30 ms an append)."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    if _readable(conn.pgconn.socket):
+        await AsyncConnectionPool.check_connection(conn)
+
+
+def _readable(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
+
+
+def _sqlstate(error: BaseException) -> str | None:
+    return error.sqlstate if isinstance(error, psycopg.Error) else None
+
+
+def start_up_failure(error: psycopg.Error) -> str:
+    """One line for an operator whose database fails at start-up; names the key, never its value. (libpq gives no
+    SQLSTATE for a refused connection, and its text is localised: a refused login and a wrong port read alike.)"""
+    if (error.sqlstate or "").startswith("42"):
+        return "the user of [store] dsn (AGENTHUB_STORE__DSN) may not create AgentHub's tables in that database"
+    return CANNOT_CONNECT
+
+
+async def migrate(dsn: str) -> list[int]:
+    """Connect once and bring the schema up to date; the versions applied. StorageError with one clear line."""
+    _check_dsn(dsn)
+    try:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as c:
+            return await apply_migrations(c)
+    except psycopg.Error as e:
+        log.error("store_start_failed", error=type(e).__name__, sqlstate=e.sqlstate)
+        raise StorageError(start_up_failure(e)) from None
+    except OSError:
+        raise StorageError(CANNOT_CONNECT) from None
+
+
+async def open_database(dsn: str, **options: Any) -> Database:
+    """A `Database` on `dsn` (`options` as `Database` takes them), migrated and connected; StorageError with one
+    clear line when it cannot be."""
+    database = Database(dsn, **options)
+    await database.open()
+    return database
+
+
+def _check_dsn(dsn: str) -> None:
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        raise StorageError(DSN_INVALID) from None

@@ -1,0 +1,113 @@
+"""The PostgreSQL schema as numbered migrations, applied in one transaction under an advisory lock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+
+from agenthub.errors import StorageError
+
+log = structlog.get_logger(__name__)
+
+MIGRATION_LOCK = 0x61_67_65_6E_74_68_75_62  # "agenthub": one advisory lock id for every instance of the product
+"""Two instances starting together: the second waits for the first's migrations, then finds nothing to do."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    what: str
+    sql: tuple[str, ...]
+
+
+SESSIONS = Migration(
+    1,
+    "session histories, archives and meta",
+    (
+        # one row per session that has a working history (an empty one after a replace with no records);
+        # `next_seq` orders its records, `changed_at` is what AutoCompact and L3 pick sessions by
+        """CREATE TABLE session_heads (
+            agent text NOT NULL,
+            channel text NOT NULL,
+            chat_id text NOT NULL,
+            next_seq bigint NOT NULL,
+            changed_at timestamptz NOT NULL,
+            PRIMARY KEY (agent, channel, chat_id)
+        )""",
+        "CREATE INDEX session_heads_by_activity ON session_heads (agent, changed_at DESC)",
+        # `json`, not `jsonb`: a record comes back exactly as written (key order too), and a user's "\\u0000"
+        # is stored where jsonb would refuse it
+        """CREATE TABLE session_records (
+            agent text NOT NULL,
+            channel text NOT NULL,
+            chat_id text NOT NULL,
+            seq bigint NOT NULL,
+            record json NOT NULL,
+            PRIMARY KEY (agent, channel, chat_id, seq)
+        )""",
+        """CREATE TABLE session_archive (
+            agent text NOT NULL,
+            channel text NOT NULL,
+            chat_id text NOT NULL,
+            seq bigint NOT NULL,
+            record json NOT NULL,
+            archived_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (agent, channel, chat_id, seq)
+        )""",
+        """CREATE TABLE session_meta (
+            agent text NOT NULL,
+            channel text NOT NULL,
+            chat_id text NOT NULL,
+            meta json NOT NULL,
+            PRIMARY KEY (agent, channel, chat_id)
+        )""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (SESSIONS,)
+"""Append only, never edit a released one. Still to come (issue 12): memory files, dedup, API tokens, channel
+state, the L3 watermark, the inbox and leases."""
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+_VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (
+    version integer PRIMARY KEY,
+    what text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+
+
+class SchemaTooNewError(StorageError):
+    """The database was migrated by a newer AgentHub than this one."""
+
+
+async def apply_migrations(conn: AsyncConnection[TupleRow]) -> list[int]:
+    """Bring the schema to `SCHEMA_VERSION` in one transaction; the versions applied ([] when it was current)."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        await conn.execute(_VERSION_TABLE)
+        current = await _current_version(conn)
+        if current > SCHEMA_VERSION:
+            raise SchemaTooNewError(
+                f"the database schema is version {current}, newer than this AgentHub's {SCHEMA_VERSION}: upgrade it"
+            )
+        applied = []
+        for migration in MIGRATIONS:
+            if migration.version > current:
+                for statement in migration.sql:
+                    await conn.execute(statement)
+                await conn.execute(
+                    "INSERT INTO schema_version (version, what) VALUES (%s, %s)", (migration.version, migration.what)
+                )
+                applied.append(migration.version)
+    if applied:
+        log.info("store_schema_migrated", from_version=current, to_version=SCHEMA_VERSION)
+    return applied
+
+
+async def _current_version(conn: AsyncConnection[TupleRow]) -> int:
+    cursor = await conn.execute("SELECT coalesce(max(version), 0) FROM schema_version")
+    row = await cursor.fetchone()
+    return int(row[0]) if row is not None else 0

@@ -1,0 +1,241 @@
+"""`PostgresSessionStore`: the `SessionStore` on PostgreSQL. Each call is one transaction (an append is one
+statement); records are ordered by a per-session sequence kept in `session_heads`, whose row lock also serialises
+two writers of one session."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+
+from agenthub import jsonsafe
+from agenthub.errors import InvalidIdError
+from agenthub.storage.keys import SessionKey
+from agenthub.storage.meta import SessionMeta
+from agenthub.storage.postgres.database import Database, open_database
+from agenthub.storage.store import HistoryRecord, MalformedRecordError, SessionActivity, check_records
+
+log = structlog.get_logger(__name__)
+
+KEY = "agent = %(agent)s AND channel = %(channel)s AND chat_id = %(chat_id)s"
+
+_APPEND = """
+WITH head AS (
+    INSERT INTO session_heads AS h (agent, channel, chat_id, next_seq, changed_at)
+    VALUES (%(agent)s, %(channel)s, %(chat_id)s, %(count)s, now())
+    ON CONFLICT (agent, channel, chat_id)
+    DO UPDATE SET next_seq = h.next_seq + EXCLUDED.next_seq, changed_at = EXCLUDED.changed_at
+    RETURNING next_seq
+)
+INSERT INTO session_records (agent, channel, chat_id, seq, record)
+SELECT %(agent)s, %(channel)s, %(chat_id)s, head.next_seq - %(count)s + t.ord - 1, t.record::json
+FROM head, unnest(%(records)s::text[]) WITH ORDINALITY AS t(record, ord)
+"""
+"""One statement, so one transaction: the head's new `next_seq` and every record land together or not at all."""
+
+_ARCHIVE = f"""
+INSERT INTO session_archive (agent, channel, chat_id, seq, record)
+SELECT %(agent)s, %(channel)s, %(chat_id)s,
+       coalesce((SELECT max(seq) FROM session_archive WHERE {KEY}), -1) + t.ord, t.record::json
+FROM unnest(%(records)s::text[]) WITH ORDINALITY AS t(record, ord)
+"""
+
+_LAST_TIMESTAMP = f"(SELECT record->'timestamp' FROM session_records WHERE {KEY} ORDER BY seq DESC LIMIT 1)"
+_LOAD = f"SELECT record::text FROM session_records WHERE {KEY} ORDER BY seq"
+_READ_ARCHIVE = f"SELECT record::text FROM session_archive WHERE {KEY} ORDER BY seq"
+_READ_META = f"SELECT meta::text, {_LAST_TIMESTAMP} FROM session_meta WHERE {KEY}"
+
+
+def encode_records(records: Sequence[HistoryRecord]) -> list[str]:
+    """The records as JSON texts; MalformedRecordError (nothing stored) for one that is not a history message."""
+    check_records(records)
+    texts = []
+    for index, record in enumerate(records):
+        try:
+            texts.append(_json_text(record))
+        except (TypeError, ValueError):
+            raise MalformedRecordError(f"record {index} cannot be stored as JSON") from None
+    return texts
+
+
+def _json_text(record: HistoryRecord) -> str:
+    """UTF-8 JSON text; a lone surrogate (not encodable as UTF-8) is kept as a `\\ud8xx` escape instead."""
+    text = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(record, allow_nan=False)
+    return text
+
+
+def decode_records(texts: Sequence[str], key: SessionKey) -> list[HistoryRecord]:
+    """Parsed records; one that is not a JSON object is skipped and reported (like a torn JSONL line)."""
+    records = []
+    for text in texts:
+        try:
+            record = jsonsafe.loads(text)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            log.warning("history_record_skipped", session=str(key))
+    return records
+
+
+def _params(key: SessionKey, **more: Any) -> dict[str, Any]:
+    return {"agent": key.agent, "channel": key.channel, "chat_id": key.chat_id, **more}
+
+
+class PostgresSessionStore:
+    """Session histories, archives and meta in the tables of migration 1 (`schema.SESSIONS`)."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    async def close(self) -> None:
+        await self.database.close()
+
+    async def load(self, key: SessionKey) -> list[HistoryRecord]:
+        async with self.database.connection("read the session's history") as conn:
+            cursor = await conn.execute(_LOAD, _params(key))
+            rows = await cursor.fetchall()
+        return decode_records([row[0] for row in rows], key)
+
+    async def append(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
+        texts = encode_records(records)
+        if not texts:
+            return
+        async with self.database.connection("append to the session's history") as conn:
+            await conn.execute(_APPEND, _params(key, count=len(texts), records=texts))
+
+    async def replace(
+        self, key: SessionKey, records: Sequence[HistoryRecord], *, archive: Sequence[HistoryRecord]
+    ) -> None:
+        texts, archived = encode_records(records), encode_records(archive)
+        async with self.database.connection("replace the history") as conn, conn.transaction():
+            await _lock_head(conn, key)
+            await _archive(conn, key, archived)
+            await conn.execute(f"DELETE FROM session_records WHERE {KEY}", _params(key))
+            await conn.execute(_APPEND, _params(key, count=len(texts), records=texts))
+
+    async def clear(self, key: SessionKey, *, archive: Sequence[HistoryRecord]) -> None:
+        archived = encode_records(archive)
+        async with self.database.connection("clear the history") as conn, conn.transaction():
+            await _lock_head(conn, key)
+            await _archive(conn, key, archived)
+            await conn.execute(f"DELETE FROM session_records WHERE {KEY}", _params(key))
+            await conn.execute(f"DELETE FROM session_heads WHERE {KEY}", _params(key))
+
+    async def read_archive(self, key: SessionKey) -> list[HistoryRecord]:
+        async with self.database.connection("read the archive") as conn:
+            cursor = await conn.execute(_READ_ARCHIVE, _params(key))
+            rows = await cursor.fetchall()
+        return decode_records([row[0] for row in rows], key)
+
+    async def rewrite_archive(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
+        texts = encode_records(records)
+        async with self.database.connection("rewrite the archive") as conn, conn.transaction():
+            await conn.execute(f"DELETE FROM session_archive WHERE {KEY}", _params(key))
+            await _archive(conn, key, texts)
+
+    async def delete(self, key: SessionKey) -> bool:
+        removed = 0
+        async with self.database.connection("delete the session") as conn, conn.transaction():
+            for table in ("session_records", "session_heads", "session_archive", "session_meta"):  # the meta last
+                cursor = await conn.execute(f"DELETE FROM {table} WHERE {KEY}", _params(key))
+                removed += max(cursor.rowcount, 0)
+        return removed > 0
+
+    async def read_meta(self, key: SessionKey) -> SessionMeta | None:
+        """The meta, its `updated_at` caught up with the newest record (a non-durable write may have been lost)."""
+        async with self.database.connection("read the session's meta") as conn:
+            cursor = await conn.execute(_READ_META, _params(key))
+            row = await cursor.fetchone()
+        if row is None:
+            return None
+        try:
+            meta = SessionMeta.from_json(jsonsafe.loads(row[0]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("meta_unreadable", session=str(key))
+            return None
+        newest = row[1]
+        if isinstance(newest, int | float) and not isinstance(newest, bool) and int(newest) > meta.updated_at:
+            return meta.with_changes(updated_at=int(newest))
+        return meta
+
+    async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
+        text = json.dumps(meta.to_json(), ensure_ascii=False)
+        async with self.database.connection("write the session's meta") as conn, conn.transaction():
+            if not durable:  # allowed to be lost in a server crash: do not wait for the WAL flush
+                await conn.execute("SET LOCAL synchronous_commit TO OFF")
+            await conn.execute(
+                "INSERT INTO session_meta (agent, channel, chat_id, meta) "
+                "VALUES (%(agent)s, %(channel)s, %(chat_id)s, %(meta)s::json) "
+                "ON CONFLICT (agent, channel, chat_id) DO UPDATE SET meta = EXCLUDED.meta",
+                _params(key, meta=text),
+            )
+
+    async def exists(self, key: SessionKey) -> bool:
+        async with self.database.connection("look the session up") as conn:
+            cursor = await conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM session_heads WHERE {KEY}) "
+                f"OR EXISTS (SELECT 1 FROM session_meta WHERE {KEY})",
+                _params(key),
+            )
+            row = await cursor.fetchone()
+        return bool(row and row[0])
+
+    async def list_keys(self, agent: str) -> list[SessionKey]:
+        async with self.database.connection("list the sessions") as conn:
+            cursor = await conn.execute(
+                "SELECT channel, chat_id FROM session_heads WHERE agent = %(agent)s "
+                "UNION SELECT channel, chat_id FROM session_meta WHERE agent = %(agent)s",
+                {"agent": agent},
+            )
+            rows = await cursor.fetchall()
+        keys = [key for key in (_key(agent, row[0], row[1]) for row in rows) if key is not None]
+        return sorted(keys, key=lambda k: k.file_stem)  # the files backend's order
+
+    async def activity(self, agent: str) -> list[SessionActivity]:
+        async with self.database.connection("list the sessions") as conn:
+            cursor = await conn.execute(
+                "SELECT channel, chat_id, extract(epoch FROM changed_at)::float8 FROM session_heads "
+                "WHERE agent = %(agent)s ORDER BY changed_at DESC",
+                {"agent": agent},
+            )
+            rows = await cursor.fetchall()
+        found = ((_key(agent, row[0], row[1]), float(row[2])) for row in rows)
+        return [SessionActivity(key, changed_at) for key, changed_at in found if key is not None]
+
+
+def _key(agent: str, channel: str, chat_id: str) -> SessionKey | None:
+    try:
+        return SessionKey(agent, channel, chat_id)
+    except InvalidIdError:  # a row written by hand: never a key the product would build
+        return None
+
+
+async def _lock_head(conn: AsyncConnection[TupleRow], key: SessionKey) -> None:
+    """Take the session's head row lock (a writer of the same session waits for this transaction)."""
+    await conn.execute(f"SELECT 1 FROM session_heads WHERE {KEY} FOR UPDATE", _params(key))
+
+
+async def _archive(conn: AsyncConnection[TupleRow], key: SessionKey, texts: list[str]) -> None:
+    if texts:
+        await conn.execute(_ARCHIVE, _params(key, records=texts))
+
+
+async def postgres_store_factory(dsn: str, **options: Any) -> PostgresSessionStore:
+    """A store on `dsn`, its schema migrated and its pool connected (`options` as `Database` takes them): what the
+    composition root opens at start-up, so a bad DSN stops it with one clear line. `close()` it."""
+    return PostgresSessionStore(await open_database(dsn, **options))
+
+
+def lazy_postgres_store(dsn: str, **options: Any) -> PostgresSessionStore:
+    """A store on `dsn` that migrates and connects on its first call (for code that cannot await at creation)."""
+    return PostgresSessionStore(Database(dsn, **options))

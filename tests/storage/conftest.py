@@ -1,0 +1,128 @@
+"""The backends under the contract suites: add one by adding its factory to STORE_FACTORIES (session histories)
+or MEMORY_STORE_FACTORIES (memory files)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agenthub.storage.files import FileSessionStore
+from agenthub.storage.memory_backend import InMemorySessionStore
+from agenthub.storage.memory_files import FileMemoryStore, InMemoryMemoryStore, MemoryStore
+from agenthub.storage.store import SessionStore
+from tests.support.disks import fill, small_tmpfs
+from tests.support.postgres import postgres_backend_parts
+
+
+@dataclass
+class Backend:
+    """One backend as the contract suite drives it."""
+
+    name: str
+    store: SessionStore
+    reopen: Callable[[], SessionStore]
+    """A store over the same data, as after a restart (a new process for the files, the same object in memory)."""
+    failing_writes: Callable[[], AbstractContextManager[None]]
+    """While inside, every write of more than a page (4 KiB) fails: a full disk for the files."""
+
+
+def _files(tmp_path: Path, stack: ExitStack) -> Backend:
+    disk = stack.enter_context(small_tmpfs(tmp_path / "data", size="1m"))
+    store = FileSessionStore(disk, fsync=True)
+
+    @contextmanager
+    def full_disk() -> Iterator[None]:
+        filler = fill(disk)
+        try:
+            yield
+        finally:
+            filler.unlink()
+
+    return Backend("files", store, lambda: FileSessionStore(disk, fsync=True), full_disk)
+
+
+def _memory(tmp_path: Path, stack: ExitStack) -> Backend:
+    store = InMemorySessionStore()
+
+    @contextmanager
+    def failing() -> Iterator[None]:
+        store.fail_writes = True
+        try:
+            yield
+        finally:
+            store.fail_writes = False
+
+    return Backend("memory", store, lambda: store, failing)
+
+
+def _postgres(tmp_path: Path, stack: ExitStack) -> Backend:
+    return Backend("postgres", *postgres_backend_parts(stack))
+
+
+STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], Backend]] = {
+    "files": _files,
+    "memory": _memory,
+    "postgres": _postgres,
+}
+"""name → factory(tmp_path, exit stack for its resources)."""
+
+
+@pytest.fixture(params=sorted(STORE_FACTORIES))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    with ExitStack() as stack:
+        yield STORE_FACTORIES[request.param](tmp_path, stack)
+
+
+@dataclass
+class MemoryBackend:
+    """One memory-file backend as its contract suite drives it."""
+
+    name: str
+    store: MemoryStore
+    reopen: Callable[[], MemoryStore]
+    failing_writes: Callable[[], AbstractContextManager[None]]
+
+
+def _memory_files(tmp_path: Path, stack: ExitStack) -> MemoryBackend:
+    disk = stack.enter_context(small_tmpfs(tmp_path / "disk", size="1m"))
+    store = FileMemoryStore(disk / "data", disk / "auth")
+
+    @contextmanager
+    def full_disk() -> Iterator[None]:
+        filler = fill(disk)
+        try:
+            yield
+        finally:
+            filler.unlink()
+
+    return MemoryBackend("files", store, lambda: FileMemoryStore(disk / "data", disk / "auth"), full_disk)
+
+
+def _memory_dict(tmp_path: Path, stack: ExitStack) -> MemoryBackend:
+    store = InMemoryMemoryStore()
+
+    @contextmanager
+    def failing() -> Iterator[None]:
+        store.fail_writes = True
+        try:
+            yield
+        finally:
+            store.fail_writes = False
+
+    return MemoryBackend("memory", store, lambda: store, failing)
+
+
+MEMORY_STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], MemoryBackend]] = {
+    "files": _memory_files,
+    "memory": _memory_dict,
+}
+
+
+@pytest.fixture(params=sorted(MEMORY_STORE_FACTORIES))
+def memory_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryBackend]:
+    with ExitStack() as stack:
+        yield MEMORY_STORE_FACTORIES[request.param](tmp_path, stack)
