@@ -84,6 +84,7 @@ class Daemon:
         self._install_signals(gateway)
         server.ready = True
         self.notifier.notify("READY=1")
+        gateway.providers.start_warm_up()
         log.info("daemon_ready", port=server.port, channels=[c.name for c in self.channels])
         self._print_console_hint(server.port, created_token)
         try:

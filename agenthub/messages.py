@@ -43,6 +43,8 @@ class InboundMessage:
     timestamp: int = field(default_factory=now_ms)
     metadata: dict[str, Any] = field(default_factory=dict)
     attachments: tuple[Attachment, ...] = ()
+    stream_text: bool = True
+    """The channel shows the reply's text as it arrives; False (a JSON reply) lets the model calls skip streaming."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -228,7 +228,7 @@ def _ratios(daemon: Result, floor: Result, fsync: bool, ready_limit_s: float) ->
     )
 
     def verdict(ok: bool) -> str:
-        return "ok" if ok else "MISSED"
+        return "met" if ok else "MISSED"
 
     print(f"   ratio (fsync {'on' if fsync else 'off'}, per-session history on disk):")
     print(f"     throughput {throughput:.2f}x of the floor (target >= 0.6x) {verdict(throughput >= 0.6)}")

@@ -83,7 +83,8 @@ class AgentLoop:
     """Runs one turn against one provider and model.
 
     Every model call passes through `llm_gate` (the global cap on concurrent calls). Text deltas are
-    emitted as they arrive; between two model calls that both produced text a "\\n\\n" delta is emitted,
+    emitted as they arrive (with `stream_text=False` the calls do not stream: each call's text is one delta
+    once it is whole); between two model calls that both produced text a "\\n\\n" delta is emitted,
     so the concatenated deltas always equal `TurnResult.text`. Tool errors go back to the model.
     """
 
@@ -95,9 +96,11 @@ class AgentLoop:
         max_tokens: int,
         max_iterations: int,
         llm_gate: asyncio.Semaphore,
+        stream_text: bool = True,
         large_results: LargeResultStore | None = None,
     ) -> None:
         self.provider = provider
+        self.stream_text = stream_text
         self.large_results = large_results
         self.model = model
         self.max_tokens = max_tokens
@@ -115,7 +118,12 @@ class AgentLoop:
             emit(DeltaEvent(delta))
 
         async with self._gate:  # the provider logs the call (`llm_call`, purpose=turn) and tells the stats
-            response = await self.provider.stream(request, on_text)
+            if self.stream_text:
+                response = await self.provider.stream(request, on_text)
+            else:  # nobody reads the text before the end: one whole call, its text one delta
+                response = await self.provider.complete(request)
+        if not self.stream_text and response.text:
+            on_text(response.text)
         result.calls += 1
         result.usage = result.usage + response.usage
         result.last_usage = response.usage

@@ -59,6 +59,7 @@ async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamRespo
         model_hint=body.model_hint,
         provider_hint=body.provider_hint,
         metadata={"chat_type": "private"},  # the console: one person's chats
+        stream_text=wants_stream(request),
     )
     handle = await _submit(api, message, i18n.locale_for(gateway.settings, CHANNEL, agent))
     if wants_stream(request):

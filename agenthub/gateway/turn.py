@@ -290,6 +290,7 @@ class TurnRunner:
             max_tokens=max_tokens,
             max_iterations=settings.llm.max_tool_iterations,
             llm_gate=gw.llm_gate,
+            stream_text=pending.message.stream_text,
             large_results=LargeResultStore(
                 workspace,
                 settings.memory.large_tool_result_chars,

@@ -1,27 +1,53 @@
-"""`AnthropicProvider`: one long-lived `AsyncAnthropic` (aiohttp transport) per endpoint, with our own retries."""
+"""`AnthropicProvider`: one long-lived `AsyncAnthropic` (aiohttp transport) per endpoint, with our own retries.
+
+The SDK (`agenthub.llm.sdk`) is imported off the event loop on first use or by `warm_up`, so that a start-up never
+waits for it (it takes seconds to import).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import random
+import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import anthropic
 import structlog
-from anthropic.types import Message
 
 from agenthub.errors import ConfigError, LLMError
-from agenthub.i18n import Text
 from agenthub.llm.calllog import CallLog
 from agenthub.llm.endpoint import Endpoint
-from agenthub.llm.failures import MSG_INTERRUPTED, classify
+from agenthub.llm.failures import MSG_INTERRUPTED, MSG_UNEXPECTED, classify
 from agenthub.llm.models import plausible_model_name
 from agenthub.llm.types import LLMRequest, LLMResponse, Sleep, TextCallback
-from agenthub.messages import Usage
+
+if TYPE_CHECKING:
+    import anthropic
 
 log = structlog.get_logger(__name__)
+
+SDK_MODULE = "agenthub.llm.sdk"
+_sdk: ModuleType | None = None
+
+
+_sdk_import_lock = threading.Lock()
+
+
+async def load_sdk() -> ModuleType:
+    """`agenthub.llm.sdk` (and with it the `anthropic` SDK), imported in a worker thread the first time."""
+    global _sdk
+    if _sdk is None:
+        _sdk = await asyncio.to_thread(_import_sdk)
+    return _sdk
+
+
+def _import_sdk() -> ModuleType:
+    with _sdk_import_lock:  # one importing thread at a time: two importing one package can deadlock
+        return importlib.import_module(SDK_MODULE)
 
 
 @dataclass(frozen=True)
@@ -81,32 +107,61 @@ class AnthropicProvider:
         self._sleep = sleep
         self.call_log = call_log or CallLog()
         self._secret = endpoint.api_key
-        headers = {"x-api-key": endpoint.api_key} if endpoint.custom_base_url else None
-        self._client = anthropic.AsyncAnthropic(
-            api_key=endpoint.api_key,
-            base_url=endpoint.base_url,
-            timeout=anthropic.Timeout(timeout_s, connect=connect_timeout_s),
-            max_retries=0,
-            default_headers=headers,
-            http_client=anthropic.DefaultAioHttpClient(),
-        )
+        self._endpoint = endpoint
+        self._timeout_s = timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._client: anthropic.AsyncAnthropic | None = None
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def knows_model(self, model: str) -> bool:
         return plausible_model_name(model)
 
+    async def warm_up(self) -> None:
+        """Import the SDK and build the client now (in a worker thread), so that the first call does not wait."""
+        await self._sdk_client()
+
+    async def _sdk_client(self) -> anthropic.AsyncAnthropic:
+        sdk = await load_sdk()
+        if self._closed:
+            raise LLMError("the provider is closed", user_text=MSG_UNEXPECTED)
+        if self._client is None:
+            self._client = sdk.new_client(self._endpoint, self._timeout_s, self._connect_timeout_s)
+        return self._client
+
     async def aclose(self) -> None:
-        await self._client.close()
+        self._closed = True
+        if self._client is not None:
+            await self._client.close()
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        return await self.stream(request, None)
+        """One non-streaming call (nobody reads the text before the end): the SDK's `create`, without the
+        streaming parser; read timeout `sdk.read_timeout_s`, as nothing arrives before the reply is whole."""
+        return await self._call(request, self._create, None)
 
     async def stream(self, request: LLMRequest, on_text: TextCallback | None = None) -> LLMResponse:
+        return await self._call(request, self._stream, on_text)
+
+    async def _create(self, request: LLMRequest, attempt: _Attempt) -> LLMResponse:
+        client, sdk = await self._sdk_client(), await load_sdk()
+        response: LLMResponse = await sdk.create(client, request, self._timeout_s, self._connect_timeout_s)
+        return response
+
+    async def _stream(self, request: LLMRequest, attempt: _Attempt) -> LLMResponse:
+        client, sdk = await self._sdk_client(), await load_sdk()
+        response: LLMResponse = await sdk.stream(client, request, attempt.text)
+        return response
+
+    async def _call(self, request: LLMRequest, run: _AttemptFn, on_text: TextCallback | None) -> LLMResponse:
         began = time.perf_counter()
         retry = 0
         while True:
             attempt = _Attempt(on_text)
             try:
-                response = await self._attempt(request, attempt)
+                response = await run(request, attempt)
             except Exception as e:
                 failure = classify(e, model=request.model, secret=self._secret)
                 fields = {"provider": self.name, "model": request.model, "attempt": retry + 1}
@@ -124,57 +179,5 @@ class AnthropicProvider:
             await self._sleep(delay)
             retry += 1
 
-    async def _attempt(self, request: LLMRequest, attempt: _Attempt) -> LLMResponse:
-        started = False
-        async with self._client.messages.stream(**_call_kwargs(request)) as stream:
-            async for event in stream:
-                if event.type == "message_start":
-                    started = True
-                elif event.type == "text":
-                    attempt.text(event.text)
-            if not started:
-                raise LLMError("stream ended before message_start", user_text=Text("llm.empty_reply"))
-            final = await stream.get_final_message()
-        return to_response(final)
 
-
-def _call_kwargs(request: LLMRequest) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        "model": request.model,
-        "max_tokens": request.max_tokens,
-        "messages": request.messages,
-    }
-    if request.system:
-        kwargs["system"] = request.system
-    if request.tools:
-        kwargs["tools"] = request.tools
-    if request.tool_choice is not None:
-        kwargs["tool_choice"] = request.tool_choice
-    return kwargs
-
-
-def _block_dict(block: Any) -> dict[str, Any]:
-    kind = block.type
-    if kind == "text":
-        return {"type": "text", "text": block.text}
-    if kind == "tool_use":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
-    if kind == "thinking":
-        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
-    if kind == "redacted_thinking":
-        return {"type": "redacted_thinking", "data": block.data}
-    dumped: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
-    return dumped
-
-
-def to_response(message: Message) -> LLMResponse:
-    """Convert the SDK's final message into plain dicts and our `Usage`."""
-    u = message.usage
-    usage = Usage(
-        input_tokens=u.input_tokens or 0,
-        output_tokens=u.output_tokens or 0,
-        cache_read_input_tokens=u.cache_read_input_tokens or 0,
-        cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
-    )
-    content = [_block_dict(b) for b in message.content]
-    return LLMResponse(content=content, stop_reason=message.stop_reason, usage=usage, model=message.model)
+_AttemptFn = Callable[[LLMRequest, _Attempt], Awaitable[LLMResponse]]

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-import anthropic
-import httpx2
+from typing import TYPE_CHECKING
 
 from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError, RequestRejectedError
 from agenthub.i18n import Text
+
+if TYPE_CHECKING:
+    import anthropic
+    import httpx2
 
 __all__ = ["ModelNotFoundError", "classify", "is_overflow_message"]
 
@@ -99,6 +101,9 @@ def retry_after_s(headers: httpx2.Headers | None) -> float | None:
 
 def classify(exc: BaseException, *, model: str, secret: str | None = None) -> Failure:
     """Classify an exception raised by one attempt (never called with `CancelledError`)."""
+    import anthropic  # here: the SDK is loaded by then (the attempt used it), and this module stays light
+    import httpx2
+
     if isinstance(exc, LLMError):
         return Failure(exc, exc.retryable)
     if isinstance(exc, anthropic.APIStatusError):

@@ -72,6 +72,9 @@ class OfflineProvider:
     def knows_model(self, model: str) -> bool:
         return True
 
+    async def warm_up(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         return None
 

@@ -18,6 +18,8 @@ from agenthub.llm.types import LLMProvider, Sleep
 log = structlog.get_logger(__name__)
 
 DEFAULT = "default"
+WARM_UP_ATTEMPTS = 5
+WARM_UP_RETRY_S = 1.0
 
 
 class ProviderRegistry:
@@ -29,6 +31,7 @@ class ProviderRegistry:
         self._providers = dict(providers)
         self.call_log = call_log or CallLog()
         """The `CallLog` the providers built by `from_settings` share; `observe` it to count every call."""
+        self._warming: asyncio.Task[None] | None = None
 
     @classmethod
     def from_settings(
@@ -95,8 +98,27 @@ class ProviderRegistry:
                 warnings.append(Text("llm.hint.model_unusable", _fallback(model_hint, model, "model")))
         return provider, model, tuple(warnings)
 
+    def start_warm_up(self) -> None:
+        """Load the providers' SDK and clients in the background (after READY: a start-up does not wait for the
+        SDK's seconds of import; a call that comes first waits for the same import, off the event loop)."""
+        if self._warming is None:
+            self._warming = asyncio.create_task(self._warm_up(), name="llm-warm-up")
+
+    async def _warm_up(self) -> None:
+        for name, provider in self._providers.items():
+            for attempt in range(WARM_UP_ATTEMPTS):
+                try:
+                    await provider.warm_up()
+                    break
+                except Exception as e:  # e.g. no descriptor left to read the SDK's files: a call loads it again
+                    log.debug("llm_provider_warm_up_failed", provider=name, attempt=attempt + 1, error=str(e))
+                    await asyncio.sleep(WARM_UP_RETRY_S)
+
     async def aclose(self) -> None:
         """Close every provider (errors are logged, not raised)."""
+        if self._warming is not None and not self._warming.done():
+            self._warming.cancel()
+            await asyncio.wait([self._warming])
         for name, provider in self._providers.items():
             try:
                 await provider.aclose()

@@ -71,6 +71,10 @@ class LLMProvider(Protocol):
         """Run one call without streaming callbacks (summaries, titles)."""
         ...
 
+    async def warm_up(self) -> None:
+        """Load what the first call needs (the SDK, the client) ahead of it; nothing for a provider without."""
+        ...
+
     async def aclose(self) -> None:
         """Release the client and its connections."""
         ...

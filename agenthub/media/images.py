@@ -1,12 +1,16 @@
-"""Images brought within the model vendor's limits: a supported type, at most so many bytes and pixels per edge."""
+"""Images brought within the model vendor's limits: a supported type, at most so many bytes and pixels per edge.
+
+Pillow is imported by the first `prepare_image` (in its worker thread), not at start-up: it costs a quarter second.
+"""
 
 from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from PIL import Image, ImageOps
+if TYPE_CHECKING:
+    from PIL import Image
 
 API_MEDIA_TYPES = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
 """The image types the Messages API takes (`Base64ImageSourceParam.media_type` in the anthropic SDK)."""
@@ -55,6 +59,8 @@ def prepare_image(data: bytes, *, max_bytes: int, max_edge_px: int) -> PreparedI
     `max_edge_px` and re-encoded (PNG/WebP with transparency, JPEG otherwise), shrinking further until it fits
     `max_bytes`. CPU-bound: call it off the event loop. Raises `ImageRejectedError` (any failure to decode is
     `unreadable`)."""
+    from PIL import Image, ImageOps
+
     max_edge_px = min(max_edge_px, API_MAX_EDGE_PX)
     try:
         with Image.open(io.BytesIO(data), formats=OPENED_FORMATS) as image:
@@ -115,6 +121,8 @@ def _fit_edge(image: Image.Image, edge: int) -> Image.Image:
         return image
     scale = edge / max(image.size)
     size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    from PIL import Image
+
     return image.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
 
 

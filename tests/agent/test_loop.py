@@ -204,3 +204,32 @@ async def test_usage_is_summed_per_turn_and_last_call_kept(gateway: GatewayCore,
     assert meta is not None and meta.last_usage is not None
     assert meta.last_usage["input_tokens"] == 20 and meta.last_usage["cache_read_input_tokens"] == 60
     assert gateway.stats.llm_calls == 2 and gateway.stats.tokens.cache_read_input_tokens == 110
+
+
+async def test_a_turn_nobody_streams_makes_whole_calls_with_one_delta_each(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    """`stream_text=False` (a JSON reply): each model call is one non-streaming create; its text is one delta, the
+    events otherwise as when streaming (tools, separators, the final text)."""
+    fake_llm.script(
+        reply_tool("read_memory", {}, text="Let me look.", chunks=4),
+        reply_text("Nothing saved yet.", chunks=4),
+    )
+    events = await _turn(gateway, "what do you remember?", stream_text=False)
+    final = events[-1]
+    assert isinstance(final, DoneEvent) and final.full_text == "Let me look.\n\nNothing saved yet."
+    deltas = [e.text for e in events if isinstance(e, DeltaEvent)]
+    assert deltas == ["Let me look.", "\n\n", "Nothing saved yet."]
+    assert [(e.name, e.phase) for e in events if isinstance(e, ToolEvent)] == [
+        ("read_memory", "start"),
+        ("read_memory", "end"),
+    ]
+    assert [r.stream for r in fake_llm.message_requests()] == [False, False]
+    assert (await gateway.history.load(KEY))[-1]["content"] == "Nothing saved yet."
+
+
+async def test_a_streamed_turn_still_streams_every_call(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
+    fake_llm.script(reply_text("one two three four", chunks=4))
+    events = await _turn(gateway, "hi")
+    assert len([e for e in events if isinstance(e, DeltaEvent)]) == 4
+    assert [r.stream for r in fake_llm.message_requests()] == [True]

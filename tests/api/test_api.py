@@ -84,6 +84,22 @@ async def test_sse_streams_deltas_before_done(api: RunningApi, fake_llm: FakeAnt
     assert history[-1]["content"] == done["full_text"]
 
 
+async def test_a_json_reply_makes_a_non_streaming_model_call_and_sse_a_streamed_one(
+    api: RunningApi, fake_llm: FakeAnthropic
+) -> None:
+    """Nobody reads a JSON reply's text before its end, so its model call does not stream; SSE's does."""
+    fake_llm.script(reply_text("whole at once", chunks=4), reply_text("in pieces", chunks=4))
+    status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "hi"})
+    assert status == 200 and body["reply"] == "whole at once"
+    async with api.client.post(
+        api.base_url + AGENT + "/chat?stream=1", json={"chat_id": "j1", "content": "again"}, headers=api.auth
+    ) as resp:
+        events = await _read_sse(resp)
+    deltas = [str(d["text"]) for k, d in events if k == "delta"]
+    assert len(deltas) >= 3 and "".join(deltas) == "in pieces"
+    assert [r.stream for r in fake_llm.message_requests()] == [False, True]
+
+
 async def test_accept_header_selects_sse(api: RunningApi) -> None:
     async with api.client.post(
         api.base_url + AGENT + "/chat",
@@ -449,9 +465,10 @@ async def test_deeply_nested_json_is_a_400_on_every_body_route(api: RunningApi, 
 async def test_a_reply_that_broke_after_some_text_returns_that_text_marked_incomplete(
     api: RunningApi, fake_llm: FakeAnthropic
 ) -> None:
-    from tests.support.fakes.anthropic import midstream_error
+    from tests.support.fakes.anthropic import http_error, reply_tool
 
-    fake_llm.script(midstream_error(after_text="the first half of the answer"))
+    # a JSON reply's model calls do not stream, so its text breaks off between two calls (a tool step between)
+    fake_llm.script(reply_tool("read_memory", {}, text="the first half of the answer"), http_error(401, "bad key"))
     status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "half", "content": "go"})
     assert status == 502
     assert body["reply"] == "the first half of the answer"

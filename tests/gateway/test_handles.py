@@ -130,7 +130,7 @@ def _gated_append(loop: asyncio.AbstractEventLoop, nth: int) -> GatedPool:
 
     def chooses(func: Any, args: tuple[Any, ...]) -> bool:
         nonlocal seen
-        if getattr(func, "__qualname__", "").endswith("SessionHistory.append.<locals>.write"):
+        if getattr(func, "__qualname__", "").endswith("FileSessionStore.append.<locals>.write"):
             seen += 1
         return seen == nth
 

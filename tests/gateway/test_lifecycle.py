@@ -35,7 +35,7 @@ async def test_enter_starts_timers_and_exit_stops_them_and_closes_providers(sett
         with pytest.raises(RuntimeError, match="already started"):
             await gw.__aenter__()
     assert not gw.timers["session_sweep"].started
-    assert provider._client.is_closed()
+    assert provider.closed
     late = await (await gw.submit(_msg("too late"))).result()
     assert isinstance(late, ErrorEvent) and late.code == "shutdown"
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anthropic
 import pytest
@@ -322,3 +326,85 @@ async def test_other_400s_stay_plain_errors(fake_llm: FakeAnthropic, provider: A
     with pytest.raises(LLMError) as info:
         await provider.stream(request())
     assert not isinstance(info.value, ModelNotFoundError | ContextOverflowError)
+
+
+async def test_complete_is_one_non_streaming_call_with_the_same_reply(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    usage = {"input_tokens": 12, "output_tokens": 42, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7}
+    fake_llm.script(reply_tool("get_weather", {"city": "北京"}, text="Let me check.", usage=usage))
+    resp = await provider.complete(request())
+    assert resp.text == "Let me check." and resp.stop_reason == "tool_use" and resp.model == "claude-test"
+    [use] = resp.tool_uses
+    assert use["name"] == "get_weather" and use["input"] == {"city": "北京"} and use["id"].startswith("toolu_")
+    assert resp.usage == Usage(12, 42, 100, 7)
+    [sent] = fake_llm.requests
+    assert not sent.stream
+    assert "x-stainless-helper-method" not in sent.headers
+
+
+async def test_both_calls_send_the_request_as_it_is(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
+    tool = {"name": "get_weather", "description": "天气", "input_schema": {"type": "object", "properties": {}}}
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "hi 你好", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "sunny"}]},
+    ]
+    call = request(messages=messages, tools=[tool], tool_choice={"type": "auto"})
+    await provider.stream(call, lambda _: None)
+    await provider.complete(call)
+    streamed, whole = fake_llm.requests
+    expected = {
+        "model": "claude-test",
+        "max_tokens": 256,
+        "system": call.system,
+        "messages": messages,
+        "tools": [tool],
+        "tool_choice": {"type": "auto"},
+    }
+    assert streamed.body == {**expected, "stream": True} and whole.body == expected
+    assert streamed.headers["x-stainless-helper-method"] == "stream"
+    assert streamed.headers["x-stainless-stream-helper"] == "messages"
+    assert streamed.headers["content-type"] == whole.headers["content-type"] == "application/json"
+
+
+async def test_complete_waits_for_a_whole_reply_beyond_the_streaming_read_timeout(
+    fake_llm: FakeAnthropic, sleeps: RecordingSleep
+) -> None:
+    """A non-streaming reply arrives only when it is whole: the read timeout between stream events must not cut it."""
+    p = make(fake_llm, sleeps, retries=0, timeout_s=0.2)
+    fake_llm.script(reply_text("a long answer", first_byte_delay_s=0.6))
+    try:
+        resp = await p.complete(request())
+    finally:
+        await p.aclose()
+    assert resp.text == "a long answer"
+    assert len(fake_llm.requests) == 1
+
+
+async def test_complete_retries_a_529_then_answers(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider, sleeps: RecordingSleep
+) -> None:
+    fake_llm.script(overloaded(), reply_text("recovered"))
+    resp = await provider.complete(request())
+    assert resp.text == "recovered"
+    assert len(sleeps.delays) == 1 and [r.stream for r in fake_llm.requests] == [False, False]
+
+
+def test_building_the_providers_does_not_import_the_sdk(tmp_path: Path) -> None:
+    """The SDK takes seconds to import (Pillow a quarter second): a start-up with a key configured must not wait
+    for them, nor for the MCP SDK when no agent declares a server."""
+    code = (
+        "import sys\n"
+        "import agenthub.daemon, agenthub.api.server, agenthub.app\n"
+        "from agenthub.config import LLMSettings\n"
+        "from agenthub.llm.registry import ProviderRegistry\n"
+        "reg = ProviderRegistry.from_settings(LLMSettings(api_key='k', base_url='http://127.0.0.1:9'), env={})\n"
+        "assert not reg.is_offline\n"
+        "heavy = ('anthropic', 'httpx2', 'PIL', 'mcp')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
+    )
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

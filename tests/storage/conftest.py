@@ -4,30 +4,17 @@ or MEMORY_STORE_FACTORIES (memory files)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.memory_backend import InMemorySessionStore
-from agenthub.storage.memory_files import FileMemoryStore, InMemoryMemoryStore, MemoryStore
-from agenthub.storage.store import SessionStore
+from agenthub.storage.memory_files import FileMemoryStore, InMemoryMemoryStore
 from tests.support.disks import fill, small_tmpfs
 from tests.support.postgres import postgres_backend_parts
-
-
-@dataclass
-class Backend:
-    """One backend as the contract suite drives it."""
-
-    name: str
-    store: SessionStore
-    reopen: Callable[[], SessionStore]
-    """A store over the same data, as after a restart (a new process for the files, the same object in memory)."""
-    failing_writes: Callable[[], AbstractContextManager[None]]
-    """While inside, every write of more than a page (4 KiB) fails: a full disk for the files."""
+from tests.support.stores import Backend, MemoryBackend
 
 
 def _files(tmp_path: Path, stack: ExitStack) -> Backend:
@@ -75,16 +62,6 @@ STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], Backend]] = {
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     with ExitStack() as stack:
         yield STORE_FACTORIES[request.param](tmp_path, stack)
-
-
-@dataclass
-class MemoryBackend:
-    """One memory-file backend as its contract suite drives it."""
-
-    name: str
-    store: MemoryStore
-    reopen: Callable[[], MemoryStore]
-    failing_writes: Callable[[], AbstractContextManager[None]]
 
 
 def _memory_files(tmp_path: Path, stack: ExitStack) -> MemoryBackend:

@@ -12,7 +12,7 @@ from agenthub.errors import PathRefusedError, StorageError
 from agenthub.memory.files import MemoryWriter
 from agenthub.storage.keys import session_key
 from agenthub.storage.memory_files import FileMemoryStore, MemoryName
-from tests.storage.conftest import MemoryBackend
+from tests.support.stores import MemoryBackend
 
 GROUP = session_key("default", "wecom", "group-1")
 PRIVATE = session_key("default", "wecom", "alice")

@@ -16,10 +16,10 @@ from agenthub.storage.files import FileSessionStore
 from agenthub.storage.keys import SessionKey, session_key
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.store import MalformedRecordError, SessionStore
-from tests.storage.conftest import Backend
 from tests.support.crash_writer import text_for
 from tests.support.disks import fill, small_tmpfs
 from tests.support.paths import CRASH_WRITER_SCRIPT, REPO
+from tests.support.stores import Backend
 
 KEY = session_key("default", "http", "chat-1")
 OTHER = session_key("default", "wecom", "张三")

@@ -49,6 +49,9 @@ class HeldModel:
     async def stream(self, request: LLMRequest, on_text: TextCallback | None = None) -> LLMResponse:
         return await self.complete(request)
 
+    async def warm_up(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         return None
 
