@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Coroutine, Mapping
@@ -12,10 +14,12 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from agenthub import i18n
 from agenthub.channel import ChannelContext
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage, OutboundMessage
+from agenthub.storage.inbox import InboxEntry
 from agenthub.web import json_error
 from channels.feishu.api import FeishuApi, FeishuApiError
 from channels.feishu.config import parse_config
@@ -33,6 +37,7 @@ from channels.feishu.turn import FeishuApp, run_turn, send_reply, send_safely
 from channels.feishu.webhook import Refused, check_request, dispatch, log_refusal, read_body
 from channels.toolkit.config import texts_locale
 from channels.toolkit.dedup import MessageDedup, open_seen_ids
+from channels.toolkit.inbox import InboxGate, Intake, resumable
 from channels.toolkit.order import KeyedLock
 from channels.toolkit.outbound import choose_credential
 from channels.toolkit.tasks import TaskSet
@@ -40,6 +45,8 @@ from channels.toolkit.tasks import TaskSet
 log = structlog.get_logger(__name__)
 
 WEBHOOK_PATH = "/feishu/{cred_id}/events"
+TAKE_TIMEOUT_S = 4.0
+"""How long the long connection's thread waits for an event to be stored before it lets Feishu deliver it again."""
 
 
 class FeishuChannel:
@@ -58,6 +65,25 @@ class FeishuChannel:
         self._order = KeyedLock()
         self._tasks = TaskSet(self.name)
         """Events being handled and reactions being added."""
+        self._gates = {
+            cred_id: InboxGate(
+                inbox=context.inbox,
+                source=f"feishu:{cred_id}",
+                dedup=self._dedup[cred_id],
+                tasks=self._tasks,
+                gateway=context.gateway,
+                admit=functools.partial(self._admit_entry, app),
+                finish=functools.partial(self._finish, app),
+                deferred_text=i18n.text("channel.deferred", locale),
+                order=self._order,
+            )
+            for cred_id, app in self._apps.items()
+        }
+        self._process_nonce = uuid.uuid4().hex[:8]
+        """In the idempotency keys of replies: a retried send repeats its key, but the answer of an entry resumed by
+        the next process is a new message (Feishu would otherwise hand back the dead process's card for 1 h)."""
+        self._captured: list[tuple[FeishuApp, dict[str, Any]]] | None = None
+        """While a webhook request runs the dispatcher (no await in between): the events it handed over."""
         self._retries = TaskSet(self.name)
         """Start retries of failed apps (`_keep_trying`), ended first on stop."""
         self._retrying: dict[str, asyncio.Task[None]] = {}
@@ -199,10 +225,26 @@ class FeishuChannel:
             check_request(request.headers, body, encrypt_key=encrypt_key, replay_window_s=self._replay_window_s)
             if self._stopped or not self._ctx.gateway.accepting:  # no await from here to the dispatch
                 raise Refused(503, "shutdown", "AgentHub is restarting; deliver this event again later", "stopping")
-            return dispatch(app.dispatcher, request, body)
+            response, events = self._dispatch_capturing(app, request, body)
+            for event_app, envelope in events:
+                if await self._take(event_app, envelope):
+                    raise Refused(503, "unavailable", "the event could not be stored", "inbox refused the event")
+            return response
         except Refused as e:
             log_refusal(cred_id, e)
             return json_error(e.status, e.code, e.message)
+
+    def _dispatch_capturing(
+        self, app: FeishuApp, request: web.Request, body: bytes
+    ) -> tuple[web.Response, list[tuple[FeishuApp, dict[str, Any]]]]:
+        """Run the dispatcher (token check, decryption) and collect the events it hands to `_on_event`, so the
+        handler stores them before Feishu gets its 200."""
+        captured: list[tuple[FeishuApp, dict[str, Any]]] = []
+        self._captured = captured
+        try:
+            return dispatch(app.dispatcher, request, body), captured
+        finally:
+            self._captured = None
 
     def _webhook_app(self, cred_id: str) -> FeishuApp:
         app = self._apps.get(cred_id)
@@ -213,9 +255,11 @@ class FeishuChannel:
         return app
 
     def _on_event(self, app: FeishuApp, envelope: dict[str, Any]) -> None:
-        """Called by the SDK's dispatcher on any thread; returns at once. It raises only when the channel is
-        not running or the daemon is shutting down, so the SDK answers 500 and Feishu redelivers the event
-        (about 15 s later, to the restarted daemon) instead of it being acked and lost."""
+        """Called by the SDK's dispatcher: on the long connection's thread it returns once the event is stored
+        (the SDK acks it after that); in a webhook's dispatch it hands the event to the request, which stores it
+        before its 200. It raises when the channel is not running, the daemon is shutting down or the event was
+        not stored, so the SDK answers 500 and Feishu redelivers the event (about 15 s later, to the restarted
+        daemon) instead of it being acked and lost."""
         loop = self._loop
         if loop is None or loop.is_closed() or self._stopped:
             log.warning("feishu_event_refused", cred_id=app.cred_id, reason="channel not running")
@@ -223,48 +267,74 @@ class FeishuChannel:
         if not self._ctx.gateway.accepting:  # shutting down: Feishu redelivers it to the restarted daemon
             log.info("feishu_event_deferred", cred_id=app.cred_id, reason="daemon shutting down")
             raise RuntimeError("AgentHub is restarting; deliver this event again later")
-        received_at = time.monotonic()
-        coro = self._ingest(app, envelope, received_at)
-        try:
-            loop.call_soon_threadsafe(self._spawn, coro, f"feishu-event-{app.cred_id}")
-        except RuntimeError:  # the loop closed in between
-            coro.close()
-            log.warning("feishu_event_refused", cred_id=app.cred_id, reason="loop closed")
-            raise
+        if _running_loop() is not loop:
+            self._take_from_thread(loop, app, envelope)
+        elif self._captured is not None:  # the webhook's dispatch, on the loop: its handler stores it
+            self._captured.append((app, envelope))
+        else:  # on the loop outside a webhook request: it cannot wait here
+            self._spawn(self._take(app, envelope), f"feishu-event-{app.cred_id}")
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+    def _take_from_thread(self, loop: asyncio.AbstractEventLoop, app: FeishuApp, envelope: dict[str, Any]) -> None:
+        """On the long connection's thread: store the event on the channel's loop and wait (an fsync, ms) before
+        the SDK acks it; raise when it was not stored, so the SDK answers 500 and Feishu redelivers it."""
+        try:
+            refused = asyncio.run_coroutine_threadsafe(self._take(app, envelope), loop).result(TAKE_TIMEOUT_S)
+        except (RuntimeError, concurrent.futures.TimeoutError):  # loop closed, channel stopping, or stuck
+            refused = True
+        if refused:
+            log.warning("feishu_event_refused", cred_id=app.cred_id, reason="not stored")
+            raise RuntimeError("the event could not be stored; deliver it again later")
+
+    def _spawn(self, coro: Coroutine[Any, Any, object], name: str) -> None:
         """Run `coro` in the channel's task set; dropped (closed, never awaited) once the channel stops."""
         if self._stopped or self._tasks.closed:
             coro.close()
             return
         self._tasks.spawn(coro, name=name)
 
-    async def _ingest(self, app: FeishuApp, envelope: dict[str, Any], received_at: float) -> None:
+    async def _take(self, app: FeishuApp, envelope: dict[str, Any]) -> bool:
+        """Dedup and store a message event for `app` (its answer then runs in a task); True when it was refused
+        (not stored: Feishu must deliver it again). Events that are not for the bot are dropped here."""
         try:
             msg = parse_message_event(envelope)
         except BadEvent as e:
             log.warning("feishu_bad_event", cred_id=app.cred_id, error=str(e))
-            return
+            return False
         if not self._addressed(app, msg):
-            return
-        key = f"{app.cred_id}:{msg.message_id}"
-        # Each event runs in its own task: messages of one chat go through dedup, media downloads, quote and
-        # submit one at a time, in arrival order (taken before the first await), so a slow download or quote
-        # fetch cannot reorder them.
-        async with self._order.hold(session_chat_id(msg, app.config.group_session_scope)):
-            if await self._dedup[app.cred_id].is_duplicate(msg.message_id):  # unwritable: answered anyway
-                return
-            assert app.api is not None
-            if msg.message_type in TAKEN_TYPES:
-                outcome = await self._submit(app, msg, received_at)
-            else:
-                outcome = unsupported_reply(msg.message_type, app.locale)
-        if isinstance(outcome, str):
-            await send_safely(app.api, msg.message_id, outcome, key)
-        elif outcome is not None:
-            await run_turn(app, msg.message_id, outcome, key)
+            return False
+        chat = session_chat_id(msg, app.config.group_session_scope)
+        try:
+            intake = await self._gates[app.cred_id].take(msg.message_id, chat, {"event": envelope})
+        except RuntimeError:  # the channel stops
+            return True
+        return intake is Intake.REFUSED
 
-    async def _submit(self, app: FeishuApp, msg: FeishuMessage, received_at: float) -> ReplyHandle | str | None:
+    async def resume(self, entries: list[InboxEntry]) -> None:
+        """Answer the events a stopped process had stored but not answered (the core calls it after `start`)."""
+        apps = {gate.source: self._apps[cred_id] for cred_id, gate in self._gates.items()}
+        for source, stored in resumable(entries, apps, channel=self.name).items():
+            scope = apps[source].config.group_session_scope
+            self._gates[apps[source].cred_id].resume(stored, functools.partial(_stored_chat_id, scope=scope))
+
+    async def _admit_entry(self, app: FeishuApp, entry: InboxEntry) -> ReplyHandle | str | None:
+        """Inside the chat's slot: a chat's messages go through media downloads, quote and submit one at a time,
+        in arrival order, so a slow download or quote fetch cannot reorder them."""
+        msg = _stored_event(entry)
+        if msg.message_type not in TAKEN_TYPES:
+            return unsupported_reply(msg.message_type, app.locale)
+        return await self._submit(app, msg, entry)
+
+    async def _finish(self, app: FeishuApp, entry: InboxEntry, outcome: ReplyHandle | str | None) -> None:
+        msg_id = _stored_event(entry).message_id
+        key = f"{app.cred_id}:{msg_id}:{self._process_nonce}"
+        if app.api is None:
+            return
+        if isinstance(outcome, str):
+            await send_safely(app.api, msg_id, outcome, key)
+        elif outcome is not None:
+            await run_turn(app, msg_id, outcome, key)
+
+    async def _submit(self, app: FeishuApp, msg: FeishuMessage, entry: InboxEntry) -> ReplyHandle | str | None:
         """Hand a message to the gateway with its images and files (downloaded here, after the ack) and its
         quote; the reply text instead when its media cannot be taken in; None when it holds nothing."""
         assert app.api is not None
@@ -281,8 +351,8 @@ class FeishuChannel:
             return e.reply(app.locale, media.max_download_bytes)
         timeout_s = app.config.quote_timeout_s
         content = await with_quote(app.api, msg, content, bot_open_id=app.bot_open_id, timeout_s=timeout_s)
-        handle = await self._ctx.gateway.submit(self._inbound(app, msg, content, attachments))
-        waited_s = round(time.monotonic() - received_at, 4)
+        handle = await self._ctx.gateway.submit(self._inbound(app, msg, entry.id, content, attachments))
+        waited_s = round(time.time() - entry.accepted_at, 4)
         log.info("feishu_submitted", cred_id=app.cred_id, message_id=msg.message_id, waited_s=waited_s)
         return handle
 
@@ -303,9 +373,10 @@ class FeishuChannel:
         return True
 
     def _inbound(
-        self, app: FeishuApp, msg: FeishuMessage, content: str, attachments: tuple[Attachment, ...] = ()
+        self, app: FeishuApp, msg: FeishuMessage, inbox_id: str, content: str, attachments: tuple[Attachment, ...]
     ) -> InboundMessage:
         metadata = {
+            "inbox_id": inbox_id,
             "chat_type": "group" if msg.is_group else "private",
             "feishu_chat_id": msg.chat_id,
             "message_type": msg.message_type,
@@ -356,6 +427,25 @@ class FeishuChannel:
     def _app_for(self, cred_id: str | None) -> FeishuApp:
         ready = {c: a for c, a in self._apps.items() if a.status == "ready" and a.api is not None}
         return choose_credential(self.name, cred_id, ready, what="app")
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _stored_event(entry: InboxEntry) -> FeishuMessage:
+    """The message of a stored event (it parsed before it was stored); ValueError when it does not now."""
+    try:
+        return parse_message_event(entry.payload["event"])
+    except BadEvent as e:
+        raise ValueError("the stored event is not a message") from e
+
+
+def _stored_chat_id(entry: InboxEntry, *, scope: Any) -> str:
+    return session_chat_id(_stored_event(entry), scope)
 
 
 def receive_target(chat_id: str) -> tuple[str, str]:

@@ -35,13 +35,15 @@ class MessageDedup:
     """One credential's view of a dedup memory: keys are `<cred_id>:<message key>`, so two bots (or apps) of
     a channel sharing one memory never take each other's ids for duplicates.
 
-    Every channel acknowledges a message before this check (it waits for an fsync), so a memory that cannot be
-    written fails open: the message is answered, since a possible duplicate beats a certain loss."""
+    The check runs before the message is stored in the inbox (`toolkit/inbox.py`); a memory that cannot be
+    written fails open (the inbox write decides: a possible duplicate beats a certain loss), and an id whose
+    inbox write was refused is `forget`-ten, so the platform's retry of it is not dropped as a duplicate."""
 
     def __init__(self, seen: SeenIds, *, channel: str, cred_id: str) -> None:
         self._seen = seen
         self._channel = channel
         self._cred_id = cred_id
+        self._forgotten: set[str] = set()
 
     def __len__(self) -> int:
         """How many ids the memory holds now (every credential's)."""
@@ -55,10 +57,15 @@ class MessageDedup:
     async def is_duplicate(self, key: str) -> bool:
         """True when `key` was handled already (a redelivery), logged; otherwise remember it durably."""
         try:
-            duplicate = await self._seen.check_and_add(f"{self._cred_id}:{key}")
+            duplicate = await self._seen.check_and_add(f"{self._cred_id}:{key}") and key not in self._forgotten
+            self._forgotten.discard(key)
         except OSError as e:
             log.error(f"{self._channel}_dedup_unavailable", cred_id=self._cred_id, key=key, error=str(e))
             return False
         if duplicate:
             log.info(f"{self._channel}_duplicate_dropped", cred_id=self._cred_id, key=key)
         return duplicate
+
+    def forget(self, key: str) -> None:
+        """`key` was seen but not kept (the inbox refused it): its next delivery, the platform's retry, is new."""
+        self._forgotten.add(key)

@@ -11,8 +11,10 @@ from agenthub.channel import Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage
+from agenthub.storage.inbox import Inbox, InboxEntry
 from channels.toolkit.dedup import MessageDedup
-from channels.toolkit.order import KeyedLock
+from channels.toolkit.inbox import InboxGate, Intake
+from channels.toolkit.reply import collect_reply
 from channels.toolkit.tasks import TaskSet
 from channels.wecom.aibot_conn import BotConnection
 from channels.wecom.aibot_stream import StreamReply
@@ -45,6 +47,7 @@ class BotEndpoint:
         dedup: MessageDedup,
         tasks: TaskSet,
         inbound: Inbound,
+        inbox: Inbox,
     ) -> None:
         self.cred_id = cred_id
         self.config = config
@@ -52,7 +55,18 @@ class BotEndpoint:
         self._dedup = dedup
         self._tasks = tasks
         self._media_in = inbound
-        self._order = KeyedLock()
+        self.gate = InboxGate(
+            inbox=inbox,
+            source=f"wecom:bot:{cred_id}",
+            dedup=dedup,
+            tasks=tasks,
+            gateway=gateway,
+            admit=self._admit_entry,
+            finish=self._finish,
+            deferred_text=config.text("channel.deferred"),
+        )
+        self._live: dict[str, StreamReply] = {}
+        """The streams of this process's callbacks (by req_id) whose answer has not started."""
         self._session: aiohttp.ClientSession | None = None
         self.conn: BotConnection | None = None
 
@@ -101,6 +115,9 @@ class BotEndpoint:
             log.info("wecom_bot_frame_ignored", cred_id=self.cred_id, cmd=cmd)
 
     async def _on_message(self, req_id: str, body: dict[str, Any]) -> None:
+        """Dedup and store the callback, then answer it in a task. WeCom waits for no ack of a callback (the
+        official SDKs send none) and never delivers it again: the stream's first frame is what the user sees, so
+        a callback that cannot be stored is answered at once with the fixed "send it again" text."""
         assert self.conn is not None
         msgid = str(body.get("msgid") or "")
         user = str((body.get("from") or {}).get("userid") or "")
@@ -109,20 +126,57 @@ class BotEndpoint:
             return
         group = body.get("chattype") == "group"
         reply = StreamReply(self.conn, self.config, req_id, str(body.get("chatid") or user) if group else user)
-        # a chat's messages go from the dedup check to the gateway one at a time, in arrival order (taken before
-        # the first await), so a slow download holds back only that chat's later messages
-        async with self._order.hold(self._chat_id(body, user, group)):
-            outcome = await self._admit(body, msgid, user, group)
-        if isinstance(outcome, ReplyHandle):
-            await reply.run(outcome)
-        elif outcome is not None:
-            await reply.say(outcome)  # outside the chat's slot: it waits for WeCom's ack
+        self._live[req_id] = reply  # before the answer task can look for it
+        try:
+            intake = await self.gate.take(msgid, self._chat_id(body, user, group), {"req_id": req_id, "body": body})
+        except BaseException:
+            self._live.pop(req_id, None)
+            raise
+        if intake is not Intake.ACCEPTED:
+            self._live.pop(req_id, None)
+        if intake is Intake.REFUSED:
+            await reply.say(self.config.text("channel.submit_failed"))
 
-    async def _admit(self, body: dict[str, Any], msgid: str, user: str, group: bool) -> ReplyHandle | str | None:
-        """The submitted message's handle; else the one-frame answer (refused, unsupported, empty), or None for
-        a duplicate."""
-        if await self._dedup.is_duplicate(msgid):
-            return None
+    def resume(self, entries: list[InboxEntry]) -> None:
+        """Answer the callbacks a stopped process had stored but not answered, each chat's in order; their
+        answers go out as proactive messages (the callbacks' streams belonged to the old connection)."""
+        self.gate.resume(entries, self._stored_chat_id)
+
+    def _stored_chat_id(self, entry: InboxEntry) -> str:
+        body = _mapping(entry.payload.get("body"))
+        user = str(_mapping(body.get("from")).get("userid") or "")
+        if not user:
+            raise ValueError("the stored callback has no sender")
+        return self._chat_id(body, user, body.get("chattype") == "group")
+
+    async def _admit_entry(self, entry: InboxEntry) -> ReplyHandle | str | None:
+        """Inside the chat's slot: a chat's messages go to the gateway one at a time, in arrival order, so a slow
+        download holds back only that chat's later messages."""
+        body = _mapping(entry.payload.get("body"))
+        user = str(_mapping(body.get("from")).get("userid") or "")
+        return await self._admit(body, str(body.get("msgid") or ""), user, body.get("chattype") == "group", entry.id)
+
+    async def _finish(self, entry: InboxEntry, outcome: ReplyHandle | str | None) -> None:
+        """Outside the slot (a stream waits for WeCom's acks): on the callback's stream when it is this process's,
+        else (a resumed entry) as one proactive message to the chat."""
+        reply = self._live.pop(str(entry.payload.get("req_id") or ""), None)
+        if reply is not None:
+            if isinstance(outcome, ReplyHandle):
+                await reply.run(outcome)
+            elif outcome is not None:
+                await reply.say(outcome)
+            return
+        text = (await collect_reply(outcome)).text if isinstance(outcome, ReplyHandle) else outcome
+        if text:
+            try:
+                await self.send(self._stored_chat_id(entry), text)
+            except ChannelSendError as e:
+                log.error("wecom_bot_resumed_reply_failed", cred_id=self.cred_id, entry=entry.id, error=str(e))
+
+    async def _admit(
+        self, body: dict[str, Any], msgid: str, user: str, group: bool, inbox_id: str
+    ) -> ReplyHandle | str | None:
+        """The submitted message's handle; else the one-frame answer (refused, unsupported, empty)."""
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
             return self.config.refusal or self.config.text("channel.refusal")
@@ -135,7 +189,7 @@ class BotEndpoint:
         if not content.strip() and not attachments:
             return self.config.text("channel.empty_prompt")
         try:
-            return await self._gateway.submit(self._inbound(body, user, group, content, attachments))
+            return await self._gateway.submit(self._inbound(body, user, group, inbox_id, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_bot_submit_failed", cred_id=self.cred_id, msgid=msgid)
             return self.config.text("channel.submit_failed")
@@ -203,10 +257,16 @@ class BotEndpoint:
         return attachment(kind, download, fallback_stem)
 
     def _inbound(
-        self, body: dict[str, Any], user: str, group: bool, content: str, attachments: tuple[Attachment, ...]
+        self,
+        body: dict[str, Any],
+        user: str,
+        group: bool,
+        inbox_id: str,
+        content: str,
+        attachments: tuple[Attachment, ...],
     ) -> InboundMessage:
         group_id = str(body.get("chatid") or "")
-        metadata: dict[str, Any] = {"chat_type": "group" if group else "private", "mode": "aibot"}
+        metadata: dict[str, Any] = {"chat_type": "group" if group else "private", "mode": "aibot", "inbox_id": inbox_id}
         if group:
             metadata["group_id"] = group_id
         return InboundMessage(

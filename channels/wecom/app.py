@@ -1,4 +1,4 @@
-"""Self-built app (自建应用) mode: verify, decrypt and dedup callbacks fast, answer later via `message/send`."""
+"""Self-built app (自建应用) mode: verify, decrypt, dedup and store callbacks fast, answer later via `message/send`."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from agenthub.channel import Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage
+from agenthub.storage.inbox import Inbox, InboxEntry
 from channels.toolkit.dedup import MessageDedup
-from channels.toolkit.order import KeyedLock
+from channels.toolkit.inbox import InboxGate, Intake
 from channels.toolkit.replay import stale_reason
 from channels.toolkit.reply import collect_reply
 from channels.toolkit.tasks import TaskSet
@@ -57,6 +58,7 @@ class AppEndpoint:
         dedup: MessageDedup,
         tasks: TaskSet,
         inbound: Inbound,
+        inbox: Inbox,
         *,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
@@ -65,9 +67,17 @@ class AppEndpoint:
         self.config = config
         self._gateway = gateway
         self._dedup = dedup
-        self._tasks = tasks
         self._media_in = inbound
-        self._order = KeyedLock()
+        self.gate = InboxGate(
+            inbox=inbox,
+            source=f"wecom:app:{cred_id}",
+            dedup=dedup,
+            tasks=tasks,
+            gateway=gateway,
+            admit=self._admit_entry,
+            finish=self._finish,
+            deferred_text=config.text("channel.deferred"),
+        )
         self._crypto = WeChatCrypto(
             config.token.get_secret_value(), config.encoding_aes_key.get_secret_value(), config.corp_id
         )
@@ -92,8 +102,8 @@ class AppEndpoint:
         except Exception:
             raise BadCallback(400, "echostr does not decrypt") from None
 
-    def open_callback(self, query: Any, body: bytes) -> Any:
-        """POST: signature check, AES decrypt and XML parse through wechatpy; return the parsed message."""
+    def open_callback(self, query: Any, body: bytes) -> tuple[Any, str]:
+        """POST: signature check, AES decrypt and XML parse through wechatpy; the parsed message and its XML."""
         sig, ts, nonce = _require(query, _QUERY_KEYS)
         try:
             plain = self._crypto.decrypt_message(body, sig, ts, nonce)
@@ -106,43 +116,42 @@ class AppEndpoint:
         stale = stale_reason(ts, self._dedup.window_s)
         if stale is not None:
             raise BadCallback(403, stale)
-        try:
-            msg = parse_message(plain)
-            valid = msg is not None and bool(msg.source) and bool(dedup_key(msg))
-        except (ExpatError, KeyError, TypeError, AttributeError, ValueError):
-            valid = False
-        if not valid:
+        msg = parse_callback(str(plain))
+        if msg is None:
             raise BadCallback(400, "malformed message")
-        return msg
+        return msg, str(plain)
 
-    def accept(self, msg: Any) -> None:
-        """Hand the message to a background task; never waits for the disk or the model.
+    async def take(self, msg: Any, plain: str) -> Intake:
+        """Dedup and store the callback (its decrypted XML) before WeCom gets its 200; the answer runs in a task.
 
-        The durable dedup check runs first in that task (atomic per key), so WeCom's retries of the same
-        MsgId are dropped there while the acknowledgement itself never waits for an fsync.
-        """
-        self._tasks.spawn(self._process(msg), name=f"wecom-app-{self.cred_id}-{dedup_key(msg)}")
+        Both waits are group-committed fsyncs (milliseconds), well inside WeCom's 5 s; the media is fetched
+        after the 200, also when the entry is resumed. `RuntimeError` once the channel stops."""
+        return await self.gate.take(dedup_key(msg), str(msg.source), {"xml": plain})
+
+    def resume(self, entries: list[InboxEntry]) -> None:
+        """Answer the callbacks a stopped process had stored but not answered, each user's in order."""
+        self.gate.resume(entries, lambda entry: str(_stored_message(entry).source))
 
     # ------------------------------------------------------------------ the turn (background task)
 
-    async def _process(self, msg: Any) -> None:
-        """One callback: a user's messages go from the dedup check to the gateway one at a time, in arrival order
-        (a slow download holds back only that user's later messages); replies are sent outside, since a send may
-        wait for the member's budget."""
-        user = str(msg.source)
-        async with self._order.hold(user):
-            outcome = await self._admit(msg, user)
+    async def _admit_entry(self, entry: InboxEntry) -> ReplyHandle | str | None:
+        """Inside the user's slot: a user's messages go to the gateway one at a time, in arrival order (a slow
+        download holds back only that user's later messages)."""
+        msg = _stored_message(entry)
+        return await self._admit(msg, str(msg.source), entry.id)
+
+    async def _finish(self, entry: InboxEntry, outcome: ReplyHandle | str | None) -> None:
+        """Outside the slot, since a send may wait for the member's budget."""
+        user = str(_stored_message(entry).source)
         if isinstance(outcome, ReplyHandle):
             reply = await collect_reply(outcome)  # a joined answer went out with a later message's reply: empty
             outcome = reply.text
         if outcome:
             await self._reply_safely(user, outcome)
 
-    async def _admit(self, msg: Any, user: str) -> ReplyHandle | str | None:
+    async def _admit(self, msg: Any, user: str, inbox_id: str) -> ReplyHandle | str | None:
         """The submitted message's handle; else the text to answer with (refused, unsupported, a welcome), or
-        None for nothing (a duplicate, an event without a welcome)."""
-        if await self._dedup.is_duplicate(dedup_key(msg)):  # unwritable: answered anyway (WeCom has its 200)
-            return None
+        None for nothing (an event without a welcome)."""
         if raw_type(msg) == "event":
             welcome = str(msg._data.get("Event", "")).lower() in WELCOME_EVENTS and self.config.welcome
             return self.config.welcome if welcome and self.config.allows(user) else None
@@ -152,10 +161,10 @@ class AppEndpoint:
         kind = raw_type(msg)
         if kind in MEDIA_TYPES:
             media = await self._fetch_media(msg, user, MEDIA_TYPES[kind])
-            return media if isinstance(media, str) else await self._submit(msg, user, "", (media,))
+            return media if isinstance(media, str) else await self._submit(msg, user, inbox_id, "", (media,))
         content = message_text(msg)
         if content is not None and content.strip():
-            return await self._submit(msg, user, content)
+            return await self._submit(msg, user, inbox_id, content)
         if kind == "voice":
             return self._media_in.no_transcript()
         if content is None:
@@ -180,16 +189,18 @@ class AppEndpoint:
         return attachment(kind, download, f"{kind}-{msg.id}")
 
     async def _submit(
-        self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...] = ()
+        self, msg: Any, user: str, inbox_id: str, content: str, attachments: tuple[Attachment, ...] = ()
     ) -> ReplyHandle | str:
         """The message's handle, or the fixed text for the user when the gateway refused it."""
         try:
-            return await self._gateway.submit(self._inbound(msg, user, content, attachments))
+            return await self._gateway.submit(self._inbound(msg, user, inbox_id, content, attachments))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_app_submit_failed", cred_id=self.cred_id, user=user, key=dedup_key(msg))
             return self.config.text("channel.submit_failed")
 
-    def _inbound(self, msg: Any, user: str, content: str, attachments: tuple[Attachment, ...]) -> InboundMessage:
+    def _inbound(
+        self, msg: Any, user: str, inbox_id: str, content: str, attachments: tuple[Attachment, ...]
+    ) -> InboundMessage:
         return InboundMessage(
             channel="wecom",
             chat_id=user,
@@ -199,7 +210,7 @@ class AppEndpoint:
             message_id=str(msg.id),
             agent=self.config.agent,
             cred_id=self.cred_id,
-            metadata={"chat_type": "private", "mode": "app", "msg_type": raw_type(msg)},
+            metadata={"chat_type": "private", "mode": "app", "msg_type": raw_type(msg), "inbox_id": inbox_id},
         )
 
     async def _reply_safely(self, user: str, text: str) -> None:
@@ -313,6 +324,24 @@ def _require(query: Any, keys: tuple[str, ...]) -> tuple[str, ...]:
     return values
 
 
+def parse_callback(plain: str) -> Any | None:
+    """The wechatpy message of a decrypted callback, or None when it is not a message WeCom would send."""
+    try:
+        msg = parse_message(plain)
+        valid = msg is not None and bool(msg.source) and bool(dedup_key(msg))
+    except (ExpatError, KeyError, TypeError, AttributeError, ValueError):
+        valid = False
+    return msg if valid else None
+
+
+def _stored_message(entry: InboxEntry) -> Any:
+    """The message of a stored callback (it was parsed once before it was stored, so it parses again)."""
+    msg = parse_callback(str(entry.payload.get("xml", "")))
+    if msg is None:
+        raise ValueError("the stored callback is not a message")
+    return msg
+
+
 def raw_type(msg: Any) -> str:
     """The callback's `MsgType`, also for types wechatpy does not know (parsed as UnknownMessage)."""
     return str(msg._data.get("MsgType", "")).lower()
@@ -350,12 +379,14 @@ async def handle_callback(endpoint: AppEndpoint, request: web.Request) -> web.Re
         return web.Response(status=503, text="not started")
     body = await request.read()
     try:
-        msg = endpoint.open_callback(request.query, body)
+        msg, plain = endpoint.open_callback(request.query, body)
     except BadCallback as e:
         log.warning("wecom_callback_rejected", cred_id=endpoint.cred_id, status=e.status, reason=e.reason)
         return web.Response(status=e.status, text=e.reason)
     try:
-        endpoint.accept(msg)
+        intake = await endpoint.take(msg, plain)
     except RuntimeError:  # shutting down: let WeCom retry against the next instance
         return web.Response(status=503, text="stopping")
+    if intake is Intake.REFUSED:  # not stored: no 200, so WeCom delivers it again
+        return web.Response(status=503, text="not stored")
     return web.Response(text="")

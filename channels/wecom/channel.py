@@ -14,7 +14,9 @@ from aiohttp import web
 from agenthub.channel import ChannelContext
 from agenthub.errors import ChannelSendError
 from agenthub.messages import OutboundMessage
+from agenthub.storage.inbox import InboxEntry
 from channels.toolkit.dedup import MessageDedup, open_seen_ids
+from channels.toolkit.inbox import resumable
 from channels.toolkit.outbound import choose_credential
 from channels.toolkit.tasks import TaskSet
 from channels.wecom.aibot import BotEndpoint
@@ -55,6 +57,7 @@ class WeComChannel:
                 self._dedup(f"app-{cred_id}", cred_id),
                 self.tasks,
                 inbound,
+                context.inbox,
                 clock=clock,
                 sleep=sleep,
             )
@@ -68,6 +71,7 @@ class WeComChannel:
                 self._dedup(f"bot-{cred_id}", cred_id),
                 self.tasks,
                 inbound,
+                context.inbox,
             )
             for cred_id, cfg in self.config.bots.items()
         }
@@ -122,6 +126,13 @@ class WeComChannel:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def resume(self, entries: list[InboxEntry]) -> None:
+        """Answer the messages a stopped process had stored but not answered (the core calls it after `start`)."""
+        every: list[AppEndpoint | BotEndpoint] = [*self.apps.values(), *self.bots.values()]
+        endpoints = {endpoint.gate.source: endpoint for endpoint in every}
+        for source, stored in resumable(entries, endpoints, channel=self.name).items():
+            endpoints[source].resume(stored)
 
     async def send(self, message: OutboundMessage) -> None:
         """Proactive message: `message/send` for an app, `aibot_send_msg` for a bot."""

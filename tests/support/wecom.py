@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from agenthub.config import MediaSettings, Settings
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, InboundMessage, ReplyEvent
+from agenthub.storage.inbox import Inbox
 from channels.wecom import WeComChannel
 from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.support.fakes.wecom import (
@@ -72,6 +73,8 @@ class Harness:
         """`[channels.wecom] locale`, set before `start`."""
         self.media: dict[str, Any] = {}
         """`[media]` overrides, set before `start`."""
+        self.inbox: Inbox | None = None
+        """The durable inbox the channel is built with (None: one in memory), set before `start`."""
 
     def use_clock(self, clock: FakeClock) -> None:
         """Drive the send budget and the fake API's per-member limit with `clock` (call before `start`)."""
@@ -80,7 +83,7 @@ class Harness:
 
     async def start(self, **extra: Any) -> WeComChannel:
         settings, table = wecom_settings(app_table(self.api, **extra), self.locale, self.media)
-        context = channel_context(self.submitter, self.state_dir, settings)
+        context = channel_context(self.submitter, self.state_dir, settings, self.inbox)
         if self.clock is None:
             self.channel = WeComChannel(context, table)
         else:
@@ -165,10 +168,12 @@ class BotHarness:
         self.channel: WeComChannel | None = None
         self.locale: str | None = None
         self.media: dict[str, Any] = {}
+        self.inbox: Inbox | None = None
+        """The durable inbox the channel is built with (None: one in memory), set before `start`."""
 
     async def start(self, **extra: Any) -> WeComChannel:
         settings, table = wecom_settings(bot_table(self.server, **extra), self.locale, self.media)
-        self.channel = WeComChannel(channel_context(self.gateway, self.state_dir, settings), table)
+        self.channel = WeComChannel(channel_context(self.gateway, self.state_dir, settings, self.inbox), table)
         await self.channel.start()
         await self.server.wait_for(lambda: self.server.subscribed >= 1)
         return self.channel

@@ -7,6 +7,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh-CN": "抱歉，这条消息没能处理，请稍后再发一次。",
         "en": "Sorry, this message could not be handled; please send it again in a moment.",
     },
+    "channel.deferred": {
+        "zh-CN": "收到，正在重启，稍后回复。",
+        "en": "Got it; restarting now, I will answer in a moment.",
+    },
     "channel.refusal": {
         "zh-CN": "抱歉，你没有使用这个助手的权限。请联系管理员开通。",
         "en": "Sorry, you are not allowed to use this assistant. Please ask your administrator for access.",

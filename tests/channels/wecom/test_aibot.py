@@ -159,7 +159,8 @@ async def test_a_group_mention_is_stripped_before_routing(bot: BotHarness, serve
     message = bot.gateway.received[0]
     assert message.content == "/restart"
     assert (message.chat_id, message.sender_id) == ("wrkgrp01", "lisi")
-    assert message.metadata == {"chat_type": "group", "mode": "aibot", "group_id": "wrkgrp01"}
+    inbox_id = message.metadata["inbox_id"]  # the stored callback this turn answers
+    assert message.metadata == {"chat_type": "group", "mode": "aibot", "group_id": "wrkgrp01", "inbox_id": inbox_id}
 
 
 async def test_one_session_per_group_member_option(bot: BotHarness, server: FakeAiBotServer) -> None:

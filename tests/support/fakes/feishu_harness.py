@@ -62,10 +62,12 @@ async def running_channel(
     apps: dict[str, dict[str, Any]],
     gateway: Any,
     settings: dict[str, Any] | None = None,
+    inbox: Any = None,
     **top: Any,
 ) -> AsyncIterator[Harness]:
     """Build FeishuChannel from `[channels.feishu]`-shaped config (also the Settings' `channels.feishu`, as the
-    daemon passes it; other Settings fields from `settings`), serve its routes, start it, stop it."""
+    daemon passes it; other Settings fields from `settings`), serve its routes, start it, stop it. `inbox`: the
+    durable inbox of the context (else one in memory)."""
     from agenthub.channel import ChannelContext, WebRoutes
     from agenthub.config import HTTPSettings, Settings
     from agenthub.web import WebServer
@@ -75,6 +77,8 @@ async def running_channel(
     config = {"apps": {cred: {"domain": fake.url, **cfg} for cred, cfg in apps.items()}, **top}
     daemon_settings = Settings.model_construct(channels={"feishu": config}, **(settings or {}))
     ctx = ChannelContext(gateway=gateway, settings=daemon_settings, web=routes, state_dir=state_dir)
+    if inbox is not None:  # else the context's own, in memory
+        ctx.inbox = inbox
     channel = FeishuChannel(ctx, config)
     server = WebServer(gateway, host="127.0.0.1", port=0, max_body_bytes=HTTPSettings().max_body_bytes)
     server.mount(routes)  # the daemon's own app: its middlewares decide what a failing handler answers

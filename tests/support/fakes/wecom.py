@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from agenthub.channel import ChannelContext, WebRoutes
 from agenthub.config import Settings
+from agenthub.storage.inbox import Inbox
 from tests.support.fakes.wecom_limits import MemberLimit
 from tests.support.fakes.wecom_media import (
     MediaFile,
@@ -480,9 +481,15 @@ class FakeAiBotServer(_Server):
 # ---------------------------------------------------------------- channel harness
 
 
-def channel_context(gateway: Any, state_dir: Path, settings: Settings | None = None) -> ChannelContext:
-    """A ChannelContext for channel tests: the given gateway, default settings, fresh route table."""
-    return ChannelContext(gateway=gateway, settings=settings or Settings(), web=WebRoutes(), state_dir=state_dir)
+def channel_context(
+    gateway: Any, state_dir: Path, settings: Settings | None = None, inbox: Inbox | None = None
+) -> ChannelContext:
+    """A ChannelContext for channel tests: the given gateway, default settings, fresh route table, and `inbox`
+    (else one in memory)."""
+    context = ChannelContext(gateway=gateway, settings=settings or Settings(), web=WebRoutes(), state_dir=state_dir)
+    if inbox is not None:
+        context.inbox = inbox
+    return context
 
 
 async def serve_routes(context: ChannelContext) -> TestServer:
