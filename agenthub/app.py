@@ -13,9 +13,12 @@ from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from agenthub.api.host import ApiServices
     from agenthub.api.server import HttpApi
     from agenthub.gateway.core import GatewayCore
+    from agenthub.storage.inbox import Inbox
     from agenthub.web import WebServer
 
 log = structlog.get_logger(__name__)
@@ -41,35 +44,54 @@ def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> Gateway
     return gateway
 
 
-def api_services(gateway: GatewayCore) -> ApiServices:
-    """The API's view of the core: the gateway behind the narrow `ApiHost` protocol, and the two services the
-    admin routes need that are built around the whole gateway (forgetting a person, the memory thresholds)."""
+def open_inbox(settings: Settings) -> Inbox:
+    """The durable inbox (design §12): the journal `data/.inbox.jsonl` (blocking: it reads the journal).
+    With `[store] backend = "postgres"` it is still this instance's journal until the inbox has a table."""
+    from agenthub.storage.inbox import FileInbox
+
+    return FileInbox(settings.data_dir, fsync=settings.session.fsync)
+
+
+def api_services(gateway: GatewayCore, inbox: Inbox) -> ApiServices:
+    """The API's view of the core: the gateway behind the narrow `ApiHost` protocol, and the services the
+    routes need that are built around the whole gateway (forgetting a person, the memory thresholds, the inbox)."""
     from agenthub.api.host import ApiServices
     from agenthub.forget.command import gateway_forgetter
+    from agenthub.inbox_flow import InboxSubmitter
     from agenthub.memory.thresholds import thresholds_for
 
     return ApiServices(
         gateway,
         forgetter=lambda: gateway_forgetter(gateway),
         thresholds=lambda agent: thresholds_for(gateway.settings, agent),
+        inbox=InboxSubmitter(inbox, gateway),
     )
 
 
-def build_api(gateway: GatewayCore, routes: WebRoutes) -> HttpApi:
-    """The HTTP API and console, its routes added to `routes`; `ConfigError` for a bad `[channels.http]`."""
+def build_api(gateway: GatewayCore, routes: WebRoutes, inbox: Inbox | None = None) -> HttpApi:
+    """The HTTP API and console, its routes added to `routes` (chat requests stored in `inbox`, an in-memory one
+    when none is given); `ConfigError` for a bad `[channels.http]`."""
     from agenthub.api.server import HttpApi
+    from agenthub.storage.inbox import InMemoryInbox
 
-    return HttpApi(api_services(gateway), routes, gateway.settings.channels.get("http", {}))
+    services = api_services(gateway, inbox or InMemoryInbox())
+    return HttpApi(services, routes, gateway.settings.channels.get("http", {}))
 
 
-def channel_context(settings: Settings, gateway: Submitter, routes: WebRoutes, name: str) -> ChannelContext:
-    """What channel `name` is built with; its private state lives in `data/.channels/<name>/`."""
+def channel_context(
+    settings: Settings, gateway: Submitter, routes: WebRoutes, name: str, inbox: Inbox | None = None
+) -> ChannelContext:
+    """What channel `name` is built with; its private state lives in `data/.channels/<name>/`; without an
+    `inbox` (the in-process `agenthub chat`) accepted messages live as long as the process."""
+    from agenthub.storage.inbox import InMemoryInbox
+
+    state_dir: Path = settings.data_dir / ".channels" / name
     return ChannelContext(
-        gateway=gateway, settings=settings, web=routes, state_dir=settings.data_dir / ".channels" / name
+        gateway=gateway, settings=settings, web=routes, state_dir=state_dir, inbox=inbox or InMemoryInbox()
     )
 
 
-def web_server(settings: Settings, gateway: GatewayCore) -> WebServer:
+def web_server(settings: Settings, gateway: GatewayCore, inbox: Inbox | None = None) -> WebServer:
     """The daemon's one HTTP server, bounded as `[http]` says (nothing mounted or listening yet)."""
     from agenthub.http_guard import RESERVED_FDS, ConnectionLimits
     from agenthub.web import WebServer
@@ -81,22 +103,27 @@ def web_server(settings: Settings, gateway: GatewayCore) -> WebServer:
         max_connections=http.max_connections,
         reserved_fds=RESERVED_FDS + settings.session.max_concurrent_llm,
     )
-    return WebServer(gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes, limits=limits)
+    return WebServer(
+        gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes, limits=limits, inbox=inbox
+    )
 
 
-def assemble(settings: Settings, gateway: GatewayCore) -> tuple[WebServer, list[Channel]]:
+def assemble(settings: Settings, gateway: GatewayCore, inbox: Inbox | None = None) -> tuple[WebServer, list[Channel]]:
     """The HTTP server with the API (unless `[http] enabled = false`) and every enabled channel built and their
-    routes mounted (nothing started yet). A channel that fails to build is logged by name and left out; the
-    others go on. A bad `[channels.http]` is a `ConfigError`: it stops start-up."""
+    routes mounted (nothing started yet), all on one `inbox` (the daemon's durable one; an in-memory one when
+    none is given). A channel that fails to build is logged by name and left out; the others go on. A bad
+    `[channels.http]` is a `ConfigError`: it stops start-up."""
     from agenthub.api.server import api_config
+    from agenthub.storage.inbox import InMemoryInbox
 
     api_config(settings.channels.get("http", {}))  # also with the server off: a stray key is never silently dropped
-    server = web_server(settings, gateway)
+    inbox = inbox or InMemoryInbox()
+    server = web_server(settings, gateway, inbox)
     routes = WebRoutes()
-    built: list[Channel] = [build_api(gateway, routes)] if settings.http.enabled else []
+    built: list[Channel] = [build_api(gateway, routes, inbox)] if settings.http.enabled else []
     for name, raw in enabled_channels(settings):
         try:
-            built.append(load_channel_class(name)(channel_context(settings, gateway, routes, name), raw))
+            built.append(load_channel_class(name)(channel_context(settings, gateway, routes, name, inbox), raw))
         except Exception as e:
             log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)
     server.mount(routes)

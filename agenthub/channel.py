@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from aiohttp import web
 
 from agenthub.messages import InboundMessage, OutboundMessage
-from agenthub.storage.inbox import Inbox, InMemoryInbox
+from agenthub.storage.inbox import Inbox, InboxEntry, InMemoryInbox
 
 if TYPE_CHECKING:
     from agenthub.config import Settings
@@ -47,6 +47,20 @@ class Channel(Protocol):
     async def send(self, message: OutboundMessage) -> None: ...
 
 
+@runtime_checkable
+class ResumableChannel(Protocol):
+    """A channel that answers, after a restart, the messages it had accepted into the inbox and not settled.
+
+    `resume` gets its entries (every source whose first segment is the channel's name) in acceptance order, once,
+    after `start()`: it processes each as if it had just arrived, minus dedup and acknowledgement, keeping per-chat
+    order, and settles each as it does a fresh one.
+    """
+
+    name: str
+
+    async def resume(self, entries: list[InboxEntry]) -> None: ...
+
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -70,6 +84,7 @@ class ChannelContext:
     state_dir: Path
     """A private directory for the channel's durable state (dedup memory, tokens): `data/.channels/<name>/`."""
     inbox: Inbox = field(default_factory=InMemoryInbox)
+    """Where a message is stored before the platform is acknowledged (design §12); the daemon's is durable."""
 
 
 class ChannelFactory(Protocol):

@@ -11,14 +11,16 @@ from typing import TextIO
 import structlog
 
 from agenthub.agent.definition import load_agents
-from agenthub.app import assemble, build_gateway
+from agenthub.app import assemble, build_gateway, open_inbox
 from agenthub.channel import Channel
 from agenthub.config import Settings
 from agenthub.datalock import DataDirLock
 from agenthub.gateway.core import GatewayCore
+from agenthub.inbox_flow import InboxSubmitter, resume_channels, resume_http
 from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
 from agenthub.storage.atomic import remove_stale_temp_files
+from agenthub.storage.inbox import Inbox, InboxEntry
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
 from agenthub.web import WebServer
@@ -48,8 +50,12 @@ class Daemon:
         self.lock.acquire()
         try:
             await self._remove_stale_temp_files()
-            async with build_gateway(self.settings) as gateway:
-                await self._serve(gateway)
+            inbox = await asyncio.to_thread(open_inbox, self.settings)
+            try:
+                async with build_gateway(self.settings) as gateway:
+                    await self._serve(gateway, inbox)
+            finally:
+                await inbox.aclose()
         finally:
             self.lock.release()
         log.info("daemon_stopped")
@@ -61,14 +67,18 @@ class Daemon:
         removed = await asyncio.to_thread(remove_stale_temp_files, roots)
         log.info("stale_temp_files_removed", count=removed)
 
-    async def _serve(self, gateway: GatewayCore) -> None:
+    async def _serve(self, gateway: GatewayCore, inbox: Inbox) -> None:
         http = self.settings.http
         created_token = self._first_console_token()  # before channels start: the http channel warns if none
-        server, self.channels = assemble(self.settings, gateway)
+        server, self.channels = assemble(self.settings, gateway, inbox)
         self.server = server
+        unsettled = await inbox.unsettled()  # what the last run accepted and did not answer
+        resumed = InboxSubmitter(inbox, gateway)
+        await resume_http(resumed, unsettled)  # queued before the server listens: ahead of any new request
         await server.start()
         self.lock.acquire_info(f"http={http.host}:{server.port}")
         await self._start_channels()
+        resuming = self._resume_channels(unsettled)
         await start_scheduler(gateway, self.channels)
         watchdog = asyncio.create_task(self.notifier.watchdog(), name="sd-watchdog")
         self._install_signals(gateway)
@@ -85,7 +95,8 @@ class Daemon:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
-            await self._shutdown(gateway, server)
+            await self._shutdown(gateway, server, resuming)
+            await resumed.aclose()
 
     async def _start_channels(self) -> None:
         for channel in list(self.channels):
@@ -95,9 +106,17 @@ class Daemon:
                 log.error("channel_failed_to_start", channel=channel.name, error=str(e), error_type=type(e).__name__)
                 self.channels.remove(channel)
 
-    async def _shutdown(self, gateway: GatewayCore, server: WebServer) -> None:
-        """Stop accepting, drain running turns (bounded), close channels in reverse order, then the server."""
+    def _resume_channels(self, unsettled: list[InboxEntry]) -> asyncio.Task[None]:
+        """The channels answer what they had accepted before the restart, in the background: READY means
+        accepting, and new messages of a chat queue behind its resumed ones in the channel's own order."""
+        return asyncio.create_task(resume_channels(unsettled, self.channels), name="inbox-resume")
+
+    async def _shutdown(self, gateway: GatewayCore, server: WebServer, resuming: asyncio.Task[None]) -> None:
+        """Stop accepting, drain running turns (bounded), close channels in reverse order, then the server.
+        Entries whose turn the shutdown cut stay unsettled: the next start answers them."""
         await pause_scheduler(gateway)
+        resuming.cancel()
+        await asyncio.wait([resuming])
         await server.stop_listening()
         drained = await gateway.drain(self.settings.http.drain_timeout_s)
         log.info("daemon_drained", complete=drained)

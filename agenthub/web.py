@@ -14,6 +14,7 @@ from agenthub.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, Conn
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
+    from agenthub.storage.inbox import Inbox
 
 log = structlog.get_logger(__name__)
 
@@ -83,8 +84,10 @@ class WebServer:
         port: int,
         max_body_bytes: int,
         limits: ConnectionLimits | None = None,
+        inbox: Inbox | None = None,
     ) -> None:
         self.gateway = gateway
+        self.inbox = inbox
         self.host = host
         self.port = port
         self.ready = False
@@ -146,10 +149,10 @@ class WebServer:
         return web.json_response({"status": "ready", "agents": self.gateway.agents.names()})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=render_metrics(self.gateway), content_type="text/plain", charset="utf-8")
+        return web.Response(text=render_metrics(self.gateway, self.inbox), content_type="text/plain", charset="utf-8")
 
 
-def render_metrics(gateway: GatewayCore) -> str:
+def render_metrics(gateway: GatewayCore, inbox: Inbox | None = None) -> str:
     """Prometheus text exposition of the gateway's counters and gauges."""
     s = gateway.stats
     lines = [
@@ -183,5 +186,8 @@ def render_metrics(gateway: GatewayCore) -> str:
         "# HELP agenthub_queue_depth Messages running or waiting in session queues.",
         "# TYPE agenthub_queue_depth gauge",
         f"agenthub_queue_depth {gateway.queue_depth()}",
+        "# HELP agenthub_inbox_depth Accepted messages not answered yet (the durable inbox).",
+        "# TYPE agenthub_inbox_depth gauge",
+        f"agenthub_inbox_depth {inbox.depth() if inbox is not None else 0}",
     ]
     return "\n".join(lines) + "\n"

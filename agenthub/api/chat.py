@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from agenthub import i18n
 from agenthub.api.codes import status_of
 from agenthub.api.errors import ApiError
 from agenthub.api.host import ApiServices
@@ -22,10 +23,13 @@ from agenthub.api.requests import (
     token_name,
 )
 from agenthub.api.sse import encode_event, joined_field, reply_text
+from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.inbox_flow import HTTP_SOURCE
 from agenthub.messages import (
     DeltaEvent,
     DoneEvent,
+    ErrorCode,
     ErrorEvent,
     InboundMessage,
     NoticeEvent,
@@ -56,7 +60,7 @@ async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamRespo
         provider_hint=body.provider_hint,
         metadata={"chat_type": "private"},  # the console: one person's chats
     )
-    handle = await gateway.submit(message)
+    handle = await _submit(api, message, i18n.locale_for(gateway.settings, CHANNEL, agent))
     if wants_stream(request):
         return await _stream(request, handle)
     collected = await _collect(handle)
@@ -68,6 +72,20 @@ async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamRespo
     usage = final.usage.as_dict()
     reply = {"reply": reply_text(final), "session_key": str(key), "usage": usage, "notices": collected.notices}
     return _json({**reply, **joined_field(final)})
+
+
+async def _submit(api: ApiServices, message: InboundMessage, locale: i18n.Locale) -> ReplyHandle:
+    """Store the request in the inbox, then submit it: accepted, it is answered (into its session) also across a
+    crash. Refused storage: 503 `storage_unavailable`, nothing run. While the daemon drains nothing is accepted:
+    the gateway answers "restarting" and the client can send it again."""
+    if not api.inbox.gateway.accepting:
+        return await api.host.submit(message)
+    try:
+        return await api.inbox.submit(HTTP_SOURCE, message)
+    except StorageError as e:
+        log.warning("http_chat_not_stored", error=str(e))
+        unavailable = i18n.text("error.storage_unavailable", locale)
+        raise ApiError(status_of(ErrorCode.STORAGE_UNAVAILABLE), ErrorCode.STORAGE_UNAVAILABLE, unavailable) from None
 
 
 @dataclass

@@ -14,6 +14,7 @@ from agenthub.storage.keys import SessionKey
 if TYPE_CHECKING:
     from agenthub.forget.service import Forgetter
     from agenthub.gateway.handle import ReplyHandle
+    from agenthub.inbox_flow import InboxSubmitter
     from agenthub.llm.registry import ProviderRegistry
     from agenthub.memory.files import MemoryFiles
     from agenthub.messages import InboundMessage
@@ -68,3 +69,5 @@ class ApiServices:
     """A Forgetter over the daemon's live caches and memory writers (`POST /api/forget`)."""
     thresholds: Callable[[AgentDefinition], dict[str, Any]]
     """The memory thresholds the context meter shows for an agent."""
+    inbox: InboxSubmitter
+    """Where a chat request is stored before it is answered (and settled once its answer is in the session)."""

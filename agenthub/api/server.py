@@ -152,6 +152,7 @@ class HttpApi:
 
     async def stop(self) -> None:
         self.pushes.close()
+        await self.services.inbox.aclose()  # the settles of chat replies that have ended
 
     async def send(self, message: OutboundMessage) -> None:
         """A proactive message (already stored in the session by its sender) goes to the session's open

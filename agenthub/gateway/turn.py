@@ -21,6 +21,7 @@ from agenthub.errors import (
     RequestRejectedError,
     StorageError,
 )
+from agenthub.gateway.inbox_replay import INBOX_ID, StoredMessage, inbox_id_of, stored_messages
 from agenthub.gateway.runner import PendingTurn
 from agenthub.gateway.session_state import SessionState, SessionStatus
 from agenthub.i18n import Text
@@ -51,6 +52,9 @@ ABORT_TEXTS: dict[str, str] = {
     ErrorCode.SHUTDOWN: "abort.shutdown",
 }
 """The catalogue key of the reply a turn aborted for each reason ends with (any other reason: `abort.other`)."""
+
+REPLAYED = "replayed"
+"""The outcome code of a turn whose messages were all answered before a crash: no model call, the stored answer."""
 
 USER_ABORTS = frozenset({ErrorCode.STOPPED, ErrorCode.RESTART})
 
@@ -178,14 +182,24 @@ class TurnRunner:
             log.warning("model_hint_fallback", warning=" ".join(w.render("en") for w in warnings))
             separator = i18n.text("llm.hint.separator", pending.locale)
             pending.handle.emit(NoticeEvent(separator.join(w.render(pending.locale) for w in warnings)))
-        intakes = [await self._take_in(member) for member in pending.members]
+        stored = await self._stored_members(pending)
+        if _all_answered(pending, stored):  # answered before a crash, not settled: the stored answer, no model call
+            replayed = DoneEvent(_answer_of(pending, stored), session_key=str(pending.key))
+            return TurnOutcome(False, REPLAYED, final=replayed)
+        _end_answered_members(pending, stored)
+        fresh = [member for member in pending.members if inbox_id_of(member.message) not in stored]
+        intakes = [await self._take_in(member) for member in fresh]
         refusals = [text for intake in intakes for text in intake.refusals]
-        if refusals and not any(_has_something_to_answer(m, i) for m, i in zip(pending.members, intakes, strict=True)):
+        answerable = len(fresh) < len(pending.members) or any(
+            _has_something_to_answer(m, i) for m, i in zip(fresh, intakes, strict=True)
+        )
+        if refusals and not answerable:
             refused = ErrorEvent("\n".join(refusals), code=ErrorCode.MEDIA_REFUSED)  # only refused media: no model call
             return TurnOutcome(False, ErrorCode.MEDIA_REFUSED, final=refused)
         for text in refusals:
             pending.handle.emit(NoticeEvent(text))
-        await gw.history.append(pending.key, *_user_records(pending, intakes))
+        if fresh:  # a message stored before a crash is not stored again
+            await gw.history.append(pending.key, *_user_records(pending, fresh, intakes))
         result = await self._run_with_recovery(pending, provider, model)
         try:
             await gw.history.append(
@@ -199,6 +213,13 @@ class TurnRunner:
         gw.stats.turns += 1
         final = DoneEvent(result.text, result.usage, str(pending.key))
         return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model, final)
+
+    async def _stored_members(self, pending: PendingTurn) -> dict[str, StoredMessage]:
+        """What the history already holds of the turn's messages that came through the inbox (none: nothing read)."""
+        inbox_ids = [i for member in pending.members if (i := inbox_id_of(member.message)) is not None]
+        if not inbox_ids:
+            return {}
+        return stored_messages(await self.gateway.history.load(pending.key), inbox_ids)
 
     async def _take_in(self, member: PendingTurn) -> Intake:
         """Save the message's attachments (images and files) and say how to store them; none: nothing to do."""
@@ -295,11 +316,36 @@ def _has_something_to_answer(member: PendingTurn, intake: Intake) -> bool:
     return bool(member.message.content.strip()) or intake.accepted > 0
 
 
-def _user_records(pending: PendingTurn, intakes: list[Intake]) -> list[dict[str, Any]]:
-    """One stored user message per message of the turn; the later ones are flagged as sent together."""
-    records = [_user_record(member, intake) for member, intake in zip(pending.members, intakes, strict=True)]
-    for record in records[1:]:
-        record["together"] = True
+def _all_answered(pending: PendingTurn, stored: dict[str, StoredMessage]) -> bool:
+    return bool(stored) and all(_stored_answer(member, stored) is not None for member in pending.members)
+
+
+def _stored_answer(member: PendingTurn, stored: dict[str, StoredMessage]) -> str | None:
+    inbox_id = inbox_id_of(member.message)
+    found = stored.get(inbox_id) if inbox_id is not None else None
+    return found.answer if found is not None else None
+
+
+def _answer_of(pending: PendingTurn, stored: dict[str, StoredMessage]) -> str:
+    answer = _stored_answer(pending, stored)
+    assert answer is not None
+    return answer
+
+
+def _end_answered_members(pending: PendingTurn, stored: dict[str, StoredMessage]) -> None:
+    """Earlier messages of the turn answered before a crash end with their own stored answer now."""
+    for member in pending.joined:
+        answer = _stored_answer(member, stored)
+        if answer is not None:
+            member.handle.emit(DoneEvent(answer, session_key=str(member.key)))
+
+
+def _user_records(pending: PendingTurn, fresh: list[PendingTurn], intakes: list[Intake]) -> list[dict[str, Any]]:
+    """One stored user message per new message of the turn; all but the turn's first are flagged as sent together."""
+    records = [_user_record(member, intake) for member, intake in zip(fresh, intakes, strict=True)]
+    for member, record in zip(fresh, records, strict=True):
+        if member is not pending.members[0]:
+            record["together"] = True
     return records
 
 
@@ -323,6 +369,8 @@ def _user_record(pending: PendingTurn, intake: Intake) -> dict[str, Any]:
         record["scheduled_job"] = msg.metadata["scheduled_job"]
     if msg.message_id:
         record["message_id"] = msg.message_id
+    if (inbox_id := inbox_id_of(msg)) is not None:  # what makes a resumed message run exactly once
+        record[INBOX_ID] = inbox_id
     return record
 
 

@@ -12,8 +12,8 @@ from agenthub.storage.meta import SessionMeta
 
 HistoryRecord = dict[str, Any]
 """One stored message: the Anthropic message (`role`, `content`) plus our fields (`timestamp` in ms, `channel`,
-`chat_type`, `sender_id`, `message_id`, `together`, `scheduled_job`). A plain dict on purpose: it is handed to the
-SDK as it is; the store checks `role` and `content` at its boundary (`check_records`)."""
+`chat_type`, `sender_id`, `message_id`, `together`, `scheduled_job`, `inbox_id`). A plain dict on purpose: it is
+handed to the SDK as it is; the store checks `role` and `content` at its boundary (`check_records`)."""
 
 ROLES = frozenset({"user", "assistant", "system"})
 """design §4: `system` is the L2 summary (`[历史摘要] …`), turned into a user-side note before the API call."""

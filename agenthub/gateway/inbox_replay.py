@@ -1,0 +1,56 @@
+"""What a session's history already holds of messages accepted through the durable inbox (exactly once on resume)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agenthub.messages import InboundMessage
+from agenthub.storage.meta import text_of
+
+INBOX_ID = "inbox_id"
+"""The metadata key (and stored user record field) naming the inbox entry a message came in as."""
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A message whose user record is in the history; `answer` is the text answered after it, None when the
+    process died before its answer was stored."""
+
+    answer: str | None
+
+
+def inbox_id_of(message: InboundMessage) -> str | None:
+    value = message.metadata.get(INBOX_ID)
+    return value if isinstance(value, str) and value else None
+
+
+def stored_messages(history: Sequence[dict[str, Any]], inbox_ids: Iterable[str]) -> dict[str, StoredMessage]:
+    """For each of `inbox_ids` whose user record is in `history`: whether (and with what) it was answered."""
+    wanted = set(inbox_ids)
+    found: dict[str, StoredMessage] = {}
+    for index, record in enumerate(history):
+        entry_id = record.get(INBOX_ID) if record.get("role") == "user" else None
+        if isinstance(entry_id, str) and entry_id in wanted:
+            found[entry_id] = StoredMessage(_answer_after(history, index))
+    return found
+
+
+def _answer_after(history: Sequence[dict[str, Any]], index: int) -> str | None:
+    """The text of the assistant records after the user message at `index` (and the messages sent together with
+    it), up to the next user message; None when there is none."""
+    texts: list[str] = []
+    answered = False
+    for record in history[index + 1 :]:
+        if _starts_next_turn(record):
+            break
+        if record.get("role") == "assistant":
+            answered = True
+            texts.append(text_of(record.get("content")))
+    return "\n\n".join(t for t in texts if t) if answered else None
+
+
+def _starts_next_turn(record: dict[str, Any]) -> bool:
+    """A user message of a later turn (not a tool result, not one sent together with the one before)."""
+    return record.get("role") == "user" and "channel" in record and not record.get("together")

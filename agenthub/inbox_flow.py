@@ -1,0 +1,138 @@
+"""Messages through the durable inbox: accepted, submitted with their entry's id, settled once answered; and the
+resume of what a crash left unsettled (the core's own HTTP entries; every other source by its channel)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from agenthub.channel import Channel, ResumableChannel, Submitter
+from agenthub.errors import StorageError
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.gateway.inbox_replay import INBOX_ID
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
+from agenthub.storage.inbox import Inbox, InboxEntry, message_from_json, message_to_json
+
+log = structlog.get_logger(__name__)
+
+HTTP_SOURCE = "http"
+"""The source of the HTTP API's chat requests; the core resumes them itself."""
+
+UNANSWERED_CODES = frozenset({ErrorCode.SHUTDOWN, ErrorCode.ABORTED})
+"""A reply ending with one of these was cut by the shutdown (or never ran): its entry is answered after the restart."""
+
+CLOSE_GRACE_S = 5.0
+
+
+def stays_unsettled(final: DoneEvent | ErrorEvent) -> bool:
+    return isinstance(final, ErrorEvent) and final.code in UNANSWERED_CODES
+
+
+def with_inbox_id(message: InboundMessage, entry: InboxEntry) -> InboundMessage:
+    """`message` carrying its entry's id: the turn stores it with the user record (exactly once on resume)."""
+    return dataclasses.replace(message, metadata={**message.metadata, INBOX_ID: entry.id})
+
+
+class InboxSubmitter:
+    """Submits messages through the inbox: `submit` returns once the message is stored (StorageError when it could
+    not be: nothing was submitted), and the entry is settled when the reply has ended with its answer."""
+
+    def __init__(self, inbox: Inbox, gateway: Submitter) -> None:
+        self.inbox = inbox
+        self.gateway = gateway
+        self._settling: set[asyncio.Task[None]] = set()
+
+    async def submit(self, source: str, message: InboundMessage, payload: dict[str, Any] | None = None) -> ReplyHandle:
+        entry = await self.inbox.accept(source, message_to_json(message) if payload is None else payload)
+        return await self.submit_entry(entry, message)
+
+    async def submit_entry(self, entry: InboxEntry, message: InboundMessage) -> ReplyHandle:
+        handle = await self.gateway.submit(with_inbox_id(message, entry))
+        self.settle_when_answered(entry.id, handle)
+        return handle
+
+    def settle_when_answered(self, entry_id: str, handle: ReplyHandle) -> None:
+        task = asyncio.create_task(self._settle_after(entry_id, handle), name=f"inbox-settle:{entry_id}")
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settle_after(self, entry_id: str, handle: ReplyHandle) -> None:
+        final = await handle.result()
+        if stays_unsettled(final):
+            log.info("inbox_entry_left_for_restart", entry_id=entry_id)
+            return
+        await settle_quietly(self.inbox, entry_id)
+
+    async def aclose(self) -> None:
+        """Wait (bounded) for the settles of replies that have ended; a reply still open stays unsettled."""
+        if not self._settling:
+            return
+        _, late = await asyncio.wait(set(self._settling), timeout=CLOSE_GRACE_S)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late)
+
+
+async def settle_quietly(inbox: Inbox, entry_id: str) -> None:
+    """Settle `entry_id`; a failure is logged (the entry is then answered again, and found answered, after a
+    restart), never raised to the user."""
+    try:
+        await inbox.settle(entry_id)
+    except StorageError as e:
+        log.warning("inbox_settle_failed", entry_id=entry_id, error=str(e))
+
+
+def source_owner(source: str) -> str:
+    """The channel name a source belongs to (`wecom:bot:b1` → `wecom`)."""
+    return source.split(":", 1)[0]
+
+
+async def resume_http(submitter: InboxSubmitter, entries: Sequence[InboxEntry]) -> int:
+    """Submit the unsettled HTTP entries again in acceptance order (their answers land in the sessions); an entry
+    that is not a stored message is logged and settled. Returns how many were submitted."""
+    submitted = 0
+    for entry in sorted((e for e in entries if e.source == HTTP_SOURCE), key=lambda e: e.seq):
+        try:
+            message = message_from_json(entry.payload)
+        except (ValueError, KeyError, TypeError):
+            log.warning("inbox_entry_unreadable", entry_id=entry.id, source=entry.source)
+            await settle_quietly(submitter.inbox, entry.id)
+            continue
+        await submitter.submit_entry(entry, message)
+        submitted += 1
+    if submitted:
+        log.info("inbox_resumed", source=HTTP_SOURCE, count=submitted)
+    return submitted
+
+
+async def resume_channels(entries: Sequence[InboxEntry], channels: Sequence[Channel]) -> None:
+    """Hand each channel its unsettled entries (in acceptance order) through `resume`; the entries of a source no
+    running channel can resume stay unsettled, logged once per source as `inbox_unresumable`."""
+    groups: dict[str, list[InboxEntry]] = {}
+    for entry in sorted(entries, key=lambda e: e.seq):
+        if entry.source != HTTP_SOURCE:
+            groups.setdefault(source_owner(entry.source), []).append(entry)
+    for channel in channels:
+        mine = groups.get(channel.name)
+        if mine and isinstance(channel, ResumableChannel):
+            del groups[channel.name]
+            await _resume_one(channel, mine)
+    for left in groups.values():
+        for source in sorted({e.source for e in left}):
+            log.warning("inbox_unresumable", source=source, count=sum(e.source == source for e in left))
+
+
+async def _resume_one(channel: ResumableChannel, entries: list[InboxEntry]) -> None:
+    try:
+        await channel.resume(entries)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("inbox_resume_failed", channel=channel.name, count=len(entries))
+    else:
+        log.info("inbox_resumed", source=channel.name, count=len(entries))

@@ -1,0 +1,85 @@
+"""Exactly once across a crash: a message that comes in again with an `inbox_id` the history already holds is
+answered from the history (no model call) or, stored but unanswered, run without storing it twice."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agenthub.gateway.core import GatewayCore
+from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.storage.keys import SessionKey
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
+
+KEY = SessionKey("default", "cli", "c1")
+
+
+def _msg(text: str, inbox_id: str | None = None) -> InboundMessage:
+    metadata = {"inbox_id": inbox_id} if inbox_id is not None else {}
+    return InboundMessage("cli", "c1", "me", text, metadata=metadata)
+
+
+def _echo(body: dict[str, object]) -> ScriptedReply:
+    return reply_text("answer to " + last_user_text(body).split("\n\n[")[0])
+
+
+async def _user_records(gateway: GatewayCore) -> list[tuple[object, object]]:
+    return [(m["content"], m.get("inbox_id")) for m in await gateway.history.load(KEY) if m.get("channel")]
+
+
+async def test_an_answered_message_that_comes_again_gets_its_stored_answer_without_a_model_call(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.responder = _echo
+    first = await (await gateway.submit(_msg("hello", "e1"))).result()
+    assert isinstance(first, DoneEvent) and first.full_text == "answer to hello"
+
+    again = await (await gateway.submit(_msg("hello", "e1"))).result()
+
+    assert isinstance(again, DoneEvent) and again.full_text == "answer to hello"
+    assert len(fake_llm.message_requests()) == 1
+    assert await _user_records(gateway) == [("hello", "e1")]
+    assert [m["role"] for m in await gateway.history.load(KEY)] == ["user", "assistant"]
+
+
+async def test_a_stored_but_unanswered_message_runs_once_without_a_second_user_record(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.responder = _echo
+    stored = {"role": "user", "content": "cut off", "timestamp": 1, "channel": "cli", "inbox_id": "e2"}
+    await gateway.history.append(KEY, stored)  # the process died after this append, before the answer
+
+    final = await (await gateway.submit(_msg("cut off", "e2"))).result()
+
+    assert isinstance(final, DoneEvent) and final.full_text == "answer to cut off"
+    assert len(fake_llm.message_requests()) == 1
+    assert await _user_records(gateway) == [("cut off", "e2")]
+    assert [m["role"] for m in await gateway.history.load(KEY)] == ["user", "assistant"]
+
+
+async def test_resumed_messages_joined_behind_a_turn_each_run_at_most_once(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    """e1 was answered, e2 stored unanswered, e3 never stored: queued together behind a held turn, e1 ends with
+    its stored answer, e2 and e3 go to the model as one turn and nothing is stored twice."""
+    await gateway.history.append(
+        KEY,
+        {"role": "user", "content": "one", "timestamp": 1, "channel": "cli", "inbox_id": "e1"},
+        {"role": "assistant", "content": "answer to one"},
+        {"role": "user", "content": "two", "timestamp": 2, "channel": "cli", "inbox_id": "e2"},
+    )
+    release = asyncio.Event()
+    fake_llm.script(reply_text("held", hold=release), reply_text("answer to two and three"))
+    running = await gateway.submit(_msg("new"))
+    await fake_llm.wait_for_requests(1)
+    resumed = [("one", "e1"), ("two", "e2"), ("three", "e3")]
+    handles = [await gateway.submit(_msg(text, entry)) for text, entry in resumed]
+    release.set()
+
+    finals = [await h.result() for h in (running, *handles)]
+
+    texts = [f.full_text if isinstance(f, DoneEvent) else f"error: {f.message}" for f in finals]
+    assert texts[1] == "answer to one"
+    assert texts[3] == "answer to two and three"
+    assert not texts[0].startswith("error") and not texts[2].startswith("error")
+    assert len(fake_llm.message_requests()) == 2
+    assert await _user_records(gateway) == [("one", "e1"), ("two", "e2"), ("new", None), ("three", "e3")]
