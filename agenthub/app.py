@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from agenthub.api.host import ApiServices
     from agenthub.api.server import HttpApi
     from agenthub.gateway.core import GatewayCore
+    from agenthub.singleton import InstanceLeases
     from agenthub.web import WebServer
 
 log = structlog.get_logger(__name__)
@@ -23,8 +24,11 @@ log = structlog.get_logger(__name__)
 # them: `agenthub chat` connected to a daemon uses this module without ever loading them.
 
 
-def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> GatewayCore:
-    """A ready-to-enter GatewayCore with the agents and providers the settings describe."""
+def build_gateway(
+    settings: Settings, *, clock: Clock = system_clock, leases: InstanceLeases | None = None
+) -> GatewayCore:
+    """A ready-to-enter GatewayCore with the agents and providers the settings describe; `leases`: the
+    deployment's singleton leases (default: this instance's own, as in files mode, where it holds them all)."""
     from agenthub.agent.definition import load_agents
     from agenthub.gateway.core import GatewayCore
     from agenthub.gateway.memory_host import attach_memory_layer
@@ -35,7 +39,7 @@ def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> Gateway
     migrate_at_start(settings.workspace_dir, settings.agents_dir)
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
     providers = ProviderRegistry.from_settings(settings.llm)
-    gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock)
+    gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock, leases=leases)
     attach_memory_layer(gateway)
     attach_scheduler(gateway)
     return gateway

@@ -61,6 +61,7 @@ class Singleton:
         self._wanted = False
         self._started = False
         self._closing = False
+        self._retry_pending = False
         self._changed = asyncio.Event()
         self._driver: asyncio.Task[None] | None = None
         self.runs = 0
@@ -74,12 +75,18 @@ class Singleton:
     def keeper(self) -> LeaseKeeper:
         return self._keeper
 
-    def open(self) -> None:
-        """Start contending for the lease (the work starts once it is held)."""
-        if self._driver is None:
-            self._closing = False
-            self._driver = asyncio.create_task(self._drive(), name=f"singleton-{self.name}")
-            self._keeper.start()
+    async def open(self) -> None:
+        """Contend for the lease: a free one is taken and the work started before this returns; otherwise the
+        work starts whenever the lease is gained later."""
+        if self._driver is not None:
+            return
+        self._closing = False
+        await self._keeper.step()
+        if self._wanted:
+            self._changed.clear()
+            await self._start_work()
+        self._driver = asyncio.create_task(self._drive(), name=f"singleton-{self.name}")
+        self._keeper.start()
 
     async def close(self) -> None:
         """Stop the work (awaited), then release the lease, so a standby starts only once ours has stopped.
@@ -105,15 +112,18 @@ class Singleton:
 
     async def _drive(self) -> None:
         while True:
-            await self._changed.wait()
-            self._changed.clear()
             while self._started != self._wanted:
                 if not self._wanted:
                     await self._stop_work()
-                elif not await self._start_work():  # held but not running: try again a renewal later
+                elif self._retry_pending:  # held, but the last start failed: try again a renewal later
                     await sleep_until(self._leases.clock, self._leases.clock() + self._leases.ttl_s / 3)
+                    self._retry_pending = False
+                else:
+                    await self._start_work()
+            await self._changed.wait()
+            self._changed.clear()
 
-    async def _start_work(self) -> bool:
+    async def _start_work(self) -> None:
         self._started = True  # from now on `stop` is owed, even if the start is cut short
         self.runs += 1
         log.info("singleton_started", singleton=self.name)
@@ -124,8 +134,7 @@ class Singleton:
         except Exception:
             log.exception("singleton_start_failed", singleton=self.name)
             await self._stop_work()
-            return False
-        return True
+            self._retry_pending = True
 
     async def _stop_work(self) -> None:
         log.info("singleton_stopped", singleton=self.name)

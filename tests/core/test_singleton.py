@@ -67,7 +67,7 @@ async def test_of_three_instances_one_runs_and_a_standby_starts_only_after_the_h
     works = [Work(name, events) for name in "abc"]
     singletons = [instance(store, clock, w) for w in works]
     for s in singletons:
-        s.open()
+        await s.open()
     await settle()
     assert [s.running for s in singletons] == [True, False, False] and events == ["a+"]
     works[0].stop_gate = asyncio.Event()
@@ -94,7 +94,7 @@ async def test_a_holder_that_cannot_reach_the_store_stops_before_its_lease_can_g
     single = InstanceLeases(store, holder="a", ttl_s=TTL_S, clock=clock).singleton(
         "scheduler", start=work.start, stop=work.stop
     )
-    single.open()
+    await single.open()
     await settle()
     assert single.running
     store.down = True  # the instance cannot renew; its lease stays in the store until it expires
@@ -112,7 +112,7 @@ async def test_close_cancelled_while_the_work_stops_propagates_and_does_not_rele
     store = InProcessLeases(clock=clock)
     work = Work("a", [])
     single = instance(store, clock, work)
-    single.open()
+    await single.open()
     await settle()
     work.stop_gate = asyncio.Event()
     closing = asyncio.create_task(single.close())
@@ -130,7 +130,7 @@ async def test_a_start_that_fails_is_tried_again_while_the_lease_is_held() -> No
     work = Work("a", events)
     work.failing_starts = 1
     single = instance(store, clock, work)
-    single.open()
+    await single.open()
     await settle()
     assert not single.running and events == ["a-"]  # the failed start was undone
     clock.advance(TTL_S / 3)
