@@ -11,12 +11,12 @@ from agenthub.channel import Channel, ChannelContext, Submitter, WebRoutes
 from agenthub.channel_registry import enabled_channels, load_channel_class
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
+from agenthub.singleton import InstanceLeases
 
 if TYPE_CHECKING:
     from agenthub.api.host import ApiServices
     from agenthub.api.server import HttpApi
     from agenthub.gateway.core import GatewayCore
-    from agenthub.singleton import InstanceLeases
     from agenthub.web import WebServer
 
 log = structlog.get_logger(__name__)
@@ -66,10 +66,17 @@ def build_api(gateway: GatewayCore, routes: WebRoutes) -> HttpApi:
     return HttpApi(api_services(gateway), routes, gateway.settings.channels.get("http", {}))
 
 
-def channel_context(settings: Settings, gateway: Submitter, routes: WebRoutes, name: str) -> ChannelContext:
-    """What channel `name` is built with; its private state lives in `data/.channels/<name>/`."""
+def channel_context(
+    settings: Settings, gateway: Submitter, routes: WebRoutes, name: str, leases: InstanceLeases | None = None
+) -> ChannelContext:
+    """What channel `name` is built with; its private state lives in `data/.channels/<name>/`; `leases`: the
+    gateway's (default: this instance's own)."""
     return ChannelContext(
-        gateway=gateway, settings=settings, web=routes, state_dir=settings.data_dir / ".channels" / name
+        gateway=gateway,
+        settings=settings,
+        web=routes,
+        state_dir=settings.data_dir / ".channels" / name,
+        leases=leases or InstanceLeases(ttl_s=settings.store.lease_s),
     )
 
 
@@ -100,7 +107,8 @@ def assemble(settings: Settings, gateway: GatewayCore) -> tuple[WebServer, list[
     built: list[Channel] = [build_api(gateway, routes)] if settings.http.enabled else []
     for name, raw in enabled_channels(settings):
         try:
-            built.append(load_channel_class(name)(channel_context(settings, gateway, routes, name), raw))
+            context = channel_context(settings, gateway, routes, name, gateway.leases)
+            built.append(load_channel_class(name)(context, raw))
         except Exception as e:
             log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)
     server.mount(routes)

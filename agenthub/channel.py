@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from aiohttp import web
 
 from agenthub.messages import InboundMessage, OutboundMessage
+from agenthub.singleton import InstanceLeases
 
 if TYPE_CHECKING:
     from agenthub.config import Settings
@@ -68,6 +69,8 @@ class ChannelContext:
     web: WebRoutes
     state_dir: Path
     """A private directory for the channel's durable state (dedup memory, tokens): `data/.channels/<name>/`."""
+    leases: InstanceLeases = field(default_factory=InstanceLeases)
+    """The deployment's leases, for what only one instance may hold (a WeCom AI bot's long connection)."""
 
 
 class ChannelFactory(Protocol):
