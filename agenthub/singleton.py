@@ -64,16 +64,10 @@ class Singleton:
         self._retry_pending = False
         self._changed = asyncio.Event()
         self._driver: asyncio.Task[None] | None = None
-        self.runs = 0
-        """How many times the work was started here."""
 
     @property
     def running(self) -> bool:
         return self._started
-
-    @property
-    def keeper(self) -> LeaseKeeper:
-        return self._keeper
 
     async def open(self) -> None:
         """Contend for the lease: a free one is taken and the work started before this returns; otherwise the
@@ -125,7 +119,6 @@ class Singleton:
 
     async def _start_work(self) -> None:
         self._started = True  # from now on `stop` is owed, even if the start is cut short
-        self.runs += 1
         log.info("singleton_started", singleton=self.name)
         try:
             await self._start()
@@ -137,6 +130,6 @@ class Singleton:
             self._retry_pending = True
 
     async def _stop_work(self) -> None:
-        log.info("singleton_stopped", singleton=self.name)
+        log.info("singleton_stopping", singleton=self.name)
         await self._stop()
         self._started = False  # only once stopped: a stop cut short is owed again by `close()`

@@ -86,8 +86,6 @@ class BotEndpoint:
         """Close the connection, then release the lease (a standby connects only once ours is closed)."""
         if self.lease is not None:
             await self.lease.close()
-        elif self.conn is not None:
-            await self.conn.stop()
 
     async def send(self, chat_id: str, text: str) -> None:
         """Proactive push (`aibot_send_msg`, markdown); a per-member chat id `group:user` goes to the group.
