@@ -130,6 +130,7 @@ class Singleton:
             self._retry_pending = True
 
     async def _stop_work(self) -> None:
-        log.info("singleton_stopping", singleton=self.name)
+        if not self._closing:  # a shutdown is logged by whoever shuts down
+            log.info("singleton_stopping", singleton=self.name)
         await self._stop()
         self._started = False  # only once stopped: a stop cut short is owed again by `close()`
