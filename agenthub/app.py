@@ -11,10 +11,9 @@ from agenthub.channel import Channel, ChannelContext, Submitter, WebRoutes
 from agenthub.channel_registry import enabled_channels, load_channel_class
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
+from agenthub.singleton import InstanceLeases
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from agenthub.api.host import ApiServices
     from agenthub.api.server import HttpApi
     from agenthub.gateway.core import GatewayCore
@@ -26,8 +25,11 @@ log = structlog.get_logger(__name__)
 # them: `agenthub chat` connected to a daemon uses this module without ever loading them.
 
 
-def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> GatewayCore:
-    """A ready-to-enter GatewayCore with the agents and providers the settings describe."""
+def build_gateway(
+    settings: Settings, *, clock: Clock = system_clock, leases: InstanceLeases | None = None
+) -> GatewayCore:
+    """A ready-to-enter GatewayCore with the agents and providers the settings describe; `leases`: the
+    deployment's singleton leases (default: this instance's own, as in files mode, where it holds them all)."""
     from agenthub.agent.definition import load_agents
     from agenthub.gateway.core import GatewayCore
     from agenthub.gateway.memory_host import attach_memory_layer
@@ -38,7 +40,7 @@ def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> Gateway
     migrate_at_start(settings.workspace_dir, settings.agents_dir)
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
     providers = ProviderRegistry.from_settings(settings.llm)
-    gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock)
+    gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock, leases=leases)
     attach_memory_layer(gateway)
     attach_scheduler(gateway)
     return gateway
@@ -79,15 +81,25 @@ def build_api(gateway: GatewayCore, routes: WebRoutes, inbox: Inbox | None = Non
 
 
 def channel_context(
-    settings: Settings, gateway: Submitter, routes: WebRoutes, name: str, inbox: Inbox | None = None
+    settings: Settings,
+    gateway: Submitter,
+    routes: WebRoutes,
+    name: str,
+    inbox: Inbox | None = None,
+    leases: InstanceLeases | None = None,
 ) -> ChannelContext:
     """What channel `name` is built with; its private state lives in `data/.channels/<name>/`; without an
-    `inbox` (the in-process `agenthub chat`) accepted messages live as long as the process."""
+    `inbox` (the in-process `agenthub chat`) accepted messages live as long as the process; `leases`: the
+    gateway's (default: this instance's own)."""
     from agenthub.storage.inbox import InMemoryInbox
 
-    state_dir: Path = settings.data_dir / ".channels" / name
     return ChannelContext(
-        gateway=gateway, settings=settings, web=routes, state_dir=state_dir, inbox=inbox or InMemoryInbox()
+        gateway=gateway,
+        settings=settings,
+        web=routes,
+        state_dir=settings.data_dir / ".channels" / name,
+        inbox=inbox or InMemoryInbox(),
+        leases=leases or InstanceLeases(ttl_s=settings.store.lease_s),
     )
 
 
@@ -123,7 +135,8 @@ def assemble(settings: Settings, gateway: GatewayCore, inbox: Inbox | None = Non
     built: list[Channel] = [build_api(gateway, routes, inbox)] if settings.http.enabled else []
     for name, raw in enabled_channels(settings):
         try:
-            built.append(load_channel_class(name)(channel_context(settings, gateway, routes, name, inbox), raw))
+            context = channel_context(settings, gateway, routes, name, inbox, gateway.leases)
+            built.append(load_channel_class(name)(context, raw))
         except Exception as e:
             log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)
     server.mount(routes)

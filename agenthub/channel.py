@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from aiohttp import web
 
 from agenthub.messages import InboundMessage, OutboundMessage
+from agenthub.singleton import InstanceLeases
 from agenthub.storage.inbox import Inbox, InboxEntry, InMemoryInbox
 
 if TYPE_CHECKING:
@@ -85,6 +86,8 @@ class ChannelContext:
     """A private directory for the channel's durable state (dedup memory, tokens): `data/.channels/<name>/`."""
     inbox: Inbox = field(default_factory=InMemoryInbox)
     """Where a message is stored before the platform is acknowledged (design §12); the daemon's is durable."""
+    leases: InstanceLeases = field(default_factory=InstanceLeases)
+    """The deployment's leases, for what only one instance may hold (a WeCom AI bot's long connection)."""
 
 
 class ChannelFactory(Protocol):

@@ -32,6 +32,7 @@ from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
+from agenthub.singleton import InstanceLeases, Singleton
 from agenthub.storage.keys import SessionKey, session_key
 
 if TYPE_CHECKING:
@@ -69,8 +70,11 @@ class GatewayCore:
         providers: ProviderRegistry,
         history: SessionHistory | None = None,
         clock: Clock = system_clock,
+        leases: InstanceLeases | None = None,
     ) -> None:
         self.settings = settings
+        self.leases = leases or InstanceLeases(ttl_s=settings.store.lease_s)
+        """The deployment's singleton leases (files mode: a store of this instance's own, always held)."""
         self.agents = agents
         self.providers = providers
         self.history = history or SessionHistory(settings.data_dir, fsync=settings.session.fsync, clock=clock)
@@ -85,12 +89,13 @@ class GatewayCore:
         self.stats = GatewayStats()
         # every model call (turns and background work alike) reaches the stats through the providers' call log
         self.providers.call_log.observe(self.stats.record_call)
-        self.timers = TimerRegistry()
+        self.timers = TimerRegistry(self.leases)
         self.commands = CommandRouter()
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.compactor: Compactor | None = None
         self.mcp = McpHub()
         self.scheduler: Scheduler | None = None  # scheduled jobs, attached by the composition root
+        self.scheduler_lease: Singleton | None = None  # runs the scheduler on one instance, from start_scheduler
         self.memory_layer: MemoryLayer | None = None  # L2/L3 and their timers, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.turns = TurnRunner(self)
@@ -107,7 +112,7 @@ class GatewayCore:
         if self._entered:
             raise RuntimeError("GatewayCore was already started")
         self._entered = True
-        self.timers.start()
+        await self.timers.start()
         self.mcp.sync(self.agents.agents.values())
         return self
 

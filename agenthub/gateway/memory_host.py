@@ -20,11 +20,14 @@ from agenthub.llm.types import LLMProvider
 from agenthub.memory.compaction import SessionCompactor
 from agenthub.memory.files import MemoryFiles
 from agenthub.memory.host import FinishedTurn
-from agenthub.memory.wiring import MemoryLayer, build_memory_layer
+from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER, MemoryLayer, build_memory_layer
 from agenthub.session.history import SessionHistory
 from agenthub.storage.keys import SessionKey
 
 Message = dict[str, Any]
+
+MEMORY_LEASES = {L3_TIMER: "memory-l3", AUTOCOMPACT_TIMER: "memory-autocompact"}
+"""The memory timers that are deployment singletons, by the lease each runs under (L2 runs after every turn)."""
 
 
 class GatewayMemoryHost:
@@ -138,7 +141,8 @@ def finished_turn(pending: PendingTurn, outcome: TurnOutcome) -> FinishedTurn:
 
 def attach_memory_layer(gateway: GatewayCore) -> MemoryLayer:
     """Build the memory layer on `gateway` (kept as `gateway.memory_layer`): its compactor, the L2 after-turn
-    hook, and its timers, which start and stop with the gateway."""
+    hook, and its timers, which start and stop with the gateway; L3 and AutoCompact run on one instance of the
+    deployment at a time (`MEMORY_LEASES`)."""
     layer = build_memory_layer(GatewayMemoryHost(gateway))
     compactor = layer.compactor
 
@@ -148,6 +152,6 @@ def attach_memory_layer(gateway: GatewayCore) -> MemoryLayer:
     gateway.compactor = GatewayCompactor(gateway.settings, compactor)
     gateway.after_turn_hooks.append(after_turn)
     for timer in layer.timers:
-        gateway.timers.add(timer.name, timer.interval_s, timer.tick)
+        gateway.timers.add(timer.name, timer.interval_s, timer.tick, lease=MEMORY_LEASES.get(timer.name))
     gateway.memory_layer = layer
     return layer

@@ -1,4 +1,5 @@
-"""Periodic jobs owned by the gateway's lifecycle: started with it, stopped with it, never killed by one bad tick."""
+"""Periodic jobs owned by the gateway's lifecycle: started with it, stopped with it, never killed by one bad tick;
+a deployment singleton's timer runs only while this instance holds its lease."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 import structlog
+
+from agenthub.singleton import InstanceLeases, Singleton
 
 log = structlog.get_logger(__name__)
 
@@ -62,18 +65,25 @@ class Timer:
 
 
 class TimerRegistry:
-    """The gateway's timers; stopped in reverse order of start."""
+    """The gateway's timers; stopped in reverse order of start. A timer added with `lease` runs on one instance
+    of the deployment at a time: started when this instance gains the lease, stopped when it loses it."""
 
-    def __init__(self) -> None:
+    def __init__(self, leases: InstanceLeases | None = None) -> None:
+        self._leases = leases or InstanceLeases()
         self._timers: dict[str, Timer] = {}
+        self._singletons: dict[str, Singleton] = {}
         self._started = False
 
-    def add(self, name: str, interval_s: float, tick: Tick) -> Timer:
+    def add(self, name: str, interval_s: float, tick: Tick, *, lease: str | None = None) -> Timer:
         if name in self._timers:
             raise ValueError(f"timer {name!r} is already registered")
+        if lease is not None and self._started:
+            raise RuntimeError(f"timer {name!r}: a timer under a lease is added before the timers start")
         timer = Timer(name, interval_s, tick)
         self._timers[name] = timer
-        if self._started:
+        if lease is not None:
+            self._singletons[name] = self._leases.singleton(lease, start=_starter(timer), stop=timer.stop)
+        elif self._started:
             timer.start()
         return timer
 
@@ -83,12 +93,32 @@ class TimerRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._timers
 
-    def start(self) -> None:
+    def singleton(self, name: str) -> Singleton | None:
+        """The lease a timer runs under (None: it runs on every instance)."""
+        return self._singletons.get(name)
+
+    async def start(self) -> None:
+        """Start every timer; one under a lease starts here only if this instance gains it now (else later)."""
         self._started = True
-        for timer in self._timers.values():
-            timer.start()
+        for name, timer in self._timers.items():
+            singleton = self._singletons.get(name)
+            if singleton is None:
+                timer.start()
+            else:
+                await singleton.open()
 
     async def stop(self) -> None:
         self._started = False
-        for timer in reversed(list(self._timers.values())):
-            await timer.stop()
+        for name, timer in reversed(list(self._timers.items())):
+            singleton = self._singletons.get(name)
+            if singleton is None:
+                await timer.stop()
+            else:
+                await singleton.close()  # the timer stops, then the lease goes to a standby
+
+
+def _starter(timer: Timer) -> Callable[[], Awaitable[None]]:
+    async def start() -> None:
+        timer.start()
+
+    return start

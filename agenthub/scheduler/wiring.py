@@ -27,14 +27,30 @@ def attach_scheduler(gateway: GatewayCore) -> Scheduler | None:
     return scheduler
 
 
+SCHEDULER_LEASE = "scheduler"
+"""Due jobs fire on one instance of the deployment at a time: the holder of this lease."""
+
+
 async def start_scheduler(gateway: GatewayCore, channels: Iterable[Channel]) -> None:
-    """Start firing due jobs through the running channels (the composition root calls this after they start)."""
-    if gateway.scheduler is not None:
-        await gateway.scheduler.start(JobDelivery(gateway, {c.name: c for c in channels}))
+    """Fire due jobs through the running channels while this instance holds the `scheduler` lease (the
+    composition root calls this after the channels start)."""
+    scheduler = gateway.scheduler
+    if scheduler is None or gateway.scheduler_lease is not None:
+        return
+    delivery = JobDelivery(gateway, {c.name: c for c in channels})
+
+    async def start() -> None:
+        await scheduler.start(delivery)
+
+    gateway.scheduler_lease = gateway.leases.singleton(SCHEDULER_LEASE, start=start, stop=scheduler.pause)
+    await gateway.scheduler_lease.open()
 
 
 async def pause_scheduler(gateway: GatewayCore) -> None:
-    """No new runs (shutdown begins); deliveries already under way go on."""
+    """No new runs (shutdown begins), and the lease goes to a standby; deliveries already under way go on."""
+    lease, gateway.scheduler_lease = gateway.scheduler_lease, None
+    if lease is not None:
+        await lease.close()
     if gateway.scheduler is not None:
         await gateway.scheduler.pause()
 

@@ -76,9 +76,10 @@ class InProcessLeases:
 
 class LeaseKeeper:
     """Holds one lease for as long as it can: tries to acquire it every `ttl_s / 3`, renews it at the same pace,
-    and calls `on_gained` / `on_lost` when that changes (a singleton's start and stop). A store error counts as
-    the lease lost once the lease has expired by our own clock: a holder that cannot reach the store must stop
-    before another instance may start."""
+    and calls `on_gained` / `on_lost` when that changes (a singleton's start and stop).
+
+    A holder that cannot renew (the store errs, or does not answer) gives the lease up a third of `ttl_s` before
+    it expires by its own clock: a standby may take it at expiry, so the holder's stop must be done by then."""
 
     def __init__(
         self,
@@ -95,10 +96,15 @@ class LeaseKeeper:
         self._on_gained, self._on_lost, self._clock = on_gained, on_lost, clock
         self.lease: Lease | None = None
         self._task: asyncio.Task[None] | None = None
+        self._margin_s = ttl_s / 3
+        """How long before its expiry an unrenewed lease is given up: the time the holder's stop may take."""
 
     @property
     def held(self) -> bool:
-        return self.lease is not None and self.lease.expires_at > self._clock()
+        return self.lease is not None and self._clock() < self._give_up_at(self.lease)
+
+    def _give_up_at(self, lease: Lease) -> float:
+        return lease.expires_at - self._margin_s
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"lease-{self._name}")
@@ -121,7 +127,7 @@ class LeaseKeeper:
             lease = await self._attempt()
         except StorageError:
             log.warning("lease_store_unavailable", lease=self._name)
-            if self.lease is not None and self.lease.expires_at <= self._clock():
+            if self.lease is not None and self._clock() >= self._give_up_at(self.lease):
                 self._lose()
             return
         if lease is None:
@@ -146,5 +152,30 @@ class LeaseKeeper:
 
     async def _run(self) -> None:
         while True:
+            await self._step_in_time()
+            await sleep_until(self._clock, self._next_attempt_at())
+
+    def _next_attempt_at(self) -> float:
+        next_at = self._clock() + self._ttl_s / 3
+        return next_at if self.lease is None else min(next_at, self._give_up_at(self.lease))
+
+    async def _step_in_time(self) -> None:
+        """`step()`, but a held lease is given up at its deadline even while the store has not answered."""
+        if self.lease is None:
             await self.step()
-            await sleep_until(self._clock, self._clock() + self._ttl_s / 3)
+            return
+        give_up_at = self._give_up_at(self.lease)
+        attempt = asyncio.create_task(self.step(), name=f"lease-{self._name}-attempt")
+        deadline = asyncio.create_task(sleep_until(self._clock, give_up_at), name=f"lease-{self._name}-deadline")
+        try:
+            await asyncio.wait({attempt, deadline}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            deadline.cancel()
+            if not attempt.done():
+                attempt.cancel()
+                await asyncio.wait([attempt])
+        if not attempt.cancelled():
+            attempt.result()  # an error of `step()` itself is not hidden
+        if self.lease is not None and self._clock() >= self._give_up_at(self.lease):
+            log.warning("lease_store_too_slow", lease=self._name)
+            self._lose()

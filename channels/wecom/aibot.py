@@ -11,6 +11,7 @@ from agenthub.channel import Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage
+from agenthub.singleton import InstanceLeases, Singleton
 from agenthub.storage.inbox import Inbox, InboxEntry
 from channels.toolkit.dedup import MessageDedup
 from channels.toolkit.inbox import InboxGate, Intake
@@ -26,6 +27,11 @@ log = structlog.get_logger(__name__)
 
 MEDIA_TYPES: dict[str, MediaKind] = {"image": "image", "file": "file"}
 """Callback `msgtype`s whose body `{url, aeskey}` is downloaded, decrypted and handed to the agent."""
+
+
+def bot_lease(cred_id: str) -> str:
+    """The lease whose holder alone connects the bot."""
+    return f"wecom-bot:{cred_id}"
 
 
 class Refused(Exception):
@@ -69,8 +75,12 @@ class BotEndpoint:
         """The streams of this process's callbacks (by req_id) whose answer has not started."""
         self._session: aiohttp.ClientSession | None = None
         self.conn: BotConnection | None = None
+        self.lease: Singleton | None = None
+        """Holds the bot's connection on one instance of the deployment (set by `start`)."""
 
-    def start(self, session: aiohttp.ClientSession) -> None:
+    async def start(self, session: aiohttp.ClientSession, leases: InstanceLeases) -> None:
+        """Connect while this instance holds lease `wecom-bot:<cred_id>` (WeCom allows one connection per bot:
+        the other instances stand by and take over when the holder stops or dies)."""
         if not self.config.bot_name:
             log.warning(
                 "wecom_bot_name_unset",
@@ -78,12 +88,18 @@ class BotEndpoint:
                 hint="set bot_name for groups: without it the first @mention is removed, whoever it names",
             )
         self._session = session
-        self.conn = BotConnection(self.cred_id, self.config, self._on_frame, session)
-        self.conn.start()
+        conn = self.conn = BotConnection(self.cred_id, self.config, self._on_frame, session)
+
+        async def connect() -> None:
+            conn.start()
+
+        self.lease = leases.singleton(bot_lease(self.cred_id), start=connect, stop=conn.stop)
+        await self.lease.open()
 
     async def stop(self) -> None:
-        if self.conn is not None:
-            await self.conn.stop()
+        """Close the connection, then release the lease (a standby connects only once ours is closed)."""
+        if self.lease is not None:
+            await self.lease.close()
 
     async def send(self, chat_id: str, text: str) -> None:
         """Proactive push (`aibot_send_msg`, markdown); a per-member chat id `group:user` goes to the group.

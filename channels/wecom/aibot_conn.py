@@ -95,6 +95,7 @@ class BotConnection:
 
     def start(self) -> None:
         if self._task is None:
+            self.replaced = False  # started again (the lease came back): a new connection
             self._task = asyncio.create_task(self._run(), name=f"wecom-bot-{self.cred_id}")
 
     async def stop(self) -> None:

@@ -87,7 +87,8 @@ class WeComChannel:
         return MessageDedup(seen, channel=self.name, cred_id=cred_id)
 
     async def start(self) -> None:
-        """Check every app's credentials and open every bot's connection; a bad one is logged, not raised."""
+        """Check every app's credentials and open every bot's connection (on the instance holding its lease);
+        a bad one is logged, not raised."""
         self._session = aiohttp.ClientSession()
         for cred_id, app in self.apps.items():
             cfg = app.config
@@ -103,7 +104,7 @@ class WeComChannel:
             )
         await asyncio.gather(*(self._check_app(app) for app in self.apps.values()))
         for bot in self.bots.values():
-            bot.start(self._session)
+            await bot.start(self._session, self._context.leases)
 
     async def _check_app(self, app: AppEndpoint) -> None:
         assert app.api is not None

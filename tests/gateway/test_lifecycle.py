@@ -104,7 +104,7 @@ async def test_timers_survive_failing_ticks_and_stop_in_reverse_order() -> None:
         return None
 
     bad = registry.add("bad", 0.01, failing)
-    registry.start()
+    await registry.start()
     late = registry.add("late", 3600, fine)
     assert late.started
     await asyncio.wait_for(ticked.wait(), 2)

@@ -58,6 +58,20 @@ class FlakyLeases(InProcessLeases):
         return await super().renew(lease, ttl_s)
 
 
+class HangingLeases(InProcessLeases):
+    """A lease store whose server stops answering: calls never return (until the test ends)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock=clock)
+        self.hang = False
+        self._never = asyncio.Event()
+
+    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
+        if self.hang:
+            await self._never.wait()
+        return await super().renew(lease, ttl_s)
+
+
 async def test_a_keeper_gains_a_free_lease_and_a_standby_takes_over_when_the_holder_stops() -> None:
     clock = ManualClock()
     leases = InProcessLeases(clock=clock)
@@ -126,3 +140,47 @@ async def test_the_running_keeper_renews_at_a_third_of_the_ttl() -> None:
     assert await leases.acquire("l3", "b", ttl_s=15) is None
     await keeper.stop()
     assert await leases.acquire("l3", "b", ttl_s=15) is not None
+
+
+async def test_a_keeper_that_cannot_reach_the_store_stops_a_third_of_the_ttl_before_its_lease_expires() -> None:
+    """The standby may take the lease at its expiry: the holder must have stopped by then, with time to spare
+    for its own stop (closing a connection), or two instances would hold the singleton at once."""
+    clock = ManualClock()
+    leases = FlakyLeases(clock)
+    lost: list[float] = []
+    keeper = LeaseKeeper(leases, "wecom-bot:team", "a", ttl_s=15, clock=clock, on_lost=lambda: lost.append(clock()))
+    await keeper.step()
+    assert keeper.lease is not None
+    expires_at = keeper.lease.expires_at
+    leases.down = True
+    clock.advance(5)
+    await keeper.step()
+    assert keeper.held and not lost
+    clock.advance(5)
+    await keeper.step()
+    assert not keeper.held and lost and lost[0] <= expires_at - 5
+    leases.down = False
+    assert await leases.acquire("wecom-bot:team", "b", ttl_s=15) is None  # no standby could have taken it yet
+
+
+async def test_the_running_keeper_gives_up_in_time_even_when_the_store_hangs() -> None:
+    """A store call that never returns (a server gone silent) must not keep the keeper past its margin."""
+    clock = ManualClock()
+    leases = HangingLeases(clock)
+    lost: list[float] = []
+    keeper = LeaseKeeper(leases, "memory-l3", "a", ttl_s=15, clock=clock, on_lost=lambda: lost.append(clock()))
+    keeper.start()
+    await _settle()
+    assert keeper.lease is not None
+    expires_at = keeper.lease.expires_at
+    leases.hang = True
+    for _ in range(2):
+        clock.advance(5)
+        await _settle()
+    assert lost and lost[0] <= expires_at - 5 and not keeper.held
+    await keeper.stop()
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)

@@ -290,6 +290,8 @@ class FakeAiBotServer(_Server):
         """Per command, how long its ack takes (the connection reads nothing else meanwhile)."""
         self.ack_cmd: str | None = None
         """When set, acks carry this `cmd` (the SDKs' `WsFrame`: "cmd ... may be empty" on acks)."""
+        self.overlaps = 0
+        """Subscribes that came while another connection of the bot was subscribed (each one kicks it out)."""
         self._ws: web.WebSocketResponse | None = None
         self._current = 0  # the number of the connection `_ws` is
         self._live: set[int] = set()  # connections that are subscribed now
@@ -300,6 +302,11 @@ class FakeAiBotServer(_Server):
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/"
+
+    @property
+    def live(self) -> int:
+        """How many connections are subscribed now."""
+        return len(self._live)
 
     async def start(self) -> FakeAiBotServer:
         app = web.Application()
@@ -425,6 +432,7 @@ class FakeAiBotServer(_Server):
             else:
                 authed = await self._answer(ws, frame, number in self._live)
                 if authed and frame.get("cmd") == "aibot_subscribe":
+                    self.overlaps += bool(self._live - {number})
                     await self._disconnect_older(number)
                 if authed:
                     self._live.add(number)

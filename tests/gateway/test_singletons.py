@@ -1,0 +1,160 @@
+"""Several instances on one deployment: L3, AutoCompact and the scheduler run on exactly one at a time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from agenthub.app import build_gateway
+from agenthub.clock import ManualClock
+from agenthub.config import Settings
+from agenthub.errors import StorageError
+from agenthub.gateway.core import GatewayCore
+from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
+from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
+from agenthub.singleton import InstanceLeases
+from agenthub.storage.lease import InProcessLeases, Lease
+from tests.support.roots import make_settings
+
+LEASE_S = 15.0
+INTERVAL_S = 0.02  # the timers run on real time; the leases on a ManualClock the test moves
+
+
+class InstanceView:
+    """One instance's connection to the deployment's shared lease store; `down` cuts only this instance off."""
+
+    def __init__(self, shared: InProcessLeases) -> None:
+        self._shared = shared
+        self.down = False
+
+    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
+        self._check()
+        return await self._shared.acquire(name, holder, ttl_s)
+
+    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
+        self._check()
+        return await self._shared.renew(lease, ttl_s)
+
+    async def release(self, lease: Lease) -> None:
+        self._check()
+        await self._shared.release(lease)
+
+    def _check(self) -> None:
+        if self.down:
+            raise StorageError("lease store unreachable")
+
+
+class Deployment:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.clock = ManualClock()
+        self.leases = InProcessLeases(clock=self.clock)
+        self.views: list[InstanceView] = []
+        self.gateways: list[GatewayCore] = []
+        self.stacks: list[AsyncExitStack] = []
+
+    async def start_instance(self) -> GatewayCore:
+        view = InstanceView(self.leases)
+        leases = InstanceLeases(view, holder=f"instance-{len(self.gateways)}", ttl_s=LEASE_S, clock=self.clock)
+        stack = AsyncExitStack()
+        gateway = await stack.enter_async_context(build_gateway(self.settings, leases=leases))
+        self.views.append(view)
+        self.gateways.append(gateway)
+        self.stacks.append(stack)
+        return gateway
+
+    async def stop_instance(self, n: int) -> None:
+        await self.stacks[n].aclose()
+
+    def ticks(self, timer: str) -> list[int]:
+        return [gw.timers[timer].ticks for gw in self.gateways]
+
+    def running(self, timer: str) -> list[bool]:
+        return [gw.timers[timer].started for gw in self.gateways]
+
+    async def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        for _ in range(30):
+            await asyncio.sleep(0)
+
+
+@asynccontextmanager
+async def deployment(tmp_path: Path, **overrides: Any) -> AsyncIterator[Deployment]:
+    memory = {"l3_interval_s": INTERVAL_S, "autocompact_interval_s": INTERVAL_S}
+    d = Deployment(make_settings(tmp_path, memory=memory, **overrides))
+    try:
+        yield d
+    finally:
+        for stack in reversed(d.stacks):
+            await stack.aclose()
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    """Wait for timer ticks and starts in other tasks (no event marks them); a bound, not a measurement."""
+    async with asyncio.timeout(10):
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+async def test_with_three_instances_only_the_lease_holder_runs_l3_and_autocompact(tmp_path: Path) -> None:
+    async with deployment(tmp_path) as d:
+        for _ in range(3):
+            await d.start_instance()
+        await wait_until(lambda: d.ticks(L3_TIMER)[0] >= 5 and d.ticks(AUTOCOMPACT_TIMER)[0] >= 5)
+        for timer in (L3_TIMER, AUTOCOMPACT_TIMER):
+            assert d.running(timer) == [True, False, False]
+            assert d.ticks(timer)[1:] == [0, 0]  # one run per interval: the leader's, nobody else's
+
+
+async def test_a_leader_that_stops_hands_the_timers_over_at_the_next_attempt(tmp_path: Path) -> None:
+    async with deployment(tmp_path) as d:
+        for _ in range(3):
+            await d.start_instance()
+        await d.stop_instance(0)  # a clean stop releases the leases
+        await d.advance(LEASE_S / 3)  # the standbys' next attempt, not the lease's expiry
+        for timer in (L3_TIMER, AUTOCOMPACT_TIMER):
+            assert sum(d.running(timer)[1:]) == 1
+        leader = d.running(L3_TIMER).index(True)
+        await wait_until(lambda: d.ticks(L3_TIMER)[leader] >= 3)
+        assert d.ticks(L3_TIMER)[3 - leader] == 0
+
+
+async def test_a_leader_cut_off_from_the_store_stops_before_a_standby_takes_over_within_lease_s(
+    tmp_path: Path,
+) -> None:
+    async with deployment(tmp_path) as d:
+        for _ in range(3):
+            await d.start_instance()
+        d.views[0].down = True  # the leader can no longer renew (its process hangs, or its network is gone)
+        waited = 0.0
+        while not any(d.running(L3_TIMER)[1:]):
+            assert waited < LEASE_S + LEASE_S / 3, "no standby took over within lease_s"
+            await d.advance(LEASE_S / 6)
+            waited += LEASE_S / 6
+            for timer in (L3_TIMER, AUTOCOMPACT_TIMER):
+                assert sum(d.running(timer)) <= 1, d.running(timer)  # never two at once, at any step
+        assert not d.running(L3_TIMER)[0] and not d.running(AUTOCOMPACT_TIMER)[0]
+        leader = d.running(L3_TIMER).index(True)
+        before = d.ticks(L3_TIMER)[0]
+        await wait_until(lambda: d.ticks(L3_TIMER)[leader] >= 3)
+        assert d.ticks(L3_TIMER)[0] == before  # the old leader runs no more intervals
+        d.views[0].down = False
+
+
+async def test_with_three_instances_one_scheduler_fires_and_a_standby_takes_it_over(tmp_path: Path) -> None:
+    async with deployment(tmp_path, scheduler={"enabled": True}) as d:
+        gateways = [await d.start_instance() for _ in range(3)]
+        for gw in gateways:
+            await start_scheduler(gw, [])
+        assert [gw.scheduler is not None and gw.scheduler.running for gw in gateways] == [True, False, False]
+        await pause_scheduler(gateways[0])  # shutdown begins: no more runs here, the lease is released
+        await stop_scheduler(gateways[0])
+        await d.advance(LEASE_S / 3)  # the standbys' next attempt; the lease clock stands still while we wait
+        await wait_until(lambda: any(gw.scheduler is not None and gw.scheduler.running for gw in gateways[1:]))
+        assert [gw.scheduler is not None and gw.scheduler.running for gw in gateways].count(True) == 1
+        for gw in gateways[1:]:
+            await pause_scheduler(gw)
+        assert not any(gw.scheduler is not None and gw.scheduler.running for gw in gateways)
