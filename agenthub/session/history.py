@@ -105,6 +105,8 @@ class SessionHistory:
                 self._users[key] = left
             else:
                 del self._users[key]
+                if key not in self._entries:  # a probe of an unknown id or a deleted session: nothing to keep
+                    self._locks.pop(key, None)
 
     def _notify(self, op: str, key: SessionKey) -> None:
         for observer in self.observers:
@@ -216,6 +218,7 @@ class SessionHistory:
             finally:
                 self._entries.pop(key, None)
                 self._dirty.discard(key)
+                self._evict_when_written.discard(key)
             self._notify("delete", key)
             return gone
 
@@ -293,6 +296,7 @@ class SessionHistory:
             log.warning("session_meta_write_failed", session_key=str(key), error_type=type(e).__name__, errno=errno)
             entry.meta_dirty = True
             self._dirty.add(key)
+            self._schedule_flush(self._meta_delay_s)  # retried later, not only when the session writes again
             return
         entry.meta_dirty = False
 

@@ -350,3 +350,29 @@ async def test_the_gateways_shutdown_writes_the_meta_behind(settings: Settings) 
         assert (read_meta(meta_path) or SessionMeta(chat_id="")).last_usage is None  # still behind
     on_disk = read_meta(meta_path)
     assert on_disk is not None and on_disk.last_usage == {"input_tokens": 42}
+
+
+async def test_a_meta_that_could_not_be_written_behind_is_retried_without_another_write() -> None:
+    store = InMemorySessionStore()
+    history = SessionHistory(store=store, meta_delay_s=0.01)
+    await history.append(KEY, _user("first"))
+    await history.update_meta(KEY, last_usage={"input_tokens": 7})  # a statistic: written behind
+    store.fail_writes = True
+    await asyncio.sleep(0.1)  # the write behind runs now, and fails
+    store.fail_writes = False
+    stored = await store.read_meta(KEY)
+    for _ in range(300):  # no append, no shutdown: only a retry can write it
+        if stored is not None and stored.last_usage == {"input_tokens": 7}:
+            break
+        await asyncio.sleep(0.01)
+        stored = await store.read_meta(KEY)
+    assert stored is not None and stored.last_usage == {"input_tokens": 7}
+
+
+async def test_probing_and_deleting_sessions_leaves_no_lock_behind(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    for n in range(50):
+        assert await history.get_meta(session_key("reviewer", "http", f"nobody-{n}")) is None
+    await history.append(KEY, _user("x"))
+    await history.delete(KEY)
+    assert history._locks == {} and history._users == {}  # a probe or a deleted session costs nothing later
