@@ -426,8 +426,3 @@ class ContextBuilder:
             tools=definitions,
             max_tokens=max_tokens,
         )
-
-
-def estimate_request_tokens(request: LLMRequest) -> int:
-    """An offline estimate of a request's prompt size."""
-    return estimate_tokens(request.system) + estimate_tokens(request.messages) + estimate_tokens(request.tools)
