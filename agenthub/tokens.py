@@ -31,6 +31,15 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+def check_new_name(name: str) -> None:
+    """ValueError (InvalidIdError) unless `name` may name a new token."""
+    validate_part("token name", name)  # it is also the HTTP sender id, which per-user memory uses in a path
+    if RESERVED_NAME.fullmatch(name):
+        raise ValueError(f"token name {name!r} is reserved for tokens from the http.tokens setting")
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise ValueError(f"token name is longer than {MAX_NAME_BYTES} bytes (UTF-8)")
+
+
 @dataclass(frozen=True)
 class StoredToken:
     name: str
@@ -66,11 +75,7 @@ class TokenStore:
 
     def create(self, name: str) -> str:
         """Make a new token, store its hash under `name`, and return the token (shown once, never stored)."""
-        validate_part("token name", name)  # it is also the HTTP sender id, which per-user memory uses in a path
-        if RESERVED_NAME.fullmatch(name):
-            raise ValueError(f"token name {name!r} is reserved for tokens from the http.tokens setting")
-        if len(name.encode("utf-8")) > MAX_NAME_BYTES:
-            raise ValueError(f"token name is longer than {MAX_NAME_BYTES} bytes (UTF-8)")
+        check_new_name(name)
         if any(t.name == name for t in self.stored()):
             raise ValueError(f"a token named {name!r} already exists")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)

@@ -8,6 +8,7 @@ import structlog
 
 from agenthub.channel import ChannelContext
 from agenthub.dedup import DedupStore
+from agenthub.errors import StorageError
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +57,7 @@ class MessageDedup:
         """True when `key` was handled already (a redelivery), logged; otherwise remember it durably."""
         try:
             duplicate = await self._seen.check_and_add(f"{self._cred_id}:{key}")
-        except OSError as e:
+        except (OSError, StorageError) as e:  # a file that cannot be written, a database that is away
             log.error(f"{self._channel}_dedup_unavailable", cred_id=self._cred_id, key=key, error=str(e))
             return False
         if duplicate:
