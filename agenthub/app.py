@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from agenthub.api.host import ApiServices
     from agenthub.api.server import HttpApi
     from agenthub.gateway.core import GatewayCore
+    from agenthub.storage.stores import Stores
     from agenthub.web import WebServer
 
 log = structlog.get_logger(__name__)
@@ -23,8 +24,16 @@ log = structlog.get_logger(__name__)
 # them: `agenthub chat` connected to a daemon uses this module without ever loading them.
 
 
-def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> GatewayCore:
-    """A ready-to-enter GatewayCore with the agents and providers the settings describe."""
+async def open_stores(settings: Settings) -> Stores:
+    """The deployment's stores as `[store]` says; StorageError with one clear line when the database is not there."""
+    from agenthub.storage.stores import open_stores as open_from_settings
+
+    return await open_from_settings(settings)
+
+
+def build_gateway(settings: Settings, *, clock: Clock = system_clock, stores: Stores | None = None) -> GatewayCore:
+    """A ready-to-enter GatewayCore with the agents and providers the settings describe; its session histories in
+    `stores` (default: the files of the data directory)."""
     from agenthub.agent.definition import load_agents
     from agenthub.gateway.core import GatewayCore
     from agenthub.gateway.memory_host import attach_memory_layer
@@ -35,7 +44,12 @@ def build_gateway(settings: Settings, *, clock: Clock = system_clock) -> Gateway
     migrate_at_start(settings.workspace_dir, settings.agents_dir)
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
     providers = ProviderRegistry.from_settings(settings.llm)
-    gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock)
+    history = None
+    if stores is not None and stores.backend != "files":
+        from agenthub.session.history import SessionHistory
+
+        history = SessionHistory(store=stores.sessions, clock=clock)
+    gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock, history=history)
     attach_memory_layer(gateway)
     attach_scheduler(gateway)
     return gateway
@@ -62,14 +76,22 @@ def build_api(gateway: GatewayCore, routes: WebRoutes) -> HttpApi:
     return HttpApi(api_services(gateway), routes, gateway.settings.channels.get("http", {}))
 
 
-def channel_context(settings: Settings, gateway: Submitter, routes: WebRoutes, name: str) -> ChannelContext:
-    """What channel `name` is built with; its private state lives in `data/.channels/<name>/`."""
+def channel_context(
+    settings: Settings, gateway: Submitter, routes: WebRoutes, name: str, stores: Stores | None = None
+) -> ChannelContext:
+    """What channel `name` is built with; its private state lives in `data/.channels/<name>/`, its dedup memories
+    in `stores` (default: files there too)."""
+    state_dir = settings.data_dir / ".channels" / name
     return ChannelContext(
-        gateway=gateway, settings=settings, web=routes, state_dir=settings.data_dir / ".channels" / name
+        gateway=gateway,
+        settings=settings,
+        web=routes,
+        state_dir=state_dir,
+        open_seen_ids=None if stores is None else stores.seen_ids_for(name, state_dir),
     )
 
 
-def web_server(settings: Settings, gateway: GatewayCore) -> WebServer:
+def web_server(settings: Settings, gateway: GatewayCore, stores: Stores | None = None) -> WebServer:
     """The daemon's one HTTP server, bounded as `[http]` says (nothing mounted or listening yet)."""
     from agenthub.http_guard import RESERVED_FDS, ConnectionLimits
     from agenthub.web import WebServer
@@ -81,22 +103,24 @@ def web_server(settings: Settings, gateway: GatewayCore) -> WebServer:
         max_connections=http.max_connections,
         reserved_fds=RESERVED_FDS + settings.session.max_concurrent_llm,
     )
-    return WebServer(gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes, limits=limits)
+    return WebServer(
+        gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes, limits=limits, stores=stores
+    )
 
 
-def assemble(settings: Settings, gateway: GatewayCore) -> tuple[WebServer, list[Channel]]:
+def assemble(settings: Settings, gateway: GatewayCore, stores: Stores | None = None) -> tuple[WebServer, list[Channel]]:
     """The HTTP server with the API (unless `[http] enabled = false`) and every enabled channel built and their
     routes mounted (nothing started yet). A channel that fails to build is logged by name and left out; the
     others go on. A bad `[channels.http]` is a `ConfigError`: it stops start-up."""
     from agenthub.api.server import api_config
 
     api_config(settings.channels.get("http", {}))  # also with the server off: a stray key is never silently dropped
-    server = web_server(settings, gateway)
+    server = web_server(settings, gateway, stores)
     routes = WebRoutes()
     built: list[Channel] = [build_api(gateway, routes)] if settings.http.enabled else []
     for name, raw in enabled_channels(settings):
         try:
-            built.append(load_channel_class(name)(channel_context(settings, gateway, routes, name), raw))
+            built.append(load_channel_class(name)(channel_context(settings, gateway, routes, name, stores), raw))
         except Exception as e:
             log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)
     server.mount(routes)

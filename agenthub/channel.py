@@ -13,6 +13,7 @@ from agenthub.messages import InboundMessage, OutboundMessage
 
 if TYPE_CHECKING:
     from agenthub.config import Settings
+    from agenthub.dedup import SeenIdsOpener
     from agenthub.gateway.handle import ReplyHandle
 
 
@@ -68,6 +69,8 @@ class ChannelContext:
     web: WebRoutes
     state_dir: Path
     """A private directory for the channel's durable state (dedup memory, tokens): `data/.channels/<name>/`."""
+    open_seen_ids: SeenIdsOpener | None = None
+    """Opens the channel's dedup memories in the deployment's store (`[store]`); None: files in `state_dir`."""
 
 
 class ChannelFactory(Protocol):

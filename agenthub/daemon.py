@@ -11,7 +11,7 @@ from typing import TextIO
 import structlog
 
 from agenthub.agent.definition import load_agents
-from agenthub.app import assemble, build_gateway
+from agenthub.app import assemble, build_gateway, open_stores
 from agenthub.channel import Channel
 from agenthub.config import Settings
 from agenthub.datalock import DataDirLock
@@ -19,6 +19,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
 from agenthub.storage.atomic import remove_stale_temp_files
+from agenthub.storage.stores import Stores
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
 from agenthub.web import WebServer
@@ -48,8 +49,12 @@ class Daemon:
         self.lock.acquire()
         try:
             await self._remove_stale_temp_files()
-            async with build_gateway(self.settings) as gateway:
-                await self._serve(gateway)
+            stores = await open_stores(self.settings)  # a database that is not there stops start-up here
+            try:
+                async with build_gateway(self.settings, stores=stores) as gateway:
+                    await self._serve(gateway, stores)
+            finally:
+                await stores.aclose()
         finally:
             self.lock.release()
         log.info("daemon_stopped")
@@ -61,10 +66,10 @@ class Daemon:
         removed = await asyncio.to_thread(remove_stale_temp_files, roots)
         log.info("stale_temp_files_removed", count=removed)
 
-    async def _serve(self, gateway: GatewayCore) -> None:
+    async def _serve(self, gateway: GatewayCore, stores: Stores) -> None:
         http = self.settings.http
         created_token = self._first_console_token()  # before channels start: the http channel warns if none
-        server, self.channels = assemble(self.settings, gateway)
+        server, self.channels = assemble(self.settings, gateway, stores)
         self.server = server
         await server.start()
         self.lock.acquire_info(f"http={http.host}:{server.port}")

@@ -7,11 +7,12 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from agenthub.errors import StorageError
 from agenthub.messages import Attachment, InboundMessage
@@ -23,12 +24,18 @@ REPO = Path(__file__).resolve().parents[2]
 InboxFactory = Callable[[Path], Inbox]
 
 
-def _postgres(stack: ExitStack) -> InboxFactory:
+def _postgres(stack: AsyncExitStack) -> InboxFactory:
     dsn = migrated(stack.enter_context(fresh_database()))
-    return lambda data_dir: PostgresInbox(Database(dsn))
+
+    def open_inbox(data_dir: Path) -> Inbox:
+        database = Database(dsn)
+        stack.push_async_callback(database.close)  # before the database is dropped: closed last in, first out
+        return PostgresInbox(database)
+
+    return open_inbox
 
 
-FACTORIES: dict[str, Callable[[ExitStack], InboxFactory]] = {
+FACTORIES: dict[str, Callable[[AsyncExitStack], InboxFactory]] = {
     "files": lambda stack: FileInbox,
     "memory": lambda stack: lambda data_dir: InMemoryInbox(),
     "postgres": _postgres,
@@ -42,9 +49,9 @@ def message(n: int, chat: str = "c1") -> InboundMessage:
     )
 
 
-@pytest.fixture(params=sorted(FACTORIES))
-def make_inbox(request: pytest.FixtureRequest) -> Iterator[InboxFactory]:
-    with ExitStack() as stack:
+@pytest_asyncio.fixture(params=sorted(FACTORIES))
+async def make_inbox(request: pytest.FixtureRequest) -> AsyncIterator[InboxFactory]:
+    async with AsyncExitStack() as stack:
         yield FACTORIES[str(request.param)](stack)
 
 
@@ -83,7 +90,7 @@ async def test_fifty_writers_at_the_same_moment_each_get_a_distinct_ordered_entr
 
 @pytest.mark.parametrize("name", ["files", "postgres"])
 async def test_a_reopened_inbox_lists_what_was_accepted_and_not_settled(tmp_path: Path, name: str) -> None:
-    with ExitStack() as stack:
+    async with AsyncExitStack() as stack:
         make = FACTORIES[name](stack)
         first = make(tmp_path)
         sent = [message(n) for n in range(4)]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 import pytest
+import pytest_asyncio
 
 from agenthub.clock import ManualClock
 from agenthub.errors import StorageError
@@ -25,7 +26,7 @@ class Leases:
     expire: Callable[[], Awaitable[None]]
 
 
-def _in_process(stack: ExitStack) -> Leases:
+def _in_process(stack: AsyncExitStack) -> Leases:
     clock = ManualClock()
 
     async def expire() -> None:
@@ -34,18 +35,19 @@ def _in_process(stack: ExitStack) -> Leases:
     return Leases(InProcessLeases(clock=clock), 15, expire)
 
 
-def _postgres(stack: ExitStack) -> Leases:
+def _postgres(stack: AsyncExitStack) -> Leases:
     """The database's clock judges expiry: a short TTL, and a real wait past it."""
-    dsn = migrated(stack.enter_context(fresh_database()))
-    return Leases(PostgresLeases(Database(dsn)), 2.0, lambda: asyncio.sleep(2.1))
+    database = Database(migrated(stack.enter_context(fresh_database())))
+    stack.push_async_callback(database.close)
+    return Leases(PostgresLeases(database), 2.0, lambda: asyncio.sleep(2.1))
 
 
-LEASE_FACTORIES: dict[str, Callable[[ExitStack], Leases]] = {"in-process": _in_process, "postgres": _postgres}
+LEASE_FACTORIES: dict[str, Callable[[AsyncExitStack], Leases]] = {"in-process": _in_process, "postgres": _postgres}
 
 
-@pytest.fixture(params=sorted(LEASE_FACTORIES))
-def leases(request: pytest.FixtureRequest) -> Iterator[Leases]:
-    with ExitStack() as stack:
+@pytest_asyncio.fixture(params=sorted(LEASE_FACTORIES))
+async def leases(request: pytest.FixtureRequest) -> AsyncIterator[Leases]:
+    async with AsyncExitStack() as stack:
         yield LEASE_FACTORIES[str(request.param)](stack)
 
 

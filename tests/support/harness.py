@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import pytest_asyncio
 
-from agenthub.app import assemble, build_gateway
+from agenthub.app import assemble, build_gateway, open_stores
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.tokens import TokenStore
@@ -51,8 +51,11 @@ async def running_api(settings: Settings) -> AsyncIterator[RunningApi]:
     """The daemon's server and channels on `settings` (any port), with a token named `test`."""
     settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": 0})})
     token = TokenStore(settings.auth_dir).create("test")
-    async with build_gateway(settings) as gateway:
-        server, channels = assemble(settings, gateway)
+    stores = await open_stores(settings)
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(stores.aclose)
+        gateway = await stack.enter_async_context(build_gateway(settings, stores=stores))
+        server, channels = assemble(settings, gateway, stores)
         await server.start()
         for channel in channels:
             await channel.start()
