@@ -53,6 +53,20 @@ class PostgresInbox:
             self._depth = len(entries)
         return entries
 
+    async def restore(self, entry: InboxEntry) -> bool:
+        """Store an entry accepted elsewhere under its own id and time (`agenthub store migrate`); False when it is
+        there already. Its seq is new, in the order entries are restored."""
+        params = {"id": entry.id, "source": entry.source, "at": entry.accepted_at, "payload": json_text(entry.payload)}
+        async with self.database.connection("copy an unanswered message") as conn:
+            cursor = await conn.execute(
+                "INSERT INTO inbox (id, source, accepted_at, payload) "
+                "VALUES (%(id)s, %(source)s, %(at)s, %(payload)s::json) ON CONFLICT (id) DO NOTHING",
+                params,
+            )
+        if cursor.rowcount > 0:
+            self._depth += 1
+        return cursor.rowcount > 0
+
     def depth(self) -> int:
         return self._depth
 
