@@ -69,11 +69,13 @@ def api_services(gateway: GatewayCore) -> ApiServices:
     )
 
 
-def build_api(gateway: GatewayCore, routes: WebRoutes) -> HttpApi:
-    """The HTTP API and console, its routes added to `routes`; `ConfigError` for a bad `[channels.http]`."""
+def build_api(gateway: GatewayCore, routes: WebRoutes, stores: Stores | None = None) -> HttpApi:
+    """The HTTP API and console, its routes added to `routes`, its tokens from `stores` (default: the files);
+    `ConfigError` for a bad `[channels.http]`."""
     from agenthub.api.server import HttpApi
 
-    return HttpApi(api_services(gateway), routes, gateway.settings.channels.get("http", {}))
+    tokens = None if stores is None else stores.tokens
+    return HttpApi(api_services(gateway), routes, gateway.settings.channels.get("http", {}), tokens)
 
 
 def channel_context(
@@ -117,7 +119,7 @@ def assemble(settings: Settings, gateway: GatewayCore, stores: Stores | None = N
     api_config(settings.channels.get("http", {}))  # also with the server off: a stray key is never silently dropped
     server = web_server(settings, gateway, stores)
     routes = WebRoutes()
-    built: list[Channel] = [build_api(gateway, routes)] if settings.http.enabled else []
+    built: list[Channel] = [build_api(gateway, routes, stores)] if settings.http.enabled else []
     for name, raw in enabled_channels(settings):
         try:
             built.append(load_channel_class(name)(channel_context(settings, gateway, routes, name, stores), raw))

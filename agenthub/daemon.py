@@ -68,7 +68,7 @@ class Daemon:
 
     async def _serve(self, gateway: GatewayCore, stores: Stores) -> None:
         http = self.settings.http
-        created_token = self._first_console_token()  # before channels start: the http channel warns if none
+        created_token = await self._first_console_token(stores)  # before channels start: the API warns if none
         server, self.channels = assemble(self.settings, gateway, stores)
         self.server = server
         await server.start()
@@ -140,10 +140,19 @@ class Daemon:
         gateway.mcp.sync(fresh.agents.values())
         log.info("agents_reloaded", agents=fresh.names(), broken=sorted(fresh.errors))
 
-    def _first_console_token(self) -> str | None:
+    async def _first_console_token(self, stores: Stores) -> str | None:
         """With the console hint on and no token anywhere, create one named `console`; return it (else None)."""
         if self.console is None:
             return None
+        if stores.tokens is not None:  # postgres: the tokens every instance reads
+            if await stores.tokens.has_tokens():
+                return None
+            try:
+                created = await stores.tokens.create("console")
+            except ValueError:  # another instance starting at the same moment made it
+                return None
+            log.info("console_token_created", name="console")
+            return created
         store = TokenStore(self.settings.auth_dir, [t.get_secret_value() for t in self.settings.http.tokens])
         if store.has_tokens():
             return None

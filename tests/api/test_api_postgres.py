@@ -34,3 +34,22 @@ async def test_two_instances_see_each_other_s_sessions_at_once(
         assert (await b.call("DELETE", AGENT + "/sessions/s1"))[0] == 204
         missing: tuple[int, Any] = await a.call("GET", AGENT + "/sessions/s1/messages")
         assert missing[0] == 404  # A held s1 in its cache: the database's answer wins
+
+
+async def test_a_token_made_on_one_instance_opens_the_other_and_its_revocation_closes_both(
+    tmp_path: Path, postgres_dsn: str, fake_llm: FakeAnthropic
+) -> None:
+    def instance(name: str) -> Settings:
+        return make_settings(tmp_path / name, fake_llm.base_url, store={"backend": "postgres", "dsn": postgres_dsn})
+
+    async with running_api(instance("a")) as a, running_api(instance("b")) as b:
+        stores = a.server.stores
+        assert stores is not None and stores.tokens is not None
+        ci = await stores.tokens.create("ci")
+        for instance_ in (a, b):
+            status, _ = await instance_.call("GET", "/api/agents", headers={"Authorization": f"Bearer {ci}"})
+            assert status == 200
+        assert await stores.tokens.revoke("ci")
+        for instance_ in (a, b):
+            status, _ = await instance_.call("GET", "/api/agents", headers={"Authorization": f"Bearer {ci}"})
+            assert status == 401

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -50,10 +51,13 @@ async def api(settings: Settings) -> AsyncIterator[RunningApi]:
 async def running_api(settings: Settings) -> AsyncIterator[RunningApi]:
     """The daemon's server and channels on `settings` (any port), with a token named `test`."""
     settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": 0})})
-    token = TokenStore(settings.auth_dir).create("test")
     stores = await open_stores(settings)
     async with AsyncExitStack() as stack:
         stack.push_async_callback(stores.aclose)
+        if stores.tokens is None:
+            token = TokenStore(settings.auth_dir).create("test")
+        else:  # one database for every instance: each its own token
+            token = await stores.tokens.create(f"test-{secrets.token_hex(4)}")
         gateway = await stack.enter_async_context(build_gateway(settings, stores=stores))
         server, channels = assemble(settings, gateway, stores)
         await server.start()
