@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from agenthub.clock import ManualClock
 from agenthub.errors import StorageError
 from agenthub.storage.inbox import Inbox
 from agenthub.storage.keys import session_key
@@ -195,3 +196,14 @@ async def until_it_works(operation: Callable[[], Awaitable[Any]]) -> None:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.1)
+
+
+async def test_lease_expiry_is_judged_by_the_database_s_clock_not_the_instances(
+    two_instances: tuple[Database, Database],
+) -> None:
+    early, late = ManualClock(1_700_000_000.0), ManualClock(1_700_000_000.0 + 3600)  # clocks an hour apart
+    a, b = PostgresLeases(two_instances[0], clock=early), PostgresLeases(two_instances[1], clock=late)
+    held = await a.acquire("l3", "a", ttl_s=15)
+    assert held is not None and held.expires_at == early() + 15  # on a's own clock, counted from before the call
+    assert await b.acquire("l3", "b", ttl_s=15) is None  # b's clock says an hour later: the database says 0 s
+    assert await a.renew(held, ttl_s=15) is not None
