@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from agenthub.api.server import HttpApi
     from agenthub.gateway.core import GatewayCore
     from agenthub.storage.inbox import Inbox
+    from agenthub.storage.stores import Stores
     from agenthub.web import WebServer
 
 log = structlog.get_logger(__name__)
@@ -25,11 +26,23 @@ log = structlog.get_logger(__name__)
 # them: `agenthub chat` connected to a daemon uses this module without ever loading them.
 
 
+async def open_stores(settings: Settings) -> Stores:
+    """The deployment's stores as `[store]` says; StorageError with one clear line when the database is not there."""
+    from agenthub.storage.stores import open_stores as open_from_settings
+
+    return await open_from_settings(settings)
+
+
 def build_gateway(
-    settings: Settings, *, clock: Clock = system_clock, leases: InstanceLeases | None = None
+    settings: Settings,
+    *,
+    clock: Clock = system_clock,
+    stores: Stores | None = None,
+    leases: InstanceLeases | None = None,
 ) -> GatewayCore:
-    """A ready-to-enter GatewayCore with the agents and providers the settings describe; `leases`: the
-    deployment's singleton leases (default: this instance's own, as in files mode, where it holds them all)."""
+    """A ready-to-enter GatewayCore with the agents and providers the settings describe; its session histories in
+    `stores` (default: the files of the data directory); `leases`: the deployment's singleton leases (default:
+    those of `stores`, else this instance's own, as in files mode, where it holds them all)."""
     from agenthub.agent.definition import load_agents
     from agenthub.gateway.core import GatewayCore
     from agenthub.gateway.memory_host import attach_memory_layer
@@ -40,18 +53,17 @@ def build_gateway(
     migrate_at_start(settings.workspace_dir, settings.agents_dir)
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
     providers = ProviderRegistry.from_settings(settings.llm)
-    gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock, leases=leases)
+    if leases is None and stores is not None:
+        leases = InstanceLeases(store=stores.leases, ttl_s=settings.store.lease_s)
+    history = None
+    if stores is not None and stores.backend != "files":
+        from agenthub.session.history import SessionHistory
+
+        history = SessionHistory(store=stores.sessions, clock=clock)
+    gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock, history=history, leases=leases)
     attach_memory_layer(gateway)
     attach_scheduler(gateway)
     return gateway
-
-
-def open_inbox(settings: Settings) -> Inbox:
-    """The durable inbox (design §12): the journal `data/.inbox.jsonl` (blocking: it reads the journal).
-    With `[store] backend = "postgres"` it is still this instance's journal until the inbox has a table."""
-    from agenthub.storage.inbox import FileInbox
-
-    return FileInbox(settings.data_dir, fsync=settings.session.fsync)
 
 
 def api_services(gateway: GatewayCore, inbox: Inbox) -> ApiServices:
@@ -70,14 +82,17 @@ def api_services(gateway: GatewayCore, inbox: Inbox) -> ApiServices:
     )
 
 
-def build_api(gateway: GatewayCore, routes: WebRoutes, inbox: Inbox | None = None) -> HttpApi:
-    """The HTTP API and console, its routes added to `routes` (chat requests stored in `inbox`, an in-memory one
-    when none is given); `ConfigError` for a bad `[channels.http]`."""
+def build_api(
+    gateway: GatewayCore, routes: WebRoutes, stores: Stores | None = None, inbox: Inbox | None = None
+) -> HttpApi:
+    """The HTTP API and console, its routes added to `routes`, its tokens from `stores` (default: the files), chat
+    requests stored in `inbox` (an in-memory one when none is given); `ConfigError` for a bad `[channels.http]`."""
     from agenthub.api.server import HttpApi
     from agenthub.storage.inbox import InMemoryInbox
 
+    tokens = None if stores is None else stores.tokens
     services = api_services(gateway, inbox or InMemoryInbox())
-    return HttpApi(services, routes, gateway.settings.channels.get("http", {}))
+    return HttpApi(services, routes, gateway.settings.channels.get("http", {}), tokens)
 
 
 def channel_context(
@@ -85,25 +100,30 @@ def channel_context(
     gateway: Submitter,
     routes: WebRoutes,
     name: str,
+    stores: Stores | None = None,
     inbox: Inbox | None = None,
     leases: InstanceLeases | None = None,
 ) -> ChannelContext:
-    """What channel `name` is built with; its private state lives in `data/.channels/<name>/`; without an
-    `inbox` (the in-process `agenthub chat`) accepted messages live as long as the process; `leases`: the
-    gateway's (default: this instance's own)."""
+    """What channel `name` is built with; its private state lives in `data/.channels/<name>/`, its dedup memories
+    in `stores` (default: files there too); without an `inbox` (the in-process `agenthub chat`) accepted messages
+    live as long as the process; `leases`: the gateway's (default: this instance's own)."""
     from agenthub.storage.inbox import InMemoryInbox
 
+    state_dir = settings.data_dir / ".channels" / name
     return ChannelContext(
         gateway=gateway,
         settings=settings,
         web=routes,
-        state_dir=settings.data_dir / ".channels" / name,
+        state_dir=state_dir,
         inbox=inbox or InMemoryInbox(),
         leases=leases or InstanceLeases(ttl_s=settings.store.lease_s),
+        open_seen_ids=None if stores is None else stores.seen_ids_for(name, state_dir),
     )
 
 
-def web_server(settings: Settings, gateway: GatewayCore, inbox: Inbox | None = None) -> WebServer:
+def web_server(
+    settings: Settings, gateway: GatewayCore, stores: Stores | None = None, inbox: Inbox | None = None
+) -> WebServer:
     """The daemon's one HTTP server, bounded as `[http]` says (nothing mounted or listening yet)."""
     from agenthub.http_guard import RESERVED_FDS, ConnectionLimits
     from agenthub.web import WebServer
@@ -116,11 +136,19 @@ def web_server(settings: Settings, gateway: GatewayCore, inbox: Inbox | None = N
         reserved_fds=RESERVED_FDS + settings.session.max_concurrent_llm,
     )
     return WebServer(
-        gateway, host=http.host, port=http.port, max_body_bytes=http.max_body_bytes, limits=limits, inbox=inbox
+        gateway,
+        host=http.host,
+        port=http.port,
+        max_body_bytes=http.max_body_bytes,
+        limits=limits,
+        inbox=inbox,
+        stores=stores,
     )
 
 
-def assemble(settings: Settings, gateway: GatewayCore, inbox: Inbox | None = None) -> tuple[WebServer, list[Channel]]:
+def assemble(
+    settings: Settings, gateway: GatewayCore, stores: Stores | None = None, *, inbox: Inbox | None = None
+) -> tuple[WebServer, list[Channel]]:
     """The HTTP server with the API (unless `[http] enabled = false`) and every enabled channel built and their
     routes mounted (nothing started yet), all on one `inbox` (the daemon's durable one; an in-memory one when
     none is given). A channel that fails to build is logged by name and left out; the others go on. A bad
@@ -129,13 +157,15 @@ def assemble(settings: Settings, gateway: GatewayCore, inbox: Inbox | None = Non
     from agenthub.storage.inbox import InMemoryInbox
 
     api_config(settings.channels.get("http", {}))  # also with the server off: a stray key is never silently dropped
-    inbox = inbox or InMemoryInbox()
-    server = web_server(settings, gateway, inbox)
+    if inbox is None:
+        inbox = stores.inbox if stores is not None else InMemoryInbox()
+    gateway.inbox = inbox  # forgetting a person and deleting a session drop what it keeps of answered messages
+    server = web_server(settings, gateway, stores, inbox)
     routes = WebRoutes()
-    built: list[Channel] = [build_api(gateway, routes, inbox)] if settings.http.enabled else []
+    built: list[Channel] = [build_api(gateway, routes, stores, inbox)] if settings.http.enabled else []
     for name, raw in enabled_channels(settings):
         try:
-            context = channel_context(settings, gateway, routes, name, inbox, gateway.leases)
+            context = channel_context(settings, gateway, routes, name, stores, inbox, gateway.leases)
             built.append(load_channel_class(name)(context, raw))
         except Exception as e:
             log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)

@@ -15,6 +15,7 @@ from agenthub.storage.inbox import Inbox, InboxEntry, InMemoryInbox
 
 if TYPE_CHECKING:
     from agenthub.config import Settings
+    from agenthub.dedup import SeenIdsOpener
     from agenthub.gateway.handle import ReplyHandle
 
 
@@ -88,6 +89,8 @@ class ChannelContext:
     """Where a message is stored before the platform is acknowledged (design §12); the daemon's is durable."""
     leases: InstanceLeases = field(default_factory=InstanceLeases)
     """The deployment's leases, for what only one instance may hold (a WeCom AI bot's long connection)."""
+    open_seen_ids: SeenIdsOpener | None = None
+    """Opens the channel's dedup memories in the deployment's store (`[store]`); None: files in `state_dir`."""
 
 
 class ChannelFactory(Protocol):

@@ -11,7 +11,7 @@ from typing import TextIO
 import structlog
 
 from agenthub.agent.definition import load_agents
-from agenthub.app import assemble, build_gateway, open_inbox
+from agenthub.app import assemble, build_gateway, open_stores
 from agenthub.channel import Channel
 from agenthub.config import Settings
 from agenthub.datalock import DataDirLock
@@ -20,7 +20,8 @@ from agenthub.inbox_flow import InboxSubmitter, resume_channels, resume_http
 from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
 from agenthub.storage.atomic import remove_stale_temp_files
-from agenthub.storage.inbox import Inbox, InboxEntry
+from agenthub.storage.inbox import InboxEntry
+from agenthub.storage.stores import Stores
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
 from agenthub.web import WebServer
@@ -50,12 +51,13 @@ class Daemon:
         self.lock.acquire()
         try:
             await self._remove_stale_temp_files()
-            inbox = await asyncio.to_thread(open_inbox, self.settings)
+            stores = await open_stores(self.settings)  # a database that is not there stops start-up here
             try:
-                async with build_gateway(self.settings) as gateway:
-                    await self._serve(gateway, inbox)
+                await asyncio.to_thread(lambda: stores.inbox)  # the files inbox reads its journal: off the loop
+                async with build_gateway(self.settings, stores=stores) as gateway:
+                    await self._serve(gateway, stores)
             finally:
-                await inbox.aclose()
+                await stores.aclose()
         finally:
             self.lock.release()
         log.info("daemon_stopped")
@@ -67,11 +69,12 @@ class Daemon:
         removed = await asyncio.to_thread(remove_stale_temp_files, roots)
         log.info("stale_temp_files_removed", count=removed)
 
-    async def _serve(self, gateway: GatewayCore, inbox: Inbox) -> None:
+    async def _serve(self, gateway: GatewayCore, stores: Stores) -> None:
         http = self.settings.http
-        created_token = self._first_console_token()  # before channels start: the http channel warns if none
-        server, self.channels = assemble(self.settings, gateway, inbox)
+        created_token = await self._first_console_token(stores)  # before channels start: the API warns if none
+        server, self.channels = assemble(self.settings, gateway, stores)
         self.server = server
+        inbox = stores.inbox
         unsettled = await inbox.unsettled()  # what the last run accepted and did not answer
         resumed = InboxSubmitter(inbox, gateway)
         await resume_http(resumed, unsettled)  # queued before the server listens: ahead of any new request
@@ -155,10 +158,19 @@ class Daemon:
         gateway.mcp.sync(fresh.agents.values())
         log.info("agents_reloaded", agents=fresh.names(), broken=sorted(fresh.errors))
 
-    def _first_console_token(self) -> str | None:
+    async def _first_console_token(self, stores: Stores) -> str | None:
         """With the console hint on and no token anywhere, create one named `console`; return it (else None)."""
         if self.console is None:
             return None
+        if stores.tokens is not None:  # postgres: the tokens every instance reads
+            if await stores.tokens.has_tokens():
+                return None
+            try:
+                created = await stores.tokens.create("console")
+            except ValueError:  # another instance starting at the same moment made it
+                return None
+            log.info("console_token_created", name="console")
+            return created
         store = TokenStore(self.settings.auth_dir, [t.get_secret_value() for t in self.settings.http.tokens])
         if store.has_tokens():
             return None

@@ -9,6 +9,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 
@@ -18,6 +19,22 @@ from agenthub.storage import jsonl
 from agenthub.storage.atomic import atomic_write_bytes
 
 log = structlog.get_logger(__name__)
+
+
+class SeenIds(Protocol):
+    """A durable TTL set of ids shared by a channel's credentials: `DedupStore`'s JSONL file (files) or
+    `PostgresSeenIds` (postgres, shared by every instance)."""
+
+    @property
+    def ttl_s(self) -> float: ...
+
+    def __len__(self) -> int: ...
+
+    async def check_and_add(self, key: str) -> bool: ...
+
+
+SeenIdsOpener = Callable[[str, float], SeenIds]
+"""(name, ttl_s) → a channel's dedup memory `name`: what `ChannelContext.open_seen_ids` holds."""
 
 
 class DedupStore:

@@ -10,7 +10,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agenthub import jsonsafe
 from agenthub.errors import ConfigError
@@ -27,8 +27,38 @@ MAX_NAME_BYTES = 64
 """A token's name is also the HTTP sender id, which per-user memory uses in a file name."""
 
 
+class TokenCheck(Protocol):
+    """What the API's auth guard asks: `TokenStore` over `auth/tokens.json` (files) or `PostgresTokens`."""
+
+    async def identify(self, token: str) -> str | None: ...
+
+    async def has_tokens(self) -> bool: ...
+
+
+class FileTokenCheck:
+    """`TokenCheck` over a `TokenStore` (a stat, and a read only when the file changed)."""
+
+    def __init__(self, store: TokenStore) -> None:
+        self.store = store
+
+    async def identify(self, token: str) -> str | None:
+        return self.store.identify(token)
+
+    async def has_tokens(self) -> bool:
+        return self.store.has_tokens()
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def check_new_name(name: str) -> None:
+    """ValueError (InvalidIdError) unless `name` may name a new token."""
+    validate_part("token name", name)  # it is also the HTTP sender id, which per-user memory uses in a path
+    if RESERVED_NAME.fullmatch(name):
+        raise ValueError(f"token name {name!r} is reserved for tokens from the http.tokens setting")
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise ValueError(f"token name is longer than {MAX_NAME_BYTES} bytes (UTF-8)")
 
 
 @dataclass(frozen=True)
@@ -66,11 +96,7 @@ class TokenStore:
 
     def create(self, name: str) -> str:
         """Make a new token, store its hash under `name`, and return the token (shown once, never stored)."""
-        validate_part("token name", name)  # it is also the HTTP sender id, which per-user memory uses in a path
-        if RESERVED_NAME.fullmatch(name):
-            raise ValueError(f"token name {name!r} is reserved for tokens from the http.tokens setting")
-        if len(name.encode("utf-8")) > MAX_NAME_BYTES:
-            raise ValueError(f"token name is longer than {MAX_NAME_BYTES} bytes (UTF-8)")
+        check_new_name(name)
         if any(t.name == name for t in self.stored()):
             raise ValueError(f"a token named {name!r} already exists")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)

@@ -15,6 +15,7 @@ from agenthub.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, Conn
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
     from agenthub.storage.inbox import Inbox
+    from agenthub.storage.stores import Stores
 
 log = structlog.get_logger(__name__)
 
@@ -85,9 +86,11 @@ class WebServer:
         max_body_bytes: int,
         limits: ConnectionLimits | None = None,
         inbox: Inbox | None = None,
+        stores: Stores | None = None,
     ) -> None:
         self.gateway = gateway
         self.inbox = inbox
+        self.stores = stores
         self.host = host
         self.port = port
         self.ready = False
@@ -146,10 +149,20 @@ class WebServer:
     async def _readyz(self, request: web.Request) -> web.Response:
         if not self.ready:
             return web.json_response({"status": "starting"}, status=503)
-        return web.json_response({"status": "ready", "agents": self.gateway.agents.names()})
+        store = "files" if self.stores is None else self.stores.backend
+        if self.stores is not None and not await self.stores.reachable():
+            return web.json_response({"status": "store_unavailable", "store": store}, status=503)
+        return web.json_response({"status": "ready", "agents": self.gateway.agents.names(), "store": store})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=render_metrics(self.gateway, self.inbox), content_type="text/plain", charset="utf-8")
+        text = render_metrics(self.gateway, self.inbox)
+        latency = None if self.stores is None else self.stores.latency
+        if latency is not None:
+            text += "\n".join(latency.exposition(STORE_LATENCY, "Store call latency (PostgreSQL).")) + "\n"
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+
+STORE_LATENCY = "agenthub_store_latency_seconds"
 
 
 def render_metrics(gateway: GatewayCore, inbox: Inbox | None = None) -> str:

@@ -24,7 +24,7 @@ def _json(data: Any, status: int = 200) -> web.Response:
 @refuses_storage_paths
 async def context_meter(api: ApiServices, request: web.Request) -> web.Response:
     gateway = api.host
-    agent, key = session_of(request, gateway)
+    agent, key = await session_of(request, gateway)
     history = await gateway.history.load(key)
     meta = await gateway.history.get_meta(key)
     return _json(
@@ -42,7 +42,7 @@ async def context_meter(api: ApiServices, request: web.Request) -> web.Response:
 @refuses_storage_paths
 async def compact(api: ApiServices, request: web.Request) -> web.Response:
     gateway = api.host
-    agent, key = session_of(request, gateway)
+    agent, key = await session_of(request, gateway)
     if gateway.compactor is None:
         raise ApiError(501, "not_available", "compaction is not available")
     body = await parse_body(request, CompactBody, optional=True)

@@ -109,10 +109,12 @@ def key_for(agent: AgentDefinition, chat_id: str) -> SessionKey:
         raise ApiError(400, "invalid_id", str(e)) from None
 
 
-def session_of(request: web.Request, host: ApiHost, *, must_exist: bool = True) -> tuple[AgentDefinition, SessionKey]:
+async def session_of(
+    request: web.Request, host: ApiHost, *, must_exist: bool = True
+) -> tuple[AgentDefinition, SessionKey]:
     """The `{agent}` and `{chat_id}` path parameters as a key; 404 when the session does not exist."""
     agent = agent_of(request, host)
     key = key_for(agent, request.match_info["chat_id"])
-    if must_exist and not host.history.exists(key):
+    if must_exist and not await host.history.session_exists(key):
         raise ApiError(404, "session_not_found", f"no session {key.chat_id!r} for agent {agent.name!r}")
     return agent, key

@@ -24,7 +24,7 @@ from agenthub.channel import Handler, WebRoutes
 from agenthub.errors import ConfigError
 from agenthub.invocation import command_name
 from agenthub.messages import OutboundMessage
-from agenthub.tokens import TokenStore
+from agenthub.tokens import FileTokenCheck, TokenCheck, TokenStore
 
 log = structlog.get_logger(__name__)
 
@@ -76,11 +76,15 @@ class HttpApi:
 
     name = CHANNEL
 
-    def __init__(self, services: ApiServices, routes: WebRoutes, config: Mapping[str, Any]) -> None:
+    def __init__(
+        self, services: ApiServices, routes: WebRoutes, config: Mapping[str, Any], tokens: TokenCheck | None = None
+    ) -> None:
         api_config(config)  # read by i18n.channel_locale; validated here so a stray key is never silently dropped
         self.services = services
         settings = services.host.settings
-        self.tokens = TokenStore(settings.auth_dir, [t.get_secret_value() for t in settings.http.tokens])
+        self.tokens = tokens or FileTokenCheck(
+            TokenStore(settings.auth_dir, [t.get_secret_value() for t in settings.http.tokens])
+        )
         self.welcome = WelcomeCache(services.host)
         self.pushes = PushFeed()
         self._mount(routes)
@@ -115,7 +119,7 @@ class HttpApi:
     def _authenticated(self, handler: Handler) -> Handler:
         async def guarded(request: web.Request) -> web.StreamResponse:
             token = _bearer(request)
-            name = self.tokens.identify(token) if token is not None else None
+            name = await self.tokens.identify(token) if token is not None else None
             if name is None:
                 raise ApiError(401, "unauthorized", "a valid 'Authorization: Bearer <token>' header is required")
             request[TOKEN_NAME] = name
@@ -147,7 +151,7 @@ class HttpApi:
         return web.FileResponse(path)
 
     async def start(self) -> None:
-        if not self.tokens.has_tokens():
+        if not await self.tokens.has_tokens():
             log.warning("http_no_tokens", hint=f"create one with: {command_name()} token create --name console")
 
     async def stop(self) -> None:

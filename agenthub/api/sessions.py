@@ -55,7 +55,7 @@ async def create_session(api: ApiServices, request: web.Request) -> web.Response
     agent = agent_of(request, gateway)
     body = await parse_body(request, CreateSessionBody, optional=True)
     key = key_for(agent, body.chat_id or uuid.uuid4().hex[:12])
-    if gateway.history.exists(key):
+    if await gateway.history.session_exists(key):
         raise ApiError(409, "session_exists", f"session {key.chat_id!r} already exists")
     meta = await gateway.history.create(key, **({"title": body.title} if body.title else {}))
     return _json(_meta(meta), status=201)
@@ -64,14 +64,14 @@ async def create_session(api: ApiServices, request: web.Request) -> web.Response
 @refuses_storage_paths
 async def get_messages(api: ApiServices, request: web.Request) -> web.Response:
     gateway = api.host
-    _, key = session_of(request, gateway)
+    _, key = await session_of(request, gateway)
     return _json({"messages": await gateway.history.load(key)})
 
 
 @refuses_storage_paths
 async def delete_session(api: ApiServices, request: web.Request) -> web.Response:
     gateway = api.host
-    agent, key = session_of(request, gateway)
+    agent, key = await session_of(request, gateway)
     if gateway.is_busy(key):
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done")
     async with gateway.hold(key):  # no turn starts meanwhile, so no new background work either
@@ -82,6 +82,7 @@ async def delete_session(api: ApiServices, request: web.Request) -> web.Response
         await gateway.search.purge(agent.name, [key])  # not even in the index file's free pages
         for folder in chat_folders(gateway.settings.workspace_dir / agent.name, key):  # its inbox, large results
             await asyncio.to_thread(remove_chat_folder, folder)
+        await api.inbox.inbox.drop_settled()  # the durable inbox kept the session's answered messages too
     return web.Response(status=204)
 
 
@@ -97,7 +98,7 @@ def _own_memory_files(gateway: ApiHost, agent: AgentDefinition, key: SessionKey)
 @refuses_storage_paths
 async def rename_session(api: ApiServices, request: web.Request) -> web.Response:
     gateway = api.host
-    _, key = session_of(request, gateway)
+    _, key = await session_of(request, gateway)
     body = await parse_body(request, RenameBody)
     return _json(_meta(await gateway.history.update_meta(key, title=body.title.strip())))
 
@@ -105,7 +106,7 @@ async def rename_session(api: ApiServices, request: web.Request) -> web.Response
 @refuses_storage_paths
 async def pin_session(api: ApiServices, request: web.Request) -> web.Response:
     gateway = api.host
-    _, key = session_of(request, gateway)
+    _, key = await session_of(request, gateway)
     body = await parse_body(request, PinBody)
     return _json(_meta(await gateway.history.update_meta(key, pinned=body.pinned)))
 
@@ -113,7 +114,7 @@ async def pin_session(api: ApiServices, request: web.Request) -> web.Response:
 @refuses_storage_paths
 async def auto_title(api: ApiServices, request: web.Request) -> web.Response:
     gateway = api.host
-    agent, key = session_of(request, gateway)
+    agent, key = await session_of(request, gateway)
     history = await gateway.history.load(key)
     if not any(m.get("role") == "user" for m in history):
         raise ApiError(409, "session_empty", "the session has no messages to make a title from")

@@ -28,6 +28,7 @@ from agenthub.memory.files import MemoryFiles
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.store import JobStore
 from agenthub.session.history import SessionHistory
+from agenthub.storage.inbox import FileInbox
 from agenthub.storage.keys import validate_agent_name, validate_part
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -107,11 +108,18 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
             SessionHistory(settings.data_dir, fsync=settings.session.fsync),
             MemoryFiles(settings.data_dir, settings.auth_dir),
             jobs=jobs_hook(Scheduler(settings.scheduler, JobStore(settings.data_dir, durable=settings.session.fsync))),
+            settled=lambda: _drop_settled_inbox(settings),
         )
         report = await forgetter.forget_everywhere(agents, person, actor=f"cli:{_os_user()}")
         return report.as_dict()
     finally:
         lock.release()
+
+
+async def _drop_settled_inbox(settings: Settings) -> None:
+    """The durable inbox keeps answered messages until it is compacted: compact it now (the daemon is not running)."""
+    inbox = await asyncio.to_thread(FileInbox, settings.data_dir, fsync=settings.session.fsync)
+    await inbox.drop_settled()
 
 
 class RemoteRefused(AgentHubError):

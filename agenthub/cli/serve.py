@@ -8,7 +8,7 @@ from typing import Any
 
 from agenthub.config import load_settings
 from agenthub.datalock import DataDirLocked
-from agenthub.errors import ConfigError
+from agenthub.errors import ConfigError, StorageError
 from agenthub.log import configure_logging
 
 
@@ -48,3 +48,6 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"agenthub: {e}", file=sys.stderr)
         return 2
+    except StorageError as e:  # the store of [store] cannot be opened: its text names the key, never the DSN
+        print(f"agenthub: {e}", file=sys.stderr)
+        return 1

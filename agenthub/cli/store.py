@@ -1,4 +1,5 @@
-"""`agenthub store init`: create or migrate the PostgreSQL schema of `[store] dsn` (also done on every start)."""
+"""`agenthub store init`: create or migrate the PostgreSQL schema of `[store] dsn` (also done on every start);
+`agenthub store migrate --from files --to postgres`: copy a files deployment into it."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import asyncio
 import sys
 from typing import Any
 
-from agenthub.config import load_settings
+from agenthub.config import Settings, load_settings
+from agenthub.datalock import DataDirLock, DataDirLocked
 from agenthub.errors import ConfigError, StorageError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOCKED = 0, 1, 2, 3
 NOT_POSTGRES = (
     'agenthub store: [store] backend is "files", which needs no set-up; for PostgreSQL set '
     '[store] backend = "postgres" and AGENTHUB_STORE__DSN'
@@ -21,6 +23,11 @@ def add_parser(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser("store", help="manage the PostgreSQL store ([store] backend)")
     actions = parser.add_subparsers(dest="action", required=True)
     actions.add_parser("init", help="create or migrate the schema (idempotent; two instances may run it at once)")
+    copy = actions.add_parser(
+        "migrate", help="copy the files' state (sessions, memory, tokens, unanswered messages) into PostgreSQL"
+    )
+    copy.add_argument("--from", dest="source", choices=["files"], required=True)
+    copy.add_argument("--to", dest="target", choices=["postgres"], required=True)
     parser.set_defaults(run=run)
 
 
@@ -30,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"agenthub: {e}", file=sys.stderr)
         return EXIT_USAGE
+    if args.action == "migrate":
+        return _migrate(settings)
     if settings.store.backend != "postgres" or settings.store.dsn is None:
         print(NOT_POSTGRES, file=sys.stderr)
         return EXIT_USAGE
@@ -46,3 +55,61 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"schema already at version {SCHEMA_VERSION}")
     return EXIT_OK
+
+
+NO_DSN = "agenthub store migrate: set AGENTHUB_STORE__DSN to the PostgreSQL database to copy into"
+
+
+def _migrate(settings: Settings) -> int:
+    """Copy under the data directory's lock (no daemon may write the files meanwhile); print the counts."""
+    if settings.store.dsn is None:
+        print(NO_DSN, file=sys.stderr)
+        return EXIT_USAGE
+    lock = DataDirLock(settings.data_dir)
+    try:
+        lock.acquire("store migrate")
+    except DataDirLocked as e:
+        print(f"agenthub store migrate: {e}", file=sys.stderr)
+        return EXIT_LOCKED
+    try:
+        return asyncio.run(_copy(settings, settings.store.dsn.get_secret_value()))
+    except StorageError as e:
+        print(f"agenthub store migrate: {e} (run it again to resume)", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        lock.release()
+
+
+async def _copy(settings: Settings, dsn: str) -> int:
+    from agenthub.storage.copy import Target, copy_files_to_postgres, verify
+    from agenthub.storage.postgres import (
+        PostgresInbox,
+        PostgresMemoryStore,
+        PostgresSessionStore,
+        PostgresTokens,
+        open_database,
+    )
+
+    database = await open_database(dsn)
+    try:
+        target = Target(
+            PostgresSessionStore(database), PostgresMemoryStore(database), PostgresTokens(database),
+            PostgresInbox(database),
+        )  # fmt: skip
+        counts = await copy_files_to_postgres(settings.data_dir, settings.auth_dir, target, _say)
+        found = await verify(settings.data_dir, target, counts)
+    finally:
+        await database.close()
+    expected = counts.figures()
+    for what, number in expected.items():
+        copied = counts.copied.get(what, 0)
+        print(f"{what}: {number} in the files, {found[what]} in the database ({copied} copied now)")
+    if found != expected:
+        print("agenthub store migrate: the counts differ; run it again", file=sys.stderr)
+        return EXIT_FAILED
+    print("verified: every count matches")
+    return EXIT_OK
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 from typing import Any
 
 from agenthub.config import load_settings
-from agenthub.errors import ConfigError
+from agenthub.errors import ConfigError, StorageError
 from agenthub.invocation import command_name
 from agenthub.tokens import StoredToken, TokenStore
 
-EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 CREATED_FORMAT = "%Y-%m-%d %H:%M"
 """`token list` prints `NAME<TAB>created YYYY-MM-DD HH:MM` in local time, one token a line."""
 
@@ -30,7 +31,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        store = TokenStore(load_settings(args.config).auth_dir)
+        settings = load_settings(args.config)
+        if settings.store.backend == "postgres" and settings.store.dsn is not None:
+            return asyncio.run(_run_on_postgres(args, settings.store.dsn.get_secret_value()))
+        store = TokenStore(settings.auth_dir)
         if args.action == "create":
             token = store.create(args.name)
             print(token)
@@ -44,10 +48,38 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as e:
         print(f"agenthub: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except StorageError as e:
+        print(f"agenthub: {e}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+async def _run_on_postgres(args: argparse.Namespace, dsn: str) -> int:
+    """The same three actions on the tokens every instance of a PostgreSQL deployment reads."""
+    from agenthub.storage.postgres import PostgresTokens, open_database
+
+    database = await open_database(dsn)
+    try:
+        tokens = PostgresTokens(database)
+        if args.action == "create":
+            token = await tokens.create(args.name)
+            print(token)
+            print(f"Token {args.name!r} created. It is shown only this once; store it safely.", file=sys.stderr)
+            return EXIT_OK
+        if args.action == "revoke":
+            return _revoked(await tokens.revoke(args.name), args.name)
+        for stored in await tokens.stored():
+            print(list_line(stored))
+        return EXIT_OK
+    finally:
+        await database.close()
 
 
 def _revoke(store: TokenStore, name: str) -> int:
-    if not store.revoke(name):
+    return _revoked(store.revoke(name), name)
+
+
+def _revoked(done: bool, name: str) -> int:
+    if not done:
         print(f"agenthub: no token named {name!r} (see: {command_name()} token list)", file=sys.stderr)
         return EXIT_USAGE
     print(f"revoked {name}")

@@ -39,6 +39,7 @@ def gateway_forgetter(gateway: GatewayCore) -> Forgetter:
         index=gateway.search.purge,  # the live index re-reads the redacted files (its file stays open)
         exclusive=layer.processor.forgetting if layer is not None else no_memory_writers,
         jobs=None if gateway.scheduler is None else jobs_hook(gateway.scheduler),
+        settled=None if gateway.inbox is None else gateway.inbox.drop_settled,
     )
 
 

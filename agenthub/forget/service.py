@@ -94,6 +94,7 @@ class Forgetter:
         index: IndexHook | None = None,
         exclusive: MemoryExclusion = no_memory_writers,
         jobs: JobsHook | None = None,
+        settled: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
         self.history = history
@@ -103,6 +104,8 @@ class Forgetter:
         self.jobs = jobs
         """Drops the jobs the person created (with an agent, in one chat or everywhere); None: no scheduler."""
         self.index: IndexHook = index or functools.partial(drop_derived_index, settings.data_dir)
+        self.settled = settled
+        """Drops what the durable inbox keeps of answered messages (their text is the person's too)."""
 
     async def forget_in_chat(self, agent: AgentDefinition, key: SessionKey, person: Person) -> ForgetReport:
         """`/forget`: the person's messages in this chat and their profile with this agent."""
@@ -113,6 +116,7 @@ class Forgetter:
             await self._forget_memory(agent, person, outcomes, report)
             await self._scrub_shared_profile([t for o in outcomes for t in o.texts], report)
         await self._forget_jobs(agent, person, key)
+        await self._drop_settled()
         audit("chat", person, "self", [agent.name], report)
         return report
 
@@ -121,8 +125,13 @@ class Forgetter:
         report = ForgetReport()
         async with self.exclusive([a.name for a in agents]):
             await self._forget_agents(agents, person, report)
+        await self._drop_settled()
         audit("everywhere", person, actor, [a.name for a in agents], report)
         return report
+
+    async def _drop_settled(self) -> None:
+        if self.settled is not None:
+            await self.settled()
 
     async def _forget_agents(self, agents: Sequence[AgentDefinition], person: Person, report: ForgetReport) -> None:
         texts: list[str] = []

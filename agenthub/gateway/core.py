@@ -38,6 +38,7 @@ from agenthub.storage.keys import SessionKey, session_key
 if TYPE_CHECKING:
     from agenthub.memory.wiring import MemoryLayer
     from agenthub.scheduler.core import Scheduler
+    from agenthub.storage.inbox import Inbox
 
 log = structlog.get_logger(__name__)
 
@@ -95,6 +96,7 @@ class GatewayCore:
         self.compactor: Compactor | None = None
         self.mcp = McpHub()
         self.scheduler: Scheduler | None = None  # scheduled jobs, attached by the composition root
+        self.inbox: Inbox | None = None  # the durable inbox the channels and the API store into (composition root)
         self.scheduler_lease: Singleton | None = None  # runs the scheduler on one instance, from start_scheduler
         self.memory_layer: MemoryLayer | None = None  # L2/L3 and their timers, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)

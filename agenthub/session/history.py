@@ -245,6 +245,14 @@ class SessionHistory:
             return self.store.exists_now(key)
         raise TypeError("this store has no synchronous look-up: use `await history.store.exists(key)`")
 
+    async def session_exists(self, key: SessionKey) -> bool:
+        """Whether `key` has a history or a meta. A store with a quick look-up is the only writer of its data (the
+        files: one instance per data directory), so the cache may answer; any other store (PostgreSQL, written by
+        every instance) is asked each time: a session another instance deleted is never found in a stale cache."""
+        if isinstance(self.store, QuickLookup):
+            return self.exists(key)
+        return await self.store.exists(key)
+
     # ---- meta written behind -------------------------------------------------------------------
 
     def _mark_dirty(self, key: SessionKey, entry: _Entry) -> None:

@@ -47,6 +47,10 @@ class Inbox(Protocol):
 
     async def unsettled(self) -> list[InboxEntry]: ...
 
+    async def drop_settled(self) -> None:
+        """Keep nothing of answered messages (a forget, a deleted session): StorageError when refused."""
+        ...
+
     def depth(self) -> int:
         """How many accepted messages are not answered yet (for /metrics)."""
         ...
@@ -146,6 +150,9 @@ class InMemoryInbox:
     def depth(self) -> int:
         return len(self._entries.live)
 
+    async def drop_settled(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         return None
 
@@ -196,6 +203,10 @@ class FileInbox:
 
     def depth(self) -> int:
         return len(self._entries.live)
+
+    async def drop_settled(self) -> None:
+        """Settled entries stay in the journal until it is compacted; this compacts it now."""
+        await self._journal.compact()
 
     async def aclose(self) -> None:
         await self._journal.aclose()

@@ -43,6 +43,7 @@ class Journal:
         self._batch: list[JournalRecord] = []
         self._batch_done: asyncio.Future[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
+        self._io = asyncio.Lock()  # one file operation at a time: a rewrite never races an append
 
     @property
     def path(self) -> Path:
@@ -98,7 +99,8 @@ class Journal:
             self._batch, self._batch_done = [], None
             assert done is not None
             try:
-                await asyncio.to_thread(self._append, _encode(batch))
+                async with self._io:
+                    await asyncio.to_thread(self._append, _encode(batch))
             except (OSError, StorageError) as e:
                 log.error("journal_write_failed", path=str(self._path), error_type=type(e).__name__)
                 done.set_exception(e)
@@ -109,14 +111,21 @@ class Journal:
             done.set_result(None)
 
     async def _compact_if_large(self) -> None:
-        live = self._snapshot()
-        if self._lines <= 2 * len(live) + 100:
-            return
-        try:
-            await asyncio.to_thread(atomic_write_bytes, self._path, _encode(live), durable=self._fsync)
-        except OSError as e:  # the appended file is still complete; compaction is only housekeeping
-            log.warning("journal_compaction_failed", path=str(self._path), errno=e.errno)
-        else:
+        if self._lines > 2 * len(self._snapshot()) + 100:
+            try:
+                await self.compact()
+            except StorageError:  # the appended file is still complete; this compaction was only housekeeping
+                log.warning("journal_compaction_failed", path=str(self._path))
+
+    async def compact(self) -> None:
+        """Rewrite the file to the owner's snapshot now (atomically, between batches): nothing of what the snapshot
+        no longer holds stays on disk (forgetting a person, deleting a session). StorageError when refused."""
+        async with self._io:
+            live = self._snapshot()
+            try:
+                await asyncio.to_thread(atomic_write_bytes, self._path, _encode(live), durable=self._fsync)
+            except OSError as e:
+                raise StorageError("could not rewrite the journal") from e
             self._lines = len(live)
 
     def _append(self, payload: bytes) -> None:

@@ -2,32 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import structlog
 
 from agenthub.channel import ChannelContext
-from agenthub.dedup import DedupStore
+from agenthub.dedup import DedupStore, SeenIds
+from agenthub.errors import StorageError
 
 log = structlog.get_logger(__name__)
 
-
-class SeenIds(Protocol):
-    """A durable TTL set of ids shared by a channel's credentials (today `DedupStore`'s JSONL file)."""
-
-    @property
-    def ttl_s(self) -> float: ...
-
-    def __len__(self) -> int: ...
-
-    async def check_and_add(self, key: str) -> bool: ...
+__all__ = ["MessageDedup", "SeenIds", "open_seen_ids"]
 
 
 def open_seen_ids(context: ChannelContext, name: str, *, ttl_s: float) -> SeenIds:
-    """The channel's dedup memory `name`, remembering ids for `ttl_s`: today the file `<state_dir>/<name>`.
-
-    The one place a channel's dedup state is opened, so a shared backend (issue 12: PostgreSQL, dedup shared
-    by every instance) replaces this body and no channel."""
+    """The channel's dedup memory `name`, remembering ids for `ttl_s`: the one place a channel's dedup state is
+    opened. The context's store decides where it lives (the file `<state_dir>/<name>` in the files mode, a scope of
+    the shared `seen_ids` table on PostgreSQL); a context built without one uses the file."""
+    if context.open_seen_ids is not None:
+        return context.open_seen_ids(name, ttl_s)
     return DedupStore(context.state_dir / name, ttl_s=ttl_s)
 
 
@@ -59,7 +50,7 @@ class MessageDedup:
         try:
             duplicate = await self._seen.check_and_add(f"{self._cred_id}:{key}") and key not in self._forgotten
             self._forgotten.discard(key)
-        except OSError as e:
+        except (OSError, StorageError) as e:  # a file that cannot be written, a database that is away
             log.error(f"{self._channel}_dedup_unavailable", cred_id=self._cred_id, key=key, error=str(e))
             return False
         if duplicate:

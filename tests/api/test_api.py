@@ -535,11 +535,11 @@ async def test_every_request_of_a_joined_turn_gets_the_joined_answer(api: Runnin
     first = asyncio.create_task(api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "1"}))
     await fake_llm.wait_for_requests(1)
     second = asyncio.create_task(api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "2"}))
-    await until(lambda: api.gateway.queue_depth() >= 1)
+    await until(lambda: api.gateway.queue_depth() >= 2)  # the running turn counts too
     streamed = asyncio.create_task(_sse_done(api, "3"))
-    await until(lambda: api.gateway.queue_depth() >= 2)
-    third = asyncio.create_task(api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "4"}))
     await until(lambda: api.gateway.queue_depth() >= 3)
+    third = asyncio.create_task(api.call("POST", AGENT + "/chat", json={"chat_id": "j1", "content": "4"}))
+    await until(lambda: api.gateway.queue_depth() >= 4)
     release.set()
     assert (await first)[1]["reply"] == "first answer"
     (status, joined), (last_status, last) = await second, await third

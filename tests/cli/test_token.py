@@ -8,10 +8,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from agenthub.cli import main
-from agenthub.tokens import TokenStore
+from agenthub.tokens import TokenStore, hash_token
 
 
 @pytest.fixture
@@ -94,3 +95,20 @@ def test_a_new_token_is_listed_at_the_current_minute(
     assert name == "me"
     minutes = {time.strftime("created %Y-%m-%d %H:%M", time.localtime(t)) for t in (before, after)}
     assert created in minutes
+
+
+def test_on_postgres_tokens_live_in_the_database_every_instance_reads(
+    auth_dir: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AGENTHUB_STORE__BACKEND", "postgres")
+    monkeypatch.setenv("AGENTHUB_STORE__DSN", postgres_dsn)
+    assert main(["token", "create", "--name", "ci"]) == 0
+    token = capsys.readouterr().out.strip().splitlines()[-1]  # after the log line of the schema's first migration
+    assert not (auth_dir / "tokens.json").exists()
+    with psycopg.connect(postgres_dsn) as conn:
+        rows = conn.execute("SELECT name, sha256 FROM api_tokens").fetchall()
+    assert rows == [("ci", hash_token(token))]
+    assert main(["token", "create", "--name", "ci"]) == 2 and "already exists" in capsys.readouterr().err
+    assert main(["token", "list"]) == 0 and capsys.readouterr().out.startswith("ci\tcreated ")
+    assert main(["token", "revoke", "ci"]) == 0 and capsys.readouterr().out == "revoked ci\n"
+    assert main(["token", "revoke", "ci"]) == 2

@@ -13,11 +13,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from pydantic import SecretStr
 from structlog.testing import capture_logs
 
 from agenthub.cli import main
-from agenthub.config import Settings
+from agenthub.config import Settings, StoreSettings
 from agenthub.daemon import Daemon
+from agenthub.storage.postgres import PostgresTokens, open_database
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
 from tests.support.fakes.anthropic import FakeAnthropic
@@ -116,3 +118,22 @@ async def test_the_hint_names_the_command_the_daemon_was_started_with(
     )
     assert "Created an API token" not in console.getvalue()
     assert "http_no_tokens" not in events(logs)
+
+
+async def test_on_postgres_the_console_hint_s_token_is_stored_in_the_database(
+    daemon_settings: Settings, tmp_path: Path, postgres_dsn: str
+) -> None:
+    settings = daemon_settings.model_copy(
+        update={"store": StoreSettings(backend="postgres", dsn=SecretStr(postgres_dsn))}
+    )
+    console = io.StringIO()
+    async with running_daemon(settings, tmp_path, console) as base:
+        prefix = "Created an API token (shown only once): "
+        (line,) = [line for line in console.getvalue().splitlines() if line.startswith(prefix)]
+        assert await status_with(base, line[len(prefix) :]) == 200
+    assert not (settings.auth_dir / "tokens.json").exists()
+    database = await open_database(postgres_dsn)
+    try:
+        assert [t.name for t in await PostgresTokens(database).stored()] == ["console"]
+    finally:
+        await database.close()

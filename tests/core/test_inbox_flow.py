@@ -27,7 +27,7 @@ async def test_a_chat_request_the_inbox_cannot_store_gets_503_and_nothing_runs(
     with small_tmpfs(tmp_path / "inbox-disk") as disk:
         inbox = FileInbox(disk, fsync=True)
         fill(disk)  # the disk is full: accept() is refused
-        server, channels = assemble(settings, gateway, inbox)
+        server, channels = assemble(settings, gateway, inbox=inbox)
         await server.start()
         try:
             async with aiohttp.ClientSession() as client:

@@ -13,7 +13,7 @@ from agenthub.storage.files import FileSessionStore
 from agenthub.storage.memory_backend import InMemorySessionStore
 from agenthub.storage.memory_files import FileMemoryStore, InMemoryMemoryStore
 from tests.support.disks import fill, small_tmpfs
-from tests.support.postgres import postgres_backend_parts
+from tests.support.postgres import postgres_backend_parts, postgres_memory_backend_parts
 from tests.support.stores import Backend, MemoryBackend
 
 
@@ -93,9 +93,14 @@ def _memory_dict(tmp_path: Path, stack: ExitStack) -> MemoryBackend:
     return MemoryBackend("memory", store, lambda: store, failing)
 
 
+def _memory_postgres(tmp_path: Path, stack: ExitStack) -> MemoryBackend:
+    return MemoryBackend("postgres", *postgres_memory_backend_parts(stack))
+
+
 MEMORY_STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], MemoryBackend]] = {
     "files": _memory_files,
     "memory": _memory_dict,
+    "postgres": _memory_postgres,
 }
 
 

@@ -7,21 +7,40 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from agenthub.errors import StorageError
 from agenthub.messages import Attachment, InboundMessage
 from agenthub.storage.inbox import INBOX_FILE, FileInbox, Inbox, InMemoryInbox, message_from_json, message_to_json
+from agenthub.storage.postgres import Database, PostgresInbox
+from tests.support.postgres import fresh_database, migrated
 
 REPO = Path(__file__).resolve().parents[2]
 InboxFactory = Callable[[Path], Inbox]
-FACTORIES: dict[str, InboxFactory] = {
-    "files": lambda data_dir: FileInbox(data_dir),
-    "memory": lambda data_dir: InMemoryInbox(),
+
+
+def _postgres(stack: AsyncExitStack) -> InboxFactory:
+    dsn = migrated(stack.enter_context(fresh_database()))
+
+    def open_inbox(data_dir: Path) -> Inbox:
+        database = Database(dsn)
+        stack.push_async_callback(database.close)  # before the database is dropped: closed last in, first out
+        return PostgresInbox(database)
+
+    return open_inbox
+
+
+FACTORIES: dict[str, Callable[[AsyncExitStack], InboxFactory]] = {
+    "files": lambda stack: FileInbox,
+    "memory": lambda stack: lambda data_dir: InMemoryInbox(),
+    "postgres": _postgres,
 }
+"""name → factory(exit stack for its resources) of inboxes over one place (a data dir, a database)."""
 
 
 def message(n: int, chat: str = "c1") -> InboundMessage:
@@ -30,9 +49,10 @@ def message(n: int, chat: str = "c1") -> InboundMessage:
     )
 
 
-@pytest.fixture(params=sorted(FACTORIES))
-def make_inbox(request: pytest.FixtureRequest) -> InboxFactory:
-    return FACTORIES[str(request.param)]
+@pytest_asyncio.fixture(params=sorted(FACTORIES))
+async def make_inbox(request: pytest.FixtureRequest) -> AsyncIterator[InboxFactory]:
+    async with AsyncExitStack() as stack:
+        yield FACTORIES[str(request.param)](stack)
 
 
 async def test_accepted_messages_are_listed_in_order_until_settled(tmp_path: Path, make_inbox: InboxFactory) -> None:
@@ -66,6 +86,22 @@ async def test_fifty_writers_at_the_same_moment_each_get_a_distinct_ordered_entr
     assert sorted(e.id for e in listed) == sorted(ids)
     assert [e.seq for e in listed] == sorted(e.seq for e in listed)
     await inbox.aclose()
+
+
+@pytest.mark.parametrize("name", ["files", "postgres"])
+async def test_a_reopened_inbox_lists_what_was_accepted_and_not_settled(tmp_path: Path, name: str) -> None:
+    async with AsyncExitStack() as stack:
+        make = FACTORIES[name](stack)
+        first = make(tmp_path)
+        sent = [message(n) for n in range(4)]
+        entries = [await first.accept(f"wecom:app-{n % 2}", message_to_json(sent[n])) for n in range(4)]
+        await first.settle(entries[0].id)
+        await first.aclose()
+        listed = await make(tmp_path).unsettled()
+        assert [(e.id, e.seq, e.source, e.payload) for e in listed] == [
+            (e.id, e.seq, e.source, e.payload) for e in entries[1:]
+        ]
+        assert [message_from_json(e.payload) for e in listed] == sent[1:]
 
 
 async def test_the_file_inbox_survives_a_restart_with_attachments_and_metadata(tmp_path: Path) -> None:

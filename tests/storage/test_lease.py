@@ -3,19 +3,60 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+import pytest
+import pytest_asyncio
 
 from agenthub.clock import ManualClock
 from agenthub.errors import StorageError
-from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper
+from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore
+from agenthub.storage.postgres import Database, PostgresLeases
+from tests.support.postgres import fresh_database, migrated
 
 
-async def test_of_ten_contenders_at_the_same_moment_exactly_one_holds_the_lease() -> None:
-    leases = InProcessLeases(clock=ManualClock())
+@dataclass
+class Leases:
+    """A lease store under test, the TTL to use with it, and how to let a lease granted now expire."""
+
+    store: LeaseStore
+    ttl_s: float
+    expire: Callable[[], Awaitable[None]]
+
+
+def _in_process(stack: AsyncExitStack) -> Leases:
+    clock = ManualClock()
+
+    async def expire() -> None:
+        clock.advance(15.1)
+
+    return Leases(InProcessLeases(clock=clock), 15, expire)
+
+
+def _postgres(stack: AsyncExitStack) -> Leases:
+    """The database's clock judges expiry: a short TTL, and a real wait past it."""
+    database = Database(migrated(stack.enter_context(fresh_database())))
+    stack.push_async_callback(database.close)
+    return Leases(PostgresLeases(database), 2.0, lambda: asyncio.sleep(2.1))
+
+
+LEASE_FACTORIES: dict[str, Callable[[AsyncExitStack], Leases]] = {"in-process": _in_process, "postgres": _postgres}
+
+
+@pytest_asyncio.fixture(params=sorted(LEASE_FACTORIES))
+async def leases(request: pytest.FixtureRequest) -> AsyncIterator[Leases]:
+    async with AsyncExitStack() as stack:
+        yield LEASE_FACTORIES[str(request.param)](stack)
+
+
+async def test_of_ten_contenders_at_the_same_moment_exactly_one_holds_the_lease(leases: Leases) -> None:
     start = asyncio.Event()
 
     async def contend(n: int) -> Lease | None:
         await start.wait()
-        return await leases.acquire("session:a", f"instance-{n}", ttl_s=15)
+        return await leases.store.acquire("session:a", f"instance-{n}", ttl_s=leases.ttl_s)
 
     tasks = [asyncio.create_task(contend(n)) for n in range(10)]
     await asyncio.sleep(0)
@@ -24,20 +65,33 @@ async def test_of_ten_contenders_at_the_same_moment_exactly_one_holds_the_lease(
     assert len(granted) == 1
 
 
-async def test_an_expired_lease_is_taken_over_with_a_newer_token_and_the_old_holder_cannot_renew() -> None:
-    clock = ManualClock()
-    leases = InProcessLeases(clock=clock)
-    first = await leases.acquire("l3", "a", ttl_s=15)
+async def test_an_expired_lease_is_taken_over_with_a_newer_token_and_the_old_holder_cannot_renew(
+    leases: Leases,
+) -> None:
+    store, ttl = leases.store, leases.ttl_s
+    first = await store.acquire("l3", "a", ttl_s=ttl)
     assert first is not None
-    assert await leases.acquire("l3", "b", ttl_s=15) is None
-    renewed = await leases.acquire("l3", "a", ttl_s=15)
+    assert await store.acquire("l3", "b", ttl_s=ttl) is None
+    renewed = await store.acquire("l3", "a", ttl_s=ttl)
     assert renewed is not None and renewed.token == first.token  # re-acquiring one's own lease keeps the token
-    clock.advance(15.1)
-    second = await leases.acquire("l3", "b", ttl_s=15)
+    await leases.expire()
+    second = await store.acquire("l3", "b", ttl_s=ttl)
     assert second is not None and second.token > first.token
-    assert await leases.renew(first, ttl_s=15) is None
-    await leases.release(first)  # a stale release must not free the new holder's lease
-    assert await leases.acquire("l3", "c", ttl_s=15) is None
+    assert await store.renew(first, ttl_s=ttl) is None
+    await store.release(first)  # a stale release must not free the new holder's lease
+    assert await store.acquire("l3", "c", ttl_s=ttl) is None
+
+
+async def test_a_released_lease_is_free_at_once_and_its_next_grant_has_a_newer_token(leases: Leases) -> None:
+    first = await leases.store.acquire("wecom-bot", "a", ttl_s=leases.ttl_s)
+    assert first is not None
+    renewed = await leases.store.renew(first, ttl_s=leases.ttl_s)
+    assert renewed is not None and renewed.token == first.token
+    await leases.store.release(first)
+    second = await leases.store.acquire("wecom-bot", "b", ttl_s=leases.ttl_s)
+    assert second is not None and second.token > first.token
+    again = await leases.store.acquire("wecom-bot", "a", ttl_s=leases.ttl_s)
+    assert again is None
 
 
 class FlakyLeases(InProcessLeases):

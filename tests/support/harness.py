@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import pytest_asyncio
 
-from agenthub.app import assemble, build_gateway
+from agenthub.app import assemble, build_gateway, open_stores
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.tokens import TokenStore
@@ -50,9 +51,15 @@ async def api(settings: Settings) -> AsyncIterator[RunningApi]:
 async def running_api(settings: Settings) -> AsyncIterator[RunningApi]:
     """The daemon's server and channels on `settings` (any port), with a token named `test`."""
     settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": 0})})
-    token = TokenStore(settings.auth_dir).create("test")
-    async with build_gateway(settings) as gateway:
-        server, channels = assemble(settings, gateway)
+    stores = await open_stores(settings)
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(stores.aclose)
+        if stores.tokens is None:
+            token = TokenStore(settings.auth_dir).create("test")
+        else:  # one database for every instance: each its own token
+            token = await stores.tokens.create(f"test-{secrets.token_hex(4)}")
+        gateway = await stack.enter_async_context(build_gateway(settings, stores=stores))
+        server, channels = assemble(settings, gateway, stores)
         await server.start()
         for channel in channels:
             await channel.start()

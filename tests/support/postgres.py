@@ -24,7 +24,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from agenthub.storage.postgres import PostgresSessionStore, lazy_postgres_store
+from agenthub.storage.postgres import Database, PostgresMemoryStore, PostgresSessionStore, lazy_postgres_store
 from agenthub.storage.postgres.database import migrate
 
 SUPERUSER = "agenthub"
@@ -299,10 +299,12 @@ def migrated(dsn: str) -> str:
 
 
 @contextmanager
-def refusing_large_writes(dsn: str, limit: int = 4096) -> Iterator[None]:
-    """While inside, the server refuses every history, archive or meta row longer than `limit` bytes (the
-    database's counterpart of a full disk), from inside the statement, so all-or-nothing is really tested."""
-    tables = ("session_records", "session_archive", "session_meta")
+def refusing_large_writes(
+    dsn: str, limit: int = 4096, tables: tuple[str, ...] = ("session_records", "session_archive", "session_meta")
+) -> Iterator[None]:
+    """While inside, the server refuses every row of `tables` (default: history, archive, meta) longer than
+    `limit` bytes (the database's counterpart of a full disk), from inside the statement, so all-or-nothing is
+    really tested."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE OR REPLACE FUNCTION refuse_large_rows() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
@@ -330,6 +332,18 @@ def postgres_backend_parts(
     database, as after a restart; the database is dropped when `stack` closes."""
     dsn = migrated(stack.enter_context(fresh_database()))
     return lazy_postgres_store(dsn), lambda: lazy_postgres_store(dsn), lambda: refusing_large_writes(dsn)
+
+
+def postgres_memory_backend_parts(
+    stack: ExitStack,
+) -> tuple[PostgresMemoryStore, Callable[[], PostgresMemoryStore], Callable[[], AbstractContextManager[None]]]:
+    """(store, reopen, failing_writes) for the MemoryStore contract suite, as `postgres_backend_parts`."""
+    dsn = migrated(stack.enter_context(fresh_database()))
+
+    def open_store() -> PostgresMemoryStore:
+        return PostgresMemoryStore(Database(dsn))
+
+    return open_store(), open_store, lambda: refusing_large_writes(dsn, tables=("memory_files",))
 
 
 @pytest.fixture(scope="session")

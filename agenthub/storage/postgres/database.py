@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import select
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -17,6 +18,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from agenthub.errors import StorageError
+from agenthub.storage.latency import Latency
 from agenthub.storage.postgres.schema import apply_migrations
 
 log = structlog.get_logger(__name__)
@@ -63,6 +65,8 @@ class Database:
         self._migrate_schema = migrate_schema
         self._pool: Pool | None = None
         self._opening = asyncio.Lock()
+        self.latency = Latency()
+        """Every `connection()` block, from asking the pool to giving the connection back (for /metrics)."""
 
     async def open(self) -> None:
         async with self._opening:
@@ -95,6 +99,7 @@ class Database:
         if self._pool is None:
             await self.open()
         assert self._pool is not None
+        started = time.perf_counter()
         try:
             async with self._pool.connection() as conn:
                 yield conn
@@ -104,6 +109,17 @@ class Database:
         except psycopg.Error as e:
             log.error("store_refused", operation=what, error=type(e).__name__, sqlstate=_sqlstate(e))
             raise StorageError(f"could not {what}: {REFUSED}") from None
+        finally:
+            self.latency.observe(time.perf_counter() - started)
+
+    async def reachable(self) -> bool:
+        """True when a round trip to the server succeeds now (for /readyz)."""
+        try:
+            async with self.connection("check the database") as conn:
+                await conn.execute("SELECT 1")
+        except StorageError:
+            return False
+        return True
 
     async def close(self) -> None:
         async with self._opening:

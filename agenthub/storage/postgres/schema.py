@@ -67,9 +67,55 @@ SESSIONS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (SESSIONS,)
-"""Append only, never edit a released one. Still to come (issue 12): memory files, dedup, API tokens, channel
-state, the L3 watermark, the inbox and leases."""
+SHARED_STATE = Migration(
+    2,
+    "memory files, the inbox, leases, dedup memory and API tokens",
+    (
+        # one row per memory file (MEMORY.md, USER.md, chat and per-user files, their `.bak`, the L3 watermark);
+        # `bytea` holds any text a file can, a NUL included (which `text` refuses)
+        """CREATE TABLE memory_files (
+            kind text NOT NULL,
+            agent text NOT NULL,
+            chat text NOT NULL,
+            person text NOT NULL,
+            backup boolean NOT NULL,
+            body bytea NOT NULL,
+            changed_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (kind, agent, chat, person, backup)
+        )""",
+        # accepted, not yet answered messages; a settled one is deleted
+        """CREATE TABLE inbox (
+            seq bigserial PRIMARY KEY,
+            id text NOT NULL UNIQUE,
+            source text NOT NULL,
+            accepted_at double precision NOT NULL,
+            payload json NOT NULL
+        )""",
+        "CREATE INDEX inbox_by_source ON inbox (source text_pattern_ops, seq)",
+        # one row per lease name, kept when released (expired at once), so its fencing token only ever grows
+        """CREATE TABLE leases (
+            name text PRIMARY KEY,
+            holder text NOT NULL,
+            token bigint NOT NULL,
+            expires_at timestamptz NOT NULL
+        )""",
+        """CREATE TABLE seen_ids (
+            scope text NOT NULL,
+            key text NOT NULL,
+            expires_at timestamptz NOT NULL,
+            PRIMARY KEY (scope, key)
+        )""",
+        "CREATE INDEX seen_ids_by_expiry ON seen_ids (expires_at)",
+        """CREATE TABLE api_tokens (
+            name text PRIMARY KEY,
+            sha256 text NOT NULL,
+            created_at bigint NOT NULL
+        )""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE)
+"""Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

@@ -56,13 +56,13 @@ def encode_records(records: Sequence[HistoryRecord]) -> list[str]:
     texts = []
     for index, record in enumerate(records):
         try:
-            texts.append(_json_text(record))
+            texts.append(json_text(record))
         except (TypeError, ValueError):
             raise MalformedRecordError(f"record {index} cannot be stored as JSON") from None
     return texts
 
 
-def _json_text(record: HistoryRecord) -> str:
+def json_text(record: object) -> str:
     """UTF-8 JSON text; a lone surrogate (not encodable as UTF-8) is kept as a `\\ud8xx` escape instead."""
     text = json.dumps(record, ensure_ascii=False, allow_nan=False)
     try:

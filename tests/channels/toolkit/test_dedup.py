@@ -7,12 +7,14 @@ from pathlib import Path
 
 from structlog.testing import LogCapture
 
+from agenthub.app import channel_context, open_stores
 from agenthub.channel import ChannelContext, WebRoutes
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.dedup import DedupStore
 from channels.toolkit.dedup import MessageDedup, open_seen_ids
 from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.roots import make_settings
 
 
 def _dedup(path: Path, cred_id: str = "main") -> MessageDedup:
@@ -69,3 +71,30 @@ async def test_a_channel_s_memory_lives_in_its_state_dir_and_survives_a_restart(
     assert (tmp_path / "state" / "demo.dedup.jsonl").is_file()
     again = MessageDedup(open_seen_ids(context, "demo.dedup.jsonl", ttl_s=60), channel="demo", cred_id="main")
     assert await again.is_duplicate("m-1") is True
+
+
+async def test_on_postgres_every_instance_s_channel_shares_one_memory(tmp_path: Path, postgres_dsn: str) -> None:
+    """A redelivery that reaches another instance behind the load balancer is still a duplicate."""
+    instances = [make_settings(tmp_path / n, store={"backend": "postgres", "dsn": postgres_dsn}) for n in "ab"]
+    stores = [await open_stores(settings) for settings in instances]
+    try:
+        contexts = [
+            channel_context(settings, ScriptedSubmitter(), WebRoutes(), "wecom", store)
+            for settings, store in zip(instances, stores, strict=True)
+        ]
+        a, b = (
+            MessageDedup(open_seen_ids(c, "app-1.dedup.jsonl", ttl_s=60), channel="wecom", cred_id="app-1")
+            for c in contexts
+        )
+        assert await a.is_duplicate("m-1") is False
+        assert await b.is_duplicate("m-1") is True
+        assert not (tmp_path / "a" / "data" / ".channels" / "wecom" / "app-1.dedup.jsonl").exists()
+        other = open_seen_ids(
+            channel_context(instances[0], ScriptedSubmitter(), WebRoutes(), "feishu", stores[0]),
+            "app-1.dedup.jsonl",
+            ttl_s=60,
+        )
+        assert await other.check_and_add("app-1:m-1") is False  # another channel's memory of the same name
+    finally:
+        for store in stores:
+            await store.aclose()

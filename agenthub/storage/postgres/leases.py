@@ -1,0 +1,57 @@
+"""`PostgresLeases`: the `LeaseStore` shared by every instance, one row per lease name. Expiry is judged by the
+database's `now()` (the instances' clocks differ); a grant to a new holder raises the fencing token."""
+
+from __future__ import annotations
+
+from agenthub.clock import Clock, system_clock
+from agenthub.storage.lease import Lease
+from agenthub.storage.postgres.database import Database
+
+_ACQUIRE = """
+INSERT INTO leases AS l (name, holder, token, expires_at)
+VALUES (%(name)s, %(holder)s, 1, now() + %(ttl)s * interval '1 second')
+ON CONFLICT (name) DO UPDATE SET
+    holder = EXCLUDED.holder,
+    token = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() THEN l.token ELSE l.token + 1 END,
+    expires_at = EXCLUDED.expires_at
+WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder
+RETURNING token
+"""
+"""One statement: free, expired or already the holder's → granted (renewed, same token, when still live); the
+row lock of ON CONFLICT makes contenders at the same moment wait for each other, so exactly one wins."""
+
+_RENEW = """
+UPDATE leases SET expires_at = now() + %(ttl)s * interval '1 second'
+WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
+RETURNING token
+"""
+_RELEASE = "UPDATE leases SET expires_at = now() WHERE name = %(name)s AND token = %(token)s AND expires_at > now()"
+"""The row stays (expired): the next grant's token is still higher than every earlier one."""
+
+
+class PostgresLeases:
+    """Leases in the table `leases`. `Lease.expires_at` is on this instance's `clock`, counted from before the
+    request was sent, so it never ends later by our clock than the database's grant does by its own."""
+
+    def __init__(self, database: Database, *, clock: Clock = system_clock) -> None:
+        self.database = database
+        self._clock = clock
+
+    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
+        sent_at = self._clock()
+        async with self.database.connection("acquire a lease") as conn:
+            cursor = await conn.execute(_ACQUIRE, {"name": name, "holder": holder, "ttl": ttl_s})
+            row = await cursor.fetchone()
+        return None if row is None else Lease(name, holder, int(row[0]), sent_at + ttl_s)
+
+    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
+        sent_at = self._clock()
+        params = {"name": lease.name, "holder": lease.holder, "token": lease.token, "ttl": ttl_s}
+        async with self.database.connection("renew a lease") as conn:
+            cursor = await conn.execute(_RENEW, params)
+            row = await cursor.fetchone()
+        return None if row is None else Lease(lease.name, lease.holder, lease.token, sent_at + ttl_s)
+
+    async def release(self, lease: Lease) -> None:
+        async with self.database.connection("release a lease") as conn:
+            await conn.execute(_RELEASE, {"name": lease.name, "token": lease.token})

@@ -1,0 +1,125 @@
+"""`Stores`: every store of one deployment, built once from `[store]`: today's files (one instance per data
+directory) or PostgreSQL (one pool shared by all of them, the state shared by every instance)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from agenthub.dedup import DedupStore, SeenIds, SeenIdsOpener
+from agenthub.storage.files import FileSessionStore
+from agenthub.storage.inbox import FileInbox, Inbox
+from agenthub.storage.latency import Latency
+from agenthub.storage.lease import InProcessLeases, LeaseStore
+from agenthub.storage.memory_files import FileMemoryStore, MemoryStore
+from agenthub.storage.store import SessionStore
+
+if TYPE_CHECKING:
+    from agenthub.config import Settings
+    from agenthub.storage.postgres import Database, PostgresTokens
+
+Backend = Literal["files", "postgres"]
+
+
+class Stores:
+    """Sessions, memory files, the inbox, leases, dedup memories and (postgres) API tokens. The files inbox opens
+    its journal on first use, so code that never asks for it never touches `data/.inbox.jsonl`."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        sessions: SessionStore,
+        memory: MemoryStore,
+        leases: LeaseStore,
+        data_dir: Path,
+        database: Database | None = None,
+        tokens: PostgresTokens | None = None,
+        fsync: bool = True,
+    ) -> None:
+        self.backend = backend
+        self.sessions, self.memory, self.leases = sessions, memory, leases
+        self.data_dir = data_dir
+        self.database = database
+        self.tokens = tokens
+        """The API tokens on PostgreSQL; None in the files mode (`TokenStore` reads `auth/tokens.json`)."""
+        self._inbox: Inbox | None = None
+        self._fsync = fsync
+
+    @property
+    def inbox(self) -> Inbox:
+        if self._inbox is None:
+            self._inbox = self._open_inbox()
+        return self._inbox
+
+    def _open_inbox(self) -> Inbox:
+        """This instance's journal in both modes for now: a shared `PostgresInbox` needs each entry claimed by the
+        instance answering it (a lease per entry), or a restarting instance would answer what another one is
+        answering right now. Until then an instance resumes only what it accepted itself."""
+        return FileInbox(self.data_dir, fsync=self._fsync)
+
+    def seen_ids_for(self, channel: str, state_dir: Path) -> SeenIdsOpener:
+        """How channel `channel` opens its dedup memories: files in `state_dir`, or its scopes of `seen_ids`."""
+        database = self.database
+        if database is None:
+            return lambda name, ttl_s: DedupStore(state_dir / name, ttl_s=ttl_s)
+
+        def shared(name: str, ttl_s: float) -> SeenIds:
+            from agenthub.storage.postgres import PostgresSeenIds
+
+            return PostgresSeenIds(database, f"{channel}/{name}", ttl_s=ttl_s)
+
+        return shared
+
+    @property
+    def latency(self) -> Latency | None:
+        """The store calls' latency (postgres; the files are measured by the turn's own figures)."""
+        return None if self.database is None else self.database.latency
+
+    async def reachable(self) -> bool:
+        """True when the store can be used now (the files: always; the database: a round trip succeeds)."""
+        return True if self.database is None else await self.database.reachable()
+
+    async def aclose(self) -> None:
+        if self._inbox is not None:
+            await self._inbox.aclose()
+        if self.database is not None:
+            await self.database.close()
+
+
+def file_stores(settings: Settings) -> Stores:
+    """Today's files of design §4."""
+    return Stores(
+        "files",
+        sessions=FileSessionStore(settings.data_dir, fsync=settings.session.fsync),
+        memory=FileMemoryStore(settings.data_dir, settings.auth_dir),
+        leases=InProcessLeases(),
+        data_dir=settings.data_dir,
+        fsync=settings.session.fsync,
+    )
+
+
+async def open_stores(settings: Settings) -> Stores:
+    """The stores `[store]` names; on PostgreSQL the schema is migrated and the pool connected first, so a wrong
+    DSN or an unreachable server is a StorageError with one clear line (never the DSN) before anything starts."""
+    if settings.store.backend == "files" or settings.store.dsn is None:
+        return file_stores(settings)
+    from agenthub.storage.postgres import (
+        PostgresLeases,
+        PostgresMemoryStore,
+        PostgresSessionStore,
+        PostgresTokens,
+        open_database,
+    )
+
+    database = await open_database(settings.store.dsn.get_secret_value())
+    extra_tokens = [t.get_secret_value() for t in settings.http.tokens]
+    return Stores(
+        "postgres",
+        sessions=PostgresSessionStore(database),
+        memory=PostgresMemoryStore(database),
+        leases=PostgresLeases(database),
+        data_dir=settings.data_dir,
+        database=database,
+        tokens=PostgresTokens(database, extra_tokens),
+    )
