@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import operator
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,38 +31,66 @@ INTERRUPTED_PLACEHOLDER = "[no reply: this turn was interrupted]"
 
 
 class Memo:
-    """One session's results of pure per-message functions, keyed by the message object (held, so its id cannot be
-    reused while the entry lives). Stored and converted messages are never changed in place, so a message seen by
-    the previous build is not converted again; `settle` keeps only what the build just used (a replace or clear
-    drops the rest)."""
+    """One session's results of pure per-message functions between builds. Histories grow by appends and no
+    message is changed in place, so each call site's items are compared by identity with the same call's items in
+    the previous build (held, so an id cannot be reused): the common prefix reuses its results at C speed, the rest
+    is looked up by identity and only what the previous build did not see is computed (a turn converts what was
+    appended; a replace with new messages recomputes). `settle` ends a build."""
 
     def __init__(self) -> None:
-        self._previous: dict[tuple[object, int], tuple[object, object]] = {}
-        self._current: dict[tuple[object, int], tuple[object, object]] = {}
+        self._previous: dict[tuple[object, ...], tuple[list[Any], list[Any]]] = {}
+        self._current: dict[tuple[object, ...], tuple[list[Any], list[Any]]] = {}
+        self._joined_before: dict[tuple[object, ...], tuple[tuple[object, ...], Any]] = {}
+        self._joined: dict[tuple[object, ...], tuple[tuple[object, ...], Any]] = {}
         self.computed = 0
 
-    def of(self, fn: Callable[..., T], obj: Any, *args: Any) -> T:
-        """`fn(obj, *args)`, computed once per `obj` (and `fn`, `args`) across builds."""
-        key = ((fn, *args), id(obj))
-        hit = self._current.get(key) or self._previous.get(key)
-        if hit is None or hit[0] is not obj:
+    def map(self, fn: Callable[..., T], items: list[Any], *args: Any) -> list[T]:
+        """`[fn(item, *args) for item in items]`, reusing the previous build's results for the items it saw."""
+        name: tuple[object, ...] = (fn, *args)
+        site = (*name, sum(1 for known in self._current if known[:-1] == name))
+        before, results = self._previous.get(site, ([], []))
+        same = list(map(operator.is_, items, before))
+        try:
+            kept = same.index(False)
+        except ValueError:
+            kept = len(same)
+        seen = {id(item): (item, result) for item, result in zip(before[kept:], results[kept:], strict=True)}
+        mapped = results[:kept]
+        for item in items[kept:]:
+            hit = seen.get(id(item))
+            if hit is None or hit[0] is not item:
+                self.computed += 1
+                hit = (item, fn(item, *args))
+            mapped.append(hit[1])
+        self._current[site] = (items, mapped)
+        return mapped
+
+    def join(self, fn: Callable[..., T], *parts: Any) -> T:
+        """`fn(*parts)` for a message made of others (two merged neighbours), the same object while they are."""
+        key = (fn, *map(id, parts))
+        hit = self._joined.get(key) or self._joined_before.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], parts, strict=True)):
             self.computed += 1
-            hit = (obj, fn(obj, *args))
-        self._current[key] = hit
-        return hit[1]  # type: ignore[return-value]
+            hit = (parts, fn(*parts))
+        self._joined[key] = hit
+        return hit[1]
 
     def settle(self) -> int:
-        """End of a build: forget what it did not use; returns how many results it computed."""
+        """End of a build: keep what it used for the next one; returns how many results it computed."""
         computed, self.computed = self.computed, 0
         self._previous, self._current = self._current, {}
+        self._joined_before, self._joined = self._joined, {}
         return computed
 
 
 class NoMemo(Memo):
     """The uncached path: every call computes."""
 
-    def of(self, fn: Callable[..., T], obj: Any, *args: Any) -> T:
-        return fn(obj, *args)
+    def map(self, fn: Callable[..., T], items: list[Any], *args: Any) -> list[T]:
+        return [fn(item, *args) for item in items]
+
+    def join(self, fn: Callable[..., T], *parts: Any) -> T:
+        return fn(*parts)
 
 
 NO_MEMO = NoMemo()
@@ -178,30 +207,43 @@ def _has_tool_blocks(message: Message) -> bool:
 def drop_orphan_tool_blocks(messages: list[Message], memo: Memo = NO_MEMO) -> list[Message]:
     """Remove `tool_use` blocks with no result right after them and `tool_result` blocks with no `tool_use`."""
     cleaned: list[Message] = []
+    with_tools = memo.map(_has_tool_blocks, messages)
     for i, message in enumerate(messages):
         content = message.get("content")
         if not isinstance(content, list):
             cleaned.append(message)
             continue
-        if not memo.of(_has_tool_blocks, message):  # nothing to drop: kept as it is, unless it is empty
+        if not with_tools[i]:  # nothing to drop: kept as it is, unless it is empty
             if content:
                 cleaned.append(message)
             continue
-        after = messages[i + 1] if i + 1 < len(messages) else {}
-        before = messages[i - 1] if i > 0 else {}
-        answered = _tool_ids(after, "tool_result", "tool_use_id")
-        asked = _tool_ids(before, "tool_use", "id")
-        blocks = [
-            b
-            for b in content
-            if not (isinstance(b, dict) and b.get("type") == "tool_use" and str(b.get("id")) not in answered)
-            and not (isinstance(b, dict) and b.get("type") == "tool_result" and str(b.get("tool_use_id")) not in asked)
-        ]
-        if len(blocks) == len(content):
-            cleaned.append(message)  # every pair intact: the same message (a memoised one stays memoised)
-        elif blocks:
-            cleaned.append({**message, "content": blocks})
+        after = messages[i + 1] if i + 1 < len(messages) else _NO_MESSAGE
+        before = messages[i - 1] if i > 0 else _NO_MESSAGE
+        kept = memo.join(_paired_blocks_only, before, message, after)
+        if kept is not None:
+            cleaned.append(kept)
     return cleaned
+
+
+_NO_MESSAGE: Message = {}
+"""The neighbour of the first and the last message (never changed)."""
+
+
+def _paired_blocks_only(before: Message, message: Message, after: Message) -> Message | None:
+    """`message` without its `tool_use` blocks that `after` does not answer and its `tool_result` blocks that
+    `before` did not ask for; the same message when nothing is dropped, None when nothing is left."""
+    content = message["content"]
+    answered = _tool_ids(after, "tool_result", "tool_use_id")
+    asked = _tool_ids(before, "tool_use", "id")
+    blocks = [
+        b
+        for b in content
+        if not (isinstance(b, dict) and b.get("type") == "tool_use" and str(b.get("id")) not in answered)
+        and not (isinstance(b, dict) and b.get("type") == "tool_result" and str(b.get("tool_use_id")) not in asked)
+    ]
+    if len(blocks) == len(content):
+        return message  # every pair intact: the same message (a memoised one stays memoised)
+    return {**message, "content": blocks} if blocks else None
 
 
 def to_api_messages(history: list[Message], images: Mapping[str, LoadedImage] | None = None) -> list[Message]:
@@ -221,31 +263,41 @@ def to_api_messages(history: list[Message], images: Mapping[str, LoadedImage] | 
 
 
 def _without_together(message: Message) -> Message:
-    return {k: v for k, v in message.items() if k != "together"} if "together" in message else message
+    return {k: v for k, v in message.items() if k != "together"}
 
 
 def _conversation(history: list[Message], memo: Memo = NO_MEMO) -> list[Message]:
     conversation = [m for m in drop_refused_turns(history) if m.get("role") in ("user", "assistant")]
-    plain = [memo.of(_api_message, m) for m in conversation if not (m["role"] == "assistant" and _is_empty(m))]
+    plain = memo.map(_api_message, [m for m in conversation if not (m["role"] == "assistant" and _is_empty(m))])
     plain = drop_orphan_tool_blocks(plain, memo)
     merged: list[Message] = []
     for message in plain:
         if merged and merged[-1]["role"] == message["role"] == "assistant":
-            merged[-1] = {
-                "role": "assistant",
-                "content": _as_blocks(merged[-1]["content"]) + _as_blocks(message["content"]),
-            }
+            merged[-1] = memo.join(_assistants_merged, merged[-1], message)
             continue
         together = message.get("together", False)  # never popped: `message` may be a memoised conversion
         if merged and merged[-1]["role"] == message["role"] == "user":
             if together:  # sent while the previous turn ran: one turn with the messages before it
-                merged[-1] = {"role": "user", "content": _as_blocks(merged[-1]["content"]) + message["content"]}
+                merged[-1] = memo.join(_users_joined, merged[-1], message)
                 continue
-            merged.append({"role": "assistant", "content": INTERRUPTED_PLACEHOLDER})
-        merged.append(_without_together(message))
+            merged.append(_INTERRUPTED_MESSAGE)
+        merged.append(memo.join(_without_together, message) if "together" in message else message)
     if merged and merged[0]["role"] != "user":  # a compaction cut before an assistant message: keep it
-        merged.insert(0, {"role": "user", "content": _as_blocks(EARLIER_PLACEHOLDER)})
+        merged.insert(0, _EARLIER_MESSAGE)
     return merged
+
+
+_INTERRUPTED_MESSAGE: Message = {"role": "assistant", "content": INTERRUPTED_PLACEHOLDER}
+_EARLIER_MESSAGE: Message = {"role": "user", "content": _as_blocks(EARLIER_PLACEHOLDER)}
+"""Placeholders sent as they are in every request (never changed)."""
+
+
+def _assistants_merged(first: Message, second: Message) -> Message:
+    return {"role": "assistant", "content": _as_blocks(first["content"]) + _as_blocks(second["content"])}
+
+
+def _users_joined(first: Message, second: Message) -> Message:
+    return {"role": "user", "content": _as_blocks(first["content"]) + second["content"]}
 
 
 IMAGE_RECENT_TURNS = 4
@@ -261,7 +313,7 @@ MISSING_IMAGE = "[image no longer available: {path}]"
 
 
 def _openers(messages: list[Message], memo: Memo) -> list[int]:
-    return [i for i, m in enumerate(messages) if memo.of(_opens_turn, m)]
+    return [i for i, opens in enumerate(memo.map(_opens_turn, messages)) if opens]
 
 
 def _image_boundary(messages: list[Message], memo: Memo = NO_MEMO) -> int:
@@ -314,15 +366,13 @@ def place_images(
             source = {"type": "base64", "media_type": loaded.media_type, "data": loaded.data}
             chosen[(i, j)] = {"type": "image", "source": source}
     placed = list(messages)
-    recent = {i for i, _ in chosen} | {i for i, _ in missing}
-    for i, message in enumerate(messages):
-        if not memo.of(_has_image_ref, message):
-            continue
-        if i not in recent:  # every image of it as text: the same each turn
-            placed[i] = memo.of(_images_as_text, message)
-            continue
+    recent = sorted({i for i, _ in chosen} | {i for i, _ in missing})
+    old = [i for i, refers in enumerate(memo.map(_has_image_ref, messages)) if refers and i not in recent]
+    for i, as_text in zip(old, memo.map(_images_as_text, [messages[i] for i in old]), strict=True):
+        placed[i] = as_text  # every image of it as text: the same each turn
+    for i in recent:
         blocks = []
-        for j, block in enumerate(message["content"]):
+        for j, block in enumerate(messages[i]["content"]):
             ref = image_ref_source(block)
             if ref is None:
                 blocks.append(block)
@@ -332,7 +382,7 @@ def place_images(
                 blocks.append({"type": "text", "text": MISSING_IMAGE.format(path=ref[0])})
             else:
                 blocks.append(_image_as_text(block))
-        placed[i] = {**message, "content": blocks}
+        placed[i] = {**messages[i], "content": blocks}
     return placed
 
 
@@ -396,10 +446,7 @@ def cut_old_tool_results(messages: list[Message], limit: int, memo: Memo = NO_ME
     openers = _openers(messages, memo)
     steps = max(0, len(openers) - RECENT_TURNS) // CUT_STEP_TURNS
     boundary = openers[steps * CUT_STEP_TURNS] if steps else 0
-    cut = list(messages)
-    for i in range(boundary):
-        cut[i] = memo.of(_with_results_cut, messages[i], limit)
-    return cut
+    return [*memo.map(_with_results_cut, messages[:boundary], limit), *messages[boundary:]]
 
 
 def mark_newest_message(messages: list[Message]) -> list[Message]:

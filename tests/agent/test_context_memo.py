@@ -125,6 +125,13 @@ async def test_a_turn_converts_only_what_was_appended(tmp_path: Path) -> None:
         result = {"type": "tool_result", "tool_use_id": f"t{n}", "content": "r" * 90}
         tools = [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}] if n % 3 else []
         history += [user, *tools, {"role": "assistant", "content": f"answer {n}"}]
+    history[3:3] = [  # early on: an interrupted turn, messages sent together, two assistant messages, an orphan
+        {"role": "user", "content": "interrupted"},
+        {"role": "user", "content": "then this"},
+        {"role": "user", "content": "and this", "together": True},
+        {"role": "assistant", "content": "one"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "lost", "name": "x", "input": {}}]},
+    ]
     await _request_messages(builder, KEY, history)
     first = builder.last_computed
     history = [*history, {"role": "user", "content": "one more"}]
