@@ -108,6 +108,13 @@ class AgentLayout:
         self._check_owner(key)
         return _plain_child(self.sessions_dir, key.file_stem + ".meta.json")
 
+    def session_files(self, key: SessionKey) -> tuple[Path, Path]:
+        """`history_file(key)` and `meta_file(key)` with each directory checked once for both (one lstat per level
+        and one per file, at this call)."""
+        self._check_owner(key)
+        sessions = self.sessions_dir
+        return _plain_child(sessions, key.file_stem + ".jsonl"), _plain_child(sessions, key.file_stem + ".meta.json")
+
     def archive_file(self, key: SessionKey) -> Path:
         self._check_owner(key)
         return _plain_child(self.archive_dir, key.file_stem + ".jsonl")

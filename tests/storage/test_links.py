@@ -63,6 +63,22 @@ async def test_a_session_file_swapped_for_a_link_while_running_is_not_written_th
     assert [m["content"] for m in await history.load(KEY)] == ["one"]  # the cache did not take it either
 
 
+async def test_a_meta_file_swapped_for_a_link_refuses_the_next_append_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    history, outside = _history(tmp_path), _outside(tmp_path)
+    await history.append(KEY, _user("one"))
+    layout = history.layout("default")
+    meta, target = layout.meta_file(KEY), outside / "target.json"
+    target.write_text("{}")
+    meta.unlink()
+    meta.symlink_to(target)
+    with pytest.raises(StorageError):
+        await history.append(KEY, _user("two"))
+    assert [r["content"] for r in jsonl.read_records(layout.history_file(KEY))] == ["one"]
+    assert target.read_text() == "{}"
+
+
 async def test_a_sessions_directory_swapped_for_a_link_is_refused_for_every_write(tmp_path: Path) -> None:
     history, outside = _history(tmp_path), _outside(tmp_path)
     await history.append(KEY, _user("one"))
