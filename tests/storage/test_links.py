@@ -149,3 +149,16 @@ def test_a_linked_chat_memory_directory_is_refused(tmp_path: Path) -> None:
     chats.symlink_to(_outside(tmp_path), target_is_directory=True)
     with pytest.raises(StorageError):
         files.memory_path(agent, key)
+
+
+def test_an_agent_memory_directory_swapped_for_a_link_after_a_first_use_is_refused(tmp_path: Path) -> None:
+    write_agent(tmp_path / "agents", "default", {})
+    agent = load_agent(tmp_path / "agents" / "default")
+    files = MemoryFiles(tmp_path / "data", tmp_path / "auth")
+    memory_dir = files.memory_path(agent).parent
+    memory_dir.mkdir(parents=True)
+    files.memory_path(agent)  # the agent's layout is made and kept
+    memory_dir.rmdir()
+    memory_dir.symlink_to(_outside(tmp_path), target_is_directory=True)
+    with pytest.raises(StorageError):
+        files.memory_path(agent)
