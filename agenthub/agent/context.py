@@ -470,7 +470,7 @@ class ContextBudget:
     """`memory.old_tool_result_chars`: see `cut_old_tool_results`."""
 
 
-MEMO_SESSIONS = 256
+MEMO_SESSIONS = 128
 """Sessions whose converted messages `ContextBuilder` keeps between turns (the most recently built)."""
 
 
@@ -501,6 +501,12 @@ class ContextBuilder:
         self._memos: OrderedDict[SessionKey, Memo] = OrderedDict()
         self.last_computed = 0
         """Per-message results the last `build` computed (the others came from its session's memo)."""
+
+    def history_changed(self, op: str, key: SessionKey) -> None:
+        """A SessionHistory observer: a replace, clear or delete drops the session's memo, so no text the history
+        no longer holds is kept here."""
+        if op != "append":
+            self._memos.pop(key, None)
 
     def _memo(self, key: SessionKey) -> Memo:
         """The session's memo, the most recently used sessions' kept (`MEMO_SESSIONS`)."""

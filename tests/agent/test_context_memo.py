@@ -19,6 +19,7 @@ from agenthub.agent.context import (
 )
 from agenthub.agent.definition import AgentConfig, AgentDefinition
 from agenthub.memory.files import MemoryFiles
+from agenthub.session.history import SessionHistory
 from agenthub.storage.keys import SessionKey, session_key
 
 Message = dict[str, Any]
@@ -147,3 +148,19 @@ async def test_a_replaced_history_is_converted_afresh(tmp_path: Path) -> None:
     redacted = [{"role": "user", "content": "[redacted]"}, {"role": "assistant", "content": "reply"}]
     messages = await _request_messages(builder, KEY, redacted)
     assert "old" not in json.dumps(messages) and "[redacted]" in json.dumps(messages)
+
+
+async def test_a_replace_or_clear_of_the_stored_history_drops_the_sessions_memo(tmp_path: Path) -> None:
+    builder, history = _builder(tmp_path), SessionHistory(tmp_path / "data", fsync=False)
+    history.observers.append(builder.history_changed)
+    await history.append(KEY, *({"role": "user", "content": f"secret {n}"} for n in range(50)))
+    await _request_messages(builder, KEY, await history.load(KEY))
+    await _request_messages(builder, KEY, await history.load(KEY))
+    assert builder.last_computed == 0
+    await history.replace(KEY, await history.load(KEY))  # the same messages: only the memo tells them apart
+    await _request_messages(builder, KEY, await history.load(KEY))
+    assert builder.last_computed >= 50
+    await history.clear(KEY)
+    await history.append(KEY, {"role": "user", "content": "after"})
+    await _request_messages(builder, KEY, await history.load(KEY))
+    assert builder.last_computed < 10
