@@ -45,7 +45,7 @@ class FileSessionStore:
         layout = self.layout(key.agent)
 
         def write() -> None:
-            history, _ = layout.session_files(key)  # a link planted at the meta refuses the append too
+            history, _ = layout.files_to_append(key)  # a link planted at the meta refuses the append too
             jsonl.append_records(history, records, fsync=self.fsync)
 
         await _on_disk("append to the session's history", write)
