@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Mapping
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.agent.memory_access import MemoryAccess, read_or_empty
@@ -20,11 +22,78 @@ from agenthub.media.refs import image_ref_source, media_text
 from agenthub.storage.keys import SessionKey
 
 Message = dict[str, Any]
+T = TypeVar("T")
 CACHE = {"type": "ephemeral"}
 SUMMARY_PREFIX = "[历史摘要]"
 EARLIER_PLACEHOLDER = "(The earlier part of this conversation is summarised in the system prompt.)"
 INTERRUPTED_PLACEHOLDER = "[no reply: this turn was interrupted]"
 """Sent (never stored) between two user messages: the first turn ended without a reply (/stop, error, …)."""
+
+
+class Memo:
+    """One session's results of pure per-message functions between builds. Histories grow by appends and no
+    message is changed in place, so each call site's items are compared by identity with the same call's items in
+    the previous build (held, so an id cannot be reused): the common prefix reuses its results at C speed, the rest
+    is looked up by identity and only what the previous build did not see is computed (a turn converts what was
+    appended; a replace with new messages recomputes). `settle` ends a build."""
+
+    def __init__(self) -> None:
+        self._previous: dict[tuple[object, ...], tuple[list[Any], list[Any]]] = {}
+        self._current: dict[tuple[object, ...], tuple[list[Any], list[Any]]] = {}
+        self._joined_before: dict[tuple[object, ...], tuple[tuple[object, ...], Any]] = {}
+        self._joined: dict[tuple[object, ...], tuple[tuple[object, ...], Any]] = {}
+        self.computed = 0
+
+    def map(self, fn: Callable[..., T], items: list[Any], *args: Any) -> list[T]:
+        """`[fn(item, *args) for item in items]`, reusing the previous build's results for the items it saw."""
+        name: tuple[object, ...] = (fn, *args)
+        site = (*name, sum(1 for known in self._current if known[:-1] == name))
+        before, results = self._previous.get(site, ([], []))
+        same = list(map(operator.is_, items, before))
+        try:
+            kept = same.index(False)
+        except ValueError:
+            kept = len(same)
+        seen = {id(item): (item, result) for item, result in zip(before[kept:], results[kept:], strict=True)}
+        mapped = results[:kept]
+        for item in items[kept:]:
+            hit = seen.get(id(item))
+            if hit is None or hit[0] is not item:
+                self.computed += 1
+                hit = (item, fn(item, *args))
+            mapped.append(hit[1])
+        self._current[site] = (items, mapped)
+        return mapped
+
+    def join(self, fn: Callable[..., T], *parts: Any) -> T:
+        """`fn(*parts)` for a message made of others (two merged neighbours), the same object while they are."""
+        key = (fn, *map(id, parts))
+        hit = self._joined.get(key) or self._joined_before.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], parts, strict=True)):
+            self.computed += 1
+            hit = (parts, fn(*parts))
+        self._joined[key] = hit
+        return hit[1]
+
+    def settle(self) -> int:
+        """End of a build: keep what it used for the next one; returns how many results it computed."""
+        computed, self.computed = self.computed, 0
+        self._previous, self._current = self._current, {}
+        self._joined_before, self._joined = self._joined, {}
+        return computed
+
+
+class NoMemo(Memo):
+    """The uncached path: every call computes."""
+
+    def map(self, fn: Callable[..., T], items: list[Any], *args: Any) -> list[T]:
+        return [fn(item, *args) for item in items]
+
+    def join(self, fn: Callable[..., T], *parts: Any) -> T:
+        return fn(*parts)
+
+
+NO_MEMO = NoMemo()
 
 
 def cut_to_tokens(text: str, budget: int) -> str:
@@ -128,27 +197,53 @@ def _tool_ids(message: Message, block_type: str, id_field: str) -> set[str]:
     return {str(b.get(id_field)) for b in content if isinstance(b, dict) and b.get("type") == block_type}
 
 
-def drop_orphan_tool_blocks(messages: list[Message]) -> list[Message]:
+def _has_tool_blocks(message: Message) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result") for b in content
+    )
+
+
+def drop_orphan_tool_blocks(messages: list[Message], memo: Memo = NO_MEMO) -> list[Message]:
     """Remove `tool_use` blocks with no result right after them and `tool_result` blocks with no `tool_use`."""
     cleaned: list[Message] = []
+    with_tools = memo.map(_has_tool_blocks, messages)
     for i, message in enumerate(messages):
         content = message.get("content")
         if not isinstance(content, list):
             cleaned.append(message)
             continue
-        after = messages[i + 1] if i + 1 < len(messages) else {}
-        before = messages[i - 1] if i > 0 else {}
-        answered = _tool_ids(after, "tool_result", "tool_use_id")
-        asked = _tool_ids(before, "tool_use", "id")
-        blocks = [
-            b
-            for b in content
-            if not (isinstance(b, dict) and b.get("type") == "tool_use" and str(b.get("id")) not in answered)
-            and not (isinstance(b, dict) and b.get("type") == "tool_result" and str(b.get("tool_use_id")) not in asked)
-        ]
-        if blocks:
-            cleaned.append({**message, "content": blocks})
+        if not with_tools[i]:  # nothing to drop: kept as it is, unless it is empty
+            if content:
+                cleaned.append(message)
+            continue
+        after = messages[i + 1] if i + 1 < len(messages) else _NO_MESSAGE
+        before = messages[i - 1] if i > 0 else _NO_MESSAGE
+        kept = memo.join(_paired_blocks_only, before, message, after)
+        if kept is not None:
+            cleaned.append(kept)
     return cleaned
+
+
+_NO_MESSAGE: Message = {}
+"""The neighbour of the first and the last message (never changed)."""
+
+
+def _paired_blocks_only(before: Message, message: Message, after: Message) -> Message | None:
+    """`message` without its `tool_use` blocks that `after` does not answer and its `tool_result` blocks that
+    `before` did not ask for; the same message when nothing is dropped, None when nothing is left."""
+    content = message["content"]
+    answered = _tool_ids(after, "tool_result", "tool_use_id")
+    asked = _tool_ids(before, "tool_use", "id")
+    blocks = [
+        b
+        for b in content
+        if not (isinstance(b, dict) and b.get("type") == "tool_use" and str(b.get("id")) not in answered)
+        and not (isinstance(b, dict) and b.get("type") == "tool_result" and str(b.get("tool_use_id")) not in asked)
+    ]
+    if len(blocks) == len(content):
+        return message  # every pair intact: the same message (a memoised one stays memoised)
+    return {**message, "content": blocks} if blocks else None
 
 
 def to_api_messages(history: list[Message], images: Mapping[str, LoadedImage] | None = None) -> list[Message]:
@@ -167,28 +262,42 @@ def to_api_messages(history: list[Message], images: Mapping[str, LoadedImage] | 
     return place_images(_conversation(history), images)
 
 
-def _conversation(history: list[Message]) -> list[Message]:
+def _without_together(message: Message) -> Message:
+    return {k: v for k, v in message.items() if k != "together"}
+
+
+def _conversation(history: list[Message], memo: Memo = NO_MEMO) -> list[Message]:
     conversation = [m for m in drop_refused_turns(history) if m.get("role") in ("user", "assistant")]
-    plain = [_api_message(m) for m in conversation if not (m["role"] == "assistant" and _is_empty(m))]
-    plain = drop_orphan_tool_blocks(plain)
+    plain = memo.map(_api_message, [m for m in conversation if not (m["role"] == "assistant" and _is_empty(m))])
+    plain = drop_orphan_tool_blocks(plain, memo)
     merged: list[Message] = []
     for message in plain:
         if merged and merged[-1]["role"] == message["role"] == "assistant":
-            merged[-1] = {
-                "role": "assistant",
-                "content": _as_blocks(merged[-1]["content"]) + _as_blocks(message["content"]),
-            }
+            merged[-1] = memo.join(_assistants_merged, merged[-1], message)
             continue
-        together = message.pop("together", False)
+        together = message.get("together", False)  # never popped: `message` may be a memoised conversion
         if merged and merged[-1]["role"] == message["role"] == "user":
             if together:  # sent while the previous turn ran: one turn with the messages before it
-                merged[-1] = {"role": "user", "content": _as_blocks(merged[-1]["content"]) + message["content"]}
+                merged[-1] = memo.join(_users_joined, merged[-1], message)
                 continue
-            merged.append({"role": "assistant", "content": INTERRUPTED_PLACEHOLDER})
-        merged.append(message)
+            merged.append(_INTERRUPTED_MESSAGE)
+        merged.append(memo.join(_without_together, message) if "together" in message else message)
     if merged and merged[0]["role"] != "user":  # a compaction cut before an assistant message: keep it
-        merged.insert(0, {"role": "user", "content": _as_blocks(EARLIER_PLACEHOLDER)})
+        merged.insert(0, _EARLIER_MESSAGE)
     return merged
+
+
+_INTERRUPTED_MESSAGE: Message = {"role": "assistant", "content": INTERRUPTED_PLACEHOLDER}
+_EARLIER_MESSAGE: Message = {"role": "user", "content": _as_blocks(EARLIER_PLACEHOLDER)}
+"""Placeholders sent as they are in every request (never changed)."""
+
+
+def _assistants_merged(first: Message, second: Message) -> Message:
+    return {"role": "assistant", "content": _as_blocks(first["content"]) + _as_blocks(second["content"])}
+
+
+def _users_joined(first: Message, second: Message) -> Message:
+    return {"role": "user", "content": _as_blocks(first["content"]) + second["content"]}
 
 
 IMAGE_RECENT_TURNS = 4
@@ -203,16 +312,20 @@ MAX_REQUEST_IMAGE_CHARS = 20_000_000
 MISSING_IMAGE = "[image no longer available: {path}]"
 
 
-def _image_boundary(messages: list[Message]) -> int:
-    openers = [i for i, m in enumerate(messages) if _opens_turn(m)]
+def _openers(messages: list[Message], memo: Memo) -> list[int]:
+    return [i for i, opens in enumerate(memo.map(_opens_turn, messages)) if opens]
+
+
+def _image_boundary(messages: list[Message], memo: Memo = NO_MEMO) -> int:
+    openers = _openers(messages, memo)
     steps = max(0, len(openers) - IMAGE_RECENT_TURNS) // IMAGE_STEP_TURNS
     return openers[steps * IMAGE_STEP_TURNS] if steps else 0
 
 
-def _recent_refs(messages: list[Message]) -> list[tuple[int, int, tuple[str, str]]]:
+def _recent_refs(messages: list[Message], memo: Memo = NO_MEMO) -> list[tuple[int, int, tuple[str, str]]]:
     """(message index, block index, (path, media type)) of the image references after the cut-off, newest first."""
     found = []
-    for i in range(len(messages) - 1, _image_boundary(messages) - 1, -1):
+    for i in range(len(messages) - 1, _image_boundary(messages, memo) - 1, -1):
         content = messages[i].get("content")
         if messages[i].get("role") != "user" or not isinstance(content, list):
             continue
@@ -228,7 +341,14 @@ def images_to_send(history: list[Message]) -> list[tuple[str, str]]:
     return [ref for _, _, ref in _recent_refs(_conversation(history))]
 
 
-def place_images(messages: list[Message], images: Mapping[str, LoadedImage] | None) -> list[Message]:
+def _has_image_ref(message: Message) -> bool:
+    content = message.get("content")
+    return message.get("role") == "user" and isinstance(content, list) and any(image_ref_source(b) for b in content)
+
+
+def place_images(
+    messages: list[Message], images: Mapping[str, LoadedImage] | None, memo: Memo = NO_MEMO
+) -> list[Message]:
     """API messages whose image references are base64 image blocks in the recent turns (newest first, within
     `MAX_REQUEST_IMAGES` and `MAX_REQUEST_IMAGE_CHARS`), `[image: <path>]` text otherwise (all of them when
     `images` is None: a model without image input), and a placeholder for a recent one whose file is gone. Never
@@ -237,7 +357,7 @@ def place_images(messages: list[Message], images: Mapping[str, LoadedImage] | No
     missing: set[tuple[int, int]] = set()
     chars = 0
     loadable = images or {}
-    for i, j, (path, _) in _recent_refs(messages) if images is not None else []:
+    for i, j, (path, _) in _recent_refs(messages, memo) if images is not None else []:
         loaded = loadable.get(path)
         if loaded is None:
             missing.add((i, j))
@@ -246,14 +366,13 @@ def place_images(messages: list[Message], images: Mapping[str, LoadedImage] | No
             source = {"type": "base64", "media_type": loaded.media_type, "data": loaded.data}
             chosen[(i, j)] = {"type": "image", "source": source}
     placed = list(messages)
-    for i, message in enumerate(messages):
-        content = message.get("content")
-        if message.get("role") != "user" or not isinstance(content, list):
-            continue
-        if not any(image_ref_source(b) for b in content):
-            continue
+    recent = sorted({i for i, _ in chosen} | {i for i, _ in missing})
+    old = [i for i, refers in enumerate(memo.map(_has_image_ref, messages)) if refers and i not in recent]
+    for i, as_text in zip(old, memo.map(_images_as_text, [messages[i] for i in old]), strict=True):
+        placed[i] = as_text  # every image of it as text: the same each turn
+    for i in recent:
         blocks = []
-        for j, block in enumerate(content):
+        for j, block in enumerate(messages[i]["content"]):
             ref = image_ref_source(block)
             if ref is None:
                 blocks.append(block)
@@ -262,9 +381,18 @@ def place_images(messages: list[Message], images: Mapping[str, LoadedImage] | No
             elif (i, j) in missing:
                 blocks.append({"type": "text", "text": MISSING_IMAGE.format(path=ref[0])})
             else:
-                blocks.append({"type": "text", "text": media_text(block) or "[image]"})
-        placed[i] = {**message, "content": blocks}
+                blocks.append(_image_as_text(block))
+        placed[i] = {**messages[i], "content": blocks}
     return placed
+
+
+def _image_as_text(block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "text", "text": media_text(block) or "[image]"}
+
+
+def _images_as_text(message: Message) -> Message:
+    blocks = [block if image_ref_source(block) is None else _image_as_text(block) for block in message["content"]]
+    return {**message, "content": blocks}
 
 
 RECENT_TURNS = 2
@@ -300,26 +428,25 @@ def _cut_result(block: dict[str, Any], limit: int) -> dict[str, Any]:
     return {**block, "content": parts}
 
 
-def cut_old_tool_results(messages: list[Message], limit: int) -> list[Message]:
+def _with_results_cut(message: Message, limit: int) -> Message:
+    content = message.get("content")
+    if message.get("role") != "user" or not isinstance(content, list):
+        return message
+    blocks = [_cut_result(b, limit) if isinstance(b, dict) and b.get("type") == "tool_result" else b for b in content]
+    return {**message, "content": blocks}
+
+
+def cut_old_tool_results(messages: list[Message], limit: int, memo: Memo = NO_MEMO) -> list[Message]:
     """API messages whose `tool_result` texts are cut to about `limit` characters (0: none are) in the turns
     before the cut-off. The cut-off keeps at least the newest `RECENT_TURNS` user turns whole and advances
     `CUT_STEP_TURNS` turns at a time, so requests stay byte-identical prefixes of each other in between.
     Blocks are never removed, so every `tool_use` keeps its result."""
     if limit <= 0:
         return messages
-    openers = [i for i, m in enumerate(messages) if _opens_turn(m)]
+    openers = _openers(messages, memo)
     steps = max(0, len(openers) - RECENT_TURNS) // CUT_STEP_TURNS
     boundary = openers[steps * CUT_STEP_TURNS] if steps else 0
-    cut = list(messages)
-    for i in range(boundary):
-        content = messages[i].get("content")
-        if messages[i].get("role") != "user" or not isinstance(content, list):
-            continue
-        blocks = [
-            _cut_result(b, limit) if isinstance(b, dict) and b.get("type") == "tool_result" else b for b in content
-        ]
-        cut[i] = {**messages[i], "content": blocks}
-    return cut
+    return [*memo.map(_with_results_cut, messages[:boundary], limit), *messages[boundary:]]
 
 
 def mark_newest_message(messages: list[Message]) -> list[Message]:
@@ -341,6 +468,10 @@ class ContextBudget:
     user_tokens: int = 1000
     old_tool_result_chars: int = 4000
     """`memory.old_tool_result_chars`: see `cut_old_tool_results`."""
+
+
+MEMO_SESSIONS = 128
+"""Sessions whose converted messages `ContextBuilder` keeps between turns (the most recently built)."""
 
 
 class ContextBuilder:
@@ -367,6 +498,23 @@ class ContextBuilder:
         self.images = images or ImageCache()
         self.text_only_models: set[str] = set()
         """Models that refused a request with images (this process): they get `[image: <path>]` text instead."""
+        self._memos: OrderedDict[SessionKey, Memo] = OrderedDict()
+        self.last_computed = 0
+        """Per-message results the last `build` computed (the others came from its session's memo)."""
+
+    def history_changed(self, op: str, key: SessionKey) -> None:
+        """A SessionHistory observer: a replace, clear or delete drops the session's memo, so no text the history
+        no longer holds is kept here."""
+        if op != "append":
+            self._memos.pop(key, None)
+
+    def _memo(self, key: SessionKey) -> Memo:
+        """The session's memo, the most recently used sessions' kept (`MEMO_SESSIONS`)."""
+        memo = self._memos.pop(key, None) or Memo()
+        self._memos[key] = memo
+        while len(self._memos) > MEMO_SESSIONS:
+            self._memos.popitem(last=False)
+        return memo
 
     def sends_images(self, history: list[Message], model: str) -> bool:
         """True when the next request for `history` carries image blocks to `model`."""
@@ -414,15 +562,20 @@ class ContextBuilder:
         definitions = [t.definition() for t in tools]
         if definitions:
             definitions[-1] = {**definitions[-1], "cache_control": CACHE}
+        memo = self._memo(key)
+        conversation = _conversation(history, memo)
         images = None
-        if self.sends_images(history, model):
-            images = await self.images.load(self.workspace_dir / agent.name, images_to_send(history))
+        refs = [ref for _, _, ref in _recent_refs(conversation, memo)] if model not in self.text_only_models else []
+        if refs:
+            images = await self.images.load(self.workspace_dir / agent.name, refs)
+        messages = cut_old_tool_results(
+            place_images(conversation, images, memo), self.budget.old_tool_result_chars, memo
+        )
+        self.last_computed = memo.settle()
         return LLMRequest(
             model=model,
             system=await self.system_blocks(agent, key, sender_id, history),
-            messages=mark_newest_message(
-                cut_old_tool_results(to_api_messages(history, images), self.budget.old_tool_result_chars)
-            ),
+            messages=mark_newest_message(messages),
             tools=definitions,
             max_tokens=max_tokens,
         )

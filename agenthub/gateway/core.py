@@ -87,6 +87,7 @@ class GatewayCore:
         memory = settings.memory
         budget = ContextBudget(memory.memory_budget_tokens, memory.user_budget_tokens, memory.old_tool_result_chars)
         self.context = ContextBuilder(self.memory_files, budget, workspace_dir=settings.workspace_dir)
+        self.history.observers.append(self.context.history_changed)  # a replace drops its converted messages
         self.stats = GatewayStats()
         # every model call (turns and background work alike) reaches the stats through the providers' call log
         self.providers.call_log.observe(self.stats.record_call)

@@ -45,8 +45,8 @@ class FileSessionStore:
         layout = self.layout(key.agent)
 
         def write() -> None:
-            layout.meta_file(key)  # a link planted at the meta refuses the append before anything is written
-            jsonl.append_records(layout.history_file(key), records, fsync=self.fsync)
+            history, _ = layout.files_to_append(key)  # a link planted at the meta refuses the append too
+            jsonl.append_records(history, records, fsync=self.fsync)
 
         await _on_disk("append to the session's history", write)
 

@@ -81,6 +81,14 @@ class FileMemoryStore:
 
     def __init__(self, data_dir: Path, auth_dir: Path, *, durable: bool = True) -> None:
         self.data_dir, self.auth_dir, self.durable = data_dir, auth_dir, durable
+        self._layouts: dict[str, AgentLayout] = {}
+
+    def _layout(self, agent: str) -> AgentLayout:
+        """The agent's layout, made once (its directories are still checked for links at every path read)."""
+        layout = self._layouts.get(agent)
+        if layout is None:
+            layout = self._layouts[agent] = AgentLayout(self.data_dir, agent)
+        return layout
 
     def path_of(self, name: MemoryName) -> Path:
         """Where `name` lives; each level below the data and auth directories is refused if it is a link."""
@@ -94,7 +102,7 @@ class FileMemoryStore:
             return inside(self.auth_dir / "users", name.person + ".md")
         if name.kind == "group_profile":
             return inside(inside(self.auth_dir / "users" / "group", name.chat), name.person + ".md")
-        layout = AgentLayout(self.data_dir, name.agent)
+        layout = self._layout(name.agent)
         if name.kind == "chat_memory":
             return inside(layout.memory_dir / "chats", name.chat + ".md")
         if name.kind == "l3_state":

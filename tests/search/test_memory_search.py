@@ -14,7 +14,8 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.search.index import index_path
+from agenthub.search.index import SearchScope, index_path
+from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.storage import jsonl
 from agenthub.storage.keys import SessionKey
@@ -75,7 +76,11 @@ def _assistant(text: str) -> dict[str, Any]:
 
 
 def _index_rows(settings: Settings, agent: str, session: SessionKey) -> list[tuple[int, str]]:
-    db = sqlite3.connect(index_path(AgentLayout(settings.data_dir, agent)))
+    return _index_rows_at(settings.data_dir, session, agent)
+
+
+def _index_rows_at(data_dir: Path, session: SessionKey, agent: str = "default") -> list[tuple[int, str]]:
+    db = sqlite3.connect(index_path(AgentLayout(data_dir, agent)))
     try:
         return db.execute(
             "SELECT d.id, d.text FROM docs d JOIN sources s ON s.id = d.source_id WHERE s.session = ? ORDER BY d.id",
@@ -449,3 +454,55 @@ async def test_hits_are_listed_newest_first(gateway: GatewayCore, fake_llm: Fake
     ((text, _),) = await _search(gateway, fake_llm, {"query": "夜莺"})
     chats = [line.split("http:")[1].split("]")[0] for line in text.splitlines()[1:]]
     assert chats == ["newest", "middle", "oldest"]
+
+
+async def _burst(history: SessionHistory, busy: SessionKey, others: int, appends: int) -> None:
+    """`appends` appends to `busy` and one to each of `others` sessions, all started at the same moment."""
+    start = asyncio.Event()
+
+    async def write(key: SessionKey, text: str) -> None:
+        await start.wait()
+        await history.append(key, _user(text))
+
+    tasks = [asyncio.create_task(write(busy, f"忙碌 busy-{i}")) for i in range(appends)]
+    tasks += [
+        asyncio.create_task(write(SessionKey("default", "http", f"o{i}"), f"其他 other-{i}")) for i in range(others)
+    ]
+    await asyncio.sleep(0)
+    start.set()
+    await asyncio.gather(*tasks)
+
+
+async def test_a_burst_of_appends_is_read_once_per_session_and_a_search_right_after_sees_all(tmp_path: Path) -> None:
+    history = SessionHistory(tmp_path / "data", fsync=False)
+    service = SearchService(tmp_path / "data", sync_delay_s=3600)  # only the search itself can bring them in
+    history.observers.append(service.history_changed)
+    busy = SessionKey("default", "http", "busy")
+    try:
+        await _burst(history, busy, others=10, appends=40)
+        everywhere = SearchScope(None, agent_scoped=lambda _: True)
+        busy_hits = await service.search("default", ["busy"], everywhere, 100)
+        other_hits = await service.search("default", ["other"], everywhere, 100)
+        assert sorted(h.text for h in busy_hits) == sorted(f"忙碌 busy-{i}" for i in range(40))
+        assert sorted(h.text for h in other_hits) == sorted(f"其他 other-{i}" for i in range(10))
+        assert service.sessions_read == 11  # one read per session, not one per append
+    finally:
+        await service.close()
+
+
+async def test_appends_reach_the_index_by_themselves_after_the_delay(tmp_path: Path) -> None:
+    history = SessionHistory(tmp_path / "data", fsync=False)
+    service = SearchService(tmp_path / "data", sync_delay_s=0.01)
+    history.observers.append(service.history_changed)
+    busy = SessionKey("default", "http", "busy")
+    try:
+        await _burst(history, busy, others=3, appends=5)
+        expected = [f"忙碌 busy-{i}" for i in range(5)]
+        for _ in range(500):  # no search asks: the delay alone brings them in
+            read = service.sessions_read >= 4  # the index is open (its tables made) before it reads a session
+            if read and [t for _, t in _index_rows_at(tmp_path / "data", busy)] == expected:
+                break
+            await asyncio.sleep(0.01)
+        assert [t for _, t in _index_rows_at(tmp_path / "data", busy)] == expected
+    finally:
+        await service.close()

@@ -63,6 +63,22 @@ async def test_a_session_file_swapped_for_a_link_while_running_is_not_written_th
     assert [m["content"] for m in await history.load(KEY)] == ["one"]  # the cache did not take it either
 
 
+async def test_a_meta_file_swapped_for_a_link_refuses_the_next_append_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    history, outside = _history(tmp_path), _outside(tmp_path)
+    await history.append(KEY, _user("one"))
+    layout = history.layout("default")
+    meta, target = layout.meta_file(KEY), outside / "target.json"
+    target.write_text("{}")
+    meta.unlink()
+    meta.symlink_to(target)
+    with pytest.raises(StorageError):
+        await history.append(KEY, _user("two"))
+    assert [r["content"] for r in jsonl.read_records(layout.history_file(KEY))] == ["one"]
+    assert target.read_text() == "{}"
+
+
 async def test_a_sessions_directory_swapped_for_a_link_is_refused_for_every_write(tmp_path: Path) -> None:
     history, outside = _history(tmp_path), _outside(tmp_path)
     await history.append(KEY, _user("one"))
@@ -133,3 +149,16 @@ def test_a_linked_chat_memory_directory_is_refused(tmp_path: Path) -> None:
     chats.symlink_to(_outside(tmp_path), target_is_directory=True)
     with pytest.raises(StorageError):
         files.memory_path(agent, key)
+
+
+def test_an_agent_memory_directory_swapped_for_a_link_after_a_first_use_is_refused(tmp_path: Path) -> None:
+    write_agent(tmp_path / "agents", "default", {})
+    agent = load_agent(tmp_path / "agents" / "default")
+    files = MemoryFiles(tmp_path / "data", tmp_path / "auth")
+    memory_dir = files.memory_path(agent).parent
+    memory_dir.mkdir(parents=True)
+    files.memory_path(agent)  # the agent's layout is made and kept
+    memory_dir.rmdir()
+    memory_dir.symlink_to(_outside(tmp_path), target_is_directory=True)
+    with pytest.raises(StorageError):
+        files.memory_path(agent)
