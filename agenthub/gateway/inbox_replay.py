@@ -19,6 +19,8 @@ class StoredMessage:
     process died before its answer was stored."""
 
     answer: str | None
+    joined: bool = False
+    """A later message was sent together with it: that one carried the answer, this one ended "answered together"."""
 
 
 def inbox_id_of(message: InboundMessage) -> str | None:
@@ -33,7 +35,7 @@ def stored_messages(history: Sequence[dict[str, Any]], inbox_ids: Iterable[str])
     for index, record in enumerate(history):
         entry_id = record.get(INBOX_ID) if record.get("role") == "user" else None
         if isinstance(entry_id, str) and entry_id in wanted:
-            found[entry_id] = StoredMessage(_answer_after(history, index))
+            found[entry_id] = StoredMessage(_answer_after(history, index), _joined_by_next(history, index))
     return found
 
 
@@ -49,6 +51,16 @@ def _answer_after(history: Sequence[dict[str, Any]], index: int) -> str | None:
             answered = True
             texts.append(text_of(record.get("content")))
     return "\n\n".join(t for t in texts if t) if answered else None
+
+
+def _joined_by_next(history: Sequence[dict[str, Any]], index: int) -> bool:
+    """Whether the next user message after `index` was sent together with it (before any answer)."""
+    for record in history[index + 1 :]:
+        if record.get("role") == "assistant":
+            return False
+        if record.get("role") == "user" and "channel" in record:
+            return bool(record.get("together"))
+    return False
 
 
 def _starts_next_turn(record: dict[str, Any]) -> bool:

@@ -184,8 +184,7 @@ class TurnRunner:
             pending.handle.emit(NoticeEvent(separator.join(w.render(pending.locale) for w in warnings)))
         stored = await self._stored_members(pending)
         if _all_answered(pending, stored):  # answered before a crash, not settled: the stored answer, no model call
-            replayed = DoneEvent(_answer_of(pending, stored), session_key=str(pending.key))
-            return TurnOutcome(False, REPLAYED, final=replayed)
+            return TurnOutcome(False, REPLAYED, final=_replayed(pending, stored))
         _end_answered_members(pending, stored)
         fresh = [member for member in pending.members if inbox_id_of(member.message) not in stored]
         intakes = [await self._take_in(member) for member in fresh]
@@ -326,10 +325,16 @@ def _stored_answer(member: PendingTurn, stored: dict[str, StoredMessage]) -> str
     return found.answer if found is not None else None
 
 
-def _answer_of(pending: PendingTurn, stored: dict[str, StoredMessage]) -> str:
+def _replayed(pending: PendingTurn, stored: dict[str, StoredMessage]) -> DoneEvent:
+    """How an answered message ends again: with its answer, or, when a later message carried that answer, as it
+    ended then (answered together; the channel sends nothing more for it)."""
     answer = _stored_answer(pending, stored)
     assert answer is not None
-    return answer
+    inbox_id = inbox_id_of(pending.message)
+    if inbox_id is not None and stored[inbox_id].joined and not pending.joined:
+        note = i18n.text("done.answered_together", pending.locale)
+        return DoneEvent(note, session_key=str(pending.key), joined=True, answer=answer)
+    return DoneEvent(answer, session_key=str(pending.key))
 
 
 def _end_answered_members(pending: PendingTurn, stored: dict[str, StoredMessage]) -> None:

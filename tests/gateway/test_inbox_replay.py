@@ -83,3 +83,23 @@ async def test_resumed_messages_joined_behind_a_turn_each_run_at_most_once(
     assert not texts[0].startswith("error") and not texts[2].startswith("error")
     assert len(fake_llm.message_requests()) == 2
     assert await _user_records(gateway) == [("one", "e1"), ("two", "e2"), ("new", None), ("three", "e3")]
+
+
+async def test_members_of_a_joined_turn_resumed_one_by_one_get_the_answer_once(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    """Two messages answered together before a crash, both unsettled: resumed one after the other, the earlier one
+    ends as it did then (answered together, `joined`), only the later one carries the answer."""
+    records = [
+        {"role": "user", "content": "one", "timestamp": 1, "channel": "cli", "inbox_id": "e1"},
+        {"role": "user", "content": "two", "timestamp": 2, "channel": "cli", "inbox_id": "e2", "together": True},
+        {"role": "assistant", "content": "answer to both", "timestamp": 3},
+    ]
+    await gateway.history.append(KEY, *records)
+
+    earlier = await (await gateway.submit(_msg("one", "e1"))).result()
+    later = await (await gateway.submit(_msg("two", "e2"))).result()
+
+    assert isinstance(earlier, DoneEvent) and earlier.joined and earlier.answer == "answer to both"
+    assert isinstance(later, DoneEvent) and later.full_text == "answer to both" and not later.joined
+    assert fake_llm.message_requests() == []
