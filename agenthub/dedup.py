@@ -32,6 +32,10 @@ class SeenIds(Protocol):
 
     async def check_and_add(self, key: str) -> bool: ...
 
+    async def forget(self, key: str) -> None:
+        """Take `key` back (it was seen but the message was not kept): its next delivery is new, durably."""
+        ...
+
 
 SeenIdsOpener = Callable[[str, float], SeenIds]
 """(name, ttl_s) → a channel's dedup memory `name`: what `ChannelContext.open_seen_ids` holds."""
@@ -98,6 +102,14 @@ class DedupStore:
                 del self._pending[key]
         return False
 
+    async def forget(self, key: str) -> None:
+        """Take `key` back durably: a tombstone line (seen at 0, so expired) that the loader applies in order."""
+        while (pending := self._pending.get(key)) is not None:
+            await asyncio.wait([pending])
+        if self._seen.pop(key, None) is None:
+            return
+        await asyncio.shield(self._enqueue(key, 0.0))
+
     def _enqueue(self, key: str, seen_at: float) -> asyncio.Future[None]:
         if self._batch_done is None:
             self._batch_done = asyncio.get_running_loop().create_future()
@@ -152,6 +164,8 @@ class DedupStore:
             if now - seen_at < self._ttl_s:
                 self._seen[key] = seen_at
                 self._seen.move_to_end(key)
+            else:  # expired, or a tombstone written by `forget` after the id's line
+                self._seen.pop(key, None)
         self._rewrite(list(self._seen.items()))
 
     def _expire(self, now: float) -> None:

@@ -57,6 +57,12 @@ class MessageDedup:
             log.info(f"{self._channel}_duplicate_dropped", cred_id=self._cred_id, key=key)
         return duplicate
 
-    def forget(self, key: str) -> None:
-        """`key` was seen but not kept (the inbox refused it): its next delivery, the platform's retry, is new."""
+    async def forget(self, key: str) -> None:
+        """`key` was seen but not kept (the inbox refused it): its next delivery, the platform's retry, is new, on
+        this instance and on any other one, now and after a restart. If even that write fails, this process still
+        lets the retry through (`_forgotten`)."""
         self._forgotten.add(key)
+        try:
+            await self._seen.forget(f"{self._cred_id}:{key}")
+        except (OSError, StorageError) as e:
+            log.error(f"{self._channel}_dedup_unavailable", cred_id=self._cred_id, key=key, error=str(e))

@@ -91,7 +91,7 @@ class InboxGate:
         try:
             entry = await self._inbox.accept(self.source, payload)
         except StorageError:
-            self._dedup.forget(key)  # not stored: the platform's retry must get through
+            await self._dedup.forget(key)  # not stored: the platform's retry must get through, wherever it lands
             log.error("inbox_accept_failed", source=self.source, key=key)
             return Intake.REFUSED, None
         return Intake.ACCEPTED, entry

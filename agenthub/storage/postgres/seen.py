@@ -53,6 +53,14 @@ class PostgresSeenIds:
             await self.purge()
         return not new
 
+    async def forget(self, key: str) -> None:
+        async with self.database.connection("forget a message id") as conn:
+            cursor = await conn.execute(
+                "DELETE FROM seen_ids WHERE scope = %(scope)s AND key = %(key)s", {"scope": self.scope, "key": key}
+            )
+        if cursor.rowcount > 0:
+            self._size = max(0, self._size - 1)
+
     async def purge(self) -> int:
         """Delete this memory's expired ids; how many are left."""
         self._last_purge = self._clock()

@@ -9,13 +9,17 @@ from pathlib import Path
 
 from agenthub.clock import ManualClock
 from agenthub.dedup import DedupStore
+from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, ReplyEvent
 from agenthub.storage.inbox import FileInbox, Inbox, InboxEntry, InMemoryInbox
+from agenthub.storage.postgres import Database
+from agenthub.storage.postgres.seen import PostgresSeenIds
 from channels.toolkit.dedup import MessageDedup
 from channels.toolkit.inbox import InboxGate, Intake, Outcome
 from channels.toolkit.tasks import TaskSet
 from tests.support.fakes.submitter import ScriptedSubmitter
+from tests.support.postgres import migrated
 
 
 class Recorder:
@@ -173,3 +177,43 @@ async def test_a_take_cancelled_while_its_message_is_stored_still_answers_it(tmp
     assert recorder.admitted["a"] == ["hello"]
     assert inbox.depth() == 0
     assert await FileInbox(tmp_path / "data").unsettled() == []  # settled on disk too
+
+
+class RefusingInbox(InMemoryInbox):
+    """An inbox whose disk (or database) refuses every write."""
+
+    async def accept(self, source: str, payload: dict[str, object]) -> InboxEntry:
+        raise StorageError("could not write the journal")
+
+
+def _plain_gate(seen: DedupStore | PostgresSeenIds, inbox: Inbox) -> InboxGate:
+    recorder = Recorder()
+    return InboxGate(
+        inbox=inbox,
+        source="demo:c",
+        dedup=MessageDedup(seen, channel="demo", cred_id="c"),
+        tasks=TaskSet("demo"),
+        gateway=ScriptedSubmitter(),
+        admit=recorder.admit,
+        finish=recorder.finish,
+        deferred_text="later",
+    )
+
+
+async def test_a_refused_message_is_new_again_for_the_next_process(tmp_path: Path) -> None:
+    refused = _plain_gate(DedupStore(tmp_path / "seen.jsonl", ttl_s=600), RefusingInbox())
+    assert await refused.take("m1", "chat", {"chat": "chat", "text": "hi"}) is Intake.REFUSED  # no ack: a retry
+    restarted = _plain_gate(DedupStore(tmp_path / "seen.jsonl", ttl_s=600), InMemoryInbox())
+    assert await restarted.take("m1", "chat", {"chat": "chat", "text": "hi"}) is Intake.ACCEPTED
+
+
+async def test_a_message_refused_on_one_instance_is_new_on_another(postgres_dsn: str) -> None:
+    first, second = Database(migrated(postgres_dsn)), Database(postgres_dsn)
+    try:
+        refused = _plain_gate(PostgresSeenIds(first, "demo/x", ttl_s=600), RefusingInbox())
+        other = _plain_gate(PostgresSeenIds(second, "demo/x", ttl_s=600), InMemoryInbox())
+        assert await refused.take("m1", "chat", {"chat": "chat", "text": "hi"}) is Intake.REFUSED
+        assert await other.take("m1", "chat", {"chat": "chat", "text": "hi"}) is Intake.ACCEPTED  # behind the LB
+    finally:
+        await first.close()
+        await second.close()
