@@ -56,3 +56,5 @@ async def sleep_until(clock: Clock, deadline: float) -> None:
 
 
 system_clock: Clock = time.time
+monotonic_clock: Clock = time.monotonic
+"""For deadlines that must not move when the wall clock is stepped (NTP, an operator): leases are judged by it."""

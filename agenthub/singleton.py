@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from agenthub.clock import Clock, sleep_until, system_clock
+from agenthub.clock import Clock, monotonic_clock, sleep_until
 from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore
 
 log = structlog.get_logger(__name__)
@@ -35,7 +35,7 @@ class InstanceLeases:
     store: LeaseStore = field(default_factory=InProcessLeases)
     holder: str = field(default_factory=instance_holder)
     ttl_s: float = DEFAULT_LEASE_S
-    clock: Clock = system_clock
+    clock: Clock = monotonic_clock
 
     def singleton(self, name: str, *, start: Action, stop: Action) -> Singleton:
         return Singleton(self, name, start=start, stop=stop)

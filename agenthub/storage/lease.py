@@ -10,7 +10,7 @@ from typing import Protocol
 
 import structlog
 
-from agenthub.clock import Clock, sleep_until, system_clock
+from agenthub.clock import Clock, monotonic_clock, sleep_until
 from agenthub.errors import StorageError
 
 log = structlog.get_logger(__name__)
@@ -45,7 +45,7 @@ class LeaseStore(Protocol):
 class InProcessLeases:
     """Leases inside one process: the files mode (one instance per data directory) and tests."""
 
-    def __init__(self, *, clock: Clock = system_clock) -> None:
+    def __init__(self, *, clock: Clock = monotonic_clock) -> None:
         self._clock = clock
         self._leases: dict[str, Lease] = {}
         self._tokens: dict[str, int] = {}
@@ -90,7 +90,7 @@ class LeaseKeeper:
         ttl_s: float,
         on_gained: Callable[[Lease], None] = lambda lease: None,
         on_lost: Callable[[], None] = lambda: None,
-        clock: Clock = system_clock,
+        clock: Clock = monotonic_clock,
     ) -> None:
         self._store, self._name, self._holder, self._ttl_s = store, name, holder, ttl_s
         self._on_gained, self._on_lost, self._clock = on_gained, on_lost, clock

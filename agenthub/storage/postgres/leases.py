@@ -3,7 +3,7 @@ database's `now()` (the instances' clocks differ); a grant to a new holder raise
 
 from __future__ import annotations
 
-from agenthub.clock import Clock, system_clock
+from agenthub.clock import Clock, monotonic_clock
 from agenthub.storage.lease import Lease
 from agenthub.storage.postgres.database import Database
 
@@ -33,7 +33,7 @@ class PostgresLeases:
     """Leases in the table `leases`. `Lease.expires_at` is on this instance's `clock`, counted from before the
     request was sent, so it never ends later by our clock than the database's grant does by its own."""
 
-    def __init__(self, database: Database, *, clock: Clock = system_clock) -> None:
+    def __init__(self, database: Database, *, clock: Clock = monotonic_clock) -> None:
         self.database = database
         self._clock = clock
 
