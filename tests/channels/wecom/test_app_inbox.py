@@ -160,7 +160,8 @@ async def test_with_the_real_gateway_a_turn_killed_mid_answer_is_answered_once_a
         await channel.start()
         try:
             await channel.resume(await inbox.unsettled())
-            await api.wait_for(lambda: len(api.sends) == 1, timeout=10)
+            # the resumed gateway imports the SDK first: slow on a loaded box
+            await api.wait_for(lambda: len(api.sends) == 1, timeout=30)
             await channel.tasks.join()
         finally:
             await channel.stop()
