@@ -132,5 +132,10 @@ class Singleton:
     async def _stop_work(self) -> None:
         if not self._closing:  # a shutdown is logged by whoever shuts down
             log.info("singleton_stopping", singleton=self.name)
-        await self._stop()
+        try:
+            await self._stop()
+        except asyncio.CancelledError:
+            raise  # cut short: the stop is owed again by `close()`
+        except Exception:  # logged; the driver must live on, or the lease would never start the work again
+            log.exception("singleton_stop_failed", singleton=self.name)
         self._started = False  # only once stopped: a stop cut short is owed again by `close()`

@@ -21,6 +21,7 @@ class Work:
         self.name, self.events = name, events
         self.stop_gate: asyncio.Event | None = None
         self.failing_starts = 0
+        self.failing_stops = 0
 
     async def start(self) -> None:
         if self.failing_starts:
@@ -32,6 +33,9 @@ class Work:
         if self.stop_gate is not None:
             await self.stop_gate.wait()
         self.events.append(f"{self.name}-")
+        if self.failing_stops:
+            self.failing_stops -= 1
+            raise RuntimeError("stopped with an error")
 
 
 class DownableLeases(InProcessLeases):
@@ -136,6 +140,28 @@ async def test_a_start_that_fails_is_tried_again_while_the_lease_is_held() -> No
     clock.advance(TTL_S / 3)
     await settle()
     assert single.running and events == ["a-", "a+"]
+    await single.close()
+
+
+async def test_a_stop_that_raises_does_not_end_the_singleton_for_good() -> None:
+    clock = ManualClock()
+    store = DownableLeases(clock)
+    events: list[str] = []
+    work = Work("a", events)
+    work.failing_stops = 1
+    single = instance(store, clock, work)
+    await single.open()
+    await settle()
+    store.down = True
+    for _ in range(2):  # the lease is given up; the work's stop raises
+        clock.advance(TTL_S / 3)
+        await settle()
+    assert not single.running and events == ["a+", "a-"]
+    store.down = False
+    for _ in range(4):  # the store is back: the lease is gained again and the work restarted
+        clock.advance(TTL_S / 3)
+        await settle()
+    assert single.running and events == ["a+", "a-", "a+"]
     await single.close()
 
 
