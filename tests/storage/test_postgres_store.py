@@ -298,3 +298,28 @@ async def test_the_first_call_after_a_quiet_server_restart_succeeds(own_postgres
         assert await store.load(session_key("default", "http", "u3")) == [msg("warm"), msg("after")]
     finally:
         await store.close()
+
+
+async def test_archive_writers_of_one_session_from_several_instances_never_collide(
+    store: PostgresSessionStore,
+) -> None:
+    """Replaces, clears and archive rewrites of one session at the same moment (two instances, no shared
+    in-process lock) all land: each numbers its archive rows under the session's lock, even with no head row."""
+    key = session_key("default", "http", "contended")
+    await store.append(key, [msg("start")])
+    start = asyncio.Event()
+
+    async def writer(n: int) -> None:
+        await start.wait()
+        if n % 3 == 0:
+            await store.replace(key, [msg(f"kept {n}")], archive=[msg(f"dropped {n}")])
+        elif n % 3 == 1:
+            await store.clear(key, archive=[msg(f"cleared {n}")])
+        else:
+            await store.rewrite_archive(key, [msg(f"rewritten {n}")])
+
+    tasks = [asyncio.create_task(writer(n)) for n in range(24)]
+    await asyncio.sleep(0)
+    start.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert [r for r in results if r is not None] == []

@@ -140,6 +140,7 @@ class PostgresSessionStore:
     async def rewrite_archive(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
         texts = encode_records(records)
         async with self.database.connection("rewrite the archive") as conn, conn.transaction():
+            await _lock_head(conn, key)
             await conn.execute(f"DELETE FROM session_archive WHERE {KEY}", _params(key))
             await _archive(conn, key, texts)
 
@@ -220,9 +221,15 @@ def _key(agent: str, channel: str, chat_id: str) -> SessionKey | None:
         return None
 
 
+_SESSION_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtextextended(%(agent)s || ':' || %(channel)s || ':' || %(chat_id)s, 0))"
+)
+"""The session's transaction lock: it exists with or without a head row (a cleared session has none)."""
+
+
 async def _lock_head(conn: AsyncConnection[TupleRow], key: SessionKey) -> None:
-    """Take the session's head row lock (a writer of the same session waits for this transaction)."""
-    await conn.execute(f"SELECT 1 FROM session_heads WHERE {KEY} FOR UPDATE", _params(key))
+    """Serialise this transaction with every other writer of the session's archive and records (any instance)."""
+    await conn.execute(_SESSION_LOCK, _params(key))
 
 
 async def _archive(conn: AsyncConnection[TupleRow], key: SessionKey, texts: list[str]) -> None:
