@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from agenthub.clock import ManualClock
-from agenthub.errors import StorageError
 from agenthub.singleton import InstanceLeases, Singleton, instance_holder
-from agenthub.storage.lease import InProcessLeases, Lease
+from agenthub.storage.lease import InProcessLeases
+from tests.support.leases import DownableLeases
 
 TTL_S = 15.0
 
@@ -36,22 +36,6 @@ class Work:
         if self.failing_stops:
             self.failing_stops -= 1
             raise RuntimeError("stopped with an error")
-
-
-class DownableLeases(InProcessLeases):
-    def __init__(self, clock: ManualClock) -> None:
-        super().__init__(clock=clock)
-        self.down = False
-
-    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
-        if self.down:
-            raise StorageError("store unavailable")
-        return await super().acquire(name, holder, ttl_s)
-
-    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
-        if self.down:
-            raise StorageError("store unavailable")
-        return await super().renew(lease, ttl_s)
 
 
 async def settle() -> None:

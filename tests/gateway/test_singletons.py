@@ -11,40 +11,16 @@ from typing import Any
 from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
-from agenthub.errors import StorageError
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
 from agenthub.singleton import InstanceLeases
-from agenthub.storage.lease import InProcessLeases, Lease
+from agenthub.storage.lease import InProcessLeases
+from tests.support.leases import InstanceView
 from tests.support.roots import make_settings
 
 LEASE_S = 15.0
 INTERVAL_S = 0.02  # the timers run on real time; the leases on a ManualClock the test moves
-
-
-class InstanceView:
-    """One instance's connection to the deployment's shared lease store; `down` cuts only this instance off."""
-
-    def __init__(self, shared: InProcessLeases) -> None:
-        self._shared = shared
-        self.down = False
-
-    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
-        self._check()
-        return await self._shared.acquire(name, holder, ttl_s)
-
-    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
-        self._check()
-        return await self._shared.renew(lease, ttl_s)
-
-    async def release(self, lease: Lease) -> None:
-        self._check()
-        await self._shared.release(lease)
-
-    def _check(self) -> None:
-        if self.down:
-            raise StorageError("lease store unreachable")
 
 
 class Deployment:

@@ -11,9 +11,9 @@ import pytest
 import pytest_asyncio
 
 from agenthub.clock import ManualClock
-from agenthub.errors import StorageError
 from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore
 from agenthub.storage.postgres import Database, PostgresLeases
+from tests.support.leases import DownableLeases
 from tests.support.postgres import fresh_database, migrated
 
 
@@ -94,24 +94,6 @@ async def test_a_released_lease_is_free_at_once_and_its_next_grant_has_a_newer_t
     assert again is None
 
 
-class FlakyLeases(InProcessLeases):
-    """A lease store whose server can go away."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        super().__init__(clock=clock)
-        self.down = False
-
-    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
-        if self.down:
-            raise StorageError("store unavailable")
-        return await super().acquire(name, holder, ttl_s)
-
-    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
-        if self.down:
-            raise StorageError("store unavailable")
-        return await super().renew(lease, ttl_s)
-
-
 class HangingLeases(InProcessLeases):
     """A lease store whose server stops answering: calls never return (until the test ends)."""
 
@@ -150,7 +132,7 @@ async def test_a_keeper_gains_a_free_lease_and_a_standby_takes_over_when_the_hol
 
 async def test_a_keeper_that_cannot_reach_the_store_stops_once_its_lease_has_expired() -> None:
     clock = ManualClock()
-    leases = FlakyLeases(clock)
+    leases = DownableLeases(clock)
     lost: list[bool] = []
     keeper = LeaseKeeper(leases, "l3", "a", ttl_s=15, clock=clock, on_lost=lambda: lost.append(True))
     await keeper.step()
@@ -200,7 +182,7 @@ async def test_a_keeper_that_cannot_reach_the_store_stops_a_third_of_the_ttl_bef
     """The standby may take the lease at its expiry: the holder must have stopped by then, with time to spare
     for its own stop (closing a connection), or two instances would hold the singleton at once."""
     clock = ManualClock()
-    leases = FlakyLeases(clock)
+    leases = DownableLeases(clock)
     lost: list[float] = []
     keeper = LeaseKeeper(leases, "wecom-bot:team", "a", ttl_s=15, clock=clock, on_lost=lambda: lost.append(clock()))
     await keeper.step()

@@ -11,40 +11,15 @@ from pathlib import Path
 import pytest
 
 from agenthub.clock import ManualClock
-from agenthub.errors import StorageError
 from agenthub.singleton import InstanceLeases
-from agenthub.storage.lease import InProcessLeases, Lease
+from agenthub.storage.lease import InProcessLeases
 from channels.wecom import WeComChannel
 from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.support.fakes.wecom import FakeAiBotServer, channel_context
+from tests.support.leases import InstanceView
 from tests.support.wecom import bot_table, wecom_settings
 
 LEASE_S = 15.0
-
-
-class InstanceView:
-    """One instance's link to the shared lease store; `down` cuts only this instance off (a dead process, a
-    broken network: no renewal, no release)."""
-
-    def __init__(self, shared: InProcessLeases) -> None:
-        self._shared = shared
-        self.down = False
-
-    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
-        self._check()
-        return await self._shared.acquire(name, holder, ttl_s)
-
-    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
-        self._check()
-        return await self._shared.renew(lease, ttl_s)
-
-    async def release(self, lease: Lease) -> None:
-        self._check()
-        await self._shared.release(lease)
-
-    def _check(self) -> None:
-        if self.down:
-            raise StorageError("lease store unreachable")
 
 
 class Instance:
