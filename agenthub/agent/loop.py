@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 
 from agenthub import i18n
-from agenthub.agent.context import mark_newest_message
+from agenthub.agent.conversion import mark_newest_message
 from agenthub.agent.large_results import LargeResultStore
 from agenthub.agent.tools import Tool, ToolContext, run_tool
 from agenthub.llm.types import LLMProvider, LLMRequest, LLMResponse

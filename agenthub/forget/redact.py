@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from agenthub.agent.context import SUMMARY_PREFIX
+from agenthub.agent.conversion import SUMMARY_PREFIX
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.storage.meta import text_of
 

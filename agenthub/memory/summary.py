@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agenthub.agent.context import SUMMARY_PREFIX
+from agenthub.agent.conversion import SUMMARY_PREFIX
 from agenthub.errors import AgentHubError
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.llm.types import LLMProvider, LLMRequest

@@ -7,7 +7,7 @@ import itertools
 import json
 from typing import Any
 
-from agenthub.agent.context import INTERRUPTED_PLACEHOLDER
+from agenthub.agent.conversion import INTERRUPTED_PLACEHOLDER
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.storage.keys import SessionKey

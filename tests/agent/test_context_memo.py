@@ -9,14 +9,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from agenthub.agent.context import (
-    ContextBudget,
-    ContextBuilder,
-    cut_old_tool_results,
-    images_to_send,
-    mark_newest_message,
-    to_api_messages,
-)
+from agenthub.agent.context import ContextBudget, ContextBuilder
+from agenthub.agent.conversion import cut_old_tool_results, images_to_send, mark_newest_message, to_api_messages
 from agenthub.agent.definition import AgentConfig, AgentDefinition
 from agenthub.memory.files import MemoryFiles
 from agenthub.session.history import SessionHistory

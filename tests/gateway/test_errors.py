@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import LogCapture
 
 from agenthub import i18n
-from agenthub.agent.context import INTERRUPTED_PLACEHOLDER
+from agenthub.agent.conversion import INTERRUPTED_PLACEHOLDER
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from agenthub.agent.context import (
+from agenthub.agent.conversion import (
     IMAGE_RECENT_TURNS,
     IMAGE_STEP_TURNS,
     MAX_REQUEST_IMAGES,

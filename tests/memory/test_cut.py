@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agenthub.agent.context import to_api_messages
+from agenthub.agent.conversion import to_api_messages
 from agenthub.app import build_gateway
 from agenthub.memory.cut import plan_cut, safe_cut, unpaired_tool_ids
 from agenthub.messages import InboundMessage

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agenthub.agent.context import SUMMARY_PREFIX
+from agenthub.agent.conversion import SUMMARY_PREFIX
 from agenthub.memory.host import FinishedTurn
 from agenthub.memory.wiring import build_memory_layer
 from agenthub.storage.keys import SessionKey

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from agenthub.agent.context import CUT_STEP_TURNS, RECENT_TURNS, cut_middle
+from agenthub.agent.conversion import CUT_STEP_TURNS, RECENT_TURNS, cut_middle
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
