@@ -25,7 +25,7 @@ class AutoCompact:
     under the session's own serialisation, it must still be idle (no turn running or waiting, no activity since
     `autocompact_idle_s`), or it is left whole. Truncation happens inside `host.exclusive`; with
     `autocompact_summary` the summary is the session's background work (the chat is not held while it is written)
-    and is applied only if the session is still idle then."""
+    and is applied only if the session is still idle then; it ends with the sweep (a lost lease stops both)."""
 
     def __init__(self, host: MemoryHost, compactor: SessionCompactor) -> None:
         self.host = host
@@ -125,7 +125,7 @@ class AutoCompact:
             raise SessionBusyError(f"session {key} is busy")
         task = host.start_background(key, self._summary_job(key, agent, provider, model))
         if task is not None:  # /restart, /stop or shutdown may cancel it; the sweep goes on with the next
-            await asyncio.wait([task])
+            await _wait_owned(task)
 
     async def _summary_job(self, key: SessionKey, agent: AgentDefinition, provider: LLMProvider, model: str) -> None:
         host = self.host
@@ -144,3 +144,14 @@ class AutoCompact:
         log.info("autocompact_summarised", session_key=str(key), status=result.status)
         if result.status == "done":
             host.notify_next_turn(key, compaction_notice(result))
+
+
+async def _wait_owned(task: asyncio.Task[None]) -> None:
+    """Wait for a summary the sweep started. The summary belongs to the sweep: a sweep cancelled (its lease lost,
+    or shutdown) cancels it and waits until it has stopped, so nothing is applied once another instance leads."""
+    try:
+        await asyncio.wait([task])
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.wait([task])
+        raise

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -15,8 +17,12 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
 from agenthub.singleton import InstanceLeases
+from agenthub.storage.keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
+from tests.support.agents import write_agent
+from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
 from tests.support.leases import InstanceView
+from tests.support.memory import is_summary_request, msg, seed
 from tests.support.roots import make_settings
 
 LEASE_S = 15.0
@@ -58,9 +64,11 @@ class Deployment:
 
 
 @asynccontextmanager
-async def deployment(tmp_path: Path, **overrides: Any) -> AsyncIterator[Deployment]:
-    memory = {"l3_interval_s": INTERVAL_S, "autocompact_interval_s": INTERVAL_S}
-    d = Deployment(make_settings(tmp_path, memory=memory, **overrides))
+async def deployment(
+    tmp_path: Path, llm_base_url: str | None = None, *, memory: dict[str, Any] | None = None, **overrides: Any
+) -> AsyncIterator[Deployment]:
+    timers = {"l3_interval_s": INTERVAL_S, "autocompact_interval_s": INTERVAL_S}
+    d = Deployment(make_settings(tmp_path, llm_base_url, memory={**timers, **(memory or {})}, **overrides))
     try:
         yield d
     finally:
@@ -134,3 +142,56 @@ async def test_with_three_instances_one_scheduler_fires_and_a_standby_takes_it_o
         for gw in gateways[1:]:
             await pause_scheduler(gw)
         assert not any(gw.scheduler is not None and gw.scheduler.running for gw in gateways)
+
+
+def _age(gw: GatewayCore, key: SessionKey, seconds: float = 1200) -> None:
+    path = gw.history.layout(key.agent).history_file(key)
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+async def test_an_autocompact_summary_in_flight_is_cancelled_when_the_lease_is_lost(
+    tmp_path: Path, fake_llm: FakeAnthropic
+) -> None:
+    never = asyncio.Event()  # the old leader's summary is never answered: only a cancellation ends it
+    summaries: list[dict[str, Any]] = []
+
+    def respond(body: dict[str, Any]) -> ScriptedReply | None:
+        if not is_summary_request(body):
+            return None
+        summaries.append(body)
+        return reply_text("idle summary", hold=never if len(summaries) == 1 else None)
+
+    fake_llm.responder = respond
+    memory = {"l3_interval_s": 3600.0, "flush_before_compaction": False}
+    llm = {"timeout_s": 60.0}  # no client timeout ends the held call meanwhile
+    async with deployment(tmp_path, fake_llm.base_url, memory=memory, llm=llm) as d:
+        write_agent(d.settings.agents_dir, "default", {"memory": {"autocompact_summary": True}})
+        old, new = await d.start_instance(), await d.start_instance()
+        key = old.resolve_key(msg("x"))[1]
+        await seed(old, key, 75)
+        _age(old, key)
+        (held,) = await fake_llm.wait_for_requests(1)  # the leader's sweep is summarising the idle session
+        task = old.background(key)
+        assert task is not None
+
+        d.views[0].down = True  # the leader is cut off: it stops before a standby may gain the lease
+        while d.running(AUTOCOMPACT_TIMER)[0]:
+            await d.advance(LEASE_S / 6)
+        assert task.done() and old.background(key) is None  # the summary ended with the sweep
+        await asyncio.wait_for(held.disconnected.wait(), 5)  # and its model call was cancelled
+        history_file = old.history.layout(key.agent).history_file(key)
+        assert len(history_file.read_text(encoding="utf-8").splitlines()) == 150  # the session is intact
+
+        while not d.running(AUTOCOMPACT_TIMER)[1]:
+            await d.advance(LEASE_S / 6)
+        await wait_until(lambda: len(summaries) == 2 and new.background(key) is None)
+        never.set()  # were the old call still alive, its answer would come now
+        for _ in range(30):
+            await asyncio.sleep(0)
+        history = await new.history.load(key)
+        assert len(history) == 21 and history[0]["content"] == "[历史摘要]\nidle summary"
+        archived = await new.history.archived(key)
+        assert [m["content"] for m in archived] == [f"{kind} {i}" for i in range(65) for kind in ("question", "answer")]
+        assert len(summaries) == 2  # the new leader compacted once, the old one never
+        d.views[0].down = False
