@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,8 @@ class Journal:
 
     The owner keeps the live state in memory (rebuilt from `read()` at start) and hands a `snapshot` function; when
     the file holds more than twice the snapshot's records it is rewritten atomically to the snapshot, between
-    batches. A snapshot may include records still waiting for their batch (they are then written twice), so the
-    owner's loader must be idempotent. Atomic within one event loop.
+    batches. A snapshot record still waiting for its batch is left out of the rewrite: its own append follows it,
+    so a record whose append fails is nowhere on disk. Atomic within one event loop.
     """
 
     def __init__(self, path: Path, *, snapshot: Callable[[], list[JournalRecord]], fsync: bool = True) -> None:
@@ -70,9 +70,12 @@ class Journal:
         self._lines = len(records)
         return records
 
-    async def write(self, record: JournalRecord) -> None:
-        """Append `record`; returns when it is durable. StorageError (nothing of it kept) when the disk refuses."""
-        done = self._enqueue(record)
+    def write(self, record: JournalRecord) -> Coroutine[Any, Any, None]:
+        """Queue `record` now (so a rewrite from here on leaves it to its own append) and return what waits until
+        it is durable: StorageError (nothing of it kept) when the disk refuses."""
+        return self._durable(self._enqueue(record))
+
+    async def _durable(self, done: asyncio.Future[None]) -> None:
         try:
             await asyncio.shield(done)
         except OSError as e:
@@ -95,18 +98,18 @@ class Journal:
     async def _flush(self) -> None:
         """Write batches until none is waiting; each batch is one write and one fsync."""
         while self._batch:
-            batch, done = self._batch, self._batch_done
-            self._batch, self._batch_done = [], None
-            assert done is not None
-            try:
-                async with self._io:
+            async with self._io:  # the batch is taken under the lock: a rewrite sees every unwritten record queued
+                batch, done = self._batch, self._batch_done
+                self._batch, self._batch_done = [], None
+                assert done is not None
+                try:
                     await asyncio.to_thread(self._append, _encode(batch))
-            except (OSError, StorageError) as e:
-                log.error("journal_write_failed", path=str(self._path), error_type=type(e).__name__)
-                done.set_exception(e)
-                done.exception()  # retrieved here: every waiter re-raises it through its own shield
-                continue
-            self._lines += len(batch)
+                except (OSError, StorageError) as e:
+                    log.error("journal_write_failed", path=str(self._path), error_type=type(e).__name__)
+                    done.set_exception(e)
+                    done.exception()  # retrieved here: every waiter re-raises it through its own shield
+                    continue
+                self._lines += len(batch)
             await self._compact_if_large()
             done.set_result(None)
 
@@ -121,12 +124,19 @@ class Journal:
         """Rewrite the file to the owner's snapshot now (atomically, between batches): nothing of what the snapshot
         no longer holds stays on disk (forgetting a person, deleting a session). StorageError when refused."""
         async with self._io:
-            live = self._snapshot()
+            live = self._written(self._snapshot())
             try:
                 await asyncio.to_thread(atomic_write_bytes, self._path, _encode(live), durable=self._fsync)
             except OSError as e:
                 raise StorageError("could not rewrite the journal") from e
             self._lines = len(live)
+
+    def _written(self, snapshot: list[JournalRecord]) -> list[JournalRecord]:
+        """The snapshot without the records still queued for a batch (under `_io`, nothing else is unwritten)."""
+        if not self._batch:
+            return snapshot
+        queued = {_encode([r]) for r in self._batch}
+        return [r for r in snapshot if _encode([r]) not in queued]
 
     def _append(self, payload: bytes) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)

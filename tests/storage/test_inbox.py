@@ -16,8 +16,17 @@ import pytest_asyncio
 
 from agenthub.errors import StorageError
 from agenthub.messages import Attachment, InboundMessage
-from agenthub.storage.inbox import INBOX_FILE, FileInbox, Inbox, InMemoryInbox, message_from_json, message_to_json
+from agenthub.storage.inbox import (
+    INBOX_FILE,
+    FileInbox,
+    Inbox,
+    InboxEntry,
+    InMemoryInbox,
+    message_from_json,
+    message_to_json,
+)
 from agenthub.storage.postgres import Database, PostgresInbox
+from tests.support.disks import PAGE, fill, small_tmpfs
 from tests.support.postgres import fresh_database, migrated
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,6 +150,25 @@ async def test_a_compacted_journal_keeps_exactly_the_unsettled_entries(tmp_path:
     assert lines < 2 * len(kept) + 110  # compacted, not 760 lines
     reopened = FileInbox(tmp_path)
     assert [e.id for e in await reopened.unsettled()] == kept
+
+
+async def test_a_compaction_while_an_accept_waits_for_its_write_never_keeps_an_accept_that_failed(
+    tmp_path: Path,
+) -> None:
+    with small_tmpfs(tmp_path / "data") as disk:
+        inbox = FileInbox(disk)
+        answered = await inbox.accept("http", message_to_json(message(0)))
+        await inbox.settle(answered.id)
+        filler = fill(disk)
+        os.truncate(filler, filler.stat().st_size - 5 * PAGE)  # room for the new entry once, not twice
+        big = {"text": "长" * PAGE}  # 3 pages of UTF-8 and its JSON: 4 pages on disk
+        accepting = asyncio.create_task(inbox.accept("wecom:app", big))
+        compacting = asyncio.create_task(inbox.drop_settled())  # a forget compacts the journal at that moment
+        accepted, _ = await asyncio.gather(accepting, compacting, return_exceptions=True)
+        await inbox.aclose()
+        on_disk = [e.id for e in await FileInbox(disk).unsettled()]
+    assert [e.id for e in await inbox.unsettled()] == on_disk  # what the caller was told is what a restart finds
+    assert isinstance(accepted, InboxEntry) and on_disk == [accepted.id]  # written once: the room sufficed
 
 
 async def test_a_torn_tail_and_a_damaged_entry_are_skipped_and_the_next_write_lands(tmp_path: Path) -> None:
