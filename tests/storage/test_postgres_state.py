@@ -9,11 +9,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 
+from agenthub.app import web_server
 from agenthub.clock import ManualClock
 from agenthub.errors import StorageError
+from agenthub.gateway.core import GatewayCore
 from agenthub.storage.inbox import Inbox
 from agenthub.storage.keys import session_key
 from agenthub.storage.lease import LeaseStore
@@ -24,9 +27,11 @@ from agenthub.storage.postgres import (
     PostgresLeases,
     PostgresMemoryStore,
     PostgresSeenIds,
+    PostgresSessionStore,
     PostgresTokens,
     open_database,
 )
+from agenthub.storage.stores import Stores
 from agenthub.tokens import TOKEN_PREFIX
 from channels.toolkit.dedup import MessageDedup, SeenIds
 from tests.support.postgres import PostgresServer
@@ -184,6 +189,53 @@ async def test_the_server_going_away_gives_fixed_storage_errors_then_everything_
         assert await seen.check_and_add("m1") is False
     finally:
         await database.close()
+
+
+async def test_a_pool_closed_by_a_close_cut_short_reopens_on_next_use_and_readyz_goes_503_then_200(
+    own_postgres_server: PostgresServer, gateway: GatewayCore
+) -> None:
+    database = await open_database(own_postgres_server.dsn(), checkout_timeout_s=1.0)
+    memory = PostgresMemoryStore(database)
+    stores = Stores(
+        "postgres",
+        sessions=PostgresSessionStore(database),
+        memory=memory,
+        leases=PostgresLeases(database),
+        data_dir=gateway.settings.data_dir,
+        database=database,
+    )
+    server = web_server(
+        gateway.settings.model_copy(update={"http": gateway.settings.http.model_copy(update={"port": 0})}),
+        gateway,
+        stores,
+    )
+    await server.start()
+    server.ready = True
+    readyz = f"http://127.0.0.1:{server.port}/readyz"
+    try:
+        async with aiohttp.ClientSession() as client:
+            assert await _status(client, readyz) == 200
+            own_postgres_server.stop()
+            closing = asyncio.create_task(database.close())  # a failing path closes the pool and is cut short
+            await asyncio.sleep(0)
+            closing.cancel()
+            await asyncio.wait([closing])
+            assert await _status(client, readyz) == 503
+            own_postgres_server.start()
+            deadline = time.monotonic() + RECOVERY_DEADLINE_S
+            while await _status(client, readyz) != 200:
+                assert time.monotonic() < deadline, "the database never came back: its pool stayed closed"
+                await asyncio.sleep(0.1)
+        await memory.write(MemoryName.agent_memory("default"), "after")
+        assert await memory.read(MemoryName.agent_memory("default")) == "after"
+    finally:
+        await server.close()
+        await database.close()
+
+
+async def _status(client: aiohttp.ClientSession, url: str) -> int:
+    async with client.get(url) as resp:
+        return resp.status
 
 
 async def until_it_works(operation: Callable[[], Awaitable[Any]]) -> None:

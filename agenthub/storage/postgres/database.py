@@ -48,7 +48,8 @@ Pool = AsyncConnectionPool[AsyncConnection[TupleRow]]
 
 class Database:
     """The pool. `open()` migrates the schema and connects (start-up: fails with one clear line); a database that
-    was not opened opens on first use. `connection(what)` lends one autocommit connection."""
+    was not opened, or whose pool was closed (a `close()`, even one cut short), opens a new pool on its next use.
+    `connection(what)` lends one autocommit connection."""
 
     def __init__(
         self,
@@ -64,16 +65,23 @@ class Database:
         self._checkout_timeout_s = checkout_timeout_s
         self._migrate_schema = migrate_schema
         self._pool: Pool | None = None
+        self._migrated = not migrate_schema
         self._opening = asyncio.Lock()
         self.latency = Latency()
         """Every `connection()` block, from asking the pool to giving the connection back (for /metrics)."""
 
     async def open(self) -> None:
         async with self._opening:
-            if self._pool is None:
-                if self._migrate_schema:
+            if self._usable_pool() is None:
+                if not self._migrated:
                     await migrate(self._dsn)
+                    self._migrated = True
                 self._pool = await self._open_pool()
+
+    def _usable_pool(self) -> Pool | None:
+        """The pool, unless there is none or it is closed (then a new one is opened on the next use)."""
+        pool = self._pool
+        return None if pool is None or pool.closed else pool
 
     async def _open_pool(self) -> Pool:
         pool: Pool = AsyncConnectionPool(
@@ -96,12 +104,14 @@ class Database:
     @asynccontextmanager
     async def connection(self, what: str) -> AsyncIterator[AsyncConnection[TupleRow]]:
         """A pooled connection; any driver failure inside the block is a `StorageError("could not <what>: …")`."""
-        if self._pool is None:
-            await self.open()
-        assert self._pool is not None
+        pool = self._usable_pool()
+        if pool is None:
+            await self.open()  # StorageError with its own clear line when the server cannot be reached
+            pool = self._usable_pool()
+            assert pool is not None  # nothing ran between the open and here
         started = time.perf_counter()
         try:
-            async with self._pool.connection() as conn:
+            async with pool.connection() as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, PoolClosed, OSError) as e:
             log.warning("store_unavailable", operation=what, error=type(e).__name__, sqlstate=_sqlstate(e))
@@ -122,10 +132,12 @@ class Database:
         return True
 
     async def close(self) -> None:
+        """Close the pool; the `Database` lets go of it first, so a close cut short or failing leaves nothing a
+        later use would find closed (that use opens a new pool)."""
         async with self._opening:
-            if self._pool is not None:
-                await self._pool.close()
-                self._pool = None
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                await pool.close()
 
 
 async def still_connected(conn: AsyncConnection[TupleRow]) -> None:
