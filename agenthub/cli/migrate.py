@@ -6,9 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from agenthub.config import load_settings
+from agenthub.cli.settings import settings_or_say_why
 from agenthub.datalock import is_locked
-from agenthub.errors import ConfigError
 from agenthub.storage.migrate import migrate_workspace_layout
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE = 0, 1, 2
@@ -22,10 +21,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        settings = load_settings(args.config)
-    except ConfigError as e:
-        print(f"agenthub: {e}", file=sys.stderr)
+    settings = settings_or_say_why(args)
+    if settings is None:
         return EXIT_USAGE
     report = migrate_workspace_layout(settings.workspace_dir, settings.agents_dir)
     for action in report.done:

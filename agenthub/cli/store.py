@@ -6,11 +6,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agenthub.config import Settings, load_settings
+from agenthub.cli.settings import settings_or_say_why
+from agenthub.config import Settings
 from agenthub.datalock import DataDirLock, DataDirLocked
-from agenthub.errors import ConfigError, StorageError
+from agenthub.errors import StorageError
+
+if TYPE_CHECKING:
+    from agenthub.storage.copy import Counts
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOCKED = 0, 1, 2, 3
 NOT_POSTGRES = (
@@ -32,10 +36,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        settings = load_settings(args.config)
-    except ConfigError as e:
-        print(f"agenthub: {e}", file=sys.stderr)
+    settings = settings_or_say_why(args)
+    if settings is None:
         return EXIT_USAGE
     if args.action == "migrate":
         return _migrate(settings)
@@ -81,7 +83,7 @@ def _migrate(settings: Settings) -> int:
 
 
 async def _copy(settings: Settings, dsn: str) -> int:
-    from agenthub.storage.copy import Target, copy_files_to_postgres, verify
+    from agenthub.storage.copy import Target, copy_files_to_postgres
     from agenthub.storage.postgres import (
         PostgresInbox,
         PostgresMemoryStore,
@@ -89,25 +91,41 @@ async def _copy(settings: Settings, dsn: str) -> int:
         PostgresTokens,
         open_database,
     )
+    from agenthub.storage.postgres.copies import CopyLedger
 
     database = await open_database(dsn)
     try:
         target = Target(
             PostgresSessionStore(database), PostgresMemoryStore(database), PostgresTokens(database),
-            PostgresInbox(database),
+            PostgresInbox(database), CopyLedger(database),
         )  # fmt: skip
         counts = await copy_files_to_postgres(settings.data_dir, settings.auth_dir, target, _say)
-        found = await verify(settings.data_dir, target, counts)
     finally:
         await database.close()
-    expected = counts.figures()
-    for what, number in expected.items():
-        copied = counts.copied.get(what, 0)
-        print(f"{what}: {number} in the files, {found[what]} in the database ({copied} copied now)")
-    if found != expected:
-        print("agenthub store migrate: the counts differ; run it again", file=sys.stderr)
+    return _summary(counts)
+
+
+def _summary(counts: Counts) -> int:
+    """The figures per kind, then what is wrong (exit 1) or that every item copied is verified (exit 0)."""
+    for what, tally in counts.tallies.items():
+        print(
+            f"{what}: {tally.in_files} in the files, {tally.verified} verified in the database "
+            f"({tally.copied} copied now, {tally.skipped} left as the database has them)"
+        )
+    if counts.differ:
+        differ = f"agenthub store migrate: {len(counts.differ)} items differ from the files; run it again"
+        print(differ, file=sys.stderr)
         return EXIT_FAILED
-    print("verified: every count matches")
+    conflicts = [s for s in counts.skipped if s.conflict]
+    if conflicts:
+        print(
+            f"agenthub store migrate: {len(conflicts)} items not copied: the database holds others under their names "
+            "(listed above as skipped)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    left = f"; {len(counts.skipped)} left as the database has them (listed above)" if counts.skipped else ""
+    print(f"verified: every item copied matches the files{left}")
     return EXIT_OK
 
 

@@ -1,47 +1,93 @@
-"""`agenthub store migrate --from files --to postgres`: copy a files deployment's state into PostgreSQL. Idempotent
-and resumable: what is there already (same counts) is skipped, so a run cut short is simply run again."""
+"""`agenthub store migrate --from files --to postgres`: copy a files deployment's state into PostgreSQL, item by
+item: a session (history, archive, meta), a memory file, an API token, an unanswered inbox entry.
+
+Idempotent and resumable: an item the database holds as the files do is left as it is, and a run cut short is
+simply run again. Each item copied is recorded with a digest of what was written (`store_copies`), so a re-run never
+overwrites what the database has changed since (a session answered on PostgreSQL, a memory file L3 rewrote, a
+revoked token, a settled entry): that item is reported as skipped, with the reason. The verify compares each item
+of the files with the database's copy, never whole tables (which other instances keep changing)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 from agenthub.storage.files import FileSessionStore
-from agenthub.storage.inbox import FileInbox
+from agenthub.storage.inbox import FileInbox, InboxEntry
 from agenthub.storage.keys import SessionKey, key_from_file_stem, validate_agent_name
 from agenthub.storage.memory_files import L3_STATE_FILE, FileMemoryStore, MemoryName
+from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import PostgresInbox, PostgresMemoryStore, PostgresSessionStore, PostgresTokens
-from agenthub.tokens import TokenStore
+from agenthub.storage.postgres.copies import CopyLedger
+from agenthub.storage.store import HistoryRecord
+from agenthub.tokens import StoredToken, TokenStore
 
 Report = Callable[[str], None]
+Kind = Literal["sessions", "memory_files", "tokens", "inbox"]
+FIGURES = ("sessions", "records", "archived", "meta", "memory_files", "tokens", "inbox")
+"""What the report counts: the items of each kind, and the records, archived records and metas of the sessions."""
+Decision = Literal["same", "copy", "moved", "conflict"]
+
+MOVED: dict[Kind, str] = {
+    "sessions": "its history in the database has changed since it was copied",
+    "memory_files": "the database's file has changed since it was copied",
+    "tokens": "revoked or replaced in the database since it was copied",
+    "inbox": "answered in the database since it was copied",
+}
+CONFLICT = "the database holds another one, not copied from these files"
+
+
+@dataclass
+class Tally:
+    in_files: int = 0
+    verified: int = 0
+    """In the database as in the files after the run (copied now or before)."""
+    copied: int = 0
+    skipped: int = 0
+    """Left as the database has it."""
+
+
+@dataclass(frozen=True)
+class Skip:
+    kind: Kind
+    item: str
+    reason: str
+    conflict: bool
+    """Never copied from these files (the database has its own): an operator decides, so the run fails."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One item of the files, as the verify needs it: what it counts for and the digest of its content."""
+
+    kind: Kind
+    item: str
+    digest: str
+    weights: dict[str, int]
+    key: SessionKey | None = None
+    """The session's key (sessions only)."""
 
 
 @dataclass
 class Counts:
-    """What the source holds, what the target holds of it, and what this run copied."""
+    tallies: dict[str, Tally] = field(default_factory=lambda: {what: Tally() for what in FIGURES})
+    skipped: list[Skip] = field(default_factory=list)
+    differ: list[str] = field(default_factory=list)
+    """Items copied (now or before) that the database does not hold as the files do."""
 
-    sessions: int = 0
-    records: int = 0
-    archived: int = 0
-    memory_files: int = 0
-    tokens: int = 0
-    inbox: int = 0
-    copied: dict[str, int] = field(default_factory=dict)
+    @property
+    def ok(self) -> bool:
+        return not self.differ and not any(s.conflict for s in self.skipped)
 
-    def figures(self) -> dict[str, int]:
-        return {
-            "sessions": self.sessions,
-            "records": self.records,
-            "archived": self.archived,
-            "memory_files": self.memory_files,
-            "tokens": self.tokens,
-            "inbox": self.inbox,
-        }
-
-    def add_copied(self, what: str) -> None:
-        self.copied[what] = self.copied.get(what, 0) + 1
+    def add(self, attribute: str, weights: dict[str, int]) -> None:
+        for what, number in weights.items():
+            tally = self.tallies[what]
+            setattr(tally, attribute, getattr(tally, attribute) + number)
 
 
 @dataclass
@@ -50,77 +96,233 @@ class Target:
     memory: PostgresMemoryStore
     tokens: PostgresTokens
     inbox: PostgresInbox
+    ledger: CopyLedger
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the database holds of an item: its digest (None: nothing), and whether that is a beginning of the
+    files' version (a copy cut short, redone whole)."""
+
+    digest: str | None
+    behind: bool = False
+
+
+def digest_of(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def decide(files_digest: str, held: Held, recorded: str | None) -> Decision:
+    """Copy what the database lacks, or holds as it was copied (the files moved on); never overwrite what it has
+    changed since the copy (`moved`) or holds without a copy from here (`conflict`)."""
+    if held.digest == files_digest:
+        return "same"
+    if recorded is not None:
+        return "copy" if held.digest == recorded else "moved"
+    return "copy" if held.digest is None or held.behind else "conflict"
+
+
+class _Run:
+    def __init__(self, target: Target, report: Report) -> None:
+        self.target, self.report, self.counts = target, report, Counts()
+        self.checked: list[Checked] = []
+
+    async def settle(
+        self, item: Checked, held: Held, recorded: str | None, write: Callable[[], Awaitable[None]], copied: str
+    ) -> None:
+        """Copy `item` (then record it) or leave it, as `decide` says."""
+        self.checked.append(item)
+        self.counts.add("in_files", item.weights)
+        decision = decide(item.digest, held, recorded)
+        if decision == "same":
+            if recorded != item.digest:  # copied by a run cut short before it recorded it
+                await self.target.ledger.record(item.kind, item.item, item.digest)
+            return
+        if decision in ("moved", "conflict"):
+            skip = Skip(
+                item.kind, item.item, MOVED[item.kind] if decision == "moved" else CONFLICT, decision == "conflict"
+            )
+            self.counts.skipped.append(skip)
+            self.counts.add("skipped", item.weights)
+            self.report(f"skipped {item.kind} {item.item}: {skip.reason}")
+            return
+        await write()
+        await self.target.ledger.record(item.kind, item.item, item.digest)
+        self.counts.add("copied", item.weights)
+        self.report(copied)
 
 
 async def copy_files_to_postgres(data_dir: Path, auth_dir: Path, target: Target, report: Report) -> Counts:
-    """Copy every session (history, archive, meta), memory file, API token and unanswered inbox entry; the
-    source's counts (`Counts.figures`) with what was copied now."""
-    counts = Counts()
-    source = FileSessionStore(data_dir)
+    """Copy every session, memory file, API token and unanswered inbox entry the database does not hold yet, then
+    verify each item of the files against the database's copy."""
+    run = _Run(target, report)
+    await _copy_sessions(run, data_dir)
+    await _copy_memory_files(run, data_dir, auth_dir)
+    await _copy_tokens(run, auth_dir)
+    await _copy_inbox(run, data_dir)
+    await verify(target, run.checked, run.counts)
+    return run.counts
+
+
+async def verify(target: Target, checked: Sequence[Checked], counts: Counts) -> None:
+    """Each item of the files that was not skipped must be in the database as in the files."""
+    skipped = {(s.kind, s.item) for s in counts.skipped}
+    held = await _held_digests(target, [c for c in checked if (c.kind, c.item) not in skipped])
+    for item in checked:
+        if (item.kind, item.item) in skipped:
+            continue
+        if held.get((item.kind, item.item)) == item.digest:
+            counts.add("verified", item.weights)
+        else:
+            counts.differ.append(f"{item.kind} {item.item}")
+
+
+async def _held_digests(target: Target, checked: Sequence[Checked]) -> dict[tuple[Kind, str], str]:
+    found: dict[tuple[Kind, str], str] = {}
+    kinds = {c.kind for c in checked}
+    memory = {_memory_item(n): n for n in await target.memory.names()} if "memory_files" in kinds else {}
+    tokens = {t.name: t for t in await target.tokens.stored()} if "tokens" in kinds else {}
+    inbox = {e.id: e for e in await target.inbox.unsettled()} if "inbox" in kinds else {}
+    for item in checked:
+        digest: str | None = None
+        if item.key is not None:
+            digest = (await _held_session(target.sessions, item.key, [], [], None)).digest
+        elif item.kind == "memory_files" and item.item in memory:
+            digest = digest_of(await target.memory.read(memory[item.item]))
+        elif item.kind == "tokens" and item.item in tokens:
+            digest = _token_digest(tokens[item.item])
+        elif item.kind == "inbox" and item.item in inbox:
+            digest = _entry_digest(inbox[item.item])
+        if digest is not None:
+            found[(item.kind, item.item)] = digest
+    return found
+
+
+# ---- sessions --------------------------------------------------------------------------------------------------
+
+
+async def _copy_sessions(run: _Run, data_dir: Path) -> None:
+    source, target = FileSessionStore(data_dir), run.target.sessions
+    recorded = await run.target.ledger.digests("sessions")
     for agent in _agents(data_dir):
         for key in await source.list_keys(agent):
-            await _copy_session(source, target.sessions, key, counts, report)
-    files = FileMemoryStore(data_dir, auth_dir)
+            records, archived, meta = (
+                await source.load(key),
+                await source.read_archive(key),
+                await source.read_meta(key),
+            )
+            weights = {"sessions": 1, "records": len(records), "archived": len(archived), "meta": int(meta is not None)}
+            item = Checked("sessions", str(key), _session_digest(records, archived, meta), weights, key)
+            held = await _held_session(target, key, records, archived, meta)
+
+            async def write(
+                key: SessionKey = key,
+                records: list[HistoryRecord] = records,
+                archived: list[HistoryRecord] = archived,
+                meta: SessionMeta | None = meta,
+            ) -> None:
+                await target.rewrite_archive(key, archived)
+                await target.replace(key, records, archive=[])
+                if meta is not None:  # last: a copy cut short before it is redone whole
+                    await target.write_meta(key, meta, durable=True)
+
+            copied = f"copied {key} ({len(records)} records, {len(archived)} archived)"
+            await run.settle(item, held, recorded.get(str(key)), write, copied)
+
+
+def _session_digest(records: list[HistoryRecord], archived: list[HistoryRecord], meta: SessionMeta | None) -> str:
+    return digest_of({"records": records, "archived": archived, "meta": None if meta is None else meta.to_json()})
+
+
+async def _held_session(
+    target: PostgresSessionStore,
+    key: SessionKey,
+    records: list[HistoryRecord],
+    archived: list[HistoryRecord],
+    meta: SessionMeta | None,
+) -> Held:
+    """The database's session; `behind` when each part is a beginning of the files' (`records`, `archived`,
+    `meta`), as a copy cut short leaves it."""
+    held_records, held_archived, held_meta = (
+        await target.load(key),
+        await target.read_archive(key),
+        await target.read_meta(key),
+    )
+    if not held_records and not held_archived and held_meta is None:
+        return Held(None)
+    behind = (
+        held_records == records[: len(held_records)]
+        and held_archived == archived[: len(held_archived)]
+        and (held_meta is None or held_meta == meta)
+    )
+    return Held(_session_digest(held_records, held_archived, held_meta), behind)
+
+
+# ---- memory files, tokens, inbox entries ------------------------------------------------------------------------
+
+
+async def _copy_memory_files(run: _Run, data_dir: Path, auth_dir: Path) -> None:
+    files, target = FileMemoryStore(data_dir, auth_dir), run.target.memory
+    recorded = await run.target.ledger.digests("memory_files")
+    present = {_memory_item(n) for n in await target.names()}
     for name in await asyncio.to_thread(lambda: list(memory_names(data_dir, auth_dir))):
-        text = await files.read(name)
-        counts.memory_files += 1
-        if await target.memory.read(name) != text:
-            await target.memory.write(name, text)
-            counts.add_copied("memory_files")
+        text, item_id = await files.read(name), _memory_item(name)
+        held = Held(digest_of(await target.read(name)) if item_id in present else None)
+
+        async def write(name: MemoryName = name, text: str = text) -> None:
+            await target.write(name, text)
+
+        item = Checked("memory_files", item_id, digest_of(text), {"memory_files": 1})
+        await run.settle(item, held, recorded.get(item_id), write, f"copied memory file {item_id}")
+
+
+def _memory_item(name: MemoryName) -> str:
+    return "/".join((name.kind, name.agent, name.chat, name.person, ".bak" if name.backup else ""))
+
+
+async def _copy_tokens(run: _Run, auth_dir: Path) -> None:
+    target = run.target.tokens
+    recorded = await run.target.ledger.digests("tokens")
+    held_tokens = {t.name: t for t in await target.stored()}
     for token in await asyncio.to_thread(TokenStore(auth_dir).stored):
-        counts.tokens += 1
-        if await target.tokens.add(token):
-            counts.add_copied("tokens")
+        held = held_tokens.get(token.name)
+
+        async def write(token: StoredToken = token, replaces: bool = held is not None) -> None:
+            if replaces:  # the copy the database still holds as it was; the files' token is a new one
+                await target.revoke(token.name)
+            await target.add(token)
+
+        item = Checked("tokens", token.name, _token_digest(token), {"tokens": 1})
+        held_digest = Held(None if held is None else _token_digest(held))
+        await run.settle(item, held_digest, recorded.get(token.name), write, f"copied token {token.name}")
+
+
+def _token_digest(token: StoredToken) -> str:
+    return digest_of([token.name, token.sha256, token.created_at])
+
+
+async def _copy_inbox(run: _Run, data_dir: Path) -> None:
+    target = run.target.inbox
+    recorded = await run.target.ledger.digests("inbox")
+    held_entries = {e.id: e for e in await target.unsettled()}
     inbox = FileInbox(data_dir)
     try:
         for entry in await inbox.unsettled():
-            counts.inbox += 1
-            if await target.inbox.restore(entry):
-                counts.add_copied("inbox")
+            held = held_entries.get(entry.id)
+
+            async def write(entry: InboxEntry = entry) -> None:
+                await target.restore(entry)
+
+            item = Checked("inbox", entry.id, _entry_digest(entry), {"inbox": 1})
+            held_digest = Held(None if held is None else _entry_digest(held))
+            await run.settle(item, held_digest, recorded.get(entry.id), write, f"copied inbox entry {entry.id}")
     finally:
         await inbox.aclose()
-    return counts
 
 
-async def _copy_session(
-    source: FileSessionStore, target: PostgresSessionStore, key: SessionKey, counts: Counts, report: Report
-) -> None:
-    """One session, skipped when the target has as many records and archived records and its meta. The meta is
-    written last, so a copy cut short before it is redone whole."""
-    records, archived, meta = await source.load(key), await source.read_archive(key), await source.read_meta(key)
-    counts.sessions += 1
-    counts.records += len(records)
-    counts.archived += len(archived)
-    copied_meta = await target.read_meta(key)
-    if (
-        (copied_meta is not None or meta is None)
-        and len(await target.load(key)) == len(records)
-        and len(await target.read_archive(key)) == len(archived)
-        and await target.exists(key)
-    ):
-        return
-    await target.rewrite_archive(key, archived)
-    await target.replace(key, records, archive=[])
-    if meta is not None:
-        await target.write_meta(key, meta, durable=True)
-    counts.add_copied("sessions")
-    report(f"copied {key} ({len(records)} records, {len(archived)} archived)")
-
-
-async def verify(data_dir: Path, target: Target, counts: Counts) -> dict[str, int]:
-    """The target's counts of what the source holds (equal to `counts.figures()` after a complete copy)."""
-    found = {"sessions": 0, "records": 0, "archived": 0}
-    source = FileSessionStore(data_dir)
-    for agent in _agents(data_dir):
-        for key in await source.list_keys(agent):
-            if await target.sessions.exists(key):
-                found["sessions"] += 1
-                found["records"] += len(await target.sessions.load(key))
-                found["archived"] += len(await target.sessions.read_archive(key))
-    found["memory_files"] = len(await target.memory.names())
-    found["tokens"] = len(await target.tokens.stored())
-    found["inbox"] = await target.inbox.count()
-    return found
+def _entry_digest(entry: InboxEntry) -> str:
+    return digest_of([entry.source, entry.accepted_at, entry.payload])
 
 
 def _agents(data_dir: Path) -> list[str]:

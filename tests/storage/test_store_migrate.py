@@ -101,10 +101,11 @@ async def test_a_populated_data_dir_is_copied_whole_and_a_second_run_copies_noth
     inbox_ids = await populate(tmp_path, sessions=12)
     code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
     assert code == 0, err
-    assert "sessions: 12 in the files, 12 in the database (12 copied now)" in out
-    assert "memory_files: 8 in the files, 8 in the database (8 copied now)" in out
-    assert "tokens: 2 in the files, 2 in the database (2 copied now)" in out
-    assert "inbox: 2 in the files, 2 in the database (2 copied now)" in out and "verified" in out
+    assert "sessions: 12 in the files, 12 verified in the database (12 copied now, 0 left" in out
+    assert "memory_files: 8 in the files, 8 verified in the database (8 copied now, 0 left" in out
+    assert "tokens: 2 in the files, 2 verified in the database (2 copied now, 0 left" in out
+    assert "inbox: 2 in the files, 2 verified in the database (2 copied now, 0 left" in out
+    assert "verified: every item copied matches the files" in out
     database = await open_database(postgres_dsn)
     try:
         files = FileSessionStore(tmp_path / "data")
@@ -125,8 +126,8 @@ async def test_a_populated_data_dir_is_copied_whole_and_a_second_run_copies_noth
         await database.close()
     code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
     assert code == 0, err
-    assert "copied default" not in out and "(0 copied now)" in out and "copied now)" in out
-    assert all(line.endswith("(0 copied now)") for line in out.splitlines() if "in the database" in line)
+    assert not [line for line in out.splitlines() if line.startswith(("copied ", "skipped "))]
+    assert all("(0 copied now, 0 left" in line for line in out.splitlines() if "in the database" in line)
 
 
 async def test_it_refuses_to_run_while_a_daemon_holds_the_data_dir(
@@ -175,6 +176,80 @@ async def test_a_run_killed_midway_resumes_where_it_stopped(tmp_path: Path, post
     assert again.returncode == 0, err.decode()
     summary = next(line for line in text.splitlines() if line.startswith("sessions:"))
     copied_now = int(summary.rsplit("(", 1)[1].split()[0])
-    assert summary.startswith(f"sessions: {sessions} in the files, {sessions} in the database")
+    assert summary.startswith(f"sessions: {sessions} in the files, {sessions} verified in the database")
     assert copied_now <= sessions - 10  # the ten reported before the kill were skipped
-    assert "verified: every count matches" in text
+    assert "verified: every item copied matches the files" in text
+
+
+async def test_a_re_run_after_the_database_moved_on_overwrites_nothing_and_reports_what_it_left(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inbox_ids = await populate(tmp_path, sessions=6)
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0, err
+    answered_on_postgres, compacted_on_postgres = session(1), session(2)
+    database = await open_database(postgres_dsn)
+    try:  # the deployment runs on PostgreSQL now: a turn, a compaction, an L3 rewrite, a revoke, a settle
+        sessions, memory = PostgresSessionStore(database), PostgresMemoryStore(database)
+        await sessions.append(answered_on_postgres, [msg("new question"), msg("new answer", "assistant")])
+        compacted = await sessions.load(compacted_on_postgres)
+        await sessions.replace(compacted_on_postgres, [msg("[summary]", "system")], archive=compacted)
+        await memory.write(MemoryName.agent_memory("default"), "# rewritten by L3 on PostgreSQL\n")
+        assert await PostgresTokens(database).revoke("ci")
+        await PostgresInbox(database).settle(inbox_ids[0])
+        before = {n: await sessions.load(session(n)) for n in range(6)}
+    finally:
+        await database.close()
+    fresh = FileSessionStore(tmp_path / "data")
+    await fresh.append(session(3), [msg("said on files after the copy")])  # the files moved on, the database not
+
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+
+    assert code == 0, err  # what the database changed is not a difference
+    database = await open_database(postgres_dsn)
+    try:
+        sessions = PostgresSessionStore(database)
+        for n in (1, 2):
+            assert await sessions.load(session(n)) == before[n]  # never overwritten with the older files
+        assert await sessions.load(session(3)) == await fresh.load(session(3))  # untouched copy: brought up to date
+        text = await PostgresMemoryStore(database).read(MemoryName.agent_memory("default"))
+        assert text == "# rewritten by L3 on PostgreSQL\n"
+        assert [t.name for t in await PostgresTokens(database).stored()] == ["console"]  # not revived
+        assert [e.id for e in await PostgresInbox(database).unsettled()] == inbox_ids[1:]  # not answered twice
+    finally:
+        await database.close()
+    skipped = [line for line in out.splitlines() if line.startswith("skipped ")]
+    assert sorted(skipped) == sorted(
+        [
+            f"skipped sessions {answered_on_postgres}: its history in the database has changed since it was copied",
+            f"skipped sessions {compacted_on_postgres}: its history in the database has changed since it was copied",
+            "skipped memory_files agent_memory/default///: the database's file has changed since it was copied",
+            "skipped tokens ci: revoked or replaced in the database since it was copied",
+            f"skipped inbox {inbox_ids[0]}: answered in the database since it was copied",
+        ]
+    )
+    assert f"copied {session(3)}" in out
+    assert "sessions: 6 in the files, 4 verified in the database (1 copied now, 2 left as the database has them)" in out
+    assert "tokens: 2 in the files, 1 verified in the database (0 copied now, 1 left" in out
+    assert "inbox: 2 in the files, 1 verified in the database (0 copied now, 1 left" in out
+    assert "verified: every item copied matches the files; 5 left as the database has them" in out
+
+
+async def test_a_session_the_database_holds_without_a_copy_from_here_is_left_and_the_run_fails(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await populate(tmp_path, sessions=2)
+    database = await open_database(postgres_dsn)
+    try:  # an instance on PostgreSQL answered in this chat before the files were copied
+        await PostgresSessionStore(database).append(session(1), [msg("asked on PostgreSQL first")])
+    finally:
+        await database.close()
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 1
+    assert f"skipped sessions {session(1)}: the database holds another one, not copied from these files" in out
+    assert "1 items not copied" in err
+    database = await open_database(postgres_dsn)
+    try:
+        assert await PostgresSessionStore(database).load(session(1)) == [msg("asked on PostgreSQL first")]
+    finally:
+        await database.close()

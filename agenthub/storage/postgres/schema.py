@@ -114,7 +114,23 @@ SHARED_STATE = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE)
+STORE_COPIES = Migration(
+    7,
+    "what store migrate copied",
+    (
+        # one row per item `agenthub store migrate` copied (a session, a memory file, a token, an inbox entry) with
+        # a digest of what it wrote: a re-run leaves alone what the database changed since
+        """CREATE TABLE store_copies (
+            kind text NOT NULL,
+            item text NOT NULL,
+            digest text NOT NULL,
+            copied_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (kind, item)
+        )""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, STORE_COPIES)
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
