@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from agenthub.config import Settings
     from agenthub.dedup import SeenIdsOpener
     from agenthub.gateway.handle import ReplyHandle
+    from agenthub.member_sends import MemberSendsOpener
 
 
 class Submitter(Protocol):
@@ -91,6 +92,9 @@ class ChannelContext:
     """The deployment's leases, for what only one instance may hold (a WeCom AI bot's long connection)."""
     open_seen_ids: SeenIdsOpener | None = None
     """Opens the channel's dedup memories in the deployment's store (`[store]`); None: files in `state_dir`."""
+    open_member_sends: MemberSendsOpener | None = None
+    """Opens the channel's per-member send counts shared by every instance (`[store]` postgres); None: counted in
+    this process only."""
 
 
 class ChannelFactory(Protocol):

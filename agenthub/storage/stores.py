@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from agenthub.dedup import DedupStore, SeenIds, SeenIdsOpener
+from agenthub.member_sends import MemberSends, MemberSendsOpener, Windows
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox, Inbox
 from agenthub.storage.latency import Latency
@@ -68,6 +69,20 @@ class Stores:
             from agenthub.storage.postgres import PostgresSeenIds
 
             return PostgresSeenIds(database, f"{channel}/{name}", ttl_s=ttl_s)
+
+        return shared
+
+    def member_sends_for(self, channel: str) -> MemberSendsOpener | None:
+        """How channel `channel` opens its per-member send counts: shared by every instance in `member_sends`
+        (postgres), or None: each process counts its own (files, one instance)."""
+        database = self.database
+        if database is None:
+            return None
+
+        def shared(name: str, windows: Windows) -> MemberSends:
+            from agenthub.storage.postgres.sends import PostgresMemberSends
+
+            return PostgresMemberSends(database, f"{channel}/{name}", windows)
 
         return shared
 

@@ -16,6 +16,7 @@ from wechatpy.exceptions import InvalidSignatureException
 from agenthub.channel import Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.member_sends import MemberSendsOpener
 from agenthub.messages import Attachment, InboundMessage
 from agenthub.storage.inbox import Inbox, InboxEntry
 from channels.toolkit.dedup import MessageDedup
@@ -24,7 +25,7 @@ from channels.toolkit.replay import stale_reason
 from channels.toolkit.reply import collect_reply
 from channels.toolkit.tasks import TaskSet
 from channels.wecom.api import WorkApi, WorkApiError
-from channels.wecom.budget import Clock, MemberBudget, Sleep
+from channels.wecom.budget import Clock, MemberBudget, OverBudget, Sleep
 from channels.wecom.config import AppConfig
 from channels.wecom.media import Inbound, MediaError, MediaKind, attachment
 from channels.wecom.text import head_with_note, pack_utf8, split_utf8, strip_markdown, utf8_len
@@ -62,6 +63,7 @@ class AppEndpoint:
         *,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        open_sends: MemberSendsOpener | None = None,
     ) -> None:
         self.cred_id = cred_id
         self.config = config
@@ -84,8 +86,9 @@ class AppEndpoint:
         self.api: WorkApi | None = None
         self._sleep = sleep
         windows = [(60.0, config.member_per_minute), (3600.0, config.member_per_hour)]
-        self.budget = MemberBudget(windows, clock=clock, sleep=sleep)
-        """Shared by every `message/send` of this app: answers, refusals, welcomes and proactive sends."""
+        self.budget = MemberBudget.opened(f"app-{cred_id}", windows, open_sends, clock=clock, sleep=sleep)
+        """Shared by every `message/send` of this app: answers, refusals, welcomes and proactive sends (and, with
+        `open_sends` from a shared store, by every instance's)."""
 
     # ------------------------------------------------------------------ inbound (inside the request)
 
@@ -236,16 +239,25 @@ class AppEndpoint:
         if msgtype == "text" and self.config.strip_markdown:
             text = strip_markdown(text)
         async with self.budget.exclusive(user):
-            parts = self.plan_parts(user, text)
+            parts = await self.plan_parts(user, text)
+            waited = 0.0
             for i, part in enumerate(parts):
                 if i and self.config.part_gap_s:
                     await self._sleep(self.config.part_gap_s)  # injected: tests drive it
-                await self.budget.acquire(user)
+                waited += await self._acquire(user, self.config.member_wait_max_s - waited, len(parts), i)
                 body = {"touser": user, "agentid": self.config.agent_id, "msgtype": msgtype, msgtype: {"content": part}}
                 await api.send_message({**body, "safe": 0})
         return len(parts)
 
-    def plan_parts(self, user: str, text: str) -> list[str]:
+    async def _acquire(self, user: str, within_s: float, parts: int, sent: int) -> float:
+        """Count the next part; `MemberBudgetExhausted` when another instance spent the budget the plan saw."""
+        try:
+            return await self.budget.acquire(user, within_s)
+        except OverBudget as e:
+            self._log_exhausted(user, parts, sent, 0, e.wait_s)
+            raise MemberBudgetExhausted(self.cred_id, user, e.wait_s) from None
+
+    async def plan_parts(self, user: str, text: str) -> list[str]:
         """The messages for `text`, fitted to `max_parts` and to what the member's budget allows.
 
         More parts than the budget has free now: the text is packed into the fewest 2048-byte parts. Parts
@@ -255,18 +267,18 @@ class AppEndpoint:
         parts = split_utf8(text, TEXT_LIMIT_BYTES)
         if not parts:
             return parts
-        if len(parts) > self.budget.free(user):
+        waits = await self.budget.waits(user, len(parts))
+        if waits[-1] > 0:  # more parts than may go right now: as few as possible
             parts = pack_utf8(text, TEXT_LIMIT_BYTES)
-        now = self.budget.clock()
-        slots = self.budget.slot_times(user, len(parts))
-        fit = sum(1 for t in slots if t - now <= self.config.member_wait_max_s)
+            waits = await self.budget.waits(user, len(parts))
+        fit = sum(1 for wait in waits if wait <= self.config.member_wait_max_s)
         if fit == 0:
-            self._log_exhausted(user, len(parts), 0, utf8_len(text), slots[0] - now)
-            raise MemberBudgetExhausted(self.cred_id, user, slots[0] - now)
+            self._log_exhausted(user, len(parts), 0, utf8_len(text), waits[0])
+            raise MemberBudgetExhausted(self.cred_id, user, waits[0])
         planned, held = self._bounded(parts, fit)
         if fit < min(len(parts), self.config.max_parts):
-            self._log_exhausted(user, len(parts), len(planned), held, slots[fit] - now)
-        wait = slots[len(planned) - 1] - now
+            self._log_exhausted(user, len(parts), len(planned), held, waits[fit])
+        wait = waits[len(planned) - 1]
         if wait > 0:
             log.info(
                 "wecom_member_budget_wait", cred_id=self.cred_id, user=user, parts=len(planned), wait_s=round(wait, 1)

@@ -1,13 +1,15 @@
-"""Per-member send budget of one WeCom app: sliding windows, because WeCom silently drops the excess."""
+"""Per-member send budget of one WeCom app: sliding windows, because WeCom silently drops the excess. The counts are
+this process's (files mode) or, on PostgreSQL, every instance's (`ChannelContext.open_member_sends`)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
+from agenthub.member_sends import InProcessMemberSends, MemberSends, MemberSendsOpener, check_windows
 from channels.toolkit.order import KeyedLock
 
 Clock = Callable[[], float]
@@ -18,22 +20,38 @@ class MemberBudget:
     """Counts `message/send` calls per member in sliding windows, e.g. `[(60, 30), (3600, 1000)]`.
 
     A send is allowed at time t when, for every window (w, limit), fewer than `limit` sends fall in (t - w, t].
-    Callers hold `exclusive(member)` while they plan and send, so nobody else spends that member's budget
-    between the plan and the sends, and the parts of one answer are not interleaved with another's.
+    Callers hold `exclusive(member)` while they plan and send, so nobody else in this process spends that
+    member's budget between the plan and the sends, and the parts of one answer are not interleaved with
+    another's. Each send is counted (`acquire`) atomically where the counts live: another instance sharing them
+    may make a planned part wait longer, never go over the limit.
     """
 
     def __init__(
-        self, windows: Sequence[tuple[float, int]], *, clock: Clock = time.monotonic, sleep: Sleep = asyncio.sleep
+        self,
+        windows: Sequence[tuple[float, int]],
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        sends: MemberSends | None = None,
     ) -> None:
-        if not windows or any(w <= 0 or limit < 1 for w, limit in windows):
-            raise ValueError("every window needs a positive length and a limit of at least 1")
-        self.windows = tuple(sorted(windows))
-        self.clock = clock
+        self.windows = check_windows(windows)
+        self.sends = sends or InProcessMemberSends(self.windows, clock=clock)
         self.sleep = sleep
-        self._span = max(w for w, _ in self.windows)
-        self._sent: dict[str, deque[float]] = {}
         self._members = KeyedLock()
-        self._last_sweep = clock()
+
+    @classmethod
+    def opened(
+        cls,
+        name: str,
+        windows: Sequence[tuple[float, int]],
+        opener: MemberSendsOpener | None,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> MemberBudget:
+        """The budget whose counts `opener` keeps under `name` (None: this process's own, on `clock`)."""
+        sends = None if opener is None else opener(name, check_windows(windows))
+        return cls(windows, clock=clock, sleep=sleep, sends=sends)
 
     @asynccontextmanager
     async def exclusive(self, member: str) -> AsyncIterator[None]:
@@ -41,47 +59,26 @@ class MemberBudget:
         async with self._members.hold(member):
             yield
 
-    def free(self, member: str) -> int:
-        """How many messages may go to `member` right now."""
-        history = self._history(member)
-        now = self.clock()
-        return min(limit - sum(1 for t in history if t > now - w) for w, limit in self.windows)
+    async def waits(self, member: str, count: int) -> list[float]:
+        """The seconds from now until each of `count` further messages may go to `member`, one after another."""
+        return await self.sends.waits(member, count)
 
-    def slot_times(self, member: str, count: int) -> list[float]:
-        """The earliest times at which `count` further messages may go out, one after another."""
-        sent = list(self._history(member))
-        at = self.clock()
-        times: list[float] = []
-        for _ in range(count):
-            for w, limit in self.windows:
-                if len(sent) >= limit:
-                    at = max(at, sent[-limit] + w)
-            times.append(at)
-            sent.append(at)
-        return times
-
-    async def acquire(self, member: str) -> float:
-        """Wait until one message may go to `member`, then count it as sent; return the seconds waited."""
+    async def acquire(self, member: str, within_s: float = math.inf) -> float:
+        """Wait until one message may go to `member`, then count it as sent; return the seconds waited.
+        `OverBudget` (nothing counted) when that would take more than `within_s` seconds in all: another
+        instance sharing the counts spent what the plan had seen free."""
         waited = 0.0
-        while (wait := self.slot_times(member, 1)[0] - self.clock()) > 0:
+        while (wait := await self.sends.take(member)) > 0:
+            if waited + wait > within_s:
+                raise OverBudget(wait)
             await self.sleep(wait)
             waited += wait
-        self._sent.setdefault(member, deque()).append(self.clock())
-        self._sweep()
         return waited
 
-    def _history(self, member: str) -> deque[float]:
-        history = self._sent.get(member, deque())
-        horizon = self.clock() - self._span
-        while history and history[0] <= horizon:
-            history.popleft()
-        return history
 
-    def _sweep(self) -> None:
-        """Forget members whose last send left every window (at most once per longest window)."""
-        now = self.clock()
-        if now - self._last_sweep < self._span:
-            return
-        self._last_sweep = now
-        for member in [m for m, h in self._sent.items() if not h or h[-1] <= now - self._span]:
-            del self._sent[member]
+class OverBudget(Exception):
+    """The next message may go only in `wait_s` seconds, later than the caller may wait."""
+
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(f"the next message may go in {wait_s:.0f} s")
+        self.wait_s = wait_s

@@ -60,6 +60,7 @@ class WeComChannel:
                 context.inbox,
                 clock=clock,
                 sleep=sleep,
+                open_sends=context.open_member_sends,
             )
             for cred_id, cfg in self.config.apps.items()
         }

@@ -31,6 +31,7 @@ from agenthub.storage.postgres import (
     PostgresTokens,
     open_database,
 )
+from agenthub.storage.postgres.sends import PostgresMemberSends
 from agenthub.storage.stores import Stores
 from agenthub.tokens import TOKEN_PREFIX
 from channels.toolkit.dedup import MessageDedup, SeenIds
@@ -134,6 +135,18 @@ async def test_32_accepts_at_once_from_two_instances_are_all_listed_in_seq_order
     assert await inboxes[1].unsettled("wecom:app_") == []  # a prefix, not a pattern
     await inboxes[1].settle(entries[0].id)
     assert await inboxes[0].count() == WRITERS - 1
+
+
+async def test_32_sends_to_one_member_at_once_from_two_instances_count_no_more_than_the_window_allows(
+    two_instances: tuple[Database, Database],
+) -> None:
+    windows = ((60.0, 5), (3600.0, 8))
+    a, b = (PostgresMemberSends(db, "wecom/app-hr", windows) for db in two_instances)
+    waits = await at_the_same_moment(WRITERS, lambda n: (a if n % 2 else b).take("zhangsan"))
+    assert sorted(waits)[:5] == [0.0] * 5 and all(0 < w <= 60 for w in sorted(waits)[5:])  # five counted, no more
+    assert (await b.waits("zhangsan", 4))[0] > 0 and (await a.waits("lisi", 6)) == [0.0] * 5 + [60.0]
+    other_app = PostgresMemberSends(two_instances[0], "wecom/app-it", windows)
+    assert await other_app.take("zhangsan") == 0.0  # another app's counts are its own
 
 
 async def test_a_token_created_on_one_instance_is_known_to_the_other_until_revoked(

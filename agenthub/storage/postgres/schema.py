@@ -114,9 +114,9 @@ SHARED_STATE = Migration(
     ),
 )
 
-STORE_COPIES = Migration(
+COPIES_AND_SENDS = Migration(
     7,
-    "what store migrate copied",
+    "what store migrate copied, and the per-member send counts (WeCom)",
     (
         # one row per item `agenthub store migrate` copied (a session, a memory file, a token, an inbox entry) with
         # a digest of what it wrote: a re-run leaves alone what the database changed since
@@ -127,10 +127,20 @@ STORE_COPIES = Migration(
             copied_at timestamptz NOT NULL DEFAULT now(),
             PRIMARY KEY (kind, item)
         )""",
+        # one row per message sent to a member (a WeCom app's `message/send`) by any instance, on the database's
+        # clock; rows that left every window are deleted as sends are counted
+        """CREATE TABLE member_sends (
+            scope text NOT NULL,
+            member text NOT NULL,
+            seq bigserial,
+            sent_at double precision NOT NULL,
+            PRIMARY KEY (scope, member, seq)
+        )""",
+        "CREATE INDEX member_sends_by_time ON member_sends (scope, sent_at)",
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, STORE_COPIES)
+MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, COPIES_AND_SENDS)
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

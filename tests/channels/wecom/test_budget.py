@@ -185,12 +185,17 @@ async def test_proactive_send_waits_for_the_window_within_the_bound(harness: Har
     assert api.dropped == []
 
 
-def test_sliding_windows_give_the_earliest_slots() -> None:
+async def free(budget: MemberBudget, member: str) -> int:
+    """How many messages may go to `member` right now."""
+    return sum(1 for wait in await budget.waits(member, 10) if wait <= 0)
+
+
+async def test_sliding_windows_give_the_earliest_slots() -> None:
     clock = FakeClock(start=0.0)
     budget = MemberBudget([(60, 3), (3600, 5)], clock=clock.now, sleep=clock.sleep)
-    assert budget.slot_times("a", 6) == [0, 0, 0, 60, 60, 3600]
-    assert budget.free("a") == 3
-    assert budget.free("b") == 3
+    assert await budget.waits("a", 6) == [0, 0, 0, 60, 60, 3600]
+    assert await free(budget, "a") == 3
+    assert await free(budget, "b") == 3
 
 
 async def test_acquire_counts_sends_per_member() -> None:
@@ -199,10 +204,18 @@ async def test_acquire_counts_sends_per_member() -> None:
     for at in (0.0, 10.0):
         await clock.advance(at - clock.t)
         assert await budget.acquire("a") == 0
-    assert budget.free("a") == 0 and budget.free("b") == 2
-    assert budget.slot_times("a", 2) == [60.0, 70.0]
+    assert await free(budget, "a") == 0 and await free(budget, "b") == 2
+    assert await budget.waits("a", 2) == [50.0, 60.0]  # from t = 10: at 60 and 70
     await clock.advance(50.5)  # t = 60.5: the send at 0 left the window (60 s, exclusive)
-    assert budget.free("a") == 1
+    assert await free(budget, "a") == 1
+
+
+async def test_no_wait_allowed_still_sends_what_the_window_has_room_for_on_a_real_clock(
+    harness: Harness, api: FakeQyApi
+) -> None:
+    channel = await harness.start(member_wait_max_s=0)  # time.monotonic moves between two readings
+    await channel.send(OutboundMessage(channel="wecom", chat_id="zhangsan", content="提醒", cred_id="hr"))
+    assert api.texts() == ["提醒"]
 
 
 @given(st.text(alphabet=st.sampled_from(list("企业微信a。\n😀 .")), max_size=3000), st.integers(4, 700))
