@@ -40,6 +40,8 @@ MOVED: dict[Kind, str] = {
     "inbox": "answered in the database since it was copied",
 }
 CONFLICT = "the database holds another one, not copied from these files"
+COPYING = "copying:"
+"""Recorded before an item is written: a run cut short midway is known to have been writing it."""
 
 
 @dataclass
@@ -114,10 +116,13 @@ def digest_of(value: Any) -> str:
 
 
 def decide(files_digest: str, held: Held, recorded: str | None) -> Decision:
-    """Copy what the database lacks, or holds as it was copied (the files moved on); never overwrite what it has
-    changed since the copy (`moved`) or holds without a copy from here (`conflict`)."""
+    """Copy what the database lacks, holds as it was copied (the files moved on), or was being copied when a run
+    was cut short; never overwrite what it has changed since the copy (`moved`) or holds without a copy from
+    here (`conflict`)."""
     if held.digest == files_digest:
         return "same"
+    if recorded is not None and recorded.startswith(COPYING):
+        return "copy"
     if recorded is not None:
         return "copy" if held.digest == recorded else "moved"
     return "copy" if held.digest is None or held.behind else "conflict"
@@ -147,6 +152,7 @@ class _Run:
             self.counts.add("skipped", item.weights)
             self.report(f"skipped {item.kind} {item.item}: {skip.reason}")
             return
+        await self.target.ledger.record(item.kind, item.item, COPYING + item.digest)
         await write()
         await self.target.ledger.record(item.kind, item.item, item.digest)
         self.counts.add("copied", item.weights)

@@ -15,6 +15,7 @@ import pytest
 
 from agenthub.cli import main
 from agenthub.datalock import DataDirLock
+from agenthub.storage.copy import COPYING, Held, decide
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox
 from agenthub.storage.keys import SessionKey, session_key
@@ -253,3 +254,15 @@ async def test_a_session_the_database_holds_without_a_copy_from_here_is_left_and
         assert await PostgresSessionStore(database).load(session(1)) == [msg("asked on PostgreSQL first")]
     finally:
         await database.close()
+
+
+def test_a_re_run_copies_only_what_the_database_lacks_or_still_holds_as_copied() -> None:
+    files, copied, changed = "files-now", "as-copied", "changed-there"
+    assert decide(files, Held(files), copied) == "same"
+    assert decide(files, Held(None), None) == "copy"  # never copied
+    assert decide(files, Held("partial", behind=True), None) == "copy"  # a copy without a record, cut short
+    assert decide(files, Held(copied), copied) == "copy"  # the files moved on, the database's copy did not
+    assert decide(files, Held("half-written"), COPYING + files) == "copy"  # a run cut short while writing it
+    assert decide(files, Held(changed), copied) == "moved"  # answered, rewritten, revoked there since
+    assert decide(files, Held(None), copied) == "moved"  # settled or revoked there since
+    assert decide(files, Held(changed), None) == "conflict"  # the database's own, never copied from here
