@@ -4,7 +4,8 @@ work in worker threads, one thread hop per call."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -57,8 +58,8 @@ class FileSessionStore:
         layout = self.layout(key.agent)
 
         def write() -> None:
-            self._archive(layout, key, archive)
-            jsonl.replace_records(layout.history_file(key), records, fsync=self.fsync)
+            with self._archived(layout, key, archive):
+                jsonl.replace_records(layout.history_file(key), records, fsync=self.fsync)
 
         await _on_disk("replace the history", write)
 
@@ -66,14 +67,26 @@ class FileSessionStore:
         layout = self.layout(key.agent)
 
         def write() -> None:
-            self._archive(layout, key, archive)
-            jsonl.delete_file(layout.history_file(key))
+            with self._archived(layout, key, archive):
+                jsonl.delete_file(layout.history_file(key))
 
         await _on_disk("clear the history", write)
 
-    def _archive(self, layout: AgentLayout, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
-        if records:
-            jsonl.append_records(layout.archive_file(key), records, fsync=self.fsync)
+    @contextmanager
+    def _archived(self, layout: AgentLayout, key: SessionKey, records: Sequence[HistoryRecord]) -> Iterator[None]:
+        """Append `records` to the archive for the block's step; a step that fails (the disk refuses the new
+        history) takes them back, so the archive never holds what the working history still holds. A crash in
+        between can still leave them in both: never lost, at worst archived twice."""
+        if not records:
+            yield
+            return
+        path = layout.archive_file(key)
+        offset = jsonl.append_records(path, records, fsync=self.fsync)
+        try:
+            yield
+        except BaseException:
+            jsonl.take_back(path, offset, fsync=self.fsync)
+            raise
 
     async def read_archive(self, key: SessionKey) -> list[HistoryRecord]:
         path = self.layout(key.agent).archive_file(key)

@@ -76,15 +76,16 @@ def read_records(path: Path) -> list[Record]:
     return records
 
 
-def append_records(path: Path, records: Iterable[Record], *, fsync: bool = True) -> None:
+def append_records(path: Path, records: Iterable[Record], *, fsync: bool = True) -> int:
     """Append whole lines with a single write; first cut a torn tail left by a crash back to the last newline.
+    Returns the offset where the appended lines start (`take_back` undoes them).
 
     All or nothing: a failed or short write (a full disk) or a failed fsync cuts the file back to its size
     before the call and raises OSError, so no partial line and no unconfirmed record stays behind.
     """
     payload = encode_lines(records)
     if not payload:
-        return
+        return path.stat().st_size if path.exists() else 0
     new_file = not path.exists()
     if new_file:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,6 +103,15 @@ def append_records(path: Path, records: Iterable[Record], *, fsync: bool = True)
         except BaseException:
             _cut_back(fd, path, size)
             raise
+    return size
+
+
+def take_back(path: Path, offset: int, *, fsync: bool = True) -> None:
+    """Undo an append that landed at `offset` (the step after it failed): cut the file back there, durably."""
+    with opened_no_follow(path, os.O_RDWR) as fd:
+        _cut_back(fd, path, offset)
+        if fsync:
+            os.fsync(fd)
 
 
 def _cut_back(fd: int, path: Path, size: int) -> None:

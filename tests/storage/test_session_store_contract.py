@@ -260,9 +260,9 @@ async def test_files_killed_mid_append_keep_a_prefix(tmp_path: Path) -> None:
     assert meta is not None and meta.updated_at == records[-1]["timestamp"]  # caught up from the history
 
 
-async def test_files_replace_archives_before_it_replaces(tmp_path: Path) -> None:
-    """Cut short between its two steps (the disk fills after the archive landed), a replace has lost nothing: what
-    it removes is in the archive and the old history is whole; the retry at worst duplicates it in the archive."""
+async def test_files_a_replace_refused_after_its_archive_landed_takes_the_archive_back(tmp_path: Path) -> None:
+    """The disk fills between a replace's two steps (a compaction's archive landed, its new history does not):
+    the archive is taken back too, so nothing of the compaction is half applied and its retry archives once."""
     with small_tmpfs(tmp_path / "data", size="1m") as disk:
         store = FileSessionStore(disk, fsync=True)
         old = [_msg("one", timestamp=1), _msg("two", timestamp=2)]
@@ -272,5 +272,8 @@ async def test_files_replace_archives_before_it_replaces(tmp_path: Path) -> None
         with pytest.raises(StorageError):  # the archive line fits its last page; the new history file does not
             await store.replace(KEY, [_msg(PAD, "system", timestamp=3)], archive=old[:1])
         assert await store.load(KEY) == old
-        assert await store.read_archive(KEY) == [_msg("seed", timestamp=0), old[0]]
+        assert await store.read_archive(KEY) == [_msg("seed", timestamp=0)]
         filler.unlink()
+        await store.replace(KEY, [_msg(PAD, "system", timestamp=3)], archive=old[:1])  # the compaction's retry
+        assert await store.read_archive(KEY) == [_msg("seed", timestamp=0), old[0]]  # archived once
+        assert await store.load(KEY) == [_msg(PAD, "system", timestamp=3)]
