@@ -171,7 +171,7 @@ async def test_an_autocompact_summary_in_flight_is_cancelled_when_the_lease_is_l
         key = old.resolve_key(msg("x"))[1]
         await seed(old, key, 75)
         _age(old, key)
-        (held,) = await fake_llm.wait_for_requests(1)  # the leader's sweep is summarising the idle session
+        (held,) = await fake_llm.wait_for_requests(1, timeout_s=30)  # the leader's sweep summarises the session
         task = old.background(key)
         assert task is not None
 
