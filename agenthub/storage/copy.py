@@ -82,10 +82,6 @@ class Counts:
     differ: list[str] = field(default_factory=list)
     """Items copied (now or before) that the database does not hold as the files do."""
 
-    @property
-    def ok(self) -> bool:
-        return not self.differ and not any(s.conflict for s in self.skipped)
-
     def add(self, attribute: str, weights: dict[str, int]) -> None:
         for what, number in weights.items():
             tally = self.tallies[what]
