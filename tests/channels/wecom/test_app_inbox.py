@@ -146,7 +146,7 @@ async def test_with_the_real_gateway_a_turn_killed_mid_answer_is_answered_once_a
         try:
             async with http.post(server.make_url("/wecom/hr/callback").with_query(query), data=body) as resp:
                 assert resp.status == 200
-            await fake_llm.wait_for_requests(1)
+            await fake_llm.wait_for_requests(1, timeout_s=30)
             await channel.tasks.close(0)  # kill -9: nothing after this point runs
         finally:
             await channel.stop()
