@@ -149,6 +149,22 @@ class Instance:
         assert process.returncode is not None
         return process.returncode
 
+    def events(self, name: str, *, this_start: bool = False, **fields: Any) -> list[dict[str, Any]]:
+        """The JSON log lines whose `event` is `name` and which carry `fields`, oldest first: of every start, or
+        of the running (else last) one only."""
+        found = []
+        for path in self.logs[-1:] if this_start else self.logs:
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                if not line.startswith("{"):
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line the kill cut
+                if record.get("event") == name and all(record.get(k) == v for k, v in fields.items()):
+                    found.append(record)
+        return found
+
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         """The end of every log of this instance, each headed by its file name."""
         parts = []
