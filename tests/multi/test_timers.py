@@ -13,8 +13,9 @@ from tests.support.daemons import Deployment, instance_of, message_text
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
 
 INTERVAL_S = 1.0
-LEASE_S = 3.0
-"""Longer than the interval, short enough for a test; a holder renews every lease_s/3 (see test_bot_connection)."""
+LEASE_S = 15.0
+"""The default: nothing here waits for an expiry, and a loaded machine's slow renewal (a holder gives a lease up
+when a renewal takes over lease_s/3) would hand L3 over, which is allowed but not what this test looks at."""
 RUNS = 4
 L3_MEMORY = "You maintain MEMORY.md"
 
@@ -50,8 +51,7 @@ async def test_with_three_daemons_l3_runs_once_per_interval_on_the_lease_holder_
         await asyncio.sleep(2 * INTERVAL_S)  # a run the others might have started meanwhile arrives too
 
         l3 = [r for r in fake_llm.message_requests() if r.body is not None and _is_l3_memory(r.body)]
-        gained = [i.index for i in d.instances for _ in i.events("lease_gained", lease="memory-l3")]
-        assert len(gained) == 1, f"memory-l3 changed hands: {gained}"
-        assert {instance_of(r) for r in l3} == set(gained)
+        holders = {i.index for i in d.instances if i.events("lease_gained", lease="memory-l3")}
+        assert {instance_of(r) for r in l3} <= holders and len(holders) < len(d.instances), holders
         span = l3_at[-1] - l3_at[0]
         assert len(l3) <= span / INTERVAL_S + 1, (len(l3), span)  # never two runs in one interval

@@ -40,6 +40,8 @@ from tests.support.postgres import free_port
 TOKEN = "multi-daemon-test-token-0123456789abcdef"
 """The bearer token every instance accepts (`[http] tokens`): one deployment, one token."""
 AGENT = "default"
+WARM_UP_CHAT = "warm-up"
+"""The chat of each start's warm-up turn (`Deployment.restart`), apart from a test's own chats."""
 START_TIMEOUT_S = 90.0
 """A bound on one start (a cold interpreter under a loaded 2-core machine), not a measurement."""
 STOP_TIMEOUT_S = 60.0
@@ -65,8 +67,16 @@ def chat_of(body: dict[str, Any]) -> str | None:
 
 def instance_of(request: RecordedRequest) -> int | None:
     """Which instance sent a request to the fake model (each instance has its own API key)."""
+    found = process_of(request)
+    return None if found is None else found[0]
+
+
+def process_of(request: RecordedRequest) -> tuple[int, int] | None:
+    """(instance, start) of the process that sent a request to the fake model: each start has its own API key,
+    so a call of a killed process is told apart from one of the same instance restarted."""
     key = request.headers.get("x-api-key", "")
-    return int(key.removeprefix("instance-")) if key.startswith("instance-") else None
+    index, _, start = key.removeprefix("instance-").partition(".")
+    return (int(index), int(start)) if key.startswith("instance-") and index.isdigit() and start.isdigit() else None
 
 
 class DaemonError(AssertionError):
@@ -84,6 +94,8 @@ class Instance:
     process: asyncio.subprocess.Process | None = None
     logs: list[Path] = field(default_factory=list)
     """One file per start (stdout and stderr), oldest first."""
+    ready: bool = False
+    """READY=1 came from the running process (False again once it is killed or stopped)."""
 
     @property
     def base_url(self) -> str:
@@ -93,12 +105,19 @@ class Instance:
     def alive(self) -> bool:
         return self.process is not None and self.process.returncode is None
 
+    @property
+    def start_number(self) -> int:
+        """1 for the first start, 2 after a restart, ...: the `start` of `process_of`."""
+        return len(self.logs)
+
     async def start(self) -> None:
         """Start the process and wait for its READY=1; `DaemonError` with its log if it exits first."""
         if self.alive:
             raise DaemonError(f"instance {self.index} is already running")
+        self.ready = False
         log_path = self.root / f"serve.{len(self.logs) + 1}.log"
         self.logs.append(log_path)
+        api_key = f"instance-{self.index}.{self.start_number}"
         notify_path = self.root / "notify.sock"
         notify_path.unlink(missing_ok=True)
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -108,10 +127,12 @@ class Instance:
             with log_path.open("ab") as log:
                 self.process = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "agenthub", "serve",
-                    env={**self.env, "NOTIFY_SOCKET": str(notify_path)}, cwd=self.root,
+                    env={**self.env, "NOTIFY_SOCKET": str(notify_path), "AGENTHUB_LLM__API_KEY": api_key},
+                    cwd=self.root,
                     stdout=log, stderr=asyncio.subprocess.STDOUT,
                 )  # fmt: skip
             await self._wait_ready(self.process, notify)
+            self.ready = True
         finally:
             notify.close()
 
@@ -130,12 +151,14 @@ class Instance:
 
     async def kill(self) -> None:
         """`kill -9`: nothing of the process runs any more, its sockets are closed by the OS."""
+        self.ready = False
         if self.process is not None and self.process.returncode is None:
             self.process.send_signal(signal.SIGKILL)
             await self.process.wait()
 
     async def stop(self) -> int:
         """A clean stop (SIGTERM: the daemon drains and exits); its exit status. Killed if it hangs."""
+        self.ready = False
         process = self.process
         if process is None:
             return 0
@@ -221,7 +244,6 @@ class Deployment:
             AGENTHUB_HTTP__PORT=str(free_port()),
             AGENTHUB_HTTP__TOKENS=json.dumps([TOKEN]),
             AGENTHUB_LLM__BASE_URL=self.llm.base_url,
-            AGENTHUB_LLM__API_KEY=f"instance-{index}",
             AGENTHUB_LLM__MAX_RETRIES="0",
             AGENTHUB_LLM__TIMEOUT_S="30",
             AGENTHUB_SESSION__FSYNC="false",
@@ -245,11 +267,12 @@ class Deployment:
         return Client(self, shuffle)
 
     def live(self) -> list[Instance]:
-        return [i for i in self.instances if i.alive]
+        """The instances that are up: READY, and not killed or stopped since."""
+        return [i for i in self.instances if i.ready and i.alive]
 
-    async def start_all(self) -> None:
-        """Start every instance at once and wait until each is READY."""
-        await asyncio.gather(*(i.start() for i in self.instances if not i.alive))
+    async def start_all(self, *, warm: bool = True) -> None:
+        """Start every instance at once and wait until each is READY (and `warm`, see `restart`)."""
+        await asyncio.gather(*(self.restart(i.index, warm=warm) for i in self.instances if not i.alive))
 
     async def kill(self, index: int) -> float:
         """`kill -9` one instance; the monotonic time of the kill."""
@@ -257,12 +280,20 @@ class Deployment:
         await self.instances[index].kill()
         return killed_at
 
-    async def restart(self, index: int) -> None:
-        await self.instances[index].start()
+    async def restart(self, index: int, *, warm: bool = True) -> None:
+        """Start the instance (again) and wait for READY; `warm`: then one chat (`WARM_UP_CHAT`-<index>), since a
+        process's first turn waits for the SDK's import, seconds on a loaded machine, and tests time turns."""
+        instance = self.instances[index]
+        await instance.start()
+        if warm:
+            chat = f"{WARM_UP_CHAT}-{index}"
+            status, body = await self.client().chat(chat, message_text(chat, instance.start_number), instance)
+            if status != 200:
+                raise DaemonError(f"instance {index}: the warm-up chat got {status} {body}:\n{instance.log_tail()}")
 
     async def stop_all(self) -> list[int]:
         """Stop every live instance cleanly, at once; their exit statuses."""
-        return list(await asyncio.gather(*(i.stop() for i in self.live())))
+        return list(await asyncio.gather(*(i.stop() for i in self.instances if i.alive)))
 
     def log_tails(self) -> str:
         return "\n".join(i.log_tail() for i in self.instances)
@@ -291,6 +322,8 @@ class Reply:
     status: int
     frames: list[Frame] = field(default_factory=list)
     body: Any = None
+    cut: bool = False
+    """The connection broke before the reply ended (status 0: before it began)."""
 
     @property
     def final(self) -> Frame | None:
@@ -358,13 +391,21 @@ class Client:
     async def _stream(self, target: Instance, chat_id: str, content: str, accepted: asyncio.Future[bool]) -> Reply:
         url = f"{target.base_url}/api/agents/{AGENT}/chat?stream=1"
         body = {"chat_id": chat_id, "content": content}
-        async with self.deployment.http.post(url, json=body, headers=self.auth) as resp:
-            if resp.status != 200 or resp.content_type != "text/event-stream":
-                _settle(accepted, False)
-                return Reply(resp.status, body=await resp.text())
-            _settle(accepted, True)
-            frames = [f async for f in read_frames(resp.content.iter_any()) if isinstance(f, Frame)]
-            return Reply(resp.status, frames)
+        frames: list[Frame] = []
+        status = 0
+        try:
+            async with self.deployment.http.post(url, json=body, headers=self.auth) as resp:
+                status = resp.status
+                if resp.status != 200 or resp.content_type != "text/event-stream":
+                    _settle(accepted, False)
+                    return Reply(resp.status, body=await resp.text())
+                _settle(accepted, True)
+                async for frame in read_frames(resp.content.iter_any()):
+                    if isinstance(frame, Frame):
+                        frames.append(frame)
+        except aiohttp.ClientError:  # the instance died (kill -9) before or while it answered
+            return Reply(status, frames, cut=True)
+        return Reply(status, frames)
 
     async def messages(self, chat_id: str, instance: Instance | None = None) -> list[dict[str, Any]]:
         """The session's history through the messages route of `instance` (else the next live one)."""
