@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_http import LoopThread
+from bench_http import LoopThread, _cpu_s
 
 from agenthub.log import configure_logging
 from tests.support.daemons import Client, Deployment, Instance, Sent, chat_of, message_text, process_of
@@ -66,18 +66,27 @@ async def throughput(
 ) -> float:
     """Wall time of `args.sessions` sessions x `args.turns` turns on `setup`."""
     dsn = pg.create_database() if setup.database else None
-    async with Deployment(
-        root / setup.label, fake, count=setup.instances, dsn=dsn, lease_s=args.lease_s, env=_env(args)
-    ) as d:
+    where = root / setup.label.replace(" ", "-").replace(",", "")
+    async with Deployment(where, fake, count=setup.instances, dsn=dsn, lease_s=args.lease_s, env=_env(args)) as d:
         await d.start_all()
         client = d.client()
         await asyncio.gather(*(_session(client, f"warm-{i}", 1) for i in range(WARM_SESSIONS)))
+        cpu_before = _instances_cpu_s(d)
         began = time.perf_counter()
         await asyncio.gather(*(_session(client, f"s{i}", args.turns) for i in range(args.sessions)))
         wall = time.perf_counter() - began
+        cpu_ms = (_instances_cpu_s(d) - cpu_before) / (args.sessions * args.turns) * 1000
     ideal = args.turns * args.latency_ms / 1000
-    print(f"  {setup.label:<28} wall {wall:6.2f} s  ({wall / ideal:5.2f}x the ideal {ideal:.2f} s)")
+    print(
+        f"  {setup.label:<28} wall {wall:6.2f} s  ({wall / ideal:5.2f}x the ideal {ideal:.2f} s), "
+        f"daemon CPU {cpu_ms:.1f} ms/turn"
+    )
     return wall
+
+
+def _instances_cpu_s(d: Deployment) -> float:
+    """CPU seconds the instances' processes used so far (all their threads)."""
+    return sum(_cpu_s(i.process.pid) for i in d.instances if i.process is not None and i.alive)
 
 
 @dataclass

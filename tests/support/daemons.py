@@ -415,6 +415,14 @@ class Client:
         messages: list[dict[str, Any]] = body["messages"]
         return messages
 
+    async def wait_metric(self, instance: Instance, name: str, value: float, bound_s: float = 60.0) -> None:
+        """Poll `/metrics` (another process: nothing to await) until `name` reads `value`; a bound, not a measure."""
+        deadline = time.monotonic() + bound_s
+        while (now := await self.metric(instance, name)) != value:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"instance {instance.index}: {name} stayed {now}, never {value}")
+            await asyncio.sleep(0.05)
+
     async def metric(self, instance: Instance, name: str) -> float:
         status, text = await self.call("GET", "/metrics", instance)
         assert status == 200, text
