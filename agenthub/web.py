@@ -10,6 +10,7 @@ import structlog
 from aiohttp import web
 
 from agenthub.channel import WebRoutes
+from agenthub.errors import StorageError
 from agenthub.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, ConnectionLimits, GuardedRequestHandler
 
 if TYPE_CHECKING:
@@ -43,9 +44,13 @@ _STATUS_CODES = {
 }
 
 
+STORE_UNAVAILABLE = "the server's storage is unavailable; try again later"
+
+
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn aiohttp's HTTP exceptions (404, 405, 413 …) and crashes into the documented JSON error shape."""
+    """Turn aiohttp's HTTP exceptions (404, 405, 413 …), an unavailable store (503) and crashes into the
+    documented JSON error shape."""
     try:
         return await handler(request)
     except web.HTTPException as e:
@@ -59,6 +64,9 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         response = json_error(408, "request_timeout", "the request body did not arrive in time")
         response.force_close()
         return response
+    except StorageError as e:  # the store is away (the database, a full disk): the client may try again
+        log.warning("http_store_unavailable", path=request.path, error=str(e))
+        return json_error(503, "storage_unavailable", STORE_UNAVAILABLE)
     except Exception as e:
         if isinstance(e, ConnectionError) and _client_gone(request):  # mid-body, mid-reply: nothing broke here
             log.info("http_client_gone", path=request.path, error_type=type(e).__name__)

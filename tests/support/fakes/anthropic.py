@@ -17,7 +17,7 @@ import asyncio
 import itertools
 import json
 import os
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -28,6 +28,7 @@ from aiohttp import web
 
 Fault = Literal["stream_error", "cut", "hang"]
 Responder = Callable[[dict[str, Any]], "ScriptedReply | None"]
+KeyOf = Callable[[dict[str, Any]], "str | None"]
 
 _ERROR_STATUS_TYPES = {
     400: "invalid_request_error",
@@ -183,7 +184,9 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
 
 
 class FakeAnthropic:
-    """The fake server; see the module docstring. Counters: `max_in_flight`, `in_flight`, `requests`."""
+    """The fake server; see the module docstring. Counters: `max_in_flight`, `in_flight`, `requests`; with
+    `key_of` (a request body → its key, e.g. the session it is for, or None), the same per key: `calls_by`,
+    `in_flight_by`, `max_in_flight_by`."""
 
     def __init__(
         self,
@@ -192,14 +195,19 @@ class FakeAnthropic:
         first_byte_delay_s: float = 0.0,
         delta_delay_s: float = 0.0,
         responder: Responder | None = None,
+        key_of: KeyOf | None = None,
     ) -> None:
         self.default_usage = dict(default_usage or {})
         self.first_byte_delay_s = first_byte_delay_s
         self.delta_delay_s = delta_delay_s
         self.responder = responder
+        self.key_of = key_of
         self.requests: list[RecordedRequest] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.calls_by: Counter[str] = Counter()
+        self.in_flight_by: Counter[str] = Counter()
+        self.max_in_flight_by: Counter[str] = Counter()
         self._queue: deque[ScriptedReply] = deque()
         self._ids = itertools.count(1)
         self._closing = asyncio.Event()
@@ -283,6 +291,7 @@ class FakeAnthropic:
         rec = await self._record(request)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        key = self._count_in(rec.body)
         try:
             body = rec.body
             if not isinstance(body, dict) or "messages" not in body or "model" not in body:
@@ -296,6 +305,17 @@ class FakeAnthropic:
             raise
         finally:
             self.in_flight -= 1
+            if key is not None:
+                self.in_flight_by[key] -= 1
+
+    def _count_in(self, body: dict[str, Any] | None) -> str | None:
+        """The request's key (`key_of`), counted as a call and as in flight; None when not keyed."""
+        key = self.key_of(body) if self.key_of is not None and isinstance(body, dict) else None
+        if key is not None:
+            self.calls_by[key] += 1
+            self.in_flight_by[key] += 1
+            self.max_in_flight_by[key] = max(self.max_in_flight_by[key], self.in_flight_by[key])
+        return key
 
     async def _respond(self, request: web.Request, body: dict[str, Any], reply: ScriptedReply) -> web.StreamResponse:
         if reply.hold is not None:

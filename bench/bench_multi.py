@@ -1,0 +1,203 @@
+"""Several-instance benchmark, in one run, on real `agenthub serve` processes (tests/support/daemons.py):
+
+1. N sessions x M turns (JSON chats, a session's turns one after another, the sessions at once) at a fake model
+   of L ms, one instance on PostgreSQL over the same on files (target <= 1.3);
+2. the same with three instances on one database behind a round-robin client, over one instance (target <= 1.0);
+3. failover: `kill -9` of an instance right after it accepted messages whose turns are at the model; the time
+   from the kill to the first answer of one of them (a completed model call from another process), p50 / max over
+   R rounds. The killed instance is restarted at once, as systemd's `Restart=` would: the answer may come from a
+   survivor (a claimable inbox) or from the restarted instance (which resumes its own inbox); which one is shown.
+
+Durable on both sides: history fsync on, and a PostgreSQL with fsync and synchronous commit (its own server, in a
+temp dir). The fake model runs on its own thread, the load and the instances' control in this one.
+Run: `.venv/bin/python bench/bench_multi.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_http import LoopThread, _cpu_s
+
+from agenthub.log import configure_logging
+from tests.support.daemons import Client, Deployment, Instance, Sent, chat_of, message_text, process_of
+from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
+from tests.support.postgres import PostgresServer, new_server
+
+WARM_SESSIONS = 20
+FAILOVER_BOUND_S = 60.0
+"""How long a round waits for an answer before it reports none."""
+
+
+@dataclass
+class Setup:
+    label: str
+    instances: int
+    database: bool
+
+
+async def _session(client: Client, chat: str, turns: int) -> None:
+    for turn in range(turns):
+        status, body = await client.chat(chat, message_text(chat, turn))
+        if status != 200:
+            raise RuntimeError(f"{chat} turn {turn}: {status} {body}")
+
+
+def _env(args: argparse.Namespace) -> dict[str, str]:
+    return {
+        "AGENTHUB_SESSION__FSYNC": "true",
+        "AGENTHUB_SESSION__MAX_CONCURRENT_LLM": str(max(64, args.sessions)),  # the cap is not what is measured
+        "AGENTHUB_LOG_LEVEL": "warning",
+    }
+
+
+async def throughput(
+    setup: Setup, fake: FakeAnthropic, pg: PostgresServer, root: Path, args: argparse.Namespace
+) -> float:
+    """Wall time of `args.sessions` sessions x `args.turns` turns on `setup`."""
+    dsn = pg.create_database() if setup.database else None
+    where = root / setup.label.replace(" ", "-").replace(",", "")
+    async with Deployment(where, fake, count=setup.instances, dsn=dsn, lease_s=args.lease_s, env=_env(args)) as d:
+        await d.start_all()
+        client = d.client()
+        await asyncio.gather(*(_session(client, f"warm-{i}", 1) for i in range(WARM_SESSIONS)))
+        cpu_before = _instances_cpu_s(d)
+        began = time.perf_counter()
+        await asyncio.gather(*(_session(client, f"s{i}", args.turns) for i in range(args.sessions)))
+        wall = time.perf_counter() - began
+        cpu_ms = (_instances_cpu_s(d) - cpu_before) / (args.sessions * args.turns) * 1000
+    ideal = args.turns * args.latency_ms / 1000
+    print(
+        f"  {setup.label:<28} wall {wall:6.2f} s  ({wall / ideal:5.2f}x the ideal {ideal:.2f} s), "
+        f"daemon CPU {cpu_ms:.1f} ms/turn"
+    )
+    return wall
+
+
+def _instances_cpu_s(d: Deployment) -> float:
+    """CPU seconds the instances' processes used so far (all their threads)."""
+    return sum(_cpu_s(i.process.pid) for i in d.instances if i.process is not None and i.alive)
+
+
+@dataclass
+class Failover:
+    seconds: float | None
+    """From the kill to the first completed model call, by another process, for a message the victim had
+    accepted; None when none came within FAILOVER_BOUND_S."""
+    by: str
+
+
+def _first_answer(fake: FakeAnthropic, chats: set[str], killed: tuple[int, int]) -> RecordedRequest | None:
+    for request in list(fake.requests):  # the fake's thread appends: a snapshot
+        if request.body is None or not request.completed.is_set() or process_of(request) == killed:
+            continue
+        if chat_of(request.body) in chats:
+            return request
+    return None
+
+
+async def _failover_round(d: Deployment, client: Client, fake: FakeAnthropic, r: int, per_round: int) -> Failover:
+    victim = d.instances[r % len(d.instances)]
+    sent: list[Sent] = [client.send(f"f{r}-{j}", message_text(f"f{r}-{j}", 0), victim) for j in range(per_round)]
+    for one in sent:
+        if not await one.accepted:
+            raise RuntimeError(f"round {r}: {one.chat_id} was not accepted")
+    await asyncio.sleep(0.05)  # their turns are at the model (it takes its latency to answer)
+    killed = (victim.index, victim.start_number)
+    killed_at = await d.kill(victim.index)
+    restart = asyncio.create_task(d.restart(victim.index))
+    chats = {one.chat_id for one in sent}
+    answer = None
+    while answer is None and time.monotonic() - killed_at < FAILOVER_BOUND_S:
+        await asyncio.sleep(0.01)
+        answer = _first_answer(fake, chats, killed)
+    seconds = time.monotonic() - killed_at if answer is not None else None
+    await restart
+    await asyncio.gather(*(one.reply for one in sent))
+    return Failover(seconds, _who(answer, victim))
+
+
+def _who(answer: RecordedRequest | None, victim: Instance) -> str:
+    process = None if answer is None else process_of(answer)
+    if process is None:
+        return "nobody"
+    return "the restarted instance" if process[0] == victim.index else "a survivor"
+
+
+async def failover(fake: FakeAnthropic, pg: PostgresServer, root: Path, args: argparse.Namespace) -> list[Failover]:
+    async with Deployment(
+        root / "failover", fake, count=3, dsn=pg.create_database(), lease_s=args.lease_s, env=_env(args)
+    ) as d:
+        await d.start_all()
+        client = d.client()
+        return [await _failover_round(d, client, fake, r, args.per_round) for r in range(args.rounds)]
+
+
+def _report_failover(rounds: list[Failover], lease_s: float) -> None:
+    answered = sorted(f.seconds for f in rounds if f.seconds is not None)
+    who = ", ".join(f"{f.by}" for f in rounds)
+    if not answered:
+        print(f"  no round got an answer within {FAILOVER_BOUND_S:.0f} s")
+        return
+    missing = len(rounds) - len(answered)
+    print(
+        f"  kill -9 -> first answer of an accepted message, lease_s {lease_s:g}: "
+        f"p50 {statistics.median(answered):.2f} s,"
+        f" max {answered[-1]:.2f} s over {len(answered)} rounds" + (f" ({missing} unanswered)" if missing else "")
+    )
+    print(f"  answered by: {who}")
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+async def run(fake: FakeAnthropic, pg: PostgresServer, args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        print(f"throughput: {args.sessions} sessions x {args.turns} turns at {args.latency_ms:.0f} ms (durable)")
+        files = await throughput(Setup("one instance, files", 1, False), fake, pg, root, args)
+        one = await throughput(Setup("one instance, postgres", 1, True), fake, pg, root, args)
+        three = await throughput(Setup("three instances, postgres", 3, True), fake, pg, root, args)
+        print(f"  postgres / files, one instance: {one / files:.2f} (target <= 1.3) {_verdict(one / files <= 1.3)}")
+        print(f"  three instances / one, postgres: {three / one:.2f} (target <= 1.0) {_verdict(three / one <= 1.0)}")
+        print(f"failover: {args.rounds} rounds, {args.per_round} messages accepted by the killed instance each")
+        _report_failover(await failover(fake, pg, root, args), args.lease_s)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--rounds", type=int, default=5, help="failover rounds")
+    parser.add_argument("--per-round", type=int, default=5, help="messages the killed instance accepted")
+    parser.add_argument("--lease-s", type=float, default=2.0, help="[store] lease_s of every instance")
+    args = parser.parse_args()
+    configure_logging("warning", "console", stream=sys.stderr)
+    os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
+    llm_thread = LoopThread()
+    fake = FakeAnthropic(first_byte_delay_s=args.latency_ms / 1000)
+    llm_thread.run(fake.start())
+    pg = new_server(durable=True)
+    try:
+        print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        asyncio.run(run(fake, pg, args))
+    finally:
+        pg.remove()
+        llm_thread.run(fake.stop())
+        llm_thread.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Two real `agenthub serve` on one PostgreSQL that goes away at run time: chats get a clear error (no exception
+text, no DSN), `/readyz` is 503; once the server is back, every instance is ready again and answers chats."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.support.daemons import Client, Deployment, Instance, message_text
+from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text
+from tests.support.postgres import PostgresServer
+
+DEADLINE_S = 60.0
+
+
+async def _until_ready(client: Client, instance: Instance, status: int) -> dict[str, Any]:
+    """Poll `/readyz` (another process: nothing to await) until it answers `status`; a bound, not a measure."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        got, body = await client.call("GET", "/readyz", instance)
+        if got == status:
+            assert isinstance(body, dict)
+            return body
+        assert time.monotonic() < deadline, f"instance {instance.index}: /readyz stayed {got}: {body}"
+        await asyncio.sleep(0.1)
+
+
+def _leaks(text: str, server: PostgresServer) -> list[str]:
+    """What of the database or of an exception a reply to a client must never show."""
+    words = [server.dsn(), str(server.port), "postgresql://", "psycopg", "Traceback", "Error:", "OperationalError"]
+    return [word for word in words if word in text]
+
+
+async def _refuses_clearly(client: Client, instance: Instance, server: PostgresServer) -> None:
+    """With the database away: not ready, and a chat (JSON or SSE) is a 503 naming the store, nothing else."""
+    assert await _until_ready(client, instance, 503) == {"status": "store_unavailable", "store": "postgres"}
+    status, body = await client.chat(f"away-{instance.index}", message_text("away", 1), instance)
+    assert (status, body["error"]["code"]) == (503, "storage_unavailable"), body
+    assert _leaks(json.dumps(body), server) == []
+    reply = await client.send(f"away-stream-{instance.index}", message_text("away", 2), instance).reply
+    assert (reply.status, json.loads(reply.body)["error"]["code"]) == (503, "storage_unavailable"), reply
+    assert _leaks(reply.body, server) == []
+
+
+async def test_chats_fail_clearly_while_the_database_is_away_and_are_answered_again_once_it_is_back(
+    tmp_path: Path, fake_llm: FakeAnthropic, own_postgres_server: PostgresServer
+) -> None:
+    fake_llm.responder = lambda body: reply_text("answer to " + last_user_text(body).split("\n\n[")[0])
+    async with Deployment(tmp_path, fake_llm, count=2, dsn=own_postgres_server.dsn()) as d:
+        await d.start_all(warm=False)  # the first chats below are the warm-up
+        client = d.client()
+        for instance in d.instances:
+            status, body = await client.chat(f"before-{instance.index}", message_text("before", 1), instance)
+            assert status == 200, body
+
+        own_postgres_server.stop()
+        await asyncio.gather(*(_refuses_clearly(client, i, own_postgres_server) for i in d.instances))
+
+        own_postgres_server.start()
+        for instance in d.instances:
+            assert (await _until_ready(client, instance, 200))["store"] == "postgres"
+            chat = f"after-{instance.index}"
+            status, body = await client.chat(chat, message_text(chat, 1), instance)
+            assert status == 200 and body["reply"] == f"answer to {message_text(chat, 1)}", body
+            for other in d.instances:  # the history is the shared store's: every instance shows it
+                texts = [m["content"] for m in await client.messages(chat, other)]
+                assert texts == [message_text(chat, 1), f"answer to {message_text(chat, 1)}"]
