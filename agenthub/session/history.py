@@ -22,12 +22,14 @@ from agenthub.storage.files import FileSessionStore
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, synthesise_meta, text_of, title_from
 from agenthub.storage.paths import AgentLayout
-from agenthub.storage.store import HistoryRecord, QuickLookup, SessionActivity, SessionStore
+from agenthub.storage.store import FencedWriteError, HistoryRecord, QuickLookup, SessionActivity, SessionStore
 
 log = structlog.get_logger(__name__)
 
 Message = HistoryRecord
-HistoryObserver = Callable[[str, SessionKey], None]  # (op: append|replace|clear|delete, key), after the write landed
+HistoryObserver = Callable[[str, SessionKey], None]
+"""(op, key): `append`, `replace`, `clear` or `delete` after the write landed; `reload` when the cached copy was
+dropped because another instance may have changed the session."""
 META_DELAY_S = 5.0
 """How long a meta change that is only `updated_at` / `last_usage` waits in the cache before it is written (not
 fsynced): a crash loses at most that much, and `read_meta` catches `updated_at` up from the history."""
@@ -235,6 +237,16 @@ class SessionHistory:
         self._entries.pop(key, None)
         self._locks.pop(key, None)
 
+    async def reload(self, key: SessionKey) -> None:
+        """Drop the cached history and meta of `key` now, a meta not yet written too (another instance may have
+        written a newer one): the next access reads the store. Observers are told (`reload`), so what they keep
+        of the session (the context builder's converted messages) goes as well."""
+        async with self._locked(key):
+            self._entries.pop(key, None)
+            self._dirty.discard(key)
+            self._evict_when_written.discard(key)
+        self._notify("reload", key)
+
     def exists(self, key: SessionKey) -> bool:
         """Synchronous (the HTTP routes' look-up): the cache answers when it holds the session, else the store's
         quick `exists_now` (a stat for the files); a store without one is asked through `SessionStore.exists`."""
@@ -273,10 +285,10 @@ class SessionHistory:
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 
-    async def flush(self) -> None:
-        """Write every meta that is newer in the cache than in the store (not fsynced); one that cannot be written
-        stays dirty for the next flush."""
-        for key in list(self._dirty):
+    async def flush(self, only: SessionKey | None = None) -> None:
+        """Write every meta (or only `only`'s) that is newer in the cache than in the store (not fsynced); one that
+        cannot be written stays dirty for the next flush."""
+        for key in list(self._dirty) if only is None else [k for k in self._dirty if k == only]:
             async with self._locked(key):
                 entry = self._entries.get(key)
                 self._dirty.discard(key)
@@ -299,6 +311,10 @@ class SessionHistory:
         """Write `meta` (not fsynced: it is derivable); on failure it is logged and stays dirty in the cache."""
         try:
             await self.store.write_meta(key, meta, durable=False)
+        except FencedWriteError:  # another instance runs the session now and keeps its meta: ours is older
+            log.info("session_meta_write_fenced", session_key=str(key))
+            entry.meta_dirty = False
+            return
         except StorageError as e:
             errno = getattr(e.__cause__, "errno", None)
             log.warning("session_meta_write_failed", session_key=str(key), error_type=type(e).__name__, errno=errno)
