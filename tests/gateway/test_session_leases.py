@@ -22,6 +22,8 @@ from tests.support.shared_gateways import HeldModel, Instance, shared_instances,
 SESSIONS = 20
 PER_SESSION = 5
 LEASE_S = 15.0
+COLD_START_S = 60.0
+"""A bound, not a measurement: a process's first turn imports the SDK, slow on a loaded machine."""
 
 
 def message(chat: str, text: str) -> InboundMessage:
@@ -92,7 +94,7 @@ async def test_twenty_sessions_of_five_messages_sent_to_random_instances_keep_ar
                 handles[f"s{s}"].append(handle)
 
         await asyncio.gather(*(send_session(s) for s in range(SESSIONS)))  # every session at the same moment
-        await fake_llm.wait_for_requests(SESSIONS, timeout_s=30)  # each session's first turn, held at the model
+        await fake_llm.wait_for_requests(SESSIONS, timeout_s=COLD_START_S)  # first turns, held
         model.release.set()  # all answers released together
         finals = [await h.result() for hs in handles.values() for h in hs]
         assert all(isinstance(f, DoneEvent) for f in finals), [f for f in finals if not isinstance(f, DoneEvent)]
@@ -109,6 +111,26 @@ async def test_twenty_sessions_of_five_messages_sent_to_random_instances_keep_ar
         assert await instances[0].submitter.inbox.count() == 0  # type: ignore[attr-defined]
 
 
+async def test_messages_submitted_straight_to_random_instances_never_put_two_of_them_at_the_model_for_a_session(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """Not through the inbox (no arrival order to keep): the session lease alone keeps the instances apart."""
+    model = HeldModel(fake_llm)
+    model.install()
+    pick = random.Random(7)
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 3) as instances:
+        sent = [(pick.choice(instances), f"c{s}", f"s{s}-m{i}") for i in range(3) for s in range(10)]
+        handles = await asyncio.gather(*(i.gateway.submit(message(chat, text)) for i, chat, text in sent))
+        await fake_llm.wait_for_requests(10, timeout_s=COLD_START_S)  # one turn per session at the model, held
+        await asyncio.sleep(0.2)  # a second instance's request for a session would arrive now (none may)
+        model.release.set()
+        finals = [await h.result() for h in handles]
+        assert all(isinstance(f, DoneEvent) for f in finals), finals
+        assert model.overlaps == []
+        for s in range(10):
+            assert sorted(await stored_user_tags(instances[0], f"c{s}")) == [f"s{s}-m{i}" for i in range(3)]
+
+
 async def test_a_turn_whose_lease_cannot_be_renewed_is_stopped_and_the_session_goes_on_elsewhere(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
@@ -121,7 +143,7 @@ async def test_a_turn_whose_lease_cannot_be_renewed_is_stopped_and_the_session_g
         tmp_path, fake_llm, postgres_dsn, 2, lease_stores=list(views), clocks=[clock, clock], lease_s=LEASE_S
     ) as (a, b):
         first = await a.send(message("cut", "m1"))
-        await fake_llm.wait_for_requests(1)
+        await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
         views[0].down = True  # A can no longer renew (its network to the store is gone)
         await advance_until(clock, lambda: first.finished, LEASE_S / 12, LEASE_S)
         stopped = await first.result()
@@ -154,10 +176,10 @@ async def test_a_late_write_of_an_instance_whose_lease_expired_is_refused_and_th
         lease_s=LEASE_S,
     ) as (a, b):
         late = await a.send(message("late", "m1"))
-        await fake_llm.wait_for_requests(1)
+        await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
         store_clock.advance(LEASE_S + 1)  # A's lease expired by the store's clock
         taken_over = await b.send(message("late", "m2"))
-        await fake_llm.wait_for_requests(2, timeout_s=10)
+        await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
         model.release.set()  # A's answer and B's come back now
         late_events = [event async for event in late]
         assert isinstance(late_events[-1], DoneEvent)  # the answer is delivered ...
@@ -183,7 +205,7 @@ async def test_maintenance_on_one_instance_waits_for_a_turn_running_on_another(
     model.install()
     async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2) as (a, b):
         running = await a.send(message("held", "m1"))
-        await fake_llm.wait_for_requests(1)
+        await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
 
         async def note_from_b() -> None:
             async with b.gateway.hold(key_of("held")):  # e.g. a scheduled text delivered by B
