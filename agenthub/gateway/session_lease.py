@@ -1,7 +1,8 @@
 """Session leases: an instance runs a session's turns, queued commands and holds only while it holds the lease
 `session:<agent:channel:chat_id>`. Gained: the store is fenced with the lease's token and the cached history is
 reloaded when another instance may have written it. Held: renewed every `ttl_s / 3`. Lost: the running turn is
-cancelled. Released once the session has no more local work (files mode: always granted, at once)."""
+cancelled. Released once the session has no more local work. Files mode takes none: one instance writes a data
+directory (its lock), so every session lease would be granted at once, and the local mutex is all it needs."""
 
 from __future__ import annotations
 
@@ -61,6 +62,9 @@ class SessionLeases:
         self._held: dict[SessionKey, _Held] = {}
         self._lost: set[SessionKey] = set()
         self._releasing: dict[SessionKey, asyncio.Task[None]] = {}
+        self.shared = not isinstance(history.store, QuickLookup)
+        """The histories are written by several instances (PostgreSQL), so sessions are leased; False for a store
+        only this instance writes (the files under the data-dir lock, memory)."""
 
     def holds(self, key: SessionKey) -> bool:
         return key in self._held
@@ -77,7 +81,7 @@ class SessionLeases:
         """Hold `key`'s lease: nothing to do while this instance holds it; otherwise acquire it, polling while
         another instance holds it (`wait=False`: SessionBusyError at once instead). On gain the store is fenced
         with its token and, if another instance may have written the session since, the cached copy dropped."""
-        if key in self._held:
+        if not self.shared or key in self._held:
             return
         releasing = self._releasing.get(key)
         if releasing is not None:  # our own release of it still in flight: it must not expire the new grant
@@ -107,6 +111,8 @@ class SessionLeases:
     def release(self, key: SessionKey) -> None:
         """Give the session up (no more local work): its writes carry no token from now on, and the lease is
         released in the background (a later `claim` of it waits for that first)."""
+        if not self.shared:
+            return
         held = self._held.pop(key, None)
         if held is not None or key in self._lost:
             self._lost.discard(key)
@@ -126,8 +132,8 @@ class SessionLeases:
             held.keeper.cancel()
             await asyncio.wait([held.keeper])
         try:
-            if held is not None and not isinstance(self._history.store, QuickLookup):
-                await self._history.flush(key)  # a shared store: the meta written behind goes under our token
+            if held is not None:
+                await self._history.flush(key)  # the meta written behind goes under our token, not after it
             await self._history.store.fence(key, None)
             if held is not None:
                 await self._leases.store.release(held.lease)

@@ -146,7 +146,8 @@ class _Entries:
         target = self.live.get(entry_id)
         if target is None:
             return []
-        return [e.id for e in self.ordered() if e.session == session and e.seq < target.seq]
+        found = [e for e in self.live.values() if e.session == session and e.seq < target.seq]
+        return [e.id for e in sorted(found, key=lambda e: e.seq)]
 
     def restore(self, entry: InboxEntry) -> None:
         self.live.setdefault(entry.id, entry)
