@@ -10,8 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agenthub import i18n
 from agenthub.clock import ManualClock
+from agenthub.errors import SessionBusyError
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
@@ -219,3 +222,27 @@ async def test_maintenance_on_one_instance_waits_for_a_turn_running_on_another(
         await asyncio.wait_for(noting, 10)
         records = await a.stores.sessions.load(key_of("held"))
         assert [r["content"] for r in records][1:] == ["answer to m1", "note from b"]
+
+
+async def test_maintenance_that_needs_an_idle_session_finds_it_busy_while_another_instance_runs_it(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    model = HeldModel(fake_llm)
+    model.install()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2) as (a, b):
+        running = await a.send(message("busy", "m1"))
+        await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
+        with pytest.raises(SessionBusyError):  # e.g. AutoCompact on B: skipped, not waited for
+            async with b.gateway.exclusive(key_of("busy")):
+                pass
+        model.release.set()
+        assert isinstance(await running.result(), DoneEvent)
+        async with asyncio.timeout(COLD_START_S):  # A lets the session go once its worker is done
+            while True:
+                try:
+                    async with b.gateway.exclusive(key_of("busy")):
+                        roles = [r["role"] for r in await b.gateway.history.load(key_of("busy"))]
+                    break
+                except SessionBusyError:
+                    await asyncio.sleep(0.05)
+        assert roles == ["user", "assistant"]
