@@ -95,6 +95,7 @@ class SessionLeases:
             raise
         held = self._held[key] = _Held(lease)
         self._lost.discard(key)
+        self._history.lease_held(key, True)
         held.keeper = asyncio.create_task(self._keep(key, held), name=f"session-lease:{key}")
 
     async def _acquire(self, key: SessionKey, *, wait: bool) -> Lease:
@@ -134,6 +135,7 @@ class SessionLeases:
         try:
             if held is not None:
                 await self._history.flush(key)  # the meta written behind goes under our token, not after it
+            self._history.lease_held(key, False)
             await self._history.store.fence(key, None)
             if held is not None:
                 await self._leases.store.release(held.lease)
@@ -188,5 +190,6 @@ class SessionLeases:
         if self._held.get(key) is held:
             del self._held[key]
             self._lost.add(key)  # its token stays on the store's writes: a late one is refused
+            self._history.lease_held(key, False)
         log.warning("session_lease_lost", session_key=str(key), token=held.lease.token)
         self._on_lost(key)

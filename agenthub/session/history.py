@@ -83,6 +83,10 @@ class SessionHistory:
         self._flush_timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
         self.observers: list[HistoryObserver] = []
+        self.shared = not isinstance(store, QuickLookup)
+        """Several instances write the store (PostgreSQL): a session's cached copy is trusted only while this
+        instance holds the session's lease (`lease_held`); otherwise each read goes to the store."""
+        self._leased: set[SessionKey] = set()
 
     def layout(self, agent: str) -> AgentLayout:
         """The agent's file layout, for the files-only code that still reads the files itself (search, forget,
@@ -120,9 +124,21 @@ class SessionHistory:
     def _entry(self, key: SessionKey) -> _Entry:
         return self._entries.setdefault(key, _Entry())
 
+    def lease_held(self, key: SessionKey, held: bool) -> None:
+        """This instance holds (True) or no longer holds (False) the session's lease: only a held session of a
+        shared store is answered from the cache; any other read asks the store (another instance may be writing
+        it), so any instance serves any route."""
+        if held:
+            self._leased.add(key)
+        else:
+            self._leased.discard(key)
+
+    def _trusted(self, key: SessionKey) -> bool:
+        return not self.shared or key in self._leased
+
     async def _messages(self, key: SessionKey) -> list[Message]:
         entry = self._entry(key)
-        if entry.messages is None:
+        if entry.messages is None or not self._trusted(key):
             entry.messages = await self.store.load(key)
         return entry.messages
 
@@ -328,7 +344,7 @@ class SessionHistory:
 
     async def _meta(self, key: SessionKey) -> SessionMeta | None:
         entry = self._entry(key)
-        if not entry.meta_loaded:
+        if not entry.meta_loaded or not (self._trusted(key) or entry.meta_dirty):
             entry.meta = await self.store.read_meta(key)
             entry.meta_loaded = True
         return entry.meta

@@ -81,6 +81,25 @@ async def test_a_session_moving_between_instances_is_reloaded_so_every_turn_sees
         assert [r["role"] for r in records] == ["user", "assistant"] * 3
 
 
+async def test_an_instance_that_does_not_hold_a_session_reads_it_from_the_store_not_from_its_cache(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The messages route (or L3) on A after B answered: what A cached while it held the session is not served."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2) as (a, b):
+        assert isinstance(await (await a.send(message("read", "m1"))).result(), DoneEvent)
+        assert len(await a.gateway.history.load(key_of("read"))) == 2
+        assert isinstance(await (await b.send(message("read", "m2"))).result(), DoneEvent)
+        async with asyncio.timeout(COLD_START_S):
+            while a.gateway.session_leases.holds(key_of("read")):  # noqa: ASYNC110 (A lets it go after its turn)
+                await asyncio.sleep(0.01)
+        history = await a.gateway.history.load(key_of("read"))
+        assert [tag_of(str(r["content"])) for r in history] == ["m1", "answer to m1", "m2", "answer to m2"]
+        assert (await a.gateway.history.get_meta(key_of("read"))) is not None
+
+
 async def test_twenty_sessions_of_five_messages_sent_to_random_instances_keep_arrival_order_and_never_overlap(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
