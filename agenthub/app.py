@@ -78,7 +78,7 @@ def api_services(gateway: GatewayCore, inbox: Inbox) -> ApiServices:
         gateway,
         forgetter=lambda: gateway_forgetter(gateway),
         thresholds=lambda agent: thresholds_for(gateway.settings, agent),
-        inbox=InboxSubmitter(inbox, gateway),
+        inbox=InboxSubmitter(inbox, gateway, resolve=gateway.session_of),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -13,7 +13,7 @@ import structlog
 from agenthub.channel import Channel, ResumableChannel, Submitter
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.gateway.inbox_replay import INBOX_ID
+from agenthub.gateway.inbox_replay import INBOX_ID, INBOX_SEQ, INBOX_SESSION
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.storage.inbox import Inbox, InboxEntry, message_from_json, message_to_json
 
@@ -33,21 +33,34 @@ def stays_unsettled(final: DoneEvent | ErrorEvent) -> bool:
 
 
 def with_inbox_id(message: InboundMessage, entry: InboxEntry) -> InboundMessage:
-    """`message` carrying its entry's id: the turn stores it with the user record (exactly once on resume)."""
-    return dataclasses.replace(message, metadata={**message.metadata, INBOX_ID: entry.id})
+    """`message` carrying its entry's id (the turn stores it with the user record: exactly once on resume), its
+    sequence (the session's arrival order) and, when it was accepted with one, its session."""
+    extra: dict[str, Any] = {INBOX_ID: entry.id, INBOX_SEQ: entry.seq}
+    if entry.session is not None:
+        extra[INBOX_SESSION] = entry.session
+    return dataclasses.replace(message, metadata={**message.metadata, **extra})
+
+
+SessionResolver = Callable[[InboundMessage], "str | None"]
+"""The session (`agent:channel:chat_id`) a message will run in, None when it cannot be routed
+(`GatewayCore.session_of`)."""
 
 
 class InboxSubmitter:
     """Submits messages through the inbox: `submit` returns once the message is stored (StorageError when it could
-    not be: nothing was submitted), and the entry is settled when the reply has ended with its answer."""
+    not be: nothing was submitted), and the entry is settled when the reply has ended with its answer. With
+    `resolve`, each entry is stored with its session (its place in the session's arrival order at once)."""
 
-    def __init__(self, inbox: Inbox, gateway: Submitter) -> None:
+    def __init__(self, inbox: Inbox, gateway: Submitter, *, resolve: SessionResolver | None = None) -> None:
         self.inbox = inbox
         self.gateway = gateway
+        self._resolve = resolve
         self._settling: set[asyncio.Task[None]] = set()
 
     async def submit(self, source: str, message: InboundMessage, payload: dict[str, Any] | None = None) -> ReplyHandle:
-        entry = await self.inbox.accept(source, message_to_json(message) if payload is None else payload)
+        session = self._resolve(message) if self._resolve is not None else None
+        payload = message_to_json(message) if payload is None else payload
+        entry = await self.inbox.accept(source, payload, session=session)
         return await self.submit_entry(entry, message)
 
     async def submit_entry(self, entry: InboxEntry, message: InboundMessage) -> ReplyHandle:

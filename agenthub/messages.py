@@ -137,6 +137,7 @@ class ErrorCode(StrEnum):
     TRUNCATED = "truncated"
     BAD_STREAM = "bad_stream"
     MEDIA_REFUSED = "media_refused"
+    LEASE_LOST = "lease_lost"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ STATUS: dict[str, int] = {
     ErrorCode.QUEUE_FULL: 429,
     ErrorCode.PATH_REFUSED: 403,
     ErrorCode.STORAGE_UNAVAILABLE: 503,
+    ErrorCode.LEASE_LOST: 503,
 }
 """The HTTP status of a reply that ended in an error with this code; any other code is a 500."""
 REQUEST_CODES: dict[str, ErrorCode] = {"agent_not_found": ErrorCode.UNKNOWN_AGENT}

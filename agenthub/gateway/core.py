@@ -18,15 +18,17 @@ from agenthub.agent.definition import AgentDefinition, AgentRegistry
 from agenthub.agent.mcp import McpHub
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
-from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
+from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError, StorageError
+from agenthub.gateway.arrival_order import ArrivalOrder
 from agenthub.gateway.builtin_commands import register_builtin_commands
 from agenthub.gateway.commands import CommandCall, CommandContext, CommandRouter, CommandTier
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.runner import PendingTurn
+from agenthub.gateway.session_lease import SessionLeases
 from agenthub.gateway.session_state import SessionRegistry, SessionState
 from agenthub.gateway.stats import GatewayStats
 from agenthub.gateway.timers import TimerRegistry
-from agenthub.gateway.turn import TurnOutcome, TurnRunner, abort_message
+from agenthub.gateway.turn import DEFERRED, TurnOutcome, TurnRunner, abort_message
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
@@ -81,6 +83,8 @@ class GatewayCore:
         self.history = history or SessionHistory(settings.data_dir, fsync=settings.session.fsync, clock=clock)
         self.clock = clock
         self.sessions = SessionRegistry(ttl_s=settings.session.ttl_s, on_expire=self.history.evict)
+        self.session_leases = SessionLeases(self.leases, self.history, on_lost=self._session_lease_lost)
+        """Lease `session:<key>` around every turn, queued command and hold: one instance at a time per session."""
         self.memory_files = MemoryFiles(settings.data_dir, settings.auth_dir)
         self.search = SearchService(settings.data_dir)  # kept current by the history's observer, off the loop
         self.history.observers.append(self.search.history_changed)
@@ -101,6 +105,10 @@ class GatewayCore:
         self.scheduler_lease: Singleton | None = None  # runs the scheduler on one instance, from start_scheduler
         self.memory_layer: MemoryLayer | None = None  # L2/L3 and their timers, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
+        self.arrival_order = ArrivalOrder(
+            lambda: self.inbox, self.history, self.session_leases, wait_s=2 * self.leases.ttl_s
+        )
+        """Per-session arrival order across instances: the inbox's acceptance order."""
         self.turns = TurnRunner(self)
         self._background: dict[SessionKey, asyncio.Task[None]] = {}
         self._notices: dict[SessionKey, list[i18n.Text]] = {}
@@ -132,7 +140,8 @@ class GatewayCore:
         await self._cancel_all_background()
         await self.timers.stop()
         await self.mcp.aclose()
-        await self.history.aclose()  # the meta written behind
+        await self.history.aclose()  # the meta written behind, still under the sessions' leases
+        await self.session_leases.close()
         self.history.observers.remove(self.search.history_changed)
         await self.search.close()
         await self.providers.aclose()
@@ -182,6 +191,14 @@ class GatewayCore:
         agent = self.route(message)
         return agent, session_key(agent.name, message.channel, message.chat_id)
 
+    def session_of(self, message: InboundMessage) -> str | None:
+        """The session `message` will run in (`agent:channel:chat_id`), None when it cannot be routed: what the
+        inbox stores with an entry accepted for it."""
+        try:
+            return str(self.resolve_key(message)[1])
+        except (InvalidIdError, AgentNotFoundError):
+            return None
+
     async def submit(self, message: InboundMessage) -> ReplyHandle:
         """Accept one message; the returned handle yields its reply events (bad input ends it with an error)."""
         try:
@@ -197,6 +214,7 @@ class GatewayCore:
             handle.emit(ErrorEvent(abort_message(ErrorCode.SHUTDOWN, locale), code=ErrorCode.SHUTDOWN))
             return handle
         message_id = message.message_id or f"local-{new_message_id()}"
+        await self.arrival_order.assign(message, key)  # a pushed entry's place in its session's order
         matched = self.commands.match(message.content)
         if matched is None:
             self._enqueue(PendingTurn(message, key, agent, handle, message_id, locale=locale))
@@ -227,7 +245,7 @@ class GatewayCore:
             return
         self.sessions.touch(pending.key, self.clock())  # a message: the TTL starts again
         pending.waited = state.busy
-        state.queue.append(pending)
+        state.enqueue(pending)
         if state.depth > 1:
             waiting = i18n.text("notice.queued", pending.locale, count=state.depth - 1)
             pending.handle.emit(NoticeEvent(waiting, transient=True))
@@ -238,14 +256,14 @@ class GatewayCore:
         try:
             while state.queue:
                 pending = state.queue[0]  # stays queued (droppable by /stop) while it waits for the session
-                started = False
+                started = requeued = False
                 try:
                     async with state.mutex:
                         if not state.queue or state.queue[0] is not pending:  # dropped or aborted meanwhile
                             continue
                         pending = state.take_next()  # what waited behind the last turn goes to the model as one
                         if pending.command is not None:  # a queued command: its place in the order, no turn
-                            await self.commands.run(pending.command.command, pending.command.context, pending.handle)
+                            await self._run_queued_command(pending)
                             continue
                         state.current, state.abort_reason = pending, None
                         state.turn_task = asyncio.create_task(self.turns.run(pending, state))
@@ -259,15 +277,51 @@ class GatewayCore:
                             raise
                         outcome = self.turns.outcome_of(state.turn_task)
                         state.current, state.turn_task = None, None
+                        if outcome.code == DEFERRED:  # an earlier message of the session arrived here: it goes first
+                            requeued = True
+                            state.requeue(pending)
+                            continue
                         state.last_active = self.clock()  # the end of a turn counts as activity too
                         _end_with(pending, outcome)  # after `current` is cleared: a follow-up queues behind nothing
                         await self._after_turn(pending, outcome)
                 finally:
-                    _end_unanswered(pending, (state.abort_reason if started else None) or ErrorCode.SHUTDOWN)
+                    if not requeued:
+                        _end_unanswered(pending, (state.abort_reason if started else None) or ErrorCode.SHUTDOWN)
         finally:
             state.current = None
             state.task = None
+            if state.holds == 0:  # the local queue is empty: another instance may have the session now
+                self.session_leases.release(state.key)
             self.sessions.release(state)
+
+    async def _run_queued_command(self, pending: PendingTurn) -> None:
+        assert pending.command is not None
+        try:
+            await self.session_leases.claim_within(pending.key, self._lease_wait_s(pending.agent))
+        except (SessionBusyError, StorageError) as e:
+            log.warning("queued_command_not_run", session_key=str(pending.key), error_type=type(e).__name__)
+            code = ErrorCode.TIMEOUT if isinstance(e, SessionBusyError) else ErrorCode.STORAGE_UNAVAILABLE
+            key = "abort.timeout" if isinstance(e, SessionBusyError) else "error.storage_unavailable"
+            pending.handle.emit(ErrorEvent(i18n.text(key, pending.locale), code=code))
+            return
+        await self.commands.run(pending.command.command, pending.command.context, pending.handle)
+
+    def _lease_wait_s(self, agent: AgentDefinition | None = None) -> float:
+        """How long a turn, command or hold waits for another instance to let the session go: a turn's limit."""
+        override = agent.config.lock_timeout_s if agent is not None else None
+        return override or self.settings.session.lock_timeout_s
+
+    async def prepare_turn(self, pending: PendingTurn) -> bool:
+        """Inside the turn's time limit: hold the session's lease (waiting while another instance runs it), then
+        keep its arrival order; False when an earlier message waits in the local queue (the turn is requeued)."""
+        await self.session_leases.claim(pending.key)
+        state = self.sessions.get(pending.key)
+        return await self.arrival_order.ready(pending, state.queue if state is not None else [])
+
+    def _session_lease_lost(self, key: SessionKey) -> None:
+        state = self.sessions.get(key)
+        if state is not None and state.abort(ErrorCode.LEASE_LOST):
+            log.warning("turn_cancelled_lease_lost", session_key=str(key))
 
     async def _after_turn(self, pending: PendingTurn, outcome: TurnOutcome) -> None:
         for hook in self.after_turn_hooks:
@@ -293,20 +347,32 @@ class GatewayCore:
         """
         if self.is_busy(key):
             raise SessionBusyError(f"session {key} is busy")
-        async with self.hold(key):
+        async with self._held(key, wait=False):
             yield
 
     @asynccontextmanager
     async def hold(self, key: SessionKey) -> AsyncIterator[None]:
-        """Wait for the session's running turn (and its after-turn work) to finish, then keep the next
-        queued turn waiting until the block exits."""
+        """Wait for the session's running turn (and its after-turn work) to finish, here or on another instance
+        (SessionBusyError after a turn's time limit), then keep the next queued turn waiting until the block
+        exits."""
+        async with self._held(key, wait=True):
+            yield
+
+    @asynccontextmanager
+    async def _held(self, key: SessionKey, *, wait: bool) -> AsyncIterator[None]:
         state = self.sessions.state(key)
         state.holds += 1  # keeps the state (and so its mutex) registered while this block waits or runs
         try:
             async with state.mutex:
+                if wait:
+                    await self.session_leases.claim_within(key, self._lease_wait_s())
+                else:  # busy on another instance is busy too
+                    await self.session_leases.claim(key, wait=False)
                 yield
         finally:
             state.holds -= 1
+            if state.holds == 0 and state.task is None:
+                self.session_leases.release(key)
             self.sessions.release(state)
 
     def abort(self, key: SessionKey, reason: str = ErrorCode.STOPPED) -> bool:

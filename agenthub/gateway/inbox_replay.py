@@ -11,6 +11,10 @@ from agenthub.storage.meta import text_of
 
 INBOX_ID = "inbox_id"
 """The metadata key (and stored user record field) naming the inbox entry a message came in as."""
+INBOX_SEQ = "inbox_seq"
+"""The metadata key of the entry's acceptance sequence: the session's arrival order, across instances too."""
+INBOX_SESSION = "inbox_session"
+"""The metadata key of the session the entry was accepted under (absent: not known at acceptance)."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,11 @@ class StoredMessage:
 def inbox_id_of(message: InboundMessage) -> str | None:
     value = message.metadata.get(INBOX_ID)
     return value if isinstance(value, str) and value else None
+
+
+def inbox_seq_of(message: InboundMessage) -> int | None:
+    value = message.metadata.get(INBOX_SEQ)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def stored_messages(history: Sequence[dict[str, Any]], inbox_ids: Iterable[str]) -> dict[str, StoredMessage]:

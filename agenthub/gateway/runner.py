@@ -30,6 +30,9 @@ class PendingTurn:
     this (the newest) one carries the turn: its handle gets the answer."""
     command: CommandCall | None = None
     """Set for a queued-tier command: it runs in the queue's order instead of a turn, and is never joined."""
+    alone: bool = False
+    """Runs as a turn of its own: a message of its session accepted after it, but before the messages queued
+    behind it here, is answered by another instance first."""
 
     @property
     def members(self) -> list[PendingTurn]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from agenthub.gateway.inbox_replay import inbox_seq_of
 from agenthub.gateway.runner import PendingTurn
 from agenthub.storage.keys import SessionKey
 
@@ -73,12 +74,31 @@ class SessionState:
             return True
         return self.last_active is not None and self.last_active >= moment
 
+    def enqueue(self, pending: PendingTurn) -> None:
+        """Queue `pending` in arrival order: behind everything, except that a message with an inbox sequence goes
+        before the queued messages accepted after it (a resumed earlier message must not wait behind a later one)."""
+        seq = inbox_seq_of(pending.message)
+        if seq is not None:
+            for index, queued in enumerate(self.queue):
+                later = inbox_seq_of(queued.message)
+                if later is not None and later > seq:
+                    self.queue.insert(index, pending)
+                    return
+        self.queue.append(pending)
+
+    def requeue(self, turn: PendingTurn) -> None:
+        """Put a turn taken from the queue back, each of its messages in its place (an earlier one goes first)."""
+        members, turn.joined = turn.members, []
+        for member in members:
+            member.waited = True
+            self.enqueue(member)
+
     def take_next(self) -> PendingTurn:
         """The next entry (the queue must not be empty): a queued command, or a message that found the session
         free, runs alone; messages that waited behind something go together (up to the next queued command),
         carried by the newest of them."""
         head = self.queue[0]
-        if head.command is not None or not head.waited:
+        if head.command is not None or not head.waited or head.alone:
             return self.queue.pop(0)
         waiting: list[PendingTurn] = []
         while self.queue and self.queue[0].command is None:  # a queued command ends the burst

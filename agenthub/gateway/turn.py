@@ -50,8 +50,12 @@ ABORT_TEXTS: dict[str, str] = {
     ErrorCode.RESTART: "abort.restart",
     ErrorCode.TIMEOUT: "abort.timeout",
     ErrorCode.SHUTDOWN: "abort.shutdown",
+    ErrorCode.LEASE_LOST: "abort.lease_lost",
 }
 """The catalogue key of the reply a turn aborted for each reason ends with (any other reason: `abort.other`)."""
+
+DEFERRED = "deferred"
+"""The outcome code of a turn that did not run: an earlier message of its session waits in the local queue."""
 
 REPLAYED = "replayed"
 """The outcome code of a turn whose messages were all answered before a crash: no model call, the stored answer."""
@@ -97,6 +101,10 @@ class TurnHost(Protocol):
     scheduler: Scheduler | None
 
     def take_notices(self, key: SessionKey) -> list[Text]: ...
+
+    async def prepare_turn(self, pending: PendingTurn) -> bool:
+        """Hold the session for this turn (its lease) and keep its arrival order; False: requeue it."""
+        ...
 
 
 class TurnRunner:
@@ -164,7 +172,9 @@ class TurnRunner:
         """`_execute` cancelled once it has run `limit_s` seconds (a hung tool or model call); `TurnTimedOut` then."""
         deadline = asyncio.timeout(limit_s)
         try:
-            async with deadline:
+            async with deadline:  # waiting for another instance to let the session go counts against it too
+                if not await self.gateway.prepare_turn(pending):
+                    return TurnOutcome(False, DEFERRED)
                 return await self._execute(pending)
         except TimeoutError:
             if deadline.expired():

@@ -22,12 +22,14 @@ from agenthub.storage.files import FileSessionStore
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, synthesise_meta, text_of, title_from
 from agenthub.storage.paths import AgentLayout
-from agenthub.storage.store import HistoryRecord, QuickLookup, SessionActivity, SessionStore
+from agenthub.storage.store import FencedWriteError, HistoryRecord, QuickLookup, SessionActivity, SessionStore
 
 log = structlog.get_logger(__name__)
 
 Message = HistoryRecord
-HistoryObserver = Callable[[str, SessionKey], None]  # (op: append|replace|clear|delete, key), after the write landed
+HistoryObserver = Callable[[str, SessionKey], None]
+"""(op, key): `append`, `replace`, `clear` or `delete` after the write landed; `reload` when the cached copy was
+dropped because another instance may have changed the session."""
 META_DELAY_S = 5.0
 """How long a meta change that is only `updated_at` / `last_usage` waits in the cache before it is written (not
 fsynced): a crash loses at most that much, and `read_meta` catches `updated_at` up from the history."""
@@ -81,6 +83,10 @@ class SessionHistory:
         self._flush_timer: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Task[None]] = set()
         self.observers: list[HistoryObserver] = []
+        self.shared = not isinstance(store, QuickLookup)
+        """Several instances write the store (PostgreSQL): a session's cached copy is trusted only while this
+        instance holds the session's lease (`lease_held`); otherwise each read goes to the store."""
+        self._leased: set[SessionKey] = set()
 
     def layout(self, agent: str) -> AgentLayout:
         """The agent's file layout, for the files-only code that still reads the files itself (search, forget,
@@ -118,9 +124,21 @@ class SessionHistory:
     def _entry(self, key: SessionKey) -> _Entry:
         return self._entries.setdefault(key, _Entry())
 
+    def lease_held(self, key: SessionKey, held: bool) -> None:
+        """This instance holds (True) or no longer holds (False) the session's lease: only a held session of a
+        shared store is answered from the cache; any other read asks the store (another instance may be writing
+        it), so any instance serves any route."""
+        if held:
+            self._leased.add(key)
+        else:
+            self._leased.discard(key)
+
+    def _trusted(self, key: SessionKey) -> bool:
+        return not self.shared or key in self._leased
+
     async def _messages(self, key: SessionKey) -> list[Message]:
         entry = self._entry(key)
-        if entry.messages is None:
+        if entry.messages is None or not self._trusted(key):
             entry.messages = await self.store.load(key)
         return entry.messages
 
@@ -235,6 +253,16 @@ class SessionHistory:
         self._entries.pop(key, None)
         self._locks.pop(key, None)
 
+    async def reload(self, key: SessionKey) -> None:
+        """Drop the cached history and meta of `key` now, a meta not yet written too (another instance may have
+        written a newer one): the next access reads the store. Observers are told (`reload`), so what they keep
+        of the session (the context builder's converted messages) goes as well."""
+        async with self._locked(key):
+            self._entries.pop(key, None)
+            self._dirty.discard(key)
+            self._evict_when_written.discard(key)
+        self._notify("reload", key)
+
     def exists(self, key: SessionKey) -> bool:
         """Synchronous (the HTTP routes' look-up): the cache answers when it holds the session, else the store's
         quick `exists_now` (a stat for the files); a store without one is asked through `SessionStore.exists`."""
@@ -273,10 +301,10 @@ class SessionHistory:
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 
-    async def flush(self) -> None:
-        """Write every meta that is newer in the cache than in the store (not fsynced); one that cannot be written
-        stays dirty for the next flush."""
-        for key in list(self._dirty):
+    async def flush(self, only: SessionKey | None = None) -> None:
+        """Write every meta (or only `only`'s) that is newer in the cache than in the store (not fsynced); one that
+        cannot be written stays dirty for the next flush."""
+        for key in list(self._dirty) if only is None else [k for k in self._dirty if k == only]:
             async with self._locked(key):
                 entry = self._entries.get(key)
                 self._dirty.discard(key)
@@ -299,6 +327,10 @@ class SessionHistory:
         """Write `meta` (not fsynced: it is derivable); on failure it is logged and stays dirty in the cache."""
         try:
             await self.store.write_meta(key, meta, durable=False)
+        except FencedWriteError:  # another instance runs the session now and keeps its meta: ours is older
+            log.info("session_meta_write_fenced", session_key=str(key))
+            entry.meta_dirty = False
+            return
         except StorageError as e:
             errno = getattr(e.__cause__, "errno", None)
             log.warning("session_meta_write_failed", session_key=str(key), error_type=type(e).__name__, errno=errno)
@@ -312,7 +344,7 @@ class SessionHistory:
 
     async def _meta(self, key: SessionKey) -> SessionMeta | None:
         entry = self._entry(key)
-        if not entry.meta_loaded:
+        if not entry.meta_loaded or not (self._trusted(key) or entry.meta_dirty):
             entry.meta = await self.store.read_meta(key)
             entry.meta_loaded = True
         return entry.meta

@@ -143,6 +143,10 @@ class FileSessionStore:
         activity = [SessionActivity(key, mtime) for key, mtime in keyed if key is not None and key.agent == agent]
         return sorted(activity, key=lambda a: a.changed_at, reverse=True)
 
+    async def fence(self, key: SessionKey, token: int | None) -> bool:
+        """One instance writes a data directory (its lock file): nothing to fence, never changed by someone else."""
+        return False
+
 
 async def _on_disk(what: str, operation: Callable[[], T]) -> T:
     """Run a blocking file operation in a worker thread; an OSError there (a full or read-only disk) becomes

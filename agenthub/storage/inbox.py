@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import dataclasses
 import itertools
 import time
 import uuid
@@ -28,20 +29,33 @@ INBOX_FILE = ".inbox.jsonl"
 class InboxEntry:
     """One accepted, not yet answered message; `seq` orders entries by acceptance. `source` names who resumes it
     after a crash (a channel instance, e.g. `wecom:app-1`), `payload` is what that source needs to answer it: the
-    platform event for a push channel (its media is downloaded after the ack), `message_to_json()` for HTTP."""
+    platform event for a push channel (its media is downloaded after the ack), `message_to_json()` for HTTP.
+    `session` (`agent:channel:chat_id`) is known at once for HTTP, and assigned by the gateway for a push channel's
+    message once it is routed: the session's arrival order is its entries' `seq` order."""
 
     id: str
     seq: int
     accepted_at: float
     source: str
     payload: dict[str, Any]
+    session: str | None = None
 
 
 class Inbox(Protocol):
     """Accepted-but-unanswered messages. `accept` returns once the message is durable; `settle` marks it answered
     (after its answer is stored); `unsettled` lists what a restart must still answer, in acceptance order."""
 
-    async def accept(self, source: str, payload: dict[str, Any]) -> InboxEntry: ...
+    async def accept(self, source: str, payload: dict[str, Any], *, session: str | None = None) -> InboxEntry: ...
+
+    async def assign(self, entry_id: str, session: str) -> None:
+        """Name the session of an entry accepted without one (a push channel's, once routed); an entry that has one
+        keeps it."""
+        ...
+
+    async def earlier_unsettled(self, session: str, entry_id: str) -> list[str]:
+        """The ids of `session`'s unsettled entries accepted before `entry_id` (acceptance order); [] when
+        `entry_id` is settled or unknown."""
+        ...
 
     async def settle(self, entry_id: str) -> None: ...
 
@@ -118,10 +132,22 @@ class _Entries:
         self.live: dict[str, InboxEntry] = {}
         self._seq = itertools.count(1)
 
-    def new(self, source: str, payload: dict[str, Any], now: float) -> InboxEntry:
-        entry = InboxEntry(uuid.uuid4().hex, next(self._seq), now, source, payload)
+    def new(self, source: str, payload: dict[str, Any], now: float, session: str | None) -> InboxEntry:
+        entry = InboxEntry(uuid.uuid4().hex, next(self._seq), now, source, payload, session)
         self.live[entry.id] = entry
         return entry
+
+    def assign(self, entry_id: str, session: str) -> None:
+        entry = self.live.get(entry_id)
+        if entry is not None and entry.session is None:
+            self.live[entry_id] = dataclasses.replace(entry, session=session)
+
+    def earlier(self, session: str, entry_id: str) -> list[str]:
+        target = self.live.get(entry_id)
+        if target is None:
+            return []
+        found = [e for e in self.live.values() if e.session == session and e.seq < target.seq]
+        return [e.id for e in sorted(found, key=lambda e: e.seq)]
 
     def restore(self, entry: InboxEntry) -> None:
         self.live.setdefault(entry.id, entry)
@@ -138,8 +164,14 @@ class InMemoryInbox:
         self._entries = _Entries()
         self._clock = clock
 
-    async def accept(self, source: str, payload: dict[str, Any]) -> InboxEntry:
-        return self._entries.new(source, copy.deepcopy(payload), self._clock())
+    async def accept(self, source: str, payload: dict[str, Any], *, session: str | None = None) -> InboxEntry:
+        return self._entries.new(source, copy.deepcopy(payload), self._clock(), session)
+
+    async def assign(self, entry_id: str, session: str) -> None:
+        self._entries.assign(entry_id, session)
+
+    async def earlier_unsettled(self, session: str, entry_id: str) -> list[str]:
+        return self._entries.earlier(session, entry_id)
 
     async def settle(self, entry_id: str) -> None:
         self._entries.live.pop(entry_id, None)
@@ -183,8 +215,8 @@ class FileInbox:
     def _snapshot(self) -> list[JournalRecord]:
         return [_record_of(e) for e in self._entries.ordered()]
 
-    async def accept(self, source: str, payload: dict[str, Any]) -> InboxEntry:
-        entry = self._entries.new(source, payload, self._clock())
+    async def accept(self, source: str, payload: dict[str, Any], *, session: str | None = None) -> InboxEntry:
+        entry = self._entries.new(source, payload, self._clock(), session)
         write = asyncio.ensure_future(self._journal.write(_record_of(entry)))
         try:
             await run_to_end(write)  # a cancelled caller must not forget an entry whose write still lands
@@ -193,6 +225,14 @@ class FileInbox:
                 self._entries.live.pop(entry.id, None)  # not durable: not accepted (the platform retries)
             raise
         return entry
+
+    async def assign(self, entry_id: str, session: str) -> None:
+        """In memory only: one instance answers this journal, and after a restart each resumed entry is routed
+        (so assigned) again before its turn runs."""
+        self._entries.assign(entry_id, session)
+
+    async def earlier_unsettled(self, session: str, entry_id: str) -> list[str]:
+        return self._entries.earlier(session, entry_id)
 
     async def settle(self, entry_id: str) -> None:
         if self._entries.live.pop(entry_id, None) is not None:
@@ -213,7 +253,7 @@ class FileInbox:
 
 
 def _record_of(entry: InboxEntry) -> JournalRecord:
-    return {
+    record: JournalRecord = {
         "op": "accept",
         "id": entry.id,
         "seq": entry.seq,
@@ -221,10 +261,21 @@ def _record_of(entry: InboxEntry) -> JournalRecord:
         "source": entry.source,
         "payload": entry.payload,
     }
+    if entry.session is not None:
+        record["session"] = entry.session
+    return record
 
 
 def _entry_from_record(record: JournalRecord) -> InboxEntry:
     payload = record["payload"]
     if not isinstance(payload, dict):
         raise TypeError("payload is not an object")
-    return InboxEntry(str(record["id"]), int(record["seq"]), float(record["at"]), str(record["source"]), payload)
+    session = record.get("session")
+    return InboxEntry(
+        str(record["id"]),
+        int(record["seq"]),
+        float(record["at"]),
+        str(record["source"]),
+        payload,
+        session if isinstance(session, str) else None,
+    )

@@ -106,3 +106,7 @@ class InMemorySessionStore:
         return sorted(
             (a for a in found if self._sessions[a.key].history is not None), key=lambda a: a.changed_at, reverse=True
         )
+
+    async def fence(self, key: SessionKey, token: int | None) -> bool:
+        """One process's memory has one writer: nothing to fence, never changed by someone else."""
+        return False

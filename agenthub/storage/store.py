@@ -23,6 +23,14 @@ class MalformedRecordError(StorageError, ValueError):
     """A record that is not a history message (no known `role`, `content` neither text nor content blocks)."""
 
 
+class FencedWriteError(StorageError):
+    """A write under a session lease's fencing token older than the session's fence: another instance has taken
+    the session over since, so nothing of the write was stored."""
+
+    def __init__(self) -> None:
+        super().__init__("the session was taken over by another instance: this write was refused")
+
+
 def check_records(records: Sequence[HistoryRecord]) -> None:
     """Refuse (MalformedRecordError, nothing stored) any record that is not an object with a known `role` and a
     `content` that is a string or a list of content-block objects."""
@@ -107,6 +115,15 @@ class SessionStore(Protocol):
 
     async def activity(self, agent: str) -> list[SessionActivity]:
         """When each of `agent`'s histories last changed, newest first."""
+        ...
+
+    async def fence(self, key: SessionKey, token: int | None) -> bool:
+        """Write `key` under the fencing token `token` of its session lease from now on (None: under no token, the
+        lease was released). A store shared by several instances raises the session's fence to `token` and then
+        refuses (`FencedWriteError`, nothing written) every write of this store carrying a token older than the
+        fence; `FencedWriteError` here too when `token` is older already. True when the history may have been
+        changed by someone else since this store last fenced it (its cached copy must be reloaded). A store only
+        one instance writes (files, memory) ignores tokens and returns False."""
         ...
 
 

@@ -76,6 +76,27 @@ async def test_accepted_messages_are_listed_in_order_until_settled(tmp_path: Pat
     assert inbox.depth() == 3
 
 
+async def test_a_sessions_earlier_unsettled_entries_are_listed_in_acceptance_order(
+    tmp_path: Path, make_inbox: InboxFactory
+) -> None:
+    inbox = make_inbox(tmp_path)
+    first = await inbox.accept("http", {"n": 0}, session="default:http:a")
+    pushed = await inbox.accept("wecom:app", {"n": 1})  # a push channel's: its session is known once routed
+    elsewhere = await inbox.accept("http", {"n": 2}, session="default:http:b")
+    later = await inbox.accept("http", {"n": 3}, session="default:http:a")
+    assert first.session == "default:http:a" and pushed.session is None
+    assert await inbox.earlier_unsettled("default:http:a", later.id) == [first.id]
+    await inbox.assign(pushed.id, "default:http:a")
+    await inbox.assign(pushed.id, "default:http:b")  # an entry keeps the session it was given
+    await inbox.assign(elsewhere.id, "default:http:a")
+    assert await inbox.earlier_unsettled("default:http:a", later.id) == [first.id, pushed.id]
+    assert await inbox.earlier_unsettled("default:http:a", first.id) == []
+    await inbox.settle(first.id)
+    assert await inbox.earlier_unsettled("default:http:a", later.id) == [pushed.id]
+    await inbox.settle(later.id)
+    assert await inbox.earlier_unsettled("default:http:a", later.id) == []  # settled: nothing waits for it
+
+
 async def test_fifty_writers_at_the_same_moment_each_get_a_distinct_ordered_entry(
     tmp_path: Path, make_inbox: InboxFactory
 ) -> None:

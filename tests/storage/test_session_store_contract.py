@@ -221,6 +221,27 @@ async def test_32_appends_on_different_keys_at_the_same_moment(backend: Backend)
         assert contents == ["first", f"{i}-a", f"{i}-b"]
 
 
+async def test_a_store_that_fenced_a_session_writes_it_as_before_and_fencing_again_reports_no_change(
+    backend: Backend,
+) -> None:
+    """A lease holder fences the session with its token; its own writes land; fencing again with its next token
+    (nobody else wrote) says the history was not changed by someone else, so no reload is needed."""
+    store = backend.store
+    await store.fence(KEY, 1)
+    await store.append(KEY, [_msg("a", timestamp=1)])
+    await store.replace(KEY, [_msg("b", timestamp=2)], archive=[_msg("a", timestamp=1)])
+    await store.write_meta(KEY, SessionMeta(chat_id=KEY.chat_id, title="t"), durable=False)
+    assert await store.fence(KEY, 2) is False
+    await store.append(KEY, [_msg("c", timestamp=3)])
+    await store.rewrite_archive(KEY, [])
+    await store.clear(KEY, archive=[_msg("b", timestamp=2), _msg("c", timestamp=3)])
+    assert await store.fence(KEY, 3) is False
+    assert await store.fence(KEY, None) is False  # released: writes carry no token any more
+    await store.append(KEY, [_msg("d", timestamp=4)])
+    assert [m["content"] for m in await backend.reopen().load(KEY)] == ["d"]
+    assert await store.delete(KEY) is True
+
+
 async def test_files_a_torn_tail_is_skipped_and_cut_by_the_next_append(tmp_path: Path) -> None:
     """The files' crash semantics (a write in memory or a database cannot tear): half a line is skipped, then cut."""
     store = FileSessionStore(tmp_path, fsync=True)

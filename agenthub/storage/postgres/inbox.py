@@ -12,10 +12,17 @@ from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.sessions import json_text
 
 _ACCEPT = """
-INSERT INTO inbox (id, source, accepted_at, payload)
-VALUES (%(id)s, %(source)s, extract(epoch FROM now()), %(payload)s::json)
+INSERT INTO inbox (id, source, accepted_at, payload, session)
+VALUES (%(id)s, %(source)s, extract(epoch FROM now()), %(payload)s::json, %(session)s)
 RETURNING seq, accepted_at
 """
+_ASSIGN = "UPDATE inbox SET session = %(session)s WHERE id = %(id)s AND session IS NULL"
+_EARLIER = """
+SELECT id FROM inbox
+WHERE session = %(session)s AND seq < (SELECT seq FROM inbox WHERE id = %(id)s)
+ORDER BY seq
+"""
+"""Served by the index `(session, seq)` of migration 3; a settled (deleted) `id` compares with NULL: no rows."""
 _UNSETTLED = "SELECT id, seq, accepted_at, source, payload::text FROM inbox WHERE source LIKE %(prefix)s ORDER BY seq"
 
 
@@ -27,15 +34,26 @@ class PostgresInbox:
         self.database = database
         self._depth = 0
 
-    async def accept(self, source: str, payload: dict[str, Any]) -> InboxEntry:
+    async def accept(self, source: str, payload: dict[str, Any], *, session: str | None = None) -> InboxEntry:
         entry_id = uuid.uuid4().hex
         text = json_text(payload)
+        params = {"id": entry_id, "source": source, "payload": text, "session": session}
         async with self.database.connection("accept the message") as conn:
-            cursor = await conn.execute(_ACCEPT, {"id": entry_id, "source": source, "payload": text})
+            cursor = await conn.execute(_ACCEPT, params)
             row = await cursor.fetchone()
         assert row is not None
         self._depth += 1
-        return InboxEntry(entry_id, int(row[0]), float(row[1]), source, jsonsafe.loads(text))
+        return InboxEntry(entry_id, int(row[0]), float(row[1]), source, jsonsafe.loads(text), session)
+
+    async def assign(self, entry_id: str, session: str) -> None:
+        async with self.database.connection("name the message's session") as conn:
+            await conn.execute(_ASSIGN, {"id": entry_id, "session": session})
+
+    async def earlier_unsettled(self, session: str, entry_id: str) -> list[str]:
+        async with self.database.connection("list the session's earlier messages") as conn:
+            cursor = await conn.execute(_EARLIER, {"id": entry_id, "session": session})
+            rows = await cursor.fetchall()
+        return [str(row[0]) for row in rows]
 
     async def settle(self, entry_id: str) -> None:
         async with self.database.connection("settle the message") as conn:

@@ -114,6 +114,25 @@ SHARED_STATE = Migration(
     ),
 )
 
+TURNS = Migration(
+    3,
+    "session fences and the session of each inbox entry",
+    (
+        # the fencing token of the newest session lease that fenced each session; never deleted (a cleared or
+        # deleted session keeps it), so a write under an older lease is refused for ever
+        """CREATE TABLE session_fences (
+            agent text NOT NULL,
+            channel text NOT NULL,
+            chat_id text NOT NULL,
+            fence bigint NOT NULL,
+            PRIMARY KEY (agent, channel, chat_id)
+        )""",
+        # the session (`agent:channel:chat_id`) an entry belongs to, once known: per-session arrival order
+        "ALTER TABLE inbox ADD COLUMN session text",
+        "CREATE INDEX inbox_by_session ON inbox (session, seq)",
+    ),
+)
+
 COPIES_AND_SENDS = Migration(
     7,
     "what store migrate copied, and the per-member send counts (WeCom)",
@@ -140,7 +159,7 @@ COPIES_AND_SENDS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, COPIES_AND_SENDS)
+MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, TURNS, COPIES_AND_SENDS)
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -1,6 +1,7 @@
-"""`PostgresSessionStore`: the `SessionStore` on PostgreSQL. Each call is one transaction (an append is one
-statement); records are ordered by a per-session sequence kept in `session_heads`, whose row lock also serialises
-two writers of one session."""
+"""`PostgresSessionStore`: the `SessionStore` on PostgreSQL. Each call is one transaction (an unfenced append is
+one statement); records are ordered by a per-session sequence kept in `session_heads`, whose row lock also
+serialises two writers of one session. A session fenced by a lease's token (`fence`) is written under it: each
+write checks `session_fences` under the session's advisory lock and is refused when a newer lease fenced it."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ from agenthub.errors import InvalidIdError
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.database import Database, open_database
-from agenthub.storage.store import HistoryRecord, MalformedRecordError, SessionActivity, check_records
+from agenthub.storage.store import (
+    FencedWriteError,
+    HistoryRecord,
+    MalformedRecordError,
+    SessionActivity,
+    check_records,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +55,11 @@ _LAST_TIMESTAMP = f"(SELECT record->'timestamp' FROM session_records WHERE {KEY}
 _LOAD = f"SELECT record::text FROM session_records WHERE {KEY} ORDER BY seq"
 _READ_ARCHIVE = f"SELECT record::text FROM session_archive WHERE {KEY} ORDER BY seq"
 _READ_META = f"SELECT meta::text, {_LAST_TIMESTAMP} FROM session_meta WHERE {KEY}"
+_READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
+_RAISE_FENCE = """
+INSERT INTO session_fences AS f (agent, channel, chat_id, fence) VALUES (%(agent)s, %(channel)s, %(chat_id)s, %(token)s)
+ON CONFLICT (agent, channel, chat_id) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence < EXCLUDED.fence
+"""
 
 
 def encode_records(records: Sequence[HistoryRecord]) -> list[str]:
@@ -96,6 +108,11 @@ class PostgresSessionStore:
 
     def __init__(self, database: Database) -> None:
         self.database = database
+        self._tokens: dict[SessionKey, int] = {}
+        """The fencing token each session's writes carry now (while this instance holds its lease)."""
+        self._fenced: dict[SessionKey, int] = {}
+        """The last token this store fenced each session with: the same fence found again means nobody else
+        fenced (so wrote) it since."""
 
     async def close(self) -> None:
         await self.database.close()
@@ -106,27 +123,50 @@ class PostgresSessionStore:
             rows = await cursor.fetchall()
         return decode_records([row[0] for row in rows], key)
 
+    async def fence(self, key: SessionKey, token: int | None) -> bool:
+        if token is None:
+            self._tokens.pop(key, None)
+            return False
+        async with self.database.connection("fence the session") as conn, conn.transaction():
+            await _lock_head(conn, key)
+            previous = await _fence_of(conn, key)
+            if previous is not None and previous > token:
+                raise FencedWriteError()
+            await conn.execute(_RAISE_FENCE, _params(key, token=token))
+        own = self._fenced.get(key)
+        self._fenced[key] = self._tokens[key] = token
+        return own is None or previous != own
+
     async def append(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
         texts = encode_records(records)
         if not texts:
             return
-        async with self.database.connection("append to the session's history") as conn:
-            await conn.execute(_APPEND, _params(key, count=len(texts), records=texts))
+        token = self._tokens.get(key)
+        params = _params(key, count=len(texts), records=texts)
+        if token is None:
+            async with self.database.connection("append to the session's history") as conn:
+                await conn.execute(_APPEND, params)
+            return
+        async with self.database.connection("append to the session's history") as conn, conn.transaction():
+            await _lock_fenced(conn, key, token)
+            await conn.execute(_APPEND, params)
 
     async def replace(
         self, key: SessionKey, records: Sequence[HistoryRecord], *, archive: Sequence[HistoryRecord]
     ) -> None:
         texts, archived = encode_records(records), encode_records(archive)
+        token = self._tokens.get(key)
         async with self.database.connection("replace the history") as conn, conn.transaction():
-            await _lock_head(conn, key)
+            await _lock_fenced(conn, key, token)
             await _archive(conn, key, archived)
             await conn.execute(f"DELETE FROM session_records WHERE {KEY}", _params(key))
             await conn.execute(_APPEND, _params(key, count=len(texts), records=texts))
 
     async def clear(self, key: SessionKey, *, archive: Sequence[HistoryRecord]) -> None:
         archived = encode_records(archive)
+        token = self._tokens.get(key)
         async with self.database.connection("clear the history") as conn, conn.transaction():
-            await _lock_head(conn, key)
+            await _lock_fenced(conn, key, token)
             await _archive(conn, key, archived)
             await conn.execute(f"DELETE FROM session_records WHERE {KEY}", _params(key))
             await conn.execute(f"DELETE FROM session_heads WHERE {KEY}", _params(key))
@@ -139,14 +179,18 @@ class PostgresSessionStore:
 
     async def rewrite_archive(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
         texts = encode_records(records)
+        token = self._tokens.get(key)
         async with self.database.connection("rewrite the archive") as conn, conn.transaction():
-            await _lock_head(conn, key)
+            await _lock_fenced(conn, key, token)
             await conn.execute(f"DELETE FROM session_archive WHERE {KEY}", _params(key))
             await _archive(conn, key, texts)
 
     async def delete(self, key: SessionKey) -> bool:
         removed = 0
+        token = self._tokens.get(key)
         async with self.database.connection("delete the session") as conn, conn.transaction():
+            if token is not None:
+                await _lock_fenced(conn, key, token)
             for table in ("session_records", "session_heads", "session_archive", "session_meta"):  # the meta last
                 cursor = await conn.execute(f"DELETE FROM {table} WHERE {KEY}", _params(key))
                 removed += max(cursor.rowcount, 0)
@@ -171,7 +215,10 @@ class PostgresSessionStore:
 
     async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
         text = json.dumps(meta.to_json(), ensure_ascii=False)
+        token = self._tokens.get(key)
         async with self.database.connection("write the session's meta") as conn, conn.transaction():
+            if token is not None:
+                await _lock_fenced(conn, key, token)
             if not durable:  # allowed to be lost in a server crash: do not wait for the WAL flush
                 await conn.execute("SET LOCAL synchronous_commit TO OFF")
             await conn.execute(
@@ -230,6 +277,22 @@ _SESSION_LOCK = (
 async def _lock_head(conn: AsyncConnection[TupleRow], key: SessionKey) -> None:
     """Serialise this transaction with every other writer of the session's archive and records (any instance)."""
     await conn.execute(_SESSION_LOCK, _params(key))
+
+
+async def _lock_fenced(conn: AsyncConnection[TupleRow], key: SessionKey, token: int | None) -> None:
+    """`_lock_head`, then (for a write under a lease's `token`) refuse the whole transaction when a newer lease
+    fenced the session: the check and the write it guards are serialised with every `fence` by the same lock."""
+    await _lock_head(conn, key)
+    if token is not None:
+        fence = await _fence_of(conn, key)
+        if fence is not None and fence > token:
+            raise FencedWriteError()
+
+
+async def _fence_of(conn: AsyncConnection[TupleRow], key: SessionKey) -> int | None:
+    cursor = await conn.execute(_READ_FENCE, _params(key))
+    row = await cursor.fetchone()
+    return None if row is None else int(row[0])
 
 
 async def _archive(conn: AsyncConnection[TupleRow], key: SessionKey, texts: list[str]) -> None:

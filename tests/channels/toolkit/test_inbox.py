@@ -182,7 +182,7 @@ async def test_a_take_cancelled_while_its_message_is_stored_still_answers_it(tmp
 class RefusingInbox(InMemoryInbox):
     """An inbox whose disk (or database) refuses every write."""
 
-    async def accept(self, source: str, payload: dict[str, object]) -> InboxEntry:
+    async def accept(self, source: str, payload: dict[str, object], *, session: str | None = None) -> InboxEntry:
         raise StorageError("could not write the journal")
 
 

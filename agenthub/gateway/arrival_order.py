@@ -1,0 +1,100 @@
+"""Per-session arrival order across instances: the order is the durable inbox's acceptance order (`seq`). Holding
+the session's lease, a turn runs only once the session's earlier unsettled entries are answered: one queued here
+goes first; one another instance has (or will take over) is waited for with the lease let go, at most
+`2 × lease_s`, so an entry no instance can resume never blocks a session for good."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from agenthub.errors import StorageError
+from agenthub.gateway.inbox_replay import INBOX_SESSION, inbox_id_of, stored_messages
+from agenthub.gateway.runner import PendingTurn
+from agenthub.gateway.session_lease import SessionLeases
+from agenthub.messages import InboundMessage
+from agenthub.session.history import SessionHistory
+from agenthub.storage.inbox import Inbox
+from agenthub.storage.keys import SessionKey
+
+log = structlog.get_logger(__name__)
+
+POLL_FIRST_S = 0.025
+POLL_MAX_S = 0.25
+
+
+class ArrivalOrder:
+    """The order check of the session worker (`ready`) and the routing step that names a pushed entry's session
+    (`assign`), over the inbox the composition root gives the gateway (`inbox()`: None, nothing to order)."""
+
+    def __init__(
+        self,
+        inbox: Callable[[], Inbox | None],
+        history: SessionHistory,
+        leases: SessionLeases,
+        *,
+        wait_s: float,
+    ) -> None:
+        self._inbox = inbox
+        self._history = history
+        self._leases = leases
+        self._wait_s = wait_s
+
+    async def assign(self, message: InboundMessage, key: SessionKey) -> None:
+        """Name the session of the entry `message` came in as, when it was accepted without one (a push channel's);
+        a failure is logged: that entry then keeps no later one waiting."""
+        inbox, entry_id = self._inbox(), inbox_id_of(message)
+        if inbox is None or entry_id is None or INBOX_SESSION in message.metadata:
+            return
+        try:
+            await inbox.assign(entry_id, str(key))
+        except StorageError as e:
+            log.warning("inbox_assign_failed", session_key=str(key), error=str(e))
+
+    async def ready(self, pending: PendingTurn, queued: Sequence[PendingTurn]) -> bool:
+        """Called holding the session's lease. True when the turn may run now. False when it must go back to the
+        queue: an earlier entry waits in the local `queued` turns (it runs first), or one another instance has
+        falls between the turn's own messages (its first message then runs alone: `alone`). While earlier
+        entries are elsewhere, the lease is released and claimed again until they are answered or `wait_s` has
+        passed (then: a warning, and the turn runs)."""
+        inbox = self._inbox()
+        ids = [i for m in pending.members if (i := inbox_id_of(m.message)) is not None]
+        if inbox is None or not ids:
+            return True
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + self._wait_s
+        delay = POLL_FIRST_S
+        while True:
+            before = await self._unanswered(inbox, pending.key, ids[0], set(ids))
+            if before and not self._queued_here(before, queued) and loop.time() < give_up_at:
+                self._leases.release(pending.key)  # the instance that has the earlier entry needs the session
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, POLL_MAX_S)
+                await self._leases.claim(pending.key)
+                continue
+            if before and not self._queued_here(before, queued):
+                log.warning("arrival_order_gave_up", session_key=str(pending.key), waiting_for=len(before))
+                return True
+            between = await self._unanswered(inbox, pending.key, ids[-1], set(ids)) if len(ids) > 1 else []
+            if self._queued_here([*before, *between], queued):
+                return False
+            if between:
+                pending.members[0].alone = True
+                return False
+            return True
+
+    @staticmethod
+    def _queued_here(entry_ids: Sequence[str], queued: Sequence[PendingTurn]) -> bool:
+        here = {inbox_id_of(p.message) for turn in queued for p in turn.members}
+        return not here.isdisjoint(entry_ids)
+
+    async def _unanswered(self, inbox: Inbox, key: SessionKey, newest: str, members: set[str | None]) -> list[str]:
+        """The session's entries accepted before `newest` that are neither this turn's nor answered in the history
+        (an answered entry's settle may still be on its way)."""
+        earlier = [i for i in await inbox.earlier_unsettled(str(key), newest) if i not in members]
+        if not earlier:
+            return []
+        answered = stored_messages(await self._history.load(key), earlier)
+        return [i for i in earlier if i not in answered or answered[i].answer is None]

@@ -1,0 +1,195 @@
+"""Session leases: an instance runs a session's turns, queued commands and holds only while it holds the lease
+`session:<agent:channel:chat_id>`. Gained: the store is fenced with the lease's token and the cached history is
+reloaded when another instance may have written it. Held: renewed every `ttl_s / 3`. Lost: the running turn is
+cancelled. Released once the session has no more local work. Files mode takes none: one instance writes a data
+directory (its lock), so every session lease would be granted at once, and the local mutex is all it needs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from agenthub.clock import sleep_until
+from agenthub.errors import SessionBusyError, StorageError
+from agenthub.session.history import SessionHistory
+from agenthub.singleton import InstanceLeases
+from agenthub.storage.keys import SessionKey
+from agenthub.storage.lease import Lease
+from agenthub.storage.store import QuickLookup
+
+log = structlog.get_logger(__name__)
+
+POLL_FIRST_S = 0.025
+POLL_MAX_S = 0.25
+"""While another instance holds a session, its lease is asked for again after 25 ms, doubling up to 250 ms."""
+RETRY_FRACTION = 12
+"""A renewal the store did not answer is tried again after `ttl_s / 12` (until the lease is given up)."""
+
+
+def lease_name(key: SessionKey) -> str:
+    return f"session:{key}"
+
+
+@dataclass
+class _Held:
+    lease: Lease
+    keeper: asyncio.Task[None] | None = None
+
+
+class _Unknown:
+    """A renewal that neither succeeded nor was refused (the store erred or was too slow)."""
+
+
+UNKNOWN = _Unknown()
+
+
+class SessionLeases:
+    """The session leases this instance holds. `claim` (under the session's local mutex) takes one or waits for
+    it; `release` gives it up once the session has no more local work; `on_lost(key)` is called when one could not
+    be renewed in time (its running turn must stop: a standby may take the session at expiry)."""
+
+    def __init__(
+        self, leases: InstanceLeases, history: SessionHistory, *, on_lost: Callable[[SessionKey], None]
+    ) -> None:
+        self._leases = leases
+        self._history = history
+        self._on_lost = on_lost
+        self._margin_s = leases.ttl_s / 3
+        """How long before its expiry an unrenewed lease is given up: what the cancelled turn has to stop."""
+        self._held: dict[SessionKey, _Held] = {}
+        self._lost: set[SessionKey] = set()
+        self._releasing: dict[SessionKey, asyncio.Task[None]] = {}
+        self.shared = not isinstance(history.store, QuickLookup)
+        """The histories are written by several instances (PostgreSQL), so sessions are leased; False for a store
+        only this instance writes (the files under the data-dir lock, memory)."""
+
+    def holds(self, key: SessionKey) -> bool:
+        return key in self._held
+
+    async def claim_within(self, key: SessionKey, limit_s: float) -> None:
+        """`claim`, waiting at most `limit_s` for another instance to let the session go (SessionBusyError)."""
+        try:
+            async with asyncio.timeout(limit_s):
+                await self.claim(key)
+        except TimeoutError:
+            raise SessionBusyError(f"session {key} is held by another instance") from None
+
+    async def claim(self, key: SessionKey, *, wait: bool = True) -> None:
+        """Hold `key`'s lease: nothing to do while this instance holds it; otherwise acquire it, polling while
+        another instance holds it (`wait=False`: SessionBusyError at once instead). On gain the store is fenced
+        with its token and, if another instance may have written the session since, the cached copy dropped."""
+        if not self.shared or key in self._held:
+            return
+        releasing = self._releasing.get(key)
+        if releasing is not None:  # our own release of it still in flight: it must not expire the new grant
+            await asyncio.shield(releasing)
+        lease = await self._acquire(key, wait=wait)
+        try:
+            if await self._history.store.fence(key, lease.token):
+                await self._history.reload(key)
+        except BaseException:
+            self._start_release(key, _Held(lease))
+            raise
+        held = self._held[key] = _Held(lease)
+        self._lost.discard(key)
+        self._history.lease_held(key, True)
+        held.keeper = asyncio.create_task(self._keep(key, held), name=f"session-lease:{key}")
+
+    async def _acquire(self, key: SessionKey, *, wait: bool) -> Lease:
+        leases, delay = self._leases, POLL_FIRST_S
+        while True:
+            lease = await leases.store.acquire(lease_name(key), leases.holder, leases.ttl_s)
+            if lease is not None:
+                return lease
+            if not wait:
+                raise SessionBusyError(f"session {key} is held by another instance")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, POLL_MAX_S)
+
+    def release(self, key: SessionKey) -> None:
+        """Give the session up (no more local work): its writes carry no token from now on, and the lease is
+        released in the background (a later `claim` of it waits for that first)."""
+        if not self.shared:
+            return
+        held = self._held.pop(key, None)
+        if held is not None or key in self._lost:
+            self._lost.discard(key)
+            self._start_release(key, held)
+
+    def _start_release(self, key: SessionKey, held: _Held | None) -> None:
+        task = asyncio.create_task(self._release(key, held), name=f"session-release:{key}")
+        self._releasing[key] = task
+        task.add_done_callback(lambda done: self._release_done(key, done))
+
+    def _release_done(self, key: SessionKey, task: asyncio.Task[None]) -> None:
+        if self._releasing.get(key) is task:
+            del self._releasing[key]
+
+    async def _release(self, key: SessionKey, held: _Held | None) -> None:
+        if held is not None and held.keeper is not None:
+            held.keeper.cancel()
+            await asyncio.wait([held.keeper])
+        try:
+            if held is not None:
+                await self._history.flush(key)  # the meta written behind goes under our token, not after it
+            self._history.lease_held(key, False)
+            await self._history.store.fence(key, None)
+            if held is not None:
+                await self._leases.store.release(held.lease)
+        except StorageError as e:  # the lease then expires by itself
+            log.warning("session_lease_release_failed", session_key=str(key), error=str(e))
+
+    async def close(self) -> None:
+        """Release every held lease and wait for the releases (the gateway's shutdown, after its last turn)."""
+        for key in list(self._held):
+            self.release(key)
+        if self._releasing:
+            await asyncio.wait(list(self._releasing.values()))
+
+    async def _keep(self, key: SessionKey, held: _Held) -> None:
+        """Renew every `ttl_s / 3`; a lease not renewed `ttl_s / 3` before it expires is lost."""
+        clock, ttl_s = self._leases.clock, self._leases.ttl_s
+        next_at = clock() + ttl_s / 3
+        while True:
+            give_up_at = held.lease.expires_at - self._margin_s
+            await sleep_until(clock, min(next_at, give_up_at))
+            renewed = UNKNOWN if clock() >= give_up_at else await self._renew_before(held.lease, give_up_at)
+            if isinstance(renewed, Lease):
+                held.lease, next_at = renewed, clock() + ttl_s / 3
+            elif renewed is None or clock() >= give_up_at:
+                self._lose(key, held)
+                return
+            else:
+                next_at = clock() + ttl_s / RETRY_FRACTION
+
+    async def _renew_before(self, lease: Lease, deadline: float) -> Lease | _Unknown | None:
+        """The renewed lease, None when the store refused (another instance has it), UNKNOWN when the store erred
+        or had not answered by `deadline`."""
+        leases = self._leases
+        attempt = asyncio.ensure_future(leases.store.renew(lease, leases.ttl_s))
+        timer = asyncio.ensure_future(sleep_until(leases.clock, deadline))
+        try:
+            await asyncio.wait({attempt, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not attempt.done():
+                attempt.cancel()
+                await asyncio.wait([attempt])
+        if attempt.cancelled():
+            return UNKNOWN
+        try:
+            return attempt.result()
+        except StorageError:
+            log.warning("session_lease_store_unavailable", lease=lease.name)
+            return UNKNOWN
+
+    def _lose(self, key: SessionKey, held: _Held) -> None:
+        if self._held.get(key) is held:
+            del self._held[key]
+            self._lost.add(key)  # its token stays on the store's writes: a late one is refused
+            self._history.lease_held(key, False)
+        log.warning("session_lease_lost", session_key=str(key), token=held.lease.token)
+        self._on_lost(key)

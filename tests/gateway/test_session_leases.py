@@ -1,0 +1,267 @@
+"""Several gateways (instances) over one PostgreSQL database: a session's turns run on one instance at a time under
+its lease, a session moving between instances is reloaded, a late write under a lost lease is refused, and every
+session keeps the inbox's arrival order wherever its messages arrive."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agenthub import i18n
+from agenthub.clock import ManualClock
+from agenthub.errors import SessionBusyError
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.storage.keys import SessionKey
+from agenthub.storage.lease import InProcessLeases
+from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
+from tests.support.leases import InstanceView
+from tests.support.shared_gateways import HeldModel, Instance, shared_instances, tag_of
+
+SESSIONS = 20
+PER_SESSION = 5
+LEASE_S = 15.0
+COLD_START_S = 60.0
+"""A bound, not a measurement: a process's first turn imports the SDK, slow on a loaded machine."""
+
+
+def message(chat: str, text: str) -> InboundMessage:
+    return InboundMessage("http", chat, "me", text)
+
+
+def key_of(chat: str) -> SessionKey:
+    return SessionKey("default", "http", chat)
+
+
+def user_tags(request: RecordedRequest) -> list[str]:
+    """The user texts of a request to the model, in order (their `[time, via channel]` suffixes cut)."""
+    assert request.body is not None
+    tags: list[str] = []
+    for m in request.body["messages"]:
+        if m["role"] != "user":
+            continue
+        content = m["content"]
+        blocks = (
+            [content] if isinstance(content, str) else [b.get("text", "") for b in content if b.get("type") == "text"]
+        )
+        tags.extend(tag_of(text) for text in blocks if text.strip())
+    return tags
+
+
+async def stored_user_tags(instance: Instance, chat: str) -> list[str]:
+    records = await instance.stores.sessions.load(key_of(chat))
+    return [tag_of(str(r["content"])) for r in records if r["role"] == "user"]
+
+
+async def advance_until(clock: ManualClock, condition: Callable[[], bool], step: float, limit: float) -> None:
+    """Move `clock` by `step` until `condition()` holds (at most `limit`), letting the loop run after each step."""
+    moved = 0.0
+    while not condition():
+        assert moved <= limit, "the condition did not come true in time"
+        clock.advance(step)
+        moved += step
+        for _ in range(20):
+            await asyncio.sleep(0.005)  # the renewals and polls woken by the step touch the database
+
+
+async def test_a_session_moving_between_instances_is_reloaded_so_every_turn_sees_everything_before_it(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2) as (a, b):
+        for instance, text in ((a, "m1"), (b, "m2"), (a, "m3")):  # A answers, B the next one, A the third
+            final = await (await instance.send(message("moving", text))).result()
+            assert isinstance(final, DoneEvent), final
+        requests = fake_llm.message_requests()
+        assert [user_tags(r) for r in requests] == [["m1"], ["m1", "m2"], ["m1", "m2", "m3"]]
+        records = await b.stores.sessions.load(key_of("moving"))
+        assert [r["role"] for r in records] == ["user", "assistant"] * 3
+
+
+async def test_an_instance_that_does_not_hold_a_session_reads_it_from_the_store_not_from_its_cache(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The messages route (or L3) on A after B answered: what A cached while it held the session is not served."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2) as (a, b):
+        assert isinstance(await (await a.send(message("read", "m1"))).result(), DoneEvent)
+        assert len(await a.gateway.history.load(key_of("read"))) == 2
+        assert isinstance(await (await b.send(message("read", "m2"))).result(), DoneEvent)
+        async with asyncio.timeout(COLD_START_S):
+            while a.gateway.session_leases.holds(key_of("read")):  # noqa: ASYNC110 (A lets it go after its turn)
+                await asyncio.sleep(0.01)
+        history = await a.gateway.history.load(key_of("read"))
+        assert [tag_of(str(r["content"])) for r in history] == ["m1", "answer to m1", "m2", "answer to m2"]
+        assert (await a.gateway.history.get_meta(key_of("read"))) is not None
+
+
+async def test_twenty_sessions_of_five_messages_sent_to_random_instances_keep_arrival_order_and_never_overlap(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    model = HeldModel(fake_llm)
+    model.install()
+    pick = random.Random(12)
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 3) as instances:
+        handles: dict[str, list[Any]] = {}
+
+        async def send_session(s: int) -> None:
+            handles[f"s{s}"] = []
+            for i in range(PER_SESSION):  # accepted one after another, each by a random instance
+                handle = await pick.choice(instances).send(message(f"c{s}", f"s{s}-m{i}"))
+                handles[f"s{s}"].append(handle)
+
+        await asyncio.gather(*(send_session(s) for s in range(SESSIONS)))  # every session at the same moment
+        await fake_llm.wait_for_requests(SESSIONS, timeout_s=COLD_START_S)  # first turns, held
+        model.release.set()  # all answers released together
+        finals = [await h.result() for hs in handles.values() for h in hs]
+        assert all(isinstance(f, DoneEvent) for f in finals), [f for f in finals if not isinstance(f, DoneEvent)]
+        assert model.overlaps == []  # never two instances at the model for one session
+        for s in range(SESSIONS):
+            assert await stored_user_tags(instances[0], f"c{s}") == [f"s{s}-m{i}" for i in range(PER_SESSION)]
+            records = await instances[1].stores.sessions.load(key_of(f"c{s}"))
+            assert records[-1]["role"] == "assistant"
+            answered = " ".join(str(r["content"]) for r in records if r["role"] == "assistant")
+            assert all(f"s{s}-" in word for word in answered.split() if "-m" in word)  # no cross-talk
+        for instance in instances:
+            await instance.submitter.aclose()
+        assert instance.submitter.inbox is not None
+        assert await instances[0].submitter.inbox.count() == 0  # type: ignore[attr-defined]
+
+
+async def test_messages_submitted_straight_to_random_instances_never_put_two_of_them_at_the_model_for_a_session(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """Not through the inbox (no arrival order to keep): the session lease alone keeps the instances apart."""
+    model = HeldModel(fake_llm)
+    model.install()
+    pick = random.Random(7)
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 3) as instances:
+        sent = [(pick.choice(instances), f"c{s}", f"s{s}-m{i}") for i in range(3) for s in range(10)]
+        handles = await asyncio.gather(*(i.gateway.submit(message(chat, text)) for i, chat, text in sent))
+        await fake_llm.wait_for_requests(10, timeout_s=COLD_START_S)  # one turn per session at the model, held
+        await asyncio.sleep(0.2)  # a second instance's request for a session would arrive now (none may)
+        model.release.set()
+        finals = [await h.result() for h in handles]
+        assert all(isinstance(f, DoneEvent) for f in finals), finals
+        assert model.overlaps == []
+        for s in range(10):
+            assert sorted(await stored_user_tags(instances[0], f"c{s}")) == [f"s{s}-m{i}" for i in range(3)]
+
+
+async def test_a_turn_whose_lease_cannot_be_renewed_is_stopped_and_the_session_goes_on_elsewhere(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    clock = ManualClock()
+    shared = InProcessLeases(clock=clock)
+    views = [InstanceView(shared), InstanceView(shared)]
+    model = HeldModel(fake_llm)
+    model.install()
+    async with shared_instances(
+        tmp_path, fake_llm, postgres_dsn, 2, lease_stores=list(views), clocks=[clock, clock], lease_s=LEASE_S
+    ) as (a, b):
+        first = await a.send(message("cut", "m1"))
+        await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
+        views[0].down = True  # A can no longer renew (its network to the store is gone)
+        await advance_until(clock, lambda: first.finished, LEASE_S / 12, LEASE_S)
+        stopped = await first.result()
+        assert isinstance(stopped, ErrorEvent) and stopped.code == ErrorCode.LEASE_LOST
+        assert stopped.message == i18n.text("abort.lease_lost", i18n.locale_for(a.gateway.settings, "http", None))
+        model.release.set()
+        second = await b.send(message("cut", "m2"))
+        await advance_until(clock, lambda: len(fake_llm.message_requests()) == 2, LEASE_S / 12, 2 * LEASE_S)
+        assert isinstance(await second.result(), DoneEvent)
+        assert user_tags(fake_llm.message_requests()[1]) == ["m1", "m2"]  # A's stored message is not lost
+        assert model.overlaps == []
+
+
+async def test_a_late_write_of_an_instance_whose_lease_expired_is_refused_and_the_session_goes_on_elsewhere(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """A's process stands still (its clock does not move, its renewals never run) while its lease expires; B takes
+    the session over. A's answer, written late under the old lease, is refused whole; B's history goes on."""
+    store_clock, frozen = ManualClock(), ManualClock()
+    shared = InProcessLeases(clock=store_clock)
+    model = HeldModel(fake_llm)
+    model.install()
+    async with shared_instances(
+        tmp_path,
+        fake_llm,
+        postgres_dsn,
+        2,
+        lease_stores=[InstanceView(shared), InstanceView(shared)],
+        clocks=[frozen, store_clock],
+        lease_s=LEASE_S,
+    ) as (a, b):
+        late = await a.send(message("late", "m1"))
+        await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
+        store_clock.advance(LEASE_S + 1)  # A's lease expired by the store's clock
+        taken_over = await b.send(message("late", "m2"))
+        await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
+        model.release.set()  # A's answer and B's come back now
+        late_events = [event async for event in late]
+        assert isinstance(late_events[-1], DoneEvent)  # the answer is delivered ...
+        saved = i18n.text("notice.reply_not_saved", i18n.locale_for(a.gateway.settings, "http", None))
+        assert any(isinstance(e, NoticeEvent) and e.text == saved for e in late_events)  # ... but not stored
+        assert isinstance(await taken_over.result(), DoneEvent)
+        third = await (await b.send(message("late", "m3"))).result()
+        assert isinstance(third, DoneEvent)
+        records = await b.stores.sessions.load(key_of("late"))
+        assert [(r["role"], tag_of(str(r["content"]))) for r in records] == [
+            ("user", "m1"),
+            ("user", "m2"),
+            ("assistant", "answer to m2"),
+            ("user", "m3"),
+            ("assistant", "answer to m3"),
+        ]
+
+
+async def test_maintenance_on_one_instance_waits_for_a_turn_running_on_another(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    model = HeldModel(fake_llm)
+    model.install()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2) as (a, b):
+        running = await a.send(message("held", "m1"))
+        await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
+
+        async def note_from_b() -> None:
+            async with b.gateway.hold(key_of("held")):  # e.g. a scheduled text delivered by B
+                await b.gateway.history.append(key_of("held"), {"role": "assistant", "content": "note from b"})
+
+        noting = asyncio.create_task(note_from_b())
+        await asyncio.sleep(0.3)
+        assert not noting.done()  # B waits for A's lease
+        model.release.set()
+        assert isinstance(await running.result(), DoneEvent)
+        await asyncio.wait_for(noting, 10)
+        records = await a.stores.sessions.load(key_of("held"))
+        assert [r["content"] for r in records][1:] == ["answer to m1", "note from b"]
+
+
+async def test_maintenance_that_needs_an_idle_session_finds_it_busy_while_another_instance_runs_it(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    model = HeldModel(fake_llm)
+    model.install()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2) as (a, b):
+        running = await a.send(message("busy", "m1"))
+        await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
+        with pytest.raises(SessionBusyError):  # e.g. AutoCompact on B: skipped, not waited for
+            async with b.gateway.exclusive(key_of("busy")):
+                pass
+        model.release.set()
+        assert isinstance(await running.result(), DoneEvent)
+        async with asyncio.timeout(COLD_START_S):  # A lets the session go once its worker is done
+            while True:
+                try:
+                    async with b.gateway.exclusive(key_of("busy")):
+                        roles = [r["role"] for r in await b.gateway.history.load(key_of("busy"))]
+                    break
+                except SessionBusyError:
+                    await asyncio.sleep(0.05)
+        assert roles == ["user", "assistant"]
