@@ -62,7 +62,7 @@ def build_gateway(
         history = SessionHistory(store=stores.sessions, clock=clock)
     gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock, history=history, leases=leases)
     attach_memory_layer(gateway)
-    attach_scheduler(gateway)
+    attach_scheduler(gateway, None if stores is None else stores.jobs)
     return gateway
 
 

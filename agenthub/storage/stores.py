@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from agenthub.dedup import DedupStore, SeenIds, SeenIdsOpener
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox, Inbox
+from agenthub.storage.jobs import FileJobDocuments, JobDocuments
 from agenthub.storage.latency import Latency
 from agenthub.storage.lease import InProcessLeases, LeaseStore
 from agenthub.storage.memory_files import FileMemoryStore, MemoryStore
@@ -22,7 +23,8 @@ Backend = Literal["files", "postgres"]
 
 
 class Stores:
-    """Sessions, memory files, the inbox, leases, dedup memories and (postgres) API tokens. The files inbox opens
+    """Sessions, memory files, the inbox, leases, dedup memories, scheduled jobs and (postgres) API tokens and the
+    outbox. The files inbox opens
     its journal on first use, so code that never asks for it never touches `data/.inbox.jsonl`."""
 
     def __init__(
@@ -33,6 +35,7 @@ class Stores:
         memory: MemoryStore,
         leases: LeaseStore,
         data_dir: Path,
+        jobs: JobDocuments | None = None,
         database: Database | None = None,
         tokens: PostgresTokens | None = None,
         fsync: bool = True,
@@ -40,6 +43,8 @@ class Stores:
         self.backend = backend
         self.sessions, self.memory, self.leases = sessions, memory, leases
         self.data_dir = data_dir
+        self.jobs: JobDocuments = jobs if jobs is not None else FileJobDocuments(data_dir, durable=fsync)
+        """Every agent's scheduled jobs: `data/<agent>/jobs.json`, or the table `jobs` shared by every instance."""
         self.database = database
         self.tokens = tokens
         """The API tokens on PostgreSQL; None in the files mode (`TokenStore` reads `auth/tokens.json`)."""
@@ -105,6 +110,7 @@ async def open_stores(settings: Settings) -> Stores:
     if settings.store.backend == "files" or settings.store.dsn is None:
         return file_stores(settings)
     from agenthub.storage.postgres import (
+        PostgresJobs,
         PostgresLeases,
         PostgresMemoryStore,
         PostgresSessionStore,
@@ -120,6 +126,7 @@ async def open_stores(settings: Settings) -> Stores:
         memory=PostgresMemoryStore(database),
         leases=PostgresLeases(database),
         data_dir=settings.data_dir,
+        jobs=PostgresJobs(database),
         database=database,
         tokens=PostgresTokens(database, extra_tokens),
     )

@@ -2,6 +2,7 @@
 
 from agenthub.storage.postgres.database import Database, open_database
 from agenthub.storage.postgres.inbox import PostgresInbox
+from agenthub.storage.postgres.jobs import PostgresJobs
 from agenthub.storage.postgres.leases import PostgresLeases
 from agenthub.storage.postgres.memory import PostgresMemoryStore
 from agenthub.storage.postgres.schema import SCHEMA_VERSION, apply_migrations
@@ -13,6 +14,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Database",
     "PostgresInbox",
+    "PostgresJobs",
     "PostgresLeases",
     "PostgresMemoryStore",
     "PostgresSeenIds",
