@@ -118,6 +118,7 @@ def channel_context(
         inbox=inbox or InMemoryInbox(),
         leases=leases or InstanceLeases(ttl_s=settings.store.lease_s),
         open_seen_ids=None if stores is None else stores.seen_ids_for(name, state_dir),
+        outbox=None if stores is None else stores.outbox,
     )
 
 

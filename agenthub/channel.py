@@ -12,6 +12,7 @@ from aiohttp import web
 from agenthub.messages import InboundMessage, OutboundMessage
 from agenthub.singleton import InstanceLeases
 from agenthub.storage.inbox import Inbox, InboxEntry, InMemoryInbox
+from agenthub.storage.outbox import Outbox
 
 if TYPE_CHECKING:
     from agenthub.config import Settings
@@ -91,6 +92,8 @@ class ChannelContext:
     """The deployment's leases, for what only one instance may hold (a WeCom AI bot's long connection)."""
     open_seen_ids: SeenIdsOpener | None = None
     """Opens the channel's dedup memories in the deployment's store (`[store]`); None: files in `state_dir`."""
+    outbox: Outbox | None = None
+    """Sends that only another instance can make (it holds the connection); None: this instance holds them all."""
 
 
 class ChannelFactory(Protocol):

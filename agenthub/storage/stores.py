@@ -13,6 +13,7 @@ from agenthub.storage.jobs import FileJobDocuments, JobDocuments
 from agenthub.storage.latency import Latency
 from agenthub.storage.lease import InProcessLeases, LeaseStore
 from agenthub.storage.memory_files import FileMemoryStore, MemoryStore
+from agenthub.storage.outbox import Outbox
 from agenthub.storage.store import SessionStore
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class Stores:
         leases: LeaseStore,
         data_dir: Path,
         jobs: JobDocuments | None = None,
+        outbox: Outbox | None = None,
         database: Database | None = None,
         tokens: PostgresTokens | None = None,
         fsync: bool = True,
@@ -45,6 +47,8 @@ class Stores:
         self.data_dir = data_dir
         self.jobs: JobDocuments = jobs if jobs is not None else FileJobDocuments(data_dir, durable=fsync)
         """Every agent's scheduled jobs: `data/<agent>/jobs.json`, or the table `jobs` shared by every instance."""
+        self.outbox = outbox
+        """Sends for the instance holding a connection (postgres); None in the files mode, where one holds all."""
         self.database = database
         self.tokens = tokens
         """The API tokens on PostgreSQL; None in the files mode (`TokenStore` reads `auth/tokens.json`)."""
@@ -113,6 +117,7 @@ async def open_stores(settings: Settings) -> Stores:
         PostgresJobs,
         PostgresLeases,
         PostgresMemoryStore,
+        PostgresOutbox,
         PostgresSessionStore,
         PostgresTokens,
         open_database,
@@ -127,6 +132,7 @@ async def open_stores(settings: Settings) -> Stores:
         leases=PostgresLeases(database),
         data_dir=settings.data_dir,
         jobs=PostgresJobs(database),
+        outbox=PostgresOutbox(database),
         database=database,
         tokens=PostgresTokens(database, extra_tokens),
     )

@@ -72,6 +72,7 @@ class WeComChannel:
                 self.tasks,
                 inbound,
                 context.inbox,
+                context.outbox,
             )
             for cred_id, cfg in self.config.bots.items()
         }

@@ -5,6 +5,7 @@ from agenthub.storage.postgres.inbox import PostgresInbox
 from agenthub.storage.postgres.jobs import PostgresJobs
 from agenthub.storage.postgres.leases import PostgresLeases
 from agenthub.storage.postgres.memory import PostgresMemoryStore
+from agenthub.storage.postgres.outbox import PostgresOutbox
 from agenthub.storage.postgres.schema import SCHEMA_VERSION, apply_migrations
 from agenthub.storage.postgres.seen import PostgresSeenIds
 from agenthub.storage.postgres.sessions import PostgresSessionStore, lazy_postgres_store, postgres_store_factory
@@ -17,6 +18,7 @@ __all__ = [
     "PostgresJobs",
     "PostgresLeases",
     "PostgresMemoryStore",
+    "PostgresOutbox",
     "PostgresSeenIds",
     "PostgresSessionStore",
     "PostgresTokens",
