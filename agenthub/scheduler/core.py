@@ -200,7 +200,7 @@ class Scheduler:
 
     async def delete(self, agent: str, job_id: str, key: SessionKey | None = None) -> Job | None:
         """Remove a job (of `key`'s chat when given); its pending heap entry goes stale and is skipped."""
-        await self.ensure_loaded()
+        await self.sync(agent)
         job = self.get(agent, job_id, key)
         if job is None:
             return None

@@ -185,6 +185,7 @@ async def test_every_instance_lists_and_changes_the_jobs_another_made(
             assert "交月报" in await (await b.submit(InboundMessage("cli", "direct", "me", "/jobs"))).text()
             reply = await (await b.submit(InboundMessage("cli", "direct", "me", f"/jobs delete {job_id}"))).text()
             assert job_id in reply
+            assert a.scheduler is not None and await a.scheduler.delete("default", job_id) is None  # the admin route
             assert "no scheduled jobs" in await _tool_turn(a, fake_llm, {"action": "list"})
     finally:
         for store in stores:
