@@ -340,7 +340,7 @@ async def test_a_job_the_disk_refuses_is_not_created(
     await (await gw.submit(_msg("remind me"))).text()
     result = _tool_results(fake_llm)[-1]
     assert result.get("is_error")
-    assert result["content"] == "the jobs could not be saved (storage error); nothing was changed"
+    assert result["content"] == "the jobs could not be read or saved (storage error); nothing was changed"
     assert [j.text for j in _scheduler(gw).for_chat(KEY)] == ["kept"]  # neither created nor deleted
 
 

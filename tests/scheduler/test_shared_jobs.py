@@ -4,12 +4,14 @@ each due time runs exactly once across instances, also when leadership moves or 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest_asyncio
 
+from agenthub.agent.tools import PLATFORM_TOOLS, ToolContext, run_tool
 from agenthub.app import build_gateway, open_stores
 from agenthub.clock import ManualClock
 from agenthub.config import SchedulerSettings, Settings
@@ -19,10 +21,11 @@ from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.wiring import SCHEDULER_LEASE
 from agenthub.singleton import InstanceLeases, Singleton
-from agenthub.storage.postgres import Database, PostgresJobs, PostgresLeases
+from agenthub.storage.keys import session_key
+from agenthub.storage.postgres import Database, PostgresJobs, PostgresLeases, open_database
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 from tests.support.leases import InstanceView
-from tests.support.postgres import migrated
+from tests.support.postgres import PostgresServer, migrated
 from tests.support.scheduler import START, until
 
 LEASE_S = 1.0
@@ -202,3 +205,21 @@ async def _tool_turn(gw: GatewayCore, fake: FakeAnthropic, args: dict[str, Any])
     result = [b for b in results if b.get("type") == "tool_result"][-1]
     assert not result.get("is_error"), result
     return str(result["content"])
+
+
+async def test_the_tool_answers_a_clear_error_while_the_job_store_is_away(
+    gateway: GatewayCore, own_postgres_server: PostgresServer
+) -> None:
+    database = await open_database(own_postgres_server.dsn(), checkout_timeout_s=1.0)
+    try:
+        scheduler = Scheduler(SchedulerSettings(), PostgresJobs(database))
+        agent = gateway.agents.get("default")
+        workspace = gateway.settings.workspace_dir / agent.name
+        ctx = ToolContext(agent, session_key("default", "cli", "direct"), "me", gateway.memory_files, workspace)
+        ctx = dataclasses.replace(ctx, scheduler=scheduler)
+        own_postgres_server.stop()
+        for args in ({"action": "list"}, {"action": "create", "at": "2099-12-02T09:00:00", "text": "交周报"}):
+            text, is_error = await run_tool(list(PLATFORM_TOOLS), "manage_cron_jobs", args, ctx)
+            assert is_error and text == "the jobs could not be read or saved (storage error); nothing was changed"
+    finally:
+        await database.close()
