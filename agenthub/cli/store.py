@@ -84,6 +84,7 @@ async def _copy(settings: Settings, dsn: str) -> int:
     from agenthub.storage.copy import Target, copy_files_to_postgres, verify
     from agenthub.storage.postgres import (
         PostgresInbox,
+        PostgresJobs,
         PostgresMemoryStore,
         PostgresSessionStore,
         PostgresTokens,
@@ -94,7 +95,7 @@ async def _copy(settings: Settings, dsn: str) -> int:
     try:
         target = Target(
             PostgresSessionStore(database), PostgresMemoryStore(database), PostgresTokens(database),
-            PostgresInbox(database),
+            PostgresInbox(database), PostgresJobs(database),
         )  # fmt: skip
         counts = await copy_files_to_postgres(settings.data_dir, settings.auth_dir, target, _say)
         found = await verify(settings.data_dir, target, counts)

@@ -10,9 +10,16 @@ from pathlib import Path
 
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox
+from agenthub.storage.jobs import FileJobDocuments
 from agenthub.storage.keys import SessionKey, key_from_file_stem, validate_agent_name
 from agenthub.storage.memory_files import L3_STATE_FILE, FileMemoryStore, MemoryName
-from agenthub.storage.postgres import PostgresInbox, PostgresMemoryStore, PostgresSessionStore, PostgresTokens
+from agenthub.storage.postgres import (
+    PostgresInbox,
+    PostgresJobs,
+    PostgresMemoryStore,
+    PostgresSessionStore,
+    PostgresTokens,
+)
 from agenthub.tokens import TokenStore
 
 Report = Callable[[str], None]
@@ -28,6 +35,7 @@ class Counts:
     memory_files: int = 0
     tokens: int = 0
     inbox: int = 0
+    jobs: int = 0
     copied: dict[str, int] = field(default_factory=dict)
 
     def figures(self) -> dict[str, int]:
@@ -38,6 +46,7 @@ class Counts:
             "memory_files": self.memory_files,
             "tokens": self.tokens,
             "inbox": self.inbox,
+            "jobs": self.jobs,
         }
 
     def add_copied(self, what: str) -> None:
@@ -50,6 +59,7 @@ class Target:
     memory: PostgresMemoryStore
     tokens: PostgresTokens
     inbox: PostgresInbox
+    jobs: PostgresJobs
 
 
 async def copy_files_to_postgres(data_dir: Path, auth_dir: Path, target: Target, report: Report) -> Counts:
@@ -79,7 +89,19 @@ async def copy_files_to_postgres(data_dir: Path, auth_dir: Path, target: Target,
                 counts.add_copied("inbox")
     finally:
         await inbox.aclose()
+    await _copy_jobs(data_dir, target.jobs, counts)
     return counts
+
+
+async def _copy_jobs(data_dir: Path, target: PostgresJobs, counts: Counts) -> None:
+    """Every job of `data/<agent>/jobs.json`; one already in the database is left as it is there (a running
+    instance may have advanced it since)."""
+    there = {(doc.agent, doc.job_id) for doc in await target.load_all()}
+    for doc in await FileJobDocuments(data_dir, durable=False).load_all():
+        counts.jobs += 1
+        if (doc.agent, doc.job_id) not in there:
+            await target.put(doc)
+            counts.add_copied("jobs")
 
 
 async def _copy_session(
@@ -120,6 +142,9 @@ async def verify(data_dir: Path, target: Target, counts: Counts) -> dict[str, in
     found["memory_files"] = len(await target.memory.names())
     found["tokens"] = len(await target.tokens.stored())
     found["inbox"] = await target.inbox.count()
+    there = {(doc.agent, doc.job_id) for doc in await target.jobs.load_all()}
+    jobs = await FileJobDocuments(data_dir, durable=False).load_all()
+    found["jobs"] = sum((doc.agent, doc.job_id) in there for doc in jobs)
     return found
 
 

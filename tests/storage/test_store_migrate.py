@@ -5,6 +5,7 @@ killed midway resumes, and it refuses to run while a daemon holds the data direc
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -17,11 +18,13 @@ from agenthub.cli import main
 from agenthub.datalock import DataDirLock
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox
+from agenthub.storage.jobs import FileJobDocuments, JobDocument
 from agenthub.storage.keys import SessionKey, session_key
 from agenthub.storage.memory_files import FileMemoryStore, MemoryName
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import (
     PostgresInbox,
+    PostgresJobs,
     PostgresMemoryStore,
     PostgresSessionStore,
     PostgresTokens,
@@ -178,3 +181,32 @@ async def test_a_run_killed_midway_resumes_where_it_stopped(tmp_path: Path, post
     assert summary.startswith(f"sessions: {sessions} in the files, {sessions} in the database")
     assert copied_now <= sessions - 10  # the ten reported before the kill were skipped
     assert "verified: every count matches" in text
+
+
+async def test_scheduled_jobs_are_copied_once_and_one_already_there_is_left_as_it_is(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = FileJobDocuments(tmp_path / "data", durable=False)
+    jobs = [_job(f"j{n}", agent) for n, agent in enumerate(["default", "default", "reviewer"])]
+    for doc in jobs:
+        await files.put(doc)
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0, err
+    assert "jobs: 3 in the files, 3 in the database (3 copied now)" in out and "verified" in out
+    database = await open_database(postgres_dsn)
+    try:
+        shared = PostgresJobs(database)
+        assert sorted(await shared.load_all(), key=lambda d: d.job_id) == jobs
+        advanced = _job("j0", "default", next_due=2_000_000_000.0)  # it fired on a running instance meanwhile
+        await shared.put(advanced)
+        code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+        assert code == 0, err
+        assert "jobs: 3 in the files, 3 in the database (0 copied now)" in out
+        assert [d for d in await shared.load_all() if d.job_id == "j0"] == [advanced]
+    finally:
+        await database.close()
+
+
+def _job(job_id: str, agent: str, next_due: float = 1_900_000_000.0) -> JobDocument:
+    body = {"id": job_id, "agent": agent, "channel": "wecom", "chat_id": "g", "text": "交周报", "next_due": next_due}
+    return JobDocument(agent, job_id, next_due, json.dumps(body, ensure_ascii=False, separators=(",", ":")))
