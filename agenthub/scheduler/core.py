@@ -119,10 +119,11 @@ class Scheduler:
         await self.ensure_loaded()
         await self.refresh(agent)
 
-    async def refresh(self, agent: str | None = None) -> None:
-        """Reload a shared store's jobs (of `agent` when given) into memory: added, changed and removed ones. A
-        reload that overlapped a write of ours is dropped (it may predate the write); the next one is used."""
-        if not self.store.shared:
+    async def refresh(self, agent: str | None = None, *, always: bool = False) -> None:
+        """Reload a shared store's jobs (any store's when `always`; of `agent` when given) into memory: added,
+        changed and removed ones. A reload that overlapped a write of ours is dropped (it may predate the write);
+        the next one is used."""
+        if not (self.store.shared or always):
             return
         writes = self._writes
         if self._writing:
@@ -336,8 +337,9 @@ class Scheduler:
             if (job.agent, job.id) not in lost:
                 self._spawn(job, due_at)
         for agent in {agent for agent, _ in lost}:
-            log.info("job_fire_recorded_elsewhere", agent=agent, jobs=sorted(j for a, j in lost if a == agent))
-            await self.refresh(agent)
+            # recorded elsewhere, changed, or (files) a record the disk refused earlier left memory ahead of it
+            log.info("job_fire_not_recorded", agent=agent, jobs=sorted(j for a, j in lost if a == agent))
+            await self.refresh(agent, always=True)
 
     def _latest_missed(self, job: Job, now: float) -> float | None:
         """Of the runs missed while the daemon was down, the latest at or before `now` if it is within

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -68,9 +68,9 @@ class JobDocuments(Protocol):
 
 
 class FileJobDocuments:
-    """The files of design §4: one `jobs.json` per agent, read whole on first use and rewritten whole after each
-    change; writers that arrive while a write runs share the next one (each write holds every change made before it
-    started)."""
+    """The files of design §4: one `jobs.json` per agent, read whole on first use and rewritten whole for each
+    change, one write at a time per agent. A change reaches what `load_all` returns only once its file is written:
+    a refused write changes nothing, and no later write brings it back."""
 
     shared = False
 
@@ -79,8 +79,6 @@ class FileJobDocuments:
         self.durable = durable
         self._by_agent: dict[str, dict[str, JobDocument]] | None = None
         self._loading = asyncio.Lock()
-        self._wanted: dict[str, int] = {}
-        self._saved: dict[str, int] = {}
         self._write_locks: dict[str, asyncio.Lock] = {}
 
     def path(self, agent: str) -> Path:
@@ -92,39 +90,55 @@ class FileJobDocuments:
         return [doc for name in agents for doc in jobs.get(name, {}).values()]
 
     async def put(self, document: JobDocument) -> None:
-        jobs = await self._loaded()
-        jobs.setdefault(document.agent, {})[document.job_id] = document
-        await self._flush(document.agent)
+        def change(jobs: dict[str, JobDocument]) -> bool:
+            jobs[document.job_id] = document
+            return True
+
+        await self._change(document.agent, change)
 
     async def remove(self, agent: str, job_ids: Collection[str]) -> None:
-        jobs = (await self._loaded()).get(agent, {})
-        gone = [jobs.pop(job_id) for job_id in job_ids if job_id in jobs]
-        if gone:
-            await self._flush(agent)
+        def change(jobs: dict[str, JobDocument]) -> bool:
+            return [jobs.pop(job_id) for job_id in job_ids if job_id in jobs] != []
+
+        await self._change(agent, change)
 
     async def replace_agent(self, agent: str, documents: Sequence[JobDocument]) -> None:
         """Make `documents` the agent's only jobs, in one write (seeding a file, tests and benches)."""
-        jobs = await self._loaded()
-        jobs[agent] = {doc.job_id: doc for doc in documents}
-        await self._flush(agent)
+
+        def change(jobs: dict[str, JobDocument]) -> bool:
+            jobs.clear()
+            jobs.update((doc.job_id, doc) for doc in documents)
+            return True
+
+        await self._change(agent, change)
 
     async def record_fires(self, fires: Sequence[FireRecord]) -> list[bool]:
-        jobs = await self._loaded()
-        recorded = [self._record(jobs, fire) for fire in fires]
-        agents = {fire.agent for fire, done in zip(fires, recorded, strict=True) if done}
-        await asyncio.gather(*(self._flush(agent) for agent in agents))
-        return recorded
+        """One write per agent (in parallel), each holding all of that agent's fires."""
+        recorded: dict[int, bool] = {}
+
+        async def record(agent: str, indexed: list[tuple[int, FireRecord]]) -> None:
+            def change(jobs: dict[str, JobDocument]) -> bool:
+                for i, fire in indexed:
+                    recorded[i] = self._record(jobs, fire)
+                return any(recorded[i] for i, _ in indexed)
+
+            await self._change(agent, change)
+
+        by_agent: dict[str, list[tuple[int, FireRecord]]] = {}
+        for i, fire in enumerate(fires):
+            by_agent.setdefault(fire.agent, []).append((i, fire))
+        await asyncio.gather(*(record(agent, indexed) for agent, indexed in by_agent.items()))
+        return [recorded[i] for i in range(len(fires))]
 
     @staticmethod
-    def _record(jobs: dict[str, dict[str, JobDocument]], fire: FireRecord) -> bool:
-        agent_jobs = jobs.get(fire.agent, {})
-        current = agent_jobs.get(fire.job_id)
+    def _record(jobs: dict[str, JobDocument], fire: FireRecord) -> bool:
+        current = jobs.get(fire.job_id)
         if current is None or current.next_due != fire.due:
             return False
         if fire.after is None:
-            del agent_jobs[fire.job_id]
+            del jobs[fire.job_id]
         else:
-            agent_jobs[fire.job_id] = fire.after
+            jobs[fire.job_id] = fire.after
         return True
 
     async def _loaded(self) -> dict[str, dict[str, JobDocument]]:
@@ -134,17 +148,16 @@ class FileJobDocuments:
                     self._by_agent = await asyncio.to_thread(self._read_all)
         return self._by_agent
 
-    async def _flush(self, agent: str) -> None:
-        """Write the agent's file; a caller arriving while a write runs is served by the next one."""
-        wanted = self._wanted[agent] = self._wanted.get(agent, 0) + 1
-        lock = self._write_locks.setdefault(agent, asyncio.Lock())
-        async with lock:
-            if self._saved.get(agent, 0) >= wanted:
-                return
-            generation = self._wanted[agent]
-            texts = [doc.text for doc in (self._by_agent or {}).get(agent, {}).values()]  # snapshot before the await
-            await asyncio.to_thread(self._write, self.path(agent), texts)
-            self._saved[agent] = generation
+    async def _change(self, agent: str, change: Callable[[dict[str, JobDocument]], bool]) -> None:
+        """Apply `change` to a copy of the agent's jobs, write the copy when it says something changed, and only
+        then make it current."""
+        every = await self._loaded()
+        async with self._write_locks.setdefault(agent, asyncio.Lock()):
+            jobs = dict(every.get(agent, {}))
+            if change(jobs):
+                texts = [doc.text for doc in jobs.values()]
+                await asyncio.to_thread(self._write, self.path(agent), texts)
+                every[agent] = jobs
 
     def _write(self, path: Path, texts: list[str]) -> None:
         atomic_write_text(path, f'{{"version":{VERSION},"jobs":[{",".join(texts)}]}}\n', durable=self.durable)
