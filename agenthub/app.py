@@ -62,7 +62,7 @@ def build_gateway(
         history = SessionHistory(store=stores.sessions, clock=clock)
     gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock, history=history, leases=leases)
     attach_memory_layer(gateway)
-    attach_scheduler(gateway)
+    attach_scheduler(gateway, None if stores is None else stores.jobs)
     return gateway
 
 
@@ -119,6 +119,7 @@ def channel_context(
         leases=leases or InstanceLeases(ttl_s=settings.store.lease_s),
         open_seen_ids=None if stores is None else stores.seen_ids_for(name, state_dir),
         open_member_sends=None if stores is None else stores.member_sends_for(name),
+        outbox=None if stores is None else stores.outbox,
     )
 
 

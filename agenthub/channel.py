@@ -12,6 +12,7 @@ from aiohttp import web
 from agenthub.messages import InboundMessage, OutboundMessage
 from agenthub.singleton import InstanceLeases
 from agenthub.storage.inbox import Inbox, InboxEntry, InMemoryInbox
+from agenthub.storage.outbox import Outbox
 
 if TYPE_CHECKING:
     from agenthub.config import Settings
@@ -95,6 +96,8 @@ class ChannelContext:
     open_member_sends: MemberSendsOpener | None = None
     """Opens the channel's per-member send counts shared by every instance (`[store]` postgres); None: counted in
     this process only."""
+    outbox: Outbox | None = None
+    """Sends that only another instance can make (it holds the connection); None: this instance holds them all."""
 
 
 class ChannelFactory(Protocol):

@@ -13,6 +13,7 @@ import structlog
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.agent.memory_access import MemoryAccess, read_memory_text
+from agenthub.errors import StorageError
 from agenthub.media.names import another_chats_folder, chat_dir_name
 from agenthub.scheduler import tool as cron_tool
 from agenthub.scheduler.jobs import JobError
@@ -183,9 +184,9 @@ async def _manage_cron_jobs(args: dict[str, Any], ctx: ToolContext) -> str:
         return await cron_tool.manage_cron_jobs(args, ctx)
     except JobError as e:
         raise ToolError(str(e)) from None
-    except OSError as e:
+    except (OSError, StorageError) as e:  # the files, or the shared store (postgres) being away
         log.error("jobs_not_saved", error_type=type(e).__name__)
-        raise ToolError("the jobs could not be saved (storage error); nothing was changed") from None
+        raise ToolError("the jobs could not be read or saved (storage error); nothing was changed") from None
 
 
 def _schema(**props: str) -> dict[str, Any]:

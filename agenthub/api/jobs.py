@@ -32,7 +32,7 @@ async def list_jobs(api: ApiServices, request: web.Request) -> web.Response:
     gateway = api.host
     agent = agent_of(request, gateway)
     scheduler = _scheduler(gateway)
-    await scheduler.ensure_loaded()
+    await scheduler.sync(agent.name)  # the jobs as stored now, whichever instance changed them
     return web.json_response(
         {"jobs": [job_json(j) for j in scheduler.for_agent(agent.name)]},
         dumps=lambda d: json.dumps(d, ensure_ascii=False),

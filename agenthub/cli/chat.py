@@ -13,11 +13,11 @@ from typing import Any
 import aiohttp
 import structlog
 
-from agenthub.app import build_gateway, channel_context
+from agenthub.app import build_gateway, channel_context, open_stores
 from agenthub.channel import Submitter, WebRoutes
 from agenthub.config import Settings, load_settings
 from agenthub.datalock import holder_address, is_locked
-from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError
+from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError, StorageError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging, route_library_loggers
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, AgentNotFoundError, InvalidIdError, TokenRefusedError) as e:
         print(f"agenthub chat: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except DaemonUnavailableError as e:
+    except (DaemonUnavailableError, StorageError) as e:
         print(f"agenthub chat: {e}", file=sys.stderr)
         return EXIT_REPLY_FAILED
     except KeyboardInterrupt:
@@ -91,12 +91,20 @@ def _channel_config(settings: Settings, args: argparse.Namespace) -> dict[str, A
 async def _chat(settings: Settings, args: argparse.Namespace) -> int:
     if is_locked(settings.data_dir):
         return await _chat_remote(settings, args)
-    async with build_gateway(settings) as gateway:  # imports the LLM SDK: argument and config errors answer first
-        route_library_loggers()  # the SDKs imported just now
-        channel = _build_channel(settings, args, gateway)
-        probe = InboundMessage("cli", channel.config.chat_id, channel.config.sender_id, "", agent=channel.config.agent)
-        _, key = gateway.resolve_key(probe)  # a bad agent or chat id stops here, before any prompt
-        return await _drive(channel, args, str(key))
+    # on postgres the deployment's shared state (sessions, jobs, leases); the files otherwise, as `serve` has them
+    stores = await open_stores(settings) if settings.store.backend == "postgres" else None
+    try:
+        async with build_gateway(settings, stores=stores) as gateway:  # imports the LLM SDK: bad input answers first
+            route_library_loggers()  # the SDKs imported just now
+            channel = _build_channel(settings, args, gateway)
+            probe = InboundMessage(
+                "cli", channel.config.chat_id, channel.config.sender_id, "", agent=channel.config.agent
+            )
+            _, key = gateway.resolve_key(probe)  # a bad agent or chat id stops here, before any prompt
+            return await _drive(channel, args, str(key))
+    finally:
+        if stores is not None:
+            await stores.aclose()
 
 
 async def _chat_remote(settings: Settings, args: argparse.Namespace) -> int:

@@ -86,6 +86,7 @@ async def _copy(settings: Settings, dsn: str) -> int:
     from agenthub.storage.copy import Target, copy_files_to_postgres
     from agenthub.storage.postgres import (
         PostgresInbox,
+        PostgresJobs,
         PostgresMemoryStore,
         PostgresSessionStore,
         PostgresTokens,
@@ -97,7 +98,7 @@ async def _copy(settings: Settings, dsn: str) -> int:
     try:
         target = Target(
             PostgresSessionStore(database), PostgresMemoryStore(database), PostgresTokens(database),
-            PostgresInbox(database), CopyLedger(database),
+            PostgresInbox(database), CopyLedger(database), PostgresJobs(database),
         )  # fmt: skip
         counts = await copy_files_to_postgres(settings.data_dir, settings.auth_dir, target, _say)
     finally:

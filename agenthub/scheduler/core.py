@@ -1,4 +1,6 @@
-"""The scheduler: jobs in memory with a heap of due times, one task sleeping until the earliest (never a scan)."""
+"""The scheduler: jobs in memory with a heap of due times, one task sleeping until the earliest (never a scan).
+The jobs live in a `JobDocuments` store; when it is shared (postgres) every change goes there first, the lease
+holder reloads it when it gains the lease and every `refresh_s`, and a fire runs only if this instance recorded it."""
 
 from __future__ import annotations
 
@@ -6,15 +8,17 @@ import asyncio
 import contextlib
 import heapq
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import replace
 
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.clock import Clock, sleep_until, system_clock
 from agenthub.config import SchedulerSettings
 from agenthub.scheduler.jobs import Job, JobError
-from agenthub.scheduler.store import JobStore
+from agenthub.scheduler.store import document
+from agenthub.storage.jobs import FireRecord, JobDocument, JobDocuments
 from agenthub.storage.keys import SessionKey
 
 log = structlog.get_logger(__name__)
@@ -22,15 +26,27 @@ log = structlog.get_logger(__name__)
 FireFn = Callable[[Job, float], Awaitable[None]]
 """Runs one due job (the job as it was when due, and the due time); the scheduler has recorded it already."""
 
+REFRESH_S = 2.0
+"""How often the lease holder reloads a shared store's jobs (changes made on other instances)."""
+
 
 class Scheduler:
     """Owns every agent's jobs. A due job is recorded durably (one-off removed, recurring advanced) BEFORE it is
-    handed to `fire`, so a crash in between skips that run rather than sending it twice."""
+    handed to `fire`, so a crash in between skips that run rather than sending it twice; the record is guarded by
+    the job's stored due time, so of several instances exactly one records (and runs) each fire."""
 
-    def __init__(self, config: SchedulerSettings, store: JobStore, *, clock: Clock = system_clock) -> None:
+    def __init__(
+        self,
+        config: SchedulerSettings,
+        store: JobDocuments,
+        *,
+        clock: Clock = system_clock,
+        refresh_s: float = REFRESH_S,
+    ) -> None:
         self.config = config
         self.store = store
         self.clock = clock
+        self.refresh_s = refresh_s
         self._by_agent: dict[str, dict[str, Job]] = {}
         self._heap: list[tuple[float, int, str, str]] = []  # (due, seq, agent, job id); stale entries skipped
         self._live: dict[tuple[str, str], int] = {}  # (agent, job id) → the seq of its one valid heap entry
@@ -38,10 +54,12 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._loaded = False
         self._load_lock = asyncio.Lock()
-        self._wanted: dict[str, int] = {}
-        self._saved: dict[str, int] = {}
-        self._save_locks: dict[str, asyncio.Lock] = {}
         self._task: asyncio.Task[None] | None = None
+        self._refresher: asyncio.Task[None] | None = None
+        self._writes = 0  # bumped when a store write starts and when it ends: a reload that saw one is not used
+        self._writing = 0
+        self.serving = False
+        """Set by `agenthub serve` (any instance of it, leader or not): jobs fire somewhere in the deployment."""
         self._fire: FireFn | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._started_at = 0.0
@@ -58,19 +76,23 @@ class Scheduler:
     async def start(self, fire: FireFn) -> None:
         """Load the jobs and start sleeping until the first is due; overdue ones are handled at once."""
         await self.ensure_loaded()
+        await self.refresh()  # a shared store: what other instances did while another one held the lease
         self._fire = fire
         self._started_at = self.clock()
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="scheduler")
+        if self.store.shared and self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_loop(), name="scheduler-refresh")
         log.info("scheduler_started", jobs=len(self))
 
     async def pause(self) -> None:
         """Fire nothing more; runs already handed to delivery go on."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._task, self._refresher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._refresher = None
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Pause, give the runs in delivery up to `grace_s` to finish (they are recorded already), cancel the rest."""
@@ -88,9 +110,58 @@ class Scheduler:
         async with self._load_lock:
             if self._loaded:
                 return
-            for job in await self.store.load_all():
+            for job in _jobs_of(await self.store.load_all()):
                 self._put(job)
             self._loaded = True
+
+    async def sync(self, agent: str | None = None) -> None:
+        """Before a query or a change: the jobs as stored now (of `agent` when given) on a shared store."""
+        await self.ensure_loaded()
+        await self.refresh(agent)
+
+    async def refresh(self, agent: str | None = None, *, always: bool = False) -> None:
+        """Reload a shared store's jobs (any store's when `always`; of `agent` when given) into memory: added,
+        changed and removed ones. A reload that overlapped a write of ours is dropped (it may predate the write);
+        the next one is used."""
+        if not (self.store.shared or always):
+            return
+        writes = self._writes
+        if self._writing:
+            return
+        stored = await self.store.load_all(agent)
+        if self._writes != writes:
+            return
+        self._reconcile(stored, [agent] if agent is not None else list(self._by_agent))
+
+    def _reconcile(self, stored: list[JobDocument], agents: Iterable[str]) -> None:
+        texts = {(doc.agent, doc.job_id): doc.text for doc in stored}
+        for agent in agents:
+            for job_id in [j for j in self._by_agent.get(agent, {}) if (agent, j) not in texts]:
+                self._set(agent, job_id, None)
+        for job in _jobs_of(doc for doc in stored if self._differs(doc)):
+            self._put(job)
+
+    def _differs(self, doc: JobDocument) -> bool:
+        current = self.get(doc.agent, doc.job_id)
+        return current is None or current.json_text != doc.text
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_s)
+            try:
+                await self.refresh()
+            except Exception:  # the store is away: the jobs held stay as they are, the next round tries again
+                log.warning("jobs_refresh_failed", exc_info=True)
+
+    @contextlib.asynccontextmanager
+    async def _store_write(self) -> AsyncIterator[None]:
+        self._writes += 1
+        self._writing += 1
+        try:
+            yield
+        finally:
+            self._writing -= 1
+            self._writes += 1
 
     def __len__(self) -> int:
         return sum(len(jobs) for jobs in self._by_agent.values())
@@ -111,7 +182,7 @@ class Scheduler:
 
     async def add(self, job: Job) -> Job:
         """Store a new job durably; refused when its chat already has `max_jobs_per_chat`."""
-        await self.ensure_loaded()
+        await self.sync(job.agent)
         limit = self.config.max_jobs_per_chat
         if len(self.for_chat(job.key)) >= limit:
             raise JobError(f"this chat already has {limit} jobs; delete one first")
@@ -120,7 +191,7 @@ class Scheduler:
         return job
 
     async def update(self, job: Job) -> Job:
-        await self.ensure_loaded()
+        await self.ensure_loaded()  # the caller built `job` from what it just read (after a `sync`)
         before = self.get(job.agent, job.id)
         if before is None:
             raise JobError(f"no job {job.id!r} in this chat")
@@ -130,7 +201,7 @@ class Scheduler:
 
     async def delete(self, agent: str, job_id: str, key: SessionKey | None = None) -> Job | None:
         """Remove a job (of `key`'s chat when given); its pending heap entry goes stale and is skipped."""
-        await self.ensure_loaded()
+        await self.sync(agent)
         job = self.get(agent, job_id, key)
         if job is None:
             return None
@@ -140,28 +211,24 @@ class Scheduler:
 
     async def delete_chat(self, key: SessionKey) -> int:
         """Remove every job of one chat (its session was deleted); returns how many."""
-        await self.ensure_loaded()
+        await self.sync(key.agent)
         doomed = self.for_chat(key)
-        for job in doomed:
-            self._set(job.agent, job.id, None)
         if doomed:
-            await self._persist(key.agent)
+            await self._remove(key.agent, doomed)
             log.info("chat_jobs_deleted", session_key=str(key), jobs=len(doomed))
         return len(doomed)
 
     async def delete_created_by(self, agent: str, channel: str, sender_id: str, key: SessionKey | None = None) -> int:
         """Remove the jobs one person created with `agent` on `channel` (only in `key`'s chat when given), for
         "forget me"; returns how many."""
-        await self.ensure_loaded()
+        await self.sync(agent)
         doomed = [
             j
             for j in self.for_agent(agent)
             if j.channel == channel and j.created_by == sender_id and (key is None or j.key == key)
         ]
-        for job in doomed:
-            self._set(job.agent, job.id, None)
         if doomed:
-            await self._persist(agent)
+            await self._remove(agent, doomed)
             log.info("person_jobs_deleted", agent=agent, jobs=len(doomed))
         return len(doomed)
 
@@ -169,11 +236,18 @@ class Scheduler:
         """Make `new` (None: no job) current and durable; if the write fails, `old` is put back and it raises."""
         self._set(agent, job_id, new)
         try:
-            await self._persist(agent)
+            async with self._store_write():
+                await (self.store.remove(agent, [job_id]) if new is None else self.store.put(document(new)))
         except BaseException:
             if self._by_agent.get(agent, {}).get(job_id) is new:  # nothing fired or changed it meanwhile
                 self._set(agent, job_id, old)
             raise
+
+    async def _remove(self, agent: str, doomed: list[Job]) -> None:
+        for job in doomed:
+            self._set(job.agent, job.id, None)
+        async with self._store_write():
+            await self.store.remove(agent, [job.id for job in doomed])
 
     def _set(self, agent: str, job_id: str, job: Job | None) -> None:
         if job is None:
@@ -239,10 +313,11 @@ class Scheduler:
                 waiter.cancel()
 
     async def _handle_due(self, due: list[Job]) -> None:
-        """Record every due job (one write per agent), then hand the ones on time to `fire`."""
+        """Record every due job (guarded by its stored due time), then hand the ones on time that this instance
+        recorded to `fire`. A job whose record was refused was recorded or changed elsewhere: it is reloaded."""
         now = self.clock()
         to_fire: list[tuple[Job, float]] = []
-        agents: set[str] = set()
+        records: list[FireRecord] = []
         for job in due:
             assert job.next_due is not None
             # catch-up applies to runs missed while the daemon was down; one due since start runs however late
@@ -253,11 +328,18 @@ class Scheduler:
                 log.warning("job_missed", agent=job.agent, job_id=job.id, due=job.next_due, late_s=now - job.next_due)
             if run_at is not None:
                 to_fire.append((job, run_at))
-            self._advance(job, now, ran=on_time)
-            agents.add(job.agent)
-        await asyncio.gather(*(self._persist(agent) for agent in agents))
+            after = self._advance(job, now, ran=on_time)
+            records.append(FireRecord(job.agent, job.id, job.next_due, None if after is None else document(after)))
+        async with self._store_write():
+            recorded = await self.store.record_fires(records)
+        lost = {(r.agent, r.job_id) for r, done in zip(records, recorded, strict=True) if not done}
         for job, due_at in to_fire:
-            self._spawn(job, due_at)
+            if (job.agent, job.id) not in lost:
+                self._spawn(job, due_at)
+        for agent in {agent for agent, _ in lost}:
+            # recorded elsewhere, changed, or (files) a record the disk refused earlier left memory ahead of it
+            log.info("job_fire_not_recorded", agent=agent, jobs=sorted(j for a, j in lost if a == agent))
+            await self.refresh(agent, always=True)
 
     def _latest_missed(self, job: Job, now: float) -> float | None:
         """Of the runs missed while the daemon was down, the latest at or before `now` if it is within
@@ -271,13 +353,16 @@ class Scheduler:
             candidate = job.next_after(candidate)
         return latest
 
-    def _advance(self, job: Job, now: float, *, ran: bool) -> None:
+    def _advance(self, job: Job, now: float, *, ran: bool) -> Job | None:
+        """The job as it is after this due time (None: a one-off that is done), made current in memory."""
         assert job.next_due is not None
         following = job.next_after(max(now, job.next_due)) if job.recurring else None
         if following is None:
             self._set(job.agent, job.id, None)
-            return
-        self._put(replace(job, next_due=following, last_due=job.next_due, runs=job.runs + int(ran)))
+            return None
+        advanced = replace(job, next_due=following, last_due=job.next_due, runs=job.runs + int(ran))
+        self._put(advanced)
+        return advanced
 
     def _spawn(self, job: Job, due: float) -> None:
         self.fired += 1
@@ -295,17 +380,20 @@ class Scheduler:
         except Exception:
             log.exception("job_failed", agent=job.agent, job_id=job.id)
 
-    async def _persist(self, agent: str) -> None:
-        """Write the agent's jobs; callers that arrive while a write runs share the next one."""
-        wanted = self._wanted[agent] = self._wanted.get(agent, 0) + 1
-        lock = self._save_locks.setdefault(agent, asyncio.Lock())
-        async with lock:
-            if self._saved.get(agent, 0) >= wanted:
-                return
-            generation = self._wanted[agent]
-            await self.store.save(agent, list(self._by_agent.get(agent, {}).values()))
-            self._saved[agent] = generation
-
 
 def _order(job: Job) -> tuple[float, float]:
     return (job.next_due if job.next_due is not None else float("inf"), job.created_at)
+
+
+def _jobs_of(documents: Iterable[JobDocument]) -> list[Job]:
+    """The stored jobs that read as jobs; a damaged one is logged and left out (the others still load)."""
+    jobs = []
+    for doc in documents:
+        try:
+            data = jsonsafe.loads(doc.text)
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
+            jobs.append(Job.from_json(data))
+        except ValueError as e:  # JobError and CronError included
+            log.error("job_unreadable", agent=doc.agent, job_id=doc.job_id[:40], reason=str(e)[:200])
+    return jobs

@@ -38,6 +38,7 @@ async def manage_cron_jobs(args: dict[str, Any], ctx: ToolContext) -> str:
     scheduler = ctx.scheduler
     if scheduler is None:
         raise JobError("scheduled jobs are not available in this process")
+    await scheduler.sync(ctx.key.agent)  # the jobs as stored now, whichever instance changed them
     action = args.get("action")
     if action == "list":
         return list_text(scheduler.for_chat(ctx.key))
@@ -91,7 +92,7 @@ async def _delete(job_id: str, ctx: ToolContext, scheduler: Scheduler) -> str:
 
 def _idle_note(scheduler: Scheduler) -> str:
     """Said when nothing fires jobs here (a stand-alone `agenthub chat`), so the model does not promise a run."""
-    if scheduler.running:
+    if scheduler.running or scheduler.serving:
         return ""
     return (
         ". Note: jobs run only while `agenthub serve` runs, and it is not running here: this job fires at its time"

@@ -11,17 +11,20 @@ from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.delivery import JobDelivery
 from agenthub.scheduler.store import JobStore
 from agenthub.scheduler.texts import jobs_listing
+from agenthub.storage.jobs import JobDocuments
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
 
 
-def attach_scheduler(gateway: GatewayCore) -> Scheduler | None:
-    """Give the gateway its scheduler (jobs load lazily) and the `/jobs` command; nothing runs until started."""
+def attach_scheduler(gateway: GatewayCore, store: JobDocuments | None = None) -> Scheduler | None:
+    """Give the gateway its scheduler over `store` (default: the data directory's files; jobs load lazily) and
+    the `/jobs` command; nothing runs until started."""
     settings = gateway.settings
     if not settings.scheduler.enabled:
         return None
-    store = JobStore(settings.data_dir, durable=settings.session.fsync)
+    if store is None:
+        store = JobStore(settings.data_dir, durable=settings.session.fsync)
     scheduler = gateway.scheduler = Scheduler(settings.scheduler, store, clock=gateway.clock)
     gateway.commands.register("jobs", "jobs.help", _jobs_command)
     return scheduler
@@ -38,6 +41,7 @@ async def start_scheduler(gateway: GatewayCore, channels: Iterable[Channel]) -> 
     if scheduler is None or gateway.scheduler_lease is not None:
         return
     delivery = JobDelivery(gateway, {c.name: c for c in channels})
+    scheduler.serving = True  # jobs fire on whichever instance leads, so a change made here is not idle
 
     async def start() -> None:
         await scheduler.start(delivery)
@@ -67,7 +71,7 @@ async def _jobs_command(ctx: CommandContext) -> str:
     scheduler = gw.scheduler
     if scheduler is None:
         return ctx.text("jobs.disabled")
-    await scheduler.ensure_loaded()
+    await scheduler.sync(ctx.key.agent)
     words = ctx.args.split()
     if not words:
         jobs = scheduler.for_chat(ctx.key)

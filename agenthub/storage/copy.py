@@ -19,17 +19,24 @@ from typing import Any, Literal
 
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox, InboxEntry
+from agenthub.storage.jobs import FileJobDocuments, JobDocument
 from agenthub.storage.keys import SessionKey, key_from_file_stem, validate_agent_name
 from agenthub.storage.memory_files import L3_STATE_FILE, FileMemoryStore, MemoryName
 from agenthub.storage.meta import SessionMeta
-from agenthub.storage.postgres import PostgresInbox, PostgresMemoryStore, PostgresSessionStore, PostgresTokens
+from agenthub.storage.postgres import (
+    PostgresInbox,
+    PostgresJobs,
+    PostgresMemoryStore,
+    PostgresSessionStore,
+    PostgresTokens,
+)
 from agenthub.storage.postgres.copies import CopyLedger
 from agenthub.storage.store import HistoryRecord
 from agenthub.tokens import StoredToken, TokenStore
 
 Report = Callable[[str], None]
-Kind = Literal["sessions", "memory_files", "tokens", "inbox"]
-FIGURES = ("sessions", "records", "archived", "meta", "memory_files", "tokens", "inbox")
+Kind = Literal["sessions", "memory_files", "tokens", "inbox", "jobs"]
+FIGURES = ("sessions", "records", "archived", "meta", "memory_files", "tokens", "inbox", "jobs")
 """What the report counts: the items of each kind, and the records, archived records and metas of the sessions."""
 Decision = Literal["same", "copy", "moved", "conflict"]
 
@@ -38,6 +45,7 @@ MOVED: dict[Kind, str] = {
     "memory_files": "the database's file has changed since it was copied",
     "tokens": "revoked or replaced in the database since it was copied",
     "inbox": "answered in the database since it was copied",
+    "jobs": "changed or run in the database since it was copied",
 }
 CONFLICT = "the database holds another one, not copied from these files"
 COPYING = "copying:"
@@ -95,6 +103,7 @@ class Target:
     tokens: PostgresTokens
     inbox: PostgresInbox
     ledger: CopyLedger
+    jobs: PostgresJobs
 
 
 @dataclass(frozen=True)
@@ -156,13 +165,14 @@ class _Run:
 
 
 async def copy_files_to_postgres(data_dir: Path, auth_dir: Path, target: Target, report: Report) -> Counts:
-    """Copy every session, memory file, API token and unanswered inbox entry the database does not hold yet, then
-    verify each item of the files against the database's copy."""
+    """Copy every session, memory file, API token, unanswered inbox entry and scheduled job the database does not
+    hold yet, then verify each item of the files against the database's copy."""
     run = _Run(target, report)
     await _copy_sessions(run, data_dir)
     await _copy_memory_files(run, data_dir, auth_dir)
     await _copy_tokens(run, auth_dir)
     await _copy_inbox(run, data_dir)
+    await _copy_jobs(run, data_dir)
     await verify(target, run.checked, run.counts)
     return run.counts
 
@@ -186,6 +196,7 @@ async def _held_digests(target: Target, checked: Sequence[Checked]) -> dict[tupl
     memory = {_memory_item(n): n for n in await target.memory.names()} if "memory_files" in kinds else {}
     tokens = {t.name: t for t in await target.tokens.stored()} if "tokens" in kinds else {}
     inbox = {e.id: e for e in await target.inbox.unsettled()} if "inbox" in kinds else {}
+    jobs = {_job_item(d): d for d in await target.jobs.load_all()} if "jobs" in kinds else {}
     for item in checked:
         digest: str | None = None
         if item.key is not None:
@@ -196,6 +207,8 @@ async def _held_digests(target: Target, checked: Sequence[Checked]) -> dict[tupl
             digest = _token_digest(tokens[item.item])
         elif item.kind == "inbox" and item.item in inbox:
             digest = _entry_digest(inbox[item.item])
+        elif item.kind == "jobs" and item.item in jobs:
+            digest = _job_digest(jobs[item.item])
         if digest is not None:
             found[(item.kind, item.item)] = digest
     return found
@@ -325,6 +338,30 @@ async def _copy_inbox(run: _Run, data_dir: Path) -> None:
 
 def _entry_digest(entry: InboxEntry) -> str:
     return digest_of([entry.source, entry.accepted_at, entry.payload])
+
+
+async def _copy_jobs(run: _Run, data_dir: Path) -> None:
+    target = run.target.jobs
+    recorded = await run.target.ledger.digests("jobs")
+    held_jobs = {_job_item(d): d for d in await target.load_all()}
+    for document in await FileJobDocuments(data_dir, durable=False).load_all():
+        name = _job_item(document)
+        held = held_jobs.get(name)
+
+        async def write(document: JobDocument = document) -> None:
+            await target.put(document)
+
+        item = Checked("jobs", name, _job_digest(document), {"jobs": 1})
+        held_digest = Held(None if held is None else _job_digest(held))
+        await run.settle(item, held_digest, recorded.get(name), write, f"copied job {name}")
+
+
+def _job_item(document: JobDocument) -> str:
+    return f"{document.agent}/{document.job_id}"
+
+
+def _job_digest(document: JobDocument) -> str:
+    return digest_of([document.agent, document.job_id, document.next_due, document.text])
 
 
 def _agents(data_dir: Path) -> list[str]:

@@ -10,9 +10,11 @@ from agenthub.dedup import DedupStore, SeenIds, SeenIdsOpener
 from agenthub.member_sends import MemberSends, MemberSendsOpener, Windows
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox, Inbox
+from agenthub.storage.jobs import FileJobDocuments, JobDocuments
 from agenthub.storage.latency import Latency
 from agenthub.storage.lease import InProcessLeases, LeaseStore
 from agenthub.storage.memory_files import FileMemoryStore, MemoryStore
+from agenthub.storage.outbox import Outbox
 from agenthub.storage.store import SessionStore
 
 if TYPE_CHECKING:
@@ -23,7 +25,8 @@ Backend = Literal["files", "postgres"]
 
 
 class Stores:
-    """Sessions, memory files, the inbox, leases, dedup memories and (postgres) API tokens. The files inbox opens
+    """Sessions, memory files, the inbox, leases, dedup memories, scheduled jobs and (postgres) API tokens and the
+    outbox. The files inbox opens
     its journal on first use, so code that never asks for it never touches `data/.inbox.jsonl`."""
 
     def __init__(
@@ -34,6 +37,8 @@ class Stores:
         memory: MemoryStore,
         leases: LeaseStore,
         data_dir: Path,
+        jobs: JobDocuments | None = None,
+        outbox: Outbox | None = None,
         database: Database | None = None,
         tokens: PostgresTokens | None = None,
         fsync: bool = True,
@@ -41,6 +46,10 @@ class Stores:
         self.backend = backend
         self.sessions, self.memory, self.leases = sessions, memory, leases
         self.data_dir = data_dir
+        self.jobs: JobDocuments = jobs if jobs is not None else FileJobDocuments(data_dir, durable=fsync)
+        """Every agent's scheduled jobs: `data/<agent>/jobs.json`, or the table `jobs` shared by every instance."""
+        self.outbox = outbox
+        """Sends for the instance holding a connection (postgres); None in the files mode, where one holds all."""
         self.database = database
         self.tokens = tokens
         """The API tokens on PostgreSQL; None in the files mode (`TokenStore` reads `auth/tokens.json`)."""
@@ -120,8 +129,10 @@ async def open_stores(settings: Settings) -> Stores:
     if settings.store.backend == "files" or settings.store.dsn is None:
         return file_stores(settings)
     from agenthub.storage.postgres import (
+        PostgresJobs,
         PostgresLeases,
         PostgresMemoryStore,
+        PostgresOutbox,
         PostgresSessionStore,
         PostgresTokens,
         open_database,
@@ -135,6 +146,8 @@ async def open_stores(settings: Settings) -> Stores:
         memory=PostgresMemoryStore(database),
         leases=PostgresLeases(database),
         data_dir=settings.data_dir,
+        jobs=PostgresJobs(database),
+        outbox=PostgresOutbox(database),
         database=database,
         tokens=PostgresTokens(database, extra_tokens),
     )

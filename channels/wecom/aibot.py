@@ -13,11 +13,13 @@ from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage
 from agenthub.singleton import InstanceLeases, Singleton
 from agenthub.storage.inbox import Inbox, InboxEntry
+from agenthub.storage.outbox import Outbox
 from channels.toolkit.dedup import MessageDedup
 from channels.toolkit.inbox import InboxGate, Intake
 from channels.toolkit.reply import collect_reply
 from channels.toolkit.tasks import TaskSet
 from channels.wecom.aibot_conn import BotConnection
+from channels.wecom.aibot_relay import BotRelay
 from channels.wecom.aibot_stream import StreamReply
 from channels.wecom.config import BotConfig
 from channels.wecom.media import Inbound, MediaError, MediaKind, MediaTooLarge, attachment, download_bot_media
@@ -54,8 +56,12 @@ class BotEndpoint:
         tasks: TaskSet,
         inbound: Inbound,
         inbox: Inbox,
+        outbox: Outbox | None = None,
     ) -> None:
+        """`outbox`: the deployment's (postgres), where a push made here goes when another instance holds the
+        bot's connection; None: this instance is the only one (files), it pushes itself."""
         self.cred_id = cred_id
+        self._outbox = outbox
         self.config = config
         self._gateway = gateway
         self._dedup = dedup
@@ -77,6 +83,8 @@ class BotEndpoint:
         self.conn: BotConnection | None = None
         self.lease: Singleton | None = None
         """Holds the bot's connection on one instance of the deployment (set by `start`)."""
+        self.relay: BotRelay | None = None
+        """Pushes to and from the other instances through the outbox (set by `start` when there is one)."""
 
     async def start(self, session: aiohttp.ClientSession, leases: InstanceLeases) -> None:
         """Connect while this instance holds lease `wecom-bot:<cred_id>` (WeCom allows one connection per bot:
@@ -89,12 +97,31 @@ class BotEndpoint:
             )
         self._session = session
         conn = self.conn = BotConnection(self.cred_id, self.config, self._on_frame, session)
+        relay = self.relay = self._relay(leases.holder)
 
         async def connect() -> None:
             conn.start()
+            if relay is not None:
+                relay.start_drain()  # the pushes other instances stored for this bot go out over our connection
 
-        self.lease = leases.singleton(bot_lease(self.cred_id), start=connect, stop=conn.stop)
+        async def disconnect() -> None:
+            if relay is not None:
+                await relay.stop_drain()
+            await conn.stop()
+
+        self.lease = leases.singleton(bot_lease(self.cred_id), start=connect, stop=disconnect)
         await self.lease.open()
+
+    def _relay(self, holder: str) -> BotRelay | None:
+        if self._outbox is None:
+            return None
+        target = bot_lease(self.cred_id)
+        return BotRelay(self.cred_id, target, self.config, self._outbox, holder, self.deliver)
+
+    @property
+    def holds_connection(self) -> bool:
+        """This instance holds the bot's lease, so its connection is the bot's one."""
+        return self.lease is not None and self.lease.running
 
     async def stop(self) -> None:
         """Close the connection, then release the lease (a standby connects only once ours is closed)."""
@@ -102,10 +129,16 @@ class BotEndpoint:
             await self.lease.close()
 
     async def send(self, chat_id: str, text: str) -> None:
-        """Proactive push (`aibot_send_msg`, markdown); a per-member chat id `group:user` goes to the group.
+        """Proactive push: over this instance's connection when it holds the bot's, else through the outbox to
+        the instance that does (waiting up to `send_wait_s` for it to go out)."""
+        if self.relay is not None and not self.holds_connection:
+            await self.relay.send(chat_id, text)
+            return
+        await self.deliver(chat_id, text)
 
-        Every push gets a fresh req_id, into groups too, as both official SDKs do.
-        """
+    async def deliver(self, chat_id: str, text: str) -> None:
+        """Push over our connection (`aibot_send_msg`, markdown); a per-member chat id `group:user` goes to the
+        group. Every push gets a fresh req_id, into groups too, as both official SDKs do."""
         if self.conn is None:
             raise ChannelSendError(f"wecom bot {self.cred_id} is not started")
         target = chat_id.split(":", 1)[0]

@@ -73,6 +73,7 @@ class WeComChannel:
                 self.tasks,
                 inbound,
                 context.inbox,
+                context.outbox,
             )
             for cred_id, cfg in self.config.bots.items()
         }

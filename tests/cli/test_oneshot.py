@@ -8,11 +8,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from agenthub import i18n
 from tests.support.cli import cli_env
-from tests.support.fakes.anthropic import FakeAnthropic, http_error, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, http_error, reply_text, reply_tool
+from tests.support.postgres import migrated
 
 
 @dataclass
@@ -22,14 +24,16 @@ class Result:
     stderr: str
 
 
-async def agenthub(root: Path, *args: str, llm: FakeAnthropic | None = None) -> Result:
-    """Run `python -m agenthub …` without blocking the loop the fake LLM serves on."""
+async def agenthub(
+    root: Path, *args: str, llm: FakeAnthropic | None = None, env: dict[str, str] | None = None
+) -> Result:
+    """Run `python -m agenthub …` (with `env` added) without blocking the loop the fake LLM serves on."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "agenthub",
         *args,
-        env=cli_env(root, llm),
+        env={**cli_env(root, llm), **(env or {})},
         cwd=Path.cwd(),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
@@ -127,3 +131,19 @@ async def test_the_terminal_chat_follows_the_system_locale(
     assert offline.stdout.strip() == i18n.text(
         "llm.offline.reply", locale, echo=i18n.text("llm.offline.echo", locale, said="hello")
     )
+
+
+async def test_a_job_made_in_a_chat_on_postgres_is_in_the_shared_store(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """`agenthub chat` on a postgres deployment keeps its jobs where every `serve` instance sees them."""
+    dsn = migrated(postgres_dsn)
+    job = {"action": "create", "at": "2099-12-02T09:00:00", "text": "交周报"}
+    fake_llm.script(reply_tool("manage_cron_jobs", job), reply_text("好的"))
+    env = {"AGENTHUB_STORE__BACKEND": "postgres", "AGENTHUB_STORE__DSN": dsn}
+    result = await agenthub(tmp_path, "chat", "-m", "remind me", llm=fake_llm, env=env)
+    assert result.code == 0, result.stderr
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute("SELECT agent, doc->>'text', doc->>'chat_id' FROM jobs")
+        assert await cursor.fetchall() == [("default", "交周报", "direct")]
+    assert not (tmp_path / "data" / "default" / "jobs.json").exists()

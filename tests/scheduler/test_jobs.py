@@ -340,8 +340,53 @@ async def test_a_job_the_disk_refuses_is_not_created(
     await (await gw.submit(_msg("remind me"))).text()
     result = _tool_results(fake_llm)[-1]
     assert result.get("is_error")
-    assert result["content"] == "the jobs could not be saved (storage error); nothing was changed"
+    assert result["content"] == "the jobs could not be read or saved (storage error); nothing was changed"
     assert [j.text for j in _scheduler(gw).for_chat(KEY)] == ["kept"]  # neither created nor deleted
+
+
+async def test_a_change_the_disk_refused_is_not_written_by_the_next_change(
+    running: tuple[GatewayCore, RecordingChannel], fake_llm: FakeAnthropic, settings: Settings
+) -> None:
+    gw, _ = running
+    kept = await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T10:00:00", "text": "kept"})
+    jobs = settings.data_dir / "default" / "jobs.json"
+    saved = jobs.read_bytes()
+    jobs.unlink()
+    jobs.mkdir()  # the disk refuses the next changes
+    refused = await (await gw.submit(_msg(f"/jobs delete {kept.split()[2].rstrip(';')}"))).result()
+    assert isinstance(refused, ErrorEvent)
+    fake_llm.script(
+        reply_tool("manage_cron_jobs", {"action": "create", "at": "2026-12-01T09:00:00", "text": "refused"}),
+        reply_text("sorry"),
+    )
+    await (await gw.submit(_msg("remind me"))).text()
+    jobs.rmdir()
+    jobs.write_bytes(saved)
+    await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T11:00:00", "text": "next"})
+    stored = json.loads(jobs.read_text(encoding="utf-8"))
+    assert sorted(j["text"] for j in stored["jobs"]) == ["kept", "next"]  # neither refused change came back
+
+
+async def test_a_recurring_job_whose_run_could_not_be_recorded_runs_again(
+    running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic, settings: Settings
+) -> None:
+    gw, channel = running
+    await _create(gw, fake_llm, {"action": "create", "cron": "0 9 * * *", "text": "daily"})
+    jobs = settings.data_dir / "default" / "jobs.json"
+    saved = jobs.read_bytes()
+    jobs.unlink()
+    jobs.mkdir()
+    with capture_logs() as logs:
+        clock.advance(shanghai(2026, 12, 1, 9, 0) - clock())
+        await until(lambda: any(e["event"] == "job_record_failed" for e in logs))
+    jobs.rmdir()
+    jobs.write_bytes(saved)
+    clock.advance(shanghai(2026, 12, 2, 9, 0) - clock())
+    await channel.wait_for(1)
+    await asyncio.sleep(0.1)
+    assert channel.texts() == ["daily"]
+    [job] = json.loads(jobs.read_text(encoding="utf-8"))["jobs"]
+    assert job["next_due"] == shanghai(2026, 12, 3, 9, 0)
 
 
 async def test_a_job_updated_without_moving_its_time_fires_once(

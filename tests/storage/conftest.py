@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from agenthub.storage.files import FileSessionStore
+from agenthub.storage.jobs import FileJobDocuments
 from agenthub.storage.memory_backend import InMemorySessionStore
 from agenthub.storage.memory_files import FileMemoryStore, InMemoryMemoryStore
+from agenthub.storage.postgres import Database, PostgresJobs
 from tests.support.disks import fill, small_tmpfs
-from tests.support.postgres import postgres_backend_parts, postgres_memory_backend_parts
-from tests.support.stores import Backend, MemoryBackend
+from tests.support.postgres import fresh_database, migrated, postgres_backend_parts, postgres_memory_backend_parts
+from tests.support.stores import Backend, JobBackend, MemoryBackend
 
 
 def _files(tmp_path: Path, stack: ExitStack) -> Backend:
@@ -108,3 +110,24 @@ MEMORY_STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], MemoryBackend]] = 
 def memory_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryBackend]:
     with ExitStack() as stack:
         yield MEMORY_STORE_FACTORIES[request.param](tmp_path, stack)
+
+
+def _jobs_files(tmp_path: Path, stack: ExitStack) -> JobBackend:
+    return JobBackend("files", FileJobDocuments(tmp_path / "data"), lambda: FileJobDocuments(tmp_path / "data"))
+
+
+def _jobs_postgres(tmp_path: Path, stack: ExitStack) -> JobBackend:
+    dsn = migrated(stack.enter_context(fresh_database()))
+    return JobBackend("postgres", PostgresJobs(Database(dsn)), lambda: PostgresJobs(Database(dsn)))
+
+
+JOB_STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], JobBackend]] = {
+    "files": _jobs_files,
+    "postgres": _jobs_postgres,
+}
+
+
+@pytest.fixture(params=sorted(JOB_STORE_FACTORIES))
+def job_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobBackend]:
+    with ExitStack() as stack:
+        yield JOB_STORE_FACTORIES[request.param](tmp_path, stack)

@@ -5,6 +5,7 @@ killed midway resumes, and it refuses to run while a daemon holds the data direc
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -18,11 +19,13 @@ from agenthub.datalock import DataDirLock
 from agenthub.storage.copy import COPYING, Held, decide
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox
+from agenthub.storage.jobs import FileJobDocuments, JobDocument
 from agenthub.storage.keys import SessionKey, session_key
 from agenthub.storage.memory_files import FileMemoryStore, MemoryName
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import (
     PostgresInbox,
+    PostgresJobs,
     PostgresMemoryStore,
     PostgresSessionStore,
     PostgresTokens,
@@ -256,6 +259,31 @@ async def test_a_session_the_database_holds_without_a_copy_from_here_is_left_and
         await database.close()
 
 
+async def test_scheduled_jobs_are_copied_once_and_one_already_there_is_left_as_it_is(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = FileJobDocuments(tmp_path / "data", durable=False)
+    jobs = [_job(f"j{n}", agent) for n, agent in enumerate(["default", "default", "reviewer"])]
+    for doc in jobs:
+        await files.put(doc)
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0, err
+    assert "jobs: 3 in the files, 3 verified in the database (3 copied now, 0 left" in out
+    database = await open_database(postgres_dsn)
+    try:
+        shared = PostgresJobs(database)
+        assert sorted(await shared.load_all(), key=lambda d: d.job_id) == jobs
+        advanced = _job("j0", "default", next_due=2_000_000_000.0)  # it fired on a running instance meanwhile
+        await shared.put(advanced)
+        code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+        assert code == 0, err
+        assert "jobs: 3 in the files, 2 verified in the database (0 copied now, 1 left" in out
+        assert "skipped jobs default/j0: changed or run in the database since it was copied" in out
+        assert [d for d in await shared.load_all() if d.job_id == "j0"] == [advanced]
+    finally:
+        await database.close()
+
+
 def test_a_re_run_copies_only_what_the_database_lacks_or_still_holds_as_copied() -> None:
     files, copied, changed = "files-now", "as-copied", "changed-there"
     assert decide(files, Held(files), copied) == "same"
@@ -266,3 +294,8 @@ def test_a_re_run_copies_only_what_the_database_lacks_or_still_holds_as_copied()
     assert decide(files, Held(changed), copied) == "moved"  # answered, rewritten, revoked there since
     assert decide(files, Held(None), copied) == "moved"  # settled or revoked there since
     assert decide(files, Held(changed), None) == "conflict"  # the database's own, never copied from here
+
+
+def _job(job_id: str, agent: str, next_due: float = 1_900_000_000.0) -> JobDocument:
+    body = {"id": job_id, "agent": agent, "channel": "wecom", "chat_id": "g", "text": "交周报", "next_due": next_due}
+    return JobDocument(agent, job_id, next_due, json.dumps(body, ensure_ascii=False, separators=(",", ":")))

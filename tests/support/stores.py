@@ -6,6 +6,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
+from agenthub.storage.jobs import JobDocuments
 from agenthub.storage.memory_files import MemoryStore
 from agenthub.storage.store import SessionStore
 
@@ -30,3 +31,13 @@ class MemoryBackend:
     store: MemoryStore
     reopen: Callable[[], MemoryStore]
     failing_writes: Callable[[], AbstractContextManager[None]]
+
+
+@dataclass
+class JobBackend:
+    """One scheduled-job backend as its contract suite drives it."""
+
+    name: str
+    store: JobDocuments
+    other_instance: Callable[[], JobDocuments]
+    """The same jobs as another instance sees them: its own pool (postgres); the files: a restart's new store."""

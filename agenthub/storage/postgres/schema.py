@@ -133,6 +133,38 @@ TURNS = Migration(
     ),
 )
 
+JOBS_AND_OUTBOX = Migration(
+    5,
+    "scheduled jobs and the outbox of sends for another instance's connection",
+    (
+        # one row per job; `next_due` (NULL once a one-off has run) guards the record of a fire: the UPDATE or
+        # DELETE that records it names the due time it fires, so of several instances exactly one records it
+        """CREATE TABLE jobs (
+            agent text NOT NULL,
+            id text NOT NULL,
+            next_due double precision,
+            doc json NOT NULL,
+            changed_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (agent, id)
+        )""",
+        # a proactive send that only another instance can make (the holder of a WeCom AI bot's connection):
+        # `pending` → `claimed` (by one drainer, until `claimed_until`) → `sent` or `failed` with a fixed reason
+        """CREATE TABLE outbox (
+            id bigserial PRIMARY KEY,
+            target text NOT NULL,
+            payload json NOT NULL,
+            state text NOT NULL DEFAULT 'pending',
+            claimed_by text,
+            claimed_until timestamptz,
+            reason text,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            finished_at timestamptz
+        )""",
+        "CREATE INDEX outbox_open ON outbox (target, id) WHERE state IN ('pending', 'claimed')",
+        "CREATE INDEX outbox_finished ON outbox (finished_at) WHERE finished_at IS NOT NULL",
+    ),
+)
+
 COPIES_AND_SENDS = Migration(
     7,
     "what store migrate copied, and the per-member send counts (WeCom)",
@@ -159,7 +191,7 @@ COPIES_AND_SENDS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, TURNS, COPIES_AND_SENDS)
+MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, TURNS, JOBS_AND_OUTBOX, COPIES_AND_SENDS)
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
