@@ -78,9 +78,8 @@ async def plant_two_agents(settings: Settings, fake_llm: FakeAnthropic) -> None:
         for agent in ("default", "helper"):
             definition, team = gw.agents.get(agent), SessionKey(agent, "wecom", "team")
             group_profile = gw.memory_files.person_profile(definition, team, "alice", "group")
-            for profile in (*gw.memory_files.person_profiles(definition, "wecom", "alice"), group_profile):
-                profile.parent.mkdir(parents=True, exist_ok=True)
-                profile.write_text(f"- locker {FACT}, {FACT_ZH}\n", encoding="utf-8")
+            for profile in (*await gw.memory_files.person_profiles(definition, "wecom", "alice"), group_profile):
+                await gw.memory_files.store.write(profile, f"- locker {FACT}, {FACT_ZH}\n")
 
 
 async def test_forget_without_a_daemon_asks_then_redacts_every_chat_of_that_person_on_that_channel(

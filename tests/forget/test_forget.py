@@ -24,7 +24,6 @@ from agenthub.forget.redact import Markers, Person, redact
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.gateway.core import GatewayCore
 from agenthub.media.names import chat_folders, inbox_dir
-from agenthub.memory.files import backup_path
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.scheduler.jobs import Job
@@ -34,7 +33,7 @@ from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges
 from tests.support.media import png
-from tests.support.memory import echo_l3, is_l3_request
+from tests.support.memory import backup_of, chat_memory_file, echo_l3, is_l3_request, memory_file
 
 GROUP = SessionKey("default", "wecom", "team")
 ALICE_SAYS = [
@@ -91,13 +90,13 @@ def plant_memory(gw: GatewayCore) -> dict[str, Path]:
     """What L3 would have written: Alice's profile (and its backup), lines quoting her in the shared files."""
     agent = gw.agents.get("default")
     files = gw.memory_files
-    profile = files.person_profile(agent, GROUP, "alice", "private")
-    bob_profile = files.person_profile(agent, GROUP, "bob", "private")
+    profile = memory_file(gw, files.person_profile(agent, GROUP, "alice", "private"))
+    bob_profile = memory_file(gw, files.person_profile(agent, GROUP, "bob", "private"))
     agent_memory = gw.settings.data_dir / "default" / "memory" / "MEMORY.md"
     shared_user = gw.settings.auth_dir / "USER.md"
     for path, text in [
         (profile, "- locker code is 4417-ZEBRA\n"),
-        (backup_path(profile), "- 对榛子过敏很严重\n"),
+        (backup_of(profile), "- 对榛子过敏很严重\n"),
         (bob_profile, "- Bob prefers the blue team jersey\n"),
         (agent_memory, "# Team\n- someone said: my locker code is 4417-ZEBRA, please\n- Bob prefers blue jerseys\n"),
         (shared_user, "- 有人说我对榛子过敏很严重\n- the team meets on Mondays\n"),
@@ -148,7 +147,7 @@ async def test_forget_in_a_group_redacts_only_the_sender_and_keeps_everyone_else
     assert uses == results == ["tu_1"]
     assert not any("alice" in line.decode() for line in lines_of(history_file) + lines_of(archive_file))
 
-    assert not planted["profile"].exists() and not backup_path(planted["profile"]).exists()
+    assert not planted["profile"].exists() and not backup_of(planted["profile"]).exists()
     assert planted["bob_profile"].read_text(encoding="utf-8") == "- Bob prefers the blue team jersey\n"
     assert planted["memory"].read_text(encoding="utf-8") == "# Team\n- Bob prefers blue jerseys\n"
     assert planted["user"].read_text(encoding="utf-8") == "- the team meets on Mondays\n"
@@ -190,7 +189,7 @@ async def test_forget_in_a_private_chat_deletes_its_memory_file(
     fake_llm.script(reply_tool("write_memory", {"content": "- locker 4417-ZEBRA"}, tool_id="tu_9"), reply_text("noted"))
     await say(gw, "alice", ALICE_SAYS[0], chat="alice-dm")
     key = SessionKey("default", "wecom", "alice-dm")
-    chat_memory = gw.memory_files.memory_path(gw.agents.get("default"), key)
+    chat_memory = chat_memory_file(gw, gw.agents.get("default"), key)
     assert "4417-ZEBRA" in chat_memory.read_text(encoding="utf-8")
     await say(gw, "alice", "/forget", chat="alice-dm")
     await say(gw, "alice", "/forget", chat="alice-dm")

@@ -17,10 +17,11 @@ from agenthub.memory.files import MemoryWriter
 from agenthub.memory.processor import MAX_PARALLEL_CALLS
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.storage.keys import session_key
+from agenthub.storage.memory_files import FileMemoryStore, MemoryName
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.gated_pool import GatedPool
-from tests.support.memory import is_l3_request, is_summary_request, msg, seed, system_text
+from tests.support.memory import chat_memory_file, is_l3_request, is_summary_request, msg, seed, system_text
 
 CHATS = 16
 APPENDS_EACH = 10
@@ -175,7 +176,7 @@ async def test_a_compaction_flush_does_not_wait_for_an_l3_run_of_other_files(
             final = await (await gw.submit(msg("/compact"))).result()
         assert not run.done()
         assert getattr(final, "full_text", "").startswith("Compacted")
-        memory = gw.memory_files.memory_path(gw.agents.get("default"), key).read_text(encoding="utf-8")
+        memory = chat_memory_file(gw, gw.agents.get("default"), key).read_text(encoding="utf-8")
         assert memory == "- default remembers project X\n"
         gate.release.set()
         await run
@@ -209,7 +210,7 @@ async def test_a_flush_whose_file_an_l3_run_replaced_meanwhile_merges_again(
     fake_llm.responder = respond
     async with build_gateway(settings_factory(llm={"timeout_s": 60.0})) as gw:
         key = gw.resolve_key(msg("x"))[1]
-        memory_file = gw.memory_files.memory_path(gw.agents.get("default"), key)
+        memory_file = chat_memory_file(gw, gw.agents.get("default"), key)
         memory_file.parent.mkdir(parents=True)
         memory_file.write_text("- an old fact\n", encoding="utf-8")
         await seed(gw, gw.resolve_key(msg("x", chat="other"))[1], 2)
@@ -244,17 +245,20 @@ async def _yield_often() -> None:
 
 
 async def test_a_writer_cancelled_during_its_replace_keeps_the_file_until_it_lands(tmp_path: Path) -> None:
-    path = tmp_path / "MEMORY.md"
+    store = FileMemoryStore(tmp_path / "data", tmp_path / "auth")
+    name = MemoryName.agent_memory("default")
+    (tmp_path / "data/default/memory").mkdir(parents=True)
+    path = store.path_of(name)
     loop = asyncio.get_running_loop()
     executor = _held_replace(loop, path)
     loop.set_default_executor(executor)
-    writer = MemoryWriter()
-    first = asyncio.create_task(writer.update(path, lambda old: old + "- fact A\n"))
+    writer = MemoryWriter(store)
+    first = asyncio.create_task(writer.update(name, lambda old: old + "- fact A\n"))
     await asyncio.wait_for(executor.started.wait(), 5)  # A's replace runs in its thread
     first.cancel()  # /stop, a lock timeout, /restart or shutdown of the chat writing A
-    second = asyncio.create_task(writer.update(path, lambda old: old + "- fact B\n"))
+    second = asyncio.create_task(writer.update(name, lambda old: old + "- fact B\n"))
     await _yield_often()
-    assert not first.done() and writer.lock(path).locked()  # the lock waits for A's replace to land
+    assert not first.done() and not second.done()  # B waits for A's replace to land
     executor.gate.set()
     try:
         await first
@@ -279,7 +283,8 @@ async def test_an_l3_run_cancelled_during_its_replace_loses_no_fact_written_afte
         await asyncio.wait_for(executor.started.wait(), 5)
         run.cancel()  # shutdown (or the timeout) hitting the run while its replace is in the worker thread
         writer = gw.memory_files.writer
-        saved = asyncio.create_task(writer.update(memory_file, lambda old: old + "- saved by write_memory\n"))
+        name = gw.memory_files.memory_name(gw.agents.get("default"))
+        saved = asyncio.create_task(writer.update(name, lambda old: old + "- saved by write_memory\n"))
         await _yield_often()
         assert not run.done()
         executor.gate.set()
