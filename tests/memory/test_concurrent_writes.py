@@ -21,7 +21,16 @@ from agenthub.storage.memory_files import FileMemoryStore, MemoryName
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.gated_pool import GatedPool
-from tests.support.memory import chat_memory_file, is_l3_request, is_summary_request, msg, seed, system_text
+from tests.support.memory import (
+    chat_memory_file,
+    gateway_on,
+    is_l3_request,
+    is_summary_request,
+    msg,
+    seed,
+    system_text,
+)
+from tests.support.roots import make_settings
 
 CHATS = 16
 APPENDS_EACH = 10
@@ -291,3 +300,58 @@ async def test_an_l3_run_cancelled_during_its_replace_loses_no_fact_written_afte
         await asyncio.gather(run, return_exceptions=True)
         assert await saved == "- rewritten by L3\n- saved by write_memory\n"
         assert memory_file.read_text(encoding="utf-8") == "- rewritten by L3\n- saved by write_memory\n"
+
+
+def _two_instances(tmp_path: Path, fake_llm: FakeAnthropic, dsn: str) -> list[Settings]:
+    """Two hosts on one PostgreSQL: each its own directories (and, through `gateway_on`, its own pool)."""
+    store = {"backend": "postgres", "dsn": dsn}
+    return [make_settings(tmp_path / name, fake_llm.base_url, store=store) for name in ("a", "b")]
+
+
+async def test_write_memory_of_sixteen_turns_on_two_instances_released_together_keep_every_fact(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """One agent-wide MEMORY.md in the database, sixteen CLI chats (eight on each instance): the instances'
+    read-modify-writes are serialised by the store itself, not by a lock of one process."""
+    gate = Gate(expected=CHATS)
+    fake_llm.responder = _turns_writing_memory(gate)
+    first, second = _two_instances(tmp_path, fake_llm, postgres_dsn)
+    async with gateway_on(first) as a, gateway_on(second) as b:
+        handles = [await (a, b)[c % 2].submit(msg(_fact(c, 0), chat=f"chat{c}")) for c in range(CHATS)]
+        await gate.all_arrived.wait()
+        gate.release.set()  # the sixteen write_memory calls come back at once, on both instances
+        finals = [await handle.result() for handle in handles]
+        assert [getattr(f, "full_text", None) for f in finals] == ["saved"] * CHATS
+        memory = await b.memory_files.read(b.memory_files.memory_name(b.agents.get("default")))
+        assert sorted(memory.splitlines()) == sorted(_fact(c, 0) for c in range(CHATS))
+        assert memory_files_below([first, second]) == []  # nothing of memory in either data directory
+
+
+async def test_an_l3_run_on_one_instance_and_write_memory_on_the_other_at_once_both_survive(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    gate = Gate(expected=3)  # a's L3 rewrite of MEMORY.md and USER.md, b's write_memory call
+    fake_llm.responder = _turns_writing_memory(gate)
+    first, second = _two_instances(tmp_path, fake_llm, postgres_dsn)
+    async with gateway_on(first) as a, gateway_on(second) as b:
+        agent = a.agents.get("default")
+        name = a.memory_files.memory_name(agent)
+        await a.memory_files.writer.update(name, lambda text: "- an old fact\n")
+        await seed(a, a.resolve_key(msg("x", chat="l3"))[1], 2)
+        l3 = asyncio.create_task(a.timers[L3_TIMER].tick_now())
+        handle = await b.submit(msg(_fact(1, 1), chat="chat1"))
+        await gate.all_arrived.wait()  # L3 read the file before its call; the tool reads it when its answer is back
+        gate.release.set()
+        final = await handle.result()
+        await l3
+        assert getattr(final, "full_text", None) == "saved"
+        memory = await b.memory_files.read(name)
+        assert "- an old fact" in memory and L3_LINE in memory and _fact(1, 1) in memory
+        assert a.timers[L3_TIMER].failures == 0
+
+
+def memory_files_below(instances: list[Settings]) -> list[Path]:
+    """Every memory file (design §4) in the instances' data and auth directories."""
+    roots = [root for s in instances for root in (s.data_dir, s.auth_dir)]
+    patterns = ("*.md", "*.md.bak", ".l3_state.json")
+    return [path for root in roots for pattern in patterns for path in root.rglob(pattern)]

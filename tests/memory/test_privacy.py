@@ -4,8 +4,7 @@ checked for facts from a chat it must not see."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from agenthub.agent.definition import AgentConfig, AgentDefinition
-from agenthub.app import build_gateway, open_stores
+from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
@@ -23,7 +22,7 @@ from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import InboundMessage
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, reply_text, reply_tool
-from tests.support.memory import chat_memory_file, echo_l3, is_l3_request, l3_material, system_text
+from tests.support.memory import chat_memory_file, echo_l3, gateway_on, is_l3_request, l3_material, system_text
 
 PEOPLE = ("alice", "bob", "carol")
 GROUP = "oc_team_group"
@@ -120,17 +119,6 @@ def backend_settings(request: pytest.FixtureRequest, settings_factory: Callable[
     if request.param == "files":
         return settings_factory()
     return settings_factory(store={"backend": "postgres", "dsn": request.getfixturevalue("postgres_dsn")})
-
-
-@asynccontextmanager
-async def gateway_on(settings: Settings) -> AsyncIterator[GatewayCore]:
-    """A gateway on the stores `settings` names, as `agenthub serve` builds it."""
-    stores = await open_stores(settings)
-    try:
-        async with build_gateway(settings, stores=stores) as gw:
-            yield gw
-    finally:
-        await stores.aclose()
 
 
 def memory_files_on_disk(settings: Settings) -> list[Path]:

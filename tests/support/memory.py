@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from agenthub.agent.definition import AgentDefinition
+from agenthub.app import build_gateway, open_stores
+from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import InboundMessage
 from agenthub.storage.keys import SessionKey
@@ -98,3 +101,14 @@ def chat_memory_file(gateway: GatewayCore, agent: AgentDefinition, key: SessionK
 def backup_of(path: Path) -> Path:
     """Where design §4's files keep the previous generation of a rewritten memory file: `<file>.bak`."""
     return path.with_name(path.name + ".bak")
+
+
+@contextlib.asynccontextmanager
+async def gateway_on(settings: Settings) -> AsyncIterator[GatewayCore]:
+    """A gateway on the stores `settings` names (its own pool on PostgreSQL), as `agenthub serve` builds it."""
+    stores = await open_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            yield gw
+    finally:
+        await stores.aclose()
