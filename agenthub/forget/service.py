@@ -140,7 +140,7 @@ class Forgetter:
         texts: list[str] = []
         for agent in agents:
             outcomes = []
-            for key in await asyncio.to_thread(session_keys, self.settings.data_dir, agent.name, person.channel):
+            for key in await self._session_keys(agent.name, person.channel):
                 outcome = await self._forget_session(agent, key, person, report)
                 if outcome is not None:
                     outcomes.append(outcome)
@@ -152,6 +152,13 @@ class Forgetter:
             report.memory_lines += await _scrub_line_history(self.settings.data_dir / CLI_LINE_HISTORY, texts)
 
     # ---- sessions ------------------------------------------------------------------------------
+
+    async def _session_keys(self, agent: str, channel: str) -> list[SessionKey]:
+        """Every session of `agent` on `channel` the history's store knows (PostgreSQL: the shared one) or whose
+        files are in the data directory (an archive left without a history included)."""
+        stored = [k for k in await self.history.store.list_keys(agent) if k.channel == channel]
+        on_disk = await asyncio.to_thread(session_keys, self.settings.data_dir, agent, channel)
+        return sorted({*stored, *on_disk}, key=str)
 
     async def _forget_session(
         self, agent: AgentDefinition, key: SessionKey, person: Person, report: ForgetReport

@@ -29,11 +29,12 @@ from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.scheduler.jobs import Job
 from agenthub.search.index import SearchScope
 from agenthub.storage.keys import SessionKey
+from agenthub.storage.memory_files import MemoryName
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges
 from tests.support.media import png
-from tests.support.memory import backup_of, chat_memory_file, echo_l3, is_l3_request, memory_file
+from tests.support.memory import backup_of, chat_memory_file, echo_l3, gateway_on, is_l3_request, memory_file
 
 GROUP = SessionKey("default", "wecom", "team")
 ALICE_SAYS = [
@@ -391,3 +392,36 @@ async def test_forget_everywhere_removes_their_private_chats_folders_and_every_j
     assert [(j.created_by, j.chat_id) for j in scheduler.for_agent("default")] == [("bob", "team")]
     stored = json.loads((gw.settings.data_dir / "default" / "jobs.json").read_text(encoding="utf-8"))
     assert [j["created_by"] for j in stored["jobs"]] == ["bob"]
+
+
+async def test_forget_everywhere_on_each_backend_leaves_nothing_of_them_in_histories_or_memory(
+    backend_settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    """Files or PostgreSQL: their private chat's own memory, their profiles and the lines quoting them in a group's
+    memory go, their messages are redacted; Bob's profile and lines stay."""
+    settings = backend_settings
+    write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
+    fake_llm.responder = echo_l3
+    async with gateway_on(settings) as gw:
+        fake_llm.script(reply_tool("write_memory", {"content": "- locker 4417-ZEBRA"}), reply_text("noted"))
+        await say(gw, "alice", ALICE_SAYS[0], chat="alice-dm")
+        await say(gw, "alice", ALICE_SAYS[0])  # in the group too
+        await say(gw, "bob", BOB_SAYS[0])
+        await gw.timers[L3_TIMER].tick_now()  # their profiles and the group's memory, from the chats
+        agent, files = gw.agents.get("default"), gw.memory_files
+        alice = await files.person_profiles(agent, "wecom", "alice")
+        bob = await files.person_profiles(agent, "wecom", "bob")
+        dm = MemoryName.chat_memory(SessionKey("default", "wecom", "alice-dm"))
+        group_memory = files.memory_name(agent, GROUP)
+        assert "4417-ZEBRA" in await files.read(dm) and "4417-ZEBRA" in await files.read(group_memory)
+        assert len([n for n in alice if await files.read(n)]) == 2  # private and the group's
+        bob_texts = [await files.read(n) for n in bob]
+
+        await gateway_forgetter(gw).forget_everywhere([agent], Person("wecom", "alice"), actor="t")
+        for name in [*alice, dm, *(n.backup_name() for n in alice)]:
+            assert await files.read(name) == "", name
+        assert "4417-ZEBRA" not in await files.read(group_memory)
+        assert [await files.read(n) for n in bob] == bob_texts and any(bob_texts)
+        for key in (GROUP, SessionKey("default", "wecom", "alice-dm")):
+            gw.history.evict(key)
+            assert "4417-ZEBRA" not in json.dumps(await gw.history.load(key), ensure_ascii=False), key

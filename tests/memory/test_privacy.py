@@ -113,14 +113,6 @@ async def ask_everywhere(gw: GatewayCore, fake: FakeAnthropic, channel: str = "f
     return turns
 
 
-@pytest.fixture(params=["files", "postgres"])
-def backend_settings(request: pytest.FixtureRequest, settings_factory: Callable[..., Settings]) -> Settings:
-    """The settings of one instance with its memory files (and histories) in the files or in PostgreSQL."""
-    if request.param == "files":
-        return settings_factory()
-    return settings_factory(store={"backend": "postgres", "dsn": request.getfixturevalue("postgres_dsn")})
-
-
 def memory_files_on_disk(settings: Settings) -> list[Path]:
     """Every memory file (design §4) below the data and auth directories."""
     patterns = ("*.md", "*.md.bak", ".l3_state.json")
