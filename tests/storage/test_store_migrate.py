@@ -178,3 +178,17 @@ async def test_a_run_killed_midway_resumes_where_it_stopped(tmp_path: Path, post
     assert summary.startswith(f"sessions: {sessions} in the files, {sessions} in the database")
     assert copied_now <= sessions - 10  # the ten reported before the kill were skipped
     assert "verified: every count matches" in text
+
+
+async def test_a_memory_file_whose_name_this_product_never_made_is_left_behind(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Memory files are copied by their `MemoryName`; a stray file (a name no session key makes) has none."""
+    await populate(tmp_path, sessions=1)
+    chats = tmp_path / "data" / "default" / "memory" / "chats"
+    (chats / "stray name.md").write_text("not ours\n", encoding="utf-8")
+    (tmp_path / "auth" / "users" / "group" / "not a chat").mkdir()
+    (tmp_path / "auth" / "users" / "group" / "not a chat" / "default_wecom_alice.md").write_text("x", encoding="utf-8")
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0, err
+    assert "memory_files: 8 in the files, 8 in the database (8 copied now)" in out
