@@ -1,6 +1,6 @@
-"""Where MEMORY.md and the user profiles live for a chat (the memory scope: `auto`, `agent`, `chat`; the profile:
-`auto`, `shared`, `per_user`, kept per person and visibility on multi-user channels), and the one serialised writer
-every change to them goes through."""
+"""Which MEMORY.md and user profile a chat reads and feeds, by `MemoryName` (the memory scope: `auto`, `agent`,
+`chat`; the profile: `auto`, `shared`, `per_user`, kept per person and visibility on multi-user channels), read
+from the injected `MemoryStore`, and the one writer every change to them goes through."""
 
 from __future__ import annotations
 
