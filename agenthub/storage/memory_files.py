@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import weakref
 from collections.abc import Callable, Hashable, Sequence
@@ -38,9 +39,16 @@ _PARTS: dict[str, tuple[bool, bool, bool]] = {
 
 def _check_stem(what: str, stem: str, agent: str) -> None:
     """`stem` must be a session key's file stem (`SessionKey.file_stem`, one-to-one) of `agent`."""
-    key = key_from_file_stem(stem)
-    if key is None or key.agent != agent:
+    if _stem_agent(stem) != agent:
         raise InvalidIdError(f"a memory file's {what} is not a valid name")
+
+
+@functools.lru_cache(maxsize=65536)
+def _stem_agent(stem: str) -> str | None:
+    """The agent of the session key whose file stem is `stem`; None when no key has it (cached: every turn names
+    its chat's files)."""
+    key = key_from_file_stem(stem)
+    return None if key is None else key.agent
 
 
 @dataclass(frozen=True)
