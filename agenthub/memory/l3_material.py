@@ -13,6 +13,7 @@ import structlog
 
 from agenthub import jsonsafe
 from agenthub.agent.definition import AgentDefinition
+from agenthub.errors import InvalidIdError
 from agenthub.memory.cut import is_turn_start
 from agenthub.memory.files import MULTI_USER_CHANNELS, MemoryFiles, Visibility, chat_visibility
 from agenthub.memory.host import MemoryHost
@@ -162,7 +163,11 @@ def user_batches(files: MemoryFiles, item: AgentMaterial) -> dict[MemoryName, Ba
             visibility = _message_visibility(session, message)
             if not is_turn_start(message) or not isinstance(sender, str) or not sender or visibility is None:
                 continue
-            name = files.person_profile(item.agent, session.key, sender, visibility)
+            try:
+                name = files.person_profile(item.agent, session.key, sender, visibility)
+            except InvalidIdError:  # a stored sender id no key accepts: it names no profile, the others go on
+                log.warning("l3_sender_refused", agent=item.agent.name, session_key=str(session.key))
+                continue
             lines = per_file.setdefault(name, [])
             newest[name] = max(newest.get(name, 0.0), session.changed_at)
             lines.append(_line(message, item.clip))

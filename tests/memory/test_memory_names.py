@@ -75,15 +75,20 @@ async def test_forget_of_a_traversing_sender_id_raises_before_touching_memory(ba
 async def test_an_l3_run_over_a_stored_message_with_a_traversing_sender_writes_no_profile_outside(
     backend_settings: Settings, fake_llm: FakeAnthropic
 ) -> None:
-    """A record in a history is data, never a path: its sender id feeds no profile (refused, logged) and nothing
-    planted changes."""
+    """A record in a history is data, never a path: its sender id feeds no profile (refused, logged), nothing
+    planted changes, and the other senders' profiles are still written."""
     write_agent(backend_settings.agents_dir, "default", {"memory": {"user_profile": "per_user"}})
     fake_llm.responder = echo_l3
     async with gateway_on(backend_settings) as gw:
         names = await plant(gw)
         key = SessionKey("default", "wecom", "team")
         record = {"role": "user", "content": "hello", "sender_id": "../../../USER", "chat_type": "group"}
-        await gw.history.append(key, {**record, "timestamp": 1_700_000_000_000})
+        bob = {"role": "user", "content": "I am Bob, I like tea", "sender_id": "bob", "chat_type": "group"}
+        await gw.history.append(
+            key, {**record, "timestamp": 1_700_000_000_000}, {**bob, "timestamp": 1_700_000_000_001}
+        )
         await gw.timers[L3_TIMER].tick_now()
         assert await gw.memory_files.read_many(names[::2]) == [PLANTED, PLANTED]  # both profiles untouched
+        bobs = gw.memory_files.person_profile(gw.agents.get("default"), key, "bob", "group")
+        assert "I like tea" in await gw.memory_files.read(bobs)
         assert not list(backend_settings.auth_dir.parent.glob("USER*"))
