@@ -40,9 +40,10 @@ def build_gateway(
     stores: Stores | None = None,
     leases: InstanceLeases | None = None,
 ) -> GatewayCore:
-    """A ready-to-enter GatewayCore with the agents and providers the settings describe; its session histories in
-    `stores` (default: the files of the data directory); `leases`: the deployment's singleton leases (default:
-    those of `stores`, else this instance's own, as in files mode, where it holds them all)."""
+    """A ready-to-enter GatewayCore with the agents and providers the settings describe; its session histories and
+    memory files in `stores` (default: the files of the data and auth directories); `leases`: the deployment's
+    singleton leases (default: those of `stores`, else this instance's own, as in files mode, where it holds them
+    all)."""
     from agenthub.agent.definition import load_agents
     from agenthub.gateway.core import GatewayCore
     from agenthub.gateway.memory_host import attach_memory_layer
@@ -60,7 +61,10 @@ def build_gateway(
         from agenthub.session.history import SessionHistory
 
         history = SessionHistory(store=stores.sessions, clock=clock)
-    gateway = GatewayCore(settings, agents=agents, providers=providers, clock=clock, history=history, leases=leases)
+    memory = None if stores is None else stores.memory  # the memory files: the files of design §4, or PostgreSQL
+    gateway = GatewayCore(
+        settings, agents=agents, providers=providers, clock=clock, history=history, leases=leases, memory_store=memory
+    )
     attach_memory_layer(gateway)
     attach_scheduler(gateway, None if stores is None else stores.jobs)
     return gateway

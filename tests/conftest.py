@@ -51,6 +51,14 @@ def settings(settings_factory: Callable[..., Settings]) -> Settings:
     return settings_factory()
 
 
+@pytest.fixture(params=["files", "postgres"])
+def backend_settings(request: pytest.FixtureRequest, settings_factory: Callable[..., Settings]) -> Settings:
+    """Settings whose state (histories, memory files, ...) is in the files, then in PostgreSQL (`[store]`)."""
+    if request.param == "files":
+        return settings_factory()
+    return settings_factory(store={"backend": "postgres", "dsn": request.getfixturevalue("postgres_dsn")})
+
+
 @pytest_asyncio.fixture
 async def gateway(settings: Settings) -> AsyncIterator[GatewayCore]:
     async with build_gateway(settings) as gw:

@@ -3,7 +3,6 @@ message list and its cache marks."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from agenthub.agent.conversion import (
     to_conversation,
 )
 from agenthub.agent.definition import AgentDefinition
-from agenthub.agent.memory_access import MemoryAccess, read_or_empty
+from agenthub.agent.memory_access import MemoryAccess
 from agenthub.agent.tools import Tool
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest
@@ -45,11 +44,6 @@ def cut_to_tokens(text: str, budget: int) -> str:
         kept.append(line)
         used += cost
     return "\n".join(kept) + "\n…(cut to fit the memory budget)"
-
-
-def _read_files(memory: Path, profile: Path | None) -> tuple[str, str]:
-    """Both memory files' text ("" for a missing one or no profile), read in one go off the event loop."""
-    return read_or_empty(memory), read_or_empty(profile) if profile is not None else ""
 
 
 @dataclass(frozen=True)
@@ -116,9 +110,10 @@ class ContextBuilder:
         texts = [agent.persona]
         texts.extend(fold_system_messages(history))
         files = self.memory_files
-        memory_path = files.memory_path(agent, key)
-        profile_path = files.profile_path(agent, key, sender_id, chat_type_of(history))  # only the current sender's
-        memory, profile = await asyncio.to_thread(_read_files, memory_path, profile_path)  # one hop per turn
+        memory_name = files.memory_name(agent, key)
+        profile_name = files.profile_name(agent, key, sender_id, chat_type_of(history))  # only the current sender's
+        names = [memory_name] if profile_name is None else [memory_name, profile_name]
+        memory, profile, *_ = [*await files.read_many(names), ""]  # one hop (one query) per turn
         if memory.strip():
             texts.append(
                 "# Long-term memory (MEMORY.md)\n\n" + cut_to_tokens(memory.strip(), self.budget.memory_tokens)

@@ -3,19 +3,19 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.storage.keys import SessionKey
+from agenthub.storage.memory_files import MemoryName
 
 
 class MemoryFileWriter(Protocol):
     """The serialised read-modify-write of one memory file (`memory.files.MemoryWriter`)."""
 
-    async def update(self, path: Path, change: Callable[[str], str]) -> str: ...
+    async def update(self, name: MemoryName, change: Callable[[str], str], *, keep_backup: bool = False) -> str: ...
 
 
 class ChatMemoryScope(Protocol):
@@ -26,28 +26,24 @@ class ChatMemoryScope(Protocol):
 
 
 class MemoryAccess(Protocol):
-    """Where a chat's MEMORY.md and its sender's profile are, and the writer every change goes through."""
+    """Which MEMORY.md and profile a chat reads (by name), reading them, and the writer every change goes
+    through."""
 
     @property
     def writer(self) -> MemoryFileWriter: ...
 
     def scope_for(self, agent: AgentDefinition, channel: str, chat_type: object = None) -> ChatMemoryScope: ...
 
-    def memory_path(self, agent: AgentDefinition, key: SessionKey | None = None) -> Path: ...
+    def memory_name(self, agent: AgentDefinition, key: SessionKey | None = None) -> MemoryName: ...
 
-    def profile_path(
+    def profile_name(
         self, agent: AgentDefinition, key: SessionKey, sender_id: str, chat_type: object
-    ) -> Path | None: ...
+    ) -> MemoryName | None: ...
 
+    async def read(self, name: MemoryName) -> str: ...
 
-def read_or_empty(path: Path) -> str:
-    """The file's text, or "" when it does not exist (blocking: call it in a worker thread)."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return ""
+    async def read_many(self, names: Sequence[MemoryName]) -> list[str]: ...
 
+    def label(self, name: MemoryName) -> str: ...
 
-async def read_memory_text(path: Path) -> str:
-    """`read_or_empty` off the event loop."""
-    return await asyncio.to_thread(read_or_empty, path)
+    def file_of(self, name: MemoryName) -> Path | None: ...

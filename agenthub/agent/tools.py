@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agenthub.agent.definition import AgentDefinition
-from agenthub.agent.memory_access import MemoryAccess, read_memory_text
+from agenthub.agent.memory_access import MemoryAccess
 from agenthub.errors import StorageError
 from agenthub.media.names import another_chats_folder, chat_dir_name
 from agenthub.scheduler import tool as cron_tool
@@ -76,7 +76,7 @@ def _str_arg(args: dict[str, Any], name: str) -> str:
 
 
 async def _read_memory(args: dict[str, Any], ctx: ToolContext) -> str:
-    text = await read_memory_text(ctx.memory.memory_path(ctx.agent, ctx.key))
+    text = await ctx.memory.read(ctx.memory.memory_name(ctx.agent, ctx.key))
     return text or "(memory is empty)"
 
 
@@ -95,7 +95,7 @@ async def _write_memory(args: dict[str, Any], ctx: ToolContext) -> str:
             )
         return new.rstrip("\n") + "\n"
 
-    saved = await ctx.memory.writer.update(ctx.memory.memory_path(ctx.agent, ctx.key), change)
+    saved = await ctx.memory.writer.update(ctx.memory.memory_name(ctx.agent, ctx.key), change)
     return f"memory saved ({len(saved) - 1} characters)"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -27,7 +26,6 @@ from agenthub.api.requests import (
 )
 from agenthub.errors import LLMError
 from agenthub.media.names import chat_folders, remove_chat_folder
-from agenthub.memory.files import backup_path
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.meta import SessionMeta
 
@@ -76,7 +74,8 @@ async def delete_session(api: ApiServices, request: web.Request) -> web.Response
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done")
     async with gateway.hold(key):  # no turn starts meanwhile, so no new background work either
         await gateway.cancel_background(key)  # a compaction or memory flush in flight must not write it back
-        await gateway.history.delete(key, also=_own_memory_files(gateway, agent, key))
+        await _delete_own_memory(gateway, agent, key)  # first: a delete cut short still lists the session
+        await gateway.history.delete(key)
         if gateway.scheduler is not None:  # a reminder must not bring a deleted session back
             await gateway.scheduler.delete_chat(key)
         await gateway.search.purge(agent.name, [key])  # not even in the index file's free pages
@@ -86,13 +85,13 @@ async def delete_session(api: ApiServices, request: web.Request) -> web.Response
     return web.Response(status=204)
 
 
-def _own_memory_files(gateway: ApiHost, agent: AgentDefinition, key: SessionKey) -> list[Path]:
+async def _delete_own_memory(gateway: ApiHost, agent: AgentDefinition, key: SessionKey) -> None:
     """The chat's own memory file and its backup, when the agent keeps one per chat (`scope = "chat"`); the
     agent-wide MEMORY.md is shared by every chat and stays."""
-    own = gateway.memory_files.memory_path(agent, key)
-    if own == gateway.memory_files.memory_path(agent):
-        return []
-    return [own, backup_path(own)]
+    files = gateway.memory_files
+    own = files.memory_name(agent, key)
+    if own != files.memory_name(agent):
+        await files.writer.delete(own)
 
 
 @refuses_storage_paths

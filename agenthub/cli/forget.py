@@ -30,6 +30,7 @@ from agenthub.scheduler.store import JobStore
 from agenthub.session.history import SessionHistory
 from agenthub.storage.inbox import FileInbox
 from agenthub.storage.keys import validate_agent_name, validate_part
+from agenthub.storage.stores import Stores, open_stores
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 REMOTE_TIMEOUT = aiohttp.ClientTimeout(total=600, sock_connect=10)
@@ -97,23 +98,37 @@ def _confirmed(person: Person, agent: str | None, locale: str) -> bool:
 
 
 async def _forget_here(settings: Settings, person: Person, agent: str | None) -> dict[str, int]:
-    """No daemon: hold the data directory's lock (a daemon starting meanwhile is refused) and work on the files."""
+    """No daemon: hold the data directory's lock (a daemon starting meanwhile is refused) and work on the stores
+    `[store]` names (the files, or the histories and memory files in PostgreSQL)."""
     lock = DataDirLock(settings.data_dir)
     lock.acquire("forget")
     try:
         registry = load_agents(settings.agents_dir, default_agent=settings.default_agent)
         agents: list[AgentDefinition] = [registry.get(agent)] if agent else [registry.get(n) for n in registry.names()]
-        forgetter = Forgetter(
-            settings,
-            SessionHistory(settings.data_dir, fsync=settings.session.fsync),
-            MemoryFiles(settings.data_dir, settings.auth_dir),
-            jobs=jobs_hook(Scheduler(settings.scheduler, JobStore(settings.data_dir, durable=settings.session.fsync))),
-            settled=lambda: _drop_settled_inbox(settings),
-        )
-        report = await forgetter.forget_everywhere(agents, person, actor=f"cli:{_os_user()}")
+        stores = await open_stores(settings)
+        try:
+            forgetter = Forgetter(
+                settings,
+                _history_in(settings, stores),
+                MemoryFiles(settings.data_dir, settings.auth_dir, stores.memory),
+                jobs=jobs_hook(
+                    Scheduler(settings.scheduler, JobStore(settings.data_dir, durable=settings.session.fsync))
+                ),
+                settled=lambda: _drop_settled_inbox(settings),
+            )
+            report = await forgetter.forget_everywhere(agents, person, actor=f"cli:{_os_user()}")
+            await forgetter.history.aclose()
+        finally:
+            await stores.aclose()
         return report.as_dict()
     finally:
         lock.release()
+
+
+def _history_in(settings: Settings, stores: Stores) -> SessionHistory:
+    if stores.backend == "files":
+        return SessionHistory(settings.data_dir, fsync=settings.session.fsync)
+    return SessionHistory(store=stores.sessions)
 
 
 async def _drop_settled_inbox(settings: Settings) -> None:

@@ -1,6 +1,7 @@
 """The Forgetter: one person's messages, replies, summaries, profile and memory lines, in one chat or in every
 chat of a channel. Each session is redacted under the caller's guard (inside the daemon, the session's
-serialisation); every file change is an atomic replace or an unlink."""
+serialisation); every file change is an atomic replace or an unlink, every memory file change one step of the
+memory store (`MemoryWriter`)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ from agenthub.forget.redact import Markers, Person, involves, other_senders, red
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.media.inbox import stored_media_paths
 from agenthub.media.names import chat_folders, inbox_dir, relative_to_workspace, remove_chat_folder
-from agenthub.memory.files import MemoryFiles, backup_path, read_text, write_text
+from agenthub.memory.files import MemoryFiles
 from agenthub.session.history import SessionHistory
 from agenthub.storage import jsonl
+from agenthub.storage.atomic import atomic_write_text
 from agenthub.storage.keys import SessionKey, key_from_file_stem
+from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.meta import DEFAULT_TITLE, title_from
 from agenthub.storage.paths import AgentLayout
 
@@ -137,7 +140,7 @@ class Forgetter:
         texts: list[str] = []
         for agent in agents:
             outcomes = []
-            for key in await asyncio.to_thread(session_keys, self.settings.data_dir, agent.name, person.channel):
+            for key in await self._session_keys(agent.name, person.channel):
                 outcome = await self._forget_session(agent, key, person, report)
                 if outcome is not None:
                     outcomes.append(outcome)
@@ -146,9 +149,16 @@ class Forgetter:
             texts += [t for o in outcomes for t in o.texts]
         await self._scrub_shared_profile(texts, report)
         if person.channel == CLI_CHANNEL:  # the terminal's line history holds every line typed at the prompt
-            report.memory_lines += await self._scrub([self.settings.data_dir / CLI_LINE_HISTORY], QuoteMatcher(texts))
+            report.memory_lines += await _scrub_line_history(self.settings.data_dir / CLI_LINE_HISTORY, texts)
 
     # ---- sessions ------------------------------------------------------------------------------
+
+    async def _session_keys(self, agent: str, channel: str) -> list[SessionKey]:
+        """Every session of `agent` on `channel` the history's store knows (PostgreSQL: the shared one) or whose
+        files are in the data directory (an archive left without a history included)."""
+        stored = [k for k in await self.history.store.list_keys(agent) if k.channel == channel]
+        on_disk = await asyncio.to_thread(session_keys, self.settings.data_dir, agent, channel)
+        return sorted({*stored, *on_disk}, key=str)
 
     async def _forget_session(
         self, agent: AgentDefinition, key: SessionKey, person: Person, report: ForgetReport
@@ -208,18 +218,18 @@ class Forgetter:
     ) -> None:
         """Their profile with this agent and the memory files of their private chats go; the agent's and the
         group chats' memory files lose the lines that quote them; the search index is told."""
-        for profile in await asyncio.to_thread(profile_paths, self.files, agent, person):
-            report.profiles += await self._delete(profile)
+        for profile in await profile_names(self.files, agent, person):
+            report.profiles += await self.files.writer.delete(profile)
         matcher = QuoteMatcher(t for o in outcomes for t in o.texts)
         for outcome in outcomes:
-            path = chat_memory_path(self.files, agent, outcome.key)
+            name = MemoryName.chat_memory(outcome.key)  # the chat's own file, whatever the agent's current scope
             if outcome.private:  # with the files the chat sent and the large tool results it got
-                report.memory_files += await self._delete(path)
+                report.memory_files += await self.files.writer.delete(name)
                 for folder in chat_folders(self.settings.workspace_dir / agent.name, outcome.key):
                     await asyncio.to_thread(remove_chat_folder, folder)
             else:
-                report.memory_lines += await self._scrub(_with_backup(path), matcher)
-        report.memory_lines += await self._scrub(_with_backup(self.files.memory_path(agent)), matcher)
+                report.memory_lines += await self._scrub(_with_backup(name), matcher)
+        report.memory_lines += await self._scrub(_with_backup(MemoryName.agent_memory(agent.name)), matcher)
         report.indexes += await self.index(agent.name, [o.key for o in outcomes])
 
     async def _forget_jobs(self, agent: AgentDefinition, person: Person, key: SessionKey | None) -> None:
@@ -227,47 +237,54 @@ class Forgetter:
             await self.jobs(agent.name, person, key)
 
     async def _scrub_shared_profile(self, texts: list[str], report: ForgetReport) -> None:
-        report.memory_lines += await self._scrub(_with_backup(shared_profile_path(self.files)), QuoteMatcher(texts))
+        report.memory_lines += await self._scrub(_with_backup(MemoryName.shared_profile()), QuoteMatcher(texts))
 
-    async def _delete(self, path: Path) -> int:
-        """The file and its backup, under the file's writer lock (a rewrite's check-and-write never straddles it)."""
-        async with self.files.writer.lock(path):
-            return await _delete_all(_with_backup(path))
-
-    async def _scrub(self, paths: list[Path], matcher: QuoteMatcher) -> int:
-        """Remove quoting lines under each file's writer lock (never racing write_memory or L3)."""
+    async def _scrub(self, names: list[MemoryName], matcher: QuoteMatcher) -> int:
+        """Remove quoting lines, each file in one step of the store (never racing write_memory or L3)."""
         if not matcher:
             return 0
         removed = 0
-        for path in paths:
-            removed += await self.files.writer.locked(path, functools.partial(_scrub_file, path, matcher))
+        for name in names:
+            scrubbed = _Scrub(matcher)
+            await self.files.writer.update(name, scrubbed)
+            removed += scrubbed.lines
         return removed
 
 
-async def _scrub_file(path: Path, matcher: QuoteMatcher) -> int:
-    """One file's read-scrub-write (run to its end under the file's lock); the number of lines removed."""
-    text, lines = matcher.scrub(await read_text(path))
+class _Scrub:
+    """A file's change: its lines quoting the person go; `lines` counts them."""
+
+    def __init__(self, matcher: QuoteMatcher) -> None:
+        self.matcher, self.lines = matcher, 0
+
+    def __call__(self, text: str) -> str:
+        scrubbed, self.lines = self.matcher.scrub(text)
+        return scrubbed if self.lines else text
+
+
+async def _scrub_line_history(path: Path, texts: list[str]) -> int:
+    """The terminal's line history (a plain file, never a memory file) loses the lines quoting `texts`."""
+    matcher = QuoteMatcher(texts)
+    if not matcher:
+        return 0
+    text, lines = matcher.scrub(await asyncio.to_thread(_read_or_empty, path))
     if lines:
-        await write_text(path, text)
+        await asyncio.to_thread(atomic_write_text, path, text)
     return lines
 
 
-def profile_paths(files: MemoryFiles, agent: AgentDefinition, person: Person) -> tuple[Path, ...]:
+def _read_or_empty(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+
+
+async def profile_names(files: MemoryFiles, agent: AgentDefinition, person: Person) -> list[MemoryName]:
     """Every profile of the person's own with `agent` on their channel (private and each group's, whatever the
     agent's current profile option, so a profile written before the option changed is found too). The shared USER.md
-    is everybody's: it only loses the lines quoting them. Blocking (lists directories)."""
-    return files.person_profiles(agent, person.channel, person.sender_id)
-
-
-def shared_profile_path(files: MemoryFiles) -> Path:
-    return files.shared_profile
-
-
-def chat_memory_path(files: MemoryFiles, agent: AgentDefinition, key: SessionKey) -> Path:
-    """The chat's own memory file (as `scope = "chat"` keeps it), whatever the agent's current scope."""
-    memory = agent.config.memory.model_copy(update={"scope": "chat"})
-    chat_scoped = AgentDefinition(agent.name, agent.config.model_copy(update={"memory": memory}), agent.persona)
-    return files.memory_path(chat_scoped, key)
+    is everybody's: it only loses the lines quoting them."""
+    return await files.person_profiles(agent, person.channel, person.sender_id)
 
 
 def session_keys(data_dir: Path, agent: str, channel: str) -> list[SessionKey]:
@@ -292,14 +309,8 @@ def _media_of(records: list[dict[str, Any]]) -> set[str]:
     return {p for r in records if r.get("role") == "user" for p in stored_media_paths(r.get("content"))}
 
 
-def _with_backup(path: Path) -> list[Path]:
-    return [path, backup_path(path)]
-
-
-async def _delete_all(paths: list[Path]) -> int:
-    """Unlink each (a link is removed, never followed); how many of the main files existed (backups not counted)."""
-    gone = await asyncio.to_thread(lambda: [jsonl.delete_file(p) for p in paths])
-    return int(gone[0])
+def _with_backup(name: MemoryName) -> list[MemoryName]:
+    return [name, name.backup_name()]
 
 
 def _count(report: ForgetReport, messages: int, replies: int, summaries: int) -> None:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from agenthub.memory.wiring import MemoryLayer
     from agenthub.scheduler.core import Scheduler
     from agenthub.storage.inbox import Inbox
+    from agenthub.storage.memory_files import MemoryStore
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +75,7 @@ class GatewayCore:
         history: SessionHistory | None = None,
         clock: Clock = system_clock,
         leases: InstanceLeases | None = None,
+        memory_store: MemoryStore | None = None,
     ) -> None:
         self.settings = settings
         self.leases = leases or InstanceLeases(ttl_s=settings.store.lease_s)
@@ -85,7 +87,7 @@ class GatewayCore:
         self.sessions = SessionRegistry(ttl_s=settings.session.ttl_s, on_expire=self.history.evict)
         self.session_leases = SessionLeases(self.leases, self.history, on_lost=self._session_lease_lost)
         """Lease `session:<key>` around every turn, queued command and hold: one instance at a time per session."""
-        self.memory_files = MemoryFiles(settings.data_dir, settings.auth_dir)
+        self.memory_files = MemoryFiles(settings.data_dir, settings.auth_dir, memory_store)  # default: files
         self.search = SearchService(settings.data_dir)  # kept current by the history's observer, off the loop
         self.history.observers.append(self.search.history_changed)
         memory = settings.memory

@@ -7,26 +7,19 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import structlog
 
 from agenthub import jsonsafe
 from agenthub.agent.definition import AgentDefinition
-from agenthub.errors import StorageError
+from agenthub.errors import InvalidIdError
 from agenthub.memory.cut import is_turn_start
-from agenthub.memory.files import (
-    MULTI_USER_CHANNELS,
-    MemoryFiles,
-    Visibility,
-    chat_visibility,
-    read_text,
-    write_text,
-)
+from agenthub.memory.files import MULTI_USER_CHANNELS, MemoryFiles, Visibility, chat_visibility
 from agenthub.memory.host import MemoryHost
 from agenthub.memory.summary import render_content
 from agenthub.storage.keys import SessionKey
+from agenthub.storage.memory_files import MemoryName
 
 log = structlog.get_logger(__name__)
 
@@ -43,15 +36,15 @@ class SessionMaterial:
 
 @dataclass
 class L3State:
-    """`last_run`: the start of the agent's last run; `retry`: file → the older watermark a file whose rewrite
-    failed (or was refused) still needs."""
+    """`last_run`: the start of the agent's last run; `retry`: file (its `MemoryFiles.label`) → the older watermark
+    a file whose rewrite failed (or was refused) still needs."""
 
     last_run: float = 0.0
     retry: dict[str, float] = field(default_factory=dict)
 
-    def watermark(self, path: Path) -> float:
-        """Material newer than this is new for `path`."""
-        return self.retry.get(str(path), self.last_run)
+    def watermark(self, label: str) -> float:
+        """Material newer than this is new for the file `label`."""
+        return self.retry.get(label, self.last_run)
 
     @property
     def since(self) -> float:
@@ -80,7 +73,7 @@ class Batch:
 
 
 async def load_state(files: MemoryFiles, agent: AgentDefinition) -> L3State:
-    raw = await read_text(files.l3_state_path(agent))
+    raw = await files.read(files.l3_state_name(agent))
     try:
         data = jsonsafe.loads(raw) if raw else {}
         retry = {str(k): float(v) for k, v in dict(data.get("retry", {})).items()}
@@ -92,7 +85,7 @@ async def load_state(files: MemoryFiles, agent: AgentDefinition) -> L3State:
 
 async def save_state(files: MemoryFiles, agent: AgentDefinition, state: L3State) -> None:
     text = json.dumps({"last_run": state.last_run, "retry": state.retry})
-    await write_text(files.l3_state_path(agent), text)
+    await files.store.write(files.l3_state_name(agent), text)
 
 
 async def collect(host: MemoryHost, agent: AgentDefinition) -> AgentMaterial:
@@ -127,19 +120,13 @@ def _batch(sessions: list[SessionMaterial], clip: int) -> Batch:
     return Batch("\n\n".join(render_session(s, clip) for s in sessions), max(s.changed_at for s in sessions))
 
 
-def memory_batches(files: MemoryFiles, item: AgentMaterial) -> dict[Path, Batch]:
-    """The MEMORY file(s) to rewrite, each only from the chats that read it (`MemoryFiles.memory_path`): the
-    agent-wide one from agent-scoped chats, a chat's own from that chat alone. A chat whose file path is refused (a
-    planted link) is left out, logged: the other chats' files go on."""
-    by_path: dict[Path, list[SessionMaterial]] = {}
+def memory_batches(files: MemoryFiles, item: AgentMaterial) -> dict[MemoryName, Batch]:
+    """The MEMORY file(s) to rewrite, each only from the chats that read it (`MemoryFiles.memory_name`): the
+    agent-wide one from agent-scoped chats, a chat's own from that chat alone."""
+    by_name: dict[MemoryName, list[SessionMaterial]] = {}
     for session in item.sessions:
-        try:
-            path = files.memory_path(item.agent, session.key)
-        except StorageError:
-            log.warning("l3_memory_path_refused", agent=item.agent.name, session_key=str(session.key))
-            continue
-        by_path.setdefault(path, []).append(session)
-    return {path: _batch(sessions, item.clip) for path, sessions in by_path.items()}
+        by_name.setdefault(files.memory_name(item.agent, session.key), []).append(session)
+    return {name: _batch(sessions, item.clip) for name, sessions in by_name.items()}
 
 
 def shared_profile_sessions(files: MemoryFiles, item: AgentMaterial) -> list[SessionMaterial]:
@@ -162,11 +149,11 @@ def _message_visibility(session: SessionMaterial, message: Message) -> Visibilit
     return chat_visibility(channel, message.get("chat_type"))
 
 
-def user_batches(files: MemoryFiles, item: AgentMaterial) -> dict[Path, Batch]:
+def user_batches(files: MemoryFiles, item: AgentMaterial) -> dict[MemoryName, Batch]:
     """Per-sender profiles: each sender's own messages (and the replies to them), per profile file, i.e. per
     (person, channel, visibility): a private profile only from private chats, a group profile only from that group."""
-    per_file: dict[Path, list[str]] = {}
-    newest: dict[Path, float] = {}
+    per_file: dict[MemoryName, list[str]] = {}
+    newest: dict[MemoryName, float] = {}
     for session in item.sessions:
         if files.scope_for(item.agent, session.key.channel).profile != "per_user":
             continue
@@ -176,11 +163,15 @@ def user_batches(files: MemoryFiles, item: AgentMaterial) -> dict[Path, Batch]:
             visibility = _message_visibility(session, message)
             if not is_turn_start(message) or not isinstance(sender, str) or not sender or visibility is None:
                 continue
-            path = files.person_profile(item.agent, session.key, sender, visibility)
-            lines = per_file.setdefault(path, [])
-            newest[path] = max(newest.get(path, 0.0), session.changed_at)
+            try:
+                name = files.person_profile(item.agent, session.key, sender, visibility)
+            except InvalidIdError:  # a stored sender id no key accepts: it names no profile, the others go on
+                log.warning("l3_sender_refused", agent=item.agent.name, session_key=str(session.key))
+                continue
+            lines = per_file.setdefault(name, [])
+            newest[name] = max(newest.get(name, 0.0), session.changed_at)
             lines.append(_line(message, item.clip))
             reply = messages[i + 1] if i + 1 < len(messages) else None
             if reply is not None and reply.get("role") == "assistant":
                 lines.append(_line(reply, item.clip))
-    return {path: Batch("\n".join(lines), newest[path]) for path, lines in per_file.items()}
+    return {name: Batch("\n".join(lines), newest[name]) for name, lines in per_file.items()}

@@ -2,7 +2,8 @@
 
 Runs are serialised by `MemoryProcessor._run_lock` (held for a whole run, and only by runs): the timer's tick
 and any manual trigger never overlap. Each file's read-merge-write takes that file's own lock
-(`MemoryWriter`), never across a model call, so a memory flush before a compaction or the write_memory tool
+(`MemoryWriter`: one step of the store, atomic against every writer of every instance), never across a model
+call, so a memory flush before a compaction or the write_memory tool
 never waits for a run's model calls. A run's model calls go out in parallel (at most `MAX_PARALLEL_CALLS`);
 each file is written when its own call succeeded, atomically, cut to its size cap first. A failed call or a
 refused rewrite, or a read or write of the file that raises (a full or read-only disk, a refused path), leaves
@@ -21,7 +22,6 @@ import functools
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import structlog
@@ -34,9 +34,9 @@ from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.llm.types import LLMProvider, LLMRequest
 from agenthub.memory import l3_material as material
 from agenthub.memory import thresholds
-from agenthub.memory.files import backup_path, read_text, write_text
 from agenthub.memory.host import MemoryHost
 from agenthub.storage.keys import SessionKey
+from agenthub.storage.memory_files import MemoryName
 
 log = structlog.get_logger(__name__)
 
@@ -79,7 +79,9 @@ class Target:
     """One file to rewrite from one batch of material."""
 
     kind: Literal["memory", "user"]
-    path: Path
+    name: MemoryName
+    label: str
+    """How logs and the L3 state name the file (`MemoryFiles.label`)."""
     system: str
     material: str
     cap: int
@@ -171,7 +173,7 @@ class MemoryProcessor:
         online = [t for t in targets if not t.provider.offline]
         offline = [t for t in targets if t.provider.offline]
         if offline:
-            log.info("l3_skipped_offline", files=[str(t.path) for t in offline], retry="next run")
+            log.info("l3_skipped_offline", files=[t.label for t in offline], retry="next run")
         if not online:
             return
         failed = offline + await self._rewrite(online)
@@ -200,20 +202,20 @@ class MemoryProcessor:
                 raise result  # cancellation (or an interpreter exit) is never swallowed
         errors = [(t, r) for t, r in zip(targets, results, strict=True) if isinstance(r, Exception)]
         if errors:
-            files = [str(t.path) for t, _ in errors]
+            files = [t.label for t, _ in errors]
             log.warning("l3_run_failed", errors=[str(e) for _, e in errors], files=files, retry="next run")
         answered = [t for t, r in zip(targets, results, strict=True) if not isinstance(r, Exception)]
         refused = [t for t in answered if await self._write_or_fail(t) in NOT_TAKEN_IN]
         if refused:
-            log.warning("l3_run_incomplete", refused=[t.path.name for t in refused], retry="next run")
+            log.warning("l3_run_incomplete", refused=[t.label for t in refused], retry="next run")
         return unreadable + [t for t, _ in errors] + refused
 
     async def _read_old(self, target: Target) -> bool:
         """Read the file's current text into `target.old`; False (logged) when the read raises."""
         try:
-            target.old = await read_text(target.path)
+            target.old = await self.host.memory_files.read(target.name)
         except (OSError, AgentHubError) as e:
-            log.warning("l3_read_failed", file=str(target.path), error_type=type(e).__name__, error=str(e))
+            log.warning("l3_read_failed", file=target.label, error_type=type(e).__name__, error=str(e))
             return False
         return True
 
@@ -222,13 +224,13 @@ class MemoryProcessor:
         try:
             return await self._write(target)
         except (OSError, AgentHubError) as e:
-            log.warning("l3_write_failed", file=str(target.path), error_type=type(e).__name__, error=str(e))
+            log.warning("l3_write_failed", file=target.label, error_type=type(e).__name__, error=str(e))
             return "failed"
 
     async def _record(self, item: material.AgentMaterial, started: float, failed: list[Target]) -> None:
         """The agent's material is done for every file but the failed ones, which keep the watermark they had."""
         name, state = item.agent.name, item.state
-        retry = {str(t.path): state.watermark(t.path) for t in failed if name in t.agents}
+        retry = {t.label: state.watermark(t.label) for t in failed if name in t.agents}
         try:
             await material.save_state(self.host.memory_files, item.agent, material.L3State(started, retry))
         except (OSError, AgentHubError) as e:  # the next run offers this agent's material again
@@ -258,11 +260,11 @@ class MemoryProcessor:
         provider, model = host.resolve_model(agent)
         window = thresholds.window_of(host.settings, agent, model)
         cap = memory.memory_max_chars
-        system = MEMORY_PROMPT.format(agent=agent.name, cap=cap)
+        system, files = MEMORY_PROMPT.format(agent=agent.name, cap=cap), host.memory_files
         return [
-            Target("memory", path, system, batch.text, cap, provider, model, window, agents=(agent.name,))
-            for path, batch in material.memory_batches(host.memory_files, item).items()
-            if batch.newest > item.state.watermark(path)
+            Target("memory", name, label, system, batch.text, cap, provider, model, window, agents=(agent.name,))
+            for name, batch in material.memory_batches(files, item).items()
+            if batch.newest > item.state.watermark(label := files.label(name))
         ]
 
     def _user_targets(self, item: material.AgentMaterial) -> list[Target]:
@@ -271,22 +273,23 @@ class MemoryProcessor:
         window = thresholds.window_of(host.settings, agent, model)
         who = "one person (the sender of the messages below)"
         cap = memory.user_max_chars
-        prompt = USER_PROMPT.format(who=who, cap=cap)
+        prompt, files = USER_PROMPT.format(who=who, cap=cap), host.memory_files
         return [
-            Target("user", path, prompt, batch.text, cap, provider, model, window, agents=(agent.name,))
-            for path, batch in material.user_batches(host.memory_files, item).items()
-            if batch.newest > item.state.watermark(path)
+            Target("user", name, label, prompt, batch.text, cap, provider, model, window, agents=(agent.name,))
+            for name, batch in material.user_batches(files, item).items()
+            if batch.newest > item.state.watermark(label := files.label(name))
         ]
 
     def _shared_user_target(self, items: list[material.AgentMaterial]) -> Target | None:
         """`auth/USER.md` from the chats that share it (`l3_material.shared_profile_sessions`) whose material it
         has not taken in yet."""
         host, memory = self.host, self.host.settings.memory
-        path = host.memory_files.shared_profile
+        name = host.memory_files.shared_profile
+        label = host.memory_files.label(name)
         feeding: list[tuple[str, list[material.SessionMaterial]]] = []
         for item in items:
             sessions = material.shared_profile_sessions(host.memory_files, item)
-            if sessions and max(s.changed_at for s in sessions) > item.state.watermark(path):
+            if sessions and max(s.changed_at for s in sessions) > item.state.watermark(label):
                 feeding.append((item.agent.name, sessions))
         if not feeding:
             return None
@@ -295,7 +298,7 @@ class MemoryProcessor:
         clip = memory.l3_message_chars
         text = "\n\n".join(material.render_session(s, clip) for _, sessions in feeding for s in sessions)
         window = context_window(model, host.settings.llm.context_window)
-        target = Target("user", path, prompt, text, memory.user_max_chars, provider, model, window)
+        target = Target("user", name, label, prompt, text, memory.user_max_chars, provider, model, window)
         target.agents = tuple(name for name, _ in feeding)
         return target
 
@@ -310,7 +313,7 @@ class MemoryProcessor:
             max_tokens = min(max_tokens, target.window // 4)
             room = target.window // 2 - estimate_text_tokens(current) - estimate_text_tokens(target.system)
             if room < MIN_MATERIAL_TOKENS:
-                raise L3Error(f"{target.path.name} and new material do not fit the model's context window")
+                raise L3Error(f"{target.label} and new material do not fit the model's context window")
             material = cut_to_tokens(material, room)
         content = (
             f"<current-file>\n{current}\n</current-file>\n\n"
@@ -330,12 +333,12 @@ class MemoryProcessor:
                 async with asyncio.timeout(bound_s):  # a hung model must not hold the run (or the file) forever
                     response = await target.provider.complete(request)
             except TimeoutError:
-                raise L3Error(f"no answer for {target.path.name} within {bound_s:g} s") from None
+                raise L3Error(f"no answer for {target.label} within {bound_s:g} s") from None
         text = _clean_answer(response.text)
         if not text:
-            raise L3Error(f"empty answer for {target.path.name}")
+            raise L3Error(f"empty answer for {target.label}")
         if response.stop_reason in CUT_STOP_REASONS:
-            raise L3Error(f"answer for {target.path.name} is incomplete (stop_reason={response.stop_reason})")
+            raise L3Error(f"answer for {target.label} is incomplete (stop_reason={response.stop_reason})")
         target.new = text
 
     async def flush(self, key: SessionKey, agent: AgentDefinition, messages: list[dict[str, Any]]) -> bool:
@@ -349,9 +352,11 @@ class MemoryProcessor:
         if provider.offline or not messages:
             return True
         session = material.SessionMaterial(key, messages)
+        name = host.memory_files.memory_name(agent, key)
         target = Target(
             "memory",
-            host.memory_files.memory_path(agent, key),
+            name,
+            host.memory_files.label(name),
             MEMORY_PROMPT.format(agent=agent.name, cap=memory.memory_max_chars),
             material.render_session(session, memory.l3_message_chars),
             memory.memory_max_chars,
@@ -363,33 +368,33 @@ class MemoryProcessor:
             forgets=self.forgets_seen(),
         )
         for _ in range(FLUSH_ATTEMPTS):
-            target.old = await read_text(target.path)
+            target.old = await host.memory_files.read(target.name)
             await self._call(target)
             outcome = await self._write(target)
             if outcome != "conflict":
                 break
-        log.info("memory_flushed", session_key=str(key), messages=len(messages), file=target.path.name, outcome=outcome)
+        log.info("memory_flushed", session_key=str(key), messages=len(messages), file=target.label, outcome=outcome)
         return outcome in ("written", "unchanged")
 
     async def _write(self, target: Target) -> WriteOutcome:
-        """Atomic write within the cap, under the file's lock (`MemoryWriter`): text another writer (the
-        write_memory tool) appended since `target.old` was read is kept. The replaced version is kept as
-        `<file>.bak`. Stale material (a forget since it was read) is never written. Runs to its end even when the
-        caller is cancelled (`MemoryWriter.locked`)."""
+        """Atomic write within the cap, as one step of the store (`MemoryWriter.update`: on PostgreSQL safe against
+        the writers of every instance): text another writer (the write_memory tool) appended since `target.old`
+        was read is kept. The replaced version is kept as `<file>.bak`. Stale material (a forget since it was
+        read) is never written. Runs to its end even when the caller is cancelled."""
+        outcome: WriteOutcome = "unchanged"
 
-        async def merge_and_write() -> WriteOutcome:
+        def merge(current: str) -> str:
+            nonlocal outcome
             if self._stale(target):
-                log.warning("l3_material_stale", file=str(target.path), purpose=target.purpose, retry="next run")
-                return "stale"
-            current = await read_text(target.path)
+                outcome = "stale"
+                return current
             outcome, text = _merge(target, current)
-            if outcome == "written":
-                if current:
-                    await write_text(backup_path(target.path), current)
-                await write_text(target.path, text)
-            return outcome
+            return text if outcome == "written" else current
 
-        return await self.host.memory_files.writer.locked(target.path, merge_and_write)
+        await self.host.memory_files.writer.update(target.name, merge, keep_backup=True)
+        if outcome == "stale":
+            log.warning("l3_material_stale", file=target.label, purpose=target.purpose, retry="next run")
+        return outcome
 
 
 def _listed(target: Target | None) -> list[Target]:
@@ -405,18 +410,18 @@ def _merge(target: Target, current: str) -> tuple[WriteOutcome, str]:
     text = target.new
     if current != target.old:
         if not current.startswith(target.old):
-            log.warning("l3_file_changed_meanwhile", file=str(target.path), purpose=target.purpose)
+            log.warning("l3_file_changed_meanwhile", file=target.label, purpose=target.purpose)
             return "conflict", current
         text = text.rstrip("\n") + "\n" + current[len(target.old) :].lstrip("\n")
     capped = cap_text(text, target.cap)
     if len(capped) < len(text):
-        log.info("l3_file_capped", file=target.path.name, dropped_chars=len(text) - len(capped))
+        log.info("l3_file_capped", file=target.label, dropped_chars=len(text) - len(capped))
     if capped == current:
         return "unchanged", current
     if len(current) > SHRINK_GUARD_CHARS and len(capped) < SHRINK_GUARD_RATIO * len(current):
         log.warning(
             "memory_rewrite_refused",
-            file=str(target.path),
+            file=target.label,
             purpose=target.purpose,
             old_chars=len(current),
             new_chars=len(capped),

@@ -63,20 +63,18 @@ def scope_for(ctx: ToolContext) -> SearchScope:
     """The memory scope of this call: a chat-scoped chat sees only itself (and its memory file), an agent-scoped one
     every agent-scoped chat of the agent but never a chat-scoped one (under `auto` a WeCom/Feishu chat stays hidden
     from the HTTP console); a per-user profile only the current sender's; the memory files are whichever
-    `MemoryFiles` gives this call."""
-    agent_memory = ctx.memory.memory_path(ctx.agent)  # the agent-wide file
-    memory_file = ctx.memory.memory_path(ctx.agent, ctx.key)
-    chat_scoped = memory_file != agent_memory
-    files = [(memory_file, "chat memory" if chat_scoped else "agent memory")]
-    profile = ctx.memory.profile_path(ctx.agent, ctx.key, ctx.sender_id, ctx.chat_type)
+    `MemoryFiles` names for this call (indexed only where the store keeps them as files: `MemoryFiles.file_of`)."""
+    memory, agent = ctx.memory, ctx.agent
+    memory_name = memory.memory_name(agent, ctx.key)
+    chat_scoped = memory_name != memory.memory_name(agent)  # not the agent-wide file
+    named = [(memory_name, "chat memory" if chat_scoped else "agent memory")]
+    profile = memory.profile_name(agent, ctx.key, ctx.sender_id, ctx.chat_type)
     if profile is not None:  # the current sender's own profile of this chat's visibility, or the shared one
-        files.append((profile, "user profile"))
+        named.append((profile, "user profile"))
+    files = tuple((path, label) for name, label in named if (path := memory.file_of(name)) is not None)
     if chat_scoped:
-        return SearchScope(session=str(ctx.key), memory_files=tuple(files))
-    agent, memory = ctx.agent, ctx.memory
-    return SearchScope(
-        None, tuple(files), agent_scoped=lambda channel: memory.scope_for(agent, channel).memory == "agent"
-    )
+        return SearchScope(session=str(ctx.key), memory_files=files)
+    return SearchScope(None, files, agent_scoped=lambda channel: memory.scope_for(agent, channel).memory == "agent")
 
 
 async def run_memory_search(args: dict[str, Any], ctx: ToolContext) -> str:

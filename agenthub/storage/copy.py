@@ -10,6 +10,7 @@ of the files with the database's copy, never whole tables (which other instances
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -17,11 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agenthub.errors import InvalidIdError
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox, InboxEntry
 from agenthub.storage.jobs import FileJobDocuments, JobDocument
 from agenthub.storage.keys import SessionKey, key_from_file_stem, validate_agent_name
-from agenthub.storage.memory_files import L3_STATE_FILE, FileMemoryStore, MemoryName
+from agenthub.storage.memory_files import L3_STATE_FILE, FileMemoryStore, MemoryKind, MemoryName
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import (
     PostgresInbox,
@@ -394,19 +396,25 @@ def _primary_memory_names(data_dir: Path, auth_dir: Path) -> Iterator[MemoryName
         if (memory_dir / L3_STATE_FILE).is_file():
             yield MemoryName.l3_state(agent)
         for path in _files(memory_dir / "chats", ".md"):
-            yield MemoryName("chat_memory", agent=agent, chat=path.stem)
+            yield from _named("chat_memory", agent=agent, chat=path.stem)
     if (auth_dir / "USER.md").is_file():
         yield MemoryName.shared_profile()
     for path in _files(auth_dir / "users", ".md"):
         person = key_from_file_stem(path.stem)
         if person is not None:
-            yield MemoryName("private_profile", agent=person.agent, person=path.stem)
+            yield from _named("private_profile", agent=person.agent, person=path.stem)
     group_dir = auth_dir / "users" / "group"
     for chat_dir in sorted(group_dir.iterdir()) if group_dir.is_dir() else []:
         for path in _files(chat_dir, ".md") if chat_dir.is_dir() and not chat_dir.is_symlink() else []:
             person = key_from_file_stem(path.stem)
             if person is not None:
-                yield MemoryName("group_profile", agent=person.agent, chat=chat_dir.name, person=path.stem)
+                yield from _named("group_profile", agent=person.agent, chat=chat_dir.name, person=path.stem)
+
+
+def _named(kind: MemoryKind, *, agent: str, chat: str = "", person: str = "") -> Iterator[MemoryName]:
+    """The name of a file found on disk; none for a file name this product never made (an invalid part)."""
+    with contextlib.suppress(InvalidIdError):
+        yield MemoryName(kind, agent=agent, chat=chat, person=person)
 
 
 def _backups(data_dir: Path, auth_dir: Path) -> Iterator[tuple[Path, MemoryName]]:

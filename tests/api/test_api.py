@@ -21,7 +21,7 @@ from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
 from tests.support.harness import RunningApi, running_api
 from tests.support.http import AGENT, assert_error
-from tests.support.memory import is_l3_request, is_summary_request, seed
+from tests.support.memory import chat_memory_file, is_l3_request, is_summary_request, seed
 from tests.support.scheduler import until
 
 
@@ -193,8 +193,8 @@ async def test_delete_leaves_nothing_of_the_sessions_text(chat_scoped: None, api
     await gateway.history.clear(key)  # a /restart: the text moved to the archive
     await gateway.history.append(key, {"role": "user", "content": "更多机密"})
     definition = gateway.agents.get(agent)
-    shared_memory = gateway.memory_files.memory_path(definition)
-    own_memory = gateway.memory_files.memory_path(definition, key)
+    shared_memory = chat_memory_file(gateway, definition)
+    own_memory = chat_memory_file(gateway, definition, key)
     for path in {shared_memory, own_memory, own_memory.with_name(own_memory.name + ".bak")}:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("- 记住的事实\n")
@@ -507,7 +507,7 @@ async def test_delete_during_a_background_compaction_cancels_it_and_nothing_come
         await (await gateway.submit(InboundMessage("http", "gone", "u1", "turn one"))).result()
         await fake_llm.wait_for_requests(2)  # the flush's model call is in flight, held
         assert gateway.background(key) is not None
-        own_memory = gateway.memory_files.memory_path(gateway.agents.get("default"), key)
+        own_memory = chat_memory_file(gateway, gateway.agents.get("default"), key)
         status, _ = await api.call("DELETE", AGENT + "/sessions/gone")
         assert status == 204
         assert gateway.background(key) is None

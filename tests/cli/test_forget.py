@@ -16,14 +16,18 @@ import aiohttp
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
+from agenthub.storage.memory_files import MemoryName
 from agenthub.tokens import TokenStore
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 from tests.support.forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges
 from tests.support.harness import RunningApi
+from tests.support.memory import echo_l3, gateway_on
 from tests.support.paths import REPO
+from tests.support.roots import make_settings
 
 ROOT = REPO
 FACT, FACT_ZH, OTHER_CHANNEL_FACT = "4417-ZEBRA", "榛子过敏", "9931-OTTER"
@@ -78,9 +82,8 @@ async def plant_two_agents(settings: Settings, fake_llm: FakeAnthropic) -> None:
         for agent in ("default", "helper"):
             definition, team = gw.agents.get(agent), SessionKey(agent, "wecom", "team")
             group_profile = gw.memory_files.person_profile(definition, team, "alice", "group")
-            for profile in (*gw.memory_files.person_profiles(definition, "wecom", "alice"), group_profile):
-                profile.parent.mkdir(parents=True, exist_ok=True)
-                profile.write_text(f"- locker {FACT}, {FACT_ZH}\n", encoding="utf-8")
+            for profile in (*await gw.memory_files.person_profiles(definition, "wecom", "alice"), group_profile):
+                await gw.memory_files.store.write(profile, f"- locker {FACT}, {FACT_ZH}\n")
 
 
 async def test_forget_without_a_daemon_asks_then_redacts_every_chat_of_that_person_on_that_channel(
@@ -211,3 +214,28 @@ async def test_forget_without_a_daemon_reports_a_refused_path_in_one_line(settin
     env = cli_env(settings, tmp_path)
     code, _, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", "--yes")
     assert code == 1 and "symbolic link" in err and "Traceback" not in err
+
+
+async def test_forget_without_a_daemon_on_postgres_redacts_the_database(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """`[store] backend = "postgres"`: the histories and memory files are in the database, and so is the forget."""
+    settings = make_settings(tmp_path / "host", fake_llm.base_url, store={"backend": "postgres", "dsn": postgres_dsn})
+    write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
+    fake_llm.responder = echo_l3
+    dm = SessionKey("default", "wecom", "alice-dm")
+    async with gateway_on(settings) as gw:
+        fake_llm.script(reply_tool("write_memory", {"content": f"- locker {FACT}"}), reply_text("noted"))
+        private = {"chat_type": "private"}
+        await say(gw, InboundMessage("wecom", "alice-dm", "alice", f"My locker is {FACT}", metadata=private))
+        await gw.timers[L3_TIMER].tick_now()
+        profiles = await gw.memory_files.person_profiles(gw.agents.get("default"), "wecom", "alice")
+        assert FACT in await gw.memory_files.read(MemoryName.chat_memory(dm))
+        assert FACT in await gw.memory_files.read(profiles[0])
+    env = cli_env(settings, tmp_path, AGENTHUB_STORE__BACKEND="postgres", AGENTHUB_STORE__DSN=postgres_dsn)
+    code, _, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", "--yes")
+    assert code == 0, err
+    async with gateway_on(settings) as gw:
+        assert await gw.memory_files.read(MemoryName.chat_memory(dm)) == ""
+        assert [await gw.memory_files.read(n) for n in profiles] == [""] * len(profiles)
+        assert FACT not in json.dumps(await gw.history.load(dm), ensure_ascii=False)

@@ -24,17 +24,17 @@ from agenthub.forget.redact import Markers, Person, redact
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.gateway.core import GatewayCore
 from agenthub.media.names import chat_folders, inbox_dir
-from agenthub.memory.files import backup_path
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.scheduler.jobs import Job
 from agenthub.search.index import SearchScope
 from agenthub.storage.keys import SessionKey
+from agenthub.storage.memory_files import MemoryName
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges
 from tests.support.media import png
-from tests.support.memory import echo_l3, is_l3_request
+from tests.support.memory import backup_of, chat_memory_file, echo_l3, gateway_on, is_l3_request, memory_file
 
 GROUP = SessionKey("default", "wecom", "team")
 ALICE_SAYS = [
@@ -91,13 +91,13 @@ def plant_memory(gw: GatewayCore) -> dict[str, Path]:
     """What L3 would have written: Alice's profile (and its backup), lines quoting her in the shared files."""
     agent = gw.agents.get("default")
     files = gw.memory_files
-    profile = files.person_profile(agent, GROUP, "alice", "private")
-    bob_profile = files.person_profile(agent, GROUP, "bob", "private")
+    profile = memory_file(gw, files.person_profile(agent, GROUP, "alice", "private"))
+    bob_profile = memory_file(gw, files.person_profile(agent, GROUP, "bob", "private"))
     agent_memory = gw.settings.data_dir / "default" / "memory" / "MEMORY.md"
     shared_user = gw.settings.auth_dir / "USER.md"
     for path, text in [
         (profile, "- locker code is 4417-ZEBRA\n"),
-        (backup_path(profile), "- 对榛子过敏很严重\n"),
+        (backup_of(profile), "- 对榛子过敏很严重\n"),
         (bob_profile, "- Bob prefers the blue team jersey\n"),
         (agent_memory, "# Team\n- someone said: my locker code is 4417-ZEBRA, please\n- Bob prefers blue jerseys\n"),
         (shared_user, "- 有人说我对榛子过敏很严重\n- the team meets on Mondays\n"),
@@ -148,7 +148,7 @@ async def test_forget_in_a_group_redacts_only_the_sender_and_keeps_everyone_else
     assert uses == results == ["tu_1"]
     assert not any("alice" in line.decode() for line in lines_of(history_file) + lines_of(archive_file))
 
-    assert not planted["profile"].exists() and not backup_path(planted["profile"]).exists()
+    assert not planted["profile"].exists() and not backup_of(planted["profile"]).exists()
     assert planted["bob_profile"].read_text(encoding="utf-8") == "- Bob prefers the blue team jersey\n"
     assert planted["memory"].read_text(encoding="utf-8") == "# Team\n- Bob prefers blue jerseys\n"
     assert planted["user"].read_text(encoding="utf-8") == "- the team meets on Mondays\n"
@@ -190,7 +190,7 @@ async def test_forget_in_a_private_chat_deletes_its_memory_file(
     fake_llm.script(reply_tool("write_memory", {"content": "- locker 4417-ZEBRA"}, tool_id="tu_9"), reply_text("noted"))
     await say(gw, "alice", ALICE_SAYS[0], chat="alice-dm")
     key = SessionKey("default", "wecom", "alice-dm")
-    chat_memory = gw.memory_files.memory_path(gw.agents.get("default"), key)
+    chat_memory = chat_memory_file(gw, gw.agents.get("default"), key)
     assert "4417-ZEBRA" in chat_memory.read_text(encoding="utf-8")
     await say(gw, "alice", "/forget", chat="alice-dm")
     await say(gw, "alice", "/forget", chat="alice-dm")
@@ -392,3 +392,36 @@ async def test_forget_everywhere_removes_their_private_chats_folders_and_every_j
     assert [(j.created_by, j.chat_id) for j in scheduler.for_agent("default")] == [("bob", "team")]
     stored = json.loads((gw.settings.data_dir / "default" / "jobs.json").read_text(encoding="utf-8"))
     assert [j["created_by"] for j in stored["jobs"]] == ["bob"]
+
+
+async def test_forget_everywhere_on_each_backend_leaves_nothing_of_them_in_histories_or_memory(
+    backend_settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    """Files or PostgreSQL: their private chat's own memory, their profiles and the lines quoting them in a group's
+    memory go, their messages are redacted; Bob's profile and lines stay."""
+    settings = backend_settings
+    write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
+    fake_llm.responder = echo_l3
+    async with gateway_on(settings) as gw:
+        fake_llm.script(reply_tool("write_memory", {"content": "- locker 4417-ZEBRA"}), reply_text("noted"))
+        await say(gw, "alice", ALICE_SAYS[0], chat="alice-dm")
+        await say(gw, "alice", ALICE_SAYS[0])  # in the group too
+        await say(gw, "bob", BOB_SAYS[0])
+        await gw.timers[L3_TIMER].tick_now()  # their profiles and the group's memory, from the chats
+        agent, files = gw.agents.get("default"), gw.memory_files
+        alice = await files.person_profiles(agent, "wecom", "alice")
+        bob = await files.person_profiles(agent, "wecom", "bob")
+        dm = MemoryName.chat_memory(SessionKey("default", "wecom", "alice-dm"))
+        group_memory = files.memory_name(agent, GROUP)
+        assert "4417-ZEBRA" in await files.read(dm) and "4417-ZEBRA" in await files.read(group_memory)
+        assert len([n for n in alice if await files.read(n)]) == 2  # private and the group's
+        bob_texts = [await files.read(n) for n in bob]
+
+        await gateway_forgetter(gw).forget_everywhere([agent], Person("wecom", "alice"), actor="t")
+        for name in [*alice, dm, *(n.backup_name() for n in alice)]:
+            assert await files.read(name) == "", name
+        assert "4417-ZEBRA" not in await files.read(group_memory)
+        assert [await files.read(n) for n in bob] == bob_texts and any(bob_texts)
+        for key in (GROUP, SessionKey("default", "wecom", "alice-dm")):
+            gw.history.evict(key)
+            assert "4417-ZEBRA" not in json.dumps(await gw.history.load(key), ensure_ascii=False), key

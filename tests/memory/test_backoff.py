@@ -18,7 +18,7 @@ from agenthub.messages import DoneEvent
 from agenthub.storage.keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, ScriptedReply, http_error, reply_text
-from tests.support.memory import is_l3_request, is_summary_request, msg, seed, settle
+from tests.support.memory import chat_memory_file, is_l3_request, is_summary_request, msg, seed, settle
 
 OVER = {"input_tokens": 6000}
 
@@ -174,7 +174,7 @@ async def test_a_flush_whose_rewrite_was_refused_is_tried_again_on_the_retry(
     fake_llm.responder = _failing_summaries  # the flush answers one short line: the shrink guard refuses it
     async with build_gateway(_settings(settings_factory), clock=ManualClock()) as gw:
         key = gw.resolve_key(msg("x"))[1]
-        memory = gw.memory_files.memory_path(gw.agents.get("default"), key)
+        memory = chat_memory_file(gw, gw.agents.get("default"), key)
         memory.parent.mkdir(parents=True, exist_ok=True)
         memory.write_text("- a long-standing fact\n" * 100, encoding="utf-8")
         await seed(gw, key, 20)

@@ -17,10 +17,20 @@ from agenthub.memory.files import MemoryWriter
 from agenthub.memory.processor import MAX_PARALLEL_CALLS
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.storage.keys import session_key
+from agenthub.storage.memory_files import FileMemoryStore, MemoryName
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.gated_pool import GatedPool
-from tests.support.memory import is_l3_request, is_summary_request, msg, seed, system_text
+from tests.support.memory import (
+    chat_memory_file,
+    gateway_on,
+    is_l3_request,
+    is_summary_request,
+    msg,
+    seed,
+    system_text,
+)
+from tests.support.roots import make_settings
 
 CHATS = 16
 APPENDS_EACH = 10
@@ -175,7 +185,7 @@ async def test_a_compaction_flush_does_not_wait_for_an_l3_run_of_other_files(
             final = await (await gw.submit(msg("/compact"))).result()
         assert not run.done()
         assert getattr(final, "full_text", "").startswith("Compacted")
-        memory = gw.memory_files.memory_path(gw.agents.get("default"), key).read_text(encoding="utf-8")
+        memory = chat_memory_file(gw, gw.agents.get("default"), key).read_text(encoding="utf-8")
         assert memory == "- default remembers project X\n"
         gate.release.set()
         await run
@@ -209,7 +219,7 @@ async def test_a_flush_whose_file_an_l3_run_replaced_meanwhile_merges_again(
     fake_llm.responder = respond
     async with build_gateway(settings_factory(llm={"timeout_s": 60.0})) as gw:
         key = gw.resolve_key(msg("x"))[1]
-        memory_file = gw.memory_files.memory_path(gw.agents.get("default"), key)
+        memory_file = chat_memory_file(gw, gw.agents.get("default"), key)
         memory_file.parent.mkdir(parents=True)
         memory_file.write_text("- an old fact\n", encoding="utf-8")
         await seed(gw, gw.resolve_key(msg("x", chat="other"))[1], 2)
@@ -244,17 +254,20 @@ async def _yield_often() -> None:
 
 
 async def test_a_writer_cancelled_during_its_replace_keeps_the_file_until_it_lands(tmp_path: Path) -> None:
-    path = tmp_path / "MEMORY.md"
+    store = FileMemoryStore(tmp_path / "data", tmp_path / "auth")
+    name = MemoryName.agent_memory("default")
+    (tmp_path / "data/default/memory").mkdir(parents=True)
+    path = store.path_of(name)
     loop = asyncio.get_running_loop()
     executor = _held_replace(loop, path)
     loop.set_default_executor(executor)
-    writer = MemoryWriter()
-    first = asyncio.create_task(writer.update(path, lambda old: old + "- fact A\n"))
+    writer = MemoryWriter(store)
+    first = asyncio.create_task(writer.update(name, lambda old: old + "- fact A\n"))
     await asyncio.wait_for(executor.started.wait(), 5)  # A's replace runs in its thread
     first.cancel()  # /stop, a lock timeout, /restart or shutdown of the chat writing A
-    second = asyncio.create_task(writer.update(path, lambda old: old + "- fact B\n"))
+    second = asyncio.create_task(writer.update(name, lambda old: old + "- fact B\n"))
     await _yield_often()
-    assert not first.done() and writer.lock(path).locked()  # the lock waits for A's replace to land
+    assert not first.done() and not second.done()  # B waits for A's replace to land
     executor.gate.set()
     try:
         await first
@@ -279,10 +292,66 @@ async def test_an_l3_run_cancelled_during_its_replace_loses_no_fact_written_afte
         await asyncio.wait_for(executor.started.wait(), 5)
         run.cancel()  # shutdown (or the timeout) hitting the run while its replace is in the worker thread
         writer = gw.memory_files.writer
-        saved = asyncio.create_task(writer.update(memory_file, lambda old: old + "- saved by write_memory\n"))
+        name = gw.memory_files.memory_name(gw.agents.get("default"))
+        saved = asyncio.create_task(writer.update(name, lambda old: old + "- saved by write_memory\n"))
         await _yield_often()
         assert not run.done()
         executor.gate.set()
         await asyncio.gather(run, return_exceptions=True)
         assert await saved == "- rewritten by L3\n- saved by write_memory\n"
         assert memory_file.read_text(encoding="utf-8") == "- rewritten by L3\n- saved by write_memory\n"
+
+
+def _two_instances(tmp_path: Path, fake_llm: FakeAnthropic, dsn: str) -> list[Settings]:
+    """Two hosts on one PostgreSQL: each its own directories (and, through `gateway_on`, its own pool)."""
+    store = {"backend": "postgres", "dsn": dsn}
+    return [make_settings(tmp_path / name, fake_llm.base_url, store=store) for name in ("a", "b")]
+
+
+async def test_write_memory_of_sixteen_turns_on_two_instances_released_together_keep_every_fact(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """One agent-wide MEMORY.md in the database, sixteen CLI chats (eight on each instance): the instances'
+    read-modify-writes are serialised by the store itself, not by a lock of one process."""
+    gate = Gate(expected=CHATS)
+    fake_llm.responder = _turns_writing_memory(gate)
+    first, second = _two_instances(tmp_path, fake_llm, postgres_dsn)
+    async with gateway_on(first) as a, gateway_on(second) as b:
+        handles = [await (a, b)[c % 2].submit(msg(_fact(c, 0), chat=f"chat{c}")) for c in range(CHATS)]
+        await gate.all_arrived.wait()
+        gate.release.set()  # the sixteen write_memory calls come back at once, on both instances
+        finals = [await handle.result() for handle in handles]
+        assert [getattr(f, "full_text", None) for f in finals] == ["saved"] * CHATS
+        memory = await b.memory_files.read(b.memory_files.memory_name(b.agents.get("default")))
+        assert sorted(memory.splitlines()) == sorted(_fact(c, 0) for c in range(CHATS))
+        assert memory_files_below([first, second]) == []  # nothing of memory in either data directory
+
+
+async def test_an_l3_run_on_one_instance_and_write_memory_on_the_other_at_once_both_survive(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    gate = Gate(expected=3)  # a's L3 rewrite of MEMORY.md and USER.md, b's write_memory call
+    fake_llm.responder = _turns_writing_memory(gate)
+    first, second = _two_instances(tmp_path, fake_llm, postgres_dsn)
+    async with gateway_on(first) as a, gateway_on(second) as b:
+        agent = a.agents.get("default")
+        name = a.memory_files.memory_name(agent)
+        await a.memory_files.writer.update(name, lambda text: "- an old fact\n")
+        await seed(a, a.resolve_key(msg("x", chat="l3"))[1], 2)
+        l3 = asyncio.create_task(a.timers[L3_TIMER].tick_now())
+        handle = await b.submit(msg(_fact(1, 1), chat="chat1"))
+        await gate.all_arrived.wait()  # L3 read the file before its call; the tool reads it when its answer is back
+        gate.release.set()
+        final = await handle.result()
+        await l3
+        assert getattr(final, "full_text", None) == "saved"
+        memory = await b.memory_files.read(name)
+        assert "- an old fact" in memory and L3_LINE in memory and _fact(1, 1) in memory
+        assert a.timers[L3_TIMER].failures == 0
+
+
+def memory_files_below(instances: list[Settings]) -> list[Path]:
+    """Every memory file (design §4) in the instances' data and auth directories."""
+    roots = [root for s in instances for root in (s.data_dir, s.auth_dir)]
+    patterns = ("*.md", "*.md.bak", ".l3_state.json")
+    return [path for root in roots for pattern in patterns for path in root.rglob(pattern)]

@@ -15,6 +15,7 @@ from agenthub.messages import DoneEvent, ErrorEvent, NoticeEvent
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, http_error, prompt_too_long, reply_text
 from tests.support.memory import (
+    chat_memory_file,
     conversation,
     is_summary_request,
     msg,
@@ -248,7 +249,7 @@ async def test_durable_facts_are_flushed_to_memory_before_the_summary_replaces_t
 
         flushes = [r for r in fake_llm.message_requests() if "MEMORY.md" in system_text(r.body or {})]
         assert len(flushes) == 1 and "question 0" in str(flushes[0].body)  # the messages about to be archived
-        memory_file = gw.memory_files.memory_path(gw.agents.get("default"), key)
+        memory_file = chat_memory_file(gw, gw.agents.get("default"), key)
         assert memory_file.read_text(encoding="utf-8") == "- 项目 X 的数据库是 PostgreSQL\n"
         history = await gw.history.load(key)
         assert history[0]["content"].startswith("[历史摘要]")  # the summary still happened after the flush
@@ -274,7 +275,7 @@ async def test_a_failed_memory_flush_does_not_stop_the_compaction(
             await settle(gw, key)
         assert any(e["event"] == "memory_flush_failed" for e in logs)
         assert (await gw.history.load(key))[0]["content"].startswith("[历史摘要]")
-        assert not gw.memory_files.memory_path(gw.agents.get("default"), key).exists()
+        assert not chat_memory_file(gw, gw.agents.get("default"), key).exists()
 
 
 async def test_overflow_on_a_one_message_chat_says_the_message_itself_is_too_long(

@@ -14,7 +14,7 @@ from agenthub.config import Settings
 from agenthub.memory.wiring import L3_TIMER
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, hang, http_error, reply_text
-from tests.support.memory import is_l3_request, msg, seed, system_text
+from tests.support.memory import chat_memory_file, is_l3_request, msg, seed, system_text
 
 LONG = "长" * 150 + "x" * 350  # 500 characters
 
@@ -322,10 +322,10 @@ async def test_a_planted_link_at_one_chats_own_memory_file_stops_only_that_chat(
         planted, kept = gw.resolve_key(msg("x", chat="planted"))[1], gw.resolve_key(msg("x", chat="kept"))[1]
         for key in (planted, kept):
             await seed(gw, key, 2)
-        planted_file = gw.memory_files.memory_path(agent, planted)
+        planted_file = chat_memory_file(gw, agent, planted)
         planted_file.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(tmp_path / "outside.md", planted_file)
         await gw.timers[L3_TIMER].tick_now()
-        kept_file = gw.memory_files.memory_path(agent, kept)
+        kept_file = chat_memory_file(gw, agent, kept)
         assert kept_file.read_text(encoding="utf-8") == "# Memory of default\n- knows things\n"
         assert not (tmp_path / "outside.md").exists()

@@ -162,7 +162,7 @@ async def test_l3_reads_the_sessions_that_changed_last_and_nothing_when_none_cha
     assert len(first) == 2  # the agent's MEMORY.md and the shared USER.md
     for material in first:
         assert "## chat cli/c3" in material and "## chat cli/c2" in material and "cli/c1" not in material
-    assert host.memory_files.l3_state_path(host.agent).is_file()
+    assert await host.memory_files.read(host.memory_files.l3_state_name(host.agent))
 
     await processor.tick()
     assert len(host.model.requests) == 2  # nothing changed since the last run

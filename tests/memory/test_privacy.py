@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import InboundMessage
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, reply_text, reply_tool
-from tests.support.memory import echo_l3, is_l3_request, l3_material, system_text
+from tests.support.memory import chat_memory_file, echo_l3, gateway_on, is_l3_request, l3_material, system_text
 
 PEOPLE = ("alice", "bob", "carol")
 GROUP = "oc_team_group"
@@ -112,13 +113,19 @@ async def ask_everywhere(gw: GatewayCore, fake: FakeAnthropic, channel: str = "f
     return turns
 
 
+def memory_files_on_disk(settings: Settings) -> list[Path]:
+    """Every memory file (design §4) below the data and auth directories."""
+    patterns = ("*.md", "*.md.bak", ".l3_state.json")
+    return [path for root in (settings.data_dir, settings.auth_dir) for p in patterns for path in root.rglob(p)]
+
+
 @pytest.mark.parametrize("channel", ["feishu", "wecom"])
 async def test_privacy_matrix_three_people_private_chats_and_a_group(
-    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, channel: str
+    backend_settings: Settings, fake_llm: FakeAnthropic, channel: str
 ) -> None:
-    settings = settings_factory()
+    settings = backend_settings
     fake_llm.responder = echo_l3
-    async with build_gateway(settings) as gw:
+    async with gateway_on(settings) as gw:
         turns = await plant(gw, fake_llm, channel)
         await gw.timers[L3_TIMER].tick_now()
         turns += await ask_everywhere(gw, fake_llm, channel)
@@ -140,14 +147,17 @@ async def test_privacy_matrix_three_people_private_chats_and_a_group(
             else:
                 assert private_fact(turn.sender, "TOOL") in system_text(body)
 
-        assert not (settings.auth_dir / "USER.md").exists()  # the shared profile takes nothing from Feishu
-        assert not gw.history.layout("default").memory_file.exists()
+        files = gw.memory_files
         agent, group_key = gw.resolve_key(message(GROUP, "x", "hi", channel=channel))
-        group_files = [gw.memory_files.memory_path(agent, group_key)]
-        group_files += [gw.memory_files.person_profile(agent, group_key, p, "group") for p in PEOPLE]
-        for path in group_files:
-            text = path.read_text(encoding="utf-8")
-            assert [fact for fact in ALL_PRIVATE if fact in text] == [], path
+        assert await files.read(files.shared_profile) == ""  # the shared profile takes nothing from Feishu
+        assert await files.read(files.memory_name(agent)) == ""
+        group_files = [files.memory_name(agent, group_key)]
+        group_files += [files.person_profile(agent, group_key, p, "group") for p in PEOPLE]
+        for name in group_files:
+            text = await files.read(name)
+            assert text and [fact for fact in ALL_PRIVATE if fact in text] == [], name
+        on_disk = memory_files_on_disk(settings)
+        assert bool(on_disk) is (settings.store.backend == "files"), on_disk  # postgres: nothing in the data dir
 
 
 async def test_l3_requests_feed_each_file_only_from_its_own_chats(
@@ -178,21 +188,26 @@ def assert_one_file_s_own_material(body: dict[str, Any], text: str) -> None:
 
 
 @pytest.mark.parametrize("profile", ["per_user", "auto"])
-async def test_a_person_s_private_profile_never_reaches_the_group(
-    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, profile: str
+async def test_a_person_s_private_profile_never_reaches_the_group_or_another_person(
+    backend_settings: Settings, fake_llm: FakeAnthropic, profile: str
 ) -> None:
-    """Explicit `per_user` on a multi-user channel also keeps a profile per (person, visibility)."""
-    settings = settings_factory()
+    """Explicit `per_user` on a multi-user channel also keeps a profile per (person, visibility); Bob's private
+    chat never sees Alice's profile."""
+    settings = backend_settings
     write_agent(settings.agents_dir, "default", {"memory": {"user_profile": profile}})
     fake_llm.responder = echo_l3
-    async with build_gateway(settings) as gw:
+    async with gateway_on(settings) as gw:
         await say(gw, fake_llm, "oc_private_alice", "alice", f"my secret {private_fact('alice', 'SAID')}")
         await gw.timers[L3_TIMER].tick_now()
         agent, key = gw.resolve_key(message("oc_private_alice", "alice", "hi"))
         private_profile = gw.memory_files.person_profile(agent, key, "alice", "private")
-        assert private_fact("alice", "SAID") in private_profile.read_text(encoding="utf-8")
+        assert private_fact("alice", "SAID") in await gw.memory_files.read(private_profile)
         turn = await say(gw, fake_llm, GROUP, "alice", "hello team")
         assert private_fact("alice", "SAID") not in str(turn.requests[0].body)
+        turn = await say(gw, fake_llm, "oc_private_bob", "bob", "what do you know about me?")
+        assert turn.requests and private_fact("alice", "SAID") not in str(turn.requests[0].body)
+        own = await say(gw, fake_llm, "oc_private_alice", "alice", "and about me?")
+        assert private_fact("alice", "SAID") in profile_section(own.requests[0].body or {})  # it is there to leak
 
 
 async def test_compaction_flush_writes_the_group_s_own_memory(
@@ -205,7 +220,7 @@ async def test_compaction_flush_writes_the_group_s_own_memory(
             await say(gw, fake_llm, GROUP, "bob", f"fact {group_fact('bob', 'SAID')} {i}")
         await say(gw, fake_llm, GROUP, "bob", "/compact")
         agent, key = gw.resolve_key(message(GROUP, "bob", "hi"))
-        group_memory = gw.memory_files.memory_path(agent, key)
+        group_memory = chat_memory_file(gw, agent, key)
         assert group_memory != gw.history.layout("default").memory_file
         assert group_fact("bob", "SAID") in group_memory.read_text(encoding="utf-8")
         assert not gw.history.layout("default").memory_file.exists()

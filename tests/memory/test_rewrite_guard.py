@@ -11,10 +11,9 @@ from structlog.testing import capture_logs
 
 from agenthub.app import build_gateway
 from agenthub.config import Settings
-from agenthub.memory.files import backup_path
 from agenthub.memory.wiring import L3_TIMER
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
-from tests.support.memory import is_l3_request, is_summary_request, msg, seed, system_text
+from tests.support.memory import backup_of, chat_memory_file, is_l3_request, is_summary_request, msg, seed, system_text
 
 OLD_MEMORY = "\n".join(f"- durable fact {i:03d} about the project" for i in range(60)) + "\n"  # > 1000 chars
 
@@ -63,14 +62,14 @@ async def test_the_replaced_version_is_kept_as_bak_one_generation(
         await seed(gw, key, 2)
         await gw.timers[L3_TIMER].tick_now()
         assert memory_file.read_text(encoding="utf-8") == "# Memory v2\n"
-        assert backup_path(memory_file).read_text(encoding="utf-8") == "old memory\n"
+        assert backup_of(memory_file).read_text(encoding="utf-8") == "old memory\n"
         assert (settings.auth_dir / "USER.md.bak").read_text(encoding="utf-8") == "old profile\n"
 
         fake_llm.responder = _l3("# Memory v3", "# User v3")
         await seed(gw, key, 2, start=10)
         await gw.timers[L3_TIMER].tick_now()
         assert memory_file.read_text(encoding="utf-8") == "# Memory v3\n"
-        assert backup_path(memory_file).read_text(encoding="utf-8") == "# Memory v2\n"
+        assert backup_of(memory_file).read_text(encoding="utf-8") == "# Memory v2\n"
 
 
 async def test_a_rewrite_shrinking_a_long_file_below_a_quarter_is_refused(
@@ -86,7 +85,7 @@ async def test_a_rewrite_shrinking_a_long_file_below_a_quarter_is_refused(
         with capture_logs() as logs:
             await gw.timers[L3_TIMER].tick_now()
         assert memory_file.read_text(encoding="utf-8") == OLD_MEMORY
-        assert not backup_path(memory_file).exists()
+        assert not backup_of(memory_file).exists()
         refused = [e for e in logs if e["event"] == "memory_rewrite_refused"]
         assert len(refused) == 1 and refused[0]["old_chars"] == len(OLD_MEMORY) and refused[0]["purpose"] == "l3"
         assert (settings.auth_dir / "USER.md").read_text(encoding="utf-8") == "# User\n- prefers tea\n"
@@ -104,7 +103,7 @@ async def test_a_rewrite_keeping_a_quarter_is_accepted(
         await seed(gw, gw.resolve_key(msg("x"))[1], 2)
         await gw.timers[L3_TIMER].tick_now()
         assert memory_file.read_text(encoding="utf-8") == kept.strip() + "\n"
-        assert backup_path(memory_file).read_text(encoding="utf-8") == OLD_MEMORY
+        assert backup_of(memory_file).read_text(encoding="utf-8") == OLD_MEMORY
 
 
 async def test_a_memory_flush_cut_at_max_tokens_leaves_memory_and_still_compacts(
@@ -120,7 +119,7 @@ async def test_a_memory_flush_cut_at_max_tokens_leaves_memory_and_still_compacts
     fake_llm.responder = responder
     async with build_gateway(settings_factory()) as gw:
         key = gw.resolve_key(msg("x"))[1]
-        memory_file = gw.memory_files.memory_path(gw.agents.get("default"), key)
+        memory_file = chat_memory_file(gw, gw.agents.get("default"), key)
         _write(memory_file, "old memory\n")
         await seed(gw, key, 25)
         with capture_logs() as logs:

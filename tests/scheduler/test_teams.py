@@ -139,9 +139,8 @@ async def _plant_profiles(gw: GatewayCore) -> None:
     agent = gw.agents.get("default")
     chats: tuple[tuple[Visibility, str], ...] = (("private", PRIVATE_CHAT), ("group", GROUP_CHAT))
     for visibility, chat in chats:
-        path = gw.memory_files.person_profile(agent, SessionKey("default", "wecom", chat), "alice", visibility)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"ALICE-{visibility.upper()}-PROFILE\n", encoding="utf-8")
+        name = gw.memory_files.person_profile(agent, SessionKey("default", "wecom", chat), "alice", visibility)
+        await gw.memory_files.store.write(name, f"ALICE-{visibility.upper()}-PROFILE\n")
 
 
 @pytest.mark.parametrize(

@@ -127,15 +127,11 @@ async def test_a_chat_scoped_agent_never_returns_another_chats_text_nor_another_
         await gw.history.append(theirs, _user("群A的暗号是夜莺 secret alpha"), _assistant("群A收到 alpha"))
         await gw.history.append(mine, _user("群B的暗号是孔雀 secret beta"), _assistant("群B收到 beta"))
         agent = gw.agents.get("team")
-        other_memory = gw.memory_files.memory_path(agent, theirs)
-        other_memory.parent.mkdir(parents=True, exist_ok=True)
-        other_memory.write_text("- 群A的会议室在夜莺厅\n", encoding="utf-8")
-        own_profile = gw.memory_files.person_profile(agent, mine, "bob", "group")  # these chats carry no chat_type
-        own_profile.parent.mkdir(parents=True, exist_ok=True)
-        own_profile.write_text("- bob 喜欢乌龙茶 oolong\n", encoding="utf-8")
-        gw.memory_files.person_profile(agent, mine, "alice", "group").write_text(
-            "- alice 的生日是夜莺节 oolong\n", encoding="utf-8"
-        )
+        files = gw.memory_files
+        await files.store.write(files.memory_name(agent, theirs), "- 群A的会议室在夜莺厅\n")
+        own_profile = files.person_profile(agent, mine, "bob", "group")  # these chats carry no chat_type
+        await files.store.write(own_profile, "- bob 喜欢乌龙茶 oolong\n")
+        await files.store.write(files.person_profile(agent, mine, "alice", "group"), "- alice 的生日是夜莺节 oolong\n")
 
         ((alices, _),) = await _search(
             gw, fake_llm, {"query": "oolong"}, channel="wecom", chat="group-b", sender="alice", agent="team"

@@ -138,27 +138,33 @@ async def test_listing_skips_a_linked_session_and_logs_it(tmp_path: Path) -> Non
     assert sorted(p.name for p in outside.iterdir()) == ["x.jsonl"]  # no meta was written out there
 
 
-def test_a_linked_chat_memory_directory_is_refused(tmp_path: Path) -> None:
+async def test_a_linked_chat_memory_directory_is_refused(tmp_path: Path) -> None:
     write_agent(tmp_path / "agents", "private", {"memory": {"scope": "chat"}})
     agent = load_agent(tmp_path / "agents" / "private")
     files, key = MemoryFiles(tmp_path / "data", tmp_path / "auth"), session_key("private", "http", "a")
-    chats = files.memory_path(agent, key).parent
+    name = files.memory_name(agent, key)
+    chats = tmp_path / "data/private/memory/chats"
     chats.mkdir(parents=True)
-    files.memory_path(agent, key)  # checked once while it was a real directory
+    assert files.file_of(name) == chats.resolve() / f"{key.file_stem}.md"  # checked once while a real directory
     chats.rmdir()
-    chats.symlink_to(_outside(tmp_path), target_is_directory=True)
+    outside = _outside(tmp_path)
+    chats.symlink_to(outside, target_is_directory=True)
     with pytest.raises(StorageError):
-        files.memory_path(agent, key)
+        files.file_of(name)
+    with pytest.raises(StorageError):
+        await files.writer.update(name, lambda text: text + "x")
+    assert list(outside.iterdir()) == []
 
 
 def test_an_agent_memory_directory_swapped_for_a_link_after_a_first_use_is_refused(tmp_path: Path) -> None:
     write_agent(tmp_path / "agents", "default", {})
     agent = load_agent(tmp_path / "agents" / "default")
     files = MemoryFiles(tmp_path / "data", tmp_path / "auth")
-    memory_dir = files.memory_path(agent).parent
+    name = files.memory_name(agent)
+    memory_dir = tmp_path / "data/default/memory"
     memory_dir.mkdir(parents=True)
-    files.memory_path(agent)  # the agent's layout is made and kept
+    files.file_of(name)  # the agent's layout is made and kept
     memory_dir.rmdir()
     memory_dir.symlink_to(_outside(tmp_path), target_is_directory=True)
     with pytest.raises(StorageError):
-        files.memory_path(agent)
+        files.file_of(name)

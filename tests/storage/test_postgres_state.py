@@ -17,6 +17,7 @@ from agenthub.app import web_server
 from agenthub.clock import ManualClock
 from agenthub.errors import StorageError
 from agenthub.gateway.core import GatewayCore
+from agenthub.memory.files import MemoryWriter
 from agenthub.storage.inbox import Inbox
 from agenthub.storage.keys import session_key
 from agenthub.storage.lease import LeaseStore
@@ -117,6 +118,24 @@ async def test_32_read_modify_writes_from_two_instances_under_a_lease_lose_nothi
 
     await at_the_same_moment(WRITERS, add)
     assert sorted((await stores[0].read(name)).splitlines()) == sorted(f"- fact {n}" for n in range(WRITERS))
+
+
+async def test_32_updates_from_two_instances_at_once_lose_nothing_and_keep_one_backup_generation(
+    two_instances: tuple[Database, Database],
+) -> None:
+    """No lease: `MemoryStore.update` alone serialises the read-modify-writes of every instance (a file not written
+    yet included: it has no row to lock)."""
+    writers = [MemoryWriter(PostgresMemoryStore(db)) for db in two_instances]
+    name = MemoryName.chat_memory(session_key("default", "wecom", "group-1"))
+
+    async def add(n: int) -> str:
+        return await writers[n % 2].update(name, lambda text: text + f"- fact {n}\n", keep_backup=True)
+
+    await at_the_same_moment(WRITERS, add)
+    store = PostgresMemoryStore(two_instances[1])
+    text, backup = await store.read(name), await store.read(name.backup_name())
+    assert sorted(text.splitlines()) == sorted(f"- fact {n}" for n in range(WRITERS))
+    assert text.startswith(backup) and len(backup.splitlines()) == WRITERS - 1  # the generation before the last
 
 
 async def test_32_accepts_at_once_from_two_instances_are_all_listed_in_seq_order_by_source(

@@ -284,6 +284,20 @@ async def test_scheduled_jobs_are_copied_once_and_one_already_there_is_left_as_i
         await database.close()
 
 
+async def test_a_memory_file_whose_name_this_product_never_made_is_left_behind(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Memory files are copied by their `MemoryName`; a stray file (a name no session key makes) has none."""
+    await populate(tmp_path, sessions=1)
+    chats = tmp_path / "data" / "default" / "memory" / "chats"
+    (chats / "stray name.md").write_text("not ours\n", encoding="utf-8")
+    (tmp_path / "auth" / "users" / "group" / "not a chat").mkdir()
+    (tmp_path / "auth" / "users" / "group" / "not a chat" / "default_wecom_alice.md").write_text("x", encoding="utf-8")
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0, err
+    assert "memory_files: 8 in the files, 8 verified in the database (8 copied now, 0 left" in out
+
+
 def test_a_re_run_copies_only_what_the_database_lacks_or_still_holds_as_copied() -> None:
     files, copied, changed = "files-now", "as-copied", "changed-there"
     assert decide(files, Held(files), copied) == "same"

@@ -5,11 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+from agenthub.agent.definition import AgentDefinition
+from agenthub.app import build_gateway, open_stores
+from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import InboundMessage
 from agenthub.storage.keys import SessionKey
+from agenthub.storage.memory_files import MemoryName
 from tests.support.fakes.anthropic import ScriptedReply, reply_text
 
 
@@ -78,3 +84,31 @@ def echo_l3(body: dict[str, Any]) -> ScriptedReply | None:
     if is_summary_request(body):
         return reply_text("short summary")
     return reply_text("# notes\n" + l3_material(body)) if is_l3_request(body) else None
+
+
+def memory_file(gateway: GatewayCore, name: MemoryName) -> Path:
+    """Where the files backend keeps `name` (design §4); the test's gateway must keep its memory as files."""
+    path = gateway.memory_files.file_of(name)
+    assert path is not None, "this gateway keeps its memory files in the database"
+    return path
+
+
+def chat_memory_file(gateway: GatewayCore, agent: AgentDefinition, key: SessionKey | None = None) -> Path:
+    """The MEMORY.md file the chat `key` reads (the agent-wide one when None)."""
+    return memory_file(gateway, gateway.memory_files.memory_name(agent, key))
+
+
+def backup_of(path: Path) -> Path:
+    """Where design §4's files keep the previous generation of a rewritten memory file: `<file>.bak`."""
+    return path.with_name(path.name + ".bak")
+
+
+@contextlib.asynccontextmanager
+async def gateway_on(settings: Settings) -> AsyncIterator[GatewayCore]:
+    """A gateway on the stores `settings` names (its own pool on PostgreSQL), as `agenthub serve` builds it."""
+    stores = await open_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            yield gw
+    finally:
+        await stores.aclose()

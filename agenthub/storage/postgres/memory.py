@@ -1,11 +1,16 @@
 """`PostgresMemoryStore`: the memory text files (design §4's MEMORY.md, USER.md, chat and per-user files, their
-`.bak`, the L3 watermark) as rows of `memory_files`, one per `MemoryName`; a write is one statement."""
+`.bak`, the L3 watermark) as rows of `memory_files`, one per `MemoryName`; a write is one statement, a
+read-modify-write one transaction under the file's advisory lock (every instance's writers serialised)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from agenthub.storage.memory_files import MemoryName
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+
+from agenthub.storage.memory_files import Change, MemoryName, changed
 from agenthub.storage.postgres.database import Database
 
 _NAME = "kind = %(kind)s AND agent = %(agent)s AND chat = %(chat)s AND person = %(person)s AND backup = %(backup)s"
@@ -14,6 +19,11 @@ INSERT INTO memory_files (kind, agent, chat, person, backup, body)
 VALUES (%(kind)s, %(agent)s, %(chat)s, %(person)s, %(backup)s, %(body)s)
 ON CONFLICT (kind, agent, chat, person, backup) DO UPDATE SET body = EXCLUDED.body, changed_at = now()
 """
+_FILE_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtextextended("
+    "'memory/' || %(kind)s || '/' || %(agent)s || '/' || %(chat)s || '/' || %(person)s, 0))"
+)
+"""A file's (and its backup's) transaction lock: it exists before the file's row does."""
 
 
 def _params(name: MemoryName, **more: Any) -> dict[str, Any]:
@@ -29,26 +39,54 @@ def _params(name: MemoryName, **more: Any) -> dict[str, Any]:
 
 class PostgresMemoryStore:
     """The `MemoryStore` on PostgreSQL: a reader sees the old or the new text, never a mix (one row, one statement);
-    the read-modify-writes of one instance are serialised by `MemoryWriter` as with files."""
+    `update` holds the file's advisory transaction lock from its read to its write, so the read-modify-writes of
+    every instance are serialised (a row lock could not: a file not written yet has no row to lock)."""
 
     def __init__(self, database: Database) -> None:
         self.database = database
 
+    def label(self, name: MemoryName) -> str:
+        return f"postgres:{'auth' if name.in_auth else 'data'}/{name.relative}"
+
     async def read(self, name: MemoryName) -> str:
         async with self.database.connection("read a memory file") as conn:
-            cursor = await conn.execute(f"SELECT body FROM memory_files WHERE {_NAME}", _params(name))
-            row = await cursor.fetchone()
-        return "" if row is None else bytes(row[0]).decode("utf-8")
+            return await _read(conn, name)
+
+    async def read_many(self, names: Sequence[MemoryName]) -> list[str]:
+        async with self.database.connection("read a memory file") as conn:
+            return [await _read(conn, name) for name in names]
 
     async def write(self, name: MemoryName, text: str) -> None:
-        body = text.encode("utf-8")  # the files backend refuses what UTF-8 cannot encode alike
         async with self.database.connection("write a memory file") as conn:
-            await conn.execute(_WRITE, _params(name, body=body))
+            await _write(conn, name, text)
+
+    async def update(self, name: MemoryName, change: Change, *, keep_backup: bool = False) -> str:
+        async with self.database.connection("write a memory file") as conn, conn.transaction():
+            await conn.execute(_FILE_LOCK, _params(name.main_name()))
+            current = await _read(conn, name)
+            new = changed(current, change)
+            if new is None:
+                return current
+            if keep_backup and current:
+                await _write(conn, name.backup_name(), current)
+            await _write(conn, name, new)
+            return new
 
     async def delete(self, name: MemoryName) -> bool:
-        async with self.database.connection("delete a memory file") as conn:
+        async with self.database.connection("delete a memory file") as conn, conn.transaction():
+            await conn.execute(_FILE_LOCK, _params(name.main_name()))  # never inside another instance's update
             cursor = await conn.execute(f"DELETE FROM memory_files WHERE {_NAME}", _params(name))
         return cursor.rowcount > 0
+
+    async def group_profiles(self, person: str) -> list[MemoryName]:
+        async with self.database.connection("list the group profiles") as conn:
+            cursor = await conn.execute(
+                "SELECT DISTINCT agent, chat FROM memory_files WHERE kind = 'group_profile' AND person = %s "
+                "ORDER BY chat",
+                (person,),
+            )
+            rows = await cursor.fetchall()
+        return [MemoryName("group_profile", agent=row[0], chat=row[1], person=person) for row in rows]
 
     async def names(self) -> list[MemoryName]:
         """Every stored name (for `agenthub store migrate`'s count check)."""
@@ -56,3 +94,14 @@ class PostgresMemoryStore:
             cursor = await conn.execute("SELECT kind, agent, chat, person, backup FROM memory_files")
             rows = await cursor.fetchall()
         return [MemoryName(row[0], agent=row[1], chat=row[2], person=row[3], backup=row[4]) for row in rows]
+
+
+async def _read(conn: AsyncConnection[TupleRow], name: MemoryName) -> str:
+    cursor = await conn.execute(f"SELECT body FROM memory_files WHERE {_NAME}", _params(name))
+    row = await cursor.fetchone()
+    return "" if row is None else bytes(row[0]).decode("utf-8")
+
+
+async def _write(conn: AsyncConnection[TupleRow], name: MemoryName, text: str) -> None:
+    body = text.encode("utf-8")  # the files backend refuses what UTF-8 cannot encode alike
+    await conn.execute(_WRITE, _params(name, body=body))
