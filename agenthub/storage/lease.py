@@ -15,6 +15,13 @@ from agenthub.errors import StorageError
 
 log = structlog.get_logger(__name__)
 
+INSTANCE_LEASE_PREFIX = "instance:"
+"""An instance is alive while it holds lease `instance:<holder>`: a shared inbox hands a dead one's entries over."""
+
+
+def instance_lease(holder: str) -> str:
+    return INSTANCE_LEASE_PREFIX + holder
+
 
 @dataclass(frozen=True)
 class Lease:

@@ -114,7 +114,19 @@ SHARED_STATE = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE)
+INBOX_OWNERS = Migration(
+    4,
+    "the instance answering each inbox entry",
+    (
+        # the holder of the instance that accepted (or took over) the entry; NULL: none (copied by `store migrate`),
+        # so any live instance may claim it. An entry whose owner's `instance:<owner>` lease is gone is claimed
+        # by a survivor
+        "ALTER TABLE inbox ADD COLUMN owner text",
+        "CREATE INDEX inbox_by_owner ON inbox (owner, seq)",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, INBOX_OWNERS)
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
