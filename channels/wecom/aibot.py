@@ -70,6 +70,7 @@ class BotEndpoint:
             admit=self._admit_entry,
             finish=self._finish,
             deferred_text=config.text("channel.deferred"),
+            ready=False,  # opened by the channel's start
         )
         self._live: dict[str, StreamReply] = {}
         """The streams of this process's callbacks (by req_id) whose answer has not started."""
@@ -95,6 +96,11 @@ class BotEndpoint:
 
         self.lease = leases.singleton(bot_lease(self.cred_id), start=connect, stop=conn.stop)
         await self.lease.open()
+
+    @property
+    def holds_connection(self) -> bool:
+        """Whether this instance holds the bot's connection lease (and so connects it)."""
+        return self.lease is not None and self.lease.running
 
     async def stop(self) -> None:
         """Close the connection, then release the lease (a standby connects only once ours is closed)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agenthub.clock import Clock
 from agenthub.errors import StorageError
-from agenthub.storage.lease import InProcessLeases, Lease
+from agenthub.storage.lease import InProcessLeases, Lease, LeaseStore
 
 
 class DownableLeases(InProcessLeases):
@@ -29,7 +29,7 @@ class InstanceView:
     """One instance's link to the shared lease store; `down` cuts only this instance off (a dead process, a
     broken network: no renewal, no release)."""
 
-    def __init__(self, shared: InProcessLeases) -> None:
+    def __init__(self, shared: LeaseStore) -> None:
         self._shared = shared
         self.down = False
 

@@ -1,0 +1,105 @@
+"""Several instances on one PostgreSQL, in one process: the HTTP messages an instance had accepted when it died
+are answered by the survivors, each exactly once (one user record and one answer in its session), none by both."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agenthub.app import build_gateway
+from agenthub.gateway.core import GatewayCore
+from agenthub.inbox_flow import HTTP_SOURCE, InboxSubmitter, InstanceInbox
+from agenthub.messages import InboundMessage
+from agenthub.singleton import InstanceLeases
+from agenthub.storage.keys import session_key
+from agenthub.storage.meta import text_of
+from agenthub.storage.stores import Stores, open_stores
+from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text
+from tests.support.leases import InstanceView
+from tests.support.roots import make_settings
+
+LEASE_S = 1.5
+MESSAGES = 20
+DEADLINE_S = 60.0
+
+
+@dataclass
+class Instance:
+    stores: Stores
+    gateway: GatewayCore
+    submitter: InboxSubmitter
+    inbox: InstanceInbox
+    link: InstanceView
+    """This instance's link to the lease store: `down` is its death as the others see it."""
+
+
+@asynccontextmanager
+async def instance(root: Path, dsn: str, llm: FakeAnthropic) -> AsyncIterator[Instance]:
+    """One daemon's inbox and gateway: its own directories, pool and holder, the shared database."""
+    store = {"backend": "postgres", "dsn": dsn, "lease_s": LEASE_S}
+    settings = make_settings(root, llm.base_url, store=store, llm={"timeout_s": 3 * DEADLINE_S})
+    async with AsyncExitStack() as stack:
+        stores = await open_stores(settings)
+        stack.push_async_callback(stores.aclose)
+        link = InstanceView(stores.leases)
+        leases = InstanceLeases(store=link, holder=stores.holder, ttl_s=LEASE_S)
+        gateway = await stack.enter_async_context(build_gateway(settings, stores=stores, leases=leases))
+        submitter = InboxSubmitter(stores.inbox, gateway)
+        stack.push_async_callback(submitter.aclose)
+        inbox = InstanceInbox(stores.inbox, leases, submitter, [])
+        stack.push_async_callback(inbox.close)
+        await inbox.open()
+        inbox.start()
+        yield Instance(stores, gateway, submitter, inbox, link)
+
+
+def chat(n: int) -> InboundMessage:
+    return InboundMessage("http", f"s{n}", "user", f"问题 {n}", agent="default")
+
+
+async def test_a_dead_instance_s_accepted_messages_are_answered_once_each_by_the_survivors(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    held = asyncio.Event()  # never set: the dying instance's model answers nothing
+    dying_llm = FakeAnthropic(responder=lambda body: reply_text("never", hold=held))
+    survivors_llm = FakeAnthropic(responder=lambda body: reply_text("答 " + question(body)))
+    async with dying_llm, survivors_llm, AsyncExitStack() as stack:
+        a = await stack.enter_async_context(instance(tmp_path / "a", postgres_dsn, dying_llm))
+        for n in range(MESSAGES):
+            await a.submitter.submit(HTTP_SOURCE, chat(n))
+        await dying_llm.wait_for_requests(MESSAGES, timeout_s=DEADLINE_S)  # every turn is at the model, held
+        a.link.down = True  # A dies: no renewal, no release; its `instance:` lease runs out
+        b = await stack.enter_async_context(instance(tmp_path / "b", postgres_dsn, survivors_llm))
+        c = await stack.enter_async_context(instance(tmp_path / "c", postgres_dsn, survivors_llm))
+
+        histories = await answered_histories(b, MESSAGES)
+        for n in range(MESSAGES):
+            assert histories[n] == [("user", f"问题 {n}"), ("assistant", f"答 问题 {n}")]
+        asked = sorted(question(r.body or {}) for r in survivors_llm.message_requests())
+        assert asked == sorted(f"问题 {n}" for n in range(MESSAGES))  # each once: none answered by both
+        assert b.inbox.taken_over + c.inbox.taken_over == MESSAGES
+        assert await a.stores.inbox.count() == 0  # settled by the survivors
+        assert "agenthub_inbox_takeovers_total" in "\n".join(b.inbox.metrics())
+
+
+def question(body: dict[str, Any]) -> str:
+    """The user's text in a request, without the time and channel the context appends."""
+    return last_user_text(body).split("\n\n")[0]
+
+
+async def answered_histories(survivor: Instance, count: int) -> dict[int, list[tuple[str, Any]]]:
+    """Every session's history (role, content) once each has an answer, read through `survivor`'s store."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        histories = {}
+        for n in range(count):
+            records = await survivor.stores.sessions.load(session_key("default", "http", f"s{n}"))
+            histories[n] = [(r["role"], text_of(r["content"])) for r in records]
+        if all(h and h[-1][0] == "assistant" for h in histories.values()) or time.monotonic() > deadline:
+            return histories
+        await asyncio.sleep(0.2)
