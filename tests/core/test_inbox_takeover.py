@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agenthub.app import build_gateway
+import aiohttp
+
+from agenthub.app import build_gateway, web_server
+from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.inbox_flow import HTTP_SOURCE, InboxSubmitter, InstanceInbox
 from agenthub.messages import InboundMessage
@@ -23,13 +26,16 @@ from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_t
 from tests.support.leases import InstanceView
 from tests.support.roots import make_settings
 
-LEASE_S = 1.5
+LEASE_S = 3.0
+"""Short, so a dead instance is noticed quickly; long enough that a survivor busy starting 20 turns on a loaded box
+still renews its own lease in time (one that misses its renewals looks dead to the others)."""
 MESSAGES = 20
 DEADLINE_S = 60.0
 
 
 @dataclass
 class Instance:
+    settings: Settings
     stores: Stores
     gateway: GatewayCore
     submitter: InboxSubmitter
@@ -55,7 +61,7 @@ async def instance(root: Path, dsn: str, llm: FakeAnthropic) -> AsyncIterator[In
         stack.push_async_callback(inbox.close)
         await inbox.open()
         inbox.start()
-        yield Instance(stores, gateway, submitter, inbox, link)
+        yield Instance(settings, stores, gateway, submitter, inbox, link)
 
 
 def chat(n: int) -> InboundMessage:
@@ -103,3 +109,38 @@ async def answered_histories(survivor: Instance, count: int) -> dict[int, list[t
         if all(h and h[-1][0] == "assistant" for h in histories.values()) or time.monotonic() > deadline:
             return histories
         await asyncio.sleep(0.2)
+
+
+async def test_metrics_count_every_instance_s_unanswered_messages_and_the_takeovers(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    held = asyncio.Event()
+    dying_llm = FakeAnthropic(responder=lambda body: reply_text("never", hold=held))
+    survivor_llm = FakeAnthropic()
+    async with dying_llm, survivor_llm, AsyncExitStack() as stack:
+        a = await stack.enter_async_context(instance(tmp_path / "a", postgres_dsn, dying_llm))
+        b = await stack.enter_async_context(instance(tmp_path / "b", postgres_dsn, survivor_llm))
+        for n in range(3):
+            await a.submitter.submit(HTTP_SOURCE, chat(n))
+        server = web_server(b.settings, b.gateway, b.stores, b.stores.inbox)
+        server.add_metrics(b.inbox.metrics)
+        await server.start()
+        stack.push_async_callback(server.close)
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        client = await stack.enter_async_context(aiohttp.ClientSession())
+        assert (await metrics(client, url))["agenthub_inbox_depth"] == 3  # A's, though B accepted none
+        assert b.stores.inbox.depth() == 0
+        a.link.down = True
+        deadline = time.monotonic() + DEADLINE_S
+        wanted = {"agenthub_inbox_takeovers_total": 3, "agenthub_lease_takeovers_total": 2}  # + L3, AutoCompact
+        while {name: (await metrics(client, url))[name] for name in wanted} != wanted:
+            assert time.monotonic() < deadline, (
+                f"B never took A's messages and leases over: {await metrics(client, url)}"
+            )
+            await asyncio.sleep(0.1)
+
+
+async def metrics(client: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    async with client.get(url) as resp:
+        lines = (await resp.text()).splitlines()
+    return {line.split()[0]: float(line.split()[1]) for line in lines if line and not line.startswith("#")}

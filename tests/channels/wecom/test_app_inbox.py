@@ -10,12 +10,13 @@ import aiohttp
 from agenthub import i18n
 from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.inbox_flow import resume_then_start
 from agenthub.storage.inbox import FileInbox
 from channels.wecom import WeComChannel
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.support.fakes.wecom import FakeQyApi, channel_context, serve_routes, signed_callback
-from tests.support.wecom import AES_KEY, CORP_ID, TOKEN, Harness, app_table, text
+from tests.support.wecom import AES_KEY, CORP_ID, TOKEN, Harness, app_table, text, wecom_settings
 
 
 async def hard_stop(harness: Harness) -> None:
@@ -90,6 +91,34 @@ async def test_a_redelivered_msgid_is_stored_once(harness: Harness, api: FakeQyA
 
     await restart_and_resume(harness, data_dir)
     assert api.texts() == ["echo: 重复投递"]
+
+
+async def test_a_resumed_callback_is_answered_before_one_the_restarting_channel_receives_while_it_starts(
+    harness: Harness, api: FakeQyApi, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    harness.inbox = FileInbox(data_dir, fsync=False)
+    harness.submitter.delay_s = 30  # never answered before the crash
+    await harness.start()
+    assert await harness.post(text("崩溃前的问题", msg_id=8701)) == (200, "")
+    await harness.submitter.wait_for(1)
+    await hard_stop(harness)
+
+    inbox = FileInbox(data_dir, fsync=False)  # the next process, in the daemon's order
+    submitter = ScriptedSubmitter()
+    settings, table = wecom_settings(app_table(api), None, {})
+    context = channel_context(submitter, tmp_path, settings, inbox)
+    harness.channel = WeComChannel(context, table)
+    harness.server = await serve_routes(context)  # the daemon listens before its channels start
+    api.token_gate = asyncio.Event()  # the start waits for its access token
+    starting = asyncio.create_task(resume_then_start(await inbox.unsettled(), [harness.channel]))
+    await api.token_asked.wait()
+    assert await harness.post(text("启动时的新问题", msg_id=8702)) == (200, "")  # same user, during the start
+    api.token_gate.set()
+    await starting
+    await harness.settle()
+    assert [m.content for m in submitter.received] == ["崩溃前的问题", "启动时的新问题"]
+    assert api.texts() == ["echo: 崩溃前的问题", "echo: 启动时的新问题"]
 
 
 async def test_resumed_callbacks_keep_each_users_order(harness: Harness, api: FakeQyApi, tmp_path: Path) -> None:
