@@ -146,7 +146,8 @@ class InboxGate:
             raise
 
     async def settle(self, entry: InboxEntry) -> None:
-        """Mark `entry` answered; a failure is logged (the entry is answered again after a restart), never raised."""
+        """Mark `entry` answered; a failure is logged (the inbox writes it again once the store is back), never
+        raised."""
         try:
             await self._inbox.settle(entry.id)
         except StorageError:
