@@ -178,14 +178,15 @@ class InstanceInbox:
             leases.holder,
             ttl_s=leases.ttl_s,
             clock=leases.clock,
-            on_lost=lambda: log.error("instance_lease_lost", holder=leases.holder),
+            on_lost=self._lost,
             takeovers=leases.takeovers,
         )
         self._loop: asyncio.Task[None] | None = None
+        self._closing = False
 
-    @property
-    def alive(self) -> bool:
-        return self._keeper.held
+    def _lost(self) -> None:
+        if not self._closing:  # while it runs: the others may now take what it is answering
+            log.error("instance_lease_lost", holder=self._leases.holder)
 
     async def open(self) -> None:
         """Take the liveness lease (a fresh holder's is free) and keep it."""
@@ -260,5 +261,6 @@ class InstanceInbox:
 
     async def close(self) -> None:
         """Release the lease: what this instance left unsettled is taken over by a survivor at its next pass."""
+        self._closing = True
         await self.stop_taking_over()
         await self._keeper.stop()
