@@ -10,8 +10,10 @@ import aiohttp
 from agenthub import i18n
 from agenthub.app import build_gateway
 from agenthub.config import Settings
-from agenthub.inbox_flow import resume_then_start
+from agenthub.inbox_flow import InboxSubmitter, InstanceInbox, resume_then_start
+from agenthub.singleton import InstanceLeases
 from agenthub.storage.inbox import FileInbox
+from agenthub.storage.postgres import PostgresInbox, PostgresLeases, open_database
 from channels.wecom import WeComChannel
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.fakes.submitter import ScriptedSubmitter
@@ -119,6 +121,33 @@ async def test_a_resumed_callback_is_answered_before_one_the_restarting_channel_
     await harness.settle()
     assert [m.content for m in submitter.received] == ["崩溃前的问题", "启动时的新问题"]
     assert api.texts() == ["echo: 崩溃前的问题", "echo: 启动时的新问题"]
+
+
+async def test_a_callback_a_dead_instance_had_stored_is_taken_over_and_answered_by_a_live_one(
+    harness: Harness, api: FakeQyApi, tmp_path: Path, postgres_dsn: str
+) -> None:
+    dead_db, live_db = await open_database(postgres_dsn), await open_database(postgres_dsn)
+    try:
+        dead = PostgresInbox(dead_db, owner="dead-host:1:0")  # it never renews an `instance:` lease again
+        await dead.accept("wecom:app:hr", {"xml": text("死掉的实例收到的", msg_id=8801)})
+        await dead.accept("wecom:bot:nobody", {"req_id": "r1", "body": {}})  # no channel here answers this one
+        inbox = PostgresInbox(live_db, owner="live-host:2:0")
+        harness.inbox = inbox
+        channel = await harness.start()
+        leases = InstanceLeases(store=PostgresLeases(live_db), holder="live-host:2:0", ttl_s=15)
+        live = InstanceInbox(inbox, leases, InboxSubmitter(inbox, harness.submitter), [channel])
+        await live.open()
+        try:
+            assert await live.take_over() == 1
+            await harness.settle()
+        finally:
+            await live.close()
+        assert [m.content for m in harness.submitter.received] == ["死掉的实例收到的"]
+        assert api.texts() == ["echo: 死掉的实例收到的"]
+        assert [e.source for e in await PostgresInbox(live_db).unsettled()] == ["wecom:bot:nobody"]
+    finally:
+        await dead_db.close()
+        await live_db.close()
 
 
 async def test_resumed_callbacks_keep_each_users_order(harness: Harness, api: FakeQyApi, tmp_path: Path) -> None:
