@@ -55,7 +55,7 @@ def build_gateway(
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
     providers = ProviderRegistry.from_settings(settings.llm)
     if leases is None and stores is not None:
-        leases = InstanceLeases(store=stores.leases, ttl_s=settings.store.lease_s)
+        leases = InstanceLeases(store=stores.leases, holder=stores.holder, ttl_s=settings.store.lease_s)
     history = None
     if stores is not None and stores.backend != "files":
         from agenthub.session.history import SessionHistory

@@ -55,12 +55,17 @@ class Channel(Protocol):
 class ResumableChannel(Protocol):
     """A channel that answers, after a restart, the messages it had accepted into the inbox and not settled.
 
-    `resume` gets its entries (every source whose first segment is the channel's name) in acceptance order, once,
-    after `start()`: it processes each as if it had just arrived, minus dedup and acknowledgement, keeping per-chat
-    order, and settles each as it does a fresh one.
+    `resume` gets its entries (every source whose first segment is the channel's name) in acceptance order: at a
+    restart *before* `start()` (it must then answer them once started, ahead of what arrives meanwhile in the same
+    chat), and again whenever entries of a stopped instance are taken over. It processes each as if it had just
+    arrived, minus dedup and acknowledgement, keeping per-chat order, and settles each as it does a fresh one.
+    `can_resume(source)` says whether this instance can answer that source's entries (a shared inbox hands it
+    only those): e.g. a WeCom AI bot's only where its connection is.
     """
 
     name: str
+
+    def can_resume(self, source: str) -> bool: ...
 
     async def resume(self, entries: list[InboxEntry]) -> None: ...
 

@@ -16,11 +16,10 @@ from agenthub.channel import Channel
 from agenthub.config import Settings
 from agenthub.datalock import DataDirLock
 from agenthub.gateway.core import GatewayCore
-from agenthub.inbox_flow import InboxSubmitter, resume_channels, resume_http
+from agenthub.inbox_flow import InboxSubmitter, InstanceInbox, resume_http, resume_then_start
 from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
 from agenthub.storage.atomic import remove_stale_temp_files
-from agenthub.storage.inbox import InboxEntry
 from agenthub.storage.stores import Stores
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
@@ -75,13 +74,17 @@ class Daemon:
         server, self.channels = assemble(self.settings, gateway, stores)
         self.server = server
         inbox = stores.inbox
-        unsettled = await inbox.unsettled()  # what the last run accepted and did not answer
-        resumed = InboxSubmitter(inbox, gateway)
+        resumed = InboxSubmitter(inbox, gateway, resolve=gateway.session_of)
+        instance = InstanceInbox(inbox, gateway.leases, resumed, self.channels)
+        await instance.open()  # alive before accepting anything: no survivor takes what this instance accepts
+        server.add_metrics(instance.metrics)
+        unsettled = await inbox.unsettled()  # what the last run accepted and did not answer (files)
         await resume_http(resumed, unsettled)  # queued before the server listens: ahead of any new request
+        await instance.take_over()  # postgres: what stopped instances left, ahead of new messages too
         await server.start()
         self.lock.acquire_info(f"http={http.host}:{server.port}")
-        await self._start_channels()
-        resuming = self._resume_channels(unsettled)
+        await resume_then_start(unsettled, self.channels)  # each chat's resumed entries before its new messages
+        instance.start()
         await start_scheduler(gateway, self.channels)
         watchdog = asyncio.create_task(self.notifier.watchdog(), name="sd-watchdog")
         self._install_signals(gateway)
@@ -98,28 +101,16 @@ class Daemon:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
-            await self._shutdown(gateway, server, resuming)
+            await instance.stop_taking_over()
+            await self._shutdown(gateway, server)
             await resumed.aclose()
+            await instance.close()  # nothing of this instance runs now: what it left is a survivor's
 
-    async def _start_channels(self) -> None:
-        for channel in list(self.channels):
-            try:
-                await channel.start()
-            except Exception as e:
-                log.error("channel_failed_to_start", channel=channel.name, error=str(e), error_type=type(e).__name__)
-                self.channels.remove(channel)
-
-    def _resume_channels(self, unsettled: list[InboxEntry]) -> asyncio.Task[None]:
-        """The channels answer what they had accepted before the restart, in the background: READY means
-        accepting, and new messages of a chat queue behind its resumed ones in the channel's own order."""
-        return asyncio.create_task(resume_channels(unsettled, self.channels), name="inbox-resume")
-
-    async def _shutdown(self, gateway: GatewayCore, server: WebServer, resuming: asyncio.Task[None]) -> None:
+    async def _shutdown(self, gateway: GatewayCore, server: WebServer) -> None:
         """Stop accepting, drain running turns (bounded), close channels in reverse order, then the server.
-        Entries whose turn the shutdown cut stay unsettled: the next start answers them."""
+        Entries whose turn the shutdown cut stay unsettled: the next start (files) or a survivor (postgres)
+        answers them."""
         await pause_scheduler(gateway)
-        resuming.cancel()
-        await asyncio.wait([resuming])
         await server.stop_listening()
         drained = await gateway.drain(self.settings.http.drain_timeout_s)
         log.info("daemon_drained", complete=drained)

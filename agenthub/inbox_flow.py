@@ -1,5 +1,6 @@
-"""Messages through the durable inbox: accepted, submitted with their entry's id, settled once answered; and the
-resume of what a crash left unsettled (the core's own HTTP entries; every other source by its channel)."""
+"""Messages through the durable inbox: accepted, submitted with their entry's id, settled once answered; the
+resume of what a crash left unsettled (the core's own HTTP entries; every other source by its channel); and this
+instance's liveness, by which a survivor takes over what a stopped instance had accepted."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from typing import Any
 import structlog
 
 from agenthub.channel import Channel, ResumableChannel, Submitter
+from agenthub.clock import sleep_until
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.inbox_replay import INBOX_ID, INBOX_SEQ, INBOX_SESSION
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
+from agenthub.singleton import InstanceLeases
 from agenthub.storage.inbox import Inbox, InboxEntry, message_from_json, message_to_json
+from agenthub.storage.lease import LeaseKeeper, instance_lease
 
 log = structlog.get_logger(__name__)
 
@@ -92,8 +96,8 @@ class InboxSubmitter:
 
 
 async def settle_quietly(inbox: Inbox, entry_id: str) -> None:
-    """Settle `entry_id`; a failure is logged (the entry is then answered again, and found answered, after a
-    restart), never raised to the user."""
+    """Settle `entry_id`; a failure is logged (the inbox retries it until the store takes it), never raised to
+    the user."""
     try:
         await inbox.settle(entry_id)
     except StorageError as e:
@@ -149,3 +153,127 @@ async def _resume_one(channel: ResumableChannel, entries: list[InboxEntry]) -> N
         log.exception("inbox_resume_failed", channel=channel.name, count=len(entries))
     else:
         log.info("inbox_resumed", source=channel.name, count=len(entries))
+
+
+async def resume_then_start(entries: Sequence[InboxEntry], channels: list[Channel]) -> None:
+    """Hand the channels what the last run left (`resume_channels`), then start them: each resumed entry holds its
+    chat's place before the channel receives anything, so a new message of that chat is answered after it. A
+    channel that fails to start is logged and removed from `channels`; the others go on."""
+    await resume_channels(entries, channels)
+    for channel in list(channels):
+        try:
+            await channel.start()
+        except Exception as e:
+            log.error("channel_failed_to_start", channel=channel.name, error=str(e), error_type=type(e).__name__)
+            channels.remove(channel)
+
+
+class InstanceInbox:
+    """This instance's place in a shared inbox: its liveness lease `instance:<holder>` (taken by `open` before it
+    accepts anything, renewed by a `LeaseKeeper`, released by `close` once nothing of it runs any more), and a
+    pass every `ttl_s / 3` that writes the settles the store refused and takes over, in one claim, the entries
+    of instances whose lease is gone, for the sources this one can answer now (HTTP always; a channel's when
+    `can_resume` says so), resumed as a restart resumes them. The exactly-once guard of the turn makes an entry
+    that was answered but not settled cost no model call."""
+
+    def __init__(
+        self, inbox: Inbox, leases: InstanceLeases, submitter: InboxSubmitter, channels: Sequence[Channel]
+    ) -> None:
+        self.inbox = inbox
+        self.submitter = submitter
+        self.channels = channels
+        self.taken_over = 0
+        """Entries claimed from stopped instances (for /metrics)."""
+        self._leases = leases
+        self._keeper = LeaseKeeper(
+            leases.store,
+            instance_lease(leases.holder),
+            leases.holder,
+            ttl_s=leases.ttl_s,
+            clock=leases.clock,
+            on_lost=self._lost,
+            takeovers=leases.takeovers,
+        )
+        self._loop: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def _lost(self) -> None:
+        if not self._closing:  # while it runs: the others may now take what it is answering
+            log.error("instance_lease_lost", holder=self._leases.holder)
+
+    async def open(self) -> None:
+        """Take the liveness lease (a fresh holder's is free) and keep it."""
+        await self._keeper.step()
+        if not self._keeper.held:
+            log.error("instance_lease_not_taken", holder=self._leases.holder)
+        self._keeper.start()
+
+    def start(self) -> None:
+        """Run `take_over()` every `ttl_s / 3` from now on."""
+        self._loop = asyncio.create_task(self._run(), name="inbox-takeover")
+
+    async def take_over(self) -> int:
+        """One pass: retry refused settles, claim and resume the orphans this instance can answer; how many."""
+        await self._retry_settles()
+        if not self._keeper.held:  # to the others this instance may look dead: it takes nothing of theirs
+            return 0
+        try:
+            sources = sorted(s for s in await self.inbox.orphan_sources() if self._can_answer(s))
+            entries = await self.inbox.claim_orphans(sources) if sources else []
+        except StorageError as e:
+            log.warning("inbox_takeover_failed", error=str(e))
+            return 0
+        if not entries:
+            return 0
+        self.taken_over += len(entries)
+        log.info("inbox_taken_over", count=len(entries), sources=sorted({e.source for e in entries}))
+        await resume_http(self.submitter, entries)
+        await resume_channels(entries, self.channels)
+        return len(entries)
+
+    def metrics(self) -> list[str]:
+        """The takeover counters in Prometheus text exposition."""
+        return [
+            "# HELP agenthub_inbox_takeovers_total Accepted messages taken over from stopped instances.",
+            "# TYPE agenthub_inbox_takeovers_total counter",
+            f"agenthub_inbox_takeovers_total {self.taken_over}",
+            "# HELP agenthub_lease_takeovers_total Leases this instance gained after another holder had them.",
+            "# TYPE agenthub_lease_takeovers_total counter",
+            f"agenthub_lease_takeovers_total {self._leases.takeovers.count}",
+        ]
+
+    async def _retry_settles(self) -> None:
+        try:
+            await self.inbox.retry_settles()
+        except StorageError:
+            log.warning("inbox_settles_still_refused")
+
+    def _can_answer(self, source: str) -> bool:
+        if source == HTTP_SOURCE:
+            return True
+        owner = source_owner(source)
+        return any(c.name == owner and isinstance(c, ResumableChannel) and c.can_resume(source) for c in self.channels)
+
+    async def _run(self) -> None:
+        clock, interval = self._leases.clock, self._leases.ttl_s / 3
+        while True:
+            await sleep_until(clock, clock() + interval)
+            try:
+                await self.take_over()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the loop must outlive one bad pass, or a dead instance's messages would wait
+                log.exception("inbox_takeover_pass_failed")
+
+    async def stop_taking_over(self) -> None:
+        """No more passes (the shutdown has begun); the lease is still held: this instance still answers."""
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.cancel()
+            await asyncio.wait([loop])
+
+    async def close(self) -> None:
+        """Release the lease: what this instance left unsettled is taken over by a survivor at its next pass."""
+        self._closing = True
+        await self.stop_taking_over()
+        await self._keeper.stop()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from agenthub.clock import Clock, monotonic_clock, sleep_until
-from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore
+from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore, LeaseTakeovers
 
 log = structlog.get_logger(__name__)
 
@@ -36,6 +36,8 @@ class InstanceLeases:
     holder: str = field(default_factory=instance_holder)
     ttl_s: float = DEFAULT_LEASE_S
     clock: Clock = monotonic_clock
+    takeovers: LeaseTakeovers = field(default_factory=LeaseTakeovers, compare=False)
+    """The leases this instance gained after another holder had them (/metrics)."""
 
     def singleton(self, name: str, *, start: Action, stop: Action) -> Singleton:
         return Singleton(self, name, start=start, stop=stop)
@@ -57,6 +59,7 @@ class Singleton:
             on_gained=self._gained,
             on_lost=self._lost,
             clock=leases.clock,
+            takeovers=leases.takeovers,
         )
         self._wanted = False
         self._started = False

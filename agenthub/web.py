@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MetricsSource = Callable[[], list[str]]
+
+INBOX_DEPTH_CACHE_S = 1.5
+"""How long /metrics reuses the inbox's count (on PostgreSQL a query over every instance's entries)."""
 
 
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
@@ -107,12 +112,19 @@ class WebServer:
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
+        self._metrics_sources: list[MetricsSource] = []
+        self._depth = 0
+        self._depth_at: float | None = None
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self._undo_fd_filter: Callable[[], None] | None = None
 
     def mount(self, routes: WebRoutes) -> None:
         self.app.add_routes(routes.routes)
+
+    def add_metrics(self, source: MetricsSource) -> None:
+        """Lines `source()` gives are appended to every /metrics answer."""
+        self._metrics_sources.append(source)
 
     async def start(self) -> None:
         """Listen. Connections are aiohttp's protocol counted by the guard; aiohttp's keep-alive timer, armed at
@@ -163,17 +175,34 @@ class WebServer:
         return web.json_response({"status": "ready", "agents": self.gateway.agents.names(), "store": store})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        text = render_metrics(self.gateway, self.inbox)
+        text = render_metrics(self.gateway, await self._inbox_depth())
+        for source in self._metrics_sources:
+            text += "\n".join(source()) + "\n"
         latency = None if self.stores is None else self.stores.latency
         if latency is not None:
             text += "\n".join(latency.exposition(STORE_LATENCY, "Store call latency (PostgreSQL).")) + "\n"
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
+    async def _inbox_depth(self) -> int:
+        """The inbox's count over every instance; a shared one's is asked at most every `INBOX_DEPTH_CACHE_S` (the
+        last one is shown while the store is away)."""
+        if self.inbox is None:
+            return 0
+        now = time.monotonic()
+        shared = self.stores is not None and self.stores.database is not None
+        if not shared or self._depth_at is None or now - self._depth_at >= INBOX_DEPTH_CACHE_S:
+            try:
+                self._depth = await self.inbox.count()
+            except StorageError:
+                return self._depth
+            self._depth_at = now
+        return self._depth
+
 
 STORE_LATENCY = "agenthub_store_latency_seconds"
 
 
-def render_metrics(gateway: GatewayCore, inbox: Inbox | None = None) -> str:
+def render_metrics(gateway: GatewayCore, inbox_depth: int = 0) -> str:
     """Prometheus text exposition of the gateway's counters and gauges."""
     s = gateway.stats
     lines = [
@@ -209,6 +238,6 @@ def render_metrics(gateway: GatewayCore, inbox: Inbox | None = None) -> str:
         f"agenthub_queue_depth {gateway.queue_depth()}",
         "# HELP agenthub_inbox_depth Accepted messages not answered yet (the durable inbox).",
         "# TYPE agenthub_inbox_depth gauge",
-        f"agenthub_inbox_depth {inbox.depth() if inbox is not None else 0}",
+        f"agenthub_inbox_depth {inbox_depth}",
     ]
     return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ import dataclasses
 import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import structlog
 
 from agenthub.aio import run_to_end, succeeded
+from agenthub.errors import StorageError
 from agenthub.messages import Attachment, InboundMessage
 from agenthub.storage.journal import Journal, JournalRecord
 
@@ -57,9 +58,31 @@ class Inbox(Protocol):
         `entry_id` is settled or unknown."""
         ...
 
-    async def settle(self, entry_id: str) -> None: ...
+    async def settle(self, entry_id: str) -> None:
+        """Mark the entry answered. A refused write raises StorageError and is retried by the inbox itself (bounded
+        backoff, and at every `retry_settles`) until the store takes it; meanwhile the entry is not listed again."""
+        ...
 
-    async def unsettled(self) -> list[InboxEntry]: ...
+    async def unsettled(self) -> list[InboxEntry]:
+        """What this instance must still answer (its own entries), in acceptance order."""
+        ...
+
+    async def orphan_sources(self) -> set[str]:
+        """The sources of unsettled entries whose instance is gone (a shared inbox; none for one of its own)."""
+        ...
+
+    async def claim_orphans(self, sources: Collection[str]) -> list[InboxEntry]:
+        """Make this instance the owner of the unsettled entries of `sources` whose instance is gone, and return
+        them in acceptance order; two instances claiming at once never get the same entry."""
+        ...
+
+    async def retry_settles(self) -> None:
+        """Write the settles that were refused now (StorageError while the store still refuses)."""
+        ...
+
+    async def count(self) -> int:
+        """How many accepted messages are not answered yet, on every instance (the store is asked)."""
+        ...
 
     async def drop_settled(self) -> None:
         """Keep nothing of answered messages (a forget, a deleted session): StorageError when refused."""
@@ -125,6 +148,60 @@ def _optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+SETTLE_RETRY_FIRST_S = 0.5
+SETTLE_RETRY_MAX_S = 30.0
+
+
+class SettleRetry:
+    """The settles an inbox's store refused, written again by `write` with a bounded backoff (first, doubled, at
+    most `max_s`) until it takes them, and at every `retry()`: an answered entry is not answered again after a
+    restart just because the store was away when it was answered."""
+
+    def __init__(
+        self,
+        write: Callable[[str], Awaitable[None]],
+        *,
+        first_s: float = SETTLE_RETRY_FIRST_S,
+        max_s: float = SETTLE_RETRY_MAX_S,
+    ) -> None:
+        self._write = write
+        self._first_s, self._max_s = first_s, max_s
+        self.pending: dict[str, None] = {}
+        """Entry ids in the order their settle was refused."""
+        self._task: asyncio.Task[None] | None = None
+
+    def refused(self, entry_id: str) -> None:
+        log.warning("inbox_settle_retrying", entry_id=entry_id)
+        self.pending[entry_id] = None
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="inbox-settle-retry")
+
+    async def retry(self) -> None:
+        """Write every pending settle, oldest first; StorageError (the rest kept) when the store still refuses."""
+        for entry_id in list(self.pending):
+            await self._write(entry_id)
+            self.pending.pop(entry_id, None)
+            log.info("inbox_settle_retried", entry_id=entry_id)
+
+    async def _run(self) -> None:
+        delay = self._first_s
+        while self.pending:
+            await asyncio.sleep(delay)
+            try:
+                await self.retry()
+            except StorageError:
+                delay = min(delay * 2, self._max_s)
+
+    async def aclose(self) -> None:
+        """Stop the background retries (what is still pending is answered again, and found answered, later)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
+        if self.pending:
+            log.warning("inbox_settles_left", count=len(self.pending))
+
+
 class _Entries:
     """The live entries of an inbox in acceptance order, with the next sequence number."""
 
@@ -179,8 +256,20 @@ class InMemoryInbox:
     async def unsettled(self) -> list[InboxEntry]:
         return self._entries.ordered()
 
+    async def orphan_sources(self) -> set[str]:
+        return set()  # one process: nobody else's entries
+
+    async def claim_orphans(self, sources: Collection[str]) -> list[InboxEntry]:
+        return []
+
+    async def retry_settles(self) -> None:
+        return None
+
     def depth(self) -> int:
         return len(self._entries.live)
+
+    async def count(self) -> int:
+        return self.depth()
 
     async def drop_settled(self) -> None:
         return None
@@ -198,6 +287,7 @@ class FileInbox:
         self._entries = _Entries()
         self._clock = clock
         self._journal = Journal(data_dir / INBOX_FILE, snapshot=self._snapshot, fsync=fsync)
+        self._settles = SettleRetry(self._write_settle)
         self._load(self._journal.read())
 
     def _load(self, records: list[JournalRecord]) -> None:
@@ -235,20 +325,42 @@ class FileInbox:
         return self._entries.earlier(session, entry_id)
 
     async def settle(self, entry_id: str) -> None:
+        """Gone from the live entries at once; a refused write is retried until the journal takes it (a compaction
+        meanwhile writes the live entries only, which settles it too)."""
         if self._entries.live.pop(entry_id, None) is not None:
-            await self._journal.write({"op": "settle", "id": entry_id})
+            try:
+                await self._write_settle(entry_id)
+            except StorageError:
+                self._settles.refused(entry_id)
+                raise
+
+    async def _write_settle(self, entry_id: str) -> None:
+        await self._journal.write({"op": "settle", "id": entry_id})
 
     async def unsettled(self) -> list[InboxEntry]:
         return self._entries.ordered()
 
+    async def orphan_sources(self) -> set[str]:
+        return set()  # one instance per data directory: nobody else's entries
+
+    async def claim_orphans(self, sources: Collection[str]) -> list[InboxEntry]:
+        return []
+
+    async def retry_settles(self) -> None:
+        await self._settles.retry()
+
     def depth(self) -> int:
         return len(self._entries.live)
+
+    async def count(self) -> int:
+        return self.depth()
 
     async def drop_settled(self) -> None:
         """Settled entries stay in the journal until it is compacted; this compacts it now."""
         await self._journal.compact()
 
     async def aclose(self) -> None:
+        await self._settles.aclose()
         await self._journal.aclose()
 
 

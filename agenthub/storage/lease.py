@@ -15,6 +15,13 @@ from agenthub.errors import StorageError
 
 log = structlog.get_logger(__name__)
 
+INSTANCE_LEASE_PREFIX = "instance:"
+"""An instance is alive while it holds lease `instance:<holder>`: a shared inbox hands a dead one's entries over."""
+
+
+def instance_lease(holder: str) -> str:
+    return INSTANCE_LEASE_PREFIX + holder
+
 
 @dataclass(frozen=True)
 class Lease:
@@ -74,6 +81,13 @@ class InProcessLeases:
             del self._leases[lease.name]
 
 
+class LeaseTakeovers:
+    """How many leases an instance gained after another holder had them (a failover; for /metrics)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 class LeaseKeeper:
     """Holds one lease for as long as it can: tries to acquire it every `ttl_s / 3`, renews it at the same pace,
     and calls `on_gained` / `on_lost` when that changes (a singleton's start and stop).
@@ -91,8 +105,12 @@ class LeaseKeeper:
         on_gained: Callable[[Lease], None] = lambda lease: None,
         on_lost: Callable[[], None] = lambda: None,
         clock: Clock = monotonic_clock,
+        takeovers: LeaseTakeovers | None = None,
     ) -> None:
+        """`takeovers` counts the gains of a lease another holder had last."""
         self._store, self._name, self._holder, self._ttl_s = store, name, holder, ttl_s
+        self._takeovers = takeovers
+        self._last_token = 0
         self._on_gained, self._on_lost, self._clock = on_gained, on_lost, clock
         self.lease: Lease | None = None
         self._task: asyncio.Task[None] | None = None
@@ -136,9 +154,18 @@ class LeaseKeeper:
         elif self.lease is None:
             self.lease = lease
             log.info("lease_gained", lease=self._name, token=lease.token)
+            self._count_takeover(lease)
             self._on_gained(lease)
         else:
             self.lease = lease
+
+    def _count_takeover(self, lease: Lease) -> None:
+        """Every grant raises the token by one: a gain whose token is not the one after ours (or 1, the first
+        grant ever) follows a grant to another holder."""
+        if self._takeovers is not None and lease.token not in (1, self._last_token + 1):
+            self._takeovers.count += 1
+            log.info("lease_taken_over", lease=self._name, token=lease.token)
+        self._last_token = lease.token
 
     async def _attempt(self) -> Lease | None:
         if self.lease is None:

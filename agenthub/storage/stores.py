@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from agenthub.dedup import DedupStore, SeenIds, SeenIdsOpener
 from agenthub.member_sends import MemberSends, MemberSendsOpener, Windows
+from agenthub.singleton import instance_holder
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox, Inbox
 from agenthub.storage.jobs import FileJobDocuments, JobDocuments
@@ -42,7 +43,9 @@ class Stores:
         database: Database | None = None,
         tokens: PostgresTokens | None = None,
         fsync: bool = True,
+        holder: str | None = None,
     ) -> None:
+        """`holder`: this instance's lease holder id (default: a new one), the owner of what it accepts."""
         self.backend = backend
         self.sessions, self.memory, self.leases = sessions, memory, leases
         self.data_dir = data_dir
@@ -53,6 +56,7 @@ class Stores:
         self.database = database
         self.tokens = tokens
         """The API tokens on PostgreSQL; None in the files mode (`TokenStore` reads `auth/tokens.json`)."""
+        self.holder = holder or instance_holder()
         self._inbox: Inbox | None = None
         self._fsync = fsync
 
@@ -63,10 +67,14 @@ class Stores:
         return self._inbox
 
     def _open_inbox(self) -> Inbox:
-        """This instance's journal in both modes for now: a shared `PostgresInbox` needs each entry claimed by the
-        instance answering it (a lease per entry), or a restarting instance would answer what another one is
-        answering right now. Until then an instance resumes only what it accepted itself."""
-        return FileInbox(self.data_dir, fsync=self._fsync)
+        """Files: this instance's journal. PostgreSQL: the inbox every instance shares, this instance owning what
+        it accepts; a survivor claims a stopped instance's entries once its `instance:` lease is gone
+        (`inbox_flow.InstanceInbox`), so nobody answers what a live instance is answering."""
+        if self.database is None:
+            return FileInbox(self.data_dir, fsync=self._fsync)
+        from agenthub.storage.postgres import PostgresInbox
+
+        return PostgresInbox(self.database, owner=self.holder)
 
     def seen_ids_for(self, channel: str, state_dir: Path) -> SeenIdsOpener:
         """How channel `channel` opens its dedup memories: files in `state_dir`, or its scopes of `seen_ids`."""

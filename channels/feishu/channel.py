@@ -76,6 +76,7 @@ class FeishuChannel:
                 finish=functools.partial(self._finish, app),
                 deferred_text=i18n.text("channel.deferred", locale),
                 order=self._order,
+                ready=False,  # opened at the end of `start`: resumed entries go first in their chats
             )
             for cred_id, app in self._apps.items()
         }
@@ -116,6 +117,8 @@ class FeishuChannel:
                 self._retry_later(app)
         ready = [a.cred_id for a in self._apps.values() if a.status == "ready"]
         log.info("feishu_started", ready=ready, failed=[c for c in self._apps if c not in ready])
+        for gate in self._gates.values():
+            gate.open()  # what was resumed before the start goes first, then what arrived since
 
     def _retry_later(self, app: FeishuApp) -> None:
         """Start `_keep_trying(app)` unless it runs already (or the channel is stopping)."""
@@ -309,8 +312,13 @@ class FeishuChannel:
             return True
         return intake is Intake.REFUSED
 
+    def can_resume(self, source: str) -> bool:
+        """Every instance can answer an app's events (replies go through the API) while the channel is not stopped."""
+        return not self._stopped and any(gate.source == source for gate in self._gates.values())
+
     async def resume(self, entries: list[InboxEntry]) -> None:
-        """Answer the events a stopped process had stored but not answered (the core calls it after `start`)."""
+        """Answer the events a stopped process had stored but not answered (before `start` at a restart: they go
+        first in their chats; any time after it for those taken over from a stopped instance)."""
         apps = {gate.source: self._apps[cred_id] for cred_id, gate in self._gates.items()}
         for source, stored in resumable(entries, apps, channel=self.name).items():
             scope = apps[source].config.group_session_scope

@@ -45,7 +45,10 @@ class InboxGate:
     arrival order. `admit(entry)` (downloads, `submit`) runs inside the slot, `finish(entry, outcome)` (consuming
     the handle, sending) after it; then the entry is settled. An entry stays unsettled (answered after the
     restart) when the turn was cancelled or cut by the shutdown, or when it arrived during the drain: the user is
-    told `deferred_text` instead."""
+    told `deferred_text` instead.
+
+    A gate built with `ready=False` admits nothing until `open()` (its channel has started): entries resumed
+    before that take their chats' slots first, so a message that arrives during the start queues behind them."""
 
     def __init__(
         self,
@@ -59,8 +62,10 @@ class InboxGate:
         finish: Finish,
         deferred_text: str,
         order: KeyedLock | None = None,
+        ready: bool = True,
     ) -> None:
-        """`order`: the per-chat slots, when several gates share them (else the gate's own)."""
+        """`order`: the per-chat slots, when several gates share them (else the gate's own); `ready=False`: closed
+        until `open()`."""
         self.source = source
         self._inbox = inbox
         self._dedup = dedup
@@ -70,6 +75,13 @@ class InboxGate:
         self._finish = finish
         self._deferred_text = deferred_text
         self._order = order if order is not None else KeyedLock()
+        self._ready = asyncio.Event()
+        if ready:
+            self._ready.set()
+
+    def open(self) -> None:
+        """The channel can answer now: what waited in the chats' slots goes on, in order."""
+        self._ready.set()
 
     async def take(self, key: str, chat: str, payload: dict[str, Any]) -> Intake:
         """Dedup `key` and store `payload`; the answer is under way when this returns ACCEPTED. `RuntimeError`
@@ -98,7 +110,7 @@ class InboxGate:
 
     def resume(self, entries: Iterable[InboxEntry], chat_of: Callable[[InboxEntry], str]) -> None:
         """Answer entries a stopped process accepted, as if they had just arrived (no dedup, no acknowledgement),
-        each chat's in `seq` order."""
+        each chat's in `seq` order, ahead of any message `take`n after this call (slots go in the order asked)."""
         for entry in sorted(entries, key=lambda e: e.seq):
             try:
                 chat = chat_of(entry)
@@ -115,6 +127,7 @@ class InboxGate:
             entry = await accepted
             if entry is None:
                 return
+            await self._ready.wait()
             deferred = not self._gateway.accepting
             outcome = self._deferred_text if deferred else await self._settle_on_failure(entry, self._admit(entry))
         await self._settle_on_failure(entry, self._finish(entry, outcome))
@@ -133,7 +146,8 @@ class InboxGate:
             raise
 
     async def settle(self, entry: InboxEntry) -> None:
-        """Mark `entry` answered; a failure is logged (the entry is answered again after a restart), never raised."""
+        """Mark `entry` answered; a failure is logged (the inbox writes it again once the store is back), never
+        raised."""
         try:
             await self._inbox.settle(entry.id)
         except StorageError:

@@ -76,6 +76,7 @@ class BotEndpoint:
             admit=self._admit_entry,
             finish=self._finish,
             deferred_text=config.text("channel.deferred"),
+            ready=False,  # opened by the channel's start
         )
         self._live: dict[str, StreamReply] = {}
         """The streams of this process's callbacks (by req_id) whose answer has not started."""

@@ -79,6 +79,7 @@ class AppEndpoint:
             admit=self._admit_entry,
             finish=self._finish,
             deferred_text=config.text("channel.deferred"),
+            ready=False,  # opened by the channel's start: nothing is answered before its API client exists
         )
         self._crypto = WeChatCrypto(
             config.token.get_secret_value(), config.encoding_aes_key.get_secret_value(), config.corp_id

@@ -107,6 +107,9 @@ class WeComChannel:
         await asyncio.gather(*(self._check_app(app) for app in self.apps.values()))
         for bot in self.bots.values():
             await bot.start(self._session, self._context.leases)
+        endpoints: list[AppEndpoint | BotEndpoint] = [*self.apps.values(), *self.bots.values()]
+        for endpoint in endpoints:
+            endpoint.gate.open()  # what was resumed before the start goes first, then what arrived since
 
     async def _check_app(self, app: AppEndpoint) -> None:
         assert app.api is not None
@@ -130,8 +133,18 @@ class WeComChannel:
             await self._session.close()
             self._session = None
 
+    def can_resume(self, source: str) -> bool:
+        """An app's entries: while the channel is not stopped (any instance can `message/send`); a bot's: only
+        on the instance holding that bot's connection (its answers go out through it)."""
+        if self._stopped:
+            return False
+        if any(app.gate.source == source for app in self.apps.values()):
+            return True
+        return any(bot.gate.source == source and bot.holds_connection for bot in self.bots.values())
+
     async def resume(self, entries: list[InboxEntry]) -> None:
-        """Answer the messages a stopped process had stored but not answered (the core calls it after `start`)."""
+        """Answer the messages a stopped process had stored but not answered (before `start` at a restart: they
+        go first in their chats; any time after it for those taken over from a stopped instance)."""
         every: list[AppEndpoint | BotEndpoint] = [*self.apps.values(), *self.bots.values()]
         endpoints = {endpoint.gate.source: endpoint for endpoint in every}
         for source, stored in resumable(entries, endpoints, channel=self.name).items():

@@ -77,6 +77,9 @@ class _Recorder:
 
     async def send(self, message: OutboundMessage) -> None: ...
 
+    def can_resume(self, source: str) -> bool:
+        return True
+
     async def resume(self, entries: list[InboxEntry]) -> None:
         self.resumed.append([e.payload["n"] for e in entries])
 

@@ -130,7 +130,7 @@ async def test_twenty_sessions_of_five_messages_sent_to_random_instances_keep_ar
         for instance in instances:
             await instance.submitter.aclose()
         assert instance.submitter.inbox is not None
-        assert await instances[0].submitter.inbox.count() == 0  # type: ignore[attr-defined]
+        assert await instances[0].submitter.inbox.count() == 0
 
 
 async def test_messages_submitted_straight_to_random_instances_never_put_two_of_them_at_the_model_for_a_session(

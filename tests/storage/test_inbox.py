@@ -7,7 +7,8 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -25,12 +26,15 @@ from agenthub.storage.inbox import (
     message_from_json,
     message_to_json,
 )
-from agenthub.storage.postgres import Database, PostgresInbox
-from tests.support.disks import PAGE, fill, small_tmpfs
-from tests.support.postgres import fresh_database, migrated
+from agenthub.storage.lease import instance_lease
+from agenthub.storage.postgres import Database, PostgresInbox, PostgresLeases, open_database
+from tests.support.disks import PAGE, fill, room_in_last_page, small_tmpfs
+from tests.support.postgres import PostgresServer, fresh_database, migrated
 
 REPO = Path(__file__).resolve().parents[2]
 InboxFactory = Callable[[Path], Inbox]
+RECOVERY_DEADLINE_S = 60.0
+CLAIMED = ("wecom:app:a0", "wecom:app:a1")
 
 
 def _postgres(stack: AsyncExitStack) -> InboxFactory:
@@ -275,3 +279,126 @@ async def test_an_accept_cancelled_while_its_write_is_in_flight_keeps_memory_and
     on_disk = [e.id for e in await FileInbox(tmp_path).unsettled()]
     assert [e.id for e in await inbox.unsettled()] == on_disk
     assert len(on_disk) == 1  # the write landed: the entry is kept, not dropped while still on disk
+
+
+@pytest_asyncio.fixture
+async def instances(postgres_dsn: str) -> AsyncIterator[list[tuple[PostgresInbox, PostgresLeases]]]:
+    """Four instances on one database, each its own pool and holder (`i0` … `i3`)."""
+    databases = [await open_database(postgres_dsn) for _ in range(4)]
+    try:
+        yield [(PostgresInbox(db, owner=f"i{n}"), PostgresLeases(db)) for n, db in enumerate(databases)]
+    finally:
+        for database in databases:
+            await database.close()
+
+
+async def test_a_live_instance_s_entries_are_never_claimed_a_dead_one_s_are_by_source_in_order(
+    instances: list[tuple[PostgresInbox, PostgresLeases]],
+) -> None:
+    (a, a_leases), (b, b_leases), _, _ = instances
+    alive = await a_leases.acquire(instance_lease("i0"), "i0", ttl_s=30)
+    assert alive is not None and await b_leases.acquire(instance_lease("i1"), "i1", ttl_s=30) is not None
+    sources = ["http", "wecom:app:a1", "feishu:f1"]
+    entries = [await a.accept(sources[n % 3], {"n": n}) for n in range(9)]
+    assert await b.orphan_sources() == set() and await b.claim_orphans(sources) == []
+    assert await b.unsettled() == [] and [e.id for e in await a.unsettled()] == [e.id for e in entries]
+    await a_leases.release(alive)  # a clean stop, or a lease left to expire: the instance is gone
+    assert await b.orphan_sources() == set(sources)
+    claimed = await b.claim_orphans(["http", "wecom:app:a1"])
+    assert [e.id for e in claimed] == [e.id for e in entries if e.source != "feishu:f1"]  # in seq order
+    assert [e.id for e in await b.unsettled()] == [e.id for e in claimed]
+    assert [e.id for e in await a.unsettled()] == [e.id for e in entries if e.source == "feishu:f1"]
+    assert await b.orphan_sources() == {"feishu:f1"}  # its own entries are not orphans to the claimer
+    assert [e.id for e in await b.claim_orphans(sources)] == [e.id for e in entries if e.source == "feishu:f1"]
+    assert await b.orphan_sources() == set() and await a.unsettled() == []
+
+
+async def test_survivors_claiming_at_the_same_moment_each_take_a_distinct_share(
+    instances: list[tuple[PostgresInbox, PostgresLeases]],
+) -> None:
+    (dead, _), *survivors = instances
+    for _, leases in survivors:  # the survivors are alive: none of them takes another's share afterwards
+        holder = f"i{survivors.index((_, leases)) + 1}"
+        assert await leases.acquire(instance_lease(holder), holder, ttl_s=30) is not None
+    for round_ in range(5):
+        accepted = [await dead.accept(f"wecom:app:a{n % 2}", {"round": round_, "n": n}) for n in range(40)]
+        shares = await at_the_same_moment(
+            len(survivors) * 2, lambda n: survivors[n % len(survivors)][0].claim_orphans(CLAIMED)
+        )
+        taken = [e.id for share in shares for e in share]
+        assert sorted(taken) == sorted(e.id for e in accepted)  # every one claimed, none twice
+        for share in shares:
+            assert [e.seq for e in share] == sorted(e.seq for e in share)
+        owned = [[e.id for e in await inbox.unsettled()] for inbox, _ in survivors]
+        assert sum(len(ids) for ids in owned) == len(accepted) and len({i for ids in owned for i in ids}) == 40
+        for inbox, _ in survivors:
+            for entry in await inbox.unsettled():
+                await inbox.settle(entry.id)
+
+
+async def at_the_same_moment(count: int, call: Callable[[int], Awaitable[list[InboxEntry]]]) -> list[list[InboxEntry]]:
+    start = asyncio.Event()
+
+    async def one(n: int) -> list[InboxEntry]:
+        await start.wait()
+        return await call(n)
+
+    tasks = [asyncio.create_task(one(n)) for n in range(count)]
+    await asyncio.sleep(0)
+    start.set()
+    return await asyncio.gather(*tasks)
+
+
+async def test_a_settle_the_full_disk_refused_is_written_once_there_is_room_again(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    with small_tmpfs(disk, size="256k"):
+        inbox = FileInbox(disk)
+        answered, waiting = [await inbox.accept("http", message_to_json(message(n))) for n in range(2)]
+        await fill_the_last_page(inbox, disk / INBOX_FILE, leave=10)
+        filler = fill(disk)
+        with pytest.raises(StorageError):
+            await inbox.settle(answered.id)
+        assert [e.id for e in await inbox.unsettled() if e.source == "http"] == [waiting.id]  # not listed again
+        with pytest.raises(StorageError):
+            await inbox.retry_settles()  # the periodic pass, while the disk is still full
+        filler.unlink()
+        await inbox.retry_settles()
+        await inbox.aclose()
+        reopened = await FileInbox(disk).unsettled()
+        assert [e.id for e in reopened if e.source == "http"] == [waiting.id]  # a restart answers it once only
+
+
+async def fill_the_last_page(inbox: FileInbox, journal: Path, *, leave: int) -> None:
+    """Accept padding entries until the journal's last page has `leave` bytes of room (a settle record is more)."""
+    size = await asyncio.to_thread(os.path.getsize, journal)
+    await inbox.accept("pad", {"x": "y"})
+    overhead = await asyncio.to_thread(os.path.getsize, journal) - size - 1
+    while (room := room_in_last_page(journal)) != leave:
+        pad = room - overhead - leave
+        await inbox.accept("pad", {"x": "y" * pad if pad > 0 else "y" * (room + 1)})
+
+
+async def test_a_settle_the_database_refused_is_retried_until_it_is_back(own_postgres_server: PostgresServer) -> None:
+    database = await open_database(own_postgres_server.dsn(), checkout_timeout_s=1.0)
+    try:
+        inbox = PostgresInbox(database, owner="i0")
+        answered, waiting = [await inbox.accept("http", {"n": n}) for n in range(2)]
+        own_postgres_server.stop()
+        with pytest.raises(StorageError):
+            await inbox.settle(answered.id)
+        own_postgres_server.start()
+        deadline = time.monotonic() + RECOVERY_DEADLINE_S
+        while await _count_or_none(inbox) != 1:  # nobody asks again: the inbox's own backoff writes it
+            assert time.monotonic() < deadline, "the refused settle was never written"
+            await asyncio.sleep(0.2)
+        assert [e.id for e in await inbox.unsettled()] == [waiting.id]
+    finally:
+        await inbox.aclose()
+        await database.close()
+
+
+async def _count_or_none(inbox: PostgresInbox) -> int | None:
+    try:
+        return await inbox.count()
+    except StorageError:
+        return None

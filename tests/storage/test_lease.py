@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from agenthub.clock import ManualClock
-from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore
+from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore, LeaseTakeovers
 from agenthub.storage.postgres import Database, PostgresLeases
 from tests.support.leases import DownableLeases
 from tests.support.postgres import fresh_database, migrated
@@ -128,6 +128,31 @@ async def test_a_keeper_gains_a_free_lease_and_a_standby_takes_over_when_the_hol
     await a.stop()
     await b.step()
     assert events == ["a+", "a-", "b+"]
+
+
+async def test_a_gain_after_another_holder_counts_as_a_takeover_a_first_grant_and_a_regain_of_ones_own_do_not() -> None:
+    clock = ManualClock()
+    leases = DownableLeases(clock)
+    a_count, b_count = LeaseTakeovers(), LeaseTakeovers()
+    a = LeaseKeeper(leases, "scheduler", "a", ttl_s=15, clock=clock, takeovers=a_count)
+    b = LeaseKeeper(leases, "scheduler", "b", ttl_s=15, clock=clock, takeovers=b_count)
+    await a.step()  # the first grant ever
+    await b.step()
+    assert (a.held, a_count.count, b_count.count) == (True, 0, 0)
+    leases.down = True  # a cannot renew: it gives the lease up, and it expires
+    clock.advance(16)
+    await a.step()
+    leases.down = False
+    await a.step()  # regained by a, nobody had it in between
+    assert (a.held, a_count.count) == (True, 0)
+    clock.advance(16)  # a dies; b takes over
+    await b.step()
+    assert (b.held, b_count.count) == (True, 1)
+    await a.step()
+    assert not a.held
+    await b.stop()
+    await a.step()  # a again, after b had it
+    assert (a.held, a_count.count) == (True, 1)
 
 
 async def test_a_keeper_that_cannot_reach_the_store_stops_once_its_lease_has_expired() -> None:

@@ -1,19 +1,23 @@
 """`PostgresInbox`: the durable inbox shared by every instance. `accept` returns once its row is committed; the
-sequence orders entries by acceptance; a settled entry's row is deleted."""
+sequence orders entries by acceptance; each entry is owned by the instance answering it (a survivor claims a dead
+instance's entries); a settled entry's row is deleted."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 from agenthub import jsonsafe
-from agenthub.storage.inbox import InboxEntry
+from agenthub.errors import StorageError
+from agenthub.storage.inbox import InboxEntry, SettleRetry
+from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.sessions import json_text
 
 _ACCEPT = """
-INSERT INTO inbox (id, source, accepted_at, payload, session)
-VALUES (%(id)s, %(source)s, extract(epoch FROM now()), %(payload)s::json, %(session)s)
+INSERT INTO inbox (id, source, accepted_at, payload, session, owner)
+VALUES (%(id)s, %(source)s, extract(epoch FROM now()), %(payload)s::json, %(session)s, %(owner)s)
 RETURNING seq, accepted_at
 """
 _ASSIGN = "UPDATE inbox SET session = %(session)s WHERE id = %(id)s AND session IS NULL"
@@ -23,21 +27,48 @@ WHERE session = %(session)s AND seq < (SELECT seq FROM inbox WHERE id = %(id)s)
 ORDER BY seq
 """
 """Served by the index `(session, seq)` of migration 3; a settled (deleted) `id` compares with NULL: no rows."""
-_UNSETTLED = "SELECT id, seq, accepted_at, source, payload::text FROM inbox WHERE source LIKE %(prefix)s ORDER BY seq"
+_UNSETTLED = (
+    "SELECT id, seq, accepted_at, source, payload::text, session FROM inbox"
+    " WHERE source LIKE %(prefix)s AND (%(owner)s::text IS NULL OR owner = %(owner)s) ORDER BY seq"
+)
+_ORPHANED = """
+    (i.owner IS NULL OR NOT EXISTS (
+        SELECT 1 FROM leases l WHERE l.name = %(lease_prefix)s || i.owner AND l.expires_at > now()
+    ))
+"""
+"""An entry whose owner is gone: none, or its `instance:` lease is expired (released at a clean stop) or absent.
+An instance never claims its own entries: they are in its `unsettled()` already."""
+_ORPHAN_SOURCES = f"SELECT DISTINCT i.source FROM inbox i WHERE i.owner IS DISTINCT FROM %(owner)s AND {_ORPHANED}"
+_CLAIM = f"""
+WITH orphans AS (
+    SELECT i.seq FROM inbox i
+    WHERE i.source = ANY(%(sources)s) AND i.owner IS DISTINCT FROM %(owner)s AND {_ORPHANED}
+    ORDER BY i.seq
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE inbox SET owner = %(owner)s FROM orphans WHERE inbox.seq = orphans.seq
+RETURNING inbox.id, inbox.seq, inbox.accepted_at, inbox.source, inbox.payload::text, inbox.session
+"""
+"""One statement: the rows are locked as they are picked, and a row another claimer holds is skipped (it is that
+claimer's), so survivors claiming at the same moment split the orphans, never share one."""
 
 
 class PostgresInbox:
-    """The `Inbox` on PostgreSQL. `depth()` is what this instance last saw (set by `unsettled`, moved by its own
+    """The `Inbox` on PostgreSQL for the instance `owner` (its lease holder): its accepts are its own, `unsettled`
+    lists them, `claim_orphans` takes over those of a dead instance. Without an owner (`agenthub store migrate`,
+    tools) every entry is listed. `depth()` is what this instance last saw (set by `unsettled`, moved by its own
     accepts and settles); `count()` asks the database."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, owner: str | None = None) -> None:
         self.database = database
+        self.owner = owner
         self._depth = 0
+        self._settles = SettleRetry(self._delete)
 
     async def accept(self, source: str, payload: dict[str, Any], *, session: str | None = None) -> InboxEntry:
         entry_id = uuid.uuid4().hex
         text = json_text(payload)
-        params = {"id": entry_id, "source": source, "payload": text, "session": session}
+        params = {"id": entry_id, "source": source, "payload": text, "session": session, "owner": self.owner}
         async with self.database.connection("accept the message") as conn:
             cursor = await conn.execute(_ACCEPT, params)
             row = await cursor.fetchone()
@@ -56,24 +87,58 @@ class PostgresInbox:
         return [str(row[0]) for row in rows]
 
     async def settle(self, entry_id: str) -> None:
+        """Delete the entry's row; a refused delete is retried until the database takes it (until then the entry
+        is not listed by `unsettled`)."""
+        try:
+            await self._delete(entry_id)
+        except StorageError:
+            self._settles.refused(entry_id)
+            raise
+
+    async def _delete(self, entry_id: str) -> None:
         async with self.database.connection("settle the message") as conn:
             cursor = await conn.execute("DELETE FROM inbox WHERE id = %(id)s", {"id": entry_id})
         if cursor.rowcount > 0:
             self._depth = max(0, self._depth - 1)
 
     async def unsettled(self, source_prefix: str = "") -> list[InboxEntry]:
-        """Every unsettled entry in acceptance order, or those whose source starts with `source_prefix`."""
+        """This owner's unsettled entries (every one without an owner) in acceptance order, or those whose
+        source starts with `source_prefix`."""
+        params = {"prefix": _like_prefix(source_prefix), "owner": self.owner}
         async with self.database.connection("list the unanswered messages") as conn:
-            cursor = await conn.execute(_UNSETTLED, {"prefix": _like_prefix(source_prefix)})
+            cursor = await conn.execute(_UNSETTLED, params)
             rows = await cursor.fetchall()
-        entries = [InboxEntry(row[0], int(row[1]), float(row[2]), row[3], jsonsafe.loads(row[4])) for row in rows]
+        entries = [_entry(row) for row in rows if row[0] not in self._settles.pending]
         if not source_prefix:
             self._depth = len(entries)
         return entries
 
+    async def orphan_sources(self) -> set[str]:
+        async with self.database.connection("list the unanswered messages of stopped instances") as conn:
+            params = {"owner": self.owner, "lease_prefix": INSTANCE_LEASE_PREFIX}
+            cursor = await conn.execute(_ORPHAN_SOURCES, params)
+            rows = await cursor.fetchall()
+        return {str(row[0]) for row in rows}
+
+    async def claim_orphans(self, sources: Collection[str]) -> list[InboxEntry]:
+        if self.owner is None:
+            raise ValueError("an inbox without an owner cannot take entries over")
+        if not sources:
+            return []
+        params = {"sources": list(sources), "owner": self.owner, "lease_prefix": INSTANCE_LEASE_PREFIX}
+        async with self.database.connection("take over the messages of a stopped instance") as conn:
+            cursor = await conn.execute(_CLAIM, params)
+            rows = await cursor.fetchall()
+        self._depth += len(rows)
+        return sorted((_entry(row) for row in rows), key=lambda e: e.seq)
+
+    async def retry_settles(self) -> None:
+        await self._settles.retry()
+
     async def restore(self, entry: InboxEntry) -> bool:
         """Store an entry accepted elsewhere under its own id and time (`agenthub store migrate`); False when it is
-        there already. Its seq is new, in the order entries are restored."""
+        there already. Its seq is new, in the order entries are restored; it has no owner, so the first instance
+        that starts takes it over."""
         params = {"id": entry.id, "source": entry.source, "at": entry.accepted_at, "payload": json_text(entry.payload)}
         async with self.database.connection("copy an unanswered message") as conn:
             cursor = await conn.execute(
@@ -99,7 +164,11 @@ class PostgresInbox:
         return None
 
     async def aclose(self) -> None:
-        return None  # the pool belongs to the `Stores` bundle
+        await self._settles.aclose()  # the pool belongs to the `Stores` bundle
+
+
+def _entry(row: tuple[Any, ...]) -> InboxEntry:
+    return InboxEntry(row[0], int(row[1]), float(row[2]), row[3], jsonsafe.loads(row[4]), row[5])
 
 
 def _like_prefix(prefix: str) -> str:

@@ -133,6 +133,18 @@ TURNS = Migration(
     ),
 )
 
+INBOX_OWNERS = Migration(
+    4,
+    "the instance answering each inbox entry",
+    (
+        # the holder of the instance that accepted (or took over) the entry; NULL: none (copied by `store migrate`),
+        # so any live instance may claim it. An entry whose owner's `instance:<owner>` lease is gone is claimed
+        # by a survivor
+        "ALTER TABLE inbox ADD COLUMN owner text",
+        "CREATE INDEX inbox_by_owner ON inbox (owner, seq)",
+    ),
+)
+
 JOBS_AND_OUTBOX = Migration(
     5,
     "scheduled jobs and the outbox of sends for another instance's connection",
@@ -166,7 +178,7 @@ JOBS_AND_OUTBOX = Migration(
 )
 
 COPIES_AND_SENDS = Migration(
-    7,
+    6,
     "what store migrate copied, and the per-member send counts (WeCom)",
     (
         # one row per item `agenthub store migrate` copied (a session, a memory file, a token, an inbox entry) with
@@ -191,7 +203,7 @@ COPIES_AND_SENDS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, TURNS, JOBS_AND_OUTBOX, COPIES_AND_SENDS)
+MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, TURNS, INBOX_OWNERS, JOBS_AND_OUTBOX, COPIES_AND_SENDS)
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

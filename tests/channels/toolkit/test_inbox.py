@@ -48,7 +48,7 @@ class Recorder:
 
 
 def gate_of(
-    tmp_path: Path, recorder: Recorder, inbox: Inbox | None = None, *, accepting: bool = True
+    tmp_path: Path, recorder: Recorder, inbox: Inbox | None = None, *, accepting: bool = True, ready: bool = True
 ) -> tuple[InboxGate, TaskSet, Inbox]:
     tasks = TaskSet("demo")
     store = inbox if inbox is not None else InMemoryInbox()
@@ -62,8 +62,25 @@ def gate_of(
         admit=recorder.admit,
         finish=recorder.finish,
         deferred_text="later",
+        ready=ready,
     )
     return gate, tasks, store
+
+
+async def test_a_gate_not_yet_open_admits_nothing_and_then_its_resumed_entries_before_what_arrived_meanwhile(
+    tmp_path: Path,
+) -> None:
+    recorder = Recorder()
+    gate, tasks, inbox = gate_of(tmp_path, recorder, ready=False)  # its channel is starting
+    left = [await inbox.accept("demo:c", {"chat": "a", "text": f"old{n}"}) for n in range(3)]
+    gate.resume(left, lambda entry: str(entry.payload["chat"]))
+    assert await gate.take("new-1", "a", {"chat": "a", "text": "new"}) is Intake.ACCEPTED  # during the start
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert recorder.admitted["a"] == []  # nothing is answered before the channel can
+    gate.open()
+    await tasks.join()
+    assert recorder.admitted["a"] == ["old0", "old1", "old2", "new"]
 
 
 async def test_messages_arriving_at_once_are_answered_in_each_chats_order(tmp_path: Path) -> None:

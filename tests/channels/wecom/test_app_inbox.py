@@ -10,12 +10,15 @@ import aiohttp
 from agenthub import i18n
 from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.inbox_flow import InboxSubmitter, InstanceInbox, resume_then_start
+from agenthub.singleton import InstanceLeases
 from agenthub.storage.inbox import FileInbox
+from agenthub.storage.postgres import PostgresInbox, PostgresLeases, open_database
 from channels.wecom import WeComChannel
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.support.fakes.wecom import FakeQyApi, channel_context, serve_routes, signed_callback
-from tests.support.wecom import AES_KEY, CORP_ID, TOKEN, Harness, app_table, text
+from tests.support.wecom import AES_KEY, CORP_ID, TOKEN, Harness, app_table, text, wecom_settings
 
 
 async def hard_stop(harness: Harness) -> None:
@@ -90,6 +93,61 @@ async def test_a_redelivered_msgid_is_stored_once(harness: Harness, api: FakeQyA
 
     await restart_and_resume(harness, data_dir)
     assert api.texts() == ["echo: 重复投递"]
+
+
+async def test_a_resumed_callback_is_answered_before_one_the_restarting_channel_receives_while_it_starts(
+    harness: Harness, api: FakeQyApi, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    harness.inbox = FileInbox(data_dir, fsync=False)
+    harness.submitter.delay_s = 30  # never answered before the crash
+    await harness.start()
+    assert await harness.post(text("崩溃前的问题", msg_id=8701)) == (200, "")
+    await harness.submitter.wait_for(1)
+    await hard_stop(harness)
+
+    inbox = FileInbox(data_dir, fsync=False)  # the next process, in the daemon's order
+    submitter = ScriptedSubmitter()
+    settings, table = wecom_settings(app_table(api), None, {})
+    context = channel_context(submitter, tmp_path, settings, inbox)
+    harness.channel = WeComChannel(context, table)
+    harness.server = await serve_routes(context)  # the daemon listens before its channels start
+    api.token_gate = asyncio.Event()  # the start waits for its access token
+    starting = asyncio.create_task(resume_then_start(await inbox.unsettled(), [harness.channel]))
+    await api.token_asked.wait()
+    assert await harness.post(text("启动时的新问题", msg_id=8702)) == (200, "")  # same user, during the start
+    api.token_gate.set()
+    await starting
+    await harness.settle()
+    assert [m.content for m in submitter.received] == ["崩溃前的问题", "启动时的新问题"]
+    assert api.texts() == ["echo: 崩溃前的问题", "echo: 启动时的新问题"]
+
+
+async def test_a_callback_a_dead_instance_had_stored_is_taken_over_and_answered_by_a_live_one(
+    harness: Harness, api: FakeQyApi, tmp_path: Path, postgres_dsn: str
+) -> None:
+    dead_db, live_db = await open_database(postgres_dsn), await open_database(postgres_dsn)
+    try:
+        dead = PostgresInbox(dead_db, owner="dead-host:1:0")  # it never renews an `instance:` lease again
+        await dead.accept("wecom:app:hr", {"xml": text("死掉的实例收到的", msg_id=8801)})
+        await dead.accept("wecom:bot:nobody", {"req_id": "r1", "body": {}})  # no channel here answers this one
+        inbox = PostgresInbox(live_db, owner="live-host:2:0")
+        harness.inbox = inbox
+        channel = await harness.start()
+        leases = InstanceLeases(store=PostgresLeases(live_db), holder="live-host:2:0", ttl_s=15)
+        live = InstanceInbox(inbox, leases, InboxSubmitter(inbox, harness.submitter), [channel])
+        await live.open()
+        try:
+            assert await live.take_over() == 1
+            await harness.settle()
+        finally:
+            await live.close()
+        assert [m.content for m in harness.submitter.received] == ["死掉的实例收到的"]
+        assert api.texts() == ["echo: 死掉的实例收到的"]
+        assert [e.source for e in await PostgresInbox(live_db).unsettled()] == ["wecom:bot:nobody"]
+    finally:
+        await dead_db.close()
+        await live_db.close()
 
 
 async def test_resumed_callbacks_keep_each_users_order(harness: Harness, api: FakeQyApi, tmp_path: Path) -> None:

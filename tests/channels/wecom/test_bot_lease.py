@@ -134,3 +134,18 @@ async def test_a_holder_cut_off_from_the_store_closes_its_socket_before_the_stan
     await server.wait_for(lambda: server.subscribed >= 2)
     assert deployment.holders() == [False, True] and server.overlaps == 0
     first.view.down = False
+
+
+async def test_only_the_instance_holding_the_connection_may_take_over_the_bot_s_stored_messages(
+    deployment: Deployment, server: FakeAiBotServer
+) -> None:
+    first = await deployment.start_instance()
+    second = await deployment.start_instance()
+    await server.wait_for(lambda: server.subscribed >= 1)
+    source = first.channel.bots["team"].gate.source
+    assert [first.channel.can_resume(source), second.channel.can_resume(source)] == [True, False]
+    assert not second.channel.can_resume("wecom:bot:unknown")
+    await first.channel.stop()
+    await deployment.advance(LEASE_S / 3)
+    await server.wait_for(lambda: server.subscribed >= 2)
+    assert [first.channel.can_resume(source), second.channel.can_resume(source)] == [False, True]

@@ -168,6 +168,9 @@ class FakeQyApi(_Server, MemberLimit):
         self.media_errcodes: list[int] = []
         self.media_tokens: list[str] = []
         """The access token of every `media/get` call."""
+        self.token_gate: asyncio.Event | None = None
+        """When set, `gettoken` answers only once this event is (a slow start); `token_asked` is set on each wait."""
+        self.token_asked = asyncio.Event()
 
     @property
     def url(self) -> str:
@@ -208,6 +211,9 @@ class FakeQyApi(_Server, MemberLimit):
         return [m[m["msgtype"]]["content"] for m in self.sends]
 
     async def _gettoken(self, request: web.Request) -> web.Response:
+        if self.token_gate is not None:
+            self.token_asked.set()
+            await self.token_gate.wait()
         q = request.query
         if q.get("corpid") != self.corp_id:
             return web.json_response({"errcode": 40013, "errmsg": "invalid corpid"})

@@ -1,0 +1,146 @@
+"""Several instances on one PostgreSQL, in one process: the HTTP messages an instance had accepted when it died
+are answered by the survivors, each exactly once (one user record and one answer in its session), none by both."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from agenthub.app import build_gateway, web_server
+from agenthub.config import Settings
+from agenthub.gateway.core import GatewayCore
+from agenthub.inbox_flow import HTTP_SOURCE, InboxSubmitter, InstanceInbox
+from agenthub.messages import InboundMessage
+from agenthub.singleton import InstanceLeases
+from agenthub.storage.keys import session_key
+from agenthub.storage.meta import text_of
+from agenthub.storage.stores import Stores, open_stores
+from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text
+from tests.support.leases import InstanceView
+from tests.support.roots import make_settings
+
+LEASE_S = 3.0
+"""Short, so a dead instance is noticed quickly; long enough that a survivor busy starting 20 turns on a loaded box
+still renews its own lease in time (one that misses its renewals looks dead to the others)."""
+MESSAGES = 20
+DEADLINE_S = 60.0
+
+
+@dataclass
+class Instance:
+    settings: Settings
+    stores: Stores
+    gateway: GatewayCore
+    submitter: InboxSubmitter
+    inbox: InstanceInbox
+    link: InstanceView
+    """This instance's link to the lease store: `down` is its death as the others see it."""
+
+
+@asynccontextmanager
+async def instance(root: Path, dsn: str, llm: FakeAnthropic) -> AsyncIterator[Instance]:
+    """One daemon's inbox and gateway: its own directories, pool and holder, the shared database."""
+    store = {"backend": "postgres", "dsn": dsn, "lease_s": LEASE_S}
+    settings = make_settings(root, llm.base_url, store=store, llm={"timeout_s": 3 * DEADLINE_S})
+    async with AsyncExitStack() as stack:
+        stores = await open_stores(settings)
+        stack.push_async_callback(stores.aclose)
+        link = InstanceView(stores.leases)
+        leases = InstanceLeases(store=link, holder=stores.holder, ttl_s=LEASE_S)
+        gateway = await stack.enter_async_context(build_gateway(settings, stores=stores, leases=leases))
+        submitter = InboxSubmitter(stores.inbox, gateway)
+        stack.push_async_callback(submitter.aclose)
+        inbox = InstanceInbox(stores.inbox, leases, submitter, [])
+        stack.push_async_callback(inbox.close)
+        await inbox.open()
+        inbox.start()
+        yield Instance(settings, stores, gateway, submitter, inbox, link)
+
+
+def chat(n: int) -> InboundMessage:
+    return InboundMessage("http", f"s{n}", "user", f"问题 {n}", agent="default")
+
+
+async def test_a_dead_instance_s_accepted_messages_are_answered_once_each_by_the_survivors(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    held = asyncio.Event()  # never set: the dying instance's model answers nothing
+    dying_llm = FakeAnthropic(responder=lambda body: reply_text("never", hold=held))
+    survivors_llm = FakeAnthropic(responder=lambda body: reply_text("答 " + question(body)))
+    async with dying_llm, survivors_llm, AsyncExitStack() as stack:
+        a = await stack.enter_async_context(instance(tmp_path / "a", postgres_dsn, dying_llm))
+        for n in range(MESSAGES):
+            await a.submitter.submit(HTTP_SOURCE, chat(n))
+        await dying_llm.wait_for_requests(MESSAGES, timeout_s=DEADLINE_S)  # every turn is at the model, held
+        a.link.down = True  # A dies: no renewal, no release; its `instance:` lease runs out
+        b = await stack.enter_async_context(instance(tmp_path / "b", postgres_dsn, survivors_llm))
+        c = await stack.enter_async_context(instance(tmp_path / "c", postgres_dsn, survivors_llm))
+
+        histories = await answered_histories(b, MESSAGES)
+        for n in range(MESSAGES):
+            assert histories[n] == [("user", f"问题 {n}"), ("assistant", f"答 问题 {n}")]
+        asked = sorted(question(r.body or {}) for r in survivors_llm.message_requests())
+        assert asked == sorted(f"问题 {n}" for n in range(MESSAGES))  # each once: none answered by both
+        assert b.inbox.taken_over + c.inbox.taken_over == MESSAGES
+        assert await a.stores.inbox.count() == 0  # settled by the survivors
+        assert "agenthub_inbox_takeovers_total" in "\n".join(b.inbox.metrics())
+
+
+def question(body: dict[str, Any]) -> str:
+    """The user's text in a request, without the time and channel the context appends."""
+    return last_user_text(body).split("\n\n")[0]
+
+
+async def answered_histories(survivor: Instance, count: int) -> dict[int, list[tuple[str, Any]]]:
+    """Every session's history (role, content) once each has an answer, read through `survivor`'s store."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        histories = {}
+        for n in range(count):
+            records = await survivor.stores.sessions.load(session_key("default", "http", f"s{n}"))
+            histories[n] = [(r["role"], text_of(r["content"])) for r in records]
+        if all(h and h[-1][0] == "assistant" for h in histories.values()) or time.monotonic() > deadline:
+            return histories
+        await asyncio.sleep(0.2)
+
+
+async def test_metrics_count_every_instance_s_unanswered_messages_and_the_takeovers(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    held = asyncio.Event()
+    dying_llm = FakeAnthropic(responder=lambda body: reply_text("never", hold=held))
+    survivor_llm = FakeAnthropic()
+    async with dying_llm, survivor_llm, AsyncExitStack() as stack:
+        a = await stack.enter_async_context(instance(tmp_path / "a", postgres_dsn, dying_llm))
+        b = await stack.enter_async_context(instance(tmp_path / "b", postgres_dsn, survivor_llm))
+        for n in range(3):
+            await a.submitter.submit(HTTP_SOURCE, chat(n))
+        server = web_server(b.settings, b.gateway, b.stores, b.stores.inbox)
+        server.add_metrics(b.inbox.metrics)
+        await server.start()
+        stack.push_async_callback(server.close)
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        client = await stack.enter_async_context(aiohttp.ClientSession())
+        assert (await metrics(client, url))["agenthub_inbox_depth"] == 3  # A's, though B accepted none
+        assert b.stores.inbox.depth() == 0
+        a.link.down = True
+        deadline = time.monotonic() + DEADLINE_S
+        wanted = {"agenthub_inbox_takeovers_total": 3, "agenthub_lease_takeovers_total": 2}  # + L3, AutoCompact
+        while {name: (await metrics(client, url))[name] for name in wanted} != wanted:
+            assert time.monotonic() < deadline, (
+                f"B never took A's messages and leases over: {await metrics(client, url)}"
+            )
+            await asyncio.sleep(0.1)
+
+
+async def metrics(client: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    async with client.get(url) as resp:
+        lines = (await resp.text()).splitlines()
+    return {line.split()[0]: float(line.split()[1]) for line in lines if line and not line.startswith("#")}
