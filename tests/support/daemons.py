@@ -46,7 +46,7 @@ START_TIMEOUT_S = 90.0
 """A bound on one start (a cold interpreter under a loaded 2-core machine), not a measurement."""
 STOP_TIMEOUT_S = 60.0
 LOG_TAIL_CHARS = 3000
-MESSAGE = re.compile(r"(\S+) message (\d+)\b")
+MESSAGE = re.compile(r"([\w-]+) message (\d+)\b")
 
 
 def message_text(chat_id: str, n: int) -> str:

@@ -30,7 +30,7 @@ from tests.support.daemons import (
 )
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, ScriptedReply, reply_text
 
-LEASE_S = 2.0
+LEASE_S = 6.0
 SESSIONS = 100
 PER_SESSION = 5
 MODEL_DELAY_S = 0.05
