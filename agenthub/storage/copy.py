@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -141,9 +142,17 @@ class _Run:
         self.checked: list[Checked] = []
 
     async def settle(
-        self, item: Checked, held: Held, recorded: str | None, write: Callable[[], Awaitable[None]], copied: str
+        self,
+        item: Checked,
+        held: Held,
+        recorded: str | None,
+        write: Callable[[], Awaitable[None]],
+        copied: str,
+        *,
+        records_itself: bool = False,
     ) -> None:
-        """Copy `item` (then record it) or leave it, as `decide` says."""
+        """Copy `item` (then record it) or leave it, as `decide` says. `records_itself`: `write` records the
+        digest in the transaction that writes the item (an inbox entry: restored and recorded together)."""
         self.checked.append(item)
         self.counts.add("in_files", item.weights)
         decision = decide(item.digest, held, recorded)
@@ -161,7 +170,8 @@ class _Run:
             return
         await self.target.ledger.record(item.kind, item.item, COPYING + item.digest)
         await write()
-        await self.target.ledger.record(item.kind, item.item, item.digest)
+        if not records_itself:
+            await self.target.ledger.record(item.kind, item.item, item.digest)
         self.counts.add("copied", item.weights)
         self.report(copied)
 
@@ -328,12 +338,18 @@ async def _copy_inbox(run: _Run, data_dir: Path) -> None:
         for entry in await inbox.unsettled():
             held = held_entries.get(entry.id)
 
-            async def write(entry: InboxEntry = entry) -> None:
-                await target.restore(entry)
-
             item = Checked("inbox", entry.id, _entry_digest(entry), {"inbox": 1})
+
+            async def write(entry: InboxEntry = entry, digest: str = item.digest) -> None:
+                # restored and recorded in one transaction: a COPYING mark with nothing held means "never
+                # restored", since a restored entry leaves the database only by being answered
+                await run.target.ledger.write_and_record(
+                    "inbox", entry.id, digest, functools.partial(target.restore_on, entry=entry)
+                )
+
             held_digest = Held(None if held is None else _entry_digest(held))
-            await run.settle(item, held_digest, recorded.get(entry.id), write, f"copied inbox entry {entry.id}")
+            copied = f"copied inbox entry {entry.id}"
+            await run.settle(item, held_digest, recorded.get(entry.id), write, copied, records_itself=True)
     finally:
         await inbox.aclose()
 

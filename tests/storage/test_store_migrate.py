@@ -313,3 +313,55 @@ def test_a_re_run_copies_only_what_the_database_lacks_or_still_holds_as_copied()
 def _job(job_id: str, agent: str, next_due: float = 1_900_000_000.0) -> JobDocument:
     body = {"id": job_id, "agent": agent, "channel": "wecom", "chat_id": "g", "text": "交周报", "next_due": next_due}
     return JobDocument(agent, job_id, next_due, json.dumps(body, ensure_ascii=False, separators=(",", ":")))
+
+
+CUT_AFTER_RESTORE = """
+CREATE FUNCTION cut_short() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+    IF NEW.kind = 'inbox' AND NEW.digest NOT LIKE 'copying:%' THEN RAISE EXCEPTION 'the run is cut short'; END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER cut_short BEFORE INSERT OR UPDATE ON store_copies FOR EACH ROW EXECUTE FUNCTION cut_short();
+"""
+"""The run stops at the final ledger record of its first inbox entry (what a crash right after `restore` leaves)."""
+
+
+async def answer_every_unanswered(dsn: str) -> list[str]:
+    """What a PostgreSQL instance does with the entries it finds without an owner: claim and answer each (settled,
+    so deleted)."""
+    database = await open_database(dsn)
+    try:
+        inbox = PostgresInbox(database, owner="instance-a")
+        answered = [entry.id for entry in await inbox.claim_orphans(await inbox.orphan_sources())]
+        for entry_id in answered:
+            await inbox.settle(entry_id)
+        return answered
+    finally:
+        await database.close()
+
+
+async def test_a_re_run_after_a_run_cut_short_after_restoring_an_entry_never_answers_it_twice(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inbox_ids = await populate(tmp_path, sessions=1)
+    database = await open_database(postgres_dsn)
+    try:
+        async with database.connection("cut the run short") as conn:
+            await conn.execute(CUT_AFTER_RESTORE)
+    finally:
+        await database.close()
+    code, _, _ = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code != 0
+    answered = await answer_every_unanswered(postgres_dsn)  # a live instance answers what the cut run left
+    database = await open_database(postgres_dsn)
+    try:
+        async with database.connection("let the run go on") as conn:
+            await conn.execute("DROP TRIGGER cut_short ON store_copies")
+    finally:
+        await database.close()
+
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+
+    assert code == 0, err
+    assert "verified: every item copied matches the files" in out
+    answered += await answer_every_unanswered(postgres_dsn)
+    assert sorted(answered) == sorted(inbox_ids)  # each answered once: none lost, none restored after its answer

@@ -3,7 +3,19 @@ tells an item the database has changed since (left alone) from one still as it w
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+
 from agenthub.storage.postgres.database import Database
+
+Write = Callable[[AsyncConnection[TupleRow]], Awaitable[object]]
+
+_RECORD = (
+    "INSERT INTO store_copies (kind, item, digest) VALUES (%s, %s, %s) "
+    "ON CONFLICT (kind, item) DO UPDATE SET digest = excluded.digest, copied_at = now()"
+)
 
 
 class CopyLedger:
@@ -20,8 +32,12 @@ class CopyLedger:
 
     async def record(self, kind: str, item: str, digest: str) -> None:
         async with self.database.connection("record what was copied") as conn:
-            await conn.execute(
-                "INSERT INTO store_copies (kind, item, digest) VALUES (%s, %s, %s) "
-                "ON CONFLICT (kind, item) DO UPDATE SET digest = excluded.digest, copied_at = now()",
-                (kind, item, digest),
-            )
+            await conn.execute(_RECORD, (kind, item, digest))
+
+    async def write_and_record(self, kind: str, item: str, digest: str, write: Write) -> None:
+        """`write` (on the connection given) and the record of it in one transaction: the database never holds
+        the item without the record (an entry restored, then answered and gone, is never taken for one not
+        copied yet)."""
+        async with self.database.connection("copy and record an item") as conn, conn.transaction():
+            await write(conn)
+            await conn.execute(_RECORD, (kind, item, digest))

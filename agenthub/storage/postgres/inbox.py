@@ -8,6 +8,9 @@ import uuid
 from collections.abc import Collection
 from typing import Any
 
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+
 from agenthub import jsonsafe
 from agenthub.errors import StorageError
 from agenthub.storage.inbox import InboxEntry, SettleRetry
@@ -139,13 +142,17 @@ class PostgresInbox:
         """Store an entry accepted elsewhere under its own id and time (`agenthub store migrate`); False when it is
         there already. Its seq is new, in the order entries are restored; it has no owner, so the first instance
         that starts takes it over."""
-        params = {"id": entry.id, "source": entry.source, "at": entry.accepted_at, "payload": json_text(entry.payload)}
         async with self.database.connection("copy an unanswered message") as conn:
-            cursor = await conn.execute(
-                "INSERT INTO inbox (id, source, accepted_at, payload) "
-                "VALUES (%(id)s, %(source)s, %(at)s, %(payload)s::json) ON CONFLICT (id) DO NOTHING",
-                params,
-            )
+            return await self.restore_on(conn, entry)
+
+    async def restore_on(self, conn: AsyncConnection[TupleRow], entry: InboxEntry) -> bool:
+        """`restore` on `conn`, inside the caller's transaction (the migration records the copy in the same one)."""
+        params = {"id": entry.id, "source": entry.source, "at": entry.accepted_at, "payload": json_text(entry.payload)}
+        cursor = await conn.execute(
+            "INSERT INTO inbox (id, source, accepted_at, payload) "
+            "VALUES (%(id)s, %(source)s, %(at)s, %(payload)s::json) ON CONFLICT (id) DO NOTHING",
+            params,
+        )
         if cursor.rowcount > 0:
             self._depth += 1
         return cursor.rowcount > 0
