@@ -16,7 +16,7 @@ import structlog
 from agenthub import jsonsafe
 from agenthub.clock import Clock, sleep_until, system_clock
 from agenthub.config import SchedulerSettings
-from agenthub.scheduler.jobs import Job, JobError
+from agenthub.scheduler.jobs import Job, JobConflictError, JobError
 from agenthub.scheduler.store import document
 from agenthub.storage.jobs import FireRecord, JobDocument, JobDocuments
 from agenthub.storage.keys import SessionKey
@@ -191,11 +191,15 @@ class Scheduler:
         return job
 
     async def update(self, job: Job) -> Job:
-        await self.ensure_loaded()  # the caller built `job` from what it just read (after a `sync`)
+        """Store a change of a job, built from the job as this scheduler holds it now (the caller read it after
+        a `sync`). The store takes it only if the job is still stored with the due time it was read with: a fire
+        recorded (or a change made) since on any instance refuses it (JobConflictError, the job reloaded), so
+        an edit never puts a due time back that has run."""
+        await self.ensure_loaded()
         before = self.get(job.agent, job.id)
         if before is None:
             raise JobError(f"no job {job.id!r} in this chat")
-        await self._commit(job.agent, job.id, job, before)
+        await self._commit(job.agent, job.id, job, before, guarded=True)
         log.info("job_updated", agent=job.agent, job_id=job.id, next_due=job.next_due)
         return job
 
@@ -232,16 +236,39 @@ class Scheduler:
             log.info("person_jobs_deleted", agent=agent, jobs=len(doomed))
         return len(doomed)
 
-    async def _commit(self, agent: str, job_id: str, new: Job | None, old: Job | None) -> None:
-        """Make `new` (None: no job) current and durable; if the write fails, `old` is put back and it raises."""
+    async def _commit(
+        self, agent: str, job_id: str, new: Job | None, old: Job | None, *, guarded: bool = False
+    ) -> None:
+        """Make `new` (None: no job) current and durable; if the write fails, `old` is put back and it raises.
+        `guarded`: the store takes `new` only while it holds `old`'s due time; otherwise the agent's jobs are
+        reloaded and it raises JobConflictError."""
         self._set(agent, job_id, new)
         try:
             async with self._store_write():
-                await (self.store.remove(agent, [job_id]) if new is None else self.store.put(document(new)))
+                taken = await self._write(agent, job_id, new, old if guarded else None)
         except BaseException:
-            if self._by_agent.get(agent, {}).get(job_id) is new:  # nothing fired or changed it meanwhile
-                self._set(agent, job_id, old)
+            self._put_back(agent, job_id, new, old)
             raise
+        if not taken:
+            self._put_back(agent, job_id, new, old)
+            await self.refresh(agent, always=True)
+            raise JobConflictError(
+                f"job {job_id!r} ran or was changed meanwhile; read it again (action 'list') and redo the change"
+            )
+
+    async def _write(self, agent: str, job_id: str, new: Job | None, read: Job | None) -> bool:
+        """Store `new` (None: remove the job); with `read`, only over the job stored with `read`'s due time."""
+        if new is None:
+            await self.store.remove(agent, [job_id])
+            return True
+        if read is None:
+            await self.store.put(document(new))
+            return True
+        return await self.store.put_if(document(new), read.next_due)
+
+    def _put_back(self, agent: str, job_id: str, new: Job | None, old: Job | None) -> None:
+        if self._by_agent.get(agent, {}).get(job_id) is new:  # nothing fired or changed it meanwhile
+            self._set(agent, job_id, old)
 
     async def _remove(self, agent: str, doomed: list[Job]) -> None:
         for job in doomed:

@@ -22,6 +22,11 @@ class JobError(ValueError):
     """Input that cannot become a job; the message is meant for the model (or the user) and says what to fix."""
 
 
+class JobConflictError(JobError):
+    """A change made from a job that has run or changed since it was read (on any instance); the job as stored now
+    has been reloaded: read it again and redo the change."""
+
+
 @dataclass(frozen=True)
 class Job:
     """One job of one chat. `next_due` is None once a one-off has run; `last_due` is the due time last recorded."""

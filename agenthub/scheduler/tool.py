@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
-from agenthub.scheduler.jobs import Job, JobChanges, JobError, build_job, local_iso, new_job_id
+from agenthub.scheduler.jobs import Job, JobChanges, JobConflictError, JobError, build_job, local_iso, new_job_id
 
 if TYPE_CHECKING:
     from agenthub.agent.tools import ToolContext
     from agenthub.scheduler.core import Scheduler
 
 NAME = "manage_cron_jobs"
+UPDATE_ATTEMPTS = 3
+"""An update made from a job that ran meanwhile is redone on the job as stored now, at most this many times."""
 DESCRIPTION = (
     "Create, list, update or delete scheduled jobs of this chat: one-off reminders ('at', ISO 8601, local to "
     "'timezone' when it has no offset) or recurring jobs ('cron', 5 fields: minute hour day month weekday). "
@@ -72,14 +75,20 @@ async def _create(args: dict[str, Any], ctx: ToolContext, scheduler: Scheduler) 
 
 
 async def _update(job_id: str, args: dict[str, Any], ctx: ToolContext, scheduler: Scheduler) -> str:
-    current = scheduler.get(ctx.key.agent, job_id, ctx.key)
-    if current is None:
-        raise JobError(f"no job {job_id!r} in this chat (see action 'list')")
     changes = JobChanges.from_args(args)
     if changes.empty:
         raise JobError("nothing to change: give any of 'at', 'cron', 'timezone', 'text' or 'prompt'")
-    now = scheduler.clock()
-    job = await scheduler.update(build_job(changes, current, now, scheduler.config.min_interval_s))
+    for _ in range(UPDATE_ATTEMPTS - 1):
+        with contextlib.suppress(JobConflictError):  # it ran or changed meanwhile, and was reloaded: redo it
+            return await _update_once(job_id, changes, ctx, scheduler)
+    return await _update_once(job_id, changes, ctx, scheduler)
+
+
+async def _update_once(job_id: str, changes: JobChanges, ctx: ToolContext, scheduler: Scheduler) -> str:
+    current = scheduler.get(ctx.key.agent, job_id, ctx.key)
+    if current is None:
+        raise JobError(f"no job {job_id!r} in this chat (see action 'list')")
+    job = await scheduler.update(build_job(changes, current, scheduler.clock(), scheduler.config.min_interval_s))
     return f"updated job {job.id}; {_next_text(job)}{_idle_note(scheduler)}"
 
 

@@ -57,6 +57,12 @@ class JobDocuments(Protocol):
         """Create or replace one job."""
         ...
 
+    async def put_if(self, document: JobDocument, expected_due: float | None) -> bool:
+        """Replace one job only if it is stored with `next_due == expected_due` (the due time the change was made
+        from: nobody recorded a fire of it or changed it since); True when replaced, False when it was not stored
+        so (nothing written)."""
+        ...
+
     async def remove(self, agent: str, job_ids: Collection[str]) -> None:
         """Remove these jobs of `agent` (an absent one is no error)."""
         ...
@@ -95,6 +101,20 @@ class FileJobDocuments:
             return True
 
         await self._change(document.agent, change)
+
+    async def put_if(self, document: JobDocument, expected_due: float | None) -> bool:
+        replaced = False
+
+        def change(jobs: dict[str, JobDocument]) -> bool:
+            nonlocal replaced
+            current = jobs.get(document.job_id)
+            replaced = current is not None and current.next_due == expected_due
+            if replaced:
+                jobs[document.job_id] = document
+            return replaced
+
+        await self._change(document.agent, change)
+        return replaced
 
     async def remove(self, agent: str, job_ids: Collection[str]) -> None:
         def change(jobs: dict[str, JobDocument]) -> bool:

@@ -18,7 +18,7 @@ from agenthub.config import SchedulerSettings, Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import InboundMessage
 from agenthub.scheduler.core import Scheduler
-from agenthub.scheduler.jobs import Job
+from agenthub.scheduler.jobs import Job, JobError
 from agenthub.scheduler.wiring import SCHEDULER_LEASE
 from agenthub.singleton import InstanceLeases, Singleton
 from agenthub.storage.keys import session_key
@@ -223,3 +223,33 @@ async def test_the_tool_answers_a_clear_error_while_the_job_store_is_away(
             assert is_error and text == "the jobs could not be read or saved (storage error); nothing was changed"
     finally:
         await database.close()
+
+
+async def test_an_edit_that_races_a_fire_never_runs_the_same_due_time_twice(deployment: Deployment) -> None:
+    """B reads the job (due D); the leader records and runs D (the job advances to D'); B's edit, made from what it
+    read, must not put D back: that would be past due again on the leader's next refresh and run a second time."""
+    await deployment.open_leases()
+    leader, editor = deployment.instances[0], deployment.instances[1]
+    assert deployment.leader() is leader
+    await editor.scheduler.add(_job("minutely", cron="* * * * *"))
+    await until(lambda: leader.scheduler.get("default", "minutely") is not None)
+    await editor.scheduler.sync("default")
+    read = editor.scheduler.get("default", "minutely")
+    assert read is not None and read.next_due == START + MINUTE
+    edited = dataclasses.replace(read, text="交月报")  # built from what it read, as the tool and /jobs build it
+    deployment.clock.advance(MINUTE + 1)
+    await until(lambda: len(deployment.runs) >= 1)
+    refused: JobError | None = None
+    try:  # the leader recorded D (and advanced the job to D') before it ran it
+        await editor.scheduler.update(edited)
+    except JobError as e:
+        refused = e
+
+    await asyncio.sleep(0.3)  # refreshes of every instance go round: nobody runs D again
+    assert deployment.runs == [("instance-0", "minutely", START + MINUTE)]
+    assert refused is not None  # the edit was made from a job that has run since: the caller reads it again
+    again = editor.scheduler.get("default", "minutely")  # reloaded by the refused edit
+    assert again is not None and again.next_due == START + 2 * MINUTE
+    await editor.scheduler.update(dataclasses.replace(again, text="交月报"))
+    [stored] = await editor.scheduler.store.load_all("default")
+    assert stored.next_due == START + 2 * MINUTE and "交月报" in stored.text

@@ -108,3 +108,18 @@ async def test_the_same_fire_recorded_by_many_at_once_is_recorded_once(job_backe
     start.set()
     results = await asyncio.gather(*tasks)
     assert [sum(result[i] for result in results) for i in range(5)] == [1] * 5
+
+
+async def test_a_guarded_change_is_taken_only_over_the_due_time_it_was_made_from(job_backend: JobBackend) -> None:
+    store = job_backend.store
+    await store.put(_doc("cron", 1000.0))
+    await store.put(_doc("done", None))
+    assert await store.record_fires([FireRecord("default", "cron", 1000.0, _doc("cron", 2000.0))]) == [True]
+    assert not await store.put_if(_doc("cron", 1000.0, text="改了"), 1000.0)  # made from the due time that ran
+    assert not await store.put_if(_doc("gone", 1000.0), 1000.0)  # never stored (or removed since): not created
+    assert await store.put_if(_doc("cron", 2000.0, text="改了"), 2000.0)
+    assert await store.put_if(_doc("done", None, text="改了"), None)
+    assert _by_id(await job_backend.other_instance().load_all()) == {
+        "cron": _doc("cron", 2000.0, text="改了"),
+        "done": _doc("done", None, text="改了"),
+    }

@@ -13,6 +13,10 @@ _PUT = """
 INSERT INTO jobs (agent, id, next_due, doc) VALUES (%(agent)s, %(id)s, %(next_due)s, %(doc)s::json)
 ON CONFLICT (agent, id) DO UPDATE SET next_due = EXCLUDED.next_due, doc = EXCLUDED.doc, changed_at = now()
 """
+_PUT_IF = """
+UPDATE jobs SET next_due = %(next_due)s, doc = %(doc)s::json, changed_at = now()
+WHERE agent = %(agent)s AND id = %(id)s AND next_due IS NOT DISTINCT FROM %(expected)s
+"""
 _ADVANCE = """
 UPDATE jobs SET next_due = %(next_due)s, doc = %(doc)s::json, changed_at = now()
 WHERE agent = %(agent)s AND id = %(id)s AND next_due = %(due)s
@@ -42,6 +46,11 @@ class PostgresJobs:
     async def put(self, document: JobDocument) -> None:
         async with self.database.connection("store a scheduled job") as conn:
             await conn.execute(_PUT, _params(document))
+
+    async def put_if(self, document: JobDocument, expected_due: float | None) -> bool:
+        async with self.database.connection("change a scheduled job") as conn:
+            cursor = await conn.execute(_PUT_IF, {**_params(document), "expected": expected_due})
+        return cursor.rowcount == 1
 
     async def remove(self, agent: str, job_ids: Collection[str]) -> None:
         if not job_ids:
