@@ -4,12 +4,14 @@ that holds lease `memory-l3`, seen where it shows, at the fake model (an L3 requ
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import itertools
 import json
 import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.daemons import Deployment, instance_of, message_text
+from tests.support.daemons import Deployment, Instance, instance_of, message_text
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
 
 INTERVAL_S = 1.0
@@ -18,21 +20,50 @@ LEASE_S = 15.0
 when a renewal takes over lease_s/3) would hand L3 over, which is allowed but not what this test looks at."""
 RUNS = 4
 L3_MEMORY = "You maintain MEMORY.md"
+L3_LEASE = "memory-l3"
 
 
 def _is_l3_memory(body: dict[str, Any]) -> bool:
     return L3_MEMORY in json.dumps(body.get("system"), ensure_ascii=False)
 
 
+Run = tuple[float, float, int | None]
+"""An L3 request at the fake model: (monotonic time, wall-clock time, the instance that sent it)."""
+
+
+def _holding(instance: Instance) -> list[tuple[float, float]]:
+    """The wall-clock spans in which `instance` held lease `memory-l3`, from its own log (gained → lost)."""
+    changes = sorted(
+        [(_wall(e), True) for e in instance.events("lease_gained", lease=L3_LEASE)]
+        + [(_wall(e), False) for e in instance.events("lease_lost", lease=L3_LEASE)]
+    )
+    spans, since = [], None
+    for at, gained in changes:
+        if gained and since is None:
+            since = at
+        elif not gained and since is not None:
+            spans.append((since, at))
+            since = None
+    return spans if since is None else [*spans, (since, float("inf"))]
+
+
+def _wall(event: dict[str, Any]) -> float:
+    return dt.datetime.fromisoformat(str(event["timestamp"])).timestamp()
+
+
+def _holder_at(spans: dict[int, list[tuple[float, float]]], wall: float) -> list[int]:
+    return [index for index, held in spans.items() if any(start <= wall < end for start, end in held)]
+
+
 async def test_with_three_daemons_l3_runs_once_per_interval_on_the_lease_holder_only(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    l3_at: list[float] = []
+    seen: list[tuple[float, float, dict[str, Any]]] = []
 
     def answer(body: dict[str, Any]) -> ScriptedReply:
         if _is_l3_memory(body):
-            l3_at.append(time.monotonic())
-            return reply_text(f"# Memory\n- run {len(l3_at)}: the user talks about numbered messages\n")
+            seen.append((time.monotonic(), time.time(), body))
+            return reply_text(f"# Memory\n- run {len(seen)}: the user talks about numbered messages\n")
         return reply_text("noted")
 
     fake_llm.responder = answer
@@ -42,16 +73,20 @@ async def test_with_three_daemons_l3_runs_once_per_interval_on_the_lease_holder_
         client = d.client()
         n = 0
         deadline = time.monotonic() + 60  # a bound, not a measurement
-        while len(l3_at) < RUNS:  # new material for every interval, each message through the next instance
-            assert time.monotonic() < deadline, f"only {len(l3_at)} L3 runs"
+        while len(seen) < RUNS:  # new material for every interval, each message through the next instance
+            assert time.monotonic() < deadline, f"only {len(seen)} L3 runs"
             n += 1
             status, body = await client.chat(f"c{n % 5}", message_text(f"c{n % 5}", n))
             assert status == 200, body
             await asyncio.sleep(INTERVAL_S / 4)
         await asyncio.sleep(2 * INTERVAL_S)  # a run the others might have started meanwhile arrives too
 
-        l3 = [r for r in fake_llm.message_requests() if r.body is not None and _is_l3_memory(r.body)]
-        holders = {i.index for i in d.instances if i.events("lease_gained", lease="memory-l3")}
-        assert {instance_of(r) for r in l3} <= holders and len(holders) < len(d.instances), holders
-        span = l3_at[-1] - l3_at[0]
-        assert len(l3) <= span / INTERVAL_S + 1, (len(l3), span)  # never two runs in one interval
+        senders = {id(r.body): instance_of(r) for r in fake_llm.message_requests() if r.body is not None}
+        runs: list[Run] = [(mono, wall, senders[id(body)]) for mono, wall, body in seen]
+        spans = {i.index: _holding(i) for i in d.instances}
+        held = sorted(span for each in spans.values() for span in each)
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(held)), spans  # one holder at a time
+        for _, wall, sender in runs:  # every run by the instance holding the lease then
+            assert _holder_at(spans, wall) == [sender], (sender, wall, spans)
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(runs)]
+        assert min(gaps) >= 0.8 * INTERVAL_S, gaps  # one run per interval: never two in one
