@@ -26,10 +26,10 @@ from agenthub.invocation import command_name
 from agenthub.log import configure_logging
 from agenthub.memory.files import MemoryFiles
 from agenthub.scheduler.core import Scheduler
-from agenthub.scheduler.store import JobStore
 from agenthub.session.history import SessionHistory
 from agenthub.storage.inbox import FileInbox
 from agenthub.storage.keys import validate_agent_name, validate_part
+from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
 from agenthub.storage.stores import Stores, open_stores
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -107,13 +107,12 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
         agents: list[AgentDefinition] = [registry.get(agent)] if agent else [registry.get(n) for n in registry.names()]
         stores = await open_stores(settings)
         try:
+            await _refuse_while_instances_run(stores)
             forgetter = Forgetter(
                 settings,
                 _history_in(settings, stores),
                 MemoryFiles(settings.data_dir, settings.auth_dir, stores.memory),
-                jobs=jobs_hook(
-                    Scheduler(settings.scheduler, JobStore(settings.data_dir, durable=settings.session.fsync))
-                ),
+                jobs=jobs_hook(Scheduler(settings.scheduler, stores.jobs)),  # the files, or the table `jobs`
                 settled=lambda: _drop_settled_inbox(settings),
             )
             report = await forgetter.forget_everywhere(agents, person, actor=f"cli:{_os_user()}")
@@ -123,6 +122,22 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
         return report.as_dict()
     finally:
         lock.release()
+
+
+async def _refuse_while_instances_run(stores: Stores) -> None:
+    """PostgreSQL: an instance of the deployment running on any host holds the people's sessions in its caches,
+    runs L3 on material it read, keeps its own search index and jobs: only its own forget route redacts under all
+    of that. While one holds its `instance:` lease, nothing is done here (RemoteRefused, naming the route)."""
+    database = stores.database
+    if database is None:
+        return
+    from agenthub.storage.postgres import PostgresLeases
+
+    running = await PostgresLeases(database).live_holders(INSTANCE_LEASE_PREFIX)
+    if running:
+        hosts = ", ".join(sorted({holder.split(":", 1)[0] for holder in running}))
+        text = i18n.text("forget.cli_instances_running", i18n.system_locale(), count=len(running), hosts=hosts)
+        raise RemoteRefused(text, EXIT_USAGE)
 
 
 def _history_in(settings: Settings, stores: Stores) -> SessionHistory:

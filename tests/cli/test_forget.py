@@ -18,8 +18,13 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.scheduler.jobs import Job
+from agenthub.scheduler.store import document
+from agenthub.storage.jobs import JobDocument
 from agenthub.storage.keys import SessionKey
+from agenthub.storage.lease import instance_lease
 from agenthub.storage.memory_files import MemoryName
+from agenthub.storage.postgres import PostgresJobs, open_database
 from agenthub.tokens import TokenStore
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
@@ -239,3 +244,62 @@ async def test_forget_without_a_daemon_on_postgres_redacts_the_database(
         assert await gw.memory_files.read(MemoryName.chat_memory(dm)) == ""
         assert [await gw.memory_files.read(n) for n in profiles] == [""] * len(profiles)
         assert FACT not in json.dumps(await gw.history.load(dm), ensure_ascii=False)
+
+
+def _alices_job(job_id: str) -> JobDocument:
+    job = Job(
+        id=job_id, agent="default", channel="wecom", chat_id="alice-dm", timezone="Asia/Shanghai",
+        created_at=1_700_000_000.0, created_by="alice", cron="0 9 * * *", text=f"locker {FACT}",
+        next_due=4_000_000_000.0,
+    )  # fmt: skip
+    return document(job)
+
+
+async def test_forget_without_a_daemon_on_postgres_drops_the_persons_jobs_in_the_database(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The jobs of a postgres deployment are in the table `jobs` (shared by every instance), not in the files."""
+    settings = make_settings(tmp_path / "host", fake_llm.base_url, store={"backend": "postgres", "dsn": postgres_dsn})
+    write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
+    database = await open_database(postgres_dsn)
+    try:
+        await PostgresJobs(database).put(_alices_job("alice-daily"))
+        env = cli_env(settings, tmp_path, AGENTHUB_STORE__BACKEND="postgres", AGENTHUB_STORE__DSN=postgres_dsn)
+        code, _, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", "--yes")
+        assert code == 0, err
+        assert await PostgresJobs(database).load_all() == []  # gone: it would have kept firing on the leader
+    finally:
+        await database.close()
+
+
+async def test_forget_on_postgres_while_an_instance_runs_elsewhere_leaves_everything_to_its_route(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """Instance A (another host) has served Alice's chat and holds its cached history; a forget run on a host
+    without a daemon must not redact behind A's back (A's next claim of the session would not reload, and its
+    next write would put the history back): it refuses, changes nothing, and names the daemon's route."""
+    store = {"backend": "postgres", "dsn": postgres_dsn}
+    host_a = make_settings(tmp_path / "host-a", fake_llm.base_url, store=store)
+    host_b = make_settings(tmp_path / "host-b", fake_llm.base_url, store=store)
+    for settings in (host_a, host_b):
+        write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
+    dm = SessionKey("default", "wecom", "alice-dm")
+    private = {"chat_type": "private"}
+    async with gateway_on(host_a) as a:
+        alive = await a.leases.store.acquire(instance_lease(a.leases.holder), a.leases.holder, 60.0)
+        assert alive is not None  # what `agenthub serve` holds while it runs
+        await say(a, InboundMessage("wecom", "alice-dm", "alice", f"My locker is {FACT}", metadata=private))
+        env = cli_env(host_b, tmp_path, AGENTHUB_STORE__BACKEND="postgres", AGENTHUB_STORE__DSN=postgres_dsn)
+
+        code, _, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", "--yes")
+
+        assert code == 2, err
+        assert "/api/forget" in err and "Traceback" not in err
+        await say(a, InboundMessage("wecom", "alice-dm", "alice", "what is my locker?", metadata=private))
+        stored = json.dumps(await a.history.store.load(dm), ensure_ascii=False)
+        assert f"My locker is {FACT}" in stored and "what is my locker?" in stored  # nothing redacted behind A
+        await a.leases.store.release(alive)  # A stops
+    code, _, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", "--yes")
+    assert code == 0, err
+    async with gateway_on(host_b) as b:
+        assert FACT not in json.dumps(await b.history.load(dm), ensure_ascii=False)

@@ -69,6 +69,16 @@ TEXTS: dict[str, dict[str, str]] = {
             "{command})"
         ),
     },
+    "forget.cli_instances_running": {
+        "zh-CN": (
+            "此部署有 {count} 个实例正在运行（{hosts}），未做任何删除：请在其中一台主机上运行本命令，"
+            "或用令牌调用任一实例的 POST /api/forget。"
+        ),
+        "en": (
+            "{count} instance(s) of this deployment are running ({hosts}); nothing was done: run this command on "
+            "one of those hosts, or call POST /api/forget on any instance with a token"
+        ),
+    },
     "forget.cli_daemon_failed": {
         "zh-CN": "守护进程拒绝了请求（{status}）：{message}",
         "en": "the daemon refused the request ({status}): {message}",

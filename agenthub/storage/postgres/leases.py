@@ -55,3 +55,13 @@ class PostgresLeases:
     async def release(self, lease: Lease) -> None:
         async with self.database.connection("release a lease") as conn:
             await conn.execute(_RELEASE, {"name": lease.name, "token": lease.token})
+
+    async def live_holders(self, prefix: str) -> list[str]:
+        """The holders of the leases named `prefix…` that are live now (by the database's clock)."""
+        async with self.database.connection("list the live leases") as conn:
+            cursor = await conn.execute(
+                "SELECT holder FROM leases WHERE starts_with(name, %(prefix)s) AND expires_at > now() ORDER BY holder",
+                {"prefix": prefix},
+            )
+            rows = await cursor.fetchall()
+        return [str(row[0]) for row in rows]
