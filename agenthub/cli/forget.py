@@ -125,9 +125,11 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
 
 
 async def _refuse_while_instances_run(stores: Stores) -> None:
-    """PostgreSQL: an instance of the deployment running on any host holds the people's sessions in its caches,
-    runs L3 on material it read, keeps its own search index and jobs: only its own forget route redacts under all
-    of that. While one holds its `instance:` lease, nothing is done here (RemoteRefused, naming the route)."""
+    """PostgreSQL: an instance of the deployment running on any host keeps sessions in its cache (a redaction
+    made here without their lease would not make it reload them, and its next write would put them back), runs
+    L3 on material it read and keeps its own search index. Its forget route redacts each session under the
+    session's lease and its own memory writers; so while any instance holds its `instance:` lease, nothing is
+    done here (RemoteRefused, naming the route)."""
     database = stores.database
     if database is None:
         return
