@@ -7,30 +7,45 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import getpass
 import os
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import structlog
 
 from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition, load_agents
 from agenthub.config import Settings, load_settings
 from agenthub.datalock import DataDirLock, DataDirLocked, holder_address, is_locked
-from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError, StorageError
+from agenthub.errors import (
+    AgentHubError,
+    AgentNotFoundError,
+    ConfigError,
+    InvalidIdError,
+    SessionBusyError,
+    StorageError,
+)
 from agenthub.forget.command import jobs_hook
 from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter
+from agenthub.gateway.session_lease import SessionLeases
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging
 from agenthub.memory.files import MemoryFiles
 from agenthub.scheduler.core import Scheduler
 from agenthub.session.history import SessionHistory
+from agenthub.singleton import InstanceLeases
 from agenthub.storage.inbox import FileInbox
-from agenthub.storage.keys import validate_agent_name, validate_part
+from agenthub.storage.keys import SessionKey, validate_agent_name, validate_part
 from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
 from agenthub.storage.stores import Stores, open_stores
+
+log = structlog.get_logger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 REMOTE_TIMEOUT = aiohttp.ClientTimeout(total=600, sock_connect=10)
@@ -79,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     except RemoteRefused as e:
         print(f"agenthub forget: {e}", file=sys.stderr)
         return e.exit_code
-    except StorageError as e:  # a link planted inside data/, a full or read-only disk: what is done stays done
+    except (StorageError, SessionBusyError) as e:  # a link planted inside data/, a full or read-only disk, a chat
+        # another process would not let go of: what is done stays done
         print(f"agenthub forget: {e}", file=sys.stderr)
         return EXIT_FAILED
     print(i18n.text("forget.cli_done", locale, **counts))
@@ -108,14 +124,20 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
         stores = await open_stores(settings)
         try:
             await _refuse_while_instances_run(stores)
+            history = _history_in(settings, stores)
+            leases = _session_leases(settings, stores, history)
             forgetter = Forgetter(
                 settings,
-                _history_in(settings, stores),
+                history,
                 MemoryFiles(settings.data_dir, settings.auth_dir, stores.memory),
+                guard=functools.partial(_leased, leases, settings.session.lock_timeout_s + settings.store.lease_s),
                 jobs=jobs_hook(Scheduler(settings.scheduler, stores.jobs)),  # the files, or the table `jobs`
                 settled=lambda: _drop_settled_inbox(settings),
             )
-            report = await forgetter.forget_everywhere(agents, person, actor=f"cli:{_os_user()}")
+            try:
+                report = await forgetter.forget_everywhere(agents, person, actor=f"cli:{_os_user()}")
+            finally:
+                await leases.close()
             await forgetter.history.aclose()
         finally:
             await stores.aclose()
@@ -140,6 +162,28 @@ async def _refuse_while_instances_run(stores: Stores) -> None:
         hosts = ", ".join(sorted({holder.split(":", 1)[0] for holder in running}))
         text = i18n.text("forget.cli_instances_running", i18n.system_locale(), count=len(running), hosts=hosts)
         raise RemoteRefused(text, EXIT_USAGE)
+
+
+def _session_leases(settings: Settings, stores: Stores, history: SessionHistory) -> SessionLeases:
+    """This process's session leases on the deployment's lease store (PostgreSQL; in files mode they take
+    nothing: the data directory's lock keeps every writer out)."""
+    leases = InstanceLeases(store=stores.leases, holder=stores.holder, ttl_s=settings.store.lease_s)
+    return SessionLeases(leases, history, on_lost=_lease_lost)
+
+
+def _lease_lost(key: SessionKey) -> None:
+    log.warning("forget_session_lease_lost", session_key=str(key))  # its writes from now on are refused
+
+
+@contextlib.asynccontextmanager
+async def _leased(leases: SessionLeases, limit_s: float, key: SessionKey) -> AsyncIterator[None]:
+    """A session redacted under its lease: a gateway running it (an in-process `agenthub chat`, an instance
+    started meanwhile) finishes first, and its next claim finds the fence raised and reloads the session."""
+    await leases.claim_within(key, limit_s)
+    try:
+        yield
+    finally:
+        leases.release(key)
 
 
 def _history_in(settings: Settings, stores: Stores) -> SessionHistory:

@@ -303,3 +303,30 @@ async def test_forget_on_postgres_while_an_instance_runs_elsewhere_leaves_everyt
     assert code == 0, err
     async with gateway_on(host_b) as b:
         assert FACT not in json.dumps(await b.history.load(dm), ensure_ascii=False)
+
+
+async def test_forget_on_postgres_redacts_each_chat_under_its_session_lease_so_a_running_gateway_reloads_it(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """A gateway without an `instance:` lease (an in-process `agenthub chat` on another host, or an instance that
+    starts while the forget runs) keeps Alice's chat in its cache: the forget takes the chat's session lease,
+    so the gateway's next claim finds a newer fence and reloads the redacted history instead of sending its copy."""
+    store = {"backend": "postgres", "dsn": postgres_dsn}
+    host_a = make_settings(tmp_path / "host-a", fake_llm.base_url, store=store)
+    host_b = make_settings(tmp_path / "host-b", fake_llm.base_url, store=store)
+    for settings in (host_a, host_b):
+        write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
+    private = {"chat_type": "private"}
+    async with gateway_on(host_a) as a:
+        await say(a, InboundMessage("wecom", "alice-dm", "alice", f"My locker is {FACT}", metadata=private))
+        env = cli_env(host_b, tmp_path, AGENTHUB_STORE__BACKEND="postgres", AGENTHUB_STORE__DSN=postgres_dsn)
+        code, _, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", "--yes")
+        assert code == 0, err
+
+        await say(a, InboundMessage("wecom", "alice-dm", "alice", "what is my locker?", metadata=private))
+
+        sent = fake_llm.message_requests()[-1].body
+        assert "what is my locker?" in json.dumps(sent, ensure_ascii=False)
+        assert FACT not in json.dumps(sent, ensure_ascii=False)  # the model never gets the forgotten history
+        stored = await a.history.store.load(SessionKey("default", "wecom", "alice-dm"))
+        assert FACT not in json.dumps(stored, ensure_ascii=False)  # nor is it written back
