@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agenthub.channel import Channel, ChannelContext, Submitter, WebRoutes
+from agenthub.channel import Channel, ChannelContext, SessionResolver, Submitter, WebRoutes
 from agenthub.channel_registry import enabled_channels, load_channel_class
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
@@ -107,10 +107,12 @@ def channel_context(
     stores: Stores | None = None,
     inbox: Inbox | None = None,
     leases: InstanceLeases | None = None,
+    session_of: SessionResolver | None = None,
 ) -> ChannelContext:
     """What channel `name` is built with; its private state lives in `data/.channels/<name>/`, its dedup memories
     in `stores` (default: files there too); without an `inbox` (the in-process `agenthub chat`) accepted messages
-    live as long as the process; `leases`: the gateway's (default: this instance's own)."""
+    live as long as the process; `leases`: the gateway's (default: this instance's own); `session_of`: the
+    gateway's routing, naming each accepted message's session."""
     from agenthub.storage.inbox import InMemoryInbox
 
     state_dir = settings.data_dir / ".channels" / name
@@ -124,6 +126,7 @@ def channel_context(
         open_seen_ids=None if stores is None else stores.seen_ids_for(name, state_dir),
         open_member_sends=None if stores is None else stores.member_sends_for(name),
         outbox=None if stores is None else stores.outbox,
+        session_of=session_of,
     )
 
 
@@ -171,7 +174,9 @@ def assemble(
     built: list[Channel] = [build_api(gateway, routes, stores, inbox)] if settings.http.enabled else []
     for name, raw in enabled_channels(settings):
         try:
-            context = channel_context(settings, gateway, routes, name, stores, inbox, gateway.leases)
+            context = channel_context(
+                settings, gateway, routes, name, stores, inbox, gateway.leases, gateway.session_of
+            )
             built.append(load_channel_class(name)(context, raw))
         except Exception as e:
             log.error("channel_failed_to_build", channel=name, error=str(e), error_type=type(e).__name__)

@@ -72,6 +72,10 @@ class ResumableChannel(Protocol):
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+SessionResolver = Callable[[InboundMessage], "str | None"]
+"""The session (`agent:channel:chat_id`) a message will run in, None when it cannot be routed
+(`GatewayCore.session_of`)."""
+
 
 @dataclass
 class WebRoutes:
@@ -103,6 +107,10 @@ class ChannelContext:
     this process only."""
     outbox: Outbox | None = None
     """Sends that only another instance can make (it holds the connection); None: this instance holds them all."""
+    session_of: SessionResolver | None = None
+    """Names the session of a message as the gateway will route it, so the inbox stores each entry with its
+    session when it is accepted: its place in the session's arrival order across instances from that moment, not
+    only once submitted (after its media download). None: the gateway names it at submit."""
 
 
 class ChannelFactory(Protocol):

@@ -158,7 +158,9 @@ async def _resume_one(channel: ResumableChannel, entries: list[InboxEntry]) -> N
 async def resume_then_start(entries: Sequence[InboxEntry], channels: list[Channel]) -> None:
     """Hand the channels what the last run left (`resume_channels`), then start them: each resumed entry holds its
     chat's place before the channel receives anything, so a new message of that chat is answered after it. A
-    channel that fails to start is logged and removed from `channels`; the others go on."""
+    channel that fails to start is logged, stopped (its routes then refuse what arrives, so the platform delivers
+    it again; what it holds stays unsettled, for the next start or, once this instance is gone, a survivor) and
+    removed from `channels`; the others go on."""
     await resume_channels(entries, channels)
     for channel in list(channels):
         try:
@@ -166,6 +168,15 @@ async def resume_then_start(entries: Sequence[InboxEntry], channels: list[Channe
         except Exception as e:
             log.error("channel_failed_to_start", channel=channel.name, error=str(e), error_type=type(e).__name__)
             channels.remove(channel)
+            await _stop_failed(channel)
+
+
+async def _stop_failed(channel: Channel) -> None:
+    """Stop a channel whose start raised, so it neither acknowledges nor holds what it cannot answer."""
+    try:
+        await channel.stop()
+    except Exception as e:
+        log.error("channel_failed_to_stop", channel=channel.name, error=str(e), error_type=type(e).__name__)
 
 
 class InstanceInbox:

@@ -1,7 +1,8 @@
 """Per-session arrival order across instances: the order is the durable inbox's acceptance order (`seq`). Holding
 the session's lease, a turn runs only once the session's earlier unsettled entries are answered: one queued here
 goes first; one another instance has (or will take over) is waited for with the lease let go, at most
-`2 × lease_s`, so an entry no instance can resume never blocks a session for good."""
+`2 × lease_s`, and once only: an entry given up on is remembered and keeps no later turn of the session waiting
+again, so an entry no instance can resume costs its session one wait, not one per turn."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ class ArrivalOrder:
         self._history = history
         self._leases = leases
         self._wait_s = wait_s
+        self._given_up: dict[SessionKey, set[str]] = {}
+        """Per session, the earlier entries waited for in vain; one is forgotten once a turn's check no longer
+        finds it among the session's earlier unsettled entries (settled, or newer than that turn's)."""
 
     async def assign(self, message: InboundMessage, key: SessionKey) -> None:
         """Name the session of the entry `message` came in as, when it was accepted without one (a push channel's);
@@ -69,6 +73,8 @@ class ArrivalOrder:
         while True:
             before = await self._unanswered(inbox, pending.key, ids[0], set(ids))
             if before and not self._queued_here(before, queued) and loop.time() < give_up_at:
+                if delay == POLL_FIRST_S:
+                    log.info("arrival_order_waiting", session_key=str(pending.key), waiting_for=len(before))
                 self._leases.release(pending.key)  # the instance that has the earlier entry needs the session
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, POLL_MAX_S)
@@ -76,6 +82,7 @@ class ArrivalOrder:
                 continue
             if before and not self._queued_here(before, queued):
                 log.warning("arrival_order_gave_up", session_key=str(pending.key), waiting_for=len(before))
+                self._given_up.setdefault(pending.key, set()).update(before)
                 return True
             between = await self._unanswered(inbox, pending.key, ids[-1], set(ids)) if len(ids) > 1 else []
             if self._queued_here([*before, *between], queued):
@@ -90,10 +97,21 @@ class ArrivalOrder:
         here = {inbox_id_of(p.message) for turn in queued for p in turn.members}
         return not here.isdisjoint(entry_ids)
 
+    def _still_given_up(self, key: SessionKey, unsettled: Sequence[str]) -> set[str]:
+        """The entries of `key` given up on that are still unsettled (the settled ones are forgotten here)."""
+        given_up = self._given_up.get(key)
+        if given_up is None:
+            return set()
+        given_up.intersection_update(unsettled)
+        if not given_up:
+            del self._given_up[key]
+        return given_up
+
     async def _unanswered(self, inbox: Inbox, key: SessionKey, newest: str, members: set[str | None]) -> list[str]:
         """The session's entries accepted before `newest` that are neither this turn's nor answered in the history
         (an answered entry's settle may still be on its way)."""
-        earlier = [i for i in await inbox.earlier_unsettled(str(key), newest) if i not in members]
+        unsettled = await inbox.earlier_unsettled(str(key), newest)
+        earlier = [i for i in unsettled if i not in members and i not in self._still_given_up(key, unsettled)]
         if not earlier:
             return []
         answered = stored_messages(await self._history.load(key), earlier)

@@ -306,11 +306,17 @@ class FeishuChannel:
         if not self._addressed(app, msg):
             return False
         chat = session_chat_id(msg, app.config.group_session_scope)
+        session = self._session_for(app, msg)
         try:
-            intake = await self._gates[app.cred_id].take(msg.message_id, chat, {"event": envelope})
+            intake = await self._gates[app.cred_id].take(msg.message_id, chat, {"event": envelope}, session=session)
         except RuntimeError:  # the channel stops
             return True
         return intake is Intake.REFUSED
+
+    def _session_for(self, app: FeishuApp, msg: FeishuMessage) -> str | None:
+        """The session the event will run in, routed as its submitted message will be (None: unknown yet)."""
+        session_of = self._ctx.session_of
+        return None if session_of is None else session_of(self._inbound(app, msg, "", "", ()))
 
     def can_resume(self, source: str) -> bool:
         """Every instance can answer an app's events (replies go through the API) while the channel is not stopped."""

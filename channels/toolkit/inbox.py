@@ -83,12 +83,13 @@ class InboxGate:
         """The channel can answer now: what waited in the chats' slots goes on, in order."""
         self._ready.set()
 
-    async def take(self, key: str, chat: str, payload: dict[str, Any]) -> Intake:
-        """Dedup `key` and store `payload`; the answer is under way when this returns ACCEPTED. `RuntimeError`
+    async def take(self, key: str, chat: str, payload: dict[str, Any], *, session: str | None = None) -> Intake:
+        """Dedup `key` and store `payload` (with `session`, the one it will run in: its place in that session's
+        order across instances from now on); the answer is under way when this returns ACCEPTED. `RuntimeError`
         (nothing done) once the channel stops: the platform should deliver the message again."""
         accepted: asyncio.Future[InboxEntry | None] = asyncio.get_running_loop().create_future()
         self._tasks.spawn(self._answer(chat, accepted), name=f"{self.source}-{key}")  # its slot: taken now
-        store = asyncio.ensure_future(self._store(key, payload))
+        store = asyncio.ensure_future(self._store(key, payload, session))
         try:
             intake, entry = await run_to_end(store)  # a dedup id and an entry once written are the answer's to keep
         except BaseException:
@@ -97,11 +98,11 @@ class InboxGate:
         accepted.set_result(entry)
         return intake
 
-    async def _store(self, key: str, payload: dict[str, Any]) -> tuple[Intake, InboxEntry | None]:
+    async def _store(self, key: str, payload: dict[str, Any], session: str | None) -> tuple[Intake, InboxEntry | None]:
         if await self._dedup.is_duplicate(key):
             return Intake.DUPLICATE, None
         try:
-            entry = await self._inbox.accept(self.source, payload)
+            entry = await self._inbox.accept(self.source, payload, session=session)
         except StorageError:
             await self._dedup.forget(key)  # not stored: the platform's retry must get through, wherever it lands
             log.error("inbox_accept_failed", source=self.source, key=key)

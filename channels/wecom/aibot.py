@@ -7,7 +7,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from agenthub.channel import Submitter
+from agenthub.channel import SessionResolver, Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage
@@ -57,10 +57,13 @@ class BotEndpoint:
         inbound: Inbound,
         inbox: Inbox,
         outbox: Outbox | None = None,
+        session_of: SessionResolver | None = None,
     ) -> None:
         """`outbox`: the deployment's (postgres), where a push made here goes when another instance holds the
-        bot's connection; None: this instance is the only one (files), it pushes itself."""
+        bot's connection; None: this instance is the only one (files), it pushes itself. `session_of`: names the
+        session of a callback when it is stored (`ChannelContext.session_of`)."""
         self.cred_id = cred_id
+        self._session_of = session_of
         self._outbox = outbox
         self.config = config
         self._gateway = gateway
@@ -178,7 +181,8 @@ class BotEndpoint:
         reply = StreamReply(self.conn, self.config, req_id, str(body.get("chatid") or user) if group else user)
         self._live[req_id] = reply  # before the answer task can look for it
         try:
-            intake = await self.gate.take(msgid, self._chat_id(body, user, group), {"req_id": req_id, "body": body})
+            chat, payload = self._chat_id(body, user, group), {"req_id": req_id, "body": body}
+            intake = await self.gate.take(msgid, chat, payload, session=self._session_for(body, user, group))
         except BaseException:
             self._live.pop(req_id, None)
             raise
@@ -330,6 +334,12 @@ class BotEndpoint:
             cred_id=self.cred_id,
             metadata=metadata,
         )
+
+    def _session_for(self, body: dict[str, Any], user: str, group: bool) -> str | None:
+        """The session the callback will run in, routed as its submitted message will be (None: unknown yet)."""
+        if self._session_of is None:
+            return None
+        return self._session_of(self._inbound(body, user, group, "", "", ()))
 
     def _chat_id(self, body: dict[str, Any], user: str, group: bool) -> str:
         """The session's chat id: the user, the group, or `group:user` with `session_per_member`."""

@@ -13,7 +13,7 @@ from wechatpy.enterprise import parse_message
 from wechatpy.enterprise.crypto import WeChatCrypto
 from wechatpy.exceptions import InvalidSignatureException
 
-from agenthub.channel import Submitter
+from agenthub.channel import SessionResolver, Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.member_sends import MemberSendsOpener
@@ -64,8 +64,11 @@ class AppEndpoint:
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         open_sends: MemberSendsOpener | None = None,
+        session_of: SessionResolver | None = None,
     ) -> None:
+        """`session_of`: names the session of a callback when it is stored (`ChannelContext.session_of`)."""
         self.cred_id = cred_id
+        self._session_of = session_of
         self.config = config
         self._gateway = gateway
         self._dedup = dedup
@@ -130,7 +133,14 @@ class AppEndpoint:
 
         Both waits are group-committed fsyncs (milliseconds), well inside WeCom's 5 s; the media is fetched
         after the 200, also when the entry is resumed. `RuntimeError` once the channel stops."""
-        return await self.gate.take(dedup_key(msg), str(msg.source), {"xml": plain})
+        return await self.gate.take(dedup_key(msg), str(msg.source), {"xml": plain}, session=self._session_for(msg))
+
+    def _session_for(self, msg: Any) -> str | None:
+        """The session the callback will run in, routed as its submitted message will be (None: unknown yet)."""
+        if self._session_of is None:
+            return None
+        user = str(msg.source)
+        return self._session_of(self._inbound(msg, user, "", "", ()))
 
     def resume(self, entries: list[InboxEntry]) -> None:
         """Answer the callbacks a stopped process had stored but not answered, each user's in order."""

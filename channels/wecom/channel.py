@@ -61,6 +61,7 @@ class WeComChannel:
                 clock=clock,
                 sleep=sleep,
                 open_sends=context.open_member_sends,
+                session_of=context.session_of,
             )
             for cred_id, cfg in self.config.apps.items()
         }
@@ -74,6 +75,7 @@ class WeComChannel:
                 inbound,
                 context.inbox,
                 context.outbox,
+                session_of=context.session_of,
             )
             for cred_id, cfg in self.config.bots.items()
         }

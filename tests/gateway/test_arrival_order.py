@@ -1,5 +1,5 @@
 """One instance's side of the inbox's arrival order: a resumed earlier message goes before a later one queued here,
-and an earlier message no instance resumes holds a session up for at most `2 × lease_s`."""
+and an earlier message no instance resumes holds a session up for at most `2 × lease_s`, once."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ async def test_a_resumed_earlier_message_goes_before_a_later_one_queued_behind_t
         await submitter.aclose()
 
 
-async def test_an_earlier_message_nobody_answers_holds_the_session_up_for_two_lease_times_at_most(
+async def test_an_earlier_message_nobody_answers_holds_the_session_up_for_two_lease_times_at_most_once(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
     settings = settings_factory(store={"lease_s": 0.3})
@@ -64,4 +64,10 @@ async def test_an_earlier_message_nobody_answers_holds_the_session_up_for_two_le
         assert isinstance(final, DoneEvent)
         assert [e for e in logs if e["event"] == "arrival_order_gave_up"] != []
         assert await user_tags(await gateway.history.load(KEY)) == ["next"]
+
+        with capture_logs() as logs:  # the entry given up on keeps nobody waiting any more
+            final = await (await submitter.submit(HTTP_SOURCE, message("after"))).result()
+        assert isinstance(final, DoneEvent)
+        assert [e for e in logs if e["event"] == "arrival_order_gave_up"] == []
+        assert await user_tags(await gateway.history.load(KEY)) == ["next", "after"]
         await submitter.aclose()

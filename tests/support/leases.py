@@ -48,3 +48,11 @@ class InstanceView:
     def _check(self) -> None:
         if self.down:
             raise StorageError("lease store unreachable")
+
+
+class BrokenLeases(InProcessLeases):
+    """A lease store whose driver fails with an error it does not translate into a StorageError (a bug, a driver
+    upgrade): whatever opens a lease over it raises."""
+
+    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
+        raise RuntimeError("lease driver failed")

@@ -9,6 +9,7 @@ import aiohttp
 
 from agenthub import i18n
 from agenthub.app import build_gateway
+from agenthub.channel import Channel
 from agenthub.config import Settings
 from agenthub.inbox_flow import InboxSubmitter, InstanceInbox, resume_then_start
 from agenthub.singleton import InstanceLeases
@@ -17,8 +18,9 @@ from agenthub.storage.postgres import PostgresInbox, PostgresLeases, open_databa
 from channels.wecom import WeComChannel
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.fakes.submitter import ScriptedSubmitter
-from tests.support.fakes.wecom import FakeQyApi, channel_context, serve_routes, signed_callback
-from tests.support.wecom import AES_KEY, CORP_ID, TOKEN, Harness, app_table, text, wecom_settings
+from tests.support.fakes.wecom import FakeAiBotServer, FakeQyApi, channel_context, serve_routes, signed_callback
+from tests.support.leases import BrokenLeases
+from tests.support.wecom import AES_KEY, CORP_ID, TOKEN, Harness, app_table, bot_table, text, wecom_settings
 
 
 async def hard_stop(harness: Harness) -> None:
@@ -121,6 +123,25 @@ async def test_a_resumed_callback_is_answered_before_one_the_restarting_channel_
     await harness.settle()
     assert [m.content for m in submitter.received] == ["崩溃前的问题", "启动时的新问题"]
     assert api.texts() == ["echo: 崩溃前的问题", "echo: 启动时的新问题"]
+
+
+async def test_a_channel_whose_start_raises_refuses_callbacks_instead_of_storing_what_it_would_never_answer(
+    harness: Harness, api: FakeQyApi, server: FakeAiBotServer, tmp_path: Path
+) -> None:
+    inbox = FileInbox(tmp_path / "data", fsync=False)
+    settings, table = wecom_settings({**app_table(api), **bot_table(server)}, None, {})
+    context = channel_context(harness.submitter, tmp_path, settings, inbox)
+    context.leases = InstanceLeases(store=BrokenLeases())  # the bot's lease cannot be opened: `start` raises
+    harness.channel = WeComChannel(context, table)
+    harness.server = await serve_routes(context)  # the daemon listens before its channels start
+    channels: list[Channel] = [harness.channel]
+    await resume_then_start([], channels)
+    assert channels == []  # the daemon goes on without it
+
+    status, _ = await harness.post(text("没人会回答的问题", msg_id=8901))
+    assert status == 503  # not acknowledged: WeCom delivers it again (to an instance that can answer it)
+    assert await inbox.unsettled() == []
+    assert harness.submitter.received == []
 
 
 async def test_a_callback_a_dead_instance_had_stored_is_taken_over_and_answered_by_a_live_one(

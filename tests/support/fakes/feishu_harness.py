@@ -63,11 +63,12 @@ async def running_channel(
     gateway: Any,
     settings: dict[str, Any] | None = None,
     inbox: Any = None,
+    session_of: Any = None,
     **top: Any,
 ) -> AsyncIterator[Harness]:
     """Build FeishuChannel from `[channels.feishu]`-shaped config (also the Settings' `channels.feishu`, as the
     daemon passes it; other Settings fields from `settings`), serve its routes, start it, stop it. `inbox`: the
-    durable inbox of the context (else one in memory)."""
+    durable inbox of the context (else one in memory); `session_of`: the context's (a gateway's routing)."""
     from agenthub.channel import ChannelContext, WebRoutes
     from agenthub.config import HTTPSettings, Settings
     from agenthub.web import WebServer
@@ -79,6 +80,7 @@ async def running_channel(
     ctx = ChannelContext(gateway=gateway, settings=daemon_settings, web=routes, state_dir=state_dir)
     if inbox is not None:  # else the context's own, in memory
         ctx.inbox = inbox
+    ctx.session_of = session_of
     channel = FeishuChannel(ctx, config)
     server = WebServer(gateway, host="127.0.0.1", port=0, max_body_bytes=HTTPSettings().max_body_bytes)
     server.mount(routes)  # the daemon's own app: its middlewares decide what a failing handler answers
