@@ -245,3 +245,31 @@ async def test_the_running_keeper_gives_up_in_time_even_when_the_store_hangs() -
 async def _settle() -> None:
     for _ in range(20):
         await asyncio.sleep(0)
+
+
+async def test_a_renewal_goes_through_while_every_connection_of_the_main_pool_is_lent(postgres_dsn: str) -> None:
+    """An instance whose turns hold every pooled connection still renews its leases: renewals have their own lane,
+    so a busy instance does not lose its sessions to its own pool's queue."""
+    database = Database(postgres_dsn, max_size=1, checkout_timeout_s=60.0)
+    try:
+        leases = PostgresLeases(database)
+        lease = await leases.acquire("session:busy", "a", 30.0)
+        assert lease is not None
+        lent, give_back = asyncio.Event(), asyncio.Event()
+
+        async def a_long_statement() -> None:
+            async with database.connection("hold the only connection"):
+                lent.set()
+                await give_back.wait()
+
+        holder = asyncio.create_task(a_long_statement())
+        await lent.wait()
+        renewal = asyncio.ensure_future(leases.renew(lease, 30.0))
+        done, _ = await asyncio.wait([renewal], timeout=30.0)  # a liveness bound, far below the checkout's 60 s
+        give_back.set()
+        await holder
+        assert renewal in done, "the renewal waited for the main pool's connection"
+        renewed = renewal.result()
+        assert renewed is not None and renewed.token == lease.token
+    finally:
+        await database.close()

@@ -31,6 +31,10 @@ CANNOT_CONNECT = (
     "and database name"
 )
 POOL_MAX = 20
+LEASE_LANE_MAX = 2
+"""Connections kept apart for lease renewals: a renewal never waits behind the turns' statements for a
+connection, so an instance busy with many sessions does not lose its leases to its own pool's queue."""
+MAIN, LEASES = "main", "leases"
 CONNECT_TIMEOUT_S = 5  # whole seconds: libpq's connect_timeout
 CHECKOUT_TIMEOUT_S = 5.0
 DEAD_PEER_DETECTION = {
@@ -64,35 +68,35 @@ class Database:
         self._max_size = max_size
         self._checkout_timeout_s = checkout_timeout_s
         self._migrate_schema = migrate_schema
-        self._pool: Pool | None = None
+        self._pools: dict[str, Pool] = {}
         self._migrated = not migrate_schema
         self._opening = asyncio.Lock()
         self.latency = Latency()
         """Every `connection()` block, from asking the pool to giving the connection back (for /metrics)."""
 
-    async def open(self) -> None:
+    async def open(self, lane: str = MAIN) -> None:
         async with self._opening:
-            if self._usable_pool() is None:
+            if self._usable_pool(lane) is None:
                 if not self._migrated:
                     await migrate(self._dsn)
                     self._migrated = True
-                self._pool = await self._open_pool()
+                self._pools[lane] = await self._open_pool(lane)
 
-    def _usable_pool(self) -> Pool | None:
-        """The pool, unless there is none or it is closed (then a new one is opened on the next use)."""
-        pool = self._pool
+    def _usable_pool(self, lane: str = MAIN) -> Pool | None:
+        """The lane's pool, unless there is none or it is closed (then a new one is opened on the next use)."""
+        pool = self._pools.get(lane)
         return None if pool is None or pool.closed else pool
 
-    async def _open_pool(self) -> Pool:
+    async def _open_pool(self, lane: str) -> Pool:
         pool: Pool = AsyncConnectionPool(
             self._dsn,
             min_size=1,
-            max_size=self._max_size,
+            max_size=self._max_size if lane == MAIN else LEASE_LANE_MAX,
             open=False,
             timeout=self._checkout_timeout_s,
             kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S, **DEAD_PEER_DETECTION},
             check=still_connected,
-            name="agenthub-store",
+            name=f"agenthub-store-{lane}",
         )
         try:
             await pool.open(wait=True, timeout=CONNECT_TIMEOUT_S * 2)
@@ -102,12 +106,13 @@ class Database:
         return pool
 
     @asynccontextmanager
-    async def connection(self, what: str) -> AsyncIterator[AsyncConnection[TupleRow]]:
-        """A pooled connection; any driver failure inside the block is a `StorageError("could not <what>: …")`."""
-        pool = self._usable_pool()
+    async def connection(self, what: str, *, lane: str = MAIN) -> AsyncIterator[AsyncConnection[TupleRow]]:
+        """A pooled connection (of `lane`: `LEASES` for lease renewals); any driver failure inside the block is a
+        `StorageError("could not <what>: …")`."""
+        pool = self._usable_pool(lane)
         if pool is None:
-            await self.open()  # StorageError with its own clear line when the server cannot be reached
-            pool = self._usable_pool()
+            await self.open(lane)  # StorageError with its own clear line when the server cannot be reached
+            pool = self._usable_pool(lane)
             assert pool is not None  # nothing ran between the open and here
         started = time.perf_counter()
         try:
@@ -135,8 +140,8 @@ class Database:
         """Close the pool; the `Database` lets go of it first, so a close cut short or failing leaves nothing a
         later use would find closed (that use opens a new pool)."""
         async with self._opening:
-            pool, self._pool = self._pool, None
-            if pool is not None:
+            pools, self._pools = list(self._pools.values()), {}
+            for pool in pools:
                 await pool.close()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agenthub.clock import Clock, monotonic_clock
 from agenthub.storage.lease import Lease
-from agenthub.storage.postgres.database import Database
+from agenthub.storage.postgres.database import LEASES, Database
 
 _ACQUIRE = """
 INSERT INTO leases AS l (name, holder, token, expires_at)
@@ -47,7 +47,7 @@ class PostgresLeases:
     async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
         sent_at = self._clock()
         params = {"name": lease.name, "holder": lease.holder, "token": lease.token, "ttl": ttl_s}
-        async with self.database.connection("renew a lease") as conn:
+        async with self.database.connection("renew a lease", lane=LEASES) as conn:
             cursor = await conn.execute(_RENEW, params)
             row = await cursor.fetchone()
         return None if row is None else Lease(lease.name, lease.holder, lease.token, sent_at + ttl_s)
