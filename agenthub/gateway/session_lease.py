@@ -17,7 +17,7 @@ from agenthub.errors import SessionBusyError, StorageError
 from agenthub.session.history import SessionHistory
 from agenthub.singleton import InstanceLeases
 from agenthub.storage.keys import SessionKey
-from agenthub.storage.lease import Lease
+from agenthub.storage.lease import Lease, renewal_due
 from agenthub.storage.store import QuickLookup
 
 log = structlog.get_logger(__name__)
@@ -152,13 +152,13 @@ class SessionLeases:
     async def _keep(self, key: SessionKey, held: _Held) -> None:
         """Renew every `ttl_s / 3`; a lease not renewed `ttl_s / 3` before it expires is lost."""
         clock, ttl_s = self._leases.clock, self._leases.ttl_s
-        next_at = clock() + ttl_s / 3
+        next_at = renewal_due(held.lease, ttl_s)
         while True:
             give_up_at = held.lease.expires_at - self._margin_s
             await sleep_until(clock, min(next_at, give_up_at))
             renewed = UNKNOWN if clock() >= give_up_at else await self._renew_before(held.lease, give_up_at)
             if isinstance(renewed, Lease):
-                held.lease, next_at = renewed, clock() + ttl_s / 3
+                held.lease, next_at = renewed, renewal_due(renewed, ttl_s)
             elif renewed is None or clock() >= give_up_at:
                 self._lose(key, held)
                 return

@@ -34,6 +34,12 @@ class Lease:
     expires_at: float
 
 
+def renewal_due(lease: Lease, ttl_s: float) -> float:
+    """When a lease granted for `ttl_s` is renewed: a third of it after its grant (its `expires_at` is counted from
+    before the request was sent), so at once when the grant itself arrived late."""
+    return lease.expires_at - ttl_s * 2 / 3
+
+
 class LeaseStore(Protocol):
     async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
         """The lease of `name` for `holder`: granted when free, expired or already `holder`'s (then renewed, same
@@ -183,8 +189,11 @@ class LeaseKeeper:
             await sleep_until(self._clock, self._next_attempt_at())
 
     def _next_attempt_at(self) -> float:
-        next_at = self._clock() + self._ttl_s / 3
-        return next_at if self.lease is None else min(next_at, self._give_up_at(self.lease))
+        """Free: a third of the ttl from now. Held: a third of the ttl after the grant, by the lease's own time, so
+        a grant that arrived late (a loaded store) is renewed at once instead of at the moment it is given up."""
+        if self.lease is None:
+            return self._clock() + self._ttl_s / 3
+        return renewal_due(self.lease, self._ttl_s)
 
     async def _step_in_time(self) -> None:
         """`step()`, but a held lease is given up at its deadline even while the store has not answered."""

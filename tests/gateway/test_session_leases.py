@@ -19,7 +19,7 @@ from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, 
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
-from tests.support.leases import InstanceView
+from tests.support.leases import InstanceView, LateGrants
 from tests.support.shared_gateways import HeldModel, Instance, shared_instances, tag_of
 
 SESSIONS = 20
@@ -265,3 +265,30 @@ async def test_maintenance_that_needs_an_idle_session_finds_it_busy_while_anothe
                 except SessionBusyError:
                     await asyncio.sleep(0.05)
         assert roles == ["user", "assistant"]
+
+
+async def test_a_lease_granted_late_is_renewed_in_time_and_its_turn_goes_on(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """A grant that reaches the instance half a lease late (a loaded database) leaves less of the lease than a
+    renewal period: the first renewal is due by the lease's own time, at once, not a third of a lease from now."""
+    clock = ManualClock()
+    model = HeldModel(fake_llm)
+    model.install()
+    async with shared_instances(
+        tmp_path,
+        fake_llm,
+        postgres_dsn,
+        1,
+        lease_stores=[LateGrants(clock, LEASE_S / 2)],
+        clocks=[clock],
+        lease_s=LEASE_S,
+    ) as (a,):
+        reply = await a.send(message("late-grant", "m1"))
+        await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
+        for _ in range(24):  # two lease times, in steps a keeper that renews on time never misses
+            clock.advance(LEASE_S / 12)
+            await asyncio.sleep(0.01)
+        assert not reply.finished, "the turn was cut: its lease was given up before any renewal was tried"
+        model.release.set()
+        assert isinstance(await reply.result(), DoneEvent)

@@ -13,7 +13,7 @@ import pytest_asyncio
 from agenthub.clock import ManualClock
 from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore, LeaseTakeovers
 from agenthub.storage.postgres import Database, PostgresLeases
-from tests.support.leases import DownableLeases
+from tests.support.leases import DownableLeases, LateGrants
 from tests.support.postgres import fresh_database, migrated
 
 
@@ -273,3 +273,20 @@ async def test_a_renewal_goes_through_while_every_connection_of_the_main_pool_is
         assert renewed is not None and renewed.token == lease.token
     finally:
         await database.close()
+
+
+async def test_a_keeper_whose_grant_arrived_late_renews_at_once_instead_of_giving_the_lease_up() -> None:
+    """The grant reached the keeper half a lease after it was made (a loaded store): less is left of it than a
+    renewal period, so the first renewal is due by the lease's own time, at once."""
+    clock = ManualClock()
+    leases = LateGrants(clock, 7.5, prefix="", round_trip_s=0.01)
+    lost: list[bool] = []
+    keeper = LeaseKeeper(leases, "l3", "a", ttl_s=15, clock=clock, on_lost=lambda: lost.append(True))
+    keeper.start()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    for _ in range(24):  # a minute and a half in steps of 2.5 s, each renewal answered (10 ms) before the next
+        await asyncio.sleep(0.05)
+        clock.advance(2.5)
+    assert keeper.held and lost == []
+    await keeper.stop()

@@ -1,8 +1,11 @@
-"""Lease stores for tests: one that can go down, and one instance's view of a store shared by several."""
+"""Lease stores for tests: one that can go down, one whose grants arrive late, and one instance's view of a store
+shared by several."""
 
 from __future__ import annotations
 
-from agenthub.clock import Clock
+import asyncio
+
+from agenthub.clock import Clock, ManualClock
 from agenthub.errors import StorageError
 from agenthub.storage.lease import InProcessLeases, Lease, LeaseStore
 
@@ -23,6 +26,32 @@ class DownableLeases(InProcessLeases):
         if self.down:
             raise StorageError("store unavailable")
         return await super().renew(lease, ttl_s)
+
+
+class LateGrants(InProcessLeases):
+    """A store whose grants of the leases named `prefix…` reach the caller `delay_s` after they were made (a loaded
+    database, a slow network): the lease's time runs from the grant, as `PostgresLeases` counts it from before its
+    request was sent."""
+
+    def __init__(
+        self, clock: ManualClock, delay_s: float, prefix: str = "session:", *, round_trip_s: float = 0.0
+    ) -> None:
+        super().__init__(clock=clock)
+        self.manual, self.delay_s, self.prefix = clock, delay_s, prefix
+        self.round_trip_s = round_trip_s
+        """A renewal's real (not manual-clock) time on the wire: it answers after the loop has moved on."""
+        self._granted: dict[str, int] = {}
+
+    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
+        await asyncio.sleep(self.round_trip_s)
+        return await super().renew(lease, ttl_s)
+
+    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
+        lease = await super().acquire(name, holder, ttl_s)  # a renewal comes here too, with the same token
+        if lease is not None and name.startswith(self.prefix) and self._granted.get(name) != lease.token:
+            self._granted[name] = lease.token  # a new grant: it arrives late
+            self.manual.advance(self.delay_s)
+        return lease
 
 
 class InstanceView:
