@@ -29,6 +29,7 @@ from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
 from agenthub.media.inbox import Intake, MediaInbox
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, NoticeEvent, Usage
+from agenthub.storage.store import FencedWriteError
 
 if TYPE_CHECKING:
     from agenthub.agent.context import ContextBuilder
@@ -142,6 +143,9 @@ class TurnRunner:
             except TurnTimedOut:
                 log.warning("session_lock_timeout", limit_s=limit)
                 self._aborted(task, pending, ErrorCode.TIMEOUT)
+            except FencedWriteError:  # another instance has the session now: it answers, this turn is cut
+                log.warning("turn_write_fenced")
+                self._aborted(task, pending, ErrorCode.LEASE_LOST)
             except PathRefusedError:
                 gw.stats.turn_errors += 1
                 log.warning("turn_path_refused")
@@ -214,7 +218,7 @@ class TurnRunner:
             await gw.history.append(
                 pending.key, *result.new_messages, meta_changes={"last_usage": result.last_usage.as_dict()}
             )
-        except PathRefusedError:
+        except (PathRefusedError, FencedWriteError):  # fenced: refused under an expired lease, never delivered
             raise
         except StorageError as e:  # the answer exists: deliver it, and say that the history will miss it
             log.warning("turn_reply_not_saved", error=str(e))

@@ -15,7 +15,7 @@ import pytest
 from agenthub import i18n
 from agenthub.clock import ManualClock
 from agenthub.errors import SessionBusyError
-from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
@@ -183,7 +183,8 @@ async def test_a_late_write_of_an_instance_whose_lease_expired_is_refused_and_th
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
     """A's process stands still (its clock does not move, its renewals never run) while its lease expires; B takes
-    the session over. A's answer, written late under the old lease, is refused whole; B's history goes on."""
+    the session over. A's answer, written late under the old lease, is refused whole and not delivered either (the
+    user never gets an answer the history does not hold): A's turn ends as a lost lease; B's history goes on."""
     store_clock, frozen = ManualClock(), ManualClock()
     shared = InProcessLeases(clock=store_clock)
     model = HeldModel(fake_llm)
@@ -204,9 +205,10 @@ async def test_a_late_write_of_an_instance_whose_lease_expired_is_refused_and_th
         await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
         model.release.set()  # A's answer and B's come back now
         late_events = [event async for event in late]
-        assert isinstance(late_events[-1], DoneEvent)  # the answer is delivered ...
-        saved = i18n.text("notice.reply_not_saved", i18n.locale_for(a.gateway.settings, "http", None))
-        assert any(isinstance(e, NoticeEvent) and e.text == saved for e in late_events)  # ... but not stored
+        final = late_events[-1]
+        assert isinstance(final, ErrorEvent) and final.code == ErrorCode.LEASE_LOST, final
+        assert not any(isinstance(e, DoneEvent) for e in late_events)
+        assert not any("answer to m1" in getattr(e, "text", "") for e in late_events)  # nothing of the refused answer
         assert isinstance(await taken_over.result(), DoneEvent)
         third = await (await b.send(message("late", "m3"))).result()
         assert isinstance(third, DoneEvent)
