@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from agenthub import i18n
 from agenthub.clock import ManualClock
 from agenthub.errors import SessionBusyError
+from agenthub.inbox_flow import InstanceInbox
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
@@ -153,17 +155,32 @@ async def test_messages_submitted_straight_to_random_instances_never_put_two_of_
             assert sorted(await stored_user_tags(instances[0], f"c{s}")) == [f"s{s}-m{i}" for i in range(3)]
 
 
-async def test_a_turn_whose_lease_cannot_be_renewed_is_stopped_and_the_session_goes_on_elsewhere(
+async def test_a_turn_whose_lease_cannot_be_renewed_is_stopped_and_its_message_is_answered_elsewhere(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
+    """A's turn is cut for its lost lease (a slow store, not a crash): its entry is given up, not settled, so B's
+    next takeover pass answers that message itself; the inbox is empty only once it has been answered."""
     clock = ManualClock()
     shared = InProcessLeases(clock=clock)
     views = [InstanceView(shared), InstanceView(shared)]
     model = HeldModel(fake_llm)
     model.install()
-    async with shared_instances(
-        tmp_path, fake_llm, postgres_dsn, 2, lease_stores=list(views), clocks=[clock, clock], lease_s=LEASE_S
-    ) as (a, b):
+    async with (
+        shared_instances(
+            tmp_path,
+            fake_llm,
+            postgres_dsn,
+            2,
+            lease_stores=list(views),
+            clocks=[clock, clock],
+            lease_s=LEASE_S,
+            owned=True,
+        ) as (a, b),
+        AsyncExitStack() as stack,
+    ):
+        b_inbox = InstanceInbox(b.submitter.inbox, b.gateway.leases, b.submitter, [])
+        stack.push_async_callback(b_inbox.close)
+        await b_inbox.open()
         first = await a.send(message("cut", "m1"))
         await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
         views[0].down = True  # A can no longer renew (its network to the store is gone)
@@ -171,12 +188,33 @@ async def test_a_turn_whose_lease_cannot_be_renewed_is_stopped_and_the_session_g
         stopped = await first.result()
         assert isinstance(stopped, ErrorEvent) and stopped.code == ErrorCode.LEASE_LOST
         assert stopped.message == i18n.text("abort.lease_lost", i18n.locale_for(a.gateway.settings, "http", None))
+        await a.submitter.aclose()  # what A does with the entry once the reply ended is done
+        assert await a.submitter.inbox.count() == 1  # given up, not settled: nobody has answered it yet
         model.release.set()
-        second = await b.send(message("cut", "m2"))
+        assert await b_inbox.take_over() == 1  # B's next pass: the given-up entry is B's now
         await advance_until(clock, lambda: len(fake_llm.message_requests()) == 2, LEASE_S / 12, 2 * LEASE_S)
+        records = await answered(b, "cut")
+        assert [(r["role"], tag_of(str(r["content"]))) for r in records] == [
+            ("user", "m1"),
+            ("assistant", "answer to m1"),
+        ]
+        assert user_tags(fake_llm.message_requests()[1]) == ["m1"]  # A's stored message, not a second copy
+        await b.submitter.aclose()
+        assert await b.submitter.inbox.count() == 0  # settled once answered
+        second = await b.send(message("cut", "m2"))
         assert isinstance(await second.result(), DoneEvent)
-        assert user_tags(fake_llm.message_requests()[1]) == ["m1", "m2"]  # A's stored message is not lost
+        assert user_tags(fake_llm.message_requests()[2]) == ["m1", "m2"]
         assert model.overlaps == []
+
+
+async def answered(instance: Instance, chat: str) -> list[dict[str, Any]]:
+    """The session's records once its last one is an answer (read from the store)."""
+    async with asyncio.timeout(COLD_START_S):
+        while True:
+            records = await instance.stores.sessions.load(key_of(chat))
+            if records and records[-1]["role"] == "assistant":
+                return records
+            await asyncio.sleep(0.05)
 
 
 async def test_a_late_write_of_an_instance_whose_lease_expired_is_refused_and_the_session_goes_on_elsewhere(
