@@ -217,6 +217,12 @@ class InstanceInbox:
         )
         self._loop: asyncio.Task[None] | None = None
         self._closing = False
+        inbox.accept_only_while(lambda: self._keeper.held)  # lapsed: its accepts would be orphans at once
+
+    @property
+    def alive(self) -> bool:
+        """Whether this instance holds its liveness lease now (else it accepts nothing and takes nothing over)."""
+        return self._keeper.held
 
     def _lost(self) -> None:
         if not self._closing:  # while it runs: the others may now take what it is answering

@@ -74,6 +74,11 @@ class Inbox(Protocol):
         settled). One inbox per instance: always True."""
         ...
 
+    def accept_only_while(self, alive: Callable[[], bool]) -> None:
+        """From now on `accept` refuses (StorageError) while `alive()` is False: a shared inbox's instance whose
+        liveness lease lapsed would own entries the others see as orphans at once. One inbox per instance: no-op."""
+        ...
+
     async def unsettled(self) -> list[InboxEntry]:
         """What this instance must still answer (its own entries), in acceptance order."""
         ...
@@ -270,6 +275,9 @@ class InMemoryInbox:
     async def still_mine(self, entry_id: str) -> bool:
         return True
 
+    def accept_only_while(self, alive: Callable[[], bool]) -> None:
+        return None
+
     async def unsettled(self) -> list[InboxEntry]:
         return self._entries.ordered()
 
@@ -359,6 +367,9 @@ class FileInbox:
 
     async def still_mine(self, entry_id: str) -> bool:
         return True
+
+    def accept_only_while(self, alive: Callable[[], bool]) -> None:
+        return None
 
     async def unsettled(self) -> list[InboxEntry]:
         return self._entries.ordered()

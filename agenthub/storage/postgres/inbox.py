@@ -5,7 +5,7 @@ instance's entries); a settled entry's row is deleted."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from agenthub import jsonsafe
@@ -68,8 +68,14 @@ class PostgresInbox:
         self.owner = owner
         self._depth = 0
         self._settles = SettleRetry(self._delete)
+        self._alive: Callable[[], bool] = lambda: True
+
+    def accept_only_while(self, alive: Callable[[], bool]) -> None:
+        self._alive = alive
 
     async def accept(self, source: str, payload: dict[str, Any], *, session: str | None = None) -> InboxEntry:
+        if not self._alive():  # the others may think this instance dead: they would answer the entry too
+            raise StorageError("this instance's liveness lease is not held: nothing is accepted")
         entry_id = uuid.uuid4().hex
         text = json_text(payload)
         params = {"id": entry_id, "source": source, "payload": text, "session": session, "owner": self.owner}
