@@ -207,3 +207,30 @@ async def metrics(client: aiohttp.ClientSession, url: str) -> dict[str, float]:
     async with client.get(url) as resp:
         lines = (await resp.text()).splitlines()
     return {line.split()[0]: float(line.split()[1]) for line in lines if line and not line.startswith("#")}
+
+
+async def test_readyz_is_503_while_the_instance_lease_is_not_held_and_ready_once_it_is_again(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    llm = FakeAnthropic()
+    async with llm, AsyncExitStack() as stack:
+        a = await stack.enter_async_context(instance(tmp_path / "a", postgres_dsn, llm))
+        server = web_server(a.settings, a.gateway, a.stores, a.stores.inbox)
+        server.alive = lambda: a.inbox.alive  # as the daemon wires it
+        server.ready = True
+        await server.start()
+        stack.push_async_callback(server.close)
+        client = await stack.enter_async_context(aiohttp.ClientSession())
+        url = f"http://127.0.0.1:{server.port}/readyz"
+        assert await status_of(client, url) == (200, "ready")
+        a.link.down_for = INSTANCE_LEASE_PREFIX
+        await until(lambda: not a.inbox.alive)
+        assert await status_of(client, url) == (503, "instance_lease_not_held")  # it would refuse every message
+        a.link.down_for = ""
+        await until(lambda: a.inbox.alive)
+        assert await status_of(client, url) == (200, "ready")
+
+
+async def status_of(client: aiohttp.ClientSession, url: str) -> tuple[int, str]:
+    async with client.get(url) as resp:
+        return resp.status, (await resp.json())["status"]
