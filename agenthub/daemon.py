@@ -78,6 +78,7 @@ class Daemon:
         instance = InstanceInbox(inbox, gateway.leases, resumed, self.channels)
         await instance.open()  # alive before accepting anything: no survivor takes what this instance accepts
         server.add_metrics(instance.metrics)
+        server.alive = lambda: instance.alive  # not ready while it accepts nothing
         unsettled = await inbox.unsettled()  # what the last run accepted and did not answer (files)
         await resume_http(resumed, unsettled)  # queued before the server listens: ahead of any new request
         await instance.take_over()  # postgres: what stopped instances left, ahead of new messages too

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
 
-from agenthub.channel import Channel, ResumableChannel, Submitter
+from agenthub.channel import Channel, ResumableChannel, SessionResolver, Submitter
 from agenthub.clock import sleep_until
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
@@ -28,12 +28,19 @@ HTTP_SOURCE = "http"
 
 UNANSWERED_CODES = frozenset({ErrorCode.SHUTDOWN, ErrorCode.ABORTED})
 """A reply ending with one of these was cut by the shutdown (or never ran): its entry is answered after the restart."""
+GIVEN_UP_CODES = frozenset({ErrorCode.LEASE_LOST})
+"""A reply ending with one of these was cut because another instance may run its session now (or answers the
+entry already): its entry is given up (`Inbox.release`), never settled here; a takeover pass answers it."""
 
 CLOSE_GRACE_S = 5.0
 
 
 def stays_unsettled(final: DoneEvent | ErrorEvent) -> bool:
     return isinstance(final, ErrorEvent) and final.code in UNANSWERED_CODES
+
+
+def is_given_up(final: DoneEvent | ErrorEvent) -> bool:
+    return isinstance(final, ErrorEvent) and final.code in GIVEN_UP_CODES
 
 
 def with_inbox_id(message: InboundMessage, entry: InboxEntry) -> InboundMessage:
@@ -43,11 +50,6 @@ def with_inbox_id(message: InboundMessage, entry: InboxEntry) -> InboundMessage:
     if entry.session is not None:
         extra[INBOX_SESSION] = entry.session
     return dataclasses.replace(message, metadata={**message.metadata, **extra})
-
-
-SessionResolver = Callable[[InboundMessage], "str | None"]
-"""The session (`agent:channel:chat_id`) a message will run in, None when it cannot be routed
-(`GatewayCore.session_of`)."""
 
 
 class InboxSubmitter:
@@ -79,6 +81,9 @@ class InboxSubmitter:
 
     async def _settle_after(self, entry_id: str, handle: ReplyHandle) -> None:
         final = await handle.result()
+        if is_given_up(final):
+            await release_quietly(self.inbox, entry_id)
+            return
         if stays_unsettled(final):
             log.info("inbox_entry_left_for_restart", entry_id=entry_id)
             return
@@ -102,6 +107,17 @@ async def settle_quietly(inbox: Inbox, entry_id: str) -> None:
         await inbox.settle(entry_id)
     except StorageError as e:
         log.warning("inbox_settle_failed", entry_id=entry_id, error=str(e))
+
+
+async def release_quietly(inbox: Inbox, entry_id: str) -> None:
+    """Give `entry_id` up (`Inbox.release`); a failure is logged: the entry then stays this instance's, answered
+    after its restart or by a survivor once its `instance:` lease is gone."""
+    try:
+        await inbox.release(entry_id)
+    except StorageError as e:
+        log.warning("inbox_release_failed", entry_id=entry_id, error=str(e))
+    else:
+        log.info("inbox_entry_given_up", entry_id=entry_id)
 
 
 def source_owner(source: str) -> str:
@@ -207,6 +223,12 @@ class InstanceInbox:
         )
         self._loop: asyncio.Task[None] | None = None
         self._closing = False
+        inbox.accept_only_while(lambda: self._keeper.held)  # lapsed: its accepts would be orphans at once
+
+    @property
+    def alive(self) -> bool:
+        """Whether this instance holds its liveness lease now (else it accepts nothing and takes nothing over)."""
+        return self._keeper.held
 
     def _lost(self) -> None:
         if not self._closing:  # while it runs: the others may now take what it is answering

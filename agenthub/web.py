@@ -107,6 +107,8 @@ class WebServer:
         self.host = host
         self.port = port
         self.ready = False
+        self.alive: Callable[[], bool] = lambda: True
+        """Whether this instance holds its liveness lease (`InstanceInbox.alive`): while not, it accepts no message."""
         self.guard = ConnectionGuard(limits or ConnectionLimits())
         self.app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors, self.guard.middleware])
         self.app.router.add_get("/healthz", self._healthz)
@@ -172,6 +174,8 @@ class WebServer:
         store = "files" if self.stores is None else self.stores.backend
         if self.stores is not None and not await self.stores.reachable():
             return web.json_response({"status": "store_unavailable", "store": store}, status=503)
+        if not self.alive():
+            return web.json_response({"status": "instance_lease_not_held", "store": store}, status=503)
         return web.json_response({"status": "ready", "agents": self.gateway.agents.names(), "store": store})
 
     async def _metrics(self, request: web.Request) -> web.Response:

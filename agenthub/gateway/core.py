@@ -23,12 +23,13 @@ from agenthub.gateway.arrival_order import ArrivalOrder
 from agenthub.gateway.builtin_commands import register_builtin_commands
 from agenthub.gateway.commands import CommandCall, CommandContext, CommandRouter, CommandTier
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.gateway.inbox_replay import inbox_id_of
 from agenthub.gateway.runner import PendingTurn
 from agenthub.gateway.session_lease import SessionLeases
 from agenthub.gateway.session_state import SessionRegistry, SessionState
 from agenthub.gateway.stats import GatewayStats
 from agenthub.gateway.timers import TimerRegistry
-from agenthub.gateway.turn import DEFERRED, TurnOutcome, TurnRunner, abort_message
+from agenthub.gateway.turn import DEFERRED, EntryTakenOver, TurnOutcome, TurnRunner, abort_message
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
@@ -318,7 +319,23 @@ class GatewayCore:
         keep its arrival order; False when an earlier message waits in the local queue (the turn is requeued)."""
         await self.session_leases.claim(pending.key)
         state = self.sessions.get(pending.key)
-        return await self.arrival_order.ready(pending, state.queue if state is not None else [])
+        if not await self.arrival_order.ready(pending, state.queue if state is not None else []):
+            return False
+        if not await self.still_ours(pending):  # claimed by another instance while this one looked dead
+            raise EntryTakenOver()
+        return True
+
+    async def still_ours(self, pending: PendingTurn) -> bool:
+        """Whether every inbox entry of the turn is still this instance's to answer (asked of the shared inbox)."""
+        inbox = self.inbox
+        if inbox is None:
+            return True
+        for member in pending.members:
+            entry_id = inbox_id_of(member.message)
+            if entry_id is not None and not await inbox.still_mine(entry_id):
+                log.warning("inbox_entry_taken_over", session_key=str(pending.key), entry_id=entry_id)
+                return False
+        return True
 
     def _session_lease_lost(self, key: SessionKey) -> None:
         state = self.sessions.get(key)

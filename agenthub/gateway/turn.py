@@ -29,6 +29,7 @@ from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
 from agenthub.media.inbox import Intake, MediaInbox
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, NoticeEvent, Usage
+from agenthub.storage.store import FencedWriteError
 
 if TYPE_CHECKING:
     from agenthub.agent.context import ContextBuilder
@@ -70,6 +71,11 @@ class TurnTimedOut(Exception):
     """The turn ran longer than its `lock_timeout_s` and was cancelled."""
 
 
+class EntryTakenOver(Exception):
+    """A message of the turn is no longer this instance's inbox entry (another instance claimed it while this one
+    looked dead): that instance answers it, this turn ends without answering (`LEASE_LOST`)."""
+
+
 @dataclass(frozen=True)
 class TurnOutcome:
     """How a turn ended; after-turn hooks (the L2 consolidator) read it."""
@@ -103,7 +109,12 @@ class TurnHost(Protocol):
     def take_notices(self, key: SessionKey) -> list[Text]: ...
 
     async def prepare_turn(self, pending: PendingTurn) -> bool:
-        """Hold the session for this turn (its lease) and keep its arrival order; False: requeue it."""
+        """Hold the session for this turn (its lease) and keep its arrival order; False: requeue it;
+        `EntryTakenOver` when another instance answers one of its messages now."""
+        ...
+
+    async def still_ours(self, pending: PendingTurn) -> bool:
+        """Whether every message of the turn that came through the inbox is still this instance's entry."""
         ...
 
 
@@ -142,6 +153,12 @@ class TurnRunner:
             except TurnTimedOut:
                 log.warning("session_lock_timeout", limit_s=limit)
                 self._aborted(task, pending, ErrorCode.TIMEOUT)
+            except FencedWriteError:  # another instance has the session now: it answers, this turn is cut
+                log.warning("turn_write_fenced")
+                self._aborted(task, pending, ErrorCode.LEASE_LOST)
+            except EntryTakenOver:  # its new owner answers it: nothing of this turn is delivered
+                log.warning("turn_entry_taken_over")
+                self._aborted(task, pending, ErrorCode.LEASE_LOST)
             except PathRefusedError:
                 gw.stats.turn_errors += 1
                 log.warning("turn_path_refused")
@@ -214,14 +231,24 @@ class TurnRunner:
             await gw.history.append(
                 pending.key, *result.new_messages, meta_changes={"last_usage": result.last_usage.as_dict()}
             )
-        except PathRefusedError:
+        except (PathRefusedError, FencedWriteError):  # fenced: refused under an expired lease, never delivered
             raise
         except StorageError as e:  # the answer exists: deliver it, and say that the history will miss it
             log.warning("turn_reply_not_saved", error=str(e))
             pending.handle.emit(NoticeEvent(i18n.text("notice.reply_not_saved", pending.locale)))
+        if not await self._still_ours_after_answer(pending):  # claimed meanwhile: its owner delivers the stored answer
+            raise EntryTakenOver()
         gw.stats.turns += 1
         final = DoneEvent(result.text, result.usage, str(pending.key))
         return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model, final)
+
+    async def _still_ours_after_answer(self, pending: PendingTurn) -> bool:
+        """`still_ours`, once the answer is stored; a store that cannot tell: ours (the answer is delivered)."""
+        try:
+            return await self.gateway.still_ours(pending)
+        except StorageError as e:
+            log.warning("inbox_owner_unknown", error=str(e))
+            return True
 
     async def _stored_members(self, pending: PendingTurn) -> dict[str, StoredMessage]:
         """What the history already holds of the turn's messages that came through the inbox (none: nothing read)."""

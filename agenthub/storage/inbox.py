@@ -63,6 +63,22 @@ class Inbox(Protocol):
         backoff, and at every `retry_settles`) until the store takes it; meanwhile the entry is not listed again."""
         ...
 
+    async def release(self, entry_id: str) -> None:
+        """Give up an entry this instance cannot answer now (its turn lost the session's lease): not settled, it
+        is no longer this instance's, so the next takeover pass (any instance's) answers it. One inbox per
+        instance: nothing to do (it stays unsettled, answered after the restart)."""
+        ...
+
+    async def still_mine(self, entry_id: str) -> bool:
+        """Whether this instance may still answer the entry: False once another instance has claimed it (or it was
+        settled). One inbox per instance: always True."""
+        ...
+
+    def accept_only_while(self, alive: Callable[[], bool]) -> None:
+        """From now on `accept` refuses (StorageError) while `alive()` is False: a shared inbox's instance whose
+        liveness lease lapsed would own entries the others see as orphans at once. One inbox per instance: no-op."""
+        ...
+
     async def unsettled(self) -> list[InboxEntry]:
         """What this instance must still answer (its own entries), in acceptance order."""
         ...
@@ -253,6 +269,15 @@ class InMemoryInbox:
     async def settle(self, entry_id: str) -> None:
         self._entries.live.pop(entry_id, None)
 
+    async def release(self, entry_id: str) -> None:
+        return None  # one process: the entry stays its own
+
+    async def still_mine(self, entry_id: str) -> bool:
+        return True
+
+    def accept_only_while(self, alive: Callable[[], bool]) -> None:
+        return None
+
     async def unsettled(self) -> list[InboxEntry]:
         return self._entries.ordered()
 
@@ -336,6 +361,15 @@ class FileInbox:
 
     async def _write_settle(self, entry_id: str) -> None:
         await self._journal.write({"op": "settle", "id": entry_id})
+
+    async def release(self, entry_id: str) -> None:
+        return None  # one instance per data directory: it stays unsettled, answered after the restart
+
+    async def still_mine(self, entry_id: str) -> bool:
+        return True
+
+    def accept_only_while(self, alive: Callable[[], bool]) -> None:
+        return None
 
     async def unsettled(self) -> list[InboxEntry]:
         return self._entries.ordered()

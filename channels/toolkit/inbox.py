@@ -135,6 +135,9 @@ class InboxGate:
         if deferred or await _cut_by_shutdown(outcome):
             log.info("inbox_entry_left_for_restart", source=self.source, entry=entry.id)
             return
+        if await _given_up(outcome):  # another instance may run the session now: a takeover pass answers it
+            await self.release(entry)
+            return
         await self.settle(entry)
 
     async def _settle_on_failure(self, entry: InboxEntry, step: Awaitable[_T]) -> _T:
@@ -153,6 +156,21 @@ class InboxGate:
             await self._inbox.settle(entry.id)
         except StorageError:
             log.error("inbox_settle_failed", source=self.source, entry=entry.id)
+
+    async def release(self, entry: InboxEntry) -> None:
+        """Give `entry` up, unsettled (`Inbox.release`); a failure is logged: the entry then stays this instance's."""
+        try:
+            await self._inbox.release(entry.id)
+        except StorageError:
+            log.error("inbox_release_failed", source=self.source, entry=entry.id)
+
+
+async def _given_up(outcome: Outcome) -> bool:
+    """True when the turn was cut because this instance lost the session (or the entry) to another one."""
+    if not isinstance(outcome, ReplyHandle) or not outcome.finished:
+        return False
+    final = await outcome.result()
+    return isinstance(final, ErrorEvent) and final.code == ErrorCode.LEASE_LOST
 
 
 async def _cut_by_shutdown(outcome: Outcome) -> bool:

@@ -4,25 +4,30 @@ are answered by the survivors, each exactly once (one user record and one answer
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from agenthub.app import build_gateway, web_server
 from agenthub.config import Settings
+from agenthub.errors import StorageError
 from agenthub.gateway.core import GatewayCore
 from agenthub.inbox_flow import HTTP_SOURCE, InboxSubmitter, InstanceInbox
-from agenthub.messages import InboundMessage
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.singleton import InstanceLeases
 from agenthub.storage.keys import session_key
+from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
 from agenthub.storage.meta import text_of
 from agenthub.storage.stores import Stores, open_stores
 from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text
+from tests.support.fakes.submitter import RecordingSubmitter
 from tests.support.leases import InstanceView
 from tests.support.roots import make_settings
 
@@ -42,6 +47,8 @@ class Instance:
     inbox: InstanceInbox
     link: InstanceView
     """This instance's link to the lease store: `down` is its death as the others see it."""
+    channel: RecordingSubmitter
+    """Every handle the inbox submitted on this instance: what a push channel would deliver."""
 
 
 @asynccontextmanager
@@ -55,13 +62,15 @@ async def instance(root: Path, dsn: str, llm: FakeAnthropic) -> AsyncIterator[In
         link = InstanceView(stores.leases)
         leases = InstanceLeases(store=link, holder=stores.holder, ttl_s=LEASE_S)
         gateway = await stack.enter_async_context(build_gateway(settings, stores=stores, leases=leases))
-        submitter = InboxSubmitter(stores.inbox, gateway)
+        gateway.inbox = stores.inbox  # as the composition root does
+        channel = RecordingSubmitter(gateway)
+        submitter = InboxSubmitter(stores.inbox, channel)
         stack.push_async_callback(submitter.aclose)
         inbox = InstanceInbox(stores.inbox, leases, submitter, [])
         stack.push_async_callback(inbox.close)
         await inbox.open()
         inbox.start()
-        yield Instance(settings, stores, gateway, submitter, inbox, link)
+        yield Instance(settings, stores, gateway, submitter, inbox, link, channel)
 
 
 def chat(n: int) -> InboundMessage:
@@ -91,6 +100,60 @@ async def test_a_dead_instance_s_accepted_messages_are_answered_once_each_by_the
         assert b.inbox.taken_over + c.inbox.taken_over == MESSAGES
         assert await a.stores.inbox.count() == 0  # settled by the survivors
         assert "agenthub_inbox_takeovers_total" in "\n".join(b.inbox.metrics())
+
+
+async def test_an_instance_whose_liveness_lease_lapsed_mid_turn_neither_delivers_nor_accepts_and_one_answer_goes_out(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """A's `instance:` lease cannot be renewed (a stalled store) while its turn is at the model, a second message
+    of the chat queued behind it, and its session lease still holds: B claims both entries and waits for the
+    session; A regains its lease and its answer comes back. Only the entries' owner (B) delivers: the first from the
+    answer A stored, the second from its own model call; A neither delivers nor runs the queued one."""
+    held = asyncio.Event()
+    a_llm = FakeAnthropic(responder=lambda body: reply_text("答 " + question(body), hold=held))
+    b_llm = FakeAnthropic(responder=lambda body: reply_text("答 " + question(body)))
+    async with a_llm, b_llm, AsyncExitStack() as stack:
+        a = await stack.enter_async_context(instance(tmp_path / "a", postgres_dsn, a_llm))
+        b = await stack.enter_async_context(instance(tmp_path / "b", postgres_dsn, b_llm))
+        await a.submitter.submit(HTTP_SOURCE, chat(0))
+        await a_llm.wait_for_requests(1, timeout_s=DEADLINE_S)  # A's turn is at the model, held
+        await a.submitter.submit(HTTP_SOURCE, dataclasses.replace(chat(0), content="问题 0b"))  # queued behind it
+        a.link.down_for = INSTANCE_LEASE_PREFIX  # only A's liveness lease stalls
+        await until(lambda: b.inbox.taken_over == 2)  # B owns both now; its turn waits for A's session lease
+        assert not a.inbox.alive
+        with pytest.raises(StorageError):  # while A looks dead it accepts nothing (the platform retries)
+            await a.submitter.submit(HTTP_SOURCE, chat(1))
+        a.link.down_for = ""
+        await until(lambda: a.inbox.alive)  # A's keeper regains `instance:A`
+        held.set()  # A's answer comes back now
+        finals = [await h.result() for h in [*a.channel.handles, *b.channel.handles]]
+        delivered = sorted(f.full_text for f in finals if isinstance(f, DoneEvent) and not f.joined)
+        assert delivered == ["答 问题 0", "答 问题 0b"], finals  # one delivery each, by B
+        for handle in a.channel.handles:  # A's clients: no answer
+            a_final = await handle.result()
+            assert isinstance(a_final, ErrorEvent) and a_final.code == ErrorCode.LEASE_LOST
+        assert [question(r.body or {}) for r in a_llm.message_requests()] == ["问题 0"]
+        assert [question(r.body or {}) for r in b_llm.message_requests()] == ["问题 0b"]
+        histories = await answered_histories(b, 1)
+        assert histories[0] == [
+            ("user", "问题 0"),
+            ("assistant", "答 问题 0"),
+            ("user", "问题 0b"),
+            ("assistant", "答 问题 0b"),
+        ]
+        await until_async(lambda: a.stores.inbox.count(), 0)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(DEADLINE_S):
+        while not condition():  # noqa: ASYNC110 (the instances' lease loops move it)
+            await asyncio.sleep(0.05)
+
+
+async def until_async(read: Callable[[], Awaitable[int]], wanted: int) -> None:
+    async with asyncio.timeout(DEADLINE_S):
+        while await read() != wanted:  # noqa: ASYNC110 (the settles land in the database)
+            await asyncio.sleep(0.05)
 
 
 def question(body: dict[str, Any]) -> str:
@@ -144,3 +207,30 @@ async def metrics(client: aiohttp.ClientSession, url: str) -> dict[str, float]:
     async with client.get(url) as resp:
         lines = (await resp.text()).splitlines()
     return {line.split()[0]: float(line.split()[1]) for line in lines if line and not line.startswith("#")}
+
+
+async def test_readyz_is_503_while_the_instance_lease_is_not_held_and_ready_once_it_is_again(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    llm = FakeAnthropic()
+    async with llm, AsyncExitStack() as stack:
+        a = await stack.enter_async_context(instance(tmp_path / "a", postgres_dsn, llm))
+        server = web_server(a.settings, a.gateway, a.stores, a.stores.inbox)
+        server.alive = lambda: a.inbox.alive  # as the daemon wires it
+        server.ready = True
+        await server.start()
+        stack.push_async_callback(server.close)
+        client = await stack.enter_async_context(aiohttp.ClientSession())
+        url = f"http://127.0.0.1:{server.port}/readyz"
+        assert await status_of(client, url) == (200, "ready")
+        a.link.down_for = INSTANCE_LEASE_PREFIX
+        await until(lambda: not a.inbox.alive)
+        assert await status_of(client, url) == (503, "instance_lease_not_held")  # it would refuse every message
+        a.link.down_for = ""
+        await until(lambda: a.inbox.alive)
+        assert await status_of(client, url) == (200, "ready")
+
+
+async def status_of(client: aiohttp.ClientSession, url: str) -> tuple[int, str]:
+    async with client.get(url) as resp:
+        return resp.status, (await resp.json())["status"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import pytest
 from agenthub import i18n
 from agenthub.clock import ManualClock
 from agenthub.errors import SessionBusyError
-from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.inbox_flow import InstanceInbox
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
@@ -153,17 +155,32 @@ async def test_messages_submitted_straight_to_random_instances_never_put_two_of_
             assert sorted(await stored_user_tags(instances[0], f"c{s}")) == [f"s{s}-m{i}" for i in range(3)]
 
 
-async def test_a_turn_whose_lease_cannot_be_renewed_is_stopped_and_the_session_goes_on_elsewhere(
+async def test_a_turn_whose_lease_cannot_be_renewed_is_stopped_and_its_message_is_answered_elsewhere(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
+    """A's turn is cut for its lost lease (a slow store, not a crash): its entry is given up, not settled, so B's
+    next takeover pass answers that message itself; the inbox is empty only once it has been answered."""
     clock = ManualClock()
     shared = InProcessLeases(clock=clock)
     views = [InstanceView(shared), InstanceView(shared)]
     model = HeldModel(fake_llm)
     model.install()
-    async with shared_instances(
-        tmp_path, fake_llm, postgres_dsn, 2, lease_stores=list(views), clocks=[clock, clock], lease_s=LEASE_S
-    ) as (a, b):
+    async with (
+        shared_instances(
+            tmp_path,
+            fake_llm,
+            postgres_dsn,
+            2,
+            lease_stores=list(views),
+            clocks=[clock, clock],
+            lease_s=LEASE_S,
+            owned=True,
+        ) as (a, b),
+        AsyncExitStack() as stack,
+    ):
+        b_inbox = InstanceInbox(b.submitter.inbox, b.gateway.leases, b.submitter, [])
+        stack.push_async_callback(b_inbox.close)
+        await b_inbox.open()
         first = await a.send(message("cut", "m1"))
         await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
         views[0].down = True  # A can no longer renew (its network to the store is gone)
@@ -171,19 +188,41 @@ async def test_a_turn_whose_lease_cannot_be_renewed_is_stopped_and_the_session_g
         stopped = await first.result()
         assert isinstance(stopped, ErrorEvent) and stopped.code == ErrorCode.LEASE_LOST
         assert stopped.message == i18n.text("abort.lease_lost", i18n.locale_for(a.gateway.settings, "http", None))
+        await a.submitter.aclose()  # what A does with the entry once the reply ended is done
+        assert await a.submitter.inbox.count() == 1  # given up, not settled: nobody has answered it yet
         model.release.set()
-        second = await b.send(message("cut", "m2"))
+        assert await b_inbox.take_over() == 1  # B's next pass: the given-up entry is B's now
         await advance_until(clock, lambda: len(fake_llm.message_requests()) == 2, LEASE_S / 12, 2 * LEASE_S)
+        records = await answered(b, "cut")
+        assert [(r["role"], tag_of(str(r["content"]))) for r in records] == [
+            ("user", "m1"),
+            ("assistant", "answer to m1"),
+        ]
+        assert user_tags(fake_llm.message_requests()[1]) == ["m1"]  # A's stored message, not a second copy
+        await b.submitter.aclose()
+        assert await b.submitter.inbox.count() == 0  # settled once answered
+        second = await b.send(message("cut", "m2"))
         assert isinstance(await second.result(), DoneEvent)
-        assert user_tags(fake_llm.message_requests()[1]) == ["m1", "m2"]  # A's stored message is not lost
+        assert user_tags(fake_llm.message_requests()[2]) == ["m1", "m2"]
         assert model.overlaps == []
+
+
+async def answered(instance: Instance, chat: str) -> list[dict[str, Any]]:
+    """The session's records once its last one is an answer (read from the store)."""
+    async with asyncio.timeout(COLD_START_S):
+        while True:
+            records = await instance.stores.sessions.load(key_of(chat))
+            if records and records[-1]["role"] == "assistant":
+                return records
+            await asyncio.sleep(0.05)
 
 
 async def test_a_late_write_of_an_instance_whose_lease_expired_is_refused_and_the_session_goes_on_elsewhere(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
     """A's process stands still (its clock does not move, its renewals never run) while its lease expires; B takes
-    the session over. A's answer, written late under the old lease, is refused whole; B's history goes on."""
+    the session over. A's answer, written late under the old lease, is refused whole and not delivered either (the
+    user never gets an answer the history does not hold): A's turn ends as a lost lease; B's history goes on."""
     store_clock, frozen = ManualClock(), ManualClock()
     shared = InProcessLeases(clock=store_clock)
     model = HeldModel(fake_llm)
@@ -204,9 +243,10 @@ async def test_a_late_write_of_an_instance_whose_lease_expired_is_refused_and_th
         await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
         model.release.set()  # A's answer and B's come back now
         late_events = [event async for event in late]
-        assert isinstance(late_events[-1], DoneEvent)  # the answer is delivered ...
-        saved = i18n.text("notice.reply_not_saved", i18n.locale_for(a.gateway.settings, "http", None))
-        assert any(isinstance(e, NoticeEvent) and e.text == saved for e in late_events)  # ... but not stored
+        final = late_events[-1]
+        assert isinstance(final, ErrorEvent) and final.code == ErrorCode.LEASE_LOST, final
+        assert not any(isinstance(e, DoneEvent) for e in late_events)
+        assert not any("answer to m1" in getattr(e, "text", "") for e in late_events)  # nothing of the refused answer
         assert isinstance(await taken_over.result(), DoneEvent)
         third = await (await b.send(message("late", "m3"))).result()
         assert isinstance(third, DoneEvent)

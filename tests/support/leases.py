@@ -61,21 +61,24 @@ class InstanceView:
     def __init__(self, shared: LeaseStore) -> None:
         self._shared = shared
         self.down = False
+        self.down_for = ""
+        """When set, only the leases whose name starts with it are cut off (e.g. `instance:`: a liveness lease whose
+        renewals stall while the session leases still get through)."""
 
     async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
-        self._check()
+        self._check(name)
         return await self._shared.acquire(name, holder, ttl_s)
 
     async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
-        self._check()
+        self._check(lease.name)
         return await self._shared.renew(lease, ttl_s)
 
     async def release(self, lease: Lease) -> None:
-        self._check()
+        self._check(lease.name)
         await self._shared.release(lease)
 
-    def _check(self) -> None:
-        if self.down:
+    def _check(self, name: str) -> None:
+        if self.down or (self.down_for and name.startswith(self.down_for)):
             raise StorageError("lease store unreachable")
 
 

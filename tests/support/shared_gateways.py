@@ -49,11 +49,13 @@ async def shared_instances(
     lease_stores: list[LeaseStore] | None = None,
     clocks: list[Clock] | None = None,
     lease_s: float = 15.0,
+    owned: bool = False,
     **overrides: Any,
 ) -> AsyncIterator[list[Instance]]:
     """`count` instances on database `dsn`, each in its own directory under `root`; their session leases in
     `lease_stores[n]` (default: the database's `leases` table through each instance's own pool), judged on
-    `clocks[n]` (default: the monotonic clock)."""
+    `clocks[n]` (default: the monotonic clock). `owned`: each instance owns the entries it accepts (its holder
+    name), as a daemon's inbox does; else the entries have no owner."""
     async with AsyncExitStack() as stack:
         found: list[Instance] = []
         for n in range(count):
@@ -63,10 +65,11 @@ async def shared_instances(
             stack.push_async_callback(stores.aclose)
             lease_store = stores.leases if lease_stores is None else lease_stores[n]
             clock = monotonic_clock if clocks is None else clocks[n]
-            leases = InstanceLeases(lease_store, holder=f"instance-{n}", ttl_s=lease_s, clock=clock)
+            holder = f"instance-{n}"
+            leases = InstanceLeases(lease_store, holder=holder, ttl_s=lease_s, clock=clock)
             gateway = await stack.enter_async_context(build_gateway(settings, stores=stores, leases=leases))
             assert stores.database is not None
-            inbox = PostgresInbox(stores.database)
+            inbox = PostgresInbox(stores.database, owner=holder if owned else None)
             gateway.inbox = inbox
             submitter = InboxSubmitter(inbox, gateway, resolve=gateway.session_of)
             stack.push_async_callback(submitter.aclose)

@@ -36,9 +36,8 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "abort.other": {"zh-CN": "已停止。", "en": "Stopped."},
     "abort.lease_lost": {
-        "zh-CN": "这个会话已转到另一台服务器处理，这次回答被中止了。请再发送一次你的消息。",
-        "en": "This chat was taken over by another server while answering, so this reply was stopped. Please send "
-        "your message again.",
+        "zh-CN": "收到，这个会话已转到另一台服务器处理，稍后回复。",
+        "en": "Got it; this chat moved to another server, which will answer in a moment.",
     },
     "error.overflow_after_retry": {
         "zh-CN": "即使压缩之后，这段对话对模型来说仍然太长。发送 /compact 再试一次，或发送 /restart 重新开始。",

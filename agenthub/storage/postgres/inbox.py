@@ -5,7 +5,7 @@ instance's entries); a settled entry's row is deleted."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -30,6 +30,10 @@ WHERE session = %(session)s AND seq < (SELECT seq FROM inbox WHERE id = %(id)s)
 ORDER BY seq
 """
 """Served by the index `(session, seq)` of migration 3; a settled (deleted) `id` compares with NULL: no rows."""
+_RELEASE = "UPDATE inbox SET owner = NULL WHERE id = %(id)s AND owner = %(owner)s"
+"""Only this owner's row: an entry another instance claimed meanwhile stays that instance's."""
+_STILL_MINE = "UPDATE inbox SET owner = owner WHERE id = %(id)s AND owner = %(owner)s RETURNING 1"
+"""An UPDATE, not a plain SELECT: it waits for a claim that holds the row, then sees that claim's owner."""
 _UNSETTLED = (
     "SELECT id, seq, accepted_at, source, payload::text, session FROM inbox"
     " WHERE source LIKE %(prefix)s AND (%(owner)s::text IS NULL OR owner = %(owner)s) ORDER BY seq"
@@ -67,8 +71,14 @@ class PostgresInbox:
         self.owner = owner
         self._depth = 0
         self._settles = SettleRetry(self._delete)
+        self._alive: Callable[[], bool] = lambda: True
+
+    def accept_only_while(self, alive: Callable[[], bool]) -> None:
+        self._alive = alive
 
     async def accept(self, source: str, payload: dict[str, Any], *, session: str | None = None) -> InboxEntry:
+        if not self._alive():  # the others may think this instance dead: they would answer the entry too
+            raise StorageError("this instance's liveness lease is not held: nothing is accepted")
         entry_id = uuid.uuid4().hex
         text = json_text(payload)
         params = {"id": entry_id, "source": source, "payload": text, "session": session, "owner": self.owner}
@@ -103,6 +113,25 @@ class PostgresInbox:
             cursor = await conn.execute("DELETE FROM inbox WHERE id = %(id)s", {"id": entry_id})
         if cursor.rowcount > 0:
             self._depth = max(0, self._depth - 1)
+
+    async def release(self, entry_id: str) -> None:
+        """The entry has no owner from now on (if it was this owner's): the next takeover pass claims it."""
+        if self.owner is None:
+            return
+        async with self.database.connection("give the message up") as conn:
+            cursor = await conn.execute(_RELEASE, {"id": entry_id, "owner": self.owner})
+        if cursor.rowcount > 0:
+            self._depth = max(0, self._depth - 1)
+
+    async def still_mine(self, entry_id: str) -> bool:
+        """Whether the entry is still this owner's (False once claimed by another instance, or settled); True
+        without an owner (tools, tests: nobody takes entries over)."""
+        if self.owner is None:
+            return True
+        async with self.database.connection("check who answers the message") as conn:
+            cursor = await conn.execute(_STILL_MINE, {"id": entry_id, "owner": self.owner})
+            row = await cursor.fetchone()
+        return row is not None
 
     async def unsettled(self, source_prefix: str = "") -> list[InboxEntry]:
         """This owner's unsettled entries (every one without an owner) in acceptance order, or those whose

@@ -13,7 +13,7 @@ from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, ReplyEvent
 from agenthub.storage.inbox import FileInbox, Inbox, InboxEntry, InMemoryInbox
-from agenthub.storage.postgres import Database
+from agenthub.storage.postgres import Database, PostgresInbox
 from agenthub.storage.postgres.seen import PostgresSeenIds
 from channels.toolkit.dedup import MessageDedup
 from channels.toolkit.inbox import InboxGate, Intake, Outcome
@@ -234,3 +234,27 @@ async def test_a_message_refused_on_one_instance_is_new_on_another(postgres_dsn:
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_turn_cut_for_a_lost_lease_is_given_up_to_a_takeover_not_settled(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    database = Database(migrated(postgres_dsn))
+    try:
+        recorder = Recorder()
+        gate, tasks, inbox = gate_of(tmp_path, recorder, PostgresInbox(database, owner="instance-a"))
+
+        def cut() -> ReplyHandle:
+            h = ReplyHandle("demo")
+            h.emit(ErrorEvent("moved", code=ErrorCode.LEASE_LOST))
+            return h
+
+        recorder.outcome = cut
+        await gate.take("m-1", "a", {"chat": "a", "text": "cut"})
+        await tasks.join()
+        assert await inbox.count() == 1  # not settled: nobody has answered it
+        assert await inbox.unsettled() == []  # and no longer this instance's
+        claimed = await PostgresInbox(database, owner="instance-b").claim_orphans(["demo:c"])
+        assert [e.payload["text"] for e in claimed] == ["cut"]  # the next takeover pass answers it
+    finally:
+        await database.close()

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from agenthub.channel import Submitter
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
 
@@ -58,3 +59,21 @@ class ScriptedSubmitter:
             while len(self.received) < count:
                 self._arrived.clear()
                 await self._arrived.wait()
+
+
+@dataclass
+class RecordingSubmitter:
+    """A channel's view of a real gateway: submits through it and keeps every handle (what a push channel would
+    deliver)."""
+
+    gateway: Submitter
+    handles: list[ReplyHandle] = field(default_factory=list)
+
+    @property
+    def accepting(self) -> bool:
+        return self.gateway.accepting
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle:
+        handle = await self.gateway.submit(message)
+        self.handles.append(handle)
+        return handle
