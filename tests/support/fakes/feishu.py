@@ -391,7 +391,8 @@ class FakeFeishu:
                 future = self._acks.pop(headers.get("message_id", ""), None)
                 if future is not None and not future.done():
                     future.set_result({"ack": json.loads(frame.payload), "headers": headers})
-        self.ws.pop(device, None)
+        if self.ws.get(device) is ws:  # an older connection closing after a newer one came leaves the newer one
+            del self.ws[device]
         self.ws_closed.set()
         self._changed.set()
         return ws
