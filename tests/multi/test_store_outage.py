@@ -60,8 +60,9 @@ async def test_chats_fail_clearly_while_the_database_is_away_and_are_answered_ag
         await asyncio.gather(*(_refuses_clearly(client, i, own_postgres_server) for i in d.instances))
 
         own_postgres_server.start()
-        for instance in d.instances:
+        for instance in d.instances:  # every instance back first: the loop below reads through each of them
             assert (await _until_ready(client, instance, 200))["store"] == "postgres"
+        for instance in d.instances:
             chat = f"after-{instance.index}"
             status, body = await client.chat(chat, message_text(chat, 1), instance)
             assert status == 200 and body["reply"] == f"answer to {message_text(chat, 1)}", body
