@@ -22,6 +22,7 @@ from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
 from agenthub.gateway.arrival_order import ArrivalOrder
 from agenthub.gateway.builtin_commands import register_builtin_commands
 from agenthub.gateway.commands import CommandCall, CommandContext, CommandRouter, CommandTier
+from agenthub.gateway.endings import end_unanswered, end_with
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.inbox_replay import inbox_id_of
 from agenthub.gateway.runner import PendingTurn
@@ -32,7 +33,7 @@ from agenthub.gateway.timers import TimerRegistry
 from agenthub.gateway.turn import DEFERRED, EntryTakenOver, TurnOutcome, TurnRunner, abort_message
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.files import MemoryFiles
-from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.singleton import InstanceLeases, Singleton
@@ -285,11 +286,11 @@ class GatewayCore:
                             state.requeue(pending)
                             continue
                         state.last_active = self.clock()  # the end of a turn counts as activity too
-                        _end_with(pending, outcome)  # after `current` is cleared: a follow-up queues behind nothing
+                        end_with(pending, outcome)  # after `current` is cleared: a follow-up queues behind nothing
                         await self._after_turn(pending, outcome)
                 finally:
                     if not requeued:
-                        _end_unanswered(pending, (state.abort_reason if started else None) or ErrorCode.SHUTDOWN)
+                        end_unanswered(pending, (state.abort_reason if started else None) or ErrorCode.SHUTDOWN)
         finally:
             state.current = None
             state.task = None
@@ -407,7 +408,7 @@ class GatewayCore:
         dropped = [p for p in state.queue if p.message.sender_id == sender_id]
         for pending in dropped:
             state.queue.remove(pending)
-            _end_unanswered(pending, reason)
+            end_unanswered(pending, reason)
         return len(dropped)
 
     async def wait_turn_done(self, key: SessionKey) -> None:
@@ -469,28 +470,6 @@ class GatewayCore:
         """The `session_sweep` tick. A periodic pass (not a `call_at` per session): it reads the injected clock,
         costs one look at each live session a second, and leaves the hot path nothing to reschedule per message."""
         self.sessions.expire(self.clock())
-
-
-def _end_with(pending: PendingTurn, outcome: TurnOutcome) -> None:
-    """The newest message's handle gets the turn's answer; the others of a joined turn end with a short done
-    (the answer went out once, below them) or with the same error."""
-    final = outcome.final
-    if final is None:
-        return
-    for earlier in pending.joined:
-        if not isinstance(final, DoneEvent):
-            earlier.handle.emit(final)
-            continue
-        note = i18n.text("done.answered_together", earlier.locale)
-        earlier.handle.emit(DoneEvent(note, session_key=final.session_key, joined=True, answer=final.full_text))
-    pending.handle.emit(final)
-
-
-def _end_unanswered(pending: PendingTurn, reason: str) -> None:
-    """A turn cancelled before it could run (or before its task took a step) still ends its handles."""
-    for member in pending.members:
-        if not member.handle.finished:
-            member.handle.emit(ErrorEvent(abort_message(reason, member.locale), code=reason))
 
 
 def _failed(message: str, code: ErrorCode) -> ReplyHandle:
