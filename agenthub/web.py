@@ -243,5 +243,6 @@ def render_metrics(gateway: GatewayCore, inbox_depth: int = 0) -> str:
         "# HELP agenthub_inbox_depth Accepted messages not answered yet (the durable inbox).",
         "# TYPE agenthub_inbox_depth gauge",
         f"agenthub_inbox_depth {inbox_depth}",
+        *gateway.cache_watch.metrics(),
     ]
     return "\n".join(lines) + "\n"

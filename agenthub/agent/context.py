@@ -165,4 +165,5 @@ class ContextBuilder:
             messages=mark_newest_message(messages),
             tools=definitions,
             max_tokens=max_tokens,
+            chat=str(key),
         )

@@ -14,6 +14,7 @@ from agenthub.errors import SessionBusyError
 from agenthub.forget.command import ForgetCommand
 from agenthub.gateway.commands import CommandContext, CommandRouter, CommandTier, ConfirmWindow
 from agenthub.gateway.session_state import SessionRegistry
+from agenthub.llm.cache_watch import CacheWatch
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.messages import ErrorCode
 from agenthub.session.history import SessionHistory
@@ -103,8 +104,8 @@ class StatusCommand:
 
     name, help_key, tier = "status", "command.help.status", CommandTier.PRIORITY
 
-    def __init__(self, sessions: SessionRegistry, history: SessionHistory) -> None:
-        self.sessions, self.history = sessions, history
+    def __init__(self, sessions: SessionRegistry, history: SessionHistory, cache: CacheWatch | None = None) -> None:
+        self.sessions, self.history, self.cache = sessions, history, cache
 
     async def __call__(self, ctx: CommandContext) -> str:
         key = ctx.key
@@ -127,6 +128,10 @@ class StatusCommand:
                 "output": usage.get("output_tokens", 0),
             }
             lines.append(ctx.text("command.status.last_call", **last_call))
+        hits = self.cache.hit_rate(str(key)) if self.cache is not None else None
+        if hits is not None and hits[1] > 0:
+            read, prompt = hits
+            lines.append(ctx.text("command.status.cache", percent=round(100 * read / prompt), read=read, total=prompt))
         if any(m.get("role") == "system" for m in history):
             lines.append(ctx.text("command.status.summarised"))
         return "\n".join(lines)
@@ -169,7 +174,7 @@ def register_builtin_commands(gateway: GatewayCore) -> None:
     builtins = (
         RestartCommand(gateway, gateway.history, gateway.clock, session.restart_confirm_s),
         StopCommand(gateway),
-        StatusCommand(gateway.sessions, gateway.history),
+        StatusCommand(gateway.sessions, gateway.history, gateway.cache_watch),
         CompactCommand(lambda: gateway.compactor),
         ForgetCommand(gateway),
         HelpCommand(gateway.commands),

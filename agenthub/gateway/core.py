@@ -99,6 +99,9 @@ class GatewayCore:
         self.stats = GatewayStats()
         # every model call (turns and background work alike) reaches the stats through the providers' call log
         self.providers.call_log.observe(self.stats.record_call)
+        self.cache_watch = self.providers.call_log.cache  # each chat's calls compared for prompt-cache breaks
+        self.cache_watch.clock = clock
+        self.history.observers.append(self.cache_watch.history_changed)  # a compaction or restart names the break
         self.timers = TimerRegistry(self.leases)
         self.commands = CommandRouter()
         self.after_turn_hooks: list[AfterTurnHook] = []

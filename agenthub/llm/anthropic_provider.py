@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agenthub.errors import ConfigError, LLMError
+from agenthub.llm.cache_watch import CacheWatch, anthropic_api
 from agenthub.llm.calllog import CallLog
 from agenthub.llm.endpoint import Endpoint
 from agenthub.llm.failures import MSG_INTERRUPTED, MSG_UNEXPECTED, classify
@@ -97,6 +98,7 @@ class AnthropicProvider:
         retry: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,
         call_log: CallLog | None = None,
+        cache_diagnostics: bool | None = None,
     ) -> None:
         if not endpoint.api_key:
             raise ConfigError(f"llm provider {name!r}: no API key configured")
@@ -112,6 +114,8 @@ class AnthropicProvider:
         self._connect_timeout_s = connect_timeout_s
         self._client: anthropic.AsyncAnthropic | None = None
         self._closed = False
+        self.cache_diagnostics = anthropic_api(endpoint.base_url) if cache_diagnostics is None else cache_diagnostics
+        """Ask for the vendor's cache diagnostics on a chat's calls: by default only where it is Anthropic's own API."""
 
     @property
     def closed(self) -> bool:
@@ -148,8 +152,15 @@ class AnthropicProvider:
 
     async def _stream(self, request: LLMRequest, attempt: _Attempt) -> LLMResponse:
         client, sdk = await self._sdk_client(), await load_sdk()
-        response: LLMResponse = await sdk.stream(client, request, attempt.text)
+        response: LLMResponse = await sdk.stream(client, request, attempt.text, self._diagnostics(request))
         return response
+
+    def _diagnostics(self, request: LLMRequest) -> dict[str, str | None] | None:
+        """`{"previous_message_id": …}` for a chat's call where cache diagnostics are asked for (None: the
+        chat's first call here, which opts in); None otherwise."""
+        if not self.cache_diagnostics or not CacheWatch.watched(request):
+            return None
+        return {"previous_message_id": self.call_log.cache.previous_message_id(request)}
 
     async def _call(self, request: LLMRequest, run: _AttemptFn, on_text: TextCallback | None) -> LLMResponse:
         began = time.perf_counter()

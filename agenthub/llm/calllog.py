@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import structlog
 
+from agenthub.llm.cache_watch import CacheWatch
 from agenthub.llm.types import LLMRequest, LLMResponse
 from agenthub.messages import Usage
 
@@ -20,6 +21,8 @@ class CallLog:
 
     def __init__(self) -> None:
         self._observers: list[CallObserver] = []
+        self.cache = CacheWatch()
+        """Each chat's calls compared for prompt-cache breaks (`prompt_cache_break`, /metrics, /status)."""
 
     def observe(self, observer: CallObserver) -> None:
         self._observers.append(observer)
@@ -34,6 +37,10 @@ class CallLog:
             stop_reason=response.stop_reason,
             **response.usage.as_dict(),
         )
+        try:
+            self.cache.observe(request, response)
+        except Exception:  # the watch only explains costs: it must never fail a good (and paid) answer
+            log.exception("llm_call_observer_failed", observer="CacheWatch.observe")
         for observer in self._observers:
             try:
                 observer(seconds, response.usage)

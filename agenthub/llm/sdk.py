@@ -27,6 +27,8 @@ __all__ = ["new_client", "request_body", "stream", "to_response"]
 MESSAGES_PATH = "/v1/messages"
 STREAM_HEADERS = {"x-stainless-helper-method": "stream", "x-stainless-stream-helper": "messages"}
 """What `messages.stream` adds to its request (`lib/_stainless_helpers.py`); kept so that the wire stays as it was."""
+CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
+"""The beta header Anthropic's cache diagnostics were introduced under; sent with every request that asks for them."""
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
@@ -45,9 +47,12 @@ def new_client(endpoint: Endpoint, timeout_s: float, connect_timeout_s: float) -
     )
 
 
-def request_body(request: LLMRequest) -> bytes:
-    """The JSON body `messages.stream` would send for `request`."""
+def request_body(request: LLMRequest, diagnostics: dict[str, Any] | None = None) -> bytes:
+    """The JSON body `messages.stream` would send for `request`; `diagnostics` (`{"previous_message_id": …}`) asks
+    Anthropic's API why the prompt cache could not reuse that reply's prefix."""
     body: dict[str, Any] = {"max_tokens": request.max_tokens, "messages": request.messages, "model": request.model}
+    if diagnostics is not None:
+        body["diagnostics"] = diagnostics
     body["stream"] = True
     if request.system:
         body["system"] = request.system
@@ -58,14 +63,20 @@ def request_body(request: LLMRequest) -> bytes:
     return _encode(body).encode()
 
 
-async def stream(client: anthropic.AsyncAnthropic, request: LLMRequest, on_text: TextCallback) -> LLMResponse:
+async def stream(
+    client: anthropic.AsyncAnthropic,
+    request: LLMRequest,
+    on_text: TextCallback,
+    diagnostics: dict[str, Any] | None = None,
+) -> LLMResponse:
     """One streamed call, each text delta passed to `on_text` as it arrives."""
-    body = request_body(request)
+    body = request_body(request, diagnostics)
+    headers = STREAM_HEADERS if diagnostics is None else {**STREAM_HEADERS, "anthropic-beta": CACHE_DIAGNOSIS_BETA}
     raw = await client.post(
         MESSAGES_PATH,
         cast_to=Message,
         content=body,
-        options={"headers": STREAM_HEADERS},
+        options={"headers": headers},
         stream=True,
         stream_cls=AsyncStream[RawMessageStreamEvent],
     )
@@ -109,4 +120,27 @@ def to_response(message: Message) -> LLMResponse:
         cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
     )
     content = [_block_dict(b) for b in message.content]
-    return LLMResponse(content=content, stop_reason=message.stop_reason, usage=usage, model=message.model)
+    return LLMResponse(
+        content=content,
+        stop_reason=message.stop_reason,
+        usage=usage,
+        model=message.model,
+        message_id=message.id or "",
+        cache_miss_reason=cache_miss_reason(message),
+    )
+
+
+def cache_miss_reason(message: Message) -> dict[str, Any] | None:
+    """`diagnostics.cache_miss_reason` of the reply as plain data (`{"type": …, "cache_missed_input_tokens": …}`);
+    None when the request asked for no diagnostics, nothing diverged, or the diagnosis was still pending."""
+    diagnostics = getattr(message, "diagnostics", None)
+    if isinstance(diagnostics, dict):
+        reason = diagnostics.get("cache_miss_reason")
+    else:
+        reason = getattr(diagnostics, "cache_miss_reason", None)
+    if isinstance(reason, dict):
+        return reason
+    if reason is None or not hasattr(reason, "model_dump"):
+        return None
+    dumped: dict[str, Any] = reason.model_dump(mode="json", exclude_none=True)
+    return dumped

@@ -29,6 +29,8 @@ class LLMRequest:
     """What the call is for, in the `llm_call` log: turn, summary, flush, l3, title, welcome."""
     locale: str = "en"
     """The chat's locale, for the few texts a provider writes itself (the offline stand-in's reply); never sent."""
+    chat: str = ""
+    """The session key of the chat the call is for ("": none); the prompt-cache watch compares a chat's calls."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,10 @@ class LLMResponse:
     stop_reason: str | None
     usage: Usage = field(default_factory=Usage)
     model: str = ""
+    message_id: str = ""
+    """The vendor's id of the reply (`msg_…`), "" when it gave none."""
+    cache_miss_reason: dict[str, Any] | None = None
+    """Anthropic's `diagnostics.cache_miss_reason` when the request asked for cache diagnostics and it found one."""
 
     @property
     def text(self) -> str:

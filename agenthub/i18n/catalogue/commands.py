@@ -59,6 +59,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh-CN": "上一次模型调用：输入 {input} 个、缓存命中 {cached} 个、输出 {output} 个 token",
         "en": "last model call: {input} input, {cached} cached, {output} output tokens",
     },
+    "command.status.cache": {
+        "zh-CN": "提示缓存命中率（最近的模型调用）：{percent}%（{total} 个输入 token 中 {read} 个读自缓存）",
+        "en": "prompt cache hit rate (recent model calls): {percent}% ({read} of {total} input tokens from the cache)",
+    },
     "command.status.summarised": {
         "zh-CN": "较早的一部分对话已压缩为摘要",
         "en": "an earlier part of the conversation is summarised",

@@ -8,7 +8,8 @@ Usage in tests (the `fake_llm` fixture starts one per test)::
     assert fake_llm.requests[0].body["model"] == "m"
 
 Replies come from a FIFO queue (`script`), then from `responder(body)` if set, then a deterministic default
-("reply to: <last user text>"). Standalone (benchmarks): `async with FakeAnthropic(delta_delay_s=0.01) as fake:`.
+("reply to: <last user text>"). With `prompt_cache=PromptCache()` usage reports cache reads and writes as
+Anthropic's prompt cache would. Standalone (benchmarks): `async with FakeAnthropic(delta_delay_s=0.01) as fake:`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any, Literal
 import pytest
 import pytest_asyncio
 from aiohttp import web
+
+from tests.support.fakes.prompt_cache import PromptCache
 
 Fault = Literal["stream_error", "cut", "hang"]
 Responder = Callable[[dict[str, Any]], "ScriptedReply | None"]
@@ -196,7 +199,11 @@ class FakeAnthropic:
         delta_delay_s: float = 0.0,
         responder: Responder | None = None,
         key_of: KeyOf | None = None,
+        prompt_cache: PromptCache | None = None,
     ) -> None:
+        self.prompt_cache = prompt_cache
+        """When set, replies report cache reads and writes as Anthropic's prompt cache would (and answer
+        `diagnostics`); a scripted reply's own `usage` keys still win."""
         self.default_usage = dict(default_usage or {})
         self.first_byte_delay_s = first_byte_delay_s
         self.delta_delay_s = delta_delay_s
@@ -351,9 +358,12 @@ class FakeAnthropic:
             "cache_read_input_tokens": 0,
             "cache_creation_input_tokens": 0,
             **self.default_usage,
+            **(self.prompt_cache.usage(body) if self.prompt_cache is not None else {}),
             **(reply.usage or {}),
         }
+        diagnostics = self.prompt_cache.diagnose(body, f"msg_{number:06d}") if self.prompt_cache is not None else None
         return {
+            **({"diagnostics": diagnostics} if diagnostics is not None else {}),
             "id": f"msg_{number:06d}",
             "type": "message",
             "role": "assistant",
