@@ -4,6 +4,7 @@ message list and its cache marks."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,9 @@ from agenthub.agent.conversion import (
 )
 from agenthub.agent.definition import AgentDefinition
 from agenthub.agent.memory_access import MemoryAccess
+from agenthub.agent.memory_notes import MemoryNotes
 from agenthub.agent.tools import Tool
+from agenthub.llm.cache_watch import MEMORY_HEADER, PROFILE_HEADER
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest
 from agenthub.media.loader import ImageCache
@@ -84,6 +87,11 @@ class ContextBuilder:
         """Models that refused a request with images (this process): they get `[image: <path>]` text instead."""
         self._memos: OrderedDict[SessionKey, Memo] = OrderedDict()
         self.last_computed = 0
+        self.memory_notes = True
+        """Whether additions to MEMORY.md ride as notes while a chat's cache is warm (`memory_notes`)."""
+        self.notes = MemoryNotes()
+        self.cache_warm: Callable[[str], bool] = lambda chat: True
+        """Whether a chat's prompt cache is still alive (the gateway's `CacheWatch.warm`)."""
         """Per-message results the last `build` computed (the others came from its session's memo)."""
 
     def history_changed(self, op: str, key: SessionKey) -> None:
@@ -91,6 +99,7 @@ class ContextBuilder:
         no longer holds is kept here."""
         if op != "append":
             self._memos.pop(key, None)
+            self.notes.drop(key)
 
     def _memo(self, key: SessionKey) -> Memo:
         """The session's memo, the most recently used sessions' kept (`MEMO_SESSIONS`)."""
@@ -107,6 +116,12 @@ class ContextBuilder:
     async def system_blocks(
         self, agent: AgentDefinition, key: SessionKey, sender_id: str, history: list[Message]
     ) -> list[dict[str, Any]]:
+        return _marked_blocks(*await self._system_parts(agent, key, sender_id, history))
+
+    async def _system_parts(
+        self, agent: AgentDefinition, key: SessionKey, sender_id: str, history: list[Message]
+    ) -> tuple[list[str], str, str]:
+        """(persona and folded summaries, the memory block, the profile block); a block is "" without its file."""
         texts = [agent.persona]
         texts.extend(fold_system_messages(history))
         files = self.memory_files
@@ -114,15 +129,12 @@ class ContextBuilder:
         profile_name = files.profile_name(agent, key, sender_id, chat_type_of(history))  # only the current sender's
         names = [memory_name] if profile_name is None else [memory_name, profile_name]
         memory, profile, *_ = [*await files.read_many(names), ""]  # one hop (one query) per turn
+        memory_block = profile_block = ""
         if memory.strip():
-            texts.append(
-                "# Long-term memory (MEMORY.md)\n\n" + cut_to_tokens(memory.strip(), self.budget.memory_tokens)
-            )
+            memory_block = f"{MEMORY_HEADER}\n\n" + cut_to_tokens(memory.strip(), self.budget.memory_tokens)
         if profile.strip():
-            texts.append("# About the user (USER.md)\n\n" + cut_to_tokens(profile.strip(), self.budget.user_tokens))
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": t} for t in texts]
-        blocks[-1] = {**blocks[-1], "cache_control": CACHE}
-        return blocks
+            profile_block = f"{PROFILE_HEADER}\n\n" + cut_to_tokens(profile.strip(), self.budget.user_tokens)
+        return texts, memory_block, profile_block
 
     async def estimate_prompt_tokens(
         self, agent: AgentDefinition, key: SessionKey, sender_id: str, history: list[Message], tools: list[Tool]
@@ -159,11 +171,21 @@ class ContextBuilder:
             place_images(conversation, images, memo), self.budget.old_tool_result_chars, memo
         )
         self.last_computed = memo.settle()
+        texts, memory, profile = await self._system_parts(agent, key, sender_id, history)
+        if self.memory_notes:  # an addition to MEMORY.md rides on a message while the chat's cache is warm
+            memory, messages = self.notes.apply(key, memory, messages, self.cache_warm(str(key)))
         return LLMRequest(
             model=model,
-            system=await self.system_blocks(agent, key, sender_id, history),
+            system=_marked_blocks(texts, memory, profile),
             messages=mark_newest_message(messages),
             tools=definitions,
             max_tokens=max_tokens,
             chat=str(key),
         )
+
+
+def _marked_blocks(texts: list[str], memory: str, profile: str) -> list[dict[str, Any]]:
+    """The system blocks, the last one marked for the cache."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": t} for t in [*texts, *(b for b in (memory, profile) if b)]]
+    blocks[-1] = {**blocks[-1], "cache_control": CACHE}
+    return blocks

@@ -102,6 +102,7 @@ class GatewayCore:
         self.cache_watch = self.providers.call_log.cache  # each chat's calls compared for prompt-cache breaks
         self.cache_watch.clock = clock
         self.history.observers.append(self.cache_watch.history_changed)  # a compaction or restart names the break
+        self.context.cache_warm = self.cache_watch.warm  # memory additions ride as notes while the cache is warm
         self.timers = TimerRegistry(self.leases)
         self.commands = CommandRouter()
         self.after_turn_hooks: list[AfterTurnHook] = []
