@@ -38,7 +38,7 @@ CAUSES = ("model_changed", "tools_changed", "system_changed", "messages_changed"
 
 MEMORY_HEADER = "# Long-term memory (MEMORY.md)"
 PROFILE_HEADER = "# About the user (USER.md)"
-HISTORY_REASONS = {"replace": "compaction", "clear": "restart", "delete": "restart"}
+HISTORY_REASONS = {"replace": "compaction", "clear": "restart", "delete": "restart", "reload": "other_instance"}
 """What a history change other than an append means for the next call's messages."""
 
 _DIGEST = 8

@@ -119,6 +119,8 @@ def test_changed_messages_say_how_far_they_matched_and_why() -> None:
     assert (cause, found.reason, found.matched_messages) == ("messages_changed", "compaction", 0)
     cause, found = _break_after(_request(0, messages=[{"role": "user", "content": "hi"}]), history="clear")
     assert (cause, found.reason) == ("messages_changed", "restart")
+    cause, found = _break_after(_request(1, messages=edited[:3]), history="reload")  # another instance wrote it
+    assert (cause, found.reason) == ("messages_changed", "other_instance")
 
 
 def test_a_moving_breakpoint_is_no_change() -> None:
