@@ -10,7 +10,6 @@ from typing import Any
 import pytest_asyncio
 from structlog.testing import capture_logs
 
-from agenthub import i18n
 from agenthub.agent.memory_notes import NOTE_HEADER
 from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
@@ -65,7 +64,15 @@ async def test_a_long_chat_never_breaks_and_status_shows_its_hit_rate(cached: Ca
     assert 0.5 < read / total < 1
     status = await _say(gw, "/status")
     assert f"prompt cache hit rate (recent model calls): {round(100 * read / total)}%" in status
-    assert "提示缓存命中率" in i18n.text("command.status.cache", "zh-CN", percent=90, read=9, total=10)
+
+
+async def test_status_shows_the_hit_rate_in_the_chats_locale(cached: Cached) -> None:
+    gw, clock, _ = cached
+    for text in ("第一个问题", "第二个问题"):
+        assert isinstance(await (await gw.submit(InboundMessage("wecom", "g1", "alice", text))).result(), DoneEvent)
+        clock.advance(30)
+    status = await (await gw.submit(InboundMessage("wecom", "g1", "alice", "/status"))).result()  # zh-CN by default
+    assert isinstance(status, DoneEvent) and "提示缓存命中率（最近的模型调用）：" in status.full_text
 
 
 async def test_restart_is_named_and_counted(cached: Cached) -> None:
