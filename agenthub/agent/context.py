@@ -87,12 +87,12 @@ class ContextBuilder:
         """Models that refused a request with images (this process): they get `[image: <path>]` text instead."""
         self._memos: OrderedDict[SessionKey, Memo] = OrderedDict()
         self.last_computed = 0
+        """Per-message results the last `build` computed (the others came from its session's memo)."""
         self.memory_notes = True
         """Whether additions to MEMORY.md ride as notes while a chat's cache is warm (`memory_notes`)."""
         self.notes = MemoryNotes()
         self.cache_warm: Callable[[str], bool] = lambda chat: True
         """Whether a chat's prompt cache is still alive (the gateway's `CacheWatch.warm`)."""
-        """Per-message results the last `build` computed (the others came from its session's memo)."""
 
     def history_changed(self, op: str, key: SessionKey) -> None:
         """A SessionHistory observer: a replace, clear or delete drops the session's memo, so no text the history
