@@ -68,7 +68,8 @@ class ContextBuilder:
     `memory_scope` resolves them, each cut to its token budget),
     then the tools; the last system block, the last tool and the newest message's last block carry
     `cache_control`. Volatile data (time,
-    channel) rides on each user message, derived from what was stored, never in the system prompt.
+    channel) rides on each user message, derived from what was stored, never in the system prompt. While the
+    chat's prompt cache is warm, text appended to MEMORY.md rides as a note on a message instead (`MemoryNotes`).
     """
 
     def __init__(
