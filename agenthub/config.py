@@ -105,6 +105,11 @@ class MemorySettings(_Section):
     large_tool_result_chars: int = Field(
         80_000, ge=8000, description="a longer tool result is moved to workspace/<agent>/large_tool_results/"
     )
+    recall: Literal["auto", "off"] = Field(
+        "off", description="auto: before each turn, passages of other turns the user's message recalls go with it"
+    )
+    recall_tokens: int = Field(600, ge=50, description="bound of the recalled passages attached to one turn")
+    recall_timeout_s: float = Field(1.0, gt=0, description="a recall search taking longer is dropped for that turn")
 
 
 class MediaSettings(_Section):
