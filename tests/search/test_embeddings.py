@@ -1,0 +1,159 @@
+"""`[search.embeddings]` against a fake endpoint on 127.0.0.1: the client, the vectors kept level with each session
+(compaction, delete, "forget me"), reciprocal rank fusion, and a failing endpoint logged once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import pytest_asyncio
+from structlog.testing import LogCapture
+
+from agenthub.config import EmbeddingsSettings
+from agenthub.search.embeddings import EmbeddingsClient, EmbeddingsUnavailable, endpoint_url
+from agenthub.search.vectors import VectorIndex, fuse
+from agenthub.session.history import SessionHistory
+from agenthub.storage.keys import SessionKey
+from agenthub.storage.paths import AgentLayout
+from agenthub.storage.search_index import ARCHIVE, HISTORY, Passage, SearchHit, SearchScope, SourceRef
+from agenthub.storage.search_vectors import FileVectorStore, vectors_path
+from tests.support.fakes.embeddings import DIMS, FakeEmbeddings
+
+KEY = SessionKey("a", "http", "c1")
+CAR = "Evan bought a red car last spring and drives it to work"
+
+
+def _settings(server: FakeEmbeddings, **extra: Any) -> EmbeddingsSettings:
+    return EmbeddingsSettings.model_validate({"base_url": server.base_url, "model": "fake-embed", **extra})
+
+
+def _user(text: str, ts: int) -> dict[str, Any]:
+    return {"role": "user", "content": text, "timestamp": ts}
+
+
+@asynccontextmanager
+async def _vector_index(
+    data_dir: Path, server: FakeEmbeddings, **extra: Any
+) -> AsyncIterator[tuple[VectorIndex, SessionHistory]]:
+    history = SessionHistory(data_dir, fsync=False)
+    index = VectorIndex(EmbeddingsClient(_settings(server, **extra)), FileVectorStore(data_dir), history.store)
+    history.observers.append(index.history_changed)
+    try:
+        yield index, history
+    finally:
+        await index.close()
+        await history.aclose()
+
+
+@pytest_asyncio.fixture
+async def vectors(tmp_path: Path, fake_embeddings: FakeEmbeddings) -> AsyncIterator[tuple[VectorIndex, SessionHistory]]:
+    async with _vector_index(tmp_path / "data", fake_embeddings) as opened:
+        yield opened
+
+
+def test_the_endpoint_url_adds_v1_once() -> None:
+    assert endpoint_url("https://x.example") == "https://x.example/v1/embeddings"
+    assert endpoint_url("https://x.example/v1/") == "https://x.example/v1/embeddings"
+
+
+async def test_the_client_sends_model_input_and_key_and_orders_by_index(
+    fake_embeddings: FakeEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VENDOR_EMBED_KEY", "sk-test-123")
+    client = EmbeddingsClient(_settings(fake_embeddings, api_key_env="VENDOR_EMBED_KEY", batch=2))
+    try:
+        first, second, third = await client.embed(["red car", "blue sky", "red car"])
+    finally:
+        await client.close()
+    assert [len(b["input"]) for b in fake_embeddings.requests] == [2, 1]
+    assert fake_embeddings.requests[0] == {"model": "fake-embed", "input": ["red car", "blue sky"]}
+    assert fake_embeddings.headers[0]["Authorization"] == "Bearer sk-test-123"
+    assert first.shape == (DIMS,) and float(np.linalg.norm(first)) == pytest.approx(1.0, abs=1e-6)
+    assert float(first @ third) == pytest.approx(1.0, abs=1e-6) and float(first @ second) < 0.5
+
+
+async def test_a_failing_endpoint_is_logged_once_per_outage(
+    fake_embeddings: FakeEmbeddings, log_capture: LogCapture
+) -> None:
+    client = EmbeddingsClient(_settings(fake_embeddings, retry_after_s=0, api_key="sk-secret-9"))
+    fake_embeddings.down = True
+    try:
+        for _ in range(5):
+            with pytest.raises(EmbeddingsUnavailable):
+                await client.embed(["car"], query=True)
+        fake_embeddings.down = False
+        assert len(await client.embed(["car"])) == 1
+    finally:
+        await client.close()
+    events = [e["event"] for e in log_capture.entries if e["event"].startswith("embeddings_")]
+    assert events == ["embeddings_unavailable", "embeddings_available"]
+    assert len(fake_embeddings.requests) == 6 and client.failures == 5
+    assert "sk-secret-9" not in repr(log_capture.entries)
+
+
+async def test_a_slow_endpoint_leaves_the_query_after_its_bound(fake_embeddings: FakeEmbeddings) -> None:
+    client = EmbeddingsClient(_settings(fake_embeddings, query_timeout_s=0.2))
+    fake_embeddings.delay_s = 2.0
+    try:
+        with pytest.raises(EmbeddingsUnavailable):
+            await client.embed(["car"], query=True)
+        assert not client.available  # left alone for retry_after_s: the next queries do not wait
+    finally:
+        await client.close()
+
+
+def _hit(text: str, seq: int) -> SearchHit:
+    return SearchHit(Passage(SourceRef(HISTORY, str(KEY)), seq, "user", None, seq, text), 1.0)
+
+
+def test_reciprocal_rank_fusion_lifts_what_only_the_vectors_found() -> None:
+    a, b, c, paraphrase = _hit("a", 1), _hit("b", 2), _hit("c", 3), _hit("automobile", 4)
+    fused = fuse([a, b, c], [(paraphrase.passage, 0.9), (a.passage, 0.8)], 3)
+    assert [h.passage.text for h in fused] == ["a", "automobile", "b"]
+    assert fused[0].score == pytest.approx(1 / 61 + 1 / 62)
+    assert fused[1].before is None and fused[1].after is None
+
+
+async def test_vectors_follow_the_session_through_compaction_delete_and_forget(
+    vectors: tuple[VectorIndex, SessionHistory], tmp_path: Path
+) -> None:
+    index, history = vectors
+    await history.append(KEY, _user(CAR, 1000), _user("the weather is nice today", 2000))
+    await index.settle()
+    (best, cosine), *_ = await index.nearest("a", "what automobile does Evan have", SearchScope(str(KEY)), 5)
+    assert best.text == CAR and best.kind == HISTORY and cosine > 0.2
+    await history.replace(KEY, (await history.load(KEY))[1:])  # the car message is archived
+    await index.settle()
+    (best, _), *_ = await index.nearest("a", "automobile", SearchScope(str(KEY)), 5)
+    assert best.text == CAR and best.kind == ARCHIVE
+    assert await index.nearest("a", "automobile", SearchScope("a:http:other"), 5) == []
+
+    await history.rewrite_archive(KEY, lambda records: [])  # "forget me" redacts the archive
+    await index.purge("a", [KEY])
+    assert [p.text for p, _ in await index.nearest("a", "automobile", SearchScope(str(KEY)), 5)] == [
+        "the weather is nice today"
+    ]
+    directory = vectors_path(AgentLayout(tmp_path / "data", "a")).parent
+    assert all(b"red car" not in f.read_bytes() for f in directory.iterdir() if f.is_file())
+
+    await history.delete(KEY)
+    await index.settle()
+    assert await index.store.stored("a", str(KEY)) == {}
+
+
+async def test_an_endpoint_down_while_storing_is_caught_up_on_the_next_change(
+    tmp_path: Path, fake_embeddings: FakeEmbeddings
+) -> None:
+    async with _vector_index(tmp_path / "data", fake_embeddings, retry_after_s=0) as (index, history):
+        fake_embeddings.down = True
+        await history.append(KEY, _user(CAR, 1000))
+        await index.settle()
+        assert await index.store.stored("a", str(KEY)) == {}
+        fake_embeddings.down = False
+        await history.append(KEY, _user("and a bicycle", 2000))
+        await index.settle()
+        assert len(await index.store.stored("a", str(KEY))) == 2
