@@ -20,9 +20,9 @@ import structlog
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.llm.types import LLMRequest
 from agenthub.search.extract import message_text
-from agenthub.search.index import ARCHIVE, HISTORY, MEMORY, Hit, SearchScope
 from agenthub.search.tool import scope_for
 from agenthub.storage.keys import SessionKey
+from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, SearchHit, SearchScope
 
 if TYPE_CHECKING:
     from agenthub.agent.definition import AgentDefinition
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 Message = dict[str, Any]
-Search = Callable[[str, SearchScope, int], Awaitable[list[Hit]]]
+Search = Callable[[str, SearchScope, int], Awaitable[list[SearchHit]]]
 """(query, scope, limit) → the hits, best first."""
 
 HEADER = "[相关记忆 / recalled memory]"
@@ -120,10 +120,12 @@ async def with_recall(request: LLMRequest, history: list[Message], ctx: ToolCont
     if not recall.auto or search is None or not request.messages or request.messages[-1].get("role") != "user":
         return request
 
-    async def find(query: str, scope: SearchScope, limit: int) -> list[Hit]:
-        return await search.search(ctx.agent.name, query.split(), scope, limit)
+    scope, _labels, files = scope_for(ctx)
 
-    block = await Recall(find, recall).block(ctx.key, scope_for(ctx), history)
+    async def find(query: str, scope: SearchScope, limit: int) -> list[SearchHit]:
+        return await search.search(ctx.agent.name, query, scope, limit, memory_files=files)
+
+    block = await Recall(find, recall).block(ctx.key, scope, history)
     if block is None:
         return request
     newest = request.messages[-1]
@@ -143,15 +145,16 @@ def _context_texts(history: list[Message]) -> set[str]:
     return texts
 
 
-def _in_context(hit: Hit, key: SessionKey, context: set[str]) -> bool:
+def _in_context(hit: SearchHit, key: SessionKey, context: set[str]) -> bool:
     """Whether the request carries `hit` already: a message of this chat's loaded history (or a summary folded into
     the system prompt), a memory file (in the system prompt), or the same words anywhere in the context."""
-    if hit.kind == MEMORY or (hit.kind == HISTORY and hit.session == str(key)):
+    passage = hit.passage
+    if passage.kind == MEMORY or (passage.kind == HISTORY and passage.session == str(key)):
         return True
-    return " ".join(hit.text.split()) in context
+    return " ".join(passage.text.split()) in context
 
 
-def render(hits: list[Hit], budget: int) -> str:
+def render(hits: list[SearchHit], budget: int) -> str:
     """The recalled passages, best first, each labelled with its chat, speaker and time, within `budget` tokens
     (the last one that fits cut); empty when none fits."""
     lines = [HEADER, INTRO]
@@ -160,11 +163,13 @@ def render(hits: list[Hit], budget: int) -> str:
     for hit in hits:
         if passages == MAX_PASSAGES:
             break
-        label = f"- ({_where(hit)}, {hit.role}, {_when(hit.ts)}) "
+        passage = hit.passage
+        speaker = f"{passage.role} {passage.speaker}" if passage.speaker else passage.role
+        label = f"- ({_where(hit)}, {speaker}, {_when(passage.ts)}) "
         room = budget - used - estimate_text_tokens(label) - 1
         if room < MIN_PASSAGE_TOKENS:
             break
-        text = _cut(" ".join(hit.text.split()), room)
+        text = _cut(" ".join(passage.text.split()), room)
         lines.append(label + text)
         used += estimate_text_tokens(lines[-1]) + 1
         passages += 1
@@ -186,10 +191,10 @@ def _cut(text: str, budget: int) -> str:
     return text[:low] + "…"
 
 
-def _where(hit: Hit) -> str:
-    key = SessionKey.parse(hit.session)
+def _where(hit: SearchHit) -> str:
+    key = SessionKey.parse(hit.passage.session)
     where = f"chat {key.channel}:{key.chat_id}"
-    return where + ", archived" if hit.kind == ARCHIVE else where
+    return where + ", archived" if hit.passage.kind == ARCHIVE else where
 
 
 def _when(ts: int | None) -> str:

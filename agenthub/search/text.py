@@ -13,8 +13,8 @@ import Stemmer
 
 CjkMode = Literal["words", "bigrams"]
 CJK_MODE: CjkMode = "words"
-"""How Chinese is cut: jieba words (precise mode with HMM, plus the bigrams of words of 3+ characters, so a name the
-segmenter glued to its neighbour is still found), or overlapping CJK bigrams (kept to measure against)."""
+"""How Chinese is cut: jieba words (dictionary only, plus bigrams inside long words and across unknown single
+characters, see `_cjk_words`), or overlapping CJK bigrams (kept to measure against, `bench/bench_tokenizer.py`)."""
 
 MAX_QUERY_CHARS = 2000
 """A longer query is cut to its first this many characters (never refused)."""
@@ -36,7 +36,8 @@ _ENGLISH = """a about above after again against all am an and any are aren't as 
     these they they'd they'll they're they've this those through to too under until up very was wasn't we we'd
     we'll we're we've were weren't what what's when when's where where's which while who who's whom why why's will
     with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves also just s t"""
-_CHINESE = """的 了 着 过 是 在 和 与 及 或 就 都 也 还 又 而 但 把 被 让 给 对 从 向 往 于 以 之 其 这 那 这个 那个 这些 那些
+_CHINESE = """的 了 着 过 是 在 和 与 及 或 就 都 也 还 又 而 但 把 被 让 给 对 从 向 往 于 以 之 其
+    这 那 这个 那个 这些 那些
     我 你 您 他 她 它 我们 你们 他们 她们 咱们 自己 吗 呢 吧 啊 呀 嘛 哦 哈 嗯 么 什么 怎么 怎样 怎么样 哪 哪里 哪儿
     哪个 哪些 谁 多少 几 为什么 是否 有没有 是不是 请问 请 一下 一个 个 有 没有 要 会 能 可以 吗 地 得 所 等"""
 ENGLISH_STOP_WORDS = frozenset(_ENGLISH.split())
@@ -99,15 +100,27 @@ def _stem(word: str) -> str:
 
 
 def _cjk_words(run: str) -> Iterator[str]:
+    """jieba's words (dictionary only, no HMM guessing, so a run is cut the same in a message and in a query),
+    plus bigrams where a name may hide: inside words of 3+ characters (张伟明 → 张伟) and across runs of single
+    characters the dictionary did not know (李|思|雨 → 李思, 思雨)."""
+    singles: list[str] = []
     for word in _cut(run):
         yield word
-        if len(word) >= 3:  # a name glued to its neighbour (张伟明|天来) is still found by 张伟
+        if len(word) == 1:
+            singles.append(word)
+            continue
+        if len(singles) > 1:
+            yield from _bigrams("".join(singles))
+        singles = []
+        if len(word) >= 3:
             yield from _bigrams(word)
+    if len(singles) > 1:
+        yield from _bigrams("".join(singles))
 
 
 @lru_cache(maxsize=65536)
 def _cut(run: str) -> tuple[str, ...]:
-    return tuple(w for w in rjieba.cut(run, True) if w.strip())
+    return tuple(w for w in rjieba.cut(run, False) if w.strip())
 
 
 def _bigrams(run: str) -> Iterator[str]:

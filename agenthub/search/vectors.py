@@ -10,10 +10,19 @@ from typing import Any
 
 import structlog
 
+from agenthub.search.docs import RecordReader
 from agenthub.search.embeddings import EmbeddingsClient, EmbeddingsUnavailable
-from agenthub.search.extract import message_text
 from agenthub.storage.keys import SessionKey
-from agenthub.storage.search_index import ARCHIVE, HISTORY, Passage, SearchHit, SearchScope, SourceRef, identity
+from agenthub.storage.search_index import (
+    ARCHIVE,
+    HISTORY,
+    DocKind,
+    Passage,
+    SearchHit,
+    SearchScope,
+    SourceRef,
+    identity,
+)
 from agenthub.storage.search_vectors import VectorStore, digest_of
 from agenthub.storage.store import SessionStore
 
@@ -25,26 +34,10 @@ CANDIDATES = 50
 """How many of each ranking are fused (at least the asked limit)."""
 
 
-def passages_of(key: SessionKey, records: Sequence[dict[str, Any]], kind: str) -> list[Passage]:
-    """The searchable passages of a history's or an archive's records (`seq`: the record's position)."""
-    names: dict[str, str] = {}
-    passages = []
-    for seq, record in enumerate(records):
-        text = message_text(record, names, lambda _id: False)
-        if not text:
-            continue
-        ts, speaker = record.get("timestamp"), record.get("sender_id")
-        passages.append(
-            Passage(
-                SourceRef(HISTORY if kind == HISTORY else ARCHIVE, str(key)),
-                seq,
-                str(record.get("role") or ""),
-                speaker if isinstance(speaker, str) else None,
-                int(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None,
-                text,
-            )
-        )
-    return passages
+def passages_of(key: SessionKey, records: Sequence[dict[str, Any]], kind: DocKind) -> list[Passage]:
+    """The searchable passages of a history's or an archive's records, exactly as the lexical index has them."""
+    reader, source = RecordReader(), SourceRef(kind, str(key))
+    return [doc.passage for seq, record in enumerate(records) if (doc := reader.doc(source, seq, record)) is not None]
 
 
 def fuse(lexical: Sequence[SearchHit], nearest: Sequence[tuple[Passage, float]], limit: int) -> list[SearchHit]:

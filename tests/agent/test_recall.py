@@ -66,7 +66,7 @@ async def test_an_archived_fact_goes_with_the_question_after_the_cache_mark_and_
     key = SessionKey("rec", "http", "c")
     async with build_gateway(settings) as gw:
         await _archive_fact(gw, key)
-        blocks = await _turn(gw, fake_llm, "nightingale", agent="rec")
+        blocks = await _turn(gw, fake_llm, "Remind me, what was our password again?", agent="rec")
         history = await gw.history.load(key)
     recalled = _recalled(blocks)
     assert "the password is nightingale" in recalled and "chat http:c, archived" in recalled
