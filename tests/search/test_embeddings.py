@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,9 @@ import pytest
 import pytest_asyncio
 from structlog.testing import LogCapture
 
-from agenthub.config import EmbeddingsSettings
+from agenthub.app import build_gateway
+from agenthub.config import EmbeddingsSettings, Settings
+from agenthub.gateway.core import GatewayCore
 from agenthub.search.embeddings import EmbeddingsClient, EmbeddingsUnavailable, endpoint_url
 from agenthub.search.vectors import VectorIndex, fuse
 from agenthub.session.history import SessionHistory
@@ -22,6 +24,7 @@ from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_index import ARCHIVE, HISTORY, Passage, SearchHit, SearchScope, SourceRef
 from agenthub.storage.search_vectors import FileVectorStore, vectors_path
 from tests.support.fakes.embeddings import DIMS, FakeEmbeddings
+from tests.support.roots import make_settings
 
 KEY = SessionKey("a", "http", "c1")
 CAR = "Evan bought a red car last spring and drives it to work"
@@ -157,3 +160,81 @@ async def test_an_endpoint_down_while_storing_is_caught_up_on_the_next_change(
         await history.append(KEY, _user("and a bicycle", 2000))
         await index.settle()
         assert len(await index.store.stored("a", str(KEY))) == 2
+
+
+EVAN = [
+    "Evan said the weather in Boston is cold",
+    "Evan likes pizza with olives",
+    "Evan has a sister called Mia",
+    "Evan works at the harbour office",
+    "Evan plays chess on Sundays",
+    "Last spring Evan finally bought himself a car, a red second-hand Toyota sedan, and the vehicle takes him to work",
+]
+QUESTION = "Which automobile does Evan own?"
+
+
+async def _fill(gw: GatewayCore) -> None:
+    await gw.history.append(KEY, *(_user(text, 1_000 + i) for i, text in enumerate(EVAN)))
+
+
+async def test_fusion_lifts_a_paraphrase_the_lexical_ranking_misses(
+    settings_factory: Callable[..., Settings], fake_embeddings: FakeEmbeddings, tmp_path: Path
+) -> None:
+    lexical = settings_factory()
+    async with build_gateway(lexical) as gw:
+        await _fill(gw)
+        plain = [h.passage.text for h in await gw.search.search("a", QUESTION, SearchScope(str(KEY)), 3)]
+    assert EVAN[-1] not in plain and len(plain) == 3  # only "Evan" matches, and shorter messages rank higher
+
+    embeddings = {"embeddings": {"base_url": fake_embeddings.base_url, "model": "fake-embed"}}
+    fused_settings = make_settings(tmp_path / "fused", lexical.llm.base_url, search=embeddings)
+    async with build_gateway(fused_settings) as gw:
+        await _fill(gw)
+        assert gw.search.vectors is not None
+        await gw.search.vectors.settle()
+        hits = await gw.search.search("a", QUESTION, SearchScope(str(KEY)), 3)
+    fused = [h.passage.text for h in hits]
+    assert EVAN[-1] in fused and len(fused) == 3  # last of six lexically, first by its vector
+    assert [t for t in fused if t != EVAN[-1]] == plain[:2]  # the lexical order otherwise kept
+    assert any(QUESTION in body["input"] for body in fake_embeddings.requests)
+
+
+async def test_an_endpoint_down_gives_the_lexical_results_and_one_log_line(
+    settings_factory: Callable[..., Settings], fake_embeddings: FakeEmbeddings, log_capture: LogCapture
+) -> None:
+    settings = settings_factory(search={"embeddings": {"base_url": fake_embeddings.base_url, "model": "fake-embed"}})
+    async with build_gateway(settings) as gw:
+        await _fill(gw)
+        assert gw.search.vectors is not None
+        await gw.search.vectors.settle()
+        fake_embeddings.down = True
+        gw.search.vectors.client.settings = gw.search.vectors.client.settings.model_copy(update={"retry_after_s": 0})
+        results = [await gw.search.search("a", QUESTION, SearchScope(str(KEY)), 3) for _ in range(4)]
+        gw.search.vectors = None
+        lexical = await gw.search.search("a", QUESTION, SearchScope(str(KEY)), 3)
+    assert all([h.passage for h in r] == [h.passage for h in lexical] for r in results)
+    assert [e["event"] for e in log_capture.entries if e["event"].startswith("embeddings_")] == [
+        "embeddings_unavailable"
+    ]
+
+
+async def test_deleting_a_session_and_forgetting_remove_its_vectors(
+    settings_factory: Callable[..., Settings], fake_embeddings: FakeEmbeddings
+) -> None:
+    settings = settings_factory(search={"embeddings": {"base_url": fake_embeddings.base_url, "model": "fake-embed"}})
+    other = SessionKey("a", "http", "c2")
+    async with build_gateway(settings) as gw:
+        vectors = gw.search.vectors
+        assert vectors is not None
+        await _fill(gw)
+        await gw.history.append(other, _user("Mia drives a blue automobile", 5_000))
+        await vectors.settle()
+        assert len(await vectors.store.stored("a", str(KEY))) == len(EVAN)
+        await gw.history.replace(other, [], archive_removed=False)  # what "forget me" does to a history
+        await gw.search.purge("a", [other])  # and then its index hook
+        await gw.history.delete(KEY)
+        await vectors.settle()
+        assert await vectors.store.stored("a", str(KEY)) == {}
+        assert await vectors.store.stored("a", str(other)) == {}
+    files = vectors_path(AgentLayout(settings.data_dir, "a")).parent
+    assert all(b"Toyota" not in f.read_bytes() and b"Mia drives" not in f.read_bytes() for f in files.iterdir())

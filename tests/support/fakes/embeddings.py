@@ -13,7 +13,7 @@ from typing import Any
 import pytest_asyncio
 from aiohttp import web
 
-DIMS = 64
+DIMS = 256
 CONCEPTS = {
     "automobile": "car",
     "vehicle": "car",
