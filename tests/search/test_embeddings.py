@@ -14,16 +14,18 @@ import pytest_asyncio
 from structlog.testing import LogCapture
 
 from agenthub.app import build_gateway
-from agenthub.config import EmbeddingsSettings, Settings
+from agenthub.config import EmbeddingsSettings, SearchSettings, Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.search.embeddings import EmbeddingsClient, EmbeddingsUnavailable, endpoint_url
 from agenthub.search.vectors import VectorIndex, fuse
 from agenthub.session.history import SessionHistory
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout
+from agenthub.storage.postgres.search_vectors import PostgresVectorStore
 from agenthub.storage.search_index import ARCHIVE, HISTORY, Passage, SearchHit, SearchScope, SourceRef
 from agenthub.storage.search_vectors import FileVectorStore, vectors_path
 from tests.support.fakes.embeddings import DIMS, FakeEmbeddings
+from tests.support.memory import gateway_on
 from tests.support.roots import make_settings
 
 KEY = SessionKey("a", "http", "c1")
@@ -238,3 +240,27 @@ async def test_deleting_a_session_and_forgetting_remove_its_vectors(
         assert await vectors.store.stored("a", str(other)) == {}
     files = vectors_path(AgentLayout(settings.data_dir, "a")).parent
     assert all(b"Toyota" not in f.read_bytes() and b"Mia drives" not in f.read_bytes() for f in files.iterdir())
+
+
+async def test_vectors_live_beside_the_index_on_both_backends(
+    backend_settings: Settings, fake_embeddings: FakeEmbeddings
+) -> None:
+    embeddings = EmbeddingsSettings.model_validate({"base_url": fake_embeddings.base_url, "model": "fake-embed"})
+    settings = backend_settings.model_copy(update={"search": SearchSettings(embeddings=embeddings)})
+    async with gateway_on(settings) as gw:
+        vectors = gw.search.vectors
+        assert vectors is not None
+        await _fill(gw)
+        await vectors.settle()
+        (best, _), *_ = await vectors.nearest("a", QUESTION, SearchScope(str(KEY)), 3)
+        assert best.text == EVAN[-1] and best.kind == HISTORY
+        if settings.store.backend == "postgres":
+            assert isinstance(vectors.store, PostgresVectorStore)
+            async with vectors.store.database.connection("test") as conn:
+                cursor = await conn.execute("SELECT count(*) FROM search_vectors WHERE session = %s", (str(KEY),))
+                assert await cursor.fetchone() == (len(EVAN),)
+        else:
+            assert vectors_path(AgentLayout(settings.data_dir, "a")).is_file()
+        await gw.history.delete(KEY)
+        await vectors.settle()
+        assert await vectors.store.stored("a", str(KEY)) == {}
