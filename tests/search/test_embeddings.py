@@ -15,6 +15,8 @@ from structlog.testing import LogCapture
 
 from agenthub.app import build_gateway
 from agenthub.config import EmbeddingsSettings, SearchSettings, Settings
+from agenthub.forget.command import gateway_forgetter
+from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
 from agenthub.search.embeddings import EmbeddingsClient, EmbeddingsUnavailable, endpoint_url
 from agenthub.search.vectors import VectorIndex, fuse
@@ -264,3 +266,31 @@ async def test_vectors_live_beside_the_index_on_both_backends(
         await gw.history.delete(KEY)
         await vectors.settle()
         assert await vectors.store.stored("a", str(KEY)) == {}
+
+
+async def test_forget_me_leaves_no_vector_nor_text_of_theirs(
+    backend_settings: Settings, fake_embeddings: FakeEmbeddings
+) -> None:
+    embeddings = EmbeddingsSettings.model_validate({"base_url": fake_embeddings.base_url, "model": "fake-embed"})
+    settings = backend_settings.model_copy(update={"search": SearchSettings(embeddings=embeddings)})
+    group = SessionKey("default", "wecom", "team")
+    said = {"role": "user", "content": "my automobile plate is ZEBRA-4417", "sender_id": "alice", "timestamp": 1}
+    kept = {"role": "user", "content": "my bicycle is green", "sender_id": "bob", "timestamp": 2}
+    async with gateway_on(settings) as gw:
+        vectors = gw.search.vectors
+        assert vectors is not None
+        await gw.history.append(group, said, kept)
+        await vectors.settle()
+        assert len(await vectors.store.stored("default", str(group))) == 2
+        await gateway_forgetter(gw).forget_everywhere([gw.agents.get("default")], Person("wecom", "alice"), actor="t")
+        await vectors.settle()
+        left = await vectors.nearest("default", "automobile plate", SearchScope(str(group)), 5)
+        assert [p.text for p, _ in left if "ZEBRA" in p.text] == []
+        assert any(p.text == "my bicycle is green" for p, _ in left)
+        if isinstance(vectors.store, PostgresVectorStore):
+            async with vectors.store.database.connection("test") as conn:
+                cursor = await conn.execute("SELECT count(*) FROM search_vectors WHERE text LIKE '%ZEBRA%'")
+                assert await cursor.fetchone() == (0,)
+    if settings.store.backend == "files":
+        directory = vectors_path(AgentLayout(settings.data_dir, "default")).parent
+        assert all(b"ZEBRA-4417" not in f.read_bytes() for f in directory.iterdir() if f.is_file())
