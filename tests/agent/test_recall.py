@@ -76,6 +76,14 @@ async def test_an_archived_fact_goes_with_the_question_after_the_cache_mark_and_
     assert HEADER not in stored and stored.count("the password is nightingale") == 0  # archived, not stored again
 
 
+async def test_a_chinese_question_recalls_the_archived_fact(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    write_agent(settings.agents_dir, "rec", AUTO)
+    async with build_gateway(settings) as gw:
+        await _archive_fact(gw, SessionKey("rec", "feishu", "ou_1"), "记一下：我家的 Wi-Fi 密码是 lanmao-2046")
+        blocks = await _turn(gw, fake_llm, "我家的Wi-Fi密码是多少来着？", agent="rec", channel="feishu", chat="ou_1")
+    assert "lanmao-2046" in _recalled(blocks) and "chat feishu:ou_1, archived" in _recalled(blocks)
+
+
 async def test_recall_is_off_by_default(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
     await _archive_fact(gateway, SessionKey("default", "http", "c"))
     blocks = await _turn(gateway, fake_llm, "nightingale")
