@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_index import Passage, SearchScope, SourceRef, session_channel
+from agenthub.storage.vector_cache import VectorCache
 
 T = TypeVar("T")
 Vector = NDArray[np.float32]
@@ -124,6 +125,7 @@ class FileVectorStore:
         self.data_dir = data_dir
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search-vectors")
         self._dbs: dict[str, sqlite3.Connection] = {}  # worker thread only
+        self._caches: dict[str, VectorCache] = {}  # worker thread only: each agent's vectors of one model
 
     async def _run(self, agent: str, work: Callable[[sqlite3.Connection], T]) -> T:
         return await asyncio.wrap_future(self._executor.submit(lambda: work(self._db(agent))))
@@ -150,12 +152,23 @@ class FileVectorStore:
         rows = [(*_passage_row(p), model, np.asarray(v, dtype="<f4").tobytes()) for p, v in items]
 
         def write(db: sqlite3.Connection) -> None:
+            added: list[tuple[int, str, bytes]] = []
+            replaced = False
             with db:
-                db.executemany(
-                    "INSERT OR REPLACE INTO vectors(session, digest, kind, seq, role, speaker, ts, text, model, vec) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
+                for row in rows:
+                    old = db.execute("DELETE FROM vectors WHERE session = ? AND digest = ?", row[:2])
+                    replaced = replaced or old.rowcount > 0
+                    cursor = db.execute(
+                        "INSERT INTO vectors(session, digest, kind, seq, role, speaker, ts, text, model, vec) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        row,
+                    )
+                    added.append((int(cursor.lastrowid or 0), row[0], row[-1]))
+            cache = self._caches.get(agent)
+            if replaced or (cache is not None and cache.model != model):
+                self._caches.pop(agent, None)
+            elif cache is not None:
+                cache.add(added)
 
         if rows:
             await self._run(agent, write)
@@ -173,6 +186,7 @@ class FileVectorStore:
 
     async def remove(self, agent: str, session: str, digests: Collection[str]) -> None:
         def write(db: sqlite3.Connection) -> None:
+            self._caches.pop(agent, None)
             with db:
                 db.executemany("DELETE FROM vectors WHERE session = ? AND digest = ?", [(session, d) for d in digests])
 
@@ -181,6 +195,7 @@ class FileVectorStore:
 
     async def drop_session(self, agent: str, session: str) -> None:
         def write(db: sqlite3.Connection) -> None:
+            self._caches.pop(agent, None)
             with db:
                 db.execute("DELETE FROM vectors WHERE session = ?", (session,))
 
@@ -192,14 +207,11 @@ class FileVectorStore:
         allowed = in_scope(scope)
 
         def read(db: sqlite3.Connection) -> list[tuple[Passage, float]]:
-            if scope.session is not None:
-                rows = db.execute(
-                    "SELECT id, session, vec FROM vectors WHERE model = ? AND session = ?", (model, scope.session)
-                )
-            else:
-                rows = db.execute("SELECT id, session, vec FROM vectors WHERE model = ?", (model,))
-            top = best(((i, v) for i, s, v in rows if allowed(s)), query, limit)
-            return [(_passage_of(db, row_id), score) for row_id, score in top]
+            cache = self._caches.get(agent)
+            if cache is None or cache.model != model or cache.dims != query.shape[0]:
+                cache = self._caches[agent] = VectorCache(model, query.shape[0])
+                cache.add(db.execute("SELECT id, session, vec FROM vectors WHERE model = ? ORDER BY id", (model,)))
+            return [(_passage_of(db, row_id), score) for row_id, score in cache.top(query, allowed, limit)]
 
         return await self._run(agent, read)
 
@@ -212,6 +224,7 @@ class FileVectorStore:
 
     async def close(self) -> None:
         def close_all() -> None:
+            self._caches.clear()
             for db in self._dbs.values():
                 db.close()
             self._dbs.clear()

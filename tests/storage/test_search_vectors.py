@@ -97,3 +97,20 @@ async def test_a_purge_leaves_no_removed_text_behind(store: VectorStore, tmp_pat
         async with store.database.connection("test") as conn:
             cursor = await conn.execute("SELECT count(*) FROM search_vectors WHERE text LIKE '%ZEBRA%'")
             assert (await cursor.fetchone()) == (0,)
+
+
+async def test_what_is_stored_after_a_search_is_found_by_the_next(store: VectorStore) -> None:
+    session = "a:http:c1"
+    first, second = _passage(session, 0, "first"), _passage(session, 1, "second")
+    await store.put(AGENT, MODEL, [(first, _vec(1, 0, 0))])
+    assert [p.text for p, _ in await store.nearest(AGENT, MODEL, _vec(0, 1, 0), SearchScope(session), 5)] == ["first"]
+    await store.put(AGENT, MODEL, [(second, _vec(0, 1, 0))])  # appended to what the last search read
+    assert [p.text for p, _ in await store.nearest(AGENT, MODEL, _vec(0, 1, 0), SearchScope(session), 5)] == [
+        "second",
+        "first",
+    ]
+    await store.put(AGENT, MODEL, [(first, _vec(0, 1, 0.1))])  # the same passage embedded again
+    found = await store.nearest(AGENT, MODEL, _vec(0, 0, 1), SearchScope(session), 5)
+    assert [p.text for p, _ in found] == ["first", "second"]
+    await store.remove(AGENT, session, [digest_of(first)])
+    assert [p.text for p, _ in await store.nearest(AGENT, MODEL, _vec(0, 0, 1), SearchScope(session), 5)] == ["second"]
