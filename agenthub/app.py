@@ -49,6 +49,7 @@ def build_gateway(
     from agenthub.gateway.memory_host import attach_memory_layer
     from agenthub.llm.registry import ProviderRegistry
     from agenthub.scheduler.wiring import attach_scheduler
+    from agenthub.search.vector_wiring import attach_vectors
     from agenthub.storage.migrate import migrate_at_start
 
     migrate_at_start(settings.workspace_dir, settings.agents_dir)
@@ -67,6 +68,7 @@ def build_gateway(
     )
     attach_memory_layer(gateway)
     attach_scheduler(gateway, None if stores is None else stores.jobs)
+    attach_vectors(gateway, None if stores is None else stores.database)
     return gateway
 
 

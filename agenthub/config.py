@@ -105,6 +105,11 @@ class MemorySettings(_Section):
     large_tool_result_chars: int = Field(
         80_000, ge=8000, description="a longer tool result is moved to workspace/<agent>/large_tool_results/"
     )
+    recall: Literal["auto", "off"] = Field(
+        "off", description="auto: before each turn, passages of other turns the user's message recalls go with it"
+    )
+    recall_tokens: int = Field(600, ge=50, description="bound of the recalled passages attached to one turn")
+    recall_timeout_s: float = Field(1.0, gt=0, description="a recall search taking longer is dropped for that turn")
 
 
 class MediaSettings(_Section):
@@ -171,6 +176,32 @@ class StoreSettings(_Section):
         return self
 
 
+class EmbeddingsSettings(_Section):
+    """`[search.embeddings]`: an OpenAI-compatible `/v1/embeddings` endpoint whose vectors are fused with the
+    lexical ranking; off while `base_url` or `model` is unset."""
+
+    base_url: str | None = Field(None, pattern=r"^https?://", description="e.g. https://api.example.com (/v1 added)")
+    model: str = ""
+    api_key: SecretStr | None = Field(None, description="AGENTHUB_SEARCH__EMBEDDINGS__API_KEY")
+    api_key_env: str | None = Field(None, min_length=1, description="or the name of a variable holding the key")
+    dims: int | None = Field(None, ge=1, le=16384, description="asked of the endpoint as `dimensions` when set")
+    batch: int = Field(32, ge=1, le=2048, description="texts per request when indexing")
+    timeout_s: float = Field(15.0, gt=0, description="bound of one indexing request")
+    query_timeout_s: float = Field(1.0, gt=0, description="bound of embedding a query; slower: lexical only")
+    retry_after_s: float = Field(60.0, ge=0, description="after a failure the endpoint is left alone this long")
+    max_text_chars: int = Field(4000, ge=100, description="a longer passage is embedded by its start")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.base_url and self.model)
+
+
+class SearchSettings(_Section):
+    """Memory search (`memory_search`, recall)."""
+
+    embeddings: EmbeddingsSettings = Field(default_factory=EmbeddingsSettings)
+
+
 class Settings(BaseSettings):
     """All of AgentHub's configuration; see README "Configuration"."""
 
@@ -199,6 +230,7 @@ class Settings(BaseSettings):
     http: HTTPSettings = Field(default_factory=HTTPSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
     channels: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="[channels.<name>] tables, each validated by its channel"
     )

@@ -20,7 +20,12 @@ from tests.support.roots import make_settings
 if TYPE_CHECKING:
     from tests.support.fakes.anthropic import FakeAnthropic
 
-pytest_plugins = ["tests.support.fakes.anthropic", "tests.support.harness", "tests.support.postgres"]
+pytest_plugins = [
+    "tests.support.fakes.anthropic",
+    "tests.support.fakes.embeddings",
+    "tests.support.harness",
+    "tests.support.postgres",
+]
 
 
 @pytest.fixture(autouse=True)

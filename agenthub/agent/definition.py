@@ -30,6 +30,9 @@ class MemoryOverrides(BaseModel):
     keep_recent: int | None = Field(None, ge=2)
     context_window: int | None = Field(None, ge=1000)
     autocompact_summary: bool | None = None
+    recall: Literal["auto", "off"] | None = None
+    """`auto`: recall without being asked (see `[memory] recall`)."""
+    recall_tokens: int | None = Field(None, ge=50)
     scope: Literal["auto", "agent", "chat"] = "auto"
     """`auto`: the chat's own memory on multi-user channels (WeCom, Feishu), the agent's elsewhere."""
     user_profile: Literal["auto", "shared", "per_user"] = "auto"

@@ -12,6 +12,7 @@ import structlog
 from agenthub import i18n
 from agenthub.agent.large_results import LargeResultStore
 from agenthub.agent.loop import AgentLoop, TurnResult
+from agenthub.agent.recall import with_recall
 from agenthub.agent.tools import ToolContext, tools_for
 from agenthub.errors import (
     ContextOverflowError,
@@ -309,6 +310,19 @@ class TurnRunner:
         history = await gw.history.load(pending.key)
         tools = [*tools_for(agent), *await gw.mcp.tools_for(agent)]
         max_tokens = agent.config.max_tokens or settings.llm.max_tokens
+        workspace = settings.workspace_dir / agent.name
+        ctx = ToolContext(
+            agent=agent,
+            key=pending.key,
+            sender_id=pending.message.sender_id,
+            memory=gw.memory_files,
+            workspace=workspace,
+            memory_max_chars=settings.memory.memory_max_chars,
+            cred_id=pending.message.cred_id,
+            scheduler=gw.scheduler,
+            search=gw.search,
+            chat_type=chat_type if isinstance(chat_type := pending.message.metadata.get("chat_type"), str) else None,
+        )
         request = await gw.context.build(
             agent=agent,
             key=pending.key,
@@ -318,8 +332,8 @@ class TurnRunner:
             model=model,
             max_tokens=max_tokens,
         )
+        request = await with_recall(request, history, ctx, settings)  # after the cached prefix, in this request only
         request = dataclasses.replace(request, locale=pending.locale)  # the offline stand-in answers in it
-        workspace = settings.workspace_dir / agent.name
         loop = AgentLoop(
             provider,
             model,
@@ -332,18 +346,6 @@ class TurnRunner:
                 key=pending.key,
                 readable=any(t.name == "read_file" for t in tools),
             ),
-        )
-        ctx = ToolContext(
-            agent=agent,
-            key=pending.key,
-            sender_id=pending.message.sender_id,
-            memory=gw.memory_files,
-            workspace=workspace,
-            memory_max_chars=settings.memory.memory_max_chars,
-            cred_id=pending.message.cred_id,
-            scheduler=gw.scheduler,
-            search=gw.search,
-            chat_type=chat_type if isinstance(chat_type := pending.message.metadata.get("chat_type"), str) else None,
         )
         return await loop.run(request, tools, ctx, pending.handle.emit)
 

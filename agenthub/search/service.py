@@ -16,6 +16,7 @@ import structlog
 
 from agenthub.search.feed import FileFeeder
 from agenthub.search.text import query_terms
+from agenthub.search.vectors import CANDIDATES, VectorIndex
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.search_files import FileSearchIndexStore
 from agenthub.storage.search_index import MEMORY, SearchHit, SearchScope, SourceRef
@@ -38,6 +39,8 @@ class SearchService:
         self._sync_delay_s = sync_delay_s
         self._appended: dict[SessionKey, None] = {}  # event loop only: sessions appended to, not yet queued
         self._appended_timer: asyncio.TimerHandle | None = None
+        self.vectors: VectorIndex | None = None
+        """`[search.embeddings]`: the vectors fused with the lexical ranking (None: lexical only)."""
 
     @property
     def sessions_read(self) -> int:
@@ -113,7 +116,16 @@ class SearchService:
     ) -> list[SearchHit]:
         """The best `limit` passages of `agent` for `query` (a question or keywords, any language) within `scope`,
         best first, each with the turn before and after it. `memory_files`: where the memory names of the scope
-        are kept as files (indexed again first if they changed). [] when the query has no searchable term."""
+        are kept as files (indexed again first if they changed). [] when the query has no searchable term.
+        With `vectors`, the lexical ranking (`CANDIDATES` deep) fused with the nearest passages."""
+        if self.vectors is None:
+            return await self._lexical(agent, query, scope, limit, memory_files)
+        lexical = await self._lexical(agent, query, scope, max(limit, CANDIDATES), memory_files)
+        return await self.vectors.search(agent, query, scope, limit, lexical)
+
+    async def _lexical(
+        self, agent: str, query: str, scope: SearchScope, limit: int, memory_files: Mapping[str, Path] | None
+    ) -> list[SearchHit]:
         self._queue_appended()
         files = dict(memory_files or {})
 
@@ -132,6 +144,8 @@ class SearchService:
         again from their files, the old text gone from the database file too. Returns how many sessions."""
         self._queue_appended()
         await self.store.run(agent, lambda index: self.feeder.purge(index, keys))
+        if self.vectors is not None:
+            await self.vectors.purge(agent, keys)
         return len(keys)
 
     async def stats(self, agent: str) -> dict[str, int]:
@@ -142,3 +156,5 @@ class SearchService:
         """Stop taking work, finish what is queued (a running catch-up stops early), close the connections."""
         self._queue_appended()
         await self.store.close()
+        if self.vectors is not None:
+            await self.vectors.close()

@@ -203,7 +203,39 @@ COPIES_AND_SENDS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, TURNS, INBOX_OWNERS, JOBS_AND_OUTBOX, COPIES_AND_SENDS)
+SEARCH_VECTORS = Migration(
+    10,
+    "[search.embeddings]: one vector per searchable message",
+    (
+        # keyed by the session and the digest of the passage's identity (role, time, text); the passage is kept for
+        # a hit only the vectors found; vec: float32 little-endian, unit length. Removed with the session's text.
+        """CREATE TABLE search_vectors (
+            agent text NOT NULL,
+            session text NOT NULL,
+            digest text NOT NULL,
+            kind text NOT NULL,
+            seq bigint NOT NULL,
+            role text NOT NULL,
+            speaker text,
+            ts bigint,
+            text text NOT NULL,
+            model text NOT NULL,
+            vec bytea NOT NULL,
+            PRIMARY KEY (agent, session, digest)
+        )""",
+        "CREATE INDEX search_vectors_by_model ON search_vectors (agent, model)",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    SESSIONS,
+    SHARED_STATE,
+    TURNS,
+    INBOX_OWNERS,
+    JOBS_AND_OUTBOX,
+    COPIES_AND_SENDS,
+    SEARCH_VECTORS,
+)
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -1,0 +1,42 @@
+"""`[search.embeddings]` wired into a gateway: the client, the vectors' store of the deployment's backend, the
+history's observer, the search's fusion and an hourly catch-up (one instance at a time)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agenthub.search.embeddings import EmbeddingsClient
+from agenthub.search.vectors import VectorIndex
+from agenthub.storage.search_vectors import FileVectorStore, VectorStore
+
+if TYPE_CHECKING:
+    from agenthub.gateway.core import GatewayCore
+    from agenthub.storage.postgres.database import Database
+
+CATCH_UP_INTERVAL_S = 3600.0
+"""How often every session is compared with its vectors (what was written while the endpoint was away and not
+changed since); a changed session is embedded at once."""
+
+
+def attach_vectors(gateway: GatewayCore, database: Database | None = None) -> VectorIndex | None:
+    """Vectors for `gateway`'s search when `[search.embeddings]` is set (on `database` when given, else beside each
+    agent's files index); None when it is not."""
+    settings = gateway.settings.search.embeddings
+    if not settings.enabled:
+        return None
+    store: VectorStore
+    if database is not None:
+        from agenthub.storage.postgres.search_vectors import PostgresVectorStore
+
+        store = PostgresVectorStore(database)
+    else:
+        store = FileVectorStore(gateway.settings.data_dir)
+    index = VectorIndex(EmbeddingsClient(settings), store, gateway.history.store)
+    gateway.search.vectors = index
+    gateway.history.observers.append(index.history_changed)
+
+    async def catch_up() -> None:
+        await index.catch_up(gateway.agents.names())
+
+    gateway.timers.add("search_vectors_catch_up", CATCH_UP_INTERVAL_S, catch_up, lease="search-vectors")
+    return index
