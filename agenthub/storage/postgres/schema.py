@@ -203,7 +203,65 @@ COPIES_AND_SENDS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, TURNS, INBOX_OWNERS, JOBS_AND_OUTBOX, COPIES_AND_SENDS)
+SEARCH_INDEX = Migration(
+    7,
+    "the memory_search index every instance shares",
+    (
+        # one row per searchable passage: a history or archive record (`pos` = its `seq`) or a memory file's line;
+        # `src` is the session key (`agent:channel:chat_id`) or `memory:<file>`, `channel` '' for a memory file
+        """CREATE TABLE search_docs (
+            id bigserial PRIMARY KEY,
+            agent text NOT NULL,
+            src text NOT NULL,
+            channel text NOT NULL,
+            kind text NOT NULL,
+            pos bigint NOT NULL,
+            role text NOT NULL,
+            speaker text NOT NULL,
+            ts bigint,
+            body text NOT NULL,
+            length integer NOT NULL
+        )""",
+        "CREATE INDEX search_docs_by_source ON search_docs (agent, src, kind, pos)",
+        # term → passage with its frequency; the passage's length, source and channel ride along so a query is
+        # ranked and scoped from this index alone
+        """CREATE TABLE search_postings (
+            agent text NOT NULL,
+            term text NOT NULL,
+            doc bigint NOT NULL,
+            tf integer NOT NULL,
+            length integer NOT NULL,
+            src text NOT NULL,
+            channel text NOT NULL,
+            PRIMARY KEY (agent, term, doc)
+        )""",
+        "CREATE INDEX search_postings_by_doc ON search_postings (doc)",
+        # BM25's N and total length per agent (a term's df is counted over its postings when asked)
+        """CREATE TABLE search_stats (
+            agent text PRIMARY KEY,
+            docs bigint NOT NULL,
+            total_length bigint NOT NULL
+        )""",
+        # how far each source is indexed: the last `pos`, a digest of its first and last indexed record (a
+        # rewritten source is indexed again from the start) and the session head seen (who lags behind)
+        """CREATE TABLE search_sources (
+            agent text NOT NULL,
+            src text NOT NULL,
+            kind text NOT NULL,
+            first_pos bigint NOT NULL,
+            first_digest text NOT NULL,
+            last_pos bigint NOT NULL,
+            last_digest text NOT NULL,
+            head_seq bigint,
+            head_changed timestamptz,
+            PRIMARY KEY (agent, src, kind)
+        )""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    SESSIONS, SHARED_STATE, TURNS, INBOX_OWNERS, JOBS_AND_OUTBOX, COPIES_AND_SENDS, SEARCH_INDEX
+)  # fmt: skip
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
