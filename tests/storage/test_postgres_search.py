@@ -1,148 +1,156 @@
-"""`PostgresSearchIndex`: sessions and memory files indexed up to a watermark from the history tables, BM25 in SQL,
-rewrites indexed again, the scope a filter of the query (with a plain whitespace tokeniser: the store never
-tokenises)."""
+"""The shared search index on PostgreSQL: sessions caught up from the history tables up to a watermark, rewrites
+indexed again, BM25 and the port's order in SQL, the scope a filter of the query, and nothing of a dropped text
+left in any table."""
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 import pytest
 
+from agenthub.search.docs import memory_docs
+from agenthub.search.shared import record_docs
+from agenthub.search.text import query_terms
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.postgres import Database, PostgresSessionStore
-from agenthub.storage.postgres.search import IndexDoc, IndexScope, PostgresSearchIndex, memory_source
+from agenthub.storage.postgres.search import PostgresSearchIndex
+from agenthub.storage.postgres.search_sync import PostgresIndexFeed
+from agenthub.storage.search_index import MEMORY, SearchScope, SourceRef, idf, score_of, term_score
 from tests.support.postgres import migrated
 
 KEY = SessionKey("a", "http", "one")
 OTHER = SessionKey("a", "wecom", "two")
-
-
-def _docs(kind: str, records: Sequence[tuple[int, dict[str, Any]]], start: int) -> list[IndexDoc]:
-    return [
-        IndexDoc(seq, str(r["role"]), "", r.get("timestamp"), r["content"], _terms(r["content"]))
-        for seq, r in records
-        if seq >= start
-    ]
-
-
-def _lines(text: str) -> list[IndexDoc]:
-    return [IndexDoc(n, "memory", "", None, line, _terms(line)) for n, line in enumerate(text.splitlines()) if line]
-
-
-def _terms(text: str) -> dict[str, int]:
-    return dict(Counter(text.lower().split()))
+INDEX_TABLES = ("search_docs", "search_postings", "search_sources")
 
 
 def _user(text: str, ts: int = 1) -> dict[str, Any]:
     return {"role": "user", "content": text, "timestamp": ts}
 
 
+class Parts:
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.database = Database(dsn)
+        self.sessions = PostgresSessionStore(self.database)
+        self.index = PostgresSearchIndex(self.database)
+        self.feed = PostgresIndexFeed(self.database)
+
+    async def catch_up(self, agent: str = "a") -> None:
+        for key in await self.feed.lagging(agent):
+            await self.feed.sync_session(key, record_docs)
+
+    async def texts(self, query: str, scope: SearchScope, limit: int = 10) -> list[str]:
+        return [hit.passage.text for hit in await self.index.search("a", query.split(), scope, limit)]
+
+    async def rows_holding(self, text: str) -> int:
+        """Rows of the index tables where `text` appears in any column."""
+        found = 0
+        async with await psycopg.AsyncConnection.connect(self.dsn) as conn:
+            for table in (*INDEX_TABLES, "search_stats"):
+                cursor = await conn.execute(f"SELECT count(*) FROM {table} t WHERE t::text LIKE %s", (f"%{text}%",))
+                row = await cursor.fetchone()
+                found += int(row[0]) if row else 0
+        return found
+
+
 @pytest.fixture
-async def parts(postgres_dsn: str) -> AsyncIterator[tuple[PostgresSessionStore, PostgresSearchIndex, str]]:
-    dsn = migrated(postgres_dsn)
-    database = Database(dsn)
-    yield PostgresSessionStore(database), PostgresSearchIndex(database), dsn
-    await database.close()
+async def parts(postgres_dsn: str) -> AsyncIterator[Parts]:
+    p = Parts(migrated(postgres_dsn))
+    yield p
+    await p.database.close()
 
 
-def _scope(*sources: str, channels: tuple[str, ...] = ()) -> IndexScope:
-    return IndexScope(tuple(sources), channels)
+async def test_appends_are_indexed_from_the_watermark_and_ranked_by_the_port_formula(parts: Parts) -> None:
+    await parts.sessions.append(KEY, [_user("apple banana", 100), _user("apple cherry cherry", 200)])
+    await parts.sessions.append(KEY, [_user("apple", 300)])
+    assert await parts.feed.lagging("a") == [KEY]
+    assert await parts.feed.sync_session(KEY, record_docs) == 3
+    assert await parts.feed.lagging("a") == []
+    await parts.sessions.append(KEY, [_user("banana split", 400)])
+    assert await parts.feed.lagging("a") == [KEY]
+    assert await parts.feed.sync_session(KEY, record_docs) == 1  # only the new one
+    assert await parts.feed.sync_session(KEY, record_docs) == 0
+
+    hits = await parts.index.search("a", ["cherri", "appl"], SearchScope(str(KEY)), 10)  # stemmed terms
+    assert [h.passage.text for h in hits] == ["apple cherry cherry", "apple", "apple banana"]
+    n, avgdl = 4, (2 + 3 + 1 + 2) / 4  # N and the average length over every doc of the agent
+
+    def expected(ts: int, *parts: tuple[int, int, int]) -> float:
+        bm25 = sum(term_score(idf(n, df), tf, dl, avgdl) for tf, df, dl in parts)
+        return score_of(bm25, ts, 100, 400)
+
+    assert math.isclose(hits[0].score, expected(200, (1, 3, 3), (2, 1, 3)), rel_tol=1e-12)
+    assert math.isclose(hits[1].score, expected(300, (1, 3, 1)), rel_tol=1e-12)
+    assert hits[1].before is not None and hits[1].before.text == "apple cherry cherry"
+    assert hits[1].after is not None and hits[1].after.text == "banana split"
 
 
-async def _texts(index: PostgresSearchIndex, query: str, scope: IndexScope, limit: int = 10) -> list[str]:
-    return [hit.text for hit in await index.search("a", query.split(), scope, limit)]
+async def test_a_replace_a_clear_and_a_delete_are_indexed_again_with_no_stale_copy(parts: Parts) -> None:
+    await parts.sessions.append(KEY, [_user("old words here", 1), _user("kept tail", 2)])
+    await parts.catch_up()
+    await parts.sessions.replace(KEY, [_user("kept tail", 2)], archive=[_user("old words here", 1)])
+    assert await parts.feed.lagging("a") == [KEY]
+    await parts.catch_up()
+    hits = await parts.index.search("a", ["old", "kept"], SearchScope(str(KEY)), 10)
+    assert sorted((h.passage.kind, h.passage.text) for h in hits) == [
+        ("archive", "old words here"),
+        ("history", "kept tail"),
+    ]
+    await parts.sessions.clear(KEY, archive=[_user("kept tail", 2)])
+    await parts.sessions.append(KEY, [_user("fresh start", 3), _user("second", 4), _user("third", 5)])
+    await parts.catch_up()
+    assert sorted(await parts.texts("kept fresh old", SearchScope(str(KEY)))) == [
+        "fresh start",
+        "kept tail",
+        "old words here",
+    ]
+    assert (await parts.index.stats("a"))["docs"] == 5  # archive 2, history 3: no stale copy
+    await parts.sessions.delete(KEY)
+    assert await parts.feed.lagging("a") == [KEY]
+    await parts.catch_up()
+    assert await parts.rows_holding("fresh") == 0 and await parts.rows_holding("old words") == 0
+    assert (await parts.index.stats("a"))["docs"] == 0
 
 
-async def test_appends_are_indexed_from_the_watermark_and_ranked_by_bm25(
-    parts: tuple[PostgresSessionStore, PostgresSearchIndex, str],
-) -> None:
-    sessions, index, _ = parts
-    await sessions.append(KEY, [_user("apple banana", 1), _user("apple cherry cherry", 2), _user("apple", 3)])
-    assert await index.lagging("a") == [KEY]
-    assert await index.sync_session(KEY, _docs) == 3
-    assert await index.lagging("a") == []
-    await sessions.append(KEY, [_user("banana split", 4)])
-    assert await index.lagging("a") == [KEY]
-    assert await index.sync_session(KEY, _docs) == 1  # only the new one
-    assert await index.sync_session(KEY, _docs) == 0
-
-    hits = await index.search("a", ["cherry", "apple"], _scope(str(KEY)), 10)
-    assert [h.text for h in hits] == ["apple cherry cherry", "apple", "apple banana"]
-    # the same formula by hand: N = 4, avgdl = 8 / 4, df(apple) = 3, df(cherry) = 1
-    n, avgdl = 4, 2.0
-
-    def part(tf: int, df: int, length: int) -> float:
-        return math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avgdl))
-
-    assert hits[0].score == pytest.approx(part(1, 3, 3) + part(2, 1, 3), rel=1e-12)
-    assert hits[1].score == pytest.approx(part(1, 3, 1), rel=1e-12)
-    # equal scores: the newer first
-    await sessions.append(KEY, [_user("banana", 9), _user("banana", 8)])
-    await index.sync_session(KEY, _docs)
-    assert [h.ts for h in await index.search("a", ["banana"], _scope(str(KEY)), 2)] == [9, 8]
+async def test_the_scope_sees_its_session_or_its_channels_and_only_the_memory_named(parts: Parts) -> None:
+    await parts.sessions.append(KEY, [_user("secret alpha")])
+    await parts.sessions.append(OTHER, [_user("secret beta")])
+    await parts.catch_up()
+    mem = SourceRef(MEMORY, "", "auth/USER.md")
+    assert await parts.feed.sync_memory("a", mem, "secret gamma\n\nother line", 5, memory_docs)
+    assert not await parts.feed.sync_memory("a", mem, "secret gamma\n\nother line", 5, memory_docs)
+    assert await parts.texts("secret", SearchScope(str(KEY))) == ["secret alpha"]
+    http_only = SearchScope(None, (mem.name,), agent_scoped=lambda channel: channel == "http")
+    assert sorted(await parts.texts("secret", http_only)) == ["secret alpha", "secret gamma"]
+    assert await parts.texts("secret", SearchScope(None, agent_scoped=lambda c: c == "wecom")) == ["secret beta"]
+    assert await parts.texts("secret", SearchScope(None)) == []
+    await parts.feed.sync_memory("a", mem, "changed", 6, memory_docs)
+    assert await parts.texts("secret", SearchScope(None, (mem.name,))) == []
+    await parts.feed.sync_memory("a", mem, None, None, memory_docs)
+    assert await parts.rows_holding("changed") == 0
 
 
-async def test_a_replace_or_clear_is_indexed_again_and_the_archive_too(
-    parts: tuple[PostgresSessionStore, PostgresSearchIndex, str],
-) -> None:
-    sessions, index, dsn = parts
-    await sessions.append(KEY, [_user("old words here", 1), _user("kept tail", 2)])
-    await index.sync_session(KEY, _docs)
-    await sessions.replace(KEY, [_user("kept tail", 2)], archive=[_user("old words here", 1)])
-    assert await index.lagging("a") == [KEY]
-    await index.sync_session(KEY, _docs)
-    hits = await index.search("a", ["old", "kept"], _scope(str(KEY)), 10)
-    assert sorted((h.kind, h.text) for h in hits) == [("archive", "old words here"), ("history", "kept tail")]
-    await sessions.clear(KEY, archive=[_user("kept tail", 2)])
-    await sessions.append(KEY, [_user("fresh start", 3), _user("second", 4), _user("third", 5)])
-    await index.sync_session(KEY, _docs)
-    assert sorted(await _texts(index, "kept fresh old", _scope(str(KEY)))) == sorted(
-        ["kept tail", "fresh start", "old words here"]
-    )
-    assert await _row_count(dsn, "search_docs") == 5  # archive 2, history 3: no stale copy
-    await sessions.delete(KEY)
-    assert await index.lagging("a") == [KEY]
-    await index.sync_session(KEY, _docs)
-    assert await _row_count(dsn, "search_docs") == 0
-    assert await _row_count(dsn, "search_postings") == 0
-    assert await index.stats("a") == {"docs": 0, "sources": 2}
+async def test_the_port_writes_replace_drop_and_keep_the_watermark(parts: Parts) -> None:
+    source = SourceRef("history", str(KEY))
+    docs, _ = record_docs(source, [(0, _user("one two", 1)), (1, _user("two three", 2))], 0, [])
+    await parts.index.add("a", source, docs, "w1")
+    redo, _ = record_docs(source, [(1, _user("two four", 2))], 0, [])
+    await parts.index.add("a", source, redo, "w2")  # the same seq replaces its doc
+    assert sorted(await parts.texts("two", SearchScope(str(KEY)))) == ["one two", "two four"]
+    assert await parts.index.watermarks("a") == {source: "w2"}
+    await parts.index.replace_source("a", source, redo, "w3")
+    assert await parts.texts("two", SearchScope(str(KEY))) == ["two four"]
+    await parts.index.drop_session("a", str(KEY))
+    assert await parts.index.watermarks("a") == {}
+    assert await parts.index.stats("a") == {"docs": 0, "terms": 0, "sources": 0}
 
 
-async def test_the_scope_is_sources_and_channels(
-    parts: tuple[PostgresSessionStore, PostgresSearchIndex, str],
-) -> None:
-    sessions, index, _ = parts
-    await sessions.append(KEY, [_user("secret alpha")])
-    await sessions.append(OTHER, [_user("secret beta")])
-    for key in await index.lagging("a"):
-        await index.sync_session(key, _docs)
-    mem = memory_source("USER.md")
-    await index.sync_memory("a", mem, "secret gamma\n\nother line", _lines)
-    assert await _texts(index, "secret", _scope(str(KEY))) == ["secret alpha"]
-    assert sorted(await _texts(index, "secret", _scope(mem, channels=("http",)))) == ["secret alpha", "secret gamma"]
-    assert await _texts(index, "secret", _scope(channels=("wecom",))) == ["secret beta"]
-    assert await _texts(index, "secret", _scope()) == []
-    await index.sync_memory("a", mem, "changed", _lines)
-    assert await _texts(index, "secret", _scope(mem)) == []
-    await index.sync_memory("a", mem, None, _lines)
-    assert await _texts(index, "changed", _scope(mem)) == []
-
-
-async def test_query_text_is_data_never_syntax(parts: tuple[PostgresSessionStore, PostgresSearchIndex, str]) -> None:
-    sessions, index, _ = parts
-    odd = '\'); DROP TABLE search_docs; -- "x" * AND NEAR ( ) : \x01'
-    await sessions.append(KEY, [_user(odd)])
-    await index.sync_session(KEY, _docs)
-    assert await _texts(index, odd, _scope(str(KEY))) == [odd]
-
-
-async def _row_count(dsn: str, table: str) -> int:
-    async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        cursor = await conn.execute(f"SELECT count(*) FROM {table}")
-        row = await cursor.fetchone()
-    assert row is not None
-    return int(row[0])
+async def test_query_text_is_data_never_syntax(parts: Parts) -> None:
+    odd = '\'); DROP TABLE search_docs; -- "x" * AND NEAR ( ) : %s \x01'
+    await parts.sessions.append(KEY, [_user(odd)])
+    await parts.catch_up()
+    hits = await parts.index.search("a", query_terms(odd), SearchScope(str(KEY)), 5)
+    assert [h.passage.text for h in hits] == [odd.strip()]

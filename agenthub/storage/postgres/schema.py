@@ -207,30 +207,32 @@ SEARCH_INDEX = Migration(
     7,
     "the memory_search index every instance shares",
     (
-        # one row per searchable passage: a history or archive record (`pos` = its `seq`) or a memory file's line;
-        # `src` is the session key (`agent:channel:chat_id`) or `memory:<file>`, `channel` '' for a memory file
+        # one row per searchable passage: a history or archive record (`seq` = its `seq` in the session's table)
+        # or a memory file's line (`session` '', `name` the file's index name); `length`: its number of terms
         """CREATE TABLE search_docs (
             id bigserial PRIMARY KEY,
             agent text NOT NULL,
-            src text NOT NULL,
-            channel text NOT NULL,
             kind text NOT NULL,
-            pos bigint NOT NULL,
+            session text NOT NULL,
+            name text NOT NULL,
+            seq bigint NOT NULL,
             role text NOT NULL,
-            speaker text NOT NULL,
+            speaker text,
             ts bigint,
             body text NOT NULL,
-            length integer NOT NULL
+            length integer NOT NULL,
+            UNIQUE (agent, kind, session, name, seq)
         )""",
-        "CREATE INDEX search_docs_by_source ON search_docs (agent, src, kind, pos)",
-        # term → passage with its frequency; the passage's length, source and channel ride along so a query is
-        # ranked and scoped from this index alone
+        "CREATE INDEX search_docs_by_time ON search_docs (agent, ts)",
+        # term → passage with its frequency; the passage's length, time, source (`src`: its session, or a memory
+        # file's name) and channel ride along, so a query is ranked and scoped from the postings alone
         """CREATE TABLE search_postings (
             agent text NOT NULL,
             term text NOT NULL,
             doc bigint NOT NULL,
             tf integer NOT NULL,
             length integer NOT NULL,
+            ts bigint,
             src text NOT NULL,
             channel text NOT NULL,
             PRIMARY KEY (agent, term, doc)
@@ -242,19 +244,16 @@ SEARCH_INDEX = Migration(
             docs bigint NOT NULL,
             total_length bigint NOT NULL
         )""",
-        # how far each source is indexed: the last `pos`, a digest of its first and last indexed record (a
-        # rewritten source is indexed again from the start) and the session head seen (who lags behind)
+        # how far each source is indexed (the indexer's own watermark text) and, for a history, the session head
+        # it was indexed at: a session whose head moved since lags behind and is caught up before a search
         """CREATE TABLE search_sources (
             agent text NOT NULL,
-            src text NOT NULL,
             kind text NOT NULL,
-            first_pos bigint NOT NULL,
-            first_digest text NOT NULL,
-            last_pos bigint NOT NULL,
-            last_digest text NOT NULL,
-            head_seq bigint,
-            head_changed timestamptz,
-            PRIMARY KEY (agent, src, kind)
+            session text NOT NULL,
+            name text NOT NULL,
+            watermark text NOT NULL,
+            head text,
+            PRIMARY KEY (agent, kind, session, name)
         )""",
     ),
 )

@@ -1,229 +1,222 @@
-"""`PostgresSearchIndex`: the memory_search index in the tables of migration 7 (`schema.SEARCH_INDEX`), shared by
-every instance. Passages arrive tokenised (the caller's `DocMaker`: storage never tokenises); each source (a
-session's history, its archive, a memory file) is indexed up to a watermark under the source's advisory lock, so
-the history tables themselves are the queue: whoever asks first brings a lagging session up to date. BM25
-(k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5)), N and the average length per agent) is computed in
-SQL; ties go to the newer passage."""
+"""`PostgresSearchIndex`: the `SearchIndexStore` port on PostgreSQL, in the tables of migration 7
+(`schema.SEARCH_INDEX`), shared by every instance. Docs arrive tokenised (storage never tokenises); every write is
+one transaction under its source's advisory lock, together with the source's watermark. BM25 with the port's prior
+is summed in SQL over the query terms' postings (each carries its doc's length, time, source and channel); the
+best few are ordered by the port's `rank_key` in Python, so both backends give the same order."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
-from agenthub import jsonsafe
-from agenthub.storage.keys import SessionKey
 from agenthub.storage.postgres.database import Database
+from agenthub.storage.search_index import (
+    ARCHIVE,
+    HISTORY,
+    K1,
+    MEMORY,
+    RECENCY_PRIOR,
+    B,
+    Passage,
+    SearchDoc,
+    SearchHit,
+    SearchScope,
+    SourceRef,
+    identity,
+    rank_key,
+    score_of,
+    session_channel,
+)
 
-HISTORY, ARCHIVE, MEMORY = "history", "archive", "memory"
-K1, B = 1.2, 0.75
-_TABLES = {HISTORY: "session_records", ARCHIVE: "session_archive"}
-_KEY = "agent = %(agent)s AND channel = %(channel)s AND chat_id = %(chat_id)s"
+Conn = AsyncConnection[TupleRow]
 
-
-@dataclass(frozen=True)
-class IndexDoc:
-    """One tokenised passage: `pos` its record's seq (a memory file: its line), `terms` each term with its count."""
-
-    pos: int
-    role: str
-    speaker: str
-    ts: int | None
-    text: str
-    terms: dict[str, int]
-
-    @property
-    def length(self) -> int:
-        return sum(self.terms.values())
-
-
-DocMaker = Callable[[str, Sequence[tuple[int, dict[str, Any]]], int], list[IndexDoc]]
-"""(kind, the source's records as (seq, record) oldest first, the first seq not indexed yet) → the passages of the
-records from that seq on (the earlier ones are context: a tool result's tool_use)."""
-LineMaker = Callable[[str], list[IndexDoc]]
-"""A memory file's text → its passages."""
-
-
-@dataclass(frozen=True)
-class IndexScope:
-    """What one search may see: the rows of `sources` (a session key, a memory source) and of every session on
-    one of `channels`."""
-
-    sources: tuple[str, ...]
-    channels: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class IndexHit:
-    id: int
-    src: str
-    kind: str
-    pos: int
-    role: str
-    speaker: str
-    ts: int | None
-    text: str
-    score: float
-
-
-def memory_source(relative: str) -> str:
-    """The `src` of a memory file (by its path relative to its directory, e.g. `USER.md`)."""
-    return "memory:" + relative
-
-
-_SEARCH = """
+_SCORED = f"""
 WITH q AS (SELECT DISTINCT unnest(%(terms)s::text[]) AS term),
-stats AS (
-    SELECT docs::float8 AS n, total_length::float8 / greatest(docs, 1) AS avgdl FROM search_stats
-    WHERE agent = %(agent)s
-),
 df AS (
     SELECT p.term, count(*)::float8 AS df FROM search_postings p JOIN q ON q.term = p.term
     WHERE p.agent = %(agent)s GROUP BY p.term
 ),
 scored AS (
-    SELECT p.doc, sum(
-        ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
-        * p.tf * (%(k1)s + 1) / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.length / s.avgdl))
-    ) AS score
-    FROM search_postings p JOIN df ON df.term = p.term CROSS JOIN stats s
+    SELECT p.doc, p.ts, sum(
+        ln(1 + (%(n)s - df.df + 0.5) / (df.df + 0.5))
+        * p.tf * {K1 + 1!r} / (p.tf + {K1!r} * ({1 - B!r} + {B!r} * p.length / %(avgdl)s))
+    ) AS bm25
+    FROM search_postings p JOIN df ON df.term = p.term
     WHERE p.agent = %(agent)s AND (p.src = ANY(%(sources)s) OR p.channel = ANY(%(channels)s))
-    GROUP BY p.doc
+    GROUP BY p.doc, p.ts
 )
-SELECT d.id, d.src, d.kind, d.pos, d.role, d.speaker, d.ts, d.body, scored.score
-FROM scored JOIN search_docs d ON d.id = scored.doc
-ORDER BY scored.score DESC, d.ts DESC NULLS LAST, d.id DESC
-LIMIT %(limit)s
+SELECT doc, bm25 FROM scored
+ORDER BY bm25 * (1 + {RECENCY_PRIOR!r} * coalesce((ts - %(ts_min)s)::float8 / %(span)s, 0)) DESC, ts DESC NULLS LAST
+LIMIT %(keep)s
+"""
+"""The `keep` best docs of the scope with their BM25 (the prior applied for the cut only; Python applies it again
+for the final order). N, avgdl, df: over all of the agent's docs, in scope or not."""
+
+_TOTALS = """
+SELECT coalesce((SELECT docs FROM search_stats WHERE agent = %(agent)s), 0),
+       coalesce((SELECT total_length FROM search_stats WHERE agent = %(agent)s), 0),
+       (SELECT min(ts) FROM search_docs WHERE agent = %(agent)s),
+       (SELECT max(ts) FROM search_docs WHERE agent = %(agent)s)
 """
 
-_DROP_DOCS = """
+_DOC = "d.id, d.kind, d.session, d.name, d.seq, d.role, d.speaker, d.ts, d.body"
+_AROUND = f"""
+SELECT h.id, b.*, a.* FROM unnest(%(ids)s::bigint[]) AS h(id) JOIN search_docs x ON x.id = h.id
+LEFT JOIN LATERAL (
+    SELECT {_DOC} FROM search_docs d WHERE d.agent = x.agent AND d.kind = x.kind AND d.session = x.session
+    AND d.name = x.name AND d.seq < x.seq ORDER BY d.seq DESC LIMIT 1
+) b ON true
+LEFT JOIN LATERAL (
+    SELECT {_DOC} FROM search_docs d WHERE d.agent = x.agent AND d.kind = x.kind AND d.session = x.session
+    AND d.name = x.name AND d.seq > x.seq ORDER BY d.seq LIMIT 1
+) a ON true
+"""
+
+_SOURCE = "agent = %(agent)s AND kind = %(kind)s AND session = %(session)s AND name = %(name)s"
+_SOURCE_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtextextended("
+    "'search/' || %(agent)s || '/' || %(kind)s || '/' || %(session)s || '/' || %(name)s, 0))"
+)
+_DROP_DOCS = f"""
 WITH gone AS (
-    DELETE FROM search_docs WHERE agent = %(agent)s AND src = %(src)s AND kind = ANY(%(kinds)s) RETURNING id, length
+    DELETE FROM search_docs WHERE {_SOURCE} AND (%(seqs)s::bigint[] IS NULL OR seq = ANY(%(seqs)s))
+    RETURNING id, length
 ), postings AS (
     DELETE FROM search_postings WHERE doc IN (SELECT id FROM gone)
 )
 SELECT count(*), coalesce(sum(length), 0) FROM gone
 """
-
 _INSERT_DOCS = """
-INSERT INTO search_docs (id, agent, src, channel, kind, pos, role, speaker, ts, body, length)
-SELECT t.id, %(agent)s, %(src)s, %(channel)s, %(kind)s, t.pos, t.role, t.speaker, t.ts, t.body, t.length
-FROM unnest(%(ids)s::bigint[], %(pos)s::bigint[], %(roles)s::text[], %(speakers)s::text[], %(ts)s::bigint[],
-            %(bodies)s::text[], %(lengths)s::int[]) AS t(id, pos, role, speaker, ts, body, length)
+INSERT INTO search_docs (id, agent, kind, session, name, seq, role, speaker, ts, body, length)
+SELECT t.id, %(agent)s, %(kind)s, %(session)s, %(name)s, t.seq, t.role, t.speaker, t.ts, t.body, t.length
+FROM unnest(%(ids)s::bigint[], %(seqs)s::bigint[], %(roles)s::text[], %(speakers)s::text[], %(ts)s::bigint[],
+            %(bodies)s::text[], %(lengths)s::int[]) AS t(id, seq, role, speaker, ts, body, length)
 """
-
 _INSERT_POSTINGS = """
-INSERT INTO search_postings (agent, term, doc, tf, length, src, channel)
-SELECT %(agent)s, t.term, t.doc, t.tf, t.length, %(src)s, %(channel)s
-FROM unnest(%(terms)s::text[], %(docs)s::bigint[], %(tfs)s::int[], %(lengths)s::int[]) AS t(term, doc, tf, length)
+INSERT INTO search_postings (agent, term, doc, tf, length, ts, src, channel)
+SELECT %(agent)s, t.term, t.doc, t.tf, t.length, t.ts, %(src)s, %(channel)s
+FROM unnest(%(terms)s::text[], %(docs)s::bigint[], %(tfs)s::int[], %(lengths)s::int[], %(ts)s::bigint[])
+    AS t(term, doc, tf, length, ts)
 """
-
 _ADD_STATS = """
 INSERT INTO search_stats AS s (agent, docs, total_length) VALUES (%(agent)s, %(docs)s, %(length)s)
 ON CONFLICT (agent) DO UPDATE SET docs = s.docs + EXCLUDED.docs, total_length = s.total_length + EXCLUDED.total_length
 """
-
-_SOURCE_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('search/' || %(agent)s || '/' || %(src)s, 0))"
-
-_WATERMARK = """
-SELECT first_pos, first_digest, last_pos, last_digest FROM search_sources
-WHERE agent = %(agent)s AND src = %(src)s AND kind = %(kind)s
-"""
-
 _SET_WATERMARK = """
-INSERT INTO search_sources AS w (agent, src, kind, first_pos, first_digest, last_pos, last_digest, head_seq,
-                                 head_changed)
-VALUES (%(agent)s, %(src)s, %(kind)s, %(first_pos)s, %(first_digest)s, %(last_pos)s, %(last_digest)s, %(head_seq)s,
-        %(head_changed)s)
-ON CONFLICT (agent, src, kind) DO UPDATE SET first_pos = EXCLUDED.first_pos, first_digest = EXCLUDED.first_digest,
-    last_pos = EXCLUDED.last_pos, last_digest = EXCLUDED.last_digest, head_seq = EXCLUDED.head_seq,
-    head_changed = EXCLUDED.head_changed
+INSERT INTO search_sources AS w (agent, kind, session, name, watermark, head)
+VALUES (%(agent)s, %(kind)s, %(session)s, %(name)s, %(watermark)s, %(head)s)
+ON CONFLICT (agent, kind, session, name) DO UPDATE SET watermark = EXCLUDED.watermark, head = EXCLUDED.head
 """
 
-_LAGGING = """
-SELECT coalesce(h.agent || ':' || h.channel || ':' || h.chat_id, w.src)
-FROM (SELECT * FROM session_heads WHERE agent = %(agent)s) h
-FULL JOIN (SELECT * FROM search_sources WHERE agent = %(agent)s AND kind = 'history') w
-    ON w.src = h.agent || ':' || h.channel || ':' || h.chat_id
-WHERE (h.next_seq, h.changed_at) IS DISTINCT FROM (w.head_seq, w.head_changed)
-"""
-"""Sessions whose head moved (an append, a replace, a clear, a delete) since they were indexed."""
+
+def source_params(agent: str, source: SourceRef, **more: Any) -> dict[str, Any]:
+    return {"agent": agent, "kind": source.kind, "session": source.session, "name": source.name, **more}
 
 
-@dataclass
-class _Source:
-    agent: str
-    src: str
-    channel: str
-    kind: str
+async def lock_source(conn: Conn, agent: str, source: SourceRef) -> None:
+    """Serialise this transaction with every other writer of the source (any instance)."""
+    await conn.execute(_SOURCE_LOCK, source_params(agent, source))
 
-    def params(self, **more: Any) -> dict[str, Any]:
-        return {"agent": self.agent, "src": self.src, "channel": self.channel, "kind": self.kind, **more}
+
+async def drop_docs(conn: Conn, agent: str, source: SourceRef, seqs: Sequence[int] | None = None) -> tuple[int, int]:
+    """Delete the source's docs (only those at `seqs`, when given) and their postings; (docs, total length)."""
+    cursor = await conn.execute(_DROP_DOCS, source_params(agent, source, seqs=None if seqs is None else list(seqs)))
+    row = await cursor.fetchone()
+    return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+
+async def insert_docs(
+    conn: Conn, agent: str, source: SourceRef, docs: Sequence[SearchDoc], dropped: tuple[int, int] = (0, 0)
+) -> None:
+    """Store `docs` and their postings, and move the agent's N and total length by what was added and dropped."""
+    if docs:
+        cursor = await conn.execute("SELECT nextval('search_docs_id_seq') FROM generate_series(1, %s)", (len(docs),))
+        ids = [int(row[0]) for row in await cursor.fetchall()]
+        p = [doc.passage for doc in docs]
+        lengths = [len(doc.terms) for doc in docs]
+        await conn.execute(
+            _INSERT_DOCS,
+            source_params(
+                agent, source, ids=ids, seqs=[x.seq for x in p], roles=[x.role for x in p],
+                speakers=[x.speaker for x in p], ts=[x.ts for x in p], bodies=[x.text for x in p], lengths=lengths,
+            ),
+        )  # fmt: skip
+        columns: tuple[list[Any], ...] = ([], [], [], [], [])
+        for doc_id, doc, length in zip(ids, docs, lengths, strict=True):
+            for term, tf in _counts(doc.terms).items():
+                for column, value in zip(columns, (term, doc_id, tf, length, doc.passage.ts), strict=True):
+                    column.append(value)
+        src = source.name if source.kind == MEMORY else source.session
+        channel = "" if source.kind == MEMORY else session_channel(source.session)
+        terms, doc_ids, tfs, doc_lengths, times = columns
+        await conn.execute(
+            _INSERT_POSTINGS,
+            {"agent": agent, "src": src, "channel": channel, "terms": terms, "docs": doc_ids, "tfs": tfs,
+             "lengths": doc_lengths, "ts": times},
+        )  # fmt: skip
+    added, added_length = len(docs), sum(len(doc.terms) for doc in docs)
+    if (added, added_length) != dropped:  # the one row every writer of the agent updates: last, held briefly
+        await conn.execute(
+            _ADD_STATS, {"agent": agent, "docs": added - dropped[0], "length": added_length - dropped[1]}
+        )
+
+
+async def set_watermark(conn: Conn, agent: str, source: SourceRef, watermark: str, head: str | None = None) -> None:
+    await conn.execute(_SET_WATERMARK, source_params(agent, source, watermark=watermark, head=head))
+
+
+def _counts(terms: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for term in terms:
+        counts[term] = counts.get(term, 0) + 1
+    return counts
 
 
 class PostgresSearchIndex:
-    """The shared index. Every write is one transaction under the source's advisory lock."""
+    """The shared index: the port's writes and its ranked search."""
 
     def __init__(self, database: Database) -> None:
         self.database = database
 
-    # ---- feeding -------------------------------------------------------------------------------
+    # ---- the port: writing ---------------------------------------------------------------------
 
-    async def lagging(self, agent: str, sessions: Sequence[str] | None = None) -> list[SessionKey]:
-        """The sessions of `agent` (only `sessions`, when given) that changed since they were indexed."""
-        sql = _LAGGING if sessions is None else f"SELECT * FROM ({_LAGGING}) l(src) WHERE l.src = ANY(%(only)s)"
-        async with self.database.connection("read the search index") as conn:
-            cursor = await conn.execute(sql, {"agent": agent, "only": list(sessions or [])})
-            rows = await cursor.fetchall()
-        return [SessionKey.parse(row[0]) for row in rows]
-
-    async def sync_session(self, key: SessionKey, make_docs: DocMaker, *, full: bool = False) -> int:
-        """Bring the session's history and archive up to date (`full`: index them again from the start); the
-        number of passages added."""
-        added = 0
-        params = {"agent": key.agent, "channel": key.channel, "chat_id": key.chat_id}
+    async def add(self, agent: str, source: SourceRef, docs: Sequence[SearchDoc], watermark: str) -> None:
         async with self.database.connection("update the search index") as conn, conn.transaction():
-            await conn.execute(_SOURCE_LOCK, {"agent": key.agent, "src": str(key)})
-            cursor = await conn.execute(f"SELECT next_seq, changed_at FROM session_heads WHERE {_KEY}", params)
-            head = await cursor.fetchone()  # first: records read after it are at least as new
-            for kind in (HISTORY, ARCHIVE):
-                source = _Source(key.agent, str(key), key.channel, kind)
-                added += await _sync_records(conn, source, params, make_docs, full=full)
-            await conn.execute(
-                "UPDATE search_sources SET head_seq = %(seq)s, head_changed = %(changed)s "
-                "WHERE agent = %(agent)s AND src = %(src)s AND kind = 'history'",
-                {"agent": key.agent, "src": str(key), "seq": head and head[0], "changed": head and head[1]},
-            )
-        return added
+            await lock_source(conn, agent, source)
+            dropped = await drop_docs(conn, agent, source, [doc.passage.seq for doc in docs]) if docs else (0, 0)
+            await insert_docs(conn, agent, source, docs, dropped)
+            await set_watermark(conn, agent, source, watermark)
 
-    async def sync_memory(self, agent: str, src: str, text: str | None, make_docs: LineMaker) -> None:
-        """Index a memory file's `text` again when it changed (None: the file is gone)."""
-        source = _Source(agent, src, "", MEMORY)
-        digest = _digest(text)
-        async with self.database.connection("update the search index") as conn:
-            mark = await _watermark(conn, source)
-            if (mark is None and text is None) or (mark is not None and mark[3] == digest):
-                return
-            async with conn.transaction():
-                await conn.execute(_SOURCE_LOCK, source.params())
-                mark = await _watermark(conn, source)
-                if mark is not None and mark[3] == digest:
-                    return
-                docs = [] if text is None else await asyncio.to_thread(make_docs, text)
-                dropped = await _drop(conn, source)
-                await _insert(conn, source, docs, dropped)
-                await _set_watermark(conn, source, 0, digest, len(docs) - 1, digest)
+    async def replace_source(self, agent: str, source: SourceRef, docs: Sequence[SearchDoc], watermark: str) -> None:
+        async with self.database.connection("update the search index") as conn, conn.transaction():
+            await lock_source(conn, agent, source)
+            await insert_docs(conn, agent, source, docs, await drop_docs(conn, agent, source))
+            await set_watermark(conn, agent, source, watermark)
 
-    async def memory_sources(self, agent: str) -> list[str]:
+    async def drop_source(self, agent: str, source: SourceRef) -> None:
+        async with self.database.connection("update the search index") as conn, conn.transaction():
+            await lock_source(conn, agent, source)
+            await insert_docs(conn, agent, source, [], await drop_docs(conn, agent, source))
+            await conn.execute(f"DELETE FROM search_sources WHERE {_SOURCE}", source_params(agent, source))
+
+    async def drop_session(self, agent: str, session: str) -> None:
+        for kind in (HISTORY, ARCHIVE):
+            await self.drop_source(agent, SourceRef(kind, session))
+
+    async def watermarks(self, agent: str) -> dict[SourceRef, str]:
         async with self.database.connection("read the search index") as conn:
             cursor = await conn.execute(
-                "SELECT src FROM search_sources WHERE agent = %s AND kind = %s ORDER BY src", (agent, MEMORY)
+                "SELECT kind, session, name, watermark FROM search_sources WHERE agent = %s", (agent,)
             )
-            return [row[0] for row in await cursor.fetchall()]
+            rows = await cursor.fetchall()
+        return {SourceRef(row[0], row[1], row[2]): row[3] for row in rows}
+
+    async def purge(self, agent: str) -> None:
+        """Nothing to do: a dropped or replaced doc's rows are deleted in the same transaction (no copy is kept
+        outside the tables; the server reclaims the dead row versions by itself)."""
 
     async def drop_agent(self, agent: str) -> None:
         """Everything indexed of `agent` (a rebuild starts here)."""
@@ -231,178 +224,97 @@ class PostgresSearchIndex:
             for table in ("search_postings", "search_docs", "search_sources", "search_stats"):
                 await conn.execute(f"DELETE FROM {table} WHERE agent = %s", (agent,))
 
-    async def agents(self) -> list[str]:
-        """Every agent with a session or an indexed source."""
-        async with self.database.connection("read the search index") as conn:
-            cursor = await conn.execute(
-                "SELECT agent FROM session_heads UNION SELECT agent FROM session_archive "
-                "UNION SELECT agent FROM search_sources ORDER BY 1"
-            )
-            return [row[0] for row in await cursor.fetchall()]
+    # ---- the port: asking ----------------------------------------------------------------------
 
-    async def session_keys(self, agent: str) -> list[SessionKey]:
-        """Every session of `agent` with a history, an archive or indexed passages."""
-        async with self.database.connection("read the search index") as conn:
-            cursor = await conn.execute(
-                "SELECT agent || ':' || channel || ':' || chat_id FROM session_heads WHERE agent = %(a)s "
-                "UNION SELECT agent || ':' || channel || ':' || chat_id FROM session_archive WHERE agent = %(a)s "
-                "UNION SELECT src FROM search_sources WHERE agent = %(a)s AND kind != 'memory'",
-                {"a": agent},
-            )
-            return sorted((SessionKey.parse(row[0]) for row in await cursor.fetchall()), key=str)
-
-    # ---- asking --------------------------------------------------------------------------------
-
-    async def search(self, agent: str, terms: Sequence[str], scope: IndexScope, limit: int) -> list[IndexHit]:
-        """The best `limit` passages for `terms` by BM25 within `scope`, ties newest first."""
-        if not terms or limit < 1 or not (scope.sources or scope.channels):
+    async def search(self, agent: str, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
+        if not terms or limit < 1:
             return []
-        params = {
-            "agent": agent, "terms": list(terms), "sources": list(scope.sources), "channels": list(scope.channels),
-            "limit": limit, "k1": K1, "b": B,
-        }  # fmt: skip
         async with self.database.connection("search the memory") as conn:
-            cursor = await conn.execute(_SEARCH, params)
-            rows = await cursor.fetchall()
-        return [IndexHit(*row) for row in rows]
-
-    async def neighbours(self, agent: str, hit: IndexHit) -> tuple[IndexHit | None, IndexHit | None]:
-        """The passages just before and just after `hit` in its source."""
-        found: list[IndexHit | None] = []
-        async with self.database.connection("search the memory") as conn:
-            for op, order in (("<", "DESC"), (">", "ASC")):
-                cursor = await conn.execute(
-                    "SELECT id, src, kind, pos, role, speaker, ts, body, 0.0 FROM search_docs "
-                    f"WHERE agent = %(agent)s AND src = %(src)s AND kind = %(kind)s AND pos {op} %(pos)s "
-                    f"ORDER BY pos {order} LIMIT 1",
-                    {"agent": agent, "src": hit.src, "kind": hit.kind, "pos": hit.pos},
-                )
-                row = await cursor.fetchone()
-                found.append(None if row is None else IndexHit(*row))
-        return found[0], found[1]
+            sources, channels = await _allowed(conn, agent, scope)
+            if not sources and not channels:
+                return []
+            cursor = await conn.execute(_TOTALS, {"agent": agent})
+            totals = await cursor.fetchone()
+            assert totals is not None
+            n_docs, n_terms, ts_min, ts_max = int(totals[0]), int(totals[1]), totals[2], totals[3]
+            if n_docs <= 0:
+                return []
+            span = ts_max - ts_min if ts_min is not None and ts_max is not None and ts_max > ts_min else None
+            cursor = await conn.execute(
+                _SCORED,
+                {"agent": agent, "terms": list(dict.fromkeys(terms)), "n": float(n_docs), "avgdl": n_terms / n_docs,
+                 "sources": sources, "channels": channels, "ts_min": ts_min, "span": span, "keep": 2 * limit},
+            )  # fmt: skip
+            bm25 = {int(row[0]): float(row[1]) for row in await cursor.fetchall()}
+            if not bm25:
+                return []
+            passages = await _passages(conn, list(bm25))
+            scored = {i: score_of(bm25[i], p.ts, ts_min, ts_max) for i, p in passages.items()}
+            best = _distinct(sorted(passages, key=lambda i: rank_key(scored[i], passages[i])), passages, limit)
+            around = await _around(conn, best)
+        return [SearchHit(passages[i], scored[i], *around.get(i, (None, None))) for i in best]
 
     async def stats(self, agent: str) -> dict[str, int]:
         async with self.database.connection("read the search index") as conn:
             cursor = await conn.execute(
-                "SELECT (SELECT count(*) FROM search_docs WHERE agent = %(a)s), "
+                "SELECT coalesce((SELECT docs FROM search_stats WHERE agent = %(a)s), 0), "
+                "coalesce((SELECT total_length FROM search_stats WHERE agent = %(a)s), 0), "
                 "(SELECT count(*) FROM search_sources WHERE agent = %(a)s)",
                 {"a": agent},
             )
             row = await cursor.fetchone()
         assert row is not None
-        return {"docs": int(row[0]), "sources": int(row[1])}
+        return {"docs": int(row[0]), "terms": int(row[1]), "sources": int(row[2])}
 
 
-async def _sync_records(
-    conn: AsyncConnection[TupleRow], source: _Source, key: dict[str, Any], make_docs: DocMaker, *, full: bool
-) -> int:
-    """One history or archive table of a session: the new records indexed, or all of them again when the source
-    was rewritten (its first or last indexed record is not the one indexed) or `full`."""
-    table = _TABLES[source.kind]
-    mark = None if full else await _watermark(conn, source)
-    start = 0
-    if mark is not None and await _continues(conn, table, key, mark):
-        start = int(mark[2]) + 1
-    context_from = max(start - 1, 0)  # the last indexed record too: a tool result's tool_use
+async def _allowed(conn: Conn, agent: str, scope: SearchScope) -> tuple[list[str], list[str]]:
+    """The scope as the postings see it: the sources (a session; memory names) and the channels it may read."""
+    sources = list(scope.memory_names)
+    if scope.session is not None:
+        return [scope.session, *sources], []
     cursor = await conn.execute(
-        f"SELECT seq, record::text, md5(record::text) FROM {table} WHERE {_KEY} AND seq >= %(from)s ORDER BY seq",
-        {**key, "from": context_from},
+        "SELECT DISTINCT split_part(session, ':', 2) FROM search_sources WHERE agent = %s AND kind != %s",
+        (agent, MEMORY),
     )
-    rows = await cursor.fetchall()
-    if start > 0 and not [row for row in rows if row[0] >= start]:
-        return 0  # nothing new
-    records = [(int(row[0]), record) for row in rows if isinstance(record := _parse(row[1]), dict)]
-    docs = await asyncio.to_thread(make_docs, source.kind, records, start) if records else []
-    dropped = (0, 0) if start > 0 else await _drop(conn, source)
-    await _insert(conn, source, docs, dropped)
-    if rows:
-        first = (mark[0], mark[1]) if start > 0 and mark is not None else (rows[0][0], rows[0][2])
-        await _set_watermark(conn, source, int(first[0]), str(first[1]), int(rows[-1][0]), str(rows[-1][2]))
-    elif mark is not None or full or source.kind == HISTORY:  # the history's row also keeps the head seen
-        await _set_watermark(conn, source, 0, "", -1, "")
-    return len(docs)
+    channels = [row[0] for row in await cursor.fetchall()]
+    return sources, [c for c in channels if c and scope.agent_scoped(c)]
 
 
-async def _continues(conn: AsyncConnection[TupleRow], table: str, key: dict[str, Any], mark: tuple[Any, ...]) -> bool:
-    """True if the table still starts with the first indexed record and still holds the last one unchanged."""
-    first_pos, first_digest, last_pos, last_digest = mark
-    if last_pos < 0:
-        return False
-    cursor = await conn.execute(
-        f"SELECT (SELECT min(seq) FROM {table} WHERE {_KEY}), "
-        f"(SELECT md5(record::text) FROM {table} WHERE {_KEY} AND seq = %(first)s), "
-        f"(SELECT md5(record::text) FROM {table} WHERE {_KEY} AND seq = %(last)s)",
-        {**key, "first": first_pos, "last": last_pos},
-    )
-    row = await cursor.fetchone()
-    return row is not None and row[0] == first_pos and row[1] == first_digest and row[2] == last_digest
+async def _passages(conn: Conn, ids: list[int]) -> dict[int, Passage]:
+    cursor = await conn.execute(f"SELECT {_DOC} FROM search_docs d WHERE d.id = ANY(%s)", (ids,))
+    return {int(row[0]): _passage(row[1:]) for row in await cursor.fetchall()}
 
 
-async def _watermark(conn: AsyncConnection[TupleRow], source: _Source) -> tuple[Any, ...] | None:
-    cursor = await conn.execute(_WATERMARK, source.params())
-    return await cursor.fetchone()
-
-
-async def _set_watermark(
-    conn: AsyncConnection[TupleRow], source: _Source, first_pos: int, first: str, last_pos: int, last: str
-) -> None:
-    await conn.execute(
-        _SET_WATERMARK,
-        source.params(
-            first_pos=first_pos, first_digest=first, last_pos=last_pos, last_digest=last, head_seq=None,
-            head_changed=None,
-        ),
-    )  # fmt: skip
-
-
-async def _drop(conn: AsyncConnection[TupleRow], source: _Source) -> tuple[int, int]:
-    """Delete the source's passages and postings; (passages, their total length)."""
-    cursor = await conn.execute(_DROP_DOCS, source.params(kinds=[source.kind]))
-    row = await cursor.fetchone()
-    return (0, 0) if row is None else (int(row[0]), int(row[1]))
-
-
-async def _insert(
-    conn: AsyncConnection[TupleRow], source: _Source, docs: Sequence[IndexDoc], dropped: tuple[int, int]
-) -> None:
-    """Store `docs` and their postings, and move the agent's N and total length by what was added and dropped."""
-    if docs:
-        cursor = await conn.execute("SELECT nextval('search_docs_id_seq') FROM generate_series(1, %s)", (len(docs),))
-        ids = [int(row[0]) for row in await cursor.fetchall()]
-        lengths = [doc.length for doc in docs]
-        await conn.execute(
-            _INSERT_DOCS,
-            source.params(
-                ids=ids, pos=[d.pos for d in docs], roles=[d.role for d in docs], speakers=[d.speaker for d in docs],
-                ts=[d.ts for d in docs], bodies=[d.text for d in docs], lengths=lengths,
-            ),
-        )  # fmt: skip
-        terms, doc_ids, tfs, doc_lengths = [], [], [], []
-        for doc_id, doc, length in zip(ids, docs, lengths, strict=True):
-            for term, tf in doc.terms.items():
-                terms.append(term)
-                doc_ids.append(doc_id)
-                tfs.append(tf)
-                doc_lengths.append(length)
-        if terms:
-            await conn.execute(_INSERT_POSTINGS, source.params(terms=terms, docs=doc_ids, tfs=tfs, lengths=doc_lengths))
-    added, added_length = len(docs), sum(doc.length for doc in docs)
-    if added != dropped[0] or added_length != dropped[1]:  # the one row every writer of the agent updates: last
-        await conn.execute(
-            _ADD_STATS, {"agent": source.agent, "docs": added - dropped[0], "length": added_length - dropped[1]}
+async def _around(conn: Conn, ids: list[int]) -> dict[int, tuple[Passage | None, Passage | None]]:
+    """Each doc's neighbours in its source: the greatest seq below it and the smallest above."""
+    if not ids:
+        return {}
+    cursor = await conn.execute(_AROUND, {"ids": ids})
+    found: dict[int, tuple[Passage | None, Passage | None]] = {}
+    width = 9
+    for row in await cursor.fetchall():
+        before, after = row[1 : 1 + width], row[1 + width :]
+        found[int(row[0])] = (
+            None if before[0] is None else _passage(before[1:]),
+            None if after[0] is None else _passage(after[1:]),
         )
+    return found
 
 
-def _parse(text: str) -> object:
-    try:
-        return jsonsafe.loads(text)
-    except ValueError:
-        return None
+def _passage(row: Sequence[Any]) -> Passage:
+    kind, session, name, seq, role, speaker, ts, body = row
+    return Passage(SourceRef(kind, session, name), int(seq), role, speaker, None if ts is None else int(ts), body)
 
 
-def _digest(text: str | None) -> str:
-    if text is None:
-        return ""
-    import hashlib
-
-    return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+def _distinct(ranked: list[int], passages: dict[int, Passage], limit: int) -> list[int]:
+    """The first `limit` of `ranked`, one per message (the same message in the archive and the history)."""
+    best: list[int] = []
+    seen: set[tuple[str, str, int | None, str]] = set()
+    for doc_id in ranked:
+        key = identity(passages[doc_id])
+        if key not in seen:
+            seen.add(key)
+            best.append(doc_id)
+            if len(best) == limit:
+                break
+    return best
