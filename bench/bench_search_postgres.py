@@ -44,7 +44,7 @@ ZH += ["前端", "后端", "设计", "文档", "周报", "季度", "老板", "�
 EN = ["budget", "schedule", "meeting", "customer", "contract", "invoice", "expense", "release", "version", "server"]
 EN += ["design", "report", "deadline", "review", "launch", "ticket", "backlog", "sprint", "vendor", "pricing"]
 NAMES = ["Alice", "Bob", "Carol", "Dave", "Evan", "Fay", "Gus", "Hana", "小王", "老李", "张三", "李四"]
-QUERIES = 100
+QUERIES = 50
 APPENDS = 200
 
 

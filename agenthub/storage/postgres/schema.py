@@ -225,7 +225,8 @@ SEARCH_INDEX = Migration(
         )""",
         "CREATE INDEX search_docs_by_time ON search_docs (agent, ts)",
         # term → passage with its frequency; the passage's length, time, source (`src`: its session, or a memory
-        # file's name) and channel ride along, so a query is ranked and scoped from the postings alone
+        # file's name) and channel ride along in the key's index, so a query is ranked and scoped by index-only
+        # scans of its terms' postings
         """CREATE TABLE search_postings (
             agent text NOT NULL,
             term text NOT NULL,
@@ -235,7 +236,7 @@ SEARCH_INDEX = Migration(
             ts bigint,
             src text NOT NULL,
             channel text NOT NULL,
-            PRIMARY KEY (agent, term, doc)
+            PRIMARY KEY (agent, term, doc) INCLUDE (tf, length, ts, src, channel)
         )""",
         "CREATE INDEX search_postings_by_doc ON search_postings (doc)",
         # BM25's N and total length per agent (a term's df is counted over its postings when asked)

@@ -34,26 +34,28 @@ from agenthub.storage.search_index import (
 Conn = AsyncConnection[TupleRow]
 
 _SCORED = f"""
-WITH q AS (SELECT DISTINCT unnest(%(terms)s::text[]) AS term),
-df AS (
-    SELECT p.term, count(*)::float8 AS df FROM search_postings p JOIN q ON q.term = p.term
-    WHERE p.agent = %(agent)s GROUP BY p.term
+WITH p AS MATERIALIZED (
+    SELECT p.term, p.doc, p.tf, p.length, p.ts, p.src, p.channel
+    FROM (SELECT DISTINCT unnest(%(terms)s::text[]) AS term) q
+    CROSS JOIN LATERAL (SELECT * FROM search_postings p WHERE p.agent = %(agent)s AND p.term = q.term) p
 ),
+df AS (SELECT term, count(*)::float8 AS df FROM p GROUP BY term),
 scored AS (
-    SELECT p.doc, p.ts, sum(
+    SELECT p.doc, max(p.ts) AS ts, sum(
         ln(1 + (%(n)s - df.df + 0.5) / (df.df + 0.5))
         * p.tf * {K1 + 1!r} / (p.tf + {K1!r} * ({1 - B!r} + {B!r} * p.length / %(avgdl)s))
     ) AS bm25
-    FROM search_postings p JOIN df ON df.term = p.term
-    WHERE p.agent = %(agent)s AND (p.src = ANY(%(sources)s) OR p.channel = ANY(%(channels)s))
-    GROUP BY p.doc, p.ts
+    FROM p JOIN df ON df.term = p.term
+    WHERE p.src = ANY(%(sources)s) OR p.channel = ANY(%(channels)s)
+    GROUP BY p.doc
 )
 SELECT doc, bm25 FROM scored
 ORDER BY bm25 * (1 + {RECENCY_PRIOR!r} * coalesce((ts - %(ts_min)s)::float8 / %(span)s, 0)) DESC, ts DESC NULLS LAST
 LIMIT %(keep)s
 """
 """The `keep` best docs of the scope with their BM25 (the prior applied for the cut only; Python applies it again
-for the final order). N, avgdl, df: over all of the agent's docs, in scope or not."""
+for the final order). N, avgdl, df: over all of the agent's docs, in scope or not (df counted over the query
+terms' postings, read once by index-only scans, one per term)."""
 
 _TOTALS = """
 SELECT coalesce((SELECT docs FROM search_stats WHERE agent = %(agent)s), 0),
@@ -229,7 +231,8 @@ class PostgresSearchIndex:
     async def search(self, agent: str, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
         if not terms or limit < 1:
             return []
-        async with self.database.connection("search the memory") as conn:
+        async with self.database.connection("search the memory") as conn, conn.transaction():
+            await conn.execute("SET LOCAL jit = off")  # compiling costs more than these short queries run
             sources, channels = await _allowed(conn, agent, scope)
             if not sources and not channels:
                 return []
