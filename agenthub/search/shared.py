@@ -34,6 +34,10 @@ from agenthub.storage.search_index import (
 
 log = structlog.get_logger(__name__)
 
+SYNC_DELAY_S = 0.5
+"""How long a written session waits before its instance indexes it: the writes of a turn are read at once. A search
+never waits for it: it catches its scope up itself."""
+
 
 def record_docs(
     source: SourceRef, records: Sequence[tuple[int, dict[str, Any]]], start: int, skipped: Sequence[str]
@@ -73,9 +77,12 @@ def memory_name_of(agent: str, doc_name: str) -> MemoryName | None:
 class SharedSearchService:
     """The `Searcher` over the shared index (`Stores.search_index`, fed through `Stores.search_feed`)."""
 
-    def __init__(self, index: PostgresSearchIndex, feed: PostgresIndexFeed) -> None:
+    def __init__(
+        self, index: PostgresSearchIndex, feed: PostgresIndexFeed, *, sync_delay_s: float = SYNC_DELAY_S
+    ) -> None:
         self.index = index
         self.feed = feed
+        self._sync_delay_s = sync_delay_s
         self.sessions_read = 0
         """How many times a session was read to update the index (a statistic)."""
         self._running: dict[SessionKey, asyncio.Task[None]] = {}
@@ -100,6 +107,7 @@ class SharedSearchService:
     async def _follow(self, key: SessionKey) -> None:
         try:
             while True:
+                await asyncio.sleep(self._sync_delay_s)
                 self._again.discard(key)
                 try:
                     await self.sync_session(key)
@@ -188,8 +196,8 @@ class SharedSearchService:
         return await self.index.stats(agent)
 
     async def close(self) -> None:
-        """Stop following changes; the catch-ups running finish (a search would do them anyway)."""
+        """Stop following changes (what was not indexed yet, the next search catches up)."""
         self._closed = True
-        for task in list(self._warming):
+        for task in [*self._warming, *self._running.values()]:
             task.cancel()
         await asyncio.gather(*self._running.values(), *self._warming, return_exceptions=True)
