@@ -118,8 +118,13 @@ def source_params(agent: str, source: SourceRef, **more: Any) -> dict[str, Any]:
     return {"agent": agent, "kind": source.kind, "session": source.session, "name": source.name, **more}
 
 
-async def lock_source(conn: Conn, agent: str, source: SourceRef) -> None:
-    """Serialise this transaction with every other writer of the source (any instance)."""
+async def lock_source(conn: Conn, agent: str, source: SourceRef, *, durable: bool = True) -> None:
+    """Serialise this transaction with every other writer of the source (any instance). Not `durable`: only new
+    docs are added, with their watermark in the same transaction, so a server crash may lose both together (they
+    are indexed again from the history tables) and the commit need not wait for the WAL flush. A write that
+    removes text (a rewrite, a redaction, a drop) is durable: once it returns, the text is gone for good."""
+    if not durable:
+        await conn.execute("SET LOCAL synchronous_commit TO OFF")
     await conn.execute(_SOURCE_LOCK, source_params(agent, source))
 
 

@@ -91,7 +91,7 @@ class PostgresIndexFeed:
         added = 0
         async with self.database.connection("update the search index") as conn, conn.transaction():
             history, archive = SourceRef(HISTORY, str(key)), SourceRef(ARCHIVE, str(key))
-            await lock_source(conn, key.agent, history)  # the session's lock: both its sources
+            await lock_source(conn, key.agent, history, durable=full)  # the session's lock: both its sources
             cursor = await conn.execute(_HEAD, params)
             row = await cursor.fetchone()  # first: the records read after it are at least as new
             head = None if row is None else str(row[0])
