@@ -34,20 +34,18 @@ from agenthub.storage.search_index import (
 Conn = AsyncConnection[TupleRow]
 
 _SCORED = f"""
-WITH p AS MATERIALIZED (
-    SELECT p.term, p.doc, p.tf, p.length, p.ts, p.src, p.channel
+WITH p AS (
+    SELECT p.doc, p.tf, p.length, p.ts, p.src, p.channel, count(*) OVER (PARTITION BY q.term) AS df
     FROM (SELECT DISTINCT unnest(%(terms)s::text[]) AS term) q
     CROSS JOIN LATERAL (SELECT * FROM search_postings p WHERE p.agent = %(agent)s AND p.term = q.term) p
 ),
-df AS (SELECT term, count(*)::float8 AS df FROM p GROUP BY term),
 scored AS (
-    SELECT p.doc, max(p.ts) AS ts, sum(
-        ln(1 + (%(n)s - df.df + 0.5) / (df.df + 0.5))
-        * p.tf * {K1 + 1!r} / (p.tf + {K1!r} * ({1 - B!r} + {B!r} * p.length / %(avgdl)s))
+    SELECT doc, max(ts) AS ts, sum(
+        ln(1 + (%(n)s - df + 0.5) / (df + 0.5))
+        * tf * {K1 + 1!r} / (tf + {K1!r} * ({1 - B!r} + {B!r} * length / %(avgdl)s))
     ) AS bm25
-    FROM p JOIN df ON df.term = p.term
-    WHERE p.src = ANY(%(sources)s) OR p.channel = ANY(%(channels)s)
-    GROUP BY p.doc
+    FROM p WHERE src = ANY(%(sources)s) OR channel = ANY(%(channels)s)
+    GROUP BY doc
 )
 SELECT doc, bm25 FROM scored
 ORDER BY bm25 * (1 + {RECENCY_PRIOR!r} * coalesce((ts - %(ts_min)s)::float8 / %(span)s, 0)) DESC, ts DESC NULLS LAST
@@ -55,7 +53,7 @@ LIMIT %(keep)s
 """
 """The `keep` best docs of the scope with their BM25 (the prior applied for the cut only; Python applies it again
 for the final order). N, avgdl, df: over all of the agent's docs, in scope or not (df counted over the query
-terms' postings, read once by index-only scans, one per term)."""
+terms' postings in the same pass: one index-only scan per term)."""
 
 _TOTALS = """
 SELECT coalesce((SELECT docs FROM search_stats WHERE agent = %(agent)s), 0),
