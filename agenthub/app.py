@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from agenthub.api.host import ApiServices
     from agenthub.api.server import HttpApi
     from agenthub.gateway.core import GatewayCore
+    from agenthub.search.api import Searcher
     from agenthub.storage.inbox import Inbox
     from agenthub.storage.stores import Stores
     from agenthub.web import WebServer
@@ -64,12 +65,28 @@ def build_gateway(
         history = SessionHistory(store=stores.sessions, clock=clock)
     memory = None if stores is None else stores.memory  # the memory files: the files of design §4, or PostgreSQL
     gateway = GatewayCore(
-        settings, agents=agents, providers=providers, clock=clock, history=history, leases=leases, memory_store=memory
+        settings,
+        agents=agents,
+        providers=providers,
+        clock=clock,
+        history=history,
+        leases=leases,
+        memory_store=memory,
+        search=None if stores is None else shared_search(stores),
     )
     attach_memory_layer(gateway)
     attach_scheduler(gateway, None if stores is None else stores.jobs)
     attach_vectors(gateway, None if stores is None else stores.database)
     return gateway
+
+
+def shared_search(stores: Stores) -> Searcher | None:
+    """memory_search over the index the store shares between instances (PostgreSQL); None: the files' own."""
+    if stores.search_index is None or stores.search_feed is None:
+        return None
+    from agenthub.search.shared import SharedSearchService
+
+    return SharedSearchService(stores.search_index, stores.search_feed)
 
 
 def api_services(gateway: GatewayCore, inbox: Inbox) -> ApiServices:

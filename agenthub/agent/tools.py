@@ -18,11 +18,12 @@ from agenthub.media.names import another_chats_folder, chat_dir_name
 from agenthub.scheduler import tool as cron_tool
 from agenthub.scheduler.jobs import JobError
 from agenthub.search import tool as search_tool
+from agenthub.search.api import UNAVAILABLE
 from agenthub.storage.keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler
-    from agenthub.search.service import SearchService
+    from agenthub.search.api import Searcher
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +50,7 @@ class ToolContext:
     memory_max_chars: int = 8000
     cred_id: str | None = None
     scheduler: Scheduler | None = None
-    search: SearchService | None = None
+    search: Searcher | None = None
     chat_type: str | None = None
     """`private` / `group` as the channel said (None: unknown, read as a group): which of the sender's profiles."""
 
@@ -104,6 +105,8 @@ async def _memory_search(args: dict[str, Any], ctx: ToolContext) -> str:
         return await search_tool.run_memory_search(args, ctx)
     except search_tool.SearchInputError as e:
         raise ToolError(str(e)) from e
+    except StorageError:  # the database is away: the model is told, the turn goes on
+        raise ToolError(UNAVAILABLE) from None
 
 
 async def _get_time(args: dict[str, Any], ctx: ToolContext) -> str:

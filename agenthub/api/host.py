@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from agenthub.memory.files import MemoryFiles
     from agenthub.messages import InboundMessage
     from agenthub.scheduler.core import Scheduler
-    from agenthub.search.service import SearchService
+    from agenthub.search.api import Searcher
     from agenthub.session.history import SessionHistory
 
 
@@ -45,7 +45,7 @@ class ApiHost(Protocol):
     @property
     def memory_files(self) -> MemoryFiles: ...
     @property
-    def search(self) -> SearchService: ...
+    def search(self) -> Searcher: ...
     @property
     def scheduler(self) -> Scheduler | None: ...
     @property

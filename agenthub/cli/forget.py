@@ -20,6 +20,7 @@ import structlog
 
 from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition, load_agents
+from agenthub.app import shared_search
 from agenthub.config import Settings, load_settings
 from agenthub.datalock import DataDirLock, DataDirLocked, holder_address, is_locked
 from agenthub.errors import (
@@ -126,12 +127,14 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
             await _refuse_while_instances_run(stores)
             history = _history_in(settings, stores)
             leases = _session_leases(settings, stores, history)
+            search = shared_search(stores)  # PostgreSQL: the index in the database; files: the default hook
             forgetter = Forgetter(
                 settings,
                 history,
                 MemoryFiles(settings.data_dir, settings.auth_dir, stores.memory),
                 guard=functools.partial(_leased, leases, settings.session.lock_timeout_s + settings.store.lease_s),
                 jobs=jobs_hook(Scheduler(settings.scheduler, stores.jobs)),  # the files, or the table `jobs`
+                index=None if search is None else search.purge,
                 settled=lambda: _drop_settled_inbox(settings),
             )
             try:

@@ -1,5 +1,6 @@
 """`agenthub store init`: create or migrate the PostgreSQL schema of `[store] dsn` (also done on every start);
-`agenthub store migrate --from files --to postgres`: copy a files deployment into it."""
+`agenthub store migrate --from files --to postgres`: copy a files deployment into it (and index it for
+memory_search); `agenthub store reindex`: build the memory_search index again from what the store holds."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from agenthub.errors import StorageError
 
 if TYPE_CHECKING:
     from agenthub.storage.copy import Counts
+    from agenthub.storage.postgres import Database
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOCKED = 0, 1, 2, 3
 NOT_POSTGRES = (
@@ -32,6 +34,10 @@ def add_parser(sub: Any) -> None:
     )
     copy.add_argument("--from", dest="source", choices=["files"], required=True)
     copy.add_argument("--to", dest="target", choices=["postgres"], required=True)
+    reindex = actions.add_parser(
+        "reindex", help="build the memory_search index again from the stored histories (either backend)"
+    )
+    reindex.add_argument("--agent", help="only this agent (default: every agent)")
     parser.set_defaults(run=run)
 
 
@@ -41,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.action == "migrate":
         return _migrate(settings)
+    if args.action == "reindex":
+        from agenthub.cli.reindex import reindex
+
+        return reindex(settings, args.agent)
     if settings.store.backend != "postgres" or settings.store.dsn is None:
         print(NOT_POSTGRES, file=sys.stderr)
         return EXIT_USAGE
@@ -101,9 +111,25 @@ async def _copy(settings: Settings, dsn: str) -> int:
             PostgresInbox(database), CopyLedger(database), PostgresJobs(database),
         )  # fmt: skip
         counts = await copy_files_to_postgres(settings.data_dir, settings.auth_dir, target, _say)
+        await _index(database)
     finally:
         await database.close()
     return _summary(counts)
+
+
+async def _index(database: Database) -> None:
+    """Index what was copied for memory_search (sessions whose head moved since they were indexed: all, the
+    first time; none on a re-run that copied nothing)."""
+    from agenthub.search.shared import SharedSearchService
+    from agenthub.storage.postgres.search import PostgresSearchIndex
+    from agenthub.storage.postgres.search_sync import PostgresIndexFeed
+
+    feed = PostgresIndexFeed(database)
+    search = SharedSearchService(PostgresSearchIndex(database), feed)
+    for agent in await feed.agents():
+        behind = await search.catch_up(agent, None)
+        stats = await search.stats(agent)
+        _say(f"search index of {agent}: {behind} sessions indexed now, {stats['docs']} passages in all")
 
 
 def _summary(counts: Counts) -> int:

@@ -34,6 +34,7 @@ from agenthub.gateway.turn import DEFERRED, EntryTakenOver, TurnOutcome, TurnRun
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.files import MemoryFiles
 from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.search.api import Searcher
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.singleton import InstanceLeases, Singleton
@@ -78,6 +79,7 @@ class GatewayCore:
         clock: Clock = system_clock,
         leases: InstanceLeases | None = None,
         memory_store: MemoryStore | None = None,
+        search: Searcher | None = None,
     ) -> None:
         self.settings = settings
         self.leases = leases or InstanceLeases(ttl_s=settings.store.lease_s)
@@ -90,7 +92,7 @@ class GatewayCore:
         self.session_leases = SessionLeases(self.leases, self.history, on_lost=self._session_lease_lost)
         """Lease `session:<key>` around every turn, queued command and hold: one instance at a time per session."""
         self.memory_files = MemoryFiles(settings.data_dir, settings.auth_dir, memory_store)  # default: files
-        self.search = SearchService(settings.data_dir)  # kept current by the history's observer, off the loop
+        self.search: Searcher = search or SearchService(settings.data_dir)  # kept current by the history's observer
         self.history.observers.append(self.search.history_changed)
         memory = settings.memory
         budget = ContextBudget(memory.memory_budget_tokens, memory.user_budget_tokens, memory.old_tool_result_chars)

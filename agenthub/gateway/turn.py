@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from agenthub.llm.registry import ProviderRegistry
     from agenthub.memory.files import MemoryFiles
     from agenthub.scheduler.core import Scheduler
-    from agenthub.search.service import SearchService
+    from agenthub.search.api import Searcher
     from agenthub.session.history import SessionHistory
     from agenthub.storage.keys import SessionKey
 
@@ -100,7 +100,7 @@ class TurnHost(Protocol):
     history: SessionHistory
     context: ContextBuilder
     memory_files: MemoryFiles
-    search: SearchService
+    search: Searcher
     mcp: McpHub
     llm_gate: asyncio.Semaphore
     stats: GatewayStats

@@ -21,6 +21,8 @@ from agenthub.storage.store import SessionStore
 if TYPE_CHECKING:
     from agenthub.config import Settings
     from agenthub.storage.postgres import Database, PostgresTokens
+    from agenthub.storage.postgres.search import PostgresSearchIndex
+    from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 
 Backend = Literal["files", "postgres"]
 
@@ -42,6 +44,8 @@ class Stores:
         outbox: Outbox | None = None,
         database: Database | None = None,
         tokens: PostgresTokens | None = None,
+        search_index: PostgresSearchIndex | None = None,
+        search_feed: PostgresIndexFeed | None = None,
         fsync: bool = True,
         holder: str | None = None,
     ) -> None:
@@ -56,6 +60,11 @@ class Stores:
         self.database = database
         self.tokens = tokens
         """The API tokens on PostgreSQL; None in the files mode (`TokenStore` reads `auth/tokens.json`)."""
+        self.search_index = search_index
+        """The memory_search index every instance shares (postgres); None: the files keep one per agent beside
+        the data (`agenthub.search.service.SearchService`)."""
+        self.search_feed = search_feed
+        """Reads the shared store's histories and memory files into `search_index` (postgres); None on the files."""
         self.holder = holder or instance_holder()
         self._inbox: Inbox | None = None
         self._fsync = fsync
@@ -145,6 +154,8 @@ async def open_stores(settings: Settings) -> Stores:
         PostgresTokens,
         open_database,
     )
+    from agenthub.storage.postgres.search import PostgresSearchIndex
+    from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 
     database = await open_database(settings.store.dsn.get_secret_value())
     extra_tokens = [t.get_secret_value() for t in settings.http.tokens]
@@ -158,4 +169,6 @@ async def open_stores(settings: Settings) -> Stores:
         outbox=PostgresOutbox(database),
         database=database,
         tokens=PostgresTokens(database, extra_tokens),
+        search_index=PostgresSearchIndex(database),
+        search_feed=PostgresIndexFeed(database),
     )

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import psycopg
 
 from agenthub.app import build_gateway
 from agenthub.config import Settings
@@ -25,6 +26,7 @@ from agenthub.storage.keys import SessionKey
 from agenthub.storage.lease import instance_lease
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.postgres import PostgresJobs, open_database
+from agenthub.storage.search_index import SearchScope
 from agenthub.tokens import TokenStore
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
@@ -237,6 +239,8 @@ async def test_forget_without_a_daemon_on_postgres_redacts_the_database(
         profiles = await gw.memory_files.person_profiles(gw.agents.get("default"), "wecom", "alice")
         assert FACT in await gw.memory_files.read(MemoryName.chat_memory(dm))
         assert FACT in await gw.memory_files.read(profiles[0])
+        assert await gw.search.search("default", FACT, SearchScope(str(dm)), 5)  # in the shared index now
+    assert await index_rows_holding(postgres_dsn, FACT) > 0
     env = cli_env(settings, tmp_path, AGENTHUB_STORE__BACKEND="postgres", AGENTHUB_STORE__DSN=postgres_dsn)
     code, _, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", "--yes")
     assert code == 0, err
@@ -244,6 +248,18 @@ async def test_forget_without_a_daemon_on_postgres_redacts_the_database(
         assert await gw.memory_files.read(MemoryName.chat_memory(dm)) == ""
         assert [await gw.memory_files.read(n) for n in profiles] == [""] * len(profiles)
         assert FACT not in json.dumps(await gw.history.load(dm), ensure_ascii=False)
+    assert await index_rows_holding(postgres_dsn, FACT) == 0  # nor in the search index's tables
+
+
+async def index_rows_holding(dsn: str, text: str) -> int:
+    """Rows of the shared search index's tables holding `text` in any column."""
+    found = 0
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        for table in ("search_docs", "search_postings", "search_sources"):
+            cursor = await conn.execute(f"SELECT count(*) FROM {table} t WHERE t::text LIKE %s", (f"%{text}%",))
+            row = await cursor.fetchone()
+            found += int(row[0]) if row else 0
+    return found
 
 
 def _alices_job(job_id: str) -> JobDocument:

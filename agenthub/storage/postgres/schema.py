@@ -203,6 +203,62 @@ COPIES_AND_SENDS = Migration(
     ),
 )
 
+SEARCH_INDEX = Migration(
+    7,
+    "the memory_search index every instance shares",
+    (
+        # one row per searchable passage: a history or archive record (`seq` = its `seq` in the session's table)
+        # or a memory file's line (`session` '', `name` the file's index name); `length`: its number of terms
+        """CREATE TABLE search_docs (
+            id bigserial PRIMARY KEY,
+            agent text NOT NULL,
+            kind text NOT NULL,
+            session text NOT NULL,
+            name text NOT NULL,
+            seq bigint NOT NULL,
+            role text NOT NULL,
+            speaker text,
+            ts bigint,
+            body text NOT NULL,
+            length integer NOT NULL,
+            UNIQUE (agent, kind, session, name, seq)
+        )""",
+        "CREATE INDEX search_docs_by_time ON search_docs (agent, ts)",
+        # term → passage with its frequency; the passage's length, time, source (`src`: its session, or a memory
+        # file's name) and channel ride along in the key's index, so a query is ranked and scoped by index-only
+        # scans of its terms' postings
+        """CREATE TABLE search_postings (
+            agent text NOT NULL,
+            term text NOT NULL,
+            doc bigint NOT NULL,
+            tf integer NOT NULL,
+            length integer NOT NULL,
+            ts bigint,
+            src text NOT NULL,
+            channel text NOT NULL,
+            PRIMARY KEY (agent, term, doc) INCLUDE (tf, length, ts, src, channel)
+        )""",
+        "CREATE INDEX search_postings_by_doc ON search_postings (doc)",
+        # BM25's N and total length per agent (a term's df is counted over its postings when asked)
+        """CREATE TABLE search_stats (
+            agent text PRIMARY KEY,
+            docs bigint NOT NULL,
+            total_length bigint NOT NULL
+        )""",
+        # how far each source is indexed (the indexer's own watermark text) and, for a history, the session head
+        # it was indexed at: a session whose head moved since lags behind and is caught up before a search
+        """CREATE TABLE search_sources (
+            agent text NOT NULL,
+            kind text NOT NULL,
+            session text NOT NULL,
+            name text NOT NULL,
+            watermark text NOT NULL,
+            head text,
+            PRIMARY KEY (agent, kind, session, name)
+        )""",
+    ),
+)
+
 SEARCH_VECTORS = Migration(
     10,
     "[search.embeddings]: one vector per searchable message",
@@ -228,14 +284,8 @@ SEARCH_VECTORS = Migration(
 )
 
 MIGRATIONS: tuple[Migration, ...] = (
-    SESSIONS,
-    SHARED_STATE,
-    TURNS,
-    INBOX_OWNERS,
-    JOBS_AND_OUTBOX,
-    COPIES_AND_SENDS,
-    SEARCH_VECTORS,
-)
+    SESSIONS, SHARED_STATE, TURNS, INBOX_OWNERS, JOBS_AND_OUTBOX, COPIES_AND_SENDS, SEARCH_INDEX, SEARCH_VECTORS
+)  # fmt: skip
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -1,0 +1,203 @@
+"""memory_search on PostgreSQL: one index in the database, shared by every instance.
+
+The history tables are the queue: a write's own instance catches its session up right after it landed (in the
+background, coalesced per session), and a search first catches up every session of its scope whose head moved
+since it was indexed, whoever wrote it, so what any instance stored is found by a search on any instance at once,
+also after a crash between a write and its indexing. Records and memory files are tokenised here, on a thread;
+the store only keeps and ranks the docs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import structlog
+
+from agenthub.errors import InvalidIdError, StorageError
+from agenthub.search.docs import RecordReader, memory_docs
+from agenthub.search.text import query_terms
+from agenthub.storage.keys import SessionKey
+from agenthub.storage.memory_files import MemoryName
+from agenthub.storage.postgres.search import PostgresSearchIndex
+from agenthub.storage.postgres.search_sync import PostgresIndexFeed
+from agenthub.storage.search_index import (
+    MEMORY,
+    SearchDoc,
+    SearchHit,
+    SearchScope,
+    SourceRef,
+    memory_doc_name,
+)
+
+log = structlog.get_logger(__name__)
+
+SYNC_DELAY_S = 0.5
+"""How long a written session waits before its instance indexes it: the writes of a turn are read at once. A search
+never waits for it: it catches its scope up itself."""
+
+
+def record_docs(
+    source: SourceRef, records: Sequence[tuple[int, dict[str, Any]]], start: int, skipped: Sequence[str]
+) -> tuple[list[SearchDoc], list[str]]:
+    """The docs of `records` from seq `start` on (the earlier ones only teach the reader their tool names)."""
+    reader = RecordReader(skipped)
+    docs = []
+    for seq, record in records:
+        doc = reader.doc(source, seq, record)
+        if doc is not None and seq >= start:
+            docs.append(doc)
+    return docs, reader.skipped
+
+
+def memory_name_of(agent: str, doc_name: str) -> MemoryName | None:
+    """The memory file of `agent` a scope's memory doc name (`memory_doc_name`) stands for; None if it is none."""
+    path = PurePosixPath(doc_name)
+    parts = path.parts
+    try:
+        if parts == ("auth", "USER.md"):
+            name = MemoryName.shared_profile()
+        elif parts[:2] == ("auth", "users") and len(parts) == 5 and parts[2] == "group":
+            name = MemoryName("group_profile", agent=agent, chat=parts[3], person=path.stem)
+        elif parts[:2] == ("auth", "users") and len(parts) == 3:
+            name = MemoryName("private_profile", agent=agent, person=path.stem)
+        elif parts == ("data", agent, "memory", "MEMORY.md"):
+            name = MemoryName.agent_memory(agent)
+        elif parts[:4] == ("data", agent, "memory", "chats") and len(parts) == 5:
+            name = MemoryName("chat_memory", agent=agent, chat=path.stem)
+        else:
+            return None
+    except InvalidIdError:
+        return None
+    return name if memory_doc_name(name) == doc_name else None
+
+
+class SharedSearchService:
+    """The `Searcher` over the shared index (`Stores.search_index`, fed through `Stores.search_feed`)."""
+
+    def __init__(
+        self, index: PostgresSearchIndex, feed: PostgresIndexFeed, *, sync_delay_s: float = SYNC_DELAY_S
+    ) -> None:
+        self.index = index
+        self.feed = feed
+        self._sync_delay_s = sync_delay_s
+        self.sessions_read = 0
+        """How many times a session was read to update the index (a statistic)."""
+        self._running: dict[SessionKey, asyncio.Task[None]] = {}
+        self._again: set[SessionKey] = set()
+        self._warming: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # ---- feeding -------------------------------------------------------------------------------
+
+    def history_changed(self, op: str, key: SessionKey) -> None:
+        """Catch the session up in the background (one run at a time per session; changes meanwhile: once more)."""
+        if self._closed or op == "reload":
+            return
+        if key in self._running:
+            self._again.add(key)
+            return
+        try:
+            self._running[key] = asyncio.get_running_loop().create_task(self._follow(key))
+        except RuntimeError:  # not on the event loop: the next search catches it up
+            return
+
+    async def _follow(self, key: SessionKey) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self._sync_delay_s)
+                self._again.discard(key)
+                try:
+                    await self.sync_session(key)
+                except StorageError:  # the next search (or change) catches it up
+                    log.warning("search_index_behind", session=str(key))
+                    return
+                if key not in self._again:
+                    return
+        finally:
+            self._running.pop(key, None)
+
+    async def sync_session(self, key: SessionKey, *, full: bool = False) -> int:
+        self.sessions_read += 1
+        return await self.feed.sync_session(key, record_docs, full=full)
+
+    def warm(self, agents: Iterable[str]) -> None:
+        for agent in agents:
+            task = asyncio.get_running_loop().create_task(self._warm(agent))
+            self._warming.add(task)
+            task.add_done_callback(self._warming.discard)
+
+    async def _warm(self, agent: str) -> None:
+        try:
+            await self.catch_up(agent, None)
+        except StorageError:
+            log.warning("search_index_behind", agent=agent)
+
+    async def catch_up(self, agent: str, scope: SearchScope | None) -> int:
+        """Bring the sessions `scope` may see (None: all of the agent's) up to date; how many were behind."""
+        if scope is not None and scope.session is not None:
+            behind = await self.feed.lagging(agent, [scope.session])
+        else:
+            behind = await self.feed.lagging(agent)
+            if scope is not None:
+                allowed: dict[str, bool] = {}
+                behind = [k for k in behind if allowed.setdefault(k.channel, bool(scope.agent_scoped(k.channel)))]
+        for key in behind:
+            await self.sync_session(key)
+        return len(behind)
+
+    async def sync_memory(self, agent: str, doc_names: Iterable[str]) -> None:
+        for doc_name in doc_names:
+            name = memory_name_of(agent, doc_name)
+            if name is None:
+                continue
+            text, ts = await self.feed.read_memory(name)
+            await self.feed.sync_memory(agent, SourceRef(MEMORY, "", doc_name), text, ts, memory_docs)
+
+    # ---- asking --------------------------------------------------------------------------------
+
+    async def search(
+        self,
+        agent: str,
+        query: str,
+        scope: SearchScope,
+        limit: int,
+        *,
+        memory_files: Mapping[str, Path] | None = None,
+    ) -> list[SearchHit]:
+        terms = await asyncio.to_thread(query_terms, query)  # the segmenter's dictionary loads once, off the loop
+        if not terms:
+            return []
+        await self.catch_up(agent, scope)
+        await self.sync_memory(agent, scope.memory_names)
+        return await self.index.search(agent, terms, scope, limit)
+
+    async def purge(self, agent: str, keys: Sequence[SessionKey]) -> int:
+        """Those sessions indexed again from the tables as they are now, and every memory file indexed of the
+        agent again from its text now (a scrubbed line, a deleted file: gone from the tables)."""
+        for key in keys:
+            await self.sync_session(key, full=True)
+        for source in await self.feed.memory_sources(agent):
+            await self.sync_memory(agent, [source.name])
+            if memory_name_of(agent, source.name) is None:
+                await self.index.drop_source(agent, source)
+        return len(keys)
+
+    async def rebuild(self, agent: str) -> dict[str, int]:
+        """The agent's index dropped and built again from the tables (memory files: on their next search)."""
+        await self.index.drop_agent(agent)
+        for key in await self.feed.session_keys(agent):
+            await self.sync_session(key, full=True)
+        return await self.index.stats(agent)
+
+    async def stats(self, agent: str) -> dict[str, int]:
+        return await self.index.stats(agent)
+
+    async def close(self) -> None:
+        """Stop following changes (what was not indexed yet, the next search catches up)."""
+        self._closed = True
+        for task in [*self._warming, *self._running.values()]:
+            task.cancel()
+        await asyncio.gather(*self._running.values(), *self._warming, return_exceptions=True)

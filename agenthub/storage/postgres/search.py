@@ -1,0 +1,326 @@
+"""`PostgresSearchIndex`: the `SearchIndexStore` port on PostgreSQL, in the tables of migration 7
+(`schema.SEARCH_INDEX`), shared by every instance. Docs arrive tokenised (storage never tokenises); every write is
+one transaction under its source's advisory lock, together with the source's watermark. BM25 with the port's prior
+is summed in SQL over the query terms' postings (each carries its doc's length, time, source and channel); the
+best few are ordered by the port's `rank_key` in Python, so both backends give the same order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+
+from agenthub.storage.postgres.database import Database
+from agenthub.storage.search_index import (
+    ARCHIVE,
+    HISTORY,
+    K1,
+    MEMORY,
+    RECENCY_PRIOR,
+    B,
+    Passage,
+    SearchDoc,
+    SearchHit,
+    SearchScope,
+    SourceRef,
+    identity,
+    rank_key,
+    score_of,
+    session_channel,
+)
+
+Conn = AsyncConnection[TupleRow]
+
+_SCORED = f"""
+WITH p AS (
+    SELECT p.doc, p.tf, p.length, p.ts, p.src, p.channel, count(*) OVER (PARTITION BY q.term) AS df
+    FROM (SELECT DISTINCT unnest(%(terms)s::text[]) AS term) q
+    CROSS JOIN LATERAL (SELECT * FROM search_postings p WHERE p.agent = %(agent)s AND p.term = q.term) p
+),
+scored AS (
+    SELECT doc, max(ts) AS ts, sum(
+        ln(1 + (%(n)s - df + 0.5) / (df + 0.5))
+        * tf * {K1 + 1!r} / (tf + {K1!r} * ({1 - B!r} + {B!r} * length / %(avgdl)s))
+    ) AS bm25
+    FROM p WHERE src = ANY(%(sources)s) OR channel = ANY(%(channels)s)
+    GROUP BY doc
+)
+SELECT doc, bm25 FROM scored
+ORDER BY bm25 * (1 + {RECENCY_PRIOR!r} * coalesce((ts - %(ts_min)s)::float8 / %(span)s, 0)) DESC, ts DESC NULLS LAST
+LIMIT %(keep)s
+"""
+"""The `keep` best docs of the scope with their BM25 (the prior applied for the cut only; Python applies it again
+for the final order). N, avgdl, df: over all of the agent's docs, in scope or not (df counted over the query
+terms' postings in the same pass: one index-only scan per term)."""
+
+_TOTALS = """
+SELECT coalesce((SELECT docs FROM search_stats WHERE agent = %(agent)s), 0),
+       coalesce((SELECT total_length FROM search_stats WHERE agent = %(agent)s), 0),
+       (SELECT min(ts) FROM search_docs WHERE agent = %(agent)s),
+       (SELECT max(ts) FROM search_docs WHERE agent = %(agent)s)
+"""
+
+_DOC = "d.id, d.kind, d.session, d.name, d.seq, d.role, d.speaker, d.ts, d.body"
+_AROUND = f"""
+SELECT h.id, b.*, a.* FROM unnest(%(ids)s::bigint[]) AS h(id) JOIN search_docs x ON x.id = h.id
+LEFT JOIN LATERAL (
+    SELECT {_DOC} FROM search_docs d WHERE d.agent = x.agent AND d.kind = x.kind AND d.session = x.session
+    AND d.name = x.name AND d.seq < x.seq ORDER BY d.seq DESC LIMIT 1
+) b ON true
+LEFT JOIN LATERAL (
+    SELECT {_DOC} FROM search_docs d WHERE d.agent = x.agent AND d.kind = x.kind AND d.session = x.session
+    AND d.name = x.name AND d.seq > x.seq ORDER BY d.seq LIMIT 1
+) a ON true
+"""
+
+_SOURCE = "agent = %(agent)s AND kind = %(kind)s AND session = %(session)s AND name = %(name)s"
+_SOURCE_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtextextended("
+    "'search/' || %(agent)s || '/' || %(kind)s || '/' || %(session)s || '/' || %(name)s, 0))"
+)
+_DROP_DOCS = f"""
+WITH gone AS (
+    DELETE FROM search_docs WHERE {_SOURCE} AND (%(seqs)s::bigint[] IS NULL OR seq = ANY(%(seqs)s))
+    RETURNING id, length
+), postings AS (
+    DELETE FROM search_postings WHERE doc IN (SELECT id FROM gone)
+)
+SELECT count(*), coalesce(sum(length), 0) FROM gone
+"""
+_INSERT_DOCS = """
+INSERT INTO search_docs (id, agent, kind, session, name, seq, role, speaker, ts, body, length)
+SELECT t.id, %(agent)s, %(kind)s, %(session)s, %(name)s, t.seq, t.role, t.speaker, t.ts, t.body, t.length
+FROM unnest(%(ids)s::bigint[], %(seqs)s::bigint[], %(roles)s::text[], %(speakers)s::text[], %(ts)s::bigint[],
+            %(bodies)s::text[], %(lengths)s::int[]) AS t(id, seq, role, speaker, ts, body, length)
+"""
+_INSERT_POSTINGS = """
+INSERT INTO search_postings (agent, term, doc, tf, length, ts, src, channel)
+SELECT %(agent)s, t.term, t.doc, t.tf, t.length, t.ts, %(src)s, %(channel)s
+FROM unnest(%(terms)s::text[], %(docs)s::bigint[], %(tfs)s::int[], %(lengths)s::int[], %(ts)s::bigint[])
+    AS t(term, doc, tf, length, ts)
+"""
+_ADD_STATS = """
+INSERT INTO search_stats AS s (agent, docs, total_length) VALUES (%(agent)s, %(docs)s, %(length)s)
+ON CONFLICT (agent) DO UPDATE SET docs = s.docs + EXCLUDED.docs, total_length = s.total_length + EXCLUDED.total_length
+"""
+_SET_WATERMARK = """
+INSERT INTO search_sources AS w (agent, kind, session, name, watermark, head)
+VALUES (%(agent)s, %(kind)s, %(session)s, %(name)s, %(watermark)s, %(head)s)
+ON CONFLICT (agent, kind, session, name) DO UPDATE SET watermark = EXCLUDED.watermark, head = EXCLUDED.head
+"""
+
+
+def source_params(agent: str, source: SourceRef, **more: Any) -> dict[str, Any]:
+    return {"agent": agent, "kind": source.kind, "session": source.session, "name": source.name, **more}
+
+
+async def lock_source(conn: Conn, agent: str, source: SourceRef, *, durable: bool = True) -> None:
+    """Serialise this transaction with every other writer of the source (any instance). Not `durable`: only new
+    docs are added, with their watermark in the same transaction, so a server crash may lose both together (they
+    are indexed again from the history tables) and the commit need not wait for the WAL flush. A write that
+    removes text (a rewrite, a redaction, a drop) is durable: once it returns, the text is gone for good."""
+    if not durable:
+        await conn.execute("SET LOCAL synchronous_commit TO OFF")
+    await conn.execute(_SOURCE_LOCK, source_params(agent, source))
+
+
+async def drop_docs(conn: Conn, agent: str, source: SourceRef, seqs: Sequence[int] | None = None) -> tuple[int, int]:
+    """Delete the source's docs (only those at `seqs`, when given) and their postings; (docs, total length)."""
+    cursor = await conn.execute(_DROP_DOCS, source_params(agent, source, seqs=None if seqs is None else list(seqs)))
+    row = await cursor.fetchone()
+    return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+
+async def insert_docs(
+    conn: Conn, agent: str, source: SourceRef, docs: Sequence[SearchDoc], dropped: tuple[int, int] = (0, 0)
+) -> None:
+    """Store `docs` and their postings, and move the agent's N and total length by what was added and dropped."""
+    if docs:
+        cursor = await conn.execute("SELECT nextval('search_docs_id_seq') FROM generate_series(1, %s)", (len(docs),))
+        ids = [int(row[0]) for row in await cursor.fetchall()]
+        p = [doc.passage for doc in docs]
+        lengths = [len(doc.terms) for doc in docs]
+        await conn.execute(
+            _INSERT_DOCS,
+            source_params(
+                agent, source, ids=ids, seqs=[x.seq for x in p], roles=[x.role for x in p],
+                speakers=[x.speaker for x in p], ts=[x.ts for x in p], bodies=[x.text for x in p], lengths=lengths,
+            ),
+        )  # fmt: skip
+        columns: tuple[list[Any], ...] = ([], [], [], [], [])
+        for doc_id, doc, length in zip(ids, docs, lengths, strict=True):
+            for term, tf in _counts(doc.terms).items():
+                for column, value in zip(columns, (term, doc_id, tf, length, doc.passage.ts), strict=True):
+                    column.append(value)
+        src = source.name if source.kind == MEMORY else source.session
+        channel = "" if source.kind == MEMORY else session_channel(source.session)
+        terms, doc_ids, tfs, doc_lengths, times = columns
+        await conn.execute(
+            _INSERT_POSTINGS,
+            {"agent": agent, "src": src, "channel": channel, "terms": terms, "docs": doc_ids, "tfs": tfs,
+             "lengths": doc_lengths, "ts": times},
+        )  # fmt: skip
+    added, added_length = len(docs), sum(len(doc.terms) for doc in docs)
+    if (added, added_length) != dropped:  # the one row every writer of the agent updates: last, held briefly
+        await conn.execute(
+            _ADD_STATS, {"agent": agent, "docs": added - dropped[0], "length": added_length - dropped[1]}
+        )
+
+
+async def set_watermark(conn: Conn, agent: str, source: SourceRef, watermark: str, head: str | None = None) -> None:
+    await conn.execute(_SET_WATERMARK, source_params(agent, source, watermark=watermark, head=head))
+
+
+def _counts(terms: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for term in terms:
+        counts[term] = counts.get(term, 0) + 1
+    return counts
+
+
+class PostgresSearchIndex:
+    """The shared index: the port's writes and its ranked search."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    # ---- the port: writing ---------------------------------------------------------------------
+
+    async def add(self, agent: str, source: SourceRef, docs: Sequence[SearchDoc], watermark: str) -> None:
+        async with self.database.connection("update the search index") as conn, conn.transaction():
+            await lock_source(conn, agent, source)
+            dropped = await drop_docs(conn, agent, source, [doc.passage.seq for doc in docs]) if docs else (0, 0)
+            await insert_docs(conn, agent, source, docs, dropped)
+            await set_watermark(conn, agent, source, watermark)
+
+    async def replace_source(self, agent: str, source: SourceRef, docs: Sequence[SearchDoc], watermark: str) -> None:
+        async with self.database.connection("update the search index") as conn, conn.transaction():
+            await lock_source(conn, agent, source)
+            await insert_docs(conn, agent, source, docs, await drop_docs(conn, agent, source))
+            await set_watermark(conn, agent, source, watermark)
+
+    async def drop_source(self, agent: str, source: SourceRef) -> None:
+        async with self.database.connection("update the search index") as conn, conn.transaction():
+            await lock_source(conn, agent, source)
+            await insert_docs(conn, agent, source, [], await drop_docs(conn, agent, source))
+            await conn.execute(f"DELETE FROM search_sources WHERE {_SOURCE}", source_params(agent, source))
+
+    async def drop_session(self, agent: str, session: str) -> None:
+        for kind in (HISTORY, ARCHIVE):
+            await self.drop_source(agent, SourceRef(kind, session))
+
+    async def watermarks(self, agent: str) -> dict[SourceRef, str]:
+        async with self.database.connection("read the search index") as conn:
+            cursor = await conn.execute(
+                "SELECT kind, session, name, watermark FROM search_sources WHERE agent = %s", (agent,)
+            )
+            rows = await cursor.fetchall()
+        return {SourceRef(row[0], row[1], row[2]): row[3] for row in rows}
+
+    async def purge(self, agent: str) -> None:
+        """Nothing to do: a dropped or replaced doc's rows are deleted in the same transaction (no copy is kept
+        outside the tables; the server reclaims the dead row versions by itself)."""
+
+    async def drop_agent(self, agent: str) -> None:
+        """Everything indexed of `agent` (a rebuild starts here)."""
+        async with self.database.connection("clear the search index") as conn, conn.transaction():
+            for table in ("search_postings", "search_docs", "search_sources", "search_stats"):
+                await conn.execute(f"DELETE FROM {table} WHERE agent = %s", (agent,))
+
+    # ---- the port: asking ----------------------------------------------------------------------
+
+    async def search(self, agent: str, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
+        if not terms or limit < 1:
+            return []
+        async with self.database.connection("search the memory") as conn, conn.transaction():
+            await conn.execute("SET LOCAL jit = off")  # compiling costs more than these short queries run
+            sources, channels = await _allowed(conn, agent, scope)
+            if not sources and not channels:
+                return []
+            cursor = await conn.execute(_TOTALS, {"agent": agent})
+            totals = await cursor.fetchone()
+            assert totals is not None
+            n_docs, n_terms, ts_min, ts_max = int(totals[0]), int(totals[1]), totals[2], totals[3]
+            if n_docs <= 0:
+                return []
+            span = ts_max - ts_min if ts_min is not None and ts_max is not None and ts_max > ts_min else None
+            cursor = await conn.execute(
+                _SCORED,
+                {"agent": agent, "terms": list(dict.fromkeys(terms)), "n": float(n_docs), "avgdl": n_terms / n_docs,
+                 "sources": sources, "channels": channels, "ts_min": ts_min, "span": span, "keep": 2 * limit},
+            )  # fmt: skip
+            bm25 = {int(row[0]): float(row[1]) for row in await cursor.fetchall()}
+            if not bm25:
+                return []
+            passages = await _passages(conn, list(bm25))
+            scored = {i: score_of(bm25[i], p.ts, ts_min, ts_max) for i, p in passages.items()}
+            best = _distinct(sorted(passages, key=lambda i: rank_key(scored[i], passages[i])), passages, limit)
+            around = await _around(conn, best)
+        return [SearchHit(passages[i], scored[i], *around.get(i, (None, None))) for i in best]
+
+    async def stats(self, agent: str) -> dict[str, int]:
+        async with self.database.connection("read the search index") as conn:
+            cursor = await conn.execute(
+                "SELECT coalesce((SELECT docs FROM search_stats WHERE agent = %(a)s), 0), "
+                "coalesce((SELECT total_length FROM search_stats WHERE agent = %(a)s), 0), "
+                "(SELECT count(*) FROM search_sources WHERE agent = %(a)s)",
+                {"a": agent},
+            )
+            row = await cursor.fetchone()
+        assert row is not None
+        return {"docs": int(row[0]), "terms": int(row[1]), "sources": int(row[2])}
+
+
+async def _allowed(conn: Conn, agent: str, scope: SearchScope) -> tuple[list[str], list[str]]:
+    """The scope as the postings see it: the sources (a session; memory names) and the channels it may read."""
+    sources = list(scope.memory_names)
+    if scope.session is not None:
+        return [scope.session, *sources], []
+    cursor = await conn.execute(
+        "SELECT DISTINCT split_part(session, ':', 2) FROM search_sources WHERE agent = %s AND kind != %s",
+        (agent, MEMORY),
+    )
+    channels = [row[0] for row in await cursor.fetchall()]
+    return sources, [c for c in channels if c and scope.agent_scoped(c)]
+
+
+async def _passages(conn: Conn, ids: list[int]) -> dict[int, Passage]:
+    cursor = await conn.execute(f"SELECT {_DOC} FROM search_docs d WHERE d.id = ANY(%s)", (ids,))
+    return {int(row[0]): _passage(row[1:]) for row in await cursor.fetchall()}
+
+
+async def _around(conn: Conn, ids: list[int]) -> dict[int, tuple[Passage | None, Passage | None]]:
+    """Each doc's neighbours in its source: the greatest seq below it and the smallest above."""
+    if not ids:
+        return {}
+    cursor = await conn.execute(_AROUND, {"ids": ids})
+    found: dict[int, tuple[Passage | None, Passage | None]] = {}
+    width = 9
+    for row in await cursor.fetchall():
+        before, after = row[1 : 1 + width], row[1 + width :]
+        found[int(row[0])] = (
+            None if before[0] is None else _passage(before[1:]),
+            None if after[0] is None else _passage(after[1:]),
+        )
+    return found
+
+
+def _passage(row: Sequence[Any]) -> Passage:
+    kind, session, name, seq, role, speaker, ts, body = row
+    return Passage(SourceRef(kind, session, name), int(seq), role, speaker, None if ts is None else int(ts), body)
+
+
+def _distinct(ranked: list[int], passages: dict[int, Passage], limit: int) -> list[int]:
+    """The first `limit` of `ranked`, one per message (the same message in the archive and the history)."""
+    best: list[int] = []
+    seen: set[tuple[str, str, int | None, str]] = set()
+    for doc_id in ranked:
+        key = identity(passages[doc_id])
+        if key not in seen:
+            seen.add(key)
+            best.append(doc_id)
+            if len(best) == limit:
+                break
+    return best

@@ -1,0 +1,173 @@
+"""memory_search on PostgreSQL: query p50/p99 at 100,000 stored messages (BM25 in SQL over the shared index), and the
+index update per append ÷ the append (the same message, both on the database).
+
+Run: PYTHONPATH=. .venv/bin/python bench/bench_search_postgres.py [--sessions 1000] [--per-session 100]
+(starts a throw-away durable PostgreSQL of its own, as the test suite does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agenthub.search.shared import SharedSearchService
+from agenthub.storage.keys import SessionKey
+from agenthub.storage.postgres import Database, PostgresSessionStore
+from agenthub.storage.postgres.search import PostgresSearchIndex
+from agenthub.storage.postgres.search_sync import PostgresIndexFeed
+from agenthub.storage.search_index import SearchScope
+from tests.support.postgres import migrated, new_server
+
+AGENT = "bench"
+ZH = [
+    "预算",
+    "排期",
+    "会议",
+    "客户",
+    "合同",
+    "发票",
+    "报销",
+    "需求",
+    "测试",
+    "上线",
+    "版本",
+    "接口",
+    "数据库",
+    "服务器",
+]
+ZH += ["前端", "后端", "设计", "文档", "周报", "季度", "老板", "同事", "项目", "问题", "方案", "进度", "风险", "计划"]
+EN = ["budget", "schedule", "meeting", "customer", "contract", "invoice", "expense", "release", "version", "server"]
+EN += ["design", "report", "deadline", "review", "launch", "ticket", "backlog", "sprint", "vendor", "pricing"]
+NAMES = ["Alice", "Bob", "Carol", "Dave", "Evan", "Fay", "Gus", "Hana", "小王", "老李", "张三", "李四"]
+QUERIES = 50
+APPENDS = 200
+
+
+def _sentence(rng: random.Random, i: int) -> str:
+    words = [rng.choice(ZH) for _ in range(4)] + [rng.choice(EN) for _ in range(4)] + [rng.choice(NAMES)]
+    words += [f"{rng.randint(1, 5000)}", f"item{rng.randint(1, 20000)}"]
+    rng.shuffle(words)
+    return f"第{i}条：" + " ".join(words) + "，这个事情我们下周再讨论一下 we will talk about it next week"
+
+
+def _message(rng: random.Random, i: int) -> dict[str, Any]:
+    role = "user" if i % 2 == 0 else "assistant"
+    return {"role": role, "content": _sentence(rng, i), "timestamp": 1_700_000_000_000 + i}
+
+
+async def load_corpus(sessions: PostgresSessionStore, search: SharedSearchService, count: int, per: int) -> SessionKey:
+    """`count` × `per` messages stored and indexed; one fact planted in one session. Returns that session."""
+    rng = random.Random(13)
+    planted = SessionKey(AGENT, "wecom", f"group-{count // 2}")
+    start = time.perf_counter()
+    for s in range(count):
+        key = SessionKey(AGENT, "wecom", f"group-{s}")
+        records = [_message(rng, s * per + i) for i in range(per)]
+        if key == planted:
+            records[per // 2] = {"role": "user", "content": "我们的暗号是夜莺 password nightingale", "timestamp": 1}
+        await sessions.append(key, records)
+    stored = time.perf_counter() - start
+    start = time.perf_counter()
+    await search.catch_up(AGENT, None)
+    indexed = time.perf_counter() - start
+    print(f"stored {count * per} messages in {count} sessions in {stored:.1f} s, indexed in {indexed:.1f} s")
+    return planted
+
+
+async def _timed(fn: Callable[[], Awaitable[object]], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        await fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _p(times: list[float], q: float) -> float:
+    ordered = sorted(times)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+async def bench_queries(search: SharedSearchService, planted: SessionKey) -> None:
+    """Each query through the service, as the tool asks it: tokenised, the scope caught up, ranked in SQL."""
+    everything, one_chat = SearchScope(None, agent_scoped=lambda _: True), SearchScope(str(planted))
+    cases: list[tuple[str, str, SearchScope]] = [
+        ("rare english word, all sessions", "nightingale", everything),
+        ("rare chinese word, all sessions", "夜莺", everything),
+        ("question as asked, all sessions", "What was the password we agreed on?", everything),
+        ("chinese question, all sessions", "我们之前说的暗号是什么？", everything),
+        ("common english words, all sessions", "budget meeting with the customer", everything),
+        ("common chinese words, all sessions", "预算 会议 客户 合同", everything),
+        ("a name and a number, all sessions", "Evan 1234", everything),
+        ("common words, one chat", "budget meeting customer", one_chat),
+        ("rare word, one chat", "nightingale", one_chat),
+    ]
+    overall: list[float] = []
+    for name, query, scope in cases:
+        hits = await search.search(AGENT, query, scope, 5)
+        times = await _timed(lambda q=query, s=scope: search.search(AGENT, q, s, 5), QUERIES)  # type: ignore[misc]
+        overall += times
+        print(f"  {name:40s} hits={len(hits)}  p50={_p(times, 0.5):7.2f} ms  p99={_p(times, 0.99):7.2f} ms")
+    stats = await search.stats(AGENT)
+    print(f"memory_search (postgres) at {stats['docs']} passages: p50={_p(overall, 0.5):.2f} ms  "
+          f"p99={_p(overall, 0.99):.2f} ms")  # fmt: skip
+
+
+async def bench_append_cost(sessions: PostgresSessionStore, search: SharedSearchService) -> None:
+    """Median seconds of an append vs of the index update it causes (catching the session up)."""
+    rng = random.Random(7)
+    key = SessionKey(AGENT, "http", "append")
+    appends, updates = [], []
+    for i in range(APPENDS):
+        start = time.perf_counter()
+        await sessions.append(key, [_message(rng, i)])
+        appends.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        await search.sync_session(key)
+        updates.append(time.perf_counter() - start)
+    append_s, update_s = statistics.median(appends), statistics.median(updates)
+    print(
+        f"append {append_s * 1e6:.0f} us, index update after each append {update_s * 1e6:.0f} us, "
+        f"ratio update/append = {update_s / append_s:.2f}"
+    )
+    # as the service does it: the appends of SYNC_DELAY_S (a turn's user message, tool calls, reply) read at once
+    batch, appended, synced = 6, 0.0, 0.0
+    for i in range(APPENDS // batch):
+        start = time.perf_counter()
+        for j in range(batch):
+            await sessions.append(key, [_message(rng, i * batch + j)])
+        appended += time.perf_counter() - start
+        start = time.perf_counter()
+        await search.sync_session(key)
+        synced += time.perf_counter() - start
+    print(f"batched as the service does ({batch} appends per catch-up): index work / append work = "
+          f"{synced / appended:.2f}")  # fmt: skip
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--per-session", type=int, default=100)
+    args = parser.parse_args()
+    server = new_server(durable=True)
+    try:
+        database = Database(migrated(server.create_database()))
+        sessions = PostgresSessionStore(database)
+        search = SharedSearchService(PostgresSearchIndex(database), PostgresIndexFeed(database))
+        planted = await load_corpus(sessions, search, args.sessions, args.per_session)
+        async with database.connection("analyse") as conn:
+            await conn.execute("VACUUM ANALYZE")
+        await bench_queries(search, planted)
+        await bench_append_cost(sessions, search)
+        await database.close()
+    finally:
+        server.remove()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
