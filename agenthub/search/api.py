@@ -5,16 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.search_index import SearchHit, SearchScope
+
+if TYPE_CHECKING:
+    from agenthub.search.vectors import VectorIndex
 
 UNAVAILABLE = "memory search is unavailable right now (the store cannot be reached); go on without it"
 """The tool's error when the index cannot be reached: the turn goes on."""
 
 
 class Searcher(Protocol):
+    vectors: VectorIndex | None
+    """`[search.embeddings]`: the vectors fused with the lexical ranking (None: lexical only)."""
+
     def history_changed(self, op: str, key: SessionKey) -> None:
         """A SessionHistory observer: the session changed (`append`, `replace`, `clear`, `delete`, `reload`)."""
         ...

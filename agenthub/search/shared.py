@@ -19,6 +19,7 @@ import structlog
 from agenthub.errors import InvalidIdError, StorageError
 from agenthub.search.docs import RecordReader, memory_docs
 from agenthub.search.text import query_terms
+from agenthub.search.vectors import CANDIDATES, VectorIndex
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.postgres.search import PostgresSearchIndex
@@ -89,6 +90,8 @@ class SharedSearchService:
         self._again: set[SessionKey] = set()
         self._warming: set[asyncio.Task[None]] = set()
         self._closed = False
+        self.vectors: VectorIndex | None = None
+        """`[search.embeddings]`: the vectors fused with the lexical ranking (None: lexical only)."""
 
     # ---- feeding -------------------------------------------------------------------------------
 
@@ -167,6 +170,13 @@ class SharedSearchService:
         *,
         memory_files: Mapping[str, Path] | None = None,
     ) -> list[SearchHit]:
+        """As `SearchService.search`, over the shared index (the scope's sessions caught up first)."""
+        if self.vectors is None:
+            return await self._lexical(agent, query, scope, limit)
+        lexical = await self._lexical(agent, query, scope, max(limit, CANDIDATES))
+        return await self.vectors.search(agent, query, scope, limit, lexical)
+
+    async def _lexical(self, agent: str, query: str, scope: SearchScope, limit: int) -> list[SearchHit]:
         terms = await asyncio.to_thread(query_terms, query)  # the segmenter's dictionary loads once, off the loop
         if not terms:
             return []
@@ -183,6 +193,8 @@ class SharedSearchService:
             await self.sync_memory(agent, [source.name])
             if memory_name_of(agent, source.name) is None:
                 await self.index.drop_source(agent, source)
+        if self.vectors is not None:
+            await self.vectors.purge(agent, keys)
         return len(keys)
 
     async def rebuild(self, agent: str) -> dict[str, int]:
@@ -201,3 +213,5 @@ class SharedSearchService:
         for task in [*self._warming, *self._running.values()]:
             task.cancel()
         await asyncio.gather(*self._running.values(), *self._warming, return_exceptions=True)
+        if self.vectors is not None:
+            await self.vectors.close()
