@@ -225,7 +225,8 @@ class TurnRunner:
         for text in refusals:
             pending.handle.emit(NoticeEvent(text))
         if fresh:  # a message stored before a crash is not stored again
-            await gw.history.append(pending.key, *_user_records(pending, fresh, intakes))
+            joins = _joins_last_record(stored, await gw.history.load(pending.key))
+            await gw.history.append(pending.key, *_user_records(fresh, intakes, joins_last=joins))
         result = await self._run_with_recovery(pending, provider, model)
         try:
             await gw.history.append(
@@ -382,13 +383,24 @@ def _end_answered_members(pending: PendingTurn, stored: dict[str, StoredMessage]
             member.handle.emit(DoneEvent(answer, session_key=str(member.key)))
 
 
-def _user_records(pending: PendingTurn, fresh: list[PendingTurn], intakes: list[Intake]) -> list[dict[str, Any]]:
-    """One stored user message per new message of the turn; all but the turn's first are flagged as sent together."""
+def _user_records(fresh: list[PendingTurn], intakes: list[Intake], *, joins_last: bool) -> list[dict[str, Any]]:
+    """One stored user message per new message of the turn. `together` means "sent to the model with the user
+    message just before it, both answered by the one answer after them": every record after the first, and the
+    first only when it `joins_last` (the history ends with an unanswered message of this turn)."""
     records = [_user_record(member, intake) for member, intake in zip(fresh, intakes, strict=True)]
-    for member, record in zip(fresh, records, strict=True):
-        if member is not pending.members[0]:
+    for index, record in enumerate(records):
+        if index > 0 or joins_last:
             record["together"] = True
     return records
+
+
+def _joins_last_record(stored: dict[str, StoredMessage], history: list[dict[str, Any]]) -> bool:
+    """Whether the turn's new messages follow one of its members stored unanswered before a crash as the history's
+    last record: they then go to the model together with it. After an answer (or another turn) they never do, so a
+    replay never joins messages that were answered apart (`inbox_replay`)."""
+    last = history[-1] if history else {}
+    last_id = last.get(INBOX_ID) if last.get("role") == "user" else None
+    return isinstance(last_id, str) and last_id in stored
 
 
 def _user_record(pending: PendingTurn, intake: Intake) -> dict[str, Any]:
