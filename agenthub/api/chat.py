@@ -76,10 +76,11 @@ async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamRespo
 
 async def _submit(api: ApiServices, message: InboundMessage, locale: i18n.Locale) -> ReplyHandle:
     """Store the request in the inbox, then submit it: accepted, it is answered (into its session) also across a
-    crash. Refused storage: 503 `storage_unavailable`, nothing run. While the daemon drains nothing is accepted:
-    the gateway answers "restarting" and the client can send it again."""
+    crash. Refused storage: 503 `storage_unavailable`, nothing run. While the daemon drains nothing is stored: a
+    503 `shutdown` says so, and the client can send it again (one stored meanwhile is told its answer follows)."""
     if not api.inbox.gateway.accepting:
-        return await api.host.submit(message)
+        restarting = i18n.text("abort.shutdown", locale)
+        raise ApiError(status_of(ErrorCode.SHUTDOWN), ErrorCode.SHUTDOWN, restarting)
     try:
         return await api.inbox.submit(HTTP_SOURCE, message)
     except StorageError as e:

@@ -28,7 +28,7 @@ from agenthub.i18n import Text
 from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
 from agenthub.media.inbox import Intake, MediaInbox
-from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, NoticeEvent, Usage
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Usage
 from agenthub.storage.store import FencedWriteError
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class TurnRunner:
     def _aborted(self, task: asyncio.Task[None], pending: PendingTurn, reason: str) -> None:
         self.gateway.stats.aborted += 1
         log.info("turn_aborted", reason=reason)
-        self._record_failure(task, reason, abort_message(reason, pending.locale))
+        self._record_failure(task, reason, abort_message(reason, pending.locale, pending.message))
 
     async def _execute_within(self, pending: PendingTurn, limit_s: float) -> TurnOutcome:
         """`_execute` cancelled once it has run `limit_s` seconds (a hung tool or model call); `TurnTimedOut` then."""
@@ -428,6 +428,9 @@ def _user_record(pending: PendingTurn, intake: Intake) -> dict[str, Any]:
     return record
 
 
-def abort_message(reason: str, locale: str) -> str:
-    """What a message whose turn was aborted for `reason` (an `ErrorCode`) ends with, in `locale`."""
+def abort_message(reason: str, locale: str, message: InboundMessage | None = None) -> str:
+    """What a message whose turn was aborted for `reason` (an `ErrorCode`) ends with, in `locale`. A `message`
+    stored in the durable inbox is answered after a shutdown: it is told so, never to send it again."""
+    if reason == ErrorCode.SHUTDOWN and message is not None and inbox_id_of(message) is not None:
+        return i18n.text("abort.shutdown_stored", locale)
     return i18n.text(ABORT_TEXTS.get(reason, "abort.other"), locale)
