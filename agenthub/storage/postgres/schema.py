@@ -203,7 +203,34 @@ COPIES_AND_SENDS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, TURNS, INBOX_OWNERS, JOBS_AND_OUTBOX, COPIES_AND_SENDS)
+IDEMPOTENCY_KEYS = Migration(
+    9,
+    "the HTTP API's idempotency keys",
+    (
+        # one row per (token/agent/chat, Idempotency-Key) taken by a chat request: its body's digest, whether its
+        # message was stored, and its final reply once answered; rows out of the window are deleted now and then
+        """CREATE TABLE idempotency_keys (
+            scope text NOT NULL,
+            key text NOT NULL,
+            fingerprint text NOT NULL,
+            accepted boolean NOT NULL DEFAULT false,
+            final json,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (scope, key)
+        )""",
+        "CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at)",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    SESSIONS,
+    SHARED_STATE,
+    TURNS,
+    INBOX_OWNERS,
+    JOBS_AND_OUTBOX,
+    COPIES_AND_SENDS,
+    IDEMPOTENCY_KEYS,
+)
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
