@@ -162,7 +162,7 @@ class ConnectionGuard:
         a declared body over `max_body_bytes` before waiting for any of it."""
         limit, declared = self.limits.max_body_bytes, request.content_length
         if limit is not None and declared is not None and declared > limit:
-            log.info("http_body_too_large", path=request.path, declared=declared, limit=limit)
+            log.warning("http_body_too_large", path=request.path, declared=declared, limit=limit)
             body = error_json("payload_too_large", f"the request body is larger than {limit} bytes")
             refused = web.Response(status=413, text=body, content_type="application/json")
             refused.force_close()
