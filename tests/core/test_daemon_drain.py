@@ -18,6 +18,8 @@ from tests.support.daemons import Deployment, Reply
 from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text
 
 BURST = 12
+CHAT = "/api/agents/default/chat"
+KEY = {"Idempotency-Key": "drain-retry-1"}
 START_BOUND_S = 60.0
 """A bound on a cold process's first model call under a loaded machine, not a measurement."""
 
@@ -82,11 +84,15 @@ async def test_sigterm_cutting_slow_turns_of_a_start_up_burst_never_tells_a_stor
     async with Deployment(tmp_path, fake_llm, count=1, env=env) as d:
         await d.start_all(warm=False)
         client, [daemon] = d.client(), d.instances
+        keyed = {"chat_id": "keyed", "content": "keyed"}
+        first_keyed = asyncio.create_task(client.call("POST", CHAT, daemon, json=keyed, headers=KEY))
         burst = [client.send(f"b{i}", f"burst {i}", daemon) for i in range(BURST)]
         await fake_llm.wait_for_requests(1, timeout_s=START_BOUND_S)  # a cold process: seconds on a loaded machine
         stopped = asyncio.create_task(daemon.stop())
         late = [client.send(f"late{i}", f"late {i}", daemon) for i in range(3)]  # stored before the stop, or refused
         assert await stopped == 0
+        status, body = await first_keyed  # cut: the answer follows, to this key too
+        assert status == 503 and body["error"]["message"] == i18n.text("abort.shutdown_stored", "zh-CN"), body
         sent = burst + late
         replies = await asyncio.gather(*(one.reply for one in sent))
         cut = [one for one, reply in zip(sent, replies, strict=True) if reply.final is not None]
@@ -102,6 +108,10 @@ async def test_sigterm_cutting_slow_turns_of_a_start_up_burst_never_tells_a_stor
         fake_llm.responder = lambda body: reply_text("answer to " + _words(body))
         await d.restart(daemon.index, warm=False)
         await client.wait_metric(daemon, "agenthub_inbox_depth", 0)
+        status, body = await client.call("POST", CHAT, daemon, json=keyed, headers=KEY)  # the client's retry
+        assert status == 200 and body["reply"] == "answer to keyed", body
+        messages = await client.messages("keyed", daemon)
+        assert [m["content"] for m in messages if m["role"] == "user"] == ["keyed"]  # answered once, not twice
         for one in sent:
             status, body = await client.call("GET", f"/api/agents/default/sessions/{one.chat_id}/messages", daemon)
             messages = body.get("messages", []) if status == 200 else []
