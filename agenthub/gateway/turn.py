@@ -225,7 +225,7 @@ class TurnRunner:
         for text in refusals:
             pending.handle.emit(NoticeEvent(text))
         if fresh:  # a message stored before a crash is not stored again
-            joins = _joins_last_record(stored, await gw.history.load(pending.key))
+            joins = bool(stored) and _joins_last_record(stored, await gw.history.load(pending.key))
             await gw.history.append(pending.key, *_user_records(fresh, intakes, joins_last=joins))
         result = await self._run_with_recovery(pending, provider, model)
         try:
