@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from agenthub.api.server import HttpApi
     from agenthub.gateway.core import GatewayCore
     from agenthub.search.api import Searcher
+    from agenthub.storage.idempotency import IdempotencyStore
     from agenthub.storage.inbox import Inbox
     from agenthub.storage.stores import Stores
     from agenthub.web import WebServer
@@ -89,10 +90,11 @@ def shared_search(stores: Stores) -> Searcher | None:
     return SharedSearchService(stores.search_index, stores.search_feed)
 
 
-def api_services(gateway: GatewayCore, inbox: Inbox) -> ApiServices:
+def api_services(gateway: GatewayCore, inbox: Inbox, idempotency: IdempotencyStore) -> ApiServices:
     """The API's view of the core: the gateway behind the narrow `ApiHost` protocol, and the services the
     routes need that are built around the whole gateway (forgetting a person, the memory thresholds, the inbox)."""
     from agenthub.api.host import ApiServices
+    from agenthub.api.idempotency import answer_recorder
     from agenthub.forget.command import gateway_forgetter
     from agenthub.inbox_flow import InboxSubmitter
     from agenthub.memory.thresholds import thresholds_for
@@ -101,7 +103,8 @@ def api_services(gateway: GatewayCore, inbox: Inbox) -> ApiServices:
         gateway,
         forgetter=lambda: gateway_forgetter(gateway),
         thresholds=lambda agent: thresholds_for(gateway.settings, agent),
-        inbox=InboxSubmitter(inbox, gateway, resolve=gateway.session_of),
+        inbox=InboxSubmitter(inbox, gateway, resolve=gateway.session_of, answered=answer_recorder(idempotency)),
+        idempotency=idempotency,
     )
 
 
@@ -111,10 +114,13 @@ def build_api(
     """The HTTP API and console, its routes added to `routes`, its tokens from `stores` (default: the files), chat
     requests stored in `inbox` (an in-memory one when none is given); `ConfigError` for a bad `[channels.http]`."""
     from agenthub.api.server import HttpApi
+    from agenthub.storage.idempotency import InMemoryIdempotency
     from agenthub.storage.inbox import InMemoryInbox
 
     tokens = None if stores is None else stores.tokens
-    services = api_services(gateway, inbox or InMemoryInbox())
+    window_s = gateway.settings.http.idempotency_window_s
+    idempotency = InMemoryIdempotency(window_s=window_s) if stores is None else stores.idempotency(window_s)
+    services = api_services(gateway, inbox or InMemoryInbox(), idempotency)
     return HttpApi(services, routes, gateway.settings.channels.get("http", {}), tokens)
 
 

@@ -141,6 +141,9 @@ class HTTPSettings(_Section):
     max_connections: int | None = Field(
         None, ge=1, description="open connections at most; default: the open-file limit minus room for the rest"
     )
+    idempotency_window_s: float = Field(
+        86_400.0, ge=60, description="how long a chat request's Idempotency-Key and its answer are kept"
+    )
 
 
 class SchedulerSettings(_Section):

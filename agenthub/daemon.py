@@ -11,6 +11,7 @@ from typing import TextIO
 import structlog
 
 from agenthub.agent.definition import load_agents
+from agenthub.api.idempotency import answer_recorder
 from agenthub.app import assemble, build_gateway, open_stores
 from agenthub.channel import Channel
 from agenthub.config import Settings
@@ -74,7 +75,8 @@ class Daemon:
         server, self.channels = assemble(self.settings, gateway, stores)
         self.server = server
         inbox = stores.inbox
-        resumed = InboxSubmitter(inbox, gateway, resolve=gateway.session_of)
+        idempotency = stores.idempotency(http.idempotency_window_s)  # a resumed request's answer is kept too
+        resumed = InboxSubmitter(inbox, gateway, resolve=gateway.session_of, answered=answer_recorder(idempotency))
         instance = InstanceInbox(inbox, gateway.leases, resumed, self.channels)
         await instance.open()  # alive before accepting anything: no survivor takes what this instance accepts
         server.add_metrics(instance.metrics)

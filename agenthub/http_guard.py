@@ -2,9 +2,10 @@
 
 A connection must send a whole request head within `header_timeout_s` of opening or of its previous reply (aiohttp's
 keep-alive timer, armed at connect, closes a connection still waiting for a head); a body must arrive whole within
-`body_timeout_s` of its head (else 408). At most `max_connections` are open: at the cap a new connection closes the
-longest-idle one (no request running), or, when every one is busy, gets a 503. Hitting the cap (or the process's
-open-file limit) is logged once a minute, never once per connection.
+`body_timeout_s` of its head (else 408); a head declaring a body over `max_body_bytes` gets a 413 at once. At most
+`max_connections` are open: at the cap a new connection closes the longest-idle one (no request running), or, when
+every one is busy, gets a 503. Hitting the cap (or the process's open-file limit) is logged once a minute, never once
+per connection.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class ConnectionLimits:
     body_timeout_s: float = 60.0
     max_connections: int | None = None
     reserved_fds: int = RESERVED_FDS
+    max_body_bytes: int | None = None
+    """A request whose `Content-Length` says more is refused (413) before its body is read."""
 
     def connection_cap(self) -> int:
         return self.max_connections if self.max_connections is not None else self.fd_cap()
@@ -155,7 +158,18 @@ class ConnectionGuard:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Mark the connection busy while its request runs, and give its body `body_timeout_s` to arrive."""
+        """Mark the connection busy while its request runs, and give its body `body_timeout_s` to arrive; refuse
+        a declared body over `max_body_bytes` before waiting for any of it."""
+        limit, declared = self.limits.max_body_bytes, request.content_length
+        if limit is not None and declared is not None and declared > limit:
+            log.warning("http_body_too_large", path=request.path, declared=declared, limit=limit)
+            body = error_json("payload_too_large", f"the request body is larger than {limit} bytes")
+            refused = web.Response(status=413, text=body, content_type="application/json")
+            refused.force_close()
+            await refused.prepare(request)
+            await refused.write_eof()
+            request.protocol.force_close()  # now: aiohttp would otherwise read ("linger" over) the body for 10 s
+            return refused
         conn = request.protocol
         counted = conn in self._idle
         if counted:

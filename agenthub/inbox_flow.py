@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -34,6 +34,9 @@ entry already): its entry is given up (`Inbox.release`), never settled here; a t
 
 CLOSE_GRACE_S = 5.0
 
+AnswerHook = Callable[[InboundMessage, DoneEvent | ErrorEvent], Awaitable[None]]
+"""Told each message's final reply once it is answered for good (not cut for a restart or another instance)."""
+
 
 def stays_unsettled(final: DoneEvent | ErrorEvent) -> bool:
     return isinstance(final, ErrorEvent) and final.code in UNANSWERED_CODES
@@ -55,12 +58,21 @@ def with_inbox_id(message: InboundMessage, entry: InboxEntry) -> InboundMessage:
 class InboxSubmitter:
     """Submits messages through the inbox: `submit` returns once the message is stored (StorageError when it could
     not be: nothing was submitted), and the entry is settled when the reply has ended with its answer. With
-    `resolve`, each entry is stored with its session (its place in the session's arrival order at once)."""
+    `resolve`, each entry is stored with its session (its place in the session's arrival order at once); with
+    `answered`, that hook hears each final reply before its entry is settled (the idempotency keys)."""
 
-    def __init__(self, inbox: Inbox, gateway: Submitter, *, resolve: SessionResolver | None = None) -> None:
+    def __init__(
+        self,
+        inbox: Inbox,
+        gateway: Submitter,
+        *,
+        resolve: SessionResolver | None = None,
+        answered: AnswerHook | None = None,
+    ) -> None:
         self.inbox = inbox
         self.gateway = gateway
         self._resolve = resolve
+        self._answered = answered
         self._settling: set[asyncio.Task[None]] = set()
 
     async def submit(self, source: str, message: InboundMessage, payload: dict[str, Any] | None = None) -> ReplyHandle:
@@ -71,15 +83,16 @@ class InboxSubmitter:
 
     async def submit_entry(self, entry: InboxEntry, message: InboundMessage) -> ReplyHandle:
         handle = await self.gateway.submit(with_inbox_id(message, entry))
-        self.settle_when_answered(entry.id, handle)
+        self.settle_when_answered(entry.id, handle, message)
         return handle
 
-    def settle_when_answered(self, entry_id: str, handle: ReplyHandle) -> None:
-        task = asyncio.create_task(self._settle_after(entry_id, handle), name=f"inbox-settle:{entry_id}")
+    def settle_when_answered(self, entry_id: str, handle: ReplyHandle, message: InboundMessage | None = None) -> None:
+        settle = self._settle_after(entry_id, handle, message)
+        task = asyncio.create_task(settle, name=f"inbox-settle:{entry_id}")
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
-    async def _settle_after(self, entry_id: str, handle: ReplyHandle) -> None:
+    async def _settle_after(self, entry_id: str, handle: ReplyHandle, message: InboundMessage | None) -> None:
         final = await handle.result()
         if is_given_up(final):
             await release_quietly(self.inbox, entry_id)
@@ -87,6 +100,8 @@ class InboxSubmitter:
         if stays_unsettled(final):
             log.info("inbox_entry_left_for_restart", entry_id=entry_id)
             return
+        if self._answered is not None and message is not None:
+            await self._answered(message, final)
         await settle_quietly(self.inbox, entry_id)
 
     async def aclose(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -109,7 +110,7 @@ class WebServer:
         self.ready = False
         self.alive: Callable[[], bool] = lambda: True
         """Whether this instance holds its liveness lease (`InstanceInbox.alive`): while not, it accepts no message."""
-        self.guard = ConnectionGuard(limits or ConnectionLimits())
+        self.guard = ConnectionGuard(dataclasses.replace(limits or ConnectionLimits(), max_body_bytes=max_body_bytes))
         self.app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors, self.guard.middleware])
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)

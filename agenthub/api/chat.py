@@ -13,6 +13,7 @@ from agenthub import i18n
 from agenthub.api.codes import status_of
 from agenthub.api.errors import ApiError
 from agenthub.api.host import ApiServices
+from agenthub.api.idempotency import IdempotentRequest, earlier_answer, idempotent_request, let_go, mark_stored
 from agenthub.api.requests import (
     CHANNEL,
     ChatBody,
@@ -50,6 +51,7 @@ async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamRespo
     agent = agent_of(request, gateway)
     body = await parse_body(request, ChatBody)
     key = key_for(agent, body.chat_id)
+    idempotent = idempotent_request(request, token_name(request), agent.name, body)
     message = InboundMessage(
         channel=CHANNEL,
         chat_id=body.chat_id,
@@ -60,7 +62,14 @@ async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamRespo
         provider_hint=body.provider_hint,
         metadata={"chat_type": "private"},  # the console: one person's chats
     )
-    handle = await _submit(api, message, i18n.locale_for(gateway.settings, CHANNEL, agent))
+    locale = i18n.locale_for(gateway.settings, CHANNEL, agent)
+    if idempotent is None:
+        handle = await _submit(api, message, locale)
+    else:  # a retry waits for the first request's answer; the first one runs the turn
+        wait_s = 2 * (agent.config.lock_timeout_s or gateway.settings.session.lock_timeout_s)
+        handle = await earlier_answer(api.idempotency, idempotent, wait_s=wait_s) or await _submit_keyed(
+            api, idempotent, message, locale
+        )
     if wants_stream(request):
         return await _stream(request, handle)
     collected = await _collect(handle)
@@ -76,16 +85,31 @@ async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamRespo
 
 async def _submit(api: ApiServices, message: InboundMessage, locale: i18n.Locale) -> ReplyHandle:
     """Store the request in the inbox, then submit it: accepted, it is answered (into its session) also across a
-    crash. Refused storage: 503 `storage_unavailable`, nothing run. While the daemon drains nothing is accepted:
-    the gateway answers "restarting" and the client can send it again."""
+    crash. Refused storage: 503 `storage_unavailable`, nothing run. While the daemon drains nothing is stored: a
+    503 `shutdown` says so, and the client can send it again (one stored meanwhile is told its answer follows)."""
     if not api.inbox.gateway.accepting:
-        return await api.host.submit(message)
+        restarting = i18n.text("abort.shutdown", locale)
+        raise ApiError(status_of(ErrorCode.SHUTDOWN), ErrorCode.SHUTDOWN, restarting)
     try:
         return await api.inbox.submit(HTTP_SOURCE, message)
     except StorageError as e:
         log.warning("http_chat_not_stored", error=str(e))
         unavailable = i18n.text("error.storage_unavailable", locale)
         raise ApiError(status_of(ErrorCode.STORAGE_UNAVAILABLE), ErrorCode.STORAGE_UNAVAILABLE, unavailable) from None
+
+
+async def _submit_keyed(
+    api: ApiServices, idempotent: IdempotentRequest, message: InboundMessage, locale: i18n.Locale
+) -> ReplyHandle:
+    """`_submit` for the request that took an idempotency key: the key stays taken once the message is stored,
+    and is let go when it was refused (a retry runs it)."""
+    try:
+        handle = await _submit(api, idempotent.tag(message), locale)
+    except ApiError:  # refused before it was stored (draining, storage unavailable)
+        await let_go(api.idempotency, idempotent)
+        raise
+    await mark_stored(api.idempotency, idempotent)
+    return handle
 
 
 @dataclass

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler
     from agenthub.search.api import Searcher
     from agenthub.session.history import SessionHistory
+    from agenthub.storage.idempotency import IdempotencyStore
 
 
 class ApiCompactor(Protocol):
@@ -71,3 +72,5 @@ class ApiServices:
     """The memory thresholds the context meter shows for an agent."""
     inbox: InboxSubmitter
     """Where a chat request is stored before it is answered (and settled once its answer is in the session)."""
+    idempotency: IdempotencyStore
+    """The chat requests' `Idempotency-Key`s and their answers."""

@@ -17,6 +17,7 @@ import structlog
 
 from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
+from agenthub.errors import PathRefusedError, StorageError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
@@ -122,6 +123,14 @@ class CommandRouter:
             text = await command.handler(ctx)
         except asyncio.CancelledError:
             raise
+        except PathRefusedError:  # a link planted in the session's files (logged where it was refused)
+            log.warning("command_path_refused", command=command.name, session_key=str(ctx.key))
+            handle.emit(ErrorEvent(ctx.text("error.path_refused"), code=ErrorCode.PATH_REFUSED))
+            return
+        except StorageError as e:
+            log.warning("command_storage_unavailable", command=command.name, session_key=str(ctx.key), error=str(e))
+            handle.emit(ErrorEvent(ctx.text("error.storage_unavailable"), code=ErrorCode.STORAGE_UNAVAILABLE))
+            return
         except Exception:
             log.exception("command_failed", command=command.name, session_key=str(ctx.key))
             handle.emit(ErrorEvent(ctx.text("command.failed", command=command.name), code=ErrorCode.INTERNAL))

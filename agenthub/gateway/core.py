@@ -164,7 +164,7 @@ class GatewayCore:
         for state in self.sessions:
             state.abort(reason)
             for pending in state.queue:
-                pending.handle.emit(ErrorEvent(abort_message(reason, pending.locale), code=reason))
+                pending.handle.emit(ErrorEvent(abort_message(reason, pending.locale, pending.message), code=reason))
             state.queue.clear()
 
     @property
@@ -221,7 +221,8 @@ class GatewayCore:
         locale = i18n.locale_for(self.settings, message.channel, agent)
         handle = ReplyHandle(str(key))
         if not self._accepting:
-            handle.emit(ErrorEvent(abort_message(ErrorCode.SHUTDOWN, locale), code=ErrorCode.SHUTDOWN))
+            cut = abort_message(ErrorCode.SHUTDOWN, locale, message)  # stored in the inbox: answered after the restart
+            handle.emit(ErrorEvent(cut, code=ErrorCode.SHUTDOWN))
             return handle
         message_id = message.message_id or f"local-{new_message_id()}"
         await self.arrival_order.assign(message, key)  # a pushed entry's place in its session's order

@@ -28,4 +28,4 @@ def end_unanswered(pending: PendingTurn, reason: str) -> None:
     """A turn cancelled before it could run (or before its task took a step) still ends its handles."""
     for member in pending.members:
         if not member.handle.finished:
-            member.handle.emit(ErrorEvent(abort_message(reason, member.locale), code=reason))
+            member.handle.emit(ErrorEvent(abort_message(reason, member.locale, member.message), code=reason))

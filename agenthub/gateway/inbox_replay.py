@@ -50,11 +50,12 @@ def stored_messages(history: Sequence[dict[str, Any]], inbox_ids: Iterable[str])
 
 def _answer_after(history: Sequence[dict[str, Any]], index: int) -> str | None:
     """The text of the assistant records after the user message at `index` (and the messages sent together with
-    it), up to the next user message; None when there is none."""
+    it), up to the next user message; None when there is none. A user message after an answer starts the next
+    turn even when flagged `together` (a flag older versions wrote after an answer): answers never join."""
     texts: list[str] = []
     answered = False
     for record in history[index + 1 :]:
-        if _starts_next_turn(record):
+        if _starts_next_turn(record) or (answered and _is_user_message(record)):
             break
         if record.get("role") == "assistant":
             answered = True
@@ -74,4 +75,9 @@ def _joined_by_next(history: Sequence[dict[str, Any]], index: int) -> bool:
 
 def _starts_next_turn(record: dict[str, Any]) -> bool:
     """A user message of a later turn (not a tool result, not one sent together with the one before)."""
-    return record.get("role") == "user" and "channel" in record and not record.get("together")
+    return _is_user_message(record) and not record.get("together")
+
+
+def _is_user_message(record: dict[str, Any]) -> bool:
+    """A message a user sent (not a tool result)."""
+    return record.get("role") == "user" and "channel" in record

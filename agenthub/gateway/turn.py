@@ -29,7 +29,7 @@ from agenthub.i18n import Text
 from agenthub.llm.types import LLMProvider
 from agenthub.log import bound_turn
 from agenthub.media.inbox import Intake, MediaInbox
-from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, NoticeEvent, Usage
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Usage
 from agenthub.storage.store import FencedWriteError
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ class TurnRunner:
     def _aborted(self, task: asyncio.Task[None], pending: PendingTurn, reason: str) -> None:
         self.gateway.stats.aborted += 1
         log.info("turn_aborted", reason=reason)
-        self._record_failure(task, reason, abort_message(reason, pending.locale))
+        self._record_failure(task, reason, abort_message(reason, pending.locale, pending.message))
 
     async def _execute_within(self, pending: PendingTurn, limit_s: float) -> TurnOutcome:
         """`_execute` cancelled once it has run `limit_s` seconds (a hung tool or model call); `TurnTimedOut` then."""
@@ -226,7 +226,8 @@ class TurnRunner:
         for text in refusals:
             pending.handle.emit(NoticeEvent(text))
         if fresh:  # a message stored before a crash is not stored again
-            await gw.history.append(pending.key, *_user_records(pending, fresh, intakes))
+            joins = bool(stored) and _joins_last_record(stored, await gw.history.load(pending.key))
+            await gw.history.append(pending.key, *_user_records(fresh, intakes, joins_last=joins))
         result = await self._run_with_recovery(pending, provider, model)
         try:
             await gw.history.append(
@@ -384,13 +385,24 @@ def _end_answered_members(pending: PendingTurn, stored: dict[str, StoredMessage]
             member.handle.emit(DoneEvent(answer, session_key=str(member.key)))
 
 
-def _user_records(pending: PendingTurn, fresh: list[PendingTurn], intakes: list[Intake]) -> list[dict[str, Any]]:
-    """One stored user message per new message of the turn; all but the turn's first are flagged as sent together."""
+def _user_records(fresh: list[PendingTurn], intakes: list[Intake], *, joins_last: bool) -> list[dict[str, Any]]:
+    """One stored user message per new message of the turn. `together` means "sent to the model with the user
+    message just before it, both answered by the one answer after them": every record after the first, and the
+    first only when it `joins_last` (the history ends with an unanswered message of this turn)."""
     records = [_user_record(member, intake) for member, intake in zip(fresh, intakes, strict=True)]
-    for member, record in zip(fresh, records, strict=True):
-        if member is not pending.members[0]:
+    for index, record in enumerate(records):
+        if index > 0 or joins_last:
             record["together"] = True
     return records
+
+
+def _joins_last_record(stored: dict[str, StoredMessage], history: list[dict[str, Any]]) -> bool:
+    """Whether the turn's new messages follow one of its members stored unanswered before a crash as the history's
+    last record: they then go to the model together with it. After an answer (or another turn) they never do, so a
+    replay never joins messages that were answered apart (`inbox_replay`)."""
+    last = history[-1] if history else {}
+    last_id = last.get(INBOX_ID) if last.get("role") == "user" else None
+    return isinstance(last_id, str) and last_id in stored
 
 
 def _user_record(pending: PendingTurn, intake: Intake) -> dict[str, Any]:
@@ -418,6 +430,9 @@ def _user_record(pending: PendingTurn, intake: Intake) -> dict[str, Any]:
     return record
 
 
-def abort_message(reason: str, locale: str) -> str:
-    """What a message whose turn was aborted for `reason` (an `ErrorCode`) ends with, in `locale`."""
+def abort_message(reason: str, locale: str, message: InboundMessage | None = None) -> str:
+    """What a message whose turn was aborted for `reason` (an `ErrorCode`) ends with, in `locale`. A `message`
+    stored in the durable inbox is answered after a shutdown: it is told so, never to send it again."""
+    if reason == ErrorCode.SHUTDOWN and message is not None and inbox_id_of(message) is not None:
+        return i18n.text("abort.shutdown_stored", locale)
     return i18n.text(ABORT_TEXTS.get(reason, "abort.other"), locale)

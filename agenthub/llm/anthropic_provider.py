@@ -12,6 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -36,13 +37,27 @@ _sdk: ModuleType | None = None
 
 
 _sdk_import_lock = threading.Lock()
+_importer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sdk-import")
+"""The SDK's import runs on a thread of its own, never on a worker of the default pool (the inbox's writes, the
+history's files): the import takes seconds, and every turn of a cold process waits for it."""
+_loading: dict[asyncio.AbstractEventLoop, asyncio.Future[ModuleType]] = {}
 
 
 async def load_sdk() -> ModuleType:
-    """`agenthub.llm.sdk` (and with it the `anthropic` SDK), imported in a worker thread the first time."""
+    """`agenthub.llm.sdk` (and with it the `anthropic` SDK), imported on the importer thread the first time; the
+    callers that come meanwhile wait for that one import."""
     global _sdk
-    if _sdk is None:
-        _sdk = await asyncio.to_thread(_import_sdk)
+    if _sdk is not None:
+        return _sdk
+    loop = asyncio.get_running_loop()
+    loading = _loading.get(loop)
+    if loading is None or (loading.done() and not loading.cancelled() and loading.exception() is not None):
+        loading = _loading[loop] = asyncio.ensure_future(loop.run_in_executor(_importer, _import_sdk))
+    try:
+        _sdk = await asyncio.shield(loading)  # a caller cancelled leaves the import to the others
+    finally:
+        if loading.done():
+            _loading.pop(loop, None)
     return _sdk
 
 

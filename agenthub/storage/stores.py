@@ -10,6 +10,7 @@ from agenthub.dedup import DedupStore, SeenIds, SeenIdsOpener
 from agenthub.member_sends import MemberSends, MemberSendsOpener, Windows
 from agenthub.singleton import instance_holder
 from agenthub.storage.files import FileSessionStore
+from agenthub.storage.idempotency import FileIdempotency, IdempotencyStore
 from agenthub.storage.inbox import FileInbox, Inbox
 from agenthub.storage.jobs import FileJobDocuments, JobDocuments
 from agenthub.storage.latency import Latency
@@ -68,6 +69,19 @@ class Stores:
         self.holder = holder or instance_holder()
         self._inbox: Inbox | None = None
         self._fsync = fsync
+        self._idempotency: IdempotencyStore | None = None
+
+    def idempotency(self, window_s: float) -> IdempotencyStore:
+        """The HTTP API's idempotency keys (kept `window_s`): `data/.idempotency/`, or the table every instance
+        shares."""
+        if self._idempotency is None:
+            if self.database is None:
+                self._idempotency = FileIdempotency(self.data_dir, window_s=window_s, fsync=self._fsync)
+            else:
+                from agenthub.storage.postgres.idempotency import PostgresIdempotency
+
+                self._idempotency = PostgresIdempotency(self.database, window_s=window_s)
+        return self._idempotency
 
     @property
     def inbox(self) -> Inbox:

@@ -10,8 +10,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from structlog.testing import LogCapture
 from yarl import URL
 
+from agenthub import i18n
 from agenthub.agent.large_results import LargeResultStore
 from agenthub.config import Settings
 from agenthub.media.names import inbox_dir
@@ -411,6 +413,24 @@ async def test_a_linked_sessions_directory_is_a_403_not_a_500(api: RunningApi, t
         "default_http_good.jsonl",
         "default_http_good.meta.json",
     ]
+
+
+async def test_a_confirmed_restart_with_a_linked_archive_is_a_403_in_the_chats_language(
+    api: RunningApi, tmp_path: Path, log_capture: LogCapture
+) -> None:
+    history = api.gateway.history
+    await history.append(session_key("default", "http", "arch"), {"role": "user", "content": "fine"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    history.layout("default").archive_dir.parent.joinpath("archive").symlink_to(elsewhere, target_is_directory=True)
+    status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "arch", "content": "/restart"})
+    assert status == 200  # the first asks for the confirmation
+    status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "arch", "content": "/restart"})
+    assert status == 403
+    assert_error(body, "path_refused")
+    assert body["error"]["message"] == i18n.text("error.path_refused", "zh-CN")
+    assert list(elsewhere.iterdir()) == []  # nothing written outside
+    assert not [e for e in log_capture.entries if e.get("exc_info") or e["log_level"] in ("error", "critical")]
 
 
 def _files_outside_data(root: Path) -> set[Path]:

@@ -222,3 +222,17 @@ def test_the_limit_line_repeats_once_an_interval_with_the_counts_since_the_last(
     assert lines[0]["closed_idle"] == 1 and "refused" not in lines[0]  # the first hit is logged at once
     assert (lines[1]["closed_idle"], lines[1]["refused"]) == (120, 60)
     assert all(line["max_connections"] == 10 and line["log_level"] == "warning" for line in lines)
+
+
+async def test_a_declared_length_over_the_body_limit_gets_a_413_at_once(timed_api: RunningApi) -> None:
+    """A head declaring more than `http.max_body_bytes` is refused before any body is read (not a 408 after the
+    body timeout): the fixture's body timeout is 0.5 s, this answer must come well before it."""
+    conn = await _connect(timed_api, _post_head(timed_api, 1_000_000_000_000) + b'{"chat_id": "big", "content": "x"}')
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    status, headers, body = _response(await conn.until_closed())
+    assert status == 413
+    assert loop.time() - started < 0.4
+    assert headers["content-type"].startswith("application/json")
+    assert_error(body, "payload_too_large")
+    assert not timed_api.gateway.history.exists(session_key("default", "http", "big"))

@@ -260,7 +260,7 @@ async def test_sigkill_during_load_then_restart(daemon_env: DaemonEnv, fake_llm:
                 return
 
     workers = [asyncio.create_task(hammer(i)) for i in range(8)]
-    await fake_llm.wait_for_requests(40)
+    await fake_llm.wait_for_requests(40, timeout_s=60)  # a cold process: the first calls wait for the SDK's import
     proc.send_signal(signal.SIGKILL)
     await proc.wait()
     await asyncio.gather(*workers)

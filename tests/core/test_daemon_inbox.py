@@ -17,6 +17,8 @@ from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_use
 SESSIONS = 10
 PER_SESSION = 3
 DEPTH = "agenthub_inbox_depth"
+COLD_START_S = 60.0
+"""A bound on a cold process's first model calls (they wait for the SDK's import: seconds on a loaded machine)."""
 
 
 def _words(body: dict[str, Any]) -> str:
@@ -44,7 +46,7 @@ async def test_thirty_requests_accepted_before_a_kill_are_answered_once_each_in_
             in_flight += [client.send(f"s{s}", f"s{s}-m{i}", daemon) for s in range(SESSIONS)]
             assert all(await asyncio.gather(*(one.accepted for one in in_flight)))
             await client.wait_metric(daemon, DEPTH, SESSIONS * (i + 1))
-        await fake_llm.wait_for_requests(SESSIONS)  # every session's first turn is at the model
+        await fake_llm.wait_for_requests(SESSIONS, timeout_s=COLD_START_S)  # every session's first turn at the model
         await d.kill(daemon.index)
         assert all(reply.cut for reply in await asyncio.gather(*(one.reply for one in in_flight)))
 

@@ -4,6 +4,7 @@ answered from the history (no model call) or, stored but unanswered, run without
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage
@@ -102,4 +103,58 @@ async def test_members_of_a_joined_turn_resumed_one_by_one_get_the_answer_once(
 
     assert isinstance(earlier, DoneEvent) and earlier.joined and earlier.answer == "answer to both"
     assert isinstance(later, DoneEvent) and later.full_text == "answer to both" and not later.joined
+    assert fake_llm.message_requests() == []
+
+
+def _together_after_an_answer(history: list[dict[str, object]]) -> list[object]:
+    """User messages flagged `together` whose record directly follows an assistant record (answered apart)."""
+    return [
+        b.get("content")
+        for a, b in itertools.pairwise(history)
+        if a.get("role") == "assistant" and b.get("role") == "user" and b.get("together")
+    ]
+
+
+async def test_a_message_joined_behind_an_answered_one_is_not_flagged_together_with_it(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    """e1 was answered before a crash; resumed, it waits with a new e2 behind a running turn: e2 goes to the model
+    after e1's answer, so its record must not say it was sent together with e1 (a replay would join them)."""
+    await gateway.history.append(
+        KEY,
+        {"role": "user", "content": "one", "timestamp": 1, "channel": "cli", "inbox_id": "e1"},
+        {"role": "assistant", "content": "answer to one"},
+    )
+    release = asyncio.Event()
+    fake_llm.script(reply_text("held", hold=release), reply_text("answer to two"))
+    running = await gateway.submit(_msg("new"))
+    await fake_llm.wait_for_requests(1)
+    handles = [await gateway.submit(_msg(text, entry)) for text, entry in (("one", "e1"), ("two", "e2"))]
+    release.set()
+    finals = [await h.result() for h in (running, *handles)]
+    assert [f.full_text for f in finals if isinstance(f, DoneEvent)] == ["held", "answer to one", "answer to two"]
+
+    history = await gateway.history.load(KEY)
+    assert _together_after_an_answer(history) == []
+    replayed = [await (await gateway.submit(_msg(t, e))).result() for t, e in (("one", "e1"), ("two", "e2"))]
+    assert [f.full_text for f in replayed if isinstance(f, DoneEvent)] == ["answer to one", "answer to two"]
+    assert len(fake_llm.message_requests()) == 2
+
+
+async def test_a_together_flag_after_an_answer_never_joins_the_answers_on_replay(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    """A history written before the fix (e2 flagged `together` right after e1's answer): replayed, each message
+    gets its own answer, not both joined."""
+    await gateway.history.append(
+        KEY,
+        {"role": "user", "content": "one", "timestamp": 1, "channel": "cli", "inbox_id": "e1"},
+        {"role": "assistant", "content": "answer to one"},
+        {"role": "user", "content": "two", "timestamp": 2, "channel": "cli", "inbox_id": "e2", "together": True},
+        {"role": "assistant", "content": "answer to two"},
+    )
+    one = await (await gateway.submit(_msg("one", "e1"))).result()
+    two = await (await gateway.submit(_msg("two", "e2"))).result()
+    assert isinstance(one, DoneEvent) and one.full_text == "answer to one" and not one.joined
+    assert isinstance(two, DoneEvent) and two.full_text == "answer to two" and not two.joined
     assert fake_llm.message_requests() == []

@@ -407,3 +407,27 @@ async def test_a_background_call_to_a_hung_vendor_is_retried_after_the_read_time
         await p.aclose()
     assert resp.text == "recovered"
     assert [r.stream for r in fake_llm.requests] == [True, True]
+
+
+def test_callers_waiting_for_the_sdk_leave_the_default_thread_pool_free(tmp_path: Path) -> None:
+    """Every turn of a cold process waits for the SDK's import: the waiters share one import and hold no worker of
+    the default thread pool meanwhile, where the inbox's writes run (they used to wait for the whole import)."""
+    code = (
+        "import asyncio, time\n"
+        "from agenthub.llm.anthropic_provider import load_sdk\n"
+        "async def main():\n"
+        "    loads = [asyncio.create_task(load_sdk()) for _ in range(20)]\n"
+        "    await asyncio.sleep(0.05)\n"
+        "    began = time.perf_counter()\n"
+        "    await asyncio.to_thread(time.sleep, 0)\n"
+        "    free = time.perf_counter() - began\n"
+        "    modules = {id(m) for m in await asyncio.gather(*loads)}\n"
+        "    print(free, time.perf_counter() - began, len(modules))\n"
+        "asyncio.run(main())\n"
+    )
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    free_s, import_s, distinct = done.stdout.split()
+    assert int(distinct) == 1
+    assert float(free_s) < 0.5 * float(import_s), (free_s, import_s)  # a pool worker came free long before

@@ -34,6 +34,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh-CN": "服务正在重启，请稍后重新发送你的消息。",
         "en": "The service is restarting; please send your message again in a moment.",
     },
+    "abort.shutdown_stored": {
+        "zh-CN": "服务正在重启。你的消息已收到，重启后会回复，无需重新发送。",
+        "en": "The service is restarting. Your message is saved and will be answered after the restart; there is no "
+        "need to send it again.",
+    },
     "abort.other": {"zh-CN": "已停止。", "en": "Stopped."},
     "abort.lease_lost": {
         "zh-CN": "收到，这个会话已转到另一台服务器处理，稍后回复。",

@@ -259,6 +259,26 @@ SEARCH_INDEX = Migration(
     ),
 )
 
+IDEMPOTENCY_KEYS = Migration(
+    9,
+    "the HTTP API's idempotency keys",
+    (
+        # one row per (token/agent/chat, Idempotency-Key) taken by a chat request: its body's digest, whether its
+        # message was stored, and its final reply once answered; rows out of the window are deleted now and then
+        """CREATE TABLE idempotency_keys (
+            scope text NOT NULL,
+            key text NOT NULL,
+            fingerprint text NOT NULL,
+            accepted boolean NOT NULL DEFAULT false,
+            final json,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (scope, key)
+        )""",
+        "CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at)",
+    ),
+)
+
+
 SEARCH_VECTORS = Migration(
     10,
     "[search.embeddings]: one vector per searchable message",
@@ -284,8 +304,16 @@ SEARCH_VECTORS = Migration(
 )
 
 MIGRATIONS: tuple[Migration, ...] = (
-    SESSIONS, SHARED_STATE, TURNS, INBOX_OWNERS, JOBS_AND_OUTBOX, COPIES_AND_SENDS, SEARCH_INDEX, SEARCH_VECTORS
-)  # fmt: skip
+    SESSIONS,
+    SHARED_STATE,
+    TURNS,
+    INBOX_OWNERS,
+    JOBS_AND_OUTBOX,
+    COPIES_AND_SENDS,
+    SEARCH_INDEX,
+    IDEMPOTENCY_KEYS,
+    SEARCH_VECTORS,
+)
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -187,7 +187,8 @@ async def test_an_oversized_body_is_refused_with_413(tmp_path: Path) -> None:
         with capture_logs() as logs:
             status, answer = await post_raw(h, body, feishu_headers(body, KEY))
     assert_fixed_error(status, answer, (413, "payload_too_large"))
-    assert [e["cred_id"] for e in logs if e["event"] == "feishu_webhook_refused"] == ["main"]
+    refused = [e["path"] for e in logs if e["event"] == "http_body_too_large"]  # by its head, before the channel
+    assert refused == ["/feishu/main/events"]
     assert gateway.received == []
 
 
