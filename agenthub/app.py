@@ -50,6 +50,7 @@ def build_gateway(
     from agenthub.llm.registry import ProviderRegistry
     from agenthub.scheduler.wiring import attach_scheduler
     from agenthub.storage.migrate import migrate_at_start
+    from agenthub.usage.wiring import attach_usage
 
     migrate_at_start(settings.workspace_dir, settings.agents_dir)
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
@@ -67,6 +68,7 @@ def build_gateway(
     )
     attach_memory_layer(gateway)
     attach_scheduler(gateway, None if stores is None else stores.jobs)
+    attach_usage(gateway, None if stores is None else stores.usage)
     return gateway
 
 

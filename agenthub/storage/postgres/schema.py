@@ -203,7 +203,75 @@ COPIES_AND_SENDS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (SESSIONS, SHARED_STATE, TURNS, INBOX_OWNERS, JOBS_AND_OUTBOX, COPIES_AND_SENDS)
+USAGE = Migration(
+    8,
+    "model usage per call and per day, budget reservations and warnings",
+    (
+        # the journal: one row per model call, as the vendor reported it (`estimated`: it reported nothing)
+        """CREATE TABLE usage_calls (
+            id bigserial PRIMARY KEY,
+            at timestamptz NOT NULL DEFAULT now(),
+            day date NOT NULL,
+            purpose text NOT NULL,
+            agent text NOT NULL,
+            channel text NOT NULL,
+            chat_id text NOT NULL,
+            sender_id text NOT NULL,
+            model text NOT NULL,
+            input bigint NOT NULL,
+            output bigint NOT NULL,
+            cache_read bigint NOT NULL,
+            cache_write bigint NOT NULL,
+            estimated boolean NOT NULL DEFAULT false
+        )""",
+        "CREATE INDEX usage_calls_by_day ON usage_calls (day)",
+        # the daily roll-up every view and budget check reads (day in `scheduler.timezone`)
+        """CREATE TABLE usage_days (
+            day date NOT NULL,
+            agent text NOT NULL,
+            channel text NOT NULL,
+            chat_id text NOT NULL,
+            sender_id text NOT NULL,
+            model text NOT NULL,
+            purpose text NOT NULL,
+            input bigint NOT NULL DEFAULT 0,
+            output bigint NOT NULL DEFAULT 0,
+            cache_read bigint NOT NULL DEFAULT 0,
+            cache_write bigint NOT NULL DEFAULT 0,
+            calls bigint NOT NULL DEFAULT 0,
+            estimated bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (day, agent, channel, chat_id, sender_id, model, purpose)
+        )""",
+        "CREATE INDEX usage_days_by_sender ON usage_days (channel, sender_id, day)",
+        "CREATE INDEX usage_days_by_chat ON usage_days (channel, chat_id, day)",
+        "CREATE INDEX usage_days_by_agent ON usage_days (agent, day)",
+        # what running turns reserved, one row per scope; a dead instance's rows lapse at `expires_at`
+        """CREATE TABLE usage_reservations (
+            id text NOT NULL,
+            scope text NOT NULL,
+            tokens bigint NOT NULL,
+            expires_at timestamptz NOT NULL,
+            PRIMARY KEY (id, scope)
+        )""",
+        "CREATE INDEX usage_reservations_by_scope ON usage_reservations (scope, expires_at)",
+        # the warning notice went out for this scope and period (once per period, whichever instance sent it)
+        """CREATE TABLE usage_warnings (
+            scope text NOT NULL,
+            period text NOT NULL,
+            PRIMARY KEY (scope, period)
+        )""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    SESSIONS,
+    SHARED_STATE,
+    TURNS,
+    INBOX_OWNERS,
+    JOBS_AND_OUTBOX,
+    COPIES_AND_SENDS,
+    USAGE,
+)
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
