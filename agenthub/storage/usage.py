@@ -123,8 +123,8 @@ def judge(claims: Sequence[Claim], used: dict[str, tuple[int, int]]) -> tuple[li
 class UsageStore(Protocol):
     """Where usage and reservations live; every method may raise `StorageError`."""
 
-    async def add(self, rows: Sequence[UsageRow]) -> None:
-        """Append calls to the journal and the day roll-ups."""
+    async def add(self, rows: Sequence[UsageRow], *, release: Sequence[str] = ()) -> None:
+        """Append calls to the journal and the day roll-ups, and end the reservations `release` (one step)."""
         ...
 
     async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
@@ -167,15 +167,16 @@ class FileUsageStore:
 
     # ---- writing ---------------------------------------------------------------------------------------
 
-    async def add(self, rows: Sequence[UsageRow]) -> None:
-        if not rows:
-            return
-        for day in {r.day for r in rows}:
-            await self._load_day(day)
-        async with self._write_lock:
-            await asyncio.to_thread(self._append, rows)
-        for row in rows:
-            self._count(row)
+    async def add(self, rows: Sequence[UsageRow], *, release: Sequence[str] = ()) -> None:
+        if rows:
+            for day in {r.day for r in rows}:
+                await self._load_day(day)
+            async with self._write_lock:
+                await asyncio.to_thread(self._append, rows)
+            for row in rows:
+                self._count(row)
+        for reservation_id in release:  # after the rows are counted: never neither
+            self._reserved.pop(reservation_id, None)
 
     def _append(self, rows: Sequence[UsageRow]) -> None:
         by_day: dict[str, list[str]] = {}

@@ -74,12 +74,20 @@ class BudgetGate:
         self.clock = clock
         self.exempt = frozenset(budgets.exempt)
         self._settling: set[asyncio.Task[None]] = set()
+        self._limits: dict[str, tuple[object, BudgetLimits]] = {}  # agent → (its config, its limits)
+
+    def limits(self, agent: AgentDefinition) -> BudgetLimits:
+        """The agent's limits, worked out once per loaded definition (a reload brings a new one)."""
+        known = self._limits.get(agent.name)
+        if known is None or known[0] is not agent.config:
+            known = self._limits[agent.name] = (agent.config, limits_for(self.budgets, agent))
+        return known[1]
 
     def applies(self, agent: AgentDefinition, message: InboundMessage) -> bool:
         """Whether any limit applies to a turn of `message` (no estimate, no store call otherwise)."""
         if f"{message.channel}:{message.sender_id}" in self.exempt:
             return False
-        return bool(claims_for(limits_for(self.budgets, agent), agent.name, message))
+        return bool(claims_for(self.limits(agent), agent.name, message))
 
     async def admit(
         self, agent: AgentDefinition, message: InboundMessage, estimate: int, locale: str, ttl_s: float
@@ -87,7 +95,7 @@ class BudgetGate:
         """Refused when a limit is reached by what was used plus what running turns reserved; else `estimate`
         tokens are reserved. A store that cannot answer lets the turn through (logged): budgets never stop a
         chat because the database blinked."""
-        limits = limits_for(self.budgets, agent)
+        limits = self.limits(agent)
         claims = claims_for(limits, agent.name, message)
         if not claims or f"{message.channel}:{message.sender_id}" in self.exempt:
             return Admission()
@@ -151,14 +159,9 @@ class BudgetGate:
 
     async def _settle(self, reservation_id: str) -> None:
         try:
-            await self.recorder.flush()  # first the real usage, then the reservation goes: never neither
-        except StorageError as e:
-            log.warning("budget_settle_usage_pending", error=str(e))
-            return  # the reservation stays until it lapses: the usage is counted by then
-        try:
-            await self.store.release(reservation_id)
-        except StorageError as e:
-            log.warning("budget_release_failed", error=str(e))  # lapses at its expiry
+            await self.recorder.settle(reservation_id)  # the real usage and the reservation's end in one write
+        except StorageError as e:  # both stay pending; the reservation lapses at its expiry if no write succeeds
+            log.warning("budget_settle_pending", error=str(e))
 
     async def drain(self) -> None:
         """Wait for every settlement under way (tests; shutdown)."""

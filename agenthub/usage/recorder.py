@@ -33,6 +33,7 @@ class UsageRecorder:
         self.refusals: Counter[str] = Counter()
         """scope kind → turns refused since start: `agenthub_budget_refusals_total`."""
         self._pending: list[UsageRow] = []
+        self._releases: list[str] = []
         self._lock = asyncio.Lock()
         self._writer: asyncio.Task[None] | None = None
 
@@ -41,6 +42,10 @@ class UsageRecorder:
         for kind in ("input", "output", "cache_read", "cache_write"):
             self.tokens[(row.agent, row.purpose, kind)] += getattr(row, kind)
         self._pending.append(row)
+        self._kick()
+
+    def _kick(self) -> None:
+        """Start the writer unless it runs: it writes what is pending, retrying while the store is away."""
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_soon(), name="usage-writer")
 
@@ -67,23 +72,35 @@ class UsageRecorder:
         )
 
     async def _write_soon(self) -> None:
-        while self._pending:
+        while self._pending or self._releases:
             try:
                 await self.flush()
             except StorageError as e:
                 log.warning("usage_not_recorded_yet", rows=len(self._pending), error=str(e))
                 await asyncio.sleep(RETRY_S)
 
+    async def settle(self, reservation_id: str) -> None:
+        """Store every row seen so far and end the reservation with them (one write)."""
+        self._releases.append(reservation_id)
+        try:
+            await self.flush()
+        except StorageError:
+            self._kick()  # written (and released) by the writer once the store is back
+            raise
+
     async def flush(self) -> None:
-        """Store every row seen so far; `StorageError` leaves them pending (a later flush writes them)."""
+        """Store every row seen so far (and end the reservations settled); `StorageError` leaves them pending (a
+        later flush writes them)."""
         async with self._lock:
             batch, self._pending = self._pending, []
-            if not batch:
+            releases, self._releases = self._releases, []
+            if not batch and not releases:
                 return
             try:
-                await self.store.add(batch)
+                await self.store.add(batch, release=releases)
             except BaseException:
                 self._pending[:0] = batch
+                self._releases[:0] = releases
                 raise
 
     async def aclose(self) -> None:

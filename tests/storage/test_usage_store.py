@@ -63,3 +63,21 @@ async def test_postgres_store_shared_by_three_instances(postgres_dsn: str) -> No
     finally:
         for db in databases:
             await db.close()
+
+
+async def test_postgres_checks_wait_for_each_other_per_scope(postgres_dsn: str) -> None:
+    """While one check holds a scope's lock, the others wait for it instead of all reading the same usage: 60
+    checks released together still admit exactly what fits."""
+    databases = [await open_database(postgres_dsn) for _ in range(3)]
+    stores: list[UsageStore] = [PostgresUsageStore(db) for db in databases]
+    try:
+        await stores[0].add([row(300)])
+        async with databases[0].connection("hold the scope") as holder, holder.transaction():
+            await holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("budget:" + ALICE.key,))
+            asking = asyncio.create_task(admitted(stores, 60, 1000, 100))
+            await asyncio.sleep(0.5)
+            assert not asking.done()  # every check waits for the scope
+        assert len(await asking) == 7
+    finally:
+        for db in databases:
+            await db.close()

@@ -203,6 +203,47 @@ COPIES_AND_SENDS = Migration(
     ),
 )
 
+USAGE_RESERVE = """CREATE FUNCTION usage_reserve(
+    p_id text, p_kinds text[], p_channels text[], p_idents text[], p_keys text[],
+    p_day_limits bigint[], p_month_limits bigint[], p_day date, p_tokens bigint, p_ttl double precision
+) RETURNS TABLE (o_scope text, o_day bigint, o_month bigint, o_reserved boolean) LANGUAGE plpgsql AS $$
+DECLARE
+    i int;
+    d bigint;
+    m bigint;
+    r bigint;
+    refused boolean := false;
+    first date := date_trunc('month', p_day)::date;
+BEGIN
+    -- one budget check at a time per scope, across instances; the caller sorts the keys (no ring of waits)
+    FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
+        PERFORM pg_advisory_xact_lock(hashtextextended('budget:' || p_keys[i], 0));
+    END LOOP;
+    -- each query below takes a new snapshot: it sees what was committed while this call waited for a lock
+    FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
+        SELECT coalesce(sum(u.input + u.output + u.cache_read + u.cache_write) FILTER (WHERE u.day = p_day), 0),
+               coalesce(sum(u.input + u.output + u.cache_read + u.cache_write), 0)
+          INTO d, m FROM usage_days u
+         WHERE u.day >= first AND u.day <= p_day AND CASE p_kinds[i]
+               WHEN 'agent' THEN u.agent = p_idents[i]
+               WHEN 'user' THEN u.channel = p_channels[i] AND u.sender_id = p_idents[i]
+               ELSE u.channel = p_channels[i] AND u.chat_id = p_idents[i] END;
+        SELECT coalesce(sum(x.tokens), 0) INTO r FROM usage_reservations x
+         WHERE x.scope = p_keys[i] AND x.expires_at > clock_timestamp();
+        IF (p_day_limits[i] > 0 AND d + r >= p_day_limits[i]) OR (p_month_limits[i] > 0 AND m + r >= p_month_limits[i])
+        THEN
+            refused := true;
+        END IF;
+        o_scope := p_keys[i]; o_day := d + r; o_month := m + r; o_reserved := NOT refused;
+        RETURN NEXT;
+    END LOOP;
+    IF NOT refused THEN
+        INSERT INTO usage_reservations (id, scope, tokens, expires_at)
+        SELECT p_id, k, p_tokens, clock_timestamp() + make_interval(secs => p_ttl) FROM unnest(p_keys) AS k;
+    END IF;
+END $$"""
+"""Check and reserve a turn's budget in one call (one round trip): what `PostgresUsageStore.reserve` runs."""
+
 USAGE = Migration(
     8,
     "model usage per call and per day, budget reservations and warnings",
@@ -260,6 +301,7 @@ USAGE = Migration(
             period text NOT NULL,
             PRIMARY KEY (scope, period)
         )""",
+        USAGE_RESERVE,
     ),
 )
 

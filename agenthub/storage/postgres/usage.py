@@ -1,21 +1,21 @@
 """`PostgresUsageStore`: usage calls and day roll-ups, and budget reservations shared by every instance.
 
-A reservation is checked and taken in one transaction under an advisory lock per scope (taken in sorted order, so two
-turns sharing scopes never deadlock): what every instance's running turns reserved counts until it is released or
-its `expires_at` passes (the instance died).
+A reservation is checked and taken in one call of `usage_reserve` (migration 8) under an advisory lock per scope
+(taken in sorted order, so two turns sharing scopes never deadlock): what every instance's running turns reserved
+counts until it is released (with the turn's usage, in one transaction) or its `expires_at` passes (the instance
+died).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 from collections.abc import Sequence
 
-from psycopg import AsyncConnection
-from psycopg.rows import TupleRow
-
+from agenthub.errors import StorageError
 from agenthub.storage.postgres.database import Database
-from agenthub.storage.usage import Claim, Reservation, Scope, UsageRow, judge, month_days
+from agenthub.storage.usage import Claim, Reservation, UsageRow, judge
 
 _INSERT_CALL = (
     "INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output, cache_read, "
@@ -29,13 +29,9 @@ _UPSERT_DAY = (
     "cache_read = d.cache_read + excluded.cache_read, cache_write = d.cache_write + excluded.cache_write, "
     "calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated"
 )
-_SUM = "coalesce(sum(input + output + cache_read + cache_write), 0)"
-_USED = {
-    "user": f"SELECT {_SUM} FROM usage_days WHERE channel = %s AND sender_id = %s AND day >= %s AND day <= %s",
-    "chat": f"SELECT {_SUM} FROM usage_days WHERE channel = %s AND chat_id = %s AND day >= %s AND day <= %s",
-    "agent": f"SELECT {_SUM} FROM usage_days WHERE agent = %s AND day >= %s AND day <= %s",
-}
-_RESERVED = "SELECT coalesce(sum(tokens), 0) FROM usage_reservations WHERE scope = %s AND expires_at > now()"
+_RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+SWEEP_S = 60.0
+"""How often an instance deletes reservations that lapsed long ago (a dead instance's)."""
 
 
 def _date(day: str) -> dt.date:
@@ -47,9 +43,10 @@ class PostgresUsageStore:
 
     def __init__(self, database: Database) -> None:
         self.database = database
+        self._swept = 0.0
 
-    async def add(self, rows: Sequence[UsageRow]) -> None:
-        if not rows:
+    async def add(self, rows: Sequence[UsageRow], *, release: Sequence[str] = ()) -> None:
+        if not rows and not release:
             return
         calls = [(r.at, _date(r.day), r.purpose, *r.group[:5], *_counts(r)[:4], r.estimated > 0) for r in rows]
         days = [(_date(r.day), *r.group, *_counts(r)) for r in rows]
@@ -59,27 +56,43 @@ class PostgresUsageStore:
             conn.transaction(),
             conn.cursor() as cursor,
         ):
-            await cursor.executemany(_INSERT_CALL, calls)
-            await cursor.executemany(_UPSERT_DAY, days)
+            if rows:
+                await cursor.executemany(_INSERT_CALL, calls)
+                await cursor.executemany(_UPSERT_DAY, days)
+            if release:  # in the same transaction: a turn's usage and the end of its reservation, never neither
+                await cursor.execute("DELETE FROM usage_reservations WHERE id = ANY(%s)", (list(release),))
 
     async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
-        keys = sorted({c.scope.key for c in claims})
-        async with self.database.connection("reserve a turn's budget") as conn, conn.transaction():
-            for key in keys:
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("budget:" + key,))
-            used = {c.scope.key: await _used(conn, c.scope, day) for c in claims}
-            standings, refused = judge(claims, used)
-            if refused is not None:
-                return Reservation(None, standings, refused)
-            rid = uuid.uuid4().hex
-            async with conn.cursor() as cursor:
-                await cursor.executemany(
-                    "INSERT INTO usage_reservations (id, scope, tokens, expires_at) "
-                    "VALUES (%s, %s, %s, now() + make_interval(secs => %s))",
-                    [(rid, key, tokens, ttl_s) for key in keys],
-                )
-            await conn.execute("DELETE FROM usage_reservations WHERE expires_at < now() - interval '1 hour'")
-        return Reservation(rid, standings)
+        """One round trip (`usage_reserve`, migration 8): the scopes' locks in key order, their usage and what
+        running turns reserved, the reservation unless a limit is reached; lapsed rows are swept now and then."""
+        ordered = sorted(claims, key=lambda c: c.scope.key)
+        rid = uuid.uuid4().hex
+        params = (
+            rid,
+            [c.scope.kind for c in ordered],
+            [c.scope.channel for c in ordered],
+            [c.scope.ident for c in ordered],
+            [c.scope.key for c in ordered],
+            [c.day_limit for c in ordered],
+            [c.month_limit for c in ordered],
+            _date(day),
+            tokens,
+            ttl_s,
+        )
+        sweep = time.monotonic() - self._swept >= SWEEP_S
+        async with self.database.connection("reserve a turn's budget") as conn:
+            cursor = await conn.execute(_RESERVE, params)
+            found = await cursor.fetchall()
+            if sweep:
+                await conn.execute("DELETE FROM usage_reservations WHERE expires_at < now() - interval '1 hour'")
+        if sweep:
+            self._swept = time.monotonic()
+        used = {str(r[0]): (int(r[1]), int(r[2])) for r in found}
+        standings, refused = judge(claims, used)
+        reserved = all(bool(r[3]) for r in found)
+        if not reserved and refused is None:  # cannot happen: the same rule on both sides
+            raise StorageError("could not reserve a turn's budget: the database and AgentHub disagree")
+        return Reservation(rid if reserved else None, standings, refused)
 
     async def release(self, reservation_id: str) -> None:
         async with self.database.connection("release a turn's budget") as conn:
@@ -107,18 +120,3 @@ class PostgresUsageStore:
 
 def _counts(r: UsageRow) -> tuple[int, ...]:
     return (r.input, r.output, r.cache_read, r.cache_write, r.calls, r.estimated)
-
-
-async def _used(conn: AsyncConnection[TupleRow], scope: Scope, day: str) -> tuple[int, int]:
-    """The scope's (day, month) usage plus what running turns of every instance reserved in it."""
-    first, _ = month_days(day)
-    who = (scope.ident,) if scope.kind == "agent" else (scope.channel, scope.ident)
-    totals = []
-    for since in (day, first):
-        cursor = await conn.execute(_USED[scope.kind], (*who, _date(since), _date(day)))
-        row = await cursor.fetchone()
-        totals.append(int(row[0]) if row is not None else 0)
-    cursor = await conn.execute(_RESERVED, (scope.key,))
-    row = await cursor.fetchone()
-    reserved = int(row[0]) if row is not None else 0
-    return totals[0] + reserved, totals[1] + reserved
