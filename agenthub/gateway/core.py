@@ -151,7 +151,6 @@ class GatewayCore:
         self.history.observers.remove(self.search.history_changed)
         await self.search.close()
         if self.usage is not None:  # the calls of the turns just ended reach the store, their reservations go
-            await self.usage.gate.drain()
             await self.usage.recorder.aclose()
         await self.providers.aclose()
 

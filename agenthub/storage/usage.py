@@ -150,16 +150,15 @@ def month_days(day: str) -> tuple[str, str]:
     return day[:7] + "-01", day
 
 
-_Totals = list[int]
-
-
 class FileUsageStore:
-    """The files backend: journals under `data/usage/`, roll-ups and reservations in memory."""
+    """The files backend: journals under `data/usage/` (read for the views), and in memory what the budget checks
+    need: each scope's tokens per day and month (string keys and int values only, so that a month of many people's
+    usage stays out of the garbage collector's scans) and the reservations."""
 
     def __init__(self, data_dir: Path) -> None:
         self.root = data_dir / "usage"
-        self._days: dict[str, dict[tuple[str, ...], _Totals]] = {}
-        self._by_scope: dict[tuple[str, str], int] = {}  # (day or month, scope key) → tokens
+        self._days: set[str] = set()  # days whose journal is counted in `_by_scope`
+        self._by_scope: dict[str, int] = {}  # "<day or month> <scope key>" → tokens
         self._reserved: dict[str, tuple[tuple[str, ...], int, float]] = {}  # id → scope keys, tokens, expiry
         self._warned: set[tuple[str, str]] = set()
         self._months: set[str] = set()  # months whose every journal is loaded
@@ -190,12 +189,11 @@ class FileUsageStore:
                 f.flush()
 
     def _count(self, row: UsageRow) -> None:
-        totals = self._days.setdefault(row.day, {}).setdefault(row.group, [0] * 6)
-        for i, value in enumerate((row.input, row.output, row.cache_read, row.cache_write, row.calls, row.estimated)):
-            totals[i] += value
+        tokens = row.tokens
         for scope in _scopes_of(row):
             for period in (row.day, row.day[:7]):
-                self._by_scope[(period, scope)] = self._by_scope.get((period, scope), 0) + row.tokens
+                key = f"{period} {scope}"
+                self._by_scope[key] = self._by_scope.get(key, 0) + tokens
 
     # ---- budgets -----------------------------------------------------------------------------------------
 
@@ -213,7 +211,7 @@ class FileUsageStore:
 
     def _used(self, key: str, day: str) -> tuple[int, int]:
         reserved = sum(tokens for keys, tokens, _ in self._reserved.values() if key in keys)
-        used_day, used_month = self._by_scope.get((day, key), 0), self._by_scope.get((day[:7], key), 0)
+        used_day, used_month = self._by_scope.get(f"{day} {key}", 0), self._by_scope.get(f"{day[:7]} {key}", 0)
         return used_day + reserved, used_month + reserved
 
     async def release(self, reservation_id: str) -> None:
@@ -228,14 +226,11 @@ class FileUsageStore:
     # ---- reading -----------------------------------------------------------------------------------------
 
     async def days(self, first: str, last: str) -> list[UsageRow]:
-        rows = []
-        for day in await asyncio.to_thread(self._journal_days, first, last):
-            await self._load_day(day)
-        for day in sorted(d for d in self._days if first <= d <= last):
-            for group, t in self._days[day].items():
-                agent, channel, chat_id, sender_id, model, purpose = group
-                rows.append(UsageRow(day, purpose, agent, channel, chat_id, sender_id, model, *t))
-        return rows
+        async with self._write_lock:  # every journal line whole
+            return await asyncio.to_thread(self._read_days, first, last)
+
+    def _read_days(self, first: str, last: str) -> list[UsageRow]:
+        return [row for day in sorted(self._journal_days(first, last)) for row in self._read_day(day)]
 
     def _journal(self, day: str) -> Path:
         return self.root / day[:7] / f"{day}.jsonl"
@@ -260,10 +255,11 @@ class FileUsageStore:
     async def _load_day(self, day: str) -> None:
         if day in self._days:
             return
-        rows = await asyncio.to_thread(self._read_day, day)
+        async with self._write_lock:
+            rows = await asyncio.to_thread(self._read_day, day)
         if day in self._days:  # loaded meanwhile
             return
-        self._days[day] = {}
+        self._days.add(day)
         for row in rows:
             self._count(row)
 

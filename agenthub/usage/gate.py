@@ -3,7 +3,6 @@ estimate is reserved; the reservation goes once the turn's real usage is stored 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -73,7 +72,6 @@ class BudgetGate:
         self.zone = zone
         self.clock = clock
         self.exempt = frozenset(budgets.exempt)
-        self._settling: set[asyncio.Task[None]] = set()
         self._limits: dict[str, tuple[object, BudgetLimits]] = {}  # agent → (its config, its limits)
 
     def limits(self, agent: AgentDefinition) -> BudgetLimits:
@@ -149,21 +147,11 @@ class BudgetGate:
         return f"{resets_at(standing.period, self.clock(), self.zone):%Y-%m-%d %H:%M} ({self.zone.key})"
 
     def settle(self, admission: Admission) -> None:
-        """The turn ended (done, failed or cancelled): once its usage is stored, its reservation goes. Runs in its
-        own task, so a cancelled turn settles too."""
-        if admission.reservation_id is None:
-            return
-        task = asyncio.get_running_loop().create_task(self._settle(admission.reservation_id), name="budget-settle")
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
-
-    async def _settle(self, reservation_id: str) -> None:
-        try:
-            await self.recorder.settle(reservation_id)  # the real usage and the reservation's end in one write
-        except StorageError as e:  # both stay pending; the reservation lapses at its expiry if no write succeeds
-            log.warning("budget_settle_pending", error=str(e))
+        """The turn ended (done, failed or cancelled): its reservation ends with the write of its real usage (the
+        recorder's next one). A write that fails is retried; the reservation lapses at its expiry at the latest."""
+        if admission.reservation_id is not None:
+            self.recorder.release(admission.reservation_id)
 
     async def drain(self) -> None:
-        """Wait for every settlement under way (tests; shutdown)."""
-        while self._settling:
-            await asyncio.wait(list(self._settling))
+        """Wait until every settlement so far is written (tests; shutdown); `StorageError` if it cannot be."""
+        await self.recorder.flush()

@@ -19,6 +19,9 @@ log = structlog.get_logger(__name__)
 
 RETRY_S = 5.0
 """After a failed write the rows wait this long (kept in memory) before the next attempt."""
+GATHER_S = 0.05
+"""The writer waits this long before a write, so that the calls and settlements of turns running together (and a
+turn's last call and its settlement) go in one write. Until then a turn's reservation still counts: never less."""
 
 
 class UsageRecorder:
@@ -72,6 +75,7 @@ class UsageRecorder:
         )
 
     async def _write_soon(self) -> None:
+        await asyncio.sleep(GATHER_S)
         while self._pending or self._releases:
             try:
                 await self.flush()
@@ -79,14 +83,11 @@ class UsageRecorder:
                 log.warning("usage_not_recorded_yet", rows=len(self._pending), error=str(e))
                 await asyncio.sleep(RETRY_S)
 
-    async def settle(self, reservation_id: str) -> None:
-        """Store every row seen so far and end the reservation with them (one write)."""
+    def release(self, reservation_id: str) -> None:
+        """End the reservation in the writer's next write, together with (so never before) every row seen so far:
+        the turn's calls; the writes of concurrent turns' settlements are batched."""
         self._releases.append(reservation_id)
-        try:
-            await self.flush()
-        except StorageError:
-            self._kick()  # written (and released) by the writer once the store is back
-            raise
+        self._kick()
 
     async def flush(self) -> None:
         """Store every row seen so far (and end the reservations settled); `StorageError` leaves them pending (a

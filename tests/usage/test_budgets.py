@@ -74,6 +74,8 @@ async def test_32_concurrent_turns_of_one_person_overspend_by_at_most_one_reserv
                 assert len(refused) + len(answered) == 32
                 assert len(fake_llm.message_requests()) - before == len(answered)  # refused: no model call
                 assert refused, "the limit was reached"
+                assert gw.usage is not None
+                await gw.usage.gate.drain()  # the settlements written: the next wave sees the real usage
             used = await used_by(gw, "alice")
     finally:
         await stores.aclose()

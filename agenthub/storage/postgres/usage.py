@@ -30,6 +30,7 @@ _UPSERT_DAY = (
     "calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated"
 )
 _RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_RELEASE = "DELETE FROM usage_reservations WHERE id = ANY(%s)"
 SWEEP_S = 60.0
 """How often an instance deletes reservations that lapsed long ago (a dead instance's)."""
 
@@ -48,6 +49,10 @@ class PostgresUsageStore:
     async def add(self, rows: Sequence[UsageRow], *, release: Sequence[str] = ()) -> None:
         if not rows and not release:
             return
+        if not rows:  # the turn's calls were written already: one statement ends its reservations
+            async with self.database.connection("release a turn's budget") as conn:
+                await conn.execute(_RELEASE, (list(release),))
+            return
         calls = [(r.at, _date(r.day), r.purpose, *r.group[:5], *_counts(r)[:4], r.estimated > 0) for r in rows]
         days = [(_date(r.day), *r.group, *_counts(r)) for r in rows]
         days.sort(key=lambda d: tuple(str(v) for v in d[:7]))  # one lock order for every writer
@@ -60,7 +65,7 @@ class PostgresUsageStore:
                 await cursor.executemany(_INSERT_CALL, calls)
                 await cursor.executemany(_UPSERT_DAY, days)
             if release:  # in the same transaction: a turn's usage and the end of its reservation, never neither
-                await cursor.execute("DELETE FROM usage_reservations WHERE id = ANY(%s)", (list(release),))
+                await cursor.execute(_RELEASE, (list(release),))
 
     async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
         """One round trip (`usage_reserve`, migration 8): the scopes' locks in key order, their usage and what
