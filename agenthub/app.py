@@ -53,6 +53,7 @@ def build_gateway(
     from agenthub.scheduler.wiring import attach_scheduler
     from agenthub.search.vector_wiring import attach_vectors
     from agenthub.storage.migrate import migrate_at_start
+    from agenthub.usage.wiring import attach_usage
 
     migrate_at_start(settings.workspace_dir, settings.agents_dir)
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
@@ -78,6 +79,7 @@ def build_gateway(
     attach_memory_layer(gateway)
     attach_scheduler(gateway, None if stores is None else stores.jobs)
     attach_vectors(gateway, None if stores is None else stores.database)
+    attach_usage(gateway, None if stores is None else stores.usage)
     return gateway
 
 

@@ -50,6 +50,16 @@ class ProviderSettings(_Section):
     model: str | None = None
 
 
+class PriceSettings(_Section):
+    """What one model costs, per million tokens of each kind (`[llm.prices."<model>"]`); makes usage views show cost."""
+
+    input: float = Field(0.0, ge=0)
+    output: float = Field(0.0, ge=0)
+    cache_read: float = Field(0.0, ge=0)
+    cache_write: float = Field(0.0, ge=0)
+    currency: str = Field("USD", min_length=1, max_length=12)
+
+
 class LLMSettings(_Section):
     """The default model endpoint; `ANTHROPIC_API_KEY` / `ANTHROPIC_BASE_URL` fill in what is unset."""
 
@@ -69,6 +79,7 @@ class LLMSettings(_Section):
     context_window: int | None = Field(None, ge=1000, description="for models not in the built-in table")
     offline: bool = Field(False, description="force the offline provider even when a key is set")
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    prices: dict[str, PriceSettings] = Field(default_factory=dict, description="per model: cost per million tokens")
 
 
 class MemorySettings(_Section):
@@ -165,6 +176,24 @@ class SchedulerSettings(_Section):
         return value
 
 
+class BudgetLimits(_Section):
+    """Token limits (the four kinds added up; 0: none) per sender, chat and agent, per day and per month."""
+
+    user_day: int = Field(0, ge=0)
+    user_month: int = Field(0, ge=0)
+    chat_day: int = Field(0, ge=0)
+    chat_month: int = Field(0, ge=0)
+    agent_day: int = Field(0, ge=0)
+    agent_month: int = Field(0, ge=0)
+    warn_at: float = Field(0.8, gt=0, le=1, description="the first turn past this share of a limit gets a notice")
+
+
+class BudgetSettings(BudgetLimits):
+    """`[budgets]` (design §15); `agent.json` "budgets" overrides them per agent."""
+
+    exempt: list[str] = Field(default_factory=list, description='"channel:sender" never refused (still counted)')
+
+
 class StoreSettings(_Section):
     """Where state lives (design §12): the files of §4, or PostgreSQL for several instances on one deployment."""
 
@@ -234,6 +263,7 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
+    budgets: BudgetSettings = Field(default_factory=BudgetSettings)
     channels: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="[channels.<name>] tables, each validated by its channel"
     )

@@ -138,6 +138,7 @@ class ErrorCode(StrEnum):
     BAD_STREAM = "bad_stream"
     MEDIA_REFUSED = "media_refused"
     LEASE_LOST = "lease_lost"
+    BUDGET_EXCEEDED = "budget_exceeded"
 
 
 @dataclass(frozen=True, slots=True)

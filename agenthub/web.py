@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
     from agenthub.storage.inbox import Inbox
     from agenthub.storage.stores import Stores
+    from agenthub.usage.recorder import UsageRecorder
 
 log = structlog.get_logger(__name__)
 
@@ -207,6 +208,28 @@ class WebServer:
 STORE_LATENCY = "agenthub_store_latency_seconds"
 
 
+def usage_metrics(recorder: UsageRecorder) -> list[str]:
+    """`agenthub_llm_tokens_total{agent,purpose,kind}` and `agenthub_budget_refusals_total{scope}` (design §15)."""
+    lines = [
+        "# HELP agenthub_llm_tokens_total Tokens of model calls as the vendor reported them (else estimated).",
+        "# TYPE agenthub_llm_tokens_total counter",
+    ]
+    for (agent, purpose, kind), value in sorted(recorder.tokens.items()):
+        labels = f'agent="{_label(agent)}",purpose="{_label(purpose)}",kind="{kind}"'
+        lines.append(f"agenthub_llm_tokens_total{{{labels}}} {value}")
+    lines += [
+        "# HELP agenthub_budget_refusals_total Turns refused before any model call: a budget was used up.",
+        "# TYPE agenthub_budget_refusals_total counter",
+    ]
+    for scope in ("user", "chat", "agent"):
+        lines.append(f'agenthub_budget_refusals_total{{scope="{scope}"}} {recorder.refusals[scope]}')
+    return lines
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def render_metrics(gateway: GatewayCore, inbox_depth: int = 0) -> str:
     """Prometheus text exposition of the gateway's counters and gauges."""
     s = gateway.stats
@@ -246,4 +269,6 @@ def render_metrics(gateway: GatewayCore, inbox_depth: int = 0) -> str:
         f"agenthub_inbox_depth {inbox_depth}",
         *gateway.cache_watch.metrics(),
     ]
+    if gateway.usage is not None:
+        lines += usage_metrics(gateway.usage.recorder)
     return "\n".join(lines) + "\n"

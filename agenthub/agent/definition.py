@@ -40,6 +40,20 @@ class MemoryOverrides(BaseModel):
     profile per (person, visibility): their private chats' and their groups' (see `memory.files`)."""
 
 
+class BudgetOverrides(BaseModel):
+    """Per-agent overrides of `[budgets]` (tokens; 0: no limit); unset fields follow the global configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_day: int | None = Field(None, ge=0)
+    user_month: int | None = Field(None, ge=0)
+    chat_day: int | None = Field(None, ge=0)
+    chat_month: int | None = Field(None, ge=0)
+    agent_day: int | None = Field(None, ge=0)
+    agent_month: int | None = Field(None, ge=0)
+    warn_at: float | None = Field(None, gt=0, le=1)
+
+
 class McpServerConfig(BaseModel):
     """One MCP tool server of an agent: a command started over stdio, or a streamable HTTP `url`."""
 
@@ -71,6 +85,7 @@ class AgentConfig(BaseModel):
     tools: list[str] = Field(default_factory=list)
     lock_timeout_s: float | None = Field(None, gt=0)
     memory: MemoryOverrides = Field(default_factory=MemoryOverrides)
+    budgets: BudgetOverrides = Field(default_factory=BudgetOverrides)
     system_allowed_paths: list[str] = Field(default_factory=list)
     locale: Literal["zh-CN", "en"] | None = None
     """The language of the texts the product writes in this agent's chats; unset: the channel's locale."""

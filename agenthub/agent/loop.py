@@ -126,7 +126,8 @@ class AgentLoop:
         added: list[Message] = []  # this turn's tool round trips; the newest carries a cache breakpoint
         for _ in range(self.max_iterations):
             messages = [*request.messages, *mark_newest_message(added)]
-            call = replace(request, model=self.model, max_tokens=self.max_tokens, messages=messages, purpose="turn")
+            purpose = "job" if request.purpose == "job" else "turn"  # a scheduled prompt's turn is counted as a job
+            call = replace(request, model=self.model, max_tokens=self.max_tokens, messages=messages, purpose=purpose)
             response = await self._call(call, emit, result)
             if response.stop_reason != "tool_use" or not response.tool_uses:
                 _finish(response, emit, result, request.locale)

@@ -16,6 +16,7 @@ STATUS: dict[str, int] = {
     ErrorCode.LLM_ERROR: 502,
     ErrorCode.SHUTDOWN: 503,
     ErrorCode.QUEUE_FULL: 429,
+    ErrorCode.BUDGET_EXCEEDED: 429,
     ErrorCode.PATH_REFUSED: 403,
     ErrorCode.STORAGE_UNAVAILABLE: 503,
     ErrorCode.LEASE_LOST: 503,

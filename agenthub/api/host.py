@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from agenthub.search.api import Searcher
     from agenthub.session.history import SessionHistory
     from agenthub.storage.idempotency import IdempotencyStore
+    from agenthub.usage.wiring import UsageServices
 
 
 class ApiCompactor(Protocol):
@@ -51,6 +52,8 @@ class ApiHost(Protocol):
     def scheduler(self) -> Scheduler | None: ...
     @property
     def compactor(self) -> ApiCompactor | None: ...
+    @property
+    def usage(self) -> UsageServices | None: ...
 
     async def submit(self, message: InboundMessage) -> ReplyHandle: ...
 

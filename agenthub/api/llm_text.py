@@ -14,7 +14,7 @@ import structlog
 from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
 from agenthub.api.host import ApiHost
-from agenthub.llm.types import LLMProvider, LLMRequest
+from agenthub.llm.types import CallOwner, LLMProvider, LLMRequest
 from agenthub.storage.atomic import atomic_write_text
 from agenthub.storage.meta import TITLE_CHARS, text_of, title_from
 
@@ -40,7 +40,9 @@ def _transcript(history: list[dict[str, Any]], limit: int = 8) -> str:
     return "\n".join(lines)
 
 
-async def make_title(gateway: ApiHost, agent: AgentDefinition, history: list[dict[str, Any]]) -> str:
+async def make_title(
+    gateway: ApiHost, agent: AgentDefinition, history: list[dict[str, Any]], owner: CallOwner | None = None
+) -> str:
     provider, model, _ = gateway.providers.resolve(None, None, agent.config.provider, agent.config.model)
     request = LLMRequest(
         model=model,
@@ -49,6 +51,7 @@ async def make_title(gateway: ApiHost, agent: AgentDefinition, history: list[dic
         tools=[],
         max_tokens=64,
         purpose="title",
+        owner=owner or CallOwner(agent.name, "http"),
     )
     response = await provider.complete(request)
     title = title_from(response.text.strip().strip("\"'“”「」"))
@@ -125,6 +128,7 @@ class WelcomeCache:
             tools=[],
             max_tokens=300,
             purpose="welcome",
+            owner=CallOwner(agent.name, "http"),
         )
         response = await provider.complete(request)
         return response.text.strip() or f"Hi, I'm {agent.name}. How can I help?"

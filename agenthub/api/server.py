@@ -13,7 +13,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agenthub import i18n
-from agenthub.api import agents, jobs, memory, sessions
+from agenthub.api import agents, jobs, memory, sessions, usage
 from agenthub.api.chat import handle_chat
 from agenthub.api.errors import ApiError
 from agenthub.api.host import ApiServices
@@ -109,6 +109,7 @@ class HttpApi:
             ("GET", session + "/events", self._events),
             ("GET", api + "/{agent}/jobs", jobs.list_jobs),
             ("DELETE", api + "/{agent}/jobs/{job_id}", jobs.delete_job),
+            ("GET", "/api/usage", usage.usage_report),
         ]
         for method, path, route in table:
             routes.add(method, path, self._authenticated(functools.partial(route, self.services)))

@@ -22,9 +22,12 @@ from agenthub.api.requests import (
     agent_of,
     key_for,
     parse_body,
+    sender_of,
     session_of,
+    token_name,
 )
 from agenthub.errors import LLMError
+from agenthub.llm.types import CallOwner
 from agenthub.media.names import chat_folders, remove_chat_folder
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.meta import SessionMeta
@@ -118,7 +121,8 @@ async def auto_title(api: ApiServices, request: web.Request) -> web.Response:
     if not any(m.get("role") == "user" for m in history):
         raise ApiError(409, "session_empty", "the session has no messages to make a title from")
     try:
-        title = await make_title(gateway, agent, history)
+        owner = CallOwner(agent.name, key.channel, key.chat_id, sender_of(token_name(request)))
+        title = await make_title(gateway, agent, history, owner)
     except LLMError as e:
         raise ApiError(502, "llm_error", e.user_text.render(i18n.locale_for(gateway.settings, "http", agent))) from None
     return _json(_meta(await gateway.history.update_meta(key, title=title)))

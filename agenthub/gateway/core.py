@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler
     from agenthub.storage.inbox import Inbox
     from agenthub.storage.memory_files import MemoryStore
+    from agenthub.usage.wiring import UsageServices
 
 log = structlog.get_logger(__name__)
 
@@ -114,6 +115,7 @@ class GatewayCore:
         self.inbox: Inbox | None = None  # the durable inbox the channels and the API store into (composition root)
         self.scheduler_lease: Singleton | None = None  # runs the scheduler on one instance, from start_scheduler
         self.memory_layer: MemoryLayer | None = None  # L2/L3 and their timers, attached by the composition root
+        self.usage: UsageServices | None = None  # usage records and budgets, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.arrival_order = ArrivalOrder(
             lambda: self.inbox, self.history, self.session_leases, wait_s=2 * self.leases.ttl_s
@@ -154,6 +156,8 @@ class GatewayCore:
         await self.session_leases.close()
         self.history.observers.remove(self.search.history_changed)
         await self.search.close()
+        if self.usage is not None:  # the calls of the turns just ended reach the store, their reservations go
+            await self.usage.recorder.aclose()
         await self.providers.aclose()
 
     def abort_all(self, reason: str) -> None:

@@ -26,7 +26,8 @@ from agenthub.gateway.inbox_replay import INBOX_ID, StoredMessage, inbox_id_of, 
 from agenthub.gateway.runner import PendingTurn
 from agenthub.gateway.session_state import SessionState, SessionStatus
 from agenthub.i18n import Text
-from agenthub.llm.types import LLMProvider
+from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
+from agenthub.llm.types import CallOwner, LLMProvider
 from agenthub.log import bound_turn
 from agenthub.media.inbox import Intake, MediaInbox
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Usage
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from agenthub.search.api import Searcher
     from agenthub.session.history import SessionHistory
     from agenthub.storage.keys import SessionKey
+    from agenthub.usage.gate import Admission, Refusal
+    from agenthub.usage.wiring import UsageServices
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +66,9 @@ REPLAYED = "replayed"
 """The outcome code of a turn whose messages were all answered before a crash: no model call, the stored answer."""
 
 USER_ABORTS = frozenset({ErrorCode.STOPPED, ErrorCode.RESTART})
+
+PROMPT_KINDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+"""The kinds of a call's usage that together are its prompt's size."""
 
 OVERFLOW_AFTER_RETRY = Text("error.overflow_after_retry")
 MESSAGE_TOO_LONG = Text("error.message_too_long")
@@ -106,6 +112,7 @@ class TurnHost(Protocol):
     stats: GatewayStats
     compactor: Compactor | None
     scheduler: Scheduler | None
+    usage: UsageServices | None
 
     def take_notices(self, key: SessionKey) -> list[Text]: ...
 
@@ -223,6 +230,32 @@ class TurnRunner:
         if refusals and not answerable:
             refused = ErrorEvent("\n".join(refusals), code=ErrorCode.MEDIA_REFUSED)  # only refused media: no model call
             return TurnOutcome(False, ErrorCode.MEDIA_REFUSED, final=refused)
+        admission = await self._admit(pending)
+        if admission is None:  # nothing limits this turn
+            return await self._answer(pending, provider, model, stored, fresh, intakes, refusals)
+        if admission.refused:  # refused before any model call, nothing stored
+            refused = ErrorEvent(admission.text, code=ErrorCode.BUDGET_EXCEEDED)
+            return TurnOutcome(False, ErrorCode.BUDGET_EXCEEDED, final=refused)
+        try:
+            for warning in admission.notices:
+                pending.handle.emit(NoticeEvent(warning))
+            return await self._answer(pending, provider, model, stored, fresh, intakes, refusals)
+        finally:  # done, failed or cancelled: the reservation is settled with what was really used
+            assert gw.usage is not None
+            gw.usage.gate.settle(admission)
+
+    async def _answer(
+        self,
+        pending: PendingTurn,
+        provider: LLMProvider,
+        model: str,
+        stored: dict[str, StoredMessage],
+        fresh: list[PendingTurn],
+        intakes: list[Intake],
+        refusals: list[str],
+    ) -> TurnOutcome:
+        """Store the new messages, run the model, store and deliver the answer."""
+        gw = self.gateway
         for text in refusals:
             pending.handle.emit(NoticeEvent(text))
         if fresh:  # a message stored before a crash is not stored again
@@ -243,6 +276,23 @@ class TurnRunner:
         gw.stats.turns += 1
         final = DoneEvent(result.text, result.usage, str(pending.key))
         return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model, final)
+
+    async def _admit(self, pending: PendingTurn) -> Admission | Refusal | None:
+        """The budget gate's word on the turn (None: no budget applies); the reservation is the prompt's
+        estimate (the last call's prompt, else the history's estimate, plus the new messages) plus `max_tokens`."""
+        usage, agent = self.gateway.usage, pending.agent
+        if usage is None or not usage.gate.applies(agent, pending.message):
+            return None
+        meta = await self.gateway.history.get_meta(pending.key)
+        last = meta.last_usage if meta is not None else None
+        if last:
+            prompt = sum(int(last.get(k, 0)) for k in PROMPT_KINDS)
+        else:
+            prompt = estimate_tokens(await self.gateway.history.load(pending.key))
+        prompt += sum(estimate_text_tokens(member.message.content) for member in pending.members)
+        max_tokens = agent.config.max_tokens or self.gateway.settings.llm.max_tokens
+        limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s
+        return await usage.gate.admit(agent, pending.message, prompt + max_tokens, pending.locale, limit)
 
     async def _still_ours_after_answer(self, pending: PendingTurn) -> bool:
         """`still_ours`, once the answer is stored; a store that cannot tell: ours (the answer is delivered)."""
@@ -334,7 +384,11 @@ class TurnRunner:
             max_tokens=max_tokens,
         )
         request = await with_recall(request, history, ctx, settings)  # after the cached prefix, in this request only
-        request = dataclasses.replace(request, locale=pending.locale)  # the offline stand-in answers in it
+        msg = pending.message
+        owner = CallOwner(agent.name, msg.channel, msg.chat_id, msg.sender_id)  # whose usage the calls are
+        purpose = "job" if isinstance(msg.metadata.get("scheduled_job"), str) else "turn"
+        # the offline stand-in answers in the turn's locale
+        request = dataclasses.replace(request, locale=pending.locale, owner=owner, purpose=purpose)
         loop = AgentLoop(
             provider,
             model,

@@ -93,7 +93,11 @@ class OfflineProvider:
             output_tokens=estimate_text_tokens(text),
         )
         response = LLMResponse(
-            content=[{"type": "text", "text": text}], stop_reason="end_turn", usage=usage, model=request.model
+            content=[{"type": "text", "text": text}],
+            stop_reason="end_turn",
+            usage=usage,
+            model=request.model,
+            usage_estimated=True,
         )
         self.call_log.record(self.name, request, response, time.perf_counter() - began)
         return response

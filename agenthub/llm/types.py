@@ -15,6 +15,17 @@ TextCallback = Callable[[str], None]
 """Called with each text delta as it streams."""
 
 
+@dataclass(frozen=True, slots=True)
+class CallOwner:
+    """Who a model call is made for, in the usage records (design §15): the agent, and the chat and sender when
+    the call serves one (empty for an agent's background work such as L3)."""
+
+    agent: str
+    channel: str = ""
+    chat_id: str = ""
+    sender_id: str = ""
+
+
 @dataclass(frozen=True)
 class LLMRequest:
     """One Messages API call; `system`, `messages` and `tools` are Anthropic-shaped plain dicts."""
@@ -26,7 +37,10 @@ class LLMRequest:
     max_tokens: int
     tool_choice: dict[str, Any] | None = None
     purpose: str = "other"
-    """What the call is for, in the `llm_call` log: turn, summary, flush, l3, title, welcome."""
+    """What the call is for, in the `llm_call` log and the usage records: turn, job, summary, flush, l3, title,
+    welcome."""
+    owner: CallOwner | None = None
+    """Who the call is for (usage records); None: unknown (counted under no agent)."""
     locale: str = "en"
     """The chat's locale, for the few texts a provider writes itself (the offline stand-in's reply); never sent."""
     chat: str = ""
@@ -49,6 +63,8 @@ class LLMResponse:
     """The vendor's id of the reply (`msg_…`), "" when it gave none."""
     cache_miss_reason: dict[str, Any] | None = None
     """Anthropic's `diagnostics.cache_miss_reason` when the request asked for cache diagnostics and it found one."""
+    usage_estimated: bool = False
+    """True when `usage` is our estimate, not the vendor's report (the offline stand-in)."""
 
     @property
     def text(self) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import structlog
@@ -23,7 +23,7 @@ import structlog
 from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
 from agenthub.llm.tokens import estimate_tokens
-from agenthub.llm.types import LLMProvider
+from agenthub.llm.types import CallOwner, LLMProvider
 from agenthub.memory import thresholds
 from agenthub.memory.backoff import SummaryBackoff
 from agenthub.memory.cut import Cut, plan_cut
@@ -247,6 +247,7 @@ class SessionCompactor:
             max_tokens=thresholds.summary_max_tokens(threshold),
             focus=focus,
         )
+        request = replace(request, owner=CallOwner(agent.name, key.channel, key.chat_id))
         original = estimate_tokens(cut.previous_summaries) + estimate_tokens([m.get("content") for m in cut.head])
         try:
             async with host.llm_gate, asyncio.timeout(settings.memory.background_timeout_s):

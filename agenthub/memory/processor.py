@@ -31,7 +31,7 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import AgentHubError
 from agenthub.llm.models import context_window
 from agenthub.llm.tokens import estimate_text_tokens
-from agenthub.llm.types import LLMProvider, LLMRequest
+from agenthub.llm.types import CallOwner, LLMProvider, LLMRequest
 from agenthub.memory import l3_material as material
 from agenthub.memory import thresholds
 from agenthub.memory.host import MemoryHost
@@ -97,6 +97,8 @@ class Target:
     """Whose material this is: their L3 state records whether this file has taken it in."""
     forgets: Mapping[str, int] = field(default_factory=dict)
     """`MemoryProcessor.forgets_seen()` when the material was read: a forget since then makes it stale."""
+    owner: CallOwner | None = None
+    """Who the call is for in the usage records; None: the one agent of `agents` (none when several share it)."""
 
 
 def cap_text(text: str, cap: int) -> str:
@@ -326,6 +328,7 @@ class MemoryProcessor:
             tools=[],
             max_tokens=max_tokens,
             purpose=target.purpose,
+            owner=target.owner or CallOwner(target.agents[0] if len(target.agents) == 1 else ""),
         )
         bound_s = self.host.settings.memory.background_timeout_s
         async with self.host.llm_gate:
@@ -365,6 +368,7 @@ class MemoryProcessor:
             thresholds.window_of(host.settings, agent, model),
             purpose="flush",
             agents=(agent.name,),
+            owner=CallOwner(agent.name, key.channel, key.chat_id),
             forgets=self.forgets_seen(),
         )
         for _ in range(FLUSH_ATTEMPTS):

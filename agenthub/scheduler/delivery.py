@@ -11,7 +11,7 @@ from agenthub import i18n
 from agenthub.channel import Channel
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.turn import USER_ABORTS
-from agenthub.messages import ErrorEvent, InboundMessage, OutboundMessage
+from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, OutboundMessage
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.texts import prompt_failed_notice
 
@@ -68,6 +68,8 @@ class JobDelivery:
             log.warning("job_turn_failed", agent=job.agent, job_id=job.id, code=final.code)
             if final.code in QUIET_ENDS:
                 return ""
+            if final.code == ErrorCode.BUDGET_EXCEEDED:  # refused before any model call: say which limit, and when
+                return await self._store(job, final.message)
             return await self._store(job, self._failure_notice(job))
         return final.full_text
 

@@ -18,6 +18,7 @@ from agenthub.storage.lease import InProcessLeases, LeaseStore
 from agenthub.storage.memory_files import FileMemoryStore, MemoryStore
 from agenthub.storage.outbox import Outbox
 from agenthub.storage.store import SessionStore
+from agenthub.storage.usage import FileUsageStore, UsageStore
 
 if TYPE_CHECKING:
     from agenthub.config import Settings
@@ -49,6 +50,7 @@ class Stores:
         search_feed: PostgresIndexFeed | None = None,
         fsync: bool = True,
         holder: str | None = None,
+        usage: UsageStore | None = None,
     ) -> None:
         """`holder`: this instance's lease holder id (default: a new one), the owner of what it accepts."""
         self.backend = backend
@@ -57,6 +59,8 @@ class Stores:
         self.jobs: JobDocuments = jobs if jobs is not None else FileJobDocuments(data_dir, durable=fsync)
         """Every agent's scheduled jobs: `data/<agent>/jobs.json`, or the table `jobs` shared by every instance."""
         self.outbox = outbox
+        self.usage: UsageStore = usage if usage is not None else FileUsageStore(data_dir)
+        """Model usage and budget reservations: `data/usage/`, or tables shared by every instance (design §15)."""
         """Sends for the instance holding a connection (postgres); None in the files mode, where one holds all."""
         self.database = database
         self.tokens = tokens
@@ -170,6 +174,7 @@ async def open_stores(settings: Settings) -> Stores:
     )
     from agenthub.storage.postgres.search import PostgresSearchIndex
     from agenthub.storage.postgres.search_sync import PostgresIndexFeed
+    from agenthub.storage.postgres.usage import PostgresUsageStore
 
     database = await open_database(settings.store.dsn.get_secret_value())
     extra_tokens = [t.get_secret_value() for t in settings.http.tokens]
@@ -185,4 +190,5 @@ async def open_stores(settings: Settings) -> Stores:
         tokens=PostgresTokens(database, extra_tokens),
         search_index=PostgresSearchIndex(database),
         search_feed=PostgresIndexFeed(database),
+        usage=PostgresUsageStore(database),
     )

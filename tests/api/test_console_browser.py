@@ -388,3 +388,33 @@ async def test_console_shows_a_reminder_the_moment_it_fires(
     await expect(page.locator('.bubble[data-role="assistant"]').last).to_have_text(REMINDER)  # no reload
     await page.reload()
     await expect(page.locator('.bubble[data-role="assistant"]').last).to_have_text(REMINDER)  # stored too
+
+
+async def test_console_usage_page_shows_a_table_and_a_daily_chart(console: Console, page: Page, tmp_path: Path) -> None:
+    await sign_in(page, console, tmp_path)
+    await page.get_by_role("button", name="新建会话").click()
+    await page.get_by_label("输入消息").fill("周末去哪儿玩？")
+    await page.get_by_label("输入消息").press("Enter")
+    first_call = 30_000  # the first model call of a process waits for the SDK's import (seconds on a busy machine)
+    await expect(page.locator('.bubble[data-state="done"]')).to_have_count(1, timeout=first_call)
+    await page.get_by_role("button", name="用量").click()
+    panel = page.locator("#usage-panel")
+    await expect(panel.locator("thead")).to_contain_text("缓存读取")
+    await expect(panel.locator("tbody tr").first).to_contain_text("test (http)")  # the API token's name
+    await expect(panel.locator(".usage-bar")).to_have_count(1)
+    await page.get_by_label("按", exact=True).select_option("agent")
+    await expect(panel.locator("tbody tr").first).to_contain_text("default")
+    await screenshot(page, tmp_path, "console_usage.png")
+    await page.get_by_role("button", name="关闭").click()
+    await expect(panel).to_be_hidden()
+
+
+async def test_console_usage_page_in_english(english_console: Console, page: Page, tmp_path: Path) -> None:
+    await page.goto(english_console.url + "/")
+    await page.get_by_label("Access token").fill(english_console.token)
+    await page.get_by_role("button", name="Sign in").click()
+    await page.get_by_role("button", name="Usage").click()
+    panel = page.locator("#usage-panel")
+    await expect(panel.locator("thead")).to_contain_text("Cache read")
+    await expect(panel.locator("tbody")).to_contain_text("No usage in this period yet.")
+    await expect(page.locator("#usage-range")).to_contain_text("Asia/Shanghai")

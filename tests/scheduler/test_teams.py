@@ -132,6 +132,22 @@ async def test_a_failed_prompt_job_tells_the_chat_in_its_locale_without_the_erro
     assert "SECRET-UPSTREAM-DETAIL" not in str(history)
 
 
+async def test_a_prompt_job_over_its_creators_budget_is_refused_before_any_model_call(
+    started: Callable[..., Any], clock: ManualClock, fake_llm: FakeAnthropic
+) -> None:
+    gw, channel = await started(budgets={"user_day": 1})
+    job = await create(gw, fake_llm, {"action": "create", "cron": "0 9 * * *", "prompt": "汇报进度"})
+    assert gw.usage is not None
+    await gw.usage.gate.drain()
+    calls = len(fake_llm.message_requests())
+    clock.advance(shanghai(2026, 12, 1, 9, 0) - clock())
+    [sent] = await channel.wait_for(1)
+    assert "你的每日用量额度（1 tokens）已用完" in sent.content
+    assert len(fake_llm.message_requests()) == calls
+    history = await gw.history.load(SessionKey("default", "wecom", PRIVATE_CHAT))
+    assert (history[-1]["content"], history[-1]["scheduled_job"]) == (sent.content, job)
+
+
 # ---- on behalf of the person who made the job ------------------------------------------------
 
 

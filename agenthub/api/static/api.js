@@ -115,6 +115,7 @@ export const api = {
   context: (agent, chat) => json(`/api/agents/${enc(agent)}/sessions/${enc(chat)}/context`),
   compact: (agent, chat) => json(`/api/agents/${enc(agent)}/sessions/${enc(chat)}/compact`, { method: "POST" }),
   welcome: (agent) => json(`/api/agents/${enc(agent)}/welcome`),
+  usage: (by, period) => json(`/api/usage?by=${enc(by)}&period=${enc(period)}`),
   events: (agent, chat, signal) =>
     request(`/api/agents/${enc(agent)}/sessions/${enc(chat)}/events`, { signal, accept: "text/event-stream" }),
   send: (agent, chat, content) =>

@@ -2,6 +2,7 @@
 
 import { api, ApiError, AuthError, sseFrames, token } from "/static/api.js";
 import { localisePage, t } from "/static/i18n.js";
+import { initUsage } from "/static/usage.js";
 import { el, formatText, messageRow, meterOf, relativeTime, welcomeCard } from "/static/render.js";
 
 const DEFAULT_TITLE = "新会话"; // the server's title of a new session (data, not a console text)
@@ -402,6 +403,7 @@ function init() {
   $("input").addEventListener("input", autoGrow);
   $("stop").addEventListener("click", () => guard(stop));
   $("compact").addEventListener("click", () => guard(compact));
+  initUsage(guard);
   if (token.get()) guard(boot);
   else showSignIn();
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agenthub.i18n.catalogue import channels, cli, commands, core, feishu, forget, jobs, llm, media, memory
+from agenthub.i18n.catalogue import channels, cli, commands, core, feishu, forget, jobs, llm, media, memory, usage
 
 AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (
     core.TEXTS,
@@ -17,6 +17,7 @@ AREAS: tuple[Mapping[str, Mapping[str, str]], ...] = (
     feishu.TEXTS,
     forget.TEXTS,
     jobs.TEXTS,
+    usage.TEXTS,
 )
 """Every area module's `TEXTS`; an area added later is listed here."""
 

@@ -259,6 +259,108 @@ SEARCH_INDEX = Migration(
     ),
 )
 
+USAGE_RESERVE = """CREATE FUNCTION usage_reserve(
+    p_id text, p_kinds text[], p_channels text[], p_idents text[], p_keys text[],
+    p_day_limits bigint[], p_month_limits bigint[], p_day date, p_tokens bigint, p_ttl double precision
+) RETURNS TABLE (o_scope text, o_day bigint, o_month bigint, o_reserved boolean) LANGUAGE plpgsql AS $$
+DECLARE
+    i int;
+    d bigint;
+    m bigint;
+    r bigint;
+    refused boolean := false;
+    first date := date_trunc('month', p_day)::date;
+BEGIN
+    -- one budget check at a time per scope, across instances; the caller sorts the keys (no ring of waits)
+    FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
+        PERFORM pg_advisory_xact_lock(hashtextextended('budget:' || p_keys[i], 0));
+    END LOOP;
+    -- each query below takes a new snapshot: it sees what was committed while this call waited for a lock
+    FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
+        SELECT coalesce(sum(u.input + u.output + u.cache_read + u.cache_write) FILTER (WHERE u.day = p_day), 0),
+               coalesce(sum(u.input + u.output + u.cache_read + u.cache_write), 0)
+          INTO d, m FROM usage_days u
+         WHERE u.day >= first AND u.day <= p_day AND CASE p_kinds[i]
+               WHEN 'agent' THEN u.agent = p_idents[i]
+               WHEN 'user' THEN u.channel = p_channels[i] AND u.sender_id = p_idents[i]
+               ELSE u.channel = p_channels[i] AND u.chat_id = p_idents[i] END;
+        SELECT coalesce(sum(x.tokens), 0) INTO r FROM usage_reservations x
+         WHERE x.scope = p_keys[i] AND x.expires_at > clock_timestamp();
+        IF (p_day_limits[i] > 0 AND d + r >= p_day_limits[i]) OR (p_month_limits[i] > 0 AND m + r >= p_month_limits[i])
+        THEN
+            refused := true;
+        END IF;
+        o_scope := p_keys[i]; o_day := d + r; o_month := m + r; o_reserved := NOT refused;
+        RETURN NEXT;
+    END LOOP;
+    IF NOT refused THEN
+        INSERT INTO usage_reservations (id, scope, tokens, expires_at)
+        SELECT p_id, k, p_tokens, clock_timestamp() + make_interval(secs => p_ttl) FROM unnest(p_keys) AS k;
+    END IF;
+END $$"""
+
+USAGE = Migration(
+    8,
+    "model usage per call and per day, budget reservations and warnings",
+    (
+        # the journal: one row per model call, as the vendor reported it (`estimated`: it reported nothing)
+        """CREATE TABLE usage_calls (
+            id bigserial PRIMARY KEY,
+            at timestamptz NOT NULL DEFAULT now(),
+            day date NOT NULL,
+            purpose text NOT NULL,
+            agent text NOT NULL,
+            channel text NOT NULL,
+            chat_id text NOT NULL,
+            sender_id text NOT NULL,
+            model text NOT NULL,
+            input bigint NOT NULL,
+            output bigint NOT NULL,
+            cache_read bigint NOT NULL,
+            cache_write bigint NOT NULL,
+            estimated boolean NOT NULL DEFAULT false
+        )""",
+        "CREATE INDEX usage_calls_by_day ON usage_calls (day)",
+        # the daily roll-up every view and budget check reads (day in `scheduler.timezone`)
+        """CREATE TABLE usage_days (
+            day date NOT NULL,
+            agent text NOT NULL,
+            channel text NOT NULL,
+            chat_id text NOT NULL,
+            sender_id text NOT NULL,
+            model text NOT NULL,
+            purpose text NOT NULL,
+            input bigint NOT NULL DEFAULT 0,
+            output bigint NOT NULL DEFAULT 0,
+            cache_read bigint NOT NULL DEFAULT 0,
+            cache_write bigint NOT NULL DEFAULT 0,
+            calls bigint NOT NULL DEFAULT 0,
+            estimated bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (day, agent, channel, chat_id, sender_id, model, purpose)
+        )""",
+        "CREATE INDEX usage_days_by_sender ON usage_days (channel, sender_id, day)",
+        "CREATE INDEX usage_days_by_chat ON usage_days (channel, chat_id, day)",
+        "CREATE INDEX usage_days_by_agent ON usage_days (agent, day)",
+        # what running turns reserved, one row per scope; a dead instance's rows lapse at `expires_at`
+        """CREATE TABLE usage_reservations (
+            id text NOT NULL,
+            scope text NOT NULL,
+            tokens bigint NOT NULL,
+            expires_at timestamptz NOT NULL,
+            PRIMARY KEY (id, scope)
+        )""",
+        "CREATE INDEX usage_reservations_by_scope ON usage_reservations (scope, expires_at)",
+        # the warning notice went out for this scope and period (once per period, whichever instance sent it)
+        """CREATE TABLE usage_warnings (
+            scope text NOT NULL,
+            period text NOT NULL,
+            PRIMARY KEY (scope, period)
+        )""",
+        USAGE_RESERVE,
+    ),
+)
+
+
 IDEMPOTENCY_KEYS = Migration(
     9,
     "the HTTP API's idempotency keys",
@@ -311,6 +413,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     JOBS_AND_OUTBOX,
     COPIES_AND_SENDS,
     SEARCH_INDEX,
+    USAGE,
     IDEMPOTENCY_KEYS,
     SEARCH_VECTORS,
 )

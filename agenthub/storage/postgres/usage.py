@@ -1,0 +1,127 @@
+"""`PostgresUsageStore`: usage calls and day roll-ups, and budget reservations shared by every instance.
+
+A reservation is checked and taken in one call of `usage_reserve` (migration 8) under an advisory lock per scope
+(taken in sorted order, so two turns sharing scopes never deadlock): what every instance's running turns reserved
+counts until it is released (with the turn's usage, in one transaction) or its `expires_at` passes (the instance
+died).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Sequence
+
+from agenthub.errors import StorageError
+from agenthub.storage.postgres.database import Database
+from agenthub.storage.usage import Claim, Reservation, UsageRow, judge
+
+_INSERT_CALL = (
+    "INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output, cache_read, "
+    "cache_write, estimated) VALUES (to_timestamp(%s), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+_UPSERT_DAY = (
+    "INSERT INTO usage_days AS d (day, agent, channel, chat_id, sender_id, model, purpose, input, output, cache_read, "
+    "cache_write, calls, estimated) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (day, agent, channel, chat_id, sender_id, model, purpose) DO UPDATE SET "
+    "input = d.input + excluded.input, output = d.output + excluded.output, "
+    "cache_read = d.cache_read + excluded.cache_read, cache_write = d.cache_write + excluded.cache_write, "
+    "calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated"
+)
+_RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_RELEASE = "DELETE FROM usage_reservations WHERE id = ANY(%s)"
+SWEEP_S = 60.0
+"""How often an instance deletes reservations that lapsed long ago (a dead instance's)."""
+
+
+def _date(day: str) -> dt.date:
+    return dt.date.fromisoformat(day)
+
+
+class PostgresUsageStore:
+    """The tables of migration 8 (`usage_calls`, `usage_days`, `usage_reservations`, `usage_warnings`)."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._swept = 0.0
+
+    async def add(self, rows: Sequence[UsageRow], *, release: Sequence[str] = ()) -> None:
+        if not rows and not release:
+            return
+        if not rows:  # the turn's calls were written already: one statement ends its reservations
+            async with self.database.connection("release a turn's budget") as conn:
+                await conn.execute(_RELEASE, (list(release),))
+            return
+        calls = [(r.at, _date(r.day), r.purpose, *r.group[:5], *_counts(r)[:4], r.estimated > 0) for r in rows]
+        days = [(_date(r.day), *r.group, *_counts(r)) for r in rows]
+        days.sort(key=lambda d: tuple(str(v) for v in d[:7]))  # one lock order for every writer
+        async with (
+            self.database.connection("record model usage") as conn,
+            conn.transaction(),
+            conn.cursor() as cursor,
+        ):
+            if rows:
+                await cursor.executemany(_INSERT_CALL, calls)
+                await cursor.executemany(_UPSERT_DAY, days)
+            if release:  # in the same transaction: a turn's usage and the end of its reservation, never neither
+                await cursor.execute(_RELEASE, (list(release),))
+
+    async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
+        """One round trip (`usage_reserve`, migration 8): the scopes' locks in key order, their usage and what
+        running turns reserved, the reservation unless a limit is reached; lapsed rows are swept now and then."""
+        ordered = sorted(claims, key=lambda c: c.scope.key)
+        rid = uuid.uuid4().hex
+        params = (
+            rid,
+            [c.scope.kind for c in ordered],
+            [c.scope.channel for c in ordered],
+            [c.scope.ident for c in ordered],
+            [c.scope.key for c in ordered],
+            [c.day_limit for c in ordered],
+            [c.month_limit for c in ordered],
+            _date(day),
+            tokens,
+            ttl_s,
+        )
+        sweep = time.monotonic() - self._swept >= SWEEP_S
+        async with self.database.connection("reserve a turn's budget") as conn:
+            cursor = await conn.execute(_RESERVE, params)
+            found = await cursor.fetchall()
+            if sweep:
+                await conn.execute("DELETE FROM usage_reservations WHERE expires_at < now() - interval '1 hour'")
+        if sweep:
+            self._swept = time.monotonic()
+        used = {str(r[0]): (int(r[1]), int(r[2])) for r in found}
+        standings, refused = judge(claims, used)
+        reserved = all(bool(r[3]) for r in found)
+        if not reserved and refused is None:  # cannot happen: the same rule on both sides
+            raise StorageError("could not reserve a turn's budget: the database and AgentHub disagree")
+        return Reservation(rid if reserved else None, standings, refused)
+
+    async def release(self, reservation_id: str) -> None:
+        async with self.database.connection("release a turn's budget") as conn:
+            await conn.execute("DELETE FROM usage_reservations WHERE id = %s", (reservation_id,))
+
+    async def first_warning(self, scope_key: str, period_key: str) -> bool:
+        async with self.database.connection("note a budget warning") as conn:
+            cursor = await conn.execute(
+                "INSERT INTO usage_warnings (scope, period) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                (scope_key, period_key),
+            )
+            return await cursor.fetchone() is not None
+
+    async def days(self, first: str, last: str) -> list[UsageRow]:
+        async with self.database.connection("read usage") as conn:
+            cursor = await conn.execute(
+                "SELECT day, purpose, agent, channel, chat_id, sender_id, model, input, output, cache_read, "
+                "cache_write, calls, estimated FROM usage_days WHERE day >= %s AND day <= %s "
+                "ORDER BY day, agent, channel, chat_id, sender_id, model, purpose",
+                (_date(first), _date(last)),
+            )
+            found = await cursor.fetchall()
+        return [UsageRow(r[0].isoformat(), *r[1:7], *(int(v) for v in r[7:])) for r in found]
+
+
+def _counts(r: UsageRow) -> tuple[int, ...]:
+    return (r.input, r.output, r.cache_read, r.cache_write, r.calls, r.estimated)

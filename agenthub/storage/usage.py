@@ -1,0 +1,321 @@
+"""Usage records and budget reservations (design §15): the `UsageStore` port and its files backend.
+
+Files: an append-only journal per day (`data/usage/<YYYY-MM>/<YYYY-MM-DD>.jsonl`, one line per model call) with a
+daily roll-up kept in memory (and written beside a past day's journal, `<day>.rollup.json`, once it is read), and
+the reservations of running turns in memory (one process per data directory). PostgreSQL: `storage.postgres.usage`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import structlog
+
+from agenthub.storage.atomic import atomic_write_text
+
+log = structlog.get_logger(__name__)
+
+Kind = Literal["user", "chat", "agent"]
+Period = Literal["day", "month"]
+TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """One model call (`calls` = 1), or the sum of a day's calls with the same who/model/purpose (a roll-up)."""
+
+    day: str
+    """`YYYY-MM-DD` in `scheduler.timezone`; the month is its first seven characters."""
+    purpose: str
+    agent: str
+    channel: str
+    chat_id: str
+    sender_id: str
+    model: str
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    calls: int = 1
+    estimated: int = 0
+    """How many of `calls` reported no usage (our estimate is counted instead)."""
+    at: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.input + self.output + self.cache_read + self.cache_write
+
+    @property
+    def group(self) -> tuple[str, str, str, str, str, str]:
+        return (self.agent, self.channel, self.chat_id, self.sender_id, self.model, self.purpose)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Whose budget: a sender (`user`, per channel), a chat (per channel) or an agent."""
+
+    kind: Kind
+    channel: str
+    ident: str
+
+    @property
+    def key(self) -> str:
+        return f"agent:{self.ident}" if self.kind == "agent" else f"{self.kind}:{self.channel}:{self.ident}"
+
+    def covers(self, row: UsageRow) -> bool:
+        if self.kind == "agent":
+            return row.agent == self.ident
+        who = row.sender_id if self.kind == "user" else row.chat_id
+        return row.channel == self.channel and who == self.ident
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A scope with its limits (0: none) that a turn must fit in."""
+
+    scope: Scope
+    day_limit: int = 0
+    month_limit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Where a scope stood against one limit when a turn asked: used plus reserved by turns already running."""
+
+    scope: Scope
+    period: Period
+    limit: int
+    used: int
+
+    @property
+    def share(self) -> float:
+        return self.used / self.limit if self.limit else 0.0
+
+
+@dataclass
+class Reservation:
+    """The answer to `reserve`: an id to release (admitted), or the limit reached (`refused`)."""
+
+    id: str | None
+    standings: list[Standing] = field(default_factory=list)
+    refused: Standing | None = None
+
+
+def judge(claims: Sequence[Claim], used: dict[str, tuple[int, int]]) -> tuple[list[Standing], Standing | None]:
+    """Every limit's standing (`used`: scope key → (day, month) used plus reserved), and the first one reached."""
+    standings = []
+    for claim in claims:
+        day, month = used.get(claim.scope.key, (0, 0))
+        for period, limit, value in (("day", claim.day_limit, day), ("month", claim.month_limit, month)):
+            if limit > 0:
+                standings.append(Standing(claim.scope, period, limit, value))  # type: ignore[arg-type]
+    refused = next((s for s in standings if s.used >= s.limit), None)
+    return standings, refused
+
+
+class UsageStore(Protocol):
+    """Where usage and reservations live; every method may raise `StorageError`."""
+
+    async def add(self, rows: Sequence[UsageRow], *, release: Sequence[str] = ()) -> None:
+        """Append calls to the journal and the day roll-ups, and end the reservations `release` (one step)."""
+        ...
+
+    async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
+        """Atomically (across instances): refuse when a claim's used + reserved reaches a limit, else reserve
+        `tokens` in every claimed scope for at most `ttl_s` (a dead instance's reservations lapse)."""
+        ...
+
+    async def release(self, reservation_id: str) -> None:
+        """The turn ended (its usage is recorded): its reservation goes."""
+        ...
+
+    async def first_warning(self, scope_key: str, period_key: str) -> bool:
+        """True exactly once per scope and period (`2026-12-03`, `2026-12`): the warning notice is due."""
+        ...
+
+    async def days(self, first: str, last: str) -> list[UsageRow]:
+        """The day roll-ups from `first` to `last` (inclusive, `YYYY-MM-DD`)."""
+        ...
+
+
+def month_days(day: str) -> tuple[str, str]:
+    """The first day of `day`'s month and `day`."""
+    return day[:7] + "-01", day
+
+
+class FileUsageStore:
+    """The files backend: journals under `data/usage/` (read for the views), and in memory what the budget checks
+    need: each scope's tokens per day and month (string keys and int values only, so that a month of many people's
+    usage stays out of the garbage collector's scans) and the reservations."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = data_dir / "usage"
+        self._days: set[str] = set()  # days whose journal is counted in `_by_scope`
+        self._by_scope: dict[str, int] = {}  # "<day or month> <scope key>" → tokens
+        self._reserved: dict[str, tuple[tuple[str, ...], int, float]] = {}  # id → scope keys, tokens, expiry
+        self._warned: set[tuple[str, str]] = set()
+        self._months: set[str] = set()  # months whose every journal is loaded
+        self._write_lock = asyncio.Lock()
+
+    # ---- writing ---------------------------------------------------------------------------------------
+
+    async def add(self, rows: Sequence[UsageRow], *, release: Sequence[str] = ()) -> None:
+        if rows:
+            for day in {r.day for r in rows}:
+                await self._load_day(day)
+            async with self._write_lock:
+                await asyncio.to_thread(self._append, rows)
+            for row in rows:
+                self._count(row)
+        for reservation_id in release:  # after the rows are counted: never neither
+            self._reserved.pop(reservation_id, None)
+
+    def _append(self, rows: Sequence[UsageRow]) -> None:
+        by_day: dict[str, list[str]] = {}
+        for row in rows:
+            by_day.setdefault(row.day, []).append(json.dumps(asdict(row), ensure_ascii=False) + "\n")
+        for day, lines in by_day.items():
+            path = self._journal(day)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as f:
+                f.write("".join(lines))
+                f.flush()
+
+    def _count(self, row: UsageRow) -> None:
+        tokens = row.tokens
+        for scope in _scopes_of(row):
+            for period in (row.day, row.day[:7]):
+                key = f"{period} {scope}"
+                self._by_scope[key] = self._by_scope.get(key, 0) + tokens
+
+    # ---- budgets -----------------------------------------------------------------------------------------
+
+    async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
+        await self._load_month(day)
+        now = time.monotonic()  # from here to the end nothing awaits: check and reserve are one step
+        self._reserved = {k: v for k, v in self._reserved.items() if v[2] > now}
+        used = {c.scope.key: self._used(c.scope.key, day) for c in claims}
+        standings, refused = judge(claims, used)
+        if refused is not None:
+            return Reservation(None, standings, refused)
+        rid = uuid.uuid4().hex
+        self._reserved[rid] = (tuple(c.scope.key for c in claims), tokens, now + ttl_s)
+        return Reservation(rid, standings)
+
+    def _used(self, key: str, day: str) -> tuple[int, int]:
+        reserved = sum(tokens for keys, tokens, _ in self._reserved.values() if key in keys)
+        used_day, used_month = self._by_scope.get(f"{day} {key}", 0), self._by_scope.get(f"{day[:7]} {key}", 0)
+        return used_day + reserved, used_month + reserved
+
+    async def release(self, reservation_id: str) -> None:
+        self._reserved.pop(reservation_id, None)
+
+    async def first_warning(self, scope_key: str, period_key: str) -> bool:
+        if (scope_key, period_key) in self._warned:
+            return False
+        self._warned.add((scope_key, period_key))
+        return True
+
+    # ---- reading -----------------------------------------------------------------------------------------
+
+    async def days(self, first: str, last: str) -> list[UsageRow]:
+        async with self._write_lock:  # every journal line whole
+            return await asyncio.to_thread(self._read_days, first, last)
+
+    def _read_days(self, first: str, last: str) -> list[UsageRow]:
+        return [row for day in sorted(self._journal_days(first, last)) for row in self._read_day(day)]
+
+    def _journal(self, day: str) -> Path:
+        return self.root / day[:7] / f"{day}.jsonl"
+
+    def _journal_days(self, first: str, last: str) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        found = []
+        for month in self.root.iterdir():
+            if month.is_dir() and first[:7] <= month.name <= last[:7]:
+                found += [p.stem for p in month.glob("*.jsonl") if first <= p.stem <= last]
+        return found
+
+    async def _load_month(self, day: str) -> None:
+        if day[:7] in self._months:
+            return
+        first, _ = month_days(day)
+        for found in await asyncio.to_thread(self._journal_days, first, day[:7] + "-31"):
+            await self._load_day(found)
+        self._months.add(day[:7])
+
+    async def _load_day(self, day: str) -> None:
+        if day in self._days:
+            return
+        async with self._write_lock:
+            rows = await asyncio.to_thread(self._read_day, day)
+        if day in self._days:  # loaded meanwhile
+            return
+        self._days.add(day)
+        for row in rows:
+            self._count(row)
+
+    def _read_day(self, day: str) -> list[UsageRow]:
+        """A day's calls: its roll-up when one was written (the journal of a past day never changes), else the
+        journal (a torn last line is skipped); a past day's roll-up is written then."""
+        journal = self._journal(day)
+        rollup = journal.with_suffix(".rollup.json")
+        try:
+            return [UsageRow(**r) for r in json.loads(rollup.read_text(encoding="utf-8"))]
+        except (OSError, ValueError, TypeError):
+            pass
+        rows: dict[tuple[str, ...], UsageRow] = {}
+        try:
+            lines = journal.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return []
+        for line in lines:
+            try:
+                row = UsageRow(**json.loads(line))
+            except (ValueError, TypeError):
+                log.warning("usage_journal_line_skipped", day=day)
+                continue
+            rows[row.group] = _plus(rows.get(row.group), row)
+        summed = list(rows.values())
+        if day < time.strftime("%Y-%m-%d", time.gmtime(time.time() - 2 * 86400)):  # past in every time zone
+            try:
+                atomic_write_text(rollup, json.dumps([asdict(r) for r in summed], ensure_ascii=False))
+            except OSError as e:
+                log.warning("usage_rollup_not_written", day=day, error=str(e))
+        return summed
+
+
+def _plus(a: UsageRow | None, b: UsageRow) -> UsageRow:
+    if a is None:
+        return UsageRow(**{**asdict(b), "at": 0.0})
+    return UsageRow(
+        a.day,
+        a.purpose,
+        a.agent,
+        a.channel,
+        a.chat_id,
+        a.sender_id,
+        a.model,
+        a.input + b.input,
+        a.output + b.output,
+        a.cache_read + b.cache_read,
+        a.cache_write + b.cache_write,
+        a.calls + b.calls,
+        a.estimated + b.estimated,
+    )
+
+
+def _scopes_of(row: UsageRow) -> tuple[str, ...]:
+    return (
+        Scope("user", row.channel, row.sender_id).key,
+        Scope("chat", row.channel, row.chat_id).key,
+        Scope("agent", "", row.agent).key,
+    )

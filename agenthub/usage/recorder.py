@@ -1,0 +1,115 @@
+"""`UsageRecorder`: every model call becomes a usage row (written in batches off the call's path) and counters."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from zoneinfo import ZoneInfo
+
+import structlog
+
+from agenthub.clock import Clock
+from agenthub.errors import StorageError
+from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
+from agenthub.llm.types import LLMRequest, LLMResponse
+from agenthub.storage.usage import UsageRow, UsageStore
+from agenthub.usage.periods import day_of
+
+log = structlog.get_logger(__name__)
+
+RETRY_S = 5.0
+"""After a failed write the rows wait this long (kept in memory) before the next attempt."""
+GATHER_S = 0.05
+"""The writer waits this long before a write, so that the calls and settlements of turns running together (and a
+turn's last call and its settlement) go in one write. Until then a turn's reservation still counts: never less."""
+
+
+class UsageRecorder:
+    """Watches the providers' call log (`CallLog.watch`); `flush()` returns once every call seen so far is stored."""
+
+    def __init__(self, store: UsageStore, zone: ZoneInfo, clock: Clock) -> None:
+        self.store = store
+        self.zone = zone
+        self.clock = clock
+        self.tokens: Counter[tuple[str, str, str]] = Counter()
+        """(agent, purpose, kind) → tokens since start: `agenthub_llm_tokens_total`."""
+        self.refusals: Counter[str] = Counter()
+        """scope kind → turns refused since start: `agenthub_budget_refusals_total`."""
+        self._pending: list[UsageRow] = []
+        self._releases: list[str] = []
+        self._lock = asyncio.Lock()
+        self._writer: asyncio.Task[None] | None = None
+
+    def watch(self, request: LLMRequest, response: LLMResponse) -> None:
+        row = self.row_of(request, response)
+        for kind in ("input", "output", "cache_read", "cache_write"):
+            self.tokens[(row.agent, row.purpose, kind)] += getattr(row, kind)
+        self._pending.append(row)
+        self._kick()
+
+    def _kick(self) -> None:
+        """Start the writer unless it runs: it writes what is pending, retrying while the store is away."""
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_soon(), name="usage-writer")
+
+    def row_of(self, request: LLMRequest, response: LLMResponse) -> UsageRow:
+        """The call's row: the vendor's four token counts; none reported: our estimate, flagged."""
+        u, owner, now = response.usage, request.owner, self.clock()
+        counts = (u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens)
+        estimated = response.usage_estimated or not any(counts)
+        if not any(counts):
+            prompt = estimate_tokens([request.system, request.messages, request.tools])
+            counts = (prompt, estimate_text_tokens(response.text), 0, 0)
+        return UsageRow(
+            day_of(now, self.zone),
+            request.purpose,
+            owner.agent if owner else "",
+            owner.channel if owner else "",
+            owner.chat_id if owner else "",
+            owner.sender_id if owner else "",
+            response.model or request.model,
+            *counts,
+            calls=1,
+            estimated=int(estimated),
+            at=now,
+        )
+
+    async def _write_soon(self) -> None:
+        await asyncio.sleep(GATHER_S)
+        while self._pending or self._releases:
+            try:
+                await self.flush()
+            except StorageError as e:
+                log.warning("usage_not_recorded_yet", rows=len(self._pending), error=str(e))
+                await asyncio.sleep(RETRY_S)
+
+    def release(self, reservation_id: str) -> None:
+        """End the reservation in the writer's next write, together with (so never before) every row seen so far:
+        the turn's calls; the writes of concurrent turns' settlements are batched."""
+        self._releases.append(reservation_id)
+        self._kick()
+
+    async def flush(self) -> None:
+        """Store every row seen so far (and end the reservations settled); `StorageError` leaves them pending (a
+        later flush writes them)."""
+        async with self._lock:
+            batch, self._pending = self._pending, []
+            releases, self._releases = self._releases, []
+            if not batch and not releases:
+                return
+            try:
+                await self.store.add(batch, release=releases)
+            except BaseException:
+                self._pending[:0] = batch
+                self._releases[:0] = releases
+                raise
+
+    async def aclose(self) -> None:
+        """Write what is pending (best effort) and stop the writer."""
+        try:
+            await self.flush()
+        except StorageError as e:
+            log.warning("usage_lost_at_shutdown", rows=len(self._pending), error=str(e))
+        if self._writer is not None and not self._writer.done():
+            self._writer.cancel()
+            await asyncio.wait([self._writer])

@@ -1,0 +1,83 @@
+"""The usage stores: reservations checked and taken atomically (also from several instances' pools), released,
+lapsing after their lifetime; warnings once per period; day roll-ups summed."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from agenthub.storage.postgres import open_database
+from agenthub.storage.postgres.usage import PostgresUsageStore
+from agenthub.storage.usage import Claim, FileUsageStore, Scope, UsageRow, UsageStore
+
+DAY = "2026-12-03"
+ALICE = Scope("user", "wecom", "alice")
+
+
+def row(tokens: int, day: str = DAY, sender: str = "alice") -> UsageRow:
+    return UsageRow(day, "turn", "default", "wecom", "g1", sender, "m", input=tokens)
+
+
+async def admitted(stores: list[UsageStore], asks: int, limit: int, tokens: int) -> list[str]:
+    claims = [Claim(ALICE, day_limit=limit)]
+    answers = await asyncio.gather(*(stores[n % len(stores)].reserve(claims, DAY, tokens, 60.0) for n in range(asks)))
+    return [a.id for a in answers if a.id is not None]
+
+
+async def check_contract(stores: list[UsageStore]) -> None:
+    store = stores[0]
+    await store.add([row(300), row(200, day="2026-12-01"), row(999, sender="bob")])
+    ids = await admitted(stores, 60, 1000, 100)
+    assert len(ids) == 7  # 300 used: 300, 400 … 900 admitted, then 1000 reaches the limit
+    refused = await store.reserve([Claim(ALICE, day_limit=1000)], DAY, 100, 60.0)
+    assert refused.id is None and refused.refused is not None
+    assert (refused.refused.period, refused.refused.used, refused.refused.limit) == ("day", 1000, 1000)
+    month = await store.reserve([Claim(ALICE, month_limit=1201)], DAY, 100, 60.0)  # 500 used + 700 reserved
+    assert month.id is not None
+    for rid in [*ids, month.id]:
+        await store.release(rid)
+    assert (await store.reserve([Claim(ALICE, day_limit=301)], DAY, 100, 60.0)).id is not None
+    lapsing = await store.reserve([Claim(Scope("chat", "wecom", "g9"), day_limit=100)], DAY, 100, 0.2)
+    assert lapsing.id is not None
+    assert (await store.reserve([Claim(Scope("chat", "wecom", "g9"), day_limit=100)], DAY, 100, 60.0)).id is None
+    await asyncio.sleep(0.4)  # an instance that died: its reservation lapses
+    assert (await store.reserve([Claim(Scope("chat", "wecom", "g9"), day_limit=100)], DAY, 100, 60.0)).id is not None
+    assert [await s.first_warning(ALICE.key, DAY) for s in stores] == [True] + [False] * (len(stores) - 1)
+    assert await store.first_warning(ALICE.key, "2026-12-04")
+    days = await stores[-1].days("2026-12-01", "2026-12-31")
+    assert sorted((r.day, r.sender_id, r.tokens) for r in days) == [
+        ("2026-12-01", "alice", 200),
+        (DAY, "alice", 300),
+        (DAY, "bob", 999),
+    ]
+
+
+async def test_files_store(tmp_path: Path) -> None:
+    await check_contract([FileUsageStore(tmp_path)])
+
+
+async def test_postgres_store_shared_by_three_instances(postgres_dsn: str) -> None:
+    databases = [await open_database(postgres_dsn) for _ in range(3)]
+    try:
+        await check_contract([PostgresUsageStore(db) for db in databases])
+    finally:
+        for db in databases:
+            await db.close()
+
+
+async def test_postgres_checks_wait_for_each_other_per_scope(postgres_dsn: str) -> None:
+    """While one check holds a scope's lock, the others wait for it instead of all reading the same usage: 60
+    checks released together still admit exactly what fits."""
+    databases = [await open_database(postgres_dsn) for _ in range(3)]
+    stores: list[UsageStore] = [PostgresUsageStore(db) for db in databases]
+    try:
+        await stores[0].add([row(300)])
+        async with databases[0].connection("hold the scope") as holder, holder.transaction():
+            await holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("budget:" + ALICE.key,))
+            asking = asyncio.create_task(admitted(stores, 60, 1000, 100))
+            await asyncio.sleep(0.5)
+            assert not asking.done()  # every check waits for the scope
+        assert len(await asking) == 7
+    finally:
+        for db in databases:
+            await db.close()

@@ -1,0 +1,55 @@
+"""Three instances on one database: one person's messages spread over them overspend by at most one reservation."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from agenthub.llm.tokens import estimate_text_tokens
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.storage.usage import Scope
+from agenthub.usage.report import totals
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.shared_gateways import shared_instances
+
+MAX_TOKENS = 200
+LIMIT = 1500
+
+
+async def test_one_persons_turns_spread_over_three_instances_overspend_by_at_most_one_reservation(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    fake_llm.default_usage = {"input_tokens": 100, "output_tokens": 50}
+    budgets = {"user_day": LIMIT}
+    async with shared_instances(
+        tmp_path, fake_llm, postgres_dsn, 3, budgets=budgets, llm={"max_tokens": MAX_TOKENS}
+    ) as instances:
+        for wave in range(3):
+            hold = asyncio.Event()
+            fake_llm.responder = lambda body, hold=hold: reply_text("ok", hold=hold)
+            before = len(fake_llm.message_requests())
+            messages = [InboundMessage("wecom", f"chat-{wave}-{n}", "alice", f"question {n}") for n in range(30)]
+            handles = await asyncio.gather(*(instances[n % 3].gateway.submit(m) for n, m in enumerate(messages)))
+            results = [asyncio.create_task(h.result()) for h in handles]
+            async with asyncio.timeout(30):
+                while sum(t.done() for t in results) + fake_llm.in_flight < len(handles):  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+            hold.set()
+            finals = await asyncio.gather(*results)
+            answered = [f for f in finals if isinstance(f, DoneEvent)]
+            refused = [f for f in finals if isinstance(f, ErrorEvent) and f.code == "budget_exceeded"]
+            assert len(answered) + len(refused) == 30
+            assert len(fake_llm.message_requests()) - before == len(answered)
+            assert refused
+            for instance in instances:
+                assert instance.gateway.usage is not None
+                await instance.gateway.usage.gate.drain()
+        for instance in instances:
+            usage = instance.gateway.usage
+            assert usage is not None
+            await usage.recorder.flush()
+        rows = await instances[0].stores.usage.days("2000-01-01", "2100-01-01")
+    used = totals(rows, Scope("user", "wecom", "alice"), "2000-01-01", {}).tokens
+    reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 29")
+    assert LIMIT <= used <= LIMIT + reservation
+    assert {r.sender_id for r in rows} == {"alice"}
