@@ -17,6 +17,7 @@ from agenthub.api.requests import (
     CHANNEL,
     ChatBody,
     agent_of,
+    asked_locale,
     key_for,
     parse_body,
     sender_of,
@@ -60,7 +61,10 @@ async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamRespo
         provider_hint=body.provider_hint,
         metadata={"chat_type": "private"},  # the console: one person's chats
     )
-    handle = await _submit(api, message, i18n.locale_for(gateway.settings, CHANNEL, agent))
+    asked = asked_locale(request)
+    if asked is not None:  # followed where neither the agent nor [channels.http] sets a locale
+        message.metadata["locale"] = asked
+    handle = await _submit(api, message, i18n.locale_for(gateway.settings, CHANNEL, agent, asked))
     if wants_stream(request):
         return await _stream(request, handle)
     collected = await _collect(handle)

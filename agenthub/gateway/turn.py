@@ -318,7 +318,8 @@ class TurnRunner:
             model=model,
             max_tokens=max_tokens,
         )
-        request = dataclasses.replace(request, locale=pending.locale)  # the offline stand-in answers in it
+        configured = i18n.locale_is_configured(settings, pending.message.channel, agent)
+        request = dataclasses.replace(request, locale=pending.locale, locale_configured=configured)  # offline
         workspace = settings.workspace_dir / agent.name
         loop = AgentLoop(
             provider,

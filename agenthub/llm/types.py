@@ -29,6 +29,9 @@ class LLMRequest:
     """What the call is for, in the `llm_call` log: turn, summary, flush, l3, title, welcome."""
     locale: str = "en"
     """The chat's locale, for the few texts a provider writes itself (the offline stand-in's reply); never sent."""
+    locale_configured: bool = False
+    """`locale` is set for the chat (agent.json or the channel's section): the offline reply keeps it, instead of
+    following the language the user wrote in."""
 
 
 @dataclass(frozen=True)
