@@ -190,3 +190,12 @@ def test_an_unknown_key_far_from_every_known_one_suggests_nothing() -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings()
     assert "http.zzzzzz: unknown key" in str(caught.value) and "did you mean" not in str(caught.value)
+
+
+def test_a_preset_in_the_file_without_a_model_takes_the_vendor_s_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agenthub.llm.endpoint import default_endpoint
+
+    Path("agenthub.toml").write_text('[llm]\npreset = "deepseek"\n')
+    assert default_endpoint(load_settings().llm, env={}).model == "deepseek-flash"
+    monkeypatch.setenv("AGENTHUB_LLM__MODEL", "deepseek-v4-pro")
+    assert default_endpoint(load_settings().llm, env={}).model == "deepseek-v4-pro"
