@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from pathlib import Path
 
 import pytest
 
 from agenthub.cli import main
+from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, http_error
 from tests.support.fakes.feishu import FakeFeishu
 from tests.support.fakes.wecom import FakeQyApi, make_aes_key
+from tests.support.paths import MCP_SERVER_SCRIPT
+from tests.support.postgres import migrated
 
 SECRET = "sk-doctor-secret-0123456789"
 
@@ -152,3 +156,32 @@ async def test_channel_credentials_are_tried_on_the_platforms(
     assert line_of(text, "wecom good") == f"ok    wecom good     {where} gettoken: secret accepted"
     assert line_of(text, "wecom bad").startswith(f"fail  wecom bad      {where} gettoken refused:")
     assert line_of(text, "feishu main").startswith("ok    feishu main    ")
+
+
+async def test_postgres_is_checked_for_reach_and_schema_version(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, postgres_dsn: str
+) -> None:
+    store = {"AGENTHUB_STORE__BACKEND": "postgres", "AGENTHUB_STORE__DSN": postgres_dsn}
+    code, text = await doctor(capsys, monkeypatch, **store)
+    assert code == 0 and line_of(text, "postgres").startswith("warn  postgres"), text  # empty: migrated at start
+    migrated(postgres_dsn)
+    code, text = await doctor(capsys, monkeypatch, **store)
+    assert code == 0 and "is current" in line_of(text, "postgres"), text
+    assert postgres_dsn.split("@")[0] not in text  # the user part of the DSN is never shown
+    dead = f"postgresql://agenthub@127.0.0.1:{dead_port()}/x"
+    code, text = await doctor(capsys, monkeypatch, AGENTHUB_STORE__BACKEND="postgres", AGENTHUB_STORE__DSN=dead)
+    assert code == 1 and line_of(text, "postgres").startswith("fail  postgres"), text
+
+
+async def test_each_mcp_server_is_started_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    agents = tmp_path / "agents"
+    servers = {"good": {"command": sys.executable, "args": [str(MCP_SERVER_SCRIPT)]},
+               "broken": {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}}  # fmt: skip
+    write_agent(agents, "default", {"mcp": servers})
+    code, text = await doctor(capsys, monkeypatch, AGENTHUB_AGENTS_DIR=str(agents))
+    assert code == 1, text
+    mcp = [line for line in text.splitlines() if line.startswith(("ok    mcp", "fail  mcp"))]
+    assert any(line.startswith("ok    mcp            default/good") and "tool(s)" in line for line in mcp), mcp
+    assert any(line.startswith("fail  mcp            default/broken") for line in mcp), mcp
