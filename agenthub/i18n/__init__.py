@@ -72,10 +72,11 @@ def locale_for(settings: Settings, channel: str, agent: AgentDefinition | None =
 
 
 def locale_is_configured(settings: Settings, channel: str, agent: AgentDefinition | None = None) -> bool:
-    """A locale is set for the chat: the agent's in agent.json, or `[channels.<channel>] locale`."""
+    """A locale is set for the chat: the agent's in agent.json, `[channels.<channel>] locale`, or, in the terminal,
+    the system's (LANG: the terminal's texts are in it, and its replies with them)."""
     if agent is not None and normalise_locale(getattr(agent.config, "locale", None)) is not None:
         return True
-    return configured_locale(settings, channel) is not None
+    return channel not in CHANNEL_DEFAULTS or configured_locale(settings, channel) is not None
 
 
 def accept_language(header: str | None) -> Locale | None:

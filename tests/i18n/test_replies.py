@@ -209,7 +209,7 @@ async def test_the_models_language_is_the_users_whatever_the_locale(
     assert "answer in the language the user writes in" in systems[0][0]["text"].lower()
 
 
-@pytest.mark.parametrize("channel", ["wecom", "http", "cli"])
+@pytest.mark.parametrize("channel", ["wecom", "http", "feishu"])
 async def test_where_no_locale_is_set_the_offline_reply_follows_the_language_the_user_wrote_in(
     channel: str, settings_factory: Callable[..., Settings]
 ) -> None:
@@ -219,3 +219,12 @@ async def test_where_no_locale_is_set_the_offline_reply_follows_the_language_the
             said = _done_text(await handle.result())
             echo = i18n.text("llm.offline.echo", locale, said=content)
             assert said == i18n.text("llm.offline.reply", locale, echo=echo)
+
+
+async def test_the_terminal_s_offline_reply_keeps_the_system_locale_of_its_own_texts(
+    settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    async with build_gateway(settings_factory(llm={"offline": True})) as gateway:
+        said = _done_text(await (await gateway.submit(InboundMessage("cli", "direct", "local", "你好"))).result())
+    assert said == i18n.text("llm.offline.reply", "en", echo=i18n.text("llm.offline.echo", "en", said="你好"))
