@@ -173,7 +173,7 @@ class StoreSettings(_Section):
 
 
 class Settings(BaseSettings):
-    """All of AgentHub's configuration; see README "Configuration"."""
+    """All of AgentHub's configuration; see docs/configuration.md."""
 
     model_config = SettingsConfigDict(
         env_prefix="AGENTHUB_",
