@@ -6,13 +6,18 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck pytest bench clean
 
+# The first `make run` installs everything: each step says what it does, and pip lists every package it fetches.
 $(BIN)/python:
+	@echo "==> [1/3] creating the virtual environment $(VENV) (with $(PYTHON))"
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	@echo "==> [2/3] updating pip in $(VENV)"
+	$(BIN)/pip install --upgrade --progress-bar on pip
+	@echo "==> [3/3] installing AgentHub and its dependencies into $(VENV) (the first time: a minute or two)"
+	$(BIN)/pip install --progress-bar on -e '.[dev]'
 	touch $(STAMP)
+	@echo "==> installed into $(VENV)"
 
 run: $(STAMP)
 	$(BIN)/agenthub serve --console-hint

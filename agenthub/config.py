@@ -17,6 +17,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from agenthub.config_hints import did_you_mean
 from agenthub.errors import ConfigError
 
 log = structlog.get_logger(__name__)
@@ -235,7 +236,7 @@ class SearchSettings(_Section):
 
 
 class Settings(BaseSettings):
-    """All of AgentHub's configuration; see README "Configuration"."""
+    """All of AgentHub's configuration; see docs/configuration.md."""
 
     model_config = SettingsConfigDict(
         env_prefix="AGENTHUB_",
@@ -348,5 +349,8 @@ def describe_validation_error(error: ValidationError) -> str:
     problems = []
     for item in error.errors(include_input=False, include_url=False):
         key = ".".join(str(part) for part in item["loc"]) or "(root)"
-        problems.append(f"{key}: {item['msg']}")
+        if item["type"] == "extra_forbidden":
+            problems.append(f"{key}: unknown key{did_you_mean(Settings, item['loc'])}")
+        else:
+            problems.append(f"{key}: {item['msg']}")
     return "invalid configuration: " + "; ".join(problems)

@@ -2,6 +2,7 @@
 
 AgentHubError
 ├── ConfigError          bad configuration; start-up stops with one line naming the key
+│   └── PortUnavailableError  the HTTP port is taken or not ours to bind
 ├── InvalidIdError       an id fails the session key factory (→ HTTP 400)
 ├── StorageError         a path escapes its directory or a file cannot be written
 │   └── PathRefusedError   not a plain name, or a symbolic link inside data/ (→ HTTP 403)
@@ -25,6 +26,18 @@ class AgentHubError(Exception):
 
 class ConfigError(AgentHubError):
     """Configuration is invalid; the message names the key, never a secret value."""
+
+
+class PortUnavailableError(ConfigError):
+    """The HTTP server cannot listen on its port; the message names the port and the keys that change it."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(
+            f"cannot listen on {host}:{port}: {reason}; stop what uses it, or choose another port: "
+            f"http.port in agenthub.toml, AGENTHUB_HTTP__PORT=<port> or --port <port>"
+        )
+        self.host = host
+        self.port = port
 
 
 class InvalidIdError(AgentHubError, ValueError):

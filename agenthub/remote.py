@@ -50,6 +50,8 @@ class RemoteGateway:
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.locale: str | None = None
+        """The terminal's locale, sent as `Accept-Language`: the daemon answers in it where none is configured."""
 
     async def __aenter__(self) -> RemoteGateway:
         self._session = aiohttp.ClientSession(timeout=self._timeout)
@@ -105,6 +107,8 @@ class RemoteGateway:
         url = f"{self.base_url}/api/agents/{agent}/chat?stream=1"
         body = {"chat_id": message.chat_id, "content": message.content}
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "text/event-stream"}
+        if self.locale:
+            headers["Accept-Language"] = self.locale
         try:
             async with self._session.post(url, json=body, headers=headers) as resp:
                 if resp.status != 200:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -12,7 +14,7 @@ import structlog
 from aiohttp import web
 
 from agenthub.channel import WebRoutes
-from agenthub.errors import StorageError
+from agenthub.errors import PortUnavailableError, StorageError
 from agenthub.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, ConnectionLimits, GuardedRequestHandler
 
 if TYPE_CHECKING:
@@ -35,7 +37,12 @@ def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
 
 
 def json_error(status: int, code: str, message: str) -> web.Response:
-    return web.json_response(error_body(code, message), status=status)
+    return web.json_response(error_body(code, message), status=status, dumps=utf8_json)
+
+
+def utf8_json(data: object) -> str:
+    """JSON as the replies are: UTF-8 text, not `\\u` escapes."""
+    return json.dumps(data, ensure_ascii=False)
 
 
 _STATUS_CODES = {
@@ -144,7 +151,11 @@ class WebServer:
                 server, guard=self.guard, loop=loop, access_log=None, keepalive_timeout=keepalive_s
             )
 
-        self._listener = await loop.create_server(connection, self.host, self.port, backlog=BACKLOG)
+        try:
+            self._listener = await loop.create_server(connection, self.host, self.port, backlog=BACKLOG)
+        except OSError as e:
+            await self._runner.cleanup()
+            raise _unavailable(self.host, self.port, e) from e
         self._undo_fd_filter = self.guard.install_fd_filter(loop)
         self.port = self._listener.sockets[0].getsockname()[1]
         log.info("http_listening", host=self.host, port=self.port, max_connections=self.guard.cap)
@@ -272,3 +283,12 @@ def render_metrics(gateway: GatewayCore, inbox_depth: int = 0) -> str:
     if gateway.usage is not None:
         lines += usage_metrics(gateway.usage.recorder)
     return "\n".join(lines) + "\n"
+
+
+def _unavailable(host: str, port: int, error: OSError) -> OSError | PortUnavailableError:
+    """A port taken or refused becomes a configuration error naming the port; any other error stays as it is."""
+    reasons = {errno.EADDRINUSE: "the port is already in use", errno.EACCES: "permission denied (a port below 1024?)"}
+    reason = reasons.get(error.errno or 0)
+    if reason is None:
+        return error
+    return PortUnavailableError(host, port, reason)

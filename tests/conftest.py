@@ -15,6 +15,7 @@ from structlog.testing import LogCapture
 from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from tests.support import processes
 from tests.support.roots import make_settings
 
 if TYPE_CHECKING:
@@ -26,6 +27,20 @@ pytest_plugins = [
     "tests.support.harness",
     "tests.support.postgres",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    """Every process a test started is ended after it, also when it failed; one still running fails the test
+    (a daemon left behind holds its port and data dir for the next run). First fixture in, last out."""
+    before = processes.children()
+    yield
+    left = processes.leftovers(before)
+    if left:
+        described = [processes.describe(pid) for pid in left]
+        for pid in left:
+            processes.end(pid)
+        pytest.fail(f"the test left {len(left)} process(es) running (now killed): {described}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -37,4 +37,4 @@ async def welcome(api: ApiServices, cache: WelcomeCache, request: web.Request) -
     except LLMError as e:
         locale = i18n.locale_for(api.host.settings, "http", agent)
         raise ApiError(502, ErrorCode.LLM_ERROR, e.user_text.render(locale)) from None
-    return web.json_response({"agent": agent.name, "text": entry["text"]})
+    return _json({"agent": agent.name, "text": entry["text"]})

@@ -18,6 +18,7 @@ from agenthub.api.requests import (
     CHANNEL,
     ChatBody,
     agent_of,
+    asked_locale,
     key_for,
     parse_body,
     sender_of,
@@ -62,7 +63,10 @@ async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamRespo
         provider_hint=body.provider_hint,
         metadata={"chat_type": "private"},  # the console: one person's chats
     )
-    locale = i18n.locale_for(gateway.settings, CHANNEL, agent)
+    asked = asked_locale(request)
+    if asked is not None:  # followed where neither the agent nor [channels.http] sets a locale
+        message.metadata["locale"] = asked
+    locale = i18n.locale_for(gateway.settings, CHANNEL, agent, asked)
     if idempotent is None:
         handle = await _submit(api, message, locale)
     else:  # a retry waits for the first request's answer; the first one runs the turn

@@ -24,7 +24,8 @@ class ApiError(web.HTTPException):
 
     def __init__(self, status: int, code: str, message: str) -> None:
         self.status_code = status
-        super().__init__(text=json.dumps(error_body(code, message)), content_type="application/json")
+        body = json.dumps(error_body(code, message), ensure_ascii=False)  # UTF-8 text, as the replies are
+        super().__init__(text=body, content_type="application/json")
 
 
 Route = Callable[["ApiServices", web.Request], Awaitable[web.Response]]

@@ -8,7 +8,7 @@ from typing import TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from agenthub import jsonsafe
+from agenthub import i18n, jsonsafe
 from agenthub.agent.definition import AgentDefinition
 from agenthub.api.errors import ApiError
 from agenthub.api.host import ApiHost
@@ -57,6 +57,13 @@ def token_name(request: web.Request) -> str:
         return request[TOKEN_NAME]
     except KeyError:
         raise RuntimeError("token_name() on a request the auth guard did not see") from None
+
+
+def asked_locale(request: web.Request) -> i18n.Locale | None:
+    """The locale the caller asked for: `?lang=`, else its `Accept-Language` (used where none is configured)."""
+    return i18n.normalise_locale(request.query.get("lang")) or i18n.accept_language(
+        request.headers.get("Accept-Language")
+    )
 
 
 def sender_of(name: str) -> str:

@@ -19,7 +19,7 @@ from agenthub.api.errors import ApiError
 from agenthub.api.host import ApiServices
 from agenthub.api.llm_text import WelcomeCache
 from agenthub.api.pushes import PushFeed, push_payload, stream_events
-from agenthub.api.requests import CHANNEL, TOKEN_NAME
+from agenthub.api.requests import CHANNEL, TOKEN_NAME, asked_locale
 from agenthub.channel import Handler, WebRoutes
 from agenthub.errors import ConfigError
 from agenthub.invocation import command_name
@@ -137,7 +137,8 @@ class HttpApi:
     async def _console(self, request: web.Request) -> web.Response:
         """The console page, its `<html lang>` set to the HTTP chats' locale (the console's texts follow it)."""
         page = await asyncio.to_thread((STATIC_DIR / "index.html").read_text, encoding="utf-8")
-        locale = i18n.channel_locale(self.services.host.settings, self.name)
+        asked = i18n.normalise_locale(request.query.get("lang"))  # the console's language switch wins
+        locale = asked or i18n.channel_locale(self.services.host.settings, self.name, asked_locale(request))
         return web.Response(text=page.replace(CONSOLE_LANG, f'<html lang="{locale}">', 1), content_type="text/html")
 
     async def _favicon(self, request: web.Request) -> web.FileResponse:

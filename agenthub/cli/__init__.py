@@ -1,4 +1,4 @@
-"""The `agenthub` command: `serve`, `chat`, `token`, `migrate`, `forget`, `store`; each in its own module."""
+"""The `agenthub` command: `serve`, `chat`, `doctor`, `token`, `migrate`, `forget`, `store`; each in its own module."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 SUBCOMMANDS = {
     "chat": "agenthub.cli.chat",
+    "doctor": "agenthub.cli.doctor",
     "forget": "agenthub.cli.forget",
     "migrate": "agenthub.cli.migrate",
     "serve": "agenthub.cli.serve",

@@ -122,6 +122,7 @@ async def _chat_remote(settings: Settings, args: argparse.Namespace) -> int:
     async with RemoteGateway(f"http://{address}", token, default_agent=bound) as remote:
         watch = UsageWatch(remote)
         channel = _build_channel(settings, args, watch)
+        remote.locale = channel.locale  # the replies in the language of the terminal's own texts
         agent = channel.config.agent or bound
         await remote.check(agent, channel.config.chat_id)  # a bad id, agent or token stops here, before any prompt
         relay = None if args.message is not None else relay_pushes(remote, channel, agent, channel.config.chat_id)

@@ -222,7 +222,7 @@ class GatewayCore:
         except AgentNotFoundError:
             unknown = i18n.text("error.unknown_agent", self._channel_locale(message), agent=self.agent_name(message))
             return _failed(unknown, ErrorCode.UNKNOWN_AGENT)
-        locale = i18n.locale_for(self.settings, message.channel, agent)
+        locale = i18n.locale_for(self.settings, message.channel, agent, message.metadata.get("locale"))
         handle = ReplyHandle(str(key))
         if not self._accepting:
             cut = abort_message(ErrorCode.SHUTDOWN, locale, message)  # stored in the inbox: answered after the restart
@@ -245,7 +245,7 @@ class GatewayCore:
 
     def _channel_locale(self, message: InboundMessage) -> i18n.Locale:
         """The locale of a message whose agent is not known (a bad id or an unknown agent)."""
-        return i18n.channel_locale(self.settings, message.channel)
+        return i18n.channel_locale(self.settings, message.channel, message.metadata.get("locale"))
 
     # ---- per-session queues --------------------------------------------------------------------
 

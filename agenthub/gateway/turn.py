@@ -387,8 +387,10 @@ class TurnRunner:
         msg = pending.message
         owner = CallOwner(agent.name, msg.channel, msg.chat_id, msg.sender_id)  # whose usage the calls are
         purpose = "job" if isinstance(msg.metadata.get("scheduled_job"), str) else "turn"
-        # the offline stand-in answers in the turn's locale
-        request = dataclasses.replace(request, locale=pending.locale, owner=owner, purpose=purpose)
+        configured = i18n.locale_is_configured(settings, msg.channel, agent)  # offline: keep it, or follow the user
+        request = dataclasses.replace(
+            request, locale=pending.locale, locale_configured=configured, owner=owner, purpose=purpose
+        )
         loop = AgentLoop(
             provider,
             model,

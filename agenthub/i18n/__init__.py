@@ -48,21 +48,64 @@ def system_locale() -> Locale:
     return normalise_locale(_system.getlocale()[0]) or "en"
 
 
-def channel_locale(settings: Settings, channel: str) -> Locale:
-    """`locale` in `[channels.<channel>]`, else the channel's default (zh-CN: WeCom, Feishu, HTTP; CLI: system)."""
-    configured = normalise_locale(settings.channels.get(channel, {}).get("locale"))
+def configured_locale(settings: Settings, channel: str) -> Locale | None:
+    """`locale` in `[channels.<channel>]`, or None when it is not set."""
+    return normalise_locale(settings.channels.get(channel, {}).get("locale"))
+
+
+def channel_locale(settings: Settings, channel: str, asked: object = None) -> Locale:
+    """`locale` in `[channels.<channel>]`, else what the user `asked` for (a browser's Accept-Language), else the
+    channel's default (zh-CN: WeCom, Feishu, HTTP; CLI: system)."""
+    configured = configured_locale(settings, channel)
     if configured is not None:
         return configured
-    return CHANNEL_DEFAULTS.get(channel) or system_locale()
+    return normalise_locale(asked) or CHANNEL_DEFAULTS.get(channel) or system_locale()
 
 
-def locale_for(settings: Settings, channel: str, agent: AgentDefinition | None = None) -> Locale:
-    """The locale of a chat: the agent's `locale` in agent.json when set, else the channel's."""
+def locale_for(settings: Settings, channel: str, agent: AgentDefinition | None = None, asked: object = None) -> Locale:
+    """The locale of a chat: the agent's `locale` in agent.json when set, else the channel's (see `channel_locale`)."""
     if agent is not None:
         chosen = normalise_locale(getattr(agent.config, "locale", None))
         if chosen is not None:
             return chosen
-    return channel_locale(settings, channel)
+    return channel_locale(settings, channel, asked)
+
+
+def locale_is_configured(settings: Settings, channel: str, agent: AgentDefinition | None = None) -> bool:
+    """A locale is set for the chat: the agent's in agent.json, `[channels.<channel>] locale`, or, in the terminal,
+    the system's (LANG: the terminal's texts are in it, and its replies with them)."""
+    if agent is not None and normalise_locale(getattr(agent.config, "locale", None)) is not None:
+        return True
+    return channel not in CHANNEL_DEFAULTS or configured_locale(settings, channel) is not None
+
+
+def accept_language(header: str | None) -> Locale | None:
+    """The best of our locales in an `Accept-Language` header by its q-values (`en-GB,zh;q=0.5` → en), else None."""
+    ranked: list[tuple[float, int, Locale]] = []
+    for position, part in enumerate((header or "").split(",")):
+        tag, _, params = part.strip().partition(";")
+        quality = 1.0
+        for param in params.split(";"):
+            name, _, value = param.strip().partition("=")
+            if name.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        found = normalise_locale(tag) if tag.strip() not in ("c", "C", "posix") else None
+        if found is not None and quality > 0:
+            ranked.append((-quality, position, found))
+    return min(ranked)[2] if ranked else None
+
+
+def written_in(text: str) -> Locale | None:
+    """The language a message is written in, as far as the two locales go: Chinese characters → zh-CN, Latin
+    letters without any → en, else None."""
+    if any("\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf" for c in text):
+        return "zh-CN"
+    if any(c.isascii() and c.isalpha() for c in text):
+        return "en"
+    return None
 
 
 def text(key: str, locale: str, **params: Any) -> str:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from agenthub.config import LLMSettings, ProviderSettings
 from agenthub.errors import ConfigError
-from agenthub.llm.presets import ANTHROPIC_BASE_URL, normalise_base_url, preset_base_url
+from agenthub.llm.presets import ANTHROPIC_BASE_URL, normalise_base_url, preset_base_url, preset_model
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,12 @@ class Endpoint:
     @property
     def has_key(self) -> bool:
         return bool(self.api_key)
+
+    @property
+    def host(self) -> str:
+        """`host:port` of the base URL (the port its scheme implies when none is written)."""
+        parts = urlsplit(self.base_url)
+        return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
 def _clean(value: str | None) -> str | None:
@@ -51,17 +58,21 @@ def default_endpoint(llm: LLMSettings, env: Mapping[str, str] | None = None) -> 
     key = _clean(llm.api_key.get_secret_value() if llm.api_key else None)
     key = key or _clean(env.get("ANTHROPIC_API_KEY")) or _clean(env.get("ANTHROPIC_AUTH_TOKEN"))
     model = _clean(llm.model)
+    if llm.preset and "model" not in llm.model_fields_set:  # the vendor's own model, not a Claude name
+        model = preset_model(llm.preset) or model
     if model is None:
         raise ConfigError("llm.model: must not be empty")
     return Endpoint(url, key, model, custom)
 
 
 def named_endpoint(name: str, provider: ProviderSettings, llm: LLMSettings) -> Endpoint:
-    """An `[llm.providers.<name>]` endpoint; it needs its own key, and its model defaults to `llm.model`."""
+    """An `[llm.providers.<name>]` endpoint; it needs its own key, and its model defaults to its preset's model,
+    else `llm.model`."""
     key_path = f"llm.providers.{name}"
     if provider.base_url is None and provider.preset is None:
         raise ConfigError(f"{key_path}: set base_url or preset")
     url, custom = _base_url(provider.base_url, provider.preset, key_path, None)
     key = _clean(provider.api_key.get_secret_value() if provider.api_key else None)
-    model = _clean(provider.model) or _clean(llm.model) or ""
+    default = (preset_model(provider.preset) if provider.preset else None) or llm.model
+    model = _clean(provider.model) or _clean(default) or ""
     return Endpoint(url, key, model, custom)

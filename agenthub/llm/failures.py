@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from agenthub.errors import ContextOverflowError, LLMError, ModelNotFoundError, RequestRejectedError
 from agenthub.i18n import Text
+from agenthub.llm import transport
 
 if TYPE_CHECKING:
     import anthropic
@@ -109,9 +110,9 @@ def classify(exc: BaseException, *, model: str, secret: str | None = None) -> Fa
     if isinstance(exc, anthropic.APIStatusError):
         return _classify_status(exc, model, secret)
     if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
-        return Failure(LLMError(f"timeout: {type(exc).__name__}", user_text=MSG_TIMEOUT), True)
+        return Failure(LLMError(f"timeout: {transport.describe(exc)}", user_text=MSG_TIMEOUT), True)
     if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
-        return Failure(LLMError(f"connection error: {type(exc).__name__}", user_text=MSG_NETWORK), True)
+        return Failure(LLMError(f"connection error: {transport.describe(exc)}", user_text=MSG_NETWORK), True)
     return Failure(LLMError(f"unexpected error: {type(exc).__name__}", user_text=MSG_UNEXPECTED), False)
 
 

@@ -43,9 +43,12 @@ def _excerpt(text: str) -> str:
 _TRAILING_CONTEXT = re.compile(r"\n\n\[[^\]\n]*\]\s*$")
 
 
-def offline_reply(messages: list[dict[str, Any]], locale: str = "en") -> str:
-    """The offline reply text for a conversation (the gateway's `[time, via channel]` tag is not echoed)."""
+def offline_reply(messages: list[dict[str, Any]], locale: str = "en", *, configured: bool = False) -> str:
+    """The offline reply text for a conversation (the gateway's `[time, via channel]` tag is not echoed): in the
+    chat's `locale` when it is `configured`, else in the language the user wrote in (else `locale`)."""
     said = _excerpt(_TRAILING_CONTEXT.sub("", last_user_text(messages)))
+    if not configured:
+        locale = i18n.written_in(said) or locale
     echo = i18n.text("llm.offline.echo", locale, said=said) if said else ""
     return i18n.text("llm.offline.reply", locale, echo=echo)
 
@@ -83,7 +86,7 @@ class OfflineProvider:
 
     async def stream(self, request: LLMRequest, on_text: TextCallback | None = None) -> LLMResponse:
         began = time.perf_counter()
-        text = offline_reply(request.messages, request.locale)
+        text = offline_reply(request.messages, request.locale, configured=request.locale_configured)
         for piece in _pieces(text):
             await asyncio.sleep(0)
             if on_text is not None:

@@ -1,4 +1,5 @@
-"""Named base URLs of Anthropic-compatible vendors (documented values; models stay in user config)."""
+"""Named Anthropic-compatible vendors: each preset's base URL and the model it uses unless `model` is set (values from
+the vendors' own Anthropic-compatibility pages, re-checked 2026-12; see docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,31 @@ PRESETS: dict[str, str] = {
     "qwen-intl": "https://dashscope-intl.aliyuncs.com/apps/anthropic",
     "qwen-coding": "https://coding.dashscope.aliyuncs.com/apps/anthropic",
     "qianfan": "https://qianfan.baidubce.com/anthropic",
-    "lkeap": "https://api.lkeap.cloud.tencent.com/anthropic",
+    "lkeap": "https://api.lkeap.cloud.tencent.com/api/anthropic",
 }
+
+PRESET_MODELS: dict[str, str] = {
+    "anthropic": "claude-sonnet-4-6",
+    "deepseek": "deepseek-flash",
+    "moonshot": "kimi-k2.5",
+    "moonshot-global": "kimi-k2.5",
+    "zhipu": "glm-5",
+    "zai": "glm-5",
+    "minimax": "MiniMax-M2.7",
+    "minimax-global": "MiniMax-M2.7",
+    "qwen": "qwen-plus",
+    "qwen-intl": "qwen-plus",
+    "qwen-coding": "qwen3-coder-plus",
+    "qianfan": "ernie-5.1",  # not confirmed on the vendor's Anthropic-compatible endpoint
+    "lkeap": "glm-5",
+}
+"""The model a preset uses when `model` is not set: one the vendor serves on that endpoint (a Claude name fails at
+most of them)."""
+
+
+def preset_model(preset: str) -> str | None:
+    """The default model of a preset, None for a name that is not one."""
+    return PRESET_MODELS.get(preset.strip().lower())
 
 
 def preset_base_url(preset: str, *, key: str = "llm.preset") -> str:

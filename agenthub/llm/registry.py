@@ -50,6 +50,9 @@ class ProviderRegistry:
         if offline:
             reason = "llm.offline is set" if llm.offline else "no API key is configured"
             log.warning("llm_offline_mode", reason=reason, help=HOW_TO_CONFIGURE)
+        else:  # once per start: which vendor and model the turns go to (never the key)
+            for name, endpoint in endpoints.items():
+                log.info("llm_endpoint", provider=name, host=endpoint.host, model=endpoint.model, preset=llm.preset)
         calls = CallLog()
         providers = {name: _build(name, endpoint, llm, offline, sleep, calls) for name, endpoint in endpoints.items()}
         return cls(providers, call_log=calls)

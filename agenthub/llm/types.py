@@ -45,6 +45,9 @@ class LLMRequest:
     """The chat's locale, for the few texts a provider writes itself (the offline stand-in's reply); never sent."""
     chat: str = ""
     """The session key of the chat the call is for ("": none); the prompt-cache watch compares a chat's calls."""
+    locale_configured: bool = False
+    """`locale` is set for the chat (agent.json or the channel's section): the offline reply keeps it, instead of
+    following the language the user wrote in."""
 
 
 @dataclass(frozen=True)

@@ -167,3 +167,35 @@ def test_an_unknown_store_backend_names_the_key(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("AGENTHUB_STORE__BACKEND", "sqlite")
     with pytest.raises(ConfigError, match=r"store\.backend"):
         load_settings()
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ("[http]\nprot = 9000\n", 'http.prot: unknown key (did you mean "http.port"?)'),
+        ('[llm]\nmodle = "x"\n', 'llm.modle: unknown key (did you mean "llm.model"?)'),
+        ('log_levle = "info"\n', 'log_levle: unknown key (did you mean "log_level"?)'),
+    ],
+)
+def test_an_unknown_key_suggests_the_nearest_one(toml: str, expected: str) -> None:
+    Path("agenthub.toml").write_text(toml)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert expected in str(caught.value)
+    assert "Extra inputs are not permitted" not in str(caught.value)
+
+
+def test_an_unknown_key_far_from_every_known_one_suggests_nothing() -> None:
+    Path("agenthub.toml").write_text("[http]\nzzzzzz = 1\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert "http.zzzzzz: unknown key" in str(caught.value) and "did you mean" not in str(caught.value)
+
+
+def test_a_preset_in_the_file_without_a_model_takes_the_vendor_s_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agenthub.llm.endpoint import default_endpoint
+
+    Path("agenthub.toml").write_text('[llm]\npreset = "deepseek"\n')
+    assert default_endpoint(load_settings().llm, env={}).model == "deepseek-flash"
+    monkeypatch.setenv("AGENTHUB_LLM__MODEL", "deepseek-v4-pro")
+    assert default_endpoint(load_settings().llm, env={}).model == "deepseek-v4-pro"

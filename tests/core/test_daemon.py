@@ -11,7 +11,7 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -46,6 +46,8 @@ class DaemonEnv:
     port: int
     token: str
     notify: socket.socket
+    started: list[asyncio.subprocess.Process] = field(default_factory=list)
+    """Every daemon `start` made: the fixture ends those still running, also when the test failed."""
 
     @property
     def base(self) -> str:
@@ -62,10 +64,12 @@ class DaemonEnv:
             if fd_limit is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
 
-        return await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "agenthub", "serve", env=self.env, cwd=self.root,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=limit_fds,
         )  # fmt: skip
+        self.started.append(proc)
+        return proc
 
     async def wait_notify(self, expected: str, timeout: float = 20.0) -> None:
         loop = asyncio.get_running_loop()
@@ -100,8 +104,15 @@ async def daemon_env(tmp_path: Path, fake_llm: FakeAnthropic) -> AsyncIterator[D
         "AGENTHUB_LLM__RETRY_BASE_S": "0.01",
         "AGENTHUB_SESSION__FSYNC": "false",
     }
-    yield DaemonEnv(tmp_path, env, port, token, sock)
-    sock.close()
+    daemon_env = DaemonEnv(tmp_path, env, port, token, sock)
+    try:
+        yield daemon_env
+    finally:
+        sock.close()
+        for proc in daemon_env.started:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
 
 
 async def _chat(env: DaemonEnv, chat_id: str, content: str) -> dict[str, object]:

@@ -207,3 +207,24 @@ async def test_the_models_language_is_the_users_whatever_the_locale(
         systems.append(fake_llm.message_requests()[-1].body["system"])  # type: ignore[index]
     assert systems[0] == systems[1]
     assert "answer in the language the user writes in" in systems[0][0]["text"].lower()
+
+
+@pytest.mark.parametrize("channel", ["wecom", "http", "feishu"])
+async def test_where_no_locale_is_set_the_offline_reply_follows_the_language_the_user_wrote_in(
+    channel: str, settings_factory: Callable[..., Settings]
+) -> None:
+    async with build_gateway(settings_factory(llm={"offline": True})) as gateway:
+        for content, locale in (("hello, who are you?", "en"), ("你好，你是谁？", "zh-CN")):
+            handle = await gateway.submit(InboundMessage(channel, f"c-{locale}", "alice", content))
+            said = _done_text(await handle.result())
+            echo = i18n.text("llm.offline.echo", locale, said=content)
+            assert said == i18n.text("llm.offline.reply", locale, echo=echo)
+
+
+async def test_the_terminal_s_offline_reply_keeps_the_system_locale_of_its_own_texts(
+    settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    async with build_gateway(settings_factory(llm={"offline": True})) as gateway:
+        said = _done_text(await (await gateway.submit(InboundMessage("cli", "direct", "local", "你好"))).result())
+    assert said == i18n.text("llm.offline.reply", "en", echo=i18n.text("llm.offline.echo", "en", said="你好"))

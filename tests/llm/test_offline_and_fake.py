@@ -16,7 +16,7 @@ async def test_offline_streams_several_deltas_and_explains_setup() -> None:
     provider = OfflineProvider()
     tools = [{"name": "t", "description": "d", "input_schema": {"type": "object"}}]
     req = LLMRequest(
-        "any-model", [{"type": "text", "text": "sys"}], [{"role": "user", "content": "你好, robot"}], tools, 99
+        "any-model", [{"type": "text", "text": "sys"}], [{"role": "user", "content": "hello, robot"}], tools, 99
     )
     deltas: list[str] = []
     resp = await provider.stream(req, deltas.append)
@@ -24,7 +24,7 @@ async def test_offline_streams_several_deltas_and_explains_setup() -> None:
     assert "".join(deltas) == resp.text
     assert "offline" in resp.text.lower()
     assert "AGENTHUB_LLM__API_KEY" in resp.text and "ANTHROPIC_API_KEY" in resp.text
-    assert "你好, robot" in resp.text
+    assert "hello, robot" in resp.text
     assert resp.tool_uses == [] and resp.stop_reason == "end_turn"
     assert resp.usage.input_tokens > 0 and resp.usage.output_tokens > 0
     assert provider.knows_model("whatever !!") and provider.offline

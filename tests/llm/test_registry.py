@@ -192,3 +192,36 @@ def test_context_windows() -> None:
 def test_provider_settings_secret_is_not_in_repr() -> None:
     llm = settings(providers={"p": ProviderSettings(preset="qwen", api_key=SecretStr("k-hidden"))})
     assert "k-hidden" not in repr(llm)
+
+
+@pytest.mark.parametrize(
+    ("preset", "model"), [("deepseek", "deepseek-flash"), ("lkeap", "glm-5"), ("moonshot", "kimi-k2.5")]
+)
+async def test_a_preset_without_a_model_uses_a_model_that_vendor_serves(preset: str, model: str) -> None:
+    reg = ProviderRegistry.from_settings(settings(preset=preset, api_key="k"), env={})
+    assert reg.default.default_model == model
+    await reg.aclose()
+    chosen = ProviderRegistry.from_settings(settings(preset=preset, api_key="k", model="mine"), env={})
+    assert chosen.default.default_model == "mine"  # a model set by hand wins
+    await chosen.aclose()
+    named = ProviderRegistry.from_settings(
+        settings(api_key="k", providers={"x": {"preset": preset, "api_key": "k2"}}), env={}
+    )
+    assert named.get("x").default_model == model
+    await named.aclose()
+
+
+def test_the_lkeap_preset_is_tencent_s_anthropic_path() -> None:
+    assert PRESETS["lkeap"] == "https://api.lkeap.cloud.tencent.com/api/anthropic"
+
+
+async def test_start_up_logs_the_endpoint_host_and_model_once_and_never_the_key() -> None:
+    with capture_logs() as logs:
+        reg = ProviderRegistry.from_settings(settings(preset="deepseek", api_key="sk-secret-1"), env={})
+    await reg.aclose()
+    found = [e for e in logs if e["event"] == "llm_endpoint"]
+    assert found == [
+        {"event": "llm_endpoint", "log_level": "info", "provider": "default", "host": "api.deepseek.com:443",
+         "model": "deepseek-flash", "preset": "deepseek"}
+    ]  # fmt: skip
+    assert "sk-secret-1" not in str(logs)

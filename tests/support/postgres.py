@@ -26,6 +26,7 @@ import pytest
 
 from agenthub.storage.postgres import Database, PostgresMemoryStore, PostgresSessionStore, lazy_postgres_store
 from agenthub.storage.postgres.database import migrate
+from tests.support.processes import KEEP
 
 SUPERUSER = "agenthub"
 UNPRIVILEGED_USERS = ("postgres", "agenthub-pgtest")
@@ -152,6 +153,7 @@ class PostgresServer:
             env=self._env,
         )
         log.close()
+        KEEP.add(self.process.pid)  # a session's server outlives the test that first asked for it
         self._wait_until_ready()
 
     def _options(self) -> list[str]:

@@ -9,8 +9,12 @@ from agenthub.config import Settings, load_settings
 
 
 def make_settings(root: Path, llm_base_url: str | None = None, **overrides: Any) -> Settings:
-    """Settings with every directory under `root`; the LLM points at `llm_base_url` when given."""
+    """Settings with every directory under `root`; the LLM points at `llm_base_url` when given. The HTTP port is 0
+    (any free one) unless `http` says otherwise: a test never binds the default port a running daemon holds."""
     llm: dict[str, Any] = dict(overrides.pop("llm", {}))
+    http = overrides.pop("http", {})
+    if isinstance(http, dict):
+        http = {"port": 0, **http}
     if llm_base_url is not None:
         llm.setdefault("base_url", llm_base_url)
         llm.setdefault("api_key", "test-key")
@@ -24,5 +28,6 @@ def make_settings(root: Path, llm_base_url: str | None = None, **overrides: Any)
         auth_dir=root / "auth",
         workspace_dir=root / "workspace",
         llm=llm,
+        http=http,
         **overrides,
     )

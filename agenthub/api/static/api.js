@@ -1,5 +1,7 @@
 // The console's API client: bearer-token fetch, JSON errors, and a POST-capable SSE reader for chat streams.
 
+import { locale } from "/static/i18n.js";
+
 const TOKEN_KEY = "agenthub.token";
 
 export class AuthError extends Error {}
@@ -38,6 +40,7 @@ export async function request(path, { method = "GET", body, signal, accept } = {
   const headers = { Authorization: `Bearer ${token.get() || ""}` };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (accept) headers.Accept = accept;
+  headers["Accept-Language"] = locale; // replies follow the console's language where none is configured
   const response = await fetch(path, {
     method,
     headers,

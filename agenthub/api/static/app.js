@@ -1,7 +1,7 @@
 // AgentHub web console: sign-in, agent picker, session list (pin/rename/delete), streaming chat, context meter.
 
 import { api, ApiError, AuthError, sseFrames, token } from "/static/api.js";
-import { localisePage, t } from "/static/i18n.js";
+import { localisePage, rememberedLanguage, switchLanguage, t } from "/static/i18n.js";
 import { initUsage } from "/static/usage.js";
 import { el, formatText, messageRow, meterOf, relativeTime, welcomeCard } from "/static/render.js";
 
@@ -392,9 +392,12 @@ function onKey(event) {
 // ---- wiring --------------------------------------------------------------------------------------------------
 
 function init() {
+  const remembered = rememberedLanguage();
+  if (remembered) return location.replace(remembered);
   localisePage();
   $("signin-form").addEventListener("submit", signIn);
   $("sign-out").addEventListener("click", () => showSignIn());
+  $("lang-switch").addEventListener("click", () => switchLanguage());
   $("error-banner").addEventListener("click", () => showError(""));
   $("agent-select").addEventListener("change", (e) => guard(() => selectAgent(e.target.value)));
   $("new-chat").addEventListener("click", () => guard(newChat));

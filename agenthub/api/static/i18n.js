@@ -15,6 +15,8 @@ const TEXTS = {
     "session_list": "会话列表",
     "session_empty": "还没有会话",
     "sign_out": "退出登录",
+    "lang.switch": "English",
+    "lang.switch.label": "切换到英文",
     "chat": "对话",
     "offline": "模型离线：服务器未配置 API 密钥，回复来自离线占位模型。",
     "banner.close": "点击关闭",
@@ -95,6 +97,8 @@ const TEXTS = {
     "session_list": "Chat list",
     "session_empty": "No chats yet",
     "sign_out": "Sign out",
+    "lang.switch": "中文",
+    "lang.switch.label": "Switch to Chinese",
     "chat": "Conversation",
     "offline": "Model offline: the server has no API key configured, so replies come from an offline placeholder.",
     "banner.close": "Click to close",
@@ -164,6 +168,24 @@ const TEXTS = {
 };
 
 export const locale = document.documentElement.lang.toLowerCase().startsWith("en") ? "en" : "zh-CN";
+
+/** The console's language switch: the page again in the other locale (`?lang=`), remembered in this browser. */
+export function switchLanguage() {
+  const other = locale === "en" ? "zh-CN" : "en";
+  localStorage.setItem("agenthub.lang", other);
+  const url = new URL(location.href);
+  url.searchParams.set("lang", other);
+  location.assign(url.toString());
+}
+
+/** A language chosen earlier in this browser, when the page came in another one without `?lang=`. */
+export function rememberedLanguage() {
+  const chosen = localStorage.getItem("agenthub.lang");
+  const url = new URL(location.href);
+  if (!chosen || chosen === locale || url.searchParams.has("lang")) return null;
+  url.searchParams.set("lang", chosen);
+  return url.toString();
+}
 
 /** The console text `key` in the console's locale, with `{names}` filled from `params`. */
 export function t(key, params = {}) {

@@ -1,0 +1,51 @@
+""" "Did you mean …": the nearest known key for a configuration key pydantic refused as unknown."""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+
+def _model_of(annotation: object) -> type[BaseModel] | None:
+    """The model class of a field's annotation (through `X | None`), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _model_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def known_keys(model: type[BaseModel], path: Sequence[str | int]) -> list[str] | None:
+    """The keys (field names and aliases) of the section at `path` under `model`, or None if it is not a model."""
+    current: type[BaseModel] | None = model
+    for part in path:
+        if current is None:
+            return None
+        field = current.model_fields.get(str(part))
+        current = _model_of(field.annotation) if field is not None else None
+    if current is None:
+        return None
+    keys = set(current.model_fields)
+    keys.update(f.alias for f in current.model_fields.values() if f.alias)
+    return sorted(keys)
+
+
+def did_you_mean(model: type[BaseModel], loc: Sequence[str | int]) -> str:
+    """` (did you mean "port"?)` for an unknown key at `loc`, or "" when nothing is close."""
+    if not loc:
+        return ""
+    keys = known_keys(model, loc[:-1])
+    if not keys:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]).lower(), keys, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    prefix = ".".join(str(p) for p in loc[:-1])
+    return f' (did you mean "{prefix + "." if prefix else ""}{close[0]}"?)'

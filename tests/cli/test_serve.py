@@ -1,0 +1,52 @@
+"""`agenthub serve` refusing to start says what to change in one line, with the exit status systemd does not
+restart on."""
+
+from __future__ import annotations
+
+import asyncio
+import configparser
+import socket
+import sys
+from pathlib import Path
+
+from tests.support import processes
+from tests.support.cli import cli_env
+from tests.support.paths import REPO
+
+CONFIG_ERROR_STATUS = 2
+
+
+async def serve(root: Path, **env: str) -> tuple[int, str, str]:
+    environ = {**cli_env(root, None), "PYTHONPATH": str(REPO), "HOME": str(root), **env}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agenthub", "serve", env=environ, cwd=root,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 90)
+    finally:
+        if proc.returncode is None:
+            processes.end(proc.pid)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_a_busy_port_is_one_line_naming_the_port_and_the_key_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = await serve(tmp_path, AGENTHUB_HTTP__PORT=str(port))
+    assert code == CONFIG_ERROR_STATUS, err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert f"127.0.0.1:{port}" in lines[0] and "already in use" in lines[0]
+    assert "http.port" in lines[0] and "AGENTHUB_HTTP__PORT" in lines[0]
+
+
+def test_the_systemd_unit_does_not_restart_on_a_configuration_error() -> None:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.read(REPO / "systemd" / "agenthub.service")
+    assert unit["Service"]["Restart"] == "on-failure"
+    assert str(CONFIG_ERROR_STATUS) in unit["Service"]["RestartPreventExitStatus"].split()
