@@ -1,0 +1,73 @@
+"""Memory recall benchmark: the team's own long Chinese and English chats stored through the product's store, every
+question asked of `memory_search`'s search as a person asks it and as keywords; recall@1, recall@5, MRR, and whether
+a changed fact's newer value ranks first. Then retention: facts planted early, five L2 compactions and an
+AutoCompact sweep later, still found.
+
+Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--show-misses 10] [--no-retention]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from recall_data import store
+from recall_data.generate import CONVERSATIONS_PER_LANG, dataset
+from recall_data.model import Conversation
+from recall_data.probe import KeywordProbe, evaluate
+from recall_data.retention import describe, measure_retention
+from recall_data.score import Outcome, report
+
+from agenthub.log import configure_logging
+from agenthub.search.service import SearchService
+from agenthub.session.history import SessionHistory
+
+
+async def measure(conversations: list[Conversation], data_dir: Path) -> list[Outcome]:
+    history = SessionHistory(data_dir, fsync=False)
+    await store.write_all(history, conversations)
+    service = SearchService(data_dir)
+    try:
+        return await evaluate(KeywordProbe(service), conversations)
+    finally:
+        await service.close()
+
+
+def misses(outcomes: list[Outcome], count: int) -> list[str]:
+    lines = []
+    for o in [o for o in outcomes if o.form == "asked" and (o.rank is None or o.rank > 1)][:count]:
+        lines.append(f"  miss {o.question.qid} [{o.question.kind}] rank={o.rank}: {o.question.asked}")
+    return lines
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--conversations", type=int, default=CONVERSATIONS_PER_LANG, help="per language")
+    parser.add_argument("--show-misses", type=int, default=0)
+    parser.add_argument("--no-retention", action="store_true")
+    args = parser.parse_args()
+    conversations = dataset(per_lang=args.conversations)
+    turns = sum(len(c.turns) for c in conversations)
+    questions = sum(len(c.questions) for c in conversations)
+    print(f"data: {len(conversations)} conversations, {turns} turns, {questions} questions")
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        outcomes = await measure(conversations, Path(tmp) / "data")
+        print("\n".join(report(outcomes, f"search: keyword memory_search ({time.perf_counter() - started:.1f} s)")))
+        print("\n".join(misses(outcomes, args.show_misses)))
+    if not args.no_retention:
+        print(describe(await measure_retention(lambda gw: KeywordProbe(gw.search))))
+    return 0
+
+
+if __name__ == "__main__":
+    configure_logging("warning", "console", stream=sys.stderr)
+    os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
+    raise SystemExit(asyncio.run(main()))
