@@ -10,7 +10,7 @@ from recall_data.en_facts import FACTS
 from recall_data.en_facts_more import MORE_FACTS
 from recall_data.en_talk import TALK, TALK_SLOTS
 from recall_data.kinds import FactKind, fill
-from recall_data.model import CONVERSATION_TURNS, Conversation, Lang, Question, QuestionKind, Turn
+from recall_data.model import CONVERSATION_TURNS, T0_MS, Conversation, Lang, Question, QuestionKind, Turn
 from recall_data.zh_facts import ZH_FACTS
 from recall_data.zh_facts_more import ZH_MORE_FACTS
 from recall_data.zh_talk import ZH_TALK, ZH_TALK_SLOTS
@@ -21,6 +21,8 @@ QUESTIONS_PER_CONVERSATION = 16
 CHANGED_PER_CONVERSATION = 4
 RESTATED_PER_CONVERSATION = 3
 MIN_TURNS, MAX_TURNS = 220, 380
+SITTING_TURNS = 25  # turns per sitting, on average
+DAY_S = 86_400
 NAMES: dict[Lang, list[str]] = {
     "en": ["Evan", "Maria", "Jordan", "Priya", "Tom", "Lena", "Marcus", "Chloe", "Sam", "Nadia", "Owen", "Grace"],
     "zh": ["王磊", "李婷", "陈晨", "刘洋", "张悦", "赵凯", "孙琪", "周杰", "吴迪", "郑爽", "何静", "林涛"],
@@ -146,10 +148,12 @@ def _lay_out(rng: random.Random, conv: Conversation, events: list[_Event], lengt
     base = _OFFSET[conv.lang] * CONVERSATION_TURNS + int(conv.cid[3:]) * CONVERSATION_TURNS
     marks: dict[tuple[int, str], int] = {}
     speaker = rng.randint(0, 1)
+    clock = [T0_MS // 1000 + rng.randint(0, 10 * DAY_S)]  # seconds
 
     def add(who: int, text: str) -> int:
         gid = base + len(conv.turns)
-        conv.turns.append(Turn(gid, conv.speakers[who], text))
+        clock[0] += rng.randint(6 * 3600, 3 * DAY_S) if rng.random() < 1 / SITTING_TURNS else rng.randint(15, 240)
+        conv.turns.append(Turn(gid, conv.speakers[who], text, clock[0] * 1000 + base // CONVERSATION_TURNS))
         return gid
 
     for event in events:

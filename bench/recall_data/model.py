@@ -8,8 +8,9 @@ from typing import Literal
 Lang = Literal["zh", "en"]
 QuestionKind = Literal["single", "restated", "changed"]
 T0_MS = 1_780_000_000_000
-"""The timestamp of turn 0 (2026-05-28); turn `gid` is stored at `T0_MS + gid * TURN_MS`."""
-TURN_MS = 60_000
+"""2026-05-28: every chat starts within ten days of it and runs for a few weeks, in sittings of a few dozen turns a
+minute or two apart, a few hours to three days between sittings. A turn's millisecond part is its chat's number,
+so no two turns of the data set share a timestamp."""
 CONVERSATION_TURNS = 1000
 """Turn ids of conversation `n` run from `n * CONVERSATION_TURNS`: every turn of the data set has its own id."""
 
@@ -19,10 +20,7 @@ class Turn:
     gid: int  # unique over the whole data set
     speaker: str  # also the sender id it is stored with
     text: str
-
-    @property
-    def timestamp(self) -> int:
-        return T0_MS + self.gid * TURN_MS
+    timestamp: int  # ms since the epoch, unique over the data set
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,10 @@ class Conversation:
     speakers: tuple[str, str]
     turns: list[Turn] = field(default_factory=list)
     questions: list[Question] = field(default_factory=list)
+    _by_time: dict[int, int] = field(default_factory=dict, repr=False)
 
-    def position(self, gid: int) -> int:
-        """The index in `turns` of the turn `gid`."""
-        return gid - self.turns[0].gid
+    def turn_at(self, timestamp: int | None) -> int | None:
+        """The id of the turn stored at `timestamp`, None for anything else (a summary, a memory file line)."""
+        if not self._by_time or len(self._by_time) != len(self.turns):
+            self._by_time = {t.timestamp: t.gid for t in self.turns}
+        return None if timestamp is None else self._by_time.get(timestamp)

@@ -10,7 +10,7 @@ from agenthub.search.index import SearchScope
 from agenthub.search.service import SearchService
 from agenthub.search.tool import SearchInputError, parse_terms
 from agenthub.storage.keys import SessionKey
-from recall_data.model import T0_MS, TURN_MS, Conversation
+from recall_data.model import Conversation
 from recall_data.score import LIMIT, Outcome, first_rank
 from recall_data.store import AGENT, key_of
 
@@ -21,15 +21,6 @@ class Probe(Protocol):
     async def shown(self, conv: Conversation, key: SessionKey, query: str, limit: int) -> list[set[int]]:
         """The turn ids each hit shows, best hit first, for `query` asked in the chat `key`."""
         ...
-
-
-def turn_of(conv: Conversation, ts: int | None) -> int | None:
-    """The id of `conv`'s turn stored at `ts`, None for anything else (a summary, a memory file line)."""
-    if ts is None or (ts - T0_MS) % TURN_MS:
-        return None
-    gid = (ts - T0_MS) // TURN_MS
-    first = conv.turns[0].gid
-    return gid if first <= gid < first + len(conv.turns) else None
 
 
 def with_neighbours(conv: Conversation, gid: int | None) -> set[int]:
@@ -53,7 +44,7 @@ class KeywordProbe:
         except SearchInputError:
             return []
         hits = await self.service.search(AGENT, terms, SearchScope(str(key)), limit)
-        return [with_neighbours(conv, turn_of(conv, h.ts)) for h in hits]
+        return [with_neighbours(conv, conv.turn_at(h.ts)) for h in hits]
 
 
 async def evaluate(
