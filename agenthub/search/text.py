@@ -1,0 +1,118 @@
+"""Search terms of mixed Chinese/English text: jieba words (or CJK bigrams), stemmed English, whole identifiers."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Literal
+
+import rjieba
+import Stemmer
+
+CjkMode = Literal["words", "bigrams"]
+CJK_MODE: CjkMode = "words"
+"""How Chinese is cut: jieba words (precise mode with HMM, plus the bigrams of words of 3+ characters, so a name the
+segmenter glued to its neighbour is still found), or overlapping CJK bigrams (kept to measure against)."""
+
+MAX_QUERY_CHARS = 2000
+"""A longer query is cut to its first this many characters (never refused)."""
+MAX_QUERY_TERMS = 48
+MAX_TERM_CHARS = 64
+"""A longer token (a hash, base64) is kept as its first this many characters."""
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_WORD = r"[0-9a-z]+(?:'[a-z]+)?"
+_TOKEN = re.compile(rf"(?P<cjk>[{_CJK}]+)|(?P<word>{_WORD}(?:[._\-/:@+#]{_WORD})*)")
+_JOINERS = re.compile(r"[._\-/:@+#]")
+
+_ENGLISH = """a about above after again against all am an and any are aren't as at be because been before being below
+    between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during each few
+    for from further had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers herself him
+    himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself let's me more most mustn't my
+    myself no nor not of off on once only or other ought our ours ourselves out over own same shan't she she'd
+    she'll she's should shouldn't so some such than that that's the their theirs them themselves then there there's
+    these they they'd they'll they're they've this those through to too under until up very was wasn't we we'd
+    we'll we're we've were weren't what what's when when's where where's which while who who's whom why why's will
+    with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves also just s t"""
+_CHINESE = """的 了 着 过 是 在 和 与 及 或 就 都 也 还 又 而 但 把 被 让 给 对 从 向 往 于 以 之 其 这 那 这个 那个 这些 那些
+    我 你 您 他 她 它 我们 你们 他们 她们 咱们 自己 吗 呢 吧 啊 呀 嘛 哦 哈 嗯 么 什么 怎么 怎样 怎么样 哪 哪里 哪儿
+    哪个 哪些 谁 多少 几 为什么 是否 有没有 是不是 请问 请 一下 一个 个 有 没有 要 会 能 可以 吗 地 得 所 等"""
+ENGLISH_STOP_WORDS = frozenset(_ENGLISH.split())
+CHINESE_FUNCTION_WORDS = frozenset(_CHINESE.split())
+STOP_WORDS = ENGLISH_STOP_WORDS | CHINESE_FUNCTION_WORDS
+
+_stemmer = Stemmer.Stemmer("english")
+
+
+def index_terms(text: str, *, cjk: CjkMode | None = None) -> list[str]:
+    """The terms of stored text, in order and with repeats (their count is the term frequency). Stop words are
+    kept, so a query made only of stop words can still be answered."""
+    return list(_terms(text, cjk or CJK_MODE))
+
+
+def query_terms(text: str, *, cjk: CjkMode | None = None) -> list[str]:
+    """The distinct terms of a query (a question or keywords, any mix of Chinese and English), cut to
+    MAX_QUERY_CHARS and MAX_QUERY_TERMS; stop words dropped unless nothing else is left; [] for punctuation."""
+    distinct = list(dict.fromkeys(_terms(text[:MAX_QUERY_CHARS], cjk or CJK_MODE)))
+    content = [t for t in distinct if t not in STOP_WORDS]
+    return (content or distinct)[:MAX_QUERY_TERMS]
+
+
+def normalise(text: str) -> str:
+    """Full-width forms folded (ＡＢＣ１ → abc1, ，→ ,), lower case, curly apostrophes straightened."""
+    return unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
+
+
+def _terms(text: str, cjk: CjkMode) -> Iterator[str]:
+    for match in _TOKEN.finditer(normalise(text)):
+        run = match.group("cjk")
+        if run is not None:
+            yield from _cjk_words(run) if cjk == "words" else _bigrams(run)
+        else:
+            yield from _latin(match.group("word"))
+
+
+def _latin(token: str) -> Iterator[str]:
+    """A plain word stemmed; an identifier, code, date or version (`user_id`, `CODE-7Q2`, `2026-12-01`, `v2.3.1`)
+    kept whole, then each of its parts."""
+    if not _JOINERS.search(token):
+        yield _word(token)
+        return
+    yield token[:MAX_TERM_CHARS]
+    for part in _JOINERS.split(token):
+        if part:
+            yield _word(part)
+
+
+def _word(word: str) -> str:
+    if word in ENGLISH_STOP_WORDS or (not word.isalpha() and "'" not in word):
+        return word[:MAX_TERM_CHARS]  # stop words and words with digits (7q2, v2, 2026) are kept as they are
+    return _stem(word[:MAX_TERM_CHARS])
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    stemmed: str = _stemmer.stemWord(word)
+    return stemmed
+
+
+def _cjk_words(run: str) -> Iterator[str]:
+    for word in _cut(run):
+        yield word
+        if len(word) >= 3:  # a name glued to its neighbour (张伟明|天来) is still found by 张伟
+            yield from _bigrams(word)
+
+
+@lru_cache(maxsize=65536)
+def _cut(run: str) -> tuple[str, ...]:
+    return tuple(w for w in rjieba.cut(run, True) if w.strip())
+
+
+def _bigrams(run: str) -> Iterator[str]:
+    if len(run) == 1:
+        yield run
+        return
+    for i in range(len(run) - 1):
+        yield run[i : i + 2]

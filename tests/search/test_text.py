@@ -1,0 +1,63 @@
+"""The search tokenizer: jieba words and bigrams, stemmed English, identifiers whole and in parts, bad input."""
+
+from __future__ import annotations
+
+from agenthub.search.text import MAX_QUERY_TERMS, index_terms, query_terms
+
+
+def test_chinese_is_segmented_into_words_and_a_glued_name_still_has_its_bigrams() -> None:
+    terms = index_terms("我们的暗号是夜莺，张伟明天来上海")
+    assert "暗号" in terms and "夜莺" in terms and "上海" in terms
+    assert "张伟" in terms  # jieba glues 张伟明; its bigrams keep 张伟 findable
+    assert query_terms("暗号是夜莺") == ["暗号", "夜莺"]
+
+
+def test_bigram_mode_cuts_every_cjk_run_into_overlapping_pairs() -> None:
+    assert index_terms("暗号是夜莺", cjk="bigrams") == ["暗号", "号是", "是夜", "夜莺"]
+    assert index_terms("好", cjk="bigrams") == ["好"]
+
+
+def test_english_is_lowercased_and_stemmed_and_stop_words_leave_the_query() -> None:
+    assert query_terms("What kind of car does Evan drive?") == ["kind", "car", "evan", "drive"]
+    assert index_terms("Evan drives") == ["evan", "drive"]
+    assert index_terms("Evan’s CARS") == ["evan", "car"]
+
+
+def test_identifiers_numbers_dates_and_codes_are_kept_whole_and_in_parts() -> None:
+    assert index_terms("CODE-7Q2") == ["code-7q2", "code", "7q2"]
+    assert index_terms("on 2026-12-01") == ["on", "2026-12-01", "2026", "12", "01"]
+    assert index_terms("v2.3.1") == ["v2.3.1", "v2", "3", "1"]
+    assert index_terms("user_id") == ["user_id", "user", "id"]
+    assert query_terms("请问CODE-7Q2是什么") == ["code-7q2", "code", "7q2"]
+
+
+def test_mixed_chinese_and_english_and_full_width_forms() -> None:
+    assert query_terms("用Python写的夜莺 ＡＰＩ") == ["用", "python", "写", "夜莺", "api"]
+
+
+def test_stop_words_only_query_keeps_them_rather_than_nothing() -> None:
+    assert query_terms("the who") == ["the", "who"]
+    assert query_terms("是 的") == ["是", "的"]
+
+
+def test_bad_input_is_text_never_syntax() -> None:
+    assert query_terms("") == [] and query_terms("   ") == []
+    assert query_terms("!!! ？？？ ……") == []
+    assert query_terms('"nightingale" AND pass* NEAR(a b) title:x') == [
+        "nightingal",
+        "pass",
+        "near",
+        "b",
+        "title:x",
+        "titl",
+        "x",
+    ]
+    assert query_terms("'; DROP TABLE docs; --") == ["drop", "tabl", "doc"]
+    assert query_terms("夜莺\x00\x1b[31m\x7fcode") == ["夜莺", "31m", "code"]
+
+
+def test_a_huge_query_is_cut_not_refused() -> None:
+    huge = " ".join(f"word{i}" for i in range(10_000))
+    terms = query_terms(huge)
+    assert len(terms) == MAX_QUERY_TERMS and terms[0] == "word0"
+    assert query_terms("夜莺" * 100_000) == ["夜莺"]
