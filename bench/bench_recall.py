@@ -18,26 +18,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from recall_data import store
 from recall_data.generate import CONVERSATIONS_PER_LANG, dataset
-from recall_data.model import Conversation
-from recall_data.probe import KeywordProbe, evaluate
+from recall_data.probe import KeywordProbe
 from recall_data.retention import describe, measure_retention
+from recall_data.run import measure
 from recall_data.score import Outcome, report
 
 from agenthub.log import configure_logging
-from agenthub.search.service import SearchService
-from agenthub.session.history import SessionHistory
-
-
-async def measure(conversations: list[Conversation], data_dir: Path) -> list[Outcome]:
-    history = SessionHistory(data_dir, fsync=False)
-    await store.write_all(history, conversations)
-    service = SearchService(data_dir)
-    try:
-        return await evaluate(KeywordProbe(service), conversations)
-    finally:
-        await service.close()
 
 
 def misses(outcomes: list[Outcome], count: int) -> list[str]:
@@ -59,7 +46,7 @@ async def main() -> int:
     print(f"data: {len(conversations)} conversations, {turns} turns, {questions} questions")
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        outcomes = await measure(conversations, Path(tmp) / "data")
+        outcomes = await measure(conversations, Path(tmp) / "data", KeywordProbe)
         print("\n".join(report(outcomes, f"search: keyword memory_search ({time.perf_counter() - started:.1f} s)")))
         print("\n".join(misses(outcomes, args.show_misses)))
     if not args.no_retention:

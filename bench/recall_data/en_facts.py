@@ -85,11 +85,11 @@ FACTS: list[FactKind] = [
         "hometown",
         {"city": CITIES},
         says=[
-            "I grew up in {city}, so this cold is nothing to me",
+            "I grew up in {city}, my hometown gets way colder than this",
             "fun fact, my hometown is {city}, born and raised",
             "fun fact, I was born and raised in {city}",
         ],
-        leads=[("where are you from originally?", "{city}! tiny place, you've probably never been")],
+        leads=[("where are you from originally?", "{city}! tiny hometown, you've probably never been")],
         asks=["Where is {name} originally from?", "Which town did {name} grow up in?", "What's {name}'s hometown?"],
         keywords=["{name} hometown", "{name} grew up", "{name} from originally"],
         replies=["no way, I drove through there once", "is it as pretty as the photos?"],
@@ -206,7 +206,7 @@ FACTS: list[FactKind] = [
             "went to {rest} last night, their {cuisine} stuff is unreal",
         ],
         changing="rest",
-        changes=["{was} has gone downhill honestly. {rest} is my new favorite spot"],
+        changes=["{was} has gone downhill honestly. {rest} is my new favorite restaurant"],
         asks=[
             "What's the restaurant {name} recommended?",
             "Where does {name} like to eat out?",
@@ -324,7 +324,7 @@ FACTS: list[FactKind] = [
         {"kid": ["Leo", "Ava", "Sam", "Ruby", "Miles", "Hazel"], "age": ["four", "six", "nine", "eleven"]},
         says=[
             "my kid {kid} just turned {age} and already thinks they're a teenager",
-            "{kid} (my youngest) turned {age} today",
+            "{kid} (my youngest kid) turned {age} today, how are they that old",
         ],
         asks=["What's the name of {name}'s kid?", "How old is {name}'s child?"],
         keywords=["{name} kid name", "{name} child age", "{name} son daughter"],

@@ -49,7 +49,10 @@ MORE_FACTS: list[FactKind] = [
     kind(
         "language",
         {"language": ["Portuguese", "Korean", "Italian", "Japanese", "Turkish"]},
-        says=["started {language} lessons, my accent is terrible"],
+        says=[
+            "started {language} lessons, my accent is terrible",
+            "learning a new language at 30 is humbling. {language} grammar is wild",
+        ],
         restates=["my {language} homework is kicking my butt"],
         asks=["Which language is {name} studying?", "What language is {name} learning?"],
         keywords=["{name} language classes", "{name} learning language"],
@@ -63,7 +66,9 @@ MORE_FACTS: list[FactKind] = [
             "{partner} and I have been dating two years this week",
             "my partner {partner} made me dinner tonight, cute",
         ],
-        leads=[("are you still dating that person from the climbing gym?", "yes! {partner} and I are official")],
+        leads=[
+            ("are you still dating that person from the climbing gym?", "yes! {partner} and I are officially dating")
+        ],
         asks=["What's the name of {name}'s partner?", "Who is {name} dating?"],
         keywords=["{name} partner", "{name} girlfriend boyfriend", "{name} dating"],
         replies=["aww happy anniversary", "tell {partner} I said hi"],

@@ -78,7 +78,7 @@ class _Plan:
 def _plans(rng: random.Random, kinds: Sequence[FactKind], *, single: bool) -> list[_Plan]:
     changeable = [i for i, k in enumerate(kinds) if k.changing and not single]
     changed = set(rng.sample(changeable, min(CHANGED_PER_CONVERSATION, len(changeable))))
-    rest = [i for i in range(len(kinds)) if i not in changed]
+    rest = [i for i in range(len(kinds)) if i not in changed and len(kinds[i].restates) + len(kinds[i].says) > 1]
     restated = set() if single else set(rng.sample(rest, RESTATED_PER_CONVERSATION))
     plans = []
     for i, k in enumerate(kinds):
@@ -109,8 +109,9 @@ def _fact_events(
         return [first]
     later = first.at + rng.uniform(0.15, 0.4)
     if plan.kind == "restated":
-        again = [t for t in (*k.restates, *k.says) if t not in {x for _, x in first.turns}]
-        text = _format(rng.choice(again), {**plan.values, **names})
+        said = {x for _, x in first.turns}
+        again = [_format(t, {**plan.values, **names}) for t in (*k.restates, *k.says)]
+        text = rng.choice([t for t in again if t not in said])
     else:
         values = {**plan.values, k.changing: plan.new_value, "was": plan.values[k.changing], **names}
         text = _format(rng.choice(k.changes), values)

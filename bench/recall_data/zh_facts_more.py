@@ -57,7 +57,7 @@ ZH_MORE_FACTS: list[FactKind] = [
     kind(
         "trip",
         {"place": ["冰岛", "京都", "清迈", "里斯本", "新西兰", "西双版纳"], "month": ["四月", "九月", "十月"]},
-        says=["{month}去{place}旅游的机票订好了！三年来第一次正经休假"],
+        says=["{month}去{place}旅游的机票订好了！三年来第一次正经度假"],
         changing="place",
         changes=["旅行计划变了，{was}去不成了，改去{place}"],
         asks=["{name}要去哪里度假？", "{name}旅行的目的地是哪？"],
