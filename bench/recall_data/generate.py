@@ -157,26 +157,32 @@ def _lay_out(rng: random.Random, conv: Conversation, events: list[_Event], lengt
         conv.turns.append(Turn(gid, conv.speakers[who], text, clock[0] * 1000 + base // CONVERSATION_TURNS))
         return gid
 
+    def chat(until: int) -> int:
+        who = speaker
+        while len(conv.turns) < until:
+            who = who if rng.random() < 0.2 else 1 - who
+            for n, line in enumerate(_small_talk(rng, conv, who)):
+                who = who if n == 0 else 1 - who
+                add(who, _format(line, {"other": conv.speakers[1 - who]}))
+        return who
+
     for event in events:
-        while len(conv.turns) < int(event.at * length):
-            speaker = speaker if rng.random() < 0.2 else 1 - speaker
-            add(speaker, _small_talk(rng, conv, speaker))
+        speaker = chat(int(event.at * length))
         for i, (who, text) in enumerate(event.turns):
             gid = add(who, text)
             if i == event.answer and event.mark[0] >= 0:
                 marks[event.mark] = gid
             speaker = who
-    while len(conv.turns) < length:
-        speaker = speaker if rng.random() < 0.2 else 1 - speaker
-        add(speaker, _small_talk(rng, conv, speaker))
+    chat(length)
     assert len(conv.turns) < CONVERSATION_TURNS
     return marks
 
 
-def _small_talk(rng: random.Random, conv: Conversation, speaker: int) -> str:
+def _small_talk(rng: random.Random, conv: Conversation, speaker: int) -> list[str]:
+    """A line of small talk, or an exchange (`a || b || ...`, the speakers taking turns); `{other}` left to fill."""
     templates, slots = TALKS[conv.lang]
     values = {slot: rng.choice(options) for slot, options in slots.items()}
-    return _format(rng.choice(templates), {**values, "other": conv.speakers[1 - speaker]})
+    return _format(rng.choice(templates), {**values, "other": "{other}"}).split(" || ")
 
 
 def _question(
