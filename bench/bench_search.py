@@ -16,12 +16,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from agenthub.search.index import SearchIndex, SearchScope
+from agenthub.search.feed import FileFeeder
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.storage import jsonl
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout
+from agenthub.storage.search_files import index_path
+from agenthub.storage.search_index import SearchScope
+from agenthub.storage.search_sqlite import SqliteSearchIndex
 
 AGENT = "bench"
 ZH = [
@@ -104,8 +107,8 @@ async def _timed(fn: Callable[[], Awaitable[object]], runs: int) -> list[float]:
     return times
 
 
-def _query(service: SearchService, terms: list[str], scope: SearchScope) -> Callable[[], Awaitable[object]]:
-    return lambda: service.search(AGENT, terms, scope, 5)
+def _query(service: SearchService, query: str, scope: SearchScope) -> Callable[[], Awaitable[object]]:
+    return lambda: service.search(AGENT, query, scope, 5)
 
 
 def _p(times: list[float], q: float) -> float:
@@ -119,24 +122,26 @@ async def bench_queries(data_dir: Path, planted: SessionKey) -> None:
     stats = await service.stats(AGENT)  # the first use builds the index from the files
     print(f"build: {stats['docs']} messages from {stats['sources']} files in {time.perf_counter() - start:.1f} s")
     everything, one_chat = SearchScope(None, agent_scoped=lambda _: True), SearchScope(str(planted))
-    cases: list[tuple[str, list[str], SearchScope]] = [
-        ("english word, all sessions", ["nightingale"], everything),
-        ("chinese 3+ chars, all sessions", ["暗号是夜莺"], everything),
-        ("chinese 2 chars, rare, all sessions", ["夜莺"], everything),
-        ("chinese 2 chars, common word, all sessions", ["预算"], everything),
-        ("chinese 2 chars, frequent characters, all sessions", [HANZI[0] + HANZI[1]], everything),
-        ("chinese 1 char, the most frequent, all sessions", [HANZI[0]], everything),
-        ("chinese 1 char, rare, all sessions", [HANZI[2999]], everything),
-        ("two terms mixed, all sessions", ["夜莺", "password"], everything),
-        ("common english, all sessions", ["budget", "server"], everything),
-        ("chinese 2 chars, one chat", ["夜莺"], one_chat),
-        ("english word, one chat", ["nightingale"], one_chat),
-        ("common english, every session chat-scoped", ["budget", "server"], SearchScope(None)),  # nothing visible
+    cases: list[tuple[str, str, SearchScope]] = [
+        ("english word, all sessions", "nightingale", everything),
+        ("chinese phrase, all sessions", "暗号是夜莺", everything),
+        ("chinese 2 chars, rare, all sessions", "夜莺", everything),
+        ("chinese 2 chars, common word, all sessions", "预算", everything),
+        ("chinese 2 chars, frequent characters, all sessions", HANZI[0] + HANZI[1], everything),
+        ("chinese 1 char, the most frequent, all sessions", HANZI[0], everything),
+        ("chinese 1 char, rare, all sessions", HANZI[2999], everything),
+        ("two terms mixed, all sessions", "夜莺 password", everything),
+        ("common english, all sessions", "budget server", everything),
+        ("a question, english, all sessions", "What was the password we agreed on for the server?", everything),
+        ("a question, chinese, all sessions", "我们上次说的暗号是什么？预算会议定了吗", everything),
+        ("chinese 2 chars, one chat", "夜莺", one_chat),
+        ("english word, one chat", "nightingale", one_chat),
+        ("common english, every session chat-scoped", "budget server", SearchScope(None)),  # nothing visible
     ]
     overall: list[float] = []
-    for name, terms, scope in cases:
-        hits = await service.search(AGENT, terms, scope, 5)
-        times = await _timed(_query(service, terms, scope), QUERIES)
+    for name, query, scope in cases:
+        hits = await service.search(AGENT, query, scope, 5)
+        times = await _timed(_query(service, query, scope), QUERIES)
         overall += times
         print(f"  {name:48s} hits={len(hits)}  p50={_p(times, 0.5):7.2f} ms  p99={_p(times, 0.99):7.2f} ms")
     print(f"memory_search at {stats['docs']} messages: p50={_p(overall, 0.5):.2f} ms  p99={_p(overall, 0.99):.2f} ms")
@@ -155,15 +160,16 @@ async def bench_append_cost(data_dir: Path, fsync: bool) -> None:
     history = SessionHistory(data_dir, fsync=fsync)
     key = SessionKey(AGENT, "wecom", f"append-{fsync}")
     await history.append(key, _message(rng, 0))
-    index = SearchIndex(AgentLayout(data_dir, AGENT))
-    index.sync_session(key, "append")
+    index = SqliteSearchIndex(index_path(AgentLayout(data_dir, AGENT)), AGENT)
+    feeder = FileFeeder(data_dir)
+    feeder.sync_session(index, key, "append")
     appends, updates = [], []
     for i in range(APPENDS):
         start = time.perf_counter()
         await history.append(key, _message(rng, i))
         appends.append(time.perf_counter() - start)
         start = time.perf_counter()
-        index.sync_session(key, "append")  # what the observer queues on the worker thread
+        feeder.sync_session(index, key, "append")  # what the observer queues on the worker thread
         updates.append(time.perf_counter() - start)
     index.close()
     append_s, update_s = statistics.median(appends), statistics.median(updates)

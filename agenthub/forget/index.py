@@ -7,9 +7,9 @@ import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from agenthub.search.index import index_path
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout, refuse_link
+from agenthub.storage.search_files import index_path
 
 IndexHook = Callable[[str, Sequence[SessionKey]], Awaitable[int]]
 """`(agent, redacted session keys) -> index entries or directories dropped`, called after the files are redacted."""

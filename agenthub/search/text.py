@@ -36,7 +36,8 @@ _ENGLISH = """a about above after again against all am an and any are aren't as 
     these they they'd they'll they're they've this those through to too under until up very was wasn't we we'd
     we'll we're we've were weren't what what's when when's where where's which while who who's whom why why's will
     with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves also just s t"""
-_CHINESE = """的 了 着 过 是 在 和 与 及 或 就 都 也 还 又 而 但 把 被 让 给 对 从 向 往 于 以 之 其 这 那 这个 那个 这些 那些
+_CHINESE = """的 了 着 过 是 在 和 与 及 或 就 都 也 还 又 而 但 把 被 让 给 对 从 向 往 于 以 之 其
+    这 那 这个 那个 这些 那些
     我 你 您 他 她 它 我们 你们 他们 她们 咱们 自己 吗 呢 吧 啊 呀 嘛 哦 哈 嗯 么 什么 怎么 怎样 怎么样 哪 哪里 哪儿
     哪个 哪些 谁 多少 几 为什么 是否 有没有 是不是 请问 请 一下 一个 个 有 没有 要 会 能 可以 吗 地 得 所 等"""
 ENGLISH_STOP_WORDS = frozenset(_ENGLISH.split())

@@ -27,9 +27,9 @@ from agenthub.media.names import chat_folders, inbox_dir
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.scheduler.jobs import Job
-from agenthub.search.index import SearchScope
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
+from agenthub.storage.search_index import SearchScope
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges
@@ -163,7 +163,7 @@ async def test_forget_in_a_group_redacts_only_the_sender_and_keeps_everyone_else
     assert not any(s in json.dumps(audits[0], ensure_ascii=False) for s in ["alice", *FACTS])
 
     await say(gw, "bob", "still here?")  # the redacted history still makes a valid request
-    index_hits = await gw.search.search("default", ["jersey"], SearchScope(None, agent_scoped=lambda _: True), 5)
+    index_hits = await gw.search.search("default", "jersey", SearchScope(None, agent_scoped=lambda _: True), 5)
     assert index_hits  # the index still answers, with Bob's own words
     request = fake_llm.message_requests()[-1].body
     assert not any(fact in json.dumps(request, ensure_ascii=False) for fact in FACTS)

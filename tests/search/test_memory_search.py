@@ -1,4 +1,4 @@
-"""`memory_search`: Chinese and English keywords over histories, archives and memory files, bound by the memory
+"""`memory_search`: Chinese and English words over histories, archives and memory files, bound by the memory
 scope, kept current on append/replace/delete, and surviving a restart (through the fake model and the real SDK)."""
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.search.index import SearchScope, index_path
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.storage import jsonl
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout
+from agenthub.storage.search_files import index_path
+from agenthub.storage.search_index import SearchScope
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text, reply_tool
 
@@ -174,11 +175,12 @@ async def test_an_agent_scoped_agent_searches_all_its_sessions_and_memory_but_ne
         (text, _), (bird, _), (night, _) = await _search(
             gw, fake_llm, {"query": "夜莺"}, {"query": "鸟"}, {"query": "夜"}
         )
-    # 1- and 2-character terms, also a whole message and the very end of one
+    # 1- and 2-character words, also a whole message and the very end of one
     assert text.startswith('4 matches for "夜莺"'), text
     g2_lines = [line for line in text.splitlines() if "[session cli:g2] user" in line]
     assert sorted(line.rsplit(": ", 1)[1] for line in g2_lines) == ["夜莺", "我最喜欢的鸟是夜莺"]
-    assert bird.startswith('2 matches for "鸟"') and night.startswith('5 matches for "夜"'), (bird, night)
+    # words, not substrings: 夜 alone is a word in g3 only (夜莺 is one word, 夜莺厅 two: 夜莺|厅)
+    assert bird.startswith('2 matches for "鸟"') and night.startswith('1 match for "夜"'), (bird, night)
     assert "[session http:g1] user" in text and "会议室叫夜莺厅" in text
     assert "[agent memory] memory" in text and "用户的猫叫夜莺" in text
     assert "另一个助手" not in text
@@ -237,17 +239,20 @@ async def test_search_results_and_read_file_results_are_never_indexed_themselves
         )
         events = [e async for e in await gw.submit(InboundMessage("cli", "direct", "me", "读文件", agent="reader"))]
         assert isinstance(events[-1], DoneEvent)
-        results = await _search(gw, fake_llm, {"query": "peacock-file"}, {"query": "夜莺"}, agent="reader")
-    assert results[0] == ('no matches for "peacock-file"', False)
+        results = await _search(gw, fake_llm, {"query": "peacock"}, {"query": "夜莺"}, agent="reader")
+    assert results[0] == ('no matches for "peacock"', False)
     assert results[1][0].startswith('1 match for "夜莺"') and "[session cli:old]" in results[1][0]
 
 
 async def test_bad_input_is_a_clear_error_to_the_model(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
-    results = await _search(gateway, fake_llm, {"query": "   "}, {"query": "夜莺", "limit": 0}, {"limit": 3})
+    results = await _search(
+        gateway, fake_llm, {"query": "   "}, {"query": "夜莺", "limit": 0}, {"limit": 3}, {"query": "？！…"}
+    )
     assert results == [
-        ("query must be a non-empty string of keywords", True),
+        ("query must be a non-empty string: the question or keywords to search for", True),
         ("limit must be a positive integer", True),
-        ("query must be a non-empty string of keywords", True),
+        ("query must be a non-empty string: the question or keywords to search for", True),
+        ("query has no words to search for (only punctuation or symbols)", True),
     ]
 
 
@@ -326,9 +331,9 @@ async def test_the_index_survives_a_restart_and_catches_up_with_files_changed_wh
         )
     texts = [t for t, _ in results]
     assert "[session http:grown] user" in texts[0]
-    assert texts[1] == 'no matches for "first-rewritten"'
+    assert "的第一条 first-rewritten" not in texts[1]  # ranked: its parts still find others, the old text is gone
     assert "[session http:rewritten] user" in texts[2]
-    assert texts[3] == 'no matches for "first-gone"'
+    assert "的第一条 first-gone" not in texts[3] and "http:gone" not in texts[3]
     assert "[session http:fresh] user" in texts[4]
     assert "[session http:same] user" in texts[5]
     assert texts[6].startswith('2 matches for "first"')  # grown and same, each once
@@ -443,7 +448,7 @@ async def test_history_observers_hear_each_write_after_it_landed_and_cannot_fail
     assert heard == [("append", 2), ("replace", 1), ("clear", 0), ("append", 1), ("delete", 0)]
 
 
-async def test_hits_are_listed_newest_first(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
+async def test_equally_good_hits_are_listed_newest_first(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
     day = 86_400_000
     for chat, ts in (("middle", PLANTED_AT), ("newest", PLANTED_AT + day), ("oldest", PLANTED_AT - day)):
         await gateway.history.append(SessionKey("default", "http", chat), _user(f"{chat} 的夜莺", ts))
@@ -477,10 +482,10 @@ async def test_a_burst_of_appends_is_read_once_per_session_and_a_search_right_af
     try:
         await _burst(history, busy, others=10, appends=40)
         everywhere = SearchScope(None, agent_scoped=lambda _: True)
-        busy_hits = await service.search("default", ["busy"], everywhere, 100)
-        other_hits = await service.search("default", ["other"], everywhere, 100)
-        assert sorted(h.text for h in busy_hits) == sorted(f"忙碌 busy-{i}" for i in range(40))
-        assert sorted(h.text for h in other_hits) == sorted(f"其他 other-{i}" for i in range(10))
+        busy_hits = await service.search("default", "busy", everywhere, 100)
+        other_hits = await service.search("default", "other", everywhere, 100)
+        assert sorted(h.passage.text for h in busy_hits) == sorted(f"忙碌 busy-{i}" for i in range(40))
+        assert sorted(h.passage.text for h in other_hits) == sorted(f"其他 other-{i}" for i in range(10))
         assert service.sessions_read == 11  # one read per session, not one per append
     finally:
         await service.close()

@@ -1,0 +1,54 @@
+"""History records and memory files turned into search docs (passage + terms), for any index backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agenthub.search.extract import message_text, skipped_tool_ids
+from agenthub.search.text import index_terms
+from agenthub.storage.search_index import MEMORY, Passage, SearchDoc, SourceRef
+
+
+class RecordReader:
+    """Turns a source's records into docs, in order; remembers which `tool_use` results are not indexed
+    (`memory_search`, `read_file`) so their `tool_result` in a later record is skipped too."""
+
+    def __init__(self, skipped: Iterable[str] = (), known_skipped: Callable[[str], bool] | None = None) -> None:
+        self.skipped: list[str] = list(skipped)
+        self._skipped_set = set(self.skipped)
+        self._tool_names: dict[str, str] = {}
+        self._known = known_skipped
+
+    def doc(self, source: SourceRef, seq: int, record: dict[str, Any]) -> SearchDoc | None:
+        """The doc of one history record at position `seq`, None when nothing of it is searchable."""
+        for tool_id in skipped_tool_ids(record):
+            if tool_id not in self._skipped_set:
+                self._skipped_set.add(tool_id)
+                self.skipped.append(tool_id)
+        text = message_text(record, self._tool_names, self._is_skipped)
+        if not text:
+            return None
+        ts = record.get("timestamp")
+        sender = record.get("sender_id")
+        passage = Passage(
+            source,
+            seq,
+            str(record.get("role") or ""),
+            str(sender) if isinstance(sender, str | int) and not isinstance(sender, bool) and sender != "" else None,
+            int(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None,
+            text,
+        )
+        return SearchDoc(passage, tuple(index_terms(text)))
+
+    def _is_skipped(self, tool_id: str) -> bool:
+        return tool_id in self._skipped_set or (self._known is not None and self._known(tool_id))
+
+
+def memory_docs(source: SourceRef, text: str, ts: int | None) -> list[SearchDoc]:
+    """One doc per non-empty line of a memory file or profile (`seq` = the line number), role `memory`."""
+    return [
+        SearchDoc(Passage(source, number, MEMORY, None, ts, line.strip()), tuple(index_terms(line)))
+        for number, line in enumerate(text.splitlines())
+        if line.strip()
+    ]

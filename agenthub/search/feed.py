@@ -1,0 +1,222 @@
+"""Keeps an agent's files index level with its JSONL histories, archives and memory files (worker thread only).
+
+Each source's watermark records the file's inode, size and mtime plus a signature of what was read (a digest of
+its head, its last bytes, the next line number), so an append is indexed by reading only the new bytes, a
+rewritten file (compaction's atomic replace) is indexed again from the start, and a restart (or a rebuilt index,
+which has no watermarks) catches up with whatever changed while nothing was watching: the files are the queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agenthub import jsonsafe
+from agenthub.search.docs import RecordReader, memory_docs
+from agenthub.storage.keys import SessionKey, key_from_file_stem
+from agenthub.storage.paths import AgentLayout
+from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, SearchDoc, SourceRef
+from agenthub.storage.search_sqlite import SqliteSearchIndex
+
+_HEAD_BYTES = 4096
+_TAIL_BYTES = 64
+_KEEP_SKIPPED = 64  # unindexed tool_use ids remembered past a batch (their result comes in the next records)
+
+
+@dataclass
+class _Mark:
+    """A JSONL source's watermark."""
+
+    ino: int = 0
+    size: int = -1
+    mtime_ns: int = 0
+    offset: int = 0
+    head: str = ""
+    tail: str = ""
+    next: int = 0
+    hidden: int = 0  # lines below this one are never indexed again (a deleted session's leftover archive)
+    skipped: list[str] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, text: str | None) -> _Mark | None:
+        if not text:
+            return None
+        try:
+            return cls(**json.loads(text))
+        except (ValueError, TypeError):
+            return None
+
+    def dump(self) -> str:
+        return json.dumps(self.__dict__)
+
+    @property
+    def stat(self) -> tuple[int, int, int]:
+        return self.ino, self.size, self.mtime_ns
+
+
+class FileFeeder:
+    """Reads an agent's files into its index."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.sessions_read = 0
+        """How many times a session's files were read to update an index (a statistic)."""
+
+    def catch_up(self, agent: str, index: SqliteSearchIndex, stop: Callable[[], bool] = lambda: False) -> int:
+        """Bring every history and archive file up to date (one stat for an unchanged file); drop vanished ones.
+        Returns the number of files looked at."""
+        marks = index.watermarks()
+        seen: set[SourceRef] = set()
+        for path, source in self._jsonl_files(agent):
+            if stop():
+                return len(seen)
+            seen.add(source)
+            self.sync_jsonl(index, path, source, marks.get(source))
+        for source in marks:
+            if source.kind != MEMORY and source not in seen:
+                index.drop_source(source)
+        return len(seen)
+
+    def _jsonl_files(self, agent: str) -> Iterator[tuple[Path, SourceRef]]:
+        layout = AgentLayout(self.data_dir, agent)
+        for directory, kind in ((layout.sessions_dir, HISTORY), (layout.archive_dir, ARCHIVE)):
+            if not directory.is_dir():
+                continue
+            for path in sorted(directory.glob("*.jsonl")):
+                key = key_from_file_stem(path.stem)
+                if key is not None and key.agent == agent:
+                    yield path, SourceRef(kind, str(key))
+
+    def sync_session(self, index: SqliteSearchIndex, key: SessionKey, op: str) -> None:
+        """After `op` landed on `key`'s files: index what changed; a delete takes the session out of the index."""
+        self.sessions_read += 1
+        layout = AgentLayout(self.data_dir, key.agent)
+        history, archive = SourceRef(HISTORY, str(key)), SourceRef(ARCHIVE, str(key))
+        rewritten = op in ("replace", "clear", "delete")
+        self.sync_jsonl(index, layout.history_file(key), history, index.watermark(history), rewritten=rewritten)
+        self.sync_jsonl(index, layout.archive_file(key), archive, index.watermark(archive))
+        if op == "delete":
+            self._hide(index, archive)
+
+    def purge(self, index: SqliteSearchIndex, keys: Iterable[SessionKey]) -> None:
+        """After these sessions' files were deleted or redacted ("forget me", memory files scrubbed): index them
+        again from what the files now hold, then leave no copy of the old text in the database file."""
+        marks = index.watermarks()
+        for key in keys:
+            layout = AgentLayout(self.data_dir, key.agent)
+            for path, kind in ((layout.history_file(key), HISTORY), (layout.archive_file(key), ARCHIVE)):
+                ref = SourceRef(kind, str(key))
+                self.sync_jsonl(index, path, ref, marks.get(ref), rewritten=True)
+        for source, mark in marks.items():
+            if source.kind != MEMORY:
+                continue
+            path = json.loads(mark).get("path")
+            if path:
+                self.sync_memory(index, source, Path(path), force=True)
+            else:
+                index.drop_source(source)
+        index.purge()
+
+    def sync_jsonl(
+        self, index: SqliteSearchIndex, path: Path, source: SourceRef, mark_text: str | None, *, rewritten: bool = False
+    ) -> None:
+        old = _Mark.parse(mark_text)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            if mark_text is not None:
+                index.drop_source(source)
+            return
+        with closing(os.fdopen(fd, "rb")) as file:
+            st = os.fstat(fd)
+            if old is not None and not rewritten and (st.st_ino, st.st_size, st.st_mtime_ns) == old.stat:
+                return
+            resumed = old if old is not None and not rewritten and _continues(fd, st.st_size, old) else None
+            start, first = (resumed.offset, resumed.next) if resumed is not None else (0, 0)
+            file.seek(start)
+            data = file.read(max(0, st.st_size - start))
+            consumed = data[: data.rfind(b"\n") + 1]
+            offset = start + len(consumed)
+            mark = _Mark(
+                st.st_ino,
+                st.st_size,
+                st.st_mtime_ns,
+                offset,
+                _digest(os.pread(fd, min(_HEAD_BYTES, offset), 0)),
+                os.pread(fd, min(_TAIL_BYTES, offset), offset - min(_TAIL_BYTES, offset)).hex(),
+                hidden=old.hidden if old is not None else 0,
+            )
+        reader = RecordReader(resumed.skipped if resumed is not None else ())
+        docs, mark.next = _parse(reader, source, consumed, first, mark.hidden)
+        mark.skipped = reader.skipped[-_KEEP_SKIPPED:]
+        if resumed is None:
+            index.replace_source(source, docs, mark.dump())
+        else:
+            index.add(source, docs, mark.dump())
+
+    def sync_memory(self, index: SqliteSearchIndex, source: SourceRef, path: Path, *, force: bool = False) -> None:
+        """Index a memory file again if it changed (one stat when it did not); drop it when it is gone."""
+        mark = None if force else index.watermark(source)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            index.drop_source(source)
+            return
+        old = json.loads(mark) if mark else None
+        stat = [st.st_ino, st.st_size, st.st_mtime_ns]
+        if old is not None and old.get("stat") == stat:
+            return
+        text = path.read_text(encoding="utf-8", errors="replace")
+        docs = memory_docs(source, text, st.st_mtime_ns // 1_000_000)
+        index.replace_source(source, docs, json.dumps({"path": str(path), "stat": stat}))
+
+    def _hide(self, index: SqliteSearchIndex, archive: SourceRef) -> None:
+        """A deleted session's archive that is still there (a delete cut short): never indexed again."""
+        mark = _Mark.parse(index.watermark(archive))
+        if mark is None:
+            return
+        mark.hidden = mark.next
+        index.replace_source(archive, [], mark.dump())
+
+
+def _parse(
+    reader: RecordReader, source: SourceRef, data: bytes, first: int, hidden: int
+) -> tuple[list[SearchDoc], int]:
+    docs: list[SearchDoc] = []
+    for number, line in enumerate(data.split(b"\n")[:-1], start=first):
+        record = _record(line)
+        if record is None:
+            continue
+        doc = reader.doc(source, number, record)
+        if doc is not None and number >= hidden:
+            docs.append(doc)
+    return docs, first + data.count(b"\n")
+
+
+def _continues(fd: int, size: int, mark: _Mark) -> bool:
+    """True if the file is still the one indexed up to the mark's offset, only longer (an append, not a rewrite)."""
+    if size < mark.offset:
+        return False
+    head = _digest(os.pread(fd, min(_HEAD_BYTES, mark.offset), 0))
+    tail_len = min(_TAIL_BYTES, mark.offset)
+    return head == mark.head and os.pread(fd, tail_len, mark.offset - tail_len).hex() == mark.tail
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    if not line.strip():
+        return None
+    try:
+        record = jsonsafe.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None

@@ -1,0 +1,341 @@
+"""One agent's search index in SQLite (`data/<agent>/index/search.sqlite3`): docs, postings and BM25 ranking.
+
+Blocking, used from one thread (the files backend's worker). Ranks exactly as `agenthub.storage.search_index`
+says, over its own postings tables (each posting carries its doc's length, source and time, so the scores are
+summed and ordered inside SQLite, reading only the query terms' postings). The database is derived data:
+damaged, missing or of another schema version it is removed and recreated empty, and the indexer catches up from
+the files by their watermarks (none: everything), so no turn is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import suppress
+from pathlib import Path
+
+import structlog
+
+from agenthub.storage.search_index import (
+    K1,
+    MEMORY,
+    RECENCY_PRIOR,
+    B,
+    Passage,
+    SearchDoc,
+    SearchHit,
+    SearchScope,
+    SourceRef,
+    identity,
+    idf,
+    rank_key,
+    score_of,
+    session_channel,
+)
+
+log = structlog.get_logger(__name__)
+
+SCHEMA_VERSION = "3"
+_CHUNK = 500  # host parameters per statement
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS settings(name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS totals(id INTEGER PRIMARY KEY CHECK (id = 1), docs INTEGER NOT NULL, terms INTEGER NOT NULL);
+INSERT OR IGNORE INTO totals VALUES (1, 0, 0);
+CREATE TABLE IF NOT EXISTS sources(
+    id INTEGER PRIMARY KEY, kind TEXT NOT NULL, session TEXT NOT NULL, name TEXT NOT NULL,
+    watermark TEXT NOT NULL, UNIQUE(kind, session, name));
+CREATE INDEX IF NOT EXISTS sources_session ON sources(session);
+CREATE TABLE IF NOT EXISTS docs(
+    id INTEGER PRIMARY KEY, source_id INTEGER NOT NULL, seq INTEGER NOT NULL, role TEXT NOT NULL, speaker TEXT,
+    ts INTEGER, dl INTEGER NOT NULL, text TEXT NOT NULL, tids BLOB NOT NULL, UNIQUE(source_id, seq));
+CREATE INDEX IF NOT EXISTS docs_ts ON docs(ts);
+CREATE TABLE IF NOT EXISTS terms(id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE, df INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS postings(
+    term_id INTEGER NOT NULL, doc_id INTEGER NOT NULL, tf INTEGER NOT NULL, dl INTEGER NOT NULL,
+    source_id INTEGER NOT NULL, ts INTEGER, PRIMARY KEY(term_id, doc_id)) WITHOUT ROWID;
+"""
+
+_DOC = "d.id, d.source_id, d.seq, d.role, d.speaker, d.ts, d.text"
+
+
+class SqliteSearchIndex:
+    """The index of one agent; use it from one thread only."""
+
+    def __init__(self, path: Path, agent: str = "") -> None:
+        self.path = path
+        self.agent = agent
+        self.rebuilt = False
+        """True when the database had to be created anew (damaged, missing or of another schema)."""
+        self.db = self._open()
+        self._sources: dict[int, SourceRef] | None = None  # cache of the sources table
+
+    # ---- opening -------------------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        existed = self.path.exists()
+        try:
+            return self._connect()
+        except sqlite3.DatabaseError:  # corrupt or from another schema: derived data, start again
+            log.warning("search_index_rebuilt", agent=self.agent)
+            remove_index_files(self.path)
+            self.rebuilt = True
+            return self._connect()
+        finally:
+            self.rebuilt = self.rebuilt or not existed
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA cache_size=-65536")  # 64 MiB: the postings' upper levels stay in memory
+            db.execute("PRAGMA secure_delete=ON")  # freed pages are zeroed: deleted text does not linger
+            db.executescript(_SCHEMA)
+            row = db.execute("SELECT value FROM settings WHERE name = 'schema'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO settings VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            elif row[0] != SCHEMA_VERSION:
+                raise sqlite3.DatabaseError("search index schema changed")
+            db.execute("PRAGMA quick_check(1)").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def watermarks(self) -> dict[SourceRef, str]:
+        rows = self.db.execute("SELECT kind, session, name, watermark FROM sources").fetchall()
+        return {SourceRef(k, s, n): w for k, s, n, w in rows}
+
+    def watermark(self, source: SourceRef) -> str | None:
+        row = self.db.execute(
+            "SELECT watermark FROM sources WHERE kind = ? AND session = ? AND name = ?",
+            (source.kind, source.session, source.name),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def add(self, source: SourceRef, docs: Sequence[SearchDoc], watermark: str) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            source_id = self._source_id(source, watermark)
+            self._delete_docs("source_id = ? AND seq IN (SELECT value FROM json_each(?))", source_id, docs)
+            self._insert(source_id, docs)
+
+    def replace_source(self, source: SourceRef, docs: Sequence[SearchDoc], watermark: str) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            source_id = self._source_id(source, watermark)
+            self._delete_docs("source_id = ?", source_id)
+            self._insert(source_id, docs)
+
+    def drop_source(self, source: SourceRef) -> None:
+        self._drop("kind = ? AND session = ? AND name = ?", source.kind, source.session, source.name)
+
+    def drop_session(self, session: str) -> None:
+        self._drop("session = ? AND kind != ?", session, MEMORY)
+
+    def purge(self) -> None:
+        """No page, WAL frame or free list entry keeps text that was deleted."""
+        self.db.execute("VACUUM")
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def _drop(self, where: str, *params: object) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            ids = [r[0] for r in self.db.execute(f"SELECT id FROM sources WHERE {where}", params)]
+            for source_id in ids:
+                self._delete_docs("source_id = ?", source_id)
+                self.db.execute("DELETE FROM sources WHERE id = ?", (source_id,))
+            self._sources = None
+
+    def _source_id(self, source: SourceRef, watermark: str) -> int:
+        row = self.db.execute(
+            "INSERT INTO sources(kind, session, name, watermark) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(kind, session, name) DO UPDATE SET watermark = excluded.watermark RETURNING id",
+            (source.kind, source.session, source.name, watermark),
+        ).fetchone()
+        if self._sources is not None and row[0] not in self._sources:
+            self._sources = None
+        return int(row[0])
+
+    def _delete_docs(self, where: str, source_id: int, docs: Sequence[SearchDoc] | None = None) -> None:
+        params: list[object] = [source_id]
+        if docs is not None:
+            if not docs:
+                return
+            params.append(json.dumps([d.passage.seq for d in docs]))
+        rows = self.db.execute(f"SELECT id, dl, tids FROM docs WHERE {where}", params).fetchall()
+        if not rows:
+            return
+        pairs = [(term_id, doc_id) for doc_id, _, tids in rows for term_id in array("q", tids)]
+        self.db.executemany("DELETE FROM postings WHERE term_id = ? AND doc_id = ?", pairs)
+        counts = Counter(term_id for term_id, _ in pairs)
+        self.db.executemany("UPDATE terms SET df = df - ? WHERE id = ?", [(n, t) for t, n in counts.items()])
+        self.db.execute(f"DELETE FROM docs WHERE {where}", params)
+        touched = json.dumps(list(counts))
+        self.db.execute("DELETE FROM terms WHERE id IN (SELECT value FROM json_each(?)) AND df <= 0", (touched,))
+        self.db.execute("UPDATE totals SET docs = docs - ?, terms = terms - ?", (len(rows), sum(r[1] for r in rows)))
+
+    def _insert(self, source_id: int, docs: Sequence[SearchDoc]) -> None:
+        if not docs:
+            return
+        counted = [Counter(d.terms) for d in docs]
+        df = Counter(t for c in counted for t in c)
+        self.db.executemany(
+            "INSERT INTO terms(term, df) VALUES (?, ?) ON CONFLICT(term) DO UPDATE SET df = df + excluded.df",
+            df.items(),
+        )
+        ids = self._term_ids(list(df))
+        postings: list[tuple[int, int, int, int, int, int | None]] = []
+        for doc, counts in zip(docs, counted, strict=True):
+            p, dl = doc.passage, len(doc.terms)
+            tids = array("q", (ids[t] for t in counts))
+            row = self.db.execute(
+                "INSERT INTO docs(source_id, seq, role, speaker, ts, dl, text, tids) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (source_id, p.seq, p.role, p.speaker, p.ts, dl, p.text, tids.tobytes()),
+            ).fetchone()
+            postings.extend((ids[t], row[0], n, dl, source_id, p.ts) for t, n in counts.items())
+        self.db.executemany("INSERT INTO postings VALUES (?, ?, ?, ?, ?, ?)", postings)
+        self.db.execute(
+            "UPDATE totals SET docs = docs + ?, terms = terms + ?", (len(docs), sum(len(d.terms) for d in docs))
+        )
+
+    def _term_ids(self, terms: list[str]) -> dict[str, int]:
+        ids: dict[str, int] = {}
+        for i in range(0, len(terms), _CHUNK):
+            chunk = terms[i : i + _CHUNK]
+            rows = self.db.execute(f"SELECT term, id FROM terms WHERE term IN ({','.join('?' * len(chunk))})", chunk)
+            ids.update(rows.fetchall())
+        return ids
+
+    # ---- searching -----------------------------------------------------------------------------
+
+    def search(self, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
+        allowed = self._allowed(scope)
+        found = self._term_stats(list(dict.fromkeys(terms)))
+        n_docs, n_terms = self.db.execute("SELECT docs, terms FROM totals").fetchone()
+        if not found or not allowed or n_docs == 0:
+            return []
+        ts_min, ts_max = self.db.execute("SELECT min(ts), max(ts) FROM docs").fetchone()
+        keep = 2 * limit  # a message is at most twice a hit (archive and history): enough distinct ones remain
+        rows = self._scored(found, n_docs, n_terms / n_docs, allowed, ts_min, ts_max, keep)
+        scored = {doc_id: score_of(bm25, ts, ts_min, ts_max) for doc_id, bm25, ts in rows}
+        return self._hits(list(scored), scored, limit)
+
+    def _scored(
+        self,
+        found: list[tuple[int, int]],
+        n_docs: int,
+        avgdl: float,
+        allowed: set[int],
+        ts_min: int | None,
+        ts_max: int | None,
+        keep: int,
+    ) -> list[tuple[int, float, int | None]]:
+        """The `keep` best (doc id, bm25, ts) of the allowed sources, summed and ordered inside SQLite (the same
+        formula as `score_of`; the caller recomputes the prior in Python for the final order)."""
+        weights = [(term_id, idf(n_docs, df)) for term_id, df in found]
+        values = ",".join("(?, ?)" for _ in weights)
+        everything = self._sources is not None and len(allowed) == len(self._sources)
+        where = "" if everything else "WHERE p.source_id IN (SELECT value FROM json_each(?))"
+        span = (ts_max - ts_min) if ts_min is not None and ts_max is not None and ts_max > ts_min else 0
+        prior = f"(1 + {RECENCY_PRIOR!r} * coalesce((p.ts - ?) * 1.0 / ?, 0))" if span else "1"
+        sql = (
+            f"WITH q(term_id, w) AS (VALUES {values}) "
+            f"SELECT p.doc_id, sum(q.w * p.tf * {K1 + 1!r} / (p.tf + {K1!r} * ({1 - B!r} + {B!r} * p.dl / ?))) AS s, "
+            f"p.ts FROM q JOIN postings p ON p.term_id = q.term_id {where} "
+            f"GROUP BY p.doc_id ORDER BY s * {prior} DESC, p.ts DESC LIMIT ?"
+        )
+        params: list[object] = [x for pair in weights for x in pair]
+        params.append(avgdl)
+        if not everything:
+            params.append(json.dumps(sorted(allowed)))
+        if span:
+            params += [ts_min, span]
+        params.append(keep)
+        return [(int(d), float(s), ts) for d, s, ts in self.db.execute(sql, params)]
+
+    def _allowed(self, scope: SearchScope) -> set[int]:
+        if self._sources is None:
+            rows = self.db.execute("SELECT id, kind, session, name FROM sources").fetchall()
+            self._sources = {r[0]: SourceRef(r[1], r[2], r[3]) for r in rows}
+        names = set(scope.memory_names)
+        channels: dict[str, bool] = {}
+        allowed: set[int] = set()
+        for source_id, ref in self._sources.items():
+            if ref.kind == MEMORY:
+                ok = ref.name in names
+            elif scope.session is not None:
+                ok = ref.session == scope.session
+            else:
+                channel = session_channel(ref.session)
+                if channel not in channels:
+                    channels[channel] = bool(scope.agent_scoped(channel))
+                ok = channels[channel]
+            if ok:
+                allowed.add(source_id)
+        return allowed
+
+    def _term_stats(self, terms: list[str]) -> list[tuple[int, int]]:
+        found: list[tuple[int, int]] = []
+        for i in range(0, len(terms), _CHUNK):
+            chunk = terms[i : i + _CHUNK]
+            sql = f"SELECT id, df FROM terms WHERE term IN ({','.join('?' * len(chunk))}) AND df > 0"
+            found.extend(self.db.execute(sql, chunk).fetchall())
+        return found
+
+    def _hits(self, best: list[int], scored: dict[int, float], limit: int) -> list[SearchHit]:
+        if not best:
+            return []
+        rows = self.db.execute(
+            f"SELECT {_DOC} FROM docs d WHERE d.id IN (SELECT value FROM json_each(?))", (json.dumps(best),)
+        )
+        passages = {r[0]: (r[1], self._passage(r)) for r in rows}
+        ranked = sorted(passages, key=lambda d: rank_key(scored[d], passages[d][1]))
+        hits: list[SearchHit] = []
+        seen: set[tuple[str, str, int | None, str]] = set()
+        for doc_id in ranked:
+            source_id, passage = passages[doc_id]
+            if identity(passage) in seen:
+                continue
+            seen.add(identity(passage))
+            before, after = self._neighbours(source_id, passage.seq)
+            hits.append(SearchHit(passage, scored[doc_id], before, after))
+            if len(hits) == limit:
+                break
+        return hits
+
+    def _neighbours(self, source_id: int, seq: int) -> tuple[Passage | None, Passage | None]:
+        before = self.db.execute(
+            f"SELECT {_DOC} FROM docs d WHERE source_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1", (source_id, seq)
+        ).fetchone()
+        after = self.db.execute(
+            f"SELECT {_DOC} FROM docs d WHERE source_id = ? AND seq > ? ORDER BY seq LIMIT 1", (source_id, seq)
+        ).fetchone()
+        return (self._passage(before) if before else None), (self._passage(after) if after else None)
+
+    def _passage(self, row: tuple[int, int, int, str, str | None, int | None, str]) -> Passage:
+        assert self._sources is not None
+        _, source_id, seq, role, speaker, ts, text = row
+        return Passage(self._sources[source_id], seq, role, speaker, ts, text)
+
+    def stats(self) -> dict[str, int]:
+        n_docs, n_terms = self.db.execute("SELECT docs, terms FROM totals").fetchone()
+        sources = self.db.execute("SELECT count(*) FROM sources").fetchone()[0]
+        return {"docs": int(n_docs), "terms": int(n_terms), "sources": int(sources)}
+
+
+def remove_index_files(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        with suppress(FileNotFoundError):
+            path.with_name(path.name + suffix).unlink()
