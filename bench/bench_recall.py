@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from recall_data.generate import CONVERSATIONS_PER_LANG, dataset
-from recall_data.probe import KeywordProbe
+from recall_data.probe import RankedProbe
 from recall_data.retention import describe, measure_retention
 from recall_data.run import measure
 from recall_data.score import Outcome, report
@@ -46,11 +46,11 @@ async def main() -> int:
     print(f"data: {len(conversations)} conversations, {turns} turns, {questions} questions")
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        outcomes = await measure(conversations, Path(tmp) / "data", KeywordProbe)
-        print("\n".join(report(outcomes, f"search: keyword memory_search ({time.perf_counter() - started:.1f} s)")))
+        outcomes = await measure(conversations, Path(tmp) / "data", RankedProbe)
+        print("\n".join(report(outcomes, f"search: ranked memory_search ({time.perf_counter() - started:.1f} s)")))
         print("\n".join(misses(outcomes, args.show_misses)))
     if not args.no_retention:
-        print(describe(await measure_retention(lambda gw: KeywordProbe(gw.search))))
+        print(describe(await measure_retention(lambda gw: RankedProbe(gw.search))))
     return 0
 
 

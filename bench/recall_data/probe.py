@@ -3,13 +3,12 @@ turn before and after it in its session)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from agenthub.search.index import SearchScope
 from agenthub.search.service import SearchService
-from agenthub.search.tool import SearchInputError, parse_terms
 from agenthub.storage.keys import SessionKey
+from agenthub.storage.search_index import Passage, SearchScope
 from recall_data.model import Conversation
 from recall_data.score import LIMIT, Outcome, first_rank
 from recall_data.store import AGENT, key_of
@@ -23,28 +22,24 @@ class Probe(Protocol):
         ...
 
 
-def with_neighbours(conv: Conversation, gid: int | None) -> set[int]:
-    if gid is None:
-        return set()
-    first, last = conv.turns[0].gid, conv.turns[-1].gid
-    return {g for g in (gid - 1, gid, gid + 1) if first <= g <= last}
+class RankedProbe:
+    """`memory_search`'s ranked search, asked the question (or keywords) as is: each hit shows its turn and the turn
+    before and after it in the same source, as the tool does."""
 
-
-class KeywordProbe:
-    """The grep-like `memory_search` (every whitespace-separated term must appear, newest first)."""
-
-    name = "keyword (grep-like) memory_search"
+    name = "ranked memory_search"
 
     def __init__(self, service: SearchService) -> None:
         self.service = service
 
     async def shown(self, conv: Conversation, key: SessionKey, query: str, limit: int) -> list[set[int]]:
-        try:
-            terms = parse_terms(query)
-        except SearchInputError:
-            return []
-        hits = await self.service.search(AGENT, terms, SearchScope(str(key)), limit)
-        return [with_neighbours(conv, conv.turn_at(h.ts)) for h in hits]
+        hits = await self.service.search(AGENT, query, SearchScope(str(key)), limit)
+        return [_turns(conv, (h.passage, h.before, h.after)) for h in hits]
+
+
+def _turns(conv: Conversation, passages: Iterable[Passage | None]) -> set[int]:
+    """The turns of `conv` among these passages (a summary or a memory line is none)."""
+    found = (conv.turn_at(p.ts) for p in passages if p is not None and p.role == "user")
+    return {gid for gid in found if gid is not None}
 
 
 async def evaluate(
