@@ -3,7 +3,8 @@ question asked of `memory_search`'s search as a person asks it and as keywords; 
 a changed fact's newer value ranks first. Then retention: facts planted early, five L2 compactions and an
 AutoCompact sweep later, still found.
 
-Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--show-misses 10] [--no-retention]
+Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--cjk words|bigrams] [--show-misses 10]
+[--no-retention]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from recall_data.run import measure
 from recall_data.score import Outcome, report
 
 from agenthub.log import configure_logging
+from agenthub.search import text
 
 
 def misses(outcomes: list[Outcome], count: int) -> list[str]:
@@ -39,7 +41,11 @@ async def main() -> int:
     parser.add_argument("--conversations", type=int, default=CONVERSATIONS_PER_LANG, help="per language")
     parser.add_argument("--show-misses", type=int, default=0)
     parser.add_argument("--no-retention", action="store_true")
+    parser.add_argument(
+        "--cjk", choices=["words", "bigrams"], default=text.CJK_MODE, help="how the search cuts Chinese (both sides)"
+    )
     args = parser.parse_args()
+    text.CJK_MODE = args.cjk
     conversations = dataset(per_lang=args.conversations)
     turns = sum(len(c.turns) for c in conversations)
     questions = sum(len(c.questions) for c in conversations)
@@ -47,7 +53,14 @@ async def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         outcomes = await measure(conversations, Path(tmp) / "data", RankedProbe)
-        print("\n".join(report(outcomes, f"search: ranked memory_search ({time.perf_counter() - started:.1f} s)")))
+        print(
+            "\n".join(
+                report(
+                    outcomes,
+                    f"search: ranked memory_search, Chinese cut as {args.cjk} ({time.perf_counter() - started:.1f} s)",
+                )
+            )
+        )
         print("\n".join(misses(outcomes, args.show_misses)))
     if not args.no_retention:
         print(describe(await measure_retention(lambda gw: RankedProbe(gw.search))))
