@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 Lang = Literal["zh", "en"]
 QuestionKind = Literal["single", "restated", "changed"]
@@ -50,3 +50,17 @@ class Conversation:
         if not self._by_time or len(self._by_time) != len(self.turns):
             self._by_time = {t.timestamp: t.gid for t in self.turns}
         return None if timestamp is None else self._by_time.get(timestamp)
+
+
+def as_json(conversations: list[Conversation]) -> list[dict[str, Any]]:
+    """The data set as plain JSON (chats with their turns and questions)."""
+    return [
+        {
+            "id": c.cid,
+            "lang": c.lang,
+            "speakers": list(c.speakers),
+            "turns": [asdict(t) for t in c.turns],
+            "questions": [asdict(q) for q in c.questions],
+        }
+        for c in conversations
+    ]

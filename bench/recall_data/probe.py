@@ -28,11 +28,14 @@ class RankedProbe:
 
     name = "ranked memory_search"
 
-    def __init__(self, service: SearchService) -> None:
+    def __init__(self, service: SearchService, *, everywhere: bool = False) -> None:
         self.service = service
+        self.everywhere = everywhere
+        """Search every chat of the agent (as an agent-scoped chat does), not only the question's own."""
 
     async def shown(self, conv: Conversation, key: SessionKey, query: str, limit: int) -> list[set[int]]:
-        hits = await self.service.search(AGENT, query, SearchScope(str(key)), limit)
+        scope = SearchScope(None, agent_scoped=lambda _: True) if self.everywhere else SearchScope(str(key))
+        hits = await self.service.search(AGENT, query, scope, limit)
         return [_turns(conv, (h.passage, h.before, h.after)) for h in hits]
 
 
