@@ -249,7 +249,7 @@ FACTS: list[FactKind] = [
     ),
     kind(
         "race",
-        {"race": ["half marathon", "marathon", "10K"], "time": ["1:52:10", "2:04:33", "3:58:12", "48:37", "1:47:58"]},
+        {"race": ["half marathon", "trail half"], "time": ["1:52:10", "2:04:33", "1:58:12", "2:11:37", "1:47:58"]},
         says=["finished the {race} in {time}! legs are jelly"],
         asks=["What was {name}'s time in the {race}?", "How fast did {name} run the {race}?"],
         keywords=["{name} {race} time", "{name} race result"],

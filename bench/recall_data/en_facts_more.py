@@ -39,7 +39,7 @@ MORE_FACTS: list[FactKind] = [
     kind(
         "coffee",
         {"coffee": ["oat milk cortado", "iced americano with an extra shot", "chai latte no foam", "flat white"]},
-        says=["my usual coffee order is a {coffee}, don't judge"],
+        says=["my usual coffee order: {coffee}, don't judge"],
         leads=[("I'm grabbing coffee, what do you want?", "{coffee} please, you're the best")],
         asks=["What does {name} usually order at the coffee shop?", "What's {name}'s go-to drink?"],
         keywords=["{name} coffee order", "{name} usual drink"],

@@ -17,8 +17,8 @@ from recall_data.score import figures, report
 CONVERSATIONS = 4
 """Per language: 8 chats of 220-380 turns, 128 questions (the bench runs 12 per language)."""
 FLOOR_RECALL_AT_5 = {"zh": 0.40, "en": 0.40}
-"""Somewhat below what the search measures on these chats (zh 0.453, en 0.484 with rjieba words; the full bench:
-zh 0.458, en 0.438). Raise it with the search."""
+"""Somewhat below what the search measures on these chats (zh 0.453, en 0.500 with rjieba words; the full bench:
+zh 0.458, en 0.464). Raise it with the search."""
 
 
 async def test_questions_as_asked_find_their_answer_among_five_hits_in_both_languages(tmp_path: Path) -> None:
