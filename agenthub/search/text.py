@@ -13,8 +13,8 @@ import Stemmer
 
 CjkMode = Literal["words", "bigrams"]
 CJK_MODE: CjkMode = "words"
-"""How Chinese is cut: jieba words (precise mode with HMM, plus the bigrams of words of 3+ characters, so a name the
-segmenter glued to its neighbour is still found), or overlapping CJK bigrams (kept to measure against)."""
+"""How Chinese is cut: jieba words (dictionary only, plus bigrams inside long words and across unknown single
+characters, see `_cjk_words`), or overlapping CJK bigrams (kept to measure against, `bench/bench_tokenizer.py`)."""
 
 MAX_QUERY_CHARS = 2000
 """A longer query is cut to its first this many characters (never refused)."""
@@ -100,15 +100,27 @@ def _stem(word: str) -> str:
 
 
 def _cjk_words(run: str) -> Iterator[str]:
+    """jieba's words (dictionary only, no HMM guessing, so a run is cut the same in a message and in a query),
+    plus bigrams where a name may hide: inside words of 3+ characters (张伟明 → 张伟) and across runs of single
+    characters the dictionary did not know (李|思|雨 → 李思, 思雨)."""
+    singles: list[str] = []
     for word in _cut(run):
         yield word
-        if len(word) >= 3:  # a name glued to its neighbour (张伟明|天来) is still found by 张伟
+        if len(word) == 1:
+            singles.append(word)
+            continue
+        if len(singles) > 1:
+            yield from _bigrams("".join(singles))
+        singles = []
+        if len(word) >= 3:
             yield from _bigrams(word)
+    if len(singles) > 1:
+        yield from _bigrams("".join(singles))
 
 
 @lru_cache(maxsize=65536)
 def _cut(run: str) -> tuple[str, ...]:
-    return tuple(w for w in rjieba.cut(run, True) if w.strip())
+    return tuple(w for w in rjieba.cut(run, False) if w.strip())
 
 
 def _bigrams(run: str) -> Iterator[str]:

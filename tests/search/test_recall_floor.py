@@ -16,9 +16,9 @@ from recall_data.score import figures, report
 
 CONVERSATIONS = 4
 """Per language: 8 chats of 220-380 turns, 128 questions (the bench runs 12 per language)."""
-FLOOR_RECALL_AT_5 = {"zh": 0.40, "en": 0.40}
-"""Somewhat below what the search measures on these chats (zh 0.453, en 0.500 with rjieba words; the full bench:
-zh 0.458, en 0.464). Raise it with the search."""
+FLOOR_RECALL_AT_5 = {"zh": 0.33, "en": 0.43}
+"""Somewhat below what the search measures on these chats: zh 0.375, en 0.516 with jieba words (0379728; CJK
+bigrams: zh 0.531, en 0.500); the full bench: zh 0.401, en 0.479. Raise it with the search."""
 
 
 async def test_questions_as_asked_find_their_answer_among_five_hits_in_both_languages(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ def test_identifiers_numbers_dates_and_codes_are_kept_whole_and_in_parts() -> No
 
 
 def test_mixed_chinese_and_english_and_full_width_forms() -> None:
-    assert query_terms("用Python写的夜莺 ＡＰＩ") == ["用", "python", "写", "夜莺", "api"]
+    assert query_terms("用Python写的夜莺 ＡＰＩ") == ["用", "python", "写", "夜莺", "写的", "api"]
 
 
 def test_stop_words_only_query_keeps_them_rather_than_nothing() -> None:

@@ -1,0 +1,141 @@
+"""The files index: scope rules, deletes that leave no text in the index's files, and an index that is missing,
+damaged or of an older schema rebuilt from the histories without losing a turn."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest_asyncio
+
+from agenthub.search.service import SearchService
+from agenthub.session.history import SessionHistory
+from agenthub.storage.keys import SessionKey
+from agenthub.storage.paths import AgentLayout
+from agenthub.storage.search_files import index_path
+from agenthub.storage.search_index import SearchScope
+
+SECRET = "绝密口令是金丝雀 canary-9Z"
+
+
+def _user(text: str, ts: int = 1_764_000_000_000) -> dict[str, object]:
+    return {"role": "user", "content": text, "timestamp": ts}
+
+
+@pytest_asyncio.fixture
+async def data(tmp_path: Path) -> AsyncIterator[tuple[SessionHistory, SearchService]]:
+    history = SessionHistory(tmp_path / "data", fsync=False)
+    service = SearchService(tmp_path / "data", sync_delay_s=0.05)
+    history.observers.append(service.history_changed)
+    try:
+        yield history, service
+    finally:
+        await service.close()
+
+
+def _index_bytes(data_dir: Path) -> bytes:
+    directory = index_path(AgentLayout(data_dir, "default")).parent
+    return b"".join(p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file())
+
+
+async def _texts(service: SearchService, query: str, scope: SearchScope, **kw: object) -> list[str]:
+    hits = await service.search("default", query, scope, 20, **kw)  # type: ignore[arg-type]
+    return [h.passage.text for h in hits]
+
+
+async def test_scope_one_chat_agent_scoped_channels_and_only_the_named_memory_files(
+    data: tuple[SessionHistory, SearchService], tmp_path: Path
+) -> None:
+    history, service = data
+    await history.append(SessionKey("default", "wecom", "group-a"), _user("群A的暗号 secret alpha"))
+    await history.append(SessionKey("default", "wecom", "group-b"), _user("群B的暗号 secret beta"))
+    await history.append(SessionKey("default", "http", "console"), _user("控制台的暗号 secret gamma"))
+    mine, theirs = tmp_path / "bob.md", tmp_path / "alice.md"
+    mine.write_text("- bob 的暗号偏好 secret delta\n", encoding="utf-8")
+    theirs.write_text("- alice 的暗号偏好 secret epsilon\n", encoding="utf-8")
+    files = {"auth/users/bob.md": mine, "auth/users/alice.md": theirs}
+    await _texts(service, "secret", SearchScope(None, tuple(files)), memory_files=files)  # both indexed
+
+    chat = SearchScope("default:wecom:group-b", ("auth/users/bob.md",))
+    assert sorted(await _texts(service, "secret", chat)) == ["- bob 的暗号偏好 secret delta", "群B的暗号 secret beta"]
+    agent = SearchScope(None, (), agent_scoped=lambda channel: channel == "http")
+    assert await _texts(service, "暗号 secret", agent) == ["控制台的暗号 secret gamma"]
+    nothing = SearchScope(None)
+    assert await _texts(service, "secret", nothing) == []
+
+
+async def test_a_deleted_session_leaves_no_text_in_the_index_files(
+    data: tuple[SessionHistory, SearchService], tmp_path: Path
+) -> None:
+    history, service = data
+    doomed, kept = SessionKey("default", "http", "doomed"), SessionKey("default", "http", "kept")
+    await history.append(doomed, _user(SECRET), *(_user(f"填充 filler {i}") for i in range(25)))
+    await history.replace(doomed, (await history.load(doomed))[-20:])  # the secret is archived
+    await history.append(kept, _user("留下的消息 kept words"))
+    everywhere = SearchScope(None, agent_scoped=lambda _: True)
+    assert await _texts(service, "金丝雀", everywhere) == [SECRET]
+    assert b"canary-9z" in _index_bytes(tmp_path / "data")
+    await history.delete(doomed)
+    await service.purge("default", [doomed])
+    assert await _texts(service, "金丝雀 canary-9Z filler", everywhere) == []
+    stored = _index_bytes(tmp_path / "data")
+    for fragment in ("金丝雀", "canary", "绝密", "填充", "filler"):
+        assert fragment.encode() not in stored, fragment
+    assert await _texts(service, "kept", everywhere) == ["留下的消息 kept words"]
+
+
+async def test_a_missing_index_is_rebuilt_from_the_histories(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    history = SessionHistory(data_dir, fsync=False)
+    key = SessionKey("default", "http", "chat")
+    await history.append(key, *(_user(f"第{i}条 message-{i}") for i in range(50)))  # no index heard these
+    service = SearchService(data_dir)
+    try:
+        everywhere = SearchScope(None, agent_scoped=lambda _: True)
+        assert (await _texts(service, "message-49", everywhere))[0] == "第49条 message-49"
+        assert (await service.stats("default"))["docs"] == 50
+    finally:
+        await service.close()
+    assert index_path(AgentLayout(data_dir, "default")).exists()
+
+
+async def test_an_index_of_another_schema_version_is_rebuilt_without_losing_a_turn(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    history = SessionHistory(data_dir, fsync=False)
+    key = SessionKey("default", "http", "chat")
+    await history.append(key, _user("old turn 旧的一轮"))
+    path = index_path(AgentLayout(data_dir, "default"))
+    path.parent.mkdir(parents=True)
+    db = sqlite3.connect(path)  # what an older release left: its own tables, another schema version
+    db.executescript(
+        "CREATE TABLE settings(name TEXT PRIMARY KEY, value TEXT); INSERT INTO settings VALUES('schema','1');"
+    )
+    db.close()
+    service = SearchService(data_dir)
+    try:
+        everywhere = SearchScope(None, agent_scoped=lambda _: True)
+        assert await _texts(service, "旧的一轮", everywhere) == ["old turn 旧的一轮"]
+    finally:
+        await service.close()
+
+
+async def test_an_index_damaged_while_in_use_is_rebuilt_on_the_next_search(
+    data: tuple[SessionHistory, SearchService], tmp_path: Path
+) -> None:
+    history, service = data
+    key = SessionKey("default", "http", "chat")
+    await history.append(key, _user("before the damage 损坏之前"))
+    everywhere = SearchScope(None, agent_scoped=lambda _: True)
+    assert await _texts(service, "damage", everywhere) == ["before the damage 损坏之前"]
+
+    def damage(index: object) -> None:
+        db = index.db  # type: ignore[attr-defined]
+        db.execute("DROP TABLE postings")
+
+    await service.store.run("default", damage)
+    await history.append(key, _user("after the damage 损坏之后"))
+    assert sorted(await _texts(service, "damage", everywhere)) == [
+        "after the damage 损坏之后",
+        "before the damage 损坏之前",
+    ]
