@@ -73,11 +73,20 @@ class SearchService:
             self.store.submit(lambda: self._sync_appended(keys))
 
     def _sync_appended(self, keys: list[SessionKey]) -> None:
+        """Every session appended to in the last `SYNC_DELAY_S`, one transaction per agent."""
+        by_agent: dict[str, list[SessionKey]] = {}
         for key in keys:
-            self.store.guarded(key.agent, self._appended_to(key))
+            by_agent.setdefault(key.agent, []).append(key)
+        for agent, appended in by_agent.items():
+            self.store.guarded(agent, self._appended_to(appended))
 
-    def _appended_to(self, key: SessionKey) -> Callable[[SqliteSearchIndex], None]:
-        return lambda index: self.feeder.sync_session(index, key, "append")
+    def _appended_to(self, keys: list[SessionKey]) -> Callable[[SqliteSearchIndex], None]:
+        def sync(index: SqliteSearchIndex) -> None:
+            with index.transaction():
+                for key in keys:
+                    self.feeder.sync_session(index, key, "append")
+
+        return sync
 
     def _submit(self, agent: str, work: Callable[[SqliteSearchIndex], object]) -> None:
         self.store.submit(lambda: self.store.guarded(agent, work))
