@@ -197,7 +197,11 @@ def _question(
     answers = (first,) if second is None else (second,) if plan.kind == "changed" else (first, second)
     stale = (first,) if plan.kind == "changed" else ()
     asked, keywords = _format(rng.choice(asks), values), _format(rng.choice(k.keywords), values)
-    return Question(f"{conv.cid}-q{n:02d}", conv.cid, conv.lang, plan.kind, k.key, asked, keywords, answers, stale)
+    facts = {slot: values[slot] for slot in k.slots}
+    if plan.kind == "changed":
+        facts["was"] = plan.values[k.changing]
+    qid = f"{conv.cid}-q{n:02d}"
+    return Question(qid, conv.cid, conv.lang, plan.kind, k.key, asked, keywords, answers, stale, facts)
 
 
 def _names(conv: Conversation, owner: int) -> dict[str, str]:

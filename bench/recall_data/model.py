@@ -34,6 +34,8 @@ class Question:
     keywords: str  # 2-4 content words a model would pick
     answers: tuple[int, ...]  # gids of the turns that answer it (any one counts)
     stale: tuple[int, ...] = ()  # for a changed fact: the turns with the older value (must rank below)
+    values: dict[str, str] = field(default_factory=dict)  # the fact's slots as the answer states them; `was`: the
+    # older value of a changed fact
 
 
 @dataclass
