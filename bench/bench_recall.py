@@ -4,7 +4,8 @@ a changed fact's newer value ranks first. Then retention: facts planted early, f
 AutoCompact sweep later, still found.
 
 Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--cjk words|bigrams] [--scope chat|agent]
-[--show-misses N] [--no-retention] [--dump data.json]
+[--backend files|postgres] [--show-misses N] [--no-retention] [--dump data.json]
+(retention runs on the files: it idles a chat by its file time, as AutoCompact reads it there)
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from recall_data.generate import CONVERSATIONS_PER_LANG, dataset
 from recall_data.model import Conversation, as_json
 from recall_data.probe import RankedProbe
 from recall_data.retention import describe, measure_retention
-from recall_data.run import measure
+from recall_data.run import ProbeOf, measure
 from recall_data.score import Outcome, report
 
 from agenthub.log import configure_logging
 from agenthub.search import text
+from tests.support.postgres import new_server
 
 
 def misses(conversations: list[Conversation], outcomes: list[Outcome], count: int) -> list[str]:
@@ -50,7 +52,22 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--show-misses", type=int, default=0, metavar="N")
     parser.add_argument("--no-retention", action="store_true")
     parser.add_argument("--dump", type=Path, metavar="FILE", help="also write the data set to FILE as JSON")
+    parser.add_argument(
+        "--backend", choices=["files", "postgres"], default="files", help="postgres: a throw-away server of its own"
+    )
     return parser.parse_args()
+
+
+async def run(conversations: list[Conversation], backend: str, probe_of: ProbeOf) -> list[Outcome]:
+    """The measurement in a fresh deployment: files in a temporary directory, or a new PostgreSQL server."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if backend == "files":
+            return await measure(conversations, Path(tmp), probe_of)
+        server = new_server()
+        try:
+            return await measure(conversations, Path(tmp), probe_of, dsn=server.create_database())
+        finally:
+            server.remove()
 
 
 async def main() -> int:
@@ -63,13 +80,12 @@ async def main() -> int:
     questions = sum(len(c.questions) for c in conversations)
     print(f"data: {len(conversations)} conversations, {turns} turns, {questions} questions")
     everywhere = args.scope == "agent"
-    with tempfile.TemporaryDirectory() as tmp:
-        started = time.perf_counter()
-        outcomes = await measure(conversations, Path(tmp) / "data", partial(RankedProbe, everywhere=everywhere))
-        elapsed = time.perf_counter() - started
-        title = f"ranked memory_search, Chinese as {args.cjk}, scope {args.scope} ({elapsed:.1f} s)"
-        print("\n".join(report(outcomes, title)))
-        print("\n".join(misses(conversations, outcomes, args.show_misses)))
+    started = time.perf_counter()
+    outcomes = await run(conversations, args.backend, partial(RankedProbe, everywhere=everywhere))
+    elapsed = time.perf_counter() - started
+    title = f"memory_search on {args.backend}, Chinese as {args.cjk}, scope {args.scope} ({elapsed:.1f} s)"
+    print("\n".join(report(outcomes, title)))
+    print("\n".join(misses(conversations, outcomes, args.show_misses)))
     if not args.no_retention:
         print(describe(await measure_retention(lambda gw: RankedProbe(gw.search))))
     return 0

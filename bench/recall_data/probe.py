@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from agenthub.search.service import SearchService
 from agenthub.storage.keys import SessionKey
-from agenthub.storage.search_index import Passage, SearchScope
+from agenthub.storage.search_index import Passage, SearchHit, SearchScope
 from recall_data.model import Conversation
 from recall_data.score import LIMIT, Outcome, first_rank
 from recall_data.store import AGENT, key_of
@@ -22,13 +21,19 @@ class Probe(Protocol):
         ...
 
 
+class Searches(Protocol):
+    """What the bench asks of the product's search (the files' SearchService, or the database's shared one)."""
+
+    async def search(self, agent: str, query: str, scope: SearchScope, limit: int) -> list[SearchHit]: ...
+
+
 class RankedProbe:
     """`memory_search`'s ranked search, asked the question (or keywords) as is: each hit shows its turn and the turn
     before and after it in the same source, as the tool does."""
 
     name = "ranked memory_search"
 
-    def __init__(self, service: SearchService, *, everywhere: bool = False) -> None:
+    def __init__(self, service: Searches, *, everywhere: bool = False) -> None:
         self.service = service
         self.everywhere = everywhere
         """Search every chat of the agent (as an agent-scoped chat does), not only the question's own."""

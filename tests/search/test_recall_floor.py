@@ -23,7 +23,7 @@ bigrams: zh 0.531, en 0.500); the full bench: zh 0.401, en 0.479. Raise it with 
 
 
 async def test_questions_as_asked_find_their_answer_among_five_hits_in_both_languages(tmp_path: Path) -> None:
-    outcomes = await measure(dataset(per_lang=CONVERSATIONS), tmp_path / "data", RankedProbe)
+    outcomes = await measure(dataset(per_lang=CONVERSATIONS), tmp_path, RankedProbe)
     table = "\n".join(report(outcomes, "recall floor"))
     for lang, floor in FLOOR_RECALL_AT_5.items():
         asked = figures(outcomes, lang=lang, form="asked")
