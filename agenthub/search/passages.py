@@ -12,7 +12,6 @@ from agenthub.storage.search_index import ARCHIVE, MEMORY, Passage, SearchHit
 HIT_CHARS = 700
 """About this many characters per hit, its header and neighbours included (5 hits ≈ 3,500)."""
 NEIGHBOUR_CHARS = 130
-HEADER_CHARS = 90
 
 
 def format_hits(query: str, hits: Sequence[SearchHit], terms: Sequence[str], labels: Mapping[str, str]) -> str:
@@ -27,15 +26,17 @@ def format_hits(query: str, hits: Sequence[SearchHit], terms: Sequence[str], lab
 
 
 def format_hit(number: int, hit: SearchHit, terms: Sequence[str], labels: Mapping[str, str]) -> str:
-    """`N. [where] role time (speaker): passage`, then the turn before and the turn after it, within HIT_CHARS."""
+    """`N. [where] role time (speaker): passage`, then the turn before and the turn after it, within HIT_CHARS
+    (headers included)."""
     around = [(label, p) for label, p in (("before", hit.before), ("after", hit.after)) if p is not None]
-    main_budget = HIT_CHARS - HEADER_CHARS - NEIGHBOUR_CHARS * len(around)
-    text = excerpt(hit.passage.text, terms, main_budget)
-    parts = [f"{number}. [{where(hit.passage, labels)}] {_line(hit.passage, text)}"]
-    for label, passage in around:
-        text = excerpt(passage.text, terms, NEIGHBOUR_CHARS, tail=label == "before")
-        parts.append(f"   ({label}) {_line(passage, text)}")
-    return "\n".join(parts)
+    head = f"{number}. [{where(hit.passage, labels)}] {_line(hit.passage)}"
+    heads = [f"   ({label}) {_line(passage)}" for label, passage in around]
+    budget = HIT_CHARS - len(head) - sum(len(h) + 1 for h in heads)
+    neighbour = min(NEIGHBOUR_CHARS, max(40, budget // 4))
+    lines = [head + excerpt(hit.passage.text, terms, max(80, budget - neighbour * len(around)))]
+    for (label, passage), line_head in zip(around, heads, strict=True):
+        lines.append(line_head + excerpt(passage.text, terms, neighbour, tail=label == "before"))
+    return "\n".join(lines)
 
 
 def where(passage: Passage, labels: Mapping[str, str]) -> str:
@@ -49,9 +50,10 @@ def where(passage: Passage, labels: Mapping[str, str]) -> str:
     return name + ", archived" if passage.kind == ARCHIVE else name
 
 
-def _line(passage: Passage, text: str) -> str:
+def _line(passage: Passage) -> str:
+    """The head of a passage's line: role, time, speaker."""
     speaker = f" ({passage.speaker})" if passage.speaker is not None else ""
-    return f"{passage.role} {iso(passage.ts)}{speaker}: {text}"
+    return f"{passage.role} {iso(passage.ts)}{speaker}: "
 
 
 def iso(ts: int | None) -> str:

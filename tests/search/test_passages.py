@@ -1,0 +1,53 @@
+"""How hits read to the model: the passage cut around the matching words, its neighbours, within ~700 characters."""
+
+from __future__ import annotations
+
+from agenthub.search.passages import HIT_CHARS, excerpt, format_hits
+from agenthub.search.text import query_terms
+from agenthub.storage.memory_files import MemoryName
+from agenthub.storage.search_index import Passage, SearchHit, archive_source, history_source, memory_source
+
+TS = 1_764_000_000_000
+
+
+def _passage(seq: int, text: str, *, source=None, role: str = "user", speaker: str | None = None) -> Passage:
+    return Passage(source or history_source("a:wecom:group-1"), seq, role, speaker, TS + seq * 60_000, text)
+
+
+def test_five_long_hits_with_neighbours_fit_about_3500_characters() -> None:
+    long = "无关的内容。" * 300
+    hits = [
+        SearchHit(
+            _passage(10 * i + 1, long + f" the launch code is CODE-7Q{i} " + long, speaker="alice"),
+            1.0,
+            before=_passage(10 * i, "what was the code? " + long, role="assistant"),
+            after=_passage(10 * i + 2, long + " thanks"),
+        )
+        for i in range(5)
+    ]
+    query = "what is the launch code?"
+    text = format_hits(query, hits, query_terms(query), {})
+    assert len(text) <= 5 * HIT_CHARS + 100
+    for i, block in enumerate(text.split("\n")[1:][::3]):
+        assert f"the launch code is CODE-7Q{i}" in block  # the matching words are inside the cut
+        assert block.startswith(f"{i + 1}. [session wecom:group-1] user ") and "(alice)" in block
+    assert text.count("(before) assistant") == 5 and text.count("(after) user") == 5
+
+
+def test_where_a_hit_comes_from() -> None:
+    archived = SearchHit(_passage(1, "夜莺", source=archive_source("a:http:c1")), 1.0)
+    memory_name = MemoryName.agent_memory("a")
+    remembered = SearchHit(_passage(0, "- 用户的猫叫夜莺", source=memory_source(memory_name), role="memory"), 1.0)
+    labels = {memory_source(memory_name).name: "agent memory"}
+    text = format_hits("夜莺", [archived, remembered], ["夜莺"], labels)
+    assert text.splitlines()[0] == '2 matches for "夜莺", best first:'
+    assert "1. [session http:c1, archived] user " in text and "2. [agent memory] memory " in text
+    assert format_hits("孔雀", [], ["孔雀"], {}) == 'no matches for "孔雀"'
+
+
+def test_an_excerpt_is_one_line_within_its_budget() -> None:
+    text = "line one\n\n" + "x " * 500 + "nightingale here " + "y " * 500
+    cut = excerpt(text, ["nightingal"], 120)
+    assert "\n" not in cut and len(cut) <= 120 and "nightingale here" in cut and cut.startswith("…")
+    assert excerpt("short text", ["absent"], 120) == "short text"
+    assert excerpt("z" * 500, ["absent"], 100, tail=True).startswith("…")
