@@ -38,13 +38,17 @@ from agenthub.storage.search_index import (
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 _CHUNK = 500  # host parameters per statement
+FRESH_ROWS = 4000
+"""New postings wait in the small append-only table `fresh` (one page or two per message, not one per term) until
+this many have gathered; then they are merged into `postings` in term order, in one step."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings(name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS totals(id INTEGER PRIMARY KEY CHECK (id = 1), docs INTEGER NOT NULL, terms INTEGER NOT NULL);
-INSERT OR IGNORE INTO totals VALUES (1, 0, 0);
+CREATE TABLE IF NOT EXISTS totals(
+    id INTEGER PRIMARY KEY CHECK (id = 1), docs INTEGER NOT NULL, terms INTEGER NOT NULL, fresh INTEGER NOT NULL);
+INSERT OR IGNORE INTO totals VALUES (1, 0, 0, 0);
 CREATE TABLE IF NOT EXISTS sources(
     id INTEGER PRIMARY KEY, kind TEXT NOT NULL, session TEXT NOT NULL, name TEXT NOT NULL,
     watermark TEXT NOT NULL, UNIQUE(kind, session, name));
@@ -57,6 +61,9 @@ CREATE TABLE IF NOT EXISTS terms(id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQ
 CREATE TABLE IF NOT EXISTS postings(
     term_id INTEGER NOT NULL, doc_id INTEGER NOT NULL, tf INTEGER NOT NULL, dl INTEGER NOT NULL,
     source_id INTEGER NOT NULL, ts INTEGER, PRIMARY KEY(term_id, doc_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fresh(
+    doc_id INTEGER NOT NULL, term TEXT NOT NULL, tf INTEGER NOT NULL, dl INTEGER NOT NULL, source_id INTEGER NOT NULL,
+    ts INTEGER);
 """
 
 _DOC = "d.id, d.source_id, d.seq, d.role, d.speaker, d.ts, d.text"
@@ -158,6 +165,8 @@ class SqliteSearchIndex:
 
     def purge(self) -> None:
         """No page, WAL frame or free list entry keeps text that was deleted."""
+        with self.transaction():
+            self._merge()
         self.db.execute("VACUUM")
         self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
@@ -188,6 +197,9 @@ class SqliteSearchIndex:
         rows = self.db.execute(f"SELECT id, dl, tids FROM docs WHERE {where}", params).fetchall()
         if not rows:
             return
+        if any(not tids for _, _, tids in rows):  # some still wait in `fresh`: merge them first
+            self._merge()
+            rows = self.db.execute(f"SELECT id, dl, tids FROM docs WHERE {where}", params).fetchall()
         pairs = [(term_id, doc_id) for doc_id, _, tids in rows for term_id in array("q", tids)]
         self.db.executemany("DELETE FROM postings WHERE term_id = ? AND doc_id = ?", pairs)
         counts = Counter(term_id for term_id, _ in pairs)
@@ -200,35 +212,44 @@ class SqliteSearchIndex:
     def _insert(self, source_id: int, docs: Sequence[SearchDoc]) -> None:
         if not docs:
             return
-        counted = [Counter(d.terms) for d in docs]
-        df = Counter(t for c in counted for t in c)
-        self.db.executemany(
-            "INSERT INTO terms(term, df) VALUES (?, ?) ON CONFLICT(term) DO UPDATE SET df = df + excluded.df",
-            df.items(),
-        )
-        ids = self._term_ids(list(df))
-        postings: list[tuple[int, int, int, int, int, int | None]] = []
-        for doc, counts in zip(docs, counted, strict=True):
+        fresh: list[tuple[int, str, int, int, int, int | None]] = []
+        for doc in docs:
             p, dl = doc.passage, len(doc.terms)
-            tids = array("q", (ids[t] for t in counts))
             row = self.db.execute(
                 "INSERT INTO docs(source_id, seq, role, speaker, ts, dl, text, tids) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                (source_id, p.seq, p.role, p.speaker, p.ts, dl, p.text, tids.tobytes()),
+                "VALUES (?, ?, ?, ?, ?, ?, ?, x'') RETURNING id",
+                (source_id, p.seq, p.role, p.speaker, p.ts, dl, p.text),
             ).fetchone()
-            postings.extend((ids[t], row[0], n, dl, source_id, p.ts) for t, n in counts.items())
-        self.db.executemany("INSERT INTO postings VALUES (?, ?, ?, ?, ?, ?)", postings)
-        self.db.execute(
-            "UPDATE totals SET docs = docs + ?, terms = terms + ?", (len(docs), sum(len(d.terms) for d in docs))
-        )
+            fresh.extend((row[0], t, n, dl, source_id, p.ts) for t, n in Counter(doc.terms).items())
+        self.db.executemany("INSERT INTO fresh VALUES (?, ?, ?, ?, ?, ?)", fresh)
+        (waiting,) = self.db.execute(
+            "UPDATE totals SET docs = docs + ?, terms = terms + ?, fresh = fresh + ? RETURNING fresh",
+            (len(docs), sum(len(d.terms) for d in docs), len(fresh)),
+        ).fetchone()
+        if waiting >= FRESH_ROWS:
+            self._merge()
 
-    def _term_ids(self, terms: list[str]) -> dict[str, int]:
-        ids: dict[str, int] = {}
-        for i in range(0, len(terms), _CHUNK):
-            chunk = terms[i : i + _CHUNK]
-            rows = self.db.execute(f"SELECT term, id FROM terms WHERE term IN ({','.join('?' * len(chunk))})", chunk)
-            ids.update(rows.fetchall())
-        return ids
+    def _merge(self) -> None:
+        """Move the postings waiting in `fresh` into `terms` and `postings` (inside the caller's transaction)."""
+        if self._fresh_rows() == 0:
+            return
+        self.db.execute(
+            "INSERT INTO terms(term, df) SELECT term, count(*) FROM fresh WHERE true GROUP BY term "
+            "ON CONFLICT(term) DO UPDATE SET df = df + excluded.df"
+        )
+        self.db.execute(
+            "INSERT INTO postings SELECT t.id, f.doc_id, f.tf, f.dl, f.source_id, f.ts "
+            "FROM fresh f JOIN terms t ON t.term = f.term ORDER BY t.id, f.doc_id"
+        )
+        ids: dict[int, array[int]] = {}
+        for doc_id, term_id in self.db.execute("SELECT f.doc_id, t.id FROM fresh f JOIN terms t ON t.term = f.term"):
+            ids.setdefault(doc_id, array("q")).append(term_id)
+        self.db.executemany("UPDATE docs SET tids = ? WHERE id = ?", [(a.tobytes(), d) for d, a in ids.items()])
+        self.db.execute("DELETE FROM fresh")
+        self.db.execute("UPDATE totals SET fresh = 0")
+
+    def _fresh_rows(self) -> int:
+        return int(self.db.execute("SELECT fresh FROM totals").fetchone()[0])
 
     # ---- searching -----------------------------------------------------------------------------
 
@@ -248,7 +269,7 @@ class SqliteSearchIndex:
 
     def _scored(
         self,
-        found: list[tuple[int, int]],
+        found: list[tuple[int | None, str, int]],
         n_docs: int,
         avgdl: float,
         allowed: set[int],
@@ -257,26 +278,30 @@ class SqliteSearchIndex:
         keep: int,
     ) -> list[tuple[int, float, int | None]]:
         """The `keep` best (doc id, bm25, ts) of the allowed sources, summed and ordered inside SQLite (the same
-        formula as `score_of`; the caller recomputes the prior in Python for the final order)."""
-        weights = [(term_id, idf(n_docs, df)) for term_id, df in found]
-        values = ",".join("(?, ?)" for _ in weights)
+        formula as `score_of`; the caller recomputes the prior in Python for the final order). A doc's postings are
+        either merged or still in `fresh`, never both."""
+        weights = [(term_id, term, idf(n_docs, df)) for term_id, term, df in found]
+        values = ",".join("(?, ?, ?)" for _ in weights)
         everything = self._sources is not None and len(allowed) == len(self._sources)
-        where = "" if everything else "WHERE p.source_id IN (SELECT value FROM json_each(?))"
+        where = "" if everything else "WHERE h.source_id IN (SELECT value FROM json_each(?))"
         span = (ts_max - ts_min) if ts_min is not None and ts_max is not None and ts_max > ts_min else 0
-        prior = f"(1 + {RECENCY_PRIOR!r} * coalesce((p.ts - ?) * 1.0 / ?, 0))" if span else "1"
-        bm25 = f"q.w * p.tf * {K1 + 1!r} / (p.tf + {K1!r} * ({1 - B!r} + {B!r} * p.dl / ?))"
+        prior = f"(1 + {RECENCY_PRIOR!r} * coalesce((h.ts - ?) * 1.0 / ?, 0))" if span else "1"
+        bm25 = f"h.w * h.tf * {K1 + 1!r} / (h.tf + {K1!r} * ({1 - B!r} + {B!r} * h.dl / ?))"
+        columns = "doc_id, tf, dl, source_id, ts"
+        hits = f"SELECT p.{columns.replace(', ', ', p.')}, q.w FROM q JOIN postings p ON p.term_id = q.term_id"
+        if self._fresh_rows() > 0:
+            hits += f" UNION ALL SELECT f.{columns.replace(', ', ', f.')}, q.w FROM fresh f JOIN q ON f.term = q.term"
+        head = f"WITH q(term_id, term, w) AS (VALUES {values}), h({columns}, w) AS ({hits}) "
         if len(weights) == 1:  # one term: no grouping, SQLite keeps only the best rows while it reads
             sql = (
-                f"WITH q(term_id, w) AS (VALUES {values}) SELECT p.doc_id, {bm25} AS s, p.ts "
-                f"FROM q JOIN postings p ON p.term_id = q.term_id {where} ORDER BY s * {prior} DESC, p.ts DESC LIMIT ?"
+                f"{head}SELECT h.doc_id, {bm25} AS s, h.ts FROM h {where} ORDER BY s * {prior} DESC, h.ts DESC LIMIT ?"
             )
         else:
             sql = (
-                f"WITH q(term_id, w) AS (VALUES {values}) SELECT p.doc_id, sum({bm25}) AS s, p.ts "
-                f"FROM q JOIN postings p ON p.term_id = q.term_id {where} "
-                f"GROUP BY p.doc_id ORDER BY s * {prior} DESC, p.ts DESC LIMIT ?"
+                f"{head}SELECT h.doc_id, sum({bm25}) AS s, h.ts FROM h {where} "
+                f"GROUP BY h.doc_id ORDER BY s * {prior} DESC, h.ts DESC LIMIT ?"
             )
-        params: list[object] = [x for pair in weights for x in pair]
+        params: list[object] = [x for triple in weights for x in triple]
         params.append(avgdl)
         if not everything:
             params.append(json.dumps(sorted(allowed)))
@@ -306,12 +331,23 @@ class SqliteSearchIndex:
                 allowed.add(source_id)
         return allowed
 
-    def _term_stats(self, terms: list[str]) -> list[tuple[int, int]]:
-        found: list[tuple[int, int]] = []
+    def _term_stats(self, terms: list[str]) -> list[tuple[int | None, str, int]]:
+        """(term id or None when it is only in `fresh`, term, df) of the query terms some doc holds."""
+        merged: dict[str, tuple[int, int]] = {}
+        waiting: dict[str, int] = {}
+        fresh = self._fresh_rows() > 0
         for i in range(0, len(terms), _CHUNK):
             chunk = terms[i : i + _CHUNK]
-            sql = f"SELECT id, df FROM terms WHERE term IN ({','.join('?' * len(chunk))}) AND df > 0"
-            found.extend(self.db.execute(sql, chunk).fetchall())
+            marks = ",".join("?" * len(chunk))
+            rows = self.db.execute(f"SELECT term, id, df FROM terms WHERE term IN ({marks}) AND df > 0", chunk)
+            merged.update((t, (i_, df)) for t, i_, df in rows)
+            if fresh:
+                sql = f"SELECT term, count(*) FROM fresh WHERE term IN ({marks}) GROUP BY term"
+                waiting.update(self.db.execute(sql, chunk).fetchall())
+        found: list[tuple[int | None, str, int]] = []
+        for term in dict.fromkeys([*merged, *waiting]):
+            term_id, df = merged.get(term, (None, 0))
+            found.append((term_id, term, df + waiting.get(term, 0)))
         return found
 
     def _hits(self, best: list[int], scored: dict[int, float], limit: int) -> list[SearchHit]:
