@@ -1,0 +1,97 @@
+"""Memory recall benchmark: the team's own long Chinese and English chats stored through the product's store, every
+question asked of `memory_search`'s search as a person asks it and as keywords; recall@1, recall@5, MRR, and whether
+a changed fact's newer value ranks first. Then retention: facts planted early, five L2 compactions and an
+AutoCompact sweep later, still found.
+
+Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--cjk words|bigrams] [--scope chat|agent]
+[--backend files|postgres] [--show-misses N] [--no-retention] [--dump data.json]
+(retention runs on the files: it idles a chat by its file time, as AutoCompact reads it there)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from recall_data.generate import CONVERSATIONS_PER_LANG, dataset
+from recall_data.model import Conversation, as_json
+from recall_data.probe import RankedProbe
+from recall_data.retention import describe, measure_retention
+from recall_data.run import ProbeOf, measure
+from recall_data.score import Outcome, report
+
+from agenthub.log import configure_logging
+from agenthub.search import text
+from tests.support.postgres import new_server
+
+
+def misses(conversations: list[Conversation], outcomes: list[Outcome], count: int) -> list[str]:
+    """The first `count` questions (as asked) whose answer is not the first hit, with the answer's turn."""
+    turns = {t.gid: t for c in conversations for t in c.turns}
+    lines = []
+    for o in [o for o in outcomes if o.form == "asked" and (o.rank is None or o.rank > 1)][:count]:
+        q, answer = o.question, turns[o.question.answers[0]]
+        lines.append(f"  miss {q.qid} [{q.kind}] rank={o.rank}: {q.asked}  <- {answer.speaker}: {answer.text}")
+    return lines
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--conversations", type=int, default=CONVERSATIONS_PER_LANG, help="per language")
+    parser.add_argument("--cjk", choices=["words", "bigrams"], default=text.CJK_MODE, help="how Chinese is cut")
+    parser.add_argument("--scope", choices=["chat", "agent"], default="chat", help="agent: search every chat")
+    parser.add_argument("--show-misses", type=int, default=0, metavar="N")
+    parser.add_argument("--no-retention", action="store_true")
+    parser.add_argument("--dump", type=Path, metavar="FILE", help="also write the data set to FILE as JSON")
+    parser.add_argument(
+        "--backend", choices=["files", "postgres"], default="files", help="postgres: a throw-away server of its own"
+    )
+    return parser.parse_args()
+
+
+async def run(conversations: list[Conversation], backend: str, probe_of: ProbeOf) -> list[Outcome]:
+    """The measurement in a fresh deployment: files in a temporary directory, or a new PostgreSQL server."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if backend == "files":
+            return await measure(conversations, Path(tmp), probe_of)
+        server = new_server()
+        try:
+            return await measure(conversations, Path(tmp), probe_of, dsn=server.create_database())
+        finally:
+            server.remove()
+
+
+async def main() -> int:
+    args = arguments()
+    text.CJK_MODE = args.cjk
+    conversations = dataset(per_lang=args.conversations)
+    if args.dump is not None:
+        args.dump.write_text(json.dumps(as_json(conversations), ensure_ascii=False, indent=1), encoding="utf-8")
+    turns = sum(len(c.turns) for c in conversations)
+    questions = sum(len(c.questions) for c in conversations)
+    print(f"data: {len(conversations)} conversations, {turns} turns, {questions} questions")
+    everywhere = args.scope == "agent"
+    started = time.perf_counter()
+    outcomes = await run(conversations, args.backend, partial(RankedProbe, everywhere=everywhere))
+    elapsed = time.perf_counter() - started
+    title = f"memory_search on {args.backend}, Chinese as {args.cjk}, scope {args.scope} ({elapsed:.1f} s)"
+    print("\n".join(report(outcomes, title)))
+    print("\n".join(misses(conversations, outcomes, args.show_misses)))
+    if not args.no_retention:
+        print(describe(await measure_retention(lambda gw: RankedProbe(gw.search))))
+    return 0
+
+
+if __name__ == "__main__":
+    configure_logging("warning", "console", stream=sys.stderr)
+    os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
+    raise SystemExit(asyncio.run(main()))
