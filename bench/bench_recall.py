@@ -47,7 +47,9 @@ def misses(conversations: list[Conversation], outcomes: list[Outcome], count: in
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--conversations", type=int, default=CONVERSATIONS_PER_LANG, help="per language")
-    parser.add_argument("--cjk", choices=["words", "bigrams"], default=text.CJK_MODE, help="how Chinese is cut")
+    parser.add_argument(
+        "--cjk", choices=["grams", "words", "bigrams"], default=text.CJK_MODE, help="how Chinese is cut"
+    )
     parser.add_argument("--scope", choices=["chat", "agent"], default="chat", help="agent: search every chat")
     parser.add_argument("--show-misses", type=int, default=0, metavar="N")
     parser.add_argument("--no-retention", action="store_true")

@@ -39,10 +39,17 @@ class RecordReader:
             int(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None,
             text,
         )
-        return SearchDoc(passage, tuple(index_terms(text)))
+        return SearchDoc(passage, speaker_terms(passage.speaker) + tuple(index_terms(text)))
 
     def _is_skipped(self, tool_id: str) -> bool:
         return tool_id in self._skipped_set or (self._known is not None and self._known(tool_id))
+
+
+def speaker_terms(speaker: str | None) -> tuple[str, ...]:
+    """The speaker's terms, each once, that a record's doc starts with: a question names the person ("what car does
+    Evan drive?") and the turn that answers is that person's own, whose name is only its sender id. Once, not per
+    occurrence, so the speaker weighs like one word of the turn."""
+    return tuple(dict.fromkeys(index_terms(speaker))) if speaker else ()
 
 
 def memory_docs(source: SourceRef, text: str, ts: int | None) -> list[SearchDoc]:

@@ -1,4 +1,5 @@
-"""Search terms of mixed Chinese/English text: jieba words (or CJK bigrams), stemmed English, whole identifiers."""
+"""Search terms of mixed Chinese/English text: CJK bigrams and characters (or jieba words), stemmed English, whole
+identifiers."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from typing import Literal
 import rjieba
 import Stemmer
 
-CjkMode = Literal["words", "bigrams"]
-CJK_MODE: CjkMode = "words"
-"""How Chinese is cut: jieba words (dictionary only, plus bigrams inside long words and across unknown single
-characters, see `_cjk_words`), or overlapping CJK bigrams (kept to measure against, `bench/bench_tokenizer.py`)."""
+CjkMode = Literal["grams", "words", "bigrams"]
+CJK_MODE: CjkMode = "grams"
+"""How Chinese is cut. `grams` (the default): overlapping CJK bigrams and then every single character of the run
+(房租 and 租房 still share 租; a name out of any dictionary is its bigram). `words`: jieba's words (dictionary only,
+plus bigrams inside long words and across unknown single characters, see `_cjk_words`); `bigrams`: bigrams only.
+The last two are kept to measure against (`bench/bench_recall.py --cjk`, `bench/bench_tokenizer.py`); on the recall
+benchmark `grams` finds most (docs/memory.md)."""
 
 MAX_QUERY_CHARS = 2000
 """A longer query is cut to its first this many characters (never refused)."""
@@ -44,6 +48,13 @@ ENGLISH_STOP_WORDS = frozenset(_ENGLISH.split())
 CHINESE_FUNCTION_WORDS = frozenset(_CHINESE.split())
 STOP_WORDS = ENGLISH_STOP_WORDS | CHINESE_FUNCTION_WORDS
 
+_QUESTION = re.compile(
+    r"什么时候|什么|多少|哪里|哪儿|哪个|哪些|哪家|哪天|哪|谁|吗|呢|怎么样|怎么|为什么|是否|是不是|有没有|请问"
+    r"|\bwhat (?:kind|sort|type)s? of\b"
+)
+"""Question words a query drops before it is cut: an answer never holds them, and in Chinese they would otherwise
+join their neighbours into bigrams (陈晨哪天出生 → 晨哪, 哪天) that no answer holds either."""
+
 _stemmer = Stemmer.Stemmer("english")
 
 
@@ -55,9 +66,14 @@ def index_terms(text: str, *, cjk: CjkMode | None = None) -> list[str]:
 
 def query_terms(text: str, *, cjk: CjkMode | None = None) -> list[str]:
     """The distinct terms of a query (a question or keywords, any mix of Chinese and English), cut to
-    MAX_QUERY_CHARS and MAX_QUERY_TERMS; stop words dropped unless nothing else is left; [] for punctuation."""
-    distinct = list(dict.fromkeys(_terms(text[:MAX_QUERY_CHARS], cjk or CJK_MODE)))
+    MAX_QUERY_CHARS and MAX_QUERY_TERMS; question words and stop words dropped unless nothing else is left; []
+    for punctuation."""
+    mode = cjk or CJK_MODE
+    text = normalise(text[:MAX_QUERY_CHARS])
+    distinct = list(dict.fromkeys(_terms(_QUESTION.sub(" ", text), mode)))
     content = [t for t in distinct if t not in STOP_WORDS]
+    if not content:
+        distinct = list(dict.fromkeys(_terms(text, mode)))
     return (content or distinct)[:MAX_QUERY_TERMS]
 
 
@@ -70,7 +86,7 @@ def _terms(text: str, cjk: CjkMode) -> Iterator[str]:
     for match in _TOKEN.finditer(normalise(text)):
         run = match.group("cjk")
         if run is not None:
-            yield from _cjk_words(run) if cjk == "words" else _bigrams(run)
+            yield from _cjk_words(run) if cjk == "words" else _grams(run) if cjk == "grams" else _bigrams(run)
         else:
             yield from _latin(match.group("word"))
 
@@ -121,6 +137,13 @@ def _cjk_words(run: str) -> Iterator[str]:
 @lru_cache(maxsize=65536)
 def _cut(run: str) -> tuple[str, ...]:
     return tuple(w for w in rjieba.cut(run, False) if w.strip())
+
+
+def _grams(run: str) -> Iterator[str]:
+    """The run's bigrams, then its single characters (a one-character run is that character once)."""
+    yield from _bigrams(run)
+    if len(run) > 1:
+        yield from run
 
 
 def _bigrams(run: str) -> Iterator[str]:

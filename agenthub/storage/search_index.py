@@ -11,7 +11,7 @@ Ranking, per agent (every backend computes exactly this):
     idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
     tf     = how many times t is in the doc's terms; dl = len(terms)
     bm25   = sum over the query's DISTINCT terms t in the doc:
-             idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)),   k1 = 1.2, b = 0.75
+             idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)),   k1 = 1.2, b = 0.3
     r      = (ts - ts_min) / (ts_max - ts_min), ts_min/ts_max over the agent's docs that have a ts; r = 0 when the doc
              has no ts or ts_max == ts_min
     score  = bm25 * (1 + RECENCY_PRIOR * r)          (a mild prior: the newest doc weighs at most 10 % more)
@@ -39,7 +39,9 @@ MEMORY: DocKind = "memory"
 compaction moved out of it; memory: one line of a memory file or profile."""
 
 K1 = 1.2
-B = 0.75
+B = 0.3
+"""b: 0.3, not the textbook 0.75: chat turns are short and of every length, and a strong length normalisation
+lets a two-word turn that shares one word (a name) outrank the long turn that answers (docs/memory.md)."""
 RECENCY_PRIOR = 0.1
 SCORE_DECIMALS = 9
 

@@ -38,7 +38,8 @@ from agenthub.storage.search_index import (
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
+"""5: docs hold their speaker and CJK character grams (an index of older terms is rebuilt from the files)."""
 _CHUNK = 500  # host parameters per statement
 FRESH_ROWS = 4000
 """New postings wait in the small append-only table `fresh` (one page or two per message, not one per term) until

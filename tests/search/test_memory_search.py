@@ -176,11 +176,16 @@ async def test_an_agent_scoped_agent_searches_all_its_sessions_and_memory_but_ne
             gw, fake_llm, {"query": "夜莺"}, {"query": "鸟"}, {"query": "夜"}
         )
     # 1- and 2-character words, also a whole message and the very end of one
-    assert text.startswith('4 matches for "夜莺"'), text
+    # Chinese is cut into bigrams and characters: the four passages holding 夜莺 come first, the lone 夜 (one
+    # character of it) last
+    assert text.startswith('5 matches for "夜莺"'), text
+    hits = [line for line in text.splitlines() if re.match(r"\d+\. ", line)]
+    assert [h.rsplit(": ", 1)[1] for h in hits][4] == "夜" and all("夜莺" in h for h in hits[:4]), text
     g2_lines = [line for line in text.splitlines() if "[session cli:g2] user" in line]
     assert sorted(line.rsplit(": ", 1)[1] for line in g2_lines) == ["夜莺", "我最喜欢的鸟是夜莺"]
-    # words, not substrings: 夜 alone is a word in g3 only (夜莺 is one word, 夜莺厅 two: 夜莺|厅)
-    assert bird.startswith('2 matches for "鸟"') and night.startswith('1 match for "夜"'), (bird, night)
+    # a character asked alone finds the passages holding it, the message that is only that character first
+    assert bird.startswith('2 matches for "鸟"') and night.startswith('5 matches for "夜"'), (bird, night)
+    assert night.splitlines()[1].endswith(": 夜"), night
     assert "[session http:g1] user" in text and "会议室叫夜莺厅" in text
     assert "[agent memory] memory" in text and "用户的猫叫夜莺" in text
     assert "另一个助手" not in text

@@ -78,6 +78,20 @@ async def test_the_question_as_asked_finds_the_answer_turn(recall: Recall) -> No
     assert (await recall.texts("她女儿去哪里读大学？"))[0] == "我女儿下个月要去杭州读大学了"
 
 
+async def test_the_person_asked_about_is_found_by_their_sender_id_once_not_by_their_short_turns(
+    recall: Recall,
+) -> None:
+    key = SessionKey("default", "wecom", "group")
+    turns = [("evan", "lol"), ("mia", "evan, how was the weekend?"), ("evan", "just picked up my new Prius")]
+    turns += [("mia", "my new bike is great"), ("evan", "ok"), ("evan", "haha")]
+    for sender, text in turns:
+        recall.clock += MINUTE
+        await recall.history.append(key, _msg("user", text, recall.clock, sender))
+    # "evan" is only the sender id of the answer; his two-letter turns share nothing else with the question
+    assert (await recall.texts("what is new with Evan?"))[0] == "just picked up my new Prius"
+    assert (await recall.texts("what is new with Mia?"))[0] == "my new bike is great"
+
+
 async def test_a_restated_fact_and_its_update_rank_the_newer_first(recall: Recall) -> None:
     await recall.say("our launch date is 2026-11-01", *FILLER)
     await recall.say("our launch date is 2026-12-01", *FILLER)

@@ -17,9 +17,10 @@ from recall_data.score import figures, report
 
 CONVERSATIONS = 4
 """Per language: 8 chats of 220-380 turns, 128 questions (the bench runs 12 per language)."""
-FLOOR_RECALL_AT_5 = {"zh": 0.33, "en": 0.43}
-"""Somewhat below what the search measures on these chats: zh 0.375, en 0.516 with jieba words (0379728; CJK
-bigrams: zh 0.531, en 0.500); the full bench: zh 0.401, en 0.479. Raise it with the search."""
+FLOOR_RECALL_AT_5 = {"zh": 0.76, "en": 0.73}
+"""Just below what the search measures on these chats: zh 0.781, en 0.750 (the speaker in a turn's terms, Chinese
+as bigrams and characters, b = 0.3, question words out of the query; CJK bigrams only: zh 0.719, jieba words: zh
+0.719); the full bench: zh 0.792, en 0.729. Raise it with the search."""
 
 
 async def test_questions_as_asked_find_their_answer_among_five_hits_in_both_languages(tmp_path: Path) -> None:

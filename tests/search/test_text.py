@@ -1,15 +1,30 @@
-"""The search tokenizer: jieba words and bigrams, stemmed English, identifiers whole and in parts, bad input."""
+"""The search tokenizer: CJK bigrams and characters (jieba words to compare), stemmed English, whole identifiers."""
 
 from __future__ import annotations
 
 from agenthub.search.text import MAX_QUERY_TERMS, index_terms, query_terms
 
 
-def test_chinese_is_segmented_into_words_and_a_glued_name_still_has_its_bigrams() -> None:
+def test_chinese_is_cut_into_bigrams_then_characters_and_a_name_out_of_any_dictionary_is_its_bigram() -> None:
+    assert index_terms("暗号是夜莺") == ["暗号", "号是", "是夜", "夜莺", "暗", "号", "是", "夜", "莺"]
     terms = index_terms("我们的暗号是夜莺，张伟明天来上海")
+    assert "暗号" in terms and "夜莺" in terms and "上海" in terms and "张伟" in terms
+    assert index_terms("好") == ["好"]  # a one-character run is that character once
+    assert query_terms("暗号是夜莺") == ["暗号", "号是", "是夜", "夜莺", "暗", "号", "夜", "莺"]  # 是 is a stop word
+    assert "租" in index_terms("房租一个月3800") and "租" in query_terms("租房花多少")  # word order differs, 租 matches
+
+
+def test_word_mode_segments_into_jieba_words_and_a_glued_name_still_has_its_bigrams() -> None:
+    terms = index_terms("我们的暗号是夜莺，张伟明天来上海", cjk="words")
     assert "暗号" in terms and "夜莺" in terms and "上海" in terms
     assert "张伟" in terms  # jieba glues 张伟明; its bigrams keep 张伟 findable
-    assert query_terms("暗号是夜莺") == ["暗号", "夜莺"]
+    assert query_terms("暗号是夜莺", cjk="words") == ["暗号", "夜莺"]
+
+
+def test_question_words_leave_the_query_before_it_is_cut() -> None:
+    assert query_terms("陈晨哪天出生的？") == ["陈晨", "陈", "晨", "出生", "生的", "出", "生"]  # no 晨哪, 哪天
+    assert query_terms("孙琪的房租是多少") == ["孙琪", "琪的", "的房", "房租", "租是", "孙", "琪", "房", "租"]
+    assert query_terms("什么") == ["什么", "什", "么"]  # nothing else: kept rather than nothing
 
 
 def test_bigram_mode_cuts_every_cjk_run_into_overlapping_pairs() -> None:
@@ -18,7 +33,8 @@ def test_bigram_mode_cuts_every_cjk_run_into_overlapping_pairs() -> None:
 
 
 def test_english_is_lowercased_and_stemmed_and_stop_words_leave_the_query() -> None:
-    assert query_terms("What kind of car does Evan drive?") == ["kind", "car", "evan", "drive"]
+    assert query_terms("What kind of car does Evan drive?") == ["car", "evan", "drive"]
+    assert query_terms("which kinds of cars") == ["kind", "car"]
     assert index_terms("Evan drives") == ["evan", "drive"]
     assert index_terms("Evan’s CARS") == ["evan", "car"]
 
@@ -32,7 +48,7 @@ def test_identifiers_numbers_dates_and_codes_are_kept_whole_and_in_parts() -> No
 
 
 def test_mixed_chinese_and_english_and_full_width_forms() -> None:
-    assert query_terms("用Python写的夜莺 ＡＰＩ") == ["用", "python", "写", "夜莺", "写的", "api"]
+    assert query_terms("用Python写的夜莺 ＡＰＩ") == ["用", "python", "写的", "的夜", "夜莺", "写", "夜", "莺", "api"]
 
 
 def test_stop_words_only_query_keeps_them_rather_than_nothing() -> None:
@@ -53,11 +69,11 @@ def test_bad_input_is_text_never_syntax() -> None:
         "x",
     ]
     assert query_terms("'; DROP TABLE docs; --") == ["drop", "tabl", "doc"]
-    assert query_terms("夜莺\x00\x1b[31m\x7fcode") == ["夜莺", "31m", "code"]
+    assert query_terms("夜莺\x00\x1b[31m\x7fcode") == ["夜莺", "夜", "莺", "31m", "code"]
 
 
 def test_a_huge_query_is_cut_not_refused() -> None:
     huge = " ".join(f"word{i}" for i in range(10_000))
     terms = query_terms(huge)
     assert len(terms) == MAX_QUERY_TERMS and terms[0] == "word0"
-    assert query_terms("夜莺" * 100_000) == ["夜莺"]
+    assert query_terms("夜莺" * 100_000) == ["夜莺", "莺夜", "夜", "莺"]
