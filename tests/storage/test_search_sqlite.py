@@ -84,3 +84,33 @@ def test_ranking_matches_the_formula_with_fresh_and_merged_postings(tmp_path: Pa
     kept = {t for d in replaced for t in d.terms}
     assert {r[0] for r in index.db.execute("SELECT term FROM terms")} == kept
     index.close()
+
+
+def test_the_top_k_read_by_bounds_equals_scoring_every_doc(tmp_path: Path) -> None:
+    """Frequent terms (read only as far as the bound allows), many sources, every limit: the formula's order."""
+    rng = random.Random(5)
+    index = SqliteSearchIndex(tmp_path / "index.sqlite3")
+    everything: list[SearchDoc] = []
+    for n in range(12):
+        source = history_source(f"x:http:c{n}")
+        docs = _docs(source, rng, 150)
+        index.add(source, docs, f"mark-{n}")
+        everything += docs
+    queries = (["w0"], ["w1"], ["w0", "w1"], ["w0", "w2", "w3"], ["w0", "w299"], ["w4", "w40", "w150", "w1"])
+    for query in queries:
+        for limit in (1, 3, 10, 40):
+            _same(_found(index, query, limit), _expected(everything, query, limit))
+    one_chat = [d for d in everything if d.passage.session == "x:http:c3"]
+    for query in queries:
+        found = [(h.passage.session, h.passage.seq, h.score) for h in index.search(query, SearchScope("x:http:c3"), 5)]
+        assert found == _expected_in(everything, one_chat, query, 5)
+    index.close()
+
+
+def _expected_in(
+    docs: list[SearchDoc], shown: list[SearchDoc], query: list[str], limit: int
+) -> list[tuple[str, int, float]]:
+    """The formula over every doc, keeping only the hits among `shown`."""
+    allowed = {(d.passage.session, d.passage.seq) for d in shown}
+    ranked = _expected(docs, query, len(docs))
+    return [hit for hit in ranked if (hit[0], hit[1]) in allowed][:limit]
