@@ -67,63 +67,99 @@ def best_docs(
     scorer = _Scorer(db, weights, ranking)
     if scope_docs is not None:
         scorer.score(scope_docs)
-        return _best({**scored, **scorer.scores}, keep)
-    groups = {term_id: _groups(db, term_id) for term_id in weights}
-    probe: dict[int, float] = {}  # the best postings of each term, summed: docs strong in several terms stand out
-    for term_id, by_tf in groups.items():
-        for tf, rows in by_tf.items():
-            for dl, doc_id in rows:
-                probe[doc_id] = probe.get(doc_id, 0.0) + term_score(weights[term_id], tf, dl, ranking.avgdl)
-    scorer.score(heapq.nlargest(8 * keep, probe, key=probe.__getitem__))  # a first θ
-    bounds = {t: _upper(weights[t], by_tf, ranking.avgdl) for t, by_tf in groups.items()}
-    dfs = {term_id: df for term_id, _, df in found if term_id is not None}
-    partial: dict[int, float] = {}  # bm25 summed over the terms read so far that returned the doc
-    lengths: dict[int, int] = {}
-    hit_by: dict[int, int] = {}  # the terms read that returned the doc (bit i: the i-th term read)
-    floors: list[tuple[int, float]] = []  # per term read: the f(tf, dl) its unreturned postings are at most
-    spent, left = 0.0, sum(bounds.values())
-    order = sorted(bounds, key=lambda t: dfs[t])  # rarest first: their docs raise θ for the frequent ones
-    for n, term_id in enumerate(order):
-        theta = _kth([*scorer.scores.values(), *scored.values()], keep)
-        budget = max(0.0, theta / (1 + RECENCY_PRIOR) * (1 - _MARGIN) - spent)
-        share = budget * bounds[term_id] / left if left > 0 and dfs[term_id] > READ_ALL_DF else 0.0
-        weight = weights[term_id]
-        floors.append((term_id, share / weight))
+    else:
+        dfs = {term_id: df for term_id, _, df in found if term_id is not None}
+        _TopK(db, scorer, scored, keep, dfs).run()
+    return _best({**scored, **scorer.scores}, keep)
+
+
+class _TopK:
+    """One bounded read of the merged postings (module docstring); exact scores land in `scorer.scores`."""
+
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        scorer: _Scorer,
+        fresh: dict[int, tuple[float, int | None]],
+        keep: int,
+        dfs: dict[int, int],
+    ) -> None:
+        self.db, self.scorer, self.fresh, self.keep, self.dfs = db, scorer, fresh, keep, dfs
+        self.weights, self.avgdl = scorer.weights, scorer.ranking.avgdl
+        self.groups = {term_id: _groups(db, term_id) for term_id in self.weights}
+        self.partial: dict[int, float] = {}  # bm25 summed over the terms read so far that returned the doc
+        self.lengths: dict[int, int] = {}
+        self.hit_by: dict[int, int] = {}  # the terms read that returned the doc (bit n: the n-th term read)
+        self.floors: list[tuple[int, float]] = []  # per term read: f(tf, dl) of its unreturned postings is at most
+        self.missing: dict[tuple[int, int], float] = {}
+
+    def run(self) -> None:
+        self.probe()
+        self.read_terms()
+        self.finish()
+
+    def floor(self) -> float:
+        """What a doc's bm25 must reach to possibly be in the top (θ / the largest prior, a hair lower)."""
+        theta = _kth([*self.scorer.scores.values(), *self.fresh.values()], self.keep)
+        return theta / (1 + RECENCY_PRIOR) * (1 - _MARGIN)
+
+    def probe(self) -> None:
+        """A first θ: the best postings of each term summed, docs strong in several terms scored exactly."""
+        probe: dict[int, float] = {}
+        for term_id, by_tf in self.groups.items():
+            for tf, rows in by_tf.items():
+                for dl, doc_id in rows:
+                    probe[doc_id] = probe.get(doc_id, 0.0) + term_score(self.weights[term_id], tf, dl, self.avgdl)
+        self.scorer.score(heapq.nlargest(8 * self.keep, probe, key=probe.__getitem__))
+
+    def read_terms(self) -> None:
+        """Rarest first (their docs raise θ for the frequent ones), each term's postings above its share of θ."""
+        bounds = {t: _upper(self.weights[t], by_tf, self.avgdl) for t, by_tf in self.groups.items()}
+        spent, left = 0.0, sum(bounds.values())
+        order = sorted(bounds, key=lambda t: self.dfs[t])
+        for n, term_id in enumerate(order):
+            budget = max(0.0, self.floor() - spent)
+            share = budget * bounds[term_id] / left if left > 0 and self.dfs[term_id] > READ_ALL_DF else 0.0
+            self.read(n, term_id, share / self.weights[term_id])
+            spent, left = spent + share, left - bounds[term_id]
+            if n < len(order) - 1:
+                best = heapq.nlargest(4 * self.keep, self.partial, key=self.partial.__getitem__)
+                self.scorer.score(best)  # θ rises for the next term
+
+    def read(self, n: int, term_id: int, floor: float) -> None:
+        weight = self.weights[term_id]
+        partial, lengths, hit_by = self.partial, self.lengths, self.hit_by
+        self.floors.append((term_id, floor))
         contribution: dict[tuple[int, int], float] = {}
-        for tf, dl, doc_id in _above(db, term_id, groups[term_id], share / weight, ranking):
+        for tf, dl, doc_id in _above(self.db, term_id, self.groups[term_id], floor, self.avgdl):
             c = contribution.get((tf, dl))
             if c is None:
-                c = contribution[tf, dl] = term_score(weight, tf, dl, ranking.avgdl)
+                c = contribution[tf, dl] = term_score(weight, tf, dl, self.avgdl)
             partial[doc_id] = partial.get(doc_id, 0.0) + c
             lengths[doc_id] = dl
             hit_by[doc_id] = hit_by.get(doc_id, 0) | 1 << n
-        spent, left = spent + share, left - bounds[term_id]
-        if n < len(order) - 1:
-            scorer.score(heapq.nlargest(4 * keep, partial, key=partial.__getitem__))  # θ rises for the next term
-    # A doc's bm25 is at most what its terms that returned it gave plus, for each term that did not, the most a
-    # posting of that term at the doc's length can give while staying under the term's floor (0 for none).
-    missing: dict[tuple[int, int], float] = {}
 
-    def bound(doc_id: int) -> float:
-        total, dl, hit = partial[doc_id], lengths[doc_id], hit_by[doc_id]
-        for n, (term_id, floor) in enumerate(floors):
+    def bound(self, doc_id: int) -> float:
+        """At most the doc's bm25: what the terms that returned it gave, plus for each term that did not, the most
+        a posting of that term at the doc's length gives while staying under the term's floor (0 for none)."""
+        total, dl, hit = self.partial[doc_id], self.lengths[doc_id], self.hit_by[doc_id]
+        for n, (term_id, floor) in enumerate(self.floors):
             if hit & 1 << n:
                 continue
             key = (term_id, dl)
-            if key not in missing:
-                below = [term_score(1.0, tf, dl, ranking.avgdl) for tf in groups[term_id]]
-                missing[key] = weights[term_id] * max((f for f in below if f <= floor), default=0.0)
-            total += missing[key]
+            if key not in self.missing:
+                below = [term_score(1.0, tf, dl, self.avgdl) for tf in self.groups[term_id]]
+                self.missing[key] = self.weights[term_id] * max((f for f in below if f <= floor), default=0.0)
+            total += self.missing[key]
         return total
 
-    bounded = sorted(((bound(d), d) for d in partial), reverse=True)
-    for start in range(0, len(bounded), _CHUNK):  # best bound first: θ rises, the rest falls below it
-        theta = _kth([*scorer.scores.values(), *scored.values()], keep)
-        if bounded[start][0] < theta / (1 + RECENCY_PRIOR) * (1 - _MARGIN):
-            break
-        scorer.score(d for _, d in bounded[start : start + _CHUNK])
-    scored.update(scorer.scores)
-    return _best(scored, keep)
+    def finish(self) -> None:
+        """The docs read, best bound first, scored exactly until the next bound is below θ."""
+        bounded = sorted(((self.bound(d), d) for d in self.partial), reverse=True)
+        for start in range(0, len(bounded), _CHUNK):
+            if bounded[start][0] < self.floor():
+                return
+            self.scorer.score(d for _, d in bounded[start : start + _CHUNK])
 
 
 def _best(scored: dict[int, tuple[float, int | None]], keep: int) -> dict[int, tuple[float, int | None]]:
@@ -177,7 +213,7 @@ def _upper(weight: float, by_tf: dict[int, list[tuple[int, int]]], avgdl: float)
 
 
 def _above(
-    db: sqlite3.Connection, term_id: int, by_tf: dict[int, list[tuple[int, int]]], floor: float, ranking: Ranking
+    db: sqlite3.Connection, term_id: int, by_tf: dict[int, list[tuple[int, int]]], floor: float, avgdl: float
 ) -> Iterable[tuple[int, int, int]]:
     """Docs where the term's f(tf, dl) = tf(k1+1) / (tf + k1(1 - b + b dl / avgdl)) exceeds `floor` (× its idf:
     the contribution exceeds its share of the budget), as (tf, dl, doc id): per tf, the docs shorter than the bound
@@ -186,7 +222,7 @@ def _above(
         if floor <= 0:
             limit = None
         else:
-            limit = (tf * (K1 + 1) / floor - tf - K1 * (1 - B)) * ranking.avgdl / (K1 * B)
+            limit = (tf * (K1 + 1) / floor - tf - K1 * (1 - B)) * avgdl / (K1 * B)
             if limit < 0:
                 continue
         sql = "SELECT tf, dl, doc_id FROM postings WHERE term_id = ? AND tf = ?"
