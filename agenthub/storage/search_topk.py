@@ -91,7 +91,7 @@ class _TopK:
         self.lengths: dict[int, int] = {}
         self.hit_by: dict[int, int] = {}  # the terms read that returned the doc (bit n: the n-th term read)
         self.floors: list[tuple[int, float]] = []  # per term read: f(tf, dl) of its unreturned postings is at most
-        self.missing: dict[tuple[int, int], float] = {}
+        self.missing: dict[tuple[int, int], float] = {}  # (terms that returned a doc, its length): their bound
 
     def run(self) -> None:
         self.probe()
@@ -107,9 +107,10 @@ class _TopK:
         """A first θ: the best postings of each term summed, docs strong in several terms scored exactly."""
         probe: dict[int, float] = {}
         for term_id, by_tf in self.groups.items():
+            weight = self.weights[term_id]
             for tf, rows in by_tf.items():
                 for dl, doc_id in rows:
-                    probe[doc_id] = probe.get(doc_id, 0.0) + term_score(self.weights[term_id], tf, dl, self.avgdl)
+                    probe[doc_id] = probe.get(doc_id, 0.0) + term_score(weight, tf, dl, self.avgdl)
         self.scorer.score(heapq.nlargest(8 * self.keep, probe, key=probe.__getitem__))
 
     def read_terms(self) -> None:
@@ -142,16 +143,17 @@ class _TopK:
     def bound(self, doc_id: int) -> float:
         """At most the doc's bm25: what the terms that returned it gave, plus for each term that did not, the most
         a posting of that term at the doc's length gives while staying under the term's floor (0 for none)."""
-        total, dl, hit = self.partial[doc_id], self.lengths[doc_id], self.hit_by[doc_id]
-        for n, (term_id, floor) in enumerate(self.floors):
-            if hit & 1 << n:
-                continue
-            key = (term_id, dl)
-            if key not in self.missing:
-                below = [term_score(1.0, tf, dl, self.avgdl) for tf in self.groups[term_id]]
-                self.missing[key] = self.weights[term_id] * max((f for f in below if f <= floor), default=0.0)
-            total += self.missing[key]
-        return total
+        key = (self.hit_by[doc_id], self.lengths[doc_id])
+        missing = self.missing.get(key)
+        if missing is None:
+            hit, dl = key
+            missing = 0.0
+            for n, (term_id, floor) in enumerate(self.floors):
+                if not hit & 1 << n:
+                    below = [term_score(1.0, tf, dl, self.avgdl) for tf in self.groups[term_id]]
+                    missing += self.weights[term_id] * max((f for f in below if f <= floor), default=0.0)
+            self.missing[key] = missing
+        return self.partial[doc_id] + missing
 
     def finish(self) -> None:
         """The docs read, best bound first, scored exactly until the next bound is below θ."""
@@ -214,10 +216,11 @@ def _upper(weight: float, by_tf: dict[int, list[tuple[int, int]]], avgdl: float)
 
 def _above(
     db: sqlite3.Connection, term_id: int, by_tf: dict[int, list[tuple[int, int]]], floor: float, avgdl: float
-) -> Iterable[tuple[int, int, int]]:
+) -> list[tuple[int, int, int]]:
     """Docs where the term's f(tf, dl) = tf(k1+1) / (tf + k1(1 - b + b dl / avgdl)) exceeds `floor` (× its idf:
     the contribution exceeds its share of the budget), as (tf, dl, doc id): per tf, the docs shorter than the bound
     solved for dl."""
+    rows: list[tuple[int, int, int]] = []
     for tf in by_tf:
         if floor <= 0:
             limit = None
@@ -230,7 +233,8 @@ def _above(
         if limit is not None:
             sql += " AND dl <= ?"
             params += (int(limit) + 1,)  # a superset at the edge: scored exactly anyway
-        yield from db.execute(sql, params)
+        rows += db.execute(sql, params).fetchall()
+    return rows
 
 
 class _Scorer:
