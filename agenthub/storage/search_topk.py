@@ -157,7 +157,8 @@ class _TopK:
 
     def finish(self) -> None:
         """The docs read, best bound first, scored exactly until the next bound is below θ."""
-        bounded = sorted(((self.bound(d), d) for d in self.partial), reverse=True)
+        floor = self.floor()
+        bounded = sorted(((b, d) for d in self.partial if (b := self.bound(d)) >= floor), reverse=True)
         for start in range(0, len(bounded), _CHUNK):
             if bounded[start][0] < self.floor():
                 return
