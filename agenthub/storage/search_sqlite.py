@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from array import array
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -20,30 +19,30 @@ from pathlib import Path
 import structlog
 
 from agenthub.storage.search_index import (
-    K1,
     MEMORY,
-    RECENCY_PRIOR,
-    B,
     Passage,
     SearchDoc,
     SearchHit,
     SearchScope,
     SourceRef,
     identity,
-    idf,
     rank_key,
-    score_of,
     session_channel,
 )
+from agenthub.storage.search_topk import Ranking, best_docs, pack_terms, unpack_terms
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = "5"
-"""5: docs hold their speaker and CJK character grams (an index of older terms is rebuilt from the files)."""
+SCHEMA_VERSION = "6"
+"""6: postings in (tf, length, doc) order for the top-k bound, and docs hold their speaker and CJK character grams
+(an index of another version is rebuilt from the files)."""
 _CHUNK = 500  # host parameters per statement
-FRESH_ROWS = 4000
+SCOPE_SCAN_DOCS = 5000
+"""A scope of at most this many docs (one chat) is scored doc by doc instead of through the postings."""
+FRESH_ROWS = 16000
 """New postings wait in the small append-only table `fresh` (one page or two per message, not one per term) until
-this many have gathered; then they are merged into `postings` in term order, in one step."""
+this many have gathered; then they are merged into `postings` in term order, in one step (a merge writes about a
+page per distinct term, so fewer, larger merges write less per posting; a search reads `fresh` whole, ~2 ms)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings(name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -60,8 +59,8 @@ CREATE TABLE IF NOT EXISTS docs(
 CREATE INDEX IF NOT EXISTS docs_ts ON docs(ts);
 CREATE TABLE IF NOT EXISTS terms(id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE, df INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS postings(
-    term_id INTEGER NOT NULL, doc_id INTEGER NOT NULL, tf INTEGER NOT NULL, dl INTEGER NOT NULL,
-    source_id INTEGER NOT NULL, ts INTEGER, PRIMARY KEY(term_id, doc_id)) WITHOUT ROWID;
+    term_id INTEGER NOT NULL, tf INTEGER NOT NULL, dl INTEGER NOT NULL, doc_id INTEGER NOT NULL,
+    PRIMARY KEY(term_id, tf, dl, doc_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fresh(
     doc_id INTEGER NOT NULL, term TEXT NOT NULL, tf INTEGER NOT NULL, dl INTEGER NOT NULL, source_id INTEGER NOT NULL,
     ts INTEGER);
@@ -73,9 +72,10 @@ _DOC = "d.id, d.source_id, d.seq, d.role, d.speaker, d.ts, d.text"
 class SqliteSearchIndex:
     """The index of one agent; use it from one thread only."""
 
-    def __init__(self, path: Path, agent: str = "") -> None:
+    def __init__(self, path: Path, agent: str = "", *, fresh_rows: int = FRESH_ROWS) -> None:
         self.path = path
         self.agent = agent
+        self.fresh_rows = fresh_rows
         self.rebuilt = False
         """True when the database had to be created anew (damaged, missing or of another schema)."""
         self.db = self._open()
@@ -201,9 +201,13 @@ class SqliteSearchIndex:
         if any(not tids for _, _, tids in rows):  # some still wait in `fresh`: merge them first
             self._merge()
             rows = self.db.execute(f"SELECT id, dl, tids FROM docs WHERE {where}", params).fetchall()
-        pairs = [(term_id, doc_id) for doc_id, _, tids in rows for term_id in array("q", tids)]
-        self.db.executemany("DELETE FROM postings WHERE term_id = ? AND doc_id = ?", pairs)
-        counts = Counter(term_id for term_id, _ in pairs)
+        keys = [
+            (term_id, tf, dl, doc_id)
+            for doc_id, dl, tids in rows
+            for term_id, tf in zip(*unpack_terms(tids), strict=True)
+        ]
+        self.db.executemany("DELETE FROM postings WHERE term_id = ? AND tf = ? AND dl = ? AND doc_id = ?", keys)
+        counts = Counter(key[0] for key in keys)
         self.db.executemany("UPDATE terms SET df = df - ? WHERE id = ?", [(n, t) for t, n in counts.items()])
         self.db.execute(f"DELETE FROM docs WHERE {where}", params)
         touched = json.dumps(list(counts))
@@ -227,7 +231,7 @@ class SqliteSearchIndex:
             "UPDATE totals SET docs = docs + ?, terms = terms + ?, fresh = fresh + ? RETURNING fresh",
             (len(docs), sum(len(d.terms) for d in docs), len(fresh)),
         ).fetchone()
-        if waiting >= FRESH_ROWS:
+        if waiting >= self.fresh_rows:
             self._merge()
 
     def _merge(self) -> None:
@@ -239,13 +243,17 @@ class SqliteSearchIndex:
             "ON CONFLICT(term) DO UPDATE SET df = df + excluded.df"
         )
         self.db.execute(
-            "INSERT INTO postings SELECT t.id, f.doc_id, f.tf, f.dl, f.source_id, f.ts "
-            "FROM fresh f JOIN terms t ON t.term = f.term ORDER BY t.id, f.doc_id"
+            "INSERT INTO postings SELECT t.id, f.tf, f.dl, f.doc_id "
+            "FROM fresh f JOIN terms t ON t.term = f.term ORDER BY t.id, f.tf, f.dl, f.doc_id"
         )
-        ids: dict[int, array[int]] = {}
-        for doc_id, term_id in self.db.execute("SELECT f.doc_id, t.id FROM fresh f JOIN terms t ON t.term = f.term"):
-            ids.setdefault(doc_id, array("q")).append(term_id)
-        self.db.executemany("UPDATE docs SET tids = ? WHERE id = ?", [(a.tobytes(), d) for d, a in ids.items()])
+        ids: dict[int, tuple[list[int], list[int]]] = {}
+        for doc_id, term_id, tf in self.db.execute(
+            "SELECT f.doc_id, t.id, f.tf FROM fresh f JOIN terms t ON t.term = f.term"
+        ):
+            pair = ids.setdefault(doc_id, ([], []))
+            pair[0].append(term_id)
+            pair[1].append(tf)
+        self.db.executemany("UPDATE docs SET tids = ? WHERE id = ?", [(pack_terms(*p), d) for d, p in ids.items()])
         self.db.execute("DELETE FROM fresh")
         self.db.execute("UPDATE totals SET fresh = 0")
 
@@ -256,7 +264,9 @@ class SqliteSearchIndex:
 
     def search(self, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
         allowed = self._allowed(scope)
-        found = self._term_stats(list(dict.fromkeys(terms)))
+        unique = list(dict.fromkeys(terms))
+        fresh = self._fresh_postings(unique)  # one read of `fresh`: its rows and its share of df
+        found = self._term_stats(unique, Counter(row[1] for row in fresh))
         n_docs, n_terms = self.db.execute("SELECT docs, terms FROM totals").fetchone()
         if not found or not allowed or n_docs == 0:
             return []
@@ -264,52 +274,33 @@ class SqliteSearchIndex:
             "SELECT (SELECT min(ts) FROM docs), (SELECT max(ts) FROM docs)"
         ).fetchone()
         keep = 2 * limit  # a message is at most twice a hit (archive and history): enough distinct ones remain
-        rows = self._scored(found, n_docs, n_terms / n_docs, allowed, ts_min, ts_max, keep)
-        scored = {doc_id: score_of(bm25, ts, ts_min, ts_max) for doc_id, bm25, ts in rows}
+        ranking = Ranking(n_docs, n_terms / n_docs, ts_min, ts_max, frozenset(allowed))
+        best = best_docs(self.db, found, fresh, ranking, keep, self._scope_docs(allowed))
+        scored = {doc_id: score for doc_id, (score, _) in best.items()}
         return self._hits(list(scored), scored, limit)
 
-    def _scored(
-        self,
-        found: list[tuple[int | None, str, int]],
-        n_docs: int,
-        avgdl: float,
-        allowed: set[int],
-        ts_min: int | None,
-        ts_max: int | None,
-        keep: int,
-    ) -> list[tuple[int, float, int | None]]:
-        """The `keep` best (doc id, bm25, ts) of the allowed sources, summed and ordered inside SQLite (the same
-        formula as `score_of`; the caller recomputes the prior in Python for the final order). A doc's postings are
-        either merged or still in `fresh`, never both."""
-        weights = [(term_id, term, idf(n_docs, df)) for term_id, term, df in found]
-        values = ",".join("(?, ?, ?)" for _ in weights)
-        everything = self._sources is not None and len(allowed) == len(self._sources)
-        where = "" if everything else "WHERE h.source_id IN (SELECT value FROM json_each(?))"
-        span = (ts_max - ts_min) if ts_min is not None and ts_max is not None and ts_max > ts_min else 0
-        prior = f"(1 + {RECENCY_PRIOR!r} * coalesce((h.ts - ?) * 1.0 / ?, 0))" if span else "1"
-        bm25 = f"h.w * h.tf * {K1 + 1!r} / (h.tf + {K1!r} * ({1 - B!r} + {B!r} * h.dl / ?))"
-        columns = "doc_id, tf, dl, source_id, ts"
-        hits = f"SELECT p.{columns.replace(', ', ', p.')}, q.w FROM q JOIN postings p ON p.term_id = q.term_id"
-        if self._fresh_rows() > 0:
-            hits += f" UNION ALL SELECT f.{columns.replace(', ', ', f.')}, q.w FROM fresh f JOIN q ON f.term = q.term"
-        head = f"WITH q(term_id, term, w) AS (VALUES {values}), h({columns}, w) AS ({hits}) "
-        if len(weights) == 1:  # one term: no grouping, SQLite keeps only the best rows while it reads
-            sql = (
-                f"{head}SELECT h.doc_id, {bm25} AS s, h.ts FROM h {where} ORDER BY s * {prior} DESC, h.ts DESC LIMIT ?"
-            )
-        else:
-            sql = (
-                f"{head}SELECT h.doc_id, sum({bm25}) AS s, h.ts FROM h {where} "
-                f"GROUP BY h.doc_id ORDER BY s * {prior} DESC, h.ts DESC LIMIT ?"
-            )
-        params: list[object] = [x for triple in weights for x in triple]
-        params.append(avgdl)
-        if not everything:
-            params.append(json.dumps(sorted(allowed)))
-        if span:
-            params += [ts_min, span]
-        params.append(keep)
-        return [(int(d), float(s), ts) for d, s, ts in self.db.execute(sql, params)]
+    def _fresh_postings(self, terms: list[str]) -> list[tuple[int, str, int, int, int, int | None]]:
+        if self._fresh_rows() == 0:
+            return []
+        rows = self.db.execute(
+            "SELECT doc_id, term, tf, dl, source_id, ts FROM fresh WHERE term IN (SELECT value FROM json_each(?))",
+            (json.dumps(terms),),
+        )
+        return [tuple(r) for r in rows]
+
+    def _scope_docs(self, allowed: set[int]) -> list[int] | None:
+        """Every doc of a scope of a few sources (one chat), or None for a wide one (read through the postings)."""
+        assert self._sources is not None
+        if len(allowed) * 4 > len(self._sources):
+            return None
+        ids = json.dumps(sorted(allowed))
+        (count,) = self.db.execute(
+            "SELECT count(*) FROM docs WHERE source_id IN (SELECT value FROM json_each(?))", (ids,)
+        ).fetchone()
+        if count > SCOPE_SCAN_DOCS:
+            return None
+        sql = "SELECT id FROM docs WHERE source_id IN (SELECT value FROM json_each(?))"
+        return [r[0] for r in self.db.execute(sql, (ids,))]
 
     def _allowed(self, scope: SearchScope) -> set[int]:
         if self._sources is None:
@@ -332,23 +323,20 @@ class SqliteSearchIndex:
                 allowed.add(source_id)
         return allowed
 
-    def _term_stats(self, terms: list[str]) -> list[tuple[int | None, str, int]]:
-        """(term id or None when it is only in `fresh`, term, df) of the query terms some doc holds."""
+    def _term_stats(self, terms: list[str], waiting: Counter[str]) -> list[tuple[int | None, str, int]]:
+        """(term id or None when it is only in `fresh`, term, df) of the query terms some doc holds, in query order.
+        `waiting`: how many docs in `fresh` hold each."""
         merged: dict[str, tuple[int, int]] = {}
-        waiting: dict[str, int] = {}
-        fresh = self._fresh_rows() > 0
         for i in range(0, len(terms), _CHUNK):
             chunk = terms[i : i + _CHUNK]
             marks = ",".join("?" * len(chunk))
             rows = self.db.execute(f"SELECT term, id, df FROM terms WHERE term IN ({marks}) AND df > 0", chunk)
             merged.update((t, (i_, df)) for t, i_, df in rows)
-            if fresh:
-                sql = f"SELECT term, count(*) FROM fresh WHERE term IN ({marks}) GROUP BY term"
-                waiting.update(self.db.execute(sql, chunk).fetchall())
         found: list[tuple[int | None, str, int]] = []
-        for term in dict.fromkeys([*merged, *waiting]):
-            term_id, df = merged.get(term, (None, 0))
-            found.append((term_id, term, df + waiting.get(term, 0)))
+        for term in terms:
+            if term in merged or term in waiting:
+                term_id, df = merged.get(term, (None, 0))
+                found.append((term_id, term, df + waiting[term]))
         return found
 
     def _hits(self, best: list[int], scored: dict[int, float], limit: int) -> list[SearchHit]:

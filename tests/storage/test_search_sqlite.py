@@ -19,10 +19,11 @@ from agenthub.storage.search_index import (
     score_of,
     term_score,
 )
-from agenthub.storage.search_sqlite import FRESH_ROWS, SqliteSearchIndex
+from agenthub.storage.search_sqlite import SqliteSearchIndex
 
 WORDS = [f"w{i}" for i in range(300)]
 EVERYWHERE = SearchScope(None, agent_scoped=lambda _: True)
+FRESH_ROWS = 1000  # merges happen within these tests' few hundred docs
 
 
 def _docs(source: SourceRef, rng: random.Random, count: int, first_seq: int = 0) -> list[SearchDoc]:
@@ -62,13 +63,14 @@ def _same(found: list[tuple[str, int, float]], expected: list[tuple[str, int, fl
 
 def test_ranking_matches_the_formula_with_fresh_and_merged_postings(tmp_path: Path) -> None:
     rng = random.Random(11)
-    index = SqliteSearchIndex(tmp_path / "index.sqlite3")
+    index = SqliteSearchIndex(tmp_path / "index.sqlite3", fresh_rows=FRESH_ROWS)
     a, b = history_source("x:http:a"), history_source("x:http:b")
     docs_a = _docs(a, rng, 200)
     index.add(a, docs_a, "mark-a")
     assert sum(len(set(d.terms)) for d in docs_a) > FRESH_ROWS  # at least one merge happened
     docs_b = _docs(b, rng, 30)
     index.add(b, docs_b, "mark-b")  # these wait in `fresh`
+    assert index.db.execute("SELECT count(*) FROM fresh").fetchone()[0] > 0
     everything = docs_a + docs_b
     for query in (["w0"], ["w5", "w250"], ["w1", "w2", "w3", "w299"], ["w120"], ["absent", "w42"]):
         _same(_found(index, query, 10), _expected(everything, query, 10))
@@ -84,3 +86,37 @@ def test_ranking_matches_the_formula_with_fresh_and_merged_postings(tmp_path: Pa
     kept = {t for d in replaced for t in d.terms}
     assert {r[0] for r in index.db.execute("SELECT term FROM terms")} == kept
     index.close()
+
+
+def test_the_top_k_read_by_bounds_equals_scoring_every_doc(tmp_path: Path) -> None:
+    """Frequent terms (read only as far as the bound allows), many sources, every limit: the formula's order."""
+    rng = random.Random(5)
+    index = SqliteSearchIndex(tmp_path / "index.sqlite3", fresh_rows=FRESH_ROWS)
+    everything: list[SearchDoc] = []
+    for n in range(12):
+        source = history_source(f"x:http:c{n}")
+        docs = _docs(source, rng, 150)
+        index.add(source, docs, f"mark-{n}")
+        everything += docs
+    last = history_source("x:http:last")
+    everything += _docs(last, rng, 10)
+    index.add(last, everything[-10:], "mark-last")
+    assert index.db.execute("SELECT count(*) FROM fresh").fetchone()[0] > 0  # some docs still wait, most merged
+    queries = (["w0"], ["w1"], ["w0", "w1"], ["w0", "w2", "w3"], ["w0", "w299"], ["w4", "w40", "w150", "w1"])
+    for query in queries:
+        for limit in (1, 3, 10, 40):
+            _same(_found(index, query, limit), _expected(everything, query, limit))
+    one_chat = [d for d in everything if d.passage.session == "x:http:c3"]
+    for query in queries:
+        found = [(h.passage.session, h.passage.seq, h.score) for h in index.search(query, SearchScope("x:http:c3"), 5)]
+        assert found == _expected_in(everything, one_chat, query, 5)
+    index.close()
+
+
+def _expected_in(
+    docs: list[SearchDoc], shown: list[SearchDoc], query: list[str], limit: int
+) -> list[tuple[str, int, float]]:
+    """The formula over every doc, keeping only the hits among `shown`."""
+    allowed = {(d.passage.session, d.passage.seq) for d in shown}
+    ranked = _expected(docs, query, len(docs))
+    return [hit for hit in ranked if (hit[0], hit[1]) in allowed][:limit]
