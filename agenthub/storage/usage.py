@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 
 import structlog
 
+from agenthub.errors import StorageError
 from agenthub.storage.atomic import atomic_write_text
 
 log = structlog.get_logger(__name__)
@@ -182,11 +183,10 @@ class FileUsageStore:
         for row in rows:
             by_day.setdefault(row.day, []).append(json.dumps(asdict(row), ensure_ascii=False) + "\n")
         for day, lines in by_day.items():
-            path = self._journal(day)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("a", encoding="utf-8") as f:
-                f.write("".join(lines))
-                f.flush()
+            try:
+                _append_lines(self._journal(day), "".join(lines))
+            except OSError as e:  # a full or read-only disk: the rows stay pending in the recorder
+                raise StorageError(f"could not append to the usage journal of {day}") from e
 
     def _count(self, row: UsageRow) -> None:
         tokens = row.tokens
@@ -291,6 +291,22 @@ class FileUsageStore:
             except OSError as e:
                 log.warning("usage_rollup_not_written", day=day, error=str(e))
         return summed
+
+
+def _append_lines(path: Path, text: str) -> None:
+    """Append whole lines; a write that fails part-way is cut back, so a retry never glues onto a torn line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as f:
+        start = f.tell()
+        try:
+            f.write(text.encode("utf-8"))
+            f.flush()
+        except OSError:
+            try:
+                f.truncate(start)
+            except OSError:
+                pass  # the reader skips a torn last line
+            raise
 
 
 def _plus(a: UsageRow | None, b: UsageRow) -> UsageRow:
