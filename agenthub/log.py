@@ -68,12 +68,37 @@ def configure_logging(
         final.append(structlog.processors.format_exc_info)
     final += [_redact, renderer]  # last, so exception text and stdlib messages are redacted too
     formatter = structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=final)
-    handler = logging.StreamHandler(out)
+    handler = _handler_for(stream)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     route_library_loggers()
+
+
+class _StandardStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to `sys.stdout` / `sys.stderr` as they are when a record is written, not as they were when logging was
+    configured (a replaced stream, e.g. one closed since, would turn every later record into a logging error)."""
+
+    def __init__(self, name: str) -> None:
+        self._stream_name = name
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:
+        return getattr(sys, self._stream_name)
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        """The stream is always the current one of `sys`."""
+
+
+def _handler_for(stream: Any) -> logging.Handler:
+    if stream is None or stream is sys.stdout:
+        return _StandardStreamHandler("stdout")
+    if stream is sys.stderr:
+        return _StandardStreamHandler("stderr")
+    return logging.StreamHandler(stream)
 
 
 def route_library_loggers() -> None:

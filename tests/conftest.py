@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -41,6 +42,18 @@ def _no_process_outlives_its_test() -> Iterator[None]:
         for pid in left:
             processes.end(pid)
         pytest.fail(f"the test left {len(left)} process(es) running (now killed): {described}", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """A command run in-process configures logging for itself (`configure_logging`): the next test starts from the
+    configuration it found, not with that command's level and stream."""
+    root = logging.getLogger()
+    handlers, level, config = root.handlers[:], root.level, structlog.get_config()
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.configure(**config)
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ import functools
 import getpass
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -32,6 +32,7 @@ from agenthub.errors import (
     StorageError,
 )
 from agenthub.forget.command import jobs_hook
+from agenthub.forget.index import IndexHook
 from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter
 from agenthub.gateway.session_lease import SessionLeases
@@ -134,7 +135,7 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
                 MemoryFiles(settings.data_dir, settings.auth_dir, stores.memory),
                 guard=functools.partial(_leased, leases, settings.session.lock_timeout_s + settings.store.lease_s),
                 jobs=jobs_hook(Scheduler(settings.scheduler, stores.jobs)),  # the files, or the table `jobs`
-                index=None if search is None else search.purge,
+                index=None if search is None else _with_vectors(search.purge, stores),
                 settled=lambda: _drop_settled_inbox(settings),
             )
             try:
@@ -243,3 +244,22 @@ def _os_user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
+
+
+def _with_vectors(purge: IndexHook, stores: Stores) -> IndexHook:
+    """The shared index's purge, then the redacted sessions' `[search.embeddings]` vectors dropped from the database
+    (whether or not embeddings are on now: vectors stored earlier hold the text too); a running daemon embeds the
+    redacted text again at its next catch-up."""
+
+    async def purged(agent: str, keys: Sequence[SessionKey]) -> int:
+        count = await purge(agent, keys)
+        if stores.database is not None:
+            from agenthub.storage.postgres.search_vectors import PostgresVectorStore
+
+            vectors = PostgresVectorStore(stores.database)
+            for key in keys:
+                await vectors.drop_session(agent, str(key))
+            await vectors.purge(agent)
+        return count
+
+    return purged

@@ -34,6 +34,18 @@ CANDIDATES = 50
 """How many of each ranking are fused (at least the asked limit)."""
 
 
+def _current_passages(
+    key: SessionKey, archive: Sequence[dict[str, Any]], history: Sequence[dict[str, Any]]
+) -> dict[str, Passage]:
+    """The session's passages by digest; the history's copy wins over the archive's (it is in the working context)."""
+    current: dict[str, Passage] = {}
+    for passage in passages_of(key, archive, ARCHIVE):
+        current[digest_of(passage)] = passage
+    for passage in passages_of(key, history, HISTORY):
+        current[digest_of(passage)] = passage
+    return current
+
+
 def passages_of(key: SessionKey, records: Sequence[dict[str, Any]], kind: DocKind) -> list[Passage]:
     """The searchable passages of a history's or an archive's records, exactly as the lexical index has them."""
     reader, source = RecordReader(), SourceRef(kind, str(key))
@@ -108,11 +120,8 @@ class VectorIndex:
         """Make the session's vectors those of its history and archive now: new passages embedded, gone ones removed,
         archived ones relabelled. Returns how many were embedded (0 while the endpoint is away)."""
         agent, session = key.agent, str(key)
-        current: dict[str, Passage] = {}
-        for passage in passages_of(key, await self.sessions.read_archive(key), ARCHIVE):
-            current[digest_of(passage)] = passage
-        for passage in passages_of(key, await self.sessions.load(key), HISTORY):
-            current[digest_of(passage)] = passage  # the history's copy wins: it is in the working context
+        archive, history = await self.sessions.read_archive(key), await self.sessions.load(key)
+        current = await asyncio.to_thread(_current_passages, key, archive, history)  # CPU-heavy: off the loop
         stored = await self.store.stored(agent, session)
         if not current:
             if stored:

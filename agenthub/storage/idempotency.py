@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from agenthub.errors import StorageError
 from agenthub.storage.atomic import atomic_write_text
 
 IDEMPOTENCY_DIR = ".idempotency"
@@ -114,11 +115,17 @@ class FileIdempotency:
         return self.root / f"{digest}.json"
 
     async def _read(self, scope: str, key: str) -> dict[str, Any] | None:
-        return await asyncio.to_thread(_read_file, self._path(scope, key))
+        try:
+            return await asyncio.to_thread(_read_file, self._path(scope, key))
+        except OSError as e:
+            raise StorageError("could not read an idempotency key") from e
 
     async def _write(self, scope: str, key: str, data: dict[str, Any]) -> None:
         path, text = self._path(scope, key), json.dumps({"scope": scope, "key": key, **data}, ensure_ascii=False)
-        await asyncio.to_thread(_write_file, path, text, self._fsync)
+        try:
+            await asyncio.to_thread(_write_file, path, text, self._fsync)
+        except OSError as e:  # a full or read-only disk: the callers' StorageError path, never a raw OSError
+            raise StorageError("could not store an idempotency key") from e
 
     async def claim(self, scope: str, key: str, fingerprint: str) -> IdempotencyRecord | None:
         now = self._clock()
@@ -151,7 +158,10 @@ class FileIdempotency:
 
     async def release(self, scope: str, key: str) -> None:
         async with self._lock:
-            await asyncio.to_thread(self._path(scope, key).unlink, missing_ok=True)
+            try:
+                await asyncio.to_thread(self._path(scope, key).unlink, missing_ok=True)
+            except OSError as e:
+                raise StorageError("could not release an idempotency key") from e
 
 
 def _read_file(path: Path) -> dict[str, Any] | None:

@@ -109,9 +109,14 @@ class BudgetGate:
             log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
             return Refusal(standing, self.refusal_text(standing, locale))
         admission = Admission(reservation.id)
-        for standing in reservation.standings:
-            if (standing.used + estimate) / standing.limit >= limits.warn_at:
-                await self._warn_once(standing, day, locale, admission)
+        try:
+            for standing in reservation.standings:
+                if (standing.used + estimate) / standing.limit >= limits.warn_at:
+                    await self._warn_once(standing, day, locale, admission)
+        except BaseException:  # cancelled (or failed) before the caller holds the admission: give the tokens back
+            if reservation.id is not None:
+                self.recorder.release(reservation.id)
+            raise
         return admission
 
     async def _warn_once(self, standing: Standing, day: str, locale: str, admission: Admission) -> None:

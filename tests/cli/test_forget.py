@@ -241,6 +241,13 @@ async def test_forget_without_a_daemon_on_postgres_redacts_the_database(
         assert FACT in await gw.memory_files.read(profiles[0])
         assert await gw.search.search("default", FACT, SearchScope(str(dm)), 5)  # in the shared index now
     assert await index_rows_holding(postgres_dsn, FACT) > 0
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:  # an earlier embedding
+        await conn.execute(
+            "INSERT INTO search_vectors (agent, session, digest, kind, seq, role, speaker, ts, text, model, vec) "
+            "VALUES ('default', %s, 'd1', 'history', 0, 'user', 'alice', 1, %s, 'm', '\\x00000000'::bytea)",
+            (str(dm), f"My locker is {FACT}"),
+        )
+    assert await index_rows_holding(postgres_dsn, FACT) > 0
     env = cli_env(settings, tmp_path, AGENTHUB_STORE__BACKEND="postgres", AGENTHUB_STORE__DSN=postgres_dsn)
     code, _, err = await run_cli(env, tmp_path, "forget", "--channel", "wecom", "--sender", "alice", "--yes")
     assert code == 0, err
@@ -255,7 +262,7 @@ async def index_rows_holding(dsn: str, text: str) -> int:
     """Rows of the shared search index's tables holding `text` in any column."""
     found = 0
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        for table in ("search_docs", "search_postings", "search_sources"):
+        for table in ("search_docs", "search_postings", "search_sources", "search_vectors"):
             cursor = await conn.execute(f"SELECT count(*) FROM {table} t WHERE t::text LIKE %s", (f"%{text}%",))
             row = await cursor.fetchone()
             found += int(row[0]) if row else 0

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from agenthub.errors import StorageError
 from agenthub.storage.idempotency import ACCEPT_GRACE_S, FileIdempotency, IdempotencyRecord
+from tests.support.disks import fill, small_tmpfs
 
 WINDOW_S = 3600.0
 
@@ -41,3 +45,13 @@ async def test_a_key_never_stored_frees_after_the_grace_and_a_released_one_at_on
     assert await store.claim("s", "k", "fp") is None  # the taker died before storing: free again
     await store.release("s", "k")
     assert await store.claim("s", "k", "fp") is None
+
+
+async def test_a_full_disk_is_a_storage_error_and_the_key_stays_unclaimed(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / "data") as disk:
+        store = FileIdempotency(disk, window_s=WINDOW_S, fsync=False, clock=Clock())
+        filler = fill(disk)
+        with pytest.raises(StorageError):  # the chat route's StorageError path, never a raw OSError (a 500)
+            await store.claim("token:a:c", "k1", "fp")
+        filler.unlink()
+        assert await store.claim("token:a:c", "k1", "fp") is None  # nothing half-written blocks the first claim
