@@ -1,8 +1,8 @@
 """The import-rule checker: every static import of a source tree, read with `ast`, against "X never imports Y" rules.
 
-It sees every `import` and `from … import`, at module level, inside functions and under `if TYPE_CHECKING:`, with
-relative imports resolved against the importing module's package. Loading by name (`importlib.import_module`, as the
-channel registry does on purpose) is not an import and is not checked.
+It sees every `import` and `from … import`, at module level, inside functions and under `if TYPE_CHECKING:` (marked
+`typing_only`), with relative imports resolved against the importing module's package. Loading by name
+(`importlib.import_module`, as the channel registry does on purpose) is not an import and is not checked.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Import:
     line: int
     importer: str
     imported: str
+    typing_only: bool = False
 
 
 def within(name: str, package: str) -> bool:
@@ -65,23 +66,41 @@ def resolve_relative(importer: str, is_package: bool, level: int, module: str | 
     return ".".join([*base, module] if module else base)
 
 
+def is_type_checking(test: ast.expr) -> bool:
+    """Whether an `if` test is `TYPE_CHECKING` or `<module>.TYPE_CHECKING`."""
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+
+
+def typing_only_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside the body (not the `else`) of an `if TYPE_CHECKING:`."""
+    marked: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and is_type_checking(node.test):
+            marked.update(id(inner) for statement in node.body for inner in ast.walk(statement))
+    return marked
+
+
 def imports_in(root: Path, path: Path) -> Iterator[Import]:
     """Every name `path` imports; for `from m import a` both `m` and `m.a` (a may be a submodule)."""
     importer = module_name(root, path)
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    typing_only = typing_only_nodes(tree)
     for node in ast.walk(tree):
+        hint = id(node) in typing_only
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield Import(path, node.lineno, importer, alias.name)
+                yield Import(path, node.lineno, importer, alias.name, hint)
         elif isinstance(node, ast.ImportFrom):
             source = node.module or ""
             if node.level:
                 source = resolve_relative(importer, is_package, node.level, node.module)
-            yield Import(path, node.lineno, importer, source)
+            yield Import(path, node.lineno, importer, source, hint)
             for alias in node.names:
                 if alias.name != "*":
-                    yield Import(path, node.lineno, importer, f"{source}.{alias.name}")
+                    yield Import(path, node.lineno, importer, f"{source}.{alias.name}", hint)
 
 
 def python_files(root: Path, packages: tuple[str, ...]) -> list[Path]:
