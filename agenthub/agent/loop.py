@@ -125,7 +125,7 @@ class AgentLoop:
         result = TurnResult()
         added: list[Message] = []  # this turn's tool round trips; the newest carries a cache breakpoint
         for _ in range(self.max_iterations):
-            messages = [*request.messages, *mark_newest_message(added)]
+            messages = [*(_without_tail(request) if added else request.messages), *mark_newest_message(added)]
             purpose = "job" if request.purpose == "job" else "turn"  # a scheduled prompt's turn is counted as a job
             call = replace(request, model=self.model, max_tokens=self.max_tokens, messages=messages, purpose=purpose)
             response = await self._call(call, emit, result)
@@ -169,3 +169,14 @@ class AgentLoop:
         except OSError as e:
             log.error("tool_result_move_failed", tool=tool, chars=len(output), error=type(e).__name__)
             return output
+
+
+def _without_tail(request: LLMRequest) -> list[Message]:
+    """The request's messages without the blocks only its first call carries (`LLMRequest.first_call_tail`)."""
+    if request.first_call_tail <= 0 or not request.messages:
+        return request.messages
+    newest = request.messages[-1]
+    content = newest.get("content")
+    if not isinstance(content, list):
+        return request.messages
+    return [*request.messages[:-1], {**newest, "content": content[: -request.first_call_tail]}]

@@ -131,7 +131,9 @@ async def with_recall(request: LLMRequest, history: list[Message], ctx: ToolCont
     newest = request.messages[-1]
     content = newest["content"]
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
-    return dataclasses.replace(request, messages=[*request.messages[:-1], {**newest, "content": [*blocks, block]}])
+    return dataclasses.replace(
+        request, messages=[*request.messages[:-1], {**newest, "content": [*blocks, block]}], first_call_tail=1
+    )
 
 
 def _context_texts(history: list[Message]) -> set[str]:

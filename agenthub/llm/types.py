@@ -48,6 +48,9 @@ class LLMRequest:
     locale_configured: bool = False
     """`locale` is set for the chat (agent.json or the channel's section): the offline reply keeps it, instead of
     following the language the user wrote in."""
+    first_call_tail: int = 0
+    """How many blocks at the end of the newest message only the turn's first call carries (recalled memory): a tool
+    step's later calls leave them out, so the prefix they cache is the one the stored history repeats next turn."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
 from tests.support.agents import write_agent
-from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 
 FACT = "顺便说一下，我们的暗号是夜莺，the password is nightingale"
 FACT_AT = 1_764_000_000_000  # ms
@@ -166,3 +166,22 @@ def test_the_query_is_the_words_of_the_turns_own_messages() -> None:
     assert query_of([*earlier, _user("the  nightingale\n"), together]) == "the nightingale and the oriole"
     result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]}
     assert query_of([*earlier, _assistant("calling"), result]) == ""
+
+
+async def test_a_tool_steps_later_calls_leave_the_recall_out_so_their_cached_prefix_is_the_stored_one(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    write_agent(settings.agents_dir, "rec", AUTO)
+    key = SessionKey("rec", "http", "c")
+    async with build_gateway(settings) as gw:
+        await _archive_fact(gw, key)
+        fake_llm.script(reply_tool("read_memory", {}), reply_text("nightingale"))
+        message = InboundMessage("http", "c", "me", "What was our password?", agent="rec", timestamp=FACT_AT + 1)
+        events = [e async for e in await gw.submit(message)]
+        assert isinstance(events[-1], DoneEvent), events[-1]
+        first, second = (r.body["messages"] for r in fake_llm.message_requests()[-2:])  # type: ignore[index]
+    asked = -3  # the second call: the user's message, then the tool step (assistant, results)
+    assert second[-2]["role"] == "assistant" and second[-1]["role"] == "user"
+    assert _recalled(first[-1]["content"])  # the first call carries the recalled passages
+    assert not _recalled(second[asked]["content"])  # the tool step's call does not: its prefix is what is stored
+    assert second[asked]["content"] == first[-1]["content"][:-1]  # the user's words as the first call had them
