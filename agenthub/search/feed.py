@@ -21,7 +21,7 @@ from agenthub import jsonsafe
 from agenthub.search.docs import RecordReader, memory_docs
 from agenthub.storage.keys import SessionKey, key_from_file_stem
 from agenthub.storage.paths import AgentLayout
-from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, SearchDoc, SourceRef
+from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, JsonWatermark, SearchDoc, SourceRef
 from agenthub.storage.search_sqlite import SqliteSearchIndex
 
 _HEAD_BYTES = 4096
@@ -30,7 +30,7 @@ _KEEP_SKIPPED = 64  # unindexed tool_use ids remembered past a batch (their resu
 
 
 @dataclass
-class _Mark:
+class _Mark(JsonWatermark):
     """A JSONL source's watermark."""
 
     ino: int = 0
@@ -42,18 +42,6 @@ class _Mark:
     next: int = 0
     hidden: int = 0  # lines below this one are never indexed again (a deleted session's leftover archive)
     skipped: list[str] = field(default_factory=list)
-
-    @classmethod
-    def parse(cls, text: str | None) -> _Mark | None:
-        if not text:
-            return None
-        try:
-            return cls(**json.loads(text))
-        except (ValueError, TypeError):
-            return None
-
-    def dump(self) -> str:
-        return json.dumps(self.__dict__)
 
     @property
     def stat(self) -> tuple[int, int, int]:

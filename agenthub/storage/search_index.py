@@ -24,10 +24,11 @@ same message in the archive and in the history (a crash between archive and repl
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from dataclasses import asdict, dataclass, field
+from typing import Literal, Protocol, Self
 
 from agenthub.storage.memory_files import MemoryName
 
@@ -202,3 +203,20 @@ class SearchIndexStore(Protocol):
         """The best `limit` hits for these distinct query terms within `scope`, in the order of the module
         docstring, each with its neighbours; [] for no terms."""
         ...
+
+
+class JsonWatermark:
+    """Base of a backend's watermark dataclass, kept as the port's opaque text (JSON of its fields)."""
+
+    @classmethod
+    def parse(cls, text: str | None) -> Self | None:
+        """The watermark `text` holds; None when there is none or it is not one of this kind."""
+        if not text:
+            return None
+        try:
+            return cls(**json.loads(text))
+        except (ValueError, TypeError):
+            return None
+
+    def dump(self) -> str:
+        return json.dumps(asdict(self))  # type: ignore[call-overload]

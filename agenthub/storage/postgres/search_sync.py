@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from agenthub import jsonsafe
@@ -20,7 +20,7 @@ from agenthub.storage.keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.search import Conn, drop_docs, insert_docs, lock_source, set_watermark, source_params
-from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, SearchDoc, SourceRef
+from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, JsonWatermark, SearchDoc, SourceRef
 
 HistoryRecord = dict[str, Any]
 DocMaker = Callable[
@@ -50,24 +50,12 @@ WHERE h.head IS DISTINCT FROM w.head
 
 
 @dataclass
-class _Mark:
+class _Mark(JsonWatermark):
     first: int = 0
     first_md5: str = ""
     last: int = -1
     last_md5: str = ""
     skipped: list[str] = field(default_factory=list)
-
-    @classmethod
-    def parse(cls, text: str | None) -> _Mark | None:
-        if not text:
-            return None
-        try:
-            return cls(**json.loads(text))
-        except (ValueError, TypeError):
-            return None
-
-    def dump(self) -> str:
-        return json.dumps(asdict(self))
 
 
 class PostgresIndexFeed:
