@@ -51,7 +51,7 @@ class RemoteGateway:
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.locale: str | None = None
-        """The terminal's locale, sent as `Accept-Language`: the daemon answers in it where none is configured."""
+        """The terminal's locale, sent as `?lang=`: the daemon answers in it where none is configured."""
 
     async def __aenter__(self) -> RemoteGateway:
         self._session = aiohttp.ClientSession(timeout=self._timeout)
@@ -107,7 +107,8 @@ class RemoteGateway:
         url = f"{self.base_url}/api/agents/{agent}/chat?stream=1"
         body = {"chat_id": message.chat_id, "content": message.content}
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "text/event-stream"}
-        if self.locale:
+        if self.locale:  # chosen, as in-process (`?lang=`): even the offline reply keeps to it
+            url += f"&lang={quote(self.locale)}"
             headers["Accept-Language"] = self.locale
         try:
             async with self._session.post(url, json=body, headers=headers) as resp:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agenthub import i18n
 from agenthub.channel import ChannelContext, Submitter
 from agenthub.errors import ConfigError
+from agenthub.i18n import LOCALE_CHOSEN
 from agenthub.messages import (
     DeltaEvent,
     DoneEvent,
@@ -37,6 +38,7 @@ from agenthub.messages import (
     ReplyEvent,
     ToolEvent,
 )
+from agenthub.remote import CHANNEL as SESSION_CHANNEL
 
 log = structlog.get_logger(__name__)
 
@@ -59,7 +61,7 @@ class CliConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     agent: str | None = Field(None, description="explicit agent; default: bindings, then the default agent")
-    chat_id: str = Field("direct", min_length=1, description="session key part: <agent>:cli:<chat_id>")
+    chat_id: str = Field("direct", min_length=1, description="session key part: <agent>:http:<chat_id>")
     sender_id: str = Field("local", min_length=1)
     history_file: Path | None = Field(None, description="input history; default data/.channels/cli/history")
     locale: str | None = Field(None, description="zh-CN or en for the texts the product writes; default: the system's")
@@ -75,14 +77,23 @@ class ChatBackend(Protocol):
 
 
 class GatewayBackend:
-    """The in-process backend: each text becomes an `InboundMessage` submitted to the gateway."""
+    """The in-process backend: each text becomes an `InboundMessage` submitted to the gateway.
 
-    def __init__(self, gateway: Submitter, *, chat_id: str, sender_id: str, agent: str | None) -> None:
+    The session is `<agent>:http:<chat_id>` (`SESSION_CHANNEL`), the one a running daemon's HTTP API gives the
+    same chat id: the terminal talks in one conversation whether it opens the files itself or goes through the
+    daemon, and the web console shows it too. Its replies are in the terminal's locale, as the terminal chose it.
+    """
+
+    def __init__(
+        self, gateway: Submitter, *, chat_id: str, sender_id: str, agent: str | None, locale: i18n.Locale
+    ) -> None:
         self._gateway, self._chat_id, self._sender_id, self._agent = gateway, chat_id, sender_id, agent
+        self._locale = locale
 
     def _message(self, text: str) -> InboundMessage:
-        metadata = {"chat_type": "private"}  # a terminal is one person's chat
-        return InboundMessage("cli", self._chat_id, self._sender_id, text, agent=self._agent, metadata=metadata)
+        metadata: dict[str, object] = {"chat_type": "private", "locale": self._locale, LOCALE_CHOSEN: True}
+        chat, sender = self._chat_id, self._sender_id
+        return InboundMessage(SESSION_CHANNEL, chat, sender, text, agent=self._agent, metadata=metadata)
 
     async def submit(self, text: str) -> AsyncIterator[ReplyEvent]:
         handle = await self._gateway.submit(self._message(text))
@@ -257,7 +268,7 @@ class ChatRepl:
 
     async def run(self) -> int:
         """Run until Ctrl-D or /exit; returns the exit code."""
-        banner = i18n.text("cli.banner.session", self.locale, label=self._label) if self._label else "AgentHub chat"
+        banner = self._label or "AgentHub chat"  # the chat command's line naming the session and where it runs
         self.printer.line(f"{banner}\n{i18n.text('cli.help_line', self.locale)}", "notice")
         while True:
             try:
@@ -341,7 +352,11 @@ class CliChannel:
         self._context = context
         self.locale = i18n.normalise_locale(self.config.locale) or i18n.channel_locale(context.settings, self.name)
         self.backend: ChatBackend = GatewayBackend(
-            context.gateway, chat_id=self.config.chat_id, sender_id=self.config.sender_id, agent=self.config.agent
+            context.gateway,
+            chat_id=self.config.chat_id,
+            sender_id=self.config.sender_id,
+            agent=self.config.agent,
+            locale=self.locale,
         )
         self._repl: ChatRepl | None = None
         self._history: PersistentHistory | None = None

@@ -66,6 +66,8 @@ async def handle_chat(api: ApiServices, request: web.Request) -> web.StreamRespo
     asked = asked_locale(request)
     if asked is not None:  # followed where neither the agent nor [channels.http] sets a locale
         message.metadata["locale"] = asked
+        if i18n.normalise_locale(request.query.get("lang")) == asked:  # chosen (the terminal chat), not the words
+            message.metadata[i18n.LOCALE_CHOSEN] = True
     locale = i18n.locale_for(gateway.settings, CHANNEL, agent, asked)
     if idempotent is None:
         handle = await _submit(api, message, locale)

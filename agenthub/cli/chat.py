@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from agenthub import i18n
 from agenthub.app import build_gateway, channel_context, open_stores
 from agenthub.channel import Submitter, WebRoutes
 from agenthub.config import Settings, load_settings
@@ -22,6 +23,7 @@ from agenthub.gateway.handle import ReplyHandle
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging, route_library_loggers
 from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, OutboundMessage
+from agenthub.remote import CHANNEL as SESSION_CHANNEL
 from agenthub.remote import DaemonUnavailableError, RemoteGateway, TokenRefusedError
 
 log = structlog.get_logger(__name__)
@@ -47,7 +49,9 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--agent", default=None, help="agent to talk to (default: bindings, then the default agent)")
     parser.add_argument(
-        "--chat-id", default=None, help="conversation id; the session is <agent>:cli:<chat-id> (default: direct)"
+        "--chat-id",
+        default=None,
+        help="conversation id; the session is <agent>:http:<chat-id> (default: direct), with or without a daemon",
     )
     parser.add_argument("-m", "--message", default=None, help="answer this one message non-interactively")
     parser.add_argument(
@@ -80,11 +84,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _channel_config(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    """`[channels.cli]` with the command line's choices; the agent always named (flag, table, `bindings["cli"]`,
+    the default agent): the session's channel is `http`, whose binding is not the terminal's."""
     config = dict(settings.channels.get("cli", {}))
     if args.agent is not None:
         config["agent"] = args.agent
     if args.chat_id is not None:
         config["chat_id"] = args.chat_id
+    config["agent"] = config.get("agent") or settings.bindings.get("cli") or settings.default_agent
     return config
 
 
@@ -97,11 +104,11 @@ async def _chat(settings: Settings, args: argparse.Namespace) -> int:
         async with build_gateway(settings, stores=stores) as gateway:  # imports the LLM SDK: bad input answers first
             route_library_loggers()  # the SDKs imported just now
             channel = _build_channel(settings, args, gateway)
-            probe = InboundMessage(
-                "cli", channel.config.chat_id, channel.config.sender_id, "", agent=channel.config.agent
-            )
+            config = channel.config
+            probe = InboundMessage(SESSION_CHANNEL, config.chat_id, config.sender_id, "", agent=config.agent)
             _, key = gateway.resolve_key(probe)  # a bad agent or chat id stops here, before any prompt
-            return await _drive(channel, args, str(key))
+            banner = i18n.text("cli.banner.local", channel.locale, session=key, data_dir=settings.data_dir)
+            return await _drive(channel, args, banner)
     finally:
         if stores is not None:
             await stores.aclose()
@@ -118,15 +125,18 @@ async def _chat_remote(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    bound = settings.bindings.get("cli") or settings.default_agent  # what the in-process gateway would route to
-    async with RemoteGateway(f"http://{address}", token, default_agent=bound) as remote:
+    config = _channel_config(settings, args)
+    agent = str(config["agent"])  # as in-process: the same session whether or not a daemon runs
+    async with RemoteGateway(f"http://{address}", token, default_agent=agent) as remote:
         watch = UsageWatch(remote)
         channel = _build_channel(settings, args, watch)
         remote.locale = channel.locale  # the replies in the language of the terminal's own texts
-        agent = channel.config.agent or bound
-        await remote.check(agent, channel.config.chat_id)  # a bad id, agent or token stops here, before any prompt
-        relay = None if args.message is not None else relay_pushes(remote, channel, agent, channel.config.chat_id)
-        return await _drive(channel, args, f"{agent}:http:{channel.config.chat_id} via {address}", watch, relay)
+        chat_id = channel.config.chat_id
+        await remote.check(agent, chat_id)  # a bad id, agent or token stops here, before any prompt
+        relay = None if args.message is not None else relay_pushes(remote, channel, agent, chat_id)
+        session = f"{agent}:{SESSION_CHANNEL}:{chat_id}"
+        banner = i18n.text("cli.banner.remote", channel.locale, session=session, address=address)
+        return await _drive(channel, args, banner, watch, relay)
 
 
 async def relay_pushes(remote: RemoteGateway, channel: Any, agent: str, chat_id: str) -> None:

@@ -35,7 +35,8 @@ from agenthub.storage.paths import AgentLayout
 
 log = structlog.get_logger(__name__)
 
-CLI_CHANNEL = "cli"
+TERMINAL_CHANNELS = frozenset({"cli", "http"})
+"""Where terminal users' messages are: `agenthub chat` talks in `http` sessions (in `cli` ones before)."""
 CLI_LINE_HISTORY = Path(".channels", "cli", "history")
 """Where `agenthub chat` keeps the REPL's line history by default (`[channels.cli] history_file` moves it)."""
 
@@ -148,7 +149,7 @@ class Forgetter:
             await self._forget_jobs(agent, person, None)
             texts += [t for o in outcomes for t in o.texts]
         await self._scrub_shared_profile(texts, report)
-        if person.channel == CLI_CHANNEL:  # the terminal's line history holds every line typed at the prompt
+        if person.channel in TERMINAL_CHANNELS:  # the terminal's line history holds every line typed at the prompt
             report.memory_lines += await _scrub_line_history(self.settings.data_dir / CLI_LINE_HISTORY, texts)
 
     # ---- sessions ------------------------------------------------------------------------------

@@ -387,7 +387,9 @@ class TurnRunner:
         msg = pending.message
         owner = CallOwner(agent.name, msg.channel, msg.chat_id, msg.sender_id)  # whose usage the calls are
         purpose = "job" if isinstance(msg.metadata.get("scheduled_job"), str) else "turn"
-        configured = i18n.locale_is_configured(settings, msg.channel, agent)  # offline: keep it, or follow the user
+        # offline: keep the locale when it is set or the sender chose it (the terminal, `?lang=`), else follow the words
+        chosen = msg.metadata.get(i18n.LOCALE_CHOSEN) is True
+        configured = chosen or i18n.locale_is_configured(settings, msg.channel, agent)
         request = dataclasses.replace(
             request, locale=pending.locale, locale_configured=configured, owner=owner, purpose=purpose
         )

@@ -20,6 +20,10 @@ LOCALES: Final[tuple[Locale, ...]] = ("zh-CN", "en")
 CHANNEL_DEFAULTS: Final[Mapping[str, Locale]] = {"wecom": "zh-CN", "feishu": "zh-CN", "http": "zh-CN"}
 """Channels whose users are Chinese teams by default; any other channel (the CLI) follows the system locale."""
 
+LOCALE_CHOSEN: Final = "locale_chosen"
+"""`InboundMessage.metadata` flag: the sender chose the `locale` it carries (the terminal's own locale; an API
+caller's `?lang=`), so it counts as set: the offline reply keeps to it instead of following the user's words."""
+
 TEXTS: Final[Mapping[str, Mapping[str, str]]] = catalogue.merged()
 
 

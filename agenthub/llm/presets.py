@@ -28,14 +28,14 @@ PRESET_MODELS: dict[str, str] = {
     "deepseek": "deepseek-flash",
     "moonshot": "kimi-k2.5",
     "moonshot-global": "kimi-k2.5",
-    "zhipu": "glm-5",
-    "zai": "glm-5",
+    "zhipu": "glm-5.1",  # not on a vendor page we could read; reference/anthropic.md and Zhipu's own recipes
+    "zai": "glm-5.1",
     "minimax": "MiniMax-M2.7",
     "minimax-global": "MiniMax-M2.7",
     "qwen": "qwen-plus",
     "qwen-intl": "qwen-plus",
-    "qwen-coding": "qwen3-coder-plus",
-    "qianfan": "ernie-5.1",  # not confirmed on the vendor's Anthropic-compatible endpoint
+    "qwen-coding": "qwen3-coder-plus",  # served pay-as-you-go; the Coding Plan's own list not confirmed
+    "qianfan": "deepseek-v3.2",  # the model of Qianfan's own Anthropic-compatibility example
     "lkeap": "glm-5",
 }
 """The model a preset uses when `model` is not set: one the vendor serves on that endpoint (a Claude name fails at

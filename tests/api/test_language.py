@@ -4,12 +4,15 @@ console's `?lang=` switch); error JSON is UTF-8 text, not `\\u` escapes."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from agenthub import i18n
 from agenthub.config import Settings
 from tests.support.harness import RunningApi, running_api
 from tests.support.http import AGENT
+from tests.support.roots import make_settings
 
 ENGLISH_BROWSER = {"Accept-Language": "en-GB,en;q=0.9,zh-CN;q=0.5"}
 CHINESE_BROWSER = {"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.8"}
@@ -56,3 +59,15 @@ async def test_error_json_is_utf8_text_not_escapes(api: RunningApi) -> None:
         raw = await resp.read()
         assert resp.status == 409 and resp.charset == "utf-8"
     assert "会话一".encode() in raw and b"\\u" not in raw
+
+
+async def test_the_offline_reply_keeps_to_a_chosen_lang_and_otherwise_follows_the_words(tmp_path: Path) -> None:
+    """`?lang=` is a language chosen (the terminal chat sends its own): even the offline reply keeps to it; a
+    browser's Accept-Language is only a default, so the offline reply answers in the language written."""
+    async with running_api(make_settings(tmp_path)) as api:  # no model key: the offline stand-in answers
+        chat = {"chat_id": "c1", "content": "你好"}
+        _, chosen = await api.call("POST", AGENT + "/chat?lang=en", json=chat)
+        _, browser = await api.call("POST", AGENT + "/chat", json={**chat, "chat_id": "c2"}, headers=ENGLISH_BROWSER)
+    for body, locale in ((chosen, "en"), (browser, "zh-CN")):
+        echo = i18n.text("llm.offline.echo", locale, said="你好")
+        assert body["reply"] == i18n.text("llm.offline.reply", locale, echo=echo), body

@@ -58,7 +58,7 @@ async def test_one_message_reply_on_stdout_exit_0(tmp_path: Path, fake_llm: Fake
     (request,) = fake_llm.message_requests()
     assert request.stream and request.headers["x-api-key"] == "test-key"
     assert request.body is not None and "hi" in str(request.body["messages"][-1]["content"])
-    assert (tmp_path / "data" / "default" / "sessions" / "default_cli_direct.jsonl").is_file()
+    assert (tmp_path / "data" / "default" / "sessions" / "default_http_direct.jsonl").is_file()
 
 
 async def test_llm_error_goes_to_stderr_with_exit_1(tmp_path: Path, fake_llm: FakeAnthropic) -> None:

@@ -54,7 +54,8 @@ class Repl:
         channel.backend = self.backend
         self._stdout = io.StringIO()
         output = PlainTextOutput(self._stdout)
-        self.task = asyncio.create_task(channel.run_repl(label="default:cli:direct", input=keys, output=output))
+        banner = "AgentHub chat · session default:http:direct"
+        self.task = asyncio.create_task(channel.run_repl(label=banner, input=keys, output=output))
 
     def screen(self) -> str:
         return self._stdout.getvalue()
@@ -111,7 +112,7 @@ async def test_two_turns_stream_and_the_second_request_carries_the_first(
     assert "and again" in str(messages[2]["content"])
     screen = repl.screen()
     assert screen.index("first answer\n") < screen.index("second answer\n")
-    assert "default:cli:direct" in screen and "Esc+Enter" in screen  # banner with the key and the help line
+    assert "session default:http:direct" in screen and "Esc+Enter" in screen  # banner with the key and the help line
 
 
 async def test_ctrl_c_aborts_a_slow_turn_and_the_repl_goes_on(
@@ -141,7 +142,7 @@ async def test_ctrl_c_at_the_prompt_clears_the_line(
     final = await repl.say("half-typed draft\x03real question\r")
     assert await repl.quit() == 0
     assert isinstance(final, DoneEvent)
-    history = await gateway.history.load(gateway.resolve_key(InboundMessage("cli", "direct", "x", ""))[1])
+    history = await gateway.history.load(gateway.resolve_key(InboundMessage("http", "direct", "x", ""))[1])
     assert history[0]["content"] == "real question"
     assert history[0]["chat_type"] == "private"  # a terminal is one person's chat
     assert len(fake_llm.message_requests()) == 1
@@ -153,7 +154,7 @@ async def test_multi_line_input_with_backslash_and_esc_enter(
     repl = Repl(channel, keys)
     await repl.say("line one\\\rline two\x1b\rline three\r")
     assert await repl.quit() == 0
-    history = await gateway.history.load(gateway.resolve_key(InboundMessage("cli", "direct", "x", ""))[1])
+    history = await gateway.history.load(gateway.resolve_key(InboundMessage("http", "direct", "x", ""))[1])
     assert history[0]["content"] == "line one\nline two\nline three"
 
 
@@ -174,7 +175,7 @@ async def test_input_history_persists_across_sessions(
         await repl2.say("\x1b[A\r")  # Up recalls the previous session's line, Enter sends it
         assert await repl2.quit() == 0
     await second.stop()
-    history = await gateway.history.load(gateway.resolve_key(InboundMessage("cli", "direct", "x", ""))[1])
+    history = await gateway.history.load(gateway.resolve_key(InboundMessage("http", "direct", "x", ""))[1])
     assert [m["content"] for m in history if m["role"] == "user"] == ["remember this line"] * 2
 
 

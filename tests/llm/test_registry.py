@@ -195,7 +195,8 @@ def test_provider_settings_secret_is_not_in_repr() -> None:
 
 
 @pytest.mark.parametrize(
-    ("preset", "model"), [("deepseek", "deepseek-flash"), ("lkeap", "glm-5"), ("moonshot", "kimi-k2.5")]
+    ("preset", "model"),
+    [("deepseek", "deepseek-flash"), ("lkeap", "glm-5"), ("qianfan", "deepseek-v3.2"), ("moonshot", "kimi-k2.5")],
 )
 async def test_a_preset_without_a_model_uses_a_model_that_vendor_serves(preset: str, model: str) -> None:
     reg = ProviderRegistry.from_settings(settings(preset=preset, api_key="k"), env={})

@@ -32,7 +32,14 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh-CN": "Enter 发送 · Esc+Enter 或行尾的 \\ 换行 · Ctrl-C 停止回复 · Ctrl-D 退出 · /help",
         "en": "Enter sends · Esc+Enter or a trailing \\ adds a line · Ctrl-C stops a reply · Ctrl-D quits · /help",
     },
-    "cli.banner.session": {"zh-CN": "AgentHub chat · 会话 {label}", "en": "AgentHub chat · session {label}"},
+    "cli.banner.local": {
+        "zh-CN": "AgentHub chat · 会话 {session}（没有运行中的守护进程：本终端直接打开 {data_dir}）",
+        "en": "AgentHub chat · session {session} (no daemon running: this terminal opens {data_dir} itself)",
+    },
+    "cli.banner.remote": {
+        "zh-CN": "AgentHub chat · 会话 {session}，经由 {address} 上运行的守护进程",
+        "en": "AgentHub chat · session {session} via the daemon on {address}",
+    },
     "cli.tool_failed": {"zh-CN": "⚙ {name} 出错", "en": "⚙ {name} failed"},
     "cli.stopped_waiting": {"zh-CN": "已不再等待这条回复。", "en": "Stopped waiting for the reply."},
     "cli.no_reply": {"zh-CN": "没能拿到回复：{error}", "en": "Could not get a reply: {error}"},
