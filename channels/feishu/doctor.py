@@ -4,39 +4,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
-from agenthub.doctor import Check, fail, ok
-from agenthub.errors import ConfigError
+from agenthub.doctor import Check
+from agenthub.doctor.platform import Credential, config_failed, try_credential
+from agenthub.errors import ChannelSendError, ConfigError
 from channels.feishu.api import FeishuApi, FeishuApiError
 from channels.feishu.config import parse_config
 
 HINT = "check app_id and app_secret of [channels.feishu.apps.{cred}] (the Feishu developer console)"
 
 
-def _where(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+def _unreachable(error: ChannelSendError) -> bool:
+    return not isinstance(error, FeishuApiError) or error.status == 0  # status 0: a transport failure
 
 
 async def checks(raw: Mapping[str, Any]) -> list[Check]:
     try:
         config = parse_config(raw)
     except ConfigError as e:
-        return [fail("feishu", str(e), "fix [channels.feishu] in agenthub.toml")]
+        return config_failed("feishu", e)
     found: list[Check] = []
     for cred_id, app in config.apps.items():
-        name, where = f"feishu {cred_id}", _where(app.base_url)
+        credential = Credential(
+            "feishu", cred_id, app.base_url, "tenant token", f"app {app.app_id} accepted", HINT.format(cred=cred_id),
+            network_hint="check the network, proxy and domain",
+        )  # fmt: skip
         api = FeishuApi(app.base_url, app.app_id, app.app_secret, timeout_s=app.request_timeout_s, max_retries=0)
         try:
-            await api.tenant_token()
-        except FeishuApiError as e:
-            if e.status == 0:  # a transport failure
-                found.append(fail(name, f"{where} unreachable: {e}", "check the network, proxy and domain"))
-            else:
-                found.append(fail(name, f"{where} tenant token refused: {e}", HINT.format(cred=cred_id)))
-        else:
-            found.append(ok(name, f"{where} tenant token: app {app.app_id} accepted"))
+            found.append(await try_credential(credential, api.tenant_token, _unreachable))
         finally:
             await api.close()
     return found

@@ -158,6 +158,22 @@ async def test_channel_credentials_are_tried_on_the_platforms(
     assert line_of(text, "feishu main").startswith("ok    feishu main    ")
 
 
+async def test_a_platform_that_cannot_be_reached_is_unreachable_not_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = dead_port()
+    write_config(
+        f'[channels.wecom.apps.w]\ncorp_id = "c"\nagent_id = 1\nsecret = "{SECRET}"\ntoken = "t"\n'
+        f'encoding_aes_key = "{make_aes_key()}"\napi_base = "http://127.0.0.1:{port}"\n'
+        f'[channels.feishu.apps.f]\napp_id = "cli_x"\napp_secret = "{SECRET}"\ndomain = "http://127.0.0.1:{port}"\n'
+    )
+    code, text = await doctor(capsys, monkeypatch)
+    assert code == 1, text
+    for name, hint in (("wecom w", "api_base"), ("feishu f", "domain")):
+        line = line_of(text, name)
+        assert line.startswith(f"fail  {name:<14} 127.0.0.1:{port} unreachable:") and line.endswith(hint), line
+
+
 async def test_postgres_is_checked_for_reach_and_schema_version(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, postgres_dsn: str
 ) -> None:
