@@ -108,6 +108,7 @@ async def _chat(settings: Settings, args: argparse.Namespace) -> int:
             probe = InboundMessage(SESSION_CHANNEL, config.chat_id, config.sender_id, "", agent=config.agent)
             _, key = gateway.resolve_key(probe)  # a bad agent or chat id stops here, before any prompt
             banner = i18n.text("cli.banner.local", channel.locale, session=key, data_dir=settings.data_dir)
+            log.info("chat_session", session_key=str(key), via="files", data_dir=str(settings.data_dir))
             return await _drive(channel, args, banner)
     finally:
         if stores is not None:
@@ -136,6 +137,7 @@ async def _chat_remote(settings: Settings, args: argparse.Namespace) -> int:
         relay = None if args.message is not None else relay_pushes(remote, channel, agent, chat_id)
         session = f"{agent}:{SESSION_CHANNEL}:{chat_id}"
         banner = i18n.text("cli.banner.remote", channel.locale, session=session, address=address)
+        log.info("chat_session", session_key=session, via="daemon", address=address)
         return await _drive(channel, args, banner, watch, relay)
 
 
