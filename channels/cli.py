@@ -67,7 +67,7 @@ class CliConfig(BaseModel):
 
 class ChatBackend(Protocol):
     """What the REPL talks to (`GatewayBackend` over a Submitter: the in-process gateway, or a running daemon's
-    HTTP API through `agenthub.remote.RemoteGateway`)."""
+    HTTP API through `agenthub.hosting.remote.RemoteGateway`)."""
 
     def submit(self, text: str) -> AsyncIterator[ReplyEvent]: ...
 

@@ -13,16 +13,16 @@ from typing import Any
 import aiohttp
 import structlog
 
-from agenthub.app import build_gateway, channel_context, open_stores
 from agenthub.channel import Submitter, WebRoutes
 from agenthub.config import Settings, load_settings
-from agenthub.datalock import holder_address, is_locked
 from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError, StorageError
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.hosting.app import build_gateway, channel_context, open_stores
+from agenthub.hosting.datalock import holder_address, is_locked
+from agenthub.hosting.remote import DaemonUnavailableError, RemoteGateway, TokenRefusedError
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging, route_library_loggers
 from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, OutboundMessage
-from agenthub.remote import DaemonUnavailableError, RemoteGateway, TokenRefusedError
 
 log = structlog.get_logger(__name__)
 

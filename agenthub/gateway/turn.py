@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler
     from agenthub.search.api import Searcher
     from agenthub.session.history import SessionHistory
-    from agenthub.storage.keys import SessionKey
+    from agenthub.session_keys import SessionKey
     from agenthub.usage.gate import Admission, Refusal
     from agenthub.usage.wiring import UsageServices
 
