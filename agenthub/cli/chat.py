@@ -27,7 +27,7 @@ from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, OutboundMes
 log = structlog.get_logger(__name__)
 
 EXIT_OK, EXIT_REPLY_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-CHANNEL_MODULE = "channels.cli"
+CHANNEL_MODULE = "channels.terminal"
 PUSH_RETRY_S = 5.0
 """How long the REPL waits before it opens the daemon's events feed again after it dropped."""
 USAGE_CODES = frozenset({ErrorCode.INVALID_ID, ErrorCode.UNKNOWN_AGENT})

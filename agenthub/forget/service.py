@@ -22,7 +22,7 @@ from agenthub.config import Settings
 from agenthub.forget.index import IndexHook, drop_derived_index
 from agenthub.forget.redact import Markers, Person, involves, other_senders, redact, scrub_quotes, their_texts
 from agenthub.forget.scrub import QuoteMatcher
-from agenthub.media.inbox import stored_media_paths
+from agenthub.media.drop_folder import stored_media_paths
 from agenthub.media.names import chat_folders, inbox_dir, relative_to_workspace, remove_chat_folder
 from agenthub.memory.files import MemoryFiles
 from agenthub.session.history import SessionHistory

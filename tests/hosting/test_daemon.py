@@ -27,7 +27,7 @@ from agenthub.session.history import SessionHistory
 from agenthub.session_keys import session_key
 from agenthub.storage.jsonl import read_records
 from agenthub.storage.tokens import TokenStore
-from channels.cli import CliChannel
+from channels.terminal import CliChannel
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.paths import REPO

@@ -17,7 +17,7 @@ from agenthub.hosting.app import build_gateway
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage import jsonl
-from agenthub.storage.memory_backend import InMemorySessionStore
+from agenthub.storage.in_ram import InMemorySessionStore
 from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, read_meta, write_meta
 
 KEY = session_key("reviewer", "http", "chat-1")
