@@ -16,9 +16,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agenthub.app import build_gateway, open_stores
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway, open_stores
 from agenthub.log import configure_logging
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.storage.stores import Stores

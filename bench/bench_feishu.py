@@ -17,7 +17,7 @@ from anthropic import AsyncAnthropic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agenthub.app import build_gateway
+from agenthub.hosting.app import build_gateway
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.fakes.feishu import (
     FakeFeishu,

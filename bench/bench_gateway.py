@@ -16,13 +16,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anthropic
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.log import configure_logging
 from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.session_keys import session_key
 from agenthub.storage import jsonl
-from agenthub.storage.keys import session_key
 from agenthub.storage.paths import AgentLayout
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.roots import make_settings

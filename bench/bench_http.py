@@ -34,7 +34,7 @@ import aiohttp
 from aiohttp import web
 from anthropic import AsyncAnthropic, DefaultAioHttpClient
 
-from agenthub.tokens import TokenStore
+from agenthub.storage.tokens import TokenStore
 from tests.support.fakes.anthropic import FakeAnthropic
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agenthub.app import build_gateway
+from agenthub.hosting.app import build_gateway
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.log import configure_logging
 from agenthub.memory.cut import unpaired_tool_ids

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agenthub.app import build_gateway
+from agenthub.hosting.app import build_gateway
 from agenthub.log import configure_logging
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job

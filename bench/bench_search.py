@@ -20,8 +20,8 @@ from typing import Any
 from agenthub.search.feed import FileFeeder
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
+from agenthub.session_keys import SessionKey
 from agenthub.storage import jsonl
-from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_files import index_path
 from agenthub.storage.search_index import SearchScope

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agenthub.search.shared import SharedSearchService
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.postgres import Database, PostgresSessionStore
 from agenthub.storage.postgres.search import PostgresSearchIndex
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed

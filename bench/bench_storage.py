@@ -15,8 +15,8 @@ from typing import Any
 from agenthub.clock import ManualClock
 from agenthub.gateway.session_state import SessionRegistry
 from agenthub.session.history import SessionHistory
+from agenthub.session_keys import session_key
 from agenthub.storage import jsonl
-from agenthub.storage.keys import session_key
 from agenthub.storage.meta import SessionMeta, write_meta
 
 BIG = 10_000

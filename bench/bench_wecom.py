@@ -20,8 +20,8 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agenthub.app import build_gateway
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, InboundMessage
 from channels.wecom import WeComChannel
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text

@@ -13,9 +13,9 @@ import pytest_asyncio
 import structlog
 from structlog.testing import LogCapture
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from tests.support import processes
 from tests.support.roots import make_settings
 

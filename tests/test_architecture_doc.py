@@ -9,11 +9,19 @@ from tests.support.architecture import Imports, cycle_edges, cycles, differences
 from tests.support.paths import REPO
 
 DOC = REPO / "docs" / "architecture.md"
+MAX_LOOSE_MODULES = 10
+"""Issue 22: the top level shows the architecture: a small kernel of loose modules, everything else in packages."""
 
 
 def test_the_import_table_matches_the_code() -> None:
     found = differences(table_rows(DOC.read_text(encoding="utf-8")), package_graph(REPO), units(REPO))
     assert not found, "docs/architecture.md's import table is stale:\n" + "\n".join(found)
+
+
+def test_the_top_level_holds_at_most_ten_loose_modules() -> None:
+    loose = sorted(spelled for spelled in units(REPO).values() if spelled.endswith(".py"))
+    assert "messages.py" in loose and "hosting/" in units(REPO).values()
+    assert len(loose) <= MAX_LOOSE_MODULES, f"{len(loose)} loose modules at agenthub/'s top level: {', '.join(loose)}"
 
 
 def plant(root: Path, files: dict[str, str]) -> None:

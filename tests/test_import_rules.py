@@ -39,7 +39,7 @@ def test_no_test_module_imports_another() -> None:
 def test_the_checker_sees_every_python_file_of_the_source() -> None:
     checked = violations(REPO, SOURCE, (Rule("agenthub", "agenthub"),))
     importers = {line.split(":", 1)[0] for line in checked}
-    assert "agenthub/app.py" in importers and "agenthub/memory/wiring.py" in importers
+    assert "agenthub/hosting/app.py" in importers and "agenthub/memory/wiring.py" in importers
     assert "channels/wecom/channel.py" not in importers  # a rule applies to its importer's package only
 
 

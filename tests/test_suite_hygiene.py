@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest_asyncio
 
-from agenthub.app import build_gateway, web_server
 from agenthub.config import HTTPSettings
+from agenthub.hosting.app import build_gateway, web_server
 from tests.support import processes
 from tests.support.cli import cli_env
 from tests.support.paths import REPO
@@ -25,7 +25,7 @@ READY_TIMEOUT_S = 90.0
 """A bound on a cold start on a loaded 2-core machine, not a measurement."""
 
 TAKEOVER_TEST = (
-    "tests/core/test_inbox_takeover.py::"
+    "tests/channel/test_inbox_takeover.py::"
     "test_readyz_is_503_while_the_instance_lease_is_not_held_and_ready_once_it_is_again"
 )
 LEAKING_TEST = """

@@ -30,7 +30,7 @@ from agenthub.llm.cache_watch import MEMORY_HEADER, PROFILE_HEADER
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest
 from agenthub.media.loader import ImageCache
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 Message = dict[str, Any]
 

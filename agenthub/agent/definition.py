@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agenthub.config import describe_validation_error
 from agenthub.errors import AgentNotFoundError, InvalidIdError
-from agenthub.storage.keys import validate_agent_name
+from agenthub.session_keys import validate_agent_name
 
 log = structlog.get_logger(__name__)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import structlog
 
 from agenthub.media.names import LARGE_RESULTS, chat_dir_name
+from agenthub.session_keys import SessionKey
 from agenthub.storage.atomic import atomic_write_text
-from agenthub.storage.keys import SessionKey
 
 log = structlog.get_logger(__name__)
 

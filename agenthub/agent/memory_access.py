@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agenthub.agent.definition import AgentDefinition
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 
 

@@ -21,7 +21,7 @@ from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.llm.types import LLMRequest
 from agenthub.search.extract import message_text
 from agenthub.search.tool import scope_for
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, SearchHit, SearchScope
 
 if TYPE_CHECKING:

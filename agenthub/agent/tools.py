@@ -19,7 +19,7 @@ from agenthub.scheduler import tool as cron_tool
 from agenthub.scheduler.jobs import JobError
 from agenthub.search import tool as search_tool
 from agenthub.search.api import UNAVAILABLE
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler

@@ -25,9 +25,9 @@ from agenthub.api.requests import (
     token_name,
 )
 from agenthub.api.sse import encode_event, joined_field, reply_text
+from agenthub.channel.inbox_flow import HTTP_SOURCE
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.inbox_flow import HTTP_SOURCE
 from agenthub.messages import (
     DeltaEvent,
     DoneEvent,

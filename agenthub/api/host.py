@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agenthub.agent.definition import AgentDefinition, AgentRegistry
 from agenthub.config import Settings
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 if TYPE_CHECKING:
+    from agenthub.channel.inbox_flow import InboxSubmitter
     from agenthub.forget.service import Forgetter
     from agenthub.gateway.handle import ReplyHandle
-    from agenthub.inbox_flow import InboxSubmitter
     from agenthub.llm.registry import ProviderRegistry
     from agenthub.memory.files import MemoryFiles
     from agenthub.messages import InboundMessage

@@ -14,7 +14,7 @@ from agenthub.api.requests import CompactBody, parse_body, session_of, token_nam
 from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
 from agenthub.forget.redact import Person
 from agenthub.llm.tokens import estimate_tokens
-from agenthub.storage.keys import validate_agent_name, validate_part
+from agenthub.session_keys import validate_agent_name, validate_part
 
 
 def _json(data: Any, status: int = 200) -> web.Response:

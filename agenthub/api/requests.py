@@ -13,7 +13,7 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.api.errors import ApiError
 from agenthub.api.host import ApiHost
 from agenthub.errors import AgentNotFoundError, InvalidIdError
-from agenthub.storage.keys import SessionKey, session_key, validate_agent_name, validate_part
+from agenthub.session_keys import SessionKey, session_key, validate_agent_name, validate_part
 
 CHANNEL = "http"
 Body = TypeVar("Body", bound=BaseModel)

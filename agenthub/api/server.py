@@ -24,7 +24,7 @@ from agenthub.channel import Handler, WebRoutes
 from agenthub.errors import ConfigError
 from agenthub.invocation import command_name
 from agenthub.messages import OutboundMessage
-from agenthub.tokens import FileTokenCheck, TokenCheck, TokenStore
+from agenthub.storage.tokens import FileTokenCheck, TokenCheck, TokenStore
 
 log = structlog.get_logger(__name__)
 

@@ -29,7 +29,7 @@ from agenthub.api.requests import (
 from agenthub.errors import LLMError
 from agenthub.llm.types import CallOwner
 from agenthub.media.names import chat_folders, remove_chat_folder
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.meta import SessionMeta
 
 

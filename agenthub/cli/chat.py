@@ -14,22 +14,22 @@ import aiohttp
 import structlog
 
 from agenthub import i18n
-from agenthub.app import build_gateway, channel_context, open_stores
 from agenthub.channel import Submitter, WebRoutes
 from agenthub.config import Settings, load_settings
-from agenthub.datalock import holder_address, is_locked
 from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError, StorageError
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.hosting.app import build_gateway, channel_context, open_stores
+from agenthub.hosting.datalock import holder_address, is_locked
+from agenthub.hosting.remote import CHANNEL as SESSION_CHANNEL
+from agenthub.hosting.remote import DaemonUnavailableError, RemoteGateway, TokenRefusedError
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging, route_library_loggers
 from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, OutboundMessage
-from agenthub.remote import CHANNEL as SESSION_CHANNEL
-from agenthub.remote import DaemonUnavailableError, RemoteGateway, TokenRefusedError
 
 log = structlog.get_logger(__name__)
 
 EXIT_OK, EXIT_REPLY_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-CHANNEL_MODULE = "channels.cli"
+CHANNEL_MODULE = "channels.terminal"
 PUSH_RETRY_S = 5.0
 """How long the REPL waits before it opens the daemon's events feed again after it dropped."""
 USAGE_CODES = frozenset({ErrorCode.INVALID_ID, ErrorCode.UNKNOWN_AGENT})

@@ -20,9 +20,7 @@ import structlog
 
 from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition, load_agents
-from agenthub.app import shared_search
 from agenthub.config import Settings, load_settings
-from agenthub.datalock import DataDirLock, DataDirLocked, holder_address, is_locked
 from agenthub.errors import (
     AgentHubError,
     AgentNotFoundError,
@@ -36,15 +34,17 @@ from agenthub.forget.index import IndexHook
 from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter
 from agenthub.gateway.session_lease import SessionLeases
+from agenthub.hosting.app import shared_search
+from agenthub.hosting.datalock import DataDirLock, DataDirLocked, holder_address, is_locked
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging
 from agenthub.memory.files import MemoryFiles
 from agenthub.scheduler.core import Scheduler
 from agenthub.session.history import SessionHistory
-from agenthub.singleton import InstanceLeases
+from agenthub.session_keys import SessionKey, validate_agent_name, validate_part
 from agenthub.storage.inbox import FileInbox
-from agenthub.storage.keys import SessionKey, validate_agent_name, validate_part
 from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
+from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.stores import Stores, open_stores
 
 log = structlog.get_logger(__name__)

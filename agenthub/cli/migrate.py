@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from agenthub.cli.settings import settings_or_say_why
-from agenthub.datalock import is_locked
+from agenthub.hosting.datalock import is_locked
 from agenthub.storage.migrate import migrate_workspace_layout
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE = 0, 1, 2

@@ -10,9 +10,9 @@ import shutil
 import sys
 
 from agenthub.config import Settings
-from agenthub.datalock import DataDirLock, DataDirLocked
 from agenthub.errors import InvalidIdError, StorageError
-from agenthub.storage.keys import validate_agent_name
+from agenthub.hosting.datalock import DataDirLock, DataDirLocked
+from agenthub.session_keys import validate_agent_name
 
 EXIT_OK, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3
 

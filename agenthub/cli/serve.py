@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from agenthub.config import load_settings
-from agenthub.datalock import DataDirLocked
 from agenthub.errors import ConfigError, StorageError
+from agenthub.hosting.datalock import DataDirLocked
 from agenthub.log import configure_logging
 
 
@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agenthub.daemon import run_daemon
+    from agenthub.hosting.daemon import run_daemon
 
     overrides: dict[str, Any] = {}
     try:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from agenthub.cli.settings import settings_or_say_why
 from agenthub.config import Settings
-from agenthub.datalock import DataDirLock, DataDirLocked
 from agenthub.errors import StorageError
+from agenthub.hosting.datalock import DataDirLock, DataDirLocked
 
 if TYPE_CHECKING:
     from agenthub.storage.copy import Counts

@@ -11,7 +11,7 @@ from typing import Any
 from agenthub.config import load_settings
 from agenthub.errors import ConfigError, StorageError
 from agenthub.invocation import command_name
-from agenthub.tokens import StoredToken, TokenStore
+from agenthub.storage.tokens import StoredToken, TokenStore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 CREATED_FORMAT = "%Y-%m-%d %H:%M"

@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 
 from agenthub.config import Settings
-from agenthub.datalock import holder_address, is_locked
 from agenthub.doctor import Check, fail, ok, warn
+from agenthub.hosting.datalock import holder_address, is_locked
 
 LOW_SPACE_BYTES = 1 << 30
 """Under 1 GiB free: a warning (histories, archives and the search index grow)."""

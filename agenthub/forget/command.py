@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter, JobsHook, no_memory_writers
 from agenthub.gateway.commands import CommandContext, CommandTier, ConfirmWindow
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore

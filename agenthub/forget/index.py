@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.paths import AgentLayout, refuse_link
 from agenthub.storage.search_files import index_path
 

@@ -22,13 +22,13 @@ from agenthub.config import Settings
 from agenthub.forget.index import IndexHook, drop_derived_index
 from agenthub.forget.redact import Markers, Person, involves, other_senders, redact, scrub_quotes, their_texts
 from agenthub.forget.scrub import QuoteMatcher
-from agenthub.media.inbox import stored_media_paths
+from agenthub.media.drop_folder import stored_media_paths
 from agenthub.media.names import chat_folders, inbox_dir, relative_to_workspace, remove_chat_folder
 from agenthub.memory.files import MemoryFiles
 from agenthub.session.history import SessionHistory
+from agenthub.session_keys import SessionKey, key_from_file_stem
 from agenthub.storage import jsonl
 from agenthub.storage.atomic import atomic_write_text
-from agenthub.storage.keys import SessionKey, key_from_file_stem
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.meta import DEFAULT_TITLE, title_from
 from agenthub.storage.paths import AgentLayout

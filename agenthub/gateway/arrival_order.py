@@ -17,8 +17,8 @@ from agenthub.gateway.runner import PendingTurn
 from agenthub.gateway.session_lease import SessionLeases
 from agenthub.messages import InboundMessage
 from agenthub.session.history import SessionHistory
+from agenthub.session_keys import SessionKey
 from agenthub.storage.inbox import Inbox
-from agenthub.storage.keys import SessionKey
 
 log = structlog.get_logger(__name__)
 

@@ -18,7 +18,7 @@ from agenthub.llm.cache_watch import CacheWatch
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.messages import ErrorCode
 from agenthub.session.history import SessionHistory
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import Compactor, GatewayCore

@@ -20,7 +20,7 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.errors import PathRefusedError, StorageError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore

@@ -37,8 +37,8 @@ from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.search.api import Searcher
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
-from agenthub.singleton import InstanceLeases, Singleton
-from agenthub.storage.keys import SessionKey, session_key
+from agenthub.session_keys import SessionKey, session_key
+from agenthub.storage.singleton import InstanceLeases, Singleton
 
 if TYPE_CHECKING:
     from agenthub.memory.wiring import MemoryLayer

@@ -22,7 +22,7 @@ from agenthub.memory.files import MemoryFiles
 from agenthub.memory.host import FinishedTurn
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER, MemoryLayer, build_memory_layer
 from agenthub.session.history import SessionHistory
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 Message = dict[str, Any]
 

@@ -9,7 +9,7 @@ from agenthub.gateway.commands import CommandCall
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.i18n import Locale
 from agenthub.messages import InboundMessage
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 
 @dataclass

@@ -15,9 +15,9 @@ import structlog
 from agenthub.clock import sleep_until
 from agenthub.errors import SessionBusyError, StorageError
 from agenthub.session.history import SessionHistory
-from agenthub.singleton import InstanceLeases
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import Lease, renewal_due
+from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.store import QuickLookup
 
 log = structlog.get_logger(__name__)

@@ -11,7 +11,7 @@ import structlog
 
 from agenthub.gateway.inbox_replay import inbox_seq_of
 from agenthub.gateway.runner import PendingTurn
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 log = structlog.get_logger(__name__)
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from agenthub.singleton import InstanceLeases, Singleton
+from agenthub.storage.singleton import InstanceLeases, Singleton
 
 log = structlog.get_logger(__name__)
 

@@ -29,7 +29,7 @@ from agenthub.i18n import Text
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import CallOwner, LLMProvider
 from agenthub.log import bound_turn
-from agenthub.media.inbox import Intake, MediaInbox
+from agenthub.media.drop_folder import Intake, MediaInbox
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Usage
 from agenthub.storage.store import FencedWriteError
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler
     from agenthub.search.api import Searcher
     from agenthub.session.history import SessionHistory
-    from agenthub.storage.keys import SessionKey
+    from agenthub.session_keys import SessionKey
     from agenthub.usage.gate import Admission, Refusal
     from agenthub.usage.wiring import UsageServices
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from agenthub.media.drop_folder import Intake, MediaInbox
 from agenthub.media.images import ImageRejectedError, PreparedImage, prepare_image
-from agenthub.media.inbox import Intake, MediaInbox
 from agenthub.media.loader import ImageCache, LoadedImage
 from agenthub.media.names import chat_dir_name, inbox_dir, safe_file_name
 from agenthub.media.refs import image_ref, image_ref_source, is_image_ref, media_text

@@ -8,7 +8,7 @@ import unicodedata
 from pathlib import Path, PurePosixPath
 
 from agenthub.errors import PathRefusedError
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 INBOX = "inbox"
 LARGE_RESULTS = "large_tool_results"

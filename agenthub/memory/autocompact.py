@@ -15,7 +15,7 @@ from agenthub.llm.types import LLMProvider
 from agenthub.memory import thresholds
 from agenthub.memory.compaction import SessionCompactor, compaction_notice
 from agenthub.memory.host import MemoryHost
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 log = structlog.get_logger(__name__)
 

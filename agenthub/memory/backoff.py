@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 log = structlog.get_logger(__name__)
 

@@ -29,7 +29,7 @@ from agenthub.memory.backoff import SummaryBackoff
 from agenthub.memory.cut import Cut, plan_cut
 from agenthub.memory.host import FinishedTurn, MemoryHost
 from agenthub.memory.summary import SummaryError, summarise, summary_request
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 log = structlog.get_logger(__name__)
 

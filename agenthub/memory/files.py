@@ -11,7 +11,7 @@ from typing import Literal
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.aio import run_to_end
-from agenthub.storage.keys import SessionKey, session_key
+from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.memory_files import FileMemoryStore, MemoryName, MemoryStore
 
 MULTI_USER_CHANNELS = frozenset({"wecom", "feishu"})

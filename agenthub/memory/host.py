@@ -14,7 +14,7 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.config import Settings
 from agenthub.llm.types import LLMProvider
 from agenthub.memory.files import MemoryFiles
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.store import SessionActivity
 
 Message = dict[str, Any]

@@ -18,7 +18,7 @@ from agenthub.memory.cut import is_turn_start
 from agenthub.memory.files import MULTI_USER_CHANNELS, MemoryFiles, Visibility, chat_visibility
 from agenthub.memory.host import MemoryHost
 from agenthub.memory.summary import render_content
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 
 log = structlog.get_logger(__name__)

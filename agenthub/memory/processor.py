@@ -35,7 +35,7 @@ from agenthub.llm.types import CallOwner, LLMProvider, LLMRequest
 from agenthub.memory import l3_material as material
 from agenthub.memory import thresholds
 from agenthub.memory.host import MemoryHost
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 
 log = structlog.get_logger(__name__)

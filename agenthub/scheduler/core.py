@@ -18,8 +18,8 @@ from agenthub.clock import Clock, sleep_until, system_clock
 from agenthub.config import SchedulerSettings
 from agenthub.scheduler.jobs import Job, JobConflictError, JobError
 from agenthub.scheduler.store import document
+from agenthub.session_keys import SessionKey
 from agenthub.storage.jobs import FireRecord, JobDocument, JobDocuments
-from agenthub.storage.keys import SessionKey
 
 log = structlog.get_logger(__name__)
 

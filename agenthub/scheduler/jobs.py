@@ -12,7 +12,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agenthub.scheduler.cron import CronError, CronSpec, parse_cron
-from agenthub.storage.keys import SessionKey, session_key
+from agenthub.session_keys import SessionKey, session_key
 
 MAX_CONTENT_CHARS = 4000
 MINUTES_PER_DAY = 24 * 60

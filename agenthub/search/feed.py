@@ -19,7 +19,7 @@ from typing import Any
 
 from agenthub import jsonsafe
 from agenthub.search.docs import RecordReader, memory_docs
-from agenthub.storage.keys import SessionKey, key_from_file_stem
+from agenthub.session_keys import SessionKey, key_from_file_stem
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, JsonWatermark, SearchDoc, SourceRef
 from agenthub.storage.search_sqlite import SqliteSearchIndex

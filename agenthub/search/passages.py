@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from agenthub.search.text import normalise
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.search_index import ARCHIVE, MEMORY, Passage, SearchHit
 
 HIT_CHARS = 700

@@ -17,7 +17,7 @@ import structlog
 from agenthub.search.feed import FileFeeder
 from agenthub.search.text import query_terms
 from agenthub.search.vectors import CANDIDATES, VectorIndex
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.search_files import FileSearchIndexStore
 from agenthub.storage.search_index import MEMORY, SearchHit, SearchScope, SourceRef
 from agenthub.storage.search_sqlite import SqliteSearchIndex

@@ -20,7 +20,7 @@ from agenthub.errors import InvalidIdError, StorageError
 from agenthub.search.docs import RecordReader, memory_docs
 from agenthub.search.text import query_terms
 from agenthub.search.vectors import CANDIDATES, VectorIndex
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.postgres.search import PostgresSearchIndex
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed

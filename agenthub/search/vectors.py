@@ -12,7 +12,7 @@ import structlog
 
 from agenthub.search.docs import RecordReader
 from agenthub.search.embeddings import EmbeddingsClient, EmbeddingsUnavailable
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.search_index import (
     ARCHIVE,
     HISTORY,

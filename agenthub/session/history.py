@@ -17,9 +17,9 @@ import structlog
 
 from agenthub.aio import runs_to_end
 from agenthub.errors import StorageError
+from agenthub.session_keys import SessionKey
 from agenthub.storage import jsonl
 from agenthub.storage.files import FileSessionStore
-from agenthub.storage.keys import SessionKey
 from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, synthesise_meta, text_of, title_from
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.store import FencedWriteError, HistoryRecord, QuickLookup, SessionActivity, SessionStore

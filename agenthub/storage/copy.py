@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agenthub.errors import InvalidIdError
+from agenthub.session_keys import SessionKey, key_from_file_stem, validate_agent_name
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox, InboxEntry
 from agenthub.storage.jobs import FileJobDocuments, JobDocument
-from agenthub.storage.keys import SessionKey, key_from_file_stem, validate_agent_name
 from agenthub.storage.memory_files import L3_STATE_FILE, FileMemoryStore, MemoryKind, MemoryName
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import (
@@ -35,7 +35,7 @@ from agenthub.storage.postgres import (
 )
 from agenthub.storage.postgres.copies import CopyLedger
 from agenthub.storage.store import HistoryRecord
-from agenthub.tokens import StoredToken, TokenStore
+from agenthub.storage.tokens import StoredToken, TokenStore
 
 Report = Callable[[str], None]
 Kind = Literal["sessions", "memory_files", "tokens", "inbox", "jobs"]

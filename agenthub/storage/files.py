@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from agenthub.errors import StorageError
+from agenthub.session_keys import SessionKey, key_from_file_stem
 from agenthub.storage import jsonl
-from agenthub.storage.keys import SessionKey, key_from_file_stem
 from agenthub.storage.meta import SessionMeta, read_meta, write_meta
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.store import HistoryRecord, SessionActivity, check_records, newest_timestamp

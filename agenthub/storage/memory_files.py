@@ -15,8 +15,8 @@ from pathlib import Path, PurePosixPath
 from typing import Literal, ParamSpec, Protocol, TypeVar
 
 from agenthub.errors import InvalidIdError, StorageError
+from agenthub.session_keys import SessionKey, key_from_file_stem, session_key, validate_agent_name
 from agenthub.storage.atomic import atomic_write_text
-from agenthub.storage.keys import SessionKey, key_from_file_stem, session_key, validate_agent_name
 from agenthub.storage.paths import AgentLayout, inside
 
 MemoryKind = Literal["agent_memory", "chat_memory", "shared_profile", "private_profile", "group_profile", "l3_state"]

@@ -15,8 +15,8 @@ import structlog
 
 from agenthub.errors import InvalidIdError
 from agenthub.invocation import command_name
+from agenthub.session_keys import validate_agent_name
 from agenthub.storage.atomic import atomic_write_text
-from agenthub.storage.keys import validate_agent_name
 
 log = structlog.get_logger(__name__)
 

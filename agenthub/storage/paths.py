@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agenthub.errors import PathRefusedError, StorageError
-from agenthub.storage.keys import SessionKey, validate_agent_name
+from agenthub.session_keys import SessionKey, validate_agent_name
 
 
 @functools.lru_cache(maxsize=4096)

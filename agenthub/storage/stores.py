@@ -6,17 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from agenthub.dedup import DedupStore, SeenIds, SeenIdsOpener
-from agenthub.member_sends import MemberSends, MemberSendsOpener, Windows
-from agenthub.singleton import instance_holder
+from agenthub.storage.dedup import DedupStore, SeenIds, SeenIdsOpener
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.idempotency import FileIdempotency, IdempotencyStore
 from agenthub.storage.inbox import FileInbox, Inbox
 from agenthub.storage.jobs import FileJobDocuments, JobDocuments
 from agenthub.storage.latency import Latency
 from agenthub.storage.lease import InProcessLeases, LeaseStore
+from agenthub.storage.member_sends import MemberSends, MemberSendsOpener, Windows
 from agenthub.storage.memory_files import FileMemoryStore, MemoryStore
 from agenthub.storage.outbox import Outbox
+from agenthub.storage.singleton import instance_holder
 from agenthub.storage.store import SessionStore
 from agenthub.storage.usage import FileUsageStore, UsageStore
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.search_index import Passage, SearchHit, SearchScope
 from recall_data.model import Conversation
 from recall_data.score import LIMIT, Outcome, first_rank

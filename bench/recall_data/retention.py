@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agenthub.app import build_gateway
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from recall_data import store
 from recall_data.generate import conversation
 from recall_data.model import Conversation

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agenthub.app import build_gateway
+from agenthub.hosting.app import build_gateway
 from agenthub.storage.stores import open_stores
 from recall_data import store
 from recall_data.model import Conversation

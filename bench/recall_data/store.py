@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agenthub.session.history import SessionHistory
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from recall_data.model import Conversation, Turn
 
 AGENT = "default"

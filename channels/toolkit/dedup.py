@@ -5,8 +5,8 @@ from __future__ import annotations
 import structlog
 
 from agenthub.channel import ChannelContext
-from agenthub.dedup import DedupStore, SeenIds
 from agenthub.errors import StorageError
+from agenthub.storage.dedup import DedupStore, SeenIds
 
 log = structlog.get_logger(__name__)
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
-from agenthub.member_sends import InProcessMemberSends, MemberSends, MemberSendsOpener, check_windows
+from agenthub.storage.member_sends import InProcessMemberSends, MemberSends, MemberSendsOpener, check_windows
 from channels.toolkit.order import KeyedLock
 
 Clock = Callable[[], float]

@@ -10,7 +10,7 @@ from typing import Any
 from agenthub.agent.conversion import INTERRUPTED_PLACEHOLDER
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.fakes.anthropic import FakeAnthropic, hang, reply_text, reply_tool
 
 KEY = SessionKey("default", "cli", "direct")

@@ -14,7 +14,7 @@ from agenthub.agent.conversion import cut_old_tool_results, images_to_send, mark
 from agenthub.agent.definition import AgentConfig, AgentDefinition
 from agenthub.memory.files import MemoryFiles
 from agenthub.session.history import SessionHistory
-from agenthub.storage.keys import SessionKey, session_key
+from agenthub.session_keys import SessionKey, session_key
 
 Message = dict[str, Any]
 KEY = session_key("default", "cli", "memo")

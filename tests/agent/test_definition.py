@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from agenthub.agent.definition import DEFAULT_PERSONA, load_agents
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.errors import AgentNotFoundError
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, http_error, reply_text

@@ -14,11 +14,11 @@ import pytest
 from agenthub.agent.definition import AgentConfig, AgentDefinition
 from agenthub.agent.large_results import PREVIEW_CHARS, LargeResultStore
 from agenthub.agent.tools import BUILTIN_TOOLS, MAX_FILE_BYTES, ToolContext, ToolError
-from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.files import MemoryFiles
 from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.fakes.mcp_server import big

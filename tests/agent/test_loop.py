@@ -8,11 +8,11 @@ from typing import Any
 
 from agenthub import i18n
 from agenthub.agent.loop import CUT_NOTES
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, ReplyEvent, ToolEvent
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, cut_stream, reply_text, reply_tool
 

@@ -22,10 +22,10 @@ from agenthub.agent.definition import AgentConfig
 from agenthub.agent.mcp import whitelisted
 from agenthub.agent.mcp_server import McpServer, ServerState
 from agenthub.agent.mcp_support import RestartBackoff, exposed_name
-from agenthub.app import build_gateway
 from agenthub.config import Settings
-from agenthub.daemon import Daemon
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
+from agenthub.hosting.daemon import Daemon
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, ReplyEvent, ToolEvent
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
@@ -459,7 +459,7 @@ def test_names_and_whitelist_patterns() -> None:
 
 
 def test_the_gateway_does_not_import_the_sdk_until_a_server_is_declared() -> None:
-    code = "import sys; import agenthub.app, agenthub.daemon; print('mcp' in sys.modules)"
+    code = "import sys; import agenthub.hosting.app, agenthub.hosting.daemon; print('mcp' in sys.modules)"
     root = REPO
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "False"

@@ -10,12 +10,12 @@ from typing import Any
 from structlog.testing import LogCapture
 
 from agenthub.agent.recall import HEADER, query_of
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 

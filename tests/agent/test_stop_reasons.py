@@ -8,7 +8,7 @@ from agenthub import i18n
 from agenthub.agent.loop import CUT_NOTES, EMPTY_REPLY, EMPTY_STORED, REFUSAL_NOTE, REFUSAL_TEXT
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, ReplyEvent
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 
 KEY = SessionKey("default", "cli", "direct")

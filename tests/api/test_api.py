@@ -18,7 +18,7 @@ from agenthub.agent.large_results import LargeResultStore
 from agenthub.config import Settings
 from agenthub.media.names import inbox_dir
 from agenthub.messages import InboundMessage
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
 from tests.support.harness import RunningApi, running_api

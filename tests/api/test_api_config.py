@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agenthub.app import assemble, build_gateway
 from agenthub.config import Settings
 from agenthub.errors import ConfigError
+from agenthub.hosting.app import assemble, build_gateway
 
 
 @pytest.mark.parametrize("key", ["port", "enabled", "tokens"])

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.harness import RunningApi
 from tests.support.http import AGENT, assert_error

@@ -17,12 +17,12 @@ from playwright.async_api import Dialog, Page, async_playwright, expect
 
 from agenthub.api.llm_text import TITLE_PROMPT, WELCOME_PROMPT
 from agenthub.api.server import HttpApi
-from agenthub.app import build_api, build_gateway
 from agenthub.channel import WebRoutes
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
+from agenthub.hosting.app import build_api, build_gateway
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
-from agenthub.tokens import TokenStore
+from agenthub.storage.tokens import TokenStore
 from agenthub.web import WebServer
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text, reply_tool

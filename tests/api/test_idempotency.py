@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agenthub.config import Settings
-from agenthub.tokens import TokenStore
+from agenthub.storage.tokens import TokenStore
 from tests.support.fakes.anthropic import FakeAnthropic, http_error, reply_text
 from tests.support.harness import RunningApi, running_api
 from tests.support.http import AGENT, assert_error

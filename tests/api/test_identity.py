@@ -9,8 +9,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from agenthub.config import Settings
-from agenthub.storage.keys import session_key
-from agenthub.tokens import TokenStore, hash_token
+from agenthub.session_keys import session_key
+from agenthub.storage.tokens import TokenStore, hash_token
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.harness import RunningApi

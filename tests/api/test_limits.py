@@ -14,8 +14,8 @@ import pytest_asyncio
 from structlog.testing import LogCapture
 
 from agenthub.config import Settings
-from agenthub.http_guard import LimitLog
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
+from agenthub.web.http_guard import LimitLog
 from tests.support.harness import RunningApi, running_api
 from tests.support.http import assert_error
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agenthub import i18n
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
 from tests.support.fakes.anthropic import FakeAnthropic, prompt_too_long, reply_text
 from tests.support.harness import RunningApi
 from tests.support.http import AGENT

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from agenthub.config import Settings
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.harness import RunningApi
 from tests.support.http import AGENT

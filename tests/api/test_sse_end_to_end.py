@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from agenthub.config import Settings
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.hosting.remote import RemoteGateway
 from agenthub.messages import DoneEvent, InboundMessage, ReplyEvent
-from agenthub.remote import RemoteGateway
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.harness import running_api
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import InboundMessage
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.harness import running_api

@@ -9,7 +9,7 @@ import pytest
 
 from agenthub.cli import main
 from agenthub.config import Settings
-from agenthub.datalock import DataDirLock
+from agenthub.hosting.datalock import DataDirLock
 from tests.support.harness import RunningApi
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agenthub.config import Settings
-from agenthub.datalock import DataDirLock
+from agenthub.hosting.datalock import DataDirLock
 from tests.support.cli import cli_env
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.harness import running_api

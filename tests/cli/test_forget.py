@@ -14,20 +14,20 @@ from pathlib import Path
 import aiohttp
 import psycopg
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.store import document
+from agenthub.session_keys import SessionKey
 from agenthub.storage.jobs import JobDocument
-from agenthub.storage.keys import SessionKey
 from agenthub.storage.lease import instance_lease
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.postgres import PostgresJobs, open_database
 from agenthub.storage.search_index import SearchScope
-from agenthub.tokens import TokenStore
+from agenthub.storage.tokens import TokenStore
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 from tests.support.forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges

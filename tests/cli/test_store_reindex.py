@@ -12,8 +12,8 @@ import pytest
 from agenthub.cli import main
 from agenthub.search.service import SearchService
 from agenthub.search.shared import SharedSearchService
+from agenthub.session_keys import SessionKey
 from agenthub.storage.files import FileSessionStore
-from agenthub.storage.keys import SessionKey
 from agenthub.storage.postgres import Database
 from agenthub.storage.postgres.search import PostgresSearchIndex
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed

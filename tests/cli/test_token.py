@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from agenthub.cli import main
-from agenthub.tokens import TokenStore, hash_token
+from agenthub.storage.tokens import TokenStore, hash_token
 
 
 @pytest.fixture

@@ -16,18 +16,18 @@ from structlog.testing import capture_logs
 
 from agenthub import i18n
 from agenthub.agent.large_results import LargeResultStore
-from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Markers, Person, redact
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.media.names import chat_folders, inbox_dir
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.scheduler.jobs import Job
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.search_index import SearchScope
 from tests.support.agents import write_agent

@@ -9,12 +9,12 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from agenthub.app import build_gateway
+from agenthub.channel.inbox_flow import HTTP_SOURCE, InboxSubmitter
 from agenthub.config import Settings
-from agenthub.inbox_flow import HTTP_SOURCE, InboxSubmitter
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.session_keys import SessionKey
 from agenthub.storage.inbox import InMemoryInbox, message_to_json
-from agenthub.storage.keys import SessionKey
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.shared_gateways import tag_of
 

@@ -9,12 +9,12 @@ from typing import Any
 import pytest_asyncio
 
 from agenthub import i18n
-from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
 
 KEY = SessionKey("default", "cli", "direct")

@@ -7,9 +7,9 @@ import dataclasses
 from collections.abc import Callable
 
 from agenthub import i18n
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DeltaEvent, DoneEvent, InboundMessage, NoticeEvent, ReplyEvent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
 

@@ -6,10 +6,10 @@ import re
 
 from structlog.testing import LogCapture
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import ErrorEvent, InboundMessage
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 KEY = SessionKey("default", "cli", "direct")
 REF = re.compile(r"\(ref ([^)]+)\)")

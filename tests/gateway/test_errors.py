@@ -11,15 +11,15 @@ from structlog.testing import LogCapture
 
 from agenthub import i18n
 from agenthub.agent.conversion import INTERRUPTED_PLACEHOLDER
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.session_state import SessionStatus
 from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY
+from agenthub.hosting.app import build_gateway
 from agenthub.llm.failures import MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.fakes.anthropic import (
     FakeAnthropic,
     hang,

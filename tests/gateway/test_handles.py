@@ -6,13 +6,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.errors import SessionBusyError
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.session_keys import SessionKey
 from agenthub.storage import jsonl
-from agenthub.storage.keys import SessionKey
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.gated_pool import GatedPool
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.timers import TimerRegistry
+from agenthub.hosting.app import build_gateway
 from agenthub.llm.anthropic_provider import AnthropicProvider
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.fakes.anthropic import FakeAnthropic, hang, last_user_text
 from tests.support.roots import make_settings
 

@@ -11,10 +11,10 @@ import pytest_asyncio
 from structlog.testing import capture_logs
 
 from agenthub.agent.memory_notes import NOTE_HEADER
-from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.web import render_metrics
 from tests.support.cache_chat import TARGET, long_chat

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from structlog.testing import capture_logs
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, ErrorEvent, NoticeEvent
 from tests.support.fakes.anthropic import FakeAnthropic, hang
 from tests.support.memory import msg, settle

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 
 KEY = SessionKey("default", "cli", "direct")

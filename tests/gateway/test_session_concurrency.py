@@ -7,12 +7,12 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.commands import CommandContext, CommandTier
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, hang, last_user_text, reply_text
 

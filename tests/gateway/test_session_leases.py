@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from agenthub import i18n
+from agenthub.channel.inbox_flow import InstanceInbox
 from agenthub.clock import ManualClock
 from agenthub.errors import SessionBusyError
-from agenthub.inbox_flow import InstanceInbox
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
 from tests.support.leases import InstanceView, LateGrants

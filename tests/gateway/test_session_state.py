@@ -9,7 +9,7 @@ from agenthub.clock import ManualClock
 from agenthub.gateway.commands import ConfirmWindow
 from agenthub.gateway.session_state import SessionRegistry, SessionStatus
 from agenthub.session.history import SessionHistory
-from agenthub.storage.keys import SessionKey, session_key
+from agenthub.session_keys import SessionKey, session_key
 
 KEY = session_key("default", "wecom", "zhangsan")
 OTHER = session_key("default", "wecom", "lisi")

@@ -10,15 +10,15 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
-from agenthub.singleton import InstanceLeases
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
+from agenthub.storage.singleton import InstanceLeases
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
 from tests.support.leases import InstanceView

@@ -7,8 +7,8 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway
 from agenthub.llm import LLMRequest, OfflineProvider
 from agenthub.llm.calllog import CallLog
 from agenthub.memory.wiring import L3_TIMER

@@ -380,7 +380,7 @@ def test_building_the_providers_does_not_import_the_sdk(tmp_path: Path) -> None:
     for them, nor for the MCP SDK when no agent declares a server."""
     code = (
         "import sys\n"
-        "import agenthub.daemon, agenthub.api.server, agenthub.app\n"
+        "import agenthub.hosting.daemon, agenthub.api.server, agenthub.hosting.app\n"
         "from agenthub.config import LLMSettings\n"
         "from agenthub.llm.registry import ProviderRegistry\n"
         "reg = ProviderRegistry.from_settings(LLMSettings(api_key='k', base_url='http://127.0.0.1:9'), env={})\n"

@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 
 from agenthub import i18n
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.media.images import ImageRejectedError, prepare_image
 from agenthub.messages import Attachment, DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from tests.support.agents import write_agent

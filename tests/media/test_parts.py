@@ -22,8 +22,8 @@ from agenthub.agent.conversion import (
     images_to_send,
     to_api_messages,
 )
-from agenthub.app import build_gateway
 from agenthub.config import MediaSettings, Settings
+from agenthub.hosting.app import build_gateway
 from agenthub.media import (
     ImageCache,
     ImageRejectedError,
@@ -37,7 +37,7 @@ from agenthub.media.names import MAX_NAME_BYTES, chat_dir_name
 from agenthub.media.refs import image_ref
 from agenthub.memory.summary import render_content
 from agenthub.messages import Attachment, DoneEvent, InboundMessage
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.media import image_blocks, png
 

@@ -7,12 +7,12 @@ import os
 import time
 from collections.abc import Callable
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
 from agenthub.messages import DoneEvent
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, hang, reply_text
 from tests.support.memory import is_summary_request, msg, seed, settle, summaries_then_default

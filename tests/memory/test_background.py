@@ -8,11 +8,11 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, hang, reply_text
 from tests.support.memory import is_summary_request, msg, seed, settle

@@ -9,13 +9,13 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER
 from agenthub.messages import DoneEvent
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, ScriptedReply, http_error, reply_text
 from tests.support.memory import chat_memory_file, is_l3_request, is_summary_request, msg, seed, settle

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import pytest
 from structlog.testing import capture_logs
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.errors import SessionBusyError
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent
 from tests.support.fakes.anthropic import FakeAnthropic, hang, reply_text
 from tests.support.memory import (

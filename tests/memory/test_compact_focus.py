@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.summary import FOCUS_CHARS
 from agenthub.messages import DoneEvent
 from tests.support.fakes.anthropic import FakeAnthropic

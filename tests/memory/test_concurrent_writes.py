@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from agenthub.agent.tools import PLATFORM_TOOLS, ToolContext, run_tool
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.files import MemoryWriter
 from agenthub.memory.processor import MAX_PARALLEL_CALLS
 from agenthub.memory.wiring import L3_TIMER
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
 from agenthub.storage.memory_files import FileMemoryStore, MemoryName
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agenthub.agent.conversion import to_api_messages
-from agenthub.app import build_gateway
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.cut import plan_cut, safe_cut, unpaired_tool_ids
 from agenthub.messages import InboundMessage
-from agenthub.storage.keys import SessionKey, session_key
+from agenthub.session_keys import SessionKey, session_key
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.memory import conversation, summaries_then_default
 from tests.support.roots import make_settings

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, ErrorEvent, NoticeEvent
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, http_error, prompt_too_long, reply_text

@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.wiring import L3_TIMER
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, hang, http_error, reply_text

@@ -12,7 +12,7 @@ import pytest
 from agenthub.agent.conversion import SUMMARY_PREFIX
 from agenthub.memory.host import FinishedTurn
 from agenthub.memory.wiring import build_memory_layer
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.fakes.memory_host import FakeMemoryHost
 
 KEY = SessionKey("default", "cli", "c1")

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 from agenthub.agent.conversion import CUT_STEP_TURNS, RECENT_TURNS, cut_middle
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 from tests.support.memory import msg

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from agenthub.agent.definition import AgentConfig, AgentDefinition
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.files import memory_scope
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import InboundMessage

@@ -9,8 +9,8 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.wiring import L3_TIMER
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
 from tests.support.memory import backup_of, chat_memory_file, is_l3_request, is_summary_request, msg, seed, system_text

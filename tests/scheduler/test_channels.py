@@ -15,20 +15,20 @@ import aiohttp
 import pytest
 
 from agenthub.api.server import HttpApi
-from agenthub.app import assemble, build_gateway
 from agenthub.channel import Channel
 from agenthub.cli.chat import relay_pushes
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
-from agenthub.daemon import Daemon
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import assemble, build_gateway
+from agenthub.hosting.daemon import Daemon
+from agenthub.hosting.remote import RemoteGateway
+from agenthub.hosting.systemd import Notifier
 from agenthub.messages import InboundMessage
-from agenthub.remote import RemoteGateway
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.store import JobStore
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
-from agenthub.systemd import Notifier
-from agenthub.tokens import TokenStore
+from agenthub.storage.tokens import TokenStore
 from channels.wecom import WeComChannel
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 from tests.support.fakes.feishu import FakeFeishu, feishu_encrypt, feishu_headers, message_event, running_channel

@@ -13,16 +13,16 @@ import pytest
 import pytest_asyncio
 from structlog.testing import capture_logs
 
-from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.errors import ConfigError
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import ErrorEvent, InboundMessage, OutboundMessage
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.scheduler import START, RecordingChannel, shanghai, until
 

@@ -12,17 +12,17 @@ from typing import Any
 import pytest_asyncio
 
 from agenthub.agent.tools import PLATFORM_TOOLS, ToolContext, run_tool
-from agenthub.app import build_gateway, open_stores
 from agenthub.clock import ManualClock
 from agenthub.config import SchedulerSettings, Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway, open_stores
 from agenthub.messages import InboundMessage
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job, JobError
 from agenthub.scheduler.wiring import SCHEDULER_LEASE
-from agenthub.singleton import InstanceLeases, Singleton
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
 from agenthub.storage.postgres import Database, PostgresJobs, PostgresLeases, open_database
+from agenthub.storage.singleton import InstanceLeases, Singleton
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
 from tests.support.leases import InstanceView
 from tests.support.postgres import PostgresServer, migrated

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.memory.files import Visibility
 from agenthub.messages import InboundMessage
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.memory import system_text

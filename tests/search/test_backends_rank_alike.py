@@ -9,8 +9,8 @@ from typing import Any
 
 from agenthub.search.service import SearchService
 from agenthub.search.shared import SharedSearchService
+from agenthub.session_keys import SessionKey
 from agenthub.storage.files import FileSessionStore
-from agenthub.storage.keys import SessionKey
 from agenthub.storage.postgres import Database, PostgresSessionStore
 from agenthub.storage.postgres.search import PostgresSearchIndex
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed

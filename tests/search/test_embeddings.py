@@ -13,15 +13,15 @@ import pytest
 import pytest_asyncio
 from structlog.testing import LogCapture
 
-from agenthub.app import build_gateway
 from agenthub.config import EmbeddingsSettings, SearchSettings, Settings
 from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.search.embeddings import EmbeddingsClient, EmbeddingsUnavailable, endpoint_url
 from agenthub.search.vectors import VectorIndex, fuse
 from agenthub.session.history import SessionHistory
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.postgres.search_vectors import PostgresVectorStore
 from agenthub.storage.search_index import ARCHIVE, HISTORY, Passage, SearchHit, SearchScope, SourceRef

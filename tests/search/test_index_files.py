@@ -11,7 +11,7 @@ import pytest_asyncio
 
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_files import index_path
 from agenthub.storage.search_index import SearchScope

@@ -10,14 +10,14 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
+from agenthub.session_keys import SessionKey
 from agenthub.storage import jsonl
-from agenthub.storage.keys import SessionKey
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_files import index_path
 from agenthub.storage.search_index import SearchScope

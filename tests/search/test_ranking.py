@@ -12,7 +12,7 @@ import pytest_asyncio
 
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.search_index import ARCHIVE, HISTORY, SearchHit, SearchScope
 
 T0 = 1_764_000_000_000

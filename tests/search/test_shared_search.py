@@ -13,14 +13,14 @@ import psycopg
 import pytest
 
 from agenthub.agent.tools import ToolContext, run_tool, tools_for
-from agenthub.app import build_gateway, open_stores
 from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway, open_stores
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.search.api import UNAVAILABLE
 from agenthub.search.shared import SharedSearchService
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.search_index import SearchScope
 from tests.support.agents import write_agent

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.errors import PathRefusedError
+from agenthub.hosting.app import build_gateway
 from agenthub.session.history import SessionHistory
+from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage import jsonl
-from agenthub.storage.keys import SessionKey, session_key
-from agenthub.storage.memory_backend import InMemorySessionStore
+from agenthub.storage.in_ram import InMemorySessionStore
 from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, read_meta, write_meta
 
 KEY = session_key("reviewer", "http", "chat-1")

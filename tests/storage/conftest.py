@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agenthub.storage.files import FileSessionStore
+from agenthub.storage.in_ram import InMemorySessionStore
 from agenthub.storage.jobs import FileJobDocuments
-from agenthub.storage.memory_backend import InMemorySessionStore
 from agenthub.storage.memory_files import FileMemoryStore, InMemoryMemoryStore
 from agenthub.storage.postgres import Database, PostgresJobs
 from tests.support.disks import fill, small_tmpfs

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agenthub.config import Settings
-from agenthub.daemon import Daemon
+from agenthub.hosting.daemon import Daemon
+from agenthub.hosting.systemd import Notifier
 from agenthub.session.history import SessionHistory
+from agenthub.session_keys import session_key
 from agenthub.storage import jsonl
-from agenthub.storage.keys import session_key
 from agenthub.storage.meta import read_meta, text_of
 from agenthub.storage.paths import AgentLayout
-from agenthub.systemd import Notifier
 from tests.support.crash_writer import text_for, version_for
 from tests.support.paths import CRASH_WRITER_SCRIPT, REPO
 

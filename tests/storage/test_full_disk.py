@@ -21,8 +21,8 @@ from structlog.testing import capture_logs
 from agenthub.clock import ManualClock
 from agenthub.errors import StorageError
 from agenthub.session.history import SessionHistory
+from agenthub.session_keys import session_key
 from agenthub.storage import jsonl
-from agenthub.storage.keys import session_key
 from agenthub.storage.meta import read_meta
 from tests.support.disks import PAGE, fill, room_in_last_page, small_tmpfs
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text

@@ -9,9 +9,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from agenthub.errors import StorageError
+from agenthub.session_keys import session_key
 from agenthub.storage import jsonl
 from agenthub.storage.atomic import atomic_write_bytes
-from agenthub.storage.keys import session_key
 from agenthub.storage.paths import AgentLayout
 
 

@@ -11,8 +11,8 @@ from agenthub.agent.definition import load_agent
 from agenthub.errors import StorageError
 from agenthub.memory.files import MemoryFiles
 from agenthub.session.history import SessionHistory
+from agenthub.session_keys import session_key
 from agenthub.storage import jsonl
-from agenthub.storage.keys import session_key
 from agenthub.storage.paths import AgentLayout
 from tests.support.agents import write_agent
 

@@ -10,7 +10,7 @@ import pytest
 
 from agenthub.errors import InvalidIdError, PathRefusedError, StorageError
 from agenthub.memory.files import MemoryWriter
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
 from agenthub.storage.memory_files import FileMemoryStore, MemoryName
 from tests.support.stores import MemoryBackend
 

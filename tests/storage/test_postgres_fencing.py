@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import PostgresLeases, PostgresSessionStore, postgres_store_factory
 from agenthub.storage.store import FencedWriteError

@@ -13,13 +13,13 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from agenthub.app import web_server
 from agenthub.clock import ManualClock
 from agenthub.errors import StorageError
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import web_server
 from agenthub.memory.files import MemoryWriter
+from agenthub.session_keys import session_key
 from agenthub.storage.inbox import Inbox
-from agenthub.storage.keys import session_key
 from agenthub.storage.lease import LeaseStore
 from agenthub.storage.memory_files import MemoryName, MemoryStore
 from agenthub.storage.postgres import (
@@ -34,7 +34,7 @@ from agenthub.storage.postgres import (
 )
 from agenthub.storage.postgres.sends import PostgresMemberSends
 from agenthub.storage.stores import Stores
-from agenthub.tokens import TOKEN_PREFIX
+from agenthub.storage.tokens import TOKEN_PREFIX
 from channels.toolkit.dedup import MessageDedup, SeenIds
 from tests.support.postgres import PostgresServer
 

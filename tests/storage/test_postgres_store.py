@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from agenthub.errors import StorageError
-from agenthub.storage.keys import SessionKey, session_key
+from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import SCHEMA_VERSION, PostgresSessionStore, apply_migrations, postgres_store_factory
 from agenthub.storage.postgres.database import migrate

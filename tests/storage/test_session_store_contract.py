@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from agenthub.errors import StorageError
+from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.files import FileSessionStore
-from agenthub.storage.keys import SessionKey, session_key
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.store import MalformedRecordError, SessionStore
 from tests.support.crash_writer import text_for

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from agenthub.cli import main
-from agenthub.datalock import DataDirLock
+from agenthub.hosting.datalock import DataDirLock
+from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.copy import COPYING, Held, decide
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox
 from agenthub.storage.jobs import FileJobDocuments, JobDocument
-from agenthub.storage.keys import SessionKey, session_key
 from agenthub.storage.memory_files import FileMemoryStore, MemoryName
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import (
@@ -31,7 +31,7 @@ from agenthub.storage.postgres import (
     PostgresTokens,
     open_database,
 )
-from agenthub.tokens import TokenStore
+from agenthub.storage.tokens import TokenStore
 from tests.support.paths import REPO
 
 MIGRATE = ["store", "migrate", "--from", "files", "--to", "postgres"]

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, InboundMessage, Usage
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.fakes.prompt_cache import PromptCache

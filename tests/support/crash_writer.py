@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from agenthub.session.history import SessionHistory
+from agenthub.session_keys import session_key
 from agenthub.storage.atomic import atomic_write_text
-from agenthub.storage.keys import session_key
 
 
 def text_for(seq: int) -> str:

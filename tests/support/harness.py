@@ -11,10 +11,10 @@ from typing import Any
 import aiohttp
 import pytest_asyncio
 
-from agenthub.app import assemble, build_gateway, open_stores
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.tokens import TokenStore
+from agenthub.hosting.app import assemble, build_gateway, open_stores
+from agenthub.storage.tokens import TokenStore
 from agenthub.web import WebServer
 
 

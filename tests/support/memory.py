@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from agenthub.agent.definition import AgentDefinition
-from agenthub.app import build_gateway, open_stores
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_gateway, open_stores
 from agenthub.messages import InboundMessage
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 from tests.support.fakes.anthropic import ScriptedReply, reply_text
 

@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agenthub.app import build_gateway, open_stores
+from agenthub.channel.inbox_flow import HTTP_SOURCE, InboxSubmitter
 from agenthub.clock import Clock, monotonic_clock
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.inbox_flow import HTTP_SOURCE, InboxSubmitter
+from agenthub.hosting.app import build_gateway, open_stores
 from agenthub.messages import InboundMessage
-from agenthub.singleton import InstanceLeases
 from agenthub.storage.lease import LeaseStore
 from agenthub.storage.postgres import PostgresInbox
+from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.stores import Stores
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, ScriptedReply, last_user_text, reply_text
 from tests.support.roots import make_settings

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from agenthub.app import build_gateway
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.errors import ConfigError
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.hosting.app import build_gateway
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent
 from agenthub.storage.usage import Scope
@@ -55,7 +55,7 @@ async def test_32_concurrent_turns_of_one_person_overspend_by_at_most_one_reserv
     limit = 1000
     settings = settings_factory(budgets={"user_day": limit}, llm={"max_tokens": MAX_TOKENS}, store=store)
     fake_llm.default_usage = PER_CALL
-    from agenthub.app import open_stores
+    from agenthub.hosting.app import open_stores
 
     stores = await open_stores(settings)
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agenthub.app import build_gateway
 from agenthub.config import PriceSettings, Settings
+from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.storage.usage import FileUsageStore, UsageRow
 from agenthub.usage.report import group

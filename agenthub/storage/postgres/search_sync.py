@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agenthub import jsonsafe
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.search import Conn, drop_docs, insert_docs, lock_source, set_watermark, source_params

@@ -9,7 +9,7 @@ import time
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
-from agenthub.member_sends import Windows, waits_for
+from agenthub.storage.member_sends import Windows, waits_for
 from agenthub.storage.postgres.database import Database
 
 _NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"

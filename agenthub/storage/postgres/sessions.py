@@ -15,7 +15,7 @@ from psycopg.rows import TupleRow
 
 from agenthub import jsonsafe
 from agenthub.errors import InvalidIdError
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.database import Database, open_database
 from agenthub.storage.store import (

@@ -8,7 +8,7 @@ import secrets
 import time
 
 from agenthub.storage.postgres.database import Database
-from agenthub.tokens import CONFIG_TOKEN_NAME, TOKEN_PREFIX, StoredToken, check_new_name, hash_token
+from agenthub.storage.tokens import CONFIG_TOKEN_NAME, TOKEN_PREFIX, StoredToken, check_new_name, hash_token
 
 
 class PostgresTokens:

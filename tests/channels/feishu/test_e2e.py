@@ -7,8 +7,8 @@ from pathlib import Path
 
 import aiohttp
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.fakes.feishu import (
     FakeFeishu,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.fakes.feishu import FakeFeishu, Harness, message_event, running_channel
 from tests.support.fakes.feishu_resources import Resource

@@ -111,7 +111,7 @@ def test_importing_the_channel_does_not_import_lark_oapi() -> None:
 DAEMON_START = """
 import asyncio, json, sys, tempfile
 from pathlib import Path
-from agenthub.app import assemble, build_gateway
+from agenthub.hosting.app import assemble, build_gateway
 from agenthub.config import load_settings
 
 async def main():

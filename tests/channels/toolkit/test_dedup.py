@@ -7,11 +7,11 @@ from pathlib import Path
 
 from structlog.testing import LogCapture
 
-from agenthub.app import channel_context, open_stores
 from agenthub.channel import ChannelContext, WebRoutes
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
-from agenthub.dedup import DedupStore
+from agenthub.hosting.app import channel_context, open_stores
+from agenthub.storage.dedup import DedupStore
 from channels.toolkit.dedup import MessageDedup, open_seen_ids
 from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.support.roots import make_settings

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from agenthub.clock import ManualClock
-from agenthub.dedup import DedupStore
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, ReplyEvent
+from agenthub.storage.dedup import DedupStore
 from agenthub.storage.inbox import FileInbox, Inbox, InboxEntry, InMemoryInbox
 from agenthub.storage.postgres import Database, PostgresInbox
 from agenthub.storage.postgres.seen import PostgresSeenIds

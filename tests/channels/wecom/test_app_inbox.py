@@ -8,13 +8,13 @@ from pathlib import Path
 import aiohttp
 
 from agenthub import i18n
-from agenthub.app import build_gateway
 from agenthub.channel import Channel
+from agenthub.channel.inbox_flow import InboxSubmitter, InstanceInbox, resume_then_start
 from agenthub.config import Settings
-from agenthub.inbox_flow import InboxSubmitter, InstanceInbox, resume_then_start
-from agenthub.singleton import InstanceLeases
+from agenthub.hosting.app import build_gateway
 from agenthub.storage.inbox import FileInbox
 from agenthub.storage.postgres import PostgresInbox, PostgresLeases, open_database
+from agenthub.storage.singleton import InstanceLeases
 from channels.wecom import WeComChannel
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.fakes.submitter import ScriptedSubmitter

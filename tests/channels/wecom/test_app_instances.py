@@ -12,9 +12,9 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
-from agenthub.app import channel_context
 from agenthub.channel import WebRoutes
-from agenthub.storage.keys import SessionKey
+from agenthub.hosting.app import channel_context
+from agenthub.session_keys import SessionKey
 from channels.wecom import WeComChannel
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.fakes.wecom import FakeQyApi, message_xml, serve_routes, signed_callback

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from agenthub.clock import ManualClock
-from agenthub.singleton import InstanceLeases
 from agenthub.storage.lease import InProcessLeases
+from agenthub.storage.singleton import InstanceLeases
 from channels.wecom import WeComChannel
 from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.support.fakes.wecom import FakeAiBotServer, channel_context

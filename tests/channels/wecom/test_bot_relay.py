@@ -17,10 +17,10 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.messages import OutboundMessage
 from agenthub.scheduler.delivery import JobDelivery
 from agenthub.scheduler.jobs import Job
-from agenthub.singleton import InstanceLeases
 from agenthub.storage.lease import InProcessLeases
 from agenthub.storage.outbox import UNKNOWN_OUTCOME
 from agenthub.storage.postgres import Database, PostgresOutbox
+from agenthub.storage.singleton import InstanceLeases
 from channels.wecom import WeComChannel
 from channels.wecom.aibot_relay import NOBODY_TOOK_IT
 from tests.support.fakes.submitter import ScriptedSubmitter

@@ -7,8 +7,8 @@ import asyncio
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from agenthub.app import channel_context
 from agenthub.channel import WebRoutes
+from agenthub.hosting.app import channel_context
 from agenthub.messages import OutboundMessage
 from agenthub.storage.stores import open_stores
 from channels.wecom import WeComChannel

@@ -18,7 +18,7 @@ from agenthub.errors import SessionBusyError
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.llm.types import LLMProvider, LLMRequest, LLMResponse, TextCallback
 from agenthub.memory.files import MemoryFiles
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.store import SessionActivity
 from tests.support.roots import make_settings
 

@@ -8,8 +8,8 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
+from agenthub.hosting.remote import DaemonUnavailableError, RemoteGateway
 from agenthub.messages import DeltaEvent, ErrorCode, ErrorEvent, InboundMessage
-from agenthub.remote import DaemonUnavailableError, RemoteGateway
 
 NESTED = "[" * 100_000
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agenthub.clock import ManualClock
-from agenthub.dedup import DedupStore
 from agenthub.errors import PathRefusedError
+from agenthub.storage.dedup import DedupStore
 
 
 async def test_duplicate_within_ttl_and_new_after(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from agenthub.config_hints import did_you_mean
+from agenthub.config.hints import did_you_mean
 from agenthub.errors import ConfigError
 
 log = structlog.get_logger(__name__)

@@ -15,16 +15,16 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agenthub.app import build_gateway, web_server
+from agenthub.channel.inbox_flow import HTTP_SOURCE, InboxSubmitter, InstanceInbox
 from agenthub.config import Settings
 from agenthub.errors import StorageError
 from agenthub.gateway.core import GatewayCore
-from agenthub.inbox_flow import HTTP_SOURCE, InboxSubmitter, InstanceInbox
+from agenthub.hosting.app import build_gateway, web_server
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
-from agenthub.singleton import InstanceLeases
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
 from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
 from agenthub.storage.meta import text_of
+from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.stores import Stores, open_stores
 from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text
 from tests.support.fakes.submitter import RecordingSubmitter

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from agenthub.clock import ManualClock
-from agenthub.singleton import InstanceLeases, Singleton, instance_holder
 from agenthub.storage.lease import InProcessLeases
+from agenthub.storage.singleton import InstanceLeases, Singleton, instance_holder
 from tests.support.leases import DownableLeases
 
 TTL_S = 15.0

@@ -11,9 +11,9 @@ import aiohttp
 
 from agenthub import i18n
 from agenthub.config import Settings
-from agenthub.daemon import Daemon
-from agenthub.systemd import Notifier
-from agenthub.tokens import TokenStore
+from agenthub.hosting.daemon import Daemon
+from agenthub.hosting.systemd import Notifier
+from agenthub.storage.tokens import TokenStore
 from tests.support.daemons import Deployment, Reply
 from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import aiohttp
 from structlog.testing import LogCapture
 
-from agenthub.app import assemble
+from agenthub.channel.inbox_flow import InboxSubmitter, resume_channels
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.inbox_flow import InboxSubmitter, resume_channels
+from agenthub.hosting.app import assemble
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, OutboundMessage
 from agenthub.storage.inbox import FileInbox, InboxEntry, InMemoryInbox
-from agenthub.tokens import TokenStore
+from agenthub.storage.tokens import TokenStore
 from tests.support.disks import fill, small_tmpfs
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 

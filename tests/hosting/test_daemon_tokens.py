@@ -18,10 +18,10 @@ from structlog.testing import capture_logs
 
 from agenthub.cli import main
 from agenthub.config import Settings, StoreSettings
-from agenthub.daemon import Daemon
+from agenthub.hosting.daemon import Daemon
+from agenthub.hosting.systemd import Notifier
 from agenthub.storage.postgres import PostgresTokens, open_database
-from agenthub.systemd import Notifier
-from agenthub.tokens import TokenStore
+from agenthub.storage.tokens import TokenStore
 from tests.support.fakes.anthropic import FakeAnthropic
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from agenthub.config import Settings
-from agenthub.daemon import Daemon
+from agenthub.hosting.daemon import Daemon
 from agenthub.storage.meta import text_of
 from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text
 from tests.support.roots import make_settings

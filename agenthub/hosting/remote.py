@@ -16,7 +16,7 @@ from agenthub.api.sse import Frame, MalformedFrame, decode_event, read_frames
 from agenthub.errors import AgentHubError, AgentNotFoundError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage
-from agenthub.storage.keys import session_key
+from agenthub.session_keys import session_key
 
 log = structlog.get_logger(__name__)
 

@@ -6,9 +6,9 @@ import shutil
 
 from structlog.testing import capture_logs
 
-from agenthub.app import build_gateway
 from agenthub.config import Settings
-from agenthub.daemon import Daemon
+from agenthub.hosting.app import build_gateway
+from agenthub.hosting.daemon import Daemon
 from tests.support.agents import write_agent
 
 

@@ -1,4 +1,4 @@
-"""`agenthub serve`: runs what the composition root (`agenthub.app`) builds: start-up in order, signals, drain."""
+"""`agenthub serve`: runs what the composition root (`hosting.app`) builds: start-up in order, signals, drain."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ import structlog
 
 from agenthub.agent.definition import load_agents
 from agenthub.api.idempotency import answer_recorder
-from agenthub.app import assemble, build_gateway, open_stores
 from agenthub.channel import Channel
+from agenthub.channel.inbox_flow import InboxSubmitter, InstanceInbox, resume_http, resume_then_start
 from agenthub.config import Settings
-from agenthub.datalock import DataDirLock
 from agenthub.gateway.core import GatewayCore
-from agenthub.inbox_flow import InboxSubmitter, InstanceInbox, resume_http, resume_then_start
+from agenthub.hosting.app import assemble, build_gateway, open_stores
+from agenthub.hosting.datalock import DataDirLock
+from agenthub.hosting.systemd import Notifier
 from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
 from agenthub.storage.atomic import remove_stale_temp_files
 from agenthub.storage.stores import Stores
-from agenthub.systemd import Notifier
-from agenthub.tokens import TokenStore
+from agenthub.storage.tokens import TokenStore
 from agenthub.web import WebServer
 
 log = structlog.get_logger(__name__)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agenthub.tokens import CONFIG_TOKEN_NAME, TokenStore
+from agenthub.storage.tokens import CONFIG_TOKEN_NAME, TokenStore
 
 
 def test_only_hashes_reach_the_disk_and_the_file_is_private(tmp_path: Path) -> None:

@@ -21,13 +21,13 @@ import pytest_asyncio
 from agenthub.channel import ChannelContext, WebRoutes
 from agenthub.cli.chat import UsageWatch
 from agenthub.config import load_settings
+from agenthub.hosting.remote import RemoteGateway
 from agenthub.messages import ErrorEvent, InboundMessage
-from agenthub.remote import RemoteGateway
 from agenthub.session.history import SessionHistory
+from agenthub.session_keys import session_key
 from agenthub.storage.jsonl import read_records
-from agenthub.storage.keys import session_key
-from agenthub.tokens import TokenStore
-from channels.cli import CliChannel
+from agenthub.storage.tokens import TokenStore
+from channels.terminal import CliChannel
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.paths import REPO

@@ -18,7 +18,7 @@ from agenthub.config import Settings
 from agenthub.errors import ConfigError
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, OutboundMessage, ReplyEvent
-from channels.cli import ChatBackend, CliChannel, printable
+from channels.terminal import ChatBackend, CliChannel, printable
 from tests.support.fakes.anthropic import FakeAnthropic, hang, http_error, last_user_text, reply_text, reply_tool
 
 Final = DoneEvent | ErrorEvent

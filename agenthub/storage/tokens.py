@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from agenthub import jsonsafe
 from agenthub.errors import ConfigError
+from agenthub.session_keys import validate_part
 from agenthub.storage.atomic import atomic_write_text
-from agenthub.storage.keys import validate_part
 
 TOKEN_PREFIX = "ahk_"
 TOKENS_FILE = "tokens.json"

@@ -20,7 +20,7 @@ from agenthub.media.images import ImageRejectedError, PreparedImage, prepare_ima
 from agenthub.media.names import inbox_dir, numbered, relative_to_workspace, safe_file_name
 from agenthub.media.refs import image_ref, image_ref_source
 from agenthub.messages import Attachment
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 
 log = structlog.get_logger(__name__)
 

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agenthub.channel import Channel, ChannelContext, SessionResolver, Submitter, WebRoutes
-from agenthub.channel_registry import enabled_channels, load_channel_class
+from agenthub.channel.registry import enabled_channels, load_channel_class
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
-from agenthub.singleton import InstanceLeases
+from agenthub.storage.singleton import InstanceLeases
 
 if TYPE_CHECKING:
     from agenthub.api.host import ApiServices
@@ -97,8 +97,8 @@ def api_services(gateway: GatewayCore, inbox: Inbox, idempotency: IdempotencySto
     routes need that are built around the whole gateway (forgetting a person, the memory thresholds, the inbox)."""
     from agenthub.api.host import ApiServices
     from agenthub.api.idempotency import answer_recorder
+    from agenthub.channel.inbox_flow import InboxSubmitter
     from agenthub.forget.command import gateway_forgetter
-    from agenthub.inbox_flow import InboxSubmitter
     from agenthub.memory.thresholds import thresholds_for
 
     return ApiServices(
@@ -161,8 +161,8 @@ def web_server(
     settings: Settings, gateway: GatewayCore, stores: Stores | None = None, inbox: Inbox | None = None
 ) -> WebServer:
     """The daemon's one HTTP server, bounded as `[http]` says (nothing mounted or listening yet)."""
-    from agenthub.http_guard import RESERVED_FDS, ConnectionLimits
     from agenthub.web import WebServer
+    from agenthub.web.http_guard import RESERVED_FDS, ConnectionLimits
 
     http = settings.http
     limits = ConnectionLimits(

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from aiohttp import web
 
 from agenthub.messages import InboundMessage, OutboundMessage
-from agenthub.singleton import InstanceLeases
 from agenthub.storage.inbox import Inbox, InboxEntry, InMemoryInbox
 from agenthub.storage.outbox import Outbox
+from agenthub.storage.singleton import InstanceLeases
 
 if TYPE_CHECKING:
     from agenthub.config import Settings
-    from agenthub.dedup import SeenIdsOpener
     from agenthub.gateway.handle import ReplyHandle
-    from agenthub.member_sends import MemberSendsOpener
+    from agenthub.storage.dedup import SeenIdsOpener
+    from agenthub.storage.member_sends import MemberSendsOpener
 
 
 class Submitter(Protocol):

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agenthub import i18n
 from agenthub.channel import ChannelContext, Submitter
 from agenthub.errors import ConfigError
+from agenthub.hosting.remote import CHANNEL as SESSION_CHANNEL
 from agenthub.i18n import LOCALE_CHOSEN
 from agenthub.messages import (
     DeltaEvent,
@@ -38,7 +39,6 @@ from agenthub.messages import (
     ReplyEvent,
     ToolEvent,
 )
-from agenthub.remote import CHANNEL as SESSION_CHANNEL
 
 log = structlog.get_logger(__name__)
 
@@ -69,7 +69,7 @@ class CliConfig(BaseModel):
 
 class ChatBackend(Protocol):
     """What the REPL talks to (`GatewayBackend` over a Submitter: the in-process gateway, or a running daemon's
-    HTTP API through `agenthub.remote.RemoteGateway`)."""
+    HTTP API through `agenthub.hosting.remote.RemoteGateway`)."""
 
     def submit(self, text: str) -> AsyncIterator[ReplyEvent]: ...
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agenthub.errors import InvalidIdError, StorageError
-from agenthub.storage.keys import SessionKey, key_from_file_stem, session_key
+from agenthub.session_keys import SessionKey, key_from_file_stem, session_key
 from agenthub.storage.paths import AgentLayout, inside
 
 HYPO = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

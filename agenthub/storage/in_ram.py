@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agenthub.errors import StorageError
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.store import HistoryRecord, SessionActivity, check_records, newest_timestamp
 

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from agenthub.channel import WebRoutes
 from agenthub.errors import PortUnavailableError, StorageError
-from agenthub.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, ConnectionLimits, GuardedRequestHandler
+from agenthub.web.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, ConnectionLimits, GuardedRequestHandler
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
