@@ -101,17 +101,22 @@ def _blend(hits: Sequence[SearchHit], widened: Sequence[SearchHit], *, full: boo
 def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
     """Of two passages by the same speaker in the same chat that say much the same beyond the query's own words,
     the newer scores at least NEWER_MARGIN above the older: what was said last is what holds now."""
-    topics = [_topic(c.hit.passage, query) for c in candidates]
-    by_time = sorted(range(len(candidates)), key=lambda i: candidates[i].hit.passage.ts or 0)
-    for n, i in enumerate(by_time):
-        older = candidates[i]
-        for j in by_time[n + 1 :]:
-            newer = candidates[j]
-            a, b = older.hit.passage, newer.hit.passage
-            if (b.ts or 0) <= (a.ts or 0) or a.speaker != b.speaker or a.session != b.session:
+    groups: dict[tuple[str, str | None], list[_Candidate]] = {}
+    for c in candidates:
+        groups.setdefault((c.hit.passage.session, c.hit.passage.speaker), []).append(c)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        members.sort(key=lambda c: c.hit.passage.ts or 0)
+        topics = [_topic(c.hit.passage, query) for c in members]
+        for i, older in enumerate(members):
+            if len(topics[i]) < MIN_SHARED:
                 continue
-            if _same_topic(topics[i], topics[j]) and newer.score < older.score * (1 + NEWER_MARGIN):
-                newer.score = older.score * (1 + NEWER_MARGIN)
+            for j in range(i + 1, len(members)):
+                newer, lifted = members[j], older.score * (1 + NEWER_MARGIN)
+                later = (newer.hit.passage.ts or 0) > (older.hit.passage.ts or 0)
+                if newer.score < lifted and later and _same_topic(topics[i], topics[j]):
+                    newer.score = lifted
 
 
 def _same_topic(a: set[str], b: set[str]) -> bool:
