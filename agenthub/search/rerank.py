@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from agenthub.search.related import related_terms
 from agenthub.search.text import STOP_WORDS, index_terms
@@ -22,8 +23,9 @@ from agenthub.storage.search_index import Passage, SearchHit, identity
 
 ENABLED = True
 """False: the index's order as it is, one search (to measure against: `bench/bench_recall.py --no-rerank`)."""
-CANDIDATES = 30
-"""How many hits each of the two searches asks the index for (at least the asked limit)."""
+CANDIDATES = 10
+"""How many hits the widened search asks the index for (at least the asked limit); the first search asks for the
+limit (the widened one holds the rest), or CANDIDATES when the query has no related word (one search)."""
 RELATED_WEIGHT = 0.5
 """What the related words add to a passage's score counts this much."""
 NEWER_MARGIN = 0.01
@@ -50,9 +52,10 @@ def ranked(search: Search, terms: Sequence[str], limit: int) -> list[SearchHit]:
     if not ENABLED:
         return search(list(terms), limit)
     extra = related_terms(terms)
-    hits = search(list(terms), max(limit, CANDIDATES))
+    first = limit if extra else max(limit, CANDIDATES)
+    hits = search(list(terms), first)
     widened = search([*terms, *extra], max(limit, CANDIDATES)) if extra else []
-    return rerank(terms, hits, limit, widened)
+    return rerank(terms, hits, limit, widened, full=len(hits) >= first)
 
 
 async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int) -> list[SearchHit]:
@@ -62,17 +65,24 @@ async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int) ->
     if not ENABLED:
         return await search(list(terms), limit)
     extra = await asyncio.to_thread(related_terms, terms)
-    hits = await search(list(terms), max(limit, CANDIDATES))
+    first = limit if extra else max(limit, CANDIDATES)
+    hits = await search(list(terms), first)
     widened = await search([*terms, *extra], max(limit, CANDIDATES)) if extra else []
-    return await asyncio.to_thread(rerank, terms, hits, limit, widened)
+    return await asyncio.to_thread(partial(rerank, full=len(hits) >= first), terms, hits, limit, widened)
 
 
 def rerank(
-    terms: Sequence[str], hits: Sequence[SearchHit], limit: int, widened: Sequence[SearchHit] = ()
+    terms: Sequence[str],
+    hits: Sequence[SearchHit],
+    limit: int,
+    widened: Sequence[SearchHit] = (),
+    *,
+    full: bool = True,
 ) -> list[SearchHit]:
-    """The best `limit` of `hits` (the index's order for the query `terms`, best first) and `widened` (its order
-    for the query with related words), blended, newer first among passages saying the same, none shown twice."""
-    scores = _blend(hits, widened, full=len(hits) >= CANDIDATES)
+    """The best `limit` of `hits` (the index's best for the query `terms`; `full`: as many as it was asked for, so
+    there may be more) and `widened` (its order for the query with related words), blended, newer first among
+    passages saying the same, none shown twice."""
+    scores = _blend(hits, widened, full=full)
     pool: dict[Key, SearchHit] = {}
     for hit in (*hits, *widened):
         pool.setdefault(identity(hit.passage), hit)
