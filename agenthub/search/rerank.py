@@ -13,6 +13,7 @@ their related words, `related`), and the two lists are blended, re-ordered and t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -60,8 +61,6 @@ def ranked(search: Search, terms: Sequence[str], limit: int) -> list[SearchHit]:
 
 async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int) -> list[SearchHit]:
     """As `ranked`, for an index asked with `await` (PostgreSQL); the Python stages run on a thread."""
-    import asyncio
-
     if not ENABLED:
         return await search(list(terms), limit)
     extra = await asyncio.to_thread(related_terms, terms)
