@@ -3,8 +3,11 @@ question asked of `memory_search`'s search as a person asks it and as keywords; 
 a changed fact's newer value ranks first. Then retention: facts planted early, five L2 compactions and an
 AutoCompact sweep later, still found.
 
-Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--cjk words|bigrams] [--scope chat|agent]
-[--backend files|postgres] [--show-misses N] [--no-retention] [--dump data.json]
+Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout] [--no-rerank]
+[--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N] [--no-retention]
+[--dump data.json]
+`--set heldout`: 8 chats on other topics, asked in other words, kept out of tuning (recall_data/heldout_facts.py).
+The main set's figures are also given per half (A: even-numbered chats, B: odd ones): tune on one, check the other.
 (retention runs on the files: it idles a chat by its file time, as AutoCompact reads it there)
 """
 
@@ -22,15 +25,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from recall_data.generate import CONVERSATIONS_PER_LANG, dataset
+from recall_data.generate import CONVERSATIONS_PER_LANG, HELDOUT_PER_LANG, dataset, heldout
 from recall_data.model import Conversation, as_json
 from recall_data.probe import RankedProbe
 from recall_data.retention import describe, measure_retention
 from recall_data.run import ProbeOf, measure
-from recall_data.score import Outcome, report
+from recall_data.score import Outcome, halves, report
 
 from agenthub.log import configure_logging
-from agenthub.search import text
+from agenthub.search import rerank, text
 from tests.support.postgres import new_server
 
 
@@ -46,7 +49,9 @@ def misses(conversations: list[Conversation], outcomes: list[Outcome], count: in
 
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--conversations", type=int, default=CONVERSATIONS_PER_LANG, help="per language")
+    parser.add_argument("--conversations", type=int, help="per language (main 12, heldout 4)")
+    parser.add_argument("--set", choices=["main", "heldout"], default="main", help="which data set")
+    parser.add_argument("--no-rerank", action="store_true", help="the index's order, without the second stage")
     parser.add_argument(
         "--cjk", choices=["grams", "words", "bigrams"], default=text.CJK_MODE, help="how Chinese is cut"
     )
@@ -75,7 +80,11 @@ async def run(conversations: list[Conversation], backend: str, probe_of: ProbeOf
 async def main() -> int:
     args = arguments()
     text.CJK_MODE = args.cjk
-    conversations = dataset(per_lang=args.conversations)
+    rerank.ENABLED = not args.no_rerank
+    if args.set == "main":
+        conversations = dataset(per_lang=args.conversations or CONVERSATIONS_PER_LANG)
+    else:
+        conversations = heldout(per_lang=args.conversations or HELDOUT_PER_LANG)
     if args.dump is not None:
         args.dump.write_text(json.dumps(as_json(conversations), ensure_ascii=False, indent=1), encoding="utf-8")
     turns = sum(len(c.turns) for c in conversations)
@@ -85,8 +94,14 @@ async def main() -> int:
     started = time.perf_counter()
     outcomes = await run(conversations, args.backend, partial(RankedProbe, everywhere=everywhere))
     elapsed = time.perf_counter() - started
-    title = f"memory_search on {args.backend}, Chinese as {args.cjk}, scope {args.scope} ({elapsed:.1f} s)"
+    stage = "index order" if args.no_rerank else "reranked"
+    title = (
+        f"memory_search on {args.backend}, {args.set} set, Chinese as {args.cjk}, {stage}, scope {args.scope} "
+        f"({elapsed:.1f} s)"
+    )
     print("\n".join(report(outcomes, title)))
+    if args.set == "main":
+        print("\n".join(halves(outcomes)))
     print("\n".join(misses(conversations, outcomes, args.show_misses)))
     if not args.no_retention:
         print(describe(await measure_retention(lambda gw: RankedProbe(gw.search))))

@@ -15,6 +15,7 @@ from pathlib import Path
 import structlog
 
 from agenthub.search.feed import FileFeeder
+from agenthub.search.rerank import ranked
 from agenthub.search.text import query_terms
 from agenthub.search.vectors import CANDIDATES, VectorIndex
 from agenthub.session_keys import SessionKey
@@ -135,7 +136,7 @@ class SearchService:
                 self.feeder.sync_memory(index, SourceRef(MEMORY, "", name), path)
             if scope.session is not None:  # cheap (two stats): also see what another process wrote to this chat
                 self.feeder.sync_session(index, SessionKey.parse(scope.session), "append")
-            return index.search(terms, scope, limit) if terms else []
+            return ranked(lambda asked, n: index.search(asked, scope, n), terms, limit) if terms else []
 
         return await self.store.run(agent, ask)
 

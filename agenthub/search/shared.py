@@ -18,6 +18,7 @@ import structlog
 
 from agenthub.errors import InvalidIdError, StorageError
 from agenthub.search.docs import RecordReader, memory_docs
+from agenthub.search.rerank import ranked_async
 from agenthub.search.text import query_terms
 from agenthub.search.vectors import CANDIDATES, VectorIndex
 from agenthub.session_keys import SessionKey
@@ -182,7 +183,7 @@ class SharedSearchService:
             return []
         await self.catch_up(agent, scope)
         await self.sync_memory(agent, scope.memory_names)
-        return await self.index.search(agent, terms, scope, limit)
+        return await ranked_async(lambda asked, n: self.index.search(agent, asked, scope, n), terms, limit)
 
     async def purge(self, agent: str, keys: Sequence[SessionKey]) -> int:
         """Those sessions indexed again from the tables as they are now, and every memory file indexed of the

@@ -57,6 +57,30 @@ join their neighbours into bigrams (陈晨哪天出生 → 晨哪, 哪天) that 
 
 _stemmer = Stemmer.Stemmer("english")
 
+IRREGULAR = """
+    become became; begin began begun; break broke broken; bring brought; build built; buy bought;
+    catch caught; choose chose chosen; come came; draw drew drawn; drink drank drunk;
+    drive drove driven; eat ate eaten; fall fell fallen; feel felt; fight fought; find found; fly flew flown;
+    forget forgot forgotten; get got gotten; give gave given; go went gone; grow grew grown; hear heard;
+    hold held; keep kept; know knew known; leave left; lend lent; lose lost; make made; meet met; pay paid;
+    ride rode ridden; ring rang rung; rise rose risen; run ran; say said; see saw seen; sell sold;
+    send sent; shake shook shaken; shoot shot; sing sang sung; sit sat; sleep slept; speak spoke spoken;
+    spend spent; stand stood; steal stole stolen; swim swam swum; take took taken; teach taught; tear tore torn;
+    tell told; think thought; throw threw thrown; understand understood; wake woke woken; wear wore worn;
+    win won; write wrote written; child children; person people; man men; woman women; mouse mice; tooth teeth
+    """
+"""Each `;`-separated group: the forms of one English word that stemming does not bring together (sold / sell):
+a query holding one of them also searches the others."""
+
+
+def _forms() -> dict[str, tuple[str, ...]]:
+    forms: dict[str, tuple[str, ...]] = {}
+    for line in IRREGULAR.split(";"):
+        group = tuple(dict.fromkeys(_word(w) for w in line.split()))
+        for term in group:
+            forms[term] = tuple(t for t in group if t != term)
+    return forms
+
 
 def index_terms(text: str, *, cjk: CjkMode | None = None) -> list[str]:
     """The terms of stored text, in order and with repeats (their count is the term frequency). Stop words are
@@ -74,7 +98,9 @@ def query_terms(text: str, *, cjk: CjkMode | None = None) -> list[str]:
     content = [t for t in distinct if t not in STOP_WORDS]
     if not content:
         distinct = list(dict.fromkeys(_terms(text, mode)))
-    return (content or distinct)[:MAX_QUERY_TERMS]
+    chosen = (content or distinct)[:MAX_QUERY_TERMS]
+    forms = [f for t in chosen for f in _FORMS.get(t, ()) if f not in chosen]
+    return chosen + list(dict.fromkeys(forms))[: MAX_QUERY_TERMS - len(chosen)]
 
 
 def normalise(text: str) -> str:
@@ -152,3 +178,6 @@ def _bigrams(run: str) -> Iterator[str]:
         return
     for i in range(len(run) - 1):
         yield run[i : i + 2]
+
+
+_FORMS = _forms()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from recall_data.en_facts import FACTS
 from recall_data.en_facts_more import MORE_FACTS
 from recall_data.en_talk import TALK, TALK_SLOTS
+from recall_data.heldout_facts import EN_HELDOUT, ZH_HELDOUT
 from recall_data.kinds import FactKind, fill
 from recall_data.model import CONVERSATION_TURNS, T0_MS, Conversation, Lang, Question, QuestionKind, Turn
 from recall_data.zh_facts import ZH_FACTS
@@ -28,6 +29,9 @@ NAMES: dict[Lang, list[str]] = {
     "zh": ["王磊", "李婷", "陈晨", "刘洋", "张悦", "赵凯", "孙琪", "周杰", "吴迪", "郑爽", "何静", "林涛"],
 }
 KINDS: dict[Lang, list[FactKind]] = {"en": FACTS + MORE_FACTS, "zh": ZH_FACTS + ZH_MORE_FACTS}
+HELDOUT_KINDS: dict[Lang, list[FactKind]] = {"en": EN_HELDOUT, "zh": ZH_HELDOUT}
+HELDOUT_PER_LANG = 4
+HELDOUT_FIRST = 50
 TALKS: dict[Lang, tuple[list[str], dict[str, list[str]]]] = {"en": (TALK, TALK_SLOTS), "zh": (ZH_TALK, ZH_TALK_SLOTS)}
 _OFFSET: dict[Lang, int] = {"zh": 0, "en": 100}  # conversation numbers, so every turn id is unique
 
@@ -47,12 +51,25 @@ def dataset(seed: int = SEED, per_lang: int = CONVERSATIONS_PER_LANG) -> list[Co
     return [conversation(lang, n, seed) for lang in ("zh", "en") for n in range(per_lang)]
 
 
-def conversation(lang: Lang, number: int, seed: int = SEED, *, early: bool = False) -> Conversation:
-    """With `early`, every fact is stated once, within the first quarter of the chat (the retention test)."""
+def heldout(seed: int = SEED, per_lang: int = HELDOUT_PER_LANG) -> list[Conversation]:
+    """The held-out set: `per_lang` chats per language (numbered from 50) planting only the held-out fact kinds,
+    each asked once (`heldout_facts`)."""
+    return [
+        conversation(lang, HELDOUT_FIRST + n, seed, every=HELDOUT_KINDS[lang])
+        for lang in ("zh", "en")
+        for n in range(per_lang)
+    ]
+
+
+def conversation(
+    lang: Lang, number: int, seed: int = SEED, *, early: bool = False, every: Sequence[FactKind] | None = None
+) -> Conversation:
+    """With `early`, every fact is stated once, within the first quarter of the chat (the retention test).
+    `every`: the fact kinds to plant (all of them, or QUESTIONS_PER_CONVERSATION of the main set's)."""
     rng = random.Random(f"{seed}:{lang}:{number}:{'early' if early else 'spread'}")
     a, b = rng.sample(NAMES[lang], 2)
     conv = Conversation(f"{lang}-{number:02d}", lang, (a, b))
-    kinds = rng.sample(KINDS[lang], QUESTIONS_PER_CONVERSATION)
+    kinds = rng.sample(KINDS[lang], QUESTIONS_PER_CONVERSATION) if every is None else rng.sample(every, len(every))
     plans = _plans(rng, kinds, single=early)
     latest = 0.25 if early else 0.55
     events = [
@@ -60,7 +77,7 @@ def conversation(lang: Lang, number: int, seed: int = SEED, *, early: bool = Fal
         for n, (k, plan) in enumerate(zip(kinds, plans, strict=True))
         for e in _fact_events(rng, conv, n, k, plan, latest)
     ]
-    events += _distractors(rng, kinds, KINDS[lang])
+    events += _distractors(rng, kinds, KINDS[lang] if every is None else every)
     marks = _lay_out(rng, conv, sorted(events, key=lambda e: e.at), rng.randint(MIN_TURNS, MAX_TURNS))
     for n, (k, plan) in enumerate(zip(kinds, plans, strict=True)):
         conv.questions.append(_question(rng, conv, n, k, plan, marks))

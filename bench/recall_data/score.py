@@ -85,3 +85,21 @@ def report(outcomes: Sequence[Outcome], title: str) -> list[str]:
             f"newer above older {above}/{n}"
         )
     return lines
+
+
+def half_of(question: Question) -> str:
+    """A: the even-numbered chats, B: the odd ones (tune on one half, check on the other)."""
+    return "A" if int(question.conversation.rsplit("-", 1)[1]) % 2 == 0 else "B"
+
+
+def halves(outcomes: Sequence[Outcome]) -> list[str]:
+    """Recall@1 / recall@5 / MRR of the questions as asked, per half of the chats and language."""
+    lines = ["  by half (asked): A = even-numbered chats, B = odd ones"]
+    for half in ("A", "B"):
+        for lang in ("zh", "en"):
+            f = Figures()
+            for o in outcomes:
+                if o.form == "asked" and o.question.lang == lang and half_of(o.question) == half:
+                    f.add(o.rank)
+            lines.append(f"  {half} {lang}  {f.n:4d} {f.recall1:9.3f} {f.recall5:9.3f} {f.mrr:6.3f}")
+    return lines

@@ -193,3 +193,56 @@ async def test_32_writers_while_searching_are_all_found_afterwards(recall: Recal
         texts = await recall.texts(f"writer{i}", limit=20)
         assert sorted(texts) == [f"writer{i} message{j} 并发写入{i}号" for j in range(5)], i
     assert (await recall.service.stats("default"))["docs"] == 160
+
+
+async def test_a_question_in_other_words_finds_its_answer_through_related_words(recall: Recall) -> None:
+    await recall.say(*FILLER, "new address for your contacts: 88 Elm Ave, apartment 12C", *FILLER)
+    await recall.say("I could never move to a big city", "the living room needs a new lamp")
+    assert (await recall.texts("Where does alice live?"))[:3].count(
+        "new address for your contacts: 88 Elm Ave, apartment 12C"
+    ) == 1
+    await recall.say("终于提车了！比亚迪汉，开起来特别顺", *FILLER)
+    assert (await recall.texts("她开的是什么车？"))[0] == "终于提车了！比亚迪汉，开起来特别顺"
+
+
+async def test_a_passage_holding_the_asked_words_outranks_one_holding_only_related_words(recall: Recall) -> None:
+    await recall.say("the apartment upstairs is loud", *FILLER, "I live near the river now", *FILLER)
+    assert await recall.texts("where do I live", limit=2) == [
+        "I live near the river now",
+        "the apartment upstairs is loud",
+    ]
+
+
+async def test_irregular_forms_of_a_word_find_each_other(recall: Recall) -> None:
+    await recall.say(*FILLER, "Sold the Prius, it was a money pit. Got a Volvo instead", *FILLER)
+    assert (await recall.texts("which car did she sell?"))[0].startswith("Sold the Prius")
+    await recall.say("we bought the kids new bikes", *FILLER)
+    assert (await recall.texts("what did they buy for the children?"))[0] == "we bought the kids new bikes"
+
+
+async def test_a_changed_value_ranks_above_the_value_it_replaced_though_it_shares_fewer_asked_words(
+    recall: Recall,
+) -> None:
+    await recall.say("just picked up my new Subaru Outback, the car is great", *FILLER, "ok")  # alice says both
+    await recall.say("update: sold the Subaru Outback, I drive a Volvo now", *FILLER, "ok")
+    texts = await recall.texts("what car does alice have?", limit=2)
+    assert texts == [  # they share the old value's two words
+        "update: sold the Subaru Outback, I drive a Volvo now",
+        "just picked up my new Subaru Outback, the car is great",
+    ]
+    await recall.say("新车是卡罗拉双擎，开着很省油", *FILLER, "好")
+    await recall.say("卡罗拉双擎卖掉了，车毛病太多，换了辆比亚迪汉", *FILLER, "好")
+    assert await recall.texts("她开什么车？", limit=2) == [
+        "卡罗拉双擎卖掉了，车毛病太多，换了辆比亚迪汉",
+        "新车是卡罗拉双擎，开着很省油",
+    ]
+
+
+async def test_a_turn_already_shown_beside_a_better_hit_comes_after_every_other_hit(recall: Recall) -> None:
+    await recall.say(*FILLER, "did you book the nightingale hotel?", "yes, the nightingale hotel for three nights")
+    await recall.say(*FILLER, "the nightingale sang all night", *FILLER)
+    hits = await recall.service.search("default", "nightingale hotel", EVERYWHERE, 2)
+    assert "hotel" in hits[0].passage.text and hits[1].passage.text == "the nightingale sang all night"
+    shown = {p.text for p in (hits[0].passage, hits[0].before, hits[0].after) if p is not None}
+    assert {"did you book the nightingale hotel?", "yes, the nightingale hotel for three nights"} <= shown
+    assert len(await recall.texts("nightingale hotel")) == 3  # listed again when nothing else is left

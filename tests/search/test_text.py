@@ -33,7 +33,7 @@ def test_bigram_mode_cuts_every_cjk_run_into_overlapping_pairs() -> None:
 
 
 def test_english_is_lowercased_and_stemmed_and_stop_words_leave_the_query() -> None:
-    assert query_terms("What kind of car does Evan drive?") == ["car", "evan", "drive"]
+    assert query_terms("What kind of car does Evan drive?") == ["car", "evan", "drive", "drove", "driven"]
     assert query_terms("which kinds of cars") == ["kind", "car"]
     assert index_terms("Evan drives") == ["evan", "drive"]
     assert index_terms("Evan’s CARS") == ["evan", "car"]
@@ -77,3 +77,9 @@ def test_a_huge_query_is_cut_not_refused() -> None:
     terms = query_terms(huge)
     assert len(terms) == MAX_QUERY_TERMS and terms[0] == "word0"
     assert query_terms("夜莺" * 100_000) == ["夜莺", "莺夜", "夜", "莺"]
+
+
+def test_a_query_also_searches_the_irregular_forms_stemming_does_not_join() -> None:
+    assert query_terms("who sold the car") == ["sold", "car", "sell"]
+    assert query_terms("what did she buy for the children") == ["buy", "children", "bought", "child"]
+    assert index_terms("sold the children's bikes") == ["sold", "the", "children", "bike"]  # stored text as is

@@ -1,0 +1,79 @@
+"""Related words a query is widened with (a small hand-written thesaurus of everyday life, Chinese and English): a
+question and its answer often share no word ("Where does Evan
+live?" / "new address: apartment 12C"). Searched with a lower weight than the query's own words (`rerank`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+from agenthub.search import text
+
+THESAURUS = """
+    car vehicle drive truck suv sedan hatchback 车 汽车 开车 新车 提车 买车
+    live home house apartment flat address unit lease rent move moved 住 房子 公寓 地址 小区 租房 搬家
+    job work employer company office hired career position role 工作 上班 公司 单位 入职 跳槽 offer
+    trip travel vacation holiday destination flight tour booked visit 旅行 旅游 度假 出游 机票 行程
+    restaurant eat dinner lunch food place cuisine 餐厅 馆子 饭店 吃饭 好吃 菜
+    drink coffee tea latte order cafe cup 喝 咖啡 奶茶 拿铁 茶
+    instrument play lessons piano guitar violin drums saxophone ukulele cello 乐器 钢琴 吉他 小提琴 鼓 萨克斯 古筝
+    music band song singer artist album concert gig listen 音乐 乐队 歌 歌手 演唱会 听歌
+    language learn study lessons class course speak fluent 语言 外语 学习 英语 日语 法语 德语 口语
+    book novel read reading author chapter 书 小说 看书 读书 作者
+    pet dog cat puppy kitten adopted named 宠物 狗 猫 小猫 小狗 领养 养
+    sibling brother sister 兄弟 姐妹 哥哥 弟弟 姐姐 妹妹
+    child kid son daughter baby 孩子 小孩 儿子 女儿 宝宝
+    partner boyfriend girlfriend wife husband dating relationship together married 对象 男朋友 女朋友 老婆 老公 恋爱
+    birthday born birth age turned 生日 出生 岁
+    hometown grew raised originally from 老家 家乡 长大 哪里人
+    doctor physician dentist clinic hospital appointment checkup 医生 大夫 医院 看病 挂号 体检 牙医
+    gym workout exercise fitness training yoga running 健身 锻炼 运动 健身房 跑步
+    school college university major degree enrolled 学校 大学 专业 上学 读书
+    phone number mobile cell 手机 号码 电话 尾号
+    laptop computer pc notebook 电脑 笔记本
+    diet allergic allergy vegetarian vegan 忌口 过敏 吃素
+    wedding married marry anniversary ceremony 婚礼 结婚 纪念日 喜酒
+    code password passcode pin gate keypad wifi 密码 门禁 暗号
+    team league match game sport 球队 比赛 联赛 运动
+    parking garage spot 停车 车位 车库
+    train ticket seat flight 火车 高铁 车次 航班 座位
+    package parcel delivery order shipped tracking 快递 包裹 订单 单号
+    deadline due submit 截止 期限
+    """
+"""Each line: words that answer or ask about the same thing. One CJK character stands alone only where it is the
+usual word (车, 猫); longer Chinese words count by their two-character pairs."""
+
+MAX_RELATED = 24
+"""At most this many related terms widen one query."""
+
+
+def related_terms(terms: Sequence[str]) -> list[str]:
+    """The terms related to the query `terms` (not among them, no stop word), in the order their groups are met."""
+    groups = _groups(text.CJK_MODE)
+    have = set(terms)
+    out: dict[str, None] = {}
+    for term in terms:
+        for group in groups.get(term, ()):
+            out.update((other, None) for other in group if other not in have and other not in text.STOP_WORDS)
+    return list(out)[:MAX_RELATED]
+
+
+@lru_cache(maxsize=4)
+def _groups(mode: text.CjkMode) -> dict[str, tuple[tuple[str, ...], ...]]:
+    by_term: dict[str, list[tuple[str, ...]]] = {}
+    for group in _parse(mode):
+        for term in group:
+            by_term.setdefault(term, []).append(group)
+    return {term: tuple(groups) for term, groups in by_term.items()}
+
+
+def _parse(mode: text.CjkMode) -> Iterable[tuple[str, ...]]:
+    for line in THESAURUS.strip().splitlines():
+        terms: dict[str, None] = {}
+        for word in line.split():
+            made = text.index_terms(word, cjk=mode)
+            if len(made) > 1:  # a Chinese word: its pairs, not its single characters
+                made = [t for t in made if len(t) > 1] or made
+            terms.update(dict.fromkeys(made))
+        if len(terms) > 1:
+            yield tuple(terms)

@@ -1,0 +1,157 @@
+"""The second stage of recall, the same on every backend: the index is asked twice (the query's own terms, then with
+their related words, `related`), and the two lists are blended, re-ordered and thinned in Python.
+
+- **Related words weigh half.** A passage scores its own words' BM25 score plus RELATED_WEIGHT of what the related
+  words add: "Where does Nadia live?" reaches "new address: apartment 12C", yet a passage holding the asked words
+  stays ahead of one that only holds related ones.
+- **Newer wins.** Of two passages of one speaker in one chat that say much the same beyond the query's words (a
+  value stated, then restated or changed: "got a Prius" … "sold the Prius, got a Volvo"), the newer ranks just
+  above the older.
+- **Nothing shown twice.** A passage that a better hit already shows as its turn before or after comes after every
+  other hit, so the hits show more of the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+
+from agenthub.search.related import related_terms
+from agenthub.search.text import STOP_WORDS, index_terms
+from agenthub.storage.search_index import Passage, SearchHit, identity
+
+ENABLED = True
+"""False: the index's order as it is, one search (to measure against: `bench/bench_recall.py --no-rerank`)."""
+CANDIDATES = 10
+"""How many hits the widened search asks the index for (at least the asked limit); the first search asks for the
+limit (the widened one holds the rest), or CANDIDATES when the query has no related word (one search)."""
+RELATED_WEIGHT = 0.5
+"""What the related words add to a passage's score counts this much."""
+NEWER_MARGIN = 0.01
+"""A newer passage saying much the same as an older one is put this much (relatively) above it."""
+MIN_SHARED = 2
+SHARED_SHARE = 0.2
+"""Two passages say much the same when they share at least MIN_SHARED terms of two or more characters (no stop
+word, none of the query's) and at least SHARED_SHARE of the shorter one's such terms."""
+
+Key = tuple[str, str, int | None, str]
+Search = Callable[[list[str], int], list[SearchHit]]
+AsyncSearch = Callable[[list[str], int], Awaitable[list[SearchHit]]]
+
+
+@dataclass
+class _Candidate:
+    hit: SearchHit
+    rank: int
+    score: float
+
+
+def ranked(search: Search, terms: Sequence[str], limit: int) -> list[SearchHit]:
+    """The best `limit` hits for `terms`, `search(terms, n)` being the index's n best (the files' worker thread)."""
+    if not ENABLED:
+        return search(list(terms), limit)
+    extra = related_terms(terms)
+    first = limit if extra else max(limit, CANDIDATES)
+    hits = search(list(terms), first)
+    widened = search([*terms, *extra], max(limit, CANDIDATES)) if extra else []
+    return rerank(terms, hits, limit, widened, full=len(hits) >= first)
+
+
+async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int) -> list[SearchHit]:
+    """As `ranked`, for an index asked with `await` (PostgreSQL); the Python stages run on a thread."""
+    if not ENABLED:
+        return await search(list(terms), limit)
+    extra = await asyncio.to_thread(related_terms, terms)
+    first = limit if extra else max(limit, CANDIDATES)
+    hits = await search(list(terms), first)
+    widened = await search([*terms, *extra], max(limit, CANDIDATES)) if extra else []
+    return await asyncio.to_thread(partial(rerank, full=len(hits) >= first), terms, hits, limit, widened)
+
+
+def rerank(
+    terms: Sequence[str],
+    hits: Sequence[SearchHit],
+    limit: int,
+    widened: Sequence[SearchHit] = (),
+    *,
+    full: bool = True,
+) -> list[SearchHit]:
+    """The best `limit` of `hits` (the index's best for the query `terms`; `full`: as many as it was asked for, so
+    there may be more) and `widened` (its order for the query with related words), blended, newer first among
+    passages saying the same, none shown twice."""
+    scores = _blend(hits, widened, full=full)
+    pool: dict[Key, SearchHit] = {}
+    for hit in (*hits, *widened):
+        pool.setdefault(identity(hit.passage), hit)
+    candidates = [_Candidate(hit, rank, scores[key]) for rank, (key, hit) in enumerate(pool.items())]
+    _newer_wins(candidates, set(terms))
+    ordered = sorted(candidates, key=lambda c: (-round(c.score, 9), c.rank))
+    return _distinct_views(ordered, limit)
+
+
+def _blend(hits: Sequence[SearchHit], widened: Sequence[SearchHit], *, full: bool) -> dict[Key, float]:
+    """Each passage's score: the index's score for the query, plus RELATED_WEIGHT of what the related words add
+    (the widened score less that). A passage only the widened search found scored for the query at most what the
+    last hit of a full first search did (and nothing when the first search ran out of hits)."""
+    own: dict[Key, float] = {}
+    for hit in hits:
+        own.setdefault(identity(hit.passage), hit.score)
+    floor = min(own.values()) if full and own else 0.0
+    scores = dict(own)
+    for hit in widened:
+        key = identity(hit.passage)
+        base = own.get(key, min(floor, hit.score))
+        scores[key] = max(scores.get(key, 0.0), base + RELATED_WEIGHT * max(0.0, hit.score - base))
+    return scores
+
+
+def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
+    """Of two passages by the same speaker in the same chat that say much the same beyond the query's own words,
+    the newer scores at least NEWER_MARGIN above the older: what was said last is what holds now."""
+    groups: dict[tuple[str, str | None], list[_Candidate]] = {}
+    for c in candidates:
+        groups.setdefault((c.hit.passage.session, c.hit.passage.speaker), []).append(c)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        members.sort(key=lambda c: c.hit.passage.ts or 0)
+        topics = [_topic(c.hit.passage, query) for c in members]
+        for i, older in enumerate(members):
+            if len(topics[i]) < MIN_SHARED:
+                continue
+            for j in range(i + 1, len(members)):
+                newer, lifted = members[j], older.score * (1 + NEWER_MARGIN)
+                later = (newer.hit.passage.ts or 0) > (older.hit.passage.ts or 0)
+                if newer.score < lifted and later and _same_topic(topics[i], topics[j]):
+                    newer.score = lifted
+
+
+def _same_topic(a: set[str], b: set[str]) -> bool:
+    shared = len(a & b)
+    return shared >= MIN_SHARED and shared >= SHARED_SHARE * min(len(a), len(b))
+
+
+def _topic(passage: Passage, query: set[str]) -> set[str]:
+    """What a passage says beyond the query: its terms of two characters or more, no stop word, none of the
+    query's."""
+    return {t for t in index_terms(passage.text) if len(t) >= 2 and t not in STOP_WORDS and t not in query}
+
+
+def _distinct_views(ordered: Sequence[_Candidate], limit: int) -> list[SearchHit]:
+    """The first `limit`, a passage a better hit already shows (as its turn before or after) coming only after
+    every other: listed again only when nothing else is left to show."""
+    shown: set[Key] = set()
+    out: list[SearchHit] = []
+    again: list[SearchHit] = []
+    for c in ordered:
+        hit = replace(c.hit, score=c.score)
+        if identity(hit.passage) in shown:
+            again.append(hit)
+            continue
+        out.append(hit)
+        shown.update(identity(p) for p in (hit.passage, hit.before, hit.after) if p is not None)
+        if len(out) == limit:
+            return out
+    return [*out, *again][:limit]

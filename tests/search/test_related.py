@@ -1,0 +1,28 @@
+"""The related words a query is widened with: a small thesaurus of everyday life, in Chinese and English."""
+
+from __future__ import annotations
+
+from agenthub.search.related import MAX_RELATED, related_terms
+from agenthub.search.text import STOP_WORDS, query_terms
+
+
+def test_a_question_is_widened_with_the_words_its_answer_may_use_instead() -> None:
+    extra = related_terms(query_terms("Which unit does Nadia live in?"))
+    assert {"apart", "address", "leas"} <= set(extra)  # apartment, address, lease, stemmed like stored text
+    assert "nadia" not in extra and "unit" not in extra and "live" not in extra  # not the query's own terms
+    assert {"car", "新车"} <= set(related_terms(query_terms("王磊现在开什么车？")))
+    assert "提琴" in related_terms(query_terms("Which instrument does she play?"))  # both languages
+
+
+def test_chinese_words_widen_by_their_pairs_not_their_single_characters() -> None:
+    extra = related_terms(query_terms("她家的宠物叫什么？"))
+    assert "领养" in extra and "小狗" in extra
+    assert "领" not in extra and "小" not in extra  # a single character of a word would match nearly everything
+    assert "猫" in extra and "狗" in extra  # a one-character word stands alone
+
+
+def test_no_stop_word_and_no_more_than_the_cap() -> None:
+    extra = related_terms(query_terms("car home job trip food coffee music book pet school phone laptop"))
+    assert len(extra) == MAX_RELATED
+    assert not set(extra) & STOP_WORDS
+    assert related_terms(query_terms("7Q2 夜莺 2026-12-01")) == []  # a code, a name, a date: none

@@ -1,0 +1,51 @@
+"""The second stage of recall on hand-made hits: related words at half weight, newer wins, nothing shown twice."""
+
+from __future__ import annotations
+
+from agenthub.search.rerank import rerank
+from agenthub.storage.search_index import HISTORY, Passage, SearchHit, SourceRef
+
+SOURCE = SourceRef(HISTORY, "default:wecom:chat")
+
+
+def _p(seq: int, text: str, speaker: str = "evan") -> Passage:
+    return Passage(SOURCE, seq, "user", speaker, 1_000 * seq, text)
+
+
+def _hit(seq: int, text: str, score: float, speaker: str = "evan") -> SearchHit:
+    return SearchHit(_p(seq, text, speaker), score, _p(seq - 1, "before"), _p(seq + 1, "after"))
+
+
+def _texts(hits: list[SearchHit]) -> list[str]:
+    return [h.passage.text for h in hits]
+
+
+def test_related_words_add_half_of_their_score_and_a_passage_found_only_by_them_starts_low() -> None:
+    own = [_hit(10, "apartment 12C", 10.0), _hit(20, "a big apartment", 8.0, "mia")]
+    widened = [_hit(30, "new address: 88 Elm Ave", 12.0, "sam"), _hit(10, "apartment 12C", 14.0)]
+    out = rerank(["apart"], own, 5, widened, full=False)  # the first search found every passage with asked words
+    assert _texts(out) == ["apartment 12C", "a big apartment", "new address: 88 Elm Ave"]
+    assert [h.score for h in out] == [12.0, 8.0, 6.0]  # 10 + (14 - 10) / 2; 0 + 12 / 2
+    out = rerank(["apart"], own, 5, widened, full=True)  # there were more: it may hold asked words, up to the last
+    assert _texts(out) == ["apartment 12C", "new address: 88 Elm Ave", "a big apartment"]
+    assert [h.score for h in out] == [12.0, 10.0, 8.0]  # 8 + (12 - 8) / 2
+
+
+def test_a_newer_passage_of_the_same_speaker_saying_the_same_ranks_just_above_the_older() -> None:
+    older = _hit(10, "my car is a Subaru Outback", 9.0)
+    newer = _hit(50, "sold the Subaru Outback, got a Volvo", 4.0)
+    other = _hit(80, "the Subaru Outback of my neighbour", 5.0, speaker="mia")
+    out = rerank(["car"], [older, other, newer], 5)
+    assert _texts(out) == ["sold the Subaru Outback, got a Volvo", "my car is a Subaru Outback", other.passage.text]
+    assert out[0].score == 9.0 * 1.01
+    unrelated = _hit(60, "sold the bike, got a scooter", 4.0)
+    assert _texts(rerank(["car"], [older, unrelated], 5))[0] == "my car is a Subaru Outback"
+
+
+def test_a_passage_shown_beside_a_better_hit_comes_after_every_other() -> None:
+    first = SearchHit(_p(10, "a"), 9.0, _p(9, "z"), _p(11, "b"))
+    beside = SearchHit(_p(11, "b"), 8.0, _p(10, "a"), _p(12, "y"))
+    apart = _hit(40, "c", 1.0)
+    assert _texts(rerank(["x"], [first, beside, apart], 2)) == ["a", "c"]
+    assert _texts(rerank(["x"], [first, beside, apart], 5)) == ["a", "c", "b"]
+    assert rerank(["x"], [], 5) == []
