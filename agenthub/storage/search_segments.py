@@ -1,0 +1,201 @@
+"""The files index's postings, log-structured: fresh docs' terms, flushed into immutable segments, merged in tiers.
+
+A new doc's terms are one row of `fresh` (its term counts, next to its `docs` row: a page or two per message, not a
+page per term) and are kept in memory for searching. When `fresh_rows` postings wait, they are written as one
+segment: a row per term (`postings`: segment, term, doc ids, tfs), keyed by segment first, so the new rows land at the
+end of the b-tree, densely. Segments of about the same size (a tier) are merged `FAN_IN` at a time into one, again
+appended at the end, so a posting is rewritten about once per tier (log of the index size), never one page per term.
+A deleted doc's postings stay in its segments until a merge drops them: a search only counts docs that are stored
+(`DocColumns`). Everything is inside the index's transactions; the memory copy is rebuilt from the tables when one
+rolls back or the index is reopened (after a crash the fresh docs are still in `fresh`: nothing is lost).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from agenthub.storage.search_topk import IDS, DocColumns, Ints
+
+FAN_IN = 8
+"""Segments merged at a time (the segments of one tier): more means fewer rewrites of a posting, more segments to
+look a term up in."""
+
+TABLES = """
+CREATE TABLE IF NOT EXISTS fresh(doc_id INTEGER PRIMARY KEY, terms TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS segments(seg INTEGER PRIMARY KEY, postings INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS postings(
+    seg INTEGER NOT NULL, term TEXT NOT NULL, docs BLOB NOT NULL, tfs BLOB NOT NULL, PRIMARY KEY(seg, term));
+"""
+
+
+class Segments:
+    """The postings of one index (its connection, its worker thread)."""
+
+    def __init__(self, db: sqlite3.Connection, fresh_rows: int) -> None:
+        self.db = db
+        self.fresh_rows = fresh_rows
+        self._fresh: dict[str, tuple[list[int], list[int]]] | None = None  # memory copy of `fresh`, by term
+        self._waiting = 0  # postings in `fresh`
+        self.work_s = {"flush": 0.0, "merge": 0.0}
+        """Seconds spent writing and merging segments (a statistic, for the benchmark)."""
+
+    def forget_memory(self) -> None:
+        """The memory copy may be ahead of the tables (a rolled-back transaction): read it again when needed."""
+        self._fresh = None
+
+    def _memory(self) -> dict[str, tuple[list[int], list[int]]]:
+        if self._fresh is None:
+            self._fresh, self._waiting = {}, 0
+            for doc_id, terms in self.db.execute("SELECT doc_id, terms FROM fresh"):
+                self._remember(doc_id, json.loads(terms))
+        return self._fresh
+
+    def _remember(self, doc_id: int, counts: dict[str, int]) -> None:
+        fresh = self._fresh
+        assert fresh is not None
+        for term, tf in counts.items():
+            docs, tfs = fresh.setdefault(term, ([], []))
+            docs.append(doc_id)
+            tfs.append(tf)
+        self._waiting += len(counts)
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def add(self, docs: Sequence[tuple[int, Counter[str]]], columns: DocColumns) -> None:
+        """New docs' term counts (inside the caller's transaction); a segment is written when enough wait."""
+        self._memory()
+        self.db.executemany(
+            "INSERT INTO fresh VALUES (?, ?)", [(doc_id, json.dumps(counts)) for doc_id, counts in docs]
+        )
+        for doc_id, counts in docs:
+            self._remember(doc_id, counts)
+        if self._waiting >= self.fresh_rows:
+            self.flush(columns)
+
+    def drop(self, doc_ids: Sequence[int]) -> None:
+        """Deleted docs: their fresh rows go (their text's terms are not kept); segments forget them in a merge."""
+        self.db.execute("DELETE FROM fresh WHERE doc_id IN (SELECT value FROM json_each(?))", (json.dumps(doc_ids),))
+
+    def flush(self, columns: DocColumns) -> None:
+        """The fresh postings of stored docs become one segment, then tiers that are full are merged."""
+        fresh = self._memory()
+        if not fresh:
+            return
+        start = time.perf_counter()
+        rows: dict[str, tuple[bytes, bytes]] = {}
+        for term, (docs, tfs) in fresh.items():
+            ids, counts = np.array(docs, IDS), np.array(tfs, IDS)
+            alive = columns.alive(ids)
+            if alive.any():
+                rows[term] = (ids[alive].tobytes(), counts[alive].tobytes())
+        self._write(rows)
+        self.db.execute("DELETE FROM fresh")
+        self._fresh, self._waiting = {}, 0
+        self.work_s["flush"] += time.perf_counter() - start
+        self._merge_full_tiers(columns)
+
+    def _write(self, rows: dict[str, tuple[bytes, bytes]]) -> None:
+        if not rows:
+            return
+        count = sum(len(docs) for docs, _ in rows.values()) // IDS.itemsize
+        (seg,) = self.db.execute("INSERT INTO segments(postings) VALUES (?) RETURNING seg", (count,)).fetchone()
+        self.db.executemany(
+            "INSERT INTO postings VALUES (?, ?, ?, ?)", ((seg, term, *rows[term]) for term in sorted(rows))
+        )
+
+    def _merge_full_tiers(self, columns: DocColumns) -> None:
+        while True:
+            tiers: dict[int, list[int]] = {}
+            for seg, count in self.db.execute("SELECT seg, postings FROM segments ORDER BY seg"):
+                tiers.setdefault(self._tier(count), []).append(seg)
+            full = [segs for segs in tiers.values() if len(segs) >= FAN_IN]
+            if not full:
+                return
+            self.merge(full[0][:FAN_IN], columns)
+
+    def _tier(self, count: int) -> int:
+        return int(math.log(max(1.0, count / self.fresh_rows), FAN_IN))
+
+    def merge(self, segs: Sequence[int], columns: DocColumns, *, drop_dead: bool | None = None) -> None:
+        """These segments become one (appended at the end); postings of docs no longer stored are left out."""
+        start = time.perf_counter()
+        if drop_dead is None:
+            drop_dead = columns.any_dropped()
+        listed = json.dumps(list(segs))
+        parts: dict[str, tuple[list[bytes], list[bytes]]] = {}
+        for term, docs, tfs in self.db.execute(
+            "SELECT term, docs, tfs FROM postings WHERE seg IN (SELECT value FROM json_each(?))", (listed,)
+        ):
+            both = parts.setdefault(term, ([], []))
+            both[0].append(docs)
+            both[1].append(tfs)
+        rows: dict[str, tuple[bytes, bytes]] = {}
+        for term, (docs, tfs) in parts.items():
+            ids, counts = b"".join(docs), b"".join(tfs)
+            if drop_dead:
+                array = np.frombuffer(ids, IDS)
+                alive = columns.alive(array)
+                if not alive.all():
+                    if not alive.any():
+                        continue
+                    ids, counts = array[alive].tobytes(), np.frombuffer(counts, IDS)[alive].tobytes()
+            rows[term] = (ids, counts)
+        self.db.execute("DELETE FROM postings WHERE seg IN (SELECT value FROM json_each(?))", (listed,))
+        self.db.execute("DELETE FROM segments WHERE seg IN (SELECT value FROM json_each(?))", (listed,))
+        self._write(rows)
+        self.work_s["merge"] += time.perf_counter() - start
+
+    def compact(self, columns: DocColumns) -> None:
+        """Everything in one segment, without a posting (or a term) of a deleted doc: "forget me"."""
+        self.flush(columns)
+        segs = [r[0] for r in self.db.execute("SELECT seg FROM segments")]
+        if segs:
+            self.merge(segs, columns, drop_dead=True)
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def read(self, terms: Sequence[str], columns: DocColumns) -> list[tuple[str, Ints, Ints]]:
+        """Each query term's postings of stored docs, (term, doc ids, tfs), in query order; terms no stored doc holds
+        are left out."""
+        fresh = self._memory()
+        parts: dict[str, tuple[list[Ints], list[Ints]]] = {}
+        for term, docs, tfs in self.db.execute(
+            "SELECT term, docs, tfs FROM postings WHERE seg IN (SELECT seg FROM segments) "
+            "AND term IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(terms)),),
+        ):
+            both = parts.setdefault(term, ([], []))
+            both[0].append(np.frombuffer(docs, IDS))
+            both[1].append(np.frombuffer(tfs, IDS))
+        found: list[tuple[str, Ints, Ints]] = []
+        for term in terms:
+            docs_parts, tfs_parts = parts.get(term, ([], []))
+            if term in fresh:
+                docs_parts.append(np.array(fresh[term][0], IDS))
+                tfs_parts.append(np.array(fresh[term][1], IDS))
+            if not docs_parts:
+                continue
+            docs, tfs = _joined(docs_parts), _joined(tfs_parts)
+            alive = columns.alive(docs)
+            if not alive.all():
+                docs, tfs = docs[alive], tfs[alive]
+            if len(docs):
+                found.append((term, docs, tfs))
+        return found
+
+    def counts(self) -> dict[str, int]:
+        segs, postings = self.db.execute("SELECT count(*), coalesce(sum(postings), 0) FROM segments").fetchone()
+        self._memory()
+        return {"segments": int(segs), "segment_postings": int(postings), "fresh_postings": self._waiting}
+
+
+def _joined(parts: Iterable[Ints]) -> Ints:
+    listed = list(parts)
+    return listed[0] if len(listed) == 1 else np.concatenate(listed)
