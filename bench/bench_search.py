@@ -122,7 +122,14 @@ async def bench_queries(data_dir: Path, planted: SessionKey) -> None:
     service = SearchService(data_dir)
     start = time.perf_counter()
     stats = await service.stats(AGENT)  # the first use builds the index from the files
-    print(f"build: {stats['docs']} messages from {stats['sources']} files in {time.perf_counter() - start:.1f} s")
+    built = time.perf_counter() - start
+    work = await service.store.run(AGENT, lambda index: dict(index.segments.work_s))
+    print(
+        f"build: {stats['docs']} messages from {stats['sources']} files in {built:.1f} s, of which segments written "
+        f"{work['flush']:.1f} s and merged {work['merge']:.1f} s "
+        f"({(work['flush'] + work['merge']) / stats['docs'] * 1e6:.0f} us per message); now {stats['segments']} "
+        f"segments, {stats['fresh_postings']} postings waiting"
+    )
     everything, one_chat = SearchScope(None, agent_scoped=lambda _: True), SearchScope(str(planted))
     cases: list[tuple[str, str, SearchScope]] = [
         ("english word, all sessions", "nightingale", everything),
@@ -174,12 +181,14 @@ async def bench_append_cost(data_dir: Path, fsync: bool) -> None:
         feeder.sync_session(index, key, "append")  # what the observer queues on the worker thread
         updates.append(time.perf_counter() - start)
     batched = await _batched_cost(history, index, feeder, rng)
+    segments = index.segments.work_s["flush"] + index.segments.work_s["merge"]
     index.close()
     append_s, update_s = statistics.mean(appends), statistics.mean(updates)  # means: checkpoints count too
     print(
         f"append (fsync={fsync}): {append_s * 1e6:.0f} us; index update after each append {update_s * 1e6:.0f} us "
         f"(ratio {update_s / append_s:.2f}); as the service batches ({BATCH} chats per drain) {batched * 1e6:.0f} us "
-        f"per append (ratio {batched / append_s:.2f})"
+        f"per append (ratio {batched / append_s:.2f}); segment writes and merges in these {2 * APPENDS} appends: "
+        f"{segments * 1e6 / (2 * APPENDS):.0f} us per append (included above)"
     )
 
 

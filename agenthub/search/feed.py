@@ -43,6 +43,9 @@ class _Mark(JsonWatermark):
     hidden: int = 0  # lines below this one are never indexed again (a deleted session's leftover archive)
     skipped: list[str] = field(default_factory=list)
 
+    def dump(self) -> str:
+        return json.dumps(vars(self))  # its fields are flat: what `asdict` gives, without its deep copy
+
     @property
     def stat(self) -> tuple[int, int, int]:
         return self.ino, self.size, self.mtime_ns

@@ -16,6 +16,7 @@ import json
 import math
 import sqlite3
 import time
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -23,6 +24,8 @@ import numpy as np
 
 from agenthub.storage.search_topk import IDS, DocColumns, Ints
 
+_SEP = "\x1f"
+"""Between the terms of a `fresh` row (no term holds it: terms are runs of letters, digits and joiners)."""
 FAN_IN = 8
 """Segments merged at a time (the segments of one tier): more means fewer rewrites of a posting, more segments to
 look a term up in."""
@@ -31,7 +34,8 @@ TABLES = """
 CREATE TABLE IF NOT EXISTS fresh(doc_id INTEGER PRIMARY KEY, terms TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS segments(seg INTEGER PRIMARY KEY, postings INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS postings(
-    seg INTEGER NOT NULL, term TEXT NOT NULL, docs BLOB NOT NULL, tfs BLOB NOT NULL, PRIMARY KEY(seg, term));
+    seg INTEGER NOT NULL, term TEXT NOT NULL, docs BLOB NOT NULL, tfs BLOB NOT NULL, PRIMARY KEY(seg, term))
+    WITHOUT ROWID;
 """
 
 
@@ -43,6 +47,7 @@ class Segments:
         self.fresh_rows = fresh_rows
         self._fresh: dict[str, tuple[list[int], list[int]]] | None = None  # memory copy of `fresh`, by term
         self._waiting = 0  # postings in `fresh`
+        self._dropped: set[int] = set()  # fresh docs deleted since they were added
         self.work_s = {"flush": 0.0, "merge": 0.0}
         """Seconds spent writing and merging segments (a statistic, for the benchmark)."""
 
@@ -52,12 +57,12 @@ class Segments:
 
     def _memory(self) -> dict[str, tuple[list[int], list[int]]]:
         if self._fresh is None:
-            self._fresh, self._waiting = {}, 0
+            self._fresh, self._waiting, self._dropped = {}, 0, set()
             for doc_id, terms in self.db.execute("SELECT doc_id, terms FROM fresh"):
-                self._remember(doc_id, json.loads(terms))
+                self._remember(doc_id, Counter(terms.split(_SEP)))
         return self._fresh
 
-    def _remember(self, doc_id: int, counts: dict[str, int]) -> None:
+    def _remember(self, doc_id: int, counts: Counter[str]) -> None:
         fresh = self._fresh
         assert fresh is not None
         for term, tf in counts.items():
@@ -68,19 +73,19 @@ class Segments:
 
     # ---- writing -------------------------------------------------------------------------------
 
-    def add(self, docs: Sequence[tuple[int, Counter[str]]], columns: DocColumns) -> None:
-        """New docs' term counts (inside the caller's transaction); a segment is written when enough wait."""
+    def add(self, docs: Sequence[tuple[int, Sequence[str]]], columns: DocColumns) -> None:
+        """New docs' terms (inside the caller's transaction); a segment is written when enough wait."""
         self._memory()
-        self.db.executemany(
-            "INSERT INTO fresh VALUES (?, ?)", [(doc_id, json.dumps(counts)) for doc_id, counts in docs]
-        )
-        for doc_id, counts in docs:
-            self._remember(doc_id, counts)
+        self.db.executemany("INSERT INTO fresh VALUES (?, ?)", [(doc_id, _SEP.join(terms)) for doc_id, terms in docs])
+        for doc_id, terms in docs:
+            self._remember(doc_id, Counter(terms))
         if self._waiting >= self.fresh_rows:
             self.flush(columns)
 
     def drop(self, doc_ids: Sequence[int]) -> None:
         """Deleted docs: their fresh rows go (their text's terms are not kept); segments forget them in a merge."""
+        self._memory()
+        self._dropped.update(doc_ids)
         self.db.execute("DELETE FROM fresh WHERE doc_id IN (SELECT value FROM json_each(?))", (json.dumps(doc_ids),))
 
     def flush(self, columns: DocColumns) -> None:
@@ -90,14 +95,17 @@ class Segments:
             return
         start = time.perf_counter()
         rows: dict[str, tuple[bytes, bytes]] = {}
+        gone = self._dropped
         for term, (docs, tfs) in fresh.items():
-            ids, counts = np.array(docs, IDS), np.array(tfs, IDS)
-            alive = columns.alive(ids)
-            if alive.any():
-                rows[term] = (ids[alive].tobytes(), counts[alive].tobytes())
+            if gone and not gone.isdisjoint(docs):
+                kept = [(d, tf) for d, tf in zip(docs, tfs, strict=True) if d not in gone]
+                if not kept:
+                    continue
+                docs, tfs = [d for d, _ in kept], [tf for _, tf in kept]
+            rows[term] = (array("i", docs).tobytes(), array("i", tfs).tobytes())
         self._write(rows)
         self.db.execute("DELETE FROM fresh")
-        self._fresh, self._waiting = {}, 0
+        self._fresh, self._waiting, self._dropped = {}, 0, set()
         self.work_s["flush"] += time.perf_counter() - start
         self._merge_full_tiers(columns)
 

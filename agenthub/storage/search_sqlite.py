@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -205,7 +204,7 @@ class SqliteSearchIndex:
         if not docs:
             return
         columns = self.columns()
-        added: list[tuple[int, Counter[str]]] = []
+        added: list[tuple[int, Sequence[str]]] = []
         for doc in docs:
             p, dl = doc.passage, len(doc.terms)
             row = self.db.execute(
@@ -214,7 +213,7 @@ class SqliteSearchIndex:
                 (source_id, p.seq, p.role, p.speaker, p.ts, dl, p.text),
             ).fetchone()
             columns.put(row[0], source_id, dl, p.ts)
-            added.append((row[0], Counter(doc.terms)))
+            added.append((row[0], doc.terms))
         self.db.execute(
             "UPDATE totals SET docs = docs + ?, terms = terms + ?", (len(docs), sum(len(d.terms) for d in docs))
         )

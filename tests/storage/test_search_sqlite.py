@@ -3,6 +3,7 @@ fresh, and keeps its counts right through replaces, drops, merges, a crash and a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from collections import Counter
@@ -123,3 +124,43 @@ def _expected_in(
     allowed = {(d.passage.session, d.passage.seq) for d in shown}
     ranked = _expected(docs, query, len(docs))
     return [hit for hit in ranked if (hit[0], hit[1]) in allowed][:limit]
+
+
+def test_a_crash_before_the_fresh_postings_become_a_segment_loses_nothing_searchable(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    path = tmp_path / "index.sqlite3"
+    index = SqliteSearchIndex(path, fresh_rows=FRESH_ROWS)
+    a = history_source("x:http:a")
+    merged = _docs(a, rng, 60)
+    index.add(a, merged, "mark-1")
+    waiting = _docs(a, rng, 3, first_seq=60)
+    index.add(a, waiting, "mark-2")
+    assert index.db.execute("SELECT count(*) FROM fresh").fetchone()[0] == 3  # not yet in a segment
+    with contextlib.suppress(RuntimeError), index.transaction():  # a write cut short: none of it is kept
+        index.add(a, _docs(a, rng, 2, first_seq=63), "mark-3")
+        raise RuntimeError("crash")
+    _same(_found(index, ["w0", "w7"], 70), _expected(merged + waiting, ["w0", "w7"], 70))
+    index.db.close()  # the process dies: nothing flushed, nothing closed in order
+
+    reopened = SqliteSearchIndex(path, fresh_rows=FRESH_ROWS)
+    assert not reopened.rebuilt and reopened.watermarks() == {a: "mark-2"}
+    for query in (["w0"], ["w3", "w150"], ["w0", "w7"]):
+        _same(_found(reopened, query, 70), _expected(merged + waiting, query, 70))
+    more = _docs(a, rng, 40, first_seq=63)
+    reopened.add(a, more, "mark-4")  # the waiting docs are written into a segment with these
+    assert reopened.db.execute("SELECT count(*) FROM fresh").fetchone()[0] < 40
+    _same(_found(reopened, ["w0", "w7"], 200), _expected(merged + waiting + more, ["w0", "w7"], 200))
+    reopened.close()
+
+
+def test_a_search_right_after_an_add_finds_it_waiting_or_just_written_into_a_segment(tmp_path: Path) -> None:
+    index = SqliteSearchIndex(tmp_path / "index.sqlite3", fresh_rows=FRESH_ROWS)
+    a = history_source("x:http:a")
+    for n in range(40):
+        terms = ("common", f"only{n}", *(f"fill{n}-{i}" for i in range(12)))
+        index.add(a, [SearchDoc(Passage(a, n, "user", None, 1_700_000_000_000 + n, " ".join(terms)), terms)], f"m{n}")
+        hits = index.search([f"only{n}"], EVERYWHERE, 5)
+        assert [h.passage.seq for h in hits] == [n]
+    assert index.segments.counts()["segments"] >= 1
+    assert [h.passage.seq for h in index.search(["common"], EVERYWHERE, 3)] == [39, 38, 37]  # ties: newest first
+    index.close()
