@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from agenthub import jsonsafe
 from agenthub.search.docs import RecordReader, memory_docs
+from agenthub.storage.jsonl import parse_line
 from agenthub.storage.keys import SessionKey, key_from_file_stem
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, JsonWatermark, SearchDoc, SourceRef
@@ -181,7 +180,7 @@ def _parse(
 ) -> tuple[list[SearchDoc], int]:
     docs: list[SearchDoc] = []
     for number, line in enumerate(data.split(b"\n")[:-1], start=first):
-        record = _record(line)
+        record = parse_line(line)
         if record is None:
             continue
         doc = reader.doc(source, number, record)
@@ -201,13 +200,3 @@ def _continues(fd: int, size: int, mark: _Mark) -> bool:
 
 def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-def _record(line: bytes) -> dict[str, Any] | None:
-    if not line.strip():
-        return None
-    try:
-        record = jsonsafe.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
