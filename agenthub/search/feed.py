@@ -84,13 +84,16 @@ class FileFeeder:
                     yield path, SourceRef(kind, str(key))
 
     def sync_session(self, index: SqliteSearchIndex, key: SessionKey, op: str) -> None:
-        """After `op` landed on `key`'s files: index what changed; a delete takes the session out of the index."""
+        """After `op` landed on `key`'s files: index what changed; a delete takes the session out of the index. An
+        append only writes the history (the archive changes with a replace, clear or delete, each heard too, and a
+        restart catches up with every file)."""
         self.sessions_read += 1
         layout = AgentLayout(self.data_dir, key.agent)
         history, archive = SourceRef(HISTORY, str(key)), SourceRef(ARCHIVE, str(key))
         rewritten = op in ("replace", "clear", "delete")
         self.sync_jsonl(index, layout.history_file(key), history, index.watermark(history), rewritten=rewritten)
-        self.sync_jsonl(index, layout.archive_file(key), archive, index.watermark(archive))
+        if op != "append":
+            self.sync_jsonl(index, layout.archive_file(key), archive, index.watermark(archive))
         if op == "delete":
             self._hide(index, archive)
 

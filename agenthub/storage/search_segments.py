@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import sys
 import time
 from array import array
 from collections import Counter
@@ -102,7 +103,10 @@ class Segments:
                 if not kept:
                     continue
                 docs, tfs = [d for d, _ in kept], [tf for _, tf in kept]
-            rows[term] = (array("i", docs).tobytes(), array("i", tfs).tobytes())
+            if len(docs) == 1:
+                rows[term] = (_int32(docs[0]), _int32(tfs[0]))
+            else:
+                rows[term] = (_packed(docs), _packed(tfs))
         self._write(rows)
         self.db.execute("DELETE FROM fresh")
         self._fresh, self._waiting, self._dropped = {}, 0, set()
@@ -131,34 +135,65 @@ class Segments:
     def _tier(self, count: int) -> int:
         return int(math.log(max(1.0, count / self.fresh_rows), FAN_IN))
 
-    def merge(self, segs: Sequence[int], columns: DocColumns, *, drop_dead: bool | None = None) -> None:
-        """These segments become one (appended at the end); postings of docs no longer stored are left out."""
+    def merge(self, segs: Sequence[int], columns: DocColumns, *, drop_dead: bool = False) -> None:
+        """These segments become one, appended at the end: a term in only one of them is copied as it is (inside
+        SQLite), a term in several gets its postings joined. With `drop_dead` (a purge) the postings of docs no longer
+        stored are left out, and so are terms only they held; otherwise those stay until then (a search never counts
+        them)."""
         start = time.perf_counter()
-        if drop_dead is None:
-            drop_dead = columns.any_dropped()
         listed = json.dumps(list(segs))
+        within = "seg IN (SELECT value FROM json_each(?))"
+        if drop_dead:
+            rows = self._joined(f"SELECT term, docs, tfs FROM postings WHERE {within}", listed, columns)
+            self._drop_segments(within, listed)
+            self._write(rows)
+        else:
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS shared(term TEXT PRIMARY KEY) WITHOUT ROWID")
+            self.db.execute("DELETE FROM temp.shared")
+            self.db.execute(
+                f"INSERT INTO temp.shared SELECT term FROM postings WHERE {within} GROUP BY term HAVING count(*) > 1",
+                (listed,),
+            )
+            rows = self._joined(
+                f"SELECT term, docs, tfs FROM postings WHERE {within} AND term IN (SELECT term FROM temp.shared)",
+                listed,
+                None,
+            )
+            (count,) = self.db.execute(f"SELECT sum(postings) FROM segments WHERE {within}", (listed,)).fetchone()
+            (seg,) = self.db.execute("INSERT INTO segments(postings) VALUES (?) RETURNING seg", (count,)).fetchone()
+            self.db.execute(
+                f"INSERT INTO postings SELECT ?, term, docs, tfs FROM postings WHERE {within} "
+                "AND term NOT IN (SELECT term FROM temp.shared) ORDER BY term",
+                (seg, listed),
+            )
+            self.db.executemany("INSERT INTO postings VALUES (?, ?, ?, ?)", ((seg, t, *rows[t]) for t in sorted(rows)))
+            self.db.execute("DELETE FROM temp.shared")
+            self._drop_segments(within, listed)
+        self.work_s["merge"] += time.perf_counter() - start
+
+    def _drop_segments(self, within: str, listed: str) -> None:
+        self.db.execute(f"DELETE FROM postings WHERE {within}", (listed,))
+        self.db.execute(f"DELETE FROM segments WHERE {within}", (listed,))
+
+    def _joined(self, sql: str, listed: str, columns: DocColumns | None) -> dict[str, tuple[bytes, bytes]]:
+        """Each term's postings of the rows `sql` reads, joined; with `columns`, of stored docs only."""
         parts: dict[str, tuple[list[bytes], list[bytes]]] = {}
-        for term, docs, tfs in self.db.execute(
-            "SELECT term, docs, tfs FROM postings WHERE seg IN (SELECT value FROM json_each(?))", (listed,)
-        ):
+        for term, docs, tfs in self.db.execute(sql, (listed,)):
             both = parts.setdefault(term, ([], []))
             both[0].append(docs)
             both[1].append(tfs)
         rows: dict[str, tuple[bytes, bytes]] = {}
         for term, (docs, tfs) in parts.items():
             ids, counts = b"".join(docs), b"".join(tfs)
-            if drop_dead:
+            if columns is not None:
                 array = np.frombuffer(ids, IDS)
                 alive = columns.alive(array)
+                if not alive.any():
+                    continue
                 if not alive.all():
-                    if not alive.any():
-                        continue
                     ids, counts = array[alive].tobytes(), np.frombuffer(counts, IDS)[alive].tobytes()
             rows[term] = (ids, counts)
-        self.db.execute("DELETE FROM postings WHERE seg IN (SELECT value FROM json_each(?))", (listed,))
-        self.db.execute("DELETE FROM segments WHERE seg IN (SELECT value FROM json_each(?))", (listed,))
-        self._write(rows)
-        self.work_s["merge"] += time.perf_counter() - start
+        return rows
 
     def compact(self, columns: DocColumns) -> None:
         """Everything in one segment, without a posting (or a term) of a deleted doc: "forget me"."""
@@ -190,7 +225,7 @@ class Segments:
                 tfs_parts.append(np.array(fresh[term][1], IDS))
             if not docs_parts:
                 continue
-            docs, tfs = _joined(docs_parts), _joined(tfs_parts)
+            docs, tfs = _concatenated(docs_parts), _concatenated(tfs_parts)
             alive = columns.alive(docs)
             if not alive.all():
                 docs, tfs = docs[alive], tfs[alive]
@@ -204,6 +239,18 @@ class Segments:
         return {"segments": int(segs), "segment_postings": int(postings), "fresh_postings": self._waiting}
 
 
-def _joined(parts: Iterable[Ints]) -> Ints:
+def _int32(value: int) -> bytes:
+    return value.to_bytes(4, "little", signed=True)
+
+
+def _packed(values: list[int]) -> bytes:
+    """Little-endian int32s (`IDS`)."""
+    packed = array("i", values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _concatenated(parts: Iterable[Ints]) -> Ints:
     listed = list(parts)
     return listed[0] if len(listed) == 1 else np.concatenate(listed)

@@ -61,11 +61,6 @@ class DocColumns:
         stored = self.source[np.where(inside, docs, 0)] != 0
         return inside & stored
 
-    def any_dropped(self) -> bool:
-        """True if some id below the highest one is no doc (deleted, or never stored)."""
-        alive = np.flatnonzero(self.source)
-        return bool(len(alive)) and len(alive) < int(alive[-1])
-
     def _grow(self, need: int) -> None:
         size = max(need, 2 * len(self.source))
         for name in ("source", "length", "ts", "has_ts"):
