@@ -27,7 +27,7 @@ from agenthub.storage.search_topk import IDS, DocColumns, Ints
 
 _SEP = "\x1f"
 """Between the terms of a `fresh` row (no term holds it: terms are runs of letters, digits and joiners)."""
-FAN_IN = 8
+FAN_IN = 16
 """Segments merged at a time (the segments of one tier): more means fewer rewrites of a posting, more segments to
 look a term up in."""
 
@@ -205,8 +205,8 @@ class Segments:
     # ---- reading -------------------------------------------------------------------------------
 
     def read(self, terms: Sequence[str], columns: DocColumns) -> list[tuple[str, Ints, Ints]]:
-        """Each query term's postings of stored docs, (term, doc ids, tfs), in query order; terms no stored doc holds
-        are left out."""
+        """Each query term's postings, (term, doc ids, tfs), in query order; terms in no segment and no fresh doc are
+        left out. Ids of docs deleted since are still there (a search does not count them: `DocColumns.source`)."""
         fresh = self._memory()
         parts: dict[str, tuple[list[Ints], list[Ints]]] = {}
         for term, docs, tfs in self.db.execute(
@@ -225,12 +225,7 @@ class Segments:
                 tfs_parts.append(np.array(fresh[term][1], IDS))
             if not docs_parts:
                 continue
-            docs, tfs = _concatenated(docs_parts), _concatenated(tfs_parts)
-            alive = columns.alive(docs)
-            if not alive.all():
-                docs, tfs = docs[alive], tfs[alive]
-            if len(docs):
-                found.append((term, docs, tfs))
+            found.append((term, _concatenated(docs_parts), _concatenated(tfs_parts)))
         return found
 
     def counts(self) -> dict[str, int]:

@@ -38,7 +38,7 @@ log = structlog.get_logger(__name__)
 SCHEMA_VERSION = "7"
 """7: postings in segments (log-structured, `search_segments`), scored vectorised (an index of another version is
 rebuilt from the files)."""
-FRESH_ROWS = 32000
+FRESH_ROWS = 64000
 """New postings wait in `fresh` (a row per message) until this many have gathered, then become one segment."""
 
 _SCHEMA = (
@@ -222,8 +222,8 @@ class SqliteSearchIndex:
     def columns(self) -> DocColumns:
         """Every stored doc's source, length and ts by id (read from `docs` once, then kept up to date)."""
         if self._columns is None:
-            (top,) = self.db.execute("SELECT coalesce(max(id), 0) FROM docs").fetchone()
-            columns = DocColumns(int(top) + 1024)
+            row = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'docs'").fetchone()
+            columns = DocColumns((int(row[0]) if row else 0) + 1024)  # above every id a segment may still hold
             for doc_id, source_id, dl, ts in self.db.execute("SELECT id, source_id, dl, ts FROM docs"):
                 columns.put(doc_id, source_id, dl, ts)
             self._columns = columns

@@ -38,7 +38,7 @@ class DocColumns:
 
     def __init__(self, size: int = 1024) -> None:
         self.source = np.zeros(size, np.int32)
-        self.length = np.zeros(size, np.int64)
+        self.length = np.zeros(size, np.float64)  # exact (integers), a float as term_score uses it
         self.ts = np.zeros(size, np.int64)
         self.has_ts = np.zeros(size, np.bool_)
 
@@ -78,18 +78,26 @@ def best_docs(
     keep: int,
 ) -> dict[int, tuple[float, int | None]]:
     """The `keep` best docs as {doc id: (score, ts)}, best first (score rounded to 9 decimals, then newer first).
-    `postings`: each query term's (doc ids, tfs) of stored docs only (its df is their count), in query order;
-    `allowed`: by source id, whether the scope shows its docs."""
+    `postings`: each query term's (doc ids, tfs), in query order (ids of docs no longer stored are not counted);
+    `allowed`: by source id, whether the scope shows its docs (False for 0)."""
     acc = np.zeros(len(columns.source), np.float64)
     avgdl = ranking.avgdl
     for docs, tfs in postings:
-        weight = idf(ranking.n_docs, len(docs))
-        shown = allowed[columns.source[docs]]
-        ids = docs[shown]
-        tf = tfs[shown].astype(np.float64)
-        dl = columns.length[ids].astype(np.float64)
-        acc[ids] += weight * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))  # term_score, same operations
-    hit = np.flatnonzero(acc)
+        source = columns.source[docs]
+        df = int(np.count_nonzero(source))  # stored docs only (a deleted doc's id may linger in a segment)
+        if df == 0:
+            continue
+        weight = idf(ranking.n_docs, df)
+        shown = allowed[source]  # source 0 (no doc) is never allowed
+        if not shown.all():
+            docs, tfs = docs[shown], tfs[shown]
+        tf = tfs.astype(np.float64)
+        dl = columns.length[docs]
+        acc[docs] += weight * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))  # term_score, same operations
+    # the prior lifts a score by at most RECENCY_PRIOR: a doc whose bm25 is that far below the keep-th best bm25
+    # cannot reach the top (only the others get their prior computed)
+    kth_bm25 = float(np.partition(acc, len(acc) - keep)[len(acc) - keep]) if len(acc) >= keep else 0.0
+    hit = np.flatnonzero(acc >= max(kth_bm25 / (1 + RECENCY_PRIOR) - _TIE, np.finfo(np.float64).tiny))
     score = acc[hit] * (1 + RECENCY_PRIOR * _recency(columns, hit, ranking))  # score_of
     if len(hit) > keep:
         kth = np.partition(score, len(score) - keep)[len(score) - keep]
