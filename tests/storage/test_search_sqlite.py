@@ -91,16 +91,17 @@ def test_ranking_matches_the_formula_with_fresh_and_merged_postings(tmp_path: Pa
     index.close()
 
 
-def test_the_top_k_read_by_bounds_equals_scoring_every_doc(tmp_path: Path) -> None:
-    """Frequent terms (read only as far as the bound allows), many sources, every limit: the formula's order."""
+def test_the_top_k_over_merged_segments_equals_scoring_every_doc(tmp_path: Path) -> None:
+    """Frequent terms, many sources, segments written and merged, every limit: the formula's order."""
     rng = random.Random(5)
     index = SqliteSearchIndex(tmp_path / "index.sqlite3", fresh_rows=FRESH_ROWS)
     everything: list[SearchDoc] = []
     for n in range(12):
         source = history_source(f"x:http:c{n}")
-        docs = _docs(source, rng, 150)
-        index.add(source, docs, f"mark-{n}")
-        everything += docs
+        for first in range(0, 150, 15):  # a segment every ten docs or so
+            docs = _docs(source, rng, 15, first_seq=first)
+            index.add(source, docs, f"mark-{n}-{first}")
+            everything += docs
     last = history_source("x:http:last")
     everything += _docs(last, rng, 4)
     index.add(last, everything[-4:], "mark-last")
