@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import structlog
@@ -73,6 +74,7 @@ class SqliteSearchIndex:
         """True when the database had to be created anew (damaged, missing or of another schema)."""
         self.db = self._open()
         self._sources: dict[int, SourceRef] | None = None  # cache of the sources table
+        self._grouped: _Grouped = ({}, {}, {})  # its ids by memory name, by session, by channel
         self.segments = Segments(self.db, fresh_rows)
         self._columns: DocColumns | None = None  # each doc's source, length and ts, read once
 
@@ -244,33 +246,29 @@ class SqliteSearchIndex:
             "SELECT (SELECT min(ts) FROM docs), (SELECT max(ts) FROM docs)"
         ).fetchone()
         assert self._sources is not None
-        shown = np.zeros(max(self._sources) + 1, np.bool_)  # by source id: does the scope show its docs
-        shown[list(allowed)] = True
+        shown: np.ndarray[Any, np.dtype[np.bool_]] | None = None  # by source id: does the scope show its docs
+        if len(allowed) < len(self._sources):
+            shown = np.zeros(max(self._sources) + 1, np.bool_)
+            shown[allowed] = True
         keep = 2 * limit  # a message is at most twice a hit (archive and history): enough distinct ones remain
         ranking = Ranking(n_docs, n_terms / n_docs, ts_min, ts_max)
         best = best_docs([(docs, tfs) for _, docs, tfs in postings], columns, shown, ranking, keep)
         scored = {doc_id: score for doc_id, (score, _) in best.items()}
         return self._hits(list(scored), scored, limit)
 
-    def _allowed(self, scope: SearchScope) -> set[int]:
+    def _allowed(self, scope: SearchScope) -> list[int]:
+        """The ids of the sources the scope shows."""
         if self._sources is None:
             rows = self.db.execute("SELECT id, kind, session, name FROM sources").fetchall()
             self._sources = {r[0]: SourceRef(r[1], r[2], r[3]) for r in rows}
-        names = set(scope.memory_names)
-        channels: dict[str, bool] = {}
-        allowed: set[int] = set()
-        for source_id, ref in self._sources.items():
-            if ref.kind == MEMORY:
-                ok = ref.name in names
-            elif scope.session is not None:
-                ok = ref.session == scope.session
-            else:
-                channel = session_channel(ref.session)
-                if channel not in channels:
-                    channels[channel] = bool(scope.agent_scoped(channel))
-                ok = channels[channel]
-            if ok:
-                allowed.add(source_id)
+            self._grouped = _grouped(self._sources)
+        memory, sessions, channels = self._grouped
+        allowed = [i for name in scope.memory_names for i in memory.get(name, ())]
+        if scope.session is not None:
+            return allowed + sessions.get(scope.session, [])
+        for channel, ids in channels.items():
+            if scope.agent_scoped(channel):
+                allowed += ids
         return allowed
 
     def _hits(self, best: list[int], scored: dict[int, float], limit: int) -> list[SearchHit]:
@@ -312,6 +310,22 @@ class SqliteSearchIndex:
         n_docs, n_terms = self.db.execute("SELECT docs, terms FROM totals").fetchone()
         sources = self.db.execute("SELECT count(*) FROM sources").fetchone()[0]
         return {"docs": int(n_docs), "terms": int(n_terms), "sources": int(sources), **self.segments.counts()}
+
+
+_Grouped = tuple[dict[str, list[int]], dict[str, list[int]], dict[str, list[int]]]
+
+
+def _grouped(sources: dict[int, SourceRef]) -> _Grouped:
+    memory: dict[str, list[int]] = {}
+    sessions: dict[str, list[int]] = {}
+    channels: dict[str, list[int]] = {}
+    for source_id, ref in sources.items():
+        if ref.kind == MEMORY:
+            memory.setdefault(ref.name, []).append(source_id)
+        else:
+            sessions.setdefault(ref.session, []).append(source_id)
+            channels.setdefault(session_channel(ref.session), []).append(source_id)
+    return memory, sessions, channels
 
 
 def remove_index_files(path: Path) -> None:

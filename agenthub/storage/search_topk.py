@@ -73,13 +73,13 @@ class DocColumns:
 def best_docs(
     postings: Sequence[tuple[Ints, Ints]],
     columns: DocColumns,
-    allowed: NDArray[np.bool_],
+    allowed: NDArray[np.bool_] | None,
     ranking: Ranking,
     keep: int,
 ) -> dict[int, tuple[float, int | None]]:
     """The `keep` best docs as {doc id: (score, ts)}, best first (score rounded to 9 decimals, then newer first).
     `postings`: each query term's (doc ids, tfs), in query order (ids of docs no longer stored are not counted);
-    `allowed`: by source id, whether the scope shows its docs (False for 0)."""
+    `allowed`: by source id, whether the scope shows its docs (False for 0); None: it shows every source."""
     acc = np.zeros(len(columns.source), np.float64)
     avgdl = ranking.avgdl
     for docs, tfs in postings:
@@ -88,16 +88,21 @@ def best_docs(
         if df == 0:
             continue
         weight = idf(ranking.n_docs, df)
-        shown = allowed[source]  # source 0 (no doc) is never allowed
-        if not shown.all():
+        if allowed is not None:
+            shown = allowed[source]  # source 0 (no doc) is never allowed
+            if not shown.all():
+                docs, tfs = docs[shown], tfs[shown]
+        elif df < len(docs):
+            shown = source != 0
             docs, tfs = docs[shown], tfs[shown]
         tf = tfs.astype(np.float64)
         dl = columns.length[docs]
         acc[docs] += weight * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))  # term_score, same operations
-    # the prior lifts a score by at most RECENCY_PRIOR: a doc whose bm25 is that far below the keep-th best bm25
-    # cannot reach the top (only the others get their prior computed)
-    kth_bm25 = float(np.partition(acc, len(acc) - keep)[len(acc) - keep]) if len(acc) >= keep else 0.0
-    hit = np.flatnonzero(acc >= max(kth_bm25 / (1 + RECENCY_PRIOR) - _TIE, np.finfo(np.float64).tiny))
+    hit = np.flatnonzero(acc)
+    if len(hit) > keep:  # the prior lifts a score by at most RECENCY_PRIOR: a doc whose bm25 is that far below the
+        bm25 = acc[hit]  # keep-th best bm25 cannot reach the top (only the others get their prior computed)
+        kth_bm25 = float(np.partition(bm25, len(bm25) - keep)[len(bm25) - keep])
+        hit = hit[bm25 >= kth_bm25 / (1 + RECENCY_PRIOR) - _TIE]
     score = acc[hit] * (1 + RECENCY_PRIOR * _recency(columns, hit, ranking))  # score_of
     if len(hit) > keep:
         kth = np.partition(score, len(score) - keep)[len(score) - keep]
