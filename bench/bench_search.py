@@ -1,7 +1,9 @@
-"""memory_search benchmarks: query p50/p99 at 100,000 stored messages, and the index update per append ÷ the append.
+"""memory_search benchmarks: query p50/p99 at 100,000 stored messages, and the index work per append ÷ the append.
 
-Run: PYTHONPATH=. .venv/bin/python bench/bench_search.py [--sessions 1000] [--per-session 100] [--data DIR]
-(--data keeps the corpus and its index in DIR and reuses them on the next run.)
+Run: PYTHONPATH=. .venv/bin/python bench/bench_search.py [--sessions 1000] [--per-session 100] [--data DIR] [--rebuild]
+(--data keeps the corpus and its index in DIR and reuses them on the next run; --rebuild builds the index again from
+the kept corpus, which the amortised index work per append needs: segment writes and merges are counted over the
+build.)
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from agenthub.storage import jsonl
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_files import index_path
 from agenthub.storage.search_index import SearchScope
-from agenthub.storage.search_sqlite import SqliteSearchIndex
+from agenthub.storage.search_sqlite import SqliteSearchIndex, remove_index_files
 
 AGENT = "bench"
 ZH = [
@@ -118,11 +120,21 @@ def _p(times: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-async def bench_queries(data_dir: Path, planted: SessionKey) -> None:
+async def bench_queries(data_dir: Path, planted: SessionKey) -> float | None:
+    """Query timings; returns the seconds of segment writes and merges per message of the build (None: the index
+    was not built in this run)."""
     service = SearchService(data_dir)
     start = time.perf_counter()
     stats = await service.stats(AGENT)  # the first use builds the index from the files
-    print(f"build: {stats['docs']} messages from {stats['sources']} files in {time.perf_counter() - start:.1f} s")
+    built = time.perf_counter() - start
+    work = await service.store.run(AGENT, lambda index: {"built": index.rebuilt, **index.segments.work_s})
+    per_message = (work["flush"] + work["merge"]) / stats["docs"] if work["built"] else None
+    print(
+        f"build: {stats['docs']} messages from {stats['sources']} files in {built:.1f} s, of which segments written "
+        f"{work['flush']:.1f} s and merged {work['merge']:.1f} s "
+        f"({(work['flush'] + work['merge']) / stats['docs'] * 1e6:.0f} us per message); now {stats['segments']} "
+        f"segments, {stats['fresh_postings']} postings waiting"
+    )
     everything, one_chat = SearchScope(None, agent_scoped=lambda _: True), SearchScope(str(planted))
     cases: list[tuple[str, str, SearchScope]] = [
         ("english word, all sessions", "nightingale", everything),
@@ -154,10 +166,13 @@ async def bench_queries(data_dir: Path, planted: SessionKey) -> None:
     await service.stats(AGENT)
     print(f"restart: verifying {stats['sources']} unchanged files took {(time.perf_counter() - start) * 1000:.0f} ms")
     await service.close()
+    return per_message
 
 
-async def bench_append_cost(data_dir: Path, fsync: bool) -> None:
-    """Mean seconds of SessionHistory.append vs of the index update it causes (same message, same thread kind)."""
+async def bench_append_cost(data_dir: Path, fsync: bool, built_per_message: float | None) -> None:
+    """Mean seconds of SessionHistory.append vs of the index update it causes (same message, same thread kind), and
+    the amortised index work: the batched update without the segment writes and merges that fell in this window,
+    plus those of the build per message (`built_per_message`: every tier, not only those 600 appends reached)."""
     rng = random.Random(7)
     history = SessionHistory(data_dir, fsync=fsync)
     key = SessionKey(AGENT, "wecom", f"append-{fsync}")
@@ -173,14 +188,26 @@ async def bench_append_cost(data_dir: Path, fsync: bool) -> None:
         start = time.perf_counter()
         feeder.sync_session(index, key, "append")  # what the observer queues on the worker thread
         updates.append(time.perf_counter() - start)
+    before = index.segments.work_s["flush"] + index.segments.work_s["merge"]
     batched = await _batched_cost(history, index, feeder, rng)
+    segments = index.segments.work_s["flush"] + index.segments.work_s["merge"]
+    in_batches = (segments - before) / (APPENDS // BATCH * BATCH)
     index.close()
     append_s, update_s = statistics.mean(appends), statistics.mean(updates)  # means: checkpoints count too
     print(
         f"append (fsync={fsync}): {append_s * 1e6:.0f} us; index update after each append {update_s * 1e6:.0f} us "
         f"(ratio {update_s / append_s:.2f}); as the service batches ({BATCH} chats per drain) {batched * 1e6:.0f} us "
-        f"per append (ratio {batched / append_s:.2f})"
+        f"per append (ratio {batched / append_s:.2f}); segment writes and merges in these {2 * APPENDS} appends: "
+        f"{segments * 1e6 / (2 * APPENDS):.0f} us per append (included above)"
     )
+    if built_per_message is not None:
+        amortised = batched - in_batches + built_per_message
+        print(
+            f"  index work per append, amortised (fsync={fsync}): {amortised * 1e6:.0f} us = "
+            f"{amortised / append_s:.2f} x the append ({(batched - in_batches) * 1e6:.0f} us read, tokenised and "
+            f"stored as the service batches + {built_per_message * 1e6:.0f} us of segment writes and merges per "
+            "message over the build)"
+        )
 
 
 async def _batched_cost(
@@ -206,6 +233,7 @@ async def main() -> None:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--per-session", type=int, default=100)
     parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument("--rebuild", action="store_true", help="build the index of a kept corpus again")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = args.data or Path(tmp) / "data"
@@ -216,9 +244,11 @@ async def main() -> None:
             planted = write_corpus(data_dir, args.sessions, args.per_session)
         total = args.sessions * args.per_session
         print(f"wrote {total} messages in {args.sessions} sessions in {time.perf_counter() - start:.1f} s")
-        await bench_queries(data_dir, planted)
+        if args.rebuild:
+            remove_index_files(index_path(AgentLayout(data_dir, AGENT)))
+        built_per_message = await bench_queries(data_dir, planted)
         for fsync in (True, False):
-            await bench_append_cost(data_dir, fsync)
+            await bench_append_cost(data_dir, fsync, built_per_message)
     print(f"machine load: a 1,000,000-step Python loop took {_loop_ms():.0f} ms (about 40-60 ms on an idle core)")
 
 

@@ -15,11 +15,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from agenthub import jsonsafe
 from agenthub.search.docs import RecordReader, memory_docs
 from agenthub.session_keys import SessionKey, key_from_file_stem
+from agenthub.storage.jsonl import parse_line
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, JsonWatermark, SearchDoc, SourceRef
 from agenthub.storage.search_sqlite import SqliteSearchIndex
@@ -42,6 +41,9 @@ class _Mark(JsonWatermark):
     next: int = 0
     hidden: int = 0  # lines below this one are never indexed again (a deleted session's leftover archive)
     skipped: list[str] = field(default_factory=list)
+
+    def dump(self) -> str:
+        return json.dumps(vars(self))  # its fields are flat: what `asdict` gives, without its deep copy
 
     @property
     def stat(self) -> tuple[int, int, int]:
@@ -82,13 +84,16 @@ class FileFeeder:
                     yield path, SourceRef(kind, str(key))
 
     def sync_session(self, index: SqliteSearchIndex, key: SessionKey, op: str) -> None:
-        """After `op` landed on `key`'s files: index what changed; a delete takes the session out of the index."""
+        """After `op` landed on `key`'s files: index what changed; a delete takes the session out of the index. An
+        append only writes the history (the archive changes with a replace, clear or delete, each heard too, and a
+        restart catches up with every file)."""
         self.sessions_read += 1
         layout = AgentLayout(self.data_dir, key.agent)
         history, archive = SourceRef(HISTORY, str(key)), SourceRef(ARCHIVE, str(key))
         rewritten = op in ("replace", "clear", "delete")
         self.sync_jsonl(index, layout.history_file(key), history, index.watermark(history), rewritten=rewritten)
-        self.sync_jsonl(index, layout.archive_file(key), archive, index.watermark(archive))
+        if op != "append":
+            self.sync_jsonl(index, layout.archive_file(key), archive, index.watermark(archive))
         if op == "delete":
             self._hide(index, archive)
 
@@ -178,7 +183,7 @@ def _parse(
 ) -> tuple[list[SearchDoc], int]:
     docs: list[SearchDoc] = []
     for number, line in enumerate(data.split(b"\n")[:-1], start=first):
-        record = _record(line)
+        record = parse_line(line)
         if record is None:
             continue
         doc = reader.doc(source, number, record)
@@ -198,13 +203,3 @@ def _continues(fd: int, size: int, mark: _Mark) -> bool:
 
 def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-def _record(line: bytes) -> dict[str, Any] | None:
-    if not line.strip():
-        return None
-    try:
-        record = jsonsafe.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None

@@ -166,7 +166,7 @@ def last_record(path: Path) -> Record | None:
                 lines = os.pread(fd, size - start, start).split(b"\n")[:-1]  # after the last newline: a torn tail
                 if start > 0:
                     lines = lines[1:]  # the window may begin inside a line
-                record = next((r for r in map(_parsed, reversed(lines)) if r is not None), None)
+                record = next((r for r in map(parse_line, reversed(lines)) if r is not None), None)
                 if record is not None or start == 0:
                     return record
                 window *= 2
@@ -174,7 +174,8 @@ def last_record(path: Path) -> Record | None:
         return None
 
 
-def _parsed(line: bytes) -> Record | None:
+def parse_line(line: bytes) -> Record | None:
+    """One JSONL line's record; None for a blank, damaged or non-object line."""
     if not line.strip():
         return None
     try:
