@@ -405,6 +405,25 @@ SEARCH_VECTORS = Migration(
     ),
 )
 
+SEARCH_CACHES = Migration(
+    12,
+    "what lets an instance keep search data in memory and rank the top hits only",
+    (
+        # per agent: `generation` moves with every removal of a vector, `appended` with every put (its row lock
+        # makes an agent's puts commit in the order of their `added` numbers): an instance's cached vectors are
+        # brought level by the rows added since it last read, or read again whole when the generation moved
+        """CREATE TABLE IF NOT EXISTS search_vector_state (
+            agent text PRIMARY KEY,
+            generation bigint NOT NULL,
+            appended bigint NOT NULL
+        )""",
+        "CREATE SEQUENCE IF NOT EXISTS search_vectors_added_seq",
+        "ALTER TABLE search_vectors ADD COLUMN IF NOT EXISTS added bigint NOT NULL "
+        "DEFAULT nextval('search_vectors_added_seq')",
+        "CREATE INDEX IF NOT EXISTS search_vectors_by_added ON search_vectors (agent, model, added)",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -416,6 +435,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     USAGE,
     IDEMPOTENCY_KEYS,
     SEARCH_VECTORS,
+    SEARCH_CACHES,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
