@@ -421,6 +421,20 @@ SEARCH_CACHES = Migration(
         "ALTER TABLE search_vectors ADD COLUMN IF NOT EXISTS added bigint NOT NULL "
         "DEFAULT nextval('search_vectors_added_seq')",
         "CREATE INDEX IF NOT EXISTS search_vectors_by_added ON search_vectors (agent, model, added)",
+        # per agent and term: how many docs hold it (BM25's df, kept by every write, so a search never counts it); a
+        # term no doc holds any more is deleted with its last doc
+        """CREATE TABLE IF NOT EXISTS search_terms (
+            agent text NOT NULL,
+            term text NOT NULL,
+            df bigint NOT NULL,
+            PRIMARY KEY (agent, term)
+        )""",
+        """INSERT INTO search_terms (agent, term, df)
+        SELECT agent, term, count(*) FROM search_postings GROUP BY agent, term
+        ON CONFLICT (agent, term) DO NOTHING""",
+        # moves whenever a write removes docs of the agent: what an instance holds of its postings in memory is
+        # read again (added docs are read by id: an agent's writers take its row first, so ids grow in commit order)
+        "ALTER TABLE search_stats ADD COLUMN IF NOT EXISTS generation bigint NOT NULL DEFAULT 0",
     ),
 )
 

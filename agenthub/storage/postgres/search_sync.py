@@ -200,11 +200,8 @@ async def _sync_table(
     records = [(int(r[0]), rec) for r in rows if isinstance(rec := _parse(r[1]), dict)]
     skipped = mark.skipped if resumed and mark is not None else []
     docs, skipped = await asyncio.to_thread(make_docs, source, records, start, skipped) if records else ([], skipped)
-    dropped = (0, 0)
-    if resumed:
-        dropped = await drop_docs(conn, key.agent, source, [d.passage.seq for d in docs]) if docs else (0, 0)
-    else:
-        dropped = await drop_docs(conn, key.agent, source)
+    # resumed: only records past the watermark, none of them indexed (the watermark moves with its docs)
+    dropped = (0, 0) if resumed else await drop_docs(conn, key.agent, source)
     await insert_docs(conn, key.agent, source, docs, dropped)
     new = _Mark(skipped=skipped[-_KEEP_SKIPPED:])
     if resumed and mark is not None:
