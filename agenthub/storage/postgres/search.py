@@ -126,9 +126,8 @@ async def lock_source(conn: Conn, agent: str, source: SourceRef, *, durable: boo
     docs are added, with their watermark in the same transaction, so a server crash may lose both together (they
     are indexed again from the history tables) and the commit need not wait for the WAL flush. A write that
     removes text (a rewrite, a redaction, a drop) is durable: once it returns, the text is gone for good."""
-    if not durable:
-        await conn.execute("SET LOCAL synchronous_commit TO OFF")
-    await conn.execute(_SOURCE_LOCK, source_params(agent, source))
+    sql = _SOURCE_LOCK if durable else _SOURCE_LOCK + ", set_config('synchronous_commit', 'off', true)"
+    await conn.execute(sql, source_params(agent, source))
 
 
 async def lock_agent(conn: Conn, agent: str, docs: int = 0, length: int = 0) -> None:

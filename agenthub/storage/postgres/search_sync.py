@@ -34,7 +34,16 @@ MemoryDocMaker = Callable[[SourceRef, str, int | None], list[SearchDoc]]
 
 _TABLES = {HISTORY: "session_records", ARCHIVE: "session_archive"}
 _KEY = "agent = %(agent)s AND channel = %(channel)s AND chat_id = %(chat_id)s"
-_HEAD = f"SELECT next_seq::text || '@' || changed_at::text FROM session_heads WHERE {_KEY}"
+_STATE = f"""
+SELECT (SELECT next_seq::text || '@' || changed_at::text FROM session_heads WHERE {_KEY}),
+       (SELECT watermark FROM search_sources WHERE agent = %(agent)s AND kind = 'history' AND session = %(session)s
+        AND name = ''),
+       (SELECT watermark FROM search_sources WHERE agent = %(agent)s AND kind = 'archive' AND session = %(session)s
+        AND name = ''),
+       EXISTS (SELECT 1 FROM session_archive WHERE {_KEY})
+"""
+"""The session's head, its two sources' watermarks and whether it has an archive, read under its lock (first: the
+records read after it are at least as new)."""
 _KEEP_SKIPPED = 64
 
 _LAGGING = """
@@ -80,11 +89,13 @@ class PostgresIndexFeed:
         async with self.database.connection("update the search index") as conn, conn.transaction():
             history, archive = SourceRef(HISTORY, str(key)), SourceRef(ARCHIVE, str(key))
             await lock_source(conn, key.agent, history, durable=full)  # the session's lock: both its sources
-            cursor = await conn.execute(_HEAD, params)
-            row = await cursor.fetchone()  # first: the records read after it are at least as new
-            head = None if row is None else str(row[0])
-            added += await _sync_table(conn, key, history, params, make_docs, head=head, full=full)
-            added += await _sync_table(conn, key, archive, params, make_docs, head=None, full=full)
+            cursor = await conn.execute(_STATE, {**params, "session": str(key)})
+            row = await cursor.fetchone()
+            assert row is not None
+            head = None if row[0] is None else str(row[0])
+            added += await _sync_table(conn, key, history, params, make_docs, row[1], head=head, full=full)
+            if row[2] is not None or row[3]:  # no archive, none indexed: nothing to do
+                added += await _sync_table(conn, key, archive, params, make_docs, row[2], head=None, full=full)
         return added
 
     async def sync_memory(
@@ -173,19 +184,15 @@ async def _sync_table(
     source: SourceRef,
     params: dict[str, Any],
     make_docs: DocMaker,
+    watermark: str | None,
     *,
     head: str | None,
     full: bool,
 ) -> int:
-    """One of the session's tables: its new records indexed, or all of them again when it was rewritten."""
+    """One of the session's tables (indexed up to `watermark`): its new records indexed, or all of them again when
+    it was rewritten."""
     table = _TABLES[source.kind]
-    cursor = await conn.execute(
-        "SELECT watermark FROM search_sources WHERE agent = %(agent)s AND kind = %(kind)s "
-        "AND session = %(session)s AND name = ''",
-        source_params(key.agent, source),
-    )
-    row = await cursor.fetchone()
-    mark = None if full or row is None else _Mark.parse(row[0])
+    mark = None if full else _Mark.parse(watermark)
     resumed = mark is not None and await _continues(conn, table, params, mark)
     start = mark.last + 1 if resumed and mark is not None else 0
     cursor = await conn.execute(
@@ -202,7 +209,6 @@ async def _sync_table(
     docs, skipped = await asyncio.to_thread(make_docs, source, records, start, skipped) if records else ([], skipped)
     # resumed: only records past the watermark, none of them indexed (the watermark moves with its docs)
     dropped = (0, 0) if resumed else await drop_docs(conn, key.agent, source)
-    await insert_docs(conn, key.agent, source, docs, dropped)
     new = _Mark(skipped=skipped[-_KEEP_SKIPPED:])
     if resumed and mark is not None:
         new.first, new.first_md5 = mark.first, mark.first_md5
@@ -212,7 +218,9 @@ async def _sync_table(
         new.last, new.last_md5 = int(rows[-1][0]), str(rows[-1][2])
     elif resumed and mark is not None:
         new.last, new.last_md5 = mark.last, mark.last_md5
-    await set_watermark(conn, key.agent, source, new.dump(), head)
+    async with conn.pipeline():  # the writes sent together: none of their results is needed
+        await insert_docs(conn, key.agent, source, docs, dropped)
+        await set_watermark(conn, key.agent, source, new.dump(), head)
     return len(docs)
 
 
