@@ -7,12 +7,14 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from agenthub.search.shared import record_docs
 from agenthub.search.text import query_terms
 from agenthub.storage.keys import SessionKey
 from agenthub.storage.postgres import Database, PostgresSessionStore
+from agenthub.storage.postgres.schema import MIGRATIONS, apply_migrations
 from agenthub.storage.postgres.search import PostgresSearchIndex
 from agenthub.storage.postgres.search_cache import PostingsCache
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed
@@ -103,3 +105,35 @@ async def test_an_instance_memory_follows_what_others_add_and_remove(two: Two) -
     await two.catch_up()
     assert await two.same() > 0
     assert two.cached.cache.read - read > 100
+
+
+async def test_migration_12_on_a_database_at_10_counts_the_terms_it_holds_and_runs_twice_harmlessly(
+    postgres_dsn: str,
+) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        await conn.execute(
+            "CREATE TABLE schema_version (version integer PRIMARY KEY, what text NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in MIGRATIONS:
+            if migration.version <= 10:
+                for statement in migration.sql:
+                    await conn.execute(statement)
+                await conn.execute("INSERT INTO schema_version VALUES (%s, %s)", (migration.version, migration.what))
+        for doc, terms in enumerate([["apple", "pear"], ["apple"], ["apple", "plum"]], start=1):
+            for term in terms:
+                await conn.execute(
+                    "INSERT INTO search_postings VALUES ('a', %s, %s, 1, 2, NULL, 'a:http:x', 'http')", (term, doc)
+                )
+        await conn.execute(
+            "INSERT INTO search_vectors VALUES ('a', 'a:http:x', 'd1', 'history', 0, 'user', NULL, 1, 't', 'm', '')"
+        )
+        assert await apply_migrations(conn) == [v for v in (m.version for m in MIGRATIONS) if v > 10]
+        cursor = await conn.execute("SELECT term, df FROM search_terms ORDER BY term")
+        assert await cursor.fetchall() == [("apple", 3), ("pear", 1), ("plum", 1)]
+        cursor = await conn.execute("SELECT count(*) FROM search_vectors WHERE added > 0")
+        assert await cursor.fetchone() == (1,)
+        for statement in next(m for m in MIGRATIONS if m.version == 12).sql:  # again: nothing changes
+            await conn.execute(statement)
+        cursor = await conn.execute("SELECT term, df FROM search_terms ORDER BY term")
+        assert await cursor.fetchall() == [("apple", 3), ("pear", 1), ("plum", 1)]
