@@ -9,6 +9,7 @@ recently asked terms go when the instance holds more than `budget` postings.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,8 +23,8 @@ Conn = AsyncConnection[TupleRow]
 
 CACHED_DF = 1_000
 """A term in at least this many docs is held in memory (rarer ones are read from the table each time)."""
-BUDGET = 4_000_000
-"""Postings an instance holds at most (about 30 bytes each)."""
+BUDGET = 2_000_000
+"""Postings an instance holds at most (32 bytes each)."""
 NO_TS = np.iinfo(np.int64).min
 
 _READ = """
@@ -38,11 +39,11 @@ class Postings:
     """One term's postings as columns: doc id, tf, doc length, doc time (`NO_TS`: none), source and channel codes."""
 
     docs: NDArray[np.int64]
-    tfs: NDArray[np.int64]
-    lengths: NDArray[np.int64]
+    tfs: NDArray[np.int32]
+    lengths: NDArray[np.int32]
     ts: NDArray[np.int64]
-    srcs: NDArray[np.int64]
-    channels: NDArray[np.int64]
+    srcs: NDArray[np.int32]
+    channels: NDArray[np.int32]
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -51,7 +52,7 @@ class Postings:
 def postings_of(rows: Sequence[tuple[int, int, int, int, int, int]]) -> Postings:
     """Rows of (doc, tf, length, ts, source code, channel code)."""
     table = np.array(rows, dtype=np.int64).reshape(len(rows), 6)
-    return Postings(*(np.ascontiguousarray(table[:, i]) for i in range(6)))
+    return Postings(*(np.ascontiguousarray(table[:, i], dtype=dtype) for i, dtype in enumerate(_DTYPES)))
 
 
 def joined(parts: Sequence[Postings]) -> Postings:
@@ -59,6 +60,7 @@ def joined(parts: Sequence[Postings]) -> Postings:
 
 
 _FIELDS = ("docs", "tfs", "lengths", "ts", "srcs", "channels")
+_DTYPES = (np.int64, np.int32, np.int32, np.int64, np.int32, np.int32)
 
 
 @dataclass
@@ -79,8 +81,8 @@ class Codes:
             found = self._codes[name] = len(self._codes)
         return found
 
-    def known(self, names: Sequence[str]) -> NDArray[np.int64]:
-        return np.array([self._codes[n] for n in names if n in self._codes], dtype=np.int64)
+    def known(self, names: Sequence[str]) -> NDArray[np.int32]:
+        return np.array([self._codes[n] for n in names if n in self._codes], dtype=np.int32)
 
 
 class PostingsCache:
@@ -89,11 +91,16 @@ class PostingsCache:
         self.budget = budget
         self.codes = Codes()
         self._agents: dict[str, _Agent] = {}
+        self._lock = asyncio.Lock()  # one search brings the memory level at a time (no posting read twice)
         self.read = 0
         """Postings read from the table into memory (a statistic: the cache at work)."""
 
     async def postings(self, conn: Conn, agent: str, generation: int, terms: Sequence[str]) -> dict[str, Postings]:
         """The terms' postings as of the caller's snapshot (`generation`: the agent's, read in that snapshot)."""
+        async with self._lock:
+            return await self._level(conn, agent, generation, terms)
+
+    async def _level(self, conn: Conn, agent: str, generation: int, terms: Sequence[str]) -> dict[str, Postings]:
         held = self._agents.get(agent)
         if held is None or held.generation != generation:
             held = self._agents[agent] = _Agent(generation)

@@ -117,7 +117,7 @@ async def best_docs(
 
 def _top(
     terms: Sequence[tuple[float, Postings]],
-    allowed: tuple[NDArray[np.int64], NDArray[np.int64]],
+    allowed: tuple[NDArray[np.int32], NDArray[np.int32]],
     ranking: Ranking,
     keep: int,
 ) -> dict[int, float]:
