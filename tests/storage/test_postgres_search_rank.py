@@ -45,13 +45,14 @@ def _shown(hits: list[SearchHit]) -> list[tuple[str, str, int, str, float]]:
 
 
 class Two:
-    """Two instances on one database: `cached` sums frequent terms from its memory, `plain` sums all in SQL."""
+    """Two instances on one database: `cached` sums frequent terms from its memory (a session of more than 30 docs
+    too), `plain` sums all in SQL (a session: its docs looked up by id)."""
 
     def __init__(self, dsn: str) -> None:
         self.database, self.other = Database(dsn), Database(dsn)
         self.sessions = PostgresSessionStore(self.database)
         self.feed = PostgresIndexFeed(self.database)
-        self.cached = PostgresSearchIndex(self.database, cache=PostingsCache(cached_df=20))
+        self.cached = PostgresSearchIndex(self.database, cache=PostingsCache(cached_df=20), session_docs=30)
         self.plain = PostgresSearchIndex(self.other, cache=PostingsCache(cached_df=10**9))
 
     async def catch_up(self) -> None:
@@ -60,7 +61,7 @@ class Two:
 
     async def same(self, limit: int = 8) -> int:
         compared = 0
-        for scope in (EVERY, SOME):
+        for scope in (EVERY, SOME, SearchScope("a:http:chat-0"), SearchScope("a:wecom:chat-2")):
             for query in QUERIES:
                 terms = query_terms(query)
                 expected = _shown(await self.plain.search("a", terms, scope, limit))

@@ -32,6 +32,10 @@ from agenthub.storage.search_index import (
 
 Conn = AsyncConnection[TupleRow]
 
+SESSION_DOCS = 5_000
+"""A one-session search of a session with at most this many docs looks their postings up by doc id; a longer
+session is searched like many sessions, its own postings kept (`search_rank`)."""
+
 _ASKING = """
 SELECT set_config('jit', 'off', true),
        coalesce((SELECT docs FROM search_stats WHERE agent = %(agent)s), 0),
@@ -41,11 +45,15 @@ SELECT set_config('jit', 'off', true),
        coalesce((SELECT generation FROM search_stats WHERE agent = %(agent)s), 0),
        CASE WHEN %(everywhere)s THEN ARRAY(
            SELECT DISTINCT split_part(session, ':', 2) FROM search_sources WHERE agent = %(agent)s AND kind != 'memory'
+       ) END,
+       CASE WHEN NOT %(everywhere)s THEN (
+           SELECT count(*) FROM search_docs
+           WHERE agent = %(agent)s AND kind IN ('history', 'archive') AND session = %(session)s
        ) END
 """
-"""What a search ranks with, in one round trip: N, the total length, the ts span, the generation of the agent's docs,
-and the channels the agent has sessions on when the scope is not one session (jit off: compiling costs more than
-these short queries run)."""
+"""What a search ranks with, in one round trip: N, the total length, the ts span, the generation of the agent's docs;
+the channels the agent has sessions on when the scope is not one session, else that session's doc count (jit off:
+compiling costs more than these short queries run)."""
 
 _DOC = "d.id, d.kind, d.session, d.name, d.seq, d.role, d.speaker, d.ts, d.body"
 _AROUND = f"""
@@ -192,8 +200,11 @@ def _counts(terms: Sequence[str]) -> dict[str, int]:
 class PostgresSearchIndex:
     """The shared index: the port's writes and its ranked search."""
 
-    def __init__(self, database: Database, *, cache: PostingsCache | None = None) -> None:
+    def __init__(
+        self, database: Database, *, cache: PostingsCache | None = None, session_docs: int = SESSION_DOCS
+    ) -> None:
         self.database = database
+        self.session_docs = session_docs
         self.cache = cache or PostingsCache()
         """Frequent terms' postings held by this instance (`search_cache`)."""
 
@@ -247,14 +258,17 @@ class PostgresSearchIndex:
             return []
         async with self.database.connection("search the memory") as conn, conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # one snapshot for every read
-            cursor = await conn.execute(_ASKING, {"agent": agent, "everywhere": scope.session is None})
+            cursor = await conn.execute(
+                _ASKING, {"agent": agent, "everywhere": scope.session is None, "session": scope.session}
+            )
             row = await cursor.fetchone()
             assert row is not None
             n_docs, n_terms, ts_min, ts_max = int(row[1]), int(row[2]), row[3], row[4]
             sources, channels = _allowed(scope, row[6] or [])
             if n_docs <= 0 or (not sources and not channels):
                 return []
-            ranking = Ranking(n_docs, n_terms / n_docs, ts_min, ts_max, sources, channels, scope.session)
+            by_id = scope.session if row[7] is not None and row[7] <= self.session_docs else None
+            ranking = Ranking(n_docs, n_terms / n_docs, ts_min, ts_max, sources, channels, by_id)
             dfs = await term_dfs(conn, agent, list(dict.fromkeys(terms)))
             bm25 = await best_docs(conn, agent, dfs, ranking, 2 * limit, self.cache, int(row[5]))
             if not bm25:
