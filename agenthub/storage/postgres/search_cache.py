@@ -75,6 +75,9 @@ class Codes:
     def __init__(self) -> None:
         self._codes: dict[str, int] = {}
 
+    def __len__(self) -> int:
+        return len(self._codes)
+
     def code(self, name: str) -> int:
         found = self._codes.get(name)
         if found is None:

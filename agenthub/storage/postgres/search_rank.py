@@ -112,22 +112,21 @@ async def best_docs(
         parts |= {t: postings_of(r) for t, r in rows.items()}
     allowed = (cache.codes.known(ranking.sources), cache.codes.known(ranking.channels))
     ordered = [(weights[t], parts[t]) for t in dfs]
-    return await asyncio.to_thread(_top, ordered, allowed, ranking, keep)
+    return await asyncio.to_thread(_top, ordered, allowed, len(cache.codes), ranking, keep)
 
 
 def _top(
     terms: Sequence[tuple[float, Postings]],
     allowed: tuple[NDArray[np.int32], NDArray[np.int32]],
+    width: int,
     ranking: Ranking,
     keep: int,
 ) -> dict[int, float]:
-    """Every posting in the scope scored by the port's formula, summed per doc; the `keep` best (prior applied)."""
-    width = 1 + max(
-        [0, *(int(p.srcs.max(initial=0)) for _, p in terms), *(int(p.channels.max(initial=0)) for _, p in terms)]
-    )
+    """Every posting in the scope scored by the port's formula, summed per doc; the `keep` best (prior applied).
+    `allowed`: the source and channel codes of the scope, of `width` codes in all (every posting's are below it)."""
     permitted = np.zeros(width, dtype=bool)
     for codes in allowed:
-        permitted[codes[codes < width]] = True
+        permitted[codes] = True
     docs, contributions, times = [], [], []
     for weight, p in terms:
         inside = permitted[p.srcs] | permitted[p.channels]
