@@ -86,7 +86,8 @@ class PostgresIndexFeed:
         a redaction); the number of docs added."""
         params = {"agent": key.agent, "channel": key.channel, "chat_id": key.chat_id}
         added = 0
-        async with self.database.connection("update the search index") as conn, conn.transaction():
+        # pipelined: the statements are sent as they come, the client waits only for a result it reads
+        async with self.database.connection("update the search index") as conn, conn.pipeline(), conn.transaction():
             history, archive = SourceRef(HISTORY, str(key)), SourceRef(ARCHIVE, str(key))
             await lock_source(conn, key.agent, history, durable=full)  # the session's lock: both its sources
             cursor = await conn.execute(_STATE, {**params, "session": str(key)})
@@ -193,13 +194,13 @@ async def _sync_table(
     it was rewritten."""
     table = _TABLES[source.kind]
     mark = None if full else _Mark.parse(watermark)
+    start = mark.last + 1 if mark is not None and mark.last >= 0 else 0
+    read = await _read_from(conn, table, params, start)  # sent with the check, as if the source went on
     resumed = mark is not None and await _continues(conn, table, params, mark)
-    start = mark.last + 1 if resumed and mark is not None else 0
-    cursor = await conn.execute(
-        f"SELECT seq, record::text, md5(record::text) FROM {table} WHERE {_KEY} AND seq >= %(from)s ORDER BY seq",
-        {**params, "from": max(start - 1, 0)},  # the last indexed record too: a tool result's tool_use
-    )
-    rows = await cursor.fetchall()
+    if not resumed:
+        start = 0
+        read = await _read_from(conn, table, params, start)
+    rows = await read.fetchall()
     if resumed and mark is not None and not any(r[0] >= start for r in rows):
         if head is not None or source.kind == HISTORY:
             await set_watermark(conn, key.agent, source, mark.dump(), head)
@@ -222,6 +223,14 @@ async def _sync_table(
         await insert_docs(conn, key.agent, source, docs, dropped)
         await set_watermark(conn, key.agent, source, new.dump(), head)
     return len(docs)
+
+
+async def _read_from(conn: Conn, table: str, params: dict[str, Any], start: int) -> Any:
+    """The table's records from `start` on, and the one before it (a tool result's tool_use): a cursor to fetch."""
+    return await conn.execute(
+        f"SELECT seq, record::text, md5(record::text) FROM {table} WHERE {_KEY} AND seq >= %(from)s ORDER BY seq",
+        {**params, "from": max(start - 1, 0)},
+    )
 
 
 async def _continues(conn: Conn, table: str, params: dict[str, Any], mark: _Mark) -> bool:
