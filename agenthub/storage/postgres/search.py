@@ -14,7 +14,7 @@ from psycopg.rows import TupleRow
 
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.search_cache import PostingsCache
-from agenthub.storage.postgres.search_rank import Ranking, best_docs, term_dfs
+from agenthub.storage.postgres.search_rank import Ranking, best_docs
 from agenthub.storage.search_index import (
     ARCHIVE,
     HISTORY,
@@ -46,14 +46,16 @@ SELECT set_config('jit', 'off', true),
        CASE WHEN %(everywhere)s THEN ARRAY(
            SELECT DISTINCT split_part(session, ':', 2) FROM search_sources WHERE agent = %(agent)s AND kind != 'memory'
        ) END,
+       (SELECT json_object_agg(term, df) FROM search_terms
+        WHERE agent = %(agent)s AND term = ANY(%(terms)s::text[]) AND df > 0),
        CASE WHEN NOT %(everywhere)s THEN (
            SELECT count(*) FROM search_docs
            WHERE agent = %(agent)s AND kind IN ('history', 'archive') AND session = %(session)s
        ) END
 """
 """What a search ranks with, in one round trip: N, the total length, the ts span, the generation of the agent's docs;
-the channels the agent has sessions on when the scope is not one session, else that session's doc count (jit off:
-compiling costs more than these short queries run)."""
+the query terms' df; the channels the agent has sessions on when the scope is not one session, else that
+session's doc count (jit off: compiling costs more than these short queries run)."""
 
 _DOC = "d.id, d.kind, d.session, d.name, d.seq, d.role, d.speaker, d.ts, d.body"
 _AROUND = f"""
@@ -256,10 +258,13 @@ class PostgresSearchIndex:
     async def search(self, agent: str, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
         if not terms or limit < 1:
             return []
-        async with self.database.connection("search the memory") as conn, conn.transaction():
+        distinct = list(dict.fromkeys(terms))
+        # pipelined: the statements are sent as they come, the client waits only for a result it reads
+        async with self.database.connection("search the memory") as conn, conn.pipeline(), conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # one snapshot for every read
             cursor = await conn.execute(
-                _ASKING, {"agent": agent, "everywhere": scope.session is None, "session": scope.session}
+                _ASKING,
+                {"agent": agent, "everywhere": scope.session is None, "session": scope.session, "terms": distinct},
             )
             row = await cursor.fetchone()
             assert row is not None
@@ -267,9 +272,10 @@ class PostgresSearchIndex:
             sources, channels = _allowed(scope, row[6] or [])
             if n_docs <= 0 or (not sources and not channels):
                 return []
-            by_id = scope.session if row[7] is not None and row[7] <= self.session_docs else None
+            by_id = scope.session if row[8] is not None and row[8] <= self.session_docs else None
             ranking = Ranking(n_docs, n_terms / n_docs, ts_min, ts_max, sources, channels, by_id)
-            dfs = await term_dfs(conn, agent, list(dict.fromkeys(terms)))
+            found = row[7] or {}
+            dfs = {t: int(found[t]) for t in distinct if t in found}
             bm25 = await best_docs(conn, agent, dfs, ranking, 2 * limit, self.cache, int(row[5]))
             if not bm25:
                 return []

@@ -78,15 +78,6 @@ class Ranking:
         return score_of(bm25, ts, self.ts_min, self.ts_max)
 
 
-async def term_dfs(conn: Conn, agent: str, terms: Sequence[str]) -> dict[str, int]:
-    """{term: df} of the query's terms that some doc of the agent holds, in query order."""
-    cursor = await conn.execute(
-        "SELECT term, df FROM search_terms WHERE agent = %s AND term = ANY(%s) AND df > 0", (agent, list(terms))
-    )
-    found = {str(r[0]): int(r[1]) for r in await cursor.fetchall()}
-    return {t: found[t] for t in terms if t in found}
-
-
 async def best_docs(
     conn: Conn, agent: str, dfs: dict[str, int], ranking: Ranking, keep: int, cache: PostingsCache, generation: int
 ) -> dict[int, float]:
