@@ -1,8 +1,9 @@
-"""`PostgresSearchIndex`: the `SearchIndexStore` port on PostgreSQL, in the tables of migration 7
-(`schema.SEARCH_INDEX`), shared by every instance. Docs arrive tokenised (storage never tokenises); every write is
-one transaction under its source's advisory lock, together with the source's watermark. BM25 with the port's prior
-is summed in SQL over the query terms' postings (each carries its doc's length, time, source and channel); the
-best few are ordered by the port's `rank_key` in Python, so both backends give the same order."""
+"""`PostgresSearchIndex`: the `SearchIndexStore` port on PostgreSQL, in the tables of migrations 7 and 12
+(`schema.SEARCH_INDEX`, `schema.SEARCH_CACHES`), shared by every instance. Docs arrive tokenised (storage never
+tokenises); every write is one transaction under its source's advisory lock, together with the source's watermark,
+and keeps each term's df (`search_terms`). BM25 with the port's prior is summed over the query terms' postings
+(`search_rank`: frequent terms' from the instance's memory, `search_cache`); the best few are ordered by the port's
+`rank_key` in Python, so both backends give the same order."""
 
 from __future__ import annotations
 
