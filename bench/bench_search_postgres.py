@@ -1,5 +1,5 @@
-"""memory_search on PostgreSQL: query p50/p99 at 100,000 stored messages (BM25 in SQL over the shared index), and the
-index update per append ÷ the append (the same message, both on the database).
+"""memory_search on PostgreSQL: query p50/p99 at 100,000 stored messages (the shared index; frequent terms summed from
+the instance's memory), and the index update per append ÷ the append (the same message, both on the database).
 
 Run: PYTHONPATH=. .venv/bin/python bench/bench_search_postgres.py [--sessions 1000] [--per-session 100]
 (starts a throw-away durable PostgreSQL of its own, as the test suite does).
@@ -12,8 +12,8 @@ import asyncio
 import random
 import statistics
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+
+from _search_corpus import PLANTED, message, percentile, timed  # the corpus and timing the search benches share
 
 from agenthub.search.shared import SharedSearchService
 from agenthub.session_keys import SessionKey
@@ -24,40 +24,8 @@ from agenthub.storage.search_index import SearchScope
 from tests.support.postgres import migrated, new_server
 
 AGENT = "bench"
-ZH = [
-    "预算",
-    "排期",
-    "会议",
-    "客户",
-    "合同",
-    "发票",
-    "报销",
-    "需求",
-    "测试",
-    "上线",
-    "版本",
-    "接口",
-    "数据库",
-    "服务器",
-]
-ZH += ["前端", "后端", "设计", "文档", "周报", "季度", "老板", "同事", "项目", "问题", "方案", "进度", "风险", "计划"]
-EN = ["budget", "schedule", "meeting", "customer", "contract", "invoice", "expense", "release", "version", "server"]
-EN += ["design", "report", "deadline", "review", "launch", "ticket", "backlog", "sprint", "vendor", "pricing"]
-NAMES = ["Alice", "Bob", "Carol", "Dave", "Evan", "Fay", "Gus", "Hana", "小王", "老李", "张三", "李四"]
 QUERIES = 50
 APPENDS = 200
-
-
-def _sentence(rng: random.Random, i: int) -> str:
-    words = [rng.choice(ZH) for _ in range(4)] + [rng.choice(EN) for _ in range(4)] + [rng.choice(NAMES)]
-    words += [f"{rng.randint(1, 5000)}", f"item{rng.randint(1, 20000)}"]
-    rng.shuffle(words)
-    return f"第{i}条：" + " ".join(words) + "，这个事情我们下周再讨论一下 we will talk about it next week"
-
-
-def _message(rng: random.Random, i: int) -> dict[str, Any]:
-    role = "user" if i % 2 == 0 else "assistant"
-    return {"role": role, "content": _sentence(rng, i), "timestamp": 1_700_000_000_000 + i}
 
 
 async def load_corpus(sessions: PostgresSessionStore, search: SharedSearchService, count: int, per: int) -> SessionKey:
@@ -67,9 +35,9 @@ async def load_corpus(sessions: PostgresSessionStore, search: SharedSearchServic
     start = time.perf_counter()
     for s in range(count):
         key = SessionKey(AGENT, "wecom", f"group-{s}")
-        records = [_message(rng, s * per + i) for i in range(per)]
+        records = [message(rng, s * per + i) for i in range(per)]
         if key == planted:
-            records[per // 2] = {"role": "user", "content": "我们的暗号是夜莺 password nightingale", "timestamp": 1}
+            records[per // 2] = {"role": "user", "content": PLANTED, "timestamp": 1}
         await sessions.append(key, records)
     stored = time.perf_counter() - start
     start = time.perf_counter()
@@ -77,20 +45,6 @@ async def load_corpus(sessions: PostgresSessionStore, search: SharedSearchServic
     indexed = time.perf_counter() - start
     print(f"stored {count * per} messages in {count} sessions in {stored:.1f} s, indexed in {indexed:.1f} s")
     return planted
-
-
-async def _timed(fn: Callable[[], Awaitable[object]], runs: int) -> list[float]:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        await fn()
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def _p(times: list[float], q: float) -> float:
-    ordered = sorted(times)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
 async def bench_queries(search: SharedSearchService, planted: SessionKey) -> None:
@@ -109,13 +63,16 @@ async def bench_queries(search: SharedSearchService, planted: SessionKey) -> Non
     ]
     overall: list[float] = []
     for name, query, scope in cases:
-        hits = await search.search(AGENT, query, scope, 5)
-        times = await _timed(lambda q=query, s=scope: search.search(AGENT, q, s, 5), QUERIES)  # type: ignore[misc]
+        start = time.perf_counter()
+        hits = await search.search(AGENT, query, scope, 5)  # the first: frequent terms read into memory
+        first = (time.perf_counter() - start) * 1000
+        times = await timed(lambda q=query, s=scope: search.search(AGENT, q, s, 5), QUERIES)  # type: ignore[misc]
         overall += times
-        print(f"  {name:40s} hits={len(hits)}  p50={_p(times, 0.5):7.2f} ms  p99={_p(times, 0.99):7.2f} ms")
+        print(f"  {name:40s} hits={len(hits)}  first={first:7.1f} ms  p50={percentile(times, 0.5):7.2f} ms  "
+              f"p99={percentile(times, 0.99):7.2f} ms")  # fmt: skip
     stats = await search.stats(AGENT)
-    print(f"memory_search (postgres) at {stats['docs']} passages: p50={_p(overall, 0.5):.2f} ms  "
-          f"p99={_p(overall, 0.99):.2f} ms")  # fmt: skip
+    print(f"memory_search (postgres) at {stats['docs']} passages: p50={percentile(overall, 0.5):.2f} ms  "
+          f"p99={percentile(overall, 0.99):.2f} ms")  # fmt: skip
 
 
 async def bench_append_cost(sessions: PostgresSessionStore, search: SharedSearchService) -> None:
@@ -125,7 +82,7 @@ async def bench_append_cost(sessions: PostgresSessionStore, search: SharedSearch
     appends, updates = [], []
     for i in range(APPENDS):
         start = time.perf_counter()
-        await sessions.append(key, [_message(rng, i)])
+        await sessions.append(key, [message(rng, i)])
         appends.append(time.perf_counter() - start)
         start = time.perf_counter()
         await search.sync_session(key)
@@ -140,7 +97,7 @@ async def bench_append_cost(sessions: PostgresSessionStore, search: SharedSearch
     for i in range(APPENDS // batch):
         start = time.perf_counter()
         for j in range(batch):
-            await sessions.append(key, [_message(rng, i * batch + j)])
+            await sessions.append(key, [message(rng, i * batch + j)])
         appended += time.perf_counter() - start
         start = time.perf_counter()
         await search.sync_session(key)

@@ -19,12 +19,14 @@ Tick = Callable[[], Awaitable[None]]
 class Timer:
     """Calls `tick` every `interval_s` seconds; a failing tick is logged and the timer goes on.
 
-    `tick_now()` runs one tick immediately (for tests and manual triggers); ticks never overlap.
+    `tick_now()` runs one tick immediately (for tests and manual triggers); ticks never overlap. `at_start`: the
+    first tick runs as soon as the timer starts, not one interval later.
     """
 
-    def __init__(self, name: str, interval_s: float, tick: Tick) -> None:
+    def __init__(self, name: str, interval_s: float, tick: Tick, *, at_start: bool = False) -> None:
         self.name = name
         self.interval_s = interval_s
+        self.at_start = at_start
         self._tick = tick
         self._task: asyncio.Task[None] | None = None
         self._running = asyncio.Lock()
@@ -59,6 +61,8 @@ class Timer:
                 log.exception("timer_tick_failed", timer=self.name)
 
     async def _loop(self) -> None:
+        if self.at_start:
+            await self.tick_now()
         while True:
             await asyncio.sleep(self.interval_s)
             await self.tick_now()
@@ -74,12 +78,14 @@ class TimerRegistry:
         self._singletons: dict[str, Singleton] = {}
         self._started = False
 
-    def add(self, name: str, interval_s: float, tick: Tick, *, lease: str | None = None) -> Timer:
+    def add(
+        self, name: str, interval_s: float, tick: Tick, *, lease: str | None = None, at_start: bool = False
+    ) -> Timer:
         if name in self._timers:
             raise ValueError(f"timer {name!r} is already registered")
         if lease is not None and self._started:
             raise RuntimeError(f"timer {name!r}: a timer under a lease is added before the timers start")
-        timer = Timer(name, interval_s, tick)
+        timer = Timer(name, interval_s, tick, at_start=at_start)
         self._timers[name] = timer
         if lease is not None:
             self._singletons[name] = self._leases.singleton(lease, start=_starter(timer), stop=timer.stop)

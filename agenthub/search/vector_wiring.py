@@ -1,5 +1,5 @@
 """`[search.embeddings]` wired into a gateway: the client, the vectors' store of the deployment's backend, the
-history's observer, the search's fusion and an hourly catch-up (one instance at a time)."""
+history's observer, the search's fusion and a catch-up at start and then hourly (one instance at a time)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 CATCH_UP_INTERVAL_S = 3600.0
 """How often every session is compared with its vectors (what was written while the endpoint was away and not
-changed since); a changed session is embedded at once."""
+changed since), the first time as the timer starts; a changed session is embedded at once."""
 
 
 def attach_vectors(gateway: GatewayCore, database: Database | None = None) -> VectorIndex | None:
@@ -38,5 +38,5 @@ def attach_vectors(gateway: GatewayCore, database: Database | None = None) -> Ve
     async def catch_up() -> None:
         await index.catch_up(gateway.agents.names())
 
-    gateway.timers.add("search_vectors_catch_up", CATCH_UP_INTERVAL_S, catch_up, lease="search-vectors")
+    gateway.timers.add("search_vectors_catch_up", CATCH_UP_INTERVAL_S, catch_up, lease="search-vectors", at_start=True)
     return index

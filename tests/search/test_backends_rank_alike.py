@@ -7,12 +7,15 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agenthub.search.service import SearchService
 from agenthub.search.shared import SharedSearchService
 from agenthub.session_keys import SessionKey
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.postgres import Database, PostgresSessionStore
 from agenthub.storage.postgres.search import PostgresSearchIndex
+from agenthub.storage.postgres.search_cache import PostingsCache
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 from agenthub.storage.search_index import SearchHit, SearchScope
 from tests.support.postgres import migrated
@@ -50,7 +53,10 @@ def _shown(hits: list[SearchHit]) -> list[tuple[str, str, int, str, float]]:
     return [(h.passage.session, h.passage.kind, h.passage.seq, h.passage.text, round(h.score, 9)) for h in hits]
 
 
-async def test_both_backends_give_the_same_hits_in_the_same_order(tmp_path: Path, postgres_dsn: str) -> None:
+@pytest.mark.parametrize("cached_df", [10**9, 1], ids=["summed in SQL", "frequent terms from memory"])
+async def test_both_backends_give_the_same_hits_in_the_same_order(
+    tmp_path: Path, postgres_dsn: str, cached_df: int
+) -> None:
     corpus = _corpus()
     files = FileSessionStore(tmp_path / "data", fsync=False)
     database = Database(migrated(postgres_dsn))
@@ -60,7 +66,8 @@ async def test_both_backends_give_the_same_hits_in_the_same_order(tmp_path: Path
             await files.append(key, records[start : start + 4])
             await rows.append(key, records[start : start + 4])
     on_files = SearchService(tmp_path / "data")
-    on_postgres = SharedSearchService(PostgresSearchIndex(database), PostgresIndexFeed(database))
+    index = PostgresSearchIndex(database, cache=PostingsCache(cached_df=cached_df))
+    on_postgres = SharedSearchService(index, PostgresIndexFeed(database))
     scopes = [
         SearchScope(None, agent_scoped=lambda _: True),
         SearchScope(None, agent_scoped=lambda channel: channel != "wecom"),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,6 +32,7 @@ from tests.support.memory import gateway_on
 from tests.support.roots import make_settings
 
 KEY = SessionKey("a", "http", "c1")
+DESK = SessionKey("default", "http", "desk")
 CAR = "Evan bought a red car last spring and drives it to work"
 
 
@@ -294,3 +296,20 @@ async def test_forget_me_leaves_no_vector_nor_text_of_theirs(
     if settings.store.backend == "files":
         directory = vectors_path(AgentLayout(settings.data_dir, "default")).parent
         assert all(b"ZEBRA-4417" not in f.read_bytes() for f in directory.iterdir() if f.is_file())
+
+
+async def test_what_was_stored_before_embeddings_were_on_is_embedded_at_start(
+    backend_settings: Settings, fake_embeddings: FakeEmbeddings
+) -> None:
+    async with gateway_on(backend_settings) as gw:  # embeddings off: nothing is embedded
+        await gw.history.append(DESK, _user(CAR, 1))
+    embeddings = EmbeddingsSettings.model_validate({"base_url": fake_embeddings.base_url, "model": "fake-embed"})
+    settings = backend_settings.model_copy(update={"search": SearchSettings(embeddings=embeddings)})
+    async with gateway_on(settings) as gw:  # no change to the session: the catch-up at start embeds it
+        vectors = gw.search.vectors
+        assert vectors is not None
+        for _ in range(200):
+            if await vectors.store.stored("default", str(DESK)):
+                break
+            await asyncio.sleep(0.05)
+        assert len(await vectors.store.stored("default", str(DESK))) == 1

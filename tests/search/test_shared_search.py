@@ -29,7 +29,7 @@ from tests.support.postgres import PostgresServer
 from tests.support.roots import make_settings
 from tests.support.shared_gateways import Instance, shared_instances
 
-INDEX_TABLES = ("search_docs", "search_postings", "search_sources")
+INDEX_TABLES = ("search_docs", "search_postings", "search_sources", "search_terms")
 
 
 def _user(text: str, sender: str = "", ts: int | None = None) -> dict[str, Any]:

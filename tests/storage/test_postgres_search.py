@@ -23,7 +23,7 @@ from tests.support.postgres import migrated
 
 KEY = SessionKey("a", "http", "one")
 OTHER = SessionKey("a", "wecom", "two")
-INDEX_TABLES = ("search_docs", "search_postings", "search_sources")
+INDEX_TABLES = ("search_docs", "search_postings", "search_sources", "search_terms")
 
 
 def _user(text: str, ts: int = 1) -> dict[str, Any]:

@@ -3,6 +3,7 @@ that leaves no removed text in the files or the table."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -114,3 +115,67 @@ async def test_what_is_stored_after_a_search_is_found_by_the_next(store: VectorS
     assert [p.text for p, _ in found] == ["first", "second"]
     await store.remove(AGENT, session, [digest_of(first)])
     assert [p.text for p, _ in await store.nearest(AGENT, MODEL, _vec(0, 0, 1), SearchScope(session), 5)] == ["second"]
+
+
+async def test_postgres_instances_keep_their_cached_vectors_level_with_each_other(postgres_dsn: str) -> None:
+    one, two = (
+        PostgresVectorStore(await open_database(postgres_dsn)),
+        PostgresVectorStore(await open_database(postgres_dsn)),
+    )
+    session = "a:http:c1"
+    first, second, third = _passage(session, 0, "first"), _passage(session, 1, "second"), _passage(session, 2, "third")
+    try:
+        await one.put(AGENT, MODEL, [(first, _vec(1, 0, 0)), (second, _vec(0, 1, 0))])
+        assert [p.text for p, _ in await two.nearest(AGENT, MODEL, _vec(0, 1, 0), SearchScope(session), 1)] == [
+            "second"
+        ]
+        assert two.reads == 2
+        await one.put(AGENT, MODEL, [(third, _vec(0, 0, 1))])  # the other instance adds: read alone
+        assert [p.text for p, _ in await two.nearest(AGENT, MODEL, _vec(0, 0, 1), SearchScope(session), 1)] == ["third"]
+        assert two.reads == 3
+        assert [p.text for p, _ in await two.nearest(AGENT, MODEL, _vec(0, 0, 1), SearchScope(session), 1)] == ["third"]
+        assert two.reads == 3  # nothing changed: nothing read
+        await one.put(AGENT, MODEL, [(first, _vec(0, 0.1, 1))])  # embedded again: the cache is read again whole
+        found = await two.nearest(AGENT, MODEL, _vec(0, 0, 1), SearchScope(session), 3)
+        assert [p.text for p, _ in found][:2] == ["third", "first"] and two.reads == 6
+        await one.remove(AGENT, session, [digest_of(third)])  # removed by the other instance: never found again
+        assert [p.text for p, _ in await two.nearest(AGENT, MODEL, _vec(0, 0, 1), SearchScope(session), 3)] == [
+            "first",
+            "second",
+        ]
+        await one.drop_session(AGENT, session)
+        assert await two.nearest(AGENT, MODEL, _vec(0, 0, 1), SearchScope(session), 3) == []
+    finally:
+        for store in (one, two):
+            await store.close()
+            await store.database.close()
+
+
+async def test_postgres_purge_vacuums_only_after_a_removal(postgres_dsn: str) -> None:
+    store = PostgresVectorStore(await open_database(postgres_dsn))
+    session = "a:http:c1"
+
+    async def vacuums() -> int:
+        async with store.database.connection("test") as conn:
+            cursor = await conn.execute("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'search_vectors'")
+            row = await cursor.fetchone()
+            return int(row[0]) if row else 0
+
+    try:
+        await store.put(AGENT, MODEL, [(_passage(session, 0, "kept"), _vec(1, 0))])
+        await store.remove(AGENT, session, ["no-such-digest"])
+        await store.purge(AGENT)
+        await store.drop_session(AGENT, "a:http:none")
+        await store.purge(AGENT)
+        assert await vacuums() == 0  # nothing was removed: no VACUUM
+        await store.remove(AGENT, session, [digest_of(_passage(session, 0, "kept"))])
+        await asyncio.gather(store.purge(AGENT), store.purge(AGENT), store.purge(AGENT))
+        await store.purge(AGENT)
+        for _ in range(50):  # the statistics collector reports a little later
+            if await vacuums() >= 1:
+                break
+            await asyncio.sleep(0.1)
+        assert await vacuums() == 1  # one VACUUM for the removal, however many purges asked
+    finally:
+        await store.close()
+        await store.database.close()

@@ -405,6 +405,39 @@ SEARCH_VECTORS = Migration(
     ),
 )
 
+SEARCH_CACHES = Migration(
+    12,
+    "what lets an instance keep search data in memory and rank the top hits only",
+    (
+        # per agent: `generation` moves with every removal of a vector, `appended` with every put (its row lock
+        # makes an agent's puts commit in the order of their `added` numbers): an instance's cached vectors are
+        # brought level by the rows added since it last read, or read again whole when the generation moved
+        """CREATE TABLE IF NOT EXISTS search_vector_state (
+            agent text PRIMARY KEY,
+            generation bigint NOT NULL,
+            appended bigint NOT NULL
+        )""",
+        "CREATE SEQUENCE IF NOT EXISTS search_vectors_added_seq",
+        "ALTER TABLE search_vectors ADD COLUMN IF NOT EXISTS added bigint NOT NULL "
+        "DEFAULT nextval('search_vectors_added_seq')",
+        "CREATE INDEX IF NOT EXISTS search_vectors_by_added ON search_vectors (agent, model, added)",
+        # per agent and term: how many docs hold it (BM25's df, kept by every write, so a search never counts it); a
+        # term no doc holds any more is deleted with its last doc
+        """CREATE TABLE IF NOT EXISTS search_terms (
+            agent text NOT NULL,
+            term text NOT NULL,
+            df bigint NOT NULL,
+            PRIMARY KEY (agent, term)
+        )""",
+        """INSERT INTO search_terms (agent, term, df)
+        SELECT agent, term, count(*) FROM search_postings GROUP BY agent, term
+        ON CONFLICT (agent, term) DO NOTHING""",
+        # moves whenever a write removes docs of the agent: what an instance holds of its postings in memory is
+        # read again (added docs are read by id: an agent's writers take its row first, so ids grow in commit order)
+        "ALTER TABLE search_stats ADD COLUMN IF NOT EXISTS generation bigint NOT NULL DEFAULT 0",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -416,6 +449,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     USAGE,
     IDEMPOTENCY_KEYS,
     SEARCH_VECTORS,
+    SEARCH_CACHES,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

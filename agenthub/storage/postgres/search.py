@@ -1,8 +1,9 @@
-"""`PostgresSearchIndex`: the `SearchIndexStore` port on PostgreSQL, in the tables of migration 7
-(`schema.SEARCH_INDEX`), shared by every instance. Docs arrive tokenised (storage never tokenises); every write is
-one transaction under its source's advisory lock, together with the source's watermark. BM25 with the port's prior
-is summed in SQL over the query terms' postings (each carries its doc's length, time, source and channel); the
-best few are ordered by the port's `rank_key` in Python, so both backends give the same order."""
+"""`PostgresSearchIndex`: the `SearchIndexStore` port on PostgreSQL, in the tables of migrations 7 and 12
+(`schema.SEARCH_INDEX`, `schema.SEARCH_CACHES`), shared by every instance. Docs arrive tokenised (storage never
+tokenises); every write is one transaction under its source's advisory lock, together with the source's watermark,
+and keeps each term's df (`search_terms`). BM25 with the port's prior is summed over the query terms' postings
+(`search_rank`: frequent terms' from the instance's memory, `search_cache`); the best few are ordered by the port's
+`rank_key` in Python, so both backends give the same order."""
 
 from __future__ import annotations
 
@@ -13,13 +14,12 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub.storage.postgres.database import Database
+from agenthub.storage.postgres.search_cache import PostingsCache
+from agenthub.storage.postgres.search_rank import Ranking, best_docs
 from agenthub.storage.search_index import (
     ARCHIVE,
     HISTORY,
-    K1,
     MEMORY,
-    RECENCY_PRIOR,
-    B,
     Passage,
     SearchDoc,
     SearchHit,
@@ -33,34 +33,30 @@ from agenthub.storage.search_index import (
 
 Conn = AsyncConnection[TupleRow]
 
-_SCORED = f"""
-WITH p AS (
-    SELECT p.doc, p.tf, p.length, p.ts, p.src, p.channel, count(*) OVER (PARTITION BY q.term) AS df
-    FROM (SELECT DISTINCT unnest(%(terms)s::text[]) AS term) q
-    CROSS JOIN LATERAL (SELECT * FROM search_postings p WHERE p.agent = %(agent)s AND p.term = q.term) p
-),
-scored AS (
-    SELECT doc, max(ts) AS ts, sum(
-        ln(1 + (%(n)s - df + 0.5) / (df + 0.5))
-        * tf * {K1 + 1!r} / (tf + {K1!r} * ({1 - B!r} + {B!r} * length / %(avgdl)s))
-    ) AS bm25
-    FROM p WHERE src = ANY(%(sources)s) OR channel = ANY(%(channels)s)
-    GROUP BY doc
-)
-SELECT doc, bm25 FROM scored
-ORDER BY bm25 * (1 + {RECENCY_PRIOR!r} * coalesce((ts - %(ts_min)s)::float8 / %(span)s, 0)) DESC, ts DESC NULLS LAST
-LIMIT %(keep)s
-"""
-"""The `keep` best docs of the scope with their BM25 (the prior applied for the cut only; Python applies it again
-for the final order). N, avgdl, df: over all of the agent's docs, in scope or not (df counted over the query
-terms' postings in the same pass: one index-only scan per term)."""
+SESSION_DOCS = 5_000
+"""A one-session search of a session with at most this many docs looks their postings up by doc id; a longer
+session is searched like many sessions, its own postings kept (`search_rank`)."""
 
-_TOTALS = """
-SELECT coalesce((SELECT docs FROM search_stats WHERE agent = %(agent)s), 0),
+_ASKING = """
+SELECT set_config('jit', 'off', true),
+       coalesce((SELECT docs FROM search_stats WHERE agent = %(agent)s), 0),
        coalesce((SELECT total_length FROM search_stats WHERE agent = %(agent)s), 0),
        (SELECT min(ts) FROM search_docs WHERE agent = %(agent)s),
-       (SELECT max(ts) FROM search_docs WHERE agent = %(agent)s)
+       (SELECT max(ts) FROM search_docs WHERE agent = %(agent)s),
+       coalesce((SELECT generation FROM search_stats WHERE agent = %(agent)s), 0),
+       CASE WHEN %(everywhere)s THEN ARRAY(
+           SELECT DISTINCT split_part(session, ':', 2) FROM search_sources WHERE agent = %(agent)s AND kind != 'memory'
+       ) END,
+       (SELECT json_object_agg(term, df) FROM search_terms
+        WHERE agent = %(agent)s AND term = ANY(%(terms)s::text[]) AND df > 0),
+       CASE WHEN NOT %(everywhere)s THEN (
+           SELECT count(*) FROM search_docs
+           WHERE agent = %(agent)s AND kind IN ('history', 'archive') AND session = %(session)s
+       ) END
 """
+"""What a search ranks with, in one round trip: N, the total length, the ts span, the generation of the agent's docs;
+the query terms' df; the channels the agent has sessions on when the scope is not one session, else that
+session's doc count (jit off: compiling costs more than these short queries run)."""
 
 _DOC = "d.id, d.kind, d.session, d.name, d.seq, d.role, d.speaker, d.ts, d.body"
 _AROUND = f"""
@@ -85,22 +81,42 @@ WITH gone AS (
     DELETE FROM search_docs WHERE {_SOURCE} AND (%(seqs)s::bigint[] IS NULL OR seq = ANY(%(seqs)s))
     RETURNING id, length
 ), postings AS (
-    DELETE FROM search_postings WHERE doc IN (SELECT id FROM gone)
+    DELETE FROM search_postings WHERE doc IN (SELECT id FROM gone) RETURNING term
+), terms AS (
+    INSERT INTO search_terms AS s (agent, term, df)
+    SELECT %(agent)s, term, -count(*) FROM postings GROUP BY term
+    ON CONFLICT (agent, term) DO UPDATE SET df = s.df + excluded.df
+    RETURNING term, df
+), moved AS (
+    UPDATE search_stats SET generation = generation + 1 WHERE agent = %(agent)s AND EXISTS (SELECT 1 FROM gone)
 )
-SELECT count(*), coalesce(sum(length), 0) FROM gone
+SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(length), 0) FROM gone),
+       (SELECT coalesce(array_agg(term), '{{}}') FROM terms WHERE df <= 0)
 """
-_INSERT_DOCS = """
-INSERT INTO search_docs (id, agent, kind, session, name, seq, role, speaker, ts, body, length)
-SELECT t.id, %(agent)s, %(kind)s, %(session)s, %(name)s, t.seq, t.role, t.speaker, t.ts, t.body, t.length
-FROM unnest(%(ids)s::bigint[], %(seqs)s::bigint[], %(roles)s::text[], %(speakers)s::text[], %(ts)s::bigint[],
-            %(bodies)s::text[], %(lengths)s::int[]) AS t(id, seq, role, speaker, ts, body, length)
+"""The docs and their postings deleted, their terms' df taken down, the agent's generation moved when a doc went
+(instances read their cached postings again); the terms no doc holds any more are returned (deleted next: their
+text must not stay)."""
+_DROP_TERMS = "DELETE FROM search_terms WHERE agent = %s AND term = ANY(%s) AND df <= 0"
+_INSERT = """
+WITH d AS (
+    INSERT INTO search_docs (agent, kind, session, name, seq, role, speaker, ts, body, length)
+    SELECT %(agent)s, %(kind)s, %(session)s, %(name)s, t.seq, t.role, t.speaker, t.ts, t.body, t.length
+    FROM unnest(%(seqs)s::bigint[], %(roles)s::text[], %(speakers)s::text[], %(ts)s::bigint[], %(bodies)s::text[],
+                %(lengths)s::int[]) AS t(seq, role, speaker, ts, body, length)
+    RETURNING id, seq, length, ts
+), t AS (
+    SELECT u.term, d.id AS doc, u.tf, d.length, d.ts
+    FROM unnest(%(terms)s::text[], %(term_seqs)s::bigint[], %(tfs)s::int[]) AS u(term, seq, tf) JOIN d ON d.seq = u.seq
+), postings AS (
+    INSERT INTO search_postings (agent, term, doc, tf, length, ts, src, channel)
+    SELECT %(agent)s, term, doc, tf, length, ts, %(src)s, %(channel)s FROM t
+)
+INSERT INTO search_terms AS s (agent, term, df)
+SELECT %(agent)s, term, count(*) FROM t GROUP BY term
+ON CONFLICT (agent, term) DO UPDATE SET df = s.df + excluded.df
 """
-_INSERT_POSTINGS = """
-INSERT INTO search_postings (agent, term, doc, tf, length, ts, src, channel)
-SELECT %(agent)s, t.term, t.doc, t.tf, t.length, t.ts, %(src)s, %(channel)s
-FROM unnest(%(terms)s::text[], %(docs)s::bigint[], %(tfs)s::int[], %(lengths)s::int[], %(ts)s::bigint[])
-    AS t(term, doc, tf, length, ts)
-"""
+"""The docs (their ids drawn now: after the agent's row was locked), their postings and their terms' df, in one
+statement."""
 _ADD_STATS = """
 INSERT INTO search_stats AS s (agent, docs, total_length) VALUES (%(agent)s, %(docs)s, %(length)s)
 ON CONFLICT (agent) DO UPDATE SET docs = s.docs + EXCLUDED.docs, total_length = s.total_length + EXCLUDED.total_length
@@ -121,52 +137,56 @@ async def lock_source(conn: Conn, agent: str, source: SourceRef, *, durable: boo
     docs are added, with their watermark in the same transaction, so a server crash may lose both together (they
     are indexed again from the history tables) and the commit need not wait for the WAL flush. A write that
     removes text (a rewrite, a redaction, a drop) is durable: once it returns, the text is gone for good."""
-    if not durable:
-        await conn.execute("SET LOCAL synchronous_commit TO OFF")
-    await conn.execute(_SOURCE_LOCK, source_params(agent, source))
+    sql = _SOURCE_LOCK if durable else _SOURCE_LOCK + ", set_config('synchronous_commit', 'off', true)"
+    await conn.execute(sql, source_params(agent, source))
+
+
+async def lock_agent(conn: Conn, agent: str, docs: int = 0, length: int = 0) -> None:
+    """Take the agent's stats row (moving its N and total length by `docs` and `length`) before any other index row:
+    the agent's index writers commit one at a time from here, so doc ids grow in commit order (an instance reads the
+    docs added since it last read by id) and no two writers lock term rows in opposite orders."""
+    await conn.execute(_ADD_STATS, {"agent": agent, "docs": docs, "length": length})
 
 
 async def drop_docs(conn: Conn, agent: str, source: SourceRef, seqs: Sequence[int] | None = None) -> tuple[int, int]:
     """Delete the source's docs (only those at `seqs`, when given) and their postings; (docs, total length)."""
+    await lock_agent(conn, agent)
     cursor = await conn.execute(_DROP_DOCS, source_params(agent, source, seqs=None if seqs is None else list(seqs)))
     row = await cursor.fetchone()
-    return (0, 0) if row is None else (int(row[0]), int(row[1]))
+    if row is None:
+        return (0, 0)
+    if row[2]:
+        await conn.execute(_DROP_TERMS, (agent, list(row[2])))
+    return (int(row[0]), int(row[1]))
 
 
 async def insert_docs(
     conn: Conn, agent: str, source: SourceRef, docs: Sequence[SearchDoc], dropped: tuple[int, int] = (0, 0)
 ) -> None:
     """Store `docs` and their postings, and move the agent's N and total length by what was added and dropped."""
-    if docs:
-        cursor = await conn.execute("SELECT nextval('search_docs_id_seq') FROM generate_series(1, %s)", (len(docs),))
-        ids = [int(row[0]) for row in await cursor.fetchall()]
-        p = [doc.passage for doc in docs]
-        lengths = [len(doc.terms) for doc in docs]
-        await conn.execute(
-            _INSERT_DOCS,
-            source_params(
-                agent, source, ids=ids, seqs=[x.seq for x in p], roles=[x.role for x in p],
-                speakers=[x.speaker for x in p], ts=[x.ts for x in p], bodies=[x.text for x in p], lengths=lengths,
-            ),
-        )  # fmt: skip
-        columns: tuple[list[Any], ...] = ([], [], [], [], [])
-        for doc_id, doc, length in zip(ids, docs, lengths, strict=True):
-            for term, tf in _counts(doc.terms).items():
-                for column, value in zip(columns, (term, doc_id, tf, length, doc.passage.ts), strict=True):
-                    column.append(value)
-        src = source.name if source.kind == MEMORY else source.session
-        channel = "" if source.kind == MEMORY else session_channel(source.session)
-        terms, doc_ids, tfs, doc_lengths, times = columns
-        await conn.execute(
-            _INSERT_POSTINGS,
-            {"agent": agent, "src": src, "channel": channel, "terms": terms, "docs": doc_ids, "tfs": tfs,
-             "lengths": doc_lengths, "ts": times},
-        )  # fmt: skip
     added, added_length = len(docs), sum(len(doc.terms) for doc in docs)
-    if (added, added_length) != dropped:  # the one row every writer of the agent updates: last, held briefly
-        await conn.execute(
-            _ADD_STATS, {"agent": agent, "docs": added - dropped[0], "length": added_length - dropped[1]}
-        )
+    if docs or dropped != (0, 0):
+        await lock_agent(conn, agent, added - dropped[0], added_length - dropped[1])
+    if not docs:
+        return
+    terms: list[str] = []
+    term_seqs: list[int] = []
+    tfs: list[int] = []
+    for doc in docs:
+        for term, tf in _counts(doc.terms).items():
+            terms.append(term)
+            term_seqs.append(doc.passage.seq)
+            tfs.append(tf)
+    p = [doc.passage for doc in docs]
+    await conn.execute(
+        _INSERT,
+        source_params(
+            agent, source, seqs=[x.seq for x in p], roles=[x.role for x in p], speakers=[x.speaker for x in p],
+            ts=[x.ts for x in p], bodies=[x.text for x in p], lengths=[len(doc.terms) for doc in docs], terms=terms,
+            term_seqs=term_seqs, tfs=tfs, src=source.name if source.kind == MEMORY else source.session,
+            channel="" if source.kind == MEMORY else session_channel(source.session),
+        ),
+    )  # fmt: skip
 
 
 async def set_watermark(conn: Conn, agent: str, source: SourceRef, watermark: str, head: str | None = None) -> None:
@@ -183,8 +203,13 @@ def _counts(terms: Sequence[str]) -> dict[str, int]:
 class PostgresSearchIndex:
     """The shared index: the port's writes and its ranked search."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(
+        self, database: Database, *, cache: PostingsCache | None = None, session_docs: int = SESSION_DOCS
+    ) -> None:
         self.database = database
+        self.session_docs = session_docs
+        self.cache = cache or PostingsCache()
+        """Frequent terms' postings held by this instance (`search_cache`)."""
 
     # ---- the port: writing ---------------------------------------------------------------------
 
@@ -226,7 +251,7 @@ class PostgresSearchIndex:
     async def drop_agent(self, agent: str) -> None:
         """Everything indexed of `agent` (a rebuild starts here)."""
         async with self.database.connection("clear the search index") as conn, conn.transaction():
-            for table in ("search_postings", "search_docs", "search_sources", "search_stats"):
+            for table in ("search_postings", "search_docs", "search_sources", "search_stats", "search_terms"):
                 await conn.execute(f"DELETE FROM {table} WHERE agent = %s", (agent,))
 
     # ---- the port: asking ----------------------------------------------------------------------
@@ -234,24 +259,25 @@ class PostgresSearchIndex:
     async def search(self, agent: str, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
         if not terms or limit < 1:
             return []
-        async with self.database.connection("search the memory") as conn, conn.transaction():
-            await conn.execute("SET LOCAL jit = off")  # compiling costs more than these short queries run
-            sources, channels = await _allowed(conn, agent, scope)
-            if not sources and not channels:
-                return []
-            cursor = await conn.execute(_TOTALS, {"agent": agent})
-            totals = await cursor.fetchone()
-            assert totals is not None
-            n_docs, n_terms, ts_min, ts_max = int(totals[0]), int(totals[1]), totals[2], totals[3]
-            if n_docs <= 0:
-                return []
-            span = ts_max - ts_min if ts_min is not None and ts_max is not None and ts_max > ts_min else None
+        distinct = list(dict.fromkeys(terms))
+        # pipelined: the statements are sent as they come, the client waits only for a result it reads
+        async with self.database.connection("search the memory") as conn, conn.pipeline(), conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # one snapshot for every read
             cursor = await conn.execute(
-                _SCORED,
-                {"agent": agent, "terms": list(dict.fromkeys(terms)), "n": float(n_docs), "avgdl": n_terms / n_docs,
-                 "sources": sources, "channels": channels, "ts_min": ts_min, "span": span, "keep": 2 * limit},
-            )  # fmt: skip
-            bm25 = {int(row[0]): float(row[1]) for row in await cursor.fetchall()}
+                _ASKING,
+                {"agent": agent, "everywhere": scope.session is None, "session": scope.session, "terms": distinct},
+            )
+            row = await cursor.fetchone()
+            assert row is not None
+            n_docs, n_terms, ts_min, ts_max = int(row[1]), int(row[2]), row[3], row[4]
+            sources, channels = _allowed(scope, row[6] or [])
+            if n_docs <= 0 or (not sources and not channels):
+                return []
+            by_id = scope.session if row[8] is not None and row[8] <= self.session_docs else None
+            ranking = Ranking(n_docs, n_terms / n_docs, ts_min, ts_max, sources, channels, by_id)
+            found = row[7] or {}
+            dfs = {t: int(found[t]) for t in distinct if t in found}
+            bm25 = await best_docs(conn, agent, dfs, ranking, 2 * limit, self.cache, int(row[5]))
             if not bm25:
                 return []
             passages = await _passages(conn, list(bm25))
@@ -273,16 +299,11 @@ class PostgresSearchIndex:
         return {"docs": int(row[0]), "terms": int(row[1]), "sources": int(row[2])}
 
 
-async def _allowed(conn: Conn, agent: str, scope: SearchScope) -> tuple[list[str], list[str]]:
+def _allowed(scope: SearchScope, channels: Sequence[str]) -> tuple[list[str], list[str]]:
     """The scope as the postings see it: the sources (a session; memory names) and the channels it may read."""
     sources = list(scope.memory_names)
     if scope.session is not None:
         return [scope.session, *sources], []
-    cursor = await conn.execute(
-        "SELECT DISTINCT split_part(session, ':', 2) FROM search_sources WHERE agent = %s AND kind != %s",
-        (agent, MEMORY),
-    )
-    channels = [row[0] for row in await cursor.fetchall()]
     return sources, [c for c in channels if c and scope.agent_scoped(c)]
 
 

@@ -34,7 +34,16 @@ MemoryDocMaker = Callable[[SourceRef, str, int | None], list[SearchDoc]]
 
 _TABLES = {HISTORY: "session_records", ARCHIVE: "session_archive"}
 _KEY = "agent = %(agent)s AND channel = %(channel)s AND chat_id = %(chat_id)s"
-_HEAD = f"SELECT next_seq::text || '@' || changed_at::text FROM session_heads WHERE {_KEY}"
+_STATE = f"""
+SELECT (SELECT next_seq::text || '@' || changed_at::text FROM session_heads WHERE {_KEY}),
+       (SELECT watermark FROM search_sources WHERE agent = %(agent)s AND kind = 'history' AND session = %(session)s
+        AND name = ''),
+       (SELECT watermark FROM search_sources WHERE agent = %(agent)s AND kind = 'archive' AND session = %(session)s
+        AND name = ''),
+       EXISTS (SELECT 1 FROM session_archive WHERE {_KEY})
+"""
+"""The session's head, its two sources' watermarks and whether it has an archive, read under its lock (first: the
+records read after it are at least as new)."""
 _KEEP_SKIPPED = 64
 
 _LAGGING = """
@@ -77,14 +86,17 @@ class PostgresIndexFeed:
         a redaction); the number of docs added."""
         params = {"agent": key.agent, "channel": key.channel, "chat_id": key.chat_id}
         added = 0
-        async with self.database.connection("update the search index") as conn, conn.transaction():
+        # pipelined: the statements are sent as they come, the client waits only for a result it reads
+        async with self.database.connection("update the search index") as conn, conn.pipeline(), conn.transaction():
             history, archive = SourceRef(HISTORY, str(key)), SourceRef(ARCHIVE, str(key))
             await lock_source(conn, key.agent, history, durable=full)  # the session's lock: both its sources
-            cursor = await conn.execute(_HEAD, params)
-            row = await cursor.fetchone()  # first: the records read after it are at least as new
-            head = None if row is None else str(row[0])
-            added += await _sync_table(conn, key, history, params, make_docs, head=head, full=full)
-            added += await _sync_table(conn, key, archive, params, make_docs, head=None, full=full)
+            cursor = await conn.execute(_STATE, {**params, "session": str(key)})
+            row = await cursor.fetchone()
+            assert row is not None
+            head = None if row[0] is None else str(row[0])
+            added += await _sync_table(conn, key, history, params, make_docs, row[1], head=head, full=full)
+            if row[2] is not None or row[3]:  # no archive, none indexed: nothing to do
+                added += await _sync_table(conn, key, archive, params, make_docs, row[2], head=None, full=full)
         return added
 
     async def sync_memory(
@@ -173,26 +185,22 @@ async def _sync_table(
     source: SourceRef,
     params: dict[str, Any],
     make_docs: DocMaker,
+    watermark: str | None,
     *,
     head: str | None,
     full: bool,
 ) -> int:
-    """One of the session's tables: its new records indexed, or all of them again when it was rewritten."""
+    """One of the session's tables (indexed up to `watermark`): its new records indexed, or all of them again when
+    it was rewritten."""
     table = _TABLES[source.kind]
-    cursor = await conn.execute(
-        "SELECT watermark FROM search_sources WHERE agent = %(agent)s AND kind = %(kind)s "
-        "AND session = %(session)s AND name = ''",
-        source_params(key.agent, source),
-    )
-    row = await cursor.fetchone()
-    mark = None if full or row is None else _Mark.parse(row[0])
+    mark = None if full else _Mark.parse(watermark)
+    start = mark.last + 1 if mark is not None and mark.last >= 0 else 0
+    read = await _read_from(conn, table, params, start)  # sent with the check, as if the source went on
     resumed = mark is not None and await _continues(conn, table, params, mark)
-    start = mark.last + 1 if resumed and mark is not None else 0
-    cursor = await conn.execute(
-        f"SELECT seq, record::text, md5(record::text) FROM {table} WHERE {_KEY} AND seq >= %(from)s ORDER BY seq",
-        {**params, "from": max(start - 1, 0)},  # the last indexed record too: a tool result's tool_use
-    )
-    rows = await cursor.fetchall()
+    if not resumed:
+        start = 0
+        read = await _read_from(conn, table, params, start)
+    rows = await read.fetchall()
     if resumed and mark is not None and not any(r[0] >= start for r in rows):
         if head is not None or source.kind == HISTORY:
             await set_watermark(conn, key.agent, source, mark.dump(), head)
@@ -200,12 +208,8 @@ async def _sync_table(
     records = [(int(r[0]), rec) for r in rows if isinstance(rec := _parse(r[1]), dict)]
     skipped = mark.skipped if resumed and mark is not None else []
     docs, skipped = await asyncio.to_thread(make_docs, source, records, start, skipped) if records else ([], skipped)
-    dropped = (0, 0)
-    if resumed:
-        dropped = await drop_docs(conn, key.agent, source, [d.passage.seq for d in docs]) if docs else (0, 0)
-    else:
-        dropped = await drop_docs(conn, key.agent, source)
-    await insert_docs(conn, key.agent, source, docs, dropped)
+    # resumed: only records past the watermark, none of them indexed (the watermark moves with its docs)
+    dropped = (0, 0) if resumed else await drop_docs(conn, key.agent, source)
     new = _Mark(skipped=skipped[-_KEEP_SKIPPED:])
     if resumed and mark is not None:
         new.first, new.first_md5 = mark.first, mark.first_md5
@@ -215,8 +219,18 @@ async def _sync_table(
         new.last, new.last_md5 = int(rows[-1][0]), str(rows[-1][2])
     elif resumed and mark is not None:
         new.last, new.last_md5 = mark.last, mark.last_md5
-    await set_watermark(conn, key.agent, source, new.dump(), head)
+    async with conn.pipeline():  # the writes sent together: none of their results is needed
+        await insert_docs(conn, key.agent, source, docs, dropped)
+        await set_watermark(conn, key.agent, source, new.dump(), head)
     return len(docs)
+
+
+async def _read_from(conn: Conn, table: str, params: dict[str, Any], start: int) -> Any:
+    """The table's records from `start` on, and the one before it (a tool result's tool_use): a cursor to fetch."""
+    return await conn.execute(
+        f"SELECT seq, record::text, md5(record::text) FROM {table} WHERE {_KEY} AND seq >= %(from)s ORDER BY seq",
+        {**params, "from": max(start - 1, 0)},
+    )
 
 
 async def _continues(conn: Conn, table: str, params: dict[str, Any], mark: _Mark) -> bool:

@@ -1,0 +1,135 @@
+"""The postings of frequent terms held in memory by each instance, kept level with the shared index.
+
+A term in many docs is read from the table once per instance, then only its postings added since (by doc id: an
+agent's index writers commit one at a time and draw their ids after taking its stats row, so a doc committed later
+has a greater id than every doc read so far). A write that removes any doc of the agent moves its generation
+(`search_stats.generation`, read by the search in the same snapshot): the agent's terms are read again. The least
+recently asked terms go when the instance holds more than `budget` postings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+
+Conn = AsyncConnection[TupleRow]
+
+CACHED_DF = 1_000
+"""A term in at least this many docs is held in memory (rarer ones are read from the table each time)."""
+BUDGET = 2_000_000
+"""Postings an instance holds at most (32 bytes each)."""
+NO_TS = np.iinfo(np.int64).min
+
+_READ = """
+SELECT q.term, p.doc, p.tf, p.length, coalesce(p.ts, %(no_ts)s), p.src, p.channel
+FROM unnest(%(terms)s::text[], %(after)s::bigint[]) AS q(term, after)
+JOIN search_postings p ON p.agent = %(agent)s AND p.term = q.term AND p.doc > q.after
+"""
+
+
+@dataclass
+class Postings:
+    """One term's postings as columns: doc id, tf, doc length, doc time (`NO_TS`: none), source and channel codes."""
+
+    docs: NDArray[np.int64]
+    tfs: NDArray[np.int32]
+    lengths: NDArray[np.int32]
+    ts: NDArray[np.int64]
+    srcs: NDArray[np.int32]
+    channels: NDArray[np.int32]
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+
+def postings_of(rows: Sequence[tuple[int, int, int, int, int, int]]) -> Postings:
+    """Rows of (doc, tf, length, ts, source code, channel code)."""
+    table = np.array(rows, dtype=np.int64).reshape(len(rows), 6)
+    return Postings(*(np.ascontiguousarray(table[:, i], dtype=dtype) for i, dtype in enumerate(_DTYPES)))
+
+
+def joined(parts: Sequence[Postings]) -> Postings:
+    return Postings(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
+
+
+_FIELDS = ("docs", "tfs", "lengths", "ts", "srcs", "channels")
+_DTYPES = (np.int64, np.int32, np.int32, np.int64, np.int32, np.int32)
+
+
+@dataclass
+class _Agent:
+    generation: int
+    terms: OrderedDict[str, tuple[Postings, int]] = field(default_factory=OrderedDict)  # term → (postings, last id)
+
+
+class Codes:
+    """Source and channel names as small integers (one table for every agent of the instance)."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    def code(self, name: str) -> int:
+        found = self._codes.get(name)
+        if found is None:
+            found = self._codes[name] = len(self._codes)
+        return found
+
+    def known(self, names: Sequence[str]) -> NDArray[np.int32]:
+        return np.array([self._codes[n] for n in names if n in self._codes], dtype=np.int32)
+
+
+class PostingsCache:
+    def __init__(self, *, cached_df: int = CACHED_DF, budget: int = BUDGET) -> None:
+        self.cached_df = cached_df
+        self.budget = budget
+        self.codes = Codes()
+        self._agents: dict[str, _Agent] = {}
+        self._lock = asyncio.Lock()  # one search brings the memory level at a time (no posting read twice)
+        self.read = 0
+        """Postings read from the table into memory (a statistic: the cache at work)."""
+
+    async def postings(self, conn: Conn, agent: str, generation: int, terms: Sequence[str]) -> dict[str, Postings]:
+        """The terms' postings as of the caller's snapshot (`generation`: the agent's, read in that snapshot)."""
+        async with self._lock:
+            return await self._level(conn, agent, generation, terms)
+
+    async def _level(self, conn: Conn, agent: str, generation: int, terms: Sequence[str]) -> dict[str, Postings]:
+        held = self._agents.get(agent)
+        if held is None or held.generation != generation:
+            held = self._agents[agent] = _Agent(generation)
+        after = [held.terms[t][1] if t in held.terms else -1 for t in terms]
+        cursor = await conn.execute(_READ, {"agent": agent, "terms": list(terms), "after": after, "no_ts": int(NO_TS)})
+        fresh: dict[str, list[tuple[int, int, int, int, int, int]]] = {t: [] for t in terms}
+        code = self.codes.code
+        for term, doc, tf, length, ts, src, channel in await cursor.fetchall():
+            fresh[term].append((doc, tf, length, ts, code(src), code(channel)))
+        self.read += sum(len(rows) for rows in fresh.values())
+        found: dict[str, Postings] = {}
+        for term, rows in fresh.items():
+            old = held.terms.pop(term, None)
+            new = postings_of(rows)
+            both = new if old is None else joined([old[0], new]) if rows else old[0]
+            last = max([old[1] if old is not None else -1, *(r[0] for r in rows)])
+            held.terms[term] = (both, last)
+            found[term] = both
+        self._evict(keep=set(terms))
+        return found
+
+    def _evict(self, keep: set[str]) -> None:
+        total = sum(len(p) for held in self._agents.values() for p, _ in held.terms.values())
+        for held in self._agents.values():
+            for term in list(held.terms):
+                if total <= self.budget:
+                    return
+                if term not in keep:
+                    total -= len(held.terms.pop(term)[0])

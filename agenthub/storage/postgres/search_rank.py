@@ -1,0 +1,153 @@
+"""The best docs of a scope by the port's BM25 and prior, on PostgreSQL, exactly as scoring every doc would rank them.
+
+Each query term's df comes from `search_terms` (kept by every write: a search never counts). A search of one
+session looks up that session's docs' postings by doc id. A search of many sessions sums the postings of every
+query term in the scope: rare terms' read from the table, frequent terms' from the instance's memory
+(`search_cache`: only the docs added since its last search are read), summed with numpy on a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from agenthub.storage.postgres.search_cache import NO_TS, Conn, Postings, PostingsCache, postings_of
+from agenthub.storage.search_index import ARCHIVE, HISTORY, K1, MEMORY, RECENCY_PRIOR, B, idf, score_of
+
+_F = f"p.tf * {K1 + 1!r} / (p.tf + {K1!r} * ({1 - B!r} + {B!r} * p.length / %(avgdl)s))"
+_PRIOR = f"(1 + {RECENCY_PRIOR!r} * coalesce((max(p.ts) - %(ts_min)s)::float8 / %(span)s, 0))"
+_IN_SCOPE = "(p.src = ANY(%(sources)s::text[]) OR p.channel = ANY(%(channels)s::text[]))"
+_TOP = f") s ORDER BY bm25 * {_PRIOR.replace('max(p.ts)', 'ts')} DESC, ts DESC NULLS LAST LIMIT %(keep)s"
+
+_ALL = f"""
+SELECT * FROM (SELECT p.doc, sum(q.w * {_F}) AS bm25, max(p.ts) AS ts
+FROM unnest(%(terms)s::text[], %(weights)s::float8[]) AS q(term, w)
+JOIN search_postings p ON p.agent = %(agent)s AND p.term = q.term
+WHERE {_IN_SCOPE}
+GROUP BY p.doc {_TOP}
+"""
+"""Every posting of the terms in the scope summed (few postings)."""
+
+_SESSION = f"""
+SELECT * FROM (SELECT p.doc, sum((%(weights)s::float8[])[array_position(%(terms)s::text[], p.term)] * {_F}) AS bm25,
+    max(p.ts) AS ts
+FROM search_docs d CROSS JOIN LATERAL (
+    SELECT * FROM search_postings p
+    WHERE p.agent = d.agent AND p.term = ANY(%(terms)s::text[]) AND p.doc = d.id
+) p
+WHERE d.agent = %(agent)s AND ((d.kind IN ('{HISTORY}', '{ARCHIVE}') AND d.session = %(session)s)
+    OR (d.kind = '{MEMORY}' AND d.session = '' AND d.name = ANY(%(sources)s::text[])))
+GROUP BY p.doc {_TOP}
+"""
+"""One session's docs (and the memory docs of the scope), each looked up by its id for each term."""
+
+_RARE = f"""
+SELECT q.term, p.doc, p.tf, p.length, coalesce(p.ts, %(no_ts)s), p.src, p.channel
+FROM unnest(%(terms)s::text[]) AS q(term)
+JOIN search_postings p ON p.agent = %(agent)s AND p.term = q.term
+WHERE {_IN_SCOPE}
+"""
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What a search ranks with: the agent's doc count and mean length, the ts span of the prior, and the scope
+    (the sources and channels the postings may come from; `session`: the one session searched)."""
+
+    n_docs: int
+    avgdl: float
+    ts_min: int | None
+    ts_max: int | None
+    sources: list[str]
+    channels: list[str]
+    session: str | None = None
+
+    def params(self, agent: str, keep: int) -> dict[str, Any]:
+        span = self.ts_max - self.ts_min if self.ts_min is not None and self.ts_max is not None else None
+        return {
+            "agent": agent, "avgdl": self.avgdl, "ts_min": self.ts_min, "span": span if span else None,
+            "sources": self.sources, "channels": self.channels, "session": self.session, "keep": keep,
+        }  # fmt: skip
+
+    def score(self, bm25: float, ts: int | None) -> float:
+        return score_of(bm25, ts, self.ts_min, self.ts_max)
+
+
+async def best_docs(
+    conn: Conn, agent: str, dfs: dict[str, int], ranking: Ranking, keep: int, cache: PostingsCache, generation: int
+) -> dict[int, float]:
+    """{doc id: bm25} of the `keep` best docs of the scope for these terms (module docstring)."""
+    if not dfs:
+        return {}
+    weights = {t: idf(ranking.n_docs, df) for t, df in dfs.items()}
+    params = ranking.params(agent, keep) | {"terms": list(weights), "weights": list(weights.values())}
+    frequent = [t for t, df in dfs.items() if df >= cache.cached_df]
+    if ranking.session is not None or not frequent:
+        sql = _SESSION if ranking.session is not None else _ALL
+        cursor = await conn.execute(sql, params)
+        return {int(r[0]): float(r[1]) for r in await cursor.fetchall()}
+    held = await cache.postings(conn, agent, generation, frequent)
+    rare = [t for t in dfs if t not in held]
+    parts = dict(held)
+    if rare:
+        cursor = await conn.execute(_RARE, params | {"terms": rare, "no_ts": int(NO_TS)})
+        rows: dict[str, list[tuple[int, int, int, int, int, int]]] = {t: [] for t in rare}
+        code = cache.codes.code
+        for term, doc, tf, length, ts, src, channel in await cursor.fetchall():
+            rows[term].append((doc, tf, length, ts, code(src), code(channel)))
+        parts |= {t: postings_of(r) for t, r in rows.items()}
+    allowed = (cache.codes.known(ranking.sources), cache.codes.known(ranking.channels))
+    ordered = [(weights[t], parts[t]) for t in dfs]
+    return await asyncio.to_thread(_top, ordered, allowed, len(cache.codes), ranking, keep)
+
+
+def _top(
+    terms: Sequence[tuple[float, Postings]],
+    allowed: tuple[NDArray[np.int32], NDArray[np.int32]],
+    width: int,
+    ranking: Ranking,
+    keep: int,
+) -> dict[int, float]:
+    """Every posting in the scope scored by the port's formula, summed per doc; the `keep` best (prior applied).
+    `allowed`: the source and channel codes of the scope, of `width` codes in all (every posting's are below it)."""
+    permitted = np.zeros(width, dtype=bool)
+    for codes in allowed:
+        permitted[codes] = True
+    docs, contributions, times = [], [], []
+    for weight, p in terms:
+        inside = permitted[p.srcs] | permitted[p.channels]
+        every = bool(inside.all())
+        tf = (p.tfs if every else p.tfs[inside]).astype(np.float64)
+        length = (p.lengths if every else p.lengths[inside]).astype(np.float64)
+        docs.append(p.docs if every else p.docs[inside])
+        contributions.append(weight * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / ranking.avgdl)))
+        times.append(p.ts if every else p.ts[inside])
+    all_docs = np.concatenate(docs)
+    if not len(all_docs):
+        return {}
+    low, high = int(all_docs.min()), int(all_docs.max())
+    if high - low < 4 * len(all_docs) + 1_000_000:  # ids dense enough: sum into an array by id
+        at, ids = all_docs - low, None
+        size = high - low + 1
+    else:
+        ids, at = np.unique(all_docs, return_inverse=True)
+        size = len(ids)
+    bm25 = np.bincount(at, weights=np.concatenate(contributions), minlength=size)
+    ts = np.zeros(size, dtype=np.int64)
+    ts[at] = np.concatenate(times)
+    held = np.flatnonzero(bm25 > 0)
+    bm25, ts = bm25[held], ts[held]
+    doc_ids = held + low if ids is None else ids[held]
+    prior = np.zeros(len(held))
+    if ranking.ts_min is not None and ranking.ts_max is not None and ranking.ts_max > ranking.ts_min:
+        stamped = ts != NO_TS
+        prior[stamped] = (ts[stamped] - ranking.ts_min) / (ranking.ts_max - ranking.ts_min)
+    score = bm25 * (1 + RECENCY_PRIOR * prior)
+    count = min(keep, len(held))
+    best = np.argpartition(-score, count - 1)[:count] if count < len(held) else np.arange(len(held))
+    return {int(doc_ids[i]): float(bm25[i]) for i in best}
