@@ -12,7 +12,7 @@ import pytest
 
 from agenthub.search.shared import record_docs
 from agenthub.search.text import query_terms
-from agenthub.storage.keys import SessionKey
+from agenthub.session_keys import SessionKey
 from agenthub.storage.postgres import Database, PostgresSessionStore
 from agenthub.storage.postgres.schema import MIGRATIONS, apply_migrations
 from agenthub.storage.postgres.search import PostgresSearchIndex
