@@ -16,7 +16,9 @@ from agenthub.singleton import InstanceLeases
 if TYPE_CHECKING:
     from agenthub.api.host import ApiServices
     from agenthub.api.server import HttpApi
+    from agenthub.forget.service import Forgetter
     from agenthub.gateway.core import GatewayCore
+    from agenthub.scheduler.core import Scheduler
     from agenthub.search.api import Searcher
     from agenthub.storage.idempotency import IdempotencyStore
     from agenthub.storage.inbox import Inbox
@@ -77,10 +79,51 @@ def build_gateway(
         search=None if stores is None else shared_search(stores),
     )
     attach_memory_layer(gateway)
-    attach_scheduler(gateway, None if stores is None else stores.jobs)
+    scheduler = attach_scheduler(gateway, None if stores is None else stores.jobs)
+    plug_in_features(gateway, scheduler)
     attach_vectors(gateway, None if stores is None else stores.database)
-    attach_usage(gateway, None if stores is None else stores.usage)
+    attach_usage(gateway, None if stores is None else stores.usage)  # `/usage`, after the others in /help
     return gateway
+
+
+def plug_in_features(gateway: GatewayCore, scheduler: Scheduler | None) -> None:
+    """The features' commands and platform tools, registered on the gateway: the built-ins with `/forget`, then
+    `/jobs`; the tools `manage_cron_jobs` and `memory_search` after the memory tools (that order is the prompt's)."""
+    from agenthub.agent.memory_search import memory_search_tool
+    from agenthub.forget.command import ForgetCommand
+    from agenthub.gateway.builtin_commands import register, register_builtin_commands
+    from agenthub.scheduler.tool import cron_jobs_tool
+    from agenthub.scheduler.wiring import JobsCommand
+
+    settings = gateway.settings
+    window_s = settings.session.restart_confirm_s
+    forget = ForgetCommand(gateway, gateway.clock, window_s, lambda: gateway_forgetter(gateway))
+    register_builtin_commands(gateway, features=(forget,))
+    if scheduler is not None:
+        register(gateway.commands, JobsCommand(scheduler, settings.scheduler.timezone, gateway.clock))
+    gateway.tools.add(cron_jobs_tool(scheduler))
+    gateway.tools.add(memory_search_tool())
+
+
+def gateway_forgetter(gateway: GatewayCore) -> Forgetter:
+    """A Forgetter on the daemon's own history cache and memory writers, each session redacted while held, no
+    memory rewrite from material read before it ended written (L3 runs, flushes)."""
+    import functools
+
+    from agenthub.forget.command import held, jobs_hook
+    from agenthub.forget.service import Forgetter, no_memory_writers
+
+    layer = gateway.memory_layer
+    return Forgetter(
+        gateway.settings,
+        gateway.history,
+        gateway.memory_files,
+        guard=functools.partial(held, gateway),
+        index=gateway.search.purge,  # the live index re-reads the redacted files (its file stays open)
+        exclusive=layer.processor.forgetting if layer is not None else no_memory_writers,
+        jobs=None if gateway.scheduler is None else jobs_hook(gateway.scheduler),
+        settled=None if gateway.inbox is None else gateway.inbox.drop_settled,
+    )
 
 
 def shared_search(stores: Stores) -> Searcher | None:
@@ -97,7 +140,6 @@ def api_services(gateway: GatewayCore, inbox: Inbox, idempotency: IdempotencySto
     routes need that are built around the whole gateway (forgetting a person, the memory thresholds, the inbox)."""
     from agenthub.api.host import ApiServices
     from agenthub.api.idempotency import answer_recorder
-    from agenthub.forget.command import gateway_forgetter
     from agenthub.inbox_flow import InboxSubmitter
     from agenthub.memory.thresholds import thresholds_for
 

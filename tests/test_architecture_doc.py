@@ -1,5 +1,6 @@
 """docs/architecture.md's import table against the code: one row per package and loose module of `agenthub`, with
-the units it imports at run time and those it names for type hints only, read from the source with `ast`."""
+the units it imports at run time and those it names for type hints only, read from the source with `ast`; and no
+two units importing each other at run time."""
 
 from __future__ import annotations
 
@@ -14,6 +15,18 @@ DOC = REPO / "docs" / "architecture.md"
 def test_the_import_table_matches_the_code() -> None:
     found = differences(table_rows(DOC.read_text(encoding="utf-8")), package_graph(REPO), units(REPO))
     assert not found, "docs/architecture.md's import table is stale:\n" + "\n".join(found)
+
+
+STORAGE_LOOSE_MODULES = ["dedup", "singleton", "storage", "tokens"]
+"""The one cycle left for now (issue 22): storage's loose modules, which move into `storage/` and so dissolve it.
+Drop this exception when they do."""
+
+
+def test_no_units_import_each_other_at_run_time() -> None:
+    graph = package_graph(REPO)
+    found = [group for group in cycles(graph) if group != STORAGE_LOOSE_MODULES]
+    held = [edge for edge in cycle_edges(graph) if edge.split(" -> ")[0] not in STORAGE_LOOSE_MODULES]
+    assert not found, f"runtime import cycles {found}, held by:\n" + "\n".join(held)
 
 
 def plant(root: Path, files: dict[str, str]) -> None:

@@ -16,11 +16,11 @@ from agenthub import i18n
 from agenthub.agent.context import ContextBudget, ContextBuilder
 from agenthub.agent.definition import AgentDefinition, AgentRegistry
 from agenthub.agent.mcp import McpHub
+from agenthub.agent.tools import ToolRegistry
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
 from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError, StorageError
 from agenthub.gateway.arrival_order import ArrivalOrder
-from agenthub.gateway.builtin_commands import register_builtin_commands
 from agenthub.gateway.commands import CommandCall, CommandContext, CommandRouter, CommandTier
 from agenthub.gateway.endings import end_unanswered, end_with
 from agenthub.gateway.handle import ReplyHandle
@@ -107,7 +107,8 @@ class GatewayCore:
         self.history.observers.append(self.cache_watch.history_changed)  # a compaction or restart names the break
         self.context.cache_warm = self.cache_watch.warm  # memory additions ride as notes while the cache is warm
         self.timers = TimerRegistry(self.leases)
-        self.commands = CommandRouter()
+        self.commands = CommandRouter()  # the built-ins and the features' commands, from the composition root
+        self.tools = ToolRegistry()  # the memory tools; the features' platform tools from the composition root
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.compactor: Compactor | None = None
         self.mcp = McpHub()
@@ -127,7 +128,6 @@ class GatewayCore:
         self._accepting = True
         self._entered = False
         self.timers.add("session_sweep", 1.0, self._expire_idle_sessions)
-        register_builtin_commands(self)
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -235,7 +235,7 @@ class GatewayCore:
             self._enqueue(PendingTurn(message, key, agent, handle, message_id, locale=locale))
             return handle
         command, args = matched
-        ctx = CommandContext(self, key, agent, message, args, locale)
+        ctx = CommandContext(self, key, agent, message, args, locale)  # the gateway as the session's controls
         if command.tier is CommandTier.QUEUED:
             call = CommandCall(command, ctx)
             self._enqueue(PendingTurn(message, key, agent, handle, message_id, locale=locale, command=call))

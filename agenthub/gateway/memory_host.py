@@ -10,7 +10,6 @@ from typing import Any
 
 from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
-from agenthub.agent.tools import tools_for
 from agenthub.config import Settings
 from agenthub.errors import LLMError
 from agenthub.gateway.core import GatewayCore
@@ -70,7 +69,7 @@ class GatewayMemoryHost:
         self, agent: AgentDefinition, key: SessionKey, sender_id: str, history: list[Message]
     ) -> int:
         gw = self._gateway
-        tools = [*tools_for(agent), *gw.mcp.cached_tools(agent)]
+        tools = [*gw.tools.for_agent(agent), *gw.mcp.cached_tools(agent)]
         return await gw.context.estimate_prompt_tokens(agent, key, sender_id, history, tools)
 
     def notify_next_turn(self, key: SessionKey, text: i18n.Text) -> None:

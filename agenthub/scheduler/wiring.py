@@ -1,4 +1,4 @@
-"""Plugging the scheduler into the gateway: the `/jobs` command at build time, delivery once channels run."""
+"""Plugging the scheduler in: `/jobs` (registered by the composition root), delivery once channels run."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from agenthub.channel import Channel
-from agenthub.gateway.commands import CommandContext
+from agenthub.clock import Clock
+from agenthub.gateway.commands import CommandContext, CommandTier
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.delivery import JobDelivery
 from agenthub.scheduler.store import JobStore
@@ -18,15 +19,14 @@ if TYPE_CHECKING:
 
 
 def attach_scheduler(gateway: GatewayCore, store: JobDocuments | None = None) -> Scheduler | None:
-    """Give the gateway its scheduler over `store` (default: the data directory's files; jobs load lazily) and
-    the `/jobs` command; nothing runs until started."""
+    """Give the gateway its scheduler over `store` (default: the data directory's files; jobs load lazily);
+    nothing runs until started."""
     settings = gateway.settings
     if not settings.scheduler.enabled:
         return None
     if store is None:
         store = JobStore(settings.data_dir, durable=settings.session.fsync)
     scheduler = gateway.scheduler = Scheduler(settings.scheduler, store, clock=gateway.clock)
-    gateway.commands.register("jobs", "jobs.help", _jobs_command)
     return scheduler
 
 
@@ -40,7 +40,7 @@ async def start_scheduler(gateway: GatewayCore, channels: Iterable[Channel]) -> 
     scheduler = gateway.scheduler
     if scheduler is None or gateway.scheduler_lease is not None:
         return
-    delivery = JobDelivery(gateway, {c.name: c for c in channels})
+    delivery = JobDelivery(gateway, scheduler, {c.name: c for c in channels})
     scheduler.serving = True  # jobs fire on whichever instance leads, so a change made here is not idle
 
     async def start() -> None:
@@ -65,18 +65,22 @@ async def stop_scheduler(gateway: GatewayCore, grace_s: float = 0.0) -> None:
         await gateway.scheduler.stop(grace_s)
 
 
-async def _jobs_command(ctx: CommandContext) -> str:
+class JobsCommand:
     """`/jobs` lists the chat's jobs, `/jobs delete ID` removes one; answered in the chat's locale."""
-    gw = ctx.gateway
-    scheduler = gw.scheduler
-    if scheduler is None:
-        return ctx.text("jobs.disabled")
-    await scheduler.sync(ctx.key.agent)
-    words = ctx.args.split()
-    if not words:
-        jobs = scheduler.for_chat(ctx.key)
-        return jobs_listing(jobs, ctx.locale, default_zone=gw.settings.scheduler.timezone, now=gw.clock())
-    if len(words) == 2 and words[0].lower() == "delete":
-        job = await scheduler.delete(ctx.key.agent, words[1], ctx.key)
-        return ctx.text("jobs.deleted" if job is not None else "jobs.not_found", job_id=words[1])
-    return ctx.text("jobs.usage")
+
+    name, help_key, tier = "jobs", "jobs.help", CommandTier.PRIORITY
+
+    def __init__(self, scheduler: Scheduler, default_zone: str, clock: Clock) -> None:
+        self.scheduler, self.default_zone, self.clock = scheduler, default_zone, clock
+
+    async def __call__(self, ctx: CommandContext) -> str:
+        scheduler = self.scheduler
+        await scheduler.sync(ctx.key.agent)
+        words = ctx.args.split()
+        if not words:
+            jobs = scheduler.for_chat(ctx.key)
+            return jobs_listing(jobs, ctx.locale, default_zone=self.default_zone, now=self.clock())
+        if len(words) == 2 and words[0].lower() == "delete":
+            job = await scheduler.delete(ctx.key.agent, words[1], ctx.key)
+            return ctx.text("jobs.deleted" if job is not None else "jobs.not_found", job_id=words[1])
+        return ctx.text("jobs.usage")

@@ -16,10 +16,9 @@ from structlog.testing import capture_logs
 
 from agenthub import i18n
 from agenthub.agent.large_results import LargeResultStore
-from agenthub.app import build_gateway
+from agenthub.app import build_gateway, gateway_forgetter
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
-from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Markers, Person, redact
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.gateway.core import GatewayCore

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from agenthub.app import gateway_forgetter
 from agenthub.config import Settings
 from agenthub.errors import InvalidIdError
-from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.wiring import L3_TIMER

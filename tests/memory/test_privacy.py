@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 
 from agenthub.agent.definition import AgentConfig, AgentDefinition
-from agenthub.app import build_gateway
+from agenthub.app import build_gateway, gateway_forgetter
 from agenthub.config import Settings
-from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
 from agenthub.memory.files import memory_scope

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest_asyncio
 
-from agenthub.agent.tools import PLATFORM_TOOLS, ToolContext, run_tool
+from agenthub.agent.tools import ToolContext, run_tool
 from agenthub.app import build_gateway, open_stores
 from agenthub.clock import ManualClock
 from agenthub.config import SchedulerSettings, Settings
@@ -19,6 +19,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.messages import InboundMessage
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job, JobError
+from agenthub.scheduler.tool import cron_jobs_tool
 from agenthub.scheduler.wiring import SCHEDULER_LEASE
 from agenthub.singleton import InstanceLeases, Singleton
 from agenthub.storage.keys import session_key
@@ -216,10 +217,9 @@ async def test_the_tool_answers_a_clear_error_while_the_job_store_is_away(
         agent = gateway.agents.get("default")
         workspace = gateway.settings.workspace_dir / agent.name
         ctx = ToolContext(agent, session_key("default", "cli", "direct"), "me", gateway.memory_files, workspace)
-        ctx = dataclasses.replace(ctx, scheduler=scheduler)
         own_postgres_server.stop()
         for args in ({"action": "list"}, {"action": "create", "at": "2099-12-02T09:00:00", "text": "交周报"}):
-            text, is_error = await run_tool(list(PLATFORM_TOOLS), "manage_cron_jobs", args, ctx)
+            text, is_error = await run_tool([cron_jobs_tool(scheduler)], "manage_cron_jobs", args, ctx)
             assert is_error and text == "the jobs could not be read or saved (storage error); nothing was changed"
     finally:
         await database.close()

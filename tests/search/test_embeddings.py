@@ -13,9 +13,8 @@ import pytest
 import pytest_asyncio
 from structlog.testing import LogCapture
 
-from agenthub.app import build_gateway
+from agenthub.app import build_gateway, gateway_forgetter
 from agenthub.config import EmbeddingsSettings, SearchSettings, Settings
-from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
 from agenthub.search.embeddings import EmbeddingsClient, EmbeddingsUnavailable, endpoint_url

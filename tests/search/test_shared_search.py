@@ -12,9 +12,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from agenthub.agent.tools import ToolContext, run_tool, tools_for
-from agenthub.app import build_gateway, open_stores
-from agenthub.forget.command import gateway_forgetter
+from agenthub.agent.tools import ToolContext, run_tool
+from agenthub.app import build_gateway, gateway_forgetter, open_stores
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
 from agenthub.messages import DoneEvent, InboundMessage
@@ -54,7 +53,7 @@ async def ask(
         workspace=gw.settings.workspace_dir / agent,
         search=gw.search,
     )
-    return await run_tool(tools_for(definition), "memory_search", {"query": query, "limit": 10}, ctx)
+    return await run_tool(gw.tools.for_agent(definition), "memory_search", {"query": query, "limit": 10}, ctx)
 
 
 async def rows_holding(dsn: str, text: str) -> int:

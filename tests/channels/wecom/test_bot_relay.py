@@ -174,6 +174,6 @@ async def test_a_reminder_due_on_an_instance_without_the_connection_reaches_the_
         id="j1", agent="default", channel="wecom", chat_id="chat-1", timezone="Asia/Shanghai", created_at=0.0,
         cred_id="team", at=1.0, text="该交周报了", next_due=1.0,
     )  # fmt: skip
-    await JobDelivery(gateway, {"wecom": scheduler_side.channel})(job, 1.0)
+    await JobDelivery(gateway, gateway.scheduler, {"wecom": scheduler_side.channel})(job, 1.0)
     assert deployment.pushed() == ["该交周报了"]
     assert [f["body"]["chatid"] for f in server.sent("aibot_send_msg")] == ["chat-1"]
