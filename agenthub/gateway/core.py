@@ -37,12 +37,10 @@ from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.search.api import Searcher
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
-from agenthub.singleton import InstanceLeases, Singleton
+from agenthub.singleton import InstanceLeases
 from agenthub.storage.keys import SessionKey, session_key
 
 if TYPE_CHECKING:
-    from agenthub.memory.wiring import MemoryLayer
-    from agenthub.scheduler.core import Scheduler
     from agenthub.storage.inbox import Inbox
     from agenthub.storage.memory_files import MemoryStore
     from agenthub.usage.wiring import UsageServices
@@ -81,6 +79,7 @@ class GatewayCore:
         leases: InstanceLeases | None = None,
         memory_store: MemoryStore | None = None,
         search: Searcher | None = None,
+        inbox: Inbox | None = None,
     ) -> None:
         self.settings = settings
         self.leases = leases or InstanceLeases(ttl_s=settings.store.lease_s)
@@ -110,12 +109,11 @@ class GatewayCore:
         self.commands = CommandRouter()  # the built-ins and the features' commands, from the composition root
         self.tools = ToolRegistry()  # the memory tools; the features' platform tools from the composition root
         self.after_turn_hooks: list[AfterTurnHook] = []
-        self.compactor: Compactor | None = None
+        self.compactor: Compactor | None = None  # the turn's overflow compaction and /compact: the memory layer's
         self.mcp = McpHub()
-        self.scheduler: Scheduler | None = None  # scheduled jobs, attached by the composition root
-        self.inbox: Inbox | None = None  # the durable inbox the channels and the API store into (composition root)
-        self.scheduler_lease: Singleton | None = None  # runs the scheduler on one instance, from start_scheduler
-        self.memory_layer: MemoryLayer | None = None  # L2/L3 and their timers, attached by the composition root
+        self.inbox = inbox
+        """The durable inbox the channels and the API store into: the arrival order and the ownership of a turn's
+        messages are read from it (None: messages are not stored before they run)."""
         self.usage: UsageServices | None = None  # usage records and budgets, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.arrival_order = ArrivalOrder(

@@ -15,13 +15,12 @@ import aiohttp
 import pytest
 
 from agenthub.api.server import HttpApi
-from agenthub.app import assemble, build_gateway
+from agenthub.app import Services, assemble, build_services
 from agenthub.channel import Channel
 from agenthub.cli.chat import relay_pushes
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.daemon import Daemon
-from agenthub.gateway.core import GatewayCore
 from agenthub.messages import InboundMessage
 from agenthub.remote import RemoteGateway
 from agenthub.scheduler.jobs import Job
@@ -62,12 +61,13 @@ async def test_wecom_app_reminder_goes_out_through_message_send(
     api = await FakeQyApi(CORP_ID, SECRET).start()
     table = app_table(api)
     table["apps"]["hr"]["agent"] = None
-    async with build_gateway(settings, clock=clock) as gateway, aiohttp.ClientSession() as http:
+    async with build_services(settings, clock=clock) as services, aiohttp.ClientSession() as http:
+        gateway = services.gateway
         context = channel_context(gateway, tmp_path / "state", settings)
         channel = WeComChannel(context, table)
         await channel.start()
         server = await serve_routes(context)
-        await start_scheduler(gateway, [channel])
+        await start_scheduler(services, [channel])
         try:
             script_reminder(fake_llm)
             ask = text("明天上午九点提醒我交周报")
@@ -82,7 +82,7 @@ async def test_wecom_app_reminder_goes_out_through_message_send(
             assert reminder["touser"] == "zhangsan" and reminder["agentid"] == 1000002
             assert api.texts()[1] == "该交周报了"
         finally:
-            await stop_scheduler(gateway)
+            await stop_scheduler(services)
             await channel.stop()
             await server.close()
             await api.close()
@@ -94,10 +94,11 @@ async def test_wecom_ai_bot_reminder_goes_out_through_aibot_send_msg(
     server = await FakeAiBotServer(BOT_ID, BOT_SECRET).start()
     table = bot_table(server)
     table["bots"]["team"]["agent"] = None
-    async with build_gateway(settings, clock=clock) as gateway:
+    async with build_services(settings, clock=clock) as services:
+        gateway = services.gateway
         channel = WeComChannel(channel_context(gateway, tmp_path / "state", settings), table)
         await channel.start()
-        await start_scheduler(gateway, [channel])
+        await start_scheduler(services, [channel])
         try:
             script_reminder(fake_llm)
             req_id = await server.send_message(server.text_body("明天上午九点提醒我交周报", msgid="m-1"))
@@ -110,7 +111,7 @@ async def test_wecom_ai_bot_reminder_goes_out_through_aibot_send_msg(
             assert push["body"]["chatid"] == "zhangsan"
             assert push["body"]["markdown"]["content"] == "该交周报了"
         finally:
-            await stop_scheduler(gateway)
+            await stop_scheduler(services)
             await channel.stop()
             await server.close()
 
@@ -123,11 +124,12 @@ async def test_feishu_reminder_goes_out_through_message_create(
 ) -> None:
     app = {**FEISHU_APP, "encrypt_key": "enc-sched"}
     async with (
-        build_gateway(settings, clock=clock) as gateway,
+        build_services(settings, clock=clock) as services,
         FakeFeishu({"cli_sched": "s3cret"}) as fake,
-        running_channel(fake, tmp_path / "state", {"main": app}, gateway) as h,
+        running_channel(fake, tmp_path / "state", {"main": app}, services.gateway) as h,
     ):
-        await start_scheduler(gateway, [h.channel])
+        gateway = services.gateway
+        await start_scheduler(services, [h.channel])
         try:
             script_reminder(fake_llm)
             event = message_event("明天上午九点提醒我交周报", token="vt", app_id="cli_sched", sender="ou_zhang")
@@ -145,7 +147,7 @@ async def test_feishu_reminder_goes_out_through_message_create(
             assert sent.target.startswith("open_id")
             assert "该交周报了" in json.dumps(sent.content, ensure_ascii=False)
         finally:
-            await stop_scheduler(gateway)
+            await stop_scheduler(services)
 
 
 async def _read_event(resp: aiohttp.ClientResponse) -> tuple[str, dict[str, Any]]:
@@ -162,19 +164,19 @@ async def _read_event(resp: aiohttp.ClientResponse) -> tuple[str, dict[str, Any]
 @asynccontextmanager
 async def _http_daemon(
     settings: Settings, clock: ManualClock
-) -> AsyncIterator[tuple[str, dict[str, str], GatewayCore, list[Channel]]]:
+) -> AsyncIterator[tuple[str, dict[str, str], Services, list[Channel]]]:
     settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": 0})})
     token = TokenStore(settings.auth_dir).create("test")
-    async with build_gateway(settings, clock=clock) as gateway:
-        server, channels = assemble(settings, gateway)
+    async with build_services(settings, clock=clock) as services:
+        server, channels = assemble(settings, services)
         await server.start()
         for channel in channels:
             await channel.start()
-        await start_scheduler(gateway, channels)
+        await start_scheduler(services, channels)
         try:
-            yield f"http://127.0.0.1:{server.port}", {"Authorization": f"Bearer {token}"}, gateway, channels
+            yield f"http://127.0.0.1:{server.port}", {"Authorization": f"Bearer {token}"}, services, channels
         finally:
-            await stop_scheduler(gateway)
+            await stop_scheduler(services)
             for channel in reversed(channels):
                 await channel.stop()
             await server.close()

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest_asyncio
 
-from agenthub.app import assemble, build_gateway, open_stores
+from agenthub.app import assemble, build_services, open_stores
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.tokens import TokenStore
@@ -58,8 +58,9 @@ async def running_api(settings: Settings) -> AsyncIterator[RunningApi]:
             token = TokenStore(settings.auth_dir).create("test")
         else:  # one database for every instance: each its own token
             token = await stores.tokens.create(f"test-{secrets.token_hex(4)}")
-        gateway = await stack.enter_async_context(build_gateway(settings, stores=stores))
-        server, channels = assemble(settings, gateway, stores)
+        services = await stack.enter_async_context(build_services(settings, stores=stores))
+        gateway = services.gateway
+        server, channels = assemble(settings, services, stores)
         await server.start()
         for channel in channels:
             await channel.start()

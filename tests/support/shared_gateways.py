@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agenthub.app import build_gateway, open_stores
+from agenthub.app import Services, build_services, open_stores
 from agenthub.clock import Clock, monotonic_clock
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
@@ -33,6 +33,8 @@ class Instance:
     gateway: GatewayCore
     stores: Stores
     submitter: InboxSubmitter
+    services: Services
+    """The gateway with the features the composition root built around it."""
 
     async def send(self, message: InboundMessage) -> ReplyHandle:
         """Accept `message` into the shared inbox (its session known at once, as the HTTP route does), then submit."""
@@ -67,13 +69,14 @@ async def shared_instances(
             clock = monotonic_clock if clocks is None else clocks[n]
             holder = f"instance-{n}"
             leases = InstanceLeases(lease_store, holder=holder, ttl_s=lease_s, clock=clock)
-            gateway = await stack.enter_async_context(build_gateway(settings, stores=stores, leases=leases))
+            services = await stack.enter_async_context(build_services(settings, stores=stores, leases=leases))
+            gateway = services.gateway
             assert stores.database is not None
             inbox = PostgresInbox(stores.database, owner=holder if owned else None)
             gateway.inbox = inbox
             submitter = InboxSubmitter(inbox, gateway, resolve=gateway.session_of)
             stack.push_async_callback(submitter.aclose)
-            found.append(Instance(f"instance-{n}", gateway, stores, submitter))
+            found.append(Instance(f"instance-{n}", gateway, stores, submitter, services))
         yield found
 
 
