@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import structlog
 
@@ -16,7 +16,6 @@ from agenthub.app import Services, assemble, build_services, open_stores
 from agenthub.channel import Channel
 from agenthub.config import Settings
 from agenthub.datalock import DataDirLock
-from agenthub.gateway.core import GatewayCore
 from agenthub.inbox_flow import InboxSubmitter, InstanceInbox, resume_http, resume_then_start
 from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
@@ -25,6 +24,9 @@ from agenthub.storage.stores import Stores
 from agenthub.systemd import Notifier
 from agenthub.tokens import TokenStore
 from agenthub.web import WebServer
+
+if TYPE_CHECKING:
+    from agenthub.gateway.core import GatewayCore
 
 log = structlog.get_logger(__name__)
 

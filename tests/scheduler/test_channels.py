@@ -209,7 +209,7 @@ async def test_http_reminder_is_stored_and_pushed_on_the_events_feed(
 async def test_admin_routes_list_and_delete_an_agents_jobs(
     settings: Settings, fake_llm: FakeAnthropic, clock: ManualClock
 ) -> None:
-    async with _http_daemon(settings, clock) as (base, auth, gateway, _channels):
+    async with _http_daemon(settings, clock) as (base, auth, services, _channels):
         jobs = base + "/api/agents/default/jobs"
         async with aiohttp.ClientSession(headers=auth) as http:
             script_reminder(fake_llm, {"action": "create", "cron": "0 9 * * 1-5", "prompt": "今日待办"})
@@ -228,7 +228,7 @@ async def test_admin_routes_list_and_delete_an_agents_jobs(
                 assert r.status == 404
             async with aiohttp.ClientSession() as anonymous, anonymous.get(jobs) as r:
                 assert r.status == 401
-        assert gateway.scheduler is not None and gateway.scheduler.for_agent("default") == []
+        assert services.scheduler is not None and services.scheduler.for_agent("default") == []
 
 
 async def test_cli_connected_to_the_daemon_shows_its_sessions_reminders(
@@ -284,7 +284,7 @@ async def test_the_daemon_starts_the_scheduler_and_catches_up_a_missed_reminder(
 async def test_deleting_an_http_session_deletes_its_jobs(
     settings: Settings, fake_llm: FakeAnthropic, clock: ManualClock
 ) -> None:
-    async with _http_daemon(settings, clock) as (base, auth, gateway, _channels):
+    async with _http_daemon(settings, clock) as (base, auth, services, _channels):
         async with aiohttp.ClientSession(headers=auth) as http:
             for chat in ("gone", "kept"):
                 script_reminder(fake_llm)
@@ -295,5 +295,5 @@ async def test_deleting_an_http_session_deletes_its_jobs(
             async with http.get(base + "/api/agents/default/jobs") as r:
                 assert [j["chat_id"] for j in (await r.json())["jobs"]] == ["kept"]
         clock.advance(DUE - clock())
-        await until(lambda: gateway.scheduler is not None and gateway.scheduler.fired == 1)
+        await until(lambda: services.scheduler is not None and services.scheduler.fired == 1)
         assert not (settings.data_dir / "default" / "sessions" / "default_http_gone.jsonl").exists()
