@@ -141,6 +141,10 @@ class ErrorCode(StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"
 
 
+USER_ABORTS = frozenset({ErrorCode.STOPPED, ErrorCode.RESTART})
+"""The error codes of a reply its chat ended on purpose (/stop, /restart): no failure, no notice."""
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorEvent:
     """The turn failed or was aborted; `message` is safe to show to the user."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import build_services
 from agenthub.log import configure_logging
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job
@@ -90,16 +90,16 @@ async def idle_cpu(root: Path, count: int, seconds: float) -> tuple[float, int]:
     settings = make_settings(root / f"idle{count}")
     if count:
         await JobStore(settings.data_dir).save(AGENT, make_jobs(count, time.time() + YEAR_S, 3600.0))
-    async with build_gateway(settings) as gateway:
-        await start_scheduler(gateway, [])
-        assert gateway.scheduler is not None
-        loaded = len(gateway.scheduler)
+    async with build_services(settings) as services:
+        await start_scheduler(services, [])
+        assert services.scheduler is not None
+        loaded = len(services.scheduler)
         await asyncio.sleep(1.0)  # past start-up
         gc.collect()
         started = time.process_time()
         await asyncio.sleep(seconds)
         used = time.process_time() - started
-        await stop_scheduler(gateway)
+        await stop_scheduler(services)
     return used, loaded
 
 

@@ -15,7 +15,7 @@ from structlog.testing import LogCapture
 
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import Services, build_services
 from tests.support import processes
 from tests.support.roots import make_settings
 
@@ -93,9 +93,14 @@ def backend_settings(request: pytest.FixtureRequest, settings_factory: Callable[
 
 
 @pytest_asyncio.fixture
-async def gateway(settings: Settings) -> AsyncIterator[GatewayCore]:
-    async with build_gateway(settings) as gw:
-        yield gw
+async def services(settings: Settings) -> AsyncIterator[Services]:
+    async with build_services(settings) as built:
+        yield built
+
+
+@pytest.fixture
+def gateway(services: Services) -> GatewayCore:
+    return services.gateway
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """docs/architecture.md's import table against the code: one row per package and loose module of `agenthub`, with
-the units it imports at run time and those it names for type hints only, read from the source with `ast`."""
+the units it imports at run time and those it names for type hints only, read from the source with `ast`; and no
+two units importing each other at run time."""
 
 from __future__ import annotations
 
@@ -22,6 +23,13 @@ def test_the_top_level_holds_at_most_ten_loose_modules() -> None:
     loose = sorted(spelled for spelled in units(REPO).values() if spelled.endswith(".py"))
     assert "messages.py" in loose and "hosting/" in units(REPO).values()
     assert len(loose) <= MAX_LOOSE_MODULES, f"{len(loose)} loose modules at agenthub/'s top level: {', '.join(loose)}"
+
+
+def test_no_units_import_each_other_at_run_time() -> None:
+    graph = package_graph(REPO)
+    found = cycles(graph)
+    held = cycle_edges(graph)
+    assert not found, f"runtime import cycles {found}, held by:\n" + "\n".join(held)
 
 
 def plant(root: Path, files: dict[str, str]) -> None:

@@ -13,16 +13,10 @@ import structlog
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.agent.memory_access import MemoryAccess
-from agenthub.errors import StorageError
 from agenthub.media.names import another_chats_folder, chat_dir_name
-from agenthub.scheduler import tool as cron_tool
-from agenthub.scheduler.jobs import JobError
-from agenthub.search import tool as search_tool
-from agenthub.search.api import UNAVAILABLE
 from agenthub.session_keys import SessionKey
 
 if TYPE_CHECKING:
-    from agenthub.scheduler.core import Scheduler
     from agenthub.search.api import Searcher
 
 log = structlog.get_logger(__name__)
@@ -49,8 +43,8 @@ class ToolContext:
     workspace: Path
     memory_max_chars: int = 8000
     cred_id: str | None = None
-    scheduler: Scheduler | None = None
     search: Searcher | None = None
+    """Memory search, for the turn's automatic recall (`agent/recall.py`)."""
     chat_type: str | None = None
     """`private` / `group` as the channel said (None: unknown, read as a group): which of the sender's profiles."""
 
@@ -98,15 +92,6 @@ async def _write_memory(args: dict[str, Any], ctx: ToolContext) -> str:
 
     saved = await ctx.memory.writer.update(ctx.memory.memory_name(ctx.agent, ctx.key), change)
     return f"memory saved ({len(saved) - 1} characters)"
-
-
-async def _memory_search(args: dict[str, Any], ctx: ToolContext) -> str:
-    try:
-        return await search_tool.run_memory_search(args, ctx)
-    except search_tool.SearchInputError as e:
-        raise ToolError(str(e)) from e
-    except StorageError:  # the database is away: the model is told, the turn goes on
-        raise ToolError(UNAVAILABLE) from None
 
 
 async def _get_time(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -182,16 +167,6 @@ async def _list_dir(args: dict[str, Any], ctx: ToolContext) -> str:
     return await asyncio.to_thread(_listing, _resolve_allowed(str(args.get("path") or "."), ctx))
 
 
-async def _manage_cron_jobs(args: dict[str, Any], ctx: ToolContext) -> str:
-    try:
-        return await cron_tool.manage_cron_jobs(args, ctx)
-    except JobError as e:
-        raise ToolError(str(e)) from None
-    except (OSError, StorageError) as e:  # the files, or the shared store (postgres) being away
-        log.error("jobs_not_saved", error_type=type(e).__name__)
-        raise ToolError("the jobs could not be read or saved (storage error); nothing was changed") from None
-
-
 def _schema(**props: str) -> dict[str, Any]:
     return {
         "type": "object",
@@ -228,9 +203,9 @@ PLATFORM_TOOLS = (
         _schema(content="Markdown text to save", mode="'append' or 'replace'"),
         _write_memory,
     ),
-    Tool(cron_tool.NAME, cron_tool.DESCRIPTION, cron_tool.INPUT_SCHEMA, _manage_cron_jobs),
-    Tool(search_tool.NAME, search_tool.DESCRIPTION, search_tool.INPUT_SCHEMA, _memory_search),
 )
+"""The memory tools every agent has; the features' platform tools (`manage_cron_jobs`, `memory_search`) are added
+to a `ToolRegistry` by the composition root."""
 
 BUILTIN_TOOLS = {
     tool.name: tool
@@ -248,13 +223,34 @@ BUILTIN_TOOLS = {
 }
 
 
-def tools_for(agent: AgentDefinition) -> list[Tool]:
-    """The platform tools plus the agent's whitelisted built-ins, in a stable order (it is part of the cache key)."""
-    tools = list(PLATFORM_TOOLS)
+class ToolRegistry:
+    """The platform tools every agent gets: the memory tools, then what the features added at composition time
+    (`add`), in that order (it is part of the prompt cache key)."""
+
+    def __init__(self, tools: tuple[Tool, ...] = PLATFORM_TOOLS) -> None:
+        self._tools = list(tools)
+
+    def add(self, tool: Tool) -> None:
+        if any(t.name == tool.name for t in self._tools):
+            raise ValueError(f"a platform tool named {tool.name!r} is already registered")
+        self._tools.append(tool)
+
+    @property
+    def platform(self) -> tuple[Tool, ...]:
+        return tuple(self._tools)
+
+    def for_agent(self, agent: AgentDefinition) -> list[Tool]:
+        """The platform tools plus the agent's whitelisted built-ins, in a stable order."""
+        return tools_for(agent, self.platform)
+
+
+def tools_for(agent: AgentDefinition, platform: tuple[Tool, ...] = PLATFORM_TOOLS) -> list[Tool]:
+    """`platform` plus the agent's whitelisted built-ins, in a stable order (it is part of the cache key)."""
+    tools = list(platform)
     for name in agent.config.tools:
         tool = BUILTIN_TOOLS.get(name)
         if tool is None:
-            if name not in {t.name for t in PLATFORM_TOOLS} and "__" not in name:  # `server__tool`: MCP's
+            if name not in {t.name for t in platform} and "__" not in name:  # `server__tool`: MCP's
                 log.warning("agent_tool_unknown", agent=agent.name, tool=name)
             continue
         tools.append(tool)

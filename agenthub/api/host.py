@@ -49,8 +49,6 @@ class ApiHost(Protocol):
     @property
     def search(self) -> Searcher: ...
     @property
-    def scheduler(self) -> Scheduler | None: ...
-    @property
     def compactor(self) -> ApiCompactor | None: ...
     @property
     def usage(self) -> UsageServices | None: ...
@@ -77,3 +75,5 @@ class ApiServices:
     """Where a chat request is stored before it is answered (and settled once its answer is in the session)."""
     idempotency: IdempotencyStore
     """The chat requests' `Idempotency-Key`s and their answers."""
+    scheduler: Scheduler | None = None
+    """The scheduled jobs (`/api/jobs`); None when `[scheduler]` is off."""

@@ -79,8 +79,8 @@ async def delete_session(api: ApiServices, request: web.Request) -> web.Response
         await gateway.cancel_background(key)  # a compaction or memory flush in flight must not write it back
         await _delete_own_memory(gateway, agent, key)  # first: a delete cut short still lists the session
         await gateway.history.delete(key)
-        if gateway.scheduler is not None:  # a reminder must not bring a deleted session back
-            await gateway.scheduler.delete_chat(key)
+        if api.scheduler is not None:  # a reminder must not bring a deleted session back
+            await api.scheduler.delete_chat(key)
         await gateway.search.purge(agent.name, [key])  # not even in the index file's free pages
         for folder in chat_folders(gateway.settings.workspace_dir / agent.name, key):  # its inbox, large results
             await asyncio.to_thread(remove_chat_folder, folder)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -32,18 +33,33 @@ GIVEN_UP_CODES = frozenset({ErrorCode.LEASE_LOST})
 """A reply ending with one of these was cut because another instance may run its session now (or answers the
 entry already): its entry is given up (`Inbox.release`), never settled here; a takeover pass answers it."""
 
+
+class Settlement(enum.Enum):
+    """What becomes of an inbox entry once its reply has ended: one rule for the HTTP API (`InboxSubmitter`) and
+    the push channels (`channels/toolkit/inbox.InboxGate`)."""
+
+    SETTLE = "settle"
+    """Answered (an answer, an error the user was shown, `/stop`, `/restart`): never answered again."""
+    LEAVE = "leave"
+    """Cut by the shutdown, or aborted before it ran to an answer (`UNANSWERED_CODES`): left unsettled, answered
+    after the restart (files) or by a survivor (PostgreSQL)."""
+    RELEASE = "release"
+    """Cut because another instance may run its session now (`GIVEN_UP_CODES`): given up, a takeover answers it."""
+
+
 CLOSE_GRACE_S = 5.0
 
 AnswerHook = Callable[[InboundMessage, DoneEvent | ErrorEvent], Awaitable[None]]
 """Told each message's final reply once it is answered for good (not cut for a restart or another instance)."""
 
 
-def stays_unsettled(final: DoneEvent | ErrorEvent) -> bool:
-    return isinstance(final, ErrorEvent) and final.code in UNANSWERED_CODES
-
-
-def is_given_up(final: DoneEvent | ErrorEvent) -> bool:
-    return isinstance(final, ErrorEvent) and final.code in GIVEN_UP_CODES
+def settlement(final: DoneEvent | ErrorEvent) -> Settlement:
+    """The settlement of an entry whose reply ended with `final`."""
+    if isinstance(final, ErrorEvent) and final.code in GIVEN_UP_CODES:
+        return Settlement.RELEASE
+    if isinstance(final, ErrorEvent) and final.code in UNANSWERED_CODES:
+        return Settlement.LEAVE
+    return Settlement.SETTLE
 
 
 def with_inbox_id(message: InboundMessage, entry: InboxEntry) -> InboundMessage:
@@ -94,10 +110,11 @@ class InboxSubmitter:
 
     async def _settle_after(self, entry_id: str, handle: ReplyHandle, message: InboundMessage | None) -> None:
         final = await handle.result()
-        if is_given_up(final):
+        outcome = settlement(final)
+        if outcome is Settlement.RELEASE:
             await release_quietly(self.inbox, entry_id)
             return
-        if stays_unsettled(final):
+        if outcome is Settlement.LEAVE:
             log.info("inbox_entry_left_for_restart", entry_id=entry_id)
             return
         if self._answered is not None and message is not None:

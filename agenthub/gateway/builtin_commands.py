@@ -1,24 +1,29 @@
-"""The built-in commands of design §6 and §14: /restart and /forget (double-confirm), /stop, /status, /compact,
-/help; each a small class given only what it uses, and owning its own state."""
+"""The built-in commands of design §6: /restart (double-confirm), /stop, /status, /compact, /help; each a small class
+given only what it uses, and owning its own state. Features (/forget, /jobs, /usage) bring their own, registered by
+the composition root."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
 from agenthub.clock import Clock
 from agenthub.errors import SessionBusyError
-from agenthub.forget.command import ForgetCommand
-from agenthub.gateway.commands import CommandContext, CommandRouter, CommandTier, ConfirmWindow
+from agenthub.gateway.commands import (
+    CommandContext,
+    CommandHandler,
+    CommandRouter,
+    CommandTier,
+    ConfirmWindow,
+    SessionControl,
+)
 from agenthub.gateway.session_state import SessionRegistry
 from agenthub.llm.cache_watch import CacheWatch
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.messages import ErrorCode
 from agenthub.session.history import SessionHistory
-from agenthub.session_keys import SessionKey
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import Compactor, GatewayCore
@@ -26,20 +31,14 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 
-class SessionControl(Protocol):
-    """What the session commands may do to a session (the gateway provides it)."""
+class PluggedCommand(Protocol):
+    """A command object as the built-ins and the features' commands are: its name, help key, tier and handler."""
 
-    sessions: SessionRegistry
+    name: str
+    help_key: str
+    tier: CommandTier
 
-    def abort(self, key: SessionKey, reason: str = ...) -> bool: ...
-
-    def drop_queued(self, key: SessionKey, sender_id: str, reason: str = ...) -> int: ...
-
-    async def wait_turn_done(self, key: SessionKey) -> None: ...
-
-    async def cancel_background(self, key: SessionKey) -> bool: ...
-
-    def hold(self, key: SessionKey) -> AbstractAsyncContextManager[None]: ...
+    async def __call__(self, ctx: CommandContext) -> str: ...
 
 
 class RestartCommand:
@@ -169,15 +168,21 @@ class HelpCommand:
         return ctx.text("command.help.title") + "\n" + self.router.help_text(ctx.locale)
 
 
-def register_builtin_commands(gateway: GatewayCore) -> None:
+def register_builtin_commands(gateway: GatewayCore, features: Iterable[PluggedCommand] = ()) -> None:
+    """The built-ins, then the `features`' commands, then /help (the order /help lists them in)."""
     session = gateway.settings.session
-    builtins = (
+    builtins: tuple[PluggedCommand, ...] = (
         RestartCommand(gateway, gateway.history, gateway.clock, session.restart_confirm_s),
         StopCommand(gateway),
         StatusCommand(gateway.sessions, gateway.history, gateway.cache_watch),
         CompactCommand(lambda: gateway.compactor),
-        ForgetCommand(gateway),
+        *features,
         HelpCommand(gateway.commands),
     )
     for command in builtins:
-        gateway.commands.register(command.name, command.help_key, command, tier=command.tier)
+        register(gateway.commands, command)
+
+
+def register(router: CommandRouter, command: PluggedCommand) -> None:
+    handler: CommandHandler = command
+    router.register(command.name, command.help_key, handler, tier=command.tier)

@@ -10,8 +10,9 @@ import asyncio
 import enum
 import re
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -23,16 +24,33 @@ from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.session_keys import SessionKey
 
 if TYPE_CHECKING:
-    from agenthub.gateway.core import GatewayCore
+    from agenthub.gateway.session_state import SessionRegistry
 
 log = structlog.get_logger(__name__)
 
 _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_-]*)(?:\s+(.*))?$", re.DOTALL)
 
 
+class SessionControl(Protocol):
+    """What a command may do to a session: the gateway provides it, and commands get it instead of the gateway."""
+
+    sessions: SessionRegistry
+
+    def abort(self, key: SessionKey, reason: str = ...) -> bool: ...
+
+    def drop_queued(self, key: SessionKey, sender_id: str, reason: str = ...) -> int: ...
+
+    async def wait_turn_done(self, key: SessionKey) -> None: ...
+
+    async def cancel_background(self, key: SessionKey) -> bool: ...
+
+    def hold(self, key: SessionKey) -> AbstractAsyncContextManager[None]: ...
+
+
 @dataclass(frozen=True)
 class CommandContext:
-    gateway: GatewayCore
+    control: SessionControl
+    """The session's controls (abort, hold, drop what is queued, …), never the whole gateway."""
     key: SessionKey
     agent: AgentDefinition
     message: InboundMessage

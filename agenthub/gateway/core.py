@@ -16,11 +16,11 @@ from agenthub import i18n
 from agenthub.agent.context import ContextBudget, ContextBuilder
 from agenthub.agent.definition import AgentDefinition, AgentRegistry
 from agenthub.agent.mcp import McpHub
+from agenthub.agent.tools import ToolRegistry
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
 from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError, StorageError
 from agenthub.gateway.arrival_order import ArrivalOrder
-from agenthub.gateway.builtin_commands import register_builtin_commands
 from agenthub.gateway.commands import CommandCall, CommandContext, CommandRouter, CommandTier
 from agenthub.gateway.endings import end_unanswered, end_with
 from agenthub.gateway.handle import ReplyHandle
@@ -38,11 +38,9 @@ from agenthub.search.api import Searcher
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey, session_key
-from agenthub.storage.singleton import InstanceLeases, Singleton
+from agenthub.storage.singleton import InstanceLeases
 
 if TYPE_CHECKING:
-    from agenthub.memory.wiring import MemoryLayer
-    from agenthub.scheduler.core import Scheduler
     from agenthub.storage.inbox import Inbox
     from agenthub.storage.memory_files import MemoryStore
     from agenthub.usage.wiring import UsageServices
@@ -81,6 +79,7 @@ class GatewayCore:
         leases: InstanceLeases | None = None,
         memory_store: MemoryStore | None = None,
         search: Searcher | None = None,
+        inbox: Inbox | None = None,
     ) -> None:
         self.settings = settings
         self.leases = leases or InstanceLeases(ttl_s=settings.store.lease_s)
@@ -107,14 +106,14 @@ class GatewayCore:
         self.history.observers.append(self.cache_watch.history_changed)  # a compaction or restart names the break
         self.context.cache_warm = self.cache_watch.warm  # memory additions ride as notes while the cache is warm
         self.timers = TimerRegistry(self.leases)
-        self.commands = CommandRouter()
+        self.commands = CommandRouter()  # the built-ins and the features' commands, from the composition root
+        self.tools = ToolRegistry()  # the memory tools; the features' platform tools from the composition root
         self.after_turn_hooks: list[AfterTurnHook] = []
-        self.compactor: Compactor | None = None
+        self.compactor: Compactor | None = None  # the turn's overflow compaction and /compact: the memory layer's
         self.mcp = McpHub()
-        self.scheduler: Scheduler | None = None  # scheduled jobs, attached by the composition root
-        self.inbox: Inbox | None = None  # the durable inbox the channels and the API store into (composition root)
-        self.scheduler_lease: Singleton | None = None  # runs the scheduler on one instance, from start_scheduler
-        self.memory_layer: MemoryLayer | None = None  # L2/L3 and their timers, attached by the composition root
+        self.inbox = inbox
+        """The durable inbox the channels and the API store into: the arrival order and the ownership of a turn's
+        messages are read from it (None: messages are not stored before they run)."""
         self.usage: UsageServices | None = None  # usage records and budgets, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.arrival_order = ArrivalOrder(
@@ -127,7 +126,6 @@ class GatewayCore:
         self._accepting = True
         self._entered = False
         self.timers.add("session_sweep", 1.0, self._expire_idle_sessions)
-        register_builtin_commands(self)
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -235,7 +233,7 @@ class GatewayCore:
             self._enqueue(PendingTurn(message, key, agent, handle, message_id, locale=locale))
             return handle
         command, args = matched
-        ctx = CommandContext(self, key, agent, message, args, locale)
+        ctx = CommandContext(self, key, agent, message, args, locale)  # the gateway as the session's controls
         if command.tier is CommandTier.QUEUED:
             call = CommandCall(command, ctx)
             self._enqueue(PendingTurn(message, key, agent, handle, message_id, locale=locale, command=call))

@@ -10,7 +10,6 @@ from typing import Any
 
 from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition
-from agenthub.agent.tools import tools_for
 from agenthub.config import Settings
 from agenthub.errors import LLMError
 from agenthub.gateway.core import GatewayCore
@@ -70,7 +69,7 @@ class GatewayMemoryHost:
         self, agent: AgentDefinition, key: SessionKey, sender_id: str, history: list[Message]
     ) -> int:
         gw = self._gateway
-        tools = [*tools_for(agent), *gw.mcp.cached_tools(agent)]
+        tools = [*gw.tools.for_agent(agent), *gw.mcp.cached_tools(agent)]
         return await gw.context.estimate_prompt_tokens(agent, key, sender_id, history, tools)
 
     def notify_next_turn(self, key: SessionKey, text: i18n.Text) -> None:
@@ -140,9 +139,9 @@ def finished_turn(pending: PendingTurn, outcome: TurnOutcome) -> FinishedTurn:
 
 
 def attach_memory_layer(gateway: GatewayCore) -> MemoryLayer:
-    """Build the memory layer on `gateway` (kept as `gateway.memory_layer`): its compactor, the L2 after-turn
-    hook, and its timers, which start and stop with the gateway; L3 and AutoCompact run on one instance of the
-    deployment at a time (`MEMORY_LEASES`)."""
+    """Build the memory layer on `gateway` (the composition root keeps it in its services): its compactor, the L2
+    after-turn hook, and its timers, which start and stop with the gateway; L3 and AutoCompact run on one instance
+    of the deployment at a time (`MEMORY_LEASES`)."""
     layer = build_memory_layer(GatewayMemoryHost(gateway))
     compactor = layer.compactor
 
@@ -153,5 +152,4 @@ def attach_memory_layer(gateway: GatewayCore) -> MemoryLayer:
     gateway.after_turn_hooks.append(after_turn)
     for timer in layer.timers:
         gateway.timers.add(timer.name, timer.interval_s, timer.tick, lease=MEMORY_LEASES.get(timer.name))
-    gateway.memory_layer = layer
     return layer

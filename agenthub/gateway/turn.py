@@ -13,7 +13,7 @@ from agenthub import i18n
 from agenthub.agent.large_results import LargeResultStore
 from agenthub.agent.loop import AgentLoop, TurnResult
 from agenthub.agent.recall import with_recall
-from agenthub.agent.tools import ToolContext, tools_for
+from agenthub.agent.tools import ToolContext
 from agenthub.errors import (
     ContextOverflowError,
     LLMError,
@@ -30,18 +30,18 @@ from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import CallOwner, LLMProvider
 from agenthub.log import bound_turn
 from agenthub.media.drop_folder import Intake, MediaInbox
-from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Usage
+from agenthub.messages import USER_ABORTS, DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Usage
 from agenthub.storage.store import FencedWriteError
 
 if TYPE_CHECKING:
     from agenthub.agent.context import ContextBuilder
     from agenthub.agent.mcp import McpHub
+    from agenthub.agent.tools import ToolRegistry
     from agenthub.config import Settings
     from agenthub.gateway.core import Compactor
     from agenthub.gateway.stats import GatewayStats
     from agenthub.llm.registry import ProviderRegistry
     from agenthub.memory.files import MemoryFiles
-    from agenthub.scheduler.core import Scheduler
     from agenthub.search.api import Searcher
     from agenthub.session.history import SessionHistory
     from agenthub.session_keys import SessionKey
@@ -64,8 +64,6 @@ DEFERRED = "deferred"
 
 REPLAYED = "replayed"
 """The outcome code of a turn whose messages were all answered before a crash: no model call, the stored answer."""
-
-USER_ABORTS = frozenset({ErrorCode.STOPPED, ErrorCode.RESTART})
 
 PROMPT_KINDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 """The kinds of a call's usage that together are its prompt's size."""
@@ -110,8 +108,8 @@ class TurnHost(Protocol):
     mcp: McpHub
     llm_gate: asyncio.Semaphore
     stats: GatewayStats
+    tools: ToolRegistry
     compactor: Compactor | None
-    scheduler: Scheduler | None
     usage: UsageServices | None
 
     def take_notices(self, key: SessionKey) -> list[Text]: ...
@@ -359,7 +357,7 @@ class TurnRunner:
     async def _run_loop(self, pending: PendingTurn, provider: LLMProvider, model: str) -> TurnResult:
         gw, agent, settings = self.gateway, pending.agent, self.gateway.settings
         history = await gw.history.load(pending.key)
-        tools = [*tools_for(agent), *await gw.mcp.tools_for(agent)]
+        tools = [*gw.tools.for_agent(agent), *await gw.mcp.tools_for(agent)]
         max_tokens = agent.config.max_tokens or settings.llm.max_tokens
         workspace = settings.workspace_dir / agent.name
         ctx = ToolContext(
@@ -370,7 +368,6 @@ class TurnRunner:
             workspace=workspace,
             memory_max_chars=settings.memory.memory_max_chars,
             cred_id=pending.message.cred_id,
-            scheduler=gw.scheduler,
             search=gw.search,
             chat_type=chat_type if isinstance(chat_type := pending.message.metadata.get("chat_type"), str) else None,
         )

@@ -3,6 +3,8 @@ channels, built once here for both `agenthub serve` and `agenthub chat`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 import structlog
@@ -16,7 +18,11 @@ from agenthub.storage.singleton import InstanceLeases
 if TYPE_CHECKING:
     from agenthub.api.host import ApiServices
     from agenthub.api.server import HttpApi
+    from agenthub.forget.service import Forgetter
     from agenthub.gateway.core import GatewayCore
+    from agenthub.memory.wiring import MemoryLayer
+    from agenthub.scheduler.core import Scheduler
+    from agenthub.scheduler.wiring import JobRunner
     from agenthub.search.api import Searcher
     from agenthub.storage.idempotency import IdempotencyStore
     from agenthub.storage.inbox import Inbox
@@ -35,6 +41,32 @@ async def open_stores(settings: Settings) -> Stores:
     return await open_from_settings(settings)
 
 
+@dataclass(frozen=True)
+class Services:
+    """What the composition root builds, as one record: the gateway (routing, queues, turns) and the features
+    built around it, handed to whoever hosts them (the daemon, the CLI, the API, tests). Entering it enters the
+    gateway."""
+
+    gateway: GatewayCore
+    memory: MemoryLayer | None = None
+    """L2/L3 and their timers (already registered on the gateway)."""
+    jobs: JobRunner | None = None
+    """The scheduler and its lease; None when `[scheduler]` is off."""
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        return None if self.jobs is None else self.jobs.scheduler
+
+    async def __aenter__(self) -> Services:
+        await self.gateway.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.gateway.__aexit__(exc_type, exc, tb)
+
+
 def build_gateway(
     settings: Settings,
     *,
@@ -42,15 +74,27 @@ def build_gateway(
     stores: Stores | None = None,
     leases: InstanceLeases | None = None,
 ) -> GatewayCore:
-    """A ready-to-enter GatewayCore with the agents and providers the settings describe; its session histories and
-    memory files in `stores` (default: the files of the data and auth directories); `leases`: the deployment's
-    singleton leases (default: those of `stores`, else this instance's own, as in files mode, where it holds them
-    all)."""
+    """`build_services(...).gateway`: for a caller that needs no feature's handle (the scheduler, the memory
+    layer), which still run on it."""
+    return build_services(settings, clock=clock, stores=stores, leases=leases).gateway
+
+
+def build_services(
+    settings: Settings,
+    *,
+    clock: Clock = system_clock,
+    stores: Stores | None = None,
+    leases: InstanceLeases | None = None,
+) -> Services:
+    """A ready-to-enter gateway with the agents and providers the settings describe, and the features plugged in;
+    its session histories and memory files in `stores` (default: the files of the data and auth directories);
+    `leases`: the deployment's singleton leases (default: those of `stores`, else this instance's own, as in
+    files mode, where it holds them all)."""
     from agenthub.agent.definition import load_agents
     from agenthub.gateway.core import GatewayCore
     from agenthub.gateway.memory_host import attach_memory_layer
     from agenthub.llm.registry import ProviderRegistry
-    from agenthub.scheduler.wiring import attach_scheduler
+    from agenthub.scheduler.wiring import JobRunner, build_scheduler
     from agenthub.search.vector_wiring import attach_vectors
     from agenthub.storage.migrate import migrate_at_start
     from agenthub.usage.wiring import attach_usage
@@ -76,11 +120,53 @@ def build_gateway(
         memory_store=memory,
         search=None if stores is None else shared_search(stores),
     )
-    attach_memory_layer(gateway)
-    attach_scheduler(gateway, None if stores is None else stores.jobs)
+    layer = attach_memory_layer(gateway)
+    scheduler = build_scheduler(settings, clock, None if stores is None else stores.jobs)
+    services = Services(gateway, layer, None if scheduler is None else JobRunner(scheduler, gateway.leases))
+    plug_in_features(services)
     attach_vectors(gateway, None if stores is None else stores.database)
-    attach_usage(gateway, None if stores is None else stores.usage)
-    return gateway
+    attach_usage(gateway, None if stores is None else stores.usage)  # `/usage`, after the others in /help
+    return services
+
+
+def plug_in_features(services: Services) -> None:
+    """The features' commands and platform tools, registered on the gateway: the built-ins with `/forget`, then
+    `/jobs`; the tools `manage_cron_jobs` and `memory_search` after the memory tools (that order is the prompt's)."""
+    from agenthub.agent.memory_search import memory_search_tool
+    from agenthub.forget.command import ForgetCommand
+    from agenthub.gateway.builtin_commands import register, register_builtin_commands
+    from agenthub.scheduler.tool import cron_jobs_tool
+    from agenthub.scheduler.wiring import JobsCommand
+
+    gateway, scheduler, settings = services.gateway, services.scheduler, services.gateway.settings
+    window_s = settings.session.restart_confirm_s
+    forget = ForgetCommand(gateway, gateway.clock, window_s, lambda: gateway_forgetter(services))
+    register_builtin_commands(gateway, features=(forget,))
+    if scheduler is not None:
+        register(gateway.commands, JobsCommand(scheduler, settings.scheduler.timezone, gateway.clock))
+    gateway.tools.add(cron_jobs_tool(scheduler))
+    gateway.tools.add(memory_search_tool())
+
+
+def gateway_forgetter(services: Services) -> Forgetter:
+    """A Forgetter on the daemon's own history cache and memory writers, each session redacted while held, no
+    memory rewrite from material read before it ended written (L3 runs, flushes)."""
+    import functools
+
+    from agenthub.forget.command import held, jobs_hook
+    from agenthub.forget.service import Forgetter, no_memory_writers
+
+    gateway, layer, scheduler = services.gateway, services.memory, services.scheduler
+    return Forgetter(
+        gateway.settings,
+        gateway.history,
+        gateway.memory_files,
+        guard=functools.partial(held, gateway),
+        index=gateway.search.purge,  # the live index re-reads the redacted files (its file stays open)
+        exclusive=layer.processor.forgetting if layer is not None else no_memory_writers,
+        jobs=None if scheduler is None else jobs_hook(scheduler),
+        settled=None if gateway.inbox is None else gateway.inbox.drop_settled,
+    )
 
 
 def shared_search(stores: Stores) -> Searcher | None:
@@ -92,26 +178,27 @@ def shared_search(stores: Stores) -> Searcher | None:
     return SharedSearchService(stores.search_index, stores.search_feed)
 
 
-def api_services(gateway: GatewayCore, inbox: Inbox, idempotency: IdempotencyStore) -> ApiServices:
+def api_services(services: Services, inbox: Inbox, idempotency: IdempotencyStore) -> ApiServices:
     """The API's view of the core: the gateway behind the narrow `ApiHost` protocol, and the services the
-    routes need that are built around the whole gateway (forgetting a person, the memory thresholds, the inbox)."""
+    routes need that are built around it (forgetting a person, the memory thresholds, the inbox, the jobs)."""
     from agenthub.api.host import ApiServices
     from agenthub.api.idempotency import answer_recorder
     from agenthub.channel.inbox_flow import InboxSubmitter
-    from agenthub.forget.command import gateway_forgetter
     from agenthub.memory.thresholds import thresholds_for
 
+    gateway = services.gateway
     return ApiServices(
         gateway,
-        forgetter=lambda: gateway_forgetter(gateway),
+        forgetter=lambda: gateway_forgetter(services),
         thresholds=lambda agent: thresholds_for(gateway.settings, agent),
         inbox=InboxSubmitter(inbox, gateway, resolve=gateway.session_of, answered=answer_recorder(idempotency)),
         idempotency=idempotency,
+        scheduler=services.scheduler,
     )
 
 
 def build_api(
-    gateway: GatewayCore, routes: WebRoutes, stores: Stores | None = None, inbox: Inbox | None = None
+    services: Services, routes: WebRoutes, stores: Stores | None = None, inbox: Inbox | None = None
 ) -> HttpApi:
     """The HTTP API and console, its routes added to `routes`, its tokens from `stores` (default: the files), chat
     requests stored in `inbox` (an in-memory one when none is given); `ConfigError` for a bad `[channels.http]`."""
@@ -119,11 +206,12 @@ def build_api(
     from agenthub.storage.idempotency import InMemoryIdempotency
     from agenthub.storage.inbox import InMemoryInbox
 
+    settings = services.gateway.settings
     tokens = None if stores is None else stores.tokens
-    window_s = gateway.settings.http.idempotency_window_s
+    window_s = settings.http.idempotency_window_s
     idempotency = InMemoryIdempotency(window_s=window_s) if stores is None else stores.idempotency(window_s)
-    services = api_services(gateway, inbox or InMemoryInbox(), idempotency)
-    return HttpApi(services, routes, gateway.settings.channels.get("http", {}), tokens)
+    api = api_services(services, inbox or InMemoryInbox(), idempotency)
+    return HttpApi(api, routes, settings.channels.get("http", {}), tokens)
 
 
 def channel_context(
@@ -183,7 +271,7 @@ def web_server(
 
 
 def assemble(
-    settings: Settings, gateway: GatewayCore, stores: Stores | None = None, *, inbox: Inbox | None = None
+    settings: Settings, services: Services, stores: Stores | None = None, *, inbox: Inbox | None = None
 ) -> tuple[WebServer, list[Channel]]:
     """The HTTP server with the API (unless `[http] enabled = false`) and every enabled channel built and their
     routes mounted (nothing started yet), all on one `inbox` (the daemon's durable one; an in-memory one when
@@ -193,12 +281,13 @@ def assemble(
     from agenthub.storage.inbox import InMemoryInbox
 
     api_config(settings.channels.get("http", {}))  # also with the server off: a stray key is never silently dropped
+    gateway = services.gateway
     if inbox is None:
         inbox = stores.inbox if stores is not None else InMemoryInbox()
     gateway.inbox = inbox  # forgetting a person and deleting a session drop what it keeps of answered messages
     server = web_server(settings, gateway, stores, inbox)
     routes = WebRoutes()
-    built: list[Channel] = [build_api(gateway, routes, stores, inbox)] if settings.http.enabled else []
+    built: list[Channel] = [build_api(services, routes, stores, inbox)] if settings.http.enabled else []
     for name, raw in enabled_channels(settings):
         try:
             context = channel_context(

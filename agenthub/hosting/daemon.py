@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import structlog
 
@@ -15,8 +15,7 @@ from agenthub.api.idempotency import answer_recorder
 from agenthub.channel import Channel
 from agenthub.channel.inbox_flow import InboxSubmitter, InstanceInbox, resume_http, resume_then_start
 from agenthub.config import Settings
-from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import assemble, build_gateway, open_stores
+from agenthub.hosting.app import Services, assemble, build_services, open_stores
 from agenthub.hosting.datalock import DataDirLock
 from agenthub.hosting.systemd import Notifier
 from agenthub.invocation import command_name
@@ -25,6 +24,9 @@ from agenthub.storage.atomic import remove_stale_temp_files
 from agenthub.storage.stores import Stores
 from agenthub.storage.tokens import TokenStore
 from agenthub.web import WebServer
+
+if TYPE_CHECKING:
+    from agenthub.gateway.core import GatewayCore
 
 log = structlog.get_logger(__name__)
 
@@ -54,8 +56,8 @@ class Daemon:
             stores = await open_stores(self.settings)  # a database that is not there stops start-up here
             try:
                 await asyncio.to_thread(lambda: stores.inbox)  # the files inbox reads its journal: off the loop
-                async with build_gateway(self.settings, stores=stores) as gateway:
-                    await self._serve(gateway, stores)
+                async with build_services(self.settings, stores=stores) as services:
+                    await self._serve(services, stores)
             finally:
                 await stores.aclose()
         finally:
@@ -69,10 +71,10 @@ class Daemon:
         removed = await asyncio.to_thread(remove_stale_temp_files, roots)
         log.info("stale_temp_files_removed", count=removed)
 
-    async def _serve(self, gateway: GatewayCore, stores: Stores) -> None:
-        http = self.settings.http
+    async def _serve(self, services: Services, stores: Stores) -> None:
+        http, gateway = self.settings.http, services.gateway
         created_token = await self._first_console_token(stores)  # before channels start: the API warns if none
-        server, self.channels = assemble(self.settings, gateway, stores)
+        server, self.channels = assemble(self.settings, services, stores)
         self.server = server
         inbox = stores.inbox
         idempotency = stores.idempotency(http.idempotency_window_s)  # a resumed request's answer is kept too
@@ -88,7 +90,7 @@ class Daemon:
         self.lock.acquire_info(f"http={http.host}:{server.port}")
         await resume_then_start(unsettled, self.channels)  # each chat's resumed entries before its new messages
         instance.start()
-        await start_scheduler(gateway, self.channels)
+        await start_scheduler(services, self.channels)
         watchdog = asyncio.create_task(self.notifier.watchdog(), name="sd-watchdog")
         self._install_signals(gateway)
         server.ready = True
@@ -105,22 +107,23 @@ class Daemon:
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
             await instance.stop_taking_over()
-            await self._shutdown(gateway, server)
+            await self._shutdown(services, server)
             await resumed.aclose()
             await instance.close()  # nothing of this instance runs now: what it left is a survivor's
 
-    async def _shutdown(self, gateway: GatewayCore, server: WebServer) -> None:
+    async def _shutdown(self, services: Services, server: WebServer) -> None:
         """Stop accepting, drain running turns (bounded), close channels in reverse order, then the server.
         Entries whose turn the shutdown cut stay unsettled: the next start (files) or a survivor (postgres)
         answers them."""
-        await pause_scheduler(gateway)
+        gateway = services.gateway
+        await pause_scheduler(services)
         await server.stop_listening()
         drained = await gateway.drain(self.settings.http.drain_timeout_s)
         log.info("daemon_drained", complete=drained)
         if not drained:  # tell the clients still waiting, while their connections are still open
             gateway.abort_all("shutdown")
             await gateway.drain(5.0)
-        await stop_scheduler(gateway, grace_s=SCHEDULER_GRACE_S)  # fired jobs' sends, while channels are up
+        await stop_scheduler(services, grace_s=SCHEDULER_GRACE_S)  # fired jobs' sends, while channels are up
         for channel in reversed(self.channels):
             try:
                 await channel.stop()

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
 from agenthub import i18n
 from agenthub.channel import Channel
 from agenthub.errors import ChannelSendError
-from agenthub.gateway.turn import USER_ABORTS
-from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, OutboundMessage
+from agenthub.messages import USER_ABORTS, ErrorCode, ErrorEvent, InboundMessage, OutboundMessage
 from agenthub.scheduler.jobs import Job
 from agenthub.scheduler.texts import prompt_failed_notice
+from agenthub.session_keys import SessionKey
 
 if TYPE_CHECKING:
-    from agenthub.gateway.core import GatewayCore
+    from agenthub.agent.definition import AgentRegistry
+    from agenthub.clock import Clock
+    from agenthub.config import Settings
+    from agenthub.gateway.handle import ReplyHandle
+    from agenthub.scheduler.core import Scheduler
+    from agenthub.session.history import SessionHistory
 
 log = structlog.get_logger(__name__)
 
@@ -27,11 +33,26 @@ SCHEDULER_SENDER = "scheduler:"
 """Prefix of the `sender_id` of a prompt job's turn when the job names no creator: `scheduler:<job id>`."""
 
 
+class DeliveryHost(Protocol):
+    """What a delivery uses of the gateway (which provides it): submit a turn, or store a text while holding the
+    session."""
+
+    settings: Settings
+    agents: AgentRegistry
+    history: SessionHistory
+    clock: Clock
+
+    async def submit(self, message: InboundMessage) -> ReplyHandle: ...
+
+    def hold(self, key: SessionKey) -> AbstractAsyncContextManager[None]: ...
+
+
 class JobDelivery:
     """The scheduler's `fire`: produce the job's message in the chat's session, then push it through its channel."""
 
-    def __init__(self, gateway: GatewayCore, channels: Mapping[str, Channel]) -> None:
+    def __init__(self, gateway: DeliveryHost, scheduler: Scheduler | None, channels: Mapping[str, Channel]) -> None:
         self.gateway = gateway
+        self.scheduler = scheduler
         self.channels = channels
 
     async def __call__(self, job: Job, due: float) -> None:
@@ -77,7 +98,7 @@ class JobDelivery:
         gw = self.gateway
         agent = gw.agents.agents.get(job.agent)
         locale = i18n.locale_for(gw.settings, job.channel, agent)
-        current = gw.scheduler.get(job.agent, job.id) if gw.scheduler is not None else None
+        current = self.scheduler.get(job.agent, job.id) if self.scheduler is not None else None
         following = current.next_due if current is not None else None  # as recorded (moved or deleted meanwhile)
         default_zone = gw.settings.scheduler.timezone
         return prompt_failed_notice(job, following, locale, default_zone=default_zone, now=gw.clock())

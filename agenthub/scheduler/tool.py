@@ -5,11 +5,16 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
+from agenthub.agent.tools import Tool, ToolContext, ToolError
+from agenthub.errors import StorageError
 from agenthub.scheduler.jobs import Job, JobChanges, JobConflictError, JobError, build_job, local_iso, new_job_id
 
 if TYPE_CHECKING:
-    from agenthub.agent.tools import ToolContext
     from agenthub.scheduler.core import Scheduler
+
+log = structlog.get_logger(__name__)
 
 NAME = "manage_cron_jobs"
 UPDATE_ATTEMPTS = 3
@@ -36,9 +41,23 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-async def manage_cron_jobs(args: dict[str, Any], ctx: ToolContext) -> str:
+def cron_jobs_tool(scheduler: Scheduler | None) -> Tool:
+    """The platform tool over `scheduler` (None: scheduled jobs are off, and the tool says so when called)."""
+
+    async def run(args: dict[str, Any], ctx: ToolContext) -> str:
+        try:
+            return await manage_cron_jobs(scheduler, args, ctx)
+        except JobError as e:
+            raise ToolError(str(e)) from None
+        except (OSError, StorageError) as e:  # the files, or the shared store (postgres) being away
+            log.error("jobs_not_saved", error_type=type(e).__name__)
+            raise ToolError("the jobs could not be read or saved (storage error); nothing was changed") from None
+
+    return Tool(NAME, DESCRIPTION, INPUT_SCHEMA, run)
+
+
+async def manage_cron_jobs(scheduler: Scheduler | None, args: dict[str, Any], ctx: ToolContext) -> str:
     """The tool's body; raises `JobError` with a message for the model when the input is wrong."""
-    scheduler = ctx.scheduler
     if scheduler is None:
         raise JobError("scheduled jobs are not available in this process")
     await scheduler.sync(ctx.key.agent)  # the jobs as stored now, whichever instance changed them

@@ -11,9 +11,9 @@ import structlog
 
 from agenthub.aio import run_to_end, succeeded
 from agenthub.channel import Submitter
+from agenthub.channel.inbox_flow import Settlement, settlement
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import ErrorCode, ErrorEvent
 from agenthub.storage.inbox import Inbox, InboxEntry
 from channels.toolkit.dedup import MessageDedup
 from channels.toolkit.order import KeyedLock
@@ -132,10 +132,11 @@ class InboxGate:
             deferred = not self._gateway.accepting
             outcome = self._deferred_text if deferred else await self._settle_on_failure(entry, self._admit(entry))
         await self._settle_on_failure(entry, self._finish(entry, outcome))
-        if deferred or await _cut_by_shutdown(outcome):
+        ending = Settlement.LEAVE if deferred else await _settlement(outcome)
+        if ending is Settlement.LEAVE:
             log.info("inbox_entry_left_for_restart", source=self.source, entry=entry.id)
             return
-        if await _given_up(outcome):  # another instance may run the session now: a takeover pass answers it
+        if ending is Settlement.RELEASE:  # another instance may run the session now: a takeover pass answers it
             await self.release(entry)
             return
         await self.settle(entry)
@@ -165,20 +166,11 @@ class InboxGate:
             log.error("inbox_release_failed", source=self.source, entry=entry.id)
 
 
-async def _given_up(outcome: Outcome) -> bool:
-    """True when the turn was cut because this instance lost the session (or the entry) to another one."""
+async def _settlement(outcome: Outcome) -> Settlement:
+    """The entry's settlement by the one rule (`channel.inbox_flow.settlement`); a text sent, or nothing: settled."""
     if not isinstance(outcome, ReplyHandle) or not outcome.finished:
-        return False
-    final = await outcome.result()
-    return isinstance(final, ErrorEvent) and final.code == ErrorCode.LEASE_LOST
-
-
-async def _cut_by_shutdown(outcome: Outcome) -> bool:
-    """True when the turn ended because the daemon shut down: it is answered again after the restart."""
-    if not isinstance(outcome, ReplyHandle) or not outcome.finished:
-        return False
-    final = await outcome.result()
-    return isinstance(final, ErrorEvent) and final.code == ErrorCode.SHUTDOWN
+        return Settlement.SETTLE
+    return settlement(await outcome.result())
 
 
 def resumable(entries: Iterable[InboxEntry], sources: Collection[str], *, channel: str) -> dict[str, list[InboxEntry]]:

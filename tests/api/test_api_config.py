@@ -6,21 +6,21 @@ import pytest
 
 from agenthub.config import Settings
 from agenthub.errors import ConfigError
-from agenthub.hosting.app import assemble, build_gateway
+from agenthub.hosting.app import assemble, build_services
 
 
 @pytest.mark.parametrize("key", ["port", "enabled", "tokens"])
 async def test_a_key_the_api_table_does_not_have_stops_start_up_naming_it(settings: Settings, key: str) -> None:
     settings = settings.model_copy(update={"channels": {"http": {key: 9000}}})
-    async with build_gateway(settings) as gateway:
+    async with build_services(settings) as services:
         with pytest.raises(ConfigError, match=rf"channels\.http\.{key}: .*\[http\]"):
-            assemble(settings, gateway)
+            assemble(settings, services)
 
 
 async def test_the_locale_key_is_accepted_and_the_api_is_built(settings: Settings) -> None:
     settings = settings.model_copy(update={"channels": {"http": {"locale": "en"}}})
-    async with build_gateway(settings) as gateway:
-        server, channels = assemble(settings, gateway)
+    async with build_services(settings) as services:
+        server, channels = assemble(settings, services)
         assert [c.name for c in channels] == ["http"]
         await server.close()
 
@@ -28,14 +28,14 @@ async def test_the_locale_key_is_accepted_and_the_api_is_built(settings: Setting
 async def test_with_the_server_off_a_stray_key_still_stops_start_up(settings: Settings) -> None:
     http = settings.http.model_copy(update={"enabled": False})
     settings = settings.model_copy(update={"http": http, "channels": {"http": {"port": 9000}}})
-    async with build_gateway(settings) as gateway:
+    async with build_services(settings) as services:
         with pytest.raises(ConfigError, match=r"channels\.http\.port"):
-            assemble(settings, gateway)
+            assemble(settings, services)
 
 
 async def test_with_the_server_off_there_is_no_api(settings: Settings) -> None:
     settings = settings.model_copy(update={"http": settings.http.model_copy(update={"enabled": False})})
-    async with build_gateway(settings) as gateway:
-        server, channels = assemble(settings, gateway)
+    async with build_services(settings) as services:
+        server, channels = assemble(settings, services)
         assert channels == []
         await server.close()

@@ -20,7 +20,7 @@ from agenthub.api.server import HttpApi
 from agenthub.channel import WebRoutes
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
-from agenthub.hosting.app import build_api, build_gateway
+from agenthub.hosting.app import build_api, build_services
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
 from agenthub.storage.tokens import TokenStore
 from agenthub.web import WebServer
@@ -75,10 +75,11 @@ class Console:
 async def serve(settings: Settings) -> AsyncIterator[Console]:
     """The daemon's wiring (`Daemon._serve`) on port 0: gateway, web server, the http channel."""
     token = TokenStore(settings.auth_dir).create("test")
-    async with build_gateway(settings) as gateway:
+    async with build_services(settings) as services:
+        gateway = services.gateway
         server = WebServer(gateway, host="127.0.0.1", port=0, max_body_bytes=settings.http.max_body_bytes)
         routes = WebRoutes()
-        channel = build_api(gateway, routes)
+        channel = build_api(services, routes)
         server.mount(routes)
         await server.start()
         await channel.start()
@@ -353,19 +354,20 @@ async def scheduled_console(
     settings = settings_factory()
     clock = ManualClock(shanghai(2026, 12, 1, 8, 0))
     token = TokenStore(settings.auth_dir).create("test")
-    async with build_gateway(settings, clock=clock) as gateway:
+    async with build_services(settings, clock=clock) as services:
+        gateway = services.gateway
         server = WebServer(gateway, host="127.0.0.1", port=0, max_body_bytes=settings.http.max_body_bytes)
         routes = WebRoutes()
-        channel = build_api(gateway, routes)
+        channel = build_api(services, routes)
         server.mount(routes)
         await server.start()
         await channel.start()
-        await start_scheduler(gateway, [channel])
+        await start_scheduler(services, [channel])
         server.ready = True
         try:
             yield Console(f"http://127.0.0.1:{server.port}", token), clock, channel
         finally:
-            await stop_scheduler(gateway)
+            await stop_scheduler(services)
             await server.stop_listening()
             await gateway.drain(5.0)
             await channel.stop()

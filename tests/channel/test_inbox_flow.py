@@ -11,7 +11,7 @@ from structlog.testing import LogCapture
 from agenthub.channel.inbox_flow import InboxSubmitter, resume_channels
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import assemble
+from agenthub.hosting.app import Services, assemble
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, OutboundMessage
 from agenthub.storage.inbox import FileInbox, InboxEntry, InMemoryInbox
 from agenthub.storage.tokens import TokenStore
@@ -20,14 +20,14 @@ from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 
 
 async def test_a_chat_request_the_inbox_cannot_store_gets_503_and_nothing_runs(
-    tmp_path: Path, settings: Settings, gateway: GatewayCore, fake_llm: FakeAnthropic
+    tmp_path: Path, settings: Settings, services: Services, fake_llm: FakeAnthropic
 ) -> None:
     settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": 0})})
     token = TokenStore(settings.auth_dir).create("test")
     with small_tmpfs(tmp_path / "inbox-disk") as disk:
         inbox = FileInbox(disk, fsync=True)
         fill(disk)  # the disk is full: accept() is refused
-        server, channels = assemble(settings, gateway, inbox=inbox)
+        server, channels = assemble(settings, services, inbox=inbox)
         await server.start()
         try:
             async with aiohttp.ClientSession() as client:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from structlog.testing import capture_logs
 
@@ -18,11 +19,10 @@ from agenthub import i18n
 from agenthub.agent.large_results import LargeResultStore
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
-from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Markers, Person, redact
 from agenthub.forget.scrub import QuoteMatcher
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import Services, build_services, gateway_forgetter
 from agenthub.media.names import chat_folders, inbox_dir
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import Attachment, DoneEvent, InboundMessage
@@ -34,7 +34,14 @@ from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text, reply_tool
 from tests.support.forget import PRIVATE_CONFIG, files_with, lines_of, others_exchanges
 from tests.support.media import png
-from tests.support.memory import backup_of, chat_memory_file, echo_l3, gateway_on, is_l3_request, memory_file
+from tests.support.memory import (
+    backup_of,
+    chat_memory_file,
+    echo_l3,
+    is_l3_request,
+    memory_file,
+    services_on,
+)
 
 GROUP = SessionKey("default", "wecom", "team")
 ALICE_SAYS = [
@@ -59,11 +66,17 @@ async def say(gw: GatewayCore, sender: str, text: str, chat: str = "team") -> st
 
 
 @pytest_asyncio.fixture
-async def team(settings: Settings) -> AsyncIterator[tuple[GatewayCore, ManualClock]]:
+async def team_services(settings: Settings) -> AsyncIterator[tuple[Services, ManualClock]]:
     write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
     clock = ManualClock()
-    async with build_gateway(settings, clock=clock) as gw:
-        yield gw, clock
+    async with build_services(settings, clock=clock) as services:
+        yield services, clock
+
+
+@pytest.fixture
+def team(team_services: tuple[Services, ManualClock]) -> tuple[GatewayCore, ManualClock]:
+    services, clock = team_services
+    return services.gateway, clock
 
 
 async def plant_group_history(gw: GatewayCore, fake_llm: FakeAnthropic) -> None:
@@ -261,9 +274,10 @@ async def test_forget_while_their_reply_runs_waits_for_it_drops_their_queue_and_
 
 
 async def test_forgetting_a_cli_person_scrubs_the_repl_line_history(
-    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+    team_services: tuple[Services, ManualClock], fake_llm: FakeAnthropic
 ) -> None:
-    gw, _ = team
+    services, _ = team_services
+    gw = services.gateway
     final = await (await gw.submit(InboundMessage("cli", "direct", "me", ALICE_SAYS[0]))).result()
     assert isinstance(final, DoneEvent)
     lines = gw.settings.data_dir / ".channels" / "cli" / "history"
@@ -271,7 +285,9 @@ async def test_forgetting_a_cli_person_scrubs_the_repl_line_history(
     lines.write_text(
         f"\n# 2026-12-01 08:00:00\n+{ALICE_SAYS[0]}\n\n# 2026-12-01 08:01:00\n+/status\n", encoding="utf-8"
     )
-    report = await gateway_forgetter(gw).forget_everywhere([gw.agents.get("default")], Person("cli", "me"), actor="t")
+    report = await gateway_forgetter(services).forget_everywhere(
+        [gw.agents.get("default")], Person("cli", "me"), actor="t"
+    )
     assert report.messages == 1
     assert files_with([gw.settings.data_dir, gw.settings.auth_dir], FACTS[0]) == []
     assert "+/status" in lines.read_text(encoding="utf-8")
@@ -370,9 +386,10 @@ def _job(creator: str, chat: str, number: int) -> Job:
 
 
 async def test_forget_everywhere_removes_their_private_chats_folders_and_every_job_they_created(
-    team: tuple[GatewayCore, ManualClock], fake_llm: FakeAnthropic
+    team_services: tuple[Services, ManualClock], fake_llm: FakeAnthropic
 ) -> None:
-    gw, _ = team
+    services, _ = team_services
+    gw = services.gateway
     await say(gw, "alice", ALICE_SAYS[0], chat="alice-dm")
     await say(gw, "alice", ALICE_SAYS[1])
     await say(gw, "bob", BOB_SAYS[0])
@@ -382,11 +399,11 @@ async def test_forget_everywhere_removes_their_private_chats_folders_and_every_j
         inbox_dir(workspace, key).mkdir(parents=True)
         (inbox_dir(workspace, key) / "note.txt").write_text(f"{key.chat_id} 4417-ZEBRA", encoding="utf-8")
         await LargeResultStore(workspace, 10, key=key).keep("srv__x", f"{key.chat_id} 4417-ZEBRA " * 5)
-    scheduler = gw.scheduler
+    scheduler = services.scheduler
     assert scheduler is not None
     for number, (creator, chat) in enumerate([("alice", "alice-dm"), ("alice", "team"), ("bob", "team")]):
         await scheduler.add(_job(creator, chat, number))
-    await gateway_forgetter(gw).forget_everywhere([gw.agents.get("default")], Person("wecom", "alice"), actor="t")
+    await gateway_forgetter(services).forget_everywhere([gw.agents.get("default")], Person("wecom", "alice"), actor="t")
     assert not any(folder.exists() for folder in chat_folders(workspace, dm))
     assert all(folder.exists() for folder in chat_folders(workspace, group))  # a group's files are everyone's
     assert [(j.created_by, j.chat_id) for j in scheduler.for_agent("default")] == [("bob", "team")]
@@ -402,7 +419,8 @@ async def test_forget_everywhere_on_each_backend_leaves_nothing_of_them_in_histo
     settings = backend_settings
     write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
     fake_llm.responder = echo_l3
-    async with gateway_on(settings) as gw:
+    async with services_on(settings) as services:
+        gw = services.gateway
         fake_llm.script(reply_tool("write_memory", {"content": "- locker 4417-ZEBRA"}), reply_text("noted"))
         await say(gw, "alice", ALICE_SAYS[0], chat="alice-dm")
         await say(gw, "alice", ALICE_SAYS[0])  # in the group too
@@ -417,7 +435,7 @@ async def test_forget_everywhere_on_each_backend_leaves_nothing_of_them_in_histo
         assert len([n for n in alice if await files.read(n)]) == 2  # private and the group's
         bob_texts = [await files.read(n) for n in bob]
 
-        await gateway_forgetter(gw).forget_everywhere([agent], Person("wecom", "alice"), actor="t")
+        await gateway_forgetter(services).forget_everywhere([agent], Person("wecom", "alice"), actor="t")
         for name in [*alice, dm, *(n.backup_name() for n in alice)]:
             assert await files.read(name) == "", name
         assert "4417-ZEBRA" not in await files.read(group_memory)

@@ -13,7 +13,7 @@ from typing import Any
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import Services, build_services
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
 from agenthub.session_keys import SessionKey
@@ -36,15 +36,18 @@ class Deployment:
         self.leases = InProcessLeases(clock=self.clock)
         self.views: list[InstanceView] = []
         self.gateways: list[GatewayCore] = []
+        self.services: list[Services] = []
         self.stacks: list[AsyncExitStack] = []
 
     async def start_instance(self) -> GatewayCore:
         view = InstanceView(self.leases)
         leases = InstanceLeases(view, holder=f"instance-{len(self.gateways)}", ttl_s=LEASE_S, clock=self.clock)
         stack = AsyncExitStack()
-        gateway = await stack.enter_async_context(build_gateway(self.settings, leases=leases))
+        services = await stack.enter_async_context(build_services(self.settings, leases=leases))
+        gateway = services.gateway
         self.views.append(view)
         self.gateways.append(gateway)
+        self.services.append(services)
         self.stacks.append(stack)
         return gateway
 
@@ -130,18 +133,20 @@ async def test_a_leader_cut_off_from_the_store_stops_before_a_standby_takes_over
 
 async def test_with_three_instances_one_scheduler_fires_and_a_standby_takes_it_over(tmp_path: Path) -> None:
     async with deployment(tmp_path, scheduler={"enabled": True}) as d:
-        gateways = [await d.start_instance() for _ in range(3)]
-        for gw in gateways:
-            await start_scheduler(gw, [])
-        assert [gw.scheduler is not None and gw.scheduler.running for gw in gateways] == [True, False, False]
-        await pause_scheduler(gateways[0])  # shutdown begins: no more runs here, the lease is released
-        await stop_scheduler(gateways[0])
+        for _ in range(3):
+            await d.start_instance()
+        instances = d.services
+        for services in instances:
+            await start_scheduler(services, [])
+        assert [s.scheduler is not None and s.scheduler.running for s in instances] == [True, False, False]
+        await pause_scheduler(instances[0])  # shutdown begins: no more runs here, the lease is released
+        await stop_scheduler(instances[0])
         await d.advance(LEASE_S / 3)  # the standbys' next attempt; the lease clock stands still while we wait
-        await wait_until(lambda: any(gw.scheduler is not None and gw.scheduler.running for gw in gateways[1:]))
-        assert [gw.scheduler is not None and gw.scheduler.running for gw in gateways].count(True) == 1
-        for gw in gateways[1:]:
-            await pause_scheduler(gw)
-        assert not any(gw.scheduler is not None and gw.scheduler.running for gw in gateways)
+        await wait_until(lambda: any(s.scheduler is not None and s.scheduler.running for s in instances[1:]))
+        assert [s.scheduler is not None and s.scheduler.running for s in instances].count(True) == 1
+        for services in instances[1:]:
+            await pause_scheduler(services)
+        assert not any(s.scheduler is not None and s.scheduler.running for s in instances)
 
 
 def _age(gw: GatewayCore, key: SessionKey, seconds: float = 1200) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import build_services
 from agenthub.memory.wiring import AUTOCOMPACT_TIMER, L3_TIMER
 from agenthub.messages import DoneEvent
 from agenthub.session_keys import SessionKey
@@ -27,7 +27,8 @@ def _age(gw: GatewayCore, key: SessionKey, seconds: float = 1200) -> None:
 async def test_idle_big_sessions_are_cut_and_others_untouched(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
-    async with build_gateway(settings_factory()) as gw:
+    async with build_services(settings_factory()) as services:
+        gw = services.gateway
         assert gw.timers[AUTOCOMPACT_TIMER].started and gw.timers[L3_TIMER].started
         big, small, fresh, busy = (gw.resolve_key(msg("x", chat=c))[1] for c in ("big", "small", "fresh", "busy"))
         await seed(gw, big, 75)
@@ -67,7 +68,8 @@ async def test_the_summary_option_summarises_what_is_cut(
     settings = settings_factory()
     write_agent(settings.agents_dir, "default", {"memory": {"autocompact_summary": True}})
     fake_llm.responder = summaries_then_default("idle summary")
-    async with build_gateway(settings) as gw:
+    async with build_services(settings) as services:
+        gw = services.gateway
         key = gw.resolve_key(msg("x"))[1]
         await seed(gw, key, 60)
         _age(gw, key)
@@ -84,7 +86,8 @@ async def test_the_summary_option_summarises_what_is_cut(
 async def test_an_earlier_summary_survives_plain_truncation(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
-    async with build_gateway(settings_factory()) as gw:
+    async with build_services(settings_factory()) as services:
+        gw = services.gateway
         key = gw.resolve_key(msg("x"))[1]
         await gw.history.append(key, {"role": "system", "content": "[历史摘要]\nkeep me"})
         await seed(gw, key, 60)
@@ -100,7 +103,8 @@ async def test_an_idle_session_over_the_threshold_in_tokens_is_cut_though_it_has
 ) -> None:
     settings = settings_factory()
     write_agent(settings.agents_dir, "default", {"memory": {"consolidate_at_tokens": 5000}})
-    async with build_gateway(settings) as gw:
+    async with build_services(settings) as services:
+        gw = services.gateway
         key = gw.resolve_key(msg("x", chat="pasted"))[1]
         paste = "一段很长的日志。" * 150  # about 1,200 tokens each (one per CJK character)
         for i in range(5):
@@ -126,7 +130,8 @@ async def test_a_session_whose_user_came_back_during_the_sweep_is_not_cut(
     write_agent(settings.agents_dir, "default", {"memory": {"autocompact_summary": True}})
     release = asyncio.Event()
     fake_llm.responder = lambda body: reply_text("idle summary", hold=release) if is_summary_request(body) else None
-    async with build_gateway(settings) as gw:
+    async with build_services(settings) as services:
+        gw = services.gateway
         slow, back = (gw.resolve_key(msg("x", chat=c))[1] for c in ("a-slow", "b-back"))
         for key in (slow, back):
             await seed(gw, key, 75)
@@ -149,7 +154,8 @@ async def test_a_user_who_comes_back_while_the_summary_is_written_keeps_the_chat
     write_agent(settings.agents_dir, "default", {"memory": {"autocompact_summary": True}})
     release = asyncio.Event()
     fake_llm.responder = lambda body: reply_text("idle summary", hold=release) if is_summary_request(body) else None
-    async with build_gateway(settings) as gw:
+    async with build_services(settings) as services:
+        gw = services.gateway
         key = gw.resolve_key(msg("x"))[1]
         await seed(gw, key, 75)
         _age(gw, key)
@@ -165,12 +171,13 @@ async def test_a_user_who_comes_back_while_the_summary_is_written_keeps_the_chat
 async def test_plain_truncation_rechecks_idleness_right_before_the_cut(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
-    async with build_gateway(settings_factory()) as gw:
+    async with build_services(settings_factory()) as services:
+        gw = services.gateway
         key = gw.resolve_key(msg("x"))[1]
         await seed(gw, key, 75)  # written just now, after an (earlier) scan would have listed it as idle
-        assert gw.memory_layer is not None
-        await gw.memory_layer.autocompact.compact_session(key, gw.agents.get("default"))
+        assert services.memory is not None
+        await services.memory.autocompact.compact_session(key, gw.agents.get("default"))
         assert len(await gw.history.load(key)) == 150
         _age(gw, key)
-        await gw.memory_layer.autocompact.compact_session(key, gw.agents.get("default"))
+        await services.memory.autocompact.compact_session(key, gw.agents.get("default"))
         assert len(await gw.history.load(key)) == 20

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agenthub.agent.conversion import to_api_messages
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import build_services
 from agenthub.memory.cut import plan_cut, safe_cut, unpaired_tool_ids
 from agenthub.messages import InboundMessage
 from agenthub.session_keys import SessionKey, session_key
@@ -123,10 +123,11 @@ async def _scenario(root: Path, history: list[Message], keep: int, budget: int |
     async with FakeAnthropic(responder=summaries_then_default("s")) as fake:
         memory = {"autocompact_min_messages": 2, "autocompact_keep": max(2, keep), "autocompact_idle_s": 0}
         config = make_settings(root, fake.base_url, memory=memory, session={"fsync": False})
-        async with build_gateway(config) as gw:
+        async with build_services(config) as services:
+            gw = services.gateway
             agent = gw.agents.get("default")
-            assert gw.memory_layer is not None
-            compactor, autocompact = gw.memory_layer.compactor, gw.memory_layer.autocompact
+            assert services.memory is not None
+            compactor, autocompact = services.memory.compactor, services.memory.autocompact
             provider, model = compactor.provider_for(agent)
             runs: dict[str, Callable[[SessionKey], Awaitable[object]]] = {
                 "l2": lambda key: compactor.run(
@@ -166,7 +167,8 @@ async def test_compact_works_when_the_vendor_reuses_tool_ids_every_turn(
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": f"1{i}:00"}]},
             {"role": "assistant", "content": f"It is 1{i}:00."},
         ]
-    async with build_gateway(settings_factory()) as gw:
+    async with build_services(settings_factory()) as services:
+        gw = services.gateway
         key = session_key("default", "cli", "c1")
         await gw.history.append(key, *turns)
         final = await (await gw.submit(InboundMessage("cli", "c1", "u1", "/compact"))).result()

@@ -7,9 +7,9 @@ import pytest
 
 from agenthub.config import Settings
 from agenthub.errors import InvalidIdError
-from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import gateway_forgetter
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
@@ -17,7 +17,7 @@ from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.harness import running_api
 from tests.support.http import AGENT
-from tests.support.memory import echo_l3, gateway_on
+from tests.support.memory import echo_l3, gateway_on, services_on
 
 TRAVERSALS = ["../../auth/USER", "..%2F..%2Fauth%2FUSER", "%252e%252e%252fUSER", "a/../../b", "C:evil", "x\x00y"]
 PLANTED = "- a fact nobody may overwrite or delete\n"
@@ -62,11 +62,12 @@ async def test_a_traversing_chat_id_in_a_route_is_a_400_and_no_memory_file_chang
 
 
 async def test_forget_of_a_traversing_sender_id_raises_before_touching_memory(backend_settings: Settings) -> None:
-    async with gateway_on(backend_settings) as gw:
+    async with services_on(backend_settings) as services:
+        gw = services.gateway
         names = await plant(gw)
         for sender in TRAVERSALS:
             with pytest.raises(InvalidIdError):
-                await gateway_forgetter(gw).forget_everywhere(
+                await gateway_forgetter(services).forget_everywhere(
                     [gw.agents.get("default")], Person("wecom", sender), actor="t"
                 )
         assert await unchanged(gw, names)

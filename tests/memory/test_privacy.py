@@ -13,10 +13,9 @@ import pytest
 
 from agenthub.agent.definition import AgentConfig, AgentDefinition
 from agenthub.config import Settings
-from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import build_services, gateway_forgetter
 from agenthub.memory.files import memory_scope
 from agenthub.memory.wiring import L3_TIMER
 from agenthub.messages import InboundMessage
@@ -164,7 +163,8 @@ async def test_l3_requests_feed_each_file_only_from_its_own_chats(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
 ) -> None:
     fake_llm.responder = echo_l3
-    async with build_gateway(settings_factory()) as gw:
+    async with build_services(settings_factory()) as services:
+        gw = services.gateway
         await plant(gw, fake_llm)
         before = len(fake_llm.message_requests())
         await gw.timers[L3_TIMER].tick_now()
@@ -215,7 +215,8 @@ async def test_compaction_flush_writes_the_group_s_own_memory(
 ) -> None:
     settings = settings_factory(memory={"keep_recent": 2})
     fake_llm.responder = echo_l3
-    async with build_gateway(settings) as gw:
+    async with build_services(settings) as services:
+        gw = services.gateway
         for i in range(3):
             await say(gw, fake_llm, GROUP, "bob", f"fact {group_fact('bob', 'SAID')} {i}")
         await say(gw, fake_llm, GROUP, "bob", "/compact")
@@ -232,7 +233,8 @@ async def test_existing_shared_files_only_reach_single_user_channels(
 ) -> None:
     """Upgrade: an agent-wide MEMORY.md and auth/USER.md from before stay on disk, injected only into CLI/HTTP."""
     settings = settings_factory()
-    async with build_gateway(settings) as gw:
+    async with build_services(settings) as services:
+        gw = services.gateway
         memory_file = gw.history.layout("default").memory_file
         memory_file.parent.mkdir(parents=True, exist_ok=True)
         memory_file.write_text("- LEGACY-AGENT-MEMORY\n", encoding="utf-8")
@@ -252,7 +254,8 @@ async def test_a_message_without_chat_type_is_treated_as_a_group(
 ) -> None:
     """The safe side: no chat_type in the metadata shows the sender's group profile, never the private one."""
     fake_llm.responder = echo_l3
-    async with build_gateway(settings_factory()) as gw:
+    async with build_services(settings_factory()) as services:
+        gw = services.gateway
         await say(gw, fake_llm, "oc_private_alice", "alice", f"secret {private_fact('alice', 'SAID')}")
         await gw.timers[L3_TIMER].tick_now()
         before = len(fake_llm.message_requests())
@@ -287,7 +290,8 @@ async def test_a_fact_from_one_group_never_reaches_another_group_through_a_membe
     """G1: alice and bob; G2: alice and carol. The bot's reply to alice in G1 repeats bob's fact, so L3 feeds it to
     alice's profile in G1: in G2, alice's profile is another file and carries nothing of G1."""
     fake_llm.responder = echo_l3
-    async with build_gateway(settings_factory()) as gw:
+    async with build_services(settings_factory()) as services:
+        gw = services.gateway
         await say(gw, fake_llm, GROUP, "bob", f"team, note {group_fact('bob', 'SAID')}")
         fake_llm.script(reply_text(f"Bob said {group_fact('bob', 'SAID')}"))
         await say(gw, fake_llm, GROUP, "alice", "what did bob say?")
@@ -307,12 +311,13 @@ async def test_profiles_are_per_channel_a_same_named_sender_elsewhere_is_another
     """WeCom `zhangsan` and Feishu `zhangsan` are two people: each sees only their own profile, and forgetting
     one leaves the other's."""
     fake_llm.responder = echo_l3
-    async with build_gateway(settings_factory()) as gw:
+    async with build_services(settings_factory()) as services:
+        gw = services.gateway
         await say(gw, fake_llm, "zhangsan", "zhangsan", f"remember {private_fact('wecom', 'SAID')}", channel="wecom")
         await gw.timers[L3_TIMER].tick_now()
         feishu = await say(gw, fake_llm, "zhangsan", "zhangsan", "what do you know about me?", channel="feishu")
         assert private_fact("wecom", "SAID") not in str(feishu.requests[-1].body)
-        await gateway_forgetter(gw).forget_everywhere(
+        await gateway_forgetter(services).forget_everywhere(
             [gw.agents.get("default")], Person("feishu", "zhangsan"), actor="t"
         )
         wecom = await say(gw, fake_llm, "zhangsan", "zhangsan", "what do you know about me?", channel="wecom")

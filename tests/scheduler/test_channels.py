@@ -19,8 +19,7 @@ from agenthub.channel import Channel
 from agenthub.cli.chat import relay_pushes
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
-from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import assemble, build_gateway
+from agenthub.hosting.app import Services, assemble, build_services
 from agenthub.hosting.daemon import Daemon
 from agenthub.hosting.remote import RemoteGateway
 from agenthub.hosting.systemd import Notifier
@@ -62,12 +61,13 @@ async def test_wecom_app_reminder_goes_out_through_message_send(
     api = await FakeQyApi(CORP_ID, SECRET).start()
     table = app_table(api)
     table["apps"]["hr"]["agent"] = None
-    async with build_gateway(settings, clock=clock) as gateway, aiohttp.ClientSession() as http:
+    async with build_services(settings, clock=clock) as services, aiohttp.ClientSession() as http:
+        gateway = services.gateway
         context = channel_context(gateway, tmp_path / "state", settings)
         channel = WeComChannel(context, table)
         await channel.start()
         server = await serve_routes(context)
-        await start_scheduler(gateway, [channel])
+        await start_scheduler(services, [channel])
         try:
             script_reminder(fake_llm)
             ask = text("明天上午九点提醒我交周报")
@@ -82,7 +82,7 @@ async def test_wecom_app_reminder_goes_out_through_message_send(
             assert reminder["touser"] == "zhangsan" and reminder["agentid"] == 1000002
             assert api.texts()[1] == "该交周报了"
         finally:
-            await stop_scheduler(gateway)
+            await stop_scheduler(services)
             await channel.stop()
             await server.close()
             await api.close()
@@ -94,10 +94,11 @@ async def test_wecom_ai_bot_reminder_goes_out_through_aibot_send_msg(
     server = await FakeAiBotServer(BOT_ID, BOT_SECRET).start()
     table = bot_table(server)
     table["bots"]["team"]["agent"] = None
-    async with build_gateway(settings, clock=clock) as gateway:
+    async with build_services(settings, clock=clock) as services:
+        gateway = services.gateway
         channel = WeComChannel(channel_context(gateway, tmp_path / "state", settings), table)
         await channel.start()
-        await start_scheduler(gateway, [channel])
+        await start_scheduler(services, [channel])
         try:
             script_reminder(fake_llm)
             req_id = await server.send_message(server.text_body("明天上午九点提醒我交周报", msgid="m-1"))
@@ -110,7 +111,7 @@ async def test_wecom_ai_bot_reminder_goes_out_through_aibot_send_msg(
             assert push["body"]["chatid"] == "zhangsan"
             assert push["body"]["markdown"]["content"] == "该交周报了"
         finally:
-            await stop_scheduler(gateway)
+            await stop_scheduler(services)
             await channel.stop()
             await server.close()
 
@@ -123,11 +124,12 @@ async def test_feishu_reminder_goes_out_through_message_create(
 ) -> None:
     app = {**FEISHU_APP, "encrypt_key": "enc-sched"}
     async with (
-        build_gateway(settings, clock=clock) as gateway,
+        build_services(settings, clock=clock) as services,
         FakeFeishu({"cli_sched": "s3cret"}) as fake,
-        running_channel(fake, tmp_path / "state", {"main": app}, gateway) as h,
+        running_channel(fake, tmp_path / "state", {"main": app}, services.gateway) as h,
     ):
-        await start_scheduler(gateway, [h.channel])
+        gateway = services.gateway
+        await start_scheduler(services, [h.channel])
         try:
             script_reminder(fake_llm)
             event = message_event("明天上午九点提醒我交周报", token="vt", app_id="cli_sched", sender="ou_zhang")
@@ -145,7 +147,7 @@ async def test_feishu_reminder_goes_out_through_message_create(
             assert sent.target.startswith("open_id")
             assert "该交周报了" in json.dumps(sent.content, ensure_ascii=False)
         finally:
-            await stop_scheduler(gateway)
+            await stop_scheduler(services)
 
 
 async def _read_event(resp: aiohttp.ClientResponse) -> tuple[str, dict[str, Any]]:
@@ -162,19 +164,19 @@ async def _read_event(resp: aiohttp.ClientResponse) -> tuple[str, dict[str, Any]
 @asynccontextmanager
 async def _http_daemon(
     settings: Settings, clock: ManualClock
-) -> AsyncIterator[tuple[str, dict[str, str], GatewayCore, list[Channel]]]:
+) -> AsyncIterator[tuple[str, dict[str, str], Services, list[Channel]]]:
     settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": 0})})
     token = TokenStore(settings.auth_dir).create("test")
-    async with build_gateway(settings, clock=clock) as gateway:
-        server, channels = assemble(settings, gateway)
+    async with build_services(settings, clock=clock) as services:
+        server, channels = assemble(settings, services)
         await server.start()
         for channel in channels:
             await channel.start()
-        await start_scheduler(gateway, channels)
+        await start_scheduler(services, channels)
         try:
-            yield f"http://127.0.0.1:{server.port}", {"Authorization": f"Bearer {token}"}, gateway, channels
+            yield f"http://127.0.0.1:{server.port}", {"Authorization": f"Bearer {token}"}, services, channels
         finally:
-            await stop_scheduler(gateway)
+            await stop_scheduler(services)
             for channel in reversed(channels):
                 await channel.stop()
             await server.close()
@@ -207,7 +209,7 @@ async def test_http_reminder_is_stored_and_pushed_on_the_events_feed(
 async def test_admin_routes_list_and_delete_an_agents_jobs(
     settings: Settings, fake_llm: FakeAnthropic, clock: ManualClock
 ) -> None:
-    async with _http_daemon(settings, clock) as (base, auth, gateway, _channels):
+    async with _http_daemon(settings, clock) as (base, auth, services, _channels):
         jobs = base + "/api/agents/default/jobs"
         async with aiohttp.ClientSession(headers=auth) as http:
             script_reminder(fake_llm, {"action": "create", "cron": "0 9 * * 1-5", "prompt": "今日待办"})
@@ -226,7 +228,7 @@ async def test_admin_routes_list_and_delete_an_agents_jobs(
                 assert r.status == 404
             async with aiohttp.ClientSession() as anonymous, anonymous.get(jobs) as r:
                 assert r.status == 401
-        assert gateway.scheduler is not None and gateway.scheduler.for_agent("default") == []
+        assert services.scheduler is not None and services.scheduler.for_agent("default") == []
 
 
 async def test_cli_connected_to_the_daemon_shows_its_sessions_reminders(
@@ -282,7 +284,7 @@ async def test_the_daemon_starts_the_scheduler_and_catches_up_a_missed_reminder(
 async def test_deleting_an_http_session_deletes_its_jobs(
     settings: Settings, fake_llm: FakeAnthropic, clock: ManualClock
 ) -> None:
-    async with _http_daemon(settings, clock) as (base, auth, gateway, _channels):
+    async with _http_daemon(settings, clock) as (base, auth, services, _channels):
         async with aiohttp.ClientSession(headers=auth) as http:
             for chat in ("gone", "kept"):
                 script_reminder(fake_llm)
@@ -293,5 +295,5 @@ async def test_deleting_an_http_session_deletes_its_jobs(
             async with http.get(base + "/api/agents/default/jobs") as r:
                 assert [j["chat_id"] for j in (await r.json())["jobs"]] == ["kept"]
         clock.advance(DUE - clock())
-        await until(lambda: gateway.scheduler is not None and gateway.scheduler.fired == 1)
+        await until(lambda: services.scheduler is not None and services.scheduler.fired == 1)
         assert not (settings.data_dir / "default" / "sessions" / "default_http_gone.jsonl").exists()

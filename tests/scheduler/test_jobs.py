@@ -17,7 +17,7 @@ from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.errors import ConfigError
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import Services, build_services
 from agenthub.messages import ErrorEvent, InboundMessage, OutboundMessage
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job
@@ -33,9 +33,9 @@ def _msg(text: str) -> InboundMessage:
     return InboundMessage("cli", "direct", "me", text)
 
 
-def _scheduler(gw: GatewayCore) -> Scheduler:
-    assert gw.scheduler is not None
-    return gw.scheduler
+def _scheduler(services: Services) -> Scheduler:
+    assert services.scheduler is not None
+    return services.scheduler
 
 
 def _tool_results(fake: FakeAnthropic) -> list[dict[str, Any]]:
@@ -63,22 +63,23 @@ def clock() -> ManualClock:
 
 
 @pytest_asyncio.fixture
-async def running(settings: Settings, clock: ManualClock) -> AsyncIterator[tuple[GatewayCore, RecordingChannel]]:
+async def running(settings: Settings, clock: ManualClock) -> AsyncIterator[tuple[Services, RecordingChannel]]:
     channel = RecordingChannel()
-    async with build_gateway(settings, clock=clock) as gw:
-        await start_scheduler(gw, [channel])
-        yield gw, channel
-        await stop_scheduler(gw)
+    async with build_services(settings, clock=clock) as services:
+        await start_scheduler(services, [channel])
+        yield services, channel
+        await stop_scheduler(services)
 
 
 async def test_a_reminder_made_by_a_tool_call_fires_at_its_time(
-    running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
+    running: tuple[Services, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
-    gw, channel = running
+    services, channel = running
+    gw = services.gateway
     text = await _create(gw, fake_llm, {"action": "create", "at": "2026-12-02T09:00:00", "text": "交周报"})
     assert text.startswith("created job ") and "2026-12-02T09:00+08:00" in text
     due = shanghai(2026, 12, 2, 9, 0)
-    assert _scheduler(gw).next_due() == due
+    assert _scheduler(services).next_due() == due
     clock.advance(due - 1 - clock())
     for _ in range(20):
         await asyncio.sleep(0)
@@ -89,20 +90,21 @@ async def test_a_reminder_made_by_a_tool_call_fires_at_its_time(
     history = await gw.history.load(KEY)
     assert history[-1]["role"] == "assistant" and history[-1]["content"] == "交周报"
     assert history[-1]["scheduled_job"] == text.split()[2].rstrip(";")
-    assert _scheduler(gw).for_chat(KEY) == []  # a one-off is gone once it ran
+    assert _scheduler(services).for_chat(KEY) == []  # a one-off is gone once it ran
 
 
 async def test_recurring_job_fires_on_schedule_and_deletion_stops_it(
-    running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
+    running: tuple[Services, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
-    gw, channel = running
+    services, channel = running
+    gw = services.gateway
     made = await _create(gw, fake_llm, {"action": "create", "cron": "0 9 * * *", "text": "站会"})
     job_id = made.split()[2].rstrip(";")
     for day in (1, 2, 3):
         clock.advance(shanghai(2026, 12, day, 9, 0) - clock())
         await channel.wait_for(day)
     assert channel.texts() == ["站会"] * 3
-    [job] = _scheduler(gw).for_chat(KEY)
+    [job] = _scheduler(services).for_chat(KEY)
     assert job.runs == 3 and job.next_due == shanghai(2026, 12, 4, 9, 0)
 
     listing = await (await gw.submit(_msg("/jobs"))).text()
@@ -117,20 +119,22 @@ async def test_recurring_job_fires_on_schedule_and_deletion_stops_it(
 async def test_restart_catch_up_runs_a_missed_job_once_and_skips_a_stale_one(
     settings: Settings, clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
-    async with build_gateway(settings, clock=clock) as gw:  # jobs made while the daemon runs, then it stops
+    async with build_services(settings, clock=clock) as services:  # jobs made while the daemon runs, then it stops
+        gw = services.gateway
         await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "text": "missed a bit"})
         await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T08:40:00", "text": "missed a lot"})
         await _create(gw, fake_llm, {"action": "create", "cron": "30 8 * * *", "text": "daily"})
     clock.advance(shanghai(2026, 12, 1, 9, 5) - clock())  # down until 09:05: 5, 25 and 35 minutes late
     for attempt in range(2):
         channel = RecordingChannel()
-        async with build_gateway(settings, clock=clock) as gw:
-            await start_scheduler(gw, [channel])
-            scheduler = _scheduler(gw)
+        async with build_services(settings, clock=clock) as services:
+            gw = services.gateway
+            await start_scheduler(services, [channel])
+            scheduler = _scheduler(services)
             if attempt == 0:
                 await channel.wait_for(1)  # the skipped ones were recorded before anything was sent
             assert (scheduler.next_due() or 0) > clock()
-            await stop_scheduler(gw)
+            await stop_scheduler(services)
         stored = json.loads((settings.data_dir / "default" / "jobs.json").read_text(encoding="utf-8"))
         if attempt == 0:
             assert channel.texts() == ["missed a bit"]
@@ -144,17 +148,19 @@ async def test_restart_catch_up_runs_a_missed_job_once_and_skips_a_stale_one(
 async def test_restart_catch_up_runs_the_latest_missed_run_of_a_recurring_job_once_and_skips_the_older_ones(
     settings: Settings, clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
-    async with build_gateway(settings, clock=clock) as gw:
+    async with build_services(settings, clock=clock) as services:
+        gw = services.gateway
         await _create(gw, fake_llm, {"action": "create", "cron": "0 9 * * *", "text": "daily nine"})
         await _create(gw, fake_llm, {"action": "create", "cron": "*/2 * * * *", "text": "every two"})
     clock.advance(shanghai(2026, 12, 3, 9, 5) - clock())  # down two days; today's 09:00 only 5 minutes late
     channel = RecordingChannel()
     with capture_logs() as logs:
-        async with build_gateway(settings, clock=clock) as gw:
-            await start_scheduler(gw, [channel])
-            scheduler = _scheduler(gw)
+        async with build_services(settings, clock=clock) as services:
+            gw = services.gateway
+            await start_scheduler(services, [channel])
+            scheduler = _scheduler(services)
             await channel.wait_for(2)
-            await stop_scheduler(gw)
+            await stop_scheduler(services)
     assert sorted(channel.texts()) == ["daily nine", "every two"]  # each once, however many runs were missed
     assert (scheduler.fired, scheduler.skipped) == (2, 2)
     fired = sorted(e["due"] for e in logs if e["event"] == "job_fired")
@@ -167,9 +173,10 @@ async def test_restart_catch_up_runs_the_latest_missed_run_of_a_recurring_job_on
 async def test_a_run_is_recorded_before_it_is_sent_so_a_crash_skips_rather_than_repeats(
     settings: Settings, clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
-    async with build_gateway(settings, clock=clock) as gw:
+    async with build_services(settings, clock=clock) as services:
+        gw = services.gateway
         await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "text": "once only"})
-        scheduler = _scheduler(gw)
+        scheduler = _scheduler(services)
         entered = asyncio.Event()
 
         async def crash_while_sending(job: Job, due: float) -> None:
@@ -183,10 +190,11 @@ async def test_a_run_is_recorded_before_it_is_sent_so_a_crash_skips_rather_than_
         assert stored["jobs"] == []
         await scheduler.stop()
     channel = RecordingChannel()
-    async with build_gateway(settings, clock=clock) as gw:
-        await start_scheduler(gw, [channel])
-        assert _scheduler(gw).next_due() is None and len(_scheduler(gw)) == 0
-        await stop_scheduler(gw)
+    async with build_services(settings, clock=clock) as services:
+        gw = services.gateway
+        await start_scheduler(services, [channel])
+        assert _scheduler(services).next_due() is None and len(_scheduler(services)) == 0
+        await stop_scheduler(services)
 
 
 async def test_bad_input_gets_a_clear_error_back_to_the_model(
@@ -208,7 +216,8 @@ async def test_bad_input_gets_a_clear_error_back_to_the_model(
     ]
     blocks = [{"type": "tool_use", "id": f"t{i}", "name": "manage_cron_jobs", "input": c} for i, c in enumerate(calls)]
     fake_llm.script(ScriptedReply(content=blocks), reply_text("done"))
-    async with build_gateway(settings, clock=clock) as gw:
+    async with build_services(settings, clock=clock) as services:
+        gw = services.gateway
         await (await gw.submit(_msg("schedule things"))).text()
     results = [(bool(r.get("is_error")), str(r["content"])) for r in _tool_results(fake_llm)]
     expected = [
@@ -231,9 +240,10 @@ async def test_bad_input_gets_a_clear_error_back_to_the_model(
 
 
 async def test_update_moves_a_job_and_list_shows_it(
-    running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
+    running: tuple[Services, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
-    gw, channel = running
+    services, channel = running
+    gw = services.gateway
     made = await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "text": "old"})
     job_id = made.split()[2].rstrip(";")
     updated = await _create(
@@ -248,9 +258,10 @@ async def test_update_moves_a_job_and_list_shows_it(
 
 
 async def test_a_prompt_job_runs_a_turn_queued_behind_the_chats_running_turn(
-    running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
+    running: tuple[Services, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
-    gw, channel = running
+    services, channel = running
+    gw = services.gateway
     made = await _create(
         gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "prompt": "summarise the news"}
     )
@@ -292,20 +303,22 @@ async def test_jobs_created_in_many_chats_at_the_same_moment_are_all_stored(
         return reply_tool("manage_cron_jobs", {"action": "create", "at": at, "text": "同时"}, hold=release)
 
     fake_llm.responder = respond
-    async with build_gateway(settings, clock=clock) as gw:
+    async with build_services(settings, clock=clock) as services:
+        gw = services.gateway
         handles = [await gw.submit(InboundMessage("cli", chat, "me", "remind me")) for chat in chats]
         await until(lambda: fake_llm.in_flight == len(chats))
         release.set()  # every model answer, and so every tool call, lands at once
         assert [await h.text() for h in handles] == ["ok"] * len(chats)
-        assert len(_scheduler(gw)) == len(chats)
+        assert len(_scheduler(services)) == len(chats)
     stored = json.loads((settings.data_dir / "default" / "jobs.json").read_text(encoding="utf-8"))
     assert sorted(j["chat_id"] for j in stored["jobs"]) == sorted(chats)
 
 
 async def test_a_run_that_cannot_be_recorded_is_skipped_and_later_jobs_still_fire(
-    running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic, settings: Settings
+    running: tuple[Services, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic, settings: Settings
 ) -> None:
-    gw, channel = running
+    services, channel = running
+    gw = services.gateway
     await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "text": "unrecorded"})
     await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:05:00", "text": "later"})
     jobs = settings.data_dir / "default" / "jobs.json"
@@ -323,9 +336,10 @@ async def test_a_run_that_cannot_be_recorded_is_skipped_and_later_jobs_still_fir
 
 
 async def test_a_job_the_disk_refuses_is_not_created(
-    running: tuple[GatewayCore, RecordingChannel], fake_llm: FakeAnthropic, settings: Settings
+    running: tuple[Services, RecordingChannel], fake_llm: FakeAnthropic, settings: Settings
 ) -> None:
-    gw, _ = running
+    services, _ = running
+    gw = services.gateway
     kept = await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T10:00:00", "text": "kept"})
     kept_id = kept.split()[2].rstrip(";")
     jobs = settings.data_dir / "default" / "jobs.json"
@@ -341,13 +355,14 @@ async def test_a_job_the_disk_refuses_is_not_created(
     result = _tool_results(fake_llm)[-1]
     assert result.get("is_error")
     assert result["content"] == "the jobs could not be read or saved (storage error); nothing was changed"
-    assert [j.text for j in _scheduler(gw).for_chat(KEY)] == ["kept"]  # neither created nor deleted
+    assert [j.text for j in _scheduler(services).for_chat(KEY)] == ["kept"]  # neither created nor deleted
 
 
 async def test_a_change_the_disk_refused_is_not_written_by_the_next_change(
-    running: tuple[GatewayCore, RecordingChannel], fake_llm: FakeAnthropic, settings: Settings
+    running: tuple[Services, RecordingChannel], fake_llm: FakeAnthropic, settings: Settings
 ) -> None:
-    gw, _ = running
+    services, _ = running
+    gw = services.gateway
     kept = await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T10:00:00", "text": "kept"})
     jobs = settings.data_dir / "default" / "jobs.json"
     saved = jobs.read_bytes()
@@ -368,9 +383,10 @@ async def test_a_change_the_disk_refused_is_not_written_by_the_next_change(
 
 
 async def test_a_recurring_job_whose_run_could_not_be_recorded_runs_again(
-    running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic, settings: Settings
+    running: tuple[Services, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic, settings: Settings
 ) -> None:
-    gw, channel = running
+    services, channel = running
+    gw = services.gateway
     await _create(gw, fake_llm, {"action": "create", "cron": "0 9 * * *", "text": "daily"})
     jobs = settings.data_dir / "default" / "jobs.json"
     saved = jobs.read_bytes()
@@ -390,9 +406,10 @@ async def test_a_recurring_job_whose_run_could_not_be_recorded_runs_again(
 
 
 async def test_a_job_updated_without_moving_its_time_fires_once(
-    running: tuple[GatewayCore, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
+    running: tuple[Services, RecordingChannel], clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
-    gw, channel = running
+    services, channel = running
+    gw = services.gateway
     made = await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "text": "old words"})
     job_id = made.split()[2].rstrip(";")
     await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "text": "new words"})
@@ -407,12 +424,13 @@ async def test_with_no_catch_up_a_job_due_while_running_still_fires_however_late
 ) -> None:
     settings = settings_factory(scheduler={"catch_up_s": 0})
     channel = RecordingChannel()
-    async with build_gateway(settings, clock=clock) as gw:
-        await start_scheduler(gw, [channel])
+    async with build_services(settings, clock=clock) as services:
+        gw = services.gateway
+        await start_scheduler(services, [channel])
         await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "text": "on time"})
         clock.advance(shanghai(2026, 12, 1, 9, 0, 5) - clock())  # the loop wakes 5 s after the due time
         await channel.wait_for(1)
-        await stop_scheduler(gw)
+        await stop_scheduler(services)
     assert channel.texts() == ["on time"]
 
 
@@ -427,12 +445,13 @@ async def test_stopping_lets_a_fired_job_finish_its_send_within_the_grace(
             await super().send(message)
 
     channel = SlowPlatform()
-    async with build_gateway(settings, clock=clock) as gw:
-        await start_scheduler(gw, [channel])
+    async with build_services(settings, clock=clock) as services:
+        gw = services.gateway
+        await start_scheduler(services, [channel])
         await _create(gw, fake_llm, {"action": "create", "at": "2026-12-01T09:00:00", "text": "in flight"})
         clock.advance(shanghai(2026, 12, 1, 9, 0) - clock())
-        await until(lambda: _scheduler(gw).fired == 1)
-        stopping = asyncio.create_task(stop_scheduler(gw, grace_s=10.0))
+        await until(lambda: _scheduler(services).fired == 1)
+        stopping = asyncio.create_task(stop_scheduler(services, grace_s=10.0))
         await asyncio.sleep(0)
         assert not stopping.done()
         platform_slow.set()
@@ -457,12 +476,12 @@ async def test_a_damaged_job_entry_is_skipped_and_the_rest_still_fire(settings: 
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"version": 1, "jobs": [*damaged, good]}), encoding="utf-8")
     channel = RecordingChannel()
-    async with build_gateway(settings, clock=clock) as gw:
-        await start_scheduler(gw, [channel])
-        assert [j.id for j in _scheduler(gw).for_agent("default")] == ["good0001"]
+    async with build_services(settings, clock=clock) as services:
+        await start_scheduler(services, [channel])
+        assert [j.id for j in _scheduler(services).for_agent("default")] == ["good0001"]
         clock.advance(60)
         await channel.wait_for(1)
-        await stop_scheduler(gw)
+        await stop_scheduler(services)
     assert channel.texts() == ["still here"]
 
 
@@ -474,14 +493,15 @@ async def _tool_call(gw: GatewayCore, fake: FakeAnthropic, args: dict[str, Any])
 
 
 async def test_update_changes_every_field_and_refuses_an_empty_one(
-    running: tuple[GatewayCore, RecordingChannel], fake_llm: FakeAnthropic
+    running: tuple[Services, RecordingChannel], fake_llm: FakeAnthropic
 ) -> None:
-    gw, _ = running
+    services, _ = running
+    gw = services.gateway
     made = await _create(gw, fake_llm, {"action": "create", "at": "2026-12-02T09:00:00", "text": "a"})
     job_id = made.split()[2].rstrip(";")
 
     def job() -> Job:
-        found = _scheduler(gw).get("default", job_id)
+        found = _scheduler(services).get("default", job_id)
         assert found is not None
         return found
 
@@ -509,13 +529,14 @@ async def test_update_changes_every_field_and_refuses_an_empty_one(
 async def test_a_job_made_where_no_scheduler_runs_says_it_fires_only_while_the_daemon_runs(
     settings: Settings, clock: ManualClock, fake_llm: FakeAnthropic
 ) -> None:
-    async with build_gateway(settings, clock=clock) as gw:  # a stand-alone `agenthub chat`: nothing fires jobs
+    async with build_services(settings, clock=clock) as services:  # a stand-alone `agenthub chat`: nothing fires jobs
+        gw = services.gateway
         alone = await _create(gw, fake_llm, {"action": "create", "cron": "0 9 * * *", "text": "daily"})
-        await start_scheduler(gw, [RecordingChannel()])  # what `agenthub serve` does once its channels run
+        await start_scheduler(services, [RecordingChannel()])  # what `agenthub serve` does once its channels run
         served = await _create(gw, fake_llm, {"action": "create", "cron": "0 10 * * *", "text": "daily too"})
         job_id = served.split()[2].rstrip(";")
         updated = await _create(gw, fake_llm, {"action": "update", "job_id": job_id, "text": "changed"})
-        await stop_scheduler(gw)
+        await stop_scheduler(services)
     assert alone.startswith("created job ") and "only while `agenthub serve` runs" in alone
     assert served.startswith("created job ") and "agenthub serve" not in served
     assert updated.startswith("updated job ") and "agenthub serve" not in updated

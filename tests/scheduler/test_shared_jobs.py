@@ -11,14 +11,15 @@ from typing import Any
 
 import pytest_asyncio
 
-from agenthub.agent.tools import PLATFORM_TOOLS, ToolContext, run_tool
+from agenthub.agent.tools import ToolContext, run_tool
 from agenthub.clock import ManualClock
 from agenthub.config import SchedulerSettings, Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import build_gateway, open_stores
+from agenthub.hosting.app import build_services, open_stores
 from agenthub.messages import InboundMessage
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job, JobError
+from agenthub.scheduler.tool import cron_jobs_tool
 from agenthub.scheduler.wiring import SCHEDULER_LEASE
 from agenthub.session_keys import session_key
 from agenthub.storage.postgres import Database, PostgresJobs, PostgresLeases, open_database
@@ -180,7 +181,11 @@ async def test_every_instance_lists_and_changes_the_jobs_another_made(
     settings = settings_factory(store={"backend": "postgres", "dsn": migrated(postgres_dsn)})
     stores = [await open_stores(settings), await open_stores(settings)]
     try:
-        async with build_gateway(settings, stores=stores[0]) as a, build_gateway(settings, stores=stores[1]) as b:
+        async with (
+            build_services(settings, stores=stores[0]) as first,
+            build_services(settings, stores=stores[1]) as b_,
+        ):
+            a, b = first.gateway, b_.gateway
             created = await _tool_turn(b, fake_llm, {"action": "create", "at": "2099-12-02T09:00:00", "text": "交周报"})
             job_id = created.split()[2].rstrip(";")
             assert job_id in await _tool_turn(a, fake_llm, {"action": "list"})
@@ -188,7 +193,8 @@ async def test_every_instance_lists_and_changes_the_jobs_another_made(
             assert "交月报" in await (await b.submit(InboundMessage("cli", "direct", "me", "/jobs"))).text()
             reply = await (await b.submit(InboundMessage("cli", "direct", "me", f"/jobs delete {job_id}"))).text()
             assert job_id in reply
-            assert a.scheduler is not None and await a.scheduler.delete("default", job_id) is None  # the admin route
+            scheduler = first.scheduler
+            assert scheduler is not None and await scheduler.delete("default", job_id) is None  # the admin route
             assert "no scheduled jobs" in await _tool_turn(a, fake_llm, {"action": "list"})
     finally:
         for store in stores:
@@ -216,10 +222,9 @@ async def test_the_tool_answers_a_clear_error_while_the_job_store_is_away(
         agent = gateway.agents.get("default")
         workspace = gateway.settings.workspace_dir / agent.name
         ctx = ToolContext(agent, session_key("default", "cli", "direct"), "me", gateway.memory_files, workspace)
-        ctx = dataclasses.replace(ctx, scheduler=scheduler)
         own_postgres_server.stop()
         for args in ({"action": "list"}, {"action": "create", "at": "2099-12-02T09:00:00", "text": "交周报"}):
-            text, is_error = await run_tool(list(PLATFORM_TOOLS), "manage_cron_jobs", args, ctx)
+            text, is_error = await run_tool([cron_jobs_tool(scheduler)], "manage_cron_jobs", args, ctx)
             assert is_error and text == "the jobs could not be read or saved (storage error); nothing was changed"
     finally:
         await database.close()

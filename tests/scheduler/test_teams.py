@@ -13,7 +13,7 @@ import pytest_asyncio
 from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import Services, build_services
 from agenthub.memory.files import Visibility
 from agenthub.messages import InboundMessage
 from agenthub.scheduler.wiring import start_scheduler, stop_scheduler
@@ -54,20 +54,19 @@ def clock() -> ManualClock:
 @pytest_asyncio.fixture
 async def started(settings_factory: Callable[..., Settings], clock: ManualClock) -> AsyncIterator[Callable[..., Any]]:
     """Builds a gateway from settings overrides with a running scheduler pushing into a recorded WeCom channel."""
-    opened: list[tuple[GatewayCore, Any]] = []
+    opened: list[Services] = []
 
     async def start(**overrides: Any) -> tuple[GatewayCore, RecordingChannel]:
         channel = RecordingChannel("wecom")
-        context = build_gateway(settings_factory(**overrides), clock=clock)
-        gw = await context.__aenter__()
-        opened.append((gw, context))
-        await start_scheduler(gw, [channel])
-        return gw, channel
+        services = await build_services(settings_factory(**overrides), clock=clock).__aenter__()
+        opened.append(services)
+        await start_scheduler(services, [channel])
+        return services.gateway, channel
 
     yield start
-    for gw, context in reversed(opened):
-        await stop_scheduler(gw)
-        await context.__aexit__(None, None, None)
+    for services in reversed(opened):
+        await stop_scheduler(services)
+        await services.__aexit__(None, None, None)
 
 
 # ---- locale ------------------------------------------------------------------------------------

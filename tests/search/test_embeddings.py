@@ -15,10 +15,9 @@ import pytest_asyncio
 from structlog.testing import LogCapture
 
 from agenthub.config import EmbeddingsSettings, SearchSettings, Settings
-from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import build_services, gateway_forgetter
 from agenthub.search.embeddings import EmbeddingsClient, EmbeddingsUnavailable, endpoint_url
 from agenthub.search.vectors import VectorIndex, fuse
 from agenthub.session.history import SessionHistory
@@ -28,7 +27,7 @@ from agenthub.storage.postgres.search_vectors import PostgresVectorStore
 from agenthub.storage.search_index import ARCHIVE, HISTORY, Passage, SearchHit, SearchScope, SourceRef
 from agenthub.storage.search_vectors import FileVectorStore, vectors_path
 from tests.support.fakes.embeddings import DIMS, FakeEmbeddings
-from tests.support.memory import gateway_on
+from tests.support.memory import gateway_on, services_on
 from tests.support.roots import make_settings
 
 KEY = SessionKey("a", "http", "c1")
@@ -187,14 +186,16 @@ async def test_fusion_lifts_a_paraphrase_the_lexical_ranking_misses(
     settings_factory: Callable[..., Settings], fake_embeddings: FakeEmbeddings, tmp_path: Path
 ) -> None:
     lexical = settings_factory()
-    async with build_gateway(lexical) as gw:
+    async with build_services(lexical) as services:
+        gw = services.gateway
         await _fill(gw)
         plain = [h.passage.text for h in await gw.search.search("a", QUESTION, SearchScope(str(KEY)), 3)]
     assert EVAN[-1] not in plain and len(plain) == 3  # only "Evan" matches, and shorter messages rank higher
 
     embeddings = {"embeddings": {"base_url": fake_embeddings.base_url, "model": "fake-embed"}}
     fused_settings = make_settings(tmp_path / "fused", lexical.llm.base_url, search=embeddings)
-    async with build_gateway(fused_settings) as gw:
+    async with build_services(fused_settings) as services:
+        gw = services.gateway
         await _fill(gw)
         assert gw.search.vectors is not None
         await gw.search.vectors.settle()
@@ -209,7 +210,8 @@ async def test_an_endpoint_down_gives_the_lexical_results_and_one_log_line(
     settings_factory: Callable[..., Settings], fake_embeddings: FakeEmbeddings, log_capture: LogCapture
 ) -> None:
     settings = settings_factory(search={"embeddings": {"base_url": fake_embeddings.base_url, "model": "fake-embed"}})
-    async with build_gateway(settings) as gw:
+    async with build_services(settings) as services:
+        gw = services.gateway
         await _fill(gw)
         assert gw.search.vectors is not None
         await gw.search.vectors.settle()
@@ -229,7 +231,8 @@ async def test_deleting_a_session_and_forgetting_remove_its_vectors(
 ) -> None:
     settings = settings_factory(search={"embeddings": {"base_url": fake_embeddings.base_url, "model": "fake-embed"}})
     other = SessionKey("a", "http", "c2")
-    async with build_gateway(settings) as gw:
+    async with build_services(settings) as services:
+        gw = services.gateway
         vectors = gw.search.vectors
         assert vectors is not None
         await _fill(gw)
@@ -278,13 +281,16 @@ async def test_forget_me_leaves_no_vector_nor_text_of_theirs(
     group = SessionKey("default", "wecom", "team")
     said = {"role": "user", "content": "my automobile plate is ZEBRA-4417", "sender_id": "alice", "timestamp": 1}
     kept = {"role": "user", "content": "my bicycle is green", "sender_id": "bob", "timestamp": 2}
-    async with gateway_on(settings) as gw:
+    async with services_on(settings) as services:
+        gw = services.gateway
         vectors = gw.search.vectors
         assert vectors is not None
         await gw.history.append(group, said, kept)
         await vectors.settle()
         assert len(await vectors.store.stored("default", str(group))) == 2
-        await gateway_forgetter(gw).forget_everywhere([gw.agents.get("default")], Person("wecom", "alice"), actor="t")
+        await gateway_forgetter(services).forget_everywhere(
+            [gw.agents.get("default")], Person("wecom", "alice"), actor="t"
+        )
         await vectors.settle()
         left = await vectors.nearest("default", "automobile plate", SearchScope(str(group)), 5)
         assert [p.text for p, _ in left if "ZEBRA" in p.text] == []

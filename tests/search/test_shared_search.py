@@ -12,11 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from agenthub.agent.tools import ToolContext, run_tool, tools_for
-from agenthub.forget.command import gateway_forgetter
+from agenthub.agent.tools import ToolContext, run_tool
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import build_gateway, open_stores
+from agenthub.hosting.app import build_services, gateway_forgetter, open_stores
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.search.api import UNAVAILABLE
 from agenthub.search.shared import SharedSearchService
@@ -54,7 +53,7 @@ async def ask(
         workspace=gw.settings.workspace_dir / agent,
         search=gw.search,
     )
-    return await run_tool(tools_for(definition), "memory_search", {"query": query, "limit": 10}, ctx)
+    return await run_tool(gw.tools.for_agent(definition), "memory_search", {"query": query, "limit": 10}, ctx)
 
 
 async def rows_holding(dsn: str, text: str) -> int:
@@ -173,7 +172,7 @@ async def test_delete_and_forget_leave_nothing_of_the_text_in_the_index_tables(
 
     await gw.history.delete(gone)  # what DELETE …/sessions/{chat_id} does, then its index hook
     await gw.search.purge("default", [gone])
-    await gateway_forgetter(gw).forget_in_chat(team, group, Person("wecom", "alice"))
+    await gateway_forgetter(three[0].services).forget_in_chat(team, group, Person("wecom", "alice"))
     for text in ("sapphire", "ruby", "opal"):
         assert await rows_holding(postgres_dsn, text) == 0, text
     assert "hello all" in (await ask(three[2].gateway, "hello", channel="wecom", chat="group-x", agent="team"))[0]
@@ -186,7 +185,8 @@ async def test_a_database_that_is_away_is_a_tool_error_and_the_turn_goes_on(
     settings = make_settings(tmp_path, fake_llm.base_url, store={"backend": "postgres", "dsn": dsn})
     stores = await open_stores(settings)
     try:
-        async with build_gateway(settings, stores=stores) as gw:
+        async with build_services(settings, stores=stores) as services:
+            gw = services.gateway
             await gw.history.append(SessionKey("default", "http", "desk"), _user("nightingale"))
             assert "nightingale" in (await ask(gw, "nightingale", channel="http", chat="desk"))[0]
             own_postgres_server.stop()

@@ -13,7 +13,7 @@ import pytest_asyncio
 
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import assemble, build_gateway, open_stores
+from agenthub.hosting.app import assemble, build_services, open_stores
 from agenthub.storage.tokens import TokenStore
 from agenthub.web import WebServer
 
@@ -58,8 +58,9 @@ async def running_api(settings: Settings) -> AsyncIterator[RunningApi]:
             token = TokenStore(settings.auth_dir).create("test")
         else:  # one database for every instance: each its own token
             token = await stores.tokens.create(f"test-{secrets.token_hex(4)}")
-        gateway = await stack.enter_async_context(build_gateway(settings, stores=stores))
-        server, channels = assemble(settings, gateway, stores)
+        services = await stack.enter_async_context(build_services(settings, stores=stores))
+        gateway = services.gateway
+        server, channels = assemble(settings, services, stores)
         await server.start()
         for channel in channels:
             await channel.start()

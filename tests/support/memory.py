@@ -12,7 +12,7 @@ from typing import Any
 from agenthub.agent.definition import AgentDefinition
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
-from agenthub.hosting.app import build_gateway, open_stores
+from agenthub.hosting.app import Services, build_services, open_stores
 from agenthub.messages import InboundMessage
 from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
@@ -106,9 +106,16 @@ def backup_of(path: Path) -> Path:
 @contextlib.asynccontextmanager
 async def gateway_on(settings: Settings) -> AsyncIterator[GatewayCore]:
     """A gateway on the stores `settings` names (its own pool on PostgreSQL), as `agenthub serve` builds it."""
+    async with services_on(settings) as services:
+        yield services.gateway
+
+
+@contextlib.asynccontextmanager
+async def services_on(settings: Settings) -> AsyncIterator[Services]:
+    """`gateway_on`'s gateway with the features built around it (the scheduler, the memory layer)."""
     stores = await open_stores(settings)
     try:
-        async with build_gateway(settings, stores=stores) as gw:
-            yield gw
+        async with build_services(settings, stores=stores) as services:
+            yield services
     finally:
         await stores.aclose()

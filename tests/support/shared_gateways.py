@@ -15,7 +15,7 @@ from agenthub.channel.inbox_flow import HTTP_SOURCE, InboxSubmitter
 from agenthub.clock import Clock, monotonic_clock
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.hosting.app import build_gateway, open_stores
+from agenthub.hosting.app import Services, build_services, open_stores
 from agenthub.messages import InboundMessage
 from agenthub.storage.lease import LeaseStore
 from agenthub.storage.postgres import PostgresInbox
@@ -33,6 +33,8 @@ class Instance:
     gateway: GatewayCore
     stores: Stores
     submitter: InboxSubmitter
+    services: Services
+    """The gateway with the features the composition root built around it."""
 
     async def send(self, message: InboundMessage) -> ReplyHandle:
         """Accept `message` into the shared inbox (its session known at once, as the HTTP route does), then submit."""
@@ -67,13 +69,14 @@ async def shared_instances(
             clock = monotonic_clock if clocks is None else clocks[n]
             holder = f"instance-{n}"
             leases = InstanceLeases(lease_store, holder=holder, ttl_s=lease_s, clock=clock)
-            gateway = await stack.enter_async_context(build_gateway(settings, stores=stores, leases=leases))
+            services = await stack.enter_async_context(build_services(settings, stores=stores, leases=leases))
+            gateway = services.gateway
             assert stores.database is not None
             inbox = PostgresInbox(stores.database, owner=holder if owned else None)
             gateway.inbox = inbox
             submitter = InboxSubmitter(inbox, gateway, resolve=gateway.session_of)
             stack.push_async_callback(submitter.aclose)
-            found.append(Instance(f"instance-{n}", gateway, stores, submitter))
+            found.append(Instance(f"instance-{n}", gateway, stores, submitter, services))
         yield found
 
 

@@ -111,15 +111,15 @@ def test_importing_the_channel_does_not_import_lark_oapi() -> None:
 DAEMON_START = """
 import asyncio, json, sys, tempfile
 from pathlib import Path
-from agenthub.hosting.app import assemble, build_gateway
+from agenthub.hosting.app import assemble, build_services
 from agenthub.config import load_settings
 
 async def main():
     root = Path(tempfile.mkdtemp())
     dirs = {name: root / name for name in ("data_dir", "agents_dir", "auth_dir", "workspace_dir")}
     settings = load_settings(None, http={"port": 0}, **dirs)
-    async with build_gateway(settings) as gateway:
-        server, channels = assemble(settings, gateway)
+    async with build_services(settings) as services:
+        server, channels = assemble(settings, services)
         await server.start()
         for channel in channels:
             await channel.start()

@@ -13,7 +13,7 @@ import pytest
 
 from agenthub.clock import ManualClock
 from agenthub.errors import ChannelSendError
-from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import Services
 from agenthub.messages import OutboundMessage
 from agenthub.scheduler.delivery import JobDelivery
 from agenthub.scheduler.jobs import Job
@@ -163,7 +163,7 @@ async def test_a_holder_killed_mid_drain_never_sends_a_row_twice_and_the_rest_go
 
 
 async def test_a_reminder_due_on_an_instance_without_the_connection_reaches_the_chat(
-    deployment: Deployment, server: FakeAiBotServer, gateway: GatewayCore
+    deployment: Deployment, server: FakeAiBotServer, services: Services
 ) -> None:
     """The scheduler's lease and the bot's lease may sit on different instances: the job's delivery on the
     scheduler's instance goes out over the bot holder's connection."""
@@ -174,6 +174,6 @@ async def test_a_reminder_due_on_an_instance_without_the_connection_reaches_the_
         id="j1", agent="default", channel="wecom", chat_id="chat-1", timezone="Asia/Shanghai", created_at=0.0,
         cred_id="team", at=1.0, text="该交周报了", next_due=1.0,
     )  # fmt: skip
-    await JobDelivery(gateway, {"wecom": scheduler_side.channel})(job, 1.0)
+    await JobDelivery(services.gateway, services.scheduler, {"wecom": scheduler_side.channel})(job, 1.0)
     assert deployment.pushed() == ["该交周报了"]
     assert [f["body"]["chatid"] for f in server.sent("aibot_send_msg")] == ["chat-1"]

@@ -22,13 +22,13 @@ if TYPE_CHECKING:
 @dataclass
 class StoppableSubmitter(ScriptedSubmitter):
     """ScriptedSubmitter plus the one gateway behaviour channel tests need: `/stop` aborts the chat's
-    running turn, whose handle then ends with `ErrorEvent(code="aborted")`."""
+    running turn, whose handle then ends with `ErrorEvent(code="stopped")`, as the gateway's does."""
 
     async def submit(self, message: InboundMessage) -> ReplyHandle:
         if message.content.strip() == "/stop":
             for handle in self.handles:
                 if not handle.finished and handle.session_key.endswith(f":{message.chat_id}"):
-                    handle.emit(ErrorEvent("已停止 (stopped)", code="aborted"))
+                    handle.emit(ErrorEvent("已停止 (stopped)", code="stopped"))
         return await super().submit(message)
 
 
