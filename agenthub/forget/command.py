@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter, JobsHook, no_memory_writers
+from agenthub.forget.usage import usage_hook
 from agenthub.gateway.commands import CommandContext, CommandTier, ConfirmWindow
 from agenthub.storage.keys import SessionKey
 
@@ -40,6 +41,7 @@ def gateway_forgetter(gateway: GatewayCore) -> Forgetter:
         exclusive=layer.processor.forgetting if layer is not None else no_memory_writers,
         jobs=None if gateway.scheduler is None else jobs_hook(gateway.scheduler),
         settled=None if gateway.inbox is None else gateway.inbox.drop_settled,
+        usage=None if gateway.usage is None else usage_hook(gateway.usage.store, gateway.usage.recorder),
     )
 
 

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import structlog
 
@@ -145,6 +145,35 @@ class UsageStore(Protocol):
         """The day roll-ups from `first` to `last` (inclusive, `YYYY-MM-DD`)."""
         ...
 
+    async def forget(self, who: Forgotten) -> int:
+        """A person's identity out of every usage row naming them (replaced by `who.tag`; the tokens stay, so
+        the chats', agents' and models' totals are unchanged); how many rows (lines) changed."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Forgotten:
+    """Whose usage rows lose their name: `sender_id` on `channel` (in `agents`; only in `chat_id` when given),
+    written as `tag` instead, also where a direct chat is named by them."""
+
+    channel: str
+    sender_id: str
+    tag: str
+    agents: tuple[str, ...]
+    chat_id: str | None = None
+
+    def covers(self, row: UsageRow) -> bool:
+        return (
+            row.channel == self.channel
+            and row.sender_id == self.sender_id
+            and row.agent in self.agents
+            and (self.chat_id is None or row.chat_id == self.chat_id)
+        )
+
+    def redacted(self, row: dict[str, Any]) -> dict[str, Any]:
+        chat = self.tag if row.get("chat_id") == self.sender_id else row.get("chat_id")
+        return {**row, "sender_id": self.tag, "chat_id": chat}
+
 
 def month_days(day: str) -> tuple[str, str]:
     """The first day of `day`'s month and `day`."""
@@ -223,6 +252,33 @@ class FileUsageStore:
         self._warned.add((scope_key, period_key))
         return True
 
+    async def forget(self, who: Forgotten) -> int:
+        async with self._write_lock:  # no append meanwhile; every journal and roll-up rewritten whole
+            changed = await asyncio.to_thread(self._forget_files, who)
+        if changed:  # counted again from the files: the person's tokens now under their tag
+            self._days.clear()
+            self._months.clear()
+            self._by_scope.clear()
+        return changed
+
+    def _forget_files(self, who: Forgotten) -> int:
+        if not self.root.is_dir():
+            return 0
+        changed = 0
+        for path in sorted(self.root.glob("*/*.jsonl")) + sorted(self.root.glob("*/*.rollup.json")):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as e:
+                raise StorageError("could not read a usage journal") from e
+            rewritten, count = _forget_text(text, who, rollup=path.name.endswith(".rollup.json"))
+            if count:
+                try:
+                    atomic_write_text(path, rewritten)
+                except OSError as e:
+                    raise StorageError("could not rewrite a usage journal") from e
+                changed += count
+        return changed
+
     # ---- reading -----------------------------------------------------------------------------------------
 
     async def days(self, first: str, last: str) -> list[UsageRow]:
@@ -291,6 +347,31 @@ class FileUsageStore:
             except OSError as e:
                 log.warning("usage_rollup_not_written", day=day, error=str(e))
         return summed
+
+
+def _forget_text(text: str, who: Forgotten, *, rollup: bool) -> tuple[str, int]:
+    """A journal (one JSON row per line) or a roll-up (a JSON list of rows) with `who`'s rows redacted."""
+    if rollup:
+        try:
+            rows = json.loads(text)
+        except ValueError:
+            return text, 0
+        hits = [i for i, r in enumerate(rows) if who.covers(UsageRow(**r))]
+        for i in hits:
+            rows[i] = who.redacted(rows[i])
+        return json.dumps(rows, ensure_ascii=False), len(hits)
+    lines, count = [], 0
+    for line in text.splitlines(keepends=True):
+        try:
+            row = json.loads(line)
+            hit = who.covers(UsageRow(**row))
+        except (ValueError, TypeError):
+            hit = False  # a torn line stays as it is (the reader skips it)
+        if hit:
+            line = json.dumps(who.redacted(row), ensure_ascii=False) + "\n"
+            count += 1
+        lines.append(line)
+    return "".join(lines), count
 
 
 def _append_lines(path: Path, text: str) -> None:
