@@ -8,6 +8,7 @@ the reservations of running turns in memory (one process per data directory). Po
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import uuid
@@ -175,6 +176,13 @@ class Forgotten:
         return {**row, "sender_id": self.tag, "chat_id": chat}
 
 
+def forgotten_tag(channel: str, sender_id: str) -> str:
+    """What a forget writes for a sender's id (`forget.redact.Person.tag`): their usage rows keep counting against
+    their own budget (`usage_reserve` of migration 11 computes the same)."""
+    digest = hashlib.sha256(f"{channel}\n{sender_id}".encode()).hexdigest()[:16]
+    return f"forgotten-{digest}"
+
+
 def month_days(day: str) -> tuple[str, str]:
     """The first day of `day`'s month and `day`."""
     return day[:7] + "-01", day
@@ -230,7 +238,7 @@ class FileUsageStore:
         await self._load_month(day)
         now = time.monotonic()  # from here to the end nothing awaits: check and reserve are one step
         self._reserved = {k: v for k, v in self._reserved.items() if v[2] > now}
-        used = {c.scope.key: self._used(c.scope.key, day) for c in claims}
+        used = {c.scope.key: self._used(c.scope, day) for c in claims}
         standings, refused = judge(claims, used)
         if refused is not None:
             return Reservation(None, standings, refused)
@@ -238,9 +246,14 @@ class FileUsageStore:
         self._reserved[rid] = (tuple(c.scope.key for c in claims), tokens, now + ttl_s)
         return Reservation(rid, standings)
 
-    def _used(self, key: str, day: str) -> tuple[int, int]:
+    def _used(self, scope: Scope, day: str) -> tuple[int, int]:
+        key = scope.key
         reserved = sum(tokens for keys, tokens, _ in self._reserved.values() if key in keys)
-        used_day, used_month = self._by_scope.get(f"{day} {key}", 0), self._by_scope.get(f"{day[:7]} {key}", 0)
+        counted = [key]
+        if scope.kind == "user":  # what a forget left under their tag is still theirs to the budget
+            counted.append(Scope("user", scope.channel, forgotten_tag(scope.channel, scope.ident)).key)
+        used_day = sum(self._by_scope.get(f"{day} {k}", 0) for k in counted)
+        used_month = sum(self._by_scope.get(f"{day[:7]} {k}", 0) for k in counted)
         return used_day + reserved, used_month + reserved
 
     async def release(self, reservation_id: str) -> None:

@@ -12,9 +12,9 @@ from agenthub.config import Settings
 from agenthub.forget.command import gateway_forgetter
 from agenthub.forget.redact import Person
 from agenthub.gateway.core import GatewayCore
-from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.storage.keys import SessionKey
-from agenthub.storage.usage import FileUsageStore, Forgotten, UsageRow
+from agenthub.storage.usage import FileUsageStore, Forgotten, UsageRow, forgotten_tag
 from agenthub.usage.report import group
 from tests.support.fakes.anthropic import FakeAnthropic
 
@@ -118,3 +118,30 @@ async def test_a_past_days_roll_up_is_redacted_too(settings: Settings) -> None:
         ("forgotten-x", "forgotten-x", 15),
         ("g", "bob", 2),
     ]
+
+
+async def test_a_forget_does_not_give_the_person_their_budget_back(
+    backend_settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    settings = backend_settings.model_copy(
+        update={"budgets": backend_settings.budgets.model_copy(update={"user_day": 500})}
+    )
+    fake_llm.default_usage = PER_CALL
+    stores = await open_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            await say(gw, "alice", "alice", "one")  # 300 of her 500
+            await stored_rows(gw)
+            await gateway_forgetter(gw).forget_everywhere(
+                [gw.agents.get("default")], Person("wecom", "alice"), actor="t"
+            )
+            await say(gw, "alice", "alice", "two")  # 300 (under her tag) + 300: still below at the check
+            await stored_rows(gw)
+            third = await (await gw.submit(InboundMessage("wecom", "alice", "alice", "three"))).result()
+    finally:
+        await stores.aclose()
+    assert isinstance(third, ErrorEvent) and third.code == "budget_exceeded"
+
+
+def test_the_usage_stores_tag_is_the_forgets() -> None:
+    assert forgotten_tag("wecom", "alice") == Person("wecom", "alice").tag
