@@ -64,6 +64,8 @@ class Leases:
         self._monotonic = monotonic
         self._open: dict[LeaseKey, Lease] = {}
         self._cold: dict[LeaseKey, float] = {}  # key → until when no lease is asked for (one was refused)
+        self.granted_count = 0
+        """Leases granted since start (tests; a figure for the logs)."""
 
     def take(self, key: LeaseKey, estimate: int) -> Lease | None:
         """Admit a turn of `estimate` tokens from the key's lease, if it has one with room; else None."""
@@ -99,6 +101,7 @@ class Leases:
         if older is not None:
             self._end(key, older)
         lease = Lease(reservation_id, tokens, self._monotonic() + LEASE_ADMIT_S, standings, estimate, 1)
+        self.granted_count += 1
         try:
             lease.timer = asyncio.get_running_loop().call_later(LEASE_ADMIT_S, self._end, key, lease)
         except RuntimeError:  # no loop (a synchronous caller): it ends at its next use instead
