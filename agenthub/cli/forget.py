@@ -33,6 +33,7 @@ from agenthub.forget.command import jobs_hook
 from agenthub.forget.index import IndexHook
 from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter
+from agenthub.forget.usage import usage_hook
 from agenthub.gateway.session_lease import SessionLeases
 from agenthub.hosting.app import shared_search
 from agenthub.hosting.datalock import DataDirLock, DataDirLocked, holder_address, is_locked
@@ -137,6 +138,7 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
                 jobs=jobs_hook(Scheduler(settings.scheduler, stores.jobs)),  # the files, or the table `jobs`
                 index=None if search is None else _with_vectors(search.purge, stores),
                 settled=lambda: _drop_settled_inbox(settings),
+                usage=usage_hook(stores.usage),  # data/usage/, or the usage tables
             )
             try:
                 report = await forgetter.forget_everywhere(agents, person, actor=f"cli:{_os_user()}")

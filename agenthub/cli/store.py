@@ -109,6 +109,7 @@ async def _copy(settings: Settings, dsn: str) -> int:
         target = Target(
             PostgresSessionStore(database), PostgresMemoryStore(database), PostgresTokens(database),
             PostgresInbox(database), CopyLedger(database), PostgresJobs(database),
+            database, settings.http.idempotency_window_s,
         )  # fmt: skip
         counts = await copy_files_to_postgres(settings.data_dir, settings.auth_dir, target, _say)
         await _index(database)

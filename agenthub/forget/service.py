@@ -46,6 +46,8 @@ MemoryExclusion = Callable[[Sequence[str]], AbstractAsyncContextManager[None]]
 material read before the forget ended is written, `MemoryProcessor.forgetting`)."""
 JobsHook = Callable[[str, Person, SessionKey | None], Awaitable[int]]
 """(agent, person, the chat or None for every chat) → how many of the jobs the person created were dropped."""
+UsageHook = Callable[[Person, Sequence[str], SessionKey | None], Awaitable[int]]
+"""(person, agents, the chat or None for every chat) → how many usage rows had their name replaced by their tag."""
 
 
 @contextlib.asynccontextmanager
@@ -75,6 +77,8 @@ class ForgetReport:
     inbox_files: int = 0
     quoted_lines: int = 0
     """Lines of other people's messages and replies that quoted them, replaced by the marker."""
+    usage_rows: int = 0
+    """Usage rows (model calls, day roll-ups) that named them, now naming their tag (the tokens stay)."""
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -99,6 +103,7 @@ class Forgetter:
         exclusive: MemoryExclusion = no_memory_writers,
         jobs: JobsHook | None = None,
         settled: Callable[[], Awaitable[None]] | None = None,
+        usage: UsageHook | None = None,
     ) -> None:
         self.settings = settings
         self.history = history
@@ -110,6 +115,8 @@ class Forgetter:
         self.index: IndexHook = index or functools.partial(drop_derived_index, settings.data_dir)
         self.settled = settled
         """Drops what the durable inbox keeps of answered messages (their text is the person's too)."""
+        self.usage = usage
+        """Redacts the person's name in the usage rows; None: no usage store (nothing recorded)."""
 
     async def forget_in_chat(self, agent: AgentDefinition, key: SessionKey, person: Person) -> ForgetReport:
         """`/forget`: the person's messages in this chat and their profile with this agent."""
@@ -120,6 +127,7 @@ class Forgetter:
             await self._forget_memory(agent, person, outcomes, report)
             await self._scrub_shared_profile([t for o in outcomes for t in o.texts], report)
         await self._forget_jobs(agent, person, key)
+        await self._forget_usage(person, [agent.name], key, report)
         await self._drop_settled()
         audit("chat", person, "self", [agent.name], report)
         return report
@@ -129,9 +137,16 @@ class Forgetter:
         report = ForgetReport()
         async with self.exclusive([a.name for a in agents]):
             await self._forget_agents(agents, person, report)
+        await self._forget_usage(person, [a.name for a in agents], None, report)
         await self._drop_settled()
         audit("everywhere", person, actor, [a.name for a in agents], report)
         return report
+
+    async def _forget_usage(
+        self, person: Person, agents: Sequence[str], key: SessionKey | None, report: ForgetReport
+    ) -> None:
+        if self.usage is not None:
+            report.usage_rows += await self.usage(person, agents, key)
 
     async def _drop_settled(self) -> None:
         if self.settled is not None:

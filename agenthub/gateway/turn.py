@@ -279,7 +279,8 @@ class TurnRunner:
         """The budget gate's word on the turn (None: no budget applies); the reservation is the prompt's
         estimate (the last call's prompt, else the history's estimate, plus the new messages) plus `max_tokens`."""
         usage, agent = self.gateway.usage, pending.agent
-        if usage is None or not usage.gate.applies(agent, pending.message):
+        senders = [member.message.sender_id for member in pending.members]  # a joined turn: every sender's budget
+        if usage is None or not usage.gate.applies(agent, pending.message, senders):
             return None
         meta = await self.gateway.history.get_meta(pending.key)
         last = meta.last_usage if meta is not None else None
@@ -290,7 +291,7 @@ class TurnRunner:
         prompt += sum(estimate_text_tokens(member.message.content) for member in pending.members)
         max_tokens = agent.config.max_tokens or self.gateway.settings.llm.max_tokens
         limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s
-        return await usage.gate.admit(agent, pending.message, prompt + max_tokens, pending.locale, limit)
+        return await usage.gate.admit(agent, pending.message, prompt + max_tokens, pending.locale, limit, senders)
 
     async def _still_ours_after_answer(self, pending: PendingTurn) -> bool:
         """`still_ours`, once the answer is stored; a store that cannot tell: ours (the answer is delivered)."""
@@ -382,7 +383,8 @@ class TurnRunner:
         )
         request = await with_recall(request, history, ctx, settings)  # after the cached prefix, in this request only
         msg = pending.message
-        owner = CallOwner(agent.name, msg.channel, msg.chat_id, msg.sender_id)  # whose usage the calls are
+        joined = tuple(dict.fromkeys(m.message.sender_id for m in pending.members if m.message.sender_id))
+        owner = CallOwner(agent.name, msg.channel, msg.chat_id, msg.sender_id, joined)  # whose usage the calls are
         purpose = "job" if isinstance(msg.metadata.get("scheduled_job"), str) else "turn"
         # offline: keep the locale when it is set or the sender chose it (the terminal, `?lang=`), else follow the words
         chosen = msg.metadata.get(i18n.LOCALE_CHOSEN) is True

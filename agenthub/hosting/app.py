@@ -155,6 +155,7 @@ def gateway_forgetter(services: Services) -> Forgetter:
 
     from agenthub.forget.command import held, jobs_hook
     from agenthub.forget.service import Forgetter, no_memory_writers
+    from agenthub.forget.usage import usage_hook
 
     gateway, layer, scheduler = services.gateway, services.memory, services.scheduler
     return Forgetter(
@@ -166,6 +167,7 @@ def gateway_forgetter(services: Services) -> Forgetter:
         exclusive=layer.processor.forgetting if layer is not None else no_memory_writers,
         jobs=None if scheduler is None else jobs_hook(scheduler),
         settled=None if gateway.inbox is None else gateway.inbox.drop_settled,
+        usage=None if gateway.usage is None else usage_hook(gateway.usage.store, gateway.usage.recorder),
     )
 
 

@@ -24,6 +24,8 @@ class CallOwner:
     channel: str = ""
     chat_id: str = ""
     sender_id: str = ""
+    senders: tuple[str, ...] = ()
+    """A turn that joined several senders' messages: all of them (the usage is split among them); else empty."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from agenthub.errors import InvalidIdError
 from agenthub.session_keys import SessionKey, key_from_file_stem, validate_agent_name
+from agenthub.storage import copy_usage
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox, InboxEntry
 from agenthub.storage.jobs import FileJobDocuments, JobDocument
@@ -34,12 +35,15 @@ from agenthub.storage.postgres import (
     PostgresTokens,
 )
 from agenthub.storage.postgres.copies import CopyLedger
+from agenthub.storage.postgres.database import Database
 from agenthub.storage.store import HistoryRecord
 from agenthub.storage.tokens import StoredToken, TokenStore
 
 Report = Callable[[str], None]
-Kind = Literal["sessions", "memory_files", "tokens", "inbox", "jobs"]
-FIGURES = ("sessions", "records", "archived", "meta", "memory_files", "tokens", "inbox", "jobs")
+Kind = Literal["sessions", "memory_files", "tokens", "inbox", "jobs", "usage_days", "idempotency"]
+FIGURES = (
+    "sessions", "records", "archived", "meta", "memory_files", "tokens", "inbox", "jobs", "usage_days", "idempotency",
+)  # fmt: skip
 """What the report counts: the items of each kind, and the records, archived records and metas of the sessions."""
 Decision = Literal["same", "copy", "moved", "conflict"]
 
@@ -49,6 +53,8 @@ MOVED: dict[Kind, str] = {
     "tokens": "revoked or replaced in the database since it was copied",
     "inbox": "answered in the database since it was copied",
     "jobs": "changed or run in the database since it was copied",
+    "usage_days": "the database has recorded more usage on that day since it was copied",
+    "idempotency": "used again in the database since it was copied",
 }
 CONFLICT = "the database holds another one, not copied from these files"
 COPYING = "copying:"
@@ -107,6 +113,10 @@ class Target:
     inbox: PostgresInbox
     ledger: CopyLedger
     jobs: PostgresJobs
+    database: Database | None = None
+    """For the usage days and idempotency keys (None: they are not copied)."""
+    idempotency_window_s: float = 0.0
+    """Idempotency keys taken longer ago than this are not copied (out of their window, they mean nothing)."""
 
 
 @dataclass(frozen=True)
@@ -185,6 +195,9 @@ async def copy_files_to_postgres(data_dir: Path, auth_dir: Path, target: Target,
     await _copy_tokens(run, auth_dir)
     await _copy_inbox(run, data_dir)
     await _copy_jobs(run, data_dir)
+    if target.database is not None:
+        await _copy_usage(run, target.database, data_dir)
+        await _copy_idempotency(run, target.database, data_dir, target.idempotency_window_s)
     await verify(target, run.checked, run.counts)
     return run.counts
 
@@ -221,6 +234,8 @@ async def _held_digests(target: Target, checked: Sequence[Checked]) -> dict[tupl
             digest = _entry_digest(inbox[item.item])
         elif item.kind == "jobs" and item.item in jobs:
             digest = _job_digest(jobs[item.item])
+        elif item.kind in ("usage_days", "idempotency") and target.database is not None:
+            digest = await _held_usage_or_key(target.database, item)
         if digest is not None:
             found[(item.kind, item.item)] = digest
     return found
@@ -380,6 +395,42 @@ def _job_item(document: JobDocument) -> str:
 
 def _job_digest(document: JobDocument) -> str:
     return digest_of([document.agent, document.job_id, document.next_due, document.text])
+
+
+async def _copy_usage(run: _Run, database: Database, data_dir: Path) -> None:
+    recorded = await run.target.ledger.digests("usage_days")
+    for day, rows in (await copy_usage.file_days(data_dir)).items():
+        held = await copy_usage.held_day(database, day)
+        item = Checked("usage_days", day, digest_of(rows), {"usage_days": 1})
+
+        async def write(day: str = day, rows: list[list[Any]] = rows, digest: str = item.digest) -> None:
+            await run.target.ledger.write_and_record("usage_days", day, digest, copy_usage.write_day(day, rows))
+
+        held_digest = Held(None if held is None else digest_of(held))
+        copied = f"copied usage of {day}"
+        await run.settle(item, held_digest, recorded.get(day), write, copied, records_itself=True)
+
+
+async def _copy_idempotency(run: _Run, database: Database, data_dir: Path, window_s: float) -> None:
+    recorded = await run.target.ledger.digests("idempotency")
+    for data in await asyncio.to_thread(copy_usage.live_keys, data_dir, window_s):
+        name = copy_usage.key_item(data)
+        held = await copy_usage.held_key(database, name)
+        item = Checked("idempotency", name, digest_of(copy_usage.key_value(data)), {"idempotency": 1})
+
+        async def write(name: str = name, data: dict[str, Any] = data, digest: str = item.digest) -> None:
+            await run.target.ledger.write_and_record("idempotency", name, digest, copy_usage.write_key(data))
+
+        held_digest = Held(None if held is None else digest_of(held))
+        await run.settle(item, held_digest, recorded.get(name), write, "copied idempotency key", records_itself=True)
+
+
+async def _held_usage_or_key(database: Database, item: Checked) -> str | None:
+    if item.kind == "usage_days":
+        held = await copy_usage.held_day(database, item.item)
+    else:
+        held = await copy_usage.held_key(database, item.item)
+    return None if held is None else digest_of(held)
 
 
 def _agents(data_dir: Path) -> list[str]:

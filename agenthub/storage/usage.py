@@ -8,13 +8,14 @@ the reservations of running turns in memory (one process per data directory). Po
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import structlog
 
@@ -145,6 +146,42 @@ class UsageStore(Protocol):
         """The day roll-ups from `first` to `last` (inclusive, `YYYY-MM-DD`)."""
         ...
 
+    async def forget(self, who: Forgotten) -> int:
+        """A person's identity out of every usage row naming them (replaced by `who.tag`; the tokens stay, so
+        the chats', agents' and models' totals are unchanged); how many rows (lines) changed."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Forgotten:
+    """Whose usage rows lose their name: `sender_id` on `channel` (in `agents`; only in `chat_id` when given),
+    written as `tag` instead, also where a direct chat is named by them."""
+
+    channel: str
+    sender_id: str
+    tag: str
+    agents: tuple[str, ...]
+    chat_id: str | None = None
+
+    def covers(self, row: UsageRow) -> bool:
+        return (
+            row.channel == self.channel
+            and row.sender_id == self.sender_id
+            and row.agent in self.agents
+            and (self.chat_id is None or row.chat_id == self.chat_id)
+        )
+
+    def redacted(self, row: dict[str, Any]) -> dict[str, Any]:
+        chat = self.tag if row.get("chat_id") == self.sender_id else row.get("chat_id")
+        return {**row, "sender_id": self.tag, "chat_id": chat}
+
+
+def forgotten_tag(channel: str, sender_id: str) -> str:
+    """What a forget writes for a sender's id (`forget.redact.Person.tag`): their usage rows keep counting against
+    their own budget (`usage_reserve` of migration 11 computes the same)."""
+    digest = hashlib.sha256(f"{channel}\n{sender_id}".encode()).hexdigest()[:16]
+    return f"forgotten-{digest}"
+
 
 def month_days(day: str) -> tuple[str, str]:
     """The first day of `day`'s month and `day`."""
@@ -201,7 +238,7 @@ class FileUsageStore:
         await self._load_month(day)
         now = time.monotonic()  # from here to the end nothing awaits: check and reserve are one step
         self._reserved = {k: v for k, v in self._reserved.items() if v[2] > now}
-        used = {c.scope.key: self._used(c.scope.key, day) for c in claims}
+        used = {c.scope.key: self._used(c.scope, day) for c in claims}
         standings, refused = judge(claims, used)
         if refused is not None:
             return Reservation(None, standings, refused)
@@ -209,9 +246,14 @@ class FileUsageStore:
         self._reserved[rid] = (tuple(c.scope.key for c in claims), tokens, now + ttl_s)
         return Reservation(rid, standings)
 
-    def _used(self, key: str, day: str) -> tuple[int, int]:
+    def _used(self, scope: Scope, day: str) -> tuple[int, int]:
+        key = scope.key
         reserved = sum(tokens for keys, tokens, _ in self._reserved.values() if key in keys)
-        used_day, used_month = self._by_scope.get(f"{day} {key}", 0), self._by_scope.get(f"{day[:7]} {key}", 0)
+        counted = [key]
+        if scope.kind == "user":  # what a forget left under their tag is still theirs to the budget
+            counted.append(Scope("user", scope.channel, forgotten_tag(scope.channel, scope.ident)).key)
+        used_day = sum(self._by_scope.get(f"{day} {k}", 0) for k in counted)
+        used_month = sum(self._by_scope.get(f"{day[:7]} {k}", 0) for k in counted)
         return used_day + reserved, used_month + reserved
 
     async def release(self, reservation_id: str) -> None:
@@ -222,6 +264,33 @@ class FileUsageStore:
             return False
         self._warned.add((scope_key, period_key))
         return True
+
+    async def forget(self, who: Forgotten) -> int:
+        async with self._write_lock:  # no append meanwhile; every journal and roll-up rewritten whole
+            changed = await asyncio.to_thread(self._forget_files, who)
+        if changed:  # counted again from the files: the person's tokens now under their tag
+            self._days.clear()
+            self._months.clear()
+            self._by_scope.clear()
+        return changed
+
+    def _forget_files(self, who: Forgotten) -> int:
+        if not self.root.is_dir():
+            return 0
+        changed = 0
+        for path in sorted(self.root.glob("*/*.jsonl")) + sorted(self.root.glob("*/*.rollup.json")):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as e:
+                raise StorageError("could not read a usage journal") from e
+            rewritten, count = _forget_text(text, who, rollup=path.name.endswith(".rollup.json"))
+            if count:
+                try:
+                    atomic_write_text(path, rewritten)
+                except OSError as e:
+                    raise StorageError("could not rewrite a usage journal") from e
+                changed += count
+        return changed
 
     # ---- reading -----------------------------------------------------------------------------------------
 
@@ -291,6 +360,31 @@ class FileUsageStore:
             except OSError as e:
                 log.warning("usage_rollup_not_written", day=day, error=str(e))
         return summed
+
+
+def _forget_text(text: str, who: Forgotten, *, rollup: bool) -> tuple[str, int]:
+    """A journal (one JSON row per line) or a roll-up (a JSON list of rows) with `who`'s rows redacted."""
+    if rollup:
+        try:
+            rows = json.loads(text)
+        except ValueError:
+            return text, 0
+        hits = [i for i, r in enumerate(rows) if who.covers(UsageRow(**r))]
+        for i in hits:
+            rows[i] = who.redacted(rows[i])
+        return json.dumps(rows, ensure_ascii=False), len(hits)
+    lines, count = [], 0
+    for line in text.splitlines(keepends=True):
+        try:
+            row = json.loads(line)
+            hit = who.covers(UsageRow(**row))
+        except (ValueError, TypeError):
+            hit = False  # a torn line stays as it is (the reader skips it)
+        if hit:
+            line = json.dumps(who.redacted(row), ensure_ascii=False) + "\n"
+            count += 1
+        lines.append(line)
+    return "".join(lines), count
 
 
 def _append_lines(path: Path, text: str) -> None:

@@ -3,6 +3,8 @@ estimate is reserved; the reservation goes once the turn's real usage is stored 
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -15,7 +17,8 @@ from agenthub.clock import Clock
 from agenthub.config import BudgetLimits, BudgetSettings
 from agenthub.errors import StorageError
 from agenthub.messages import InboundMessage
-from agenthub.storage.usage import Claim, Scope, Standing, UsageStore
+from agenthub.storage.usage import Claim, Reservation, Scope, Standing, UsageStore, judge
+from agenthub.usage.leases import LEASE_ADMIT_S, LEASE_TURNS, Lease, LeaseKey, Leases, lease_claims
 from agenthub.usage.periods import day_of, period_key, resets_at
 from agenthub.usage.recorder import UsageRecorder
 
@@ -32,13 +35,17 @@ def limits_for(budgets: BudgetSettings, agent: AgentDefinition) -> BudgetLimits:
     return BudgetLimits(**{**budgets.model_dump(exclude={"exempt"}), **overrides})
 
 
-def claims_for(limits: BudgetLimits, agent: str, message: InboundMessage) -> list[Claim]:
-    """The scopes with a limit: the sender (per channel), the chat (per channel), the agent."""
-    scopes = (
-        (Scope("user", message.channel, message.sender_id), limits.user_day, limits.user_month),
+def claims_for(
+    limits: BudgetLimits, agent: str, message: InboundMessage, senders: Sequence[str] | None = None
+) -> list[Claim]:
+    """The scopes with a limit: each sender (per channel; a joined turn's every sender, default the message's),
+    the chat (per channel), the agent."""
+    people = dict.fromkeys(senders if senders is not None else (message.sender_id,))
+    scopes = [(Scope("user", message.channel, p), limits.user_day, limits.user_month) for p in people]
+    scopes += [
         (Scope("chat", message.channel, message.chat_id), limits.chat_day, limits.chat_month),
         (Scope("agent", "", agent), limits.agent_day, limits.agent_month),
-    )
+    ]
     return [Claim(scope, day, month) for scope, day, month in scopes if (day or month) and scope.ident]
 
 
@@ -49,6 +56,8 @@ class Admission:
     reservation_id: str | None = None
     notices: list[str] = field(default_factory=list)
     refused: Literal[False] = False
+    lease: Lease | None = None
+    """Admitted from this instance's lease (no reservation of its own)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,9 @@ class BudgetGate:
         self.clock = clock
         self.exempt = frozenset(budgets.exempt)
         self._limits: dict[str, tuple[object, BudgetLimits]] = {}  # agent → (its config, its limits)
+        self.leases = Leases(recorder.release)
+        self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
+        recorder.before_close.append(self.leases.close)
 
     def limits(self, agent: AgentDefinition) -> BudgetLimits:
         """The agent's limits, worked out once per loaded definition (a reload brings a new one)."""
@@ -81,45 +93,94 @@ class BudgetGate:
             known = self._limits[agent.name] = (agent.config, limits_for(self.budgets, agent))
         return known[1]
 
-    def applies(self, agent: AgentDefinition, message: InboundMessage) -> bool:
+    def checked(self, message: InboundMessage, senders: Sequence[str] | None = None) -> list[str]:
+        """The senders whose budgets a turn is checked against: the turn's (a joined turn's every sender,
+        default the message's) that are not exempt; none: the turn is exempt."""
+        people = senders if senders is not None else (message.sender_id,)
+        return [p for p in dict.fromkeys(people) if f"{message.channel}:{p}" not in self.exempt]
+
+    def applies(self, agent: AgentDefinition, message: InboundMessage, senders: Sequence[str] | None = None) -> bool:
         """Whether any limit applies to a turn of `message` (no estimate, no store call otherwise)."""
-        if f"{message.channel}:{message.sender_id}" in self.exempt:
-            return False
-        return bool(claims_for(self.limits(agent), agent.name, message))
+        checked = self.checked(message, senders)
+        return bool(checked) and bool(claims_for(self.limits(agent), agent.name, message, checked))
 
     async def admit(
-        self, agent: AgentDefinition, message: InboundMessage, estimate: int, locale: str, ttl_s: float
+        self,
+        agent: AgentDefinition,
+        message: InboundMessage,
+        estimate: int,
+        locale: str,
+        ttl_s: float,
+        senders: Sequence[str] | None = None,
     ) -> Admission | Refusal:
         """Refused when a limit is reached by what was used plus what running turns reserved; else `estimate`
-        tokens are reserved. A store that cannot answer lets the turn through (logged): budgets never stop a
-        chat because the database blinked."""
+        tokens are reserved (in every scope: each sender's of a joined turn too). A store that cannot answer lets
+        the turn through (logged): budgets never stop a chat because the database blinked."""
         limits = self.limits(agent)
-        claims = claims_for(limits, agent.name, message)
-        if not claims or f"{message.channel}:{message.sender_id}" in self.exempt:
+        checked = self.checked(message, senders)
+        claims = claims_for(limits, agent.name, message, checked) if checked else []
+        if not claims:
             return Admission()
+        several = len(dict.fromkeys(senders or ())) > 1
         day = day_of(self.clock(), self.zone)
+        key: LeaseKey = (day, tuple(claims))
+        lease = self.leases.take(key, estimate)
+        while lease is None and key in self._asking:  # another turn of these scopes is asking for a lease: its
+            await asyncio.shield(self._asking[key])  # answer may have room for this one too
+            lease = self.leases.take(key, estimate)
+        if lease is not None:
+            admission = Admission(lease=lease)
+            before = lease.committed - estimate  # what the lease's earlier turns took since it was granted
+            standings = [Standing(s.scope, s.period, s.limit, s.used + before) for s in lease.standings]
+        else:
+            try:
+                reservation, lease = await self._reserve(key, claims, day, estimate, ttl_s)
+            except StorageError as e:
+                log.warning("budget_check_unavailable", error=str(e))
+                return Admission()
+            if reservation.refused is not None:
+                standing = reservation.refused
+                self.recorder.refusals[standing.scope.kind] += 1
+                log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
+                return Refusal(standing, self.refusal_text(standing, locale, named=several))
+            admission = Admission(None if lease is not None else reservation.id, lease=lease)
+            standings = reservation.standings
         try:
-            reservation = await self.store.reserve(claims, day, estimate, ttl_s + RESERVATION_GRACE_S)
-        except StorageError as e:
-            log.warning("budget_check_unavailable", error=str(e))
-            return Admission()
-        if reservation.refused is not None:
-            standing = reservation.refused
-            self.recorder.refusals[standing.scope.kind] += 1
-            log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
-            return Refusal(standing, self.refusal_text(standing, locale))
-        admission = Admission(reservation.id)
-        try:
-            for standing in reservation.standings:
+            for standing in standings:
                 if (standing.used + estimate) / standing.limit >= limits.warn_at:
-                    await self._warn_once(standing, day, locale, admission)
+                    await self._warn_once(standing, day, locale, admission, named=several)
         except BaseException:  # cancelled (or failed) before the caller holds the admission: give the tokens back
-            if reservation.id is not None:
-                self.recorder.release(reservation.id)
+            self.settle(admission)
             raise
         return admission
 
-    async def _warn_once(self, standing: Standing, day: str, locale: str, admission: Admission) -> None:
+    async def _reserve(
+        self, key: LeaseKey, claims: list[Claim], day: str, estimate: int, ttl_s: float
+    ) -> tuple[Reservation, Lease | None]:
+        """A lease of several turns when one fits with room to spare (one store call for the turns it admits), else
+        (near a limit) a reservation of this turn's own: refused when a limit is reached."""
+        tokens = estimate * LEASE_TURNS
+        asked = lease_claims(claims, tokens) if self.leases.worth_asking(key) else None
+        if asked is not None:
+            lease_ttl = ttl_s + LEASE_ADMIT_S + RESERVATION_GRACE_S
+            asking = self._asking[key] = asyncio.get_running_loop().create_future()
+            try:
+                reservation = await self.store.reserve(asked, day, tokens, lease_ttl)
+            finally:
+                del self._asking[key]
+                asking.set_result(None)
+            if reservation.id is not None:
+                standings = _standings(claims, reservation.standings)
+                return reservation, self.leases.granted(key, reservation.id, tokens, standings, estimate)
+            self.leases.refused(key)
+            standings, refused = judge(claims, _used(reservation.standings))
+            if refused is not None:  # the limit itself is reached: refused without a second call
+                return Reservation(None, standings, refused), None
+        return await self.store.reserve(claims, day, estimate, ttl_s + RESERVATION_GRACE_S), None
+
+    async def _warn_once(
+        self, standing: Standing, day: str, locale: str, admission: Admission, *, named: bool = False
+    ) -> None:
         try:
             first = await self.store.first_warning(standing.scope.key, period_key(standing.period, day))
         except StorageError:
@@ -130,7 +191,7 @@ class BudgetGate:
                 i18n.text(
                     "budget.warning",
                     locale,
-                    who=i18n.text(f"budget.scope.{standing.scope.kind}", locale),
+                    who=self._who(standing, locale, named),
                     period=i18n.text(f"budget.period.{standing.period}", locale),
                     percent=int(100 * used / standing.limit),
                     limit=standing.limit,
@@ -138,25 +199,52 @@ class BudgetGate:
                 )
             )
 
-    def refusal_text(self, standing: Standing, locale: str) -> str:
+    def refusal_text(self, standing: Standing, locale: str, *, named: bool = False) -> str:
+        """The refusal in `locale`; `named`: the turn joined several senders' messages, so a sender's limit
+        names them (`alice's daily budget`) instead of saying "your"."""
         return i18n.text(
             "budget.refused",
             locale,
-            who=i18n.text(f"budget.scope.{standing.scope.kind}", locale),
+            who=self._who(standing, locale, named),
             period=i18n.text(f"budget.period.{standing.period}", locale),
             limit=standing.limit,
             resets=self._resets(standing, locale),
         )
+
+    @staticmethod
+    def _who(standing: Standing, locale: str, named: bool) -> str:
+        if named and standing.scope.kind == "user":
+            return i18n.text("budget.scope.member", locale, sender=standing.scope.ident)
+        return i18n.text(f"budget.scope.{standing.scope.kind}", locale)
 
     def _resets(self, standing: Standing, locale: str) -> str:
         return f"{resets_at(standing.period, self.clock(), self.zone):%Y-%m-%d %H:%M} ({self.zone.key})"
 
     def settle(self, admission: Admission) -> None:
         """The turn ended (done, failed or cancelled): its reservation ends with the write of its real usage (the
-        recorder's next one). A write that fails is retried; the reservation lapses at its expiry at the latest."""
-        if admission.reservation_id is not None:
+        recorder's next one). A write that fails is retried; the reservation lapses at its expiry at the latest.
+        A turn from a lease leaves it (which ends with its last turn once it admits no more)."""
+        if admission.lease is not None:
+            lease, admission.lease = admission.lease, None
+            self.leases.settle(lease)
+        elif admission.reservation_id is not None:
             self.recorder.release(admission.reservation_id)
+            admission.reservation_id = None
 
     async def drain(self) -> None:
         """Wait until every settlement so far is written (tests; shutdown); `StorageError` if it cannot be."""
         await self.recorder.flush()
+
+
+def _used(standings: list[Standing]) -> dict[str, tuple[int, int]]:
+    """scope key → (day, month) used plus reserved, as the store reported them."""
+    used: dict[str, tuple[int, int]] = {}
+    for s in standings:
+        day, month = used.get(s.scope.key, (0, 0))
+        used[s.scope.key] = (s.used, month) if s.period == "day" else (day, s.used)
+    return used
+
+
+def _standings(claims: list[Claim], lowered: list[Standing]) -> list[Standing]:
+    """The standings against the real limits (a lease was asked with lowered ones)."""
+    return judge(claims, _used(lowered))[0]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
+from collections.abc import Callable
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -12,7 +14,7 @@ from agenthub.clock import Clock
 from agenthub.errors import StorageError
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest, LLMResponse
-from agenthub.storage.usage import UsageRow, UsageStore
+from agenthub.storage.usage import TOKEN_KINDS, UsageRow, UsageStore
 from agenthub.usage.periods import day_of
 
 log = structlog.get_logger(__name__)
@@ -39,12 +41,14 @@ class UsageRecorder:
         self._releases: list[str] = []
         self._lock = asyncio.Lock()
         self._writer: asyncio.Task[None] | None = None
+        self.before_close: list[Callable[[], None]] = []
+        """Called first by `aclose` (the budget gate ends its leases, so their release is in the last write)."""
 
     def watch(self, request: LLMRequest, response: LLMResponse) -> None:
         row = self.row_of(request, response)
         for kind in ("input", "output", "cache_read", "cache_write"):
             self.tokens[(row.agent, row.purpose, kind)] += getattr(row, kind)
-        self._pending.append(row)
+        self._pending += split(row, request.owner.senders if request.owner else ())
         self._kick()
 
     def _kick(self) -> None:
@@ -106,6 +110,8 @@ class UsageRecorder:
 
     async def aclose(self) -> None:
         """Write what is pending (best effort) and stop the writer."""
+        for hook in self.before_close:
+            hook()
         try:
             await self.flush()
         except StorageError as e:
@@ -113,3 +119,17 @@ class UsageRecorder:
         if self._writer is not None and not self._writer.done():
             self._writer.cancel()
             await asyncio.wait([self._writer])
+
+
+def split(row: UsageRow, senders: tuple[str, ...]) -> list[UsageRow]:
+    """A joined turn's call charged to its senders in equal shares (each kind; what does not divide evenly, the
+    call itself and its `estimated` flag go to the newest sender, the row's own): the chat's, agent's and model's
+    totals stay exactly the call's."""
+    others = [s for s in senders if s != row.sender_id]
+    if not others:
+        return [row]
+    n = len(others) + 1
+    shares = {kind: getattr(row, kind) // n for kind in TOKEN_KINDS}
+    rows = [dataclasses.replace(row, sender_id=s, calls=0, estimated=0, **shares) for s in others]
+    rest = {kind: getattr(row, kind) - shares[kind] * len(others) for kind in TOKEN_KINDS}
+    return [*rows, dataclasses.replace(row, **rest)]

@@ -13,38 +13,15 @@ from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.errors import ConfigError
 from agenthub.gateway.core import GatewayCore
-from agenthub.gateway.handle import ReplyHandle
 from agenthub.hosting.app import build_gateway
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent
-from agenthub.storage.usage import Scope
-from agenthub.usage.report import totals
+from tests.support.budgets import MAX_TOKENS, PER_CALL, settle_all, used_by
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
-
-PER_CALL = {"input_tokens": 100, "output_tokens": 50}
-MAX_TOKENS = 200
 
 
 def budget_settings(factory: Callable[..., Settings], **budgets: Any) -> Settings:
     return factory(budgets=budgets, llm={"max_tokens": MAX_TOKENS})
-
-
-async def used_by(gw: GatewayCore, sender: str, channel: str = "wecom") -> int:
-    assert gw.usage is not None
-    await gw.usage.gate.drain()
-    await gw.usage.recorder.flush()
-    rows = await gw.usage.store.days("2000-01-01", "2100-01-01")
-    return totals(rows, Scope("user", channel, sender), "2000-01-01", {}).tokens
-
-
-async def settle_all(handles: list[ReplyHandle], fake: FakeAnthropic, hold: asyncio.Event) -> list[ReplyEvent]:
-    """Wait until every turn is refused or waiting at the fake model, then let the model answer them together."""
-    results: list[asyncio.Task[Any]] = [asyncio.create_task(h.result()) for h in handles]
-    async with asyncio.timeout(20):
-        while sum(t.done() for t in results) + fake.in_flight < len(handles):  # noqa: ASYNC110 (two sources)
-            await asyncio.sleep(0.01)
-    hold.set()
-    return list(await asyncio.gather(*results))
 
 
 @pytest.mark.parametrize("backend", ["files", "postgres"])

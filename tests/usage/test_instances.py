@@ -53,3 +53,41 @@ async def test_one_persons_turns_spread_over_three_instances_overspend_by_at_mos
     reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 29")
     assert LIMIT <= used <= LIMIT + reservation
     assert {r.sender_id for r in rows} == {"alice"}
+
+
+async def test_with_budget_leases_three_instances_still_overspend_by_at_most_one_reservation(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """Far from the limit each instance admits from leases (several turns per database call); near it every turn
+    reserves for itself: the same guarantee."""
+    fake_llm.default_usage = {"input_tokens": 100, "output_tokens": 50}
+    limit = 9000
+    async with shared_instances(
+        tmp_path, fake_llm, postgres_dsn, 3, budgets={"user_day": limit}, llm={"max_tokens": MAX_TOKENS}
+    ) as instances:
+        for wave in range(40):  # until a whole wave is refused: the limit reached, nothing reserved any more
+            hold = asyncio.Event()
+            fake_llm.responder = lambda body, hold=hold: reply_text("ok", hold=hold)
+            messages = [InboundMessage("wecom", f"chat-{wave}-{n}", "alice", f"question {n}") for n in range(15)]
+            handles = await asyncio.gather(*(instances[n % 3].gateway.submit(m) for n, m in enumerate(messages)))
+            results = [asyncio.create_task(h.result()) for h in handles]
+            async with asyncio.timeout(30):
+                while sum(t.done() for t in results) + fake_llm.in_flight < len(handles):  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+            hold.set()
+            finals = await asyncio.gather(*results)
+            answered = sum(isinstance(f, DoneEvent) for f in finals)
+            assert answered + sum(isinstance(f, ErrorEvent) and f.code == "budget_exceeded" for f in finals) == 15
+            for instance in instances:
+                assert instance.gateway.usage is not None
+                await instance.gateway.usage.gate.drain()
+            if not answered:
+                break
+        else:
+            raise AssertionError("the limit was never reached")
+        leased = sum(i.gateway.usage is not None and i.gateway.usage.gate.leases.granted_count for i in instances)
+        rows = await instances[0].stores.usage.days("2000-01-01", "2100-01-01")
+    used = totals(rows, Scope("user", "wecom", "alice"), "2000-01-01", {}).tokens
+    reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 14")
+    assert limit <= used <= limit + reservation
+    assert leased > 0  # the instances did admit turns from leases

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 TEXTS: dict[str, dict[str, str]] = {
     "budget.scope.user": {"zh-CN": "你的", "en": "Your"},
+    "budget.scope.member": {"zh-CN": "{sender} 的", "en": "{sender}'s"},
     "budget.scope.chat": {"zh-CN": "本会话的", "en": "This chat's"},
     "budget.scope.agent": {"zh-CN": "本助手的", "en": "This assistant's"},
     "budget.period.day": {"zh-CN": "每日", "en": "daily"},

@@ -405,6 +405,22 @@ SEARCH_VECTORS = Migration(
     ),
 )
 
+USAGE_RESERVE_FORGOTTEN = Migration(
+    11,
+    "a sender's budget also counts their usage rows redacted by a forget (named by their tag)",
+    (
+        USAGE_RESERVE.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1).replace(
+            "WHEN 'user' THEN u.channel = p_channels[i] AND u.sender_id = p_idents[i]",
+            "WHEN 'user' THEN u.channel = p_channels[i] AND u.sender_id IN (p_idents[i], 'forgotten-' || "
+            "left(encode(sha256(convert_to(p_channels[i] || E'\\n' || p_idents[i], 'UTF8')), 'hex'), 16))",
+            1,
+        ),
+    ),
+)
+"""`usage_reserve` again, its `user` scope matching the sender's id or their forget tag (`Person.tag`): a forget
+leaves their day's and month's usage counted against their own budget."""
+
+
 SEARCH_CACHES = Migration(
     12,
     "what lets an instance keep search data in memory and rank the top hits only",
@@ -449,6 +465,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     USAGE,
     IDEMPOTENCY_KEYS,
     SEARCH_VECTORS,
+    USAGE_RESERVE_FORGOTTEN,
     SEARCH_CACHES,
 )
 """Append only, never edit a released one."""

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from agenthub.errors import StorageError
 from agenthub.storage.postgres.database import Database
-from agenthub.storage.usage import Claim, Reservation, UsageRow, judge
+from agenthub.storage.usage import Claim, Forgotten, Reservation, UsageRow, judge
 
 _INSERT_CALL = (
     "INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output, cache_read, "
@@ -121,6 +121,39 @@ class PostgresUsageStore:
             )
             found = await cursor.fetchall()
         return [UsageRow(r[0].isoformat(), *r[1:7], *(int(v) for v in r[7:])) for r in found]
+
+    async def forget(self, who: Forgotten) -> int:
+        """The calls and day rows naming the person, redacted in one transaction."""
+        params = {
+            "channel": who.channel,
+            "sender": who.sender_id,
+            "tag": who.tag,
+            "agents": list(who.agents),
+            "chat": who.chat_id,
+        }
+        async with self.database.connection("forget a person's usage") as conn, conn.transaction():
+            calls = await conn.execute(_FORGET_CALLS, params)
+            days = await conn.execute(_FORGET_DAYS, params)
+            return max(calls.rowcount, 0) + max(days.rowcount, 0)
+
+
+_WHO = (
+    "channel = %(channel)s AND sender_id = %(sender)s AND agent = ANY(%(agents)s) "
+    "AND (%(chat)s::text IS NULL OR chat_id = %(chat)s)"
+)
+_CHAT = "CASE WHEN chat_id = %(sender)s THEN %(tag)s ELSE chat_id END"
+_FORGET_CALLS = f"UPDATE usage_calls SET sender_id = %(tag)s, chat_id = {_CHAT} WHERE {_WHO}"
+_FORGET_DAYS = f"""WITH gone AS (DELETE FROM usage_days WHERE {_WHO} RETURNING *)
+INSERT INTO usage_days AS d (day, agent, channel, chat_id, sender_id, model, purpose, input, output, cache_read,
+    cache_write, calls, estimated)
+SELECT day, agent, channel, new_chat, %(tag)s, model, purpose, sum(input), sum(output), sum(cache_read),
+    sum(cache_write), sum(calls), sum(estimated)
+FROM (SELECT *, {_CHAT} AS new_chat FROM gone) g GROUP BY day, agent, channel, new_chat, model, purpose
+ON CONFLICT (day, agent, channel, chat_id, sender_id, model, purpose) DO UPDATE SET
+    input = d.input + excluded.input, output = d.output + excluded.output,
+    cache_read = d.cache_read + excluded.cache_read, cache_write = d.cache_write + excluded.cache_write,
+    calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated"""
+"""The person's day rows go, and come back under their tag (added to rows an earlier forget left there)."""
 
 
 def _counts(r: UsageRow) -> tuple[int, ...]:

@@ -1,0 +1,132 @@
+"""Budget leases: an instance reserves several turns' worth of headroom in one store call and admits the turns of
+the same scopes from it locally, so that a busy person's turns do not each cost a round trip to the database.
+
+A lease is an ordinary reservation (the store counts it against every scope it claims, for every instance) that
+is granted only when it fits whole, with room to spare, in what is left of every limit; so what turns admitted
+from a lease spend never reaches a limit, and the guarantee of per-turn reservations (overspend by at most one
+reservation) holds unchanged: near a limit no lease is granted and every turn reserves for itself. A lease stops
+admitting after `LEASE_ADMIT_S` (or once spent) and ends with the write of its last turn's usage."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from agenthub.storage.usage import Claim, Standing
+
+LEASE_TURNS = 8
+"""A lease holds this many estimates of the turn that asked for it."""
+LEASE_SHARE = 0.5
+"""...and is granted only when it is at most this share of what is left of each limit."""
+LEASE_ADMIT_S = 30.0
+"""A lease admits turns for this long after it was granted; then it ends once its turns have."""
+
+LeaseKey = tuple[str, tuple[Claim, ...]]
+"""The day and the claims (scopes with their limits) a lease was granted for: only turns with the same take it."""
+
+
+@dataclass
+class Lease:
+    """Headroom reserved in the store under `id`; `committed`: the estimates of the turns it admitted."""
+
+    id: str
+    tokens: int
+    admit_until: float
+    standings: list[Standing]
+    committed: int = 0
+    running: int = 0
+    open: bool = True
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+
+def lease_claims(claims: Sequence[Claim], tokens: int) -> list[Claim] | None:
+    """The claims a lease of `tokens` is asked with: each limit lowered so that the store grants it only when
+    used + reserved + tokens / LEASE_SHARE stays within the real limit; None when no limit could ever allow it."""
+    pad = int(tokens / LEASE_SHARE) - 1
+    lowered = []
+    for claim in claims:
+        day = claim.day_limit - pad if claim.day_limit else 0
+        month = claim.month_limit - pad if claim.month_limit else 0
+        if (claim.day_limit and day <= 0) or (claim.month_limit and month <= 0):
+            return None
+        lowered.append(Claim(claim.scope, day, month))
+    return lowered
+
+
+class Leases:
+    """The open leases of this instance, one per key; a lease that ended is released through `release` (the usage
+    recorder's next write: after the rows of its turns, never before)."""
+
+    def __init__(self, release: Callable[[str], None], monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._release = release
+        self._monotonic = monotonic
+        self._open: dict[LeaseKey, Lease] = {}
+        self._cold: dict[LeaseKey, float] = {}  # key → until when no lease is asked for (one was refused)
+        self.granted_count = 0
+        """Leases granted since start (tests; a figure for the logs)."""
+
+    def take(self, key: LeaseKey, estimate: int) -> Lease | None:
+        """Admit a turn of `estimate` tokens from the key's lease, if it has one with room; else None."""
+        lease = self._open.get(key)
+        if lease is None:
+            return None
+        if self._monotonic() >= lease.admit_until or lease.committed + estimate > lease.tokens:
+            self._end(key, lease)
+            return None
+        lease.committed += estimate
+        lease.running += 1
+        return lease
+
+    def worth_asking(self, key: LeaseKey) -> bool:
+        """False for a while after the store refused a lease for `key` (near a limit: per-turn reservations)."""
+        until = self._cold.get(key)
+        if until is None:
+            return True
+        if self._monotonic() < until:
+            return False
+        del self._cold[key]
+        return True
+
+    def refused(self, key: LeaseKey) -> None:
+        self._cold[key] = self._monotonic() + LEASE_ADMIT_S
+
+    def granted(
+        self, key: LeaseKey, reservation_id: str, tokens: int, standings: list[Standing], estimate: int
+    ) -> Lease:
+        """A new lease for `key` (an older one still open ends); the turn that asked for it (`estimate`) is its
+        first."""
+        older = self._open.get(key)
+        if older is not None:
+            self._end(key, older)
+        lease = Lease(reservation_id, tokens, self._monotonic() + LEASE_ADMIT_S, standings, estimate, 1)
+        self.granted_count += 1
+        try:
+            lease.timer = asyncio.get_running_loop().call_later(LEASE_ADMIT_S, self._end, key, lease)
+        except RuntimeError:  # no loop (a synchronous caller): it ends at its next use instead
+            lease.timer = None
+        self._open[key] = lease
+        return lease
+
+    def settle(self, lease: Lease) -> None:
+        """A turn admitted from `lease` ended."""
+        lease.running -= 1
+        if not lease.open and lease.running == 0:
+            self._release(lease.id)
+
+    def _end(self, key: LeaseKey, lease: Lease) -> None:
+        if not lease.open:
+            return
+        lease.open = False
+        if lease.timer is not None:
+            lease.timer.cancel()
+        if self._open.get(key) is lease:
+            del self._open[key]
+        if lease.running == 0:
+            self._release(lease.id)
+
+    def close(self) -> None:
+        """Shutdown: no more turns from any lease; the idle ones are released (with the recorder's last write)."""
+        for key, lease in list(self._open.items()):
+            self._end(key, lease)

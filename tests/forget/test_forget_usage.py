@@ -1,0 +1,151 @@
+"""Forget and usage rows: the person's id is gone from every usage row (files: journals and roll-ups; PostgreSQL:
+`usage_calls` and `usage_days`), their tokens stay, so each chat's, agent's and model's totals are unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg
+
+from agenthub.config import Settings
+from agenthub.forget.redact import Person
+from agenthub.gateway.core import GatewayCore
+from agenthub.hosting.app import build_services, gateway_forgetter, open_stores
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.session_keys import SessionKey
+from agenthub.storage.usage import FileUsageStore, Forgotten, UsageRow, forgotten_tag
+from agenthub.usage.report import group
+from tests.support.fakes.anthropic import FakeAnthropic
+
+PER_CALL = {"input_tokens": 200, "output_tokens": 100}
+
+
+async def say(gw: GatewayCore, sender: str, chat: str, text: str) -> None:
+    assert isinstance(await (await gw.submit(InboundMessage("wecom", chat, sender, text))).result(), DoneEvent)
+
+
+async def stored_rows(gw: GatewayCore) -> list[UsageRow]:
+    assert gw.usage is not None
+    await gw.usage.gate.drain()
+    await gw.usage.recorder.flush()
+    return await gw.usage.store.days("2000-01-01", "2100-01-01")
+
+
+def sums(rows: list[UsageRow]) -> dict[str, object]:
+    return {by: sorted(str(line.as_dict()) for line in group(rows, by, "day", {})) for by in ("agent", "model")}
+
+
+def chat_total(rows: list[UsageRow], chat: str) -> int:
+    return sum(r.tokens for r in rows if r.chat_id == chat)
+
+
+async def naming(settings: Settings, who: str) -> int:
+    """How many places in the store still name `who`: lines of the files under data/usage, or table rows."""
+    if settings.store.backend == "files":
+        root = settings.data_dir / "usage"
+        return sum(p.read_text(encoding="utf-8").count(f'"{who}"') for p in root.rglob("*") if p.is_file())
+    assert settings.store.dsn is not None
+    async with await psycopg.AsyncConnection.connect(settings.store.dsn.get_secret_value()) as conn:
+        found = 0
+        for table in ("usage_calls", "usage_days"):
+            cursor = await conn.execute(
+                f"SELECT count(*) FROM {table} WHERE sender_id = %s OR chat_id = %s",
+                (who, who),
+            )
+            row = await cursor.fetchone()
+            found += int(row[0]) if row else 0
+        return found
+
+
+async def test_forget_everywhere_leaves_no_usage_row_naming_them_and_every_total_as_it_was(
+    backend_settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.default_usage = PER_CALL
+    stores = await open_stores(backend_settings)
+    try:
+        async with build_services(backend_settings, stores=stores) as services:
+            gw = services.gateway
+            await say(gw, "alice", "alice", "in our direct chat")  # a direct chat named by her
+            await say(gw, "alice", "g", "in the group")
+            await say(gw, "bob", "g", "bob in the group")
+            before = await stored_rows(gw)
+            assert await naming(backend_settings, "alice") > 0
+            report = await gateway_forgetter(services).forget_everywhere(
+                [gw.agents.get("default")], Person("wecom", "alice"), actor="t"
+            )
+            after = await stored_rows(gw)
+            assert report.usage_rows > 0
+            assert await naming(backend_settings, "alice") == 0
+            assert await naming(backend_settings, "bob") > 0  # bob's rows stay his
+            assert sums(after) == sums(before)
+            assert chat_total(after, "g") == chat_total(before, "g") == 2 * 300
+            tag = Person("wecom", "alice").tag
+            assert sum(r.tokens for r in after if r.sender_id == tag) == 2 * 300  # her tokens, under her tag
+            await say(gw, "bob", "g", "the store still records")
+            assert chat_total(await stored_rows(gw), "g") == 3 * 300
+    finally:
+        await stores.aclose()
+
+
+async def test_forget_in_a_chat_redacts_that_chats_usage_rows_only(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    settings = settings_factory()
+    fake_llm.default_usage = PER_CALL
+    async with build_services(settings) as services:
+        gw = services.gateway
+        await say(gw, "alice", "g", "in the group")
+        await say(gw, "alice", "h", "in another group")
+        await stored_rows(gw)
+        key = SessionKey("default", "wecom", "g")
+        report = await gateway_forgetter(services).forget_in_chat(
+            gw.agents.get("default"), key, Person("wecom", "alice")
+        )
+        rows = await stored_rows(gw)
+    assert report.usage_rows == 1
+    assert {(r.chat_id, r.sender_id) for r in rows} == {("g", Person("wecom", "alice").tag), ("h", "alice")}
+
+
+async def test_a_past_days_roll_up_is_redacted_too(settings: Settings) -> None:
+    store = FileUsageStore(settings.data_dir)
+    row = UsageRow("2020-01-02", "turn", "default", "wecom", "alice", "alice", "m", 10, 5)
+    await store.add([row, UsageRow("2020-01-02", "turn", "default", "wecom", "g", "bob", "m", 1, 1)])
+    assert len(await store.days("2020-01-01", "2020-01-31")) == 2  # a past day: its roll-up is written now
+    rollup = settings.data_dir / "usage" / "2020-01" / "2020-01-02.rollup.json"
+    assert rollup.is_file() and "alice" in rollup.read_text(encoding="utf-8")
+    who = Forgotten("wecom", "alice", "forgotten-x", ("default",))
+    assert await store.forget(who) == 2  # the journal's line and the roll-up's row
+    assert "alice" not in rollup.read_text(encoding="utf-8")
+    again = await FileUsageStore(settings.data_dir).days("2020-01-01", "2020-01-31")
+    assert sorted((r.chat_id, r.sender_id, r.tokens) for r in again) == [
+        ("forgotten-x", "forgotten-x", 15),
+        ("g", "bob", 2),
+    ]
+
+
+async def test_a_forget_does_not_give_the_person_their_budget_back(
+    backend_settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    settings = backend_settings.model_copy(
+        update={"budgets": backend_settings.budgets.model_copy(update={"user_day": 500})}
+    )
+    fake_llm.default_usage = PER_CALL
+    stores = await open_stores(settings)
+    try:
+        async with build_services(settings, stores=stores) as services:
+            gw = services.gateway
+            await say(gw, "alice", "alice", "one")  # 300 of her 500
+            await stored_rows(gw)
+            await gateway_forgetter(services).forget_everywhere(
+                [gw.agents.get("default")], Person("wecom", "alice"), actor="t"
+            )
+            await say(gw, "alice", "alice", "two")  # 300 (under her tag) + 300: still below at the check
+            await stored_rows(gw)
+            third = await (await gw.submit(InboundMessage("wecom", "alice", "alice", "three"))).result()
+    finally:
+        await stores.aclose()
+    assert isinstance(third, ErrorEvent) and third.code == "budget_exceeded"
+
+
+def test_the_usage_stores_tag_is_the_forgets() -> None:
+    assert forgotten_tag("wecom", "alice") == Person("wecom", "alice").tag

@@ -1,0 +1,86 @@
+"""`agenthub store migrate` copies the usage journal's days (a month's budget survives the move) and the idempotency
+keys still inside their window; a second run copies nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from agenthub.cli import main
+from agenthub.storage.idempotency import FileIdempotency
+from agenthub.storage.postgres import open_database
+from agenthub.storage.postgres.idempotency import PostgresIdempotency
+from agenthub.storage.postgres.usage import PostgresUsageStore
+from agenthub.storage.usage import FileUsageStore, UsageRow
+from agenthub.usage.report import group
+
+MIGRATE = ["store", "migrate", "--from", "files", "--to", "postgres"]
+WINDOW_S = 86400.0
+
+
+def run_migrate(
+    root: Path, dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    for name, sub in (("DATA_DIR", "data"), ("AGENTS_DIR", "agents"), ("AUTH_DIR", "auth")):
+        monkeypatch.setenv(f"AGENTHUB_{name}", str(root / sub))
+    monkeypatch.setenv("AGENTHUB_WORKSPACE_DIR", str(root / "workspace"))
+    monkeypatch.setenv("AGENTHUB_STORE__DSN", dsn)
+    monkeypatch.setenv("AGENTHUB_HTTP__IDEMPOTENCY_WINDOW_S", str(WINDOW_S))
+    code = main(MIGRATE)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def usage_rows() -> list[UsageRow]:
+    today = time.strftime("%Y-%m-%d")
+    days = ["2020-01-30", "2020-01-31", today]
+    return [
+        UsageRow(day, purpose, "default", "wecom", chat, sender, "m", 100 + n, 10, 5, 1)
+        for n, day in enumerate(days)
+        for purpose, chat, sender in (("turn", "g", "alice"), ("turn", "g", "bob"), ("summary", "g", ""))
+    ] + [UsageRow(today, "turn", "default", "wecom", "g", "alice", "m", 7, 7)]  # two calls of one group today
+
+
+async def populate(data_dir: Path) -> None:
+    await FileUsageStore(data_dir).add(usage_rows())
+    keys = FileIdempotency(data_dir, window_s=WINDOW_S, fsync=False)
+    assert await keys.claim("token:a", "key-live", "fp-live") is None
+    await keys.accepted("token:a", "key-live")
+    await keys.finish("token:a", "key-live", {"type": "done", "text": "答案"})
+    old = FileIdempotency(data_dir, window_s=WINDOW_S, fsync=False, clock=lambda: time.time() - 2 * WINDOW_S)
+    assert await old.claim("token:a", "key-old", "fp-old") is None
+
+
+def summed(rows: list[UsageRow]) -> list[str]:
+    return sorted(json.dumps(line.as_dict(), sort_keys=True) for line in group(rows, "user", "day", {}))
+
+
+async def test_usage_days_and_live_idempotency_keys_are_copied_once(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    await populate(data_dir)
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0, err
+    assert "usage_days: 3 in the files, 3 verified in the database (3 copied now, 0 left" in out
+    assert "idempotency: 1 in the files, 1 verified in the database (1 copied now, 0 left" in out
+    database = await open_database(postgres_dsn)
+    try:
+        copied = await PostgresUsageStore(database).days("2000-01-01", "2100-01-01")
+        assert summed(copied) == summed(await FileUsageStore(data_dir).days("2000-01-01", "2100-01-01"))
+        keys = PostgresIdempotency(database, window_s=WINDOW_S)
+        live = await keys.get("token:a", "key-live")
+        assert live is not None and live.accepted and live.final == {"type": "done", "text": "答案"}
+        assert live.fingerprint == "fp-live"
+        assert await keys.get("token:a", "key-old") is None
+        assert await keys.claim("token:a", "key-live", "fp-other") is not None  # a retry still finds it taken
+    finally:
+        await database.close()
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0, err
+    assert not [line for line in out.splitlines() if line.startswith(("copied ", "skipped "))]
+    assert json.dumps(out).count("(0 copied now, 0 left") >= 2

@@ -1,0 +1,35 @@
+"""Budget tests' helpers: what a turn's fake model call uses, and waiting for concurrent turns at the edge."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agenthub.gateway.core import GatewayCore
+from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import ReplyEvent
+from agenthub.storage.usage import Scope
+from agenthub.usage.report import totals
+from tests.support.fakes.anthropic import FakeAnthropic
+
+PER_CALL = {"input_tokens": 100, "output_tokens": 50}
+MAX_TOKENS = 200
+
+
+async def used_by(gw: GatewayCore, sender: str, channel: str = "wecom") -> int:
+    """The sender's tokens in the store, once every settlement and call so far is written."""
+    assert gw.usage is not None
+    await gw.usage.gate.drain()
+    await gw.usage.recorder.flush()
+    rows = await gw.usage.store.days("2000-01-01", "2100-01-01")
+    return totals(rows, Scope("user", channel, sender), "2000-01-01", {}).tokens
+
+
+async def settle_all(handles: list[ReplyHandle], fake: FakeAnthropic, hold: asyncio.Event) -> list[ReplyEvent]:
+    """Wait until every turn is refused or waiting at the fake model, then let the model answer them together."""
+    results: list[asyncio.Task[Any]] = [asyncio.create_task(h.result()) for h in handles]
+    async with asyncio.timeout(20):
+        while sum(t.done() for t in results) + fake.in_flight < len(handles):  # noqa: ASYNC110 (two sources)
+            await asyncio.sleep(0.01)
+    hold.set()
+    return list(await asyncio.gather(*results))

@@ -1,0 +1,102 @@
+"""Budget leases: a person's turns far from a limit are admitted from one lease (one store call for several turns);
+near the limit every turn reserves for itself, and concurrent turns still overspend by at most one reservation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway, open_stores
+from agenthub.llm.tokens import estimate_text_tokens
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.storage.stores import Stores
+from agenthub.storage.usage import Claim, Reservation, UsageStore
+from tests.support.budgets import MAX_TOKENS, PER_CALL, settle_all, used_by
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+
+
+class CountedReserves:
+    """The store the gateway uses, with its `reserve` calls counted (the round trips a check costs)."""
+
+    def __init__(self, store: UsageStore) -> None:
+        self.store = store
+        self.reserves = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
+        self.reserves += 1
+        return await self.store.reserve(claims, day, tokens, ttl_s)
+
+
+async def counted_stores(settings: Settings) -> tuple[Stores, CountedReserves]:
+    stores = await open_stores(settings)
+    counted = CountedReserves(stores.usage)
+    stores.usage = counted  # type: ignore[assignment]  # the same store, its calls counted
+    return stores, counted
+
+
+def store_of(backend: str, request: pytest.FixtureRequest) -> dict[str, str]:
+    return {"backend": "postgres", "dsn": request.getfixturevalue("postgres_dsn")} if backend == "postgres" else {}
+
+
+@pytest.mark.parametrize("backend", ["files", "postgres"])
+async def test_a_persons_turns_far_from_the_limit_share_one_store_call(
+    backend: str, settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, request: pytest.FixtureRequest
+) -> None:
+    settings = settings_factory(
+        budgets={"user_day": 10**9}, llm={"max_tokens": MAX_TOKENS}, store=store_of(backend, request)
+    )
+    stores, counted = await counted_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            for n in range(8):
+                final = await (await gw.submit(InboundMessage("wecom", "dm", "alice", f"question {n}"))).result()
+                assert isinstance(final, DoneEvent)
+            assert await used_by(gw, "alice") > 0
+    finally:
+        await stores.aclose()
+    assert counted.reserves <= 2  # a lease holds 8 estimates of the first turn; later prompts are larger
+
+
+@pytest.mark.parametrize("backend", ["files", "postgres"])
+async def test_leases_near_the_limit_still_overspend_by_at_most_one_reservation(
+    backend: str, settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, request: pytest.FixtureRequest
+) -> None:
+    limit = 8000  # room for leases at first (8 turns' estimates, at most half of what is left), none near the end
+    settings = settings_factory(
+        budgets={"user_day": limit}, llm={"max_tokens": MAX_TOKENS}, store=store_of(backend, request)
+    )
+    fake_llm.default_usage = PER_CALL
+    stores, counted = await counted_stores(settings)
+    asked = 0
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            for wave in range(40):  # until a whole wave is refused: the limit is reached, nothing reserved
+                hold = asyncio.Event()
+                fake_llm.responder = lambda body, hold=hold: reply_text("ok", hold=hold)
+                handles = [
+                    await gw.submit(InboundMessage("wecom", f"chat-{wave}-{n}", "alice", f"question {n}"))
+                    for n in range(12)
+                ]
+                finals = await settle_all(handles, fake_llm, hold)
+                answered = sum(isinstance(f, DoneEvent) for f in finals)
+                refused = sum(isinstance(f, ErrorEvent) and f.code == "budget_exceeded" for f in finals)
+                assert answered + refused == 12
+                asked += 12
+                assert gw.usage is not None
+                await gw.usage.gate.drain()
+                if not answered:
+                    break
+            else:
+                pytest.fail("the limit was never reached")
+            used = await used_by(gw, "alice")
+    finally:
+        await stores.aclose()
+    reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 11")
+    assert limit <= used <= limit + reservation
+    assert counted.reserves < asked  # leases admitted some turns without a call of their own
