@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import time
 import urllib.parse
 from collections import Counter, OrderedDict, deque
@@ -88,20 +89,47 @@ def system_label(index: int, block: dict[str, Any]) -> str:
     return "summary"
 
 
-def _ttl_s(blocks: Iterable[Any]) -> float:
+def _long_ttl(blocks: Iterable[Any]) -> bool:
+    """Whether a breakpoint among `blocks` asks for the 1-hour cache."""
     for block in blocks:
         if isinstance(block, dict) and isinstance(mark := block.get("cache_control"), dict) and mark.get("ttl") == "1h":
-            return LONG_TTL_S
-    return DEFAULT_TTL_S
+            return True
+    return False
 
 
-def _marked(request: LLMRequest) -> Iterable[Any]:
-    yield from request.system
-    yield from request.tools
-    for message in request.messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            yield from content
+def _message_print(message: dict[str, Any]) -> tuple[bytes, bool]:
+    """(the message's digest, whether one of its blocks asks for the 1-hour cache)."""
+    content = message.get("content")
+    return _digest(_bare_message(message)), isinstance(content, list) and _long_ttl(content)
+
+
+MEMO_CHATS = 128
+"""Chats whose previous request's per-message digests are kept for the next call (the most recently watched)."""
+
+
+class MessagePrints:
+    """A chat's previous request's messages and their `_message_print`s: a request that repeats them (the same
+    objects: the context builder's memo hands the same converted message every turn, and no message is changed in
+    place) reuses their digests, so a call's fingerprint costs what was appended, not the whole conversation."""
+
+    __slots__ = ("messages", "prints")
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.prints: list[tuple[bytes, bool]] = []
+
+    def of(self, messages: list[dict[str, Any]]) -> list[tuple[bytes, bool]]:
+        """The prints of `messages`, computing only those not seen last time; remembers these for the next call."""
+        before, prints = self.messages, self.prints
+        same = list(map(operator.is_, messages, before))  # the repeated prefix, compared at C speed
+        kept = same.index(False) if False in same else len(same)
+        seen = {id(m): (m, p) for m, p in zip(before[kept:], prints[kept:], strict=True)}  # held: no id reused
+        result = prints[:kept]
+        for message in messages[kept:]:
+            hit = seen.get(id(message))
+            result.append(hit[1] if hit is not None and hit[0] is message else _message_print(message))
+        self.messages, self.prints = list(messages), result
+        return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +144,14 @@ class Fingerprint:
     ttl_s: float
 
     @classmethod
-    def of(cls, request: LLMRequest) -> Fingerprint:
+    def of(cls, request: LLMRequest, known: MessagePrints | None = None) -> Fingerprint:
+        """The request's fingerprint; `known` (the chat's previous messages) spares re-digesting repeated ones."""
         system = tuple((system_label(i, b), _digest(_bare(b))) for i, b in enumerate(request.system))
-        messages = b"".join(_digest(_bare_message(m)) for m in request.messages)
+        prints = (known or MessagePrints()).of(request.messages)
+        messages = b"".join(digest for digest, _ in prints)
         tools = _digest([_bare(t) for t in request.tools])
-        return cls(request.model, tools, system, messages, _ttl_s(_marked(request)))
+        long_ttl = _long_ttl(request.system) or _long_ttl(request.tools) or any(long for _, long in prints)
+        return cls(request.model, tools, system, messages, LONG_TTL_S if long_ttl else DEFAULT_TTL_S)
 
     @property
     def message_count(self) -> int:
@@ -192,6 +223,7 @@ class CacheWatch:
         self.chats = chats
         self.breaks: Counter[str] = Counter()
         self._state: OrderedDict[str, _ChatState] = OrderedDict()
+        self._prints: OrderedDict[str, MessagePrints] = OrderedDict()
 
     def _get(self, chat: str, create: bool) -> _ChatState | None:
         state = self._state.get(chat)
@@ -202,6 +234,14 @@ class CacheWatch:
         if state is not None:
             self._state.move_to_end(chat)
         return state
+
+    def _known(self, chat: str) -> MessagePrints:
+        """The chat's `MessagePrints` (the `MEMO_CHATS` most recently watched chats keep theirs)."""
+        prints = self._prints.pop(chat, None) or MessagePrints()
+        self._prints[chat] = prints
+        while len(self._prints) > MEMO_CHATS:
+            self._prints.popitem(last=False)
+        return prints
 
     @staticmethod
     def watched(request: LLMRequest) -> bool:
@@ -237,7 +277,7 @@ class CacheWatch:
         """Judge a successful call against the chat's previous one, then remember it; the break, if any."""
         if not self.watched(request):
             return None
-        current, now, usage = Fingerprint.of(request), self.clock(), response.usage
+        current, now, usage = Fingerprint.of(request, self._known(request.chat)), self.clock(), response.usage
         state = self._get(request.chat, create=True)
         assert state is not None
         found = None
