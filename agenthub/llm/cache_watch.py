@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import operator
 import time
 import urllib.parse
 from collections import Counter, OrderedDict, deque
@@ -20,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from agenthub.llm.identity import ByIdentity, PerChat, Repeated
 from agenthub.llm.types import LLMRequest, LLMResponse
 
 log = structlog.get_logger(__name__)
@@ -107,29 +107,24 @@ MEMO_CHATS = 128
 """Chats whose previous request's per-message digests are kept for the next call (the most recently watched)."""
 
 
-class MessagePrints:
+def message_prints() -> Repeated[dict[str, Any], tuple[bytes, bool]]:
     """A chat's previous request's messages and their `_message_print`s: a request that repeats them (the same
     objects: the context builder's memo hands the same converted message every turn, and no message is changed in
     place) reuses their digests, so a call's fingerprint costs what was appended, not the whole conversation."""
+    return Repeated(_message_print)
 
-    __slots__ = ("messages", "prints")
 
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.prints: list[tuple[bytes, bool]] = []
+def _system_digest(system: list[dict[str, Any]]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((system_label(i, b), _digest(_bare(b))) for i, b in enumerate(system))
 
-    def of(self, messages: list[dict[str, Any]]) -> list[tuple[bytes, bool]]:
-        """The prints of `messages`, computing only those not seen last time; remembers these for the next call."""
-        before, prints = self.messages, self.prints
-        same = list(map(operator.is_, messages, before))  # the repeated prefix, compared at C speed
-        kept = same.index(False) if False in same else len(same)
-        seen = {id(m): (m, p) for m, p in zip(before[kept:], prints[kept:], strict=True)}  # held: no id reused
-        result = prints[:kept]
-        for message in messages[kept:]:
-            hit = seen.get(id(message))
-            result.append(hit[1] if hit is not None and hit[0] is message else _message_print(message))
-        self.messages, self.prints = list(messages), result
-        return result
+
+def _tools_digest(tools: list[dict[str, Any]]) -> tuple[bytes, bool]:
+    return _digest([_bare(t) for t in tools]), _long_ttl(tools)
+
+
+_system_digests = ByIdentity(_system_digest)
+_tools_digests = ByIdentity(_tools_digest)
+"""The context builder hands the same system blocks and tool definitions while they do not change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +139,13 @@ class Fingerprint:
     ttl_s: float
 
     @classmethod
-    def of(cls, request: LLMRequest, known: MessagePrints | None = None) -> Fingerprint:
+    def of(cls, request: LLMRequest, known: Repeated[dict[str, Any], tuple[bytes, bool]] | None = None) -> Fingerprint:
         """The request's fingerprint; `known` (the chat's previous messages) spares re-digesting repeated ones."""
-        system = tuple((system_label(i, b), _digest(_bare(b))) for i, b in enumerate(request.system))
-        prints = (known or MessagePrints()).of(request.messages)
+        system = _system_digests(request.system)
+        prints = (known or message_prints())(request.messages)
         messages = b"".join(digest for digest, _ in prints)
-        tools = _digest([_bare(t) for t in request.tools])
-        long_ttl = _long_ttl(request.system) or _long_ttl(request.tools) or any(long for _, long in prints)
+        tools, tools_long = _tools_digests(request.tools)
+        long_ttl = _long_ttl(request.system) or tools_long or any(long for _, long in prints)
         return cls(request.model, tools, system, messages, LONG_TTL_S if long_ttl else DEFAULT_TTL_S)
 
     @property
@@ -223,7 +218,7 @@ class CacheWatch:
         self.chats = chats
         self.breaks: Counter[str] = Counter()
         self._state: OrderedDict[str, _ChatState] = OrderedDict()
-        self._prints: OrderedDict[str, MessagePrints] = OrderedDict()
+        self._known = PerChat(message_prints, MEMO_CHATS)
 
     def _get(self, chat: str, create: bool) -> _ChatState | None:
         state = self._state.get(chat)
@@ -234,14 +229,6 @@ class CacheWatch:
         if state is not None:
             self._state.move_to_end(chat)
         return state
-
-    def _known(self, chat: str) -> MessagePrints:
-        """The chat's `MessagePrints` (the `MEMO_CHATS` most recently watched chats keep theirs)."""
-        prints = self._prints.pop(chat, None) or MessagePrints()
-        self._prints[chat] = prints
-        while len(self._prints) > MEMO_CHATS:
-            self._prints.popitem(last=False)
-        return prints
 
     @staticmethod
     def watched(request: LLMRequest) -> bool:

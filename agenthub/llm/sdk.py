@@ -17,6 +17,7 @@ from anthropic import AsyncStream
 from agenthub.errors import LLMError
 from agenthub.i18n import Text
 from agenthub.llm.endpoint import Endpoint
+from agenthub.llm.identity import ByIdentity, PerChat, Repeated
 from agenthub.llm.types import LLMRequest, LLMResponse, TextCallback
 from agenthub.messages import Usage
 
@@ -47,18 +48,31 @@ def new_client(endpoint: Endpoint, timeout_s: float, connect_timeout_s: float) -
 
 def request_body(request: LLMRequest, diagnostics: dict[str, Any] | None = None) -> bytes:
     """The JSON body `messages.stream` would send for `request`; `diagnostics` (`{"previous_message_id": …}`) asks
-    Anthropic's API why the prompt cache could not reuse that reply's prefix."""
-    body: dict[str, Any] = {"max_tokens": request.max_tokens, "messages": request.messages, "model": request.model}
+    Anthropic's API why the prompt cache could not reuse that reply's prefix. The parts a chat's calls repeat (the
+    same system blocks, tool definitions and earlier messages: objects never changed in place) are encoded once."""
+    encoded = _encoded_messages(request.chat)(request.messages) if request.chat else map(_encoded, request.messages)
+    parts = [f'{{"max_tokens":{_encode(request.max_tokens)},"messages":['.encode(), b",".join(encoded)]
+    parts.append(f'],"model":{_encode(request.model)}'.encode())
     if diagnostics is not None:
-        body["diagnostics"] = diagnostics
-    body["stream"] = True
+        parts.append(b',"diagnostics":' + _encode(diagnostics).encode())
+    parts.append(b',"stream":true')
     if request.system:
-        body["system"] = request.system
+        parts.append(b',"system":' + _encoded_blocks(request.system))
     if request.tool_choice is not None:
-        body["tool_choice"] = request.tool_choice
+        parts.append(b',"tool_choice":' + _encode(request.tool_choice).encode())
     if request.tools:
-        body["tools"] = request.tools
-    return _encode(body).encode()
+        parts.append(b',"tools":' + _encoded_blocks(request.tools))
+    parts.append(b"}")
+    return b"".join(parts)
+
+
+def _encoded(value: Any) -> bytes:
+    return _encode(value).encode()
+
+
+_encoded_blocks = ByIdentity(_encoded)
+"""The system blocks and tool definitions, which the context builder hands as the same lists while unchanged."""
+_encoded_messages = PerChat(lambda: Repeated(_encoded))
 
 
 async def stream(

@@ -13,8 +13,8 @@ from agenthub.llm.cache_watch import (
     PROFILE_HEADER,
     CacheWatch,
     Fingerprint,
-    MessagePrints,
     anthropic_api,
+    message_prints,
 )
 from agenthub.llm.types import LLMRequest, LLMResponse
 from agenthub.messages import Usage
@@ -202,14 +202,14 @@ def test_repeated_messages_reuse_their_digests_and_a_changed_one_is_seen() -> No
     """A chat's next request repeats its earlier messages (the same objects): their prints are reused, and the
     fingerprint is the one computed from scratch; a message replaced by a new object (an edit) is digested anew."""
     first = _request(3)
-    known = MessagePrints()
+    known = message_prints()
     assert Fingerprint.of(first, known) == Fingerprint.of(first)
     grown = _request(4, messages=[*first.messages[:-1], *_messages(4)[-3:]])
     computed: list[dict[str, Any]] = []
-    digests_before = dict(zip(map(id, known.messages), known.prints, strict=True))
+    digests_before = dict(zip(map(id, known.items), known.results, strict=True))
     fingerprint = Fingerprint.of(grown, known)
     assert fingerprint == Fingerprint.of(grown)
-    for message, printed in zip(known.messages, known.prints, strict=True):
+    for message, printed in zip(known.items, known.results, strict=True):
         if id(message) not in digests_before:
             computed.append(message)
         else:
@@ -226,5 +226,5 @@ def test_a_one_hour_mark_on_a_message_gives_the_long_lifetime() -> None:
         *_messages(1)[:-1],
         {"role": "user", "content": [{"type": "text", "text": "q", "cache_control": long_mark}]},
     ]
-    assert Fingerprint.of(_request(messages=messages), MessagePrints()).ttl_s == LONG_TTL_S
+    assert Fingerprint.of(_request(messages=messages), message_prints()).ttl_s == LONG_TTL_S
     assert Fingerprint.of(_request(1)).ttl_s < LONG_TTL_S
