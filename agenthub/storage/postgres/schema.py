@@ -407,7 +407,7 @@ SEARCH_VECTORS = Migration(
 
 SESSION_WRITES = Migration(
     13,
-    "a fenced session write in one round trip: the append and the fence as functions",
+    "a fenced session write in one round trip: the append, the fence and the meta as functions",
     (
         # the session's advisory lock, then (each statement of a function sees what committed before it) the fence
         # check and the write: what `_lock_fenced` + the write did in a transaction of four round trips
@@ -448,6 +448,29 @@ SESSION_WRITES = Migration(
             VALUES (p_agent, p_channel, p_chat_id, p_token)
             ON CONFLICT (agent, channel, chat_id) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence < EXCLUDED.fence;
             RETURN previous;
+        END $$""",
+        # the meta, under the lease's token when there is one (false: a newer lease fenced it); one that may be
+        # lost in a server crash does not wait for the WAL flush
+        """CREATE FUNCTION agenthub_session_write_meta(
+            p_agent text, p_channel text, p_chat_id text, p_token bigint, p_meta text, p_durable boolean
+        ) RETURNS boolean LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NOT p_durable THEN
+                PERFORM set_config('synchronous_commit', 'off', true);
+            END IF;
+            IF p_token IS NOT NULL THEN
+                PERFORM pg_advisory_xact_lock(hashtextextended(p_agent || ':' || p_channel || ':' || p_chat_id, 0));
+                IF EXISTS (
+                    SELECT 1 FROM session_fences
+                    WHERE agent = p_agent AND channel = p_channel AND chat_id = p_chat_id AND fence > p_token
+                ) THEN
+                    RETURN false;
+                END IF;
+            END IF;
+            INSERT INTO session_meta (agent, channel, chat_id, meta)
+            VALUES (p_agent, p_channel, p_chat_id, p_meta::json)
+            ON CONFLICT (agent, channel, chat_id) DO UPDATE SET meta = EXCLUDED.meta;
+            RETURN true;
         END $$""",
     ),
 )

@@ -2,7 +2,8 @@
 one statement); records are ordered by a per-session sequence kept in `session_heads`, whose row lock also
 serialises two writers of one session. A session fenced by a lease's token (`fence`) is written under it: each
 write checks `session_fences` under the session's advisory lock and is refused when a newer lease fenced it (the
-hot two, the append and the fence itself, as one call of a function of migration 13: one round trip each)."""
+hot three, the append, the meta and the fence itself, as one call of a function of migration 13: one round trip
+each)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
 _APPEND_FENCED = "SELECT agenthub_session_append(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(records)s::text[])"
 """A write under a lease's token in one round trip (migration 13): refused (false) when a newer lease fenced it."""
 _FENCE = "SELECT agenthub_session_fence(%(agent)s, %(channel)s, %(chat_id)s, %(token)s)"
+_WRITE_META = (
+    "SELECT agenthub_session_write_meta(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(meta)s, %(durable)s)"
+)
 
 
 def encode_records(records: Sequence[HistoryRecord]) -> list[str]:
@@ -218,17 +222,12 @@ class PostgresSessionStore:
     async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
         text = json.dumps(meta.to_json(), ensure_ascii=False)
         token = self._tokens.get(key)
-        async with self.database.connection("write the session's meta") as conn, conn.transaction():
-            if token is not None:
-                await _lock_fenced(conn, key, token)
-            if not durable:  # allowed to be lost in a server crash: do not wait for the WAL flush
-                await conn.execute("SET LOCAL synchronous_commit TO OFF")
-            await conn.execute(
-                "INSERT INTO session_meta (agent, channel, chat_id, meta) "
-                "VALUES (%(agent)s, %(channel)s, %(chat_id)s, %(meta)s::json) "
-                "ON CONFLICT (agent, channel, chat_id) DO UPDATE SET meta = EXCLUDED.meta",
-                _params(key, meta=text),
-            )
+        params = _params(key, token=token, meta=text, durable=durable)
+        async with self.database.connection("write the session's meta") as conn:
+            cursor = await conn.execute(_WRITE_META, params)
+            row = await cursor.fetchone()
+        if row is None or not row[0]:
+            raise FencedWriteError()
 
     async def exists(self, key: SessionKey) -> bool:
         async with self.database.connection("look the session up") as conn:
