@@ -3,6 +3,7 @@ message list and its cache marks."""
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ class ContextBudget:
 
 MEMO_SESSIONS = 128
 """Sessions whose converted messages `ContextBuilder` keeps between turns (the most recently built)."""
+STABLE_PARTS = 256
+"""Tool lists and system prompts `ContextBuilder` keeps built (the most recently made)."""
 
 
 class ContextBuilder:
@@ -87,6 +90,8 @@ class ContextBuilder:
         self.text_only_models: set[str] = set()
         """Models that refused a request with images (this process): they get `[image: <path>]` text instead."""
         self._memos: OrderedDict[SessionKey, Memo] = OrderedDict()
+        self._stable: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], list[dict[str, Any]]]] = OrderedDict()
+        """The request parts that change rarely (tool definitions, system blocks), built once per change."""
         self.last_computed = 0
         """Per-message results the last `build` computed (the others came from its session's memo)."""
         self.memory_notes = True
@@ -109,6 +114,36 @@ class ContextBuilder:
         while len(self._memos) > MEMO_SESSIONS:
             self._memos.popitem(last=False)
         return memo
+
+    def _definitions(self, tools: list[Tool]) -> list[dict[str, Any]]:
+        """The tools' definitions, the last one marked for the cache: the same list (not to be changed) while the
+        same tools are offered, so what derives from it per call (its encoding, its digest) is derived once."""
+        key = tuple(map(id, tools))
+        hit = self._stable.get(key)
+        if hit is not None and all(map(operator.is_, hit[0], tools)):
+            self._stable.move_to_end(key)
+            return hit[1]
+        definitions = [t.definition() for t in tools]
+        if definitions:
+            definitions[-1] = {**definitions[-1], "cache_control": CACHE}
+        self._keep(key, (tuple(tools), definitions))
+        return definitions
+
+    def _system(self, texts: list[str], memory: str, profile: str) -> list[dict[str, Any]]:
+        """`_marked_blocks`, the same list (not to be changed) while the texts are the same."""
+        key = (tuple(texts), memory, profile)
+        hit = self._stable.get(key)
+        if hit is not None:
+            self._stable.move_to_end(key)
+            return hit[1]
+        blocks = _marked_blocks(texts, memory, profile)
+        self._keep(key, ((), blocks))
+        return blocks
+
+    def _keep(self, key: tuple[Any, ...], value: tuple[tuple[Any, ...], list[dict[str, Any]]]) -> None:
+        self._stable[key] = value
+        while len(self._stable) > STABLE_PARTS:
+            self._stable.popitem(last=False)
 
     def sends_images(self, history: list[Message], model: str) -> bool:
         """True when the next request for `history` carries image blocks to `model`."""
@@ -157,9 +192,7 @@ class ContextBuilder:
         model: str,
         max_tokens: int,
     ) -> LLMRequest:
-        definitions = [t.definition() for t in tools]
-        if definitions:
-            definitions[-1] = {**definitions[-1], "cache_control": CACHE}
+        definitions = self._definitions(tools)
         memo = self._memo(key)
         conversation = to_conversation(history, memo)
         images = None
@@ -177,7 +210,7 @@ class ContextBuilder:
             memory, messages = self.notes.apply(key, memory, messages, self.cache_warm(str(key)))
         return LLMRequest(
             model=model,
-            system=_marked_blocks(texts, memory, profile),
+            system=self._system(texts, memory, profile),
             messages=mark_newest_message(messages),
             tools=definitions,
             max_tokens=max_tokens,

@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from agenthub.llm.identity import ByIdentity, PerChat, Repeated
 from agenthub.llm.types import LLMRequest, LLMResponse
 
 log = structlog.get_logger(__name__)
@@ -88,20 +89,42 @@ def system_label(index: int, block: dict[str, Any]) -> str:
     return "summary"
 
 
-def _ttl_s(blocks: Iterable[Any]) -> float:
+def _long_ttl(blocks: Iterable[Any]) -> bool:
+    """Whether a breakpoint among `blocks` asks for the 1-hour cache."""
     for block in blocks:
         if isinstance(block, dict) and isinstance(mark := block.get("cache_control"), dict) and mark.get("ttl") == "1h":
-            return LONG_TTL_S
-    return DEFAULT_TTL_S
+            return True
+    return False
 
 
-def _marked(request: LLMRequest) -> Iterable[Any]:
-    yield from request.system
-    yield from request.tools
-    for message in request.messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            yield from content
+def _message_print(message: dict[str, Any]) -> tuple[bytes, bool]:
+    """(the message's digest, whether one of its blocks asks for the 1-hour cache)."""
+    content = message.get("content")
+    return _digest(_bare_message(message)), isinstance(content, list) and _long_ttl(content)
+
+
+MEMO_CHATS = 128
+"""Chats whose previous request's per-message digests are kept for the next call (the most recently watched)."""
+
+
+def message_prints() -> Repeated[dict[str, Any], tuple[bytes, bool]]:
+    """A chat's previous request's messages and their `_message_print`s: a request that repeats them (the same
+    objects: the context builder's memo hands the same converted message every turn, and no message is changed in
+    place) reuses their digests, so a call's fingerprint costs what was appended, not the whole conversation."""
+    return Repeated(_message_print)
+
+
+def _system_digest(system: list[dict[str, Any]]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((system_label(i, b), _digest(_bare(b))) for i, b in enumerate(system))
+
+
+def _tools_digest(tools: list[dict[str, Any]]) -> tuple[bytes, bool]:
+    return _digest([_bare(t) for t in tools]), _long_ttl(tools)
+
+
+_system_digests = ByIdentity(_system_digest)
+_tools_digests = ByIdentity(_tools_digest)
+"""The context builder hands the same system blocks and tool definitions while they do not change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +139,14 @@ class Fingerprint:
     ttl_s: float
 
     @classmethod
-    def of(cls, request: LLMRequest) -> Fingerprint:
-        system = tuple((system_label(i, b), _digest(_bare(b))) for i, b in enumerate(request.system))
-        messages = b"".join(_digest(_bare_message(m)) for m in request.messages)
-        tools = _digest([_bare(t) for t in request.tools])
-        return cls(request.model, tools, system, messages, _ttl_s(_marked(request)))
+    def of(cls, request: LLMRequest, known: Repeated[dict[str, Any], tuple[bytes, bool]] | None = None) -> Fingerprint:
+        """The request's fingerprint; `known` (the chat's previous messages) spares re-digesting repeated ones."""
+        system = _system_digests(request.system)
+        prints = (known or message_prints())(request.messages)
+        messages = b"".join(digest for digest, _ in prints)
+        tools, tools_long = _tools_digests(request.tools)
+        long_ttl = _long_ttl(request.system) or tools_long or any(long for _, long in prints)
+        return cls(request.model, tools, system, messages, LONG_TTL_S if long_ttl else DEFAULT_TTL_S)
 
     @property
     def message_count(self) -> int:
@@ -192,6 +218,7 @@ class CacheWatch:
         self.chats = chats
         self.breaks: Counter[str] = Counter()
         self._state: OrderedDict[str, _ChatState] = OrderedDict()
+        self._known = PerChat(message_prints, MEMO_CHATS)
 
     def _get(self, chat: str, create: bool) -> _ChatState | None:
         state = self._state.get(chat)
@@ -237,7 +264,7 @@ class CacheWatch:
         """Judge a successful call against the chat's previous one, then remember it; the break, if any."""
         if not self.watched(request):
             return None
-        current, now, usage = Fingerprint.of(request), self.clock(), response.usage
+        current, now, usage = Fingerprint.of(request, self._known(request.chat)), self.clock(), response.usage
         state = self._get(request.chat, create=True)
         assert state is not None
         found = None

@@ -7,7 +7,15 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from agenthub.clock import ManualClock
-from agenthub.llm.cache_watch import MEMORY_HEADER, PROFILE_HEADER, CacheWatch, Fingerprint, anthropic_api
+from agenthub.llm.cache_watch import (
+    LONG_TTL_S,
+    MEMORY_HEADER,
+    PROFILE_HEADER,
+    CacheWatch,
+    Fingerprint,
+    anthropic_api,
+    message_prints,
+)
 from agenthub.llm.types import LLMRequest, LLMResponse
 from agenthub.messages import Usage
 
@@ -188,3 +196,35 @@ def test_only_anthropics_own_api_gets_the_diagnostics() -> None:
     assert not anthropic_api("http://127.0.0.1:8080")
     assert not anthropic_api("http://api.anthropic.com")
     assert not anthropic_api("https://api.anthropic.com.example.org")
+
+
+def test_repeated_messages_reuse_their_digests_and_a_changed_one_is_seen() -> None:
+    """A chat's next request repeats its earlier messages (the same objects): their prints are reused, and the
+    fingerprint is the one computed from scratch; a message replaced by a new object (an edit) is digested anew."""
+    first = _request(3)
+    known = message_prints()
+    assert Fingerprint.of(first, known) == Fingerprint.of(first)
+    grown = _request(4, messages=[*first.messages[:-1], *_messages(4)[-3:]])
+    computed: list[dict[str, Any]] = []
+    digests_before = dict(zip(map(id, known.items), known.results, strict=True))
+    fingerprint = Fingerprint.of(grown, known)
+    assert fingerprint == Fingerprint.of(grown)
+    for message, printed in zip(known.items, known.results, strict=True):
+        if id(message) not in digests_before:
+            computed.append(message)
+        else:
+            assert digests_before[id(message)] is printed  # reused, not recomputed
+    assert computed == grown.messages[-3:]
+    edited = [*grown.messages[:2], {"role": "assistant", "content": "answer 0, edited"}, *grown.messages[3:]]
+    changed = Fingerprint.of(_request(4, messages=edited), known)
+    assert changed.common_messages(fingerprint) == 2
+
+
+def test_a_one_hour_mark_on_a_message_gives_the_long_lifetime() -> None:
+    long_mark = {"type": "ephemeral", "ttl": "1h"}
+    messages = [
+        *_messages(1)[:-1],
+        {"role": "user", "content": [{"type": "text", "text": "q", "cache_control": long_mark}]},
+    ]
+    assert Fingerprint.of(_request(messages=messages), message_prints()).ttl_s == LONG_TTL_S
+    assert Fingerprint.of(_request(1)).ttl_s < LONG_TTL_S

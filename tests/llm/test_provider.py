@@ -19,6 +19,7 @@ from agenthub.llm.failures import MSG_AUTH, MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEO
 from agenthub.messages import Usage
 from tests.support.fakes.anthropic import (
     FakeAnthropic,
+    ScriptedReply,
     cut_stream,
     hang,
     http_error,
@@ -103,6 +104,23 @@ async def test_tool_use_input_arrives_parsed(fake_llm: FakeAnthropic, provider: 
     assert set(use) == {"type", "id", "name", "input"}
     body = fake_llm.requests[0].body
     assert body is not None and body["tools"] == [tool] and body["tool_choice"] == {"type": "auto"}
+
+
+async def test_thinking_and_server_blocks_are_kept_as_plain_data(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    thinking = {"type": "thinking", "thinking": "the user wants x", "signature": "sig-1"}
+    server = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"q": "x"}, "cache": None}
+    fake_llm.script(ScriptedReply(content=[thinking, server, {"type": "text", "text": "Found it."}], chunks=2))
+    deltas: list[str] = []
+    resp = await provider.stream(request(), deltas.append)
+    assert "".join(deltas) == "Found it."
+    assert resp.content == [
+        thinking,
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"q": "x"}},
+        {"type": "text", "text": "Found it."},
+    ]
+    assert resp.message_id.startswith("msg_") and resp.stop_reason == "end_turn"
 
 
 async def test_usage_is_final_and_keeps_cache_fields(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:

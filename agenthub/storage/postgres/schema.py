@@ -454,6 +454,76 @@ SEARCH_CACHES = Migration(
     ),
 )
 
+SESSION_WRITES = Migration(
+    13,
+    "a fenced session write in one round trip: the append, the fence and the meta as functions",
+    (
+        # the session's advisory lock, then (each statement of a function sees what committed before it) the fence
+        # check and the write: what `_lock_fenced` + the write did in a transaction of four round trips
+        """CREATE FUNCTION agenthub_session_append(
+            p_agent text, p_channel text, p_chat_id text, p_token bigint, p_records text[]
+        ) RETURNS boolean LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_advisory_xact_lock(hashtextextended(p_agent || ':' || p_channel || ':' || p_chat_id, 0));
+            IF EXISTS (
+                SELECT 1 FROM session_fences
+                WHERE agent = p_agent AND channel = p_channel AND chat_id = p_chat_id AND fence > p_token
+            ) THEN
+                RETURN false;
+            END IF;
+            WITH head AS (
+                INSERT INTO session_heads AS h (agent, channel, chat_id, next_seq, changed_at)
+                VALUES (p_agent, p_channel, p_chat_id, cardinality(p_records), now())
+                ON CONFLICT (agent, channel, chat_id)
+                DO UPDATE SET next_seq = h.next_seq + EXCLUDED.next_seq, changed_at = EXCLUDED.changed_at
+                RETURNING next_seq
+            )
+            INSERT INTO session_records (agent, channel, chat_id, seq, record)
+            SELECT p_agent, p_channel, p_chat_id, head.next_seq - cardinality(p_records) + t.ord - 1, t.record::json
+            FROM head, unnest(p_records) WITH ORDINALITY AS t(record, ord);
+            RETURN true;
+        END $$""",
+        # the fence before this call (NULL: none); raised to p_token unless a newer one is there
+        """CREATE FUNCTION agenthub_session_fence(
+            p_agent text, p_channel text, p_chat_id text, p_token bigint
+        ) RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            previous bigint;
+        BEGIN
+            PERFORM pg_advisory_xact_lock(hashtextextended(p_agent || ':' || p_channel || ':' || p_chat_id, 0));
+            SELECT fence INTO previous FROM session_fences
+            WHERE agent = p_agent AND channel = p_channel AND chat_id = p_chat_id;
+            INSERT INTO session_fences AS f (agent, channel, chat_id, fence)
+            VALUES (p_agent, p_channel, p_chat_id, p_token)
+            ON CONFLICT (agent, channel, chat_id) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence < EXCLUDED.fence;
+            RETURN previous;
+        END $$""",
+        # the meta, under the lease's token when there is one (false: a newer lease fenced it); one that may be
+        # lost in a server crash does not wait for the WAL flush
+        """CREATE FUNCTION agenthub_session_write_meta(
+            p_agent text, p_channel text, p_chat_id text, p_token bigint, p_meta text, p_durable boolean
+        ) RETURNS boolean LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NOT p_durable THEN
+                PERFORM set_config('synchronous_commit', 'off', true);
+            END IF;
+            IF p_token IS NOT NULL THEN
+                PERFORM pg_advisory_xact_lock(hashtextextended(p_agent || ':' || p_channel || ':' || p_chat_id, 0));
+                IF EXISTS (
+                    SELECT 1 FROM session_fences
+                    WHERE agent = p_agent AND channel = p_channel AND chat_id = p_chat_id AND fence > p_token
+                ) THEN
+                    RETURN false;
+                END IF;
+            END IF;
+            INSERT INTO session_meta (agent, channel, chat_id, meta)
+            VALUES (p_agent, p_channel, p_chat_id, p_meta::json)
+            ON CONFLICT (agent, channel, chat_id) DO UPDATE SET meta = EXCLUDED.meta;
+            RETURN true;
+        END $$""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -467,6 +537,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     SEARCH_VECTORS,
     USAGE_RESERVE_FORGOTTEN,
     SEARCH_CACHES,
+    SESSION_WRITES,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -1,7 +1,9 @@
 """`PostgresSessionStore`: the `SessionStore` on PostgreSQL. Each call is one transaction (an unfenced append is
 one statement); records are ordered by a per-session sequence kept in `session_heads`, whose row lock also
 serialises two writers of one session. A session fenced by a lease's token (`fence`) is written under it: each
-write checks `session_fences` under the session's advisory lock and is refused when a newer lease fenced it."""
+write checks `session_fences` under the session's advisory lock and is refused when a newer lease fenced it (the
+hot three, the append, the meta and the fence itself, as one call of a function of migration 13: one round trip
+each)."""
 
 from __future__ import annotations
 
@@ -56,10 +58,12 @@ _LOAD = f"SELECT record::text FROM session_records WHERE {KEY} ORDER BY seq"
 _READ_ARCHIVE = f"SELECT record::text FROM session_archive WHERE {KEY} ORDER BY seq"
 _READ_META = f"SELECT meta::text, {_LAST_TIMESTAMP} FROM session_meta WHERE {KEY}"
 _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
-_RAISE_FENCE = """
-INSERT INTO session_fences AS f (agent, channel, chat_id, fence) VALUES (%(agent)s, %(channel)s, %(chat_id)s, %(token)s)
-ON CONFLICT (agent, channel, chat_id) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence < EXCLUDED.fence
-"""
+_APPEND_FENCED = "SELECT agenthub_session_append(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(records)s::text[])"
+"""A write under a lease's token in one round trip (migration 13): refused (false) when a newer lease fenced it."""
+_FENCE = "SELECT agenthub_session_fence(%(agent)s, %(channel)s, %(chat_id)s, %(token)s)"
+_WRITE_META = (
+    "SELECT agenthub_session_write_meta(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(meta)s, %(durable)s)"
+)
 
 
 def encode_records(records: Sequence[HistoryRecord]) -> list[str]:
@@ -127,12 +131,12 @@ class PostgresSessionStore:
         if token is None:
             self._tokens.pop(key, None)
             return False
-        async with self.database.connection("fence the session") as conn, conn.transaction():
-            await _lock_head(conn, key)
-            previous = await _fence_of(conn, key)
-            if previous is not None and previous > token:
-                raise FencedWriteError()
-            await conn.execute(_RAISE_FENCE, _params(key, token=token))
+        async with self.database.connection("fence the session") as conn:
+            cursor = await conn.execute(_FENCE, _params(key, token=token))
+            row = await cursor.fetchone()
+        previous = None if row is None or row[0] is None else int(row[0])
+        if previous is not None and previous > token:
+            raise FencedWriteError()
         own = self._fenced.get(key)
         self._fenced[key] = self._tokens[key] = token
         return own is None or previous != own
@@ -147,9 +151,11 @@ class PostgresSessionStore:
             async with self.database.connection("append to the session's history") as conn:
                 await conn.execute(_APPEND, params)
             return
-        async with self.database.connection("append to the session's history") as conn, conn.transaction():
-            await _lock_fenced(conn, key, token)
-            await conn.execute(_APPEND, params)
+        async with self.database.connection("append to the session's history") as conn:
+            cursor = await conn.execute(_APPEND_FENCED, {**params, "token": token})
+            row = await cursor.fetchone()
+        if row is None or not row[0]:
+            raise FencedWriteError()
 
     async def replace(
         self, key: SessionKey, records: Sequence[HistoryRecord], *, archive: Sequence[HistoryRecord]
@@ -216,17 +222,12 @@ class PostgresSessionStore:
     async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
         text = json.dumps(meta.to_json(), ensure_ascii=False)
         token = self._tokens.get(key)
-        async with self.database.connection("write the session's meta") as conn, conn.transaction():
-            if token is not None:
-                await _lock_fenced(conn, key, token)
-            if not durable:  # allowed to be lost in a server crash: do not wait for the WAL flush
-                await conn.execute("SET LOCAL synchronous_commit TO OFF")
-            await conn.execute(
-                "INSERT INTO session_meta (agent, channel, chat_id, meta) "
-                "VALUES (%(agent)s, %(channel)s, %(chat_id)s, %(meta)s::json) "
-                "ON CONFLICT (agent, channel, chat_id) DO UPDATE SET meta = EXCLUDED.meta",
-                _params(key, meta=text),
-            )
+        params = _params(key, token=token, meta=text, durable=durable)
+        async with self.database.connection("write the session's meta") as conn:
+            cursor = await conn.execute(_WRITE_META, params)
+            row = await cursor.fetchone()
+        if row is None or not row[0]:
+            raise FencedWriteError()
 
     async def exists(self, key: SessionKey) -> bool:
         async with self.database.connection("look the session up") as conn:

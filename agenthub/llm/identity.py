@@ -1,0 +1,76 @@
+"""Results derived from objects that are never changed in place (a request's messages, system blocks and tool
+definitions), kept by the object's identity: what a chat's next call repeats is not derived again."""
+
+from __future__ import annotations
+
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+V = TypeVar("V")
+
+
+class ByIdentity(Generic[T, V]):
+    """`derive(obj)` kept for the `size` most recently used objects, by identity (each held, so its id cannot be
+    reused by another object while its result is kept)."""
+
+    def __init__(self, derive: Callable[[T], V], size: int = 64) -> None:
+        self._derive = derive
+        self._size = size
+        self._items: OrderedDict[int, tuple[T, V]] = OrderedDict()
+
+    def __call__(self, obj: T) -> V:
+        hit = self._items.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            self._items.move_to_end(id(obj))
+            return hit[1]
+        value = self._derive(obj)
+        self._items[id(obj)] = (obj, value)
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+        return value
+
+
+class Repeated(Generic[T, V]):
+    """`[derive(item) for item in items]` over a list that mostly repeats the previous one (a chat's messages, call
+    after call): the previous call's items (held) are matched by identity, the common prefix at C speed, and only
+    what it did not have is derived."""
+
+    __slots__ = ("_derive", "items", "results")
+
+    def __init__(self, derive: Callable[[T], V]) -> None:
+        self._derive = derive
+        self.items: list[T] = []
+        self.results: list[V] = []
+
+    def __call__(self, items: list[T]) -> list[V]:
+        before, results = self.items, self.results
+        same = list(map(operator.is_, items, before))
+        kept = same.index(False) if False in same else len(same)
+        seen = {id(item): (item, result) for item, result in zip(before[kept:], results[kept:], strict=True)}
+        derived = results[:kept]
+        for item in items[kept:]:
+            hit = seen.get(id(item))
+            derived.append(hit[1] if hit is not None and hit[0] is item else self._derive(item))
+        self.items, self.results = list(items), derived
+        return derived
+
+
+class PerChat(Generic[V]):
+    """One value per chat for the `size` chats used most recently (`make()` for a chat not kept)."""
+
+    def __init__(self, make: Callable[[], V], size: int = 128) -> None:
+        self._make = make
+        self._size = size
+        self._items: OrderedDict[Hashable, V] = OrderedDict()
+
+    def __call__(self, chat: Hashable) -> V:
+        value = self._items.pop(chat, None)
+        if value is None:
+            value = self._make()
+        self._items[chat] = value
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+        return value
