@@ -32,7 +32,7 @@ def test_the_api_never_imports_the_gateway_core_or_a_channel() -> None:
 
 
 def test_remote_reads_only_the_apis_light_codec_and_code_tables() -> None:
-    from_api = {name for name in _imported(ROOT / "remote.py") if name.startswith("agenthub.api")}
+    from_api = {name for name in _imported(ROOT / "hosting" / "remote.py") if name.startswith("agenthub.api")}
     assert from_api == {"agenthub.api.sse", "agenthub.api.codes"}
     for light in ("sse.py", "codes.py"):
         assert all(not n.startswith("agenthub.") or n == "agenthub.messages" for n in _imported(ROOT / "api" / light))
