@@ -7,6 +7,10 @@ their related words, `related`), and the two lists are blended, re-ordered and t
 - **Newer wins.** Of two passages of one speaker in one chat that say much the same beyond the query's words (a
   value stated, then restated or changed: "got a Prius" … "sold the Prius, got a Volvo"), the newer ranks just
   above the older.
+- **A named speaker's own turns count as naming them.** "What car does Evan drive?" is answered by Evan ("got a
+  Volvo"), whose turn rarely holds his own name. When a query term is the speaker of a candidate, the index is asked
+  once more without the names; a turn of the named speaker from that search scores what it scores there plus what the
+  name adds to a turn that holds it.
 - **Nothing shown twice.** A passage that a better hit already shows as its turn before or after comes after every
   other hit, so the hits show more of the history.
 """
@@ -19,7 +23,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from agenthub.search.related import related_terms
-from agenthub.search.text import STOP_WORDS, index_terms
+from agenthub.search.text import STOP_WORDS, index_terms, normalise
 from agenthub.storage.search_index import Passage, SearchHit, identity
 
 ENABLED = True
@@ -35,6 +39,9 @@ MIN_SHARED = 2
 SHARED_SHARE = 0.2
 """Two passages say much the same when they share at least MIN_SHARED terms of two or more characters (no stop
 word, none of the query's) and at least SHARED_SHARE of the shorter one's such terms."""
+
+SPEAKER_DEPTH = 20
+"""How many hits the search without the names asks for (only when a query term names a speaker of a candidate)."""
 
 Key = tuple[str, str, int | None, str]
 Search = Callable[[list[str], int], list[SearchHit]]
@@ -56,7 +63,10 @@ def ranked(search: Search, terms: Sequence[str], limit: int) -> list[SearchHit]:
     first = limit if extra else max(limit, CANDIDATES)
     hits = search(list(terms), first)
     widened = search([*terms, *extra], max(limit, CANDIDATES)) if extra else []
-    return rerank(terms, hits, limit, widened, full=len(hits) >= first)
+    names = named_speakers(terms, (*hits, *widened))
+    rest = [t for t in terms if t not in names]
+    nameless = search(rest, SPEAKER_DEPTH) if names and rest else []
+    return rerank(terms, hits, limit, widened, full=len(hits) >= first, nameless=nameless, names=names)
 
 
 async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int) -> list[SearchHit]:
@@ -67,7 +77,11 @@ async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int) ->
     first = limit if extra else max(limit, CANDIDATES)
     hits = await search(list(terms), first)
     widened = await search([*terms, *extra], max(limit, CANDIDATES)) if extra else []
-    return await asyncio.to_thread(partial(rerank, full=len(hits) >= first), terms, hits, limit, widened)
+    names = named_speakers(terms, (*hits, *widened))
+    rest = [t for t in terms if t not in names]
+    nameless = await search(rest, SPEAKER_DEPTH) if names and rest else []
+    stage = partial(rerank, full=len(hits) >= first, nameless=nameless, names=names)
+    return await asyncio.to_thread(stage, terms, hits, limit, widened)
 
 
 def rerank(
@@ -77,13 +91,19 @@ def rerank(
     widened: Sequence[SearchHit] = (),
     *,
     full: bool = True,
+    nameless: Sequence[SearchHit] = (),
+    names: frozenset[str] = frozenset(),
 ) -> list[SearchHit]:
     """The best `limit` of `hits` (the index's best for the query `terms`; `full`: as many as it was asked for, so
-    there may be more) and `widened` (its order for the query with related words), blended, newer first among
-    passages saying the same, none shown twice."""
+    there may be more), `widened` (its order for the query with related words) and the turns of a speaker the query
+    `names` among `nameless` (its order for the query without the names), blended, newer first among passages saying
+    the same, none shown twice."""
     scores = _blend(hits, widened, full=full)
+    spoken = _by_named_speaker(hits, nameless, names)
+    for key, score in spoken.items():
+        scores[key] = max(scores.get(key, 0.0), score)
     pool: dict[Key, SearchHit] = {}
-    for hit in (*hits, *widened):
+    for hit in (*hits, *widened, *(h for h in nameless if identity(h.passage) in spoken)):
         pool.setdefault(identity(hit.passage), hit)
     candidates = [_Candidate(hit, rank, scores[key]) for rank, (key, hit) in enumerate(pool.items())]
     _newer_wins(candidates, set(terms))
@@ -105,6 +125,34 @@ def _blend(hits: Sequence[SearchHit], widened: Sequence[SearchHit], *, full: boo
         base = own.get(key, min(floor, hit.score))
         scores[key] = max(scores.get(key, 0.0), base + RELATED_WEIGHT * max(0.0, hit.score - base))
     return scores
+
+
+def named_speakers(terms: Sequence[str], hits: Sequence[SearchHit]) -> frozenset[str]:
+    """The query terms that are the speaker of one of `hits` (or of its turn before or after)."""
+    speakers = {p.speaker for h in hits for p in (h.passage, h.before, h.after) if p is not None and p.speaker}
+    spoken = {t for speaker in speakers for t in _speaker_terms(speaker)}
+    return frozenset(t for t in terms if t in spoken)
+
+
+def _speaker_terms(speaker: str) -> frozenset[str]:
+    return frozenset(t for t in index_terms(normalise(speaker)) if t not in STOP_WORDS)
+
+
+def _by_named_speaker(
+    hits: Sequence[SearchHit], nameless: Sequence[SearchHit], names: frozenset[str]
+) -> dict[Key, float]:
+    """The turns among `nameless` of a speaker the query names, each scored its score without the names plus what
+    the names add where a turn holds them (the largest gain of a passage in both searches; else half the best)."""
+    if not names or not nameless:
+        return {}
+    without = {identity(h.passage): h.score for h in nameless}
+    gains = [h.score - without[k] for h in hits if (k := identity(h.passage)) in without]
+    gain = max(gains, default=0.0) if gains and max(gains) > 0 else 0.5 * max(without.values())
+    return {
+        identity(h.passage): h.score + gain
+        for h in nameless
+        if h.passage.speaker and names & _speaker_terms(h.passage.speaker)
+    }
 
 
 def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:

@@ -49,3 +49,14 @@ def test_a_passage_shown_beside_a_better_hit_comes_after_every_other() -> None:
     assert _texts(rerank(["x"], [first, beside, apart], 2)) == ["a", "c"]
     assert _texts(rerank(["x"], [first, beside, apart], 5)) == ["a", "c", "b"]
     assert rerank(["x"], [], 5) == []
+
+
+def test_a_turn_of_the_speaker_the_question_names_counts_as_naming_them() -> None:
+    named = _hit(10, "Evan, do you still drive that car?", 6.0, speaker="sam")
+    plain = _hit(20, "the car is a Volvo now", 3.0, speaker="evan")
+    other = _hit(30, "my car is red", 2.5, speaker="sam")
+    nameless = [_hit(10, "Evan, do you still drive that car?", 2.0, speaker="sam"), plain, other]
+    out = rerank(["car", "evan"], [named], 5, nameless=nameless, names=frozenset({"evan"}))
+    assert _texts(out) == ["the car is a Volvo now", "Evan, do you still drive that car?"]  # not the other speaker's
+    assert out[0].score == 3.0 + 4.0  # without the name, plus what the name added to a turn holding it (6 - 2)
+    assert _texts(rerank(["car", "evan"], [named], 5, nameless=nameless)) == [named.passage.text]  # no name
