@@ -35,6 +35,8 @@ def test_bigram_mode_cuts_every_cjk_run_into_overlapping_pairs() -> None:
 def test_english_is_lowercased_and_stemmed_and_stop_words_leave_the_query() -> None:
     assert query_terms("What kind of car does Evan drive?") == ["car", "evan", "drive", "drove", "driven"]
     assert query_terms("which kinds of cars") == ["kind", "car"]
+    assert query_terms("Do you remember where Lena trains these days?") == ["lena", "train"]  # framing phrases
+    assert query_terms("Did you know Evan nowadays?") == ["evan"]
     assert index_terms("Evan drives") == ["evan", "drive"]
     assert index_terms("Evan’s CARS") == ["evan", "car"]
 
