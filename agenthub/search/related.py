@@ -1,6 +1,7 @@
 """Related words a query is widened with (a small hand-written thesaurus of everyday life, Chinese and English): a
 question and its answer often share no word ("Where does Evan
-live?" / "new address: apartment 12C"). Searched with a lower weight than the query's own words (`rerank`)."""
+live?" / "new address: apartment 12C"), and the nearest English derivations stemming leaves apart (move / mover,
+dietary / diet). Searched with a lower weight than the query's own words (`rerank`)."""
 
 from __future__ import annotations
 
@@ -48,14 +49,43 @@ MAX_RELATED = 24
 
 
 def related_terms(terms: Sequence[str]) -> list[str]:
-    """The terms related to the query `terms` (not among them, no stop word), in the order their groups are met."""
+    """The terms related to the query `terms` (not among them, no stop word), in the order their groups are met
+    (at most MAX_RELATED), then their derivations (at most MAX_DERIVED)."""
     groups = _groups(text.CJK_MODE)
     have = set(terms)
     out: dict[str, None] = {}
     for term in terms:
         for group in groups.get(term, ()):
             out.update((other, None) for other in group if other not in have and other not in text.STOP_WORDS)
-    return list(out)[:MAX_RELATED]
+    derived = dict.fromkeys(f for term in terms for f in derived_forms(term) if f not in have and f not in out)
+    return [*list(out)[:MAX_RELATED], *list(derived)[:MAX_DERIVED]]
+
+
+AGENT_SUFFIXES = ("er", "or", "ist", "ian")
+"""English derivation stemming leaves apart: move / mover, counsel / counselor, art / artist, diet / dietary."""
+MAX_DERIVED = 8
+
+
+def derived_forms(term: str) -> list[str]:
+    """The stems of an English word's nearest derivations (the doer: mover, runner, counselor, artist; and back from
+    it, with -ary: dietary → diet), as the index holds them; none for a term with a digit, a joiner or a CJK
+    character, or shorter than 3 letters."""
+    if len(term) < 3 or not term.isascii() or not term.isalpha():
+        return []
+    bases = [
+        base
+        for suffix in (*AGENT_SUFFIXES, "ari")
+        if term.endswith(suffix) and len(term) - len(suffix) >= 3
+        for stem in [term[: -len(suffix)]]
+        for base in ([stem] if stem.endswith("e") else [stem, stem + "e"])
+    ]
+    if bases:  # already a derivation: back to its base only
+        return list(dict.fromkeys(bases))
+    root = term[:-1] if term.endswith("e") else term
+    forms = [root + suffix for suffix in AGENT_SUFFIXES]
+    if term[-1] not in "aeiouwxy" and term[-2] in "aeiou" and term[-3] not in "aeiou":
+        forms.insert(1, term + term[-1] + "er")  # run → runner
+    return forms
 
 
 @lru_cache(maxsize=4)

@@ -21,9 +21,9 @@ FLOOR_RECALL_AT_5 = {"zh": 0.87, "en": 0.93}
 """Just below what the search measures on these chats: zh 0.891, en 0.953 (with related words and the second stage,
 `agenthub/search/rerank.py`; the index's order alone: zh 0.781, en 0.750); the full bench: zh 0.875, en 0.917.
 Raise it with the search."""
-HELDOUT_FLOOR_RECALL_AT_5 = {"zh": 0.87, "en": 0.57}
-"""The held-out set (8 chats on topics the search was not tuned on): zh 0.900, en 0.600 measured (the index's order
-alone: zh 0.800, en 0.475)."""
+HELDOUT_FLOOR_RECALL_AT_5 = {"zh": 0.87, "en": 0.67}
+"""The held-out set (8 chats on topics the search was not tuned on): zh 0.900, en 0.700 measured (the index's order
+alone: zh 0.800, en 0.475; before the named speaker, framing phrases and derivations: en 0.600)."""
 
 
 async def test_questions_as_asked_find_their_answer_among_five_hits_in_both_languages(tmp_path: Path) -> None:
