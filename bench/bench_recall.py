@@ -4,7 +4,8 @@ a changed fact's newer value ranks first. Then retention: facts planted early, f
 AutoCompact sweep later, still found.
 
 Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout] [--no-rerank]
-[--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N] [--no-retention]
+[--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N [--misses-beyond K]]
+[--no-retention]
 [--dump data.json]
 `--set heldout`: 8 chats on other topics, asked in other words, kept out of tuning (recall_data/heldout_facts.py).
 The main set's figures are also given per half (A: even-numbered chats, B: odd ones): tune on one, check the other.
@@ -37,11 +38,12 @@ from agenthub.search import rerank, text
 from tests.support.postgres import new_server
 
 
-def misses(conversations: list[Conversation], outcomes: list[Outcome], count: int) -> list[str]:
-    """The first `count` questions (as asked) whose answer is not the first hit, with the answer's turn."""
+def misses(conversations: list[Conversation], outcomes: list[Outcome], count: int, beyond: int = 1) -> list[str]:
+    """The first `count` questions (as asked) whose answer is not among the first `beyond` hits, with the answer's
+    turn."""
     turns = {t.gid: t for c in conversations for t in c.turns}
     lines = []
-    for o in [o for o in outcomes if o.form == "asked" and (o.rank is None or o.rank > 1)][:count]:
+    for o in [o for o in outcomes if o.form == "asked" and (o.rank is None or o.rank > beyond)][:count]:
         q, answer = o.question, turns[o.question.answers[0]]
         lines.append(f"  miss {q.qid} [{q.kind}] rank={o.rank}: {q.asked}  <- {answer.speaker}: {answer.text}")
     return lines
@@ -57,6 +59,7 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument("--scope", choices=["chat", "agent"], default="chat", help="agent: search every chat")
     parser.add_argument("--show-misses", type=int, default=0, metavar="N")
+    parser.add_argument("--misses-beyond", type=int, default=1, metavar="K", help="a miss: not among the first K hits")
     parser.add_argument("--no-retention", action="store_true")
     parser.add_argument("--dump", type=Path, metavar="FILE", help="also write the data set to FILE as JSON")
     parser.add_argument(
@@ -102,7 +105,7 @@ async def main() -> int:
     print("\n".join(report(outcomes, title)))
     if args.set == "main":
         print("\n".join(halves(outcomes)))
-    print("\n".join(misses(conversations, outcomes, args.show_misses)))
+    print("\n".join(misses(conversations, outcomes, args.show_misses, args.misses_beyond)))
     if not args.no_retention:
         print(describe(await measure_retention(lambda gw: RankedProbe(gw.search))))
     return 0
