@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import lru_cache, partial
 
 from agenthub.search.related import related_terms
 from agenthub.search.text import STOP_WORDS, index_terms, normalise
@@ -134,6 +134,7 @@ def named_speakers(terms: Sequence[str], hits: Sequence[SearchHit]) -> frozenset
     return frozenset(t for t in terms if t in spoken)
 
 
+@lru_cache(maxsize=1024)
 def _speaker_terms(speaker: str) -> frozenset[str]:
     return frozenset(t for t in index_terms(normalise(speaker)) if t not in STOP_WORDS)
 
@@ -184,7 +185,13 @@ def _same_topic(a: set[str], b: set[str]) -> bool:
 def _topic(passage: Passage, query: set[str]) -> set[str]:
     """What a passage says beyond the query: its terms of two characters or more, no stop word, none of the
     query's."""
-    return {t for t in index_terms(passage.text) if len(t) >= 2 and t not in STOP_WORDS and t not in query}
+    return set(_content_terms(passage.text)) - query
+
+
+@lru_cache(maxsize=4096)
+def _content_terms(text: str) -> frozenset[str]:
+    """A text's terms of two characters or more, no stop word (cached: the same turns come back query after query)."""
+    return frozenset(t for t in index_terms(text) if len(t) >= 2 and t not in STOP_WORDS)
 
 
 def _distinct_views(ordered: Sequence[_Candidate], limit: int) -> list[SearchHit]:
