@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Literal
 
-import rjieba
 import Stemmer
 
 CjkMode = Literal["grams", "words", "bigrams"]
@@ -162,6 +161,8 @@ def _cjk_words(run: str) -> Iterator[str]:
 
 @lru_cache(maxsize=65536)
 def _cut(run: str) -> tuple[str, ...]:
+    import rjieba  # only the "words" mode segments; imported on first use (about 0.3 s of start-up otherwise)
+
     return tuple(w for w in rjieba.cut(run, False) if w.strip())
 
 
