@@ -6,15 +6,21 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from agenthub.clock import system_clock
-from agenthub.storage.usage import FileUsageStore, UsageRow
+from agenthub.config import Settings
+from agenthub.hosting.app import open_stores
+from agenthub.storage.usage import UsageRow
 from agenthub.usage.periods import day_of
 from agenthub.usage.recorder import UsageRecorder
 from agenthub.usage.spool import UsageSpool
+from tests.support.budgets import store_of
 from tests.support.daemons import Deployment
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 
@@ -80,18 +86,27 @@ def _row(n: int) -> UsageRow:
     return UsageRow("2026-12-03", "turn", "default", "http", "c1", "alice", "m", n, 1, 0, 0, at=1.5e9 + n)
 
 
-async def test_a_spool_row_the_store_already_has_is_not_written_again(tmp_path: Path) -> None:
-    """Killed between the store's write and the spool's note: the recovered rows the journal has are skipped."""
-    store = FileUsageStore(tmp_path)
-    await store.add([_row(1), _row(2)])
-    dead = tmp_path / "usage-spool" / f"{os.getpid() + 1}-dead.jsonl"
-    dead.parent.mkdir()
-    lines = [json.dumps(asdict(r)) for r in (_row(0), _row(1), _row(2), _row(3))]
-    dead.write_text("\n".join([lines[0], '{"stored": 1}', *lines[1:]]) + "\n" + '{"day": "2026-')  # a torn line
-    recorder = UsageRecorder(store, ZONE, system_clock, UsageSpool(tmp_path / "usage-spool"))
-    assert recorder.recover() == 3  # row 0 noted as stored; the torn line skipped
-    await recorder.aclose()
-    journal = tmp_path / "usage" / "2026-12" / "2026-12-03.jsonl"
-    inputs = sorted(json.loads(line)["input"] for line in journal.read_text().splitlines())
-    assert inputs == [1, 2, 3]
-    assert not dead.exists()
+@pytest.mark.parametrize("backend", ["files", "postgres"])
+async def test_a_spool_row_the_store_already_has_is_not_written_again(
+    backend: str, settings_factory: Callable[..., Settings], request: pytest.FixtureRequest
+) -> None:
+    """Killed between the store's write and the spool's note: the recovered rows the store has are skipped."""
+    settings = settings_factory(store=store_of(backend, request))
+    stores = await open_stores(settings)
+    try:
+        store = stores.usage
+        await store.add([_row(1), _row(2)])
+        root = settings.data_dir / "usage-spool"
+        dead = root / f"{os.getpid() + 1}-dead.jsonl"
+        root.mkdir(parents=True)
+        lines = [json.dumps(asdict(_row(n))) for n in range(4)]
+        torn = '{"day": "2026-'
+        dead.write_text("\n".join([lines[0], '{"stored": 1}', *lines[1:], torn]))
+        recorder = UsageRecorder(store, ZONE, system_clock, UsageSpool(root))
+        assert recorder.recover() == 3  # row 0 was noted as stored; the torn line is skipped
+        await recorder.aclose()
+        days = await store.days("2026-12-03", "2026-12-03")
+    finally:
+        await stores.aclose()
+    assert (sum(r.calls for r in days), sum(r.input for r in days)) == (3, 1 + 2 + 3)  # row 3 added, 1 and 2 once
+    assert list(root.iterdir()) == []
