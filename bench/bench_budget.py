@@ -100,6 +100,9 @@ async def main() -> None:
         "the rounds' differences is the check's cost",
     )
     parser.add_argument("--people", type=int, default=1000, help="people with a month of usage in the store")
+    parser.add_argument(
+        "--same", action="store_true", help="no budgets on either side: what the bench reads when nothing differs"
+    )
     parser.add_argument("--dsn", help="a PostgreSQL database to use instead of the files (it gets the bench's rows)")
     args = parser.parse_args()
     configure_logging("warning", "console", stream=sys.stderr)
@@ -110,7 +113,7 @@ async def main() -> None:
         assert fake.stdout is not None
         url = f"http://127.0.0.1:{int((await fake.stdout.readline()).decode())}"
         with tempfile.TemporaryDirectory() as tmp:
-            limited, limited_stores = await _gateway(Path(tmp) / "limited", url, args.dsn, LIMITS)
+            limited, limited_stores = await _gateway(Path(tmp) / "limited", url, args.dsn, {} if args.same else LIMITS)
             free, free_stores = await _gateway(Path(tmp) / "free", url, args.dsn, {})
             async with limited, free:
                 await _seed(limited, args.people, 28)
