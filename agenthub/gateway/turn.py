@@ -282,12 +282,10 @@ class TurnRunner:
         senders = [member.message.sender_id for member in pending.members]  # a joined turn: every sender's budget
         if usage is None or not usage.gate.applies(agent, pending.message, senders):
             return None
-        meta = await self.gateway.history.get_meta(pending.key)
+        history = await self.gateway.history.load(pending.key)  # the read the turn makes anyway (then cached)
+        meta = await self.gateway.history.get_meta(pending.key) if history else None  # new session: no probe
         last = meta.last_usage if meta is not None else None
-        if last:
-            prompt = sum(int(last.get(k, 0)) for k in PROMPT_KINDS)
-        else:
-            prompt = estimate_tokens(await self.gateway.history.load(pending.key))
+        prompt = sum(int(last.get(k, 0)) for k in PROMPT_KINDS) if last else estimate_tokens(history)
         prompt += sum(estimate_text_tokens(member.message.content) for member in pending.members)
         max_tokens = agent.config.max_tokens or self.gateway.settings.llm.max_tokens
         limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s

@@ -12,6 +12,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -129,6 +130,11 @@ class UsageStore(Protocol):
         """Append calls to the journal and the day roll-ups, and end the reservations `release` (one step)."""
         ...
 
+    async def unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
+        """The calls of `rows` the journal lacks (matched on time, who, model, purpose and tokens; as often as
+        they occur): what a killed process's spool still has to write."""
+        ...
+
     async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
         """Atomically (across instances): refuse when a claim's used + reserved reaches a limit, else reserve
         `tokens` in every claimed scope for at most `ttl_s` (a dead instance's reservations lapse)."""
@@ -224,6 +230,30 @@ class FileUsageStore:
                 _append_lines(self._journal(day), "".join(lines))
             except OSError as e:  # a full or read-only disk: the rows stay pending in the recorder
                 raise StorageError(f"could not append to the usage journal of {day}") from e
+
+    async def unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
+        async with self._write_lock:
+            return await asyncio.to_thread(self._unrecorded, rows)
+
+    def _unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
+        found: Counter[UsageRow] = Counter()
+        for day in {r.day for r in rows}:
+            try:
+                lines = self._journal(day).read_text(encoding="utf-8").splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                try:
+                    found[UsageRow(**json.loads(line))] += 1
+                except (ValueError, TypeError):
+                    continue
+        missing = []
+        for row in rows:
+            if found[row] > 0:
+                found[row] -= 1
+            else:
+                missing.append(row)
+        return missing
 
     def _count(self, row: UsageRow) -> None:
         tokens = row.tokens

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -16,6 +17,7 @@ from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest, LLMResponse
 from agenthub.storage.usage import TOKEN_KINDS, UsageRow, UsageStore
 from agenthub.usage.periods import day_of
+from agenthub.usage.spool import UsageSpool, forget_spool
 
 log = structlog.get_logger(__name__)
 
@@ -29,8 +31,10 @@ turn's last call and its settlement) go in one write. Until then a turn's reserv
 class UsageRecorder:
     """Watches the providers' call log (`CallLog.watch`); `flush()` returns once every call seen so far is stored."""
 
-    def __init__(self, store: UsageStore, zone: ZoneInfo, clock: Clock) -> None:
+    def __init__(self, store: UsageStore, zone: ZoneInfo, clock: Clock, spool: UsageSpool | None = None) -> None:
         self.store = store
+        self.spool = spool
+        """Where the rows not stored yet are kept too, so that a killed process loses none (None: memory only)."""
         self.zone = zone
         self.clock = clock
         self.tokens: Counter[tuple[str, str, str]] = Counter()
@@ -39,6 +43,7 @@ class UsageRecorder:
         """scope kind → turns refused since start: `agenthub_budget_refusals_total`."""
         self._pending: list[UsageRow] = []
         self._releases: list[str] = []
+        self._recovered: list[tuple[Path, list[UsageRow]]] = []
         self._lock = asyncio.Lock()
         self._writer: asyncio.Task[None] | None = None
         self.before_close: list[Callable[[], None]] = []
@@ -48,8 +53,26 @@ class UsageRecorder:
         row = self.row_of(request, response)
         for kind in ("input", "output", "cache_read", "cache_write"):
             self.tokens[(row.agent, row.purpose, kind)] += getattr(row, kind)
-        self._pending += split(row, request.owner.senders if request.owner else ())
+        rows = split(row, request.owner.senders if request.owner else ())
+        self._pending += rows
+        if self.spool is not None:
+            self.spool.append(rows)
         self._kick()
+
+    def recover(self) -> int:
+        """Take over the spools of processes that died with rows not stored (written by the next flush where the
+        store lacks them) and start writing if a loop runs; how many rows."""
+        if self.spool is None:
+            return 0
+        self._recovered += self.spool.recover()
+        count = sum(len(rows) for _, rows in self._recovered)
+        if self._recovered:
+            log.info("usage_spool_recovered", rows=count, files=len(self._recovered))
+            try:
+                self._kick()
+            except RuntimeError:  # no running loop: the first call's write (or `flush`) takes them
+                pass
+        return count
 
     def _kick(self) -> None:
         """Start the writer unless it runs: it writes what is pending, retrying while the store is away."""
@@ -80,7 +103,7 @@ class UsageRecorder:
 
     async def _write_soon(self) -> None:
         await asyncio.sleep(GATHER_S)
-        while self._pending or self._releases:
+        while self._pending or self._releases or self._recovered:
             try:
                 await self.flush()
             except StorageError as e:
@@ -97,6 +120,7 @@ class UsageRecorder:
         """Store every row seen so far (and end the reservations settled); `StorageError` leaves them pending (a
         later flush writes them)."""
         async with self._lock:
+            await self._store_recovered()
             batch, self._pending = self._pending, []
             releases, self._releases = self._releases, []
             if not batch and not releases:
@@ -107,6 +131,20 @@ class UsageRecorder:
                 self._pending[:0] = batch
                 self._releases[:0] = releases
                 raise
+            if self.spool is not None:
+                self.spool.stored(len(batch), nothing_waits=not self._pending)
+
+    async def _store_recovered(self) -> None:
+        """A dead process's rows the store lacks (a kill between the store's write and the spool's note) are
+        written, then its spool goes."""
+        while self._recovered:
+            path, rows = self._recovered[0]
+            missing = await self.store.unrecorded(rows)
+            if missing:
+                await self.store.add(missing)
+            log.info("usage_spool_replayed", rows=len(missing), already_stored=len(rows) - len(missing))
+            forget_spool(path)
+            self._recovered.pop(0)
 
     async def aclose(self) -> None:
         """Write what is pending (best effort) and stop the writer."""
@@ -115,7 +153,9 @@ class UsageRecorder:
         try:
             await self.flush()
         except StorageError as e:
-            log.warning("usage_lost_at_shutdown", rows=len(self._pending), error=str(e))
+            log.warning("usage_not_stored_at_shutdown", rows=len(self._pending), error=str(e))
+        if self.spool is not None:  # rows still waiting stay in the spool for the next start
+            self.spool.close(nothing_waits=not self._pending and not self._recovered)
         if self._writer is not None and not self._writer.done():
             self._writer.cancel()
             await asyncio.wait([self._writer])

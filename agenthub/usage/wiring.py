@@ -13,6 +13,7 @@ from agenthub.storage.usage import FileUsageStore, UsageStore
 from agenthub.usage.command import UsageCommand
 from agenthub.usage.gate import BudgetGate
 from agenthub.usage.recorder import UsageRecorder
+from agenthub.usage.spool import UsageSpool
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
@@ -36,7 +37,8 @@ def attach_usage(gateway: GatewayCore, store: UsageStore | None = None) -> Usage
     settings = gateway.settings
     store = store if store is not None else FileUsageStore(settings.data_dir)
     zone = ZoneInfo(settings.scheduler.timezone)
-    recorder = UsageRecorder(store, zone, gateway.clock)
+    recorder = UsageRecorder(store, zone, gateway.clock, UsageSpool(settings.data_dir / "usage-spool"))
+    recorder.recover()  # what a killed process of this data directory had not stored yet
     gateway.providers.call_log.watch(recorder.watch)
     gate = BudgetGate(settings.budgets, store, recorder, zone, gateway.clock)
     services = gateway.usage = UsageServices(settings, store, recorder, gate, zone, gateway.clock)

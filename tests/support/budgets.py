@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import ReplyEvent
@@ -33,3 +35,7 @@ async def settle_all(handles: list[ReplyHandle], fake: FakeAnthropic, hold: asyn
             await asyncio.sleep(0.01)
     hold.set()
     return list(await asyncio.gather(*results))
+
+
+def store_of(backend: str, request: pytest.FixtureRequest) -> dict[str, str]:
+    return {"backend": "postgres", "dsn": request.getfixturevalue("postgres_dsn")} if backend == "postgres" else {}

@@ -14,7 +14,7 @@ from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.storage.stores import Stores
 from agenthub.storage.usage import Claim, Reservation, UsageStore
-from tests.support.budgets import MAX_TOKENS, PER_CALL, settle_all, used_by
+from tests.support.budgets import MAX_TOKENS, PER_CALL, settle_all, store_of, used_by
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 
 
@@ -38,10 +38,6 @@ async def counted_stores(settings: Settings) -> tuple[Stores, CountedReserves]:
     counted = CountedReserves(stores.usage)
     stores.usage = counted  # type: ignore[assignment]  # the same store, its calls counted
     return stores, counted
-
-
-def store_of(backend: str, request: pytest.FixtureRequest) -> dict[str, str]:
-    return {"backend": "postgres", "dsn": request.getfixturevalue("postgres_dsn")} if backend == "postgres" else {}
 
 
 @pytest.mark.parametrize("backend", ["files", "postgres"])

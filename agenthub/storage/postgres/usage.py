@@ -29,6 +29,11 @@ _UPSERT_DAY = (
     "cache_read = d.cache_read + excluded.cache_read, cache_write = d.cache_write + excluded.cache_write, "
     "calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated"
 )
+_COUNT_CALL = (
+    "SELECT count(*) FROM usage_calls WHERE at = to_timestamp(%s) AND day = %s AND purpose = %s AND agent = %s "
+    "AND channel = %s AND chat_id = %s AND sender_id = %s AND model = %s AND input = %s AND output = %s "
+    "AND cache_read = %s AND cache_write = %s"
+)
 _RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 _RELEASE = "DELETE FROM usage_reservations WHERE id = ANY(%s)"
 SWEEP_S = 60.0
@@ -66,6 +71,23 @@ class PostgresUsageStore:
                 await cursor.executemany(_UPSERT_DAY, days)
             if release:  # in the same transaction: a turn's usage and the end of its reservation, never neither
                 await cursor.execute(_RELEASE, (list(release),))
+
+    async def unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
+        """One count per distinct call (a recovered spool holds a few rows): `usage_calls` rows with the same
+        time (converted as when inserted), who, model, purpose and tokens."""
+        wanted: dict[UsageRow, int] = {}
+        for row in rows:
+            wanted[row] = wanted.get(row, 0) + 1
+        missing: list[UsageRow] = []
+        async with self.database.connection("check recovered usage") as conn:
+            for row, count in wanted.items():
+                cursor = await conn.execute(
+                    _COUNT_CALL, (row.at, _date(row.day), row.purpose, *row.group[:5], *_counts(row)[:4])
+                )
+                found = await cursor.fetchone()
+                have = int(found[0]) if found is not None else 0
+                missing += [row] * max(count - have, 0)
+        return missing
 
     async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
         """One round trip (`usage_reserve`, migration 8): the scopes' locks in key order, their usage and what
