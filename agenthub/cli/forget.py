@@ -47,6 +47,7 @@ from agenthub.storage.inbox import FileInbox
 from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.stores import Stores, open_stores
+from agenthub.usage.spool import SPOOL_DIR
 
 log = structlog.get_logger(__name__)
 
@@ -138,7 +139,7 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
                 jobs=jobs_hook(Scheduler(settings.scheduler, stores.jobs)),  # the files, or the table `jobs`
                 index=None if search is None else _with_vectors(search.purge, stores),
                 settled=lambda: _drop_settled_inbox(settings),
-                usage=usage_hook(stores.usage),  # data/usage/, or the usage tables
+                usage=usage_hook(stores.usage, spools=settings.data_dir / SPOOL_DIR),  # dead processes' spools too
             )
             try:
                 report = await forgetter.forget_everywhere(agents, person, actor=f"cli:{_os_user()}")

@@ -234,13 +234,15 @@ class TurnRunner:
         if admission.refused:  # refused before any model call, nothing stored
             refused = ErrorEvent(admission.text, code=ErrorCode.BUDGET_EXCEEDED)
             return TurnOutcome(False, ErrorCode.BUDGET_EXCEEDED, final=refused)
+        outcome: TurnOutcome | None = None
         try:
             for warning in admission.notices:
                 pending.handle.emit(NoticeEvent(warning))
-            return await self._answer(pending, provider, model, stored, fresh, intakes, refusals)
+            outcome = await self._answer(pending, provider, model, stored, fresh, intakes, refusals)
+            return outcome
         finally:  # done, failed or cancelled: the reservation is settled with what was really used
             assert gw.usage is not None
-            gw.usage.gate.settle(admission)
+            gw.usage.gate.settle(admission, None if outcome is None else _tokens(outcome.usage))
 
     async def _answer(
         self,
@@ -491,3 +493,8 @@ def abort_message(reason: str, locale: str, message: InboundMessage | None = Non
     if reason == ErrorCode.SHUTDOWN and message is not None and inbox_id_of(message) is not None:
         return i18n.text("abort.shutdown_stored", locale)
     return i18n.text(ABORT_TEXTS.get(reason, "abort.other"), locale)
+
+
+def _tokens(usage: Usage) -> int:
+    """A turn's tokens as budgets count them: the four kinds added up."""
+    return usage.prompt_tokens + usage.output_tokens

@@ -58,6 +58,8 @@ class Admission:
     refused: Literal[False] = False
     lease: Lease | None = None
     """Admitted from this instance's lease (no reservation of its own)."""
+    estimate: int = 0
+    """What the turn was admitted for (a lease's turn that spends more takes the rest from the lease)."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ class BudgetGate:
             await asyncio.shield(self._asking[key])  # answer may have room for this one too
             lease = self.leases.take(key, estimate)
         if lease is not None:
-            admission = Admission(lease=lease)
+            admission = Admission(lease=lease, estimate=estimate)
             before = lease.committed - estimate  # what the lease's earlier turns took since it was granted
             standings = [Standing(s.scope, s.period, s.limit, s.used + before) for s in lease.standings]
         else:
@@ -143,14 +145,14 @@ class BudgetGate:
                 self.recorder.refusals[standing.scope.kind] += 1
                 log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
                 return Refusal(standing, self.refusal_text(standing, locale, named=several))
-            admission = Admission(None if lease is not None else reservation.id, lease=lease)
+            admission = Admission(None if lease is not None else reservation.id, lease=lease, estimate=estimate)
             standings = reservation.standings
         try:
             for standing in standings:
                 if (standing.used + estimate) / standing.limit >= limits.warn_at:
                     await self._warn_once(standing, day, locale, admission, named=several)
         except BaseException:  # cancelled (or failed) before the caller holds the admission: give the tokens back
-            self.settle(admission)
+            self.settle(admission, 0)  # nothing was spent yet
             raise
         return admission
 
@@ -220,13 +222,15 @@ class BudgetGate:
     def _resets(self, standing: Standing, locale: str) -> str:
         return f"{resets_at(standing.period, self.clock(), self.zone):%Y-%m-%d %H:%M} ({self.zone.key})"
 
-    def settle(self, admission: Admission) -> None:
+    def settle(self, admission: Admission, spent: int | None) -> None:
         """The turn ended (done, failed or cancelled): its reservation ends with the write of its real usage (the
         recorder's next one). A write that fails is retried; the reservation lapses at its expiry at the latest.
-        A turn from a lease leaves it (which ends with its last turn once it admits no more)."""
+        A turn from a lease leaves it (which ends with its last turn once it admits no more), charging it what it
+        spent beyond its estimate (`spent`: the turn's tokens; None, unknown, spends the lease: no more turns from
+        it), so a lease's turns never spend more than the lease, however far they overrun their estimates."""
         if admission.lease is not None:
             lease, admission.lease = admission.lease, None
-            self.leases.settle(lease)
+            self.leases.settle(lease, None if spent is None else max(0, spent - admission.estimate))
         elif admission.reservation_id is not None:
             self.recorder.release(admission.reservation_id)
             admission.reservation_id = None

@@ -29,7 +29,8 @@ LeaseKey = tuple[str, tuple[Claim, ...]]
 
 @dataclass
 class Lease:
-    """Headroom reserved in the store under `id`; `committed`: the estimates of the turns it admitted."""
+    """Headroom reserved in the store under `id`; `committed`: the estimates of the turns it admitted, plus what
+    the ended ones spent beyond them."""
 
     id: str
     tokens: int
@@ -109,8 +110,10 @@ class Leases:
         self._open[key] = lease
         return lease
 
-    def settle(self, lease: Lease) -> None:
-        """A turn admitted from `lease` ended."""
+    def settle(self, lease: Lease, overrun: int | None) -> None:
+        """A turn admitted from `lease` ended, having spent `overrun` tokens beyond its estimate (None: unknown, so
+        the lease admits no more)."""
+        lease.committed = lease.tokens if overrun is None else lease.committed + overrun
         lease.running -= 1
         if not lease.open and lease.running == 0:
             self._release(lease.id)

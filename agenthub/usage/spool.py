@@ -25,6 +25,9 @@ from agenthub.storage.usage import UsageRow
 
 log = structlog.get_logger(__name__)
 
+SPOOL_DIR = "usage-spool"
+"""The spools' folder under the data directory."""
+
 
 class UsageSpool:
     """This process's spool file under `root` (created on first use)."""

@@ -13,7 +13,7 @@ from agenthub.storage.usage import FileUsageStore, UsageStore
 from agenthub.usage.command import UsageCommand
 from agenthub.usage.gate import BudgetGate
 from agenthub.usage.recorder import UsageRecorder
-from agenthub.usage.spool import UsageSpool
+from agenthub.usage.spool import SPOOL_DIR, UsageSpool
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
@@ -37,7 +37,7 @@ def attach_usage(gateway: GatewayCore, store: UsageStore | None = None) -> Usage
     settings = gateway.settings
     store = store if store is not None else FileUsageStore(settings.data_dir)
     zone = ZoneInfo(settings.scheduler.timezone)
-    recorder = UsageRecorder(store, zone, gateway.clock, UsageSpool(settings.data_dir / "usage-spool"))
+    recorder = UsageRecorder(store, zone, gateway.clock, UsageSpool(settings.data_dir / SPOOL_DIR))
     recorder.recover()  # what a killed process of this data directory had not stored yet
     gateway.providers.call_log.watch(recorder.watch)
     gate = BudgetGate(settings.budgets, store, recorder, zone, gateway.clock)

@@ -3,18 +3,26 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import psycopg
 
+from agenthub.clock import system_clock
 from agenthub.config import Settings
 from agenthub.forget.redact import Person
+from agenthub.forget.usage import usage_hook
 from agenthub.gateway.core import GatewayCore
 from agenthub.hosting.app import build_services, gateway_forgetter, open_stores
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.session_keys import SessionKey
 from agenthub.storage.usage import FileUsageStore, Forgotten, UsageRow, forgotten_tag
+from agenthub.usage.periods import day_of
+from agenthub.usage.recorder import UsageRecorder
 from agenthub.usage.report import group
+from agenthub.usage.spool import SPOOL_DIR, UsageSpool
 from tests.support.fakes.anthropic import FakeAnthropic
 
 PER_CALL = {"input_tokens": 200, "output_tokens": 100}
@@ -149,3 +157,24 @@ async def test_a_forget_does_not_give_the_person_their_budget_back(
 
 def test_the_usage_stores_tag_is_the_forgets() -> None:
     assert forgotten_tag("wecom", "alice") == Person("wecom", "alice").tag
+
+
+async def test_a_dead_processs_spool_cannot_bring_a_forgotten_id_back(tmp_path: Path) -> None:
+    store = FileUsageStore(tmp_path)
+    now = time.time()
+    day = day_of(now, ZoneInfo("UTC"))
+    row = UsageRow(day, "turn", "default", "wecom", "alice", "alice", "m", 100, 10, 0, 0, calls=1, estimated=0, at=now)
+    dead = UsageSpool(tmp_path / SPOOL_DIR)  # a process that stored its row, then was killed before noting it
+    dead.append([row])
+    await store.add([row])
+    dead.close(nothing_waits=False)  # its lock is free, its file stays
+
+    assert await usage_hook(store, spools=tmp_path / SPOOL_DIR)(Person("wecom", "alice"), ["default"], None) > 0
+    recorder = UsageRecorder(store, ZoneInfo("UTC"), system_clock, UsageSpool(tmp_path / SPOOL_DIR))
+    assert recorder.recover() == 0  # the forget replayed and removed the dead spool
+    await recorder.flush()
+
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and '"alice"' in p.read_text(encoding="utf-8")]  # noqa: ASYNC240
+    rows = await store.days(day, day)
+    assert sum(r.tokens for r in rows) == 110  # counted once, under the tag
+    assert {r.sender_id for r in rows} == {forgotten_tag("wecom", "alice")}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from agenthub.storage.postgres import open_database
 from agenthub.storage.postgres.usage import PostgresUsageStore
-from agenthub.storage.usage import Claim, FileUsageStore, Scope, UsageRow, UsageStore
+from agenthub.storage.usage import Claim, FileUsageStore, Forgotten, Scope, UsageRow, UsageStore, forgotten_tag
 
 DAY = "2026-12-03"
 ALICE = Scope("user", "wecom", "alice")
@@ -81,3 +81,19 @@ async def test_postgres_checks_wait_for_each_other_per_scope(postgres_dsn: str) 
     finally:
         for db in databases:
             await db.close()
+
+
+async def test_postgres_forget_leaves_no_warning_mark_naming_the_person(postgres_dsn: str) -> None:
+    db = await open_database(postgres_dsn)
+    try:
+        store = PostgresUsageStore(db)
+        await store.add([row(100)])
+        assert await store.first_warning(ALICE.key, DAY)
+        assert await store.first_warning(Scope("user", "wecom", "bob").key, DAY)
+        await store.forget(Forgotten("wecom", "alice", forgotten_tag("wecom", "alice"), ("default",), None))
+        async with db.connection("test") as conn:
+            cursor = await conn.execute("SELECT scope FROM usage_warnings")
+            scopes = [r[0] for r in await cursor.fetchall()]
+        assert scopes == ["user:wecom:bob"]
+    finally:
+        await db.close()

@@ -96,3 +96,30 @@ async def test_leases_near_the_limit_still_overspend_by_at_most_one_reservation(
     reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 11")
     assert limit <= used <= limit + reservation
     assert counted.reserves < asked  # leases admitted some turns without a call of their own
+
+
+@pytest.mark.parametrize("backend", ["files", "postgres"])
+async def test_a_leases_turns_that_overrun_their_estimates_spend_no_more_than_per_turn_reservations_would(
+    backend: str, settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, request: pytest.FixtureRequest
+) -> None:
+    limit = 8000
+    settings = settings_factory(
+        budgets={"user_day": limit}, llm={"max_tokens": MAX_TOKENS}, store=store_of(backend, request)
+    )
+    spend = {"input_tokens": 2000, "output_tokens": 50}  # a turn with tool steps: many times its estimate
+    fake_llm.default_usage = spend
+    stores, counted = await counted_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            for n in range(12):  # one at a time: only what the lease knows of its turns can stop them
+                final = await (await gw.submit(InboundMessage("wecom", "dm", "alice", f"question {n}"))).result()
+                if isinstance(final, ErrorEvent):
+                    assert final.code == "budget_exceeded"
+                    break
+            else:
+                pytest.fail("the limit was never reached")
+            used = await used_by(gw, "alice")
+    finally:
+        await stores.aclose()
+    assert counted.reserves >= 1
+    assert limit <= used <= limit + sum(spend.values())  # over by at most the one turn admitted below the limit

@@ -145,7 +145,8 @@ class PostgresUsageStore:
         return [UsageRow(r[0].isoformat(), *r[1:7], *(int(v) for v in r[7:])) for r in found]
 
     async def forget(self, who: Forgotten) -> int:
-        """The calls and day rows naming the person, redacted in one transaction."""
+        """The calls and day rows naming the person, redacted in one transaction; the warning marks naming them go
+        (at worst they are warned once more)."""
         params = {
             "channel": who.channel,
             "sender": who.sender_id,
@@ -156,6 +157,7 @@ class PostgresUsageStore:
         async with self.database.connection("forget a person's usage") as conn, conn.transaction():
             calls = await conn.execute(_FORGET_CALLS, params)
             days = await conn.execute(_FORGET_DAYS, params)
+            await conn.execute(_FORGET_WARNINGS, params)
             return max(calls.rowcount, 0) + max(days.rowcount, 0)
 
 
@@ -176,6 +178,8 @@ ON CONFLICT (day, agent, channel, chat_id, sender_id, model, purpose) DO UPDATE 
     cache_read = d.cache_read + excluded.cache_read, cache_write = d.cache_write + excluded.cache_write,
     calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated"""
 """The person's day rows go, and come back under their tag (added to rows an earlier forget left there)."""
+_FORGET_WARNINGS = """DELETE FROM usage_warnings
+WHERE scope IN ('user:' || %(channel)s || ':' || %(sender)s, 'chat:' || %(channel)s || ':' || %(sender)s)"""
 
 
 def _counts(r: UsageRow) -> tuple[int, ...]:
