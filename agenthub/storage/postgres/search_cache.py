@@ -10,9 +10,11 @@ recently asked terms go when the instance holds more than `budget` postings.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -70,10 +72,12 @@ class _Agent:
 
 
 class Codes:
-    """Source and channel names as small integers (one table for every agent of the instance)."""
+    """Source and channel names as small integers (one table for every agent of the instance); new names are
+    numbered under a lock, as the cache's worker thread and the loop both name them."""
 
     def __init__(self) -> None:
         self._codes: dict[str, int] = {}
+        self._numbering = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._codes)
@@ -81,7 +85,8 @@ class Codes:
     def code(self, name: str) -> int:
         found = self._codes.get(name)
         if found is None:
-            found = self._codes[name] = len(self._codes)
+            with self._numbering:
+                found = self._codes.setdefault(name, len(self._codes))
         return found
 
     def known(self, names: Sequence[str]) -> NDArray[np.int32]:
@@ -109,17 +114,23 @@ class PostingsCache:
             held = self._agents[agent] = _Agent(generation)
         after = [held.terms[t][1] if t in held.terms else -1 for t in terms]
         cursor = await conn.execute(_READ, {"agent": agent, "terms": list(terms), "after": after, "no_ts": int(NO_TS)})
+        rows = await cursor.fetchall()
+        # the arrays are built and joined on a worker thread (after a removal that is every frequent term again);
+        # the lock keeps every other search out of `held` meanwhile
+        return await asyncio.to_thread(self._merge, held, terms, rows)
+
+    def _merge(self, held: _Agent, terms: Sequence[str], rows: Sequence[Any]) -> dict[str, Postings]:
         fresh: dict[str, list[tuple[int, int, int, int, int, int]]] = {t: [] for t in terms}
         code = self.codes.code
-        for term, doc, tf, length, ts, src, channel in await cursor.fetchall():
+        for term, doc, tf, length, ts, src, channel in rows:
             fresh[term].append((doc, tf, length, ts, code(src), code(channel)))
         self.read += sum(len(rows) for rows in fresh.values())
         found: dict[str, Postings] = {}
-        for term, rows in fresh.items():
+        for term, got in fresh.items():
             old = held.terms.pop(term, None)
-            new = postings_of(rows)
-            both = new if old is None else joined([old[0], new]) if rows else old[0]
-            last = max([old[1] if old is not None else -1, *(r[0] for r in rows)])
+            new = postings_of(got)
+            both = new if old is None else joined([old[0], new]) if got else old[0]
+            last = max([old[1] if old is not None else -1, *(r[0] for r in got)])
             held.terms[term] = (both, last)
             found[term] = both
         self._evict(keep=set(terms))
