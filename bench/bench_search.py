@@ -19,6 +19,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from _search_corpus import percentile as _p  # the timing the search benches share
+from _search_corpus import timed as _timed
+
 from agenthub.search.feed import FileFeeder
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
@@ -102,22 +105,8 @@ def write_corpus(data_dir: Path, sessions: int, per_session: int) -> SessionKey:
     return planted
 
 
-async def _timed(fn: Callable[[], Awaitable[object]], runs: int) -> list[float]:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        await fn()
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def _query(service: SearchService, query: str, scope: SearchScope) -> Callable[[], Awaitable[object]]:
     return lambda: service.search(AGENT, query, scope, 5)
-
-
-def _p(times: list[float], q: float) -> float:
-    ordered = sorted(times)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
 async def bench_queries(data_dir: Path, planted: SessionKey) -> float | None:
