@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler
     from agenthub.search.api import Searcher
     from agenthub.session.history import SessionHistory
-    from agenthub.storage.idempotency import IdempotencyStore
+    from agenthub.storage.ports import IdempotencyStore
     from agenthub.usage.wiring import UsageServices
 
 

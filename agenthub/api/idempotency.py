@@ -22,7 +22,7 @@ from agenthub.api.requests import ChatBody
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, Usage
-from agenthub.storage.idempotency import IdempotencyStore
+from agenthub.storage.ports import IdempotencyStore
 
 log = structlog.get_logger(__name__)
 

@@ -24,7 +24,8 @@ from agenthub.channel import Handler, WebRoutes
 from agenthub.errors import ConfigError
 from agenthub.invocation import command_name
 from agenthub.messages import OutboundMessage
-from agenthub.storage.tokens import FileTokenCheck, TokenCheck, TokenStore
+from agenthub.storage.ports import TokenCheck
+from agenthub.storage.tokens import FileTokenCheck, TokenStore
 
 log = structlog.get_logger(__name__)
 

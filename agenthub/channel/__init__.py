@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from aiohttp import web
 
 from agenthub.messages import InboundMessage, OutboundMessage
-from agenthub.storage.inbox import Inbox, InboxEntry, InMemoryInbox
-from agenthub.storage.outbox import Outbox
+from agenthub.storage.inbox import InboxEntry, InMemoryInbox
+from agenthub.storage.ports import Inbox, Outbox
 from agenthub.storage.singleton import InstanceLeases
 
 if TYPE_CHECKING:

@@ -18,8 +18,9 @@ from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.inbox_replay import INBOX_ID, INBOX_SEQ, INBOX_SESSION
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
-from agenthub.storage.inbox import Inbox, InboxEntry, message_from_json, message_to_json
+from agenthub.storage.inbox import InboxEntry, message_from_json, message_to_json
 from agenthub.storage.lease import LeaseKeeper, instance_lease
+from agenthub.storage.ports import Inbox
 from agenthub.storage.singleton import InstanceLeases
 
 log = structlog.get_logger(__name__)

@@ -8,7 +8,8 @@ from pathlib import Path
 from agenthub.forget.redact import Person
 from agenthub.forget.service import UsageHook
 from agenthub.session_keys import SessionKey
-from agenthub.storage.usage import Forgotten, UsageStore
+from agenthub.storage.ports import UsageStore
+from agenthub.storage.usage import Forgotten
 from agenthub.usage.recorder import UsageRecorder
 from agenthub.usage.spool import UsageSpool, forget_spool
 

@@ -18,7 +18,7 @@ from agenthub.gateway.session_lease import SessionLeases
 from agenthub.messages import InboundMessage
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
-from agenthub.storage.inbox import Inbox
+from agenthub.storage.ports import Inbox
 
 log = structlog.get_logger(__name__)
 

@@ -41,8 +41,7 @@ from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.singleton import InstanceLeases
 
 if TYPE_CHECKING:
-    from agenthub.storage.inbox import Inbox
-    from agenthub.storage.memory_files import MemoryStore
+    from agenthub.storage.ports import Inbox, MemoryStore
     from agenthub.usage.wiring import UsageServices
 
 log = structlog.get_logger(__name__)

@@ -17,8 +17,8 @@ from agenthub.errors import SessionBusyError, StorageError
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import Lease, renewal_due
+from agenthub.storage.ports import QuickLookup
 from agenthub.storage.singleton import InstanceLeases
-from agenthub.storage.store import QuickLookup
 
 log = structlog.get_logger(__name__)
 

@@ -24,8 +24,7 @@ if TYPE_CHECKING:
     from agenthub.scheduler.core import Scheduler
     from agenthub.scheduler.wiring import JobRunner
     from agenthub.search.api import Searcher
-    from agenthub.storage.idempotency import IdempotencyStore
-    from agenthub.storage.inbox import Inbox
+    from agenthub.storage.ports import IdempotencyStore, Inbox
     from agenthub.storage.stores import Stores
     from agenthub.web import WebServer
 

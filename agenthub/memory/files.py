@@ -12,7 +12,8 @@ from typing import Literal
 from agenthub.agent.definition import AgentDefinition
 from agenthub.aio import run_to_end
 from agenthub.session_keys import SessionKey, session_key
-from agenthub.storage.memory_files import FileMemoryStore, MemoryName, MemoryStore
+from agenthub.storage.memory_files import FileMemoryStore, MemoryName
+from agenthub.storage.ports import MemoryStore
 
 MULTI_USER_CHANNELS = frozenset({"wecom", "feishu"})
 """Channels where several people talk to the bot (groups, many employees): `auto` keeps their memory apart."""

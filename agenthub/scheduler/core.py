@@ -19,7 +19,8 @@ from agenthub.config import SchedulerSettings
 from agenthub.scheduler.jobs import Job, JobConflictError, JobError
 from agenthub.scheduler.store import document
 from agenthub.session_keys import SessionKey
-from agenthub.storage.jobs import FireRecord, JobDocument, JobDocuments
+from agenthub.storage.jobs import FireRecord, JobDocument
+from agenthub.storage.ports import JobDocuments
 
 log = structlog.get_logger(__name__)
 

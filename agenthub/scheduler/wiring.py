@@ -13,7 +13,7 @@ from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.delivery import DeliveryHost, JobDelivery
 from agenthub.scheduler.store import JobStore
 from agenthub.scheduler.texts import jobs_listing
-from agenthub.storage.jobs import JobDocuments
+from agenthub.storage.ports import JobDocuments
 
 if TYPE_CHECKING:
     from agenthub.storage.singleton import InstanceLeases, Singleton

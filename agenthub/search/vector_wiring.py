@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from agenthub.search.embeddings import EmbeddingsClient
 from agenthub.search.vectors import VectorIndex
-from agenthub.storage.search_vectors import FileVectorStore, VectorStore
+from agenthub.storage.ports import VectorStore
+from agenthub.storage.search_vectors import FileVectorStore
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore

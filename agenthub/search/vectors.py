@@ -13,6 +13,7 @@ import structlog
 from agenthub.search.docs import RecordReader
 from agenthub.search.embeddings import EmbeddingsClient, EmbeddingsUnavailable
 from agenthub.session_keys import SessionKey
+from agenthub.storage.ports import SessionStore, VectorStore
 from agenthub.storage.search_index import (
     ARCHIVE,
     HISTORY,
@@ -23,8 +24,7 @@ from agenthub.storage.search_index import (
     SourceRef,
     identity,
 )
-from agenthub.storage.search_vectors import VectorStore, digest_of
-from agenthub.storage.store import SessionStore
+from agenthub.storage.search_vectors import digest_of
 
 log = structlog.get_logger(__name__)
 

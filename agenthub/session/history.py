@@ -22,7 +22,8 @@ from agenthub.storage import jsonl
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, synthesise_meta, text_of, title_from
 from agenthub.storage.paths import AgentLayout
-from agenthub.storage.store import FencedWriteError, HistoryRecord, QuickLookup, SessionActivity, SessionStore
+from agenthub.storage.ports import QuickLookup, SessionStore
+from agenthub.storage.store import FencedWriteError, HistoryRecord, SessionActivity
 
 log = structlog.get_logger(__name__)
 

@@ -9,7 +9,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 import structlog
 
@@ -17,24 +16,9 @@ from agenthub import jsonsafe
 from agenthub.errors import PathRefusedError
 from agenthub.storage import jsonl
 from agenthub.storage.atomic import atomic_write_bytes
+from agenthub.storage.ports import SeenIds
 
 log = structlog.get_logger(__name__)
-
-
-class SeenIds(Protocol):
-    """A durable TTL set of ids shared by a channel's credentials: `DedupStore`'s JSONL file (files) or
-    `PostgresSeenIds` (postgres, shared by every instance)."""
-
-    @property
-    def ttl_s(self) -> float: ...
-
-    def __len__(self) -> int: ...
-
-    async def check_and_add(self, key: str) -> bool: ...
-
-    async def forget(self, key: str) -> None:
-        """Take `key` back (it was seen but the message was not kept): its next delivery is new, durably."""
-        ...
 
 
 SeenIdsOpener = Callable[[str, float], SeenIds]

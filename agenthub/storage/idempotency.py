@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from agenthub.errors import StorageError
 from agenthub.storage.atomic import atomic_write_text
@@ -29,29 +29,6 @@ class IdempotencyRecord:
     fingerprint: str
     accepted: bool = False
     final: dict[str, Any] | None = None
-
-
-class IdempotencyStore(Protocol):
-    """Keys are `(scope, key)`; a record older than `window_s` counts as absent (and is removed now and then)."""
-
-    async def claim(self, scope: str, key: str, fingerprint: str) -> IdempotencyRecord | None:
-        """Take the key for a new request: None when it is now this request's; else the live record of the
-        request that has it (a taken key whose message was never stored is free again after `ACCEPT_GRACE_S`)."""
-        ...
-
-    async def get(self, scope: str, key: str) -> IdempotencyRecord | None: ...
-
-    async def accepted(self, scope: str, key: str) -> None:
-        """The request's message is stored: it will be answered, the key stays taken."""
-        ...
-
-    async def finish(self, scope: str, key: str, final: dict[str, Any]) -> None:
-        """Keep the request's final reply event (JSON-ready) for the retries."""
-        ...
-
-    async def release(self, scope: str, key: str) -> None:
-        """Free a key whose message was not stored (refused): a retry runs it."""
-        ...
 
 
 def _live(data: dict[str, Any] | None, now: float, window_s: float) -> bool:

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -40,75 +40,6 @@ class InboxEntry:
     source: str
     payload: dict[str, Any]
     session: str | None = None
-
-
-class Inbox(Protocol):
-    """Accepted-but-unanswered messages. `accept` returns once the message is durable; `settle` marks it answered
-    (after its answer is stored); `unsettled` lists what a restart must still answer, in acceptance order."""
-
-    async def accept(self, source: str, payload: dict[str, Any], *, session: str | None = None) -> InboxEntry: ...
-
-    async def assign(self, entry_id: str, session: str) -> None:
-        """Name the session of an entry accepted without one (a push channel's, once routed); an entry that has one
-        keeps it."""
-        ...
-
-    async def earlier_unsettled(self, session: str, entry_id: str) -> list[str]:
-        """The ids of `session`'s unsettled entries accepted before `entry_id` (acceptance order); [] when
-        `entry_id` is settled or unknown."""
-        ...
-
-    async def settle(self, entry_id: str) -> None:
-        """Mark the entry answered. A refused write raises StorageError and is retried by the inbox itself (bounded
-        backoff, and at every `retry_settles`) until the store takes it; meanwhile the entry is not listed again."""
-        ...
-
-    async def release(self, entry_id: str) -> None:
-        """Give up an entry this instance cannot answer now (its turn lost the session's lease): not settled, it
-        is no longer this instance's, so the next takeover pass (any instance's) answers it. One inbox per
-        instance: nothing to do (it stays unsettled, answered after the restart)."""
-        ...
-
-    async def still_mine(self, entry_id: str) -> bool:
-        """Whether this instance may still answer the entry: False once another instance has claimed it (or it was
-        settled). One inbox per instance: always True."""
-        ...
-
-    def accept_only_while(self, alive: Callable[[], bool]) -> None:
-        """From now on `accept` refuses (StorageError) while `alive()` is False: a shared inbox's instance whose
-        liveness lease lapsed would own entries the others see as orphans at once. One inbox per instance: no-op."""
-        ...
-
-    async def unsettled(self) -> list[InboxEntry]:
-        """What this instance must still answer (its own entries), in acceptance order."""
-        ...
-
-    async def orphan_sources(self) -> set[str]:
-        """The sources of unsettled entries whose instance is gone (a shared inbox; none for one of its own)."""
-        ...
-
-    async def claim_orphans(self, sources: Collection[str]) -> list[InboxEntry]:
-        """Make this instance the owner of the unsettled entries of `sources` whose instance is gone, and return
-        them in acceptance order; two instances claiming at once never get the same entry."""
-        ...
-
-    async def retry_settles(self) -> None:
-        """Write the settles that were refused now (StorageError while the store still refuses)."""
-        ...
-
-    async def count(self) -> int:
-        """How many accepted messages are not answered yet, on every instance (the store is asked)."""
-        ...
-
-    async def drop_settled(self) -> None:
-        """Keep nothing of answered messages (a forget, a deleted session): StorageError when refused."""
-        ...
-
-    def depth(self) -> int:
-        """How many accepted messages are not answered yet (for /metrics)."""
-        ...
-
-    async def aclose(self) -> None: ...
 
 
 def message_to_json(message: InboundMessage) -> dict[str, Any]:

@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import structlog
 
 from agenthub.clock import Clock, monotonic_clock, sleep_until
 from agenthub.errors import StorageError
+from agenthub.storage.ports import LeaseStore
 
 log = structlog.get_logger(__name__)
 
@@ -38,21 +38,6 @@ def renewal_due(lease: Lease, ttl_s: float) -> float:
     """When a lease granted for `ttl_s` is renewed: a third of it after its grant (its `expires_at` is counted from
     before the request was sent), so at once when the grant itself arrived late."""
     return lease.expires_at - ttl_s * 2 / 3
-
-
-class LeaseStore(Protocol):
-    async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
-        """The lease of `name` for `holder`: granted when free, expired or already `holder`'s (then renewed, same
-        token); None while another holder's lease is live."""
-        ...
-
-    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
-        """The lease extended by `ttl_s`; None when it was lost (expired and granted to another holder)."""
-        ...
-
-    async def release(self, lease: Lease) -> None:
-        """Give the lease up (a no-op when it was lost already)."""
-        ...
 
 
 class InProcessLeases:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol
+
+from agenthub.storage.ports import MemberSends
 
 Windows = tuple[tuple[float, int], ...]
 """(length in seconds, most sends within it), shortest first."""
@@ -33,22 +34,6 @@ def waits_for(ages: Sequence[float], windows: Windows, count: int) -> list[float
         waits.append(at)
         sent.append(at)
     return waits
-
-
-class MemberSends(Protocol):
-    """One sender's (a WeCom app's) sends per member in its sliding windows."""
-
-    @property
-    def windows(self) -> Windows: ...
-
-    async def waits(self, member: str, count: int) -> list[float]:
-        """The seconds from now until each of `count` further sends to `member` may go (nothing is counted)."""
-        ...
-
-    async def take(self, member: str) -> float:
-        """Count one send to `member` now if every window has room for it, and return 0; otherwise count nothing
-        and return the seconds until one has. Atomic across everyone sharing these counts."""
-        ...
 
 
 MemberSendsOpener = Callable[[str, Windows], MemberSends]

@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Literal, ParamSpec, Protocol, TypeVar
+from typing import Literal, ParamSpec, TypeVar
 
 from agenthub.errors import InvalidIdError, StorageError
 from agenthub.session_keys import SessionKey, key_from_file_stem, session_key, validate_agent_name
@@ -147,41 +147,6 @@ class MemoryName:
 
 
 Change = Callable[[str], str]
-
-
-class MemoryStore(Protocol):
-    """The memory text files. A write replaces the whole file atomically and durably (a reader sees the old or the
-    new text, never a mix); StorageError when it cannot."""
-
-    async def read(self, name: MemoryName) -> str:
-        """The text, "" when the file does not exist."""
-        ...
-
-    async def read_many(self, names: Sequence[MemoryName]) -> list[str]:
-        """`read` of each, in one go (one worker-thread hop, one query)."""
-        ...
-
-    async def write(self, name: MemoryName, text: str) -> None: ...
-
-    async def update(self, name: MemoryName, change: Change, *, keep_backup: bool = False) -> str:
-        """One read-modify-write, atomic against every other writer of the store (on PostgreSQL: of every
-        instance): `change(current text)` is written unless it equals the current text; with `keep_backup` a
-        non-empty replaced text becomes `name.backup_name()` in the same step. An exception from `change` leaves
-        everything as it was. Returns the text stored now."""
-        ...
-
-    async def delete(self, name: MemoryName) -> bool:
-        """True if it existed."""
-        ...
-
-    async def group_profiles(self, person: str) -> list[MemoryName]:
-        """The group profiles kept for the person stem `person`: one name (never a backup's) per group chat where
-        the profile or its backup exists."""
-        ...
-
-    def label(self, name: MemoryName) -> str:
-        """How logs, tool results and the L3 state name it (stable, one-to-one; never checks the disk)."""
-        ...
 
 
 class NameLocks:

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Protocol, Self
+from typing import Literal, Self
 
 from agenthub.storage.memory_files import MemoryName
 
@@ -164,45 +164,6 @@ def rank_key(score: float, passage: Passage) -> tuple[float, int, str, str, str,
 def identity(passage: Passage) -> tuple[str, str, int | None, str]:
     """Hits with the same identity are one hit (a message in both the archive and the history)."""
     return (passage.session, passage.role, passage.ts, passage.text)
-
-
-class SearchIndexStore(Protocol):
-    """One deployment's search index (files: SQLite per agent under `data/<agent>/index/`; PostgreSQL: tables
-    shared by every instance). Every write is one atomic step together with its source's watermark, so an indexer
-    that crashes resumes from the watermark and loses nothing (the history is the queue: re-reading it from the
-    watermark is always safe)."""
-
-    async def add(self, agent: str, source: SourceRef, docs: Sequence[SearchDoc], watermark: str) -> None:
-        """Append docs to `source` (their seq above any stored in it; a doc whose seq is stored replaces it) and
-        set the source's watermark, atomically."""
-        ...
-
-    async def replace_source(self, agent: str, source: SourceRef, docs: Sequence[SearchDoc], watermark: str) -> None:
-        """Make `docs` the whole content of `source` (compaction rewrote the history, a memory file was
-        rewritten, a redaction), with its watermark, atomically."""
-        ...
-
-    async def drop_source(self, agent: str, source: SourceRef) -> None:
-        """Remove the source, its docs and its watermark."""
-        ...
-
-    async def drop_session(self, agent: str, session: str) -> None:
-        """Remove the session's history and archive sources (a deleted session)."""
-        ...
-
-    async def watermarks(self, agent: str) -> dict[SourceRef, str]:
-        """Every stored source of the agent with its watermark (what an indexer catches up from)."""
-        ...
-
-    async def purge(self, agent: str) -> None:
-        """After drops or replaces that removed text ("forget me", a deleted session): make sure no copy of removed
-        text is left anywhere in the store's files or tables (SQLite: VACUUM and a WAL checkpoint)."""
-        ...
-
-    async def search(self, agent: str, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
-        """The best `limit` hits for these distinct query terms within `scope`, in the order of the module
-        docstring, each with its neighbours; [] for no terms."""
-        ...
 
 
 class JsonWatermark:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,39 +40,6 @@ class Stored:
 
     kind: str
     model: str
-
-
-class VectorStore(Protocol):
-    """One deployment's vectors. Every method may raise `StorageError` (PostgreSQL) like any store call."""
-
-    async def stored(self, agent: str, session: str) -> dict[str, Stored]:
-        """digest → what is stored, for every vector of the session."""
-        ...
-
-    async def put(self, agent: str, model: str, items: Sequence[tuple[Passage, Vector]]) -> None:
-        """Store (or overwrite) the vectors of these passages, each under `digest_of(passage)`."""
-        ...
-
-    async def relabel(self, agent: str, session: str, kinds: Mapping[str, str]) -> None:
-        """digest → the kind (`history`/`archive`) its passage is of now."""
-        ...
-
-    async def remove(self, agent: str, session: str, digests: Collection[str]) -> None: ...
-
-    async def drop_session(self, agent: str, session: str) -> None: ...
-
-    async def nearest(
-        self, agent: str, model: str, query: Vector, scope: SearchScope, limit: int
-    ) -> list[tuple[Passage, float]]:
-        """The `limit` passages of `scope` (histories and archives; vectors are not kept of memory files) whose
-        vectors (of `model`) are nearest to `query`, best first, with their cosine similarity."""
-        ...
-
-    async def purge(self, agent: str) -> None:
-        """After removals ("forget me"): no copy of removed text left in the store's files."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 def vectors_path(layout: AgentLayout) -> Path:

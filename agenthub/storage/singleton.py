@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import structlog
 
 from agenthub.clock import Clock, monotonic_clock, sleep_until
-from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore, LeaseTakeovers
+from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseTakeovers
+from agenthub.storage.ports import LeaseStore
 
 log = structlog.get_logger(__name__)
 

@@ -6,19 +6,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from agenthub.storage.dedup import DedupStore, SeenIds, SeenIdsOpener
+from agenthub.storage.dedup import DedupStore, SeenIdsOpener
 from agenthub.storage.files import FileSessionStore
-from agenthub.storage.idempotency import FileIdempotency, IdempotencyStore
-from agenthub.storage.inbox import FileInbox, Inbox
-from agenthub.storage.jobs import FileJobDocuments, JobDocuments
+from agenthub.storage.idempotency import FileIdempotency
+from agenthub.storage.inbox import FileInbox
+from agenthub.storage.jobs import FileJobDocuments
 from agenthub.storage.latency import Latency
-from agenthub.storage.lease import InProcessLeases, LeaseStore
-from agenthub.storage.member_sends import MemberSends, MemberSendsOpener, Windows
-from agenthub.storage.memory_files import FileMemoryStore, MemoryStore
-from agenthub.storage.outbox import Outbox
+from agenthub.storage.lease import InProcessLeases
+from agenthub.storage.member_sends import MemberSendsOpener, Windows
+from agenthub.storage.memory_files import FileMemoryStore
+from agenthub.storage.ports import (
+    IdempotencyStore,
+    Inbox,
+    JobDocuments,
+    LeaseStore,
+    MemberSends,
+    MemoryStore,
+    Outbox,
+    SeenIds,
+    SessionStore,
+    UsageStore,
+)
 from agenthub.storage.singleton import instance_holder
-from agenthub.storage.store import SessionStore
-from agenthub.storage.usage import FileUsageStore, UsageStore
+from agenthub.storage.usage import FileUsageStore
 
 if TYPE_CHECKING:
     from agenthub.config import Settings

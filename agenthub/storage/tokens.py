@@ -10,7 +10,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from agenthub import jsonsafe
 from agenthub.errors import ConfigError
@@ -25,14 +25,6 @@ names of that form are reserved, so no stored token can share a caller's identit
 RESERVED_NAME = re.compile(rf"{CONFIG_TOKEN_NAME}(-\d+)?", re.IGNORECASE)
 MAX_NAME_BYTES = 64
 """A token's name is also the HTTP sender id, which per-user memory uses in a file name."""
-
-
-class TokenCheck(Protocol):
-    """What the API's auth guard asks: `TokenStore` over `auth/tokens.json` (files) or `PostgresTokens`."""
-
-    async def identify(self, token: str) -> str | None: ...
-
-    async def has_tokens(self) -> bool: ...
 
 
 class FileTokenCheck:

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import structlog
 
@@ -121,41 +121,6 @@ def judge(claims: Sequence[Claim], used: dict[str, tuple[int, int]]) -> tuple[li
                 standings.append(Standing(claim.scope, period, limit, value))  # type: ignore[arg-type]
     refused = next((s for s in standings if s.used >= s.limit), None)
     return standings, refused
-
-
-class UsageStore(Protocol):
-    """Where usage and reservations live; every method may raise `StorageError`."""
-
-    async def add(self, rows: Sequence[UsageRow], *, release: Sequence[str] = ()) -> None:
-        """Append calls to the journal and the day roll-ups, and end the reservations `release` (one step)."""
-        ...
-
-    async def unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
-        """The calls of `rows` the journal lacks (matched on time, who, model, purpose and tokens; as often as
-        they occur): what a killed process's spool still has to write."""
-        ...
-
-    async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
-        """Atomically (across instances): refuse when a claim's used + reserved reaches a limit, else reserve
-        `tokens` in every claimed scope for at most `ttl_s` (a dead instance's reservations lapse)."""
-        ...
-
-    async def release(self, reservation_id: str) -> None:
-        """The turn ended (its usage is recorded): its reservation goes."""
-        ...
-
-    async def first_warning(self, scope_key: str, period_key: str) -> bool:
-        """True exactly once per scope and period (`2026-12-03`, `2026-12`): the warning notice is due."""
-        ...
-
-    async def days(self, first: str, last: str) -> list[UsageRow]:
-        """The day roll-ups from `first` to `last` (inclusive, `YYYY-MM-DD`)."""
-        ...
-
-    async def forget(self, who: Forgotten) -> int:
-        """A person's identity out of every usage row naming them (replaced by `who.tag`; the tokens stay, so
-        the chats', agents' and models' totals are unchanged); how many rows (lines) changed."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

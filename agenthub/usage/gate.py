@@ -17,7 +17,8 @@ from agenthub.clock import Clock
 from agenthub.config import BudgetLimits, BudgetSettings
 from agenthub.errors import StorageError
 from agenthub.messages import InboundMessage
-from agenthub.storage.usage import Claim, Reservation, Scope, Standing, UsageStore, judge
+from agenthub.storage.ports import UsageStore
+from agenthub.storage.usage import Claim, Reservation, Scope, Standing, judge
 from agenthub.usage.leases import LEASE_ADMIT_S, LEASE_TURNS, Lease, LeaseKey, Leases, lease_claims
 from agenthub.usage.periods import day_of, period_key, resets_at
 from agenthub.usage.recorder import UsageRecorder

@@ -15,7 +15,8 @@ from agenthub.clock import Clock
 from agenthub.errors import StorageError
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest, LLMResponse
-from agenthub.storage.usage import TOKEN_KINDS, UsageRow, UsageStore
+from agenthub.storage.ports import UsageStore
+from agenthub.storage.usage import TOKEN_KINDS, UsageRow
 from agenthub.usage.periods import day_of
 from agenthub.usage.spool import UsageSpool, forget_spool
 

@@ -9,7 +9,8 @@ from zoneinfo import ZoneInfo
 from agenthub.clock import Clock
 from agenthub.config import Settings
 from agenthub.gateway.commands import CommandTier
-from agenthub.storage.usage import FileUsageStore, UsageStore
+from agenthub.storage.ports import UsageStore
+from agenthub.storage.usage import FileUsageStore
 from agenthub.usage.command import UsageCommand
 from agenthub.usage.gate import BudgetGate
 from agenthub.usage.recorder import UsageRecorder

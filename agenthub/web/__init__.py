@@ -19,7 +19,7 @@ from agenthub.web.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, 
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
-    from agenthub.storage.inbox import Inbox
+    from agenthub.storage.ports import Inbox
     from agenthub.storage.stores import Stores
     from agenthub.usage.recorder import UsageRecorder
 

@@ -6,7 +6,8 @@ import structlog
 
 from agenthub.channel import ChannelContext
 from agenthub.errors import StorageError
-from agenthub.storage.dedup import DedupStore, SeenIds
+from agenthub.storage.dedup import DedupStore
+from agenthub.storage.ports import SeenIds
 
 log = structlog.get_logger(__name__)
 

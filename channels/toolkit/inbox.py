@@ -14,7 +14,8 @@ from agenthub.channel import Submitter
 from agenthub.channel.inbox_flow import Settlement, settlement
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.storage.inbox import Inbox, InboxEntry
+from agenthub.storage.inbox import InboxEntry
+from agenthub.storage.ports import Inbox
 from channels.toolkit.dedup import MessageDedup
 from channels.toolkit.order import KeyedLock
 from channels.toolkit.tasks import TaskSet

@@ -11,8 +11,8 @@ from agenthub.channel import SessionResolver, Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage
-from agenthub.storage.inbox import Inbox, InboxEntry
-from agenthub.storage.outbox import Outbox
+from agenthub.storage.inbox import InboxEntry
+from agenthub.storage.ports import Inbox, Outbox
 from agenthub.storage.singleton import InstanceLeases, Singleton
 from channels.toolkit.dedup import MessageDedup
 from channels.toolkit.inbox import InboxGate, Intake

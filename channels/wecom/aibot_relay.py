@@ -11,7 +11,8 @@ import structlog
 
 from agenthub.clock import Clock, monotonic_clock
 from agenthub.errors import ChannelSendError, StorageError
-from agenthub.storage.outbox import UNKNOWN_OUTCOME, Outbox, OutboxRow, Outcome
+from agenthub.storage.outbox import UNKNOWN_OUTCOME, OutboxRow, Outcome
+from agenthub.storage.ports import Outbox
 from channels.wecom.aibot_conn import AckTimeout, BotApiError
 from channels.wecom.config import BotConfig
 

@@ -17,8 +17,9 @@ from agenthub.channel import SessionResolver, Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import Attachment, InboundMessage
-from agenthub.storage.inbox import Inbox, InboxEntry
+from agenthub.storage.inbox import InboxEntry
 from agenthub.storage.member_sends import MemberSendsOpener
+from agenthub.storage.ports import Inbox
 from channels.toolkit.dedup import MessageDedup
 from channels.toolkit.inbox import InboxGate, Intake
 from channels.toolkit.replay import stale_reason

@@ -9,7 +9,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
-from agenthub.storage.member_sends import InProcessMemberSends, MemberSends, MemberSendsOpener, check_windows
+from agenthub.storage.member_sends import InProcessMemberSends, MemberSendsOpener, check_windows
+from agenthub.storage.ports import MemberSends
 from channels.toolkit.order import KeyedLock
 
 Clock = Callable[[], float]

@@ -17,16 +17,9 @@ import pytest_asyncio
 
 from agenthub.errors import StorageError
 from agenthub.messages import Attachment, InboundMessage
-from agenthub.storage.inbox import (
-    INBOX_FILE,
-    FileInbox,
-    Inbox,
-    InboxEntry,
-    InMemoryInbox,
-    message_from_json,
-    message_to_json,
-)
+from agenthub.storage.inbox import INBOX_FILE, FileInbox, InboxEntry, InMemoryInbox, message_from_json, message_to_json
 from agenthub.storage.lease import instance_lease
+from agenthub.storage.ports import Inbox
 from agenthub.storage.postgres import Database, PostgresInbox, PostgresLeases, open_database
 from tests.support.disks import PAGE, fill, room_in_last_page, small_tmpfs
 from tests.support.postgres import PostgresServer, fresh_database, migrated

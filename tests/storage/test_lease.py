@@ -11,7 +11,8 @@ import pytest
 import pytest_asyncio
 
 from agenthub.clock import ManualClock
-from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore, LeaseTakeovers
+from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseTakeovers
+from agenthub.storage.ports import LeaseStore
 from agenthub.storage.postgres import Database, PostgresLeases
 from tests.support.leases import DownableLeases, LateGrants
 from tests.support.postgres import fresh_database, migrated

@@ -19,9 +19,8 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.hosting.app import web_server
 from agenthub.memory.files import MemoryWriter
 from agenthub.session_keys import session_key
-from agenthub.storage.inbox import Inbox
-from agenthub.storage.lease import LeaseStore
-from agenthub.storage.memory_files import MemoryName, MemoryStore
+from agenthub.storage.memory_files import MemoryName
+from agenthub.storage.ports import Inbox, LeaseStore, MemoryStore
 from agenthub.storage.postgres import (
     Database,
     PostgresInbox,

@@ -15,10 +15,11 @@ import pytest_asyncio
 from agenthub.errors import StorageError
 from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.meta import SessionMeta
+from agenthub.storage.ports import SessionStore
 from agenthub.storage.postgres import SCHEMA_VERSION, PostgresSessionStore, apply_migrations, postgres_store_factory
 from agenthub.storage.postgres.database import migrate
 from agenthub.storage.postgres.schema import MIGRATIONS, SchemaTooNewError
-from agenthub.storage.store import MalformedRecordError, SessionStore
+from agenthub.storage.store import MalformedRecordError
 from tests.support.postgres import PostgresServer, free_port, refusing_large_writes
 
 KEY = session_key("default", "http", "alice")

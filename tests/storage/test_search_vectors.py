@@ -13,10 +13,11 @@ import pytest_asyncio
 
 from agenthub.search.embeddings import unit
 from agenthub.storage.paths import AgentLayout
+from agenthub.storage.ports import VectorStore
 from agenthub.storage.postgres.database import open_database
 from agenthub.storage.postgres.search_vectors import PostgresVectorStore
 from agenthub.storage.search_index import ARCHIVE, HISTORY, Passage, SearchScope, SourceRef
-from agenthub.storage.search_vectors import FileVectorStore, VectorStore, digest_of, vectors_path
+from agenthub.storage.search_vectors import FileVectorStore, digest_of, vectors_path
 
 AGENT = "a"
 MODEL = "m1"

@@ -15,7 +15,8 @@ from agenthub.errors import StorageError
 from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.meta import SessionMeta
-from agenthub.storage.store import MalformedRecordError, SessionStore
+from agenthub.storage.ports import SessionStore
+from agenthub.storage.store import MalformedRecordError
 from tests.support.crash_writer import text_for
 from tests.support.disks import fill, small_tmpfs
 from tests.support.paths import CRASH_WRITER_SCRIPT, REPO

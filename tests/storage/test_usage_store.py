@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from agenthub.storage.ports import UsageStore
 from agenthub.storage.postgres import open_database
 from agenthub.storage.postgres.usage import PostgresUsageStore
-from agenthub.storage.usage import Claim, FileUsageStore, Forgotten, Scope, UsageRow, UsageStore, forgotten_tag
+from agenthub.storage.usage import Claim, FileUsageStore, Forgotten, Scope, UsageRow, forgotten_tag
 
 DAY = "2026-12-03"
 ALICE = Scope("user", "wecom", "alice")

@@ -7,7 +7,8 @@ import asyncio
 
 from agenthub.clock import Clock, ManualClock
 from agenthub.errors import StorageError
-from agenthub.storage.lease import InProcessLeases, Lease, LeaseStore
+from agenthub.storage.lease import InProcessLeases, Lease
+from agenthub.storage.ports import LeaseStore
 
 
 class DownableLeases(InProcessLeases):

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from agenthub.errors import StorageError
-from agenthub.storage.outbox import Outbox, OutboxRow, Outcome
+from agenthub.storage.outbox import OutboxRow, Outcome
+from agenthub.storage.ports import Outbox
 
 
 class OutboxView:

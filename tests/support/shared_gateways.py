@@ -17,7 +17,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.hosting.app import Services, build_services, open_stores
 from agenthub.messages import InboundMessage
-from agenthub.storage.lease import LeaseStore
+from agenthub.storage.ports import LeaseStore
 from agenthub.storage.postgres import PostgresInbox
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.stores import Stores

@@ -6,9 +6,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from agenthub.storage.jobs import JobDocuments
-from agenthub.storage.memory_files import MemoryStore
-from agenthub.storage.store import SessionStore
+from agenthub.storage.ports import JobDocuments, MemoryStore, SessionStore
 
 
 @dataclass

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 from agenthub.config import MediaSettings, Settings
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, InboundMessage, ReplyEvent
-from agenthub.storage.inbox import Inbox
+from agenthub.storage.ports import Inbox
 from channels.wecom import WeComChannel
 from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.support.fakes.wecom import (

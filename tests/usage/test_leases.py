@@ -12,8 +12,9 @@ from agenthub.config import Settings
 from agenthub.hosting.app import build_gateway, open_stores
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.storage.ports import UsageStore
 from agenthub.storage.stores import Stores
-from agenthub.storage.usage import Claim, Reservation, UsageStore
+from agenthub.storage.usage import Claim, Reservation
 from tests.support.budgets import MAX_TOKENS, PER_CALL, settle_all, store_of, used_by
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 

@@ -12,7 +12,8 @@ from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, ReplyEvent
 from agenthub.storage.dedup import DedupStore
-from agenthub.storage.inbox import FileInbox, Inbox, InboxEntry, InMemoryInbox
+from agenthub.storage.inbox import FileInbox, InboxEntry, InMemoryInbox
+from agenthub.storage.ports import Inbox
 from agenthub.storage.postgres import Database, PostgresInbox
 from agenthub.storage.postgres.seen import PostgresSeenIds
 from channels.toolkit.dedup import MessageDedup

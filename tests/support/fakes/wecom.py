@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from agenthub.channel import ChannelContext, WebRoutes
 from agenthub.config import Settings
-from agenthub.storage.inbox import Inbox
+from agenthub.storage.ports import Inbox
 from tests.support.fakes.wecom_limits import MemberLimit
 from tests.support.fakes.wecom_media import (
     MediaFile,
