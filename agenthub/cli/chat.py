@@ -98,8 +98,8 @@ def _channel_config(settings: Settings, args: argparse.Namespace) -> dict[str, A
 async def _chat(settings: Settings, args: argparse.Namespace) -> int:
     if is_locked(settings.data_dir):
         return await _chat_remote(settings, args)
-    # on postgres the deployment's shared state (sessions, jobs, leases); the files otherwise, as `serve` has them
-    stores = await open_stores(settings) if settings.store.backend == "postgres" else None
+    # the deployment's stores (on postgres its shared state: sessions, jobs, leases), as `serve` has them
+    stores = await open_stores(settings)
     try:
         async with build_gateway(settings, stores=stores) as gateway:  # imports the LLM SDK: bad input answers first
             route_library_loggers()  # the SDKs imported just now
@@ -111,8 +111,7 @@ async def _chat(settings: Settings, args: argparse.Namespace) -> int:
             log.info("chat_session", session_key=str(key), via="files", data_dir=str(settings.data_dir))
             return await _drive(channel, args, banner)
     finally:
-        if stores is not None:
-            await stores.aclose()
+        await stores.aclose()
 
 
 async def _chat_remote(settings: Settings, args: argparse.Namespace) -> int:

@@ -13,7 +13,8 @@ import getpass
 import os
 import sys
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import structlog
@@ -30,24 +31,27 @@ from agenthub.errors import (
     StorageError,
 )
 from agenthub.forget.command import jobs_hook
-from agenthub.forget.index import IndexHook
+from agenthub.forget.index import IndexHook, drop_derived_index
 from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter
 from agenthub.forget.usage import usage_hook
 from agenthub.gateway.session_lease import SessionLeases
-from agenthub.hosting.app import shared_search
 from agenthub.hosting.datalock import DataDirLock, DataDirLocked, holder_address, is_locked
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging
 from agenthub.memory.files import MemoryFiles
 from agenthub.scheduler.core import Scheduler
+from agenthub.search.kits import SEARCHERS
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey, validate_agent_name, validate_part
 from agenthub.storage.inbox import FileInbox
-from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.stores import Stores, open_stores
 from agenthub.usage.spool import SPOOL_DIR
+
+if TYPE_CHECKING:
+    from agenthub.storage.postgres.search import PostgresSearchIndex
+    from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 
 log = structlog.get_logger(__name__)
 
@@ -130,14 +134,13 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
             await _refuse_while_instances_run(stores)
             history = _history_in(settings, stores)
             leases = _session_leases(settings, stores, history)
-            search = shared_search(stores)  # PostgreSQL: the index in the database; files: the default hook
             forgetter = Forgetter(
                 settings,
                 history,
                 MemoryFiles(settings.data_dir, settings.auth_dir, stores.memory),
                 guard=functools.partial(_leased, leases, settings.session.lock_timeout_s + settings.store.lease_s),
                 jobs=jobs_hook(Scheduler(settings.scheduler, stores.jobs)),  # the files, or the table `jobs`
-                index=None if search is None else _with_vectors(search.purge, stores),
+                index=stores.search.open(OfflineIndexHooks(stores)),
                 settled=lambda: _drop_settled_inbox(settings),
                 usage=usage_hook(stores.usage, spools=settings.data_dir / SPOOL_DIR),  # dead processes' spools too
             )
@@ -159,12 +162,7 @@ async def _refuse_while_instances_run(stores: Stores) -> None:
     L3 on material it read and keeps its own search index. Its forget route redacts each session under the
     session's lease and its own memory writers; so while any instance holds its `instance:` lease, nothing is
     done here (RemoteRefused, naming the route)."""
-    database = stores.database
-    if database is None:
-        return
-    from agenthub.storage.postgres import PostgresLeases
-
-    running = await PostgresLeases(database).live_holders(INSTANCE_LEASE_PREFIX)
+    running = await stores.running_instances()
     if running:
         hosts = ", ".join(sorted({holder.split(":", 1)[0] for holder in running}))
         text = i18n.text("forget.cli_instances_running", i18n.system_locale(), count=len(running), hosts=hosts)
@@ -194,8 +192,6 @@ async def _leased(leases: SessionLeases, limit_s: float, key: SessionKey) -> Asy
 
 
 def _history_in(settings: Settings, stores: Stores) -> SessionHistory:
-    if stores.backend == "files":
-        return SessionHistory(settings.data_dir, fsync=settings.session.fsync)
     return SessionHistory(store=stores.sessions)
 
 
@@ -249,20 +245,28 @@ def _os_user() -> str:
         return "unknown"
 
 
-def _with_vectors(purge: IndexHook, stores: Stores) -> IndexHook:
-    """The shared index's purge, then the redacted sessions' `[search.embeddings]` vectors dropped from the database
-    (whether or not embeddings are on now: vectors stored earlier hold the text too); a running daemon embeds the
-    redacted text again at its next catch-up."""
+class OfflineIndexHooks:
+    """The forget hook for the index a backend keeps, with no daemon running: the files' per-agent index is removed
+    whole (the next start rebuilds it from the redacted files); a shared index purges the redacted sessions and their
+    `[search.embeddings]` vectors (whether or not embeddings are on now: vectors stored earlier hold the text too; a
+    running daemon embeds the redacted text again at its next catch-up)."""
 
-    async def purged(agent: str, keys: Sequence[SessionKey]) -> int:
-        count = await purge(agent, keys)
-        if stores.database is not None:
-            from agenthub.storage.postgres.search_vectors import PostgresVectorStore
+    def __init__(self, stores: Stores) -> None:
+        self.stores = stores
 
-            vectors = PostgresVectorStore(stores.database)
+    def beside_files(self, data_dir: Path) -> IndexHook:
+        return functools.partial(drop_derived_index, data_dir)
+
+    def shared_index(self, index: PostgresSearchIndex, feed: PostgresIndexFeed) -> IndexHook:
+        search = SEARCHERS.shared_index(index, feed)
+        open_vectors = self.stores.open_vectors
+
+        async def purged(agent: str, keys: Sequence[SessionKey]) -> int:
+            count = await search.purge(agent, keys)
+            vectors = open_vectors()
             for key in keys:
                 await vectors.drop_session(agent, str(key))
             await vectors.purge(agent)
-        return count
+            return count
 
-    return purged
+        return purged

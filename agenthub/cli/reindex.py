@@ -8,62 +8,79 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agenthub.config import Settings
 from agenthub.errors import InvalidIdError, StorageError
 from agenthub.hosting.datalock import DataDirLock, DataDirLocked
 from agenthub.session_keys import validate_agent_name
+from agenthub.storage.stores import open_stores
+
+if TYPE_CHECKING:
+    from agenthub.storage.postgres.search import PostgresSearchIndex
+    from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 
 EXIT_OK, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3
 
 
 def reindex(settings: Settings, agent: str | None) -> int:
     try:
-        if settings.store.backend == "postgres" and settings.store.dsn is not None:
-            asyncio.run(_reindex_postgres(settings.store.dsn.get_secret_value(), agent))
-            return EXIT_OK
-        return _reindex_files(settings, agent)
+        return asyncio.run(_reindex(settings, agent))
     except StorageError as e:
         print(f"agenthub store reindex: {e} (run it again)", file=sys.stderr)
         return EXIT_FAILED
 
 
-async def _reindex_postgres(dsn: str, only: str | None) -> None:
-    from agenthub.search.shared import SharedSearchService
-    from agenthub.storage.postgres import open_database
-    from agenthub.storage.postgres.search import PostgresSearchIndex
-    from agenthub.storage.postgres.search_sync import PostgresIndexFeed
-
-    database = await open_database(dsn)
+async def _reindex(settings: Settings, agent: str | None) -> int:
+    stores = await open_stores(settings)
     try:
-        feed = PostgresIndexFeed(database)
-        search = SharedSearchService(PostgresSearchIndex(database), feed)
-        for agent in [only] if only else await feed.agents():
-            stats = await search.rebuild(agent)
-            _say(agent, stats)
+        return await stores.search.open(Reindex(settings, agent))()
     finally:
-        await database.close()
+        await stores.aclose()
 
 
-def _reindex_files(settings: Settings, only: str | None) -> int:
-    lock = DataDirLock(settings.data_dir)
+class Reindex:
+    """The rebuild the index a backend keeps calls for (an exit code)."""
+
+    def __init__(self, settings: Settings, only: str | None) -> None:
+        self.settings, self.only = settings, only
+
+    def beside_files(self, data_dir: Path) -> Callable[[], Awaitable[int]]:
+        return lambda: _reindex_files(self.settings, data_dir, self.only)
+
+    def shared_index(self, index: PostgresSearchIndex, feed: PostgresIndexFeed) -> Callable[[], Awaitable[int]]:
+        async def rebuild() -> int:
+            from agenthub.search.shared import SharedSearchService
+
+            search = SharedSearchService(index, feed)
+            for agent in [self.only] if self.only else await feed.agents():
+                _say(agent, await search.rebuild(agent))
+            return EXIT_OK
+
+        return rebuild
+
+
+async def _reindex_files(settings: Settings, data_dir: Path, only: str | None) -> int:
+    lock = DataDirLock(data_dir)
     try:
         lock.acquire("store reindex")
     except DataDirLocked as e:
         print(f"agenthub store reindex: {e}", file=sys.stderr)
         return EXIT_LOCKED
     try:
-        agents = [only] if only else _file_agents(settings)
-        asyncio.run(_rebuild_files(settings, agents))
+        agents = [only] if only else _file_agents(data_dir)
+        await _rebuild_files(data_dir, agents)
     finally:
         lock.release()
     return EXIT_OK
 
 
-def _file_agents(settings: Settings) -> list[str]:
-    if not settings.data_dir.is_dir():
+def _file_agents(data_dir: Path) -> list[str]:
+    if not data_dir.is_dir():
         return []
-    return sorted(p.name for p in settings.data_dir.iterdir() if p.is_dir() and _is_agent(p.name))
+    return sorted(p.name for p in data_dir.iterdir() if p.is_dir() and _is_agent(p.name))
 
 
 def _is_agent(name: str) -> bool:
@@ -74,14 +91,14 @@ def _is_agent(name: str) -> bool:
     return True
 
 
-async def _rebuild_files(settings: Settings, agents: list[str]) -> None:
+async def _rebuild_files(data_dir: Path, agents: list[str]) -> None:
     from agenthub.search.service import SearchService
     from agenthub.storage.paths import AgentLayout
     from agenthub.storage.search_files import index_path
 
     for agent in agents:
-        shutil.rmtree(index_path(AgentLayout(settings.data_dir, agent)).parent, ignore_errors=True)
-    service = SearchService(settings.data_dir)
+        shutil.rmtree(index_path(AgentLayout(data_dir, agent)).parent, ignore_errors=True)
+    service = SearchService(data_dir)
     try:
         for agent in agents:
             _say(agent, await service.stats(agent))  # opening an index with no watermarks reads every file

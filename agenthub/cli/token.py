@@ -8,10 +8,11 @@ import sys
 import time
 from typing import Any
 
-from agenthub.config import load_settings
+from agenthub.config import Settings, load_settings
 from agenthub.errors import ConfigError, StorageError
 from agenthub.invocation import command_name
-from agenthub.storage.tokens import StoredToken, TokenStore
+from agenthub.storage.stores import open_stores
+from agenthub.storage.tokens import StoredToken
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 CREATED_FORMAT = "%Y-%m-%d %H:%M"
@@ -32,19 +33,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config)
-        if settings.store.backend == "postgres" and settings.store.dsn is not None:
-            return asyncio.run(_run_on_postgres(args, settings.store.dsn.get_secret_value()))
-        store = TokenStore(settings.auth_dir)
-        if args.action == "create":
-            token = store.create(args.name)
-            print(token)
-            print(f"Token {args.name!r} created. It is shown only this once; store it safely.", file=sys.stderr)
-            return EXIT_OK
-        if args.action == "revoke":
-            return _revoke(store, args.name)
-        for stored in store.stored():
-            print(list_line(stored))
-        return EXIT_OK
+        return asyncio.run(_run(args, settings))
     except (ConfigError, ValueError) as e:
         print(f"agenthub: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -53,13 +42,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
-async def _run_on_postgres(args: argparse.Namespace, dsn: str) -> int:
-    """The same three actions on the tokens every instance of a PostgreSQL deployment reads."""
-    from agenthub.storage.postgres import PostgresTokens, open_database
-
-    database = await open_database(dsn)
+async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    """The three actions on the deployment's tokens (`auth/tokens.json`, or those every instance reads)."""
+    stores = await open_stores(settings)
     try:
-        tokens = PostgresTokens(database)
+        tokens = stores.tokens
         if args.action == "create":
             token = await tokens.create(args.name)
             print(token)
@@ -71,11 +58,7 @@ async def _run_on_postgres(args: argparse.Namespace, dsn: str) -> int:
             print(list_line(stored))
         return EXIT_OK
     finally:
-        await database.close()
-
-
-def _revoke(store: TokenStore, name: str) -> int:
-    return _revoked(store.revoke(name), name)
+        await stores.aclose()
 
 
 def _revoked(done: bool, name: str) -> int:

@@ -24,6 +24,9 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_CONFIG_FILE = Path("agenthub.toml")
 
+Backend = Literal["files", "postgres"]
+"""The storage backends `[store] backend` may name (each has its factory in `agenthub.storage.stores.BACKENDS`)."""
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -198,7 +201,7 @@ class BudgetSettings(BudgetLimits):
 class StoreSettings(_Section):
     """Where state lives (design §12): the files of §4, or PostgreSQL for several instances on one deployment."""
 
-    backend: Literal["files", "postgres"] = "files"
+    backend: Backend = "files"
     dsn: SecretStr | None = Field(None, description="postgres: set it as AGENTHUB_STORE__DSN; a secret, never logged")
     lease_s: float = Field(15.0, gt=0, description="postgres: a dead instance's sessions are taken over after this")
 

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from agenthub.memory.wiring import MemoryLayer
     from agenthub.scheduler.core import Scheduler
     from agenthub.scheduler.wiring import JobRunner
-    from agenthub.search.api import Searcher
     from agenthub.storage.ports import IdempotencyStore, Inbox
     from agenthub.storage.stores import Stores
     from agenthub.web import WebServer
@@ -94,6 +93,7 @@ def build_services(
     from agenthub.gateway.memory_host import attach_memory_layer
     from agenthub.llm.registry import ProviderRegistry
     from agenthub.scheduler.wiring import JobRunner, build_scheduler
+    from agenthub.search.kits import SEARCHERS
     from agenthub.search.vector_wiring import attach_vectors
     from agenthub.storage.migrate import migrate_at_start
     from agenthub.usage.wiring import attach_usage
@@ -104,7 +104,7 @@ def build_services(
     if leases is None and stores is not None:
         leases = InstanceLeases(store=stores.leases, holder=stores.holder, ttl_s=settings.store.lease_s)
     history = None
-    if stores is not None and stores.backend != "files":
+    if stores is not None:
         from agenthub.session.history import SessionHistory
 
         history = SessionHistory(store=stores.sessions, clock=clock)
@@ -117,13 +117,13 @@ def build_services(
         history=history,
         leases=leases,
         memory_store=memory,
-        search=None if stores is None else shared_search(stores),
+        search=None if stores is None else stores.search.open(SEARCHERS),
     )
     layer = attach_memory_layer(gateway)
     scheduler = build_scheduler(settings, clock, None if stores is None else stores.jobs)
     services = Services(gateway, layer, None if scheduler is None else JobRunner(scheduler, gateway.leases))
     plug_in_features(services)
-    attach_vectors(gateway, None if stores is None else stores.database)
+    attach_vectors(gateway, None if stores is None else stores.open_vectors)
     attach_usage(gateway, None if stores is None else stores.usage)  # `/usage`, after the others in /help
     return services
 
@@ -168,15 +168,6 @@ def gateway_forgetter(services: Services) -> Forgetter:
         settled=None if gateway.inbox is None else gateway.inbox.drop_settled,
         usage=None if gateway.usage is None else usage_hook(gateway.usage.store, gateway.usage.recorder),
     )
-
-
-def shared_search(stores: Stores) -> Searcher | None:
-    """memory_search over the index the store shares between instances (PostgreSQL); None: the files' own."""
-    if stores.search_index is None or stores.search_feed is None:
-        return None
-    from agenthub.search.shared import SharedSearchService
-
-    return SharedSearchService(stores.search_index, stores.search_feed)
 
 
 def api_services(services: Services, inbox: Inbox, idempotency: IdempotencyStore) -> ApiServices:

@@ -22,7 +22,6 @@ from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
 from agenthub.storage.atomic import remove_stale_temp_files
 from agenthub.storage.stores import Stores
-from agenthub.storage.tokens import TokenStore
 from agenthub.web import WebServer
 
 if TYPE_CHECKING:
@@ -159,21 +158,14 @@ class Daemon:
         """With the console hint on and no token anywhere, create one named `console`; return it (else None)."""
         if self.console is None:
             return None
-        if stores.tokens is not None:  # postgres: the tokens every instance reads
-            if await stores.tokens.has_tokens():
-                return None
-            try:
-                created = await stores.tokens.create("console")
-            except ValueError:  # another instance starting at the same moment made it
-                return None
-            log.info("console_token_created", name="console")
-            return created
-        store = TokenStore(self.settings.auth_dir, [t.get_secret_value() for t in self.settings.http.tokens])
-        if store.has_tokens():
+        if await stores.tokens.has_tokens():  # the files, or the tokens every instance reads
             return None
-        token = store.create("console")
+        try:
+            created = await stores.tokens.create("console")
+        except ValueError:  # another instance starting at the same moment made it
+            return None
         log.info("console_token_created", name="console")
-        return token
+        return created
 
     def _print_console_hint(self, port: int, created_token: str | None) -> None:
         if self.console is None:

@@ -3,6 +3,7 @@ history's observer, the search's fusion and a catch-up at start and then hourly 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agenthub.search.embeddings import EmbeddingsClient
@@ -12,26 +13,19 @@ from agenthub.storage.search_vectors import FileVectorStore
 
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
-    from agenthub.storage.postgres.database import Database
 
 CATCH_UP_INTERVAL_S = 3600.0
 """How often every session is compared with its vectors (what was written while the endpoint was away and not
 changed since), the first time as the timer starts; a changed session is embedded at once."""
 
 
-def attach_vectors(gateway: GatewayCore, database: Database | None = None) -> VectorIndex | None:
-    """Vectors for `gateway`'s search when `[search.embeddings]` is set (on `database` when given, else beside each
-    agent's files index); None when it is not."""
+def attach_vectors(gateway: GatewayCore, open_store: Callable[[], VectorStore] | None = None) -> VectorIndex | None:
+    """Vectors for `gateway`'s search when `[search.embeddings]` is set (in the store `open_store` opens, the
+    deployment's backend's; default: beside each agent's files index); None when it is not."""
     settings = gateway.settings.search.embeddings
     if not settings.enabled:
         return None
-    store: VectorStore
-    if database is not None:
-        from agenthub.storage.postgres.search_vectors import PostgresVectorStore
-
-        store = PostgresVectorStore(database)
-    else:
-        store = FileVectorStore(gateway.settings.data_dir)
+    store: VectorStore = open_store() if open_store is not None else FileVectorStore(gateway.settings.data_dir)
     index = VectorIndex(EmbeddingsClient(settings), store, gateway.history.store)
     gateway.search.vectors = index
     gateway.history.observers.append(index.history_changed)

@@ -4,7 +4,8 @@ product relies on. Adding a backend = one factory returning `Stores` + an implem
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from agenthub.session_keys import SessionKey
@@ -16,9 +17,12 @@ if TYPE_CHECKING:
     from agenthub.storage.memory_files import Change, MemoryName
     from agenthub.storage.meta import SessionMeta
     from agenthub.storage.outbox import OutboxRow, Outcome
+    from agenthub.storage.postgres.search import PostgresSearchIndex
+    from agenthub.storage.postgres.search_sync import PostgresIndexFeed
     from agenthub.storage.search_index import Passage, SearchDoc, SearchHit, SearchScope, SourceRef
     from agenthub.storage.search_vectors import Stored, Vector
     from agenthub.storage.store import HistoryRecord, SessionActivity
+    from agenthub.storage.tokens import StoredToken
     from agenthub.storage.usage import Claim, Forgotten, Reservation, UsageRow
 
 
@@ -442,3 +446,41 @@ class TokenCheck(Protocol):
     async def identify(self, token: str) -> str | None: ...
 
     async def has_tokens(self) -> bool: ...
+
+
+class Tokens(TokenCheck, Protocol):
+    """The HTTP API's tokens: `auth/tokens.json` (files) or the table every instance reads (PostgreSQL)."""
+
+    async def stored(self) -> list[StoredToken]:
+        """Every stored token (names and hashes, never a token)."""
+        ...
+
+    async def create(self, name: str) -> str:
+        """A new token named `name`, returned once (ValueError for a bad or taken name)."""
+        ...
+
+    async def revoke(self, name: str) -> bool:
+        """Delete the token `name`; False when there was none."""
+        ...
+
+
+Built = TypeVar("Built", covariant=True)
+
+
+class SearchKit(Protocol[Built]):
+    """What the search package builds over a backend's index (a searcher, a forget hook, a reindex): the backend
+    picks the method that fits the index it keeps, so nobody asks for the backend's name."""
+
+    def beside_files(self, data_dir: Path) -> Built:
+        """An index per agent kept beside the data files (`data/<agent>/index/`), built from those files."""
+        ...
+
+    def shared_index(self, index: PostgresSearchIndex, feed: PostgresIndexFeed) -> Built:
+        """One index every instance shares, `feed` reading the store's histories and memory files into it."""
+        ...
+
+
+class SearchPort(Protocol):
+    """Which memory_search index a backend keeps: `open(kit)` has the kit build its product over it."""
+
+    def open(self, kit: SearchKit[Built]) -> Built: ...

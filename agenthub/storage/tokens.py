@@ -40,6 +40,19 @@ class FileTokenCheck:
         return self.store.has_tokens()
 
 
+class FileTokens(FileTokenCheck):
+    """The `Tokens` port over `auth/tokens.json` (a small file read and written in place, as `TokenStore` does)."""
+
+    async def stored(self) -> list[StoredToken]:
+        return self.store.stored()
+
+    async def create(self, name: str) -> str:
+        return self.store.create(name)
+
+    async def revoke(self, name: str) -> bool:
+        return self.store.revoke(name)
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 

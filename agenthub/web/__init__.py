@@ -206,7 +206,7 @@ class WebServer:
         if self.inbox is None:
             return 0
         now = time.monotonic()
-        shared = self.stores is not None and self.stores.database is not None
+        shared = self.stores is not None and self.stores.shared_between_instances
         if not shared or self._depth_at is None or now - self._depth_at >= INBOX_DEPTH_CACHE_S:
             try:
                 self._depth = await self.inbox.count()

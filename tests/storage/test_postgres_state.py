@@ -27,12 +27,11 @@ from agenthub.storage.postgres import (
     PostgresLeases,
     PostgresMemoryStore,
     PostgresSeenIds,
-    PostgresSessionStore,
     PostgresTokens,
     open_database,
 )
+from agenthub.storage.postgres.backend import PostgresStores
 from agenthub.storage.postgres.sends import PostgresMemberSends
-from agenthub.storage.stores import Stores
 from agenthub.storage.tokens import TOKEN_PREFIX
 from channels.toolkit.dedup import MessageDedup, SeenIds
 from tests.support.postgres import PostgresServer
@@ -227,14 +226,7 @@ async def test_a_pool_closed_by_a_close_cut_short_reopens_on_next_use_and_readyz
 ) -> None:
     database = await open_database(own_postgres_server.dsn(), checkout_timeout_s=1.0)
     memory = PostgresMemoryStore(database)
-    stores = Stores(
-        "postgres",
-        sessions=PostgresSessionStore(database),
-        memory=memory,
-        leases=PostgresLeases(database),
-        data_dir=gateway.settings.data_dir,
-        database=database,
-    )
+    stores = PostgresStores(database, gateway.settings.data_dir)
     server = web_server(
         gateway.settings.model_copy(update={"http": gateway.settings.http.model_copy(update={"port": 0})}),
         gateway,

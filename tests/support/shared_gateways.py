@@ -19,6 +19,7 @@ from agenthub.hosting.app import Services, build_services, open_stores
 from agenthub.messages import InboundMessage
 from agenthub.storage.ports import LeaseStore
 from agenthub.storage.postgres import PostgresInbox
+from agenthub.storage.postgres.backend import PostgresStores
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.stores import Stores
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest, ScriptedReply, last_user_text, reply_text
@@ -71,7 +72,7 @@ async def shared_instances(
             leases = InstanceLeases(lease_store, holder=holder, ttl_s=lease_s, clock=clock)
             services = await stack.enter_async_context(build_services(settings, stores=stores, leases=leases))
             gateway = services.gateway
-            assert stores.database is not None
+            assert isinstance(stores, PostgresStores)
             inbox = PostgresInbox(stores.database, owner=holder if owned else None)
             gateway.inbox = inbox
             submitter = InboxSubmitter(inbox, gateway, resolve=gateway.session_of)

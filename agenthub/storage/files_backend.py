@@ -1,0 +1,72 @@
+"""The files backend (design §4): one instance per data directory, every port over files under `data/` and
+`auth/`; the memory_search index per agent beside the data (`data/<agent>/index/`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agenthub.storage.dedup import DedupStore, SeenIdsOpener
+from agenthub.storage.files import FileSessionStore
+from agenthub.storage.idempotency import FileIdempotency
+from agenthub.storage.inbox import FileInbox
+from agenthub.storage.jobs import FileJobDocuments
+from agenthub.storage.lease import InProcessLeases
+from agenthub.storage.memory_files import FileMemoryStore
+from agenthub.storage.ports import IdempotencyStore, Inbox, SearchKit, VectorStore
+from agenthub.storage.search_vectors import FileVectorStore
+from agenthub.storage.stores import Stores
+from agenthub.storage.tokens import FileTokens, TokenStore
+from agenthub.storage.usage import FileUsageStore
+
+if TYPE_CHECKING:
+    from agenthub.config import Settings
+    from agenthub.storage.ports import Built
+
+
+class FilesSearch:
+    """The files' search port: an index per agent beside the data files."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    def open(self, kit: SearchKit[Built]) -> Built:
+        return kit.beside_files(self.data_dir)
+
+
+class FileStores(Stores):
+    """The stores of one data directory, this instance their only user."""
+
+    def __init__(self, settings: Settings) -> None:
+        data_dir, fsync = settings.data_dir, settings.session.fsync
+        super().__init__(
+            "files",
+            sessions=FileSessionStore(data_dir, fsync=fsync),
+            memory=FileMemoryStore(data_dir, settings.auth_dir),
+            leases=InProcessLeases(),
+            data_dir=data_dir,
+            jobs=FileJobDocuments(data_dir, durable=fsync),
+            usage=FileUsageStore(data_dir),
+            tokens=FileTokens(TokenStore(settings.auth_dir, [t.get_secret_value() for t in settings.http.tokens])),
+            search=FilesSearch(data_dir),
+        )
+        self._fsync = fsync
+
+    def _open_idempotency(self, window_s: float) -> IdempotencyStore:
+        """`data/.idempotency/`."""
+        return FileIdempotency(self.data_dir, window_s=window_s, fsync=self._fsync)
+
+    def _open_inbox(self) -> Inbox:
+        """This instance's journal, `data/.inbox.jsonl`."""
+        return FileInbox(self.data_dir, fsync=self._fsync)
+
+    def open_vectors(self) -> VectorStore:
+        return FileVectorStore(self.data_dir)
+
+    def seen_ids_for(self, channel: str, state_dir: Path) -> SeenIdsOpener:
+        return lambda name, ttl_s: DedupStore(state_dir / name, ttl_s=ttl_s)
+
+
+async def open_backend(settings: Settings) -> Stores:
+    """Today's files of design §4 (nothing is opened until asked for)."""
+    return FileStores(settings)
