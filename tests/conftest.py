@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tests.support.fakes.anthropic import FakeAnthropic
 
 pytest_plugins = [
+    "tests.support.backends",
     "tests.support.fakes.anthropic",
     "tests.support.fakes.embeddings",
     "tests.support.harness",

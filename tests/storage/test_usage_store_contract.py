@@ -1,0 +1,44 @@
+"""The UsageStore contract on every backend's `Stores`: recorded calls roll up by day, a reservation counts against
+a limit until released, a warning is due once per scope and period (the full suite: test_usage_store.py)."""
+
+from __future__ import annotations
+
+from agenthub.storage.stores import Stores
+from agenthub.storage.usage import Claim, Scope, UsageRow
+
+DAY = "2026-12-03"
+ALICE = Scope("user", "wecom", "alice")
+
+
+def _row(tokens: int, day: str = DAY, sender: str = "alice") -> UsageRow:
+    return UsageRow(day, "turn", "default", "wecom", "g1", sender, "m", input=tokens)
+
+
+async def test_recorded_calls_roll_up_by_day(backend_stores: Stores) -> None:
+    usage = backend_stores.usage
+    await usage.add([_row(300), _row(200), _row(50, day="2026-12-01"), _row(7, sender="bob")])
+    days = await usage.days("2026-12-01", "2026-12-31")
+    assert sorted((r.day, r.sender_id, r.tokens) for r in days) == [
+        ("2026-12-01", "alice", 50),
+        (DAY, "alice", 500),
+        (DAY, "bob", 7),
+    ]
+    assert await usage.days("2027-01-01", "2027-01-31") == []
+
+
+async def test_a_reservation_counts_against_the_limit_until_released(backend_stores: Stores) -> None:
+    usage = backend_stores.usage
+    await usage.add([_row(700)])  # 700 used + 300 reserved reaches the limit
+    held = await usage.reserve([Claim(ALICE, day_limit=1000)], DAY, 300, 60.0)
+    assert held.id is not None
+    refused = await usage.reserve([Claim(ALICE, day_limit=1000)], DAY, 300, 60.0)
+    assert refused.id is None and refused.refused is not None and refused.refused.limit == 1000
+    await usage.release(held.id)
+    assert (await usage.reserve([Claim(ALICE, day_limit=1000)], DAY, 300, 60.0)).id is not None
+
+
+async def test_a_warning_is_due_once_per_scope_and_period(backend_stores: Stores) -> None:
+    usage = backend_stores.usage
+    assert await usage.first_warning(ALICE.key, DAY)
+    assert not await usage.first_warning(ALICE.key, DAY)
+    assert await usage.first_warning(ALICE.key, "2026-12")
