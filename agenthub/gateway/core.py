@@ -33,7 +33,7 @@ from agenthub.gateway.timers import TimerRegistry
 from agenthub.gateway.turn import DEFERRED, EntryTakenOver, TurnOutcome, TurnRunner, abort_message
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.files import MemoryFiles
-from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Route
 from agenthub.search.api import Searcher
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
@@ -185,29 +185,34 @@ class GatewayCore:
 
     # ---- routing -------------------------------------------------------------------------------
 
-    def route(self, message: InboundMessage) -> AgentDefinition:
+    def route(self, route: Route) -> AgentDefinition:
         """Explicit agent, else the channel/cred_id binding, else the default agent."""
-        return self.agents.get(self.agent_name(message))
+        return self.agents.get(self.agent_name(route))
 
-    def agent_name(self, message: InboundMessage) -> str:
-        """The name of the agent a message goes to (which may not exist)."""
+    def agent_name(self, route: Route) -> str:
+        """The name of the agent a route goes to (which may not exist)."""
         bindings = self.settings.bindings
         return (
-            message.agent
-            or (message.cred_id and bindings.get(f"{message.channel}:{message.cred_id}"))
-            or bindings.get(message.channel)
+            route.agent
+            or (route.cred_id and bindings.get(f"{route.channel}:{route.cred_id}"))
+            or bindings.get(route.channel)
             or self.settings.default_agent
         )
 
-    def resolve_key(self, message: InboundMessage) -> tuple[AgentDefinition, SessionKey]:
-        agent = self.route(message)
-        return agent, session_key(agent.name, message.channel, message.chat_id)
+    def resolve_route(self, route: Route) -> tuple[AgentDefinition, SessionKey]:
+        """The agent and session of `route`: the one rule, for a message (`resolve_key`) and before it is built
+        (`session_of`). `InvalidIdError`, `AgentNotFoundError` when it cannot be routed."""
+        agent = self.route(route)
+        return agent, session_key(agent.name, route.channel, route.chat_id)
 
-    def session_of(self, message: InboundMessage) -> str | None:
-        """The session `message` will run in (`agent:channel:chat_id`), None when it cannot be routed: what the
+    def resolve_key(self, message: InboundMessage) -> tuple[AgentDefinition, SessionKey]:
+        return self.resolve_route(message.route)
+
+    def session_of(self, route: Route) -> str | None:
+        """The session `route` will run in (`agent:channel:chat_id`), None when it cannot be routed: what the
         inbox stores with an entry accepted for it."""
         try:
-            return str(self.resolve_key(message)[1])
+            return str(self.resolve_route(route)[1])
         except (InvalidIdError, AgentNotFoundError):
             return None
 
@@ -218,7 +223,9 @@ class GatewayCore:
         except InvalidIdError:
             return _failed(i18n.text("error.invalid_id", self._channel_locale(message)), ErrorCode.INVALID_ID)
         except AgentNotFoundError:
-            unknown = i18n.text("error.unknown_agent", self._channel_locale(message), agent=self.agent_name(message))
+            unknown = i18n.text(
+                "error.unknown_agent", self._channel_locale(message), agent=self.agent_name(message.route)
+            )
             return _failed(unknown, ErrorCode.UNKNOWN_AGENT)
         locale = i18n.locale_for(self.settings, message.channel, agent, message.metadata.get("locale"))
         handle = ReplyHandle(str(key))
