@@ -28,6 +28,19 @@ class Attachment:
 
 
 @dataclass(frozen=True, slots=True)
+class Route:
+    """What names a message's session, known before the message is built: its channel and chat (a group, a
+    member of it or a thread, as the channel scopes its sessions), the agent it is addressed to and the
+    credential it came through (the bindings route by those). `GatewayCore.session_of` names the session from it,
+    by the rule that routes the full message: `InboundMessage.route` is this record."""
+
+    channel: str
+    chat_id: str
+    agent: str | None = None
+    cred_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class InboundMessage:
     """One message a channel received; nothing SDK-shaped, platform extras go in `metadata`."""
 
@@ -43,6 +56,11 @@ class InboundMessage:
     timestamp: int = field(default_factory=now_ms)
     metadata: dict[str, Any] = field(default_factory=dict)
     attachments: tuple[Attachment, ...] = ()
+
+    @property
+    def route(self) -> Route:
+        """What the gateway routes the message by (its session is named from this alone)."""
+        return Route(self.channel, self.chat_id, self.agent, self.cred_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ def _settings(root: Path, base_url: str, dsn: str | None, budgets: dict[str, Any
 
 async def _seed(gw: GatewayCore, people: int, days: int) -> None:
     """A month of usage by `people` people, so the check reads a store of realistic size."""
-    assert gw.usage is not None
+    assert gw.turn_services.usage is not None
     month = time.strftime("%Y-%m-")
     rows = [
         UsageRow(f"{month}{d:02d}", "turn", "default", "bench", f"c{p}", f"person-{p}", "m", input=1000, output=99)
@@ -62,7 +62,7 @@ async def _seed(gw: GatewayCore, people: int, days: int) -> None:
         for p in range(people)
     ]
     for start in range(0, len(rows), 5000):
-        await gw.usage.store.add(rows[start : start + 5000])
+        await gw.turn_services.usage.store.add(rows[start : start + 5000])
 
 
 async def _turns(gw: GatewayCore, sessions: int, turns: int, tag: str) -> float:
@@ -77,8 +77,8 @@ async def _turns(gw: GatewayCore, sessions: int, turns: int, tag: str) -> float:
 
     began = time.process_time()
     await asyncio.gather(*(one(f"{tag}-{s}") for s in range(sessions)))
-    if gw.usage is not None:
-        await gw.usage.gate.drain()
+    if gw.turn_services.usage is not None:
+        await gw.turn_services.usage.gate.drain()
     return (time.process_time() - began) / (sessions * turns)
 
 

@@ -48,10 +48,6 @@ class ApiHost(Protocol):
     def memory_files(self) -> MemoryFiles: ...
     @property
     def search(self) -> Searcher: ...
-    @property
-    def compactor(self) -> ApiCompactor | None: ...
-    @property
-    def usage(self) -> UsageServices | None: ...
 
     async def submit(self, message: InboundMessage) -> ReplyHandle: ...
 
@@ -77,3 +73,7 @@ class ApiServices:
     """The chat requests' `Idempotency-Key`s and their answers."""
     scheduler: Scheduler | None = None
     """The scheduled jobs (`/api/jobs`); None when `[scheduler]` is off."""
+    compactor: ApiCompactor | None = None
+    """Manual compaction (`POST …/compact`): the memory layer's; None when it is off."""
+    usage: UsageServices | None = None
+    """Usage records and budgets (`/api/usage`); None when usage is not recorded."""

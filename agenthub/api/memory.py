@@ -43,13 +43,13 @@ async def context_meter(api: ApiServices, request: web.Request) -> web.Response:
 async def compact(api: ApiServices, request: web.Request) -> web.Response:
     gateway = api.host
     agent, key = await session_of(request, gateway)
-    if gateway.compactor is None:
+    if api.compactor is None:
         raise ApiError(501, "not_available", "compaction is not available")
     body = await parse_body(request, CompactBody, optional=True)
     before = len(await gateway.history.load(key))
     actor = f"http:{token_name(request)}"
     try:
-        result = await gateway.compactor.compact(key, agent, reason="manual", actor=actor, focus=body.focus)
+        result = await api.compactor.compact(key, agent, reason="manual", actor=actor, focus=body.focus)
     except SessionBusyError:
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done") from None
     after = len(await gateway.history.load(key))

@@ -37,7 +37,7 @@ def _date(request: web.Request, name: str, default: str) -> str:
 async def usage_report(api: ApiServices, request: web.Request) -> web.Response:
     """Rows per period and who (by user they name the channel and sender: on HTTP the API token's name); the
     default range is this month up to today, in `scheduler.timezone`."""
-    services = api.host.usage
+    services = api.usage
     if services is None:
         raise ApiError(503, "usage_unavailable", "usage is not recorded by this instance")
     by = _choice(request, "by", BY, "user")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from aiohttp import web
 
-from agenthub.messages import InboundMessage, OutboundMessage
+from agenthub.messages import InboundMessage, OutboundMessage, Route
 from agenthub.storage.inbox import InboxEntry, InMemoryInbox
 from agenthub.storage.ports import Inbox, Outbox
 from agenthub.storage.singleton import InstanceLeases
@@ -72,9 +72,9 @@ class ResumableChannel(Protocol):
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-SessionResolver = Callable[[InboundMessage], "str | None"]
-"""The session (`agent:channel:chat_id`) a message will run in, None when it cannot be routed
-(`GatewayCore.session_of`)."""
+SessionResolver = Callable[[Route], "str | None"]
+"""The session (`agent:channel:chat_id`) a message of that route will run in, None when it cannot be routed
+(`GatewayCore.session_of`: the rule that routes the submitted message)."""
 
 
 @dataclass
@@ -108,9 +108,9 @@ class ChannelContext:
     outbox: Outbox | None = None
     """Sends that only another instance can make (it holds the connection); None: this instance holds them all."""
     session_of: SessionResolver | None = None
-    """Names the session of a message as the gateway will route it, so the inbox stores each entry with its
-    session when it is accepted: its place in the session's arrival order across instances from that moment, not
-    only once submitted (after its media download). None: the gateway names it at submit."""
+    """Names the session of a message's route as the gateway will route the message, so the inbox stores each
+    entry with its session when it is accepted: its place in the session's arrival order across instances from
+    that moment, not only once submitted (after its media download). None: the gateway names it at submit."""
 
 
 class ChannelFactory(Protocol):

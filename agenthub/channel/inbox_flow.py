@@ -93,7 +93,7 @@ class InboxSubmitter:
         self._settling: set[asyncio.Task[None]] = set()
 
     async def submit(self, source: str, message: InboundMessage, payload: dict[str, Any] | None = None) -> ReplyHandle:
-        session = self._resolve(message) if self._resolve is not None else None
+        session = self._resolve(message.route) if self._resolve is not None else None
         payload = message_to_json(message) if payload is None else payload
         entry = await self.inbox.accept(source, payload, session=session)
         return await self.submit_entry(entry, message)

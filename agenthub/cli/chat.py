@@ -24,7 +24,7 @@ from agenthub.hosting.remote import CHANNEL as SESSION_CHANNEL
 from agenthub.hosting.remote import DaemonUnavailableError, RemoteGateway, TokenRefusedError
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging, route_library_loggers
-from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, OutboundMessage
+from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, OutboundMessage, Route
 
 log = structlog.get_logger(__name__)
 
@@ -105,8 +105,8 @@ async def _chat(settings: Settings, args: argparse.Namespace) -> int:
             route_library_loggers()  # the SDKs imported just now
             channel = _build_channel(settings, args, gateway)
             config = channel.config
-            probe = InboundMessage(SESSION_CHANNEL, config.chat_id, config.sender_id, "", agent=config.agent)
-            _, key = gateway.resolve_key(probe)  # a bad agent or chat id stops here, before any prompt
+            route = Route(SESSION_CHANNEL, config.chat_id, agent=config.agent)
+            _, key = gateway.resolve_route(route)  # a bad agent or chat id stops here, before any prompt
             banner = i18n.text("cli.banner.local", channel.locale, session=key, data_dir=settings.data_dir)
             log.info("chat_session", session_key=str(key), via="files", data_dir=str(settings.data_dir))
             return await _drive(channel, args, banner)

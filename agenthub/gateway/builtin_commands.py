@@ -4,7 +4,7 @@ the composition root."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
@@ -26,7 +26,8 @@ from agenthub.messages import ErrorCode
 from agenthub.session.history import SessionHistory
 
 if TYPE_CHECKING:
-    from agenthub.gateway.core import Compactor, GatewayCore
+    from agenthub.gateway.core import GatewayCore
+    from agenthub.gateway.turn_services import Compactor
 
 log = structlog.get_logger(__name__)
 
@@ -141,11 +142,11 @@ class CompactCommand:
 
     name, help_key, tier = "compact", "command.help.compact", CommandTier.PRIORITY
 
-    def __init__(self, compactor: Callable[[], Compactor | None]) -> None:
-        self.compactor = compactor  # attached by the composition root after the gateway is built
+    def __init__(self, compactor: Compactor | None) -> None:
+        self.compactor = compactor  # the gateway's, given at its construction
 
     async def __call__(self, ctx: CommandContext) -> str:
-        compactor = self.compactor()
+        compactor = self.compactor
         if compactor is None:
             return ctx.text("command.compact.unavailable")
         try:
@@ -175,7 +176,7 @@ def register_builtin_commands(gateway: GatewayCore, features: Iterable[PluggedCo
         RestartCommand(gateway, gateway.history, gateway.clock, session.restart_confirm_s),
         StopCommand(gateway),
         StatusCommand(gateway.sessions, gateway.history, gateway.cache_watch),
-        CompactCommand(lambda: gateway.compactor),
+        CompactCommand(gateway.turn_services.compactor),
         *features,
         HelpCommand(gateway.commands),
     )

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -31,9 +31,10 @@ from agenthub.gateway.session_state import SessionRegistry, SessionState
 from agenthub.gateway.stats import GatewayStats
 from agenthub.gateway.timers import TimerRegistry
 from agenthub.gateway.turn import DEFERRED, EntryTakenOver, TurnOutcome, TurnRunner, abort_message
+from agenthub.gateway.turn_services import CompactionPlugIn, TurnServices
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.files import MemoryFiles
-from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Route
 from agenthub.search.api import Searcher
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
@@ -49,14 +50,6 @@ log = structlog.get_logger(__name__)
 AfterTurnHook = Callable[[PendingTurn, TurnOutcome], Awaitable[None]]
 
 
-class Compactor(Protocol):
-    """The memory layer's manual compaction, plugged in by the composition root."""
-
-    async def compact(
-        self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
-    ) -> str: ...
-
-
 class GatewayCore:
     """The one core every channel submits to.
 
@@ -64,7 +57,8 @@ class GatewayCore:
     different sessions run in parallel, bounded by `session.max_concurrent_llm` concurrent model calls.
     Priority commands bypass the queue; queued ones take their place in it. Use it as an async context manager:
     entering starts the timers, leaving aborts what still runs, stops the timers in reverse order, closes the MCP
-    servers and the LLM providers.
+    servers and the LLM providers. What its turns use beside (the inbox, usage, the memory layer's compaction) is
+    given at construction and fixed from then on (`turn_services`).
     """
 
     def __init__(
@@ -79,7 +73,11 @@ class GatewayCore:
         memory_store: MemoryStore | None = None,
         search: Searcher | None = None,
         inbox: Inbox | None = None,
+        usage: UsageServices | None = None,
+        compaction: CompactionPlugIn | None = None,
     ) -> None:
+        """`inbox`, `usage`: the turns' (`TurnServices`); `compaction`: builds the memory layer on this gateway once
+        its parts exist, and gives the turns' compactor."""
         self.settings = settings
         self.leases = leases or InstanceLeases(ttl_s=settings.store.lease_s)
         """The deployment's singleton leases (files mode: a store of this instance's own, always held)."""
@@ -108,23 +106,20 @@ class GatewayCore:
         self.commands = CommandRouter()  # the built-ins and the features' commands, from the composition root
         self.tools = ToolRegistry()  # the memory tools; the features' platform tools from the composition root
         self.after_turn_hooks: list[AfterTurnHook] = []
-        self.compactor: Compactor | None = None  # the turn's overflow compaction and /compact: the memory layer's
         self.mcp = McpHub()
-        self.inbox = inbox
-        """The durable inbox the channels and the API store into: the arrival order and the ownership of a turn's
-        messages are read from it (None: messages are not stored before they run)."""
-        self.usage: UsageServices | None = None  # usage records and budgets, attached by the composition root
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         self.arrival_order = ArrivalOrder(
-            lambda: self.inbox, self.history, self.session_leases, wait_s=2 * self.leases.ttl_s
+            lambda: inbox, self.history, self.session_leases, wait_s=2 * self.leases.ttl_s
         )
         """Per-session arrival order across instances: the inbox's acceptance order."""
-        self.turns = TurnRunner(self)
         self._background: dict[SessionKey, asyncio.Task[None]] = {}
         self._notices: dict[SessionKey, list[i18n.Text]] = {}
         self._accepting = True
         self._entered = False
         self.timers.add("session_sweep", 1.0, self._expire_idle_sessions)
+        compactor = None if compaction is None else compaction(self)  # its timers after the sweep, as before
+        self.turn_services = TurnServices(inbox, usage, compactor)
+        self.turns = TurnRunner(self, self.turn_services)
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -153,8 +148,9 @@ class GatewayCore:
         await self.session_leases.close()
         self.history.observers.remove(self.search.history_changed)
         await self.search.close()
-        if self.usage is not None:  # the calls of the turns just ended reach the store, their reservations go
-            await self.usage.recorder.aclose()
+        usage = self.turn_services.usage
+        if usage is not None:  # the calls of the turns just ended reach the store, their reservations go
+            await usage.recorder.aclose()
         await self.providers.aclose()
 
     def abort_all(self, reason: str) -> None:
@@ -182,31 +178,41 @@ class GatewayCore:
         _, pending = await asyncio.wait(tasks, timeout=timeout_s)
         return not pending
 
+    def use_agents(self, agents: AgentRegistry) -> None:
+        """Route to these agent definitions from now on (SIGHUP's reload), their MCP servers synced."""
+        self.agents = agents
+        self.mcp.sync(agents.agents.values())
+
     # ---- routing -------------------------------------------------------------------------------
 
-    def route(self, message: InboundMessage) -> AgentDefinition:
+    def route(self, route: Route) -> AgentDefinition:
         """Explicit agent, else the channel/cred_id binding, else the default agent."""
-        return self.agents.get(self.agent_name(message))
+        return self.agents.get(self.agent_name(route))
 
-    def agent_name(self, message: InboundMessage) -> str:
-        """The name of the agent a message goes to (which may not exist)."""
+    def agent_name(self, route: Route) -> str:
+        """The name of the agent a route goes to (which may not exist)."""
         bindings = self.settings.bindings
         return (
-            message.agent
-            or (message.cred_id and bindings.get(f"{message.channel}:{message.cred_id}"))
-            or bindings.get(message.channel)
+            route.agent
+            or (route.cred_id and bindings.get(f"{route.channel}:{route.cred_id}"))
+            or bindings.get(route.channel)
             or self.settings.default_agent
         )
 
-    def resolve_key(self, message: InboundMessage) -> tuple[AgentDefinition, SessionKey]:
-        agent = self.route(message)
-        return agent, session_key(agent.name, message.channel, message.chat_id)
+    def resolve_route(self, route: Route) -> tuple[AgentDefinition, SessionKey]:
+        """The agent and session of `route`: the one rule, for a message (`resolve_key`) and before it is built
+        (`session_of`). `InvalidIdError`, `AgentNotFoundError` when it cannot be routed."""
+        agent = self.route(route)
+        return agent, session_key(agent.name, route.channel, route.chat_id)
 
-    def session_of(self, message: InboundMessage) -> str | None:
-        """The session `message` will run in (`agent:channel:chat_id`), None when it cannot be routed: what the
+    def resolve_key(self, message: InboundMessage) -> tuple[AgentDefinition, SessionKey]:
+        return self.resolve_route(message.route)
+
+    def session_of(self, route: Route) -> str | None:
+        """The session `route` will run in (`agent:channel:chat_id`), None when it cannot be routed: what the
         inbox stores with an entry accepted for it."""
         try:
-            return str(self.resolve_key(message)[1])
+            return str(self.resolve_route(route)[1])
         except (InvalidIdError, AgentNotFoundError):
             return None
 
@@ -217,7 +223,9 @@ class GatewayCore:
         except InvalidIdError:
             return _failed(i18n.text("error.invalid_id", self._channel_locale(message)), ErrorCode.INVALID_ID)
         except AgentNotFoundError:
-            unknown = i18n.text("error.unknown_agent", self._channel_locale(message), agent=self.agent_name(message))
+            unknown = i18n.text(
+                "error.unknown_agent", self._channel_locale(message), agent=self.agent_name(message.route)
+            )
             return _failed(unknown, ErrorCode.UNKNOWN_AGENT)
         locale = i18n.locale_for(self.settings, message.channel, agent, message.metadata.get("locale"))
         handle = ReplyHandle(str(key))
@@ -336,7 +344,7 @@ class GatewayCore:
 
     async def still_ours(self, pending: PendingTurn) -> bool:
         """Whether every inbox entry of the turn is still this instance's to answer (asked of the shared inbox)."""
-        inbox = self.inbox
+        inbox = self.turn_services.inbox
         if inbox is None:
             return True
         for member in pending.members:

@@ -1,5 +1,6 @@
 """The gateway side of the memory layer: `GatewayMemoryHost` (the `memory.host.MemoryHost` a gateway offers), the
-compactor the turn and the commands call, and `attach_memory_layer`, the composition root's one call."""
+compactor the turn and the commands call, and `MemoryPlugIn`, the gateway's compaction plug-in the composition
+root hands it at construction."""
 
 from __future__ import annotations
 
@@ -138,18 +139,23 @@ def finished_turn(pending: PendingTurn, outcome: TurnOutcome) -> FinishedTurn:
     )
 
 
-def attach_memory_layer(gateway: GatewayCore) -> MemoryLayer:
-    """Build the memory layer on `gateway` (the composition root keeps it in its services): its compactor, the L2
-    after-turn hook, and its timers, which start and stop with the gateway; L3 and AutoCompact run on one instance
-    of the deployment at a time (`MEMORY_LEASES`)."""
-    layer = build_memory_layer(GatewayMemoryHost(gateway))
-    compactor = layer.compactor
+class MemoryPlugIn:
+    """The gateway's `CompactionPlugIn`: called by the gateway being constructed, it builds the memory layer on it
+    (kept in `layer`, for the composition root's services) with the L2 after-turn hook and its timers, which start
+    and stop with the gateway; L3 and AutoCompact run on one instance of the deployment at a time
+    (`MEMORY_LEASES`). It gives the gateway the turns' compactor."""
 
-    async def after_turn(pending: PendingTurn, outcome: TurnOutcome) -> None:
-        await compactor.after_turn(finished_turn(pending, outcome))
+    def __init__(self) -> None:
+        self.layer: MemoryLayer | None = None
 
-    gateway.compactor = GatewayCompactor(gateway.settings, compactor)
-    gateway.after_turn_hooks.append(after_turn)
-    for timer in layer.timers:
-        gateway.timers.add(timer.name, timer.interval_s, timer.tick, lease=MEMORY_LEASES.get(timer.name))
-    return layer
+    def __call__(self, gateway: GatewayCore) -> GatewayCompactor:
+        layer = self.layer = build_memory_layer(GatewayMemoryHost(gateway))
+        compactor = layer.compactor
+
+        async def after_turn(pending: PendingTurn, outcome: TurnOutcome) -> None:
+            await compactor.after_turn(finished_turn(pending, outcome))
+
+        gateway.after_turn_hooks.append(after_turn)
+        for timer in layer.timers:
+            gateway.timers.add(timer.name, timer.interval_s, timer.tick, lease=MEMORY_LEASES.get(timer.name))
+        return GatewayCompactor(gateway.settings, compactor)

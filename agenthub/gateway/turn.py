@@ -38,15 +38,14 @@ if TYPE_CHECKING:
     from agenthub.agent.mcp import McpHub
     from agenthub.agent.tools import ToolRegistry
     from agenthub.config import Settings
-    from agenthub.gateway.core import Compactor
     from agenthub.gateway.stats import GatewayStats
+    from agenthub.gateway.turn_services import TurnServices
     from agenthub.llm.registry import ProviderRegistry
     from agenthub.memory.files import MemoryFiles
     from agenthub.search.api import Searcher
     from agenthub.session.history import SessionHistory
     from agenthub.session_keys import SessionKey
     from agenthub.usage.gate import Admission, Refusal
-    from agenthub.usage.wiring import UsageServices
 
 log = structlog.get_logger(__name__)
 
@@ -109,8 +108,6 @@ class TurnHost(Protocol):
     llm_gate: asyncio.Semaphore
     stats: GatewayStats
     tools: ToolRegistry
-    compactor: Compactor | None
-    usage: UsageServices | None
 
     def take_notices(self, key: SessionKey) -> list[Text]: ...
 
@@ -125,10 +122,11 @@ class TurnHost(Protocol):
 
 
 class TurnRunner:
-    """Runs turns for the gateway, with the outermost error boundary of each."""
+    """Runs turns for the gateway, with the outermost error boundary of each; `services`: the features they use."""
 
-    def __init__(self, gateway: TurnHost) -> None:
+    def __init__(self, gateway: TurnHost, services: TurnServices) -> None:
         self.gateway = gateway
+        self.services = services
         self.media = MediaInbox(gateway.settings.workspace_dir, gateway.settings.media)
         self._outcomes: dict[asyncio.Task[None], TurnOutcome] = {}
 
@@ -241,8 +239,8 @@ class TurnRunner:
             outcome = await self._answer(pending, provider, model, stored, fresh, intakes, refusals)
             return outcome
         finally:  # done, failed or cancelled: the reservation is settled with what was really used
-            assert gw.usage is not None
-            gw.usage.gate.settle(admission, None if outcome is None else _tokens(outcome.usage))
+            assert self.services.usage is not None
+            self.services.usage.gate.settle(admission, None if outcome is None else _tokens(outcome.usage))
 
     async def _answer(
         self,
@@ -280,7 +278,7 @@ class TurnRunner:
     async def _admit(self, pending: PendingTurn) -> Admission | Refusal | None:
         """The budget gate's word on the turn (None: no budget applies); the reservation is the prompt's
         estimate (the last call's prompt, else the history's estimate, plus the new messages) plus `max_tokens`."""
-        usage, agent = self.gateway.usage, pending.agent
+        usage, agent = self.services.usage, pending.agent
         senders = [member.message.sender_id for member in pending.members]  # a joined turn: every sender's budget
         if usage is None or not usage.gate.applies(agent, pending.message, senders):
             return None
@@ -331,7 +329,7 @@ class TurnRunner:
                 images_retried = True
                 self._send_images_as_text(pending, model)
             except ContextOverflowError as e:
-                compactor = self.gateway.compactor
+                compactor = self.services.compactor
                 if overflow_retried or compactor is None:
                     raise LLMError(str(e), user_text=OVERFLOW_AFTER_RETRY) from e
                 overflow_retried = True

@@ -3,7 +3,8 @@ channels, built once here for both `agenthub serve` and `agenthub chat`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from agenthub.channel import Channel, ChannelContext, SessionResolver, Submitter
 from agenthub.channel.registry import enabled_channels, load_channel_class
 from agenthub.clock import Clock, system_clock
 from agenthub.config import Settings
+from agenthub.gateway.turn_services import TurnServices
 from agenthub.storage.singleton import InstanceLeases
 
 if TYPE_CHECKING:
@@ -50,6 +52,9 @@ class Services:
     """L2/L3 and their timers (already registered on the gateway)."""
     jobs: JobRunner | None = None
     """The scheduler and its lease; None when `[scheduler]` is off."""
+    turn: TurnServices = field(default_factory=TurnServices)
+    """What the gateway's turns were given at its construction (the inbox, usage, the memory's compactor): the
+    same record, for the features built around the gateway (forgetting, the API, the metrics)."""
 
     @property
     def scheduler(self) -> Scheduler | None:
@@ -71,10 +76,11 @@ def build_gateway(
     clock: Clock = system_clock,
     stores: Stores | None = None,
     leases: InstanceLeases | None = None,
+    inbox: Inbox | None = None,
 ) -> GatewayCore:
     """`build_services(...).gateway`: for a caller that needs no feature's handle (the scheduler, the memory
     layer), which still run on it."""
-    return build_services(settings, clock=clock, stores=stores, leases=leases).gateway
+    return build_services(settings, clock=clock, stores=stores, leases=leases, inbox=inbox).gateway
 
 
 def build_services(
@@ -83,20 +89,22 @@ def build_services(
     clock: Clock = system_clock,
     stores: Stores | None = None,
     leases: InstanceLeases | None = None,
+    inbox: Inbox | None = None,
 ) -> Services:
     """A ready-to-enter gateway with the agents and providers the settings describe, and the features plugged in;
     its session histories and memory files in `stores` (default: the files of the data and auth directories);
     `leases`: the deployment's singleton leases (default: those of `stores`, else this instance's own, as in
-    files mode, where it holds them all)."""
+    files mode, where it holds them all); `inbox`: the durable inbox the channels and the API will store into
+    (`assemble` uses it), which the turns read their arrival order and ownership from (None: nothing stored)."""
     from agenthub.agent.definition import load_agents
     from agenthub.gateway.core import GatewayCore
-    from agenthub.gateway.memory_host import attach_memory_layer
+    from agenthub.gateway.memory_host import MemoryPlugIn
     from agenthub.llm.registry import ProviderRegistry
     from agenthub.scheduler.wiring import JobRunner, build_scheduler
     from agenthub.search.kits import SEARCHERS
     from agenthub.search.vector_wiring import attach_vectors
     from agenthub.storage.migrate import migrate_at_start
-    from agenthub.usage.wiring import attach_usage
+    from agenthub.usage.wiring import build_usage, register_usage_command
 
     migrate_at_start(settings.workspace_dir, settings.agents_dir)
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
@@ -109,6 +117,8 @@ def build_services(
 
         history = SessionHistory(store=stores.sessions, clock=clock)
     memory = None if stores is None else stores.memory  # the memory files: the files of design §4, or PostgreSQL
+    usage = build_usage(settings, clock, providers.call_log, None if stores is None else stores.usage)
+    memory_layer = MemoryPlugIn()
     gateway = GatewayCore(
         settings,
         agents=agents,
@@ -118,13 +128,16 @@ def build_services(
         leases=leases,
         memory_store=memory,
         search=None if stores is None else stores.search.open(SEARCHERS),
+        inbox=inbox,
+        usage=usage,
+        compaction=memory_layer,
     )
-    layer = attach_memory_layer(gateway)
     scheduler = build_scheduler(settings, clock, None if stores is None else stores.jobs)
-    services = Services(gateway, layer, None if scheduler is None else JobRunner(scheduler, gateway.leases))
+    jobs = None if scheduler is None else JobRunner(scheduler, gateway.leases)
+    services = Services(gateway, memory_layer.layer, jobs, gateway.turn_services)
     plug_in_features(services)
     attach_vectors(gateway, None if stores is None else stores.open_vectors)
-    attach_usage(gateway, None if stores is None else stores.usage)  # `/usage`, after the others in /help
+    register_usage_command(gateway.commands, usage)  # `/usage`, after the others in /help
     return services
 
 
@@ -150,8 +163,6 @@ def plug_in_features(services: Services) -> None:
 def gateway_forgetter(services: Services) -> Forgetter:
     """A Forgetter on the daemon's own history cache and memory writers, each session redacted while held, no
     memory rewrite from material read before it ended written (L3 runs, flushes)."""
-    import functools
-
     from agenthub.forget.command import held, jobs_hook
     from agenthub.forget.service import Forgetter, no_memory_writers
     from agenthub.forget.usage import usage_hook
@@ -165,8 +176,10 @@ def gateway_forgetter(services: Services) -> Forgetter:
         index=gateway.search.purge,  # the live index re-reads the redacted files (its file stays open)
         exclusive=layer.processor.forgetting if layer is not None else no_memory_writers,
         jobs=None if scheduler is None else jobs_hook(scheduler),
-        settled=None if gateway.inbox is None else gateway.inbox.drop_settled,
-        usage=None if gateway.usage is None else usage_hook(gateway.usage.store, gateway.usage.recorder),
+        settled=None if services.turn.inbox is None else services.turn.inbox.drop_settled,
+        usage=None
+        if services.turn.usage is None
+        else usage_hook(services.turn.usage.store, services.turn.usage.recorder),
     )
 
 
@@ -186,6 +199,8 @@ def api_services(services: Services, inbox: Inbox, idempotency: IdempotencyStore
         inbox=InboxSubmitter(inbox, gateway, resolve=gateway.session_of, answered=answer_recorder(idempotency)),
         idempotency=idempotency,
         scheduler=services.scheduler,
+        compactor=services.turn.compactor,
+        usage=services.turn.usage,
     )
 
 
@@ -271,13 +286,15 @@ def assemble(
     `[channels.http]` is a `ConfigError`: it stops start-up."""
     from agenthub.api.server import api_config
     from agenthub.storage.inbox import InMemoryInbox
+    from agenthub.web import usage_metrics
 
     api_config(settings.channels.get("http", {}))  # also with the server off: a stray key is never silently dropped
     gateway = services.gateway
-    if inbox is None:
-        inbox = stores.inbox if stores is not None else InMemoryInbox()
-    gateway.inbox = inbox  # forgetting a person and deleting a session drop what it keeps of answered messages
+    if inbox is None:  # the gateway's (`build_services(inbox=)`): its turns read the arrival order from it
+        inbox = services.turn.inbox or (stores.inbox if stores is not None else InMemoryInbox())
     server = web_server(settings, gateway, stores, inbox)
+    if services.turn.usage is not None:
+        server.add_metrics(functools.partial(usage_metrics, services.turn.usage.recorder))
     routes = WebRoutes()
     built: list[Channel] = [build_api(services, routes, stores, inbox)] if settings.http.enabled else []
     for name, raw in enabled_channels(settings):

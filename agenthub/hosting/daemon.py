@@ -55,7 +55,7 @@ class Daemon:
             stores = await open_stores(self.settings)  # a database that is not there stops start-up here
             try:
                 await asyncio.to_thread(lambda: stores.inbox)  # the files inbox reads its journal: off the loop
-                async with build_services(self.settings, stores=stores) as services:
+                async with build_services(self.settings, stores=stores, inbox=stores.inbox) as services:
                     await self._serve(services, stores)
             finally:
                 await stores.aclose()
@@ -150,8 +150,7 @@ class Daemon:
             if name in previous.agents:
                 fresh.agents[name] = previous.agents[name]
                 log.error("agent_reload_kept_previous", agent=name, reason=reason)
-        gateway.agents = fresh
-        gateway.mcp.sync(fresh.agents.values())
+        gateway.use_agents(fresh)
         log.info("agents_reloaded", agents=fresh.names(), broken=sorted(fresh.errors))
 
     async def _first_console_token(self, stores: Stores) -> str | None:

@@ -77,7 +77,7 @@ def memory_name_of(agent: str, doc_name: str) -> MemoryName | None:
 
 
 class SharedSearchService:
-    """The `Searcher` over the shared index (`Stores.search_index`, fed through `Stores.search_feed`)."""
+    """The `Searcher` over the shared index (`Stores.search.index`, fed through `Stores.search.feed`)."""
 
     def __init__(
         self, index: PostgresSearchIndex, feed: PostgresIndexFeed, *, sync_delay_s: float = SYNC_DELAY_S

@@ -280,8 +280,6 @@ def render_metrics(gateway: GatewayCore, inbox_depth: int = 0) -> str:
         f"agenthub_inbox_depth {inbox_depth}",
         *gateway.cache_watch.metrics(),
     ]
-    if gateway.usage is not None:
-        lines += usage_metrics(gateway.usage.recorder)
     return "\n".join(lines) + "\n"
 
 

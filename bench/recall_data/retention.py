@@ -67,14 +67,14 @@ async def _compact_in_rounds(gw: GatewayCore, conv: Conversation) -> tuple[int, 
     """Write the chat in ROUNDS + 1 parts, compacting after each of the first ROUNDS; then idle it and sweep.
     Returns (compactions that archived something, turns archived)."""
     key, agent = store.key_of(conv), gw.agents.get(store.AGENT)
-    assert gw.compactor is not None
+    assert gw.turn_services.compactor is not None
     n = len(conv.turns)
     bounds = [int(n * share) for share in (0.3, 0.4, 0.5, 0.6, 0.7)] + [n]
     done, start, archived = 0, 0, 0
     for end in bounds[:ROUNDS]:
         await store.write(gw.history, key, conv.turns[start:end])
         start = end
-        await gw.compactor.compact(key, agent, reason="manual", actor="bench-recall")
+        await gw.turn_services.compactor.compact(key, agent, reason="manual", actor="bench-recall")
         now = len(await gw.history.archived(key))
         done, archived = done + (now > archived), now
     await store.write(gw.history, key, conv.turns[start:])

@@ -18,7 +18,7 @@ from agenthub import i18n
 from agenthub.channel import ChannelContext
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import Attachment, InboundMessage, OutboundMessage
+from agenthub.messages import Attachment, InboundMessage, OutboundMessage, Route
 from agenthub.storage.inbox import InboxEntry
 from agenthub.web import json_error
 from channels.feishu.api import FeishuApi, FeishuApiError
@@ -77,6 +77,7 @@ class FeishuChannel:
                 deferred_text=i18n.text("channel.deferred", locale),
                 order=self._order,
                 ready=False,  # opened at the end of `start`: resumed entries go first in their chats
+                session_of=context.session_of,
             )
             for cred_id, app in self._apps.items()
         }
@@ -305,18 +306,16 @@ class FeishuChannel:
             return False
         if not self._addressed(app, msg):
             return False
-        chat = session_chat_id(msg, app.config.group_session_scope)
-        session = self._session_for(app, msg)
         try:
-            intake = await self._gates[app.cred_id].take(msg.message_id, chat, {"event": envelope}, session=session)
+            intake = await self._gates[app.cred_id].take(msg.message_id, self._route(app, msg), {"event": envelope})
         except RuntimeError:  # the channel stops
             return True
         return intake is Intake.REFUSED
 
-    def _session_for(self, app: FeishuApp, msg: FeishuMessage) -> str | None:
-        """The session the event will run in, routed as its submitted message will be (None: unknown yet)."""
-        session_of = self._ctx.session_of
-        return None if session_of is None else session_of(self._inbound(app, msg, "", "", ()))
+    def _route(self, app: FeishuApp, msg: FeishuMessage) -> Route:
+        """What the event's session is named from: its chat as the app scopes group sessions, the app's agent."""
+        chat_id = session_chat_id(msg, app.config.group_session_scope)
+        return Route(self.name, chat_id, agent=app.config.agent, cred_id=app.cred_id)
 
     def can_resume(self, source: str) -> bool:
         """Every instance can answer an app's events (replies go through the API) while the channel is not stopped."""
@@ -398,14 +397,15 @@ class FeishuChannel:
             "parent_id": msg.parent_id,
             "thread_id": msg.thread_id,
         }
+        route = self._route(app, msg)
         return InboundMessage(
-            channel=self.name,
-            chat_id=session_chat_id(msg, app.config.group_session_scope),
+            channel=route.channel,
+            chat_id=route.chat_id,
             sender_id=msg.sender_open_id or msg.sender_user_id,
             content=content,
             message_id=msg.message_id,
-            agent=app.config.agent,
-            cred_id=app.cred_id,
+            agent=route.agent,
+            cred_id=route.cred_id,
             timestamp=msg.create_time_ms or int(time.time() * 1000),
             metadata=metadata,
             attachments=attachments,

@@ -10,10 +10,11 @@ from typing import Any, TypeVar
 import structlog
 
 from agenthub.aio import run_to_end, succeeded
-from agenthub.channel import Submitter
+from agenthub.channel import SessionResolver, Submitter
 from agenthub.channel.inbox_flow import Settlement, settlement
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.messages import Route
 from agenthub.storage.inbox import InboxEntry
 from agenthub.storage.ports import Inbox
 from channels.toolkit.dedup import MessageDedup
@@ -64,10 +65,13 @@ class InboxGate:
         deferred_text: str,
         order: KeyedLock | None = None,
         ready: bool = True,
+        session_of: SessionResolver | None = None,
     ) -> None:
         """`order`: the per-chat slots, when several gates share them (else the gate's own); `ready=False`: closed
-        until `open()`."""
+        until `open()`; `session_of`: names the session of each route taken (`ChannelContext.session_of`; None: the
+        gateway names it at submit)."""
         self.source = source
+        self._session_of = session_of
         self._inbox = inbox
         self._dedup = dedup
         self._tasks = tasks
@@ -84,10 +88,12 @@ class InboxGate:
         """The channel can answer now: what waited in the chats' slots goes on, in order."""
         self._ready.set()
 
-    async def take(self, key: str, chat: str, payload: dict[str, Any], *, session: str | None = None) -> Intake:
-        """Dedup `key` and store `payload` (with `session`, the one it will run in: its place in that session's
-        order across instances from now on); the answer is under way when this returns ACCEPTED. `RuntimeError`
-        (nothing done) once the channel stops: the platform should deliver the message again."""
+    async def take(self, key: str, route: Route, payload: dict[str, Any]) -> Intake:
+        """Dedup `key` and store `payload` with the session `route` will run in (its place in that session's order
+        across instances from now on); the answer is under way when this returns ACCEPTED, in the slot of the
+        route's chat. `RuntimeError` (nothing done) once the channel stops: the platform should deliver the message
+        again."""
+        chat, session = route.chat_id, None if self._session_of is None else self._session_of(route)
         accepted: asyncio.Future[InboxEntry | None] = asyncio.get_running_loop().create_future()
         self._tasks.spawn(self._answer(chat, accepted), name=f"{self.source}-{key}")  # its slot: taken now
         store = asyncio.ensure_future(self._store(key, payload, session))

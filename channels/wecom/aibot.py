@@ -10,7 +10,7 @@ import structlog
 from agenthub.channel import SessionResolver, Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import Attachment, InboundMessage
+from agenthub.messages import Attachment, InboundMessage, Route
 from agenthub.storage.inbox import InboxEntry
 from agenthub.storage.ports import Inbox, Outbox
 from agenthub.storage.singleton import InstanceLeases, Singleton
@@ -63,7 +63,6 @@ class BotEndpoint:
         bot's connection; None: this instance is the only one (files), it pushes itself. `session_of`: names the
         session of a callback when it is stored (`ChannelContext.session_of`)."""
         self.cred_id = cred_id
-        self._session_of = session_of
         self._outbox = outbox
         self.config = config
         self._gateway = gateway
@@ -80,6 +79,7 @@ class BotEndpoint:
             finish=self._finish,
             deferred_text=config.text("channel.deferred"),
             ready=False,  # opened by the channel's start
+            session_of=session_of,
         )
         self._live: dict[str, StreamReply] = {}
         """The streams of this process's callbacks (by req_id) whose answer has not started."""
@@ -181,8 +181,8 @@ class BotEndpoint:
         reply = StreamReply(self.conn, self.config, req_id, str(body.get("chatid") or user) if group else user)
         self._live[req_id] = reply  # before the answer task can look for it
         try:
-            chat, payload = self._chat_id(body, user, group), {"req_id": req_id, "body": body}
-            intake = await self.gate.take(msgid, chat, payload, session=self._session_for(body, user, group))
+            payload = {"req_id": req_id, "body": body}
+            intake = await self.gate.take(msgid, self._route(body, user, group), payload)
         except BaseException:
             self._live.pop(req_id, None)
             raise
@@ -323,23 +323,22 @@ class BotEndpoint:
         metadata: dict[str, Any] = {"chat_type": "group" if group else "private", "mode": "aibot", "inbox_id": inbox_id}
         if group:
             metadata["group_id"] = group_id
+        route = self._route(body, user, group)
         return InboundMessage(
-            channel="wecom",
-            chat_id=self._chat_id(body, user, group),
+            channel=route.channel,
+            chat_id=route.chat_id,
             sender_id=user,
             content=content,
             attachments=attachments,
             message_id=str(body["msgid"]),
-            agent=self.config.agent,
-            cred_id=self.cred_id,
+            agent=route.agent,
+            cred_id=route.cred_id,
             metadata=metadata,
         )
 
-    def _session_for(self, body: dict[str, Any], user: str, group: bool) -> str | None:
-        """The session the callback will run in, routed as its submitted message will be (None: unknown yet)."""
-        if self._session_of is None:
-            return None
-        return self._session_of(self._inbound(body, user, group, "", "", ()))
+    def _route(self, body: dict[str, Any], user: str, group: bool) -> Route:
+        """What a callback's session is named from: its chat (`_chat_id`) and the bot's agent."""
+        return Route("wecom", self._chat_id(body, user, group), agent=self.config.agent, cred_id=self.cred_id)
 
     def _chat_id(self, body: dict[str, Any], user: str, group: bool) -> str:
         """The session's chat id: the user, the group, or `group:user` with `session_per_member`."""

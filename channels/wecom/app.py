@@ -16,7 +16,7 @@ from wechatpy.exceptions import InvalidSignatureException
 from agenthub.channel import SessionResolver, Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import Attachment, InboundMessage
+from agenthub.messages import Attachment, InboundMessage, Route
 from agenthub.storage.inbox import InboxEntry
 from agenthub.storage.member_sends import MemberSendsOpener
 from agenthub.storage.ports import Inbox
@@ -69,7 +69,6 @@ class AppEndpoint:
     ) -> None:
         """`session_of`: names the session of a callback when it is stored (`ChannelContext.session_of`)."""
         self.cred_id = cred_id
-        self._session_of = session_of
         self.config = config
         self._gateway = gateway
         self._dedup = dedup
@@ -84,6 +83,7 @@ class AppEndpoint:
             finish=self._finish,
             deferred_text=config.text("channel.deferred"),
             ready=False,  # opened by the channel's start: nothing is answered before its API client exists
+            session_of=session_of,
         )
         self._crypto = WeChatCrypto(
             config.token.get_secret_value(), config.encoding_aes_key.get_secret_value(), config.corp_id
@@ -134,14 +134,11 @@ class AppEndpoint:
 
         Both waits are group-committed fsyncs (milliseconds), well inside WeCom's 5 s; the media is fetched
         after the 200, also when the entry is resumed. `RuntimeError` once the channel stops."""
-        return await self.gate.take(dedup_key(msg), str(msg.source), {"xml": plain}, session=self._session_for(msg))
+        return await self.gate.take(dedup_key(msg), self._route(str(msg.source)), {"xml": plain})
 
-    def _session_for(self, msg: Any) -> str | None:
-        """The session the callback will run in, routed as its submitted message will be (None: unknown yet)."""
-        if self._session_of is None:
-            return None
-        user = str(msg.source)
-        return self._session_of(self._inbound(msg, user, "", "", ()))
+    def _route(self, user: str) -> Route:
+        """What a callback's session is named from: one chat per user (an app has no group chats)."""
+        return Route("wecom", user, agent=self.config.agent, cred_id=self.cred_id)
 
     def resume(self, entries: list[InboxEntry]) -> None:
         """Answer the callbacks a stopped process had stored but not answered, each user's in order."""
@@ -216,15 +213,16 @@ class AppEndpoint:
     def _inbound(
         self, msg: Any, user: str, inbox_id: str, content: str, attachments: tuple[Attachment, ...]
     ) -> InboundMessage:
+        route = self._route(user)
         return InboundMessage(
-            channel="wecom",
-            chat_id=user,
+            channel=route.channel,
+            chat_id=route.chat_id,
             sender_id=user,
             content=content,
             attachments=attachments,
             message_id=str(msg.id),
-            agent=self.config.agent,
-            cred_id=self.cred_id,
+            agent=route.agent,
+            cred_id=route.cred_id,
             metadata={"chat_type": "private", "mode": "app", "msg_type": raw_type(msg), "inbox_id": inbox_id},
         )
 

@@ -15,7 +15,7 @@ from tests.support.memory import is_summary_request, seed, summaries_then_defaul
 
 
 async def test_compact_route_409_when_busy(api: RunningApi, fake_llm: FakeAnthropic) -> None:
-    if api.gateway.compactor is None:
+    if api.gateway.turn_services.compactor is None:
         pytest.fail("the memory layer must provide a compactor")
     fake_llm.script(reply_text("slow", first_byte_delay_s=0.5))
     await api.call("POST", AGENT + "/sessions", json={"chat_id": "k1"})

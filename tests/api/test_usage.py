@@ -24,8 +24,8 @@ async def test_over_budget_is_a_429_and_usage_names_the_token(
     async with running_api(settings) as api:
         status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "c1", "content": "hi"})
         assert status == 200, body
-        assert api.gateway.usage is not None
-        await api.gateway.usage.gate.drain()
+        assert api.gateway.turn_services.usage is not None
+        await api.gateway.turn_services.usage.gate.drain()
         requests = len(fake_llm.message_requests())
         status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": "c2", "content": "again"})
         assert status == 429

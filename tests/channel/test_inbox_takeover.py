@@ -61,8 +61,8 @@ async def instance(root: Path, dsn: str, llm: FakeAnthropic) -> AsyncIterator[In
         stack.push_async_callback(stores.aclose)
         link = InstanceView(stores.leases)
         leases = InstanceLeases(store=link, holder=stores.holder, ttl_s=LEASE_S)
-        gateway = await stack.enter_async_context(build_gateway(settings, stores=stores, leases=leases))
-        gateway.inbox = stores.inbox  # as the composition root does
+        built = build_gateway(settings, stores=stores, leases=leases, inbox=stores.inbox)  # as the daemon does
+        gateway = await stack.enter_async_context(built)
         channel = RecordingSubmitter(gateway)
         submitter = InboxSubmitter(stores.inbox, channel)
         stack.push_async_callback(submitter.aclose)

@@ -33,10 +33,10 @@ async def say(gw: GatewayCore, sender: str, chat: str, text: str) -> None:
 
 
 async def stored_rows(gw: GatewayCore) -> list[UsageRow]:
-    assert gw.usage is not None
-    await gw.usage.gate.drain()
-    await gw.usage.recorder.flush()
-    return await gw.usage.store.days("2000-01-01", "2100-01-01")
+    assert gw.turn_services.usage is not None
+    await gw.turn_services.usage.gate.drain()
+    await gw.turn_services.usage.recorder.flush()
+    return await gw.turn_services.usage.store.days("2000-01-01", "2100-01-01")
 
 
 def sums(rows: list[UsageRow]) -> dict[str, object]:

@@ -35,8 +35,7 @@ async def test_a_resumed_earlier_message_goes_before_a_later_one_queued_behind_t
     release = asyncio.Event()
     fake_llm.script(reply_text("first answer", hold=release))
     inbox = InMemoryInbox()
-    async with build_gateway(settings) as gateway:
-        gateway.inbox = inbox
+    async with build_gateway(settings, inbox=inbox) as gateway:
         submitter = InboxSubmitter(inbox, gateway, resolve=gateway.session_of)
         entries = [await inbox.accept(HTTP_SOURCE, message_to_json(message(f"m{n}")), session=str(KEY)) for n in (1, 2)]
         running = await submitter.submit_entry(entries[0], message("m1"))
@@ -55,8 +54,7 @@ async def test_an_earlier_message_nobody_answers_holds_the_session_up_for_two_le
 ) -> None:
     settings = settings_factory(store={"lease_s": 0.3})
     inbox = InMemoryInbox()
-    async with build_gateway(settings) as gateway:
-        gateway.inbox = inbox
+    async with build_gateway(settings, inbox=inbox) as gateway:
         submitter = InboxSubmitter(inbox, gateway, resolve=gateway.session_of)
         await inbox.accept(HTTP_SOURCE, message_to_json(message("lost")), session=str(KEY))  # never submitted
         with capture_logs() as logs:

@@ -11,13 +11,16 @@ from structlog.testing import LogCapture
 
 from agenthub import i18n
 from agenthub.agent.conversion import INTERRUPTED_PLACEHOLDER
+from agenthub.agent.definition import load_agents
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.session_state import SessionStatus
 from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY
+from agenthub.gateway.turn_services import CompactionPlugIn
 from agenthub.hosting.app import build_gateway
 from agenthub.llm.failures import MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
+from agenthub.llm.registry import ProviderRegistry
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
 from agenthub.session_keys import SessionKey
 from tests.support.fakes.anthropic import (
@@ -171,18 +174,24 @@ async def test_queued_message_runs_after_a_timed_out_turn(
         assert second_request is not None and "second" in str(second_request["messages"][-1])
 
 
-async def test_context_overflow_without_compactor_says_what_to_do(
-    gateway: GatewayCore, fake_llm: FakeAnthropic
-) -> None:
-    gateway.compactor = None
-    fake_llm.script(prompt_too_long())
-    final = await (await gateway.submit(_msg("huge"))).result()
-    assert isinstance(final, ErrorEvent) and final.message == OVERFLOW_AFTER_RETRY.render("en")
-    assert len(fake_llm.message_requests()) == 1
-    await _next_turn_works(gateway, fake_llm)
+def compacting_gateway(settings: Settings, compaction: CompactionPlugIn | None) -> GatewayCore:
+    """A gateway whose turns are given the compactor `compaction` builds (None: no memory layer)."""
+    agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
+    return GatewayCore(
+        settings, agents=agents, providers=ProviderRegistry.from_settings(settings.llm), compaction=compaction
+    )
 
 
-async def test_overflow_compacts_once_and_retries(gateway: GatewayCore, fake_llm: FakeAnthropic) -> None:
+async def test_context_overflow_without_compactor_says_what_to_do(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    async with compacting_gateway(settings, None) as gateway:
+        fake_llm.script(prompt_too_long())
+        final = await (await gateway.submit(_msg("huge"))).result()
+        assert isinstance(final, ErrorEvent) and final.message == OVERFLOW_AFTER_RETRY.render("en")
+        assert len(fake_llm.message_requests()) == 1
+        await _next_turn_works(gateway, fake_llm)
+
+
+async def test_overflow_compacts_once_and_retries(settings: Settings, fake_llm: FakeAnthropic) -> None:
     calls: list[str] = []
 
     class Compactor:
@@ -190,10 +199,10 @@ async def test_overflow_compacts_once_and_retries(gateway: GatewayCore, fake_llm
             calls.append(reason)
             return "compacted"
 
-    gateway.compactor = Compactor()
-    fake_llm.script(prompt_too_long(), reply_text("fits now"))
-    final = await (await gateway.submit(_msg("long"))).result()
-    assert isinstance(final, DoneEvent) and final.full_text == "fits now"
+    async with compacting_gateway(settings, lambda gateway: Compactor()) as gateway:
+        fake_llm.script(prompt_too_long(), reply_text("fits now"))
+        final = await (await gateway.submit(_msg("long"))).result()
+        assert isinstance(final, DoneEvent) and final.full_text == "fits now"
     assert calls == ["overflow"]
 
 

@@ -19,7 +19,7 @@ from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.hosting.app import build_gateway
-from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent, ReplyEvent, Route
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, server_error
 
@@ -165,7 +165,7 @@ async def test_an_unusable_model_hint_is_noticed_in_the_chats_locale(chat: Chat,
     fake_llm.script(reply_text("answered anyway"))
     events = await chat.events("hi", model_hint="not a model")
     notices = [e.text for e in events if isinstance(e, NoticeEvent)]
-    agent = chat.gateway.route(InboundMessage(chat.case.channel, "x", "a", "x", agent=chat.case.agent))
+    agent = chat.gateway.route(Route(chat.case.channel, "x", agent=chat.case.agent))
     _, model, _ = chat.gateway.providers.resolve(None, None, agent.config.provider, agent.config.model)
     expected = chat.said("llm.hint.model_unusable", model=repr("not a model"), fallback=repr(model))
     assert notices == [expected]

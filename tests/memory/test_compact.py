@@ -70,9 +70,9 @@ async def test_compact_while_a_turn_runs_answers_busy(
         await fake_llm.wait_for_requests(1)
         final = await (await gw.submit(msg("/compact"))).result()
         assert isinstance(final, DoneEvent) and "busy" in final.full_text
-        assert gw.compactor is not None
+        assert gw.turn_services.compactor is not None
         with pytest.raises(SessionBusyError):
-            await gw.compactor.compact(key, gw.agents.get("default"), reason="manual", actor="http")
+            await gw.turn_services.compactor.compact(key, gw.agents.get("default"), reason="manual", actor="http")
         gw.abort(key)
         await settle(gw, key)
         assert len(await gw.history.load(key)) == 51  # untouched: 50 seeded + the user message

@@ -136,8 +136,8 @@ async def test_a_prompt_job_over_its_creators_budget_is_refused_before_any_model
 ) -> None:
     gw, channel = await started(budgets={"user_day": 1})
     job = await create(gw, fake_llm, {"action": "create", "cron": "0 9 * * *", "prompt": "汇报进度"})
-    assert gw.usage is not None
-    await gw.usage.gate.drain()
+    assert gw.turn_services.usage is not None
+    await gw.turn_services.usage.gate.drain()
     calls = len(fake_llm.message_requests())
     clock.advance(shanghai(2026, 12, 1, 9, 0) - clock())
     [sent] = await channel.wait_for(1)

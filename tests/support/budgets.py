@@ -20,10 +20,10 @@ MAX_TOKENS = 200
 
 async def used_by(gw: GatewayCore, sender: str, channel: str = "wecom") -> int:
     """The sender's tokens in the store, once every settlement and call so far is written."""
-    assert gw.usage is not None
-    await gw.usage.gate.drain()
-    await gw.usage.recorder.flush()
-    rows = await gw.usage.store.days("2000-01-01", "2100-01-01")
+    assert gw.turn_services.usage is not None
+    await gw.turn_services.usage.gate.drain()
+    await gw.turn_services.usage.recorder.flush()
+    rows = await gw.turn_services.usage.store.days("2000-01-01", "2100-01-01")
     return totals(rows, Scope("user", channel, sender), "2000-01-01", {}).tokens
 
 

@@ -58,7 +58,7 @@ async def running_api(settings: Settings) -> AsyncIterator[RunningApi]:
             token = TokenStore(settings.auth_dir).create("test")
         else:  # one database for every instance: each its own token
             token = await stores.tokens.create(f"test-{secrets.token_hex(4)}")
-        services = await stack.enter_async_context(build_services(settings, stores=stores))
+        services = await stack.enter_async_context(build_services(settings, stores=stores, inbox=stores.inbox))
         gateway = services.gateway
         server, channels = assemble(settings, services, stores)
         await server.start()

@@ -70,11 +70,11 @@ async def shared_instances(
             clock = monotonic_clock if clocks is None else clocks[n]
             holder = f"instance-{n}"
             leases = InstanceLeases(lease_store, holder=holder, ttl_s=lease_s, clock=clock)
-            services = await stack.enter_async_context(build_services(settings, stores=stores, leases=leases))
-            gateway = services.gateway
             assert isinstance(stores, PostgresStores)
             inbox = PostgresInbox(stores.database, owner=holder if owned else None)
-            gateway.inbox = inbox
+            built = build_services(settings, stores=stores, leases=leases, inbox=inbox)
+            services = await stack.enter_async_context(built)
+            gateway = services.gateway
             submitter = InboxSubmitter(inbox, gateway, resolve=gateway.session_of)
             stack.push_async_callback(submitter.aclose)
             found.append(Instance(f"instance-{n}", gateway, stores, submitter, services))

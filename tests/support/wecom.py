@@ -12,6 +12,7 @@ import pytest
 import yarl
 from aiohttp.test_utils import TestServer
 
+from agenthub.channel import SessionResolver
 from agenthub.config import MediaSettings, Settings
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, InboundMessage, ReplyEvent
@@ -75,6 +76,8 @@ class Harness:
         """`[media]` overrides, set before `start`."""
         self.inbox: Inbox | None = None
         """The durable inbox the channel is built with (None: one in memory), set before `start`."""
+        self.session_of: SessionResolver | None = None
+        """The context's routing (a gateway's `session_of`), set before `start`."""
 
     def use_clock(self, clock: FakeClock) -> None:
         """Drive the send budget and the fake API's per-member limit with `clock` (call before `start`)."""
@@ -84,6 +87,7 @@ class Harness:
     async def start(self, **extra: Any) -> WeComChannel:
         settings, table = wecom_settings(app_table(self.api, **extra), self.locale, self.media)
         context = channel_context(self.submitter, self.state_dir, settings, self.inbox)
+        context.session_of = self.session_of
         if self.clock is None:
             self.channel = WeComChannel(context, table)
         else:
@@ -92,9 +96,9 @@ class Harness:
         self.server = await serve_routes(context)
         return self.channel
 
-    async def restart(self) -> WeComChannel:
+    async def restart(self, **extra: Any) -> WeComChannel:
         await self.stop()
-        return await self.start()
+        return await self.start(**extra)
 
     async def stop(self) -> None:
         if self.channel is not None:
@@ -170,10 +174,14 @@ class BotHarness:
         self.media: dict[str, Any] = {}
         self.inbox: Inbox | None = None
         """The durable inbox the channel is built with (None: one in memory), set before `start`."""
+        self.session_of: SessionResolver | None = None
+        """The context's routing (a gateway's `session_of`), set before `start`."""
 
     async def start(self, **extra: Any) -> WeComChannel:
         settings, table = wecom_settings(bot_table(self.server, **extra), self.locale, self.media)
-        self.channel = WeComChannel(channel_context(self.gateway, self.state_dir, settings, self.inbox), table)
+        context = channel_context(self.gateway, self.state_dir, settings, self.inbox)
+        context.session_of = self.session_of
+        self.channel = WeComChannel(context, table)
         await self.channel.start()
         await self.server.wait_for(lambda: self.server.subscribed >= 1)
         return self.channel

@@ -51,8 +51,8 @@ async def test_32_concurrent_turns_of_one_person_overspend_by_at_most_one_reserv
                 assert len(refused) + len(answered) == 32
                 assert len(fake_llm.message_requests()) - before == len(answered)  # refused: no model call
                 assert refused, "the limit was reached"
-                assert gw.usage is not None
-                await gw.usage.gate.drain()  # the settlements written: the next wave sees the real usage
+                assert gw.turn_services.usage is not None
+                await gw.turn_services.usage.gate.drain()  # the settlements written: the next wave sees the real usage
             used = await used_by(gw, "alice")
     finally:
         await stores.aclose()
@@ -92,8 +92,8 @@ async def test_the_warning_comes_once_per_period(
         async def notices(n: int) -> list[str]:
             events = [e async for e in await gw.submit(InboundMessage("cli", "c", "me", f"m{n}"))]
             assert isinstance(events[-1], DoneEvent)
-            assert gw.usage is not None
-            await gw.usage.gate.drain()
+            assert gw.turn_services.usage is not None
+            await gw.turn_services.usage.gate.drain()
             return [e.text for e in events if isinstance(e, NoticeEvent)]
 
         seen = [await notices(n) for n in range(6)]
@@ -114,8 +114,8 @@ async def test_the_day_rolls_over_at_local_midnight_and_the_month_at_its_end(
 
     async def ask(gw: GatewayCore, text: str) -> ReplyEvent:
         final = await (await gw.submit(InboundMessage("cli", "c", "me", text))).result()
-        assert gw.usage is not None
-        await gw.usage.gate.drain()
+        assert gw.turn_services.usage is not None
+        await gw.turn_services.usage.gate.drain()
         return final
 
     async with build_gateway(settings, clock=clock) as gw:
@@ -130,8 +130,8 @@ async def test_the_day_rolls_over_at_local_midnight_and_the_month_at_its_end(
         assert "daily" in month_full.message or "monthly" in month_full.message
         clock.advance(86400)  # 2026-01-01 00:01 local (still 2025-12-31 in UTC): a new month
         assert isinstance(await ask(gw, "jan 1"), DoneEvent)
-        assert gw.usage is not None
-        rows = await gw.usage.store.days("2025-01-01", "2026-12-31")
+        assert gw.turn_services.usage is not None
+        rows = await gw.turn_services.usage.store.days("2025-01-01", "2026-12-31")
     assert sorted({r.day for r in rows}) == ["2025-12-30", "2025-12-31", "2026-01-01"]
 
 

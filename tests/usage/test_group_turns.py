@@ -33,10 +33,10 @@ async def joined_behind_a_held_turn(
 
 
 async def rows_of(gw: GatewayCore) -> list[UsageRow]:
-    assert gw.usage is not None
-    await gw.usage.gate.drain()
-    await gw.usage.recorder.flush()
-    return await gw.usage.store.days("2000-01-01", "2100-01-01")
+    assert gw.turn_services.usage is not None
+    await gw.turn_services.usage.gate.drain()
+    await gw.turn_services.usage.recorder.flush()
+    return await gw.turn_services.usage.store.days("2000-01-01", "2100-01-01")
 
 
 async def test_a_joined_turn_with_one_sender_over_budget_is_refused_naming_them(

@@ -42,10 +42,10 @@ async def test_one_persons_turns_spread_over_three_instances_overspend_by_at_mos
             assert len(fake_llm.message_requests()) - before == len(answered)
             assert refused
             for instance in instances:
-                assert instance.gateway.usage is not None
-                await instance.gateway.usage.gate.drain()
+                assert instance.gateway.turn_services.usage is not None
+                await instance.gateway.turn_services.usage.gate.drain()
         for instance in instances:
-            usage = instance.gateway.usage
+            usage = instance.gateway.turn_services.usage
             assert usage is not None
             await usage.recorder.flush()
         rows = await instances[0].stores.usage.days("2000-01-01", "2100-01-01")
@@ -79,13 +79,16 @@ async def test_with_budget_leases_three_instances_still_overspend_by_at_most_one
             answered = sum(isinstance(f, DoneEvent) for f in finals)
             assert answered + sum(isinstance(f, ErrorEvent) and f.code == "budget_exceeded" for f in finals) == 15
             for instance in instances:
-                assert instance.gateway.usage is not None
-                await instance.gateway.usage.gate.drain()
+                assert instance.gateway.turn_services.usage is not None
+                await instance.gateway.turn_services.usage.gate.drain()
             if not answered:
                 break
         else:
             raise AssertionError("the limit was never reached")
-        leased = sum(i.gateway.usage is not None and i.gateway.usage.gate.leases.granted_count for i in instances)
+        leased = sum(
+            i.gateway.turn_services.usage is not None and i.gateway.turn_services.usage.gate.leases.granted_count
+            for i in instances
+        )
         rows = await instances[0].stores.usage.days("2000-01-01", "2100-01-01")
     used = totals(rows, Scope("user", "wecom", "alice"), "2000-01-01", {}).tokens
     reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 14")

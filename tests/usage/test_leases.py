@@ -85,8 +85,8 @@ async def test_leases_near_the_limit_still_overspend_by_at_most_one_reservation(
                 refused = sum(isinstance(f, ErrorEvent) and f.code == "budget_exceeded" for f in finals)
                 assert answered + refused == 12
                 asked += 12
-                assert gw.usage is not None
-                await gw.usage.gate.drain()
+                assert gw.turn_services.usage is not None
+                await gw.turn_services.usage.gate.drain()
                 if not answered:
                     break
             else:

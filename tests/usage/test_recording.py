@@ -26,10 +26,10 @@ async def test_a_turn_is_recorded_with_who_and_the_vendor_counts(
     async with build_gateway(settings) as gw:
         final = await (await gw.submit(InboundMessage("wecom", "group-1", "zhangsan", "hi"))).result()
         assert isinstance(final, DoneEvent)
-        assert gw.usage is not None
-        await gw.usage.gate.drain()
-        await gw.usage.recorder.flush()
-        rows = await gw.usage.store.days("2000-01-01", "2100-01-01")
+        assert gw.turn_services.usage is not None
+        await gw.turn_services.usage.gate.drain()
+        await gw.turn_services.usage.recorder.flush()
+        rows = await gw.turn_services.usage.store.days("2000-01-01", "2100-01-01")
     assert len(rows) == 1
     row = rows[0]
     assert (row.purpose, row.agent, row.channel, row.chat_id, row.sender_id) == (
@@ -53,10 +53,10 @@ async def test_a_vendor_without_usage_counts_the_estimate_and_says_so(
     fake_llm.script(reply_text("a reply of some words", usage=none))
     async with build_gateway(settings) as gw:
         await (await gw.submit(InboundMessage("cli", "c", "me", "count me please"))).result()
-        assert gw.usage is not None
-        await gw.usage.gate.drain()
-        await gw.usage.recorder.flush()
-        rows = await gw.usage.store.days("2000-01-01", "2100-01-01")
+        assert gw.turn_services.usage is not None
+        await gw.turn_services.usage.gate.drain()
+        await gw.turn_services.usage.recorder.flush()
+        rows = await gw.turn_services.usage.store.days("2000-01-01", "2100-01-01")
     assert rows[0].estimated == 1
     assert rows[0].input > 0 and rows[0].output > 0
     line = group(rows, "user", "day", {})[0].as_dict()
@@ -67,9 +67,9 @@ async def test_a_scheduled_prompt_is_counted_as_a_job(settings: Settings, fake_l
     async with build_gateway(settings) as gw:
         message = InboundMessage("cli", "c", "me", "[scheduled job j1] do it", metadata={"scheduled_job": "j1"})
         await (await gw.submit(message)).result()
-        assert gw.usage is not None
-        await gw.usage.recorder.flush()
-        rows = await gw.usage.store.days("2000-01-01", "2100-01-01")
+        assert gw.turn_services.usage is not None
+        await gw.turn_services.usage.recorder.flush()
+        rows = await gw.turn_services.usage.store.days("2000-01-01", "2100-01-01")
     assert [r.purpose for r in rows] == ["job"]
 
 

@@ -24,7 +24,7 @@ async def webhook_on(instance: Instance, fake: FakeFeishu, state_dir: Path, stac
     """The Feishu webhook app of `instance`, on its inbox and its gateway's routing, as the daemon wires it."""
     gateway = instance.gateway
     channel = running_channel(
-        fake, state_dir, {"main": APP}, gateway, inbox=gateway.inbox, session_of=gateway.session_of
+        fake, state_dir, {"main": APP}, gateway, inbox=gateway.turn_services.inbox, session_of=gateway.session_of
     )
     return await stack.enter_async_context(channel)
 

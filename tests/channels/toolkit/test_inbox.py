@@ -10,7 +10,7 @@ from pathlib import Path
 from agenthub.clock import ManualClock
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, ReplyEvent
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, ReplyEvent, Route
 from agenthub.storage.dedup import DedupStore
 from agenthub.storage.inbox import FileInbox, InboxEntry, InMemoryInbox
 from agenthub.storage.ports import Inbox
@@ -75,7 +75,9 @@ async def test_a_gate_not_yet_open_admits_nothing_and_then_its_resumed_entries_b
     gate, tasks, inbox = gate_of(tmp_path, recorder, ready=False)  # its channel is starting
     left = [await inbox.accept("demo:c", {"chat": "a", "text": f"old{n}"}) for n in range(3)]
     gate.resume(left, lambda entry: str(entry.payload["chat"]))
-    assert await gate.take("new-1", "a", {"chat": "a", "text": "new"}) is Intake.ACCEPTED  # during the start
+    assert (
+        await gate.take("new-1", Route("demo", "a"), {"chat": "a", "text": "new"}) is Intake.ACCEPTED
+    )  # during the start
     for _ in range(20):
         await asyncio.sleep(0)
     assert recorder.admitted["a"] == []  # nothing is answered before the channel can
@@ -88,7 +90,11 @@ async def test_messages_arriving_at_once_are_answered_in_each_chats_order(tmp_pa
     recorder = Recorder()
     gate, tasks, inbox = gate_of(tmp_path, recorder)
     release = recorder.hold["a"] = asyncio.Event()  # chat a's first message is slow (a download)
-    takes = [gate.take(f"{chat}-{n}", chat, {"chat": chat, "text": f"{chat}{n}"}) for n in range(20) for chat in "ab"]
+    takes = [
+        gate.take(f"{chat}-{n}", Route("demo", chat), {"chat": chat, "text": f"{chat}{n}"})
+        for n in range(20)
+        for chat in "ab"
+    ]
     assert await asyncio.gather(*takes) == [Intake.ACCEPTED] * 40
     while len(recorder.admitted["b"]) < 20:  # the other chat goes on meanwhile
         recorder.admit_arrived.clear()
@@ -103,7 +109,9 @@ async def test_messages_arriving_at_once_are_answered_in_each_chats_order(tmp_pa
 async def test_a_redelivery_is_not_stored_twice(tmp_path: Path) -> None:
     recorder = Recorder()
     gate, tasks, _ = gate_of(tmp_path, recorder)
-    intakes = await asyncio.gather(*(gate.take("m-1", "a", {"chat": "a", "text": "once"}) for _ in range(10)))
+    intakes = await asyncio.gather(
+        *(gate.take("m-1", Route("demo", "a"), {"chat": "a", "text": "once"}) for _ in range(10))
+    )
     assert sorted(i.value for i in intakes) == ["accepted"] + ["duplicate"] * 9
     await tasks.join()
     assert recorder.admitted == {"a": ["once"]}
@@ -114,10 +122,12 @@ async def test_a_refused_store_is_not_remembered_by_the_dedup(tmp_path: Path) ->
     data_dir = tmp_path / "data"
     gate, tasks, _ = gate_of(tmp_path, recorder, FileInbox(data_dir, fsync=False))
     data_dir.write_text("a file where the data directory should be")
-    assert await gate.take("m-1", "a", {"chat": "a", "text": "x"}) is Intake.REFUSED
+    assert await gate.take("m-1", Route("demo", "a"), {"chat": "a", "text": "x"}) is Intake.REFUSED
     data_dir.unlink()
-    assert await gate.take("m-1", "a", {"chat": "a", "text": "x"}) is Intake.ACCEPTED  # the platform's retry
-    assert await gate.take("m-1", "a", {"chat": "a", "text": "x"}) is Intake.DUPLICATE
+    assert (
+        await gate.take("m-1", Route("demo", "a"), {"chat": "a", "text": "x"}) is Intake.ACCEPTED
+    )  # the platform's retry
+    assert await gate.take("m-1", Route("demo", "a"), {"chat": "a", "text": "x"}) is Intake.DUPLICATE
     await tasks.join()
     assert recorder.admitted == {"a": ["x"]}
 
@@ -135,8 +145,8 @@ async def test_a_turn_cut_by_the_shutdown_stays_for_the_restart_and_an_answered_
         return h
 
     recorder.outcome = handle
-    await gate.take("m-1", "a", {"chat": "a", "text": "cut"})
-    await gate.take("m-2", "a", {"chat": "a", "text": "done"})
+    await gate.take("m-1", Route("demo", "a"), {"chat": "a", "text": "cut"})
+    await gate.take("m-2", Route("demo", "a"), {"chat": "a", "text": "done"})
     await tasks.join()
     assert [e.payload["text"] for e in await inbox.unsettled()] == ["cut"]
 
@@ -144,7 +154,7 @@ async def test_a_turn_cut_by_the_shutdown_stays_for_the_restart_and_an_answered_
 async def test_a_message_during_the_drain_gets_the_deferred_text_and_stays(tmp_path: Path) -> None:
     recorder = Recorder()
     gate, tasks, inbox = gate_of(tmp_path, recorder, accepting=False)
-    await gate.take("m-1", "a", {"chat": "a", "text": "later please"})
+    await gate.take("m-1", Route("demo", "a"), {"chat": "a", "text": "later please"})
     await tasks.join()
     assert recorder.admitted == {}
     assert recorder.finished == [("later please", "later")]
@@ -155,7 +165,7 @@ async def test_a_cancelled_answer_stays_and_a_failed_one_is_settled(tmp_path: Pa
     recorder = Recorder()
     gate, tasks, inbox = gate_of(tmp_path, recorder)
     recorder.hold["a"] = asyncio.Event()  # never released: the process stops under it
-    await gate.take("m-1", "a", {"chat": "a", "text": "cut off"})
+    await gate.take("m-1", Route("demo", "a"), {"chat": "a", "text": "cut off"})
     await asyncio.sleep(0)
     await tasks.close(0)
     assert inbox.depth() == 1
@@ -165,7 +175,7 @@ async def test_a_cancelled_answer_stays_and_a_failed_one_is_settled(tmp_path: Pa
 
     recorder.outcome = broken
     gate, tasks, inbox = gate_of(tmp_path / "2", recorder)
-    await gate.take("m-2", "b", {"chat": "b", "text": "poison"})
+    await gate.take("m-2", Route("demo", "b"), {"chat": "b", "text": "poison"})
     await tasks.join()
     assert inbox.depth() == 0  # not failed again after every restart
 
@@ -186,7 +196,7 @@ async def test_a_take_cancelled_while_its_message_is_stored_still_answers_it(tmp
     will not send that id again: dedup has it), so the message must be answered, not left for a restart."""
     recorder = Recorder()
     gate, tasks, inbox = gate_of(tmp_path, recorder, FileInbox(tmp_path / "data"))
-    taking = asyncio.create_task(gate.take("k1", "a", {"chat": "a", "text": "hello"}))
+    taking = asyncio.create_task(gate.take("k1", Route("demo", "a"), {"chat": "a", "text": "hello"}))
     for _ in range(3):  # into the dedup write and the inbox write, both in worker threads
         await asyncio.sleep(0)
     taking.cancel()
@@ -220,9 +230,11 @@ def _plain_gate(seen: DedupStore | PostgresSeenIds, inbox: Inbox) -> InboxGate:
 
 async def test_a_refused_message_is_new_again_for_the_next_process(tmp_path: Path) -> None:
     refused = _plain_gate(DedupStore(tmp_path / "seen.jsonl", ttl_s=600), RefusingInbox())
-    assert await refused.take("m1", "chat", {"chat": "chat", "text": "hi"}) is Intake.REFUSED  # no ack: a retry
+    assert (
+        await refused.take("m1", Route("demo", "chat"), {"chat": "chat", "text": "hi"}) is Intake.REFUSED
+    )  # no ack: a retry
     restarted = _plain_gate(DedupStore(tmp_path / "seen.jsonl", ttl_s=600), InMemoryInbox())
-    assert await restarted.take("m1", "chat", {"chat": "chat", "text": "hi"}) is Intake.ACCEPTED
+    assert await restarted.take("m1", Route("demo", "chat"), {"chat": "chat", "text": "hi"}) is Intake.ACCEPTED
 
 
 async def test_a_message_refused_on_one_instance_is_new_on_another(postgres_dsn: str) -> None:
@@ -230,8 +242,10 @@ async def test_a_message_refused_on_one_instance_is_new_on_another(postgres_dsn:
     try:
         refused = _plain_gate(PostgresSeenIds(first, "demo/x", ttl_s=600), RefusingInbox())
         other = _plain_gate(PostgresSeenIds(second, "demo/x", ttl_s=600), InMemoryInbox())
-        assert await refused.take("m1", "chat", {"chat": "chat", "text": "hi"}) is Intake.REFUSED
-        assert await other.take("m1", "chat", {"chat": "chat", "text": "hi"}) is Intake.ACCEPTED  # behind the LB
+        assert await refused.take("m1", Route("demo", "chat"), {"chat": "chat", "text": "hi"}) is Intake.REFUSED
+        assert (
+            await other.take("m1", Route("demo", "chat"), {"chat": "chat", "text": "hi"}) is Intake.ACCEPTED
+        )  # behind the LB
     finally:
         await first.close()
         await second.close()
@@ -251,7 +265,7 @@ async def test_a_turn_cut_for_a_lost_lease_is_given_up_to_a_takeover_not_settled
             return h
 
         recorder.outcome = cut
-        await gate.take("m-1", "a", {"chat": "a", "text": "cut"})
+        await gate.take("m-1", Route("demo", "a"), {"chat": "a", "text": "cut"})
         await tasks.join()
         assert await inbox.count() == 1  # not settled: nobody has answered it
         assert await inbox.unsettled() == []  # and no longer this instance's

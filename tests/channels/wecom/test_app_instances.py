@@ -30,7 +30,7 @@ KEY = SessionKey("default", "wecom", USER)
 async def app_on(instance: Instance, table: dict[str, Any], stack: AsyncExitStack) -> TestServer:
     """The WeCom channel of `instance`, wired as the composition root wires it, behind its own HTTP server."""
     gateway = instance.gateway
-    inbox, leases = gateway.inbox, gateway.leases
+    inbox, leases = gateway.turn_services.inbox, gateway.leases
     context = channel_context(
         gateway.settings, gateway, WebRoutes(), "wecom", instance.stores, inbox, leases, gateway.session_of
     )

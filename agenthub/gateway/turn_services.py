@@ -1,0 +1,40 @@
+"""What a turn uses beside the gateway's routing and queues, fixed when the gateway is built: `TurnServices`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from agenthub.agent.definition import AgentDefinition
+    from agenthub.gateway.core import GatewayCore
+    from agenthub.session_keys import SessionKey
+    from agenthub.storage.ports import Inbox
+    from agenthub.usage.wiring import UsageServices
+
+
+class Compactor(Protocol):
+    """The memory layer's manual compaction, plugged in by the composition root."""
+
+    async def compact(
+        self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
+    ) -> str: ...
+
+
+CompactionPlugIn = Callable[["GatewayCore"], Compactor]
+"""Builds the memory layer on the gateway being constructed (its timers and after-turn hook go into the gateway's
+registries) and gives its compactor: the gateway calls it once, at the end of its construction."""
+
+
+@dataclass(frozen=True)
+class TurnServices:
+    """The features a turn reaches, given to the gateway at construction and handed to its turns; None: off."""
+
+    inbox: Inbox | None = None
+    """The durable inbox the channels and the API store into: the arrival order and the ownership of a turn's
+    messages are read from it (None: messages are not stored before they run)."""
+    usage: UsageServices | None = None
+    """Usage records and budgets: the turn's admission, and the recorder closed with the gateway."""
+    compactor: Compactor | None = None
+    """The turn's overflow compaction and `/compact`: the memory layer's."""
