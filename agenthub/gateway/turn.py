@@ -285,10 +285,11 @@ class TurnRunner:
         if usage is None or not usage.gate.applies(agent, pending.message, senders):
             return None
         history = await self.gateway.history.load(pending.key)  # the read the turn makes anyway (then cached)
-        meta = await self.gateway.history.get_meta(pending.key) if history else None  # new session: no probe
-        last = meta.last_usage if meta is not None else None
-        prompt = sum(int(last.get(k, 0)) for k in PROMPT_KINDS) if last else estimate_tokens(history)
-        prompt += sum(estimate_text_tokens(member.message.content) for member in pending.members)
+        meta = await self.gateway.history.get_meta(pending.key) if history else None  # the append reads it too
+        with usage.gate.cpu.measure():  # the estimate is budgets' work: counted with the gate's
+            last = meta.last_usage if meta is not None else None
+            prompt = sum(int(last.get(k, 0)) for k in PROMPT_KINDS) if last else estimate_tokens(history)
+            prompt += sum(estimate_text_tokens(member.message.content) for member in pending.members)
         max_tokens = agent.config.max_tokens or self.gateway.settings.llm.max_tokens
         limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s
         return await usage.gate.admit(agent, pending.message, prompt + max_tokens, pending.locale, limit, senders)

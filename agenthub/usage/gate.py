@@ -19,6 +19,7 @@ from agenthub.errors import StorageError
 from agenthub.messages import InboundMessage
 from agenthub.storage.usage import Claim, Reservation, Scope, Standing, UsageStore, judge
 from agenthub.usage.leases import LEASE_ADMIT_S, LEASE_TURNS, Lease, LeaseKey, Leases, lease_claims
+from agenthub.usage.meter import CpuMeter
 from agenthub.usage.periods import day_of, period_key, resets_at
 from agenthub.usage.recorder import UsageRecorder
 
@@ -87,6 +88,15 @@ class BudgetGate:
         self.leases = Leases(recorder.release)
         self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
         recorder.before_close.append(self.leases.close)
+        self.cpu = CpuMeter()
+        """The CPU time spent in `applies`, `admit` and `settle` (with their store calls and lease bookkeeping), and
+        in what the caller measures with it (the turn's estimate): what budgets cost the turns."""
+
+    @property
+    def cpu_seconds(self) -> float:
+        """All CPU time budgets cost so far: the gate's own (`cpu`) and the recorder's writes that only end
+        reservations (a lease's or a turn's whose calls were written already)."""
+        return self.cpu.seconds + self.recorder.release_cpu.seconds
 
     def limits(self, agent: AgentDefinition) -> BudgetLimits:
         """The agent's limits, worked out once per loaded definition (a reload brings a new one)."""
@@ -103,8 +113,9 @@ class BudgetGate:
 
     def applies(self, agent: AgentDefinition, message: InboundMessage, senders: Sequence[str] | None = None) -> bool:
         """Whether any limit applies to a turn of `message` (no estimate, no store call otherwise)."""
-        checked = self.checked(message, senders)
-        return bool(checked) and bool(claims_for(self.limits(agent), agent.name, message, checked))
+        with self.cpu.measure():
+            checked = self.checked(message, senders)
+            return bool(checked) and bool(claims_for(self.limits(agent), agent.name, message, checked))
 
     async def admit(
         self,
@@ -118,6 +129,18 @@ class BudgetGate:
         """Refused when a limit is reached by what was used plus what running turns reserved; else `estimate`
         tokens are reserved (in every scope: each sender's of a joined turn too). A store that cannot answer lets
         the turn through (logged): budgets never stop a chat because the database blinked."""
+        with self.cpu.measure():
+            return await self._admit(agent, message, estimate, locale, ttl_s, senders)
+
+    async def _admit(
+        self,
+        agent: AgentDefinition,
+        message: InboundMessage,
+        estimate: int,
+        locale: str,
+        ttl_s: float,
+        senders: Sequence[str] | None,
+    ) -> Admission | Refusal:
         limits = self.limits(agent)
         checked = self.checked(message, senders)
         claims = claims_for(limits, agent.name, message, checked) if checked else []
@@ -228,6 +251,10 @@ class BudgetGate:
         A turn from a lease leaves it (which ends with its last turn once it admits no more), charging it what it
         spent beyond its estimate (`spent`: the turn's tokens; None, unknown, spends the lease: no more turns from
         it), so a lease's turns never spend more than the lease, however far they overrun their estimates."""
+        with self.cpu.measure():
+            self._settle(admission, spent)
+
+    def _settle(self, admission: Admission, spent: int | None) -> None:
         if admission.lease is not None:
             lease, admission.lease = admission.lease, None
             self.leases.settle(lease, None if spent is None else max(0, spent - admission.estimate))

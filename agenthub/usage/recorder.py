@@ -16,6 +16,7 @@ from agenthub.errors import StorageError
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest, LLMResponse
 from agenthub.storage.usage import TOKEN_KINDS, UsageRow, UsageStore
+from agenthub.usage.meter import CpuMeter
 from agenthub.usage.periods import day_of
 from agenthub.usage.spool import UsageSpool, forget_spool
 
@@ -47,6 +48,8 @@ class UsageRecorder:
         self._lock = asyncio.Lock()
         self._writer: asyncio.Task[None] | None = None
         self.before_close: list[Callable[[], None]] = []
+        self.release_cpu = CpuMeter()
+        """The CPU time of writes that only end reservations (budgets' share of the writer's work)."""
         """Called first by `aclose` (the budget gate ends its leases, so their release is in the last write)."""
 
     def watch(self, request: LLMRequest, response: LLMResponse) -> None:
@@ -126,7 +129,11 @@ class UsageRecorder:
             if not batch and not releases:
                 return
             try:
-                await self.store.add(batch, release=releases)
+                if batch:
+                    await self.store.add(batch, release=releases)
+                else:
+                    with self.release_cpu.measure():
+                        await self.store.add(batch, release=releases)
             except BaseException:
                 self._pending[:0] = batch
                 self._releases[:0] = releases
