@@ -58,7 +58,7 @@ class Admission:
     notices: list[str] = field(default_factory=list)
     refused: Literal[False] = False
     lease: Lease | None = None
-    """Admitted from this instance's lease (no reservation of its own)."""
+    """Its senders' own scopes admitted from this instance's lease (the chat's and agent's: `reservation_id`)."""
     estimate: int = 0
     """What the turn was admitted for (a lease's turn that spends more takes the rest from the lease)."""
 
@@ -148,28 +148,28 @@ class BudgetGate:
             return Admission()
         several = len(dict.fromkeys(senders or ())) > 1
         day = day_of(self.clock(), self.zone)
-        key: LeaseKey = (day, tuple(claims))
-        lease = self.leases.take(key, estimate)
+        own = tuple(c for c in claims if c.scope.kind == "user")  # a lease holds these only (see `_reserve`)
+        shared = [c for c in claims if c.scope.kind != "user"]
+        key: LeaseKey = (day, own)
+        lease = self.leases.take(key, estimate) if own else None
         while lease is None and key in self._asking:  # another turn of these scopes is asking for a lease: its
             await asyncio.shield(self._asking[key])  # answer may have room for this one too
             lease = self.leases.take(key, estimate)
+        try:
+            reservation, lease = await self._reserve(key, lease, own, shared, day, estimate, ttl_s)
+        except StorageError as e:
+            log.warning("budget_check_unavailable", error=str(e))
+            return Admission()
+        if reservation.refused is not None:
+            standing = reservation.refused
+            self.recorder.refusals[standing.scope.kind] += 1
+            log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
+            return Refusal(standing, self.refusal_text(standing, locale, named=several))
+        admission = Admission(reservation.id, lease=lease, estimate=estimate)
+        standings = reservation.standings
         if lease is not None:
-            admission = Admission(lease=lease, estimate=estimate)
             before = lease.committed - estimate  # what the lease's earlier turns took since it was granted
-            standings = [Standing(s.scope, s.period, s.limit, s.used + before) for s in lease.standings]
-        else:
-            try:
-                reservation, lease = await self._reserve(key, claims, day, estimate, ttl_s)
-            except StorageError as e:
-                log.warning("budget_check_unavailable", error=str(e))
-                return Admission()
-            if reservation.refused is not None:
-                standing = reservation.refused
-                self.recorder.refusals[standing.scope.kind] += 1
-                log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
-                return Refusal(standing, self.refusal_text(standing, locale, named=several))
-            admission = Admission(None if lease is not None else reservation.id, lease=lease, estimate=estimate)
-            standings = reservation.standings
+            standings = [Standing(s.scope, s.period, s.limit, s.used + before) for s in lease.standings] + standings
         try:
             for standing in standings:
                 if (standing.used + estimate) / standing.limit >= limits.warn_at:
@@ -180,28 +180,66 @@ class BudgetGate:
         return admission
 
     async def _reserve(
-        self, key: LeaseKey, claims: list[Claim], day: str, estimate: int, ttl_s: float
+        self,
+        key: LeaseKey,
+        lease: Lease | None,
+        own: tuple[Claim, ...],
+        shared: list[Claim],
+        day: str,
+        estimate: int,
+        ttl_s: float,
     ) -> tuple[Reservation, Lease | None]:
-        """A lease of several turns when one fits with room to spare (one store call for the turns it admits), else
-        (near a limit) a reservation of this turn's own: refused when a limit is reached."""
+        """The turn's senders' own scopes from a lease (`lease`: taken already; else one is asked for when it fits
+        with room to spare: one store call for the turns it admits) and the chat's and agent's scopes reserved for
+        this turn alone; near a sender's limit (no lease) every scope is reserved for this turn in one call.
+
+        Why the chat and agent scopes are never leased: a lease holds several turns' estimates that its person has
+        not spent yet, and everyone else in that chat (of that agent) would be checked against them too, so near a
+        shared limit they would be refused early. Reserved per turn, each scope still holds at most what the turns
+        running in it may spend, so concurrent turns (of one instance or several) overspend a limit by at most one
+        reservation, as they did before leases; a sender's own scope holds only their turns, which take from their
+        lease. The price: a turn under a chat or agent limit makes one store call (none far from a sender's limit
+        with user limits only)."""
+        if lease is None and own and self.leases.worth_asking(key):
+            lease, refused = await self._ask_lease(key, own, day, estimate, ttl_s)
+            if refused is not None:  # a sender's limit itself is reached: refused without a second call
+                return refused, None
+        if lease is None:
+            return await self.store.reserve([*own, *shared], day, estimate, ttl_s + RESERVATION_GRACE_S), None
+        if not shared:
+            return Reservation(None), lease
+        try:
+            reservation = await self.store.reserve(shared, day, estimate, ttl_s + RESERVATION_GRACE_S)
+        except BaseException:
+            self.leases.give_back(lease, estimate)
+            raise
+        if reservation.refused is not None:
+            self.leases.give_back(lease, estimate)
+            return reservation, None
+        return reservation, lease
+
+    async def _ask_lease(
+        self, key: LeaseKey, own: tuple[Claim, ...], day: str, estimate: int, ttl_s: float
+    ) -> tuple[Lease | None, Reservation | None]:
+        """A lease of `LEASE_TURNS` estimates in the senders' own scopes, its first turn this one; (None, None): no
+        lease (near a limit); (None, refusal): a limit is reached."""
         tokens = estimate * LEASE_TURNS
-        asked = lease_claims(claims, tokens) if self.leases.worth_asking(key) else None
-        if asked is not None:
-            lease_ttl = ttl_s + LEASE_ADMIT_S + RESERVATION_GRACE_S
-            asking = self._asking[key] = asyncio.get_running_loop().create_future()
-            try:
-                reservation = await self.store.reserve(asked, day, tokens, lease_ttl)
-            finally:
-                del self._asking[key]
-                asking.set_result(None)
-            if reservation.id is not None:
-                standings = _standings(claims, reservation.standings)
-                return reservation, self.leases.granted(key, reservation.id, tokens, standings, estimate)
-            self.leases.refused(key)
-            standings, refused = judge(claims, _used(reservation.standings))
-            if refused is not None:  # the limit itself is reached: refused without a second call
-                return Reservation(None, standings, refused), None
-        return await self.store.reserve(claims, day, estimate, ttl_s + RESERVATION_GRACE_S), None
+        asked = lease_claims(own, tokens)
+        if asked is None:
+            return None, None
+        lease_ttl = ttl_s + LEASE_ADMIT_S + RESERVATION_GRACE_S
+        asking = self._asking[key] = asyncio.get_running_loop().create_future()
+        try:
+            reservation = await self.store.reserve(asked, day, tokens, lease_ttl)
+        finally:
+            del self._asking[key]
+            asking.set_result(None)
+        if reservation.id is not None:
+            standings = _standings(own, reservation.standings)
+            return self.leases.granted(key, reservation.id, tokens, standings, estimate), None
+        self.leases.refused(key)
+        standings, refused = judge(own, _used(reservation.standings))
+        return None, (Reservation(None, standings, refused) if refused is not None else None)
 
     async def _warn_once(
         self, standing: Standing, day: str, locale: str, admission: Admission, *, named: bool = False
@@ -258,7 +296,7 @@ class BudgetGate:
         if admission.lease is not None:
             lease, admission.lease = admission.lease, None
             self.leases.settle(lease, None if spent is None else max(0, spent - admission.estimate))
-        elif admission.reservation_id is not None:
+        if admission.reservation_id is not None:
             self.recorder.release(admission.reservation_id)
             admission.reservation_id = None
 
@@ -276,6 +314,6 @@ def _used(standings: list[Standing]) -> dict[str, tuple[int, int]]:
     return used
 
 
-def _standings(claims: list[Claim], lowered: list[Standing]) -> list[Standing]:
+def _standings(claims: Sequence[Claim], lowered: list[Standing]) -> list[Standing]:
     """The standings against the real limits (a lease was asked with lowered ones)."""
     return judge(claims, _used(lowered))[0]
