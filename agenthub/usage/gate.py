@@ -4,7 +4,7 @@ estimate is reserved; the reservation goes once the turn's real usage is stored 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -16,7 +16,7 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.clock import Clock
 from agenthub.config import BudgetLimits, BudgetSettings
 from agenthub.errors import StorageError
-from agenthub.messages import InboundMessage
+from agenthub.messages import SENDER_NAME, InboundMessage
 from agenthub.storage.usage import Claim, Reservation, Scope, Standing, UsageStore, judge
 from agenthub.usage.leases import LEASE_ADMIT_S, LEASE_TURNS, Lease, LeaseKey, Leases, lease_claims
 from agenthub.usage.meter import CpuMeter
@@ -105,6 +105,11 @@ class BudgetGate:
             known = self._limits[agent.name] = (agent.config, limits_for(self.budgets, agent))
         return known[1]
 
+    @staticmethod
+    def names_of(messages: Iterable[InboundMessage]) -> dict[str, str]:
+        """Sender id → display name, of the messages whose channel gave one (`SENDER_NAME`)."""
+        return {m.sender_id: n for m in messages if isinstance(n := m.metadata.get(SENDER_NAME), str) and n.strip()}
+
     def checked(self, message: InboundMessage, senders: Sequence[str] | None = None) -> list[str]:
         """The senders whose budgets a turn is checked against: the turn's (a joined turn's every sender,
         default the message's) that are not exempt; none: the turn is exempt."""
@@ -125,12 +130,14 @@ class BudgetGate:
         locale: str,
         ttl_s: float,
         senders: Sequence[str] | None = None,
+        names: Mapping[str, str] | None = None,
     ) -> Admission | Refusal:
         """Refused when a limit is reached by what was used plus what running turns reserved; else `estimate`
         tokens are reserved (in every scope: each sender's of a joined turn too). A store that cannot answer lets
-        the turn through (logged): budgets never stop a chat because the database blinked."""
+        the turn through (logged): budgets never stop a chat because the database blinked. `names`: sender id →
+        display name, where the channel gave one (a joined turn's refusal names the member, else by their id)."""
         with self.cpu.measure():
-            return await self._admit(agent, message, estimate, locale, ttl_s, senders)
+            return await self._admit(agent, message, estimate, locale, ttl_s, senders, names)
 
     async def _admit(
         self,
@@ -140,6 +147,7 @@ class BudgetGate:
         locale: str,
         ttl_s: float,
         senders: Sequence[str] | None,
+        names: Mapping[str, str] | None,
     ) -> Admission | Refusal:
         limits = self.limits(agent)
         checked = self.checked(message, senders)
@@ -147,6 +155,7 @@ class BudgetGate:
         if not claims:
             return Admission()
         several = len(dict.fromkeys(senders or ())) > 1
+        named = dict(names or {}) if several else None  # a joined turn: a sender's limit names them
         day = day_of(self.clock(), self.zone)
         own = tuple(c for c in claims if c.scope.kind == "user")  # a lease holds these only (see `_reserve`)
         shared = [c for c in claims if c.scope.kind != "user"]
@@ -164,7 +173,7 @@ class BudgetGate:
             standing = reservation.refused
             self.recorder.refusals[standing.scope.kind] += 1
             log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
-            return Refusal(standing, self.refusal_text(standing, locale, named=several))
+            return Refusal(standing, self.refusal_text(standing, locale, named=named))
         admission = Admission(reservation.id, lease=lease, estimate=estimate)
         standings = reservation.standings
         if lease is not None:
@@ -173,7 +182,7 @@ class BudgetGate:
         try:
             for standing in standings:
                 if (standing.used + estimate) / standing.limit >= limits.warn_at:
-                    await self._warn_once(standing, day, locale, admission, named=several)
+                    await self._warn_once(standing, day, locale, admission, named=named)
         except BaseException:  # cancelled (or failed) before the caller holds the admission: give the tokens back
             self.settle(admission, 0)  # nothing was spent yet
             raise
@@ -242,7 +251,7 @@ class BudgetGate:
         return None, (Reservation(None, standings, refused) if refused is not None else None)
 
     async def _warn_once(
-        self, standing: Standing, day: str, locale: str, admission: Admission, *, named: bool = False
+        self, standing: Standing, day: str, locale: str, admission: Admission, *, named: Mapping[str, str] | None
     ) -> None:
         try:
             first = await self.store.first_warning(standing.scope.key, period_key(standing.period, day))
@@ -262,9 +271,9 @@ class BudgetGate:
                 )
             )
 
-    def refusal_text(self, standing: Standing, locale: str, *, named: bool = False) -> str:
-        """The refusal in `locale`; `named`: the turn joined several senders' messages, so a sender's limit
-        names them (`alice's daily budget`) instead of saying "your"."""
+    def refusal_text(self, standing: Standing, locale: str, *, named: Mapping[str, str] | None = None) -> str:
+        """The refusal in `locale`; `named` (sender id → display name; one missing: the id): the turn joined several
+        senders' messages, so a sender's limit names them (`Alice Wang's daily budget`) instead of saying "your"."""
         return i18n.text(
             "budget.refused",
             locale,
@@ -275,9 +284,10 @@ class BudgetGate:
         )
 
     @staticmethod
-    def _who(standing: Standing, locale: str, named: bool) -> str:
-        if named and standing.scope.kind == "user":
-            return i18n.text("budget.scope.member", locale, sender=standing.scope.ident)
+    def _who(standing: Standing, locale: str, named: Mapping[str, str] | None) -> str:
+        if named is not None and standing.scope.kind == "user":
+            who = standing.scope.ident
+            return i18n.text("budget.scope.member", locale, sender=named.get(who) or who)
         return i18n.text(f"budget.scope.{standing.scope.kind}", locale)
 
     def _resets(self, standing: Standing, locale: str) -> str:
