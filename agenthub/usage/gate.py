@@ -161,6 +161,15 @@ class BudgetGate:
         shared = [c for c in claims if c.scope.kind != "user"]
         key: LeaseKey = (day, own)
         lease = self.leases.take(key, estimate) if own else None
+        if (lease is None or shared) and self.recorder.releases_waiting:  # a store call follows: see `_released`
+            try:
+                await self._released()
+            except BaseException:  # cancelled: the lease's turn was never admitted
+                if lease is not None:
+                    self.leases.give_back(lease, estimate)
+                raise
+            lease = lease or (self.leases.take(key, estimate) if own else None)
+        # no await from the end of this loop to `_ask_lease` taking `_asking[key]`: one turn asks at a time
         while lease is None and key in self._asking:  # another turn of these scopes is asking for a lease: its
             await asyncio.shield(self._asking[key])  # answer may have room for this one too
             lease = self.leases.take(key, estimate)
@@ -226,6 +235,14 @@ class BudgetGate:
             self.leases.give_back(lease, estimate)
             return reservation, None
         return reservation, lease
+
+    async def _released(self) -> None:
+        """An ended lease (or turn) counts in the store until its release is written with its turns' usage, which
+        the store counts too: the writer's next write is made now, so a check does not count that usage twice."""
+        try:
+            await self.recorder.flush()
+        except StorageError:
+            pass  # counted twice meanwhile: refused a little early at worst, never late
 
     async def _ask_lease(
         self, key: LeaseKey, own: tuple[Claim, ...], day: str, estimate: int, ttl_s: float
