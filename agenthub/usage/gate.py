@@ -85,7 +85,8 @@ class BudgetGate:
         self.clock = clock
         self.exempt = frozenset(budgets.exempt)
         self._limits: dict[str, tuple[object, BudgetLimits]] = {}  # agent → (its config, its limits)
-        self.leases = Leases(recorder.release)
+        self.leases = Leases(self._lease_ended)
+        self._ended: set[str] = set()  # leases ended whose release may not be written yet
         self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
         recorder.before_close.append(self.leases.close)
         self.cpu = CpuMeter()
@@ -161,7 +162,7 @@ class BudgetGate:
         shared = [c for c in claims if c.scope.kind != "user"]
         key: LeaseKey = (day, own)
         lease = self.leases.take(key, estimate) if own else None
-        if (lease is None or shared) and self.recorder.releases_waiting:  # a store call follows: see `_released`
+        if (lease is None or shared) and self._ended:  # a store call follows: see `_released`
             try:
                 await self._released()
             except BaseException:  # cancelled: the lease's turn was never admitted
@@ -236,13 +237,19 @@ class BudgetGate:
             return reservation, None
         return reservation, lease
 
+    def _lease_ended(self, lease_id: str) -> None:
+        self._ended.add(lease_id)
+        self.recorder.release(lease_id)
+
     async def _released(self) -> None:
-        """An ended lease (or turn) counts in the store until its release is written with its turns' usage, which
-        the store counts too: the writer's next write is made now, so a check does not count that usage twice."""
+        """An ended lease counts in the store until its release is written with its turns' usage, which the store
+        counts too (8 estimates: a sender near the limit was refused early): the writer's next write is made now,
+        so the check that follows does not count that usage twice (a write under way is waited for)."""
         try:
             await self.recorder.flush()
         except StorageError:
             pass  # counted twice meanwhile: refused a little early at worst, never late
+        self._ended &= self.recorder.releases_waiting()  # ended meanwhile, or not written (the store failed)
 
     async def _ask_lease(
         self, key: LeaseKey, own: tuple[Claim, ...], day: str, estimate: int, ttl_s: float

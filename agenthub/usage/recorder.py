@@ -119,10 +119,9 @@ class UsageRecorder:
         self._releases.append(reservation_id)
         self._kick()
 
-    @property
-    def releases_waiting(self) -> bool:
-        """Some settled reservations (an ended lease's) are not written yet: the store still counts them."""
-        return bool(self._releases)
+    def releases_waiting(self) -> set[str]:
+        """The settled reservations not written yet (the store still counts them)."""
+        return set(self._releases)
 
     async def flush(self) -> None:
         """Store every row seen so far (and end the reservations settled); `StorageError` leaves them pending (a
