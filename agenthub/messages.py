@@ -27,6 +27,11 @@ class Attachment:
     data: bytes = field(repr=False)
 
 
+SENDER_NAME = "sender_name"
+"""`InboundMessage.metadata` key: the sender's display name, where their channel knows it (it names them to others,
+e.g. in a group's budget refusal; without it, their id does). WeCom's and Feishu's message events carry ids only."""
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """What names a message's session, known before the message is built: its channel and chat (a group, a

@@ -276,20 +276,21 @@ class TurnRunner:
         return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model, final)
 
     async def _admit(self, pending: PendingTurn) -> Admission | Refusal | None:
-        """The budget gate's word on the turn (None: no budget applies); the reservation is the prompt's
-        estimate (the last call's prompt, else the history's estimate, plus the new messages) plus `max_tokens`."""
+        """The gate's word (None: no budget applies), reserving an estimate of the prompt plus `max_tokens`."""
         usage, agent = self.services.usage, pending.agent
         senders = [member.message.sender_id for member in pending.members]  # a joined turn: every sender's budget
         if usage is None or not usage.gate.applies(agent, pending.message, senders):
             return None
         history = await self.gateway.history.load(pending.key)  # the read the turn makes anyway (then cached)
-        meta = await self.gateway.history.get_meta(pending.key) if history else None  # new session: no probe
-        last = meta.last_usage if meta is not None else None
-        prompt = sum(int(last.get(k, 0)) for k in PROMPT_KINDS) if last else estimate_tokens(history)
-        prompt += sum(estimate_text_tokens(member.message.content) for member in pending.members)
-        max_tokens = agent.config.max_tokens or self.gateway.settings.llm.max_tokens
+        meta = await self.gateway.history.get_meta(pending.key) if history else None  # the append reads it too
+        with usage.gate.cpu.measure():  # the estimate is budgets' work: counted with the gate's
+            prompt = sum(int(u.get(k, 0)) for k in PROMPT_KINDS) if meta and (u := meta.last_usage) else 0
+            prompt = prompt or estimate_tokens(history)  # the last call's prompt, else the history's estimate
+            prompt += sum(estimate_text_tokens(member.message.content) for member in pending.members)
+            prompt += agent.config.max_tokens or self.gateway.settings.llm.max_tokens  # and the reply's room
         limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s
-        return await usage.gate.admit(agent, pending.message, prompt + max_tokens, pending.locale, limit, senders)
+        names = usage.gate.names_of(member.message for member in pending.members)
+        return await usage.gate.admit(agent, pending.message, prompt, pending.locale, limit, senders, names)
 
     async def _still_ours_after_answer(self, pending: PendingTurn) -> bool:
         """`still_ours`, once the answer is stored; a store that cannot tell: ours (the answer is delivered)."""

@@ -148,8 +148,9 @@ class Forgotten:
 
 
 def forgotten_tag(channel: str, sender_id: str) -> str:
-    """What a forget writes for a sender's id (`forget.redact.Person.tag`): their usage rows keep counting against
-    their own budget (`usage_reserve` of migration 11 computes the same)."""
+    """What a forget writes for a sender's id (`forget.redact.Person.tag`), and for a direct chat named by them:
+    their usage rows keep counting against their own budget and that chat's (`usage_reserve_claims` of migration 16
+    computes the same)."""
     digest = hashlib.sha256(f"{channel}\n{sender_id}".encode()).hexdigest()[:16]
     return f"forgotten-{digest}"
 
@@ -245,8 +246,8 @@ class FileUsageStore:
         key = scope.key
         reserved = sum(tokens for keys, tokens, _ in self._reserved.values() if key in keys)
         counted = [key]
-        if scope.kind == "user":  # what a forget left under their tag is still theirs to the budget
-            counted.append(Scope("user", scope.channel, forgotten_tag(scope.channel, scope.ident)).key)
+        if scope.kind != "agent":  # what a forget left under their tag (a person's, or their direct chat's) counts
+            counted.append(Scope(scope.kind, scope.channel, forgotten_tag(scope.channel, scope.ident)).key)
         used_day = sum(self._by_scope.get(f"{day} {k}", 0) for k in counted)
         used_month = sum(self._by_scope.get(f"{day[:7]} {k}", 0) for k in counted)
         return used_day + reserved, used_month + reserved

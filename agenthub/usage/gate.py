@@ -4,7 +4,8 @@ estimate is reserved; the reservation goes once the turn's real usage is stored 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -16,10 +17,11 @@ from agenthub.agent.definition import AgentDefinition
 from agenthub.clock import Clock
 from agenthub.config import BudgetLimits, BudgetSettings
 from agenthub.errors import StorageError
-from agenthub.messages import InboundMessage
+from agenthub.messages import SENDER_NAME, InboundMessage
 from agenthub.storage.ports import UsageStore
 from agenthub.storage.usage import Claim, Reservation, Scope, Standing, judge
 from agenthub.usage.leases import LEASE_ADMIT_S, LEASE_TURNS, Lease, LeaseKey, Leases, lease_claims
+from agenthub.usage.meter import CpuMeter
 from agenthub.usage.periods import day_of, period_key, resets_at
 from agenthub.usage.recorder import UsageRecorder
 
@@ -58,7 +60,7 @@ class Admission:
     notices: list[str] = field(default_factory=list)
     refused: Literal[False] = False
     lease: Lease | None = None
-    """Admitted from this instance's lease (no reservation of its own)."""
+    """Its senders' own scopes admitted from this instance's lease (the chat's and agent's: `reservation_id`)."""
     estimate: int = 0
     """What the turn was admitted for (a lease's turn that spends more takes the rest from the lease)."""
 
@@ -85,9 +87,19 @@ class BudgetGate:
         self.clock = clock
         self.exempt = frozenset(budgets.exempt)
         self._limits: dict[str, tuple[object, BudgetLimits]] = {}  # agent → (its config, its limits)
-        self.leases = Leases(recorder.release)
+        self.leases = Leases(self._lease_ended)
+        self._ended: set[str] = set()  # leases ended whose release may not be written yet
         self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
         recorder.before_close.append(self.leases.close)
+        self.cpu = CpuMeter()
+        """The CPU time spent in `applies`, `admit` and `settle` (with their store calls and lease bookkeeping), and
+        in what the caller measures with it (the turn's estimate): what budgets cost the turns."""
+
+    @property
+    def cpu_seconds(self) -> float:
+        """All CPU time budgets cost so far: the gate's own (`cpu`) and the recorder's writes that only end
+        reservations (a lease's or a turn's whose calls were written already)."""
+        return self.cpu.seconds + self.recorder.release_cpu.seconds
 
     def limits(self, agent: AgentDefinition) -> BudgetLimits:
         """The agent's limits, worked out once per loaded definition (a reload brings a new one)."""
@@ -95,6 +107,11 @@ class BudgetGate:
         if known is None or known[0] is not agent.config:
             known = self._limits[agent.name] = (agent.config, limits_for(self.budgets, agent))
         return known[1]
+
+    @staticmethod
+    def names_of(messages: Iterable[InboundMessage]) -> dict[str, str]:
+        """Sender id → display name, of the messages whose channel gave one (`SENDER_NAME`)."""
+        return {m.sender_id: n for m in messages if isinstance(n := m.metadata.get(SENDER_NAME), str) and n.strip()}
 
     def checked(self, message: InboundMessage, senders: Sequence[str] | None = None) -> list[str]:
         """The senders whose budgets a turn is checked against: the turn's (a joined turn's every sender,
@@ -104,8 +121,9 @@ class BudgetGate:
 
     def applies(self, agent: AgentDefinition, message: InboundMessage, senders: Sequence[str] | None = None) -> bool:
         """Whether any limit applies to a turn of `message` (no estimate, no store call otherwise)."""
-        checked = self.checked(message, senders)
-        return bool(checked) and bool(claims_for(self.limits(agent), agent.name, message, checked))
+        with self.cpu.measure():
+            checked = self.checked(message, senders)
+            return bool(checked) and bool(claims_for(self.limits(agent), agent.name, message, checked))
 
     async def admit(
         self,
@@ -115,74 +133,154 @@ class BudgetGate:
         locale: str,
         ttl_s: float,
         senders: Sequence[str] | None = None,
+        names: Mapping[str, str] | None = None,
     ) -> Admission | Refusal:
         """Refused when a limit is reached by what was used plus what running turns reserved; else `estimate`
         tokens are reserved (in every scope: each sender's of a joined turn too). A store that cannot answer lets
-        the turn through (logged): budgets never stop a chat because the database blinked."""
+        the turn through (logged): budgets never stop a chat because the database blinked. `names`: sender id →
+        display name, where the channel gave one (a joined turn's refusal names the member, else by their id)."""
+        with self.cpu.measure():
+            return await self._admit(agent, message, estimate, locale, ttl_s, senders, names)
+
+    async def _admit(
+        self,
+        agent: AgentDefinition,
+        message: InboundMessage,
+        estimate: int,
+        locale: str,
+        ttl_s: float,
+        senders: Sequence[str] | None,
+        names: Mapping[str, str] | None,
+    ) -> Admission | Refusal:
         limits = self.limits(agent)
         checked = self.checked(message, senders)
         claims = claims_for(limits, agent.name, message, checked) if checked else []
         if not claims:
             return Admission()
         several = len(dict.fromkeys(senders or ())) > 1
+        named = dict(names or {}) if several else None  # a joined turn: a sender's limit names them
         day = day_of(self.clock(), self.zone)
-        key: LeaseKey = (day, tuple(claims))
-        lease = self.leases.take(key, estimate)
+        own = tuple(c for c in claims if c.scope.kind == "user")  # a lease holds these only (see `_reserve`)
+        shared = [c for c in claims if c.scope.kind != "user"]
+        key: LeaseKey = (day, own)
+        lease = self.leases.take(key, estimate) if own else None
+        if (lease is None or shared) and self._ended:  # a store call follows: see `_released`
+            try:
+                await self._released()
+            except BaseException:  # cancelled: the lease's turn was never admitted
+                if lease is not None:
+                    self.leases.give_back(lease, estimate)
+                raise
+            lease = lease or (self.leases.take(key, estimate) if own else None)
+        # no await from the end of this loop to `_ask_lease` taking `_asking[key]`: one turn asks at a time
         while lease is None and key in self._asking:  # another turn of these scopes is asking for a lease: its
             await asyncio.shield(self._asking[key])  # answer may have room for this one too
             lease = self.leases.take(key, estimate)
+        try:
+            reservation, lease = await self._reserve(key, lease, own, shared, day, estimate, ttl_s)
+        except StorageError as e:
+            log.warning("budget_check_unavailable", error=str(e))
+            return Admission()
+        if reservation.refused is not None:
+            standing = reservation.refused
+            self.recorder.refusals[standing.scope.kind] += 1
+            log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
+            return Refusal(standing, self.refusal_text(standing, locale, named=named))
+        admission = Admission(reservation.id, lease=lease, estimate=estimate)
+        standings = reservation.standings
         if lease is not None:
-            admission = Admission(lease=lease, estimate=estimate)
             before = lease.committed - estimate  # what the lease's earlier turns took since it was granted
-            standings = [Standing(s.scope, s.period, s.limit, s.used + before) for s in lease.standings]
-        else:
-            try:
-                reservation, lease = await self._reserve(key, claims, day, estimate, ttl_s)
-            except StorageError as e:
-                log.warning("budget_check_unavailable", error=str(e))
-                return Admission()
-            if reservation.refused is not None:
-                standing = reservation.refused
-                self.recorder.refusals[standing.scope.kind] += 1
-                log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
-                return Refusal(standing, self.refusal_text(standing, locale, named=several))
-            admission = Admission(None if lease is not None else reservation.id, lease=lease, estimate=estimate)
-            standings = reservation.standings
+            standings = [Standing(s.scope, s.period, s.limit, s.used + before) for s in lease.standings] + standings
         try:
             for standing in standings:
                 if (standing.used + estimate) / standing.limit >= limits.warn_at:
-                    await self._warn_once(standing, day, locale, admission, named=several)
+                    await self._warn_once(standing, day, locale, admission, named=named)
         except BaseException:  # cancelled (or failed) before the caller holds the admission: give the tokens back
             self.settle(admission, 0)  # nothing was spent yet
             raise
         return admission
 
     async def _reserve(
-        self, key: LeaseKey, claims: list[Claim], day: str, estimate: int, ttl_s: float
+        self,
+        key: LeaseKey,
+        lease: Lease | None,
+        own: tuple[Claim, ...],
+        shared: list[Claim],
+        day: str,
+        estimate: int,
+        ttl_s: float,
     ) -> tuple[Reservation, Lease | None]:
-        """A lease of several turns when one fits with room to spare (one store call for the turns it admits), else
-        (near a limit) a reservation of this turn's own: refused when a limit is reached."""
+        """The turn's senders' own scopes from a lease (`lease`: taken already; else one is asked for when it fits
+        with room to spare: one store call for the turns it admits) and the chat's and agent's scopes reserved for
+        this turn alone; near a sender's limit (no lease) every scope is reserved for this turn in one call.
+
+        Why the chat and agent scopes are never leased: a lease holds several turns' estimates that its person has
+        not spent yet, and everyone else in that chat (of that agent) would be checked against them too, so near a
+        shared limit they would be refused early. Reserved per turn, each scope still holds at most what the turns
+        running in it may spend, so concurrent turns (of one instance or several) overspend a limit by at most one
+        reservation, as they did before leases; a sender's own scope holds only their turns, which take from their
+        lease. The price: a turn under a chat or agent limit makes one store call (none far from a sender's limit
+        with user limits only)."""
+        if lease is None and own and self.leases.worth_asking(key):
+            lease, refused = await self._ask_lease(key, own, day, estimate, ttl_s)
+            if refused is not None:  # a sender's limit itself is reached: refused without a second call
+                return refused, None
+        if lease is None:
+            return await self.store.reserve([*own, *shared], day, estimate, ttl_s + RESERVATION_GRACE_S), None
+        if not shared:
+            return Reservation(None), lease
+        try:
+            reservation = await self.store.reserve(shared, day, estimate, ttl_s + RESERVATION_GRACE_S)
+        except BaseException:
+            self.leases.give_back(lease, estimate)
+            raise
+        if reservation.refused is not None:
+            self.leases.give_back(lease, estimate)
+            return reservation, None
+        return reservation, lease
+
+    def _lease_ended(self, lease_id: str) -> None:
+        self._ended.add(lease_id)
+        self.recorder.release(lease_id)
+
+    async def _released(self) -> None:
+        """An ended lease counts in the store until its release is written with its turns' usage, which the store
+        counts too (8 estimates: a sender near the limit was refused early): the writer's next write is made now,
+        so the check that follows does not count that usage twice (a write under way is waited for)."""
+        began = time.thread_time()
+        try:
+            await self.recorder.flush()
+        except StorageError:
+            pass  # counted twice meanwhile: refused a little early at worst, never late
+        finally:  # the recorder's write, made now instead of within 50 ms: not the check's cost (`cpu`)
+            self.cpu.seconds -= time.thread_time() - began
+        self._ended &= self.recorder.releases_waiting()  # ended meanwhile, or not written (the store failed)
+
+    async def _ask_lease(
+        self, key: LeaseKey, own: tuple[Claim, ...], day: str, estimate: int, ttl_s: float
+    ) -> tuple[Lease | None, Reservation | None]:
+        """A lease of `LEASE_TURNS` estimates in the senders' own scopes, its first turn this one; (None, None): no
+        lease (near a limit); (None, refusal): a limit is reached."""
         tokens = estimate * LEASE_TURNS
-        asked = lease_claims(claims, tokens) if self.leases.worth_asking(key) else None
-        if asked is not None:
-            lease_ttl = ttl_s + LEASE_ADMIT_S + RESERVATION_GRACE_S
-            asking = self._asking[key] = asyncio.get_running_loop().create_future()
-            try:
-                reservation = await self.store.reserve(asked, day, tokens, lease_ttl)
-            finally:
-                del self._asking[key]
-                asking.set_result(None)
-            if reservation.id is not None:
-                standings = _standings(claims, reservation.standings)
-                return reservation, self.leases.granted(key, reservation.id, tokens, standings, estimate)
-            self.leases.refused(key)
-            standings, refused = judge(claims, _used(reservation.standings))
-            if refused is not None:  # the limit itself is reached: refused without a second call
-                return Reservation(None, standings, refused), None
-        return await self.store.reserve(claims, day, estimate, ttl_s + RESERVATION_GRACE_S), None
+        asked = lease_claims(own, tokens)
+        if asked is None:
+            return None, None
+        lease_ttl = ttl_s + LEASE_ADMIT_S + RESERVATION_GRACE_S
+        asking = self._asking[key] = asyncio.get_running_loop().create_future()
+        try:
+            reservation = await self.store.reserve(asked, day, tokens, lease_ttl)
+        finally:
+            del self._asking[key]
+            asking.set_result(None)
+        if reservation.id is not None:
+            standings = _standings(own, reservation.standings)
+            return self.leases.granted(key, reservation.id, tokens, standings, estimate), None
+        self.leases.refused(key)
+        standings, refused = judge(own, _used(reservation.standings))
+        return None, (Reservation(None, standings, refused) if refused is not None else None)
 
     async def _warn_once(
-        self, standing: Standing, day: str, locale: str, admission: Admission, *, named: bool = False
+        self, standing: Standing, day: str, locale: str, admission: Admission, *, named: Mapping[str, str] | None
     ) -> None:
         try:
             first = await self.store.first_warning(standing.scope.key, period_key(standing.period, day))
@@ -202,9 +300,9 @@ class BudgetGate:
                 )
             )
 
-    def refusal_text(self, standing: Standing, locale: str, *, named: bool = False) -> str:
-        """The refusal in `locale`; `named`: the turn joined several senders' messages, so a sender's limit
-        names them (`alice's daily budget`) instead of saying "your"."""
+    def refusal_text(self, standing: Standing, locale: str, *, named: Mapping[str, str] | None = None) -> str:
+        """The refusal in `locale`; `named` (sender id → display name; one missing: the id): the turn joined several
+        senders' messages, so a sender's limit names them (`Alice Wang's daily budget`) instead of saying "your"."""
         return i18n.text(
             "budget.refused",
             locale,
@@ -215,9 +313,10 @@ class BudgetGate:
         )
 
     @staticmethod
-    def _who(standing: Standing, locale: str, named: bool) -> str:
-        if named and standing.scope.kind == "user":
-            return i18n.text("budget.scope.member", locale, sender=standing.scope.ident)
+    def _who(standing: Standing, locale: str, named: Mapping[str, str] | None) -> str:
+        if named is not None and standing.scope.kind == "user":
+            who = standing.scope.ident
+            return i18n.text("budget.scope.member", locale, sender=named.get(who) or who)
         return i18n.text(f"budget.scope.{standing.scope.kind}", locale)
 
     def _resets(self, standing: Standing, locale: str) -> str:
@@ -229,10 +328,14 @@ class BudgetGate:
         A turn from a lease leaves it (which ends with its last turn once it admits no more), charging it what it
         spent beyond its estimate (`spent`: the turn's tokens; None, unknown, spends the lease: no more turns from
         it), so a lease's turns never spend more than the lease, however far they overrun their estimates."""
+        with self.cpu.measure():
+            self._settle(admission, spent)
+
+    def _settle(self, admission: Admission, spent: int | None) -> None:
         if admission.lease is not None:
             lease, admission.lease = admission.lease, None
             self.leases.settle(lease, None if spent is None else max(0, spent - admission.estimate))
-        elif admission.reservation_id is not None:
+        if admission.reservation_id is not None:
             self.recorder.release(admission.reservation_id)
             admission.reservation_id = None
 
@@ -250,6 +353,6 @@ def _used(standings: list[Standing]) -> dict[str, tuple[int, int]]:
     return used
 
 
-def _standings(claims: list[Claim], lowered: list[Standing]) -> list[Standing]:
+def _standings(claims: Sequence[Claim], lowered: list[Standing]) -> list[Standing]:
     """The standings against the real limits (a lease was asked with lowered ones)."""
     return judge(claims, _used(lowered))[0]

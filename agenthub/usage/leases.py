@@ -1,11 +1,12 @@
 """Budget leases: an instance reserves several turns' worth of headroom in one store call and admits the turns of
 the same scopes from it locally, so that a busy person's turns do not each cost a round trip to the database.
 
-A lease is an ordinary reservation (the store counts it against every scope it claims, for every instance) that
-is granted only when it fits whole, with room to spare, in what is left of every limit; so what turns admitted
-from a lease spend never reaches a limit, and the guarantee of per-turn reservations (overspend by at most one
-reservation) holds unchanged: near a limit no lease is granted and every turn reserves for itself. A lease stops
-admitting after `LEASE_ADMIT_S` (or once spent) and ends with the write of its last turn's usage."""
+A lease holds only its senders' own (`user`) scopes: the chat's and agent's are reserved per turn (see
+`BudgetGate._reserve`). It is an ordinary reservation (the store counts it against every scope it claims, for every
+instance) that is granted only when it fits whole, with room to spare, in what is left of every limit; so what
+turns admitted from a lease spend never reaches a limit, and the guarantee of per-turn reservations (overspend by
+at most one reservation) holds unchanged: near a limit no lease is granted and every turn reserves for itself. A
+lease stops admitting after `LEASE_ADMIT_S` (or once spent) and ends with the write of its last turn's usage."""
 
 from __future__ import annotations
 
@@ -117,6 +118,12 @@ class Leases:
         lease.running -= 1
         if not lease.open and lease.running == 0:
             self._release(lease.id)
+
+    def give_back(self, lease: Lease, estimate: int) -> None:
+        """A turn taken from `lease` was refused after all (by a chat's or agent's limit): its estimate is free
+        again."""
+        lease.committed -= estimate
+        self.settle(lease, 0)
 
     def _end(self, key: LeaseKey, lease: Lease) -> None:
         if not lease.open:

@@ -17,6 +17,7 @@ from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
 from agenthub.llm.types import LLMRequest, LLMResponse
 from agenthub.storage.ports import UsageStore
 from agenthub.storage.usage import TOKEN_KINDS, UsageRow
+from agenthub.usage.meter import CpuMeter
 from agenthub.usage.periods import day_of
 from agenthub.usage.spool import UsageSpool, forget_spool
 
@@ -48,6 +49,8 @@ class UsageRecorder:
         self._lock = asyncio.Lock()
         self._writer: asyncio.Task[None] | None = None
         self.before_close: list[Callable[[], None]] = []
+        self.release_cpu = CpuMeter()
+        """The CPU time of writes that only end reservations (budgets' share of the writer's work)."""
         """Called first by `aclose` (the budget gate ends its leases, so their release is in the last write)."""
 
     def watch(self, request: LLMRequest, response: LLMResponse) -> None:
@@ -117,6 +120,10 @@ class UsageRecorder:
         self._releases.append(reservation_id)
         self._kick()
 
+    def releases_waiting(self) -> set[str]:
+        """The settled reservations not written yet (the store still counts them)."""
+        return set(self._releases)
+
     async def flush(self) -> None:
         """Store every row seen so far (and end the reservations settled); `StorageError` leaves them pending (a
         later flush writes them)."""
@@ -127,7 +134,11 @@ class UsageRecorder:
             if not batch and not releases:
                 return
             try:
-                await self.store.add(batch, release=releases)
+                if batch:
+                    await self.store.add(batch, release=releases)
+                else:
+                    with self.release_cpu.measure():
+                        await self.store.add(batch, release=releases)
             except BaseException:
                 self._pending[:0] = batch
                 self._releases[:0] = releases

@@ -155,6 +155,34 @@ async def test_a_forget_does_not_give_the_person_their_budget_back(
     assert isinstance(third, ErrorEvent) and third.code == "budget_exceeded"
 
 
+async def test_a_forget_in_a_direct_chat_does_not_give_that_chat_its_budget_back(
+    backend_settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    """The forget renames the direct chat (named by the person) to their tag too: the chat's own limit still counts
+    what was used in it."""
+    settings = backend_settings.model_copy(
+        update={"budgets": backend_settings.budgets.model_copy(update={"chat_day": 500})}
+    )
+    fake_llm.default_usage = PER_CALL
+    stores = await open_stores(settings)
+    try:
+        async with build_services(settings, stores=stores) as services:
+            gw = services.gateway
+            await say(gw, "alice", "alice", "one")  # 300 of the chat's 500
+            await stored_rows(gw)
+            report = await gateway_forgetter(services).forget_in_chat(
+                gw.agents.get("default"), SessionKey("default", "wecom", "alice"), Person("wecom", "alice")
+            )
+            assert report.usage_rows >= 1
+            await say(gw, "alice", "alice", "two")  # 300 (under the tag) + 300: still below at the check
+            await stored_rows(gw)
+            third = await (await gw.submit(InboundMessage("wecom", "alice", "alice", "three"))).result()
+    finally:
+        await stores.aclose()
+    assert isinstance(third, ErrorEvent) and third.code == "budget_exceeded"
+    assert "本会话" in third.message  # the chat's limit, not hers (she has none)
+
+
 def test_the_usage_stores_tag_is_the_forgets() -> None:
     assert forgotten_tag("wecom", "alice") == Person("wecom", "alice").tag
 

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import psycopg
 import pytest
 
 from agenthub.clock import system_clock
@@ -110,3 +111,37 @@ async def test_a_spool_row_the_store_already_has_is_not_written_again(
         await stores.aclose()
     assert (sum(r.calls for r in days), sum(r.input for r in days)) == (3, 1 + 2 + 3)  # row 3 added, 1 and 2 once
     assert list(root.iterdir()) == []
+
+
+async def _calls_of(dsn: str, chat_id: str) -> list[tuple[int, int]]:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cursor = await conn.execute("SELECT input, output FROM usage_calls WHERE chat_id = %s", (chat_id,))
+        return [(int(r[0]), int(r[1])) for r in await cursor.fetchall()]
+
+
+async def test_on_postgres_a_row_not_stored_when_the_daemon_is_killed_is_stored_once_after_the_restart(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """Another session holds `usage_calls` locked, so the turn's usage write waits (uncommitted) while the reply
+    goes out; `kill -9`; the lock goes; the restarted daemon stores the row from the dead one's spool, once."""
+    async with Deployment(tmp_path, fake_llm, count=1, dsn=postgres_dsn) as d:
+        await d.start_all()
+        data = d.instances[0].root / "data"
+        spool = data / "usage-spool"
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as blocker:
+            await blocker.execute("LOCK TABLE usage_calls IN ACCESS EXCLUSIVE MODE")  # held until the rollback
+            fake_llm.script(reply_text("noted", usage=USAGE))
+            status, _ = await d.client().chat("crash-chat", "remember this")
+            assert status == 200
+            await _until(lambda: any("crash-chat" in p.read_text() for p in spool.glob("*.jsonl")))
+            await d.kill(0)
+            await blocker.rollback()
+        assert await _calls_of(postgres_dsn, "crash-chat") == []  # the killed daemon's write never committed
+        await d.restart(0, warm=False)
+        deadline = time.monotonic() + BOUND_S
+        while not await _calls_of(postgres_dsn, "crash-chat"):
+            assert time.monotonic() < deadline, "not within the bound"
+            await asyncio.sleep(0.05)
+        assert await d.stop_all() == [0]
+    assert await _calls_of(postgres_dsn, "crash-chat") == [(1234, 56)]
+    assert list(spool.glob("*.jsonl")) == []

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import pytest
+
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.hosting.app import build_gateway
-from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
+from agenthub.messages import SENDER_NAME, DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
 from agenthub.storage.usage import Scope, UsageRow
 from agenthub.usage.recorder import split
 from agenthub.usage.report import totals
@@ -89,3 +91,34 @@ def test_a_split_keeps_every_token_and_gives_the_rest_to_the_newest_sender() -> 
     ]
     assert [(r.calls, r.estimated) for r in rows] == [(0, 0), (0, 0), (1, 1)]
     assert split(row, ()) == [row] and split(row, ("newest",)) == [row]
+
+
+@pytest.mark.parametrize(
+    ("locale", "expected"),
+    [
+        ("zh-CN", "王小明 的每日用量额度（300 tokens）已用完"),
+        ("en", "王小明's daily usage budget (300 tokens) is used up"),
+    ],
+)
+async def test_a_joined_turns_refusal_names_the_member_by_the_display_name_their_channel_gave(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, locale: str, expected: str
+) -> None:
+    settings = settings_factory(budgets={"user_day": 300}, llm={"max_tokens": 100})
+    fake_llm.default_usage = PER_CALL
+    named = {SENDER_NAME: "王小明", "locale": locale}
+    async with build_gateway(settings) as gw:
+        bob_first = await (await gw.submit(InboundMessage("wecom", "g", "bob", "bob spends his day"))).result()
+        assert isinstance(bob_first, DoneEvent)
+        await rows_of(gw)
+        release = asyncio.Event()
+        fake_llm.script(reply_text("to carol", hold=release))
+        first = await gw.submit(InboundMessage("wecom", "g", "carol", "carol asks"))
+        await fake_llm.wait_for_requests(len(fake_llm.message_requests()) + 1)
+        alice = await gw.submit(InboundMessage("wecom", "g", "alice", "alice asks", metadata={"locale": locale}))
+        bob = await gw.submit(InboundMessage("wecom", "g", "bob", "bob asks", metadata=named))
+        release.set()
+        await first.result()
+        finals = [await alice.result(), await bob.result()]
+    for final in finals:
+        assert isinstance(final, ErrorEvent) and final.code == "budget_exceeded"
+        assert expected in final.message and "bob" not in final.message

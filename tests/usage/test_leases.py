@@ -14,7 +14,8 @@ from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.storage.ports import UsageStore
 from agenthub.storage.stores import Stores
-from agenthub.storage.usage import Claim, Reservation
+from agenthub.storage.usage import Claim, Reservation, UsageRow
+from agenthub.usage.periods import day_of
 from tests.support.budgets import MAX_TOKENS, PER_CALL, settle_all, store_of, used_by
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 
@@ -124,3 +125,35 @@ async def test_a_leases_turns_that_overrun_their_estimates_spend_no_more_than_pe
         await stores.aclose()
     assert counted.reserves >= 1
     assert limit <= used <= limit + sum(spend.values())  # over by at most the one turn admitted below the limit
+
+
+@pytest.mark.parametrize("backend", ["files", "postgres"])
+async def test_another_person_in_the_chat_is_not_refused_early_while_a_lease_is_open(
+    backend: str, settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, request: pytest.FixtureRequest
+) -> None:
+    """alice's lease holds several of her turns' estimates in her own scope only: bob, in the same group near its
+    chat limit, is checked against what the chat used, not against what alice may still spend."""
+    limit = 10_000
+    settings = settings_factory(
+        budgets={"user_day": 10**9, "chat_day": limit}, llm={"max_tokens": MAX_TOKENS}, store=store_of(backend, request)
+    )
+    fake_llm.default_usage = PER_CALL
+    stores = await open_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            assert gw.turn_services.usage is not None
+            alice = await (await gw.submit(InboundMessage("wecom", "g", "alice", "question"))).result()
+            assert isinstance(alice, DoneEvent)
+            assert gw.turn_services.usage.gate.leases.granted_count == 1  # her lease is open (for 30 s)
+            await gw.turn_services.usage.gate.drain()
+            used = await used_by(gw, "alice")
+            day = day_of(gw.clock(), gw.turn_services.usage.zone)
+            room = 100  # the chat's usage stops this far below its limit: bob's turn is still allowed
+            carols = UsageRow(day, "turn", "default", "wecom", "g", "carol", "m", input=limit - used - room)
+            await gw.turn_services.usage.store.add([carols])
+            bob = await (await gw.submit(InboundMessage("wecom", "g", "bob", "may I?"))).result()
+            carol = await (await gw.submit(InboundMessage("wecom", "g", "carol", "and I?"))).result()
+    finally:
+        await stores.aclose()
+    assert isinstance(bob, DoneEvent), bob
+    assert isinstance(carol, ErrorEvent) and carol.code == "budget_exceeded"  # bob's turn reached the limit

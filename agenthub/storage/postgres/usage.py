@@ -1,6 +1,6 @@
 """`PostgresUsageStore`: usage calls and day roll-ups, and budget reservations shared by every instance.
 
-A reservation is checked and taken in one call of `usage_reserve` (migration 8) under an advisory lock per scope
+A reservation is checked and taken in one call of `usage_reserve_claims` (migration 16) under an advisory lock per scope
 (taken in sorted order, so two turns sharing scopes never deadlock): what every instance's running turns reserved
 counts until it is released (with the turn's usage, in one transaction) or its `expires_at` passes (the instance
 died).
@@ -9,6 +9,7 @@ died).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 import uuid
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ _COUNT_CALL = (
     "AND channel = %s AND chat_id = %s AND sender_id = %s AND model = %s AND input = %s AND output = %s "
     "AND cache_read = %s AND cache_write = %s"
 )
-_RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve_claims(%s, %s, %s, %s, %s)"
 _RELEASE = "DELETE FROM usage_reservations WHERE id = ANY(%s)"
 SWEEP_S = 60.0
 """How often an instance deletes reservations that lapsed long ago (a dead instance's)."""
@@ -90,22 +91,22 @@ class PostgresUsageStore:
         return missing
 
     async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
-        """One round trip (`usage_reserve`, migration 8): the scopes' locks in key order, their usage and what
-        running turns reserved, the reservation unless a limit is reached; lapsed rows are swept now and then."""
+        """One round trip (`usage_reserve_claims`, migration 16): the scopes' locks in key order, their usage and
+        what running turns reserved, the reservation unless a limit is reached; lapsed rows are swept now and then."""
         ordered = sorted(claims, key=lambda c: c.scope.key)
         rid = uuid.uuid4().hex
-        params = (
-            rid,
-            [c.scope.kind for c in ordered],
-            [c.scope.channel for c in ordered],
-            [c.scope.ident for c in ordered],
-            [c.scope.key for c in ordered],
-            [c.day_limit for c in ordered],
-            [c.month_limit for c in ordered],
-            _date(day),
-            tokens,
-            ttl_s,
-        )
+        claimed = [
+            {
+                "kind": c.scope.kind,
+                "channel": c.scope.channel,
+                "ident": c.scope.ident,
+                "key": c.scope.key,
+                "day": c.day_limit,
+                "month": c.month_limit,
+            }
+            for c in ordered
+        ]
+        params = (rid, json.dumps(claimed, ensure_ascii=False), _date(day), tokens, ttl_s)
         sweep = time.monotonic() - self._swept >= SWEEP_S
         async with self.database.connection("reserve a turn's budget") as conn:
             cursor = await conn.execute(_RESERVE, params)
