@@ -14,7 +14,7 @@ THESAURUS = """
     car vehicle drive truck suv sedan hatchback 车 汽车 开车 新车 提车 买车
     live home house apartment flat address unit lease rent move moved 住 房子 公寓 地址 小区 租房 搬家
     job work employer company office hired career position role 工作 上班 公司 单位 入职 跳槽 offer
-    trip travel vacation holiday destination flight tour booked visit 旅行 旅游 度假 出游 机票 行程
+    trip travel vacation holiday destination flight tour ~booked visit 旅行 旅游 度假 出游 机票 行程
     restaurant eat dinner lunch food place cuisine 餐厅 馆子 饭店 吃饭 好吃 菜
     drink coffee tea latte order cafe cup 喝 咖啡 奶茶 拿铁 茶
     instrument play lessons piano guitar violin drums saxophone ukulele cello 乐器 钢琴 吉他 小提琴 鼓 萨克斯 古筝
@@ -42,7 +42,9 @@ THESAURUS = """
     deadline due submit 截止 期限
     """
 """Each line: words that answer or ask about the same thing. One CJK character stands alone only where it is the
-usual word (车, 猫); longer Chinese words count by their two-character pairs."""
+usual word (车, 猫); longer Chinese words count by their two-character pairs. A word marked `~` is reached from its
+line but does not reach it: its stem is another everyday word's ("booked" is "book": a trip may be booked, a book
+is no trip)."""
 
 MAX_RELATED = 24
 """At most this many related terms widen one query."""
@@ -91,19 +93,23 @@ def derived_forms(term: str) -> list[str]:
 @lru_cache(maxsize=4)
 def _groups(mode: text.CjkMode) -> dict[str, tuple[tuple[str, ...], ...]]:
     by_term: dict[str, list[tuple[str, ...]]] = {}
-    for group in _parse(mode):
-        for term in group:
+    for group, reaching in _parse(mode):
+        for term in reaching:
             by_term.setdefault(term, []).append(group)
     return {term: tuple(groups) for term, groups in by_term.items()}
 
 
-def _parse(mode: text.CjkMode) -> Iterable[tuple[str, ...]]:
+def _parse(mode: text.CjkMode) -> Iterable[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Each line's terms, and those of them that reach the line (all but the `~` words)."""
     for line in THESAURUS.strip().splitlines():
         terms: dict[str, None] = {}
+        reaching: dict[str, None] = {}
         for word in line.split():
-            made = text.index_terms(word, cjk=mode)
+            made = text.index_terms(word.lstrip("~"), cjk=mode)
             if len(made) > 1:  # a Chinese word: its pairs, not its single characters
                 made = [t for t in made if len(t) > 1] or made
             terms.update(dict.fromkeys(made))
+            if not word.startswith("~"):
+                reaching.update(dict.fromkeys(made))
         if len(terms) > 1:
-            yield tuple(terms)
+            yield tuple(terms), tuple(t for t in terms if t in reaching)

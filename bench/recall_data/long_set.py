@@ -5,7 +5,7 @@ chat 1 and the English chats 2 and 3 (`HELDOUT`), reported apart and never looke
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import ModuleType
 
 from recall_data import long_filler_en, long_filler_zh
@@ -32,6 +32,7 @@ CHATS: list[tuple[Lang, Chat]] = [
     ("zh", GAO_SU),
 ]
 HELDOUT = frozenset({"long-en-2", "long-en-3", "long-zh-1"})
+_ZH_ENDS = ("。", "！", "？", "~", "…", "，", "）")
 FILLER: dict[Lang, ModuleType] = {"en": long_filler_en, "zh": long_filler_zh}
 
 
@@ -58,16 +59,22 @@ class _Filler:
     def turn(self) -> str:
         """A turn of small talk: one to three lines (chat turns run from a phrase to a short paragraph)."""
         count = self.rng.choices((1, 2, 3), weights=(45, 40, 15))[0]
-        return self.space.join(self.line() for _ in range(count))
+        return self.join(self.line() for _ in range(count))
 
     def around(self, fact: str) -> str:
         """A fact said in passing: half the time with a line of small talk before or after it."""
         roll = self.rng.random()
         if roll < 0.25:
-            return self.space.join((self.line(), fact))
+            return self.join((self.line(), fact))
         if roll < 0.5:
-            return self.space.join((fact, self.line()))
+            return self.join((fact, self.line()))
         return fact
+
+    def join(self, pieces: Iterable[str]) -> str:
+        """Lines of one turn: English ones after a space, Chinese ones after a full stop where one lacks an end."""
+        if self.space:
+            return " ".join(pieces)
+        return "".join(p if p.endswith(_ZH_ENDS) else p + "。" for p in pieces).removesuffix("。")
 
     def line(self) -> str:
         if not self.deck:
@@ -79,7 +86,8 @@ class _Filler:
             keep = not self.space or text.startswith(("I ", "I'"))
             text = opener + (text if keep else text[0].lower() + text[1:])
         if self.rng.random() < 0.15:
-            text += self.space + self.rng.choice(self.module.TAILS).strip()
+            tail = self.rng.choice(self.module.TAILS).strip()
+            text += " " + tail if self.space else ("" if text.endswith(_ZH_ENDS) else "，") + tail
         return text
 
 
