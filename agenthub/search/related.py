@@ -40,6 +40,15 @@ THESAURUS = """
     train ticket seat flight 火车 高铁 车次 航班 座位
     package parcel delivery order shipped tracking 快递 包裹 订单 单号
     deadline due submit 截止 期限
+    paint painting painted watercolor canvas sketch drawing artwork 画 画画 水彩 油画 素描
+    hurt injury injured sprained broke fracture cast 受伤 扭伤 骨折 摔伤
+    race marathon 10k half-marathon runner 马拉松 跑步 比赛
+    volunteer volunteering charity donate donation 志愿者 义工 公益 捐款 义诊
+    promoted promotion raise title manager lead 升职 晋升 加薪 升了
+    mom mother dad father parents grandmother grandfather grandma grandpa 妈妈 爸爸 父母 奶奶 外婆 爷爷 外公
+    therapist therapy counselor counseling anxiety 心理 咨询 焦虑
+    cook cooking recipe bake baking dish 做饭 菜谱 烘焙 下厨 做菜
+    garden gardening plant plants grow growing balcony 花园 种花 植物 阳台 种菜
     """
 """Each line: words that answer or ask about the same thing. One CJK character stands alone only where it is the
 usual word (车, 猫); longer Chinese words count by their two-character pairs. A word marked `~` is reached from its
