@@ -5,7 +5,7 @@ AutoCompact sweep later, still found.
 
 Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout] [--no-rerank]
 [--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N [--misses-beyond K]]
-[--no-retention]
+[--no-retention] [--show-text-misses N] [--wordy]
 [--dump data.json]
 `--set heldout`: 8 chats on other topics, asked in other words, kept out of tuning (recall_data/heldout_facts.py).
 `--set long`: 6 chats of 300+ turns over 12 dated sessions, hand-written facts (recall_data/long_set.py), reported as
@@ -66,6 +66,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--scope", choices=["chat", "agent"], default="chat", help="agent: search every chat")
     parser.add_argument("--show-misses", type=int, default=0, metavar="N")
     parser.add_argument("--misses-beyond", type=int, default=1, metavar="K", help="a miss: not among the first K hits")
+    parser.add_argument("--wordy", action="store_true", help="long set: every turn a short paragraph")
     parser.add_argument("--show-text-misses", type=int, default=0, metavar="N", help="not in the tool's 3,500 chars")
     parser.add_argument("--no-retention", action="store_true")
     parser.add_argument("--dump", type=Path, metavar="FILE", help="also write the data set to FILE as JSON")
@@ -110,7 +111,7 @@ async def main() -> int:
     elif args.set == "heldout":
         conversations = heldout(per_lang=args.conversations or HELDOUT_PER_LANG)
     else:
-        conversations = long_set()
+        conversations = long_set(wordy=args.wordy)
     if args.dump is not None:
         args.dump.write_text(json.dumps(as_json(conversations), ensure_ascii=False, indent=1), encoding="utf-8")
     turns = sum(len(c.turns) for c in conversations)

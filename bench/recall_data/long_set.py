@@ -36,15 +36,16 @@ _ZH_ENDS = ("。", "！", "？", "~", "…", "，", "）")
 FILLER: dict[Lang, ModuleType] = {"en": long_filler_en, "zh": long_filler_zh}
 
 
-def long_set(seed: int = SEED, part: str = "all") -> list[Conversation]:
-    """`part`: all, tuned (the half that may be looked at) or heldout."""
+def long_set(seed: int = SEED, part: str = "all", *, wordy: bool = False) -> list[Conversation]:
+    """`part`: all, tuned (the half that may be looked at) or heldout. `wordy`: every turn a short paragraph (two
+    to five lines, a fact always between two), so that five hits and their neighbours press on the budget."""
     chats = []
     counts: dict[str, int] = {}
     for number, (lang, chat) in enumerate(CHATS):
         cid = f"long-{lang}-{counts.setdefault(lang, 0)}"
         counts[lang] += 1
         if part == "all" or (cid in HELDOUT) == (part == "heldout"):
-            chats.append(conversation(cid, lang, FIRST + number, chat, seed))
+            chats.append(conversation(cid, lang, FIRST + number, chat, seed, wordy=wordy))
     return chats
 
 
@@ -52,18 +53,20 @@ class _Filler:
     """Small talk dealt from a shuffled deck (every line once before any comes again), some lines with an opener
     or a tail."""
 
-    def __init__(self, rng: random.Random, lang: Lang) -> None:
-        self.rng, self.module, self.deck = rng, FILLER[lang], list[str]()
+    def __init__(self, rng: random.Random, lang: Lang, *, wordy: bool = False) -> None:
+        self.rng, self.module, self.deck, self.wordy = rng, FILLER[lang], list[str](), wordy
         self.space = " " if lang == "en" else ""
 
     def turn(self) -> str:
         """A turn of small talk: one to three lines (chat turns run from a phrase to a short paragraph)."""
-        count = self.rng.choices((1, 2, 3), weights=(45, 40, 15))[0]
+        count = self.rng.randint(2, 5) if self.wordy else self.rng.choices((1, 2, 3), weights=(45, 40, 15))[0]
         return self.join(self.line() for _ in range(count))
 
     def around(self, fact: str) -> str:
         """A fact said in passing: half the time with a line of small talk before or after it."""
         roll = self.rng.random()
+        if self.wordy:
+            return self.join((self.line(), fact, self.line()))
         if roll < 0.25:
             return self.join((self.line(), fact))
         if roll < 0.5:
@@ -91,11 +94,11 @@ class _Filler:
         return text
 
 
-def conversation(cid: str, lang: Lang, number: int, chat: Chat, seed: int) -> Conversation:
+def conversation(cid: str, lang: Lang, number: int, chat: Chat, seed: int, *, wordy: bool = False) -> Conversation:
     (a, b), facts = chat
     rng = random.Random(f"{seed}:{cid}")
     conv = Conversation(cid, lang, (a, b))
-    filler = _Filler(rng, lang)
+    filler = _Filler(rng, lang, wordy=wordy)
     base = number * CONVERSATION_TURNS
     day = START_S + rng.randint(0, 6) * DAY_S
     answers: dict[int, int] = {}
