@@ -11,6 +11,7 @@ from types import ModuleType
 from recall_data import long_filler_en, long_filler_zh
 from recall_data.long_en_heldout import BEA_WES, IRENE_MATEO
 from recall_data.long_en_tuned import HANNAH_KOFI, ROSA_DANIEL
+from recall_data.long_filler_more import EN_LINES, ZH_LINES
 from recall_data.long_kinds import F
 from recall_data.long_zh import GAO_SU, XU_TANG
 from recall_data.model import CONVERSATION_TURNS, Conversation, Lang, Question, Turn
@@ -32,6 +33,7 @@ CHATS: list[tuple[Lang, Chat]] = [
     ("zh", GAO_SU),
 ]
 HELDOUT = frozenset({"long-en-2", "long-en-3", "long-zh-1"})
+MORE = {True: EN_LINES, False: ZH_LINES}
 _ZH_ENDS = ("。", "！", "？", "~", "…", "，", "）")
 FILLER: dict[Lang, ModuleType] = {"en": long_filler_en, "zh": long_filler_zh}
 
@@ -81,7 +83,7 @@ class _Filler:
 
     def line(self) -> str:
         if not self.deck:
-            self.deck = list(self.module.LINES)
+            self.deck = list(self.module.LINES) + list(MORE[self.space == " "])
             self.rng.shuffle(self.deck)
         text: str = self.deck.pop()
         if self.rng.random() < 0.2:
