@@ -5,9 +5,13 @@ AutoCompact sweep later, still found.
 
 Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout] [--no-rerank]
 [--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N [--misses-beyond K]]
-[--no-retention]
+[--no-retention] [--show-text-misses N] [--wordy]
 [--dump data.json]
 `--set heldout`: 8 chats on other topics, asked in other words, kept out of tuning (recall_data/heldout_facts.py).
+`--set long`: 6 chats of 300+ turns over 12 dated sessions, hand-written facts (recall_data/long_set.py), reported as
+its tuned half and its held-out half (the held-out half's misses are never shown).
+Every set is also counted as the public long-conversation benchmark counts: the real memory_search tool's text
+answer (limit 5) cut at 3,500 characters must hold the answer turn's distinctive part (recall_data/budget.py).
 The main set's figures are also given per half (A: even-numbered chats, B: odd ones): tune on one, check the other.
 (retention runs on the files: it idles a chat by its file time, as AutoCompact reads it there)
 """
@@ -26,11 +30,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from recall_data.budget import TextOutcome, needles, text_report
 from recall_data.generate import CONVERSATIONS_PER_LANG, HELDOUT_PER_LANG, dataset, heldout
+from recall_data.long_set import HELDOUT, long_set
 from recall_data.model import Conversation, as_json
 from recall_data.probe import RankedProbe
 from recall_data.retention import describe, measure_retention
-from recall_data.run import ProbeOf, measure
+from recall_data.run import ProbeOf, measure_both
 from recall_data.score import Outcome, halves, report
 
 from agenthub.log import configure_logging
@@ -52,7 +58,7 @@ def misses(conversations: list[Conversation], outcomes: list[Outcome], count: in
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--conversations", type=int, help="per language (main 12, heldout 4)")
-    parser.add_argument("--set", choices=["main", "heldout"], default="main", help="which data set")
+    parser.add_argument("--set", choices=["main", "heldout", "long"], default="main", help="which data set")
     parser.add_argument("--no-rerank", action="store_true", help="the index's order, without the second stage")
     parser.add_argument(
         "--cjk", choices=["grams", "words", "bigrams"], default=text.CJK_MODE, help="how Chinese is cut"
@@ -60,6 +66,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--scope", choices=["chat", "agent"], default="chat", help="agent: search every chat")
     parser.add_argument("--show-misses", type=int, default=0, metavar="N")
     parser.add_argument("--misses-beyond", type=int, default=1, metavar="K", help="a miss: not among the first K hits")
+    parser.add_argument("--wordy", action="store_true", help="long set: every turn a short paragraph")
+    parser.add_argument("--show-text-misses", type=int, default=0, metavar="N", help="not in the tool's 3,500 chars")
     parser.add_argument("--no-retention", action="store_true")
     parser.add_argument("--dump", type=Path, metavar="FILE", help="also write the data set to FILE as JSON")
     parser.add_argument(
@@ -68,14 +76,28 @@ def arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-async def run(conversations: list[Conversation], backend: str, probe_of: ProbeOf) -> list[Outcome]:
+def text_misses(conversations: list[Conversation], outcomes: list[TextOutcome], count: int) -> list[str]:
+    """The first `count` questions whose answer is not within the tool's budget (never one of a held-out chat)."""
+    by_id = {c.cid: c for c in conversations}
+    lines = []
+    for o in [o for o in outcomes if not o.found and o.question.conversation not in HELDOUT][:count]:
+        q = o.question
+        lines.append(
+            f"  text miss {q.qid} [{q.kind}] anywhere={o.anywhere}: {q.asked}  <- {needles(by_id[q.conversation], q)}"
+        )
+    return lines
+
+
+async def run(
+    conversations: list[Conversation], backend: str, probe_of: ProbeOf
+) -> tuple[list[Outcome], list[TextOutcome]]:
     """The measurement in a fresh deployment: files in a temporary directory, or a new PostgreSQL server."""
     with tempfile.TemporaryDirectory() as tmp:
         if backend == "files":
-            return await measure(conversations, Path(tmp), probe_of)
+            return await measure_both(conversations, Path(tmp), probe_of)
         server = new_server()
         try:
-            return await measure(conversations, Path(tmp), probe_of, dsn=server.create_database())
+            return await measure_both(conversations, Path(tmp), probe_of, dsn=server.create_database())
         finally:
             server.remove()
 
@@ -86,8 +108,10 @@ async def main() -> int:
     rerank.ENABLED = not args.no_rerank
     if args.set == "main":
         conversations = dataset(per_lang=args.conversations or CONVERSATIONS_PER_LANG)
-    else:
+    elif args.set == "heldout":
         conversations = heldout(per_lang=args.conversations or HELDOUT_PER_LANG)
+    else:
+        conversations = long_set(wordy=args.wordy)
     if args.dump is not None:
         args.dump.write_text(json.dumps(as_json(conversations), ensure_ascii=False, indent=1), encoding="utf-8")
     turns = sum(len(c.turns) for c in conversations)
@@ -95,7 +119,7 @@ async def main() -> int:
     print(f"data: {len(conversations)} conversations, {turns} turns, {questions} questions")
     everywhere = args.scope == "agent"
     started = time.perf_counter()
-    outcomes = await run(conversations, args.backend, partial(RankedProbe, everywhere=everywhere))
+    outcomes, texts = await run(conversations, args.backend, partial(RankedProbe, everywhere=everywhere))
     elapsed = time.perf_counter() - started
     stage = "index order" if args.no_rerank else "reranked"
     title = (
@@ -105,7 +129,16 @@ async def main() -> int:
     print("\n".join(report(outcomes, title)))
     if args.set == "main":
         print("\n".join(halves(outcomes)))
-    print("\n".join(misses(conversations, outcomes, args.show_misses, args.misses_beyond)))
+    print("\n".join(text_report(texts, "the tool's text answer, cut at 3,500 characters: answer found")))
+    if args.set == "long":
+        for part, name in ((False, "tuned half"), (True, "held-out half")):
+            chosen = [o for o in texts if (o.question.conversation in HELDOUT) == part]
+            print("\n".join(text_report(chosen, f"  {name}: answer within 3,500 characters")))
+        outcomes_shown = [o for o in outcomes if o.question.conversation not in HELDOUT]
+    else:
+        outcomes_shown = outcomes
+    print("\n".join(misses(conversations, outcomes_shown, args.show_misses, args.misses_beyond)))
+    print("\n".join(text_misses(conversations, texts, args.show_text_misses)))
     if not args.no_retention:
         print(describe(await measure_retention(lambda gw: RankedProbe(gw.search))))
     return 0

@@ -1,4 +1,5 @@
-"""Ranked hits as the model reads them: each passage with the turn before and after, cut to a budget per hit."""
+"""Ranked hits as the model reads them: each passage with the turn before and after, the whole answer cut to a
+budget shared by the hits (five hits with their neighbours fit ANSWER_CHARS)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,15 @@ from agenthub.search.text import normalise
 from agenthub.session_keys import SessionKey
 from agenthub.storage.search_index import ARCHIVE, MEMORY, Passage, SearchHit
 
+ANSWER_CHARS = 3400
+"""The whole answer of up to five hits, header line included, stays within this many characters: a reader that
+keeps only the first ~3,500 characters still sees the fifth hit and its neighbours. More hits share it down to
+MIN_HIT_CHARS each; a hit shorter than its share leaves the rest to the others."""
 HIT_CHARS = 700
-"""About this many characters per hit, its header and neighbours included (5 hits ≈ 3,500)."""
-NEIGHBOUR_CHARS = 130
+"""At most this many characters per hit, its headers and neighbours included."""
+MIN_HIT_CHARS = 320
+MIN_NEIGHBOUR_CHARS = 60
+"""A neighbour longer than its share is cut around the query's words, but keeps at least this much."""
 
 
 def format_hits(query: str, hits: Sequence[SearchHit], terms: Sequence[str], labels: Mapping[str, str]) -> str:
@@ -19,24 +26,62 @@ def format_hits(query: str, hits: Sequence[SearchHit], terms: Sequence[str], lab
     shown = shown if len(shown) <= 80 else shown[:80] + "…"
     if not hits:
         return f'no matches for "{shown}"'
-    lines = [f'{len(hits)} match{"es" if len(hits) > 1 else ""} for "{shown}", best first:']
-    for number, hit in enumerate(hits, start=1):
-        lines.append(format_hit(number, hit, terms, labels))
-    return "\n".join(lines)
+    head = f'{len(hits)} match{"es" if len(hits) > 1 else ""} for "{shown}", best first:'
+    blocks = [_Block(number, hit, labels) for number, hit in enumerate(hits, start=1)]
+    budgets = _shares([b.full for b in blocks], ANSWER_CHARS - len(head) - len(blocks), len(blocks))
+    return "\n".join([head, *(b.render(terms, budget) for b, budget in zip(blocks, budgets, strict=True))])
 
 
-def format_hit(number: int, hit: SearchHit, terms: Sequence[str], labels: Mapping[str, str]) -> str:
-    """`N. [where] role time (speaker): passage`, then the turn before and the turn after it, within HIT_CHARS
-    (headers included)."""
-    around = [(label, p) for label, p in (("before", hit.before), ("after", hit.after)) if p is not None]
-    head = f"{number}. [{where(hit.passage, labels)}] {_line(hit.passage)}"
-    heads = [f"   ({label}) {_line(passage)}" for label, passage in around]
-    budget = HIT_CHARS - len(head) - sum(len(h) + 1 for h in heads)
-    neighbour = min(NEIGHBOUR_CHARS, max(40, budget // 4))
-    lines = [head + excerpt(hit.passage.text, terms, max(80, budget - neighbour * len(around)))]
-    for (label, passage), line_head in zip(around, heads, strict=True):
-        lines.append(line_head + excerpt(passage.text, terms, neighbour, tail=label == "before"))
-    return "\n".join(lines)
+def _shares(wants: Sequence[int], total: int, count: int) -> list[int]:
+    """Each hit's budget: an even share of `total` (within MIN_HIT_CHARS..HIT_CHARS); a hit wanting less takes what
+    it wants and the rest goes to the others (water-filling)."""
+    budgets = [0] * count
+    left, open_ = total, sorted(range(count), key=lambda i: wants[i])
+    while open_:
+        share = min(HIT_CHARS, max(MIN_HIT_CHARS, left // len(open_)))
+        i = open_.pop(0)
+        budgets[i] = min(wants[i], share)
+        left -= budgets[i]
+    return budgets
+
+
+class _Block:
+    """One hit's lines: `N. [where] role time (speaker): passage`, then `(before)` and `(after)` (their time without
+    the date when it is the hit's day)."""
+
+    def __init__(self, number: int, hit: SearchHit, labels: Mapping[str, str]) -> None:
+        self.head = f"{number}. [{where(hit.passage, labels)}] {_line(hit.passage)}"
+        self.text = " ".join(hit.passage.text.split())
+        day = _day(hit.passage.ts)
+        self.around = [
+            (f"   ({label}) {_line(p, day)}", " ".join(p.text.split()), label == "before")
+            for label, p in (("before", hit.before), ("after", hit.after))
+            if p is not None
+        ]
+        self.heads = len(self.head) + sum(len(h) + 1 for h, _, _ in self.around)
+        self.full = self.heads + len(self.text) + sum(len(t) for _, t, _ in self.around)
+
+    def render(self, terms: Sequence[str], budget: int) -> str:
+        room = max(80 + MIN_NEIGHBOUR_CHARS * len(self.around), budget - self.heads)
+        sizes = _split(room, len(self.text), [len(t) for _, t, _ in self.around])
+        lines = [self.head + excerpt(self.text, terms, sizes[0])]
+        for (head, text, tail), size in zip(self.around, sizes[1:], strict=True):
+            lines.append(head + excerpt(text, terms, size, tail=tail))
+        return "\n".join(lines)
+
+
+def _split(room: int, main: int, neighbours: Sequence[int]) -> list[int]:
+    """The passage's and its neighbours' characters within `room`: the passage first (at least half, or what the
+    neighbours leave), the neighbours sharing the rest evenly (one shorter than its share leaves it to the other)."""
+    floor = sum(min(MIN_NEIGHBOUR_CHARS, n) for n in neighbours)
+    first = min(main, max(room // 2, room - sum(neighbours)), room - floor)
+    rest = room - first
+    order = sorted(range(len(neighbours)), key=lambda k: neighbours[k])
+    given = [0] * len(neighbours)
+    for n, k in enumerate(order):
+        given[k] = min(neighbours[k], rest // (len(order) - n))
+        rest -= given[k]
+    return [first, *given]
 
 
 def where(passage: Passage, labels: Mapping[str, str]) -> str:
@@ -50,16 +95,27 @@ def where(passage: Passage, labels: Mapping[str, str]) -> str:
     return name + ", archived" if passage.kind == ARCHIVE else name
 
 
-def _line(passage: Passage) -> str:
-    """The head of a passage's line: role, time, speaker."""
+def _line(passage: Passage, day: str | None = None) -> str:
+    """The head of a passage's line: role, time (only the clock when it is on `day`), speaker."""
     speaker = f" ({passage.speaker})" if passage.speaker is not None else ""
-    return f"{passage.role} {iso(passage.ts)}{speaker}: "
+    when = iso(passage.ts)
+    if day is not None and _day(passage.ts) == day:
+        when = when[11:16]
+    return f"{passage.role} {when}{speaker}: "
 
 
 def iso(ts: int | None) -> str:
     if ts is None:
         return "(time unknown)"
-    return dt.datetime.fromtimestamp(ts / 1000, tz=dt.UTC).astimezone().isoformat(timespec="seconds")
+    return _local(ts).isoformat(timespec="seconds")
+
+
+def _day(ts: int | None) -> str | None:
+    return None if ts is None else _local(ts).date().isoformat()
+
+
+def _local(ts: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts / 1000, tz=dt.UTC).astimezone()
 
 
 def excerpt(text: str, terms: Sequence[str], budget: int, *, tail: bool = False) -> str:

@@ -14,7 +14,7 @@ THESAURUS = """
     car vehicle drive truck suv sedan hatchback 车 汽车 开车 新车 提车 买车
     live home house apartment flat address unit lease rent move moved 住 房子 公寓 地址 小区 租房 搬家
     job work employer company office hired career position role 工作 上班 公司 单位 入职 跳槽 offer
-    trip travel vacation holiday destination flight tour booked visit 旅行 旅游 度假 出游 机票 行程
+    trip travel vacation holiday destination flight tour ~booked visit 旅行 旅游 度假 出游 机票 行程
     restaurant eat dinner lunch food place cuisine 餐厅 馆子 饭店 吃饭 好吃 菜
     drink coffee tea latte order cafe cup 喝 咖啡 奶茶 拿铁 茶
     instrument play lessons piano guitar violin drums saxophone ukulele cello 乐器 钢琴 吉他 小提琴 鼓 萨克斯 古筝
@@ -40,9 +40,20 @@ THESAURUS = """
     train ticket seat flight 火车 高铁 车次 航班 座位
     package parcel delivery order shipped tracking 快递 包裹 订单 单号
     deadline due submit 截止 期限
+    paint painting painted watercolor canvas sketch drawing artwork 画 画画 水彩 油画 素描
+    hurt injury injured sprained broke fracture cast 受伤 扭伤 骨折 摔伤
+    race marathon 10k half-marathon runner 马拉松 跑步 比赛
+    volunteer volunteering charity donate donation 志愿者 义工 公益 捐款 义诊
+    promoted promotion raise title manager lead 升职 晋升 加薪 升了
+    mom mother dad father parents grandmother grandfather grandma grandpa 妈妈 爸爸 父母 奶奶 外婆 爷爷 外公
+    therapist therapy counselor counseling anxiety 心理 咨询 焦虑
+    cook cooking recipe bake baking dish 做饭 菜谱 烘焙 下厨 做菜
+    garden gardening plant plants grow growing balcony 花园 种花 植物 阳台 种菜
     """
 """Each line: words that answer or ask about the same thing. One CJK character stands alone only where it is the
-usual word (车, 猫); longer Chinese words count by their two-character pairs."""
+usual word (车, 猫); longer Chinese words count by their two-character pairs. A word marked `~` is reached from its
+line but does not reach it: its stem is another everyday word's ("booked" is "book": a trip may be booked, a book
+is no trip)."""
 
 MAX_RELATED = 24
 """At most this many related terms widen one query."""
@@ -91,19 +102,23 @@ def derived_forms(term: str) -> list[str]:
 @lru_cache(maxsize=4)
 def _groups(mode: text.CjkMode) -> dict[str, tuple[tuple[str, ...], ...]]:
     by_term: dict[str, list[tuple[str, ...]]] = {}
-    for group in _parse(mode):
-        for term in group:
+    for group, reaching in _parse(mode):
+        for term in reaching:
             by_term.setdefault(term, []).append(group)
     return {term: tuple(groups) for term, groups in by_term.items()}
 
 
-def _parse(mode: text.CjkMode) -> Iterable[tuple[str, ...]]:
+def _parse(mode: text.CjkMode) -> Iterable[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Each line's terms, and those of them that reach the line (all but the `~` words)."""
     for line in THESAURUS.strip().splitlines():
         terms: dict[str, None] = {}
+        reaching: dict[str, None] = {}
         for word in line.split():
-            made = text.index_terms(word, cjk=mode)
+            made = text.index_terms(word.lstrip("~"), cjk=mode)
             if len(made) > 1:  # a Chinese word: its pairs, not its single characters
                 made = [t for t in made if len(t) > 1] or made
             terms.update(dict.fromkeys(made))
+            if not word.startswith("~"):
+                reaching.update(dict.fromkeys(made))
         if len(terms) > 1:
-            yield tuple(terms)
+            yield tuple(terms), tuple(t for t in terms if t in reaching)

@@ -50,6 +50,7 @@ STOP_WORDS = ENGLISH_STOP_WORDS | CHINESE_FUNCTION_WORDS
 _QUESTION = re.compile(
     r"什么时候|什么|多少|哪里|哪儿|哪个|哪些|哪家|哪天|哪|谁|吗|呢|怎么样|怎么|为什么|是否|是不是|有没有|请问"
     r"|\bwhat (?:kind|sort|type)s? of\b|\bthese days\b|\bnowadays\b|\b(?:do|did) you (?:remember|know|recall)\b"
+    r"|\bhow (?:long|many|much|often)\b|\brecently\b|\blately\b"
 )
 """Question words a query drops before it is cut: an answer never holds them, and in Chinese they would otherwise
 join their neighbours into bigrams (陈晨哪天出生 → 晨哪, 哪天) that no answer holds either."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agenthub.search.passages import HIT_CHARS, excerpt, format_hits
+from agenthub.search.passages import ANSWER_CHARS, excerpt, format_hits
 from agenthub.search.text import query_terms
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.search_index import Passage, SearchHit, archive_source, history_source, memory_source
@@ -27,7 +27,7 @@ def test_five_long_hits_with_neighbours_fit_about_3500_characters() -> None:
     ]
     query = "what is the launch code?"
     text = format_hits(query, hits, query_terms(query), {})
-    assert len(text) <= 5 * HIT_CHARS + 100
+    assert len(text) <= ANSWER_CHARS  # a reader keeping the first ~3,500 characters sees all five hits
     for i, block in enumerate(text.split("\n")[1:][::3]):
         assert f"the launch code is CODE-7Q{i}" in block  # the matching words are inside the cut
         assert block.startswith(f"{i + 1}. [session wecom:group-1] user ") and "(alice)" in block
@@ -51,3 +51,24 @@ def test_an_excerpt_is_one_line_within_its_budget() -> None:
     assert "\n" not in cut and len(cut) <= 120 and "nightingale here" in cut and cut.startswith("…")
     assert excerpt("short text", ["absent"], 120) == "short text"
     assert excerpt("z" * 500, ["absent"], 100, tail=True).startswith("…")
+
+
+def test_a_hit_that_fits_is_shown_whole_and_a_short_one_leaves_its_room_to_its_neighbours() -> None:
+    said = "changed the wifi password, the new one is blue_otter_28 " + "and more words " * 3
+    fits = SearchHit(_passage(1, said, speaker="jo"), 1.0, after=_passage(2, "thanks!"))
+    before = "my sister told me about her trip to Lisbon, " * 6 + "she found the best custard tarts near the river"
+    short = SearchHit(
+        _passage(11, "ha, true", speaker="jo"), 1.0, before=_passage(10, before), after=_passage(12, "ok")
+    )
+    text = format_hits("wifi password", [fits, short], query_terms("wifi password"), {})
+    assert " ".join(said.split()) in text and "(after) user " in text
+    assert "custard tarts near the river" in text  # the long turn before a short hit is shown whole
+
+
+def test_a_neighbour_on_the_hit_s_day_shows_its_clock_and_the_hit_its_full_time() -> None:
+    hit = SearchHit(_passage(5, "we went to the support group yesterday"), 1.0, before=_passage(4, "how was it?"))
+    text = format_hits("support group", [hit], query_terms("support group"), {})
+    first, second = text.splitlines()[1:]
+    assert first.startswith("1. [session wecom:group-1] user 2025-") and "T" in first.split()[4]
+    clock = second.split()[2].rstrip(":")
+    assert second.startswith("   (before) user ") and len(clock) == 5 and clock[2] == ":"

@@ -27,6 +27,13 @@ def test_question_words_leave_the_query_before_it_is_cut() -> None:
     assert query_terms("什么") == ["什么", "什", "么"]  # nothing else: kept rather than nothing
 
 
+def test_how_long_how_many_and_recently_frame_a_question_and_leave_it() -> None:
+    assert query_terms("How long has Rosa been teaching?") == ["rosa", "teach", "taught"]
+    assert query_terms("How many kids does Tom have?") == ["kid", "tom"]
+    assert query_terms("What did Ana paint recently?") == query_terms("what did Ana paint lately") == ["ana", "paint"]
+    assert query_terms("long walks") == ["long", "walk"]  # outside the frame the word stays
+
+
 def test_bigram_mode_cuts_every_cjk_run_into_overlapping_pairs() -> None:
     assert index_terms("暗号是夜莺", cjk="bigrams") == ["暗号", "号是", "是夜", "夜莺"]
     assert index_terms("好", cjk="bigrams") == ["好"]
