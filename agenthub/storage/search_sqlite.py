@@ -206,20 +206,18 @@ class SqliteSearchIndex:
         if not docs:
             return
         columns = self.columns()
-        added: list[tuple[int, Sequence[str]]] = []
-        for doc in docs:
-            p, dl = doc.passage, len(doc.terms)
-            row = self.db.execute(
-                "INSERT INTO docs(source_id, seq, role, speaker, ts, dl, text) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                (source_id, p.seq, p.role, p.speaker, p.ts, dl, p.text),
-            ).fetchone()
-            columns.put(row[0], source_id, dl, p.ts)
-            added.append((row[0], doc.terms))
+        row = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'docs'").fetchone()
+        first = (int(row[0]) if row else 0) + 1  # what AUTOINCREMENT would give, numbered here: one executemany
+        ids = range(first, first + len(docs))
+        self.db.executemany(
+            "INSERT INTO docs(id, source_id, seq, role, speaker, ts, dl, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(i, source_id, p.seq, p.role, p.speaker, p.ts, len(d.terms), p.text) for i, d, p in _numbered(ids, docs)],
+        )
+        columns.put_many(first, source_id, [len(d.terms) for d in docs], [d.passage.ts for d in docs])
         self.db.execute(
             "UPDATE totals SET docs = docs + ?, terms = terms + ?", (len(docs), sum(len(d.terms) for d in docs))
         )
-        self.segments.add(added, columns)
+        self.segments.add([(doc_id, d.terms) for doc_id, d in zip(ids, docs, strict=True)], columns)
 
     def columns(self) -> DocColumns:
         """Every stored doc's source, length and ts by id (read from `docs` once, then kept up to date)."""
@@ -310,6 +308,10 @@ class SqliteSearchIndex:
         n_docs, n_terms = self.db.execute("SELECT docs, terms FROM totals").fetchone()
         sources = self.db.execute("SELECT count(*) FROM sources").fetchone()[0]
         return {"docs": int(n_docs), "terms": int(n_terms), "sources": int(sources), **self.segments.counts()}
+
+
+def _numbered(ids: range, docs: Sequence[SearchDoc]) -> Iterator[tuple[int, SearchDoc, Passage]]:
+    return ((i, d, d.passage) for i, d in zip(ids, docs, strict=True))
 
 
 _Grouped = tuple[dict[str, list[int]], dict[str, list[int]], dict[str, list[int]]]
