@@ -22,6 +22,7 @@ from itertools import chain
 
 import numpy as np
 
+from agenthub.storage.search_merger import Merger
 from agenthub.storage.search_topk import IDS, DocColumns, Ints
 
 _SEP = "\x1f"
@@ -32,7 +33,8 @@ look a term up in."""
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS fresh(doc_id INTEGER PRIMARY KEY, terms TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS segments(seg INTEGER PRIMARY KEY, postings INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS segments(
+    seg INTEGER PRIMARY KEY, postings INTEGER NOT NULL, building INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS postings(
     seg INTEGER NOT NULL, term TEXT NOT NULL, docs BLOB NOT NULL, tfs BLOB NOT NULL, PRIMARY KEY(seg, term))
     WITHOUT ROWID;
@@ -42,12 +44,30 @@ CREATE TABLE IF NOT EXISTS postings(
 class Segments:
     """The postings of one index (its connection, its worker thread)."""
 
-    def __init__(self, db: sqlite3.Connection, fresh_rows: int) -> None:
+    def __init__(self, db: sqlite3.Connection, fresh_rows: int, merger: Merger | None = None) -> None:
         self.db = db
         self.fresh_rows = fresh_rows
+        self.merger = merger
+        """Merges full tiers on its own thread (None: inline, in the transaction that wrote the segment)."""
         self._fresh: _Fresh | None = None  # memory copy of `fresh`
-        self.work_s = {"flush": 0.0, "merge": 0.0}
-        """Seconds spent writing and merging segments (a statistic, for the benchmark)."""
+        self._flush_s = self._merge_s = 0.0
+        self._written = False  # a segment was written in the current transaction
+
+    @property
+    def work_s(self) -> dict[str, float]:
+        """Seconds spent writing and merging segments, here and on the merger (a statistic, for the benchmark)."""
+        merged = self._merge_s + (self.merger.seconds if self.merger is not None else 0.0)
+        return {"flush": self._flush_s, "merge": merged}
+
+    def committed(self) -> None:
+        """The transaction that wrote segments committed: the merger may look at the tiers."""
+        if self._written and self.merger is not None:
+            self.merger.wake()
+        self._written = False
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait for the merges under way (none inline); False when `timeout` passed first."""
+        return True if self.merger is None else self.merger.settle(timeout)
 
     def forget_memory(self) -> None:
         """The memory copy may be ahead of the tables (a rolled-back transaction): read it again when needed."""
@@ -103,8 +123,10 @@ class Segments:
             self._write(len(docs), rows)
         self.db.execute("DELETE FROM fresh")
         self._fresh = _Fresh()
-        self.work_s["flush"] += time.perf_counter() - start
-        self._merge_full_tiers(columns)
+        self._flush_s += time.perf_counter() - start
+        self._written = True
+        if self.merger is None:
+            self._merge_full_tiers(columns)
 
     def _write(self, count: int, rows: Iterable[tuple[str, bytes, bytes]]) -> None:
         """A new segment of `count` postings: `rows` (term, doc ids, tfs), in term order."""
@@ -112,14 +134,16 @@ class Segments:
         self.db.executemany("INSERT INTO postings VALUES (?, ?, ?, ?)", ((seg, *row) for row in rows))
 
     def _merge_full_tiers(self, columns: DocColumns) -> None:
-        while True:
-            tiers: dict[int, list[int]] = {}
-            for seg, count in self.db.execute("SELECT seg, postings FROM segments ORDER BY seg"):
-                tiers.setdefault(self._tier(count), []).append(seg)
-            full = [segs for segs in tiers.values() if len(segs) >= FAN_IN]
-            if not full:
-                return
-            self.merge(full[0][:FAN_IN], columns)
+        while segs := self.full_tier(self.db):
+            self.merge(segs, columns)
+
+    def full_tier(self, db: sqlite3.Connection) -> list[int] | None:
+        """The first `FAN_IN` segments of the first tier that has that many (None: no tier is full)."""
+        tiers: dict[int, list[int]] = {}
+        for seg, count in db.execute("SELECT seg, postings FROM segments WHERE building = 0 ORDER BY seg"):
+            tiers.setdefault(self._tier(count), []).append(seg)
+        full = [segs for segs in tiers.values() if len(segs) >= FAN_IN]
+        return full[0][:FAN_IN] if full else None
 
     def _tier(self, count: int) -> int:
         return int(math.log(max(1.0, count / self.fresh_rows), FAN_IN))
@@ -160,7 +184,7 @@ class Segments:
             self.db.executemany("INSERT INTO postings VALUES (?, ?, ?, ?)", ((seg, t, *rows[t]) for t in sorted(rows)))
             self.db.execute("DELETE FROM temp.shared")
             self._drop_segments(within, listed)
-        self.work_s["merge"] += time.perf_counter() - start
+        self._merge_s += time.perf_counter() - start
 
     def _drop_segments(self, within: str, listed: str) -> None:
         self.db.execute(f"DELETE FROM postings WHERE {within}", (listed,))
@@ -189,6 +213,8 @@ class Segments:
     def compact(self, columns: DocColumns) -> None:
         """Everything in one segment, without a posting (or a term) of a deleted doc: "forget me"."""
         self.flush(columns)
+        self.db.execute("DELETE FROM segments WHERE building = 1")  # a merge cut short: its rows go too
+        self.db.execute("DELETE FROM postings WHERE seg NOT IN (SELECT seg FROM segments)")
         segs = [r[0] for r in self.db.execute("SELECT seg FROM segments")]
         if segs:
             self.merge(segs, columns, drop_dead=True)
@@ -201,7 +227,7 @@ class Segments:
         fresh = self._memory()
         parts: dict[str, tuple[list[Ints], list[Ints]]] = {}
         for term, docs, tfs in self.db.execute(
-            "SELECT term, docs, tfs FROM postings WHERE seg IN (SELECT seg FROM segments) "
+            "SELECT term, docs, tfs FROM postings WHERE seg IN (SELECT seg FROM segments WHERE building = 0) "
             "AND term IN (SELECT value FROM json_each(?))",
             (json.dumps(list(terms)),),
         ):
@@ -221,7 +247,9 @@ class Segments:
         return found
 
     def counts(self) -> dict[str, int]:
-        segs, postings = self.db.execute("SELECT count(*), coalesce(sum(postings), 0) FROM segments").fetchone()
+        segs, postings = self.db.execute(
+            "SELECT count(*), coalesce(sum(postings), 0) FROM segments WHERE building = 0"
+        ).fetchone()
         return {"segments": int(segs), "segment_postings": int(postings), "fresh_postings": self._memory().size}
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +31,16 @@ from agenthub.storage.search_index import (
     rank_key,
     session_channel,
 )
+from agenthub.storage.search_merger import BUSY_MS, CHUNK_ROWS, Merger
 from agenthub.storage.search_segments import TABLES, Segments
 from agenthub.storage.search_topk import DocColumns, Ranking, best_docs
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 """7: postings in segments (log-structured, `search_segments`), scored vectorised (an index of another version is
-rebuilt from the files)."""
+rebuilt from the files). 8: segments being merged (`building`) are written beside the live ones by the merger's
+own thread (`search_merger`)."""
 FRESH_ROWS = 64000
 """New postings wait in `fresh` (a row per message) until this many have gathered, then become one segment."""
 
@@ -66,7 +68,18 @@ _DOC = "d.id, d.source_id, d.seq, d.role, d.speaker, d.ts, d.text"
 class SqliteSearchIndex:
     """The index of one agent; use it from one thread only."""
 
-    def __init__(self, path: Path, agent: str = "", *, fresh_rows: int = FRESH_ROWS) -> None:
+    def __init__(
+        self,
+        path: Path,
+        agent: str = "",
+        *,
+        fresh_rows: int = FRESH_ROWS,
+        background_merges: bool = True,
+        merge_chunk_rows: int = CHUNK_ROWS,
+        on_merge_chunk: Callable[[], None] | None = None,
+    ) -> None:
+        """`background_merges`: full tiers are merged by a `Merger` (own thread and connections, `merge_chunk_rows`
+        rows per write transaction, `on_merge_chunk` called after each); False: inline, in the writing transaction."""
         self.path = path
         self.agent = agent
         self.fresh_rows = fresh_rows
@@ -75,7 +88,10 @@ class SqliteSearchIndex:
         self.db = self._open()
         self._sources: dict[int, SourceRef] | None = None  # cache of the sources table
         self._grouped: _Grouped = ({}, {}, {})  # its ids by memory name, by session, by channel
-        self.segments = Segments(self.db, fresh_rows)
+        merger = Merger(path, self._plan, chunk_rows=merge_chunk_rows, on_chunk=on_merge_chunk)
+        self.segments = Segments(self.db, fresh_rows, merger if background_merges else None)
+        if background_merges:
+            merger.wake()  # what a crash left, and tiers full since: on the merger's thread
         self._columns: DocColumns | None = None  # each doc's source, length and ts, read once
 
     # ---- opening -------------------------------------------------------------------------------
@@ -94,7 +110,7 @@ class SqliteSearchIndex:
             self.rebuilt = self.rebuilt or not existed
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_MS / 1000)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -112,7 +128,12 @@ class SqliteSearchIndex:
             raise
         return db
 
+    def _plan(self, db: sqlite3.Connection) -> list[int] | None:
+        return self.segments.full_tier(db)
+
     def close(self) -> None:
+        if self.segments.merger is not None:
+            self.segments.merger.close()
         self.db.close()
 
     # ---- writing -------------------------------------------------------------------------------
@@ -127,7 +148,7 @@ class SqliteSearchIndex:
         if self.db.in_transaction:
             yield
             return
-        self.db.execute("BEGIN")
+        self.db.execute("BEGIN IMMEDIATE")  # the write lock first: a merge committing meanwhile is waited for
         try:
             yield
         except BaseException:
@@ -136,6 +157,7 @@ class SqliteSearchIndex:
             self.segments.forget_memory()
             raise
         self.db.execute("COMMIT")
+        self.segments.committed()
 
     def watermark(self, source: SourceRef) -> str | None:
         row = self.db.execute(
@@ -164,10 +186,12 @@ class SqliteSearchIndex:
 
     def purge(self) -> None:
         """No page, WAL frame or free list entry keeps text that was deleted."""
-        with self.transaction():
-            self.segments.compact(self.columns())
-        self.db.execute("VACUUM")
-        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        merger = self.segments.merger
+        with merger.lock if merger is not None else nullcontext():  # no merge reads or writes meanwhile
+            with self.transaction():
+                self.segments.compact(self.columns())
+            self.db.execute("VACUUM")
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _drop(self, where: str, *params: object) -> None:
         with self.transaction():
