@@ -82,9 +82,10 @@ class Merger:
         """Stop after the current write transaction (a merge cut short is cleaned up at the next start)."""
         self._stop = True
         self._wanted.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+        self._thread = None
 
     # ---- the thread ----------------------------------------------------------------------------
 
@@ -93,6 +94,7 @@ class Merger:
             reader, writer = self._connect(), self._connect()
         except sqlite3.Error:
             log.exception("search_merge_failed")
+            self._thread = None
             self._idle.set()
             return
         try:
@@ -104,12 +106,13 @@ class Merger:
                     pass
                 if not self._wanted.is_set():
                     self._idle.set()
-        except sqlite3.Error:  # a damaged database: the worker finds it too, and rebuilds
+        except sqlite3.Error:  # locked too long, or damaged (the worker finds that too, and rebuilds)
             log.exception("search_merge_failed")
         finally:
             self.merging.clear()
             reader.close()
             writer.close()
+            self._thread = None  # the next wake starts again: new connections, the clean-up first
             self._idle.set()
 
     def _connect(self) -> sqlite3.Connection:
