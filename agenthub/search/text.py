@@ -55,8 +55,11 @@ _QUESTION = re.compile(
 join their neighbours into bigrams (陈晨哪天出生 → 晨哪, 哪天) that no answer holds either."""
 
 _stemmer = Stemmer.Stemmer("english")
-_CACHED_TOKENS = 200_000
-"""Tokens whose terms are kept (per CJK mode); the cache is emptied when it is full."""
+_CACHED_TOKENS = 50_000
+_CACHED_TOKEN_CHARS = 12
+"""Tokens whose terms are kept (per CJK mode; at most this many, of at most this many characters: a word or a short
+run, the ones chat repeats; a long CJK run has a term per character and is seldom seen twice). The cache is emptied
+when it is full."""
 _TOKEN_TERMS: dict[CjkMode, dict[str, tuple[str, ...]]] = {"grams": {}, "words": {}, "bigrams": {}}
 
 IRREGULAR = """
@@ -131,9 +134,10 @@ def _terms(text: str, cjk: CjkMode) -> list[str]:
         known = cache.get(token)
         if known is None:
             known = _token_terms(run, word, cjk)
-            if len(cache) >= _CACHED_TOKENS:
-                cache.clear()  # bounded; refills with what is common now
-            cache[token] = known
+            if len(token) <= _CACHED_TOKEN_CHARS:
+                if len(cache) >= _CACHED_TOKENS:
+                    cache.clear()  # bounded; refills with what is common now
+                cache[token] = known
         extend(known)
     return terms
 

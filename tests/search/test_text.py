@@ -104,3 +104,6 @@ def test_a_token_seen_before_gives_the_same_terms() -> None:
     text = "我们的暗号是夜莺，CODE-7Q2 drives；Ｅｖａｎ’s cars"
     assert index_terms(text) == index_terms(text) == index_terms(text, cjk="grams")
     assert index_terms(text, cjk="bigrams") != index_terms(text)  # one cache per mode
+    long_run = "我们下周再讨论一下这个事情然后决定预算和排期的安排"  # longer than what is cached: cut every time
+    assert index_terms(long_run) == index_terms(long_run)
+    assert index_terms(long_run)[:2] == ["我们", "们下"] and len(index_terms(long_run)) == 2 * len(long_run) - 1
