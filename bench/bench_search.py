@@ -105,6 +105,12 @@ def write_corpus(data_dir: Path, sessions: int, per_session: int) -> SessionKey:
     return planted
 
 
+def _settled_work(index: SqliteSearchIndex) -> dict[str, float]:
+    """The segment work of the build, once the merges it started (on the merger's thread) are done."""
+    index.segments.settle()
+    return {"built": index.rebuilt, **index.segments.work_s}
+
+
 def _query(service: SearchService, query: str, scope: SearchScope) -> Callable[[], Awaitable[object]]:
     return lambda: service.search(AGENT, query, scope, 5)
 
@@ -116,7 +122,7 @@ async def bench_queries(data_dir: Path, planted: SessionKey) -> float | None:
     start = time.perf_counter()
     stats = await service.stats(AGENT)  # the first use builds the index from the files
     built = time.perf_counter() - start
-    work = await service.store.run(AGENT, lambda index: {"built": index.rebuilt, **index.segments.work_s})
+    work = await service.store.run(AGENT, _settled_work)
     per_message = (work["flush"] + work["merge"]) / stats["docs"] if work["built"] else None
     print(
         f"build: {stats['docs']} messages from {stats['sources']} files in {built:.1f} s, of which segments written "
@@ -179,6 +185,7 @@ async def bench_append_cost(data_dir: Path, fsync: bool, built_per_message: floa
         updates.append(time.perf_counter() - start)
     before = index.segments.work_s["flush"] + index.segments.work_s["merge"]
     batched = await _batched_cost(history, index, feeder, rng)
+    index.segments.settle()
     segments = index.segments.work_s["flush"] + index.segments.work_s["merge"]
     in_batches = (segments - before) / (APPENDS // BATCH * BATCH)
     index.close()

@@ -56,6 +56,12 @@ _QUESTION = re.compile(
 join their neighbours into bigrams (陈晨哪天出生 → 晨哪, 哪天) that no answer holds either."""
 
 _stemmer = Stemmer.Stemmer("english")
+_CACHED_TOKENS = 50_000
+_CACHED_TOKEN_CHARS = 12
+"""Tokens whose terms are kept (per CJK mode; at most this many, of at most this many characters: a word or a short
+run, the ones chat repeats; a long CJK run has a term per character and is seldom seen twice). The cache is emptied
+when it is full."""
+_TOKEN_TERMS: dict[CjkMode, dict[str, tuple[str, ...]]] = {"grams": {}, "words": {}, "bigrams": {}}
 
 IRREGULAR = """
     become became; begin began begun; break broke broken; bring brought; build built; buy bought;
@@ -85,7 +91,7 @@ def _forms() -> dict[str, tuple[str, ...]]:
 def index_terms(text: str, *, cjk: CjkMode | None = None) -> list[str]:
     """The terms of stored text, in order and with repeats (their count is the term frequency). Stop words are
     kept, so a query made only of stop words can still be answered."""
-    return list(_terms(text, cjk or CJK_MODE))
+    return _terms(text, cjk or CJK_MODE)
 
 
 def query_terms(text: str, *, cjk: CjkMode | None = None) -> list[str]:
@@ -104,17 +110,45 @@ def query_terms(text: str, *, cjk: CjkMode | None = None) -> list[str]:
 
 
 def normalise(text: str) -> str:
-    """Full-width forms folded (ＡＢＣ１ → abc1, ，→ ,), lower case, curly apostrophes straightened."""
-    return unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
+    """Full-width forms folded (ＡＢＣ１ → abc1, ，→ ,), lower case, curly apostrophes straightened: NFKC, whose
+    commonest work in chat text (full-width ASCII and the ideographic space) is done by a table first, so most
+    texts are then found already normalised and not decomposed again (the result is NFKC's all the same: those
+    characters are replaced by their own compatibility decomposition)."""
+    text = text.translate(_WIDE)
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return text.lower().replace("\u2019", "'")
 
 
-def _terms(text: str, cjk: CjkMode) -> Iterator[str]:
-    for match in _TOKEN.finditer(normalise(text)):
-        run = match.group("cjk")
-        if run is not None:
-            yield from _cjk_words(run) if cjk == "words" else _grams(run) if cjk == "grams" else _bigrams(run)
-        else:
-            yield from _latin(match.group("word"))
+_WIDE = {0x3000: " "} | {code: chr(code - 0xFEE0) for code in range(0xFF01, 0xFF5F)}
+"""Full-width ASCII (U+FF01-U+FF5E) and the ideographic space: what NFKC makes of them."""
+
+
+def _terms(text: str, cjk: CjkMode) -> list[str]:
+    """The terms of `text`, in order. A token (a CJK run or a word) seen before is not cut again: its terms come
+    from `_TOKEN_TERMS` (chat repeats its words), so the common case is one dict lookup per token."""
+    cache = _TOKEN_TERMS[cjk]
+    terms: list[str] = []
+    extend = terms.extend
+    for run, word in _TOKEN.findall(normalise(text)):
+        token = run or word
+        known = cache.get(token)
+        if known is None:
+            known = _token_terms(run, word, cjk)
+            if len(token) <= _CACHED_TOKEN_CHARS:
+                if len(cache) >= _CACHED_TOKENS:
+                    cache.clear()  # bounded; refills with what is common now
+                cache[token] = known
+        extend(known)
+    return terms
+
+
+def _token_terms(run: str, word: str, cjk: CjkMode) -> tuple[str, ...]:
+    if not run:
+        return tuple(_latin(word))
+    if cjk == "grams":
+        return _grams(run)
+    return tuple(_cjk_words(run)) if cjk == "words" else _bigrams(run)
 
 
 def _latin(token: str) -> Iterator[str]:
@@ -167,19 +201,17 @@ def _cut(run: str) -> tuple[str, ...]:
     return tuple(w for w in rjieba.cut(run, False) if w.strip())
 
 
-def _grams(run: str) -> Iterator[str]:
+def _grams(run: str) -> tuple[str, ...]:
     """The run's bigrams, then its single characters (a one-character run is that character once)."""
-    yield from _bigrams(run)
-    if len(run) > 1:
-        yield from run
-
-
-def _bigrams(run: str) -> Iterator[str]:
     if len(run) == 1:
-        yield run
-        return
-    for i in range(len(run) - 1):
-        yield run[i : i + 2]
+        return (run,)
+    return (*map(str.__add__, run[:-1], run[1:]), *run)
+
+
+def _bigrams(run: str) -> tuple[str, ...]:
+    if len(run) == 1:
+        return (run,)
+    return tuple(map(str.__add__, run[:-1], run[1:]))
 
 
 _FORMS = _forms()

@@ -48,6 +48,16 @@ class DocColumns:
         self.source[doc_id], self.length[doc_id] = source_id, dl
         self.ts[doc_id], self.has_ts[doc_id] = (ts, True) if ts is not None else (0, False)
 
+    def put_many(self, first: int, source_id: int, dls: Sequence[int], stamps: Sequence[int | None]) -> None:
+        """Docs `first`, `first + 1`, ... of one source, with these lengths and times."""
+        end = first + len(dls)
+        if end > len(self.source):
+            self._grow(end)
+        self.source[first:end] = source_id
+        self.length[first:end] = dls
+        self.ts[first:end] = [0 if ts is None else ts for ts in stamps]
+        self.has_ts[first:end] = [ts is not None for ts in stamps]
+
     def drop(self, doc_ids: Iterable[int]) -> None:
         ids = [d for d in doc_ids if d < len(self.source)]
         self.source[ids] = 0

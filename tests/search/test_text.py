@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from agenthub.search.text import MAX_QUERY_TERMS, index_terms, query_terms
+import random
+import unicodedata
+
+from agenthub.search.text import MAX_QUERY_TERMS, index_terms, normalise, query_terms
 
 
 def test_chinese_is_cut_into_bigrams_then_characters_and_a_name_out_of_any_dictionary_is_its_bigram() -> None:
@@ -92,3 +95,22 @@ def test_a_query_also_searches_the_irregular_forms_stemming_does_not_join() -> N
     assert query_terms("who sold the car") == ["sold", "car", "sell"]
     assert query_terms("what did she buy for the children") == ["buy", "children", "bought", "child"]
     assert index_terms("sold the children's bikes") == ["sold", "the", "children", "bike"]  # stored text as is
+
+
+def test_normalise_is_nfkc_for_any_text_also_where_the_full_width_table_does_the_work() -> None:
+    rng = random.Random(5)
+    pool = [chr(c) for c in [*range(0x20, 0x7F), *range(0xFF00, 0xFFF0), *range(0x3000, 0x3020)]]
+    pool += [chr(c) for c in (0x301, 0x308, 0x323, 0x2019, 0x2460, 0x3392, 0xFB01, 0x212B, 0x4E00, 0x1100, 0x1161)]
+    pool += [chr(c) for c in (0x30AB, 0x3099, 0xFF76, 0xFF9E, 0x2126)]
+    for _ in range(20_000):
+        text = "".join(rng.choices(pool, k=rng.randint(0, 10)))
+        assert normalise(text) == unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
+
+
+def test_a_token_seen_before_gives_the_same_terms() -> None:
+    text = "我们的暗号是夜莺，CODE-7Q2 drives；Ｅｖａｎ’s cars"
+    assert index_terms(text) == index_terms(text) == index_terms(text, cjk="grams")
+    assert index_terms(text, cjk="bigrams") != index_terms(text)  # one cache per mode
+    long_run = "我们下周再讨论一下这个事情然后决定预算和排期的安排"  # longer than what is cached: cut every time
+    assert index_terms(long_run) == index_terms(long_run)
+    assert index_terms(long_run)[:2] == ["我们", "们下"] and len(index_terms(long_run)) == 2 * len(long_run) - 1

@@ -4,62 +4,21 @@ fresh, and keeps its counts right through replaces, drops, merges, a crash and a
 from __future__ import annotations
 
 import contextlib
-import math
 import random
-from collections import Counter
 from pathlib import Path
 
 from agenthub.storage.search_index import (
     Passage,
     SearchDoc,
     SearchScope,
-    SourceRef,
     history_source,
-    idf,
-    rank_key,
-    score_of,
-    term_score,
 )
 from agenthub.storage.search_sqlite import SqliteSearchIndex
-
-WORDS = [f"w{i}" for i in range(300)]
-EVERYWHERE = SearchScope(None, agent_scoped=lambda _: True)
-FRESH_ROWS = 300  # segments are written and merged within these tests' few hundred docs
-
-
-def _docs(source: SourceRef, rng: random.Random, count: int, first_seq: int = 0) -> list[SearchDoc]:
-    docs = []
-    for n in range(first_seq, first_seq + count):
-        terms = tuple(rng.choices(WORDS, weights=[1 / (i + 1) for i in range(len(WORDS))], k=rng.randint(3, 60)))
-        ts = None if n % 17 == 0 else 1_700_000_000_000 + rng.randint(0, 10**9)
-        docs.append(SearchDoc(Passage(source, n, "user", None, ts, " ".join(terms)), terms))
-    return docs
-
-
-def _expected(docs: list[SearchDoc], query: list[str], limit: int) -> list[tuple[str, int, float]]:
-    """The port's formula, computed from scratch."""
-    n = len(docs)
-    avgdl = sum(len(d.terms) for d in docs) / n
-    df = Counter(t for d in docs for t in set(d.terms))
-    stamps = [d.passage.ts for d in docs if d.passage.ts is not None]
-    ts_min, ts_max = min(stamps), max(stamps)
-    scored = []
-    for d in docs:
-        tf = Counter(d.terms)
-        bm25 = sum(term_score(idf(n, df[t]), tf[t], len(d.terms), avgdl) for t in query if t in tf)
-        if bm25 > 0:
-            scored.append((score_of(bm25, d.passage.ts, ts_min, ts_max), d.passage))
-    scored.sort(key=lambda pair: rank_key(*pair))
-    return [(p.session, p.seq, s) for s, p in scored[:limit]]
-
-
-def _found(index: SqliteSearchIndex, query: list[str], limit: int) -> list[tuple[str, int, float]]:
-    return [(h.passage.session, h.passage.seq, h.score) for h in index.search(query, EVERYWHERE, limit)]
-
-
-def _same(found: list[tuple[str, int, float]], expected: list[tuple[str, int, float]]) -> None:
-    assert [(s, q) for s, q, _ in found] == [(s, q) for s, q, _ in expected]
-    assert all(math.isclose(a[2], b[2], rel_tol=1e-9) for a, b in zip(found, expected, strict=True))
+from tests.support.search_formula import EVERYWHERE, FRESH_ROWS
+from tests.support.search_formula import docs_of as _docs
+from tests.support.search_formula import expected as _expected
+from tests.support.search_formula import found as _found
+from tests.support.search_formula import same as _same
 
 
 def test_ranking_matches_the_formula_with_fresh_and_merged_postings(tmp_path: Path) -> None:
@@ -106,7 +65,7 @@ def test_the_top_k_over_merged_segments_equals_scoring_every_doc(tmp_path: Path)
     everything += _docs(last, rng, 4)
     index.add(last, everything[-4:], "mark-last")
     assert index.db.execute("SELECT count(*) FROM fresh").fetchone()[0] > 0  # some docs still wait, most merged
-    assert index.segments.work_s["merge"] > 0  # segments were merged too
+    assert index.segments.settle(30) and index.segments.work_s["merge"] > 0  # segments were merged too
     queries = (["w0"], ["w1"], ["w0", "w1"], ["w0", "w2", "w3"], ["w0", "w299"], ["w4", "w40", "w150", "w1"])
     for query in queries:
         for limit in (1, 3, 10, 40):

@@ -1,0 +1,222 @@
+"""Merges the files index's segments on a thread and connections of their own, so a search never waits behind one.
+
+SQLite in WAL mode lets readers read while one writer writes; the index worker both writes (appends) and reads
+(searches) on its one thread, so a merge holding the write lock for long would stall the searches queued behind
+the next append. A merge here therefore reads its segments (immutable) on a reading connection and writes the new
+segment in short transactions of `chunk_rows` rows on a writing one: between two, the worker's writes go through.
+The new segment is `building` (no search reads it) until one short transaction makes it live and takes the merged
+segments out of `segments` (a search statement sees either the old segments or the new one, never both); their
+postings are then deleted, again in short transactions. A crash leaves a building segment or postings of no live
+segment: both are removed when the merger next starts, and nothing searchable is lost (the old segments stay
+live until the swap).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from itertools import groupby
+from operator import itemgetter
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+CHUNK_ROWS = 20_000
+"""Postings rows written (or deleted) per write transaction of a merge: the longest a worker's write waits."""
+BUSY_MS = 60_000
+
+Row = tuple[str, bytes, bytes]
+Plan = Callable[[sqlite3.Connection], Sequence[int] | None]
+
+
+class Merger:
+    """One index's background merges: `wake()` after a commit that wrote a segment; `plan(db)` names the segments to
+    merge next (None: nothing to do). `on_chunk` is called after each committed write transaction (a statistic or a
+    test's pause)."""
+
+    def __init__(
+        self,
+        path: Path,
+        plan: Plan,
+        *,
+        chunk_rows: int = CHUNK_ROWS,
+        on_chunk: Callable[[], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.plan = plan
+        self.chunk_rows = chunk_rows
+        self.on_chunk = on_chunk
+        self.lock = threading.Lock()
+        """Held while a merge runs: whoever rewrites the segments otherwise (a purge) takes it first."""
+        self.merging = threading.Event()
+        """Set while a merge is in progress (between its first read and its swap)."""
+        self.seconds = 0.0
+        """CPU seconds the merger's thread spent merging (a statistic; its thread's time, so the time it waits for
+        the interpreter lock while the index's thread works is not counted twice)."""
+        self._wanted = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    def wake(self) -> None:
+        """New segments were committed: merge what is full (on the merger's thread)."""
+        if self._stop:
+            return
+        self._idle.clear()
+        self._wanted.set()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"search-merge-{self.path.parent.name}", daemon=True)
+            self._thread.start()
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until no merge is wanted or running; False when `timeout` passed first."""
+        return self._idle.wait(timeout)
+
+    def close(self) -> None:
+        """Stop after the current write transaction (a merge cut short is cleaned up at the next start)."""
+        self._stop = True
+        self._wanted.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+        self._thread = None
+
+    # ---- the thread ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            reader, writer = self._connect(), self._connect()
+        except sqlite3.Error:
+            log.exception("search_merge_failed")
+            self._thread = None
+            self._idle.set()
+            return
+        try:
+            self._clean(writer)
+            while not self._stop:
+                self._wanted.wait()
+                self._wanted.clear()
+                while not self._stop and self._merge_next(reader, writer):
+                    pass
+                if not self._wanted.is_set():
+                    self._idle.set()
+        except sqlite3.Error:  # locked too long, or damaged (the worker finds that too, and rebuilds)
+            log.exception("search_merge_failed")
+        finally:
+            self.merging.clear()
+            reader.close()
+            writer.close()
+            self._thread = None  # the next wake starts again: new connections, the clean-up first
+            self._idle.set()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_MS / 1000)
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA secure_delete=ON")
+        return db
+
+    def _merge_next(self, reader: sqlite3.Connection, writer: sqlite3.Connection) -> bool:
+        with self.lock:
+            segs = self.plan(reader)
+            if not segs:
+                return False
+            self.merging.set()
+            start = time.thread_time()
+            try:
+                done = self._merge(reader, writer, segs)
+            finally:
+                self.seconds += time.thread_time() - start
+                self.merging.clear()
+            return done
+
+    def _merge(self, reader: sqlite3.Connection, writer: sqlite3.Connection, segs: Sequence[int]) -> bool:
+        with _write(writer):
+            (seg,) = writer.execute("INSERT INTO segments(postings, building) VALUES (0, 1) RETURNING seg").fetchone()
+        count = 0
+        reader.execute("BEGIN")  # one snapshot of the old segments (immutable: only this merge drops them)
+        try:
+            rows = _joined(reader, segs)
+            while chunk := _take(rows, self.chunk_rows):
+                if self._stop:
+                    return False
+                with _write(writer):
+                    writer.executemany("INSERT INTO postings VALUES (?, ?, ?, ?)", ((seg, *row) for row in chunk))
+                count += sum(len(docs) for _, docs, _ in chunk) // 4
+                self._chunk_done()
+        finally:
+            reader.execute("COMMIT")
+        listed = ",".join(str(int(s)) for s in segs)
+        with _write(writer):  # the swap: the new segment live, the merged ones gone, in one step
+            writer.execute("UPDATE segments SET building = 0, postings = ? WHERE seg = ?", (count, seg))
+            writer.execute(f"DELETE FROM segments WHERE seg IN ({listed})")
+        for old in segs:
+            self._delete_postings(writer, old)
+        return True
+
+    def _delete_postings(self, writer: sqlite3.Connection, seg: int) -> None:
+        while not self._stop:
+            with _write(writer):
+                deleted = writer.execute(
+                    "DELETE FROM postings WHERE seg = ? AND term IN "
+                    "(SELECT term FROM postings WHERE seg = ? ORDER BY term LIMIT ?)",
+                    (seg, seg, self.chunk_rows),
+                ).rowcount
+            self._chunk_done()
+            if deleted < self.chunk_rows:
+                return
+
+    def _chunk_done(self) -> None:
+        if self.on_chunk is not None:
+            self.on_chunk()
+
+    def _clean(self, writer: sqlite3.Connection) -> None:
+        """What a merge cut short left: building segments and postings of no live segment."""
+        with _write(writer):
+            writer.execute("DELETE FROM segments WHERE building = 1")
+        for seg in _posting_segments(writer):
+            if writer.execute("SELECT 1 FROM segments WHERE seg = ?", (seg,)).fetchone() is None:
+                self._delete_postings(writer, seg)
+
+
+@contextmanager
+def _write(db: sqlite3.Connection) -> Iterator[None]:
+    """One short write transaction (IMMEDIATE: the write lock first, waiting for it up to the busy timeout)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _joined(reader: sqlite3.Connection, segs: Sequence[int]) -> Iterator[Row]:
+    """The segments' rows in term order (SQLite sorts them), a term's parts joined in the order of the segments
+    (ascending doc ids)."""
+    listed = ",".join(str(int(s)) for s in segs)
+    rows = reader.execute(f"SELECT term, docs, tfs FROM postings WHERE seg IN ({listed}) ORDER BY term, seg")
+    for term, group in groupby(rows, key=itemgetter(0)):
+        parts = list(group)
+        if len(parts) == 1:
+            yield parts[0]
+        else:
+            yield term, b"".join(p[1] for p in parts), b"".join(p[2] for p in parts)
+
+
+def _take(rows: Iterator[Row], n: int) -> list[Row]:
+    return [row for _, row in zip(range(n), rows, strict=False)]
+
+
+def _posting_segments(db: sqlite3.Connection) -> Iterator[int]:
+    """Every segment number in `postings` (a skip along the key: one lookup per segment)."""
+    row = db.execute("SELECT min(seg) FROM postings").fetchone()
+    seg = row[0] if row else None
+    while seg is not None:
+        yield int(seg)
+        seg = db.execute("SELECT min(seg) FROM postings WHERE seg > ?", (seg,)).fetchone()[0]
