@@ -8,6 +8,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from agenthub.agent.settled import SettledPrefix
 from agenthub.media.loader import LoadedImage
 from agenthub.media.refs import image_ref_source, media_text
 
@@ -33,6 +34,8 @@ class Memo:
         self._joined_before: dict[tuple[object, ...], tuple[tuple[object, ...], Any]] = {}
         self._joined: dict[tuple[object, ...], tuple[tuple[object, ...], Any]] = {}
         self.computed = 0
+        self.settled = SettledPrefix()
+        """The session's history converted up to its last settled turn (`ContextBuilder.build`)."""
 
     def map(self, fn: Callable[..., T], items: list[Any], *args: Any) -> list[T]:
         """`[fn(item, *args) for item in items]`, reusing the previous build's results for the items it saw."""
