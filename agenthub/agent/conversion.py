@@ -4,6 +4,7 @@ results cut, cache marks; `Memo` keeps what a session's earlier turns already co
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -287,7 +288,7 @@ MISSING_IMAGE = "[image no longer available: {path}]"
 
 
 def _openers(messages: list[Message], memo: Memo) -> list[int]:
-    return [i for i, opens in enumerate(memo.map(_opens_turn, messages)) if opens]
+    return list(itertools.compress(range(len(messages)), memo.map(_opens_turn, messages)))  # at C speed
 
 
 def _image_boundary(messages: list[Message], memo: Memo = NO_MEMO) -> int:
@@ -341,7 +342,8 @@ def place_images(
             chosen[(i, j)] = {"type": "image", "source": source}
     placed = list(messages)
     recent = sorted({i for i, _ in chosen} | {i for i, _ in missing})
-    old = [i for i, refers in enumerate(memo.map(_has_image_ref, messages)) if refers and i not in recent]
+    referring = itertools.compress(range(len(messages)), memo.map(_has_image_ref, messages))
+    old = [i for i in referring if i not in recent]
     for i, as_text in zip(old, memo.map(_images_as_text, [messages[i] for i in old]), strict=True):
         placed[i] = as_text  # every image of it as text: the same each turn
     for i in recent:
