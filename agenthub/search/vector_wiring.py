@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agenthub.search.embeddings import EmbeddingsClient
-from agenthub.search.vectors import VectorIndex
-from agenthub.storage.search_vectors import FileVectorStore, VectorStore
-
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
+    from agenthub.search.vectors import VectorIndex
     from agenthub.storage.postgres.database import Database
+    from agenthub.storage.search_vectors import VectorStore
 
 CATCH_UP_INTERVAL_S = 3600.0
 """How often every session is compared with its vectors (what was written while the endpoint was away and not
@@ -24,6 +22,10 @@ def attach_vectors(gateway: GatewayCore, database: Database | None = None) -> Ve
     settings = gateway.settings.search.embeddings
     if not settings.enabled:
         return None
+    from agenthub.search.embeddings import EmbeddingsClient  # numpy: loaded only when embeddings are on
+    from agenthub.search.vectors import VectorIndex
+    from agenthub.storage.search_vectors import FileVectorStore
+
     store: VectorStore
     if database is not None:
         from agenthub.storage.postgres.search_vectors import PostgresVectorStore
