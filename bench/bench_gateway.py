@@ -171,7 +171,8 @@ async def _bare_call_s(client: anthropic.AsyncAnthropic, body: dict[str, Any], c
 
 async def long_session(messages: int, turns: int, fsync: bool) -> float:
     """Median turn on a session of `messages` messages over the median turn on one of 10 (0-ms model); and, for
-    the floor, the same two requests sent by a bare SDK client."""
+    the floor, the same two requests sent by a bare SDK client. The fake model parses each body in this process, so
+    most of a long turn here is its work: `bench_long_session.py` measures the daemon's own cost apart."""
     async with FakeAnthropic() as fake:
         with tempfile.TemporaryDirectory() as tmp:
             settings = _settings(Path(tmp), fake.base_url, 64, fsync)

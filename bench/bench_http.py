@@ -182,9 +182,10 @@ def _start_floor(llm_url: str, prefix: Path) -> tuple[subprocess.Popen[bytes], i
 
 def _floor_app(base_url: str, prefix: dict[str, Any]) -> web.Application:
     """The floor: the daemon's call (its system prompt and tools, taken from its last request, and the conversation
-    so far, kept in memory) as one non-streaming create, with no auth, validation, queueing or disk."""
+    so far, kept in memory, starting from `prefix["conversations"]` when given) as one non-streaming create, with no
+    auth, validation, queueing or disk."""
     client = AsyncAnthropic(base_url=base_url, api_key="k", max_retries=0, http_client=DefaultAioHttpClient())
-    conversations: dict[str, list[Any]] = {}
+    conversations: dict[str, list[Any]] = dict(prefix.get("conversations", {}))
 
     async def chat(request: web.Request) -> web.Response:
         body = await request.json()

@@ -15,6 +15,7 @@ from agenthub.agent.conversion import (
     Memo,
     chat_type_of,
     cut_old_tool_results,
+    drop_refused_turns,
     fold_system_messages,
     images_to_send,
     mark_newest_message,
@@ -26,6 +27,7 @@ from agenthub.agent.conversion import (
 from agenthub.agent.definition import AgentDefinition
 from agenthub.agent.memory_access import MemoryAccess
 from agenthub.agent.memory_notes import MemoryNotes
+from agenthub.agent.settled import settled_conversation
 from agenthub.agent.tools import Tool
 from agenthub.llm.cache_watch import MEMORY_HEADER, PROFILE_HEADER
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
@@ -155,11 +157,17 @@ class ContextBuilder:
         return _marked_blocks(*await self._system_parts(agent, key, sender_id, history))
 
     async def _system_parts(
-        self, agent: AgentDefinition, key: SessionKey, sender_id: str, history: list[Message]
+        self,
+        agent: AgentDefinition,
+        key: SessionKey,
+        sender_id: str,
+        history: list[Message],
+        folded: list[str] | None = None,
     ) -> tuple[list[str], str, str]:
-        """(persona and folded summaries, the memory block, the profile block); a block is "" without its file."""
+        """(persona and folded summaries, the memory block, the profile block); a block is "" without its file.
+        `folded`: the summaries of `history` when known."""
         texts = [agent.persona]
-        texts.extend(fold_system_messages(history))
+        texts.extend(fold_system_messages(history) if folded is None else folded)
         files = self.memory_files
         memory_name = files.memory_name(agent, key)
         profile_name = files.profile_name(agent, key, sender_id, chat_type_of(history))  # only the current sender's
@@ -194,7 +202,10 @@ class ContextBuilder:
     ) -> LLMRequest:
         definitions = self._definitions(tools)
         memo = self._memo(key)
-        conversation = to_conversation(history, memo)
+        conversation, folded, converted = settled_conversation(
+            memo.settled, history, to_conversation, drop_refused_turns, lambda whole: to_conversation(whole, memo)
+        )
+        memo.computed += converted
         images = None
         refs = (
             [ref for _, _, ref in recent_image_refs(conversation, memo)] if model not in self.text_only_models else []
@@ -205,7 +216,7 @@ class ContextBuilder:
             place_images(conversation, images, memo), self.budget.old_tool_result_chars, memo
         )
         self.last_computed = memo.settle()
-        texts, memory, profile = await self._system_parts(agent, key, sender_id, history)
+        texts, memory, profile = await self._system_parts(agent, key, sender_id, history, folded)
         if self.memory_notes:  # an addition to MEMORY.md rides on a message while the chat's cache is warm
             memory, messages = self.notes.apply(key, memory, messages, self.cache_warm(str(key)))
         return LLMRequest(

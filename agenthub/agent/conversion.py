@@ -4,10 +4,12 @@ results cut, cache marks; `Memo` keeps what a session's earlier turns already co
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from agenthub.agent.settled import SettledPrefix
 from agenthub.media.loader import LoadedImage
 from agenthub.media.refs import image_ref_source, media_text
 
@@ -33,6 +35,8 @@ class Memo:
         self._joined_before: dict[tuple[object, ...], tuple[tuple[object, ...], Any]] = {}
         self._joined: dict[tuple[object, ...], tuple[tuple[object, ...], Any]] = {}
         self.computed = 0
+        self.settled = SettledPrefix()
+        """The session's history converted up to its last settled turn (`ContextBuilder.build`)."""
 
     def map(self, fn: Callable[..., T], items: list[Any], *args: Any) -> list[T]:
         """`[fn(item, *args) for item in items]`, reusing the previous build's results for the items it saw."""
@@ -284,7 +288,7 @@ MISSING_IMAGE = "[image no longer available: {path}]"
 
 
 def _openers(messages: list[Message], memo: Memo) -> list[int]:
-    return [i for i, opens in enumerate(memo.map(_opens_turn, messages)) if opens]
+    return list(itertools.compress(range(len(messages)), memo.map(_opens_turn, messages)))  # at C speed
 
 
 def _image_boundary(messages: list[Message], memo: Memo = NO_MEMO) -> int:
@@ -338,7 +342,8 @@ def place_images(
             chosen[(i, j)] = {"type": "image", "source": source}
     placed = list(messages)
     recent = sorted({i for i, _ in chosen} | {i for i, _ in missing})
-    old = [i for i, refers in enumerate(memo.map(_has_image_ref, messages)) if refers and i not in recent]
+    referring = itertools.compress(range(len(messages)), memo.map(_has_image_ref, messages))
+    old = [i for i in referring if i not in recent]
     for i, as_text in zip(old, memo.map(_images_as_text, [messages[i] for i in old]), strict=True):
         placed[i] = as_text  # every image of it as text: the same each turn
     for i in recent:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from agenthub.session_keys import SessionKey
 from agenthub.storage.paths import AgentLayout, refuse_link
-from agenthub.storage.search_files import index_path
 
 IndexHook = Callable[[str, Sequence[SessionKey]], Awaitable[int]]
 """`(agent, redacted session keys) -> index entries or directories dropped`, called after the files are redacted."""
@@ -21,6 +20,8 @@ async def drop_derived_index(data_dir: Path, agent: str, keys: Sequence[SessionK
     `SearchService.purge` instead."""
     if not keys:
         return 0
+    from agenthub.storage.search_files import index_path  # the index and numpy load with search, not at start-up
+
     directory = refuse_link(index_path(AgentLayout(data_dir, agent)).parent)
     if not directory.is_dir():
         return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,14 +39,22 @@ def inbox_seq_of(message: InboundMessage) -> int | None:
 
 
 def stored_messages(history: Sequence[dict[str, Any]], inbox_ids: Iterable[str]) -> dict[str, StoredMessage]:
-    """For each of `inbox_ids` whose user record is in `history`: whether (and with what) it was answered."""
-    wanted = set(inbox_ids)
+    """For each of `inbox_ids` whose user record is in `history` (its last one): whether (and with what) it was
+    answered. The records' ids are read at C speed: a fresh message, in no record, is looked for on every turn."""
+    ids = list(map(_inbox_id, history))
     found: dict[str, StoredMessage] = {}
-    for index, record in enumerate(history):
-        entry_id = record.get(INBOX_ID) if record.get("role") == "user" else None
-        if isinstance(entry_id, str) and entry_id in wanted:
-            found[entry_id] = StoredMessage(_answer_after(history, index), _joined_by_next(history, index))
-    return found
+    for entry_id in dict.fromkeys(inbox_ids):
+        end = len(ids)
+        while entry_id in ids[:end]:
+            index = end - 1 - ids[end - 1 :: -1].index(entry_id)
+            if history[index].get("role") == "user":
+                found[entry_id] = StoredMessage(_answer_after(history, index), _joined_by_next(history, index))
+                break
+            end = index
+    return dict(sorted(found.items(), key=lambda item: ids.index(item[0])))
+
+
+_inbox_id = operator.methodcaller("get", INBOX_ID)
 
 
 def _answer_after(history: Sequence[dict[str, Any]], index: int) -> str | None:

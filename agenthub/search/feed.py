@@ -15,17 +15,20 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agenthub.search.docs import RecordReader, memory_docs
 from agenthub.session_keys import SessionKey, key_from_file_stem
 from agenthub.storage.jsonl import parse_line
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, JsonWatermark, SearchDoc, SourceRef
-from agenthub.storage.search_sqlite import SqliteSearchIndex
 
 _HEAD_BYTES = 4096
 _TAIL_BYTES = 64
 _KEEP_SKIPPED = 64  # unindexed tool_use ids remembered past a batch (their result comes in the next records)
+
+if TYPE_CHECKING:
+    from agenthub.storage.search_sqlite import SqliteSearchIndex
 
 
 @dataclass

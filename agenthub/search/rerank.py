@@ -47,6 +47,9 @@ Key = tuple[str, str, int | None, str]
 Search = Callable[[list[str], int], list[SearchHit]]
 AsyncSearch = Callable[[list[str], int], Awaitable[list[SearchHit]]]
 
+CANDIDATES = 50
+"""How many of each ranking are fused with the nearest passages (at least the asked limit)."""
+
 
 @dataclass
 class _Candidate:

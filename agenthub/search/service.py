@@ -11,17 +11,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from agenthub.search.feed import FileFeeder
-from agenthub.search.rerank import ranked
+from agenthub.search.rerank import CANDIDATES, ranked
 from agenthub.search.text import query_terms
-from agenthub.search.vectors import CANDIDATES, VectorIndex
 from agenthub.session_keys import SessionKey
 from agenthub.storage.search_files import FileSearchIndexStore
 from agenthub.storage.search_index import MEMORY, SearchHit, SearchScope, SourceRef
-from agenthub.storage.search_sqlite import SqliteSearchIndex
+
+if TYPE_CHECKING:  # the index (numpy) loads on the worker thread that opens it, the vectors only when configured
+    from agenthub.search.vectors import VectorIndex
+    from agenthub.storage.search_sqlite import SqliteSearchIndex
 
 log = structlog.get_logger(__name__)
 

@@ -18,9 +18,9 @@ import structlog
 
 from agenthub.errors import InvalidIdError, StorageError
 from agenthub.search.docs import RecordReader, memory_docs
-from agenthub.search.rerank import ranked_async
+from agenthub.search.rerank import CANDIDATES, ranked_async
 from agenthub.search.text import query_terms
-from agenthub.search.vectors import CANDIDATES, VectorIndex
+from agenthub.search.vectors import VectorIndex
 from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.postgres.search import PostgresSearchIndex

@@ -6,13 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from agenthub.search.embeddings import EmbeddingsClient
-from agenthub.search.vectors import VectorIndex
-from agenthub.storage.ports import VectorStore
-from agenthub.storage.search_vectors import FileVectorStore
-
 if TYPE_CHECKING:
     from agenthub.gateway.core import GatewayCore
+    from agenthub.search.vectors import VectorIndex
+    from agenthub.storage.ports import VectorStore
 
 CATCH_UP_INTERVAL_S = 3600.0
 """How often every session is compared with its vectors (what was written while the endpoint was away and not
@@ -25,6 +22,10 @@ def attach_vectors(gateway: GatewayCore, open_store: Callable[[], VectorStore] |
     settings = gateway.settings.search.embeddings
     if not settings.enabled:
         return None
+    from agenthub.search.embeddings import EmbeddingsClient  # numpy: loaded only when embeddings are on
+    from agenthub.search.vectors import VectorIndex
+    from agenthub.storage.search_vectors import FileVectorStore
+
     store: VectorStore = open_store() if open_store is not None else FileVectorStore(gateway.settings.data_dir)
     index = VectorIndex(EmbeddingsClient(settings), store, gateway.history.store)
     gateway.search.vectors = index

@@ -12,6 +12,7 @@ import structlog
 
 from agenthub.search.docs import RecordReader
 from agenthub.search.embeddings import EmbeddingsClient, EmbeddingsUnavailable
+from agenthub.search.rerank import CANDIDATES
 from agenthub.session_keys import SessionKey
 from agenthub.storage.ports import SessionStore, VectorStore
 from agenthub.storage.search_index import (
@@ -30,8 +31,6 @@ log = structlog.get_logger(__name__)
 
 RRF_K = 60
 SYNC_DELAY_S = 1.0
-CANDIDATES = 50
-"""How many of each ranking are fused (at least the asked limit)."""
 
 
 def _current_passages(

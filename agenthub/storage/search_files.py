@@ -13,18 +13,20 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_index import SearchDoc, SearchHit, SearchScope, SourceRef
-from agenthub.storage.search_sqlite import SqliteSearchIndex, remove_index_files
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-OnOpen = Callable[[str, SqliteSearchIndex], None]
+OnOpen = Callable[[str, "SqliteSearchIndex"], None]
+
+if TYPE_CHECKING:  # numpy with it: imported on the worker thread that opens an index, not at start-up
+    from agenthub.storage.search_sqlite import SqliteSearchIndex
 
 
 def index_path(layout: AgentLayout) -> Path:
@@ -52,6 +54,8 @@ class FileSearchIndexStore:
         """The agent's open index (worker thread only)."""
         index = self._indexes.get(agent)
         if index is None:
+            from agenthub.storage.search_sqlite import SqliteSearchIndex
+
             index = self._indexes[agent] = SqliteSearchIndex(index_path(AgentLayout(self.data_dir, agent)), agent)
             self.on_open(agent, index)
         return index
@@ -69,6 +73,8 @@ class FileSearchIndexStore:
         log.exception("search_index_broken", agent=agent)
         index = self._indexes.pop(agent, None)
         if index is not None:
+            from agenthub.storage.search_sqlite import remove_index_files
+
             index.close()
             remove_index_files(index.path)
 

@@ -1,0 +1,78 @@
+"""`settled_conversation`: the whole history's conversion from the kept prefix plus what was appended, the prefix
+dropped when the history no longer starts with it (compaction, redaction) and the whole converted when a refused turn
+reaches across the cut."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from agenthub.agent.conversion import drop_refused_turns, fold_system_messages, to_conversation
+from agenthub.agent.settled import SettledPrefix, settled_conversation, settles
+
+Message = dict[str, Any]
+
+
+def _turns(n: int) -> list[Message]:
+    history: list[Message] = []
+    for i in range(n):
+        history += [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]
+    return history
+
+
+def _convert(prefix: SettledPrefix, history: list[Message]) -> tuple[list[Message], int]:
+    conversation, folded, converted = settled_conversation(prefix, history, to_conversation, drop_refused_turns)
+    assert conversation == to_conversation(history)
+    assert folded == fold_system_messages(history)
+    return conversation, converted
+
+
+def test_a_turn_converts_only_what_follows_the_settled_prefix() -> None:
+    prefix, history = SettledPrefix(), [{"role": "system", "content": "summary"}, *_turns(500)]
+    _, first = _convert(prefix, [*history, {"role": "user", "content": "new"}])
+    history = [*history, {"role": "user", "content": "new"}, {"role": "assistant", "content": "reply"}]
+    _, second = _convert(prefix, [*history, {"role": "user", "content": "newer"}])
+    assert first > 1000
+    assert second <= 6
+    assert len(prefix.items) == len(history)  # the prefix moved to the newest cut
+
+
+def test_a_compacted_history_is_converted_afresh() -> None:
+    prefix, history = SettledPrefix(), _turns(50)
+    _convert(prefix, [*history, {"role": "user", "content": "q"}])
+    compacted = [{"role": "system", "content": "what came before"}, *history[-4:], {"role": "user", "content": "q"}]
+    conversation, converted = _convert(prefix, compacted)
+    assert converted >= len(compacted)
+    assert len(conversation) == 5  # two turns and the new question (the summary goes to the system prompt)
+
+
+def test_a_redacted_history_is_converted_afresh() -> None:
+    prefix, history = SettledPrefix(), _turns(20)
+    _convert(prefix, [*history, {"role": "user", "content": "q"}])
+    redacted = copy.deepcopy(history)
+    redacted[2]["content"] = "[redacted]"
+    conversation, _ = _convert(prefix, [*redacted, {"role": "user", "content": "q"}])
+    assert '"question 1"' not in json.dumps(conversation) and '"[redacted]"' in json.dumps(conversation)
+
+
+def test_a_refused_turn_that_reaches_across_the_cut_converts_the_whole_history() -> None:
+    prefix, history = SettledPrefix(), _turns(10)
+    _convert(prefix, [*history, {"role": "user", "content": "q"}])
+    refused = {"role": "assistant", "content": "no", "refusal": True}
+    # the refusal takes the question after the cut away: the answer before it now meets the next assistant message
+    _, converted = _convert(prefix, [*history, {"role": "user", "content": "q"}, refused, refused])
+    assert converted >= len(history)
+    _convert(prefix, [*history, {"role": "user", "content": "q"}, refused, {"role": "assistant", "content": "more"}])
+
+
+def test_no_cut_before_a_message_that_may_not_be_sent() -> None:
+    answer = {"role": "assistant", "content": "answer"}
+    assert settles(answer, {"role": "user", "content": "question"})
+    assert not settles(answer, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]})
+    assert not settles({"role": "assistant", "content": " "}, {"role": "user", "content": "question"})
+    assert not settles({**answer, "refusal": True}, {"role": "user", "content": "question"})
+    calling = {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "n", "input": {}}]}
+    assert not settles(calling, {"role": "user", "content": "question"})
+    history = [*_turns(3), {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "stray"}]}]
+    _convert(SettledPrefix(), [*history, {"role": "assistant", "content": "merged with answer 2"}])
