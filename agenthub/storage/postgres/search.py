@@ -98,25 +98,28 @@ SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(length), 0) FROM gone),
 text must not stay)."""
 _DROP_TERMS = "DELETE FROM search_terms WHERE agent = %s AND term = ANY(%s) AND df <= 0"
 _INSERT = """
-WITH d AS (
-    INSERT INTO search_docs (agent, kind, session, name, seq, role, speaker, ts, body, length)
-    SELECT %(agent)s, %(kind)s, %(session)s, %(name)s, t.seq, t.role, t.speaker, t.ts, t.body, t.length
-    FROM unnest(%(seqs)s::bigint[], %(roles)s::text[], %(speakers)s::text[], %(ts)s::bigint[], %(bodies)s::text[],
-                %(lengths)s::int[]) AS t(seq, role, speaker, ts, body, length)
-    RETURNING id, seq, length, ts
-), t AS (
-    SELECT u.term, d.id AS doc, u.tf, d.length, d.ts
-    FROM unnest(%(terms)s::text[], %(term_seqs)s::bigint[], %(tfs)s::int[]) AS u(term, seq, tf) JOIN d ON d.seq = u.seq
+WITH d AS MATERIALIZED (
+    SELECT nextval('search_docs_id_seq') AS id, t.*
+    FROM unnest(%(kinds)s::text[], %(sessions)s::text[], %(names)s::text[], %(seqs)s::bigint[], %(roles)s::text[],
+                %(speakers)s::text[], %(ts)s::bigint[], %(bodies)s::text[], %(lengths)s::int[], %(srcs)s::text[],
+                %(channels)s::text[]) WITH ORDINALITY
+        AS t(kind, session, name, seq, role, speaker, ts, body, length, src, channel, at)
+), docs AS (
+    INSERT INTO search_docs (id, agent, kind, session, name, seq, role, speaker, ts, body, length)
+    SELECT id, %(agent)s, kind, session, name, seq, role, speaker, ts, body, length FROM d
+), t AS MATERIALIZED (
+    SELECT u.term, d.id AS doc, u.tf, d.length, d.ts, d.src, d.channel
+    FROM unnest(%(terms)s::text[], %(term_docs)s::bigint[], %(tfs)s::int[]) AS u(term, at, tf) JOIN d ON d.at = u.at
 ), postings AS (
     INSERT INTO search_postings (agent, term, doc, tf, length, ts, src, channel)
-    SELECT %(agent)s, term, doc, tf, length, ts, %(src)s, %(channel)s FROM t
+    SELECT %(agent)s, term, doc, tf, length, ts, src, channel FROM t
 )
 INSERT INTO search_terms AS s (agent, term, df)
-SELECT %(agent)s, term, count(*) FROM t GROUP BY term
+SELECT %(agent)s, term, count(*) FROM t GROUP BY term ORDER BY term
 ON CONFLICT (agent, term) DO UPDATE SET df = s.df + excluded.df
 """
-"""The docs (their ids drawn now: after the agent's row was locked), their postings and their terms' df, in one
-statement."""
+"""The docs of any number of sources (their ids drawn now: after the agent's row was locked), their postings and
+their terms' df (one upsert per distinct term of the batch), in one statement."""
 _ADD_STATS = """
 INSERT INTO search_stats AS s (agent, docs, total_length) VALUES (%(agent)s, %(docs)s, %(length)s)
 ON CONFLICT (agent) DO UPDATE SET docs = s.docs + EXCLUDED.docs, total_length = s.total_length + EXCLUDED.total_length
@@ -164,29 +167,53 @@ async def insert_docs(
     conn: Conn, agent: str, source: SourceRef, docs: Sequence[SearchDoc], dropped: tuple[int, int] = (0, 0)
 ) -> None:
     """Store `docs` and their postings, and move the agent's N and total length by what was added and dropped."""
-    added, added_length = len(docs), sum(len(doc.terms) for doc in docs)
-    if docs or dropped != (0, 0):
+    await insert_batch(conn, agent, [(source, docs)], dropped)
+
+
+async def insert_batch(
+    conn: Conn,
+    agent: str,
+    batch: Sequence[tuple[SourceRef, Sequence[SearchDoc]]],
+    dropped: tuple[int, int] = (0, 0),
+) -> None:
+    """Store the docs of every source of `batch` and their postings in one statement, and move the agent's N and
+    total length by what was added and dropped (its stats row taken first)."""
+    added = sum(len(docs) for _, docs in batch)
+    added_length = sum(len(doc.terms) for _, docs in batch for doc in docs)
+    if added or dropped != (0, 0):
         await lock_agent(conn, agent, added - dropped[0], added_length - dropped[1])
-    if not docs:
-        return
-    terms: list[str] = []
-    term_seqs: list[int] = []
-    tfs: list[int] = []
-    for doc in docs:
-        for term, tf in _counts(doc.terms).items():
-            terms.append(term)
-            term_seqs.append(doc.passage.seq)
-            tfs.append(tf)
-    p = [doc.passage for doc in docs]
-    await conn.execute(
-        _INSERT,
-        source_params(
-            agent, source, seqs=[x.seq for x in p], roles=[x.role for x in p], speakers=[x.speaker for x in p],
-            ts=[x.ts for x in p], bodies=[x.text for x in p], lengths=[len(doc.terms) for doc in docs], terms=terms,
-            term_seqs=term_seqs, tfs=tfs, src=source.name if source.kind == MEMORY else source.session,
-            channel="" if source.kind == MEMORY else session_channel(source.session),
-        ),
-    )  # fmt: skip
+    if added:
+        await conn.execute(_INSERT, {"agent": agent, **_columns(batch)})
+
+
+def _columns(batch: Sequence[tuple[SourceRef, Sequence[SearchDoc]]]) -> dict[str, list[Any]]:
+    """The batch as the arrays `_INSERT` takes (a posting names its doc by its place in the docs, from 1)."""
+    cols: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
+    at = 0
+    for source, docs in batch:
+        memory = source.kind == MEMORY
+        src, channel = (source.name, "") if memory else (source.session, session_channel(source.session))
+        for doc in docs:
+            at += 1
+            p = doc.passage
+            for name, value in zip(
+                _DOC_COLUMNS,
+                (source.kind, source.session, source.name, p.seq, p.role, p.speaker, p.ts, p.text, len(doc.terms),
+                 src, channel),
+                strict=True,
+            ):  # fmt: skip
+                cols[name].append(value)
+            for term, tf in _counts(doc.terms).items():
+                cols["terms"].append(term)
+                cols["term_docs"].append(at)
+                cols["tfs"].append(tf)
+    return cols
+
+
+_DOC_COLUMNS = (
+    *("kinds", "sessions", "names", "seqs", "roles", "speakers", "ts", "bodies", "lengths", "srcs", "channels"),
+)
+_COLUMNS = (*_DOC_COLUMNS, "terms", "term_docs", "tfs")
 
 
 async def set_watermark(conn: Conn, agent: str, source: SourceRef, watermark: str, head: str | None = None) -> None:
