@@ -524,6 +524,22 @@ SESSION_WRITES = Migration(
     ),
 )
 
+SEARCH_REMOVALS = Migration(
+    14,
+    "the search docs each removal took away, so an instance takes them out of its cached postings",
+    (
+        # per agent and generation (`search_stats.generation`, moved by each write that removes docs): the ids of the
+        # docs that write removed (ids only, never text); an instance that holds postings of an older generation
+        # takes those docs out of them instead of reading every term again; the oldest are pruned as new ones come
+        """CREATE TABLE IF NOT EXISTS search_removed (
+            agent text NOT NULL,
+            generation bigint NOT NULL,
+            docs bigint[] NOT NULL,
+            PRIMARY KEY (agent, generation)
+        )""",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -538,6 +554,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     USAGE_RESERVE_FORGOTTEN,
     SEARCH_CACHES,
     SESSION_WRITES,
+    SEARCH_REMOVALS,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -33,6 +33,8 @@ from agenthub.storage.search_index import (
 
 Conn = AsyncConnection[TupleRow]
 
+KEEP_REMOVALS = 1_000
+"""Removals logged per agent (`search_removed`): an instance more generations behind reads its postings again."""
 SESSION_DOCS = 5_000
 """A one-session search of a session with at most this many docs looks their postings up by doc id; a longer
 session is searched like many sessions, its own postings kept (`search_rank`)."""
@@ -89,13 +91,20 @@ WITH gone AS (
     RETURNING term, df
 ), moved AS (
     UPDATE search_stats SET generation = generation + 1 WHERE agent = %(agent)s AND EXISTS (SELECT 1 FROM gone)
+    RETURNING generation
+), logged AS (
+    INSERT INTO search_removed (agent, generation, docs) SELECT %(agent)s, generation, ARRAY(SELECT id FROM gone)
+    FROM moved
+), pruned AS (
+    DELETE FROM search_removed
+    WHERE agent = %(agent)s AND generation <= (SELECT generation FROM moved) - {KEEP_REMOVALS}
 )
 SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(length), 0) FROM gone),
        (SELECT coalesce(array_agg(term), '{{}}') FROM terms WHERE df <= 0)
 """
-"""The docs and their postings deleted, their terms' df taken down, the agent's generation moved when a doc went
-(instances read their cached postings again); the terms no doc holds any more are returned (deleted next: their
-text must not stay)."""
+"""The docs and their postings deleted, their terms' df taken down, the agent's generation moved when a doc went,
+with the ids removed logged under it (instances take them out of their cached postings); the terms no doc holds any
+more are returned (deleted next: their text must not stay)."""
 _DROP_TERMS = "DELETE FROM search_terms WHERE agent = %s AND term = ANY(%s) AND df <= 0"
 _INSERT = """
 WITH d AS MATERIALIZED (
@@ -278,8 +287,14 @@ class PostgresSearchIndex:
     async def drop_agent(self, agent: str) -> None:
         """Everything indexed of `agent` (a rebuild starts here)."""
         async with self.database.connection("clear the search index") as conn, conn.transaction():
-            for table in ("search_postings", "search_docs", "search_sources", "search_stats", "search_terms"):
+            await lock_agent(conn, agent)
+            for table in ("search_postings", "search_docs", "search_sources", "search_terms", "search_removed"):
                 await conn.execute(f"DELETE FROM {table} WHERE agent = %s", (agent,))
+            # its generation moves on, no removal logged under it: every instance reads its postings again
+            await conn.execute(
+                "UPDATE search_stats SET docs = 0, total_length = 0, generation = generation + 1 WHERE agent = %s",
+                (agent,),
+            )
 
     # ---- the port: asking ----------------------------------------------------------------------
 

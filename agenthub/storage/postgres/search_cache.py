@@ -3,7 +3,9 @@
 A term in many docs is read from the table once per instance, then only its postings added since (by doc id: an
 agent's index writers commit one at a time and draw their ids after taking its stats row, so a doc committed later
 has a greater id than every doc read so far). A write that removes any doc of the agent moves its generation
-(`search_stats.generation`, read by the search in the same snapshot): the agent's terms are read again. The least
+(`search_stats.generation`, read by the search in the same snapshot) and logs the ids it removed under it
+(`search_removed`): an instance behind takes those docs out of what it holds, and reads every term again only when
+the log does not reach back to its generation (the agent's index rebuilt, or more removals than it keeps). The least
 recently asked terms go when the instance holds more than `budget` postings.
 """
 
@@ -28,12 +30,30 @@ CACHED_DF = 1_000
 BUDGET = 2_000_000
 """Postings an instance holds at most (32 bytes each)."""
 NO_TS = np.iinfo(np.int64).min
+Removed = NDArray[np.int64] | None
 
 _READ = """
 SELECT q.term, p.doc, p.tf, p.length, coalesce(p.ts, %(no_ts)s), p.src, p.channel
 FROM unnest(%(terms)s::text[], %(after)s::bigint[]) AS q(term, after)
 JOIN search_postings p ON p.agent = %(agent)s AND p.term = q.term AND p.doc > q.after
 """
+
+
+_LOGGED = "FROM search_removed WHERE agent = %(agent)s AND generation > %(held)s AND generation <= %(now)s"
+_REMOVED = f"SELECT (SELECT count(*) {_LOGGED}), ARRAY(SELECT unnest(docs) {_LOGGED})"
+"""How many removals are logged between two generations, and the ids of the docs they removed."""
+
+
+async def _removed(conn: Conn, agent: str, held: int, now: int) -> NDArray[np.int64] | None:
+    """The ids of the docs removed from `agent` after generation `held` up to `now` (None: the log does not hold
+    every generation between: the agent's index was rebuilt, or the log's oldest were pruned)."""
+    if now <= held:
+        return None
+    cursor = await conn.execute(_REMOVED, {"agent": agent, "held": held, "now": now})
+    row = await cursor.fetchone()
+    if row is None or int(row[0]) != now - held:
+        return None
+    return np.array(row[1], dtype=np.int64)
 
 
 @dataclass
@@ -49,6 +69,13 @@ class Postings:
 
     def __len__(self) -> int:
         return len(self.docs)
+
+    def without(self, docs: NDArray[np.int64]) -> Postings:
+        """These postings but those of `docs` (itself when it holds none of them)."""
+        kept = np.isin(self.docs, docs, invert=True, kind="table")
+        if kept.all():
+            return self
+        return Postings(*(getattr(self, f)[kept] for f in _FIELDS))
 
 
 def postings_of(rows: Sequence[tuple[int, int, int, int, int, int]]) -> Postings:
@@ -102,6 +129,8 @@ class PostingsCache:
         self._lock = asyncio.Lock()  # one search brings the memory level at a time (no posting read twice)
         self.read = 0
         """Postings read from the table into memory (a statistic: the cache at work)."""
+        self.dropped = 0
+        """How many times an agent's held postings were dropped whole (a statistic: a removal not in the log)."""
 
     async def postings(self, conn: Conn, agent: str, generation: int, terms: Sequence[str]) -> dict[str, Postings]:
         """The terms' postings as of the caller's snapshot (`generation`: the agent's, read in that snapshot)."""
@@ -110,16 +139,27 @@ class PostingsCache:
 
     async def _level(self, conn: Conn, agent: str, generation: int, terms: Sequence[str]) -> dict[str, Postings]:
         held = self._agents.get(agent)
-        if held is None or held.generation != generation:
+        removed = None
+        if held is not None and held.generation != generation:
+            removed = await _removed(conn, agent, held.generation, generation)
+            if removed is None:  # too far behind (or the agent's index was rebuilt): every term read again
+                held = None
+                self.dropped += 1
+        if held is None:
             held = self._agents[agent] = _Agent(generation)
         after = [held.terms[t][1] if t in held.terms else -1 for t in terms]
         cursor = await conn.execute(_READ, {"agent": agent, "terms": list(terms), "after": after, "no_ts": int(NO_TS)})
         rows = await cursor.fetchall()
-        # the arrays are built and joined on a worker thread (after a removal that is every frequent term again);
-        # the lock keeps every other search out of `held` meanwhile
-        return await asyncio.to_thread(self._merge, held, terms, rows)
+        # the arrays are built, cut and joined on a worker thread; the lock keeps every other search out of `held`
+        return await asyncio.to_thread(self._merge, held, generation, removed, terms, rows)
 
-    def _merge(self, held: _Agent, terms: Sequence[str], rows: Sequence[Any]) -> dict[str, Postings]:
+    def _merge(
+        self, held: _Agent, generation: int, removed: Removed, terms: Sequence[str], rows: Sequence[Any]
+    ) -> dict[str, Postings]:
+        if removed is not None and len(removed):
+            for term, (postings, last) in held.terms.items():
+                held.terms[term] = (postings.without(removed), last)
+        held.generation = generation
         fresh: dict[str, list[tuple[int, int, int, int, int, int]]] = {t: [] for t in terms}
         code = self.codes.code
         for term, doc, tf, length, ts, src, channel in rows:
