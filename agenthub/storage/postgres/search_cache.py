@@ -33,10 +33,16 @@ NO_TS = np.iinfo(np.int64).min
 Removed = NDArray[np.int64] | None
 
 _READ = """
-SELECT q.term, p.doc, p.tf, p.length, coalesce(p.ts, %(no_ts)s), p.src, p.channel
+SELECT q.term, string_agg(int8send(p.doc), ''::bytea), string_agg(int4send(p.tf), ''::bytea),
+       string_agg(int4send(p.length), ''::bytea), string_agg(int8send(coalesce(p.ts, %(no_ts)s)), ''::bytea),
+       array_agg(p.src), array_agg(p.channel)
 FROM unnest(%(terms)s::text[], %(after)s::bigint[]) AS q(term, after)
 JOIN search_postings p ON p.agent = %(agent)s AND p.term = q.term AND p.doc > q.after
+GROUP BY q.term
 """
+"""Each term's postings added since `after`, one row per term: the numbers packed as big-endian bytes (one value to
+send and load for a column, not one per posting), the sources and channels as arrays (aggregated in the same order)."""
+_PACKED = (">i8", ">i4", ">i4", ">i8")
 
 
 _LOGGED = "FROM search_removed WHERE agent = %(agent)s AND generation > %(held)s AND generation <= %(now)s"
@@ -148,7 +154,8 @@ class PostingsCache:
         if held is None:
             held = self._agents[agent] = _Agent(generation)
         after = [held.terms[t][1] if t in held.terms else -1 for t in terms]
-        cursor = await conn.execute(_READ, {"agent": agent, "terms": list(terms), "after": after, "no_ts": int(NO_TS)})
+        params = {"agent": agent, "terms": list(terms), "after": after, "no_ts": int(NO_TS)}
+        cursor = await conn.execute(_READ, params, binary=True)
         rows = await cursor.fetchall()
         # the arrays are built, cut and joined on a worker thread; the lock keeps every other search out of `held`
         return await asyncio.to_thread(self._merge, held, generation, removed, terms, rows)
@@ -160,21 +167,27 @@ class PostingsCache:
             for term, (postings, last) in held.terms.items():
                 held.terms[term] = (postings.without(removed), last)
         held.generation = generation
-        fresh: dict[str, list[tuple[int, int, int, int, int, int]]] = {t: [] for t in terms}
-        code = self.codes.code
-        for term, doc, tf, length, ts, src, channel in rows:
-            fresh[term].append((doc, tf, length, ts, code(src), code(channel)))
-        self.read += sum(len(rows) for rows in fresh.values())
+        fresh = {row[0]: self._unpacked(row[1:]) for row in rows}
+        self.read += sum(len(p) for p in fresh.values())
         found: dict[str, Postings] = {}
-        for term, got in fresh.items():
-            old = held.terms.pop(term, None)
-            new = postings_of(got)
-            both = new if old is None else joined([old[0], new]) if got else old[0]
-            last = max([old[1] if old is not None else -1, *(r[0] for r in got)])
+        for term in terms:
+            old, new = held.terms.pop(term, None), fresh.get(term)
+            if new is None:
+                both, last = old if old is not None else (postings_of([]), -1)
+            else:
+                both = new if old is None else joined([old[0], new])
+                last = max(old[1] if old is not None else -1, int(new.docs.max()))
             held.terms[term] = (both, last)
             found[term] = both
         self._evict(keep=set(terms))
         return found
+
+    def _unpacked(self, row: Sequence[Any]) -> Postings:
+        """A `_READ` row's postings as columns."""
+        numbers = [np.frombuffer(bytes(b), dtype=t).astype(t[1:]) for b, t in zip(row[:4], _PACKED, strict=True)]
+        code = self.codes.code
+        srcs, channels = (np.fromiter(map(code, names), dtype=np.int32, count=len(names)) for names in row[4:])
+        return Postings(numbers[0], numbers[1], numbers[2], numbers[3], srcs, channels)
 
     def _evict(self, keep: set[str]) -> None:
         total = sum(len(p) for held in self._agents.values() for p, _ in held.terms.values())
