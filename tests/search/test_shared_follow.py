@@ -111,3 +111,22 @@ async def test_a_kill_between_the_store_and_its_indexing_loses_nothing(dsn: str)
         assert await started.found("ferry") == ["the ferry leaves at noon"]
     finally:
         await started.close()
+
+
+async def test_two_instances_catching_one_session_up_in_turn_index_each_record_once(
+    pair: tuple[Instance, Instance],
+) -> None:
+    one, two = pair
+    key = SessionKey("a", "http", "shared")
+    for n in range(6):
+        writer, indexer = (one, two) if n % 2 else (two, one)
+        await writer.sessions.append(key, [_user(f"entry{n} of the shared log")])
+        await indexer.search.sync_sessions([key])  # each remembers the state it left: the other moved it since
+        await indexer.search.sync_sessions([key])  # its own state again: read with it, nothing new
+    assert (await one.search.stats("a"))["docs"] == 6
+    for n in range(6):
+        assert await two.found(f"entry{n}") == [f"entry{n} of the shared log"]
+    await one.sessions.replace(key, [_user("only the summary is left")], archive=[])
+    await two.search.sync_sessions([key])  # rewritten since `two` last left it: indexed again from the start
+    assert (await one.search.stats("a"))["docs"] == 1
+    assert await one.found("entry3") == []

@@ -11,7 +11,7 @@ other in a cycle), then the agent's stats row (`search.lock_agent`), then the te
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,34 +127,49 @@ class _Source:
         return new
 
 
+State = tuple[str | None, str | None, bool]
+"""What `_STATE` tells of a session besides its head: its history's and archive's watermarks, whether it has an
+archive."""
+
+
 async def catch_up_batch(
-    conn: Conn, agent: str, keys: Sequence[SessionKey], make_docs: DocMaker
-) -> tuple[int, list[SessionKey]]:
+    conn: Conn, agent: str, keys: Sequence[SessionKey], make_docs: DocMaker, known: Mapping[str, State] | None = None
+) -> tuple[int, list[SessionKey], dict[str, State]]:
     """Catch `keys` (sessions of `agent`) up in the caller's transaction; (docs added, the sessions left out as
-    rewritten, to be indexed again on their own)."""
+    rewritten, to be indexed again on their own, and the state the others are left in). `known`: the state this
+    instance left sessions in: their records are read with their state, in the same round trip (read again when
+    the state found is another)."""
     ordered = sorted(set(keys), key=str)
     names = [str(k) for k in ordered]
     params = {"agent": agent, "sessions": names, "channels": [k.channel for k in ordered]}
     params["chats"] = [k.chat_id for k in ordered]
+    known = known or {}
     await conn.execute(_LOCK, params)
     cursor = await conn.execute(_STATE, params)
+    guessed = {k: _sources(k, known[str(k)], set()) for k in ordered if str(k) in known}
+    collect = await _send(conn, agent, [s for mine in guessed.values() for s in mine])
+    rows = await cursor.fetchall()
+    await collect()
     sources: list[_Source] = []
+    again: list[_Source] = []
     rewritten: set[SessionKey] = set()
-    for key, (head, history, archive, has_archive) in zip(ordered, await cursor.fetchall(), strict=True):
-        for kind, text, wanted in ((HISTORY, history, True), (ARCHIVE, archive, archive is not None or has_archive)):
-            mark = Mark.parse(text)
-            if text is not None and mark is None:
-                rewritten.add(key)  # a damaged watermark: the session is indexed again on its own
-            if wanted:
-                resume = mark if mark is not None and mark.last >= 0 else None  # None: nothing of it indexed yet
-                sources.append(_Source(key, SourceRef(kind, str(key)), resume, None if head is None else str(head)))
-    await _read(conn, agent, [s for s in sources if s.key not in rewritten])
+    states: dict[str, State] = {}
+    for key, (head, history, archive, has_archive) in zip(ordered, rows, strict=True):
+        state = states[str(key)] = (history, archive, bool(has_archive))
+        mine = guessed.get(key) if known.get(str(key)) == state else None
+        if mine is None:
+            mine = _sources(key, state, rewritten)
+            again += mine
+        for source in mine:
+            source.head = None if head is None else str(head)
+        sources += mine
+    await (await _send(conn, agent, [s for s in again if s.key not in rewritten]))()
     rewritten |= {s.key for s in sources if not s.grew()}
     kept = [s for s in sources if s.key not in rewritten]
     made = await asyncio.to_thread(_docs, kept, make_docs)
     batch = [(s.ref, docs) for s, (docs, _) in zip(kept, made, strict=True) if docs]
     await insert_batch(conn, agent, batch)
-    marks = [(s, s.new_mark(skipped)) for s, (_, skipped) in zip(kept, made, strict=True)]
+    marks = [(s, s.new_mark(skipped).dump()) for s, (_, skipped) in zip(kept, made, strict=True)]
     marks = [(s, m) for s, m in marks if s.ref.kind == HISTORY or s.added()]  # an archive untouched keeps its mark
     if marks:
         await conn.execute(
@@ -163,15 +178,34 @@ async def catch_up_batch(
                 "agent": agent,
                 "kinds": [s.ref.kind for s, _ in marks],
                 "sessions": [s.ref.session for s, _ in marks],
-                "marks": [m.dump() for _, m in marks],
+                "marks": [m for _, m in marks],
                 "heads": [s.head if s.ref.kind == HISTORY else None for s, _ in marks],
             },
         )
-    return sum(len(docs) for _, docs in batch), sorted(rewritten, key=str)
+    for s, m in marks:
+        history, archive, has_archive = states[s.ref.session]
+        states[s.ref.session] = (m, archive, has_archive) if s.ref.kind == HISTORY else (history, m, has_archive)
+    left = {name: state for name, state in states.items() if SessionKey.parse(name) not in rewritten}
+    return sum(len(docs) for _, docs in batch), sorted(rewritten, key=str), left
 
 
-async def _read(conn: Conn, agent: str, sources: list[_Source]) -> None:
-    """Each source's records from its last indexed one on, and whether it still starts where it did (pipelined)."""
+def _sources(key: SessionKey, state: State, rewritten: set[SessionKey]) -> list[_Source]:
+    """The session's sources to read as its state has them (a damaged watermark: the key added to `rewritten`)."""
+    history, archive, has_archive = state
+    sources = []
+    for kind, text, wanted in ((HISTORY, history, True), (ARCHIVE, archive, archive is not None or has_archive)):
+        mark = Mark.parse(text)
+        if text is not None and mark is None:
+            rewritten.add(key)  # a damaged watermark: the session is indexed again on its own
+        if wanted:
+            resume = mark if mark is not None and mark.last >= 0 else None  # None: nothing of it indexed yet
+            sources.append(_Source(key, SourceRef(kind, str(key)), resume, None))
+    return sources
+
+
+async def _send(conn: Conn, agent: str, sources: list[_Source]) -> Callable[[], Awaitable[None]]:
+    """Send the reads of each source's records from its last indexed one on, and of whether it still starts where
+    it did (pipelined); the returned call waits for them and keeps them in the sources."""
     reads, starts = [], []
     for kind, table in TABLES.items():
         mine = [(at, s) for at, s in enumerate(sources) if s.ref.kind == kind]
@@ -187,13 +221,17 @@ async def _read(conn: Conn, agent: str, sources: list[_Source]) -> None:
             check["channels"] = [s.key.channel for _, s, _ in resumed]
             check["chats"] = [s.key.chat_id for _, s, _ in resumed]
             starts.append(await conn.execute(_STARTS.format(table=table), check))
-    for cursor in reads:
-        for at, seq, record, md5 in await cursor.fetchall():
-            sources[at].rows.append((int(seq), str(record), str(md5)))
-    for cursor in starts:
-        for at, least, first_md5 in await cursor.fetchall():
-            mark = sources[at].mark
-            sources[at].first_ok = mark is not None and least == mark.first and first_md5 == mark.first_md5
+
+    async def collect() -> None:
+        for cursor in reads:
+            for at, seq, record, md5 in await cursor.fetchall():
+                sources[at].rows.append((int(seq), str(record), str(md5)))
+        for cursor in starts:
+            for at, least, first_md5 in await cursor.fetchall():
+                mark = sources[at].mark
+                sources[at].first_ok = mark is not None and least == mark.first and first_md5 == mark.first_md5
+
+    return collect
 
 
 def _docs(sources: list[_Source], make_docs: DocMaker) -> list[tuple[list[SearchDoc], list[str]]]:

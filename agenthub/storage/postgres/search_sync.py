@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from agenthub.storage.postgres.search_catchup import (
     DocMaker,
     HistoryRecord,
     Mark,
+    State,
     catch_up_batch,
     parse_record,
 )
@@ -31,6 +33,8 @@ from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, SearchDoc, S
 
 __all__ = ["DocMaker", "HistoryRecord", "MemoryDocMaker", "PostgresIndexFeed"]
 
+KNOWN_SESSIONS = 10_000
+"""Sessions whose state an instance remembers at most (a guess that saves a round trip when it is right)."""
 BATCH_SESSIONS = 64
 """Sessions caught up in one transaction at most (their records are held in memory meanwhile)."""
 MemoryDocMaker = Callable[[SourceRef, str, int | None], list[SearchDoc]]
@@ -65,6 +69,9 @@ class PostgresIndexFeed:
 
     def __init__(self, database: Database) -> None:
         self.database = database
+        self._known: OrderedDict[str, State] = OrderedDict()
+        """The state this instance left each session it caught up in (`search_catchup.catch_up_batch`: a guess,
+        checked against the database's)."""
 
     async def lagging(self, agent: str, sessions: Sequence[str] | None = None) -> list[SessionKey]:
         """The sessions of `agent` (only `sessions`, when given) that changed since they were indexed."""
@@ -86,12 +93,22 @@ class PostgresIndexFeed:
             for at in range(0, len(mine), BATCH_SESSIONS):
                 # pipelined: the statements are sent as they come, the client waits only for a result it reads
                 batch = mine[at : at + BATCH_SESSIONS]
+                known = {str(k): self._known[str(k)] for k in batch if str(k) in self._known}
                 async with self.database.connection("update the index") as conn, conn.pipeline(), conn.transaction():
-                    count, rewritten = await catch_up_batch(conn, agent, batch, make_docs)
+                    count, rewritten, left = await catch_up_batch(conn, agent, batch, make_docs, known)
+                self._remember(batch, left)
                 added += count
                 for key in rewritten:
                     added += await self.sync_session(key, make_docs, full=True)
         return added
+
+    def _remember(self, keys: Sequence[SessionKey], states: dict[str, State]) -> None:
+        """The state a batch left its sessions in (the others forgotten), the least recently caught up dropped."""
+        for key in keys:
+            self._known.pop(str(key), None)
+        self._known.update(states)
+        while len(self._known) > KNOWN_SESSIONS:
+            self._known.popitem(last=False)
 
     async def sync_session(self, key: SessionKey, make_docs: DocMaker, *, full: bool = False) -> int:
         """Bring the session's history and archive up to date (`full`: index them again from the start, as after
