@@ -136,8 +136,10 @@ class SharedSearchService:
             task.add_done_callback(self._warming.discard)
 
     async def _warm(self, agent: str) -> None:
+        """Catch every session of the agent up, then read its most frequent terms' postings into memory."""
         try:
             await self.catch_up(agent, None)
+            await self.index.preload(agent)
         except StorageError:
             log.warning("search_index_behind", agent=agent)
 

@@ -166,3 +166,20 @@ async def test_migration_12_on_a_database_at_10_counts_the_terms_it_holds_and_ru
             await conn.execute(statement)
         cursor = await conn.execute("SELECT term, df FROM search_terms ORDER BY term")
         assert await cursor.fetchall() == [("apple", 3), ("pear", 1), ("plum", 1)]
+
+
+async def test_a_start_reads_the_most_frequent_terms_into_memory_and_ranks_the_same(two: Two) -> None:
+    rng = random.Random(14)
+    for s in range(6):
+        await two.sessions.append(SessionKey("a", ("http", "cli")[s % 2], f"chat-{s}"), _records(rng, s * 100, 40))
+    await two.catch_up()
+    async with await psycopg.AsyncConnection.connect(two.dsn) as conn:
+        cursor = await conn.execute("SELECT max(df) FROM search_terms WHERE agent = 'a'")
+        row = await cursor.fetchone()
+    assert row is not None
+    assert await two.cached.preload("a", postings=int(row[0])) == 1  # only as many terms as hold that many postings
+    assert await two.cached.preload("a", postings=10**6) > 3
+    read = two.cached.cache.read
+    assert read > 0
+    assert await two.same() > 0
+    assert two.cached.cache.read == read  # every frequent term asked was in memory already

@@ -33,6 +33,8 @@ from agenthub.storage.search_index import (
 
 Conn = AsyncConnection[TupleRow]
 
+PRELOAD = 500_000
+"""Postings an instance reads into memory at start, of the most frequent terms (`PostgresSearchIndex.preload`)."""
 KEEP_REMOVALS = 1_000
 """Removals logged per agent (`search_removed`): an instance more generations behind reads its postings again."""
 SESSION_DOCS = 5_000
@@ -59,6 +61,16 @@ SELECT set_config('jit', 'off', true),
 """What a search ranks with, in one round trip: N, the total length, the ts span, the generation of the agent's docs;
 the query terms' df; the channels the agent has sessions on when the scope is not one session, else that
 session's doc count (jit off: compiling costs more than these short queries run)."""
+
+_FREQUENT = """
+SELECT coalesce((SELECT generation FROM search_stats WHERE agent = %(agent)s), 0), ARRAY(
+    SELECT term FROM (
+        SELECT term, sum(df) OVER (ORDER BY df DESC, term) AS upto FROM search_terms
+        WHERE agent = %(agent)s AND df >= %(least)s
+    ) t WHERE upto <= %(most)s ORDER BY upto
+)
+"""
+"""The agent's generation and its most frequent cached terms, as many as hold `most` postings together."""
 
 _DOC = "d.id, d.kind, d.session, d.name, d.seq, d.role, d.speaker, d.ts, d.body"
 _AROUND = f"""
@@ -327,6 +339,21 @@ class PostgresSearchIndex:
             best = _distinct(sorted(passages, key=lambda i: rank_key(scored[i], passages[i])), passages, limit)
             around = await _around(conn, best)
         return [SearchHit(passages[i], scored[i], *around.get(i, (None, None))) for i in best]
+
+    async def preload(self, agent: str, postings: int = PRELOAD) -> int:
+        """Read the agent's most frequent terms' postings into this instance's memory, up to about `postings` of
+        them (at start: a first search of a common word then finds them there); how many terms."""
+        async with self.database.connection("read the search index") as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # the generation and postings agree
+            cursor = await conn.execute(
+                _FREQUENT, {"agent": agent, "least": self.cache.cached_df, "most": min(postings, self.cache.budget)}
+            )
+            row = await cursor.fetchone()
+            assert row is not None
+            terms = list(row[1])
+            if terms:
+                await self.cache.postings(conn, agent, int(row[0]), terms)
+        return len(terms)
 
     async def stats(self, agent: str) -> dict[str, int]:
         async with self.database.connection("read the search index") as conn:
