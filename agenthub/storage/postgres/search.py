@@ -121,16 +121,16 @@ _DROP_TERMS = "DELETE FROM search_terms WHERE agent = %s AND term = ANY(%s) AND 
 _INSERT = """
 WITH d AS MATERIALIZED (
     SELECT nextval('search_docs_id_seq') AS id, t.*
-    FROM unnest(%(kinds)s::text[], %(sessions)s::text[], %(names)s::text[], %(seqs)s::bigint[], %(roles)s::text[],
-                %(speakers)s::text[], %(ts)s::bigint[], %(bodies)s::text[], %(lengths)s::int[], %(srcs)s::text[],
-                %(channels)s::text[]) WITH ORDINALITY
+    FROM unnest(%(kinds)b::text[], %(sessions)b::text[], %(names)b::text[], %(seqs)b::bigint[], %(roles)b::text[],
+                %(speakers)b::text[], %(ts)b::bigint[], %(bodies)b::text[], %(lengths)b::int[], %(srcs)b::text[],
+                %(channels)b::text[]) WITH ORDINALITY
         AS t(kind, session, name, seq, role, speaker, ts, body, length, src, channel, at)
 ), docs AS (
     INSERT INTO search_docs (id, agent, kind, session, name, seq, role, speaker, ts, body, length)
     SELECT id, %(agent)s, kind, session, name, seq, role, speaker, ts, body, length FROM d
 ), t AS MATERIALIZED (
     SELECT u.term, d.id AS doc, u.tf, d.length, d.ts, d.src, d.channel
-    FROM unnest(%(terms)s::text[], %(term_docs)s::bigint[], %(tfs)s::int[]) AS u(term, at, tf) JOIN d ON d.at = u.at
+    FROM unnest(%(terms)b::text[], %(term_docs)b::bigint[], %(tfs)b::int[]) AS u(term, at, tf) JOIN d ON d.at = u.at
 ), postings AS (
     INSERT INTO search_postings (agent, term, doc, tf, length, ts, src, channel)
     SELECT %(agent)s, term, doc, tf, length, ts, src, channel FROM t
@@ -140,7 +140,8 @@ SELECT %(agent)s, term, count(*) FROM t GROUP BY term ORDER BY term
 ON CONFLICT (agent, term) DO UPDATE SET df = s.df + excluded.df
 """
 """The docs of any number of sources (their ids drawn now: after the agent's row was locked), their postings and
-their terms' df (one upsert per distinct term of the batch), in one statement."""
+their terms' df (one upsert per distinct term of the batch), in one statement; the arrays are sent in binary (the
+driver dumps a list of text ten times faster so)."""
 _ADD_STATS = """
 INSERT INTO search_stats AS s (agent, docs, total_length) VALUES (%(agent)s, %(docs)s, %(length)s)
 ON CONFLICT (agent) DO UPDATE SET docs = s.docs + EXCLUDED.docs, total_length = s.total_length + EXCLUDED.total_length
