@@ -1,10 +1,10 @@
 """memory_search on PostgreSQL: one index in the database, shared by every instance.
 
-The history tables are the queue: a write's own instance catches its session up right after it landed (in the
-background, coalesced per session), and a search first catches up every session of its scope whose head moved
-since it was indexed, whoever wrote it, so what any instance stored is found by a search on any instance at once,
-also after a crash between a write and its indexing. Records and memory files are tokenised here, on a thread;
-the store only keeps and ranks the docs.
+The history tables are the queue: a write's own instance catches its session up after it landed, off the turn (one
+follower task per instance catches up every session written in the last `SYNC_DELAY_S` in one batch), and a search
+first catches up every session of its scope whose head moved since it was indexed, whoever wrote it, so what any
+instance stored is found by a search on any instance at once, also after a crash between a write and its indexing.
+Records and memory files are tokenised here, on a thread; the store only keeps and ranks the docs.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from agenthub.storage.search_index import (
 log = structlog.get_logger(__name__)
 
 SYNC_DELAY_S = 0.5
-"""How long a written session waits before its instance indexes it: the writes of a turn are read at once. A search
-never waits for it: it catches its scope up itself."""
+"""How long a written session waits before its instance indexes it: the writes of a turn, and of every other session
+meanwhile, are read at once. A search never waits for it: it catches its scope up itself."""
 
 
 def record_docs(
@@ -87,8 +87,8 @@ class SharedSearchService:
         self._sync_delay_s = sync_delay_s
         self.sessions_read = 0
         """How many times a session was read to update the index (a statistic)."""
-        self._running: dict[SessionKey, asyncio.Task[None]] = {}
-        self._again: set[SessionKey] = set()
+        self._pending: dict[SessionKey, None] = {}  # noted by `history_changed`, not caught up yet
+        self._follower: asyncio.Task[None] | None = None
         self._warming: set[asyncio.Task[None]] = set()
         self._closed = False
         self.vectors: VectorIndex | None = None
@@ -97,31 +97,33 @@ class SharedSearchService:
     # ---- feeding -------------------------------------------------------------------------------
 
     def history_changed(self, op: str, key: SessionKey) -> None:
-        """Catch the session up in the background (one run at a time per session; changes meanwhile: once more)."""
+        """Note the session for the instance's follower, never wait for it: every `sync_delay_s` the follower
+        catches up every session noted meanwhile in one batch (`PostgresIndexFeed.sync_sessions`), after the
+        turn's reply. Nothing noted survives a crash, and need not: the history tables are the queue (a search
+        catches its scope up first, a start catches every session up)."""
         if self._closed or op == "reload":
             return
-        if key in self._running:
-            self._again.add(key)
-            return
-        try:
-            self._running[key] = asyncio.get_running_loop().create_task(self._follow(key))
-        except RuntimeError:  # not on the event loop: the next search catches it up
-            return
+        self._pending[key] = None
+        if self._follower is None or self._follower.done():
+            try:
+                self._follower = asyncio.get_running_loop().create_task(self._follow())
+            except RuntimeError:  # not on the event loop: the next search catches it up
+                return
 
-    async def _follow(self, key: SessionKey) -> None:
-        try:
-            while True:
-                await asyncio.sleep(self._sync_delay_s)
-                self._again.discard(key)
-                try:
-                    await self.sync_session(key)
-                except StorageError:  # the next search (or change) catches it up
-                    log.warning("search_index_behind", session=str(key))
-                    return
-                if key not in self._again:
-                    return
-        finally:
-            self._running.pop(key, None)
+    async def _follow(self) -> None:
+        while self._pending and not self._closed:
+            await asyncio.sleep(self._sync_delay_s)
+            keys = list(self._pending)
+            self._pending.clear()
+            try:
+                await self.sync_sessions(keys)
+            except StorageError:  # the next search (or start) catches them up
+                log.warning("search_index_behind", sessions=len(keys))
+
+    async def sync_sessions(self, keys: Sequence[SessionKey]) -> int:
+        """Catch these sessions up in one batch per agent; the number of docs added."""
+        self.sessions_read += len(keys)
+        return await self.feed.sync_sessions(keys, record_docs)
 
     async def sync_session(self, key: SessionKey, *, full: bool = False) -> int:
         self.sessions_read += 1
@@ -134,8 +136,10 @@ class SharedSearchService:
             task.add_done_callback(self._warming.discard)
 
     async def _warm(self, agent: str) -> None:
+        """Catch every session of the agent up, then read its most frequent terms' postings into memory."""
         try:
             await self.catch_up(agent, None)
+            await self.index.preload(agent)
         except StorageError:
             log.warning("search_index_behind", agent=agent)
 
@@ -148,8 +152,8 @@ class SharedSearchService:
             if scope is not None:
                 allowed: dict[str, bool] = {}
                 behind = [k for k in behind if allowed.setdefault(k.channel, bool(scope.agent_scoped(k.channel)))]
-        for key in behind:
-            await self.sync_session(key)
+        if behind:
+            await self.sync_sessions(behind)
         return len(behind)
 
     async def sync_memory(self, agent: str, doc_names: Iterable[str]) -> None:
@@ -211,8 +215,9 @@ class SharedSearchService:
     async def close(self) -> None:
         """Stop following changes (what was not indexed yet, the next search catches up)."""
         self._closed = True
-        for task in [*self._warming, *self._running.values()]:
+        tasks = [*self._warming, *([self._follower] if self._follower is not None else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._running.values(), *self._warming, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self.vectors is not None:
             await self.vectors.close()

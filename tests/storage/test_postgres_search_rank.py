@@ -49,6 +49,7 @@ class Two:
     too), `plain` sums all in SQL (a session: its docs looked up by id)."""
 
     def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
         self.database, self.other = Database(dsn), Database(dsn)
         self.sessions = PostgresSessionStore(self.database)
         self.feed = PostgresIndexFeed(self.database)
@@ -104,11 +105,35 @@ async def test_an_instance_memory_follows_what_others_add_and_remove(two: Two) -
     await two.catch_up()
     await two.same()
     assert 0 < two.cached.cache.read - read < 10 * 8
-    await two.sessions.replace(keys[1], _records(rng, 100, 5), archive=[])  # a compaction removes docs: read again
+    read = two.cached.cache.read
+    # a compaction and a delete remove docs: the memory takes them out (the removal log), reads only the new ones
+    await two.sessions.replace(keys[1], _records(rng, 100, 5), archive=[])
     await two.sessions.delete(keys[2])
     await two.catch_up()
     assert await two.same() > 0
-    assert two.cached.cache.read - read > 100
+    assert two.cached.cache.dropped == 0 and two.cached.cache.read - read <= 5 * 8
+    # a rebuild logs no removal: the memory is read again whole, and ranks the same
+    read = two.cached.cache.read
+    await two.cached.drop_agent("a")
+    for key in await two.feed.session_keys("a"):
+        await two.feed.sync_session(key, record_docs, full=True)
+    assert await two.same() > 0
+    assert two.cached.cache.dropped == 1 and two.cached.cache.read - read > 100
+
+
+async def test_removals_further_back_than_the_log_keeps_read_the_memory_again(two: Two) -> None:
+    rng = random.Random(13)
+    keys = [SessionKey("a", "http", f"chat-{s}") for s in range(3)]
+    for key in keys:
+        await two.sessions.append(key, _records(rng, 0, 40))
+    await two.catch_up()
+    await two.same()
+    await two.sessions.replace(keys[0], _records(rng, 50, 5), archive=[])
+    await two.catch_up()
+    async with await psycopg.AsyncConnection.connect(two.dsn, autocommit=True) as conn:
+        await conn.execute("DELETE FROM search_removed")  # as if pruned: the log no longer reaches back
+    assert await two.same() > 0
+    assert two.cached.cache.dropped == 1
 
 
 async def test_migration_12_on_a_database_at_10_counts_the_terms_it_holds_and_runs_twice_harmlessly(
@@ -141,3 +166,20 @@ async def test_migration_12_on_a_database_at_10_counts_the_terms_it_holds_and_ru
             await conn.execute(statement)
         cursor = await conn.execute("SELECT term, df FROM search_terms ORDER BY term")
         assert await cursor.fetchall() == [("apple", 3), ("pear", 1), ("plum", 1)]
+
+
+async def test_a_start_reads_the_most_frequent_terms_into_memory_and_ranks_the_same(two: Two) -> None:
+    rng = random.Random(14)
+    for s in range(6):
+        await two.sessions.append(SessionKey("a", ("http", "cli")[s % 2], f"chat-{s}"), _records(rng, s * 100, 40))
+    await two.catch_up()
+    async with await psycopg.AsyncConnection.connect(two.dsn) as conn:
+        cursor = await conn.execute("SELECT max(df) FROM search_terms WHERE agent = 'a'")
+        row = await cursor.fetchone()
+    assert row is not None
+    assert await two.cached.preload("a", postings=int(row[0])) == 1  # only as many terms as hold that many postings
+    assert await two.cached.preload("a", postings=10**6) > 3
+    read = two.cached.cache.read
+    assert read > 0
+    assert await two.same() > 0
+    assert two.cached.cache.read == read  # every frequent term asked was in memory already

@@ -524,6 +524,21 @@ SESSION_WRITES = Migration(
     ),
 )
 
+SEARCH_REMOVALS = Migration(
+    14,
+    "the search docs each removal took away, so an instance takes them out of its cached postings",
+    (
+        # per agent and generation (`search_stats.generation`, moved by each write that removes docs): the ids of the
+        # docs that write removed (ids only, never text); an instance that holds postings of an older generation
+        # takes those docs out of them instead of reading every term again; the oldest are pruned as new ones come
+        """CREATE TABLE IF NOT EXISTS search_removed (
+            agent text NOT NULL,
+            generation bigint NOT NULL,
+            docs bigint[] NOT NULL,
+            PRIMARY KEY (agent, generation)
+        )""",
+    ),
+)
 USAGE_RESERVE_CLAIMS = Migration(
     16,
     "a budget check in one cheap call: claims as one JSON text, each scope's usage read through its index, a chat "
@@ -606,6 +621,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     USAGE_RESERVE_FORGOTTEN,
     SEARCH_CACHES,
     SESSION_WRITES,
+    SEARCH_REMOVALS,
     USAGE_RESERVE_CLAIMS,
 )
 """Append only, never edit a released one."""

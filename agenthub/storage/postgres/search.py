@@ -33,6 +33,10 @@ from agenthub.storage.search_index import (
 
 Conn = AsyncConnection[TupleRow]
 
+PRELOAD = 500_000
+"""Postings an instance reads into memory at start, of the most frequent terms (`PostgresSearchIndex.preload`)."""
+KEEP_REMOVALS = 1_000
+"""Removals logged per agent (`search_removed`): an instance more generations behind reads its postings again."""
 SESSION_DOCS = 5_000
 """A one-session search of a session with at most this many docs looks their postings up by doc id; a longer
 session is searched like many sessions, its own postings kept (`search_rank`)."""
@@ -57,6 +61,16 @@ SELECT set_config('jit', 'off', true),
 """What a search ranks with, in one round trip: N, the total length, the ts span, the generation of the agent's docs;
 the query terms' df; the channels the agent has sessions on when the scope is not one session, else that
 session's doc count (jit off: compiling costs more than these short queries run)."""
+
+_FREQUENT = """
+SELECT coalesce((SELECT generation FROM search_stats WHERE agent = %(agent)s), 0), ARRAY(
+    SELECT term FROM (
+        SELECT term, sum(df) OVER (ORDER BY df DESC, term) AS upto FROM search_terms
+        WHERE agent = %(agent)s AND df >= %(least)s
+    ) t WHERE upto <= %(most)s ORDER BY upto
+)
+"""
+"""The agent's generation and its most frequent cached terms, as many as hold `most` postings together."""
 
 _DOC = "d.id, d.kind, d.session, d.name, d.seq, d.role, d.speaker, d.ts, d.body"
 _AROUND = f"""
@@ -89,34 +103,45 @@ WITH gone AS (
     RETURNING term, df
 ), moved AS (
     UPDATE search_stats SET generation = generation + 1 WHERE agent = %(agent)s AND EXISTS (SELECT 1 FROM gone)
+    RETURNING generation
+), logged AS (
+    INSERT INTO search_removed (agent, generation, docs) SELECT %(agent)s, generation, ARRAY(SELECT id FROM gone)
+    FROM moved
+), pruned AS (
+    DELETE FROM search_removed
+    WHERE agent = %(agent)s AND generation <= (SELECT generation FROM moved) - {KEEP_REMOVALS}
 )
 SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(length), 0) FROM gone),
        (SELECT coalesce(array_agg(term), '{{}}') FROM terms WHERE df <= 0)
 """
-"""The docs and their postings deleted, their terms' df taken down, the agent's generation moved when a doc went
-(instances read their cached postings again); the terms no doc holds any more are returned (deleted next: their
-text must not stay)."""
+"""The docs and their postings deleted, their terms' df taken down, the agent's generation moved when a doc went,
+with the ids removed logged under it (instances take them out of their cached postings); the terms no doc holds any
+more are returned (deleted next: their text must not stay)."""
 _DROP_TERMS = "DELETE FROM search_terms WHERE agent = %s AND term = ANY(%s) AND df <= 0"
 _INSERT = """
-WITH d AS (
-    INSERT INTO search_docs (agent, kind, session, name, seq, role, speaker, ts, body, length)
-    SELECT %(agent)s, %(kind)s, %(session)s, %(name)s, t.seq, t.role, t.speaker, t.ts, t.body, t.length
-    FROM unnest(%(seqs)s::bigint[], %(roles)s::text[], %(speakers)s::text[], %(ts)s::bigint[], %(bodies)s::text[],
-                %(lengths)s::int[]) AS t(seq, role, speaker, ts, body, length)
-    RETURNING id, seq, length, ts
-), t AS (
-    SELECT u.term, d.id AS doc, u.tf, d.length, d.ts
-    FROM unnest(%(terms)s::text[], %(term_seqs)s::bigint[], %(tfs)s::int[]) AS u(term, seq, tf) JOIN d ON d.seq = u.seq
+WITH d AS MATERIALIZED (
+    SELECT nextval('search_docs_id_seq') AS id, t.*
+    FROM unnest(%(kinds)b::text[], %(sessions)b::text[], %(names)b::text[], %(seqs)b::bigint[], %(roles)b::text[],
+                %(speakers)b::text[], %(ts)b::bigint[], %(bodies)b::text[], %(lengths)b::int[], %(srcs)b::text[],
+                %(channels)b::text[]) WITH ORDINALITY
+        AS t(kind, session, name, seq, role, speaker, ts, body, length, src, channel, at)
+), docs AS (
+    INSERT INTO search_docs (id, agent, kind, session, name, seq, role, speaker, ts, body, length)
+    SELECT id, %(agent)s, kind, session, name, seq, role, speaker, ts, body, length FROM d
+), t AS MATERIALIZED (
+    SELECT u.term, d.id AS doc, u.tf, d.length, d.ts, d.src, d.channel
+    FROM unnest(%(terms)b::text[], %(term_docs)b::bigint[], %(tfs)b::int[]) AS u(term, at, tf) JOIN d ON d.at = u.at
 ), postings AS (
     INSERT INTO search_postings (agent, term, doc, tf, length, ts, src, channel)
-    SELECT %(agent)s, term, doc, tf, length, ts, %(src)s, %(channel)s FROM t
+    SELECT %(agent)s, term, doc, tf, length, ts, src, channel FROM t
 )
 INSERT INTO search_terms AS s (agent, term, df)
-SELECT %(agent)s, term, count(*) FROM t GROUP BY term
+SELECT %(agent)s, term, count(*) FROM t GROUP BY term ORDER BY term
 ON CONFLICT (agent, term) DO UPDATE SET df = s.df + excluded.df
 """
-"""The docs (their ids drawn now: after the agent's row was locked), their postings and their terms' df, in one
-statement."""
+"""The docs of any number of sources (their ids drawn now: after the agent's row was locked), their postings and
+their terms' df (one upsert per distinct term of the batch), in one statement; the arrays are sent in binary (the
+driver dumps a list of text ten times faster so)."""
 _ADD_STATS = """
 INSERT INTO search_stats AS s (agent, docs, total_length) VALUES (%(agent)s, %(docs)s, %(length)s)
 ON CONFLICT (agent) DO UPDATE SET docs = s.docs + EXCLUDED.docs, total_length = s.total_length + EXCLUDED.total_length
@@ -164,29 +189,53 @@ async def insert_docs(
     conn: Conn, agent: str, source: SourceRef, docs: Sequence[SearchDoc], dropped: tuple[int, int] = (0, 0)
 ) -> None:
     """Store `docs` and their postings, and move the agent's N and total length by what was added and dropped."""
-    added, added_length = len(docs), sum(len(doc.terms) for doc in docs)
-    if docs or dropped != (0, 0):
+    await insert_batch(conn, agent, [(source, docs)], dropped)
+
+
+async def insert_batch(
+    conn: Conn,
+    agent: str,
+    batch: Sequence[tuple[SourceRef, Sequence[SearchDoc]]],
+    dropped: tuple[int, int] = (0, 0),
+) -> None:
+    """Store the docs of every source of `batch` and their postings in one statement, and move the agent's N and
+    total length by what was added and dropped (its stats row taken first)."""
+    added = sum(len(docs) for _, docs in batch)
+    added_length = sum(len(doc.terms) for _, docs in batch for doc in docs)
+    if added or dropped != (0, 0):
         await lock_agent(conn, agent, added - dropped[0], added_length - dropped[1])
-    if not docs:
-        return
-    terms: list[str] = []
-    term_seqs: list[int] = []
-    tfs: list[int] = []
-    for doc in docs:
-        for term, tf in _counts(doc.terms).items():
-            terms.append(term)
-            term_seqs.append(doc.passage.seq)
-            tfs.append(tf)
-    p = [doc.passage for doc in docs]
-    await conn.execute(
-        _INSERT,
-        source_params(
-            agent, source, seqs=[x.seq for x in p], roles=[x.role for x in p], speakers=[x.speaker for x in p],
-            ts=[x.ts for x in p], bodies=[x.text for x in p], lengths=[len(doc.terms) for doc in docs], terms=terms,
-            term_seqs=term_seqs, tfs=tfs, src=source.name if source.kind == MEMORY else source.session,
-            channel="" if source.kind == MEMORY else session_channel(source.session),
-        ),
-    )  # fmt: skip
+    if added:
+        await conn.execute(_INSERT, {"agent": agent, **_columns(batch)})
+
+
+def _columns(batch: Sequence[tuple[SourceRef, Sequence[SearchDoc]]]) -> dict[str, list[Any]]:
+    """The batch as the arrays `_INSERT` takes (a posting names its doc by its place in the docs, from 1)."""
+    cols: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
+    at = 0
+    for source, docs in batch:
+        memory = source.kind == MEMORY
+        src, channel = (source.name, "") if memory else (source.session, session_channel(source.session))
+        for doc in docs:
+            at += 1
+            p = doc.passage
+            for name, value in zip(
+                _DOC_COLUMNS,
+                (source.kind, source.session, source.name, p.seq, p.role, p.speaker, p.ts, p.text, len(doc.terms),
+                 src, channel),
+                strict=True,
+            ):  # fmt: skip
+                cols[name].append(value)
+            for term, tf in _counts(doc.terms).items():
+                cols["terms"].append(term)
+                cols["term_docs"].append(at)
+                cols["tfs"].append(tf)
+    return cols
+
+
+_DOC_COLUMNS = (
+    *("kinds", "sessions", "names", "seqs", "roles", "speakers", "ts", "bodies", "lengths", "srcs", "channels"),
+)
+_COLUMNS = (*_DOC_COLUMNS, "terms", "term_docs", "tfs")
 
 
 async def set_watermark(conn: Conn, agent: str, source: SourceRef, watermark: str, head: str | None = None) -> None:
@@ -251,8 +300,14 @@ class PostgresSearchIndex:
     async def drop_agent(self, agent: str) -> None:
         """Everything indexed of `agent` (a rebuild starts here)."""
         async with self.database.connection("clear the search index") as conn, conn.transaction():
-            for table in ("search_postings", "search_docs", "search_sources", "search_stats", "search_terms"):
+            await lock_agent(conn, agent)
+            for table in ("search_postings", "search_docs", "search_sources", "search_terms", "search_removed"):
                 await conn.execute(f"DELETE FROM {table} WHERE agent = %s", (agent,))
+            # its generation moves on, no removal logged under it: every instance reads its postings again
+            await conn.execute(
+                "UPDATE search_stats SET docs = 0, total_length = 0, generation = generation + 1 WHERE agent = %s",
+                (agent,),
+            )
 
     # ---- the port: asking ----------------------------------------------------------------------
 
@@ -285,6 +340,21 @@ class PostgresSearchIndex:
             best = _distinct(sorted(passages, key=lambda i: rank_key(scored[i], passages[i])), passages, limit)
             around = await _around(conn, best)
         return [SearchHit(passages[i], scored[i], *around.get(i, (None, None))) for i in best]
+
+    async def preload(self, agent: str, postings: int = PRELOAD) -> int:
+        """Read the agent's most frequent terms' postings into this instance's memory, up to about `postings` of
+        them (at start: a first search of a common word then finds them there); how many terms."""
+        async with self.database.connection("read the search index") as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # the generation and postings agree
+            cursor = await conn.execute(
+                _FREQUENT, {"agent": agent, "least": self.cache.cached_df, "most": min(postings, self.cache.budget)}
+            )
+            row = await cursor.fetchone()
+            assert row is not None
+            terms = list(row[1])
+            if terms:
+                await self.cache.postings(conn, agent, int(row[0]), terms)
+        return len(terms)
 
     async def stats(self, agent: str) -> dict[str, int]:
         async with self.database.connection("read the search index") as conn:

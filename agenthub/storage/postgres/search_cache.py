@@ -3,7 +3,9 @@
 A term in many docs is read from the table once per instance, then only its postings added since (by doc id: an
 agent's index writers commit one at a time and draw their ids after taking its stats row, so a doc committed later
 has a greater id than every doc read so far). A write that removes any doc of the agent moves its generation
-(`search_stats.generation`, read by the search in the same snapshot): the agent's terms are read again. The least
+(`search_stats.generation`, read by the search in the same snapshot) and logs the ids it removed under it
+(`search_removed`): an instance behind takes those docs out of what it holds, and reads every term again only when
+the log does not reach back to its generation (the agent's index rebuilt, or more removals than it keeps). The least
 recently asked terms go when the instance holds more than `budget` postings.
 """
 
@@ -28,12 +30,36 @@ CACHED_DF = 1_000
 BUDGET = 2_000_000
 """Postings an instance holds at most (32 bytes each)."""
 NO_TS = np.iinfo(np.int64).min
+Removed = NDArray[np.int64] | None
 
 _READ = """
-SELECT q.term, p.doc, p.tf, p.length, coalesce(p.ts, %(no_ts)s), p.src, p.channel
+SELECT q.term, string_agg(int8send(p.doc), ''::bytea), string_agg(int4send(p.tf), ''::bytea),
+       string_agg(int4send(p.length), ''::bytea), string_agg(int8send(coalesce(p.ts, %(no_ts)s)), ''::bytea),
+       array_agg(p.src), array_agg(p.channel)
 FROM unnest(%(terms)s::text[], %(after)s::bigint[]) AS q(term, after)
 JOIN search_postings p ON p.agent = %(agent)s AND p.term = q.term AND p.doc > q.after
+GROUP BY q.term
 """
+"""Each term's postings added since `after`, one row per term: the numbers packed as big-endian bytes (one value to
+send and load for a column, not one per posting), the sources and channels as arrays (aggregated in the same order)."""
+_PACKED = (">i8", ">i4", ">i4", ">i8")
+
+
+_LOGGED = "FROM search_removed WHERE agent = %(agent)s AND generation > %(held)s AND generation <= %(now)s"
+_REMOVED = f"SELECT (SELECT count(*) {_LOGGED}), ARRAY(SELECT unnest(docs) {_LOGGED})"
+"""How many removals are logged between two generations, and the ids of the docs they removed."""
+
+
+async def _removed(conn: Conn, agent: str, held: int, now: int) -> NDArray[np.int64] | None:
+    """The ids of the docs removed from `agent` after generation `held` up to `now` (None: the log does not hold
+    every generation between: the agent's index was rebuilt, or the log's oldest were pruned)."""
+    if now <= held:
+        return None
+    cursor = await conn.execute(_REMOVED, {"agent": agent, "held": held, "now": now})
+    row = await cursor.fetchone()
+    if row is None or int(row[0]) != now - held:
+        return None
+    return np.array(row[1], dtype=np.int64)
 
 
 @dataclass
@@ -49,6 +75,13 @@ class Postings:
 
     def __len__(self) -> int:
         return len(self.docs)
+
+    def without(self, docs: NDArray[np.int64]) -> Postings:
+        """These postings but those of `docs` (itself when it holds none of them)."""
+        kept = np.isin(self.docs, docs, invert=True, kind="table")
+        if kept.all():
+            return self
+        return Postings(*(getattr(self, f)[kept] for f in _FIELDS))
 
 
 def postings_of(rows: Sequence[tuple[int, int, int, int, int, int]]) -> Postings:
@@ -102,6 +135,8 @@ class PostingsCache:
         self._lock = asyncio.Lock()  # one search brings the memory level at a time (no posting read twice)
         self.read = 0
         """Postings read from the table into memory (a statistic: the cache at work)."""
+        self.dropped = 0
+        """How many times an agent's held postings were dropped whole (a statistic: a removal not in the log)."""
 
     async def postings(self, conn: Conn, agent: str, generation: int, terms: Sequence[str]) -> dict[str, Postings]:
         """The terms' postings as of the caller's snapshot (`generation`: the agent's, read in that snapshot)."""
@@ -110,31 +145,49 @@ class PostingsCache:
 
     async def _level(self, conn: Conn, agent: str, generation: int, terms: Sequence[str]) -> dict[str, Postings]:
         held = self._agents.get(agent)
-        if held is None or held.generation != generation:
+        removed = None
+        if held is not None and held.generation != generation:
+            removed = await _removed(conn, agent, held.generation, generation)
+            if removed is None:  # too far behind (or the agent's index was rebuilt): every term read again
+                held = None
+                self.dropped += 1
+        if held is None:
             held = self._agents[agent] = _Agent(generation)
         after = [held.terms[t][1] if t in held.terms else -1 for t in terms]
-        cursor = await conn.execute(_READ, {"agent": agent, "terms": list(terms), "after": after, "no_ts": int(NO_TS)})
+        params = {"agent": agent, "terms": list(terms), "after": after, "no_ts": int(NO_TS)}
+        cursor = await conn.execute(_READ, params, binary=True)
         rows = await cursor.fetchall()
-        # the arrays are built and joined on a worker thread (after a removal that is every frequent term again);
-        # the lock keeps every other search out of `held` meanwhile
-        return await asyncio.to_thread(self._merge, held, terms, rows)
+        # the arrays are built, cut and joined on a worker thread; the lock keeps every other search out of `held`
+        return await asyncio.to_thread(self._merge, held, generation, removed, terms, rows)
 
-    def _merge(self, held: _Agent, terms: Sequence[str], rows: Sequence[Any]) -> dict[str, Postings]:
-        fresh: dict[str, list[tuple[int, int, int, int, int, int]]] = {t: [] for t in terms}
-        code = self.codes.code
-        for term, doc, tf, length, ts, src, channel in rows:
-            fresh[term].append((doc, tf, length, ts, code(src), code(channel)))
-        self.read += sum(len(rows) for rows in fresh.values())
+    def _merge(
+        self, held: _Agent, generation: int, removed: Removed, terms: Sequence[str], rows: Sequence[Any]
+    ) -> dict[str, Postings]:
+        if removed is not None and len(removed):
+            for term, (postings, last) in held.terms.items():
+                held.terms[term] = (postings.without(removed), last)
+        held.generation = generation
+        fresh = {row[0]: self._unpacked(row[1:]) for row in rows}
+        self.read += sum(len(p) for p in fresh.values())
         found: dict[str, Postings] = {}
-        for term, got in fresh.items():
-            old = held.terms.pop(term, None)
-            new = postings_of(got)
-            both = new if old is None else joined([old[0], new]) if got else old[0]
-            last = max([old[1] if old is not None else -1, *(r[0] for r in got)])
+        for term in terms:
+            old, new = held.terms.pop(term, None), fresh.get(term)
+            if new is None:
+                both, last = old if old is not None else (postings_of([]), -1)
+            else:
+                both = new if old is None else joined([old[0], new])
+                last = max(old[1] if old is not None else -1, int(new.docs.max()))
             held.terms[term] = (both, last)
             found[term] = both
         self._evict(keep=set(terms))
         return found
+
+    def _unpacked(self, row: Sequence[Any]) -> Postings:
+        """A `_READ` row's postings as columns."""
+        numbers = [np.frombuffer(bytes(b), dtype=t).astype(t[1:]) for b, t in zip(row[:4], _PACKED, strict=True)]
+        code = self.codes.code
+        srcs, channels = (np.fromiter(map(code, names), dtype=np.int32, count=len(names)) for names in row[4:])
+        return Postings(numbers[0], numbers[1], numbers[2], numbers[3], srcs, channels)
 
     def _evict(self, keep: set[str]) -> None:
         total = sum(len(p) for held in self._agents.values() for p, _ in held.terms.values())

@@ -11,28 +11,35 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from agenthub import jsonsafe
 from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.search import Conn, drop_docs, insert_docs, lock_source, set_watermark, source_params
-from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, JsonWatermark, SearchDoc, SourceRef
+from agenthub.storage.postgres.search_catchup import (
+    KEEP_SKIPPED,
+    TABLES,
+    DocMaker,
+    HistoryRecord,
+    Mark,
+    State,
+    catch_up_batch,
+    parse_record,
+)
+from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, SearchDoc, SourceRef
 
-HistoryRecord = dict[str, Any]
-DocMaker = Callable[
-    [SourceRef, Sequence[tuple[int, HistoryRecord]], int, Sequence[str]], tuple[list[SearchDoc], list[str]]
-]
-"""(source, its records as (seq, record) oldest first, the first seq not indexed yet, the tool_use ids whose results
-are not indexed so far) → (the docs of the records from that seq on, the skipped ids now). The records before that
-seq are context only (a tool result's tool_use)."""
+__all__ = ["DocMaker", "HistoryRecord", "MemoryDocMaker", "PostgresIndexFeed"]
+
+KNOWN_SESSIONS = 10_000
+"""Sessions whose state an instance remembers at most (a guess that saves a round trip when it is right)."""
+BATCH_SESSIONS = 64
+"""Sessions caught up in one transaction at most (their records are held in memory meanwhile)."""
 MemoryDocMaker = Callable[[SourceRef, str, int | None], list[SearchDoc]]
 """(source, a memory file's text, its time in ms) → its docs."""
 
-_TABLES = {HISTORY: "session_records", ARCHIVE: "session_archive"}
 _KEY = "agent = %(agent)s AND channel = %(channel)s AND chat_id = %(chat_id)s"
 _STATE = f"""
 SELECT (SELECT next_seq::text || '@' || changed_at::text FROM session_heads WHERE {_KEY}),
@@ -44,7 +51,6 @@ SELECT (SELECT next_seq::text || '@' || changed_at::text FROM session_heads WHER
 """
 """The session's head, its two sources' watermarks and whether it has an archive, read under its lock (first: the
 records read after it are at least as new)."""
-_KEEP_SKIPPED = 64
 
 _LAGGING = """
 SELECT coalesce(h.key, w.session) FROM (
@@ -58,20 +64,14 @@ WHERE h.head IS DISTINCT FROM w.head
 """The sessions of an agent whose head moved (an append, a replace, a clear, a delete) since they were indexed."""
 
 
-@dataclass
-class _Mark(JsonWatermark):
-    first: int = 0
-    first_md5: str = ""
-    last: int = -1
-    last_md5: str = ""
-    skipped: list[str] = field(default_factory=list)
-
-
 class PostgresIndexFeed:
     """Reads the history tables and memory texts into the shared index."""
 
     def __init__(self, database: Database) -> None:
         self.database = database
+        self._known: OrderedDict[str, State] = OrderedDict()
+        """The state this instance left each session it caught up in (`search_catchup.catch_up_batch`: a guess,
+        checked against the database's)."""
 
     async def lagging(self, agent: str, sessions: Sequence[str] | None = None) -> list[SessionKey]:
         """The sessions of `agent` (only `sessions`, when given) that changed since they were indexed."""
@@ -81,9 +81,40 @@ class PostgresIndexFeed:
             rows = await cursor.fetchall()
         return [SessionKey.parse(row[0]) for row in rows]
 
+    async def sync_sessions(self, keys: Sequence[SessionKey], make_docs: DocMaker) -> int:
+        """Bring these sessions' histories and archives up to date, one transaction per agent (`search_catchup`;
+        a session rewritten since it was indexed: indexed again on its own); the number of docs added."""
+        by_agent: dict[str, list[SessionKey]] = {}
+        for key in keys:
+            by_agent.setdefault(key.agent, []).append(key)
+        added = 0
+        for agent, mine in sorted(by_agent.items()):
+            mine.sort(key=str)
+            for at in range(0, len(mine), BATCH_SESSIONS):
+                # pipelined: the statements are sent as they come, the client waits only for a result it reads
+                batch = mine[at : at + BATCH_SESSIONS]
+                known = {str(k): self._known[str(k)] for k in batch if str(k) in self._known}
+                async with self.database.connection("update the index") as conn, conn.pipeline(), conn.transaction():
+                    count, rewritten, left = await catch_up_batch(conn, agent, batch, make_docs, known)
+                self._remember(batch, left)
+                added += count
+                for key in rewritten:
+                    added += await self.sync_session(key, make_docs, full=True)
+        return added
+
+    def _remember(self, keys: Sequence[SessionKey], states: dict[str, State]) -> None:
+        """The state a batch left its sessions in (the others forgotten), the least recently caught up dropped."""
+        for key in keys:
+            self._known.pop(str(key), None)
+        self._known.update(states)
+        while len(self._known) > KNOWN_SESSIONS:
+            self._known.popitem(last=False)
+
     async def sync_session(self, key: SessionKey, make_docs: DocMaker, *, full: bool = False) -> int:
         """Bring the session's history and archive up to date (`full`: index them again from the start, as after
-        a redaction); the number of docs added."""
+        a redaction or a rewrite); the number of docs added."""
+        if not full:
+            return await self.sync_sessions([key], make_docs)
         params = {"agent": key.agent, "channel": key.channel, "chat_id": key.chat_id}
         added = 0
         # pipelined: the statements are sent as they come, the client waits only for a result it reads
@@ -192,8 +223,8 @@ async def _sync_table(
 ) -> int:
     """One of the session's tables (indexed up to `watermark`): its new records indexed, or all of them again when
     it was rewritten."""
-    table = _TABLES[source.kind]
-    mark = None if full else _Mark.parse(watermark)
+    table = TABLES[source.kind]
+    mark = None if full else Mark.parse(watermark)
     start = mark.last + 1 if mark is not None and mark.last >= 0 else 0
     read = await _read_from(conn, table, params, start)  # sent with the check, as if the source went on
     resumed = mark is not None and await _continues(conn, table, params, mark)
@@ -205,12 +236,12 @@ async def _sync_table(
         if head is not None or source.kind == HISTORY:
             await set_watermark(conn, key.agent, source, mark.dump(), head)
         return 0
-    records = [(int(r[0]), rec) for r in rows if isinstance(rec := _parse(r[1]), dict)]
+    records = [(int(r[0]), rec) for r in rows if isinstance(rec := parse_record(r[1]), dict)]
     skipped = mark.skipped if resumed and mark is not None else []
     docs, skipped = await asyncio.to_thread(make_docs, source, records, start, skipped) if records else ([], skipped)
     # resumed: only records past the watermark, none of them indexed (the watermark moves with its docs)
     dropped = (0, 0) if resumed else await drop_docs(conn, key.agent, source)
-    new = _Mark(skipped=skipped[-_KEEP_SKIPPED:])
+    new = Mark(skipped=skipped[-KEEP_SKIPPED:])
     if resumed and mark is not None:
         new.first, new.first_md5 = mark.first, mark.first_md5
     elif rows:
@@ -233,7 +264,7 @@ async def _read_from(conn: Conn, table: str, params: dict[str, Any], start: int)
     )
 
 
-async def _continues(conn: Conn, table: str, params: dict[str, Any], mark: _Mark) -> bool:
+async def _continues(conn: Conn, table: str, params: dict[str, Any], mark: Mark) -> bool:
     """True if the table still starts with the first indexed record and still holds the last one unchanged."""
     if mark.last < 0:
         return False
@@ -245,10 +276,3 @@ async def _continues(conn: Conn, table: str, params: dict[str, Any], mark: _Mark
     )
     row = await cursor.fetchone()
     return row is not None and row[0] == mark.first and row[1] == mark.first_md5 and row[2] == mark.last_md5
-
-
-def _parse(text: str) -> object:
-    try:
-        return jsonsafe.loads(text)
-    except ValueError:
-        return None
