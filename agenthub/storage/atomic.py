@@ -10,8 +10,9 @@ import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
-TEMP_NAME = re.compile(r"^\..+\.(?P<pid>\d+)(?:\.[0-9a-f]+)?\.tmp$")
-"""`.<name>.<pid>.<random>.tmp`, and the older `.<name>.<pid>.tmp`."""
+TEMP_NAME = re.compile(r"^\..+?\.(?P<pid>\d+)(?:\.[0-9a-f]{12})?\.tmp$")
+"""`.<name>.<pid>.<random>.tmp` (random: 12 hex digits, sometimes all of them digits, so the name is matched
+shortest first: the pid is the first all-digit part it can be), and the older `.<name>.<pid>.tmp`."""
 
 
 def fsync_dir(directory: Path) -> None:
@@ -58,7 +59,7 @@ def _writer_gone(pid: int) -> bool:
         return True
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: no process can have that number
         return True
     except PermissionError:  # a process of another user is alive
         return False

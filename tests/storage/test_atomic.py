@@ -68,3 +68,16 @@ def test_the_sweep_removes_only_temp_files_whose_writer_is_gone(tmp_path: Path) 
         path.write_text("x", encoding="utf-8")
     assert remove_stale_temp_files([data, auth, tmp_path / "missing"]) == len(stale)
     assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
+
+
+def test_a_live_writers_temp_file_whose_random_part_is_all_digits_is_kept(tmp_path: Path) -> None:
+    """`.<name>.<pid>.<random>.tmp` with a random part of digits only (about 1 write in 300) names the live pid,
+    not the random number: the sweep must not take the random part for a dead writer's pid and remove the file a
+    running process is about to rename into place."""
+    alive = os.getppid()
+    in_flight = tmp_path / f".MEMORY.md.{alive}.752865051515.tmp"
+    dead_with_digits = tmp_path / f".USER.md.{_dead_pid()}.123456789012.tmp"
+    in_flight.write_text("x", encoding="utf-8")
+    dead_with_digits.write_text("x", encoding="utf-8")
+    assert remove_stale_temp_files([tmp_path]) == 1
+    assert in_flight.exists() and not dead_with_digits.exists()

@@ -14,7 +14,6 @@ import pytest_asyncio
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.hosting.app import assemble, build_services, open_stores
-from agenthub.storage.tokens import TokenStore
 from agenthub.web import WebServer
 
 
@@ -54,10 +53,9 @@ async def running_api(settings: Settings) -> AsyncIterator[RunningApi]:
     stores = await open_stores(settings)
     async with AsyncExitStack() as stack:
         stack.push_async_callback(stores.aclose)
-        if stores.tokens is None:
-            token = TokenStore(settings.auth_dir).create("test")
-        else:  # one database for every instance: each its own token
-            token = await stores.tokens.create(f"test-{secrets.token_hex(4)}")
+        # one database for every instance: each its own token; the files: one named `test`
+        shared = stores.shared_between_instances
+        token = await stores.tokens.create(f"test-{secrets.token_hex(4)}" if shared else "test")
         services = await stack.enter_async_context(build_services(settings, stores=stores, inbox=stores.inbox))
         gateway = services.gateway
         server, channels = assemble(settings, services, stores)
