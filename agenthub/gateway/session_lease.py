@@ -1,14 +1,17 @@
 """Session leases: an instance runs a session's turns, queued commands and holds only while it holds the lease
 `session:<agent:channel:chat_id>`. Gained: the store is fenced with the lease's token and the cached history is
-reloaded when another instance may have written it. Held: renewed every `ttl_s / 3`. Lost: the running turn is
-cancelled. Released once the session has no more local work. Files mode takes none: one instance writes a data
-directory (its lock), so every session lease would be granted at once, and the local mutex is all it needs."""
+reloaded when another instance may have written it. Held: renewed every `ttl_s / 3`, by one task for every held
+lease, in one request to the store (an instance busy with hundreds of sessions sends one renewal, not hundreds
+queued behind each other). Lost: the running turn is cancelled. Released once the session has no more local
+work. Files mode takes none: one instance writes a data directory (its lock), so every session lease would be
+granted at once, and the local mutex is all it needs."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -16,7 +19,7 @@ from agenthub.clock import sleep_until
 from agenthub.errors import SessionBusyError, StorageError
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
-from agenthub.storage.lease import Lease, renewal_due
+from agenthub.storage.lease import Lease, renew_all, renewal_due
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.store import QuickLookup
 
@@ -27,6 +30,9 @@ POLL_MAX_S = 0.25
 """While another instance holds a session, its lease is asked for again after 25 ms, doubling up to 250 ms."""
 RETRY_FRACTION = 12
 """A renewal the store did not answer is tried again after `ttl_s / 12` (until the lease is given up)."""
+BATCH_FRACTION = 6
+"""A renewal joins the batch being sent when it is due within `ttl_s / 6` (renewed a little early, the leases of
+an instance fall into few batches instead of one request each)."""
 
 
 def lease_name(key: SessionKey) -> str:
@@ -36,7 +42,8 @@ def lease_name(key: SessionKey) -> str:
 @dataclass
 class _Held:
     lease: Lease
-    keeper: asyncio.Task[None] | None = None
+    next_at: float
+    """When its next renewal is due (by the instance's lease clock)."""
 
 
 class _Unknown:
@@ -62,6 +69,8 @@ class SessionLeases:
         self._held: dict[SessionKey, _Held] = {}
         self._lost: set[SessionKey] = set()
         self._releasing: dict[SessionKey, asyncio.Task[None]] = {}
+        self._renewer: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
         self.shared = not isinstance(history.store, QuickLookup)
         """The histories are written by several instances (PostgreSQL), so sessions are leased; False for a store
         only this instance writes (the files under the data-dir lock, memory)."""
@@ -91,12 +100,12 @@ class SessionLeases:
             if await self._history.store.fence(key, lease.token):
                 await self._history.reload(key)
         except BaseException:
-            self._start_release(key, _Held(lease))
+            self._start_release(key, _Held(lease, renewal_due(lease, self._leases.ttl_s)))
             raise
-        held = self._held[key] = _Held(lease)
+        self._held[key] = _Held(lease, renewal_due(lease, self._leases.ttl_s))
         self._lost.discard(key)
         self._history.lease_held(key, True)
-        held.keeper = asyncio.create_task(self._keep(key, held), name=f"session-lease:{key}")
+        self._wake_renewer()
 
     async def _acquire(self, key: SessionKey, *, wait: bool) -> Lease:
         leases, delay = self._leases, POLL_FIRST_S
@@ -129,9 +138,6 @@ class SessionLeases:
             del self._releasing[key]
 
     async def _release(self, key: SessionKey, held: _Held | None) -> None:
-        if held is not None and held.keeper is not None:
-            held.keeper.cancel()
-            await asyncio.wait([held.keeper])
         try:
             if held is not None:
                 await self._history.flush(key)  # the meta written behind goes under our token, not after it
@@ -148,29 +154,57 @@ class SessionLeases:
             self.release(key)
         if self._releasing:
             await asyncio.wait(list(self._releasing.values()))
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None:
+            renewer.cancel()
+            await asyncio.wait([renewer])
 
-    async def _keep(self, key: SessionKey, held: _Held) -> None:
-        """Renew every `ttl_s / 3`; a lease not renewed `ttl_s / 3` before it expires is lost."""
+    def _give_up_at(self, held: _Held) -> float:
+        return held.lease.expires_at - self._margin_s
+
+    def _wake_renewer(self) -> None:
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.create_task(self._renew_held(), name="session-lease-renewer")
+            self._renewer.add_done_callback(_renewer_ended)
+        else:
+            self._wake.set()
+
+    async def _renew_held(self) -> None:
+        """Until no lease is held: renew every lease due (and those due soon) in one request; a lease not renewed
+        `ttl_s / 3` before it expires is lost, one the store refused at once."""
         clock, ttl_s = self._leases.clock, self._leases.ttl_s
-        next_at = renewal_due(held.lease, ttl_s)
-        while True:
-            give_up_at = held.lease.expires_at - self._margin_s
-            await sleep_until(clock, min(next_at, give_up_at))
-            renewed = UNKNOWN if clock() >= give_up_at else await self._renew_before(held.lease, give_up_at)
-            if isinstance(renewed, Lease):
-                held.lease, next_at = renewed, renewal_due(renewed, ttl_s)
-            elif renewed is None or clock() >= give_up_at:
-                self._lose(key, held)
+        while self._held:
+            now = clock()
+            for key, held in list(self._held.items()):
+                if now >= self._give_up_at(held):
+                    self._lose(key, held)
+            if not self._held:
                 return
-            else:
-                next_at = clock() + ttl_s / RETRY_FRACTION
+            soonest = min(min(h.next_at, self._give_up_at(h)) for h in self._held.values())
+            if soonest > now:
+                self._wake.clear()
+                await _first_of(sleep_until(clock, soonest), self._wake.wait())
+                continue
+            batch = [(k, h) for k, h in self._held.items() if h.next_at <= now + ttl_s / BATCH_FRACTION]
+            deadline = min(self._give_up_at(h) for _, h in batch)
+            results = await self._renew_before([h.lease for _, h in batch], deadline)
+            retry_at = clock() + ttl_s / RETRY_FRACTION
+            for (key, held), renewed in zip(batch, results, strict=True):
+                if self._held.get(key) is not held:  # released (or lost) while the renewal was out
+                    continue
+                if isinstance(renewed, Lease):
+                    held.lease, held.next_at = renewed, renewal_due(renewed, ttl_s)
+                elif renewed is None:
+                    self._lose(key, held)
+                else:
+                    held.next_at = retry_at
 
-    async def _renew_before(self, lease: Lease, deadline: float) -> Lease | _Unknown | None:
-        """The renewed lease, None when the store refused (another instance has it), UNKNOWN when the store erred
-        or had not answered by `deadline`."""
-        leases = self._leases
-        attempt = asyncio.ensure_future(leases.store.renew(lease, leases.ttl_s))
-        timer = asyncio.ensure_future(sleep_until(leases.clock, deadline))
+    async def _renew_before(self, leases: list[Lease], deadline: float) -> list[Lease | _Unknown | None]:
+        """The renewed leases, None for each the store refused (another instance has it), UNKNOWN for all when
+        the store erred or had not answered by `deadline`."""
+        store, clock, ttl_s = self._leases.store, self._leases.clock, self._leases.ttl_s
+        attempt = asyncio.ensure_future(renew_all(store, leases, ttl_s))
+        timer = asyncio.ensure_future(sleep_until(clock, deadline))
         try:
             await asyncio.wait({attempt, timer}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -178,13 +212,14 @@ class SessionLeases:
             if not attempt.done():
                 attempt.cancel()
                 await asyncio.wait([attempt])
+        unknown: list[Lease | _Unknown | None] = [UNKNOWN] * len(leases)
         if attempt.cancelled():
-            return UNKNOWN
+            return unknown
         try:
-            return attempt.result()
+            return list(attempt.result())
         except StorageError:
-            log.warning("session_lease_store_unavailable", lease=lease.name)
-            return UNKNOWN
+            log.warning("session_lease_store_unavailable", leases=len(leases))
+            return unknown
 
     def _lose(self, key: SessionKey, held: _Held) -> None:
         if self._held.get(key) is held:
@@ -193,3 +228,19 @@ class SessionLeases:
             self._history.lease_held(key, False)
         log.warning("session_lease_lost", session_key=str(key), token=held.lease.token)
         self._on_lost(key)
+
+
+async def _first_of(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Return once the first of `waits` is done; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+
+
+def _renewer_ended(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error("session_lease_renewer_failed", error_type=type(error).__name__, exc_info=error)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import structlog
 
@@ -53,6 +53,21 @@ class LeaseStore(Protocol):
     async def release(self, lease: Lease) -> None:
         """Give the lease up (a no-op when it was lost already)."""
         ...
+
+
+@runtime_checkable
+class BatchRenewal(Protocol):
+    async def renew_many(self, leases: list[Lease], ttl_s: float) -> list[Lease | None]:
+        """Each lease extended by `ttl_s` (None: lost), in one request to the store: what an instance holding
+        many session leases renews them with, so their renewals do not queue behind each other."""
+        ...
+
+
+async def renew_all(store: LeaseStore, leases: list[Lease], ttl_s: float) -> list[Lease | None]:
+    """`leases` renewed: in one request when the store can (`BatchRenewal`), else one request each."""
+    if isinstance(store, BatchRenewal):
+        return await store.renew_many(leases, ttl_s)
+    return list(await asyncio.gather(*(store.renew(lease, ttl_s) for lease in leases)))
 
 
 class InProcessLeases:

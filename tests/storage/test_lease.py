@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from agenthub.clock import ManualClock
-from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore, LeaseTakeovers
+from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseStore, LeaseTakeovers, renew_all
 from agenthub.storage.postgres import Database, PostgresLeases
 from tests.support.leases import DownableLeases, LateGrants
 from tests.support.postgres import fresh_database, migrated
@@ -92,6 +92,19 @@ async def test_a_released_lease_is_free_at_once_and_its_next_grant_has_a_newer_t
     assert second is not None and second.token > first.token
     again = await leases.store.acquire("wecom-bot", "a", ttl_s=leases.ttl_s)
     assert again is None
+
+
+async def test_leases_renewed_together_extend_the_live_ones_and_report_the_one_taken_over(leases: Leases) -> None:
+    store, ttl = leases.store, leases.ttl_s
+    taken = await store.acquire("session:b", "a", ttl_s=ttl)
+    await leases.expire()
+    assert taken is not None and await store.acquire("session:b", "other", ttl_s=ttl) is not None
+    first, third = await store.acquire("session:c", "a", ttl_s=ttl), await store.acquire("session:a", "a", ttl_s=ttl)
+    assert first is not None and third is not None
+    renewed = await renew_all(store, [first, taken, third], ttl)
+    assert [lease.name if lease is not None else None for lease in renewed] == ["session:c", None, "session:a"]
+    assert [lease.token for lease in renewed if lease is not None] == [first.token, third.token]
+    assert await store.acquire("session:c", "other", ttl_s=ttl) is None  # still a's
 
 
 class HangingLeases(InProcessLeases):

@@ -25,6 +25,13 @@ UPDATE leases SET expires_at = now() + %(ttl)s * interval '1 second'
 WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
 RETURNING token
 """
+_RENEW_MANY = """
+UPDATE leases AS l SET expires_at = now() + %(ttl)s * interval '1 second'
+FROM unnest(%(names)s::text[], %(holders)s::text[], %(tokens)s::bigint[]) AS r(name, holder, token)
+WHERE l.name = r.name AND l.holder = r.holder AND l.token = r.token AND l.expires_at > now()
+RETURNING l.name
+"""
+"""Every lease of the list in one statement (an instance's session leases): the names renewed."""
 _RELEASE = "UPDATE leases SET expires_at = now() WHERE name = %(name)s AND token = %(token)s AND expires_at > now()"
 """The row stays (expired): the next grant's token is still higher than every earlier one."""
 
@@ -51,6 +58,25 @@ class PostgresLeases:
             cursor = await conn.execute(_RENEW, params)
             row = await cursor.fetchone()
         return None if row is None else Lease(lease.name, lease.holder, lease.token, sent_at + ttl_s)
+
+    async def renew_many(self, leases: list[Lease], ttl_s: float) -> list[Lease | None]:
+        if not leases:
+            return []
+        sent_at = self._clock()
+        ordered = sorted(leases, key=lambda lease: lease.name)  # rows locked in one order by every instance
+        params = {
+            "names": [lease.name for lease in ordered],
+            "holders": [lease.holder for lease in ordered],
+            "tokens": [lease.token for lease in ordered],
+            "ttl": ttl_s,
+        }
+        async with self.database.connection("renew the leases", lane=LEASES) as conn:
+            cursor = await conn.execute(_RENEW_MANY, params)
+            renewed = {str(row[0]) for row in await cursor.fetchall()}
+        return [
+            Lease(lease.name, lease.holder, lease.token, sent_at + ttl_s) if lease.name in renewed else None
+            for lease in leases
+        ]
 
     async def release(self, lease: Lease) -> None:
         async with self.database.connection("release a lease") as conn:
