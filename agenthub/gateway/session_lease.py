@@ -2,13 +2,18 @@
 `session:<agent:channel:chat_id>`. Gained: the store is fenced with the lease's token and the cached history is
 reloaded when another instance may have written it. Held: renewed every `ttl_s / 3`, by one task for every held
 lease, in one request to the store (an instance busy with hundreds of sessions sends one renewal, not hundreds
-queued behind each other). Lost: the running turn is cancelled. Released once the session has no more local
-work. Files mode takes none: one instance writes a data directory (its lock), so every session lease would be
-granted at once, and the local mutex is all it needs."""
+queued behind each other). Lost: the running turn is cancelled. Once the session has no more local work: kept
+(idle) while the store can ask its holder for it (`LeaseSignals`: PostgreSQL), so the next turn here takes no
+round trip for it, and released the moment another instance asks, after `keep_idle_s` unused, or at close;
+released at once over a store that cannot ask, and for a session that moves between instances (one was asked
+for it lately: waiting to be asked would put a hand-over between each of its turns). Files mode takes none: one
+instance writes a data directory (its lock), so every session lease would be granted at once, and the local
+mutex is all it needs."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +24,7 @@ from agenthub.clock import sleep_until
 from agenthub.errors import SessionBusyError, StorageError
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
-from agenthub.storage.lease import Lease, renew_all, renewal_due
+from agenthub.storage.lease import FREED, WANTED, Lease, LeaseSignals, renew_all, renewal_due
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.store import QuickLookup
 
@@ -30,6 +35,7 @@ POLL_MAX_S = 0.25
 """While another instance holds a session, its lease is asked for again after 25 ms, doubling up to 250 ms."""
 RETRY_FRACTION = 12
 """A renewal the store did not answer is tried again after `ttl_s / 12` (until the lease is given up)."""
+ROAMING_KEPT = 10_000
 BATCH_FRACTION = 6
 """A renewal joins the batch being sent when it is due within `ttl_s / 6` (renewed a little early, the leases of
 an instance fall into few batches instead of one request each)."""
@@ -59,8 +65,14 @@ class SessionLeases:
     be renewed in time (its running turn must stop: a standby may take the session at expiry)."""
 
     def __init__(
-        self, leases: InstanceLeases, history: SessionHistory, *, on_lost: Callable[[SessionKey], None]
+        self,
+        leases: InstanceLeases,
+        history: SessionHistory,
+        *,
+        on_lost: Callable[[SessionKey], None],
+        keep_idle_s: float | None = None,
     ) -> None:
+        """`keep_idle_s`: how long a lease is kept without local work (default: `ttl_s / 3`; 0: released at once)."""
         self._leases = leases
         self._history = history
         self._on_lost = on_lost
@@ -71,6 +83,21 @@ class SessionLeases:
         self._releasing: dict[SessionKey, asyncio.Task[None]] = {}
         self._renewer: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        store = leases.store
+        self._signals = store if isinstance(store, LeaseSignals) else None
+        default_idle_s = leases.ttl_s / 3  # bounds the sessions a crashed instance keeps (until their expiry)
+        self._keep_idle_s = 0.0 if self._signals is None else (default_idle_s if keep_idle_s is None else keep_idle_s)
+        self._idle: dict[SessionKey, asyncio.TimerHandle] = {}
+        """The held leases without local work, each with the timer that releases it."""
+        self._wanted: set[SessionKey] = set()
+        """Held leases another instance asked for: released as soon as their local work ends."""
+        self._names: dict[str, SessionKey] = {}
+        self._freed: dict[str, asyncio.Event] = {}
+        """Per lease name this instance waits for: set when its holder releases it."""
+        self._listener: asyncio.Task[None] | None = None
+        self._roaming: OrderedDict[SessionKey, None] = OrderedDict()
+        """Sessions lately handed between this instance and another (the newest `ROAMING_KEPT`): released at once
+        after their local work; a claim that finds nobody else wrote the session since takes it off."""
         self.shared = not isinstance(history.store, QuickLookup)
         """The histories are written by several instances (PostgreSQL), so sessions are leased; False for a store
         only this instance writes (the files under the data-dir lock, memory)."""
@@ -90,43 +117,131 @@ class SessionLeases:
         """Hold `key`'s lease: nothing to do while this instance holds it; otherwise acquire it, polling while
         another instance holds it (`wait=False`: SessionBusyError at once instead). On gain the store is fenced
         with its token and, if another instance may have written the session since, the cached copy dropped."""
-        if not self.shared or key in self._held:
+        if not self.shared:
+            return
+        if key in self._held:
+            idle = self._idle.pop(key, None)
+            if idle is not None:
+                idle.cancel()
             return
         releasing = self._releasing.get(key)
         if releasing is not None:  # our own release of it still in flight: it must not expire the new grant
             await asyncio.shield(releasing)
-        lease = await self._acquire(key, wait=wait)
+        lease, asked = await self._acquire(key, wait=wait)
         try:
-            if await self._history.store.fence(key, lease.token):
+            moved = await self._history.store.fence(key, lease.token)
+            if moved:
                 await self._history.reload(key)
+            if asked:
+                self._roams(key)
+            elif not moved:
+                self._roaming.pop(key, None)
         except BaseException:
             self._start_release(key, _Held(lease, renewal_due(lease, self._leases.ttl_s)))
             raise
         self._held[key] = _Held(lease, renewal_due(lease, self._leases.ttl_s))
+        self._names[lease.name] = key
         self._lost.discard(key)
         self._history.lease_held(key, True)
         self._wake_renewer()
 
-    async def _acquire(self, key: SessionKey, *, wait: bool) -> Lease:
-        leases, delay = self._leases, POLL_FIRST_S
+    def _roams(self, key: SessionKey) -> None:
+        self._roaming[key] = None
+        self._roaming.move_to_end(key)
+        if len(self._roaming) > ROAMING_KEPT:
+            self._roaming.popitem(last=False)
+
+    async def _acquire(self, key: SessionKey, *, wait: bool) -> tuple[Lease, bool]:
+        """The lease, and whether another instance had to be asked for it first. While another instance holds
+        it, that one is asked for it (`LeaseSignals`) and the request repeated once it is freed, or after a poll
+        interval (25 ms doubling up to 250 ms)."""
+        leases, delay, name = self._leases, POLL_FIRST_S, lease_name(key)
+        signals, asked = self._signals, False
+        if signals is not None:
+            self._listen()
         while True:
-            lease = await leases.store.acquire(lease_name(key), leases.holder, leases.ttl_s)
+            if signals is not None:
+                freed = self._freed.setdefault(name, asyncio.Event())
+                freed.clear()
+                lease = await signals.acquire_or_ask(name, leases.holder, leases.ttl_s)
+            else:
+                lease = await leases.store.acquire(name, leases.holder, leases.ttl_s)
             if lease is not None:
-                return lease
+                self._freed.pop(name, None)
+                return lease, asked
+            asked = True
             if not wait:
+                self._freed.pop(name, None)
                 raise SessionBusyError(f"session {key} is held by another instance")
-            await asyncio.sleep(delay)
+            await self._freed_or_after(name, delay)
             delay = min(delay * 2, POLL_MAX_S)
 
+    async def _freed_or_after(self, name: str, delay: float) -> None:
+        freed = self._freed.get(name)
+        if freed is None:
+            await asyncio.sleep(delay)
+            return
+        try:
+            async with asyncio.timeout(delay):
+                await freed.wait()
+        except TimeoutError:
+            pass
+        finally:
+            self._freed.pop(name, None)
+
     def release(self, key: SessionKey) -> None:
-        """Give the session up (no more local work): its writes carry no token from now on, and the lease is
-        released in the background (a later `claim` of it waits for that first)."""
+        """The session has no more local work: over a store that can ask its holder (`LeaseSignals`) the lease is
+        kept, idle, until another instance asks for it or `keep_idle_s` has passed; otherwise `release_now`."""
         if not self.shared:
             return
+        kept = key not in self._wanted and key not in self._roaming
+        if key in self._held and kept and self._keep_idle_s > 0:
+            if key not in self._idle:
+                loop = asyncio.get_running_loop()
+                self._idle[key] = loop.call_later(self._keep_idle_s, self.release_now, key)
+            return
+        self.release_now(key)
+
+    def release_now(self, key: SessionKey) -> None:
+        """Give the session up: its writes carry no token from now on, and the lease is released in the
+        background (a later `claim` of it waits for that first)."""
+        if not self.shared:
+            return
+        self._forget(key)
         held = self._held.pop(key, None)
         if held is not None or key in self._lost:
             self._lost.discard(key)
             self._start_release(key, held)
+
+    def _forget(self, key: SessionKey) -> None:
+        """Drop what is kept about a held lease besides the lease itself (it is being released or was lost)."""
+        idle = self._idle.pop(key, None)
+        if idle is not None:
+            idle.cancel()
+        self._wanted.discard(key)
+        self._names.pop(lease_name(key), None)
+
+    def _listen(self) -> None:
+        if self._signals is not None and (self._listener is None or self._listener.done()):
+            self._listener = asyncio.create_task(self._signals.listen(self._signal), name="session-lease-signals")
+
+    def _signal(self, kind: str, name: str) -> None:
+        """A lease was freed (a claim waiting for it tries again now) or is wanted by another instance (an idle
+        one is released now, a busy one once its local work ends)."""
+        if kind == FREED:
+            freed = self._freed.get(name)
+            if freed is not None:
+                freed.set()
+            return
+        key = self._names.get(name)
+        if kind != WANTED or key is None or key not in self._held:
+            return
+        self._roams(key)
+        if key in self._idle:
+            log.debug("session_lease_handed_over", session_key=str(key))
+            self.release_now(key)
+        else:
+            self._wanted.add(key)
 
     def _start_release(self, key: SessionKey, held: _Held | None) -> None:
         task = asyncio.create_task(self._release(key, held), name=f"session-release:{key}")
@@ -151,13 +266,14 @@ class SessionLeases:
     async def close(self) -> None:
         """Release every held lease and wait for the releases (the gateway's shutdown, after its last turn)."""
         for key in list(self._held):
-            self.release(key)
+            self.release_now(key)
         if self._releasing:
             await asyncio.wait(list(self._releasing.values()))
-        renewer, self._renewer = self._renewer, None
-        if renewer is not None:
-            renewer.cancel()
-            await asyncio.wait([renewer])
+        for task in (self._renewer, self._listener):
+            if task is not None:
+                task.cancel()
+                await asyncio.wait([task])
+        self._renewer = self._listener = None
 
     def _give_up_at(self, held: _Held) -> float:
         return held.lease.expires_at - self._margin_s
@@ -224,6 +340,7 @@ class SessionLeases:
     def _lose(self, key: SessionKey, held: _Held) -> None:
         if self._held.get(key) is held:
             del self._held[key]
+            self._forget(key)
             self._lost.add(key)  # its token stays on the store's writes: a late one is refused
             self._history.lease_held(key, False)
         log.warning("session_lease_lost", session_key=str(key), token=held.lease.token)

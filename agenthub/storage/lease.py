@@ -70,6 +70,26 @@ async def renew_all(store: LeaseStore, leases: list[Lease], ttl_s: float) -> lis
     return list(await asyncio.gather(*(store.renew(lease, ttl_s) for lease in leases)))
 
 
+WANTED, FREED = "wanted", "freed"
+"""The signals of a `LeaseSignals` store: a lease's holder is asked to let it go; a lease was released."""
+
+
+@runtime_checkable
+class LeaseSignals(Protocol):
+    """A store whose holders can be asked for a lease: a session lease is then kept while its instance has no
+    more work for it (no acquire, fence and release per turn) and given up the moment another instance asks."""
+
+    async def acquire_or_ask(self, name: str, holder: str, ttl_s: float) -> Lease | None:
+        """`acquire`; when another holder's lease is live, that holder is signalled (`WANTED`, `name`) in the same
+        request."""
+        ...
+
+    async def listen(self, on_signal: Callable[[str, str], None]) -> None:
+        """Call `on_signal(kind, name)` for every `WANTED` and `FREED` signal of every holder until cancelled
+        (reconnecting after a failure: signals sent meanwhile are missed, so they only ever hasten things)."""
+        ...
+
+
 class InProcessLeases:
     """Leases inside one process: the files mode (one instance per data directory) and tests."""
 

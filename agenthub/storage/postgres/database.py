@@ -127,6 +127,15 @@ class Database:
         finally:
             self.latency.observe(time.perf_counter() - started)
 
+    async def dedicated(self) -> AsyncConnection[TupleRow]:
+        """A connection of its own, outside the pools (a LISTEN); the caller closes it. StorageError when the
+        server cannot be reached."""
+        try:
+            options: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S, **DEAD_PEER_DETECTION}
+            return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **options)
+        except (psycopg.Error, OSError):
+            raise StorageError(CANNOT_CONNECT) from None
+
     async def reachable(self) -> bool:
         """True when a round trip to the server succeeds now (for /readyz)."""
         try:
