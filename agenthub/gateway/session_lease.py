@@ -1,14 +1,14 @@
 """Session leases: an instance runs a session's turns, queued commands and holds only while it holds the lease
 `session:<agent:channel:chat_id>`. Gained: the store is fenced with the lease's token and the cached history is
-reloaded when another instance may have written it. Held: renewed every `ttl_s / 3`, by one task for every held
-lease, in one request to the store (an instance busy with hundreds of sessions sends one renewal, not hundreds
-queued behind each other). Lost: the running turn is cancelled. Once the session has no more local work: kept
-(idle) while the store can ask its holder for it (`LeaseSignals`: PostgreSQL), so the next turn here takes no
-round trip for it, and released the moment another instance asks, after `keep_idle_s` unused, or at close;
-released at once over a store that cannot ask, and for a session that moves between instances (one was asked
-for it lately: waiting to be asked would put a hand-over between each of its turns). Files mode takes none: one
-instance writes a data directory (its lock), so every session lease would be granted at once, and the local
-mutex is all it needs."""
+reloaded when another instance may have written it. Held: renewed a sixth of `ttl_s` after each grant, by one
+task for every held lease, in one request to the store (an instance busy with hundreds of sessions sends one
+renewal, not hundreds queued behind each other). Lost: the running turn is cancelled. Once the session has no
+more local work: kept (idle) while the store can ask its holder for it (`LeaseSignals`: PostgreSQL), so the next
+turn here takes no round trip for it, and released the moment another instance asks, after `keep_idle_s` unused,
+or at close; released at once over a store that cannot ask, and for a session that moves between instances (one
+was asked for it lately: waiting to be asked would put a hand-over between each of its turns). Files mode takes
+none: one instance writes a data directory (its lock), so every session lease would be granted at once, and the
+local mutex is all it needs."""
 
 from __future__ import annotations
 
@@ -50,6 +50,8 @@ class _Held:
     lease: Lease
     next_at: float
     """When its next renewal is due (by the instance's lease clock)."""
+    failed: bool = False
+    """Its last renewal got no answer (the store erred or was too slow): past its give-up time it is lost."""
 
 
 class _Unknown:
@@ -137,9 +139,9 @@ class SessionLeases:
             elif not moved:
                 self._roaming.pop(key, None)
         except BaseException:
-            self._start_release(key, _Held(lease, renewal_due(lease, self._leases.ttl_s)))
+            self._start_release(key, _Held(lease, _renewal_due(lease, self._leases.ttl_s)))
             raise
-        self._held[key] = _Held(lease, renewal_due(lease, self._leases.ttl_s))
+        self._held[key] = _Held(lease, _renewal_due(lease, self._leases.ttl_s))
         self._names[lease.name] = key
         self._lost.discard(key)
         self._history.lease_held(key, True)
@@ -286,13 +288,15 @@ class SessionLeases:
             self._wake.set()
 
     async def _renew_held(self) -> None:
-        """Until no lease is held: renew every lease due (and those due soon) in one request; a lease not renewed
-        `ttl_s / 3` before it expires is lost, one the store refused at once."""
+        """Until no lease is held: renew every lease due (a sixth of the ttl after its grant, and those due soon)
+        in one request; a lease whose renewal got no answer `ttl_s / 3` before it expires is lost, one the store
+        refused at once. One this task reached after its give-up time (the loop was busy) is still renewed: the
+        store grants that only while no other instance can have it."""
         clock, ttl_s = self._leases.clock, self._leases.ttl_s
         while self._held:
             now = clock()
             for key, held in list(self._held.items()):
-                if now >= self._give_up_at(held):
+                if now >= held.lease.expires_at or (held.failed and now >= self._give_up_at(held)):
                     self._lose(key, held)
             if not self._held:
                 return
@@ -302,39 +306,54 @@ class SessionLeases:
                 await _first_of(sleep_until(clock, soonest), self._wake.wait())
                 continue
             batch = [(k, h) for k, h in self._held.items() if h.next_at <= now + ttl_s / BATCH_FRACTION]
-            deadline = min(self._give_up_at(h) for _, h in batch)
-            results = await self._renew_before([h.lease for _, h in batch], deadline)
+            results = await self._renew_batch(batch)
             retry_at = clock() + ttl_s / RETRY_FRACTION
             for (key, held), renewed in zip(batch, results, strict=True):
                 if self._held.get(key) is not held:  # released (or lost) while the renewal was out
                     continue
                 if isinstance(renewed, Lease):
-                    held.lease, held.next_at = renewed, renewal_due(renewed, ttl_s)
+                    held.lease, held.next_at, held.failed = renewed, _renewal_due(renewed, ttl_s), False
                 elif renewed is None:
                     self._lose(key, held)
                 else:
-                    held.next_at = retry_at
+                    held.next_at, held.failed = retry_at, True
 
-    async def _renew_before(self, leases: list[Lease], deadline: float) -> list[Lease | _Unknown | None]:
+    async def _renew_batch(self, batch: list[tuple[SessionKey, _Held]]) -> list[Lease | _Unknown | None]:
         """The renewed leases, None for each the store refused (another instance has it), UNKNOWN for all when
-        the store erred or had not answered by `deadline`."""
+        the store erred. While the store has not answered, each lease is lost at its own give-up time (the others
+        still wait for the answer); the request is abandoned once all are."""
         store, clock, ttl_s = self._leases.store, self._leases.clock, self._leases.ttl_s
-        attempt = asyncio.ensure_future(renew_all(store, leases, ttl_s))
-        timer = asyncio.ensure_future(sleep_until(clock, deadline))
+        leases = [held.lease for _, held in batch]
+        started = clock()  # one this renewer reached late (a busy loop) has until its expiry, not its give-up time
+        limits = {key: g if started < (g := self._give_up_at(h)) else h.lease.expires_at for key, h in batch}
+        attempt: asyncio.Task[list[Lease | None]] = asyncio.create_task(renew_all(store, leases, ttl_s))
         try:
-            await asyncio.wait({attempt, timer}, return_when=asyncio.FIRST_COMPLETED)
+            while not attempt.done():
+                waiting = [(key, held) for key, held in batch if self._held.get(key) is held]
+                if not waiting:
+                    break
+                deadline = min(limits[key] for key, _ in waiting)
+                timer: asyncio.Task[None] = asyncio.create_task(sleep_until(clock, deadline))
+                try:
+                    await asyncio.wait({attempt, timer}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    timer.cancel()
+                now = clock()
+                for key, held in waiting if not attempt.done() else []:
+                    if now >= limits[key]:
+                        log.warning("session_lease_store_too_slow", lease=held.lease.name)
+                        self._lose(key, held)
         finally:
-            timer.cancel()
             if not attempt.done():
                 attempt.cancel()
                 await asyncio.wait([attempt])
-        unknown: list[Lease | _Unknown | None] = [UNKNOWN] * len(leases)
+        unknown: list[Lease | _Unknown | None] = [UNKNOWN] * len(batch)
         if attempt.cancelled():
             return unknown
         try:
             return list(attempt.result())
         except StorageError:
-            log.warning("session_lease_store_unavailable", leases=len(leases))
+            log.warning("session_lease_store_unavailable", leases=len(batch))
             return unknown
 
     def _lose(self, key: SessionKey, held: _Held) -> None:
@@ -356,6 +375,12 @@ async def _first_of(*waits: Coroutine[Any, Any, Any]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.wait(tasks)
+
+
+def _renewal_due(lease: Lease, ttl_s: float) -> float:
+    """A sixth of the ttl after the grant (at once for a grant that arrived late): a loaded instance or store has
+    half the ttl, not a third, to get the renewal through before the lease is given up."""
+    return min(renewal_due(lease, ttl_s), lease.expires_at - ttl_s * 5 / 6)
 
 
 def _renewer_ended(task: asyncio.Task[None]) -> None:
