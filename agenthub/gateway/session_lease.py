@@ -13,6 +13,7 @@ local mutex is all it needs."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -225,7 +226,8 @@ class SessionLeases:
 
     def _listen(self) -> None:
         if self._signals is not None and (self._listener is None or self._listener.done()):
-            self._listener = asyncio.create_task(self._signals.listen(self._signal), name="session-lease-signals")
+            listen = self._signals.listen(self._signal)
+            self._listener = asyncio.create_task(listen, name="session-lease-signals", context=contextvars.Context())
 
     def _signal(self, kind: str, name: str) -> None:
         """A lease was freed (a claim waiting for it tries again now) or is wanted by another instance (an idle
@@ -282,7 +284,8 @@ class SessionLeases:
 
     def _wake_renewer(self) -> None:
         if self._renewer is None or self._renewer.done():
-            self._renewer = asyncio.create_task(self._renew_held(), name="session-lease-renewer")
+            renewer = self._renew_held()  # its own context: its log lines carry no turn's ids
+            self._renewer = asyncio.create_task(renewer, name="session-lease-renewer", context=contextvars.Context())
             self._renewer.add_done_callback(_renewer_ended)
         else:
             self._wake.set()
