@@ -31,13 +31,16 @@ row lock of ON CONFLICT makes contenders at the same moment wait for each other,
 
 _RENEW = """
 UPDATE leases SET expires_at = now() + %(ttl)s * interval '1 second'
-WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
+WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > clock_timestamp()
 RETURNING token
 """
+"""`clock_timestamp()`, not `now()`: a renewal that waited for the row lock of a release re-checks the released
+row against the time after the wait; against its own start time (`now()`, earlier than the release's) it would
+find the lease live and extend a released lease, which then keeps every other instance out for `ttl`."""
 _RENEW_MANY = """
 UPDATE leases AS l SET expires_at = now() + %(ttl)s * interval '1 second'
 FROM unnest(%(names)s::text[], %(holders)s::text[], %(tokens)s::bigint[]) AS r(name, holder, token)
-WHERE l.name = r.name AND l.holder = r.holder AND l.token = r.token AND l.expires_at > now()
+WHERE l.name = r.name AND l.holder = r.holder AND l.token = r.token AND l.expires_at > clock_timestamp()
 RETURNING l.name
 """
 """Every lease of the list in one statement (an instance's session leases): the names renewed."""
