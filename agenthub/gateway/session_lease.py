@@ -5,8 +5,10 @@ task for every held lease, in one request to the store (an instance busy with hu
 renewal, not hundreds queued behind each other). Lost: the running turn is cancelled. Once the session has no
 more local work: kept (idle) while the store can ask its holder for it (`LeaseSignals`: PostgreSQL), so the next
 turn here takes no round trip for it, and released the moment another instance asks, after `keep_idle_s` unused,
-or at close; released at once over a store that cannot ask, and for a session that moves between instances (one
-was asked for it lately: waiting to be asked would put a hand-over between each of its turns). Files mode takes
+or at close. Only a session that stays here is kept: its last claim found that nobody else wrote it since this
+instance's previous hold, and nobody asked for it since; any other (a new one, one that moves between instances:
+waiting to be asked would put a hand-over in front of each of its turns) is released at once, as is every lease
+over a store that cannot ask. Files mode takes
 none: one instance writes a data directory (its lock), so every session lease would be granted at once, and the
 local mutex is all it needs."""
 
@@ -36,7 +38,7 @@ POLL_MAX_S = 0.25
 """While another instance holds a session, its lease is asked for again after 25 ms, doubling up to 250 ms."""
 RETRY_FRACTION = 12
 """A renewal the store did not answer is tried again after `ttl_s / 12` (until the lease is given up)."""
-ROAMING_KEPT = 10_000
+STAYING_KEPT = 10_000
 BATCH_FRACTION = 6
 """A renewal joins the batch being sent when it is due within `ttl_s / 6` (renewed a little early, the leases of
 an instance fall into few batches instead of one request each)."""
@@ -98,9 +100,9 @@ class SessionLeases:
         self._freed: dict[str, asyncio.Event] = {}
         """Per lease name this instance waits for: set when its holder releases it."""
         self._listener: asyncio.Task[None] | None = None
-        self._roaming: OrderedDict[SessionKey, None] = OrderedDict()
-        """Sessions lately handed between this instance and another (the newest `ROAMING_KEPT`): released at once
-        after their local work; a claim that finds nobody else wrote the session since takes it off."""
+        self._staying: OrderedDict[SessionKey, None] = OrderedDict()
+        """Sessions whose last claim found nobody else wrote them since this instance's previous hold (the newest
+        `STAYING_KEPT`): only these are kept idle; one asked for (or taken from another instance) leaves it."""
         self.shared = not isinstance(history.store, QuickLookup)
         """The histories are written by several instances (PostgreSQL), so sessions are leased; False for a store
         only this instance writes (the files under the data-dir lock, memory)."""
@@ -135,10 +137,10 @@ class SessionLeases:
             moved = await self._history.store.fence(key, lease.token)
             if moved:
                 await self._history.reload(key)
-            if asked:
-                self._roams(key)
-            elif not moved:
-                self._roaming.pop(key, None)
+            if asked or moved:
+                self._staying.pop(key, None)
+            else:
+                self._stays(key)
         except BaseException:
             self._start_release(key, _Held(lease, _renewal_due(lease, self._leases.ttl_s)))
             raise
@@ -148,11 +150,11 @@ class SessionLeases:
         self._history.lease_held(key, True)
         self._wake_renewer()
 
-    def _roams(self, key: SessionKey) -> None:
-        self._roaming[key] = None
-        self._roaming.move_to_end(key)
-        if len(self._roaming) > ROAMING_KEPT:
-            self._roaming.popitem(last=False)
+    def _stays(self, key: SessionKey) -> None:
+        self._staying[key] = None
+        self._staying.move_to_end(key)
+        if len(self._staying) > STAYING_KEPT:
+            self._staying.popitem(last=False)
 
     async def _acquire(self, key: SessionKey, *, wait: bool) -> tuple[Lease, bool]:
         """The lease, and whether another instance had to be asked for it first. While another instance holds
@@ -197,7 +199,7 @@ class SessionLeases:
         kept, idle, until another instance asks for it or `keep_idle_s` has passed; otherwise `release_now`."""
         if not self.shared:
             return
-        kept = key not in self._wanted and key not in self._roaming
+        kept = key not in self._wanted and key in self._staying
         if key in self._held and kept and self._keep_idle_s > 0:
             if key not in self._idle:
                 loop = asyncio.get_running_loop()
@@ -240,7 +242,7 @@ class SessionLeases:
         key = self._names.get(name)
         if kind != WANTED or key is None or key not in self._held:
             return
-        self._roams(key)
+        self._staying.pop(key, None)
         if key in self._idle:
             log.debug("session_lease_handed_over", session_key=str(key))
             self.release_now(key)

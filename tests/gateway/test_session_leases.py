@@ -348,21 +348,23 @@ async def lease_token(instance: Instance, chat: str) -> int:
 async def test_an_instance_keeps_a_session_between_its_turns_and_hands_it_over_the_moment_another_asks(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    """A keeps the lease of a session it answered (the next turn there takes no grant: the same token), but B,
-    given the next message, does not wait for A's idle lease to run out: it asks, and A lets the session go."""
+    """A keeps the lease of a session that stays with it (its second turn found nobody else wrote it: the third
+    takes no grant, the same token), but B, given the next message, does not wait for A's idle lease to run out:
+    it asks, and A lets the session go."""
     model = HeldModel(fake_llm)
     model.install()
     model.release.set()
     async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
-        assert isinstance(await (await a.send(message("kept", "m1"))).result(), DoneEvent)
+        for text in ("m1", "m2"):
+            assert isinstance(await (await a.send(message("kept", text))).result(), DoneEvent)
         token = await lease_token(a, "kept")
         assert a.gateway.session_leases.holds(key_of("kept"))  # idle, still held
-        assert isinstance(await (await a.send(message("kept", "m2"))).result(), DoneEvent)
+        assert isinstance(await (await a.send(message("kept", "m3"))).result(), DoneEvent)
         assert await lease_token(a, "kept") == token  # not released and granted again
         loop = asyncio.get_running_loop()
         sent_at = loop.time()
-        assert isinstance(await (await b.send(message("kept", "m3"))).result(), DoneEvent)
+        assert isinstance(await (await b.send(message("kept", "m4"))).result(), DoneEvent)
         assert loop.time() - sent_at < LEASE_S / 4  # handed over when asked, not after A's idle time (LEASE_S / 3)
         assert not a.gateway.session_leases.holds(key_of("kept"))
         assert await lease_token(b, "kept") > token
-        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3", "m4"]
