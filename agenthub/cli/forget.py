@@ -173,7 +173,7 @@ def _session_leases(settings: Settings, stores: Stores, history: SessionHistory)
     """This process's session leases on the deployment's lease store (PostgreSQL; in files mode they take
     nothing: the data directory's lock keeps every writer out)."""
     leases = InstanceLeases(store=stores.leases, holder=stores.holder, ttl_s=settings.store.lease_s)
-    return SessionLeases(leases, history, on_lost=_lease_lost)
+    return SessionLeases(leases, history, on_lost=_lease_lost, keep_idle_s=0)  # a one-off: nothing kept
 
 
 def _lease_lost(key: SessionKey) -> None:

@@ -75,7 +75,7 @@ class ArrivalOrder:
             if before and not self._queued_here(before, queued) and loop.time() < give_up_at:
                 if delay == POLL_FIRST_S:
                     log.info("arrival_order_waiting", session_key=str(pending.key), waiting_for=len(before))
-                self._leases.release(pending.key)  # the instance that has the earlier entry needs the session
+                self._leases.release_now(pending.key)  # the instance that has the earlier entry needs the session
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, POLL_MAX_S)
                 await self._leases.claim(pending.key)

@@ -1,14 +1,25 @@
 """Session leases: an instance runs a session's turns, queued commands and holds only while it holds the lease
 `session:<agent:channel:chat_id>`. Gained: the store is fenced with the lease's token and the cached history is
-reloaded when another instance may have written it. Held: renewed every `ttl_s / 3`. Lost: the running turn is
-cancelled. Released once the session has no more local work. Files mode takes none: one instance writes a data
-directory (its lock), so every session lease would be granted at once, and the local mutex is all it needs."""
+reloaded when another instance may have written it. Held: renewed a sixth of `ttl_s` after each grant, by one
+task for every held lease, in one request to the store (an instance busy with hundreds of sessions sends one
+renewal, not hundreds queued behind each other). Lost: the running turn is cancelled. Once the session has no
+more local work: kept (idle) while the store can ask its holder for it (`LeaseSignals`: PostgreSQL), so the next
+turn here takes no round trip for it, and released the moment another instance asks, after `keep_idle_s` unused,
+or at close. Only a session that stays here is kept: its last claim found that nobody else wrote it since this
+instance's previous hold, and nobody asked for it since; any other (a new one, one that moves between instances:
+waiting to be asked would put a hand-over in front of each of its turns) is released at once, as is every lease
+over a store that cannot ask. Files mode takes
+none: one instance writes a data directory (its lock), so every session lease would be granted at once, and the
+local mutex is all it needs."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextvars
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -16,8 +27,8 @@ from agenthub.clock import sleep_until
 from agenthub.errors import SessionBusyError, StorageError
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
-from agenthub.storage.lease import Lease, renewal_due
-from agenthub.storage.ports import QuickLookup
+from agenthub.storage.lease import FREED, WANTED, Lease, renew_all, renewal_due
+from agenthub.storage.ports import LeaseSignals, QuickLookup
 from agenthub.storage.singleton import InstanceLeases
 
 log = structlog.get_logger(__name__)
@@ -27,6 +38,10 @@ POLL_MAX_S = 0.25
 """While another instance holds a session, its lease is asked for again after 25 ms, doubling up to 250 ms."""
 RETRY_FRACTION = 12
 """A renewal the store did not answer is tried again after `ttl_s / 12` (until the lease is given up)."""
+STAYING_KEPT = 10_000
+BATCH_FRACTION = 6
+"""A renewal joins the batch being sent when it is due within `ttl_s / 6` (renewed a little early, the leases of
+an instance fall into few batches instead of one request each)."""
 
 
 def lease_name(key: SessionKey) -> str:
@@ -36,7 +51,10 @@ def lease_name(key: SessionKey) -> str:
 @dataclass
 class _Held:
     lease: Lease
-    keeper: asyncio.Task[None] | None = None
+    next_at: float
+    """When its next renewal is due (by the instance's lease clock)."""
+    failed: bool = False
+    """Its last renewal got no answer (the store erred or was too slow): past its give-up time it is lost."""
 
 
 class _Unknown:
@@ -52,8 +70,14 @@ class SessionLeases:
     be renewed in time (its running turn must stop: a standby may take the session at expiry)."""
 
     def __init__(
-        self, leases: InstanceLeases, history: SessionHistory, *, on_lost: Callable[[SessionKey], None]
+        self,
+        leases: InstanceLeases,
+        history: SessionHistory,
+        *,
+        on_lost: Callable[[SessionKey], None],
+        keep_idle_s: float | None = None,
     ) -> None:
+        """`keep_idle_s`: how long a lease is kept without local work (default: `ttl_s / 3`; 0: released at once)."""
         self._leases = leases
         self._history = history
         self._on_lost = on_lost
@@ -62,6 +86,23 @@ class SessionLeases:
         self._held: dict[SessionKey, _Held] = {}
         self._lost: set[SessionKey] = set()
         self._releasing: dict[SessionKey, asyncio.Task[None]] = {}
+        self._renewer: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        store = leases.store
+        self._signals = store if isinstance(store, LeaseSignals) else None
+        default_idle_s = leases.ttl_s / 3  # bounds the sessions a crashed instance keeps (until their expiry)
+        self._keep_idle_s = 0.0 if self._signals is None else (default_idle_s if keep_idle_s is None else keep_idle_s)
+        self._idle: dict[SessionKey, asyncio.TimerHandle] = {}
+        """The held leases without local work, each with the timer that releases it."""
+        self._wanted: set[SessionKey] = set()
+        """Held leases another instance asked for: released as soon as their local work ends."""
+        self._names: dict[str, SessionKey] = {}
+        self._freed: dict[str, asyncio.Event] = {}
+        """Per lease name this instance waits for: set when its holder releases it."""
+        self._listener: asyncio.Task[None] | None = None
+        self._staying: OrderedDict[SessionKey, None] = OrderedDict()
+        """Sessions whose last claim found nobody else wrote them since this instance's previous hold (the newest
+        `STAYING_KEPT`): only these are kept idle; one asked for (or taken from another instance) leaves it."""
         self.shared = not isinstance(history.store, QuickLookup)
         """The histories are written by several instances (PostgreSQL), so sessions are leased; False for a store
         only this instance writes (the files under the data-dir lock, memory)."""
@@ -81,43 +122,132 @@ class SessionLeases:
         """Hold `key`'s lease: nothing to do while this instance holds it; otherwise acquire it, polling while
         another instance holds it (`wait=False`: SessionBusyError at once instead). On gain the store is fenced
         with its token and, if another instance may have written the session since, the cached copy dropped."""
-        if not self.shared or key in self._held:
+        if not self.shared:
+            return
+        if key in self._held:
+            idle = self._idle.pop(key, None)
+            if idle is not None:
+                idle.cancel()
             return
         releasing = self._releasing.get(key)
         if releasing is not None:  # our own release of it still in flight: it must not expire the new grant
             await asyncio.shield(releasing)
-        lease = await self._acquire(key, wait=wait)
+        lease, asked = await self._acquire(key, wait=wait)
         try:
-            if await self._history.store.fence(key, lease.token):
+            moved = await self._history.store.fence(key, lease.token)
+            if moved:
                 await self._history.reload(key)
+            if asked or moved:
+                self._staying.pop(key, None)
+            else:
+                self._stays(key)
         except BaseException:
-            self._start_release(key, _Held(lease))
+            self._start_release(key, _Held(lease, _renewal_due(lease, self._leases.ttl_s)))
             raise
-        held = self._held[key] = _Held(lease)
+        self._held[key] = _Held(lease, _renewal_due(lease, self._leases.ttl_s))
+        self._names[lease.name] = key
         self._lost.discard(key)
         self._history.lease_held(key, True)
-        held.keeper = asyncio.create_task(self._keep(key, held), name=f"session-lease:{key}")
+        self._wake_renewer()
 
-    async def _acquire(self, key: SessionKey, *, wait: bool) -> Lease:
-        leases, delay = self._leases, POLL_FIRST_S
+    def _stays(self, key: SessionKey) -> None:
+        self._staying[key] = None
+        self._staying.move_to_end(key)
+        if len(self._staying) > STAYING_KEPT:
+            self._staying.popitem(last=False)
+
+    async def _acquire(self, key: SessionKey, *, wait: bool) -> tuple[Lease, bool]:
+        """The lease, and whether another instance had to be asked for it first. While another instance holds
+        it, that one is asked for it (`LeaseSignals`) and the request repeated once it is freed, or after a poll
+        interval (25 ms doubling up to 250 ms)."""
+        leases, delay, name = self._leases, POLL_FIRST_S, lease_name(key)
+        signals, asked = self._signals, False
+        if signals is not None:
+            self._listen()
         while True:
-            lease = await leases.store.acquire(lease_name(key), leases.holder, leases.ttl_s)
+            if signals is not None:
+                freed = self._freed.setdefault(name, asyncio.Event())
+                freed.clear()
+                lease = await signals.acquire_or_ask(name, leases.holder, leases.ttl_s)
+            else:
+                lease = await leases.store.acquire(name, leases.holder, leases.ttl_s)
             if lease is not None:
-                return lease
+                self._freed.pop(name, None)
+                return lease, asked
+            asked = True
             if not wait:
+                self._freed.pop(name, None)
                 raise SessionBusyError(f"session {key} is held by another instance")
-            await asyncio.sleep(delay)
+            await self._freed_or_after(name, delay)
             delay = min(delay * 2, POLL_MAX_S)
 
+    async def _freed_or_after(self, name: str, delay: float) -> None:
+        freed = self._freed.get(name)
+        if freed is None:
+            await asyncio.sleep(delay)
+            return
+        try:
+            async with asyncio.timeout(delay):
+                await freed.wait()
+        except TimeoutError:
+            pass
+        finally:
+            self._freed.pop(name, None)
+
     def release(self, key: SessionKey) -> None:
-        """Give the session up (no more local work): its writes carry no token from now on, and the lease is
-        released in the background (a later `claim` of it waits for that first)."""
+        """The session has no more local work: over a store that can ask its holder (`LeaseSignals`) the lease is
+        kept, idle, until another instance asks for it or `keep_idle_s` has passed; otherwise `release_now`."""
         if not self.shared:
             return
+        kept = key not in self._wanted and key in self._staying
+        if key in self._held and kept and self._keep_idle_s > 0:
+            if key not in self._idle:
+                loop = asyncio.get_running_loop()
+                self._idle[key] = loop.call_later(self._keep_idle_s, self.release_now, key)
+            return
+        self.release_now(key)
+
+    def release_now(self, key: SessionKey) -> None:
+        """Give the session up: its writes carry no token from now on, and the lease is released in the
+        background (a later `claim` of it waits for that first)."""
+        if not self.shared:
+            return
+        self._forget(key)
         held = self._held.pop(key, None)
         if held is not None or key in self._lost:
             self._lost.discard(key)
             self._start_release(key, held)
+
+    def _forget(self, key: SessionKey) -> None:
+        """Drop what is kept about a held lease besides the lease itself (it is being released or was lost)."""
+        idle = self._idle.pop(key, None)
+        if idle is not None:
+            idle.cancel()
+        self._wanted.discard(key)
+        self._names.pop(lease_name(key), None)
+
+    def _listen(self) -> None:
+        if self._signals is not None and (self._listener is None or self._listener.done()):
+            listen = self._signals.listen(self._signal)
+            self._listener = asyncio.create_task(listen, name="session-lease-signals", context=contextvars.Context())
+
+    def _signal(self, kind: str, name: str) -> None:
+        """A lease was freed (a claim waiting for it tries again now) or is wanted by another instance (an idle
+        one is released now, a busy one once its local work ends)."""
+        if kind == FREED:
+            freed = self._freed.get(name)
+            if freed is not None:
+                freed.set()
+            return
+        key = self._names.get(name)
+        if kind != WANTED or key is None or key not in self._held:
+            return
+        self._staying.pop(key, None)
+        if key in self._idle:
+            log.debug("session_lease_handed_over", session_key=str(key))
+            self.release_now(key)
+        else:
+            self._wanted.add(key)
 
     def _start_release(self, key: SessionKey, held: _Held | None) -> None:
         task = asyncio.create_task(self._release(key, held), name=f"session-release:{key}")
@@ -129,9 +259,6 @@ class SessionLeases:
             del self._releasing[key]
 
     async def _release(self, key: SessionKey, held: _Held | None) -> None:
-        if held is not None and held.keeper is not None:
-            held.keeper.cancel()
-            await asyncio.wait([held.keeper])
         try:
             if held is not None:
                 await self._history.flush(key)  # the meta written behind goes under our token, not after it
@@ -145,51 +272,122 @@ class SessionLeases:
     async def close(self) -> None:
         """Release every held lease and wait for the releases (the gateway's shutdown, after its last turn)."""
         for key in list(self._held):
-            self.release(key)
+            self.release_now(key)
         if self._releasing:
             await asyncio.wait(list(self._releasing.values()))
+        for task in (self._renewer, self._listener):
+            if task is not None:
+                task.cancel()
+                await asyncio.wait([task])
+        self._renewer = self._listener = None
 
-    async def _keep(self, key: SessionKey, held: _Held) -> None:
-        """Renew every `ttl_s / 3`; a lease not renewed `ttl_s / 3` before it expires is lost."""
+    def _give_up_at(self, held: _Held) -> float:
+        return held.lease.expires_at - self._margin_s
+
+    def _wake_renewer(self) -> None:
+        if self._renewer is None or self._renewer.done():
+            renewer = self._renew_held()  # its own context: its log lines carry no turn's ids
+            self._renewer = asyncio.create_task(renewer, name="session-lease-renewer", context=contextvars.Context())
+            self._renewer.add_done_callback(_renewer_ended)
+        else:
+            self._wake.set()
+
+    async def _renew_held(self) -> None:
+        """Until no lease is held: renew every lease due (a sixth of the ttl after its grant, and those due soon)
+        in one request; a lease whose renewal got no answer `ttl_s / 3` before it expires is lost, one the store
+        refused at once. One this task reached after its give-up time (the loop was busy) is still renewed: the
+        store grants that only while no other instance can have it."""
         clock, ttl_s = self._leases.clock, self._leases.ttl_s
-        next_at = renewal_due(held.lease, ttl_s)
-        while True:
-            give_up_at = held.lease.expires_at - self._margin_s
-            await sleep_until(clock, min(next_at, give_up_at))
-            renewed = UNKNOWN if clock() >= give_up_at else await self._renew_before(held.lease, give_up_at)
-            if isinstance(renewed, Lease):
-                held.lease, next_at = renewed, renewal_due(renewed, ttl_s)
-            elif renewed is None or clock() >= give_up_at:
-                self._lose(key, held)
+        while self._held:
+            now = clock()
+            for key, held in list(self._held.items()):
+                if now >= held.lease.expires_at or (held.failed and now >= self._give_up_at(held)):
+                    self._lose(key, held)
+            if not self._held:
                 return
-            else:
-                next_at = clock() + ttl_s / RETRY_FRACTION
+            soonest = min(min(h.next_at, self._give_up_at(h)) for h in self._held.values())
+            if soonest > now:
+                self._wake.clear()
+                await _first_of(sleep_until(clock, soonest), self._wake.wait())
+                continue
+            batch = [(k, h) for k, h in self._held.items() if h.next_at <= now + ttl_s / BATCH_FRACTION]
+            results = await self._renew_batch(batch)
+            retry_at = clock() + ttl_s / RETRY_FRACTION
+            for (key, held), renewed in zip(batch, results, strict=True):
+                if self._held.get(key) is not held:  # released (or lost) while the renewal was out
+                    continue
+                if isinstance(renewed, Lease):
+                    held.lease, held.next_at, held.failed = renewed, _renewal_due(renewed, ttl_s), False
+                elif renewed is None:
+                    self._lose(key, held)
+                else:
+                    held.next_at, held.failed = retry_at, True
 
-    async def _renew_before(self, lease: Lease, deadline: float) -> Lease | _Unknown | None:
-        """The renewed lease, None when the store refused (another instance has it), UNKNOWN when the store erred
-        or had not answered by `deadline`."""
-        leases = self._leases
-        attempt = asyncio.ensure_future(leases.store.renew(lease, leases.ttl_s))
-        timer = asyncio.ensure_future(sleep_until(leases.clock, deadline))
+    async def _renew_batch(self, batch: list[tuple[SessionKey, _Held]]) -> list[Lease | _Unknown | None]:
+        """The renewed leases, None for each the store refused (another instance has it), UNKNOWN for all when
+        the store erred. While the store has not answered, each lease is lost at its own give-up time (the others
+        still wait for the answer); the request is abandoned once all are."""
+        store, clock, ttl_s = self._leases.store, self._leases.clock, self._leases.ttl_s
+        leases = [held.lease for _, held in batch]
+        started = clock()  # one this renewer reached late (a busy loop) has until its expiry, not its give-up time
+        limits = {key: g if started < (g := self._give_up_at(h)) else h.lease.expires_at for key, h in batch}
+        attempt: asyncio.Task[list[Lease | None]] = asyncio.create_task(renew_all(store, leases, ttl_s))
         try:
-            await asyncio.wait({attempt, timer}, return_when=asyncio.FIRST_COMPLETED)
+            while not attempt.done():
+                waiting = [(key, held) for key, held in batch if self._held.get(key) is held]
+                if not waiting:
+                    break
+                deadline = min(limits[key] for key, _ in waiting)
+                timer: asyncio.Task[None] = asyncio.create_task(sleep_until(clock, deadline))
+                try:
+                    await asyncio.wait({attempt, timer}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    timer.cancel()
+                now = clock()
+                for key, held in waiting if not attempt.done() else []:
+                    if now >= limits[key]:
+                        log.warning("session_lease_store_too_slow", lease=held.lease.name)
+                        self._lose(key, held)
         finally:
-            timer.cancel()
             if not attempt.done():
                 attempt.cancel()
                 await asyncio.wait([attempt])
+        unknown: list[Lease | _Unknown | None] = [UNKNOWN] * len(batch)
         if attempt.cancelled():
-            return UNKNOWN
+            return unknown
         try:
-            return attempt.result()
+            return list(attempt.result())
         except StorageError:
-            log.warning("session_lease_store_unavailable", lease=lease.name)
-            return UNKNOWN
+            log.warning("session_lease_store_unavailable", leases=len(batch))
+            return unknown
 
     def _lose(self, key: SessionKey, held: _Held) -> None:
         if self._held.get(key) is held:
             del self._held[key]
+            self._forget(key)
             self._lost.add(key)  # its token stays on the store's writes: a late one is refused
             self._history.lease_held(key, False)
         log.warning("session_lease_lost", session_key=str(key), token=held.lease.token)
         self._on_lost(key)
+
+
+async def _first_of(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Return once the first of `waits` is done; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+
+
+def _renewal_due(lease: Lease, ttl_s: float) -> float:
+    """A sixth of the ttl after the grant (at once for a grant that arrived late): a loaded instance or store has
+    half the ttl, not a third, to get the renewal through before the lease is given up."""
+    return min(renewal_due(lease, ttl_s), lease.expires_at - ttl_s * 5 / 6)
+
+
+def _renewer_ended(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error("session_lease_renewer_failed", error_type=type(error).__name__, exc_info=error)

@@ -11,7 +11,7 @@ import structlog
 
 from agenthub.clock import Clock, monotonic_clock, sleep_until
 from agenthub.errors import StorageError
-from agenthub.storage.ports import LeaseStore
+from agenthub.storage.ports import BatchRenewal, LeaseStore
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +38,17 @@ def renewal_due(lease: Lease, ttl_s: float) -> float:
     """When a lease granted for `ttl_s` is renewed: a third of it after its grant (its `expires_at` is counted from
     before the request was sent), so at once when the grant itself arrived late."""
     return lease.expires_at - ttl_s * 2 / 3
+
+
+async def renew_all(store: LeaseStore, leases: list[Lease], ttl_s: float) -> list[Lease | None]:
+    """`leases` renewed: in one request when the store can (`BatchRenewal`), else one request each."""
+    if isinstance(store, BatchRenewal):
+        return await store.renew_many(leases, ttl_s)
+    return list(await asyncio.gather(*(store.renew(lease, ttl_s) for lease in leases)))
+
+
+WANTED, FREED = "wanted", "freed"
+"""The signals of a `LeaseSignals` store: a lease's holder is asked to let it go; a lease was released."""
 
 
 class InProcessLeases:

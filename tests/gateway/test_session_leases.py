@@ -20,6 +20,7 @@ from agenthub.errors import SessionBusyError
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
+from agenthub.storage.postgres import PostgresLeases
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
 from tests.support.leases import InstanceView, LateGrants
 from tests.support.shared_gateways import HeldModel, Instance, shared_instances, tag_of
@@ -332,3 +333,38 @@ async def test_a_lease_granted_late_is_renewed_in_time_and_its_turn_goes_on(
         assert not reply.finished, "the turn was cut: its lease was given up before any renewal was tried"
         model.release.set()
         assert isinstance(await reply.result(), DoneEvent)
+
+
+async def lease_token(instance: Instance, chat: str) -> int:
+    leases = instance.stores.leases
+    assert isinstance(leases, PostgresLeases)
+    async with leases.database.connection("read the lease") as conn:
+        cursor = await conn.execute("SELECT token FROM leases WHERE name = %s", (f"session:{key_of(chat)}",))
+        row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_an_instance_keeps_a_session_between_its_turns_and_hands_it_over_the_moment_another_asks(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """A keeps the lease of a session that stays with it (its second turn found nobody else wrote it: the third
+    takes no grant, the same token), but B, given the next message, does not wait for A's idle lease to run out:
+    it asks, and A lets the session go."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        for text in ("m1", "m2"):
+            assert isinstance(await (await a.send(message("kept", text))).result(), DoneEvent)
+        token = await lease_token(a, "kept")
+        assert a.gateway.session_leases.holds(key_of("kept"))  # idle, still held
+        assert isinstance(await (await a.send(message("kept", "m3"))).result(), DoneEvent)
+        assert await lease_token(a, "kept") == token  # not released and granted again
+        loop = asyncio.get_running_loop()
+        sent_at = loop.time()
+        assert isinstance(await (await b.send(message("kept", "m4"))).result(), DoneEvent)
+        assert loop.time() - sent_at < LEASE_S / 4  # handed over when asked, not after A's idle time (LEASE_S / 3)
+        assert not a.gateway.session_leases.holds(key_of("kept"))
+        assert await lease_token(b, "kept") > token
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3", "m4"]

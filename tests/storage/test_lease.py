@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from agenthub.clock import ManualClock
-from agenthub.storage.lease import InProcessLeases, Lease, LeaseKeeper, LeaseTakeovers
+from agenthub.storage.lease import FREED, WANTED, InProcessLeases, Lease, LeaseKeeper, LeaseTakeovers, renew_all
 from agenthub.storage.ports import LeaseStore
 from agenthub.storage.postgres import Database, PostgresLeases
 from tests.support.leases import DownableLeases, LateGrants
@@ -93,6 +93,19 @@ async def test_a_released_lease_is_free_at_once_and_its_next_grant_has_a_newer_t
     assert second is not None and second.token > first.token
     again = await leases.store.acquire("wecom-bot", "a", ttl_s=leases.ttl_s)
     assert again is None
+
+
+async def test_leases_renewed_together_extend_the_live_ones_and_report_the_one_taken_over(leases: Leases) -> None:
+    store, ttl = leases.store, leases.ttl_s
+    taken = await store.acquire("session:b", "a", ttl_s=ttl)
+    await leases.expire()
+    assert taken is not None and await store.acquire("session:b", "other", ttl_s=ttl) is not None
+    first, third = await store.acquire("session:c", "a", ttl_s=ttl), await store.acquire("session:a", "a", ttl_s=ttl)
+    assert first is not None and third is not None
+    renewed = await renew_all(store, [first, taken, third], ttl)
+    assert [lease.name if lease is not None else None for lease in renewed] == ["session:c", None, "session:a"]
+    assert [lease.token for lease in renewed if lease is not None] == [first.token, third.token]
+    assert await store.acquire("session:c", "other", ttl_s=ttl) is None  # still a's
 
 
 class HangingLeases(InProcessLeases):
@@ -291,3 +304,39 @@ async def test_a_keeper_whose_grant_arrived_late_renews_at_once_instead_of_givin
         clock.advance(2.5)
     assert keeper.held and lost == []
     await keeper.stop()
+
+
+async def test_a_contender_asks_the_holder_for_the_lease_and_hears_when_it_is_freed(postgres_dsn: str) -> None:
+    """PostgreSQL's signals: a refused `acquire_or_ask` reaches every listener as WANTED (the holder lets the
+    lease go), a release as FREED (the contender tries again at once instead of at its next poll)."""
+    database = Database(postgres_dsn)
+    heard: list[tuple[str, str]] = []
+    arrived = asyncio.Event()
+
+    def on_signal(kind: str, name: str) -> None:
+        heard.append((kind, name))
+        arrived.set()
+
+    leases = PostgresLeases(database)
+    listener = asyncio.create_task(leases.listen(on_signal))
+    try:
+        held = await leases.acquire_or_ask("session:asked", "a", 30.0)
+        assert held is not None
+        async with asyncio.timeout(30):  # the listener's LISTEN is in place once a signal of ours comes back
+            while not heard:
+                await leases.acquire_or_ask("session:warm-up", "b", 30.0)
+                await leases.acquire_or_ask("session:warm-up", "c", 30.0)
+                await asyncio.wait([asyncio.ensure_future(arrived.wait())], timeout=0.1)
+        heard.clear()
+        assert await leases.acquire_or_ask("session:asked", "b", 30.0) is None
+        await leases.release(held)
+        async with asyncio.timeout(30):
+            while len(heard) < 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert heard == [(WANTED, "session:asked"), (FREED, "session:asked")]
+        granted = await leases.acquire_or_ask("session:asked", "b", 30.0)
+        assert granted is not None and granted.token > held.token
+    finally:
+        listener.cancel()
+        await asyncio.wait([listener])
+        await database.close()

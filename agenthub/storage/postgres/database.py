@@ -94,7 +94,7 @@ class Database:
             max_size=self._max_size if lane == MAIN else LEASE_LANE_MAX,
             open=False,
             timeout=self._checkout_timeout_s,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S, **DEAD_PEER_DETECTION},
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S, **DEAD_PEER_DETECTION, **_lane(lane)},
             check=still_connected,
             name=f"agenthub-store-{lane}",
         )
@@ -126,6 +126,15 @@ class Database:
             raise StorageError(f"could not {what}: {REFUSED}") from None
         finally:
             self.latency.observe(time.perf_counter() - started)
+
+    async def dedicated(self) -> AsyncConnection[TupleRow]:
+        """A connection of its own, outside the pools (a LISTEN); the caller closes it. StorageError when the
+        server cannot be reached."""
+        try:
+            options: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S, **DEAD_PEER_DETECTION}
+            return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **options)
+        except (psycopg.Error, OSError):
+            raise StorageError(CANNOT_CONNECT) from None
 
     async def reachable(self) -> bool:
         """True when a round trip to the server succeeds now (for /readyz)."""
@@ -160,6 +169,13 @@ def _readable(fd: int) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
     return bool(poller.poll(0))
+
+
+def _lane(lane: str) -> dict[str, str]:
+    """The lease lane's renewals do not wait for the WAL flush: a renewal keeps the token (a server crash that loses
+    one only ends that lease sooner, and every write is fenced by the token anyway), and on a busy disk the flush
+    is what makes a renewal late."""
+    return {"options": "-c synchronous_commit=off"} if lane == LEASES else {}
 
 
 def _sqlstate(error: BaseException) -> str | None:

@@ -3,9 +3,19 @@ database's `now()` (the instances' clocks differ); a grant to a new holder raise
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
+import psycopg
+import structlog
+
 from agenthub.clock import Clock, monotonic_clock
-from agenthub.storage.lease import Lease
+from agenthub.errors import StorageError
+from agenthub.storage.lease import FREED, WANTED, Lease
 from agenthub.storage.postgres.database import LEASES, Database
+
+WANTED_CHANNEL, FREED_CHANNEL = "agenthub_lease_wanted", "agenthub_lease_freed"
+LISTEN_RETRY_S = 1.0
 
 _ACQUIRE = """
 INSERT INTO leases AS l (name, holder, token, expires_at)
@@ -15,18 +25,43 @@ ON CONFLICT (name) DO UPDATE SET
     token = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() THEN l.token ELSE l.token + 1 END,
     expires_at = EXCLUDED.expires_at
 WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder
-RETURNING token
-"""
+RETURNING token"""
 """One statement: free, expired or already the holder's → granted (renewed, same token, when still live); the
 row lock of ON CONFLICT makes contenders at the same moment wait for each other, so exactly one wins."""
 
 _RENEW = """
 UPDATE leases SET expires_at = now() + %(ttl)s * interval '1 second'
-WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
+WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > clock_timestamp()
 RETURNING token
 """
-_RELEASE = "UPDATE leases SET expires_at = now() WHERE name = %(name)s AND token = %(token)s AND expires_at > now()"
-"""The row stays (expired): the next grant's token is still higher than every earlier one."""
+"""`clock_timestamp()`, not `now()`: a renewal that waited for the row lock of a release re-checks the released
+row against the time after the wait; against its own start time (`now()`, earlier than the release's) it would
+find the lease live and extend a released lease, which then keeps every other instance out for `ttl`."""
+_RENEW_MANY = """
+UPDATE leases AS l SET expires_at = now() + %(ttl)s * interval '1 second'
+FROM unnest(%(names)s::text[], %(holders)s::text[], %(tokens)s::bigint[]) AS r(name, holder, token)
+WHERE l.name = r.name AND l.holder = r.holder AND l.token = r.token AND l.expires_at > clock_timestamp()
+RETURNING l.name
+"""
+"""Every lease of the list in one statement (an instance's session leases): the names renewed."""
+_RELEASE = f"""
+WITH freed AS (
+    UPDATE leases SET expires_at = now() WHERE name = %(name)s AND token = %(token)s AND expires_at > now()
+    RETURNING name
+)
+SELECT pg_notify('{FREED_CHANNEL}', name) FROM freed
+"""
+"""The row stays (expired): the next grant's token is still higher than every earlier one. Whoever waits for
+the lease hears at once that it is free."""
+_ACQUIRE_OR_ASK = f"""
+WITH granted AS ({_ACQUIRE}),
+asked AS (SELECT pg_notify('{WANTED_CHANNEL}', %(name)s) WHERE NOT EXISTS (SELECT 1 FROM granted))
+SELECT token FROM granted UNION ALL SELECT NULL FROM asked
+"""
+"""`_ACQUIRE`, and when it is not granted the holder is asked for it, in the same round trip (a NULL token)."""
+
+
+log = structlog.get_logger(__name__)
 
 
 class PostgresLeases:
@@ -52,9 +87,48 @@ class PostgresLeases:
             row = await cursor.fetchone()
         return None if row is None else Lease(lease.name, lease.holder, lease.token, sent_at + ttl_s)
 
+    async def renew_many(self, leases: list[Lease], ttl_s: float) -> list[Lease | None]:
+        if not leases:
+            return []
+        sent_at = self._clock()
+        ordered = sorted(leases, key=lambda lease: lease.name)  # rows locked in one order by every instance
+        params = {
+            "names": [lease.name for lease in ordered],
+            "holders": [lease.holder for lease in ordered],
+            "tokens": [lease.token for lease in ordered],
+            "ttl": ttl_s,
+        }
+        async with self.database.connection("renew the leases", lane=LEASES) as conn:
+            cursor = await conn.execute(_RENEW_MANY, params)
+            renewed = {str(row[0]) for row in await cursor.fetchall()}
+        return [
+            Lease(lease.name, lease.holder, lease.token, sent_at + ttl_s) if lease.name in renewed else None
+            for lease in leases
+        ]
+
     async def release(self, lease: Lease) -> None:
         async with self.database.connection("release a lease") as conn:
             await conn.execute(_RELEASE, {"name": lease.name, "token": lease.token})
+
+    async def acquire_or_ask(self, name: str, holder: str, ttl_s: float) -> Lease | None:
+        sent_at = self._clock()
+        async with self.database.connection("acquire a lease") as conn:
+            cursor = await conn.execute(_ACQUIRE_OR_ASK, {"name": name, "holder": holder, "ttl": ttl_s})
+            row = await cursor.fetchone()
+        return None if row is None or row[0] is None else Lease(name, holder, int(row[0]), sent_at + ttl_s)
+
+    async def listen(self, on_signal: Callable[[str, str], None]) -> None:
+        kinds = {WANTED_CHANNEL: WANTED, FREED_CHANNEL: FREED}
+        while True:
+            try:
+                async with await self.database.dedicated() as conn:
+                    for channel in kinds:
+                        await conn.execute(f"LISTEN {channel}")
+                    async for notice in conn.notifies():
+                        on_signal(kinds[notice.channel], notice.payload)
+            except (psycopg.Error, OSError, StorageError) as e:
+                log.warning("lease_signals_lost", error=type(e).__name__)
+            await asyncio.sleep(LISTEN_RETRY_S)
 
     async def live_holders(self, prefix: str) -> list[str]:
         """The holders of the leases named `prefix…` that are live now (by the database's clock)."""
