@@ -176,12 +176,19 @@ class Merger:
             self.on_chunk()
 
     def _clean(self, writer: sqlite3.Connection) -> None:
-        """What a merge cut short left: building segments and postings of no live segment."""
-        with _write(writer):
-            writer.execute("DELETE FROM segments WHERE building = 1")
-        for seg in _posting_segments(writer):
-            if writer.execute("SELECT 1 FROM segments WHERE seg = ?", (seg,)).fetchone() is None:
+        """What a merge cut short left: building segments and postings of no live segment. Their numbers stay taken
+        (a `building` row) until their postings are gone: a segment the index writes meanwhile gets a new number,
+        so its postings are neither mixed with those nor deleted with them."""
+        with self.lock:  # a purge compacts meanwhile: it waits
+            with _write(writer):
+                for seg in list(_posting_segments(writer)):
+                    writer.execute("INSERT OR IGNORE INTO segments(seg, postings, building) VALUES (?, 0, 1)", (seg,))
+            for (seg,) in writer.execute("SELECT seg FROM segments WHERE building = 1").fetchall():
                 self._delete_postings(writer, seg)
+                if self._stop:
+                    return
+                with _write(writer):
+                    writer.execute("DELETE FROM segments WHERE seg = ?", (seg,))
 
 
 @contextmanager

@@ -3,7 +3,9 @@ and scores of summing every posting in SQL, and an instance's memory follows wha
 
 from __future__ import annotations
 
+import asyncio
 import random
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +18,7 @@ from agenthub.session_keys import SessionKey
 from agenthub.storage.postgres import Database, PostgresSessionStore
 from agenthub.storage.postgres.schema import MIGRATIONS, apply_migrations
 from agenthub.storage.postgres.search import PostgresSearchIndex
-from agenthub.storage.postgres.search_cache import PostingsCache
+from agenthub.storage.postgres.search_cache import Postings, PostingsCache
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 from agenthub.storage.search_index import SearchHit, SearchScope
 from tests.support.postgres import migrated
@@ -183,3 +185,39 @@ async def test_a_start_reads_the_most_frequent_terms_into_memory_and_ranks_the_s
     assert read > 0
     assert await two.same() > 0
     assert two.cached.cache.read == read  # every frequent term asked was in memory already
+
+
+class _HeldCache(PostingsCache):
+    """Holds its first update of the memory on the worker thread until `go` (a search cancelled meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__(cached_df=20)
+        self.entered, self.go = threading.Event(), threading.Event()
+        self.calls = 0
+
+    def _merge(self, *args: Any, **kwargs: Any) -> dict[str, Postings]:
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            assert self.go.wait(60)
+        return super()._merge(*args, **kwargs)
+
+
+async def test_a_search_cancelled_while_its_postings_are_joined_leaves_the_memory_whole(two: Two) -> None:
+    held = _HeldCache()
+    two.cached = PostgresSearchIndex(two.database, cache=held, session_docs=30)
+    rng = random.Random(14)
+    for s in range(6):
+        await two.sessions.append(SessionKey("a", "http", f"chat-{s}"), _records(rng, 0, 40))
+    await two.catch_up()
+    terms = query_terms("budget meeting")
+    first = asyncio.create_task(two.cached.search("a", terms, EVERY, 8))
+    assert await asyncio.to_thread(held.entered.wait, 60)
+    first.cancel()  # a turn stopped while its search's postings are joined on the worker thread
+    second = asyncio.create_task(two.cached.search("a", terms, EVERY, 8))
+    await asyncio.sleep(0.3)  # another search meanwhile: it must not read or change the memory being changed
+    held.go.set()
+    await asyncio.gather(first, second, return_exceptions=True)
+    assert first.cancelled()
+    assert _shown(second.result()) == _shown(await two.plain.search("a", terms, EVERY, 8))
+    assert await two.same() > 0  # no posting held twice

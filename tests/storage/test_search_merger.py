@@ -112,3 +112,45 @@ def test_inline_merges_rank_alike(tmp_path: Path) -> None:
     for query in QUERIES:
         _same(_found(index, query, 10), _expected(everything, query, 10))
     index.close()
+
+
+def test_a_segment_written_while_a_cut_short_merge_is_cleaned_up_keeps_its_postings(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite3"
+    pause = _Pause()
+    index = SqliteSearchIndex(path, fresh_rows=100, merge_chunk_rows=5, on_merge_chunk=pause)
+    rng = random.Random(8)
+    everything: list[SearchDoc] = []
+    while index.segments.counts()["segments"] < FAN_IN:  # no segment after the merge's: its number is the highest
+        source = history_source(f"x:http:m{len(everything)}")
+        docs = _docs(source, rng, 8)
+        index.add(source, docs, "mark")
+        everything += docs
+    assert pause.paused.wait(60)
+    merger = index.segments.merger
+    assert merger is not None
+    stopping = threading.Thread(target=merger.close)  # the process ends in the middle of the merge
+    stopping.start()
+    pause.release.set()
+    stopping.join(60)
+    index.db.close()
+
+    cleaning = _Pause()  # holds the merger's clean-up of the building segment after its first chunk
+    reopened = SqliteSearchIndex(path, fresh_rows=100, merge_chunk_rows=2, on_merge_chunk=cleaning)
+    assert cleaning.paused.wait(60)
+    try:
+        written = reopened.segments.counts()["segments"]
+        n = 0
+        while reopened.segments.counts()["segments"] == written:  # a new segment is written meanwhile
+            late = history_source(f"x:http:late{n}")
+            more = _docs(late, rng, 8)
+            reopened.add(late, more, f"mark-late{n}")
+            everything += more
+            n += 1
+    finally:
+        cleaning.release.set()
+    assert reopened.segments.settle(60)
+    for query in QUERIES:  # the new segment's postings were not taken for the cut-short merge's
+        _same(_found(reopened, query, 10), _expected(everything, query, 10))
+    orphans = "SELECT count(*) FROM postings WHERE seg NOT IN (SELECT seg FROM segments)"
+    assert reopened.db.execute(orphans).fetchone()[0] == 0
+    reopened.close()

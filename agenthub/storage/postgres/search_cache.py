@@ -140,10 +140,26 @@ class PostingsCache:
 
     async def postings(self, conn: Conn, agent: str, generation: int, terms: Sequence[str]) -> dict[str, Postings]:
         """The terms' postings as of the caller's snapshot (`generation`: the agent's, read in that snapshot)."""
-        async with self._lock:
-            return await self._level(conn, agent, generation, terms)
+        await self._lock.acquire()
+        work: asyncio.Future[dict[str, Postings]] | None = None
+        try:
+            work = await self._level(conn, agent, generation, terms)
+        finally:
+            if work is None:
+                self._lock.release()
+        # the lock goes when the worker thread is done with `held`, not when this search is (a cancelled search's
+        # thread goes on: another search reading or joining the same postings meanwhile would hold them twice)
+        work.add_done_callback(self._done)
+        return await asyncio.shield(work)
 
-    async def _level(self, conn: Conn, agent: str, generation: int, terms: Sequence[str]) -> dict[str, Postings]:
+    def _done(self, work: asyncio.Future[dict[str, Postings]]) -> None:
+        self._lock.release()
+        if not work.cancelled():
+            work.exception()  # retrieved: a cancelled search's failure is not reported again as never retrieved
+
+    async def _level(
+        self, conn: Conn, agent: str, generation: int, terms: Sequence[str]
+    ) -> asyncio.Future[dict[str, Postings]]:
         held = self._agents.get(agent)
         removed = None
         if held is not None and held.generation != generation:
@@ -158,7 +174,7 @@ class PostingsCache:
         cursor = await conn.execute(_READ, params, binary=True)
         rows = await cursor.fetchall()
         # the arrays are built, cut and joined on a worker thread; the lock keeps every other search out of `held`
-        return await asyncio.to_thread(self._merge, held, generation, removed, terms, rows)
+        return asyncio.ensure_future(asyncio.to_thread(self._merge, held, generation, removed, terms, rows))
 
     def _merge(
         self, held: _Agent, generation: int, removed: Removed, terms: Sequence[str], rows: Sequence[Any]
