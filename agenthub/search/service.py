@@ -19,7 +19,7 @@ from agenthub.search.docs import DOC_READERS
 from agenthub.search.rerank import CANDIDATES, ranked
 from agenthub.search.text import query_terms
 from agenthub.session_keys import SessionKey
-from agenthub.storage.files_backend import FilesSearch
+from agenthub.storage.search_files_feed import FilesSearch
 from agenthub.storage.search_index import MEMORY, SearchHit, SearchScope, SourceRef
 
 if TYPE_CHECKING:  # the index (numpy) loads on the worker thread that opens it, the vectors only when configured

@@ -13,9 +13,8 @@ from agenthub.storage.inbox import FileInbox
 from agenthub.storage.jobs import FileJobDocuments
 from agenthub.storage.lease import InProcessLeases
 from agenthub.storage.memory_files import FileMemoryStore
-from agenthub.storage.ports import IdempotencyStore, Inbox, SearchKit, VectorStore
-from agenthub.storage.search_files import FileSearchIndexStore, OnOpen
-from agenthub.storage.search_files_feed import DocReaders, FileFeeder
+from agenthub.storage.ports import IdempotencyStore, Inbox, VectorStore
+from agenthub.storage.search_files_feed import FilesSearch
 from agenthub.storage.search_vectors import FileVectorStore
 from agenthub.storage.stores import Stores
 from agenthub.storage.tokens import FileTokens, TokenStore
@@ -23,25 +22,6 @@ from agenthub.storage.usage import FileUsageStore
 
 if TYPE_CHECKING:
     from agenthub.config import Settings
-    from agenthub.storage.ports import Built
-
-
-class FilesSearch:
-    """The files' search port: an index per agent beside the data files, fed from them by `feeder`."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-
-    def open(self, kit: SearchKit[Built]) -> Built:
-        return kit.beside_files(self.data_dir)
-
-    def feeder(self, readers: DocReaders) -> FileFeeder:
-        """What reads the histories, archives and memory files into an agent's index (`readers` make the docs)."""
-        return FileFeeder(self.data_dir, readers)
-
-    def index_store(self, on_open: OnOpen) -> FileSearchIndexStore:
-        """The per-agent SQLite indexes (`on_open`: called on the worker when one is opened, to catch up)."""
-        return FileSearchIndexStore(self.data_dir, on_open=on_open)
 
 
 class FileStores(Stores):

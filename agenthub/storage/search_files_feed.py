@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agenthub.session_keys import SessionKey, key_from_file_stem
 from agenthub.storage.jsonl import parse_line
 from agenthub.storage.paths import AgentLayout
+from agenthub.storage.search_files import FileSearchIndexStore, OnOpen
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, JsonWatermark, SearchDoc, SourceRef
 
 _HEAD_BYTES = 4096
@@ -29,7 +30,26 @@ _TAIL_BYTES = 64
 _KEEP_SKIPPED = 64  # unindexed tool_use ids remembered past a batch (their result comes in the next records)
 
 if TYPE_CHECKING:
+    from agenthub.storage.ports import Built, SearchKit
     from agenthub.storage.search_sqlite import SqliteSearchIndex
+
+
+class FilesSearch:
+    """The files' search port: an index per agent beside the data files, fed from them by `feeder`."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    def open(self, kit: SearchKit[Built]) -> Built:
+        return kit.beside_files(self.data_dir)
+
+    def feeder(self, readers: DocReaders) -> FileFeeder:
+        """What reads the histories, archives and memory files into an agent's index (`readers` make the docs)."""
+        return FileFeeder(self.data_dir, readers)
+
+    def index_store(self, on_open: OnOpen) -> FileSearchIndexStore:
+        """The per-agent SQLite indexes (`on_open`: called on the worker when one is opened, to catch up)."""
+        return FileSearchIndexStore(self.data_dir, on_open=on_open)
 
 
 class RecordDocs(Protocol):
