@@ -22,13 +22,14 @@ from typing import Any
 from _search_corpus import percentile as _p  # the timing the search benches share
 from _search_corpus import timed as _timed
 
-from agenthub.search.feed import FileFeeder
+from agenthub.search.docs import DOC_READERS
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
 from agenthub.storage import jsonl
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_files import index_path
+from agenthub.storage.search_files_feed import FileFeeder
 from agenthub.storage.search_index import SearchScope
 from agenthub.storage.search_sqlite import SqliteSearchIndex, remove_index_files
 
@@ -173,7 +174,7 @@ async def bench_append_cost(data_dir: Path, fsync: bool, built_per_message: floa
     key = SessionKey(AGENT, "wecom", f"append-{fsync}")
     await history.append(key, _message(rng, 0))
     index = SqliteSearchIndex(index_path(AgentLayout(data_dir, AGENT)), AGENT)
-    feeder = FileFeeder(data_dir)
+    feeder = FileFeeder(data_dir, DOC_READERS)
     feeder.sync_session(index, key, "append")
     appends, updates = [], []
     for i in range(APPENDS):

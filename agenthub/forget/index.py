@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from agenthub.session_keys import SessionKey
-from agenthub.storage.paths import AgentLayout, refuse_link
 
 IndexHook = Callable[[str, Sequence[SessionKey]], Awaitable[int]]
 """`(agent, redacted session keys) -> index entries or directories dropped`, called after the files are redacted."""
@@ -20,10 +18,6 @@ async def drop_derived_index(data_dir: Path, agent: str, keys: Sequence[SessionK
     `SearchService.purge` instead."""
     if not keys:
         return 0
-    from agenthub.storage.search_files import index_path  # the index and numpy load with search, not at start-up
+    from agenthub.storage.search_files import remove_agent_index  # the index loads with search, not at start-up
 
-    directory = refuse_link(index_path(AgentLayout(data_dir, agent)).parent)
-    if not directory.is_dir():
-        return 0
-    await asyncio.to_thread(shutil.rmtree, directory)
-    return 1
+    return 1 if await asyncio.to_thread(remove_agent_index, data_dir, agent) else 0

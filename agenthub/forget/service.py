@@ -26,12 +26,11 @@ from agenthub.media.drop_folder import stored_media_paths
 from agenthub.media.names import chat_folders, inbox_dir, relative_to_workspace, remove_chat_folder
 from agenthub.memory.files import MemoryFiles
 from agenthub.session.history import SessionHistory
-from agenthub.session_keys import SessionKey, key_from_file_stem
+from agenthub.session_keys import SessionKey
 from agenthub.storage import jsonl
 from agenthub.storage.atomic import atomic_write_text
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.meta import DEFAULT_TITLE, title_from
-from agenthub.storage.paths import AgentLayout
 
 log = structlog.get_logger(__name__)
 
@@ -170,11 +169,9 @@ class Forgetter:
     # ---- sessions ------------------------------------------------------------------------------
 
     async def _session_keys(self, agent: str, channel: str) -> list[SessionKey]:
-        """Every session of `agent` on `channel` the history's store knows (PostgreSQL: the shared one) or whose
-        files are in the data directory (an archive left without a history included)."""
-        stored = [k for k in await self.history.store.list_keys(agent) if k.channel == channel]
-        on_disk = await asyncio.to_thread(session_keys, self.settings.data_dir, agent, channel)
-        return sorted({*stored, *on_disk}, key=str)
+        """Every session of `agent` on `channel` the history's store keeps anything of (PostgreSQL: the shared one),
+        an archive left without a history included."""
+        return sorted((k for k in await self.history.store.keys_with_anything(agent) if k.channel == channel), key=str)
 
     async def _forget_session(
         self, agent: AgentDefinition, key: SessionKey, person: Person, report: ForgetReport
@@ -301,24 +298,6 @@ async def profile_names(files: MemoryFiles, agent: AgentDefinition, person: Pers
     agent's current profile option, so a profile written before the option changed is found too). The shared USER.md
     is everybody's: it only loses the lines quoting them."""
     return await files.person_profiles(agent, person.channel, person.sender_id)
-
-
-def session_keys(data_dir: Path, agent: str, channel: str) -> list[SessionKey]:
-    """Every session of `agent` on `channel` with a history, a meta or an archive. Runs in a worker thread."""
-    layout = AgentLayout(data_dir, agent)
-    stems: set[str] = set()
-    for directory in (layout.sessions_dir, layout.archive_dir):
-        if directory.is_dir():
-            stems |= {_stem(p.name) for p in directory.iterdir() if p.is_file()}
-    keys = (key_from_file_stem(s) for s in stems if s)
-    return sorted((k for k in keys if k is not None and k.agent == agent and k.channel == channel), key=str)
-
-
-def _stem(name: str) -> str:
-    for suffix in (".meta.json", ".jsonl"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return ""
 
 
 def _media_of(records: list[dict[str, Any]]) -> set[str]:

@@ -59,3 +59,16 @@ def memory_docs(source: SourceRef, text: str, ts: int | None) -> list[SearchDoc]
         for number, line in enumerate(text.splitlines())
         if line.strip()
     ]
+
+
+class SearchDocReaders:
+    """How this package turns records and memory files into docs, handed to a backend's feed."""
+
+    def records(self, skipped: Iterable[str]) -> RecordReader:
+        return RecordReader(skipped)
+
+    def memory(self, source: SourceRef, text: str, ts: int | None) -> list[SearchDoc]:
+        return memory_docs(source, text, ts)
+
+
+DOC_READERS = SearchDocReaders()

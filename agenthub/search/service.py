@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agenthub.search.feed import FileFeeder
+from agenthub.search.docs import DOC_READERS
 from agenthub.search.rerank import CANDIDATES, ranked
 from agenthub.search.text import query_terms
 from agenthub.session_keys import SessionKey
-from agenthub.storage.search_files import FileSearchIndexStore
+from agenthub.storage.search_files_feed import FilesSearch
 from agenthub.storage.search_index import MEMORY, SearchHit, SearchScope, SourceRef
 
 if TYPE_CHECKING:  # the index (numpy) loads on the worker thread that opens it, the vectors only when configured
@@ -38,8 +38,9 @@ class SearchService:
 
     def __init__(self, data_dir: Path, *, sync_delay_s: float = SYNC_DELAY_S) -> None:
         self.data_dir = data_dir
-        self.feeder = FileFeeder(data_dir)
-        self.store = FileSearchIndexStore(data_dir, on_open=self._opened)
+        files = FilesSearch(data_dir)  # the files backend's search port: where the files are is its business
+        self.feeder = files.feeder(DOC_READERS)
+        self.store = files.index_store(self._opened)
         self._sync_delay_s = sync_delay_s
         self._appended: dict[SessionKey, None] = {}  # event loop only: sessions appended to, not yet queued
         self._appended_timer: asyncio.TimerHandle | None = None

@@ -136,6 +136,14 @@ class FileSessionStore:
         keys = (key_from_file_stem(stem) for stem in sorted(stems))
         return [key for key in keys if key is not None and key.agent == agent]
 
+    async def keys_with_anything(self, agent: str) -> list[SessionKey]:
+        layout = self.layout(agent)
+        stems = await asyncio.to_thread(
+            lambda: _session_stems(layout.sessions_dir) | _session_stems(layout.archive_dir)
+        )
+        keys = (key_from_file_stem(stem) for stem in sorted(stems))
+        return [key for key in keys if key is not None and key.agent == agent]
+
     async def activity(self, agent: str) -> list[SessionActivity]:
         sessions_dir = self.layout(agent).sessions_dir
         found = await asyncio.to_thread(_history_mtimes, sessions_dir)

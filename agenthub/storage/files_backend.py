@@ -13,7 +13,8 @@ from agenthub.storage.inbox import FileInbox
 from agenthub.storage.jobs import FileJobDocuments
 from agenthub.storage.lease import InProcessLeases
 from agenthub.storage.memory_files import FileMemoryStore
-from agenthub.storage.ports import IdempotencyStore, Inbox, SearchKit, VectorStore
+from agenthub.storage.ports import IdempotencyStore, Inbox, VectorStore
+from agenthub.storage.search_files_feed import FilesSearch
 from agenthub.storage.search_vectors import FileVectorStore
 from agenthub.storage.stores import Stores
 from agenthub.storage.tokens import FileTokens, TokenStore
@@ -21,17 +22,6 @@ from agenthub.storage.usage import FileUsageStore
 
 if TYPE_CHECKING:
     from agenthub.config import Settings
-    from agenthub.storage.ports import Built
-
-
-class FilesSearch:
-    """The files' search port: an index per agent beside the data files."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-
-    def open(self, kit: SearchKit[Built]) -> Built:
-        return kit.beside_files(self.data_dir)
 
 
 class FileStores(Stores):

@@ -101,6 +101,16 @@ class InMemorySessionStore:
             key=lambda k: k.file_stem,
         )
 
+    async def keys_with_anything(self, agent: str) -> list[SessionKey]:
+        return sorted(
+            (
+                k
+                for k, s in self._sessions.items()
+                if k.agent == agent and (s.history is not None or s.meta or s.archive)
+            ),
+            key=lambda k: k.file_stem,
+        )
+
     async def activity(self, agent: str) -> list[SessionActivity]:
         found = [SessionActivity(k, s.changed_at) for k, s in self._sessions.items() if k.agent == agent]
         return sorted(

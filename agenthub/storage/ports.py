@@ -78,6 +78,11 @@ class SessionStore(Protocol):
         """Every session of `agent` that has a history or a meta."""
         ...
 
+    async def keys_with_anything(self, agent: str) -> list[SessionKey]:
+        """Every session of `agent` with a history, a meta or an archive (an archive a delete cut short left behind
+        included): what "forget me" goes through."""
+        ...
+
     async def activity(self, agent: str) -> list[SessionActivity]:
         """When each of `agent`'s histories last changed, newest first."""
         ...

@@ -8,6 +8,7 @@ call (`on_open` then lets the indexer catch up from the files).
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
-from agenthub.storage.paths import AgentLayout
+from agenthub.storage.paths import AgentLayout, refuse_link
 from agenthub.storage.search_index import SearchDoc, SearchHit, SearchScope, SourceRef
 
 log = structlog.get_logger(__name__)
@@ -31,6 +32,16 @@ if TYPE_CHECKING:  # numpy with it: imported on the worker thread that opens an 
 
 def index_path(layout: AgentLayout) -> Path:
     return layout.root / "index" / "search.sqlite3"
+
+
+def remove_agent_index(data_dir: Path, agent: str) -> bool:
+    """Remove `data/<agent>/index/` whole (it is derived from the files; the next open rebuilds it); False when there
+    was none. Blocking: run it in a worker thread, never while a `FileSearchIndexStore` has the agent open."""
+    directory = refuse_link(index_path(AgentLayout(data_dir, agent)).parent)
+    if not directory.is_dir():
+        return False
+    shutil.rmtree(directory)
+    return True
 
 
 def _nothing(agent: str, index: SqliteSearchIndex) -> None:

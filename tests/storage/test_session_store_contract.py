@@ -161,6 +161,20 @@ async def test_delete_removes_everything_and_can_be_repeated(backend: Backend) -
     assert await store.load(OTHER) == [_msg("stays", timestamp=3)]
 
 
+async def test_keys_with_anything_also_finds_an_archive_left_without_a_history(backend: Backend) -> None:
+    """What "forget me" goes through: every session with a history, a meta or only an archive, of that agent."""
+    archived_only = session_key("default", "http", "chat-archived")
+    await backend.store.append(KEY, [_msg("a", timestamp=1)])
+    await backend.store.write_meta(OTHER, SessionMeta(chat_id=OTHER.chat_id, title="t"), durable=True)
+    await backend.store.rewrite_archive(archived_only, [_msg("old", timestamp=0)])
+    await backend.store.append(session_key("other-agent", "http", "chat-1"), [_msg("b", timestamp=2)])
+    store = backend.reopen()
+    assert archived_only not in await store.list_keys("default")
+    assert sorted(map(str, await store.keys_with_anything("default"))) == sorted(map(str, [KEY, OTHER, archived_only]))
+    assert await store.delete(archived_only) is True
+    assert archived_only not in await store.keys_with_anything("default")
+
+
 async def test_meta_round_trip_durable_or_not(backend: Backend) -> None:
     meta = SessionMeta(
         chat_id=KEY.chat_id, title="标题", created_at=1, updated_at=2, pinned=True, last_usage={"input_tokens": 9}

@@ -250,6 +250,18 @@ class PostgresSessionStore:
         keys = [key for key in (_key(agent, row[0], row[1]) for row in rows) if key is not None]
         return sorted(keys, key=lambda k: k.file_stem)  # the files backend's order
 
+    async def keys_with_anything(self, agent: str) -> list[SessionKey]:
+        async with self.database.connection("list the sessions") as conn:
+            cursor = await conn.execute(
+                "SELECT channel, chat_id FROM session_heads WHERE agent = %(agent)s "
+                "UNION SELECT channel, chat_id FROM session_meta WHERE agent = %(agent)s "
+                "UNION SELECT channel, chat_id FROM session_archive WHERE agent = %(agent)s",
+                {"agent": agent},
+            )
+            rows = await cursor.fetchall()
+        keys = [key for key in (_key(agent, row[0], row[1]) for row in rows) if key is not None]
+        return sorted(keys, key=lambda k: k.file_stem)
+
     async def activity(self, agent: str) -> list[SessionActivity]:
         async with self.database.connection("list the sessions") as conn:
             cursor = await conn.execute(

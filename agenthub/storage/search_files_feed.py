@@ -1,9 +1,11 @@
-"""Keeps an agent's files index level with its JSONL histories, archives and memory files (worker thread only).
+"""The files backend's search feed: keeps an agent's files index level with its JSONL histories, archives and
+memory files (worker thread only).
 
 Each source's watermark records the file's inode, size and mtime plus a signature of what was read (a digest of
 its head, its last bytes, the next line number), so an append is indexed by reading only the new bytes, a
 rewritten file (compaction's atomic replace) is indexed again from the start, and a restart (or a rebuilt index,
 which has no watermarks) catches up with whatever changed while nothing was watching: the files are the queue.
+How a record or a memory file becomes docs (tokenising) is the search package's, handed in (`DocReaders`).
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
-from agenthub.search.docs import RecordReader, memory_docs
 from agenthub.session_keys import SessionKey, key_from_file_stem
 from agenthub.storage.jsonl import parse_line
 from agenthub.storage.paths import AgentLayout
+from agenthub.storage.search_files import FileSearchIndexStore, OnOpen
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, JsonWatermark, SearchDoc, SourceRef
 
 _HEAD_BYTES = 4096
@@ -28,7 +30,43 @@ _TAIL_BYTES = 64
 _KEEP_SKIPPED = 64  # unindexed tool_use ids remembered past a batch (their result comes in the next records)
 
 if TYPE_CHECKING:
+    from agenthub.storage.ports import Built, SearchKit
     from agenthub.storage.search_sqlite import SqliteSearchIndex
+
+
+class FilesSearch:
+    """The files' search port: an index per agent beside the data files, fed from them by `feeder`."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    def open(self, kit: SearchKit[Built]) -> Built:
+        return kit.beside_files(self.data_dir)
+
+    def feeder(self, readers: DocReaders) -> FileFeeder:
+        """What reads the histories, archives and memory files into an agent's index (`readers` make the docs)."""
+        return FileFeeder(self.data_dir, readers)
+
+    def index_store(self, on_open: OnOpen) -> FileSearchIndexStore:
+        """The per-agent SQLite indexes (`on_open`: called on the worker when one is opened, to catch up)."""
+        return FileSearchIndexStore(self.data_dir, on_open=on_open)
+
+
+class RecordDocs(Protocol):
+    """Turns a source's records into docs, in order (`search.docs.RecordReader`); `skipped`: the tool_use ids whose
+    results are not indexed, carried over to the next batch."""
+
+    skipped: list[str]
+
+    def doc(self, source: SourceRef, seq: int, record: dict[str, Any]) -> SearchDoc | None: ...
+
+
+class DocReaders(Protocol):
+    """What the search package hands the feed: how records and memory files become docs."""
+
+    def records(self, skipped: Iterable[str]) -> RecordDocs: ...
+
+    def memory(self, source: SourceRef, text: str, ts: int | None) -> list[SearchDoc]: ...
 
 
 @dataclass
@@ -56,8 +94,9 @@ class _Mark(JsonWatermark):
 class FileFeeder:
     """Reads an agent's files into its index."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, readers: DocReaders) -> None:
         self.data_dir = data_dir
+        self.readers = readers
         self.sessions_read = 0
         """How many times a session's files were read to update an index (a statistic)."""
 
@@ -148,7 +187,7 @@ class FileFeeder:
                 os.pread(fd, min(_TAIL_BYTES, offset), offset - min(_TAIL_BYTES, offset)).hex(),
                 hidden=old.hidden if old is not None else 0,
             )
-        reader = RecordReader(resumed.skipped if resumed is not None else ())
+        reader = self.readers.records(resumed.skipped if resumed is not None else ())
         docs, mark.next = _parse(reader, source, consumed, first, mark.hidden)
         mark.skipped = reader.skipped[-_KEEP_SKIPPED:]
         if resumed is None:
@@ -169,7 +208,7 @@ class FileFeeder:
         if old is not None and old.get("stat") == stat:
             return
         text = path.read_text(encoding="utf-8", errors="replace")
-        docs = memory_docs(source, text, st.st_mtime_ns // 1_000_000)
+        docs = self.readers.memory(source, text, st.st_mtime_ns // 1_000_000)
         index.replace_source(source, docs, json.dumps({"path": str(path), "stat": stat}))
 
     def _hide(self, index: SqliteSearchIndex, archive: SourceRef) -> None:
@@ -181,9 +220,7 @@ class FileFeeder:
         index.replace_source(archive, [], mark.dump())
 
 
-def _parse(
-    reader: RecordReader, source: SourceRef, data: bytes, first: int, hidden: int
-) -> tuple[list[SearchDoc], int]:
+def _parse(reader: RecordDocs, source: SourceRef, data: bytes, first: int, hidden: int) -> tuple[list[SearchDoc], int]:
     docs: list[SearchDoc] = []
     for number, line in enumerate(data.split(b"\n")[:-1], start=first):
         record = parse_line(line)
