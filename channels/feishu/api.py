@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import quote
 
 import aiohttp
 import structlog
@@ -289,6 +290,14 @@ class FeishuApi:
                 return Resource(data, resp.content_type, name or "")
         except (aiohttp.ClientError, TimeoutError) as e:
             raise FeishuApiError("message_resource", -1, type(e).__name__, 0) from e
+
+    async def user(self, open_id: str) -> dict[str, Any]:
+        """`GET /open-apis/contact/v3/users/:user_id?user_id_type=open_id` (lark-oapi `contact.v3.user.get`): the
+        user object (`name`, `en_name`, … as the app's contact scopes allow); raises `FeishuApiError`."""
+        path = f"/open-apis/contact/v3/users/{quote(open_id, safe='')}"
+        data = await self.call("GET", path, "contact_user", None, {"user_id_type": "open_id"})
+        user = data.get("user")
+        return user if isinstance(user, dict) else {}
 
     async def add_reaction(self, message_id: str, emoji_type: str) -> None:
         body = {"reaction_type": {"emoji_type": emoji_type}}

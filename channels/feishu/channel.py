@@ -18,7 +18,7 @@ from agenthub import i18n
 from agenthub.channel import ChannelContext
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import Attachment, InboundMessage, OutboundMessage, Route
+from agenthub.messages import SENDER_NAME, Attachment, InboundMessage, OutboundMessage, Route
 from agenthub.storage.inbox import InboxEntry
 from agenthub.web import json_error
 from channels.feishu.api import FeishuApi, FeishuApiError
@@ -32,6 +32,7 @@ from channels.feishu.inbound import (
     session_chat_id,
 )
 from channels.feishu.media import TAKEN_TYPES, MediaRefused, download_all, media_refs, unsupported_reply
+from channels.feishu.names import app_directory
 from channels.feishu.quote import with_quote
 from channels.feishu.turn import FeishuApp, run_turn, send_reply, send_safely
 from channels.feishu.webhook import Refused, check_request, dispatch, log_refusal, read_body
@@ -59,6 +60,9 @@ class FeishuChannel:
         self._config = parse_config(config)
         locale = texts_locale(self._config.locale, self.name)
         self._apps = {cred_id: FeishuApp(cred_id, cfg, locale=locale) for cred_id, cfg in self._config.apps.items()}
+        for app in self._apps.values():
+            if app.config.sender_names:
+                app.names = app_directory(app.cred_id, functools.partial(_api_of, app), app.config.sender_name_wait_s)
         seen = open_seen_ids(context, "feishu_dedup.jsonl", ttl_s=self._config.dedup_ttl_s)
         self._replay_window_s = seen.ttl_s
         self._dedup = {cred_id: MessageDedup(seen, channel=self.name, cred_id=cred_id) for cred_id in self._apps}
@@ -213,6 +217,8 @@ class FeishuChannel:
             await self._ws.stop()
         await self._tasks.close()
         for app in self._apps.values():
+            if app.names is not None:
+                await app.names.close()
             if app.api is not None:
                 await app.api.close()
         log.info("feishu_stopped")
@@ -355,6 +361,8 @@ class FeishuChannel:
         if not content and not refs:
             log.info("feishu_empty_message", cred_id=app.cred_id, message_id=msg.message_id)
             return None
+        if app.names is not None:
+            app.names.prefetch(msg.sender_open_id)  # looked up while media and the quote load; cached a day
         if app.config.ack_reaction:
             self._spawn(self._react(app, msg.message_id, app.config.ack_reaction), f"feishu-react-{app.cred_id}")
         media = self._ctx.settings.media
@@ -364,7 +372,11 @@ class FeishuChannel:
             return e.reply(app.locale, media.max_download_bytes)
         timeout_s = app.config.quote_timeout_s
         content = await with_quote(app.api, msg, content, bot_open_id=app.bot_open_id, timeout_s=timeout_s)
-        handle = await self._ctx.gateway.submit(self._inbound(app, msg, entry.id, content, attachments))
+        inbound = self._inbound(app, msg, entry.id, content, attachments)
+        name = await app.names.name(msg.sender_open_id) if app.names is not None else None
+        if name:
+            inbound.metadata[SENDER_NAME] = name
+        handle = await self._ctx.gateway.submit(inbound)
         waited_s = round(time.time() - entry.accepted_at, 4)
         log.info("feishu_submitted", cred_id=app.cred_id, message_id=msg.message_id, waited_s=waited_s)
         return handle
@@ -441,6 +453,10 @@ class FeishuChannel:
     def _app_for(self, cred_id: str | None) -> FeishuApp:
         ready = {c: a for c, a in self._apps.items() if a.status == "ready" and a.api is not None}
         return choose_credential(self.name, cred_id, ready, what="app")
+
+
+def _api_of(app: FeishuApp) -> FeishuApi | None:
+    return app.api
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

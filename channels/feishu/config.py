@@ -46,6 +46,10 @@ class FeishuAppConfig(BaseModel):
     request_timeout_s: float = Field(10.0, gt=0, le=120)
     """Bounds every open-apis call, and the long connection's endpoint request (connect and reconnect)."""
     max_retries: int = Field(3, ge=0, le=10)
+    sender_names: bool = True
+    """Name users by their display name (contact v3, cached a day; needs the contact scopes, see docs/feishu.md)."""
+    sender_name_wait_s: float = Field(0.5, ge=0, le=5)
+    """How long a message waits for its sender's name lookup before the open_id is used (the lookup goes on)."""
     quote_timeout_s: float = Field(3.0, gt=0, le=30)
     """Bounds fetching the message a reply quotes (`parent_id`); past it the message goes on without the quote."""
     ws_dead_after_s: float = Field(600.0, gt=0, le=86400)

@@ -15,6 +15,7 @@ from channels.feishu.card import idempotency_key
 from channels.feishu.chain import CardChain
 from channels.feishu.config import FeishuAppConfig
 from channels.feishu.format import build_content, plain_chunks, plan_reply
+from channels.toolkit.names import NameDirectory
 from channels.toolkit.notices import with_notices
 
 log = structlog.get_logger(__name__)
@@ -33,6 +34,8 @@ class FeishuApp:
     cards_enabled: bool = True
     locale: i18n.Locale = "zh-CN"
     """`[channels.feishu] locale` (default zh-CN): the texts the channel writes itself use it."""
+    names: NameDirectory | None = None
+    """Users' display names through contact v3 (None: `sender_names = false`)."""
 
     def __post_init__(self) -> None:
         self.cards_enabled = self.config.streaming_card

@@ -10,12 +10,13 @@ import structlog
 from agenthub.channel import SessionResolver, Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import Attachment, InboundMessage, Route
+from agenthub.messages import SENDER_NAME, Attachment, InboundMessage, Route
 from agenthub.storage.inbox import InboxEntry
 from agenthub.storage.ports import Inbox, Outbox
 from agenthub.storage.singleton import InstanceLeases, Singleton
 from channels.toolkit.dedup import MessageDedup
 from channels.toolkit.inbox import InboxGate, Intake
+from channels.toolkit.names import NameDirectory
 from channels.toolkit.reply import collect_reply
 from channels.toolkit.tasks import TaskSet
 from channels.wecom.aibot_conn import BotConnection
@@ -89,6 +90,9 @@ class BotEndpoint:
         """Holds the bot's connection on one instance of the deployment (set by `start`)."""
         self.relay: BotRelay | None = None
         """Pushes to and from the other instances through the outbox (set by `start` when there is one)."""
+        self.names: NameDirectory | None = None
+        """Senders' display names: the `names_from_app` app's directory (set by the channel); None: the
+        callbacks carry only `from.userid` (as the official SDKs type them), so senders are named by it."""
 
     async def start(self, session: aiohttp.ClientSession, leases: InstanceLeases) -> None:
         """Connect while this instance holds lease `wecom-bot:<cred_id>` (WeCom allows one connection per bot:
@@ -234,6 +238,8 @@ class BotEndpoint:
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
             return self.config.refusal or self.config.text("channel.refusal")
+        if self.names is not None:
+            self.names.prefetch(user)  # looked up while the media downloads; a cache hit costs nothing
         try:
             content, attachments = await self._take_in(body, msgid)
         except Refused as e:
@@ -242,8 +248,12 @@ class BotEndpoint:
             content = strip_mention(content, self.config.bot_name)
         if not content.strip() and not attachments:
             return self.config.text("channel.empty_prompt")
+        name = await self.names.name(user) if self.names is not None else None
         try:
-            return await self._gateway.submit(self._inbound(body, user, group, inbox_id, content, attachments))
+            inbound = self._inbound(body, user, group, inbox_id, content, attachments)
+            if name:
+                inbound.metadata[SENDER_NAME] = name
+            return await self._gateway.submit(inbound)
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_bot_submit_failed", cred_id=self.cred_id, msgid=msgid)
             return self.config.text("channel.submit_failed")

@@ -115,11 +115,19 @@ class WorkApi:
         return await self.call("message/send", body)
 
     async def call(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST `api` with a JSON body; the answer, or `WorkApiError` / `ChannelSendError`."""
+        return await self._call("POST", api, {}, body)
+
+    async def get(self, api: str, params: dict[str, str]) -> dict[str, Any]:
+        """GET `api` with query `params` (e.g. `user/get?userid=`), handled like `call`."""
+        return await self._call("GET", api, params, None)
+
+    async def _call(self, method: str, api: str, params: dict[str, str], body: dict[str, Any] | None) -> dict[str, Any]:
         refetched = False
         rate_tries = 0
         while True:
             token = await self.token()
-            data = await self._request("POST", api, params={"access_token": token}, body=body)
+            data = await self._request(method, api, params={**params, "access_token": token}, body=body)
             errcode = int(data.get("errcode", 0))
             if errcode in TOKEN_ERRCODES and not refetched:
                 self._log_errcode(api, data)

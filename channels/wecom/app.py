@@ -16,12 +16,13 @@ from wechatpy.exceptions import InvalidSignatureException
 from agenthub.channel import SessionResolver, Submitter
 from agenthub.errors import ChannelSendError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.messages import Attachment, InboundMessage, Route
+from agenthub.messages import SENDER_NAME, Attachment, InboundMessage, Route
 from agenthub.storage.inbox import InboxEntry
 from agenthub.storage.member_sends import MemberSendsOpener
 from agenthub.storage.ports import Inbox
 from channels.toolkit.dedup import MessageDedup
 from channels.toolkit.inbox import InboxGate, Intake
+from channels.toolkit.names import NameDirectory
 from channels.toolkit.replay import stale_reason
 from channels.toolkit.reply import collect_reply
 from channels.toolkit.tasks import TaskSet
@@ -29,6 +30,7 @@ from channels.wecom.api import WorkApi, WorkApiError
 from channels.wecom.budget import Clock, MemberBudget, OverBudget, Sleep
 from channels.wecom.config import AppConfig
 from channels.wecom.media import Inbound, MediaError, MediaKind, attachment
+from channels.wecom.names import app_directory
 from channels.wecom.text import head_with_note, pack_utf8, split_utf8, strip_markdown, utf8_len
 
 log = structlog.get_logger(__name__)
@@ -89,6 +91,10 @@ class AppEndpoint:
             config.token.get_secret_value(), config.encoding_aes_key.get_secret_value(), config.corp_id
         )
         self.api: WorkApi | None = None
+        self.names: NameDirectory | None = (
+            app_directory(cred_id, lambda: self.api, config.sender_name_wait_s) if config.sender_names else None
+        )
+        """Members' display names through this app's `user/get` (also the AI bots' whose `names_from_app` it is)."""
         self._sleep = sleep
         windows = [(60.0, config.member_per_minute), (3600.0, config.member_per_hour)]
         self.budget = MemberBudget.opened(f"app-{cred_id}", windows, open_sends, clock=clock, sleep=sleep)
@@ -170,6 +176,8 @@ class AppEndpoint:
         if not self.config.allows(user):
             log.info("wecom_user_refused", cred_id=self.cred_id, user=user)
             return self.config.refusal or self.config.text("channel.refusal")
+        if self.names is not None:
+            self.names.prefetch(user)  # looked up while the media downloads; a cache hit costs nothing
         kind = raw_type(msg)
         if kind in MEDIA_TYPES:
             media = await self._fetch_media(msg, user, MEDIA_TYPES[kind])
@@ -204,16 +212,20 @@ class AppEndpoint:
         self, msg: Any, user: str, inbox_id: str, content: str, attachments: tuple[Attachment, ...] = ()
     ) -> ReplyHandle | str:
         """The message's handle, or the fixed text for the user when the gateway refused it."""
+        name = await self.names.name(user) if self.names is not None else None
         try:
-            return await self._gateway.submit(self._inbound(msg, user, inbox_id, content, attachments))
+            return await self._gateway.submit(self._inbound(msg, user, inbox_id, content, attachments, name))
         except Exception:  # the user gets a fixed text; the detail goes to the log only
             log.exception("wecom_app_submit_failed", cred_id=self.cred_id, user=user, key=dedup_key(msg))
             return self.config.text("channel.submit_failed")
 
     def _inbound(
-        self, msg: Any, user: str, inbox_id: str, content: str, attachments: tuple[Attachment, ...]
+        self, msg: Any, user: str, inbox_id: str, content: str, attachments: tuple[Attachment, ...], name: str | None
     ) -> InboundMessage:
         route = self._route(user)
+        metadata = {"chat_type": "private", "mode": "app", "msg_type": raw_type(msg), "inbox_id": inbox_id}
+        if name:
+            metadata[SENDER_NAME] = name
         return InboundMessage(
             channel=route.channel,
             chat_id=route.chat_id,
@@ -223,7 +235,7 @@ class AppEndpoint:
             message_id=str(msg.id),
             agent=route.agent,
             cred_id=route.cred_id,
-            metadata={"chat_type": "private", "mode": "app", "msg_type": raw_type(msg), "inbox_id": inbox_id},
+            metadata=metadata,
         )
 
     async def _reply_safely(self, user: str, text: str) -> None:

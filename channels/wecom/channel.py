@@ -79,6 +79,9 @@ class WeComChannel:
             )
             for cred_id, cfg in self.config.bots.items()
         }
+        for bot in self.bots.values():
+            named_by = bot.config.names_from_app
+            bot.names = self.apps[named_by].names if named_by is not None else None
         if self.apps:
             context.web.add("GET", CALLBACK_PATH, self._verify)
             context.web.add("POST", CALLBACK_PATH, self._callback)
@@ -130,6 +133,8 @@ class WeComChannel:
         await self.tasks.close(self.config.stop_grace_s)
         await asyncio.gather(*(bot.stop() for bot in self.bots.values()))
         for app in self.apps.values():
+            if app.names is not None:
+                await app.names.close()
             app.api = None
         if self._session is not None:
             await self._session.close()

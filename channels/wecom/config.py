@@ -60,6 +60,10 @@ class AppConfig(_Credential):
     member_wait_max_s: float = Field(
         60.0, ge=0, le=3600, description="how long one answer may wait for the member's budget before it is cut"
     )
+    sender_names: bool = Field(True, description="name members by their display name (`user/get`, cached a day)")
+    sender_name_wait_s: float = Field(
+        0.5, ge=0, le=5, description="how long a message waits for its sender's name lookup before the userid is used"
+    )
 
     @field_validator("encoding_aes_key")
     @classmethod
@@ -82,6 +86,9 @@ class BotConfig(_Credential):
     ws_url: str = "wss://openws.work.weixin.qq.com"
     session_per_member: bool = Field(False, description="in groups, one session per member instead of one")
     bot_name: str | None = Field(None, description="the bot's display name, stripped as @name from messages")
+    names_from_app: str | None = Field(
+        None, description="cred_id of a self-built app of the same corp whose `user/get` names the bot's senders"
+    )
     ping_interval_s: float = Field(30.0, gt=0)
     ack_timeout_s: float = Field(5.0, gt=0, description="how long a command waits for its ack (the SDKs: 5 s)")
     send_wait_s: float = Field(30.0, gt=0, description="how long a reply waits for a (re)connection")
@@ -122,6 +129,11 @@ def load_config(raw: Mapping[str, Any]) -> WeComConfig:
     clash = set(config.apps) & set(config.bots)
     if clash:
         raise ConfigError(f"invalid configuration: channels.wecom: cred_id used twice: {sorted(clash)}")
+    for cred_id, bot in config.bots.items():
+        if bot.names_from_app is not None and bot.names_from_app not in config.apps:
+            raise ConfigError(
+                f"invalid configuration: channels.wecom.bots.{cred_id}.names_from_app: no app with this cred_id"
+            )
     for credential in [*config.apps.values(), *config.bots.values()]:
         credential._locale = config.texts_locale
     return config

@@ -21,6 +21,7 @@ from tests.support.fakes.feishu_cards import (
     parse_full_update,
     with_content,
 )
+from tests.support.fakes.feishu_contacts import Contacts
 from tests.support.fakes.feishu_harness import Harness, StoppableSubmitter, running_channel
 from tests.support.fakes.feishu_history import MessageHistory
 from tests.support.fakes.feishu_payloads import (
@@ -80,6 +81,7 @@ class FakeFeishu:
         self.cards: dict[str, FakeCard] = {}
         self.history = MessageHistory()  # GET /open-apis/im/v1/messages/{message_id}
         self.resources = MessageResources()  # GET …/messages/{message_id}/resources/{file_key}
+        self.contacts = Contacts()  # GET /open-apis/contact/v3/users/{user_id}
         self.sequence_errors: list[str] = []
         self.ws: dict[str, web.WebSocketResponse] = {}
         self.ws_connected = asyncio.Event()
@@ -115,6 +117,7 @@ class FakeFeishu:
         r.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
         self.history.mount(r, self)
         self.resources.mount(r, self)
+        self.contacts.mount(r, self)
         r.add_post("/open-apis/im/v1/messages/{message_id}/reactions", self._reaction)
         r.add_post("/open-apis/cardkit/v1/cards", self._card_create)
         r.add_put("/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content", self._card_content)

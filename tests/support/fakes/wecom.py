@@ -32,6 +32,7 @@ from tests.support.fakes.wecom_media import (
     make_media_aeskey,
     wrong_key_for,
 )
+from tests.support.fakes.wecom_users import Members
 
 # ---------------------------------------------------------------- callback crypto, independent of wechatpy
 
@@ -171,6 +172,8 @@ class FakeQyApi(_Server, MemberLimit):
         self.token_gate: asyncio.Event | None = None
         """When set, `gettoken` answers only once this event is (a slow start); `token_asked` is set on each wait."""
         self.token_asked = asyncio.Event()
+        self.members = Members()
+        """What `user/get` answers (读取成员)."""
 
     @property
     def url(self) -> str:
@@ -181,6 +184,7 @@ class FakeQyApi(_Server, MemberLimit):
         app.router.add_get("/cgi-bin/gettoken", self._gettoken)
         app.router.add_post("/cgi-bin/message/send", self._send)
         app.router.add_get("/cgi-bin/media/get", self._media_get)
+        self.members.mount(app.router, self)
         await self._serve(app)
         return self
 
