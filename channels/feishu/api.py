@@ -299,6 +299,12 @@ class FeishuApi:
         user = data.get("user")
         return user if isinstance(user, dict) else {}
 
+    async def contact_scopes(self) -> dict[str, Any]:
+        """`GET /open-apis/contact/v3/scopes` (lark-oapi `contact.v3.scope.list`): the contact range the app may read;
+        raises `FeishuApiError` (99991672 without a contact scope)."""
+        params = {"user_id_type": "open_id", "page_size": "1"}
+        return await self.call("GET", "/open-apis/contact/v3/scopes", "contact_scopes", None, params)
+
     async def add_reaction(self, message_id: str, emoji_type: str) -> None:
         body = {"reaction_type": {"emoji_type": emoji_type}}
         await self.call("POST", f"/open-apis/im/v1/messages/{message_id}/reactions", "reaction", body)

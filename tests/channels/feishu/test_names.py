@@ -14,6 +14,7 @@ import structlog
 from agenthub.config import Settings
 from agenthub.hosting.app import build_gateway
 from agenthub.messages import SENDER_NAME
+from channels.feishu import doctor
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.fakes.feishu import FakeFeishu, mention, message_event, running_channel
 from tests.support.fakes.submitter import ScriptedSubmitter
@@ -148,3 +149,14 @@ def _texts(fake: FakeFeishu) -> list[str]:
 
 def _shown(fake: FakeFeishu, words: str) -> bool:
     return any(words in t for t in _texts(fake))
+
+
+async def test_the_doctor_says_whether_the_app_may_read_contacts_and_what_to_grant() -> None:
+    async with FakeFeishu({APP_ID: SECRET}) as fake:
+        table = {"apps": {"main": {"app_id": APP_ID, "app_secret": SECRET, "domain": fake.url}}}
+        allowed = await doctor.checks(table)
+        fake.contacts.denied = True
+        refused = await doctor.checks(table)
+    assert [(c.name, c.status) for c in allowed] == [("feishu main", "ok"), ("feishu main names", "ok")]
+    assert [(c.name, c.status) for c in refused] == [("feishu main", "ok"), ("feishu main names", "warn")]
+    assert "99991672" in refused[1].detail and "contact:user.base:readonly" in refused[1].hint

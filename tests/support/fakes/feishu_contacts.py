@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from tests.support.fakes.feishu import FakeFeishu
 
 PATH = "/open-apis/contact/v3/users/{user_id}"
+SCOPES_PATH = "/open-apis/contact/v3/scopes"
 DENIED = (
     "Access denied. One of the following scopes is required: [contact:contact.base:readonly, "
     "contact:contact:access_as_app, contact:contact:readonly, contact:contact:readonly_as_app]."
@@ -52,7 +53,21 @@ class Contacts:
         async def get_user(request: web.Request) -> web.Response:
             return await self._get(fake, request)
 
+        async def list_scopes(request: web.Request) -> web.Response:
+            return await self._scopes(fake, request)
+
         router.add_get(PATH, get_user)
+        router.add_get(SCOPES_PATH, list_scopes)
+
+    async def _scopes(self, fake: FakeFeishu, request: web.Request) -> web.Response:
+        """The contact range (`GET /open-apis/contact/v3/scopes`, lark-oapi `ListScopeResponseBody`)."""
+        entered = await fake._enter(request, "contact_scopes")
+        if isinstance(entered, web.Response):
+            return entered
+        if self.denied:
+            return web.json_response({"code": 99991672, "msg": DENIED}, status=400)
+        data = {"department_ids": [], "user_ids": sorted(self.users), "group_ids": [], "has_more": False}
+        return web.json_response({"code": 0, "msg": "success", "data": data})
 
     async def _get(self, fake: FakeFeishu, request: web.Request) -> web.Response:
         entered = await fake._enter(request, "contact_user")
