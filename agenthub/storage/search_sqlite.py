@@ -37,7 +37,7 @@ from agenthub.storage.search_topk import DocColumns, Ranking, best_docs
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 """7: postings in segments (log-structured, `search_segments`), scored vectorised (an index of another version is
 rebuilt from the files). 8: segments being merged (`building`) are written beside the live ones by the merger's
 own thread (`search_merger`)."""
