@@ -62,6 +62,7 @@ class Segments:
         self.merger = merger
         """Merges full tiers on its own thread (None: inline, in the transaction that wrote the segment)."""
         self._fresh: _Fresh | None = None  # memory copy of `fresh`
+        self._pending: list[tuple[int, Sequence[str]]] = []  # docs added in this transaction, not in `fresh` yet
         self._flush_s = self._merge_s = 0.0
         self._written = False  # a segment was written in the current transaction
 
@@ -84,28 +85,44 @@ class Segments:
     def forget_memory(self) -> None:
         """The memory copy may be ahead of the tables (a rolled-back transaction): read it again when needed."""
         self._fresh = None
+        self._pending = []
 
     def _memory(self) -> _Fresh:
+        """The fresh postings, the docs added in this transaction included (their `fresh` rows written now)."""
         if self._fresh is None:
             fresh = _Fresh()
             rows = self.db.execute("SELECT doc_id, terms FROM fresh").fetchall()
             fresh.add([doc_id for doc_id, _ in rows], [Counter(terms.split(_SEP)) for _, terms in rows])
             self._fresh = fresh
+        if self._pending:
+            docs, self._pending = self._pending, []
+            self.db.executemany("INSERT INTO fresh VALUES (?, ?)", [(i, _SEP.join(terms)) for i, terms in docs])
+            self._fresh.add([doc_id for doc_id, _ in docs], [Counter(terms) for _, terms in docs])
         return self._fresh
 
     # ---- writing -------------------------------------------------------------------------------
 
-    def add(self, docs: Sequence[tuple[int, Sequence[str]]], columns: DocColumns) -> None:
-        """New docs' terms (inside the caller's transaction); a segment is written when enough wait."""
-        fresh = self._memory()
-        self.db.executemany("INSERT INTO fresh VALUES (?, ?)", [(doc_id, _SEP.join(terms)) for doc_id, terms in docs])
-        fresh.add([doc_id for doc_id, _ in docs], [Counter(terms) for _, terms in docs])
-        if fresh.size >= self.fresh_rows:
+    @property
+    def pending(self) -> bool:
+        """Docs were added in this transaction (`before_commit` writes their terms)."""
+        return bool(self._pending)
+
+    def add(self, docs: Sequence[tuple[int, Sequence[str]]]) -> None:
+        """New docs' terms (inside the caller's transaction): gathered, and written by `before_commit` (a row each,
+        all in one statement), or before anything reads them."""
+        self._pending.extend(docs)
+
+    def before_commit(self, columns: DocColumns) -> None:
+        """The transaction's new docs' terms written; a segment when enough wait."""
+        if self._memory().size >= self.fresh_rows:
             self.flush(columns)
 
     def drop(self, doc_ids: Sequence[int]) -> None:
         """Deleted docs: their fresh rows go (their text's terms are not kept); segments forget them in a merge (the
         memory copy keeps their postings until the next flush: a search never counts a doc that is not stored)."""
+        if self._pending:
+            gone = set(doc_ids)
+            self._pending = [doc for doc in self._pending if doc[0] not in gone]
         self.db.execute("DELETE FROM fresh WHERE doc_id IN (SELECT value FROM json_each(?))", (json.dumps(doc_ids),))
 
     def flush(self, columns: DocColumns) -> None:
