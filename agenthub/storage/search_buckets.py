@@ -74,17 +74,29 @@ def rows_of(seg: int, names: Sequence[str], term_ranks: Any, docs: Ints, tfs: In
 
 
 def postings_in(row: Row, wanted: Iterable[str]) -> Iterator[tuple[str, Ints, Ints]]:
-    """The postings (term, doc ids, tfs) of the `wanted` terms the row holds."""
+    """The postings (term, doc ids, tfs) of the `wanted` terms the row holds (each found by a search of the row's
+    term text: no list of its terms is made)."""
     _, terms, counts, docs, tfs = row
-    names = terms.split(SEP)
-    places = {name: i for i, name in enumerate(names)}
-    ends = np.cumsum(np.frombuffer(counts, IDS))
-    doc_ids, term_tfs = np.frombuffer(docs, IDS), np.frombuffer(tfs, IDS)
+    bounded = SEP + terms + SEP
+    ends: Ints | None = None
     for term in wanted:
-        i = places.get(term)
-        if i is not None:
-            lo, hi = int(ends[i - 1]) if i else 0, int(ends[i])
-            yield term, doc_ids[lo:hi], term_tfs[lo:hi]
+        at = bounded.find(SEP + term + SEP)
+        if at < 0:
+            continue
+        i = bounded.count(SEP, 0, at)  # the term's place in the row
+        if ends is None:
+            ends = np.cumsum(np.frombuffer(counts, IDS), dtype=np.int64)
+        lo, hi = (int(ends[i - 1]) if i else 0) * IDS.itemsize, int(ends[i]) * IDS.itemsize
+        yield term, np.frombuffer(docs[lo:hi], IDS), np.frombuffer(tfs[lo:hi], IDS)
+
+
+def _all_postings(row: Row) -> Iterator[tuple[str, Ints, Ints]]:
+    """Every term's postings in the row, in its order."""
+    _, terms, counts, docs, tfs = row
+    doc_ids, term_tfs = np.frombuffer(docs, IDS), np.frombuffer(tfs, IDS)
+    ends = np.cumsum(np.frombuffer(counts, IDS), dtype=np.int64).tolist()
+    for name, lo, hi in zip(terms.split(SEP), [0, *ends[:-1]], ends, strict=True):
+        yield name, doc_ids[lo:hi], term_tfs[lo:hi]
 
 
 def merged(seg: int, bucket: int, parts: Sequence[Row], columns: DocColumns | None) -> Row | None:
@@ -94,7 +106,7 @@ def merged(seg: int, bucket: int, parts: Sequence[Row], columns: DocColumns | No
         return (row_key(seg, bucket), *parts[0][1:])
     joined: dict[str, tuple[list[Ints], list[Ints]]] = {}
     for part in parts:
-        for term, docs_part, tfs_part in postings_in(part, part[1].split(SEP)):
+        for term, docs_part, tfs_part in _all_postings(part):
             both = joined.setdefault(term, ([], []))
             both[0].append(docs_part)
             both[1].append(tfs_part)
