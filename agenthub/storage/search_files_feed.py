@@ -97,6 +97,7 @@ class FileFeeder:
     def __init__(self, data_dir: Path, readers: DocReaders) -> None:
         self.data_dir = data_dir
         self.readers = readers
+        self._layouts: dict[str, AgentLayout] = {}
         self.sessions_read = 0
         """How many times a session's files were read to update an index (a statistic)."""
 
@@ -130,7 +131,7 @@ class FileFeeder:
         append only writes the history (the archive changes with a replace, clear or delete, each heard too, and a
         restart catches up with every file)."""
         self.sessions_read += 1
-        layout = AgentLayout(self.data_dir, key.agent)
+        layout = self._layout(key.agent)
         history, archive = SourceRef(HISTORY, str(key)), SourceRef(ARCHIVE, str(key))
         rewritten = op in ("replace", "clear", "delete")
         self.sync_jsonl(index, layout.history_file(key), history, index.watermark(history), rewritten=rewritten)
@@ -138,6 +139,13 @@ class FileFeeder:
             self.sync_jsonl(index, layout.archive_file(key), archive, index.watermark(archive))
         if op == "delete":
             self._hide(index, archive)
+
+    def _layout(self, agent: str) -> AgentLayout:
+        """The agent's paths (kept: its root is resolved once; each path is still checked for links when asked)."""
+        layout = self._layouts.get(agent)
+        if layout is None:
+            layout = self._layouts[agent] = AgentLayout(self.data_dir, agent)
+        return layout
 
     def purge(self, index: SqliteSearchIndex, keys: Iterable[SessionKey]) -> None:
         """After these sessions' files were deleted or redacted ("forget me", memory files scrubbed): index them
@@ -183,8 +191,8 @@ class FileFeeder:
                 st.st_size,
                 st.st_mtime_ns,
                 offset,
-                _digest(os.pread(fd, min(_HEAD_BYTES, offset), 0)),
-                os.pread(fd, min(_TAIL_BYTES, offset), offset - min(_TAIL_BYTES, offset)).hex(),
+                _head(fd, resumed, start, consumed),
+                _tail(fd, offset, consumed),
                 hidden=old.hidden if old is not None else 0,
             )
         reader = self.readers.records(resumed.skipped if resumed is not None else ())
@@ -230,6 +238,24 @@ def _parse(reader: RecordDocs, source: SourceRef, data: bytes, first: int, hidde
         if doc is not None and number >= hidden:
             docs.append(doc)
     return docs, first + data.count(b"\n")
+
+
+def _head(fd: int, resumed: _Mark | None, start: int, consumed: bytes) -> str:
+    """The digest of the file's first `_HEAD_BYTES` up to the new offset: the resumed mark's when it already covered
+    them (`_continues` checked it), else from the bytes just read when they start the file, else read again."""
+    offset = start + len(consumed)
+    if resumed is not None and resumed.offset >= _HEAD_BYTES:
+        return resumed.head
+    if start == 0:
+        return _digest(consumed[:_HEAD_BYTES])
+    return _digest(os.pread(fd, min(_HEAD_BYTES, offset), 0))
+
+
+def _tail(fd: int, offset: int, consumed: bytes) -> str:
+    """The file's last `_TAIL_BYTES` before `offset` (the end of `consumed`), hex."""
+    if len(consumed) >= _TAIL_BYTES:
+        return consumed[-_TAIL_BYTES:].hex()
+    return os.pread(fd, min(_TAIL_BYTES, offset), offset - min(_TAIL_BYTES, offset)).hex()
 
 
 def _continues(fd: int, size: int, mark: _Mark) -> bool:

@@ -18,19 +18,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import groupby
-from operator import itemgetter
 from pathlib import Path
 
 import structlog
 
+from agenthub.storage.search_buckets import INSERT_ROW, Row, merged, postings_count, seg_keys, seg_of, segment_rows
+
 log = structlog.get_logger(__name__)
 
-CHUNK_ROWS = 20_000
-"""Postings rows written (or deleted) per write transaction of a merge: the longest a worker's write waits."""
+CHUNK_ROWS = 256
+"""Postings rows (buckets of a segment) written (or deleted) per write transaction of a merge: the longest a
+worker's write waits."""
 BUSY_MS = 60_000
 
-Row = tuple[str, bytes, bytes]
 Plan = Callable[[sqlite3.Connection], Sequence[int] | None]
 
 
@@ -141,13 +141,13 @@ class Merger:
         count = 0
         reader.execute("BEGIN")  # one snapshot of the old segments (immutable: only this merge drops them)
         try:
-            rows = _joined(reader, segs)
-            while chunk := _take(rows, self.chunk_rows):
+            rows = (merged(seg, bucket, parts, None) for bucket, parts in segment_rows(reader, segs))
+            while chunk := [row for row in _take(rows, self.chunk_rows) if row is not None]:
                 if self._stop:
                     return False
                 with _write(writer):
-                    writer.executemany("INSERT INTO postings VALUES (?, ?, ?, ?)", ((seg, *row) for row in chunk))
-                count += sum(len(docs) for _, docs, _ in chunk) // 4
+                    writer.executemany(INSERT_ROW, chunk)
+                count += sum(postings_count(row) for row in chunk)
                 self._chunk_done()
         finally:
             reader.execute("COMMIT")
@@ -160,12 +160,13 @@ class Merger:
         return True
 
     def _delete_postings(self, writer: sqlite3.Connection, seg: int) -> None:
+        low, high = seg_keys(seg)
         while not self._stop:
             with _write(writer):
                 deleted = writer.execute(
-                    "DELETE FROM postings WHERE seg = ? AND term IN "
-                    "(SELECT term FROM postings WHERE seg = ? ORDER BY term LIMIT ?)",
-                    (seg, seg, self.chunk_rows),
+                    "DELETE FROM postings WHERE key IN "
+                    "(SELECT key FROM postings WHERE key >= ? AND key < ? ORDER BY key LIMIT ?)",
+                    (low, high, self.chunk_rows),
                 ).rowcount
             self._chunk_done()
             if deleted < self.chunk_rows:
@@ -203,27 +204,15 @@ def _write(db: sqlite3.Connection) -> Iterator[None]:
     db.execute("COMMIT")
 
 
-def _joined(reader: sqlite3.Connection, segs: Sequence[int]) -> Iterator[Row]:
-    """The segments' rows in term order (SQLite sorts them), a term's parts joined in the order of the segments
-    (ascending doc ids)."""
-    listed = ",".join(str(int(s)) for s in segs)
-    rows = reader.execute(f"SELECT term, docs, tfs FROM postings WHERE seg IN ({listed}) ORDER BY term, seg")
-    for term, group in groupby(rows, key=itemgetter(0)):
-        parts = list(group)
-        if len(parts) == 1:
-            yield parts[0]
-        else:
-            yield term, b"".join(p[1] for p in parts), b"".join(p[2] for p in parts)
-
-
-def _take(rows: Iterator[Row], n: int) -> list[Row]:
+def _take(rows: Iterator[Row | None], n: int) -> list[Row | None]:
     return [row for _, row in zip(range(n), rows, strict=False)]
 
 
 def _posting_segments(db: sqlite3.Connection) -> Iterator[int]:
     """Every segment number in `postings` (a skip along the key: one lookup per segment)."""
-    row = db.execute("SELECT min(seg) FROM postings").fetchone()
-    seg = row[0] if row else None
-    while seg is not None:
-        yield int(seg)
-        seg = db.execute("SELECT min(seg) FROM postings WHERE seg > ?", (seg,)).fetchone()[0]
+    row = db.execute("SELECT min(key) FROM postings").fetchone()
+    key = row[0] if row else None
+    while key is not None:
+        seg = seg_of(key)
+        yield seg
+        key = db.execute("SELECT min(key) FROM postings WHERE key >= ?", (seg_keys(seg)[1],)).fetchone()[0]

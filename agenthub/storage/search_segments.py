@@ -2,9 +2,10 @@
 
 A new doc's terms are one row of `fresh` (its term counts, next to its `docs` row: a page or two per message, not a
 page per term) and are kept in memory for searching. When `fresh_rows` postings wait, they are written as one
-segment: a row per term (`postings`: segment, term, doc ids, tfs), keyed by segment first, so the new rows land at the
-end of the b-tree, densely. Segments of about the same size (a tier) are merged `FAN_IN` at a time into one, again
-appended at the end, so a posting is rewritten about once per tier (log of the index size), never one page per term.
+segment: a row per bucket of terms (`search_buckets`: the bucket's terms, their doc ids and tfs), keyed by segment
+first, so the new rows land at the end of the b-tree, densely. Segments of about the same size (a tier) are merged
+`FAN_IN` at a time into one, again appended at the end, so a posting is rewritten about once per tier (log of the
+index size), never one page per term.
 A deleted doc's postings stay in its segments until a merge drops them: a search only counts docs that are stored
 (`DocColumns`). Everything is inside the index's transactions; the memory copy is rebuilt from the tables when one
 rolls back or the index is reopened (after a crash the fresh docs are still in `fresh`: nothing is lost).
@@ -16,12 +17,22 @@ import json
 import math
 import sqlite3
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from itertools import chain
 
 import numpy as np
 
+from agenthub.storage.search_buckets import (
+    INSERT_ROW,
+    bucket_of,
+    merged,
+    postings_count,
+    postings_in,
+    rows_of,
+    seg_keys,
+    segment_rows,
+)
 from agenthub.storage.search_merger import Merger
 from agenthub.storage.search_topk import IDS, DocColumns, Ints
 
@@ -36,9 +47,10 @@ CREATE TABLE IF NOT EXISTS fresh(doc_id INTEGER PRIMARY KEY, terms TEXT NOT NULL
 CREATE TABLE IF NOT EXISTS segments(
     seg INTEGER PRIMARY KEY, postings INTEGER NOT NULL, building INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS postings(
-    seg INTEGER NOT NULL, term TEXT NOT NULL, docs BLOB NOT NULL, tfs BLOB NOT NULL, PRIMARY KEY(seg, term))
-    WITHOUT ROWID;
+    key INTEGER PRIMARY KEY, terms TEXT NOT NULL, counts BLOB NOT NULL, docs BLOB NOT NULL, tfs BLOB NOT NULL,
+    seg INTEGER GENERATED ALWAYS AS (key >> 16) VIRTUAL);
 """
+"""`postings`: a row per (segment, bucket) that holds terms (`search_buckets`), keyed `seg * 2**16 + bucket`."""
 
 
 class Segments:
@@ -50,6 +62,7 @@ class Segments:
         self.merger = merger
         """Merges full tiers on its own thread (None: inline, in the transaction that wrote the segment)."""
         self._fresh: _Fresh | None = None  # memory copy of `fresh`
+        self._pending: list[tuple[int, Sequence[str]]] = []  # docs added in this transaction, not in `fresh` yet
         self._flush_s = self._merge_s = 0.0
         self._written = False  # a segment was written in the current transaction
 
@@ -72,28 +85,44 @@ class Segments:
     def forget_memory(self) -> None:
         """The memory copy may be ahead of the tables (a rolled-back transaction): read it again when needed."""
         self._fresh = None
+        self._pending = []
 
     def _memory(self) -> _Fresh:
+        """The fresh postings, the docs added in this transaction included (their `fresh` rows written now)."""
         if self._fresh is None:
             fresh = _Fresh()
             rows = self.db.execute("SELECT doc_id, terms FROM fresh").fetchall()
             fresh.add([doc_id for doc_id, _ in rows], [Counter(terms.split(_SEP)) for _, terms in rows])
             self._fresh = fresh
+        if self._pending:
+            docs, self._pending = self._pending, []
+            self.db.executemany("INSERT INTO fresh VALUES (?, ?)", [(i, _SEP.join(terms)) for i, terms in docs])
+            self._fresh.add([doc_id for doc_id, _ in docs], [Counter(terms) for _, terms in docs])
         return self._fresh
 
     # ---- writing -------------------------------------------------------------------------------
 
-    def add(self, docs: Sequence[tuple[int, Sequence[str]]], columns: DocColumns) -> None:
-        """New docs' terms (inside the caller's transaction); a segment is written when enough wait."""
-        fresh = self._memory()
-        self.db.executemany("INSERT INTO fresh VALUES (?, ?)", [(doc_id, _SEP.join(terms)) for doc_id, terms in docs])
-        fresh.add([doc_id for doc_id, _ in docs], [Counter(terms) for _, terms in docs])
-        if fresh.size >= self.fresh_rows:
+    @property
+    def pending(self) -> bool:
+        """Docs were added in this transaction (`before_commit` writes their terms)."""
+        return bool(self._pending)
+
+    def add(self, docs: Sequence[tuple[int, Sequence[str]]]) -> None:
+        """New docs' terms (inside the caller's transaction): gathered, and written by `before_commit` (a row each,
+        all in one statement), or before anything reads them."""
+        self._pending.extend(docs)
+
+    def before_commit(self, columns: DocColumns) -> None:
+        """The transaction's new docs' terms written; a segment when enough wait."""
+        if self._memory().size >= self.fresh_rows:
             self.flush(columns)
 
     def drop(self, doc_ids: Sequence[int]) -> None:
         """Deleted docs: their fresh rows go (their text's terms are not kept); segments forget them in a merge (the
         memory copy keeps their postings until the next flush: a search never counts a doc that is not stored)."""
+        if self._pending:
+            gone = set(doc_ids)
+            self._pending = [doc for doc in self._pending if doc[0] not in gone]
         self.db.execute("DELETE FROM fresh WHERE doc_id IN (SELECT value FROM json_each(?))", (json.dumps(doc_ids),))
 
     def flush(self, columns: DocColumns) -> None:
@@ -107,20 +136,11 @@ class Segments:
         if not alive.all():
             terms, docs, tfs = terms[alive], docs[alive], tfs[alive]
         if len(docs):
-            names = sorted(fresh.vocab)  # the b-tree's order: a term's UTF-8 bytes, which is its code points' order
+            names = sorted(fresh.vocab)  # a row's terms in code point order
             rank = np.empty(len(names), np.int64)
             rank[[fresh.vocab[name] for name in names]] = np.arange(len(names))
-            key = rank[terms]
-            order = np.argsort(key, kind="stable")  # stable: each term's doc ids stay ascending, as they were added
-            key, docs, tfs = key[order], docs[order], tfs[order]
-            starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
-            bounds = (np.append(starts, len(key)) * IDS.itemsize).tolist()
-            doc_bytes, tf_bytes = docs.astype(IDS).tobytes(), tfs.astype(IDS).tobytes()
-            rows = (
-                (names[k], doc_bytes[a:b], tf_bytes[a:b])
-                for k, a, b in zip(key[starts].tolist(), bounds, bounds[1:], strict=False)
-            )
-            self._write(len(docs), rows)
+            seg = self._new_segment(len(docs))
+            self.db.executemany(INSERT_ROW, rows_of(seg, names, rank[terms], docs, tfs))
         self.db.execute("DELETE FROM fresh")
         self._fresh = _Fresh()
         self._flush_s += time.perf_counter() - start
@@ -128,10 +148,9 @@ class Segments:
         if self.merger is None:
             self._merge_full_tiers(columns)
 
-    def _write(self, count: int, rows: Iterable[tuple[str, bytes, bytes]]) -> None:
-        """A new segment of `count` postings: `rows` (term, doc ids, tfs), in term order."""
+    def _new_segment(self, count: int) -> int:
         (seg,) = self.db.execute("INSERT INTO segments(postings) VALUES (?) RETURNING seg", (count,)).fetchone()
-        self.db.executemany("INSERT INTO postings VALUES (?, ?, ?, ?)", ((seg, *row) for row in rows))
+        return int(seg)
 
     def _merge_full_tiers(self, columns: DocColumns) -> None:
         while segs := self.full_tier(self.db):
@@ -149,72 +168,32 @@ class Segments:
         return int(math.log(max(1.0, count / self.fresh_rows), FAN_IN))
 
     def merge(self, segs: Sequence[int], columns: DocColumns, *, drop_dead: bool = False) -> None:
-        """These segments become one, appended at the end: a term in only one of them is copied as it is (inside
-        SQLite), a term in several gets its postings joined. With `drop_dead` (a purge) the postings of docs no longer
-        stored are left out, and so are terms only they held; otherwise those stay until then (a search never counts
+        """These segments become one, appended at the end: a bucket in only one of them is copied as it is, a bucket
+        in several gets its terms' postings joined. With `drop_dead` (a purge) the postings of docs no longer stored
+        are left out, and so are terms only they held; otherwise those stay until then (a search never counts
         them)."""
         start = time.perf_counter()
+        groups = list(segment_rows(self.db, segs))  # read before writing: the same connection
+        seg = self._new_segment(0)
+        rows = [merged(seg, bucket, parts, columns if drop_dead else None) for bucket, parts in groups]
+        kept = [row for row in rows if row is not None]
+        self.db.executemany(INSERT_ROW, kept)
+        self.db.execute(
+            "UPDATE segments SET postings = ? WHERE seg = ?", (sum(postings_count(row) for row in kept), seg)
+        )
         listed = json.dumps(list(segs))
-        within = "seg IN (SELECT value FROM json_each(?))"
-        if drop_dead:
-            rows = self._joined(f"SELECT term, docs, tfs FROM postings WHERE {within}", listed, columns)
-            self._drop_segments(within, listed)
-            if rows:
-                count = sum(len(docs) for docs, _ in rows.values()) // IDS.itemsize
-                self._write(count, ((term, *rows[term]) for term in sorted(rows)))
-        else:
-            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS shared(term TEXT PRIMARY KEY) WITHOUT ROWID")
-            self.db.execute("DELETE FROM temp.shared")
-            self.db.execute(
-                f"INSERT INTO temp.shared SELECT term FROM postings WHERE {within} GROUP BY term HAVING count(*) > 1",
-                (listed,),
-            )
-            rows = self._joined(
-                f"SELECT term, docs, tfs FROM postings WHERE {within} AND term IN (SELECT term FROM temp.shared)",
-                listed,
-                None,
-            )
-            (count,) = self.db.execute(f"SELECT sum(postings) FROM segments WHERE {within}", (listed,)).fetchone()
-            (seg,) = self.db.execute("INSERT INTO segments(postings) VALUES (?) RETURNING seg", (count,)).fetchone()
-            self.db.execute(
-                f"INSERT INTO postings SELECT ?, term, docs, tfs FROM postings WHERE {within} "
-                "AND term NOT IN (SELECT term FROM temp.shared) ORDER BY term",
-                (seg, listed),
-            )
-            self.db.executemany("INSERT INTO postings VALUES (?, ?, ?, ?)", ((seg, t, *rows[t]) for t in sorted(rows)))
-            self.db.execute("DELETE FROM temp.shared")
-            self._drop_segments(within, listed)
+        for old in segs:
+            self.db.execute("DELETE FROM postings WHERE key >= ? AND key < ?", seg_keys(old))
+        self.db.execute("DELETE FROM segments WHERE seg IN (SELECT value FROM json_each(?))", (listed,))
+        if not kept:
+            self.db.execute("DELETE FROM segments WHERE seg = ?", (seg,))
         self._merge_s += time.perf_counter() - start
-
-    def _drop_segments(self, within: str, listed: str) -> None:
-        self.db.execute(f"DELETE FROM postings WHERE {within}", (listed,))
-        self.db.execute(f"DELETE FROM segments WHERE {within}", (listed,))
-
-    def _joined(self, sql: str, listed: str, columns: DocColumns | None) -> dict[str, tuple[bytes, bytes]]:
-        """Each term's postings of the rows `sql` reads, joined; with `columns`, of stored docs only."""
-        parts: dict[str, tuple[list[bytes], list[bytes]]] = {}
-        for term, docs, tfs in self.db.execute(sql, (listed,)):
-            both = parts.setdefault(term, ([], []))
-            both[0].append(docs)
-            both[1].append(tfs)
-        rows: dict[str, tuple[bytes, bytes]] = {}
-        for term, (docs, tfs) in parts.items():
-            ids, counts = b"".join(docs), b"".join(tfs)
-            if columns is not None:
-                array = np.frombuffer(ids, IDS)
-                alive = columns.alive(array)
-                if not alive.any():
-                    continue
-                if not alive.all():
-                    ids, counts = array[alive].tobytes(), np.frombuffer(counts, IDS)[alive].tobytes()
-            rows[term] = (ids, counts)
-        return rows
 
     def compact(self, columns: DocColumns) -> None:
         """Everything in one segment, without a posting (or a term) of a deleted doc: "forget me"."""
         self.flush(columns)
         self.db.execute("DELETE FROM segments WHERE building = 1")  # a merge cut short: its rows go too
-        self.db.execute("DELETE FROM postings WHERE seg NOT IN (SELECT seg FROM segments)")
+        self.db.execute("DELETE FROM postings WHERE (key >> 16) NOT IN (SELECT seg FROM segments)")
         segs = [r[0] for r in self.db.execute("SELECT seg FROM segments")]
         if segs:
             self.merge(segs, columns, drop_dead=True)
@@ -226,14 +205,17 @@ class Segments:
         left out. Ids of docs deleted since are still there (a search does not count them: `DocColumns.source`)."""
         fresh = self._memory()
         parts: dict[str, tuple[list[Ints], list[Ints]]] = {}
-        for term, docs, tfs in self.db.execute(
-            "SELECT term, docs, tfs FROM postings WHERE seg IN (SELECT seg FROM segments WHERE building = 0) "
-            "AND term IN (SELECT value FROM json_each(?))",
-            (json.dumps(list(terms)),),
-        ):
-            both = parts.setdefault(term, ([], []))
-            both[0].append(np.frombuffer(docs, IDS))
-            both[1].append(np.frombuffer(tfs, IDS))
+        buckets = sorted({bucket_of(term) for term in terms})
+        rows = self.db.execute(
+            "SELECT p.key, p.terms, p.counts, p.docs, p.tfs FROM segments s CROSS JOIN json_each(?) b "
+            "CROSS JOIN postings p ON p.key = s.seg * 65536 + b.value WHERE s.building = 0 ORDER BY s.seg",
+            (json.dumps(buckets),),
+        )
+        for row in rows:
+            for term, docs, tfs in postings_in(row, terms):
+                both = parts.setdefault(term, ([], []))
+                both[0].append(docs)
+                both[1].append(tfs)
         found: list[tuple[str, Ints, Ints]] = []
         for term in terms:
             docs_parts, tfs_parts = parts.get(term, ([], []))
@@ -258,7 +240,8 @@ class _Fresh:
     distinct term of a doc, in the order added, and the terms' numbers (`vocab`)."""
 
     def __init__(self) -> None:
-        self.vocab: dict[str, int] = {}
+        self.vocab: defaultdict[str, int] = defaultdict()
+        self.vocab.default_factory = self.vocab.__len__  # a new term gets the next number, inside one C call
         self.size = 0
         self._terms = np.zeros(1024, np.int32)
         self._docs = np.zeros(1024, np.int32)
@@ -266,8 +249,7 @@ class _Fresh:
 
     def add(self, doc_ids: Sequence[int], counts: Sequence[Counter[str]]) -> None:
         """Each doc's term counts (`doc_ids[i]`'s are `counts[i]`)."""
-        vocab = self.vocab
-        numbers = [vocab.setdefault(term, len(vocab)) for term in chain.from_iterable(counts)]
+        numbers = np.fromiter(map(self.vocab.__getitem__, chain.from_iterable(counts)), np.int32)
         n = len(numbers)
         end = self.size + n
         if end > len(self._terms):

@@ -37,7 +37,7 @@ from agenthub.storage.search_topk import DocColumns, Ranking, best_docs
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 """7: postings in segments (log-structured, `search_segments`), scored vectorised (an index of another version is
 rebuilt from the files). 8: segments being merged (`building`) are written beside the live ones by the merger's
 own thread (`search_merger`)."""
@@ -96,6 +96,9 @@ class SqliteSearchIndex:
         if background_merges:
             merger.wake()  # what a crash left, and tiers full since: on the merger's thread
         self._columns: DocColumns | None = None  # each doc's source, length and ts, read once
+        self._marks: dict[SourceRef, str] | None = None  # the sources' watermarks, read once
+        self._next_doc: int | None = None  # the next doc id
+        self._totals = (0, 0)  # what the transaction under way adds to N and the total length
 
     # ---- opening -------------------------------------------------------------------------------
 
@@ -142,8 +145,15 @@ class SqliteSearchIndex:
     # ---- writing -------------------------------------------------------------------------------
 
     def watermarks(self) -> dict[SourceRef, str]:
-        rows = self.db.execute("SELECT kind, session, name, watermark FROM sources").fetchall()
-        return {SourceRef(k, s, n): w for k, s, n, w in rows}
+        return dict(self._watermarks())
+
+    def _watermarks(self) -> dict[SourceRef, str]:
+        """Every source's watermark, read once and then kept as this index writes them (its thread is the only
+        writer of `sources`)."""
+        if self._marks is None:
+            rows = self.db.execute("SELECT kind, session, name, watermark FROM sources").fetchall()
+            self._marks = {SourceRef(k, s, n): w for k, s, n, w in rows}
+        return self._marks
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -154,20 +164,28 @@ class SqliteSearchIndex:
         self.db.execute("BEGIN IMMEDIATE")  # the write lock first: a merge committing meanwhile is waited for
         try:
             yield
+            if self.segments.pending:
+                self.segments.before_commit(self.columns())
+            docs, terms = self._totals
+            if docs or terms:
+                self.db.execute("UPDATE totals SET docs = docs + ?, terms = terms + ?", (docs, terms))
+            self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
-            self._sources = self._columns = None
-            self.segments.forget_memory()
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            self._forget_memory()
             raise
-        self.db.execute("COMMIT")
+        finally:
+            self._totals = (0, 0)
         self.segments.committed()
 
+    def _forget_memory(self) -> None:
+        """What is kept in memory of the tables may be ahead of them (a rolled-back transaction): read it again."""
+        self._sources = self._columns = self._marks = self._next_doc = None
+        self.segments.forget_memory()
+
     def watermark(self, source: SourceRef) -> str | None:
-        row = self.db.execute(
-            "SELECT watermark FROM sources WHERE kind = ? AND session = ? AND name = ?",
-            (source.kind, source.session, source.name),
-        ).fetchone()
-        return None if row is None else str(row[0])
+        return self._watermarks().get(source)
 
     def add(self, source: SourceRef, docs: Sequence[SearchDoc], watermark: str) -> None:
         with self.transaction():
@@ -202,7 +220,7 @@ class SqliteSearchIndex:
             for source_id in ids:
                 self._delete_docs("source_id = ?", source_id)
                 self.db.execute("DELETE FROM sources WHERE id = ?", (source_id,))
-            self._sources = None
+            self._sources = self._marks = None
 
     def _source_id(self, source: SourceRef, watermark: str) -> int:
         row = self.db.execute(
@@ -212,6 +230,8 @@ class SqliteSearchIndex:
         ).fetchone()
         if self._sources is not None and row[0] not in self._sources:
             self._sources = None
+        if self._marks is not None:
+            self._marks[source] = watermark
         return int(row[0])
 
     def _delete_docs(self, where: str, source_id: int, docs: Sequence[SearchDoc] | None = None) -> None:
@@ -227,24 +247,33 @@ class SqliteSearchIndex:
         self.db.execute(f"DELETE FROM docs WHERE {where}", params)
         self.segments.drop(ids)
         self.columns().drop(ids)
-        self.db.execute("UPDATE totals SET docs = docs - ?, terms = terms - ?", (len(rows), sum(r[1] for r in rows)))
+        self._count(-len(rows), -sum(r[1] for r in rows))
 
     def _insert(self, source_id: int, docs: Sequence[SearchDoc]) -> None:
         if not docs:
             return
         columns = self.columns()
-        row = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'docs'").fetchone()
-        first = (int(row[0]) if row else 0) + 1  # what AUTOINCREMENT would give, numbered here: one executemany
+        first = self._next_id()
         ids = range(first, first + len(docs))
+        self._next_doc = first + len(docs)
         self.db.executemany(
             "INSERT INTO docs(id, source_id, seq, role, speaker, ts, dl, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(i, source_id, p.seq, p.role, p.speaker, p.ts, len(d.terms), p.text) for i, d, p in _numbered(ids, docs)],
         )
         columns.put_many(first, source_id, [len(d.terms) for d in docs], [d.passage.ts for d in docs])
-        self.db.execute(
-            "UPDATE totals SET docs = docs + ?, terms = terms + ?", (len(docs), sum(len(d.terms) for d in docs))
-        )
-        self.segments.add([(doc_id, d.terms) for doc_id, d in zip(ids, docs, strict=True)], columns)
+        self._count(len(docs), sum(len(d.terms) for d in docs))
+        self.segments.add([(doc_id, d.terms) for doc_id, d in zip(ids, docs, strict=True)])
+
+    def _next_id(self) -> int:
+        """What AUTOINCREMENT would give the next doc, numbered here (one executemany per batch of docs)."""
+        if self._next_doc is None:
+            row = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'docs'").fetchone()
+            self._next_doc = (int(row[0]) if row else 0) + 1
+        return self._next_doc
+
+    def _count(self, docs: int, terms: int) -> None:
+        """N and the total length move by these (written once, when the transaction commits)."""
+        self._totals = (self._totals[0] + docs, self._totals[1] + terms)
 
     def columns(self) -> DocColumns:
         """Every stored doc's source, length and ts by id (read from `docs` once, then kept up to date)."""

@@ -7,6 +7,7 @@ import contextlib
 import random
 from pathlib import Path
 
+from agenthub.storage.search_buckets import SEP
 from agenthub.storage.search_index import (
     Passage,
     SearchDoc,
@@ -43,7 +44,8 @@ def test_ranking_matches_the_formula_with_fresh_and_merged_postings(tmp_path: Pa
     assert index.stats()["docs"] == 5 and index.watermarks() == {b: "mark-b2"}
     index.purge()
     kept = {t for d in replaced for t in d.terms}
-    assert {r[0] for r in index.db.execute("SELECT term FROM postings")} == kept  # no term of a deleted doc
+    stored = {t for (terms,) in index.db.execute("SELECT terms FROM postings") for t in terms.split(SEP)}
+    assert stored == kept  # no term of a deleted doc
     assert index.db.execute("SELECT count(*) FROM fresh").fetchone()[0] == 0
     for query in (["w0"], ["w5", "w7"]):
         _same(_found(index, query, 10), _expected(replaced, query, 10))

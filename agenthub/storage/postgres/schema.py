@@ -607,6 +607,21 @@ USAGE_RESERVE_CLAIMS = Migration(
 )
 """`usage_reserve` (migrations 8 and 11) stays for instances not upgraded yet."""
 
+SEARCH_DOC_TERMS = Migration(
+    18,
+    "each search doc keeps its distinct terms, so its postings are deleted through their primary key and the "
+    "postings need no second index by doc (one b-tree entry per posting written instead of two); df rows updated "
+    "in place",
+    (
+        "ALTER TABLE search_docs ADD COLUMN terms text[] NOT NULL DEFAULT '{}'",
+        """UPDATE search_docs d SET terms = ARRAY(SELECT p.term FROM search_postings p WHERE p.doc = d.id)""",
+        "DROP INDEX search_postings_by_doc",
+        # a term's df is updated by every batch that holds it: room left on each page lets the new row version stay
+        # on its page (a heap-only update, no new index entry); pages written from now on
+        "ALTER TABLE search_terms SET (fillfactor = 80)",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -623,6 +638,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     SESSION_WRITES,
     SEARCH_REMOVALS,
     USAGE_RESERVE_CLAIMS,
+    SEARCH_DOC_TERMS,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

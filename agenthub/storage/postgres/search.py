@@ -93,9 +93,12 @@ _SOURCE_LOCK = (
 _DROP_DOCS = f"""
 WITH gone AS (
     DELETE FROM search_docs WHERE {_SOURCE} AND (%(seqs)s::bigint[] IS NULL OR seq = ANY(%(seqs)s))
-    RETURNING id, length
+    RETURNING id, length, terms
 ), postings AS (
-    DELETE FROM search_postings WHERE doc IN (SELECT id FROM gone) RETURNING term
+    DELETE FROM search_postings p
+    USING (SELECT g.id, x.term FROM gone g CROSS JOIN LATERAL unnest(g.terms) AS x(term)) x
+    WHERE p.agent = %(agent)s AND p.term = x.term AND p.doc = x.id
+    RETURNING p.term
 ), terms AS (
     INSERT INTO search_terms AS s (agent, term, df)
     SELECT %(agent)s, term, -count(*) FROM postings GROUP BY term
@@ -123,11 +126,12 @@ WITH d AS MATERIALIZED (
     SELECT nextval('search_docs_id_seq') AS id, t.*
     FROM unnest(%(kinds)b::text[], %(sessions)b::text[], %(names)b::text[], %(seqs)b::bigint[], %(roles)b::text[],
                 %(speakers)b::text[], %(ts)b::bigint[], %(bodies)b::text[], %(lengths)b::int[], %(srcs)b::text[],
-                %(channels)b::text[]) WITH ORDINALITY
-        AS t(kind, session, name, seq, role, speaker, ts, body, length, src, channel, at)
+                %(channels)b::text[], %(doc_terms)b::text[]) WITH ORDINALITY
+        AS t(kind, session, name, seq, role, speaker, ts, body, length, src, channel, doc_terms, at)
 ), docs AS (
-    INSERT INTO search_docs (id, agent, kind, session, name, seq, role, speaker, ts, body, length)
-    SELECT id, %(agent)s, kind, session, name, seq, role, speaker, ts, body, length FROM d
+    INSERT INTO search_docs (id, agent, kind, session, name, seq, role, speaker, ts, body, length, terms)
+    SELECT id, %(agent)s, kind, session, name, seq, role, speaker, ts, body, length,
+           coalesce(string_to_array(doc_terms, E'\\x1f'), '{}') FROM d
 ), t AS MATERIALIZED (
     SELECT u.term, d.id AS doc, u.tf, d.length, d.ts, d.src, d.channel
     FROM unnest(%(terms)b::text[], %(term_docs)b::bigint[], %(tfs)b::int[]) AS u(term, at, tf) JOIN d ON d.at = u.at
@@ -225,7 +229,9 @@ def _columns(batch: Sequence[tuple[SourceRef, Sequence[SearchDoc]]]) -> dict[str
                 strict=True,
             ):  # fmt: skip
                 cols[name].append(value)
-            for term, tf in _counts(doc.terms).items():
+            counts = _counts(doc.terms)
+            cols["doc_terms"].append(_TERM_SEP.join(counts) if counts else None)
+            for term, tf in counts.items():
                 cols["terms"].append(term)
                 cols["term_docs"].append(at)
                 cols["tfs"].append(tf)
@@ -235,7 +241,9 @@ def _columns(batch: Sequence[tuple[SourceRef, Sequence[SearchDoc]]]) -> dict[str
 _DOC_COLUMNS = (
     *("kinds", "sessions", "names", "seqs", "roles", "speakers", "ts", "bodies", "lengths", "srcs", "channels"),
 )
-_COLUMNS = (*_DOC_COLUMNS, "terms", "term_docs", "tfs")
+_COLUMNS = (*_DOC_COLUMNS, "doc_terms", "terms", "term_docs", "tfs")
+_TERM_SEP = "\x1f"
+"""Between a doc's distinct terms as sent (no term holds it), split into `search_docs.terms` by the server."""
 
 
 async def set_watermark(conn: Conn, agent: str, source: SourceRef, watermark: str, head: str | None = None) -> None:

@@ -40,11 +40,13 @@ FROM search_docs d CROSS JOIN LATERAL (
     SELECT * FROM search_postings p
     WHERE p.agent = d.agent AND p.term = ANY(%(terms)s::text[]) AND p.doc = d.id
 ) p
-WHERE d.agent = %(agent)s AND ((d.kind IN ('{HISTORY}', '{ARCHIVE}') AND d.session = %(session)s)
-    OR (d.kind = '{MEMORY}' AND d.session = '' AND d.name = ANY(%(sources)s::text[])))
+WHERE d.agent = %(agent)s AND d.terms && %(terms)s::text[]
+    AND ((d.kind IN ('{HISTORY}', '{ARCHIVE}') AND d.session = %(session)s)
+        OR (d.kind = '{MEMORY}' AND d.session = '' AND d.name = ANY(%(sources)s::text[])))
 GROUP BY p.doc {_TOP}
 """
-"""One session's docs (and the memory docs of the scope), each looked up by its id for each term."""
+"""One session's docs (and the memory docs of the scope) that hold a query term (their `terms`), each looked up by
+the primary key for each term."""
 
 _RARE = f"""
 SELECT q.term, p.doc, p.tf, p.length, coalesce(p.ts, %(no_ts)s), p.src, p.channel
