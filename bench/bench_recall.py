@@ -3,13 +3,15 @@ question asked of `memory_search`'s search as a person asks it and as keywords; 
 a changed fact's newer value ranks first. Then retention: facts planted early, five L2 compactions and an
 AutoCompact sweep later, still found.
 
-Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout] [--no-rerank]
+Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout|long|casual] [--no-rerank]
 [--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N [--misses-beyond K]]
 [--no-retention] [--show-text-misses N] [--wordy]
 [--dump data.json]
 `--set heldout`: 8 chats on other topics, asked in other words, kept out of tuning (recall_data/heldout_facts.py).
 `--set long`: 6 chats of 300+ turns over 12 dated sessions, hand-written facts (recall_data/long_set.py), reported as
 its tuned half and its held-out half (the held-out half's misses are never shown).
+`--set casual`: 4 chats of 22 dated sessions, ~390 turns each, written after the tuning and never tuned on
+(recall_data/casual_set.py): totals only, per language and question kind, never a miss.
 Every set is also counted as the public long-conversation benchmark counts: the real memory_search tool's text
 answer (limit 5) cut at 3,500 characters must hold the answer turn's distinctive part (recall_data/budget.py).
 The main set's figures are also given per half (A: even-numbered chats, B: odd ones): tune on one, check the other.
