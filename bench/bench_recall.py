@@ -3,13 +3,15 @@ question asked of `memory_search`'s search as a person asks it and as keywords; 
 a changed fact's newer value ranks first. Then retention: facts planted early, five L2 compactions and an
 AutoCompact sweep later, still found.
 
-Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout] [--no-rerank]
+Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout|long|casual] [--no-rerank]
 [--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N [--misses-beyond K]]
 [--no-retention] [--show-text-misses N] [--wordy]
 [--dump data.json]
 `--set heldout`: 8 chats on other topics, asked in other words, kept out of tuning (recall_data/heldout_facts.py).
 `--set long`: 6 chats of 300+ turns over 12 dated sessions, hand-written facts (recall_data/long_set.py), reported as
 its tuned half and its held-out half (the held-out half's misses are never shown).
+`--set casual`: 4 chats of 22 dated sessions, ~390 turns each, written after the tuning and never tuned on
+(recall_data/casual_set.py): totals only, per language and question kind, never a miss.
 Every set is also counted as the public long-conversation benchmark counts: the real memory_search tool's text
 answer (limit 5) cut at 3,500 characters must hold the answer turn's distinctive part (recall_data/budget.py).
 The main set's figures are also given per half (A: even-numbered chats, B: odd ones): tune on one, check the other.
@@ -31,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from recall_data.budget import TextOutcome, needles, text_report
+from recall_data.casual_set import casual_set
 from recall_data.generate import CONVERSATIONS_PER_LANG, HELDOUT_PER_LANG, dataset, heldout
 from recall_data.long_set import HELDOUT, long_set
 from recall_data.model import Conversation, as_json
@@ -55,10 +58,24 @@ def misses(conversations: list[Conversation], outcomes: list[Outcome], count: in
     return lines
 
 
+def _held_out(cid: str) -> bool:
+    """A chat whose misses are never shown: the long set's held-out half, the whole casual set."""
+    return cid in HELDOUT or cid.startswith("casual-")
+
+
+def text_report_by_kind(texts: list[TextOutcome]) -> list[str]:
+    """The casual set's answer-within-3,500 figure per question kind (totals only, never a question)."""
+    lines = ["  by kind: found within 3,500 characters"]
+    for kind in sorted({o.question.kind for o in texts}):
+        chosen = [o for o in texts if o.question.kind == kind]
+        lines.append(f"  {kind:8s} {sum(o.found for o in chosen):3d}/{len(chosen):3d}")
+    return lines
+
+
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--conversations", type=int, help="per language (main 12, heldout 4)")
-    parser.add_argument("--set", choices=["main", "heldout", "long"], default="main", help="which data set")
+    parser.add_argument("--set", choices=["main", "heldout", "long", "casual"], default="main", help="which data set")
     parser.add_argument("--no-rerank", action="store_true", help="the index's order, without the second stage")
     parser.add_argument(
         "--cjk", choices=["grams", "words", "bigrams"], default=text.CJK_MODE, help="how Chinese is cut"
@@ -80,7 +97,7 @@ def text_misses(conversations: list[Conversation], outcomes: list[TextOutcome], 
     """The first `count` questions whose answer is not within the tool's budget (never one of a held-out chat)."""
     by_id = {c.cid: c for c in conversations}
     lines = []
-    for o in [o for o in outcomes if not o.found and o.question.conversation not in HELDOUT][:count]:
+    for o in [o for o in outcomes if not o.found and not _held_out(o.question.conversation)][:count]:
         q = o.question
         lines.append(
             f"  text miss {q.qid} [{q.kind}] anywhere={o.anywhere}: {q.asked}  <- {needles(by_id[q.conversation], q)}"
@@ -110,8 +127,10 @@ async def main() -> int:
         conversations = dataset(per_lang=args.conversations or CONVERSATIONS_PER_LANG)
     elif args.set == "heldout":
         conversations = heldout(per_lang=args.conversations or HELDOUT_PER_LANG)
-    else:
+    elif args.set == "long":
         conversations = long_set(wordy=args.wordy)
+    else:
+        conversations = casual_set()
     if args.dump is not None:
         args.dump.write_text(json.dumps(as_json(conversations), ensure_ascii=False, indent=1), encoding="utf-8")
     turns = sum(len(c.turns) for c in conversations)
@@ -134,9 +153,9 @@ async def main() -> int:
         for part, name in ((False, "tuned half"), (True, "held-out half")):
             chosen = [o for o in texts if (o.question.conversation in HELDOUT) == part]
             print("\n".join(text_report(chosen, f"  {name}: answer within 3,500 characters")))
-        outcomes_shown = [o for o in outcomes if o.question.conversation not in HELDOUT]
-    else:
-        outcomes_shown = outcomes
+    if args.set == "casual":
+        print("\n".join(text_report_by_kind(texts)))
+    outcomes_shown = [o for o in outcomes if not _held_out(o.question.conversation)]
     print("\n".join(misses(conversations, outcomes_shown, args.show_misses, args.misses_beyond)))
     print("\n".join(text_misses(conversations, texts, args.show_text_misses)))
     if not args.no_retention:

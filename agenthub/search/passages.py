@@ -8,7 +8,9 @@ from collections.abc import Mapping, Sequence
 
 from agenthub.search.text import normalise
 from agenthub.session_keys import SessionKey
-from agenthub.storage.search_index import ARCHIVE, MEMORY, Passage, SearchHit
+from agenthub.storage.search_index import ARCHIVE, MEMORY, Passage, SearchHit, identity
+
+Key = tuple[str, str, int | None, str]
 
 ANSWER_CHARS = 3400
 """The whole answer of up to five hits, header line included, stays within this many characters: a reader that
@@ -27,7 +29,8 @@ def format_hits(query: str, hits: Sequence[SearchHit], terms: Sequence[str], lab
     if not hits:
         return f'no matches for "{shown}"'
     head = f'{len(hits)} match{"es" if len(hits) > 1 else ""} for "{shown}", best first:'
-    blocks = [_Block(number, hit, labels) for number, hit in enumerate(hits, start=1)]
+    seen: dict[Key, int] = {}
+    blocks = [_Block(number, hit, labels, seen) for number, hit in enumerate(hits, start=1)]
     budgets = _shares([b.full for b in blocks], ANSWER_CHARS - len(head) - len(blocks), len(blocks))
     return "\n".join([head, *(b.render(terms, budget) for b, budget in zip(blocks, budgets, strict=True))])
 
@@ -46,23 +49,29 @@ def _shares(wants: Sequence[int], total: int, count: int) -> list[int]:
 
 
 class _Block:
-    """One hit's lines: `N. [where] role time (speaker): passage`, then `(before)` and `(after)` (their time without
-    the date when it is the hit's day)."""
+    """One hit's lines: `N. [where] role time weekday (speaker): passage`, then `(before)` and `(after)` (their
+    time without the date when it is the hit's day; a turn an earlier hit already shows only named: `see 2.`)."""
 
-    def __init__(self, number: int, hit: SearchHit, labels: Mapping[str, str]) -> None:
-        self.head = f"{number}. [{where(hit.passage, labels)}] {_line(hit.passage)}"
+    def __init__(self, number: int, hit: SearchHit, labels: Mapping[str, str], seen: dict[Key, int]) -> None:
+        self.head = f"{number}. [{where(hit.passage, labels)}] {_line(hit.passage, weekday=True)}"
         self.text = " ".join(hit.passage.text.split())
         day = _day(hit.passage.ts)
-        self.around = [
-            (f"   ({label}) {_line(p, day)}", " ".join(p.text.split()), label == "before")
-            for label, p in (("before", hit.before), ("after", hit.after))
-            if p is not None
-        ]
+        self.around = []
+        for label, p in (("before", hit.before), ("after", hit.after)):
+            if p is None:
+                continue
+            if (shown := seen.get(identity(p))) is not None:
+                self.around.append((f"   ({label}) see {shown}.", "", False))
+                continue
+            self.around.append((f"   ({label}) {_line(p, day)}", " ".join(p.text.split()), label == "before"))
+        for p in (hit.passage, hit.before, hit.after):
+            if p is not None:
+                seen.setdefault(identity(p), number)
         self.heads = len(self.head) + sum(len(h) + 1 for h, _, _ in self.around)
         self.full = self.heads + len(self.text) + sum(len(t) for _, t, _ in self.around)
 
     def render(self, terms: Sequence[str], budget: int) -> str:
-        room = max(80 + MIN_NEIGHBOUR_CHARS * len(self.around), budget - self.heads)
+        room = max(80 + MIN_NEIGHBOUR_CHARS * sum(1 for _, t, _ in self.around if t), budget - self.heads)
         sizes = _split(room, len(self.text), [len(t) for _, t, _ in self.around])
         lines = [self.head + excerpt(self.text, terms, sizes[0])]
         for (head, text, tail), size in zip(self.around, sizes[1:], strict=True):
@@ -95,12 +104,15 @@ def where(passage: Passage, labels: Mapping[str, str]) -> str:
     return name + ", archived" if passage.kind == ARCHIVE else name
 
 
-def _line(passage: Passage, day: str | None = None) -> str:
-    """The head of a passage's line: role, time (only the clock when it is on `day`), speaker."""
+def _line(passage: Passage, day: str | None = None, *, weekday: bool = False) -> str:
+    """The head of a passage's line: role, time (only the clock when it is on `day`; with `weekday`, its day of the
+    week after it, so "last Saturday" can be dated), speaker."""
     speaker = f" ({passage.speaker})" if passage.speaker is not None else ""
     when = iso(passage.ts)
     if day is not None and _day(passage.ts) == day:
         when = when[11:16]
+    elif weekday and passage.ts is not None:
+        when += " " + _local(passage.ts).strftime("%a")
     return f"{passage.role} {when}{speaker}: "
 
 

@@ -11,8 +11,9 @@ their related words, `related`), and the two lists are blended, re-ordered and t
   Volvo"), whose turn rarely holds his own name. When a query term is the speaker of a candidate, the index is asked
   once more without the names; a turn of the named speaker from that search scores what it scores there plus what the
   name adds to a turn that holds it.
-- **Nothing shown twice.** A passage that a better hit already shows as its turn before or after comes after every
-  other hit, so the hits show more of the history.
+- **Nothing shown twice.** A passage that a better hit already shows as its turn before or after, or whose words
+  (case and spacing aside) a better hit already shows (a line said again, a repeated message), comes after every
+  other hit, so the five hits show five different things.
 """
 
 from __future__ import annotations
@@ -198,18 +199,26 @@ def _content_terms(text: str) -> frozenset[str]:
 
 
 def _distinct_views(ordered: Sequence[_Candidate], limit: int) -> list[SearchHit]:
-    """The first `limit`, a passage a better hit already shows (as its turn before or after) coming only after
-    every other: listed again only when nothing else is left to show."""
+    """The first `limit`, a passage a better hit already shows (as its turn before or after, or the same words
+    said elsewhere) coming only after every other: listed again only when nothing else is left to show."""
     shown: set[Key] = set()
+    said: set[str] = set()
     out: list[SearchHit] = []
     again: list[SearchHit] = []
     for c in ordered:
         hit = replace(c.hit, score=c.score)
-        if identity(hit.passage) in shown:
+        text = _said(hit.passage.text)
+        if identity(hit.passage) in shown or text in said:
             again.append(hit)
             continue
         out.append(hit)
+        said.update(_said(p.text) for p in (hit.passage, hit.before, hit.after) if p is not None)
         shown.update(identity(p) for p in (hit.passage, hit.before, hit.after) if p is not None)
         if len(out) == limit:
             return out
     return [*out, *again][:limit]
+
+
+def _said(text: str) -> str:
+    """A passage's words as said, whatever the spacing and case: two hits saying exactly this are one to read."""
+    return " ".join(normalise(text).split())

@@ -48,7 +48,7 @@ CHINESE_FUNCTION_WORDS = frozenset(_CHINESE.split())
 STOP_WORDS = ENGLISH_STOP_WORDS | CHINESE_FUNCTION_WORDS
 
 _QUESTION = re.compile(
-    r"什么时候|什么|多少|哪里|哪儿|哪个|哪些|哪家|哪天|哪|谁|吗|呢|怎么样|怎么|为什么|是否|是不是|有没有|请问"
+    r"什么时候|什么|多少|哪里|哪儿|哪个|哪些|哪家|哪天|哪|谁|吗|呢|怎么样|怎么|为什么|是否|是不是|有没有|请问|干什么|干嘛|干啥|啥|咋"
     r"|\bwhat (?:kind|sort|type)s? of\b|\bthese days\b|\bnowadays\b|\b(?:do|did) you (?:remember|know|recall)\b"
     r"|\bhow (?:long|many|much|often)\b|\brecently\b|\blately\b"
 )

@@ -34,13 +34,13 @@ def flat(text: str) -> str:
 
 
 def needles(conv: Conversation, q: Question) -> list[list[str]]:
-    """For each answer turn, the parts of it that must show: the long set's hand-picked part, else the fact's values
-    the turn states (else a piece of its middle)."""
+    """For each answer turn, the parts that must show: the hand-picked parts (`needle`, `needle1`, ...: all of
+    them), else the fact's values the turn states (else a piece of its middle)."""
     out = []
     for gid in q.answers:
         said = flat(_turn(conv, gid).text)
-        if "needle" in q.values:
-            out.append([flat(q.values["needle"])])
+        if "needle" in q.values:  # the long and casual sets: every hand-picked part (a multi-hop question's all)
+            out.append([flat(v) for k, v in q.values.items() if k.startswith("needle")])
             continue
         parts = [flat(v) for k, v in q.values.items() if k != "was" and flat(v) and flat(v) in said]
         middle = len(said) // 2

@@ -6,8 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Lang = Literal["zh", "en"]
-QuestionKind = Literal["single", "restated", "changed", "when", "did", "other"]
-"""The last three: the long set's (`long_kinds.LongKind`)."""
+QuestionKind = Literal["single", "restated", "changed", "when", "did", "other", "multi", "after", "pref", "para"]
+"""when, did, other: the long set's (`long_kinds.LongKind`); multi, after, pref, para: the casual set's
+(`casual_kinds.CasualKind`)."""
 T0_MS = 1_780_000_000_000
 """2026-05-28: every chat starts within ten days of it and runs for a few weeks, in sittings of a few dozen turns a
 minute or two apart, a few hours to three days between sittings. A turn's millisecond part is its chat's number,

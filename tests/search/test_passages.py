@@ -72,3 +72,13 @@ def test_a_neighbour_on_the_hit_s_day_shows_its_clock_and_the_hit_its_full_time(
     assert first.startswith("1. [session wecom:group-1] user 2025-") and "T" in first.split()[4]
     clock = second.split()[2].rstrip(":")
     assert second.startswith("   (before) user ") and len(clock) == 5 and clock[2] == ":"
+
+
+def test_a_turn_shown_by_an_earlier_hit_is_only_named_and_a_hit_shows_its_weekday() -> None:
+    between = _passage(11, "so what did you bring to the picnic in the end?")
+    first = SearchHit(_passage(10, "the picnic is on Saturday", speaker="jo"), 1.0, after=between)
+    second = SearchHit(_passage(12, "I brought lemon cake to the picnic", speaker="al"), 0.9, before=between)
+    text = format_hits("picnic", [first, second], query_terms("picnic"), {})
+    assert text.count("so what did you bring") == 1 and "   (before) see 1." in text.splitlines()
+    weekday = text.splitlines()[1].split()[5]  # the hit's day of the week follows its time
+    assert weekday in {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}

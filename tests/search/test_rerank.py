@@ -60,3 +60,14 @@ def test_a_turn_of_the_speaker_the_question_names_counts_as_naming_them() -> Non
     assert _texts(out) == ["the car is a Volvo now", "Evan, do you still drive that car?"]  # not the other speaker's
     assert out[0].score == 3.0 + 4.0  # without the name, plus what the name added to a turn holding it (6 - 2)
     assert _texts(rerank(["car", "evan"], [named], 5, nameless=nameless)) == [named.passage.text]  # no name
+
+
+def test_the_same_words_said_again_come_after_every_other_passage() -> None:
+    said = _hit(10, "Our new wifi password is otter-28", 9.0)
+    again = _hit(50, "our new wifi  password is OTTER-28", 8.5, speaker="sam")  # repeated: other case, spacing
+    beside = SearchHit(
+        _p(70, "what's the wifi password?"), 8.0, _p(69, "hi"), _p(71, "our new wifi password is otter-28")
+    )
+    other = _hit(90, "the office wifi password is on the fridge", 2.0)
+    out = rerank(["wifi", "password"], [said, again, beside, other], 3)
+    assert _texts(out) == [said.passage.text, beside.passage.text, other.passage.text]

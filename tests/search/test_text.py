@@ -114,3 +114,8 @@ def test_a_token_seen_before_gives_the_same_terms() -> None:
     long_run = "我们下周再讨论一下这个事情然后决定预算和排期的安排"  # longer than what is cached: cut every time
     assert index_terms(long_run) == index_terms(long_run)
     assert index_terms(long_run)[:2] == ["我们", "们下"] and len(index_terms(long_run)) == 2 * len(long_run) - 1
+
+
+def test_colloquial_chinese_question_words_frame_a_question_and_leave_it() -> None:
+    for asked, plain in (("她周末在干嘛", "她周末在"), ("宠物叫啥", "宠物叫"), ("咋去公司", "去公司")):
+        assert query_terms(asked) == query_terms(plain)
