@@ -29,9 +29,10 @@ class FileStores(Stores):
 
     def __init__(self, settings: Settings) -> None:
         data_dir, fsync = settings.data_dir, settings.session.fsync
+        self._sessions = FileSessionStore(data_dir, fsync=fsync)
         super().__init__(
             "files",
-            sessions=FileSessionStore(data_dir, fsync=fsync),
+            sessions=self._sessions,
             memory=FileMemoryStore(data_dir, settings.auth_dir),
             leases=InProcessLeases(),
             data_dir=data_dir,
@@ -49,6 +50,11 @@ class FileStores(Stores):
     def _open_inbox(self) -> Inbox:
         """This instance's journal, `data/.inbox.jsonl`."""
         return FileInbox(self.data_dir, fsync=self._fsync)
+
+    async def aclose(self) -> None:
+        """The inbox first, then the histories' commit log checkpointed (a clean stop leaves it empty)."""
+        await super().aclose()
+        await self._sessions.aclose()
 
     def open_vectors(self) -> VectorStore:
         return FileVectorStore(self.data_dir)
