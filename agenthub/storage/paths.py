@@ -109,16 +109,6 @@ class AgentLayout:
         self._check_owner(key)
         return _plain_child(self.sessions_dir, key.file_stem + ".meta.json")
 
-    def files_to_append(self, key: SessionKey) -> tuple[Path, Path]:
-        """`history_file(key)` and `meta_file(key)` for an append, each directory checked once for both (one lstat
-        per level) and the meta file too; the history file is not lstat'ed because the append opens it with
-        O_NOFOLLOW (`jsonl.opened_no_follow`), which refuses a link planted there at that very moment."""
-        self._check_owner(key)
-        sessions = self.sessions_dir
-        history = sessions / (key.file_stem + ".jsonl")
-        check_plain_name(history.name)
-        return history, _plain_child(sessions, key.file_stem + ".meta.json")
-
     def archive_file(self, key: SessionKey) -> Path:
         self._check_owner(key)
         return _plain_child(self.archive_dir, key.file_stem + ".jsonl")
