@@ -62,6 +62,10 @@ class FileSessionStore:
         except OSError as e:
             raise StorageError("could not append to the session's history") from e
 
+    async def recover(self) -> None:
+        """Replay the commit log a crash left into the history files (once per store; at start)."""
+        await self._ready()
+
     async def _ready(self) -> None:
         try:
             await self.writer.ready()

@@ -51,6 +51,10 @@ class FileStores(Stores):
         """This instance's journal, `data/.inbox.jsonl`."""
         return FileInbox(self.data_dir, fsync=self._fsync)
 
+    async def recover(self) -> None:
+        """Bring the history files up to date from the commit log (`FileSessionStore.recover`)."""
+        await self._sessions.recover()
+
     async def aclose(self) -> None:
         """The inbox first, then the histories' commit log checkpointed (a clean stop leaves it empty)."""
         await super().aclose()
@@ -64,5 +68,8 @@ class FileStores(Stores):
 
 
 async def open_backend(settings: Settings) -> Stores:
-    """Today's files of design §4 (nothing is opened until asked for)."""
-    return FileStores(settings)
+    """Today's files of design §4: the history commit log a crash left is replayed now, before anything reads the
+    histories (the search feed reads their files directly); nothing else is opened until asked for."""
+    stores = FileStores(settings)
+    await stores.recover()
+    return stores

@@ -16,6 +16,8 @@ from agenthub.storage import jsonl
 from agenthub.storage.commit_log import LOG_FILE, Append, CommitLog, _entries
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.session_files import SessionFiles
+from agenthub.storage.stores import open_stores
+from tests.support.roots import make_settings
 
 KEYS = [session_key("default", "http", f"c{i}") for i in range(20)]
 
@@ -140,3 +142,16 @@ async def test_a_log_that_cannot_be_written_fails_the_batch_and_keeps_nothing(tm
         await store.append(KEYS[0], [_user("refused")])
     assert _contents(_history_file(tmp_path, KEYS[0])) == ["kept"]
     assert not (tmp_path / "elsewhere.log").exists()
+
+
+async def test_opening_the_files_backend_replays_the_log_before_anything_reads_the_files(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    store = FileSessionStore(settings.data_dir, fsync=True)
+    await store.append(KEYS[0], [_user("acknowledged")])
+    _history_file(settings.data_dir, KEYS[0]).unlink()  # a power cut before the file itself was synced
+    stores = await open_stores(settings)
+    try:
+        assert _contents(_history_file(settings.data_dir, KEYS[0])) == ["acknowledged"]  # on disk, not only loaded
+    finally:
+        await stores.aclose()
+    assert (settings.data_dir / LOG_FILE).stat().st_size == 0  # the clean stop's checkpoint emptied the log
