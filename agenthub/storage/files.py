@@ -1,5 +1,5 @@
 """`FileSessionStore`: the `SessionStore` of design §4's files (JSONL history, archive, `.meta.json`), blocking
-work in worker threads, one thread hop per call."""
+work in worker threads; appends group-committed across sessions (`HistoryWriter`), one thread hop per batch."""
 
 from __future__ import annotations
 
@@ -9,12 +9,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+import structlog
+
 from agenthub.errors import StorageError
 from agenthub.session_keys import SessionKey, key_from_file_stem
 from agenthub.storage import jsonl
+from agenthub.storage.history_writer import HistoryWriter
 from agenthub.storage.meta import SessionMeta, read_meta, write_meta
-from agenthub.storage.paths import AgentLayout
+from agenthub.storage.paths import AgentLayout, check_plain_name
 from agenthub.storage.store import HistoryRecord, SessionActivity, check_records, newest_timestamp
+
+log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
@@ -30,6 +35,7 @@ class FileSessionStore:
         self.data_dir = data_dir
         self.fsync = fsync
         self._layouts: dict[str, AgentLayout] = {}
+        self.writer = HistoryWriter(data_dir, fsync=fsync)
 
     def layout(self, agent: str) -> AgentLayout:
         """The agent's directory layout: for the files-only code (search, forget, media) that reads the files."""
@@ -38,18 +44,40 @@ class FileSessionStore:
         return self._layouts[agent]
 
     async def load(self, key: SessionKey) -> list[HistoryRecord]:
+        await self._ready()
         path = self.layout(key.agent).history_file(key)
         return await asyncio.to_thread(jsonl.read_records, path)
 
     async def append(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
+        """Durable (with `fsync`) when it returns: the lines share their batch's one log write and fdatasync with
+        every other session's appends waiting at that moment (`HistoryWriter`); a link planted at the history
+        file, the meta beside it or a directory above refuses the append before anything is written."""
         check_records(records)
-        layout = self.layout(key.agent)
+        self.layout(key.agent)._check_owner(key)
+        payload = jsonl.encode_lines(records)
+        if not payload:
+            return
+        try:
+            await self.writer.append(key.agent, _plain_stem(key), payload)
+        except OSError as e:
+            raise StorageError("could not append to the session's history") from e
 
-        def write() -> None:
-            history, _ = layout.files_to_append(key)  # a link planted at the meta refuses the append too
-            jsonl.append_records(history, records, fsync=self.fsync)
+    async def recover(self) -> None:
+        """Replay the commit log a crash left into the history files (once per store; at start)."""
+        await self._ready()
 
-        await _on_disk("append to the session's history", write)
+    async def _ready(self) -> None:
+        try:
+            await self.writer.ready()
+        except OSError as e:
+            raise StorageError("could not recover the history commit log") from e
+
+    async def aclose(self) -> None:
+        """Checkpoint the commit log and close the open files (a clean stop)."""
+        try:
+            await self.writer.aclose()
+        except OSError:
+            log.exception("history_writer_close_failed")
 
     async def replace(
         self, key: SessionKey, records: Sequence[HistoryRecord], *, archive: Sequence[HistoryRecord]
@@ -61,7 +89,7 @@ class FileSessionStore:
             with self._archived(layout, key, archive):
                 jsonl.replace_records(layout.history_file(key), records, fsync=self.fsync)
 
-        await _on_disk("replace the history", write)
+        await self._exclusive(key, "replace the history", write)
 
     async def clear(self, key: SessionKey, *, archive: Sequence[HistoryRecord]) -> None:
         layout = self.layout(key.agent)
@@ -70,7 +98,7 @@ class FileSessionStore:
             with self._archived(layout, key, archive):
                 jsonl.delete_file(layout.history_file(key))
 
-        await _on_disk("clear the history", write)
+        await self._exclusive(key, "clear the history", write)
 
     @contextmanager
     def _archived(self, layout: AgentLayout, key: SessionKey, records: Sequence[HistoryRecord]) -> Iterator[None]:
@@ -103,9 +131,17 @@ class FileSessionStore:
             paths = (layout.history_file(key), layout.archive_file(key), layout.meta_file(key))  # the meta last
             return any([jsonl.delete_file(p) for p in paths])
 
-        return await _on_disk("delete the session's files", remove)
+        return await self._exclusive(key, "delete the session's files", remove)
+
+    async def _exclusive(self, key: SessionKey, what: str, operation: Callable[[], T]) -> T:
+        """A whole-file operation on `key`'s history, between the writer's batches after its checkpoint."""
+        try:
+            return await self.writer.exclusive(key.agent, _plain_stem(key), operation)
+        except OSError as e:
+            raise StorageError(f"could not {what}") from e
 
     async def read_meta(self, key: SessionKey) -> SessionMeta | None:
+        await self._ready()
         layout = self.layout(key.agent)
 
         def read() -> SessionMeta | None:
@@ -163,6 +199,12 @@ async def _on_disk(what: str, operation: Callable[[], T]) -> T:
         return await asyncio.to_thread(operation)
     except OSError as e:
         raise StorageError(f"could not {what}") from e
+
+
+def _plain_stem(key: SessionKey) -> str:
+    """The key's file stem, refused unless it is a plain name (defence in depth after the key factory)."""
+    check_plain_name(key.file_stem)
+    return key.file_stem
 
 
 def _session_stems(sessions_dir: Path) -> set[str]:

@@ -29,9 +29,10 @@ class FileStores(Stores):
 
     def __init__(self, settings: Settings) -> None:
         data_dir, fsync = settings.data_dir, settings.session.fsync
+        self._sessions = FileSessionStore(data_dir, fsync=fsync)
         super().__init__(
             "files",
-            sessions=FileSessionStore(data_dir, fsync=fsync),
+            sessions=self._sessions,
             memory=FileMemoryStore(data_dir, settings.auth_dir),
             leases=InProcessLeases(),
             data_dir=data_dir,
@@ -50,6 +51,15 @@ class FileStores(Stores):
         """This instance's journal, `data/.inbox.jsonl`."""
         return FileInbox(self.data_dir, fsync=self._fsync)
 
+    async def recover(self) -> None:
+        """Bring the history files up to date from the commit log (`FileSessionStore.recover`)."""
+        await self._sessions.recover()
+
+    async def aclose(self) -> None:
+        """The inbox first, then the histories' commit log checkpointed (a clean stop leaves it empty)."""
+        await super().aclose()
+        await self._sessions.aclose()
+
     def open_vectors(self) -> VectorStore:
         return FileVectorStore(self.data_dir)
 
@@ -58,5 +68,8 @@ class FileStores(Stores):
 
 
 async def open_backend(settings: Settings) -> Stores:
-    """Today's files of design §4 (nothing is opened until asked for)."""
-    return FileStores(settings)
+    """Today's files of design §4: the history commit log a crash left is replayed now, before anything reads the
+    histories (the search feed reads their files directly); nothing else is opened until asked for."""
+    stores = FileStores(settings)
+    await stores.recover()
+    return stores

@@ -150,7 +150,7 @@ class Journal:
                 if written != len(payload):
                     raise OSError(28, "short write")  # ENOSPC: a short write on a regular file
                 if self._fsync:
-                    os.fsync(fd)
+                    os.fdatasync(fd)  # the data and the file's new size; its times need no sync
             except BaseException:
                 os.ftruncate(fd, size)
                 raise

@@ -90,7 +90,7 @@ def append_records(path: Path, records: Iterable[Record], *, fsync: bool = True)
     if new_file:
         path.parent.mkdir(parents=True, exist_ok=True)
     with opened_no_follow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
-        _repair_torn_tail(fd, path)
+        repair_torn_tail(fd, path)
         size = os.fstat(fd).st_size
         try:
             written = os.write(fd, payload)
@@ -123,7 +123,8 @@ def _cut_back(fd: int, path: Path, size: int) -> None:
         log.warning("history_append_undone", path=str(path), size=size)
 
 
-def _repair_torn_tail(fd: int, path: Path) -> None:
+def repair_torn_tail(fd: int, path: Path) -> None:
+    """Cut a torn last line (no newline: a crash mid-append) back to the last newline."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return

@@ -22,7 +22,8 @@ def _resolved_dir(directory: Path) -> Path:
 
 
 @functools.lru_cache(maxsize=65536)
-def _check_plain_name(name: str) -> None:
+def check_plain_name(name: str) -> None:
+    """Refuse (PathRefusedError) a name that is not one plain file name."""
     if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
         raise PathRefusedError("refused a file name that is not a plain name")
 
@@ -43,7 +44,7 @@ def refuse_link(path: Path) -> Path:
 
 
 def _plain_child(directory: Path, name: str) -> Path:
-    _check_plain_name(name)
+    check_plain_name(name)
     return refuse_link(directory / name)
 
 
@@ -52,7 +53,7 @@ def inside(directory: Path, name: str, *, directory_may_link: bool = False) -> P
     factory). The directory itself must not be a link either, unless the caller says it is the operator's
     (`data_dir` may be a link to another disk; what lies below it may not).
     """
-    _check_plain_name(name)
+    check_plain_name(name)
     if not directory_may_link:
         refuse_link(directory)
     return refuse_link(_resolved_dir(directory) / name)
@@ -107,16 +108,6 @@ class AgentLayout:
     def meta_file(self, key: SessionKey) -> Path:
         self._check_owner(key)
         return _plain_child(self.sessions_dir, key.file_stem + ".meta.json")
-
-    def files_to_append(self, key: SessionKey) -> tuple[Path, Path]:
-        """`history_file(key)` and `meta_file(key)` for an append, each directory checked once for both (one lstat
-        per level) and the meta file too; the history file is not lstat'ed because the append opens it with
-        O_NOFOLLOW (`jsonl.opened_no_follow`), which refuses a link planted there at that very moment."""
-        self._check_owner(key)
-        sessions = self.sessions_dir
-        history = sessions / (key.file_stem + ".jsonl")
-        _check_plain_name(history.name)
-        return history, _plain_child(sessions, key.file_stem + ".meta.json")
 
     def archive_file(self, key: SessionKey) -> Path:
         self._check_owner(key)

@@ -125,12 +125,12 @@ async def test_a_hold_that_waited_for_a_turn_keeps_the_session_busy(
 
 
 def _gated_append(loop: asyncio.AbstractEventLoop, nth: int) -> GatedPool:
-    """The `nth` history append starts (so it cannot be cancelled) and then waits for the pool's gate."""
+    """The `nth` history append batch starts (so it cannot be cancelled) and then waits for the pool's gate."""
     seen = 0
 
     def chooses(func: Any, args: tuple[Any, ...]) -> bool:
         nonlocal seen
-        if getattr(func, "__qualname__", "").endswith("FileSessionStore.append.<locals>.write"):
+        if getattr(func, "__qualname__", "").endswith("HistoryWriter._commit"):  # a batch of appends
             seen += 1
         return seen == nth
 

@@ -1,0 +1,134 @@
+"""Group commit of history appends across sessions: every append waiting when a batch starts shares its one thread
+hop, its one log write and its one fdatasync (`CommitLog`); the rare whole-file operations run between batches."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import structlog
+
+from agenthub.storage.commit_log import Append, CommitLog
+from agenthub.storage.session_files import SessionFiles
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Waiting:
+    append: Append
+    done: asyncio.Future[None]
+
+
+class HistoryWriter:
+    """The writer of one data directory's history files. `append` returns once its lines are in the file and (with
+    `fsync`) durable through the commit log; `exclusive` runs a whole-file operation (replace, clear, delete) after
+    a checkpoint, between batches; `ready` brings the files up to date from a log a crash left, once."""
+
+    def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
+        self._files = SessionFiles(data_dir)
+        self._log = CommitLog(data_dir, self._files)
+        self._fsync = fsync
+        self._queue: list[_Waiting] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._io: asyncio.Lock | None = None  # one thread hop on the files at a time; made in the running loop
+        self._recovered = False
+        self.batches = 0
+        """Batches committed so far (each one thread hop, one log write and one fdatasync)."""
+
+    @property
+    def log_path(self) -> Path:
+        return self._log.path
+
+    def _lock(self) -> asyncio.Lock:
+        if self._io is None:
+            self._io = asyncio.Lock()
+        return self._io
+
+    async def ready(self) -> None:
+        """Recover from the commit log if this process has not yet (before the first read of a history)."""
+        if not self._recovered:
+            async with self._lock():
+                await asyncio.to_thread(self._recover_once)
+
+    async def append(self, agent: str, stem: str, payload: bytes) -> None:
+        """Queue the lines and wait until their batch landed: OSError or PathRefusedError (nothing of them kept)
+        when it was refused."""
+        done = asyncio.get_running_loop().create_future()
+        self._queue.append(_Waiting(Append(agent, stem, payload), done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="history-group-commit")
+        await asyncio.shield(done)
+
+    async def exclusive(self, agent: str, stem: str, operation: Callable[[], T]) -> T:
+        """Run `operation` (which replaces or removes `stem`'s files) in a worker thread between batches, after a
+        checkpoint, with the file's cached fd closed."""
+        async with self._lock():
+            return await asyncio.to_thread(self._exclusive, agent, stem, operation)
+
+    async def aclose(self) -> None:
+        """Wait for the batch in flight, checkpoint and close every file (a clean stop leaves an empty log)."""
+        flusher = self._flusher
+        if flusher is not None and not flusher.done():
+            await asyncio.wait([flusher])
+        async with self._lock():
+            await asyncio.to_thread(self._close)
+
+    async def _flush(self) -> None:
+        while self._queue:
+            async with self._lock():
+                batch, self._queue = self._queue, []
+                self.batches += 1
+                try:
+                    results = await asyncio.to_thread(self._commit, [w.append for w in batch])
+                except Exception as e:  # recovery or the log refused: the whole batch failed
+                    results = [e] * len(batch)
+                except BaseException as e:  # cancelled at shutdown: the batch's end is not known here
+                    for waiting in batch:
+                        _fail(waiting.done, e)
+                    raise
+            for waiting, error in zip(batch, results, strict=True):
+                if error is None:
+                    if not waiting.done.done():
+                        waiting.done.set_result(None)
+                else:
+                    _fail(waiting.done, error)
+
+    def _commit(self, batch: list[Append]) -> list[BaseException | None]:
+        self._recover_once()
+        results = self._log.commit(batch, durable=self._fsync)
+        if self._log.due:
+            try:
+                self._log.checkpoint()
+            except OSError:  # the log keeps everything until the next checkpoint succeeds
+                log.exception("history_checkpoint_failed")
+        return results
+
+    def _exclusive(self, agent: str, stem: str, operation: Callable[[], T]) -> T:
+        self._recover_once()
+        self._log.checkpoint()
+        self._files.forget(agent, stem)
+        return operation()
+
+    def _recover_once(self) -> None:
+        if not self._recovered:
+            self._log.recover()
+            self._recovered = True
+
+    def _close(self) -> None:
+        try:
+            self._log.checkpoint()
+        finally:
+            self._files.close()
+            self._log.close()
+
+
+def _fail(done: asyncio.Future[None], error: BaseException) -> None:
+    if not done.done():
+        done.set_exception(error)
+        done.exception()  # retrieved here: the waiter (if still there) re-raises it through its shield
