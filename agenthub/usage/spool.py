@@ -16,7 +16,7 @@ import json
 import os
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 
 import structlog
@@ -24,6 +24,9 @@ import structlog
 from agenthub.storage.usage import UsageRow
 
 log = structlog.get_logger(__name__)
+
+_FIELDS = tuple(f.name for f in fields(UsageRow))
+_encode = json.JSONEncoder(ensure_ascii=False).encode
 
 SPOOL_DIR = "usage-spool"
 """The spools' folder under the data directory."""
@@ -61,7 +64,7 @@ class UsageSpool:
 
     def append(self, rows: Sequence[UsageRow]) -> None:
         """Rows the recorder now holds in memory (one write)."""
-        self._write("".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rows))
+        self._write("".join(_encode({name: getattr(r, name) for name in _FIELDS}) + "\n" for r in rows))
 
     def stored(self, count: int, *, nothing_waits: bool) -> None:
         """The oldest `count` rows not yet noted are in the store; `nothing_waits`: the file is emptied instead."""
