@@ -15,6 +15,8 @@ _SECRET_KEYS = frozenset(
     {"api_key", "secret", "token", "password", "authorization", "encoding_aes_key", "cookie", "x-api-key"}
 )
 _SECRET_SUFFIXES = ("_secret", "_token", "_password", "_api_key", "_aes_key", "_access_key")
+_PER_CALL_LOGGER = "httpx2"
+"""The Anthropic SDK's HTTP client: one info line per request, on every model call's path."""
 _ROUTED_LOGGERS = ("aiohttp", "wechatpy", "Lark", "lark_oapi", "anthropic", "httpx", "httpx2", "asyncio")
 # `access_token=…` in a logged URL, `Bearer …` / `api_key: …` in a message: keep the name, hide the value.
 _SECRET_IN_TEXT = re.compile(
@@ -74,6 +76,9 @@ def configure_logging(
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     route_library_loggers()
+    # the SDK's HTTP client logs each model call at info; `llm_call` says the same and more (debug keeps both)
+    quiet = root.getEffectiveLevel() > logging.DEBUG
+    logging.getLogger(_PER_CALL_LOGGER).setLevel(logging.WARNING if quiet else logging.NOTSET)
 
 
 class _StandardStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]

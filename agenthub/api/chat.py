@@ -128,10 +128,11 @@ class _Collected:
 
 
 async def _collect(handle: ReplyHandle) -> _Collected:
-    """The terminal event, the deltas' text and the notices before it (fallbacks, compaction, queueing)."""
+    """The terminal event, the deltas' text and the notices before it (fallbacks, compaction, queueing), read once
+    the reply has ended: the deltas wait in the handle's buffer, nothing wakes this request for each of them."""
     notices: list[str] = []
     deltas: list[str] = []
-    async for event in handle:
+    for event in await handle.collected():
         if isinstance(event, NoticeEvent):
             notices.append(event.text)
         elif isinstance(event, DeltaEvent):

@@ -111,7 +111,8 @@ class ArrivalOrder:
         """The session's entries accepted before `newest` that are neither this turn's nor answered in the history
         (an answered entry's settle may still be on its way)."""
         unsettled = await inbox.earlier_unsettled(str(key), newest)
-        earlier = [i for i in unsettled if i not in members and i not in self._still_given_up(key, unsettled)]
+        given_up = self._still_given_up(key, unsettled)  # once, not once per entry
+        earlier = [i for i in unsettled if i not in members and i not in given_up]
         if not earlier:
             return []
         answered = stored_messages(await self._history.load(key), earlier)

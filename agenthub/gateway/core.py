@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -32,6 +31,7 @@ from agenthub.gateway.stats import GatewayStats
 from agenthub.gateway.timers import TimerRegistry
 from agenthub.gateway.turn import DEFERRED, EntryTakenOver, TurnOutcome, TurnRunner, abort_message
 from agenthub.gateway.turn_services import CompactionPlugIn, TurnServices
+from agenthub.ids import unique_hex
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.files import MemoryFiles
 from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Route
@@ -495,4 +495,4 @@ def _failed(message: str, code: ErrorCode) -> ReplyHandle:
 
 
 def new_message_id() -> str:
-    return uuid.uuid4().hex
+    return unique_hex()

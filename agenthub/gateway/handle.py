@@ -46,6 +46,18 @@ class ReplyHandle:
             raise RuntimeError(final.message)
         return final.full_text
 
+    async def collected(self) -> list[ReplyEvent]:
+        """Every event of the reply, the terminal one last, once it has ended: one wake-up for the whole reply
+        (a consumer that answers only at the end, not a task switch per streamed delta). Counts as the iteration."""
+        if self._iterated:
+            raise RuntimeError("a ReplyHandle can be iterated only once")
+        self._iterated = True
+        await self.result()
+        events: list[ReplyEvent] = []
+        while not self._queue.empty():
+            events.append(self._queue.get_nowait())
+        return events
+
     def __aiter__(self) -> AsyncIterator[ReplyEvent]:
         if self._iterated:
             raise RuntimeError("a ReplyHandle can be iterated only once")

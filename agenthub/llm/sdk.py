@@ -16,6 +16,7 @@ from anthropic import AsyncStream
 
 from agenthub.errors import LLMError
 from agenthub.i18n import Text
+from agenthub.ids import unique_uuid4
 from agenthub.llm.endpoint import Endpoint
 from agenthub.llm.identity import ByIdentity, PerChat, Repeated
 from agenthub.llm.types import LLMRequest, LLMResponse, TextCallback
@@ -28,6 +29,10 @@ STREAM_HEADERS = {"x-stainless-helper-method": "stream", "x-stainless-stream-hel
 """What `messages.stream` adds to its request (`lib/_stainless_helpers.py`); kept so that the wire stays as it was."""
 CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
 """The beta header Anthropic's cache diagnostics were introduced under; sent with every request that asks for them."""
+
+IDEMPOTENCY_PREFIX = "stainless-python-retry-"
+"""The SDK's own form of the key it makes per request (`_idempotency_key`); ours is made without `os.urandom`."""
+_EVENTS = AsyncStream[object]
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
@@ -86,13 +91,9 @@ async def stream(
     what the final response holds: no typed event object per delta, no snapshot of the message rebuilt per event."""
     body = request_body(request, diagnostics)
     headers = STREAM_HEADERS if diagnostics is None else {**STREAM_HEADERS, "anthropic-beta": CACHE_DIAGNOSIS_BETA}
+    options: Any = {"headers": headers, "idempotency_key": f"{IDEMPOTENCY_PREFIX}{unique_uuid4()}"}
     events = await client.post(
-        MESSAGES_PATH,
-        cast_to=object,
-        content=body,
-        options={"headers": headers},
-        stream=True,
-        stream_cls=AsyncStream[object],
+        MESSAGES_PATH, cast_to=object, content=body, options=options, stream=True, stream_cls=_EVENTS
     )
     reply = _Reply(on_text)
     try:

@@ -38,6 +38,10 @@ def limits_for(budgets: BudgetSettings, agent: AgentDefinition) -> BudgetLimits:
     return BudgetLimits(**{**budgets.model_dump(exclude={"exempt"}), **overrides})
 
 
+LIMIT_FIELDS = ("user_day", "user_month", "chat_day", "chat_month", "agent_day", "agent_month")
+"""The limits of `BudgetLimits` (0: none)."""
+
+
 def claims_for(
     limits: BudgetLimits, agent: str, message: InboundMessage, senders: Sequence[str] | None = None
 ) -> list[Claim]:
@@ -86,7 +90,7 @@ class BudgetGate:
         self.zone = zone
         self.clock = clock
         self.exempt = frozenset(budgets.exempt)
-        self._limits: dict[str, tuple[object, BudgetLimits]] = {}  # agent → (its config, its limits)
+        self._limits: dict[str, tuple[object, BudgetLimits, bool]] = {}  # agent → (its config, limits, any set)
         self.leases = Leases(self._lease_ended)
         self._ended: set[str] = set()  # leases ended whose release may not be written yet
         self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
@@ -103,10 +107,19 @@ class BudgetGate:
 
     def limits(self, agent: AgentDefinition) -> BudgetLimits:
         """The agent's limits, worked out once per loaded definition (a reload brings a new one)."""
+        return self._known(agent)[1]
+
+    def _limited(self, agent: AgentDefinition) -> bool:
+        """Whether the agent has any limit at all (per sender, chat or agent)."""
+        return self._known(agent)[2]
+
+    def _known(self, agent: AgentDefinition) -> tuple[object, BudgetLimits, bool]:
         known = self._limits.get(agent.name)
         if known is None or known[0] is not agent.config:
-            known = self._limits[agent.name] = (agent.config, limits_for(self.budgets, agent))
-        return known[1]
+            limits = limits_for(self.budgets, agent)
+            limited = any(getattr(limits, name) for name in LIMIT_FIELDS)
+            known = self._limits[agent.name] = (agent.config, limits, limited)
+        return known
 
     @staticmethod
     def names_of(messages: Iterable[InboundMessage]) -> dict[str, str]:
@@ -120,7 +133,10 @@ class BudgetGate:
         return [p for p in dict.fromkeys(people) if f"{message.channel}:{p}" not in self.exempt]
 
     def applies(self, agent: AgentDefinition, message: InboundMessage, senders: Sequence[str] | None = None) -> bool:
-        """Whether any limit applies to a turn of `message` (no estimate, no store call otherwise)."""
+        """Whether any limit applies to a turn of `message` (no estimate, no store call otherwise). An agent without
+        any limit answers at once, nothing measured: budgets cost its turns nothing."""
+        if not self._limited(agent):
+            return False
         with self.cpu.measure():
             checked = self.checked(message, senders)
             return bool(checked) and bool(claims_for(self.limits(agent), agent.name, message, checked))

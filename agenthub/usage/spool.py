@@ -1,8 +1,9 @@
 """`UsageSpool`: the usage rows a process has not stored yet, in a local append-only file, so a kill loses none.
 
 Each process appends its rows to its own file (`data/usage-spool/<pid>-<random>.jsonl`, held under an exclusive
-`flock` while it lives) the moment the recorder sees them: one `write` of a few hundred bytes to the page cache, no
-`fsync` (a killed process's writes are the kernel's already). After a write to the store the spool notes how many
+`flock` while it lives) as the recorder sees them, at the event loop's next step (the rows of every call that ended
+in one step together): one `write` of a few hundred bytes to the page cache, no `fsync` (a killed process's writes
+are the kernel's already). After a write to the store the spool notes how many
 of its rows are stored (`{"stored": n}`; emptied when none wait). At start, the files whose lock nobody holds are a
 dead process's: their rows not noted as stored are handed back (`recover`), to be written if the store lacks them
 (a kill between the store's write and the note), and the file is deleted once they are.
@@ -10,13 +11,14 @@ dead process's: their rows not noted as stored are handed back (`recover`), to b
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
 import os
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 
 import structlog
@@ -24,6 +26,9 @@ import structlog
 from agenthub.storage.usage import UsageRow
 
 log = structlog.get_logger(__name__)
+
+_FIELDS = tuple(f.name for f in fields(UsageRow))
+_encode = json.JSONEncoder(ensure_ascii=False).encode
 
 SPOOL_DIR = "usage-spool"
 """The spools' folder under the data directory."""
@@ -37,6 +42,8 @@ class UsageSpool:
         self.path = root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
         self._fd: int | None = None
         self._broken = False
+        self._waiting: list[str] = []
+        """Rows appended during this step of the event loop, written together at its next step."""
 
     def _open(self) -> int | None:
         if self._fd is None and not self._broken:
@@ -60,11 +67,25 @@ class UsageSpool:
             log.warning("usage_spool_write_failed", error=str(e))
 
     def append(self, rows: Sequence[UsageRow]) -> None:
-        """Rows the recorder now holds in memory (one write)."""
-        self._write("".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rows))
+        """Rows the recorder now holds in memory: written at the event loop's next step, with those of every call
+        that ended in this one (one write for them all: each write lets go of the GIL on the loop), else now."""
+        self._waiting.append("".join(_encode({name: getattr(r, name) for name in _FIELDS}) + "\n" for r in rows))
+        if len(self._waiting) > 1:
+            return  # the write is scheduled already
+        try:
+            asyncio.get_running_loop().call_soon(self._write_waiting)
+        except RuntimeError:  # no loop runs: at once
+            self._write_waiting()
+
+    def _write_waiting(self) -> None:
+        if self._waiting:
+            text = "".join(self._waiting)
+            self._waiting.clear()
+            self._write(text)
 
     def stored(self, count: int, *, nothing_waits: bool) -> None:
         """The oldest `count` rows not yet noted are in the store; `nothing_waits`: the file is emptied instead."""
+        self._write_waiting()  # the rows before their note
         if self._fd is None or count <= 0:
             return
         if nothing_waits:
@@ -77,6 +98,7 @@ class UsageSpool:
 
     def close(self, *, nothing_waits: bool) -> None:
         """End of the process: the file goes when every row reached the store (else a next start recovers it)."""
+        self._write_waiting()
         if self._fd is None:
             return
         if nothing_waits:
