@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import random
 import uuid
 
 _random = random.Random()  # seeded from the OS once, at import
+os.register_at_fork(after_in_child=_random.seed)  # a forked child must not repeat its parent's ids
 
 
 def unique_hex() -> str:

@@ -1,9 +1,8 @@
 """`UsageSpool`: the usage rows a process has not stored yet, in a local append-only file, so a kill loses none.
 
 Each process appends its rows to its own file (`data/usage-spool/<pid>-<random>.jsonl`, held under an exclusive
-`flock` while it lives) as the recorder sees them, at the event loop's next step (the rows of every call that ended
-in one step together): one `write` of a few hundred bytes to the page cache, no `fsync` (a killed process's writes
-are the kernel's already). After a write to the store the spool notes how many
+`flock` while it lives) the moment the recorder sees them: one `write` of a few hundred bytes to the page cache, no
+`fsync` (a killed process's writes are the kernel's already). After a write to the store the spool notes how many
 of its rows are stored (`{"stored": n}`; emptied when none wait). At start, the files whose lock nobody holds are a
 dead process's: their rows not noted as stored are handed back (`recover`), to be written if the store lacks them
 (a kill between the store's write and the note), and the file is deleted once they are.
@@ -11,7 +10,6 @@ dead process's: their rows not noted as stored are handed back (`recover`), to b
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import json
@@ -42,8 +40,6 @@ class UsageSpool:
         self.path = root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
         self._fd: int | None = None
         self._broken = False
-        self._waiting: list[str] = []
-        """Rows appended during this step of the event loop, written together at its next step."""
 
     def _open(self) -> int | None:
         if self._fd is None and not self._broken:
@@ -67,25 +63,11 @@ class UsageSpool:
             log.warning("usage_spool_write_failed", error=str(e))
 
     def append(self, rows: Sequence[UsageRow]) -> None:
-        """Rows the recorder now holds in memory: written at the event loop's next step, with those of every call
-        that ended in this one (one write for them all: each write lets go of the GIL on the loop), else now."""
-        self._waiting.append("".join(_encode({name: getattr(r, name) for name in _FIELDS}) + "\n" for r in rows))
-        if len(self._waiting) > 1:
-            return  # the write is scheduled already
-        try:
-            asyncio.get_running_loop().call_soon(self._write_waiting)
-        except RuntimeError:  # no loop runs: at once
-            self._write_waiting()
-
-    def _write_waiting(self) -> None:
-        if self._waiting:
-            text = "".join(self._waiting)
-            self._waiting.clear()
-            self._write(text)
+        """Rows the recorder now holds in memory (one write, before the call's turn goes on: a kill loses none)."""
+        self._write("".join(_encode({name: getattr(r, name) for name in _FIELDS}) + "\n" for r in rows))
 
     def stored(self, count: int, *, nothing_waits: bool) -> None:
         """The oldest `count` rows not yet noted are in the store; `nothing_waits`: the file is emptied instead."""
-        self._write_waiting()  # the rows before their note
         if self._fd is None or count <= 0:
             return
         if nothing_waits:
@@ -98,7 +80,6 @@ class UsageSpool:
 
     def close(self, *, nothing_waits: bool) -> None:
         """End of the process: the file goes when every row reached the store (else a next start recovers it)."""
-        self._write_waiting()
         if self._fd is None:
             return
         if nothing_waits:
