@@ -607,6 +607,71 @@ USAGE_RESERVE_CLAIMS = Migration(
 )
 """`usage_reserve` (migrations 8 and 11) stays for instances not upgraded yet."""
 
+SESSION_CLAIMS = Migration(
+    19,
+    "a session's lease and fence in one round trip; an append that returns the history's version (generation `born`)",
+    (
+        # `born` changes whenever a history is rewritten or started again (a replace draws a new one; a clear
+        # deletes the head, the next append creates it with a new one): an instance's cached copy of a history
+        # is current while (born, next_seq) is what it last saw, and otherwise needs only the records after it
+        "CREATE SEQUENCE session_born",
+        "ALTER TABLE session_heads ADD COLUMN born bigint NOT NULL DEFAULT nextval('session_born')",
+        # the lease `p_name` for `p_holder` (as `PostgresLeases.acquire`); refused: the holder is asked for it
+        # (NOTIFY agenthub_lease_wanted) and o_token is NULL; granted: the session fenced with its token
+        # (o_fence: the fence before, as `agenthub_session_fence`)
+        """CREATE FUNCTION agenthub_session_claim(
+            p_name text, p_holder text, p_ttl double precision, p_agent text, p_channel text, p_chat_id text
+        ) RETURNS TABLE (o_token bigint, o_fence bigint) LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO leases AS l (name, holder, token, expires_at)
+            VALUES (p_name, p_holder, 1, now() + p_ttl * interval '1 second')
+            ON CONFLICT (name) DO UPDATE SET
+                holder = EXCLUDED.holder,
+                token = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() THEN l.token
+                             ELSE l.token + 1 END,
+                expires_at = EXCLUDED.expires_at
+            WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder
+            RETURNING l.token INTO o_token;
+            IF o_token IS NULL THEN
+                PERFORM pg_notify('agenthub_lease_wanted', p_name);
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            o_fence := agenthub_session_fence(p_agent, p_channel, p_chat_id, o_token);
+            RETURN NEXT;
+        END $$""",
+        # `agenthub_session_append` (a NULL token: unfenced) returning the history's version after it,
+        # {born, next_seq}; NULL when a newer lease fenced the session
+        """CREATE FUNCTION agenthub_session_append_at(
+            p_agent text, p_channel text, p_chat_id text, p_token bigint, p_records text[]
+        ) RETURNS bigint[] LANGUAGE plpgsql AS $$
+        DECLARE
+            v_born bigint;
+            v_next bigint;
+        BEGIN
+            IF p_token IS NOT NULL THEN
+                PERFORM pg_advisory_xact_lock(hashtextextended(p_agent || ':' || p_channel || ':' || p_chat_id, 0));
+                IF EXISTS (
+                    SELECT 1 FROM session_fences
+                    WHERE agent = p_agent AND channel = p_channel AND chat_id = p_chat_id AND fence > p_token
+                ) THEN
+                    RETURN NULL;
+                END IF;
+            END IF;
+            INSERT INTO session_heads AS h (agent, channel, chat_id, next_seq, changed_at)
+            VALUES (p_agent, p_channel, p_chat_id, cardinality(p_records), now())
+            ON CONFLICT (agent, channel, chat_id)
+            DO UPDATE SET next_seq = h.next_seq + EXCLUDED.next_seq, changed_at = EXCLUDED.changed_at
+            RETURNING h.born, h.next_seq INTO v_born, v_next;
+            INSERT INTO session_records (agent, channel, chat_id, seq, record)
+            SELECT p_agent, p_channel, p_chat_id, v_next - cardinality(p_records) + t.ord - 1, t.record::json
+            FROM unnest(p_records) WITH ORDINALITY AS t(record, ord);
+            RETURN ARRAY[v_born, v_next];
+        END $$""",
+    ),
+)
+"""`agenthub_session_append` (migration 13) stays for instances not upgraded yet."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -623,6 +688,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     SESSION_WRITES,
     SEARCH_REMOVALS,
     USAGE_RESERVE_CLAIMS,
+    SESSION_CLAIMS,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -18,8 +18,10 @@ from psycopg.rows import TupleRow
 from agenthub import jsonsafe
 from agenthub.errors import InvalidIdError
 from agenthub.session_keys import SessionKey
+from agenthub.storage.lease import SessionClaim
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.database import Database, open_database
+from agenthub.storage.postgres.session_copies import SessionCopies
 from agenthub.storage.store import (
     FencedWriteError,
     HistoryRecord,
@@ -38,13 +40,17 @@ WITH head AS (
     VALUES (%(agent)s, %(channel)s, %(chat_id)s, %(count)s, now())
     ON CONFLICT (agent, channel, chat_id)
     DO UPDATE SET next_seq = h.next_seq + EXCLUDED.next_seq, changed_at = EXCLUDED.changed_at
-    RETURNING next_seq
+    RETURNING born, next_seq
+),
+added AS (
+    INSERT INTO session_records (agent, channel, chat_id, seq, record)
+    SELECT %(agent)s, %(channel)s, %(chat_id)s, head.next_seq - %(count)s + t.ord - 1, t.record::json
+    FROM head, unnest(%(records)s::text[]) WITH ORDINALITY AS t(record, ord)
 )
-INSERT INTO session_records (agent, channel, chat_id, seq, record)
-SELECT %(agent)s, %(channel)s, %(chat_id)s, head.next_seq - %(count)s + t.ord - 1, t.record::json
-FROM head, unnest(%(records)s::text[]) WITH ORDINALITY AS t(record, ord)
+SELECT born, next_seq FROM head
 """
-"""One statement, so one transaction: the head's new `next_seq` and every record land together or not at all."""
+"""One statement, so one transaction: the head's new `next_seq` and every record land together or not at all; the
+history's version after it comes back."""
 
 _ARCHIVE = f"""
 INSERT INTO session_archive (agent, channel, chat_id, seq, record)
@@ -54,12 +60,26 @@ FROM unnest(%(records)s::text[]) WITH ORDINALITY AS t(record, ord)
 """
 
 _LAST_TIMESTAMP = f"(SELECT record->'timestamp' FROM session_records WHERE {KEY} ORDER BY seq DESC LIMIT 1)"
-_LOAD = f"SELECT record::text FROM session_records WHERE {KEY} ORDER BY seq"
+_LOAD = f"""
+SELECT NULL::bigint, born, next_seq, NULL::text FROM session_heads WHERE {KEY}
+UNION ALL
+SELECT seq, NULL, NULL, record::text FROM session_records
+WHERE {KEY} AND (seq >= %(since)s OR NOT EXISTS (SELECT 1 FROM session_heads WHERE {KEY} AND born = %(born)s))
+ORDER BY 1 NULLS FIRST
+"""
+"""The history's version (born, next_seq) and its records from `since` on: all of them when its generation is not
+`born` (rewritten or started again since). One statement, so one snapshot: the records are those of the version."""
+_NEW_GENERATION = f"UPDATE session_heads SET born = nextval('session_born') WHERE {KEY}"
 _READ_ARCHIVE = f"SELECT record::text FROM session_archive WHERE {KEY} ORDER BY seq"
 _READ_META = f"SELECT meta::text, {_LAST_TIMESTAMP} FROM session_meta WHERE {KEY}"
 _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
-_APPEND_FENCED = "SELECT agenthub_session_append(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(records)s::text[])"
-"""A write under a lease's token in one round trip (migration 13): refused (false) when a newer lease fenced it."""
+_APPEND_AT = "SELECT agenthub_session_append_at(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(records)s::text[])"
+"""An append in one round trip, under a lease's token or none (migration 19): the history's version after it,
+{born, next_seq}, or NULL when a newer lease fenced the session."""
+_CLAIM = (
+    "SELECT o_token, o_fence"
+    " FROM agenthub_session_claim(%(name)s, %(holder)s, %(ttl)s, %(agent)s, %(channel)s, %(chat_id)s)"
+)
 _FENCE = "SELECT agenthub_session_fence(%(agent)s, %(channel)s, %(chat_id)s, %(token)s)"
 _WRITE_META = (
     "SELECT agenthub_session_write_meta(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(meta)s, %(durable)s)"
@@ -117,15 +137,56 @@ class PostgresSessionStore:
         self._fenced: dict[SessionKey, int] = {}
         """The last token this store fenced each session with: the same fence found again means nobody else
         fenced (so wrote) it since."""
+        self._copies = SessionCopies()
 
     async def close(self) -> None:
         await self.database.close()
 
     async def load(self, key: SessionKey) -> list[HistoryRecord]:
+        """The history: the copy this instance kept of it brought up to date with the records after its version
+        (one small query when a session comes back), else read in full."""
+        copy = self._copies.get(key)
+        since, born = (copy.next_seq, copy.born) if copy is not None else (0, None)
         async with self.database.connection("read the session's history") as conn:
-            cursor = await conn.execute(_LOAD, _params(key))
+            cursor = await conn.execute(_LOAD, _params(key, since=since, born=born))
             rows = await cursor.fetchall()
-        return decode_records([row[0] for row in rows], key)
+        head = rows[0] if rows and rows[0][0] is None else None
+        texts = [row[3] for row in rows[1:]] if head is not None else [row[3] for row in rows]
+        if head is None:  # no history (never written, or cleared)
+            self._copies.drop(key)
+            return decode_records(texts, key)
+        head_born, head_next = int(head[1]), int(head[2])
+        if copy is not None and copy.born == head_born:
+            if head_next - copy.next_seq != len(texts):  # never for appends in seq order: read it all again
+                self._copies.drop(key)
+                return await self.load(key)
+            records = [*copy.records, *decode_records(texts, key)]
+        else:
+            records = decode_records(texts, key)
+        self._copies.put(key, head_born, head_next, records)
+        return list(records)
+
+    def claims_with(self, leases: object) -> bool:
+        return getattr(leases, "database", None) is self.database
+
+    async def claim(self, key: SessionKey, name: str, holder: str, ttl_s: float) -> SessionClaim | None:
+        params = _params(key, name=name, holder=holder, ttl=ttl_s)
+        async with self.database.connection("claim the session") as conn:
+            cursor = await conn.execute(_CLAIM, params)
+            row = await cursor.fetchone()
+        if row is None or row[0] is None:
+            return None
+        token = int(row[0])
+        previous = None if row[1] is None else int(row[1])
+        if previous is not None and previous > token:
+            return SessionClaim(token, moved=True, fenced_out=True)
+        return SessionClaim(token, self._fenced_with(key, token, previous))
+
+    def _fenced_with(self, key: SessionKey, token: int, previous: int | None) -> bool:
+        """Record the session fenced with `token` (`previous`: the fence found); whether it may have moved."""
+        own = self._fenced.get(key)
+        self._fenced[key] = self._tokens[key] = token
+        return own is None or previous != own
 
     async def fence(self, key: SessionKey, token: int | None) -> bool:
         if token is None:
@@ -137,40 +198,41 @@ class PostgresSessionStore:
         previous = None if row is None or row[0] is None else int(row[0])
         if previous is not None and previous > token:
             raise FencedWriteError()
-        own = self._fenced.get(key)
-        self._fenced[key] = self._tokens[key] = token
-        return own is None or previous != own
+        return self._fenced_with(key, token, previous)
 
     async def append(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
         texts = encode_records(records)
         if not texts:
             return
-        token = self._tokens.get(key)
-        params = _params(key, count=len(texts), records=texts)
-        if token is None:
-            async with self.database.connection("append to the session's history") as conn:
-                await conn.execute(_APPEND, params)
-            return
+        params = _params(key, token=self._tokens.get(key), records=texts)
         async with self.database.connection("append to the session's history") as conn:
-            cursor = await conn.execute(_APPEND_FENCED, {**params, "token": token})
+            cursor = await conn.execute(_APPEND_AT, params)
             row = await cursor.fetchone()
-        if row is None or not row[0]:
+        if row is None or row[0] is None:
             raise FencedWriteError()
+        born, next_seq = row[0]
+        self._copies.appended(key, int(born), int(next_seq), list(records))
 
     async def replace(
         self, key: SessionKey, records: Sequence[HistoryRecord], *, archive: Sequence[HistoryRecord]
     ) -> None:
         texts, archived = encode_records(records), encode_records(archive)
         token = self._tokens.get(key)
+        self._copies.drop(key)
         async with self.database.connection("replace the history") as conn, conn.transaction():
             await _lock_fenced(conn, key, token)
             await _archive(conn, key, archived)
             await conn.execute(f"DELETE FROM session_records WHERE {KEY}", _params(key))
-            await conn.execute(_APPEND, _params(key, count=len(texts), records=texts))
+            await conn.execute(_NEW_GENERATION, _params(key))
+            cursor = await conn.execute(_APPEND, _params(key, count=len(texts), records=texts))
+            row = await cursor.fetchone()
+        if row is not None:
+            self._copies.put(key, int(row[0]), int(row[1]), list(records))
 
     async def clear(self, key: SessionKey, *, archive: Sequence[HistoryRecord]) -> None:
         archived = encode_records(archive)
         token = self._tokens.get(key)
+        self._copies.drop(key)
         async with self.database.connection("clear the history") as conn, conn.transaction():
             await _lock_fenced(conn, key, token)
             await _archive(conn, key, archived)
@@ -194,6 +256,7 @@ class PostgresSessionStore:
     async def delete(self, key: SessionKey) -> bool:
         removed = 0
         token = self._tokens.get(key)
+        self._copies.drop(key)
         async with self.database.connection("delete the session") as conn, conn.transaction():
             if token is not None:
                 await _lock_fenced(conn, key, token)
