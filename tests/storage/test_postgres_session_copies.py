@@ -12,6 +12,7 @@ import pytest_asyncio
 
 from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.lease import Lease
+from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import PostgresLeases, PostgresSessionStore, postgres_store_factory
 from agenthub.storage.store import FencedWriteError
 
@@ -103,3 +104,27 @@ async def test_a_claim_is_refused_while_another_instance_holds_the_session_and_f
         await a.append(KEY, [msg("late")])
     await b.append(KEY, [msg("under b")])
     assert contents(await a.load(KEY)) == ["under a", "under b"]
+
+
+async def test_the_claim_of_a_moved_session_brings_its_new_records_and_meta_so_the_reads_after_it_need_no_trip(
+    three: list[PostgresSessionStore],
+) -> None:
+    a, b, _ = three
+    lease = await _hold(b, "b")
+    await b.append(KEY, [msg("one"), msg("two", "assistant")])
+    assert contents(await b.load(KEY)) == ["one", "two"]
+    await _let_go(b, KEY, lease)
+    lease = await _hold(a, "a")
+    await a.append(KEY, [msg("three")])
+    await a.write_meta(KEY, SessionMeta(chat_id=KEY.chat_id, title="by a", updated_at=5), durable=True)
+    await _let_go(a, KEY, lease)
+    claim = await b.claim(KEY, NAME, "b", TTL_S)
+    assert claim is not None and claim.moved
+    trips = b.database.latency.count
+    assert contents(await b.load(KEY)) == ["one", "two", "three"]
+    meta = await b.read_meta(KEY)
+    assert meta is not None and meta.title == "by a"
+    assert b.database.latency.count == trips  # both came with the claim
+    await b.append(KEY, [msg("four")])
+    assert contents(await b.load(KEY)) == ["one", "two", "three", "four"]  # read again after a write
+    assert b.database.latency.count == trips + 2

@@ -609,7 +609,7 @@ USAGE_RESERVE_CLAIMS = Migration(
 
 SESSION_CLAIMS = Migration(
     19,
-    "a session's lease and fence in one round trip; an append that returns the history's version (generation `born`)",
+    "a session's lease, fence, new records and meta in one round trip; an append that returns the history's version",
     (
         # `born` changes whenever a history is rewritten or started again (a replace draws a new one; a clear
         # deletes the head, the next append creates it with a new one): an instance's cached copy of a history
@@ -618,10 +618,17 @@ SESSION_CLAIMS = Migration(
         "ALTER TABLE session_heads ADD COLUMN born bigint NOT NULL DEFAULT nextval('session_born')",
         # the lease `p_name` for `p_holder` (as `PostgresLeases.acquire`); refused: the holder is asked for it
         # (NOTIFY agenthub_lease_wanted) and o_token is NULL; granted: the session fenced with its token
-        # (o_fence: the fence before, as `agenthub_session_fence`)
+        # (o_fence: the fence before, as `agenthub_session_fence`) and, unless a newer token fenced it already,
+        # read after the fence (each statement its own snapshot): the history's version, its meta, then one row per
+        # record from seq `p_since` on, or every record when its generation is not `p_born`
         """CREATE FUNCTION agenthub_session_claim(
-            p_name text, p_holder text, p_ttl double precision, p_agent text, p_channel text, p_chat_id text
-        ) RETURNS TABLE (o_token bigint, o_fence bigint) LANGUAGE plpgsql AS $$
+            p_name text, p_holder text, p_ttl double precision, p_agent text, p_channel text, p_chat_id text,
+            p_born bigint, p_since bigint
+        ) RETURNS TABLE (
+            o_token bigint, o_fence bigint, o_born bigint, o_next bigint, o_meta text, o_seq bigint, o_record text
+        ) LANGUAGE plpgsql AS $$
+        DECLARE
+            v_born bigint;
         BEGIN
             INSERT INTO leases AS l (name, holder, token, expires_at)
             VALUES (p_name, p_holder, 1, now() + p_ttl * interval '1 second')
@@ -638,7 +645,22 @@ SESSION_CLAIMS = Migration(
                 RETURN;
             END IF;
             o_fence := agenthub_session_fence(p_agent, p_channel, p_chat_id, o_token);
+            IF o_fence IS NOT NULL AND o_fence > o_token THEN
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            SELECT h.born, h.next_seq INTO o_born, o_next FROM session_heads h
+            WHERE h.agent = p_agent AND h.channel = p_channel AND h.chat_id = p_chat_id;
+            SELECT m.meta::text INTO o_meta FROM session_meta m
+            WHERE m.agent = p_agent AND m.channel = p_channel AND m.chat_id = p_chat_id;
             RETURN NEXT;
+            v_born := o_born;
+            RETURN QUERY
+                SELECT NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, r.seq, r.record::text
+                FROM session_records r
+                WHERE r.agent = p_agent AND r.channel = p_channel AND r.chat_id = p_chat_id
+                  AND (r.seq >= p_since OR v_born IS DISTINCT FROM p_born)
+                ORDER BY r.seq;
         END $$""",
         # `agenthub_session_append` (a NULL token: unfenced) returning the history's version after it,
         # {born, next_seq}; NULL when a newer lease fenced the session

@@ -8,6 +8,7 @@ each)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import SessionClaim
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.database import Database, open_database
-from agenthub.storage.postgres.session_copies import SessionCopies
+from agenthub.storage.postgres.session_copies import Copy, SessionCopies
 from agenthub.storage.store import (
     FencedWriteError,
     HistoryRecord,
@@ -77,9 +78,11 @@ _APPEND_AT = "SELECT agenthub_session_append_at(%(agent)s, %(channel)s, %(chat_i
 """An append in one round trip, under a lease's token or none (migration 19): the history's version after it,
 {born, next_seq}, or NULL when a newer lease fenced the session."""
 _CLAIM = (
-    "SELECT o_token, o_fence"
-    " FROM agenthub_session_claim(%(name)s, %(holder)s, %(ttl)s, %(agent)s, %(channel)s, %(chat_id)s)"
+    "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record FROM agenthub_session_claim("
+    "%(name)s, %(holder)s, %(ttl)s, %(agent)s, %(channel)s, %(chat_id)s, %(born)s, %(since)s)"
 )
+FRESH_FOR_S = 2.0
+"""How long what a claim read answers the `load` and `read_meta` that follow it (once each)."""
 _FENCE = "SELECT agenthub_session_fence(%(agent)s, %(channel)s, %(chat_id)s, %(token)s)"
 _WRITE_META = (
     "SELECT agenthub_session_write_meta(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(meta)s, %(durable)s)"
@@ -138,6 +141,10 @@ class PostgresSessionStore:
         """The last token this store fenced each session with: the same fence found again means nobody else
         fenced (so wrote) it since."""
         self._copies = SessionCopies()
+        self._fresh_records: dict[SessionKey, tuple[float, list[HistoryRecord]]] = {}
+        self._fresh_meta: dict[SessionKey, tuple[float, str | None, object]] = {}
+        """What the claim of a session that moved read (until when it answers): its history, its meta and newest
+        record's timestamp; taken by the next `load` / `read_meta`, dropped by any write or the lease's end."""
 
     async def close(self) -> None:
         await self.database.close()
@@ -145,6 +152,9 @@ class PostgresSessionStore:
     async def load(self, key: SessionKey) -> list[HistoryRecord]:
         """The history: the copy this instance kept of it brought up to date with the records after its version
         (one small query when a session comes back), else read in full."""
+        fresh = self._fresh_records.pop(key, None)
+        if fresh is not None and time.monotonic() < fresh[0]:
+            return list(fresh[1])
         copy = self._copies.get(key)
         since, born = (copy.next_seq, copy.born) if copy is not None else (0, None)
         async with self.database.connection("read the session's history") as conn:
@@ -155,32 +165,57 @@ class PostgresSessionStore:
         if head is None:  # no history (never written, or cleared)
             self._copies.drop(key)
             return decode_records(texts, key)
-        head_born, head_next = int(head[1]), int(head[2])
-        if copy is not None and copy.born == head_born:
-            if head_next - copy.next_seq != len(texts):  # never for appends in seq order: read it all again
-                self._copies.drop(key)
-                return await self.load(key)
-            records = [*copy.records, *decode_records(texts, key)]
-        else:
-            records = decode_records(texts, key)
-        self._copies.put(key, head_born, head_next, records)
-        return list(records)
+        records = self._caught_up(key, copy, int(head[1]), int(head[2]), texts)
+        return await self.load(key) if records is None else list(records)
 
     def claims_with(self, leases: object) -> bool:
         return getattr(leases, "database", None) is self.database
 
     async def claim(self, key: SessionKey, name: str, holder: str, ttl_s: float) -> SessionClaim | None:
-        params = _params(key, name=name, holder=holder, ttl=ttl_s)
+        """The lease and the fence in one round trip; the records written since this store's copy and the meta come
+        with them and, when the session moved, answer the `load` and `read_meta` that follow (once, for a while)."""
+        copy = self._copies.get(key)
+        since, born = (copy.next_seq, copy.born) if copy is not None else (0, None)
+        params = _params(key, name=name, holder=holder, ttl=ttl_s, born=born, since=since)
         async with self.database.connection("claim the session") as conn:
             cursor = await conn.execute(_CLAIM, params)
-            row = await cursor.fetchone()
-        if row is None or row[0] is None:
+            rows = await cursor.fetchall()
+        if not rows or rows[0][0] is None:
             return None
-        token = int(row[0])
-        previous = None if row[1] is None else int(row[1])
+        head, texts = rows[0], [row[6] for row in rows[1:]]
+        token = int(head[0])
+        previous = None if head[1] is None else int(head[1])
         if previous is not None and previous > token:
             return SessionClaim(token, moved=True, fenced_out=True)
-        return SessionClaim(token, self._fenced_with(key, token, previous))
+        moved = self._fenced_with(key, token, previous)
+        records = self._caught_up(key, copy, head[2], head[3], texts)
+        if moved and records is not None:
+            until = time.monotonic() + FRESH_FOR_S
+            self._fresh_records[key] = (until, records)
+            self._fresh_meta[key] = (until, head[4], _newest_timestamp(records))
+        return SessionClaim(token, moved)
+
+    def _caught_up(
+        self, key: SessionKey, copy: Copy | None, born: int | None, next_seq: int | None, texts: list[str]
+    ) -> list[HistoryRecord] | None:
+        """The history at (`born`, `next_seq`) from `copy` and the records read after it (every record when the
+        generation changed), kept as the new copy; None when they do not add up (then it is read again)."""
+        if born is None or next_seq is None:  # no history
+            self._copies.drop(key)
+            return []
+        if copy is not None and copy.born == born:
+            if next_seq - copy.next_seq != len(texts):
+                self._copies.drop(key)
+                return None
+            records = [*copy.records, *decode_records(texts, key)]
+        else:
+            records = decode_records(texts, key)
+        self._copies.put(key, born, next_seq, records)
+        return records
+
+    def _forget_fresh(self, key: SessionKey) -> None:
+        self._fresh_records.pop(key, None)
+        self._fresh_meta.pop(key, None)
 
     def _fenced_with(self, key: SessionKey, token: int, previous: int | None) -> bool:
         """Record the session fenced with `token` (`previous`: the fence found); whether it may have moved."""
@@ -189,6 +224,7 @@ class PostgresSessionStore:
         return own is None or previous != own
 
     async def fence(self, key: SessionKey, token: int | None) -> bool:
+        self._forget_fresh(key)
         if token is None:
             self._tokens.pop(key, None)
             return False
@@ -204,6 +240,7 @@ class PostgresSessionStore:
         texts = encode_records(records)
         if not texts:
             return
+        self._forget_fresh(key)
         params = _params(key, token=self._tokens.get(key), records=texts)
         async with self.database.connection("append to the session's history") as conn:
             cursor = await conn.execute(_APPEND_AT, params)
@@ -219,6 +256,7 @@ class PostgresSessionStore:
         texts, archived = encode_records(records), encode_records(archive)
         token = self._tokens.get(key)
         self._copies.drop(key)
+        self._forget_fresh(key)
         async with self.database.connection("replace the history") as conn, conn.transaction():
             await _lock_fenced(conn, key, token)
             await _archive(conn, key, archived)
@@ -233,6 +271,7 @@ class PostgresSessionStore:
         archived = encode_records(archive)
         token = self._tokens.get(key)
         self._copies.drop(key)
+        self._forget_fresh(key)
         async with self.database.connection("clear the history") as conn, conn.transaction():
             await _lock_fenced(conn, key, token)
             await _archive(conn, key, archived)
@@ -257,6 +296,7 @@ class PostgresSessionStore:
         removed = 0
         token = self._tokens.get(key)
         self._copies.drop(key)
+        self._forget_fresh(key)
         async with self.database.connection("delete the session") as conn, conn.transaction():
             if token is not None:
                 await _lock_fenced(conn, key, token)
@@ -267,9 +307,13 @@ class PostgresSessionStore:
 
     async def read_meta(self, key: SessionKey) -> SessionMeta | None:
         """The meta, its `updated_at` caught up with the newest record (a non-durable write may have been lost)."""
-        async with self.database.connection("read the session's meta") as conn:
-            cursor = await conn.execute(_READ_META, _params(key))
-            row = await cursor.fetchone()
+        fresh = self._fresh_meta.pop(key, None)
+        if fresh is not None and time.monotonic() < fresh[0]:
+            row: tuple[Any, ...] | None = None if fresh[1] is None else (fresh[1], fresh[2])
+        else:
+            async with self.database.connection("read the session's meta") as conn:
+                cursor = await conn.execute(_READ_META, _params(key))
+                row = await cursor.fetchone()
         if row is None:
             return None
         try:
@@ -284,6 +328,7 @@ class PostgresSessionStore:
 
     async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
         text = json.dumps(meta.to_json(), ensure_ascii=False)
+        self._fresh_meta.pop(key, None)
         token = self._tokens.get(key)
         params = _params(key, token=token, meta=text, durable=durable)
         async with self.database.connection("write the session's meta") as conn:
@@ -327,6 +372,11 @@ class PostgresSessionStore:
             rows = await cursor.fetchall()
         found = ((_key(agent, row[0], row[1]), float(row[2])) for row in rows)
         return [SessionActivity(key, changed_at) for key, changed_at in found if key is not None]
+
+
+def _newest_timestamp(records: list[HistoryRecord]) -> object:
+    """The newest record's `timestamp` (what `_LAST_TIMESTAMP` reads), None without records."""
+    return records[-1].get("timestamp") if records else None
 
 
 def _key(agent: str, channel: str, chat_id: str) -> SessionKey | None:
