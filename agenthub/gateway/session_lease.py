@@ -284,6 +284,9 @@ class SessionLeases:
             if held is not None:
                 await self._history.flush(key)  # the meta written behind goes under our token, not after it
             self._history.lease_held(key, False)
+            if held is not None and self._claims is not None:
+                await self._claims.let_go(key, held.lease)  # the meta written behind and the release together
+                return
             await self._history.store.fence(key, None)
             if held is not None:
                 await self._leases.store.release(held.lease)

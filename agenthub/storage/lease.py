@@ -74,6 +74,10 @@ class SessionClaims(Protocol):
         for it) and, granted, `fence(key, token)`; the caller makes the `Lease` (its time counted from before)."""
         ...
 
+    async def let_go(self, key: SessionKey, lease: Lease) -> None:
+        """`fence(key, None)` and release `lease` in one request, the meta written behind under the lease first."""
+        ...
+
 
 WANTED, FREED = "wanted", "freed"
 """The signals of a `LeaseSignals` store: a lease's holder is asked to let it go; a lease was released."""

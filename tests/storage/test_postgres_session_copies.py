@@ -128,3 +128,39 @@ async def test_the_claim_of_a_moved_session_brings_its_new_records_and_meta_so_t
     await b.append(KEY, [msg("four")])
     assert contents(await b.load(KEY)) == ["one", "two", "three", "four"]  # read again after a write
     assert b.database.latency.count == trips + 2
+
+
+async def test_a_meta_written_behind_under_the_lease_goes_with_the_release_in_one_round_trip(
+    three: list[PostgresSessionStore],
+) -> None:
+    a, b, _ = three
+    lease = await _hold(a, "a")
+    await a.append(KEY, [msg("one")])
+    await a.write_meta(KEY, SessionMeta(chat_id=KEY.chat_id, title="behind", updated_at=7), durable=False)
+    assert await b.read_meta(KEY) is None  # waits for the release
+    mine = await a.read_meta(KEY)
+    assert mine is not None and mine.title == "behind"
+    trips = a.database.latency.count
+    await a.let_go(KEY, lease)
+    assert a.database.latency.count == trips + 1
+    theirs = await b.read_meta(KEY)
+    assert theirs is not None and theirs.title == "behind"
+    claim = await b.claim(KEY, NAME, "b", TTL_S)
+    assert claim is not None and claim.moved
+    await b.write_meta(KEY, SessionMeta(chat_id=KEY.chat_id, title="now"), durable=True)  # durable: at once
+    now = await a.read_meta(KEY)
+    assert now is not None and now.title == "now"
+
+
+async def test_a_meta_written_behind_by_an_instance_that_lost_the_session_is_refused(
+    three: list[PostgresSessionStore],
+) -> None:
+    a, b, _ = three
+    lease = await _hold(a, "a")
+    await a.write_meta(KEY, SessionMeta(chat_id=KEY.chat_id, title="stale"), durable=False)
+    await PostgresLeases(a.database).release(lease)  # lost, as far as the database is concerned
+    assert await b.claim(KEY, NAME, "b", TTL_S) is not None
+    await b.write_meta(KEY, SessionMeta(chat_id=KEY.chat_id, title="current"), durable=True)
+    await a.fence(KEY, None)  # a's lease ends: what it wrote behind goes under its old token, refused
+    meta = await b.read_meta(KEY)
+    assert meta is not None and meta.title == "current"

@@ -17,11 +17,12 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub import jsonsafe
-from agenthub.errors import InvalidIdError
+from agenthub.errors import InvalidIdError, StorageError
 from agenthub.session_keys import SessionKey
-from agenthub.storage.lease import SessionClaim
+from agenthub.storage.lease import Lease, SessionClaim
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.database import Database, open_database
+from agenthub.storage.postgres.leases import RELEASE
 from agenthub.storage.postgres.session_copies import Copy, SessionCopies
 from agenthub.storage.store import (
     FencedWriteError,
@@ -141,6 +142,8 @@ class PostgresSessionStore:
         """The last token this store fenced each session with: the same fence found again means nobody else
         fenced (so wrote) it since."""
         self._copies = SessionCopies()
+        self._pending_meta: dict[SessionKey, SessionMeta] = {}
+        """Metas written behind while this instance holds the session's lease: sent with the lease's release."""
         self._fresh_records: dict[SessionKey, tuple[float, list[HistoryRecord]]] = {}
         self._fresh_meta: dict[SessionKey, tuple[float, str | None, object]] = {}
         """What the claim of a session that moved read (until when it answers): its history, its meta and newest
@@ -213,6 +216,32 @@ class PostgresSessionStore:
         self._copies.put(key, born, next_seq, records)
         return records
 
+    async def let_go(self, key: SessionKey, lease: Lease) -> None:
+        """The meta written behind (under the lease's token) and the lease's release, pipelined: one round trip."""
+        self._forget_fresh(key)
+        pending, token = self._pending_meta.pop(key, None), self._tokens.pop(key, None)
+        async with self.database.connection("let the session go") as conn:
+            async with conn.pipeline():
+                written = None
+                if pending is not None and token is not None:
+                    written = await conn.execute(_WRITE_META, _meta_params(key, token, pending, durable=False))
+                await conn.execute(RELEASE, {"name": lease.name, "token": lease.token})
+            row = None if written is None else await written.fetchone()
+        if written is not None and (row is None or not row[0]):
+            log.info("session_meta_write_fenced", session_key=str(key))
+
+    async def _write_pending_meta(self, key: SessionKey) -> None:
+        """The meta written behind under the lease, before its token goes; a failure is logged (it is derivable)."""
+        pending = self._pending_meta.pop(key, None)
+        if pending is None:
+            return
+        try:
+            await self._write_meta(key, pending, durable=False)
+        except FencedWriteError:
+            log.info("session_meta_write_fenced", session_key=str(key))
+        except StorageError as e:
+            log.warning("session_meta_write_failed", session_key=str(key), error=str(e))
+
     def _forget_fresh(self, key: SessionKey) -> None:
         self._fresh_records.pop(key, None)
         self._fresh_meta.pop(key, None)
@@ -226,6 +255,7 @@ class PostgresSessionStore:
     async def fence(self, key: SessionKey, token: int | None) -> bool:
         self._forget_fresh(key)
         if token is None:
+            await self._write_pending_meta(key)
             self._tokens.pop(key, None)
             return False
         async with self.database.connection("fence the session") as conn:
@@ -307,6 +337,9 @@ class PostgresSessionStore:
 
     async def read_meta(self, key: SessionKey) -> SessionMeta | None:
         """The meta, its `updated_at` caught up with the newest record (a non-durable write may have been lost)."""
+        pending = self._pending_meta.get(key)
+        if pending is not None:
+            return pending
         fresh = self._fresh_meta.pop(key, None)
         if fresh is not None and time.monotonic() < fresh[0]:
             row: tuple[Any, ...] | None = None if fresh[1] is None else (fresh[1], fresh[2])
@@ -327,10 +360,17 @@ class PostgresSessionStore:
         return meta
 
     async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
-        text = json.dumps(meta.to_json(), ensure_ascii=False)
+        """Written now; a meta written behind (not `durable`) of a session whose lease is held waits for the
+        lease's end (`let_go`, `fence(key, None)`) and goes in the same round trip as its release."""
         self._fresh_meta.pop(key, None)
-        token = self._tokens.get(key)
-        params = _params(key, token=token, meta=text, durable=durable)
+        if not durable and key in self._tokens:
+            self._pending_meta[key] = meta
+            return
+        self._pending_meta.pop(key, None)
+        await self._write_meta(key, meta, durable=durable)
+
+    async def _write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
+        params = _meta_params(key, self._tokens.get(key), meta, durable=durable)
         async with self.database.connection("write the session's meta") as conn:
             cursor = await conn.execute(_WRITE_META, params)
             row = await cursor.fetchone()
@@ -372,6 +412,10 @@ class PostgresSessionStore:
             rows = await cursor.fetchall()
         found = ((_key(agent, row[0], row[1]), float(row[2])) for row in rows)
         return [SessionActivity(key, changed_at) for key, changed_at in found if key is not None]
+
+
+def _meta_params(key: SessionKey, token: int | None, meta: SessionMeta, *, durable: bool) -> dict[str, Any]:
+    return _params(key, token=token, meta=json.dumps(meta.to_json(), ensure_ascii=False), durable=durable)
 
 
 def _newest_timestamp(records: list[HistoryRecord]) -> object:
