@@ -75,7 +75,7 @@ class SessionClaims(Protocol):
         ...
 
     async def let_go(self, key: SessionKey, lease: Lease) -> None:
-        """`fence(key, None)` and release `lease` in one request, the meta written behind under the lease first."""
+        """`fence(key, None)` and release `lease` in one request, with the meta written behind under the lease."""
         ...
 
 

@@ -44,7 +44,7 @@ WHERE l.name = r.name AND l.holder = r.holder AND l.token = r.token AND l.expire
 RETURNING l.name
 """
 """Every lease of the list in one statement (an instance's session leases): the names renewed."""
-RELEASE = f"""
+_RELEASE = f"""
 WITH freed AS (
     UPDATE leases SET expires_at = now() WHERE name = %(name)s AND token = %(token)s AND expires_at > now()
     RETURNING name
@@ -108,7 +108,7 @@ class PostgresLeases:
 
     async def release(self, lease: Lease) -> None:
         async with self.database.connection("release a lease") as conn:
-            await conn.execute(RELEASE, {"name": lease.name, "token": lease.token})
+            await conn.execute(_RELEASE, {"name": lease.name, "token": lease.token})
 
     async def acquire_or_ask(self, name: str, holder: str, ttl_s: float) -> Lease | None:
         sent_at = self._clock()

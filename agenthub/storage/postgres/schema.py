@@ -662,6 +662,25 @@ SESSION_CLAIMS = Migration(
                   AND (r.seq >= p_since OR v_born IS DISTINCT FROM p_born)
                 ORDER BY r.seq;
         END $$""",
+        # a session let go: its lease released (NOTIFY agenthub_lease_freed) and, in the same transaction, the meta
+        # written behind under the lease's token (as `agenthub_session_write_meta`, refused when a newer lease
+        # fenced the session); the lease row first, then the session's lock, the order of `agenthub_session_claim`
+        """CREATE FUNCTION agenthub_session_let_go(
+            p_name text, p_token bigint, p_agent text, p_channel text, p_chat_id text, p_meta text
+        ) RETURNS boolean LANGUAGE plpgsql AS $$
+        DECLARE
+            v_freed text;
+        BEGIN
+            UPDATE leases SET expires_at = now() WHERE name = p_name AND token = p_token AND expires_at > now()
+            RETURNING name INTO v_freed;
+            IF v_freed IS NOT NULL THEN
+                PERFORM pg_notify('agenthub_lease_freed', v_freed);
+            END IF;
+            IF p_meta IS NULL THEN
+                RETURN true;
+            END IF;
+            RETURN agenthub_session_write_meta(p_agent, p_channel, p_chat_id, p_token, p_meta, false);
+        END $$""",
         # `agenthub_session_append` (a NULL token: unfenced) returning the history's version after it,
         # {born, next_seq}; NULL when a newer lease fenced the session
         """CREATE FUNCTION agenthub_session_append_at(

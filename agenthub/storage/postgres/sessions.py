@@ -22,7 +22,6 @@ from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import Lease, SessionClaim
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.database import Database, open_database
-from agenthub.storage.postgres.leases import RELEASE
 from agenthub.storage.postgres.session_copies import Copy, SessionCopies
 from agenthub.storage.store import (
     FencedWriteError,
@@ -82,6 +81,7 @@ _CLAIM = (
     "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record FROM agenthub_session_claim("
     "%(name)s, %(holder)s, %(ttl)s, %(agent)s, %(channel)s, %(chat_id)s, %(born)s, %(since)s)"
 )
+_LET_GO = "SELECT agenthub_session_let_go(%(name)s, %(token)s, %(agent)s, %(channel)s, %(chat_id)s, %(meta)s)"
 FRESH_FOR_S = 2.0
 """How long what a claim read answers the `load` and `read_meta` that follow it (once each)."""
 _FENCE = "SELECT agenthub_session_fence(%(agent)s, %(channel)s, %(chat_id)s, %(token)s)"
@@ -217,17 +217,15 @@ class PostgresSessionStore:
         return records
 
     async def let_go(self, key: SessionKey, lease: Lease) -> None:
-        """The meta written behind (under the lease's token) and the lease's release, pipelined: one round trip."""
+        """The lease's release and the meta written behind under its token: one statement (migration 19)."""
         self._forget_fresh(key)
         pending, token = self._pending_meta.pop(key, None), self._tokens.pop(key, None)
+        meta = None if pending is None or token != lease.token else json.dumps(pending.to_json(), ensure_ascii=False)
+        params = _params(key, name=lease.name, token=lease.token, meta=meta)
         async with self.database.connection("let the session go") as conn:
-            async with conn.pipeline():
-                written = None
-                if pending is not None and token is not None:
-                    written = await conn.execute(_WRITE_META, _meta_params(key, token, pending, durable=False))
-                await conn.execute(RELEASE, {"name": lease.name, "token": lease.token})
-            row = None if written is None else await written.fetchone()
-        if written is not None and (row is None or not row[0]):
+            cursor = await conn.execute(_LET_GO, params)
+            row = await cursor.fetchone()
+        if row is None or not row[0]:
             log.info("session_meta_write_fenced", session_key=str(key))
 
     async def _write_pending_meta(self, key: SessionKey) -> None:
