@@ -27,9 +27,10 @@ from agenthub.clock import sleep_until
 from agenthub.errors import SessionBusyError, StorageError
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
-from agenthub.storage.lease import FREED, WANTED, Lease, renew_all, renewal_due
+from agenthub.storage.lease import FREED, WANTED, Lease, SessionClaim, SessionClaims, renew_all, renewal_due
 from agenthub.storage.ports import LeaseSignals, QuickLookup
 from agenthub.storage.singleton import InstanceLeases
+from agenthub.storage.store import FencedWriteError
 
 log = structlog.get_logger(__name__)
 
@@ -90,6 +91,9 @@ class SessionLeases:
         self._wake = asyncio.Event()
         store = leases.store
         self._signals = store if isinstance(store, LeaseSignals) else None
+        claims = history.store
+        self._claims = claims if isinstance(claims, SessionClaims) and claims.claims_with(store) else None
+        """The history's store takes the lease and fences the session in one request (PostgreSQL)."""
         default_idle_s = leases.ttl_s / 3  # bounds the sessions a crashed instance keeps (until their expiry)
         self._keep_idle_s = 0.0 if self._signals is None else (default_idle_s if keep_idle_s is None else keep_idle_s)
         self._idle: dict[SessionKey, asyncio.TimerHandle] = {}
@@ -132,9 +136,10 @@ class SessionLeases:
         releasing = self._releasing.get(key)
         if releasing is not None:  # our own release of it still in flight: it must not expire the new grant
             await asyncio.shield(releasing)
-        lease, asked = await self._acquire(key, wait=wait)
+        lease, asked, moved = await self._acquire(key, wait=wait)
         try:
-            moved = await self._history.store.fence(key, lease.token)
+            if moved is None:
+                moved = await self._history.store.fence(key, lease.token)
             if moved:
                 await self._history.reload(key)
             if asked or moved:
@@ -156,10 +161,11 @@ class SessionLeases:
         if len(self._staying) > STAYING_KEPT:
             self._staying.popitem(last=False)
 
-    async def _acquire(self, key: SessionKey, *, wait: bool) -> tuple[Lease, bool]:
-        """The lease, and whether another instance had to be asked for it first. While another instance holds
-        it, that one is asked for it (`LeaseSignals`) and the request repeated once it is freed, or after a poll
-        interval (25 ms doubling up to 250 ms)."""
+    async def _acquire(self, key: SessionKey, *, wait: bool) -> tuple[Lease, bool, bool | None]:
+        """The lease, whether another instance had to be asked for it first, and whether the session may have
+        moved (None: not fenced yet; a store that claims in one request fences with the grant). While another
+        instance holds it, that one is asked for it (`LeaseSignals`) and the request repeated once it is freed,
+        or after a poll interval (25 ms doubling up to 250 ms)."""
         leases, delay, name = self._leases, POLL_FIRST_S, lease_name(key)
         signals, asked = self._signals, False
         if signals is not None:
@@ -168,18 +174,33 @@ class SessionLeases:
             if signals is not None:
                 freed = self._freed.setdefault(name, asyncio.Event())
                 freed.clear()
+            sent_at = leases.clock()
+            if self._claims is not None:
+                claim = await self._claims.claim(key, name, leases.holder, leases.ttl_s)
+                if claim is not None:
+                    self._freed.pop(name, None)
+                    granted = Lease(name, leases.holder, claim.token, sent_at + leases.ttl_s)
+                    return self._claimed(key, granted, claim, asked)
+                lease = None
+            elif signals is not None:
                 lease = await signals.acquire_or_ask(name, leases.holder, leases.ttl_s)
             else:
                 lease = await leases.store.acquire(name, leases.holder, leases.ttl_s)
             if lease is not None:
                 self._freed.pop(name, None)
-                return lease, asked
+                return lease, asked, None
             asked = True
             if not wait:
                 self._freed.pop(name, None)
                 raise SessionBusyError(f"session {key} is held by another instance")
             await self._freed_or_after(name, delay)
             delay = min(delay * 2, POLL_MAX_S)
+
+    def _claimed(self, key: SessionKey, lease: Lease, claim: SessionClaim, asked: bool) -> tuple[Lease, bool, bool]:
+        if claim.fenced_out:  # a newer token fenced the session already: nothing may be written under this one
+            self._start_release(key, _Held(lease, _renewal_due(lease, self._leases.ttl_s)))
+            raise FencedWriteError()
+        return lease, asked, claim.moved
 
     async def _freed_or_after(self, name: str, delay: float) -> None:
         freed = self._freed.get(name)
@@ -263,6 +284,9 @@ class SessionLeases:
             if held is not None:
                 await self._history.flush(key)  # the meta written behind goes under our token, not after it
             self._history.lease_held(key, False)
+            if held is not None and self._claims is not None:
+                await self._claims.let_go(key, held.lease)  # the meta written behind and the release together
+                return
             await self._history.store.fence(key, None)
             if held is not None:
                 await self._leases.store.release(held.lease)

@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import structlog
 
 from agenthub.clock import Clock, monotonic_clock, sleep_until
 from agenthub.errors import StorageError
+from agenthub.session_keys import SessionKey
 from agenthub.storage.ports import BatchRenewal, LeaseStore
 
 log = structlog.get_logger(__name__)
@@ -45,6 +47,36 @@ async def renew_all(store: LeaseStore, leases: list[Lease], ttl_s: float) -> lis
     if isinstance(store, BatchRenewal):
         return await store.renew_many(leases, ttl_s)
     return list(await asyncio.gather(*(store.renew(lease, ttl_s) for lease in leases)))
+
+
+@dataclass(frozen=True)
+class SessionClaim:
+    """A session lease granted and its history fenced with the grant's token, in one request (`SessionClaims`)."""
+
+    token: int
+    moved: bool
+    """Someone else may have written the history since this store last held it (`SessionStore.fence`'s answer)."""
+    fenced_out: bool = False
+    """A newer token fenced the session already: the grant must be given back, nothing written under it."""
+
+
+@runtime_checkable
+class SessionClaims(Protocol):
+    """A session store that takes a session's lease and fences the history in one request (PostgreSQL): what a
+    turn pays to move to another instance, instead of an acquire, then a fence, then a reload of the history."""
+
+    def claims_with(self, leases: object) -> bool:
+        """Whether `leases` (a lease store) is the one this store's claims take leases from."""
+        ...
+
+    async def claim(self, key: SessionKey, name: str, holder: str, ttl_s: float) -> SessionClaim | None:
+        """Acquire lease `name` for `holder` (as `LeaseSignals.acquire_or_ask`: refused, None, and the holder asked
+        for it) and, granted, `fence(key, token)`; the caller makes the `Lease` (its time counted from before)."""
+        ...
+
+    async def let_go(self, key: SessionKey, lease: Lease) -> None:
+        """`fence(key, None)` and release `lease` in one request, with the meta written behind under the lease."""
+        ...
 
 
 WANTED, FREED = "wanted", "freed"

@@ -133,6 +133,8 @@ async def test_read_many_reads_each_and_labels_are_one_to_one(memory_backend: Me
     await store.write(NAMES[0], "a")
     await store.write(NAMES[2], "c")
     assert await store.read_many(NAMES[:3]) == ["a", "", "c"]
+    assert await store.read_many([NAMES[2], NAMES[0], NAMES[2], NAMES[0].backup_name()]) == ["c", "a", "c", ""]
+    assert await store.read_many([]) == []
     assert len({store.label(n) for n in NAMES}) == len(NAMES)
 
 

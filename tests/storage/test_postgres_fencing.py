@@ -57,7 +57,7 @@ WRITES: dict[str, Callable[[PostgresSessionStore], Awaitable[Any]]] = {
     "clear": lambda s: s.clear(KEY, archive=[msg("late archive")]),
     "rewrite_archive": lambda s: s.rewrite_archive(KEY, [msg("late archive")]),
     "delete": lambda s: s.delete(KEY),
-    "write_meta": lambda s: s.write_meta(KEY, SessionMeta(chat_id=KEY.chat_id, title="late"), durable=False),
+    "write_meta": lambda s: s.write_meta(KEY, SessionMeta(chat_id=KEY.chat_id, title="late"), durable=True),
 }
 
 
@@ -80,6 +80,21 @@ async def test_a_late_write_under_an_older_token_is_refused_and_nothing_of_it_la
     assert meta is not None and meta.title == "b's"
     with pytest.raises(FencedWriteError):
         await a.fence(KEY, 1)  # a token older than the fence cannot fence again either
+
+
+async def test_a_late_meta_written_behind_is_refused_when_the_lease_ends_and_nothing_of_it_lands(
+    two_stores: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    """A meta written behind under a held lease goes with the lease's release (one round trip): refused then."""
+    a, b = two_stores
+    await a.fence(KEY, 1)
+    await b.fence(KEY, 2)
+    await b.write_meta(KEY, SessionMeta(chat_id=KEY.chat_id, title="b's"), durable=True)
+    await a.write_meta(KEY, SessionMeta(chat_id=KEY.chat_id, title="late"), durable=False)
+    await a.fence(KEY, None)
+    meta = await b.read_meta(KEY)
+    assert meta is not None and meta.title == "b's"
+    assert (await a.read_meta(KEY)) == meta
 
 
 async def test_the_fence_survives_clear_and_delete(

@@ -4,6 +4,7 @@ instance's entries); a settled entry's row is deleted."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Collection
 from typing import Any
@@ -25,11 +26,18 @@ RETURNING seq, accepted_at
 """
 _ASSIGN = "UPDATE inbox SET session = %(session)s WHERE id = %(id)s AND session IS NULL"
 _EARLIER = """
-SELECT id FROM inbox
+WITH mine AS (UPDATE inbox SET owner = owner WHERE id = %(id)s AND owner = %(owner)s RETURNING 1)
+SELECT id, seq FROM inbox
 WHERE session = %(session)s AND seq < (SELECT seq FROM inbox WHERE id = %(id)s)
-ORDER BY seq
+UNION ALL
+SELECT NULL, NULL FROM mine
+ORDER BY 2 NULLS FIRST
 """
-"""Served by the index `(session, seq)` of migration 3; a settled (deleted) `id` compares with NULL: no rows."""
+"""Served by the index `(session, seq)` of migration 3; a settled (deleted) `id` compares with NULL: no rows. With
+them, in the same round trip, whether `id` is still this owner's (`_STILL_MINE`: a row of NULLs, first)."""
+MINE_CHECKED_FOR_S = 1.0
+"""How long the ownership seen by `earlier_unsettled` answers the next `still_mine` of that entry."""
+MINE_CHECKS_KEPT = 1_000
 _RELEASE = "UPDATE inbox SET owner = NULL WHERE id = %(id)s AND owner = %(owner)s"
 """Only this owner's row: an entry another instance claimed meanwhile stays that instance's."""
 _STILL_MINE = "UPDATE inbox SET owner = owner WHERE id = %(id)s AND owner = %(owner)s RETURNING 1"
@@ -72,6 +80,8 @@ class PostgresInbox:
         self._depth = 0
         self._settles = SettleRetry(self._delete)
         self._alive: Callable[[], bool] = lambda: True
+        self._mine_checked: dict[str, tuple[bool, float]] = {}
+        """Per entry `earlier_unsettled` looked at: whether it was this owner's, and until when that answers."""
 
     def accept_only_while(self, alive: Callable[[], bool]) -> None:
         self._alive = alive
@@ -94,10 +104,22 @@ class PostgresInbox:
             await conn.execute(_ASSIGN, {"id": entry_id, "session": session})
 
     async def earlier_unsettled(self, session: str, entry_id: str) -> list[str]:
+        """The session's unsettled entries accepted before `entry_id`; whether `entry_id` is still this owner's
+        is learnt in the same round trip and answers the `still_mine(entry_id)` that follows (a turn's check
+        before it runs), once and within `MINE_CHECKED_FOR_S`."""
+        params = {"id": entry_id, "session": session, "owner": self.owner}
         async with self.database.connection("list the session's earlier messages") as conn:
-            cursor = await conn.execute(_EARLIER, {"id": entry_id, "session": session})
+            cursor = await conn.execute(_EARLIER, params)
             rows = await cursor.fetchall()
-        return [str(row[0]) for row in rows]
+        if self.owner is not None:
+            self._note_mine(entry_id, bool(rows) and rows[0][0] is None)
+        return [str(row[0]) for row in rows if row[0] is not None]
+
+    def _note_mine(self, entry_id: str, mine: bool) -> None:
+        now = time.monotonic()
+        if len(self._mine_checked) >= MINE_CHECKS_KEPT:  # those of turns that were requeued: long stale
+            self._mine_checked = {i: c for i, c in self._mine_checked.items() if c[1] > now}
+        self._mine_checked[entry_id] = (mine, now + MINE_CHECKED_FOR_S)
 
     async def settle(self, entry_id: str) -> None:
         """Delete the entry's row; a refused delete is retried until the database takes it (until then the entry
@@ -128,6 +150,9 @@ class PostgresInbox:
         without an owner (tools, tests: nobody takes entries over)."""
         if self.owner is None:
             return True
+        checked = self._mine_checked.pop(entry_id, None)
+        if checked is not None and time.monotonic() < checked[1]:
+            return checked[0]
         async with self.database.connection("check who answers the message") as conn:
             cursor = await conn.execute(_STILL_MINE, {"id": entry_id, "owner": self.owner})
             row = await cursor.fetchone()

@@ -19,6 +19,13 @@ INSERT INTO memory_files (kind, agent, chat, person, backup, body)
 VALUES (%(kind)s, %(agent)s, %(chat)s, %(person)s, %(backup)s, %(body)s)
 ON CONFLICT (kind, agent, chat, person, backup) DO UPDATE SET body = EXCLUDED.body, changed_at = now()
 """
+_READ_MANY = """
+SELECT n.ord, m.body
+FROM unnest(%(kinds)s::text[], %(agents)s::text[], %(chats)s::text[], %(persons)s::text[], %(backups)s::boolean[])
+     WITH ORDINALITY AS n(kind, agent, chat, person, backup, ord)
+JOIN memory_files m ON m.kind = n.kind AND m.agent = n.agent AND m.chat = n.chat AND m.person = n.person
+                   AND m.backup = n.backup
+"""
 _FILE_LOCK = (
     "SELECT pg_advisory_xact_lock(hashtextextended("
     "'memory/' || %(kind)s || '/' || %(agent)s || '/' || %(chat)s || '/' || %(person)s, 0))"
@@ -53,8 +60,21 @@ class PostgresMemoryStore:
             return await _read(conn, name)
 
     async def read_many(self, names: Sequence[MemoryName]) -> list[str]:
+        """Every file of `names` in one statement (a turn reads its memory blocks in one round trip)."""
+        if not names:
+            return []
+        params = {
+            "kinds": [n.kind for n in names],
+            "agents": [n.agent for n in names],
+            "chats": [n.chat for n in names],
+            "persons": [n.person for n in names],
+            "backups": [n.backup for n in names],
+        }
         async with self.database.connection("read a memory file") as conn:
-            return [await _read(conn, name) for name in names]
+            cursor = await conn.execute(_READ_MANY, params)
+            rows = await cursor.fetchall()
+        bodies = {int(row[0]): bytes(row[1]).decode("utf-8") for row in rows if row[1] is not None}
+        return [bodies.get(index, "") for index in range(1, len(names) + 1)]
 
     async def write(self, name: MemoryName, text: str) -> None:
         async with self.database.connection("write a memory file") as conn:

@@ -8,6 +8,7 @@ each)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,10 +17,12 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub import jsonsafe
-from agenthub.errors import InvalidIdError
+from agenthub.errors import InvalidIdError, StorageError
 from agenthub.session_keys import SessionKey
+from agenthub.storage.lease import Lease, SessionClaim
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.database import Database, open_database
+from agenthub.storage.postgres.session_copies import Copy, SessionCopies
 from agenthub.storage.store import (
     FencedWriteError,
     HistoryRecord,
@@ -38,13 +41,17 @@ WITH head AS (
     VALUES (%(agent)s, %(channel)s, %(chat_id)s, %(count)s, now())
     ON CONFLICT (agent, channel, chat_id)
     DO UPDATE SET next_seq = h.next_seq + EXCLUDED.next_seq, changed_at = EXCLUDED.changed_at
-    RETURNING next_seq
+    RETURNING born, next_seq
+),
+added AS (
+    INSERT INTO session_records (agent, channel, chat_id, seq, record)
+    SELECT %(agent)s, %(channel)s, %(chat_id)s, head.next_seq - %(count)s + t.ord - 1, t.record::json
+    FROM head, unnest(%(records)s::text[]) WITH ORDINALITY AS t(record, ord)
 )
-INSERT INTO session_records (agent, channel, chat_id, seq, record)
-SELECT %(agent)s, %(channel)s, %(chat_id)s, head.next_seq - %(count)s + t.ord - 1, t.record::json
-FROM head, unnest(%(records)s::text[]) WITH ORDINALITY AS t(record, ord)
+SELECT born, next_seq FROM head
 """
-"""One statement, so one transaction: the head's new `next_seq` and every record land together or not at all."""
+"""One statement, so one transaction: the head's new `next_seq` and every record land together or not at all; the
+history's version after it comes back."""
 
 _ARCHIVE = f"""
 INSERT INTO session_archive (agent, channel, chat_id, seq, record)
@@ -54,12 +61,29 @@ FROM unnest(%(records)s::text[]) WITH ORDINALITY AS t(record, ord)
 """
 
 _LAST_TIMESTAMP = f"(SELECT record->'timestamp' FROM session_records WHERE {KEY} ORDER BY seq DESC LIMIT 1)"
-_LOAD = f"SELECT record::text FROM session_records WHERE {KEY} ORDER BY seq"
+_LOAD = f"""
+SELECT NULL::bigint, born, next_seq, NULL::text FROM session_heads WHERE {KEY}
+UNION ALL
+SELECT seq, NULL, NULL, record::text FROM session_records
+WHERE {KEY} AND (seq >= %(since)s OR NOT EXISTS (SELECT 1 FROM session_heads WHERE {KEY} AND born = %(born)s))
+ORDER BY 1 NULLS FIRST
+"""
+"""The history's version (born, next_seq) and its records from `since` on: all of them when its generation is not
+`born` (rewritten or started again since). One statement, so one snapshot: the records are those of the version."""
+_NEW_GENERATION = f"UPDATE session_heads SET born = nextval('session_born') WHERE {KEY}"
 _READ_ARCHIVE = f"SELECT record::text FROM session_archive WHERE {KEY} ORDER BY seq"
 _READ_META = f"SELECT meta::text, {_LAST_TIMESTAMP} FROM session_meta WHERE {KEY}"
 _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
-_APPEND_FENCED = "SELECT agenthub_session_append(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(records)s::text[])"
-"""A write under a lease's token in one round trip (migration 13): refused (false) when a newer lease fenced it."""
+_APPEND_AT = "SELECT agenthub_session_append_at(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(records)s::text[])"
+"""An append in one round trip, under a lease's token or none (migration 19): the history's version after it,
+{born, next_seq}, or NULL when a newer lease fenced the session."""
+_CLAIM = (
+    "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record FROM agenthub_session_claim("
+    "%(name)s, %(holder)s, %(ttl)s, %(agent)s, %(channel)s, %(chat_id)s, %(born)s, %(since)s)"
+)
+_LET_GO = "SELECT agenthub_session_let_go(%(name)s, %(token)s, %(agent)s, %(channel)s, %(chat_id)s, %(meta)s)"
+FRESH_FOR_S = 2.0
+"""How long what a claim read answers the `load` and `read_meta` that follow it (once each)."""
 _FENCE = "SELECT agenthub_session_fence(%(agent)s, %(channel)s, %(chat_id)s, %(token)s)"
 _WRITE_META = (
     "SELECT agenthub_session_write_meta(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(meta)s, %(durable)s)"
@@ -117,18 +141,119 @@ class PostgresSessionStore:
         self._fenced: dict[SessionKey, int] = {}
         """The last token this store fenced each session with: the same fence found again means nobody else
         fenced (so wrote) it since."""
+        self._copies = SessionCopies()
+        self._pending_meta: dict[SessionKey, SessionMeta] = {}
+        """Metas written behind while this instance holds the session's lease: sent with the lease's release."""
+        self._fresh_records: dict[SessionKey, tuple[float, list[HistoryRecord]]] = {}
+        self._fresh_meta: dict[SessionKey, tuple[float, str | None, object]] = {}
+        """What the claim of a session that moved read (until when it answers): its history, its meta and newest
+        record's timestamp; taken by the next `load` / `read_meta`, dropped by any write or the lease's end."""
 
     async def close(self) -> None:
         await self.database.close()
 
     async def load(self, key: SessionKey) -> list[HistoryRecord]:
+        """The history: the copy this instance kept of it brought up to date with the records after its version
+        (one small query when a session comes back), else read in full."""
+        fresh = self._fresh_records.pop(key, None)
+        if fresh is not None and time.monotonic() < fresh[0]:
+            return list(fresh[1])
+        copy = self._copies.get(key)
+        since, born = (copy.next_seq, copy.born) if copy is not None else (0, None)
         async with self.database.connection("read the session's history") as conn:
-            cursor = await conn.execute(_LOAD, _params(key))
+            cursor = await conn.execute(_LOAD, _params(key, since=since, born=born))
             rows = await cursor.fetchall()
-        return decode_records([row[0] for row in rows], key)
+        head = rows[0] if rows and rows[0][0] is None else None
+        texts = [row[3] for row in rows[1:]] if head is not None else [row[3] for row in rows]
+        if head is None:  # no history (never written, or cleared)
+            self._copies.drop(key)
+            return decode_records(texts, key)
+        records = self._caught_up(key, copy, int(head[1]), int(head[2]), texts)
+        return await self.load(key) if records is None else list(records)
+
+    def claims_with(self, leases: object) -> bool:
+        return getattr(leases, "database", None) is self.database
+
+    async def claim(self, key: SessionKey, name: str, holder: str, ttl_s: float) -> SessionClaim | None:
+        """The lease and the fence in one round trip; the records written since this store's copy and the meta come
+        with them and, when the session moved, answer the `load` and `read_meta` that follow (once, for a while)."""
+        copy = self._copies.get(key)
+        since, born = (copy.next_seq, copy.born) if copy is not None else (0, None)
+        params = _params(key, name=name, holder=holder, ttl=ttl_s, born=born, since=since)
+        async with self.database.connection("claim the session") as conn:
+            cursor = await conn.execute(_CLAIM, params)
+            rows = await cursor.fetchall()
+        if not rows or rows[0][0] is None:
+            return None
+        head, texts = rows[0], [row[6] for row in rows[1:]]
+        token = int(head[0])
+        previous = None if head[1] is None else int(head[1])
+        if previous is not None and previous > token:
+            return SessionClaim(token, moved=True, fenced_out=True)
+        moved = self._fenced_with(key, token, previous)
+        records = self._caught_up(key, copy, head[2], head[3], texts)
+        if moved and records is not None:
+            until = time.monotonic() + FRESH_FOR_S
+            self._fresh_records[key] = (until, records)
+            self._fresh_meta[key] = (until, head[4], _newest_timestamp(records))
+        return SessionClaim(token, moved)
+
+    def _caught_up(
+        self, key: SessionKey, copy: Copy | None, born: int | None, next_seq: int | None, texts: list[str]
+    ) -> list[HistoryRecord] | None:
+        """The history at (`born`, `next_seq`) from `copy` and the records read after it (every record when the
+        generation changed), kept as the new copy; None when they do not add up (then it is read again)."""
+        if born is None or next_seq is None:  # no history
+            self._copies.drop(key)
+            return []
+        if copy is not None and copy.born == born:
+            if next_seq - copy.next_seq != len(texts):
+                self._copies.drop(key)
+                return None
+            records = [*copy.records, *decode_records(texts, key)]
+        else:
+            records = decode_records(texts, key)
+        self._copies.put(key, born, next_seq, records)
+        return records
+
+    async def let_go(self, key: SessionKey, lease: Lease) -> None:
+        """The lease's release and the meta written behind under its token: one statement (migration 19)."""
+        self._forget_fresh(key)
+        pending, token = self._pending_meta.pop(key, None), self._tokens.pop(key, None)
+        meta = None if pending is None or token != lease.token else json.dumps(pending.to_json(), ensure_ascii=False)
+        params = _params(key, name=lease.name, token=lease.token, meta=meta)
+        async with self.database.connection("let the session go") as conn:
+            cursor = await conn.execute(_LET_GO, params)
+            row = await cursor.fetchone()
+        if row is None or not row[0]:
+            log.info("session_meta_write_fenced", session_key=str(key))
+
+    async def _write_pending_meta(self, key: SessionKey) -> None:
+        """The meta written behind under the lease, before its token goes; a failure is logged (it is derivable)."""
+        pending = self._pending_meta.pop(key, None)
+        if pending is None:
+            return
+        try:
+            await self._write_meta(key, pending, durable=False)
+        except FencedWriteError:
+            log.info("session_meta_write_fenced", session_key=str(key))
+        except StorageError as e:
+            log.warning("session_meta_write_failed", session_key=str(key), error=str(e))
+
+    def _forget_fresh(self, key: SessionKey) -> None:
+        self._fresh_records.pop(key, None)
+        self._fresh_meta.pop(key, None)
+
+    def _fenced_with(self, key: SessionKey, token: int, previous: int | None) -> bool:
+        """Record the session fenced with `token` (`previous`: the fence found); whether it may have moved."""
+        own = self._fenced.get(key)
+        self._fenced[key] = self._tokens[key] = token
+        return own is None or previous != own
 
     async def fence(self, key: SessionKey, token: int | None) -> bool:
+        self._forget_fresh(key)
         if token is None:
+            await self._write_pending_meta(key)
             self._tokens.pop(key, None)
             return False
         async with self.database.connection("fence the session") as conn:
@@ -137,40 +262,44 @@ class PostgresSessionStore:
         previous = None if row is None or row[0] is None else int(row[0])
         if previous is not None and previous > token:
             raise FencedWriteError()
-        own = self._fenced.get(key)
-        self._fenced[key] = self._tokens[key] = token
-        return own is None or previous != own
+        return self._fenced_with(key, token, previous)
 
     async def append(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
         texts = encode_records(records)
         if not texts:
             return
-        token = self._tokens.get(key)
-        params = _params(key, count=len(texts), records=texts)
-        if token is None:
-            async with self.database.connection("append to the session's history") as conn:
-                await conn.execute(_APPEND, params)
-            return
+        self._forget_fresh(key)
+        params = _params(key, token=self._tokens.get(key), records=texts)
         async with self.database.connection("append to the session's history") as conn:
-            cursor = await conn.execute(_APPEND_FENCED, {**params, "token": token})
+            cursor = await conn.execute(_APPEND_AT, params)
             row = await cursor.fetchone()
-        if row is None or not row[0]:
+        if row is None or row[0] is None:
             raise FencedWriteError()
+        born, next_seq = row[0]
+        self._copies.appended(key, int(born), int(next_seq), list(records))
 
     async def replace(
         self, key: SessionKey, records: Sequence[HistoryRecord], *, archive: Sequence[HistoryRecord]
     ) -> None:
         texts, archived = encode_records(records), encode_records(archive)
         token = self._tokens.get(key)
+        self._copies.drop(key)
+        self._forget_fresh(key)
         async with self.database.connection("replace the history") as conn, conn.transaction():
             await _lock_fenced(conn, key, token)
             await _archive(conn, key, archived)
             await conn.execute(f"DELETE FROM session_records WHERE {KEY}", _params(key))
-            await conn.execute(_APPEND, _params(key, count=len(texts), records=texts))
+            await conn.execute(_NEW_GENERATION, _params(key))
+            cursor = await conn.execute(_APPEND, _params(key, count=len(texts), records=texts))
+            row = await cursor.fetchone()
+        if row is not None:
+            self._copies.put(key, int(row[0]), int(row[1]), list(records))
 
     async def clear(self, key: SessionKey, *, archive: Sequence[HistoryRecord]) -> None:
         archived = encode_records(archive)
         token = self._tokens.get(key)
+        self._copies.drop(key)
+        self._forget_fresh(key)
         async with self.database.connection("clear the history") as conn, conn.transaction():
             await _lock_fenced(conn, key, token)
             await _archive(conn, key, archived)
@@ -194,6 +323,8 @@ class PostgresSessionStore:
     async def delete(self, key: SessionKey) -> bool:
         removed = 0
         token = self._tokens.get(key)
+        self._copies.drop(key)
+        self._forget_fresh(key)
         async with self.database.connection("delete the session") as conn, conn.transaction():
             if token is not None:
                 await _lock_fenced(conn, key, token)
@@ -204,9 +335,16 @@ class PostgresSessionStore:
 
     async def read_meta(self, key: SessionKey) -> SessionMeta | None:
         """The meta, its `updated_at` caught up with the newest record (a non-durable write may have been lost)."""
-        async with self.database.connection("read the session's meta") as conn:
-            cursor = await conn.execute(_READ_META, _params(key))
-            row = await cursor.fetchone()
+        pending = self._pending_meta.get(key)
+        if pending is not None:
+            return pending
+        fresh = self._fresh_meta.pop(key, None)
+        if fresh is not None and time.monotonic() < fresh[0]:
+            row: tuple[Any, ...] | None = None if fresh[1] is None else (fresh[1], fresh[2])
+        else:
+            async with self.database.connection("read the session's meta") as conn:
+                cursor = await conn.execute(_READ_META, _params(key))
+                row = await cursor.fetchone()
         if row is None:
             return None
         try:
@@ -220,9 +358,17 @@ class PostgresSessionStore:
         return meta
 
     async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
-        text = json.dumps(meta.to_json(), ensure_ascii=False)
-        token = self._tokens.get(key)
-        params = _params(key, token=token, meta=text, durable=durable)
+        """Written now; a meta written behind (not `durable`) of a session whose lease is held waits for the
+        lease's end (`let_go`, `fence(key, None)`) and goes in the same round trip as its release."""
+        self._fresh_meta.pop(key, None)
+        if not durable and key in self._tokens:
+            self._pending_meta[key] = meta
+            return
+        self._pending_meta.pop(key, None)
+        await self._write_meta(key, meta, durable=durable)
+
+    async def _write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
+        params = _meta_params(key, self._tokens.get(key), meta, durable=durable)
         async with self.database.connection("write the session's meta") as conn:
             cursor = await conn.execute(_WRITE_META, params)
             row = await cursor.fetchone()
@@ -264,6 +410,15 @@ class PostgresSessionStore:
             rows = await cursor.fetchall()
         found = ((_key(agent, row[0], row[1]), float(row[2])) for row in rows)
         return [SessionActivity(key, changed_at) for key, changed_at in found if key is not None]
+
+
+def _meta_params(key: SessionKey, token: int | None, meta: SessionMeta, *, durable: bool) -> dict[str, Any]:
+    return _params(key, token=token, meta=json.dumps(meta.to_json(), ensure_ascii=False), durable=durable)
+
+
+def _newest_timestamp(records: list[HistoryRecord]) -> object:
+    """The newest record's `timestamp` (what `_LAST_TIMESTAMP` reads), None without records."""
+    return records[-1].get("timestamp") if records else None
 
 
 def _key(agent: str, channel: str, chat_id: str) -> SessionKey | None:
