@@ -1,12 +1,15 @@
 """Budget leases: an instance reserves several turns' worth of headroom in one store call and admits the turns of
-the same scopes from it locally, so that a busy person's turns do not each cost a round trip to the database.
+the same scopes from it locally, so that busy scopes' turns do not each cost a round trip to the database.
 
-A lease holds only its senders' own (`user`) scopes: the chat's and agent's are reserved per turn (see
-`BudgetGate._reserve`). It is an ordinary reservation (the store counts it against every scope it claims, for every
-instance) that is granted only when it fits whole, with room to spare, in what is left of every limit; so what
-turns admitted from a lease spend never reaches a limit, and the guarantee of per-turn reservations (overspend by
-at most one reservation) holds unchanged: near a limit no lease is granted and every turn reserves for itself. A
-lease stops admitting after `LEASE_ADMIT_S` (or once spent) and ends with the write of its last turn's usage."""
+A turn's scopes are leased in parts: its senders' own (`user`) scopes together, the chat's and the agent's each on
+their own, so that every turn of that chat (agent) on this instance draws from the instance's one lease of it (see
+`BudgetGate._reserve`). The parts a turn lacks are asked for in one store call, as one reservation (a `Grant`) that
+is released once every part of it has ended. A lease is an ordinary reservation (the store counts it against every
+scope it claims, for every instance) that is granted only when it fits whole, with room to spare, in what is left
+of every limit; so what turns admitted from a lease spend never reaches a limit, and the guarantee of per-turn
+reservations (overspend by at most one reservation) holds unchanged: near a limit no lease is granted and every
+turn reserves for itself. A lease stops admitting after `LEASE_ADMIT_S` (or once spent) and ends with the write of
+its last turn's usage."""
 
 from __future__ import annotations
 
@@ -29,11 +32,20 @@ LeaseKey = tuple[str, tuple[Claim, ...]]
 
 
 @dataclass
-class Lease:
-    """Headroom reserved in the store under `id`; `committed`: the estimates of the turns it admitted, plus what
-    the ended ones spent beyond them."""
+class Grant:
+    """One store reservation (`id`) holding the leases of `parts` keys, asked for together; released once all
+    have ended."""
 
     id: str
+    parts: int = 1
+
+
+@dataclass
+class Lease:
+    """Headroom reserved in the store (`grant`); `committed`: the estimates of the turns it admitted, plus what the
+    ended ones spent beyond them."""
+
+    grant: Grant
     tokens: int
     admit_until: float
     standings: list[Standing]
@@ -55,6 +67,14 @@ def lease_claims(claims: Sequence[Claim], tokens: int) -> list[Claim] | None:
             return None
         lowered.append(Claim(claim.scope, day, month))
     return lowered
+
+
+def lease_parts(day: str, claims: Sequence[Claim]) -> list[LeaseKey]:
+    """A turn's claims in the parts they are leased in: its senders' own (`user`) scopes together, then the chat's
+    and the agent's each alone (so that every turn of that chat, or agent, shares the instance's one lease)."""
+    own = tuple(c for c in claims if c.scope.kind == "user")
+    parts: list[LeaseKey] = [(day, own)] if own else []
+    return parts + [(day, (c,)) for c in claims if c.scope.kind != "user"]
 
 
 class Leases:
@@ -94,15 +114,13 @@ class Leases:
     def refused(self, key: LeaseKey) -> None:
         self._cold[key] = self._monotonic() + LEASE_ADMIT_S
 
-    def granted(
-        self, key: LeaseKey, reservation_id: str, tokens: int, standings: list[Standing], estimate: int
-    ) -> Lease:
-        """A new lease for `key` (an older one still open ends); the turn that asked for it (`estimate`) is its
-        first."""
+    def granted(self, key: LeaseKey, grant: Grant, tokens: int, standings: list[Standing], estimate: int) -> Lease:
+        """A new lease for `key`, part of `grant` (an older one still open ends); the turn that asked for it
+        (`estimate`) is its first."""
         older = self._open.get(key)
         if older is not None:
             self._end(key, older)
-        lease = Lease(reservation_id, tokens, self._monotonic() + LEASE_ADMIT_S, standings, estimate, 1)
+        lease = Lease(grant, tokens, self._monotonic() + LEASE_ADMIT_S, standings, estimate, 1)
         self.granted_count += 1
         try:
             lease.timer = asyncio.get_running_loop().call_later(LEASE_ADMIT_S, self._end, key, lease)
@@ -117,7 +135,7 @@ class Leases:
         lease.committed = lease.tokens if overrun is None else lease.committed + overrun
         lease.running -= 1
         if not lease.open and lease.running == 0:
-            self._release(lease.id)
+            self._ended(lease)
 
     def give_back(self, lease: Lease, estimate: int) -> None:
         """A turn taken from `lease` was refused after all (by a chat's or agent's limit): its estimate is free
@@ -134,7 +152,14 @@ class Leases:
         if self._open.get(key) is lease:
             del self._open[key]
         if lease.running == 0:
-            self._release(lease.id)
+            self._ended(lease)
+
+    def _ended(self, lease: Lease) -> None:
+        """`lease` admits no more and its turns ended (this happens once per lease): its grant is released with
+        its last part."""
+        lease.grant.parts -= 1
+        if lease.grant.parts == 0:
+            self._release(lease.grant.id)
 
     def close(self) -> None:
         """Shutdown: no more turns from any lease; the idle ones are released (with the recorder's last write)."""
