@@ -19,7 +19,7 @@ from psycopg.rows import TupleRow
 
 from agenthub.storage.idempotency import IDEMPOTENCY_DIR
 from agenthub.storage.postgres.database import Database
-from agenthub.storage.postgres.schema import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
+from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
 from agenthub.storage.postgres.usage import ADD_TOTALS, totals_of
 from agenthub.storage.usage import FileUsageStore, UsageRow
 

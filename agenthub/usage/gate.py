@@ -22,7 +22,6 @@ from agenthub.storage.ports import UsageStore
 from agenthub.storage.usage import Claim, Reservation, Scope, Standing, judge
 from agenthub.usage.leases import (
     LEASE_ADMIT_S,
-    LEASE_TURNS,
     Grant,
     Lease,
     LeaseKey,
@@ -271,9 +270,10 @@ class BudgetGate:
     async def _ask_lease(
         self, missing: list[LeaseKey], claims: list[Claim], day: str, estimate: int, ttl_s: float
     ) -> tuple[list[Lease], Reservation | None]:
-        """Leases of `LEASE_TURNS` estimates for the `missing` parts (one grant), this turn the first of each;
+        """Leases of `LEASE_TURNS` (or more: `Leases.turns`) estimates for the `missing` parts (one grant), this
+        turn the first of each;
         ([], None): none (near a limit: the parts near it go cold); ([], refusal): a limit is reached."""
-        tokens = estimate * LEASE_TURNS
+        tokens = estimate * min(self.leases.turns(p) for p in missing)
         asked = lease_claims(claims, tokens)
         if asked is None:
             return [], None

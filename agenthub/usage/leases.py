@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from agenthub.storage.usage import Claim, Standing
 
 LEASE_TURNS = 8
-"""A lease holds this many estimates of the turn that asked for it."""
+"""A lease holds this many estimates of the turn that asked for it..."""
+LEASE_TURNS_MAX = 64
+"""...or, after one of the same key was spent within its window (a busy chat, an agent many people talk to), twice
+as many as that one held, up to this many."""
 LEASE_SHARE = 0.5
 """...and is granted only when it is at most this share of what is left of each limit."""
 LEASE_ADMIT_S = 30.0
@@ -86,6 +89,7 @@ class Leases:
         self._monotonic = monotonic
         self._open: dict[LeaseKey, Lease] = {}
         self._cold: dict[LeaseKey, float] = {}  # key → until when no lease is asked for (one was refused)
+        self._turns: dict[LeaseKey, int] = {}  # key → estimates its next lease holds, when not `LEASE_TURNS`
         self.granted_count = 0
         """Leases granted since start (tests; a figure for the logs)."""
 
@@ -94,7 +98,12 @@ class Leases:
         lease = self._open.get(key)
         if lease is None:
             return None
-        if self._monotonic() >= lease.admit_until or lease.committed + estimate > lease.tokens:
+        if self._monotonic() >= lease.admit_until:
+            self._turns.pop(key, None)  # not spent in its window: the next one is of the usual size
+            self._end(key, lease)
+            return None
+        if lease.committed + estimate > lease.tokens:  # spent within its window: the next one is larger
+            self._turns[key] = min(2 * self._turns.get(key, LEASE_TURNS), LEASE_TURNS_MAX)
             self._end(key, lease)
             return None
         lease.committed += estimate
@@ -111,8 +120,13 @@ class Leases:
         del self._cold[key]
         return True
 
+    def turns(self, key: LeaseKey) -> int:
+        """How many estimates the key's next lease holds."""
+        return self._turns.get(key, LEASE_TURNS)
+
     def refused(self, key: LeaseKey) -> None:
         self._cold[key] = self._monotonic() + LEASE_ADMIT_S
+        self._turns.pop(key, None)
 
     def granted(self, key: LeaseKey, grant: Grant, tokens: int, standings: list[Standing], estimate: int) -> Lease:
         """A new lease for `key`, part of `grant` (an older one still open ends); the turn that asked for it

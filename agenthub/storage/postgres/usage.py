@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from agenthub.errors import StorageError
 from agenthub.storage.postgres.database import Database
-from agenthub.storage.postgres.schema import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
+from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
 from agenthub.storage.usage import Claim, Forgotten, Reservation, UsageRow, judge, scope_keys
 
 _INSERT_CALL = (
