@@ -47,8 +47,8 @@ asyncio.run(main())
 """
 LIMITS = {"user_day": 10**12, "user_month": 10**13, "chat_day": 10**12, "agent_month": 10**14}
 USER_LIMITS = {"user_day": 10**12, "user_month": 10**13}
-"""Only the senders' own limits: far from them a turn is admitted from its sender's lease, no store call (a chat or
-agent limit costs every turn a reservation of its own)."""
+"""Only the senders' own limits: far from them a turn is admitted from its sender's lease, no store call (with a
+chat and an agent limit too, from the instance's leases of those scopes as well)."""
 
 
 def _settings(root: Path, base_url: str, dsn: str | None, budgets: dict[str, Any]) -> Settings:

@@ -19,6 +19,8 @@ from psycopg.rows import TupleRow
 
 from agenthub.storage.idempotency import IDEMPOTENCY_DIR
 from agenthub.storage.postgres.database import Database
+from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
+from agenthub.storage.postgres.usage import ADD_TOTALS, totals_of
 from agenthub.storage.usage import FileUsageStore, UsageRow
 
 Digest = Callable[[Any], str]
@@ -32,6 +34,13 @@ _INSERT_DAY = (
     "INSERT INTO usage_days (day, agent, channel, chat_id, sender_id, model, purpose, input, output, cache_read, "
     "cache_write, calls, estimated) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
+_TOKENS = "input + output + cache_read + cache_write"
+_DROP_DAY = (
+    "WITH gone AS (DELETE FROM usage_days WHERE day = %s "
+    f"RETURNING day, agent, channel, chat_id, sender_id, -({_TOKENS}) AS tokens) "
+    + USAGE_TOTALS_ADD.format(totals=USAGE_TOTALS_OF.format(rows="SELECT * FROM gone"))
+)
+"""A day's rows go, and their tokens out of the running totals (migration 17), in one statement."""
 _KEY = "SELECT fingerprint, accepted, final FROM idempotency_keys WHERE scope = %s AND key = %s"
 _INSERT_KEY = (
     "INSERT INTO idempotency_keys (scope, key, fingerprint, accepted, final, created_at) "
@@ -74,9 +83,11 @@ def write_day(day: str, rows: list[list[Any]]) -> Callable[[AsyncConnection[Tupl
 
     async def write(conn: AsyncConnection[TupleRow]) -> None:
         date = dt.date.fromisoformat(day)
-        await conn.execute("DELETE FROM usage_days WHERE day = %s", (date,))
+        await conn.execute(_DROP_DAY, (date,))
         async with conn.cursor() as cursor:
             await cursor.executemany(_INSERT_DAY, [(date, *r) for r in rows])
+        copied = [UsageRow(day, r[5], *r[:5], *r[6:]) for r in rows]
+        await conn.execute(ADD_TOTALS, totals_of(copied))  # the running totals count the day's rows as copied
 
     return write
 

@@ -8,6 +8,7 @@ the reservations of running turns in memory (one process per data directory). Po
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import time
@@ -147,6 +148,7 @@ class Forgotten:
         return {**row, "sender_id": self.tag, "chat_id": chat}
 
 
+@functools.lru_cache(maxsize=4096)  # asked on every budget check of the files backend
 def forgotten_tag(channel: str, sender_id: str) -> str:
     """What a forget writes for a sender's id (`forget.redact.Person.tag`), and for a direct chat named by them:
     their usage rows keep counting against their own budget and that chat's (`usage_reserve_claims` of migration 16
@@ -170,6 +172,8 @@ class FileUsageStore:
         self._days: set[str] = set()  # days whose journal is counted in `_by_scope`
         self._by_scope: dict[str, int] = {}  # "<day or month> <scope key>" → tokens
         self._reserved: dict[str, tuple[tuple[str, ...], int, float]] = {}  # id → scope keys, tokens, expiry
+        self._held: dict[str, int] = {}  # scope key → tokens its reservations hold
+        self._lapse_at = float("inf")  # the earliest expiry among `_reserved`
         self._warned: set[tuple[str, str]] = set()
         self._months: set[str] = set()  # months whose every journal is loaded
         self._write_lock = asyncio.Lock()
@@ -185,7 +189,7 @@ class FileUsageStore:
             for row in rows:
                 self._count(row)
         for reservation_id in release:  # after the rows are counted: never neither
-            self._reserved.pop(reservation_id, None)
+            self._end(reservation_id)
 
     def _append(self, rows: Sequence[UsageRow]) -> None:
         by_day: dict[str, list[str]] = {}
@@ -223,7 +227,7 @@ class FileUsageStore:
 
     def _count(self, row: UsageRow) -> None:
         tokens = row.tokens
-        for scope in _scopes_of(row):
+        for scope in scope_keys(row):
             for period in (row.day, row.day[:7]):
                 key = f"{period} {scope}"
                 self._by_scope[key] = self._by_scope.get(key, 0) + tokens
@@ -233,18 +237,41 @@ class FileUsageStore:
     async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
         await self._load_month(day)
         now = time.monotonic()  # from here to the end nothing awaits: check and reserve are one step
-        self._reserved = {k: v for k, v in self._reserved.items() if v[2] > now}
+        if now >= self._lapse_at:
+            self._lapse(now)
         used = {c.scope.key: self._used(c.scope, day) for c in claims}
         standings, refused = judge(claims, used)
         if refused is not None:
             return Reservation(None, standings, refused)
         rid = uuid.uuid4().hex
-        self._reserved[rid] = (tuple(c.scope.key for c in claims), tokens, now + ttl_s)
+        keys = tuple(used)
+        self._reserved[rid] = (keys, tokens, now + ttl_s)
+        for key in keys:
+            self._held[key] = self._held.get(key, 0) + tokens
+        self._lapse_at = min(self._lapse_at, now + ttl_s)
         return Reservation(rid, standings)
+
+    def _end(self, reservation_id: str) -> None:
+        ended = self._reserved.pop(reservation_id, None)
+        if ended is None:
+            return
+        keys, tokens, _ = ended
+        for key in keys:
+            left = self._held[key] - tokens
+            if left:
+                self._held[key] = left
+            else:
+                del self._held[key]
+
+    def _lapse(self, now: float) -> None:
+        """The reservations whose expiry passed go (their instance died without releasing them)."""
+        for rid in [rid for rid, (_, _, expiry) in self._reserved.items() if expiry <= now]:
+            self._end(rid)
+        self._lapse_at = min((expiry for _, _, expiry in self._reserved.values()), default=float("inf"))
 
     def _used(self, scope: Scope, day: str) -> tuple[int, int]:
         key = scope.key
-        reserved = sum(tokens for keys, tokens, _ in self._reserved.values() if key in keys)
+        reserved = self._held.get(key, 0)
         counted = [key]
         if scope.kind != "agent":  # what a forget left under their tag (a person's, or their direct chat's) counts
             counted.append(Scope(scope.kind, scope.channel, forgotten_tag(scope.channel, scope.ident)).key)
@@ -253,7 +280,7 @@ class FileUsageStore:
         return used_day + reserved, used_month + reserved
 
     async def release(self, reservation_id: str) -> None:
-        self._reserved.pop(reservation_id, None)
+        self._end(reservation_id)
 
     async def first_warning(self, scope_key: str, period_key: str) -> bool:
         if (scope_key, period_key) in self._warned:
@@ -419,7 +446,8 @@ def _plus(a: UsageRow | None, b: UsageRow) -> UsageRow:
     )
 
 
-def _scopes_of(row: UsageRow) -> tuple[str, ...]:
+def scope_keys(row: UsageRow) -> tuple[str, str, str]:
+    """The keys of the scopes a row counts in: its sender's, its chat's, its agent's."""
     return (
         Scope("user", row.channel, row.sender_id).key,
         Scope("chat", row.channel, row.chat_id).key,

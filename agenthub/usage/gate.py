@@ -20,7 +20,15 @@ from agenthub.errors import StorageError
 from agenthub.messages import SENDER_NAME, InboundMessage
 from agenthub.storage.ports import UsageStore
 from agenthub.storage.usage import Claim, Reservation, Scope, Standing, judge
-from agenthub.usage.leases import LEASE_ADMIT_S, LEASE_TURNS, Lease, LeaseKey, Leases, lease_claims
+from agenthub.usage.leases import (
+    LEASE_ADMIT_S,
+    Grant,
+    Lease,
+    LeaseKey,
+    Leases,
+    lease_claims,
+    lease_parts,
+)
 from agenthub.usage.meter import CpuMeter
 from agenthub.usage.periods import day_of, period_key, resets_at
 from agenthub.usage.recorder import UsageRecorder
@@ -63,8 +71,8 @@ class Admission:
     reservation_id: str | None = None
     notices: list[str] = field(default_factory=list)
     refused: Literal[False] = False
-    lease: Lease | None = None
-    """Its senders' own scopes admitted from this instance's lease (the chat's and agent's: `reservation_id`)."""
+    leases: list[Lease] = field(default_factory=list)
+    """The leases of this instance it was admitted from (the parts of its scopes not in `reservation_id`)."""
     estimate: int = 0
     """What the turn was admitted for (a lease's turn that spends more takes the rest from the lease)."""
 
@@ -92,7 +100,7 @@ class BudgetGate:
         self.exempt = frozenset(budgets.exempt)
         self._limits: dict[str, tuple[object, BudgetLimits, bool]] = {}  # agent → (its config, limits, any set)
         self.leases = Leases(self._lease_ended)
-        self._ended: set[str] = set()  # leases ended whose release may not be written yet
+        self._releasing: set[str] = set()  # reservations settled (a turn's, an ended lease's), release maybe unwritten
         self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
         recorder.before_close.append(self.leases.close)
         self.cpu = CpuMeter()
@@ -176,24 +184,22 @@ class BudgetGate:
         several = len(dict.fromkeys(senders or ())) > 1
         named = dict(names or {}) if several else None  # a joined turn: a sender's limit names them
         day = day_of(self.clock(), self.zone)
-        own = tuple(c for c in claims if c.scope.kind == "user")  # a lease holds these only (see `_reserve`)
-        shared = [c for c in claims if c.scope.kind != "user"]
-        key: LeaseKey = (day, own)
-        lease = self.leases.take(key, estimate) if own else None
-        if (lease is None or shared) and self._ended:  # a store call follows: see `_released`
-            try:
-                await self._released()
-            except BaseException:  # cancelled: the lease's turn was never admitted
-                if lease is not None:
-                    self.leases.give_back(lease, estimate)
-                raise
-            lease = lease or (self.leases.take(key, estimate) if own else None)
-        # no await from the end of this loop to `_ask_lease` taking `_asking[key]`: one turn asks at a time
-        while lease is None and key in self._asking:  # another turn of these scopes is asking for a lease: its
-            await asyncio.shield(self._asking[key])  # answer may have room for this one too
-            lease = self.leases.take(key, estimate)
+        parts = lease_parts(day, claims)
+        taken = self._take(parts, {}, estimate)
         try:
-            reservation, lease = await self._reserve(key, lease, own, shared, day, estimate, ttl_s)
+            if len(taken) < len(parts) and self._releasing:  # a store call follows: see `_released`
+                await self._released()
+                taken = self._take(parts, taken, estimate)
+            # no await from the end of this loop to `_ask_lease` taking `_asking`: one turn asks for a part at a time
+            while asking := next((self._asking[p] for p in parts if p not in taken and p in self._asking), None):
+                await asyncio.shield(asking)  # another turn is asking for a lease of these scopes: its answer may
+                taken = self._take(parts, taken, estimate)  # have room for this one too
+        except BaseException:  # cancelled: the turn was never admitted
+            self._give_back(taken.values(), estimate)
+            raise
+        missing = [p for p in parts if p not in taken]
+        try:
+            reservation, granted = await self._reserve(missing, taken, day, estimate, ttl_s)
         except StorageError as e:
             log.warning("budget_check_unavailable", error=str(e))
             return Admission()
@@ -202,11 +208,12 @@ class BudgetGate:
             self.recorder.refusals[standing.scope.kind] += 1
             log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
             return Refusal(standing, self.refusal_text(standing, locale, named=named))
-        admission = Admission(reservation.id, lease=lease, estimate=estimate)
-        standings = reservation.standings
-        if lease is not None:
+        leases = [*taken.values(), *granted]
+        admission = Admission(reservation.id, leases=leases, estimate=estimate)
+        standings = list(reservation.standings)
+        for lease in leases:
             before = lease.committed - estimate  # what the lease's earlier turns took since it was granted
-            standings = [Standing(s.scope, s.period, s.limit, s.used + before) for s in lease.standings] + standings
+            standings += [Standing(s.scope, s.period, s.limit, s.used + before) for s in lease.standings]
         try:
             for standing in standings:
                 if (standing.used + estimate) / standing.limit >= limits.warn_at:
@@ -216,53 +223,59 @@ class BudgetGate:
             raise
         return admission
 
-    async def _reserve(
-        self,
-        key: LeaseKey,
-        lease: Lease | None,
-        own: tuple[Claim, ...],
-        shared: list[Claim],
-        day: str,
-        estimate: int,
-        ttl_s: float,
-    ) -> tuple[Reservation, Lease | None]:
-        """The turn's senders' own scopes from a lease (`lease`: taken already; else one is asked for when it fits
-        with room to spare: one store call for the turns it admits) and the chat's and agent's scopes reserved for
-        this turn alone; near a sender's limit (no lease) every scope is reserved for this turn in one call.
+    def _take(self, parts: Sequence[LeaseKey], taken: dict[LeaseKey, Lease], estimate: int) -> dict[LeaseKey, Lease]:
+        """`taken` and the parts not in it that this instance's open leases admit a turn of `estimate` from."""
+        found = dict(taken)
+        for part in parts:
+            if part not in found and (lease := self.leases.take(part, estimate)) is not None:
+                found[part] = lease
+        return found
 
-        Why the chat and agent scopes are never leased: a lease holds several turns' estimates that its person has
-        not spent yet, and everyone else in that chat (of that agent) would be checked against them too, so near a
-        shared limit they would be refused early. Reserved per turn, each scope still holds at most what the turns
-        running in it may spend, so concurrent turns (of one instance or several) overspend a limit by at most one
-        reservation, as they did before leases; a sender's own scope holds only their turns, which take from their
-        lease. The price: a turn under a chat or agent limit makes one store call (none far from a sender's limit
-        with user limits only)."""
-        if lease is None and own and self.leases.worth_asking(key):
-            lease, refused = await self._ask_lease(key, own, day, estimate, ttl_s)
-            if refused is not None:  # a sender's limit itself is reached: refused without a second call
-                return refused, None
-        if lease is None:
-            return await self.store.reserve([*own, *shared], day, estimate, ttl_s + RESERVATION_GRACE_S), None
-        if not shared:
-            return Reservation(None), lease
-        try:
-            reservation = await self.store.reserve(shared, day, estimate, ttl_s + RESERVATION_GRACE_S)
-        except BaseException:
+    def _give_back(self, leases: Iterable[Lease], estimate: int) -> None:
+        for lease in leases:
             self.leases.give_back(lease, estimate)
+
+    async def _reserve(
+        self, missing: list[LeaseKey], taken: dict[LeaseKey, Lease], day: str, estimate: int, ttl_s: float
+    ) -> tuple[Reservation, list[Lease]]:
+        """The parts the turn could not take from an open lease, in one store call: asked for as new leases (one
+        grant) when every one of them is worth asking, else reserved for this turn alone (near a limit); the
+        leases `taken` are given back when the turn is refused (or the store fails).
+
+        Leasing a chat's or an agent's scope: every turn of that chat (agent) on this instance draws from the
+        instance's lease; another instance's turns are checked against it as reserved, so near that limit they may
+        be refused early by at most one lease's unspent part for up to `LEASE_ADMIT_S` (no lease is granted unless
+        it is at most `LEASE_SHARE` of what is left). Every scope still holds at most what the turns running in it
+        may spend, so concurrent turns (of one instance or several) overspend a limit by at most one reservation."""
+        if not missing:
+            return Reservation(None), []
+        claims = [c for part in missing for c in part[1]]
+        try:
+            if all(self.leases.worth_asking(p) for p in missing):
+                granted, refused = await self._ask_lease(missing, claims, day, estimate, ttl_s)
+                if refused is not None:  # a limit itself is reached: refused without a second call
+                    self._give_back(taken.values(), estimate)
+                    return refused, []
+                if granted:
+                    return Reservation(None), granted
+            reservation = await self.store.reserve(claims, day, estimate, ttl_s + RESERVATION_GRACE_S)
+        except BaseException:
+            self._give_back(taken.values(), estimate)
             raise
         if reservation.refused is not None:
-            self.leases.give_back(lease, estimate)
-            return reservation, None
-        return reservation, lease
+            self._give_back(taken.values(), estimate)
+        return reservation, []
 
     def _lease_ended(self, lease_id: str) -> None:
-        self._ended.add(lease_id)
+        self._releasing.add(lease_id)
         self.recorder.release(lease_id)
 
     async def _released(self) -> None:
-        """An ended lease counts in the store until its release is written with its turns' usage, which the store
-        counts too (8 estimates: a sender near the limit was refused early): the writer's next write is made now,
-        so the check that follows does not count that usage twice (a write under way is waited for)."""
+        """A settled reservation (an ended lease's, or a finished turn's) counts in the store until its release is
+        written, while the usage of its turns may be written already: the writer writes a call's row `GATHER_S`
+        after the call, which can be before the turn has stored its reply and settled. Counted twice, a sender was
+        refused within their budget (issue 21: 6,150 of 8,000 used, and the last turn's 2,203 still reserved). So
+        the writer's next write is made now, before the check that follows (a write under way is waited for)."""
         began = time.thread_time()
         try:
             await self.recorder.flush()
@@ -270,30 +283,41 @@ class BudgetGate:
             pass  # counted twice meanwhile: refused a little early at worst, never late
         finally:  # the recorder's write, made now instead of within 50 ms: not the check's cost (`cpu`)
             self.cpu.seconds -= time.thread_time() - began
-        self._ended &= self.recorder.releases_waiting()  # ended meanwhile, or not written (the store failed)
+        self._releasing &= self.recorder.releases_waiting()  # settled meanwhile, or not written (the store failed)
 
     async def _ask_lease(
-        self, key: LeaseKey, own: tuple[Claim, ...], day: str, estimate: int, ttl_s: float
-    ) -> tuple[Lease | None, Reservation | None]:
-        """A lease of `LEASE_TURNS` estimates in the senders' own scopes, its first turn this one; (None, None): no
-        lease (near a limit); (None, refusal): a limit is reached."""
-        tokens = estimate * LEASE_TURNS
-        asked = lease_claims(own, tokens)
+        self, missing: list[LeaseKey], claims: list[Claim], day: str, estimate: int, ttl_s: float
+    ) -> tuple[list[Lease], Reservation | None]:
+        """Leases of `LEASE_TURNS` (or more: `Leases.turns`) estimates for the `missing` parts (one grant), this
+        turn the first of each;
+        ([], None): none (near a limit: the parts near it go cold); ([], refusal): a limit is reached."""
+        tokens = estimate * min(self.leases.turns(p) for p in missing)
+        asked = lease_claims(claims, tokens)
         if asked is None:
-            return None, None
+            return [], None
         lease_ttl = ttl_s + LEASE_ADMIT_S + RESERVATION_GRACE_S
-        asking = self._asking[key] = asyncio.get_running_loop().create_future()
+        asking = asyncio.get_running_loop().create_future()
+        for part in missing:
+            self._asking[part] = asking
         try:
             reservation = await self.store.reserve(asked, day, tokens, lease_ttl)
         finally:
-            del self._asking[key]
+            for part in missing:
+                del self._asking[part]
             asking.set_result(None)
         if reservation.id is not None:
-            standings = _standings(own, reservation.standings)
-            return self.leases.granted(key, reservation.id, tokens, standings, estimate), None
-        self.leases.refused(key)
-        standings, refused = judge(own, _used(reservation.standings))
-        return None, (Reservation(None, standings, refused) if refused is not None else None)
+            grant = Grant(reservation.id, len(missing))
+            standings = _standings(claims, reservation.standings)
+            return [
+                self.leases.granted(p, grant, tokens, [s for s in standings if s.scope in _scopes(p)], estimate)
+                for p in missing
+            ], None
+        near = {s.scope for s in reservation.standings if s.used >= s.limit}  # against the lowered limits
+        for part in missing:
+            if any(c.scope in near for c in part[1]):
+                self.leases.refused(part)
+        standings, refused = judge(claims, _used(reservation.standings))
+        return [], (Reservation(None, standings, refused) if refused is not None else None)
 
     async def _warn_once(
         self, standing: Standing, day: str, locale: str, admission: Admission, *, named: Mapping[str, str] | None
@@ -348,10 +372,11 @@ class BudgetGate:
             self._settle(admission, spent)
 
     def _settle(self, admission: Admission, spent: int | None) -> None:
-        if admission.lease is not None:
-            lease, admission.lease = admission.lease, None
+        leases, admission.leases = admission.leases, []
+        for lease in leases:
             self.leases.settle(lease, None if spent is None else max(0, spent - admission.estimate))
         if admission.reservation_id is not None:
+            self._releasing.add(admission.reservation_id)  # the next check that calls the store writes it first
             self.recorder.release(admission.reservation_id)
             admission.reservation_id = None
 
@@ -372,3 +397,7 @@ def _used(standings: list[Standing]) -> dict[str, tuple[int, int]]:
 def _standings(claims: Sequence[Claim], lowered: list[Standing]) -> list[Standing]:
     """The standings against the real limits (a lease was asked with lowered ones)."""
     return judge(claims, _used(lowered))[0]
+
+
+def _scopes(part: LeaseKey) -> set[Scope]:
+    return {c.scope for c in part[1]}

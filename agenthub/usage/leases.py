@@ -1,12 +1,15 @@
 """Budget leases: an instance reserves several turns' worth of headroom in one store call and admits the turns of
-the same scopes from it locally, so that a busy person's turns do not each cost a round trip to the database.
+the same scopes from it locally, so that busy scopes' turns do not each cost a round trip to the database.
 
-A lease holds only its senders' own (`user`) scopes: the chat's and agent's are reserved per turn (see
-`BudgetGate._reserve`). It is an ordinary reservation (the store counts it against every scope it claims, for every
-instance) that is granted only when it fits whole, with room to spare, in what is left of every limit; so what
-turns admitted from a lease spend never reaches a limit, and the guarantee of per-turn reservations (overspend by
-at most one reservation) holds unchanged: near a limit no lease is granted and every turn reserves for itself. A
-lease stops admitting after `LEASE_ADMIT_S` (or once spent) and ends with the write of its last turn's usage."""
+A turn's scopes are leased in parts: its senders' own (`user`) scopes together, the chat's and the agent's each on
+their own, so that every turn of that chat (agent) on this instance draws from the instance's one lease of it (see
+`BudgetGate._reserve`). The parts a turn lacks are asked for in one store call, as one reservation (a `Grant`) that
+is released once every part of it has ended. A lease is an ordinary reservation (the store counts it against every
+scope it claims, for every instance) that is granted only when it fits whole, with room to spare, in what is left
+of every limit; so what turns admitted from a lease spend never reaches a limit, and the guarantee of per-turn
+reservations (overspend by at most one reservation) holds unchanged: near a limit no lease is granted and every
+turn reserves for itself. A lease stops admitting after `LEASE_ADMIT_S` (or once spent) and ends with the write of
+its last turn's usage."""
 
 from __future__ import annotations
 
@@ -18,7 +21,10 @@ from dataclasses import dataclass, field
 from agenthub.storage.usage import Claim, Standing
 
 LEASE_TURNS = 8
-"""A lease holds this many estimates of the turn that asked for it."""
+"""A lease holds this many estimates of the turn that asked for it..."""
+LEASE_TURNS_MAX = 64
+"""...or, after one of the same key was spent within its window (a busy chat, an agent many people talk to), twice
+as many as that one held, up to this many."""
 LEASE_SHARE = 0.5
 """...and is granted only when it is at most this share of what is left of each limit."""
 LEASE_ADMIT_S = 30.0
@@ -29,11 +35,20 @@ LeaseKey = tuple[str, tuple[Claim, ...]]
 
 
 @dataclass
-class Lease:
-    """Headroom reserved in the store under `id`; `committed`: the estimates of the turns it admitted, plus what
-    the ended ones spent beyond them."""
+class Grant:
+    """One store reservation (`id`) holding the leases of `parts` keys, asked for together; released once all
+    have ended."""
 
     id: str
+    parts: int = 1
+
+
+@dataclass
+class Lease:
+    """Headroom reserved in the store (`grant`); `committed`: the estimates of the turns it admitted, plus what the
+    ended ones spent beyond them."""
+
+    grant: Grant
     tokens: int
     admit_until: float
     standings: list[Standing]
@@ -57,6 +72,14 @@ def lease_claims(claims: Sequence[Claim], tokens: int) -> list[Claim] | None:
     return lowered
 
 
+def lease_parts(day: str, claims: Sequence[Claim]) -> list[LeaseKey]:
+    """A turn's claims in the parts they are leased in: its senders' own (`user`) scopes together, then the chat's
+    and the agent's each alone (so that every turn of that chat, or agent, shares the instance's one lease)."""
+    own = tuple(c for c in claims if c.scope.kind == "user")
+    parts: list[LeaseKey] = [(day, own)] if own else []
+    return parts + [(day, (c,)) for c in claims if c.scope.kind != "user"]
+
+
 class Leases:
     """The open leases of this instance, one per key; a lease that ended is released through `release` (the usage
     recorder's next write: after the rows of its turns, never before)."""
@@ -66,6 +89,7 @@ class Leases:
         self._monotonic = monotonic
         self._open: dict[LeaseKey, Lease] = {}
         self._cold: dict[LeaseKey, float] = {}  # key → until when no lease is asked for (one was refused)
+        self._turns: dict[LeaseKey, int] = {}  # key → estimates its next lease holds, when not `LEASE_TURNS`
         self.granted_count = 0
         """Leases granted since start (tests; a figure for the logs)."""
 
@@ -74,7 +98,12 @@ class Leases:
         lease = self._open.get(key)
         if lease is None:
             return None
-        if self._monotonic() >= lease.admit_until or lease.committed + estimate > lease.tokens:
+        if self._monotonic() >= lease.admit_until:
+            self._turns.pop(key, None)  # not spent in its window: the next one is of the usual size
+            self._end(key, lease)
+            return None
+        if lease.committed + estimate > lease.tokens:  # spent within its window: the next one is larger
+            self._turns[key] = min(2 * self._turns.get(key, LEASE_TURNS), LEASE_TURNS_MAX)
             self._end(key, lease)
             return None
         lease.committed += estimate
@@ -91,18 +120,21 @@ class Leases:
         del self._cold[key]
         return True
 
+    def turns(self, key: LeaseKey) -> int:
+        """How many estimates the key's next lease holds."""
+        return self._turns.get(key, LEASE_TURNS)
+
     def refused(self, key: LeaseKey) -> None:
         self._cold[key] = self._monotonic() + LEASE_ADMIT_S
+        self._turns.pop(key, None)
 
-    def granted(
-        self, key: LeaseKey, reservation_id: str, tokens: int, standings: list[Standing], estimate: int
-    ) -> Lease:
-        """A new lease for `key` (an older one still open ends); the turn that asked for it (`estimate`) is its
-        first."""
+    def granted(self, key: LeaseKey, grant: Grant, tokens: int, standings: list[Standing], estimate: int) -> Lease:
+        """A new lease for `key`, part of `grant` (an older one still open ends); the turn that asked for it
+        (`estimate`) is its first."""
         older = self._open.get(key)
         if older is not None:
             self._end(key, older)
-        lease = Lease(reservation_id, tokens, self._monotonic() + LEASE_ADMIT_S, standings, estimate, 1)
+        lease = Lease(grant, tokens, self._monotonic() + LEASE_ADMIT_S, standings, estimate, 1)
         self.granted_count += 1
         try:
             lease.timer = asyncio.get_running_loop().call_later(LEASE_ADMIT_S, self._end, key, lease)
@@ -117,7 +149,7 @@ class Leases:
         lease.committed = lease.tokens if overrun is None else lease.committed + overrun
         lease.running -= 1
         if not lease.open and lease.running == 0:
-            self._release(lease.id)
+            self._ended(lease)
 
     def give_back(self, lease: Lease, estimate: int) -> None:
         """A turn taken from `lease` was refused after all (by a chat's or agent's limit): its estimate is free
@@ -134,7 +166,14 @@ class Leases:
         if self._open.get(key) is lease:
             del self._open[key]
         if lease.running == 0:
-            self._release(lease.id)
+            self._ended(lease)
+
+    def _ended(self, lease: Lease) -> None:
+        """`lease` admits no more and its turns ended (this happens once per lease): its grant is released with
+        its last part."""
+        lease.grant.parts -= 1
+        if lease.grant.parts == 0:
+            self._release(lease.grant.id)
 
     def close(self) -> None:
         """Shutdown: no more turns from any lease; the idle ones are released (with the recorder's last write)."""

@@ -33,8 +33,18 @@ turn's last call and its settlement) go in one write. Until then a turn's reserv
 class UsageRecorder:
     """Watches the providers' call log (`CallLog.watch`); `flush()` returns once every call seen so far is stored."""
 
-    def __init__(self, store: UsageStore, zone: ZoneInfo, clock: Clock, spool: UsageSpool | None = None) -> None:
+    def __init__(
+        self,
+        store: UsageStore,
+        zone: ZoneInfo,
+        clock: Clock,
+        spool: UsageSpool | None = None,
+        *,
+        gather_s: float = GATHER_S,
+    ) -> None:
         self.store = store
+        self.gather_s = gather_s
+        """How long the writer gathers before a write (`GATHER_S`; a test that orders the writes itself: longer)."""
         self.spool = spool
         """Where the rows not stored yet are kept too, so that a killed process loses none (None: memory only)."""
         self.zone = zone
@@ -106,7 +116,7 @@ class UsageRecorder:
         )
 
     async def _write_soon(self) -> None:
-        await asyncio.sleep(GATHER_S)
+        await asyncio.sleep(self.gather_s)
         while self._pending or self._releases or self._recovered:
             try:
                 await self.flush()

@@ -145,3 +145,6 @@ async def test_on_postgres_a_row_not_stored_when_the_daemon_is_killed_is_stored_
         assert await d.stop_all() == [0]
     assert await _calls_of(postgres_dsn, "crash-chat") == [(1234, 56)]
     assert list(spool.glob("*.jsonl")) == []
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:  # counted once there too
+        cursor = await conn.execute("SELECT tokens FROM usage_totals WHERE scope LIKE 'chat:%:crash-chat'")
+        assert [int(r[0]) for r in await cursor.fetchall()] == [sum(USAGE.values())] * 2  # its day and its month

@@ -94,3 +94,45 @@ async def test_with_budget_leases_three_instances_still_overspend_by_at_most_one
     reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 14")
     assert limit <= used <= limit + reservation
     assert leased > 0  # the instances did admit turns from leases
+
+
+async def test_many_peoples_turns_under_an_agent_limit_on_three_instances_overspend_by_at_most_one_reservation(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """Each instance admits the agent's turns (whoever sends them) from its own lease of the agent's scope; near the
+    limit every turn reserves for itself: the agent's usage ends within one reservation above its limit (and below
+    it by at most what the other instances' last leases had left, less than a turn's estimate each)."""
+    fake_llm.default_usage = {"input_tokens": 100, "output_tokens": 50}
+    limit = 9000
+    async with shared_instances(
+        tmp_path, fake_llm, postgres_dsn, 3, budgets={"agent_day": limit}, llm={"max_tokens": MAX_TOKENS}
+    ) as instances:
+        for wave in range(40):
+            hold = asyncio.Event()
+            fake_llm.responder = lambda body, hold=hold: reply_text("ok", hold=hold)
+            messages = [InboundMessage("wecom", f"dm-{wave}-{n}", f"p{wave}-{n}", f"question {n}") for n in range(15)]
+            handles = await asyncio.gather(*(instances[n % 3].gateway.submit(m) for n, m in enumerate(messages)))
+            results = [asyncio.create_task(h.result()) for h in handles]
+            async with asyncio.timeout(30):
+                while sum(t.done() for t in results) + fake_llm.in_flight < len(handles):  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+            hold.set()
+            finals = await asyncio.gather(*results)
+            answered = sum(isinstance(f, DoneEvent) for f in finals)
+            assert answered + sum(isinstance(f, ErrorEvent) and f.code == "budget_exceeded" for f in finals) == 15
+            for instance in instances:
+                assert instance.gateway.turn_services.usage is not None
+                await instance.gateway.turn_services.usage.gate.drain()
+            if not answered:
+                break
+        else:
+            raise AssertionError("the limit was never reached")
+        leased = [
+            i.gateway.turn_services.usage is not None and i.gateway.turn_services.usage.gate.leases.granted_count
+            for i in instances
+        ]
+        rows = await instances[0].stores.usage.days("2000-01-01", "2100-01-01")
+    used = totals(rows, Scope("agent", "", "default"), "2000-01-01", {}).tokens
+    reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 14")
+    assert limit - 2 * reservation <= used <= limit + reservation
+    assert all(leased)  # every instance admitted the agent's turns from leases of its own

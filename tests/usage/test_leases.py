@@ -128,32 +128,55 @@ async def test_a_leases_turns_that_overrun_their_estimates_spend_no_more_than_pe
 
 
 @pytest.mark.parametrize("backend", ["files", "postgres"])
-async def test_another_person_in_the_chat_is_not_refused_early_while_a_lease_is_open(
+async def test_a_chats_turns_on_one_instance_share_its_lease_and_its_limit_still_holds(
     backend: str, settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, request: pytest.FixtureRequest
 ) -> None:
-    """alice's lease holds several of her turns' estimates in her own scope only: bob, in the same group near its
-    chat limit, is checked against what the chat used, not against what alice may still spend."""
+    """alice's turn leases her own scope and the chat's (one store call); bob, in the same group near its chat
+    limit, is admitted from this instance's lease of the chat, not refused because of what alice may still spend;
+    once the lease ends (after `LEASE_ADMIT_S`; here closed) the chat's usage refuses carol."""
     limit = 10_000
     settings = settings_factory(
         budgets={"user_day": 10**9, "chat_day": limit}, llm={"max_tokens": MAX_TOKENS}, store=store_of(backend, request)
     )
     fake_llm.default_usage = PER_CALL
-    stores = await open_stores(settings)
+    stores, counted = await counted_stores(settings)
     try:
         async with build_gateway(settings, stores=stores) as gw:
             assert gw.turn_services.usage is not None
+            gate = gw.turn_services.usage.gate
             alice = await (await gw.submit(InboundMessage("wecom", "g", "alice", "question"))).result()
             assert isinstance(alice, DoneEvent)
-            assert gw.turn_services.usage.gate.leases.granted_count == 1  # her lease is open (for 30 s)
-            await gw.turn_services.usage.gate.drain()
+            assert (gate.leases.granted_count, counted.reserves) == (2, 1)  # hers and the chat's, in one call
+            await gate.drain()
             used = await used_by(gw, "alice")
             day = day_of(gw.clock(), gw.turn_services.usage.zone)
             room = 100  # the chat's usage stops this far below its limit: bob's turn is still allowed
             carols = UsageRow(day, "turn", "default", "wecom", "g", "carol", "m", input=limit - used - room)
             await gw.turn_services.usage.store.add([carols])
             bob = await (await gw.submit(InboundMessage("wecom", "g", "bob", "may I?"))).result()
+            assert counted.reserves == 2  # bob's own scope only: the chat's from the lease
+            gate.leases.close()  # what `LEASE_ADMIT_S` brings: the chat's lease admits no more
+            await gate.drain()
             carol = await (await gw.submit(InboundMessage("wecom", "g", "carol", "and I?"))).result()
     finally:
         await stores.aclose()
     assert isinstance(bob, DoneEvent), bob
     assert isinstance(carol, ErrorEvent) and carol.code == "budget_exceeded"  # bob's turn reached the limit
+
+
+@pytest.mark.parametrize("backend", ["files", "postgres"])
+async def test_many_peoples_turns_under_an_agent_limit_share_the_instances_lease(
+    backend: str, settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, request: pytest.FixtureRequest
+) -> None:
+    budgets = {"agent_month": 10**9, "chat_day": 10**9}
+    settings = settings_factory(budgets=budgets, llm={"max_tokens": MAX_TOKENS}, store=store_of(backend, request))
+    stores, counted = await counted_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            for n in range(16):  # 16 people, each in a chat of their own, two turns each
+                for k in range(2):
+                    message = InboundMessage("wecom", f"dm-{n}", f"person-{n}", f"question {k}")
+                    assert isinstance(await (await gw.submit(message)).result(), DoneEvent)
+    finally:
+        await stores.aclose()
+    assert counted.reserves <= 16 + 4  # a call per chat (its lease; the agent's refilled with them), not per turn

@@ -9,6 +9,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub.errors import StorageError
+from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_SQL, USAGE_TOTALS_WHAT
 
 log = structlog.get_logger(__name__)
 
@@ -607,6 +608,9 @@ USAGE_RESERVE_CLAIMS = Migration(
 )
 """`usage_reserve` (migrations 8 and 11) stays for instances not upgraded yet."""
 
+USAGE_TOTALS = Migration(17, USAGE_TOTALS_WHAT, USAGE_TOTALS_SQL)
+"""Migration 17 (`schema_usage`): the running usage totals the budget check reads."""
+
 SEARCH_DOC_TERMS = Migration(
     18,
     "each search doc keeps its distinct terms, so its postings are deleted through their primary key and the "
@@ -744,6 +748,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     SESSION_WRITES,
     SEARCH_REMOVALS,
     USAGE_RESERVE_CLAIMS,
+    USAGE_TOTALS,
     SEARCH_DOC_TERMS,
     SESSION_CLAIMS,
 )

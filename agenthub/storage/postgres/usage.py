@@ -1,9 +1,11 @@
 """`PostgresUsageStore`: usage calls and day roll-ups, and budget reservations shared by every instance.
 
-A reservation is checked and taken in one call of `usage_reserve_claims` (migration 16) under an advisory lock per scope
-(taken in sorted order, so two turns sharing scopes never deadlock): what every instance's running turns reserved
-counts until it is released (with the turn's usage, in one transaction) or its `expires_at` passes (the instance
-died).
+A reservation is checked and taken in one call of `usage_reserve_totals` (migration 17) under an advisory lock per
+scope (taken in sorted order, so two turns sharing scopes never deadlock): what every instance's running turns
+reserved counts until it is released (with the turn's usage, in one transaction) or its `expires_at` passes (the
+instance died). The check reads each scope's running totals (`usage_totals`: a day's and a month's row), which
+every change of `usage_days` updates in its own transaction (after its day rows, in key order: writers never
+deadlock), so a check reads a few rows however much was used in the month.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from collections.abc import Sequence
 
 from agenthub.errors import StorageError
 from agenthub.storage.postgres.database import Database
-from agenthub.storage.usage import Claim, Forgotten, Reservation, UsageRow, judge
+from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
+from agenthub.storage.usage import Claim, Forgotten, Reservation, UsageRow, judge, scope_keys
 
 _INSERT_CALL = (
     "INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output, cache_read, "
@@ -35,7 +38,12 @@ _COUNT_CALL = (
     "AND channel = %s AND chat_id = %s AND sender_id = %s AND model = %s AND input = %s AND output = %s "
     "AND cache_read = %s AND cache_write = %s"
 )
-_RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve_claims(%s, %s, %s, %s, %s)"
+ADD_TOTALS = USAGE_TOTALS_ADD.format(
+    totals="SELECT x.scope, x.period, x.tokens FROM unnest(%s::text[], %s::text[], %s::bigint[]) "
+    "WITH ORDINALITY AS x(scope, period, tokens, n) ORDER BY n"
+)
+"""The running totals of a write's rows (`totals_of`: summed per key, in key order)."""
+_RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve_totals(%s, %s, %s, %s, %s)"
 _RELEASE = "DELETE FROM usage_reservations WHERE id = ANY(%s)"
 SWEEP_S = 60.0
 """How often an instance deletes reservations that lapsed long ago (a dead instance's)."""
@@ -67,9 +75,9 @@ class PostgresUsageStore:
             conn.transaction(),
             conn.cursor() as cursor,
         ):
-            if rows:
-                await cursor.executemany(_INSERT_CALL, calls)
-                await cursor.executemany(_UPSERT_DAY, days)
+            await cursor.executemany(_INSERT_CALL, calls)
+            await cursor.executemany(_UPSERT_DAY, days)
+            await cursor.execute(ADD_TOTALS, totals_of(rows))  # the same transaction: never one without the other
             if release:  # in the same transaction: a turn's usage and the end of its reservation, never neither
                 await cursor.execute(_RELEASE, (list(release),))
 
@@ -156,10 +164,13 @@ class PostgresUsageStore:
             "chat": who.chat_id,
         }
         async with self.database.connection("forget a person's usage") as conn, conn.transaction():
+            # usage writes wait (and are waited for) meanwhile: the rows and totals this moves are locked in no
+            # order a writer's could cross
+            await conn.execute("LOCK TABLE usage_days IN SHARE ROW EXCLUSIVE MODE")
             calls = await conn.execute(_FORGET_CALLS, params)
-            days = await conn.execute(_FORGET_DAYS, params)
+            days = await (await conn.execute(_FORGET_DAYS, params)).fetchone()
             await conn.execute(_FORGET_WARNINGS, params)
-            return max(calls.rowcount, 0) + max(days.rowcount, 0)
+            return max(calls.rowcount, 0) + (int(days[0]) if days is not None else 0)
 
 
 _WHO = (
@@ -167,8 +178,13 @@ _WHO = (
     "AND (%(chat)s::text IS NULL OR chat_id = %(chat)s)"
 )
 _CHAT = "CASE WHEN chat_id = %(sender)s THEN %(tag)s ELSE chat_id END"
+_MOVED = f"""SELECT day, agent, channel, chat_id, sender_id, -(input + output + cache_read + cache_write) AS tokens
+FROM gone UNION ALL
+SELECT day, agent, channel, {_CHAT}, %(tag)s, input + output + cache_read + cache_write FROM gone"""
+"""What a forget moves in the running totals: the person's (and their direct chat's) tokens to their tag's."""
 _FORGET_CALLS = f"UPDATE usage_calls SET sender_id = %(tag)s, chat_id = {_CHAT} WHERE {_WHO}"
-_FORGET_DAYS = f"""WITH gone AS (DELETE FROM usage_days WHERE {_WHO} RETURNING *)
+_FORGET_DAYS = f"""WITH gone AS (DELETE FROM usage_days WHERE {_WHO} RETURNING *),
+moved AS (
 INSERT INTO usage_days AS d (day, agent, channel, chat_id, sender_id, model, purpose, input, output, cache_read,
     cache_write, calls, estimated)
 SELECT day, agent, channel, new_chat, %(tag)s, model, purpose, sum(input), sum(output), sum(cache_read),
@@ -177,10 +193,25 @@ FROM (SELECT *, {_CHAT} AS new_chat FROM gone) g GROUP BY day, agent, channel, n
 ON CONFLICT (day, agent, channel, chat_id, sender_id, model, purpose) DO UPDATE SET
     input = d.input + excluded.input, output = d.output + excluded.output,
     cache_read = d.cache_read + excluded.cache_read, cache_write = d.cache_write + excluded.cache_write,
-    calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated"""
+    calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated
+RETURNING 1),
+totals AS ({USAGE_TOTALS_ADD.format(totals=USAGE_TOTALS_OF.format(rows=_MOVED))} RETURNING 1)
+SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM totals)"""
 """The person's day rows go, and come back under their tag (added to rows an earlier forget left there)."""
 _FORGET_WARNINGS = """DELETE FROM usage_warnings
 WHERE scope IN ('user:' || %(channel)s || ':' || %(sender)s, 'chat:' || %(channel)s || ':' || %(sender)s)"""
+
+
+def totals_of(rows: Sequence[UsageRow]) -> tuple[list[str], list[str], list[int]]:
+    """The rows' tokens per scope key and day or month, in key order (as `usage_totals` is locked by every writer)."""
+    summed: dict[tuple[str, str], int] = {}
+    for row in rows:
+        tokens = row.tokens
+        for scope in scope_keys(row):
+            for period in (row.day, row.day[:7]):
+                summed[(scope, period)] = summed.get((scope, period), 0) + tokens
+    ordered = sorted(summed.items())
+    return [k[0] for k, _ in ordered], [k[1] for k, _ in ordered], [v for _, v in ordered]
 
 
 def _counts(r: UsageRow) -> tuple[int, ...]:
