@@ -177,13 +177,20 @@ class FileFeeder:
             mark = _Mark(ino, size, mtime_ns, item.end, head, item.tail.hex(), line, mark.hidden)
             mark.skipped = reader.skipped[-_KEEP_SKIPPED:]
         else:
-            (index.replace_source if fresh else index.add)(source, docs, mark.dump())
+            self._store(index, source, docs, mark.dump(), fresh=fresh)
             return None
         if mark is old:
             return mark_text
         text = mark.dump()
-        (index.replace_source if fresh else index.add)(source, docs, text)
+        self._store(index, source, docs, text, fresh=fresh)
         return text
+
+    @staticmethod
+    def _store(index: SqliteSearchIndex, source: SourceRef, docs: list[SearchDoc], mark: str, *, fresh: bool) -> None:
+        if fresh:
+            index.replace_source(source, docs, mark)
+        else:  # the lines start at the watermark: their line numbers are past every doc stored for the source
+            index.add(source, docs, mark, past_mark=True)
 
     def _layout(self, agent: str) -> AgentLayout:
         """The agent's paths (kept: its root is resolved once; each path is still checked for links when asked)."""
