@@ -25,8 +25,10 @@ from _search_corpus import timed as _timed
 from agenthub.search.docs import DOC_READERS
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
-from agenthub.session_keys import SessionKey
+from agenthub.session_keys import SessionKey, key_from_file_stem
 from agenthub.storage import jsonl
+from agenthub.storage.files import FileSessionStore
+from agenthub.storage.history_handover import Appended
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_files import index_path
 from agenthub.storage.search_files_feed import FileFeeder
@@ -171,21 +173,22 @@ async def bench_append_cost(data_dir: Path, fsync: bool, built_per_message: floa
     plus those of the build per message (`built_per_message`: every tier, not only those 600 appends reached)."""
     rng = random.Random(7)
     history = SessionHistory(data_dir, fsync=fsync)
+    handed = _HandOvers(history)  # what the writer hands the service's feed (SearchService.follow)
     key = SessionKey(AGENT, "wecom", f"append-{fsync}")
     await history.append(key, _message(rng, 0))
     index = SqliteSearchIndex(index_path(AgentLayout(data_dir, AGENT)), AGENT)
     feeder = FileFeeder(data_dir, DOC_READERS)
-    feeder.sync_session(index, key, "append")
+    feeder.sync_session(index, key, "append", handed.take(key))
     appends, updates = [], []
     for i in range(APPENDS):
         start = time.perf_counter()
         await history.append(key, _message(rng, i))
         appends.append(time.perf_counter() - start)
         start = time.perf_counter()
-        feeder.sync_session(index, key, "append")  # what the observer queues on the worker thread
+        feeder.sync_session(index, key, "append", handed.take(key))  # what the observer queues on the worker
         updates.append(time.perf_counter() - start)
     before = index.segments.work_s["flush"] + index.segments.work_s["merge"]
-    batched = await _batched_cost(history, index, feeder, rng)
+    batched = await _batched_cost(history, handed, index, feeder, rng)
     index.segments.settle()
     segments = index.segments.work_s["flush"] + index.segments.work_s["merge"]
     in_batches = (segments - before) / (APPENDS // BATCH * BATCH)
@@ -207,8 +210,26 @@ async def bench_append_cost(data_dir: Path, fsync: bool, built_per_message: floa
         )
 
 
+class _HandOvers:
+    """The history writer's hand-overs by session, as `SearchService` keeps them until its worker takes them."""
+
+    def __init__(self, history: SessionHistory) -> None:
+        self._by_key: dict[SessionKey, list[Appended]] = {}
+        store = history.store
+        assert isinstance(store, FileSessionStore)
+        store.writer.followers.append(self._add)
+
+    def _add(self, item: Appended) -> None:
+        key = key_from_file_stem(item.stem)
+        if key is not None:
+            self._by_key.setdefault(key, []).append(item)
+
+    def take(self, key: SessionKey) -> list[Appended]:
+        return self._by_key.pop(key, [])
+
+
 async def _batched_cost(
-    history: SessionHistory, index: SqliteSearchIndex, feeder: FileFeeder, rng: random.Random
+    history: SessionHistory, handed: _HandOvers, index: SqliteSearchIndex, feeder: FileFeeder, rng: random.Random
 ) -> float:
     """Seconds of index work per append when `BATCH` chats each appended once are read in one drain (one
     transaction), as `SearchService` does with the appends of `SYNC_DELAY_S`."""
@@ -220,7 +241,7 @@ async def _batched_cost(
         start = time.perf_counter()
         with index.transaction():
             for key in keys:
-                feeder.sync_session(index, key, "append")
+                feeder.sync_session(index, key, "append", handed.take(key))
         total += time.perf_counter() - start
     return total / (APPENDS // BATCH * BATCH)
 

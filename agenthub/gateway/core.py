@@ -91,6 +91,8 @@ class GatewayCore:
         self.memory_files = MemoryFiles(settings.data_dir, settings.auth_dir, memory_store)  # default: files
         self.search: Searcher = search or SearchService(settings.data_dir)  # kept current by the history's observer
         self.history.observers.append(self.search.history_changed)
+        if isinstance(self.search, SearchService):  # files: appends indexed from the writer's hand-over
+            self.search.follow(self.history.store)
         memory = settings.memory
         budget = ContextBudget(memory.memory_budget_tokens, memory.user_budget_tokens, memory.old_tool_result_chars)
         self.context = ContextBuilder(self.memory_files, budget, workspace_dir=settings.workspace_dir)

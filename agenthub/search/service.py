@@ -9,6 +9,7 @@ before it was asked. The event loop never touches SQLite.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,12 +19,15 @@ import structlog
 from agenthub.search.docs import DOC_READERS
 from agenthub.search.rerank import CANDIDATES, ranked
 from agenthub.search.text import query_terms
-from agenthub.session_keys import SessionKey
+from agenthub.session_keys import SessionKey, key_from_file_stem
+from agenthub.storage.files import FileSessionStore
+from agenthub.storage.history_handover import Appended
 from agenthub.storage.search_files_feed import FilesSearch
 from agenthub.storage.search_index import MEMORY, SearchHit, SearchScope, SourceRef
 
 if TYPE_CHECKING:  # the index (numpy) loads on the worker thread that opens it, the vectors only when configured
     from agenthub.search.vectors import VectorIndex
+    from agenthub.storage.history_writer import HistoryWriter
     from agenthub.storage.search_sqlite import SqliteSearchIndex
 
 log = structlog.get_logger(__name__)
@@ -44,6 +48,8 @@ class SearchService:
         self._sync_delay_s = sync_delay_s
         self._appended: dict[SessionKey, None] = {}  # event loop only: sessions appended to, not yet queued
         self._appended_timer: asyncio.TimerHandle | None = None
+        self._handed: dict[SessionKey, list[Appended]] = {}  # event loop only: the writer's hand-overs, not yet queued
+        self._followed: list[HistoryWriter] = []
         self.vectors: VectorIndex | None = None
         """`[search.embeddings]`: the vectors fused with the lexical ranking (None: lexical only)."""
 
@@ -70,29 +76,47 @@ class SearchService:
                 return
             self._appended_timer = loop.call_later(self._sync_delay_s, self._queue_appended)
 
+    def follow(self, store: object) -> None:
+        """Take the hand-overs of `store`'s history writer (files only): an append is then indexed from the lines
+        as written, without reading the file again (`FileFeeder.sync_session`). Undone by `close`."""
+        if isinstance(store, FileSessionStore):
+            store.writer.followers.append(self.appended)
+            self._followed.append(store.writer)
+
+    def appended(self, item: Appended) -> None:
+        """A HistoryWriter follower: keep the hand-over for the session's next index update (queued as an append)."""
+        key = key_from_file_stem(item.stem)
+        if key is None or key.agent != item.agent:
+            return
+        self._handed.setdefault(key, []).append(item)
+        self.history_changed("append", key)
+
     def _queue_appended(self) -> None:
-        """Hand the sessions appended to so far to the worker, in one job."""
+        """Hand the sessions appended to so far (and the writer's hand-overs of them) to the worker, in one job."""
         if self._appended_timer is not None:
             self._appended_timer.cancel()
             self._appended_timer = None
-        if self._appended:
-            keys = list(self._appended)
+        if self._appended or self._handed:
+            keys = list(dict.fromkeys([*self._appended, *self._handed]))
+            handed, self._handed = self._handed, {}
             self._appended.clear()
-            self.store.submit(lambda: self._sync_appended(keys))
+            self.store.submit(lambda: self._sync_appended(keys, handed))
 
-    def _sync_appended(self, keys: list[SessionKey]) -> None:
+    def _sync_appended(self, keys: list[SessionKey], handed: dict[SessionKey, list[Appended]]) -> None:
         """Every session appended to in the last `SYNC_DELAY_S`, one transaction per agent."""
         by_agent: dict[str, list[SessionKey]] = {}
         for key in keys:
             by_agent.setdefault(key.agent, []).append(key)
         for agent, appended in by_agent.items():
-            self.store.guarded(agent, self._appended_to(appended))
+            self.store.guarded(agent, self._appended_to(appended, handed))
 
-    def _appended_to(self, keys: list[SessionKey]) -> Callable[[SqliteSearchIndex], None]:
+    def _appended_to(
+        self, keys: list[SessionKey], handed: dict[SessionKey, list[Appended]]
+    ) -> Callable[[SqliteSearchIndex], None]:
         def sync(index: SqliteSearchIndex) -> None:
             with index.transaction():
                 for key in keys:
-                    self.feeder.sync_session(index, key, "append")
+                    self.feeder.sync_session(index, key, "append", handed.get(key, ()))
 
         return sync
 
@@ -159,6 +183,10 @@ class SearchService:
 
     async def close(self) -> None:
         """Stop taking work, finish what is queued (a running catch-up stops early), close the connections."""
+        for writer in self._followed:
+            with contextlib.suppress(ValueError):
+                writer.followers.remove(self.appended)
+        self._followed.clear()
         self._queue_appended()
         await self.store.close()
         if self.vectors is not None:

@@ -17,6 +17,7 @@ import structlog
 from agenthub.errors import PathRefusedError
 from agenthub.storage import jsonl
 from agenthub.storage.atomic import fsync_dir
+from agenthub.storage.history_handover import Appended, Stat, appended
 from agenthub.storage.session_files import OpenHistory, SessionFiles, append_payload, cut_back
 
 log = structlog.get_logger(__name__)
@@ -64,6 +65,14 @@ def _entries(data: bytes) -> tuple[list[tuple[Append, int]], int]:
     return found, pos
 
 
+def _hand_over(handing: list[Appended], item: Append, fd: int, before: Stat) -> None:
+    """Add the hand-over of `item`, just written; none if reading it fails (a follower then reads the file)."""
+    try:
+        handing.append(appended(item.agent, item.stem, fd, item.payload, before))
+    except OSError:
+        log.warning("history_hand_over_skipped", agent=item.agent, exc_info=True)
+
+
 class CommitLog:
     """One data directory's commit log over its open history files (this process their only writer)."""
 
@@ -73,13 +82,17 @@ class CommitLog:
         self._fd: int | None = None
         self._size = 0
 
-    def commit(self, batch: list[Append], *, durable: bool) -> list[BaseException | None]:
+    def commit(
+        self, batch: list[Append], *, durable: bool, handed: list[Appended] | None = None
+    ) -> list[BaseException | None]:
         """Write each append to its history file, then (durable) every landed one to the log in one write and one
         fdatasync. Returns per append None (landed, durable) or the error that refused it (nothing of it kept):
-        a refused directory or file fails its own appends; a failed log write fails the whole batch."""
+        a refused directory or file fails its own appends; a failed log write fails the whole batch. `handed`
+        (when given) gets the hand-over of every append that landed, in batch order."""
         results: list[BaseException | None] = [None] * len(batch)
         dirs: dict[str, int | BaseException] = {}
         landed: list[tuple[int, OpenHistory, int]] = []
+        handing: list[Appended] = []
         for i, item in enumerate(batch):
             try:
                 sessions_fd = dirs.get(item.agent)
@@ -88,21 +101,25 @@ class CommitLog:
                 if isinstance(sessions_fd, BaseException):
                     raise sessions_fd
                 f = self._files.history(item.agent, sessions_fd, item.stem)
-                landed.append((i, f, append_payload(f, item.payload)))
+                before = append_payload(f, item.payload)
+                landed.append((i, f, before[1]))
+                if handed is not None:
+                    _hand_over(handing, item, f.fd, before)
                 f.dirty = durable  # kept open from here to the checkpoint (never evicted in the batch)
             except Exception as e:  # each append gets its own error; the others still land
                 results[i] = e
                 if item.agent not in dirs:
                     dirs[item.agent] = e
-        if not durable or not landed:
-            return results
-        try:
-            self._write(b"".join(_entry(batch[i], offset) for i, _, offset in landed))
-        except Exception as e:  # not durable: every append of the batch is taken back
-            for i, f, offset in reversed(landed):
-                cut_back(f, offset)
-                results[i] = e
-            return results
+        if durable and landed:
+            try:
+                self._write(b"".join(_entry(batch[i], offset) for i, _, offset in landed))
+            except Exception as e:  # not durable: every append of the batch is taken back
+                for i, f, offset in reversed(landed):
+                    cut_back(f, offset)
+                    results[i] = e
+                return results
+        if handed is not None:
+            handed.extend(handing)
         return results
 
     @property

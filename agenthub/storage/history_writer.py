@@ -4,7 +4,7 @@ hop, its one log write and its one fdatasync (`CommitLog`); the rare whole-file 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -12,6 +12,7 @@ from typing import TypeVar
 import structlog
 
 from agenthub.storage.commit_log import Append, CommitLog
+from agenthub.storage.history_handover import Appended, AppendedHook
 from agenthub.storage.session_files import SessionFiles
 
 log = structlog.get_logger(__name__)
@@ -38,6 +39,9 @@ class HistoryWriter:
         self._flusher: asyncio.Task[None] | None = None
         self._io: asyncio.Lock | None = None  # one thread hop on the files at a time; made in the running loop
         self._recovered = False
+        self.followers: list[AppendedHook] = []
+        """Called with each landed append's hand-over (`Appended`), in write order, on the event loop, before the
+        append is acknowledged (the search feed: it indexes the lines without reading the file again)."""
         self.batches = 0
         """Batches committed so far (each one thread hop, one log write and one fdatasync)."""
 
@@ -84,14 +88,16 @@ class HistoryWriter:
             async with self._lock():
                 batch, self._queue = self._queue, []
                 self.batches += 1
+                handed: list[Appended] | None = [] if self.followers else None
                 try:
-                    results = await asyncio.to_thread(self._commit, [w.append for w in batch])
+                    results = await asyncio.to_thread(self._commit, [w.append for w in batch], handed)
                 except Exception as e:  # recovery or the log refused: the whole batch failed
                     results = [e] * len(batch)
                 except BaseException as e:  # cancelled at shutdown: the batch's end is not known here
                     for waiting in batch:
                         _fail(waiting.done, e)
                     raise
+                self._hand_over(handed or ())
             for waiting, error in zip(batch, results, strict=True):
                 if error is None:
                     if not waiting.done.done():
@@ -99,9 +105,17 @@ class HistoryWriter:
                 else:
                     _fail(waiting.done, error)
 
-    def _commit(self, batch: list[Append]) -> list[BaseException | None]:
+    def _hand_over(self, handed: Iterable[Appended]) -> None:
+        for item in handed:
+            for follower in list(self.followers):
+                try:
+                    follower(item)
+                except Exception:  # a follower's failure is not the append's: it falls back to reading the file
+                    log.exception("history_follower_failed")
+
+    def _commit(self, batch: list[Append], handed: list[Appended] | None = None) -> list[BaseException | None]:
         self._recover_once()
-        results = self._log.commit(batch, durable=self._fsync)
+        results = self._log.commit(batch, durable=self._fsync, handed=handed)
         if self._log.due:
             try:
                 self._log.checkpoint()

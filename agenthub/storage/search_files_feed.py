@@ -13,20 +13,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agenthub.session_keys import SessionKey, key_from_file_stem
+from agenthub.storage.history_handover import HEAD_BYTES, TAIL_BYTES, Appended
 from agenthub.storage.jsonl import parse_line
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_files import FileSearchIndexStore, OnOpen
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, JsonWatermark, SearchDoc, SourceRef
 
-_HEAD_BYTES = 4096
-_TAIL_BYTES = 64
+_HEAD_BYTES = HEAD_BYTES
+_TAIL_BYTES = TAIL_BYTES
 _KEEP_SKIPPED = 64  # unindexed tool_use ids remembered past a batch (their result comes in the next records)
 
 if TYPE_CHECKING:
@@ -100,6 +101,8 @@ class FileFeeder:
         self._layouts: dict[str, AgentLayout] = {}
         self.sessions_read = 0
         """How many times a session's files were read to update an index (a statistic)."""
+        self.handed_over = 0
+        """Appends indexed from the writer's hand-over, without reading the file (a statistic)."""
 
     def catch_up(self, agent: str, index: SqliteSearchIndex, stop: Callable[[], bool] = lambda: False) -> int:
         """Bring every history and archive file up to date (one stat for an unchanged file); drop vanished ones.
@@ -126,19 +129,68 @@ class FileFeeder:
                 if key is not None and key.agent == agent:
                     yield path, SourceRef(kind, str(key))
 
-    def sync_session(self, index: SqliteSearchIndex, key: SessionKey, op: str) -> None:
+    def sync_session(self, index: SqliteSearchIndex, key: SessionKey, op: str, handed: Sequence[Appended] = ()) -> None:
         """After `op` landed on `key`'s files: index what changed; a delete takes the session out of the index. An
         append only writes the history (the archive changes with a replace, clear or delete, each heard too, and a
-        restart catches up with every file)."""
+        restart catches up with every file). `handed`: the writer's hand-overs of the appends since (in order),
+        indexed as they are while each one starts exactly where the watermark ends; the file is read only when
+        one does not (another writer, a rewrite, a restart, a missed or replayed append)."""
         self.sessions_read += 1
-        layout = self._layout(key.agent)
         history, archive = SourceRef(HISTORY, str(key)), SourceRef(ARCHIVE, str(key))
+        mark = index.watermark(history)
+        if op == "append" and handed:
+            mark = self._take_handed(index, history, mark, handed)
+            if mark is None:
+                self.handed_over += len(handed)
+                return
+        layout = self._layout(key.agent)
         rewritten = op in ("replace", "clear", "delete")
-        self.sync_jsonl(index, layout.history_file(key), history, index.watermark(history), rewritten=rewritten)
+        self.sync_jsonl(index, layout.history_file(key), history, mark, rewritten=rewritten)
         if op != "append":
             self.sync_jsonl(index, layout.archive_file(key), archive, index.watermark(archive))
         if op == "delete":
             self._hide(index, archive)
+
+    def _take_handed(
+        self, index: SqliteSearchIndex, source: SourceRef, mark_text: str | None, handed: Sequence[Appended]
+    ) -> str | None:
+        """Index the hand-overs that continue the watermark exactly (each starts at its offset, on the file it
+        last saw, unchanged since: same inode, size and mtime), in one `add`. Returns None when all of them did,
+        else the watermark the file is to be read from (the last one taken, or the one given)."""
+        old = _Mark.parse(mark_text)
+        fresh = old is None  # a new file: its first lines are handed over from offset 0
+        if old is None:
+            if handed[0].start != 0:
+                return mark_text
+            old = _Mark(*handed[0].before)
+        mark, reader, docs = old, None, []
+        for item in handed:
+            if item.before != mark.stat or item.start != mark.offset or not item.payload.endswith(b"\n"):
+                break
+            head = mark.head if mark.offset >= _HEAD_BYTES else (_digest(item.head) if item.head is not None else None)
+            if head is None:
+                break
+            reader = reader or self.readers.records(mark.skipped)
+            found, line = _parse(reader, source, item.payload, mark.next, mark.hidden)
+            docs.extend(found)
+            ino, size, mtime_ns = item.after
+            mark = _Mark(ino, size, mtime_ns, item.end, head, item.tail.hex(), line, mark.hidden)
+            mark.skipped = reader.skipped[-_KEEP_SKIPPED:]
+        else:
+            self._store(index, source, docs, mark.dump(), fresh=fresh)
+            return None
+        if mark is old:
+            return mark_text
+        text = mark.dump()
+        self._store(index, source, docs, text, fresh=fresh)
+        return text
+
+    @staticmethod
+    def _store(index: SqliteSearchIndex, source: SourceRef, docs: list[SearchDoc], mark: str, *, fresh: bool) -> None:
+        if fresh:
+            index.replace_source(source, docs, mark)
+        else:  # the lines start at the watermark: their line numbers are past every doc stored for the source
+            index.add(source, docs, mark, past_mark=True)
 
     def _layout(self, agent: str) -> AgentLayout:
         """The agent's paths (kept: its root is resolved once; each path is still checked for links when asked)."""

@@ -187,10 +187,13 @@ class SqliteSearchIndex:
     def watermark(self, source: SourceRef) -> str | None:
         return self._watermarks().get(source)
 
-    def add(self, source: SourceRef, docs: Sequence[SearchDoc], watermark: str) -> None:
+    def add(self, source: SourceRef, docs: Sequence[SearchDoc], watermark: str, *, past_mark: bool = False) -> None:
+        """Add `docs` to `source` and move its watermark; a doc already stored at the same seq is replaced, unless
+        `past_mark` (the docs all follow the source's current watermark, so no stored doc has their seqs)."""
         with self.transaction():
             source_id = self._source_id(source, watermark)
-            self._delete_docs("source_id = ? AND seq IN (SELECT value FROM json_each(?))", source_id, docs)
+            if not past_mark:
+                self._delete_docs("source_id = ? AND seq IN (SELECT value FROM json_each(?))", source_id, docs)
             self._insert(source_id, docs)
 
     def replace_source(self, source: SourceRef, docs: Sequence[SearchDoc], watermark: str) -> None:

@@ -16,6 +16,7 @@ import structlog
 
 from agenthub.errors import PathRefusedError
 from agenthub.storage import jsonl
+from agenthub.storage.history_handover import Stat, stat_of
 
 log = structlog.get_logger(__name__)
 
@@ -234,13 +235,16 @@ class SessionFiles:
         return sum(1 for f in self._fds.files.values() if f.dirty) > self._max_open
 
 
-def append_payload(f: OpenHistory, payload: bytes) -> int:
+def append_payload(f: OpenHistory, payload: bytes) -> Stat:
     """Write `payload` (whole lines) at the end of `f` in one write, first cutting a torn tail left by a crash back
-    to its last newline. Returns the offset where it starts; all or nothing (a short write is cut back, ENOSPC)."""
-    size = os.fstat(f.fd).st_size
+    to its last newline. Returns the file's stat just before the write (its size: the offset where the lines
+    start); all or nothing (a short write is cut back, ENOSPC)."""
+    before = stat_of(f.fd)
+    size = before[1]
     if size and os.pread(f.fd, 1, size - 1) != b"\n":
         jsonl.repair_torn_tail(f.fd, Path(f.name))
-        size = os.fstat(f.fd).st_size
+        before = stat_of(f.fd)
+        size = before[1]
     try:
         written = os.write(f.fd, payload)
         if written != len(payload):
@@ -248,7 +252,7 @@ def append_payload(f: OpenHistory, payload: bytes) -> int:
     except BaseException:
         cut_back(f, size)
         raise
-    return size
+    return before
 
 
 def cut_back(f: OpenHistory, size: int) -> None:
