@@ -68,10 +68,11 @@ class SessionHistory:
         store: SessionStore | None = None,
         meta_delay_s: float = META_DELAY_S,
     ) -> None:
+        self._own_store: FileSessionStore | None = None  # made here: closed by `aclose`
         if store is None:
             if data_dir is None:
                 raise ValueError("SessionHistory needs a data directory or a store")
-            store = FileSessionStore(data_dir, fsync=fsync)
+            store = self._own_store = FileSessionStore(data_dir, fsync=fsync)
         self.data_dir = data_dir
         self.store = store
         self._clock = clock
@@ -323,6 +324,8 @@ class SessionHistory:
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
         await self.flush()
+        if self._own_store is not None:  # its commit log checkpointed and let go (another process may own it now)
+            await self._own_store.aclose()
 
     async def _save_meta_now(self, key: SessionKey, entry: _Entry, meta: SessionMeta) -> None:
         """Write `meta` (not fsynced: it is derivable); on failure it is logged and stays dirty in the cache."""
