@@ -68,7 +68,7 @@ class SessionHistory:
         store: SessionStore | None = None,
         meta_delay_s: float = META_DELAY_S,
     ) -> None:
-        self._own_store: FileSessionStore | None = None
+        self._own_store: FileSessionStore | None = None  # made here: closed by `aclose`
         if store is None:
             if data_dir is None:
                 raise ValueError("SessionHistory needs a data directory or a store")
@@ -325,7 +325,7 @@ class SessionHistory:
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
         await self.flush()
-        if self._own_store is not None:
+        if self._own_store is not None:  # its commit log checkpointed and let go (another process may own it now)
             await self._own_store.aclose()
 
     async def _save_meta_now(self, key: SessionKey, entry: _Entry, meta: SessionMeta) -> None:

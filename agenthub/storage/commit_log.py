@@ -6,6 +6,7 @@ Blocking: worker threads only."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import zlib
@@ -73,14 +74,56 @@ def _hand_over(handing: list[Appended], item: Append, fd: int, before: Stat) -> 
         log.warning("history_hand_over_skipped", agent=item.agent, exc_info=True)
 
 
+_HELD: dict[str, list[int]] = {}
+"""Data directories whose log this process owns: path -> [locked directory fd, number of logs using it]."""
+
+
+def _hold(data_dir: Path) -> bool:
+    """Own `data_dir`'s log for this process (an flock on the directory, shared by every log of this process), or
+    False when another live process owns it (a daemon running while a CLI opens the same files)."""
+    where = os.path.realpath(data_dir)
+    held = _HELD.get(where)
+    if held is not None:
+        held[1] += 1
+        return True
+    try:
+        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    _HELD[where] = [fd, 1]
+    return True
+
+
+def _let_go(data_dir: Path) -> None:
+    where = os.path.realpath(data_dir)
+    held = _HELD.get(where)
+    if held is not None:
+        held[1] -= 1
+        if held[1] <= 0:
+            del _HELD[where]
+            os.close(held[0])
+
+
 class CommitLog:
-    """One data directory's commit log over its open history files (this process their only writer)."""
+    """One data directory's commit log over its open history files (this process their only writer). Only the
+    process that owns the log replays or empties it: another one (a CLI while the daemon runs) leaves it alone."""
 
     def __init__(self, data_dir: Path, files: SessionFiles) -> None:
         self.path = data_dir / LOG_FILE
         self._files = files
         self._fd: int | None = None
         self._size = 0
+        self._owner: bool | None = None
+
+    def _owns(self) -> bool:
+        if not self._owner:  # asked again while another process owns it or the directory is not there yet
+            self._owner = _hold(self.path.parent)
+        return self._owner
 
     def commit(
         self, batch: list[Append], *, durable: bool, handed: list[Appended] | None = None
@@ -132,6 +175,8 @@ class CommitLog:
         the files hold on their own what the log held. Before a history file is replaced or removed too, so no
         older entry of the log is ever replayed onto its new content."""
         self._files.sync()
+        if not self._owns():  # another process's live log: its entries are not ours to drop
+            return
         if self._size or (self._fd is None and self.path.exists()):
             fd = self._open()
             os.ftruncate(fd, 0)
@@ -143,6 +188,10 @@ class CommitLog:
         are not written again, a torn line at an entry's place is cut first) and sync them; a damaged tail of the
         log (a batch the crash cut, never acknowledged) is cut off so later batches follow whole entries. The log
         itself is emptied by the next checkpoint. Returns how many entries were applied."""
+        if not self._owns():
+            if self.path.exists():
+                log.warning("history_log_owned_by_another_process")
+            return 0
         try:
             data = jsonl.read_bytes_no_follow(self.path)
         except FileNotFoundError:
@@ -164,6 +213,8 @@ class CommitLog:
             self._size = end
         if applied:
             log.warning("history_log_recovered", entries=applied)
+        if self._fd is None:  # a reader so far: owns the log again from its first write (a CLI must not keep it)
+            self._release()
         return applied
 
     def _apply(self, item: Append, offset: int, shifts: dict[tuple[str, str], int]) -> int:
@@ -171,6 +222,7 @@ class CommitLog:
         at = offset - shifts.get((item.agent, item.stem), 0)
         size = os.fstat(f.fd).st_size
         if size >= at + len(item.payload) and os.pread(f.fd, len(item.payload), at) == item.payload:
+            f.dirty = True  # perhaps only in the page cache (a kill, not a power cut): synced before the log empties
             return 0
         if size >= at:
             os.ftruncate(f.fd, at)
@@ -187,9 +239,16 @@ class CommitLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self._release()
+
+    def _release(self) -> None:
+        if self._owner:
+            _let_go(self.path.parent)
+            self._owner = None
 
     def _open(self) -> int:
         if self._fd is None:
+            self._owns()
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
             new = not self.path.exists()
             try:

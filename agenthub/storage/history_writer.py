@@ -136,7 +136,8 @@ class HistoryWriter:
 
     def _close(self) -> None:
         try:
-            self._log.checkpoint()
+            if self._recovered:  # else nothing was written here, and a log a crash left is not emptied unreplayed
+                self._log.checkpoint()
         finally:
             self._files.close()
             self._log.close()

@@ -4,6 +4,7 @@ log acknowledged is brought back into the history files at start after a power c
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,42 @@ async def test_opening_the_files_backend_replays_the_log_before_anything_reads_t
     finally:
         await stores.aclose()
     assert (settings.data_dir / LOG_FILE).stat().st_size == 0  # the clean stop's checkpoint emptied the log
+
+
+_OTHER_PROCESS = """
+import asyncio, sys
+from pathlib import Path
+from agenthub.storage.files import FileSessionStore
+
+async def main() -> None:
+    store = FileSessionStore(Path(sys.argv[1]), fsync=True)
+    await store.recover()  # what open_backend does (`agenthub token` opens the stores while the daemon runs)
+    await store.aclose()
+
+asyncio.run(main())
+"""
+
+
+async def test_another_process_opening_the_files_leaves_the_live_writers_log_alone(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path, fsync=True)
+    await store.recover()
+    await asyncio.gather(*(store.append(key, [_user(key.chat_id)]) for key in KEYS[:5]))
+    logged = (tmp_path / LOG_FILE).read_bytes()
+    assert logged  # acknowledged, durable only through the log until the next checkpoint
+    child = await asyncio.create_subprocess_exec(sys.executable, "-c", _OTHER_PROCESS, str(tmp_path))
+    assert await asyncio.wait_for(child.wait(), 60) == 0
+    assert (tmp_path / LOG_FILE).read_bytes() == logged  # not emptied nor replayed under the writer's feet
+    await store.append(KEYS[0], [_user("after")])
+    assert _log_entries(tmp_path)[-1][0] == KEYS[0].file_stem
+    await store.aclose()
+    assert (tmp_path / LOG_FILE).read_bytes() == b""  # the owner still empties it at its clean stop
+
+
+async def test_a_store_closed_unused_leaves_a_crashs_log_for_the_next_start(tmp_path: Path) -> None:
+    crashed = FileSessionStore(tmp_path, fsync=True)
+    await crashed.append(KEYS[0], [_user("acknowledged")])
+    _history_file(tmp_path, KEYS[0]).write_bytes(b"")  # a power cut: the unsynced history file lost its tail
+    await FileSessionStore(tmp_path, fsync=True).aclose()  # opened and closed, never read or written
+    assert _contents(_history_file(tmp_path, KEYS[0])) == [] and _log_entries(tmp_path)
+    restarted = FileSessionStore(tmp_path, fsync=True)
+    assert [r["content"] for r in await restarted.load(KEYS[0])] == ["acknowledged"]

@@ -62,8 +62,8 @@ async def test_three_instances_writing_one_session_in_turn_each_read_every_recor
         lease = await _hold(store, f"instance-{index}")
         history = await store.load(KEY)
         assert contents(history) == written  # every record, in order, once
-        if earlier.get(index):  # its copy, brought up to date: the records it read before are kept
-            assert history[0] is earlier[index][0]
+        if earlier.get(index):  # its copy, brought up to date; a caller's changes to what it read stay its own
+            earlier[index][0]["content"] = "changed by a caller"
         texts = [f"t{turn} question", f"t{turn} answer"]
         await store.append(KEY, [msg(texts[0]), msg(texts[1], "assistant")])
         written += texts
@@ -164,3 +164,35 @@ async def test_a_meta_written_behind_by_an_instance_that_lost_the_session_is_ref
     await a.fence(KEY, None)  # a's lease ends: what it wrote behind goes under its old token, refused
     meta = await b.read_meta(KEY)
     assert meta is not None and meta.title == "current"
+
+
+_OLD_REPLACE = (  # what an instance not upgraded to migration 19 runs for a replace (a compaction, a forget)
+    "DELETE FROM session_records WHERE agent = %(agent)s AND channel = %(channel)s AND chat_id = %(chat_id)s",
+    """WITH head AS (
+        INSERT INTO session_heads AS h (agent, channel, chat_id, next_seq, changed_at)
+        VALUES (%(agent)s, %(channel)s, %(chat_id)s, %(count)s, now())
+        ON CONFLICT (agent, channel, chat_id)
+        DO UPDATE SET next_seq = h.next_seq + EXCLUDED.next_seq, changed_at = EXCLUDED.changed_at
+        RETURNING next_seq
+    )
+    INSERT INTO session_records (agent, channel, chat_id, seq, record)
+    SELECT %(agent)s, %(channel)s, %(chat_id)s, head.next_seq - %(count)s + t.ord - 1, t.record::json
+    FROM head, unnest(%(records)s::text[]) WITH ORDINALITY AS t(record, ord)""",
+)
+
+
+async def test_a_replace_by_an_instance_not_upgraded_yet_still_makes_the_copies_stale(
+    three: list[PostgresSessionStore],
+) -> None:
+    a, b, _ = three
+    await a.append(KEY, [msg("secret one"), msg("secret two", "assistant")])
+    assert contents(await a.load(KEY)) == ["secret one", "secret two"]  # a keeps its copy
+    params = {"agent": KEY.agent, "channel": KEY.channel, "chat_id": KEY.chat_id}
+    texts = [
+        '{"role": "user", "content": "[redacted]", "timestamp": 1}',
+        '{"role": "user", "content": "x", "timestamp": 1}',
+    ]
+    async with b.database.connection("an old instance's replace") as conn, conn.transaction():
+        await conn.execute(_OLD_REPLACE[0], params)
+        await conn.execute(_OLD_REPLACE[1], {**params, "count": len(texts), "records": texts})
+    assert contents(await a.load(KEY)) == ["[redacted]", "x"]  # not the records the replace removed

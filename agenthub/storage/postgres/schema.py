@@ -635,6 +635,18 @@ SESSION_CLAIMS = Migration(
         # is current while (born, next_seq) is what it last saw, and otherwise needs only the records after it
         "CREATE SEQUENCE session_born",
         "ALTER TABLE session_heads ADD COLUMN born bigint NOT NULL DEFAULT nextval('session_born')",
+        # any records deleted start a new generation, whoever deletes them: an instance not upgraded yet replaces a
+        # history (a compaction, a forget) by deleting its records and appending with the seqs going on, which
+        # would otherwise leave the copies of upgraded instances current and bring the removed records back
+        """CREATE FUNCTION agenthub_session_records_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE session_heads h SET born = nextval('session_born')
+            FROM (SELECT DISTINCT agent, channel, chat_id FROM gone) g
+            WHERE h.agent = g.agent AND h.channel = g.channel AND h.chat_id = g.chat_id;
+            RETURN NULL;
+        END $$""",
+        "CREATE TRIGGER session_records_gone AFTER DELETE ON session_records REFERENCING OLD TABLE AS gone "
+        "FOR EACH STATEMENT EXECUTE FUNCTION agenthub_session_records_gone()",
         # the lease `p_name` for `p_holder` (as `PostgresLeases.acquire`); refused: the holder is asked for it
         # (NOTIFY agenthub_lease_wanted) and o_token is NULL; granted: the session fenced with its token
         # (o_fence: the fence before, as `agenthub_session_fence`) and, unless a newer token fenced it already,

@@ -8,7 +8,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from agenthub.session_keys import SessionKey
-from agenthub.storage.store import HistoryRecord
 
 COPIES_KEPT = 1_000
 """Sessions whose copy is kept (the most recently used); the others are read in full when they come back."""
@@ -20,7 +19,8 @@ class Copy:
     """The history's generation: a replace or a clear starts a new one, so older records of the copy are stale."""
     next_seq: int
     """The seq the next record of the history gets: the copy holds every record before it."""
-    records: list[HistoryRecord]
+    texts: list[str]
+    """The records as stored (JSON texts): decoded for each caller, so no caller can change what another reads."""
 
 
 class SessionCopies:
@@ -37,20 +37,20 @@ class SessionCopies:
             self._copies.move_to_end(key)
         return copy
 
-    def put(self, key: SessionKey, born: int, next_seq: int, records: list[HistoryRecord]) -> Copy:
-        copy = self._copies[key] = Copy(born, next_seq, records)
+    def put(self, key: SessionKey, born: int, next_seq: int, texts: list[str]) -> Copy:
+        copy = self._copies[key] = Copy(born, next_seq, texts)
         self._copies.move_to_end(key)
         if len(self._copies) > self._limit:
             self._copies.popitem(last=False)
         return copy
 
-    def appended(self, key: SessionKey, born: int, next_seq: int, records: list[HistoryRecord]) -> None:
-        """`records` were appended, the history is now at (`born`, `next_seq`)."""
+    def appended(self, key: SessionKey, born: int, next_seq: int, texts: list[str]) -> None:
+        """`texts` (records) were appended, the history is now at (`born`, `next_seq`)."""
         copy = self._copies.get(key)
         if copy is None:
             return
-        if copy.born == born and copy.next_seq + len(records) == next_seq:
-            copy.records.extend(records)
+        if copy.born == born and copy.next_seq + len(texts) == next_seq:
+            copy.texts.extend(texts)
             copy.next_seq = next_seq
         else:  # someone else wrote in between: the copy misses records
             del self._copies[key]

@@ -157,7 +157,7 @@ class PostgresSessionStore:
         (one small query when a session comes back), else read in full."""
         fresh = self._fresh_records.pop(key, None)
         if fresh is not None and time.monotonic() < fresh[0]:
-            return list(fresh[1])
+            return fresh[1]  # decoded for this one read
         copy = self._copies.get(key)
         since, born = (copy.next_seq, copy.born) if copy is not None else (0, None)
         async with self.database.connection("read the session's history") as conn:
@@ -168,8 +168,8 @@ class PostgresSessionStore:
         if head is None:  # no history (never written, or cleared)
             self._copies.drop(key)
             return decode_records(texts, key)
-        records = self._caught_up(key, copy, int(head[1]), int(head[2]), texts)
-        return await self.load(key) if records is None else list(records)
+        stored = self._caught_up(key, copy, int(head[1]), int(head[2]), texts)
+        return await self.load(key) if stored is None else decode_records(stored, key)
 
     def claims_with(self, leases: object) -> bool:
         return getattr(leases, "database", None) is self.database
@@ -191,8 +191,9 @@ class PostgresSessionStore:
         if previous is not None and previous > token:
             return SessionClaim(token, moved=True, fenced_out=True)
         moved = self._fenced_with(key, token, previous)
-        records = self._caught_up(key, copy, head[2], head[3], texts)
-        if moved and records is not None:
+        stored = self._caught_up(key, copy, head[2], head[3], texts)
+        if moved and stored is not None:
+            records = decode_records(stored, key)
             until = time.monotonic() + FRESH_FOR_S
             self._fresh_records[key] = (until, records)
             self._fresh_meta[key] = (until, head[4], _newest_timestamp(records))
@@ -200,9 +201,10 @@ class PostgresSessionStore:
 
     def _caught_up(
         self, key: SessionKey, copy: Copy | None, born: int | None, next_seq: int | None, texts: list[str]
-    ) -> list[HistoryRecord] | None:
-        """The history at (`born`, `next_seq`) from `copy` and the records read after it (every record when the
-        generation changed), kept as the new copy; None when they do not add up (then it is read again)."""
+    ) -> list[str] | None:
+        """The history's records (as stored) at (`born`, `next_seq`) from `copy` and the records read after it
+        (every record when the generation changed), kept as the new copy; None when they do not add up (then it is
+        read again)."""
         if born is None or next_seq is None:  # no history
             self._copies.drop(key)
             return []
@@ -210,11 +212,11 @@ class PostgresSessionStore:
             if next_seq - copy.next_seq != len(texts):
                 self._copies.drop(key)
                 return None
-            records = [*copy.records, *decode_records(texts, key)]
+            stored = [*copy.texts, *texts]
         else:
-            records = decode_records(texts, key)
-        self._copies.put(key, born, next_seq, records)
-        return records
+            stored = list(texts)
+        self._copies.put(key, born, next_seq, stored)
+        return stored
 
     async def let_go(self, key: SessionKey, lease: Lease) -> None:
         """The lease's release and the meta written behind under its token: one statement (migration 19)."""
@@ -276,7 +278,7 @@ class PostgresSessionStore:
         if row is None or row[0] is None:
             raise FencedWriteError()
         born, next_seq = row[0]
-        self._copies.appended(key, int(born), int(next_seq), list(records))
+        self._copies.appended(key, int(born), int(next_seq), texts)
 
     async def replace(
         self, key: SessionKey, records: Sequence[HistoryRecord], *, archive: Sequence[HistoryRecord]
@@ -293,7 +295,7 @@ class PostgresSessionStore:
             cursor = await conn.execute(_APPEND, _params(key, count=len(texts), records=texts))
             row = await cursor.fetchone()
         if row is not None:
-            self._copies.put(key, int(row[0]), int(row[1]), list(records))
+            self._copies.put(key, int(row[0]), int(row[1]), list(texts))
 
     async def clear(self, key: SessionKey, *, archive: Sequence[HistoryRecord]) -> None:
         archived = encode_records(archive)
