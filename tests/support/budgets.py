@@ -27,10 +27,12 @@ async def used_by(gw: GatewayCore, sender: str, channel: str = "wecom") -> int:
     return totals(rows, Scope("user", channel, sender), "2000-01-01", {}).tokens
 
 
-async def settle_all(handles: list[ReplyHandle], fake: FakeAnthropic, hold: asyncio.Event) -> list[ReplyEvent]:
+async def settle_all(
+    handles: list[ReplyHandle], fake: FakeAnthropic, hold: asyncio.Event, *, timeout_s: float = 20
+) -> list[ReplyEvent]:
     """Wait until every turn is refused or waiting at the fake model, then let the model answer them together."""
     results: list[asyncio.Task[Any]] = [asyncio.create_task(h.result()) for h in handles]
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(timeout_s):
         while sum(t.done() for t in results) + fake.in_flight < len(handles):  # noqa: ASYNC110 (two sources)
             await asyncio.sleep(0.01)
     hold.set()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from agenthub.llm.tokens import estimate_text_tokens
-from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
 from agenthub.storage.usage import Scope
 from agenthub.usage.report import totals
+from tests.support.budgets import settle_all
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
-from tests.support.shared_gateways import shared_instances
+from tests.support.shared_gateways import Instance, shared_instances
 
 MAX_TOKENS = 200
 LIMIT = 1500
@@ -25,25 +27,14 @@ async def test_one_persons_turns_spread_over_three_instances_overspend_by_at_mos
         tmp_path, fake_llm, postgres_dsn, 3, budgets=budgets, llm={"max_tokens": MAX_TOKENS}
     ) as instances:
         for wave in range(3):
-            hold = asyncio.Event()
-            fake_llm.responder = lambda body, hold=hold: reply_text("ok", hold=hold)
             before = len(fake_llm.message_requests())
             messages = [InboundMessage("wecom", f"chat-{wave}-{n}", "alice", f"question {n}") for n in range(30)]
-            handles = await asyncio.gather(*(instances[n % 3].gateway.submit(m) for n, m in enumerate(messages)))
-            results = [asyncio.create_task(h.result()) for h in handles]
-            async with asyncio.timeout(30):
-                while sum(t.done() for t in results) + fake_llm.in_flight < len(handles):  # noqa: ASYNC110
-                    await asyncio.sleep(0.01)
-            hold.set()
-            finals = await asyncio.gather(*results)
+            finals = await _wave(instances, fake_llm, messages)
             answered = [f for f in finals if isinstance(f, DoneEvent)]
             refused = [f for f in finals if isinstance(f, ErrorEvent) and f.code == "budget_exceeded"]
             assert len(answered) + len(refused) == 30
             assert len(fake_llm.message_requests()) - before == len(answered)
             assert refused
-            for instance in instances:
-                assert instance.gateway.turn_services.usage is not None
-                await instance.gateway.turn_services.usage.gate.drain()
         for instance in instances:
             usage = instance.gateway.turn_services.usage
             assert usage is not None
@@ -65,35 +56,15 @@ async def test_with_budget_leases_three_instances_still_overspend_by_at_most_one
     async with shared_instances(
         tmp_path, fake_llm, postgres_dsn, 3, budgets={"user_day": limit}, llm={"max_tokens": MAX_TOKENS}
     ) as instances:
-        for wave in range(40):  # until a whole wave is refused: the limit reached, nothing reserved any more
-            hold = asyncio.Event()
-            fake_llm.responder = lambda body, hold=hold: reply_text("ok", hold=hold)
-            messages = [InboundMessage("wecom", f"chat-{wave}-{n}", "alice", f"question {n}") for n in range(15)]
-            handles = await asyncio.gather(*(instances[n % 3].gateway.submit(m) for n, m in enumerate(messages)))
-            results = [asyncio.create_task(h.result()) for h in handles]
-            async with asyncio.timeout(30):
-                while sum(t.done() for t in results) + fake_llm.in_flight < len(handles):  # noqa: ASYNC110
-                    await asyncio.sleep(0.01)
-            hold.set()
-            finals = await asyncio.gather(*results)
-            answered = sum(isinstance(f, DoneEvent) for f in finals)
-            assert answered + sum(isinstance(f, ErrorEvent) and f.code == "budget_exceeded" for f in finals) == 15
-            for instance in instances:
-                assert instance.gateway.turn_services.usage is not None
-                await instance.gateway.turn_services.usage.gate.drain()
-            if not answered:
-                break
-        else:
-            raise AssertionError("the limit was never reached")
-        leased = sum(
-            i.gateway.turn_services.usage is not None and i.gateway.turn_services.usage.gate.leases.granted_count
-            for i in instances
+        await _waves_until_all_refused(
+            instances, fake_llm, lambda wave, n: InboundMessage("wecom", f"chat-{wave}-{n}", "alice", f"question {n}")
         )
+        leased = _leases_granted(instances)
         rows = await instances[0].stores.usage.days("2000-01-01", "2100-01-01")
     used = totals(rows, Scope("user", "wecom", "alice"), "2000-01-01", {}).tokens
     reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 14")
     assert limit <= used <= limit + reservation
-    assert leased > 0  # the instances did admit turns from leases
+    assert sum(leased) > 0  # the instances did admit turns from leases
 
 
 async def test_many_peoples_turns_under_an_agent_limit_on_three_instances_overspend_by_at_most_one_reservation(
@@ -107,32 +78,48 @@ async def test_many_peoples_turns_under_an_agent_limit_on_three_instances_oversp
     async with shared_instances(
         tmp_path, fake_llm, postgres_dsn, 3, budgets={"agent_day": limit}, llm={"max_tokens": MAX_TOKENS}
     ) as instances:
-        for wave in range(40):
-            hold = asyncio.Event()
-            fake_llm.responder = lambda body, hold=hold: reply_text("ok", hold=hold)
-            messages = [InboundMessage("wecom", f"dm-{wave}-{n}", f"p{wave}-{n}", f"question {n}") for n in range(15)]
-            handles = await asyncio.gather(*(instances[n % 3].gateway.submit(m) for n, m in enumerate(messages)))
-            results = [asyncio.create_task(h.result()) for h in handles]
-            async with asyncio.timeout(30):
-                while sum(t.done() for t in results) + fake_llm.in_flight < len(handles):  # noqa: ASYNC110
-                    await asyncio.sleep(0.01)
-            hold.set()
-            finals = await asyncio.gather(*results)
-            answered = sum(isinstance(f, DoneEvent) for f in finals)
-            assert answered + sum(isinstance(f, ErrorEvent) and f.code == "budget_exceeded" for f in finals) == 15
-            for instance in instances:
-                assert instance.gateway.turn_services.usage is not None
-                await instance.gateway.turn_services.usage.gate.drain()
-            if not answered:
-                break
-        else:
-            raise AssertionError("the limit was never reached")
-        leased = [
-            i.gateway.turn_services.usage is not None and i.gateway.turn_services.usage.gate.leases.granted_count
-            for i in instances
-        ]
+        await _waves_until_all_refused(
+            instances,
+            fake_llm,
+            lambda wave, n: InboundMessage("wecom", f"dm-{wave}-{n}", f"p{wave}-{n}", f"question {n}"),
+        )
+        leased = _leases_granted(instances)
         rows = await instances[0].stores.usage.days("2000-01-01", "2100-01-01")
     used = totals(rows, Scope("agent", "", "default"), "2000-01-01", {}).tokens
     reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 14")
     assert limit - 2 * reservation <= used <= limit + reservation
     assert all(leased)  # every instance admitted the agent's turns from leases of its own
+
+
+async def _wave(instances: Sequence[Instance], fake: FakeAnthropic, messages: list[InboundMessage]) -> list[ReplyEvent]:
+    """`messages` submitted round robin over the instances, answered by the model together; every instance's
+    settlements written before it returns."""
+    hold = asyncio.Event()
+    fake.responder = lambda body: reply_text("ok", hold=hold)
+    handles = await asyncio.gather(*(instances[n % len(instances)].gateway.submit(m) for n, m in enumerate(messages)))
+    finals = await settle_all(list(handles), fake, hold, timeout_s=30)
+    for instance in instances:
+        assert instance.gateway.turn_services.usage is not None
+        await instance.gateway.turn_services.usage.gate.drain()
+    return finals
+
+
+async def _waves_until_all_refused(
+    instances: Sequence[Instance], fake: FakeAnthropic, message: Callable[[int, int], InboundMessage]
+) -> None:
+    """Waves of 15 turns (`message(wave, n)`) until a whole wave is refused: the limit reached, nothing reserved."""
+    for wave in range(40):
+        finals = await _wave(instances, fake, [message(wave, n) for n in range(15)])
+        answered = sum(isinstance(f, DoneEvent) for f in finals)
+        assert answered + sum(isinstance(f, ErrorEvent) and f.code == "budget_exceeded" for f in finals) == 15
+        if not answered:
+            return
+    raise AssertionError("the limit was never reached")
+
+
+def _leases_granted(instances: Sequence[Instance]) -> list[int]:
+    """How many budget leases each instance was granted."""
+    return [
+        i.gateway.turn_services.usage.gate.leases.granted_count if i.gateway.turn_services.usage else 0
+        for i in instances
+    ]
