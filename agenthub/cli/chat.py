@@ -19,7 +19,7 @@ from agenthub.config import Settings, load_settings
 from agenthub.errors import AgentHubError, AgentNotFoundError, ConfigError, InvalidIdError, StorageError
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.hosting.app import build_gateway, channel_context, open_stores
-from agenthub.hosting.datalock import holder_address, is_locked
+from agenthub.hosting.datalock import DataDirLock, DataDirLocked, busy_text, holder_address, is_daemon
 from agenthub.hosting.remote import CHANNEL as SESSION_CHANNEL
 from agenthub.hosting.remote import DaemonUnavailableError, RemoteGateway, TokenRefusedError
 from agenthub.invocation import command_name
@@ -29,6 +29,8 @@ from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, OutboundMes
 log = structlog.get_logger(__name__)
 
 EXIT_OK, EXIT_REPLY_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+ROLE = "chat"
+"""What a chat without a daemon records in the data directory's lock (`agenthub serve` and `forget` read it)."""
 CHANNEL_MODULE = "channels.terminal"
 PUSH_RETRY_S = 5.0
 """How long the REPL waits before it opens the daemon's events feed again after it dropped."""
@@ -96,8 +98,24 @@ def _channel_config(settings: Settings, args: argparse.Namespace) -> dict[str, A
 
 
 async def _chat(settings: Settings, args: argparse.Namespace) -> int:
-    if is_locked(settings.data_dir):
-        return await _chat_remote(settings, args)
+    """Hold the data directory as `agenthub serve` does and chat on it; while a daemon holds it, through the daemon;
+    while another command holds it (`forget`, another chat), refuse: two writers of one data directory would each
+    replay their own commit log over what the other wrote."""
+    lock = DataDirLock(settings.data_dir)
+    try:
+        lock.acquire(ROLE)
+    except DataDirLocked as e:
+        if is_daemon(e.holder):
+            return await _chat_remote(settings, args)
+        print(f"agenthub chat: {busy_text(e, i18n.channel_locale(settings, 'cli'))}", file=sys.stderr)
+        return EXIT_REPLY_FAILED
+    try:
+        return await _chat_here(settings, args)
+    finally:
+        lock.release()
+
+
+async def _chat_here(settings: Settings, args: argparse.Namespace) -> int:
     # the deployment's stores (on postgres its shared state: sessions, jobs, leases), as `serve` has them
     stores = await open_stores(settings)
     try:

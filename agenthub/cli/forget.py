@@ -36,7 +36,7 @@ from agenthub.forget.redact import Person
 from agenthub.forget.service import Forgetter
 from agenthub.forget.usage import usage_hook
 from agenthub.gateway.session_lease import SessionLeases
-from agenthub.hosting.datalock import DataDirLock, DataDirLocked, holder_address, is_locked
+from agenthub.hosting.datalock import DataDirLock, DataDirLocked, busy_text, daemon_holds, holder_address
 from agenthub.invocation import command_name
 from agenthub.log import configure_logging
 from agenthub.memory.files import MemoryFiles
@@ -92,11 +92,14 @@ def run(args: argparse.Namespace) -> int:
         print(i18n.text("forget.cli_cancelled", locale), file=sys.stderr)
         return EXIT_FAILED
     try:
-        if is_locked(settings.data_dir):
+        if daemon_holds(settings.data_dir):
             counts = asyncio.run(_forget_remote(settings, person, args))
-        else:
+        else:  # free, or held by another command (a chat without a daemon): `_forget_here` is refused the lock
             counts = asyncio.run(_forget_here(settings, person, args.agent))
-    except (AgentNotFoundError, DataDirLocked) as e:
+    except DataDirLocked as e:
+        print(f"agenthub forget: {busy_text(e, locale)}", file=sys.stderr)
+        return EXIT_USAGE
+    except AgentNotFoundError as e:
         print(f"agenthub forget: {e}", file=sys.stderr)
         return EXIT_USAGE
     except RemoteRefused as e:

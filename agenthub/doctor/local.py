@@ -11,7 +11,7 @@ from pathlib import Path
 
 from agenthub.config import Settings
 from agenthub.doctor import Check, fail, ok, warn
-from agenthub.hosting.datalock import holder_address, is_locked
+from agenthub.hosting.datalock import LOCK_NAME, holder_address, holder_role, is_daemon, is_locked, read_holder
 
 LOW_SPACE_BYTES = 1 << 30
 """Under 1 GiB free: a warning (histories, archives and the search index grow)."""
@@ -41,7 +41,10 @@ def data_dir_checks(settings: Settings) -> list[Check]:
     except OSError as e:
         hint = "set data_dir (AGENTHUB_DATA_DIR) to a directory this user may write, or fix its permissions"
         checks.append(fail("data dir", f"{data}: {e.strerror or e}", hint))
-    if data.exists() and is_locked(data):
+    holder = read_holder(data / LOCK_NAME) if data.exists() and is_locked(data) else None
+    if holder is not None and not is_daemon(holder):
+        checks.append(ok("data lock", f"held by `agenthub {holder_role(holder)}` ({holder}) until it ends"))
+    elif holder is not None:
         address = holder_address(data)
         at = f" (HTTP on {address})" if address else ""
         checks.append(ok("data lock", f"held by a running daemon{at}; `agenthub chat` will connect to it"))

@@ -16,7 +16,7 @@ from agenthub.channel import Channel
 from agenthub.channel.inbox_flow import InboxSubmitter, InstanceInbox, resume_http, resume_then_start
 from agenthub.config import Settings
 from agenthub.hosting.app import Services, assemble, build_services, open_stores
-from agenthub.hosting.datalock import DataDirLock
+from agenthub.hosting.datalock import DAEMON, DataDirLock
 from agenthub.hosting.systemd import Notifier
 from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
@@ -49,7 +49,7 @@ class Daemon:
         self._stop.set()
 
     async def run(self) -> int:
-        self.lock.acquire()
+        self.lock.acquire(DAEMON)
         try:
             await self._remove_stale_temp_files()
             stores = await open_stores(self.settings)  # a database that is not there stops start-up here

@@ -40,6 +40,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh-CN": "AgentHub chat · 会话 {session}，经由 {address} 上运行的守护进程",
         "en": "AgentHub chat · session {session} via the daemon on {address}",
     },
+    "cli.data_dir_busy": {
+        "zh-CN": "{data_dir} 正被 agenthub {role} 使用（{holder}）：请等它结束后再试；"
+        "要在它运行时聊天，请用 agenthub serve，再让 agenthub chat 连接它",
+        "en": "{data_dir} is in use by agenthub {role} ({holder}): try again when it has ended; to chat while it "
+        "runs, run agenthub serve and let agenthub chat connect to it",
+    },
     "cli.tool_failed": {"zh-CN": "⚙ {name} 出错", "en": "⚙ {name} failed"},
     "cli.stopped_waiting": {"zh-CN": "已不再等待这条回复。", "en": "Stopped waiting for the reply."},
     "cli.no_reply": {"zh-CN": "没能拿到回复：{error}", "en": "Could not get a reply: {error}"},
