@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -32,18 +33,17 @@ from agenthub.gateway.timers import TimerRegistry
 from agenthub.gateway.turn import DEFERRED, EntryTakenOver, TurnOutcome, TurnRunner, abort_message
 from agenthub.gateway.turn_services import CompactionPlugIn, TurnServices
 from agenthub.ids import unique_hex
+from agenthub.llm.cache_watch import CacheWatch
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.memory.files import MemoryFiles
 from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Route
 from agenthub.search.api import Searcher
-from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.singleton import InstanceLeases
 
 if TYPE_CHECKING:
-    from agenthub.storage.ports import Inbox, MemoryStore
-    from agenthub.usage.wiring import UsageServices
+    from agenthub.storage.ports import MemoryStore
 
 log = structlog.get_logger(__name__)
 
@@ -67,52 +67,39 @@ class GatewayCore:
         *,
         agents: AgentRegistry,
         providers: ProviderRegistry,
-        history: SessionHistory | None = None,
+        history: SessionHistory,
+        search: Searcher,
         clock: Clock = system_clock,
         leases: InstanceLeases | None = None,
         memory_store: MemoryStore | None = None,
-        search: Searcher | None = None,
-        inbox: Inbox | None = None,
-        usage: UsageServices | None = None,
+        turn_services: TurnServices | None = None,
         compaction: CompactionPlugIn | None = None,
     ) -> None:
-        """`inbox`, `usage`: the turns' (`TurnServices`); `compaction`: builds the memory layer on this gateway once
-        its parts exist, and gives the turns' compactor."""
-        self.settings = settings
+        """`history`, `search`: the sessions and the memory search kept current by observing them (built by the
+        composition root); `turn_services`: what the turns are given (its compactor set by `compaction`, which
+        builds the memory layer on this gateway once its parts exist)."""
+        self.settings, self.agents, self.providers, self.clock = settings, agents, providers, clock
+        self.history = history
         self.leases = leases or InstanceLeases(ttl_s=settings.store.lease_s)
         """The deployment's singleton leases (files mode: a store of this instance's own, always held)."""
-        self.agents = agents
-        self.providers = providers
-        self.history = history or SessionHistory(settings.data_dir, fsync=settings.session.fsync, clock=clock)
-        self.clock = clock
         self.sessions = SessionRegistry(ttl_s=settings.session.ttl_s, on_expire=self.history.evict)
         self.session_leases = SessionLeases(self.leases, self.history, on_lost=self._session_lease_lost)
         """Lease `session:<key>` around every turn, queued command and hold: one instance at a time per session."""
         self.memory_files = MemoryFiles(settings.data_dir, settings.auth_dir, memory_store)  # default: files
-        self.search: Searcher = search or SearchService(settings.data_dir)  # kept current by the history's observer
+        self.search = search
         self.history.observers.append(self.search.history_changed)
-        if isinstance(self.search, SearchService):  # files: appends indexed from the writer's hand-over
-            self.search.follow(self.history.store)
-        memory = settings.memory
-        budget = ContextBudget(memory.memory_budget_tokens, memory.user_budget_tokens, memory.old_tool_result_chars)
-        self.context = ContextBuilder(self.memory_files, budget, workspace_dir=settings.workspace_dir)
-        self.history.observers.append(self.context.history_changed)  # a replace drops its converted messages
+        self.context = self._context_builder()
         self.stats = GatewayStats()
-        # every model call (turns and background work alike) reaches the stats through the providers' call log
-        self.providers.call_log.observe(self.stats.record_call)
-        self.cache_watch = self.providers.call_log.cache  # each chat's calls compared for prompt-cache breaks
-        self.cache_watch.clock = clock
-        self.history.observers.append(self.cache_watch.history_changed)  # a compaction or restart names the break
-        self.context.cache_warm = self.cache_watch.warm  # memory additions ride as notes while the cache is warm
+        self.cache_watch = self._watch_calls()
         self.timers = TimerRegistry(self.leases)
         self.commands = CommandRouter()  # the built-ins and the features' commands, from the composition root
         self.tools = ToolRegistry()  # the memory tools; the features' platform tools from the composition root
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.mcp = McpHub()
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
-        self.arrival_order = ArrivalOrder(
-            lambda: inbox, self.history, self.session_leases, wait_s=2 * self.leases.ttl_s
-        )
+        given = turn_services or TurnServices()
+        inbox, wait_s = given.inbox, 2 * self.leases.ttl_s
+        self.arrival_order = ArrivalOrder(lambda: inbox, self.history, self.session_leases, wait_s=wait_s)
         """Per-session arrival order across instances: the inbox's acceptance order."""
         self._background: dict[SessionKey, asyncio.Task[None]] = {}
         self._notices: dict[SessionKey, list[i18n.Text]] = {}
@@ -120,8 +107,27 @@ class GatewayCore:
         self._entered = False
         self.timers.add("session_sweep", 1.0, self._expire_idle_sessions)
         compactor = None if compaction is None else compaction(self)  # its timers after the sweep, as before
-        self.turn_services = TurnServices(inbox, usage, compactor)
+        self.turn_services = dataclasses.replace(given, compactor=compactor or given.compactor)
         self.turns = TurnRunner(self, self.turn_services)
+
+    def _context_builder(self) -> ContextBuilder:
+        """Request assembly over the memory files; a history replace drops a session's converted messages."""
+        memory = self.settings.memory
+        budget = ContextBudget(memory.memory_budget_tokens, memory.user_budget_tokens, memory.old_tool_result_chars)
+        context = ContextBuilder(self.memory_files, budget, workspace_dir=self.settings.workspace_dir)
+        self.history.observers.append(context.history_changed)
+        return context
+
+    def _watch_calls(self) -> CacheWatch:
+        """Every model call (turns and background work alike) reaches the stats through the providers' call log,
+        and each chat's calls are compared for prompt-cache breaks (a compaction or restart names the break);
+        memory additions ride as notes while the cache is warm."""
+        self.providers.call_log.observe(self.stats.record_call)
+        watch = self.providers.call_log.cache
+        watch.clock = self.clock
+        self.history.observers.append(watch.history_changed)
+        self.context.cache_warm = watch.warm
+        return watch
 
     # ---- lifecycle -----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from agenthub.memory.wiring import MemoryLayer
     from agenthub.scheduler.core import Scheduler
     from agenthub.scheduler.wiring import JobRunner
+    from agenthub.search.api import Searcher
+    from agenthub.session.history import SessionHistory
     from agenthub.storage.ports import IdempotencyStore, Inbox
     from agenthub.storage.stores import Stores
     from agenthub.web import WebServer
@@ -101,7 +104,6 @@ def build_services(
     from agenthub.gateway.memory_host import MemoryPlugIn
     from agenthub.llm.registry import ProviderRegistry
     from agenthub.scheduler.wiring import JobRunner, build_scheduler
-    from agenthub.search.kits import SEARCHERS
     from agenthub.search.vector_wiring import attach_vectors
     from agenthub.storage.migrate import migrate_at_start
     from agenthub.usage.wiring import build_usage, register_usage_command
@@ -111,11 +113,7 @@ def build_services(
     providers = ProviderRegistry.from_settings(settings.llm)
     if leases is None and stores is not None:
         leases = InstanceLeases(store=stores.leases, holder=stores.holder, ttl_s=settings.store.lease_s)
-    history = None
-    if stores is not None:
-        from agenthub.session.history import SessionHistory
-
-        history = SessionHistory(store=stores.sessions, clock=clock)
+    history = build_history(settings, clock, stores)
     memory = None if stores is None else stores.memory  # the memory files: the files of design §4, or PostgreSQL
     usage = build_usage(settings, clock, providers.call_log, None if stores is None else stores.usage)
     memory_layer = MemoryPlugIn()
@@ -123,13 +121,12 @@ def build_services(
         settings,
         agents=agents,
         providers=providers,
-        clock=clock,
         history=history,
+        search=build_searcher(settings, stores, history),
+        clock=clock,
         leases=leases,
         memory_store=memory,
-        search=None if stores is None else stores.search.open(SEARCHERS),
-        inbox=inbox,
-        usage=usage,
+        turn_services=TurnServices(inbox, usage),
         compaction=memory_layer,
     )
     scheduler = build_scheduler(settings, clock, None if stores is None else stores.jobs)
@@ -139,6 +136,31 @@ def build_services(
     attach_vectors(gateway, None if stores is None else stores.open_vectors)
     register_usage_command(gateway.commands, usage)  # `/usage`, after the others in /help
     return services
+
+
+def build_history(settings: Settings, clock: Clock, stores: Stores | None) -> SessionHistory:
+    """The sessions of `stores`, else the files of the data directory (closed with the history)."""
+    from agenthub.session.history import SessionHistory
+
+    if stores is None:
+        return SessionHistory(settings.data_dir, fsync=settings.session.fsync, clock=clock)
+    return SessionHistory(store=stores.sessions, clock=clock)
+
+
+def build_searcher(settings: Settings, stores: Stores | None, history: SessionHistory) -> Searcher:
+    """Memory search over the index `stores` keep (else the files' index beside the data); the files' searcher
+    also takes the history writer's hand-overs, so an append is indexed from the lines as written."""
+    from agenthub.search.kits import SearcherKit
+    from agenthub.search.service import SearchService
+
+    class FollowingSearchers(SearcherKit):
+        def beside_files(self, data_dir: Path) -> Searcher:
+            search = SearchService(data_dir)
+            search.follow(history.store)
+            return search
+
+    kit = FollowingSearchers()
+    return kit.beside_files(settings.data_dir) if stores is None else stores.search.open(kit)
 
 
 def plug_in_features(services: Services) -> None:

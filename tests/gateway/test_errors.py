@@ -12,13 +12,14 @@ from structlog.testing import LogCapture
 from agenthub import i18n
 from agenthub.agent.conversion import INTERRUPTED_PLACEHOLDER
 from agenthub.agent.definition import load_agents
+from agenthub.clock import system_clock
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.session_state import SessionStatus
 from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY
 from agenthub.gateway.turn_services import CompactionPlugIn
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import build_gateway, build_history, build_searcher
 from agenthub.llm.failures import MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
 from agenthub.llm.registry import ProviderRegistry
 from agenthub.messages import DeltaEvent, DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
@@ -177,8 +178,14 @@ async def test_queued_message_runs_after_a_timed_out_turn(
 def compacting_gateway(settings: Settings, compaction: CompactionPlugIn | None) -> GatewayCore:
     """A gateway whose turns are given the compactor `compaction` builds (None: no memory layer)."""
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
+    history = build_history(settings, system_clock, None)
     return GatewayCore(
-        settings, agents=agents, providers=ProviderRegistry.from_settings(settings.llm), compaction=compaction
+        settings,
+        agents=agents,
+        providers=ProviderRegistry.from_settings(settings.llm),
+        history=history,
+        search=build_searcher(settings, None, history),
+        compaction=compaction,
     )
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from agenthub.config import Settings
 from agenthub.gateway.memory_host import GatewayCompactor
-from agenthub.hosting.app import api_services, build_services
+from agenthub.hosting.app import api_services, build_services, open_stores
 from agenthub.storage.idempotency import InMemoryIdempotency
 from agenthub.storage.inbox import InMemoryInbox
 from tests.support.fakes.anthropic import FakeAnthropic
@@ -35,3 +35,21 @@ async def test_a_gateway_built_without_an_inbox_stores_nothing_before_its_turns(
 ) -> None:
     async with build_services(settings) as services:
         assert services.turn.inbox is None
+
+
+async def test_the_files_search_follows_the_history_writer_whether_or_not_stores_are_given(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    """The composition root hands the files' searcher the history writer's hand-overs (an append indexed from the
+    lines as written); the gateway only observes the history."""
+    stores = await open_stores(settings)
+    try:
+        for given in (stores, None):
+            async with build_services(settings, stores=given) as services:
+                gateway = services.gateway
+                writer = getattr(gateway.history.store, "writer")  # noqa: B009 - the files' store
+                assert [f.__self__ for f in writer.followers] == [gateway.search]
+                assert gateway.search.history_changed in gateway.history.observers
+            assert writer.followers == []  # let go when the gateway closed its searcher
+    finally:
+        await stores.aclose()
