@@ -77,6 +77,15 @@ _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
 _APPEND_AT = "SELECT agenthub_session_append_at(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(records)s::text[])"
 """An append in one round trip, under a lease's token or none (migration 19): the history's version after it,
 {born, next_seq}, or NULL when a newer lease fenced the session."""
+_APPEND_WITH_META = f"""
+WITH appended AS MATERIALIZED ({_APPEND_AT} AS version)
+SELECT version, CASE WHEN version IS NULL THEN false ELSE agenthub_session_write_meta(
+    %(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(meta)s, true
+) END FROM appended
+"""
+"""`_APPEND_AT`, and once it landed the meta written behind under the same token, in the same statement (so the same
+transaction, committed durably with the records): a busy session's meta reaches the database with its next append
+instead of waiting for the lease's release (a `kill -9` lost it), at no round trip of its own."""
 _CLAIM = (
     "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record FROM agenthub_session_claim("
     "%(name)s, %(holder)s, %(ttl)s, %(agent)s, %(channel)s, %(chat_id)s, %(born)s, %(since)s)"
@@ -143,7 +152,8 @@ class PostgresSessionStore:
         fenced (so wrote) it since."""
         self._copies = SessionCopies()
         self._pending_meta: dict[SessionKey, SessionMeta] = {}
-        """Metas written behind while this instance holds the session's lease: sent with the lease's release."""
+        """Metas written behind while this instance holds the session's lease: sent with the session's next append,
+        or with the lease's release."""
         self._fresh_records: dict[SessionKey, tuple[float, list[HistoryRecord]]] = {}
         self._fresh_meta: dict[SessionKey, tuple[float, str | None, object]] = {}
         """What the claim of a session that moved read (until when it answers): its history, its meta and newest
@@ -271,10 +281,18 @@ class PostgresSessionStore:
         if not texts:
             return
         self._forget_fresh(key)
+        pending = self._pending_meta.pop(key, None)
         params = _params(key, token=self._tokens.get(key), records=texts)
-        async with self.database.connection("append to the session's history") as conn:
-            cursor = await conn.execute(_APPEND_AT, params)
-            row = await cursor.fetchone()
+        if pending is not None:
+            params["meta"] = json.dumps(pending.to_json(), ensure_ascii=False)
+        try:
+            async with self.database.connection("append to the session's history") as conn:
+                cursor = await conn.execute(_APPEND_AT if pending is None else _APPEND_WITH_META, params)
+                row = await cursor.fetchone()
+        except BaseException:
+            if pending is not None:  # not written: it waits for the next append or the release again
+                self._pending_meta.setdefault(key, pending)
+            raise
         if row is None or row[0] is None:
             raise FencedWriteError()
         born, next_seq = row[0]
@@ -361,7 +379,7 @@ class PostgresSessionStore:
 
     async def write_meta(self, key: SessionKey, meta: SessionMeta, *, durable: bool) -> None:
         """Written now; a meta written behind (not `durable`) of a session whose lease is held waits for the
-        lease's end (`let_go`, `fence(key, None)`) and goes in the same round trip as its release."""
+        session's next append or the lease's end (`let_go`, `fence(key, None)`), and goes in the same round trip."""
         self._fresh_meta.pop(key, None)
         if not durable and key in self._tokens:
             self._pending_meta[key] = meta
