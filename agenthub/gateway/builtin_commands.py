@@ -83,9 +83,7 @@ class StopCommand:
         control, key = self.control, ctx.key
         dropped = control.drop_queued(key, ctx.message.sender_id)
         queued = ("command.stop.dropped",) if dropped else ()
-        state = control.sessions.get(key)
-        running = state.current if state is not None else None
-        if running is not None and running.senders - {ctx.message.sender_id}:
+        if control.running_senders(key) - {ctx.message.sender_id}:
             # in a shared (group) session, one member must not cut off another member's answer
             return _sentences(ctx, "command.stop.not_yours", *queued, count=dropped)
         compaction = ("command.stop.compaction_stopped",) if await control.cancel_background(key) else ()

@@ -12,7 +12,7 @@ import re
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -23,9 +23,6 @@ from agenthub.gateway.handle import ReplyHandle
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.session_keys import SessionKey
 
-if TYPE_CHECKING:
-    from agenthub.gateway.session_state import SessionRegistry
-
 log = structlog.get_logger(__name__)
 
 _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_-]*)(?:\s+(.*))?$", re.DOTALL)
@@ -34,7 +31,9 @@ _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_-]*)(?:\s+(.*))?$", re.DOTALL)
 class SessionControl(Protocol):
     """What a command may do to a session: the gateway provides it, and commands get it instead of the gateway."""
 
-    sessions: SessionRegistry
+    def running_senders(self, key: SessionKey) -> frozenset[str]:
+        """Who the turn running in the session answers (empty when none runs)."""
+        ...
 
     def abort(self, key: SessionKey, reason: str = ...) -> bool: ...
 

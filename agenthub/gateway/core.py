@@ -419,6 +419,12 @@ class GatewayCore:
                 self.session_leases.release(key)
             self.sessions.release(state)
 
+    def running_senders(self, key: SessionKey) -> frozenset[str]:
+        """Who the turn running in the session answers (empty when none runs)."""
+        state = self.sessions.get(key)
+        running = None if state is None else state.current
+        return frozenset() if running is None else frozenset(running.senders)
+
     def abort(self, key: SessionKey, reason: str = ErrorCode.STOPPED) -> bool:
         state = self.sessions.get(key)
         return state is not None and state.abort(reason)
