@@ -31,7 +31,7 @@ from agenthub.gateway.session_state import SessionRegistry, SessionState
 from agenthub.gateway.stats import GatewayStats
 from agenthub.gateway.timers import TimerRegistry
 from agenthub.gateway.turn import DEFERRED, EntryTakenOver, TurnOutcome, TurnRunner, abort_message
-from agenthub.gateway.turn_services import CompactionPlugIn, TurnServices
+from agenthub.gateway.turn_services import Compactor, TurnServices
 from agenthub.ids import unique_hex
 from agenthub.llm.cache_watch import CacheWatch
 from agenthub.llm.registry import ProviderRegistry
@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 AfterTurnHook = Callable[[PendingTurn, TurnOutcome], Awaitable[None]]
+CompactionPlugIn = Callable[["GatewayCore"], Compactor]
+"""Builds the memory layer on the gateway being constructed (its timers and after-turn hook go into the gateway's
+registries) and gives its compactor: the gateway calls it once, at the end of its construction."""
 
 
 class GatewayCore:

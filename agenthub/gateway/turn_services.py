@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from agenthub.agent.definition import AgentDefinition
-    from agenthub.gateway.core import GatewayCore
     from agenthub.session_keys import SessionKey
     from agenthub.storage.ports import Inbox
     from agenthub.usage.wiring import UsageServices
@@ -20,11 +18,6 @@ class Compactor(Protocol):
     async def compact(
         self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
     ) -> str: ...
-
-
-CompactionPlugIn = Callable[["GatewayCore"], Compactor]
-"""Builds the memory layer on the gateway being constructed (its timers and after-turn hook go into the gateway's
-registries) and gives its compactor: the gateway calls it once, at the end of its construction."""
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,10 @@ from agenthub.agent.conversion import INTERRUPTED_PLACEHOLDER
 from agenthub.agent.definition import load_agents
 from agenthub.clock import system_clock
 from agenthub.config import Settings
-from agenthub.gateway.core import GatewayCore
+from agenthub.gateway.core import CompactionPlugIn, GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.gateway.session_state import SessionStatus
 from agenthub.gateway.turn import OVERFLOW_AFTER_RETRY
-from agenthub.gateway.turn_services import CompactionPlugIn
 from agenthub.hosting.app import build_gateway, build_history, build_searcher
 from agenthub.llm.failures import MSG_BUSY, MSG_INTERRUPTED, MSG_TIMEOUT
 from agenthub.llm.registry import ProviderRegistry
