@@ -7,17 +7,29 @@ import os
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from agenthub.i18n import catalogue
-
-if TYPE_CHECKING:
-    from agenthub.agent.definition import AgentDefinition
-    from agenthub.config import Settings
 
 Locale = Literal["zh-CN", "en"]
 LOCALES: Final[tuple[Locale, ...]] = ("zh-CN", "en")
 CHANNEL_DEFAULTS: Final[Mapping[str, Locale]] = {"wecom": "zh-CN", "feishu": "zh-CN", "http": "zh-CN"}
+
+
+class LocaleSettings(Protocol):
+    """What the locale rules read of the settings (`config.Settings`): the `[channels.<name>]` tables."""
+
+    @property
+    def channels(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+
+class LocaleAgent(Protocol):
+    """What the locale rules read of an agent (`agent.definition.AgentDefinition`): its agent.json, with `locale`."""
+
+    @property
+    def config(self) -> object: ...
+
+
 """Channels whose users are Chinese teams by default; any other channel (the CLI) follows the system locale."""
 
 LOCALE_CHOSEN: Final = "locale_chosen"
@@ -52,12 +64,12 @@ def system_locale() -> Locale:
     return normalise_locale(_system.getlocale()[0]) or "en"
 
 
-def configured_locale(settings: Settings, channel: str) -> Locale | None:
+def configured_locale(settings: LocaleSettings, channel: str) -> Locale | None:
     """`locale` in `[channels.<channel>]`, or None when it is not set."""
     return normalise_locale(settings.channels.get(channel, {}).get("locale"))
 
 
-def channel_locale(settings: Settings, channel: str, asked: object = None) -> Locale:
+def channel_locale(settings: LocaleSettings, channel: str, asked: object = None) -> Locale:
     """`locale` in `[channels.<channel>]`, else what the user `asked` for (a browser's Accept-Language), else the
     channel's default (zh-CN: WeCom, Feishu, HTTP; CLI: system)."""
     configured = configured_locale(settings, channel)
@@ -66,7 +78,9 @@ def channel_locale(settings: Settings, channel: str, asked: object = None) -> Lo
     return normalise_locale(asked) or CHANNEL_DEFAULTS.get(channel) or system_locale()
 
 
-def locale_for(settings: Settings, channel: str, agent: AgentDefinition | None = None, asked: object = None) -> Locale:
+def locale_for(
+    settings: LocaleSettings, channel: str, agent: LocaleAgent | None = None, asked: object = None
+) -> Locale:
     """The locale of a chat: the agent's `locale` in agent.json when set, else the channel's (see `channel_locale`)."""
     if agent is not None:
         chosen = normalise_locale(getattr(agent.config, "locale", None))
@@ -75,7 +89,7 @@ def locale_for(settings: Settings, channel: str, agent: AgentDefinition | None =
     return channel_locale(settings, channel, asked)
 
 
-def locale_is_configured(settings: Settings, channel: str, agent: AgentDefinition | None = None) -> bool:
+def locale_is_configured(settings: LocaleSettings, channel: str, agent: LocaleAgent | None = None) -> bool:
     """A locale is set for the chat: the agent's in agent.json, `[channels.<channel>] locale`, or, in the terminal,
     the system's (LANG: the terminal's texts are in it, and its replies with them)."""
     if agent is not None and normalise_locale(getattr(agent.config, "locale", None)) is not None:
