@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.architecture import Imports, cycle_edges, cycles, differences, package_graph, table_rows, units
-from tests.support.paths import REPO
+from tests.support.paths import REPO, plant
 
 DOC = REPO / "docs" / "architecture.md"
 MAX_LOOSE_MODULES = 10
@@ -30,13 +30,6 @@ def test_no_units_import_each_other_at_run_time() -> None:
     found = cycles(graph)
     held = cycle_edges(graph)
     assert not found, f"runtime import cycles {found}, held by:\n" + "\n".join(held)
-
-
-def plant(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
 
 
 PLANTED = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.import_rules import Rule, violations
-from tests.support.paths import REPO
+from tests.support.paths import REPO, plant
 
 CORE_WITHOUT_CHANNELS = Rule("agenthub", "channels")
 MEMORY_WITHOUT_GATEWAY = Rule("agenthub.memory", "agenthub.gateway")
@@ -41,13 +41,6 @@ def test_the_checker_sees_every_python_file_of_the_source() -> None:
     importers = {line.split(":", 1)[0] for line in checked}
     assert "agenthub/hosting/app.py" in importers and "agenthub/memory/wiring.py" in importers
     assert "channels/wecom/channel.py" not in importers  # a rule applies to its importer's package only
-
-
-def plant(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
 
 
 PLANTED = {

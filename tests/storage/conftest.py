@@ -19,33 +19,35 @@ from tests.support.postgres import fresh_database, migrated, postgres_backend_pa
 from tests.support.stores import Backend, JobBackend, MemoryBackend
 
 
+@contextmanager
+def full_disk(disk: Path) -> Iterator[None]:
+    """The small disk `disk` full while inside: every write to it fails with ENOSPC."""
+    filler = fill(disk)
+    try:
+        yield
+    finally:
+        filler.unlink()
+
+
+@contextmanager
+def failing_writes(store: InMemorySessionStore | InMemoryMemoryStore) -> Iterator[None]:
+    """The in-RAM store refuses every write while inside."""
+    store.fail_writes = True
+    try:
+        yield
+    finally:
+        store.fail_writes = False
+
+
 def _files(tmp_path: Path, stack: ExitStack) -> Backend:
     disk = stack.enter_context(small_tmpfs(tmp_path / "data", size="1m"))
     store = FileSessionStore(disk, fsync=True)
-
-    @contextmanager
-    def full_disk() -> Iterator[None]:
-        filler = fill(disk)
-        try:
-            yield
-        finally:
-            filler.unlink()
-
-    return Backend("files", store, lambda: FileSessionStore(disk, fsync=True), full_disk)
+    return Backend("files", store, lambda: FileSessionStore(disk, fsync=True), lambda: full_disk(disk))
 
 
 def _memory(tmp_path: Path, stack: ExitStack) -> Backend:
     store = InMemorySessionStore()
-
-    @contextmanager
-    def failing() -> Iterator[None]:
-        store.fail_writes = True
-        try:
-            yield
-        finally:
-            store.fail_writes = False
-
-    return Backend("memory", store, lambda: store, failing)
+    return Backend("memory", store, lambda: store, lambda: failing_writes(store))
 
 
 def _postgres(tmp_path: Path, stack: ExitStack) -> Backend:
@@ -69,30 +71,12 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 def _memory_files(tmp_path: Path, stack: ExitStack) -> MemoryBackend:
     disk = stack.enter_context(small_tmpfs(tmp_path / "disk", size="1m"))
     store = FileMemoryStore(disk / "data", disk / "auth")
-
-    @contextmanager
-    def full_disk() -> Iterator[None]:
-        filler = fill(disk)
-        try:
-            yield
-        finally:
-            filler.unlink()
-
-    return MemoryBackend("files", store, lambda: FileMemoryStore(disk / "data", disk / "auth"), full_disk)
+    return MemoryBackend("files", store, lambda: FileMemoryStore(disk / "data", disk / "auth"), lambda: full_disk(disk))
 
 
 def _memory_dict(tmp_path: Path, stack: ExitStack) -> MemoryBackend:
     store = InMemoryMemoryStore()
-
-    @contextmanager
-    def failing() -> Iterator[None]:
-        store.fail_writes = True
-        try:
-            yield
-        finally:
-            store.fail_writes = False
-
-    return MemoryBackend("memory", store, lambda: store, failing)
+    return MemoryBackend("memory", store, lambda: store, lambda: failing_writes(store))
 
 
 def _memory_postgres(tmp_path: Path, stack: ExitStack) -> MemoryBackend:
