@@ -92,3 +92,40 @@ async def test_a_local_chat_refuses_a_data_dir_another_command_holds_in_the_term
     assert "Traceback" not in err, err
     assert fake_llm.message_requests() == []  # nothing was asked, nothing written
     assert not list(settings.data_dir.glob("*/sessions/*.jsonl"))
+
+
+async def test_a_killed_local_chat_leaves_the_data_dir_to_the_next_one_with_its_history(
+    tmp_path: Path, settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    """`kill -9` of a local chat mid-REPL: its lock dies with it, the next chat opens the data directory (replaying
+    what the killed one's commit log held) and its turn sees the first one."""
+    fake_llm.script(reply_text("first answer"), reply_text("second answer"))
+    env = {**cli_env(tmp_path, fake_llm), "TERM": "xterm", "LANG": "en_US.UTF-8"}
+    term = Terminal(env, Path.cwd())
+    try:
+        await term.wait_for("›")
+        term.type("first question\r")
+        await term.wait_for("first answer")
+        os.kill(term.pid, 9)
+        assert await term.exit_code() == -9
+    finally:
+        term.close()
+    code, err = await run_agenthub(env, "chat", "-m", "second question")
+    assert code == 0, err
+    second = fake_llm.message_requests()[1].body
+    assert second is not None and "first answer" in str(second["messages"])
+
+
+async def test_local_chats_started_at_once_each_answer_or_are_refused_and_none_is_lost(
+    tmp_path: Path, settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.script(*(reply_text(f"answer {n}") for n in range(3)))
+    env = {**cli_env(tmp_path, fake_llm), "LANG": "en_US.UTF-8"}
+    results = await asyncio.gather(*(run_agenthub(env, "chat", "-m", f"question {n}") for n in range(3)))
+    answered = [n for n, (code, _) in enumerate(results) if code == 0]
+    for code, err in results:
+        assert code == 0 or (code == 1 and "is in use by agenthub chat" in err), err
+    assert answered  # the first to take the lock answers
+    lines = (settings.data_dir / "default" / "sessions" / "default_http_direct.jsonl").read_text().splitlines()
+    assert sum('"role": "user"' in line for line in lines) == len(answered)
+    assert len(lines) == 2 * len(answered)  # each answered chat's question and answer, nothing torn or doubled
