@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from agenthub.session_keys import SessionKey
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.database import open_database
 from agenthub.storage.postgres.sessions import PostgresSessionStore
+from agenthub.storage.store import FencedWriteError
 from tests.support.daemons import Deployment
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 
@@ -78,3 +80,24 @@ async def test_an_append_carries_the_meta_written_behind_under_a_held_lease(post
         assert (stored_meta(postgres_dsn, "carried") or {}).get("last_usage") == {"input_tokens": 7}
     finally:
         await store.close()
+
+
+async def test_an_append_refused_by_a_newer_fence_writes_none_of_the_meta_it_carried(postgres_dsn: str) -> None:
+    """Two instances interleaved: A holds the session (token 1) with a meta written behind; B takes it (token 2)
+    and appends; A's late append is refused, and the meta it carried is not written over B's."""
+    first = PostgresSessionStore(await open_database(postgres_dsn))
+    second = PostgresSessionStore(await open_database(postgres_dsn))
+    key = SessionKey("default", "http", "taken")
+    try:
+        await first.fence(key, 1)
+        late = SessionMeta.from_json({"chat_id": "taken", "created_at": 1, "updated_at": 2, "last_usage": {"a": 1}})
+        await first.write_meta(key, late, durable=False)
+        await second.fence(key, 2)
+        await second.append(key, [{"role": "user", "content": "mine now", "timestamp": 3}])
+        with pytest.raises(FencedWriteError):
+            await first.append(key, [{"role": "user", "content": "too late", "timestamp": 4}])
+        assert stored_meta(postgres_dsn, "taken") is None
+        assert [r["content"] for r in await second.load(key)] == ["mine now"]
+    finally:
+        await first.close()
+        await second.close()
