@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -10,6 +11,9 @@ from urllib.parse import unquote
 from agenthub.errors import InvalidIdError
 
 MAX_PART_CHARS = 128
+KEPT_PARTS = 8192
+"""How many recently checked key parts (and escaped keys) are remembered, so a session's next message is not
+checked character by character again."""
 MAX_STEM_BYTES = 200  # leaves room for ".meta.json" under the usual 255-byte file name limit
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _SAFE_FILE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
@@ -46,15 +50,25 @@ def validate_part(name: str, value: str, *, allow_colon: bool = False) -> str:
     """Return `value` if it is acceptable as the `name` part of a key, else raise `InvalidIdError`."""
     if not isinstance(value, str) or not value:
         raise InvalidIdError(f"{name} must be a non-empty string")
-    if value != value.strip():
-        raise InvalidIdError(f"{name} must not start or end with whitespace")
     if len(value) > MAX_PART_CHARS:
         raise InvalidIdError(f"{name} is longer than {MAX_PART_CHARS} characters")
+    problem = _part_problem(value, allow_colon)
+    if problem is not None:
+        raise InvalidIdError(f"{name} {problem}")
+    return value
+
+
+@functools.lru_cache(maxsize=KEPT_PARTS)
+def _part_problem(value: str, allow_colon: bool) -> str | None:
+    """What makes `value` (at most `MAX_PART_CHARS`) no key part, None when nothing does; kept for the parts
+    seen most recently, since every message names its session's parts again."""
+    if value != value.strip():
+        return "must not start or end with whitespace"
     for form in _decoded_forms(value):
         problem = _problem(form, allow_colon=allow_colon)
         if problem is not None:
-            raise InvalidIdError(f"{name} {problem}")
-    return value
+            return problem
+    return None
 
 
 def validate_agent_name(agent: str) -> str:
@@ -65,6 +79,7 @@ def validate_agent_name(agent: str) -> str:
     return agent
 
 
+@functools.lru_cache(maxsize=KEPT_PARTS)
 def _escape(text: str) -> str:
     out = []
     for ch in text:

@@ -16,7 +16,7 @@ from agenthub.channel import Channel, ResumableChannel, SessionResolver, Submitt
 from agenthub.clock import sleep_until
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.gateway.inbox_replay import INBOX_ID, INBOX_SEQ, INBOX_SESSION
+from agenthub.gateway.inbox_replay import INBOX_ID, INBOX_JUST_ACCEPTED, INBOX_SEQ, INBOX_SESSION
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.storage.inbox import InboxEntry, message_from_json, message_to_json
 from agenthub.storage.lease import LeaseKeeper, instance_lease
@@ -63,10 +63,11 @@ def settlement(final: DoneEvent | ErrorEvent) -> Settlement:
     return Settlement.SETTLE
 
 
-def with_inbox_id(message: InboundMessage, entry: InboxEntry) -> InboundMessage:
+def with_inbox_id(message: InboundMessage, entry: InboxEntry, *, just_accepted: bool = False) -> InboundMessage:
     """`message` carrying its entry's id (the turn stores it with the user record: exactly once on resume), its
-    sequence (the session's arrival order) and, when it was accepted with one, its session."""
-    extra: dict[str, Any] = {INBOX_ID: entry.id, INBOX_SEQ: entry.seq}
+    sequence (the session's arrival order), when it was accepted with one its session, and whether this is the
+    first submission of an entry accepted a moment ago here (`INBOX_JUST_ACCEPTED`: its turn looks nothing up)."""
+    extra: dict[str, Any] = {INBOX_ID: entry.id, INBOX_SEQ: entry.seq, INBOX_JUST_ACCEPTED: just_accepted}
     if entry.session is not None:
         extra[INBOX_SESSION] = entry.session
     return dataclasses.replace(message, metadata={**message.metadata, **extra})
@@ -96,10 +97,12 @@ class InboxSubmitter:
         session = self._resolve(message.route) if self._resolve is not None else None
         payload = message_to_json(message) if payload is None else payload
         entry = await self.inbox.accept(source, payload, session=session)
-        return await self.submit_entry(entry, message)
+        return await self.submit_entry(entry, message, just_accepted=True)
 
-    async def submit_entry(self, entry: InboxEntry, message: InboundMessage) -> ReplyHandle:
-        handle = await self.gateway.submit(with_inbox_id(message, entry))
+    async def submit_entry(
+        self, entry: InboxEntry, message: InboundMessage, *, just_accepted: bool = False
+    ) -> ReplyHandle:
+        handle = await self.gateway.submit(with_inbox_id(message, entry, just_accepted=just_accepted))
         self.settle_when_answered(entry.id, handle, message)
         return handle
 

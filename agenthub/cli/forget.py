@@ -144,7 +144,7 @@ async def _forget_here(settings: Settings, person: Person, agent: str | None) ->
                 guard=functools.partial(_leased, leases, settings.session.lock_timeout_s + settings.store.lease_s),
                 jobs=jobs_hook(Scheduler(settings.scheduler, stores.jobs)),  # the files, or the table `jobs`
                 index=stores.search.open(OfflineIndexHooks(stores)),
-                settled=lambda: _drop_settled_inbox(settings),
+                settled=lambda: _drop_settled_inbox(settings, stores),
                 usage=usage_hook(stores.usage, spools=settings.data_dir / SPOOL_DIR),  # dead processes' spools too
             )
             try:
@@ -198,10 +198,19 @@ def _history_in(settings: Settings, stores: Stores) -> SessionHistory:
     return SessionHistory(store=stores.sessions)
 
 
-async def _drop_settled_inbox(settings: Settings) -> None:
-    """The durable inbox keeps answered messages until it is compacted: compact it now (the daemon is not running)."""
-    inbox = await asyncio.to_thread(FileInbox, settings.data_dir, fsync=settings.session.fsync)
+async def _drop_settled_inbox(settings: Settings, stores: Stores) -> None:
+    """The durable inbox keeps answered messages until it is compacted: compact it now (the daemon is not running).
+    The stores' own (the files' journal shares the histories' commit log with them), and over PostgreSQL the files
+    journal a data directory may still hold from before `store migrate`."""
+    inbox = stores.inbox
     await inbox.drop_settled()
+    if isinstance(inbox, FileInbox):
+        return
+    left = await asyncio.to_thread(FileInbox, settings.data_dir, fsync=settings.session.fsync)
+    try:
+        await left.drop_settled()
+    finally:
+        await left.aclose()
 
 
 class RemoteRefused(AgentHubError):

@@ -16,6 +16,10 @@ INBOX_SEQ = "inbox_seq"
 """The metadata key of the entry's acceptance sequence: the session's arrival order, across instances too."""
 INBOX_SESSION = "inbox_session"
 """The metadata key of the session the entry was accepted under (absent: not known at acceptance)."""
+INBOX_JUST_ACCEPTED = "inbox_just_accepted"
+"""The metadata key set True by the submitter that accepted the entry a moment ago in this process (its first
+submission: no history can hold it yet, so its turn looks nothing up); every other submission of an entry (a
+resume after a restart, a takeover) sets it False, whatever the stored message carried."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,12 @@ class StoredMessage:
 def inbox_id_of(message: InboundMessage) -> str | None:
     value = message.metadata.get(INBOX_ID)
     return value if isinstance(value, str) and value else None
+
+
+def may_be_stored(message: InboundMessage) -> bool:
+    """Whether a history may already hold `message`'s user record: it came through the inbox and this is not the
+    first submission of an entry just accepted here."""
+    return inbox_id_of(message) is not None and message.metadata.get(INBOX_JUST_ACCEPTED) is not True
 
 
 def inbox_seq_of(message: InboundMessage) -> int | None:

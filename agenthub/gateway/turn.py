@@ -22,7 +22,7 @@ from agenthub.errors import (
     RequestRejectedError,
     StorageError,
 )
-from agenthub.gateway.inbox_replay import INBOX_ID, StoredMessage, inbox_id_of, stored_messages
+from agenthub.gateway.inbox_replay import INBOX_ID, StoredMessage, inbox_id_of, may_be_stored, stored_messages
 from agenthub.gateway.runner import PendingTurn
 from agenthub.gateway.session_state import SessionState, SessionStatus
 from agenthub.i18n import Text
@@ -301,8 +301,11 @@ class TurnRunner:
             return True
 
     async def _stored_members(self, pending: PendingTurn) -> dict[str, StoredMessage]:
-        """What the history already holds of the turn's messages that came through the inbox (none: nothing read)."""
-        inbox_ids = [i for member in pending.members if (i := inbox_id_of(member.message)) is not None]
+        """What the history already holds of the turn's messages that came through the inbox (none, or all of them
+        accepted just now by this process: nothing read)."""
+        inbox_ids = [
+            i for member in pending.members if may_be_stored(member.message) and (i := inbox_id_of(member.message))
+        ]
         if not inbox_ids:
             return {}
         return stored_messages(await self.gateway.history.load(pending.key), inbox_ids)

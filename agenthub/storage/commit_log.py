@@ -1,7 +1,7 @@
-"""The history commit log `data/.history.log`: every batch of history appends, across sessions, made durable by one
-write and one fdatasync of this file; the history files themselves are written without their own fsync, synced
-at a checkpoint (which then empties the log), and brought up to date from the log at start after a crash.
-Blocking: worker threads only."""
+"""The commit log `data/.history.log`: every batch of appends, across sessions (history files) and the data
+directory's own journals (the inbox, `ROOT`), made durable by one write and one fdatasync of this file; the files
+themselves are written without their own fsync, synced at a checkpoint (which then empties the log), and brought up
+to date from the log at start after a crash. Blocking: worker threads only."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from agenthub.errors import PathRefusedError
 from agenthub.storage import jsonl
 from agenthub.storage.atomic import fsync_dir
 from agenthub.storage.history_handover import Appended, Stat, appended
-from agenthub.storage.session_files import OpenHistory, SessionFiles, append_payload, cut_back
+from agenthub.storage.session_files import ROOT, OpenHistory, SessionFiles, append_payload, cut_back
 
 log = structlog.get_logger(__name__)
 
@@ -30,7 +30,8 @@ CHECKPOINT_BYTES = 32 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Append:
-    """Whole JSONL lines for the end of `data/<agent>/sessions/<stem>.jsonl`."""
+    """Whole JSONL lines for the end of `data/<agent>/sessions/<stem>.jsonl`, or (`agent` is `ROOT`) of the data
+    directory's file `stem`."""
 
     agent: str
     stem: str
@@ -138,21 +139,14 @@ class CommitLog:
         handing: list[Appended] = []
         for i, item in enumerate(batch):
             try:
-                sessions_fd = dirs.get(item.agent)
-                if sessions_fd is None:
-                    sessions_fd = dirs[item.agent] = self._files.sessions_dir(item.agent)  # checked once a batch
-                if isinstance(sessions_fd, BaseException):
-                    raise sessions_fd
-                f = self._files.history(item.agent, sessions_fd, item.stem)
+                f = self._target(item, dirs)
                 before = append_payload(f, item.payload)
                 landed.append((i, f, before[1]))
-                if handed is not None:
+                if handed is not None and item.agent != ROOT:  # the followers index histories only
                     _hand_over(handing, item, f.fd, before)
                 f.dirty = durable  # kept open from here to the checkpoint (never evicted in the batch)
             except Exception as e:  # each append gets its own error; the others still land
                 results[i] = e
-                if item.agent not in dirs:
-                    dirs[item.agent] = e
         if durable and landed:
             try:
                 self._write(b"".join(_entry(batch[i], offset) for i, _, offset in landed))
@@ -164,6 +158,22 @@ class CommitLog:
         if handed is not None:
             handed.extend(handing)
         return results
+
+    def _target(self, item: Append, dirs: dict[str, int | BaseException]) -> OpenHistory:
+        """The open file of `item`; an agent's directories are checked once a batch (a refusal fails all of its
+        appends in the batch)."""
+        if item.agent == ROOT:
+            return self._files.data_file(item.stem)
+        sessions_fd = dirs.get(item.agent)
+        if sessions_fd is None:
+            try:
+                sessions_fd = dirs[item.agent] = self._files.sessions_dir(item.agent)
+            except Exception as e:
+                dirs[item.agent] = e
+                raise
+        if isinstance(sessions_fd, BaseException):
+            raise sessions_fd
+        return self._files.history(item.agent, sessions_fd, item.stem)
 
     @property
     def due(self) -> bool:
@@ -218,7 +228,7 @@ class CommitLog:
         return applied
 
     def _apply(self, item: Append, offset: int, shifts: dict[tuple[str, str], int]) -> int:
-        f = self._files.history(item.agent, self._files.sessions_dir(item.agent), item.stem)
+        f = self._files.target(item.agent, item.stem)
         at = offset - shifts.get((item.agent, item.stem), 0)
         size = os.fstat(f.fd).st_size
         if size >= at + len(item.payload) and os.pread(f.fd, len(item.payload), at) == item.payload:

@@ -48,8 +48,9 @@ class FileStores(Stores):
         return FileIdempotency(self.data_dir, window_s=window_s, fsync=self._fsync)
 
     def _open_inbox(self) -> Inbox:
-        """This instance's journal, `data/.inbox.jsonl`."""
-        return FileInbox(self.data_dir, fsync=self._fsync)
+        """This instance's journal, `data/.inbox.jsonl`, appended through the histories' commit log (one group
+        commit for the inbox's records and the histories' lines)."""
+        return FileInbox(self.data_dir, fsync=self._fsync, writer=self._sessions.writer)
 
     async def recover(self) -> None:
         """Bring the history files up to date from the commit log (`FileSessionStore.recover`)."""

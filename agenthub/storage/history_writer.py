@@ -1,5 +1,6 @@
-"""Group commit of history appends across sessions: every append waiting when a batch starts shares its one thread
-hop, its one log write and its one fdatasync (`CommitLog`); the rare whole-file operations run between batches."""
+"""Group commit of a data directory's appends: history lines across sessions and the inbox journal's records
+(`ROOT`); every append waiting when a batch starts shares its one thread hop, its one log write and its one
+fdatasync (`CommitLog`); the rare whole-file operations run between batches."""
 
 from __future__ import annotations
 
@@ -20,10 +21,16 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
+Landed = Callable[[BaseException | None], None]
+"""Told, on the event loop under the writer's lock (before any whole-file operation can run), how an append ended:
+None (landed) or its error."""
+
+
 @dataclass
 class _Waiting:
     append: Append
     done: asyncio.Future[None]
+    landed: Landed | None = None
 
 
 class HistoryWriter:
@@ -60,11 +67,20 @@ class HistoryWriter:
             async with self._lock():
                 await asyncio.to_thread(self._recover_once)
 
-    async def append(self, agent: str, stem: str, payload: bytes) -> None:
+    def recover_blocking(self) -> None:
+        """`ready` on the caller's thread (blocking), for a reader that loads a file of the log at construction
+        (the inbox); before anything else uses this writer."""
+        self._recover_once()
+
+    @property
+    def fsync(self) -> bool:
+        return self._fsync
+
+    async def append(self, agent: str, stem: str, payload: bytes, *, landed: Landed | None = None) -> None:
         """Queue the lines and wait until their batch landed: OSError or PathRefusedError (nothing of them kept)
-        when it was refused."""
+        when it was refused. `landed` hears the end first (see `Landed`)."""
         done = asyncio.get_running_loop().create_future()
-        self._queue.append(_Waiting(Append(agent, stem, payload), done))
+        self._queue.append(_Waiting(Append(agent, stem, payload), done, landed))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="history-group-commit")
         await asyncio.shield(done)
@@ -72,7 +88,13 @@ class HistoryWriter:
     async def exclusive(self, agent: str, stem: str, operation: Callable[[], T]) -> T:
         """Run `operation` (which replaces or removes `stem`'s files) in a worker thread between batches, after a
         checkpoint, with the file's cached fd closed."""
+        return await self.exclusive_built(agent, stem, lambda: operation)
+
+    async def exclusive_built(self, agent: str, stem: str, build: Callable[[], Callable[[], T]]) -> T:
+        """`exclusive` of the operation `build` returns, called on the event loop once no batch is in flight: every
+        append before it has landed (its `landed` told), every one after it waits for the operation's end."""
         async with self._lock():
+            operation = build()
             return await asyncio.to_thread(self._exclusive, agent, stem, operation)
 
     async def aclose(self) -> None:
@@ -95,9 +117,12 @@ class HistoryWriter:
                     results = [e] * len(batch)
                 except BaseException as e:  # cancelled at shutdown: the batch's end is not known here
                     for waiting in batch:
+                        _tell(waiting, e)
                         _fail(waiting.done, e)
                     raise
                 self._hand_over(handed or ())
+                for waiting, error in zip(batch, results, strict=True):
+                    _tell(waiting, error)
             for waiting, error in zip(batch, results, strict=True):
                 if error is None:
                     if not waiting.done.done():
@@ -141,6 +166,14 @@ class HistoryWriter:
         finally:
             self._files.close()
             self._log.close()
+
+
+def _tell(waiting: _Waiting, error: BaseException | None) -> None:
+    if waiting.landed is not None:
+        try:
+            waiting.landed(error)
+        except Exception:  # the append's own outcome still reaches its waiter
+            log.exception("history_landed_hook_failed")
 
 
 def _fail(done: asyncio.Future[None], error: BaseException) -> None:

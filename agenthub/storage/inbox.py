@@ -6,7 +6,9 @@ import asyncio
 import base64
 import copy
 import dataclasses
+import functools
 import itertools
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
@@ -16,12 +18,18 @@ from typing import Any
 
 import structlog
 
+from agenthub import jsonsafe
 from agenthub.aio import run_to_end, succeeded
-from agenthub.errors import StorageError
+from agenthub.errors import PathRefusedError, StorageError
 from agenthub.messages import Attachment, InboundMessage
-from agenthub.storage.journal import Journal, JournalRecord
+from agenthub.storage import jsonl
+from agenthub.storage.atomic import atomic_write_bytes
+from agenthub.storage.history_writer import HistoryWriter, Landed
+from agenthub.storage.session_files import ROOT
 
 log = structlog.get_logger(__name__)
+
+JournalRecord = dict[str, Any]
 
 INBOX_FILE = ".inbox.jsonl"
 
@@ -235,16 +243,57 @@ class InMemoryInbox:
 
 
 class FileInbox:
-    """The inbox of the files mode: a group-committed journal `data/.inbox.jsonl` of `accept` and `settle`
-    records, compacted to the unsettled entries when it grows. Loading is idempotent (an entry written twice by a
-    compaction is one entry; a settle removes it), and an unreadable entry is logged and dropped, never fatal."""
+    """The inbox of the files mode: a journal `data/.inbox.jsonl` of `accept` and `settle` records, appended through
+    the data directory's group commit (`HistoryWriter`, shared with the histories: an accept, a settle and the
+    history lines waiting at the same moment are one thread hop, one commit-log write and one fdatasync), and
+    compacted to the unsettled entries when it has grown long. Loading is idempotent (an entry written twice by a
+    compaction is one entry; a settle removes it), and an unreadable entry is logged and dropped, never fatal.
+    Without a `writer` it opens its own over `data_dir` (then no other writer of that directory may run in this
+    process: tools that only read or compact the journal). `compact_slack`: `COMPACT_SLACK` unless given."""
 
-    def __init__(self, data_dir: Path, *, fsync: bool = True, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        fsync: bool = True,
+        clock: Callable[[], float] = time.time,
+        writer: HistoryWriter | None = None,
+        compact_slack: int | None = None,
+    ) -> None:
         self._entries = _Entries()
         self._clock = clock
-        self._journal = Journal(data_dir / INBOX_FILE, snapshot=self._snapshot, fsync=fsync)
+        self.path = data_dir / INBOX_FILE
+        self._owns_writer = writer is None
+        self._writer = writer if writer is not None else HistoryWriter(data_dir, fsync=fsync)
+        self._unwritten: set[str] = set()
+        """Accepted entries whose record waits for its batch: a compaction meanwhile leaves them to that batch."""
+        self._lines = 0
+        self._slack = COMPACT_SLACK if compact_slack is None else compact_slack
+        self._compacting = False
         self._settles = SettleRetry(self._write_settle)
-        self._load(self._journal.read())
+        self._writer.recover_blocking()  # what the commit log acknowledged is in the journal before it is read
+        self._load(self._read())
+
+    def _read(self) -> list[JournalRecord]:
+        """Every whole record of the journal (blocking; at construction). Torn or corrupt lines are skipped."""
+        try:
+            data = jsonl.read_bytes_no_follow(self.path)
+        except FileNotFoundError:
+            return []
+        except PathRefusedError:  # a planted link is never read; the next compaction replaces it by a real file
+            log.warning("journal_link_refused", path=str(self.path))
+            return []
+        records: list[JournalRecord] = []
+        for raw in data.splitlines():
+            try:
+                record = jsonsafe.loads(raw)
+            except ValueError:
+                log.warning("journal_line_skipped", path=str(self.path))
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        self._lines = len(records)
+        return records
 
     def _load(self, records: list[JournalRecord]) -> None:
         settled = {str(r.get("id")) for r in records if r.get("op") == "settle"}
@@ -254,23 +303,39 @@ class FileInbox:
             try:
                 entry = _entry_from_record(record)
             except (ValueError, KeyError, TypeError):
-                log.warning("inbox_entry_unreadable", path=str(self._journal.path))
+                log.warning("inbox_entry_unreadable", path=str(self.path))
                 continue
             self._entries.restore(entry)
 
-    def _snapshot(self) -> list[JournalRecord]:
-        return [_record_of(e) for e in self._entries.ordered()]
-
     async def accept(self, source: str, payload: dict[str, Any], *, session: str | None = None) -> InboxEntry:
         entry = self._entries.new(source, payload, self._clock(), session)
-        write = asyncio.ensure_future(self._journal.write(_record_of(entry)))
+        self._unwritten.add(entry.id)
+        write = asyncio.ensure_future(self._write(_record_of(entry), functools.partial(self._accept_landed, entry.id)))
         try:
             await run_to_end(write)  # a cancelled caller must not forget an entry whose write still lands
         except BaseException:
             if not succeeded(write):
                 self._entries.live.pop(entry.id, None)  # not durable: not accepted (the platform retries)
             raise
+        finally:
+            self._unwritten.discard(entry.id)
+        await self._compact_if_long()
         return entry
+
+    def _accept_landed(self, entry_id: str, error: BaseException | None) -> None:
+        """Before any compaction can run: a landed record is the file's (kept by a rewrite), a refused one is not
+        accepted (nowhere on disk, left out of the rewrite too)."""
+        self._unwritten.discard(entry_id)
+        if error is not None:
+            self._entries.live.pop(entry_id, None)
+
+    async def _write(self, record: JournalRecord, landed: Landed | None = None) -> None:
+        """Append `record`, durable (with fsync) when it returns: StorageError (nothing of it kept) when refused."""
+        try:
+            await self._writer.append(ROOT, INBOX_FILE, _encode(record), landed=landed)
+        except OSError as e:
+            raise StorageError("could not write the inbox journal") from e
+        self._lines += 1
 
     async def assign(self, entry_id: str, session: str) -> None:
         """In memory only: one instance answers this journal, and after a restart each resumed entry is routed
@@ -289,9 +354,18 @@ class FileInbox:
             except StorageError:
                 self._settles.refused(entry_id)
                 raise
+            await self._compact_if_long()
 
     async def _write_settle(self, entry_id: str) -> None:
-        await self._journal.write({"op": "settle", "id": entry_id})
+        await self._write({"op": "settle", "id": entry_id})
+
+    async def _compact_if_long(self) -> None:
+        if self._compacting or self._lines <= 2 * len(self._entries.live) + self._slack:
+            return
+        try:
+            await self.drop_settled()
+        except StorageError:  # the appended journal is still complete; this compaction was only housekeeping
+            log.warning("journal_compaction_failed", path=str(self.path))
 
     async def release(self, entry_id: str) -> None:
         return None  # one instance per data directory: it stays unsettled, answered after the restart
@@ -321,12 +395,42 @@ class FileInbox:
         return self.depth()
 
     async def drop_settled(self) -> None:
-        """Settled entries stay in the journal until it is compacted; this compacts it now."""
-        await self._journal.compact()
+        """Rewrite the journal to the unsettled entries now (settled entries stay in it until then): atomically,
+        between the writer's batches, after its checkpoint (so no older log entry is replayed onto the new file);
+        an entry whose record still waits for its batch is left to that batch (a record whose append fails is then
+        nowhere on disk). StorageError when refused."""
+        self._compacting = True
+        try:
+            self._lines = await self._writer.exclusive_built(ROOT, INBOX_FILE, self._rewrite)
+        except OSError as e:
+            raise StorageError("could not rewrite the inbox journal") from e
+        finally:
+            self._compacting = False
+
+    def _rewrite(self) -> Callable[[], int]:
+        """The rewrite of the entries as they are now, between the writer's batches (on the event loop)."""
+        live = [_record_of(e) for e in self._entries.ordered() if e.id not in self._unwritten]
+        data, durable = b"".join(map(_encode, live)), self._writer.fsync
+
+        def rewrite() -> int:
+            atomic_write_bytes(self.path, data, durable=durable)
+            return len(live)
+
+        return rewrite
 
     async def aclose(self) -> None:
         await self._settles.aclose()
-        await self._journal.aclose()
+        if self._owns_writer:
+            await self._writer.aclose()
+
+
+COMPACT_SLACK = 10_000
+"""The journal is compacted once it holds this many records more than twice the unsettled entries: every
+compaction checkpoints the commit log (the history files synced), so it is rare (a few MB of journal)."""
+
+
+def _encode(record: JournalRecord) -> bytes:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
 def _record_of(entry: InboxEntry) -> JournalRecord:

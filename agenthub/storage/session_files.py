@@ -1,6 +1,7 @@
 """Session history files kept open: the sessions directories as directory fds and the history files as cached fds
 (a bound, least recently used evicted), so an append is one write on an fd already held, checked against links
-with one-name lookups in its directory instead of a walk of the whole path. Blocking: worker threads only."""
+with one-name lookups in its directory instead of a walk of the whole path; the same for the data directory's own
+append-only files (the inbox journal, `ROOT`). Blocking: worker threads only."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ from agenthub.storage import jsonl
 from agenthub.storage.history_handover import Stat, stat_of
 
 log = structlog.get_logger(__name__)
+
+ROOT = ""
+"""The `agent` naming the data directory itself: its file `stem` is the whole name (`.inbox.jsonl`); no agent is
+named by the empty string."""
 
 MAX_OPEN = 256
 """History files kept open per store; a file written since the last checkpoint stays open until it."""
@@ -57,6 +62,8 @@ class _Fds:
     """Every fd the cache holds (closed when the cache is dropped, also without `close()`)."""
 
     data: int | None = None
+    data_ino: int = 0
+    root_created: bool = False  # a file was created in the data directory since the last checkpoint
     agents: dict[str, _AgentDirs] = field(default_factory=dict)
     files: OrderedDict[tuple[str, str], OpenHistory] = field(default_factory=OrderedDict)
 
@@ -130,10 +137,7 @@ class SessionFiles:
         """The fd of `data/<agent>/sessions/` (created when missing), checked now: the agent directory and the
         sessions directory are each looked up once (not followed) and refused when a link stands there; one that
         was moved away or replaced is opened again."""
-        if self._fds.data is None:
-            self._data_dir.mkdir(parents=True, exist_ok=True)
-            self._fds.data = os.open(self._data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # may be a link
-        data = self._fds.data
+        data = self._data_fd()
         dirs = self._fds.agents.get(agent)
         if dirs is not None:
             root, sessions = _lstat_at(data, agent), _lstat_at(dirs.root.fd, "sessions")
@@ -151,6 +155,30 @@ class SessionFiles:
         self._fds.agents[agent] = _AgentDirs(root_dir, sessions_dir)
         return sessions_dir.fd
 
+    def _data_fd(self) -> int:
+        if self._fds.data is None:
+            self._data_dir.mkdir(parents=True, exist_ok=True)
+            self._fds.data = os.open(self._data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # may be a link
+            self._fds.data_ino = os.fstat(self._fds.data).st_ino
+        return self._fds.data
+
+    def target(self, agent: str, stem: str) -> OpenHistory:
+        """`history` of `agent`'s `stem`, or (`agent` is `ROOT`) the data directory's own file `stem`."""
+        if agent == ROOT:
+            return self.data_file(stem)
+        return self.history(agent, self.sessions_dir(agent), stem)
+
+    def data_file(self, name: str) -> OpenHistory:
+        """The open file `name` directly in the data directory (created when missing), refused when it is a link;
+        one replaced behind the cache's back (an atomic rewrite) is opened again by its name."""
+        data = self._data_fd()
+        found = _lstat_at(data, name)
+        _refuse_link(found)
+        opened = self._cached((ROOT, name), data, self._fds.data_ino, name, found)
+        if found is None:
+            self._fds.root_created = True
+        return opened
+
     def history(self, agent: str, sessions_fd: int, stem: str) -> OpenHistory:
         """The open history file `<stem>.jsonl` of `agent` (created when missing). Refused when it or the meta
         beside it is a link now (the meta too: a link planted there refuses the append before anything is
@@ -159,8 +187,16 @@ class SessionFiles:
         _refuse_link(_lstat_at(sessions_fd, meta_name))
         found = _lstat_at(sessions_fd, name)
         _refuse_link(found)
-        key = (agent, stem)
-        dir_ino = self._fds.agents[agent].sessions.ino
+        opened = self._cached((agent, stem), sessions_fd, self._fds.agents[agent].sessions.ino, name, found)
+        if found is None:
+            self._fds.agents[agent].created_files = True
+        return opened
+
+    def _cached(
+        self, key: tuple[str, str], dir_fd: int, dir_ino: int, name: str, found: os.stat_result | None
+    ) -> OpenHistory:
+        """The cached fd of `key` while it is still the file `found` at `name` in the same directory, else `name`
+        opened (created when missing) in `dir_fd`."""
         cached = self._fds.files.get(key)
         if cached is not None:
             if found is not None and found.st_ino == cached.ino and cached.dir_ino == dir_ino:
@@ -168,10 +204,8 @@ class SessionFiles:
                 return cached
             self._drop_file(key)
         self._evict(room=1)
-        fd = _open_at(sessions_fd, name, _FILE_FLAGS)
+        fd = _open_at(dir_fd, name, _FILE_FLAGS)
         opened = OpenHistory(fd, os.fstat(fd).st_ino, dir_ino, name)
-        if found is None:
-            self._fds.agents[agent].created_files = True
         self._fds.files[key] = opened
         return opened
 
@@ -192,6 +226,9 @@ class SessionFiles:
             if dirs.created_files:
                 os.fsync(dirs.sessions.fd)
                 dirs.created_files = False
+        if self._fds.root_created and self._fds.data is not None:
+            os.fsync(self._fds.data)
+            self._fds.root_created = False
         self._evict()
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agenthub.errors import InvalidIdError, StorageError
-from agenthub.session_keys import SessionKey, key_from_file_stem, session_key
+from agenthub.session_keys import SessionKey, key_from_file_stem, session_key, validate_part
 from agenthub.storage.paths import AgentLayout, inside
 
 HYPO = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -149,3 +149,10 @@ def test_very_long_ids_are_refused_clearly() -> None:
         session_key("a", "http", "x" * 10_000)
     with pytest.raises(InvalidIdError, match="too long"):
         session_key("a", "http", "语" * 100)  # 100 characters, but 300 bytes of file name
+
+
+def test_a_remembered_check_refuses_a_bad_part_every_time_and_names_the_part_asked_about() -> None:
+    for name in ("channel", "chat_id", "channel"):
+        with pytest.raises(InvalidIdError, match=f"^{name} contains '..'"):
+            validate_part(name, "a%252e%252e")  # double-encoded '..'
+    assert validate_part("chat_id", "ok-1") == validate_part("chat_id", "ok-1") == "ok-1"

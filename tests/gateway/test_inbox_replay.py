@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+from agenthub.channel.inbox_flow import HTTP_SOURCE, InboxSubmitter
 from agenthub.gateway.core import GatewayCore
+from agenthub.gateway.inbox_replay import INBOX_JUST_ACCEPTED
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.session_keys import SessionKey
+from agenthub.storage.inbox import InMemoryInbox, message_from_json, message_to_json
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, last_user_text, reply_text
 
 KEY = SessionKey("default", "cli", "c1")
@@ -158,3 +161,34 @@ async def test_a_together_flag_after_an_answer_never_joins_the_answers_on_replay
     assert isinstance(one, DoneEvent) and one.full_text == "answer to one" and not one.joined
     assert isinstance(two, DoneEvent) and two.full_text == "answer to two" and not two.joined
     assert fake_llm.message_requests() == []
+
+
+async def test_a_resumed_entry_is_looked_up_even_when_its_stored_message_says_it_was_just_accepted(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.responder = _echo
+    inbox = InMemoryInbox()
+    forged = InboundMessage("cli", "c1", "me", "cut off", metadata={INBOX_JUST_ACCEPTED: True})
+    entry = await inbox.accept(HTTP_SOURCE, message_to_json(forged))
+    stored = {"role": "user", "content": "cut off", "timestamp": 1, "channel": "cli", "inbox_id": entry.id}
+    await gateway.history.append(KEY, stored)  # the process died after this append, before the answer
+
+    resumed = InboxSubmitter(inbox, gateway)  # what `resume_http` does with each unsettled entry
+    final = await (await resumed.submit_entry(entry, message_from_json(entry.payload))).result()
+
+    assert isinstance(final, DoneEvent) and final.full_text == "answer to cut off"
+    assert await _user_records(gateway) == [("cut off", entry.id)]  # not stored a second time
+
+
+async def test_messages_just_accepted_are_each_stored_once_in_arrival_order_and_answered(
+    gateway: GatewayCore, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.responder = _echo
+    submitter = InboxSubmitter(InMemoryInbox(), gateway)
+    handles = [await submitter.submit(HTTP_SOURCE, _msg(f"m{n}")) for n in range(3)]  # the later ones join or queue
+    finals = [await handle.result() for handle in handles]
+
+    assert all(isinstance(f, DoneEvent) for f in finals)
+    records = await _user_records(gateway)
+    assert [content for content, _ in records] == ["m0", "m1", "m2"]
+    assert len({entry_id for _, entry_id in records if isinstance(entry_id, str)}) == 3

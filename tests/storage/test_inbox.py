@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -23,6 +21,7 @@ from agenthub.storage.ports import Inbox
 from agenthub.storage.postgres import Database, PostgresInbox, PostgresLeases, open_database
 from tests.support.disks import PAGE, fill, room_in_last_page, small_tmpfs
 from tests.support.postgres import PostgresServer, fresh_database, migrated
+from tests.support.processes import killed_after
 
 REPO = Path(__file__).resolve().parents[2]
 InboxFactory = Callable[[Path], Inbox]
@@ -156,7 +155,7 @@ async def test_the_file_inbox_survives_a_restart_with_attachments_and_metadata(t
 
 
 async def test_a_compacted_journal_keeps_exactly_the_unsettled_entries(tmp_path: Path) -> None:
-    inbox = FileInbox(tmp_path)
+    inbox = FileInbox(tmp_path, compact_slack=100)
     kept = []
     for n in range(400):
         entry = await inbox.accept("wecom:app", message_to_json(message(n)))
@@ -178,7 +177,7 @@ async def test_a_compaction_while_an_accept_waits_for_its_write_never_keeps_an_a
         answered = await inbox.accept("http", message_to_json(message(0)))
         await inbox.settle(answered.id)
         filler = fill(disk)
-        os.truncate(filler, filler.stat().st_size - 5 * PAGE)  # room for the new entry once, not twice
+        os.truncate(filler, filler.stat().st_size - 10 * PAGE)  # room for the entry and its commit-log entry once
         big = {"text": "长" * PAGE}  # 3 pages of UTF-8 and its JSON: 4 pages on disk
         accepting = asyncio.create_task(inbox.accept("wecom:app", big))
         compacting = asyncio.create_task(inbox.drop_settled())  # a forget compacts the journal at that moment
@@ -248,15 +247,7 @@ asyncio.run(main())
 
 @pytest.mark.parametrize("round_", range(4))
 async def test_what_accept_returned_survives_a_kill_at_a_random_moment(tmp_path: Path, round_: int) -> None:
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, str(tmp_path), cwd=REPO, stdout=asyncio.subprocess.PIPE
-    )
-    assert child.stdout is not None
-    confirmed = -1
-    for _ in range(20 + 37 * round_):
-        confirmed = int(await asyncio.wait_for(child.stdout.readline(), timeout=30))
-    child.send_signal(signal.SIGKILL)
-    await child.wait()
+    confirmed = await killed_after(CHILD, str(tmp_path), 20 + 37 * round_)
     listed = [int(e.payload["n"]) for e in await FileInbox(tmp_path).unsettled()]
     assert set(range(confirmed + 1)) <= set(listed)  # every confirmed accept is there
     assert listed == sorted(listed) and len(listed) == len(set(listed))

@@ -1,13 +1,18 @@
 """The child processes of the test process, read from /proc: a test's leftovers are found and ended after it.
 
-`KEEP` holds the processes that outlive a test on purpose (the session's PostgreSQL server)."""
+`KEEP` holds the processes that outlive a test on purpose (the session's PostgreSQL server). `killed_after` runs a
+child that writes until it is killed (the crash tests)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
+import sys
 from pathlib import Path
+
+from tests.support.paths import REPO
 
 KEEP: set[int] = set()
 """Processes a session-scoped fixture started during some test and ends itself at the session's end."""
@@ -57,3 +62,20 @@ def end(pid: int) -> None:
 def leftovers(before: set[int]) -> list[int]:
     """Children started since `before` that are still running, apart from `KEEP`."""
     return sorted(children() - before - KEEP)
+
+
+async def killed_after(code: str, argument: str, lines: int) -> int:
+    """Run `python -c code argument` (it prints a growing number after each step it has made durable), read `lines`
+    of them, kill it (SIGKILL, also when reading fails) and return the last number it printed."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, argument, cwd=REPO, stdout=asyncio.subprocess.PIPE
+    )
+    confirmed = -1
+    try:
+        assert child.stdout is not None
+        for _ in range(lines):
+            confirmed = int(await asyncio.wait_for(child.stdout.readline(), timeout=30))
+    finally:
+        child.send_signal(signal.SIGKILL)
+        await child.wait()
+    return confirmed
