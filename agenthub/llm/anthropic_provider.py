@@ -28,7 +28,7 @@ from agenthub.llm.models import plausible_model_name
 from agenthub.llm.types import LLMRequest, LLMResponse, Sleep, TextCallback
 
 if TYPE_CHECKING:
-    import anthropic
+    from agenthub.llm.sdk_wire import MessagesWire
 
 log = structlog.get_logger(__name__)
 
@@ -127,7 +127,7 @@ class AnthropicProvider:
         self._endpoint = endpoint
         self._timeout_s = timeout_s
         self._connect_timeout_s = connect_timeout_s
-        self._client: anthropic.AsyncAnthropic | None = None
+        self._client: MessagesWire | None = None
         self._closed = False
         self.cache_diagnostics = anthropic_api(endpoint.base_url) if cache_diagnostics is None else cache_diagnostics
         """Ask for the vendor's cache diagnostics on a chat's calls: by default only where it is Anthropic's own API."""
@@ -143,12 +143,12 @@ class AnthropicProvider:
         """Import the SDK and build the client now (in a worker thread), so that the first call does not wait."""
         await self._sdk_client()
 
-    async def _sdk_client(self) -> anthropic.AsyncAnthropic:
+    async def _sdk_client(self) -> MessagesWire:
         sdk = await load_sdk()
         if self._closed:
             raise LLMError("the provider is closed", user_text=MSG_UNEXPECTED)
         if self._client is None:
-            self._client = sdk.new_client(self._endpoint, self._timeout_s, self._connect_timeout_s)
+            self._client = sdk.MessagesWire(self._endpoint, self._timeout_s, self._connect_timeout_s)
         return self._client
 
     async def aclose(self) -> None:
