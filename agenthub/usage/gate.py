@@ -4,7 +4,6 @@ estimate is reserved; the reservation goes once the turn's real usage is stored 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -163,8 +162,7 @@ class BudgetGate:
         tokens are reserved (in every scope: each sender's of a joined turn too). A store that cannot answer lets
         the turn through (logged): budgets never stop a chat because the database blinked. `names`: sender id →
         display name, where the channel gave one (a joined turn's refusal names the member, else by their id)."""
-        with self.cpu.measure():
-            return await self._admit(agent, message, estimate, locale, ttl_s, senders, names)
+        return await self.cpu.run(self._admit(agent, message, estimate, locale, ttl_s, senders, names))
 
     async def _admit(
         self,
@@ -276,13 +274,13 @@ class BudgetGate:
         after the call, which can be before the turn has stored its reply and settled. Counted twice, a sender was
         refused within their budget (issue 21: 6,150 of 8,000 used, and the last turn's 2,203 still reserved). So
         the writer's next write is made now, before the check that follows (a write under way is waited for)."""
-        began = time.thread_time()
+        writing = CpuMeter()
         try:
-            await self.recorder.flush()
+            await writing.run(self.recorder.flush())
         except StorageError:
             pass  # counted twice meanwhile: refused a little early at worst, never late
         finally:  # the recorder's write, made now instead of within 50 ms: not the check's cost (`cpu`)
-            self.cpu.seconds -= time.thread_time() - began
+            self.cpu.seconds -= writing.seconds
         self._releasing &= self.recorder.releases_waiting()  # settled meanwhile, or not written (the store failed)
 
     async def _ask_lease(

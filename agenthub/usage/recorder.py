@@ -147,8 +147,7 @@ class UsageRecorder:
                 if batch:
                     await self.store.add(batch, release=releases)
                 else:
-                    with self.release_cpu.measure():
-                        await self.store.add(batch, release=releases)
+                    await self.release_cpu.run(self.store.add(batch, release=releases))
             except BaseException:
                 self._pending[:0] = batch
                 self._releases[:0] = releases
