@@ -2,7 +2,8 @@
 
 Directly: turns run one at a time on a gateway whose budgets apply to every turn, and the CPU the budget gate
 itself reports (`BudgetGate.cpu_seconds`: the checks, the turn's estimate, reservations, lease bookkeeping,
-settlements and the writes that only end reservations) is divided by the daemon's whole CPU for those turns
+settlements and the writes that only end reservations; of a section that awaits the store, only its own coroutine's
+steps: `CpuMeter.run`) is divided by the daemon's whole CPU for those turns
 (`time.process_time`, every thread, background writes included). Paired A/B: the same turns on that gateway and on
 one without budgets, in rounds (the side that goes first alternating); the median of the rounds' differences of
 their daemon CPU per turn. On a shared machine the A/B's noise (`--same`: both sides without budgets) is larger than

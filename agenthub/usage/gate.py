@@ -4,6 +4,7 @@ estimate is reserved; the reservation goes once the turn's real usage is stored 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -36,7 +37,8 @@ log = structlog.get_logger(__name__)
 
 RESERVATION_GRACE_S = 60.0
 """A reservation outlives the turn's lock timeout by this much; then it lapses (its instance died)."""
-LIMIT_FIELDS = ("user_day", "user_month", "chat_day", "chat_month", "agent_day", "agent_month")
+PLANS_KEPT = 4096
+"""How many turn shapes (agent, chat, senders) the gate keeps the claims of; more: it starts over."""
 
 
 def limits_for(budgets: BudgetSettings, agent: AgentDefinition) -> BudgetLimits:
@@ -61,6 +63,25 @@ def claims_for(
         (Scope("agent", "", agent), limits.agent_day, limits.agent_month),
     ]
     return [Claim(scope, day, month) for scope, day, month in scopes if (day or month) and scope.ident]
+
+
+@dataclass(slots=True)
+class Plan:
+    """What a turn of one shape (agent definition, channel, chat, senders) is checked against, worked out once:
+    the senders not exempt, the claims (None: nothing limits it), and their lease parts of the last day asked."""
+
+    config: object
+    limits: BudgetLimits
+    claims: list[Claim] | None
+    several: bool
+    day: str = ""
+    parts: list[LeaseKey] = field(default_factory=list)
+
+    def parts_of(self, day: str) -> list[LeaseKey]:
+        if day != self.day:
+            assert self.claims is not None
+            self.day, self.parts = day, lease_parts(day, self.claims)
+        return self.parts
 
 
 @dataclass
@@ -101,6 +122,9 @@ class BudgetGate:
         self.leases = Leases(self._lease_ended)
         self._releasing: set[str] = set()  # reservations settled (a turn's, an ended lease's), release maybe unwritten
         self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
+        self._plans: dict[tuple[str, str, str, tuple[str, ...] | None], Plan] = {}
+        self._today = ("", 0.0, 0.0)  # the day, and the epoch seconds it starts and ends at
+        self._warned: set[tuple[str, str]] = set()  # (scope key, period key) whose notice went out (this or any day)
         recorder.before_close.append(self.leases.close)
         self.cpu = CpuMeter()
         """The CPU time spent in `applies`, `admit` and `settle` (with their store calls and lease bookkeeping), and
@@ -145,8 +169,32 @@ class BudgetGate:
         if not self._limited(agent):
             return False
         with self.cpu.measure():
+            return self.plan(agent, message, senders).claims is not None
+
+    def plan(self, agent: AgentDefinition, message: InboundMessage, senders: Sequence[str] | None = None) -> Plan:
+        """The turn's `Plan`, from the ones kept (a reloaded definition, or a new shape, works it out anew)."""
+        key = (agent.name, message.channel, message.chat_id, None if senders is None else tuple(senders))
+        plan = self._plans.get(key)
+        if plan is None or plan.config is not agent.config:
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.clear()
+            limits = self.limits(agent)
             checked = self.checked(message, senders)
-            return bool(checked) and bool(claims_for(self.limits(agent), agent.name, message, checked))
+            claims = claims_for(limits, agent.name, message, checked) if checked else []
+            several = len(dict.fromkeys(senders or ())) > 1
+            plan = self._plans[key] = Plan(agent.config, limits, claims or None, several)
+        return plan
+
+    def today(self) -> str:
+        """`YYYY-MM-DD` now in the configured zone (worked out again only when the clock leaves the day)."""
+        now = self.clock()
+        day, starts, ends = self._today
+        if not starts <= now < ends:
+            day = day_of(now, self.zone)
+            ends = resets_at("day", now, self.zone).timestamp()
+            starts = dt.datetime.combine(dt.date.fromisoformat(day), dt.time(), self.zone).timestamp()
+            self._today = (day, starts, ends)
+        return day
 
     async def admit(
         self,
@@ -174,18 +222,19 @@ class BudgetGate:
         senders: Sequence[str] | None,
         names: Mapping[str, str] | None,
     ) -> Admission | Refusal:
-        limits = self.limits(agent)
-        checked = self.checked(message, senders)
-        claims = claims_for(limits, agent.name, message, checked) if checked else []
-        if not claims:
+        plan = self.plan(agent, message, senders)
+        if plan.claims is None:
             return Admission()
-        several = len(dict.fromkeys(senders or ())) > 1
-        named = dict(names or {}) if several else None  # a joined turn: a sender's limit names them
-        day = day_of(self.clock(), self.zone)
-        parts = lease_parts(day, claims)
+        limits = plan.limits
+        named = dict(names or {}) if plan.several else None  # a joined turn: a sender's limit names them
+        day = self.today()
+        parts = plan.parts_of(day)
         taken = self._take(parts, {}, estimate)
+        if len(taken) == len(parts):  # far from every limit: admitted from this instance's leases, no store call
+            admission = Admission(None, leases=list(taken.values()), estimate=estimate)
+            return await self._warned_of(admission, [], limits.warn_at, day, locale, named)
         try:
-            if len(taken) < len(parts) and self._releasing:  # a store call follows: see `_released`
+            if self._releasing:  # a store call follows: see `_released`
                 await self._released()
                 taken = self._take(parts, taken, estimate)
             # no await from the end of this loop to `_ask_lease` taking `_asking`: one turn asks for a part at a time
@@ -206,15 +255,32 @@ class BudgetGate:
             self.recorder.refusals[standing.scope.kind] += 1
             log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
             return Refusal(standing, self.refusal_text(standing, locale, named=named))
-        leases = [*taken.values(), *granted]
-        admission = Admission(reservation.id, leases=leases, estimate=estimate)
-        standings = list(reservation.standings)
-        for lease in leases:
+        admission = Admission(reservation.id, leases=[*taken.values(), *granted], estimate=estimate)
+        due = [s for s in reservation.standings if s.used + estimate >= limits.warn_at * s.limit]
+        return await self._warned_of(admission, due, limits.warn_at, day, locale, named)
+
+    async def _warned_of(
+        self,
+        admission: Admission,
+        due: list[Standing],
+        warn_at: float,
+        day: str,
+        locale: str,
+        named: Mapping[str, str] | None,
+    ) -> Admission:
+        """`admission` with the notices of the limits it crosses `warn_at` of (`due`: of its own reservation; its
+        leases' worked out here) that were not noticed yet this period."""
+        estimate = admission.estimate
+        for lease in admission.leases:
             before = lease.committed - estimate  # what the lease's earlier turns took since it was granted
-            standings += [Standing(s.scope, s.period, s.limit, s.used + before) for s in lease.standings]
+            due += [
+                Standing(s.scope, s.period, s.limit, s.used + before)
+                for s in lease.standings
+                if s.used + before + estimate >= warn_at * s.limit
+            ]
         try:
-            for standing in standings:
-                if (standing.used + estimate) / standing.limit >= limits.warn_at:
+            for standing in due:
+                if (standing.scope.key, period_key(standing.period, day)) not in self._warned:
                     await self._warn_once(standing, day, locale, admission, named=named)
         except BaseException:  # cancelled (or failed) before the caller holds the admission: give the tokens back
             self.settle(admission, 0)  # nothing was spent yet
@@ -320,10 +386,14 @@ class BudgetGate:
     async def _warn_once(
         self, standing: Standing, day: str, locale: str, admission: Admission, *, named: Mapping[str, str] | None
     ) -> None:
+        period = period_key(standing.period, day)
         try:
-            first = await self.store.first_warning(standing.scope.key, period_key(standing.period, day))
+            first = await self.store.first_warning(standing.scope.key, period)
         except StorageError:
             return
+        if len(self._warned) >= PLANS_KEPT:
+            self._warned.clear()  # asked again: the store still answers once per period
+        self._warned.add((standing.scope.key, period))  # noticed (here or by another instance): no more asking
         if first:
             used = min(standing.used, standing.limit)
             admission.notices.append(

@@ -4,8 +4,7 @@ kept as it runs, so that what budgets cost a turn can be read off directly (`ben
 from __future__ import annotations
 
 import time
-from collections.abc import Coroutine, Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -21,20 +20,30 @@ class CpuMeter:
         """CPU seconds spent in measured sections since start."""
         self.sections = 0
 
-    @contextmanager
-    def measure(self) -> Iterator[None]:
-        began = time.thread_time()
-        try:
-            yield
-        finally:
-            self.seconds += time.thread_time() - began
-            self.sections += 1
+    def measure(self) -> _Section:
+        """A section that does not await (`with meter.measure(): ...`)."""
+        return _Section(self)
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await `coro`, counting the CPU time of each of its steps (from a resumption to its next wait)."""
         self.sections += 1
         result: T = await _Stepped(coro, self)
         return result
+
+
+class _Section:
+    __slots__ = ("_began", "_meter")
+
+    def __init__(self, meter: CpuMeter) -> None:
+        self._meter = meter
+        self._began = 0.0
+
+    def __enter__(self) -> None:
+        self._began = time.thread_time()
+
+    def __exit__(self, *exc: object) -> None:
+        self._meter.seconds += time.thread_time() - self._began
+        self._meter.sections += 1
 
 
 class _Stepped:
