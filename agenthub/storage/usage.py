@@ -14,7 +14,7 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +29,8 @@ log = structlog.get_logger(__name__)
 Kind = Literal["user", "chat", "agent"]
 Period = Literal["day", "month"]
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
+NAMES_FILE = "names.json"
+"""Under `data/usage/`: the senders' display names (`"<channel>\\n<sender>"` → name), for per-person rows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +179,7 @@ class FileUsageStore:
         self._warned: set[tuple[str, str]] = set()
         self._months: set[str] = set()  # months whose every journal is loaded
         self._write_lock = asyncio.Lock()
+        self._names: dict[str, str] | None = None  # "<channel>\n<sender>" → display name (`names.json`), once read
 
     # ---- writing ---------------------------------------------------------------------------------------
 
@@ -291,6 +294,9 @@ class FileUsageStore:
     async def forget(self, who: Forgotten) -> int:
         async with self._write_lock:  # no append meanwhile; every journal and roll-up rewritten whole
             changed = await asyncio.to_thread(self._forget_files, who)
+            names = await self._known_names()
+            if names.pop(_name_key(who.channel, who.sender_id), None) is not None:  # their name goes with their id
+                await asyncio.to_thread(self._write_names, names)
         if changed:  # counted again from the files: the person's tokens now under their tag
             self._days.clear()
             self._months.clear()
@@ -314,6 +320,48 @@ class FileUsageStore:
                     raise StorageError("could not rewrite a usage journal") from e
                 changed += count
         return changed
+
+    # ---- senders' names -----------------------------------------------------------------------------------
+
+    async def name_senders(self, names: Mapping[tuple[str, str], str]) -> None:
+        async with self._write_lock:
+            known = await self._known_names()
+            changed = {_name_key(*who): name for who, name in names.items() if known.get(_name_key(*who)) != name}
+            if changed:
+                await asyncio.to_thread(self._write_names, {**known, **changed})
+                known.update(changed)
+
+    async def sender_names(self, who: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        async with self._write_lock:
+            known = await self._known_names()
+        return {pair: name for pair in who if (name := known.get(_name_key(*pair))) is not None}
+
+    async def _known_names(self) -> dict[str, str]:
+        """The names of `names.json` (read once; the caller holds the write lock)."""
+        if self._names is None:
+            self._names = await asyncio.to_thread(self._read_names)
+        return self._names
+
+    def _read_names(self) -> dict[str, str]:
+        try:
+            found = json.loads((self.root / NAMES_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            log.warning("usage_names_unreadable", error=type(e).__name__)
+            return {}
+        return (
+            {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
+            if isinstance(found, dict)
+            else {}
+        )
+
+    def _write_names(self, names: dict[str, str]) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.root / NAMES_FILE, json.dumps(names, ensure_ascii=False, sort_keys=True))
+        except OSError as e:
+            raise StorageError("could not write the usage names") from e
 
     # ---- reading -----------------------------------------------------------------------------------------
 
@@ -444,6 +492,10 @@ def _plus(a: UsageRow | None, b: UsageRow) -> UsageRow:
         a.calls + b.calls,
         a.estimated + b.estimated,
     )
+
+
+def _name_key(channel: str, sender_id: str) -> str:
+    return f"{channel}\n{sender_id}"
 
 
 def scope_keys(row: UsageRow) -> tuple[str, str, str]:

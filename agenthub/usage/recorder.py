@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -25,6 +25,8 @@ log = structlog.get_logger(__name__)
 
 RETRY_S = 5.0
 """After a failed write the rows wait this long (kept in memory) before the next attempt."""
+NAMES_KEPT = 10_000
+"""How many senders' names the recorder remembers having stored (so that a name is written once, not per turn)."""
 GATHER_S = 0.05
 """The writer waits this long before a write, so that the calls and settlements of turns running together (and a
 turn's last call and its settlement) go in one write. Until then a turn's reservation still counts: never less."""
@@ -54,6 +56,8 @@ class UsageRecorder:
         self.refusals: Counter[str] = Counter()
         """scope kind → turns refused since start: `agenthub_budget_refusals_total`."""
         self._pending: list[UsageRow] = []
+        self._named: dict[tuple[str, str], str] = {}  # (channel, sender) → the name stored or about to be
+        self._names: dict[tuple[str, str], str] = {}  # the names not stored yet
         self._releases: list[str] = []
         self._recovered: list[tuple[Path, list[UsageRow]]] = []
         self._lock = asyncio.Lock()
@@ -72,6 +76,16 @@ class UsageRecorder:
         if self.spool is not None:
             self.spool.append(rows)
         self._kick()
+
+    def name(self, channel: str, names: Mapping[str, str]) -> None:
+        """The display names a channel gave for senders (id → name), stored with the next write when new."""
+        for sender, name in names.items():
+            if self._named.get((channel, sender)) != name:
+                if len(self._named) >= NAMES_KEPT:
+                    self._named.clear()  # a name told again is written again: harmless
+                self._named[(channel, sender)] = self._names[(channel, sender)] = name
+        if self._names:
+            self._kick()
 
     def recover(self) -> int:
         """Take over the spools of processes that died with rows not stored (written by the next flush where the
@@ -117,7 +131,7 @@ class UsageRecorder:
 
     async def _write_soon(self) -> None:
         await asyncio.sleep(self.gather_s)
-        while self._pending or self._releases or self._recovered:
+        while self._pending or self._releases or self._recovered or self._names:
             try:
                 await self.flush()
             except StorageError as e:
@@ -139,6 +153,7 @@ class UsageRecorder:
         later flush writes them)."""
         async with self._lock:
             await self._store_recovered()
+            await self._store_names()
             batch, self._pending = self._pending, []
             releases, self._releases = self._releases, []
             if not batch and not releases:
@@ -154,6 +169,16 @@ class UsageRecorder:
                 raise
             if self.spool is not None:
                 self.spool.stored(len(batch), nothing_waits=not self._pending)
+
+    async def _store_names(self) -> None:
+        names, self._names = self._names, {}
+        if not names:
+            return
+        try:
+            await self.store.name_senders(names)
+        except BaseException:
+            self._names = {**names, **self._names}
+            raise
 
     async def _store_recovered(self) -> None:
         """A dead process's rows the store lacks (a kill between the store's write and the spool's note) are

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from agenthub.config import Settings
 from agenthub.hosting.app import build_gateway
-from agenthub.messages import InboundMessage
+from agenthub.messages import SENDER_NAME, InboundMessage
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.harness import running_api
 from tests.support.http import AGENT, assert_error
@@ -36,6 +36,7 @@ async def test_over_budget_is_a_429_and_usage_names_the_token(
         assert status == 200
         [row] = body["rows"]
         assert (row["channel"], row["sender"], row["tokens"], row["calls"]) == ("http", "test", 1500, 1)
+        assert row["sender_name"] == "test"  # on HTTP the sender is the API token's name
         assert row["cost"] == {"USD": round((400 * 3.0 + 100 * 15.0 + 1000 * 0.3) / 1e6, 6)}
         assert body["timezone"] == "Asia/Shanghai"
         status, body = await api.call("GET", "/api/usage?by=agent&period=day")
@@ -68,3 +69,19 @@ async def test_usage_command_shows_today_this_month_and_what_is_left(
     assert "本月：3000 tokens，剩余 47000 / 50000" in text
     assert "Your usage:" in getattr(en, "full_text", "")
     assert "Today: 0 tokens (no limit)" in getattr(en, "full_text", "")
+
+
+async def test_per_person_rows_name_the_sender_the_channel_named_on_both_backends(
+    backend_settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.script(reply_text("ok", usage=USAGE), reply_text("ok", usage=USAGE), reply_text("ok", usage=USAGE))
+    async with running_api(backend_settings) as api:
+        named = InboundMessage("wecom", "group", "zhangsan", "hi", metadata={SENDER_NAME: "张三"})
+        await (await api.gateway.submit(named)).result()
+        await (await api.gateway.submit(InboundMessage("wecom", "group", "lisi", "hi"))).result()
+        renamed = InboundMessage("wecom", "dm", "zhangsan", "hi", metadata={SENDER_NAME: "张三丰"})
+        await (await api.gateway.submit(renamed)).result()
+        status, body = await api.call("GET", "/api/usage?by=user&period=month")
+    assert status == 200
+    rows = {(r["channel"], r["sender"]): (r["sender_name"], r["tokens"]) for r in body["rows"]}
+    assert rows == {("wecom", "zhangsan"): ("张三丰", 3000), ("wecom", "lisi"): (None, 1500)}

@@ -3,8 +3,10 @@ a limit until released, a warning is due once per scope and period (the full sui
 
 from __future__ import annotations
 
+import asyncio
+
 from agenthub.storage.stores import Stores
-from agenthub.storage.usage import Claim, Scope, UsageRow
+from agenthub.storage.usage import Claim, Forgotten, Scope, UsageRow
 
 DAY = "2026-12-03"
 ALICE = Scope("user", "wecom", "alice")
@@ -42,3 +44,23 @@ async def test_a_warning_is_due_once_per_scope_and_period(backend_stores: Stores
     assert await usage.first_warning(ALICE.key, DAY)
     assert not await usage.first_warning(ALICE.key, DAY)
     assert await usage.first_warning(ALICE.key, "2026-12")
+
+
+async def test_senders_names_many_writers_the_latest_wins_and_a_forget_takes_the_name(backend_stores: Stores) -> None:
+    usage = backend_stores.usage
+    people = [("wecom", f"p{n}") for n in range(20)]
+    await asyncio.gather(
+        *(usage.name_senders({who: f"Person {n}"}) for n, who in enumerate(people)),
+        usage.name_senders({("wecom", "alice"): "Alice"}),
+    )
+    await usage.name_senders({("wecom", "alice"): "王小丽", ("feishu", "alice"): "Alice F."})
+    asked = {("wecom", "alice"), ("feishu", "alice"), ("wecom", "nobody"), *people}
+    names = await usage.sender_names(asked)
+    assert names == {
+        ("wecom", "alice"): "王小丽",
+        ("feishu", "alice"): "Alice F.",
+        **{who: f"Person {n}" for n, who in enumerate(people)},
+    }
+    await usage.forget(Forgotten("wecom", "alice", "forgotten-0123456789abcdef", ("default",)))
+    assert await usage.sender_names({("wecom", "alice"), ("feishu", "alice")}) == {("feishu", "alice"): "Alice F."}
+    assert await usage.sender_names(set()) == {}

@@ -83,3 +83,17 @@ USAGE_TOTALS_SQL = (
 )
 """`usage_reserve_claims` (migration 16) stays for instances not upgraded yet; they do not keep the totals, so an
 upgrade stops every instance first (docs/cost.md)."""
+
+USAGE_NAMES_WHAT = "the senders' display names, so that per-person usage rows name them"
+USAGE_NAMES_SQL = (
+    # the latest display name a channel gave for a sender (an API token's name is its sender id); a forget deletes
+    # the person's row with the rest of their identity
+    """CREATE TABLE usage_names (
+            channel text NOT NULL,
+            sender_id text NOT NULL,
+            name text NOT NULL,
+            named_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (channel, sender_id)
+        )""",
+)
+"""Migration 20."""

@@ -14,7 +14,7 @@ import datetime as dt
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from agenthub.errors import StorageError
 from agenthub.storage.postgres.database import Database
@@ -142,6 +142,23 @@ class PostgresUsageStore:
             )
             return await cursor.fetchone() is not None
 
+    async def name_senders(self, names: Mapping[tuple[str, str], str]) -> None:
+        if not names:
+            return
+        ordered = sorted(names.items())  # one lock order for every writer
+        params = ([w[0] for w, _ in ordered], [w[1] for w, _ in ordered], [n for _, n in ordered])
+        async with self.database.connection("note senders' names") as conn:
+            await conn.execute(_NAME_SENDERS, params)
+
+    async def sender_names(self, who: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        if not who:
+            return {}
+        pairs = list(who)
+        async with self.database.connection("read senders' names") as conn:
+            cursor = await conn.execute(_SENDER_NAMES, ([p[0] for p in pairs], [p[1] for p in pairs]))
+            found = await cursor.fetchall()
+        return {(str(r[0]), str(r[1])): str(r[2]) for r in found}
+
     async def days(self, first: str, last: str) -> list[UsageRow]:
         async with self.database.connection("read usage") as conn:
             cursor = await conn.execute(
@@ -170,6 +187,7 @@ class PostgresUsageStore:
             calls = await conn.execute(_FORGET_CALLS, params)
             days = await (await conn.execute(_FORGET_DAYS, params)).fetchone()
             await conn.execute(_FORGET_WARNINGS, params)
+            await conn.execute(_FORGET_NAME, params)
             return max(calls.rowcount, 0) + (int(days[0]) if days is not None else 0)
 
 
@@ -198,6 +216,13 @@ RETURNING 1),
 totals AS ({USAGE_TOTALS_ADD.format(totals=USAGE_TOTALS_OF.format(rows=_MOVED))} RETURNING 1)
 SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM totals)"""
 """The person's day rows go, and come back under their tag (added to rows an earlier forget left there)."""
+_FORGET_NAME = "DELETE FROM usage_names WHERE channel = %(channel)s AND sender_id = %(sender)s"
+"""Their display name goes with their id."""
+_NAME_SENDERS = """INSERT INTO usage_names AS n (channel, sender_id, name)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::text[])
+ON CONFLICT (channel, sender_id) DO UPDATE SET name = excluded.name, named_at = now() WHERE n.name <> excluded.name"""
+_SENDER_NAMES = """SELECT n.channel, n.sender_id, n.name FROM usage_names n
+JOIN unnest(%s::text[], %s::text[]) AS w(channel, sender_id) USING (channel, sender_id)"""
 _FORGET_WARNINGS = """DELETE FROM usage_warnings
 WHERE scope IN ('user:' || %(channel)s || ':' || %(sender)s, 'chat:' || %(channel)s || ':' || %(sender)s)"""
 
