@@ -408,6 +408,12 @@ class UsageStore(Protocol):
         """The display names known of `who` ((channel, sender id) pairs; those without one are left out)."""
         ...
 
+    async def prune(self, before_month: str) -> int:
+        """Retention: the months before `before_month` (`YYYY-MM`) keep only their month roll-up (the calls summed
+        per agent, chat, sender, model and purpose; `days` gives it as rows whose `day` is the month); their
+        per-call and per-day records (and day totals, warning marks) go. How many day records were folded."""
+        ...
+
 
 class SearchIndexStore(Protocol):
     """One deployment's search index (files: SQLite per agent under `data/<agent>/index/`; PostgreSQL: tables

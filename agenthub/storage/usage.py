@@ -8,6 +8,7 @@ the reservations of running turns in memory (one process per data directory). Po
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import json
@@ -29,6 +30,8 @@ log = structlog.get_logger(__name__)
 Kind = Literal["user", "chat", "agent"]
 Period = Literal["day", "month"]
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
+ROLLUP = ".rollup.json"
+"""A roll-up's suffix: `<YYYY-MM-DD>.rollup.json` a day's, `<YYYY-MM>.rollup.json` a month's (retention)."""
 NAMES_FILE = "names.json"
 """Under `data/usage/`: the senders' display names (`"<channel>\\n<sender>"` → name), for per-person rows."""
 
@@ -363,6 +366,35 @@ class FileUsageStore:
         except OSError as e:
             raise StorageError("could not write the usage names") from e
 
+    # ---- retention ---------------------------------------------------------------------------------------
+
+    async def prune(self, before_month: str) -> int:
+        async with self._write_lock:  # no append meanwhile
+            return await asyncio.to_thread(self._prune, before_month)
+
+    def _prune(self, before_month: str) -> int:
+        """Each month directory before `before_month` gets its month roll-up (written first: a crash before the day
+        files go leaves them unread beside it, deleted by the next prune), then loses its day files."""
+        if not self.root.is_dir():
+            return 0
+        folded = 0
+        for month in sorted(p for p in self.root.iterdir() if p.is_dir() and p.name < before_month):
+            rollup = month / f"{month.name}{ROLLUP}"
+            days = sorted(month.glob("*.jsonl"))
+            if not rollup.exists():
+                summed: dict[tuple[str, ...], UsageRow] = {}
+                for journal in days:
+                    for row in self._read_day(journal.stem, write_rollup=False):
+                        folded += 1
+                        summed[row.group] = _plus(summed.get(row.group), dataclasses.replace(row, day=month.name))
+                try:
+                    atomic_write_text(rollup, json.dumps([asdict(r) for r in summed.values()], ensure_ascii=False))
+                except OSError as e:
+                    raise StorageError("could not write a usage month roll-up") from e
+            for path in [*days, *(p for p in month.glob(f"*{ROLLUP}") if p != rollup)]:  # the days' files
+                path.unlink(missing_ok=True)
+        return folded
+
     # ---- reading -----------------------------------------------------------------------------------------
 
     async def days(self, first: str, last: str) -> list[UsageRow]:
@@ -370,7 +402,20 @@ class FileUsageStore:
             return await asyncio.to_thread(self._read_days, first, last)
 
     def _read_days(self, first: str, last: str) -> list[UsageRow]:
-        return [row for day in sorted(self._journal_days(first, last)) for row in self._read_day(day)]
+        months = self._folded_months(first, last)
+        rows = [row for month in months for row in _read_rollup(self.root / month / f"{month}{ROLLUP}")]
+        days = [day for day in sorted(self._journal_days(first, last)) if day[:7] not in months]
+        return rows + [row for day in days for row in self._read_day(day)]
+
+    def _folded_months(self, first: str, last: str) -> list[str]:
+        """The months from `first`'s to `last`'s that retention folded into a month roll-up."""
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            m.name
+            for m in self.root.iterdir()
+            if first[:7] <= m.name <= last[:7] and (m / f"{m.name}{ROLLUP}").is_file()
+        )
 
     def _journal(self, day: str) -> Path:
         return self.root / day[:7] / f"{day}.jsonl"
@@ -403,11 +448,11 @@ class FileUsageStore:
         for row in rows:
             self._count(row)
 
-    def _read_day(self, day: str) -> list[UsageRow]:
+    def _read_day(self, day: str, *, write_rollup: bool = True) -> list[UsageRow]:
         """A day's calls: its roll-up when one was written (the journal of a past day never changes), else the
         journal (a torn last line is skipped); a past day's roll-up is written then."""
         journal = self._journal(day)
-        rollup = journal.with_suffix(".rollup.json")
+        rollup = journal.with_suffix(ROLLUP)
         try:
             return [UsageRow(**r) for r in json.loads(rollup.read_text(encoding="utf-8"))]
         except (OSError, ValueError, TypeError):
@@ -425,12 +470,21 @@ class FileUsageStore:
                 continue
             rows[row.group] = _plus(rows.get(row.group), row)
         summed = list(rows.values())
-        if day < time.strftime("%Y-%m-%d", time.gmtime(time.time() - 2 * 86400)):  # past in every time zone
+        if write_rollup and day < time.strftime(
+            "%Y-%m-%d", time.gmtime(time.time() - 2 * 86400)
+        ):  # past in every time zone
             try:
                 atomic_write_text(rollup, json.dumps([asdict(r) for r in summed], ensure_ascii=False))
             except OSError as e:
                 log.warning("usage_rollup_not_written", day=day, error=str(e))
         return summed
+
+
+def _read_rollup(path: Path) -> list[UsageRow]:
+    try:
+        return [UsageRow(**r) for r in json.loads(path.read_text(encoding="utf-8"))]
+    except (OSError, ValueError, TypeError) as e:
+        raise StorageError("could not read a usage month roll-up") from e
 
 
 def _forget_text(text: str, who: Forgotten, *, rollup: bool) -> tuple[str, int]:

@@ -18,7 +18,7 @@ from agenthub.llm.types import LLMRequest, LLMResponse
 from agenthub.storage.ports import UsageStore
 from agenthub.storage.usage import TOKEN_KINDS, UsageRow
 from agenthub.usage.meter import CpuMeter
-from agenthub.usage.periods import day_of
+from agenthub.usage.periods import day_of, first_kept_month
 from agenthub.usage.spool import UsageSpool, forget_spool
 
 log = structlog.get_logger(__name__)
@@ -56,6 +56,7 @@ class UsageRecorder:
         self.refusals: Counter[str] = Counter()
         """scope kind → turns refused since start: `agenthub_budget_refusals_total`."""
         self._pending: list[UsageRow] = []
+        self._pruned_on = ""  # the day retention last ran
         self._named: dict[tuple[str, str], str] = {}  # (channel, sender) → the name stored or about to be
         self._names: dict[tuple[str, str], str] = {}  # the names not stored yet
         self._releases: list[str] = []
@@ -137,6 +138,31 @@ class UsageRecorder:
             except StorageError as e:
                 log.warning("usage_not_recorded_yet", rows=len(self._pending), error=str(e))
                 await asyncio.sleep(RETRY_S)
+        await self.prune()
+
+    async def prune(self) -> int:
+        """Retention, once a day (the writer's first write of the day asks): the months before the ones kept are
+        folded into month roll-ups (`UsageStore.prune`); how many day records were folded. A store that fails is
+        asked again by the next write."""
+        today = day_of(self.clock(), self.zone)
+        if today == self._pruned_on:
+            return 0
+        self._pruned_on = today
+        before = first_kept_month(today)
+        try:
+            folded = await self.store.prune(before)
+        except StorageError as e:
+            self._pruned_on = ""
+            log.warning("usage_not_pruned", error=str(e))
+            return 0
+        if folded:
+            log.info("usage_pruned", before_month=before, day_records=folded)
+        return folded
+
+    async def idle(self) -> None:
+        """Return once the writer has nothing left to do (tests)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.wait([self._writer])
 
     def release(self, reservation_id: str) -> None:
         """End the reservation in the writer's next write, together with (so never before) every row seen so far:
