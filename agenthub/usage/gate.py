@@ -313,7 +313,7 @@ class BudgetGate:
         may spend, so concurrent turns (of one instance or several) overspend a limit by at most one reservation."""
         if not missing:
             return Reservation(None), []
-        claims = [c for part in missing for c in part[1]]
+        claims = [c for part in missing for c in part.claims]
         try:
             if all(self.leases.worth_asking(p) for p in missing):
                 granted, refused = await self._ask_lease(missing, claims, day, estimate, ttl_s)
@@ -372,16 +372,17 @@ class BudgetGate:
         if reservation.id is not None:
             grant = Grant(reservation.id, len(missing))
             standings = _standings(claims, reservation.standings)
-            return [
-                self.leases.granted(p, grant, tokens, [s for s in standings if s.scope in _scopes(p)], estimate)
-                for p in missing
-            ], None
+            return [self._granted(p, grant, tokens, standings, estimate) for p in missing], None
         near = {s.scope for s in reservation.standings if s.used >= s.limit}  # against the lowered limits
         for part in missing:
-            if any(c.scope in near for c in part[1]):
+            if any(c.scope in near for c in part.claims):
                 self.leases.refused(part)
         standings, refused = judge(claims, _used(reservation.standings))
         return [], (Reservation(None, standings, refused) if refused is not None else None)
+
+    def _granted(self, part: LeaseKey, grant: Grant, tokens: int, standings: list[Standing], estimate: int) -> Lease:
+        scopes = _scopes(part)
+        return self.leases.granted(part, grant, tokens, [s for s in standings if s.scope in scopes], estimate)
 
     async def _warn_once(
         self, standing: Standing, day: str, locale: str, admission: Admission, *, named: Mapping[str, str] | None
@@ -468,4 +469,4 @@ def _standings(claims: Sequence[Claim], lowered: list[Standing]) -> list[Standin
 
 
 def _scopes(part: LeaseKey) -> set[Scope]:
-    return {c.scope for c in part[1]}
+    return {c.scope for c in part.claims}
