@@ -2,12 +2,17 @@
 
 Directly: turns run one at a time on a gateway whose budgets apply to every turn, and the CPU the budget gate
 itself reports (`BudgetGate.cpu_seconds`: the checks, the turn's estimate, reservations, lease bookkeeping,
-settlements and the writes that only end reservations) is divided by the daemon's whole CPU for those turns
+settlements and the writes that only end reservations; of a section that awaits the store, only its own coroutine's
+steps: `CpuMeter.run`) is divided by the daemon's whole CPU for those turns
 (`time.process_time`, every thread, background writes included). Paired A/B: the same turns on that gateway and on
 one without budgets, in rounds (the side that goes first alternating); the median of the rounds' differences of
 their daemon CPU per turn. On a shared machine the A/B's noise (`--same`: both sides without budgets) is larger than
 5 %; the direct ratio is the figure the target is read from. The fake Messages API runs in a child process, so the
-CPU is the gateway's and the SDK's alone. Target: ≤ 5 % of a turn's daemon CPU."""
+CPU is the gateway's and the SDK's alone. Target: ≤ 5 % of a turn's daemon CPU.
+
+The direct runs' turns come 10 per person within seconds, so after a person's first turn the rest are admitted from
+the instance's lease (no store call). A third figure runs every turn for a new person in a new chat: each asks the
+store (as a person does whose turns are more than `LEASE_ADMIT_S` apart), the most a check costs."""
 
 from __future__ import annotations
 
@@ -140,6 +145,9 @@ async def measure(args: argparse.Namespace, url: str, dsn: str | None) -> None:
                 direct = [
                     await _one_at_a_time(limited, args.sessions, args.turns, f"seq{r}") for r in range(args.direct)
                 ]
+                sparse = [
+                    await _one_at_a_time(limited, args.sessions * args.turns, 1, f"new{r}") for r in range(args.direct)
+                ]
         finally:
             await limited_stores.aclose()
             await free_stores.aclose()
@@ -158,6 +166,12 @@ async def measure(args: argparse.Namespace, url: str, dsn: str | None) -> None:
     if not args.same:
         _print_direct(f"{backend}, every scope limited", direct, turns, args.people)
         _print_direct(f"{backend}, user limits only", direct_own, turns, args.people)
+        _print_direct(
+            f"{backend}, every scope limited, each turn a new person and chat (a store call each)",
+            sparse,
+            turns,
+            args.people,
+        )
     with_budgets, without = statistics.median(on), statistics.median(off)
     diffs = [a - b for a, b in zip(on, off, strict=True)]  # paired: each round's own difference
     check = statistics.median(diffs)

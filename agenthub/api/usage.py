@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import Any
 
 from aiohttp import web
 
 from agenthub.api.errors import ApiError
 from agenthub.api.host import ApiServices
+from agenthub.api.requests import CHANNEL as HTTP_CHANNEL
 from agenthub.errors import StorageError
+from agenthub.storage.ports import UsageStore
 from agenthub.usage.periods import day_of
-from agenthub.usage.report import BY, PERIODS, group
+from agenthub.usage.report import BY, PERIODS, Line, group
 
 MAX_DAYS = 366
 """The widest range one request may ask for."""
@@ -52,15 +55,29 @@ async def usage_report(api: ApiServices, request: web.Request) -> web.Response:
     try:
         await services.recorder.flush()
         rows = await services.store.days(first, last)
+        lines = group(rows, by, period, services.settings.llm.prices)  # type: ignore[arg-type]
+        names = await _names(services.store, lines) if by == "user" else None
     except StorageError:
         raise ApiError(503, "storage_unavailable", "usage cannot be read right now") from None
-    lines = group(rows, by, period, services.settings.llm.prices)  # type: ignore[arg-type]
     body = {
         "by": by,
         "period": period,
         "from": first,
         "to": last,
         "timezone": services.zone.key,
-        "rows": [line.as_dict() for line in lines],
+        "rows": [line.as_dict() if names is None else _named(line, names) for line in lines],
     }
     return web.json_response(body, dumps=lambda d: json.dumps(d, ensure_ascii=False))
+
+
+async def _names(store: UsageStore, lines: list[Line]) -> dict[tuple[str, str], str]:
+    """The display names of the rows' senders that their channels gave."""
+    return await store.sender_names({(line.who["channel"], line.who["sender"]) for line in lines})
+
+
+def _named(line: Line, names: dict[tuple[str, str], str]) -> dict[str, Any]:
+    """A per-person row with `sender_name`: the name the channel gave, on HTTP the API token's name (the sender id),
+    else null (the console shows the id)."""
+    channel, sender = line.who["channel"], line.who["sender"]
+    name = names.get((channel, sender)) or (sender if channel == HTTP_CHANNEL else None)
+    return {**line.as_dict(), "sender_name": name}

@@ -226,6 +226,10 @@ class TurnRunner:
         if refusals and not answerable:
             refused = ErrorEvent("\n".join(refusals), code=ErrorCode.MEDIA_REFUSED)  # only refused media: no model call
             return TurnOutcome(False, ErrorCode.MEDIA_REFUSED, final=refused)
+        if self.services.usage is not None:  # per-person usage rows name the senders the channel named
+            names = self.services.usage.gate.names_of(member.message for member in pending.members)
+            if names:
+                self.services.usage.recorder.name(msg.channel, names)
         admission = await self._admit(pending)
         if admission is None:  # nothing limits this turn
             return await self._answer(pending, provider, model, stored, fresh, intakes, refusals)

@@ -395,7 +395,23 @@ class UsageStore(Protocol):
 
     async def forget(self, who: Forgotten) -> int:
         """A person's identity out of every usage row naming them (replaced by `who.tag`; the tokens stay, so
-        the chats', agents' and models' totals are unchanged); how many rows (lines) changed."""
+        the chats', agents' and models' totals are unchanged), and their display name with it; how many rows
+        (lines) changed."""
+        ...
+
+    async def name_senders(self, names: Mapping[tuple[str, str], str]) -> None:
+        """Remember the display name of each (channel, sender id) (the latest given wins): per-person usage rows
+        name the sender."""
+        ...
+
+    async def sender_names(self, who: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """The display names known of `who` ((channel, sender id) pairs; those without one are left out)."""
+        ...
+
+    async def prune(self, before_month: str) -> int:
+        """Retention: the months before `before_month` (`YYYY-MM`) keep only their month roll-up (the calls summed
+        per agent, chat, sender, model and purpose; `days` gives it as rows whose `day` is the month); their
+        per-call and per-day records (and day totals, warning marks) go. How many day records were folded."""
         ...
 
 

@@ -8,13 +8,14 @@ the reservations of running turns in memory (one process per data directory). Po
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,10 @@ log = structlog.get_logger(__name__)
 Kind = Literal["user", "chat", "agent"]
 Period = Literal["day", "month"]
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
+ROLLUP = ".rollup.json"
+"""A roll-up's suffix: `<YYYY-MM-DD>.rollup.json` a day's, `<YYYY-MM>.rollup.json` a month's (retention)."""
+NAMES_FILE = "names.json"
+"""Under `data/usage/`: the senders' display names (`"<channel>\\n<sender>"` → name), for per-person rows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +182,7 @@ class FileUsageStore:
         self._warned: set[tuple[str, str]] = set()
         self._months: set[str] = set()  # months whose every journal is loaded
         self._write_lock = asyncio.Lock()
+        self._names: dict[str, str] | None = None  # "<channel>\n<sender>" → display name (`names.json`), once read
 
     # ---- writing ---------------------------------------------------------------------------------------
 
@@ -291,6 +297,9 @@ class FileUsageStore:
     async def forget(self, who: Forgotten) -> int:
         async with self._write_lock:  # no append meanwhile; every journal and roll-up rewritten whole
             changed = await asyncio.to_thread(self._forget_files, who)
+            names = await self._known_names()
+            if names.pop(_name_key(who.channel, who.sender_id), None) is not None:  # their name goes with their id
+                await asyncio.to_thread(self._write_names, names)
         if changed:  # counted again from the files: the person's tokens now under their tag
             self._days.clear()
             self._months.clear()
@@ -315,6 +324,77 @@ class FileUsageStore:
                 changed += count
         return changed
 
+    # ---- senders' names -----------------------------------------------------------------------------------
+
+    async def name_senders(self, names: Mapping[tuple[str, str], str]) -> None:
+        async with self._write_lock:
+            known = await self._known_names()
+            changed = {_name_key(*who): name for who, name in names.items() if known.get(_name_key(*who)) != name}
+            if changed:
+                await asyncio.to_thread(self._write_names, {**known, **changed})
+                known.update(changed)
+
+    async def sender_names(self, who: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        async with self._write_lock:
+            known = await self._known_names()
+        return {pair: name for pair in who if (name := known.get(_name_key(*pair))) is not None}
+
+    async def _known_names(self) -> dict[str, str]:
+        """The names of `names.json` (read once; the caller holds the write lock)."""
+        if self._names is None:
+            self._names = await asyncio.to_thread(self._read_names)
+        return self._names
+
+    def _read_names(self) -> dict[str, str]:
+        try:
+            found = json.loads((self.root / NAMES_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            log.warning("usage_names_unreadable", error=type(e).__name__)
+            return {}
+        return (
+            {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
+            if isinstance(found, dict)
+            else {}
+        )
+
+    def _write_names(self, names: dict[str, str]) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.root / NAMES_FILE, json.dumps(names, ensure_ascii=False, sort_keys=True))
+        except OSError as e:
+            raise StorageError("could not write the usage names") from e
+
+    # ---- retention ---------------------------------------------------------------------------------------
+
+    async def prune(self, before_month: str) -> int:
+        async with self._write_lock:  # no append meanwhile
+            return await asyncio.to_thread(self._prune, before_month)
+
+    def _prune(self, before_month: str) -> int:
+        """Each month directory before `before_month` gets its month roll-up (written first: a crash before the day
+        files go leaves them unread beside it, deleted by the next prune), then loses its day files."""
+        if not self.root.is_dir():
+            return 0
+        folded = 0
+        for month in sorted(p for p in self.root.iterdir() if p.is_dir() and p.name < before_month):
+            rollup = month / f"{month.name}{ROLLUP}"
+            days = sorted(month.glob("*.jsonl"))
+            if not rollup.exists():
+                summed: dict[tuple[str, ...], UsageRow] = {}
+                for journal in days:
+                    for row in self._read_day(journal.stem, write_rollup=False):
+                        folded += 1
+                        summed[row.group] = _plus(summed.get(row.group), dataclasses.replace(row, day=month.name))
+                try:
+                    atomic_write_text(rollup, json.dumps([asdict(r) for r in summed.values()], ensure_ascii=False))
+                except OSError as e:
+                    raise StorageError("could not write a usage month roll-up") from e
+            for path in [*days, *(p for p in month.glob(f"*{ROLLUP}") if p != rollup)]:  # the days' files
+                path.unlink(missing_ok=True)
+        return folded
+
     # ---- reading -----------------------------------------------------------------------------------------
 
     async def days(self, first: str, last: str) -> list[UsageRow]:
@@ -322,7 +402,20 @@ class FileUsageStore:
             return await asyncio.to_thread(self._read_days, first, last)
 
     def _read_days(self, first: str, last: str) -> list[UsageRow]:
-        return [row for day in sorted(self._journal_days(first, last)) for row in self._read_day(day)]
+        months = self._folded_months(first, last)
+        rows = [row for month in months for row in _read_rollup(self.root / month / f"{month}{ROLLUP}")]
+        days = [day for day in sorted(self._journal_days(first, last)) if day[:7] not in months]
+        return rows + [row for day in days for row in self._read_day(day)]
+
+    def _folded_months(self, first: str, last: str) -> list[str]:
+        """The months from `first`'s to `last`'s that retention folded into a month roll-up."""
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            m.name
+            for m in self.root.iterdir()
+            if first[:7] <= m.name <= last[:7] and (m / f"{m.name}{ROLLUP}").is_file()
+        )
 
     def _journal(self, day: str) -> Path:
         return self.root / day[:7] / f"{day}.jsonl"
@@ -355,11 +448,11 @@ class FileUsageStore:
         for row in rows:
             self._count(row)
 
-    def _read_day(self, day: str) -> list[UsageRow]:
+    def _read_day(self, day: str, *, write_rollup: bool = True) -> list[UsageRow]:
         """A day's calls: its roll-up when one was written (the journal of a past day never changes), else the
         journal (a torn last line is skipped); a past day's roll-up is written then."""
         journal = self._journal(day)
-        rollup = journal.with_suffix(".rollup.json")
+        rollup = journal.with_suffix(ROLLUP)
         try:
             return [UsageRow(**r) for r in json.loads(rollup.read_text(encoding="utf-8"))]
         except (OSError, ValueError, TypeError):
@@ -377,12 +470,21 @@ class FileUsageStore:
                 continue
             rows[row.group] = _plus(rows.get(row.group), row)
         summed = list(rows.values())
-        if day < time.strftime("%Y-%m-%d", time.gmtime(time.time() - 2 * 86400)):  # past in every time zone
+        if write_rollup and day < time.strftime(
+            "%Y-%m-%d", time.gmtime(time.time() - 2 * 86400)
+        ):  # past in every time zone
             try:
                 atomic_write_text(rollup, json.dumps([asdict(r) for r in summed], ensure_ascii=False))
             except OSError as e:
                 log.warning("usage_rollup_not_written", day=day, error=str(e))
         return summed
+
+
+def _read_rollup(path: Path) -> list[UsageRow]:
+    try:
+        return [UsageRow(**r) for r in json.loads(path.read_text(encoding="utf-8"))]
+    except (OSError, ValueError, TypeError) as e:
+        raise StorageError("could not read a usage month roll-up") from e
 
 
 def _forget_text(text: str, who: Forgotten, *, rollup: bool) -> tuple[str, int]:
@@ -444,6 +546,10 @@ def _plus(a: UsageRow | None, b: UsageRow) -> UsageRow:
         a.calls + b.calls,
         a.estimated + b.estimated,
     )
+
+
+def _name_key(channel: str, sender_id: str) -> str:
+    return f"{channel}\n{sender_id}"
 
 
 def scope_keys(row: UsageRow) -> tuple[str, str, str]:

@@ -4,7 +4,7 @@ estimate is reserved; the reservation goes once the turn's real usage is stored 
 from __future__ import annotations
 
 import asyncio
-import time
+import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -37,7 +37,8 @@ log = structlog.get_logger(__name__)
 
 RESERVATION_GRACE_S = 60.0
 """A reservation outlives the turn's lock timeout by this much; then it lapses (its instance died)."""
-LIMIT_FIELDS = ("user_day", "user_month", "chat_day", "chat_month", "agent_day", "agent_month")
+PLANS_KEPT = 4096
+"""How many turn shapes (agent, chat, senders) the gate keeps the claims of; more: it starts over."""
 
 
 def limits_for(budgets: BudgetSettings, agent: AgentDefinition) -> BudgetLimits:
@@ -62,6 +63,25 @@ def claims_for(
         (Scope("agent", "", agent), limits.agent_day, limits.agent_month),
     ]
     return [Claim(scope, day, month) for scope, day, month in scopes if (day or month) and scope.ident]
+
+
+@dataclass(slots=True)
+class Plan:
+    """What a turn of one shape (agent definition, channel, chat, senders) is checked against, worked out once:
+    the senders not exempt, the claims (None: nothing limits it), and their lease parts of the last day asked."""
+
+    config: object
+    limits: BudgetLimits
+    claims: list[Claim] | None
+    several: bool
+    day: str = ""
+    parts: list[LeaseKey] = field(default_factory=list)
+
+    def parts_of(self, day: str) -> list[LeaseKey]:
+        if day != self.day:
+            assert self.claims is not None
+            self.day, self.parts = day, lease_parts(day, self.claims)
+        return self.parts
 
 
 @dataclass
@@ -102,6 +122,9 @@ class BudgetGate:
         self.leases = Leases(self._lease_ended)
         self._releasing: set[str] = set()  # reservations settled (a turn's, an ended lease's), release maybe unwritten
         self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
+        self._plans: dict[tuple[str, str, str, tuple[str, ...] | None], Plan] = {}
+        self._today = ("", 0.0, 0.0)  # the day, and the epoch seconds it starts and ends at
+        self._warned: set[tuple[str, str]] = set()  # (scope key, period key) whose notice went out (this or any day)
         recorder.before_close.append(self.leases.close)
         self.cpu = CpuMeter()
         """The CPU time spent in `applies`, `admit` and `settle` (with their store calls and lease bookkeeping), and
@@ -146,8 +169,32 @@ class BudgetGate:
         if not self._limited(agent):
             return False
         with self.cpu.measure():
+            return self.plan(agent, message, senders).claims is not None
+
+    def plan(self, agent: AgentDefinition, message: InboundMessage, senders: Sequence[str] | None = None) -> Plan:
+        """The turn's `Plan`, from the ones kept (a reloaded definition, or a new shape, works it out anew)."""
+        key = (agent.name, message.channel, message.chat_id, None if senders is None else tuple(senders))
+        plan = self._plans.get(key)
+        if plan is None or plan.config is not agent.config:
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.clear()
+            limits = self.limits(agent)
             checked = self.checked(message, senders)
-            return bool(checked) and bool(claims_for(self.limits(agent), agent.name, message, checked))
+            claims = claims_for(limits, agent.name, message, checked) if checked else []
+            several = len(dict.fromkeys(senders or ())) > 1
+            plan = self._plans[key] = Plan(agent.config, limits, claims or None, several)
+        return plan
+
+    def today(self) -> str:
+        """`YYYY-MM-DD` now in the configured zone (worked out again only when the clock leaves the day)."""
+        now = self.clock()
+        day, starts, ends = self._today
+        if not starts <= now < ends:
+            day = day_of(now, self.zone)
+            ends = resets_at("day", now, self.zone).timestamp()
+            starts = dt.datetime.combine(dt.date.fromisoformat(day), dt.time(), self.zone).timestamp()
+            self._today = (day, starts, ends)
+        return day
 
     async def admit(
         self,
@@ -163,8 +210,7 @@ class BudgetGate:
         tokens are reserved (in every scope: each sender's of a joined turn too). A store that cannot answer lets
         the turn through (logged): budgets never stop a chat because the database blinked. `names`: sender id →
         display name, where the channel gave one (a joined turn's refusal names the member, else by their id)."""
-        with self.cpu.measure():
-            return await self._admit(agent, message, estimate, locale, ttl_s, senders, names)
+        return await self.cpu.run(self._admit(agent, message, estimate, locale, ttl_s, senders, names))
 
     async def _admit(
         self,
@@ -176,18 +222,19 @@ class BudgetGate:
         senders: Sequence[str] | None,
         names: Mapping[str, str] | None,
     ) -> Admission | Refusal:
-        limits = self.limits(agent)
-        checked = self.checked(message, senders)
-        claims = claims_for(limits, agent.name, message, checked) if checked else []
-        if not claims:
+        plan = self.plan(agent, message, senders)
+        if plan.claims is None:
             return Admission()
-        several = len(dict.fromkeys(senders or ())) > 1
-        named = dict(names or {}) if several else None  # a joined turn: a sender's limit names them
-        day = day_of(self.clock(), self.zone)
-        parts = lease_parts(day, claims)
+        limits = plan.limits
+        named = dict(names or {}) if plan.several else None  # a joined turn: a sender's limit names them
+        day = self.today()
+        parts = plan.parts_of(day)
         taken = self._take(parts, {}, estimate)
+        if len(taken) == len(parts):  # far from every limit: admitted from this instance's leases, no store call
+            admission = Admission(None, leases=list(taken.values()), estimate=estimate)
+            return await self._warned_of(admission, [], limits.warn_at, day, locale, named)
         try:
-            if len(taken) < len(parts) and self._releasing:  # a store call follows: see `_released`
+            if self._releasing:  # a store call follows: see `_released`
                 await self._released()
                 taken = self._take(parts, taken, estimate)
             # no await from the end of this loop to `_ask_lease` taking `_asking`: one turn asks for a part at a time
@@ -208,15 +255,32 @@ class BudgetGate:
             self.recorder.refusals[standing.scope.kind] += 1
             log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
             return Refusal(standing, self.refusal_text(standing, locale, named=named))
-        leases = [*taken.values(), *granted]
-        admission = Admission(reservation.id, leases=leases, estimate=estimate)
-        standings = list(reservation.standings)
-        for lease in leases:
+        admission = Admission(reservation.id, leases=[*taken.values(), *granted], estimate=estimate)
+        due = [s for s in reservation.standings if s.used + estimate >= limits.warn_at * s.limit]
+        return await self._warned_of(admission, due, limits.warn_at, day, locale, named)
+
+    async def _warned_of(
+        self,
+        admission: Admission,
+        due: list[Standing],
+        warn_at: float,
+        day: str,
+        locale: str,
+        named: Mapping[str, str] | None,
+    ) -> Admission:
+        """`admission` with the notices of the limits it crosses `warn_at` of (`due`: of its own reservation; its
+        leases' worked out here) that were not noticed yet this period."""
+        estimate = admission.estimate
+        for lease in admission.leases:
             before = lease.committed - estimate  # what the lease's earlier turns took since it was granted
-            standings += [Standing(s.scope, s.period, s.limit, s.used + before) for s in lease.standings]
+            due += [
+                Standing(s.scope, s.period, s.limit, s.used + before)
+                for s in lease.standings
+                if s.used + before + estimate >= warn_at * s.limit
+            ]
         try:
-            for standing in standings:
-                if (standing.used + estimate) / standing.limit >= limits.warn_at:
+            for standing in due:
+                if (standing.scope.key, period_key(standing.period, day)) not in self._warned:
                     await self._warn_once(standing, day, locale, admission, named=named)
         except BaseException:  # cancelled (or failed) before the caller holds the admission: give the tokens back
             self.settle(admission, 0)  # nothing was spent yet
@@ -249,7 +313,7 @@ class BudgetGate:
         may spend, so concurrent turns (of one instance or several) overspend a limit by at most one reservation."""
         if not missing:
             return Reservation(None), []
-        claims = [c for part in missing for c in part[1]]
+        claims = [c for part in missing for c in part.claims]
         try:
             if all(self.leases.worth_asking(p) for p in missing):
                 granted, refused = await self._ask_lease(missing, claims, day, estimate, ttl_s)
@@ -276,13 +340,13 @@ class BudgetGate:
         after the call, which can be before the turn has stored its reply and settled. Counted twice, a sender was
         refused within their budget (issue 21: 6,150 of 8,000 used, and the last turn's 2,203 still reserved). So
         the writer's next write is made now, before the check that follows (a write under way is waited for)."""
-        began = time.thread_time()
+        writing = CpuMeter()
         try:
-            await self.recorder.flush()
+            await writing.run(self.recorder.flush())
         except StorageError:
             pass  # counted twice meanwhile: refused a little early at worst, never late
         finally:  # the recorder's write, made now instead of within 50 ms: not the check's cost (`cpu`)
-            self.cpu.seconds -= time.thread_time() - began
+            self.cpu.seconds -= writing.seconds
         self._releasing &= self.recorder.releases_waiting()  # settled meanwhile, or not written (the store failed)
 
     async def _ask_lease(
@@ -308,24 +372,29 @@ class BudgetGate:
         if reservation.id is not None:
             grant = Grant(reservation.id, len(missing))
             standings = _standings(claims, reservation.standings)
-            return [
-                self.leases.granted(p, grant, tokens, [s for s in standings if s.scope in _scopes(p)], estimate)
-                for p in missing
-            ], None
+            return [self._granted(p, grant, tokens, standings, estimate) for p in missing], None
         near = {s.scope for s in reservation.standings if s.used >= s.limit}  # against the lowered limits
         for part in missing:
-            if any(c.scope in near for c in part[1]):
+            if any(c.scope in near for c in part.claims):
                 self.leases.refused(part)
         standings, refused = judge(claims, _used(reservation.standings))
         return [], (Reservation(None, standings, refused) if refused is not None else None)
 
+    def _granted(self, part: LeaseKey, grant: Grant, tokens: int, standings: list[Standing], estimate: int) -> Lease:
+        scopes = _scopes(part)
+        return self.leases.granted(part, grant, tokens, [s for s in standings if s.scope in scopes], estimate)
+
     async def _warn_once(
         self, standing: Standing, day: str, locale: str, admission: Admission, *, named: Mapping[str, str] | None
     ) -> None:
+        period = period_key(standing.period, day)
         try:
-            first = await self.store.first_warning(standing.scope.key, period_key(standing.period, day))
+            first = await self.store.first_warning(standing.scope.key, period)
         except StorageError:
             return
+        if len(self._warned) >= PLANS_KEPT:
+            self._warned.clear()  # asked again: the store still answers once per period
+        self._warned.add((standing.scope.key, period))  # noticed (here or by another instance): no more asking
         if first:
             used = min(standing.used, standing.limit)
             admission.notices.append(
@@ -400,4 +469,4 @@ def _standings(claims: Sequence[Claim], lowered: list[Standing]) -> list[Standin
 
 
 def _scopes(part: LeaseKey) -> set[Scope]:
-    return {c.scope for c in part[1]}
+    return {c.scope for c in part.claims}

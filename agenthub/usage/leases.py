@@ -30,8 +30,30 @@ LEASE_SHARE = 0.5
 LEASE_ADMIT_S = 30.0
 """A lease admits turns for this long after it was granted; then it ends once its turns have."""
 
-LeaseKey = tuple[str, tuple[Claim, ...]]
-"""The day and the claims (scopes with their limits) a lease was granted for: only turns with the same take it."""
+
+class LeaseKey:
+    """The day and the claims (scopes with their limits) a lease was granted for: only turns with the same take it.
+    Hashed once: a turn looks its parts up several times, and a turn shape's parts are kept (`gate.Plan`)."""
+
+    __slots__ = ("_hash", "claims", "day")
+
+    def __init__(self, day: str, claims: tuple[Claim, ...]) -> None:
+        self.day = day
+        self.claims = claims
+        self._hash = hash((day, claims))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, LeaseKey):
+            return NotImplemented
+        return self._hash == other._hash and self.day == other.day and self.claims == other.claims
+
+    def __repr__(self) -> str:
+        return f"LeaseKey({self.day!r}, {self.claims!r})"
 
 
 @dataclass
@@ -76,8 +98,8 @@ def lease_parts(day: str, claims: Sequence[Claim]) -> list[LeaseKey]:
     """A turn's claims in the parts they are leased in: its senders' own (`user`) scopes together, then the chat's
     and the agent's each alone (so that every turn of that chat, or agent, shares the instance's one lease)."""
     own = tuple(c for c in claims if c.scope.kind == "user")
-    parts: list[LeaseKey] = [(day, own)] if own else []
-    return parts + [(day, (c,)) for c in claims if c.scope.kind != "user"]
+    parts: list[LeaseKey] = [LeaseKey(day, own)] if own else []
+    return parts + [LeaseKey(day, (c,)) for c in claims if c.scope.kind != "user"]
 
 
 class Leases:

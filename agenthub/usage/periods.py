@@ -26,3 +26,13 @@ def resets_at(period: Period, ts: float, zone: ZoneInfo) -> dt.datetime:
 def period_key(period: Period, day: str) -> str:
     """`2026-12-03` for a day, `2026-12` for its month."""
     return day if period == "day" else day[:7]
+
+
+KEEP_DAYS = 400
+"""Retention: every day of the last `KEEP_DAYS` keeps its calls and day roll-ups; the months wholly before them keep
+only their month roll-ups (docs/cost.md)."""
+
+
+def first_kept_month(day: str) -> str:
+    """`YYYY-MM` of the oldest month retention keeps whole on `day`: the one `KEEP_DAYS` days before it."""
+    return (dt.date.fromisoformat(day) - dt.timedelta(days=KEEP_DAYS)).isoformat()[:7]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -18,13 +18,15 @@ from agenthub.llm.types import LLMRequest, LLMResponse
 from agenthub.storage.ports import UsageStore
 from agenthub.storage.usage import TOKEN_KINDS, UsageRow
 from agenthub.usage.meter import CpuMeter
-from agenthub.usage.periods import day_of
+from agenthub.usage.periods import day_of, first_kept_month
 from agenthub.usage.spool import UsageSpool, forget_spool
 
 log = structlog.get_logger(__name__)
 
 RETRY_S = 5.0
 """After a failed write the rows wait this long (kept in memory) before the next attempt."""
+NAMES_KEPT = 10_000
+"""How many senders' names the recorder remembers having stored (so that a name is written once, not per turn)."""
 GATHER_S = 0.05
 """The writer waits this long before a write, so that the calls and settlements of turns running together (and a
 turn's last call and its settlement) go in one write. Until then a turn's reservation still counts: never less."""
@@ -54,6 +56,9 @@ class UsageRecorder:
         self.refusals: Counter[str] = Counter()
         """scope kind → turns refused since start: `agenthub_budget_refusals_total`."""
         self._pending: list[UsageRow] = []
+        self._pruned_on = ""  # the day retention last ran
+        self._named: dict[tuple[str, str], str] = {}  # (channel, sender) → the name stored or about to be
+        self._names: dict[tuple[str, str], str] = {}  # the names not stored yet
         self._releases: list[str] = []
         self._recovered: list[tuple[Path, list[UsageRow]]] = []
         self._lock = asyncio.Lock()
@@ -72,6 +77,16 @@ class UsageRecorder:
         if self.spool is not None:
             self.spool.append(rows)
         self._kick()
+
+    def name(self, channel: str, names: Mapping[str, str]) -> None:
+        """The display names a channel gave for senders (id → name), stored with the next write when new."""
+        for sender, name in names.items():
+            if self._named.get((channel, sender)) != name:
+                if len(self._named) >= NAMES_KEPT:
+                    self._named.clear()  # a name told again is written again: harmless
+                self._named[(channel, sender)] = self._names[(channel, sender)] = name
+        if self._names:
+            self._kick()
 
     def recover(self) -> int:
         """Take over the spools of processes that died with rows not stored (written by the next flush where the
@@ -117,12 +132,37 @@ class UsageRecorder:
 
     async def _write_soon(self) -> None:
         await asyncio.sleep(self.gather_s)
-        while self._pending or self._releases or self._recovered:
+        while self._pending or self._releases or self._recovered or self._names:
             try:
                 await self.flush()
             except StorageError as e:
                 log.warning("usage_not_recorded_yet", rows=len(self._pending), error=str(e))
                 await asyncio.sleep(RETRY_S)
+        await self.prune()
+
+    async def prune(self) -> int:
+        """Retention, once a day (the writer's first write of the day asks): the months before the ones kept are
+        folded into month roll-ups (`UsageStore.prune`); how many day records were folded. A store that fails is
+        asked again by the next write."""
+        today = day_of(self.clock(), self.zone)
+        if today == self._pruned_on:
+            return 0
+        self._pruned_on = today
+        before = first_kept_month(today)
+        try:
+            folded = await self.store.prune(before)
+        except StorageError as e:
+            self._pruned_on = ""
+            log.warning("usage_not_pruned", error=str(e))
+            return 0
+        if folded:
+            log.info("usage_pruned", before_month=before, day_records=folded)
+        return folded
+
+    async def idle(self) -> None:
+        """Return once the writer has nothing left to do (tests)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.wait([self._writer])
 
     def release(self, reservation_id: str) -> None:
         """End the reservation in the writer's next write, together with (so never before) every row seen so far:
@@ -139,6 +179,7 @@ class UsageRecorder:
         later flush writes them)."""
         async with self._lock:
             await self._store_recovered()
+            await self._store_names()
             batch, self._pending = self._pending, []
             releases, self._releases = self._releases, []
             if not batch and not releases:
@@ -147,14 +188,23 @@ class UsageRecorder:
                 if batch:
                     await self.store.add(batch, release=releases)
                 else:
-                    with self.release_cpu.measure():
-                        await self.store.add(batch, release=releases)
+                    await self.release_cpu.run(self.store.add(batch, release=releases))
             except BaseException:
                 self._pending[:0] = batch
                 self._releases[:0] = releases
                 raise
             if self.spool is not None:
                 self.spool.stored(len(batch), nothing_waits=not self._pending)
+
+    async def _store_names(self) -> None:
+        names, self._names = self._names, {}
+        if not names:
+            return
+        try:
+            await self.store.name_senders(names)
+        except BaseException:
+            self._names = {**names, **self._names}
+            raise
 
     async def _store_recovered(self) -> None:
         """A dead process's rows the store lacks (a kill between the store's write and the spool's note) are

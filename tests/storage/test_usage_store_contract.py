@@ -3,8 +3,10 @@ a limit until released, a warning is due once per scope and period (the full sui
 
 from __future__ import annotations
 
+import asyncio
+
 from agenthub.storage.stores import Stores
-from agenthub.storage.usage import Claim, Scope, UsageRow
+from agenthub.storage.usage import Claim, Forgotten, Scope, UsageRow
 
 DAY = "2026-12-03"
 ALICE = Scope("user", "wecom", "alice")
@@ -42,3 +44,48 @@ async def test_a_warning_is_due_once_per_scope_and_period(backend_stores: Stores
     assert await usage.first_warning(ALICE.key, DAY)
     assert not await usage.first_warning(ALICE.key, DAY)
     assert await usage.first_warning(ALICE.key, "2026-12")
+
+
+async def test_senders_names_many_writers_the_latest_wins_and_a_forget_takes_the_name(backend_stores: Stores) -> None:
+    usage = backend_stores.usage
+    people = [("wecom", f"p{n}") for n in range(20)]
+    await asyncio.gather(
+        *(usage.name_senders({who: f"Person {n}"}) for n, who in enumerate(people)),
+        usage.name_senders({("wecom", "alice"): "Alice"}),
+    )
+    await usage.name_senders({("wecom", "alice"): "王小丽", ("feishu", "alice"): "Alice F."})
+    asked = {("wecom", "alice"), ("feishu", "alice"), ("wecom", "nobody"), *people}
+    names = await usage.sender_names(asked)
+    assert names == {
+        ("wecom", "alice"): "王小丽",
+        ("feishu", "alice"): "Alice F.",
+        **{who: f"Person {n}" for n, who in enumerate(people)},
+    }
+    await usage.forget(Forgotten("wecom", "alice", "forgotten-0123456789abcdef", ("default",)))
+    assert await usage.sender_names({("wecom", "alice"), ("feishu", "alice")}) == {("feishu", "alice"): "Alice F."}
+    assert await usage.sender_names(set()) == {}
+
+
+async def test_retention_folds_old_months_into_month_rows_and_keeps_recent_days(backend_stores: Stores) -> None:
+    usage = backend_stores.usage
+    old = [_row(100, day="2024-01-05"), _row(20, day="2024-01-31"), _row(3, day="2024-01-31", sender="bob")]
+    await usage.add([*old, _row(7, day="2024-02-01"), _row(50)])
+    await usage.days("2024-01-01", "2024-01-31")  # a read writes the old days' roll-ups (files): folded too
+    assert await usage.prune("2024-02") == 3
+    rows = await usage.days("2024-01-01", "2026-12-31")
+    assert sorted((r.day, r.sender_id, r.tokens, r.calls) for r in rows) == [
+        ("2024-01", "alice", 120, 2),
+        ("2024-01", "bob", 3, 1),
+        ("2024-02-01", "alice", 7, 1),
+        (DAY, "alice", 50, 1),
+    ]
+    assert await usage.prune("2024-02") == 0  # again: nothing more to fold, the month rows unchanged
+    assert sorted(r.tokens for r in await usage.days("2024-01-01", "2024-01-31")) == [3, 120]
+    await usage.forget(Forgotten("wecom", "bob", "forgotten-0123456789abcdef", ("default",)))
+    assert {r.sender_id for r in await usage.days("2024-01-01", "2024-01-31")} == {
+        "alice",
+        "forgotten-0123456789abcdef",
+    }
+    held = await usage.reserve([Claim(ALICE, day_limit=60, month_limit=60)], DAY, 10, 60.0)
+    assert held.id is not None  # this month's 50 still counted (and only it): 50 < 60, then 60 with this one
+    assert (await usage.reserve([Claim(ALICE, month_limit=60)], DAY, 5, 60.0)).refused is not None

@@ -3,6 +3,7 @@ end reservations (the figure `bench/bench_budget.py` reads the ≤ 5 % target fr
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -16,15 +17,62 @@ from tests.support.fakes.anthropic import FakeAnthropic
 def test_the_meter_counts_cpu_spent_in_a_section_and_not_time_spent_waiting() -> None:
     meter = CpuMeter()
     with meter.measure():
-        began = time.thread_time()
-        while time.thread_time() - began < 0.03:  # busy: 30 ms of this thread's CPU
-            pass
-    busy = meter.seconds
+        busy(0.03)
+    spent = meter.seconds
     with meter.measure():
         time.sleep(0.1)  # waiting costs no CPU
-    assert 0.03 <= busy < 0.1
-    assert meter.seconds - busy < 0.02
+    assert 0.03 <= spent < 0.1
+    assert meter.seconds - spent < 0.02
     assert meter.sections == 2
+
+
+async def test_a_run_counts_its_own_steps_and_not_what_other_tasks_do_while_it_waits() -> None:
+    meter = CpuMeter()
+    waiting = asyncio.Event()
+
+    async def section() -> str:
+        busy(0.01)  # its own work: counted
+        await waiting.wait()  # meanwhile another task burns 50 ms: not counted
+        busy(0.01)
+        return "done"
+
+    async def other() -> None:
+        await asyncio.sleep(0)
+        busy(0.05)
+        waiting.set()
+
+    result, _ = await asyncio.gather(meter.run(section()), other())
+    assert result == "done"
+    assert 0.02 <= meter.seconds < 0.05
+    assert meter.sections == 1
+
+
+async def test_a_cancelled_run_passes_the_cancellation_on_and_counts_what_ran() -> None:
+    meter = CpuMeter()
+    seen: list[str] = []
+
+    async def section() -> None:
+        busy(0.01)
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    task = asyncio.create_task(meter.run(section()))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.wait([task])
+    assert task.cancelled()
+    assert seen == ["cancelled"]
+    assert meter.seconds >= 0.01
+
+
+def busy(seconds: float) -> None:
+    """Spend `seconds` of this thread's CPU."""
+    began = time.thread_time()
+    while time.thread_time() - began < seconds:
+        pass
 
 
 async def test_turns_under_budgets_report_the_gates_cpu_and_turns_without_none(

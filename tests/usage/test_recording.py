@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agenthub.clock import ManualClock
 from agenthub.config import PriceSettings, Settings
+from agenthub.gateway.core import GatewayCore
 from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.storage.usage import FileUsageStore, UsageRow
@@ -101,3 +103,30 @@ async def test_a_past_day_is_rolled_up_once_read(tmp_path: Path) -> None:
     assert [(r.input, r.output, r.calls) for r in rows] == [(15, 1, 2)]
     assert (tmp_path / "usage" / "2020-01" / "2020-01-02.rollup.json").is_file()
     assert [r.tokens for r in await FileUsageStore(tmp_path).days("2020-01-01", "2020-01-31")] == [16]
+
+
+async def test_retention_keeps_400_days_and_folds_older_months_as_the_manual_clock_passes(
+    backend_settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    fake_llm.default_usage = {"input_tokens": 100, "output_tokens": 20}
+    clock = ManualClock(1_705_291_200.0)  # 2024-01-15 12:00 in Asia/Shanghai
+
+    async def turn(gw: GatewayCore, text: str) -> list[UsageRow]:
+        final = await (await gw.submit(InboundMessage("wecom", "g", "alice", text))).result()
+        assert isinstance(final, DoneEvent)
+        assert gw.turn_services.usage is not None
+        await gw.turn_services.usage.recorder.flush()
+        await gw.turn_services.usage.recorder.idle()  # its write, then retention (once a day)
+        return await gw.turn_services.usage.store.days("2024-01-01", "2026-12-31")
+
+    async with build_gateway(backend_settings, clock=clock) as gw:
+        assert [r.day for r in await turn(gw, "january")] == ["2024-01-15"]
+        clock.advance(400 * 86400)  # 2025-02-18: 2024-01 is still within 400 days
+        assert [r.day for r in await turn(gw, "a year on")] == ["2024-01-15", "2025-02-18"]
+        clock.advance(50 * 86400)  # 2025-04-09: every day of 2024-01 is older than 400 days
+        rows = await turn(gw, "later")
+    assert [(r.day, r.tokens, r.calls) for r in rows] == [
+        ("2024-01", 120, 1),
+        ("2025-02-18", 120, 1),
+        ("2025-04-09", 120, 1),
+    ]

@@ -9,7 +9,10 @@ const KINDS = ["input", "output", "cache_read", "cache_write"];
 const SVG = "http://www.w3.org/2000/svg";
 
 function whoOf(row, by) {
-  if (by === "user") return `${row.sender} (${row.channel})`;
+  if (by === "user") {
+    const name = row.sender_name && row.sender_name !== row.sender ? `${row.sender_name} · ${row.sender}` : row.sender;
+    return `${name} (${row.channel})`;
+  }
   if (by === "chat") return `${row.chat_id} (${row.channel})`;
   return by === "agent" ? row.agent : row.model;
 }

@@ -9,7 +9,12 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub.errors import StorageError
-from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_SQL, USAGE_TOTALS_WHAT
+from agenthub.storage.postgres.schema_usage import (
+    USAGE_NAMES_SQL,
+    USAGE_NAMES_WHAT,
+    USAGE_TOTALS_SQL,
+    USAGE_TOTALS_WHAT,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -744,6 +749,9 @@ SESSION_CLAIMS = Migration(
 )
 """`agenthub_session_append` (migration 13) stays for instances not upgraded yet."""
 
+USAGE_NAMES = Migration(20, USAGE_NAMES_WHAT, USAGE_NAMES_SQL)
+"""Migration 20 (`schema_usage`): the senders' display names of the usage views."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -763,6 +771,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     USAGE_TOTALS,
     SEARCH_DOC_TERMS,
     SESSION_CLAIMS,
+    USAGE_NAMES,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -83,3 +83,37 @@ USAGE_TOTALS_SQL = (
 )
 """`usage_reserve_claims` (migration 16) stays for instances not upgraded yet; they do not keep the totals, so an
 upgrade stops every instance first (docs/cost.md)."""
+
+USAGE_NAMES_WHAT = (
+    "the senders' display names, so that per-person usage rows name them; month roll-ups of the usage past retention"
+)
+USAGE_NAMES_SQL = (
+    # the latest display name a channel gave for a sender (an API token's name is its sender id); a forget deletes
+    # the person's row with the rest of their identity
+    """CREATE TABLE usage_names (
+            channel text NOT NULL,
+            sender_id text NOT NULL,
+            name text NOT NULL,
+            named_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (channel, sender_id)
+        )""",
+    # retention: a month whose days are past `USAGE_KEEP_DAYS` keeps only its calls summed per who, model and
+    # purpose (as `usage_days` per day); its `usage_calls`, `usage_days`, day totals and warning marks go
+    """CREATE TABLE usage_months (
+            month text NOT NULL,
+            agent text NOT NULL,
+            channel text NOT NULL,
+            chat_id text NOT NULL,
+            sender_id text NOT NULL,
+            model text NOT NULL,
+            purpose text NOT NULL,
+            input bigint NOT NULL DEFAULT 0,
+            output bigint NOT NULL DEFAULT 0,
+            cache_read bigint NOT NULL DEFAULT 0,
+            cache_write bigint NOT NULL DEFAULT 0,
+            calls bigint NOT NULL DEFAULT 0,
+            estimated bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (month, agent, channel, chat_id, sender_id, model, purpose)
+        )""",
+)
+"""Migration 20."""

@@ -14,7 +14,7 @@ import datetime as dt
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from agenthub.errors import StorageError
 from agenthub.storage.postgres.database import Database
@@ -45,6 +45,30 @@ ADD_TOTALS = USAGE_TOTALS_ADD.format(
 """The running totals of a write's rows (`totals_of`: summed per key, in key order)."""
 _RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve_totals(%s, %s, %s, %s, %s)"
 _RELEASE = "DELETE FROM usage_reservations WHERE id = ANY(%s)"
+_ADD_ON_CONFLICT = """ON CONFLICT ({key}, agent, channel, chat_id, sender_id, model, purpose) DO UPDATE SET
+    input = d.input + excluded.input, output = d.output + excluded.output,
+    cache_read = d.cache_read + excluded.cache_read, cache_write = d.cache_write + excluded.cache_write,
+    calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated"""
+_DAYS = """SELECT to_char(day, 'YYYY-MM-DD'), purpose, agent, channel, chat_id, sender_id, model, input, output,
+    cache_read, cache_write, calls, estimated FROM usage_days WHERE day >= %s AND day <= %s
+UNION ALL
+SELECT month, purpose, agent, channel, chat_id, sender_id, model, input, output, cache_read, cache_write, calls,
+    estimated FROM usage_months WHERE month >= %s AND month <= %s
+ORDER BY 1, 3, 4, 5, 6, 7, 2"""
+"""The day roll-ups of the range, and the month roll-ups of its months that retention folded (`day` the month)."""
+_FOLD_MONTHS = f"""WITH gone AS (DELETE FROM usage_days WHERE day < %s RETURNING *),
+folded AS (
+INSERT INTO usage_months AS d (month, agent, channel, chat_id, sender_id, model, purpose, input, output, cache_read,
+    cache_write, calls, estimated)
+SELECT to_char(day, 'YYYY-MM'), agent, channel, chat_id, sender_id, model, purpose, sum(input), sum(output),
+    sum(cache_read), sum(cache_write), sum(calls), sum(estimated)
+FROM gone GROUP BY 1, agent, channel, chat_id, sender_id, model, purpose
+{_ADD_ON_CONFLICT.format(key="month")})
+SELECT count(*) FROM gone"""
+"""The day roll-ups before the first day kept, summed into their months' roll-ups (added to a month folded before:
+a late write of an old day)."""
+PRUNE_LOCK = 7_715_020
+"""The advisory lock one instance's prune holds (the others skip theirs)."""
 SWEEP_S = 60.0
 """How often an instance deletes reservations that lapsed long ago (a dead instance's)."""
 
@@ -142,16 +166,43 @@ class PostgresUsageStore:
             )
             return await cursor.fetchone() is not None
 
+    async def name_senders(self, names: Mapping[tuple[str, str], str]) -> None:
+        if not names:
+            return
+        ordered = sorted(names.items())  # one lock order for every writer
+        params = ([w[0] for w, _ in ordered], [w[1] for w, _ in ordered], [n for _, n in ordered])
+        async with self.database.connection("note senders' names") as conn:
+            await conn.execute(_NAME_SENDERS, params)
+
+    async def sender_names(self, who: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        if not who:
+            return {}
+        pairs = list(who)
+        async with self.database.connection("read senders' names") as conn:
+            cursor = await conn.execute(_SENDER_NAMES, ([p[0] for p in pairs], [p[1] for p in pairs]))
+            found = await cursor.fetchall()
+        return {(str(r[0]), str(r[1])): str(r[2]) for r in found}
+
     async def days(self, first: str, last: str) -> list[UsageRow]:
         async with self.database.connection("read usage") as conn:
-            cursor = await conn.execute(
-                "SELECT day, purpose, agent, channel, chat_id, sender_id, model, input, output, cache_read, "
-                "cache_write, calls, estimated FROM usage_days WHERE day >= %s AND day <= %s "
-                "ORDER BY day, agent, channel, chat_id, sender_id, model, purpose",
-                (_date(first), _date(last)),
-            )
+            cursor = await conn.execute(_DAYS, (_date(first), _date(last), first[:7], last[:7]))
             found = await cursor.fetchall()
-        return [UsageRow(r[0].isoformat(), *r[1:7], *(int(v) for v in r[7:])) for r in found]
+        return [UsageRow(str(r[0]), *r[1:7], *(int(v) for v in r[7:])) for r in found]
+
+    async def prune(self, before_month: str) -> int:
+        """One transaction, by one instance at a time (another's prune under way: nothing to do now)."""
+        first_kept = _date(before_month + "-01")
+        async with self.database.connection("prune old usage") as conn, conn.transaction():
+            locked = await (await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (PRUNE_LOCK,))).fetchone()
+            if locked is None or not locked[0]:
+                return 0
+            folded = await (await conn.execute(_FOLD_MONTHS, (first_kept,))).fetchone()
+            await conn.execute("DELETE FROM usage_calls WHERE day < %s", (first_kept,))
+            await conn.execute(
+                "DELETE FROM usage_totals WHERE length(period) = 10 AND left(period, 7) < %s", (before_month,)
+            )
+            await conn.execute("DELETE FROM usage_warnings WHERE left(period, 7) < %s", (before_month,))
+        return int(folded[0]) if folded is not None else 0
 
     async def forget(self, who: Forgotten) -> int:
         """The calls and day rows naming the person, redacted in one transaction; the warning marks naming them go
@@ -170,6 +221,8 @@ class PostgresUsageStore:
             calls = await conn.execute(_FORGET_CALLS, params)
             days = await (await conn.execute(_FORGET_DAYS, params)).fetchone()
             await conn.execute(_FORGET_WARNINGS, params)
+            await conn.execute(_FORGET_NAME, params)
+            await conn.execute(_FORGET_MONTHS, params)
             return max(calls.rowcount, 0) + (int(days[0]) if days is not None else 0)
 
 
@@ -198,6 +251,21 @@ RETURNING 1),
 totals AS ({USAGE_TOTALS_ADD.format(totals=USAGE_TOTALS_OF.format(rows=_MOVED))} RETURNING 1)
 SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM totals)"""
 """The person's day rows go, and come back under their tag (added to rows an earlier forget left there)."""
+_FORGET_MONTHS = f"""WITH gone AS (DELETE FROM usage_months WHERE {_WHO} RETURNING *)
+INSERT INTO usage_months AS d (month, agent, channel, chat_id, sender_id, model, purpose, input, output, cache_read,
+    cache_write, calls, estimated)
+SELECT month, agent, channel, new_chat, %(tag)s, model, purpose, sum(input), sum(output), sum(cache_read),
+    sum(cache_write), sum(calls), sum(estimated)
+FROM (SELECT *, {_CHAT} AS new_chat FROM gone) g GROUP BY month, agent, channel, new_chat, model, purpose
+{_ADD_ON_CONFLICT.format(key="month")}"""
+"""The person's month roll-ups come back under their tag (as `_FORGET_DAYS`; month totals keep no names)."""
+_FORGET_NAME = "DELETE FROM usage_names WHERE channel = %(channel)s AND sender_id = %(sender)s"
+"""Their display name goes with their id."""
+_NAME_SENDERS = """INSERT INTO usage_names AS n (channel, sender_id, name)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::text[])
+ON CONFLICT (channel, sender_id) DO UPDATE SET name = excluded.name, named_at = now() WHERE n.name <> excluded.name"""
+_SENDER_NAMES = """SELECT n.channel, n.sender_id, n.name FROM usage_names n
+JOIN unnest(%s::text[], %s::text[]) AS w(channel, sender_id) USING (channel, sender_id)"""
 _FORGET_WARNINGS = """DELETE FROM usage_warnings
 WHERE scope IN ('user:' || %(channel)s || ':' || %(sender)s, 'chat:' || %(channel)s || ':' || %(sender)s)"""
 
