@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 from agenthub.search import text
+from agenthub.search.categories import member_terms
 
 THESAURUS = """
     car vehicle drive truck suv sedan hatchback 车 汽车 开车 新车 提车 买车
@@ -61,15 +62,19 @@ MAX_RELATED = 24
 
 def related_terms(terms: Sequence[str]) -> list[str]:
     """The terms related to the query `terms` (not among them, no stop word), in the order their groups are met
-    (at most MAX_RELATED), then their derivations (at most MAX_DERIVED)."""
+    (at most MAX_RELATED), then the members of the categories they name (`categories`), then their derivations
+    (at most MAX_DERIVED)."""
     groups = _groups(text.CJK_MODE)
     have = set(terms)
     out: dict[str, None] = {}
     for term in terms:
         for group in groups.get(term, ()):
             out.update((other, None) for other in group if other not in have and other not in text.STOP_WORDS)
-    derived = dict.fromkeys(f for term in terms for f in derived_forms(term) if f not in have and f not in out)
-    return [*list(out)[:MAX_RELATED], *list(derived)[:MAX_DERIVED]]
+    chosen = list(out)[:MAX_RELATED]
+    members = member_terms(terms, taken=chosen)
+    taken = have | set(chosen) | set(members)
+    derived = dict.fromkeys(f for term in terms for f in derived_forms(term) if f not in taken)
+    return [*chosen, *members, *list(derived)[:MAX_DERIVED]]
 
 
 AGENT_SUFFIXES = ("er", "or", "ist", "ian")
