@@ -54,6 +54,19 @@ CATEGORIES = """
         婚礼 毕业
     feel feeling feelings emotion mood 心情 感觉 感受: happy sad excited nervous anxious stressed proud grateful
         upset angry lonely relieved 开心 难过 紧张 焦虑 兴奋 骄傲 生气 孤单
+    car cars vehicle drive 车 汽车 开车 新车 款: toyota honda ford bmw audi tesla volvo mercedes volkswagen nissan
+        mazda kia hyundai subaru fiat peugeot renault skoda jeep porsche lexus prius civic corolla camry 比亚迪 特斯拉
+        宝马 奔驰 大众 丰田 本田 奥迪 日产 小鹏 蔚来 吉利 雅阁 卡罗拉 帕萨特 凯美瑞 思域
+    breed 品种: labrador retriever beagle poodle corgi husky terrier spaniel bulldog dachshund collie shepherd pug
+        chihuahua greyhound schnauzer siamese persian tabby 柯基 柴犬 金毛 哈士奇 泰迪 拉布拉多 边牧 布偶 英短
+    plant plants flower flowers 植物 花 盆栽: monstera fern cactus succulent orchid basil tomato rose tulip sunflower
+        lavender bonsai ivy 龟背竹 多肉 仙人掌 绿萝 兰花 发财树 吊兰 月季 玫瑰 向日葵
+    book books novel novels 书 小说: biography memoir mystery thriller fantasy poetry comics autobiography 传记
+        推理 科幻 漫画 诗集
+    drink drinks coffee 喝 咖啡 饮料: latte cappuccino americano espresso mocha flat white tea matcha smoothie beer wine
+        cider 拿铁 美式 卡布奇诺 摩卡 澳白 奶茶 抹茶 啤酒
+    company employer firm 公司 单位: inc ltd corp group bank labs studio agency 科技 集团 银行 医疗 教育 数据 传媒
+        网络 咨询 互娱
     commute transport 通勤 交通: bus train tube subway metro bike cycle walk drive tram ferry 地铁 公交 骑车 开车
         步行
     """

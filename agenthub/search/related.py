@@ -13,7 +13,7 @@ from agenthub.search.categories import member_terms
 
 THESAURUS = """
     car vehicle drive truck suv sedan hatchback 车 汽车 开车 新车 提车 买车
-    live home house apartment flat address unit lease rent move moved 住 房子 公寓 地址 小区 租房 搬家
+    live home house apartment flat address unit lease rent move moved 住 房子 公寓 地址 小区 租房 搬家 搬到
     job work employer company office hired career position role 工作 上班 公司 单位 入职 跳槽 offer
     trip travel vacation holiday destination flight tour ~booked visit 旅行 旅游 度假 出游 机票 行程
     restaurant eat dinner lunch food place cuisine 餐厅 馆子 饭店 吃饭 好吃 菜
@@ -25,7 +25,7 @@ THESAURUS = """
     pet dog cat puppy kitten adopted named 宠物 狗 猫 小猫 小狗 领养 养
     sibling brother sister 兄弟 姐妹 哥哥 弟弟 姐姐 妹妹
     child kid son daughter baby 孩子 小孩 儿子 女儿 宝宝
-    partner boyfriend girlfriend wife husband dating relationship together married 对象 男朋友 女朋友 老婆 老公 恋爱
+    partner boyfriend girlfriend wife husband dating relationship together 对象 男朋友 女朋友 老婆 老公 恋爱 在一起
     birthday born birth age turned 生日 出生 岁
     hometown grew raised originally from 老家 家乡 长大 哪里人
     doctor physician dentist clinic hospital appointment checkup 医生 大夫 医院 看病 挂号 体检 牙医
@@ -33,9 +33,10 @@ THESAURUS = """
     school college university major degree enrolled 学校 大学 专业 上学 读书
     phone number mobile cell 手机 号码 电话 尾号
     laptop computer pc notebook 电脑 笔记本
-    diet allergic allergy vegetarian vegan 忌口 过敏 吃素
+    diet allergic allergy intolerant intolerance vegetarian vegan gluten lactose dairy 忌口 过敏 吃素 不耐受
     wedding married marry anniversary ceremony 婚礼 结婚 纪念日 喜酒
     code password passcode pin gate keypad wifi 密码 门禁 暗号
+    name named called nickname 名字 叫 名叫 取名 小名
     team league match game sport 球队 比赛 联赛 运动
     parking garage spot 停车 车位 车库
     train ticket seat flight 火车 高铁 车次 航班 座位

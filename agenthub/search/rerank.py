@@ -11,6 +11,8 @@ their related words, `related`), and the two lists are blended, re-ordered and t
   Volvo"), whose turn rarely holds his own name. When a query term is the speaker of a candidate, the index is asked
   once more without the names; a turn of the named speaker from that search scores what it scores there plus what the
   name adds to a turn that holds it.
+- **An answer of the asked kind comes first.** A question asking when, how many or where (`cues`) lifts the
+  passages holding a time, a number or a place by CUE_BONUS: of two turns on the asked topic, the one that can answer.
 - **Nothing shown twice.** A passage that a better hit already shows as its turn before or after, or whose words
   (case and spacing aside) a better hit already shows (a line said again, a repeated message), comes after every
   other hit, so the five hits show five different things.
@@ -23,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 
+from agenthub.search.cues import AnswerCue, answer_cue
 from agenthub.search.related import related_terms
 from agenthub.search.text import STOP_WORDS, index_terms, normalise
 from agenthub.storage.search_index import Passage, SearchHit, identity
@@ -40,6 +43,10 @@ MIN_SHARED = 2
 SHARED_SHARE = 0.2
 """Two passages say much the same when they share at least MIN_SHARED terms of two or more characters (no stop
 word, none of the query's) and at least SHARED_SHARE of the shorter one's such terms."""
+
+CUE_BONUS = 0.15
+"""A passage holding the kind of answer the question asks for (a time for "when") scores this much (relatively)
+more."""
 
 SPEAKER_DEPTH = 20
 """How many hits the search without the names asks for (only when a query term names a speaker of a candidate)."""
@@ -59,8 +66,9 @@ class _Candidate:
     score: float
 
 
-def ranked(search: Search, terms: Sequence[str], limit: int) -> list[SearchHit]:
-    """The best `limit` hits for `terms`, `search(terms, n)` being the index's n best (the files' worker thread)."""
+def ranked(search: Search, terms: Sequence[str], limit: int, asked: str = "") -> list[SearchHit]:
+    """The best `limit` hits for `terms` (of the query `asked`), `search(terms, n)` being the index's n best (the
+    files' worker thread)."""
     if not ENABLED:
         return search(list(terms), limit)
     extra = related_terms(terms)
@@ -70,10 +78,11 @@ def ranked(search: Search, terms: Sequence[str], limit: int) -> list[SearchHit]:
     names = named_speakers(terms, (*hits, *widened))
     rest = [t for t in terms if t not in names]
     nameless = search(rest, SPEAKER_DEPTH) if names and rest else []
-    return rerank(terms, hits, limit, widened, full=len(hits) >= first, nameless=nameless, names=names)
+    cue = answer_cue(asked)
+    return rerank(terms, hits, limit, widened, full=len(hits) >= first, nameless=nameless, names=names, cue=cue)
 
 
-async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int) -> list[SearchHit]:
+async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, asked: str = "") -> list[SearchHit]:
     """As `ranked`, for an index asked with `await` (PostgreSQL); the Python stages run on a thread."""
     if not ENABLED:
         return await search(list(terms), limit)
@@ -84,7 +93,7 @@ async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int) ->
     names = named_speakers(terms, (*hits, *widened))
     rest = [t for t in terms if t not in names]
     nameless = await search(rest, SPEAKER_DEPTH) if names and rest else []
-    stage = partial(rerank, full=len(hits) >= first, nameless=nameless, names=names)
+    stage = partial(rerank, full=len(hits) >= first, nameless=nameless, names=names, cue=answer_cue(asked))
     return await asyncio.to_thread(stage, terms, hits, limit, widened)
 
 
@@ -97,11 +106,12 @@ def rerank(
     full: bool = True,
     nameless: Sequence[SearchHit] = (),
     names: frozenset[str] = frozenset(),
+    cue: AnswerCue | None = None,
 ) -> list[SearchHit]:
     """The best `limit` of `hits` (the index's best for the query `terms`; `full`: as many as it was asked for, so
     there may be more), `widened` (its order for the query with related words) and the turns of a speaker the query
     `names` among `nameless` (its order for the query without the names), blended, newer first among passages saying
-    the same, none shown twice."""
+    the same, those holding the kind of answer `cue` asks for lifted, none shown twice."""
     scores = _blend(hits, widened, full=full)
     spoken = _by_named_speaker(hits, nameless, names)
     for key, score in spoken.items():
@@ -110,6 +120,10 @@ def rerank(
     for hit in (*hits, *widened, *(h for h in nameless if identity(h.passage) in spoken)):
         pool.setdefault(identity(hit.passage), hit)
     candidates = [_Candidate(hit, rank, scores[key]) for rank, (key, hit) in enumerate(pool.items())]
+    if cue is not None:
+        for c in candidates:
+            if cue.answers(c.hit.passage.text):
+                c.score *= 1 + CUE_BONUS
     _newer_wins(candidates, set(terms))
     ordered = sorted(candidates, key=lambda c: (-round(c.score, 9), c.rank))
     return _distinct_views(ordered, limit)

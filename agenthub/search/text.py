@@ -55,7 +55,13 @@ _QUESTION = re.compile(
 """Question words a query drops before it is cut: an answer never holds them, and in Chinese they would otherwise
 join their neighbours into bigrams (陈晨哪天出生 → 晨哪, 哪天) that no answer holds either."""
 
-_PHRASES = {"for a living": "job", "line of work": "job", "in (?:his|her|their|your|my) free time": "hobby"}
+_PHRASES = {
+    "for a living": "job",
+    "line of work": "job",
+    "in (?:his|her|their|your|my) free time": "hobby",
+    "get to work": "commute",
+    r"(?:can't|cannot) (?:\w+ )?eat": "diet",
+}
 _PHRASE = re.compile("|".join(rf"\b{p}\b" for p in _PHRASES))
 """Phrases of a question whose words would mislead (living → live, a home word), searched as the word they mean."""
 

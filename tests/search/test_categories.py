@@ -29,3 +29,8 @@ def test_a_misleading_phrase_is_searched_as_what_it_means() -> None:
     assert query_terms("What does Nora do for a living?") == ["nora", "job"]  # not "live", a home word
     assert "teacher" in related_terms(query_terms("What does Nora do for a living?"))
     assert "paint" in related_terms(query_terms("What does Jo do in her free time?"))
+
+
+def test_a_question_about_a_car_reaches_the_makes_an_answer_names() -> None:
+    assert {"prius", "volvo"} <= set(related_terms(query_terms("What car does Evan drive?")))
+    assert {"比亚", "亚迪", "小鹏"} <= set(related_terms(query_terms("周杰的新车是哪款？")))
