@@ -176,7 +176,8 @@ def _by_named_speaker(
 
 def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
     """Of two passages by the same speaker in the same chat that say much the same beyond the query's own words,
-    the newer scores at least NEWER_MARGIN above the older: what was said last is what holds now."""
+    the newer scores at least NEWER_MARGIN above the older: what was said last is what holds now. The older's own
+    score counts, not one it was lifted to: a chain of turns each sharing a little with the next lifts nothing."""
     groups: dict[tuple[str, str | None], list[_Candidate]] = {}
     for c in candidates:
         groups.setdefault((c.hit.passage.session, c.hit.passage.speaker), []).append(c)
@@ -185,11 +186,12 @@ def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
             continue
         members.sort(key=lambda c: c.hit.passage.ts or 0)
         topics = [_topic(c.hit.passage, query) for c in members]
+        scored = [c.score for c in members]  # a lift is from what the older scored, never from a lift (no chains)
         for i, older in enumerate(members):
             if len(topics[i]) < MIN_SHARED:
                 continue
             for j in range(i + 1, len(members)):
-                newer, lifted = members[j], older.score * (1 + NEWER_MARGIN)
+                newer, lifted = members[j], scored[i] * (1 + NEWER_MARGIN)
                 later = (newer.hit.passage.ts or 0) > (older.hit.passage.ts or 0)
                 if newer.score < lifted and later and _same_topic(topics[i], topics[j]):
                     newer.score = lifted
