@@ -3,7 +3,8 @@ their related words, `related`), and the two lists are blended, re-ordered and t
 
 - **Related words weigh half.** A passage scores its own words' BM25 score plus RELATED_WEIGHT of what the related
   words add: "Where does Nadia live?" reaches "new address: apartment 12C", yet a passage holding the asked words
-  stays ahead of one that only holds related ones.
+  stays ahead of one that only holds related ones. What they add is divided by the square root of how many of them
+  the passage holds, so two loose words of a wide topic ("adopted a puppy") do not outweigh the exact one ("beagle").
 - **Newer wins.** Of two passages of one speaker in one chat that say much the same beyond the query's words (a
   value stated, then restated or changed: "got a Prius" … "sold the Prius, got a Volvo"), the newer ranks just
   above the older.
@@ -79,7 +80,8 @@ def ranked(search: Search, terms: Sequence[str], limit: int, asked: str = "") ->
     rest = [t for t in terms if t not in names]
     nameless = search(rest, SPEAKER_DEPTH) if names and rest else []
     cue = answer_cue(asked)
-    return rerank(terms, hits, limit, widened, full=len(hits) >= first, nameless=nameless, names=names, cue=cue)
+    full = len(hits) >= first
+    return rerank(terms, hits, limit, widened, full=full, nameless=nameless, names=names, cue=cue, related=extra)
 
 
 async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, asked: str = "") -> list[SearchHit]:
@@ -93,7 +95,8 @@ async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, as
     names = named_speakers(terms, (*hits, *widened))
     rest = [t for t in terms if t not in names]
     nameless = await search(rest, SPEAKER_DEPTH) if names and rest else []
-    stage = partial(rerank, full=len(hits) >= first, nameless=nameless, names=names, cue=answer_cue(asked))
+    cue = answer_cue(asked)
+    stage = partial(rerank, full=len(hits) >= first, nameless=nameless, names=names, cue=cue, related=extra)
     return await asyncio.to_thread(stage, terms, hits, limit, widened)
 
 
@@ -107,12 +110,13 @@ def rerank(
     nameless: Sequence[SearchHit] = (),
     names: frozenset[str] = frozenset(),
     cue: AnswerCue | None = None,
+    related: Sequence[str] = (),
 ) -> list[SearchHit]:
     """The best `limit` of `hits` (the index's best for the query `terms`; `full`: as many as it was asked for, so
     there may be more), `widened` (its order for the query with related words) and the turns of a speaker the query
     `names` among `nameless` (its order for the query without the names), blended, newer first among passages saying
     the same, those holding the kind of answer `cue` asks for lifted, none shown twice."""
-    scores = _blend(hits, widened, full=full)
+    scores = _blend(hits, widened, full=full, related=frozenset(related))
     spoken = _by_named_speaker(hits, nameless, names)
     for key, score in spoken.items():
         scores[key] = max(scores.get(key, 0.0), score)
@@ -129,10 +133,14 @@ def rerank(
     return _distinct_views(ordered, limit)
 
 
-def _blend(hits: Sequence[SearchHit], widened: Sequence[SearchHit], *, full: bool) -> dict[Key, float]:
+def _blend(
+    hits: Sequence[SearchHit], widened: Sequence[SearchHit], *, full: bool, related: frozenset[str] = frozenset()
+) -> dict[Key, float]:
     """Each passage's score: the index's score for the query, plus RELATED_WEIGHT of what the related words add
-    (the widened score less that). A passage only the widened search found scored for the query at most what the
-    last hit of a full first search did (and nothing when the first search ran out of hits)."""
+    (the widened score less that), shared by the `related` words the passage holds (what one of them adds, about:
+    two loose words of a wide topic do not outweigh the one exact word). A passage only the widened search found
+    scored for the query at most what the last hit of a full first search did (and nothing when the first search
+    ran out of hits)."""
     own: dict[Key, float] = {}
     for hit in hits:
         own.setdefault(identity(hit.passage), hit.score)
@@ -141,8 +149,14 @@ def _blend(hits: Sequence[SearchHit], widened: Sequence[SearchHit], *, full: boo
     for hit in widened:
         key = identity(hit.passage)
         base = own.get(key, min(floor, hit.score))
-        scores[key] = max(scores.get(key, 0.0), base + RELATED_WEIGHT * max(0.0, hit.score - base))
+        held = max(1, len(related & _all_terms(hit.passage.text))) if related else 1
+        scores[key] = max(scores.get(key, 0.0), base + RELATED_WEIGHT * max(0.0, hit.score - base) / held**0.5)
     return scores
+
+
+@lru_cache(maxsize=4096)
+def _all_terms(text: str) -> frozenset[str]:
+    return frozenset(index_terms(text))
 
 
 def named_speakers(terms: Sequence[str], hits: Sequence[SearchHit]) -> frozenset[str]:
