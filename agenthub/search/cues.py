@@ -1,7 +1,7 @@
 """What kind of answer a question asks for, read from its question words ("when" → a time, "how many" → a number,
-"where" → a place (in English), "which book" → a title, "flight number" → a code; 什么时候, 多少, 哪本, 车次), and
-whether a passage holds one: the second stage lifts passages that do a little, so of two turns on the asked topic
-the one that can answer comes first."""
+"where" → a place (in English), "who" → a person, "which book" → a title, "flight number" → a code; 什么时候, 谁,
+哪本, 车次), and whether a passage holds one: the second stage lifts passages that do a little, so of two turns on
+the asked topic the one that can answer comes first."""
 
 from __future__ import annotations
 
@@ -48,6 +48,13 @@ _WHERE = re.compile(r"\bwhere\b|\bwhich (?:city|town|country|place|restaurant|ca
 (路, 区) put an older address above the newer one on the bench."""
 
 
+_PERSON = re.compile(
+    r"\b(?:mom|mum|mother|dad|father|parents|sister|brother|wife|husband|partner|boyfriend|girlfriend|son|daughter"
+    r"|kids?|aunt|uncle|cousin|grandma|grandpa|gran|nan|niece|nephew|friend|colleague|coworker|boss|neighbou?r"
+    r"|roommate|flatmate|teacher|coach|doctor)s?\b|(?:'s|\b(?:with|and|to|from|met|told|asked)) [A-Z][a-z]+"
+    r"|妈妈|爸爸|父母|老婆|老公|男朋友|女朋友|对象|儿子|女儿|哥哥|姐姐|弟弟|妹妹|朋友|同事|老板|邻居|室友|同学|老师",
+)
+_WHO = re.compile(r"\bwho(?:m|se)?\b|\bwith whom\b|谁", re.IGNORECASE)
 _TITLED = re.compile(r"《[^》]+》|[\"“][^\"”]{2,60}[\"”]")
 _TITLE = re.compile(
     r"\b(?:what|which) (?:book|novel|film|movie|show|series|song|album|play)s?\b|哪本|哪部|哪首|什么书|什么电影|什么歌"
@@ -64,7 +71,7 @@ _CODE = re.compile(
 
 @dataclass(frozen=True)
 class AnswerCue:
-    """The kind of answer a question asks for (`kind`: when, number, where, title or code) and what a passage
+    """The kind of answer a question asks for (`kind`: when, number, where, who, title or code) and what a passage
     holding one holds."""
 
     kind: str
@@ -79,6 +86,7 @@ _CUES = (
     (_HOW_MANY, AnswerCue("number", _NUMBER)),
     (_WHERE, AnswerCue("where", _PLACE)),
     (_TITLE, AnswerCue("title", _TITLED)),
+    (_WHO, AnswerCue("who", _PERSON)),
     (_CODE, AnswerCue("code", _CODED)),
 )
 

@@ -12,8 +12,9 @@ their related words, `related`), and the two lists are blended, re-ordered and t
   Volvo"), whose turn rarely holds his own name. When a query term is the speaker of a candidate, the index is asked
   once more without the names; a turn of the named speaker from that search scores what it scores there plus what the
   name adds to a turn that holds it.
-- **An answer of the asked kind comes first.** A question asking when, how many or where (`cues`) lifts the
-  passages holding a time, a number or a place by CUE_BONUS: of two turns on the asked topic, the one that can answer.
+- **An answer of the asked kind comes first.** A question asking when, how many, where, who, which title or which
+  code (`cues`) lifts the passages holding one by CUE_BONUS: of two turns on the asked topic, the one that can
+  answer.
 - **Nothing shown twice.** A passage that a better hit already shows as its turn before or after, or whose words
   (case and spacing aside) a better hit already shows (a line said again, a repeated message), comes after every
   other hit, so the five hits show five different things.
@@ -46,8 +47,8 @@ SHARED_SHARE = 0.2
 word, none of the query's) and at least SHARED_SHARE of the shorter one's such terms."""
 
 CUE_BONUS = 0.15
-"""A passage holding the kind of answer the question asks for (a time for "when") scores this much (relatively)
-more."""
+"""A passage holding the kind of answer the question asks for (a time for "when", a person for "who") scores this
+much (relatively) more."""
 
 SPEAKER_DEPTH = 20
 """How many hits the search without the names asks for (only when a query term names a speaker of a candidate)."""

@@ -59,3 +59,10 @@ def test_a_question_for_a_title_or_a_code_lifts_the_passage_holding_one() -> Non
     code = answer_cue("What's Tom's flight number?")
     assert code is not None and code.answers("I'm on B6 756") and code.answers("改签到G107")
     assert not code.answers("the flight was fine")
+
+
+def test_a_question_for_a_person_lifts_the_passage_naming_one() -> None:
+    assert _kind("Who is moving in with Daniel?") == "who" and _kind("何静在和谁谈恋爱？") == "who"
+    who = answer_cue("Who is moving in with Daniel?")
+    assert who is not None and who.answers("mom's moving in with us") and who.answers("I went with Jo")
+    assert who.answers("我和同事去的") and not who.answers("moving in next week")
