@@ -16,7 +16,7 @@ CATEGORIES = """
         boxing karate yoga pilates hiking rowing skating marathon gym 足球 篮球 网球 羽毛球 乒乓球 排球 游泳 跑步
         骑行 爬山 登山 攀岩 滑雪 瑜伽 健身 徒步
     instrument instruments 乐器: piano guitar violin cello drums flute clarinet saxophone trumpet trombone harp
-        ukulele keyboard banjo accordion 钢琴 吉他 小提琴 大提琴 架子鼓 长笛 萨克斯 古筝 二胡 琵琶 笛子
+        ukulele keyboard banjo accordion 钢琴 吉他 小提琴 大提琴 架子鼓 长笛 萨克斯 古筝 二胡 琵琶 笛子 尤克里里
     animal animals pet pets 动物 宠物: dog puppy cat kitten rabbit hamster parrot bird tortoise turtle fish
         goldfish horse pony snake lizard 狗 猫 兔子 仓鼠 鹦鹉 乌龟 金鱼 鱼 马
     job jobs work profession occupation career 职业 工作: teacher nurse doctor engineer mechanic developer programmer

@@ -21,7 +21,7 @@ THESAURUS = """
     instrument play lessons piano guitar violin drums saxophone ukulele cello 乐器 钢琴 吉他 小提琴 鼓 萨克斯 古筝
     music band song singer artist album concert gig listen 音乐 乐队 歌 歌手 演唱会 听歌
     language learn study lessons class course speak fluent 语言 外语 学习 英语 日语 法语 德语 口语
-    book novel read reading author chapter 书 小说 看书 读书 作者
+    book novel read reading author chapter 书 读 小说 看书 读书 作者
     pet dog cat puppy kitten adopted named 宠物 狗 猫 小猫 小狗 领养 养
     sibling brother sister 兄弟 姐妹 哥哥 弟弟 姐姐 妹妹
     child kid son daughter baby 孩子 小孩 儿子 女儿 宝宝
@@ -39,7 +39,7 @@ THESAURUS = """
     name named called nickname 名字 叫 名叫 取名 小名
     team league match game sport 球队 比赛 联赛 运动
     parking garage spot 停车 车位 车库
-    train ticket seat flight 火车 高铁 车次 航班 座位
+    train ticket seat flight rebooked 火车 高铁 车次 航班 座位 改签 停运
     package parcel delivery order shipped tracking 快递 包裹 订单 单号
     deadline due submit 截止 期限
     paint painting painted watercolor canvas sketch drawing artwork 画 画画 水彩 油画 素描
