@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend"
 _MONTHS = (
@@ -78,7 +79,13 @@ class AnswerCue:
     holds: re.Pattern[str]
 
     def answers(self, passage_text: str) -> bool:
-        return self.holds.search(passage_text) is not None
+        return _holds(self.holds, passage_text)
+
+
+@lru_cache(maxsize=8192)
+def _holds(pattern: re.Pattern[str], text: str) -> bool:
+    """Cached: the same turns come back as candidates query after query."""
+    return pattern.search(text) is not None
 
 
 _CUES = (
