@@ -12,6 +12,8 @@ Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|hel
 its tuned half and its held-out half (the held-out half's misses are never shown).
 `--set casual`: 4 chats of 22 dated sessions, ~390 turns each, written after the tuning and never tuned on
 (recall_data/casual_set.py): totals only, per language and question kind, never a miss.
+`--set fresh`: 2 more English chats made as the casual set's, written before the s6 recall work and never tuned on
+(recall_data/casual_en_fresh.py): totals only, never a miss.
 Every set is also counted as the public long-conversation benchmark counts: the real memory_search tool's text
 answer (limit 5) cut at 3,500 characters must hold the answer turn's distinctive part (recall_data/budget.py).
 The main set's figures are also given per half (A: even-numbered chats, B: odd ones): tune on one, check the other.
@@ -33,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from recall_data.budget import TextOutcome, needles, text_report
-from recall_data.casual_set import casual_set
+from recall_data.casual_set import casual_set, fresh_set
 from recall_data.generate import CONVERSATIONS_PER_LANG, HELDOUT_PER_LANG, dataset, heldout
 from recall_data.long_set import HELDOUT, long_set
 from recall_data.model import Conversation, as_json
@@ -75,7 +77,9 @@ def text_report_by_kind(texts: list[TextOutcome]) -> list[str]:
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--conversations", type=int, help="per language (main 12, heldout 4)")
-    parser.add_argument("--set", choices=["main", "heldout", "long", "casual"], default="main", help="which data set")
+    parser.add_argument(
+        "--set", choices=["main", "heldout", "long", "casual", "fresh"], default="main", help="which data set"
+    )
     parser.add_argument("--no-rerank", action="store_true", help="the index's order, without the second stage")
     parser.add_argument(
         "--cjk", choices=["grams", "words", "bigrams"], default=text.CJK_MODE, help="how Chinese is cut"
@@ -129,6 +133,8 @@ async def main() -> int:
         conversations = heldout(per_lang=args.conversations or HELDOUT_PER_LANG)
     elif args.set == "long":
         conversations = long_set(wordy=args.wordy)
+    elif args.set == "fresh":
+        conversations = fresh_set()
     else:
         conversations = casual_set()
     if args.dump is not None:
@@ -153,7 +159,7 @@ async def main() -> int:
         for part, name in ((False, "tuned half"), (True, "held-out half")):
             chosen = [o for o in texts if (o.question.conversation in HELDOUT) == part]
             print("\n".join(text_report(chosen, f"  {name}: answer within 3,500 characters")))
-    if args.set == "casual":
+    if args.set in ("casual", "fresh"):
         print("\n".join(text_report_by_kind(texts)))
     outcomes_shown = [o for o in outcomes if not _held_out(o.question.conversation)]
     print("\n".join(misses(conversations, outcomes_shown, args.show_misses, args.misses_beyond)))

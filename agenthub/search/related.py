@@ -9,10 +9,11 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 from agenthub.search import text
+from agenthub.search.categories import member_terms
 
 THESAURUS = """
     car vehicle drive truck suv sedan hatchback 车 汽车 开车 新车 提车 买车
-    live home house apartment flat address unit lease rent move moved 住 房子 公寓 地址 小区 租房 搬家
+    live home house apartment flat address unit lease rent move moved 住 房子 公寓 地址 小区 租房 搬家 搬到
     job work employer company office hired career position role 工作 上班 公司 单位 入职 跳槽 offer
     trip travel vacation holiday destination flight tour ~booked visit 旅行 旅游 度假 出游 机票 行程
     restaurant eat dinner lunch food place cuisine 餐厅 馆子 饭店 吃饭 好吃 菜
@@ -20,11 +21,11 @@ THESAURUS = """
     instrument play lessons piano guitar violin drums saxophone ukulele cello 乐器 钢琴 吉他 小提琴 鼓 萨克斯 古筝
     music band song singer artist album concert gig listen 音乐 乐队 歌 歌手 演唱会 听歌
     language learn study lessons class course speak fluent 语言 外语 学习 英语 日语 法语 德语 口语
-    book novel read reading author chapter 书 小说 看书 读书 作者
+    book novel read reading author chapter 书 读 小说 看书 读书 作者
     pet dog cat puppy kitten adopted named 宠物 狗 猫 小猫 小狗 领养 养
     sibling brother sister 兄弟 姐妹 哥哥 弟弟 姐姐 妹妹
     child kid son daughter baby 孩子 小孩 儿子 女儿 宝宝
-    partner boyfriend girlfriend wife husband dating relationship together married 对象 男朋友 女朋友 老婆 老公 恋爱
+    partner boyfriend girlfriend wife husband dating relationship together 对象 男朋友 女朋友 老婆 老公 恋爱 在一起
     birthday born birth age turned 生日 出生 岁
     hometown grew raised originally from 老家 家乡 长大 哪里人
     doctor physician dentist clinic hospital appointment checkup 医生 大夫 医院 看病 挂号 体检 牙医
@@ -32,12 +33,13 @@ THESAURUS = """
     school college university major degree enrolled 学校 大学 专业 上学 读书
     phone number mobile cell 手机 号码 电话 尾号
     laptop computer pc notebook 电脑 笔记本
-    diet allergic allergy vegetarian vegan 忌口 过敏 吃素
+    diet allergic allergy intolerant intolerance vegetarian vegan gluten lactose dairy 忌口 过敏 吃素 不耐受
     wedding married marry anniversary ceremony 婚礼 结婚 纪念日 喜酒
     code password passcode pin gate keypad wifi 密码 门禁 暗号
+    name named called nickname 名字 叫 名叫 取名 小名
     team league match game sport 球队 比赛 联赛 运动
     parking garage spot 停车 车位 车库
-    train ticket seat flight 火车 高铁 车次 航班 座位
+    train ticket seat flight rebooked 火车 高铁 车次 航班 座位 改签 停运
     package parcel delivery order shipped tracking 快递 包裹 订单 单号
     deadline due submit 截止 期限
     paint painting painted watercolor canvas sketch drawing artwork 画 画画 水彩 油画 素描
@@ -61,15 +63,19 @@ MAX_RELATED = 24
 
 def related_terms(terms: Sequence[str]) -> list[str]:
     """The terms related to the query `terms` (not among them, no stop word), in the order their groups are met
-    (at most MAX_RELATED), then their derivations (at most MAX_DERIVED)."""
+    (at most MAX_RELATED), then the members of the categories they name (`categories`), then their derivations
+    (at most MAX_DERIVED)."""
     groups = _groups(text.CJK_MODE)
     have = set(terms)
     out: dict[str, None] = {}
     for term in terms:
         for group in groups.get(term, ()):
             out.update((other, None) for other in group if other not in have and other not in text.STOP_WORDS)
-    derived = dict.fromkeys(f for term in terms for f in derived_forms(term) if f not in have and f not in out)
-    return [*list(out)[:MAX_RELATED], *list(derived)[:MAX_DERIVED]]
+    chosen = list(out)[:MAX_RELATED]
+    members = member_terms(terms, taken=chosen)
+    taken = have | set(chosen) | set(members)
+    derived = dict.fromkeys(f for term in terms for f in derived_forms(term) if f not in taken)
+    return [*chosen, *members, *list(derived)[:MAX_DERIVED]]
 
 
 AGENT_SUFFIXES = ("er", "or", "ist", "ian")

@@ -3,7 +3,8 @@ their related words, `related`), and the two lists are blended, re-ordered and t
 
 - **Related words weigh half.** A passage scores its own words' BM25 score plus RELATED_WEIGHT of what the related
   words add: "Where does Nadia live?" reaches "new address: apartment 12C", yet a passage holding the asked words
-  stays ahead of one that only holds related ones.
+  stays ahead of one that only holds related ones. What they add is divided by the square root of how many of them
+  the passage holds, so two loose words of a wide topic ("adopted a puppy") do not outweigh the exact one ("beagle").
 - **Newer wins.** Of two passages of one speaker in one chat that say much the same beyond the query's words (a
   value stated, then restated or changed: "got a Prius" … "sold the Prius, got a Volvo"), the newer ranks just
   above the older.
@@ -11,6 +12,9 @@ their related words, `related`), and the two lists are blended, re-ordered and t
   Volvo"), whose turn rarely holds his own name. When a query term is the speaker of a candidate, the index is asked
   once more without the names; a turn of the named speaker from that search scores what it scores there plus what the
   name adds to a turn that holds it.
+- **An answer of the asked kind comes first.** A question asking when, how many, where, who, which title or which
+  code (`cues`) lifts the passages holding one by CUE_BONUS: of two turns on the asked topic, the one that can
+  answer.
 - **Nothing shown twice.** A passage that a better hit already shows as its turn before or after, or whose words
   (case and spacing aside) a better hit already shows (a line said again, a repeated message), comes after every
   other hit, so the five hits show five different things.
@@ -23,6 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 
+from agenthub.search.cues import AnswerCue, answer_cue
 from agenthub.search.related import related_terms
 from agenthub.search.text import STOP_WORDS, index_terms, normalise
 from agenthub.storage.search_index import Passage, SearchHit, identity
@@ -40,6 +45,10 @@ MIN_SHARED = 2
 SHARED_SHARE = 0.2
 """Two passages say much the same when they share at least MIN_SHARED terms of two or more characters (no stop
 word, none of the query's) and at least SHARED_SHARE of the shorter one's such terms."""
+
+CUE_BONUS = 0.15
+"""A passage holding the kind of answer the question asks for (a time for "when", a person for "who") scores this
+much (relatively) more."""
 
 SPEAKER_DEPTH = 20
 """How many hits the search without the names asks for (only when a query term names a speaker of a candidate)."""
@@ -59,8 +68,9 @@ class _Candidate:
     score: float
 
 
-def ranked(search: Search, terms: Sequence[str], limit: int) -> list[SearchHit]:
-    """The best `limit` hits for `terms`, `search(terms, n)` being the index's n best (the files' worker thread)."""
+def ranked(search: Search, terms: Sequence[str], limit: int, asked: str = "") -> list[SearchHit]:
+    """The best `limit` hits for `terms` (of the query `asked`), `search(terms, n)` being the index's n best (the
+    files' worker thread)."""
     if not ENABLED:
         return search(list(terms), limit)
     extra = related_terms(terms)
@@ -70,10 +80,12 @@ def ranked(search: Search, terms: Sequence[str], limit: int) -> list[SearchHit]:
     names = named_speakers(terms, (*hits, *widened))
     rest = [t for t in terms if t not in names]
     nameless = search(rest, SPEAKER_DEPTH) if names and rest else []
-    return rerank(terms, hits, limit, widened, full=len(hits) >= first, nameless=nameless, names=names)
+    cue = answer_cue(asked)
+    full = len(hits) >= first
+    return rerank(terms, hits, limit, widened, full=full, nameless=nameless, names=names, cue=cue, related=extra)
 
 
-async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int) -> list[SearchHit]:
+async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, asked: str = "") -> list[SearchHit]:
     """As `ranked`, for an index asked with `await` (PostgreSQL); the Python stages run on a thread."""
     if not ENABLED:
         return await search(list(terms), limit)
@@ -84,7 +96,8 @@ async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int) ->
     names = named_speakers(terms, (*hits, *widened))
     rest = [t for t in terms if t not in names]
     nameless = await search(rest, SPEAKER_DEPTH) if names and rest else []
-    stage = partial(rerank, full=len(hits) >= first, nameless=nameless, names=names)
+    cue = answer_cue(asked)
+    stage = partial(rerank, full=len(hits) >= first, nameless=nameless, names=names, cue=cue, related=extra)
     return await asyncio.to_thread(stage, terms, hits, limit, widened)
 
 
@@ -97,12 +110,14 @@ def rerank(
     full: bool = True,
     nameless: Sequence[SearchHit] = (),
     names: frozenset[str] = frozenset(),
+    cue: AnswerCue | None = None,
+    related: Sequence[str] = (),
 ) -> list[SearchHit]:
     """The best `limit` of `hits` (the index's best for the query `terms`; `full`: as many as it was asked for, so
     there may be more), `widened` (its order for the query with related words) and the turns of a speaker the query
     `names` among `nameless` (its order for the query without the names), blended, newer first among passages saying
-    the same, none shown twice."""
-    scores = _blend(hits, widened, full=full)
+    the same, those holding the kind of answer `cue` asks for lifted, none shown twice."""
+    scores = _blend(hits, widened, full=full, related=frozenset(related))
     spoken = _by_named_speaker(hits, nameless, names)
     for key, score in spoken.items():
         scores[key] = max(scores.get(key, 0.0), score)
@@ -110,15 +125,23 @@ def rerank(
     for hit in (*hits, *widened, *(h for h in nameless if identity(h.passage) in spoken)):
         pool.setdefault(identity(hit.passage), hit)
     candidates = [_Candidate(hit, rank, scores[key]) for rank, (key, hit) in enumerate(pool.items())]
+    if cue is not None:
+        for c in candidates:
+            if cue.answers(c.hit.passage.text):
+                c.score *= 1 + CUE_BONUS
     _newer_wins(candidates, set(terms))
     ordered = sorted(candidates, key=lambda c: (-round(c.score, 9), c.rank))
     return _distinct_views(ordered, limit)
 
 
-def _blend(hits: Sequence[SearchHit], widened: Sequence[SearchHit], *, full: bool) -> dict[Key, float]:
+def _blend(
+    hits: Sequence[SearchHit], widened: Sequence[SearchHit], *, full: bool, related: frozenset[str] = frozenset()
+) -> dict[Key, float]:
     """Each passage's score: the index's score for the query, plus RELATED_WEIGHT of what the related words add
-    (the widened score less that). A passage only the widened search found scored for the query at most what the
-    last hit of a full first search did (and nothing when the first search ran out of hits)."""
+    (the widened score less that), shared by the `related` words the passage holds (what one of them adds, about:
+    two loose words of a wide topic do not outweigh the one exact word). A passage only the widened search found
+    scored for the query at most what the last hit of a full first search did (and nothing when the first search
+    ran out of hits)."""
     own: dict[Key, float] = {}
     for hit in hits:
         own.setdefault(identity(hit.passage), hit.score)
@@ -127,8 +150,14 @@ def _blend(hits: Sequence[SearchHit], widened: Sequence[SearchHit], *, full: boo
     for hit in widened:
         key = identity(hit.passage)
         base = own.get(key, min(floor, hit.score))
-        scores[key] = max(scores.get(key, 0.0), base + RELATED_WEIGHT * max(0.0, hit.score - base))
+        held = max(1, len(related & _all_terms(hit.passage.text))) if related else 1
+        scores[key] = max(scores.get(key, 0.0), base + RELATED_WEIGHT * max(0.0, hit.score - base) / held**0.5)
     return scores
+
+
+@lru_cache(maxsize=4096)
+def _all_terms(text: str) -> frozenset[str]:
+    return frozenset(index_terms(text))
 
 
 def named_speakers(terms: Sequence[str], hits: Sequence[SearchHit]) -> frozenset[str]:
@@ -162,7 +191,8 @@ def _by_named_speaker(
 
 def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
     """Of two passages by the same speaker in the same chat that say much the same beyond the query's own words,
-    the newer scores at least NEWER_MARGIN above the older: what was said last is what holds now."""
+    the newer scores at least NEWER_MARGIN above the older: what was said last is what holds now. The older's own
+    score counts, not one it was lifted to: a chain of turns each sharing a little with the next lifts nothing."""
     groups: dict[tuple[str, str | None], list[_Candidate]] = {}
     for c in candidates:
         groups.setdefault((c.hit.passage.session, c.hit.passage.speaker), []).append(c)
@@ -171,11 +201,12 @@ def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
             continue
         members.sort(key=lambda c: c.hit.passage.ts or 0)
         topics = [_topic(c.hit.passage, query) for c in members]
+        scored = [c.score for c in members]  # a lift is from what the older scored, never from a lift (no chains)
         for i, older in enumerate(members):
             if len(topics[i]) < MIN_SHARED:
                 continue
             for j in range(i + 1, len(members)):
-                newer, lifted = members[j], older.score * (1 + NEWER_MARGIN)
+                newer, lifted = members[j], scored[i] * (1 + NEWER_MARGIN)
                 later = (newer.hit.passage.ts or 0) > (older.hit.passage.ts or 0)
                 if newer.score < lifted and later and _same_topic(topics[i], topics[j]):
                     newer.score = lifted

@@ -55,6 +55,16 @@ _QUESTION = re.compile(
 """Question words a query drops before it is cut: an answer never holds them, and in Chinese they would otherwise
 join their neighbours into bigrams (陈晨哪天出生 → 晨哪, 哪天) that no answer holds either."""
 
+_PHRASES = {
+    "for a living": "job",
+    "line of work": "job",
+    "in (?:his|her|their|your|my) free time": "hobby",
+    "get to work": "commute",
+    r"(?:can't|cannot) (?:\w+ )?eat": "diet",
+}
+_PHRASE = re.compile("|".join(rf"\b{p}\b" for p in _PHRASES))
+"""Phrases of a question whose words would mislead (living → live, a home word), searched as the word they mean."""
+
 _stemmer = Stemmer.Stemmer("english")
 _CACHED_TOKENS = 50_000
 _CACHED_TOKEN_CHARS = 12
@@ -100,13 +110,18 @@ def query_terms(text: str, *, cjk: CjkMode | None = None) -> list[str]:
     for punctuation."""
     mode = cjk or CJK_MODE
     text = normalise(text[:MAX_QUERY_CHARS])
-    distinct = list(dict.fromkeys(_terms(_QUESTION.sub(" ", text), mode)))
+    distinct = list(dict.fromkeys(_terms(_QUESTION.sub(" ", _PHRASE.sub(_phrase_word, text)), mode)))
     content = [t for t in distinct if t not in STOP_WORDS]
     if not content:
         distinct = list(dict.fromkeys(_terms(text, mode)))
     chosen = (content or distinct)[:MAX_QUERY_TERMS]
     forms = [f for t in chosen for f in _FORMS.get(t, ()) if f not in chosen]
     return chosen + list(dict.fromkeys(forms))[: MAX_QUERY_TERMS - len(chosen)]
+
+
+def _phrase_word(match: re.Match[str]) -> str:
+    phrase = match.group(0)
+    return " " + next(word for p, word in _PHRASES.items() if re.fullmatch(p, phrase)) + " "
 
 
 def normalise(text: str) -> str:

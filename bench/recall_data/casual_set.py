@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from recall_data import casual_filler as filler
 from recall_data.casual_en import NORA_FELIX, PRIYA_TOM
+from recall_data.casual_en_fresh import GRACE_OWEN, MARCUS_LEILA
 from recall_data.casual_kinds import Chat, Q, S
 from recall_data.casual_zh import HE_MA, LIN_ZHOU
 from recall_data.model import CONVERSATION_TURNS, Conversation, Lang, Question, Turn
@@ -23,15 +24,27 @@ SESSION_TURNS = (14, 22)
 START_S = 1_767_571_200  # 2026-01-05 (UTC)
 DAY_S = 86_400
 CHATS: list[tuple[Lang, Chat]] = [("en", NORA_FELIX), ("en", PRIYA_TOM), ("zh", LIN_ZHOU), ("zh", HE_MA)]
+FRESH_FIRST = 310
+FRESH_CHATS: list[tuple[Lang, Chat]] = [("en", MARCUS_LEILA), ("en", GRACE_OWEN)]
+"""The fresh set: two more English chats written before the s6 recall work and never tuned on."""
 
 
 def casual_set(seed: int = SEED) -> list[Conversation]:
+    return _chats(CHATS, "casual", FIRST, seed)
+
+
+def fresh_set(seed: int = SEED) -> list[Conversation]:
+    """The fresh held-out English chats (`casual_en_fresh`), made as the casual set's are."""
+    return _chats(FRESH_CHATS, "casual-fresh", FRESH_FIRST, seed)
+
+
+def _chats(chats: list[tuple[Lang, Chat]], prefix: str, first: int, seed: int) -> list[Conversation]:
     counts: dict[str, int] = {}
     out = []
-    for number, (lang, chat) in enumerate(CHATS):
-        cid = f"casual-{lang}-{counts.setdefault(lang, 0)}"
+    for number, (lang, chat) in enumerate(chats):
+        cid = f"{prefix}-{lang}-{counts.setdefault(lang, 0)}"
         counts[lang] += 1
-        out.append(conversation(cid, lang, FIRST + number, chat, seed))
+        out.append(conversation(cid, lang, first + number, chat, seed))
     return out
 
 

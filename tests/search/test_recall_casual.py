@@ -10,15 +10,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from recall_data.budget import BUDGET_CHARS, text_report
-from recall_data.casual_set import SESSIONS, casual_set
+from recall_data.casual_set import SESSIONS, casual_set, fresh_set
 from recall_data.model import Conversation
 from recall_data.probe import RankedProbe
 from recall_data.run import measure_both
 
-FLOOR_IN_BUDGET = {"zh": 0.73, "en": 0.50}
-"""Just below what is measured: zh 0.756, en 0.524 (before a repeated line was kept from taking a second hit and
-the colloquial question words left the query: zh 0.732, en 0.524). Low on purpose: this set was never tuned on, so
-it is the honest figure for chats the search has not seen; raise it with the search, never by fitting to it."""
+FLOOR_IN_BUDGET = {"zh": 0.73, "en": 0.71}
+"""Just below what is measured: zh 0.756, en 0.738 (before the category members, the answer cues and the fixes to
+newer-wins and related-word weights: zh 0.756, en 0.524). Low on purpose: this set was never tuned on, so it is the
+honest figure for chats the search has not seen; raise it with the search, never by fitting to it."""
+FRESH_FLOOR_IN_BUDGET = 0.71
+"""The fresh English chats (`casual_en_fresh.py`, written before that work and never tuned on): 0.738 measured
+(0.571 before it)."""
 
 
 async def test_the_tool_s_first_3500_characters_hold_the_evidence_in_both_languages(tmp_path: Path) -> None:
@@ -29,6 +32,13 @@ async def test_the_tool_s_first_3500_characters_hold_the_evidence_in_both_langua
     for lang, floor in FLOOR_IN_BUDGET.items():
         chosen = [o for o in texts if o.question.lang == lang]
         assert sum(o.found for o in chosen) / len(chosen) >= floor, table
+
+
+async def test_the_fresh_english_chats_hold_their_evidence_within_3500_characters_too(tmp_path: Path) -> None:
+    _, texts = await measure_both(fresh_set(), tmp_path, RankedProbe)
+    table = "\n".join(text_report(texts, "fresh casual set"))
+    assert max(o.chars for o in texts) <= BUDGET_CHARS, table
+    assert len(texts) == 42 and sum(o.found for o in texts) / len(texts) >= FRESH_FLOOR_IN_BUDGET, table
 
 
 def test_the_casual_set_is_four_long_dated_chats_asked_every_kind_of_question() -> None:

@@ -14,9 +14,9 @@ from recall_data.long_set import HELDOUT, long_set
 from recall_data.probe import RankedProbe
 from recall_data.run import measure_both
 
-FLOOR_IN_BUDGET = {"zh": 0.78, "en": 0.78}
-"""Just below what is measured: zh 0.808, en 0.798 (tuned half en 0.750, held-out half en 0.846; before the shared
-answer budget, the question frames and the new related words: zh 0.808, en 0.788)."""
+FLOOR_IN_BUDGET = {"zh": 0.84, "en": 0.85}
+"""Just below what is measured: zh 0.865, en 0.875 (held-out half zh 0.808, en 0.885; before the category members,
+the answer cues and the fixes to newer-wins and related-word weights: zh 0.808, en 0.798, held-out half en 0.846)."""
 
 
 async def test_the_tool_s_first_3500_characters_hold_the_answer_in_both_languages(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agenthub.search.categories import MAX_MEMBERS
 from agenthub.search.related import MAX_DERIVED, MAX_RELATED, derived_forms, related_terms
 from agenthub.search.text import STOP_WORDS, query_terms
 
@@ -23,7 +24,7 @@ def test_chinese_words_widen_by_their_pairs_not_their_single_characters() -> Non
 
 def test_no_stop_word_and_no_more_than_the_cap() -> None:
     extra = related_terms(query_terms("car home job trip food coffee music book pet school phone laptop"))
-    assert len(extra) == MAX_RELATED + MAX_DERIVED  # thesaurus words, then derivations (car → carer, ...)
+    assert len(extra) == MAX_RELATED + MAX_MEMBERS + MAX_DERIVED  # thesaurus words, category members, derivations
     assert not set(extra) & STOP_WORDS
     assert related_terms(query_terms("7Q2 夜莺 2026-12-01")) == []  # a code, a name, a date: none
 
@@ -34,4 +35,6 @@ def test_english_derivations_stemming_leaves_apart_widen_a_query_too() -> None:
     assert derived_forms("run")[:2] == ["runer", "runner"] and "counselor" in derived_forms("counsel")
     assert derived_forms("painter") == ["paint", "painte"]  # a derivation goes back to its base only
     assert derived_forms("7q2") == [] and derived_forms("go") == [] and derived_forms("王磊") == []
-    assert len(related_terms(query_terms("What did Maria study in college?"))) <= MAX_RELATED + MAX_DERIVED
+    assert (
+        len(related_terms(query_terms("What did Maria study in college?"))) <= MAX_RELATED + MAX_MEMBERS + MAX_DERIVED
+    )

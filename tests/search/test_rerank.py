@@ -71,3 +71,23 @@ def test_the_same_words_said_again_come_after_every_other_passage() -> None:
     other = _hit(90, "the office wifi password is on the fridge", 2.0)
     out = rerank(["wifi", "password"], [said, again, beside, other], 3)
     assert _texts(out) == [said.passage.text, beside.passage.text, other.passage.text]
+
+
+def test_a_lift_is_from_what_the_older_passage_scored_not_from_a_lift_it_got() -> None:
+    first = _hit(10, "garden tomato harvest", 10.0)
+    restated = _hit(20, "garden tomato pepper balcony", 2.0)  # says the same as the first: lifted above it
+    chained = _hit(30, "pepper balcony sunset", 1.0)  # shares with the restatement only, nothing with the first
+    other = _hit(40, "something else entirely", 5.0, speaker="mia")
+    out = rerank(["q"], [first, restated, chained, other], 5)
+    assert _texts(out) == [restated.passage.text, first.passage.text, other.passage.text, chained.passage.text]
+    assert out[-1].score == 2.0 * 1.01
+
+
+def test_what_related_words_add_is_shared_by_those_the_passage_holds() -> None:
+    exact = _hit(10, "Beagles are adorable little menaces", 10.0)
+    loose = _hit(20, "a friend just adopted a puppy", 12.0, speaker="mia")  # two loose words of the topic
+    related = ["beagl", "adopt", "puppi"]
+    out = rerank(["breed"], [], 5, [loose, exact], full=False, related=related)
+    assert _texts(out) == [exact.passage.text, loose.passage.text]
+    assert [h.score for h in out] == [5.0, 0.5 * 12.0 / 2**0.5]
+    assert _texts(rerank(["breed"], [], 5, [loose, exact], full=False)) == [loose.passage.text, exact.passage.text]
