@@ -9,6 +9,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub.errors import StorageError
+from agenthub.storage.postgres.schema_search import SEARCH_PACKED_SQL, SEARCH_PACKED_WHAT
 from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_SQL, USAGE_TOTALS_WHAT
 
 log = structlog.get_logger(__name__)
@@ -744,6 +745,9 @@ SESSION_CLAIMS = Migration(
 )
 """`agenthub_session_append` (migration 13) stays for instances not upgraded yet."""
 
+SEARCH_PACKED = Migration(22, SEARCH_PACKED_WHAT, SEARCH_PACKED_SQL)
+"""Migration 22 (`schema_search`): postings packed per term in blocks, docs pending until packed."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -763,6 +767,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     USAGE_TOTALS,
     SEARCH_DOC_TERMS,
     SESSION_CLAIMS,
+    SEARCH_PACKED,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
