@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import TupleRow
 
 from agenthub.storage.postgres.database import Database
@@ -30,6 +30,7 @@ from agenthub.storage.search_index import (
 )
 
 Conn = AsyncConnection[TupleRow]
+Cursor = AsyncCursor[TupleRow]
 
 PRELOAD = 500_000
 """Postings an instance reads into memory at start, of the most frequent terms (`PostgresSearchIndex.preload`)."""
@@ -191,14 +192,24 @@ async def lock_source(conn: Conn, agent: str, source: SourceRef, *, durable: boo
     await conn.execute(sql, source_params(agent, source))
 
 
-async def lock_agent(conn: Conn, agent: str, docs: int = 0, length: int = 0, added: int = 0) -> int:
-    """Take the agent's stats row (moving its N and total length by `docs` and `length`, its pending docs by `added`)
-    before any other index row: the agent's index writers and its packer commit one at a time from here, so doc ids
-    grow in commit order (an instance reads the docs added since it last read by id), a removal never races a pack
-    and no two writers lock term rows in opposite orders. Returns the agent's pending docs."""
-    cursor = await conn.execute(_ADD_STATS, {"agent": agent, "docs": docs, "length": length, "added": added})
-    row = await cursor.fetchone()
-    return 0 if row is None else int(row[0])
+async def lock_agent(conn: Conn, agent: str, docs: int = 0, length: int = 0) -> None:
+    """Take the agent's stats row (moving its N and total length by `docs` and `length`) before any other index row:
+    the agent's index writers and its packer commit one at a time from here, so doc ids grow in commit order (an
+    instance reads the docs added since it last read by id), a removal never races a pack and no two writers lock
+    term rows in opposite orders."""
+    await _move_stats(conn, agent, docs, length)
+
+
+async def _move_stats(conn: Conn, agent: str, docs: int, length: int, added: int = 0) -> Cursor:
+    """`lock_agent`, its pending docs moved by `added` too; the cursor of the pending docs after it (not read: in a
+    pipeline, reading it waits for the server)."""
+    return await conn.execute(_ADD_STATS, {"agent": agent, "docs": docs, "length": length, "added": added})
+
+
+async def pending_after(cursor: Cursor | None) -> int | None:
+    """The agent's pending docs after an `insert_batch` (None: it wrote nothing)."""
+    row = None if cursor is None else await cursor.fetchone()
+    return None if row is None else int(row[0])
 
 
 async def drop_docs(conn: Conn, agent: str, source: SourceRef, seqs: Sequence[int] | None = None) -> tuple[int, int]:
@@ -215,9 +226,9 @@ async def drop_docs(conn: Conn, agent: str, source: SourceRef, seqs: Sequence[in
 
 async def insert_docs(
     conn: Conn, agent: str, source: SourceRef, docs: Sequence[SearchDoc], dropped: tuple[int, int] = (0, 0)
-) -> int | None:
+) -> None:
     """Store `docs`, and move the agent's N and total length by what was added and dropped (`insert_batch`)."""
-    return await insert_batch(conn, agent, [(source, docs)], dropped)
+    await insert_batch(conn, agent, [(source, docs)], dropped)
 
 
 async def insert_batch(
@@ -225,18 +236,18 @@ async def insert_batch(
     agent: str,
     batch: Sequence[tuple[SourceRef, Sequence[SearchDoc]]],
     dropped: tuple[int, int] = (0, 0),
-) -> int | None:
+) -> Cursor | None:
     """Store the docs of every source of `batch` in one statement (pending: the packer puts their postings in
     blocks), and move the agent's N and total length by what was added and dropped (its stats row taken first);
-    the agent's pending docs then (None: nothing was written)."""
+    the cursor of the agent's pending docs then (`pending_after`; None: nothing was written)."""
     added = sum(len(docs) for _, docs in batch)
     added_length = sum(len(doc.terms) for _, docs in batch for doc in docs)
     if not added and dropped == (0, 0):
         return None
-    pending = await lock_agent(conn, agent, added - dropped[0], added_length - dropped[1], added)
+    counted = await _move_stats(conn, agent, added - dropped[0], added_length - dropped[1], added)
     if added:
         await conn.execute(_INSERT, {"agent": agent, **_columns(batch)})
-    return pending
+    return counted
 
 
 def _columns(batch: Sequence[tuple[SourceRef, Sequence[SearchDoc]]]) -> dict[str, list[Any]]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from agenthub import jsonsafe
 from agenthub.session_keys import SessionKey
-from agenthub.storage.postgres.search import Conn, insert_batch
+from agenthub.storage.postgres.search import Conn, insert_batch, pending_after
 from agenthub.storage.search_index import ARCHIVE, HISTORY, JsonWatermark, SearchDoc, SourceRef
 
 HistoryRecord = dict[str, Any]
@@ -178,7 +178,7 @@ async def catch_up_batch(
     kept = [s for s in sources if s.key not in rewritten]
     made = await asyncio.to_thread(_docs, kept, make_docs)
     batch = [(s.ref, docs) for s, (docs, _) in zip(kept, made, strict=True) if docs]
-    pending = await insert_batch(conn, agent, batch)
+    counted = await insert_batch(conn, agent, batch)
     marks = [(s, s.new_mark(skipped).dump()) for s, (_, skipped) in zip(kept, made, strict=True)]
     marks = [(s, m) for s, m in marks if s.ref.kind == HISTORY or s.added()]  # an archive untouched keeps its mark
     if marks:
@@ -192,6 +192,7 @@ async def catch_up_batch(
                 "heads": [s.head if s.ref.kind == HISTORY else None for s, _ in marks],
             },
         )
+    pending = await pending_after(counted)  # read once the watermarks are sent too
     for s, m in marks:
         history, archive, has_archive = states[s.ref.session]
         states[s.ref.session] = (m, archive, has_archive) if s.ref.kind == HISTORY else (history, m, has_archive)
