@@ -129,6 +129,7 @@ async def _index(database: Database) -> None:
     search = SharedSearchService(PostgresSearchIndex(database), feed)
     for agent in await feed.agents():
         behind = await search.catch_up(agent, None)
+        await search.pack(agent)  # in blocks before the first search, not read as pending docs by each
         stats = await search.stats(agent)
         _say(f"search index of {agent}: {behind} sessions indexed now, {stats['docs']} passages in all")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -24,6 +25,7 @@ from agenthub.search.vectors import VectorIndex
 from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.postgres.search import PostgresSearchIndex
+from agenthub.storage.postgres.search_pack import PACK_MOST, pack_pending
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 from agenthub.storage.search_index import (
     MEMORY,
@@ -89,6 +91,7 @@ class SharedSearchService:
         """How many times a session was read to update the index (a statistic)."""
         self._pending: dict[SessionKey, None] = {}  # noted by `history_changed`, not caught up yet
         self._follower: asyncio.Task[None] | None = None
+        self._packers: dict[str, asyncio.Task[None]] = {}
         self._warming: set[asyncio.Task[None]] = set()
         self._closed = False
         self.vectors: VectorIndex | None = None
@@ -121,9 +124,41 @@ class SharedSearchService:
                 log.warning("search_index_behind", sessions=len(keys))
 
     async def sync_sessions(self, keys: Sequence[SessionKey]) -> int:
-        """Catch these sessions up in one batch per agent; the number of docs added."""
+        """Catch these sessions up in one batch per agent; the number of docs added. An agent whose pending docs
+        reached the feed's `pack_at` is packed in the background (`search_pack`)."""
         self.sessions_read += len(keys)
-        return await self.feed.sync_sessions(keys, record_docs)
+        added = await self.feed.sync_sessions(keys, record_docs)
+        self._pack_due()
+        return added
+
+    def _pack_due(self) -> None:
+        """Start packing each agent the feed found due, one packer per agent on this instance."""
+        due, self.feed.due = self.feed.due, set()
+        for agent in due:
+            if self._closed or agent in self._packers:
+                continue
+            task = asyncio.get_running_loop().create_task(self._pack_quietly(agent))
+            self._packers[agent] = task
+            task.add_done_callback(partial(self._packed, agent))
+
+    def _packed(self, agent: str, task: asyncio.Task[None]) -> None:
+        if self._packers.get(agent) is task:
+            del self._packers[agent]
+
+    async def _pack_quietly(self, agent: str) -> None:
+        try:
+            await self.pack(agent)
+        except StorageError:  # packed by the next write that finds it due
+            log.warning("search_index_not_packed", agent=agent)
+
+    async def pack(self, agent: str) -> int:
+        """Pack every pending doc of the agent (a transaction per `PACK_MOST`); how many."""
+        packed = 0
+        while (done := await pack_pending(self.index.database, agent)) > 0:
+            packed += done
+            if done < PACK_MOST:
+                break
+        return packed
 
     async def sync_session(self, key: SessionKey, *, full: bool = False) -> int:
         self.sessions_read += 1
@@ -207,6 +242,7 @@ class SharedSearchService:
         await self.index.drop_agent(agent)
         for key in await self.feed.session_keys(agent):
             await self.sync_session(key, full=True)
+        await self.pack(agent)
         return await self.index.stats(agent)
 
     async def stats(self, agent: str) -> dict[str, int]:
@@ -215,7 +251,7 @@ class SharedSearchService:
     async def close(self) -> None:
         """Stop following changes (what was not indexed yet, the next search catches up)."""
         self._closed = True
-        tasks = [*self._warming, *([self._follower] if self._follower is not None else [])]
+        tasks = [*self._warming, *self._packers.values(), *([self._follower] if self._follower is not None else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -97,6 +97,8 @@ class SqliteSearchIndex:
             merger.wake()  # what a crash left, and tiers full since: on the merger's thread
         self._columns: DocColumns | None = None  # each doc's source, length and ts, read once
         self._marks: dict[SourceRef, str] | None = None  # the sources' watermarks, read once
+        self._ids: dict[SourceRef, int] = {}  # the ids of sources this index wrote (cleared with `_sources`)
+        self._moved: dict[int, str] = {}  # watermarks moved in the transaction under way, written at its commit
         self._next_doc: int | None = None  # the next doc id
         self._totals = (0, 0)  # what the transaction under way adds to N and the total length
 
@@ -166,6 +168,7 @@ class SqliteSearchIndex:
             yield
             if self.segments.pending:
                 self.segments.before_commit(self.columns())
+            self._write_moved()
             docs, terms = self._totals
             if docs or terms:
                 self.db.execute("UPDATE totals SET docs = docs + ?, terms = terms + ?", (docs, terms))
@@ -177,11 +180,19 @@ class SqliteSearchIndex:
             raise
         finally:
             self._totals = (0, 0)
+            self._moved.clear()
         self.segments.committed()
+
+    def _write_moved(self) -> None:
+        """The watermarks moved in the transaction so far, written in one statement."""
+        if self._moved:
+            self.db.executemany("UPDATE sources SET watermark = ? WHERE id = ?", _swapped(self._moved))
+            self._moved.clear()
 
     def _forget_memory(self) -> None:
         """What is kept in memory of the tables may be ahead of them (a rolled-back transaction): read it again."""
         self._sources = self._columns = self._marks = self._next_doc = None
+        self._ids.clear()
         self.segments.forget_memory()
 
     def watermark(self, source: SourceRef) -> str | None:
@@ -223,9 +234,18 @@ class SqliteSearchIndex:
             for source_id in ids:
                 self._delete_docs("source_id = ?", source_id)
                 self.db.execute("DELETE FROM sources WHERE id = ?", (source_id,))
+            self._write_moved()  # the watermarks are read from the table again next
             self._sources = self._marks = None
+            self._ids.clear()
 
     def _source_id(self, source: SourceRef, watermark: str) -> int:
+        """The source's id, its watermark moved (a source this index wrote before: at the commit, all of the
+        transaction's in one statement; a new one: inserted now, for its id)."""
+        known = self._ids.get(source)
+        if known is not None and self._marks is not None:
+            self._moved[known] = watermark
+            self._marks[source] = watermark
+            return known
         row = self.db.execute(
             "INSERT INTO sources(kind, session, name, watermark) VALUES (?, ?, ?, ?) "
             "ON CONFLICT(kind, session, name) DO UPDATE SET watermark = excluded.watermark RETURNING id",
@@ -235,6 +255,7 @@ class SqliteSearchIndex:
             self._sources = None
         if self._marks is not None:
             self._marks[source] = watermark
+        self._ids[source] = int(row[0])
         return int(row[0])
 
     def _delete_docs(self, where: str, source_id: int, docs: Sequence[SearchDoc] | None = None) -> None:
@@ -367,6 +388,10 @@ class SqliteSearchIndex:
         n_docs, n_terms = self.db.execute("SELECT docs, terms FROM totals").fetchone()
         sources = self.db.execute("SELECT count(*) FROM sources").fetchone()[0]
         return {"docs": int(n_docs), "terms": int(n_terms), "sources": int(sources), **self.segments.counts()}
+
+
+def _swapped(moved: dict[int, str]) -> list[tuple[str, int]]:
+    return [(watermark, source_id) for source_id, watermark in moved.items()]
 
 
 def _numbered(ids: range, docs: Sequence[SearchDoc]) -> Iterator[tuple[int, SearchDoc, Passage]]:

@@ -70,7 +70,7 @@ def test_migrate_leaves_a_working_index_and_reindex_builds_it_again(
     assert _search(postgres_dsn, "what is the vault code?")[:1] == ["the vault code is CODE-7Q2"]  # 暗号 is related
 
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # a damaged index: rows lost, one left wrong
-        conn.execute("DELETE FROM search_postings WHERE term = 'code-7q2'")
+        conn.execute("DELETE FROM search_blocks WHERE term = 'code-7q2'")
         conn.execute("UPDATE search_docs SET body = 'garbage' WHERE body LIKE '%暗号%'")
     monkeypatch.setenv("AGENTHUB_STORE__BACKEND", "postgres")
     assert main(["store", "reindex"]) == 0

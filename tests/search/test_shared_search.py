@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from agenthub.agent.tools import ToolContext, run_tool
@@ -24,11 +23,11 @@ from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.search_index import SearchScope
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text, reply_tool
-from tests.support.postgres import PostgresServer
+from tests.support.postgres import PostgresServer, rows_holding
 from tests.support.roots import make_settings
 from tests.support.shared_gateways import Instance, shared_instances
 
-INDEX_TABLES = ("search_docs", "search_postings", "search_sources", "search_terms")
+INDEX_TABLES = ("search_docs", "search_blocks", "search_sources", "search_terms")
 
 
 def _user(text: str, sender: str = "", ts: int | None = None) -> dict[str, Any]:
@@ -56,15 +55,9 @@ async def ask(
     return await run_tool(gw.tools.for_agent(definition), "memory_search", {"query": query, "limit": 10}, ctx)
 
 
-async def rows_holding(dsn: str, text: str) -> int:
+async def index_rows_holding(dsn: str, text: str) -> int:
     """Rows of the index tables holding `text` in any column."""
-    found = 0
-    async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        for table in INDEX_TABLES:
-            cursor = await conn.execute(f"SELECT count(*) FROM {table} t WHERE t::text LIKE %s", (f"%{text}%",))
-            row = await cursor.fetchone()
-            found += int(row[0]) if row else 0
-    return found
+    return await rows_holding(dsn, text, INDEX_TABLES)
 
 
 @pytest.fixture
@@ -168,13 +161,16 @@ async def test_delete_and_forget_leave_nothing_of_the_text_in_the_index_tables(
     assert "ruby" in (await ask(three[1].gateway, "ruby", channel="wecom", chat="group-x", agent="team"))[0]
     opal, _ = await ask(three[1].gateway, "opal", channel="wecom", chat="group-x", sender="alice", agent="team")
     assert "opal" in opal
-    assert await rows_holding(postgres_dsn, "sapphire") > 0 and await rows_holding(postgres_dsn, "ruby") > 0
+    assert await index_rows_holding(postgres_dsn, "sapphire") > 0 and await index_rows_holding(postgres_dsn, "ruby") > 0
+    assert isinstance(gw.search, SharedSearchService)
+    for agent in ("default", "team"):  # their postings in blocks: the removals take them out of those too
+        assert await gw.search.pack(agent) > 0
 
     await gw.history.delete(gone)  # what DELETE …/sessions/{chat_id} does, then its index hook
     await gw.search.purge("default", [gone])
     await gateway_forgetter(three[0].services).forget_in_chat(team, group, Person("wecom", "alice"))
     for text in ("sapphire", "ruby", "opal"):
-        assert await rows_holding(postgres_dsn, text) == 0, text
+        assert await index_rows_holding(postgres_dsn, text) == 0, text
     assert "hello all" in (await ask(three[2].gateway, "hello", channel="wecom", chat="group-x", agent="team"))[0]
 
 

@@ -8,7 +8,6 @@ import math
 from collections.abc import AsyncIterator
 from typing import Any
 
-import psycopg
 import pytest
 
 from agenthub.search.docs import memory_docs
@@ -17,13 +16,14 @@ from agenthub.search.text import query_terms
 from agenthub.session_keys import SessionKey
 from agenthub.storage.postgres import Database, PostgresSessionStore
 from agenthub.storage.postgres.search import PostgresSearchIndex
+from agenthub.storage.postgres.search_pack import pack_pending
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 from agenthub.storage.search_index import MEMORY, SearchScope, SourceRef, idf, score_of, term_score
-from tests.support.postgres import migrated
+from tests.support.postgres import migrated, rows_holding
 
 KEY = SessionKey("a", "http", "one")
 OTHER = SessionKey("a", "wecom", "two")
-INDEX_TABLES = ("search_docs", "search_postings", "search_sources", "search_terms")
+INDEX_TABLES = ("search_docs", "search_blocks", "search_sources", "search_terms")
 
 
 def _user(text: str, ts: int = 1) -> dict[str, Any]:
@@ -39,21 +39,17 @@ class Parts:
         self.feed = PostgresIndexFeed(self.database)
 
     async def catch_up(self, agent: str = "a") -> None:
+        """Index what is behind and pack it (a removal then takes postings out of their blocks)."""
         for key in await self.feed.lagging(agent):
             await self.feed.sync_session(key, record_docs)
+        await pack_pending(self.database, agent)
 
     async def texts(self, query: str, scope: SearchScope, limit: int = 10) -> list[str]:
         return [hit.passage.text for hit in await self.index.search("a", query.split(), scope, limit)]
 
     async def rows_holding(self, text: str) -> int:
         """Rows of the index tables where `text` appears in any column."""
-        found = 0
-        async with await psycopg.AsyncConnection.connect(self.dsn) as conn:
-            for table in (*INDEX_TABLES, "search_stats"):
-                cursor = await conn.execute(f"SELECT count(*) FROM {table} t WHERE t::text LIKE %s", (f"%{text}%",))
-                row = await cursor.fetchone()
-                found += int(row[0]) if row else 0
-        return found
+        return await rows_holding(self.dsn, text, (*INDEX_TABLES, "search_stats"))
 
 
 @pytest.fixture

@@ -64,6 +64,6 @@ async def test_docs_stored_before_migration_18_get_their_terms_and_leave_no_post
     finally:
         await database.close()
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
-        for table in ("search_postings", "search_docs", "search_terms"):
+        for table in ("search_postings", "search_blocks", "search_docs", "search_terms"):
             cursor = await conn.execute(f"SELECT count(*) FROM {table}")
             assert await cursor.fetchone() == (0,), table

@@ -19,6 +19,7 @@ from agenthub.storage.postgres import Database, PostgresSessionStore
 from agenthub.storage.postgres.schema import MIGRATIONS, apply_migrations
 from agenthub.storage.postgres.search import PostgresSearchIndex
 from agenthub.storage.postgres.search_cache import Postings, PostingsCache
+from agenthub.storage.postgres.search_pack import pack_pending
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 from agenthub.storage.search_index import SearchHit, SearchScope
 from tests.support.postgres import migrated
@@ -59,8 +60,14 @@ class Two:
         self.plain = PostgresSearchIndex(self.other, cache=PostingsCache(cached_df=10**9))
 
     async def catch_up(self) -> None:
+        """Index what is behind, then pack half of the pending docs: postings both in blocks and pending."""
         for key in await self.feed.lagging("a"):
             await self.feed.sync_session(key, record_docs)
+        async with await psycopg.AsyncConnection.connect(self.dsn) as conn:
+            cursor = await conn.execute("SELECT pending FROM search_stats WHERE agent = 'a'")
+            row = await cursor.fetchone()
+        if row is not None and row[0] > 1:
+            assert await pack_pending(self.database, "a", most=row[0] // 2) == row[0] // 2
 
     async def same(self, limit: int = 8) -> int:
         compared = 0

@@ -126,3 +126,28 @@ def test_a_search_right_after_an_add_finds_it_waiting_or_just_written_into_a_seg
     assert index.segments.counts()["segments"] >= 1
     assert [h.passage.seq for h in index.search(["common"], EVERYWHERE, 3)] == [39, 38, 37]  # ties: newest first
     index.close()
+
+
+def test_watermarks_moved_in_a_batch_are_written_at_its_commit_and_undone_with_its_rollback(tmp_path: Path) -> None:
+    rng = random.Random(12)
+    path = tmp_path / "index.sqlite3"
+    index = SqliteSearchIndex(path, fresh_rows=FRESH_ROWS)
+    a, b = history_source("x:http:a"), history_source("x:http:b")
+    index.add(a, _docs(a, rng, 3), "a1")
+    index.add(b, _docs(b, rng, 3), "b1")
+    with index.transaction():  # a batch: both sources known, their watermarks moved together at the commit
+        index.add(a, _docs(a, rng, 2), "a2")
+        index.add(b, _docs(b, rng, 2), "b2")
+        assert index.watermarks() == {a: "a2", b: "b2"}
+    committed = {k: v for k, v in index.stats().items() if k in ("docs", "terms", "sources")}
+    with contextlib.suppress(RuntimeError), index.transaction():
+        index.add(a, _docs(a, rng, 2), "a3")
+        index.drop_source(b)  # the watermarks read from the table again within the transaction
+        assert index.watermarks() == {a: "a3"}
+        raise RuntimeError("crash")
+    assert index.watermarks() == {a: "a2", b: "b2"}
+    index.close()
+    reopened = SqliteSearchIndex(path, fresh_rows=FRESH_ROWS)
+    assert reopened.watermarks() == {a: "a2", b: "b2"}
+    assert {k: v for k, v in reopened.stats().items() if k in committed} == committed
+    reopened.close()

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -370,3 +370,14 @@ def own_postgres_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.remove()
+
+
+async def rows_holding(dsn: str, text: str, tables: Sequence[str]) -> int:
+    """Rows of `tables` where `text` appears in any column (what a delete or a forget must leave at 0)."""
+    found = 0
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        for table in tables:
+            cursor = await conn.execute(f"SELECT count(*) FROM {table} t WHERE t::text LIKE %s", (f"%{text}%",))
+            row = await cursor.fetchone()
+            found += int(row[0]) if row else 0
+    return found

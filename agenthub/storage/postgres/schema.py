@@ -9,6 +9,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub.errors import StorageError
+from agenthub.storage.postgres.schema_search import SEARCH_PACKED_SQL, SEARCH_PACKED_WHAT
 from agenthub.storage.postgres.schema_usage import (
     USAGE_NAMES_SQL,
     USAGE_NAMES_WHAT,
@@ -752,6 +753,9 @@ SESSION_CLAIMS = Migration(
 USAGE_NAMES = Migration(20, USAGE_NAMES_WHAT, USAGE_NAMES_SQL)
 """Migration 20 (`schema_usage`): the senders' display names of the usage views."""
 
+SEARCH_PACKED = Migration(21, SEARCH_PACKED_WHAT, SEARCH_PACKED_SQL)
+"""Migration 21 (`schema_search`): postings packed per term in blocks, docs pending until packed."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -772,6 +776,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     SEARCH_DOC_TERMS,
     SESSION_CLAIMS,
     USAGE_NAMES,
+    SEARCH_PACKED,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

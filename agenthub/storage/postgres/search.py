@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import TupleRow
 
 from agenthub.storage.postgres.database import Database
@@ -19,7 +19,6 @@ from agenthub.storage.postgres.search_rank import Ranking, best_docs
 from agenthub.storage.search_index import (
     ARCHIVE,
     HISTORY,
-    MEMORY,
     Passage,
     SearchDoc,
     SearchHit,
@@ -28,10 +27,10 @@ from agenthub.storage.search_index import (
     identity,
     rank_key,
     score_of,
-    session_channel,
 )
 
 Conn = AsyncConnection[TupleRow]
+Cursor = AsyncCursor[TupleRow]
 
 PRELOAD = 500_000
 """Postings an instance reads into memory at start, of the most frequent terms (`PostgresSearchIndex.preload`)."""
@@ -51,26 +50,37 @@ SELECT set_config('jit', 'off', true),
        CASE WHEN %(everywhere)s THEN ARRAY(
            SELECT DISTINCT split_part(session, ':', 2) FROM search_sources WHERE agent = %(agent)s AND kind != 'memory'
        ) END,
-       (SELECT json_object_agg(term, df) FROM search_terms
-        WHERE agent = %(agent)s AND term = ANY(%(terms)s::text[]) AND df > 0),
+       (SELECT json_object_agg(term, df) FROM (
+            SELECT term, sum(df) AS df FROM (
+                SELECT term, df FROM search_terms WHERE agent = %(agent)s AND term = ANY(%(terms)s::text[])
+                UNION ALL
+                SELECT u.term, 1 FROM search_docs d CROSS JOIN LATERAL unnest(d.terms) AS u(term)
+                WHERE d.agent = %(agent)s AND d.id > (SELECT packed FROM search_stats WHERE agent = %(agent)s)
+                    AND d.terms && %(terms)s::text[] AND u.term = ANY(%(terms)s::text[])
+            ) counted GROUP BY term HAVING sum(df) > 0
+        ) dfs),
        CASE WHEN NOT %(everywhere)s THEN (
            SELECT count(*) FROM search_docs
            WHERE agent = %(agent)s AND kind IN ('history', 'archive') AND session = %(session)s
-       ) END
+       ) END,
+       coalesce((SELECT packed FROM search_stats WHERE agent = %(agent)s), 0)
 """
 """What a search ranks with, in one round trip: N, the total length, the ts span, the generation of the agent's docs;
-the query terms' df; the channels the agent has sessions on when the scope is not one session, else that
-session's doc count (jit off: compiling costs more than these short queries run)."""
+the query terms' df (their packed docs' and their pending docs'); the channels the agent has sessions on when the
+scope is not one session, else that session's doc count; the last packed doc id (jit off: compiling costs more
+than these short queries run)."""
 
 _FREQUENT = """
-SELECT coalesce((SELECT generation FROM search_stats WHERE agent = %(agent)s), 0), ARRAY(
+SELECT coalesce((SELECT generation FROM search_stats WHERE agent = %(agent)s), 0),
+       coalesce((SELECT packed FROM search_stats WHERE agent = %(agent)s), 0), ARRAY(
     SELECT term FROM (
         SELECT term, sum(df) OVER (ORDER BY df DESC, term) AS upto FROM search_terms
         WHERE agent = %(agent)s AND df >= %(least)s
     ) t WHERE upto <= %(most)s ORDER BY upto
 )
 """
-"""The agent's generation and its most frequent cached terms, as many as hold `most` postings together."""
+"""The agent's generation and last packed doc id, and its most frequent cached terms, as many as hold `most` postings
+together."""
 
 _DOC = "d.id, d.kind, d.session, d.name, d.seq, d.role, d.speaker, d.ts, d.body"
 _AROUND = f"""
@@ -91,21 +101,42 @@ _SOURCE_LOCK = (
     "'search/' || %(agent)s || '/' || %(kind)s || '/' || %(session)s || '/' || %(name)s, 0))"
 )
 _DROP_DOCS = f"""
-WITH gone AS (
+WITH stats AS (
+    SELECT packed FROM search_stats WHERE agent = %(agent)s
+), gone AS (
     DELETE FROM search_docs WHERE {_SOURCE} AND (%(seqs)s::bigint[] IS NULL OR seq = ANY(%(seqs)s))
     RETURNING id, length, terms
-), postings AS (
-    DELETE FROM search_postings p
-    USING (SELECT g.id, x.term FROM gone g CROSS JOIN LATERAL unnest(g.terms) AS x(term)) x
-    WHERE p.agent = %(agent)s AND p.term = x.term AND p.doc = x.id
-    RETURNING p.term
+), packed AS MATERIALIZED (
+    SELECT g.id, x.term FROM gone g CROSS JOIN LATERAL unnest(g.terms) AS x(term)
+    WHERE g.id <= coalesce((SELECT packed FROM stats), 0)
+), touched AS MATERIALIZED (
+    SELECT b.term, b.first, k.* FROM (SELECT term, array_agg(id) AS ids FROM packed GROUP BY term) t
+    JOIN search_blocks b ON b.agent = %(agent)s AND b.term = t.term
+        AND EXISTS (SELECT 1 FROM unnest(t.ids) AS i(id) WHERE i.id BETWEEN b.first AND b.last)
+    CROSS JOIN LATERAL (
+        SELECT array_agg(u.doc ORDER BY u.at) AS docs, array_agg(u.tf ORDER BY u.at) AS tfs,
+               array_agg(u.length ORDER BY u.at) AS lengths, array_agg(u.ts ORDER BY u.at) AS ts,
+               array_agg(u.src ORDER BY u.at) AS srcs, array_agg(u.channel ORDER BY u.at) AS channels
+        FROM unnest(b.docs, b.tfs, b.lengths, b.ts, b.srcs, b.channels) WITH ORDINALITY
+            AS u(doc, tf, length, ts, src, channel, at)
+        WHERE u.doc != ALL(t.ids)
+    ) k
+), kept AS (
+    UPDATE search_blocks b SET docs = t.docs, tfs = t.tfs, lengths = t.lengths, ts = t.ts, srcs = t.srcs,
+        channels = t.channels
+    FROM touched t WHERE b.agent = %(agent)s AND b.term = t.term AND b.first = t.first AND t.docs IS NOT NULL
+), emptied AS (
+    DELETE FROM search_blocks b USING touched t
+    WHERE b.agent = %(agent)s AND b.term = t.term AND b.first = t.first AND t.docs IS NULL
 ), terms AS (
     INSERT INTO search_terms AS s (agent, term, df)
-    SELECT %(agent)s, term, -count(*) FROM postings GROUP BY term
+    SELECT %(agent)s, term, -count(*) FROM packed GROUP BY term ORDER BY term
     ON CONFLICT (agent, term) DO UPDATE SET df = s.df + excluded.df
     RETURNING term, df
 ), moved AS (
-    UPDATE search_stats SET generation = generation + 1 WHERE agent = %(agent)s AND EXISTS (SELECT 1 FROM gone)
+    UPDATE search_stats SET generation = generation + 1,
+        pending = pending - (SELECT count(*) FROM gone WHERE id > (SELECT packed FROM stats))
+    WHERE agent = %(agent)s AND EXISTS (SELECT 1 FROM gone)
     RETURNING generation
 ), logged AS (
     INSERT INTO search_removed (agent, generation, docs) SELECT %(agent)s, generation, ARRAY(SELECT id FROM gone)
@@ -117,38 +148,29 @@ WITH gone AS (
 SELECT (SELECT count(*) FROM gone), (SELECT coalesce(sum(length), 0) FROM gone),
        (SELECT coalesce(array_agg(term), '{{}}') FROM terms WHERE df <= 0)
 """
-"""The docs and their postings deleted, their terms' df taken down, the agent's generation moved when a doc went,
-with the ids removed logged under it (instances take them out of their cached postings); the terms no doc holds any
-more are returned (deleted next: their text must not stay)."""
+"""The docs deleted; the postings of those already packed taken out of their terms' blocks (a block left empty
+deleted) and their terms' df taken down; the agent's generation moved when a doc went, with the ids removed logged
+under it (instances take them out of their cached postings); the terms no doc holds any more are returned (deleted
+next: their text must not stay). A pending doc's postings are its own row's: they go with it."""
 _DROP_TERMS = "DELETE FROM search_terms WHERE agent = %s AND term = ANY(%s) AND df <= 0"
 _INSERT = """
-WITH d AS MATERIALIZED (
-    SELECT nextval('search_docs_id_seq') AS id, t.*
-    FROM unnest(%(kinds)b::text[], %(sessions)b::text[], %(names)b::text[], %(seqs)b::bigint[], %(roles)b::text[],
-                %(speakers)b::text[], %(ts)b::bigint[], %(bodies)b::text[], %(lengths)b::int[], %(srcs)b::text[],
-                %(channels)b::text[], %(doc_terms)b::text[]) WITH ORDINALITY
-        AS t(kind, session, name, seq, role, speaker, ts, body, length, src, channel, doc_terms, at)
-), docs AS (
-    INSERT INTO search_docs (id, agent, kind, session, name, seq, role, speaker, ts, body, length, terms)
-    SELECT id, %(agent)s, kind, session, name, seq, role, speaker, ts, body, length,
-           coalesce(string_to_array(doc_terms, E'\\x1f'), '{}') FROM d
-), t AS MATERIALIZED (
-    SELECT u.term, d.id AS doc, u.tf, d.length, d.ts, d.src, d.channel
-    FROM unnest(%(terms)b::text[], %(term_docs)b::bigint[], %(tfs)b::int[]) AS u(term, at, tf) JOIN d ON d.at = u.at
-), postings AS (
-    INSERT INTO search_postings (agent, term, doc, tf, length, ts, src, channel)
-    SELECT %(agent)s, term, doc, tf, length, ts, src, channel FROM t
-)
-INSERT INTO search_terms AS s (agent, term, df)
-SELECT %(agent)s, term, count(*) FROM t GROUP BY term ORDER BY term
-ON CONFLICT (agent, term) DO UPDATE SET df = s.df + excluded.df
+INSERT INTO search_docs (agent, kind, session, name, seq, role, speaker, ts, body, length, terms, tfs)
+SELECT %(agent)s, kind, session, name, seq, role, speaker, ts, body, length,
+       coalesce(string_to_array(doc_terms, E'\\x1f'), '{}'), coalesce(string_to_array(doc_tfs, ',')::int[], '{}')
+FROM unnest(%(kinds)b::text[], %(sessions)b::text[], %(names)b::text[], %(seqs)b::bigint[], %(roles)b::text[],
+            %(speakers)b::text[], %(ts)b::bigint[], %(bodies)b::text[], %(lengths)b::int[], %(doc_terms)b::text[],
+            %(doc_tfs)b::text[])
+    AS t(kind, session, name, seq, role, speaker, ts, body, length, doc_terms, doc_tfs)
 """
-"""The docs of any number of sources (their ids drawn now: after the agent's row was locked), their postings and
-their terms' df (one upsert per distinct term of the batch), in one statement; the arrays are sent in binary (the
-driver dumps a list of text ten times faster so)."""
+"""The docs of any number of sources, each with its distinct terms and their counts (its ids drawn now: after the
+agent's row was locked), in one statement: pending until the packer puts their postings in blocks (`search_pack`).
+The arrays are sent in binary (the driver dumps a list of text ten times faster so)."""
 _ADD_STATS = """
-INSERT INTO search_stats AS s (agent, docs, total_length) VALUES (%(agent)s, %(docs)s, %(length)s)
-ON CONFLICT (agent) DO UPDATE SET docs = s.docs + EXCLUDED.docs, total_length = s.total_length + EXCLUDED.total_length
+INSERT INTO search_stats AS s (agent, docs, total_length, pending)
+VALUES (%(agent)s, %(docs)s, %(length)s, %(added)s)
+ON CONFLICT (agent) DO UPDATE SET docs = s.docs + EXCLUDED.docs, total_length = s.total_length + EXCLUDED.total_length,
+    pending = s.pending + EXCLUDED.pending
+RETURNING pending
 """
 _SET_WATERMARK = """
 INSERT INTO search_sources AS w (agent, kind, session, name, watermark, head)
@@ -172,9 +194,22 @@ async def lock_source(conn: Conn, agent: str, source: SourceRef, *, durable: boo
 
 async def lock_agent(conn: Conn, agent: str, docs: int = 0, length: int = 0) -> None:
     """Take the agent's stats row (moving its N and total length by `docs` and `length`) before any other index row:
-    the agent's index writers commit one at a time from here, so doc ids grow in commit order (an instance reads the
-    docs added since it last read by id) and no two writers lock term rows in opposite orders."""
-    await conn.execute(_ADD_STATS, {"agent": agent, "docs": docs, "length": length})
+    the agent's index writers and its packer commit one at a time from here, so doc ids grow in commit order (an
+    instance reads the docs added since it last read by id), a removal never races a pack and no two writers lock
+    term rows in opposite orders."""
+    await _move_stats(conn, agent, docs, length)
+
+
+async def _move_stats(conn: Conn, agent: str, docs: int, length: int, added: int = 0) -> Cursor:
+    """`lock_agent`, its pending docs moved by `added` too; the cursor of the pending docs after it (not read: in a
+    pipeline, reading it waits for the server)."""
+    return await conn.execute(_ADD_STATS, {"agent": agent, "docs": docs, "length": length, "added": added})
+
+
+async def pending_after(cursor: Cursor | None) -> int | None:
+    """The agent's pending docs after an `insert_batch` (None: it wrote nothing)."""
+    row = None if cursor is None else await cursor.fetchone()
+    return None if row is None else int(row[0])
 
 
 async def drop_docs(conn: Conn, agent: str, source: SourceRef, seqs: Sequence[int] | None = None) -> tuple[int, int]:
@@ -192,7 +227,7 @@ async def drop_docs(conn: Conn, agent: str, source: SourceRef, seqs: Sequence[in
 async def insert_docs(
     conn: Conn, agent: str, source: SourceRef, docs: Sequence[SearchDoc], dropped: tuple[int, int] = (0, 0)
 ) -> None:
-    """Store `docs` and their postings, and move the agent's N and total length by what was added and dropped."""
+    """Store `docs`, and move the agent's N and total length by what was added and dropped (`insert_batch`)."""
     await insert_batch(conn, agent, [(source, docs)], dropped)
 
 
@@ -201,47 +236,40 @@ async def insert_batch(
     agent: str,
     batch: Sequence[tuple[SourceRef, Sequence[SearchDoc]]],
     dropped: tuple[int, int] = (0, 0),
-) -> None:
-    """Store the docs of every source of `batch` and their postings in one statement, and move the agent's N and
-    total length by what was added and dropped (its stats row taken first)."""
+) -> Cursor | None:
+    """Store the docs of every source of `batch` in one statement (pending: the packer puts their postings in
+    blocks), and move the agent's N and total length by what was added and dropped (its stats row taken first);
+    the cursor of the agent's pending docs then (`pending_after`; None: nothing was written)."""
     added = sum(len(docs) for _, docs in batch)
     added_length = sum(len(doc.terms) for _, docs in batch for doc in docs)
-    if added or dropped != (0, 0):
-        await lock_agent(conn, agent, added - dropped[0], added_length - dropped[1])
+    if not added and dropped == (0, 0):
+        return None
+    counted = await _move_stats(conn, agent, added - dropped[0], added_length - dropped[1], added)
     if added:
         await conn.execute(_INSERT, {"agent": agent, **_columns(batch)})
+    return counted
 
 
 def _columns(batch: Sequence[tuple[SourceRef, Sequence[SearchDoc]]]) -> dict[str, list[Any]]:
-    """The batch as the arrays `_INSERT` takes (a posting names its doc by its place in the docs, from 1)."""
+    """The batch as the arrays `_INSERT` takes: a doc's distinct terms joined by `_TERM_SEP`, their counts by ","."""
     cols: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
-    at = 0
     for source, docs in batch:
-        memory = source.kind == MEMORY
-        src, channel = (source.name, "") if memory else (source.session, session_channel(source.session))
         for doc in docs:
-            at += 1
             p = doc.passage
             for name, value in zip(
                 _DOC_COLUMNS,
-                (source.kind, source.session, source.name, p.seq, p.role, p.speaker, p.ts, p.text, len(doc.terms),
-                 src, channel),
+                (source.kind, source.session, source.name, p.seq, p.role, p.speaker, p.ts, p.text, len(doc.terms)),
                 strict=True,
             ):  # fmt: skip
                 cols[name].append(value)
             counts = _counts(doc.terms)
             cols["doc_terms"].append(_TERM_SEP.join(counts) if counts else None)
-            for term, tf in counts.items():
-                cols["terms"].append(term)
-                cols["term_docs"].append(at)
-                cols["tfs"].append(tf)
+            cols["doc_tfs"].append(",".join(map(str, counts.values())) if counts else None)
     return cols
 
 
-_DOC_COLUMNS = (
-    *("kinds", "sessions", "names", "seqs", "roles", "speakers", "ts", "bodies", "lengths", "srcs", "channels"),
-)
-_COLUMNS = (*_DOC_COLUMNS, "doc_terms", "terms", "term_docs", "tfs")
+_DOC_COLUMNS = ("kinds", "sessions", "names", "seqs", "roles", "speakers", "ts", "bodies", "lengths")
+_COLUMNS = (*_DOC_COLUMNS, "doc_terms", "doc_tfs")
 _TERM_SEP = "\x1f"
 """Between a doc's distinct terms as sent (no term holds it), split into `search_docs.terms` by the server."""
 
@@ -309,11 +337,12 @@ class PostgresSearchIndex:
         """Everything indexed of `agent` (a rebuild starts here)."""
         async with self.database.connection("clear the search index") as conn, conn.transaction():
             await lock_agent(conn, agent)
-            for table in ("search_postings", "search_docs", "search_sources", "search_terms", "search_removed"):
+            for table in ("search_blocks", "search_docs", "search_sources", "search_terms", "search_removed"):
                 await conn.execute(f"DELETE FROM {table} WHERE agent = %s", (agent,))
             # its generation moves on, no removal logged under it: every instance reads its postings again
             await conn.execute(
-                "UPDATE search_stats SET docs = 0, total_length = 0, generation = generation + 1 WHERE agent = %s",
+                "UPDATE search_stats SET docs = 0, total_length = 0, pending = 0, generation = generation + 1 "
+                "WHERE agent = %s",
                 (agent,),
             )
 
@@ -340,7 +369,7 @@ class PostgresSearchIndex:
             ranking = Ranking(n_docs, n_terms / n_docs, ts_min, ts_max, sources, channels, by_id)
             found = row[7] or {}
             dfs = {t: int(found[t]) for t in distinct if t in found}
-            bm25 = await best_docs(conn, agent, dfs, ranking, 2 * limit, self.cache, int(row[5]))
+            bm25 = await best_docs(conn, agent, dfs, ranking, 2 * limit, self.cache, (int(row[5]), int(row[9])))
             if not bm25:
                 return []
             passages = await _passages(conn, list(bm25))
@@ -359,9 +388,9 @@ class PostgresSearchIndex:
             )
             row = await cursor.fetchone()
             assert row is not None
-            terms = list(row[1])
+            terms = list(row[2])
             if terms:
-                await self.cache.postings(conn, agent, int(row[0]), terms)
+                await self.cache.postings(conn, agent, int(row[0]), terms, int(row[1]))
         return len(terms)
 
     async def stats(self, agent: str) -> dict[str, int]:

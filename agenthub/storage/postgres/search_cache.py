@@ -32,13 +32,35 @@ BUDGET = 2_000_000
 NO_TS = np.iinfo(np.int64).min
 Removed = NDArray[np.int64] | None
 
-_READ = """
-SELECT q.term, string_agg(int8send(p.doc), ''::bytea), string_agg(int4send(p.tf), ''::bytea),
+DOC_SRC = "CASE WHEN d.kind = 'memory' THEN d.name ELSE d.session END"
+DOC_CHANNEL = (
+    "CASE WHEN d.kind != 'memory' AND d.session ~ '^[^:]*:[^:]*:' THEN split_part(d.session, ':', 2) ELSE '' END"
+)
+"""A doc's source (its session, or a memory file's name) and channel (`session_channel`) as its postings carry them."""
+POSTINGS = f"""
+q AS MATERIALIZED (
+    SELECT * FROM unnest(%(terms)s::text[], %(after)s::bigint[]) AS q(term, after)
+), p AS (
+    SELECT q.term, u.doc, u.tf, u.length, u.ts, u.src, u.channel
+    FROM q JOIN search_blocks b ON b.agent = %(agent)s AND b.term = q.term AND b.last > q.after
+    CROSS JOIN LATERAL unnest(b.docs, b.tfs, b.lengths, b.ts, b.srcs, b.channels)
+        AS u(doc, tf, length, ts, src, channel)
+    WHERE u.doc > q.after
+    UNION ALL
+    SELECT q.term, d.id, u.tf, d.length, d.ts, {DOC_SRC}, {DOC_CHANNEL}
+    FROM search_docs d CROSS JOIN LATERAL unnest(d.terms, d.tfs) AS u(term, tf) JOIN q ON q.term = u.term
+    WHERE d.agent = %(agent)s AND d.id > %(packed)s AND d.terms && %(terms)s::text[] AND d.id > q.after
+)"""
+"""`WITH` parts: `p`, the postings (term, doc, tf, length, ts, src, channel) of the query terms of docs above each
+term's `after`: those packed in the terms' blocks, and those of the agent's pending docs (above `packed`, read in
+the same snapshot as the blocks)."""
+
+_READ = f"""
+WITH {POSTINGS}
+SELECT p.term, string_agg(int8send(p.doc), ''::bytea), string_agg(int4send(p.tf), ''::bytea),
        string_agg(int4send(p.length), ''::bytea), string_agg(int8send(coalesce(p.ts, %(no_ts)s)), ''::bytea),
        array_agg(p.src), array_agg(p.channel)
-FROM unnest(%(terms)s::text[], %(after)s::bigint[]) AS q(term, after)
-JOIN search_postings p ON p.agent = %(agent)s AND p.term = q.term AND p.doc > q.after
-GROUP BY q.term
+FROM p GROUP BY p.term
 """
 """Each term's postings added since `after`, one row per term: the numbers packed as big-endian bytes (one value to
 send and load for a column, not one per posting), the sources and channels as arrays (aggregated in the same order)."""
@@ -138,12 +160,15 @@ class PostingsCache:
         self.dropped = 0
         """How many times an agent's held postings were dropped whole (a statistic: a removal not in the log)."""
 
-    async def postings(self, conn: Conn, agent: str, generation: int, terms: Sequence[str]) -> dict[str, Postings]:
-        """The terms' postings as of the caller's snapshot (`generation`: the agent's, read in that snapshot)."""
+    async def postings(
+        self, conn: Conn, agent: str, generation: int, terms: Sequence[str], packed: int
+    ) -> dict[str, Postings]:
+        """The terms' postings as of the caller's snapshot (`generation` and `packed`: the agent's, read in that
+        snapshot)."""
         await self._lock.acquire()
         work: asyncio.Future[dict[str, Postings]] | None = None
         try:
-            work = await self._level(conn, agent, generation, terms)
+            work = await self._level(conn, agent, generation, terms, packed)
         finally:
             if work is None:
                 self._lock.release()
@@ -158,7 +183,7 @@ class PostingsCache:
             work.exception()  # retrieved: a cancelled search's failure is not reported again as never retrieved
 
     async def _level(
-        self, conn: Conn, agent: str, generation: int, terms: Sequence[str]
+        self, conn: Conn, agent: str, generation: int, terms: Sequence[str], packed: int
     ) -> asyncio.Future[dict[str, Postings]]:
         held = self._agents.get(agent)
         removed = None
@@ -170,7 +195,7 @@ class PostingsCache:
         if held is None:
             held = self._agents[agent] = _Agent(generation)
         after = [held.terms[t][1] if t in held.terms else -1 for t in terms]
-        params = {"agent": agent, "terms": list(terms), "after": after, "no_ts": int(NO_TS)}
+        params = {"agent": agent, "terms": list(terms), "after": after, "no_ts": int(NO_TS), "packed": packed}
         cursor = await conn.execute(_READ, params, binary=True)
         rows = await cursor.fetchall()
         # the arrays are built, cut and joined on a worker thread; the lock keeps every other search out of `held`

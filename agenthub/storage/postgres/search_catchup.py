@@ -17,7 +17,7 @@ from typing import Any
 
 from agenthub import jsonsafe
 from agenthub.session_keys import SessionKey
-from agenthub.storage.postgres.search import Conn, insert_batch
+from agenthub.storage.postgres.search import Conn, insert_batch, pending_after
 from agenthub.storage.search_index import ARCHIVE, HISTORY, JsonWatermark, SearchDoc, SourceRef
 
 HistoryRecord = dict[str, Any]
@@ -132,11 +132,21 @@ State = tuple[str | None, str | None, bool]
 archive."""
 
 
+@dataclass(frozen=True)
+class Caught:
+    """What a batch did: the docs added, the sessions left out as rewritten (to be indexed again on their own), the
+    state the others are left in, and the agent's pending docs after it (None: nothing written)."""
+
+    added: int
+    rewritten: list[SessionKey]
+    states: dict[str, State]
+    pending: int | None
+
+
 async def catch_up_batch(
     conn: Conn, agent: str, keys: Sequence[SessionKey], make_docs: DocMaker, known: Mapping[str, State] | None = None
-) -> tuple[int, list[SessionKey], dict[str, State]]:
-    """Catch `keys` (sessions of `agent`) up in the caller's transaction; (docs added, the sessions left out as
-    rewritten, to be indexed again on their own, and the state the others are left in). `known`: the state this
+) -> Caught:
+    """Catch `keys` (sessions of `agent`) up in the caller's transaction (`Caught`). `known`: the state this
     instance left sessions in: their records are read with their state, in the same round trip (read again when
     the state found is another)."""
     ordered = sorted(set(keys), key=str)
@@ -168,7 +178,7 @@ async def catch_up_batch(
     kept = [s for s in sources if s.key not in rewritten]
     made = await asyncio.to_thread(_docs, kept, make_docs)
     batch = [(s.ref, docs) for s, (docs, _) in zip(kept, made, strict=True) if docs]
-    await insert_batch(conn, agent, batch)
+    counted = await insert_batch(conn, agent, batch)
     marks = [(s, s.new_mark(skipped).dump()) for s, (_, skipped) in zip(kept, made, strict=True)]
     marks = [(s, m) for s, m in marks if s.ref.kind == HISTORY or s.added()]  # an archive untouched keeps its mark
     if marks:
@@ -182,11 +192,12 @@ async def catch_up_batch(
                 "heads": [s.head if s.ref.kind == HISTORY else None for s, _ in marks],
             },
         )
+    pending = await pending_after(counted)  # read once the watermarks are sent too
     for s, m in marks:
         history, archive, has_archive = states[s.ref.session]
         states[s.ref.session] = (m, archive, has_archive) if s.ref.kind == HISTORY else (history, m, has_archive)
     left = {name: state for name, state in states.items() if SessionKey.parse(name) not in rewritten}
-    return sum(len(docs) for _, docs in batch), sorted(rewritten, key=str), left
+    return Caught(sum(len(docs) for _, docs in batch), sorted(rewritten, key=str), left, pending)
 
 
 def _sources(key: SessionKey, state: State, rewritten: set[SessionKey]) -> list[_Source]:

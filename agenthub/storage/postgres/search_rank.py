@@ -1,9 +1,10 @@
 """The best docs of a scope by the port's BM25 and prior, on PostgreSQL, exactly as scoring every doc would rank them.
 
-Each query term's df comes from `search_terms` (kept by every write: a search never counts). A search of one
-session looks up that session's docs' postings by doc id. A search of many sessions sums the postings of every
-query term in the scope: rare terms' read from the table, frequent terms' from the instance's memory
-(`search_cache`: only the docs added since its last search are read), summed with numpy on a worker thread.
+Each query term's df is its packed docs' (`search_terms`, kept by the packer) and its pending docs' (counted by the
+search). A search of one session scores that session's docs from their own terms and counts. A search of many
+sessions sums the postings of every query term in the scope: rare terms' read from their blocks and the pending
+docs, frequent terms' from the instance's memory (`search_cache`: only the docs added since its last search are
+read), summed with numpy on a worker thread.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from agenthub.storage.postgres.search_cache import NO_TS, Conn, Postings, PostingsCache, postings_of
+from agenthub.storage.postgres.search_cache import NO_TS, POSTINGS, Conn, Postings, PostingsCache, postings_of
 from agenthub.storage.search_index import ARCHIVE, HISTORY, K1, MEMORY, RECENCY_PRIOR, B, idf, score_of
 
 _F = f"p.tf * {K1 + 1!r} / (p.tf + {K1!r} * ({1 - B!r} + {B!r} * p.length / %(avgdl)s))"
@@ -25,34 +26,31 @@ _IN_SCOPE = "(p.src = ANY(%(sources)s::text[]) OR p.channel = ANY(%(channels)s::
 _TOP = f") s ORDER BY bm25 * {_PRIOR.replace('max(p.ts)', 'ts')} DESC, ts DESC NULLS LAST LIMIT %(keep)s"
 
 _ALL = f"""
-SELECT * FROM (SELECT p.doc, sum(q.w * {_F}) AS bm25, max(p.ts) AS ts
-FROM unnest(%(terms)s::text[], %(weights)s::float8[]) AS q(term, w)
-JOIN search_postings p ON p.agent = %(agent)s AND p.term = q.term
+WITH {POSTINGS}
+SELECT * FROM (SELECT p.doc, sum(w.w * {_F}) AS bm25, max(p.ts) AS ts
+FROM p JOIN unnest(%(terms)s::text[], %(weights)s::float8[]) AS w(term, w) ON w.term = p.term
 WHERE {_IN_SCOPE}
 GROUP BY p.doc {_TOP}
 """
 """Every posting of the terms in the scope summed (few postings)."""
 
 _SESSION = f"""
-SELECT * FROM (SELECT p.doc, sum((%(weights)s::float8[])[array_position(%(terms)s::text[], p.term)] * {_F}) AS bm25,
-    max(p.ts) AS ts
-FROM search_docs d CROSS JOIN LATERAL (
-    SELECT * FROM search_postings p
-    WHERE p.agent = d.agent AND p.term = ANY(%(terms)s::text[]) AND p.doc = d.id
-) p
-WHERE d.agent = %(agent)s AND d.terms && %(terms)s::text[]
-    AND ((d.kind IN ('{HISTORY}', '{ARCHIVE}') AND d.session = %(session)s)
-        OR (d.kind = '{MEMORY}' AND d.session = '' AND d.name = ANY(%(sources)s::text[])))
+SELECT * FROM (SELECT p.doc, sum(w.w * {_F}) AS bm25, max(p.ts) AS ts
+FROM (
+    SELECT d.id AS doc, u.term, u.tf, d.length, d.ts FROM search_docs d
+    CROSS JOIN LATERAL unnest(d.terms, d.tfs) AS u(term, tf)
+    WHERE d.agent = %(agent)s AND d.terms && %(terms)s::text[]
+        AND ((d.kind IN ('{HISTORY}', '{ARCHIVE}') AND d.session = %(session)s)
+            OR (d.kind = '{MEMORY}' AND d.session = '' AND d.name = ANY(%(sources)s::text[])))
+) p JOIN unnest(%(terms)s::text[], %(weights)s::float8[]) AS w(term, w) ON w.term = p.term
 GROUP BY p.doc {_TOP}
 """
-"""One session's docs (and the memory docs of the scope) that hold a query term (their `terms`), each looked up by
-the primary key for each term."""
+"""One session's docs (and the memory docs of the scope) that hold a query term, scored from their own terms and
+counts (packed or not)."""
 
 _RARE = f"""
-SELECT q.term, p.doc, p.tf, p.length, coalesce(p.ts, %(no_ts)s), p.src, p.channel
-FROM unnest(%(terms)s::text[]) AS q(term)
-JOIN search_postings p ON p.agent = %(agent)s AND p.term = q.term
-WHERE {_IN_SCOPE}
+WITH {POSTINGS}
+SELECT p.term, p.doc, p.tf, p.length, coalesce(p.ts, %(no_ts)s), p.src, p.channel FROM p WHERE {_IN_SCOPE}
 """
 
 
@@ -81,23 +79,31 @@ class Ranking:
 
 
 async def best_docs(
-    conn: Conn, agent: str, dfs: dict[str, int], ranking: Ranking, keep: int, cache: PostingsCache, generation: int
+    conn: Conn,
+    agent: str,
+    dfs: dict[str, int],
+    ranking: Ranking,
+    keep: int,
+    cache: PostingsCache,
+    generation: tuple[int, int],
 ) -> dict[int, float]:
-    """{doc id: bm25} of the `keep` best docs of the scope for these terms (module docstring)."""
+    """{doc id: bm25} of the `keep` best docs of the scope for these terms (module docstring); `generation`: the
+    agent's generation and packed id, read in the caller's snapshot."""
     if not dfs:
         return {}
     weights = {t: idf(ranking.n_docs, df) for t, df in dfs.items()}
     params = ranking.params(agent, keep) | {"terms": list(weights), "weights": list(weights.values())}
+    params |= {"packed": generation[1], "after": [-1] * len(weights)}
     frequent = [t for t, df in dfs.items() if df >= cache.cached_df]
     if ranking.session is not None or not frequent:
         sql = _SESSION if ranking.session is not None else _ALL
         cursor = await conn.execute(sql, params)
         return {int(r[0]): float(r[1]) for r in await cursor.fetchall()}
-    held = await cache.postings(conn, agent, generation, frequent)
+    held = await cache.postings(conn, agent, generation[0], frequent, generation[1])
     rare = [t for t in dfs if t not in held]
     parts = dict(held)
     if rare:
-        cursor = await conn.execute(_RARE, params | {"terms": rare, "no_ts": int(NO_TS)})
+        cursor = await conn.execute(_RARE, params | {"terms": rare, "after": [-1] * len(rare), "no_ts": int(NO_TS)})
         rows: dict[str, list[tuple[int, int, int, int, int, int]]] = {t: [] for t in rare}
         code = cache.codes.code
         for term, doc, tf, length, ts, src, channel in await cursor.fetchall():

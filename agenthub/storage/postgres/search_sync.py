@@ -29,6 +29,7 @@ from agenthub.storage.postgres.search_catchup import (
     catch_up_batch,
     parse_record,
 )
+from agenthub.storage.postgres.search_pack import PACK_AT
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, SearchDoc, SourceRef
 
 __all__ = ["DocMaker", "HistoryRecord", "MemoryDocMaker", "PostgresIndexFeed"]
@@ -67,8 +68,11 @@ WHERE h.head IS DISTINCT FROM w.head
 class PostgresIndexFeed:
     """Reads the history tables and memory texts into the shared index."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, pack_at: int = PACK_AT) -> None:
         self.database = database
+        self.pack_at = pack_at
+        self.due: set[str] = set()
+        """Agents whose pending docs reached `pack_at` at a write of this instance (its service packs them)."""
         self._known: OrderedDict[str, State] = OrderedDict()
         """The state this instance left each session it caught up in (`search_catchup.catch_up_batch`: a guess,
         checked against the database's)."""
@@ -95,12 +99,17 @@ class PostgresIndexFeed:
                 batch = mine[at : at + BATCH_SESSIONS]
                 known = {str(k): self._known[str(k)] for k in batch if str(k) in self._known}
                 async with self.database.connection("update the index") as conn, conn.pipeline(), conn.transaction():
-                    count, rewritten, left = await catch_up_batch(conn, agent, batch, make_docs, known)
-                self._remember(batch, left)
-                added += count
-                for key in rewritten:
+                    caught = await catch_up_batch(conn, agent, batch, make_docs, known)
+                self._remember(batch, caught.states)
+                self._note_pending(agent, caught.pending)
+                added += caught.added
+                for key in caught.rewritten:
                     added += await self.sync_session(key, make_docs, full=True)
         return added
+
+    def _note_pending(self, agent: str, pending: int | None) -> None:
+        if pending is not None and pending >= self.pack_at:
+            self.due.add(agent)
 
     def _remember(self, keys: Sequence[SessionKey], states: dict[str, State]) -> None:
         """The state a batch left its sessions in (the others forgotten), the least recently caught up dropped."""
