@@ -122,7 +122,7 @@ class BudgetGate:
         self.leases = Leases(self._lease_ended)
         self._releasing: set[str] = set()  # reservations settled (a turn's, an ended lease's), release maybe unwritten
         self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
-        self._plans: dict[tuple[str, str, str, tuple[str, ...] | None], Plan] = {}
+        self._plans: dict[tuple[str, str, str, tuple[str, ...]], Plan] = {}
         self._today = ("", 0.0, 0.0)  # the day, and the epoch seconds it starts and ends at
         self._warned: set[tuple[str, str]] = set()  # (scope key, period key) whose notice went out (this or any day)
         recorder.before_close.append(self.leases.close)
@@ -173,7 +173,8 @@ class BudgetGate:
 
     def plan(self, agent: AgentDefinition, message: InboundMessage, senders: Sequence[str] | None = None) -> Plan:
         """The turn's `Plan`, from the ones kept (a reloaded definition, or a new shape, works it out anew)."""
-        key = (agent.name, message.channel, message.chat_id, None if senders is None else tuple(senders))
+        people = (message.sender_id,) if senders is None else tuple(senders)  # a person's limits are theirs alone
+        key = (agent.name, message.channel, message.chat_id, people)
         plan = self._plans.get(key)
         if plan is None or plan.config is not agent.config:
             if len(self._plans) >= PLANS_KEPT:

@@ -141,3 +141,27 @@ async def test_a_check_made_while_the_settlements_write_is_under_way_waits_for_i
         bench.gate.settle(admitted, SPENT)
         await bench.gate.drain()
         assert (await bench.gate.admit(AGENT, MESSAGE, ESTIMATE, "en", 60.0)).refused  # 8,200: the limit holds
+
+
+async def test_two_people_in_one_group_chat_are_each_checked_against_their_own_limit(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    """The gate keeps a turn's plan per shape: a group chat's turns of two people are two shapes. Keyed without the
+    sender, the first person's plan (their user scope, or none when exempt) was the next person's too."""
+    settings = settings_factory(budgets={"user_day": LIMIT, "exempt": ["wecom:boss"]})
+    stores = await open_stores(settings)
+    zone = ZoneInfo(settings.scheduler.timezone)
+    recorder = UsageRecorder(stores.usage, zone, system_clock)
+    gate = BudgetGate(settings.budgets, stores.usage, recorder, zone, system_clock)
+    now = system_clock()
+    try:
+        over = UsageRow(day_of(now, zone), "turn", "default", "wecom", "g", "alice", "m", LIMIT, calls=1, at=now)
+        await stores.usage.add([over])
+        in_group = {who: InboundMessage("wecom", "g", who, "question") for who in ("boss", "alice", "bob")}
+        assert isinstance(await gate.admit(AGENT, in_group["boss"], ESTIMATE, "en", 60.0), Admission)  # exempt
+        assert (await gate.admit(AGENT, in_group["alice"], ESTIMATE, "en", 60.0)).refused  # over her own limit
+        bob = await gate.admit(AGENT, in_group["bob"], ESTIMATE, "en", 60.0)  # nothing used: within his
+        assert isinstance(bob, Admission), bob
+    finally:
+        await recorder.aclose()
+        await stores.aclose()
