@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import structlog
 
+from agenthub.aio import run_to_end
 from agenthub.errors import StorageError
 from agenthub.storage.atomic import atomic_write_text
 
@@ -296,14 +297,21 @@ class FileUsageStore:
 
     async def forget(self, who: Forgotten) -> int:
         async with self._write_lock:  # no append meanwhile; every journal and roll-up rewritten whole
-            changed = await asyncio.to_thread(self._forget_files, who)
-            names = await self._known_names()
-            if names.pop(_name_key(who.channel, who.sender_id), None) is not None:  # their name goes with their id
-                await asyncio.to_thread(self._write_names, names)
+            changed = await run_to_end(self._forget_locked(who))  # a cancelled caller keeps the lock to the end
         if changed:  # counted again from the files: the person's tokens now under their tag
             self._days.clear()
             self._months.clear()
             self._by_scope.clear()
+        return changed
+
+    async def _forget_locked(self, who: Forgotten) -> int:
+        changed = await asyncio.to_thread(self._forget_files, who)
+        names = await self._known_names()
+        key = _name_key(who.channel, who.sender_id)
+        if key in names:  # their name goes with their id: off the disk first, then out of the cache (a refused
+            kept = {k: v for k, v in names.items() if k != key}  # write leaves it known, for the forget asked again)
+            await asyncio.to_thread(self._write_names, kept)
+            del names[key]
         return changed
 
     def _forget_files(self, who: Forgotten) -> int:

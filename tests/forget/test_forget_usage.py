@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import psycopg
+import pytest
 
 from agenthub.clock import system_clock
 from agenthub.config import Settings
+from agenthub.errors import StorageError
 from agenthub.forget.redact import Person
 from agenthub.forget.usage import usage_hook
 from agenthub.gateway.core import GatewayCore
@@ -23,7 +27,9 @@ from agenthub.usage.periods import day_of
 from agenthub.usage.recorder import UsageRecorder
 from agenthub.usage.report import group
 from agenthub.usage.spool import SPOOL_DIR, UsageSpool
+from tests.support.disks import fill, small_tmpfs
 from tests.support.fakes.anthropic import FakeAnthropic
+from tests.support.gated_pool import GatedPool
 
 PER_CALL = {"input_tokens": 200, "output_tokens": 100}
 
@@ -206,3 +212,49 @@ async def test_a_dead_processs_spool_cannot_bring_a_forgotten_id_back(tmp_path: 
     rows = await store.days(day, day)
     assert sum(r.tokens for r in rows) == 110  # counted once, under the tag
     assert {r.sender_id for r in rows} == {forgotten_tag("wecom", "alice")}
+
+
+ALICE = ("wecom", "alice")
+FORGET_ALICE = Forgotten("wecom", "alice", forgotten_tag("wecom", "alice"), ("default",), None)
+
+
+async def test_a_forget_whose_names_write_failed_takes_the_name_off_the_disk_when_asked_again(tmp_path: Path) -> None:
+    """The disk refused the rewrite of `names.json`: the forget fails, and the name must still be known to the store
+    so the forget asked again (the disk has room now) rewrites the file; taken from the cache first, it was never
+    written again and came back at the next start."""
+    with small_tmpfs(tmp_path / "data") as disk:
+        store = FileUsageStore(disk)
+        await store.name_senders({ALICE: "Alice Wang", ("wecom", "bob"): "Bob"})
+        filler = fill(disk)
+        try:
+            with pytest.raises(StorageError):
+                await store.forget(FORGET_ALICE)
+        finally:
+            filler.unlink()
+        await store.forget(FORGET_ALICE)
+        assert "Alice Wang" not in (disk / "usage" / "names.json").read_text(encoding="utf-8")
+        assert await FileUsageStore(disk).sender_names([ALICE, ("wecom", "bob")]) == {("wecom", "bob"): "Bob"}
+
+
+async def test_a_names_write_while_a_cancelled_forgets_rewrite_is_under_way_keeps_the_name_out(tmp_path: Path) -> None:
+    """The forget is cancelled while its rewrite of `names.json` is in a worker thread: another person's name
+    written meanwhile must not write the forgotten name back from the cache."""
+    store = FileUsageStore(tmp_path)
+    await store.name_senders({ALICE: "Alice Wang"})
+    loop = asyncio.get_running_loop()
+
+    def chooses(func: Any, args: tuple[Any, ...]) -> bool:
+        return getattr(func, "__qualname__", "").endswith("FileUsageStore._write_names")
+
+    pool = GatedPool(loop, chooses)
+    loop.set_default_executor(pool)
+    forget = asyncio.create_task(store.forget(FORGET_ALICE))
+    await asyncio.wait_for(pool.started.wait(), 2)
+    forget.cancel()
+    naming = asyncio.create_task(store.name_senders({("wecom", "bob"): "Bob"}))
+    await asyncio.wait([forget, naming], timeout=0.3)
+    pool.gate.set()
+    await asyncio.wait([forget, naming])
+    assert naming.exception() is None
+    assert "Alice Wang" not in (tmp_path / "usage" / "names.json").read_text(encoding="utf-8")
+    assert await FileUsageStore(tmp_path).sender_names([ALICE, ("wecom", "bob")]) == {("wecom", "bob"): "Bob"}
