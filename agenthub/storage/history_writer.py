@@ -5,6 +5,8 @@ fdatasync (`CommitLog`); the rare whole-file operations run between batches."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import TypeVar
 
 import structlog
 
+from agenthub.aio import run_to_end
 from agenthub.storage.commit_log import Append, CommitLog
 from agenthub.storage.history_handover import Appended, AppendedHook
 from agenthub.storage.session_files import SessionFiles
@@ -65,7 +68,7 @@ class HistoryWriter:
         """Recover from the commit log if this process has not yet (before the first read of a history)."""
         if not self._recovered:
             async with self._lock():
-                await asyncio.to_thread(self._recover_once)
+                await run_to_end(asyncio.to_thread(self._recover_once))
 
     def recover_blocking(self) -> None:
         """`ready` on the caller's thread (blocking), for a reader that loads a file of the log at construction
@@ -95,7 +98,8 @@ class HistoryWriter:
         append before it has landed (its `landed` told), every one after it waits for the operation's end."""
         async with self._lock():
             operation = build()
-            return await asyncio.to_thread(self._exclusive, agent, stem, operation)
+            # a cancelled caller keeps the lock until the operation ends: no append lands in a half-done rewrite
+            return await run_to_end(asyncio.to_thread(self._exclusive, agent, stem, operation))
 
     async def aclose(self) -> None:
         """Wait for the batch in flight, checkpoint and close every file (a clean stop leaves an empty log)."""
@@ -103,7 +107,7 @@ class HistoryWriter:
         if flusher is not None and not flusher.done():
             await asyncio.wait([flusher])
         async with self._lock():
-            await asyncio.to_thread(self._close)
+            await run_to_end(asyncio.to_thread(self._close))
 
     async def _flush(self) -> None:
         while self._queue:
@@ -111,15 +115,12 @@ class HistoryWriter:
                 batch, self._queue = self._queue, []
                 self.batches += 1
                 handed: list[Appended] | None = [] if self.followers else None
+                commit = _in_thread(self._commit, [w.append for w in batch], handed)
+                cancelled = await _ended(commit)  # cancelled (a shutdown): still its real end, under the lock
                 try:
-                    results = await asyncio.to_thread(self._commit, [w.append for w in batch], handed)
+                    results = commit.result()
                 except Exception as e:  # recovery or the log refused: the whole batch failed
                     results = [e] * len(batch)
-                except BaseException as e:  # cancelled at shutdown: the batch's end is not known here
-                    for waiting in batch:
-                        _tell(waiting, e)
-                        _fail(waiting.done, e)
-                    raise
                 self._hand_over(handed or ())
                 for waiting, error in zip(batch, results, strict=True):
                     _tell(waiting, error)
@@ -129,6 +130,8 @@ class HistoryWriter:
                         waiting.done.set_result(None)
                 else:
                     _fail(waiting.done, error)
+            if cancelled:  # every waiter heard its batch's end; the rest of the queue goes to the next flusher
+                raise asyncio.CancelledError
 
     def _hand_over(self, handed: Iterable[Appended]) -> None:
         for item in handed:
@@ -166,6 +169,24 @@ class HistoryWriter:
         finally:
             self._files.close()
             self._log.close()
+
+
+def _in_thread(func: Callable[..., T], *args: object) -> asyncio.Future[T]:
+    """`asyncio.to_thread(func, *args)` as a plain future, not a task: a shutdown cancelling every task leaves it
+    to tell its real end."""
+    call = functools.partial(contextvars.copy_context().run, func, *args)
+    return asyncio.get_running_loop().run_in_executor(None, call)
+
+
+async def _ended(work: asyncio.Future[T]) -> bool:
+    """Wait for `work` to end even if the caller is cancelled meanwhile; whether it was (to honour it after)."""
+    cancelled = False
+    while not work.done():
+        try:
+            await asyncio.wait([work])
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
 
 
 def _tell(waiting: _Waiting, error: BaseException | None) -> None:

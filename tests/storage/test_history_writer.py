@@ -1,0 +1,97 @@
+"""The history writer's group commit under cancellation: a whole-file operation whose caller is cancelled keeps the
+writer's lock until it really ends, and every append waiting on a batch hears how that batch really ended."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agenthub.errors import StorageError
+from agenthub.session_keys import SessionKey, session_key
+from agenthub.storage import jsonl
+from agenthub.storage.commit_log import LOG_FILE
+from agenthub.storage.files import FileSessionStore
+from tests.support.gated_pool import GatedPool
+
+KEY = session_key("default", "http", "c1")
+OTHER = session_key("default", "http", "c2")
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text, "timestamp": 1}
+
+
+def _contents(data: Path, key: SessionKey) -> list[str]:
+    return [r["content"] for r in jsonl.read_records(data / key.agent / "sessions" / (key.file_stem + ".jsonl"))]
+
+
+def _holding(name: str) -> GatedPool:
+    """The loop's default executor, holding the first worker-thread call of `HistoryWriter.<name>` at its gate."""
+    loop = asyncio.get_running_loop()
+    pool = GatedPool(loop, lambda func, args: getattr(func, "__qualname__", "").endswith(f"HistoryWriter.{name}"))
+    loop.set_default_executor(pool)
+    return pool
+
+
+def _flusher() -> asyncio.Task[Any]:
+    (task,) = [t for t in asyncio.all_tasks() if t.get_name() == "history-group-commit"]
+    return task
+
+
+async def test_a_cancelled_replace_keeps_the_lock_until_it_ends_so_no_append_lands_in_the_old_file(
+    tmp_path: Path,
+) -> None:
+    store = FileSessionStore(tmp_path, fsync=True)
+    await store.append(KEY, [_user("old")])
+    pool = _holding("_exclusive")
+    replace = asyncio.create_task(store.replace(KEY, [_user("new")], archive=[]))
+    await asyncio.wait_for(pool.started.wait(), 2)
+    replace.cancel()
+    append = asyncio.create_task(store.append(KEY, [_user("after")]))
+    await asyncio.wait([append], timeout=0.3)  # an append let in before the replace ended lands meanwhile
+    pool.gate.set()
+    await append  # acknowledged: its line must be in the history
+    with pytest.raises(asyncio.CancelledError):
+        await replace
+    assert _contents(tmp_path, KEY) == ["new", "after"]
+    await store.aclose()
+
+
+async def test_appends_riding_a_batch_whose_flusher_is_cancelled_hear_that_it_landed(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path, fsync=True)
+    await store.append(KEY, [_user("first")])
+    pool = _holding("_commit")
+    appends = [asyncio.create_task(store.append(k, [_user("second")])) for k in (KEY, OTHER)]
+    await asyncio.wait_for(pool.started.wait(), 2)
+    _flusher().cancel()  # a shutdown cancelling the loop's tasks while the batch is in its thread
+    await asyncio.sleep(0.05)
+    pool.gate.set()
+    await asyncio.gather(*appends)  # landed: each append is told so
+    assert _contents(tmp_path, KEY) == ["first", "second"]
+    assert _contents(tmp_path, OTHER) == ["second"]
+    await store.aclose()
+
+
+async def test_appends_riding_a_batch_whose_flusher_is_cancelled_hear_that_its_log_write_failed(
+    tmp_path: Path,
+) -> None:
+    store = FileSessionStore(tmp_path, fsync=True)
+    await store.append(KEY, [_user("kept")])
+    await store.aclose()
+    (tmp_path / LOG_FILE).unlink()
+    (tmp_path / LOG_FILE).symlink_to(tmp_path / "elsewhere.log")  # the batch's log write is refused
+    pool = _holding("_commit")
+    appends = [asyncio.create_task(store.append(k, [_user("refused")])) for k in (KEY, OTHER)]
+    await asyncio.wait_for(pool.started.wait(), 2)
+    _flusher().cancel()
+    await asyncio.sleep(0.05)
+    pool.gate.set()
+    for append in appends:
+        with pytest.raises(StorageError):
+            await append
+    assert _contents(tmp_path, KEY) == ["kept"]
+    assert _contents(tmp_path, OTHER) == []
+    await store.aclose()
