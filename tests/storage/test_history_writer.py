@@ -14,6 +14,7 @@ from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage import jsonl
 from agenthub.storage.commit_log import LOG_FILE
 from agenthub.storage.files import FileSessionStore
+from agenthub.storage.inbox import FileInbox
 from tests.support.gated_pool import GatedPool
 
 KEY = session_key("default", "http", "c1")
@@ -56,6 +57,7 @@ async def test_a_cancelled_replace_keeps_the_lock_until_it_ends_so_no_append_lan
     await append  # acknowledged: its line must be in the history
     with pytest.raises(asyncio.CancelledError):
         await replace
+    await asyncio.to_thread(pool.finished.wait, 5)  # the replace ended (before the fix: perhaps only now)
     assert _contents(tmp_path, KEY) == ["new", "after"]
     await store.aclose()
 
@@ -95,3 +97,30 @@ async def test_appends_riding_a_batch_whose_flusher_is_cancelled_hear_that_its_l
     assert _contents(tmp_path, KEY) == ["kept"]
     assert _contents(tmp_path, OTHER) == []
     await store.aclose()
+
+
+async def test_a_compaction_in_a_cancelled_accept_loses_no_message_accepted_meanwhile(tmp_path: Path) -> None:
+    """An accept that triggers the journal's compaction is cancelled while the rewrite is in its thread; a message
+    accepted meanwhile (acknowledged: its record landed) must still be in the journal after the rewrite."""
+    store = FileSessionStore(tmp_path, fsync=True)
+    inbox = FileInbox(tmp_path, writer=store.writer)
+    for n in range(2):
+        await inbox.settle((await inbox.accept("http", {"content": f"answered {n}"})).id)
+    await store.aclose()
+    store = FileSessionStore(tmp_path, fsync=True)
+    inbox = FileInbox(tmp_path, writer=store.writer, compact_slack=0)  # 4 records, none live: the next accept compacts
+    pool = _holding("_exclusive")
+    compacting = asyncio.create_task(inbox.accept("http", {"content": "compacting"}))
+    await asyncio.wait_for(pool.started.wait(), 2)
+    compacting.cancel()
+    meanwhile = asyncio.create_task(inbox.accept("http", {"content": "meanwhile"}))
+    await asyncio.wait([meanwhile], timeout=0.3)
+    pool.gate.set()
+    accepted = await meanwhile
+    await asyncio.wait([compacting])
+    await asyncio.to_thread(pool.finished.wait, 5)  # the rewrite ended (before the fix: perhaps only now)
+    await store.aclose()
+    reopened = FileInbox(tmp_path, writer=FileSessionStore(tmp_path, fsync=True).writer)
+    contents = [e.payload["content"] for e in await reopened.unsettled()]
+    assert accepted.payload["content"] in contents
+    assert contents == ["compacting", "meanwhile"]  # the cancelled accept's own message was durable before it too

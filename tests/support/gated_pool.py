@@ -14,13 +14,16 @@ Chooser = Callable[[Any, tuple[Any, ...]], bool]
 
 class GatedPool(ThreadPoolExecutor):
     """The first call `chooses` picks starts in its own thread (a running thread cannot be cancelled), sets
-    `started`, then waits for `gate`; every other call runs as usual. Install it as the loop's default executor."""
+    `started`, then waits for `gate` (`finished` once it ended); every other call runs as usual. Install it as the
+    loop's default executor."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, chooses: Chooser) -> None:
         super().__init__(max_workers=4)
         self.loop, self._chooses, self.held = loop, chooses, False
         self.gate = threading.Event()
         self.started = asyncio.Event()
+        self.finished = threading.Event()
+        """Set once the held call has returned or raised."""
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         call = tuple(getattr(fn, "args", None) or (None,))  # asyncio.to_thread submits partial(ctx.run, func, ...)
@@ -34,9 +37,13 @@ class GatedPool(ThreadPoolExecutor):
             self.loop.call_soon_threadsafe(self.started.set)
             self.gate.wait(5)
             try:
-                future.set_result(fn(*args, **kwargs))
+                result = fn(*args, **kwargs)
             except BaseException as e:
+                self.finished.set()
                 future.set_exception(e)
+            else:
+                self.finished.set()
+                future.set_result(result)
 
         threading.Thread(target=run, daemon=True).start()
         return future
