@@ -202,7 +202,7 @@ async def _drop_settled_inbox(settings: Settings, stores: Stores) -> None:
     """The durable inbox keeps answered messages until it is compacted: compact it now (the daemon is not running).
     The stores' own (the files' journal shares the histories' commit log with them), and over PostgreSQL the files
     journal a data directory may still hold from before `store migrate`."""
-    inbox = stores.inbox
+    inbox = await asyncio.to_thread(lambda: stores.inbox)  # the files inbox reads its journal: off the loop
     await inbox.drop_settled()
     if isinstance(inbox, FileInbox):
         return

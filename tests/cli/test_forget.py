@@ -353,3 +353,34 @@ async def test_forget_on_postgres_redacts_each_chat_under_its_session_lease_so_a
         assert FACT not in json.dumps(sent, ensure_ascii=False)  # the model never gets the forgotten history
         stored = await a.history.store.load(SessionKey("default", "wecom", "alice-dm"))
         assert FACT not in json.dumps(stored, ensure_ascii=False)  # nor is it written back
+
+
+ON_THE_LOOP = """
+import sys, threading
+from agenthub.cli import main
+loop_thread = threading.main_thread()
+def opened(event, args):
+    if event == "open" and str(args[0]).endswith(".inbox.jsonl") and threading.current_thread() is loop_thread:
+        sys.stderr.write("inbox journal read on the event loop\\n")
+sys.addaudithook(opened)
+sys.exit(main(sys.argv[1:]))
+"""
+"""`agenthub …` with an audit hook telling whether the inbox journal is opened on the thread the loop runs on."""
+
+
+async def test_forget_without_a_daemon_reads_the_inbox_journal_off_the_event_loop(
+    settings: Settings, tmp_path: Path
+) -> None:
+    journal = settings.data_dir / ".inbox.jsonl"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    record = {"op": "accept", "id": "e1", "seq": 1, "at": 1.0, "source": "http", "payload": {"content": "hi"}}
+    journal.write_text(json.dumps(record) + "\n" + json.dumps({"op": "settle", "id": "e1"}) + "\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", ON_THE_LOOP, "forget", "--channel", "wecom", "--sender", "alice", "--yes",
+        env=cli_env(settings, tmp_path), cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert "inbox journal read on the event loop" not in err.decode()
+    assert journal.read_text() == ""  # the settled entry compacted away: the journal was read and rewritten
