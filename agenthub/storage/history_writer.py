@@ -68,7 +68,7 @@ class HistoryWriter:
         """Recover from the commit log if this process has not yet (before the first read of a history)."""
         if not self._recovered:
             async with self._lock():
-                await run_to_end(asyncio.to_thread(self._recover_once))
+                await run_to_end(_in_thread(self._recover_once))
 
     def recover_blocking(self) -> None:
         """`ready` on the caller's thread (blocking), for a reader that loads a file of the log at construction
@@ -99,7 +99,7 @@ class HistoryWriter:
         async with self._lock():
             operation = build()
             # a cancelled caller keeps the lock until the operation ends: no append lands in a half-done rewrite
-            return await run_to_end(asyncio.to_thread(self._exclusive, agent, stem, operation))
+            return await run_to_end(_in_thread(self._exclusive, agent, stem, operation))
 
     async def aclose(self) -> None:
         """Wait for the batch in flight, checkpoint and close every file (a clean stop leaves an empty log)."""
@@ -107,7 +107,7 @@ class HistoryWriter:
         if flusher is not None and not flusher.done():
             await asyncio.wait([flusher])
         async with self._lock():
-            await run_to_end(asyncio.to_thread(self._close))
+            await run_to_end(_in_thread(self._close))
 
     async def _flush(self) -> None:
         while self._queue:
