@@ -81,7 +81,10 @@ def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--conversations", type=int, help="per language (main 12, heldout 4)")
     parser.add_argument(
-        "--set", choices=["main", "heldout", "long", "casual", "fresh", "weeks", "weeksdev"], default="main", help="which data set"
+        "--set",
+        choices=["main", "heldout", "long", "casual", "fresh", "weeks", "weeksdev"],
+        default="main",
+        help="which data set",
     )
     parser.add_argument("--no-rerank", action="store_true", help="the index's order, without the second stage")
     parser.add_argument(
