@@ -140,7 +140,7 @@ HARRIET_JOEL: Chat = (
         Q("When did Theo hurt his arm?", "when", (("h_wrist", "broke his wrist"),)),
         Q("Where is Joel studying?", "single", (("j_job_new", "college on hope street"),)),
         Q("Which Spanish word did Theo pick up on holiday?", "after", (("h_spain", "helado"),)),
-        Q("What is Suki's new position?", "changed", (("j_suki_promo", "crew manager"),)),
+        Q("What is Suki's new position?", "changed", (("j_suki_promo", "crew manager"),), ("j_suki",)),
         Q("Which composer does Harriet like most?", "pref", (("h_satie", "satie"),)),
         Q("What car does Harriet drive these days?", "changed", (("h_car_new", "electric zoe"),), ("h_car_old",)),
         Q("What operation did Joel's mother have?", "single", (("j_mum", "knee replacement"),)),
