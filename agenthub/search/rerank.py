@@ -93,7 +93,7 @@ def ranked(search: Search, terms: Sequence[str], limit: int, asked: str = "") ->
     told = feedback_terms(best, {*terms, *extra, *names})
     if not told:
         return stage(terms, hits, limit, widened)
-    fed = search([*terms, *told], max(limit, CANDIDATES))
+    fed = search(told, max(limit, CANDIDATES))
     return stage(terms, hits, limit, widened, fed=fed, feedback=told, givers=_keys(best))
 
 
@@ -115,7 +115,7 @@ async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, as
     told = feedback_terms(best, {*terms, *extra, *names})
     if not told:
         return await asyncio.to_thread(stage, terms, hits, limit, widened)
-    fed = await search([*terms, *told], max(limit, CANDIDATES))
+    fed = await search(told, max(limit, CANDIDATES))
     lifted = partial(stage, fed=fed, feedback=told, givers=_keys(best))
     return await asyncio.to_thread(lifted, terms, hits, limit, widened)
 
@@ -144,7 +144,7 @@ def rerank(
     `names` among `nameless` (its order for the query without the names), blended, newer first among passages saying
     the same, those holding the kind of answer `cue` asks for lifted, none shown twice."""
     scores = _blend(hits, widened, full=full, related=frozenset(related))
-    lifted, ceiling = _fed(scores, hits, fed, full=full, feedback=feedback, givers=givers)
+    lifted, ceiling = _fed(scores, fed, feedback=frozenset(feedback), givers=givers)
     spoken = _by_named_speaker(hits, nameless, names)
     for key, score in spoken.items():
         scores[key] = max(scores.get(key, 0.0), score)
@@ -165,26 +165,22 @@ def rerank(
 
 
 def _fed(
-    scores: dict[Key, float],
-    hits: Sequence[SearchHit],
-    fed: Sequence[SearchHit],
-    *,
-    full: bool,
-    feedback: Sequence[str],
-    givers: frozenset[Key],
+    scores: dict[Key, float], fed: Sequence[SearchHit], *, feedback: frozenset[str], givers: frozenset[Key]
 ) -> tuple[set[Key], float]:
-    """`scores` raised by the feedback search `fed` (FEEDBACK_WEIGHT of what its words add; never for the passages
-    that gave them), each at most just below the FEEDBACK_BELOW-th best score without it. Returns the passages it
-    raised and that ceiling."""
-    if not fed:
-        return set(), 0.0
-    told = _blend(hits, fed, full=full, related=frozenset(feedback), weight=FEEDBACK_WEIGHT)
+    """`scores` raised by the feedback search `fed` (the names alone: FEEDBACK_WEIGHT of their score, shared by
+    the square root of how many names a passage holds; never for the passages that gave them), each at most just
+    below the FEEDBACK_BELOW-th best score without it. Returns the passages it raised and that ceiling."""
     best = sorted(scores.values(), reverse=True)
-    ceiling = best[FEEDBACK_BELOW - 1] * (1 - NEWER_MARGIN) if len(best) >= FEEDBACK_BELOW else 0.0
+    if not fed or len(best) < FEEDBACK_BELOW:
+        return set(), 0.0
+    ceiling = best[FEEDBACK_BELOW - 1] * (1 - NEWER_MARGIN)
     lifted = set()
-    for key, score in told.items():
-        if key not in givers and min(score, ceiling) > scores.get(key, 0.0):
-            scores[key] = min(score, ceiling)
+    for hit in fed:
+        key = identity(hit.passage)
+        held = max(1, len(feedback & _all_terms(hit.passage.text)))
+        score = min(ceiling, scores.get(key, 0.0) + FEEDBACK_WEIGHT * hit.score / held**0.5)
+        if key not in givers and score > scores.get(key, 0.0):
+            scores[key] = score
             lifted.add(key)
     return lifted, ceiling
 

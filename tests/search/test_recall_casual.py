@@ -18,14 +18,14 @@ from recall_data.model import Conversation
 from recall_data.probe import RankedProbe
 from recall_data.run import measure_both
 
-FLOOR_IN_BUDGET = {"zh": 0.73, "en": 0.74}
-"""Just below what is measured: zh 0.756, en 0.786 (0.738 before the feedback of names; before the category
+FLOOR_IN_BUDGET = {"zh": 0.73, "en": 0.73}
+"""Just below what is measured: zh 0.756, en 0.762 (0.738 before the feedback of names; before the category
 members, the answer cues and the fixes to newer-wins and related-word weights: zh 0.756, en 0.524). Low on
 purpose: this set was never tuned on, so it is the honest figure for chats the search has not seen; raise it with
 the search, never by fitting to it."""
-FRESH_FLOOR_IN_BUDGET = 0.73
-"""The fresh English chats (`casual_en_fresh.py`, written before that work and never tuned on): 0.762 measured
-(0.738 before the feedback of names, 0.571 before the s6 work)."""
+FRESH_FLOOR_IN_BUDGET = 0.71
+"""The fresh English chats (`casual_en_fresh.py`, written before that work and never tuned on): 0.738 measured
+(0.571 before the s6 work)."""
 WEEKS_FLOOR_IN_BUDGET = {"zh": 0.67, "en": 0.70}
 """The weeks chats (`weeks_en.py`, `weeks_zh.py`, written for the s7 work before any change and never tuned on):
 zh 0.694, en 0.723 measured (zh 0.673, en 0.681 before that work)."""
