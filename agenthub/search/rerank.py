@@ -93,7 +93,7 @@ def ranked(search: Search, terms: Sequence[str], limit: int, asked: str = "") ->
     told = feedback_terms(best, {*terms, *extra, *names})
     if not told:
         return stage(terms, hits, limit, widened)
-    fed = search(told, max(limit, CANDIDATES))
+    fed = search(told, limit)
     return stage(terms, hits, limit, widened, fed=fed, feedback=told, givers=_keys(best))
 
 
@@ -115,7 +115,7 @@ async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, as
     told = feedback_terms(best, {*terms, *extra, *names})
     if not told:
         return await asyncio.to_thread(stage, terms, hits, limit, widened)
-    fed = await search(told, max(limit, CANDIDATES))
+    fed = await search(told, limit)
     lifted = partial(stage, fed=fed, feedback=told, givers=_keys(best))
     return await asyncio.to_thread(lifted, terms, hits, limit, widened)
 
