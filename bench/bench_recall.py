@@ -14,6 +14,9 @@ its tuned half and its held-out half (the held-out half's misses are never shown
 (recall_data/casual_set.py): totals only, per language and question kind, never a miss.
 `--set fresh`: 2 more English chats made as the casual set's, written before the s6 recall work and never tuned on
 (recall_data/casual_en_fresh.py): totals only, never a miss.
+`--set weeks`: 4 more chats (2 en, 2 zh, 96 questions) made as the casual set's, written for the s7 recall work and
+measured before any change, never tuned on (recall_data/weeks_en.py, weeks_zh.py): totals only, never a miss.
+`--set weeksdev`: 2 chats made the same way to tune on (recall_data/weeks_dev.py): misses shown.
 Every set is also counted as the public long-conversation benchmark counts: the real memory_search tool's text
 answer (limit 5) cut at 3,500 characters must hold the answer turn's distinctive part (recall_data/budget.py).
 The main set's figures are also given per half (A: even-numbered chats, B: odd ones): tune on one, check the other.
@@ -35,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from recall_data.budget import TextOutcome, needles, text_report
-from recall_data.casual_set import casual_set, fresh_set
+from recall_data.casual_set import casual_set, fresh_set, weeks_dev_set, weeks_set
 from recall_data.generate import CONVERSATIONS_PER_LANG, HELDOUT_PER_LANG, dataset, heldout
 from recall_data.long_set import HELDOUT, long_set
 from recall_data.model import Conversation, as_json
@@ -62,7 +65,7 @@ def misses(conversations: list[Conversation], outcomes: list[Outcome], count: in
 
 def _held_out(cid: str) -> bool:
     """A chat whose misses are never shown: the long set's held-out half, the whole casual set."""
-    return cid in HELDOUT or cid.startswith("casual-")
+    return cid in HELDOUT or cid.startswith(("casual-", "weeks-"))
 
 
 def text_report_by_kind(texts: list[TextOutcome]) -> list[str]:
@@ -78,7 +81,10 @@ def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--conversations", type=int, help="per language (main 12, heldout 4)")
     parser.add_argument(
-        "--set", choices=["main", "heldout", "long", "casual", "fresh"], default="main", help="which data set"
+        "--set",
+        choices=["main", "heldout", "long", "casual", "fresh", "weeks", "weeksdev"],
+        default="main",
+        help="which data set",
     )
     parser.add_argument("--no-rerank", action="store_true", help="the index's order, without the second stage")
     parser.add_argument(
@@ -135,6 +141,10 @@ async def main() -> int:
         conversations = long_set(wordy=args.wordy)
     elif args.set == "fresh":
         conversations = fresh_set()
+    elif args.set == "weeks":
+        conversations = weeks_set()
+    elif args.set == "weeksdev":
+        conversations = weeks_dev_set()
     else:
         conversations = casual_set()
     if args.dump is not None:
@@ -159,7 +169,7 @@ async def main() -> int:
         for part, name in ((False, "tuned half"), (True, "held-out half")):
             chosen = [o for o in texts if (o.question.conversation in HELDOUT) == part]
             print("\n".join(text_report(chosen, f"  {name}: answer within 3,500 characters")))
-    if args.set in ("casual", "fresh"):
+    if args.set in ("casual", "fresh", "weeks", "weeksdev"):
         print("\n".join(text_report_by_kind(texts)))
     outcomes_shown = [o for o in outcomes if not _held_out(o.question.conversation)]
     print("\n".join(misses(conversations, outcomes_shown, args.show_misses, args.misses_beyond)))

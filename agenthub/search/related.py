@@ -15,17 +15,19 @@ THESAURUS = """
     car vehicle drive truck suv sedan hatchback 车 汽车 开车 新车 提车 买车
     live home house apartment flat address unit lease rent move moved 住 房子 公寓 地址 小区 租房 搬家 搬到
     job work employer company office hired career position role 工作 上班 公司 单位 入职 跳槽 offer
+    job work profession occupation 工作 职业 谋生 干活 行业
     trip travel vacation holiday destination flight tour ~booked visit 旅行 旅游 度假 出游 机票 行程
     restaurant eat dinner lunch food place cuisine 餐厅 馆子 饭店 吃饭 好吃 菜
     drink coffee tea latte order cafe cup 喝 咖啡 奶茶 拿铁 茶
     instrument play lessons piano guitar violin drums saxophone ukulele cello 乐器 钢琴 吉他 小提琴 鼓 萨克斯 古筝
     music band song singer artist album concert gig listen 音乐 乐队 歌 歌手 演唱会 听歌
     language learn study lessons class course speak fluent 语言 外语 学习 英语 日语 法语 德语 口语
-    book novel read reading author chapter 书 读 小说 看书 读书 作者
+    book novel read reading author writer novelist chapter 书 读 小说 看书 读书 作者 作家
     pet dog cat puppy kitten adopted named 宠物 狗 猫 小猫 小狗 领养 养
     sibling brother sister 兄弟 姐妹 哥哥 弟弟 姐姐 妹妹
-    child kid son daughter baby 孩子 小孩 儿子 女儿 宝宝
+    child kid son daughter baby twins 孩子 小孩 儿子 女儿 宝宝 闺女 娃娃
     partner boyfriend girlfriend wife husband dating relationship together 对象 男朋友 女朋友 老婆 老公 恋爱 在一起
+    wife husband spouse partner 老婆 老公 丈夫 妻子 爱人 媳妇 对象
     birthday born birth age turned 生日 出生 岁
     hometown grew raised originally from 老家 家乡 长大 哪里人
     doctor physician dentist clinic hospital appointment checkup 医生 大夫 医院 看病 挂号 体检 牙医
@@ -48,6 +50,7 @@ THESAURUS = """
     volunteer volunteering charity donate donation 志愿者 义工 公益 捐款 义诊
     promoted promotion raise title manager lead 升职 晋升 加薪 升了
     mom mother dad father parents grandmother grandfather grandma grandpa 妈妈 爸爸 父母 奶奶 外婆 爷爷 外公
+    mom mum mother dad father 妈妈 爸爸 母亲 父亲 老妈 老爸 我妈 我爸
     therapist therapy counselor counseling anxiety 心理 咨询 焦虑
     cook cooking recipe bake baking dish 做饭 菜谱 烘焙 下厨 做菜
     garden gardening plant plants grow growing balcony 花园 种花 植物 阳台 种菜

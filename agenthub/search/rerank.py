@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 
 from agenthub.search.cues import AnswerCue, answer_cue
+from agenthub.search.feedback import FEEDBACK_HITS, feedback_terms
 from agenthub.search.related import related_terms
 from agenthub.search.text import STOP_WORDS, index_terms, normalise
 from agenthub.storage.search_index import Passage, SearchHit, identity
@@ -49,6 +50,11 @@ word, none of the query's) and at least SHARED_SHARE of the shorter one's such t
 CUE_BONUS = 0.15
 """A passage holding the kind of answer the question asks for (a time for "when", a person for "who") scores this
 much (relatively) more."""
+
+FEEDBACK_WEIGHT = 0.5
+FEEDBACK_BELOW = 2
+"""What the feedback search's names (`feedback`) add counts this much, and lifts a passage at most to just below
+the FEEDBACK_BELOW-th best score the query's own words and their related ones gave."""
 
 SPEAKER_DEPTH = 20
 """How many hits the search without the names asks for (only when a query term names a speaker of a candidate)."""
@@ -80,9 +86,15 @@ def ranked(search: Search, terms: Sequence[str], limit: int, asked: str = "") ->
     names = named_speakers(terms, (*hits, *widened))
     rest = [t for t in terms if t not in names]
     nameless = search(rest, SPEAKER_DEPTH) if names and rest else []
-    cue = answer_cue(asked)
-    full = len(hits) >= first
-    return rerank(terms, hits, limit, widened, full=full, nameless=nameless, names=names, cue=cue, related=extra)
+    stage = partial(
+        rerank, full=len(hits) >= first, nameless=nameless, names=names, cue=answer_cue(asked), related=extra
+    )
+    best = stage(terms, hits, FEEDBACK_HITS, widened)
+    told = feedback_terms(best, {*terms, *extra, *names})
+    if not told:
+        return stage(terms, hits, limit, widened)
+    fed = search(told, limit)
+    return stage(terms, hits, limit, widened, fed=fed, feedback=told, givers=_keys(best))
 
 
 async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, asked: str = "") -> list[SearchHit]:
@@ -96,9 +108,20 @@ async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, as
     names = named_speakers(terms, (*hits, *widened))
     rest = [t for t in terms if t not in names]
     nameless = await search(rest, SPEAKER_DEPTH) if names and rest else []
-    cue = answer_cue(asked)
-    stage = partial(rerank, full=len(hits) >= first, nameless=nameless, names=names, cue=cue, related=extra)
-    return await asyncio.to_thread(stage, terms, hits, limit, widened)
+    stage = partial(
+        rerank, full=len(hits) >= first, nameless=nameless, names=names, cue=answer_cue(asked), related=extra
+    )
+    best = await asyncio.to_thread(stage, terms, hits, FEEDBACK_HITS, widened)
+    told = feedback_terms(best, {*terms, *extra, *names})
+    if not told:
+        return await asyncio.to_thread(stage, terms, hits, limit, widened)
+    fed = await search(told, limit)
+    lifted = partial(stage, fed=fed, feedback=told, givers=_keys(best))
+    return await asyncio.to_thread(lifted, terms, hits, limit, widened)
+
+
+def _keys(hits: Sequence[SearchHit]) -> frozenset[Key]:
+    return frozenset(identity(h.passage) for h in hits)
 
 
 def rerank(
@@ -112,17 +135,21 @@ def rerank(
     names: frozenset[str] = frozenset(),
     cue: AnswerCue | None = None,
     related: Sequence[str] = (),
+    fed: Sequence[SearchHit] = (),
+    feedback: Sequence[str] = (),
+    givers: frozenset[Key] = frozenset(),
 ) -> list[SearchHit]:
     """The best `limit` of `hits` (the index's best for the query `terms`; `full`: as many as it was asked for, so
     there may be more), `widened` (its order for the query with related words) and the turns of a speaker the query
     `names` among `nameless` (its order for the query without the names), blended, newer first among passages saying
     the same, those holding the kind of answer `cue` asks for lifted, none shown twice."""
     scores = _blend(hits, widened, full=full, related=frozenset(related))
+    lifted, ceiling = _fed(scores, fed, feedback=frozenset(feedback), givers=givers)
     spoken = _by_named_speaker(hits, nameless, names)
     for key, score in spoken.items():
         scores[key] = max(scores.get(key, 0.0), score)
     pool: dict[Key, SearchHit] = {}
-    for hit in (*hits, *widened, *(h for h in nameless if identity(h.passage) in spoken)):
+    for hit in (*hits, *widened, *fed, *(h for h in nameless if identity(h.passage) in spoken)):
         pool.setdefault(identity(hit.passage), hit)
     candidates = [_Candidate(hit, rank, scores[key]) for rank, (key, hit) in enumerate(pool.items())]
     if cue is not None:
@@ -130,12 +157,41 @@ def rerank(
             if cue.answers(c.hit.passage.text):
                 c.score *= 1 + CUE_BONUS
     _newer_wins(candidates, set(terms))
+    for c in candidates:  # what only the feedback lifted stays below the best the query found itself
+        if identity(c.hit.passage) in lifted:
+            c.score = min(c.score, ceiling)
     ordered = sorted(candidates, key=lambda c: (-round(c.score, 9), c.rank))
     return _distinct_views(ordered, limit)
 
 
+def _fed(
+    scores: dict[Key, float], fed: Sequence[SearchHit], *, feedback: frozenset[str], givers: frozenset[Key]
+) -> tuple[set[Key], float]:
+    """`scores` raised by the feedback search `fed` (the names alone: FEEDBACK_WEIGHT of their score, shared by
+    the square root of how many names a passage holds; never for the passages that gave them), each at most just
+    below the FEEDBACK_BELOW-th best score without it. Returns the passages it raised and that ceiling."""
+    best = sorted(scores.values(), reverse=True)
+    if not fed or len(best) < FEEDBACK_BELOW:
+        return set(), 0.0
+    ceiling = best[FEEDBACK_BELOW - 1] * (1 - NEWER_MARGIN)
+    lifted = set()
+    for hit in fed:
+        key = identity(hit.passage)
+        held = max(1, len(feedback & _all_terms(hit.passage.text)))
+        score = min(ceiling, scores.get(key, 0.0) + FEEDBACK_WEIGHT * hit.score / held**0.5)
+        if key not in givers and score > scores.get(key, 0.0):
+            scores[key] = score
+            lifted.add(key)
+    return lifted, ceiling
+
+
 def _blend(
-    hits: Sequence[SearchHit], widened: Sequence[SearchHit], *, full: bool, related: frozenset[str] = frozenset()
+    hits: Sequence[SearchHit],
+    widened: Sequence[SearchHit],
+    *,
+    full: bool,
+    related: frozenset[str] = frozenset(),
+    weight: float = RELATED_WEIGHT,
 ) -> dict[Key, float]:
     """Each passage's score: the index's score for the query, plus RELATED_WEIGHT of what the related words add
     (the widened score less that), shared by the `related` words the passage holds (what one of them adds, about:
@@ -151,7 +207,7 @@ def _blend(
         key = identity(hit.passage)
         base = own.get(key, min(floor, hit.score))
         held = max(1, len(related & _all_terms(hit.passage.text))) if related else 1
-        scores[key] = max(scores.get(key, 0.0), base + RELATED_WEIGHT * max(0.0, hit.score - base) / held**0.5)
+        scores[key] = max(scores.get(key, 0.0), base + weight * max(0.0, hit.score - base) / held**0.5)
     return scores
 
 

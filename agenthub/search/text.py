@@ -50,10 +50,16 @@ STOP_WORDS = ENGLISH_STOP_WORDS | CHINESE_FUNCTION_WORDS
 _QUESTION = re.compile(
     r"什么时候|什么|多少|哪里|哪儿|哪个|哪些|哪家|哪天|哪|谁|吗|呢|怎么样|怎么|为什么|是否|是不是|有没有|请问|干什么|干嘛|干啥|啥|咋"
     r"|\bwhat (?:kind|sort|type)s? of\b|\bthese days\b|\bnowadays\b|\b(?:do|did) you (?:remember|know|recall)\b"
-    r"|\bhow (?:long|many|much|often)\b|\brecently\b|\blately\b"
+    r"|\bhow (?:long|many|much|often)\b|\brecently\b|\blately\b|\bstill\b|\bwhat (?:happened|happens)\b"
 )
-"""Question words a query drops before it is cut: an answer never holds them, and in Chinese they would otherwise
-join their neighbours into bigrams (陈晨哪天出生 → 晨哪, 哪天) that no answer holds either."""
+"""Question words a query drops before it is cut: an answer seldom holds them (and "still" favours the older
+statement of a changed fact, "I'm still driving the Fiesta"; "what happened", greetings, "what's been happening?"),
+and in Chinese they would otherwise join their neighbours into bigrams (陈晨哪天出生 → 晨哪, 哪天) that no answer
+holds either."""
+
+_PARTICLES = re.compile(r"[的了]")
+"""Chinese particles a query is cut at: 阿梅的母亲出了什么事 asks about 阿梅, 母亲, 出事, never 梅的, 的母 or 出了,
+bigrams across a word's edge that match unrelated text (翻出了)."""
 
 _PHRASES = {
     "for a living": "job",
@@ -110,7 +116,8 @@ def query_terms(text: str, *, cjk: CjkMode | None = None) -> list[str]:
     for punctuation."""
     mode = cjk or CJK_MODE
     text = normalise(text[:MAX_QUERY_CHARS])
-    distinct = list(dict.fromkeys(_terms(_QUESTION.sub(" ", _PHRASE.sub(_phrase_word, text)), mode)))
+    asked = _PARTICLES.sub(" ", _QUESTION.sub(" ", _PHRASE.sub(_phrase_word, text)))
+    distinct = list(dict.fromkeys(_terms(asked, mode)))
     content = [t for t in distinct if t not in STOP_WORDS]
     if not content:
         distinct = list(dict.fromkeys(_terms(text, mode)))

@@ -15,6 +15,9 @@ from recall_data.casual_en_fresh import GRACE_OWEN, MARCUS_LEILA
 from recall_data.casual_kinds import Chat, Q, S
 from recall_data.casual_zh import HE_MA, LIN_ZHOU
 from recall_data.model import CONVERSATION_TURNS, Conversation, Lang, Question, Turn
+from recall_data.weeks_dev import AMEI_XIAOYU, ROSA_BEN
+from recall_data.weeks_en import DANA_KOFI, HARRIET_JOEL
+from recall_data.weeks_zh import DAPENG_SISI, XIAOWEN_AJIE
 
 SEED = 4242
 FIRST = 300
@@ -27,6 +30,18 @@ CHATS: list[tuple[Lang, Chat]] = [("en", NORA_FELIX), ("en", PRIYA_TOM), ("zh", 
 FRESH_FIRST = 310
 FRESH_CHATS: list[tuple[Lang, Chat]] = [("en", MARCUS_LEILA), ("en", GRACE_OWEN)]
 """The fresh set: two more English chats written before the s6 recall work and never tuned on."""
+WEEKS_FIRST = 320
+WEEKS_CHATS: list[tuple[Lang, Chat]] = [
+    ("en", DANA_KOFI),
+    ("en", HARRIET_JOEL),
+    ("zh", XIAOWEN_AJIE),
+    ("zh", DAPENG_SISI),
+]
+"""The weeks set: two English and two Chinese chats written for the s7 recall work before any change to the
+search, never tuned on (totals only, never a miss)."""
+WEEKS_DEV_FIRST = 330
+WEEKS_DEV_CHATS: list[tuple[Lang, Chat]] = [("en", ROSA_BEN), ("zh", AMEI_XIAOYU)]
+"""The weeks dev set: made as the weeks set, its misses shown and tuned on."""
 
 
 def casual_set(seed: int = SEED) -> list[Conversation]:
@@ -36,6 +51,16 @@ def casual_set(seed: int = SEED) -> list[Conversation]:
 def fresh_set(seed: int = SEED) -> list[Conversation]:
     """The fresh held-out English chats (`casual_en_fresh`), made as the casual set's are."""
     return _chats(FRESH_CHATS, "casual-fresh", FRESH_FIRST, seed)
+
+
+def weeks_set(seed: int = SEED) -> list[Conversation]:
+    """The weeks held-out chats (`weeks_en`, `weeks_zh`), made as the casual set's are."""
+    return _chats(WEEKS_CHATS, "weeks", WEEKS_FIRST, seed)
+
+
+def weeks_dev_set(seed: int = SEED) -> list[Conversation]:
+    """The weeks dev chats (`weeks_dev`): tune on these, never on the weeks set."""
+    return _chats(WEEKS_DEV_CHATS, "weeksdev", WEEKS_DEV_FIRST, seed)
 
 
 def _chats(chats: list[tuple[Lang, Chat]], prefix: str, first: int, seed: int) -> list[Conversation]:

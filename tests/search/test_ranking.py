@@ -92,6 +92,17 @@ async def test_the_person_asked_about_is_found_by_their_sender_id_once_not_by_th
     assert (await recall.texts("what is new with Mia?"))[0] == "my new bike is great"
 
 
+async def test_a_later_turn_that_names_what_the_best_hit_names_is_reached_without_the_query_s_words(
+    recall: Recall,
+) -> None:
+    await recall.say("I got a job at Bluefin, I start on Monday", *FILLER)
+    await recall.say("so I handed in my notice at Bluefin. starting at Halcyon Health next week", *FILLER)
+    await recall.say("the job fair was packed")
+    texts = await recall.texts("Which company gave Nadia a job?")
+    assert "I got a job at Bluefin, I start on Monday" in texts[:2]
+    assert "so I handed in my notice at Bluefin. starting at Halcyon Health next week" in texts[2:]  # below the two
+
+
 async def test_a_restated_fact_and_its_update_rank_the_newer_first(recall: Recall) -> None:
     await recall.say("our launch date is 2026-11-01", *FILLER)
     await recall.say("our launch date is 2026-12-01", *FILLER)

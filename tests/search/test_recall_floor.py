@@ -22,10 +22,10 @@ FLOOR_RECALL_AT_5 = {"zh": 0.93, "en": 0.96}
 cues and the fixes to newer-wins and related-word weights: zh 0.906, en 0.969; before a repeated line was kept from
 taking a second of the five hits: zh 0.891, en 0.953; the index's order alone: zh 0.781, en 0.750); the full bench:
 zh 0.969, en 0.969. Raise it with the search."""
-HELDOUT_FLOOR_RECALL_AT_5 = {"zh": 0.87, "en": 0.70}
-"""The held-out set (8 chats on topics the search was not tuned on): zh 0.900, en 0.725 measured (before the
-category members and answer cues: en 0.700; the index's order alone: zh 0.800, en 0.475; before the named speaker,
-framing phrases and derivations: en 0.600)."""
+HELDOUT_FLOOR_RECALL_AT_5 = {"zh": 0.87, "en": 0.75}
+"""The held-out set (8 chats on topics the search was not tuned on): zh 0.900, en 0.775 measured (0.725 before the
+feedback of names; before the category members and answer cues: en 0.700; the index's order alone: zh 0.800, en
+0.475; before the named speaker, framing phrases and derivations: en 0.600)."""
 
 
 async def test_questions_as_asked_find_their_answer_among_five_hits_in_both_languages(tmp_path: Path) -> None:

@@ -15,6 +15,14 @@ def test_a_question_is_widened_with_the_words_its_answer_may_use_instead() -> No
     assert "提琴" in related_terms(query_terms("Which instrument does she play?"))  # both languages
 
 
+def test_everyday_kin_and_work_words_reach_their_colloquial_forms() -> None:
+    assert {"老公", "husband"} <= set(related_terms(query_terms("阿梅丈夫的工作是什么？")))
+    assert "我妈" in related_terms(query_terms("她母亲出了什么事？"))  # as people say it: 我妈摔了一跤
+    assert "工作" in related_terms(query_terms("他靠什么谋生？"))
+    assert "作家" in related_terms(query_terms("Who is her favourite author?"))
+    assert "twin" in related_terms(query_terms("When were the babies born?"))
+
+
 def test_chinese_words_widen_by_their_pairs_not_their_single_characters() -> None:
     extra = related_terms(query_terms("她家的宠物叫什么？"))
     assert "领养" in extra and "小狗" in extra

@@ -25,9 +25,22 @@ def test_word_mode_segments_into_jieba_words_and_a_glued_name_still_has_its_bigr
 
 
 def test_question_words_leave_the_query_before_it_is_cut() -> None:
-    assert query_terms("陈晨哪天出生的？") == ["陈晨", "陈", "晨", "出生", "生的", "出", "生"]  # no 晨哪, 哪天
-    assert query_terms("孙琪的房租是多少") == ["孙琪", "琪的", "的房", "房租", "租是", "孙", "琪", "房", "租"]
+    assert query_terms("陈晨哪天出生的？") == ["陈晨", "陈", "晨", "出生", "出", "生"]  # no 晨哪, 哪天, 生的
+    assert query_terms("孙琪的房租是多少") == ["孙琪", "孙", "琪", "房租", "租是", "房", "租"]  # no 琪的, 的房: 的 cuts
     assert query_terms("什么") == ["什么", "什", "么"]  # nothing else: kept rather than nothing
+
+
+def test_chinese_particles_cut_a_query_so_no_pair_spans_a_word_s_edge() -> None:
+    terms = query_terms("阿梅的母亲出了什么事？")
+    assert {"阿梅", "母亲"} <= set(terms)
+    assert not {"梅的", "的母", "出了"} & set(terms)  # 出了 would match 翻出了 in any chat
+    assert "出了" in index_terms("翻出了好多东西")  # stored text is cut as before
+
+
+def test_still_and_what_happened_frame_a_question_and_leave_it() -> None:
+    assert query_terms("Is Ben still coaching?") == ["ben", "coach"]  # the older statement says "still"
+    assert "happen" not in query_terms("What happened when Rosa went to Glasgow?")
+    assert query_terms("still") == ["still"]  # nothing else: kept rather than nothing
 
 
 def test_how_long_how_many_and_recently_frame_a_question_and_leave_it() -> None:
@@ -60,7 +73,7 @@ def test_identifiers_numbers_dates_and_codes_are_kept_whole_and_in_parts() -> No
 
 
 def test_mixed_chinese_and_english_and_full_width_forms() -> None:
-    assert query_terms("用Python写的夜莺 ＡＰＩ") == ["用", "python", "写的", "的夜", "夜莺", "写", "夜", "莺", "api"]
+    assert query_terms("用Python写的夜莺 ＡＰＩ") == ["用", "python", "写", "夜莺", "夜", "莺", "api"]
 
 
 def test_stop_words_only_query_keeps_them_rather_than_nothing() -> None:

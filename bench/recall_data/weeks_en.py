@@ -1,0 +1,161 @@
+"""The weeks set's English chats (held out: written for the s7 recall work before any change, never tuned on)."""
+
+from __future__ import annotations
+
+from recall_data.casual_kinds import Chat, Q, S
+
+# fmt: off
+DANA_KOFI: Chat = (
+    ("Dana", "Kofi"),
+    [
+        S(0, 0, "Night shifts at the children's hospital again this week, I'm on the paediatric ward until Sunday.",
+          "d_job"),
+        S(0, 1, "I've just started at a little architecture firm by the harbour, mostly drawing staircases for now.",
+          "k_job"),
+        S(1, 1, "My partner Ines and I finally picked a name for the cat, he's called Pistachio because of his "
+          "green eyes.", "k_cat"),
+        S(1, 0, "I live in a tiny studio on Quarry Lane, the radiator clanks all night long.", "d_home_old"),
+        S(2, 0, "Last Saturday I ran my first 10k, the Riverside one, 58 minutes and I nearly threw up at the end.",
+          "d_10k"),
+        S(3, 1, "Ines got me a sourdough starter for my birthday, I named it Doughvid and it has taken over the "
+          "fridge.", "k_sourdough"),
+        S(3, 0, "I basically live on triple espressos during night shifts, it can't be healthy.", "d_coffee"),
+        S(4, 0, "I really can't do horror films, I watched one on Friday and slept with the light on.", "d_horror"),
+        S(4, 1, "My dad is visiting from Accra next month, first time he'll see our flat.", "k_dad"),
+        S(5, 1, "Dad's visit was lovely, we took him to the botanical gardens and he argued with every gardener "
+          "about mangoes.", "k_dad_done"),
+        S(6, 0, "I've put my name down for a Spanish evening class, Mondays at the library, because I want to "
+          "volunteer in Peru next year.", "d_spanish"),
+        S(7, 1, "Work news: the firm won the competition for the new public library in Harwick, and they put me "
+          "on the team.", "k_library"),
+        S(8, 0, "Sorry I skipped the satay the other night, I'm allergic to peanuts, it's not that I didn't like "
+          "it.", "d_peanut"),
+        S(9, 0, "I handed in my notice at the hospital yesterday, I'm moving to the community nursing team in "
+          "January.", "d_job_new"),
+        S(10, 1, "We're flying to Copenhagen over Easter, Ines wants to see every design museum in the city.",
+          "k_cph"),
+        S(11, 0, "Moved at last! I'm in a two-bedroom flat above the florist on Kestrel Street, sharing with my "
+          "cousin Mariam.", "d_home_new"),
+        S(12, 1, "Copenhagen was perfect, except I left my passport in a taxi and spent Tuesday morning at the "
+          "embassy.", "k_cph_done"),
+        S(13, 0, "Ran the half marathon on Sunday, two hours and four minutes, my toenails are a tragedy.",
+          "d_half"),
+        S(14, 1, "Pistachio needed surgery after swallowing a hair tie, he's fine now but the vet bill was 900 "
+          "pounds.", "k_cat_vet"),
+        S(15, 0, "My Spanish teacher says I'm ready for the placement, I fly to Cusco on the 3rd of September.",
+          "d_peru"),
+        S(16, 1, "Ines and I got engaged on the beach at Salcombe last weekend! I hid the ring in a sock for a "
+          "month.", "k_engaged"),
+        S(17, 1, "The Harwick library opened on Thursday, seeing people read on my staircase was weird and "
+          "wonderful.", "k_library_open"),
+        S(18, 0, "I'm more of a tea person these days, I've given up coffee since I started the community job.",
+          "d_tea"),
+        S(19, 1, "We've booked the wedding for next June at a barn near Stroud, Ines wants sunflowers everywhere.",
+          "k_wedding"),
+        S(20, 0, "Greetings from Peru! The clinic is in a village an hour up the valley and I help with "
+          "vaccinations most mornings.", "d_clinic"),
+        S(21, 1, "We're thinking of leaving the city, we put an offer on a cottage in Bath yesterday.", "k_bath"),
+    ],
+    [
+        Q("What kind of nursing is Dana doing now?", "changed", (("d_job_new", "community nursing team"),),
+          ("d_job",)),
+        Q("What sort of company does Kofi work for?", "para", (("k_job", "architecture firm"),)),
+        Q("What is the name of Kofi's pet?", "single", (("k_cat", "called pistachio"),)),
+        Q("When did Dana do her first 10 kilometre race?", "when", (("d_10k", "my first 10k"),)),
+        Q("What present did Kofi get from his girlfriend?", "para", (("k_sourdough", "sourdough starter"),)),
+        Q("What kind of movies does Dana avoid?", "pref", (("d_horror", "can't do horror films"),)),
+        Q("Where did Kofi take his father while he was over?", "after", (("k_dad_done", "botanical gardens"),)),
+        Q("Why is Dana learning Spanish?", "single", (("d_spanish", "volunteer in peru"),)),
+        Q("What project was Kofi assigned to at the office?", "para", (("k_library", "public library in harwick"),)),
+        Q("What food is Dana allergic to?", "single", (("d_peanut", "allergic to peanuts"),)),
+        Q("Where does Dana live now?", "changed", (("d_home_new", "kestrel street"),), ("d_home_old",)),
+        Q("Who is Dana's flatmate?", "para", (("d_home_new", "cousin mariam"),)),
+        Q("What went wrong on Kofi's trip to Denmark?", "para", (("k_cph_done", "passport in a taxi"),)),
+        Q("How long did it take Dana to finish the half marathon?", "single",
+          (("d_half", "two hours and four minutes"),)),
+        Q("What happened to the cat after it swallowed something?", "para", (("k_cat_vet", "needed surgery"),)),
+        Q("When did Kofi propose to Ines?", "when", (("k_engaged", "got engaged on the beach"),)),
+        Q("Which of Kofi's projects opened to the public, and in what town?", "multi",
+          (("k_library_open", "library opened on thursday"), ("k_library", "library in harwick"))),
+        Q("Does Dana still drink coffee?", "changed", (("d_tea", "given up coffee"),), ("d_coffee",)),
+        Q("Where will the wedding take place?", "single", (("k_wedding", "barn near stroud"),)),
+        Q("What does Dana do at the clinic in South America?", "after", (("d_clinic", "help with vaccinations"),)),
+        Q("In which town are Kofi and Ines trying to buy a home?", "para", (("k_bath", "cottage in bath"),)),
+        Q("When is Dana flying out for her volunteering placement?", "when", (("d_peru", "fly to cusco"),)),
+    ],
+)
+
+HARRIET_JOEL: Chat = (
+    ("Harriet", "Joel"),
+    [
+        S(0, 1, "I drive a delivery van for a furniture company, so my back is basically ruined.", "j_job"),
+        S(0, 0, "I've been teaching piano from home since the library closed, eleven students now.", "h_job"),
+        S(1, 0, "My son Theo turned seven on Wednesday, we had a dinosaur cake that collapsed.", "h_theo"),
+        S(1, 1, "My girlfriend Suki is a firefighter, she's doing nights at the Eastgate station.", "j_suki"),
+        S(2, 1, "I'm obsessed with chess at the moment, I play online every lunch break and lose to "
+          "twelve-year-olds.", "j_chess"),
+        S(3, 0, "We've got an old Volvo estate, it smells of dog but it fits the keyboard in the back.",
+          "h_car_old"),
+        S(3, 0, "Our spaniel Rufus ate a whole birthday candle on Sunday, wick and all.", "h_dog"),
+        S(4, 1, "Suki and I went up to Edinburgh for the festival, we saw eleven comedy shows in three days.",
+          "j_edinburgh"),
+        S(5, 0, "I'm terrified of flying, so we're taking the ferry to Santander for the summer holiday.",
+          "h_ferry"),
+        S(6, 1, "I entered my first chess tournament on Saturday in Leeds, won two games out of five.",
+          "j_tournament"),
+        S(7, 0, "Theo broke his wrist falling off the monkey bars last Thursday, he's very proud of the cast.",
+          "h_wrist"),
+        S(8, 1, "I quit the van job. I'm training to be an electrician at the college on Hope Street.",
+          "j_job_new"),
+        S(9, 0, "Spain was lovely, Theo learned to say helado and ate one every single day.", "h_spain"),
+        S(10, 1, "Suki got promoted, she's crew manager now, so she bosses me around at home and at work.",
+          "j_suki_promo"),
+        S(11, 0, "My favourite composer is still Satie, I play the Gymnopedies whenever the house is too loud.",
+          "h_satie"),
+        S(12, 0, "We traded the Volvo in for a little electric Zoe, Rufus hates the silence.", "h_car_new"),
+        S(13, 1, "My mum's moving in with us for a while after her knee replacement on the 9th.", "j_mum"),
+        S(14, 0, "The recital went really well on Sunday, all eleven students played and only one cried.",
+          "h_recital"),
+        S(15, 1, "Passed my first electrical exam with 84 percent, celebrated with a kebab.", "j_exam"),
+        S(16, 0, "I've started wild swimming at the reservoir every Saturday at seven, it's absurdly cold.",
+          "h_swim"),
+        S(17, 1, "Mum's knee is healing well, she's walking to the corner shop on her own again.", "j_mum_knee"),
+        S(18, 1, "Suki and I are adopting a retired greyhound called Comet next week.", "j_greyhound"),
+        S(19, 0, "Theo wants to learn the drums now, I said absolutely not, so he got a ukulele instead.",
+          "h_ukulele"),
+        S(20, 1, "Did my first paid job as an electrician today, rewiring a bakery in Otley.", "j_first_job"),
+        S(21, 0, "I've been offered a place on the music therapy master's course starting in October.",
+          "h_masters"),
+    ],
+    [
+        Q("What is Joel retraining as?", "changed", (("j_job_new", "training to be an electrician"),), ("j_job",)),
+        Q("How does Harriet earn her living?", "para", (("h_job", "teaching piano from home"),)),
+        Q("How old is Harriet's boy?", "para", (("h_theo", "turned seven"),)),
+        Q("What does Joel's partner do for work?", "para", (("j_suki", "suki is a firefighter"),)),
+        Q("What game does Joel play during his lunch?", "pref", (("j_chess", "obsessed with chess"),)),
+        Q("What did the dog swallow?", "para", (("h_dog", "whole birthday candle"),)),
+        Q("How many shows did Joel and Suki see at the festival?", "single", (("j_edinburgh", "eleven comedy shows"),)),
+        Q("Why did Harriet's family travel by boat for their holiday?", "para", (("h_ferry", "terrified of flying"),)),
+        Q("How did Joel do in his first chess competition?", "para", (("j_tournament", "won two games out of five"),)),
+        Q("When did Theo hurt his arm?", "when", (("h_wrist", "broke his wrist"),)),
+        Q("Where is Joel studying?", "single", (("j_job_new", "college on hope street"),)),
+        Q("Which Spanish word did Theo pick up on holiday?", "after", (("h_spain", "helado"),)),
+        Q("What is Suki's new position?", "changed", (("j_suki_promo", "crew manager"),), ("j_suki",)),
+        Q("Which composer does Harriet like most?", "pref", (("h_satie", "satie"),)),
+        Q("What car does Harriet drive these days?", "changed", (("h_car_new", "electric zoe"),), ("h_car_old",)),
+        Q("What operation did Joel's mother have?", "single", (("j_mum", "knee replacement"),)),
+        Q("How did the concert of Harriet's pupils go?", "para", (("h_recital", "only one cried"),)),
+        Q("What mark did Joel get in his test?", "para", (("j_exam", "84 percent"),)),
+        Q("What outdoor activity did Harriet take up on Saturday mornings?", "pref",
+          (("h_swim", "wild swimming at the reservoir"),)),
+        Q("How is Joel's mother getting on since her surgery?", "after",
+          (("j_mum_knee", "walking to the corner shop"),)),
+        Q("What is the name of the dog Joel and Suki are taking in?", "single", (("j_greyhound", "called comet"),)),
+        Q("Which instrument did Theo end up with?", "single", (("h_ukulele", "got a ukulele instead"),)),
+        Q("Where was Joel's first paid job after qualifying?", "after", (("j_first_job", "bakery in otley"),)),
+        Q("When did Harriet get offered a place on a course?", "when", (("h_masters", "music therapy master's"),)),
+        Q("What is Harriet's son called, and what did he break?", "multi",
+          (("h_theo", "my son theo"), ("h_wrist", "broke his wrist"))),
+    ],
+)
+# fmt: on
