@@ -20,6 +20,7 @@ import structlog
 
 from agenthub.storage.paths import AgentLayout, refuse_link
 from agenthub.storage.search_index import SearchDoc, SearchHit, SearchScope, SourceRef
+from agenthub.storage.search_traffic import SearchTraffic
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +59,8 @@ class FileSearchIndexStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search-index")
         self._indexes: dict[str, SqliteSearchIndex] = {}  # worker thread only
         self.closing = threading.Event()
+        self.traffic = SearchTraffic()
+        """The searches asked and not answered yet: the agents' merges give way to them."""
 
     # ---- the worker ----------------------------------------------------------------------------
 
@@ -67,7 +70,9 @@ class FileSearchIndexStore:
         if index is None:
             from agenthub.storage.search_sqlite import SqliteSearchIndex
 
-            index = self._indexes[agent] = SqliteSearchIndex(index_path(AgentLayout(self.data_dir, agent)), agent)
+            index = self._indexes[agent] = SqliteSearchIndex(
+                index_path(AgentLayout(self.data_dir, agent)), agent, traffic=self.traffic
+            )
             self.on_open(agent, index)
         return index
 
@@ -137,7 +142,8 @@ class FileSearchIndexStore:
         await self.run(agent, lambda index: index.purge())
 
     async def search(self, agent: str, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
-        return await self.run(agent, lambda index: index.search(terms, scope, limit))
+        with self.traffic.searching():  # from now: a merge under way gives way while it waits in the queue too
+            return await self.run(agent, lambda index: index.search(terms, scope, limit))
 
 
 def _log_failure(future: Future[object]) -> None:
