@@ -4,7 +4,8 @@ Each query term's df is its packed docs' (`search_terms`, kept by the packer) an
 search). A search of one session scores that session's docs from their own terms and counts. A search of many
 sessions sums the postings of every query term in the scope: rare terms' read from their blocks and the pending
 docs, frequent terms' from the instance's memory (`search_cache`: only the docs added since its last search are
-read), summed with numpy on a worker thread.
+read), summed with numpy on a worker thread; when the query's weightiest terms alone decide the best docs, only
+those docs are scored (`search_prune`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from agenthub.storage.postgres.search_cache import NO_TS, POSTINGS, Conn, Postings, PostingsCache, postings_of
+from agenthub.storage.postgres.search_prune import pruned_top
 from agenthub.storage.search_index import ARCHIVE, HISTORY, K1, MEMORY, RECENCY_PRIOR, B, idf, score_of
 
 _F = f"p.tf * {K1 + 1!r} / (p.tf + {K1!r} * ({1 - B!r} + {B!r} * p.length / %(avgdl)s))"
@@ -126,6 +128,15 @@ def _top(
     permitted = np.zeros(width, dtype=bool)
     for codes in allowed:
         permitted[codes] = True
+    span = None if ranking.ts_min is None or ranking.ts_max is None else (ranking.ts_min, ranking.ts_max)
+    pruned = pruned_top(terms, permitted, ranking.avgdl, span, keep)
+    return summed_top(terms, permitted, ranking, keep) if pruned is None else pruned
+
+
+def summed_top(
+    terms: Sequence[tuple[float, Postings]], permitted: NDArray[np.bool_], ranking: Ranking, keep: int
+) -> dict[int, float]:
+    """`_top` by scoring every posting (`permitted`: by source or channel code, may the scope show it)."""
     docs, contributions, times = [], [], []
     for weight, p in terms:
         inside = permitted[p.srcs] | permitted[p.channels]
