@@ -80,6 +80,33 @@ async def bench_queries(search: SharedSearchService, planted: SessionKey) -> Non
           f"p99={percentile(overall, 0.99):.2f} ms")  # fmt: skip
 
 
+async def bench_pruning(database: Database, planted: SessionKey) -> None:
+    """The same searches by two instances, one pruning its in-memory ranking (`search_prune`), one scoring every
+    posting (as before it), asked alternately so both see the same load; p50/p99 of each and their ratio."""
+    pruning, summing = (
+        SharedSearchService(PostgresSearchIndex(database, prune=prune), PostgresIndexFeed(database))
+        for prune in (True, False)
+    )
+    everything = SearchScope(None, agent_scoped=lambda _: True)
+    queries = ["我们之前说的暗号是什么？", "预算 会议 客户 合同", "budget meeting with the customer", "Evan 1234"]
+    queries += ["What was the password we agreed on?", "nightingale"]
+    times: dict[bool, list[float]] = {True: [], False: []}
+    same = 0
+    for query in queries:  # warm, and the hits compared
+        found = [[h.passage for h in await s.search(AGENT, query, everything, 5)] for s in (pruning, summing)]
+        same += found[0] == found[1]
+        for _ in range(QUERIES):
+            for prune, service in ((True, pruning), (False, summing)):
+                start = time.perf_counter()
+                await service.search(AGENT, query, everything, 5)
+                times[prune].append(time.perf_counter() - start)
+    on, off = times[True], times[False]
+    p50, p99 = (percentile(on, 0.5), percentile(off, 0.5)), (percentile(on, 0.99), percentile(off, 0.99))
+    print(f"pruning vs scoring every posting ({same} of {len(queries)} queries: the same hits), {len(on)} searches "
+          f"each, alternately: p50 {p50[0]:.2f} vs {p50[1]:.2f} ms, p99 {p99[0]:.2f} vs {p99[1]:.2f} ms "
+          f"(ratio p50 {p50[0] / p50[1]:.2f}, p99 {p99[0] / p99[1]:.2f})")  # fmt: skip
+
+
 async def bench_preload(database: Database) -> None:
     """Another instance starting: its most frequent terms read into memory in the background, then its first
     searches of common words."""
@@ -166,6 +193,7 @@ async def main() -> None:
         async with database.connection("analyse") as conn:
             await conn.execute("VACUUM ANALYZE")
         await bench_queries(search, planted)
+        await bench_pruning(database, planted)
         await bench_preload(database)
         await bench_append_cost(sessions, search)
         await database.close()

@@ -60,7 +60,8 @@ class FileSearchIndexStore:
         self._indexes: dict[str, SqliteSearchIndex] = {}  # worker thread only
         self.closing = threading.Event()
         self.traffic = SearchTraffic()
-        """The searches asked and not answered yet: the agents' merges give way to them."""
+        """The searches running on the worker: every agent's merges give way to them (not to those queued: a purge
+        ahead of them in the queue waits for the merge under way to end)."""
 
     # ---- the worker ----------------------------------------------------------------------------
 
@@ -142,8 +143,7 @@ class FileSearchIndexStore:
         await self.run(agent, lambda index: index.purge())
 
     async def search(self, agent: str, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
-        with self.traffic.searching():  # from now: a merge under way gives way while it waits in the queue too
-            return await self.run(agent, lambda index: index.search(terms, scope, limit))
+        return await self.run(agent, lambda index: index.search(terms, scope, limit))
 
 
 def _log_failure(future: Future[object]) -> None:

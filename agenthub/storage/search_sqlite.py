@@ -85,7 +85,7 @@ class SqliteSearchIndex:
     ) -> None:
         """`background_merges`: full tiers are merged by a `Merger` (own thread and connections, `merge_chunk_rows`
         rows per write transaction, `on_merge_chunk` called after each, giving way to the searches `traffic` counts:
-        this index's, and its store's from the moment one is asked); False: inline, in the writing transaction."""
+        this index's, and those of the other indexes sharing it); False: inline, in the writing transaction."""
         self.path = path
         self.traffic = traffic or SearchTraffic()
         self.agent = agent

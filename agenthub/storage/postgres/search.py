@@ -289,10 +289,17 @@ class PostgresSearchIndex:
     """The shared index: the port's writes and its ranked search."""
 
     def __init__(
-        self, database: Database, *, cache: PostingsCache | None = None, session_docs: int = SESSION_DOCS
+        self,
+        database: Database,
+        *,
+        cache: PostingsCache | None = None,
+        session_docs: int = SESSION_DOCS,
+        prune: bool = True,
     ) -> None:
         self.database = database
         self.session_docs = session_docs
+        self.prune = prune
+        """Max-score pruning of the ranking in memory (`search_prune`; False: every posting scored, to compare)."""
         self.cache = cache or PostingsCache()
         """Frequent terms' postings held by this instance (`search_cache`)."""
 
@@ -366,7 +373,7 @@ class PostgresSearchIndex:
             if n_docs <= 0 or (not sources and not channels):
                 return []
             by_id = scope.session if row[8] is not None and row[8] <= self.session_docs else None
-            ranking = Ranking(n_docs, n_terms / n_docs, ts_min, ts_max, sources, channels, by_id)
+            ranking = Ranking(n_docs, n_terms / n_docs, ts_min, ts_max, sources, channels, by_id, self.prune)
             found = row[7] or {}
             dfs = {t: int(found[t]) for t in distinct if t in found}
             bm25 = await best_docs(conn, agent, dfs, ranking, 2 * limit, self.cache, (int(row[5]), int(row[9])))

@@ -68,6 +68,9 @@ class Ranking:
     sources: list[str]
     channels: list[str]
     session: str | None = None
+    prune: bool = True
+    """Score only the docs the query's heavier terms decide when its light terms cannot change them
+    (`search_prune`); False: every posting (the same result, for comparing)."""
 
     def params(self, agent: str, keep: int) -> dict[str, Any]:
         span = self.ts_max - self.ts_min if self.ts_min is not None and self.ts_max is not None else None
@@ -129,7 +132,7 @@ def _top(
     for codes in allowed:
         permitted[codes] = True
     span = None if ranking.ts_min is None or ranking.ts_max is None else (ranking.ts_min, ranking.ts_max)
-    pruned = pruned_top(terms, permitted, ranking.avgdl, span, keep)
+    pruned = pruned_top(terms, permitted, ranking.avgdl, span, keep) if ranking.prune else None
     return summed_top(terms, permitted, ranking, keep) if pruned is None else pruned
 
 
