@@ -22,6 +22,9 @@ from agenthub.storage.postgres.search_cache import NO_TS, POSTINGS, Conn, Postin
 from agenthub.storage.postgres.search_prune import pruned_top
 from agenthub.storage.search_index import ARCHIVE, HISTORY, K1, MEMORY, RECENCY_PRIOR, B, idf, score_of
 
+INLINE_POSTINGS = 10_000
+"""At most this many postings are summed on the event loop (a fraction of a millisecond), more on a worker thread."""
+
 _F = f"p.tf * {K1 + 1!r} / (p.tf + {K1!r} * ({1 - B!r} + {B!r} * p.length / %(avgdl)s))"
 _PRIOR = f"(1 + {RECENCY_PRIOR!r} * coalesce((max(p.ts) - %(ts_min)s)::float8 / %(span)s, 0))"
 _IN_SCOPE = "(p.src = ANY(%(sources)s::text[]) OR p.channel = ANY(%(channels)s::text[]))"
@@ -116,6 +119,8 @@ async def best_docs(
         parts |= {t: postings_of(r) for t, r in rows.items()}
     allowed = (cache.codes.known(ranking.sources), cache.codes.known(ranking.channels))
     ordered = [(weights[t], parts[t]) for t in dfs]
+    if sum(len(p) for _, p in ordered) <= INLINE_POSTINGS:  # sooner done than handed to a thread and back
+        return _top(ordered, allowed, len(cache.codes), ranking, keep)
     return await asyncio.to_thread(_top, ordered, allowed, len(cache.codes), ranking, keep)
 
 
