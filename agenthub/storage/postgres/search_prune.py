@@ -24,6 +24,9 @@ LIGHT = 0.5
 """The light terms add at most this share of what the heaviest term may add, all together."""
 SHARE = 0.5
 """The light terms' postings are at least this share of all, or every posting is scored (little to spare)."""
+TRIES = 2
+"""Splits tried at most: when the heavy terms' docs are too few (a rare word in one turn) or score too low, the
+heaviest light term is counted with them and the split tried again."""
 
 
 def pruned_top(
@@ -44,12 +47,17 @@ def pruned_top(
             break
         tail.add(i)
         light += bounds[i]
-    if sum(len(terms[i][1]) for i in tail) < SHARE * sum(len(p) for _, p in terms):
-        return None
-    docs, partial, ts = _partial(terms, [i for i in range(len(terms)) if i not in tail], permitted, avgdl, ts_span)
-    if len(docs) < keep or np.partition(partial, len(partial) - keep)[len(partial) - keep] <= light:
-        return None
-    return _full(terms, docs, ts, permitted, avgdl, ts_span, keep)
+    total = sum(len(p) for _, p in terms)
+    for _ in range(TRIES):
+        if sum(len(terms[i][1]) for i in tail) < SHARE * total:
+            return None
+        docs, partial, ts = _partial(terms, [i for i in range(len(terms)) if i not in tail], permitted, avgdl, ts_span)
+        if len(docs) >= keep and np.partition(partial, len(partial) - keep)[len(partial) - keep] > light:
+            return _full(terms, docs, ts, permitted, avgdl, ts_span, keep)
+        heaviest = max(tail, key=lambda i: terms[i][0])  # too few docs, or too low: the next term counts too
+        tail.discard(heaviest)
+        light -= bounds[heaviest]
+    return None
 
 
 def contributions(weight: float, p: Postings, at: NDArray[np.intp] | slice, avgdl: float) -> Floats:
