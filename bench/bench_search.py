@@ -1,9 +1,10 @@
 """memory_search benchmarks: query p50/p99 at 100,000 stored messages, and the index work per append ÷ the append.
 
 Run: PYTHONPATH=. .venv/bin/python bench/bench_search.py [--sessions 1000] [--per-session 100] [--data DIR] [--rebuild]
+    [--merges-only]
 (--data keeps the corpus and its index in DIR and reuses them on the next run; --rebuild builds the index again from
 the kept corpus, which the amortised index work per append needs: segment writes and merges are counted over the
-build.)
+build; --merges-only: only the searches during a merge of every segment, the merge giving way to them or not.)
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import asyncio
 import itertools
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -33,7 +35,9 @@ from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_files import index_path
 from agenthub.storage.search_files_feed import FileFeeder
 from agenthub.storage.search_index import SearchScope
+from agenthub.storage.search_merger import NICENESS, Merger
 from agenthub.storage.search_sqlite import SqliteSearchIndex, remove_index_files
+from agenthub.storage.search_traffic import SearchTraffic
 
 AGENT = "bench"
 ZH = [
@@ -167,6 +171,67 @@ async def bench_queries(data_dir: Path, planted: SessionKey) -> float | None:
     return per_message
 
 
+MERGE_QUERIES = ("预算", "budget server", "我们上次说的暗号是什么？预算会议定了吗", "nightingale", HANZI[0] + HANZI[1])
+
+
+async def bench_during_merge(data_dir: Path) -> None:
+    """Searches asked one after another while every segment of the index is merged into one (the largest merge
+    there is), on a copy of the index each time: the merge as it was (never waiting, at the process's priority),
+    then giving way to the searches (`SearchTraffic`) from a thread of lower priority."""
+    index_dir = index_path(AgentLayout(data_dir, AGENT)).parent
+    kept = index_dir.with_name("index-kept")
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(index_dir, kept)
+    everything = SearchScope(None, agent_scoped=lambda _: True)
+    for name, giving in (("not giving way (before)", False), ("giving way to searches", True)):
+        shutil.rmtree(index_dir)
+        shutil.copytree(kept, index_dir)
+        service = SearchService(data_dir)
+        quiet: list[float] = []
+        for query in MERGE_QUERIES:  # warm, then the same searches with no merge under way
+            await service.search(AGENT, query, everything, 5)
+            quiet += await _timed(_query(service, query, everything), 10)
+        traffic = service.store.traffic if giving else None
+        merger = await service.store.run(AGENT, lambda index, t=traffic: _merge_everything(index, t))  # type: ignore[misc]
+        start, times = time.perf_counter(), []
+        while not merger.settle(0):
+            for query in MERGE_QUERIES:
+                times += await _timed(_query(service, query, everything), 1)
+        merge_s = time.perf_counter() - start
+        merger.close()
+        await service.close()
+        print(
+            f"searches during a merge of every segment, {name}: {len(times)} searches, p50={_p(times, 0.5):.2f} ms "
+            f"p99={_p(times, 0.99):.2f} ms (with no merge: p50={_p(quiet, 0.5):.2f} ms p99={_p(quiet, 0.99):.2f} ms); "
+            f"the merge took {merge_s:.1f} s, {merger.seconds:.1f} s of its thread's CPU, waited {merger.waited:.1f} s"
+        )
+    shutil.rmtree(index_dir)
+    shutil.copytree(kept, index_dir)
+    shutil.rmtree(kept)
+
+
+async def _built(data_dir: Path) -> None:
+    """The index built (or caught up) and its merges done."""
+    service = SearchService(data_dir)
+    await service.stats(AGENT)
+    await service.store.run(AGENT, lambda index: index.segments.settle())
+    await service.close()
+
+
+def _merge_everything(index: SqliteSearchIndex, traffic: SearchTraffic | None) -> Merger:
+    """A merger of its own merging every live segment of `index` once (started: `settle` waits for it)."""
+    segs = [int(row[0]) for row in index.db.execute("SELECT seg FROM segments WHERE building = 0 ORDER BY seg")]
+    planned = [segs]
+    merger = Merger(
+        index.path,
+        lambda _db: planned.pop() if planned else None,
+        traffic=traffic,
+        niceness=NICENESS if traffic is not None else 0,
+    )
+    merger.wake()
+    return merger
+
+
 async def bench_append_cost(data_dir: Path, fsync: bool, built_per_message: float | None) -> None:
     """Mean seconds of SessionHistory.append vs of the index update it causes (same message, same thread kind), and
     the amortised index work: the batched update without the segment writes and merges that fell in this window,
@@ -252,6 +317,7 @@ async def main() -> None:
     parser.add_argument("--per-session", type=int, default=100)
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--rebuild", action="store_true", help="build the index of a kept corpus again")
+    parser.add_argument("--merges-only", action="store_true", help="only the searches during a merge")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = args.data or Path(tmp) / "data"
@@ -264,8 +330,11 @@ async def main() -> None:
         print(f"wrote {total} messages in {args.sessions} sessions in {time.perf_counter() - start:.1f} s")
         if args.rebuild:
             remove_index_files(index_path(AgentLayout(data_dir, AGENT)))
-        built_per_message = await bench_queries(data_dir, planted)
-        for fsync in (True, False):
+        if args.merges_only:
+            await _built(data_dir)
+        built_per_message = None if args.merges_only else await bench_queries(data_dir, planted)
+        await bench_during_merge(data_dir)
+        for fsync in (True, False) if not args.merges_only else ():
             await bench_append_cost(data_dir, fsync, built_per_message)
     print(f"machine load: a 1,000,000-step Python loop took {_loop_ms():.0f} ms (about 40-60 ms on an idle core)")
 

@@ -16,6 +16,7 @@ import time
 from _search_corpus import PLANTED, message, percentile, timed  # the corpus and timing the search benches share
 
 from agenthub.search.shared import SharedSearchService
+from agenthub.search.text import query_terms
 from agenthub.session_keys import SessionKey
 from agenthub.storage.postgres import Database, PostgresSessionStore
 from agenthub.storage.postgres.search import PostgresSearchIndex
@@ -78,6 +79,41 @@ async def bench_queries(search: SharedSearchService, planted: SessionKey) -> Non
     stats = await search.stats(AGENT)
     print(f"memory_search (postgres) at {stats['docs']} passages: p50={percentile(overall, 0.5):.2f} ms  "
           f"p99={percentile(overall, 0.99):.2f} ms")  # fmt: skip
+
+
+async def bench_pruning(database: Database, planted: SessionKey) -> None:
+    """The same searches by two instances, one pruning its in-memory ranking (`search_prune`), one scoring every
+    posting (as before it), asked alternately so both see the same load; p50/p99 of each and their ratio."""
+    pruning, summing = (
+        SharedSearchService(PostgresSearchIndex(database, prune=prune), PostgresIndexFeed(database))
+        for prune in (True, False)
+    )
+    everything = SearchScope(None, agent_scoped=lambda _: True)
+    queries = ["我们之前说的暗号是什么？", "预算 会议 客户 合同", "budget meeting with the customer", "Evan 1234"]
+    queries += ["What was the password we agreed on?", "nightingale"]
+    times: dict[bool, list[float]] = {True: [], False: []}
+    same = 0
+    for query in queries:  # warm, and the hits compared
+        found = [[h.passage for h in await s.search(AGENT, query, everything, 5)] for s in (pruning, summing)]
+        same += found[0] == found[1]
+        terms = query_terms(query)
+        ranked: dict[bool, list[float]] = {True: [], False: []}  # the index alone, asked as the service asks it first
+        for _ in range(QUERIES):
+            for prune, service in ((True, pruning), (False, summing)):
+                start = time.perf_counter()
+                await service.search(AGENT, query, everything, 5)
+                times[prune].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                await service.index.search(AGENT, terms, everything, 10)
+                ranked[prune].append(time.perf_counter() - start)
+        print(f"  the index alone, {query!r}: p50 {percentile(ranked[True], 0.5):.2f} vs "
+              f"{percentile(ranked[False], 0.5):.2f} ms, p99 {percentile(ranked[True], 0.99):.2f} vs "
+              f"{percentile(ranked[False], 0.99):.2f} ms (pruning vs every posting)")  # fmt: skip
+    on, off = times[True], times[False]
+    p50, p99 = (percentile(on, 0.5), percentile(off, 0.5)), (percentile(on, 0.99), percentile(off, 0.99))
+    print(f"pruning vs scoring every posting ({same} of {len(queries)} queries: the same hits), {len(on)} searches "
+          f"each, alternately: p50 {p50[0]:.2f} vs {p50[1]:.2f} ms, p99 {p99[0]:.2f} vs {p99[1]:.2f} ms "
+          f"(ratio p50 {p50[0] / p50[1]:.2f}, p99 {p99[0] / p99[1]:.2f})")  # fmt: skip
 
 
 async def bench_preload(database: Database) -> None:
@@ -166,6 +202,7 @@ async def main() -> None:
         async with database.connection("analyse") as conn:
             await conn.execute("VACUUM ANALYZE")
         await bench_queries(search, planted)
+        await bench_pruning(database, planted)
         await bench_preload(database)
         await bench_append_cost(sessions, search)
         await database.close()

@@ -20,6 +20,7 @@ import structlog
 
 from agenthub.storage.paths import AgentLayout, refuse_link
 from agenthub.storage.search_index import SearchDoc, SearchHit, SearchScope, SourceRef
+from agenthub.storage.search_traffic import SearchTraffic
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +59,9 @@ class FileSearchIndexStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search-index")
         self._indexes: dict[str, SqliteSearchIndex] = {}  # worker thread only
         self.closing = threading.Event()
+        self.traffic = SearchTraffic()
+        """The searches running on the worker: every agent's merges give way to them (not to those queued: a purge
+        ahead of them in the queue waits for the merge under way to end)."""
 
     # ---- the worker ----------------------------------------------------------------------------
 
@@ -67,7 +71,9 @@ class FileSearchIndexStore:
         if index is None:
             from agenthub.storage.search_sqlite import SqliteSearchIndex
 
-            index = self._indexes[agent] = SqliteSearchIndex(index_path(AgentLayout(self.data_dir, agent)), agent)
+            index = self._indexes[agent] = SqliteSearchIndex(
+                index_path(AgentLayout(self.data_dir, agent)), agent, traffic=self.traffic
+            )
             self.on_open(agent, index)
         return index
 

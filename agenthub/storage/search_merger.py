@@ -9,20 +9,27 @@ segments out of `segments` (a search statement sees either the old segments or t
 postings are then deleted, again in short transactions. A crash leaves a building segment or postings of no live
 segment: both are removed when the merger next starts, and nothing searchable is lost (the old segments stay
 live until the swap).
+A merge gives way to searches (`SearchTraffic`): while one is under way on the index's store, the merger waits
+between two buckets (up to `GIVE_WAY_S`, then works a `SLICE_S` slice before looking again, so a steady stream of
+searches slows a merge down but never stops it), and its thread runs at a lower CPU priority: on two cores a
+merge's Python work would otherwise take the interpreter lock from the search half the time.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
 
 from agenthub.storage.search_buckets import INSERT_ROW, Row, merged, postings_count, seg_keys, seg_of, segment_rows
+from agenthub.storage.search_traffic import SearchTraffic
 
 log = structlog.get_logger(__name__)
 
@@ -30,6 +37,12 @@ CHUNK_ROWS = 256
 """Postings rows (buckets of a segment) written (or deleted) per write transaction of a merge: the longest a
 worker's write waits."""
 BUSY_MS = 60_000
+GIVE_WAY_S = 0.05
+"""Longest a merge waits, between two buckets, for the searches under way to end."""
+SLICE_S = 0.005
+"""Merge work done without looking at the searches again once a wait for them ran out (a merge always progresses)."""
+NICENESS = 10
+"""How much lower the merger thread's CPU priority is than the process's (Linux: a thread has its own)."""
 
 Plan = Callable[[sqlite3.Connection], Sequence[int] | None]
 
@@ -46,11 +59,19 @@ class Merger:
         *,
         chunk_rows: int = CHUNK_ROWS,
         on_chunk: Callable[[], None] | None = None,
+        traffic: SearchTraffic | None = None,
+        niceness: int = NICENESS,
     ) -> None:
         self.path = path
         self.plan = plan
         self.chunk_rows = chunk_rows
         self.on_chunk = on_chunk
+        self.traffic = traffic
+        self.niceness = niceness
+        """The searches a merge gives way to (None: it never waits for them)."""
+        self.waited = 0.0
+        """Seconds the merges waited for searches (a statistic)."""
+        self._slice_end = 0.0
         self.lock = threading.Lock()
         """Held while a merge runs: whoever rewrites the segments otherwise (a purge) takes it first."""
         self.merging = threading.Event()
@@ -90,6 +111,7 @@ class Merger:
     # ---- the thread ----------------------------------------------------------------------------
 
     def _run(self) -> None:
+        _lower_priority(self.niceness)
         try:
             reader, writer = self._connect(), self._connect()
         except sqlite3.Error:
@@ -141,10 +163,11 @@ class Merger:
         count = 0
         reader.execute("BEGIN")  # one snapshot of the old segments (immutable: only this merge drops them)
         try:
-            rows = (merged(seg, bucket, parts, None) for bucket, parts in segment_rows(reader, segs))
+            rows = self._paced(merged(seg, bucket, parts, None) for bucket, parts in segment_rows(reader, segs))
             while chunk := [row for row in _take(rows, self.chunk_rows) if row is not None]:
                 if self._stop:
                     return False
+                self._give_way()
                 with _write(writer):
                     writer.executemany(INSERT_ROW, chunk)
                 count += sum(postings_count(row) for row in chunk)
@@ -162,6 +185,7 @@ class Merger:
     def _delete_postings(self, writer: sqlite3.Connection, seg: int) -> None:
         low, high = seg_keys(seg)
         while not self._stop:
+            self._give_way()
             with _write(writer):
                 deleted = writer.execute(
                     "DELETE FROM postings WHERE key IN "
@@ -171,6 +195,21 @@ class Merger:
             self._chunk_done()
             if deleted < self.chunk_rows:
                 return
+
+    def _paced(self, rows: Iterable[Row | None]) -> Iterator[Row | None]:
+        for row in rows:
+            self._give_way()
+            yield row
+
+    def _give_way(self) -> None:
+        """Wait while searches are under way (`SearchTraffic`), unless a wait ran out less than `SLICE_S` ago."""
+        traffic = self.traffic
+        if traffic is None or not traffic.busy or time.monotonic() < self._slice_end:
+            return
+        start = time.monotonic()
+        if not traffic.give_way(GIVE_WAY_S):
+            self._slice_end = time.monotonic() + SLICE_S
+        self.waited += time.monotonic() - start
 
     def _chunk_done(self) -> None:
         if self.on_chunk is not None:
@@ -190,6 +229,17 @@ class Merger:
                     return
                 with _write(writer):
                     writer.execute("DELETE FROM segments WHERE seg = ?", (seg,))
+
+
+def _lower_priority(niceness: int) -> None:
+    """The calling thread's CPU priority lowered by `niceness` (Linux only: elsewhere a priority is the process's)."""
+    if sys.platform != "linux" or niceness <= 0:
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + niceness))
+    except OSError:
+        log.info("search_merge_priority_unchanged")
 
 
 @contextmanager

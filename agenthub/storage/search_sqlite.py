@@ -34,6 +34,7 @@ from agenthub.storage.search_index import (
 from agenthub.storage.search_merger import BUSY_MS, CHUNK_ROWS, Merger
 from agenthub.storage.search_segments import TABLES, Segments
 from agenthub.storage.search_topk import DocColumns, Ranking, best_docs
+from agenthub.storage.search_traffic import SearchTraffic
 
 log = structlog.get_logger(__name__)
 
@@ -80,10 +81,13 @@ class SqliteSearchIndex:
         background_merges: bool = True,
         merge_chunk_rows: int = CHUNK_ROWS,
         on_merge_chunk: Callable[[], None] | None = None,
+        traffic: SearchTraffic | None = None,
     ) -> None:
         """`background_merges`: full tiers are merged by a `Merger` (own thread and connections, `merge_chunk_rows`
-        rows per write transaction, `on_merge_chunk` called after each); False: inline, in the writing transaction."""
+        rows per write transaction, `on_merge_chunk` called after each, giving way to the searches `traffic` counts:
+        this index's, and those of the other indexes sharing it); False: inline, in the writing transaction."""
         self.path = path
+        self.traffic = traffic or SearchTraffic()
         self.agent = agent
         self.fresh_rows = fresh_rows
         self.rebuilt = False
@@ -91,7 +95,7 @@ class SqliteSearchIndex:
         self.db = self._open()
         self._sources: dict[int, SourceRef] | None = None  # cache of the sources table
         self._grouped: _Grouped = ({}, {}, {})  # its ids by memory name, by session, by channel
-        merger = Merger(path, self._plan, chunk_rows=merge_chunk_rows, on_chunk=on_merge_chunk)
+        merger = Merger(path, self._plan, chunk_rows=merge_chunk_rows, on_chunk=on_merge_chunk, traffic=self.traffic)
         self.segments = Segments(self.db, fresh_rows, merger if background_merges else None)
         if background_merges:
             merger.wake()  # what a crash left, and tiers full since: on the merger's thread
@@ -312,6 +316,10 @@ class SqliteSearchIndex:
     # ---- searching -----------------------------------------------------------------------------
 
     def search(self, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
+        with self.traffic.searching():  # a merge under way waits meanwhile
+            return self._search(terms, scope, limit)
+
+    def _search(self, terms: Sequence[str], scope: SearchScope, limit: int) -> list[SearchHit]:
         allowed = self._allowed(scope)
         n_docs, n_terms = self.db.execute("SELECT docs, terms FROM totals").fetchone()
         if not allowed or n_docs == 0 or not terms:

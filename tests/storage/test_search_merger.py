@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from pathlib import Path
 
 from agenthub.storage.search_index import SearchDoc, history_source
 from agenthub.storage.search_segments import FAN_IN
 from agenthub.storage.search_sqlite import SqliteSearchIndex
+from agenthub.storage.search_traffic import SearchTraffic
 from tests.support.search_formula import docs_of as _docs
 from tests.support.search_formula import expected as _expected
 from tests.support.search_formula import found as _found
@@ -154,3 +156,42 @@ def test_a_segment_written_while_a_cut_short_merge_is_cleaned_up_keeps_its_posti
     orphans = "SELECT count(*) FROM postings WHERE seg NOT IN (SELECT seg FROM segments)"
     assert reopened.db.execute(orphans).fetchone()[0] == 0
     reopened.close()
+
+
+def test_a_merge_gives_way_to_the_searches_under_way_and_still_finishes(tmp_path: Path) -> None:
+    traffic = SearchTraffic()
+    index = SqliteSearchIndex(tmp_path / "index.sqlite3", fresh_rows=100, merge_chunk_rows=5, traffic=traffic)
+    merger = index.segments.merger
+    assert merger is not None
+    with traffic.searching():  # a search under way from before the merge to after its first waits
+        everything = _fill(index, random.Random(5), FAN_IN + 1)
+        deadline = time.monotonic() + 30
+        while merger.waited == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert merger.waited > 0
+    assert index.segments.settle(60)  # a merge waits a while at most: it ends whatever the searches
+    assert index.segments.work_s["merge"] > 0
+    for query in QUERIES:
+        _same(_found(index, query, 10), _expected(everything, query, 10))
+    index.close()
+
+
+def test_search_traffic_is_quiet_once_every_search_ended() -> None:
+    traffic = SearchTraffic()
+    assert traffic.give_way(0) and not traffic.busy
+    with traffic.searching(), traffic.searching():
+        assert traffic.busy and not traffic.give_way(0.01)
+    assert not traffic.busy
+    entered, leave = threading.Event(), threading.Event()
+
+    def search() -> None:
+        with traffic.searching():
+            entered.set()
+            leave.wait(10)
+
+    other = threading.Thread(target=search)
+    other.start()
+    assert entered.wait(10) and not traffic.give_way(0.01)
+    leave.set()
+    assert traffic.give_way(10)  # woken when the other thread's search ends
+    other.join(10)

@@ -83,8 +83,10 @@ SELECT coalesce((SELECT generation FROM search_stats WHERE agent = %(agent)s), 0
 together."""
 
 _DOC = "d.id, d.kind, d.session, d.name, d.seq, d.role, d.speaker, d.ts, d.body"
+_DOC_X = _DOC.replace("d.", "x.")
 _AROUND = f"""
-SELECT h.id, b.*, a.* FROM unnest(%(ids)s::bigint[]) AS h(id) JOIN search_docs x ON x.id = h.id
+SELECT h.id, {_DOC_X}, b.*, a.* FROM unnest(%(ids)s::bigint[]) AS h(id)
+JOIN search_docs x ON x.id = h.id
 LEFT JOIN LATERAL (
     SELECT {_DOC} FROM search_docs d WHERE d.agent = x.agent AND d.kind = x.kind AND d.session = x.session
     AND d.name = x.name AND d.seq < x.seq ORDER BY d.seq DESC LIMIT 1
@@ -289,10 +291,17 @@ class PostgresSearchIndex:
     """The shared index: the port's writes and its ranked search."""
 
     def __init__(
-        self, database: Database, *, cache: PostingsCache | None = None, session_docs: int = SESSION_DOCS
+        self,
+        database: Database,
+        *,
+        cache: PostingsCache | None = None,
+        session_docs: int = SESSION_DOCS,
+        prune: bool = True,
     ) -> None:
         self.database = database
         self.session_docs = session_docs
+        self.prune = prune
+        """Max-score pruning of the ranking in memory (`search_prune`; False: every posting scored, to compare)."""
         self.cache = cache or PostingsCache()
         """Frequent terms' postings held by this instance (`search_cache`)."""
 
@@ -366,16 +375,15 @@ class PostgresSearchIndex:
             if n_docs <= 0 or (not sources and not channels):
                 return []
             by_id = scope.session if row[8] is not None and row[8] <= self.session_docs else None
-            ranking = Ranking(n_docs, n_terms / n_docs, ts_min, ts_max, sources, channels, by_id)
+            ranking = Ranking(n_docs, n_terms / n_docs, ts_min, ts_max, sources, channels, by_id, self.prune)
             found = row[7] or {}
             dfs = {t: int(found[t]) for t in distinct if t in found}
             bm25 = await best_docs(conn, agent, dfs, ranking, 2 * limit, self.cache, (int(row[5]), int(row[9])))
             if not bm25:
                 return []
-            passages = await _passages(conn, list(bm25))
+            passages, around = await _passages_around(conn, list(bm25))
             scored = {i: score_of(bm25[i], p.ts, ts_min, ts_max) for i, p in passages.items()}
             best = _distinct(sorted(passages, key=lambda i: rank_key(scored[i], passages[i])), passages, limit)
-            around = await _around(conn, best)
         return [SearchHit(passages[i], scored[i], *around.get(i, (None, None))) for i in best]
 
     async def preload(self, agent: str, postings: int = PRELOAD) -> int:
@@ -414,25 +422,24 @@ def _allowed(scope: SearchScope, channels: Sequence[str]) -> tuple[list[str], li
     return sources, [c for c in channels if c and scope.agent_scoped(c)]
 
 
-async def _passages(conn: Conn, ids: list[int]) -> dict[int, Passage]:
-    cursor = await conn.execute(f"SELECT {_DOC} FROM search_docs d WHERE d.id = ANY(%s)", (ids,))
-    return {int(row[0]): _passage(row[1:]) for row in await cursor.fetchall()}
-
-
-async def _around(conn: Conn, ids: list[int]) -> dict[int, tuple[Passage | None, Passage | None]]:
-    """Each doc's neighbours in its source: the greatest seq below it and the smallest above."""
-    if not ids:
-        return {}
+async def _passages_around(
+    conn: Conn, ids: list[int]
+) -> tuple[dict[int, Passage], dict[int, tuple[Passage | None, Passage | None]]]:
+    """The docs' passages, and each one's neighbours in its source (the greatest seq below it and the smallest
+    above), in one round trip: the neighbours of every candidate, not only of the few shown (a few index lookups
+    each cost less than waiting for the server again)."""
     cursor = await conn.execute(_AROUND, {"ids": ids})
-    found: dict[int, tuple[Passage | None, Passage | None]] = {}
+    passages: dict[int, Passage] = {}
+    around: dict[int, tuple[Passage | None, Passage | None]] = {}
     width = 9
     for row in await cursor.fetchall():
-        before, after = row[1 : 1 + width], row[1 + width :]
-        found[int(row[0])] = (
+        doc, before, after = row[1 : 1 + width], row[1 + width : 1 + 2 * width], row[1 + 2 * width :]
+        passages[int(row[0])] = _passage(doc[1:])
+        around[int(row[0])] = (
             None if before[0] is None else _passage(before[1:]),
             None if after[0] is None else _passage(after[1:]),
         )
-    return found
+    return passages, around
 
 
 def _passage(row: Sequence[Any]) -> Passage:

@@ -198,6 +198,10 @@ class PostingsCache:
         params = {"agent": agent, "terms": list(terms), "after": after, "no_ts": int(NO_TS), "packed": packed}
         cursor = await conn.execute(_READ, params, binary=True)
         rows = await cursor.fetchall()
+        if not rows and (removed is None or not len(removed)):  # nothing to build: no hop to a thread and back
+            level = asyncio.get_running_loop().create_future()
+            level.set_result(self._merge(held, generation, removed, terms, rows))
+            return level
         # the arrays are built, cut and joined on a worker thread; the lock keeps every other search out of `held`
         return asyncio.ensure_future(asyncio.to_thread(self._merge, held, generation, removed, terms, rows))
 

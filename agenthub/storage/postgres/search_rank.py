@@ -4,7 +4,8 @@ Each query term's df is its packed docs' (`search_terms`, kept by the packer) an
 search). A search of one session scores that session's docs from their own terms and counts. A search of many
 sessions sums the postings of every query term in the scope: rare terms' read from their blocks and the pending
 docs, frequent terms' from the instance's memory (`search_cache`: only the docs added since its last search are
-read), summed with numpy on a worker thread.
+read), summed with numpy on a worker thread; when the query's weightiest terms alone decide the best docs, only
+those docs are scored (`search_prune`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from agenthub.storage.postgres.search_cache import NO_TS, POSTINGS, Conn, Postings, PostingsCache, postings_of
+from agenthub.storage.postgres.search_prune import pruned_top
 from agenthub.storage.search_index import ARCHIVE, HISTORY, K1, MEMORY, RECENCY_PRIOR, B, idf, score_of
+
+INLINE_POSTINGS = 10_000
+"""At most this many postings are summed on the event loop (a fraction of a millisecond), more on a worker thread."""
 
 _F = f"p.tf * {K1 + 1!r} / (p.tf + {K1!r} * ({1 - B!r} + {B!r} * p.length / %(avgdl)s))"
 _PRIOR = f"(1 + {RECENCY_PRIOR!r} * coalesce((max(p.ts) - %(ts_min)s)::float8 / %(span)s, 0))"
@@ -66,6 +71,9 @@ class Ranking:
     sources: list[str]
     channels: list[str]
     session: str | None = None
+    prune: bool = True
+    """Score only the docs the query's heavier terms decide when its light terms cannot change them
+    (`search_prune`); False: every posting (the same result, for comparing)."""
 
     def params(self, agent: str, keep: int) -> dict[str, Any]:
         span = self.ts_max - self.ts_min if self.ts_min is not None and self.ts_max is not None else None
@@ -111,6 +119,8 @@ async def best_docs(
         parts |= {t: postings_of(r) for t, r in rows.items()}
     allowed = (cache.codes.known(ranking.sources), cache.codes.known(ranking.channels))
     ordered = [(weights[t], parts[t]) for t in dfs]
+    if sum(len(p) for _, p in ordered) <= INLINE_POSTINGS:  # sooner done than handed to a thread and back
+        return _top(ordered, allowed, len(cache.codes), ranking, keep)
     return await asyncio.to_thread(_top, ordered, allowed, len(cache.codes), ranking, keep)
 
 
@@ -126,6 +136,15 @@ def _top(
     permitted = np.zeros(width, dtype=bool)
     for codes in allowed:
         permitted[codes] = True
+    span = None if ranking.ts_min is None or ranking.ts_max is None else (ranking.ts_min, ranking.ts_max)
+    pruned = pruned_top(terms, permitted, ranking.avgdl, span, keep) if ranking.prune else None
+    return summed_top(terms, permitted, ranking, keep) if pruned is None else pruned
+
+
+def summed_top(
+    terms: Sequence[tuple[float, Postings]], permitted: NDArray[np.bool_], ranking: Ranking, keep: int
+) -> dict[int, float]:
+    """`_top` by scoring every posting (`permitted`: by source or channel code, may the scope show it)."""
     docs, contributions, times = [], [], []
     for weight, p in terms:
         inside = permitted[p.srcs] | permitted[p.channels]
