@@ -103,8 +103,10 @@ async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, as
         return await search(list(terms), limit)
     extra = await asyncio.to_thread(related_terms, terms)
     first = limit if extra else max(limit, CANDIDATES)
-    hits = await search(list(terms), first)
-    widened = await search([*terms, *extra], max(limit, CANDIDATES)) if extra else []
+    if extra:  # the two asks are independent: both at once (on PostgreSQL, two connections)
+        hits, widened = await _both(search, (list(terms), first), ([*terms, *extra], max(limit, CANDIDATES)))
+    else:
+        hits, widened = await search(list(terms), first), []
     names = named_speakers(terms, (*hits, *widened))
     rest = [t for t in terms if t not in names]
     nameless = await search(rest, SPEAKER_DEPTH) if names and rest else []
@@ -118,6 +120,25 @@ async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, as
     fed = await search(told, limit)
     lifted = partial(stage, fed=fed, feedback=told, givers=_keys(best))
     return await asyncio.to_thread(lifted, terms, hits, limit, widened)
+
+
+async def _both(
+    search: AsyncSearch, one: tuple[list[str], int], other: tuple[list[str], int]
+) -> tuple[list[SearchHit], list[SearchHit]]:
+    """Two independent asks of the index at once (on PostgreSQL, on two connections); either failing ends both."""
+
+    async def ask(terms: list[str], limit: int) -> list[SearchHit]:
+        return await search(terms, limit)
+
+    asks = [asyncio.ensure_future(ask(*one)), asyncio.ensure_future(ask(*other))]
+    try:
+        first, second = await asyncio.gather(*asks)
+    except BaseException:  # the error as raised (a TaskGroup would wrap it in a group), the other ask ended too
+        for pending in asks:
+            pending.cancel()
+        await asyncio.gather(*asks, return_exceptions=True)
+        raise
+    return first, second
 
 
 def _keys(hits: Sequence[SearchHit]) -> frozenset[Key]:

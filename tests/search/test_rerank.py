@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from agenthub.search.rerank import rerank
+import asyncio
+
+import pytest
+
+from agenthub.errors import StorageError
+from agenthub.search.rerank import ranked_async, rerank
 from agenthub.storage.search_index import HISTORY, Passage, SearchHit, SourceRef
 
 SOURCE = SourceRef(HISTORY, "default:wecom:chat")
@@ -91,3 +96,36 @@ def test_what_related_words_add_is_shared_by_those_the_passage_holds() -> None:
     assert _texts(out) == [exact.passage.text, loose.passage.text]
     assert [h.score for h in out] == [5.0, 0.5 * 12.0 / 2**0.5]
     assert _texts(rerank(["breed"], [], 5, [loose, exact], full=False)) == [loose.passage.text, exact.passage.text]
+
+
+async def test_an_index_asked_with_await_gets_the_query_and_its_widened_form_at_once() -> None:
+    both_asked = asyncio.Barrier(2)
+    asked: list[list[str]] = []
+
+    async def search(terms: list[str], limit: int) -> list[SearchHit]:
+        asked.append(terms)
+        if len(asked) <= 2:  # the first two asks meet here: asked one after the other, this would never return
+            await asyncio.wait_for(both_asked.wait(), 5)
+        return [_hit(2, "my new job starts monday", 3.0)]
+
+    hits = await ranked_async(search, ["job"], 5, "when does the job start")
+    assert _texts(hits) == ["my new job starts monday"]
+    assert asked[0] == ["job"] and "work" in asked[1]
+
+
+async def test_a_failing_ask_raises_its_own_error_and_ends_the_other_ask() -> None:
+    other_ended = asyncio.Event()
+
+    async def search(terms: list[str], limit: int) -> list[SearchHit]:
+        if terms == ["job"]:
+            await asyncio.sleep(0)
+            raise StorageError("the database went away")
+        try:
+            await asyncio.sleep(30)
+        finally:
+            other_ended.set()
+        return []
+
+    with pytest.raises(StorageError):
+        await ranked_async(search, ["job"], 5)
+    assert other_ended.is_set()
