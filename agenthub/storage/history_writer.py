@@ -5,6 +5,7 @@ fdatasync (`CommitLog`); the rare whole-file operations run between batches."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ import structlog
 from agenthub.storage.commit_log import Append, CommitLog
 from agenthub.storage.history_handover import Appended, AppendedHook
 from agenthub.storage.session_files import SessionFiles
+from agenthub.storage.writer_thread import WriterThread
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +44,7 @@ class HistoryWriter:
         self._files = SessionFiles(data_dir)
         self._log = CommitLog(data_dir, self._files)
         self._fsync = fsync
+        self._thread = WriterThread("history-writer")  # every file operation here: one long-lived thread
         self._queue: list[_Waiting] = []
         self._flusher: asyncio.Task[None] | None = None
         self._io: asyncio.Lock | None = None  # one thread hop on the files at a time; made in the running loop
@@ -65,7 +68,7 @@ class HistoryWriter:
         """Recover from the commit log if this process has not yet (before the first read of a history)."""
         if not self._recovered:
             async with self._lock():
-                await asyncio.to_thread(self._recover_once)
+                await self._thread.run(self._recover_once)
 
     def recover_blocking(self) -> None:
         """`ready` on the caller's thread (blocking), for a reader that loads a file of the log at construction
@@ -95,7 +98,7 @@ class HistoryWriter:
         append before it has landed (its `landed` told), every one after it waits for the operation's end."""
         async with self._lock():
             operation = build()
-            return await asyncio.to_thread(self._exclusive, agent, stem, operation)
+            return await self._thread.run(functools.partial(self._exclusive, agent, stem, operation))
 
     async def aclose(self) -> None:
         """Wait for the batch in flight, checkpoint and close every file (a clean stop leaves an empty log)."""
@@ -103,7 +106,10 @@ class HistoryWriter:
         if flusher is not None and not flusher.done():
             await asyncio.wait([flusher])
         async with self._lock():
-            await asyncio.to_thread(self._close)
+            try:
+                await self._thread.run(self._close)
+            finally:
+                await self._thread.aclose()
 
     async def _flush(self) -> None:
         while self._queue:
@@ -112,7 +118,8 @@ class HistoryWriter:
                 self.batches += 1
                 handed: list[Appended] | None = [] if self.followers else None
                 try:
-                    results = await asyncio.to_thread(self._commit, [w.append for w in batch], handed)
+                    appends = [w.append for w in batch]
+                    results = await self._thread.run(functools.partial(self._commit, appends, handed))
                 except Exception as e:  # recovery or the log refused: the whole batch failed
                     results = [e] * len(batch)
                 except BaseException as e:  # cancelled at shutdown: the batch's end is not known here
