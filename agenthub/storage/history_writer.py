@@ -44,7 +44,8 @@ class HistoryWriter:
         self._files = SessionFiles(data_dir)
         self._log = CommitLog(data_dir, self._files)
         self._fsync = fsync
-        self._thread = WriterThread("history-writer")  # every file operation here: one long-lived thread
+        self.thread = WriterThread("history-writer")
+        """Where every file operation here runs, in the order given (one long-lived thread)."""
         self._queue: list[_Waiting] = []
         self._flusher: asyncio.Task[None] | None = None
         self._io: asyncio.Lock | None = None  # one thread hop on the files at a time; made in the running loop
@@ -68,7 +69,7 @@ class HistoryWriter:
         """Recover from the commit log if this process has not yet (before the first read of a history)."""
         if not self._recovered:
             async with self._lock():
-                await self._thread.run(self._recover_once)
+                await self.thread.run(self._recover_once)
 
     def recover_blocking(self) -> None:
         """`ready` on the caller's thread (blocking), for a reader that loads a file of the log at construction
@@ -98,7 +99,7 @@ class HistoryWriter:
         append before it has landed (its `landed` told), every one after it waits for the operation's end."""
         async with self._lock():
             operation = build()
-            return await self._thread.run(functools.partial(self._exclusive, agent, stem, operation))
+            return await self.thread.run(functools.partial(self._exclusive, agent, stem, operation))
 
     async def aclose(self) -> None:
         """Wait for the batch in flight, checkpoint and close every file (a clean stop leaves an empty log)."""
@@ -107,9 +108,9 @@ class HistoryWriter:
             await asyncio.wait([flusher])
         async with self._lock():
             try:
-                await self._thread.run(self._close)
+                await self.thread.run(self._close)
             finally:
-                await self._thread.aclose()
+                await self.thread.aclose()
 
     async def _flush(self) -> None:
         while self._queue:
@@ -119,7 +120,7 @@ class HistoryWriter:
                 handed: list[Appended] | None = [] if self.followers else None
                 try:
                     appends = [w.append for w in batch]
-                    results = await self._thread.run(functools.partial(self._commit, appends, handed))
+                    results = await self.thread.run(functools.partial(self._commit, appends, handed))
                 except Exception as e:  # recovery or the log refused: the whole batch failed
                     results = [e] * len(batch)
                 except BaseException as e:  # cancelled at shutdown: the batch's end is not known here
