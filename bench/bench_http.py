@@ -6,7 +6,8 @@ servers answer POST chat from the same load (20 clients by default) against the 
 the fake and the load generator run on their own threads in this process, each server in a child process, so the
 server's CPU time per turn is read from its /proc stat before and after the measured load. The daemon is the real
 `agenthub serve` with the HTTP channel (history fsync on unless --no-fsync); its start-up is timed up to its systemd
-READY=1. Run: `.venv/bin/python bench/bench_http.py`.
+READY=1. Run: `.venv/bin/python bench/bench_http.py`; `--profile OUT` also records the daemon with py-spy during the
+measured load (`.venv/bin/pip install py-spy`; raw collapsed stacks, one line per stack with its sample count).
 """
 
 from __future__ import annotations
