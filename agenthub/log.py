@@ -47,9 +47,15 @@ def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
 
 
 def configure_logging(
-    level: str = "info", fmt: Literal["auto", "json", "console"] = "auto", *, stream: Any = None
+    level: str = "info",
+    fmt: Literal["auto", "json", "console"] = "auto",
+    *,
+    stream: Any = None,
+    cache_loggers: bool = False,
 ) -> None:
-    """Configure structlog and the stdlib root logger once, in the composition root."""
+    """Configure structlog and the stdlib root logger once, in the composition root. `cache_loggers`: each logger
+    keeps its processor chain from its first use (the daemon, configured once: no rebuild per log call); off where
+    logging is configured again later (tests capturing logs)."""
     out = stream if stream is not None else sys.stdout
     use_console = fmt == "console" or (fmt == "auto" and hasattr(out, "isatty") and out.isatty())
     shared: list[Any] = [
@@ -63,7 +69,7 @@ def configure_logging(
         processors=[structlog.stdlib.filter_by_level, *shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=False,
+        cache_logger_on_first_use=cache_loggers,
     )
     final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
     if not use_console:

@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"agenthub: {e}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.log_format)  # auto: readable on a terminal, JSON otherwise
+    # auto: readable on a terminal, JSON otherwise; configured once for the process, so its loggers are cached
+    configure_logging(settings.log_level, settings.log_format, cache_loggers=True)
     try:
         return run_daemon(settings, show_console_hint=args.console_hint)
     except DataDirLocked as e:

@@ -5,7 +5,6 @@ fdatasync (`CommitLog`); the rare whole-file operations run between batches."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from agenthub.aio import run_to_end
 from agenthub.storage.commit_log import Append, CommitLog
 from agenthub.storage.history_handover import Appended, AppendedHook
 from agenthub.storage.session_files import SessionFiles
+from agenthub.storage.writer_thread import WriterThread
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +45,8 @@ class HistoryWriter:
         self._files = SessionFiles(data_dir)
         self._log = CommitLog(data_dir, self._files)
         self._fsync = fsync
+        self.thread = WriterThread("history-writer")
+        """Where every file operation here runs, in the order given (one long-lived thread)."""
         self._queue: list[_Waiting] = []
         self._flusher: asyncio.Task[None] | None = None
         self._io: asyncio.Lock | None = None  # one thread hop on the files at a time; made in the running loop
@@ -68,7 +70,7 @@ class HistoryWriter:
         """Recover from the commit log if this process has not yet (before the first read of a history)."""
         if not self._recovered:
             async with self._lock():
-                await run_to_end(_in_thread(self._recover_once))
+                await run_to_end(self.thread.submit(self._recover_once))
 
     def recover_blocking(self) -> None:
         """`ready` on the caller's thread (blocking), for a reader that loads a file of the log at construction
@@ -99,7 +101,7 @@ class HistoryWriter:
         async with self._lock():
             operation = build()
             # a cancelled caller keeps the lock until the operation ends: no append lands in a half-done rewrite
-            return await run_to_end(_in_thread(self._exclusive, agent, stem, operation))
+            return await run_to_end(self.thread.submit(functools.partial(self._exclusive, agent, stem, operation)))
 
     async def aclose(self) -> None:
         """Wait for the batch in flight, checkpoint and close every file (a clean stop leaves an empty log)."""
@@ -107,7 +109,10 @@ class HistoryWriter:
         if flusher is not None and not flusher.done():
             await asyncio.wait([flusher])
         async with self._lock():
-            await run_to_end(_in_thread(self._close))
+            try:
+                await run_to_end(self.thread.submit(self._close))
+            finally:
+                await run_to_end(self.thread.aclose())
 
     async def _flush(self) -> None:
         while self._queue:
@@ -115,7 +120,7 @@ class HistoryWriter:
                 batch, self._queue = self._queue, []
                 self.batches += 1
                 handed: list[Appended] | None = [] if self.followers else None
-                commit = _in_thread(self._commit, [w.append for w in batch], handed)
+                commit = self.thread.submit(functools.partial(self._commit, [w.append for w in batch], handed))
                 cancelled = await _ended(commit)  # cancelled (a shutdown): still its real end, under the lock
                 try:
                     results = commit.result()
@@ -169,13 +174,6 @@ class HistoryWriter:
         finally:
             self._files.close()
             self._log.close()
-
-
-def _in_thread(func: Callable[..., T], *args: object) -> asyncio.Future[T]:
-    """`asyncio.to_thread(func, *args)` as a plain future, not a task: a shutdown cancelling every task leaves it
-    to tell its real end."""
-    call = functools.partial(contextvars.copy_context().run, func, *args)
-    return asyncio.get_running_loop().run_in_executor(None, call)
 
 
 async def _ended(work: asyncio.Future[T]) -> bool:

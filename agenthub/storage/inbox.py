@@ -158,31 +158,50 @@ class SettleRetry:
 
 
 class _Entries:
-    """The live entries of an inbox in acceptance order, with the next sequence number."""
+    """The live entries of an inbox in acceptance order, with the next sequence number, and by session (each
+    turn asks for its session's earlier ones: their number, not the whole inbox's, is the cost)."""
 
     def __init__(self) -> None:
         self.live: dict[str, InboxEntry] = {}
+        self._by_session: dict[str, dict[str, InboxEntry]] = {}
         self._seq = itertools.count(1)
+
+    def _put(self, entry: InboxEntry) -> None:
+        self.live[entry.id] = entry
+        if entry.session is not None:
+            self._by_session.setdefault(entry.session, {})[entry.id] = entry
 
     def new(self, source: str, payload: dict[str, Any], now: float, session: str | None) -> InboxEntry:
         entry = InboxEntry(uuid.uuid4().hex, next(self._seq), now, source, payload, session)
-        self.live[entry.id] = entry
+        self._put(entry)
         return entry
 
     def assign(self, entry_id: str, session: str) -> None:
         entry = self.live.get(entry_id)
         if entry is not None and entry.session is None:
-            self.live[entry_id] = dataclasses.replace(entry, session=session)
+            self._put(dataclasses.replace(entry, session=session))
+
+    def pop(self, entry_id: str) -> InboxEntry | None:
+        """The live entry `entry_id`, no longer live (None when it was not)."""
+        entry = self.live.pop(entry_id, None)
+        if entry is not None and entry.session is not None:
+            same = self._by_session.get(entry.session)
+            if same is not None:
+                same.pop(entry_id, None)
+                if not same:
+                    del self._by_session[entry.session]
+        return entry
 
     def earlier(self, session: str, entry_id: str) -> list[str]:
         target = self.live.get(entry_id)
         if target is None:
             return []
-        found = [e for e in self.live.values() if e.session == session and e.seq < target.seq]
+        found = [e for e in self._by_session.get(session, {}).values() if e.seq < target.seq]
         return [e.id for e in sorted(found, key=lambda e: e.seq)]
 
     def restore(self, entry: InboxEntry) -> None:
-        self.live.setdefault(entry.id, entry)
+        if entry.id not in self.live:
+            self._put(entry)
         self._seq = itertools.count(max(entry.seq + 1, next(self._seq)))
 
     def ordered(self) -> list[InboxEntry]:
@@ -206,7 +225,7 @@ class InMemoryInbox:
         return self._entries.earlier(session, entry_id)
 
     async def settle(self, entry_id: str) -> None:
-        self._entries.live.pop(entry_id, None)
+        self._entries.pop(entry_id)
 
     async def release(self, entry_id: str) -> None:
         return None  # one process: the entry stays its own
@@ -315,7 +334,7 @@ class FileInbox:
             await run_to_end(write)  # a cancelled caller must not forget an entry whose write still lands
         except BaseException:
             if not succeeded(write):
-                self._entries.live.pop(entry.id, None)  # not durable: not accepted (the platform retries)
+                self._entries.pop(entry.id)  # not durable: not accepted (the platform retries)
             raise
         finally:
             self._unwritten.discard(entry.id)
@@ -327,7 +346,7 @@ class FileInbox:
         accepted (nowhere on disk, left out of the rewrite too)."""
         self._unwritten.discard(entry_id)
         if error is not None:
-            self._entries.live.pop(entry_id, None)
+            self._entries.pop(entry_id)
 
     async def _write(self, record: JournalRecord, landed: Landed | None = None) -> None:
         """Append `record`, durable (with fsync) when it returns: StorageError (nothing of it kept) when refused."""
@@ -348,7 +367,7 @@ class FileInbox:
     async def settle(self, entry_id: str) -> None:
         """Gone from the live entries at once; a refused write is retried until the journal takes it (a compaction
         meanwhile writes the live entries only, which settles it too)."""
-        if self._entries.live.pop(entry_id, None) is not None:
+        if self._entries.pop(entry_id) is not None:
             try:
                 await self._write_settle(entry_id)
             except StorageError:

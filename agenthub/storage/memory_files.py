@@ -18,6 +18,7 @@ from agenthub.errors import InvalidIdError, StorageError
 from agenthub.session_keys import SessionKey, key_from_file_stem, session_key, validate_agent_name
 from agenthub.storage.atomic import atomic_write_text
 from agenthub.storage.paths import AgentLayout, inside
+from agenthub.storage.read_cache import ReadCache, Version, read_versioned
 
 MemoryKind = Literal["agent_memory", "chat_memory", "shared_profile", "private_profile", "group_profile", "l3_state"]
 Visibility = Literal["private", "group"]
@@ -177,6 +178,9 @@ class FileMemoryStore:
         self.data_dir, self.auth_dir, self.durable = data_dir, auth_dir, durable
         self._layouts: dict[str, AgentLayout] = {}
         self._locks = NameLocks()  # one process writes a data directory (its lock file): these serialise it
+        self._seen = ReadCache()
+        self.disk_reads = 0
+        """Files `read_many` read from disk (the others came from `ReadCache`)."""
 
     def _layout(self, agent: str) -> AgentLayout:
         """The agent's layout, made once (its directories are still checked for links at every path read)."""
@@ -213,16 +217,34 @@ class FileMemoryStore:
         return await _on_disk("read a memory file", _read, path)
 
     async def read_many(self, names: Sequence[MemoryName]) -> list[str]:
-        """The files' texts, in one hop to a worker thread: their paths' link checks (an lstat per level) are made
-        there too, not on the event loop, on the path every turn takes."""
-        return await _on_disk("read a memory file", self._read_all, list(names))
+        """The files' texts (every turn reads its memory and profile): those unchanged since the last read here
+        from `ReadCache` (one stat each), the others in one hop to a worker thread, where their paths' link checks
+        (an lstat per level) are made too."""
+        texts = [self._seen.get(n) for n in names]
+        missing = [n for n, text in zip(names, texts, strict=True) if text is None]
+        if not missing:
+            return [t or "" for t in texts]
+        read = await _on_disk("read a memory file", self._read_all, missing)
+        for name, (path, text, version) in zip(missing, read, strict=True):
+            self._seen.keep(name, path, version, text)  # on the event loop, the cache's one thread
+        self.disk_reads += len(read)
+        fresh = iter(text for _, text, _ in read)
+        return [next(fresh) if t is None else t for t in texts]
 
-    def _read_all(self, names: list[MemoryName]) -> list[str]:
-        return [_read(self.path_of(n)) for n in names]
+    def _read_all(self, names: list[MemoryName]) -> list[tuple[str, str, Version]]:
+        found = []
+        for name in names:
+            path = self.path_of(name)
+            found.append((str(path), *read_versioned(path)))
+        return found
 
     async def write(self, name: MemoryName, text: str) -> None:
         path = self.path_of(name)
-        await _on_disk("write a memory file", atomic_write_text, path, text, durable=self.durable)
+        self._seen.drop(name)
+        try:
+            await _on_disk("write a memory file", atomic_write_text, path, text, durable=self.durable)
+        finally:
+            self._seen.drop(name)  # a read during the write may have kept the old text: its version is the old file's
 
     async def update(self, name: MemoryName, change: Change, *, keep_backup: bool = False) -> str:
         async with self._locks(name):
@@ -238,7 +260,10 @@ class FileMemoryStore:
     async def delete(self, name: MemoryName) -> bool:
         path = self.path_of(name)
         async with self._locks(name):
-            return await _on_disk("delete a memory file", _unlink, path)
+            try:
+                return await _on_disk("delete a memory file", _unlink, path)
+            finally:
+                self._seen.drop(name)
 
     async def group_profiles(self, person: str) -> list[MemoryName]:
         person_key = key_from_file_stem(person)

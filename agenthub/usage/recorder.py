@@ -227,7 +227,8 @@ class UsageRecorder:
         except StorageError as e:
             log.warning("usage_not_stored_at_shutdown", rows=len(self._pending), error=str(e))
         if self.spool is not None:  # rows still waiting stay in the spool for the next start
-            self.spool.close(nothing_waits=not self._pending and not self._recovered)
+            nothing_waits = not self._pending and not self._recovered
+            await asyncio.to_thread(self.spool.close, nothing_waits=nothing_waits)  # waits for the spool's thread
         if self._writer is not None and not self._writer.done():
             self._writer.cancel()
             await asyncio.wait([self._writer])

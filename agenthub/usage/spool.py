@@ -1,8 +1,9 @@
 """`UsageSpool`: the usage rows a process has not stored yet, in a local append-only file, so a kill loses none.
 
 Each process appends its rows to its own file (`data/usage-spool/<pid>-<random>.jsonl`, held under an exclusive
-`flock` while it lives) the moment the recorder sees them: one `write` of a few hundred bytes to the page cache, no
-`fsync` (a killed process's writes are the kernel's already). After a write to the store the spool notes how many
+`flock` while it lives) the moment the recorder sees them, on the spool's writer thread (never on the event loop):
+the rows and notes waiting when the thread gets to them go in one `write` to the page cache, no `fsync` (a killed
+process's writes are the kernel's already). After a write to the store the spool notes how many
 of its rows are stored (`{"stored": n}`; emptied when none wait). At start, the files whose lock nobody holds are a
 dead process's: their rows not noted as stored are handed back (`recover`), to be written if the store lacks them
 (a kill between the store's write and the note), and the file is deleted once they are.
@@ -14,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import fields
@@ -22,6 +24,7 @@ from pathlib import Path
 import structlog
 
 from agenthub.storage.usage import UsageRow
+from agenthub.storage.writer_thread import WriterThread
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +43,11 @@ class UsageSpool:
         self.path = root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
         self._fd: int | None = None
         self._broken = False
+        self._used = False  # rows were given (so the file exists, or is about to)
+        self._waiting: list[str | None] = []  # texts to append, None: empty the file; in the order given
+        self._waiting_lock = threading.Lock()
+        self.thread = WriterThread("usage-spool")
+        """Where the file is written (every write in the order given)."""
 
     def _open(self) -> int | None:
         if self._fd is None and not self._broken:
@@ -53,6 +61,28 @@ class UsageSpool:
                 log.warning("usage_spool_unavailable", path=str(self.path), error=str(e))
         return self._fd
 
+    def _give(self, item: str | None) -> None:
+        """Queue a write for the thread; one hand-over for all that waits until it drains."""
+        with self._waiting_lock:
+            self._waiting.append(item)
+            first = len(self._waiting) == 1
+        if first:
+            self.thread.post(self._drain)
+
+    def _drain(self) -> None:
+        """On the writer thread (or at `close`): everything waiting, consecutive texts in one write."""
+        with self._waiting_lock:
+            items, self._waiting = self._waiting, []
+        texts: list[str] = []
+        for item in items:
+            if item is not None:
+                texts.append(item)
+                continue
+            texts = []  # emptied next: what waited before is stored, never written
+            self._empty()
+        if texts:
+            self._write("".join(texts))
+
     def _write(self, text: str) -> None:
         fd = self._open()
         if fd is None:
@@ -62,24 +92,31 @@ class UsageSpool:
         except OSError as e:
             log.warning("usage_spool_write_failed", error=str(e))
 
+    def _empty(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, 0)
+        except OSError as e:
+            log.warning("usage_spool_write_failed", error=str(e))
+
     def append(self, rows: Sequence[UsageRow]) -> None:
-        """Rows the recorder now holds in memory (one write, before the call's turn goes on: a kill loses none)."""
-        self._write("".join(_encode({name: getattr(r, name) for name in _FIELDS}) + "\n" for r in rows))
+        """Rows the recorder now holds in memory (written by the spool's thread, ahead of every later write this
+        process makes there: a kill after the turn's answer was written loses none)."""
+        self._used = True
+        self._give("".join(_encode({name: getattr(r, name) for name in _FIELDS}) + "\n" for r in rows))
 
     def stored(self, count: int, *, nothing_waits: bool) -> None:
         """The oldest `count` rows not yet noted are in the store; `nothing_waits`: the file is emptied instead."""
-        if self._fd is None or count <= 0:
+        if not self._used or count <= 0:
             return
-        if nothing_waits:
-            try:
-                os.ftruncate(self._fd, 0)
-                return
-            except OSError as e:
-                log.warning("usage_spool_write_failed", error=str(e))
-        self._write(json.dumps({"stored": count}) + "\n")
+        self._give(None if nothing_waits else json.dumps({"stored": count}) + "\n")
 
     def close(self, *, nothing_waits: bool) -> None:
-        """End of the process: the file goes when every row reached the store (else a next start recovers it)."""
+        """End of the process (blocking: waits for the thread): the file goes when every row reached the store (else
+        a next start recovers it)."""
+        self.thread.close()
+        self._drain()
         if self._fd is None:
             return
         if nothing_waits:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import threading
 from collections.abc import Callable
-from typing import Any
 
 from agenthub.config import Settings
 from agenthub.errors import SessionBusyError
@@ -13,8 +14,8 @@ from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.session_keys import SessionKey
 from agenthub.storage import jsonl
+from agenthub.storage.files import FileSessionStore
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
-from tests.support.gated_pool import GatedPool
 
 KEY = SessionKey("default", "cli", "direct")
 
@@ -124,31 +125,23 @@ async def test_a_hold_that_waited_for_a_turn_keeps_the_session_busy(
     assert isinstance(final, DoneEvent) and final.full_text == "after the hold"
 
 
-def _gated_append(loop: asyncio.AbstractEventLoop, nth: int) -> GatedPool:
-    """The `nth` history append batch starts (so it cannot be cancelled) and then waits for the pool's gate."""
-    seen = 0
-
-    def chooses(func: Any, args: tuple[Any, ...]) -> bool:
-        nonlocal seen
-        if getattr(func, "__qualname__", "").endswith("HistoryWriter._commit"):  # a batch of appends
-            seen += 1
-        return seen == nth
-
-    return GatedPool(loop, chooses)
-
-
 async def test_stop_during_the_reply_write_leaves_file_and_cache_agreeing(
     gateway: GatewayCore, fake_llm: FakeAnthropic
 ) -> None:
-    loop = asyncio.get_running_loop()
-    executor = _gated_append(loop, nth=2)  # 1: the user message, 2: the reply
-    loop.set_default_executor(executor)
-    fake_llm.script(reply_text("the reply"))
+    store = gateway.history.store
+    assert isinstance(store, FileSessionStore)
+    writer = store.writer
+    reply_held, gate = asyncio.Event(), threading.Event()
+    fake_llm.script(reply_text("the reply", hold=reply_held))
     handle = await gateway.submit(_msg("hello"))
-    await asyncio.wait_for(executor.started.wait(), 2)
+    await fake_llm.wait_for_requests(1)  # the user message's batch has landed
+    writer.thread.post(functools.partial(gate.wait, 5))  # the writer's thread is busy until the gate opens
+    batches = writer.batches
+    reply_held.set()
+    await _until(lambda: writer.batches > batches)  # the reply's batch is in the writer's hands
     gateway.abort(KEY, "stopped")
     await asyncio.sleep(0)
-    executor.gate.set()
+    gate.set()
     await asyncio.wait_for(gateway.wait_turn_done(KEY), 2)
     await handle.result()
     on_disk = jsonl.read_records(gateway.history.layout("default").history_file(KEY))

@@ -14,8 +14,9 @@ from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage import jsonl
 from agenthub.storage.commit_log import LOG_FILE
 from agenthub.storage.files import FileSessionStore
+from agenthub.storage.history_writer import HistoryWriter
 from agenthub.storage.inbox import FileInbox
-from tests.support.gated_pool import GatedPool
+from tests.support.gated_pool import GatedWriterThread
 
 KEY = session_key("default", "http", "c1")
 OTHER = session_key("default", "http", "c2")
@@ -29,12 +30,14 @@ def _contents(data: Path, key: SessionKey) -> list[str]:
     return [r["content"] for r in jsonl.read_records(data / key.agent / "sessions" / (key.file_stem + ".jsonl"))]
 
 
-def _holding(name: str) -> GatedPool:
-    """The loop's default executor, holding the first worker-thread call of `HistoryWriter.<name>` at its gate."""
+def _holding(writer: HistoryWriter, name: str) -> GatedWriterThread:
+    """The writer's thread, holding its first operation `HistoryWriter.<name>` at its gate."""
     loop = asyncio.get_running_loop()
-    pool = GatedPool(loop, lambda func, args: getattr(func, "__qualname__", "").endswith(f"HistoryWriter.{name}"))
-    loop.set_default_executor(pool)
-    return pool
+    held = GatedWriterThread(
+        loop, lambda func, args: getattr(func, "__qualname__", "").endswith(f"HistoryWriter.{name}")
+    )
+    writer.thread = held
+    return held
 
 
 def _flusher() -> asyncio.Task[Any]:
@@ -47,7 +50,7 @@ async def test_a_cancelled_replace_keeps_the_lock_until_it_ends_so_no_append_lan
 ) -> None:
     store = FileSessionStore(tmp_path, fsync=True)
     await store.append(KEY, [_user("old")])
-    pool = _holding("_exclusive")
+    pool = _holding(store.writer, "_exclusive")
     replace = asyncio.create_task(store.replace(KEY, [_user("new")], archive=[]))
     await asyncio.wait_for(pool.started.wait(), 2)
     replace.cancel()
@@ -65,7 +68,7 @@ async def test_a_cancelled_replace_keeps_the_lock_until_it_ends_so_no_append_lan
 async def test_appends_riding_a_batch_whose_flusher_is_cancelled_hear_that_it_landed(tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path, fsync=True)
     await store.append(KEY, [_user("first")])
-    pool = _holding("_commit")
+    pool = _holding(store.writer, "_commit")
     appends = [asyncio.create_task(store.append(k, [_user("second")])) for k in (KEY, OTHER)]
     await asyncio.wait_for(pool.started.wait(), 2)
     _flusher().cancel()  # a shutdown cancelling the loop's tasks while the batch is in its thread
@@ -85,7 +88,7 @@ async def test_appends_riding_a_batch_whose_flusher_is_cancelled_hear_that_its_l
     await store.aclose()
     (tmp_path / LOG_FILE).unlink()
     (tmp_path / LOG_FILE).symlink_to(tmp_path / "elsewhere.log")  # the batch's log write is refused
-    pool = _holding("_commit")
+    pool = _holding(store.writer, "_commit")
     appends = [asyncio.create_task(store.append(k, [_user("refused")])) for k in (KEY, OTHER)]
     await asyncio.wait_for(pool.started.wait(), 2)
     _flusher().cancel()
@@ -109,7 +112,7 @@ async def test_a_compaction_in_a_cancelled_accept_loses_no_message_accepted_mean
     await store.aclose()
     store = FileSessionStore(tmp_path, fsync=True)
     inbox = FileInbox(tmp_path, writer=store.writer, compact_slack=0)  # 4 records, none live: the next accept compacts
-    pool = _holding("_exclusive")
+    pool = _holding(store.writer, "_exclusive")
     compacting = asyncio.create_task(inbox.accept("http", {"content": "compacting"}))
     await asyncio.wait_for(pool.started.wait(), 2)
     compacting.cancel()
