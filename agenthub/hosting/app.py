@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from agenthub.session.history import SessionHistory
     from agenthub.storage.ports import IdempotencyStore, Inbox
     from agenthub.storage.stores import Stores
+    from agenthub.storage.writer_thread import WriterThread
     from agenthub.web import WebServer
 
 log = structlog.get_logger(__name__)
@@ -115,7 +116,13 @@ def build_services(
         leases = InstanceLeases(store=stores.leases, holder=stores.holder, ttl_s=settings.store.lease_s)
     history = build_history(settings, clock, stores)
     memory = None if stores is None else stores.memory  # the memory files: the files of design §4, or PostgreSQL
-    usage = build_usage(settings, clock, providers.call_log, None if stores is None else stores.usage)
+    usage = build_usage(
+        settings,
+        clock,
+        providers.call_log,
+        None if stores is None else stores.usage,
+        spool_thread=history_thread(history),
+    )
     memory_layer = MemoryPlugIn()
     gateway = GatewayCore(
         settings,
@@ -145,6 +152,14 @@ def build_history(settings: Settings, clock: Clock, stores: Stores | None) -> Se
     if stores is None:
         return SessionHistory(settings.data_dir, fsync=settings.session.fsync, clock=clock)
     return SessionHistory(store=stores.sessions, clock=clock)
+
+
+def history_thread(history: SessionHistory) -> WriterThread | None:
+    """The files history writer's thread (None on PostgreSQL): what must be on disk before an answer is shares it."""
+    from agenthub.storage.files import FileSessionStore
+
+    store = history.store
+    return store.writer.thread if isinstance(store, FileSessionStore) else None
 
 
 def build_searcher(settings: Settings, stores: Stores | None, history: SessionHistory) -> Searcher:

@@ -38,7 +38,7 @@ SPOOL_DIR = "usage-spool"
 class UsageSpool:
     """This process's spool file under `root` (created on first use)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, thread: WriterThread | None = None) -> None:
         self.root = root
         self.path = root / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
         self._fd: int | None = None
@@ -46,8 +46,9 @@ class UsageSpool:
         self._used = False  # rows were given (so the file exists, or is about to)
         self._waiting: list[str | None] = []  # texts to append, None: empty the file; in the order given
         self._waiting_lock = threading.Lock()
-        self.thread = WriterThread("usage-spool")
-        """Where the file is written (every write in the order given)."""
+        self.thread = thread if thread is not None else WriterThread("usage-spool")
+        """Where the file is written (every write in the order given): given the history writer's, a row seen
+        before a turn's answer is appended is in the spool before that answer is in its history."""
 
     def _open(self) -> int | None:
         if self._fd is None and not self._broken:

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
+import json
+import threading
 
 import pytest
 
 from agenthub.config import Settings
 from agenthub.gateway.memory_host import GatewayCompactor
 from agenthub.hosting.app import api_services, build_services, open_stores
+from agenthub.session_keys import session_key
+from agenthub.storage.files import FileSessionStore
 from agenthub.storage.idempotency import InMemoryIdempotency
 from agenthub.storage.inbox import InMemoryInbox
+from agenthub.storage.usage import UsageRow
 from tests.support.fakes.anthropic import FakeAnthropic
+
+KEY = session_key("default", "http", "c1")
 
 
 async def test_the_turns_services_are_fixed_at_construction_and_shared_with_the_features(
@@ -53,3 +62,24 @@ async def test_the_files_search_follows_the_history_writer_whether_or_not_stores
             assert writer.followers == []  # let go when the gateway closed its searcher
     finally:
         await stores.aclose()
+
+
+async def test_a_calls_usage_rows_reach_the_spool_before_the_turns_next_history_write(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    """On the files backend the spool writes on the history writer's thread: held there, the next history append
+    waits too, so an answer never lands before the usage rows of the call that made it (a kill loses neither)."""
+    async with build_services(settings) as services:
+        usage, store = services.turn.usage, services.gateway.history.store
+        assert usage is not None and isinstance(store, FileSessionStore)
+        spool = usage.recorder.spool
+        assert spool is not None
+        held = threading.Event()
+        spool.thread.post(functools.partial(held.wait, 5))
+        spool.append([UsageRow("2026-12-04", "turn", "default", "http", "c1", "alice", "m", 7, 1, 0, 0, at=1.7e9)])
+        answer = asyncio.create_task(store.append(KEY, [{"role": "assistant", "content": "hi", "timestamp": 1}]))
+        await asyncio.wait([answer], timeout=0.2)
+        assert not answer.done()  # queued behind the spool's write on the one thread
+        held.set()
+        await answer
+        assert json.loads(spool.path.read_text(encoding="utf-8").splitlines()[0])["input"] == 7
