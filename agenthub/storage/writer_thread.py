@@ -36,8 +36,9 @@ class WriterThread:
     def __init__(self, name: str, *, idle_s: float = IDLE_S) -> None:
         self.name = name
         self.idle_s = idle_s
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()  # the running thread's own queue
         self._thread: threading.Thread | None = None
+        self._last: threading.Thread | None = None  # a thread started after it waits for it to end first
         self._start_lock = threading.Lock()
 
     async def run(self, operation: Callable[[], T]) -> T:
@@ -74,17 +75,23 @@ class WriterThread:
     def _give(self, job: _Job) -> None:
         with self._start_lock:  # a thread ending idle does so under it: the job is never left without one
             if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
-                self._thread.start()
+                # each thread reads its own queue (a close's stop is never taken by the next thread), and starts
+                # once the one before it ended (what was given before a close runs before what came after it)
+                jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+                thread = threading.Thread(target=self._work, args=(jobs, self._last), name=self.name, daemon=True)
+                self._jobs, self._thread, self._last = jobs, thread, thread
+                thread.start()
             self._jobs.put(job)
 
-    def _work(self) -> None:
+    def _work(self, jobs: queue.SimpleQueue[_Job], before: threading.Thread | None) -> None:
+        if before is not None:
+            before.join()
         while True:
             try:
-                job = self._jobs.get(timeout=self.idle_s)
+                job = jobs.get(timeout=self.idle_s)
             except queue.Empty:
                 with self._start_lock:
-                    if self._jobs.empty() and self._thread is threading.current_thread():
+                    if jobs.empty() and self._thread is threading.current_thread():
                         self._thread = None
                         return
                 continue

@@ -70,3 +70,21 @@ async def test_close_runs_what_was_given_first() -> None:
         writer.post(functools.partial(slow, n))
     await writer.aclose()
     assert done == [0, 1, 2, 3, 4]
+
+
+async def test_work_given_while_a_close_waits_runs_after_what_came_before_and_the_close_returns() -> None:
+    """Shared by the history writer and the usage spool: one closes it while the other still gives work."""
+    writer = WriterThread("test-writer-shared")
+    order: list[str] = []
+    first_held = threading.Event()
+    writer.post(lambda: (first_held.wait(5), order.append("before close")))
+    closing = asyncio.create_task(asyncio.to_thread(writer.close))
+    await asyncio.sleep(0.05)  # the close is waiting for the thread
+    after = asyncio.create_task(writer.run(lambda: order.append("after close")))
+    await asyncio.sleep(0.05)
+    assert order == []  # nothing given after the close overtakes what was given before it
+    first_held.set()
+    await asyncio.wait_for(closing, 5)
+    await asyncio.wait_for(after, 5)
+    assert order == ["before close", "after close"]
+    await writer.aclose()
