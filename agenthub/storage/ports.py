@@ -376,9 +376,12 @@ class UsageStore(Protocol):
         they occur): what a killed process's spool still has to write."""
         ...
 
-    async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
+    async def reserve(
+        self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
+    ) -> Reservation:
         """Atomically (across instances): refuse when a claim's used + reserved reaches a limit, else reserve
-        `tokens` in every claimed scope for at most `ttl_s` (a dead instance's reservations lapse)."""
+        `tokens` in every claimed scope for at most `ttl_s` (a dead instance's reservations lapse). The reservations
+        `ignore` do not count: settled, their turns' usage stored, their release not written yet."""
         ...
 
     async def release(self, reservation_id: str) -> None:

@@ -11,7 +11,9 @@ import asyncio
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
+import os
 import time
 import uuid
 from collections import Counter
@@ -163,6 +165,31 @@ def forgotten_tag(channel: str, sender_id: str) -> str:
     return f"forgotten-{digest}"
 
 
+class _Ids:
+    """Reservation ids: a random prefix per process (drawn again in a forked child) and a counter, so that a check
+    makes no random draw (a system call) of its own; ids stay unique across instances."""
+
+    def __init__(self) -> None:
+        self.prefix = ""
+        self.counter = itertools.count(1)
+        self.reseed()
+
+    def reseed(self) -> None:
+        self.prefix, self.counter = uuid.uuid4().hex[:20], itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self.counter):012x}"
+
+
+_IDS = _Ids()
+os.register_at_fork(after_in_child=_IDS.reseed)
+
+
+def reservation_id() -> str:
+    """A new reservation's id (32 hex digits, as a UUID's)."""
+    return _IDS.next()
+
+
 def month_days(day: str) -> tuple[str, str]:
     """The first day of `day`'s month and `day`."""
     return day[:7] + "-01", day
@@ -241,16 +268,19 @@ class FileUsageStore:
 
     # ---- budgets -----------------------------------------------------------------------------------------
 
-    async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
+    async def reserve(
+        self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
+    ) -> Reservation:
         await self._load_month(day)
         now = time.monotonic()  # from here to the end nothing awaits: check and reserve are one step
         if now >= self._lapse_at:
             self._lapse(now)
-        used = {c.scope.key: self._used(c.scope, day) for c in claims}
+        ignored = self._ignored(ignore) if ignore else {}
+        used = {c.scope.key: self._used(c.scope, day, ignored) for c in claims}
         standings, refused = judge(claims, used)
         if refused is not None:
             return Reservation(None, standings, refused)
-        rid = uuid.uuid4().hex
+        rid = reservation_id()
         keys = tuple(used)
         self._reserved[rid] = (keys, tokens, now + ttl_s)
         for key in keys:
@@ -276,9 +306,18 @@ class FileUsageStore:
             self._end(rid)
         self._lapse_at = min((expiry for _, _, expiry in self._reserved.values()), default=float("inf"))
 
-    def _used(self, scope: Scope, day: str) -> tuple[int, int]:
+    def _ignored(self, ignore: Collection[str]) -> dict[str, int]:
+        """scope key → tokens the reservations `ignore` hold (left out of a check)."""
+        held: dict[str, int] = {}
+        for rid in ignore:
+            keys, tokens, _ = self._reserved.get(rid, ((), 0, 0.0))
+            for key in keys:
+                held[key] = held.get(key, 0) + tokens
+        return held
+
+    def _used(self, scope: Scope, day: str, ignored: Mapping[str, int]) -> tuple[int, int]:
         key = scope.key
-        reserved = self._held.get(key, 0)
+        reserved = self._held.get(key, 0) - ignored.get(key, 0)
         counted = [key]
         if scope.kind != "agent":  # what a forget left under their tag (a person's, or their direct chat's) counts
             counted.append(Scope(scope.kind, scope.channel, forgotten_tag(scope.channel, scope.ident)).key)

@@ -119,8 +119,7 @@ class BudgetGate:
         self.clock = clock
         self.exempt = frozenset(budgets.exempt)
         self._limits: dict[str, tuple[object, BudgetLimits, bool]] = {}  # agent → (its config, limits, any set)
-        self.leases = Leases(self._lease_ended)
-        self._releasing: set[str] = set()  # reservations settled (a turn's, an ended lease's), release maybe unwritten
+        self.leases = Leases(recorder.release)  # an ended lease is released with the writer's next write
         self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
         self._plans: dict[tuple[str, str, str, tuple[str, ...]], Plan] = {}
         self._today = ("", 0.0, 0.0)  # the day, and the epoch seconds it starts and ends at
@@ -235,9 +234,6 @@ class BudgetGate:
             admission = Admission(None, leases=list(taken.values()), estimate=estimate)
             return await self._warned_of(admission, [], limits.warn_at, day, locale, named)
         try:
-            if self._releasing:  # a store call follows: see `_released`
-                await self._released()
-                taken = self._take(parts, taken, estimate)
             # no await from the end of this loop to `_ask_lease` taking `_asking`: one turn asks for a part at a time
             while asking := next((self._asking[p] for p in parts if p not in taken and p in self._asking), None):
                 await asyncio.shield(asking)  # another turn is asking for a lease of these scopes: its answer may
@@ -323,32 +319,15 @@ class BudgetGate:
                     return refused, []
                 if granted:
                     return Reservation(None), granted
-            reservation = await self.store.reserve(claims, day, estimate, ttl_s + RESERVATION_GRACE_S)
+            reservation = await self.store.reserve(
+                claims, day, estimate, ttl_s + RESERVATION_GRACE_S, ignore=self.recorder.stored_releases()
+            )
         except BaseException:
             self._give_back(taken.values(), estimate)
             raise
         if reservation.refused is not None:
             self._give_back(taken.values(), estimate)
         return reservation, []
-
-    def _lease_ended(self, lease_id: str) -> None:
-        self._releasing.add(lease_id)
-        self.recorder.release(lease_id)
-
-    async def _released(self) -> None:
-        """A settled reservation (an ended lease's, or a finished turn's) counts in the store until its release is
-        written, while the usage of its turns may be written already: the writer writes a call's row `GATHER_S`
-        after the call, which can be before the turn has stored its reply and settled. Counted twice, a sender was
-        refused within their budget (issue 21: 6,150 of 8,000 used, and the last turn's 2,203 still reserved). So
-        the writer's next write is made now, before the check that follows (a write under way is waited for)."""
-        writing = CpuMeter()
-        try:
-            await writing.run(self.recorder.flush())
-        except StorageError:
-            pass  # counted twice meanwhile: refused a little early at worst, never late
-        finally:  # the recorder's write, made now instead of within 50 ms: not the check's cost (`cpu`)
-            self.cpu.seconds -= writing.seconds
-        self._releasing &= self.recorder.releases_waiting()  # settled meanwhile, or not written (the store failed)
 
     async def _ask_lease(
         self, missing: list[LeaseKey], claims: list[Claim], day: str, estimate: int, ttl_s: float
@@ -365,7 +344,9 @@ class BudgetGate:
         for part in missing:
             self._asking[part] = asking
         try:
-            reservation = await self.store.reserve(asked, day, tokens, lease_ttl)
+            reservation = await self.store.reserve(
+                asked, day, tokens, lease_ttl, ignore=self.recorder.stored_releases()
+            )
         finally:
             for part in missing:
                 del self._asking[part]
@@ -446,7 +427,6 @@ class BudgetGate:
         for lease in leases:
             self.leases.settle(lease, None if spent is None else max(0, spent - admission.estimate))
         if admission.reservation_id is not None:
-            self._releasing.add(admission.reservation_id)  # the next check that calls the store writes it first
             self.recorder.release(admission.reservation_id)
             admission.reservation_id = None
 

@@ -60,6 +60,10 @@ class UsageRecorder:
         self._named: dict[tuple[str, str], str] = {}  # (channel, sender) → the name stored or about to be
         self._names: dict[tuple[str, str], str] = {}  # the names not stored yet
         self._releases: list[str] = []
+        self._stored = 0  # rows stored since start (by `flush`)
+        self._writing = 0  # rows in the write under way
+        self._marks: dict[str, int] = {}  # settled reservation → rows seen when it was settled; until its release is
+        # written
         self._recovered: list[tuple[Path, list[UsageRow]]] = []
         self._lock = asyncio.Lock()
         self._writer: asyncio.Task[None] | None = None
@@ -168,11 +172,20 @@ class UsageRecorder:
         """End the reservation in the writer's next write, together with (so never before) every row seen so far:
         the turn's calls; the writes of concurrent turns' settlements are batched."""
         self._releases.append(reservation_id)
+        self._marks[reservation_id] = self._stored + self._writing + len(self._pending)
         self._kick()
 
     def releases_waiting(self) -> set[str]:
         """The settled reservations not written yet (the store still counts them)."""
         return set(self._releases)
+
+    def stored_releases(self) -> list[str]:
+        """The settled reservations whose release is not written yet (waiting, or in the write under way) while
+        every row seen before they were settled is stored: the turns' usage is in the store, so a budget check
+        leaves these out (counted twice, a sender was refused within their budget: issue 21). A reservation whose
+        rows are not all stored yet still counts, in their stead."""
+        stored = self._stored
+        return [rid for rid, seen in self._marks.items() if seen <= stored]
 
     async def flush(self) -> None:
         """Store every row seen so far (and end the reservations settled); `StorageError` leaves them pending (a
@@ -184,6 +197,7 @@ class UsageRecorder:
             releases, self._releases = self._releases, []
             if not batch and not releases:
                 return
+            self._writing = len(batch)
             try:
                 if batch:
                     await self.store.add(batch, release=releases)
@@ -193,6 +207,11 @@ class UsageRecorder:
                 self._pending[:0] = batch
                 self._releases[:0] = releases
                 raise
+            finally:
+                self._writing = 0
+            self._stored += len(batch)  # no await since the write: a check sees its rows and releases together
+            for rid in releases:
+                self._marks.pop(rid, None)
             if self.spool is not None:
                 self.spool.stored(len(batch), nothing_waits=not self._pending)
 

@@ -39,6 +39,24 @@ async def test_a_reservation_counts_against_the_limit_until_released(backend_sto
     assert (await usage.reserve([Claim(ALICE, day_limit=1000)], DAY, 300, 60.0)).id is not None
 
 
+async def test_a_check_leaves_out_the_reservations_it_is_told_to_ignore_and_only_those(backend_stores: Stores) -> None:
+    """A settled turn whose usage is stored, its release not written yet: the instance's check leaves it out."""
+    usage = backend_stores.usage
+    chat = Scope("chat", "wecom", "g1")
+    await usage.add([_row(400)])
+    settled = await usage.reserve([Claim(ALICE, day_limit=1000), Claim(chat, day_limit=10**6)], DAY, 300, 60.0)
+    running = await usage.reserve([Claim(ALICE, day_limit=1000)], DAY, 250, 60.0)
+    assert settled.id is not None and running.id is not None
+    claims = [Claim(ALICE, day_limit=1000), Claim(chat, day_limit=10**6)]
+    counted = await usage.reserve(claims, DAY, 1, 60.0, ignore=["not-a-reservation"])
+    assert counted.refused is None
+    assert {(s.scope, s.used) for s in counted.standings} == {(ALICE, 950), (chat, 700)}
+    left_out = await usage.reserve(claims, DAY, 1, 60.0, ignore=[settled.id, "not-a-reservation"])
+    assert {(s.scope, s.used) for s in left_out.standings} == {(ALICE, 651), (chat, 401)}
+    again = await usage.reserve([Claim(ALICE, day_limit=1000)], DAY, 1, 60.0)  # nothing left out: every one counts
+    assert [s.used for s in again.standings] == [400 + 300 + 250 + 1 + 1]
+
+
 async def test_a_warning_is_due_once_per_scope_and_period(backend_stores: Stores) -> None:
     usage = backend_stores.usage
     assert await usage.first_warning(ALICE.key, DAY)

@@ -4,7 +4,7 @@ near the limit every turn reserves for itself, and concurrent turns still oversp
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import pytest
 
@@ -30,9 +30,11 @@ class CountedReserves:
     def __getattr__(self, name: str) -> object:
         return getattr(self.store, name)
 
-    async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
+    async def reserve(
+        self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
+    ) -> Reservation:
         self.reserves += 1
-        return await self.store.reserve(claims, day, tokens, ttl_s)
+        return await self.store.reserve(claims, day, tokens, ttl_s, ignore=ignore)
 
 
 async def counted_stores(settings: Settings) -> tuple[Stores, CountedReserves]:

@@ -13,6 +13,8 @@ from agenthub.storage.postgres.schema_search import SEARCH_PACKED_SQL, SEARCH_PA
 from agenthub.storage.postgres.schema_usage import (
     USAGE_NAMES_SQL,
     USAGE_NAMES_WHAT,
+    USAGE_RESERVE_EXCEPT_SQL,
+    USAGE_RESERVE_EXCEPT_WHAT,
     USAGE_TOTALS_SQL,
     USAGE_TOTALS_WHAT,
 )
@@ -756,6 +758,10 @@ USAGE_NAMES = Migration(20, USAGE_NAMES_WHAT, USAGE_NAMES_SQL)
 SEARCH_PACKED = Migration(21, SEARCH_PACKED_WHAT, SEARCH_PACKED_SQL)
 """Migration 21 (`schema_search`): postings packed per term in blocks, docs pending until packed."""
 
+USAGE_RESERVE_EXCEPT = Migration(24, USAGE_RESERVE_EXCEPT_WHAT, USAGE_RESERVE_EXCEPT_SQL)
+"""Migration 24 (`schema_usage`): the budget check leaving out an instance's settled reservations whose usage it
+stored (instead of writing their release first)."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -777,6 +783,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     SESSION_CLAIMS,
     USAGE_NAMES,
     SEARCH_PACKED,
+    USAGE_RESERVE_EXCEPT,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

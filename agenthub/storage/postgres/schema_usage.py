@@ -117,3 +117,33 @@ USAGE_NAMES_SQL = (
         )""",
 )
 """Migration 20."""
+
+
+def _reserve_except() -> str:
+    """`usage_reserve_totals` (migration 17) with the reservations `p_ignore` left out of what is held."""
+    sql = USAGE_TOTALS_SQL[2]
+    for old, new in (
+        (
+            "usage_reserve_totals(\n            p_id text, p_claims text, p_day date, p_tokens bigint, p_ttl double "
+            "precision\n        )",
+            "usage_reserve_except(\n            p_id text, p_claims text, p_day date, p_tokens bigint, p_ttl double "
+            "precision,\n            p_ignore text[]\n        )",
+        ),
+        (
+            "WHERE x.scope = c.key AND x.expires_at > clock_timestamp()) h",
+            "WHERE x.scope = c.key AND x.expires_at > clock_timestamp() AND x.id <> ALL(p_ignore)) h",
+        ),
+    ):
+        if sql.count(old) != 1:
+            raise AssertionError(f"migration 24 no longer matches migration 17: {old!r}")
+        sql = sql.replace(old, new)
+    return sql
+
+
+USAGE_RESERVE_EXCEPT_WHAT = "the budget check leaving out the reservations an instance settled and stored the usage of"
+USAGE_RESERVE_EXCEPT_SQL = (
+    # an instance's settled turn (or ended lease) whose usage it stored still holds its reservation until the
+    # writer's next write ends it; the instance's own check leaves it out (`p_ignore`) instead of writing first
+    _reserve_except(),
+)
+"""Migration 24; `usage_reserve_totals` stays for instances not upgraded yet."""

@@ -1,6 +1,7 @@
 """`PostgresUsageStore`: usage calls and day roll-ups, and budget reservations shared by every instance.
 
-A reservation is checked and taken in one call of `usage_reserve_totals` (migration 17) under an advisory lock per
+A reservation is checked and taken in one call of `usage_reserve_except` (migration 24; as `usage_reserve_totals`
+of migration 17, leaving out the reservations the caller settled and stored the usage of) under an advisory lock per
 scope (taken in sorted order, so two turns sharing scopes never deadlock): what every instance's running turns
 reserved counts until it is released (with the turn's usage, in one transaction) or its `expires_at` passes (the
 instance died). The check reads each scope's running totals (`usage_totals`: a day's and a month's row), which
@@ -11,15 +12,15 @@ deadlock), so a check reads a few rows however much was used in the month.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import time
-import uuid
 from collections.abc import Collection, Mapping, Sequence
 
 from agenthub.errors import StorageError
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
-from agenthub.storage.usage import Claim, Forgotten, Reservation, UsageRow, judge, scope_keys
+from agenthub.storage.usage import Claim, Forgotten, Reservation, Scope, UsageRow, judge, reservation_id, scope_keys
 
 _INSERT_CALL = (
     "INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output, cache_read, "
@@ -43,7 +44,7 @@ ADD_TOTALS = USAGE_TOTALS_ADD.format(
     "WITH ORDINALITY AS x(scope, period, tokens, n) ORDER BY n"
 )
 """The running totals of a write's rows (`totals_of`: summed per key, in key order)."""
-_RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve_totals(%s, %s, %s, %s, %s)"
+_RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve_except(%s, %s, %s, %s, %s, %s::text[])"
 _RELEASE = "DELETE FROM usage_reservations WHERE id = ANY(%s)"
 _ADD_ON_CONFLICT = """ON CONFLICT ({key}, agent, channel, chat_id, sender_id, model, purpose) DO UPDATE SET
     input = d.input + excluded.input, output = d.output + excluded.output,
@@ -122,23 +123,17 @@ class PostgresUsageStore:
                 missing += [row] * max(count - have, 0)
         return missing
 
-    async def reserve(self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float) -> Reservation:
-        """One round trip (`usage_reserve_claims`, migration 16): the scopes' locks in key order, their usage and
-        what running turns reserved, the reservation unless a limit is reached; lapsed rows are swept now and then."""
-        ordered = sorted(claims, key=lambda c: c.scope.key)
-        rid = uuid.uuid4().hex
-        claimed = [
-            {
-                "kind": c.scope.kind,
-                "channel": c.scope.channel,
-                "ident": c.scope.ident,
-                "key": c.scope.key,
-                "day": c.day_limit,
-                "month": c.month_limit,
-            }
-            for c in ordered
-        ]
-        params = (rid, json.dumps(claimed, ensure_ascii=False), _date(day), tokens, ttl_s)
+    async def reserve(
+        self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
+    ) -> Reservation:
+        """One round trip (`usage_reserve_except`, migration 24): the scopes' locks in key order, their usage and
+        what running turns reserved (but `ignore`), the reservation unless a limit is reached; lapsed rows are swept
+        now and then."""
+        ordered = sorted(claims, key=_claim_key)
+        rid = reservation_id()
+        limits = (f'{_scope_json(c.scope)}, "day": {c.day_limit}, "month": {c.month_limit}}}' for c in ordered)
+        claimed = ", ".join(limits)
+        params = (rid, f"[{claimed}]", _date(day), tokens, ttl_s, list(ignore))
         sweep = time.monotonic() - self._swept >= SWEEP_S
         async with self.database.connection("reserve a turn's budget") as conn:
             cursor = await conn.execute(_RESERVE, params)
@@ -268,6 +263,17 @@ _SENDER_NAMES = """SELECT n.channel, n.sender_id, n.name FROM usage_names n
 JOIN unnest(%s::text[], %s::text[]) AS w(channel, sender_id) USING (channel, sender_id)"""
 _FORGET_WARNINGS = """DELETE FROM usage_warnings
 WHERE scope IN ('user:' || %(channel)s || ':' || %(sender)s, 'chat:' || %(channel)s || ':' || %(sender)s)"""
+
+
+def _claim_key(claim: Claim) -> str:
+    return claim.scope.key
+
+
+@functools.lru_cache(maxsize=4096)  # a scope is checked again and again: its part of the claims' JSON made once
+def _scope_json(scope: Scope) -> str:
+    """A claim's JSON object for `usage_reserve_except` without its limits and its closing brace."""
+    whose = {"kind": scope.kind, "channel": scope.channel, "ident": scope.ident, "key": scope.key}
+    return json.dumps(whose, ensure_ascii=False)[:-1]
 
 
 def totals_of(rows: Sequence[UsageRow]) -> tuple[list[str], list[str], list[int]]:
