@@ -77,7 +77,12 @@ async def test_work_given_while_a_close_waits_runs_after_what_came_before_and_th
     writer = WriterThread("test-writer-shared")
     order: list[str] = []
     first_held = threading.Event()
-    writer.post(lambda: (first_held.wait(5), order.append("before close")))
+
+    def held_first() -> None:
+        first_held.wait(5)
+        order.append("before close")
+
+    writer.post(held_first)
     closing = asyncio.create_task(asyncio.to_thread(writer.close))
     await asyncio.sleep(0.05)  # the close is waiting for the thread
     after = asyncio.create_task(writer.run(lambda: order.append("after close")))
