@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
-import hashlib
 import json
 import time
 import uuid
@@ -25,6 +23,8 @@ import structlog
 from agenthub.aio import run_to_end
 from agenthub.errors import StorageError
 from agenthub.storage.atomic import atomic_write_text
+from agenthub.storage.usage_marks import ForgetMark, names_told_after, unnamed
+from agenthub.storage.usage_marks import forgotten_tag as forgotten_tag  # where it was first: imported from here
 
 log = structlog.get_logger(__name__)
 
@@ -154,15 +154,6 @@ class Forgotten:
         return {**row, "sender_id": self.tag, "chat_id": chat}
 
 
-@functools.lru_cache(maxsize=4096)  # asked on every budget check of the files backend
-def forgotten_tag(channel: str, sender_id: str) -> str:
-    """What a forget writes for a sender's id (`forget.redact.Person.tag`), and for a direct chat named by them:
-    their usage rows keep counting against their own budget and that chat's (`usage_reserve_claims` of migration 16
-    computes the same)."""
-    digest = hashlib.sha256(f"{channel}\n{sender_id}".encode()).hexdigest()[:16]
-    return f"forgotten-{digest}"
-
-
 def month_days(day: str) -> tuple[str, str]:
     """The first day of `day`'s month and `day`."""
     return day[:7] + "-01", day
@@ -184,10 +175,12 @@ class FileUsageStore:
         self._months: set[str] = set()  # months whose every journal is loaded
         self._write_lock = asyncio.Lock()
         self._names: dict[str, str] | None = None  # "<channel>\n<sender>" → display name (`names.json`), once read
+        self._marks: list[ForgetMark] = []  # this process's forgets: its rows made before one, written after it
 
     # ---- writing ---------------------------------------------------------------------------------------
 
     async def add(self, rows: Sequence[UsageRow], *, release: Sequence[str] = ()) -> None:
+        rows = unnamed(rows, self._marks)  # made before a forget (a call that ended while it ran): the tag
         if rows:
             for day in {r.day for r in rows}:
                 await self._load_day(day)
@@ -210,9 +203,10 @@ class FileUsageStore:
 
     async def unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
         async with self._write_lock:
-            return await asyncio.to_thread(self._unrecorded, rows)
+            return await asyncio.to_thread(self._unrecorded, rows, unnamed(rows, self._marks))
 
-    def _unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
+    def _unrecorded(self, rows: Sequence[UsageRow], as_stored: Sequence[UsageRow]) -> list[UsageRow]:
+        """`as_stored`: the rows as they would be stored (a forget since: under the tag)."""
         found: Counter[UsageRow] = Counter()
         for day in {r.day for r in rows}:
             try:
@@ -225,9 +219,9 @@ class FileUsageStore:
                 except (ValueError, TypeError):
                     continue
         missing = []
-        for row in rows:
-            if found[row] > 0:
-                found[row] -= 1
+        for row, stored in zip(rows, as_stored, strict=True):
+            if found[stored] > 0:
+                found[stored] -= 1
             else:
                 missing.append(row)
         return missing
@@ -298,6 +292,7 @@ class FileUsageStore:
     async def forget(self, who: Forgotten) -> int:
         async with self._write_lock:  # no append meanwhile; every journal and roll-up rewritten whole
             changed = await run_to_end(self._forget_locked(who))  # a cancelled caller keeps the lock to the end
+            self._marks.append(ForgetMark.of(who, time.time()))
         if changed:  # counted again from the files: the person's tokens now under their tag
             self._days.clear()
             self._months.clear()
@@ -334,7 +329,10 @@ class FileUsageStore:
 
     # ---- senders' names -----------------------------------------------------------------------------------
 
-    async def name_senders(self, names: Mapping[tuple[str, str], str]) -> None:
+    async def name_senders(
+        self, names: Mapping[tuple[str, str], str], told: Mapping[tuple[str, str], float] | None = None
+    ) -> None:
+        names = names_told_after(names, told or {}, self._marks)
         async with self._write_lock:
             known = await self._known_names()
             changed = {_name_key(*who): name for who, name in names.items() if known.get(_name_key(*who)) != name}

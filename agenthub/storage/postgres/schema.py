@@ -9,6 +9,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub.errors import StorageError
+from agenthub.storage.postgres.schema_forgotten import USAGE_FORGOTTEN_SQL, USAGE_FORGOTTEN_WHAT
 from agenthub.storage.postgres.schema_search import SEARCH_PACKED_SQL, SEARCH_PACKED_WHAT
 from agenthub.storage.postgres.schema_usage import (
     USAGE_NAMES_SQL,
@@ -756,6 +757,9 @@ USAGE_NAMES = Migration(20, USAGE_NAMES_WHAT, USAGE_NAMES_SQL)
 SEARCH_PACKED = Migration(21, SEARCH_PACKED_WHAT, SEARCH_PACKED_SQL)
 """Migration 21 (`schema_search`): postings packed per term in blocks, docs pending until packed."""
 
+USAGE_FORGOTTEN = Migration(26, USAGE_FORGOTTEN_WHAT, USAGE_FORGOTTEN_SQL)
+"""Migration 26 (`schema_forgotten`): forget marks every usage write checks."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -777,6 +781,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     SESSION_CLAIMS,
     USAGE_NAMES,
     SEARCH_PACKED,
+    USAGE_FORGOTTEN,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -16,10 +16,14 @@ import time
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 
+from psycopg import AsyncCursor
+from psycopg.rows import TupleRow
+
 from agenthub.errors import StorageError
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
-from agenthub.storage.usage import Claim, Forgotten, Reservation, UsageRow, judge, scope_keys
+from agenthub.storage.usage import Claim, Forgotten, Reservation, UsageRow, forgotten_tag, judge, scope_keys
+from agenthub.storage.usage_marks import ForgetMark, names_told_after, unnamed, who_of
 
 _INSERT_CALL = (
     "INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output, cache_read, "
@@ -91,14 +95,16 @@ class PostgresUsageStore:
             async with self.database.connection("release a turn's budget") as conn:
                 await conn.execute(_RELEASE, (list(release),))
             return
-        calls = [(r.at, _date(r.day), r.purpose, *r.group[:5], *_counts(r)[:4], r.estimated > 0) for r in rows]
-        days = [(_date(r.day), *r.group, *_counts(r)) for r in rows]
-        days.sort(key=lambda d: tuple(str(v) for v in d[:7]))  # one lock order for every writer
         async with (
             self.database.connection("record model usage") as conn,
             conn.transaction(),
             conn.cursor() as cursor,
         ):
+            # first (a forget's lock taken): rows made before a forget of their sender name the tag instead
+            rows = unnamed(rows, await _marks(cursor, who_of(rows)))
+            calls = [(r.at, _date(r.day), r.purpose, *r.group[:5], *_counts(r)[:4], r.estimated > 0) for r in rows]
+            days = [(_date(r.day), *r.group, *_counts(r)) for r in rows]
+            days.sort(key=lambda d: tuple(str(v) for v in d[:7]))  # one lock order for every writer
             await cursor.executemany(_INSERT_CALL, calls)
             await cursor.executemany(_UPSERT_DAY, days)
             await cursor.execute(ADD_TOTALS, totals_of(rows))  # the same transaction: never one without the other
@@ -112,10 +118,12 @@ class PostgresUsageStore:
         for row in rows:
             wanted[row] = wanted.get(row, 0) + 1
         missing: list[UsageRow] = []
-        async with self.database.connection("check recovered usage") as conn:
+        async with self.database.connection("check recovered usage") as conn, conn.cursor() as cursor:
+            marks = await _marks(cursor, who_of(wanted))  # a row a forget redacted is stored under the tag
             for row, count in wanted.items():
-                cursor = await conn.execute(
-                    _COUNT_CALL, (row.at, _date(row.day), row.purpose, *row.group[:5], *_counts(row)[:4])
+                stored = unnamed([row], marks)[0]
+                await cursor.execute(
+                    _COUNT_CALL, (stored.at, _date(stored.day), stored.purpose, *stored.group[:5], *_counts(stored)[:4])
                 )
                 found = await cursor.fetchone()
                 have = int(found[0]) if found is not None else 0
@@ -166,13 +174,21 @@ class PostgresUsageStore:
             )
             return await cursor.fetchone() is not None
 
-    async def name_senders(self, names: Mapping[tuple[str, str], str]) -> None:
+    async def name_senders(
+        self, names: Mapping[tuple[str, str], str], told: Mapping[tuple[str, str], float] | None = None
+    ) -> None:
         if not names:
             return
-        ordered = sorted(names.items())  # one lock order for every writer
-        params = ([w[0] for w, _ in ordered], [w[1] for w, _ in ordered], [n for _, n in ordered])
-        async with self.database.connection("note senders' names") as conn:
-            await conn.execute(_NAME_SENDERS, params)
+        async with (
+            self.database.connection("note senders' names") as conn,
+            conn.transaction(),
+            conn.cursor() as cursor,
+        ):  # a name told before a forget of its sender is not written (the marks read first, as `add`)
+            marks = await _marks(cursor, sorted({(c, forgotten_tag(c, s)) for c, s in names}))
+            ordered = sorted(names_told_after(names, told or {}, marks).items())  # one lock order for every writer
+            if ordered:
+                params = ([w[0] for w, _ in ordered], [w[1] for w, _ in ordered], [n for _, n in ordered])
+                await cursor.execute(_NAME_SENDERS, params)
 
     async def sender_names(self, who: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
         if not who:
@@ -223,6 +239,7 @@ class PostgresUsageStore:
             await conn.execute(_FORGET_WARNINGS, params)
             await conn.execute(_FORGET_NAME, params)
             await conn.execute(_FORGET_MONTHS, params)
+            await conn.execute(_MARK, params)  # last: what another instance writes from now on checks it
             return max(calls.rowcount, 0) + (int(days[0]) if days is not None else 0)
 
 
@@ -259,6 +276,11 @@ SELECT month, agent, channel, new_chat, %(tag)s, model, purpose, sum(input), sum
 FROM (SELECT *, {_CHAT} AS new_chat FROM gone) g GROUP BY month, agent, channel, new_chat, model, purpose
 {_ADD_ON_CONFLICT.format(key="month")}"""
 """The person's month roll-ups come back under their tag (as `_FORGET_DAYS`; month totals keep no names)."""
+_MARK = """INSERT INTO usage_forgotten (channel, tag, agents, chat_id, forgotten_at)
+VALUES (%(channel)s, %(tag)s, %(agents)s, CASE WHEN %(chat)s::text = %(sender)s THEN %(tag)s ELSE %(chat)s END,
+    clock_timestamp())"""
+"""The forget's mark (`usage_marks.ForgetMark`: the tag, never the id; a direct chat named by the tag)."""
+_MARKS = "SELECT o_channel, o_tag, o_agents, o_chat, o_at FROM usage_forget_marks(%s, %s)"
 _FORGET_NAME = "DELETE FROM usage_names WHERE channel = %(channel)s AND sender_id = %(sender)s"
 """Their display name goes with their id."""
 _NAME_SENDERS = """INSERT INTO usage_names AS n (channel, sender_id, name)
@@ -268,6 +290,14 @@ _SENDER_NAMES = """SELECT n.channel, n.sender_id, n.name FROM usage_names n
 JOIN unnest(%s::text[], %s::text[]) AS w(channel, sender_id) USING (channel, sender_id)"""
 _FORGET_WARNINGS = """DELETE FROM usage_warnings
 WHERE scope IN ('user:' || %(channel)s || ':' || %(sender)s, 'chat:' || %(channel)s || ':' || %(sender)s)"""
+
+
+async def _marks(cursor: AsyncCursor[TupleRow], who: Sequence[tuple[str, str]]) -> list[ForgetMark]:
+    """The forget marks of `who` ((channel, tag) pairs), read after the lock a forget waits for (migration 26)."""
+    if not who:
+        return []
+    await cursor.execute(_MARKS, ([c for c, _ in who], [t for _, t in who]))
+    return [ForgetMark(str(r[0]), str(r[1]), tuple(r[2]), r[3], float(r[4])) for r in await cursor.fetchall()]
 
 
 def totals_of(rows: Sequence[UsageRow]) -> tuple[list[str], list[str], list[int]]:

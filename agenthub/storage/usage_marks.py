@@ -1,0 +1,85 @@
+"""Forget marks: what a forget leaves so that a usage row made before it, written after it, does not name them."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agenthub.storage.usage import Forgotten, UsageRow
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every budget check of the files backend
+def forgotten_tag(channel: str, sender_id: str) -> str:
+    """What a forget writes for a sender's id (`forget.redact.Person.tag`), and for a direct chat named by them:
+    their usage rows keep counting against their own budget and that chat's (`usage_reserve_claims` of migration 16
+    computes the same)."""
+    digest = hashlib.sha256(f"{channel}\n{sender_id}".encode()).hexdigest()[:16]
+    return f"forgotten-{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetMark:
+    """A forget of the person whose tag is `tag` on `channel` (in `agents`; only in `chat` when given, a direct
+    chat named by its tag), at `at` (epoch seconds). It names nobody: only the tag, never the id."""
+
+    channel: str
+    tag: str
+    agents: tuple[str, ...]
+    chat: str | None
+    at: float
+
+    @classmethod
+    def of(cls, who: Forgotten, at: float) -> ForgetMark:
+        chat = who.tag if who.chat_id == who.sender_id else who.chat_id
+        return cls(who.channel, who.tag, who.agents, chat, at)
+
+    def covers(self, row: UsageRow) -> bool:
+        """The row was made (`at`) no later than the forget and is one the forget redacted, had it been stored."""
+        return (
+            row.at <= self.at
+            and row.channel == self.channel
+            and row.agent in self.agents
+            and forgotten_tag(row.channel, row.sender_id) == self.tag
+            and (self.chat is None or self.chat == _chat_as_redacted(row, self.tag))
+        )
+
+
+def _chat_as_redacted(row: UsageRow, tag: str) -> str:
+    return tag if row.chat_id == row.sender_id else row.chat_id
+
+
+def who_of(rows: Iterable[UsageRow]) -> list[tuple[str, str]]:
+    """The (channel, tag) of the rows' senders, each once, in order: whose marks a write asks for."""
+    return sorted({(r.channel, forgotten_tag(r.channel, r.sender_id)) for r in rows if r.sender_id})
+
+
+def unnamed(rows: Sequence[UsageRow], marks: Collection[ForgetMark]) -> Sequence[UsageRow]:
+    """The rows, those a mark covers naming the tag instead of the person (their tokens stay)."""
+    if not marks:
+        return rows
+    out = []
+    for row in rows:
+        mark = next((m for m in marks if m.covers(row)), None)
+        if mark is not None:
+            row = dataclasses.replace(row, sender_id=mark.tag, chat_id=_chat_as_redacted(row, mark.tag))
+        out.append(row)
+    return out
+
+
+def names_told_after(
+    names: Mapping[tuple[str, str], str], told: Mapping[tuple[str, str], float], marks: Collection[ForgetMark]
+) -> dict[tuple[str, str], str]:
+    """The names not told before a forget of their sender (a name with no time is kept)."""
+    last: dict[tuple[str, str], float] = {}
+    for m in marks:
+        last[(m.channel, m.tag)] = max(m.at, last.get((m.channel, m.tag), m.at))
+    return {
+        who: name
+        for who, name in names.items()
+        if who not in told or told[who] > last.get((who[0], forgotten_tag(*who)), float("-inf"))
+    }
