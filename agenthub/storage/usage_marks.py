@@ -64,11 +64,14 @@ def unnamed(rows: Sequence[UsageRow], marks: Collection[ForgetMark]) -> Sequence
         return rows
     out = []
     for row in rows:
-        mark = next((m for m in marks if m.covers(row)), None)
-        if mark is not None:
-            row = dataclasses.replace(row, sender_id=mark.tag, chat_id=_chat_as_redacted(row, mark.tag))
-        out.append(row)
+        out.append(under_tag(row) if any(m.covers(row) for m in marks) else row)
     return out
+
+
+def under_tag(row: UsageRow) -> UsageRow:
+    """The row naming its sender's tag instead of them (and instead of a direct chat named by them)."""
+    tag = forgotten_tag(row.channel, row.sender_id)
+    return dataclasses.replace(row, sender_id=tag, chat_id=_chat_as_redacted(row, tag))
 
 
 def names_told_after(

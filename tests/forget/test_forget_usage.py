@@ -383,3 +383,26 @@ async def _naming_alice(database: Any) -> tuple[int, ...]:
             found = await (await conn.execute(f"SELECT count(*) FROM {table} WHERE sender_id = 'alice'")).fetchone()
             counts.append(int(found[0]))
     return tuple(counts)
+
+
+async def test_a_usage_write_waiting_for_a_forget_reads_its_mark(postgres_dsn: str) -> None:
+    """A write that starts while a forget's transaction is open (its lock held, its mark not committed) waits, then
+    reads the mark: the row names the tag."""
+    database = await open_database(postgres_dsn)
+    store = PostgresUsageStore(database)
+    tag = forgotten_tag("wecom", "alice")
+    row = UsageRow("2026-12-04", "turn", "default", "wecom", "g", "alice", "m", 100, 5, at=time.time())
+    try:
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as forget, forget.transaction():
+            await forget.execute("LOCK TABLE usage_days IN SHARE ROW EXCLUSIVE MODE")  # as `forget` does first
+            writing = asyncio.create_task(store.add([row]))
+            await asyncio.sleep(0.5)
+            assert not writing.done()  # it waits for the forget
+            await forget.execute(
+                "INSERT INTO usage_forgotten VALUES ('wecom', %s, ARRAY['default'], NULL, clock_timestamp())", (tag,)
+            )
+        await writing
+        assert await _naming_alice(database) == (0, 0, 0)
+        assert [(r.sender_id, r.tokens) for r in await store.days("2000-01-01", "2100-01-01")] == [(tag, 105)]
+    finally:
+        await database.close()

@@ -23,12 +23,23 @@ from agenthub.errors import StorageError
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
 from agenthub.storage.usage import Claim, Forgotten, Reservation, UsageRow, forgotten_tag, judge, scope_keys
-from agenthub.storage.usage_marks import ForgetMark, names_told_after, unnamed, who_of
+from agenthub.storage.usage_marks import ForgetMark, names_told_after, under_tag, unnamed, who_of
 
-_INSERT_CALL = (
-    "INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output, cache_read, "
-    "cache_write, estimated) VALUES (to_timestamp(%s), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
+_INSERT_CALLS = """WITH x AS MATERIALIZED (SELECT * FROM ROWS FROM (json_to_recordset(%s::json) AS (at float8, day date,
+    purpose text, agent text, channel text, chat_id text, sender_id text, model text, tag text, input bigint,
+    output bigint, cache_read bigint, cache_write bigint, estimated boolean)) WITH ORDINALITY AS x(at, day, purpose,
+    agent, channel, chat_id, sender_id, model, tag, input, output, cache_read, cache_write, estimated, n)),
+m AS MATERIALIZED (SELECT * FROM usage_forget_marks(ARRAY(SELECT channel FROM x), ARRAY(SELECT tag FROM x))),
+r AS (SELECT x.*, (SELECT m.o_tag FROM m WHERE m.o_channel = x.channel AND m.o_tag = x.tag AND x.agent = ANY(m.o_agents)
+        AND x.at <= m.o_at AND (m.o_chat IS NULL OR m.o_chat = CASE WHEN x.chat_id = x.sender_id THEN x.tag
+        ELSE x.chat_id END) LIMIT 1) AS hit FROM x),
+calls AS (INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output,
+    cache_read, cache_write, estimated)
+SELECT to_timestamp(at), day, purpose, agent, channel, CASE WHEN hit IS NOT NULL AND chat_id = sender_id THEN hit
+    ELSE chat_id END, coalesce(hit, sender_id), model, input, output, cache_read, cache_write, estimated FROM r)
+SELECT n FROM r WHERE hit IS NOT NULL"""
+"""The calls (one statement), those made before a forget of their sender (`usage_marks.ForgetMark.covers`, the marks
+read first, after the lock a forget waits for: migration 26) naming the tag; which rows those were (1-based)."""
 _UPSERT_DAY = (
     "INSERT INTO usage_days AS d (day, agent, channel, chat_id, sender_id, model, purpose, input, output, cache_read, "
     "cache_write, calls, estimated) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
@@ -101,11 +112,10 @@ class PostgresUsageStore:
             conn.cursor() as cursor,
         ):
             # first (a forget's lock taken): rows made before a forget of their sender name the tag instead
-            rows = unnamed(rows, await _marks(cursor, who_of(rows)))
-            calls = [(r.at, _date(r.day), r.purpose, *r.group[:5], *_counts(r)[:4], r.estimated > 0) for r in rows]
+            await cursor.execute(_INSERT_CALLS, _calls(rows))
+            rows = _redacted(rows, {int(r[0]) - 1 for r in await cursor.fetchall()})
             days = [(_date(r.day), *r.group, *_counts(r)) for r in rows]
             days.sort(key=lambda d: tuple(str(v) for v in d[:7]))  # one lock order for every writer
-            await cursor.executemany(_INSERT_CALL, calls)
             await cursor.executemany(_UPSERT_DAY, days)
             await cursor.execute(ADD_TOTALS, totals_of(rows))  # the same transaction: never one without the other
             if release:  # in the same transaction: a turn's usage and the end of its reservation, never neither
@@ -290,6 +300,41 @@ _SENDER_NAMES = """SELECT n.channel, n.sender_id, n.name FROM usage_names n
 JOIN unnest(%s::text[], %s::text[]) AS w(channel, sender_id) USING (channel, sender_id)"""
 _FORGET_WARNINGS = """DELETE FROM usage_warnings
 WHERE scope IN ('user:' || %(channel)s || ':' || %(sender)s, 'chat:' || %(channel)s || ':' || %(sender)s)"""
+
+
+def _calls(rows: Sequence[UsageRow]) -> tuple[str]:
+    """`_INSERT_CALLS`'s parameter: the rows, each with its sender's tag, as one JSON array (one value to send)."""
+    return (
+        json.dumps(
+            [
+                {
+                    "at": r.at,
+                    "day": r.day,
+                    "purpose": r.purpose,
+                    "agent": r.agent,
+                    "channel": r.channel,
+                    "chat_id": r.chat_id,
+                    "sender_id": r.sender_id,
+                    "model": r.model,
+                    "tag": forgotten_tag(r.channel, r.sender_id),
+                    "input": r.input,
+                    "output": r.output,
+                    "cache_read": r.cache_read,
+                    "cache_write": r.cache_write,
+                    "estimated": r.estimated > 0,
+                }
+                for r in rows
+            ],
+            ensure_ascii=False,
+        ),
+    )
+
+
+def _redacted(rows: Sequence[UsageRow], covered: set[int]) -> Sequence[UsageRow]:
+    """The rows, those at the indices `covered` naming their sender's tag (as `_INSERT_CALLS` stored them)."""
+    if not covered:
+        return rows
+    return [under_tag(r) if i in covered else r for i, r in enumerate(rows)]
 
 
 async def _marks(cursor: AsyncCursor[TupleRow], who: Sequence[tuple[str, str]]) -> list[ForgetMark]:
