@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import structlog
 
+from agenthub.aio import run_to_end, succeeded
 from agenthub.clock import Clock
 from agenthub.errors import StorageError
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
@@ -193,17 +194,17 @@ class UsageRecorder:
             releases, self._releases = self._releases, []
             if not batch and not releases:
                 return
-            try:
-                if batch:
-                    await self.store.add(batch, release=releases)
+            adding = self.store.add(batch, release=releases)
+            written = asyncio.ensure_future(adding if batch else self.release_cpu.run(adding))
+            try:  # a cancelled flush waits for the write's end: what it did decides (a write cut short could still
+                await run_to_end(written)  # commit, and the rows written again would count twice)
+            finally:
+                if succeeded(written):
+                    if self.spool is not None:
+                        self.spool.stored(len(batch), nothing_waits=not self._pending)
                 else:
-                    await self.release_cpu.run(self.store.add(batch, release=releases))
-            except BaseException:
-                self._pending[:0] = batch
-                self._releases[:0] = releases
-                raise
-            if self.spool is not None:
-                self.spool.stored(len(batch), nothing_waits=not self._pending)
+                    self._pending[:0] = batch
+                    self._releases[:0] = releases
 
     def unname(self, channel: str, sender: str) -> None:
         """A forget of the sender: their name told so far is not stored, and is written again once they talk."""
