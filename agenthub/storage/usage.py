@@ -23,7 +23,7 @@ import structlog
 from agenthub.aio import run_to_end
 from agenthub.errors import StorageError
 from agenthub.storage.atomic import atomic_write_text
-from agenthub.storage.usage_marks import ForgetMark, names_told_after, unnamed
+from agenthub.storage.usage_marks import MARKS_FILE, ForgetMark, names_told_after, read_marks, unnamed, write_marks
 from agenthub.storage.usage_marks import forgotten_tag as forgotten_tag  # where it was first: imported from here
 
 log = structlog.get_logger(__name__)
@@ -175,16 +175,16 @@ class FileUsageStore:
         self._months: set[str] = set()  # months whose every journal is loaded
         self._write_lock = asyncio.Lock()
         self._names: dict[str, str] | None = None  # "<channel>\n<sender>" → display name (`names.json`), once read
-        self._marks: list[ForgetMark] = []  # this process's forgets: its rows made before one, written after it
+        self._marks: list[ForgetMark] | None = None  # the forgets' marks (`forgotten.json`), once read
 
     # ---- writing ---------------------------------------------------------------------------------------
 
     async def add(self, rows: Sequence[UsageRow], *, release: Sequence[str] = ()) -> None:
-        rows = unnamed(rows, self._marks)  # made before a forget (a call that ended while it ran): the tag
         if rows:
             for day in {r.day for r in rows}:
                 await self._load_day(day)
-            async with self._write_lock:
+            async with self._write_lock:  # made before a forget (a call ending while it ran, a spool replayed): the tag
+                rows = unnamed(rows, await self._known_marks())
                 await asyncio.to_thread(self._append, rows)
             for row in rows:
                 self._count(row)
@@ -203,7 +203,7 @@ class FileUsageStore:
 
     async def unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
         async with self._write_lock:
-            return await asyncio.to_thread(self._unrecorded, rows, unnamed(rows, self._marks))
+            return await asyncio.to_thread(self._unrecorded, rows, unnamed(rows, await self._known_marks()))
 
     def _unrecorded(self, rows: Sequence[UsageRow], as_stored: Sequence[UsageRow]) -> list[UsageRow]:
         """`as_stored`: the rows as they would be stored (a forget since: under the tag)."""
@@ -292,7 +292,6 @@ class FileUsageStore:
     async def forget(self, who: Forgotten) -> int:
         async with self._write_lock:  # no append meanwhile; every journal and roll-up rewritten whole
             changed = await run_to_end(self._forget_locked(who))  # a cancelled caller keeps the lock to the end
-            self._marks.append(ForgetMark.of(who, time.time()))
         if changed:  # counted again from the files: the person's tokens now under their tag
             self._days.clear()
             self._months.clear()
@@ -307,6 +306,9 @@ class FileUsageStore:
             kept = {k: v for k, v in names.items() if k != key}  # write leaves it known, for the forget asked again)
             await asyncio.to_thread(self._write_names, kept)
             del names[key]
+        marks = [*await self._known_marks(), ForgetMark.of(who, time.time())]  # rows made before: the tag
+        await asyncio.to_thread(write_marks, self.root / MARKS_FILE, marks)
+        self._marks = marks
         return changed
 
     def _forget_files(self, who: Forgotten) -> int:
@@ -332,8 +334,8 @@ class FileUsageStore:
     async def name_senders(
         self, names: Mapping[tuple[str, str], str], told: Mapping[tuple[str, str], float] | None = None
     ) -> None:
-        names = names_told_after(names, told or {}, self._marks)
         async with self._write_lock:
+            names = names_told_after(names, told or {}, await self._known_marks())
             known = await self._known_names()
             changed = {_name_key(*who): name for who, name in names.items() if known.get(_name_key(*who)) != name}
             if changed:
@@ -344,6 +346,12 @@ class FileUsageStore:
         async with self._write_lock:
             known = await self._known_names()
         return {pair: name for pair in who if (name := known.get(_name_key(*pair))) is not None}
+
+    async def _known_marks(self) -> list[ForgetMark]:
+        """The forget marks of `forgotten.json` (read once; the caller holds the write lock)."""
+        if self._marks is None:
+            self._marks = await asyncio.to_thread(read_marks, self.root / MARKS_FILE)
+        return self._marks
 
     async def _known_names(self) -> dict[str, str]:
         """The names of `names.json` (read once; the caller holds the write lock)."""

@@ -5,12 +5,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+import structlog
+
+from agenthub.errors import StorageError
+from agenthub.storage.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from agenthub.storage.usage import Forgotten, UsageRow
+
+log = structlog.get_logger(__name__)
+
+MARKS_FILE = "forgotten.json"
+"""Under `data/usage/`: the files backend's forget marks (a list of `ForgetMark` fields), kept for good."""
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every budget check of the files backend
@@ -86,3 +98,23 @@ def names_told_after(
         for who, name in names.items()
         if who not in told or told[who] > last.get((who[0], forgotten_tag(*who)), float("-inf"))
     }
+
+
+def read_marks(path: Path) -> list[ForgetMark]:
+    """The marks `write_marks` wrote (none yet, or unreadable: none, the latter logged)."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+        return [ForgetMark(m[0], m[1], tuple(m[2]), m[3], float(m[4])) for m in found]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, TypeError, IndexError) as e:
+        log.warning("usage_forget_marks_unreadable", error=type(e).__name__)
+        return []
+
+
+def write_marks(path: Path, marks: Sequence[ForgetMark]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps([[m.channel, m.tag, list(m.agents), m.chat, m.at] for m in marks]))
+    except OSError as e:
+        raise StorageError("could not write the usage forget marks") from e

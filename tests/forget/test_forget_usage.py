@@ -406,3 +406,20 @@ async def test_a_usage_write_waiting_for_a_forget_reads_its_mark(postgres_dsn: s
         assert [(r.sender_id, r.tokens) for r in await store.days("2000-01-01", "2100-01-01")] == [(tag, 105)]
     finally:
         await database.close()
+
+
+async def test_the_files_forget_marks_outlast_a_restart(tmp_path: Path) -> None:
+    """The daemon forgot alice and died with a call of hers made before the forget only in its spool: the next
+    start replays it (a new store on the same directory): it names her tag; the marks file names only the tag."""
+    made = time.time()
+    await FileUsageStore(tmp_path).forget(Forgotten("wecom", "alice", forgotten_tag("wecom", "alice"), ("default",)))
+    store = FileUsageStore(tmp_path)  # after the restart
+    row = UsageRow(day_of(made, ZoneInfo("UTC")), "turn", "default", "wecom", "alice", "alice", "m", 100, 5, at=made)
+    assert await store.unrecorded([row]) == [row]
+    await store.add([row])
+    rows = await store.days("2000-01-01", "2100-01-01")
+    assert [(r.sender_id, r.chat_id, r.tokens) for r in rows] == [(forgotten_tag("wecom", "alice"),) * 2 + (105,)]
+    assert "alice" not in (tmp_path / "usage" / "forgotten.json").read_text(encoding="utf-8")
+    later = UsageRow(row.day, "turn", "default", "wecom", "alice", "alice", "m", 7, 3, at=time.time() + 1)
+    await store.add([later])  # she talks again: hers
+    assert ("alice", 10) in [(r.sender_id, r.tokens) for r in await store.days("2000-01-01", "2100-01-01")]
