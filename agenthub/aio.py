@@ -25,7 +25,7 @@ async def run_to_end(work: Coroutine[Any, Any, R] | asyncio.Future[R]) -> R:
     cancelled = False
     while not task.done():
         try:
-            await asyncio.shield(task)
+            await asyncio.wait([task])  # neither cancels the work nor raises its failure (a cancellation wins)
         except asyncio.CancelledError:
             cancelled = True
     if cancelled:

@@ -20,6 +20,7 @@ def usage_hook(store: UsageStore, recorder: UsageRecorder | None = None, spools:
 
     async def forget(person: Person, agents: Sequence[str], key: SessionKey | None) -> int:
         if recorder is not None:
+            recorder.unname(person.channel, person.sender_id)
             recorder.recover()
             await recorder.flush()  # the recovered spools too
         elif spools is not None:

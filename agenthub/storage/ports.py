@@ -402,9 +402,11 @@ class UsageStore(Protocol):
         (lines) changed."""
         ...
 
-    async def name_senders(self, names: Mapping[tuple[str, str], str]) -> None:
+    async def name_senders(
+        self, names: Mapping[tuple[str, str], str], told: Mapping[tuple[str, str], float] | None = None
+    ) -> None:
         """Remember the display name of each (channel, sender id) (the latest given wins): per-person usage rows
-        name the sender."""
+        name the sender. A name `told` (epoch seconds) no later than a forget of its sender is not kept."""
         ...
 
     async def sender_names(self, who: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:

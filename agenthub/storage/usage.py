@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
-import hashlib
 import itertools
 import json
 import os
@@ -27,6 +25,8 @@ import structlog
 from agenthub.aio import run_to_end
 from agenthub.errors import StorageError
 from agenthub.storage.atomic import atomic_write_text
+from agenthub.storage.usage_marks import MARKS_FILE, ForgetMark, names_told_after, read_marks, unnamed, write_marks
+from agenthub.storage.usage_marks import forgotten_tag as forgotten_tag  # where it was first: imported from here
 
 log = structlog.get_logger(__name__)
 
@@ -156,15 +156,6 @@ class Forgotten:
         return {**row, "sender_id": self.tag, "chat_id": chat}
 
 
-@functools.lru_cache(maxsize=4096)  # asked on every budget check of the files backend
-def forgotten_tag(channel: str, sender_id: str) -> str:
-    """What a forget writes for a sender's id (`forget.redact.Person.tag`), and for a direct chat named by them:
-    their usage rows keep counting against their own budget and that chat's (`usage_reserve_claims` of migration 16
-    computes the same)."""
-    digest = hashlib.sha256(f"{channel}\n{sender_id}".encode()).hexdigest()[:16]
-    return f"forgotten-{digest}"
-
-
 class _Ids:
     """Reservation ids: a random prefix per process (drawn again in a forked child) and a counter, so that a check
     makes no random draw (a system call) of its own; ids stay unique across instances."""
@@ -211,6 +202,7 @@ class FileUsageStore:
         self._months: set[str] = set()  # months whose every journal is loaded
         self._write_lock = asyncio.Lock()
         self._names: dict[str, str] | None = None  # "<channel>\n<sender>" → display name (`names.json`), once read
+        self._marks: list[ForgetMark] | None = None  # the forgets' marks (`forgotten.json`), once read
 
     # ---- writing ---------------------------------------------------------------------------------------
 
@@ -218,7 +210,8 @@ class FileUsageStore:
         if rows:
             for day in {r.day for r in rows}:
                 await self._load_day(day)
-            async with self._write_lock:
+            async with self._write_lock:  # made before a forget (a call ending while it ran, a spool replayed): the tag
+                rows = unnamed(rows, await self._known_marks())
                 await asyncio.to_thread(self._append, rows)
             for row in rows:
                 self._count(row)
@@ -237,9 +230,10 @@ class FileUsageStore:
 
     async def unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
         async with self._write_lock:
-            return await asyncio.to_thread(self._unrecorded, rows)
+            return await asyncio.to_thread(self._unrecorded, rows, unnamed(rows, await self._known_marks()))
 
-    def _unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
+    def _unrecorded(self, rows: Sequence[UsageRow], as_stored: Sequence[UsageRow]) -> list[UsageRow]:
+        """`as_stored`: the rows as they would be stored (a forget since: under the tag)."""
         found: Counter[UsageRow] = Counter()
         for day in {r.day for r in rows}:
             try:
@@ -252,9 +246,9 @@ class FileUsageStore:
                 except (ValueError, TypeError):
                     continue
         missing = []
-        for row in rows:
-            if found[row] > 0:
-                found[row] -= 1
+        for row, stored in zip(rows, as_stored, strict=True):
+            if found[stored] > 0:
+                found[stored] -= 1
             else:
                 missing.append(row)
         return missing
@@ -351,6 +345,9 @@ class FileUsageStore:
             kept = {k: v for k, v in names.items() if k != key}  # write leaves it known, for the forget asked again)
             await asyncio.to_thread(self._write_names, kept)
             del names[key]
+        marks = [*await self._known_marks(), ForgetMark.of(who, time.time())]  # rows made before: the tag
+        await asyncio.to_thread(write_marks, self.root / MARKS_FILE, marks)
+        self._marks = marks
         return changed
 
     def _forget_files(self, who: Forgotten) -> int:
@@ -373,8 +370,11 @@ class FileUsageStore:
 
     # ---- senders' names -----------------------------------------------------------------------------------
 
-    async def name_senders(self, names: Mapping[tuple[str, str], str]) -> None:
+    async def name_senders(
+        self, names: Mapping[tuple[str, str], str], told: Mapping[tuple[str, str], float] | None = None
+    ) -> None:
         async with self._write_lock:
+            names = names_told_after(names, told or {}, await self._known_marks())
             known = await self._known_names()
             changed = {_name_key(*who): name for who, name in names.items() if known.get(_name_key(*who)) != name}
             if changed:
@@ -385,6 +385,12 @@ class FileUsageStore:
         async with self._write_lock:
             known = await self._known_names()
         return {pair: name for pair in who if (name := known.get(_name_key(*pair))) is not None}
+
+    async def _known_marks(self) -> list[ForgetMark]:
+        """The forget marks of `forgotten.json` (read once; the caller holds the write lock)."""
+        if self._marks is None:
+            self._marks = await asyncio.to_thread(read_marks, self.root / MARKS_FILE)
+        return self._marks
 
     async def _known_names(self) -> dict[str, str]:
         """The names of `names.json` (read once; the caller holds the write lock)."""

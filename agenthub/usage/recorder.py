@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import structlog
 
+from agenthub.aio import run_to_end, succeeded
 from agenthub.clock import Clock
 from agenthub.errors import StorageError
 from agenthub.llm.tokens import estimate_text_tokens, estimate_tokens
@@ -27,6 +28,9 @@ RETRY_S = 5.0
 """After a failed write the rows wait this long (kept in memory) before the next attempt."""
 NAMES_KEPT = 10_000
 """How many senders' names the recorder remembers having stored (so that a name is written once, not per turn)."""
+NAME_AGAIN_S = 3600.0
+"""A name stored is written again when told this long after (a forget on another instance dropped it: it is back
+within this time once they talk again)."""
 GATHER_S = 0.05
 """The writer waits this long before a write, so that the calls and settlements of turns running together (and a
 turn's last call and its settlement) go in one write. Until then a turn's reservation still counts: never less."""
@@ -57,8 +61,10 @@ class UsageRecorder:
         """scope kind → turns refused since start: `agenthub_budget_refusals_total`."""
         self._pending: list[UsageRow] = []
         self._pruned_on = ""  # the day retention last ran
-        self._named: dict[tuple[str, str], str] = {}  # (channel, sender) → the name stored or about to be
+        self._named: dict[tuple[str, str], tuple[str, float]] = {}  # (channel, sender) → the name stored or about
+        # to be, and when it was told
         self._names: dict[tuple[str, str], str] = {}  # the names not stored yet
+        self._told: dict[tuple[str, str], float] = {}  # when each of them was told (a forget since: not stored)
         self._releases: list[str] = []
         self._stored = 0  # rows stored since start (by `flush`)
         self._writing = 0  # rows in the write under way
@@ -84,11 +90,15 @@ class UsageRecorder:
 
     def name(self, channel: str, names: Mapping[str, str]) -> None:
         """The display names a channel gave for senders (id → name), stored with the next write when new."""
+        now = self.clock()
         for sender, name in names.items():
-            if self._named.get((channel, sender)) != name:
+            known = self._named.get((channel, sender))
+            if known is None or known[0] != name or now - known[1] >= NAME_AGAIN_S:
                 if len(self._named) >= NAMES_KEPT:
                     self._named.clear()  # a name told again is written again: harmless
-                self._named[(channel, sender)] = self._names[(channel, sender)] = name
+                self._named[(channel, sender)] = (name, now)
+                self._names[(channel, sender)] = name
+                self._told[(channel, sender)] = now
         if self._names:
             self._kick()
 
@@ -198,31 +208,38 @@ class UsageRecorder:
             if not batch and not releases:
                 return
             self._writing = len(batch)
-            try:
-                if batch:
-                    await self.store.add(batch, release=releases)
-                else:
-                    await self.release_cpu.run(self.store.add(batch, release=releases))
-            except BaseException:
-                self._pending[:0] = batch
-                self._releases[:0] = releases
-                raise
+            adding = self.store.add(batch, release=releases)
+            written = asyncio.ensure_future(adding if batch else self.release_cpu.run(adding))
+            try:  # a cancelled flush waits for the write's end: what it did decides (a write cut short could still
+                await run_to_end(written)  # commit, and the rows written again would count twice)
             finally:
                 self._writing = 0
-            self._stored += len(batch)  # no await since the write: a check sees its rows and releases together
-            for rid in releases:
-                self._marks.pop(rid, None)
-            if self.spool is not None:
-                self.spool.stored(len(batch), nothing_waits=not self._pending)
+                if succeeded(written):
+                    self._stored += len(batch)  # no await since the write: a check sees its rows and releases together
+                    for rid in releases:
+                        self._marks.pop(rid, None)
+                    if self.spool is not None:
+                        self.spool.stored(len(batch), nothing_waits=not self._pending)
+                else:
+                    self._pending[:0] = batch
+                    self._releases[:0] = releases
+
+    def unname(self, channel: str, sender: str) -> None:
+        """A forget of the sender: their name told so far is not stored, and is written again once they talk."""
+        self._named.pop((channel, sender), None)
+        self._names.pop((channel, sender), None)
+        self._told.pop((channel, sender), None)
 
     async def _store_names(self) -> None:
         names, self._names = self._names, {}
+        told, self._told = self._told, {}
         if not names:
             return
         try:
-            await self.store.name_senders(names)
+            await self.store.name_senders(names, told)
         except BaseException:
             self._names = {**names, **self._names}
+            self._told = {**told, **self._told}
             raise
 
     async def _store_recovered(self) -> None:

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -27,7 +28,7 @@ from agenthub.storage.postgres import open_database
 from agenthub.storage.postgres.usage import PostgresUsageStore
 from agenthub.storage.usage import FileUsageStore, Forgotten, UsageRow, forgotten_tag
 from agenthub.usage.periods import day_of
-from agenthub.usage.recorder import UsageRecorder
+from agenthub.usage.recorder import NAME_AGAIN_S, UsageRecorder
 from agenthub.usage.report import group
 from agenthub.usage.spool import SPOOL_DIR, UsageSpool
 from tests.support.disks import fill, small_tmpfs
@@ -263,34 +264,162 @@ async def test_a_names_write_while_a_cancelled_forgets_rewrite_is_under_way_keep
     assert await FileUsageStore(tmp_path).sender_names([ALICE, ("wecom", "bob")]) == {("wecom", "bob"): "Bob"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known gap (review s7): a forget on PostgreSQL leaves no mark another instance's writer could check; "
-    "closing it needs a table of forgotten tags and the time of each forget (a migration)",
-)
-async def test_a_row_another_instance_writes_after_a_forget_does_not_bring_the_person_back(postgres_dsn: str) -> None:
-    """Instance B holds alice's call (and her name) not yet written when instance A forgets her; B's writer writes
-    them a moment later: her id and name are back in the shared tables."""
+ALICE_OWNER = CallOwner("default", "wecom", "g", "alice")
+ALICE_ASKS = LLMRequest("m", [], [{"role": "user", "content": "q"}], [], 200, purpose="turn", owner=ALICE_OWNER)
+
+
+def reply(tokens_in: int, tokens_out: int) -> LLMResponse:
+    return LLMResponse(
+        [{"type": "text", "text": "ok"}], "end_turn", Usage(input_tokens=tokens_in, output_tokens=tokens_out)
+    )
+
+
+@contextlib.asynccontextmanager
+async def two_instances(dsn: str, later: list[float]) -> AsyncIterator[tuple[list[Any], UsageRecorder, UsageRecorder]]:
+    """Instance A's recorder (it forgets) and instance B's, whose writer only writes when flushed (its clock
+    `later[0]` seconds ahead), each on its own pool of the same database."""
     zone = ZoneInfo("UTC")
-    databases = [await open_database(postgres_dsn) for _ in range(2)]
+    databases = [await open_database(dsn) for _ in range(2)]
     here, there = (PostgresUsageStore(db) for db in databases)
     mine = UsageRecorder(here, zone, system_clock)
-    theirs = UsageRecorder(there, zone, system_clock, gather_s=3600.0)  # the other instance: its write not made yet
+    theirs = UsageRecorder(there, zone, lambda: time.time() + later[0], gather_s=3600.0)
     try:
-        owner = CallOwner("default", "wecom", "g", "alice")
-        request = LLMRequest("m", [], [{"role": "user", "content": "q"}], [], 200, purpose="turn", owner=owner)
-        reply = LLMResponse([{"type": "text", "text": "ok"}], "end_turn", Usage(input_tokens=100, output_tokens=5))
-        theirs.watch(request, reply)  # alice's call on the other instance, just before the forget
-        theirs.name("wecom", {"alice": "Alice Wang"})
-        await usage_hook(here, mine)(Person("wecom", "alice"), ["default"], None)
-        await theirs.flush()  # the other instance's writer, a moment later
-        async with databases[0].connection("count what names her") as conn:
-            calls = await (await conn.execute("SELECT count(*) FROM usage_calls WHERE sender_id = 'alice'")).fetchone()
-            names = await (await conn.execute("SELECT count(*) FROM usage_names WHERE sender_id = 'alice'")).fetchone()
-        assert (calls, names) == ((0,), (0,))
+        yield databases, mine, theirs
     finally:
         await mine.aclose()
         await theirs.aclose()
         for db in databases:
             await db.close()
+
+
+async def test_a_row_another_instance_writes_after_a_forget_does_not_bring_the_person_back(postgres_dsn: str) -> None:
+    """Instance B holds alice's call (and her name) not yet written when instance A forgets her; B's writer writes
+    them a moment later: they name her tag (her tokens still count), her name is not written."""
+    async with two_instances(postgres_dsn, [0.0]) as (databases, mine, theirs):
+        theirs.watch(ALICE_ASKS, reply(100, 5))  # alice's call on the other instance, just before the forget
+        theirs.name("wecom", {"alice": "Alice Wang"})
+        await usage_hook(mine.store, mine)(Person("wecom", "alice"), ["default"], None)
+        await theirs.flush()  # the other instance's writer, a moment later
+        assert await _naming_alice(databases[0]) == (0, 0, 0)
+        rows = await mine.store.days("2000-01-01", "2100-01-01")
+        assert [(r.sender_id, r.chat_id, r.tokens) for r in rows] == [(forgotten_tag("wecom", "alice"), "g", 105)]
+
+
+async def test_a_person_who_talks_again_after_a_forget_is_recorded_again(postgres_dsn: str) -> None:
+    """After the forget alice talks again, on both instances: those calls are hers. Her name: at once where she
+    was forgotten, on the other instance when it tells names again (`NAME_AGAIN_S`)."""
+    later = [0.0]
+    async with two_instances(postgres_dsn, later) as (databases, mine, theirs):
+        theirs.watch(ALICE_ASKS, reply(100, 5))
+        theirs.name("wecom", {"alice": "Alice Wang"})
+        await theirs.flush()  # both instances knew her name before
+        mine.name("wecom", {"alice": "Alice Wang"})
+        await mine.flush()
+        await usage_hook(mine.store, mine)(Person("wecom", "alice"), ["default"], None)
+        assert await _naming_alice(databases[0]) == (0, 0, 0)
+        theirs.watch(ALICE_ASKS, reply(7, 3))  # she talks again after the forget
+        theirs.name("wecom", {"alice": "Alice Wang"})  # that instance wrote it before: not at once
+        await theirs.flush()
+        assert await _naming_alice(databases[0]) == (1, 1, 0)
+        rows = await mine.store.days("2000-01-01", "2100-01-01")
+        assert sorted((r.sender_id, r.tokens) for r in rows) == [("alice", 10), (forgotten_tag("wecom", "alice"), 105)]
+        mine.watch(ALICE_ASKS, reply(1, 1))
+        mine.name("wecom", {"alice": "Alice Wang"})  # where she was forgotten: written with the call
+        await mine.flush()
+        assert await _naming_alice(databases[0]) == (2, 1, 1)
+        await mine.store.forget(Forgotten("wecom", "alice", forgotten_tag("wecom", "alice"), ("default",)))
+        later[0] = NAME_AGAIN_S  # the other instance tells her name again that long after: written
+        theirs.name("wecom", {"alice": "Alice Wang"})
+        await theirs.flush()
+        assert await _naming_alice(databases[0]) == (0, 0, 1)
+
+
+@pytest.mark.parametrize("backend", ["files", "postgres"])
+async def test_a_dead_spool_replayed_after_a_forget_is_not_counted_twice(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A process died after writing alice's call and before noting it in its spool; she is forgotten, then the
+    spool is replayed: her stored call (now under her tag) is found, nothing is written again."""
+    database = await open_database(request.getfixturevalue("postgres_dsn")) if backend == "postgres" else None
+    store: FileUsageStore | PostgresUsageStore = (
+        PostgresUsageStore(database) if database is not None else FileUsageStore(tmp_path)
+    )
+    try:
+        row = UsageRow("2026-12-04", "turn", "default", "wecom", "alice", "alice", "m", 100, 5, at=time.time())
+        await store.add([row])
+        await store.forget(Forgotten("wecom", "alice", forgotten_tag("wecom", "alice"), ("default",)))
+        assert await store.unrecorded([row, row]) == [row]  # the one stored is found, a second is missing
+    finally:
+        if database is not None:
+            await database.close()
+
+
+async def test_a_call_made_before_a_forget_and_written_after_it_names_the_tag_on_files(tmp_path: Path) -> None:
+    """In the daemon a call of alice's can end while her forget runs (after its flush): the recorder writes it
+    after the forget; the files store writes it under her tag, her name told with it not at all."""
+    store = FileUsageStore(tmp_path)
+    recorder = UsageRecorder(store, ZoneInfo("UTC"), system_clock, gather_s=3600.0)
+    try:
+        recorder.watch(ALICE_ASKS, reply(100, 5))
+        recorder.name("wecom", {"alice": "Alice Wang"})
+        await store.forget(Forgotten("wecom", "alice", forgotten_tag("wecom", "alice"), ("default",)))
+        await recorder.flush()
+        rows = await store.days("2000-01-01", "2100-01-01")
+        assert [(r.sender_id, r.tokens) for r in rows] == [(forgotten_tag("wecom", "alice"), 105)]
+        assert await store.sender_names([ALICE]) == {}
+        recorder.watch(ALICE_ASKS, reply(7, 3))  # after the forget: hers
+        await recorder.flush()
+        rows = await store.days("2000-01-01", "2100-01-01")
+        assert sorted((r.sender_id, r.tokens) for r in rows) == [("alice", 10), (forgotten_tag("wecom", "alice"), 105)]
+    finally:
+        await recorder.aclose()
+
+
+async def _naming_alice(database: Any) -> tuple[int, ...]:
+    """Rows of `usage_calls`, `usage_days` and `usage_names` with alice's id."""
+    counts = []
+    async with database.connection("count what names her") as conn:
+        for table in ("usage_calls", "usage_days", "usage_names"):
+            found = await (await conn.execute(f"SELECT count(*) FROM {table} WHERE sender_id = 'alice'")).fetchone()
+            counts.append(int(found[0]))
+    return tuple(counts)
+
+
+async def test_a_usage_write_waiting_for_a_forget_reads_its_mark(postgres_dsn: str) -> None:
+    """A write that starts while a forget's transaction is open (its lock held, its mark not committed) waits, then
+    reads the mark: the row names the tag."""
+    database = await open_database(postgres_dsn)
+    store = PostgresUsageStore(database)
+    tag = forgotten_tag("wecom", "alice")
+    row = UsageRow("2026-12-04", "turn", "default", "wecom", "g", "alice", "m", 100, 5, at=time.time())
+    try:
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as forget, forget.transaction():
+            await forget.execute("LOCK TABLE usage_days IN SHARE ROW EXCLUSIVE MODE")  # as `forget` does first
+            writing = asyncio.create_task(store.add([row]))
+            await asyncio.sleep(0.5)
+            assert not writing.done()  # it waits for the forget
+            await forget.execute(
+                "INSERT INTO usage_forgotten VALUES ('wecom', %s, ARRAY['default'], NULL, clock_timestamp())", (tag,)
+            )
+        await writing
+        assert await _naming_alice(database) == (0, 0, 0)
+        assert [(r.sender_id, r.tokens) for r in await store.days("2000-01-01", "2100-01-01")] == [(tag, 105)]
+    finally:
+        await database.close()
+
+
+async def test_the_files_forget_marks_outlast_a_restart(tmp_path: Path) -> None:
+    """The daemon forgot alice and died with a call of hers made before the forget only in its spool: the next
+    start replays it (a new store on the same directory): it names her tag; the marks file names only the tag."""
+    made = time.time()
+    await FileUsageStore(tmp_path).forget(Forgotten("wecom", "alice", forgotten_tag("wecom", "alice"), ("default",)))
+    store = FileUsageStore(tmp_path)  # after the restart
+    row = UsageRow(day_of(made, ZoneInfo("UTC")), "turn", "default", "wecom", "alice", "alice", "m", 100, 5, at=made)
+    assert await store.unrecorded([row]) == [row]
+    await store.add([row])
+    rows = await store.days("2000-01-01", "2100-01-01")
+    assert [(r.sender_id, r.chat_id, r.tokens) for r in rows] == [(forgotten_tag("wecom", "alice"),) * 2 + (105,)]
+    assert "alice" not in (tmp_path / "usage" / "forgotten.json").read_text(encoding="utf-8")
+    later = UsageRow(row.day, "turn", "default", "wecom", "alice", "alice", "m", 7, 3, at=time.time() + 1)
+    await store.add([later])  # she talks again: hers
+    assert ("alice", 10) in [(r.sender_id, r.tokens) for r in await store.days("2000-01-01", "2100-01-01")]

@@ -9,6 +9,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub.errors import StorageError
+from agenthub.storage.postgres.schema_forgotten import USAGE_FORGOTTEN_SQL, USAGE_FORGOTTEN_WHAT
 from agenthub.storage.postgres.schema_search import SEARCH_PACKED_SQL, SEARCH_PACKED_WHAT
 from agenthub.storage.postgres.schema_usage import (
     USAGE_NAMES_SQL,
@@ -758,9 +759,12 @@ USAGE_NAMES = Migration(20, USAGE_NAMES_WHAT, USAGE_NAMES_SQL)
 SEARCH_PACKED = Migration(21, SEARCH_PACKED_WHAT, SEARCH_PACKED_SQL)
 """Migration 21 (`schema_search`): postings packed per term in blocks, docs pending until packed."""
 
-USAGE_RESERVE_EXCEPT = Migration(24, USAGE_RESERVE_EXCEPT_WHAT, USAGE_RESERVE_EXCEPT_SQL)
-"""Migration 24 (`schema_usage`): the budget check leaving out an instance's settled reservations whose usage it
+USAGE_RESERVE_EXCEPT = Migration(22, USAGE_RESERVE_EXCEPT_WHAT, USAGE_RESERVE_EXCEPT_SQL)
+"""Migration 22 (`schema_usage`): the budget check leaving out an instance's settled reservations whose usage it
 stored (instead of writing their release first)."""
+
+USAGE_FORGOTTEN = Migration(23, USAGE_FORGOTTEN_WHAT, USAGE_FORGOTTEN_SQL)
+"""Migration 23 (`schema_forgotten`): forget marks every usage write checks."""
 
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
@@ -784,6 +788,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     USAGE_NAMES,
     SEARCH_PACKED,
     USAGE_RESERVE_EXCEPT,
+    USAGE_FORGOTTEN,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -135,7 +135,7 @@ def _reserve_except() -> str:
         ),
     ):
         if sql.count(old) != 1:
-            raise AssertionError(f"migration 24 no longer matches migration 17: {old!r}")
+            raise AssertionError(f"migration 22 no longer matches migration 17: {old!r}")
         sql = sql.replace(old, new)
     return sql
 
@@ -146,4 +146,4 @@ USAGE_RESERVE_EXCEPT_SQL = (
     # writer's next write ends it; the instance's own check leaves it out (`p_ignore`) instead of writing first
     _reserve_except(),
 )
-"""Migration 24; `usage_reserve_totals` stays for instances not upgraded yet."""
+"""Migration 22; `usage_reserve_totals` stays for instances not upgraded yet."""

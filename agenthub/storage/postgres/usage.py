@@ -1,6 +1,6 @@
 """`PostgresUsageStore`: usage calls and day roll-ups, and budget reservations shared by every instance.
 
-A reservation is checked and taken in one call of `usage_reserve_except` (migration 24; as `usage_reserve_totals`
+A reservation is checked and taken in one call of `usage_reserve_except` (migration 22; as `usage_reserve_totals`
 of migration 17, leaving out the reservations the caller settled and stored the usage of) under an advisory lock per
 scope (taken in sorted order, so two turns sharing scopes never deadlock): what every instance's running turns
 reserved counts until it is released (with the turn's usage, in one transaction) or its `expires_at` passes (the
@@ -17,15 +17,40 @@ import json
 import time
 from collections.abc import Collection, Mapping, Sequence
 
+from psycopg import AsyncCursor
+from psycopg.rows import TupleRow
+
 from agenthub.errors import StorageError
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
-from agenthub.storage.usage import Claim, Forgotten, Reservation, Scope, UsageRow, judge, reservation_id, scope_keys
-
-_INSERT_CALL = (
-    "INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output, cache_read, "
-    "cache_write, estimated) VALUES (to_timestamp(%s), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+from agenthub.storage.usage import (
+    Claim,
+    Forgotten,
+    Reservation,
+    Scope,
+    UsageRow,
+    forgotten_tag,
+    judge,
+    reservation_id,
+    scope_keys,
 )
+from agenthub.storage.usage_marks import ForgetMark, names_told_after, under_tag, unnamed, who_of
+
+_INSERT_CALLS = """WITH x AS MATERIALIZED (SELECT * FROM ROWS FROM (json_to_recordset(%s::json) AS (at float8, day date,
+    purpose text, agent text, channel text, chat_id text, sender_id text, model text, tag text, input bigint,
+    output bigint, cache_read bigint, cache_write bigint, estimated boolean)) WITH ORDINALITY AS x(at, day, purpose,
+    agent, channel, chat_id, sender_id, model, tag, input, output, cache_read, cache_write, estimated, n)),
+m AS MATERIALIZED (SELECT * FROM usage_forget_marks(ARRAY(SELECT channel FROM x), ARRAY(SELECT tag FROM x))),
+r AS (SELECT x.*, (SELECT m.o_tag FROM m WHERE m.o_channel = x.channel AND m.o_tag = x.tag AND x.agent = ANY(m.o_agents)
+        AND x.at <= m.o_at AND (m.o_chat IS NULL OR m.o_chat = CASE WHEN x.chat_id = x.sender_id THEN x.tag
+        ELSE x.chat_id END) LIMIT 1) AS hit FROM x),
+calls AS (INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output,
+    cache_read, cache_write, estimated)
+SELECT to_timestamp(at), day, purpose, agent, channel, CASE WHEN hit IS NOT NULL AND chat_id = sender_id THEN hit
+    ELSE chat_id END, coalesce(hit, sender_id), model, input, output, cache_read, cache_write, estimated FROM r)
+SELECT n FROM r WHERE hit IS NOT NULL"""
+"""The calls (one statement), those made before a forget of their sender (`usage_marks.ForgetMark.covers`, the marks
+read first, after the lock a forget waits for: migration 23) naming the tag; which rows those were (1-based)."""
 _UPSERT_DAY = (
     "INSERT INTO usage_days AS d (day, agent, channel, chat_id, sender_id, model, purpose, input, output, cache_read, "
     "cache_write, calls, estimated) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
@@ -92,15 +117,16 @@ class PostgresUsageStore:
             async with self.database.connection("release a turn's budget") as conn:
                 await conn.execute(_RELEASE, (list(release),))
             return
-        calls = [(r.at, _date(r.day), r.purpose, *r.group[:5], *_counts(r)[:4], r.estimated > 0) for r in rows]
-        days = [(_date(r.day), *r.group, *_counts(r)) for r in rows]
-        days.sort(key=lambda d: tuple(str(v) for v in d[:7]))  # one lock order for every writer
         async with (
             self.database.connection("record model usage") as conn,
             conn.transaction(),
             conn.cursor() as cursor,
         ):
-            await cursor.executemany(_INSERT_CALL, calls)
+            # first (a forget's lock taken): rows made before a forget of their sender name the tag instead
+            await cursor.execute(_INSERT_CALLS, _calls(rows))
+            rows = _redacted(rows, {int(r[0]) - 1 for r in await cursor.fetchall()})
+            days = [(_date(r.day), *r.group, *_counts(r)) for r in rows]
+            days.sort(key=lambda d: tuple(str(v) for v in d[:7]))  # one lock order for every writer
             await cursor.executemany(_UPSERT_DAY, days)
             await cursor.execute(ADD_TOTALS, totals_of(rows))  # the same transaction: never one without the other
             if release:  # in the same transaction: a turn's usage and the end of its reservation, never neither
@@ -113,10 +139,12 @@ class PostgresUsageStore:
         for row in rows:
             wanted[row] = wanted.get(row, 0) + 1
         missing: list[UsageRow] = []
-        async with self.database.connection("check recovered usage") as conn:
+        async with self.database.connection("check recovered usage") as conn, conn.cursor() as cursor:
+            marks = await _marks(cursor, who_of(wanted))  # a row a forget redacted is stored under the tag
             for row, count in wanted.items():
-                cursor = await conn.execute(
-                    _COUNT_CALL, (row.at, _date(row.day), row.purpose, *row.group[:5], *_counts(row)[:4])
+                stored = unnamed([row], marks)[0]
+                await cursor.execute(
+                    _COUNT_CALL, (stored.at, _date(stored.day), stored.purpose, *stored.group[:5], *_counts(stored)[:4])
                 )
                 found = await cursor.fetchone()
                 have = int(found[0]) if found is not None else 0
@@ -126,7 +154,7 @@ class PostgresUsageStore:
     async def reserve(
         self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
     ) -> Reservation:
-        """One round trip (`usage_reserve_except`, migration 24): the scopes' locks in key order, their usage and
+        """One round trip (`usage_reserve_except`, migration 22): the scopes' locks in key order, their usage and
         what running turns reserved (but `ignore`), the reservation unless a limit is reached; lapsed rows are swept
         now and then."""
         ordered = sorted(claims, key=_claim_key)
@@ -161,13 +189,21 @@ class PostgresUsageStore:
             )
             return await cursor.fetchone() is not None
 
-    async def name_senders(self, names: Mapping[tuple[str, str], str]) -> None:
+    async def name_senders(
+        self, names: Mapping[tuple[str, str], str], told: Mapping[tuple[str, str], float] | None = None
+    ) -> None:
         if not names:
             return
-        ordered = sorted(names.items())  # one lock order for every writer
-        params = ([w[0] for w, _ in ordered], [w[1] for w, _ in ordered], [n for _, n in ordered])
-        async with self.database.connection("note senders' names") as conn:
-            await conn.execute(_NAME_SENDERS, params)
+        async with (
+            self.database.connection("note senders' names") as conn,
+            conn.transaction(),
+            conn.cursor() as cursor,
+        ):  # a name told before a forget of its sender is not written (the marks read first, as `add`)
+            marks = await _marks(cursor, sorted({(c, forgotten_tag(c, s)) for c, s in names}))
+            ordered = sorted(names_told_after(names, told or {}, marks).items())  # one lock order for every writer
+            if ordered:
+                params = ([w[0] for w, _ in ordered], [w[1] for w, _ in ordered], [n for _, n in ordered])
+                await cursor.execute(_NAME_SENDERS, params)
 
     async def sender_names(self, who: Collection[tuple[str, str]]) -> dict[tuple[str, str], str]:
         if not who:
@@ -218,6 +254,7 @@ class PostgresUsageStore:
             await conn.execute(_FORGET_WARNINGS, params)
             await conn.execute(_FORGET_NAME, params)
             await conn.execute(_FORGET_MONTHS, params)
+            await conn.execute(_MARK, params)  # last: what another instance writes from now on checks it
             return max(calls.rowcount, 0) + (int(days[0]) if days is not None else 0)
 
 
@@ -254,6 +291,11 @@ SELECT month, agent, channel, new_chat, %(tag)s, model, purpose, sum(input), sum
 FROM (SELECT *, {_CHAT} AS new_chat FROM gone) g GROUP BY month, agent, channel, new_chat, model, purpose
 {_ADD_ON_CONFLICT.format(key="month")}"""
 """The person's month roll-ups come back under their tag (as `_FORGET_DAYS`; month totals keep no names)."""
+_MARK = """INSERT INTO usage_forgotten (channel, tag, agents, chat_id, forgotten_at)
+VALUES (%(channel)s, %(tag)s, %(agents)s, CASE WHEN %(chat)s::text = %(sender)s THEN %(tag)s ELSE %(chat)s END,
+    clock_timestamp())"""
+"""The forget's mark (`usage_marks.ForgetMark`: the tag, never the id; a direct chat named by the tag)."""
+_MARKS = "SELECT o_channel, o_tag, o_agents, o_chat, o_at FROM usage_forget_marks(%s, %s)"
 _FORGET_NAME = "DELETE FROM usage_names WHERE channel = %(channel)s AND sender_id = %(sender)s"
 """Their display name goes with their id."""
 _NAME_SENDERS = """INSERT INTO usage_names AS n (channel, sender_id, name)
@@ -274,6 +316,49 @@ def _scope_json(scope: Scope) -> str:
     """A claim's JSON object for `usage_reserve_except` without its limits and its closing brace."""
     whose = {"kind": scope.kind, "channel": scope.channel, "ident": scope.ident, "key": scope.key}
     return json.dumps(whose, ensure_ascii=False)[:-1]
+
+
+def _calls(rows: Sequence[UsageRow]) -> tuple[str]:
+    """`_INSERT_CALLS`'s parameter: the rows, each with its sender's tag, as one JSON array (one value to send)."""
+    return (
+        json.dumps(
+            [
+                {
+                    "at": r.at,
+                    "day": r.day,
+                    "purpose": r.purpose,
+                    "agent": r.agent,
+                    "channel": r.channel,
+                    "chat_id": r.chat_id,
+                    "sender_id": r.sender_id,
+                    "model": r.model,
+                    "tag": forgotten_tag(r.channel, r.sender_id),
+                    "input": r.input,
+                    "output": r.output,
+                    "cache_read": r.cache_read,
+                    "cache_write": r.cache_write,
+                    "estimated": r.estimated > 0,
+                }
+                for r in rows
+            ],
+            ensure_ascii=False,
+        ),
+    )
+
+
+def _redacted(rows: Sequence[UsageRow], covered: set[int]) -> Sequence[UsageRow]:
+    """The rows, those at the indices `covered` naming their sender's tag (as `_INSERT_CALLS` stored them)."""
+    if not covered:
+        return rows
+    return [under_tag(r) if i in covered else r for i, r in enumerate(rows)]
+
+
+async def _marks(cursor: AsyncCursor[TupleRow], who: Sequence[tuple[str, str]]) -> list[ForgetMark]:
+    """The forget marks of `who` ((channel, tag) pairs), read after the lock a forget waits for (migration 23)."""
+    if not who:
+        return []
+    await cursor.execute(_MARKS, ([c for c, _ in who], [t for _, t in who]))
+    return [ForgetMark(str(r[0]), str(r[1]), tuple(r[2]), r[3], float(r[4])) for r in await cursor.fetchall()]
 
 
 def totals_of(rows: Sequence[UsageRow]) -> tuple[list[str], list[str], list[int]]:
