@@ -22,10 +22,19 @@ from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.sessions import json_text
 
 _ACCEPT = """
-INSERT INTO inbox (id, source, accepted_at, payload, session, owner)
-VALUES (%(id)s, %(source)s, extract(epoch FROM now()), %(payload)s::json, %(session)s, %(owner)s)
-RETURNING seq, accepted_at
+WITH accepted AS (
+    INSERT INTO inbox (id, source, accepted_at, payload, session, owner)
+    VALUES (%(id)s, %(source)s, extract(epoch FROM now()), %(payload)s::json, %(session)s, %(owner)s)
+    RETURNING seq, accepted_at
+)
+SELECT a.seq, a.accepted_at, NOT EXISTS (
+    SELECT 1 FROM inbox i
+    WHERE (i.session = %(session)s OR (i.session IS NULL AND i.source = %(source)s)) AND i.seq < a.seq
+) FROM accepted a
 """
+"""The entry, and in the same round trip whether it is alone: no unsettled entry of its session (nor one of its
+source whose session is not named yet) came before it. Entries only ever come after it from now on, and those
+before it only leave, so an entry accepted alone needs no order check before its turn (`earlier_unsettled`)."""
 _ASSIGN = "UPDATE inbox SET session = %(session)s WHERE id = %(id)s AND session IS NULL"
 _EARLIER = """
 WITH mine AS (UPDATE inbox SET owner = owner WHERE id = %(id)s AND owner = %(owner)s RETURNING 1)
@@ -106,6 +115,8 @@ class PostgresInbox:
         self._liveness: Liveness = _AlwaysHeld()
         self._seen: dict[str, _Seen] = {}
         """Per entry looked at: whether it was this owner's (`_Seen`)."""
+        self._alone: dict[str, str] = {}
+        """The entries accepted here with nothing earlier in their session (`_ACCEPT`), each with its session."""
 
     def accept_only_while(self, liveness: Liveness) -> None:
         self._liveness = liveness
@@ -124,6 +135,8 @@ class PostgresInbox:
         self._depth += 1
         if self.owner is not None:
             self._note_mine(entry_id, True, hold)
+        if session is not None and row[2]:
+            self._note_alone(entry_id, session)
         return InboxEntry(entry_id, int(row[0]), float(row[1]), source, jsonsafe.loads(text), session)
 
     async def assign(self, entry_id: str, session: str) -> None:
@@ -134,6 +147,8 @@ class PostgresInbox:
         """The session's unsettled entries accepted before `entry_id`; whether `entry_id` is still this owner's
         is learnt in the same round trip and answers the `still_mine(entry_id)` that follows (a turn's check
         before it runs), once and within `MINE_CHECKED_FOR_S`."""
+        if self._alone.pop(entry_id, None) == session:  # once: the turn's first check (its owner noted too)
+            return []
         params = {"id": entry_id, "session": session, "owner": self.owner}
         hold = self._liveness.hold  # read before the question is sent: the answer is at least as new
         async with self.database.connection("list the session's earlier messages") as conn:
@@ -142,6 +157,11 @@ class PostgresInbox:
         if self.owner is not None:
             self._note_mine(entry_id, bool(rows) and rows[0][0] is None, hold)
         return [str(row[0]) for row in rows if row[0] is not None]
+
+    def _note_alone(self, entry_id: str, session: str) -> None:
+        if len(self._alone) >= MINE_CHECKS_KEPT:  # the oldest: of turns that never ran here
+            del self._alone[next(iter(self._alone))]
+        self._alone[entry_id] = session
 
     def _note_mine(self, entry_id: str, mine: bool, hold: int | None) -> None:
         now = time.monotonic()
@@ -156,6 +176,7 @@ class PostgresInbox:
         """Delete the entry's row; a refused delete is retried until the database takes it (until then the entry
         is not listed by `unsettled`)."""
         self._seen.pop(entry_id, None)
+        self._alone.pop(entry_id, None)
         try:
             await self._delete(entry_id)
         except StorageError:
@@ -173,6 +194,7 @@ class PostgresInbox:
         if self.owner is None:
             return
         self._seen.pop(entry_id, None)
+        self._alone.pop(entry_id, None)
         async with self.database.connection("give the message up") as conn:
             cursor = await conn.execute(_RELEASE, {"id": entry_id, "owner": self.owner})
         if cursor.rowcount > 0:
