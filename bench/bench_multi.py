@@ -27,7 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import psycopg
 from bench_http import LoopThread, _cpu_s
+from psycopg.conninfo import conninfo_to_dict
 
 from agenthub.log import configure_logging
 from tests.support.daemons import Client, Deployment, Instance, Sent, chat_of, message_text, process_of
@@ -66,22 +68,58 @@ async def throughput(
 ) -> float:
     """Wall time of `args.sessions` sessions x `args.turns` turns on `setup`."""
     dsn = pg.create_database() if setup.database else None
+    statements = Statements(pg.dsn(), dsn) if args.statements and dsn is not None else None
     where = root / setup.label.replace(" ", "-").replace(",", "")
     async with Deployment(where, fake, count=setup.instances, dsn=dsn, lease_s=args.lease_s, env=_env(args)) as d:
         await d.start_all()
         client = d.client()
         await asyncio.gather(*(_session(client, f"warm-{i}", 1) for i in range(WARM_SESSIONS)))
+        if statements is not None:
+            await statements.reset()
         cpu_before = _instances_cpu_s(d)
         began = time.perf_counter()
         await asyncio.gather(*(_session(client, f"s{i}", args.turns) for i in range(args.sessions)))
         wall = time.perf_counter() - began
         cpu_ms = (_instances_cpu_s(d) - cpu_before) / (args.sessions * args.turns) * 1000
+        if statements is not None:
+            await statements.report(setup.label, args.sessions * args.turns)
     ideal = args.turns * args.latency_ms / 1000
     print(
         f"  {setup.label:<28} wall {wall:6.2f} s  ({wall / ideal:5.2f}x the ideal {ideal:.2f} s), "
         f"daemon CPU {cpu_ms:.1f} ms/turn"
     )
     return wall
+
+
+@dataclass
+class Statements:
+    """pg_stat_statements of the deployment's database (`--statements`): reset after the warm-up, then the
+    statements the measured turns ran, each with its calls per turn; the total is the turn's round trips (every
+    statement is one: the daemon sends no pipelines)."""
+
+    admin_dsn: str
+    dsn: str
+    shown: int = 25
+
+    async def reset(self) -> None:
+        async with await psycopg.AsyncConnection.connect(self.admin_dsn, autocommit=True) as conn:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            await conn.execute("SELECT pg_stat_statements_reset()")
+
+    async def report(self, label: str, turns: int) -> None:
+        dbname = conninfo_to_dict(self.dsn)["dbname"]
+        async with await psycopg.AsyncConnection.connect(self.admin_dsn, autocommit=True) as conn:
+            cursor = await conn.execute(
+                "SELECT s.calls, s.mean_exec_time, s.query FROM pg_stat_statements s"
+                " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s ORDER BY s.calls DESC",
+                [dbname],
+            )
+            rows = await cursor.fetchall()
+        total = sum(int(row[0]) for row in rows)
+        print(f"  {label}: {total / turns:.2f} statements per turn ({total} for {turns} turns)")
+        for calls, mean_ms, query in rows[: self.shown]:
+            text = " ".join(str(query).split())[:110]
+            print(f"    {int(calls) / turns:6.2f}/turn {float(mean_ms):6.2f} ms  {text}")
 
 
 def _instances_cpu_s(d: Deployment) -> float:
@@ -171,6 +209,8 @@ async def run(fake: FakeAnthropic, pg: PostgresServer, args: argparse.Namespace)
         three = await throughput(Setup("three instances, postgres", 3, True), fake, pg, root, args)
         print(f"  postgres / files, one instance: {one / files:.2f} (target <= 1.3) {_verdict(one / files <= 1.3)}")
         print(f"  three instances / one, postgres: {three / one:.2f} (target <= 1.0) {_verdict(three / one <= 1.0)}")
+        if args.statements:
+            return
         print(f"failover: {args.rounds} rounds, {args.per_round} messages accepted by the killed instance each")
         _report_failover(await failover(fake, pg, root, args), args.lease_s)
 
@@ -183,13 +223,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="failover rounds")
     parser.add_argument("--per-round", type=int, default=5, help="messages the killed instance accepted")
     parser.add_argument("--lease-s", type=float, default=2.0, help="[store] lease_s of every instance")
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="list the statements per turn on PostgreSQL (pg_stat_statements), and skip the failover part",
+    )
     args = parser.parse_args()
     configure_logging("warning", "console", stream=sys.stderr)
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
     llm_thread = LoopThread()
     fake = FakeAnthropic(first_byte_delay_s=args.latency_ms / 1000)
     llm_thread.run(fake.start())
-    pg = new_server(durable=True)
+    preload = {"shared_preload_libraries": "pg_stat_statements"} if args.statements else {}
+    pg = new_server(durable=True, settings=preload)
     try:
         print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         asyncio.run(run(fake, pg, args))

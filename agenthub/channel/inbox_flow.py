@@ -259,7 +259,7 @@ class InstanceInbox:
         )
         self._loop: asyncio.Task[None] | None = None
         self._closing = False
-        inbox.accept_only_while(lambda: self._keeper.held)  # lapsed: its accepts would be orphans at once
+        inbox.accept_only_while(self._keeper)  # lapsed: its accepts would be orphans at once
 
     @property
     def alive(self) -> bool:

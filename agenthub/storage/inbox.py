@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -26,6 +26,9 @@ from agenthub.storage import jsonl
 from agenthub.storage.atomic import atomic_write_bytes
 from agenthub.storage.history_writer import HistoryWriter, Landed
 from agenthub.storage.session_files import ROOT
+
+if TYPE_CHECKING:
+    from agenthub.storage.ports import Liveness
 
 log = structlog.get_logger(__name__)
 
@@ -233,7 +236,7 @@ class InMemoryInbox:
     async def still_mine(self, entry_id: str) -> bool:
         return True
 
-    def accept_only_while(self, alive: Callable[[], bool]) -> None:
+    def accept_only_while(self, liveness: Liveness) -> None:
         return None
 
     async def unsettled(self) -> list[InboxEntry]:
@@ -392,7 +395,7 @@ class FileInbox:
     async def still_mine(self, entry_id: str) -> bool:
         return True
 
-    def accept_only_while(self, alive: Callable[[], bool]) -> None:
+    def accept_only_while(self, liveness: Liveness) -> None:
         return None
 
     async def unsettled(self) -> list[InboxEntry]:

@@ -155,6 +155,12 @@ class LeaseKeeper:
     def held(self) -> bool:
         return self.lease is not None and self._clock() < self._give_up_at(self.lease)
 
+    @property
+    def hold(self) -> int | None:
+        """While held, the lease's token: a renewal never revives an expired lease and a grant after an expiry
+        raises the token, so the same number means the lease stayed live in the store all along."""
+        return self.lease.token if self.lease is not None and self.held else None
+
     def _give_up_at(self, lease: Lease) -> float:
         return lease.expires_at - self._margin_s
 

@@ -140,6 +140,21 @@ class MemoryStore(Protocol):
         ...
 
 
+class Liveness(Protocol):
+    """An instance's liveness lease as its shared inbox sees it (`LeaseKeeper`)."""
+
+    @property
+    def held(self) -> bool:
+        """Whether the lease is held now (by this instance's conservative clock)."""
+        ...
+
+    @property
+    def hold(self) -> int | None:
+        """The number of the current hold, None while not held: the same number means the lease stayed live in
+        the store all along (so no other instance could take this one's entries over meanwhile)."""
+        ...
+
+
 class Inbox(Protocol):
     """Accepted-but-unanswered messages. `accept` returns once the message is durable; `settle` marks it answered
     (after its answer is stored); `unsettled` lists what a restart must still answer, in acceptance order."""
@@ -172,9 +187,11 @@ class Inbox(Protocol):
         settled). One inbox per instance: always True."""
         ...
 
-    def accept_only_while(self, alive: Callable[[], bool]) -> None:
-        """From now on `accept` refuses (StorageError) while `alive()` is False: a shared inbox's instance whose
-        liveness lease lapsed would own entries the others see as orphans at once. One inbox per instance: no-op."""
+    def accept_only_while(self, liveness: Liveness) -> None:
+        """From now on `accept` refuses (StorageError) while `liveness.held` is False: a shared inbox's instance
+        whose liveness lease lapsed would own entries the others see as orphans at once; and an entry seen to be
+        this instance's stays so, without asking, for as long as the same hold lasts. One inbox per instance:
+        no-op."""
         ...
 
     async def unsettled(self) -> list[InboxEntry]:

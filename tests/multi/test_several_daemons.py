@@ -1,6 +1,7 @@
 """Three real `agenthub serve` on one PostgreSQL, each message of a session sent to a random instance: every
-session's history exact and in order (no message lost, none twice, none in another session), at most one turn
-of a session at the model at a time; and `kill -9` of an instance in the middle of turns (10 rounds, restarted
+session's history exact and in order (no message lost, none twice, none in another session; the order is given
+up only where the system says it waited its bound in vain, see `_in_order_unless_the_wait_gave_up`), at most one
+turn of a session at the model at a time; and `kill -9` of an instance in the middle of turns (10 rounds, restarted
 each round): every message it had accepted is answered by another instance within `lease_s` + one turn, once.
 
 Not collected yet (the name does not start with `test_`): it needs session leases (`turns`) and the claimable
@@ -21,6 +22,7 @@ from tests.support.daemons import (
     Client,
     Deployment,
     Instance,
+    Reply,
     Sent,
     chat_of,
     instance_of,
@@ -89,24 +91,66 @@ def blocks(history: list[dict[str, Any]]) -> list[tuple[list[str], list[str]]]:
     return turns
 
 
-def check_session(chat: str, numbers: list[int], history: list[dict[str, Any]]) -> None:
-    """Exactly the messages `numbers` of `chat`, in that order, each turn answered exactly once, by an answer
-    to its newest message; nothing of another chat."""
+def check_session(chat: str, numbers: list[int], history: list[dict[str, Any]], *, ordered: bool = True) -> None:
+    """Exactly the messages `numbers` of `chat`, in that order (`ordered=False`: in any order), each turn
+    answered exactly once, by an answer to its newest message; nothing of another chat."""
     turns = blocks(history)
     users = [text for users, _ in turns for text in users]
-    assert users == [message_text(chat, n) for n in numbers], (chat, users)
+    expected = [message_text(chat, n) for n in numbers]
+    assert (users if ordered else sorted(users)) == (expected if ordered else sorted(expected)), (chat, users)
     for users_of_turn, answers in turns:
         assert answers == [f"answer to {users_of_turn[-1]}"], (chat, users_of_turn, answers)
 
 
+SEND_TRIES = 20
+RETRY_AFTER_S = 0.5
+
+
 async def _send_session(client: Client, chat: str) -> list[Sent]:
-    """The session's messages, each to a random instance, the next one once the previous one was accepted."""
+    """The session's messages, each to a random instance, the next one once the previous one was accepted. A
+    message refused with 503 (nothing stored: an instance that cannot tell it still holds its liveness lease, on
+    a starved machine, accepts nothing) is sent again, as the API tells a client to."""
     sent = []
     for n in range(PER_SESSION):
-        one = client.send(chat, message_text(chat, n))
-        assert await one.accepted, f"{chat} message {n} refused by instance {one.instance.index}"
+        for attempt in range(SEND_TRIES):
+            one = client.send(chat, message_text(chat, n))
+            if await one.accepted:
+                break
+            reply = await one.reply
+            refused = f"{chat} message {n} refused by instance {one.instance.index}: {reply.status} {reply.body}"
+            assert reply.status == 503 and attempt < SEND_TRIES - 1, refused
+            await asyncio.sleep(RETRY_AFTER_S)
         sent.append(one)
     return sent
+
+
+def _end_of(reply: Reply) -> str | None:
+    """`done`, or the code of the error the reply ended with."""
+    final = reply.final
+    if final is None or final.event == "done":
+        return None if final is None else "done"
+    return str(final.data.get("code"))
+
+
+LEASE_LOSSES = ("session_lease_lost", "instance_lease_lost", "inbox_entry_given_up")
+
+
+def _in_order_unless_the_wait_gave_up(d: Deployment, chat: str, history: list[dict[str, Any]]) -> None:
+    """The session's messages in arrival order. The one exception is the documented bound of the order check
+    (gateway/arrival_order.py): a turn waits at most `2 × lease_s` for an earlier message another instance has,
+    then runs (a warning, `arrival_order_gave_up`), so that a message no instance can answer does not stop its
+    session. On a starved machine leases lapse (renewals late), turns are cancelled and their messages given up
+    to the next takeover pass, which can take longer than that bound: then, and only then, a later message may
+    be answered first. So an order broken without that warning for this session, or with it while no lease was
+    lost anywhere, fails; the messages are still each there exactly once, each answered once."""
+    key = f"default:http:{chat}"
+    gave_up = [e for i in d.instances for e in i.events("arrival_order_gave_up", session_key=key)]
+    lost = [e for i in d.instances for name in LEASE_LOSSES for e in i.events(name)]
+    if not gave_up:
+        check_session(chat, list(range(PER_SESSION)), history)
+        return
+    assert lost, f"{chat}: the order check gave up though no lease was lost ({gave_up})"
+    check_session(chat, list(range(PER_SESSION)), history, ordered=False)
 
 
 async def test_three_daemons_answer_100_sessions_of_5_messages_sent_to_random_instances_exactly_in_order(
@@ -120,13 +164,23 @@ async def test_three_daemons_answer_100_sessions_of_5_messages_sent_to_random_in
         chats = [f"s{i}" for i in range(SESSIONS)]
         sessions = await asyncio.gather(*(_send_session(client, chat) for chat in chats))
         replies = await asyncio.gather(*(one.reply for sent in sessions for one in sent))
-        assert Counter(r.final.event if r.final else None for r in replies) == {"done": SESSIONS * PER_SESSION}
+        ends = Counter(_end_of(r) for r in replies)
+        if any(i.events(name) for i in d.instances for name in LEASE_LOSSES):  # a starved machine: see below
+            assert set(ends) <= {"done", "lease_lost"}, ends  # lost: answered by the next holder (the history)
+        else:
+            assert ends == {"done": SESSIONS * PER_SESSION}
 
         histories = await asyncio.gather(*(client.messages(chat) for chat in chats))
         for chat, history in zip(chats, histories, strict=True):
-            check_session(chat, list(range(PER_SESSION)), history)
+            _in_order_unless_the_wait_gave_up(d, chat, history)
             turns = len(blocks(history))
-            assert fake_llm.calls_by[chat] == turns, (chat, fake_llm.calls_by[chat], turns)  # no turn run twice
+            cancelled = [
+                e
+                for i in d.instances
+                for e in i.events("turn_cancelled_lease_lost", session_key=f"default:http:{chat}")
+            ]
+            if not cancelled:  # a turn whose lease lapsed at the model is run again by the next holder
+                assert fake_llm.calls_by[chat] == turns, (chat, fake_llm.calls_by[chat], turns)  # no turn run twice
             assert fake_llm.max_in_flight_by[chat] == 1, chat  # one instance at a time runs a session's turn
         assert model.mixed == []
         spread = Counter(one.instance.index for sent in sessions for one in sent)

@@ -340,3 +340,23 @@ async def test_a_contender_asks_the_holder_for_the_lease_and_hears_when_it_is_fr
         listener.cancel()
         await asyncio.wait([listener])
         await database.close()
+
+
+async def test_a_keepers_hold_keeps_its_number_while_the_lease_stays_live_and_a_new_one_after_a_lapse() -> None:
+    clock = ManualClock()
+    leases = DownableLeases(clock)
+    keeper = LeaseKeeper(leases, "instance:a", "a", ttl_s=15, clock=clock)
+    assert keeper.hold is None
+    await keeper.step()
+    first = keeper.hold
+    assert first is not None
+    clock.advance(5)
+    await keeper.step()  # renewed: the same hold
+    assert keeper.hold == first
+    leases.down = True
+    clock.advance(16)  # not renewed: given up, and expired in the store
+    await keeper.step()
+    assert keeper.hold is None
+    leases.down = False
+    await keeper.step()  # taken again after the lapse: another hold, though nobody had it in between
+    assert keeper.hold is not None and keeper.hold != first

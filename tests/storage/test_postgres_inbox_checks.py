@@ -1,9 +1,11 @@
 """The shared inbox's checks before a turn in one round trip: the session's earlier unsettled entries and whether
-the turn's entry is still this instance's, that answer serving the `still_mine` right after it, once."""
+the turn's entry is still this instance's, that answer serving the `still_mine` right after it, once; with the
+instance's liveness lease, every `still_mine` of the turn while that lease is held without a lapse."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import pytest_asyncio
 
@@ -38,3 +40,60 @@ async def test_the_earlier_entries_and_the_owner_come_in_one_round_trip_and_answ
     assert await a.still_mine(second.id) is False  # the check answered once: this one asks the database
     assert await a.earlier_unsettled(SESSION, first.id) == []
     assert await a.still_mine(first.id) is True
+
+
+@dataclass
+class Liveness:
+    """The instance's liveness lease as the inbox sees it: held or not, and the number of the current hold."""
+
+    held: bool = True
+    hold: int | None = 1
+
+
+async def test_while_the_liveness_lease_is_held_without_a_lapse_the_owner_seen_answers_every_still_mine(
+    database: Database,
+) -> None:
+    liveness = Liveness()
+    a = PostgresInbox(database, owner="a")
+    a.accept_only_while(liveness)
+    entry = await a.accept("http", {"n": 1}, session=SESSION)
+    assert await a.earlier_unsettled(SESSION, entry.id) == []
+    trips = database.latency.count
+    assert await a.still_mine(entry.id) is True  # before the turn
+    assert await a.still_mine(entry.id) is True  # after its answer is stored
+    assert database.latency.count == trips  # no round trip: nobody may claim an entry of a live instance
+    liveness.hold = 2  # the lease lapsed and was taken again: another instance may have claimed it meanwhile
+    assert await a.still_mine(entry.id) is True
+    assert database.latency.count == trips + 1
+    await a.release(entry.id)
+    assert await a.still_mine(entry.id) is False  # given up: asked again
+
+
+async def test_an_entry_accepted_with_nothing_earlier_in_its_session_is_checked_before_its_turn_without_a_round_trip(
+    database: Database,
+) -> None:
+    a = PostgresInbox(database, owner="a")
+    a.accept_only_while(Liveness())
+    first = await a.accept("http", {"n": 1}, session=SESSION)
+    second = await a.accept("http", {"n": 2}, session=SESSION)
+    other = await a.accept("http", {"n": 3}, session="default:http:other")
+    trips = database.latency.count
+    assert await a.earlier_unsettled(SESSION, first.id) == []
+    assert await a.earlier_unsettled("default:http:other", other.id) == []
+    assert await a.still_mine(first.id) is True
+    assert database.latency.count == trips  # the accept saw that nothing came before them
+    assert await a.earlier_unsettled(SESSION, second.id) == [first.id]  # something did: asked at the turn
+    assert database.latency.count == trips + 1
+    await a.settle(first.id)
+    assert await a.earlier_unsettled(SESSION, second.id) == []
+    trips = database.latency.count
+    assert await a.earlier_unsettled(SESSION, first.id) == []  # answered once: then asked
+    assert database.latency.count == trips + 1
+
+
+async def test_an_unrouted_entry_of_the_same_source_accepted_earlier_counts_as_earlier(database: Database) -> None:
+    a = PostgresInbox(database, owner="a")
+    unrouted = await a.accept("wecom:bot:b1", {"n": 1})  # its session is named later (`assign`)
+    routed = await a.accept("wecom:bot:b1", {"n": 2}, session=SESSION)
+    await a.assign(unrouted.id, SESSION)
+    assert await a.earlier_unsettled(SESSION, routed.id) == [unrouted.id]

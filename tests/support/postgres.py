@@ -109,6 +109,8 @@ class PostgresServer:
     port: int = field(default_factory=free_port)
     durable: bool = False
     """fsync and synchronous commit as in production (for benchmarks); off by default, for speed in tests."""
+    settings: dict[str, str] = field(default_factory=dict)
+    """More `-c` settings of the server (a benchmark's `shared_preload_libraries`)."""
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -165,6 +167,7 @@ class PostgresServer:
             "full_page_writes": "on" if self.durable else "off",
             "max_connections": "300",
             "shared_buffers": "32MB",
+            **self.settings,
         }
         return [arg for key, value in settings.items() for arg in ("-c", f"{key}={value}")]
 
@@ -252,9 +255,9 @@ class PostgresServer:
             pytest.fail(f"{argv[0]} failed ({done.returncode}): {done.stderr.strip()[-2000:]}", pytrace=False)
 
 
-def new_server(*, durable: bool = False) -> PostgresServer:
+def new_server(*, durable: bool = False, settings: dict[str, str] | None = None) -> PostgresServer:
     """An initialised and started server of its own (for a test that stops it); `remove()` it afterwards."""
-    server = PostgresServer(find_bindir(), server_account(), durable=durable)
+    server = PostgresServer(find_bindir(), server_account(), durable=durable, settings=settings or {})
     try:
         server.init()
         server.start()

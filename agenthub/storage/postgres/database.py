@@ -37,6 +37,9 @@ connection, so an instance busy with many sessions does not lose its leases to i
 MAIN, LEASES = "main", "leases"
 CONNECT_TIMEOUT_S = 5  # whole seconds: libpq's connect_timeout
 CHECKOUT_TIMEOUT_S = 5.0
+PREPARE_THRESHOLD = 1
+"""A statement is prepared on a connection at its second run there (psycopg's default: its sixth): the turn's
+dozen statements run on each of the pool's connections, so most runs then skip the server's parse and plan."""
 DEAD_PEER_DETECTION = {
     "keepalives": 1,
     "keepalives_idle": 10,
@@ -94,7 +97,13 @@ class Database:
             max_size=self._max_size if lane == MAIN else LEASE_LANE_MAX,
             open=False,
             timeout=self._checkout_timeout_s,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S, **DEAD_PEER_DETECTION, **_lane(lane)},
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                "prepare_threshold": PREPARE_THRESHOLD,
+                **DEAD_PEER_DETECTION,
+                **_lane(lane),
+            },
             check=still_connected,
             name=f"agenthub-store-{lane}",
         )

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -16,14 +17,24 @@ from agenthub import jsonsafe
 from agenthub.errors import StorageError
 from agenthub.storage.inbox import InboxEntry, SettleRetry
 from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
+from agenthub.storage.ports import Liveness
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.sessions import json_text
 
 _ACCEPT = """
-INSERT INTO inbox (id, source, accepted_at, payload, session, owner)
-VALUES (%(id)s, %(source)s, extract(epoch FROM now()), %(payload)s::json, %(session)s, %(owner)s)
-RETURNING seq, accepted_at
+WITH accepted AS (
+    INSERT INTO inbox (id, source, accepted_at, payload, session, owner)
+    VALUES (%(id)s, %(source)s, extract(epoch FROM now()), %(payload)s::json, %(session)s, %(owner)s)
+    RETURNING seq, accepted_at
+)
+SELECT a.seq, a.accepted_at, NOT EXISTS (
+    SELECT 1 FROM inbox i
+    WHERE (i.session = %(session)s OR (i.session IS NULL AND i.source = %(source)s)) AND i.seq < a.seq
+) FROM accepted a
 """
+"""The entry, and in the same round trip whether it is alone: no unsettled entry of its session (nor one of its
+source whose session is not named yet) came before it. Entries only ever come after it from now on, and those
+before it only leave, so an entry accepted alone needs no order check before its turn (`earlier_unsettled`)."""
 _ASSIGN = "UPDATE inbox SET session = %(session)s WHERE id = %(id)s AND session IS NULL"
 _EARLIER = """
 WITH mine AS (UPDATE inbox SET owner = owner WHERE id = %(id)s AND owner = %(owner)s RETURNING 1)
@@ -36,7 +47,7 @@ ORDER BY 2 NULLS FIRST
 """Served by the index `(session, seq)` of migration 3; a settled (deleted) `id` compares with NULL: no rows. With
 them, in the same round trip, whether `id` is still this owner's (`_STILL_MINE`: a row of NULLs, first)."""
 MINE_CHECKED_FOR_S = 1.0
-"""How long the ownership seen by `earlier_unsettled` answers the next `still_mine` of that entry."""
+"""Without a liveness lease (tools, tests): how long the ownership seen answers the next `still_mine`, once."""
 MINE_CHECKS_KEPT = 1_000
 _RELEASE = "UPDATE inbox SET owner = NULL WHERE id = %(id)s AND owner = %(owner)s"
 """Only this owner's row: an entry another instance claimed meanwhile stays that instance's."""
@@ -68,26 +79,51 @@ RETURNING inbox.id, inbox.seq, inbox.accepted_at, inbox.source, inbox.payload::t
 claimer's), so survivors claiming at the same moment split the orphans, never share one."""
 
 
+class _AlwaysHeld:
+    """No liveness lease (tools, tests): accepts are never refused, and no hold outlasts a check."""
+
+    held = True
+    hold: int | None = None
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """Whether an entry was this owner's when last seen, in which hold of the liveness lease, and (without one)
+    until when that answers."""
+
+    mine: bool
+    hold: int | None
+    until: float
+
+
 class PostgresInbox:
     """The `Inbox` on PostgreSQL for the instance `owner` (its lease holder): its accepts are its own, `unsettled`
     lists them, `claim_orphans` takes over those of a dead instance. Without an owner (`agenthub store migrate`,
     tools) every entry is listed. `depth()` is what this instance last saw (set by `unsettled`, moved by its own
-    accepts and settles); `count()` asks the database."""
+    accepts and settles); `count()` asks the database.
+
+    An entry seen to be this owner's (accepted, claimed, or checked by `earlier_unsettled`) stays so without a
+    round trip while the instance's liveness lease keeps the hold it had then: another instance claims an entry
+    only once its owner's lease has expired, and an expired lease held again is another hold. So the checks of a
+    turn before it runs and after its answer is stored cost nothing beyond the order check."""
 
     def __init__(self, database: Database, *, owner: str | None = None) -> None:
         self.database = database
         self.owner = owner
         self._depth = 0
         self._settles = SettleRetry(self._delete)
-        self._alive: Callable[[], bool] = lambda: True
-        self._mine_checked: dict[str, tuple[bool, float]] = {}
-        """Per entry `earlier_unsettled` looked at: whether it was this owner's, and until when that answers."""
+        self._liveness: Liveness = _AlwaysHeld()
+        self._seen: dict[str, _Seen] = {}
+        """Per entry looked at: whether it was this owner's (`_Seen`)."""
+        self._alone: dict[str, str] = {}
+        """The entries accepted here with nothing earlier in their session (`_ACCEPT`), each with its session."""
 
-    def accept_only_while(self, alive: Callable[[], bool]) -> None:
-        self._alive = alive
+    def accept_only_while(self, liveness: Liveness) -> None:
+        self._liveness = liveness
 
     async def accept(self, source: str, payload: dict[str, Any], *, session: str | None = None) -> InboxEntry:
-        if not self._alive():  # the others may think this instance dead: they would answer the entry too
+        hold = self._liveness.hold
+        if not self._liveness.held:  # the others may think this instance dead: they would answer the entry too
             raise StorageError("this instance's liveness lease is not held: nothing is accepted")
         entry_id = uuid.uuid4().hex
         text = json_text(payload)
@@ -97,6 +133,10 @@ class PostgresInbox:
             row = await cursor.fetchone()
         assert row is not None
         self._depth += 1
+        if self.owner is not None:
+            self._note_mine(entry_id, True, hold)
+        if session is not None and row[2]:
+            self._note_alone(entry_id, session)
         return InboxEntry(entry_id, int(row[0]), float(row[1]), source, jsonsafe.loads(text), session)
 
     async def assign(self, entry_id: str, session: str) -> None:
@@ -107,23 +147,36 @@ class PostgresInbox:
         """The session's unsettled entries accepted before `entry_id`; whether `entry_id` is still this owner's
         is learnt in the same round trip and answers the `still_mine(entry_id)` that follows (a turn's check
         before it runs), once and within `MINE_CHECKED_FOR_S`."""
+        if self._alone.pop(entry_id, None) == session:  # once: the turn's first check (its owner noted too)
+            return []
         params = {"id": entry_id, "session": session, "owner": self.owner}
+        hold = self._liveness.hold  # read before the question is sent: the answer is at least as new
         async with self.database.connection("list the session's earlier messages") as conn:
             cursor = await conn.execute(_EARLIER, params)
             rows = await cursor.fetchall()
         if self.owner is not None:
-            self._note_mine(entry_id, bool(rows) and rows[0][0] is None)
+            self._note_mine(entry_id, bool(rows) and rows[0][0] is None, hold)
         return [str(row[0]) for row in rows if row[0] is not None]
 
-    def _note_mine(self, entry_id: str, mine: bool) -> None:
+    def _note_alone(self, entry_id: str, session: str) -> None:
+        if len(self._alone) >= MINE_CHECKS_KEPT:  # the oldest: of turns that never ran here
+            del self._alone[next(iter(self._alone))]
+        self._alone[entry_id] = session
+
+    def _note_mine(self, entry_id: str, mine: bool, hold: int | None) -> None:
         now = time.monotonic()
-        if len(self._mine_checked) >= MINE_CHECKS_KEPT:  # those of turns that were requeued: long stale
-            self._mine_checked = {i: c for i, c in self._mine_checked.items() if c[1] > now}
-        self._mine_checked[entry_id] = (mine, now + MINE_CHECKED_FOR_S)
+        if len(self._seen) >= MINE_CHECKS_KEPT:  # those of turns that were requeued, or of an earlier hold
+            current = self._liveness.hold
+            self._seen = {
+                i: s for i, s in self._seen.items() if s.until > now or (s.hold is not None and s.hold == current)
+            }
+        self._seen[entry_id] = _Seen(mine, hold, now + MINE_CHECKED_FOR_S)
 
     async def settle(self, entry_id: str) -> None:
         """Delete the entry's row; a refused delete is retried until the database takes it (until then the entry
         is not listed by `unsettled`)."""
+        self._seen.pop(entry_id, None)
+        self._alone.pop(entry_id, None)
         try:
             await self._delete(entry_id)
         except StorageError:
@@ -140,6 +193,8 @@ class PostgresInbox:
         """The entry has no owner from now on (if it was this owner's): the next takeover pass claims it."""
         if self.owner is None:
             return
+        self._seen.pop(entry_id, None)
+        self._alone.pop(entry_id, None)
         async with self.database.connection("give the message up") as conn:
             cursor = await conn.execute(_RELEASE, {"id": entry_id, "owner": self.owner})
         if cursor.rowcount > 0:
@@ -150,12 +205,17 @@ class PostgresInbox:
         without an owner (tools, tests: nobody takes entries over)."""
         if self.owner is None:
             return True
-        checked = self._mine_checked.pop(entry_id, None)
-        if checked is not None and time.monotonic() < checked[1]:
-            return checked[0]
+        seen = self._seen.get(entry_id)
+        if seen is not None and seen.hold is not None and seen.hold == self._liveness.hold:
+            return seen.mine  # the same hold: nobody could claim it since (and a claimed one is not given back)
+        self._seen.pop(entry_id, None)
+        if seen is not None and seen.hold is None and time.monotonic() < seen.until:
+            return seen.mine  # no liveness lease: once, soon after
+        hold = self._liveness.hold
         async with self.database.connection("check who answers the message") as conn:
             cursor = await conn.execute(_STILL_MINE, {"id": entry_id, "owner": self.owner})
             row = await cursor.fetchone()
+        self._note_mine(entry_id, row is not None, hold)
         return row is not None
 
     async def unsettled(self, source_prefix: str = "") -> list[InboxEntry]:
@@ -183,10 +243,13 @@ class PostgresInbox:
         if not sources:
             return []
         params = {"sources": list(sources), "owner": self.owner, "lease_prefix": INSTANCE_LEASE_PREFIX}
+        hold = self._liveness.hold
         async with self.database.connection("take over the messages of a stopped instance") as conn:
             cursor = await conn.execute(_CLAIM, params)
             rows = await cursor.fetchall()
         self._depth += len(rows)
+        for row in rows:
+            self._note_mine(str(row[0]), True, hold)
         return sorted((_entry(row) for row in rows), key=lambda e: e.seq)
 
     async def retry_settles(self) -> None:
