@@ -170,7 +170,8 @@ def rerank(
     for key, score in spoken.items():
         scores[key] = max(scores.get(key, 0.0), score)
     pool: dict[Key, SearchHit] = {}
-    for hit in (*hits, *widened, *fed, *(h for h in nameless if identity(h.passage) in spoken)):
+    lifted_hits = (h for h in fed if identity(h.passage) in lifted)  # the others have no score (none lifted)
+    for hit in (*hits, *widened, *lifted_hits, *(h for h in nameless if identity(h.passage) in spoken)):
         pool.setdefault(identity(hit.passage), hit)
     candidates = [_Candidate(hit, rank, scores[key]) for rank, (key, hit) in enumerate(pool.items())]
     if cue is not None:

@@ -210,11 +210,21 @@ class FileUsageStore:
         if rows:
             for day in {r.day for r in rows}:
                 await self._load_day(day)
-            async with self._write_lock:  # made before a forget (a call ending while it ran, a spool replayed): the tag
-                rows = unnamed(rows, await self._known_marks())
-                await asyncio.to_thread(self._append, rows)
-            for row in rows:
-                self._count(row)
+            # a cancelled caller keeps the lock to the append's end and counts what it wrote (on disk, uncounted, a
+            # budget check would leave those tokens out until a restart)
+            await run_to_end(self._add_locked(rows, release))
+        else:
+            self._ended(release)
+
+    async def _add_locked(self, rows: Sequence[UsageRow], release: Sequence[str]) -> None:
+        async with self._write_lock:  # made before a forget (a call ending while it ran, a spool replayed): the tag
+            rows = unnamed(rows, await self._known_marks())
+            await asyncio.to_thread(self._append, rows)
+        for row in rows:
+            self._count(row)
+        self._ended(release)
+
+    def _ended(self, release: Sequence[str]) -> None:
         for reservation_id in release:  # after the rows are counted: never neither
             self._end(reservation_id)
 

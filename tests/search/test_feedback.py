@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agenthub.search.feedback import FEEDBACK_TERMS, feedback_terms
-from agenthub.search.rerank import rerank
+from agenthub.search.rerank import ranked, rerank
 from agenthub.storage.search_index import HISTORY, Passage, SearchHit, SourceRef
 
 SOURCE = SourceRef(HISTORY, "default:wecom:chat")
@@ -37,3 +39,16 @@ def test_a_passage_only_the_feedback_found_comes_in_but_below_the_best_two() -> 
     assert texts == ["I got the job at Bluefin", "work was long today", fed[0].passage.text]
     assert out[2].score < out[1].score  # lifted to just below the second best, not past it
     assert [h.passage.text for h in rerank(["job", "work"], own, 5, full=False)] == texts[:2]  # without: not found
+
+
+def test_a_first_search_with_one_passage_naming_a_thing_is_ranked_not_raised() -> None:
+    """One passage found (no second best to stay below): the feedback search's finds are left out, not a KeyError."""
+    docs = [_hit(10, "I got the job at Bluefin", 10.0), _hit(30, "handed in my notice at Bluefin", 5.0)]
+
+    def search(terms: Sequence[str], limit: int) -> list[SearchHit]:
+        return [d for d in docs if any(t in d.passage.text.lower() for t in terms)][:limit]
+
+    assert [h.passage.text for h in ranked(search, ["job"], 5)] == ["I got the job at Bluefin"]
+    fed = [docs[1], _hit(40, "Bluefin", 0.0)]  # a fed passage neither lifted nor found by the query
+    out = rerank(["job"], [*docs[:1], _hit(20, "a job", 9.0)], 5, fed=fed, feedback=["bluefin"], full=False)
+    assert "Bluefin" not in [h.passage.text for h in out]

@@ -71,3 +71,15 @@ def test_a_term_in_every_doc_is_not_scored_whole_when_rare_terms_decide() -> Non
     pruned = pruned_top(terms, permitted, ranking.avgdl, (1_700_000_000_007, 1_700_000_000_007 + 7 * N), 10)
     assert pruned is not None and set(pruned) <= set(rare.docs.tolist())
     _same(pruned, summed_top(terms, permitted, ranking, 10))
+
+
+def test_terms_without_postings_leave_the_ranking_to_summing_not_an_error() -> None:
+    """A term counted (df) whose postings are all gone (the docs removed after the count was read): as summing
+    every posting, no doc, never a ValueError from an empty split."""
+    i32, i64 = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+    empty = Postings(i64, i32, i32, i64, i32, i32)
+    permitted = np.ones(SOURCES, dtype=bool)
+    ranking = Ranking(N, 30.0, 1_700_000_000_007, 1_700_000_000_007 + 7 * N, [], [])
+    for terms in ([(idf(N, 3), empty)], [(idf(N, 3), empty), (idf(N, 9_000), empty)]):
+        pruned = pruned_top(terms, permitted, ranking.avgdl, (1_700_000_000_007, 1_700_000_000_007 + 7 * N), 10)
+        assert (pruned or {}) == summed_top(terms, permitted, ranking, 10) == {}

@@ -10,6 +10,7 @@ from agenthub.storage.ports import UsageStore
 from agenthub.storage.postgres import open_database
 from agenthub.storage.postgres.usage import PostgresUsageStore
 from agenthub.storage.usage import Claim, FileUsageStore, Forgotten, Scope, UsageRow, forgotten_tag
+from tests.support.gated_pool import GatedPool
 
 DAY = "2026-12-03"
 ALICE = Scope("user", "wecom", "alice")
@@ -98,3 +99,26 @@ async def test_postgres_forget_leaves_no_warning_mark_naming_the_person(postgres
         assert scopes == ["user:wecom:bob"]
     finally:
         await db.close()
+
+
+async def test_a_cancelled_add_still_counts_the_rows_it_wrote(tmp_path: Path) -> None:
+    """An add whose caller is cancelled while its journal append runs (a forget's flush of a dead spool's rows):
+    the rows land on disk, so the budget checks count them too (before: on disk, never counted until a restart, so a
+    person could spend them again), and the write lock is held to the append's end."""
+    store = FileUsageStore(tmp_path)
+    await store.add([row(100)])  # the day loaded: the add below goes straight to its append
+    loop = asyncio.get_running_loop()
+    pool = GatedPool(loop, lambda fn, _: getattr(fn, "__name__", "") == "_append")
+    loop.set_default_executor(pool)
+    adding = asyncio.create_task(store.add([row(900)]))
+    await asyncio.wait_for(pool.started.wait(), 2)
+    adding.cancel()
+    await asyncio.wait([adding], timeout=0.2)
+    pool.gate.set()
+    await asyncio.wait([adding])
+    ended_before_its_append = not pool.finished.is_set()
+    await asyncio.to_thread(pool.finished.wait, 2)
+    assert adding.cancelled()
+    assert (await store.reserve([Claim(ALICE, day_limit=1000)], DAY, 1, 60.0)).refused is not None  # 1,000 used
+    assert (await FileUsageStore(tmp_path).reserve([Claim(ALICE, day_limit=1000)], DAY, 1, 60.0)).refused is not None
+    assert not ended_before_its_append

@@ -49,7 +49,7 @@ def pruned_top(
         light += bounds[i]
     total = sum(len(p) for _, p in terms)
     for _ in range(TRIES):
-        if sum(len(terms[i][1]) for i in tail) < SHARE * total:
+        if not tail or sum(len(terms[i][1]) for i in tail) < SHARE * total:  # no light term (or no posting at all)
             return None
         docs, partial, ts = _partial(terms, [i for i in range(len(terms)) if i not in tail], permitted, avgdl, ts_span)
         if len(docs) >= keep and np.partition(partial, len(partial) - keep)[len(partial) - keep] > light:
