@@ -224,9 +224,10 @@ class FileMemoryStore:
         missing = [n for n, text in zip(names, texts, strict=True) if text is None]
         if not missing:
             return [t or "" for t in texts]
+        drops = self._seen.drops
         read = await _on_disk("read a memory file", self._read_all, missing)
         for name, (path, text, version) in zip(missing, read, strict=True):
-            self._seen.keep(name, path, version, text)  # on the event loop, the cache's one thread
+            self._seen.keep(name, path, version, text, since=drops)  # on the event loop, the cache's one thread
         self.disk_reads += len(read)
         fresh = iter(text for _, text, _ in read)
         return [next(fresh) if t is None else t for t in texts]

@@ -38,6 +38,10 @@ class ReadCache:
     def __init__(self, kept: int = KEPT) -> None:
         self._kept = kept
         self._texts: OrderedDict[Hashable, tuple[str, Version, str]] = OrderedDict()
+        self.drops = 0
+        """How many drops so far: a read that began before a drop keeps nothing (`keep(..., since=)`), so a text
+        read before a write is never kept for a later version that a coarse clock and a reused inode make look
+        alike."""
 
     def get(self, key: Hashable) -> str | None:
         """The kept text while its file is as it was read, else None (read it again)."""
@@ -57,11 +61,15 @@ class ReadCache:
         self._texts.move_to_end(key)
         return text
 
-    def keep(self, key: Hashable, path: str, version: Version, text: str) -> None:
+    def keep(self, key: Hashable, path: str, version: Version, text: str, *, since: int | None = None) -> None:
+        """Keep `text` read at `version`; `since`: `drops` when the read began (nothing kept if a drop came since)."""
+        if since is not None and since != self.drops:
+            return
         self._texts[key] = (path, version, text)
         self._texts.move_to_end(key)
         while len(self._texts) > self._kept:
             self._texts.popitem(last=False)
 
     def drop(self, key: Hashable) -> None:
+        self.drops += 1
         self._texts.pop(key, None)

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from agenthub.storage.memory_files import FileMemoryStore, MemoryName
+from agenthub.storage.read_cache import ReadCache, version_of
 
 AGENT = MemoryName.agent_memory("default")
 USER = MemoryName.shared_profile()
@@ -53,3 +54,17 @@ async def test_another_writers_changes_are_seen(tmp_path: Path) -> None:
     assert await store.read_many([AGENT]) == ["FROM the CLI"]
     path.unlink()
     assert await store.read_many([AGENT, USER]) == ["", "profile"]
+
+
+def test_a_read_begun_before_a_write_keeps_nothing_even_where_the_versions_look_alike(tmp_path: Path) -> None:
+    """A coarse clock and a reused inode can make a later version look like the one a slow read saw: what a read
+    that began before this process's write found is not kept."""
+    path = tmp_path / "MEMORY.md"
+    path.write_text("new text", encoding="utf-8")
+    cache = ReadCache()
+    began = cache.drops
+    cache.drop(AGENT)  # this process wrote the file meanwhile
+    cache.keep(AGENT, str(path), version_of(path.stat()), "old text", since=began)  # the version as it is now
+    assert cache.get(AGENT) is None
+    cache.keep(AGENT, str(path), version_of(path.stat()), "new text", since=cache.drops)
+    assert cache.get(AGENT) == "new text"
