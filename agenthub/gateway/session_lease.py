@@ -6,9 +6,11 @@ renewal, not hundreds queued behind each other). Lost: the running turn is cance
 more local work: kept (idle) while the store can ask its holder for it (`LeaseSignals`: PostgreSQL), so the next
 turn here takes no round trip for it, and released the moment another instance asks, after `keep_idle_s` unused,
 or at close. Only a session that stays here is kept: its last claim found that nobody else wrote it since this
-instance's previous hold, and nobody asked for it since; any other (a new one, one that moves between instances:
-waiting to be asked would put a hand-over in front of each of its turns) is released at once, as is every lease
-over a store that cannot ask. Files mode takes
+instance's previous hold (or that no instance ever held it: a new session), and nobody asked for it since; any
+other (one that moves between instances: waiting to be asked would put a hand-over in front of each of its turns)
+is released at once, as is every lease over a store that cannot ask. A new session whose next message goes to
+another instance costs one hand-over (asked, let go, claimed again); after it, the session is released at once
+wherever it moves. Files mode takes
 none: one instance writes a data directory (its lock), so every session lease would be granted at once, and the
 local mutex is all it needs."""
 
@@ -105,8 +107,9 @@ class SessionLeases:
         """Per lease name this instance waits for: set when its holder releases it."""
         self._listener: asyncio.Task[None] | None = None
         self._staying: OrderedDict[SessionKey, None] = OrderedDict()
-        """Sessions whose last claim found nobody else wrote them since this instance's previous hold (the newest
-        `STAYING_KEPT`): only these are kept idle; one asked for (or taken from another instance) leaves it."""
+        """Sessions whose last claim found nobody else wrote them since this instance's previous hold, or that no
+        instance held before (the newest `STAYING_KEPT`): only these are kept idle; one asked for (or taken from
+        another instance) leaves it."""
         self.shared = not isinstance(history.store, QuickLookup)
         """The histories are written by several instances (PostgreSQL), so sessions are leased; False for a store
         only this instance writes (the files under the data-dir lock, memory)."""
@@ -136,13 +139,13 @@ class SessionLeases:
         releasing = self._releasing.get(key)
         if releasing is not None:  # our own release of it still in flight: it must not expire the new grant
             await asyncio.shield(releasing)
-        lease, asked, moved = await self._acquire(key, wait=wait)
+        lease, asked, moved, new = await self._acquire(key, wait=wait)
         try:
             if moved is None:
                 moved = await self._history.store.fence(key, lease.token)
             if moved:
                 await self._history.reload(key)
-            if asked or moved:
+            if asked or (moved and not new):
                 self._staying.pop(key, None)
             else:
                 self._stays(key)
@@ -161,9 +164,10 @@ class SessionLeases:
         if len(self._staying) > STAYING_KEPT:
             self._staying.popitem(last=False)
 
-    async def _acquire(self, key: SessionKey, *, wait: bool) -> tuple[Lease, bool, bool | None]:
-        """The lease, whether another instance had to be asked for it first, and whether the session may have
-        moved (None: not fenced yet; a store that claims in one request fences with the grant). While another
+    async def _acquire(self, key: SessionKey, *, wait: bool) -> tuple[Lease, bool, bool | None, bool]:
+        """The lease, whether another instance had to be asked for it first, whether the session may have moved
+        (None: not fenced yet; a store that claims in one request fences with the grant), and whether no instance
+        held it before (only such a store tells: `SessionClaim.new`). While another
         instance holds it, that one is asked for it (`LeaseSignals`) and the request repeated once it is freed,
         or after a poll interval (25 ms doubling up to 250 ms)."""
         leases, delay, name = self._leases, POLL_FIRST_S, lease_name(key)
@@ -188,7 +192,7 @@ class SessionLeases:
                 lease = await leases.store.acquire(name, leases.holder, leases.ttl_s)
             if lease is not None:
                 self._freed.pop(name, None)
-                return lease, asked, None
+                return lease, asked, None, False
             asked = True
             if not wait:
                 self._freed.pop(name, None)
@@ -196,11 +200,13 @@ class SessionLeases:
             await self._freed_or_after(name, delay)
             delay = min(delay * 2, POLL_MAX_S)
 
-    def _claimed(self, key: SessionKey, lease: Lease, claim: SessionClaim, asked: bool) -> tuple[Lease, bool, bool]:
+    def _claimed(
+        self, key: SessionKey, lease: Lease, claim: SessionClaim, asked: bool
+    ) -> tuple[Lease, bool, bool, bool]:
         if claim.fenced_out:  # a newer token fenced the session already: nothing may be written under this one
             self._start_release(key, _Held(lease, _renewal_due(lease, self._leases.ttl_s)))
             raise FencedWriteError()
-        return lease, asked, claim.moved
+        return lease, asked, claim.moved, claim.new
 
     async def _freed_or_after(self, name: str, delay: float) -> None:
         freed = self._freed.get(name)

@@ -58,6 +58,8 @@ class SessionClaim:
     """Someone else may have written the history since this store last held it (`SessionStore.fence`'s answer)."""
     fenced_out: bool = False
     """A newer token fenced the session already: the grant must be given back, nothing written under it."""
+    new: bool = False
+    """No lease ever fenced the session before this grant: no other instance has held (or written under) it."""
 
 
 @runtime_checkable

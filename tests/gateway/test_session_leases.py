@@ -368,3 +368,26 @@ async def test_an_instance_keeps_a_session_between_its_turns_and_hands_it_over_t
         assert not a.gateway.session_leases.holds(key_of("kept"))
         assert await lease_token(b, "kept") > token
         assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3", "m4"]
+
+
+async def test_a_new_session_is_kept_after_its_first_turn_and_handed_over_when_its_next_message_goes_elsewhere(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """Nobody held a new session before A: A keeps its lease after the first turn, so the second takes no grant
+    (the same token); when B gets the next message it asks, and A lets the session go at once."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        assert isinstance(await (await a.send(message("new", "m1"))).result(), DoneEvent)
+        assert a.gateway.session_leases.holds(key_of("new"))  # idle, still held
+        token = await lease_token(a, "new")
+        assert isinstance(await (await a.send(message("new", "m2"))).result(), DoneEvent)
+        assert await lease_token(a, "new") == token  # not released and granted again
+        loop = asyncio.get_running_loop()
+        sent_at = loop.time()
+        assert isinstance(await (await b.send(message("new", "m3"))).result(), DoneEvent)
+        assert loop.time() - sent_at < LEASE_S / 4  # handed over when asked, not after A's idle time (LEASE_S / 3)
+        assert not a.gateway.session_leases.holds(key_of("new"))
+        assert await lease_token(b, "new") > token
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]

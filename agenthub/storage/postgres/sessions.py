@@ -207,7 +207,7 @@ class PostgresSessionStore:
             until = time.monotonic() + FRESH_FOR_S
             self._fresh_records[key] = (until, records)
             self._fresh_meta[key] = (until, head[4], _newest_timestamp(records))
-        return SessionClaim(token, moved)
+        return SessionClaim(token, moved, new=previous is None)
 
     def _caught_up(
         self, key: SessionKey, copy: Copy | None, born: int | None, next_seq: int | None, texts: list[str]
