@@ -262,7 +262,7 @@ async def index_rows_holding(dsn: str, text: str) -> int:
     """Rows of the shared search index's tables holding `text` in any column."""
     found = 0
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        for table in ("search_docs", "search_blocks", "search_sources", "search_vectors"):
+        for table in ("search_docs", "search_blocks", "search_names", "search_sources", "search_vectors"):
             cursor = await conn.execute(f"SELECT count(*) FROM {table} t WHERE t::text LIKE %s", (f"%{text}%",))
             row = await cursor.fetchone()
             found += int(row[0]) if row else 0

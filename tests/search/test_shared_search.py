@@ -27,7 +27,7 @@ from tests.support.postgres import PostgresServer, rows_holding
 from tests.support.roots import make_settings
 from tests.support.shared_gateways import Instance, shared_instances
 
-INDEX_TABLES = ("search_docs", "search_blocks", "search_sources", "search_terms")
+INDEX_TABLES = ("search_docs", "search_blocks", "search_sources", "search_terms", "search_names")
 
 
 def _user(text: str, sender: str = "", ts: int | None = None) -> dict[str, Any]:

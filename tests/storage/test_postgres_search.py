@@ -23,7 +23,7 @@ from tests.support.postgres import migrated, rows_holding
 
 KEY = SessionKey("a", "http", "one")
 OTHER = SessionKey("a", "wecom", "two")
-INDEX_TABLES = ("search_docs", "search_blocks", "search_sources", "search_terms")
+INDEX_TABLES = ("search_docs", "search_blocks", "search_sources", "search_terms", "search_names")
 
 
 def _user(text: str, ts: int = 1) -> dict[str, Any]:

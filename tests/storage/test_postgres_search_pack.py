@@ -74,7 +74,7 @@ class Parts:
         return int(row[0]), int(row[1]), int(row[2])
 
     async def rows_holding(self, text: str) -> int:
-        return await rows_holding(self.dsn, text, ("search_docs", "search_blocks", "search_terms"))
+        return await rows_holding(self.dsn, text, ("search_docs", "search_blocks", "search_terms", "search_names"))
 
 
 @pytest.fixture

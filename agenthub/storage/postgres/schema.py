@@ -11,6 +11,7 @@ from psycopg.rows import TupleRow
 from agenthub.errors import StorageError
 from agenthub.storage.postgres.schema_forgotten import USAGE_FORGOTTEN_SQL, USAGE_FORGOTTEN_WHAT
 from agenthub.storage.postgres.schema_search import SEARCH_PACKED_SQL, SEARCH_PACKED_WHAT
+from agenthub.storage.postgres.schema_search_names import SEARCH_NAMES_SQL, SEARCH_NAMES_WHAT
 from agenthub.storage.postgres.schema_usage import (
     USAGE_NAMES_SQL,
     USAGE_NAMES_WHAT,
@@ -766,6 +767,9 @@ stored (instead of writing their release first)."""
 USAGE_FORGOTTEN = Migration(23, USAGE_FORGOTTEN_WHAT, USAGE_FORGOTTEN_SQL)
 """Migration 23 (`schema_forgotten`): forget marks every usage write checks."""
 
+SEARCH_NAMES = Migration(24, SEARCH_NAMES_WHAT, SEARCH_NAMES_SQL)
+"""Migration 24 (`schema_search_names`): a block's postings name their source and channel by a per-agent code."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -789,6 +793,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     SEARCH_PACKED,
     USAGE_RESERVE_EXCEPT,
     USAGE_FORGOTTEN,
+    SEARCH_NAMES,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

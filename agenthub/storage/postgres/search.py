@@ -19,6 +19,7 @@ from agenthub.storage.postgres.search_rank import Ranking, best_docs
 from agenthub.storage.search_index import (
     ARCHIVE,
     HISTORY,
+    MEMORY,
     Passage,
     SearchDoc,
     SearchHit,
@@ -118,14 +119,12 @@ WITH stats AS (
     CROSS JOIN LATERAL (
         SELECT array_agg(u.doc ORDER BY u.at) AS docs, array_agg(u.tf ORDER BY u.at) AS tfs,
                array_agg(u.length ORDER BY u.at) AS lengths, array_agg(u.ts ORDER BY u.at) AS ts,
-               array_agg(u.src ORDER BY u.at) AS srcs, array_agg(u.channel ORDER BY u.at) AS channels
-        FROM unnest(b.docs, b.tfs, b.lengths, b.ts, b.srcs, b.channels) WITH ORDINALITY
-            AS u(doc, tf, length, ts, src, channel, at)
+               array_agg(u.source ORDER BY u.at) AS sources
+        FROM unnest(b.docs, b.tfs, b.lengths, b.ts, b.sources) WITH ORDINALITY AS u(doc, tf, length, ts, source, at)
         WHERE u.doc != ALL(t.ids)
     ) k
 ), kept AS (
-    UPDATE search_blocks b SET docs = t.docs, tfs = t.tfs, lengths = t.lengths, ts = t.ts, srcs = t.srcs,
-        channels = t.channels
+    UPDATE search_blocks b SET docs = t.docs, tfs = t.tfs, lengths = t.lengths, ts = t.ts, sources = t.sources
     FROM touched t WHERE b.agent = %(agent)s AND b.term = t.term AND b.first = t.first AND t.docs IS NOT NULL
 ), emptied AS (
     DELETE FROM search_blocks b USING touched t
@@ -155,6 +154,12 @@ deleted) and their terms' df taken down; the agent's generation moved when a doc
 under it (instances take them out of their cached postings); the terms no doc holds any more are returned (deleted
 next: their text must not stay). A pending doc's postings are its own row's: they go with it."""
 _DROP_TERMS = "DELETE FROM search_terms WHERE agent = %s AND term = ANY(%s) AND df <= 0"
+_DROP_NAMES = """
+DELETE FROM search_names n WHERE n.agent = %(agent)s AND n.src = %(src)s
+    AND NOT EXISTS (SELECT 1 FROM search_docs d WHERE d.agent = %(agent)s AND d.kind != 'memory' AND d.session = n.src)
+    AND NOT EXISTS (SELECT 1 FROM search_docs d WHERE d.agent = %(agent)s AND d.kind = 'memory' AND d.name = n.src)
+"""
+"""The source's names (`search_names`: its code in the blocks) once no doc of it is left: their text must not stay."""
 _INSERT = """
 INSERT INTO search_docs (agent, kind, session, name, seq, role, speaker, ts, body, length, terms, tfs)
 SELECT %(agent)s, kind, session, name, seq, role, speaker, ts, body, length,
@@ -223,6 +228,9 @@ async def drop_docs(conn: Conn, agent: str, source: SourceRef, seqs: Sequence[in
         return (0, 0)
     if row[2]:
         await conn.execute(_DROP_TERMS, (agent, list(row[2])))
+    if row[0]:
+        src = source.name if source.kind == MEMORY else source.session
+        await conn.execute(_DROP_NAMES, {"agent": agent, "src": src})
     return (int(row[0]), int(row[1]))
 
 
@@ -346,7 +354,15 @@ class PostgresSearchIndex:
         """Everything indexed of `agent` (a rebuild starts here)."""
         async with self.database.connection("clear the search index") as conn, conn.transaction():
             await lock_agent(conn, agent)
-            for table in ("search_blocks", "search_docs", "search_sources", "search_terms", "search_removed"):
+            tables = (
+                "search_blocks",
+                "search_docs",
+                "search_sources",
+                "search_terms",
+                "search_removed",
+                "search_names",
+            )
+            for table in tables:
                 await conn.execute(f"DELETE FROM {table} WHERE agent = %s", (agent,))
             # its generation moves on, no removal logged under it: every instance reads its postings again
             await conn.execute(

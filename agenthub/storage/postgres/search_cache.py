@@ -41,10 +41,10 @@ POSTINGS = f"""
 q AS MATERIALIZED (
     SELECT * FROM unnest(%(terms)s::text[], %(after)s::bigint[]) AS q(term, after)
 ), p AS (
-    SELECT q.term, u.doc, u.tf, u.length, u.ts, u.src, u.channel
+    SELECT q.term, u.doc, u.tf, u.length, u.ts, n.src, n.channel
     FROM q JOIN search_blocks b ON b.agent = %(agent)s AND b.term = q.term AND b.last > q.after
-    CROSS JOIN LATERAL unnest(b.docs, b.tfs, b.lengths, b.ts, b.srcs, b.channels)
-        AS u(doc, tf, length, ts, src, channel)
+    CROSS JOIN LATERAL unnest(b.docs, b.tfs, b.lengths, b.ts, b.sources) AS u(doc, tf, length, ts, source)
+    JOIN search_names n ON n.agent = %(agent)s AND n.code = u.source
     WHERE u.doc > q.after
     UNION ALL
     SELECT q.term, d.id, u.tf, d.length, d.ts, {DOC_SRC}, {DOC_CHANNEL}
@@ -52,8 +52,8 @@ q AS MATERIALIZED (
     WHERE d.agent = %(agent)s AND d.id > %(packed)s AND d.terms && %(terms)s::text[] AND d.id > q.after
 )"""
 """`WITH` parts: `p`, the postings (term, doc, tf, length, ts, src, channel) of the query terms of docs above each
-term's `after`: those packed in the terms' blocks, and those of the agent's pending docs (above `packed`, read in
-the same snapshot as the blocks)."""
+term's `after`: those packed in the terms' blocks (their source and channel named by code, `search_names`), and
+those of the agent's pending docs (above `packed`, read in the same snapshot as the blocks)."""
 
 _READ = f"""
 WITH {POSTINGS}

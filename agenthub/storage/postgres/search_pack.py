@@ -20,11 +20,23 @@ WITH d AS MATERIALIZED (
     SELECT d.id, d.length, d.ts, {DOC_SRC} AS src, {DOC_CHANNEL} AS channel, d.terms, d.tfs FROM search_docs d
     WHERE d.agent = %(agent)s AND d.id > (SELECT packed FROM search_stats WHERE agent = %(agent)s)
     ORDER BY d.id LIMIT %(most)s
+), named AS MATERIALIZED (
+    SELECT DISTINCT src, channel FROM d
+), known AS MATERIALIZED (
+    SELECT n.code, n.src, n.channel FROM search_names n JOIN named USING (src, channel) WHERE n.agent = %(agent)s
+), added AS (
+    INSERT INTO search_names (agent, code, src, channel)
+    SELECT %(agent)s, coalesce((SELECT max(code) FROM search_names WHERE agent = %(agent)s), 0)
+           + row_number() OVER (ORDER BY src, channel), src, channel
+    FROM named WHERE NOT EXISTS (SELECT 1 FROM known k WHERE k.src = named.src AND k.channel = named.channel)
+    RETURNING code, src, channel
+), codes AS (
+    SELECT code, src, channel FROM known UNION ALL SELECT code, src, channel FROM added
 ), blocks AS (
-    INSERT INTO search_blocks (agent, term, first, last, docs, tfs, lengths, ts, srcs, channels)
+    INSERT INTO search_blocks (agent, term, first, last, docs, tfs, lengths, ts, sources)
     SELECT %(agent)s, u.term, min(d.id), max(d.id), array_agg(d.id), array_agg(u.tf), array_agg(d.length),
-           array_agg(d.ts), array_agg(d.src), array_agg(d.channel)
-    FROM d CROSS JOIN LATERAL unnest(d.terms, d.tfs) AS u(term, tf) GROUP BY u.term
+           array_agg(d.ts), array_agg(c.code)
+    FROM d JOIN codes c USING (src, channel) CROSS JOIN LATERAL unnest(d.terms, d.tfs) AS u(term, tf) GROUP BY u.term
     RETURNING term, cardinality(docs) AS df
 ), terms AS (
     INSERT INTO search_terms AS s (agent, term, df)
@@ -37,7 +49,8 @@ WITH d AS MATERIALIZED (
 SELECT count(*) FROM d
 """
 """The agent's oldest pending docs (at most `most`) packed: one block per term (its arrays aligned, in no particular
-doc order), the terms' df moved, the agent's `packed` id moved past them; how many were packed."""
+doc order; each posting's source and channel as the agent's code for them, new ones numbered in `search_names`),
+the terms' df moved, the agent's `packed` id moved past them; how many were packed."""
 
 
 async def pack(conn: Conn, agent: str, most: int = PACK_MOST) -> int:
