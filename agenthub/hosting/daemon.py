@@ -17,6 +17,7 @@ from agenthub.channel.inbox_flow import InboxSubmitter, InstanceInbox, resume_ht
 from agenthub.config import Settings
 from agenthub.hosting.app import Services, assemble, build_services, open_stores
 from agenthub.hosting.datalock import DAEMON, DataDirLock
+from agenthub.hosting.gc_freeze import freeze_start_up_objects
 from agenthub.hosting.systemd import Notifier
 from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
@@ -94,7 +95,7 @@ class Daemon:
         self._install_signals(gateway)
         server.ready = True
         self.notifier.notify("READY=1")
-        gateway.providers.start_warm_up()
+        gateway.providers.start_warm_up(then=freeze_start_up_objects)  # the SDK is among them
         log.info("daemon_ready", port=server.port, channels=[c.name for c in self.channels])
         self._print_console_hint(server.port, created_token)
         try:
