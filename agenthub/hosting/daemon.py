@@ -17,6 +17,7 @@ from agenthub.channel.inbox_flow import InboxSubmitter, InstanceInbox, resume_ht
 from agenthub.config import Settings
 from agenthub.hosting.app import Services, assemble, build_services, open_stores
 from agenthub.hosting.datalock import DAEMON, DataDirLock
+from agenthub.hosting.gc_freeze import freeze_start_up_objects
 from agenthub.hosting.systemd import Notifier
 from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
@@ -36,8 +37,18 @@ SCHEDULER_GRACE_S = 5.0
 class Daemon:
     """Start-up in dependency order, shutdown in reverse: lock → gateway → channels → server → ready."""
 
-    def __init__(self, settings: Settings, *, notifier: Notifier | None = None, console: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        notifier: Notifier | None = None,
+        console: TextIO | None = None,
+        freeze_start_up: bool = False,
+    ) -> None:
         self.settings = settings
+        self.freeze_start_up = freeze_start_up
+        """Freeze the start-up objects out of the garbage collector once warmed up: only the `agenthub serve`
+        process (`run_daemon`), never a process that runs a daemon among other work (tests)."""
         self.notifier = notifier or Notifier()
         self.console = console
         self.lock = DataDirLock(settings.data_dir)
@@ -94,7 +105,7 @@ class Daemon:
         self._install_signals(gateway)
         server.ready = True
         self.notifier.notify("READY=1")
-        gateway.providers.start_warm_up()
+        gateway.providers.start_warm_up(then=freeze_start_up_objects if self.freeze_start_up else None)  # the SDK too
         log.info("daemon_ready", port=server.port, channels=[c.name for c in self.channels])
         self._print_console_hint(server.port, created_token)
         try:
@@ -183,5 +194,5 @@ class Daemon:
 
 
 def run_daemon(settings: Settings, *, show_console_hint: bool = False) -> int:
-    daemon = Daemon(settings, console=sys.stderr if show_console_hint else None)
+    daemon = Daemon(settings, console=sys.stderr if show_console_hint else None, freeze_start_up=True)
     return asyncio.run(daemon.run())

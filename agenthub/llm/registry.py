@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import structlog
 
@@ -101,13 +101,19 @@ class ProviderRegistry:
                 warnings.append(Text("llm.hint.model_unusable", _fallback(model_hint, model, "model")))
         return provider, model, tuple(warnings)
 
-    def start_warm_up(self) -> None:
+    def start_warm_up(self, then: Callable[[], None] | None = None) -> None:
         """Load the providers' SDK and clients in the background (after READY: a start-up does not wait for the
-        SDK's seconds of import; a call that comes first waits for the same import, off the event loop)."""
+        SDK's seconds of import; a call that comes first waits for the same import, off the event loop); `then`
+        runs on the loop once every provider was warmed up (or gave up)."""
         if self._warming is None:
-            self._warming = asyncio.create_task(self._warm_up(), name="llm-warm-up")
+            self._warming = asyncio.create_task(self._warm_up(then), name="llm-warm-up")
 
-    async def _warm_up(self) -> None:
+    async def _warm_up(self, then: Callable[[], None] | None = None) -> None:
+        await self._warm_each()
+        if then is not None:
+            then()
+
+    async def _warm_each(self) -> None:
         for name, provider in self._providers.items():
             for attempt in range(WARM_UP_ATTEMPTS):
                 try:

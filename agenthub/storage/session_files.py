@@ -268,8 +268,10 @@ class SessionFiles:
 
     @property
     def over_bound(self) -> bool:
-        """More files wait for the checkpoint than the bound keeps open."""
-        return sum(1 for f in self._fds.files.values() if f.dirty) > self._max_open
+        """More files wait for the checkpoint than the bound keeps open (asked after every batch: no more files
+        open than the bound is the common case, answered without looking at each)."""
+        files = self._fds.files
+        return len(files) > self._max_open and sum(1 for f in files.values() if f.dirty) > self._max_open
 
 
 def append_payload(f: OpenHistory, payload: bytes) -> Stat:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -226,3 +227,27 @@ async def test_start_up_logs_the_endpoint_host_and_model_once_and_never_the_key(
          "model": "deepseek-flash", "preset": "deepseek"}
     ]  # fmt: skip
     assert "sk-secret-1" not in str(logs)
+
+
+async def test_what_follows_the_warm_up_runs_once_every_provider_has_loaded(fake_llm: FakeAnthropic) -> None:
+    """The daemon freezes its start-up objects then: the SDK each provider loads is among them."""
+    llm = settings(
+        base_url=fake_llm.base_url,
+        api_key="k-main",
+        model="claude-main",
+        providers={"deep": {"preset": "deepseek", "api_key": "k-deep", "model": "deepseek-flash"}},
+    )
+    reg = ProviderRegistry.from_settings(llm, env={})
+    loaded: list[list[bool]] = []
+    done = asyncio.Event()
+
+    def then() -> None:
+        loaded.append([reg.get(name)._client is not None for name in reg.names])  # type: ignore[attr-defined]
+        done.set()
+
+    try:
+        reg.start_warm_up(then=then)
+        await asyncio.wait_for(done.wait(), 30)
+    finally:
+        await reg.aclose()
+    assert loaded == [[True, True]]

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import anthropic
+import httpx2
 import pytest
 
 from agenthub.llm import Endpoint, LLMRequest
@@ -77,3 +78,34 @@ async def test_each_call_gets_its_own_request_from_the_prepared_one(fake_llm: Fa
     assert fake_llm.max_in_flight == len(texts)
     sent = {(r.body or {})["messages"][0]["content"]: int(r.headers["content-length"]) for r in fake_llm.requests}
     assert sent == {call.messages[0]["content"]: len(request_body(call)) for call in calls}
+
+
+@pytest.mark.parametrize("cookie", [False, True])
+@pytest.mark.parametrize("diagnostics", [False, True])
+async def test_a_calls_request_is_what_httpx_builds_from_the_prepared_one(
+    fake_llm: FakeAnthropic, diagnostics: bool, cookie: bool
+) -> None:
+    """Same method, URL, headers in the same order (cookie header included), body and extensions as
+    `httpx2.Request(..., content=body, cookies=...)` over the prepared request."""
+    wire = MessagesWire(Endpoint(fake_llm.base_url, KEY, "claude-test", custom_base_url=True), 7.0, 3.0)
+    if cookie:
+        wire.http.cookies.set("session", "abc", domain=httpx2.URL(fake_llm.base_url).host)
+    body = request_body(LLMRequest("claude-test", SYSTEM, MESSAGES, [], 64))
+    try:
+        prepared = wire.prepared(diagnostics)
+        expected = httpx2.Request(
+            "POST",
+            prepared.url,
+            headers=prepared.headers,
+            content=body,
+            extensions=prepared.extensions,
+            cookies=wire.http.cookies,
+        )
+        built = wire.request(body, diagnostics)
+    finally:
+        await wire.close()
+    assert (built.method, built.url) == (expected.method, expected.url)
+    assert built.headers.raw == expected.headers.raw
+    assert (b"Cookie" in dict(built.headers.raw)) is cookie
+    assert built.content == expected.content == body
+    assert built.extensions == expected.extensions

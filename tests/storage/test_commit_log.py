@@ -133,6 +133,17 @@ def test_the_open_files_stay_within_their_bound_once_synced(tmp_path: Path) -> N
     log.close()
 
 
+def test_as_many_waiting_files_as_the_bound_keeps_open_is_no_checkpoint_yet(tmp_path: Path) -> None:
+    files = SessionFiles(tmp_path, max_open=4)
+    log = CommitLog(tmp_path, files)
+    assert log.commit([Append("default", f"s{i}", b'{"n": 1}\n') for i in range(4)], durable=True) == [None] * 4
+    assert not log.due and len(files.dirty()) == 4
+    assert log.commit([Append("default", "s4", b'{"n": 1}\n')], durable=True) == [None]
+    assert log.due
+    files.close()
+    log.close()
+
+
 async def test_a_log_that_cannot_be_written_fails_the_batch_and_keeps_nothing(tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path, fsync=True)
     await store.append(KEYS[0], [_user("kept")])
