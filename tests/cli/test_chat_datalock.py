@@ -53,6 +53,20 @@ async def local_chat(tmp_path: Path, fake_llm: FakeAnthropic) -> AsyncIterator[t
         term.close()
 
 
+def _files(history: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in history.rglob("*") if p.is_file()}
+
+
+async def _answered_on_disk(history: Path) -> dict[Path, bytes]:
+    """The history files once the chat's first answer is in them (the REPL shows it while it streams)."""
+    for _ in range(200):
+        files = await asyncio.to_thread(_files, history)
+        if any(b"first answer" in data for data in files.values()):
+            return files
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the chat's answer never reached {history}")
+
+
 async def test_a_daemon_started_beside_a_local_chat_is_refused(local_chat: tuple[Terminal, dict[str, str]]) -> None:
     term, env = local_chat
     code, err = await run_agenthub({**env, "AGENTHUB_HTTP__PORT": "0", "AGENTHUB_LLM__OFFLINE": "true"}, "serve")
@@ -65,8 +79,7 @@ async def test_forget_started_beside_a_local_chat_is_refused_and_changes_nothing
 ) -> None:
     term, env = local_chat
     history = settings.data_dir / "default" / "sessions"
-    before = {p: p.read_bytes() for p in history.rglob("*") if p.is_file()}
-    assert before  # the chat's turn is on disk
+    before = await _answered_on_disk(history)  # the answer shows before its history append lands
     code, err = await run_agenthub(env, "forget", "--channel", "http", "--sender", "local", "--yes")
     assert code == 2, err
     assert f"pid={term.pid} chat" in err, err
