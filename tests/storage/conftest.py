@@ -3,7 +3,7 @@ or MEMORY_STORE_FACTORIES (memory files)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -102,7 +102,14 @@ def _jobs_files(tmp_path: Path, stack: ExitStack) -> JobBackend:
 
 def _jobs_postgres(tmp_path: Path, stack: ExitStack) -> JobBackend:
     dsn = migrated(stack.enter_context(fresh_database()))
-    return JobBackend("postgres", PostgresJobs(Database(dsn)), lambda: PostgresJobs(Database(dsn)))
+    closing: list[Callable[[], Awaitable[None]]] = []
+
+    def instance() -> PostgresJobs:
+        database = Database(dsn)
+        closing.append(database.close)
+        return PostgresJobs(database)
+
+    return JobBackend("postgres", instance(), instance, closing)
 
 
 JOB_STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], JobBackend]] = {
@@ -112,6 +119,11 @@ JOB_STORE_FACTORIES: dict[str, Callable[[Path, ExitStack], JobBackend]] = {
 
 
 @pytest.fixture(params=sorted(JOB_STORE_FACTORIES))
-def job_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobBackend]:
+async def job_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobBackend]:
     with ExitStack() as stack:
-        yield JOB_STORE_FACTORIES[request.param](tmp_path, stack)
+        backend = JOB_STORE_FACTORIES[request.param](tmp_path, stack)
+        try:
+            yield backend
+        finally:  # every pool closed in the test's loop (a pool left open outlives it: its tasks die with the loop)
+            for close in backend.closing:
+                await close()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agenthub.storage.ports import JobDocuments, MemoryStore, SessionStore
 
@@ -39,3 +39,5 @@ class JobBackend:
     store: JobDocuments
     other_instance: Callable[[], JobDocuments]
     """The same jobs as another instance sees them: its own pool (postgres); the files: a restart's new store."""
+    closing: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """What the fixture closes after the test (every pool the backend opened: none left to a closed loop)."""
