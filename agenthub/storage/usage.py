@@ -239,6 +239,9 @@ class FileUsageStore:
                 raise StorageError(f"could not append to the usage journal of {day}") from e
 
     async def unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
+        return await run_to_end(self._unrecorded_locked(rows))  # a cancelled caller keeps the lock to the read's end
+
+    async def _unrecorded_locked(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
         async with self._write_lock:
             return await asyncio.to_thread(self._unrecorded, rows, unnamed(rows, await self._known_marks()))
 
@@ -383,8 +386,15 @@ class FileUsageStore:
     async def name_senders(
         self, names: Mapping[tuple[str, str], str], told: Mapping[tuple[str, str], float] | None = None
     ) -> None:
+        # a cancelled caller keeps the lock to the write's end: a forget after it finds the name to drop (else the
+        # thread could write the name back after the forget)
+        await run_to_end(self._name_senders_locked(names, told or {}))
+
+    async def _name_senders_locked(
+        self, names: Mapping[tuple[str, str], str], told: Mapping[tuple[str, str], float]
+    ) -> None:
         async with self._write_lock:
-            names = names_told_after(names, told or {}, await self._known_marks())
+            names = names_told_after(names, told, await self._known_marks())
             known = await self._known_names()
             changed = {_name_key(*who): name for who, name in names.items() if known.get(_name_key(*who)) != name}
             if changed:

@@ -122,3 +122,47 @@ async def test_a_cancelled_add_still_counts_the_rows_it_wrote(tmp_path: Path) ->
     assert (await store.reserve([Claim(ALICE, day_limit=1000)], DAY, 1, 60.0)).refused is not None  # 1,000 used
     assert (await FileUsageStore(tmp_path).reserve([Claim(ALICE, day_limit=1000)], DAY, 1, 60.0)).refused is not None
     assert not ended_before_its_append
+
+
+async def test_a_cancelled_naming_keeps_the_lock_so_a_forget_after_it_drops_the_name(tmp_path: Path) -> None:
+    """A naming whose caller is cancelled while `names.json` is written (the recorder's flush cancelled at
+    shutdown) holds the write lock to the write's end: a forget of that sender waits for it and then drops the name
+    (before: the forget ran meanwhile, and the naming's thread wrote the forgotten person's name back after it)."""
+    store = FileUsageStore(tmp_path)
+    loop = asyncio.get_running_loop()
+    pool = GatedPool(loop, lambda fn, _: getattr(fn, "__name__", "") == "_write_names")
+    loop.set_default_executor(pool)
+    naming = asyncio.create_task(store.name_senders({("wecom", "bob"): "Bob Li"}))
+    await asyncio.wait_for(pool.started.wait(), 2)
+    naming.cancel()
+    await asyncio.wait([naming], timeout=0.2)
+    forgetting = asyncio.create_task(store.forget(Forgotten("wecom", "bob", forgotten_tag("wecom", "bob"), ("a",))))
+    await asyncio.wait([forgetting], timeout=0.2)
+    forgot_while_named = forgetting.done()
+    pool.gate.set()
+    await asyncio.wait([naming, forgetting])
+    assert naming.cancelled()
+    assert not forgot_while_named
+    assert await FileUsageStore(tmp_path).sender_names([("wecom", "bob")]) == {}
+
+
+async def test_a_cancelled_recovery_check_keeps_the_lock_to_its_reads_end(tmp_path: Path) -> None:
+    """`unrecorded` cancelled while its thread reads the journals holds the write lock until that read ends: no
+    append runs under a read (it could read a line half written) after its caller gave up."""
+    store = FileUsageStore(tmp_path)
+    await store.add([row(100)])
+    loop = asyncio.get_running_loop()
+    pool = GatedPool(loop, lambda fn, _: getattr(fn, "__name__", "") == "_unrecorded")
+    loop.set_default_executor(pool)
+    checking = asyncio.create_task(store.unrecorded([row(100), row(900)]))
+    await asyncio.wait_for(pool.started.wait(), 2)
+    checking.cancel()
+    await asyncio.wait([checking], timeout=0.2)
+    adding = asyncio.create_task(store.add([row(900)]))
+    await asyncio.wait([adding], timeout=0.2)
+    appended_under_the_read = adding.done()
+    pool.gate.set()
+    await asyncio.wait([checking, adding])
+    assert checking.cancelled()
+    assert not appended_under_the_read
+    assert (await store.reserve([Claim(ALICE, day_limit=1000)], DAY, 1, 60.0)).refused is not None  # 1,000 used

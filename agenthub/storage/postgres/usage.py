@@ -16,6 +16,7 @@ import functools
 import json
 import time
 from collections.abc import Collection, Mapping, Sequence
+from json.encoder import encode_basestring
 
 from psycopg import AsyncCursor
 from psycopg.rows import TupleRow
@@ -314,8 +315,11 @@ def _claim_key(claim: Claim) -> str:
 @functools.lru_cache(maxsize=4096)  # a scope is checked again and again: its part of the claims' JSON made once
 def _scope_json(scope: Scope) -> str:
     """A claim's JSON object for `usage_reserve_except` without its limits and its closing brace."""
-    whose = {"kind": scope.kind, "channel": scope.channel, "ident": scope.ident, "key": scope.key}
-    return json.dumps(whose, ensure_ascii=False)[:-1]
+    quoted = encode_basestring  # as `json.dumps(..., ensure_ascii=False)` writes a string (a dict of them: 3× slower)
+    return (
+        f'{{"kind": {quoted(scope.kind)}, "channel": {quoted(scope.channel)}, "ident": {quoted(scope.ident)}, '
+        f'"key": {quoted(scope.key)}'
+    )
 
 
 def _calls(rows: Sequence[UsageRow]) -> tuple[str]:
