@@ -38,11 +38,15 @@ from agenthub.storage.postgres.copies import CopyLedger
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.store import HistoryRecord
 from agenthub.storage.tokens import StoredToken, TokenStore
+from agenthub.storage.usage_marks import ForgetMark
 
 Report = Callable[[str], None]
-Kind = Literal["sessions", "memory_files", "tokens", "inbox", "jobs", "usage_days", "idempotency"]
+Kind = Literal[
+    "sessions", "memory_files", "tokens", "inbox", "jobs", "usage_days", "usage_forget_marks", "idempotency"
+]  # fmt: skip
 FIGURES = (
-    "sessions", "records", "archived", "meta", "memory_files", "tokens", "inbox", "jobs", "usage_days", "idempotency",
+    "sessions", "records", "archived", "meta", "memory_files", "tokens", "inbox", "jobs", "usage_days",
+    "usage_forget_marks", "idempotency",
 )  # fmt: skip
 """What the report counts: the items of each kind, and the records, archived records and metas of the sessions."""
 Decision = Literal["same", "copy", "moved", "conflict"]
@@ -54,6 +58,7 @@ MOVED: dict[Kind, str] = {
     "inbox": "answered in the database since it was copied",
     "jobs": "changed or run in the database since it was copied",
     "usage_days": "the database has recorded more usage on that day since it was copied",
+    "usage_forget_marks": "gone from the database since it was copied",
     "idempotency": "used again in the database since it was copied",
 }
 CONFLICT = "the database holds another one, not copied from these files"
@@ -197,6 +202,7 @@ async def copy_files_to_postgres(data_dir: Path, auth_dir: Path, target: Target,
     await _copy_jobs(run, data_dir)
     if target.database is not None:
         await _copy_usage(run, target.database, data_dir)
+        await _copy_forget_marks(run, target.database, data_dir)
         await _copy_idempotency(run, target.database, data_dir, target.idempotency_window_s)
     await verify(target, run.checked, run.counts)
     return run.counts
@@ -234,7 +240,7 @@ async def _held_digests(target: Target, checked: Sequence[Checked]) -> dict[tupl
             digest = _entry_digest(inbox[item.item])
         elif item.kind == "jobs" and item.item in jobs:
             digest = _job_digest(jobs[item.item])
-        elif item.kind in ("usage_days", "idempotency") and target.database is not None:
+        elif item.kind in ("usage_days", "usage_forget_marks", "idempotency") and target.database is not None:
             digest = await _held_usage_or_key(target.database, item)
         if digest is not None:
             found[(item.kind, item.item)] = digest
@@ -411,6 +417,22 @@ async def _copy_usage(run: _Run, database: Database, data_dir: Path) -> None:
         await run.settle(item, held_digest, recorded.get(day), write, copied, records_itself=True)
 
 
+async def _copy_forget_marks(run: _Run, database: Database, data_dir: Path) -> None:
+    recorded = await run.target.ledger.digests("usage_forget_marks")
+    for mark in await asyncio.to_thread(copy_usage.file_marks, data_dir):
+        name = copy_usage.mark_item(mark)
+        held = await copy_usage.held_mark(database, mark)
+        item = Checked("usage_forget_marks", name, digest_of(copy_usage.mark_value(mark)), {"usage_forget_marks": 1})
+
+        async def write(name: str = name, mark: ForgetMark = mark, digest: str = item.digest) -> None:
+            await run.target.ledger.write_and_record("usage_forget_marks", name, digest, copy_usage.write_mark(mark))
+
+        held_digest = Held(None if held is None else digest_of(held))
+        await run.settle(
+            item, held_digest, recorded.get(name), write, "copied a usage forget mark", records_itself=True
+        )
+
+
 async def _copy_idempotency(run: _Run, database: Database, data_dir: Path, window_s: float) -> None:
     recorded = await run.target.ledger.digests("idempotency")
     for data in await asyncio.to_thread(copy_usage.live_keys, data_dir, window_s):
@@ -426,11 +448,19 @@ async def _copy_idempotency(run: _Run, database: Database, data_dir: Path, windo
 
 
 async def _held_usage_or_key(database: Database, item: Checked) -> str | None:
+    held: list[Any] | None
     if item.kind == "usage_days":
         held = await copy_usage.held_day(database, item.item)
+    elif item.kind == "usage_forget_marks":
+        held = await copy_usage.held_mark(database, _mark_of(item.item))
     else:
         held = await copy_usage.held_key(database, item.item)
     return None if held is None else digest_of(held)
+
+
+def _mark_of(item: str) -> ForgetMark:
+    channel, tag, agents, chat, at = json.loads(item)
+    return ForgetMark(channel, tag, tuple(agents), chat, float(at))
 
 
 def _agents(data_dir: Path) -> list[str]:

@@ -3,7 +3,9 @@ API's idempotency keys still inside their window, copied into PostgreSQL item by
 
 A usage item is one day: its roll-up (the day's calls summed per agent, chat, sender, model and purpose) becomes
 that day's `usage_days` rows; `usage_calls` (one row per call) starts with the move, the per-call journal stays in
-`data/usage/`. An idempotency item is one key taken by a request within `http.idempotency_window_s`."""
+`data/usage/`. A forget mark (`data/usage/forgotten.json`) becomes a `usage_forgotten` row (migration 23), so that
+usage made before a forget and written after the move still names the person's tag. An idempotency item is one key
+taken by a request within `http.idempotency_window_s`."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
 from agenthub.storage.postgres.usage import ADD_TOTALS, totals_of
 from agenthub.storage.usage import FileUsageStore, UsageRow
+from agenthub.storage.usage_marks import MARKS_FILE, ForgetMark, read_marks
 
 Digest = Callable[[Any], str]
 Settle = Callable[..., Awaitable[None]]
@@ -41,6 +44,14 @@ _DROP_DAY = (
     + USAGE_TOTALS_ADD.format(totals=USAGE_TOTALS_OF.format(rows="SELECT * FROM gone"))
 )
 """A day's rows go, and their tokens out of the running totals (migration 17), in one statement."""
+_MARK_HELD = (
+    "SELECT 1 FROM usage_forgotten WHERE channel = %s AND tag = %s AND agents = %s AND chat_id IS NOT DISTINCT FROM %s "
+    "AND forgotten_at = to_timestamp(%s)"
+)
+_INSERT_MARK = (
+    "INSERT INTO usage_forgotten (channel, tag, agents, chat_id, forgotten_at) "  # the time converted as `held_mark`'s
+    "VALUES (%s, %s, %s, %s, to_timestamp(%s))"
+)
 _KEY = "SELECT fingerprint, accepted, final FROM idempotency_keys WHERE scope = %s AND key = %s"
 _INSERT_KEY = (
     "INSERT INTO idempotency_keys (scope, key, fingerprint, accepted, final, created_at) "
@@ -140,5 +151,34 @@ def write_key(data: dict[str, Any]) -> Callable[[AsyncConnection[TupleRow]], Awa
             float(data["created_at"]),
         )
         await conn.execute(_INSERT_KEY, params)
+
+    return write
+
+
+def file_marks(data_dir: Path) -> list[ForgetMark]:
+    """The files backend's forget marks, each once, in the order they were made."""
+    return sorted(set(read_marks(data_dir / "usage" / MARKS_FILE)), key=lambda m: (m.at, mark_item(m)))
+
+
+def mark_item(mark: ForgetMark) -> str:
+    """A mark's name in the copy ledger: all of it (a mark names the tag, never the person)."""
+    return json.dumps(mark_value(mark), ensure_ascii=False)
+
+
+def mark_value(mark: ForgetMark) -> list[Any]:
+    return [mark.channel, mark.tag, list(mark.agents), mark.chat, mark.at]
+
+
+async def held_mark(database: Database, mark: ForgetMark) -> list[Any] | None:
+    """The mark's value when the database holds it (its time as the copy converted it), else None."""
+    async with database.connection("read a usage forget mark") as conn:
+        params = (mark.channel, mark.tag, list(mark.agents), mark.chat, mark.at)
+        found = await (await conn.execute(_MARK_HELD, params)).fetchone()
+    return None if found is None else mark_value(mark)
+
+
+def write_mark(mark: ForgetMark) -> Callable[[AsyncConnection[TupleRow]], Awaitable[object]]:
+    async def write(conn: AsyncConnection[TupleRow]) -> None:
+        await conn.execute(_INSERT_MARK, (mark.channel, mark.tag, list(mark.agents), mark.chat, mark.at))
 
     return write

@@ -15,7 +15,7 @@ from agenthub.storage.idempotency import FileIdempotency
 from agenthub.storage.postgres import open_database
 from agenthub.storage.postgres.idempotency import PostgresIdempotency
 from agenthub.storage.postgres.usage import PostgresUsageStore
-from agenthub.storage.usage import FileUsageStore, UsageRow
+from agenthub.storage.usage import FileUsageStore, Forgotten, UsageRow, forgotten_tag
 from agenthub.usage.report import group
 
 MIGRATE = ["store", "migrate", "--from", "files", "--to", "postgres"]
@@ -84,3 +84,34 @@ async def test_usage_days_and_live_idempotency_keys_are_copied_once(
     assert code == 0, err
     assert not [line for line in out.splitlines() if line.startswith(("copied ", "skipped "))]
     assert json.dumps(out).count("(0 copied now, 0 left") >= 2
+
+
+async def test_forget_marks_are_copied_so_a_row_made_before_a_forget_stays_unnamed(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`data/usage/forgotten.json` becomes `usage_forgotten` rows (migration 23): a call made before alice's forget
+    and written after the move (a dead process's spool replayed) names her tag, not her id; a second run copies
+    nothing."""
+    data_dir = tmp_path / "data"
+    files = FileUsageStore(data_dir)
+    made = time.time() - 60  # before the forget below
+    await files.add(usage_rows())
+    tag = forgotten_tag("wecom", "alice")
+    await files.forget(Forgotten("wecom", "alice", tag, ("default",)))
+    await files.forget(Forgotten("wecom", "bob", forgotten_tag("wecom", "bob"), ("default",), chat_id="g"))
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0, err
+    assert "usage_forget_marks: 2 in the files, 2 verified in the database (2 copied now, 0 left" in out
+    database = await open_database(postgres_dsn)
+    try:
+        store = PostgresUsageStore(database)
+        today = time.strftime("%Y-%m-%d")
+        late = UsageRow(today, "turn", "default", "wecom", "dm", "alice", "m", 3, 4, at=made)
+        await store.add([late])
+        senders = {r.sender_id for r in await store.days(today, today) if r.input == 3}
+        assert senders == {tag}
+    finally:
+        await database.close()
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0, err
+    assert "usage_forget_marks: 2 in the files, 2 verified in the database (0 copied now, 0 left" in out
