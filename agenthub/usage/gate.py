@@ -354,17 +354,18 @@ class BudgetGate:
         if reservation.id is not None:
             grant = Grant(reservation.id, len(missing))
             standings = _standings(claims, reservation.standings)
-            return [self._granted(p, grant, tokens, standings, estimate) for p in missing], None
+            granted, at = [], 0
+            for part in missing:  # each part's standings: the next `part.limits` of them (the claims' order)
+                part_standings = standings[at : at + part.limits]
+                at += part.limits
+                granted.append(self.leases.granted(part, grant, tokens, part_standings, estimate))
+            return granted, None
         near = {s.scope for s in reservation.standings if s.used >= s.limit}  # against the lowered limits
         for part in missing:
             if any(c.scope in near for c in part.claims):
                 self.leases.refused(part)
         standings, refused = judge(claims, _used(reservation.standings))
         return [], (Reservation(None, standings, refused) if refused is not None else None)
-
-    def _granted(self, part: LeaseKey, grant: Grant, tokens: int, standings: list[Standing], estimate: int) -> Lease:
-        scopes = _scopes(part)
-        return self.leases.granted(part, grant, tokens, [s for s in standings if s.scope in scopes], estimate)
 
     async def _warn_once(
         self, standing: Standing, day: str, locale: str, admission: Admission, *, named: Mapping[str, str] | None
@@ -445,9 +446,10 @@ def _used(standings: list[Standing]) -> dict[str, tuple[int, int]]:
 
 
 def _standings(claims: Sequence[Claim], lowered: list[Standing]) -> list[Standing]:
-    """The standings against the real limits (a lease was asked with lowered ones)."""
-    return judge(claims, _used(lowered))[0]
-
-
-def _scopes(part: LeaseKey) -> set[Scope]:
-    return {c.scope for c in part.claims}
+    """The standings against the real limits (a lease was asked with lowered ones): `lowered` as `judge` gave them,
+    one per limit set in the claims' order (a lowered limit is set where the real one is), each with its real
+    limit; in any other order, judged again."""
+    real = [(c.scope, limit) for c in claims for limit in (c.day_limit, c.month_limit) if limit > 0]
+    if len(real) != len(lowered) or any(s.scope is not r[0] for s, r in zip(lowered, real, strict=True)):
+        return judge(claims, _used(lowered))[0]
+    return [Standing(s.scope, s.period, limit, s.used) for s, (_, limit) in zip(lowered, real, strict=True)]

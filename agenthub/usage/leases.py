@@ -35,11 +35,13 @@ class LeaseKey:
     """The day and the claims (scopes with their limits) a lease was granted for: only turns with the same take it.
     Hashed once: a turn looks its parts up several times, and a turn shape's parts are kept (`gate.Plan`)."""
 
-    __slots__ = ("_hash", "claims", "day")
+    __slots__ = ("_hash", "claims", "day", "limits")
 
     def __init__(self, day: str, claims: tuple[Claim, ...]) -> None:
         self.day = day
         self.claims = claims
+        self.limits = sum((c.day_limit > 0) + (c.month_limit > 0) for c in claims)
+        """How many standings its claims have (`judge`: one per limit set, in the claims' order)."""
         self._hash = hash((day, claims))
 
     def __hash__(self) -> int:
