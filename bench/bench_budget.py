@@ -141,7 +141,8 @@ async def measure(args: argparse.Namespace, url: str, dsn: str | None) -> None:
                 await _seed(free, args.people, 28)  # the same store on both sides: only the checks differ
                 await _turns(limited, 2, 1, "warm")  # the SDK imported, the month loaded
                 await _turns(free, 2, 1, "warm")
-                freeze_start_up_objects()  # as `agenthub serve` does once warm (module docstring)
+                if not args.no_freeze:
+                    freeze_start_up_objects()  # as `agenthub serve` does once warm (module docstring)
                 on, off = [], []
                 for r in range(args.rounds):  # which side goes first alternates: a drifting machine hits both
                     if r % 2:
@@ -164,7 +165,8 @@ async def measure(args: argparse.Namespace, url: str, dsn: str | None) -> None:
                 async with own:
                     await _seed(own, args.people, 28)
                     await _turns(own, 2, 1, "warm")
-                    freeze_start_up_objects()
+                    if not args.no_freeze:
+                        freeze_start_up_objects()
                     direct_own = [
                         await _one_at_a_time(own, args.sessions, args.turns, f"own{r}") for r in range(args.direct)
                     ]
@@ -223,6 +225,12 @@ async def main() -> None:
         choices=["files", "postgres", "both"],
         default="both",
         help="postgres: a throw-away server of its own (initdb; see tests/support/postgres.py)",
+    )
+    parser.add_argument(
+        "--no-freeze",
+        action="store_true",
+        help="leave the start-up objects to the collector (as before 2026-12-04: a full collection inside a gate step "
+        "then makes a run's figure jump)",
     )
     parser.add_argument("--dsn", help="an existing PostgreSQL database instead of a throw-away server (it gets rows)")
     args = parser.parse_args()
