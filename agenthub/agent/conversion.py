@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from agenthub.agent.settled import SettledPrefix
+from agenthub.agent.settled import chat_type_of as newest_chat_type
 from agenthub.media.loader import LoadedImage
 from agenthub.media.refs import image_ref_source, media_text
 
@@ -93,10 +94,7 @@ NO_MEMO = NoMemo()
 def chat_type_of(history: list[Message]) -> object:
     """The `chat_type` the newest user message of the chat was stored with (None when none was: a group, for
     the scope rule)."""
-    for message in reversed(history):
-        if message.get("role") == "user" and "chat_type" in message:
-            return message["chat_type"]
-    return None
+    return newest_chat_type(history)
 
 
 def fold_system_messages(history: list[Message]) -> list[str]:

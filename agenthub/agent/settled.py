@@ -19,12 +19,22 @@ class SettledPrefix:
     it converts (no merge, no tool pairing across it). Only a refused turn after the cut can take `history[c]` (or
     more) away: `convert_tail` checks that it did not."""
 
-    __slots__ = ("conversation", "items", "system_texts")
+    __slots__ = ("chat_type", "conversation", "items", "system_texts")
 
     def __init__(self) -> None:
         self.items: list[Message] = []
         self.conversation: list[Message] = []
         self.system_texts: list[str] = []
+        self.chat_type: object = None
+        """`chat_type_of(items)`: what the newest user message of the prefix was stored with."""
+
+    def reset(self) -> None:
+        self.items, self.conversation, self.system_texts, self.chat_type = [], [], [], None
+
+    def chat_type_of(self, history: list[Message]) -> object:
+        """`chat_type_of(history)` from the messages after the prefix alone (`history` starts with the prefix:
+        `settled_conversation` made it so for this history)."""
+        return chat_type_of(history[len(self.items) :], self.chat_type)
 
     def holds_prefix_of(self, history: list[Message]) -> bool:
         """Whether `history` starts with the very messages converted (a replace or redaction makes new objects)."""
@@ -33,6 +43,14 @@ class SettledPrefix:
 
 
 TOOL_BLOCKS = ("tool_use", "tool_result")
+
+
+def chat_type_of(history: list[Message], default: object = None) -> object:
+    """The `chat_type` the newest user message of `history` was stored with (`default` when none was)."""
+    for message in reversed(history):
+        if message.get("role") == "user" and "chat_type" in message:
+            return message["chat_type"]
+    return default
 
 
 def settles(before: Message, message: Message) -> bool:
@@ -90,7 +108,7 @@ def settled_conversation(
     cut to keep (or a refusal across it), `whole` (default `convert`) converts the whole history, its count not
     included (a memoised conversion counts its own)."""
     if prefix.items and not prefix.holds_prefix_of(history):
-        prefix.items, prefix.conversation, prefix.system_texts = [], [], []
+        prefix.reset()
     start = len(prefix.items)
     cut = last_cut(history, start)
     converted = 0
@@ -98,10 +116,12 @@ def settled_conversation(
         extension = convert_tail(history, start, cut, convert, kept) if start else None
         if extension is None:
             prefix.conversation, prefix.system_texts = convert(history[:cut]), system_texts(history[:cut])
+            prefix.chat_type = chat_type_of(history[:cut])
             converted += cut
         else:
             prefix.conversation = prefix.conversation + extension
             prefix.system_texts = prefix.system_texts + system_texts(history[start:cut])
+            prefix.chat_type = chat_type_of(history[start:cut], prefix.chat_type)
             converted += cut - start + 1
         prefix.items = history[:cut]
     start = len(prefix.items)

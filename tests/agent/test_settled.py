@@ -8,7 +8,7 @@ import copy
 import json
 from typing import Any
 
-from agenthub.agent.conversion import drop_refused_turns, fold_system_messages, to_conversation
+from agenthub.agent.conversion import chat_type_of, drop_refused_turns, fold_system_messages, to_conversation
 from agenthub.agent.settled import SettledPrefix, settled_conversation, settles
 
 Message = dict[str, Any]
@@ -25,6 +25,7 @@ def _convert(prefix: SettledPrefix, history: list[Message]) -> tuple[list[Messag
     conversation, folded, converted = settled_conversation(prefix, history, to_conversation, drop_refused_turns)
     assert conversation == to_conversation(history)
     assert folded == fold_system_messages(history)
+    assert prefix.chat_type_of(history) == chat_type_of(history)
     return conversation, converted
 
 
@@ -76,3 +77,18 @@ def test_no_cut_before_a_message_that_may_not_be_sent() -> None:
     assert not settles(calling, {"role": "user", "content": "question"})
     history = [*_turns(3), {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "stray"}]}]
     _convert(SettledPrefix(), [*history, {"role": "assistant", "content": "merged with answer 2"}])
+
+
+def test_the_chat_type_comes_from_the_newest_user_message_that_has_one_without_reading_the_prefix_again() -> None:
+    prefix, history = SettledPrefix(), _turns(30)
+    history[0]["chat_type"] = "group"
+    history[40]["chat_type"] = "private"
+    _convert(prefix, [*history, {"role": "user", "content": "q"}])
+    assert prefix.chat_type == "private"  # kept with the prefix: the next turn reads only what follows it
+    history = [*history, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    _convert(prefix, [*history, {"role": "user", "content": "r"}])
+    later = [*history, {"role": "user", "content": "r", "chat_type": "group"}]
+    assert prefix.chat_type_of(later) == "group"
+    compacted = [{"role": "system", "content": "before"}, *history[-4:], {"role": "user", "content": "s"}]
+    _convert(prefix, compacted)
+    assert prefix.chat_type_of(compacted) is None  # the prefix was dropped with the messages that said private
