@@ -13,6 +13,7 @@ from typing import Any
 from agenthub.agent.conversion import (
     CACHE,
     Memo,
+    Positions,
     chat_type_of,
     cut_old_tool_results,
     drop_refused_turns,
@@ -207,13 +208,16 @@ class ContextBuilder:
         )
         memo.computed += converted
         images = None
+        at = Positions.of(conversation, memo.settled)
         refs = (
-            [ref for _, _, ref in recent_image_refs(conversation, memo)] if model not in self.text_only_models else []
+            [ref for _, _, ref in recent_image_refs(conversation, memo, at.openers)]
+            if model not in self.text_only_models
+            else []
         )
         if refs:
             images = await self.images.load(self.workspace_dir / agent.name, refs)
         messages = cut_old_tool_results(
-            place_images(conversation, images, memo), self.budget.old_tool_result_chars, memo
+            place_images(conversation, images, memo, at), self.budget.old_tool_result_chars, memo, at
         )
         self.last_computed = memo.settle()
         known = (folded, memo.settled.chat_type_of(history))

@@ -92,3 +92,28 @@ def test_the_chat_type_comes_from_the_newest_user_message_that_has_one_without_r
     compacted = [{"role": "system", "content": "before"}, *history[-4:], {"role": "user", "content": "s"}]
     _convert(prefix, compacted)
     assert prefix.chat_type_of(compacted) is None  # the prefix was dropped with the messages that said private
+
+
+def test_positions_in_a_growing_conversation_test_each_settled_message_once() -> None:
+    prefix, history, tested = SettledPrefix(), _turns(200), list[Message]()
+
+    def asks(message: Message) -> bool:
+        tested.append(message)
+        return "7" in json.dumps(message)
+
+    def fresh(conversation: list[Message]) -> list[int]:
+        return [i for i, m in enumerate(conversation) if "7" in json.dumps(m)]
+
+    for n in range(30):
+        history = [*history, {"role": "user", "content": f"q{n}"}]
+        conversation, _ = _convert(prefix, history)
+        tested.clear()
+        assert prefix.positions(asks, conversation) == fresh(conversation)
+        assert len(tested) <= (len(conversation) if n == 0 else 4), n  # the first: all; then the new ones
+        history = [*history, {"role": "assistant", "content": f"a{n}"}]
+    copied = list(conversation)  # not the conversation the prefix made: every message tested
+    tested.clear()
+    assert prefix.positions(asks, copied) == fresh(copied) and len(tested) == len(copied)
+    compacted = [{"role": "system", "content": "before"}, *history[-6:], {"role": "user", "content": "7 again"}]
+    conversation, _ = _convert(prefix, compacted)
+    assert prefix.positions(asks, conversation) == fresh(conversation)
