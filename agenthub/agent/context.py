@@ -13,6 +13,7 @@ from typing import Any
 from agenthub.agent.conversion import (
     CACHE,
     Memo,
+    Positions,
     chat_type_of,
     cut_old_tool_results,
     drop_refused_turns,
@@ -162,15 +163,15 @@ class ContextBuilder:
         key: SessionKey,
         sender_id: str,
         history: list[Message],
-        folded: list[str] | None = None,
+        known: tuple[list[str], object] | None = None,
     ) -> tuple[list[str], str, str]:
         """(persona and folded summaries, the memory block, the profile block); a block is "" without its file.
-        `folded`: the summaries of `history` when known."""
-        texts = [agent.persona]
-        texts.extend(fold_system_messages(history) if folded is None else folded)
+        `known`: the summaries of `history` and its `chat_type_of`, when the session's memo has them."""
+        folded, chat_type = (fold_system_messages(history), chat_type_of(history)) if known is None else known
+        texts = [agent.persona, *folded]
         files = self.memory_files
         memory_name = files.memory_name(agent, key)
-        profile_name = files.profile_name(agent, key, sender_id, chat_type_of(history))  # only the current sender's
+        profile_name = files.profile_name(agent, key, sender_id, chat_type)  # only the current sender's
         names = [memory_name] if profile_name is None else [memory_name, profile_name]
         memory, profile, *_ = [*await files.read_many(names), ""]  # one hop (one query) per turn
         memory_block = profile_block = ""
@@ -207,16 +208,20 @@ class ContextBuilder:
         )
         memo.computed += converted
         images = None
+        at = Positions.of(conversation, memo.settled)
         refs = (
-            [ref for _, _, ref in recent_image_refs(conversation, memo)] if model not in self.text_only_models else []
+            [ref for _, _, ref in recent_image_refs(conversation, memo, at.openers)]
+            if model not in self.text_only_models
+            else []
         )
         if refs:
             images = await self.images.load(self.workspace_dir / agent.name, refs)
         messages = cut_old_tool_results(
-            place_images(conversation, images, memo), self.budget.old_tool_result_chars, memo
+            place_images(conversation, images, memo, at), self.budget.old_tool_result_chars, memo, at
         )
         self.last_computed = memo.settle()
-        texts, memory, profile = await self._system_parts(agent, key, sender_id, history, folded)
+        known = (folded, memo.settled.chat_type_of(history))
+        texts, memory, profile = await self._system_parts(agent, key, sender_id, history, known)
         if self.memory_notes:  # an addition to MEMORY.md rides on a message while the chat's cache is warm
             memory, messages = self.notes.apply(key, memory, messages, self.cache_warm(str(key)))
         return LLMRequest(

@@ -3,13 +3,16 @@ results cut, cache marks; `Memo` keeps what a session's earlier turns already co
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import itertools
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agenthub.agent.settled import SettledPrefix
+from agenthub.agent.settled import chat_type_of as newest_chat_type
 from agenthub.media.loader import LoadedImage
 from agenthub.media.refs import image_ref_source, media_text
 
@@ -93,10 +96,7 @@ NO_MEMO = NoMemo()
 def chat_type_of(history: list[Message]) -> object:
     """The `chat_type` the newest user message of the chat was stored with (None when none was: a group, for
     the scope rule)."""
-    for message in reversed(history):
-        if message.get("role") == "user" and "chat_type" in message:
-            return message["chat_type"]
-    return None
+    return newest_chat_type(history)
 
 
 def fold_system_messages(history: list[Message]) -> list[str]:
@@ -291,16 +291,48 @@ def _openers(messages: list[Message], memo: Memo) -> list[int]:
     return list(itertools.compress(range(len(messages)), memo.map(_opens_turn, messages)))  # at C speed
 
 
-def _image_boundary(messages: list[Message], memo: Memo = NO_MEMO) -> int:
-    openers = _openers(messages, memo)
+def _has_tool_result(message: Message) -> bool:
+    content = message.get("content")
+    return (
+        message.get("role") == "user"
+        and isinstance(content, list)
+        and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Positions:
+    """Where in a conversation the messages are that open a turn, refer to a stored image and carry tool results,
+    the settled prefix's part kept between builds (`SettledPrefix.positions`). Placing images changes none of
+    the three, so the positions of a conversation are those of its images placed too."""
+
+    openers: list[int]
+    images: list[int]
+    results: list[int]
+
+    @classmethod
+    def of(cls, conversation: list[Message], settled: SettledPrefix) -> Positions:
+        """The positions in `conversation`, from those `settled` keeps where it made `conversation`."""
+        return cls(
+            settled.positions(_opens_turn, conversation),
+            settled.positions(_has_image_ref, conversation),
+            settled.positions(_has_tool_result, conversation),
+        )
+
+
+def _image_boundary(messages: list[Message], memo: Memo = NO_MEMO, openers: list[int] | None = None) -> int:
+    openers = _openers(messages, memo) if openers is None else openers
     steps = max(0, len(openers) - IMAGE_RECENT_TURNS) // IMAGE_STEP_TURNS
     return openers[steps * IMAGE_STEP_TURNS] if steps else 0
 
 
-def recent_image_refs(messages: list[Message], memo: Memo = NO_MEMO) -> list[tuple[int, int, tuple[str, str]]]:
-    """(message index, block index, (path, media type)) of the image references after the cut-off, newest first."""
+def recent_image_refs(
+    messages: list[Message], memo: Memo = NO_MEMO, openers: list[int] | None = None
+) -> list[tuple[int, int, tuple[str, str]]]:
+    """(message index, block index, (path, media type)) of the image references after the cut-off, newest first
+    (`openers`: `Positions.openers` of `messages`, when known)."""
     found = []
-    for i in range(len(messages) - 1, _image_boundary(messages, memo) - 1, -1):
+    for i in range(len(messages) - 1, _image_boundary(messages, memo, openers) - 1, -1):
         content = messages[i].get("content")
         if messages[i].get("role") != "user" or not isinstance(content, list):
             continue
@@ -322,17 +354,21 @@ def _has_image_ref(message: Message) -> bool:
 
 
 def place_images(
-    messages: list[Message], images: Mapping[str, LoadedImage] | None, memo: Memo = NO_MEMO
+    messages: list[Message],
+    images: Mapping[str, LoadedImage] | None,
+    memo: Memo = NO_MEMO,
+    positions: Positions | None = None,
 ) -> list[Message]:
     """API messages whose image references are base64 image blocks in the recent turns (newest first, within
     `MAX_REQUEST_IMAGES` and `MAX_REQUEST_IMAGE_CHARS`), `[image: <path>]` text otherwise (all of them when
     `images` is None: a model without image input), and a placeholder for a recent one whose file is gone. Never
-    more than the request may hold; the stored history is unchanged."""
+    more than the request may hold; the stored history is unchanged. `positions`: those of `messages`, when known."""
+    openers = positions.openers if positions is not None else None
     chosen: dict[tuple[int, int], dict[str, Any]] = {}
     missing: set[tuple[int, int]] = set()
     chars = 0
     loadable = images or {}
-    for i, j, (path, _) in recent_image_refs(messages, memo) if images is not None else []:
+    for i, j, (path, _) in recent_image_refs(messages, memo, openers) if images is not None else []:
         loaded = loadable.get(path)
         if loaded is None:
             missing.add((i, j))
@@ -342,7 +378,10 @@ def place_images(
             chosen[(i, j)] = {"type": "image", "source": source}
     placed = list(messages)
     recent = sorted({i for i, _ in chosen} | {i for i, _ in missing})
-    referring = itertools.compress(range(len(messages)), memo.map(_has_image_ref, messages))
+    if positions is None:
+        referring: Iterable[int] = itertools.compress(range(len(messages)), memo.map(_has_image_ref, messages))
+    else:
+        referring = positions.images
     old = [i for i in referring if i not in recent]
     for i, as_text in zip(old, memo.map(_images_as_text, [messages[i] for i in old]), strict=True):
         placed[i] = as_text  # every image of it as text: the same each turn
@@ -412,17 +451,26 @@ def _with_results_cut(message: Message, limit: int) -> Message:
     return {**message, "content": blocks}
 
 
-def cut_old_tool_results(messages: list[Message], limit: int, memo: Memo = NO_MEMO) -> list[Message]:
+def cut_old_tool_results(
+    messages: list[Message], limit: int, memo: Memo = NO_MEMO, positions: Positions | None = None
+) -> list[Message]:
     """API messages whose `tool_result` texts are cut to about `limit` characters (0: none are) in the turns
     before the cut-off. The cut-off keeps at least the newest `RECENT_TURNS` user turns whole and advances
     `CUT_STEP_TURNS` turns at a time, so requests stay byte-identical prefixes of each other in between.
-    Blocks are never removed, so every `tool_use` keeps its result."""
+    Blocks are never removed, so every `tool_use` keeps its result. With `positions` (those of `messages`), only
+    the messages with tool results are looked at."""
     if limit <= 0:
         return messages
-    openers = _openers(messages, memo)
+    openers = _openers(messages, memo) if positions is None else positions.openers
     steps = max(0, len(openers) - RECENT_TURNS) // CUT_STEP_TURNS
     boundary = openers[steps * CUT_STEP_TURNS] if steps else 0
-    return [*memo.map(_with_results_cut, messages[:boundary], limit), *messages[boundary:]]
+    if positions is None:
+        return [*memo.map(_with_results_cut, messages[:boundary], limit), *messages[boundary:]]
+    cut = list(messages)
+    before = positions.results[: bisect.bisect_left(positions.results, boundary)]
+    for i, message in zip(before, memo.map(_with_results_cut, [messages[i] for i in before], limit), strict=True):
+        cut[i] = message
+    return cut
 
 
 def mark_newest_message(messages: list[Message]) -> list[Message]:

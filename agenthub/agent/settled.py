@@ -3,6 +3,7 @@ appended since, and the result is the list `to_conversation` makes of the whole 
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 Message = dict[str, Any]
 Convert = Callable[[list[Message]], list[Message]]
 Kept = Callable[[list[Message]], list[Message]]
+Predicate = Callable[[Message], bool]
 
 
 class SettledPrefix:
@@ -19,12 +21,46 @@ class SettledPrefix:
     it converts (no merge, no tool pairing across it). Only a refused turn after the cut can take `history[c]` (or
     more) away: `convert_tail` checks that it did not."""
 
-    __slots__ = ("conversation", "items", "system_texts")
+    __slots__ = ("chat_type", "conversation", "items", "marks", "returned", "system_texts")
 
     def __init__(self) -> None:
         self.items: list[Message] = []
         self.conversation: list[Message] = []
         self.system_texts: list[str] = []
+        self.chat_type: object = None
+        """`chat_type_of(items)`: what the newest user message of the prefix was stored with."""
+        self.marks: dict[Predicate, list[int]] = {}
+        """Per predicate asked about (`positions`), the indices of `conversation`'s messages it holds for."""
+        self.returned: list[Message] | None = None
+        """The conversation `settled_conversation` last returned as `conversation` and a tail (None: another)."""
+
+    def reset(self) -> None:
+        self.items, self.conversation, self.system_texts, self.chat_type = [], [], [], None
+        self.marks, self.returned = {}, None
+
+    def extend(self, extension: list[Message]) -> None:
+        """`conversation` grown by `extension`: each predicate's marks tested on the new messages alone."""
+        start = len(self.conversation)
+        self.conversation = self.conversation + extension
+        for predicate, marks in self.marks.items():
+            marks.extend(_where(predicate, extension, start))
+
+    def positions(self, predicate: Predicate, conversation: list[Message]) -> list[int]:
+        """The indices of `conversation`'s messages `predicate` holds for (a pure function of a message, which is
+        never changed in place). For the conversation `settled_conversation` last returned, the prefix's part is
+        kept from build to build, each message tested once; the tail is tested now. Any other: all are tested."""
+        if conversation is not self.returned:
+            return _where(predicate, conversation)
+        start = len(self.conversation)
+        marks = self.marks.get(predicate)
+        if marks is None:
+            marks = self.marks[predicate] = _where(predicate, self.conversation)
+        return [*marks, *_where(predicate, conversation[start:], start)]
+
+    def chat_type_of(self, history: list[Message]) -> object:
+        """`chat_type_of(history)` from the messages after the prefix alone (`history` starts with the prefix:
+        `settled_conversation` made it so for this history)."""
+        return chat_type_of(history[len(self.items) :], self.chat_type)
 
     def holds_prefix_of(self, history: list[Message]) -> bool:
         """Whether `history` starts with the very messages converted (a replace or redaction makes new objects)."""
@@ -32,7 +68,19 @@ class SettledPrefix:
         return n < len(history) and all(map(operator.is_, history[:n], self.items))
 
 
+def _where(predicate: Predicate, messages: list[Message], start: int = 0) -> list[int]:
+    return list(itertools.compress(itertools.count(start), map(predicate, messages)))  # at C speed
+
+
 TOOL_BLOCKS = ("tool_use", "tool_result")
+
+
+def chat_type_of(history: list[Message], default: object = None) -> object:
+    """The `chat_type` the newest user message of `history` was stored with (`default` when none was)."""
+    for message in reversed(history):
+        if message.get("role") == "user" and "chat_type" in message:
+            return message["chat_type"]
+    return default
 
 
 def settles(before: Message, message: Message) -> bool:
@@ -90,7 +138,7 @@ def settled_conversation(
     cut to keep (or a refusal across it), `whole` (default `convert`) converts the whole history, its count not
     included (a memoised conversion counts its own)."""
     if prefix.items and not prefix.holds_prefix_of(history):
-        prefix.items, prefix.conversation, prefix.system_texts = [], [], []
+        prefix.reset()
     start = len(prefix.items)
     cut = last_cut(history, start)
     converted = 0
@@ -98,14 +146,18 @@ def settled_conversation(
         extension = convert_tail(history, start, cut, convert, kept) if start else None
         if extension is None:
             prefix.conversation, prefix.system_texts = convert(history[:cut]), system_texts(history[:cut])
+            prefix.chat_type, prefix.marks = chat_type_of(history[:cut]), {}
             converted += cut
         else:
-            prefix.conversation = prefix.conversation + extension
+            prefix.extend(extension)
             prefix.system_texts = prefix.system_texts + system_texts(history[start:cut])
+            prefix.chat_type = chat_type_of(history[start:cut], prefix.chat_type)
             converted += cut - start + 1
         prefix.items = history[:cut]
     start = len(prefix.items)
     tail = convert_tail(history, start, len(history), convert, kept) if start else None
     if tail is None:
+        prefix.returned = None
         return (whole or convert)(history), system_texts(history), converted + (0 if whole else len(history))
-    return prefix.conversation + tail, prefix.system_texts + system_texts(history, start), converted + len(tail) + 1
+    conversation = prefix.returned = prefix.conversation + tail
+    return conversation, prefix.system_texts + system_texts(history, start), converted + len(tail) + 1

@@ -98,6 +98,9 @@ def _long_ttl(blocks: Iterable[Any]) -> bool:
     return False
 
 
+_first = operator.itemgetter(0)
+
+
 def _message_print(message: dict[str, Any]) -> tuple[bytes, bool]:
     """(the message's digest, whether one of its blocks asks for the 1-hour cache)."""
     content = message.get("content")
@@ -108,11 +111,38 @@ MEMO_CHATS = 128
 """Chats whose previous request's per-message digests are kept for the next call (the most recently watched)."""
 
 
-def message_prints() -> Repeated[dict[str, Any], tuple[bytes, bool]]:
-    """A chat's previous request's messages and their `_message_print`s: a request that repeats them (the same
-    objects: the context builder's memo hands the same converted message every turn, and no message is changed in
-    place) reuses their digests, so a call's fingerprint costs what was appended, not the whole conversation."""
-    return Repeated(_message_print)
+class MessagePrints(Repeated[dict[str, Any], tuple[bytes, bool]]):
+    """A chat's previous request's messages and their `_message_print`s, with the digests joined and the first
+    message that asks for the 1-hour cache: a request that repeats them (the same objects: the context builder's
+    memo hands the same converted message every turn, and no message is changed in place) reuses their digests and
+    that state, so a call's fingerprint costs what was appended, not the whole conversation."""
+
+    __slots__ = ("_joined_of", "first_long", "joined")
+
+    def __init__(self) -> None:
+        super().__init__(_message_print)
+        self.joined = b""
+        self.first_long = -1
+        """The index of the first message with a 1-hour mark (-1: none)."""
+        self._joined_of: list[tuple[bytes, bool]] = self.results
+        """The prints `joined` and `first_long` were taken over."""
+
+    def digests(self, messages: list[dict[str, Any]]) -> tuple[bytes, bool]:
+        """(the messages' digests joined, whether one of them asks for the 1-hour cache)."""
+        synced = self.results is self._joined_of
+        prints = self._joined_of = self(messages)
+        kept = self.kept if synced else 0
+        appended = prints[kept:]
+        self.joined = self.joined[: kept * _DIGEST] + b"".join(map(_first, appended))
+        if self.first_long >= kept:
+            self.first_long = -1
+        if self.first_long < 0:
+            self.first_long = next((kept + i for i, (_, long) in enumerate(appended) if long), -1)
+        return self.joined, self.first_long >= 0
+
+
+def message_prints() -> MessagePrints:
+    return MessagePrints()
 
 
 def _system_digest(system: list[dict[str, Any]]) -> tuple[tuple[str, bytes], ...]:
@@ -123,7 +153,6 @@ def _tools_digest(tools: list[dict[str, Any]]) -> tuple[bytes, bool]:
     return _digest([_bare(t) for t in tools]), _long_ttl(tools)
 
 
-_first, _second = operator.itemgetter(0), operator.itemgetter(1)
 _system_digests = ByIdentity(_system_digest)
 _tools_digests = ByIdentity(_tools_digest)
 """The context builder hands the same system blocks and tool definitions while they do not change."""
@@ -141,13 +170,12 @@ class Fingerprint:
     ttl_s: float
 
     @classmethod
-    def of(cls, request: LLMRequest, known: Repeated[dict[str, Any], tuple[bytes, bool]] | None = None) -> Fingerprint:
+    def of(cls, request: LLMRequest, known: MessagePrints | None = None) -> Fingerprint:
         """The request's fingerprint; `known` (the chat's previous messages) spares re-digesting repeated ones."""
         system = _system_digests(request.system)
-        prints = (known or message_prints())(request.messages)
-        messages = b"".join(map(_first, prints))  # at C speed: a long chat's prints are many
+        messages, messages_long = (known or message_prints()).digests(request.messages)
         tools, tools_long = _tools_digests(request.tools)
-        long_ttl = _long_ttl(request.system) or tools_long or any(map(_second, prints))
+        long_ttl = _long_ttl(request.system) or tools_long or messages_long
         return cls(request.model, tools, system, messages, LONG_TTL_S if long_ttl else DEFAULT_TTL_S)
 
     @property

@@ -36,14 +36,16 @@ class ByIdentity(Generic[T, V]):
 class Repeated(Generic[T, V]):
     """`[derive(item) for item in items]` over a list that mostly repeats the previous one (a chat's messages, call
     after call): the previous call's items (held) are matched by identity, the common prefix at C speed, and only
-    what it did not have is derived."""
+    what it did not have is derived. `kept`: how many leading results the last call carried over in place (the
+    same as the call before at the same positions), for state a subclass keeps over the results."""
 
-    __slots__ = ("_derive", "items", "results")
+    __slots__ = ("_derive", "items", "kept", "results")
 
     def __init__(self, derive: Callable[[T], V]) -> None:
         self._derive = derive
         self.items: list[T] = []
         self.results: list[V] = []
+        self.kept = 0
 
     def __call__(self, items: list[T]) -> list[V]:
         before, results = self.items, self.results
@@ -54,7 +56,7 @@ class Repeated(Generic[T, V]):
         for item in items[kept:]:
             hit = seen.get(id(item))
             derived.append(hit[1] if hit is not None and hit[0] is item else self._derive(item))
-        self.items, self.results = list(items), derived
+        self.items, self.results, self.kept = list(items), derived, kept
         return derived
 
 

@@ -31,8 +31,11 @@ def request_body(request: LLMRequest, diagnostics: dict[str, Any] | None = None)
     """The JSON body `messages.stream` would send for `request`; `diagnostics` (`{"previous_message_id": …}`) asks
     Anthropic's API why the prompt cache could not reuse that reply's prefix. The parts a chat's calls repeat (the
     same system blocks, tool definitions and earlier messages: objects never changed in place) are encoded once."""
-    encoded = _encoded_messages(request.chat)(request.messages) if request.chat else map(_encoded, request.messages)
-    parts = [f'{{"max_tokens":{_encode(request.max_tokens)},"messages":['.encode(), b",".join(encoded)]
+    if request.chat:
+        encoded: bytes | bytearray = _encoded_messages(request.chat).joined_for(request.messages)
+    else:
+        encoded = b",".join(map(_encoded, request.messages))
+    parts = [f'{{"max_tokens":{_encode(request.max_tokens)},"messages":['.encode(), encoded]
     parts.append(f'],"model":{_encode(request.model)}'.encode())
     if diagnostics is not None:
         parts.append(b',"diagnostics":' + _encode(diagnostics).encode())
@@ -53,7 +56,40 @@ def _encoded(value: Any) -> bytes:
 
 _encoded_blocks = ByIdentity(_encoded)
 """The system blocks and tool definitions, which the context builder hands as the same lists while unchanged."""
-_encoded_messages = PerChat(lambda: Repeated(_encoded))
+
+
+class EncodedMessages(Repeated[dict[str, Any], bytes]):
+    """A chat's previous request's messages, each one's JSON, and all of it joined by commas in one buffer kept
+    from call to call: a call that repeats the messages (the same objects, never changed in place) encodes and
+    copies into the buffer only what was appended, and the body is assembled from the buffer in one copy."""
+
+    __slots__ = ("_ends", "_joined_of", "joined")
+
+    def __init__(self) -> None:
+        super().__init__(_encoded)
+        self.joined = bytearray()
+        self._ends: list[int] = []
+        """Where each message's JSON ends in `joined`."""
+        self._joined_of: list[bytes] = self.results
+        """The encodings `joined` holds."""
+
+    def joined_for(self, messages: list[dict[str, Any]]) -> bytearray:
+        """`b",".join(encodings of messages)`, in the buffer (valid until the next call: copy it)."""
+        synced = self.results is self._joined_of
+        encoded = self._joined_of = self(messages)
+        kept = self.kept if synced else 0
+        joined, ends = self.joined, self._ends
+        del ends[kept:]
+        del joined[ends[-1] if ends else 0 :]
+        for piece in encoded[kept:]:
+            if ends:
+                joined += b","
+            joined += piece
+            ends.append(len(joined))
+        return joined
+
+
+_encoded_messages = PerChat(EncodedMessages)
 
 
 async def stream(

@@ -8,7 +8,7 @@ import copy
 import json
 from typing import Any
 
-from agenthub.agent.conversion import drop_refused_turns, fold_system_messages, to_conversation
+from agenthub.agent.conversion import chat_type_of, drop_refused_turns, fold_system_messages, to_conversation
 from agenthub.agent.settled import SettledPrefix, settled_conversation, settles
 
 Message = dict[str, Any]
@@ -25,6 +25,7 @@ def _convert(prefix: SettledPrefix, history: list[Message]) -> tuple[list[Messag
     conversation, folded, converted = settled_conversation(prefix, history, to_conversation, drop_refused_turns)
     assert conversation == to_conversation(history)
     assert folded == fold_system_messages(history)
+    assert prefix.chat_type_of(history) == chat_type_of(history)
     return conversation, converted
 
 
@@ -76,3 +77,43 @@ def test_no_cut_before_a_message_that_may_not_be_sent() -> None:
     assert not settles(calling, {"role": "user", "content": "question"})
     history = [*_turns(3), {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "stray"}]}]
     _convert(SettledPrefix(), [*history, {"role": "assistant", "content": "merged with answer 2"}])
+
+
+def test_the_chat_type_comes_from_the_newest_user_message_that_has_one_without_reading_the_prefix_again() -> None:
+    prefix, history = SettledPrefix(), _turns(30)
+    history[0]["chat_type"] = "group"
+    history[40]["chat_type"] = "private"
+    _convert(prefix, [*history, {"role": "user", "content": "q"}])
+    assert prefix.chat_type == "private"  # kept with the prefix: the next turn reads only what follows it
+    history = [*history, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    _convert(prefix, [*history, {"role": "user", "content": "r"}])
+    later = [*history, {"role": "user", "content": "r", "chat_type": "group"}]
+    assert prefix.chat_type_of(later) == "group"
+    compacted = [{"role": "system", "content": "before"}, *history[-4:], {"role": "user", "content": "s"}]
+    _convert(prefix, compacted)
+    assert prefix.chat_type_of(compacted) is None  # the prefix was dropped with the messages that said private
+
+
+def test_positions_in_a_growing_conversation_test_each_settled_message_once() -> None:
+    prefix, history, tested = SettledPrefix(), _turns(200), list[Message]()
+
+    def asks(message: Message) -> bool:
+        tested.append(message)
+        return "7" in json.dumps(message)
+
+    def fresh(conversation: list[Message]) -> list[int]:
+        return [i for i, m in enumerate(conversation) if "7" in json.dumps(m)]
+
+    for n in range(30):
+        history = [*history, {"role": "user", "content": f"q{n}"}]
+        conversation, _ = _convert(prefix, history)
+        tested.clear()
+        assert prefix.positions(asks, conversation) == fresh(conversation)
+        assert len(tested) <= (len(conversation) if n == 0 else 4), n  # the first: all; then the new ones
+        history = [*history, {"role": "assistant", "content": f"a{n}"}]
+    copied = list(conversation)  # not the conversation the prefix made: every message tested
+    tested.clear()
+    assert prefix.positions(asks, copied) == fresh(copied) and len(tested) == len(copied)
+    compacted = [{"role": "system", "content": "before"}, *history[-6:], {"role": "user", "content": "7 again"}]
+    conversation, _ = _convert(prefix, compacted)
+    assert prefix.positions(asks, conversation) == fresh(conversation)

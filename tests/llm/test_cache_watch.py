@@ -228,3 +228,24 @@ def test_a_one_hour_mark_on_a_message_gives_the_long_lifetime() -> None:
     ]
     assert Fingerprint.of(_request(messages=messages), message_prints()).ttl_s == LONG_TTL_S
     assert Fingerprint.of(_request(1)).ttl_s < LONG_TTL_S
+
+
+def test_a_chats_fingerprints_kept_from_call_to_call_are_the_ones_computed_afresh() -> None:
+    """The joined digests and the 1-hour mark carried from call to call: a mark that comes, moves back into the
+    conversation, and goes (an edit replacing its message) gives what a fingerprint from scratch gives."""
+    long_mark = {"type": "ephemeral", "ttl": "1h"}
+    known, messages = message_prints(), _messages(2)
+    marked = {"role": "user", "content": [{"type": "text", "text": "q", "cache_control": long_mark}]}
+    steps = [
+        messages,
+        [*messages[:-1], marked],
+        [*messages[:-1], marked, {"role": "assistant", "content": "a"}, {"role": "user", "content": "q2"}],
+        [*messages[:-1], {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+        [*messages[:2], marked],
+    ]
+    for step in steps:
+        request = _request(messages=step)
+        assert Fingerprint.of(request, known) == Fingerprint.of(request), step
+    known(steps[0])  # the memo used directly: the next fingerprint does not trust what it kept
+    request = _request(messages=steps[2])
+    assert Fingerprint.of(request, known) == Fingerprint.of(request)

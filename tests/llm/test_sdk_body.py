@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 from agenthub.llm.sdk import request_body
@@ -44,3 +45,32 @@ def test_a_call_without_chat_system_or_tools() -> None:
     request = LLMRequest("m", [], [{"role": "user", "content": "hi"}], [], 10)
     assert request_body(request) == _whole(request)
     assert request_body(request, {"previous_message_id": None}) == _whole(request, {"previous_message_id": None})
+
+
+def test_a_chats_buffer_kept_over_appends_edits_compactions_and_marks_moving_encodes_as_the_whole() -> None:
+    """The chat's joined JSON carried from call to call: appended messages, the newest message re-marked (a new
+    object in the last place), a compaction (fewer messages), an edit in the middle, an empty list, another chat's
+    calls in between: every body is the whole request encoded afresh."""
+    rng = random.Random(5)
+    messages: list[dict[str, Any]] = []
+    for step in range(200):
+        change = rng.random()
+        if change < 0.05:
+            messages = messages[-rng.randrange(1, 4) :] if messages else []
+        elif change < 0.1 and len(messages) > 3:
+            at = rng.randrange(len(messages))
+            messages = [*messages[:at], {"role": "user", "content": f"edited {step} ü"}, *messages[at + 1 :]]
+        elif change < 0.12:
+            messages = []
+        else:
+            plain = [{"role": "assistant", "content": f"a{step}"}, {"role": "user", "content": f"q{step} 你好"}]
+            messages = [*messages, *plain[: rng.randrange(1, 3)]]
+        sent = list(messages)
+        if sent and rng.random() < 0.5:  # the newest message carries the cache mark: a new object each call
+            sent[-1] = {
+                **sent[-1],
+                "content": [{"type": "text", "text": "marked", "cache_control": {"type": "ephemeral"}}],
+            }
+        chat = rng.choice(["default:cli:c1", "default:cli:c2"])
+        request = LLMRequest("m", SYSTEM, sent, TOOLS, 256, chat=chat)
+        assert request_body(request) == _whole(request), step

@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import json
 import os
+import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -221,6 +222,10 @@ class FakeAnthropic:
         self._arrived = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.busy_s = 0.0
+        """Time spent on the vendor's side of the requests in this process: parsing each body and building its
+        reply (the usage estimated over the whole prompt). A benchmark that runs the fake beside the daemon takes
+        it off the turn to tell the daemon's own share."""
 
     @property
     def base_url(self) -> str:
@@ -264,10 +269,12 @@ class FakeAnthropic:
 
     async def _record(self, request: web.Request) -> RecordedRequest:
         raw = await request.read()
+        began = time.perf_counter()
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
+        self.busy_s += time.perf_counter() - began
         rec = RecordedRequest(request.method, request.path, {k.lower(): v for k, v in request.headers.items()}, body)
         self.requests.append(rec)
         async with self._arrived:
@@ -290,7 +297,9 @@ class FakeAnthropic:
     async def _count_tokens(self, request: web.Request) -> web.Response:
         rec = await self._record(request)
         body = rec.body or {}
+        began = time.perf_counter()
         total = estimate_tokens([body.get("system"), body.get("messages"), body.get("tools")])
+        self.busy_s += time.perf_counter() - began
         rec.completed.set()
         return web.json_response({"input_tokens": total})
 
@@ -335,7 +344,9 @@ class FakeAnthropic:
         await self._pause(reply.first_byte_delay_s, self.first_byte_delay_s)
         if reply.status != 200:
             return _error_response(reply.status, reply.error_type or "api_error", reply.error_message, reply.headers)
+        began = time.perf_counter()
         message = self._message(body, reply)
+        self.busy_s += time.perf_counter() - began
         if not body.get("stream"):
             if reply.fault == "stream_error":
                 return _error_response(529, reply.error_type or "api_error", reply.error_message)
