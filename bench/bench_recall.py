@@ -4,7 +4,7 @@ a changed fact's newer value ranks first. Then retention: facts planted early, f
 AutoCompact sweep later, still found.
 
 Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout|long|casual] [--no-rerank]
-[--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N [--misses-beyond K]]
+[--no-time] [--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N [--misses-beyond K]]
 [--no-retention] [--show-text-misses N] [--wordy]
 [--dump data.json]
 `--set heldout`: 8 chats on other topics, asked in other words, kept out of tuning (recall_data/heldout_facts.py).
@@ -89,6 +89,7 @@ def arguments() -> argparse.Namespace:
         help="which data set",
     )
     parser.add_argument("--no-rerank", action="store_true", help="the index's order, without the second stage")
+    parser.add_argument("--no-time", action="store_true", help="no time-aware stage (time words searched as words)")
     parser.add_argument(
         "--cjk", choices=["grams", "words", "bigrams"], default=text.CJK_MODE, help="how Chinese is cut"
     )
@@ -135,6 +136,7 @@ async def main() -> int:
     args = arguments()
     text.CJK_MODE = args.cjk
     rerank.ENABLED = not args.no_rerank
+    rerank.TIME_AWARE = not args.no_time
     if args.set == "main":
         conversations = dataset(per_lang=args.conversations or CONVERSATIONS_PER_LANG)
     elif args.set == "heldout":

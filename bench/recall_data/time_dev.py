@@ -2,7 +2,9 @@
 session after session, asked about them by when they were said ("what did Mia say about her garden last week?",
 "老陈第一次说腰疼是什么时候？", "朵朵最近怎么了？"). A question's `{when}` is filled with how the answer turn's day
 reads from the chat's last turn (today, yesterday, 3 days ago, last week, two weeks ago, last month, in March; 今天,
-昨天, 三天前, 上周, 两周前, 上个月, 三月). Written for the s9 recall work; its misses may be shown and tuned on."""
+昨天, 三天前, 上周, 两周前, 上个月, 三月). And a few whose time words are the event's, said in the turn itself
+("what did Jonah pick up on Saturday?" / "On Saturday I went to the flea market…"), not a window from the chat's
+end. Written for the s9 recall work; its misses may be shown and tuned on."""
 
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ MIA_JONAH: Chat = (
         S(3, 0, "My garden is finally planted, tomatoes and beans along the fence.", "m_garden0"),
         S(5, 0, "My sister Ida is moving back from Spain next month.", "m_ida0"),
         S(6, 1, "My old car failed its inspection, the brakes are shot.", "j_car0"),
+        S(4, 1, "Next month I'm off to Lisbon for my cousin's wedding, I need a suit.", "j_lisbon"),
+        S(7, 1, "On Saturday I went to the flea market and came home with a brass lamp.", "j_flea"),
+        S(11, 0, "Last weekend we drove to the coast and ate chips in the rain.", "m_coast"),
+        S(15, 1, "Yesterday the neighbour's dog got into our kitchen and stole a whole chicken.", "j_dog"),
         S(8, 1, "Did the 10k run, finished in 58 minutes, legs like jelly.", "j_run1"),
         S(9, 0, "My boss at the museum asked me to curate the autumn exhibition.", "m_work1"),
         S(10, 0, "Slugs got into the garden and ate half the lettuce overnight.", "m_garden1"),
@@ -49,6 +55,10 @@ MIA_JONAH: Chat = (
         Q("When did Mia first talk about her sister?", "when", (("m_ida0", "moving back from spain"),)),
         Q("What did Mia say about the exhibition {when}?", "single", (("m_work2", "two hundred people"),)),
         Q("What did Mia say about Ida {when}?", "single", (("m_ida1", "two streets from me"),)),
+        Q("What did Jonah pick up on Saturday?", "single", (("j_flea", "brass lamp"),)),
+        Q("Where did Mia go last weekend?", "single", (("m_coast", "drove to the coast"),)),
+        Q("What did the neighbour's dog do yesterday?", "single", (("j_dog", "stole a whole chicken"),)),
+        Q("Whose wedding is Jonah going to?", "single", (("j_lisbon", "cousin's wedding"),)),
     ],
 )
 
@@ -60,6 +70,9 @@ XIAOYU_LAOCHEN: Chat = (
         S(3, 1, "周末跟老同学去水库钓鱼，钓了三条鲫鱼", "c_fish0"),
         S(4, 0, "朵朵上幼儿园了，第一天哭了一上午", "y_kid0"),
         S(6, 1, "腰疼得厉害，医生说是腰肌劳损", "c_back0"),
+        S(7, 0, "周六带朵朵去动物园，她看到长颈鹿激动坏了", "y_zoo"),
+        S(13, 1, "上周末去喝了老同学的喜酒，喝得有点多", "c_wedding"),
+        S(16, 0, "昨天在地铁上钱包被偷了，身份证也在里面", "y_wallet"),
         S(9, 0, "装修队把厨房瓷砖贴歪了，返工了两次", "y_reno1"),
         S(10, 1, "钓鱼的时候手机掉水里了，捞了半天没捞着", "c_fish1"),
         S(11, 0, "银行调我去做理财经理了，还得考证", "y_work1"),
@@ -85,6 +98,9 @@ XIAOYU_LAOCHEN: Chat = (
         Q("小雨{when}说了什么考试的事？", "single", (("y_work2", "理财证考过了"),)),
         Q("小雨{when}说新房怎么样？", "single", (("y_reno3", "楼上装修电钻"),)),
         Q("老陈{when}说腰怎么样了？", "single", (("c_back1", "腰好多了"),)),
+        Q("小雨周六带朵朵去哪儿玩了？", "single", (("y_zoo", "动物园"),)),
+        Q("老陈上周末去干什么了？", "single", (("c_wedding", "老同学的喜酒"),)),
+        Q("小雨昨天丢了什么东西？", "single", (("y_wallet", "钱包被偷了"),)),
     ],
 )
 # fmt: on
