@@ -99,9 +99,10 @@ def time_ask(question: str, now_ms: int | None) -> TimeAsk | None:
     order: Order | None = None
     words = ""
     if window is None:
-        for name, pattern in (("first", _FIRST), ("latest", _LATEST)):
+        orders: tuple[tuple[Order, re.Pattern[str]], ...] = (("first", _FIRST), ("latest", _LATEST))
+        for name, pattern in orders:
             if (match := pattern.search(question)) is not None:
-                order, words = name, match.group(0)  # type: ignore[assignment]
+                order, words = name, match.group(0)
                 break
     if window is None and order is None:
         return None
