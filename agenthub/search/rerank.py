@@ -230,7 +230,7 @@ def rerank(
     if when is None or when.order != "first":
         _newer_wins(candidates, set(terms))
     if when is not None:
-        _timed(candidates, when)
+        _timed(candidates, when, frozenset(terms) - names - STOP_WORDS)
     for c in candidates:  # what only the feedback lifted stays below the best the query found itself
         if identity(c.hit.passage) in lifted:
             c.score = min(c.score, ceiling)
@@ -342,9 +342,11 @@ def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
                     newer.score = lifted
 
 
-def _timed(candidates: Sequence[_Candidate], when: TimeAsk) -> None:
+def _timed(candidates: Sequence[_Candidate], when: TimeAsk, topic: frozenset[str]) -> None:
     """The passages said within the question's window lifted by WINDOW_BONUS; for a first/latest question the
-    earliest/newest passage scoring at least ORDER_SHARE of the best put just above the best."""
+    earliest/newest passage scoring at least ORDER_SHARE of the best and holding one of the `topic` terms (the
+    query's own, no name: a turn found by its speaker or by related words only is no mention of the topic) put just
+    above the best."""
     if when.window is not None:
         start, end = when.window
         for c in candidates:
@@ -353,7 +355,12 @@ def _timed(candidates: Sequence[_Candidate], when: TimeAsk) -> None:
     if when.order is None or not candidates:
         return
     best = max(c.score for c in candidates)
-    relevant = [c for c in candidates if c.hit.passage.ts is not None and c.score >= ORDER_SHARE[when.order] * best]
+    share = ORDER_SHARE[when.order] * best
+    relevant = [
+        c
+        for c in candidates
+        if c.hit.passage.ts is not None and c.score >= share and topic & _all_terms(c.hit.passage.text)
+    ]
     if not relevant:
         return
     pick = min if when.order == "first" else max
