@@ -183,7 +183,7 @@ async def _both(
 
 def _topic_terms(terms: Sequence[str], when: TimeAsk | None) -> list[str]:
     """The query's terms less its order words (when some other term is left): "first time" is when, not what."""
-    if when is None or not when.words:
+    if when is None or not when.words or when.searched:
         return list(terms)
     rest = [t for t in terms if t not in when.words]
     return rest or list(terms)
@@ -230,7 +230,7 @@ def rerank(
     if when is None or when.order != "first":
         _newer_wins(candidates, set(terms))
     if when is not None:
-        _timed(candidates, when, frozenset(terms) - names - STOP_WORDS)
+        _timed(candidates, when, frozenset(terms) - names - STOP_WORDS - when.words, names)
     for c in candidates:  # what only the feedback lifted stays below the best the query found itself
         if identity(c.hit.passage) in lifted:
             c.score = min(c.score, ceiling)
@@ -342,11 +342,13 @@ def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
                     newer.score = lifted
 
 
-def _timed(candidates: Sequence[_Candidate], when: TimeAsk, topic: frozenset[str]) -> None:
+def _timed(
+    candidates: Sequence[_Candidate], when: TimeAsk, topic: frozenset[str], names: frozenset[str] = frozenset()
+) -> None:
     """The passages said within the question's window lifted by WINDOW_BONUS; for a first/latest question the
     earliest/newest passage scoring at least ORDER_SHARE of the best and holding one of the `topic` terms (the
-    query's own, no name: a turn found by its speaker or by related words only is no mention of the topic) put just
-    above the best."""
+    query's own, no name: a turn found by its speaker or by related words only is no mention of the topic), and
+    said by a speaker the query `names` if it names one, put just above the best."""
     if when.window is not None:
         start, end = when.window
         for c in candidates:
@@ -359,7 +361,10 @@ def _timed(candidates: Sequence[_Candidate], when: TimeAsk, topic: frozenset[str
     relevant = [
         c
         for c in candidates
-        if c.hit.passage.ts is not None and c.score >= share and topic & _all_terms(c.hit.passage.text)
+        if c.hit.passage.ts is not None
+        and c.score >= share
+        and topic & _all_terms(c.hit.passage.text)
+        and (not names or (c.hit.passage.speaker is not None and names & _speaker_terms(c.hit.passage.speaker)))
     ]
     if not relevant:
         return

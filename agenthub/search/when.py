@@ -70,21 +70,23 @@ _FIRST = re.compile(
     r"|earliest|at first|in the beginning)\b|第一次|头一次|首次|最早|最初|起初|一开始|当初|最先",
     re.IGNORECASE,
 )
-_LATEST = re.compile(
-    r"\b(?:latest|most recent(?:ly)?|recently|lately|last time)\b|最近|最新|最后一次|近来|近况",
-    re.IGNORECASE,
-)
+_LATEST = re.compile(r"\b(?:latest|most recent(?:ly)?|last time)\b|最近一次|最后一次|最新", re.IGNORECASE)
+_LATELY = re.compile(r"\b(?:recently|lately)\b|最近|近来|近况", re.IGNORECASE)
+"""Latest too, but its words often mean "these days" and are said in the answer as well ("最近在看…"): searched."""
 
 
 @dataclass(frozen=True)
 class TimeAsk:
     """What a question asks of time: `window` (start, end) in ms since the epoch, either or neither, and `order`;
-    `words`: the index terms of an order's words ("first time", 最近): searched no more, they are not the topic
-    (a window's words are: "on Saturday" may be the day a turn itself names)."""
+    `words`: the index terms of an order's words ("first time", "most recently"): not the topic, and searched no
+    more unless `searched` (a window's words are: "on Saturday" may be the day a turn itself names)."""
 
     window: tuple[int, int] | None
     order: Order | None
     words: frozenset[str]
+    searched: bool = False
+    """The order's words are searched all the same (最近, "recently": often "these days", said in the answer too);
+    they never count as the topic."""
 
 
 def mentions_time(question: str) -> bool:
@@ -97,16 +99,20 @@ def time_ask(question: str, now_ms: int | None) -> TimeAsk | None:
     names no time."""
     window = _window(question, now_ms) if now_ms is not None else None
     order: Order | None = None
-    words = ""
+    words, searched = "", False
     if window is None:
-        orders: tuple[tuple[Order, re.Pattern[str]], ...] = (("first", _FIRST), ("latest", _LATEST))
-        for name, pattern in orders:
+        orders: tuple[tuple[Order, re.Pattern[str], bool], ...] = (
+            ("first", _FIRST, True),
+            ("latest", _LATEST, True),
+            ("latest", _LATELY, False),
+        )
+        for name, pattern, strip in orders:
             if (match := pattern.search(question)) is not None:
-                order, words = name, match.group(0)
+                order, words, searched = name, match.group(0), not strip
                 break
     if window is None and order is None:
         return None
-    return TimeAsk(window, order, frozenset(index_terms(words)) if words else frozenset())
+    return TimeAsk(window, order, frozenset(index_terms(words)) if words else frozenset(), searched)
 
 
 def _window(question: str, now_ms: int) -> tuple[int, int] | None:

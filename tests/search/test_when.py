@@ -85,6 +85,15 @@ def test_words_that_only_look_like_time_ask_nothing_of_it(question: str) -> None
     assert time_ask(question, NOW_MS) is None
 
 
+def test_lately_words_are_searched_all_the_same() -> None:
+    """最近 and "recently" often mean "these days" and are said in the answer too ("最近在看…"): still searched;
+    "most recently" and 第一次 are not."""
+    lately = time_ask("吴迪最近在读什么书？", NOW_MS)
+    assert lately is not None and lately.order == "latest" and lately.searched
+    strict = time_ask("What did Mia most recently say about her garden?", NOW_MS)
+    assert strict is not None and strict.order == "latest" and not strict.searched
+
+
 def test_without_a_now_a_window_is_not_guessed_but_an_order_still_is() -> None:
     assert mentions_time("what did she say last week")
     assert time_ask("what did she say last week", None) is None
