@@ -19,8 +19,9 @@ their related words, `related`), and the two lists are blended, re-ordered and t
   两周前, `when`) lifts the passages said in that window, seen from the newest passage of the scope (the chat's
   now), by WINDOW_BONUS (its time words are still searched: "on Saturday" may be the day a turn
   names). One asking for the first or the latest ("when did we first…", 第一次, "most recently", 最近) puts the
-  earliest or the newest of the passages scoring at least ORDER_SHARE of the best just above the best; its order
-  words are not searched (a "first" in a turn is no sign of the first time).
+  earliest or the newest of the passages scoring at least ORDER_SHARE of the best (holding a word of the topic, and
+  of the speaker the question names) just above the best; its order words are not searched (a "first" in a turn is
+  no sign of the first time), except 最近 / "recently" (often "these days", said in the answer too).
 - **Nothing shown twice.** A passage that a better hit already shows as its turn before or after, or whose words
   (case and spacing aside) a better hit already shows (a line said again, a repeated message), comes after every
   other hit, so the five hits show five different things.
