@@ -4,7 +4,7 @@ a changed fact's newer value ranks first. Then retention: facts planted early, f
 AutoCompact sweep later, still found.
 
 Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout|long|casual] [--no-rerank]
-[--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N [--misses-beyond K]]
+[--no-time] [--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N [--misses-beyond K]]
 [--no-retention] [--show-text-misses N] [--wordy]
 [--dump data.json]
 `--set heldout`: 8 chats on other topics, asked in other words, kept out of tuning (recall_data/heldout_facts.py).
@@ -17,6 +17,8 @@ its tuned half and its held-out half (the held-out half's misses are never shown
 `--set weeks`: 4 more chats (2 en, 2 zh, 96 questions) made as the casual set's, written for the s7 recall work and
 measured before any change, never tuned on (recall_data/weeks_en.py, weeks_zh.py): totals only, never a miss.
 `--set weeksdev`: 2 chats made the same way to tune on (recall_data/weeks_dev.py): misses shown.
+`--set timedev`: 2 chats made the same way, asked by when things were said ("last week", "第一次", "最近"), to tune
+the time-aware recall on (recall_data/time_dev.py): misses shown.
 Every set is also counted as the public long-conversation benchmark counts: the real memory_search tool's text
 answer (limit 5) cut at 3,500 characters must hold the answer turn's distinctive part (recall_data/budget.py).
 The main set's figures are also given per half (A: even-numbered chats, B: odd ones): tune on one, check the other.
@@ -38,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from recall_data.budget import TextOutcome, needles, text_report
-from recall_data.casual_set import casual_set, fresh_set, weeks_dev_set, weeks_set
+from recall_data.casual_set import casual_set, fresh_set, time_dev_set, weeks_dev_set, weeks_set
 from recall_data.generate import CONVERSATIONS_PER_LANG, HELDOUT_PER_LANG, dataset, heldout
 from recall_data.long_set import HELDOUT, long_set
 from recall_data.model import Conversation, as_json
@@ -82,11 +84,12 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, help="per language (main 12, heldout 4)")
     parser.add_argument(
         "--set",
-        choices=["main", "heldout", "long", "casual", "fresh", "weeks", "weeksdev"],
+        choices=["main", "heldout", "long", "casual", "fresh", "weeks", "weeksdev", "timedev"],
         default="main",
         help="which data set",
     )
     parser.add_argument("--no-rerank", action="store_true", help="the index's order, without the second stage")
+    parser.add_argument("--no-time", action="store_true", help="no time-aware stage (time words searched as words)")
     parser.add_argument(
         "--cjk", choices=["grams", "words", "bigrams"], default=text.CJK_MODE, help="how Chinese is cut"
     )
@@ -133,6 +136,7 @@ async def main() -> int:
     args = arguments()
     text.CJK_MODE = args.cjk
     rerank.ENABLED = not args.no_rerank
+    rerank.TIME_AWARE = not args.no_time
     if args.set == "main":
         conversations = dataset(per_lang=args.conversations or CONVERSATIONS_PER_LANG)
     elif args.set == "heldout":
@@ -145,6 +149,8 @@ async def main() -> int:
         conversations = weeks_set()
     elif args.set == "weeksdev":
         conversations = weeks_dev_set()
+    elif args.set == "timedev":
+        conversations = time_dev_set()
     else:
         conversations = casual_set()
     if args.dump is not None:
@@ -169,7 +175,7 @@ async def main() -> int:
         for part, name in ((False, "tuned half"), (True, "held-out half")):
             chosen = [o for o in texts if (o.question.conversation in HELDOUT) == part]
             print("\n".join(text_report(chosen, f"  {name}: answer within 3,500 characters")))
-    if args.set in ("casual", "fresh", "weeks", "weeksdev"):
+    if args.set in ("casual", "fresh", "weeks", "weeksdev", "timedev"):
         print("\n".join(text_report_by_kind(texts)))
     outcomes_shown = [o for o in outcomes if not _held_out(o.question.conversation)]
     print("\n".join(misses(conversations, outcomes_shown, args.show_misses, args.misses_beyond)))

@@ -150,6 +150,8 @@ async def bench_queries(data_dir: Path, planted: SessionKey) -> float | None:
         ("common english, all sessions", "budget server", everything),
         ("a question, english, all sessions", "What was the password we agreed on for the server?", everything),
         ("a question, chinese, all sessions", "我们上次说的暗号是什么？预算会议定了吗", everything),
+        ("a time question, english, all sessions", "What did we say about the server budget last week?", everything),
+        ("a first-time question, chinese, one chat", "我们第一次说暗号是什么时候？", one_chat),
         ("chinese 2 chars, one chat", "夜莺", one_chat),
         ("english word, one chat", "nightingale", one_chat),
         ("common english, every session chat-scoped", "budget server", SearchScope(None)),  # nothing visible

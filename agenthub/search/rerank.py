@@ -15,6 +15,13 @@ their related words, `related`), and the two lists are blended, re-ordered and t
 - **An answer of the asked kind comes first.** A question asking when, how many, where, who, which title or which
   code (`cues`) lifts the passages holding one by CUE_BONUS: of two turns on the asked topic, the one that can
   answer.
+- **When the question says when.** A question naming a time ("last week", "two weeks ago", "in March", 上周二,
+  两周前, `when`) lifts the passages said in that window, seen from the newest passage of the scope (the chat's
+  now), by WINDOW_BONUS (its time words are still searched: "on Saturday" may be the day a turn
+  names). One asking for the first or the latest ("when did we first…", 第一次, "most recently", 最近) puts the
+  earliest or the newest of the passages scoring at least ORDER_SHARE of the best (holding a word of the topic, and
+  of the speaker the question names) just above the best; its order words are not searched (a "first" in a turn is
+  no sign of the first time), except 最近 / "recently" (often "these days", said in the answer too).
 - **Nothing shown twice.** A passage that a better hit already shows as its turn before or after, or whose words
   (case and spacing aside) a better hit already shows (a line said again, a repeated message), comes after every
   other hit, so the five hits show five different things.
@@ -31,6 +38,7 @@ from agenthub.search.cues import AnswerCue, answer_cue
 from agenthub.search.feedback import FEEDBACK_HITS, feedback_terms
 from agenthub.search.related import related_terms
 from agenthub.search.text import STOP_WORDS, index_terms, normalise
+from agenthub.search.when import TimeAsk, mentions_time, time_ask
 from agenthub.storage.search_index import Passage, SearchHit, identity
 
 ENABLED = True
@@ -56,12 +64,22 @@ FEEDBACK_BELOW = 2
 """What the feedback search's names (`feedback`) add counts this much, and lifts a passage at most to just below
 the FEEDBACK_BELOW-th best score the query's own words and their related ones gave."""
 
+TIME_AWARE = True
+"""False: a question's time words searched as any other, no window, no order (`bench/bench_recall.py --no-time`)."""
+WINDOW_BONUS = 1.0
+"""A passage said within the window the question names scores this much (relatively) more."""
+ORDER_SHARE = {"first": 0.5, "latest": 0.8}
+"""A question asking for the first or the latest: of the passages scoring at least this share of the best, the
+earliest (or newest) is put just above the best ("最近" often means "these days": the latest looks closer)."""
+
 SPEAKER_DEPTH = 20
 """How many hits the search without the names asks for (only when a query term names a speaker of a candidate)."""
 
 Key = tuple[str, str, int | None, str]
 Search = Callable[[list[str], int], list[SearchHit]]
 AsyncSearch = Callable[[list[str], int], Awaitable[list[SearchHit]]]
+Newest = Callable[[], int | None]
+AsyncNewest = Callable[[], Awaitable[int | None]]
 
 CANDIDATES = 50
 """How many of each ranking are fused with the nearest passages (at least the asked limit)."""
@@ -74,11 +92,16 @@ class _Candidate:
     score: float
 
 
-def ranked(search: Search, terms: Sequence[str], limit: int, asked: str = "") -> list[SearchHit]:
+def ranked(
+    search: Search, terms: Sequence[str], limit: int, asked: str = "", newest: Newest | None = None
+) -> list[SearchHit]:
     """The best `limit` hits for `terms` (of the query `asked`), `search(terms, n)` being the index's n best (the
-    files' worker thread)."""
+    files' worker thread); `newest()`: the newest passage's time in the scope (asked only when `asked` names a
+    time)."""
     if not ENABLED:
         return search(list(terms), limit)
+    when = time_ask(asked, newest() if newest is not None and mentions_time(asked) else None) if TIME_AWARE else None
+    terms = _topic_terms(terms, when)
     extra = related_terms(terms)
     first = limit if extra else max(limit, CANDIDATES)
     hits = search(list(terms), first)
@@ -87,7 +110,13 @@ def ranked(search: Search, terms: Sequence[str], limit: int, asked: str = "") ->
     rest = [t for t in terms if t not in names]
     nameless = search(rest, SPEAKER_DEPTH) if names and rest else []
     stage = partial(
-        rerank, full=len(hits) >= first, nameless=nameless, names=names, cue=answer_cue(asked), related=extra
+        rerank,
+        full=len(hits) >= first,
+        nameless=nameless,
+        names=names,
+        cue=answer_cue(asked),
+        related=extra,
+        when=when,
     )
     best = stage(terms, hits, FEEDBACK_HITS, widened)
     told = feedback_terms(best, {*terms, *extra, *names})
@@ -97,10 +126,16 @@ def ranked(search: Search, terms: Sequence[str], limit: int, asked: str = "") ->
     return stage(terms, hits, limit, widened, fed=fed, feedback=told, givers=_keys(best))
 
 
-async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, asked: str = "") -> list[SearchHit]:
+async def ranked_async(
+    search: AsyncSearch, terms: Sequence[str], limit: int, asked: str = "", newest: AsyncNewest | None = None
+) -> list[SearchHit]:
     """As `ranked`, for an index asked with `await` (PostgreSQL); the Python stages run on a thread."""
     if not ENABLED:
         return await search(list(terms), limit)
+    when = None
+    if TIME_AWARE:
+        when = time_ask(asked, await newest() if newest is not None and mentions_time(asked) else None)
+    terms = _topic_terms(terms, when)
     extra = await asyncio.to_thread(related_terms, terms)
     first = limit if extra else max(limit, CANDIDATES)
     if extra:  # the two asks are independent: both at once (on PostgreSQL, two connections)
@@ -111,7 +146,13 @@ async def ranked_async(search: AsyncSearch, terms: Sequence[str], limit: int, as
     rest = [t for t in terms if t not in names]
     nameless = await search(rest, SPEAKER_DEPTH) if names and rest else []
     stage = partial(
-        rerank, full=len(hits) >= first, nameless=nameless, names=names, cue=answer_cue(asked), related=extra
+        rerank,
+        full=len(hits) >= first,
+        nameless=nameless,
+        names=names,
+        cue=answer_cue(asked),
+        related=extra,
+        when=when,
     )
     best = await asyncio.to_thread(stage, terms, hits, FEEDBACK_HITS, widened)
     told = feedback_terms(best, {*terms, *extra, *names})
@@ -141,6 +182,14 @@ async def _both(
     return first, second
 
 
+def _topic_terms(terms: Sequence[str], when: TimeAsk | None) -> list[str]:
+    """The query's terms less its order words (when some other term is left): "first time" is when, not what."""
+    if when is None or not when.words or when.searched:
+        return list(terms)
+    rest = [t for t in terms if t not in when.words]
+    return rest or list(terms)
+
+
 def _keys(hits: Sequence[SearchHit]) -> frozenset[Key]:
     return frozenset(identity(h.passage) for h in hits)
 
@@ -159,6 +208,7 @@ def rerank(
     fed: Sequence[SearchHit] = (),
     feedback: Sequence[str] = (),
     givers: frozenset[Key] = frozenset(),
+    when: TimeAsk | None = None,
 ) -> list[SearchHit]:
     """The best `limit` of `hits` (the index's best for the query `terms`; `full`: as many as it was asked for, so
     there may be more), `widened` (its order for the query with related words) and the turns of a speaker the query
@@ -178,7 +228,10 @@ def rerank(
         for c in candidates:
             if cue.answers(c.hit.passage.text):
                 c.score *= 1 + CUE_BONUS
-    _newer_wins(candidates, set(terms))
+    if when is None or when.order != "first":
+        _newer_wins(candidates, set(terms))
+    if when is not None:
+        _timed(candidates, when, frozenset(terms) - names - STOP_WORDS - when.words, names)
     for c in candidates:  # what only the feedback lifted stays below the best the query found itself
         if identity(c.hit.passage) in lifted:
             c.score = min(c.score, ceiling)
@@ -288,6 +341,37 @@ def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
                 later = (newer.hit.passage.ts or 0) > (older.hit.passage.ts or 0)
                 if newer.score < lifted and later and _same_topic(topics[i], topics[j]):
                     newer.score = lifted
+
+
+def _timed(
+    candidates: Sequence[_Candidate], when: TimeAsk, topic: frozenset[str], names: frozenset[str] = frozenset()
+) -> None:
+    """The passages said within the question's window lifted by WINDOW_BONUS; for a first/latest question the
+    earliest/newest passage scoring at least ORDER_SHARE of the best and holding one of the `topic` terms (the
+    query's own, no name: a turn found by its speaker or by related words only is no mention of the topic), and
+    said by a speaker the query `names` if it names one, put just above the best."""
+    if when.window is not None:
+        start, end = when.window
+        for c in candidates:
+            if c.hit.passage.ts is not None and start <= c.hit.passage.ts < end:
+                c.score *= 1 + WINDOW_BONUS
+    if when.order is None or not candidates:
+        return
+    best = max(c.score for c in candidates)
+    share = ORDER_SHARE[when.order] * best
+    relevant = [
+        c
+        for c in candidates
+        if c.hit.passage.ts is not None
+        and c.score >= share
+        and topic & _all_terms(c.hit.passage.text)
+        and (not names or (c.hit.passage.speaker is not None and names & _speaker_terms(c.hit.passage.speaker)))
+    ]
+    if not relevant:
+        return
+    pick = min if when.order == "first" else max
+    chosen = pick(relevant, key=lambda c: c.hit.passage.ts or 0)
+    chosen.score = max(chosen.score, best * (1 + NEWER_MARGIN))
 
 
 def _same_topic(a: set[str], b: set[str]) -> bool:

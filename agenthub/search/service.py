@@ -164,7 +164,11 @@ class SearchService:
                 self.feeder.sync_memory(index, SourceRef(MEMORY, "", name), path)
             if scope.session is not None:  # cheap (two stats): also see what another process wrote to this chat
                 self.feeder.sync_session(index, SessionKey.parse(scope.session), "append")
-            return ranked(lambda asked, n: index.search(asked, scope, n), terms, limit, query) if terms else []
+            if not terms:
+                return []
+            return ranked(
+                lambda asked, n: index.search(asked, scope, n), terms, limit, query, lambda: index.newest(scope)
+            )
 
         return await self.store.run(agent, ask)
 

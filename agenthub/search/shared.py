@@ -222,7 +222,13 @@ class SharedSearchService:
             return []
         await self.catch_up(agent, scope)
         await self.sync_memory(agent, scope.memory_names)
-        return await ranked_async(lambda asked, n: self.index.search(agent, asked, scope, n), terms, limit, query)
+        return await ranked_async(
+            lambda asked, n: self.index.search(agent, asked, scope, n),
+            terms,
+            limit,
+            query,
+            lambda: self.index.newest(agent, scope),
+        )
 
     async def purge(self, agent: str, keys: Sequence[SessionKey]) -> int:
         """Those sessions indexed again from the tables as they are now, and every memory file indexed of the

@@ -18,6 +18,8 @@ DESCRIPTION = (
     "Search everything said in your past conversations (also compacted and archived ones), their summaries, and "
     "your memory files and the user's profile. Pass the user's question itself (e.g. 'What car does Evan drive?', "
     "'我们的暗号是什么') or a few keywords, Chinese, English or mixed; names, numbers, dates and codes match exactly. "
+    "Keep the question's time words ('last week', '两周前', 'in March', 'the first time', '最近'): what was said "
+    "then comes first. "
     "Hits are ranked by relevance, best first; each shows the matching passage (») with the turn before and after "
     "it, who said it, when and in which chat. Search again with other words if the first hits miss."
 )

@@ -44,6 +44,13 @@ WEEKS_DEV_CHATS: list[tuple[Lang, Chat]] = [("en", ROSA_BEN), ("zh", AMEI_XIAOYU
 """The weeks dev set: made as the weeks set, its misses shown and tuned on."""
 
 
+def time_dev_set(seed: int = SEED) -> list[Conversation]:
+    """The time dev chats (`time_dev`): questions asked by when a thing was said; tune on these."""
+    from recall_data.time_dev import TIME_DEV_CHATS, TIME_DEV_FIRST, dated_questions
+
+    return [dated_questions(c) for c in _chats(TIME_DEV_CHATS, "timedev", TIME_DEV_FIRST, seed)]
+
+
 def casual_set(seed: int = SEED) -> list[Conversation]:
     return _chats(CHATS, "casual", FIRST, seed)
 

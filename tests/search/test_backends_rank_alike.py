@@ -30,6 +30,10 @@ QUERIES = [
     "2026-12-01 上线",
     "invoice",
     "老李 开车 Prius",
+    "When did we first discuss the invoice?",  # time-aware: the order, and windows from the scope's newest message
+    "最近的预算会议",
+    "What did Evan say today about the car?",
+    "上周二的合同",
 ]
 
 

@@ -98,6 +98,13 @@ LEFT JOIN LATERAL (
 ) a ON true
 """
 
+_NEWEST = """
+SELECT max((SELECT ts FROM search_docs WHERE agent = %(agent)s AND kind = k AND session = %(session)s AND name = ''
+            ORDER BY seq DESC LIMIT 1))
+FROM unnest(ARRAY['history', 'archive']) AS k
+"""
+"""The time of one session's newest message: the last record of its history and of its archive."""
+
 _SOURCE = "agent = %(agent)s AND kind = %(kind)s AND session = %(session)s AND name = %(name)s"
 _SOURCE_LOCK = (
     "SELECT pg_advisory_xact_lock(hashtextextended("
@@ -401,6 +408,17 @@ class PostgresSearchIndex:
             scored = {i: score_of(bm25[i], p.ts, ts_min, ts_max) for i, p in passages.items()}
             best = _distinct(sorted(passages, key=lambda i: rank_key(scored[i], passages[i])), passages, limit)
         return [SearchHit(passages[i], scored[i], *around.get(i, (None, None))) for i in best]
+
+    async def newest(self, agent: str, scope: SearchScope) -> int | None:
+        """As the files' `newest`: the time of the newest message the scope shows (one session: its last record in
+        the history or the archive; several: the agent's newest doc)."""
+        async with self.database.connection("search the memory") as conn:
+            if scope.session is None:
+                cursor = await conn.execute("SELECT max(ts) FROM search_docs WHERE agent = %s", (agent,))
+            else:
+                cursor = await conn.execute(_NEWEST, {"agent": agent, "session": scope.session})
+            row = await cursor.fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
     async def preload(self, agent: str, postings: int = PRELOAD) -> int:
         """Read the agent's most frequent terms' postings into this instance's memory, up to about `postings` of

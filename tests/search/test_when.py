@@ -1,0 +1,101 @@
+"""Reading when a question asks about: windows seen from the scope's now, first/latest orders, and questions whose
+words only look like time."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from agenthub.search.when import DAY_MS, mentions_time, time_ask
+
+NOW = dt.datetime(2026, 6, 19, 15, 0).astimezone()  # a Friday
+NOW_MS = int(NOW.timestamp() * 1000)
+
+
+def _days_ago(days: float) -> int:
+    return NOW_MS - int(days * DAY_MS)
+
+
+def _inside(question: str, days: float) -> bool:
+    asked = time_ask(question, NOW_MS)
+    assert asked is not None and asked.window is not None, question
+    start, end = asked.window
+    return start <= _days_ago(days) < end
+
+
+@pytest.mark.parametrize(
+    ("question", "inside", "outside"),
+    [
+        ("What did Mia say yesterday?", 1, 3),
+        ("小雨昨天说了什么？", 1, 3),
+        ("What did he tell me today?", 0.2, 2),
+        ("What did Mia say last week about the garden?", 9, 30),
+        ("老陈上周说腰怎么样了？", 9, 30),
+        ("How was the run two weeks ago?", 14, 3),
+        ("两周前钓鱼出了什么事？", 14, 3),
+        ("What happened 3 days ago?", 3, 9),
+        ("三天前他说了什么", 3, 9),
+        ("老陈上个月买了什么？", 25, 70),
+        ("What did she buy last month?", 25, 70),
+        ("What did Mia say about the museum in March?", 100, 20),
+        ("小雨3月说工作上有什么变化？", 100, 20),
+        ("小雨三月说了什么", 100, 20),
+        ("上周二他去哪了？", 10, 3),  # a Friday: last week's Tuesday, not this week's
+        ("What did we talk about last Tuesday?", 3, 10),  # the most recent Tuesday
+    ],
+)
+def test_a_time_expression_names_a_window_from_now(question: str, inside: float, outside: float) -> None:
+    assert _inside(question, inside)
+    assert not _inside(question, outside)
+
+
+def test_a_month_not_yet_come_this_year_is_last_years() -> None:
+    assert _inside("What did Mia say in November?", 220)  # 2025-11
+
+
+@pytest.mark.parametrize(
+    ("question", "order", "gone"),
+    [
+        ("When did we first discuss the launch?", "first", {"first"}),
+        ("What was the first thing Mia said about her garden?", "first", {"first"}),
+        ("老陈第一次说腰疼是什么时候？", "first", {"第一"}),
+        ("What did Mia most recently say about her garden?", "latest", {"recent"}),
+        ("朵朵最近怎么了？", "latest", {"最近"}),
+    ],
+)
+def test_first_and_latest_are_orders_whose_words_are_not_the_topic(question: str, order: str, gone: set[str]) -> None:
+    asked = time_ask(question, NOW_MS)
+    assert asked is not None and asked.window is None and asked.order == order
+    assert gone <= asked.words
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Where is Chloe originally from?",
+        "What is her first name?",
+        "Where does Rosa work now?",
+        "阿梅现在靠什么谋生？",
+        "What car does Evan drive?",
+        "会议定在3月5日吗",
+    ],
+)
+def test_words_that_only_look_like_time_ask_nothing_of_it(question: str) -> None:
+    assert time_ask(question, NOW_MS) is None
+
+
+def test_lately_words_are_searched_all_the_same() -> None:
+    """最近 and "recently" often mean "these days" and are said in the answer too ("最近在看…"): still searched;
+    "most recently" and 第一次 are not."""
+    lately = time_ask("吴迪最近在读什么书？", NOW_MS)
+    assert lately is not None and lately.order == "latest" and lately.searched
+    strict = time_ask("What did Mia most recently say about her garden?", NOW_MS)
+    assert strict is not None and strict.order == "latest" and not strict.searched
+
+
+def test_without_a_now_a_window_is_not_guessed_but_an_order_still_is() -> None:
+    assert mentions_time("what did she say last week")
+    assert time_ask("what did she say last week", None) is None
+    asked = time_ask("when did we first meet", None)
+    assert asked is not None and asked.order == "first"
