@@ -25,7 +25,7 @@ async def run_to_end(work: Coroutine[Any, Any, R] | asyncio.Future[R]) -> R:
     cancelled = False
     while not task.done():
         try:
-            await asyncio.wait([task])  # neither cancels the work nor raises its failure (a cancellation wins)
+            await _ended(task)  # neither cancels the work nor raises its failure (a cancellation wins)
         except asyncio.CancelledError:
             cancelled = True
     if cancelled:
@@ -34,6 +34,22 @@ async def run_to_end(work: Coroutine[Any, Any, R] | asyncio.Future[R]) -> R:
             log.warning("work_failed_during_cancellation", error_type=type(error).__name__, error=str(error))
         raise asyncio.CancelledError
     return task.result()
+
+
+async def _ended(task: asyncio.Future[Any]) -> None:
+    """Return once `task` is done (`asyncio.wait([task])` without its sets and bookkeeping: on every write's path)."""
+    waiter = asyncio.get_running_loop().create_future()
+    wake = functools.partial(_wake, waiter)
+    task.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        task.remove_done_callback(wake)
+
+
+def _wake(waiter: asyncio.Future[None], _: object) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def succeeded(task: asyncio.Future[Any]) -> bool:

@@ -57,6 +57,8 @@ class McpHub:
         """The agent's tools after waiting at most `mcp_start_wait_s` for the first start of its servers: a server
         still starting then adds its tools to a later turn (the list grows once, then stays byte-stable)."""
         servers = self._ensure(agent)
+        if not servers:  # most agents: no server to wait for (no timer, no gather on every turn)
+            return self.cached_tools(agent)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(agent.config.mcp_start_wait_s):
                 await asyncio.gather(*(s.wait_first_attempt() for s in servers))

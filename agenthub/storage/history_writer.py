@@ -1,11 +1,12 @@
 """Group commit of a data directory's appends: history lines across sessions and the inbox journal's records
-(`ROOT`); every append waiting when a batch starts shares its one thread hop, its one log write and its one
+(`ROOT`); every append waiting when the writer's thread starts a batch shares its one log write and its one
 fdatasync (`CommitLog`); the rare whole-file operations run between batches."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +26,8 @@ T = TypeVar("T")
 
 
 Landed = Callable[[BaseException | None], None]
-"""Told, on the event loop under the writer's lock (before any whole-file operation can run), how an append ended:
-None (landed) or its error."""
+"""Told, on the event loop before any whole-file operation can run, how an append ended: None (landed) or its
+error."""
 
 
 @dataclass
@@ -39,7 +40,12 @@ class _Waiting:
 class HistoryWriter:
     """The writer of one data directory's history files. `append` returns once its lines are in the file and (with
     `fsync`) durable through the commit log; `exclusive` runs a whole-file operation (replace, clear, delete) after
-    a checkpoint, between batches; `ready` brings the files up to date from a log a crash left, once."""
+    a checkpoint, between batches; `ready` brings the files up to date from a log a crash left, once.
+
+    The batches are formed on the writer's thread: an append joins the open batch, and the first one after a batch
+    was taken hands the thread one `_commit`, which takes every append waiting when the thread gets to it. So the
+    appends that arrive while a batch is being written go to the file and the log right after it, without waiting
+    for the event loop to come round; each batch's outcome is told on the loop, in write order."""
 
     def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
         self._files = SessionFiles(data_dir)
@@ -47,15 +53,20 @@ class HistoryWriter:
         self._fsync = fsync
         self.thread = WriterThread("history-writer")
         """Where every file operation here runs, in the order given (one long-lived thread)."""
-        self._queue: list[_Waiting] = []
-        self._flusher: asyncio.Task[None] | None = None
-        self._io: asyncio.Lock | None = None  # one thread hop on the files at a time; made in the running loop
+        self._mutex = threading.Lock()  # the open batch, shared with the thread that takes it
+        self._open: list[_Waiting] = []
+        self._armed = False  # a `_commit` that takes the open batch is on its way to the thread
+        self._held = 0  # whole-file operations waiting or running: appends meanwhile wait in `_later`
+        self._later: list[_Waiting] = []
+        self._in_flight = 0  # batches given to the thread whose outcome was not told yet
+        self._quiet: list[asyncio.Future[None]] = []
+        self._io: asyncio.Lock | None = None  # one whole-file operation at a time; made in the running loop
         self._recovered = False
         self.followers: list[AppendedHook] = []
         """Called with each landed append's hand-over (`Appended`), in write order, on the event loop, before the
         append is acknowledged (the search feed: it indexes the lines without reading the file again)."""
         self.batches = 0
-        """Batches committed so far (each one thread hop, one log write and one fdatasync)."""
+        """Batches handed to the thread so far (each one thread hop, one log write and one fdatasync)."""
 
     @property
     def log_path(self) -> Path:
@@ -84,11 +95,22 @@ class HistoryWriter:
     async def append(self, agent: str, stem: str, payload: bytes, *, landed: Landed | None = None) -> None:
         """Queue the lines and wait until their batch landed: OSError or PathRefusedError (nothing of them kept)
         when it was refused. `landed` hears the end first (see `Landed`)."""
-        done = asyncio.get_running_loop().create_future()
-        self._queue.append(_Waiting(Append(agent, stem, payload), done, landed))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name="history-group-commit")
-        await asyncio.shield(done)
+        waiting = _Waiting(Append(agent, stem, payload), asyncio.get_running_loop().create_future(), landed)
+        if self._held:  # a whole-file operation goes first: every append after it lands after it
+            self._later.append(waiting)
+        else:
+            self._join([waiting])
+        await asyncio.shield(waiting.done)
+
+    def _join(self, waiting: list[_Waiting]) -> None:
+        """Add `waiting` to the open batch; hand the thread a `_commit` when none is on its way yet."""
+        with self._mutex:
+            self._open.extend(waiting)
+            arm, self._armed = not self._armed, True
+        if arm:
+            self.batches += 1
+            self._in_flight += 1
+            self.thread.submit(self._commit).add_done_callback(self._landed)
 
     async def exclusive(self, agent: str, stem: str, operation: Callable[[], T]) -> T:
         """Run `operation` (which replaces or removes `stem`'s files) in a worker thread between batches, after a
@@ -99,44 +121,73 @@ class HistoryWriter:
         """`exclusive` of the operation `build` returns, called on the event loop once no batch is in flight: every
         append before it has landed (its `landed` told), every one after it waits for the operation's end."""
         async with self._lock():
-            operation = build()
-            # a cancelled caller keeps the lock until the operation ends: no append lands in a half-done rewrite
-            return await run_to_end(self.thread.submit(functools.partial(self._exclusive, agent, stem, operation)))
+            self._held += 1
+            try:
+                await self._batches_told()
+                operation = build()
+                # a cancelled caller keeps the hold until the operation ends: no append lands in a half-done rewrite
+                return await run_to_end(self.thread.submit(functools.partial(self._exclusive, agent, stem, operation)))
+            finally:
+                self._held -= 1
+                if not self._held and self._later:
+                    later, self._later = self._later, []
+                    self._join(later)
+
+    async def _batches_told(self) -> None:
+        """Return once every batch given to the thread so far has been told (its appends landed or refused)."""
+        while self._in_flight:
+            quiet = asyncio.get_running_loop().create_future()
+            self._quiet.append(quiet)
+            await asyncio.shield(quiet)
 
     async def aclose(self) -> None:
-        """Wait for the batch in flight, checkpoint and close every file (a clean stop leaves an empty log)."""
-        flusher = self._flusher
-        if flusher is not None and not flusher.done():
-            await asyncio.wait([flusher])
+        """Wait for the batches in flight, checkpoint and close every file (a clean stop leaves an empty log)."""
         async with self._lock():
+            await self._batches_told()
             try:
                 await run_to_end(self.thread.submit(self._close))
             finally:
                 await run_to_end(self.thread.aclose())
 
-    async def _flush(self) -> None:
-        while self._queue:
-            async with self._lock():
-                batch, self._queue = self._queue, []
-                self.batches += 1
-                handed: list[Appended] | None = [] if self.followers else None
-                commit = self.thread.submit(functools.partial(self._commit, [w.append for w in batch], handed))
-                cancelled = await _ended(commit)  # cancelled (a shutdown): still its real end, under the lock
-                try:
-                    results = commit.result()
-                except Exception as e:  # recovery or the log refused: the whole batch failed
-                    results = [e] * len(batch)
-                self._hand_over(handed or ())
-                for waiting, error in zip(batch, results, strict=True):
-                    _tell(waiting, error)
+    def _commit(self) -> tuple[list[_Waiting], list[BaseException | None], list[Appended]]:
+        """On the thread: take the open batch and write it (the outcome is told on the loop by `_landed`)."""
+        with self._mutex:
+            batch, self._open, self._armed = self._open, [], False
+        handed: list[Appended] | None = [] if self.followers else None
+        try:
+            self._recover_once()
+            results = self._log.commit([w.append for w in batch], durable=self._fsync, handed=handed)
+        except Exception as e:  # recovery or the log refused: the whole batch failed
+            return batch, [e] * len(batch), []
+        if self._log.due:
+            try:
+                self._log.checkpoint()
+            except OSError:  # the log keeps everything until the next checkpoint succeeds
+                log.exception("history_checkpoint_failed")
+        return batch, results, handed or []
+
+    def _landed(
+        self, commit: asyncio.Future[tuple[list[_Waiting], list[BaseException | None], list[Appended]]]
+    ) -> None:
+        """On the loop, in write order: hand the batch over to the followers, tell each append how it ended."""
+        self._in_flight -= 1
+        try:
+            batch, results, handed = commit.result()
+            self._hand_over(handed)
+            for waiting, error in zip(batch, results, strict=True):
+                _tell(waiting, error)
             for waiting, error in zip(batch, results, strict=True):
                 if error is None:
                     if not waiting.done.done():
                         waiting.done.set_result(None)
                 else:
                     _fail(waiting.done, error)
-            if cancelled:  # every waiter heard its batch's end; the rest of the queue goes to the next flusher
-                raise asyncio.CancelledError
+        finally:
+            if not self._in_flight:
+                quiet, self._quiet = self._quiet, []
+                for waiter in quiet:
+                    if not waiter.done():
+                        waiter.set_result(None)
 
     def _hand_over(self, handed: Iterable[Appended]) -> None:
         for item in handed:
@@ -145,16 +196,6 @@ class HistoryWriter:
                     follower(item)
                 except Exception:  # a follower's failure is not the append's: it falls back to reading the file
                     log.exception("history_follower_failed")
-
-    def _commit(self, batch: list[Append], handed: list[Appended] | None = None) -> list[BaseException | None]:
-        self._recover_once()
-        results = self._log.commit(batch, durable=self._fsync, handed=handed)
-        if self._log.due:
-            try:
-                self._log.checkpoint()
-            except OSError:  # the log keeps everything until the next checkpoint succeeds
-                log.exception("history_checkpoint_failed")
-        return results
 
     def _exclusive(self, agent: str, stem: str, operation: Callable[[], T]) -> T:
         self._recover_once()
@@ -174,17 +215,6 @@ class HistoryWriter:
         finally:
             self._files.close()
             self._log.close()
-
-
-async def _ended(work: asyncio.Future[T]) -> bool:
-    """Wait for `work` to end even if the caller is cancelled meanwhile; whether it was (to honour it after)."""
-    cancelled = False
-    while not work.done():
-        try:
-            await asyncio.wait([work])
-        except asyncio.CancelledError:
-            cancelled = True
-    return cancelled
 
 
 def _tell(waiting: _Waiting, error: BaseException | None) -> None:

@@ -55,6 +55,8 @@ class OpenHistory:
     dir_ino: int
     name: str
     dirty: bool = False  # written since the last checkpoint, not yet fsynced itself
+    seen: Stat | None = None  # its stat from the lookup that just handed it out (taken by the next append)
+    end: int = -1  # where this process's last append ended (the file then ends with a whole line); -1: unknown
 
 
 @dataclass
@@ -201,6 +203,7 @@ class SessionFiles:
         if cached is not None:
             if found is not None and found.st_ino == cached.ino and cached.dir_ino == dir_ino:
                 self._fds.files.move_to_end(key)
+                cached.seen = (found.st_ino, found.st_size, found.st_mtime_ns)  # the same file: its stat now
                 return cached
             self._drop_file(key)
         self._evict(room=1)
@@ -277,13 +280,16 @@ class SessionFiles:
 def append_payload(f: OpenHistory, payload: bytes) -> Stat:
     """Write `payload` (whole lines) at the end of `f` in one write, first cutting a torn tail left by a crash back
     to its last newline. Returns the file's stat just before the write (its size: the offset where the lines
-    start); all or nothing (a short write is cut back, ENOSPC)."""
-    before = stat_of(f.fd)
+    start); all or nothing (a short write is cut back, ENOSPC). The stat is the lookup's that handed `f` out when
+    there was one (the same inode, just now), and the last byte is only read when the file does not end where this
+    process's last append to it ended."""
+    before, f.seen = (f.seen if f.seen is not None else stat_of(f.fd)), None
     size = before[1]
-    if size and os.pread(f.fd, 1, size - 1) != b"\n":
+    if size and size != f.end and os.pread(f.fd, 1, size - 1) != b"\n":
         jsonl.repair_torn_tail(f.fd, Path(f.name))
         before = stat_of(f.fd)
         size = before[1]
+    f.end = -1
     try:
         written = os.write(f.fd, payload)
         if written != len(payload):
@@ -291,10 +297,12 @@ def append_payload(f: OpenHistory, payload: bytes) -> Stat:
     except BaseException:
         cut_back(f, size)
         raise
+    f.end = size + written
     return before
 
 
 def cut_back(f: OpenHistory, size: int) -> None:
+    f.end = -1
     try:
         os.ftruncate(f.fd, size)
     except OSError:  # the torn line left behind is skipped on load and cut by the next append

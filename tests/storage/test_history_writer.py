@@ -1,5 +1,6 @@
 """The history writer's group commit under cancellation: a whole-file operation whose caller is cancelled keeps the
-writer's lock until it really ends, and every append waiting on a batch hears how that batch really ended."""
+writer's lock until it really ends, every append waiting on a batch hears how that batch really ended, and an append
+made while a whole-file operation waits lands after it."""
 
 from __future__ import annotations
 
@@ -40,9 +41,11 @@ def _holding(writer: HistoryWriter, name: str) -> GatedWriterThread:
     return held
 
 
-def _flusher() -> asyncio.Task[Any]:
-    (task,) = [t for t in asyncio.all_tasks() if t.get_name() == "history-group-commit"]
-    return task
+def _shutdown_cancels_the_other_tasks(appends: list[asyncio.Task[None]]) -> None:
+    """What a shutdown does to the loop's tasks, the appends' own callers left alone (they hear the batch)."""
+    for task in asyncio.all_tasks():
+        if task is not asyncio.current_task() and task not in appends:
+            task.cancel()
 
 
 async def test_a_cancelled_replace_keeps_the_lock_until_it_ends_so_no_append_lands_in_the_old_file(
@@ -65,13 +68,13 @@ async def test_a_cancelled_replace_keeps_the_lock_until_it_ends_so_no_append_lan
     await store.aclose()
 
 
-async def test_appends_riding_a_batch_whose_flusher_is_cancelled_hear_that_it_landed(tmp_path: Path) -> None:
+async def test_appends_riding_a_batch_while_the_loops_tasks_are_cancelled_hear_that_it_landed(tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path, fsync=True)
     await store.append(KEY, [_user("first")])
     pool = _holding(store.writer, "_commit")
     appends = [asyncio.create_task(store.append(k, [_user("second")])) for k in (KEY, OTHER)]
     await asyncio.wait_for(pool.started.wait(), 2)
-    _flusher().cancel()  # a shutdown cancelling the loop's tasks while the batch is in its thread
+    _shutdown_cancels_the_other_tasks(appends)  # while the batch is in its thread
     await asyncio.sleep(0.05)
     pool.gate.set()
     await asyncio.gather(*appends)  # landed: each append is told so
@@ -80,7 +83,7 @@ async def test_appends_riding_a_batch_whose_flusher_is_cancelled_hear_that_it_la
     await store.aclose()
 
 
-async def test_appends_riding_a_batch_whose_flusher_is_cancelled_hear_that_its_log_write_failed(
+async def test_appends_riding_a_batch_while_the_loops_tasks_are_cancelled_hear_that_its_log_write_failed(
     tmp_path: Path,
 ) -> None:
     store = FileSessionStore(tmp_path, fsync=True)
@@ -91,7 +94,7 @@ async def test_appends_riding_a_batch_whose_flusher_is_cancelled_hear_that_its_l
     pool = _holding(store.writer, "_commit")
     appends = [asyncio.create_task(store.append(k, [_user("refused")])) for k in (KEY, OTHER)]
     await asyncio.wait_for(pool.started.wait(), 2)
-    _flusher().cancel()
+    _shutdown_cancels_the_other_tasks(appends)
     await asyncio.sleep(0.05)
     pool.gate.set()
     for append in appends:
@@ -99,6 +102,41 @@ async def test_appends_riding_a_batch_whose_flusher_is_cancelled_hear_that_its_l
             await append
     assert _contents(tmp_path, KEY) == ["kept"]
     assert _contents(tmp_path, OTHER) == []
+    await store.aclose()
+
+
+async def test_an_append_made_while_a_replace_waits_for_the_batch_in_flight_lands_after_the_replace(
+    tmp_path: Path,
+) -> None:
+    store = FileSessionStore(tmp_path, fsync=True)
+    await store.append(KEY, [_user("old")])
+    pool = _holding(store.writer, "_commit")
+    first = asyncio.create_task(store.append(KEY, [_user("first")]))
+    await asyncio.wait_for(pool.started.wait(), 2)  # the batch of "first" is in the thread
+    replace = asyncio.create_task(store.replace(KEY, [_user("new")], archive=[]))
+    await asyncio.sleep(0.05)  # the replace waits for that batch to be told
+    after = asyncio.create_task(store.append(KEY, [_user("after")]))
+    await asyncio.sleep(0.05)
+    pool.gate.set()
+    await asyncio.gather(first, replace, after)
+    assert _contents(tmp_path, KEY) == ["new", "after"]  # "after" acknowledged: never replaced away
+    await store.aclose()
+
+
+async def test_appends_made_while_a_batch_is_written_are_one_next_batch(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path, fsync=True)
+    await store.append(KEY, [_user("first")])
+    pool = _holding(store.writer, "_commit")
+    held = asyncio.create_task(store.append(KEY, [_user("held")]))
+    await asyncio.wait_for(pool.started.wait(), 2)
+    before = store.writer.batches
+    queued = [asyncio.create_task(store.append(k, [_user(f"queued {k.chat_id}")])) for k in (KEY, OTHER)]
+    await asyncio.sleep(0.05)
+    pool.gate.set()
+    await asyncio.gather(held, *queued)
+    assert store.writer.batches - before <= 1  # taken by the thread together (or already by the held batch)
+    assert _contents(tmp_path, KEY) == ["first", "held", "queued c1"]
+    assert _contents(tmp_path, OTHER) == ["queued c2"]
     await store.aclose()
 
 
