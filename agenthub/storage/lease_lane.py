@@ -254,6 +254,7 @@ class RenewalLane:
         try:
             if self._renewer is None:
                 self._renewer = await self._open_renewer()
+                log.info("lease_lane_connected", lane=self._name)
             self.renewals += 1
             return await self._renewer.renew_many(leases, ttl_s)
         except StorageError:
