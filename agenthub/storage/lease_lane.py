@@ -38,7 +38,9 @@ class LaneRenewer(Protocol):
         """Each lease extended (None: refused, another holder has it), in one request; StorageError on failure."""
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Close the link at once, even under a request in flight (which then fails): no round trip."""
+        ...
 
 
 @runtime_checkable
@@ -242,9 +244,11 @@ class RenewalLane:
                         self._lose(kept, "store_too_slow")
         finally:
             if not attempt.done():
+                # the link closed first, under the request: cancelled on an open link, the driver would ask the
+                # server to cancel it and wait for that (up to 10 s), with the lane's other leases waiting behind
+                await self._drop_renewer()
                 attempt.cancel()
                 await asyncio.wait([attempt])
-                await self._drop_renewer()  # a request cut short leaves its link in an unknown state
         if attempt.cancelled() or attempt.exception() is not None:
             return [UNKNOWN] * len(batch)
         return list(attempt.result())

@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from agenthub.hosting.stop_bound import AFTER_DRAIN_S
 from tests.support.daemons import Client, Deployment, Instance, message_text
 from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text
-from tests.support.postgres import PostgresServer
+from tests.support.postgres import PostgresServer, hung
 
 DEADLINE_S = 60.0
 
@@ -100,24 +96,3 @@ async def test_an_instance_stops_within_its_bound_after_sigterm_while_the_databa
             assert await instance.stop() == 0
             took = time.monotonic() - began
         assert took < DRAIN_S + AFTER_DRAIN_S + SLACK_S, f"the stop took {took:.1f} s"
-
-
-@contextmanager
-def hung(server: PostgresServer) -> Iterator[None]:
-    """The server and its backends stopped (SIGSTOP) while inside: connections stay open and nothing answers."""
-    postmaster = int((server.datadir / "postmaster.pid").read_text().split()[0])
-    pids = [postmaster, *_children(postmaster)]
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found

@@ -16,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from agenthub.storage.lease import LeaseKeeper
 from agenthub.storage.postgres import Database, PostgresLeases
+from tests.support.postgres import PostgresServer, hung
 
 TTL_S = 3.0
 NAME = "instance:lane-test"
@@ -161,3 +162,30 @@ async def test_closing_the_store_ends_the_lane_thread_and_its_connection(postgre
     async with asyncio.timeout(5):  # the server notices the closed connection at once; its row may lag a moment
         while await lane_backends(postgres_dsn):  # noqa: ASYNC110 - the server's view, nothing to wait on
             await asyncio.sleep(0.05)
+
+
+async def test_a_lane_whose_database_hangs_gives_the_lease_up_in_time_and_closes_at_once(
+    own_postgres_server: PostgresServer,
+) -> None:
+    """The database stops answering (its processes stopped: connections stay open). The lane gives the lease up
+    before it expires and drops the request's connection without waiting for the server to cancel it (the
+    driver's cancel waits up to 10 s, with every other lease of the lane behind it): it closes at once."""
+    database = Database(own_postgres_server.dsn())
+    store = PostgresLeases(database)
+    lost: list[float] = []
+    try:
+        async with started_keeper(store, lost) as keeper:
+            await asyncio.sleep(TTL_S / 3)  # the lane is connected
+            with hung(own_postgres_server):
+                cut_at = time.monotonic()
+                async with asyncio.timeout(TTL_S * 2):
+                    while not lost:  # noqa: ASYNC110 - a plain list the keeper's callback appends to
+                        await asyncio.sleep(0.02)
+                assert not keeper.held and lost[0] - cut_at < TTL_S
+                closing = time.monotonic()
+                await store.close()
+                assert time.monotonic() - closing < 2.0, "the lane waited for the hung server"
+                assert lane_threads() == []
+    finally:
+        await store.close()
+        await database.close()

@@ -166,7 +166,7 @@ class LaneLink:
         return _renewed(leases, renewed, sent_at + ttl_s)
 
     async def close(self) -> None:
-        await self._conn.close()
+        await self._conn.close()  # psycopg closes the socket at once, with nothing sent or awaited
 
 
 async def _renew_many(conn: AsyncConnection[TupleRow], leases: list[Lease], ttl_s: float) -> set[str]:
