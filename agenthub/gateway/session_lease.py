@@ -30,7 +30,7 @@ from agenthub.errors import SessionBusyError, StorageError
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import FREED, WANTED, Lease, SessionClaim, SessionClaims, renew_all, renewal_due
-from agenthub.storage.lease_lane import Kept, LaneRenewals
+from agenthub.storage.lease_lane import Kept, LaneRenewals, RenewalLane
 from agenthub.storage.ports import LeaseSignals, QuickLookup
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.store import FencedWriteError
@@ -61,6 +61,7 @@ class _Held:
     """Its last renewal got no answer (the store erred or was too slow): past its give-up time it is lost."""
     kept: Kept | None = None
     """The lease as the renewal lane keeps it (its newest grant), over a store that has one."""
+    lane: RenewalLane | None = None
 
     @property
     def lease(self) -> Lease:
@@ -104,8 +105,9 @@ class SessionLeases:
         self._renewer: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         store = leases.store
-        self._lane = store.renewal_lane() if isinstance(store, LaneRenewals) else None
-        """Renews the held leases on a thread of its own (PostgreSQL): a starved loop does not let them lapse."""
+        self._lanes = store if isinstance(store, LaneRenewals) else None
+        """Its renewal lane renews the held leases on a thread of its own (PostgreSQL): a starved loop does not let
+        them lapse."""
         self._signals = store if isinstance(store, LeaseSignals) else None
         claims = history.store
         self._claims = claims if isinstance(claims, SessionClaims) and claims.claims_with(store) else None
@@ -170,8 +172,9 @@ class SessionLeases:
         self._names[lease.name] = key
         self._lost.discard(key)
         self._history.lease_held(key, True)
-        if self._lane is not None:
-            held.kept = self._lane.keep(lease, self._leases.ttl_s, on_lost=lambda: self._kept_lost(key, held))
+        if self._lanes is not None:
+            held.lane = self._lanes.renewal_lane()
+            held.kept = held.lane.keep(lease, self._leases.ttl_s, on_lost=lambda: self._kept_lost(key, held))
         else:
             self._wake_renewer()
 
@@ -417,8 +420,8 @@ class SessionLeases:
 
     def _unkeep(self, held: _Held) -> None:
         """The lane stops renewing `held` (released or lost)."""
-        if held.kept is not None and self._lane is not None:
-            self._lane.drop(held.kept)
+        if held.kept is not None and held.lane is not None:
+            held.lane.drop(held.kept)
 
     def _lose(self, key: SessionKey, held: _Held) -> None:
         if self._held.get(key) is held:

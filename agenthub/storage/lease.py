@@ -13,7 +13,7 @@ import structlog
 from agenthub.clock import Clock, monotonic_clock, sleep_until
 from agenthub.errors import StorageError
 from agenthub.session_keys import SessionKey
-from agenthub.storage.lease_lane import Kept, LaneRenewals
+from agenthub.storage.lease_lane import Kept, LaneRenewals, RenewalLane
 from agenthub.storage.ports import BatchRenewal, LeaseStore
 
 log = structlog.get_logger(__name__)
@@ -154,7 +154,9 @@ class LeaseKeeper:
         self._last_token = 0
         self._on_gained, self._on_lost, self._clock = on_gained, on_lost, clock
         self._lease: Lease | None = None
-        self._lane = store.renewal_lane() if isinstance(store, LaneRenewals) else None
+        self._lanes = store if isinstance(store, LaneRenewals) else None
+        self._lane: RenewalLane | None = None
+        """The lane `_kept` is on (the store's current one when it was gained)."""
         self._kept: Kept | None = None
         """The held lease as the lane keeps it (its newest grant), while it does."""
         self._lane_lost = asyncio.Event()
@@ -176,7 +178,8 @@ class LeaseKeeper:
         if kept is not None and self._lane is not None:
             self._lane.drop(kept)
         self._lease = lease
-        if lease is not None and self._lane is not None:
+        if lease is not None and self._lanes is not None:
+            self._lane = self._lanes.renewal_lane()
             self._lane_lost.clear()
             self._kept = self._lane.keep(lease, self._ttl_s, on_lost=self._kept_lost)
 

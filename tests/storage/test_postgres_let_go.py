@@ -17,7 +17,7 @@ from agenthub.storage.postgres import PostgresLeases, PostgresSessionStore, post
 
 TTL_S = 30.0
 SESSIONS = 24
-ROUNDS = 8
+ROUNDS = 40
 PER_ROUND = 10
 
 

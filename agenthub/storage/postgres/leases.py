@@ -41,12 +41,22 @@ RETURNING token
 row against the time after the wait; against its own start time (`now()`, earlier than the release's) it would
 find the lease live and extend a released lease, which then keeps every other instance out for `ttl`."""
 _RENEW_MANY = """
+WITH r AS (
+    SELECT * FROM unnest(%(names)s::text[], %(holders)s::text[], %(tokens)s::bigint[]) AS r(name, holder, token)
+),
+locked AS MATERIALIZED (
+    SELECT l.name FROM leases AS l WHERE l.name IN (SELECT name FROM r) ORDER BY l.name FOR UPDATE OF l
+)
 UPDATE leases AS l SET expires_at = now() + %(ttl)s * interval '1 second'
-FROM unnest(%(names)s::text[], %(holders)s::text[], %(tokens)s::bigint[]) AS r(name, holder, token)
+FROM r
 WHERE l.name = r.name AND l.holder = r.holder AND l.token = r.token AND l.expires_at > clock_timestamp()
+  AND (SELECT count(*) FROM locked) >= 0
 RETURNING l.name
 """
-"""Every lease of the list in one statement (an instance's session leases): the names renewed."""
+"""Every lease of the list in one statement (an instance's leases): the names renewed. The rows are locked in name
+order first (`locked`, evaluated once before any row is updated), the order the let-gos of several sessions
+(`let_go.py`) lock them in: the UPDATE alone would lock them in the order its plan scans the table, and a renewal
+of leases being let go at that moment could then wait for the let-go while it waits for the renewal."""
 _RELEASE = f"""
 WITH freed AS (
     UPDATE leases SET expires_at = now() WHERE name = %(name)s AND token = %(token)s AND expires_at > now()
