@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -97,7 +98,9 @@ class RenewalLane:
         self._clock = clock
         self._name = name
         self._lock = threading.Lock()
-        self._kept: list[Kept] = []
+        self._kept: set[Kept] = set()
+        self._wake_at = 0.0
+        """When the lane's thread looks next (by `clock`): a lease kept that is due later does not wake it."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -118,16 +121,16 @@ class RenewalLane:
         with self._lock:
             if self._stopping:
                 raise StorageError("the lease renewal lane is closed")
-            self._kept.append(kept)
+            self._kept.add(kept)
             self._start()
-        self._poke()
+        if min(kept.next_at, kept.give_up_at) < self._wake_at:
+            self._poke()
         return kept
 
     def drop(self, kept: Kept) -> None:
         """Stop renewing `kept` (released, or its owner stopped); no `on_lost` follows."""
         with self._lock:
-            if kept in self._kept:
-                self._kept.remove(kept)
+            self._kept.discard(kept)
 
     async def close(self) -> None:
         """End the thread (its link closed); waits at most `CLOSE_TIMEOUT_S`, without blocking the caller's loop."""
@@ -172,7 +175,7 @@ class RenewalLane:
         finally:
             with self._lock:
                 self._stopping = True
-                left, self._kept = self._kept, []
+                left, self._kept = list(self._kept), set()
             for kept in left:
                 kept.report_lost()
             loop.close()
@@ -189,6 +192,7 @@ class RenewalLane:
         """Lose the overdue, then renew those due (with those due soon) or wait until one is."""
         wake = self._wake
         assert wake is not None
+        self._wake_at = math.inf  # until the wait below: every lease kept wakes it
         wake.clear()  # before looking: a lease kept from now on wakes the wait below
         now = self._clock()
         for kept in self._snapshot():
@@ -218,6 +222,7 @@ class RenewalLane:
         if self._stopping:
             return
         timeout = MAX_WAIT_S if seconds is None else min(seconds, MAX_WAIT_S)
+        self._wake_at = self._clock() + timeout
         try:
             async with asyncio.timeout(timeout):
                 await wake.wait()
@@ -286,7 +291,7 @@ class RenewalLane:
         with self._lock:
             if kept not in self._kept:
                 return
-            self._kept.remove(kept)
+            self._kept.discard(kept)
         log.warning("lease_given_up", lease=kept.lease.name, token=kept.lease.token, reason=why)
         kept.report_lost()
 
