@@ -30,6 +30,7 @@ from agenthub.errors import SessionBusyError, StorageError
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import FREED, WANTED, Lease, SessionClaim, SessionClaims, renew_all, renewal_due
+from agenthub.storage.lease_lane import Kept, LaneRenewals, RenewalLane
 from agenthub.storage.ports import LeaseSignals, QuickLookup
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.store import FencedWriteError
@@ -53,11 +54,23 @@ def lease_name(key: SessionKey) -> str:
 
 @dataclass
 class _Held:
-    lease: Lease
+    granted: Lease
     next_at: float
     """When its next renewal is due (by the instance's lease clock)."""
     failed: bool = False
     """Its last renewal got no answer (the store erred or was too slow): past its give-up time it is lost."""
+    kept: Kept | None = None
+    """The lease as the renewal lane keeps it (its newest grant), over a store that has one."""
+    lane: RenewalLane | None = None
+
+    @property
+    def lease(self) -> Lease:
+        kept = self.kept
+        return self.granted if kept is None else kept.lease
+
+    @lease.setter
+    def lease(self, lease: Lease) -> None:
+        self.granted = lease
 
 
 class _Unknown:
@@ -92,6 +105,9 @@ class SessionLeases:
         self._renewer: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         store = leases.store
+        self._lanes = store if isinstance(store, LaneRenewals) else None
+        """Its renewal lane renews the held leases on a thread of its own (PostgreSQL): a starved loop does not let
+        them lapse."""
         self._signals = store if isinstance(store, LeaseSignals) else None
         claims = history.store
         self._claims = claims if isinstance(claims, SessionClaims) and claims.claims_with(store) else None
@@ -152,11 +168,15 @@ class SessionLeases:
         except BaseException:
             self._start_release(key, _Held(lease, _renewal_due(lease, self._leases.ttl_s)))
             raise
-        self._held[key] = _Held(lease, _renewal_due(lease, self._leases.ttl_s))
+        held = self._held[key] = _Held(lease, _renewal_due(lease, self._leases.ttl_s))
         self._names[lease.name] = key
         self._lost.discard(key)
         self._history.lease_held(key, True)
-        self._wake_renewer()
+        if self._lanes is not None:
+            held.lane = self._lanes.renewal_lane()
+            held.kept = held.lane.keep(lease, self._leases.ttl_s, on_lost=lambda: self._kept_lost(key, held))
+        else:
+            self._wake_renewer()
 
     def _stays(self, key: SessionKey) -> None:
         self._staying[key] = None
@@ -241,6 +261,8 @@ class SessionLeases:
             return
         self._forget(key)
         held = self._held.pop(key, None)
+        if held is not None:
+            self._unkeep(held)
         if held is not None or key in self._lost:
             self._lost.discard(key)
             self._start_release(key, held)
@@ -391,9 +413,20 @@ class SessionLeases:
             log.warning("session_lease_store_unavailable", leases=len(batch))
             return unknown
 
+    def _kept_lost(self, key: SessionKey, held: _Held) -> None:
+        """The lane gave `held` up (on this loop): lost, unless it was released meanwhile."""
+        if self._held.get(key) is held:
+            self._lose(key, held)
+
+    def _unkeep(self, held: _Held) -> None:
+        """The lane stops renewing `held` (released or lost)."""
+        if held.kept is not None and held.lane is not None:
+            held.lane.drop(held.kept)
+
     def _lose(self, key: SessionKey, held: _Held) -> None:
         if self._held.get(key) is held:
             del self._held[key]
+            self._unkeep(held)
             self._forget(key)
             self._lost.add(key)  # its token stays on the store's writes: a late one is refused
             self._history.lease_held(key, False)

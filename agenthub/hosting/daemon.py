@@ -18,6 +18,7 @@ from agenthub.config import Settings
 from agenthub.hosting.app import Services, assemble, build_services, open_stores
 from agenthub.hosting.datalock import DAEMON, DataDirLock
 from agenthub.hosting.gc_freeze import freeze_start_up_objects
+from agenthub.hosting.stop_bound import AFTER_DRAIN_S, StopBound
 from agenthub.hosting.systemd import Notifier
 from agenthub.invocation import command_name
 from agenthub.scheduler.wiring import pause_scheduler, start_scheduler, stop_scheduler
@@ -44,11 +45,14 @@ class Daemon:
         notifier: Notifier | None = None,
         console: TextIO | None = None,
         freeze_start_up: bool = False,
+        bound_stop: bool = False,
     ) -> None:
         self.settings = settings
         self.freeze_start_up = freeze_start_up
         """Freeze the start-up objects out of the garbage collector once warmed up: only the `agenthub serve`
         process (`run_daemon`), never a process that runs a daemon among other work (tests)."""
+        self.stop_bound = StopBound(settings.http.drain_timeout_s + AFTER_DRAIN_S) if bound_stop else None
+        """Only the `agenthub serve` process: past the bound after SIGTERM it exits, clean-up done or not."""
         self.notifier = notifier or Notifier()
         self.console = console
         self.lock = DataDirLock(settings.data_dir)
@@ -57,6 +61,8 @@ class Daemon:
         self._stop = asyncio.Event()
 
     def request_stop(self) -> None:
+        if self.stop_bound is not None:
+            self.stop_bound.arm()
         self._stop.set()
 
     async def run(self) -> int:
@@ -72,6 +78,8 @@ class Daemon:
                 await stores.aclose()
         finally:
             self.lock.release()
+            if self.stop_bound is not None:
+                self.stop_bound.disarm()
         log.info("daemon_stopped")
         return 0
 
@@ -194,5 +202,6 @@ class Daemon:
 
 
 def run_daemon(settings: Settings, *, show_console_hint: bool = False) -> int:
-    daemon = Daemon(settings, console=sys.stderr if show_console_hint else None, freeze_start_up=True)
+    console = sys.stderr if show_console_hint else None
+    daemon = Daemon(settings, console=console, freeze_start_up=True, bound_stop=True)
     return asyncio.run(daemon.run())

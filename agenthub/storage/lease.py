@@ -13,6 +13,7 @@ import structlog
 from agenthub.clock import Clock, monotonic_clock, sleep_until
 from agenthub.errors import StorageError
 from agenthub.session_keys import SessionKey
+from agenthub.storage.lease_lane import Kept, LaneRenewals, RenewalLane
 from agenthub.storage.ports import BatchRenewal, LeaseStore
 
 log = structlog.get_logger(__name__)
@@ -129,7 +130,11 @@ class LeaseKeeper:
     and calls `on_gained` / `on_lost` when that changes (a singleton's start and stop).
 
     A holder that cannot renew (the store errs, or does not answer) gives the lease up a third of `ttl_s` before
-    it expires by its own clock: a standby may take it at expiry, so the holder's stop must be done by then."""
+    it expires by its own clock: a standby may take it at expiry, so the holder's stop must be done by then.
+
+    Over a store with a renewal lane (`LaneRenewals`: PostgreSQL) a held lease is renewed there, on a thread of
+    its own, so a starved event loop does not let it lapse; this task then only waits for the lane to report it
+    lost, and acquires it again."""
 
     def __init__(
         self,
@@ -148,20 +153,58 @@ class LeaseKeeper:
         self._takeovers = takeovers
         self._last_token = 0
         self._on_gained, self._on_lost, self._clock = on_gained, on_lost, clock
-        self.lease: Lease | None = None
+        self._lease: Lease | None = None
+        self._lanes = store if isinstance(store, LaneRenewals) else None
+        self._lane: RenewalLane | None = None
+        """The lane `_kept` is on (the store's current one when it was gained)."""
+        self._kept: Kept | None = None
+        """The held lease as the lane keeps it (its newest grant), while it does."""
+        self._lane_lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._margin_s = ttl_s / 3
         """How long before its expiry an unrenewed lease is given up: the time the holder's stop may take."""
 
     @property
+    def lease(self) -> Lease | None:
+        """The held lease, as last renewed (by the lane's thread, when there is one)."""
+        kept = self._kept
+        if kept is not None:
+            return None if kept.lost else kept.lease
+        return self._lease
+
+    def _hold(self, lease: Lease | None) -> None:
+        """`lease` is held from now on (None: none is); a gain over a lane is handed to it to renew."""
+        kept, self._kept = self._kept, None
+        if kept is not None and self._lane is not None:
+            self._lane.drop(kept)
+        self._lease = lease
+        if lease is not None and self._lanes is not None:
+            self._lane = self._lanes.renewal_lane()
+            self._lane_lost.clear()
+            self._kept = self._lane.keep(lease, self._ttl_s, on_lost=self._kept_lost)
+
+    def _kept_lost(self) -> None:
+        """The lane gave a lease up (on this loop): lost, unless it was let go meanwhile (then `_kept` is another
+        one, or none)."""
+        kept = self._kept
+        if kept is not None and kept.lost:
+            self._kept = None
+            self._lease = None
+            log.warning("lease_lost", lease=self._name)
+            self._on_lost()
+            self._lane_lost.set()
+
+    @property
     def held(self) -> bool:
-        return self.lease is not None and self._clock() < self._give_up_at(self.lease)
+        lease = self.lease
+        return lease is not None and self._clock() < self._give_up_at(lease)
 
     @property
     def hold(self) -> int | None:
         """While held, the lease's token: a renewal never revives an expired lease and a grant after an expiry
         raises the token, so the same number means the lease stayed live in the store all along."""
-        return self.lease.token if self.lease is not None and self.held else None
+        lease = self.lease
+        return lease.token if lease is not None and self.held else None
 
     def _give_up_at(self, lease: Lease) -> float:
         return lease.expires_at - self._margin_s
@@ -175,31 +218,36 @@ class LeaseKeeper:
             self._task.cancel()
             await asyncio.wait([self._task])  # our own cancellation still propagates; the task's does not
             self._task = None
-        if self.lease is not None:
-            lease, self.lease = self.lease, None
+        lease = self.lease
+        if lease is not None:
+            self._hold(None)
             self._on_lost()
             with contextlib.suppress(StorageError):
                 await self._store.release(lease)
 
     async def step(self) -> None:
-        """One acquire-or-renew round (the loop's body; tests call it directly)."""
+        """One acquire-or-renew round (the loop's body; tests call it directly). A lease the lane renews needs
+        none."""
+        if self._kept is not None:
+            return
         try:
             lease = await self._attempt()
         except StorageError:
             log.warning("lease_store_unavailable", lease=self._name)
-            if self.lease is not None and self._clock() >= self._give_up_at(self.lease):
+            lease = self.lease
+            if lease is not None and self._clock() >= self._give_up_at(lease):
                 self._lose()
             return
         if lease is None:
             if self.lease is not None:
                 self._lose()
         elif self.lease is None:
-            self.lease = lease
+            self._hold(lease)
             log.info("lease_gained", lease=self._name, token=lease.token)
             self._count_takeover(lease)
             self._on_gained(lease)
         else:
-            self.lease = lease
+            self._hold(lease)
 
     def _count_takeover(self, lease: Lease) -> None:
         """Every grant raises the token by one: a gain whose token is not the one after ours (or 1, the first
@@ -210,19 +258,26 @@ class LeaseKeeper:
         self._last_token = lease.token
 
     async def _attempt(self) -> Lease | None:
-        if self.lease is None:
+        lease = self.lease
+        if lease is None:
             return await self._store.acquire(self._name, self._holder, self._ttl_s)
-        return await self._store.renew(self.lease, self._ttl_s)
+        return await self._store.renew(lease, self._ttl_s)
 
     def _lose(self) -> None:
-        self.lease = None
+        self._hold(None)
         log.warning("lease_lost", lease=self._name)
         self._on_lost()
 
     async def _run(self) -> None:
         while True:
+            if self._kept is not None:  # the lane renews it: wait until it reports it lost
+                await self._lane_lost.wait()
+                self._lane_lost.clear()
+                await sleep_until(self._clock, self._clock() + self._ttl_s / 3)
+                continue
             await self._step_in_time()
-            await sleep_until(self._clock, self._next_attempt_at())
+            if self._kept is None:
+                await sleep_until(self._clock, self._next_attempt_at())
 
     def _next_attempt_at(self) -> float:
         """Free: a third of the ttl from now. Held: a third of the ttl after the grant, by the lease's own time, so
@@ -233,10 +288,11 @@ class LeaseKeeper:
 
     async def _step_in_time(self) -> None:
         """`step()`, but a held lease is given up at its deadline even while the store has not answered."""
-        if self.lease is None:
+        lease = self.lease
+        if lease is None or self._kept is not None:
             await self.step()
             return
-        give_up_at = self._give_up_at(self.lease)
+        give_up_at = self._give_up_at(lease)
         attempt = asyncio.create_task(self.step(), name=f"lease-{self._name}-attempt")
         deadline = asyncio.create_task(sleep_until(self._clock, give_up_at), name=f"lease-{self._name}-deadline")
         try:
@@ -248,6 +304,7 @@ class LeaseKeeper:
                 await asyncio.wait([attempt])
         if not attempt.cancelled():
             attempt.result()  # an error of `step()` itself is not hidden
-        if self.lease is not None and self._clock() >= self._give_up_at(self.lease):
+        lease = self.lease
+        if lease is not None and self._kept is None and self._clock() >= self._give_up_at(lease):
             log.warning("lease_store_too_slow", lease=self._name)
             self._lose()

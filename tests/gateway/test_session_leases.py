@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -391,3 +392,21 @@ async def test_a_new_session_is_kept_after_its_first_turn_and_handed_over_when_i
         assert not a.gateway.session_leases.holds(key_of("new"))
         assert await lease_token(b, "new") > token
         assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+
+
+async def test_a_turn_goes_on_while_its_instance_s_event_loop_is_blocked_for_longer_than_its_lease(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The session's lease is renewed on the renewal lane's own thread: an event loop that gets no turn for more
+    than a lease time (a starved host) does not lose it, so the turn is not cut and nothing is handed over."""
+    lease_s = 3.0
+    model = HeldModel(fake_llm)
+    model.install()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 1, lease_s=lease_s) as (a,):
+        reply = await a.send(message("starved", "m1"))
+        await fake_llm.wait_for_requests(1, timeout_s=COLD_START_S)
+        time.sleep(lease_s * 1.5)  # noqa: ASYNC251 - the point: the loop is blocked longer than the lease lasts
+        await asyncio.sleep(0.3)  # a loss the lane reported meanwhile would cut the turn now
+        assert not reply.finished, "the turn was cut while its loop was blocked"
+        model.release.set()
+        assert isinstance(await reply.result(), DoneEvent)

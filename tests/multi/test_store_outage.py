@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agenthub.hosting.stop_bound import AFTER_DRAIN_S
 from tests.support.daemons import Client, Deployment, Instance, message_text
 from tests.support.fakes.anthropic import FakeAnthropic, last_user_text, reply_text
-from tests.support.postgres import PostgresServer
+from tests.support.postgres import PostgresServer, hung
 
 DEADLINE_S = 60.0
 
@@ -69,3 +70,29 @@ async def test_chats_fail_clearly_while_the_database_is_away_and_are_answered_ag
             for other in d.instances:  # the history is the shared store's: every instance shows it
                 texts = [m["content"] for m in await client.messages(chat, other)]
                 assert texts == [message_text(chat, 1), f"answer to {message_text(chat, 1)}"]
+
+
+DRAIN_S = 5.0
+SLACK_S = 8.0
+"""A loaded machine's delay in delivering the signal and reaping the process: a bound, not a measure."""
+
+
+async def test_an_instance_stops_within_its_bound_after_sigterm_while_the_database_is_away(
+    tmp_path: Path, fake_llm: FakeAnthropic, own_postgres_server: PostgresServer
+) -> None:
+    """The database hangs (a network cut: connections open, nothing answers) just before SIGTERM: the clean-up's
+    calls to it would wait for timeouts one after another; the process ends within its bound anyway."""
+    fake_llm.responder = lambda body: reply_text("answer to " + last_user_text(body).split("\n\n[")[0])
+    env = {"AGENTHUB_HTTP__DRAIN_TIMEOUT_S": str(DRAIN_S)}
+    async with Deployment(tmp_path, fake_llm, count=1, dsn=own_postgres_server.dsn(), env=env) as d:
+        await d.start_all(warm=False)
+        client = d.client()
+        (instance,) = d.instances
+        for n in range(3):  # sessions held, kept idle: their releases at the stop find no database
+            status, body = await client.chat(f"held-{n}", message_text("held", n), instance)
+            assert status == 200, body
+        with hung(own_postgres_server):  # every connection stays open, nothing answers: a network cut
+            began = time.monotonic()
+            assert await instance.stop() == 0
+            took = time.monotonic() - began
+        assert took < DRAIN_S + AFTER_DRAIN_S + SLACK_S, f"the stop took {took:.1f} s"

@@ -384,3 +384,24 @@ async def rows_holding(dsn: str, text: str, tables: Sequence[str]) -> int:
             row = await cursor.fetchone()
             found += int(row[0]) if row else 0
     return found
+
+
+@contextmanager
+def hung(server: PostgresServer) -> Iterator[None]:
+    """The server and its backends stopped (SIGSTOP) while inside: connections stay open and nothing answers."""
+    postmaster = int((server.datadir / "postmaster.pid").read_text().split()[0])
+    pids = [postmaster, *_children(postmaster)]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found

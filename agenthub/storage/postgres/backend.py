@@ -51,11 +51,12 @@ class PostgresStores(Stores):
     shared_between_instances = True
 
     def __init__(self, database: Database, data_dir: Path, extra_tokens: list[str] | None = None) -> None:
+        self.postgres_leases = PostgresLeases(database)
         super().__init__(
             "postgres",
             sessions=PostgresSessionStore(database),
             memory=PostgresMemoryStore(database),
-            leases=PostgresLeases(database),
+            leases=self.postgres_leases,
             data_dir=data_dir,
             jobs=PostgresJobs(database),
             usage=PostgresUsageStore(database),
@@ -108,6 +109,7 @@ class PostgresStores(Stores):
 
     async def aclose(self) -> None:
         await super().aclose()
+        await self.postgres_leases.close()  # the renewal lane's thread and connection
         await self.database.close()
 
 

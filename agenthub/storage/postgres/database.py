@@ -136,11 +136,13 @@ class Database:
         finally:
             self.latency.observe(time.perf_counter() - started)
 
-    async def dedicated(self) -> AsyncConnection[TupleRow]:
-        """A connection of its own, outside the pools (a LISTEN); the caller closes it. StorageError when the
-        server cannot be reached."""
+    async def dedicated(self, *, lane: str = MAIN) -> AsyncConnection[TupleRow]:
+        """A connection of its own, outside the pools (a LISTEN; `LEASES`: the renewal lane's, on its own thread);
+        the caller closes it. StorageError when the server cannot be reached."""
         try:
-            options: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S, **DEAD_PEER_DETECTION}
+            options: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S, **DEAD_PEER_DETECTION, **_lane(lane)}
+            if lane == LEASES:
+                options.update(prepare_threshold=PREPARE_THRESHOLD, application_name="agenthub-lease-lane")
             return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **options)
         except (psycopg.Error, OSError):
             raise StorageError(CANNOT_CONNECT) from None

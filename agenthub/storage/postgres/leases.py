@@ -8,11 +8,14 @@ from collections.abc import Callable
 
 import psycopg
 import structlog
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
 
 from agenthub.clock import Clock, monotonic_clock
 from agenthub.errors import StorageError
 from agenthub.storage.lease import FREED, WANTED, Lease
-from agenthub.storage.postgres.database import LEASES, Database
+from agenthub.storage.lease_lane import RenewalLane
+from agenthub.storage.postgres.database import LEASES, UNAVAILABLE, Database
 
 WANTED_CHANNEL, FREED_CHANNEL = "agenthub_lease_wanted", "agenthub_lease_freed"
 LISTEN_RETRY_S = 1.0
@@ -38,12 +41,22 @@ RETURNING token
 row against the time after the wait; against its own start time (`now()`, earlier than the release's) it would
 find the lease live and extend a released lease, which then keeps every other instance out for `ttl`."""
 _RENEW_MANY = """
+WITH r AS (
+    SELECT * FROM unnest(%(names)s::text[], %(holders)s::text[], %(tokens)s::bigint[]) AS r(name, holder, token)
+),
+locked AS MATERIALIZED (
+    SELECT l.name FROM leases AS l WHERE l.name IN (SELECT name FROM r) ORDER BY l.name FOR UPDATE OF l
+)
 UPDATE leases AS l SET expires_at = now() + %(ttl)s * interval '1 second'
-FROM unnest(%(names)s::text[], %(holders)s::text[], %(tokens)s::bigint[]) AS r(name, holder, token)
+FROM r
 WHERE l.name = r.name AND l.holder = r.holder AND l.token = r.token AND l.expires_at > clock_timestamp()
+  AND (SELECT count(*) FROM locked) >= 0
 RETURNING l.name
 """
-"""Every lease of the list in one statement (an instance's session leases): the names renewed."""
+"""Every lease of the list in one statement (an instance's leases): the names renewed. The rows are locked in name
+order first (`locked`, evaluated once before any row is updated), the order the let-gos of several sessions
+(`let_go.py`) lock them in: the UPDATE alone would lock them in the order its plan scans the table, and a renewal
+of leases being let go at that moment could then wait for the let-go while it waits for the renewal."""
 _RELEASE = f"""
 WITH freed AS (
     UPDATE leases SET expires_at = now() WHERE name = %(name)s AND token = %(token)s AND expires_at > now()
@@ -71,6 +84,23 @@ class PostgresLeases:
     def __init__(self, database: Database, *, clock: Clock = monotonic_clock) -> None:
         self.database = database
         self._clock = clock
+        self._lane: RenewalLane | None = None
+
+    def renewal_lane(self) -> RenewalLane:
+        """The lane that renews this instance's held leases on a thread and a connection of its own (started with
+        the first lease it keeps; a new one after `close`)."""
+        if self._lane is None or self._lane.closed:
+            self._lane = RenewalLane(self._open_link, clock=self._clock, name="postgres")
+        return self._lane
+
+    async def _open_link(self) -> LaneLink:
+        return LaneLink(await self.database.dedicated(lane=LEASES), self._clock)
+
+    async def close(self) -> None:
+        """End the renewal lane (its thread and connection)."""
+        lane, self._lane = self._lane, None
+        if lane is not None:
+            await lane.close()
 
     async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
         sent_at = self._clock()
@@ -91,20 +121,9 @@ class PostgresLeases:
         if not leases:
             return []
         sent_at = self._clock()
-        ordered = sorted(leases, key=lambda lease: lease.name)  # rows locked in one order by every instance
-        params = {
-            "names": [lease.name for lease in ordered],
-            "holders": [lease.holder for lease in ordered],
-            "tokens": [lease.token for lease in ordered],
-            "ttl": ttl_s,
-        }
         async with self.database.connection("renew the leases", lane=LEASES) as conn:
-            cursor = await conn.execute(_RENEW_MANY, params)
-            renewed = {str(row[0]) for row in await cursor.fetchall()}
-        return [
-            Lease(lease.name, lease.holder, lease.token, sent_at + ttl_s) if lease.name in renewed else None
-            for lease in leases
-        ]
+            renewed = await _renew_many(conn, leases, ttl_s)
+        return _renewed(leases, renewed, sent_at + ttl_s)
 
     async def release(self, lease: Lease) -> None:
         async with self.database.connection("release a lease") as conn:
@@ -139,3 +158,41 @@ class PostgresLeases:
             )
             rows = await cursor.fetchall()
         return [str(row[0]) for row in rows]
+
+
+class LaneLink:
+    """The renewal lane's own connection (outside the pools, whose connections belong to the main loop)."""
+
+    def __init__(self, conn: AsyncConnection[TupleRow], clock: Clock) -> None:
+        self._conn, self._clock = conn, clock
+
+    async def renew_many(self, leases: list[Lease], ttl_s: float) -> list[Lease | None]:
+        sent_at = self._clock()
+        try:
+            renewed = await _renew_many(self._conn, leases, ttl_s)
+        except (psycopg.Error, OSError) as e:
+            log.warning("store_unavailable", operation="renew the leases", error=type(e).__name__)
+            raise StorageError(f"could not renew the leases: {UNAVAILABLE}") from None
+        return _renewed(leases, renewed, sent_at + ttl_s)
+
+    async def close(self) -> None:
+        await self._conn.close()  # psycopg closes the socket at once, with nothing sent or awaited
+
+
+async def _renew_many(conn: AsyncConnection[TupleRow], leases: list[Lease], ttl_s: float) -> set[str]:
+    """The names of `leases` renewed, in one statement; the rows locked in name order (as every instance does)."""
+    ordered = sorted(leases, key=lambda lease: lease.name)
+    params = {
+        "names": [lease.name for lease in ordered],
+        "holders": [lease.holder for lease in ordered],
+        "tokens": [lease.token for lease in ordered],
+        "ttl": ttl_s,
+    }
+    cursor = await conn.execute(_RENEW_MANY, params)
+    return {str(row[0]) for row in await cursor.fetchall()}
+
+
+def _renewed(leases: list[Lease], renewed: set[str], expires_at: float) -> list[Lease | None]:
+    return [
+        Lease(lease.name, lease.holder, lease.token, expires_at) if lease.name in renewed else None for lease in leases
+    ]

@@ -22,6 +22,7 @@ from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import Lease, SessionClaim
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.database import Database, open_database
+from agenthub.storage.postgres.let_go import LetGo, LetGos
 from agenthub.storage.postgres.session_copies import Copy, SessionCopies
 from agenthub.storage.store import (
     FencedWriteError,
@@ -90,7 +91,6 @@ _CLAIM = (
     "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record FROM agenthub_session_claim("
     "%(name)s, %(holder)s, %(ttl)s, %(agent)s, %(channel)s, %(chat_id)s, %(born)s, %(since)s)"
 )
-_LET_GO = "SELECT agenthub_session_let_go(%(name)s, %(token)s, %(agent)s, %(channel)s, %(chat_id)s, %(meta)s)"
 FRESH_FOR_S = 2.0
 """How long what a claim read answers the `load` and `read_meta` that follow it (once each)."""
 _FENCE = "SELECT agenthub_session_fence(%(agent)s, %(channel)s, %(chat_id)s, %(token)s)"
@@ -151,6 +151,7 @@ class PostgresSessionStore:
         """The last token this store fenced each session with: the same fence found again means nobody else
         fenced (so wrote) it since."""
         self._copies = SessionCopies()
+        self.let_gos = LetGos(database)
         self._pending_meta: dict[SessionKey, SessionMeta] = {}
         """Metas written behind while this instance holds the session's lease: sent with the session's next append,
         or with the lease's release."""
@@ -160,6 +161,7 @@ class PostgresSessionStore:
         record's timestamp; taken by the next `load` / `read_meta`, dropped by any write or the lease's end."""
 
     async def close(self) -> None:
+        await self.let_gos.close()
         await self.database.close()
 
     async def load(self, key: SessionKey) -> list[HistoryRecord]:
@@ -229,15 +231,13 @@ class PostgresSessionStore:
         return stored
 
     async def let_go(self, key: SessionKey, lease: Lease) -> None:
-        """The lease's release and the meta written behind under its token: one statement (migration 19)."""
+        """The lease's release and the meta written behind under its token: one statement (migration 19), shared
+        with the let-gos of other sessions that come while one is out (`LetGos`)."""
         self._forget_fresh(key)
         pending, token = self._pending_meta.pop(key, None), self._tokens.pop(key, None)
         meta = None if pending is None or token != lease.token else json.dumps(pending.to_json(), ensure_ascii=False)
-        params = _params(key, name=lease.name, token=lease.token, meta=meta)
-        async with self.database.connection("let the session go") as conn:
-            cursor = await conn.execute(_LET_GO, params)
-            row = await cursor.fetchone()
-        if row is None or not row[0]:
+        item = LetGo(lease.name, lease.token, key.agent, key.channel, key.chat_id, meta)
+        if not await self.let_gos.let_go(item):  # with the let-gos of other sessions that come meanwhile
             log.info("session_meta_write_fenced", session_key=str(key))
 
     async def _write_pending_meta(self, key: SessionKey) -> None:

@@ -1,0 +1,45 @@
+"""`StopBound`: the `agenthub serve` process ends within a bound after SIGTERM, even when its clean-up hangs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+AFTER_DRAIN_S = 10.0
+"""What the stop may take beyond `http.drain_timeout_s`: channels, leases, the store's last writes (the unit's
+`TimeoutStopSec=45s` is 30 s of drain and this, with room to spare)."""
+
+
+class StopBound:
+    """Once armed, a thread of its own (the event loop may be starved, or stuck in a call to a database that does
+    not answer) ends the process `bound_s` later unless `disarm` came first. Nothing is lost by it: what a cut
+    stop leaves (unsettled messages, unreleased leases) is what a `kill -9` leaves, and is answered or expires as
+    after one."""
+
+    def __init__(self, bound_s: float) -> None:
+        self.bound_s = bound_s
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def arm(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="stop-bound", daemon=True)
+            self._thread.start()
+
+    def disarm(self) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        if self._done.wait(self.bound_s):
+            return
+        log.error("stop_cut_short", bound_s=self.bound_s)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -1,0 +1,96 @@
+"""`LetGos`: the sessions an instance lets go at about the same time, released in one statement (a group commit:
+the first goes at once, those that come while it is out go together in the next)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from agenthub.errors import StorageError
+from agenthub.storage.postgres.database import Database
+
+_LET_GO_MANY = """
+SELECT r.ord, agenthub_session_let_go(r.name, r.token, r.agent, r.channel, r.chat_id, r.meta)
+FROM unnest(%(names)s::text[], %(tokens)s::bigint[], %(agents)s::text[], %(channels)s::text[], %(chats)s::text[],
+            %(metas)s::text[]) WITH ORDINALITY AS r(name, token, agent, channel, chat_id, meta, ord)
+"""
+"""`agenthub_session_let_go` (migration 19) for each row, in the rows' order, in one transaction: every lease row,
+then that session's lock, lease by lease in name order. A claim takes one lease row, then its session's lock; a
+renewal takes lease rows in name order: the same order everywhere, so no two of them wait for each other."""
+
+
+@dataclass(frozen=True)
+class LetGo:
+    name: str
+    token: int
+    agent: str
+    channel: str
+    chat_id: str
+    meta: str | None
+    """The meta written behind under the lease (JSON text), None: none."""
+
+
+class LetGos:
+    """Queues let-gos and sends them in as few statements as they come: one in flight at a time, each carrying
+    every let-go queued meanwhile. Each caller gets its own answer (the meta written, or refused by a newer
+    fence); a failure is each caller's StorageError."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._queued: list[tuple[LetGo, asyncio.Future[bool]]] = []
+        self._sender: asyncio.Task[None] | None = None
+        self.statements = 0
+        """Statements sent (tests: let-gos that came together went together)."""
+
+    async def let_go(self, item: LetGo) -> bool:
+        """`item` released (and its meta written); whether the meta was written (True without one)."""
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queued.append((item, answer))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_queued(), name="session-let-go")
+        return await asyncio.shield(answer)  # a caller gone does not cancel the others' statement
+
+    async def close(self) -> None:
+        """Wait for the let-gos queued (the store closes its pool after this)."""
+        sender = self._sender
+        if sender is not None:
+            await asyncio.wait([sender])
+
+    async def _send_queued(self) -> None:
+        while self._queued:
+            batch, self._queued = self._queued, []
+            try:
+                written = await self._send([item for item, _ in batch])
+            except StorageError as e:
+                for _, answer in batch:
+                    if not answer.done():
+                        answer.set_exception(StorageError(str(e)))
+                continue
+            except BaseException:
+                for _, answer in batch:
+                    answer.cancel()
+                raise
+            for (_, answer), ok in zip(batch, written, strict=True):
+                if not answer.done():
+                    answer.set_result(ok)
+
+    async def _send(self, items: list[LetGo]) -> list[bool]:
+        order = sorted(range(len(items)), key=lambda i: items[i].name)  # rows locked in one order by everyone
+        ordered = [items[i] for i in order]
+        params = {
+            "names": [i.name for i in ordered],
+            "tokens": [i.token for i in ordered],
+            "agents": [i.agent for i in ordered],
+            "channels": [i.channel for i in ordered],
+            "chats": [i.chat_id for i in ordered],
+            "metas": [i.meta for i in ordered],
+        }
+        self.statements += 1
+        async with self.database.connection("let the sessions go") as conn:
+            cursor = await conn.execute(_LET_GO_MANY, params)
+            rows = await cursor.fetchall()
+        by_position = {int(row[0]) - 1: bool(row[1]) for row in rows}
+        written = [True] * len(items)
+        for position, index in enumerate(order):
+            written[index] = by_position.get(position, False)
+        return written

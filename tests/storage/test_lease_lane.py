@@ -1,0 +1,191 @@
+"""The renewal lane on PostgreSQL: held leases renewed on a thread and a connection of their own, so a starved main
+loop does not let them lapse; a lane cut off from the database gives them up in time (fail closed), one whose
+connection was killed reconnects; closing it leaves no thread and no connection behind."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+import pytest_asyncio
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from agenthub.storage.lease import LeaseKeeper
+from agenthub.storage.postgres import Database, PostgresLeases
+from tests.support.postgres import PostgresServer, hung
+
+TTL_S = 3.0
+NAME = "instance:lane-test"
+LANE_APP = "agenthub-lease-lane"
+
+
+@pytest_asyncio.fixture
+async def leases(postgres_dsn: str) -> AsyncIterator[PostgresLeases]:
+    database = Database(postgres_dsn)
+    await database.open()
+    store = PostgresLeases(database)
+    try:
+        yield store
+    finally:
+        await store.close()
+        await database.close()
+
+
+async def expires_in_s(dsn: str, name: str = NAME) -> float:
+    """How long the lease row has left by the database's clock (negative: expired)."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 FROM leases WHERE name = %s", (name,)
+        )
+        row = await cursor.fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+async def lane_backends(dsn: str) -> list[int]:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND datname = %s",
+            (LANE_APP, conninfo_to_dict(dsn)["dbname"]),
+        )
+        return [int(row[0]) for row in await cursor.fetchall()]
+
+
+async def kill_lane_connection(dsn: str) -> None:
+    pids = await lane_backends(dsn)
+    assert pids, "the lane has no connection to kill"
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for pid in pids:
+            await conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def lane_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("lease-lane")]
+
+
+@asynccontextmanager
+async def started_keeper(store: PostgresLeases, lost: list[float]) -> AsyncIterator[LeaseKeeper]:
+    keeper = LeaseKeeper(store, NAME, "lane-test", ttl_s=TTL_S, on_lost=lambda: lost.append(time.monotonic()))
+    await keeper.step()
+    assert keeper.held
+    keeper.start()
+    try:
+        yield keeper
+    finally:
+        await keeper.stop()
+
+
+async def test_a_lease_stays_renewed_in_the_database_while_the_main_loop_is_blocked_longer_than_the_lease(
+    leases: PostgresLeases, postgres_dsn: str
+) -> None:
+    lost: list[float] = []
+    async with started_keeper(leases, lost) as keeper:
+        assert keeper.lease is not None
+        token = keeper.lease.token
+        time.sleep(TTL_S * 1.5)  # noqa: ASYNC251 - the point: the loop gets no turn for longer than the lease lasts
+        assert keeper.held, "given up while the loop was blocked"
+        assert await expires_in_s(postgres_dsn) > TTL_S / 3  # renewed by the lane meanwhile, not lapsed
+        await asyncio.sleep(0.2)  # whatever the lane reported meanwhile has arrived
+        assert lost == []
+        assert keeper.lease is not None and keeper.lease.token == token  # the same hold all along
+
+
+async def test_a_lane_whose_connection_was_killed_reconnects_and_keeps_the_lease(
+    leases: PostgresLeases, postgres_dsn: str
+) -> None:
+    lost: list[float] = []
+    async with started_keeper(leases, lost) as keeper:
+        await asyncio.sleep(TTL_S / 3)  # a renewal or two: the lane is connected
+        before = await lane_backends(postgres_dsn)
+        await kill_lane_connection(postgres_dsn)
+        await asyncio.sleep(TTL_S * 1.5)
+        assert lost == [] and keeper.held
+        assert await expires_in_s(postgres_dsn) > TTL_S / 3
+        after = await lane_backends(postgres_dsn)
+        assert after and set(after).isdisjoint(before)  # a new connection
+
+
+async def test_a_lane_cut_off_from_the_database_gives_the_lease_up_before_it_expires_and_the_owner_hears_it(
+    leases: PostgresLeases, postgres_dsn: str
+) -> None:
+    """Fail closed: no renewal gets through, so the owner is told the lease is lost while the database still
+    has it live for a while (the owner's stop has that long before a standby can take the lease)."""
+    lost: list[float] = []
+    async with started_keeper(leases, lost) as keeper:
+        await asyncio.sleep(TTL_S / 3)
+        dbname = conninfo_to_dict(postgres_dsn)["dbname"]
+        server = make_conninfo(postgres_dsn, dbname="postgres")  # a database may not refuse its own sessions
+        async with await psycopg.AsyncConnection.connect(server, autocommit=True) as admin:
+            await admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
+            try:
+                await admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = %s AND datname = %s",
+                    (LANE_APP, dbname),
+                )
+                cut_at = time.monotonic()
+                async with asyncio.timeout(TTL_S * 2):
+                    while not lost:  # noqa: ASYNC110 - a plain list the keeper's callback appends to
+                        await asyncio.sleep(0.02)
+                left = await left_in_pool(leases)  # the pool's connections were open before the cut
+            finally:
+                await admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
+        assert not keeper.held and keeper.lease is None
+        assert lost[0] - cut_at < TTL_S
+        assert left > 0, "the owner heard of the loss only after the lease had expired in the database"
+
+
+async def left_in_pool(store: PostgresLeases) -> float:
+    async with store.database.connection("read the lease") as conn:
+        cursor = await conn.execute(
+            "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 FROM leases WHERE name = %s", (NAME,)
+        )
+        row = await cursor.fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+async def test_closing_the_store_ends_the_lane_thread_and_its_connection(postgres_dsn: str) -> None:
+    database = Database(postgres_dsn)
+    store = PostgresLeases(database)
+    lost: list[float] = []
+    async with started_keeper(store, lost):
+        await asyncio.sleep(TTL_S / 3)
+        assert lane_threads() and await lane_backends(postgres_dsn)
+    await store.close()
+    await database.close()
+    assert lane_threads() == []
+    async with asyncio.timeout(5):  # the server notices the closed connection at once; its row may lag a moment
+        while await lane_backends(postgres_dsn):  # noqa: ASYNC110 - the server's view, nothing to wait on
+            await asyncio.sleep(0.05)
+
+
+async def test_a_lane_whose_database_hangs_gives_the_lease_up_in_time_and_closes_at_once(
+    own_postgres_server: PostgresServer,
+) -> None:
+    """The database stops answering (its processes stopped: connections stay open). The lane gives the lease up
+    before it expires and drops the request's connection without waiting for the server to cancel it (the
+    driver's cancel waits up to 10 s, with every other lease of the lane behind it): it closes at once."""
+    database = Database(own_postgres_server.dsn())
+    store = PostgresLeases(database)
+    lost: list[float] = []
+    try:
+        async with started_keeper(store, lost) as keeper:
+            await asyncio.sleep(TTL_S / 3)  # the lane is connected
+            with hung(own_postgres_server):
+                cut_at = time.monotonic()
+                async with asyncio.timeout(TTL_S * 2):
+                    while not lost:  # noqa: ASYNC110 - a plain list the keeper's callback appends to
+                        await asyncio.sleep(0.02)
+                assert not keeper.held and lost[0] - cut_at < TTL_S
+                closing = time.monotonic()
+                await store.close()
+                assert time.monotonic() - closing < 2.0, "the lane waited for the hung server"
+                assert lane_threads() == []
+    finally:
+        await store.close()
+        await database.close()
