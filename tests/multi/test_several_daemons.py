@@ -2,10 +2,7 @@
 session's history exact and in order (no message lost, none twice, none in another session; the order is given
 up only where the system says it waited its bound in vain, see `_in_order_unless_the_wait_gave_up`), at most one
 turn of a session at the model at a time; and `kill -9` of an instance in the middle of turns (10 rounds, restarted
-each round): every message it had accepted is answered by another instance within `lease_s` + one turn, once.
-
-Not collected yet (the name does not start with `test_`): it needs session leases (`turns`) and the claimable
-shared inbox (`claim`); the lead renames it `test_several_daemons.py` once both are merged."""
+each round): every message it had accepted is answered by another instance within `lease_s` + one turn, once."""
 
 from __future__ import annotations
 
@@ -139,17 +136,16 @@ def _in_order_unless_the_wait_gave_up(d: Deployment, chat: str, history: list[di
     """The session's messages in arrival order. The one exception is the documented bound of the order check
     (gateway/arrival_order.py): a turn waits at most `2 × lease_s` for an earlier message another instance has,
     then runs (a warning, `arrival_order_gave_up`), so that a message no instance can answer does not stop its
-    session. On a starved machine leases lapse (renewals late), turns are cancelled and their messages given up
-    to the next takeover pass, which can take longer than that bound: then, and only then, a later message may
-    be answered first. So an order broken without that warning for this session, or with it while no lease was
-    lost anywhere, fails; the messages are still each there exactly once, each answered once."""
+    session. On a starved machine the instance that has the earlier message can take longer than that bound to
+    answer it (its leases held by the renewal lane, its turns slow; or its lease lost and the message given up to
+    the next takeover pass): then, and only then, a later message may be answered first. So an order broken
+    without that warning for this session fails; the messages are still each there exactly once, each answered
+    once."""
     key = f"default:http:{chat}"
     gave_up = [e for i in d.instances for e in i.events("arrival_order_gave_up", session_key=key)]
-    lost = [e for i in d.instances for name in LEASE_LOSSES for e in i.events(name)]
     if not gave_up:
         check_session(chat, list(range(PER_SESSION)), history)
         return
-    assert lost, f"{chat}: the order check gave up though no lease was lost ({gave_up})"
     check_session(chat, list(range(PER_SESSION)), history, ordered=False)
 
 
