@@ -22,6 +22,7 @@ from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import Lease, SessionClaim
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.database import Database, open_database
+from agenthub.storage.postgres.memory_clock import VERSION, MemoryClock
 from agenthub.storage.postgres.session_copies import Copy, SessionCopies
 from agenthub.storage.store import (
     FencedWriteError,
@@ -74,12 +75,14 @@ _NEW_GENERATION = f"UPDATE session_heads SET born = nextval('session_born') WHER
 _READ_ARCHIVE = f"SELECT record::text FROM session_archive WHERE {KEY} ORDER BY seq"
 _READ_META = f"SELECT meta::text, {_LAST_TIMESTAMP} FROM session_meta WHERE {KEY}"
 _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
-_APPEND_AT = "SELECT agenthub_session_append_at(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(records)s::text[])"
+_APPEND_CALL = "agenthub_session_append_at(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(records)s::text[])"
+_APPEND_AT = f"SELECT {_APPEND_CALL}, {VERSION}"
 """An append in one round trip, under a lease's token or none (migration 19): the history's version after it,
-{born, next_seq}, or NULL when a newer lease fenced the session."""
+{born, next_seq}, or NULL when a newer lease fenced the session; and the memory version (migration 25), which the
+turn's read of its memory files that follows needs (`MemoryClock`)."""
 _APPEND_WITH_META = f"""
-WITH appended AS MATERIALIZED ({_APPEND_AT} AS version)
-SELECT version, CASE WHEN version IS NULL THEN false ELSE agenthub_session_write_meta(
+WITH appended AS MATERIALIZED (SELECT {_APPEND_CALL} AS version)
+SELECT version, {VERSION}, CASE WHEN version IS NULL THEN false ELSE agenthub_session_write_meta(
     %(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(meta)s, true
 ) END FROM appended
 """
@@ -143,8 +146,10 @@ def _params(key: SessionKey, **more: Any) -> dict[str, Any]:
 class PostgresSessionStore:
     """Session histories, archives and meta in the tables of migration 1 (`schema.SESSIONS`)."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, memory_clock: MemoryClock | None = None) -> None:
         self.database = database
+        self.memory_clock = MemoryClock() if memory_clock is None else memory_clock
+        """Told the memory version each append brings back (shared with the instance's `PostgresMemoryStore`)."""
         self._tokens: dict[SessionKey, int] = {}
         """The fencing token each session's writes carry now (while this instance holds its lease)."""
         self._fenced: dict[SessionKey, int] = {}
@@ -285,6 +290,7 @@ class PostgresSessionStore:
         params = _params(key, token=self._tokens.get(key), records=texts)
         if pending is not None:
             params["meta"] = json.dumps(pending.to_json(), ensure_ascii=False)
+        stamp = time.monotonic()
         try:
             async with self.database.connection("append to the session's history") as conn:
                 cursor = await conn.execute(_APPEND_AT if pending is None else _APPEND_WITH_META, params)
@@ -293,6 +299,8 @@ class PostgresSessionStore:
             if pending is not None:  # not written: it waits for the next append or the release again
                 self._pending_meta.setdefault(key, pending)
             raise
+        if row is not None:
+            self.memory_clock.learnt(int(row[1]), stamp)
         if row is None or row[0] is None:
             raise FencedWriteError()
         born, next_seq = row[0]
