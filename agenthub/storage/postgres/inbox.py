@@ -18,6 +18,7 @@ from agenthub.errors import StorageError
 from agenthub.storage.inbox import InboxEntry, SettleRetry
 from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
 from agenthub.storage.ports import Liveness
+from agenthub.storage.postgres.batches import Batches
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.sessions import json_text
 
@@ -112,6 +113,8 @@ class PostgresInbox:
         self.owner = owner
         self._depth = 0
         self._settles = SettleRetry(self._delete)
+        self._deletes: Batches[str, None] = Batches(self._delete_rows, "inbox-settles")
+        """The settles: those asked for while one is written go together in the next statement."""
         self._liveness: Liveness = _AlwaysHeld()
         self._seen: dict[str, _Seen] = {}
         """Per entry looked at: whether it was this owner's (`_Seen`)."""
@@ -173,8 +176,9 @@ class PostgresInbox:
         self._seen[entry_id] = _Seen(mine, hold, now + MINE_CHECKED_FOR_S)
 
     async def settle(self, entry_id: str) -> None:
-        """Delete the entry's row; a refused delete is retried until the database takes it (until then the entry
-        is not listed by `unsettled`)."""
+        """Delete the entry's row (with every other settle asked for while the one before is written: one
+        statement); a refused delete is retried until the database takes it (until then the entry is not listed
+        by `unsettled`)."""
         self._seen.pop(entry_id, None)
         self._alone.pop(entry_id, None)
         try:
@@ -184,10 +188,14 @@ class PostgresInbox:
             raise
 
     async def _delete(self, entry_id: str) -> None:
+        await self._deletes(entry_id)
+
+    async def _delete_rows(self, entry_ids: list[str]) -> list[None]:
         async with self.database.connection("settle the message") as conn:
-            cursor = await conn.execute("DELETE FROM inbox WHERE id = %(id)s", {"id": entry_id})
+            cursor = await conn.execute("DELETE FROM inbox WHERE id = ANY(%(ids)s)", {"ids": entry_ids})
         if cursor.rowcount > 0:
-            self._depth = max(0, self._depth - 1)
+            self._depth = max(0, self._depth - cursor.rowcount)
+        return [None] * len(entry_ids)
 
     async def release(self, entry_id: str) -> None:
         """The entry has no owner from now on (if it was this owner's): the next takeover pass claims it."""
@@ -288,6 +296,7 @@ class PostgresInbox:
         return None
 
     async def aclose(self) -> None:
+        await self._deletes.aclose()
         await self._settles.aclose()  # the pool belongs to the `Stores` bundle
 
 

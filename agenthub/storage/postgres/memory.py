@@ -67,8 +67,6 @@ class PostgresMemoryStore:
         """Each file's text as read here, with the memory version it was read at."""
         self._writes = 0
         """Moved before and after each write of this instance: a read it overlapped may hold the old text."""
-        self.database_reads = 0
-        """`read_many`s that asked the database (the others were answered from the texts kept)."""
 
     def label(self, name: MemoryName) -> str:
         return f"postgres:{'auth' if name.in_auth else 'data'}/{name.relative}"
@@ -98,7 +96,6 @@ class PostgresMemoryStore:
         async with self.database.connection("read a memory file") as conn:
             cursor = await conn.execute(_READ_MANY, params)
             rows = await cursor.fetchall()
-        self.database_reads += 1
         bodies = {int(row[0]): bytes(row[1]).decode("utf-8") for row in rows if row[1] is not None}
         texts = [bodies.get(index, "") for index in range(1, len(names) + 1)]
         version = next(int(row[2]) for row in rows if row[2] is not None)
