@@ -67,3 +67,22 @@ async def test_a_settle_whose_caller_is_cancelled_is_still_written(database: Dat
     await asyncio.gather(*tasks, return_exceptions=True)
     await inbox.aclose()  # waits for the batch being written
     assert await PostgresInbox(database).count() == 0
+
+
+async def test_a_message_accepted_while_the_settle_before_it_is_written_needs_no_order_check(
+    database: Database,
+) -> None:
+    session = "default:http:next"
+    inbox = PostgresInbox(database, owner="a")
+    first = await inbox.accept("http", {"n": 1}, session=session)
+    async with database.connection("hold the row") as conn, conn.transaction():
+        await conn.execute("SELECT 1 FROM inbox WHERE id = %s FOR UPDATE", (first.id,))
+        settling = asyncio.create_task(inbox.settle(first.id))  # its DELETE waits for the row
+        await asyncio.sleep(0.2)
+        second = await inbox.accept("http", {"n": 2}, session=session)
+        trips = database.latency.count
+        assert await inbox.earlier_unsettled(session, second.id) == []  # the first is answered: no order to keep
+        assert database.latency.count == trips
+        assert not settling.done()
+    await settling
+    assert [e.id for e in await inbox.unsettled()] == [second.id]

@@ -31,10 +31,12 @@ WITH accepted AS (
 SELECT a.seq, a.accepted_at, NOT EXISTS (
     SELECT 1 FROM inbox i
     WHERE (i.session = %(session)s OR (i.session IS NULL AND i.source = %(source)s)) AND i.seq < a.seq
+      AND NOT i.id = ANY(%(answered)s::text[])
 ) FROM accepted a
 """
 """The entry, and in the same round trip whether it is alone: no unsettled entry of its session (nor one of its
-source whose session is not named yet) came before it. Entries only ever come after it from now on, and those
+source whose session is not named yet) came before it, but those this instance answered and has not deleted yet
+(`answered`: their settles are being written). Entries only ever come after it from now on, and those
 before it only leave, so an entry accepted alone needs no order check before its turn (`earlier_unsettled`)."""
 _ASSIGN = "UPDATE inbox SET session = %(session)s WHERE id = %(id)s AND session IS NULL"
 _EARLIER = """
@@ -118,6 +120,8 @@ class PostgresInbox:
         self._liveness: Liveness = _AlwaysHeld()
         self._seen: dict[str, _Seen] = {}
         """Per entry looked at: whether it was this owner's (`_Seen`)."""
+        self._answering: set[str] = set()
+        """The entries whose settle is being written: answered, though their rows are still there."""
         self._alone: dict[str, str] = {}
         """The entries accepted here with nothing earlier in their session (`_ACCEPT`), each with its session."""
 
@@ -131,6 +135,7 @@ class PostgresInbox:
         entry_id = uuid.uuid4().hex
         text = json_text(payload)
         params = {"id": entry_id, "source": source, "payload": text, "session": session, "owner": self.owner}
+        params["answered"] = self._answered()
         async with self.database.connection("accept the message") as conn:
             cursor = await conn.execute(_ACCEPT, params)
             row = await cursor.fetchone()
@@ -159,7 +164,12 @@ class PostgresInbox:
             rows = await cursor.fetchall()
         if self.owner is not None:
             self._note_mine(entry_id, bool(rows) and rows[0][0] is None, hold)
-        return [str(row[0]) for row in rows if row[0] is not None]
+        answered = self._answered()
+        return [str(row[0]) for row in rows if row[0] is not None and row[0] not in answered]
+
+    def _answered(self) -> list[str]:
+        """The entries answered here whose rows are not deleted yet (being, or to be, written)."""
+        return [*self._answering, *self._settles.pending]
 
     def _note_alone(self, entry_id: str, session: str) -> None:
         if len(self._alone) >= MINE_CHECKS_KEPT:  # the oldest: of turns that never ran here
@@ -181,11 +191,14 @@ class PostgresInbox:
         by `unsettled`)."""
         self._seen.pop(entry_id, None)
         self._alone.pop(entry_id, None)
+        self._answering.add(entry_id)
         try:
             await self._delete(entry_id)
         except StorageError:
             self._settles.refused(entry_id)
             raise
+        finally:
+            self._answering.discard(entry_id)
 
     async def _delete(self, entry_id: str) -> None:
         await self._deletes(entry_id)
