@@ -134,8 +134,8 @@ class PostgresInbox:
             raise StorageError("this instance's liveness lease is not held: nothing is accepted")
         entry_id = uuid.uuid4().hex
         text = json_text(payload)
-        params = {"id": entry_id, "source": source, "payload": text, "session": session, "owner": self.owner}
-        params["answered"] = self._answered()
+        params: dict[str, Any] = {"id": entry_id, "source": source, "payload": text, "session": session}
+        params |= {"owner": self.owner, "answered": self._answered()}
         async with self.database.connection("accept the message") as conn:
             cursor = await conn.execute(_ACCEPT, params)
             row = await cursor.fetchone()
