@@ -25,7 +25,10 @@ class Batches(Generic[T, R]):
         """Batches written so far."""
 
     async def __call__(self, item: T) -> R:
-        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        if self._task is not None and self._task.get_loop() is not loop:  # that loop was closed (a tool's next run)
+            self._task, self._waiting = None, [w for w in self._waiting if w[1].get_loop() is loop]
         self._waiting.append((item, future))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name=self._name)
