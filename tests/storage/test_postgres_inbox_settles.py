@@ -86,3 +86,18 @@ async def test_a_message_accepted_while_the_settle_before_it_is_written_needs_no
         assert not settling.done()
     await settling
     assert [e.id for e in await inbox.unsettled()] == [second.id]
+
+
+async def test_accepts_at_the_same_moment_share_round_trips_in_order_and_one_after_its_session_s_other_is_not_alone(
+    database: Database,
+) -> None:
+    inbox = PostgresInbox(database, owner="a")
+    trips = database.latency.count
+    sessions = [f"default:http:s{n % 10}" for n in range(20)]  # two messages of each session
+    entries = await asyncio.gather(*(inbox.accept("http", {"n": n}, session=s) for n, s in enumerate(sessions)))
+    assert database.latency.count - trips <= 2
+    assert [e.payload["n"] for e in sorted(entries, key=lambda e: e.seq)] == list(range(20))
+    assert inbox.depth() == 20
+    for n, entry in enumerate(entries):  # the first of each session alone: no order check; the second has one
+        later = await inbox.earlier_unsettled(sessions[n], entry.id)
+        assert later == ([] if n < 10 else [entries[n - 10].id])

@@ -22,22 +22,30 @@ from agenthub.storage.postgres.batches import Batches
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.sessions import json_text
 
-_ACCEPT = """
+_ACCEPTS = """
 WITH accepted AS (
     INSERT INTO inbox (id, source, accepted_at, payload, session, owner)
-    VALUES (%(id)s, %(source)s, extract(epoch FROM now()), %(payload)s::json, %(session)s, %(owner)s)
-    RETURNING seq, accepted_at
+    SELECT b.id, b.source, extract(epoch FROM now()), b.payload::json, b.session, %(owner)s
+    FROM unnest(%(ids)s::text[], %(sources)s::text[], %(payloads)s::text[], %(sessions)s::text[])
+         WITH ORDINALITY AS b(id, source, payload, session, n)
+    ORDER BY b.n
+    RETURNING id, seq, accepted_at, session, source
 )
-SELECT a.seq, a.accepted_at, NOT EXISTS (
+SELECT a.id, a.seq, a.accepted_at, NOT EXISTS (
     SELECT 1 FROM inbox i
-    WHERE (i.session = %(session)s OR (i.session IS NULL AND i.source = %(source)s)) AND i.seq < a.seq
+    WHERE (i.session = a.session OR (i.session IS NULL AND i.source = a.source)) AND i.seq < a.seq
       AND NOT i.id = ANY(%(answered)s::text[])
+) AND NOT EXISTS (
+    SELECT 1 FROM accepted b
+    WHERE (b.session = a.session OR (b.session IS NULL AND b.source = a.source)) AND b.seq < a.seq
 ) FROM accepted a
 """
-"""The entry, and in the same round trip whether it is alone: no unsettled entry of its session (nor one of its
-source whose session is not named yet) came before it, but those this instance answered and has not deleted yet
-(`answered`: their settles are being written). Entries only ever come after it from now on, and those
-before it only leave, so an entry accepted alone needs no order check before its turn (`earlier_unsettled`)."""
+"""The entries of a batch (`Batches`: the accepts asked for while the one before was written), in the order they
+were asked for, in one statement (one commit); and for each, in the same round trip, whether it is alone: no
+unsettled entry of its session (nor one of its source whose session is not named yet) came before it, in the table
+or in the batch, but those this instance answered and has not deleted yet (`answered`: their settles are being
+written). Entries only ever come after it from now on, and those before it only leave, so an entry accepted alone
+needs no order check before its turn (`earlier_unsettled`)."""
 _ASSIGN = "UPDATE inbox SET session = %(session)s WHERE id = %(id)s AND session IS NULL"
 _EARLIER = """
 WITH mine AS (UPDATE inbox SET owner = owner WHERE id = %(id)s AND owner = %(owner)s RETURNING 1)
@@ -82,6 +90,15 @@ RETURNING inbox.id, inbox.seq, inbox.accepted_at, inbox.source, inbox.payload::t
 claimer's), so survivors claiming at the same moment split the orphans, never share one."""
 
 
+@dataclass(frozen=True)
+class _Accept:
+    id: str
+    source: str
+    payload: str
+    """As JSON text."""
+    session: str | None
+
+
 class _AlwaysHeld:
     """No liveness lease (tools, tests): accepts are never refused, and no hold outlasts a check."""
 
@@ -116,6 +133,8 @@ class PostgresInbox:
         self._depth = 0
         self._settles = SettleRetry(self._delete)
         self._deletes: Batches[str, None] = Batches(self._delete_rows, "inbox-settles")
+        self._accepts: Batches[_Accept, tuple[int, float, bool]] = Batches(self._insert_rows, "inbox-accepts")
+        """The accepts: those asked for while one is written go together in the next statement."""
         """The settles: those asked for while one is written go together in the next statement."""
         self._liveness: Liveness = _AlwaysHeld()
         self._seen: dict[str, _Seen] = {}
@@ -134,18 +153,30 @@ class PostgresInbox:
             raise StorageError("this instance's liveness lease is not held: nothing is accepted")
         entry_id = uuid.uuid4().hex
         text = json_text(payload)
-        params: dict[str, Any] = {"id": entry_id, "source": source, "payload": text, "session": session}
-        params |= {"owner": self.owner, "answered": self._answered()}
-        async with self.database.connection("accept the message") as conn:
-            cursor = await conn.execute(_ACCEPT, params)
-            row = await cursor.fetchone()
-        assert row is not None
+        seq, accepted_at, alone = await self._accepts(_Accept(entry_id, source, text, session))
         self._depth += 1
         if self.owner is not None:
             self._note_mine(entry_id, True, hold)
-        if session is not None and row[2]:
+        if session is not None and alone:
             self._note_alone(entry_id, session)
-        return InboxEntry(entry_id, int(row[0]), float(row[1]), source, jsonsafe.loads(text), session)
+        return InboxEntry(entry_id, seq, accepted_at, source, jsonsafe.loads(text), session)
+
+    async def _insert_rows(self, accepts: list[_Accept]) -> list[tuple[int, float, bool]]:
+        params = {
+            "ids": [a.id for a in accepts],
+            "sources": [a.source for a in accepts],
+            "payloads": [a.payload for a in accepts],
+            "sessions": [a.session for a in accepts],
+            "owner": self.owner,
+            "answered": self._answered(),
+        }
+        async with self.database.connection("accept the message") as conn:
+            cursor = await conn.execute(_ACCEPTS, params)
+            rows = await cursor.fetchall()
+        found = {str(row[0]): (int(row[1]), float(row[2]), bool(row[3])) for row in rows}
+        if len(found) != len(accepts):  # never: one row per entry
+            raise StorageError("could not accept the message: the database answered for fewer")
+        return [found[a.id] for a in accepts]
 
     async def assign(self, entry_id: str, session: str) -> None:
         async with self.database.connection("name the message's session") as conn:
@@ -309,6 +340,7 @@ class PostgresInbox:
         return None
 
     async def aclose(self) -> None:
+        await self._accepts.aclose()
         await self._deletes.aclose()
         await self._settles.aclose()  # the pool belongs to the `Stores` bundle
 
