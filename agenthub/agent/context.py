@@ -164,16 +164,18 @@ class ContextBuilder:
         sender_id: str,
         history: list[Message],
         known: tuple[list[str], object] | None = None,
+        fresh_since: float | None = None,
     ) -> tuple[list[str], str, str]:
         """(persona and folded summaries, the memory block, the profile block); a block is "" without its file.
-        `known`: the summaries of `history` and its `chat_type_of`, when the session's memo has them."""
+        `known`: the summaries of `history` and its `chat_type_of`, when the session's memo has them;
+        `fresh_since`: the memory files as new as every write completed before then (monotonic clock; None: now)."""
         folded, chat_type = (fold_system_messages(history), chat_type_of(history)) if known is None else known
         texts = [agent.persona, *folded]
         files = self.memory_files
         memory_name = files.memory_name(agent, key)
         profile_name = files.profile_name(agent, key, sender_id, chat_type)  # only the current sender's
         names = [memory_name] if profile_name is None else [memory_name, profile_name]
-        memory, profile, *_ = [*await files.read_many(names), ""]  # one hop (one query) per turn
+        memory, profile, *_ = [*await files.read_many(names, fresh_since=fresh_since), ""]  # one hop, or none
         memory_block = profile_block = ""
         if memory.strip():
             memory_block = f"{MEMORY_HEADER}\n\n" + cut_to_tokens(memory.strip(), self.budget.memory_tokens)
@@ -200,7 +202,10 @@ class ContextBuilder:
         tools: list[Tool],
         model: str,
         max_tokens: int,
+        fresh_since: float | None = None,
     ) -> LLMRequest:
+        """The request for `history`; its memory blocks as new as every write completed before `fresh_since`
+        (monotonic clock; None: now): a turn passes when it began."""
         definitions = self._definitions(tools)
         memo = self._memo(key)
         conversation, folded, converted = settled_conversation(
@@ -221,7 +226,7 @@ class ContextBuilder:
         )
         self.last_computed = memo.settle()
         known = (folded, memo.settled.chat_type_of(history))
-        texts, memory, profile = await self._system_parts(agent, key, sender_id, history, known)
+        texts, memory, profile = await self._system_parts(agent, key, sender_id, history, known, fresh_since)
         if self.memory_notes:  # an addition to MEMORY.md rides on a message while the chat's cache is warm
             memory, messages = self.notes.apply(key, memory, messages, self.cache_warm(str(key)))
         return LLMRequest(

@@ -33,6 +33,9 @@ class PendingTurn:
     alone: bool = False
     """Runs as a turn of its own: a message of its session accepted after it, but before the messages queued
     behind it here, is answered by another instance first."""
+    began: float | None = None
+    """When its turn last began (monotonic clock): what the turn reads is at least as new as every write completed
+    before then (the memory files may come from the instance's copy, `MemoryStore.read_many`)."""
 
     @property
     def members(self) -> list[PendingTurn]:

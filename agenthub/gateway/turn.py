@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -192,6 +193,7 @@ class TurnRunner:
     async def _execute_within(self, pending: PendingTurn, limit_s: float) -> TurnOutcome:
         """`_execute` cancelled once it has run `limit_s` seconds (a hung tool or model call); `TurnTimedOut` then."""
         deadline = asyncio.timeout(limit_s)
+        pending.began = time.monotonic()
         try:
             async with deadline:  # waiting for another instance to let the session go counts against it too
                 if not await self.gateway.prepare_turn(pending):
@@ -386,6 +388,7 @@ class TurnRunner:
             tools=tools,
             model=model,
             max_tokens=max_tokens,
+            fresh_since=pending.began,
         )
         request = await with_recall(request, history, ctx, settings)  # after the cached prefix, in this request only
         msg = pending.message

@@ -136,8 +136,9 @@ class MemoryFiles:
         """The text, "" when the file does not exist."""
         return await self.store.read(name)
 
-    async def read_many(self, names: Sequence[MemoryName]) -> list[str]:
-        return await self.store.read_many(names)
+    async def read_many(self, names: Sequence[MemoryName], *, fresh_since: float | None = None) -> list[str]:
+        """`MemoryStore.read_many`: as new as every write completed before `fresh_since` (None: now)."""
+        return await self.store.read_many(names, fresh_since=fresh_since)
 
     def label(self, name: MemoryName) -> str:
         """How logs and the L3 state name the file (`MemoryStore.label`)."""

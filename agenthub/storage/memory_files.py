@@ -216,8 +216,8 @@ class FileMemoryStore:
         path = self.path_of(name)
         return await _on_disk("read a memory file", _read, path)
 
-    async def read_many(self, names: Sequence[MemoryName]) -> list[str]:
-        """The files' texts (every turn reads its memory and profile): those unchanged since the last read here
+    async def read_many(self, names: Sequence[MemoryName], *, fresh_since: float | None = None) -> list[str]:
+        """The files' texts now (every turn reads its memory and profile): those unchanged since the last read here
         from `ReadCache` (one stat each), the others in one hop to a worker thread, where their paths' link checks
         (an lstat per level) are made too."""
         texts = [self._seen.get(n) for n in names]
@@ -296,7 +296,7 @@ class InMemoryMemoryStore:
         await asyncio.sleep(0)  # a real backend yields between reading and answering: unserialised writers race
         return text
 
-    async def read_many(self, names: Sequence[MemoryName]) -> list[str]:
+    async def read_many(self, names: Sequence[MemoryName], *, fresh_since: float | None = None) -> list[str]:
         return [await self.read(n) for n in names]
 
     async def write(self, name: MemoryName, text: str) -> None:

@@ -113,8 +113,10 @@ class MemoryStore(Protocol):
         """The text, "" when the file does not exist."""
         ...
 
-    async def read_many(self, names: Sequence[MemoryName]) -> list[str]:
-        """`read` of each, in one go (one worker-thread hop, one query)."""
+    async def read_many(self, names: Sequence[MemoryName], *, fresh_since: float | None = None) -> list[str]:
+        """`read` of each, in one go (one worker-thread hop, one query). `fresh_since` (monotonic clock; None:
+        now): the texts may be as of any moment from then on, at least as new as every write that completed
+        before it (a store that learns the files' version from statements sent anyway may answer from its copy)."""
         ...
 
     async def write(self, name: MemoryName, text: str) -> None: ...

@@ -18,6 +18,7 @@ from agenthub.storage.postgres.inbox import PostgresInbox
 from agenthub.storage.postgres.jobs import PostgresJobs
 from agenthub.storage.postgres.leases import PostgresLeases
 from agenthub.storage.postgres.memory import PostgresMemoryStore
+from agenthub.storage.postgres.memory_clock import MemoryClock
 from agenthub.storage.postgres.outbox import PostgresOutbox
 from agenthub.storage.postgres.search import PostgresSearchIndex
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed
@@ -51,11 +52,12 @@ class PostgresStores(Stores):
     shared_between_instances = True
 
     def __init__(self, database: Database, data_dir: Path, extra_tokens: list[str] | None = None) -> None:
+        clock = MemoryClock()  # the history's appends tell it the memory version; the memory store reads it
         self.postgres_leases = PostgresLeases(database)
         super().__init__(
             "postgres",
-            sessions=PostgresSessionStore(database),
-            memory=PostgresMemoryStore(database),
+            sessions=PostgresSessionStore(database, clock),
+            memory=PostgresMemoryStore(database, clock),
             leases=self.postgres_leases,
             data_dir=data_dir,
             jobs=PostgresJobs(database),

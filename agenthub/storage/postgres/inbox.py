@@ -18,23 +18,34 @@ from agenthub.errors import StorageError
 from agenthub.storage.inbox import InboxEntry, SettleRetry
 from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
 from agenthub.storage.ports import Liveness
+from agenthub.storage.postgres.batches import Batches
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.sessions import json_text
 
-_ACCEPT = """
+_ACCEPTS = """
 WITH accepted AS (
     INSERT INTO inbox (id, source, accepted_at, payload, session, owner)
-    VALUES (%(id)s, %(source)s, extract(epoch FROM now()), %(payload)s::json, %(session)s, %(owner)s)
-    RETURNING seq, accepted_at
+    SELECT b.id, b.source, extract(epoch FROM now()), b.payload::json, b.session, %(owner)s
+    FROM unnest(%(ids)s::text[], %(sources)s::text[], %(payloads)s::text[], %(sessions)s::text[])
+         WITH ORDINALITY AS b(id, source, payload, session, n)
+    ORDER BY b.n
+    RETURNING id, seq, accepted_at, session, source
 )
-SELECT a.seq, a.accepted_at, NOT EXISTS (
+SELECT a.id, a.seq, a.accepted_at, NOT EXISTS (
     SELECT 1 FROM inbox i
-    WHERE (i.session = %(session)s OR (i.session IS NULL AND i.source = %(source)s)) AND i.seq < a.seq
+    WHERE (i.session = a.session OR (i.session IS NULL AND i.source = a.source)) AND i.seq < a.seq
+      AND NOT i.id = ANY(%(answered)s::text[])
+) AND NOT EXISTS (
+    SELECT 1 FROM accepted b
+    WHERE (b.session = a.session OR (b.session IS NULL AND b.source = a.source)) AND b.seq < a.seq
 ) FROM accepted a
 """
-"""The entry, and in the same round trip whether it is alone: no unsettled entry of its session (nor one of its
-source whose session is not named yet) came before it. Entries only ever come after it from now on, and those
-before it only leave, so an entry accepted alone needs no order check before its turn (`earlier_unsettled`)."""
+"""The entries of a batch (`Batches`: the accepts asked for while the one before was written), in the order they
+were asked for, in one statement (one commit); and for each, in the same round trip, whether it is alone: no
+unsettled entry of its session (nor one of its source whose session is not named yet) came before it, in the table
+or in the batch, but those this instance answered and has not deleted yet (`answered`: their settles are being
+written). Entries only ever come after it from now on, and those before it only leave, so an entry accepted alone
+needs no order check before its turn (`earlier_unsettled`)."""
 _ASSIGN = "UPDATE inbox SET session = %(session)s WHERE id = %(id)s AND session IS NULL"
 _EARLIER = """
 WITH mine AS (UPDATE inbox SET owner = owner WHERE id = %(id)s AND owner = %(owner)s RETURNING 1)
@@ -79,6 +90,15 @@ RETURNING inbox.id, inbox.seq, inbox.accepted_at, inbox.source, inbox.payload::t
 claimer's), so survivors claiming at the same moment split the orphans, never share one."""
 
 
+@dataclass(frozen=True)
+class _Accept:
+    id: str
+    source: str
+    payload: str
+    """As JSON text."""
+    session: str | None
+
+
 class _AlwaysHeld:
     """No liveness lease (tools, tests): accepts are never refused, and no hold outlasts a check."""
 
@@ -112,9 +132,15 @@ class PostgresInbox:
         self.owner = owner
         self._depth = 0
         self._settles = SettleRetry(self._delete)
+        self._deletes: Batches[str, None] = Batches(self._delete_rows, "inbox-settles")
+        self._accepts: Batches[_Accept, tuple[int, float, bool]] = Batches(self._insert_rows, "inbox-accepts")
+        """The accepts: those asked for while one is written go together in the next statement."""
+        """The settles: those asked for while one is written go together in the next statement."""
         self._liveness: Liveness = _AlwaysHeld()
         self._seen: dict[str, _Seen] = {}
         """Per entry looked at: whether it was this owner's (`_Seen`)."""
+        self._answering: set[str] = set()
+        """The entries whose settle is being written: answered, though their rows are still there."""
         self._alone: dict[str, str] = {}
         """The entries accepted here with nothing earlier in their session (`_ACCEPT`), each with its session."""
 
@@ -127,17 +153,30 @@ class PostgresInbox:
             raise StorageError("this instance's liveness lease is not held: nothing is accepted")
         entry_id = uuid.uuid4().hex
         text = json_text(payload)
-        params = {"id": entry_id, "source": source, "payload": text, "session": session, "owner": self.owner}
-        async with self.database.connection("accept the message") as conn:
-            cursor = await conn.execute(_ACCEPT, params)
-            row = await cursor.fetchone()
-        assert row is not None
+        seq, accepted_at, alone = await self._accepts(_Accept(entry_id, source, text, session))
         self._depth += 1
         if self.owner is not None:
             self._note_mine(entry_id, True, hold)
-        if session is not None and row[2]:
+        if session is not None and alone:
             self._note_alone(entry_id, session)
-        return InboxEntry(entry_id, int(row[0]), float(row[1]), source, jsonsafe.loads(text), session)
+        return InboxEntry(entry_id, seq, accepted_at, source, jsonsafe.loads(text), session)
+
+    async def _insert_rows(self, accepts: list[_Accept]) -> list[tuple[int, float, bool]]:
+        params = {
+            "ids": [a.id for a in accepts],
+            "sources": [a.source for a in accepts],
+            "payloads": [a.payload for a in accepts],
+            "sessions": [a.session for a in accepts],
+            "owner": self.owner,
+            "answered": self._answered(),
+        }
+        async with self.database.connection("accept the message") as conn:
+            cursor = await conn.execute(_ACCEPTS, params)
+            rows = await cursor.fetchall()
+        found = {str(row[0]): (int(row[1]), float(row[2]), bool(row[3])) for row in rows}
+        if len(found) != len(accepts):  # never: one row per entry
+            raise StorageError("could not accept the message: the database answered for fewer")
+        return [found[a.id] for a in accepts]
 
     async def assign(self, entry_id: str, session: str) -> None:
         async with self.database.connection("name the message's session") as conn:
@@ -156,7 +195,12 @@ class PostgresInbox:
             rows = await cursor.fetchall()
         if self.owner is not None:
             self._note_mine(entry_id, bool(rows) and rows[0][0] is None, hold)
-        return [str(row[0]) for row in rows if row[0] is not None]
+        answered = self._answered()
+        return [str(row[0]) for row in rows if row[0] is not None and row[0] not in answered]
+
+    def _answered(self) -> list[str]:
+        """The entries answered here whose rows are not deleted yet (being, or to be, written)."""
+        return [*self._answering, *self._settles.pending]
 
     def _note_alone(self, entry_id: str, session: str) -> None:
         if len(self._alone) >= MINE_CHECKS_KEPT:  # the oldest: of turns that never ran here
@@ -173,21 +217,29 @@ class PostgresInbox:
         self._seen[entry_id] = _Seen(mine, hold, now + MINE_CHECKED_FOR_S)
 
     async def settle(self, entry_id: str) -> None:
-        """Delete the entry's row; a refused delete is retried until the database takes it (until then the entry
-        is not listed by `unsettled`)."""
+        """Delete the entry's row (with every other settle asked for while the one before is written: one
+        statement); a refused delete is retried until the database takes it (until then the entry is not listed
+        by `unsettled`)."""
         self._seen.pop(entry_id, None)
         self._alone.pop(entry_id, None)
+        self._answering.add(entry_id)
         try:
             await self._delete(entry_id)
         except StorageError:
             self._settles.refused(entry_id)
             raise
+        finally:
+            self._answering.discard(entry_id)
 
     async def _delete(self, entry_id: str) -> None:
+        await self._deletes(entry_id)
+
+    async def _delete_rows(self, entry_ids: list[str]) -> list[None]:
         async with self.database.connection("settle the message") as conn:
-            cursor = await conn.execute("DELETE FROM inbox WHERE id = %(id)s", {"id": entry_id})
+            cursor = await conn.execute("DELETE FROM inbox WHERE id = ANY(%(ids)s)", {"ids": entry_ids})
         if cursor.rowcount > 0:
-            self._depth = max(0, self._depth - 1)
+            self._depth = max(0, self._depth - cursor.rowcount)
+        return [None] * len(entry_ids)
 
     async def release(self, entry_id: str) -> None:
         """The entry has no owner from now on (if it was this owner's): the next takeover pass claims it."""
@@ -288,6 +340,8 @@ class PostgresInbox:
         return None
 
     async def aclose(self) -> None:
+        await self._accepts.aclose()
+        await self._deletes.aclose()
         await self._settles.aclose()  # the pool belongs to the `Stores` bundle
 
 

@@ -10,6 +10,7 @@ from psycopg.rows import TupleRow
 
 from agenthub.errors import StorageError
 from agenthub.storage.postgres.schema_forgotten import USAGE_FORGOTTEN_SQL, USAGE_FORGOTTEN_WHAT
+from agenthub.storage.postgres.schema_memory_clock import MEMORY_CLOCK_SQL, MEMORY_CLOCK_WHAT
 from agenthub.storage.postgres.schema_search import SEARCH_PACKED_SQL, SEARCH_PACKED_WHAT
 from agenthub.storage.postgres.schema_search_names import SEARCH_NAMES_SQL, SEARCH_NAMES_WHAT
 from agenthub.storage.postgres.schema_usage import (
@@ -770,6 +771,9 @@ USAGE_FORGOTTEN = Migration(23, USAGE_FORGOTTEN_WHAT, USAGE_FORGOTTEN_SQL)
 SEARCH_NAMES = Migration(24, SEARCH_NAMES_WHAT, SEARCH_NAMES_SQL)
 """Migration 24 (`schema_search_names`): a block's postings name their source and channel by a per-agent code."""
 
+MEMORY_CLOCK = Migration(25, MEMORY_CLOCK_WHAT, MEMORY_CLOCK_SQL)
+"""Migration 25 (`schema_memory_clock`): the memory files' version, which a turn learns with its history append."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -794,6 +798,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     USAGE_RESERVE_EXCEPT,
     USAGE_FORGOTTEN,
     SEARCH_NAMES,
+    MEMORY_CLOCK,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

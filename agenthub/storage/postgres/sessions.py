@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -21,8 +22,10 @@ from agenthub.errors import InvalidIdError, StorageError
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import Lease, SessionClaim
 from agenthub.storage.meta import SessionMeta
+from agenthub.storage.postgres.batches import Batches
 from agenthub.storage.postgres.database import Database, open_database
 from agenthub.storage.postgres.let_go import LetGo, LetGos
+from agenthub.storage.postgres.memory_clock import VERSION, MemoryClock
 from agenthub.storage.postgres.session_copies import Copy, SessionCopies
 from agenthub.storage.store import (
     FencedWriteError,
@@ -75,18 +78,27 @@ _NEW_GENERATION = f"UPDATE session_heads SET born = nextval('session_born') WHER
 _READ_ARCHIVE = f"SELECT record::text FROM session_archive WHERE {KEY} ORDER BY seq"
 _READ_META = f"SELECT meta::text, {_LAST_TIMESTAMP} FROM session_meta WHERE {KEY}"
 _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
-_APPEND_AT = "SELECT agenthub_session_append_at(%(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(records)s::text[])"
-"""An append in one round trip, under a lease's token or none (migration 19): the history's version after it,
-{born, next_seq}, or NULL when a newer lease fenced the session."""
-_APPEND_WITH_META = f"""
-WITH appended AS MATERIALIZED ({_APPEND_AT} AS version)
-SELECT version, CASE WHEN version IS NULL THEN false ELSE agenthub_session_write_meta(
-    %(agent)s, %(channel)s, %(chat_id)s, %(token)s, %(meta)s, true
-) END FROM appended
+_APPENDS = f"""
+WITH appended AS MATERIALIZED (
+    SELECT b.n, b.agent, b.channel, b.chat_id, b.token, b.meta, agenthub_session_append_at(
+        b.agent, b.channel, b.chat_id, b.token, (%(records)s::text[])[b.first:b.last]
+    ) AS version
+    FROM unnest(%(agents)s::text[], %(channels)s::text[], %(chats)s::text[], %(tokens)s::bigint[], %(firsts)s::int[],
+                %(lasts)s::int[], %(metas)s::text[]) WITH ORDINALITY AS b(agent, channel, chat_id, token, first, last,
+                                                                          meta, n)
+    ORDER BY b.n
+)
+SELECT n, version, {VERSION}, CASE WHEN version IS NOT NULL AND meta IS NOT NULL THEN agenthub_session_write_meta(
+    agent, channel, chat_id, token, meta, true
+) END FROM appended ORDER BY n
 """
-"""`_APPEND_AT`, and once it landed the meta written behind under the same token, in the same statement (so the same
-transaction, committed durably with the records): a busy session's meta reaches the database with its next append
-instead of waiting for the lease's release (a `kill -9` lost it), at no round trip of its own."""
+"""The appends of a batch (`Batches`: those asked for while the one before was written), in one statement, so one
+transaction and one commit: each session's in the order of the sessions' keys (every batch takes the sessions'
+locks in one order), an append under a lease's token or none (`agenthub_session_append_at`, migration 19) bringing
+back the history's version after it, {born, next_seq}, or NULL when a newer lease fenced the session; once it
+landed, the meta written behind under the same token (a busy session's meta reaches the database with its next
+append instead of waiting for the lease's release, at no round trip of its own); and the memory version (migration
+25), which the turn's read of its memory files that follows needs (`MemoryClock`)."""
 _CLAIM = (
     "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record FROM agenthub_session_claim("
     "%(name)s, %(holder)s, %(ttl)s, %(agent)s, %(channel)s, %(chat_id)s, %(born)s, %(since)s)"
@@ -143,8 +155,12 @@ def _params(key: SessionKey, **more: Any) -> dict[str, Any]:
 class PostgresSessionStore:
     """Session histories, archives and meta in the tables of migration 1 (`schema.SESSIONS`)."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, memory_clock: MemoryClock | None = None) -> None:
         self.database = database
+        self.memory_clock = MemoryClock() if memory_clock is None else memory_clock
+        """Told the memory version each append brings back (shared with the instance's `PostgresMemoryStore`)."""
+        self._appends: Batches[_Append, tuple[Any, int]] = Batches(self._write_appends, "history-appends")
+        """The appends of every session: those asked for while a batch is written go together in the next."""
         self._tokens: dict[SessionKey, int] = {}
         """The fencing token each session's writes carry now (while this instance holds its lease)."""
         self._fenced: dict[SessionKey, int] = {}
@@ -161,6 +177,7 @@ class PostgresSessionStore:
         record's timestamp; taken by the next `load` / `read_meta`, dropped by any write or the lease's end."""
 
     async def close(self) -> None:
+        await self._appends.aclose()
         await self.let_gos.close()
         await self.database.close()
 
@@ -282,21 +299,49 @@ class PostgresSessionStore:
             return
         self._forget_fresh(key)
         pending = self._pending_meta.pop(key, None)
-        params = _params(key, token=self._tokens.get(key), records=texts)
-        if pending is not None:
-            params["meta"] = json.dumps(pending.to_json(), ensure_ascii=False)
+        meta = None if pending is None else json.dumps(pending.to_json(), ensure_ascii=False)
+        stamp = time.monotonic()  # before the batch is sent: its snapshot is newer
         try:
-            async with self.database.connection("append to the session's history") as conn:
-                cursor = await conn.execute(_APPEND_AT if pending is None else _APPEND_WITH_META, params)
-                row = await cursor.fetchone()
+            version, memory_version = await self._appends(_Append(key, self._tokens.get(key), texts, meta))
         except BaseException:
-            if pending is not None:  # not written: it waits for the next append or the release again
+            if pending is not None:  # not known to be written: it waits for the next append or the release again
                 self._pending_meta.setdefault(key, pending)
             raise
-        if row is None or row[0] is None:
+        self.memory_clock.learnt(memory_version, stamp)
+        if version is None:
             raise FencedWriteError()
-        born, next_seq = row[0]
+        born, next_seq = version
         self._copies.appended(key, int(born), int(next_seq), texts)
+
+    async def _write_appends(self, appends: list[_Append]) -> list[tuple[Any, int]]:
+        """`_APPENDS` of `appends`: (the history's version or None when fenced, the memory version) of each."""
+        order = sorted(range(len(appends)), key=lambda i: appends[i].key.file_stem)
+        batch = [appends[i] for i in order]
+        records: list[str] = []
+        firsts, lasts = [], []
+        for append in batch:
+            firsts.append(len(records) + 1)
+            records.extend(append.texts)
+            lasts.append(len(records))
+        params = {
+            "agents": [a.key.agent for a in batch],
+            "channels": [a.key.channel for a in batch],
+            "chats": [a.key.chat_id for a in batch],
+            "tokens": [a.token for a in batch],
+            "firsts": firsts,
+            "lasts": lasts,
+            "metas": [a.meta for a in batch],
+            "records": records,
+        }
+        async with self.database.connection("append to the session's history") as conn:
+            cursor = await conn.execute(_APPENDS, params)
+            rows = await cursor.fetchall()
+        if len(rows) != len(appends):  # never: one row per append
+            raise StorageError("could not append to the session's history: the database answered for fewer")
+        results: list[tuple[Any, int]] = [(None, 0)] * len(appends)
+        for row in rows:
+            results[order[int(row[0]) - 1]] = (row[1], int(row[2]))
+        return results
 
     async def replace(
         self, key: SessionKey, records: Sequence[HistoryRecord], *, archive: Sequence[HistoryRecord]
@@ -430,6 +475,15 @@ class PostgresSessionStore:
             rows = await cursor.fetchall()
         found = ((_key(agent, row[0], row[1]), float(row[2])) for row in rows)
         return [SessionActivity(key, changed_at) for key, changed_at in found if key is not None]
+
+
+@dataclass(frozen=True)
+class _Append:
+    key: SessionKey
+    token: int | None
+    texts: list[str]
+    meta: str | None
+    """The meta written behind, as JSON text, that goes with the records."""
 
 
 def _meta_params(key: SessionKey, token: int | None, meta: SessionMeta, *, durable: bool) -> dict[str, Any]:

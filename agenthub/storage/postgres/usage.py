@@ -17,6 +17,7 @@ import json
 import time
 from collections.abc import Collection, Mapping, Sequence
 from json.encoder import encode_basestring
+from typing import Any
 
 from psycopg import AsyncCursor
 from psycopg.rows import TupleRow
@@ -52,14 +53,6 @@ SELECT to_timestamp(at), day, purpose, agent, channel, CASE WHEN hit IS NOT NULL
 SELECT n FROM r WHERE hit IS NOT NULL"""
 """The calls (one statement), those made before a forget of their sender (`usage_marks.ForgetMark.covers`, the marks
 read first, after the lock a forget waits for: migration 23) naming the tag; which rows those were (1-based)."""
-_UPSERT_DAY = (
-    "INSERT INTO usage_days AS d (day, agent, channel, chat_id, sender_id, model, purpose, input, output, cache_read, "
-    "cache_write, calls, estimated) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (day, agent, channel, chat_id, sender_id, model, purpose) DO UPDATE SET "
-    "input = d.input + excluded.input, output = d.output + excluded.output, "
-    "cache_read = d.cache_read + excluded.cache_read, cache_write = d.cache_write + excluded.cache_write, "
-    "calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated"
-)
 _COUNT_CALL = (
     "SELECT count(*) FROM usage_calls WHERE at = to_timestamp(%s) AND day = %s AND purpose = %s AND agent = %s "
     "AND channel = %s AND chat_id = %s AND sender_id = %s AND model = %s AND input = %s AND output = %s "
@@ -76,6 +69,15 @@ _ADD_ON_CONFLICT = """ON CONFLICT ({key}, agent, channel, chat_id, sender_id, mo
     input = d.input + excluded.input, output = d.output + excluded.output,
     cache_read = d.cache_read + excluded.cache_read, cache_write = d.cache_write + excluded.cache_write,
     calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated"""
+_ADD_DAYS = f"""INSERT INTO usage_days AS d (day, agent, channel, chat_id, sender_id, model, purpose, input, output,
+    cache_read, cache_write, calls, estimated)
+SELECT day, agent, channel, chat_id, sender_id, model, purpose, input, output, cache_read, cache_write, calls, estimated
+FROM unnest(%s::date[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[],
+    %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[]) WITH ORDINALITY AS x(day, agent, channel,
+    chat_id, sender_id, model, purpose, input, output, cache_read, cache_write, calls, estimated, n)
+ORDER BY n
+{_ADD_ON_CONFLICT.format(key="day")}"""
+"""The day roll-ups of a write's rows (`days_of`: summed per key, in key order): one statement."""
 _DAYS = """SELECT to_char(day, 'YYYY-MM-DD'), purpose, agent, channel, chat_id, sender_id, model, input, output,
     cache_read, cache_write, calls, estimated FROM usage_days WHERE day >= %s AND day <= %s
 UNION ALL
@@ -126,9 +128,7 @@ class PostgresUsageStore:
             # first (a forget's lock taken): rows made before a forget of their sender name the tag instead
             await cursor.execute(_INSERT_CALLS, _calls(rows))
             rows = _redacted(rows, {int(r[0]) - 1 for r in await cursor.fetchall()})
-            days = [(_date(r.day), *r.group, *_counts(r)) for r in rows]
-            days.sort(key=lambda d: tuple(str(v) for v in d[:7]))  # one lock order for every writer
-            await cursor.executemany(_UPSERT_DAY, days)
+            await cursor.execute(_ADD_DAYS, days_of(rows))
             await cursor.execute(ADD_TOTALS, totals_of(rows))  # the same transaction: never one without the other
             if release:  # in the same transaction: a turn's usage and the end of its reservation, never neither
                 await cursor.execute(_RELEASE, (list(release),))
@@ -363,6 +363,22 @@ async def _marks(cursor: AsyncCursor[TupleRow], who: Sequence[tuple[str, str]]) 
         return []
     await cursor.execute(_MARKS, ([c for c, _ in who], [t for _, t in who]))
     return [ForgetMark(str(r[0]), str(r[1]), tuple(r[2]), r[3], float(r[4])) for r in await cursor.fetchall()]
+
+
+def days_of(rows: Sequence[UsageRow]) -> list[list[Any]]:
+    """`_ADD_DAYS`'s parameters: the rows' counts summed per day and group (one row of the statement may change a
+    roll-up once), in key order (one lock order for every writer), as one array per column."""
+    summed: dict[tuple[str, ...], tuple[int, ...]] = {}
+    for row in rows:
+        key = (row.day, *row.group)
+        counts = _counts(row)
+        before = summed.get(key)
+        summed[key] = counts if before is None else tuple(a + b for a, b in zip(before, counts, strict=True))
+    ordered = sorted(summed.items())
+    columns: list[list[Any]] = [[_date(key[0]) for key, _ in ordered]]
+    columns += [[key[i] for key, _ in ordered] for i in range(1, 7)]
+    columns += [[counts[i] for _, counts in ordered] for i in range(6)]
+    return columns
 
 
 def totals_of(rows: Sequence[UsageRow]) -> tuple[list[str], list[str], list[int]]:
