@@ -1,0 +1,52 @@
+"""A forget leaves nothing of the person's words in what the daemon keeps in memory between a chat's calls (the
+per-chat message encodings and prints the model calls reuse), not only in the files."""
+
+from __future__ import annotations
+
+import gc
+import uuid
+from collections.abc import Iterator
+
+from aiohttp import web
+
+from agenthub.config import Settings
+from agenthub.forget.redact import Person
+from agenthub.hosting.app import build_services, gateway_forgetter
+from agenthub.messages import DoneEvent, InboundMessage
+from tests.support.agents import write_agent
+from tests.support.fakes.anthropic import FakeAnthropic
+from tests.support.forget import PRIVATE_CONFIG
+
+
+def _texts_holding(probe: str) -> Iterator[str]:
+    """The types of the live objects that refer to a text (str, bytes, bytearray) longer than `probe` holding it."""
+    raw = probe.encode()
+    for holder in gc.get_objects():
+        if isinstance(holder, web.Request):  # the fake model's server side of a call
+            continue
+        for held in gc.get_referents(holder):
+            text = held if isinstance(held, str) else None
+            data = held if isinstance(held, bytes | bytearray) else None
+            if (text and len(text) > len(probe) and probe in text) or (data and len(data) > len(raw) and raw in data):
+                yield f"{type(holder).__module__}.{type(holder).__qualname__}"
+
+
+async def test_forget_drops_the_chats_kept_request_parts(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
+    probe = uuid.uuid4().hex
+    async with build_services(settings) as services:
+        gw = services.gateway
+        for sender, text in (("alice", f"my locker code is {probe}"), ("bob", "and mine is secret too")):
+            inbound = InboundMessage("wecom", "team", sender, text, metadata={"chat_type": "group"})
+            assert isinstance(await (await gw.submit(inbound)).result(), DoneEvent)
+        del inbound, text
+        fake_llm.requests.clear()  # the fake model's own record of what it was sent
+        gc.collect()
+        assert list(_texts_holding(probe))  # held while the chat is live (the check can see it)
+
+        await gateway_forgetter(services).forget_everywhere(
+            [gw.agents.get("default")], Person("wecom", "alice"), actor="t"
+        )
+        gc.collect()
+        held = list(_texts_holding(probe))
+        assert held == [], held
