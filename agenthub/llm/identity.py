@@ -21,6 +21,10 @@ class ByIdentity(Generic[T, V]):
         self._derive = derive
         self._size = size
         self._items: OrderedDict[int, tuple[T, V]] = OrderedDict()
+        _KEPT.add(self)
+
+    def clear(self) -> None:
+        self._items.clear()
 
     def __call__(self, obj: T) -> V:
         hit = self._items.get(id(obj))
@@ -70,9 +74,13 @@ class PerChat(Generic[V]):
         self._size = size
         self._items: OrderedDict[Hashable, V] = OrderedDict()
         _PER_CHAT.add(self)
+        _KEPT.add(self)
 
     def drop(self, chat: Hashable) -> None:
         self._items.pop(chat, None)
+
+    def clear(self) -> None:
+        self._items.clear()
 
     def __call__(self, chat: Hashable) -> V:
         value = self._items.pop(chat, None)
@@ -85,6 +93,7 @@ class PerChat(Generic[V]):
 
 
 _PER_CHAT: weakref.WeakSet[PerChat[Any]] = weakref.WeakSet()
+_KEPT: weakref.WeakSet[ByIdentity[Any, Any] | PerChat[Any]] = weakref.WeakSet()
 
 
 def drop_chat(chat: Hashable) -> None:
@@ -93,3 +102,10 @@ def drop_chat(chat: Hashable) -> None:
     afresh)."""
     for kept in list(_PER_CHAT):
         kept.drop(chat)
+
+
+def drop_everything() -> None:
+    """Every `ByIdentity` and `PerChat` empties (a forget: the system blocks a profile or memory file made, and
+    their encodings and digests, are held by identity; the next calls derive afresh, the same bytes)."""
+    for kept in list(_KEPT):
+        kept.clear()

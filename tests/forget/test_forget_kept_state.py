@@ -13,9 +13,13 @@ from agenthub.config import Settings
 from agenthub.forget.redact import Person
 from agenthub.hosting.app import build_services, gateway_forgetter
 from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.forget import PRIVATE_CONFIG
+from tests.support.memory import memory_file
+
+GROUP = SessionKey("default", "wecom", "team")
 
 
 def _texts_holding(probe: str) -> Iterator[str]:
@@ -47,6 +51,33 @@ async def test_forget_drops_the_chats_kept_request_parts(settings: Settings, fak
         await gateway_forgetter(services).forget_everywhere(
             [gw.agents.get("default")], Person("wecom", "alice"), actor="t"
         )
+        gc.collect()
+        held = list(_texts_holding(probe))
+        assert held == [], held
+
+
+async def test_forget_drops_the_system_prompts_kept_with_their_profile(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    """Their profile went into the system prompt of their turn: the prompt parts kept for the next calls (the
+    built blocks, their encodings and digests, the pinned memory) go with the file."""
+    write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
+    probe = uuid.uuid4().hex
+    async with build_services(settings) as services:
+        gw = services.gateway
+        agent = gw.agents.get("default")
+        profile = memory_file(gw, gw.memory_files.person_profile(agent, GROUP, "alice", "group"))
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        profile.write_text(f"- her locker code is {probe}\n", encoding="utf-8")
+        for sender, text in (("alice", "hello there"), ("bob", "hello too")):
+            inbound = InboundMessage("wecom", "team", sender, text, metadata={"chat_type": "group"})
+            assert isinstance(await (await gw.submit(inbound)).result(), DoneEvent)
+        fake_llm.requests.clear()
+        gc.collect()
+        assert list(_texts_holding(probe))
+
+        await gateway_forgetter(services).forget_everywhere([agent], Person("wecom", "alice"), actor="t")
+        assert not profile.exists()
         gc.collect()
         held = list(_texts_holding(probe))
         assert held == [], held
