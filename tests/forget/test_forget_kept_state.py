@@ -17,7 +17,7 @@ from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.forget import PRIVATE_CONFIG
-from tests.support.memory import memory_file
+from tests.support.memory import chat_memory_file, memory_file
 
 GROUP = SessionKey("default", "wecom", "team")
 
@@ -59,25 +59,29 @@ async def test_forget_drops_the_chats_kept_request_parts(settings: Settings, fak
 async def test_forget_drops_the_system_prompts_kept_with_their_profile(
     settings: Settings, fake_llm: FakeAnthropic
 ) -> None:
-    """Their profile went into the system prompt of their turn: the prompt parts kept for the next calls (the
-    built blocks, their encodings and digests, the pinned memory) go with the file."""
+    """Their profile went into the system prompt of their turn, a line of the group's memory quoting them into
+    everyone's: the prompt parts kept for the next calls (the built blocks, their encodings and digests, the pinned
+    memory) go with the file and the line."""
     write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
-    probe = uuid.uuid4().hex
+    probe, quoted = uuid.uuid4().hex, uuid.uuid4().hex
     async with build_services(settings) as services:
         gw = services.gateway
         agent = gw.agents.get("default")
         profile = memory_file(gw, gw.memory_files.person_profile(agent, GROUP, "alice", "group"))
         profile.parent.mkdir(parents=True, exist_ok=True)
         profile.write_text(f"- her locker code is {probe}\n", encoding="utf-8")
-        for sender, text in (("alice", "hello there"), ("bob", "hello too")):
+        memory = chat_memory_file(gw, agent, GROUP)
+        memory.parent.mkdir(parents=True, exist_ok=True)
+        memory.write_text(f"- someone said: my bike lock is {quoted}\n- the team meets on Mondays\n", "utf-8")
+        for sender, text in (("alice", f"my bike lock is {quoted}"), ("bob", "hello too")):
             inbound = InboundMessage("wecom", "team", sender, text, metadata={"chat_type": "group"})
             assert isinstance(await (await gw.submit(inbound)).result(), DoneEvent)
         fake_llm.requests.clear()
         gc.collect()
-        assert list(_texts_holding(probe))
+        assert list(_texts_holding(probe)) and list(_texts_holding(quoted))
 
         await gateway_forgetter(services).forget_everywhere([agent], Person("wecom", "alice"), actor="t")
-        assert not profile.exists()
+        assert not profile.exists() and quoted not in memory.read_text("utf-8")
         gc.collect()
-        held = list(_texts_holding(probe))
+        held = list(_texts_holding(probe)) + list(_texts_holding(quoted))
         assert held == [], held
