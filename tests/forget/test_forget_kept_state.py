@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import gc
 import uuid
-from collections.abc import Iterator
-
-from aiohttp import web
 
 from agenthub.config import Settings
 from agenthub.forget.redact import Person
@@ -16,23 +13,10 @@ from agenthub.messages import DoneEvent, InboundMessage
 from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic
-from tests.support.forget import PRIVATE_CONFIG
+from tests.support.forget import PRIVATE_CONFIG, texts_holding
 from tests.support.memory import chat_memory_file, memory_file
 
 GROUP = SessionKey("default", "wecom", "team")
-
-
-def _texts_holding(probe: str) -> Iterator[str]:
-    """The types of the live objects that refer to a text (str, bytes, bytearray) longer than `probe` holding it."""
-    raw = probe.encode()
-    for holder in gc.get_objects():
-        if isinstance(holder, web.Request):  # the fake model's server side of a call
-            continue
-        for held in gc.get_referents(holder):
-            text = held if isinstance(held, str) else None
-            data = held if isinstance(held, bytes | bytearray) else None
-            if (text and len(text) > len(probe) and probe in text) or (data and len(data) > len(raw) and raw in data):
-                yield f"{type(holder).__module__}.{type(holder).__qualname__}"
 
 
 async def test_forget_drops_the_chats_kept_request_parts(settings: Settings, fake_llm: FakeAnthropic) -> None:
@@ -46,13 +30,13 @@ async def test_forget_drops_the_chats_kept_request_parts(settings: Settings, fak
         del inbound, text
         fake_llm.requests.clear()  # the fake model's own record of what it was sent
         gc.collect()
-        assert list(_texts_holding(probe))  # held while the chat is live (the check can see it)
+        assert list(texts_holding(probe))  # held while the chat is live (the check can see it)
 
         await gateway_forgetter(services).forget_everywhere(
             [gw.agents.get("default")], Person("wecom", "alice"), actor="t"
         )
         gc.collect()
-        held = list(_texts_holding(probe))
+        held = list(texts_holding(probe))
         assert held == [], held
 
 
@@ -78,10 +62,10 @@ async def test_forget_drops_the_system_prompts_kept_with_their_profile(
             assert isinstance(await (await gw.submit(inbound)).result(), DoneEvent)
         fake_llm.requests.clear()
         gc.collect()
-        assert list(_texts_holding(probe)) and list(_texts_holding(quoted))
+        assert list(texts_holding(probe)) and list(texts_holding(quoted))
 
         await gateway_forgetter(services).forget_everywhere([agent], Person("wecom", "alice"), actor="t")
         assert not profile.exists() and quoted not in memory.read_text("utf-8")
         gc.collect()
-        held = list(_texts_holding(probe)) + list(_texts_holding(quoted))
+        held = list(texts_holding(probe)) + list(texts_holding(quoted))
         assert held == [], held

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
+from collections.abc import Iterator
 from pathlib import Path
+
+from aiohttp import web
 
 from agenthub.forget.redact import Person
 
@@ -34,3 +38,16 @@ def others_exchanges(lines: list[bytes], person: str, channel: str = "wecom") ->
         if theirs and record.get("role") != "system":
             kept.append(line)
     return kept
+
+
+def texts_holding(probe: str) -> Iterator[str]:
+    """The types of the live objects that refer to a text (str, bytes, bytearray) longer than `probe` holding it."""
+    raw = probe.encode()
+    for holder in gc.get_objects():
+        if isinstance(holder, web.Request):  # the fake model's server side of a call
+            continue
+        for held in gc.get_referents(holder):
+            text = held if isinstance(held, str) else None
+            data = held if isinstance(held, bytes | bytearray) else None
+            if (text and len(text) > len(probe) and probe in text) or (data and len(data) > len(raw) and raw in data):
+                yield f"{type(holder).__module__}.{type(holder).__qualname__}"
