@@ -3,17 +3,19 @@ per-chat message encodings and prints the model calls reuse), not only in the fi
 
 from __future__ import annotations
 
+import base64
 import gc
 import uuid
 
 from agenthub.config import Settings
 from agenthub.forget.redact import Person
 from agenthub.hosting.app import build_services, gateway_forgetter
-from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.messages import Attachment, DoneEvent, InboundMessage
 from agenthub.session_keys import SessionKey
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.forget import PRIVATE_CONFIG, texts_holding
+from tests.support.media import png
 from tests.support.memory import chat_memory_file, memory_file
 
 GROUP = SessionKey("default", "wecom", "team")
@@ -68,4 +70,29 @@ async def test_forget_drops_the_system_prompts_kept_with_their_profile(
         assert not profile.exists() and quoted not in memory.read_text("utf-8")
         gc.collect()
         held = list(texts_holding(probe)) + list(texts_holding(quoted))
+        assert held == [], held
+
+
+async def test_forget_drops_their_pictures_kept_in_memory(settings: Settings, fake_llm: FakeAnthropic) -> None:
+    """A picture they sent went to the model from the image cache: with its file, its base64 leaves memory too."""
+    write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
+    picture = png(40, 40, noise=True)
+    probe = base64.b64encode(picture)[400:464].decode()
+    async with build_services(settings) as services:
+        gw = services.gateway
+        sent = Attachment("image", "me.png", "image/png", picture)
+        for sender, attachments in (("alice", (sent,)), ("bob", ())):
+            inbound = InboundMessage(
+                "wecom", "team", sender, "see this", attachments=attachments, metadata={"chat_type": "group"}
+            )
+            assert isinstance(await (await gw.submit(inbound)).result(), DoneEvent)
+        fake_llm.requests.clear()
+        gc.collect()
+        assert list(texts_holding(probe))  # the image cache, the chat's request parts
+
+        await gateway_forgetter(services).forget_everywhere(
+            [gw.agents.get("default")], Person("wecom", "alice"), actor="t"
+        )
+        gc.collect()
+        held = list(texts_holding(probe))
         assert held == [], held
