@@ -110,6 +110,14 @@ class ContextBuilder:
             self._memos.pop(key, None)
             self.notes.drop(key)
 
+    def drop_kept(self) -> None:
+        """After a forget: the system prompt parts kept from build to build (memory and profile texts, the blocks
+        made of them), every chat's pinned memory and the images kept go; the next builds read the files as they
+        are now."""
+        self._stable.clear()
+        self.notes.clear()
+        self.images.clear()
+
     def _memo(self, key: SessionKey) -> Memo:
         """The session's memo, the most recently used sessions' kept (`MEMO_SESSIONS`)."""
         memo = self._memos.pop(key, None) or Memo()

@@ -48,6 +48,10 @@ class MemoryNotes:
         """Forget the chat's pin (its history was rewritten): its next build shows the file as it is."""
         self._pins.pop(key, None)
 
+    def clear(self) -> None:
+        """Forget every pin (a forget changed memory files): each chat's next build shows its file as it is."""
+        self._pins.clear()
+
     def apply(self, key: object, memory: str, messages: list[Message], warm: bool) -> tuple[str, list[Message]]:
         """The memory block for the system prompt and `messages` with the notes placed; `memory` is the block the
         file makes now ("" for none), `warm` whether the chat's cache is still alive."""

@@ -103,6 +103,7 @@ class Forgetter:
         jobs: JobsHook | None = None,
         settled: Callable[[], Awaitable[None]] | None = None,
         usage: UsageHook | None = None,
+        kept: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.history = history
@@ -116,6 +117,8 @@ class Forgetter:
         """Drops what the durable inbox keeps of answered messages (their text is the person's too)."""
         self.usage = usage
         """Redacts the person's name in the usage rows; None: no usage store (nothing recorded)."""
+        self.kept = kept
+        """Drops what the process keeps in memory made of memory files and messages (prompt parts); None: none."""
 
     async def forget_in_chat(self, agent: AgentDefinition, key: SessionKey, person: Person) -> ForgetReport:
         """`/forget`: the person's messages in this chat and their profile with this agent."""
@@ -148,6 +151,8 @@ class Forgetter:
             report.usage_rows += await self.usage(person, agents, key)
 
     async def _drop_settled(self) -> None:
+        if self.kept is not None:
+            self.kept()
         if self.settled is not None:
             await self.settled()
 

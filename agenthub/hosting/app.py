@@ -217,7 +217,17 @@ def gateway_forgetter(services: Services) -> Forgetter:
         usage=None
         if services.turn.usage is None
         else usage_hook(services.turn.usage.store, services.turn.usage.recorder),
+        kept=functools.partial(_drop_kept, gateway),
     )
+
+
+def _drop_kept(gateway: GatewayCore) -> None:
+    """What the daemon keeps between calls made of memory files and messages (the person's profile in a system
+    prompt, its encoding and digest) goes after a forget."""
+    from agenthub.llm.identity import drop_everything
+
+    gateway.context.drop_kept()
+    drop_everything()
 
 
 def api_services(services: Services, inbox: Inbox, idempotency: IdempotencyStore) -> ApiServices:

@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from agenthub.llm.identity import ByIdentity, PerChat, Repeated
+from agenthub.llm.identity import ByIdentity, PerChat, Repeated, drop_chat
 from agenthub.llm.types import LLMRequest, LLMResponse
 
 log = structlog.get_logger(__name__)
@@ -270,7 +270,11 @@ class CacheWatch:
         return state.message_id if state is not None else None
 
     def history_changed(self, op: str, key: object) -> None:
-        """A SessionHistory observer: a compaction or restart is remembered as the reason for the next change."""
+        """A SessionHistory observer: a compaction or restart is remembered as the reason for the next change; any
+        change but an append drops what the chat's calls kept of its messages (`drop_chat`: a forget's redaction
+        must leave none of the person's words in memory)."""
+        if op != "append":
+            drop_chat(str(key))
         reason = HISTORY_REASONS.get(op)
         state = self._get(str(key), create=False) if reason is not None else None
         if state is not None:

@@ -4,9 +4,10 @@ definitions), kept by the object's identity: what a chat's next call repeats is 
 from __future__ import annotations
 
 import operator
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -20,6 +21,10 @@ class ByIdentity(Generic[T, V]):
         self._derive = derive
         self._size = size
         self._items: OrderedDict[int, tuple[T, V]] = OrderedDict()
+        _KEPT.add(self)
+
+    def clear(self) -> None:
+        self._items.clear()
 
     def __call__(self, obj: T) -> V:
         hit = self._items.get(id(obj))
@@ -61,12 +66,21 @@ class Repeated(Generic[T, V]):
 
 
 class PerChat(Generic[V]):
-    """One value per chat for the `size` chats used most recently (`make()` for a chat not kept)."""
+    """One value per chat for the `size` chats used most recently (`make()` for a chat not kept). Every one made
+    is dropped for a chat by `drop_chat` (what it keeps is derived from the chat's messages)."""
 
     def __init__(self, make: Callable[[], V], size: int = 128) -> None:
         self._make = make
         self._size = size
         self._items: OrderedDict[Hashable, V] = OrderedDict()
+        _PER_CHAT.add(self)
+        _KEPT.add(self)
+
+    def drop(self, chat: Hashable) -> None:
+        self._items.pop(chat, None)
+
+    def clear(self) -> None:
+        self._items.clear()
 
     def __call__(self, chat: Hashable) -> V:
         value = self._items.pop(chat, None)
@@ -76,3 +90,22 @@ class PerChat(Generic[V]):
         while len(self._items) > self._size:
             self._items.popitem(last=False)
         return value
+
+
+_PER_CHAT: weakref.WeakSet[PerChat[Any]] = weakref.WeakSet()
+_KEPT: weakref.WeakSet[ByIdentity[Any, Any] | PerChat[Any]] = weakref.WeakSet()
+
+
+def drop_chat(chat: Hashable) -> None:
+    """Every `PerChat` forgets `chat`: after a history replace (a forget's redaction, a compaction), clear or
+    delete, nothing derived from messages the history no longer holds stays in memory (the next call derives
+    afresh)."""
+    for kept in list(_PER_CHAT):
+        kept.drop(chat)
+
+
+def drop_everything() -> None:
+    """Every `ByIdentity` and `PerChat` empties (a forget: the system blocks a profile or memory file made, and
+    their encodings and digests, are held by identity; the next calls derive afresh, the same bytes)."""
+    for kept in list(_KEPT):
+        kept.clear()

@@ -39,6 +39,12 @@ class ImageCache:
         self._chars = 0
         self._lock = threading.Lock()  # turns of several chats read in worker threads at once
 
+    def clear(self) -> None:
+        """Drop every image kept (a forget: the pictures of deleted files leave memory now, not at their next load)."""
+        with self._lock:
+            self._entries.clear()
+            self._chars = 0
+
     async def load(self, workspace: Path, refs: Iterable[tuple[str, str]]) -> dict[str, LoadedImage]:
         """The images of `refs` (path relative to `workspace`, media type) that exist; missing ones are left out."""
         wanted = dict(refs)

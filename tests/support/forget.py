@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
+from collections.abc import Iterator
 from pathlib import Path
+
+from aiohttp import web
 
 from agenthub.forget.redact import Person
 
@@ -34,3 +38,22 @@ def others_exchanges(lines: list[bytes], person: str, channel: str = "wecom") ->
         if theirs and record.get("role") != "system":
             kept.append(line)
     return kept
+
+
+def texts_holding(probe: str) -> Iterator[str]:
+    """The types of the live objects that refer to a text (str, bytes, bytearray) longer than `probe` holding it,
+    directly or through tuples the collector does not track (a tuple of texts and numbers is untracked)."""
+    raw = probe.encode()
+
+    def holds(held: object) -> bool:
+        if isinstance(held, str):
+            return len(held) > len(probe) and probe in held
+        if isinstance(held, bytes | bytearray):
+            return len(held) > len(raw) and raw in held
+        return isinstance(held, tuple) and not gc.is_tracked(held) and any(map(holds, held))
+
+    for holder in gc.get_objects():
+        if isinstance(holder, web.Request):  # the fake model's server side of a call
+            continue
+        if any(map(holds, gc.get_referents(holder))):
+            yield f"{type(holder).__module__}.{type(holder).__qualname__}"
