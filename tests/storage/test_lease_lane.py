@@ -63,8 +63,13 @@ async def kill_lane_connection(dsn: str) -> None:
             await conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
-def lane_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("lease-lane")]
+def lane_threads(other: frozenset[threading.Thread] = frozenset()) -> list[str]:
+    """The lane threads alive now, leaving out `other` (those of stores other tests left open)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("lease-lane") and t not in other]
+
+
+def threads_now() -> frozenset[threading.Thread]:
+    return frozenset(threading.enumerate())
 
 
 @asynccontextmanager
@@ -153,12 +158,13 @@ async def test_closing_the_store_ends_the_lane_thread_and_its_connection(postgre
     database = Database(postgres_dsn)
     store = PostgresLeases(database)
     lost: list[float] = []
+    other = threads_now()
     async with started_keeper(store, lost):
         await asyncio.sleep(TTL_S / 3)
-        assert lane_threads() and await lane_backends(postgres_dsn)
+        assert lane_threads(other) and await lane_backends(postgres_dsn)
     await store.close()
     await database.close()
-    assert lane_threads() == []
+    assert lane_threads(other) == []
     async with asyncio.timeout(5):  # the server notices the closed connection at once; its row may lag a moment
         while await lane_backends(postgres_dsn):  # noqa: ASYNC110 - the server's view, nothing to wait on
             await asyncio.sleep(0.05)
@@ -173,6 +179,7 @@ async def test_a_lane_whose_database_hangs_gives_the_lease_up_in_time_and_closes
     database = Database(own_postgres_server.dsn())
     store = PostgresLeases(database)
     lost: list[float] = []
+    other = threads_now()
     try:
         async with started_keeper(store, lost) as keeper:
             await asyncio.sleep(TTL_S / 3)  # the lane is connected
@@ -185,7 +192,7 @@ async def test_a_lane_whose_database_hangs_gives_the_lease_up_in_time_and_closes
                 closing = time.monotonic()
                 await store.close()
                 assert time.monotonic() - closing < 2.0, "the lane waited for the hung server"
-                assert lane_threads() == []
+                assert lane_threads(other) == []
     finally:
         await store.close()
         await database.close()

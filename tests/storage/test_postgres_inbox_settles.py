@@ -13,8 +13,7 @@ import pytest_asyncio
 from agenthub.errors import StorageError
 from agenthub.storage.postgres import PostgresInbox
 from agenthub.storage.postgres.database import Database, open_database
-from tests.storage.test_postgres_state import until_it_works
-from tests.support.postgres import PostgresServer
+from tests.support.postgres import PostgresServer, until_it_works
 
 
 @pytest_asyncio.fixture

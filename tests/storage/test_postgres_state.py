@@ -34,7 +34,7 @@ from agenthub.storage.postgres.backend import PostgresStores
 from agenthub.storage.postgres.sends import PostgresMemberSends
 from agenthub.storage.tokens import TOKEN_PREFIX
 from channels.toolkit.dedup import MessageDedup, SeenIds
-from tests.support.postgres import PostgresServer
+from tests.support.postgres import PostgresServer, until_it_works
 
 WRITERS = 32
 RECOVERY_DEADLINE_S = 60.0
@@ -259,18 +259,6 @@ async def test_a_pool_closed_by_a_close_cut_short_reopens_on_next_use_and_readyz
 async def _status(client: aiohttp.ClientSession, url: str) -> int:
     async with client.get(url) as resp:
         return resp.status
-
-
-async def until_it_works(operation: Callable[[], Awaitable[Any]]) -> None:
-    deadline = time.monotonic() + RECOVERY_DEADLINE_S
-    while True:
-        try:
-            await operation()
-            return
-        except StorageError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
 
 
 async def test_lease_expiry_is_judged_by_the_database_s_clock_not_the_instances(

@@ -15,15 +15,17 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
+from agenthub.errors import StorageError
 from agenthub.storage.postgres import Database, PostgresMemoryStore, PostgresSessionStore, lazy_postgres_store
 from agenthub.storage.postgres.database import migrate
 from tests.support.processes import KEEP
@@ -405,3 +407,16 @@ def _children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         found += [int(c) for c in (task / "children").read_text().split()]
     return found
+
+
+async def until_it_works(operation: Callable[[], Awaitable[Any]], deadline_s: float = 60.0) -> None:
+    """Run `operation` until it stops raising StorageError (a server coming back), at most `deadline_s`."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            await operation()
+            return
+        except StorageError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
