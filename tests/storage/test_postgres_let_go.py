@@ -17,7 +17,7 @@ from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.lease import Lease
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import PostgresLeases, PostgresSessionStore, postgres_store_factory
-from tests.support.postgres import PostgresServer, migrated
+from tests.support.postgres import PostgresServer, migrated, waiting_for_locks
 
 TTL_S = 30.0
 SESSIONS = 24
@@ -123,21 +123,6 @@ def icu_dsn(postgres_server: PostgresServer) -> Iterator[str]:
         postgres_server.drop_database(dsn)
 
 
-async def _waiting_for_locks(dsn: str, count: int) -> None:
-    """Until `count` backends of the database wait for a lock."""
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        async with asyncio.timeout(10):
-            while True:
-                cursor = await conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock'"
-                )
-                row = await cursor.fetchone()
-                if row is not None and row[0] >= count:
-                    return
-                await asyncio.sleep(0.02)
-
-
 async def test_a_renewal_and_a_let_go_of_the_same_leases_never_deadlock_whatever_the_database_collation(
     icu_dsn: str,
 ) -> None:
@@ -159,9 +144,9 @@ async def test_a_renewal_and_a_let_go_of_the_same_leases_never_deadlock_whatever
             let_go = asyncio.gather(
                 *(store.let_go(k, lease) for k, lease in zip((bob, alice), leases, strict=True) if lease)
             )
-            await _waiting_for_locks(icu_dsn, 1)
+            await waiting_for_locks(icu_dsn, 1)
             renewal = asyncio.create_task(renewer.renew_many([lease for lease in leases if lease], TTL_S))
-            await _waiting_for_locks(icu_dsn, 2)
+            await waiting_for_locks(icu_dsn, 2)
         async with asyncio.timeout(20):
             await let_go
             await renewal

@@ -405,3 +405,16 @@ def _children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         found += [int(c) for c in (task / "children").read_text().split()]
     return found
+
+
+async def waiting_for_locks(dsn: str, count: int, timeout_s: float = 10.0) -> None:
+    """Return once at least `count` backends of `dsn`'s database wait for a lock (a test ordering its statements)."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn, asyncio.timeout(timeout_s):
+        while True:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] >= count:
+                return
+            await asyncio.sleep(0.02)
