@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
+import psycopg
+import pytest
 import pytest_asyncio
 
 from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.lease import Lease
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import PostgresLeases, PostgresSessionStore, postgres_store_factory
+from tests.support.postgres import PostgresServer, migrated, waiting_for_locks
 
 TTL_S = 30.0
 SESSIONS = 24
@@ -101,3 +105,51 @@ async def test_many_claims_renewals_and_batched_let_gos_of_two_instances_at_once
     assert let_gos > 0
     assert sum(s.let_gos.statements for s in two) - statements_before < let_gos  # batched
     assert await live_leases(two[0]) == 0  # every lease let go
+
+
+@pytest.fixture
+def icu_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    """A fresh migrated database whose default collation is not code-point order (ICU en-US, as a database
+    created with a system locale such as en_US.UTF-8 or zh_CN.UTF-8 sorts): "alice" before "Bob"."""
+    name = f"t_icu_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+        conn.execute(
+            f"CREATE DATABASE \"{name}\" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+        )
+    dsn = postgres_server.dsn(name)
+    try:
+        yield migrated(dsn)
+    finally:
+        postgres_server.drop_database(dsn)
+
+
+async def test_a_renewal_and_a_let_go_of_the_same_leases_never_deadlock_whatever_the_database_collation(
+    icu_dsn: str,
+) -> None:
+    """The let-gos of several sessions lock their lease rows in code-point order (sorted in Python); a renewal
+    locking them by the database's collation would take them in the other order when that is not code-point order
+    ("Bob" < "alice" by code point, "alice" < "Bob" in en-US): the let-go holds Bob's row and waits for alice's,
+    the renewal holds alice's and waits for Bob's, and PostgreSQL aborts one of the two (40P01)."""
+    store = await postgres_store_factory(icu_dsn)
+    renewer = PostgresLeases(store.database)
+    bob, alice = session_key("default", "http", "Bob"), session_key("default", "http", "alice")
+    try:
+        leases = [await claim(store, k, "a") for k in (bob, alice)]
+        assert all(lease is not None for lease in leases)
+        for k in (bob, alice):  # written behind: the let-go takes each session's lock after its lease row
+            await store.write_meta(k, SessionMeta(k.chat_id, title="t"), durable=False)
+        blocker = await psycopg.AsyncConnection.connect(icu_dsn, autocommit=True)
+        async with blocker, blocker.transaction():  # Bob's session lock held: the let-go stops after Bob's lease row
+            await blocker.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("default:http:Bob",))
+            let_go = asyncio.gather(
+                *(store.let_go(k, lease) for k, lease in zip((bob, alice), leases, strict=True) if lease)
+            )
+            await waiting_for_locks(icu_dsn, 1)
+            renewal = asyncio.create_task(renewer.renew_many([lease for lease in leases if lease], TTL_S))
+            await waiting_for_locks(icu_dsn, 2)
+        async with asyncio.timeout(20):
+            await let_go
+            await renewal
+        assert await live_leases(store) == 0
+    finally:
+        await store.close()

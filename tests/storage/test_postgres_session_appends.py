@@ -8,13 +8,16 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 import pytest_asyncio
 
 from agenthub.session_keys import session_key
+from agenthub.storage.lease import Lease
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import PostgresSessionStore, postgres_store_factory
 from agenthub.storage.store import FencedWriteError
+from tests.support.postgres import waiting_for_locks
 
 KEYS = [session_key("default", "http", f"s{n}") for n in range(20)]
 
@@ -73,3 +76,40 @@ async def test_a_meta_written_behind_goes_with_its_sessions_append(
     for n, key in enumerate(keys):
         meta = await b.read_meta(key)
         assert meta is not None and meta.title == f"t{n}"
+
+
+async def test_a_batch_of_appends_and_a_batch_of_let_gos_of_the_same_sessions_never_deadlock(
+    postgres_dsn: str, two: tuple[PostgresSessionStore, PostgresSessionStore]
+) -> None:
+    """Both take the sessions' locks in one order: the let-gos in lease-name order (`session:<key>`), so the
+    appends in the keys' order too, not their file stems' (':' is '_' there: "room:1" before "roomA" by key, after it by
+    file stem). Here `a`'s late appends (its leases lapsed, `b` claimed the sessions) meet `b`'s let-go of both
+    with its meta written behind: in two orders, each would hold one session's lock and wait for the other's."""
+    a, b = two
+    x1, xa = session_key("default", "http", "room:1"), session_key("default", "http", "roomA")
+    for k in (x1, xa):
+        assert await a.claim(k, f"session:{k}", "a", 0.2) is not None
+    await asyncio.sleep(0.4)  # a's leases lapse
+    leases = []
+    for k in (x1, xa):
+        granted = await b.claim(k, f"session:{k}", "b", 30.0)
+        assert granted is not None and granted.token is not None and not granted.fenced_out
+        leases.append(Lease(f"session:{k}", "b", granted.token, 0.0))
+        await b.write_meta(k, SessionMeta(k.chat_id, title="b"), durable=False)  # goes with the let-go
+    blocker = await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True)
+    async with blocker, blocker.transaction():  # room:1's lock held: b's let-go waits there, after room:1's lease row
+        await blocker.execute("SELECT pg_advisory_xact_lock(hashtextextended('default:http:room:1', 0))")
+        let_gos = asyncio.gather(*(b.let_go(k, lease) for k, lease in zip((x1, xa), leases, strict=True)))
+        await waiting_for_locks(postgres_dsn, 1)
+        written = a._appends.written
+        appends = asyncio.gather(a.append(x1, [msg("late")]), a.append(xa, [msg("late")]), return_exceptions=True)
+        await waiting_for_locks(postgres_dsn, 2)
+    async with asyncio.timeout(20):
+        results = await appends
+        await let_gos
+    assert a._appends.written - written <= 1  # the two appends went in one batch
+    assert all(isinstance(r, FencedWriteError) for r in results), results
+    for k in (x1, xa):
+        meta = await a.read_meta(k)
+        assert meta is not None and meta.title == "b"
+        assert await a.load(k) == []

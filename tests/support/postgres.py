@@ -420,3 +420,16 @@ async def until_it_works(operation: Callable[[], Awaitable[Any]], deadline_s: fl
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.1)
+
+
+async def waiting_for_locks(dsn: str, count: int, timeout_s: float = 10.0) -> None:
+    """Return once at least `count` backends of `dsn`'s database wait for a lock (a test ordering its statements)."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn, asyncio.timeout(timeout_s):
+        while True:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] >= count:
+                return
+            await asyncio.sleep(0.02)

@@ -45,7 +45,7 @@ WITH r AS (
     SELECT * FROM unnest(%(names)s::text[], %(holders)s::text[], %(tokens)s::bigint[]) AS r(name, holder, token)
 ),
 locked AS MATERIALIZED (
-    SELECT l.name FROM leases AS l WHERE l.name IN (SELECT name FROM r) ORDER BY l.name FOR UPDATE OF l
+    SELECT l.name FROM leases AS l WHERE l.name IN (SELECT name FROM r) ORDER BY l.name COLLATE "C" FOR UPDATE OF l
 )
 UPDATE leases AS l SET expires_at = now() + %(ttl)s * interval '1 second'
 FROM r
@@ -55,8 +55,10 @@ RETURNING l.name
 """
 """Every lease of the list in one statement (an instance's leases): the names renewed. The rows are locked in name
 order first (`locked`, evaluated once before any row is updated), the order the let-gos of several sessions
-(`let_go.py`) lock them in: the UPDATE alone would lock them in the order its plan scans the table, and a renewal
-of leases being let go at that moment could then wait for the let-go while it waits for the renewal."""
+(`let_go.py`) lock them in: code-point order, as Python sorts them, so `COLLATE "C"` whatever the database's own
+collation (en_US or zh_CN put "alice" before "Bob"). The UPDATE alone would lock them in the order its plan scans
+the table, and a renewal of leases being let go at that moment could then wait for the let-go while it waits for
+the renewal."""
 _RELEASE = f"""
 WITH freed AS (
     UPDATE leases SET expires_at = now() WHERE name = %(name)s AND token = %(token)s AND expires_at > now()

@@ -93,12 +93,13 @@ SELECT n, version, {VERSION}, CASE WHEN version IS NOT NULL AND meta IS NOT NULL
 ) END FROM appended ORDER BY n
 """
 """The appends of a batch (`Batches`: those asked for while the one before was written), in one statement, so one
-transaction and one commit: each session's in the order of the sessions' keys (every batch takes the sessions'
-locks in one order), an append under a lease's token or none (`agenthub_session_append_at`, migration 19) bringing
-back the history's version after it, {born, next_seq}, or NULL when a newer lease fenced the session; once it
-landed, the meta written behind under the same token (a busy session's meta reaches the database with its next
-append instead of waiting for the lease's release, at no round trip of its own); and the memory version (migration
-25), which the turn's read of its memory files that follows needs (`MemoryClock`)."""
+transaction and one commit: each session's in the order of the sessions' keys, code point by code point (every
+batch, and every batch of let-gos, takes the sessions' locks in that one order), an append under a lease's token
+or none (`agenthub_session_append_at`, migration 19) bringing back the history's version after it, {born,
+next_seq}, or NULL when a newer lease fenced the session; once it landed, the meta written behind under the same
+token (a busy session's meta reaches the database with its next append instead of waiting for the lease's release,
+at no round trip of its own); and the memory version (migration 25), which the turn's read of its memory files that
+follows needs (`MemoryClock`)."""
 _CLAIM = (
     "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record FROM agenthub_session_claim("
     "%(name)s, %(holder)s, %(ttl)s, %(agent)s, %(channel)s, %(chat_id)s, %(born)s, %(since)s)"
@@ -315,7 +316,8 @@ class PostgresSessionStore:
 
     async def _write_appends(self, appends: list[_Append]) -> list[tuple[Any, int]]:
         """`_APPENDS` of `appends`: (the history's version or None when fenced, the memory version) of each."""
-        order = sorted(range(len(appends)), key=lambda i: appends[i].key.file_stem)
+        # the let-gos' order (lease names, `session:<key>`): not the file stems, where ':' is '_' and sorts elsewhere
+        order = sorted(range(len(appends)), key=lambda i: str(appends[i].key))
         batch = [appends[i] for i in order]
         records: list[str] = []
         firsts, lasts = [], []
