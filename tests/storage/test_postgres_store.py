@@ -20,10 +20,9 @@ from agenthub.storage.postgres import SCHEMA_VERSION, PostgresSessionStore, appl
 from agenthub.storage.postgres.database import migrate
 from agenthub.storage.postgres.schema import MIGRATIONS, SchemaTooNewError
 from agenthub.storage.store import MalformedRecordError
-from tests.support.postgres import PostgresServer, free_port, refusing_large_writes
+from tests.support.postgres import PostgresServer, free_port, refusing_large_writes, until_it_works
 
 KEY = session_key("default", "http", "alice")
-RECOVERY_DEADLINE_S = 60.0
 MEETS_THE_PROTOCOL: type[SessionStore] = PostgresSessionStore  # checked by mypy
 PAD = "页" * 3000  # 9 KB: over what `refusing_large_writes` lets through
 
@@ -261,19 +260,6 @@ async def test_a_server_that_goes_away_gives_storage_errors_then_everything_resu
         assert await store.load(KEY) == [msg("before"), msg("after")]
     finally:
         await store.close()
-
-
-async def until_it_works(operation: Any) -> None:
-    """Retry `operation` until it succeeds (the pool reconnects in the background), within a generous bound."""
-    deadline = time.monotonic() + RECOVERY_DEADLINE_S
-    while True:
-        try:
-            await operation()
-            return
-        except StorageError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
 
 
 async def test_a_user_without_the_right_to_create_tables_is_told_so(postgres_dsn: str) -> None:
