@@ -15,6 +15,8 @@ from agenthub.search.text import index_terms
 Order = Literal["first", "latest"]
 
 DAY_MS = 86_400_000
+MAX_DIGITS = 9
+"""A count of days (weeks, months) with more digits is read as 10**MAX_DIGITS (no window: past year 1)."""
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _MONTHS = (
     "january",
@@ -116,7 +118,15 @@ def time_ask(question: str, now_ms: int | None) -> TimeAsk | None:
 
 
 def _window(question: str, now_ms: int) -> tuple[int, int] | None:
-    now = dt.datetime.fromtimestamp(now_ms / 1000, tz=dt.UTC).astimezone()
+    """The window `question` names seen from `now_ms`; none when it (or the now) lies outside the calendar's years
+    1-9999 ("999999 days ago", a record's timestamp in ns): its words are then searched as any other."""
+    try:
+        return _window_at(question, dt.datetime.fromtimestamp(now_ms / 1000, tz=dt.UTC).astimezone())
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def _window_at(question: str, now: dt.datetime) -> tuple[int, int] | None:
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     for pattern in (_EN, _ZH):
         match = pattern.search(question)
@@ -191,7 +201,7 @@ def _span(
 
 def _number(value: str, zh: bool) -> int:
     if value.isdigit():
-        return int(value)
+        return int(value) if len(value) <= MAX_DIGITS else 10**MAX_DIGITS
     return (_ZH_NUMBER if zh else _EN_NUMBER).get(value.lower(), 1)
 
 

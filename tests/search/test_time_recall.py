@@ -87,3 +87,9 @@ async def test_the_scopes_newest_message_is_its_own_chats(backend_stores: Stores
         assert await _newest(searcher, SearchScope(session="default:wecom:nobody")) is None
     finally:
         await searcher.close()
+
+
+async def test_a_time_out_of_the_calendars_range_is_searched_as_words(backend_stores: Stores) -> None:
+    stores = await _stored(backend_stores)
+    assert (await _first_texts(stores, "the garden pond 999999 days ago"))[0] in {t for _, t in SAID}
+    assert await _first_texts(stores, "garden pond " + "9" * 5000 + " weeks ago")

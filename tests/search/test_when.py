@@ -99,3 +99,21 @@ def test_without_a_now_a_window_is_not_guessed_but_an_order_still_is() -> None:
     assert time_ask("what did she say last week", None) is None
     asked = time_ask("when did we first meet", None)
     assert asked is not None and asked.order == "first"
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What did I say 999999 days ago?",
+        "What happened 99999999999 weeks ago?",
+        "那是5000000个月前的事吗",
+        "What did I say " + "9" * 5000 + " days ago?",  # more digits than int() reads
+        "in May",
+        "去年",
+    ],
+)
+@pytest.mark.parametrize("now_ms", [NOW_MS, 0, -62_000_000_000_000, 253_402_000_000_000, 10**20])
+def test_numbers_and_nows_out_of_the_calendars_range_ask_no_window(question: str, now_ms: int) -> None:
+    """A window past year 1 or 9999 (or a now there: a record's timestamp in ns) is none; never an error."""
+    asked = time_ask(question, now_ms)
+    assert asked is None or asked.window is None or asked.window[0] < asked.window[1]
