@@ -343,17 +343,15 @@ class SqliteSearchIndex:
         return self._hits(list(scored), scored, limit)
 
     def newest(self, scope: SearchScope) -> int | None:
-        """The time of the newest message the scope shows (of one session: its last record in the history or the
-        archive; of several: the agent's newest doc): the scope's now, which a question's "last week" counts from."""
-        if scope.session is None:
-            row = self.db.execute("SELECT max(ts) FROM docs").fetchone()
-            return None if row is None or row[0] is None else int(row[0])
-        self._allowed(scope)  # loads the sources
-        assert self._grouped is not None
-        ids = self._grouped[1].get(scope.session, [])
+        """The time of the newest message the scope shows (the last record of the history or the archive of each of
+        its sessions: one, or every session of a channel it accepts): the scope's now, which a question's "last week"
+        counts from."""
+        allowed = self._allowed(scope)  # loads the sources
+        assert self._sources is not None
+        shown = [i for i in allowed if self._sources[i].kind != MEMORY]
         last = (
             self.db.execute("SELECT ts FROM docs WHERE source_id = ? ORDER BY seq DESC LIMIT 1", (i,)).fetchone()
-            for i in ids
+            for i in shown
         )
         times = [int(row[0]) for row in last if row is not None and row[0] is not None]
         return max(times, default=None)

@@ -93,3 +93,18 @@ async def test_a_time_out_of_the_calendars_range_is_searched_as_words(backend_st
     stores = await _stored(backend_stores)
     assert (await _first_texts(stores, "the garden pond 999999 days ago"))[0] in {t for _, t in SAID}
     assert await _first_texts(stores, "garden pond " + "9" * 5000 + " weeks ago")
+
+
+async def test_the_agent_wide_now_is_of_the_chats_the_scope_shows(backend_stores: Stores) -> None:
+    """A chat-scoped channel's chat (never shown to an agent-wide search) has no say in its "last week"."""
+    stores = await _stored(backend_stores)
+    private = session_key("default", "telegram", "a-private-chat")
+    await stores.sessions.append(private, _records([(0, "garden pond")], NOW + 400 * DAY_MS))
+    searcher = stores.search.open(SEARCHERS)
+    wecom_only = SearchScope(None, agent_scoped=lambda channel: channel == "wecom")
+    try:
+        await searcher.search("default", "pond", SearchScope(None, agent_scoped=lambda _: True), 1)  # all caught up
+        assert await _newest(searcher, wecom_only) == NOW + 90 * DAY_MS
+        assert await _newest(searcher, SearchScope(None, agent_scoped=lambda channel: channel == "slack")) is None
+    finally:
+        await searcher.close()

@@ -99,11 +99,16 @@ LEFT JOIN LATERAL (
 """
 
 _NEWEST = """
-SELECT max((SELECT ts FROM search_docs WHERE agent = %(agent)s AND kind = k AND session = %(session)s AND name = ''
-            ORDER BY seq DESC LIMIT 1))
-FROM unnest(ARRAY['history', 'archive']) AS k
+SELECT max((SELECT ts FROM search_docs d WHERE d.agent = s.agent AND d.kind = s.kind AND d.session = s.session
+            AND d.name = s.name ORDER BY d.seq DESC LIMIT 1))
+FROM search_sources s
+WHERE s.agent = %(agent)s AND s.kind IN ('history', 'archive') AND s.name = '' AND {shown}
 """
-"""The time of one session's newest message: the last record of its history and of its archive."""
+"""The time of the newest message of a session or of the sessions of some channels: the last record of each one's
+history and archive."""
+
+_IN_CHANNELS = "split_part(s.session, ':', 2) = ANY(%(channels)s::text[])"
+_CHANNELS = "SELECT DISTINCT split_part(session, ':', 2) FROM search_sources WHERE agent = %s AND kind != 'memory'"
 
 _SOURCE = "agent = %(agent)s AND kind = %(kind)s AND session = %(session)s AND name = %(name)s"
 _SOURCE_LOCK = (
@@ -410,13 +415,18 @@ class PostgresSearchIndex:
         return [SearchHit(passages[i], scored[i], *around.get(i, (None, None))) for i in best]
 
     async def newest(self, agent: str, scope: SearchScope) -> int | None:
-        """As the files' `newest`: the time of the newest message the scope shows (one session: its last record in
-        the history or the archive; several: the agent's newest doc)."""
+        """As the files' `newest`: the time of the newest message the scope shows (the last record of the history or
+        the archive of each of its sessions: one, or every session of a channel it accepts)."""
         async with self.database.connection("search the memory") as conn:
+            channels: list[str] = []
             if scope.session is None:
-                cursor = await conn.execute("SELECT max(ts) FROM search_docs WHERE agent = %s", (agent,))
-            else:
-                cursor = await conn.execute(_NEWEST, {"agent": agent, "session": scope.session})
+                cursor = await conn.execute(_CHANNELS, (agent,))
+                channels = [c for (c,) in await cursor.fetchall() if c and scope.agent_scoped(c)]
+                if not channels:
+                    return None
+            shown = "s.session = %(session)s" if scope.session is not None else _IN_CHANNELS
+            query = _NEWEST.format(shown=shown)
+            cursor = await conn.execute(query, {"agent": agent, "session": scope.session, "channels": channels})
             row = await cursor.fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
