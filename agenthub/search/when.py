@@ -36,7 +36,7 @@ _EN_NUMBER = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five"
 _ZH_NUMBER = {"一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
 _ZH_DAY = "一二三四五六日天"
 _NUM = r"(\d+|a|an|one|two|three|four|five|six|couple of)"
-_ZH_NUM = r"(\d+|[一两二三四五六七八九十])"
+_ZH_NUM = r"(\d+|[一两二三四五六七八九]?十[一二三四五六七八九]?|[一两二三四五六七八九十])"
 
 _EN = re.compile(
     r"\b(?:(?P<today>today|this morning|this afternoon|this evening|tonight)"
@@ -54,12 +54,14 @@ _EN = re.compile(
     re.IGNORECASE,
 )
 _ZH = re.compile(
-    r"(?P<before_yesterday>前天)|(?P<yesterday>昨天|昨晚|昨日)|(?P<today>今天|今早|今晚|今日)"
+    r"(?P<three_days_ago>大前天)|(?P<before_yesterday>前天)|(?P<yesterday>昨天|昨晚|昨日)|(?P<today>今天|今早|今晚|今日)"
     rf"|(?P<days>{_ZH_NUM})天(?:前|以前|之前)"
     rf"|(?P<weeks>{_ZH_NUM})(?:个)?(?:周|星期|礼拜)(?:前|以前|之前)"
     r"|(?P<half_month>半个月(?:前|以前|之前))"
     rf"|(?P<months>{_ZH_NUM})个月(?:前|以前|之前)"
-    rf"|(?:上|这|本)?(?:周|星期|礼拜)(?P<weekday>[{_ZH_DAY}])"
+    r"|(?P<week_before_last>上上(?:个)?(?:周|星期|礼拜))"
+    r"|(?:上|这|本)?(?<![\d一两二三四五六七八九十每])(?:周|星期|礼拜)"
+    r"(?P<weekday>一(?![起直共下些点定样次般切同道边])|天(?!天)|[二三四五六日])"
     r"|(?P<last_week>上周|上星期|上个星期|上礼拜|上个礼拜)|(?P<this_week>这周|本周|这星期|这个星期|这礼拜)"
     r"|(?P<last_month>上个月|上月)|(?P<this_month>这个月|本月)"
     rf"|(?P<month>{_ZH_NUM}|十一|十二)月(?!\d|[一二三四五六七八九十]+[日号])"
@@ -150,6 +152,8 @@ def _span(
         return today - day / 4, now + day
     if name == "yesterday":
         return today - day, today + day / 4
+    if name == "three_days_ago":
+        return today - 3 * day, today - 2 * day + day / 4
     if name == "before_yesterday":
         return today - 2 * day, today - day + day / 4
     if name == "days":
@@ -165,8 +169,8 @@ def _span(
         return today - (30 * n + 10) * day, today - (30 * n - 10) * day
     if name == "this_week":
         return today - (today.weekday() + 1) * day, now + day
-    if name == "last_week":
-        monday = today - (today.weekday() + 7) * day
+    if name in ("last_week", "week_before_last"):
+        monday = today - (today.weekday() + (7 if name == "last_week" else 14)) * day
         return monday - 2 * day, monday + 9 * day
     if name == "last_weekend":
         saturday = today - ((today.weekday() - 5) % 7 or 7) * day
@@ -202,6 +206,9 @@ def _span(
 def _number(value: str, zh: bool) -> int:
     if value.isdigit():
         return int(value) if len(value) <= MAX_DIGITS else 10**MAX_DIGITS
+    if zh and "十" in value and len(value) > 1:  # 十五, 二十, 二十三
+        tens, _, ones = value.partition("十")
+        return _ZH_NUMBER.get(tens, 1) * 10 + _ZH_NUMBER.get(ones, 0)
     return (_ZH_NUMBER if zh else _EN_NUMBER).get(value.lower(), 1)
 
 

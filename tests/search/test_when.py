@@ -117,3 +117,28 @@ def test_numbers_and_nows_out_of_the_calendars_range_ask_no_window(question: str
     """A window past year 1 or 9999 (or a now there: a record's timestamp in ns) is none; never an error."""
     asked = time_ask(question, now_ms)
     assert asked is None or asked.window is None or asked.window[0] < asked.window[1]
+
+
+@pytest.mark.parametrize(
+    ("question", "inside", "outside"),
+    [
+        ("上周一起去钓鱼的是谁？", 6, 20),  # 一起 (together): last week, not last Monday (11 days ago)
+        ("这周天天加班，老板说了什么", 2, 9),  # 天天 (every day): this week, not last Sunday (5 days ago)
+        ("十五天前他说了什么", 15, 5),
+        ("二十天前买的那本书叫什么", 20, 10),
+        ("十二个月前我们在哪", 360, 60),
+        ("上上周老陈说了什么", 14, 7),
+        ("大前天小雨去了哪里", 3, 1),
+    ],
+)
+def test_chinese_counts_and_words_holding_a_weekday_name_the_window_they_say(
+    question: str, inside: float, outside: float
+) -> None:
+    assert _inside(question, inside)
+    assert not _inside(question, outside)
+
+
+@pytest.mark.parametrize("question", ["一周一次的羽毛球是谁组织的", "每周一开会的是谁"])
+def test_a_weekly_habit_is_no_window(question: str) -> None:
+    asked = time_ask(question, NOW_MS)
+    assert asked is None or asked.window is None
