@@ -39,7 +39,7 @@ from agenthub.search.feedback import FEEDBACK_HITS, feedback_terms
 from agenthub.search.related import related_terms
 from agenthub.search.text import STOP_WORDS, index_terms, normalise
 from agenthub.search.when import TimeAsk, mentions_time, time_ask
-from agenthub.storage.search_index import Passage, SearchHit, identity
+from agenthub.storage.search_index import MEMORY, Passage, SearchHit, identity
 
 ENABLED = True
 """False: the index's order as it is, one search (to measure against: `bench/bench_recall.py --no-rerank`)."""
@@ -353,7 +353,7 @@ def _timed(
     if when.window is not None:
         start, end = when.window
         for c in candidates:
-            if c.hit.passage.ts is not None and start <= c.hit.passage.ts < end:
+            if _said_at(c) and start <= (c.hit.passage.ts or 0) < end:
                 c.score *= 1 + WINDOW_BONUS
     if when.order is None or not candidates:
         return
@@ -362,7 +362,7 @@ def _timed(
     relevant = [
         c
         for c in candidates
-        if c.hit.passage.ts is not None
+        if _said_at(c)
         and c.score >= share
         and topic & _all_terms(c.hit.passage.text)
         and (not names or (c.hit.passage.speaker is not None and names & _speaker_terms(c.hit.passage.speaker)))
@@ -372,6 +372,12 @@ def _timed(
     pick = min if when.order == "first" else max
     chosen = pick(relevant, key=lambda c: c.hit.passage.ts or 0)
     chosen.score = max(chosen.score, best * (1 + NEWER_MARGIN))
+
+
+def _said_at(candidate: _Candidate) -> bool:
+    """Whether the passage's time is when it was said (a memory file's lines carry the file's mtime: not)."""
+    passage = candidate.hit.passage
+    return passage.ts is not None and passage.source.kind != MEMORY
 
 
 def _same_topic(a: set[str], b: set[str]) -> bool:

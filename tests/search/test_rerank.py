@@ -8,7 +8,8 @@ import pytest
 
 from agenthub.errors import StorageError
 from agenthub.search.rerank import ranked_async, rerank
-from agenthub.storage.search_index import HISTORY, Passage, SearchHit, SourceRef
+from agenthub.search.when import TimeAsk
+from agenthub.storage.search_index import HISTORY, MEMORY, Passage, SearchHit, SourceRef
 
 SOURCE = SourceRef(HISTORY, "default:wecom:chat")
 
@@ -129,3 +130,14 @@ async def test_a_failing_ask_raises_its_own_error_and_ends_the_other_ask() -> No
     with pytest.raises(StorageError):
         await ranked_async(search, ["job"], 5)
     assert other_ended.is_set()
+
+
+def test_a_memory_files_time_is_no_time_a_line_of_it_was_said() -> None:
+    """A memory file's lines carry the file's mtime (written today for one new note): no window bonus, no newest."""
+    note = SearchHit(Passage(SourceRef(MEMORY, "", "MEMORY.md"), 3, "memory", None, 1_000, "pond: koi"), 7.0)
+    said = _hit(9, "the pond got koi", 8.0)  # said at 9_000
+    yesterday = TimeAsk((500, 1_500), None, frozenset())
+    assert _texts(rerank(["pond"], [said, note], 5, when=yesterday)) == ["the pond got koi", "pond: koi"]
+    newest = TimeAsk(None, "latest", frozenset())
+    later = SearchHit(Passage(SourceRef(MEMORY, "", "MEMORY.md"), 3, "memory", None, 99_000, "pond: koi"), 7.0)
+    assert _texts(rerank(["pond"], [said, later], 5, when=newest)) == ["the pond got koi", "pond: koi"]
