@@ -349,12 +349,8 @@ class SqliteSearchIndex:
         allowed = self._allowed(scope)  # loads the sources
         assert self._sources is not None
         shown = [i for i in allowed if self._sources[i].kind != MEMORY]
-        last = (
-            self.db.execute("SELECT ts FROM docs WHERE source_id = ? ORDER BY seq DESC LIMIT 1", (i,)).fetchone()
-            for i in shown
-        )
-        times = [int(row[0]) for row in last if row is not None and row[0] is not None]
-        return max(times, default=None)
+        row = self.db.execute(_NEWEST, (json.dumps(shown),)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
     def _allowed(self, scope: SearchScope) -> list[int]:
         """The ids of the sources the scope shows."""
@@ -421,6 +417,10 @@ def _numbered(ids: range, docs: Sequence[SearchDoc]) -> Iterator[tuple[int, Sear
 
 
 _Grouped = tuple[dict[str, list[int]], dict[str, list[int]], dict[str, list[int]]]
+
+
+_NEWEST = "SELECT max((SELECT ts FROM docs WHERE source_id = s.value ORDER BY seq DESC LIMIT 1)) FROM json_each(?) s"
+"""The newest of the last docs of some sources (one probe of UNIQUE(source_id, seq) each)."""
 
 
 def _grouped(sources: dict[int, SourceRef]) -> _Grouped:
