@@ -47,7 +47,7 @@ _EN = re.compile(
     rf"|(?P<months>{_NUM}) months? ago"
     r"|(?P<this_week>this week)|(?P<last_week>last week)"
     r"|(?P<this_month>this month)|(?P<last_month>last month)"
-    r"|(?P<last_weekend>last weekend|this weekend|the weekend)"
+    r"|(?P<last_weekend>last weekend)|(?P<this_weekend>this weekend|the weekend)"
     rf"|(?:last |on |this )(?P<weekday>{'|'.join(_WEEKDAYS)})"
     rf"|(?:in |during |back in |early |late |since )(?P<month>{'|'.join(_MONTHS)})\b(?! \d)"
     r"|(?P<last_year>last year)|(?P<this_year>this year))\b",
@@ -172,8 +172,9 @@ def _span(
     if name in ("last_week", "week_before_last"):
         monday = today - (today.weekday() + (7 if name == "last_week" else 14)) * day
         return monday - 2 * day, monday + 9 * day
-    if name == "last_weekend":
-        saturday = today - ((today.weekday() - 5) % 7 or 7) * day
+    if name in ("last_weekend", "this_weekend"):  # said on a Saturday or Sunday, "this weekend" is today's
+        back = (today.weekday() - 5) % 7
+        saturday = today - (back if name == "this_weekend" and back < 2 else back or 7) * day
         return saturday - day, saturday + 3 * day
     if name == "weekday":
         target = _ZH_DAY.index(value) if zh else _WEEKDAYS.index(value.lower())

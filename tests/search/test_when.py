@@ -142,3 +142,17 @@ def test_chinese_counts_and_words_holding_a_weekday_name_the_window_they_say(
 def test_a_weekly_habit_is_no_window(question: str) -> None:
     asked = time_ask(question, NOW_MS)
     assert asked is None or asked.window is None
+
+
+def test_this_weekend_said_at_the_weekend_is_this_one_and_last_weekend_the_one_before() -> None:
+    saturday = int(dt.datetime(2026, 6, 20, 15, 0).astimezone().timestamp() * 1000)
+    for question, inside, outside in [
+        ("What did we do this weekend?", 0.2, 7),
+        ("What did Mia say at the weekend?", 0.2, 7),
+        ("What did we do last weekend?", 7, 0.2),
+    ]:
+        asked = time_ask(question, saturday)
+        assert asked is not None and asked.window is not None, question
+        start, end = asked.window
+        assert start <= saturday - int(inside * DAY_MS) < end, question
+        assert not start <= saturday - int(outside * DAY_MS) < end, question
