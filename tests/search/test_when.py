@@ -156,3 +156,27 @@ def test_this_weekend_said_at_the_weekend_is_this_one_and_last_weekend_the_one_b
         start, end = asked.window
         assert start <= saturday - int(inside * DAY_MS) < end, question
         assert not start <= saturday - int(outside * DAY_MS) < end, question
+
+
+@pytest.mark.parametrize(
+    ("now", "question", "inside", "outside"),
+    [
+        (dt.datetime(2026, 6, 22, 10, 0), "上周日他说了什么", 1, 8),  # a Monday: yesterday was last week's Sunday
+        (dt.datetime(2026, 6, 21, 10, 0), "上周日他说了什么", 7, 0.2),  # a Sunday: a week ago, not today
+        (dt.datetime(2026, 6, 21, 10, 0), "上周六他说了什么", 8, 1),  # a Sunday: yesterday is this week's
+        (dt.datetime(2026, 6, 22, 10, 0), "What did we say last week?", 3, 12),  # a Monday
+        (dt.datetime(2027, 1, 3, 10, 0), "What did Mia say in December?", 20, 40),  # the year before
+        (dt.datetime(2027, 1, 3, 10, 0), "What did Mia say this year?", 1, 5),
+        (dt.datetime(2026, 7, 2, 10, 0), "What did we say 3 weeks ago?", 21, 7),  # over a month's end
+        (dt.datetime(2026, 6, 19, 10, 0), "小雨３月说了什么", 100, 20),  # full-width digits
+    ],
+)
+def test_windows_at_the_week_month_and_year_boundaries(
+    now: dt.datetime, question: str, inside: float, outside: float
+) -> None:
+    now_ms = int(now.astimezone().timestamp() * 1000)
+    asked = time_ask(question, now_ms)
+    assert asked is not None and asked.window is not None
+    start, end = asked.window
+    assert start <= now_ms - int(inside * DAY_MS) < end
+    assert not start <= now_ms - int(outside * DAY_MS) < end
