@@ -10,6 +10,7 @@ from collections.abc import Collection, Sequence
 from functools import lru_cache
 
 from agenthub.search.text import STOP_WORDS, index_terms
+from agenthub.search.when import MONTHS, WEEKDAYS
 from agenthub.storage.search_index import SearchHit
 
 FEEDBACK_HITS = 2
@@ -26,25 +27,8 @@ _ORDINAL = re.compile(r"\d+(?:st|nd|rd|th|am|pm|s)", re.IGNORECASE)
 _TITLE = re.compile(r"《([^》]{1,20})》")
 _COMMON = frozenset(
     [
-        "monday",
-        "tuesday",
-        "wednesday",
-        "thursday",
-        "friday",
-        "saturday",
-        "sunday",
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
+        *WEEKDAYS,
+        *MONTHS,
         "christmas",
         "easter",
         "ok",

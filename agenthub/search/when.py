@@ -17,8 +17,8 @@ Order = Literal["first", "latest"]
 DAY_MS = 86_400_000
 MAX_DIGITS = 9
 """A count of days (weeks, months) with more digits is read as 10**MAX_DIGITS (no window: past year 1)."""
-_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_MONTHS = (
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+MONTHS = (
     "january",
     "february",
     "march",
@@ -48,8 +48,8 @@ _EN = re.compile(
     r"|(?P<this_week>this week)|(?P<last_week>last week)"
     r"|(?P<this_month>this month)|(?P<last_month>last month)"
     r"|(?P<last_weekend>last weekend)|(?P<this_weekend>this weekend|the weekend)"
-    rf"|(?:last |on |this )(?P<weekday>{'|'.join(_WEEKDAYS)})"
-    rf"|(?:in |during |back in |early |late |since )(?P<month>{'|'.join(_MONTHS)})\b(?! \d)"
+    rf"|(?:last |on |this )(?P<weekday>{'|'.join(WEEKDAYS)})"
+    rf"|(?:in |during |back in |early |late |since )(?P<month>{'|'.join(MONTHS)})\b(?! \d)"
     r"|(?P<last_year>last year)|(?P<this_year>this year))\b",
     re.IGNORECASE,
 )
@@ -177,7 +177,7 @@ def _span(
         saturday = today - (back if name == "this_weekend" and back < 2 else back or 7) * day
         return saturday - day, saturday + 3 * day
     if name == "weekday":
-        target = _ZH_DAY.index(value) if zh else _WEEKDAYS.index(value.lower())
+        target = _ZH_DAY.index(value) if zh else WEEKDAYS.index(value.lower())
         back = (today.weekday() - min(target, 6)) % 7 or 7
         if zh and _ZH_WEEKDAY_PREFIX.search(match.group(0)) and back < today.weekday() + 1:
             back += 7  # 上周二 said on a Friday: the Tuesday of last week, not of this one
@@ -191,7 +191,7 @@ def _span(
         return previous - 3 * day, first + 3 * day
     if name == "month":
         number = (_number(value, zh) if value not in ("十一", "十二") else 10 + "一二".index(value[1]) + 1) if zh else 0
-        month = number if zh else _MONTHS.index(value.lower()) + 1
+        month = number if zh else MONTHS.index(value.lower()) + 1
         if not 1 <= month <= 12:
             return None
         year = today.year if month <= today.month else today.year - 1
