@@ -29,7 +29,14 @@ class ApiCompactor(Protocol):
     """Manual compaction (`POST …/compact`), when the memory layer is on."""
 
     async def compact(
-        self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
+        self,
+        key: SessionKey,
+        agent: AgentDefinition,
+        *,
+        reason: str,
+        actor: str,
+        focus: str = "",
+        locale: str | None = None,
     ) -> str: ...
 
 

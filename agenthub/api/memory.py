@@ -8,9 +8,10 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from agenthub import i18n
 from agenthub.api.errors import ApiError, refuses_storage_paths
 from agenthub.api.host import ApiServices
-from agenthub.api.requests import CompactBody, parse_body, session_of, token_name
+from agenthub.api.requests import CHANNEL, CompactBody, asked_locale, parse_body, session_of, token_name
 from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
 from agenthub.forget.redact import Person
 from agenthub.llm.tokens import estimate_tokens
@@ -49,7 +50,8 @@ async def compact(api: ApiServices, request: web.Request) -> web.Response:
     before = len(await gateway.history.load(key))
     actor = f"http:{token_name(request)}"
     try:
-        result = await api.compactor.compact(key, agent, reason="manual", actor=actor, focus=body.focus)
+        locale = i18n.locale_for(gateway.settings, CHANNEL, agent, asked_locale(request))
+        result = await api.compactor.compact(key, agent, reason="manual", actor=actor, focus=body.focus, locale=locale)
     except SessionBusyError:
         raise ApiError(409, "session_busy", "the session is answering; try again when it is done") from None
     after = len(await gateway.history.load(key))

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from agenthub.log import configure_logging
+
 SUBCOMMANDS = {
     "chat": "agenthub.cli.chat",
     "doctor": "agenthub.cli.doctor",
@@ -36,6 +38,10 @@ EXIT_BROKEN_PIPE = 141
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # `token`, `store` and `migrate` say what happened in their own lines (a failure in one line on stderr): their
+    # logs stay off stdout (`TOKEN=$(agenthub token create …)`) and quiet; `serve`, `chat`, `doctor` and `forget`
+    # set their own level and format
+    configure_logging("critical", stream=sys.stderr)
     try:
         code: int = args.run(args)
     except BrokenPipeError:

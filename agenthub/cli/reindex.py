@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 
 EXIT_OK, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3
+AGENT_PARTS = ("sessions", "memory")
+"""What `data/<agent>/` holds that memory_search indexes: its histories and its memory files."""
 
 
 def reindex(settings: Settings, agent: str | None) -> int:
@@ -78,9 +80,15 @@ async def _reindex_files(settings: Settings, data_dir: Path, only: str | None) -
 
 
 def _file_agents(data_dir: Path) -> list[str]:
+    """The agents with something to index: a directory of histories or memory files (`data/usage/`, the usage
+    journal beside them, has neither)."""
     if not data_dir.is_dir():
         return []
-    return sorted(p.name for p in data_dir.iterdir() if p.is_dir() and _is_agent(p.name))
+    return sorted(p.name for p in data_dir.iterdir() if _is_agent(p.name) and _holds_an_agents_files(p))
+
+
+def _holds_an_agents_files(path: Path) -> bool:
+    return any((path / part).is_dir() for part in AGENT_PARTS)
 
 
 def _is_agent(name: str) -> bool:

@@ -149,7 +149,12 @@ class CompactCommand:
             return ctx.text("command.compact.unavailable")
         try:
             return await compactor.compact(
-                ctx.key, ctx.agent, reason="manual", actor=ctx.message.sender_id or "user", focus=ctx.args
+                ctx.key,
+                ctx.agent,
+                reason="manual",
+                actor=ctx.message.sender_id or "user",
+                focus=ctx.args,
+                locale=ctx.locale,
             )
         except SessionBusyError:
             return ctx.text("command.compact.busy")

@@ -114,16 +114,23 @@ class GatewayCompactor:
         self.compactor = compactor
 
     async def compact(
-        self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
+        self,
+        key: SessionKey,
+        agent: AgentDefinition,
+        *,
+        reason: str,
+        actor: str,
+        focus: str = "",
+        locale: str | None = None,
     ) -> str:
         if reason != "overflow":
-            return await self.compactor.compact(key, agent, reason=reason, actor=actor, focus=focus)
+            return await self.compactor.compact(key, agent, reason=reason, actor=actor, focus=focus, locale=locale)
         result = await self.compactor.compact_for_overflow(key, agent, actor=actor)
         if result.status == "nothing":  # the turn's own message is what does not fit
             raise LLMError("overflow compaction: nothing to compact", user_text=MESSAGE_TOO_LONG)
         if result.status != "done":
             raise LLMError(f"overflow compaction: {result.status}", user_text=OVERFLOW_AFTER_RETRY)
-        return result.message.render(i18n.locale_for(self._settings, key.channel, agent))
+        return result.message.render(locale or i18n.locale_for(self._settings, key.channel, agent))
 
 
 def finished_turn(pending: PendingTurn, outcome: TurnOutcome) -> FinishedTurn:

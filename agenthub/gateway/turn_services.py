@@ -13,10 +13,18 @@ if TYPE_CHECKING:
 
 
 class Compactor(Protocol):
-    """The memory layer's manual compaction, plugged in by the composition root."""
+    """The memory layer's manual compaction, plugged in by the composition root; its answer is in `locale` (the
+    asking chat's, with the language its caller chose), else in the chat's configured one."""
 
     async def compact(
-        self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
+        self,
+        key: SessionKey,
+        agent: AgentDefinition,
+        *,
+        reason: str,
+        actor: str,
+        focus: str = "",
+        locale: str | None = None,
     ) -> str: ...
 
 

@@ -145,13 +145,20 @@ class SessionCompactor:
     # ---- compaction on request ------------------------------------------------------------------
 
     async def compact(
-        self, key: SessionKey, agent: AgentDefinition, *, reason: str, actor: str, focus: str = ""
+        self,
+        key: SessionKey,
+        agent: AgentDefinition,
+        *,
+        reason: str,
+        actor: str,
+        focus: str = "",
+        locale: str | None = None,
     ) -> str:
         """Compaction on request (only when idle: `SessionBusyError` otherwise; `focus` steers the summary); returns
-        what the user is told."""
+        what the user is told, in `locale` (the asking chat's) or else the chat's configured one."""
         provider, model = self.provider_for(agent)
         settings = self.host.settings
-        locale = i18n.locale_for(settings, key.channel, agent)
+        locale = locale or i18n.locale_for(settings, key.channel, agent)
         if self.host.background(key) is not None:
             return i18n.text("compaction.running", locale)
         threshold = thresholds.compact_at_tokens(settings, agent, model)

@@ -39,3 +39,21 @@ async def test_compact_route_passes_the_focus_to_the_summary(api: RunningApi, fa
     status, body = await api.call("POST", AGENT + "/sessions/f1/compact", json={"focus": 42})
     assert status == 422
     assert_error(body, "validation_error")
+
+
+async def test_compaction_answers_in_the_language_the_caller_asked_for(
+    api: RunningApi, fake_llm: FakeAnthropic
+) -> None:
+    """No locale configured: the console in English (`?lang=en`) gets the route's result and `/compact`'s reply
+    in English, as every other text of the product, not in the HTTP channel's zh-CN default."""
+    fake_llm.responder = summaries_then_default()
+    await seed(api.gateway, session_key("default", "http", "en1"), 30)
+    status, body = await api.call("POST", AGENT + "/sessions/en1/compact?lang=en")
+    assert status == 200 and body["result"].startswith("Compacted: "), body
+    await seed(api.gateway, session_key("default", "http", "en2"), 30)
+    request = {"chat_id": "en2", "content": "/compact"}
+    status, body = await api.call("POST", AGENT + "/chat", json=request, headers={"Accept-Language": "en"})
+    assert status == 200 and body["reply"].startswith("Compacted: "), body
+    await seed(api.gateway, session_key("default", "http", "zh1"), 30)
+    status, body = await api.call("POST", AGENT + "/sessions/zh1/compact", headers={"Accept-Language": "zh-CN"})
+    assert status == 200 and body["result"].startswith("已压缩："), body

@@ -98,3 +98,18 @@ def test_reindex_on_the_files_builds_each_agents_index_again(
             await service.close()
 
     assert asyncio.run(ask()) == ["我们的暗号是夜莺"]
+
+
+def test_reindex_on_the_files_takes_only_agents_not_the_usage_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`data/usage/` and `data/usage-spool/` are the usage journal beside the agents' directories: no agent's, so
+    no index is built in them and the command names only the agents."""
+    _write_files(tmp_path)
+    _env(tmp_path, monkeypatch)
+    for journal in ("usage/2026-12", "usage-spool"):
+        (tmp_path / "data" / journal).mkdir(parents=True)
+    assert main(["store", "reindex"]) == 0
+    assert capsys.readouterr().out == "search index of default: 2 passages from 2 sources\n"
+    assert not (tmp_path / "data" / "usage" / "index").exists()
+    assert not (tmp_path / "data" / "usage-spool" / "index").exists()

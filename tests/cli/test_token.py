@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +14,10 @@ import psycopg
 import pytest
 
 from agenthub.cli import main
+from agenthub.session_keys import session_key
+from agenthub.storage.files import FileSessionStore
 from agenthub.storage.tokens import TokenStore, hash_token
+from tests.support.cli import cli_env
 
 
 @pytest.fixture
@@ -103,7 +108,7 @@ def test_on_postgres_tokens_live_in_the_database_every_instance_reads(
     monkeypatch.setenv("AGENTHUB_STORE__BACKEND", "postgres")
     monkeypatch.setenv("AGENTHUB_STORE__DSN", postgres_dsn)
     assert main(["token", "create", "--name", "ci"]) == 0
-    token = capsys.readouterr().out.strip().splitlines()[-1]  # after the log line of the schema's first migration
+    [token] = capsys.readouterr().out.splitlines()  # the schema's first migration logs nothing on stdout
     assert not (auth_dir / "tokens.json").exists()
     with psycopg.connect(postgres_dsn) as conn:
         rows = conn.execute("SELECT name, sha256 FROM api_tokens").fetchall()
@@ -112,3 +117,23 @@ def test_on_postgres_tokens_live_in_the_database_every_instance_reads(
     assert main(["token", "list"]) == 0 and capsys.readouterr().out.startswith("ci\tcreated ")
     assert main(["token", "revoke", "ci"]) == 0 and capsys.readouterr().out == "revoked ci\n"
     assert main(["token", "revoke", "ci"]) == 2
+
+
+async def test_a_token_created_beside_a_running_daemon_is_the_only_line_on_stdout(tmp_path: Path) -> None:
+    """`TOKEN=$(agenthub token create --name ci)` while a daemon writes the same data: stdout is the token alone,
+    and stderr has no warning about the daemon's history log (it is the daemon's to keep, as it should be)."""
+    daemon = FileSessionStore(tmp_path / "data", fsync=True)  # this process owns the data's history log
+    await daemon.recover()
+    await daemon.append(session_key("default", "http", "c"), [{"role": "user", "content": "hi", "timestamp": 1}])
+    try:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agenthub", "token", "create", "--name", "ci",
+            env=cli_env(tmp_path, None), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(child.communicate(), 60)
+    finally:
+        await daemon.aclose()
+    assert child.returncode == 0, err
+    assert TokenStore(tmp_path / "auth").identify(out.decode().strip()) == "ci"
+    assert out.decode().count("\n") == 1
+    assert err.decode() == "Token 'ci' created. It is shown only this once; store it safely.\n"
