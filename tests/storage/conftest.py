@@ -8,12 +8,14 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.in_ram import InMemorySessionStore
 from agenthub.storage.jobs import FileJobDocuments
 from agenthub.storage.memory_files import FileMemoryStore, InMemoryMemoryStore
 from agenthub.storage.postgres import Database, PostgresJobs
+from agenthub.storage.postgres.database import open_database
 from tests.support.disks import fill, small_tmpfs
 from tests.support.postgres import fresh_database, migrated, postgres_backend_parts, postgres_memory_backend_parts
 from tests.support.stores import Backend, JobBackend, MemoryBackend
@@ -127,3 +129,13 @@ async def job_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIt
         finally:  # every pool closed in the test's loop (a pool left open outlives it: its tasks die with the loop)
             for close in backend.closing:
                 await close()
+
+
+@pytest_asyncio.fixture
+async def database(postgres_dsn: str) -> AsyncIterator[Database]:
+    """A pool on the test's migrated PostgreSQL database (`postgres_dsn`), closed in the test's loop."""
+    database = await open_database(postgres_dsn)
+    try:
+        yield database
+    finally:
+        await database.close()

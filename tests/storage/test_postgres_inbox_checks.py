@@ -4,24 +4,12 @@ instance's liveness lease, every `still_mine` of the turn while that lease is he
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import pytest_asyncio
-
 from agenthub.storage.postgres import PostgresInbox
-from agenthub.storage.postgres.database import Database, open_database
+from agenthub.storage.postgres.database import Database
 
 SESSION = "default:http:ordered"
-
-
-@pytest_asyncio.fixture
-async def database(postgres_dsn: str) -> AsyncIterator[Database]:
-    database = await open_database(postgres_dsn)
-    try:
-        yield database
-    finally:
-        await database.close()
 
 
 async def test_the_earlier_entries_and_the_owner_come_in_one_round_trip_and_answer_one_still_mine(

@@ -5,24 +5,13 @@ is deleted, and a refused batch is refused to each of its callers."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 
 from agenthub.errors import StorageError
 from agenthub.storage.postgres import PostgresInbox
 from agenthub.storage.postgres.database import Database, open_database
 from tests.support.postgres import PostgresServer, until_it_works
-
-
-@pytest_asyncio.fixture
-async def database(postgres_dsn: str) -> AsyncIterator[Database]:
-    database = await open_database(postgres_dsn)
-    try:
-        yield database
-    finally:
-        await database.close()
 
 
 async def test_twenty_settles_at_the_same_moment_share_round_trips_and_delete_every_entry(database: Database) -> None:
