@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Coroutine
@@ -34,6 +35,8 @@ ROLE = "chat"
 CHANNEL_MODULE = "channels.terminal"
 PUSH_RETRY_S = 5.0
 """How long the REPL waits before it opens the daemon's events feed again after it dropped."""
+OFFLINE_NOTICE_LOGGER = "agenthub.llm.registry"
+"""Whose only warning is `llm_offline_mode`, which the terminal shows as the offline replies' own text instead."""
 USAGE_CODES = frozenset({ErrorCode.INVALID_ID, ErrorCode.UNKNOWN_AGENT})
 """Reply error codes that mean the command line was wrong (exit 2), not that the reply failed (exit 1)."""
 
@@ -68,6 +71,8 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """The `chat` subcommand; returns the process exit code."""
     configure_logging(args.log_level, "console", stream=sys.stderr)
+    if args.log_level == "warning":  # without a key each offline reply says so itself: no log line repeats it
+        logging.getLogger(OFFLINE_NOTICE_LOGGER).setLevel(logging.ERROR)
     if args.message is not None and not args.message.strip():
         print("agenthub chat: -m needs a non-empty message", file=sys.stderr)
         return EXIT_USAGE

@@ -76,6 +76,7 @@ async def test_without_a_key_the_offline_provider_answers(tmp_path: Path) -> Non
     assert result.stdout.startswith("[offline]")
     assert "are you there?" in result.stdout
     assert "AGENTHUB_LLM__API_KEY" in result.stdout  # says how to configure a key
+    assert result.stderr == ""  # the reply says it is offline: no log line repeats it on a first run
 
 
 async def test_bad_input_exits_2_with_one_clear_line(tmp_path: Path) -> None:
@@ -87,7 +88,7 @@ async def test_bad_input_exits_2_with_one_clear_line(tmp_path: Path) -> None:
     for result in (bad_id, no_config, empty):
         assert result.code == 2, result
         assert result.stdout == ""
-        assert result.stderr.splitlines()[-1].startswith("agenthub chat: "), result.stderr
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith("agenthub chat: "), result.stderr
     assert "chat_id" in bad_id.stderr
     assert "missing.toml" in no_config.stderr
     assert "non-empty" in empty.stderr
