@@ -21,14 +21,29 @@ SUBCOMMANDS = {
     "token": "agenthub.cli.token",
 }
 
+CONFIG_HELP = "config file (default: ./agenthub.toml)"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agenthub", description="AgentHub: LLM agents in every chat.")
-    parser.add_argument("--config", type=Path, default=None, help="config file (default: ./agenthub.toml)")
+    parser.add_argument("--config", type=Path, default=None, help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
     for module_name in SUBCOMMANDS.values():
         importlib.import_module(module_name).add_parser(sub)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Each (sub)command's `--help` opens with its one-line help when it has no longer description of its own, and
+    each takes `--config` too (`agenthub serve --config x.toml` as `agenthub --config x.toml serve`)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, command in action.choices.items():
+                command.description = command.description or helps.get(name)
+                command.add_argument("--config", type=Path, default=argparse.SUPPRESS, help=CONFIG_HELP)
+                _describe(command)
 
 
 EXIT_BROKEN_PIPE = 141

@@ -26,14 +26,14 @@ NOT_POSTGRES = (
 
 
 def add_parser(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("store", help="manage the PostgreSQL store ([store] backend)")
+    parser: argparse.ArgumentParser = sub.add_parser("store", help="set up and fill the PostgreSQL store ([store] backend); rebuild the memory_search index")
     actions = parser.add_subparsers(dest="action", required=True)
     actions.add_parser("init", help="create or migrate the schema (idempotent; two instances may run it at once)")
     copy = actions.add_parser(
         "migrate", help="copy the files' state (sessions, memory, tokens, unanswered messages) into PostgreSQL"
     )
-    copy.add_argument("--from", dest="source", choices=["files"], required=True)
-    copy.add_argument("--to", dest="target", choices=["postgres"], required=True)
+    copy.add_argument("--from", dest="source", choices=["files"], required=True, help="the backend to copy from")
+    copy.add_argument("--to", dest="target", choices=["postgres"], required=True, help="the backend to copy into")
     reindex = actions.add_parser(
         "reindex", help="build the memory_search index again from the stored histories (either backend)"
     )
