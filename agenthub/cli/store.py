@@ -26,7 +26,9 @@ NOT_POSTGRES = (
 
 
 def add_parser(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("store", help="set up and fill the PostgreSQL store ([store] backend); rebuild the memory_search index")
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "store", help="set up and fill the PostgreSQL store ([store] backend); rebuild the memory_search index"
+    )
     actions = parser.add_subparsers(dest="action", required=True)
     actions.add_parser("init", help="create or migrate the schema (idempotent; two instances may run it at once)")
     copy = actions.add_parser(
