@@ -21,11 +21,10 @@ from prompt_toolkit.keys import Keys
 from prompt_toolkit.output import Output
 from prompt_toolkit.shortcuts import print_formatted_text
 from prompt_toolkit.styles import Style
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agenthub import i18n
 from agenthub.channel import ChannelContext, Submitter
-from agenthub.errors import ConfigError
 from agenthub.hosting.remote import CHANNEL as SESSION_CHANNEL
 from agenthub.i18n import LOCALE_CHOSEN
 from agenthub.messages import (
@@ -39,6 +38,7 @@ from agenthub.messages import (
     ReplyEvent,
     ToolEvent,
 )
+from channels.toolkit.config import check_locale, parse_table
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +65,8 @@ class CliConfig(BaseModel):
     sender_id: str = Field("local", min_length=1)
     history_file: Path | None = Field(None, description="input history; default data/.channels/cli/history")
     locale: str | None = Field(None, description="zh-CN or en for the texts the product writes; default: the system's")
+
+    _known_locale = field_validator("locale")(check_locale)
 
 
 class ChatBackend(Protocol):
@@ -341,14 +343,7 @@ class CliChannel:
     name = "cli"
 
     def __init__(self, context: ChannelContext, config: Mapping[str, Any]) -> None:
-        try:
-            self.config = CliConfig.model_validate(dict(config))
-        except ValidationError as e:
-            problems = "; ".join(
-                f"channels.cli.{'.'.join(map(str, item['loc']))}: {item['msg']}"
-                for item in e.errors(include_input=False, include_url=False)
-            )
-            raise ConfigError(f"invalid configuration: {problems}") from None
+        self.config = parse_table(CliConfig, config, self.name)
         self._context = context
         self.locale = i18n.normalise_locale(self.config.locale) or i18n.channel_locale(context.settings, self.name)
         self.backend: ChatBackend = GatewayBackend(

@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agenthub import i18n
 from agenthub.api import agents, jobs, memory, sessions, usage
@@ -21,6 +21,7 @@ from agenthub.api.llm_text import WelcomeCache
 from agenthub.api.pushes import PushFeed, push_payload, stream_events
 from agenthub.api.requests import CHANNEL, TOKEN_NAME, asked_locale
 from agenthub.channel import Handler, WebRoutes
+from agenthub.config.hints import problem
 from agenthub.errors import ConfigError
 from agenthub.invocation import command_name
 from agenthub.messages import OutboundMessage
@@ -44,17 +45,26 @@ class ApiConfig(BaseModel):
 
     locale: str | None = Field(None, description="zh-CN or en for the texts the product writes to HTTP chats")
 
+    @field_validator("locale")
+    @classmethod
+    def _known_locale(cls, value: str | None) -> str | None:
+        if value is not None and i18n.normalise_locale(value) is None:
+            raise ValueError('must be "zh-CN" or "en"')
+        return value
+
 
 def api_config(raw: Mapping[str, Any]) -> ApiConfig:
     """`[channels.http]` validated; a key it does not have (`port`, `enabled` …) stops start-up naming it."""
     try:
         return ApiConfig.model_validate(dict(raw))
     except ValidationError as e:
+        items = e.errors(include_input=False, include_url=False)
         problems = "; ".join(
-            f"channels.http.{'.'.join(map(str, item['loc']))}: {item['msg']}"
-            for item in e.errors(include_input=False, include_url=False)
+            f"channels.http.{'.'.join(map(str, item['loc']))}: {problem(ApiConfig, item)}" for item in items
         )
-        raise ConfigError(f"invalid configuration: {problems} (the HTTP server's own keys are in [http])") from None
+        stray = any(item["type"] == "extra_forbidden" for item in items)
+        hint = " (the HTTP server's own keys are in [http])" if stray else ""
+        raise ConfigError(f"invalid configuration: {problems}{hint}") from None
 
 
 def _is_file(path: Path) -> bool:

@@ -17,7 +17,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from agenthub.config.hints import did_you_mean
+from agenthub.config.hints import problem
 from agenthub.errors import ConfigError
 
 log = structlog.get_logger(__name__)
@@ -352,8 +352,5 @@ def describe_validation_error(error: ValidationError) -> str:
     problems = []
     for item in error.errors(include_input=False, include_url=False):
         key = ".".join(str(part) for part in item["loc"]) or "(root)"
-        if item["type"] == "extra_forbidden":
-            problems.append(f"{key}: unknown key{did_you_mean(Settings, item['loc'])}")
-        else:
-            problems.append(f"{key}: {item['msg']}")
+        problems.append(f"{key}: {problem(Settings, item)}")
     return "invalid configuration: " + "; ".join(problems)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -49,3 +50,11 @@ def did_you_mean(model: type[BaseModel], loc: Sequence[str | int]) -> str:
         return ""
     prefix = ".".join(str(p) for p in loc[:-1])
     return f' (did you mean "{prefix + "." if prefix else ""}{close[0]}"?)'
+
+
+def problem(model: type[BaseModel], item: Mapping[str, Any]) -> str:
+    """What is wrong with the key of one pydantic error `item` under `model`: `unknown key (did you mean …?)`, or
+    the validator's own words without pydantic's `Value error, ` prefix."""
+    if item["type"] == "extra_forbidden":
+        return "unknown key" + did_you_mean(model, item["loc"])
+    return str(item["msg"]).removeprefix("Value error, ")

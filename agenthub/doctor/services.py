@@ -12,6 +12,7 @@ from agenthub.agent.definition import load_agents
 from agenthub.agent.mcp_support import RestartBackoff
 from agenthub.config import Settings
 from agenthub.doctor import Check, fail, ok, warn
+from agenthub.errors import ConfigError
 
 MCP_START_S = 20.0
 PG_HINT = "check [store] dsn (AGENTHUB_STORE__DSN): host, port, user, and that the server runs"
@@ -90,9 +91,20 @@ async def mcp_checks(settings: Settings) -> list[Check]:
     return checks
 
 
+def http_table_check(settings: Settings) -> list[Check]:
+    """`[channels.http]` as `serve` reads it: a key it does not have, or a locale without texts, stops a start."""
+    from agenthub.api.server import api_config
+
+    try:
+        api_config(settings.channels.get("http", {}))
+    except ConfigError as e:
+        return [fail("channels.http", str(e), "fix [channels.http] in agenthub.toml")]
+    return []
+
+
 async def channel_checks(settings: Settings) -> list[Check]:
     """Each configured channel's credentials, through its `DOCTOR_HOOKS` check."""
-    checks: list[Check] = []
+    checks = http_table_check(settings)
     for name, raw in settings.channels.items():
         target = DOCTOR_HOOKS.get(name)
         if target is None or not raw.get("enabled", True):

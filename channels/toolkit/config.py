@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from agenthub.config.hints import problem
 from agenthub.errors import ConfigError
 from agenthub.i18n import CHANNEL_DEFAULTS, Locale, normalise_locale, system_locale
 
@@ -46,13 +47,13 @@ def parse_table(model: type[Model], raw: Mapping[str, Any], channel: str) -> Mod
     try:
         return model.model_validate(dict(raw))
     except ValidationError as e:
-        raise config_error(channel, e) from None
+        raise config_error(channel, e, model) from None
 
 
-def config_error(channel: str, error: ValidationError) -> ConfigError:
-    """The `ConfigError` for a validation failure of `[channels.<channel>]`."""
+def config_error(channel: str, error: ValidationError, model: type[BaseModel]) -> ConfigError:
+    """The `ConfigError` for a validation failure of `[channels.<channel>]` (read as `model`)."""
     problems = []
     for item in error.errors(include_input=False, include_url=False):
         key = ".".join(["channels", channel, *(str(part) for part in item["loc"])])
-        problems.append(f"{key}: {item['msg']}")
+        problems.append(f"{key}: {problem(model, item)}")
     return ConfigError("invalid configuration: " + "; ".join(problems))

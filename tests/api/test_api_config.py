@@ -39,3 +39,10 @@ async def test_with_the_server_off_there_is_no_api(settings: Settings) -> None:
         server, channels = assemble(settings, services)
         assert channels == []
         await server.close()
+
+
+async def test_a_locale_the_product_has_no_texts_in_stops_start_up_naming_it(settings: Settings) -> None:
+    settings = settings.model_copy(update={"channels": {"http": {"locale": "fr"}}})
+    async with build_services(settings) as services:
+        with pytest.raises(ConfigError, match=r'channels\.http\.locale: must be "zh-CN" or "en"$'):
+            assemble(settings, services)

@@ -232,6 +232,10 @@ async def test_bad_channel_config_names_the_key(gateway: GatewayCore, settings: 
         make_channel(gateway, settings, chat_id="")
     with pytest.raises(ConfigError, match=r"channels\.cli\.colour"):
         make_channel(gateway, settings, colour="red")
+    with pytest.raises(ConfigError, match=r'channels\.cli\.locale: must be "zh-CN" or "en"$'):
+        make_channel(gateway, settings, locale="fr")  # not silently the system's
+    with pytest.raises(ConfigError, match=r'channels\.cli\.agnet: unknown key \(did you mean "agent"\?\)$'):
+        make_channel(gateway, settings, agnet="default")
 
 
 def test_model_text_cannot_drive_the_terminal() -> None:

@@ -131,6 +131,17 @@ async def test_a_config_typo_fails_with_the_nearest_key(
     assert code == 1 and 'did you mean "http.port"' in line_of(text, "config")
 
 
+@pytest.mark.parametrize(("table", "key"), [("port = 9000", "port"), ('locale = "fr"', "locale")])
+async def test_a_channels_http_table_serve_would_refuse_fails(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, table: str, key: str
+) -> None:
+    write_config(f"[channels.http]\n{table}\n")
+    code, text = await doctor(capsys, monkeypatch)
+    assert code == 1, text
+    assert line_of(text, "channels.http").startswith("fail  channels.http  invalid configuration: channels.http.")
+    assert f"channels.http.{key}: " in line_of(text, "channels.http")
+
+
 async def test_channel_credentials_are_tried_on_the_platforms(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
