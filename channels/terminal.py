@@ -392,6 +392,15 @@ class CliChannel:
             printer.line(i18n.text("cli.no_answer", self.locale), "error")
         return 0 if isinstance(final, DoneEvent) else 1
 
+    async def ask_lines(self, lines: TextIO) -> int:
+        """Input that is not a terminal (`… | agenthub chat`): each non-empty line one message, answered in turn as
+        `ask` does (no prompt, no toolbar); 0 when every reply came, else 1."""
+        code = 0
+        while line := await asyncio.to_thread(lines.readline):
+            if line.strip():
+                code = max(code, await self.ask(line.rstrip("\n")))
+        return code
+
     async def run_repl(self, *, label: str = "", input: Input | None = None, output: Output | None = None) -> int:
         """The interactive REPL until Ctrl-D or /exit."""
         await self.start()

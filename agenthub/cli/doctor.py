@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from typing import Any
 
 from agenthub.config import load_settings
 from agenthub.errors import ConfigError
 from agenthub.log import configure_logging
+
+AGENT_LOADER_LOGGER = "agenthub.agent.definition"
+"""Logs each broken agent (`agent_broken`), which the `agents` check reports instead."""
 
 
 def add_parser(sub: Any) -> None:
@@ -24,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from agenthub.doctor.run import run_checks
 
     configure_logging("error", stream=sys.stderr)  # the checks' own lines are the output
+    logging.getLogger(AGENT_LOADER_LOGGER).setLevel(logging.CRITICAL)  # a broken agent is the agents check's line
     try:
         settings = load_settings(args.config)
     except ConfigError as e:

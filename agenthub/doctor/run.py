@@ -3,6 +3,7 @@ A check that breaks is one failing line naming the error's type, never a traceba
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from agenthub.config import DEFAULT_CONFIG_FILE, Settings
 from agenthub.doctor import Check, fail, ok
 from agenthub.doctor.local import data_dir_checks, port_check
 from agenthub.doctor.model import model_checks
-from agenthub.doctor.services import channel_checks, mcp_checks, postgres_check
+from agenthub.doctor.services import agent_checks, channel_checks, mcp_checks, postgres_check
 
 log = structlog.get_logger(__name__)
 
@@ -37,5 +38,6 @@ async def run_checks(settings: Settings, config_path: Path | None) -> list[Check
     checks.extend(await _safely("store", lambda: postgres_check(settings)))
     checks.extend(await _safely("model", lambda: model_checks(settings.llm)))
     checks.extend(await _safely("channels", lambda: channel_checks(settings)))
+    checks.extend(await _safely("agents", lambda: asyncio.to_thread(agent_checks, settings)))
     checks.extend(await _safely("mcp", lambda: mcp_checks(settings)))
     return checks

@@ -62,6 +62,20 @@ async def postgres_check(settings: Settings) -> list[Check]:
     return [ok("postgres", f"{where}: reachable, schema {version} is current")]
 
 
+def agent_checks(settings: Settings) -> list[Check]:
+    """The agent definitions as `serve` loads them: one line for those that load, one failing line per broken one
+    (the daemon starts without it)."""
+    agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)
+    checks = [
+        fail("agents", f"{name}: {reason}", f"fix {settings.agents_dir / name / 'agent.json'}; the other agents start "
+             "without it")
+        for name, reason in sorted(agents.errors.items())
+    ]  # fmt: skip
+    if agents.agents:
+        checks.insert(0, ok("agents", f"{', '.join(agents.names())} from {settings.agents_dir}"))
+    return checks
+
+
 async def mcp_checks(settings: Settings) -> list[Check]:
     """Start each MCP server the agents declare, wait for its first start, and stop it again."""
     agents = load_agents(settings.agents_dir, default_agent=settings.default_agent)

@@ -212,3 +212,33 @@ async def test_each_mcp_server_is_started_once(
     mcp = [line for line in text.splitlines() if line.startswith(("ok    mcp", "fail  mcp"))]
     assert any(line.startswith("ok    mcp            default/good") and "tool(s)" in line for line in mcp), mcp
     assert any(line.startswith("fail  mcp            default/broken") for line in mcp), mcp
+
+
+async def test_a_broken_agent_definition_fails_naming_the_agent_and_the_key(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    agents = tmp_path / "agents"
+    write_agent(agents, "default")
+    write_agent(agents, "reviewer", {"modle": "x"})
+    for name, value in {"AGENTHUB_HTTP__PORT": "0", "AGENTHUB_AGENTS_DIR": str(agents)}.items():
+        monkeypatch.setenv(name, value)
+    code = await asyncio.to_thread(main, ["doctor"])
+    text, err = capsys.readouterr()
+    assert code == 1, text
+    assert [line for line in text.splitlines() if line[6:].startswith("agents ")] == [
+        f"ok    agents         default from {agents}",
+        "fail  agents         reviewer: invalid agent.json: modle: unknown key → fix "
+        f"{agents / 'reviewer' / 'agent.json'}; the other agents start without it",
+    ]
+    assert "agent_broken" not in err  # said once, as the check, not again as a log line
+
+
+async def test_the_agents_that_load_are_one_ok_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    agents = tmp_path / "agents"
+    for name in ("default", "reviewer"):
+        write_agent(agents, name)
+    code, text = await doctor(capsys, monkeypatch, AGENTHUB_AGENTS_DIR=str(agents))
+    assert code == 0, text
+    assert line_of(text, "agents") == f"ok    agents         default, reviewer from {agents}"

@@ -148,3 +148,19 @@ async def test_a_job_made_in_a_chat_on_postgres_is_in_the_shared_store(
         cursor = await conn.execute("SELECT agent, doc->>'text', doc->>'chat_id' FROM jobs")
         assert await cursor.fetchall() == [("default", "交周报", "direct")]
     assert not (tmp_path / "data" / "default" / "jobs.json").exists()
+
+
+async def test_lines_piped_in_are_answered_one_by_one_without_the_prompt(tmp_path: Path) -> None:
+    """`printf 'hello\\nsecond\\n' | agenthub chat`: no terminal, so no prompt, toolbar or prompt_toolkit warning;
+    each non-empty line is one message, its reply on stdout in turn."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agenthub", "chat",
+        env={**cli_env(tmp_path, None), "LANG": "en_US.UTF-8"}, cwd=Path.cwd(),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    async with asyncio.timeout(60):
+        out, err = await process.communicate(b"hello\n\n/stop\n")
+    assert (process.returncode, err.decode()) == (0, "")
+    first, second = out.decode().splitlines()
+    assert first.startswith("[offline]") and '"hello"' in first
+    assert second == i18n.text("command.stop.nothing", "en")
