@@ -12,6 +12,7 @@ from agenthub import i18n
 from agenthub.api.errors import ApiError, refuses_storage_paths
 from agenthub.api.host import ApiServices
 from agenthub.api.requests import CHANNEL, CompactBody, asked_locale, parse_body, session_of, token_name
+from agenthub.channel.registry import unknown_channel
 from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
 from agenthub.forget.redact import Person
 from agenthub.llm.tokens import estimate_tokens
@@ -85,5 +86,7 @@ async def forget_person(api: ApiServices, request: web.Request) -> web.Response:
         raise ApiError(400, "invalid_id", str(e)) from None
     except AgentNotFoundError:
         raise ApiError(404, "agent_not_found", f"no agent named {body.agent!r}") from None
+    if (unknown := unknown_channel(person.channel)) is not None:  # a typo would forget nobody and answer 200
+        raise ApiError(400, "unknown_channel", unknown)
     report = await api.forgetter().forget_everywhere(agents, person, actor=f"http:{token_name(request)}")
     return _json({"forgotten": report.as_dict()})

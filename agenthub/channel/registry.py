@@ -21,6 +21,12 @@ NOT_SERVED = frozenset({"cli", "http"})
 """Configured under `[channels.*]` but not a channel the daemon loads: `cli` is `agenthub chat`'s, `http` the API's."""
 
 
+def unknown_channel(name: str) -> str | None:
+    """Why `name` is no channel people write on (`agenthub forget --channel wecm`), or None when it is one."""
+    known = sorted({*CHANNELS, *NOT_SERVED})
+    return None if name in known else f"unknown channel {name!r} (known: {', '.join(known)})"
+
+
 def load_channel_class(name: str) -> ChannelFactory:
     """Import the channel's module and return its class; `ConfigError` for an unknown name."""
     try:

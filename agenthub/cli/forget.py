@@ -21,6 +21,7 @@ import structlog
 
 from agenthub import i18n
 from agenthub.agent.definition import AgentDefinition, load_agents
+from agenthub.channel.registry import unknown_channel
 from agenthub.config import Settings, load_settings
 from agenthub.errors import (
     AgentHubError,
@@ -85,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         person = Person(validate_part("channel", args.channel), validate_part("sender", args.sender, allow_colon=True))
         if args.agent is not None:
             validate_agent_name(args.agent)
+        if (unknown := unknown_channel(person.channel)) is not None:  # a typo would forget nobody, "done"
+            raise InvalidIdError(unknown)
     except (ConfigError, InvalidIdError) as e:
         print(f"agenthub forget: {e}", file=sys.stderr)
         return EXIT_USAGE

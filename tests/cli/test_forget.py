@@ -208,6 +208,20 @@ async def test_admin_route_refuses_bad_input_in_the_documented_shape(api: Runnin
     assert status == 422
     status, body = await api.call("POST", "/api/forget", json={"channel": "wecom", "sender_id": "nobody"})
     assert status == 200 and body["forgotten"]["messages"] == 0
+    status, body = await api.call("POST", "/api/forget", json={"channel": "wecm", "sender_id": "alice"})
+    assert status == 400 and body["error"] == {
+        "code": "unknown_channel",
+        "message": "unknown channel 'wecm' (known: cli, feishu, http, wecom)",
+    }
+
+
+async def test_a_mistyped_channel_is_refused_not_reported_as_done(settings: Settings, tmp_path: Path) -> None:
+    """`--channel wecm` would forget nobody and say "Done: 0 chat(s)": a privacy request silently not carried
+    out. It is refused naming the channels there are, before anything is asked or opened."""
+    env = cli_env(settings, tmp_path)
+    code, out, err = await run_cli(env, tmp_path, "forget", "--channel", "wecm", "--sender", "alice", "--yes")
+    assert (code, out) == (2, "")
+    assert err == "agenthub forget: unknown channel 'wecm' (known: cli, feishu, http, wecom)\n"
 
 
 async def test_forget_without_a_daemon_reports_a_refused_path_in_one_line(settings: Settings, tmp_path: Path) -> None:
