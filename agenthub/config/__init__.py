@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -11,13 +12,14 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    DotEnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
     TomlConfigSettingsSource,
 )
 
-from agenthub.config.hints import problem
+from agenthub.config.hints import not_json, problem
 from agenthub.errors import ConfigError
 
 log = structlog.get_logger(__name__)
@@ -305,8 +307,8 @@ def load_settings(config_path: Path | None = None, **overrides: Any) -> Settings
         settings = Settings(**overrides)
     except ValidationError as e:
         raise ConfigError(describe_validation_error(e)) from None
-    except SettingsError as e:  # a complex value (JSON in an env var) that does not parse; names the field
-        raise ConfigError(f"invalid configuration: {e}") from None
+    except SettingsError as e:  # a complex value (JSON in an env var) that does not parse
+        raise ConfigError(_not_json_text(e)) from None
     finally:
         _active_toml["path"] = None
     warn_about_timeouts(settings)
@@ -345,6 +347,17 @@ def _check_toml_syntax(path: Path) -> None:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the config file: {e.strerror}") from None
+
+
+def _not_json_text(error: SettingsError) -> str:
+    """The variable (environment, then .env) that should hold JSON and does not, named with its key."""
+    prefix = str(Settings.model_config.get("env_prefix", ""))
+    for variables in (dict(os.environ), dict(DotEnvSettingsSource(Settings).env_vars)):
+        found = not_json(Settings, prefix, variables)
+        if found is not None:
+            key, name = found
+            return f"invalid configuration: {key}: {name} must be JSON (a list or table, e.g. '[\"…\"]' or '{{…}}')"
+    return f"invalid configuration: {error}"
 
 
 def describe_validation_error(error: ValidationError) -> str:

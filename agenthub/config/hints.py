@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -58,3 +59,39 @@ def problem(model: type[BaseModel], item: Mapping[str, Any]) -> str:
     if item["type"] == "extra_forbidden":
         return "unknown key" + did_you_mean(model, item["loc"])
     return str(item["msg"]).removeprefix("Value error, ")
+
+
+def _is_complex(annotation: object) -> bool:
+    """A list, table or section: what an environment variable gives as JSON."""
+    if _model_of(annotation) is not None:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_complex(arg) for arg in typing.get_args(annotation) if arg is not type(None))
+    return origin in (list, dict, tuple, set, frozenset) or annotation in (list, dict, tuple, set, frozenset)
+
+
+def _annotation_at(model: type[BaseModel], path: Sequence[str]) -> object:
+    current: object = model
+    for part in path:
+        section = _model_of(current)
+        if section is None or part not in section.model_fields:
+            return None
+        current = section.model_fields[part].annotation
+    return current
+
+
+def not_json(model: type[BaseModel], prefix: str, variables: Mapping[str, str | None]) -> tuple[str, str] | None:
+    """(key, variable) of the first of `variables` (`PREFIX_A__B` names, any case) that sets a list, table or
+    section of `model` to something that is not JSON, the way pydantic-settings reads them; else None."""
+    for name, value in variables.items():
+        if value is None or not name.upper().startswith(prefix.upper()):
+            continue
+        path = name[len(prefix) :].lower().split("__")
+        if not _is_complex(_annotation_at(model, path)):
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            return ".".join(path), name.upper()
+    return None

@@ -324,6 +324,9 @@ async def test_console_follows_the_http_channels_locale(english_console: Console
     await expect(page.get_by_role("button", name="New chat")).to_be_visible()
     await expect(page.locator("#offline-banner")).to_contain_text("Model offline")
     await expect(page.locator("#chat-title")).to_have_text("Pick a chat or start a new one")
+    await page.get_by_role("button", name="New chat").click()  # the server names it 新会话: shown in English
+    await expect(page.locator("#chat-title")).to_have_text("New chat")
+    await expect(page.locator("#session-list .session-name")).to_have_text("New chat")
     await page.get_by_label("Message", exact=True).fill("hello")
     await page.get_by_role("button", name="Send").click()
     done = page.locator('.bubble[data-state="done"]')

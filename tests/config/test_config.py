@@ -199,3 +199,27 @@ def test_a_preset_in_the_file_without_a_model_takes_the_vendor_s_model(monkeypat
     assert default_endpoint(load_settings().llm, env={}).model == "deepseek-flash"
     monkeypatch.setenv("AGENTHUB_LLM__MODEL", "deepseek-v4-pro")
     assert default_endpoint(load_settings().llm, env={}).model == "deepseek-v4-pro"
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("AGENTHUB_HTTP__TOKENS", "http.tokens"),
+        ("AGENTHUB_BINDINGS", "bindings"),
+        ("agenthub_http__tokens", "http.tokens"),
+    ],
+)
+def test_a_variable_that_must_be_json_and_is_not_is_named(monkeypatch: pytest.MonkeyPatch, name: str, key: str) -> None:
+    monkeypatch.setenv("AGENTHUB_HTTP__HOST", "127.0.0.1")  # not JSON either, and rightly so: a plain string
+    monkeypatch.setenv(name, SECRET)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"invalid configuration: {key}: {name.upper()} must be JSON (a list or table, e.g. '[\"…\"]' or '{{…}}')"
+    )
+
+
+def test_a_dotenv_line_that_must_be_json_and_is_not_is_named() -> None:
+    Path(".env").write_text(f"AGENTHUB_HTTP__TOKENS={SECRET}\n")
+    with pytest.raises(ConfigError, match=r"^invalid configuration: http\.tokens: AGENTHUB_HTTP__TOKENS must be JSON"):
+        load_settings()

@@ -6,6 +6,8 @@ import { initUsage } from "/static/usage.js";
 import { el, formatText, messageRow, meterOf, relativeTime, welcomeCard } from "/static/render.js";
 
 const DEFAULT_TITLE = "新会话"; // the server's title of a new session (data, not a console text)
+/** A session's title as shown: the server's untitled default in the console's language. */
+const titleOf = (meta) => (meta.title === DEFAULT_TITLE ? t("session.untitled") : meta.title);
 const AGENT_KEY = "agenthub.agent";
 const $ = (id) => document.getElementById(id);
 
@@ -107,12 +109,12 @@ function sessionItem(meta) {
   const active = meta.chat_id === state.chat;
   const open = el(
     "button",
-    { class: "session-open", type: "button", "aria-current": active ? "true" : null, title: meta.title },
+    { class: "session-open", type: "button", "aria-current": active ? "true" : null, title: titleOf(meta) },
     el(
       "span",
       { class: "session-title" },
       meta.pinned ? el("span", { class: "pin-badge", text: t("session.pinned") }) : null,
-      el("span", { class: "session-name", text: meta.title }),
+      el("span", { class: "session-name", text: titleOf(meta) }),
     ),
     el("span", { class: "session-time", text: relativeTime(meta.updated_at) }),
   );
@@ -138,7 +140,7 @@ function renderSessions() {
   $("session-list").replaceChildren(...state.sessions.map(sessionItem));
   $("session-empty").hidden = state.sessions.length > 0;
   const meta = metaOf(state.chat);
-  if (meta) $("chat-title").textContent = meta.title;
+  if (meta) $("chat-title").textContent = titleOf(meta);
 }
 
 async function togglePin(meta) {
@@ -168,7 +170,7 @@ function startRename(item, meta) {
 }
 
 async function removeSession(meta) {
-  if (!window.confirm(t("session.delete_confirm", { title: meta.title }))) return;
+  if (!window.confirm(t("session.delete_confirm", { title: titleOf(meta) }))) return;
   await api.remove(state.agent, meta.chat_id);
   if (meta.chat_id === state.chat) state.chat = null;
   await loadSessions();
