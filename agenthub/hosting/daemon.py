@@ -87,7 +87,8 @@ class Daemon:
         """Temp files of writes a kill cut off; holding the data-dir lock, no other daemon is writing them."""
         roots = [self.settings.data_dir, self.settings.auth_dir]
         removed = await asyncio.to_thread(remove_stale_temp_files, roots)
-        log.info("stale_temp_files_removed", count=removed)
+        if removed:  # a start after a kill; nothing to say on every other start
+            log.info("stale_temp_files_removed", count=removed)
 
     async def _serve(self, services: Services, stores: Stores) -> None:
         http, gateway = self.settings.http, services.gateway

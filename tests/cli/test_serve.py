@@ -50,3 +50,16 @@ def test_the_systemd_unit_does_not_restart_on_a_configuration_error() -> None:
     unit.read(REPO / "systemd" / "agenthub.service")
     assert unit["Service"]["Restart"] == "on-failure"
     assert str(CONFIG_ERROR_STATUS) in unit["Service"]["RestartPreventExitStatus"].split()
+
+
+async def test_a_first_start_logs_no_stale_temp_files_and_a_start_after_a_kill_names_how_many(tmp_path: Path) -> None:
+    with socket.socket() as taken:  # the start stops at the port, after the temp files were looked for
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        _, first, _ = await serve(tmp_path, AGENTHUB_HTTP__PORT=port)
+        (tmp_path / "data").mkdir(exist_ok=True)
+        (tmp_path / "data" / ".tokens.json.999999999.ab12cd34ef56.tmp").write_text("{")  # a writer killed mid-write
+        _, after_kill, _ = await serve(tmp_path, AGENTHUB_HTTP__PORT=port)
+    assert "agents_loaded" in first and "stale_temp_files_removed" not in first  # nothing found: nothing said
+    assert '"event": "stale_temp_files_removed"' in after_kill and '"count": 1' in after_kill
