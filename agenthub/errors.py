@@ -28,14 +28,20 @@ class ConfigError(AgentHubError):
     """Configuration is invalid; the message names the key, never a secret value."""
 
 
-class PortUnavailableError(ConfigError):
-    """The HTTP server cannot listen on its port; the message names the port and the keys that change it."""
+PORT_HINT = (
+    "stop what uses it, or choose another port: http.port in agenthub.toml, AGENTHUB_HTTP__PORT=<port> or --port <port>"
+)
+HOST_HINT = (
+    "choose an address of this machine (127.0.0.1, or 0.0.0.0 for all): http.host in agenthub.toml, "
+    "AGENTHUB_HTTP__HOST=<address> or --host <address>"
+)
 
-    def __init__(self, host: str, port: int, reason: str) -> None:
-        super().__init__(
-            f"cannot listen on {host}:{port}: {reason}; stop what uses it, or choose another port: "
-            f"http.port in agenthub.toml, AGENTHUB_HTTP__PORT=<port> or --port <port>"
-        )
+
+class PortUnavailableError(ConfigError):
+    """The HTTP server cannot listen on its address; the message names it and the keys that change it."""
+
+    def __init__(self, host: str, port: int, reason: str, hint: str = PORT_HINT) -> None:
+        super().__init__(f"cannot listen on {host}:{port}: {reason}; {hint}")
         self.host = host
         self.port = port
 

@@ -12,10 +12,21 @@ from agenthub.hosting.datalock import DataDirLocked
 from agenthub.log import configure_logging
 
 
+def port_number(text: str) -> int:
+    """`--port`: a whole number a socket can listen on (0: any free port)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError("must be a port number, 0 to 65535")
+    return port
+
+
 def add_parser(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser("serve", help="run the daemon (HTTP API, console, channels)")
     parser.add_argument("--host", help="listen address (default: http.host)")
-    parser.add_argument("--port", type=int, help="listen port (default: http.port)")
+    parser.add_argument("--port", type=port_number, help="listen port (default: http.port)")
     parser.add_argument(
         "--console-hint",
         action="store_true",

@@ -61,6 +61,29 @@ def data_dir_checks(settings: Settings) -> list[Check]:
     return checks
 
 
+HOST_HINT = (
+    "set http.host in agenthub.toml / AGENTHUB_HTTP__HOST to an address of this machine (127.0.0.1, or 0.0.0.0 for all)"
+)
+
+
+def _host_refused(error: OSError) -> bool:
+    return isinstance(error, socket.gaierror) or error.errno == errno.EADDRNOTAVAIL
+
+
+def _bind_reason(error: OSError) -> str:
+    if isinstance(error, socket.gaierror):
+        return "the host name does not resolve"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return "not an address of this machine"
+    return "already in use" if error.errno == errno.EADDRINUSE else (error.strerror or str(error))
+
+
+def _bind_hint(error: OSError) -> str:
+    if _host_refused(error):
+        return HOST_HINT
+    return "stop what uses it, or set http.port in agenthub.toml / AGENTHUB_HTTP__PORT"
+
+
 def port_check(settings: Settings) -> Check:
     """Whether `http.host:http.port` can be listened on (or is the running daemon's own)."""
     http = settings.http
@@ -76,7 +99,5 @@ def port_check(settings: Settings) -> Check:
         try:
             probe.bind((http.host, http.port))
         except OSError as e:
-            reason = "already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
-            hint = "stop what uses it, or set http.port in agenthub.toml / AGENTHUB_HTTP__PORT"
-            return fail("http port", f"{where}: {reason}", hint)
+            return fail("http port", f"{where}: {_bind_reason(e)}", _bind_hint(e))
     return ok("http port", f"{where} is free")

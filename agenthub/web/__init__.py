@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import errno
 import json
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -14,7 +15,7 @@ import structlog
 from aiohttp import web
 
 from agenthub.channel import WebRoutes
-from agenthub.errors import PortUnavailableError, StorageError
+from agenthub.errors import HOST_HINT, PortUnavailableError, StorageError
 from agenthub.web.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, ConnectionLimits, GuardedRequestHandler
 
 if TYPE_CHECKING:
@@ -284,7 +285,12 @@ def render_metrics(gateway: GatewayCore, inbox_depth: int = 0) -> str:
 
 
 def _unavailable(host: str, port: int, error: OSError) -> OSError | PortUnavailableError:
-    """A port taken or refused becomes a configuration error naming the port; any other error stays as it is."""
+    """A port taken or refused, or a host that is not this machine's, becomes a configuration error naming the
+    address and its keys; any other error stays as it is."""
+    if isinstance(error, socket.gaierror):
+        return PortUnavailableError(host, port, "the host name does not resolve", HOST_HINT)
+    if error.errno == errno.EADDRNOTAVAIL:
+        return PortUnavailableError(host, port, "the address is not one of this machine's", HOST_HINT)
     reasons = {errno.EADDRINUSE: "the port is already in use", errno.EACCES: "permission denied (a port below 1024?)"}
     reason = reasons.get(error.errno or 0)
     if reason is None:

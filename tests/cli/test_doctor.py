@@ -131,6 +131,21 @@ async def test_a_config_typo_fails_with_the_nearest_key(
     assert code == 1 and 'did you mean "http.port"' in line_of(text, "config")
 
 
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [("192.0.2.1", "not an address of this machine"), ("no-such-host.invalid", "the host name does not resolve")],
+)
+async def test_a_host_that_cannot_be_listened_on_fails_naming_the_host_key(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, host: str, reason: str
+) -> None:
+    code, text = await doctor(capsys, monkeypatch, AGENTHUB_HTTP__HOST=host)
+    assert code == 1
+    assert line_of(text, "http") == (
+        f"fail  http port      {host}:0: {reason} → set http.host in agenthub.toml / AGENTHUB_HTTP__HOST to an "
+        "address of this machine (127.0.0.1, or 0.0.0.0 for all)"
+    )
+
+
 @pytest.mark.parametrize(("table", "key"), [("port = 9000", "port"), ('locale = "fr"', "locale")])
 async def test_a_channels_http_table_serve_would_refuse_fails(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, table: str, key: str

@@ -9,6 +9,8 @@ import socket
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support import processes
 from tests.support.cli import cli_env
 from tests.support.paths import REPO
@@ -63,3 +65,41 @@ async def test_a_first_start_logs_no_stale_temp_files_and_a_start_after_a_kill_n
         _, after_kill, _ = await serve(tmp_path, AGENTHUB_HTTP__PORT=port)
     assert "agents_loaded" in first and "stale_temp_files_removed" not in first  # nothing found: nothing said
     assert '"event": "stale_temp_files_removed"' in after_kill and '"count": 1' in after_kill
+
+
+async def serve_with(root: Path, *args: str) -> tuple[int, str]:
+    environ = {**cli_env(root, None), "PYTHONPATH": str(REPO), "HOME": str(root)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agenthub", "serve", *args, env=environ, cwd=root,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 90)
+    finally:
+        if proc.returncode is None:
+            processes.end(proc.pid)
+    assert proc.returncode is not None
+    return proc.returncode, err.decode()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ("--host", "192.0.2.1", "--port", "0"),
+            "cannot listen on 192.0.2.1:0: the address is not one of this machine's",
+        ),
+        (("--host", "no-such-host.invalid", "--port", "0"), "cannot listen on no-such-host.invalid:0: the host name"),
+        (("--port", "70000"), "argument --port: must be a port number, 0 to 65535"),
+    ],
+)
+async def test_a_listen_address_that_cannot_be_is_one_line_and_exit_2(
+    tmp_path: Path, args: tuple[str, ...], says: str
+) -> None:
+    code, err = await serve_with(tmp_path, *args)
+    assert code == CONFIG_ERROR_STATUS, err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert says in lines[-1], err
+    if "--host" in args:
+        assert len(lines) == 1 and "http.host" in lines[0] and "AGENTHUB_HTTP__HOST" in lines[0], err
