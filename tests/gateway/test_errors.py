@@ -201,7 +201,9 @@ async def test_overflow_compacts_once_and_retries(settings: Settings, fake_llm: 
     calls: list[str] = []
 
     class Compactor:
-        async def compact(self, key: SessionKey, agent: Any, *, reason: str, actor: str, focus: str = "") -> str:
+        async def compact(
+            self, key: SessionKey, agent: Any, *, reason: str, actor: str, focus: str = "", locale: str | None = None
+        ) -> str:
             calls.append(reason)
             return "compacted"
 
