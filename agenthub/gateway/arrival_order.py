@@ -1,13 +1,16 @@
 """Per-session arrival order across instances: the order is the durable inbox's acceptance order (`seq`). Holding
 the session's lease, a turn runs only once the session's earlier unsettled entries are answered: one queued here
-goes first; one another instance has (or will take over) is waited for with the lease let go, at most
-`2 × lease_s`, and once only: an entry given up on is remembered and keeps no later turn of the session waiting
-again, so an entry no instance can resume costs its session one wait, not one per turn."""
+goes first; one another instance has (or will take over) is waited for with the lease let go, for as long as an
+instance that is alive owns it (however slow it is; at most half the turn's time limit), and `lease_s / 2` once
+none does (its instance died or gave it up: a takeover pass claims it meanwhile, and it is waited for again, or
+goes first here). Waited for in vain, an entry is given up on once: it is remembered and keeps no later turn of
+the session waiting again, so an entry no instance can resume costs its session one wait, not one per turn."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import structlog
 
@@ -24,6 +27,33 @@ log = structlog.get_logger(__name__)
 
 POLL_FIRST_S = 0.025
 POLL_MAX_S = 0.25
+ORPHANED_FRACTION = 2
+"""Entries no live instance owns are waited for `lease_s / 2`: a takeover pass (every `lease_s / 3`) claims them
+meanwhile, and the claim and resume have the rest."""
+
+
+@dataclass
+class _Wait:
+    """How long one turn's order check still waits for the earlier entries held elsewhere, by what the inbox says
+    of their owners (`owners_alive`)."""
+
+    unknown_until: float
+    """The inbox cannot tell (one inbox per instance, or entries without owners): `2 × lease_s`."""
+    cap_until: float
+    """An owner alive: at most this long (half the turn's time limit, at least `2 × lease_s`)."""
+    orphaned_s: float
+    orphaned_since: float | None = None
+    """Since when no live instance has owned them (None: one has, or not asked yet)."""
+
+    def over(self, now: float, alive: bool | None) -> bool:
+        if alive is None:
+            return now >= self.unknown_until
+        if alive:
+            self.orphaned_since = None
+            return now >= self.cap_until
+        if self.orphaned_since is None:
+            self.orphaned_since = now
+        return now >= min(self.cap_until, self.orphaned_since + self.orphaned_s)
 
 
 class ArrivalOrder:
@@ -36,12 +66,15 @@ class ArrivalOrder:
         history: SessionHistory,
         leases: SessionLeases,
         *,
-        wait_s: float,
+        lease_s: float,
+        turn_limit_s: Callable[[PendingTurn], float],
     ) -> None:
+        """`turn_limit_s(pending)`: the turn's own time limit, which the wait counts against."""
         self._inbox = inbox
         self._history = history
         self._leases = leases
-        self._wait_s = wait_s
+        self._lease_s = lease_s
+        self._turn_limit_s = turn_limit_s
         self._given_up: dict[SessionKey, set[str]] = {}
         """Per session, the earlier entries waited for in vain; one is forgotten once a turn's check no longer
         finds it among the session's earlier unsettled entries (settled, or newer than that turn's)."""
@@ -61,18 +94,19 @@ class ArrivalOrder:
         """Called holding the session's lease. True when the turn may run now. False when it must go back to the
         queue: an earlier entry waits in the local `queued` turns (it runs first), or one another instance has
         falls between the turn's own messages (its first message then runs alone: `alone`). While earlier
-        entries are elsewhere, the lease is released and claimed again until they are answered or `wait_s` has
-        passed (then: a warning, and the turn runs)."""
+        entries are elsewhere, the lease is released and claimed again until they are answered or the wait is
+        over (`_Wait`: then a warning, and the turn runs)."""
         inbox = self._inbox()
         ids = [i for m in pending.members if (i := inbox_id_of(m.message)) is not None]
         if inbox is None or not ids:
             return True
+        wait = self._wait_for(pending)
         loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + self._wait_s
         delay = POLL_FIRST_S
         while True:
             before = await self._unanswered(inbox, pending.key, ids[0], set(ids))
-            if before and not self._queued_here(before, queued) and loop.time() < give_up_at:
+            elsewhere = bool(before) and not self._queued_here(before, queued)
+            if elsewhere and not wait.over(loop.time(), await inbox.owners_alive(before)):
                 if delay == POLL_FIRST_S:
                     log.info("arrival_order_waiting", session_key=str(pending.key), waiting_for=len(before))
                 self._leases.release_now(pending.key)  # the instance that has the earlier entry needs the session
@@ -80,8 +114,11 @@ class ArrivalOrder:
                 delay = min(delay * 2, POLL_MAX_S)
                 await self._leases.claim(pending.key)
                 continue
-            if before and not self._queued_here(before, queued):
-                log.warning("arrival_order_gave_up", session_key=str(pending.key), waiting_for=len(before))
+            if elsewhere:
+                gone = wait.orphaned_since is not None
+                log.warning(
+                    "arrival_order_gave_up", session_key=str(pending.key), waiting_for=len(before), owners_gone=gone
+                )
                 self._given_up.setdefault(pending.key, set()).update(before)
                 return True
             between = await self._unanswered(inbox, pending.key, ids[-1], set(ids)) if len(ids) > 1 else []
@@ -91,6 +128,11 @@ class ArrivalOrder:
                 pending.members[0].alone = True
                 return False
             return True
+
+    def _wait_for(self, pending: PendingTurn) -> _Wait:
+        now, bound = asyncio.get_running_loop().time(), 2 * self._lease_s
+        cap = max(bound, self._turn_limit_s(pending) / 2)  # the other half is the turn's own
+        return _Wait(now + bound, now + cap, self._lease_s / ORPHANED_FRACTION)
 
     @staticmethod
     def _queued_here(entry_ids: Sequence[str], queued: Sequence[PendingTurn]) -> bool:

@@ -101,8 +101,14 @@ class GatewayCore:
         self.mcp = McpHub()
         self.llm_gate = asyncio.Semaphore(settings.session.max_concurrent_llm)
         given = turn_services or TurnServices()
-        inbox, wait_s = given.inbox, 2 * self.leases.ttl_s
-        self.arrival_order = ArrivalOrder(lambda: inbox, self.history, self.session_leases, wait_s=wait_s)
+        inbox = given.inbox
+        self.arrival_order = ArrivalOrder(
+            lambda: inbox,
+            self.history,
+            self.session_leases,
+            lease_s=self.leases.ttl_s,
+            turn_limit_s=lambda pending: self._lease_wait_s(pending.agent),
+        )
         """Per-session arrival order across instances: the inbox's acceptance order."""
         self._background: dict[SessionKey, asyncio.Task[None]] = {}
         self._notices: dict[SessionKey, list[i18n.Text]] = {}

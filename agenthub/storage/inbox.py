@@ -227,6 +227,9 @@ class InMemoryInbox:
     async def earlier_unsettled(self, session: str, entry_id: str) -> list[str]:
         return self._entries.earlier(session, entry_id)
 
+    async def owners_alive(self, entry_ids: Collection[str]) -> bool | None:
+        return None  # one process: no other instance has them
+
     async def settle(self, entry_id: str) -> None:
         self._entries.pop(entry_id)
 
@@ -366,6 +369,9 @@ class FileInbox:
 
     async def earlier_unsettled(self, session: str, entry_id: str) -> list[str]:
         return self._entries.earlier(session, entry_id)
+
+    async def owners_alive(self, entry_ids: Collection[str]) -> bool | None:
+        return None  # one process: no other instance has them
 
     async def settle(self, entry_id: str) -> None:
         """Gone from the live entries at once; a refused write is retried until the journal takes it (a compaction

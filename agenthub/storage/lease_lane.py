@@ -1,5 +1,6 @@
 """`RenewalLane`: an instance's held leases renewed on a thread of its own, with its own event loop and connection,
-so a main loop starved of CPU (a burst of turns, a loaded host) does not let them lapse."""
+so a main loop starved of CPU (a burst of turns, a loaded host) does not let them lapse; a lane with nothing to
+renew for a while ends both, and starts again with the next lease kept."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ MAX_WAIT_S = 1.0
 """The lane looks at its clock at least this often (a clock it cannot be woken by, e.g. a test's)."""
 CLOSE_TIMEOUT_S = 5.0
 """How long `close` waits for the thread to end (it only has to drop a connection)."""
+IDLE_S = 30.0
+"""A lane that has kept no lease this long ends its thread and closes its connection (until the next lease)."""
 
 
 class LaneRenewer(Protocol):
@@ -89,22 +92,33 @@ class RenewalLane:
     Fail closed: a renewal the store refused loses the lease at once; one it did not answer (the link died, the
     server is slow or gone) is retried on a new link, and the lease is lost at its give-up time. A lost lease is
     reported on its owner's loop (`call_soon_threadsafe`); its owner reads `Kept.lease` / `Kept.lost` without
-    waiting for that. `close()` ends the thread and its link; leases still kept then are reported lost."""
+    waiting for that. Idle (no lease kept for `idle_s`), the thread closes its link and ends; the next `keep`
+    starts a new one (the thread gives its place up under the lock, and only while no lease is kept: a lease kept
+    before that is renewed by the ending thread, which then stays). `close()` ends the thread and its link;
+    leases still kept then are reported lost."""
 
     def __init__(
-        self, open_renewer: Callable[[], Awaitable[LaneRenewer]], *, clock: Clock = monotonic_clock, name: str
+        self,
+        open_renewer: Callable[[], Awaitable[LaneRenewer]],
+        *,
+        clock: Clock = monotonic_clock,
+        name: str,
+        idle_s: float = IDLE_S,
     ) -> None:
         self._open_renewer = open_renewer
         self._clock = clock
         self._name = name
+        self._idle_s = idle_s
         self._lock = threading.Lock()
         self._kept: set[Kept] = set()
         self._wake_at = 0.0
         """When the lane's thread looks next (by `clock`): a lease kept that is due later does not wake it."""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
+        self._waker: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        """The running thread's loop and the event that wakes it (replaced together when a new thread starts)."""
         self._thread: threading.Thread | None = None
         self._ended: concurrent.futures.Future[None] = concurrent.futures.Future()
+        """Set when the running thread has ended (a new one for each thread)."""
+        self._idle_since: float | None = None
         self._stopping = False
         self._renewer: LaneRenewer | None = None
         self.renewals = 0
@@ -136,62 +150,85 @@ class RenewalLane:
         """End the thread (its link closed); waits at most `CLOSE_TIMEOUT_S`, without blocking the caller's loop."""
         with self._lock:
             self._stopping = True
-            thread = self._thread
+            thread, ended = self._thread, self._ended
         if thread is None:
             return
         self._poke()
         try:
-            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._ended)), CLOSE_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(ended)), CLOSE_TIMEOUT_S)
         except TimeoutError:
             log.error("lease_lane_did_not_stop", lane=self._name)
             return
         thread.join(timeout=CLOSE_TIMEOUT_S)
 
     def _start(self) -> None:
-        """Under the lock: the thread and its loop, once."""
+        """Under the lock: the thread and its loop, unless one runs."""
         if self._thread is not None:
             return
-        self._loop = asyncio.new_event_loop()
-        self._wake = asyncio.Event()
-        self._thread = threading.Thread(target=self._run_thread, name=f"lease-lane-{self._name}", daemon=True)
+        loop, ended = asyncio.new_event_loop(), concurrent.futures.Future[None]()
+        self._waker, self._ended, self._idle_since = (loop, asyncio.Event()), ended, None
+        name = f"lease-lane-{self._name}"
+        self._thread = threading.Thread(target=self._run_thread, args=(loop, ended), name=name, daemon=True)
         self._thread.start()
 
     def _poke(self) -> None:
-        loop, wake = self._loop, self._wake
-        if loop is not None and wake is not None:
+        waker = self._waker
+        if waker is not None:
             try:
-                loop.call_soon_threadsafe(wake.set)
+                waker[0].call_soon_threadsafe(waker[1].set)
             except RuntimeError:  # the lane's loop has ended
                 pass
 
-    def _run_thread(self) -> None:
-        loop = self._loop
-        assert loop is not None
+    def _run_thread(self, loop: asyncio.AbstractEventLoop, ended: concurrent.futures.Future[None]) -> None:
+        idle = False
         try:
             asyncio.set_event_loop(loop)
-            loop.run_until_complete(self._serve())
+            idle = loop.run_until_complete(self._serve())
         except BaseException as e:  # a bug: every lease is reported lost below
             log.error("lease_lane_failed", lane=self._name, error_type=type(e).__name__, exc_info=e)
         finally:
-            with self._lock:
-                self._stopping = True
-                left, self._kept = list(self._kept), set()
+            left: list[Kept] = []
+            if not idle:  # stopped, or failed: the lane is closed
+                with self._lock:
+                    self._stopping = True
+                    left, self._kept = list(self._kept), set()
             for kept in left:
                 kept.report_lost()
             loop.close()
-            self._ended.set_result(None)
+            ended.set_result(None)
 
-    async def _serve(self) -> None:
+    async def _serve(self) -> bool:
+        """Rounds until the lane stops (False) or the thread has ended idle (True: its place given up)."""
         try:
             while not self._stopping:
                 await self._round()
+                if self._idle_for() >= self._idle_s and await self._end_idle():
+                    return True
+            return False
         finally:
             await self._drop_renewer()
 
+    def _idle_for(self) -> float:
+        """How long the lane has kept no lease (0 while it keeps one)."""
+        since = self._idle_since
+        return 0.0 if since is None else self._clock() - since
+
+    async def _end_idle(self) -> bool:
+        """Close the link, then give the thread's place up unless a lease was kept meanwhile (under the lock: a
+        `keep` after that starts a new thread). False: the thread goes on (a lease to renew, or the lane stops)."""
+        await self._drop_renewer()
+        with self._lock:
+            if self._kept or self._stopping:
+                self._idle_since = None
+                return False
+            self._thread = None
+        log.info("lease_lane_idle_ended", lane=self._name)
+        return True
+
     async def _round(self) -> None:
         """Lose the overdue, then renew those due (with those due soon) or wait until one is."""
-        wake = self._wake
-        assert wake is not None
+        assert self._waker is not None
+        wake = self._waker[1]
         self._wake_at = math.inf  # until the wait below: every lease kept wakes it
         wake.clear()  # before looking: a lease kept from now on wakes the wait below
         now = self._clock()
@@ -199,9 +236,14 @@ class RenewalLane:
             if now >= kept.lease.expires_at or (kept.failed and now >= kept.give_up_at):
                 self._lose(kept, "store_unavailable" if kept.failed else "expired")
         kept_now = self._snapshot()
-        soonest = min((min(k.next_at, k.give_up_at) for k in kept_now), default=None)
-        if soonest is None or soonest > now:
-            await self._wait(None if soonest is None else soonest - now)
+        if not kept_now:
+            self._idle_since = now if self._idle_since is None else self._idle_since
+            await self._wait(max(0.0, self._idle_s - self._idle_for()))
+            return
+        self._idle_since = None
+        soonest = min(min(k.next_at, k.give_up_at) for k in kept_now)
+        if soonest > now:
+            await self._wait(soonest - now)
             return
         batch = [k for k in kept_now if k.next_at <= now + k.ttl_s / BATCH_FRACTION]
         results = await self._renew(batch)
@@ -216,12 +258,12 @@ class RenewalLane:
             else:
                 kept.lease, kept.next_at, kept.failed = renewed, renewal_due(renewed, kept.ttl_s), False
 
-    async def _wait(self, seconds: float | None) -> None:
-        wake = self._wake
-        assert wake is not None
+    async def _wait(self, seconds: float) -> None:
+        assert self._waker is not None
+        wake = self._waker[1]
         if self._stopping:
             return
-        timeout = MAX_WAIT_S if seconds is None else min(seconds, MAX_WAIT_S)
+        timeout = min(seconds, MAX_WAIT_S)
         self._wake_at = self._clock() + timeout
         try:
             async with asyncio.timeout(timeout):

@@ -173,6 +173,12 @@ class Inbox(Protocol):
         `entry_id` is settled or unknown."""
         ...
 
+    async def owners_alive(self, entry_ids: Collection[str]) -> bool | None:
+        """Whether an instance that is alive (its liveness lease live) owns one of these unsettled entries: it will
+        answer it, so a later entry of the session waits. False: none has (gone, or given up: the next takeover
+        pass claims them). None: this inbox cannot tell (one inbox per instance: no other instance has them)."""
+        ...
+
     async def settle(self, entry_id: str) -> None:
         """Mark the entry answered. A refused write raises StorageError and is retried by the inbox itself (bounded
         backoff, and at every `retry_settles`) until the store takes it; meanwhile the entry is not listed again."""

@@ -1,5 +1,6 @@
 """One instance's side of the inbox's arrival order: a resumed earlier message goes before a later one queued here,
-and an earlier message no instance resumes holds a session up for at most `2 × lease_s`, once."""
+and an earlier message no instance resumes holds a session up for at most `2 × lease_s`, once (an inbox of one
+instance cannot tell whether another has it: tests/gateway/test_arrival_order_holders.py for a shared one)."""
 
 from __future__ import annotations
 

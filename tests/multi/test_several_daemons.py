@@ -134,11 +134,12 @@ LEASE_LOSSES = ("session_lease_lost", "instance_lease_lost", "inbox_entry_given_
 
 def _in_order_unless_the_wait_gave_up(d: Deployment, chat: str, history: list[dict[str, Any]]) -> None:
     """The session's messages in arrival order. The one exception is the documented bound of the order check
-    (gateway/arrival_order.py): a turn waits at most `2 × lease_s` for an earlier message another instance has,
-    then runs (a warning, `arrival_order_gave_up`), so that a message no instance can answer does not stop its
-    session. On a starved machine the instance that has the earlier message can take longer than that bound to
-    answer it (its leases held by the renewal lane, its turns slow; or its lease lost and the message given up to
-    the next takeover pass): then, and only then, a later message may be answered first. So an order broken
+    (gateway/arrival_order.py): a turn waits for an earlier message another instance has while that instance is
+    alive (at most half the turn's limit), and `lease_s / 2` once none is (a takeover pass's time), then runs (a
+    warning, `arrival_order_gave_up`), so that a message no instance can answer does not stop its session. On a
+    starved machine the instance that has the earlier message can lose its lease and give the message up to the
+    next takeover pass, which may come later than that: then, and only then, a later message may be answered
+    first. So an order broken
     without that warning for this session fails; the messages are still each there exactly once, each answered
     once."""
     key = f"default:http:{chat}"

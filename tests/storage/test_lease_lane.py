@@ -5,6 +5,8 @@ connection was killed reconnects; closing it leaves no thread and no connection 
 from __future__ import annotations
 
 import asyncio
+import functools
+import random
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -196,3 +198,68 @@ async def test_a_lane_whose_database_hangs_gives_the_lease_up_in_time_and_closes
     finally:
         await store.close()
         await database.close()
+
+
+IDLE_S = 0.3
+
+
+async def test_an_idle_lane_ends_its_thread_and_connection_and_a_lease_kept_afterwards_starts_it_again(
+    postgres_dsn: str,
+) -> None:
+    """A store nobody closes: once no lease has been kept for `lane_idle_s`, the lane's thread ends and its
+    connection is closed; the next lease kept starts them again and is renewed."""
+    database = Database(postgres_dsn)
+    store = PostgresLeases(database, lane_idle_s=IDLE_S)
+    lost: list[float] = []
+    other = threads_now()
+    try:
+        async with started_keeper(store, lost):
+            await asyncio.sleep(TTL_S / 3)
+            assert lane_threads(other) and await lane_backends(postgres_dsn)
+        await gone(postgres_dsn, other)
+        async with started_keeper(store, lost) as keeper:
+            assert lane_threads(other)
+            renewals = store.renewal_lane().renewals
+            await asyncio.sleep(TTL_S / 3)
+            assert store.renewal_lane().renewals > renewals
+            assert keeper.held and await expires_in_s(postgres_dsn) > TTL_S * 2 / 3
+            assert len(lost) == 1  # the first keeper's stop: this one's lease was never lost
+    finally:
+        await store.close()
+        await database.close()
+
+
+async def test_leases_kept_while_an_idle_lane_is_ending_are_renewed_all_the_same(postgres_dsn: str) -> None:
+    """A lease kept at any moment of an idle lane's ending (its connection being closed, its thread leaving) is
+    renewed: by the ending thread, which then stays, or by a new one; none is lost, no thread is left over."""
+    ttl_s, idle_s = 1.2, 0.05
+    database = Database(postgres_dsn)
+    store = PostgresLeases(database, lane_idle_s=idle_s)
+    other = threads_now()
+    lost: list[str] = []
+    rng = random.Random(7)
+    try:
+        for n in range(16):
+            lease = await store.acquire(f"race-{n}", "lane-test", ttl_s)
+            assert lease is not None
+            lane = store.renewal_lane()
+            renewals = lane.renewals
+            kept = lane.keep(lease, ttl_s, functools.partial(lost.append, f"race-{n}"))
+            async with asyncio.timeout(ttl_s / 2):
+                while kept.lease.token == lease.token and kept.lease.expires_at == lease.expires_at:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+            assert lane.renewals > renewals and not kept.lost
+            lane.drop(kept)
+            await asyncio.sleep(idle_s * rng.uniform(0.5, 1.5))  # around the moment the idle lane ends
+        assert lost == []
+        await gone(postgres_dsn, other)
+    finally:
+        await store.close()
+        await database.close()
+
+
+async def gone(dsn: str, other: frozenset[threading.Thread]) -> None:
+    """Until the lane has no thread and no connection (an idle one ends both)."""
+    async with asyncio.timeout(IDLE_S + 5):
+        while lane_threads(other) or await lane_backends(dsn):  # noqa: ASYNC110 - threads and the server's view
+            await asyncio.sleep(0.05)

@@ -76,6 +76,32 @@ async def test_sessions_let_go_together_go_in_one_statement_each_with_its_own_me
         assert meta is not None and meta.created_at == n + 1
 
 
+async def test_the_sessions_of_let_gos_whose_callers_were_cancelled_are_let_go_all_the_same(
+    two: list[PostgresSessionStore],
+) -> None:
+    """A caller cancelled (its turn's shutdown) while its let-go is in flight, or queued behind one, stops waiting;
+    the sessions are released with their metas all the same, and the other callers get their answers."""
+    a, b = two
+    keys = [key(n) for n in range(4)]
+    leases = [lease for k in keys if (lease := await claim(a, k, "a")) is not None]
+    assert len(leases) == len(keys)
+    for n, k in enumerate(keys):
+        await a.write_meta(k, SessionMeta(k.chat_id, created_at=n + 1), durable=False)
+    first = asyncio.create_task(a.let_go(keys[0], leases[0]))
+    await asyncio.sleep(0)  # in flight
+    queued = [asyncio.create_task(a.let_go(k, lease)) for k, lease in zip(keys[1:], leases[1:], strict=True)]
+    await asyncio.sleep(0)
+    for task in (first, queued[0]):
+        task.cancel()
+    results = await asyncio.gather(first, *queued, return_exceptions=True)
+    assert [isinstance(r, asyncio.CancelledError) for r in results] == [True, True, False, False]
+    await a.let_gos.close()
+    assert await live_leases(a) == 0
+    for n, k in enumerate(keys):
+        meta = await b.read_meta(k)
+        assert meta is not None and meta.created_at == n + 1
+
+
 async def test_many_claims_renewals_and_batched_let_gos_of_two_instances_at_once_never_deadlock(
     two: list[PostgresSessionStore],
 ) -> None:

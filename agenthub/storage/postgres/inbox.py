@@ -75,6 +75,8 @@ _ORPHANED = """
 """
 """An entry whose owner is gone: none, or its `instance:` lease is expired (released at a clean stop) or absent.
 An instance never claims its own entries: they are in its `unsettled()` already."""
+_OWNERS_ALIVE = f"SELECT EXISTS (SELECT 1 FROM inbox i WHERE i.id = ANY(%(ids)s) AND NOT {_ORPHANED})"
+"""Whether one of the entries has an owner whose `instance:` lease is live (the orphans' test, negated)."""
 _ORPHAN_SOURCES = f"SELECT DISTINCT i.source FROM inbox i WHERE i.owner IS DISTINCT FROM %(owner)s AND {_ORPHANED}"
 _CLAIM = f"""
 WITH orphans AS (
@@ -197,6 +199,18 @@ class PostgresInbox:
             self._note_mine(entry_id, bool(rows) and rows[0][0] is None, hold)
         answered = self._answered()
         return [str(row[0]) for row in rows if row[0] is not None and row[0] not in answered]
+
+    async def owners_alive(self, entry_ids: Collection[str]) -> bool | None:
+        """Whether one of the entries is owned by an instance whose liveness lease is live (this one included);
+        False for entries settled meanwhile. None without an owner (tools, tests): entries then have none, and
+        nobody takes them over."""
+        if self.owner is None:
+            return None
+        params = {"ids": list(entry_ids), "lease_prefix": INSTANCE_LEASE_PREFIX}
+        async with self.database.connection("check the instances that have the earlier messages") as conn:
+            cursor = await conn.execute(_OWNERS_ALIVE, params)
+            row = await cursor.fetchone()
+        return row is not None and bool(row[0])
 
     def _answered(self) -> list[str]:
         """The entries answered here whose rows are not deleted yet (being, or to be, written)."""

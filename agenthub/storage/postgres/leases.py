@@ -14,6 +14,7 @@ from psycopg.rows import TupleRow
 from agenthub.clock import Clock, monotonic_clock
 from agenthub.errors import StorageError
 from agenthub.storage.lease import FREED, WANTED, Lease
+from agenthub.storage.lease_lane import IDLE_S as LANE_IDLE_S
 from agenthub.storage.lease_lane import RenewalLane
 from agenthub.storage.postgres.database import LEASES, UNAVAILABLE, Database
 
@@ -83,16 +84,19 @@ class PostgresLeases:
     """Leases in the table `leases`. `Lease.expires_at` is on this instance's `clock`, counted from before the
     request was sent, so it never ends later by our clock than the database's grant does by its own."""
 
-    def __init__(self, database: Database, *, clock: Clock = monotonic_clock) -> None:
+    def __init__(self, database: Database, *, clock: Clock = monotonic_clock, lane_idle_s: float = LANE_IDLE_S) -> None:
+        """`lane_idle_s`: how long the renewal lane keeps its thread and connection without a lease to renew."""
         self.database = database
         self._clock = clock
+        self._lane_idle_s = lane_idle_s
         self._lane: RenewalLane | None = None
 
     def renewal_lane(self) -> RenewalLane:
         """The lane that renews this instance's held leases on a thread and a connection of its own (started with
-        the first lease it keeps; a new one after `close`)."""
+        the first lease it keeps, ended after `lane_idle_s` without one and started again by the next; a new
+        lane after `close`)."""
         if self._lane is None or self._lane.closed:
-            self._lane = RenewalLane(self._open_link, clock=self._clock, name="postgres")
+            self._lane = RenewalLane(self._open_link, clock=self._clock, name="postgres", idle_s=self._lane_idle_s)
         return self._lane
 
     async def _open_link(self) -> LaneLink:

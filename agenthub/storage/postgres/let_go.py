@@ -1,12 +1,11 @@
-"""`LetGos`: the sessions an instance lets go at about the same time, released in one statement (a group commit:
-the first goes at once, those that come while it is out go together in the next)."""
+"""`LetGos`: the sessions an instance lets go at about the same time, released in one statement (`Batches`' group
+commit: the first goes at once, those that come while it is out go together in the next)."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
-from agenthub.errors import StorageError
+from agenthub.storage.postgres.batches import Batches
 from agenthub.storage.postgres.database import Database
 
 _LET_GO_MANY = """
@@ -31,48 +30,24 @@ class LetGo:
 
 
 class LetGos:
-    """Queues let-gos and sends them in as few statements as they come: one in flight at a time, each carrying
-    every let-go queued meanwhile. Each caller gets its own answer (the meta written, or refused by a newer
-    fence); a failure is each caller's StorageError."""
+    """The let-gos of an instance's sessions, group-committed by `Batches`: one statement in flight at a time, each
+    carrying every let-go asked for meanwhile, its rows in name order. Each caller gets its own answer (the meta
+    written, or refused by a newer fence); a failure is each caller's; a caller cancelled stops waiting, and its
+    session is let go all the same."""
 
     def __init__(self, database: Database) -> None:
         self.database = database
-        self._queued: list[tuple[LetGo, asyncio.Future[bool]]] = []
-        self._sender: asyncio.Task[None] | None = None
+        self._batches: Batches[LetGo, bool] = Batches(self._send, "session-let-go")
         self.statements = 0
         """Statements sent (tests: let-gos that came together went together)."""
 
     async def let_go(self, item: LetGo) -> bool:
         """`item` released (and its meta written); whether the meta was written (True without one)."""
-        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queued.append((item, answer))
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.create_task(self._send_queued(), name="session-let-go")
-        return await asyncio.shield(answer)  # a caller gone does not cancel the others' statement
+        return await self._batches(item)
 
     async def close(self) -> None:
-        """Wait for the let-gos queued (the store closes its pool after this)."""
-        sender = self._sender
-        if sender is not None:
-            await asyncio.wait([sender])
-
-    async def _send_queued(self) -> None:
-        while self._queued:
-            batch, self._queued = self._queued, []
-            try:
-                written = await self._send([item for item, _ in batch])
-            except StorageError as e:
-                for _, answer in batch:
-                    if not answer.done():
-                        answer.set_exception(StorageError(str(e)))
-                continue
-            except BaseException:
-                for _, answer in batch:
-                    answer.cancel()
-                raise
-            for (_, answer), ok in zip(batch, written, strict=True):
-                if not answer.done():
-                    answer.set_result(ok)
+        """Wait for the let-gos asked for (the store closes its pool after this)."""
+        await self._batches.aclose()
 
     async def _send(self, items: list[LetGo]) -> list[bool]:
         order = sorted(range(len(items)), key=lambda i: items[i].name)  # rows locked in one order by everyone
