@@ -126,6 +126,8 @@ class BudgetGate:
         self._today = ("", 0.0, 0.0)  # the day, and the epoch seconds it starts and ends at
         self._warned: set[tuple[str, str]] = set()  # (scope key, period key) whose notice went out (this or any day)
         recorder.before_close.append(self.leases.close)
+        self.ridden = 0
+        """Turns whose check was made in their session's claim and used (`Ride`; tests, a figure for the logs)."""
         self.cpu = CpuMeter()
         """The CPU time spent in `applies`, `admit` and `settle` (with their store calls and lease bookkeeping), and
         in what the caller measures with it (the turn's estimate): what budgets cost the turns."""
@@ -350,18 +352,18 @@ class BudgetGate:
         the other parts taken from leases (each has room: nothing awaited since); or (None) the leases it was
         granted, the other parts still to take; (None, {}): nothing (no lease was granted near a limit; a part the
         reservation was made without has no lease with room now)."""
-        if ride.refusal is not None:
-            ride.used = True
-            return ride.refusal, {}
-        if ride.granted:
-            ride.used = True
-            return None, dict(zip(ride.missing, ride.granted, strict=True))
-        own = ride.reservation
+        own = ride.refusal or ride.reservation
         others = [p for p in parts if p not in ride.missing]
-        if own is None or not all(self.leases.has_room(p, estimate) for p in others):
+        if ride.granted:
+            taken = dict(zip(ride.missing, ride.granted, strict=True))
+            own = None
+        elif own is None or (own.refused is None and not all(self.leases.has_room(p, estimate) for p in others)):
             return None, {}
+        else:  # refused, or its own reservation with every other part from a lease with room
+            taken = {} if own.refused is not None else self._take(others, {}, estimate)
         ride.used = True
-        return own, ({} if own.refused is not None else self._take(others, {}, estimate))
+        self.ridden += 1
+        return own, taken
 
     async def _answer(
         self,

@@ -4,53 +4,18 @@ near the limit every turn reserves for itself, and concurrent turns still oversp
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable
 
 import pytest
 
 from agenthub.config import Settings
-from agenthub.hosting.app import build_gateway, open_stores
+from agenthub.hosting.app import build_gateway
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
-from agenthub.storage.ports import RidingReserves, UsageStore
-from agenthub.storage.stores import Stores
-from agenthub.storage.usage import Claim, ClaimRide, Reservation, UsageRow
+from agenthub.storage.usage import UsageRow
 from agenthub.usage.periods import day_of
-from tests.support.budgets import MAX_TOKENS, PER_CALL, settle_all, store_of, used_by
+from tests.support.budgets import MAX_TOKENS, PER_CALL, counted_stores, settle_all, store_of, used_by
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
-
-
-class CountedReserves:
-    """The store the gateway uses, with its `reserve` calls counted (the round trips a check costs), and the checks
-    that ride in a session's claim instead (PostgreSQL: `rides`, no round trip of their own)."""
-
-    def __init__(self, store: UsageStore) -> None:
-        self.store = store
-        self.reserves = 0
-        self.rides = 0
-
-    def ride(
-        self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
-    ) -> ClaimRide:
-        assert isinstance(self.store, RidingReserves)
-        self.rides += 1
-        return self.store.ride(claims, day, tokens, ttl_s, ignore=ignore)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.store, name)
-
-    async def reserve(
-        self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
-    ) -> Reservation:
-        self.reserves += 1
-        return await self.store.reserve(claims, day, tokens, ttl_s, ignore=ignore)
-
-
-async def counted_stores(settings: Settings) -> tuple[Stores, CountedReserves]:
-    stores = await open_stores(settings)
-    counted = CountedReserves(stores.usage)
-    stores.usage = counted  # type: ignore[assignment]  # the same store, its calls counted
-    return stores, counted
 
 
 @pytest.mark.parametrize("backend", ["files", "postgres"])

@@ -1,0 +1,175 @@
+"""A turn's budget check made in its session's claim (PostgreSQL, `usage.ride.Ride`): a new person's first turn
+refused there stores nothing; a session with a history checks again (the ride's reservation left out, released);
+turns at a budget's edge overspend by at most one reservation; a ride the turn never uses is given back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway
+from agenthub.llm.tokens import estimate_text_tokens
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
+from agenthub.session_keys import session_key
+from agenthub.storage.postgres.database import Database
+from agenthub.storage.postgres.sessions import PostgresSessionStore
+from agenthub.storage.usage import UsageRow
+from agenthub.usage.periods import day_of
+from tests.support.budgets import MAX_TOKENS, PER_CALL, counted_stores, settle_all, used_by
+from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+
+
+def _postgres(settings_factory: Callable[..., Settings], dsn: str, **budgets: int) -> Settings:
+    return settings_factory(budgets=budgets, llm={"max_tokens": MAX_TOKENS}, store={"backend": "postgres", "dsn": dsn})
+
+
+async def _count(database: Database, sql: str, *params: object) -> int:
+    async with database.connection("test count") as conn:
+        row = await (await conn.execute(sql, params)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_new_persons_first_turn_refused_in_its_sessions_claim_stores_nothing(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    settings = _postgres(settings_factory, postgres_dsn, user_day=1000)
+    stores, counted = await counted_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            usage = gw.turn_services.usage
+            assert usage is not None
+            day = day_of(gw.clock(), usage.zone)
+            spent = UsageRow(day, "turn", "default", "wecom", "elsewhere", "alice", "m", input=1000)
+            await usage.store.add([spent])  # her day is used up, in another chat (of another instance)
+            final = await (await gw.submit(InboundMessage("wecom", "dm-new", "alice", "hello"))).result()
+            database = stores.sessions.database  # type: ignore[attr-defined]
+            records = await _count(database, "SELECT count(*) FROM session_records WHERE chat_id = 'dm-new'")
+            heads = await _count(database, "SELECT count(*) FROM session_heads WHERE chat_id = 'dm-new'")
+            reserved = await _count(database, "SELECT count(*) FROM usage_reservations")
+            calls = await _count(database, "SELECT count(*) FROM usage_calls WHERE chat_id = 'dm-new'")
+            ridden = usage.gate.ridden
+    finally:
+        await stores.aclose()
+    assert isinstance(final, ErrorEvent) and final.code == "budget_exceeded"
+    assert fake_llm.message_requests() == []  # refused before any model call
+    assert (records, heads, reserved, calls) == (0, 0, 0, 0)  # nothing of the turn stored, nothing reserved
+    assert (counted.reserves, counted.rides, ridden) == (0, 1, 1)  # checked in the claim: no call of its own
+
+
+async def test_a_session_with_a_history_claimed_again_is_checked_again_without_its_rides_reservation(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The ride was made for an empty history; the session has one, so the turn estimates more: it is checked as
+    ever (one call), its ride's reservation left out (counted, her last turn would be refused: used + the ride's
+    reservation reach the limit exactly) and released."""
+    limit = 2000  # no lease fits (8 estimates, at most half of what is left): every turn reserves for itself
+    fake_llm.default_usage = PER_CALL
+    settings = _postgres(settings_factory, postgres_dsn, user_day=limit)
+    stores, counted = await counted_stores(settings)
+    key = session_key("default", "wecom", "dm")
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            usage = gw.turn_services.usage
+            assert usage is not None
+            first = await (await gw.submit(InboundMessage("wecom", "dm", "alice", "first"))).result()
+            assert isinstance(first, DoneEvent)
+            assert (counted.reserves, counted.rides, usage.gate.ridden) == (0, 1, 1)
+            used = await used_by(gw, "alice")
+            ride = MAX_TOKENS + estimate_text_tokens("second")  # what the next ride reserves: no history
+            day = day_of(gw.clock(), usage.zone)
+            await usage.store.add(
+                [UsageRow(day, "turn", "default", "wecom", "x", "alice", "m", input=limit - ride - used)]
+            )
+            gw.session_leases.release_now(key)  # as after a while: the next turn claims the session again
+            second = await (await gw.submit(InboundMessage("wecom", "dm", "alice", "second"))).result()
+            await usage.gate.drain()
+            await usage.recorder.flush()
+            reserved = await _count(stores.sessions.database, "SELECT count(*) FROM usage_reservations")  # type: ignore[attr-defined]
+            ridden = usage.gate.ridden
+    finally:
+        await stores.aclose()
+    assert isinstance(second, DoneEvent), second
+    assert (counted.reserves, counted.rides, ridden) == (1, 2, 1)  # the second ride not used: a call of its own
+    assert reserved == 0  # the unused ride's reservation released with the turn's
+
+
+async def test_one_persons_concurrent_new_chats_at_the_edge_overspend_by_at_most_one_reservation(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """32 turns at once, each a new chat of alice's (each checked in its session's claim), in waves until a whole
+    wave is refused: her usage ends within one reservation above her limit."""
+    limit = 9000  # leases at first (the first turn's, the others waiting for its answer), none near the end
+    fake_llm.default_usage = PER_CALL
+    settings = _postgres(settings_factory, postgres_dsn, user_day=limit)
+    stores, counted = await counted_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            usage = gw.turn_services.usage
+            assert usage is not None
+            for wave in range(40):
+                hold = asyncio.Event()
+                fake_llm.responder = lambda body, hold=hold: reply_text("ok", hold=hold)
+                messages = [InboundMessage("wecom", f"c-{wave}-{n}", "alice", f"question {n}") for n in range(32)]
+                handles = [await gw.submit(m) for m in messages]
+                finals = await settle_all(handles, fake_llm, hold, timeout_s=30)
+                answered = sum(isinstance(f, DoneEvent) for f in finals)
+                refused = sum(isinstance(f, ErrorEvent) and f.code == "budget_exceeded" for f in finals)
+                assert answered + refused == 32
+                if not answered:
+                    break
+            else:
+                raise AssertionError("the limit was never reached")
+            used = await used_by(gw, "alice")
+            ridden = usage.gate.ridden
+    finally:
+        await stores.aclose()
+    reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 31")
+    assert limit <= used <= limit + reservation
+    assert ridden > 0 and counted.rides > 0
+
+
+async def test_a_ride_its_turn_never_uses_is_released_and_one_not_made_reserves_nothing(
+    tmp_path: Path, settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """A ride whose claim was granted made a reservation: let go (the turn ended before its check), it is released.
+    A ride whose claim was refused (another holder) made none, and the turns waiting for its lease go on."""
+    settings = _postgres(settings_factory, postgres_dsn, user_day=10**6)
+    stores, _ = await counted_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            usage = gw.turn_services.usage
+            assert usage is not None
+            gate, sessions = usage.gate, stores.sessions
+            assert isinstance(sessions, PostgresSessionStore)
+            agent = gw.agents.get("default")
+            message = InboundMessage("wecom", "dm-a", "alice", "hi")
+            ride = gate.ride(agent, message, 300, 60.0)
+            assert ride is not None and ride.lease and ride.asking is not None
+            claim = await sessions.claim(
+                session_key("default", "wecom", "dm-a"), "session:x", "me", 15.0, ride=ride.sent
+            )
+            assert claim is not None and ride.sent.rows is not None
+            ride.sent.done()
+            assert ride.asking.done() and ride.granted  # her lease is the instance's from now on
+            gate.let_go(ride)  # the turn ended before its check: her share goes back to the lease
+            assert all(lease.committed == 0 and lease.running == 0 for lease in ride.granted)
+            gate.leases.close()
+            await gate.drain()
+            held = await _count(sessions.database, "SELECT count(*) FROM usage_reservations")
+            other = InboundMessage("wecom", "dm-b", "bob", "hi")
+            refused_claim = gate.ride(agent, other, 300, 60.0)
+            assert refused_claim is not None
+            taken = await sessions.claim(
+                session_key("default", "wecom", "dm-a"), "session:x", "someone-else", 15.0, ride=refused_claim.sent
+            )
+            refused_claim.sent.done()
+            gate.let_go(refused_claim)
+            await gate.drain()
+            after = await _count(sessions.database, "SELECT count(*) FROM usage_reservations")
+    finally:
+        await stores.aclose()
+    assert held == 0  # the lease ended with no turn: released
+    assert taken is None and refused_claim.sent.rows is None and after == 0  # not granted: nothing reserved
