@@ -313,12 +313,15 @@ class TurnRunner:
         (`ride`: the check sent with the session's claim, taken when it asked for this very estimate)."""
         usage, agent = self.services.usage, pending.agent
         senders = [member.message.sender_id for member in pending.members]  # a joined turn: every sender's budget
-        if usage is None or not usage.gate.applies(agent, pending.message, senders):
-            return None
+        if usage is None or (ride is None and not usage.gate.applies(agent, pending.message, senders)):
+            return None  # (a ride is made only for a turn budgets apply to)
         history = await self.gateway.history.load(pending.key)  # the read the turn makes anyway (then cached)
         meta = await self.gateway.history.get_meta(pending.key) if history else None  # the append reads it too
-        with usage.gate.cpu.measure():  # the estimate is budgets' work: counted with the gate's
-            prompt = self._estimate(pending, history, meta)
+        if ride is not None and not history:  # what the ride was made for
+            prompt = ride.estimate
+        else:
+            with usage.gate.cpu.measure():  # the estimate is budgets' work: counted with the gate's
+                prompt = self._estimate(pending, history, meta)
         limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s
         names = usage.gate.names_of(member.message for member in pending.members)
         return await usage.gate.admit(agent, pending.message, prompt, pending.locale, limit, senders, names, ride)

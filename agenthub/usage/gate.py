@@ -245,7 +245,7 @@ class BudgetGate:
             lease = call is not None
             asked, tokens, ttl = call or (claims, estimate, ttl_s + RESERVATION_GRACE_S)
             sent = store.ride(asked, day, tokens, ttl, ignore=self.recorder.stored_releases())
-            ride = Ride(estimate, day, missing, claims, lease, tokens, sent)
+            ride = Ride(estimate, day, missing, claims, asked if lease else None, tokens, sent)
             if lease:  # other turns of these scopes wait for its answer, as for `_ask_lease`'s
                 ride.asking = asyncio.get_running_loop().create_future()
                 for part in missing:
@@ -270,12 +270,10 @@ class BudgetGate:
         rows = ride.sent.rows
         if rows is None:  # not made (or unknown: `let_go` releases its id)
             return
-        sent = ride.sent
-        if not ride.lease:
+        sent, asked = ride.sent, ride.lease
+        if asked is None:
             ride.reservation = reservation_of(ride.claims, sent.id, rows)
             return
-        asked = lease_claims(ride.claims, ride.tokens)
-        assert asked is not None
         reservation = reservation_of(asked, sent.id, rows)
         ride.granted, ride.refusal = self._lease_answer(
             ride.missing, ride.claims, ride.tokens, ride.estimate, reservation

@@ -28,8 +28,8 @@ class Ride:
     """The turn's parts no open lease had room for: what the call asked for."""
     claims: list[Claim]
     """Their claims, with the real limits."""
-    lease: bool
-    """A lease was asked for (its claims lowered), else a reservation for this turn alone."""
+    lease: list[Claim] | None
+    """The lowered claims a lease was asked with; None: a reservation for this turn alone was asked for."""
     tokens: int
     """What the call asked to reserve."""
     sent: ClaimRide

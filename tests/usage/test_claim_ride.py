@@ -115,6 +115,7 @@ async def test_one_persons_concurrent_new_chats_at_the_edge_overspend_by_at_most
                 messages = [InboundMessage("wecom", f"c-{wave}-{n}", "alice", f"question {n}") for n in range(32)]
                 handles = [await gw.submit(m) for m in messages]
                 finals = await settle_all(handles, fake_llm, hold, timeout_s=30)
+                await usage.gate.drain()  # the wave's settlements written
                 answered = sum(isinstance(f, DoneEvent) for f in finals)
                 refused = sum(isinstance(f, ErrorEvent) and f.code == "budget_exceeded" for f in finals)
                 assert answered + refused == 32
