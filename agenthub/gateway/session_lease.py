@@ -216,12 +216,11 @@ class SessionLeases:
                 freed.clear()
             sent_at = leases.clock()
             if self._claims is not None:
-                try:
-                    claim = await self._claims.claim(key, name, leases.holder, leases.ttl_s, ride=ride)
-                finally:
-                    if ride is not None:  # only in the first request: a session held elsewhere may take long
-                        ride.done()
-                        ride = None
+                if ride is not None:  # only in the first request: a session held elsewhere may take long
+                    claim = await self._claim_riding(key, name, ride)
+                    ride = None
+                else:
+                    claim = await self._claims.claim(key, name, leases.holder, leases.ttl_s)
                 if claim is not None:
                     self._freed.pop(name, None)
                     granted = Lease(name, leases.holder, claim.token, sent_at + leases.ttl_s)
@@ -240,6 +239,19 @@ class SessionLeases:
                 raise SessionBusyError(f"session {key} is held by another instance")
             await self._freed_or_after(name, delay)
             delay = min(delay * 2, POLL_MAX_S)
+
+    async def _claim_riding(self, key: SessionKey, name: str, ride: ClaimRide) -> SessionClaim | None:
+        """The claim with `ride` in it; should that request fail, the claim alone (a budget check is never why a
+        turn fails: it asks the store itself then, and a reservation the ride may have made is released)."""
+        assert self._claims is not None
+        leases = self._leases
+        try:
+            return await self._claims.claim(key, name, leases.holder, leases.ttl_s, ride=ride)
+        except StorageError as e:
+            log.warning("budget_ride_failed", session_key=str(key), error=str(e))
+        finally:
+            ride.done()
+        return await self._claims.claim(key, name, leases.holder, leases.ttl_s)
 
     def _claimed(
         self, key: SessionKey, lease: Lease, claim: SessionClaim, asked: bool

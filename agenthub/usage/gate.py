@@ -271,10 +271,15 @@ class BudgetGate:
         if rows is None:  # not made (or unknown: `let_go` releases its id)
             return
         sent, asked = ride.sent, ride.lease
-        if asked is None:
-            ride.reservation = reservation_of(ride.claims, sent.id, rows)
+        try:
+            reservation = reservation_of(ride.claims if asked is None else asked, sent.id, rows)
+        except StorageError as e:  # as a store call that fails: the turn's check asks the store itself
+            log.warning("budget_check_unavailable", error=str(e))
+            sent.rows = None  # the reservation it may have made is released (`let_go`)
             return
-        reservation = reservation_of(asked, sent.id, rows)
+        if asked is None:
+            ride.reservation = reservation
+            return
         ride.granted, ride.refusal = self._lease_answer(
             ride.missing, ride.claims, ride.tokens, ride.estimate, reservation
         )

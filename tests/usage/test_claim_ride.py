@@ -1,23 +1,24 @@
 """A turn's budget check made in its session's claim (PostgreSQL, `usage.ride.Ride`): a new person's first turn
 refused there stores nothing; a session with a history checks again (the ride's reservation left out, released);
-turns at a budget's edge overspend by at most one reservation; a ride the turn never uses is given back."""
+turns at a budget's edge overspend by at most one reservation; a ride the turn never uses is given back; a ride
+that fails fails neither the claim nor the turn."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from agenthub.config import Settings
-from agenthub.hosting.app import build_gateway
+from agenthub.hosting.app import build_gateway, open_stores
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.session_keys import session_key
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.sessions import PostgresSessionStore
-from agenthub.storage.usage import UsageRow
+from agenthub.storage.usage import Claim, ClaimRide, UsageRow
 from agenthub.usage.periods import day_of
-from tests.support.budgets import MAX_TOKENS, PER_CALL, counted_stores, settle_all, used_by
+from tests.support.budgets import MAX_TOKENS, PER_CALL, CountedReserves, counted_stores, settle_all, used_by
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 
 
@@ -174,3 +175,32 @@ async def test_a_ride_its_turn_never_uses_is_released_and_one_not_made_reserves_
         await stores.aclose()
     assert held == 0  # the lease ended with no turn: released
     assert taken is None and refused_claim.sent.rows is None and after == 0  # not granted: nothing reserved
+
+
+class BrokenRides(CountedReserves):
+    """The gateway's usage store, whose checks riding in a claim make the claim's request fail (the database
+    refuses the claims' JSON): what a failure of the riding part looks like."""
+
+    def ride(
+        self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
+    ) -> ClaimRide:
+        ride = super().ride(claims, day, tokens, ttl_s, ignore=ignore)
+        return ClaimRide(ride.id, (ride.params[0], "[{not json", *ride.params[2:]))
+
+
+async def test_a_failed_ride_fails_neither_the_claim_nor_the_turn_which_asks_the_store_itself(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    settings = _postgres(settings_factory, postgres_dsn, user_day=10**6)
+    stores = await open_stores(settings)
+    broken = BrokenRides(stores.usage)
+    stores.usage = broken  # type: ignore[assignment]  # the same store, its rides broken
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            final = await (await gw.submit(InboundMessage("wecom", "dm", "alice", "hello"))).result()
+            assert gw.turn_services.usage is not None
+            ridden = gw.turn_services.usage.gate.ridden
+    finally:
+        await stores.aclose()
+    assert isinstance(final, DoneEvent), final
+    assert (broken.rides, broken.reserves, ridden) == (1, 1, 0)  # the ride failed: checked by a call of its own
