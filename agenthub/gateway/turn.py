@@ -224,12 +224,8 @@ class TurnRunner:
         if usage is None or not self.gateway.claims_in_one(pending.key):
             return None
         senders = [member.message.sender_id for member in pending.members]
-        if not usage.gate.applies(agent, pending.message, senders):
-            return None
-        with usage.gate.cpu.measure():
-            estimate = self._estimate(pending, [], None)
         limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s
-        return usage.gate.ride(agent, pending.message, estimate, limit, senders)
+        return usage.gate.ride(agent, pending.message, lambda: self._estimate(pending, [], None), limit, senders)
 
     async def _execute(self, pending: PendingTurn, ride: Ride | None = None) -> TurnOutcome:
         gw, msg, agent = self.gateway, pending.message, pending.agent

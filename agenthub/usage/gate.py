@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -221,14 +221,15 @@ class BudgetGate:
         self,
         agent: AgentDefinition,
         message: InboundMessage,
-        estimate: int,
+        estimate_of: Callable[[], int],
         ttl_s: float,
         senders: Sequence[str] | None = None,
     ) -> Ride | None:
-        """The store call a turn of `estimate` tokens would make now (as `_reserve` asks: a lease when worth
+        """The store call a turn of `estimate_of()` tokens would make now (as `_reserve` asks: a lease when worth
         asking, else a reservation for the turn alone), to be made in its session's claim (a store that can:
         `RidingReserves`); None when it would make none (nothing limits it, its leases have room) or another turn
-        is asking for a lease of its scopes (it waits for that one's answer instead). Nothing is taken here."""
+        is asking for a lease of its scopes (it waits for that one's answer instead). Nothing is taken here; the
+        estimate is worked out (and counted) only when a limit applies."""
         store = self.store
         if not isinstance(store, RidingReserves) or not self._limited(agent):
             return None
@@ -236,6 +237,7 @@ class BudgetGate:
             plan = self.plan(agent, message, senders)
             if plan.claims is None:
                 return None
+            estimate = estimate_of()
             day = self.today()
             missing = [p for p in plan.parts_of(day) if not self.leases.has_room(p, estimate)]
             if not missing or any(p in self._asking for p in missing):

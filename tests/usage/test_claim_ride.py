@@ -148,7 +148,7 @@ async def test_a_ride_its_turn_never_uses_is_released_and_one_not_made_reserves_
             assert isinstance(sessions, PostgresSessionStore)
             agent = gw.agents.get("default")
             message = InboundMessage("wecom", "dm-a", "alice", "hi")
-            ride = gate.ride(agent, message, 300, 60.0)
+            ride = gate.ride(agent, message, lambda: 300, 60.0)
             assert ride is not None and ride.lease and ride.asking is not None
             claim = await sessions.claim(
                 session_key("default", "wecom", "dm-a"), "session:x", "me", 15.0, ride=ride.sent
@@ -162,7 +162,7 @@ async def test_a_ride_its_turn_never_uses_is_released_and_one_not_made_reserves_
             await gate.drain()
             held = await _count(sessions.database, "SELECT count(*) FROM usage_reservations")
             other = InboundMessage("wecom", "dm-b", "bob", "hi")
-            refused_claim = gate.ride(agent, other, 300, 60.0)
+            refused_claim = gate.ride(agent, other, lambda: 300, 60.0)
             assert refused_claim is not None
             taken = await sessions.claim(
                 session_key("default", "wecom", "dm-a"), "session:x", "someone-else", 15.0, ride=refused_claim.sent
