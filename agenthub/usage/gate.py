@@ -126,6 +126,8 @@ class BudgetGate:
         self._today = ("", 0.0, 0.0)  # the day, and the epoch seconds it starts and ends at
         self._warned: set[tuple[str, str]] = set()  # (scope key, period key) whose notice went out (this or any day)
         recorder.before_close.append(self.leases.close)
+        self._riding = store if isinstance(store, RidingReserves) else None
+        """The store, when a check can ride in a session's claim (asked once: a protocol's `isinstance` is slow)."""
         self.ridden = 0
         """Turns whose check was made in their session's claim and used (`Ride`; tests, a figure for the logs)."""
         self.cpu = CpuMeter()
@@ -230,8 +232,8 @@ class BudgetGate:
         `RidingReserves`); None when it would make none (nothing limits it, its leases have room) or another turn
         is asking for a lease of its scopes (it waits for that one's answer instead). Nothing is taken here; the
         estimate is worked out (and counted) only when a limit applies."""
-        store = self.store
-        if not isinstance(store, RidingReserves) or not self._limited(agent):
+        store = self._riding
+        if store is None or not self._limited(agent):
             return None
         with self.cpu.measure():
             plan = self.plan(agent, message, senders)
