@@ -1,7 +1,7 @@
 """A turn's budget check made in its session's claim (PostgreSQL, `usage.ride.Ride`): a new person's first turn
-refused there stores nothing; a session with a history checks again (the ride's reservation left out, released);
-turns at a budget's edge overspend by at most one reservation; a ride the turn never uses is given back; a ride
-that fails fails neither the claim nor the turn."""
+refused there stores nothing; a session with a history (or moved from another instance) checks again (the ride's
+reservation left out, released); turns at a budget's edge overspend by at most one reservation; a ride the turn
+never uses is given back; a ride that fails fails neither the claim nor the turn."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from agenthub.storage.usage import Claim, ClaimRide, UsageRow
 from agenthub.usage.periods import day_of
 from tests.support.budgets import MAX_TOKENS, PER_CALL, CountedReserves, counted_stores, settle_all, used_by
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
+from tests.support.shared_gateways import shared_instances
 
 
 def _postgres(settings_factory: Callable[..., Settings], dsn: str, **budgets: int) -> Settings:
@@ -204,3 +205,27 @@ async def test_a_failed_ride_fails_neither_the_claim_nor_the_turn_which_asks_the
         await stores.aclose()
     assert isinstance(final, DoneEvent), final
     assert (broken.rides, broken.reserves, ridden) == (1, 1, 0)  # the ride failed: checked by a call of its own
+
+
+async def test_a_session_moved_to_another_instance_is_checked_there_as_ever(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """alice's chat answered by one instance, her next message by another: that one claims the session (its check
+    riding in the claim, made for an empty history) and finds her history, so it checks her turn as ever; nothing
+    stays reserved."""
+    fake_llm.default_usage = PER_CALL
+    budgets = {"user_day": 2000}  # no lease fits: every turn reserves for itself
+    async with shared_instances(
+        tmp_path, fake_llm, postgres_dsn, 2, budgets=budgets, llm={"max_tokens": MAX_TOKENS}
+    ) as instances:
+        first = await (await instances[0].gateway.submit(InboundMessage("wecom", "dm", "alice", "first"))).result()
+        second = await (await instances[1].gateway.submit(InboundMessage("wecom", "dm", "alice", "second"))).result()
+        gates = [i.gateway.turn_services.usage.gate for i in instances if i.gateway.turn_services.usage]
+        for gate in gates:
+            await gate.drain()
+        reserved = await _count(instances[0].stores.usage.database, "SELECT count(*) FROM usage_reservations")  # type: ignore[attr-defined]
+        history = await instances[1].gateway.history.load(session_key("default", "wecom", "dm"))
+    assert isinstance(first, DoneEvent) and isinstance(second, DoneEvent), (first, second)
+    assert [gate.ridden for gate in gates] == [1, 0]  # the moved turn's ride was not for its estimate
+    assert reserved == 0
+    assert len(history) == 4  # both turns' messages and answers, in one history
