@@ -44,6 +44,7 @@ from agenthub.storage.singleton import InstanceLeases
 
 if TYPE_CHECKING:
     from agenthub.storage.ports import MemoryStore
+    from agenthub.storage.usage import ClaimRide
 
 log = structlog.get_logger(__name__)
 
@@ -348,16 +349,20 @@ class GatewayCore:
         override = agent.config.lock_timeout_s if agent is not None else None
         return override or self.settings.session.lock_timeout_s
 
-    async def prepare_turn(self, pending: PendingTurn) -> bool:
+    async def prepare_turn(self, pending: PendingTurn, ride: ClaimRide | None = None) -> bool:
         """Inside the turn's time limit: hold the session's lease (waiting while another instance runs it), then
-        keep its arrival order; False when an earlier message waits in the local queue (the turn is requeued)."""
-        await self.session_leases.claim(pending.key)
+        keep its arrival order; False when an earlier message waits in the local queue (the turn is requeued).
+        `ride`: the turn's budget reservation, made in the claim's request (`claims_in_one`)."""
+        await self.session_leases.claim(pending.key, ride=ride)
         state = self.sessions.get(pending.key)
         if not await self.arrival_order.ready(pending, state.queue if state is not None else []):
             return False
         if not await self.still_ours(pending):  # claimed by another instance while this one looked dead
             raise EntryTakenOver()
         return True
+
+    def claims_in_one(self, key: SessionKey) -> bool:
+        return self.session_leases.claims_in_one(key)
 
     async def still_ours(self, pending: PendingTurn) -> bool:
         """Whether every inbox entry of the turn is still this instance's to answer (asked of the shared inbox)."""

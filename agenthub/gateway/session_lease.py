@@ -34,6 +34,7 @@ from agenthub.storage.lease_lane import Kept, LaneRenewals, RenewalLane
 from agenthub.storage.ports import LeaseSignals, QuickLookup
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.store import FencedWriteError
+from agenthub.storage.usage import ClaimRide
 
 log = structlog.get_logger(__name__)
 
@@ -141,10 +142,23 @@ class SessionLeases:
         except TimeoutError:
             raise SessionBusyError(f"session {key} is held by another instance") from None
 
-    async def claim(self, key: SessionKey, *, wait: bool = True) -> None:
+    def claims_in_one(self, key: SessionKey) -> bool:
+        """Whether a `claim` of `key` now would be one request of a store that claims in one (`SessionClaims`):
+        something else can ride in it (`ride`)."""
+        return self._claims is not None and key not in self._held
+
+    async def claim(self, key: SessionKey, *, wait: bool = True, ride: ClaimRide | None = None) -> None:
         """Hold `key`'s lease: nothing to do while this instance holds it; otherwise acquire it, polling while
         another instance holds it (`wait=False`: SessionBusyError at once instead). On gain the store is fenced
-        with its token and, if another instance may have written the session since, the cached copy dropped."""
+        with its token and, if another instance may have written the session since, the cached copy dropped.
+        `ride`: a budget reservation made in the claim's request when the store claims in one (`claims_in_one`)."""
+        try:
+            await self._claim(key, wait=wait, ride=ride)
+        finally:
+            if ride is not None:
+                ride.done()  # made in the claim's first request, or not at all
+
+    async def _claim(self, key: SessionKey, *, wait: bool, ride: ClaimRide | None) -> None:
         if not self.shared:
             return
         if key in self._held:
@@ -155,7 +169,7 @@ class SessionLeases:
         releasing = self._releasing.get(key)
         if releasing is not None:  # our own release of it still in flight: it must not expire the new grant
             await asyncio.shield(releasing)
-        lease, asked, moved, new = await self._acquire(key, wait=wait)
+        lease, asked, moved, new = await self._acquire(key, wait=wait, ride=ride)
         try:
             if moved is None:
                 moved = await self._history.store.fence(key, lease.token)
@@ -184,7 +198,9 @@ class SessionLeases:
         if len(self._staying) > STAYING_KEPT:
             self._staying.popitem(last=False)
 
-    async def _acquire(self, key: SessionKey, *, wait: bool) -> tuple[Lease, bool, bool | None, bool]:
+    async def _acquire(
+        self, key: SessionKey, *, wait: bool, ride: ClaimRide | None = None
+    ) -> tuple[Lease, bool, bool | None, bool]:
         """The lease, whether another instance had to be asked for it first, whether the session may have moved
         (None: not fenced yet; a store that claims in one request fences with the grant), and whether no instance
         held it before (only such a store tells: `SessionClaim.new`). While another
@@ -200,7 +216,11 @@ class SessionLeases:
                 freed.clear()
             sent_at = leases.clock()
             if self._claims is not None:
-                claim = await self._claims.claim(key, name, leases.holder, leases.ttl_s)
+                if ride is not None:  # only in the first request: a session held elsewhere may take long
+                    claim = await self._claim_riding(key, name, ride)
+                    ride = None
+                else:
+                    claim = await self._claims.claim(key, name, leases.holder, leases.ttl_s)
                 if claim is not None:
                     self._freed.pop(name, None)
                     granted = Lease(name, leases.holder, claim.token, sent_at + leases.ttl_s)
@@ -219,6 +239,19 @@ class SessionLeases:
                 raise SessionBusyError(f"session {key} is held by another instance")
             await self._freed_or_after(name, delay)
             delay = min(delay * 2, POLL_MAX_S)
+
+    async def _claim_riding(self, key: SessionKey, name: str, ride: ClaimRide) -> SessionClaim | None:
+        """The claim with `ride` in it; should that request fail, the claim alone (a budget check is never why a
+        turn fails: it asks the store itself then, and a reservation the ride may have made is released)."""
+        assert self._claims is not None
+        leases = self._leases
+        try:
+            return await self._claims.claim(key, name, leases.holder, leases.ttl_s, ride=ride)
+        except StorageError as e:
+            log.warning("budget_ride_failed", session_key=str(key), error=str(e))
+        finally:
+            ride.done()
+        return await self._claims.claim(key, name, leases.holder, leases.ttl_s)
 
     def _claimed(
         self, key: SessionKey, lease: Lease, claim: SessionClaim, asked: bool

@@ -46,7 +46,11 @@ if TYPE_CHECKING:
     from agenthub.search.api import Searcher
     from agenthub.session.history import SessionHistory
     from agenthub.session_keys import SessionKey
+    from agenthub.storage.meta import SessionMeta
+    from agenthub.storage.store import HistoryRecord
+    from agenthub.storage.usage import ClaimRide
     from agenthub.usage.gate import Admission, Refusal
+    from agenthub.usage.ride import Ride
 
 log = structlog.get_logger(__name__)
 
@@ -112,9 +116,14 @@ class TurnHost(Protocol):
 
     def take_notices(self, key: SessionKey) -> list[Text]: ...
 
-    async def prepare_turn(self, pending: PendingTurn) -> bool:
+    async def prepare_turn(self, pending: PendingTurn, ride: ClaimRide | None = None) -> bool:
         """Hold the session for this turn (its lease) and keep its arrival order; False: requeue it;
-        `EntryTakenOver` when another instance answers one of its messages now."""
+        `EntryTakenOver` when another instance answers one of its messages now. `ride`: a budget reservation
+        sent with the session's claim, if one is made now (`claims_in_one`)."""
+        ...
+
+    def claims_in_one(self, key: SessionKey) -> bool:
+        """Whether the turn's session would be claimed now in one request something can ride in."""
         ...
 
     async def still_ours(self, pending: PendingTurn) -> bool:
@@ -194,17 +203,31 @@ class TurnRunner:
         """`_execute` cancelled once it has run `limit_s` seconds (a hung tool or model call); `TurnTimedOut` then."""
         deadline = asyncio.timeout(limit_s)
         pending.began = time.monotonic()
+        ride = self._ride(pending)  # the turn's budget check, sent with its session's claim when one is made
         try:
             async with deadline:  # waiting for another instance to let the session go counts against it too
-                if not await self.gateway.prepare_turn(pending):
+                if not await self.gateway.prepare_turn(pending, None if ride is None else ride.sent):
                     return TurnOutcome(False, DEFERRED)
-                return await self._execute(pending)
+                return await self._execute(pending, ride)
         except TimeoutError:
             if deadline.expired():
                 raise TurnTimedOut(limit_s) from None
             raise
+        finally:  # ended before its check (deferred, taken over, failed): a reservation the ride made goes
+            if ride is not None and self.services.usage is not None:
+                self.services.usage.gate.let_go(ride)
 
-    async def _execute(self, pending: PendingTurn) -> TurnOutcome:
+    def _ride(self, pending: PendingTurn) -> Ride | None:
+        """The budget check of a turn whose session is claimed in one request (PostgreSQL) before its check: the
+        estimate as `_admit` makes it for a session without history (so exactly its own for a new session)."""
+        usage, agent = self.services.usage, pending.agent
+        if usage is None or not self.gateway.claims_in_one(pending.key):
+            return None
+        senders = [member.message.sender_id for member in pending.members]
+        limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s
+        return usage.gate.ride(agent, pending.message, lambda: self._estimate(pending, [], None), limit, senders)
+
+    async def _execute(self, pending: PendingTurn, ride: Ride | None = None) -> TurnOutcome:
         gw, msg, agent = self.gateway, pending.message, pending.agent
         provider, model, warnings = gw.providers.resolve(
             msg.model_hint, msg.provider_hint, agent.config.provider, agent.config.model
@@ -232,7 +255,7 @@ class TurnRunner:
             names = self.services.usage.gate.names_of(member.message for member in pending.members)
             if names:
                 self.services.usage.recorder.name(msg.channel, names)
-        admission = await self._admit(pending)
+        admission = await self._admit(pending, ride)
         if admission is None:  # nothing limits this turn
             return await self._answer(pending, provider, model, stored, fresh, intakes, refusals)
         if admission.refused:  # refused before any model call, nothing stored
@@ -281,22 +304,31 @@ class TurnRunner:
         final = DoneEvent(result.text, result.usage, str(pending.key))
         return TurnOutcome(True, "ok", result.usage, result.last_usage, provider, model, final)
 
-    async def _admit(self, pending: PendingTurn) -> Admission | Refusal | None:
-        """The gate's word (None: no budget applies), reserving an estimate of the prompt plus `max_tokens`."""
+    async def _admit(self, pending: PendingTurn, ride: Ride | None = None) -> Admission | Refusal | None:
+        """The gate's word (None: no budget applies), reserving an estimate of the prompt plus `max_tokens`
+        (`ride`: the check sent with the session's claim, taken when it asked for this very estimate)."""
         usage, agent = self.services.usage, pending.agent
         senders = [member.message.sender_id for member in pending.members]  # a joined turn: every sender's budget
-        if usage is None or not usage.gate.applies(agent, pending.message, senders):
-            return None
+        if usage is None or (ride is None and not usage.gate.applies(agent, pending.message, senders)):
+            return None  # (a ride is made only for a turn budgets apply to)
         history = await self.gateway.history.load(pending.key)  # the read the turn makes anyway (then cached)
         meta = await self.gateway.history.get_meta(pending.key) if history else None  # the append reads it too
-        with usage.gate.cpu.measure():  # the estimate is budgets' work: counted with the gate's
-            prompt = sum(int(u.get(k, 0)) for k in PROMPT_KINDS) if meta and (u := meta.last_usage) else 0
-            prompt = prompt or estimate_tokens(history)  # the last call's prompt, else the history's estimate
-            prompt += sum(estimate_text_tokens(member.message.content) for member in pending.members)
-            prompt += agent.config.max_tokens or self.gateway.settings.llm.max_tokens  # and the reply's room
+        if ride is not None and not history:  # what the ride was made for
+            prompt = ride.estimate
+        else:
+            with usage.gate.cpu.measure():  # the estimate is budgets' work: counted with the gate's
+                prompt = self._estimate(pending, history, meta)
         limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s
         names = usage.gate.names_of(member.message for member in pending.members)
-        return await usage.gate.admit(agent, pending.message, prompt, pending.locale, limit, senders, names)
+        return await usage.gate.admit(agent, pending.message, prompt, pending.locale, limit, senders, names, ride)
+
+    def _estimate(self, pending: PendingTurn, history: list[HistoryRecord], meta: SessionMeta | None) -> int:
+        """The turn's estimate: the last call's prompt (else the history's estimate), the new messages, and the
+        reply's room (`max_tokens`)."""
+        prompt = sum(int(u.get(k, 0)) for k in PROMPT_KINDS) if meta and (u := meta.last_usage) else 0
+        prompt = prompt or estimate_tokens(history)
+        prompt += sum(estimate_text_tokens(member.message.content) for member in pending.members)
+        return prompt + (pending.agent.config.max_tokens or self.gateway.settings.llm.max_tokens)
 
     async def _still_ours_after_answer(self, pending: PendingTurn) -> bool:
         """`still_ours`, once the answer is stored; a store that cannot tell: ours (the answer is delivered)."""

@@ -15,6 +15,7 @@ from agenthub.errors import StorageError
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease_lane import Kept, LaneRenewals, RenewalLane
 from agenthub.storage.ports import BatchRenewal, LeaseStore
+from agenthub.storage.usage import ClaimRide
 
 log = structlog.get_logger(__name__)
 
@@ -72,9 +73,12 @@ class SessionClaims(Protocol):
         """Whether `leases` (a lease store) is the one this store's claims take leases from."""
         ...
 
-    async def claim(self, key: SessionKey, name: str, holder: str, ttl_s: float) -> SessionClaim | None:
+    async def claim(
+        self, key: SessionKey, name: str, holder: str, ttl_s: float, *, ride: ClaimRide | None = None
+    ) -> SessionClaim | None:
         """Acquire lease `name` for `holder` (as `LeaseSignals.acquire_or_ask`: refused, None, and the holder asked
-        for it) and, granted, `fence(key, token)`; the caller makes the `Lease` (its time counted from before)."""
+        for it) and, granted, `fence(key, token)`; the caller makes the `Lease` (its time counted from before).
+        `ride`: a budget check and reservation made in the same request once granted (`ClaimRide.rows`)."""
         ...
 
     async def let_go(self, key: SessionKey, lease: Lease) -> None:

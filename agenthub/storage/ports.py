@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from agenthub.storage.search_vectors import Stored, Vector
     from agenthub.storage.store import HistoryRecord, SessionActivity
     from agenthub.storage.tokens import StoredToken
-    from agenthub.storage.usage import Claim, Forgotten, Reservation, UsageRow
+    from agenthub.storage.usage import Claim, ClaimRide, Forgotten, Reservation, UsageRow
 
 
 class SessionStore(Protocol):
@@ -386,6 +386,17 @@ class IdempotencyStore(Protocol):
 
     async def release(self, scope: str, key: str) -> None:
         """Free a key whose message was not stored (refused): a retry runs it."""
+        ...
+
+
+@runtime_checkable
+class RidingReserves(Protocol):
+    """A usage store whose check-and-reserve can ride in a session's claim (`SessionClaims.claim`, PostgreSQL)."""
+
+    def ride(
+        self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
+    ) -> ClaimRide:
+        """`reserve`'s request, to be sent with a claim; its rows are read with `storage.usage.reservation_of`."""
         ...
 
 

@@ -15,7 +15,7 @@ import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -130,6 +130,40 @@ def judge(claims: Sequence[Claim], used: dict[str, tuple[int, int]]) -> tuple[li
                 standings.append(Standing(claim.scope, period, limit, value))  # type: ignore[arg-type]
     refused = next((s for s in standings if s.used >= s.limit), None)
     return standings, refused
+
+
+def reservation_of(
+    claims: Sequence[Claim], rid: str, rows: Sequence[tuple[Any, ...]], what: str = "reserve a turn's budget"
+) -> Reservation:
+    """The answer of a check-and-reserve (`usage_reserve_except`'s rows: scope key, day and month used plus
+    reserved, whether it reserved), judged as the store judged it."""
+    used = {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
+    standings, refused = judge(claims, used)
+    reserved = all(bool(r[3]) for r in rows)
+    if not reserved and refused is None:  # cannot happen: the same rule on both sides
+        raise StorageError(f"could not {what}: the database and AgentHub disagree")
+    return Reservation(rid if reserved else None, standings, refused)
+
+
+@dataclass(eq=False, slots=True)
+class ClaimRide:
+    """A budget check and reservation made in the statement of a session's claim (PostgreSQL: the turn of a
+    session this instance does not hold pays one round trip for both). `params`: the usage store's own
+    (`RidingReserves.ride`); the claim sets `sent` before it sends it (from then on a reservation `id` may exist)
+    and `rows` once answered (None: not made, the lease was not granted or a newer token fenced the session)."""
+
+    id: str
+    params: tuple[object, ...]
+    sent: bool = False
+    rows: list[tuple[Any, ...]] | None = None
+    then: Callable[[], None] | None = None
+    """Called once the claim it rode in came back (or failed, or was not made: `done`)."""
+
+    def done(self) -> None:
+        """The claim is through with it (answered, failed, or not made): `then`, once."""
+        then, self.then = self.then, None
+        if then is not None:
+            then()
 
 
 @dataclass(frozen=True, slots=True)

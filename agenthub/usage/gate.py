@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -18,8 +18,8 @@ from agenthub.clock import Clock
 from agenthub.config import BudgetLimits, BudgetSettings
 from agenthub.errors import StorageError
 from agenthub.messages import SENDER_NAME, InboundMessage
-from agenthub.storage.ports import UsageStore
-from agenthub.storage.usage import Claim, Reservation, Scope, Standing, judge
+from agenthub.storage.ports import RidingReserves, UsageStore
+from agenthub.storage.usage import Claim, Reservation, Scope, Standing, judge, reservation_of
 from agenthub.usage.leases import (
     LEASE_ADMIT_S,
     Grant,
@@ -32,6 +32,7 @@ from agenthub.usage.leases import (
 from agenthub.usage.meter import CpuMeter
 from agenthub.usage.periods import day_of, period_key, resets_at
 from agenthub.usage.recorder import UsageRecorder
+from agenthub.usage.ride import Ride
 
 log = structlog.get_logger(__name__)
 
@@ -125,6 +126,10 @@ class BudgetGate:
         self._today = ("", 0.0, 0.0)  # the day, and the epoch seconds it starts and ends at
         self._warned: set[tuple[str, str]] = set()  # (scope key, period key) whose notice went out (this or any day)
         recorder.before_close.append(self.leases.close)
+        self._riding = store if isinstance(store, RidingReserves) else None
+        """The store, when a check can ride in a session's claim (asked once: a protocol's `isinstance` is slow)."""
+        self.ridden = 0
+        """Turns whose check was made in their session's claim and used (`Ride`; tests, a figure for the logs)."""
         self.cpu = CpuMeter()
         """The CPU time spent in `applies`, `admit` and `settle` (with their store calls and lease bookkeeping), and
         in what the caller measures with it (the turn's estimate): what budgets cost the turns."""
@@ -205,12 +210,99 @@ class BudgetGate:
         ttl_s: float,
         senders: Sequence[str] | None = None,
         names: Mapping[str, str] | None = None,
+        ride: Ride | None = None,
     ) -> Admission | Refusal:
         """Refused when a limit is reached by what was used plus what running turns reserved; else `estimate`
         tokens are reserved (in every scope: each sender's of a joined turn too). A store that cannot answer lets
         the turn through (logged): budgets never stop a chat because the database blinked. `names`: sender id →
-        display name, where the channel gave one (a joined turn's refusal names the member, else by their id)."""
-        return await self.cpu.run(self._admit(agent, message, estimate, locale, ttl_s, senders, names))
+        display name, where the channel gave one (a joined turn's refusal names the member, else by their id).
+        `ride`: the turn's `ride`, sent with its session's claim (its answer used when it still fits, else let go)."""
+        return await self.cpu.run(self._admit(agent, message, estimate, locale, ttl_s, senders, names, ride))
+
+    def ride(
+        self,
+        agent: AgentDefinition,
+        message: InboundMessage,
+        estimate_of: Callable[[], int],
+        ttl_s: float,
+        senders: Sequence[str] | None = None,
+    ) -> Ride | None:
+        """The store call a turn of `estimate_of()` tokens would make now (as `_reserve` asks: a lease when worth
+        asking, else a reservation for the turn alone), to be made in its session's claim (a store that can:
+        `RidingReserves`); None when it would make none (nothing limits it, its leases have room) or another turn
+        is asking for a lease of its scopes (it waits for that one's answer instead). Nothing is taken here; the
+        estimate is worked out (and counted) only when a limit applies."""
+        store = self._riding
+        if store is None or not self._limited(agent):
+            return None
+        with self.cpu.measure():
+            plan = self.plan(agent, message, senders)
+            if plan.claims is None:
+                return None
+            estimate = estimate_of()
+            day = self.today()
+            missing = [p for p in plan.parts_of(day) if not self.leases.has_room(p, estimate)]
+            if not missing or any(p in self._asking for p in missing):
+                return None
+            claims = [c for part in missing for c in part.claims]
+            call = self._lease_call(missing, claims, estimate, ttl_s) if self._worth_asking(missing) else None
+            lease = call is not None
+            asked, tokens, ttl = call or (claims, estimate, ttl_s + RESERVATION_GRACE_S)
+            sent = store.ride(asked, day, tokens, ttl, ignore=self.recorder.stored_releases())
+            ride = Ride(estimate, day, missing, claims, asked if lease else None, tokens, sent)
+            if lease:  # other turns of these scopes wait for its answer, as for `_ask_lease`'s
+                ride.asking = asyncio.get_running_loop().create_future()
+                for part in missing:
+                    self._asking[part] = ride.asking
+            sent.then = lambda: self.answered(ride)  # by the claim (`ClaimRide.done`)
+            return ride
+
+    def answered(self, ride: Ride) -> None:
+        """The claim `ride` went with came back, or failed, or was not made (the session was held already): its
+        answer taken in (a lease granted is the instance's from now on); the turns waiting for it go on."""
+        if not ride.answered:
+            with self.cpu.measure():
+                self._answered(ride)
+
+    def _answered(self, ride: Ride) -> None:
+        ride.answered = True
+        if ride.asking is not None:
+            for part in ride.missing:
+                if self._asking.get(part) is ride.asking:
+                    del self._asking[part]
+            ride.asking.set_result(None)
+        rows = ride.sent.rows
+        if rows is None:  # not made (or unknown: `let_go` releases its id)
+            return
+        sent, asked = ride.sent, ride.lease
+        try:
+            reservation = reservation_of(ride.claims if asked is None else asked, sent.id, rows)
+        except StorageError as e:  # as a store call that fails: the turn's check asks the store itself
+            log.warning("budget_check_unavailable", error=str(e))
+            sent.rows = None  # the reservation it may have made is released (`let_go`)
+            return
+        if asked is None:
+            ride.reservation = reservation
+            return
+        ride.granted, ride.refusal = self._lease_answer(
+            ride.missing, ride.claims, ride.tokens, ride.estimate, reservation
+        )
+
+    def let_go(self, ride: Ride | None) -> None:
+        """The turn is done with `ride` without using it (its estimate differs, or it ended before its check): the
+        share of a lease it was granted goes back to the lease, a reservation it made is released."""
+        if ride is not None and not ride.used:
+            with self.cpu.measure():
+                self._let_go(ride)
+
+    def _let_go(self, ride: Ride) -> None:
+        if not ride.answered:
+            self._answered(ride)
+        ride.used = True  # once
+        self._give_back(ride.granted, ride.estimate)  # a lease it was granted stays the instance's
+        made = ride.reservation is not None and ride.reservation.id is not None
+        if ride.sent.sent and (ride.sent.rows is None or made):  # made, or perhaps made (no answer)
+            self.recorder.release(ride.sent.id, unspent=True)
 
     async def _admit(
         self,
@@ -221,15 +313,26 @@ class BudgetGate:
         ttl_s: float,
         senders: Sequence[str] | None,
         names: Mapping[str, str] | None,
+        ride: Ride | None = None,
     ) -> Admission | Refusal:
         plan = self.plan(agent, message, senders)
         if plan.claims is None:
+            if ride is not None and not ride.used:
+                self._let_go(ride)
             return Admission()
         limits = plan.limits
         named = dict(names or {}) if plan.several else None  # a joined turn: a sender's limit names them
         day = self.today()
         parts = plan.parts_of(day)
-        taken = self._take(parts, {}, estimate)
+        taken: dict[LeaseKey, Lease] = {}
+        if ride is not None:
+            if ride.answered and ride.estimate == estimate and ride.day == day:
+                own, taken = self._ridden(ride, parts, estimate)
+                if own is not None:
+                    return await self._answer(own, taken, [], estimate, day, locale, named, limits.warn_at)
+            if not ride.used:  # let go before the turn takes from leases
+                self._let_go(ride)
+        taken = self._take(parts, taken, estimate)
         if len(taken) == len(parts):  # far from every limit: admitted from this instance's leases, no store call
             admission = Admission(None, leases=list(taken.values()), estimate=estimate)
             return await self._warned_of(admission, [], limits.warn_at, day, locale, named)
@@ -247,14 +350,48 @@ class BudgetGate:
         except StorageError as e:
             log.warning("budget_check_unavailable", error=str(e))
             return Admission()
+        return await self._answer(reservation, taken, granted, estimate, day, locale, named, limits.warn_at)
+
+    def _ridden(
+        self, ride: Ride, parts: list[LeaseKey], estimate: int
+    ) -> tuple[Reservation | None, dict[LeaseKey, Lease]]:
+        """What the turn has from its `ride` (answered, for this estimate): a refusal; or its own reservation, with
+        the other parts taken from leases (each has room: nothing awaited since); or (None) the leases it was
+        granted, the other parts still to take; (None, {}): nothing (no lease was granted near a limit; a part the
+        reservation was made without has no lease with room now)."""
+        own = ride.refusal or ride.reservation
+        others = [p for p in parts if p not in ride.missing]
+        if ride.granted:
+            taken = dict(zip(ride.missing, ride.granted, strict=True))
+            own = None
+        elif own is None or (own.refused is None and not all(self.leases.has_room(p, estimate) for p in others)):
+            return None, {}
+        else:  # refused, or its own reservation with every other part from a lease with room
+            taken = {} if own.refused is not None else self._take(others, {}, estimate)
+        ride.used = True
+        self.ridden += 1
+        return own, taken
+
+    async def _answer(
+        self,
+        reservation: Reservation,
+        taken: dict[LeaseKey, Lease],
+        granted: list[Lease],
+        estimate: int,
+        day: str,
+        locale: str,
+        named: Mapping[str, str] | None,
+        warn_at: float,
+    ) -> Admission | Refusal:
+        """The turn refused (`reservation.refused`), or admitted with its reservation and leases."""
         if reservation.refused is not None:
             standing = reservation.refused
             self.recorder.refusals[standing.scope.kind] += 1
             log.info("budget_refused", scope=standing.scope.key, period=standing.period, limit=standing.limit)
             return Refusal(standing, self.refusal_text(standing, locale, named=named))
         admission = Admission(reservation.id, leases=[*taken.values(), *granted], estimate=estimate)
-        due = [s for s in reservation.standings if s.used + estimate >= limits.warn_at * s.limit]
-        return await self._warned_of(admission, due, limits.warn_at, day, locale, named)
+        due = [s for s in reservation.standings if s.used + estimate >= warn_at * s.limit]
+        return await self._warned_of(admission, due, warn_at, day, locale, named)
 
     async def _warned_of(
         self,
@@ -312,7 +449,7 @@ class BudgetGate:
             return Reservation(None), []
         claims = [c for part in missing for c in part.claims]
         try:
-            if all(self.leases.worth_asking(p) for p in missing):
+            if self._worth_asking(missing):
                 granted, refused = await self._ask_lease(missing, claims, day, estimate, ttl_s)
                 if refused is not None:  # a limit itself is reached: refused without a second call
                     self._give_back(taken.values(), estimate)
@@ -335,11 +472,10 @@ class BudgetGate:
         """Leases of `LEASE_TURNS` (or more: `Leases.turns`) estimates for the `missing` parts (one grant), this
         turn the first of each;
         ([], None): none (near a limit: the parts near it go cold); ([], refusal): a limit is reached."""
-        tokens = estimate * min(self.leases.turns(p) for p in missing)
-        asked = lease_claims(claims, tokens)
-        if asked is None:
+        call = self._lease_call(missing, claims, estimate, ttl_s)
+        if call is None:
             return [], None
-        lease_ttl = ttl_s + LEASE_ADMIT_S + RESERVATION_GRACE_S
+        asked, tokens, lease_ttl = call
         asking = asyncio.get_running_loop().create_future()
         for part in missing:
             self._asking[part] = asking
@@ -351,6 +487,25 @@ class BudgetGate:
             for part in missing:
                 del self._asking[part]
             asking.set_result(None)
+        return self._lease_answer(missing, claims, tokens, estimate, reservation)
+
+    def _worth_asking(self, missing: list[LeaseKey]) -> bool:
+        return all(self.leases.worth_asking(p) for p in missing)
+
+    def _lease_call(
+        self, missing: list[LeaseKey], claims: list[Claim], estimate: int, ttl_s: float
+    ) -> tuple[list[Claim], int, float] | None:
+        """What a lease for the `missing` parts is asked with: the lowered claims, its tokens (`LEASE_TURNS`, or
+        more: `Leases.turns`, estimates) and time to live; None when no limit could ever allow it."""
+        tokens = estimate * min(self.leases.turns(p) for p in missing)
+        asked = lease_claims(claims, tokens)
+        return None if asked is None else (asked, tokens, ttl_s + LEASE_ADMIT_S + RESERVATION_GRACE_S)
+
+    def _lease_answer(
+        self, missing: list[LeaseKey], claims: list[Claim], tokens: int, estimate: int, reservation: Reservation
+    ) -> tuple[list[Lease], Reservation | None]:
+        """The store's answer to a lease's call: the leases granted (the asking turn the first of each), or none
+        (near a limit: the parts near it go cold), with the refusal when a limit itself is reached."""
         if reservation.id is not None:
             grant = Grant(reservation.id, len(missing))
             standings = _standings(claims, reservation.standings)

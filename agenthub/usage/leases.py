@@ -134,6 +134,13 @@ class Leases:
         lease.running += 1
         return lease
 
+    def has_room(self, key: LeaseKey, estimate: int) -> bool:
+        """Whether `take` would admit a turn of `estimate` tokens now (nothing taken, nothing ended)."""
+        lease = self._open.get(key)
+        return (
+            lease is not None and self._monotonic() < lease.admit_until and lease.committed + estimate <= lease.tokens
+        )
+
     def worth_asking(self, key: LeaseKey) -> bool:
         """False for a while after the store refused a lease for `key` (near a limit: per-turn reservations)."""
         until = self._cold.get(key)

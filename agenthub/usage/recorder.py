@@ -178,11 +178,12 @@ class UsageRecorder:
         while self._writer is not None and not self._writer.done():
             await asyncio.wait([self._writer])
 
-    def release(self, reservation_id: str) -> None:
+    def release(self, reservation_id: str, *, unspent: bool = False) -> None:
         """End the reservation in the writer's next write, together with (so never before) every row seen so far:
-        the turn's calls; the writes of concurrent turns' settlements are batched."""
+        the turn's calls; the writes of concurrent turns' settlements are batched. `unspent`: nothing was spent
+        under it (a turn's check that rode in its session's claim and was not used): checks leave it out at once."""
         self._releases.append(reservation_id)
-        self._marks[reservation_id] = self._stored + self._writing + len(self._pending)
+        self._marks[reservation_id] = 0 if unspent else self._stored + self._writing + len(self._pending)
         self._kick()
 
     def releases_waiting(self) -> set[str]:

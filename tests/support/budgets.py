@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import pytest
 
+from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.hosting.app import open_stores
 from agenthub.messages import ReplyEvent
-from agenthub.storage.usage import Scope
+from agenthub.storage.ports import RidingReserves, UsageStore
+from agenthub.storage.stores import Stores
+from agenthub.storage.usage import Claim, ClaimRide, Reservation, Scope
 from agenthub.usage.report import totals
 from tests.support.fakes.anthropic import FakeAnthropic
 
@@ -41,3 +46,36 @@ async def settle_all(
 
 def store_of(backend: str, request: pytest.FixtureRequest) -> dict[str, str]:
     return {"backend": "postgres", "dsn": request.getfixturevalue("postgres_dsn")} if backend == "postgres" else {}
+
+
+class CountedReserves:
+    """The store the gateway uses, with its `reserve` calls counted (the round trips a check costs), and the checks
+    that ride in a session's claim instead (PostgreSQL: `rides`, no round trip of their own)."""
+
+    def __init__(self, store: UsageStore) -> None:
+        self.store = store
+        self.reserves = 0
+        self.rides = 0
+
+    def ride(
+        self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
+    ) -> ClaimRide:
+        assert isinstance(self.store, RidingReserves)
+        self.rides += 1
+        return self.store.ride(claims, day, tokens, ttl_s, ignore=ignore)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    async def reserve(
+        self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
+    ) -> Reservation:
+        self.reserves += 1
+        return await self.store.reserve(claims, day, tokens, ttl_s, ignore=ignore)
+
+
+async def counted_stores(settings: Settings) -> tuple[Stores, CountedReserves]:
+    stores = await open_stores(settings)
+    counted = CountedReserves(stores.usage)
+    stores.usage = counted  # type: ignore[assignment]  # the same store, its calls counted
+    return stores, counted

@@ -35,6 +35,7 @@ async def test_one_persons_turns_spread_over_three_instances_overspend_by_at_mos
             assert len(answered) + len(refused) == 30
             assert len(fake_llm.message_requests()) - before == len(answered)
             assert refused
+        assert all(_ridden(instances))  # every instance checked new chats' turns in their sessions' claims
         for instance in instances:
             usage = instance.gateway.turn_services.usage
             assert usage is not None
@@ -84,11 +85,13 @@ async def test_many_peoples_turns_under_an_agent_limit_on_three_instances_oversp
             lambda wave, n: InboundMessage("wecom", f"dm-{wave}-{n}", f"p{wave}-{n}", f"question {n}"),
         )
         leased = _leases_granted(instances)
+        ridden = _ridden(instances)
         rows = await instances[0].stores.usage.days("2000-01-01", "2100-01-01")
     used = totals(rows, Scope("agent", "", "default"), "2000-01-01", {}).tokens
     reservation = MAX_TOKENS + 1 + estimate_text_tokens("question 14")
     assert limit - 2 * reservation <= used <= limit + reservation
     assert all(leased)  # every instance admitted the agent's turns from leases of its own
+    assert all(ridden)
 
 
 async def _wave(instances: Sequence[Instance], fake: FakeAnthropic, messages: list[InboundMessage]) -> list[ReplyEvent]:
@@ -123,3 +126,8 @@ def _leases_granted(instances: Sequence[Instance]) -> list[int]:
         i.gateway.turn_services.usage.gate.leases.granted_count if i.gateway.turn_services.usage else 0
         for i in instances
     ]
+
+
+def _ridden(instances: Sequence[Instance]) -> list[int]:
+    """How many turns each instance checked in their sessions' claims (`usage.ride.Ride`)."""
+    return [i.gateway.turn_services.usage.gate.ridden if i.gateway.turn_services.usage else 0 for i in instances]

@@ -9,6 +9,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub.errors import StorageError
+from agenthub.storage.postgres.schema_claim_ride import CLAIM_RIDE_SQL, CLAIM_RIDE_WHAT
 from agenthub.storage.postgres.schema_forgotten import USAGE_FORGOTTEN_SQL, USAGE_FORGOTTEN_WHAT
 from agenthub.storage.postgres.schema_memory_clock import MEMORY_CLOCK_SQL, MEMORY_CLOCK_WHAT
 from agenthub.storage.postgres.schema_search import SEARCH_PACKED_SQL, SEARCH_PACKED_WHAT
@@ -774,6 +775,9 @@ SEARCH_NAMES = Migration(24, SEARCH_NAMES_WHAT, SEARCH_NAMES_SQL)
 MEMORY_CLOCK = Migration(25, MEMORY_CLOCK_WHAT, MEMORY_CLOCK_SQL)
 """Migration 25 (`schema_memory_clock`): the memory files' version, which a turn learns with its history append."""
 
+CLAIM_RIDE = Migration(26, CLAIM_RIDE_WHAT, CLAIM_RIDE_SQL)
+"""Migration 26 (`schema_claim_ride`): a session's claim with a turn's budget reservation riding in it."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -799,6 +803,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     USAGE_FORGOTTEN,
     SEARCH_NAMES,
     MEMORY_CLOCK,
+    CLAIM_RIDE,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

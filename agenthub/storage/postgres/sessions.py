@@ -34,6 +34,7 @@ from agenthub.storage.store import (
     SessionActivity,
     check_records,
 )
+from agenthub.storage.usage import ClaimRide
 
 log = structlog.get_logger(__name__)
 
@@ -104,6 +105,11 @@ _CLAIM = (
     "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record FROM agenthub_session_claim("
     "%(name)s, %(holder)s, %(ttl)s, %(agent)s, %(channel)s, %(chat_id)s, %(born)s, %(since)s)"
 )
+_CLAIM_RIDING = (
+    "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record, o_scope, o_day, o_month, o_reserved "
+    "FROM agenthub_session_claim_reserving(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::text[])"
+)
+"""`_CLAIM` with a budget reservation riding in it (migration 26): the claim's rows, then the reservation's."""
 FRESH_FOR_S = 2.0
 """How long what a claim read answers the `load` and `read_meta` that follow it (once each)."""
 _FENCE = "SELECT agenthub_session_fence(%(agent)s, %(channel)s, %(chat_id)s, %(token)s)"
@@ -147,6 +153,13 @@ def decode_records(texts: Sequence[str], key: SessionKey) -> list[HistoryRecord]
         else:
             log.warning("history_record_skipped", session=str(key))
     return records
+
+
+def _ridden(rows: list[Any]) -> tuple[list[Any], list[tuple[Any, ...]] | None]:
+    """A riding claim's rows split: the claim's, and the reservation's (None: not made)."""
+    at = next((i for i, row in enumerate(rows) if row[7] is not None), len(rows))
+    reserved = [tuple(row[7:]) for row in rows[at:]]
+    return rows[:at], reserved or None
 
 
 def _params(key: SessionKey, **more: Any) -> dict[str, Any]:
@@ -204,15 +217,25 @@ class PostgresSessionStore:
     def claims_with(self, leases: object) -> bool:
         return getattr(leases, "database", None) is self.database
 
-    async def claim(self, key: SessionKey, name: str, holder: str, ttl_s: float) -> SessionClaim | None:
+    async def claim(
+        self, key: SessionKey, name: str, holder: str, ttl_s: float, *, ride: ClaimRide | None = None
+    ) -> SessionClaim | None:
         """The lease and the fence in one round trip; the records written since this store's copy and the meta come
-        with them and, when the session moved, answer the `load` and `read_meta` that follow (once, for a while)."""
+        with them and, when the session moved, answer the `load` and `read_meta` that follow (once, for a while).
+        `ride`: a budget check and reservation made in the same statement once the lease is granted (its `rows`)."""
         copy = self._copies.get(key)
         since, born = (copy.next_seq, copy.born) if copy is not None else (0, None)
-        params = _params(key, name=name, holder=holder, ttl=ttl_s, born=born, since=since)
         async with self.database.connection("claim the session") as conn:
-            cursor = await conn.execute(_CLAIM, params)
+            if ride is None:
+                params = _params(key, name=name, holder=holder, ttl=ttl_s, born=born, since=since)
+                cursor = await conn.execute(_CLAIM, params)
+            else:
+                claiming = (name, holder, ttl_s, key.agent, key.channel, key.chat_id, born, since)
+                ride.sent = True
+                cursor = await conn.execute(_CLAIM_RIDING, (*claiming, *ride.params))
             rows = await cursor.fetchall()
+        if ride is not None:
+            rows, ride.rows = _ridden(rows)
         if not rows or rows[0][0] is None:
             return None
         head, texts = rows[0], [row[6] for row in rows[1:]]

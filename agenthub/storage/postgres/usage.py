@@ -22,18 +22,18 @@ from typing import Any
 from psycopg import AsyncCursor
 from psycopg.rows import TupleRow
 
-from agenthub.errors import StorageError
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
 from agenthub.storage.usage import (
     Claim,
+    ClaimRide,
     Forgotten,
     Reservation,
     Scope,
     UsageRow,
     forgotten_tag,
-    judge,
     reservation_id,
+    reservation_of,
     scope_keys,
 )
 from agenthub.storage.usage_marks import ForgetMark, names_told_after, under_tag, unnamed, who_of
@@ -158,25 +158,27 @@ class PostgresUsageStore:
         """One round trip (`usage_reserve_except`, migration 22): the scopes' locks in key order, their usage and
         what running turns reserved (but `ignore`), the reservation unless a limit is reached; lapsed rows are swept
         now and then."""
-        ordered = sorted(claims, key=_claim_key)
-        rid = reservation_id()
-        limits = (f'{_scope_json(c.scope)}, "day": {c.day_limit}, "month": {c.month_limit}}}' for c in ordered)
-        claimed = ", ".join(limits)
-        params = (rid, f"[{claimed}]", _date(day), tokens, ttl_s, list(ignore))
+        ride = self.ride(claims, day, tokens, ttl_s, ignore=ignore)
         sweep = time.monotonic() - self._swept >= SWEEP_S
         async with self.database.connection("reserve a turn's budget") as conn:
-            cursor = await conn.execute(_RESERVE, params)
+            cursor = await conn.execute(_RESERVE, ride.params)
             found = await cursor.fetchall()
             if sweep:
                 await conn.execute("DELETE FROM usage_reservations WHERE expires_at < now() - interval '1 hour'")
         if sweep:
             self._swept = time.monotonic()
-        used = {str(r[0]): (int(r[1]), int(r[2])) for r in found}
-        standings, refused = judge(claims, used)
-        reserved = all(bool(r[3]) for r in found)
-        if not reserved and refused is None:  # cannot happen: the same rule on both sides
-            raise StorageError("could not reserve a turn's budget: the database and AgentHub disagree")
-        return Reservation(rid if reserved else None, standings, refused)
+        return reservation_of(claims, ride.id, found)
+
+    def ride(
+        self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
+    ) -> ClaimRide:
+        """`usage_reserve_except`'s arguments (the claims in key order: the scopes' locks are taken in it), to be
+        sent alone (`reserve`) or with a session's claim (`PostgresSessionStore.claim`, migration 26)."""
+        ordered = sorted(claims, key=_claim_key)
+        rid = reservation_id()
+        limits = (f'{_scope_json(c.scope)}, "day": {c.day_limit}, "month": {c.month_limit}}}' for c in ordered)
+        claimed = ", ".join(limits)
+        return ClaimRide(rid, (rid, f"[{claimed}]", _date(day), tokens, ttl_s, list(ignore)))
 
     async def release(self, reservation_id: str) -> None:
         async with self.database.connection("release a turn's budget") as conn:
