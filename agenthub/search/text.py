@@ -51,9 +51,11 @@ _QUESTION = re.compile(
     r"什么时候|什么|多少|哪里|哪儿|哪个|哪些|哪家|哪天|哪|谁|吗|呢|怎么样|怎么|为什么|是否|是不是|有没有|请问|干什么|干嘛|干啥|啥|咋"
     r"|\bwhat (?:kind|sort|type)s? of\b|\bthese days\b|\bnowadays\b|\b(?:do|did) you (?:remember|know|recall)\b"
     r"|\bhow (?:long|many|much|often)\b|\brecently\b|\blately\b|\bstill\b|\bwhat (?:happened|happens)\b"
+    r"|\bnow\b|\bcurrently\b|现在|目前|如今"
 )
 """Question words a query drops before it is cut: an answer seldom holds them (and "still" favours the older
-statement of a changed fact, "I'm still driving the Fiesta"; "what happened", greetings, "what's been happening?"),
+statement of a changed fact, "I'm still driving the Fiesta"; "what happened", greetings, "what's been happening?";
+"now", 现在: chit-chat says them far more often than the changed value does, "响到现在"),
 and in Chinese they would otherwise join their neighbours into bigrams (陈晨哪天出生 → 晨哪, 哪天) that no answer
 holds either."""
 
@@ -67,9 +69,15 @@ _PHRASES = {
     "in (?:his|her|their|your|my) free time": "hobby",
     "get to work": "commute",
     r"(?:can't|cannot) (?:\w+ )?eat": "diet",
+    "get around": "commute",
+    r"work(?:s|ing)? (?:nights|days)": "shift work",
+    "(?:怎么|咋)(?:出门|出行|上班|去上班)": "出门 通勤",
+    "(?:是|在)?(?:干|做)(?:什么|啥)(?:工作|职业)?的(?=$|[?？。!！\\s])": "工作",
 }
-_PHRASE = re.compile("|".join(rf"\b{p}\b" for p in _PHRASES))
-"""Phrases of a question whose words would mislead (living → live, a home word), searched as the word they mean."""
+_PHRASE = re.compile("|".join(rf"\b{p}\b" if p.isascii() else p for p in _PHRASES))
+"""Phrases of a question whose words would mislead (living → live, a home word) or that a question word would
+drop (老赵是干什么的: his job), searched as the word they mean (a Chinese one without word edges: none inside a run of
+characters)."""
 
 _stemmer = Stemmer.Stemmer("english")
 _CACHED_TOKENS = 50_000
