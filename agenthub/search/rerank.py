@@ -30,6 +30,7 @@ their related words, `related`), and the two lists are blended, re-ordered and t
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
@@ -339,7 +340,11 @@ def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
             for j in range(i + 1, len(members)):
                 newer, lifted = members[j], scored[i] * (1 + NEWER_MARGIN)
                 later = (newer.hit.passage.ts or 0) > (older.hit.passage.ts or 0)
-                if newer.score < lifted and later and _same_topic(topics[i], topics[j]):
+                if (
+                    newer.score < lifted
+                    and later
+                    and _restated(older.hit.passage, newer.hit.passage, query, topics[i], topics[j])
+                ):
                     newer.score = lifted
 
 
@@ -378,6 +383,32 @@ def _said_at(candidate: _Candidate) -> bool:
     """Whether the passage's time is when it was said (a memory file's lines carry the file's mtime: not)."""
     passage = candidate.hit.passage
     return passage.ts is not None and passage.source.kind != MEMORY
+
+
+def _restated(older: Passage, newer: Passage, query: set[str], a: set[str], b: set[str]) -> bool:
+    """Whether `newer` says much the same as `older` beyond the query's words and beyond the sentences both say
+    word for word (a stock phrase said again, "周末有什么安排？", restates no value)."""
+    if not _same_topic(a, b):
+        return False
+    common = _clauses(older.text) & _clauses(newer.text)
+    if not common:
+        return True
+    return _same_topic(_topic_without(older.text, common, query), _topic_without(newer.text, common, query))
+
+
+_CLAUSE = re.compile(r"[^.!?;,。！？；，…\n]+")
+
+
+@lru_cache(maxsize=4096)
+def _clauses(text: str) -> frozenset[str]:
+    """A text's clauses as said (spacing and case aside), those of a few words or more."""
+    found = (" ".join(c.split()) for c in _CLAUSE.findall(normalise(text)))
+    return frozenset(c for c in found if len(c) >= 6)
+
+
+def _topic_without(text: str, clauses: frozenset[str], query: set[str]) -> set[str]:
+    kept = " ".join(c for c in _CLAUSE.findall(normalise(text)) if " ".join(c.split()) not in clauses)
+    return set(_content_terms(kept)) - query
 
 
 def _same_topic(a: set[str], b: set[str]) -> bool:
