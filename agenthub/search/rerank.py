@@ -401,9 +401,9 @@ _CLAUSE = re.compile(r"[^.!?;,。！？；，…\n]+")
 
 @lru_cache(maxsize=4096)
 def _clauses(text: str) -> frozenset[str]:
-    """A text's clauses as said (spacing and case aside), those of a few words or more."""
+    """A text's clauses as said (spacing and case aside): "yeah", "周末有什么安排"."""
     found = (" ".join(c.split()) for c in _CLAUSE.findall(normalise(text)))
-    return frozenset(c for c in found if len(c) >= 6)
+    return frozenset(c for c in found if c)
 
 
 def _topic_without(text: str, clauses: frozenset[str], query: set[str]) -> set[str]:
