@@ -51,11 +51,9 @@ _QUESTION = re.compile(
     r"什么时候|什么|多少|哪里|哪儿|哪个|哪些|哪家|哪天|哪|谁|吗|呢|怎么样|怎么|为什么|是否|是不是|有没有|请问|干什么|干嘛|干啥|啥|咋"
     r"|\bwhat (?:kind|sort|type)s? of\b|\bthese days\b|\bnowadays\b|\b(?:do|did) you (?:remember|know|recall)\b"
     r"|\bhow (?:long|many|much|often)\b|\brecently\b|\blately\b|\bstill\b|\bwhat (?:happened|happens)\b"
-    r"|\bnow\b|\bcurrently\b|现在|目前|如今"
 )
 """Question words a query drops before it is cut: an answer seldom holds them (and "still" favours the older
-statement of a changed fact, "I'm still driving the Fiesta"; "what happened", greetings, "what's been happening?";
-"now", 现在: chit-chat says them far more often than the changed value does, "响到现在"),
+statement of a changed fact, "I'm still driving the Fiesta"; "what happened", greetings, "what's been happening?"),
 and in Chinese they would otherwise join their neighbours into bigrams (陈晨哪天出生 → 晨哪, 哪天) that no answer
 holds either."""
 

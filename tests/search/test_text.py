@@ -134,12 +134,6 @@ def test_colloquial_chinese_question_words_frame_a_question_and_leave_it() -> No
         assert query_terms(asked) == query_terms(plain)
 
 
-def test_now_and_现在_frame_a_question_and_leave_it() -> None:
-    assert query_terms("Where does Rosa work now?") == ["rosa", "work"]  # chit-chat says "now" more than answers
-    assert query_terms("晓彤现在开什么车？") == ["晓彤", "晓", "彤", "开", "车"]  # no 现在, 彤现, 在开
-    assert query_terms("now") == ["now"]  # nothing else: kept rather than nothing
-
-
 def test_a_chinese_question_asking_what_someone_does_asks_for_their_job() -> None:
     assert query_terms("老赵是干什么的？") == ["老赵", "老", "赵", "工作", "工", "作"]  # not nothing but the name
     assert "工作" not in query_terms("大伟在婚礼上做了什么？")  # what he did there, no job
