@@ -22,7 +22,10 @@ CATEGORIES = """
     job jobs work profession occupation career 职业 工作: teacher nurse doctor engineer mechanic developer programmer
         designer chef lawyer accountant police officer manager driver pilot farmer scientist researcher consultant
         barista waiter architect pharmacist dentist electrician plumber librarian journalist shift 老师 教师 护士
-        医生 工程师 程序员 设计师 厨师 律师 会计 司机 警察 记者 经理 销售 上班
+        医生 工程师 程序员 设计师 厨师 律师 会计 司机 警察 记者 经理 销售 上班 药剂师 出纳 收银员 保安 快递员 外卖员
+        客服 前台 导游 翻译 保姆 店长 主管 消防员 理发师 摄影师 hygienist paramedic ranger bookkeeper cashier
+        receptionist cleaner carpenter builder firefighter hairdresser baker translator tutor lecturer professor
+        surgeon vet therapist counselor technician analyst
     subject 科目 学科: math maths mathematics physics chemistry biology history geography literature economics
         science art 数学 语文 物理 化学 生物 历史 地理 英语 美术
     cuisine food dish meal 美食 菜系: italian chinese japanese indian thai mexican korean french greek turkish
@@ -78,7 +81,7 @@ CATEGORIES = """
 """Each entry: `category words: member words`. Chinese words count by their two-character pairs, a one-character
 word as itself."""
 
-MAX_MEMBERS = 32
+MAX_MEMBERS = 56
 """At most this many member terms widen one query."""
 
 

@@ -46,3 +46,8 @@ def test_a_pet_a_dialect_and_a_surgery_reach_their_everyday_kinds() -> None:
     assert "tabbi" in related_terms(query_terms("What is the name of Marco's cat?"))
     assert "粤语" in related_terms(query_terms("晓彤为什么要学一门方言？"))
     assert "tonsil" in related_terms(query_terms("What surgery did the boy have?"))
+
+
+def test_a_job_question_reaches_the_everyday_occupations_past_the_first_few() -> None:
+    assert {"hygienist", "paramed"} <= set(related_terms(query_terms("What does Tessa do for work?")))
+    assert {"药剂", "剂师", "出纳"} <= set(related_terms(query_terms("晓彤是做什么工作的？")))
