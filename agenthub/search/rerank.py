@@ -7,7 +7,8 @@ their related words, `related`), and the two lists are blended, re-ordered and t
   the passage holds, so two loose words of a wide topic ("adopted a puppy") do not outweigh the exact one ("beagle").
 - **Newer wins.** Of two passages of one speaker in one chat that say much the same beyond the query's words (a
   value stated, then restated or changed: "got a Prius" … "sold the Prius, got a Volvo"), the newer ranks just
-  above the older.
+  above the older; a sentence both say word for word ("Yeah.", a stock "any plans for the weekend?") is left out of
+  the comparison: saying it again restates nothing.
 - **A named speaker's own turns count as naming them.** "What car does Evan drive?" is answered by Evan ("got a
   Volvo"), whose turn rarely holds his own name. When a query term is the speaker of a candidate, the index is asked
   once more without the names; a turn of the named speaker from that search scores what it scores there plus what the
@@ -322,9 +323,10 @@ def _by_named_speaker(
 
 
 def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
-    """Of two passages by the same speaker in the same chat that say much the same beyond the query's own words,
-    the newer scores at least NEWER_MARGIN above the older: what was said last is what holds now. The older's own
-    score counts, not one it was lifted to: a chain of turns each sharing a little with the next lifts nothing."""
+    """Of two passages by the same speaker in the same chat that say much the same beyond the query's own words
+    (and beyond the clauses both say word for word, `_restated`), the newer scores at least NEWER_MARGIN above the
+    older: what was said last is what holds now. The older's own score counts, not one it was lifted to: a chain of
+    turns each sharing a little with the next lifts nothing."""
     groups: dict[tuple[str, str | None], list[_Candidate]] = {}
     for c in candidates:
         groups.setdefault((c.hit.passage.session, c.hit.passage.speaker), []).append(c)
