@@ -3,7 +3,8 @@ question asked of `memory_search`'s search as a person asks it and as keywords; 
 a changed fact's newer value ranks first. Then retention: facts planted early, five L2 compactions and an
 AutoCompact sweep later, still found.
 
-Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout|long|casual] [--no-rerank]
+Run: .venv/bin/python bench/bench_recall.py [--conversations 12] [--set main|heldout|long|casual|fresh|weeks|...]
+[--no-rerank]
 [--no-time] [--cjk words|bigrams] [--scope chat|agent] [--backend files|postgres] [--show-misses N [--misses-beyond K]]
 [--no-retention] [--show-text-misses N] [--wordy]
 [--dump data.json]
@@ -19,6 +20,9 @@ measured before any change, never tuned on (recall_data/weeks_en.py, weeks_zh.py
 `--set weeksdev`: 2 chats made the same way to tune on (recall_data/weeks_dev.py): misses shown.
 `--set timedev`: 2 chats made the same way, asked by when things were said ("last week", "第一次", "最近"), to tune
 the time-aware recall on (recall_data/time_dev.py): misses shown.
+`--set paradev`: 4 chats (2 en, 2 zh) made the same way, asked as public long-conversation benchmarks ask (a kind by
+its member, activities over sessions, when, changed facts), to tune the s10 recall work on (recall_data/para_dev.py):
+misses shown.
 Every set is also counted as the public long-conversation benchmark counts: the real memory_search tool's text
 answer (limit 5) cut at 3,500 characters must hold the answer turn's distinctive part (recall_data/budget.py).
 The main set's figures are also given per half (A: even-numbered chats, B: odd ones): tune on one, check the other.
@@ -40,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from recall_data.budget import TextOutcome, needles, text_report
-from recall_data.casual_set import casual_set, fresh_set, time_dev_set, weeks_dev_set, weeks_set
+from recall_data.casual_set import casual_set, fresh_set, para_dev_set, time_dev_set, weeks_dev_set, weeks_set
 from recall_data.generate import CONVERSATIONS_PER_LANG, HELDOUT_PER_LANG, dataset, heldout
 from recall_data.long_set import HELDOUT, long_set
 from recall_data.model import Conversation, as_json
@@ -84,7 +88,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, help="per language (main 12, heldout 4)")
     parser.add_argument(
         "--set",
-        choices=["main", "heldout", "long", "casual", "fresh", "weeks", "weeksdev", "timedev"],
+        choices=["main", "heldout", "long", "casual", "fresh", "weeks", "weeksdev", "timedev", "paradev"],
         default="main",
         help="which data set",
     )
@@ -151,6 +155,8 @@ async def main() -> int:
         conversations = weeks_dev_set()
     elif args.set == "timedev":
         conversations = time_dev_set()
+    elif args.set == "paradev":
+        conversations = para_dev_set()
     else:
         conversations = casual_set()
     if args.dump is not None:
@@ -175,7 +181,7 @@ async def main() -> int:
         for part, name in ((False, "tuned half"), (True, "held-out half")):
             chosen = [o for o in texts if (o.question.conversation in HELDOUT) == part]
             print("\n".join(text_report(chosen, f"  {name}: answer within 3,500 characters")))
-    if args.set in ("casual", "fresh", "weeks", "weeksdev", "timedev"):
+    if args.set in ("casual", "fresh", "weeks", "weeksdev", "timedev", "paradev"):
         print("\n".join(text_report_by_kind(texts)))
     outcomes_shown = [o for o in outcomes if not _held_out(o.question.conversation)]
     print("\n".join(misses(conversations, outcomes_shown, args.show_misses, args.misses_beyond)))

@@ -22,7 +22,10 @@ CATEGORIES = """
     job jobs work profession occupation career 职业 工作: teacher nurse doctor engineer mechanic developer programmer
         designer chef lawyer accountant police officer manager driver pilot farmer scientist researcher consultant
         barista waiter architect pharmacist dentist electrician plumber librarian journalist shift 老师 教师 护士
-        医生 工程师 程序员 设计师 厨师 律师 会计 司机 警察 记者 经理 销售 上班
+        医生 工程师 程序员 设计师 厨师 律师 会计 司机 警察 记者 经理 销售 上班 药剂师 出纳 收银员 保安 快递员 外卖员
+        客服 前台 导游 翻译 保姆 店长 主管 消防员 理发师 摄影师 hygienist paramedic ranger bookkeeper cashier
+        receptionist cleaner carpenter builder firefighter hairdresser baker translator tutor lecturer professor
+        surgeon vet therapist counselor technician analyst
     subject 科目 学科: math maths mathematics physics chemistry biology history geography literature economics
         science art 数学 语文 物理 化学 生物 历史 地理 英语 美术
     cuisine food dish meal 美食 菜系: italian chinese japanese indian thai mexican korean french greek turkish
@@ -47,7 +50,8 @@ CATEGORIES = """
         降温
     colour color 颜色: red blue green yellow black white grey gray pink purple orange brown 红色 蓝色 绿色 黄色
         黑色 白色 灰色 粉色 紫色
-    language languages 语言 外语: english french spanish german italian japanese korean chinese mandarin
+    language languages dialect 语言 外语 方言: cantonese 粤语 闽南语 上海话 四川话 english french spanish german
+        italian japanese korean chinese mandarin
         portuguese arabic russian 英语 法语 西班牙语 德语 意大利语 日语 韩语 中文 普通话
     festival holiday holidays 节日 节: christmas easter thanksgiving halloween 春节 中秋 端午 国庆 元旦 过年
     celebrate celebration party occasion 庆祝 聚会: birthday anniversary wedding graduation christmas 生日 纪念日
@@ -59,6 +63,10 @@ CATEGORIES = """
         宝马 奔驰 大众 丰田 本田 奥迪 日产 小鹏 蔚来 吉利 雅阁 卡罗拉 帕萨特 凯美瑞 思域
     breed 品种: labrador retriever beagle poodle corgi husky terrier spaniel bulldog dachshund collie shepherd pug
         chihuahua greyhound schnauzer siamese persian tabby 柯基 柴犬 金毛 哈士奇 泰迪 拉布拉多 边牧 布偶 英短
+    cat cats kitten 猫 猫咪: tabby siamese persian ginger ragdoll 橘猫 布偶 英短 狸花 暹罗
+    dog dogs puppy 狗 狗狗: labrador retriever beagle poodle corgi husky terrier spaniel bulldog dachshund collie
+        greyhound pug 柯基 柴犬 金毛 哈士奇 泰迪 拉布拉多 边牧
+    surgery operation 手术: tonsils appendix knee hip cataract hernia wisdom 扁桃体 阑尾 膝盖 髋关节 白内障
     plant plants flower flowers 植物 花 盆栽: monstera fern cactus succulent orchid basil tomato rose tulip sunflower
         lavender bonsai ivy 龟背竹 多肉 仙人掌 绿萝 兰花 发财树 吊兰 月季 玫瑰 向日葵
     book books novel novels 书 小说: biography memoir mystery thriller fantasy poetry comics autobiography 传记
@@ -67,13 +75,13 @@ CATEGORIES = """
         cider 拿铁 美式 卡布奇诺 摩卡 澳白 奶茶 抹茶 啤酒
     company employer firm 公司 单位: inc ltd corp group bank labs studio agency 科技 集团 银行 医疗 教育 数据 传媒
         网络 咨询 互娱
-    commute transport 通勤 交通: bus train tube subway metro bike cycle walk drive tram ferry 地铁 公交 骑车 开车
-        步行
+    commute transport 通勤 交通 代步 出行: bus train tube subway metro bike cycle walk drive tram ferry scooter
+        motorbike 地铁 公交 骑车 开车 步行 单车 自行车 电动车 电瓶车 摩托
     """
 """Each entry: `category words: member words`. Chinese words count by their two-character pairs, a one-character
 word as itself."""
 
-MAX_MEMBERS = 32
+MAX_MEMBERS = 56
 """At most this many member terms widen one query."""
 
 

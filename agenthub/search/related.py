@@ -25,9 +25,9 @@ THESAURUS = """
     book novel read reading author writer novelist chapter 书 读 小说 看书 读书 作者 作家
     pet dog cat puppy kitten adopted named 宠物 狗 猫 小猫 小狗 领养 养
     sibling brother sister 兄弟 姐妹 哥哥 弟弟 姐姐 妹妹
-    child kid son daughter baby twins 孩子 小孩 儿子 女儿 宝宝 闺女 娃娃
+    child kid son daughter baby twins boy girl 孩子 小孩 儿子 女儿 宝宝 闺女 娃娃 男孩 女孩
     partner boyfriend girlfriend wife husband dating relationship together 对象 男朋友 女朋友 老婆 老公 恋爱 在一起
-    wife husband spouse partner 老婆 老公 丈夫 妻子 爱人 媳妇 对象
+    wife husband spouse partner fiance fiancee 老婆 老公 丈夫 妻子 爱人 媳妇 对象
     birthday born birth age turned 生日 出生 岁
     hometown grew raised originally from 老家 家乡 长大 哪里人
     doctor physician dentist clinic hospital appointment checkup 医生 大夫 医院 看病 挂号 体检 牙医
@@ -54,6 +54,11 @@ THESAURUS = """
     therapist therapy counselor counseling anxiety 心理 咨询 焦虑
     cook cooking recipe bake baking dish 做饭 菜谱 烘焙 下厨 做菜
     garden gardening plant plants grow growing balcony 花园 种花 植物 阳台 种菜
+    engaged engagement fiance fiancee propose proposed proposal 订婚 求婚 未婚妻 未婚夫
+    choir sing singing alto soprano tenor baritone 合唱 合唱团 唱歌 声部 女高音 女低音 男高音
+    surgery operation operated stitches 手术 开刀 动手术
+    shift shifts overtime rota 夜班 白班 早班 晚班 倒班 加班
+    ride riding bike bicycle cycle cycling scooter moped motorbike motorcycle 骑车 单车 自行车 电动车 摩托 电瓶车
     """
 """Each line: words that answer or ask about the same thing. One CJK character stands alone only where it is the
 usual word (车, 猫); longer Chinese words count by their two-character pairs. A word marked `~` is reached from its

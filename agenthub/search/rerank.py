@@ -7,7 +7,8 @@ their related words, `related`), and the two lists are blended, re-ordered and t
   the passage holds, so two loose words of a wide topic ("adopted a puppy") do not outweigh the exact one ("beagle").
 - **Newer wins.** Of two passages of one speaker in one chat that say much the same beyond the query's words (a
   value stated, then restated or changed: "got a Prius" … "sold the Prius, got a Volvo"), the newer ranks just
-  above the older.
+  above the older; a sentence both say word for word ("Yeah.", a stock "any plans for the weekend?") is left out of
+  the comparison: saying it again restates nothing.
 - **A named speaker's own turns count as naming them.** "What car does Evan drive?" is answered by Evan ("got a
   Volvo"), whose turn rarely holds his own name. When a query term is the speaker of a candidate, the index is asked
   once more without the names; a turn of the named speaker from that search scores what it scores there plus what the
@@ -30,6 +31,7 @@ their related words, `related`), and the two lists are blended, re-ordered and t
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
@@ -321,9 +323,10 @@ def _by_named_speaker(
 
 
 def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
-    """Of two passages by the same speaker in the same chat that say much the same beyond the query's own words,
-    the newer scores at least NEWER_MARGIN above the older: what was said last is what holds now. The older's own
-    score counts, not one it was lifted to: a chain of turns each sharing a little with the next lifts nothing."""
+    """Of two passages by the same speaker in the same chat that say much the same beyond the query's own words
+    (and beyond the clauses both say word for word, `_restated`), the newer scores at least NEWER_MARGIN above the
+    older: what was said last is what holds now. The older's own score counts, not one it was lifted to: a chain of
+    turns each sharing a little with the next lifts nothing."""
     groups: dict[tuple[str, str | None], list[_Candidate]] = {}
     for c in candidates:
         groups.setdefault((c.hit.passage.session, c.hit.passage.speaker), []).append(c)
@@ -339,7 +342,11 @@ def _newer_wins(candidates: Sequence[_Candidate], query: set[str]) -> None:
             for j in range(i + 1, len(members)):
                 newer, lifted = members[j], scored[i] * (1 + NEWER_MARGIN)
                 later = (newer.hit.passage.ts or 0) > (older.hit.passage.ts or 0)
-                if newer.score < lifted and later and _same_topic(topics[i], topics[j]):
+                if (
+                    newer.score < lifted
+                    and later
+                    and _restated(older.hit.passage, newer.hit.passage, query, topics[i], topics[j])
+                ):
                     newer.score = lifted
 
 
@@ -378,6 +385,32 @@ def _said_at(candidate: _Candidate) -> bool:
     """Whether the passage's time is when it was said (a memory file's lines carry the file's mtime: not)."""
     passage = candidate.hit.passage
     return passage.ts is not None and passage.source.kind != MEMORY
+
+
+def _restated(older: Passage, newer: Passage, query: set[str], a: set[str], b: set[str]) -> bool:
+    """Whether `newer` says much the same as `older` beyond the query's words and beyond the sentences both say
+    word for word (a stock phrase said again, "周末有什么安排？", restates no value)."""
+    if not _same_topic(a, b):
+        return False
+    common = _clauses(older.text) & _clauses(newer.text)
+    if not common:
+        return True
+    return _same_topic(_topic_without(older.text, common, query), _topic_without(newer.text, common, query))
+
+
+_CLAUSE = re.compile(r"[^.!?;,。！？；，…\n]+")
+
+
+@lru_cache(maxsize=4096)
+def _clauses(text: str) -> frozenset[str]:
+    """A text's clauses as said (spacing and case aside): "yeah", "周末有什么安排"."""
+    found = (" ".join(c.split()) for c in _CLAUSE.findall(normalise(text)))
+    return frozenset(c for c in found if c)
+
+
+def _topic_without(text: str, clauses: frozenset[str], query: set[str]) -> set[str]:
+    kept = " ".join(c for c in _CLAUSE.findall(normalise(text)) if " ".join(c.split()) not in clauses)
+    return set(_content_terms(kept)) - query
 
 
 def _same_topic(a: set[str], b: set[str]) -> bool:

@@ -67,9 +67,15 @@ _PHRASES = {
     "in (?:his|her|their|your|my) free time": "hobby",
     "get to work": "commute",
     r"(?:can't|cannot) (?:\w+ )?eat": "diet",
+    "get around": "commute",
+    r"work(?:s|ing)? (?:nights|days)": "shift work",
+    "(?:怎么|咋)(?:出门|出行|上班|去上班)": "出门 通勤",
+    "(?:是|在)?(?:干|做)(?:什么|啥)(?:工作|职业)?的(?=$|[?？。!！\\s])": "工作",
 }
-_PHRASE = re.compile("|".join(rf"\b{p}\b" for p in _PHRASES))
-"""Phrases of a question whose words would mislead (living → live, a home word), searched as the word they mean."""
+_PHRASE = re.compile("|".join(rf"\b{p}\b" if p.isascii() else p for p in _PHRASES))
+"""Phrases of a question whose words would mislead (living → live, a home word) or that a question word would
+drop (老赵是干什么的: his job), searched as the word they mean (a Chinese one without word edges: none inside a run of
+characters)."""
 
 _stemmer = Stemmer.Stemmer("english")
 _CACHED_TOKENS = 50_000

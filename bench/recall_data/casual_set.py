@@ -51,6 +51,13 @@ def time_dev_set(seed: int = SEED) -> list[Conversation]:
     return [dated_questions(c) for c in _chats(TIME_DEV_CHATS, "timedev", TIME_DEV_FIRST, seed)]
 
 
+def para_dev_set(seed: int = SEED) -> list[Conversation]:
+    """The paraphrase dev chats (`para_dev`): asked as public long-conversation benchmarks ask; tune on these."""
+    from recall_data.para_dev import PARA_DEV_CHATS, PARA_DEV_FIRST
+
+    return _chats(PARA_DEV_CHATS, "paradev", PARA_DEV_FIRST, seed)
+
+
 def casual_set(seed: int = SEED) -> list[Conversation]:
     return _chats(CHATS, "casual", FIRST, seed)
 

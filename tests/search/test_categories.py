@@ -34,3 +34,20 @@ def test_a_misleading_phrase_is_searched_as_what_it_means() -> None:
 def test_a_question_about_a_car_reaches_the_makes_an_answer_names() -> None:
     assert {"prius", "volvo"} <= set(related_terms(query_terms("What car does Evan drive?")))
     assert {"比亚", "亚迪", "小鹏"} <= set(related_terms(query_terms("周杰的新车是哪款？")))
+
+
+def test_how_someone_gets_around_reaches_the_ways_of_getting_about() -> None:
+    assert {"cycl", "scooter", "bus"} <= set(related_terms(query_terms("How does Dev get around these days?")))
+    assert {"单车", "电动"} <= set(related_terms(query_terms("老赵买了个什么代步工具？")))
+    assert {"单车", "地铁"} <= set(related_terms(query_terms("老赵现在怎么出门？")))
+
+
+def test_a_pet_a_dialect_and_a_surgery_reach_their_everyday_kinds() -> None:
+    assert "tabbi" in related_terms(query_terms("What is the name of Marco's cat?"))
+    assert "粤语" in related_terms(query_terms("晓彤为什么要学一门方言？"))
+    assert "tonsil" in related_terms(query_terms("What surgery did the boy have?"))
+
+
+def test_a_job_question_reaches_the_everyday_occupations_past_the_first_few() -> None:
+    assert {"hygienist", "paramed"} <= set(related_terms(query_terms("What does Tessa do for work?")))
+    assert {"药剂", "剂师", "出纳"} <= set(related_terms(query_terms("晓彤是做什么工作的？")))

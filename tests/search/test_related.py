@@ -46,3 +46,10 @@ def test_english_derivations_stemming_leaves_apart_widen_a_query_too() -> None:
     assert (
         len(related_terms(query_terms("What did Maria study in college?"))) <= MAX_RELATED + MAX_MEMBERS + MAX_DERIVED
     )
+
+
+def test_engaged_night_shifts_and_singing_reach_how_an_answer_says_them() -> None:
+    assert "propos" in related_terms(query_terms("Who is Dev engaged to?"))  # "I proposed to Asha"
+    assert "求婚" in related_terms(query_terms("老赵的未婚妻叫什么？"))
+    assert {"shift", "白班"} <= {*query_terms("Does Dev still work nights?"), *related_terms(["shift"])}
+    assert "alto" in related_terms(query_terms("What does Leona sing in the choir?"))

@@ -48,6 +48,14 @@ def test_a_newer_passage_of_the_same_speaker_saying_the_same_ranks_just_above_th
     assert _texts(rerank(["car"], [older, unrelated], 5))[0] == "my car is a Subaru Outback"
 
 
+def test_a_stock_sentence_said_again_is_no_restatement_of_the_passage_it_follows() -> None:
+    answer = _hit(10, "We bake banana bread with the kids every Sunday. Anyway, any plans for the weekend?", 9.0)
+    chat = _hit(50, "The bus was late again. Anyway, any plans for the weekend?", 4.0)
+    assert _texts(rerank(["kid"], [answer, chat], 5))[0] == answer.passage.text  # the shared sentence lifts nothing
+    restated = _hit(60, "Sunday banana bread with the kids again, any plans for the weekend?", 4.0)
+    assert _texts(rerank(["kid"], [answer, restated], 5))[0] == restated.passage.text  # said again in other words
+
+
 def test_a_passage_shown_beside_a_better_hit_comes_after_every_other() -> None:
     first = SearchHit(_p(10, "a"), 9.0, _p(9, "z"), _p(11, "b"))
     beside = SearchHit(_p(11, "b"), 8.0, _p(10, "a"), _p(12, "y"))

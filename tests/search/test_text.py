@@ -132,3 +132,8 @@ def test_a_token_seen_before_gives_the_same_terms() -> None:
 def test_colloquial_chinese_question_words_frame_a_question_and_leave_it() -> None:
     for asked, plain in (("她周末在干嘛", "她周末在"), ("宠物叫啥", "宠物叫"), ("咋去公司", "去公司")):
         assert query_terms(asked) == query_terms(plain)
+
+
+def test_a_chinese_question_asking_what_someone_does_asks_for_their_job() -> None:
+    assert query_terms("老赵是干什么的？") == ["老赵", "老", "赵", "工作", "工", "作"]  # not nothing but the name
+    assert "工作" not in query_terms("大伟在婚礼上做了什么？")  # what he did there, no job
