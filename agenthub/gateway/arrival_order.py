@@ -9,6 +9,7 @@ the session waiting again, so an entry no instance can resume costs its session 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -40,7 +41,8 @@ class _Wait:
     unknown_until: float
     """The inbox cannot tell (one inbox per instance, or entries without owners): `2 × lease_s`."""
     cap_until: float
-    """An owner alive: at most this long (half the turn's time limit, at least `2 × lease_s`)."""
+    """An owner alive: at most until then (half the turn's time limit, at least `2 × lease_s`, from when the turn
+    began)."""
     orphaned_s: float
     orphaned_since: float | None = None
     """Since when no live instance has owned them (None: one has, or not asked yet)."""
@@ -130,9 +132,12 @@ class ArrivalOrder:
             return True
 
     def _wait_for(self, pending: PendingTurn) -> _Wait:
+        """The cap counts from when the turn began (`pending.began`), not from now: the claim before this check
+        may have waited for the session already, and the other half of the limit is the turn's own."""
         now, bound = asyncio.get_running_loop().time(), 2 * self._lease_s
-        cap = max(bound, self._turn_limit_s(pending) / 2)  # the other half is the turn's own
-        return _Wait(now + bound, now + cap, self._lease_s / ORPHANED_FRACTION)
+        began = now if pending.began is None else now - max(0.0, time.monotonic() - pending.began)
+        cap = max(bound, self._turn_limit_s(pending) / 2)
+        return _Wait(now + bound, began + cap, self._lease_s / ORPHANED_FRACTION)
 
     @staticmethod
     def _queued_here(entry_ids: Sequence[str], queued: Sequence[PendingTurn]) -> bool:

@@ -198,15 +198,19 @@ class RenewalLane:
             ended.set_result(None)
 
     async def _serve(self) -> bool:
-        """Rounds until the lane stops (False) or the thread has ended idle (True: its place given up)."""
+        """Rounds until the lane stops (False) or the thread has ended idle (True: its place given up, and with it
+        `_renewer`, which is the next thread's from then on: its link was dropped before)."""
+        idle = False
         try:
             while not self._stopping:
                 await self._round()
                 if self._idle_for() >= self._idle_s and await self._end_idle():
+                    idle = True
                     return True
             return False
         finally:
-            await self._drop_renewer()
+            if not idle:
+                await self._drop_renewer()
 
     def _idle_for(self) -> float:
         """How long the lane has kept no lease (0 while it keeps one)."""

@@ -145,3 +145,40 @@ async def wait_until_all_answered(instance: Instance, limit_s: float = COLD_STAR
     async with asyncio.timeout(limit_s):
         while await instance.submitter.inbox.count() > 0:  # noqa: ASYNC110 (the settles land in the database)
             await asyncio.sleep(0.05)
+
+
+async def test_a_turn_that_waited_for_the_session_still_has_half_its_limit_to_run_after_the_order_wait(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The order wait is at most half the turn's limit counted from when the turn began, not from when its order
+    check did: A's m2 first waits for B to let the session go (B runs m0, longer than half m2's limit), then finds
+    m1, B's, not run yet. It gives up on m1 at once and is answered, instead of waiting on until its limit cuts it
+    (`timeout`: the message never answered)."""
+    lease_s, limit_s = 1.0, 6.0
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    session = {"lock_timeout_s": limit_s}
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=lease_s, owned=True, session=session) as (
+        a,
+        b,
+    ):
+        await warm(a)
+        await warm(b)
+        alive = InstanceInbox(b.submitter.inbox, b.gateway.leases, b.submitter, [])
+        await alive.open()
+        try:
+            model.release.clear()
+            first = await b.send(message("capped", "m0"))
+            await fake_llm.wait_for_requests(len(fake_llm.requests) + 1, timeout_s=COLD_START_S)
+            await accepted_by(b, "capped", "m1")  # B's, alive, not run yet
+            with capture_logs() as logs:
+                later = await a.send(message("capped", "m2"))
+                await asyncio.sleep(limit_s * 2 / 3)  # m2 waits for the session B runs m0 in
+                model.release.set()
+                assert isinstance(await first.result(), DoneEvent)
+                final = await later.result()
+            assert isinstance(final, DoneEvent), final
+            assert len(gave_up(logs)) == 1
+        finally:
+            await alive.close()

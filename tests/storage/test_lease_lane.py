@@ -5,16 +5,19 @@ connection was killed reconnects; closing it leaves no thread and no connection 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import random
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, MutableMapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 import psycopg
 import pytest_asyncio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from structlog.testing import capture_logs
 
 from agenthub.storage.lease import LeaseKeeper
 from agenthub.storage.postgres import Database, PostgresLeases
@@ -263,3 +266,57 @@ async def gone(dsn: str, other: frozenset[threading.Thread]) -> None:
     async with asyncio.timeout(IDLE_S + 5):
         while lane_threads(other) or await lane_backends(dsn):  # noqa: ASYNC110 - threads and the server's view
             await asyncio.sleep(0.05)
+
+
+async def test_a_thread_leaving_idle_never_closes_the_connection_of_the_thread_started_after_it(
+    postgres_dsn: str,
+) -> None:
+    """The idle thread gives its place up, and a lease kept right then starts a new thread, which connects: the
+    leaving thread, held up at that moment (here: in its log line), must not close the new thread's connection
+    on its way out (a renewal in flight on it would fail, or hang until the lease is given up)."""
+    ttl_s, idle_s = 3.0, 0.05
+    database = Database(postgres_dsn)
+    await database.open()
+    store = PostgresLeases(database, lane_idle_s=idle_s)
+    paused, resume = threading.Event(), threading.Event()
+
+    def hold_up_the_leaving_thread(logger: object, method: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
+        if event["event"] == "lease_lane_idle_ended" and not paused.is_set():
+            paused.set()
+            resume.wait(5)  # on the leaving thread: after it gave its place up, before it has left
+        elif event["event"] == "lease_lane_connected" and paused.is_set():
+            resume.set()  # on the new thread: its connection is open
+        return event
+
+    lost: list[str] = []
+    try:
+        with capture_logs(processors=[hold_up_the_leaving_thread]) as logs:
+            first = await store.acquire("idle-leaving-1", "lane-test", ttl_s)
+            assert first is not None
+            lane = store.renewal_lane()
+            kept = lane.keep(
+                dataclasses.replace(first, expires_at=first.expires_at - ttl_s / 6),
+                ttl_s,
+                functools.partial(lost.append, "idle-leaving-1"),
+            )
+            async with asyncio.timeout(ttl_s):
+                while lane.renewals == 0:  # noqa: ASYNC110 - a counter the lane's thread moves
+                    await asyncio.sleep(0.01)
+            lane.drop(kept)
+            async with asyncio.timeout(5):
+                while not paused.is_set():  # noqa: ASYNC110 - set by the lane's thread
+                    await asyncio.sleep(0.01)
+            second = await store.acquire("idle-leaving-2", "lane-test", ttl_s)
+            assert second is not None
+            due = dataclasses.replace(second, expires_at=second.expires_at - ttl_s / 6)  # renewed at once
+            kept = lane.keep(due, ttl_s, functools.partial(lost.append, "idle-leaving-2"))
+            await asyncio.sleep(ttl_s / 2)
+            assert not kept.lost and lost == []
+            assert kept.lease.expires_at > due.expires_at  # renewed
+            events = [e["event"] for e in logs]
+            assert "lease_lane_store_unavailable" not in events, "the new thread's connection was closed under it"
+            assert events.count("lease_lane_connected") == 2  # the first thread's, then the new one's: no reconnect
+    finally:
+        resume.set()
+        await store.close()
+        await database.close()
