@@ -1,0 +1,169 @@
+"""A turn's check riding in its session's claim (PostgreSQL) at the edges: odd ids, the warning once per period,
+the day's rollover, exempt senders, per-agent overrides, a claim that waits past the turn's time limit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from agenthub.clock import ManualClock
+from agenthub.config import Settings
+from agenthub.hosting.app import build_gateway
+from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.storage.postgres.database import Database
+from agenthub.storage.usage import UsageRow
+from agenthub.usage.periods import day_of
+from tests.support.budgets import MAX_TOKENS, PER_CALL, counted_stores, used_by
+from tests.support.fakes.anthropic import FakeAnthropic
+
+
+def _postgres(settings_factory: Callable[..., Settings], dsn: str, **budgets: object) -> Settings:
+    return settings_factory(budgets=budgets, llm={"max_tokens": MAX_TOKENS}, store={"backend": "postgres", "dsn": dsn})
+
+
+async def _count(database: Database, sql: str, *params: object) -> int:
+    async with database.connection("test count") as conn:
+        row = await (await conn.execute(sql, params)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+ODD_SENDER = "o'brien\" 王小明 %s%(x)s;--"
+ODD_CHAT = "群'\"聊 x;DROP TABLE leases;--%s%(x)s"
+
+
+async def test_odd_ids_ride_in_the_claim_and_are_refused_there_storing_nothing(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    settings = _postgres(settings_factory, postgres_dsn, user_day=10**6)
+    stores, counted = await counted_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            usage = gw.turn_services.usage
+            assert usage is not None
+            day = day_of(gw.clock(), usage.zone)
+            await usage.store.add([UsageRow(day, "turn", "default", "wecom", "x", ODD_SENDER, "m", input=10**6)])
+            refused = await (await gw.submit(InboundMessage("wecom", ODD_CHAT + "2", ODD_SENDER, "hi"))).result()
+            first = await (await gw.submit(InboundMessage("wecom", ODD_CHAT, ODD_SENDER + "'", "hello"))).result()
+            assert isinstance(first, DoneEvent), first
+            await usage.gate.drain()
+            await usage.recorder.flush()
+            database = stores.sessions.database  # type: ignore[attr-defined]
+            records = await _count(database, "SELECT count(*) FROM session_records WHERE chat_id = %s", ODD_CHAT + "2")
+            reserved = await _count(database, "SELECT count(*) FROM usage_reservations WHERE expires_at > now()")
+            ridden = usage.gate.ridden
+    finally:
+        await stores.aclose()
+    assert isinstance(refused, ErrorEvent) and refused.code == "budget_exceeded", refused
+    assert records == 0
+    assert (counted.reserves, ridden) == (0, 2)
+    assert reserved <= 2  # at most her (idle) lease grant; no turn's reservation left
+
+
+async def test_the_warning_comes_once_per_period_when_every_turn_is_a_new_chat(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    settings = _postgres(settings_factory, postgres_dsn, user_day=2000, warn_at=0.5)
+    fake_llm.default_usage = PER_CALL
+    clock = ManualClock(1_764_777_600.0 + 3600)
+    stores, _ = await counted_stores(settings)
+    try:
+        async with build_gateway(settings, clock=clock, stores=stores) as gw:
+            usage = gw.turn_services.usage
+            assert usage is not None
+
+            async def notices(n: int) -> list[str]:
+                events = [e async for e in await gw.submit(InboundMessage("wecom", f"new-{n}", "me", f"m{n}"))]
+                assert isinstance(events[-1], DoneEvent), events[-1]
+                await usage.gate.drain()
+                return [e.text for e in events if isinstance(e, NoticeEvent)]
+
+            seen = [await notices(n) for n in range(12)]
+            first_day = sum(1 for texts in seen if texts)
+            clock.advance(86400)
+            seen = [await notices(n) for n in range(12, 24)]
+            second_day = sum(1 for texts in seen if texts)
+            ridden = usage.gate.ridden
+    finally:
+        await stores.aclose()
+    assert (first_day, second_day) == (1, 1)
+    assert ridden > 0
+
+
+async def test_exempt_senders_ride_nothing_and_are_never_refused(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    settings = _postgres(settings_factory, postgres_dsn, user_day=10, exempt=["wecom:boss"])
+    stores, counted = await counted_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            finals = [
+                await (await gw.submit(InboundMessage("wecom", f"b-{n}", "boss", f"m{n}"))).result() for n in range(3)
+            ]
+            used = await used_by(gw, "boss")
+    finally:
+        await stores.aclose()
+    assert all(isinstance(f, DoneEvent) for f in finals)
+    assert used > 10 and (counted.rides, counted.reserves) == (0, 0)
+
+
+async def test_an_agent_override_rides_with_that_agents_limits_only(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    settings = _postgres(settings_factory, postgres_dsn)
+    agent_dir = settings.agents_dir / "tight"
+    agent_dir.mkdir(parents=True)
+    (agent_dir / "agent.json").write_text('{"budgets": {"agent_day": 1}}', encoding="utf-8")
+    (agent_dir / "AGENTS.md").write_text("You are tight.", encoding="utf-8")
+    stores, counted = await counted_stores(settings)
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            first = await (await gw.submit(InboundMessage("wecom", "t1", "me", "hi", agent="tight"))).result()
+            await used_by(gw, "me")
+            second = await (await gw.submit(InboundMessage("wecom", "t2", "me", "hi", agent="tight"))).result()
+            free = await (await gw.submit(InboundMessage("wecom", "f1", "me", "hi"))).result()
+    finally:
+        await stores.aclose()
+    assert isinstance(first, DoneEvent)
+    assert isinstance(second, ErrorEvent) and second.code == "budget_exceeded"
+    assert isinstance(free, DoneEvent)
+    assert counted.rides == 2  # the default agent has no limit: nothing rides for it
+
+
+async def test_a_claim_waiting_past_the_turns_limit_leaves_no_reservation_and_no_waiter_stuck(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The session's lock is held elsewhere: the riding claim waits in the database until the turn's time limit
+    cancels it; her other turn (another chat) waiting for the ride's lease goes on; nothing stays reserved."""
+    settings = settings_factory(
+        budgets={"user_day": 10**6},
+        llm={"max_tokens": MAX_TOKENS},
+        store={"backend": "postgres", "dsn": postgres_dsn},
+        session={"lock_timeout_s": 1.0},
+    )
+    stores, counted = await counted_stores(settings)
+    database: Database = stores.sessions.database  # type: ignore[attr-defined]
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            usage = gw.turn_services.usage
+            assert usage is not None
+            async with database.connection("hold the session's lock") as holder:
+                await holder.execute("SELECT pg_advisory_lock(hashtextextended('default:wecom:blocked', 0))")
+                stuck = await gw.submit(InboundMessage("wecom", "blocked", "alice", "hello"))
+                await asyncio.sleep(0.2)
+                other = await gw.submit(InboundMessage("wecom", "free", "alice", "hello"))
+                other_final = await asyncio.wait_for(other.result(), 5)
+                stuck_final = await asyncio.wait_for(stuck.result(), 5)
+                await holder.execute("SELECT pg_advisory_unlock_all()")
+            await asyncio.sleep(0.3)
+            await usage.gate.drain()
+            await usage.recorder.flush()
+            usage.gate.leases.close()
+            await usage.gate.drain()
+            await usage.recorder.flush()
+            reserved = await _count(database, "SELECT count(*) FROM usage_reservations WHERE expires_at > now()")
+    finally:
+        await stores.aclose()
+    assert isinstance(other_final, DoneEvent), other_final
+    assert isinstance(stuck_final, ErrorEvent), stuck_final
+    assert reserved == 0 and counted.rides >= 1
