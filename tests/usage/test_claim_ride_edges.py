@@ -10,8 +10,10 @@ from agenthub.clock import ManualClock
 from agenthub.config import Settings
 from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
+from agenthub.session_keys import session_key
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.usage import UsageRow
+from agenthub.usage.leases import LEASE_TURNS
 from agenthub.usage.periods import day_of
 from tests.support.budgets import MAX_TOKENS, PER_CALL, counted_stores, used_by
 from tests.support.fakes.anthropic import FakeAnthropic
@@ -167,3 +169,32 @@ async def test_a_claim_waiting_past_the_turns_limit_leaves_no_reservation_and_no
     assert isinstance(other_final, DoneEvent), other_final
     assert isinstance(stuck_final, ErrorEvent), stuck_final
     assert reserved == 0 and counted.rides >= 1
+
+
+async def test_a_rides_lease_too_small_for_a_returning_sessions_turn_does_not_size_up_the_next_lease(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """Her session has a long history: the ride (made for an empty one) was granted a lease of 8 small estimates,
+    too small for the turn. That lease was never spent by turns: the turn's own lease holds 8 of its estimates,
+    as a lease asked without a ride would (not twice as many, as after a lease spent within its window)."""
+    settings = _postgres(settings_factory, postgres_dsn, user_day=10**8)
+    fake_llm.default_usage = {"input_tokens": 20_000, "output_tokens": 50}  # her prompts are long
+    stores, counted = await counted_stores(settings)
+    key = session_key("default", "wecom", "dm")
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            usage = gw.turn_services.usage
+            assert usage is not None
+            gate = usage.gate
+            assert isinstance(await (await gw.submit(InboundMessage("wecom", "dm", "alice", "hi"))).result(), DoneEvent)
+            gate.leases.close()  # what `LEASE_ADMIT_S` brings: her first lease admits no more
+            await gate.drain()
+            gw.session_leases.release_now(key)  # as after a while: the next turn claims the session again
+            message = InboundMessage("wecom", "dm", "alice", "again")
+            assert isinstance(await (await gw.submit(message)).result(), DoneEvent)
+            part = gate.plan(gw.agents.get("default"), message).parts_of(gate.today())[0]
+            turns = gate.leases.turns(part)
+    finally:
+        await stores.aclose()
+    assert counted.rides == 2
+    assert turns == LEASE_TURNS
