@@ -12,9 +12,11 @@ from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.session_keys import session_key
 from agenthub.storage.postgres.database import Database
+from agenthub.storage.postgres.sessions import PostgresSessionStore
 from agenthub.storage.usage import UsageRow
 from agenthub.usage.leases import LEASE_TURNS
 from agenthub.usage.periods import day_of
+from agenthub.usage.ride import Ride
 from tests.support.budgets import MAX_TOKENS, PER_CALL, counted_stores, used_by
 from tests.support.fakes.anthropic import FakeAnthropic
 
@@ -198,3 +200,69 @@ async def test_a_rides_lease_too_small_for_a_returning_sessions_turn_does_not_si
         await stores.aclose()
     assert counted.rides == 2
     assert turns == LEASE_TURNS
+
+
+async def test_a_riding_claim_brings_what_the_claim_alone_brings_and_reserves_only_when_granted_and_not_fenced_out(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """A session with a history: refused (another holder), the riding claim reserves nothing; granted, it brings
+    the history as the claim alone does, then the reservation; fenced out by a newer token, nothing reserved."""
+    settings = _postgres(settings_factory, postgres_dsn, user_day=10**6)
+    stores, _ = await counted_stores(settings)
+    key = session_key("default", "wecom", "dm")
+    try:
+        async with build_gateway(settings, stores=stores) as gw:
+            usage = gw.turn_services.usage
+            assert usage is not None
+            for text in ("one", "two"):
+                assert isinstance(
+                    await (await gw.submit(InboundMessage("wecom", "dm", "alice", text))).result(), DoneEvent
+                )
+            gw.session_leases.release_now(key)
+            agent, message = gw.agents.get("default"), InboundMessage("wecom", "dm", "alice", "three")
+            sessions = stores.sessions
+            assert isinstance(sessions, PostgresSessionStore)
+            database = sessions.database
+            await _count(database, "SELECT count(*) FROM pg_sleep(0.2)")  # the release written
+            alone = PostgresSessionStore(database)  # a store of its own: no copy, every record comes
+            expected = await alone.claim(key, "session:t", "me", 15.0)
+            assert expected is not None
+            records = len(await alone.load(key))
+
+            usage.gate.leases.close()  # her leases admit no more: each check below asks the store
+
+            def ride() -> Ride:
+                made = usage.gate.ride(agent, message, lambda: 300, 60.0)
+                assert made is not None
+                return made
+
+            def answered(made: Ride) -> None:
+                made.sent.done()
+                usage.gate.let_go(made)
+
+            refused = ride()
+            other = await PostgresSessionStore(database).claim(key, "session:t", "other", 15.0, ride=refused.sent)
+            answered(refused)
+            granted, riding = ride(), PostgresSessionStore(database)
+            claim = await riding.claim(key, "session:t", "me", 15.0, ride=granted.sent)
+            assert claim is not None and granted.sent.rows is not None
+            got = len(await riding.load(key))
+            held = await _count(database, "SELECT count(*) FROM usage_reservations WHERE id = %s", granted.sent.id)
+            answered(granted)
+            async with database.connection("test fence") as conn:
+                await conn.execute("UPDATE session_fences SET fence = fence + 100 WHERE chat_id = 'dm'")
+            await database_expire(database)
+            usage.gate.leases.close()
+            fenced = ride()
+            out = await PostgresSessionStore(database).claim(key, "session:t", "third", 15.0, ride=fenced.sent)
+            none = await _count(database, "SELECT count(*) FROM usage_reservations WHERE id = %s", fenced.sent.id)
+            answered(fenced)
+    finally:
+        await stores.aclose()
+    assert (other, refused.sent.rows, got, held) == (None, None, records, 1) and records >= 4
+    assert out is not None and out.fenced_out and fenced.sent.rows is None and none == 0
+
+
+async def database_expire(database: Database) -> None:
+    async with database.connection("test expire") as conn:
+        await conn.execute("UPDATE leases SET expires_at = now() WHERE name = 'session:t'")
