@@ -332,6 +332,7 @@ class BudgetGate:
                     return await self._answer(own, taken, [], estimate, day, locale, named, limits.warn_at)
             if not ride.used:  # let go before the turn takes from leases
                 self._let_go(ride)
+                self._end_too_small(ride, estimate)
         taken = self._take(parts, taken, estimate)
         if len(taken) == len(parts):  # far from every limit: admitted from this instance's leases, no store call
             admission = Admission(None, leases=list(taken.values()), estimate=estimate)
@@ -351,6 +352,15 @@ class BudgetGate:
             log.warning("budget_check_unavailable", error=str(e))
             return Admission()
         return await self._answer(reservation, taken, granted, estimate, day, locale, named, limits.warn_at)
+
+    def _end_too_small(self, ride: Ride, estimate: int) -> None:
+        """The leases `ride` was granted (sized for a session without history) that could never admit the turn's
+        larger `estimate` end now, unspent, so that the parts' next leases are of the usual size (`Leases.take`
+        would end them as spent within their window, sizing the next one up)."""
+        if ride.granted:
+            for part, lease in zip(ride.missing, ride.granted, strict=True):
+                if estimate > lease.tokens:
+                    self.leases.end(part, lease)
 
     def _ridden(
         self, ride: Ride, parts: list[LeaseKey], estimate: int

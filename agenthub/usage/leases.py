@@ -188,6 +188,11 @@ class Leases:
         lease.committed -= estimate
         self.settle(lease, 0)
 
+    def end(self, key: LeaseKey, lease: Lease) -> None:
+        """`lease` admits no more (it ends once its turns have); the key's next lease is of the size it would
+        have been (unlike one that `take` found spent within its window)."""
+        self._end(key, lease)
+
     def _end(self, key: LeaseKey, lease: Lease) -> None:
         if not lease.open:
             return

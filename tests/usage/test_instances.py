@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, ReplyEvent
+from agenthub.session_keys import session_key
 from agenthub.storage.usage import Scope
 from agenthub.usage.report import totals
 from tests.support.budgets import settle_all
@@ -131,3 +132,47 @@ def _leases_granted(instances: Sequence[Instance]) -> list[int]:
 def _ridden(instances: Sequence[Instance]) -> list[int]:
     """How many turns each instance checked in their sessions' claims (`usage.ride.Ride`)."""
     return [i.gateway.turn_services.usage.gate.ridden if i.gateway.turn_services.usage else 0 for i in instances]
+
+
+async def test_returning_sessions_on_three_instances_checked_again_after_their_rides_overspend_by_at_most_one(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """Sessions with a history claimed again on other instances: each ride (made for an empty history) is let go
+    and the turn checked again with its larger estimate; at the edge her usage still ends within one
+    reservation of her limit, and nothing stays reserved."""
+    fake_llm.default_usage = {"input_tokens": 100, "output_tokens": 50}
+    async with shared_instances(
+        tmp_path, fake_llm, postgres_dsn, 3, budgets={"user_day": LIMIT}, llm={"max_tokens": MAX_TOKENS}
+    ) as instances:
+        chats = [f"dm-{n}" for n in range(6)]
+        for wave in range(12):  # until a whole wave is refused
+            messages = [InboundMessage("wecom", chat, "alice", f"question {wave}") for chat in chats]
+            order = instances[wave % 3 :] + instances[: wave % 3]  # each session moves to another instance
+            finals = await _wave(order, fake_llm, messages)
+            refused = sum(isinstance(f, ErrorEvent) and f.code == "budget_exceeded" for f in finals)
+            assert refused + sum(isinstance(f, DoneEvent) for f in finals) == len(chats)
+            if refused == len(chats):
+                break
+            for instance in instances:  # as after a while: the next claims are granted at once, riding
+                for chat in chats:
+                    instance.gateway.session_leases.release_now(session_key("default", "wecom", chat))
+            await asyncio.sleep(0.3)
+        else:
+            raise AssertionError("the limit was never reached")
+        ridden = _ridden(instances)
+        for instance in instances:
+            usage = instance.gateway.turn_services.usage
+            assert usage is not None
+            usage.gate.leases.close()
+            await usage.gate.drain()
+            await usage.recorder.flush()
+        rows = await instances[0].stores.usage.days("2000-01-01", "2100-01-01")
+        database = instances[0].stores.sessions.database  # type: ignore[attr-defined]
+        async with database.connection("test count") as conn:
+            held = await (
+                await conn.execute("SELECT count(*) FROM usage_reservations WHERE expires_at > now()")
+            ).fetchone()
+    used = totals(rows, Scope("user", "wecom", "alice"), "2000-01-01", {}).tokens
+    reservation = 100 + MAX_TOKENS + 1 + estimate_text_tokens("question 11")  # the last prompt, the message, the room
+    assert LIMIT <= used <= LIMIT + reservation
+    assert sum(ridden) > 0 and held == (0,)
