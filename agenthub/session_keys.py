@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -127,6 +128,44 @@ class SessionKey:
 def session_key(agent: str, channel: str, chat_id: str) -> SessionKey:
     """The only way to build a key from loose parts; raises `InvalidIdError` on traversal material."""
     return SessionKey(agent, channel, chat_id)
+
+
+PERSON_DIGEST_PREFIX = "~sha256-"
+"""Starts the person part of a sender id the key rules refuse (`person_key`)."""
+
+
+def sender_problem(sender_id: str) -> str | None:
+    """What makes `sender_id` unstorable (NUL: PostgreSQL keeps no NUL in a text, nor reads it back from JSON;
+    a lone surrogate: no UTF-8), None when nothing does. Anything else is stored as it is."""
+    if "\x00" in sender_id:
+        return "contains NUL"
+    try:
+        sender_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode"
+    return None
+
+
+def validate_sender(sender_id: str) -> str:
+    """Return `sender_id` if a person can be named by it (non-empty, `sender_problem`), else `InvalidIdError`."""
+    problem = sender_problem(sender_id) if sender_id else "must be a non-empty string"
+    if problem is not None:
+        raise InvalidIdError(f"sender_id {problem}")
+    return sender_id
+
+
+def person_key(agent: str, channel: str, sender_id: str) -> SessionKey:
+    """The key naming `sender_id`'s profiles on `channel` with `agent`: the sender id itself when the key rules
+    accept it (every name on disk stays), else a stable digest of it, so an id with a backslash, a control
+    character or '..' (which a platform may send) names a safe file instead of failing the turn."""
+    try:
+        return session_key(agent, channel, sender_id)
+    except InvalidIdError:
+        validate_agent_name(agent)
+        validate_part("channel", channel)
+        validate_sender(sender_id)
+        digest = hashlib.sha256(sender_id.encode("utf-8")).hexdigest()[:32]
+        return session_key(agent, channel, PERSON_DIGEST_PREFIX + digest)
 
 
 def key_from_file_stem(stem: str) -> SessionKey | None:

@@ -16,7 +16,7 @@ from agenthub.channel.registry import unknown_channel
 from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
 from agenthub.forget.redact import Person
 from agenthub.llm.tokens import estimate_tokens
-from agenthub.session_keys import validate_agent_name, validate_part
+from agenthub.session_keys import validate_agent_name, validate_part, validate_sender
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -74,9 +74,7 @@ async def forget_person(api: ApiServices, request: web.Request) -> web.Response:
     gateway = api.host
     body = await parse_body(request, ForgetBody)
     try:
-        person = Person(
-            validate_part("channel", body.channel), validate_part("sender_id", body.sender_id, allow_colon=True)
-        )
+        person = Person(validate_part("channel", body.channel), validate_sender(body.sender_id))
         agents = (
             [gateway.agents.get(validate_agent_name(body.agent))]
             if body.agent

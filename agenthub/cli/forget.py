@@ -44,7 +44,7 @@ from agenthub.memory.files import MemoryFiles
 from agenthub.scheduler.core import Scheduler
 from agenthub.search.kits import SEARCHERS
 from agenthub.session.history import SessionHistory
-from agenthub.session_keys import SessionKey, validate_agent_name, validate_part
+from agenthub.session_keys import SessionKey, validate_agent_name, validate_part, validate_sender
 from agenthub.storage.inbox import FileInbox
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.stores import Stores, open_stores
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     locale = i18n.system_locale()
     try:
         settings = load_settings(args.config)
-        person = Person(validate_part("channel", args.channel), validate_part("sender", args.sender, allow_colon=True))
+        person = Person(validate_part("channel", args.channel), validate_sender(args.sender))
         if args.agent is not None:
             validate_agent_name(args.agent)
         if (unknown := unknown_channel(person.channel)) is not None:  # a typo would forget nobody, "done"

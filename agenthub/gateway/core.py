@@ -39,7 +39,7 @@ from agenthub.memory.files import MemoryFiles
 from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Route
 from agenthub.search.api import Searcher
 from agenthub.session.history import SessionHistory
-from agenthub.session_keys import SessionKey, session_key
+from agenthub.session_keys import SessionKey, sender_problem, session_key
 from agenthub.storage.singleton import InstanceLeases
 
 if TYPE_CHECKING:
@@ -224,6 +224,10 @@ class GatewayCore:
         return agent, session_key(agent.name, route.channel, route.chat_id)
 
     def resolve_key(self, message: InboundMessage) -> tuple[AgentDefinition, SessionKey]:
+        """`resolve_route`, and `InvalidIdError` for a sender id nothing can store (NUL)."""
+        problem = sender_problem(message.sender_id)
+        if problem is not None:
+            raise InvalidIdError(f"sender_id {problem}")
         return self.resolve_route(message.route)
 
     def session_of(self, route: Route) -> str | None:
@@ -238,7 +242,8 @@ class GatewayCore:
         """Accept one message; the returned handle yields its reply events (bad input ends it with an error)."""
         try:
             agent, key = self.resolve_key(message)
-        except InvalidIdError:
+        except InvalidIdError as e:
+            log.info("message_refused", channel=message.channel, reason=str(e))
             return _failed(i18n.text("error.invalid_id", self._channel_locale(message)), ErrorCode.INVALID_ID)
         except AgentNotFoundError:
             unknown = i18n.text(

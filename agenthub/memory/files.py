@@ -11,7 +11,7 @@ from typing import Literal
 
 from agenthub.agent.definition import AgentDefinition
 from agenthub.aio import run_to_end
-from agenthub.session_keys import SessionKey, session_key
+from agenthub.session_keys import SessionKey, person_key
 from agenthub.storage.memory_files import FileMemoryStore, MemoryName
 from agenthub.storage.ports import MemoryStore
 
@@ -127,7 +127,7 @@ class MemoryFiles:
     async def person_profiles(self, agent: AgentDefinition, channel: str, sender_id: str) -> list[MemoryName]:
         """Every profile of one person with `agent` (for "forget me"): the private one, one per group chat, and
         those of the older layout under their sender id (unread, and not tied to a channel)."""
-        own_chat = session_key(agent.name, channel, sender_id)
+        own_chat = person_key(agent.name, channel, sender_id)
         private = MemoryName.person_profile(agent.name, own_chat, sender_id, "private")
         groups = await self.store.group_profiles(private.person)
         return [private, *groups, *MemoryName.legacy_profiles(agent.name, sender_id)]

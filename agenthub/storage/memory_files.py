@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal, ParamSpec, TypeVar
 
 from agenthub.errors import InvalidIdError, StorageError
-from agenthub.session_keys import SessionKey, key_from_file_stem, session_key, validate_agent_name
+from agenthub.session_keys import SessionKey, key_from_file_stem, person_key, validate_agent_name
 from agenthub.storage.atomic import atomic_write_text
 from agenthub.storage.paths import AgentLayout, inside
 from agenthub.storage.read_cache import ReadCache, Version, read_versioned
@@ -99,7 +99,7 @@ class MemoryName:
     def person_profile(cls, agent: str, key: SessionKey, sender_id: str, visibility: Visibility) -> MemoryName:
         """`sender_id`'s profile with `agent` on `key`'s channel: their private one, or the one of the group chat
         `key`."""
-        person = session_key(agent, key.channel, sender_id).file_stem
+        person = person_key(agent, key.channel, sender_id).file_stem
         if visibility == "group":
             return cls("group_profile", agent=agent, chat=key.file_stem, person=person)
         return cls("private_profile", agent=agent, person=person)
@@ -108,7 +108,7 @@ class MemoryName:
     def legacy_profiles(cls, agent: str, sender_id: str) -> tuple[MemoryName, MemoryName]:
         """The older layout's profiles of `sender_id` (no channel, one group profile for all groups): never read
         any more, only deleted by "forget me"."""
-        person = session_key(agent, "user", sender_id).file_stem
+        person = person_key(agent, "user", sender_id).file_stem
         return cls("private_profile", agent=agent, person=person), cls("group_profile", agent=agent, person=person)
 
     @classmethod

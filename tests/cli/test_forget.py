@@ -208,6 +208,11 @@ async def test_admin_route_refuses_bad_input_in_the_documented_shape(api: Runnin
     assert status == 422
     status, body = await api.call("POST", "/api/forget", json={"channel": "wecom", "sender_id": "nobody"})
     assert status == 200 and body["forgotten"]["messages"] == 0
+    for odd in ("a\\b", "a\nb", "../x"):  # ids a platform may send: their profiles have names, so they can go
+        status, body = await api.call("POST", "/api/forget", json={"channel": "wecom", "sender_id": odd})
+        assert status == 200, body
+    status, body = await api.call("POST", "/api/forget", json={"channel": "wecom", "sender_id": "a\x00b"})
+    assert status == 400 and body["error"] == {"code": "invalid_id", "message": "sender_id contains NUL"}
     status, body = await api.call("POST", "/api/forget", json={"channel": "wecm", "sender_id": "alice"})
     assert status == 400 and body["error"] == {
         "code": "unknown_channel",
