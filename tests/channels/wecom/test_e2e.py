@@ -128,3 +128,29 @@ async def test_lines_pasted_as_several_app_messages_get_one_answer_each_burst(
             await channel.stop()
             await server.close()
             await api.close()
+
+
+async def test_ai_bot_answers_odd_sender_ids_and_refuses_a_nul_one_without_stopping(
+    settings: Settings, fake_llm: FakeAnthropic, tmp_path: Path
+) -> None:
+    """A member id the key rules refuse (a backslash, a control character) is answered; one with NUL is refused
+    with the invalid-id text (no exception's text) and the bot goes on answering."""
+    server = await FakeAiBotServer(BOT_ID, BOT_SECRET).start()
+    table = bot_table(server)
+    table["bots"]["team"]["agent"] = None
+    async with build_gateway(settings) as gateway:
+        channel = WeComChannel(channel_context(gateway, tmp_path / "state", settings), table)
+        await channel.start()
+        try:
+            finals = []
+            for n, user in enumerate(["a\\b", "a\x01b", "a\x00b", "zhangsan"]):
+                body = server.text_body(f"@AgentHub q{n}", msgid=f"odd-{n}", user=user, chattype="group", chatid="g")
+                req_id = await server.send_message(body)
+                await server.wait_for(lambda r=req_id: any(s["finish"] for s in server.streams(r)), timeout=10)
+                finals.append(server.streams(req_id)[-1]["content"])
+        finally:
+            await channel.stop()
+            await server.close()
+    assert [f.startswith("reply to:") for f in finals] == [True, True, False, True], finals
+    assert "Error" not in finals[2] and "\x00" not in finals[2]
+    assert len(fake_llm.message_requests()) == 3
