@@ -75,8 +75,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "(Answered together with the messages that followed; the reply is below.)",
     },
     "error.invalid_id": {
-        "zh-CN": "这条消息的助手、渠道或会话标识不可用，消息没有处理。",
-        "en": "The agent, channel or chat id of this message is not acceptable, so it was not handled.",
+        "zh-CN": "这条消息的助手、渠道、会话或发送者标识不可用，消息没有处理。",
+        "en": "The agent, channel, chat or sender id of this message is not acceptable, so it was not handled.",
     },
     "error.unknown_agent": {
         "zh-CN": "没有名为 {agent} 的助手。",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from pathlib import Path
 
@@ -21,6 +22,10 @@ from tests.support.fakes.wecom import (
     text_message_xml,
 )
 from tests.support.wecom import AES_KEY, BOT_ID, BOT_SECRET, CORP_ID, SECRET, TOKEN, app_table, bot_table
+
+
+def _finished(server: FakeAiBotServer, req_id: str) -> bool:
+    return any(s["finish"] for s in server.streams(req_id))
 
 
 def session_files(settings: Settings) -> list[Path]:
@@ -146,11 +151,11 @@ async def test_ai_bot_answers_odd_sender_ids_and_refuses_a_nul_one_without_stopp
             for n, user in enumerate(["a\\b", "a\x01b", "a\x00b", "zhangsan"]):
                 body = server.text_body(f"@AgentHub q{n}", msgid=f"odd-{n}", user=user, chattype="group", chatid="g")
                 req_id = await server.send_message(body)
-                await server.wait_for(lambda r=req_id: any(s["finish"] for s in server.streams(r)), timeout=10)
+                await server.wait_for(functools.partial(_finished, server, req_id), timeout=10)
                 finals.append(server.streams(req_id)[-1]["content"])
         finally:
             await channel.stop()
             await server.close()
     assert [f.startswith("reply to:") for f in finals] == [True, True, False, True], finals
-    assert "Error" not in finals[2] and "\x00" not in finals[2]
+    assert "发送者标识" in finals[2] and "\x00" not in finals[2] and "sender_id" not in finals[2]
     assert len(fake_llm.message_requests()) == 3
