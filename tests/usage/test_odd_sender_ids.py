@@ -33,7 +33,7 @@ async def test_an_odd_sender_is_answered_counted_and_forgotten(
     request: pytest.FixtureRequest,
 ) -> None:
     settings = settings_factory(
-        budgets={"user_day": 100_000}, llm={"max_tokens": MAX_TOKENS}, store=store_of(backend, request)
+        budgets={"user_day": 100}, llm={"max_tokens": MAX_TOKENS}, store=store_of(backend, request)
     )
     write_agent(settings.agents_dir, "default", PRIVATE_CONFIG)
     fake_llm.default_usage = PER_CALL
@@ -43,6 +43,8 @@ async def test_an_odd_sender_is_answered_counted_and_forgotten(
             final = await (await gw.submit(InboundMessage("wecom", "dm", sender, "hello"))).result()
             assert isinstance(final, DoneEvent), final
             assert await used_by(gw, sender) == 150  # counted for that sender
+            over = await (await gw.submit(InboundMessage("wecom", "dm", sender, "again"))).result()
+            assert isinstance(over, ErrorEvent) and over.code == "budget_exceeded", over  # and checked for them
             agent = gw.agents.get("default")
             profiles = await gw.memory_files.person_profiles(agent, "wecom", sender)
             await gw.memory_files.store.write(profiles[0], "- likes tea\n")
