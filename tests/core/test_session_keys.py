@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agenthub.errors import InvalidIdError, StorageError
-from agenthub.session_keys import SessionKey, key_from_file_stem, session_key, validate_part
+from agenthub.session_keys import SessionKey, key_from_file_stem, person_key, session_key, validate_part
 from agenthub.storage.paths import AgentLayout, inside
 
 HYPO = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -156,3 +156,29 @@ def test_a_remembered_check_refuses_a_bad_part_every_time_and_names_the_part_ask
         with pytest.raises(InvalidIdError, match=f"^{name} contains '..'"):
             validate_part(name, "a%252e%252e")  # double-encoded '..'
     assert validate_part("chat_id", "ok-1") == validate_part("chat_id", "ok-1") == "ok-1"
+
+
+@HYPO
+@given(sender=st.one_of(PART, LONG, st.sampled_from([n for n in NASTY if n and "\x00" not in n])))
+@example(sender="a\\b")
+@example(sender="zhangsan")
+def test_every_storable_sender_id_names_a_stable_profile_key_and_ordinary_ones_keep_theirs(sender: str) -> None:
+    if not sender or "\x00" in sender:
+        with pytest.raises(InvalidIdError):
+            person_key("a", "wecom", sender)
+        return
+    key = person_key("a", "wecom", sender)
+    assert key == person_key("a", "wecom", sender)  # stable
+    assert (key.agent, key.channel) == ("a", "wecom")
+    assert key_from_file_stem(key.file_stem) == key  # a real key: its file stem stays in its directory
+    ordinary = _accepted("a", "wecom", sender)
+    assert key == (ordinary if ordinary is not None else session_key("a", "wecom", key.chat_id))
+    assert ordinary is not None or key.chat_id.startswith("~sha256-")
+
+
+def test_different_refused_sender_ids_name_different_profiles() -> None:
+    odd = ["a\\b", "a\nb", "a\x01b", "../x", "a/b", " a", "a ", "x" * 129]
+    assert len({person_key("a", "wecom", s) for s in odd}) == len(odd)
+    for bad in ("", "a\x00b", "\ud800"):
+        with pytest.raises(InvalidIdError):
+            person_key("a", "wecom", bad)
