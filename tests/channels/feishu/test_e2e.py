@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -23,6 +24,10 @@ from tests.support.fakes.feishu import (
 
 APP_ID, SECRET, TOKEN, KEY = "cli_e2e", "s3cret-e2e", "vtoken-e2e", "enc-key-e2e"
 APP = {"app_id": APP_ID, "app_secret": SECRET, "mode": "webhook", "verification_token": TOKEN, "encrypt_key": KEY}
+
+
+def _closed(fake: FakeFeishu, cards: int) -> bool:
+    return fake.closed_cards() == cards
 
 
 async def post(h: Harness, text: str, message_id: str) -> float:
@@ -75,3 +80,39 @@ async def test_streamed_answer_with_llm_latency_then_stop_and_restart_through_me
     assert fake.sequence_errors == []
     user_texts = [r.body["messages"][-1]["content"] for r in fake_llm.message_requests() if r.body]
     assert len(user_texts) == 2 and "@_user_1" not in str(user_texts)
+
+
+async def test_odd_sender_ids_are_answered_in_a_group_and_refused_cleanly_where_they_name_the_chat(
+    settings: Settings, fake_llm: FakeAnthropic, tmp_path: Path
+) -> None:
+    """An open id the key rules refuse (a backslash, a newline) is answered in a group; in a DM, where it names the
+    chat, and anywhere with NUL, the message gets the invalid-id text (no exception's text), and the next message is
+    answered."""
+    sent = [("ou_a\\b", "group"), ("ou_a\nb", "group"), ("ou_a\x00b", "group"), ("ou_a\\b", "p2p"), ("ou_ok", "p2p")]
+    async with (
+        build_gateway(settings) as gateway,
+        FakeFeishu({APP_ID: SECRET}) as fake,
+        running_channel(fake, tmp_path / "state", {"main": APP}, gateway) as h,
+    ):
+        for n, (sender, chat_type) in enumerate(sent):
+            at = [mention("@_user_1", bot_open_id(APP_ID), "AgentHub")] if chat_type == "group" else None
+            event = message_event(
+                f"@_user_1 q{n}" if at else f"q{n}",
+                token=TOKEN,
+                app_id=APP_ID,
+                sender=sender,
+                chat_type=chat_type,
+                chat_id="oc_team" if at else f"oc_dm{n}",
+                message_id=f"om_odd_{n}",
+                mentions=at,
+            )
+            body = feishu_encrypt(event, KEY)
+            headers = feishu_headers(body, KEY)
+            async with aiohttp.ClientSession() as s, s.post(h.events_url("main"), data=body, headers=headers) as r:
+                assert r.status == 200
+            await fake.wait_until(functools.partial(_closed, fake, n + 1), timeout=10)
+        finals = [fake.card_for_reply(f"om_odd_{n}").content for n in range(len(sent))]
+    assert [f.startswith("reply to: q") for f in finals] == [True, True, False, False, True], finals
+    for refused in finals[2:4]:
+        assert "发送者标识" in refused and "\x00" not in refused and "sender_id" not in refused
+    assert len(fake_llm.message_requests()) == 3
