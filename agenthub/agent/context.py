@@ -3,10 +3,12 @@ message list and its cache marks."""
 
 from __future__ import annotations
 
+import datetime as dt
 import operator
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +87,12 @@ class ContextBuilder:
         *,
         workspace_dir: Path = Path("workspace"),
         images: ImageCache | None = None,
+        zone: dt.tzinfo = dt.UTC,
     ) -> None:
         self.memory_files = memory_files
+        self.zone = zone
+        """`scheduler.timezone`: the clock user messages' times are told on (one zone every build: the cached prefix
+        stays the same)."""
         self.budget = budget or ContextBudget()
         self.workspace_dir = workspace_dir
         self.images = images or ImageCache()
@@ -197,7 +203,7 @@ class ContextBuilder:
         """An offline estimate of the prompt a request for `history` carries: system blocks, messages as sent
         (old tool results cut, images not counted) and tool definitions."""
         system = await self.system_blocks(agent, key, sender_id, history)
-        sent = cut_old_tool_results(to_api_messages(history), self.budget.old_tool_result_chars)
+        sent = cut_old_tool_results(to_api_messages(history, zone=self.zone), self.budget.old_tool_result_chars)
         return estimate_tokens(system) + estimate_tokens(sent) + estimate_tokens([t.definition() for t in tools])
 
     async def build(
@@ -217,7 +223,11 @@ class ContextBuilder:
         definitions = self._definitions(tools)
         memo = self._memo(key)
         conversation, folded, converted = settled_conversation(
-            memo.settled, history, to_conversation, drop_refused_turns, lambda whole: to_conversation(whole, memo)
+            memo.settled,
+            history,
+            partial(to_conversation, zone=self.zone),
+            drop_refused_turns,
+            lambda whole: to_conversation(whole, memo, self.zone),
         )
         memo.computed += converted
         images = None

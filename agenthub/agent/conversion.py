@@ -104,26 +104,27 @@ def fold_system_messages(history: list[Message]) -> list[str]:
     return [str(m["content"]) for m in history if m.get("role") == "system" and isinstance(m.get("content"), str)]
 
 
-def _user_suffix(message: Message) -> str:
-    """Per-message volatile context derived only from the stored message, so it renders identically every turn."""
+def _user_suffix(message: Message, zone: dt.tzinfo) -> str:
+    """Per-message volatile context derived only from the stored message (its time on the clock of `zone`, one zone
+    for every build), so it renders identically every turn."""
     parts = []
     stamp = message.get("timestamp")
     if isinstance(stamp, int | float):
-        when = dt.datetime.fromtimestamp(stamp / 1000, tz=dt.UTC).astimezone()
+        when = dt.datetime.fromtimestamp(stamp / 1000, tz=zone)
         parts.append(when.strftime("%Y-%m-%d %H:%M %Z").strip())
     if isinstance(message.get("channel"), str):
         parts.append(f"via {message['channel']}")
     return f"\n\n[{', '.join(parts)}]" if parts else ""
 
 
-def _api_message(message: Message) -> Message:
+def _api_message(message: Message, zone: dt.tzinfo) -> Message:
     """User text is always sent as content blocks, so a message renders the same whether or not it carries
     the newest-message cache breakpoint (the cached prefix stays byte-identical from turn to turn)."""
     content = message.get("content")
     if message["role"] == "user" and isinstance(content, str):
-        content = _as_blocks(content + _user_suffix(message))
+        content = _as_blocks(content + _user_suffix(message, zone))
     elif message["role"] == "user" and isinstance(content, list) and _opens_turn(message):
-        suffix = _user_suffix(message).lstrip("\n")  # a message with media: text, images, file lines
+        suffix = _user_suffix(message, zone).lstrip("\n")  # a message with media: text, images, file lines
         content = [*content, {"type": "text", "text": suffix}] if suffix else list(content)
     api = {"role": message["role"], "content": content}
     if message.get("together"):
@@ -221,7 +222,9 @@ def _paired_blocks_only(before: Message, message: Message, after: Message) -> Me
     return {**message, "content": blocks} if blocks else None
 
 
-def to_api_messages(history: list[Message], images: Mapping[str, LoadedImage] | None = None) -> list[Message]:
+def to_api_messages(
+    history: list[Message], images: Mapping[str, LoadedImage] | None = None, zone: dt.tzinfo = dt.UTC
+) -> list[Message]:
     """History → API messages: no system role, no refused turns, tool pairs intact, no empty assistant text,
     user first (a placeholder user message when the kept history opens with the assistant).
 
@@ -232,18 +235,19 @@ def to_api_messages(history: list[Message], images: Mapping[str, LoadedImage] | 
 
     Stored image references become base64 image blocks from `images` (path → loaded file, see `images_to_send`)
     in the recent turns, `[image: <path>]` text elsewhere and everywhere when `images` is None (see
-    `place_images`).
+    `place_images`). A user message's time is told on the clock of `zone` (`scheduler.timezone`).
     """
-    return place_images(to_conversation(history), images)
+    return place_images(to_conversation(history, zone=zone), images)
 
 
 def _without_together(message: Message) -> Message:
     return {k: v for k, v in message.items() if k != "together"}
 
 
-def to_conversation(history: list[Message], memo: Memo = NO_MEMO) -> list[Message]:
+def to_conversation(history: list[Message], memo: Memo = NO_MEMO, zone: dt.tzinfo = dt.UTC) -> list[Message]:
     conversation = [m for m in drop_refused_turns(history) if m.get("role") in ("user", "assistant")]
-    plain = memo.map(_api_message, [m for m in conversation if not (m["role"] == "assistant" and _is_empty(m))])
+    kept = [m for m in conversation if not (m["role"] == "assistant" and _is_empty(m))]
+    plain = memo.map(_api_message, kept, zone)
     plain = drop_orphan_tool_blocks(plain, memo)
     merged: list[Message] = []
     for message in plain:

@@ -88,9 +88,11 @@ def _is_result(block: object) -> bool:
 class Recall:
     """Finds and formats one turn's recalled passages."""
 
-    def __init__(self, search: Search, recall: RecallSettings) -> None:
+    def __init__(self, search: Search, recall: RecallSettings, zone: dt.tzinfo = dt.UTC) -> None:
         self.search = search
         self.recall = recall
+        self.zone = zone
+        """`scheduler.timezone`: the clock the passages' times are told on."""
 
     async def block(self, key: SessionKey, scope: SearchScope, history: list[Message]) -> dict[str, Any] | None:
         """The text block of recalled passages for the turn `history` ends with; None when nothing is recalled."""
@@ -108,7 +110,7 @@ class Recall:
             return None
         context = _context_texts(history)
         fresh = [hit for hit in hits if not _in_context(hit, key, context)]
-        text = render(fresh, self.recall.tokens)
+        text = render(fresh, self.recall.tokens, self.zone)
         return {"type": "text", "text": text} if text else None
 
 
@@ -123,9 +125,9 @@ async def with_recall(request: LLMRequest, history: list[Message], ctx: ToolCont
     scope, _labels, files = scope_for(ctx)
 
     async def find(query: str, scope: SearchScope, limit: int) -> list[SearchHit]:
-        return await search.search(ctx.agent.name, query, scope, limit, memory_files=files)
+        return await search.search(ctx.agent.name, query, scope, limit, memory_files=files, zone=ctx.zone)
 
-    block = await Recall(find, recall).block(ctx.key, scope, history)
+    block = await Recall(find, recall, ctx.zone).block(ctx.key, scope, history)
     if block is None:
         return request
     newest = request.messages[-1]
@@ -156,9 +158,9 @@ def _in_context(hit: SearchHit, key: SessionKey, context: set[str]) -> bool:
     return " ".join(passage.text.split()) in context
 
 
-def render(hits: list[SearchHit], budget: int) -> str:
-    """The recalled passages, best first, each labelled with its chat, speaker and time, within `budget` tokens
-    (the last one that fits cut); empty when none fits."""
+def render(hits: list[SearchHit], budget: int, zone: dt.tzinfo = dt.UTC) -> str:
+    """The recalled passages, best first, each labelled with its chat, speaker and time (on the clock of `zone`),
+    within `budget` tokens (the last one that fits cut); empty when none fits."""
     lines = [HEADER, INTRO]
     used = sum(estimate_text_tokens(line) + 1 for line in lines)
     passages = 0
@@ -167,7 +169,7 @@ def render(hits: list[SearchHit], budget: int) -> str:
             break
         passage = hit.passage
         speaker = f"{passage.role} {passage.speaker}" if passage.speaker else passage.role
-        label = f"- ({_where(hit)}, {speaker}, {_when(passage.ts)}) "
+        label = f"- ({_where(hit)}, {speaker}, {_when(passage.ts, zone)}) "
         room = budget - used - estimate_text_tokens(label) - 1
         if room < MIN_PASSAGE_TOKENS:
             break
@@ -199,7 +201,7 @@ def _where(hit: SearchHit) -> str:
     return where + ", archived" if hit.passage.kind == ARCHIVE else where
 
 
-def _when(ts: int | None) -> str:
+def _when(ts: int | None, zone: dt.tzinfo) -> str:
     if ts is None:
         return "time unknown"
-    return dt.datetime.fromtimestamp(ts / 1000, tz=dt.UTC).astimezone().strftime("%Y-%m-%d %H:%M %Z").strip()
+    return dt.datetime.fromtimestamp(ts / 1000, tz=zone).strftime("%Y-%m-%d %H:%M %Z").strip()

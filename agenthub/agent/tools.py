@@ -47,6 +47,8 @@ class ToolContext:
     """Memory search, for the turn's automatic recall (`agent/recall.py`)."""
     chat_type: str | None = None
     """`private` / `group` as the channel said (None: unknown, read as a group): which of the sender's profiles."""
+    zone: dt.tzinfo = dt.UTC
+    """`scheduler.timezone` (the gateway passes it): the clock times are told on and a question's days read on."""
 
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
@@ -95,7 +97,7 @@ async def _write_memory(args: dict[str, Any], ctx: ToolContext) -> str:
 
 
 async def _get_time(args: dict[str, Any], ctx: ToolContext) -> str:
-    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    return dt.datetime.now(ctx.zone).isoformat(timespec="seconds")
 
 
 def _allowed_roots(ctx: ToolContext) -> list[Path]:

@@ -167,7 +167,10 @@ class SchedulerSettings(_Section):
     """Scheduled jobs (`manage_cron_jobs`, `/jobs`): defaults and limits."""
 
     enabled: bool = True
-    timezone: str = Field("Asia/Shanghai", description="IANA zone of jobs that name none")
+    timezone: str = Field(
+        "Asia/Shanghai",
+        description="IANA zone of jobs that name none, of usage days and of every time shown to users and the model",
+    )
     catch_up_s: float = Field(600.0, ge=0, description="a job missed while down runs once on start if less late")
     max_jobs_per_chat: int = Field(50, ge=1)
     min_interval_s: float = Field(60.0, ge=60, description="shortest gap between two runs of a recurring job")
@@ -180,6 +183,12 @@ class SchedulerSettings(_Section):
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError("not an IANA time zone name such as Asia/Shanghai") from None
         return value
+
+    @property
+    def zone(self) -> ZoneInfo:
+        """`timezone` as a zone: the calendar and clock of the chats (days of usage, jobs, the times shown to users
+        and the model, what "yesterday" means in a question)."""
+        return ZoneInfo(self.timezone)
 
 
 class BudgetLimits(_Section):

@@ -124,7 +124,9 @@ class GatewayCore:
         """Request assembly over the memory files; a history replace drops a session's converted messages."""
         memory = self.settings.memory
         budget = ContextBudget(memory.memory_budget_tokens, memory.user_budget_tokens, memory.old_tool_result_chars)
-        context = ContextBuilder(self.memory_files, budget, workspace_dir=self.settings.workspace_dir)
+        context = ContextBuilder(
+            self.memory_files, budget, workspace_dir=self.settings.workspace_dir, zone=self.settings.scheduler.zone
+        )
         self.history.observers.append(context.history_changed)
         return context
 

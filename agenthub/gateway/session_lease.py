@@ -463,7 +463,7 @@ class SessionLeases:
             self._forget(key)
             self._lost.add(key)  # its token stays on the store's writes: a late one is refused
             self._history.lease_held(key, False)
-        log.warning("session_lease_lost", session_key=str(key), token=held.lease.token)
+        log.warning("session_lease_lost", session_key=str(key), fence=held.lease.token)
         self._on_lost(key)
 
 

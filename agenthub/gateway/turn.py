@@ -411,6 +411,7 @@ class TurnRunner:
             cred_id=pending.message.cred_id,
             search=gw.search,
             chat_type=chat_type if isinstance(chat_type := pending.message.metadata.get("chat_type"), str) else None,
+            zone=settings.scheduler.zone,
         )
         request = await gw.context.build(
             agent=agent,

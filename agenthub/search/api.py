@@ -3,6 +3,7 @@ files, `SharedSearchService` on PostgreSQL)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -37,8 +38,10 @@ class Searcher(Protocol):
         limit: int,
         *,
         memory_files: Mapping[str, Path] | None = None,
+        zone: dt.tzinfo = dt.UTC,
     ) -> list[SearchHit]:
-        """The best `limit` passages for a question or keywords within `scope`, with their neighbours."""
+        """The best `limit` passages for a question or keywords within `scope`, with their neighbours; a question's
+        days ("yesterday", 上周二) are those of `zone` (`scheduler.timezone`)."""
         ...
 
     async def purge(self, agent: str, keys: Sequence[SessionKey]) -> int:

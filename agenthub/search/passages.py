@@ -23,14 +23,21 @@ MIN_NEIGHBOUR_CHARS = 60
 """A neighbour longer than its share is cut around the query's words, but keeps at least this much."""
 
 
-def format_hits(query: str, hits: Sequence[SearchHit], terms: Sequence[str], labels: Mapping[str, str]) -> str:
+def format_hits(
+    query: str,
+    hits: Sequence[SearchHit],
+    terms: Sequence[str],
+    labels: Mapping[str, str],
+    zone: dt.tzinfo = dt.UTC,
+) -> str:
+    """The answer of `memory_search`: its times on the clock of `zone` (`scheduler.timezone`)."""
     shown = " ".join(query.split())
     shown = shown if len(shown) <= 80 else shown[:80] + "…"
     if not hits:
         return f'no matches for "{shown}"'
     head = f'{len(hits)} match{"es" if len(hits) > 1 else ""} for "{shown}", best first:'
     seen: dict[Key, int] = {}
-    blocks = [_Block(number, hit, labels, seen) for number, hit in enumerate(hits, start=1)]
+    blocks = [_Block(number, hit, labels, seen, zone) for number, hit in enumerate(hits, start=1)]
     budgets = _shares([b.full for b in blocks], ANSWER_CHARS - len(head) - len(blocks), len(blocks))
     return "\n".join([head, *(b.render(terms, budget) for b, budget in zip(blocks, budgets, strict=True))])
 
@@ -52,10 +59,12 @@ class _Block:
     """One hit's lines: `N. [where] role time weekday (speaker): passage`, then `(before)` and `(after)` (their
     time without the date when it is the hit's day; a turn an earlier hit already shows only named: `see 2.`)."""
 
-    def __init__(self, number: int, hit: SearchHit, labels: Mapping[str, str], seen: dict[Key, int]) -> None:
-        self.head = f"{number}. [{where(hit.passage, labels)}] {_line(hit.passage, weekday=True)}"
+    def __init__(
+        self, number: int, hit: SearchHit, labels: Mapping[str, str], seen: dict[Key, int], zone: dt.tzinfo
+    ) -> None:
+        self.head = f"{number}. [{where(hit.passage, labels)}] {_line(hit.passage, zone, weekday=True)}"
         self.text = " ".join(hit.passage.text.split())
-        day = _day(hit.passage.ts)
+        day = _day(hit.passage.ts, zone)
         self.around = []
         for label, p in (("before", hit.before), ("after", hit.after)):
             if p is None:
@@ -63,7 +72,7 @@ class _Block:
             if (shown := seen.get(identity(p))) is not None:
                 self.around.append((f"   ({label}) see {shown}.", "", False))
                 continue
-            self.around.append((f"   ({label}) {_line(p, day)}", " ".join(p.text.split()), label == "before"))
+            self.around.append((f"   ({label}) {_line(p, zone, day)}", " ".join(p.text.split()), label == "before"))
         for p in (hit.passage, hit.before, hit.after):
             if p is not None:
                 seen.setdefault(identity(p), number)
@@ -104,30 +113,30 @@ def where(passage: Passage, labels: Mapping[str, str]) -> str:
     return name + ", archived" if passage.kind == ARCHIVE else name
 
 
-def _line(passage: Passage, day: str | None = None, *, weekday: bool = False) -> str:
+def _line(passage: Passage, zone: dt.tzinfo, day: str | None = None, *, weekday: bool = False) -> str:
     """The head of a passage's line: role, time (only the clock when it is on `day`; with `weekday`, its day of the
     week after it, so "last Saturday" can be dated), speaker."""
     speaker = f" ({passage.speaker})" if passage.speaker is not None else ""
-    when = iso(passage.ts)
-    if day is not None and _day(passage.ts) == day:
+    when = iso(passage.ts, zone)
+    if day is not None and _day(passage.ts, zone) == day:
         when = when[11:16]
     elif weekday and passage.ts is not None:
-        when += " " + _local(passage.ts).strftime("%a")
+        when += " " + _local(passage.ts, zone).strftime("%a")
     return f"{passage.role} {when}{speaker}: "
 
 
-def iso(ts: int | None) -> str:
+def iso(ts: int | None, zone: dt.tzinfo) -> str:
     if ts is None:
         return "(time unknown)"
-    return _local(ts).isoformat(timespec="seconds")
+    return _local(ts, zone).isoformat(timespec="seconds")
 
 
-def _day(ts: int | None) -> str | None:
-    return None if ts is None else _local(ts).date().isoformat()
+def _day(ts: int | None, zone: dt.tzinfo) -> str | None:
+    return None if ts is None else _local(ts, zone).date().isoformat()
 
 
-def _local(ts: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ts / 1000, tz=dt.UTC).astimezone()
+def _local(ts: int, zone: dt.tzinfo) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts / 1000, tz=zone)
 
 
 def excerpt(text: str, terms: Sequence[str], budget: int, *, tail: bool = False) -> str:

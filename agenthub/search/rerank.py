@@ -31,6 +31,7 @@ their related words, `related`), and the two lists are blended, re-ordered and t
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -95,14 +96,21 @@ class _Candidate:
 
 
 def ranked(
-    search: Search, terms: Sequence[str], limit: int, asked: str = "", newest: Newest | None = None
+    search: Search,
+    terms: Sequence[str],
+    limit: int,
+    asked: str = "",
+    newest: Newest | None = None,
+    zone: dt.tzinfo = dt.UTC,
 ) -> list[SearchHit]:
     """The best `limit` hits for `terms` (of the query `asked`), `search(terms, n)` being the index's n best (the
     files' worker thread); `newest()`: the newest passage's time in the scope (asked only when `asked` names a
-    time)."""
+    time); `zone`: the calendar the question's days are read on (`scheduler.timezone`)."""
     if not ENABLED:
         return search(list(terms), limit)
-    when = time_ask(asked, newest() if newest is not None and mentions_time(asked) else None) if TIME_AWARE else None
+    when = (
+        time_ask(asked, newest() if newest is not None and mentions_time(asked) else None, zone) if TIME_AWARE else None
+    )
     terms = _topic_terms(terms, when)
     extra = related_terms(terms)
     first = limit if extra else max(limit, CANDIDATES)
@@ -129,14 +137,19 @@ def ranked(
 
 
 async def ranked_async(
-    search: AsyncSearch, terms: Sequence[str], limit: int, asked: str = "", newest: AsyncNewest | None = None
+    search: AsyncSearch,
+    terms: Sequence[str],
+    limit: int,
+    asked: str = "",
+    newest: AsyncNewest | None = None,
+    zone: dt.tzinfo = dt.UTC,
 ) -> list[SearchHit]:
     """As `ranked`, for an index asked with `await` (PostgreSQL); the Python stages run on a thread."""
     if not ENABLED:
         return await search(list(terms), limit)
     when = None
     if TIME_AWARE:
-        when = time_ask(asked, await newest() if newest is not None and mentions_time(asked) else None)
+        when = time_ask(asked, await newest() if newest is not None and mentions_time(asked) else None, zone)
     terms = _topic_terms(terms, when)
     extra = await asyncio.to_thread(related_terms, terms)
     first = limit if extra else max(limit, CANDIDATES)

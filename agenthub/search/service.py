@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -142,18 +143,26 @@ class SearchService:
         limit: int,
         *,
         memory_files: Mapping[str, Path] | None = None,
+        zone: dt.tzinfo = dt.UTC,
     ) -> list[SearchHit]:
         """The best `limit` passages of `agent` for `query` (a question or keywords, any language) within `scope`,
         best first, each with the turn before and after it. `memory_files`: where the memory names of the scope
         are kept as files (indexed again first if they changed). [] when the query has no searchable term.
-        With `vectors`, the lexical ranking (`CANDIDATES` deep) fused with the nearest passages."""
+        With `vectors`, the lexical ranking (`CANDIDATES` deep) fused with the nearest passages. `zone`: the
+        calendar a question's days are read on (`scheduler.timezone`)."""
         if self.vectors is None:
-            return await self._lexical(agent, query, scope, limit, memory_files)
-        lexical = await self._lexical(agent, query, scope, max(limit, CANDIDATES), memory_files)
+            return await self._lexical(agent, query, scope, limit, memory_files, zone)
+        lexical = await self._lexical(agent, query, scope, max(limit, CANDIDATES), memory_files, zone)
         return await self.vectors.search(agent, query, scope, limit, lexical)
 
     async def _lexical(
-        self, agent: str, query: str, scope: SearchScope, limit: int, memory_files: Mapping[str, Path] | None
+        self,
+        agent: str,
+        query: str,
+        scope: SearchScope,
+        limit: int,
+        memory_files: Mapping[str, Path] | None,
+        zone: dt.tzinfo,
     ) -> list[SearchHit]:
         self._queue_appended()
         files = dict(memory_files or {})
@@ -167,7 +176,7 @@ class SearchService:
             if not terms:
                 return []
             return ranked(
-                lambda asked, n: index.search(asked, scope, n), terms, limit, query, lambda: index.newest(scope)
+                lambda asked, n: index.search(asked, scope, n), terms, limit, query, lambda: index.newest(scope), zone
             )
 
         return await self.store.run(agent, ask)

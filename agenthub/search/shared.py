@@ -10,6 +10,7 @@ Records and memory files are tokenised here, on a thread; the store only keeps a
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path, PurePosixPath
@@ -209,14 +210,17 @@ class SharedSearchService:
         limit: int,
         *,
         memory_files: Mapping[str, Path] | None = None,
+        zone: dt.tzinfo = dt.UTC,
     ) -> list[SearchHit]:
         """As `SearchService.search`, over the shared index (the scope's sessions caught up first)."""
         if self.vectors is None:
-            return await self._lexical(agent, query, scope, limit)
-        lexical = await self._lexical(agent, query, scope, max(limit, CANDIDATES))
+            return await self._lexical(agent, query, scope, limit, zone)
+        lexical = await self._lexical(agent, query, scope, max(limit, CANDIDATES), zone)
         return await self.vectors.search(agent, query, scope, limit, lexical)
 
-    async def _lexical(self, agent: str, query: str, scope: SearchScope, limit: int) -> list[SearchHit]:
+    async def _lexical(
+        self, agent: str, query: str, scope: SearchScope, limit: int, zone: dt.tzinfo
+    ) -> list[SearchHit]:
         terms = await asyncio.to_thread(query_terms, query)  # the segmenter's dictionary loads once, off the loop
         if not terms:
             return []
@@ -228,6 +232,7 @@ class SharedSearchService:
             limit,
             query,
             lambda: self.index.newest(agent, scope),
+            zone,
         )
 
     async def purge(self, agent: str, keys: Sequence[SessionKey]) -> int:

@@ -84,5 +84,5 @@ async def run_memory_search(args: dict[str, Any], ctx: ToolContext) -> str:
     if ctx.search is None:
         raise SearchInputError("memory search is not available here")
     scope, labels, files = scope_for(ctx)
-    hits = await ctx.search.search(ctx.agent.name, query, scope, limit, memory_files=files)
-    return format_hits(query, hits, query_terms(query), labels)
+    hits = await ctx.search.search(ctx.agent.name, query, scope, limit, memory_files=files, zone=ctx.zone)
+    return format_hits(query, hits, query_terms(query), labels, ctx.zone)

@@ -98,10 +98,10 @@ def mentions_time(question: str) -> bool:
     return _EN.search(question) is not None or _ZH.search(question) is not None
 
 
-def time_ask(question: str, now_ms: int | None) -> TimeAsk | None:
-    """What `question` asks of time, its windows seen from `now_ms` (None: no window, only an order); None when it
-    names no time."""
-    window = _window(question, now_ms) if now_ms is not None else None
+def time_ask(question: str, now_ms: int | None, zone: dt.tzinfo = dt.UTC) -> TimeAsk | None:
+    """What `question` asks of time, its windows seen from `now_ms` (None: no window, only an order) on the calendar
+    of `zone` (`scheduler.timezone`: where "yesterday" begins); None when it names no time."""
+    window = _window(question, now_ms, zone) if now_ms is not None else None
     order: Order | None = None
     words, searched = "", False
     if window is None:
@@ -119,11 +119,11 @@ def time_ask(question: str, now_ms: int | None) -> TimeAsk | None:
     return TimeAsk(window, order, frozenset(index_terms(words)) if words else frozenset(), searched)
 
 
-def _window(question: str, now_ms: int) -> tuple[int, int] | None:
+def _window(question: str, now_ms: int, zone: dt.tzinfo) -> tuple[int, int] | None:
     """The window `question` names seen from `now_ms`; none when it (or the now) lies outside the calendar's years
     1-9999 ("999999 days ago", a record's timestamp in ns): its words are then searched as any other."""
     try:
-        return _window_at(question, dt.datetime.fromtimestamp(now_ms / 1000, tz=dt.UTC).astimezone())
+        return _window_at(question, dt.datetime.fromtimestamp(now_ms / 1000, tz=zone))
     except (OverflowError, ValueError, OSError):
         return None
 

@@ -247,7 +247,7 @@ class LeaseKeeper:
                 self._lose()
         elif self.lease is None:
             self._hold(lease)
-            log.info("lease_gained", lease=self._name, token=lease.token)
+            log.info("lease_gained", lease=self._name, fence=lease.token)
             self._count_takeover(lease)
             self._on_gained(lease)
         else:
@@ -258,7 +258,7 @@ class LeaseKeeper:
         grant ever) follows a grant to another holder."""
         if self._takeovers is not None and lease.token not in (1, self._last_token + 1):
             self._takeovers.count += 1
-            log.info("lease_taken_over", lease=self._name, token=lease.token)
+            log.info("lease_taken_over", lease=self._name, fence=lease.token)
         self._last_token = lease.token
 
     async def _attempt(self) -> Lease | None:

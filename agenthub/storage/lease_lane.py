@@ -338,7 +338,7 @@ class RenewalLane:
             if kept not in self._kept:
                 return
             self._kept.discard(kept)
-        log.warning("lease_given_up", lease=kept.lease.name, token=kept.lease.token, reason=why)
+        log.warning("lease_given_up", lease=kept.lease.name, fence=kept.lease.token, reason=why)
         kept.report_lost()
 
 

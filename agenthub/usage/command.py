@@ -24,6 +24,8 @@ class UsageCommand:
         self.services = services
 
     async def __call__(self, ctx: CommandContext) -> str:
+        if ctx.args.strip():  # no period nor person to pick: `/usage` always shows today and this month
+            return ctx.text("usage.usage")
         services, msg = self.services, ctx.message
         today = day_of(services.clock(), services.zone)
         try:

@@ -53,8 +53,8 @@ def _turn(conv: Conversation, gid: int) -> Turn:
 
 
 def date_of(ts_ms: int) -> str:
-    """The answer's date as the tool prints times (local time)."""
-    return dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).astimezone().date().isoformat()
+    """The answer's date as the tool prints times (the ToolContext's zone, UTC by default)."""
+    return dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).date().isoformat()
 
 
 def judge(conv: Conversation, q: Question, answer: str) -> TextOutcome:

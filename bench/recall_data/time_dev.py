@@ -134,7 +134,7 @@ def relative_day(lang: Lang, said_ms: int, now_ms: int) -> str:
 
 
 def _day(ms: int) -> dt.date:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).astimezone().date()
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).date()  # the searcher's default zone
 
 
 def dated_questions(conv: Conversation) -> Conversation:

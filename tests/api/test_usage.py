@@ -73,6 +73,18 @@ async def test_usage_command_shows_today_this_month_and_what_is_left(
     assert "Today: 0 tokens (no limit)" in getattr(en, "full_text", "")
 
 
+async def test_usage_with_an_argument_answers_how_to_use_it_in_the_chats_language(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    async with build_gateway(settings_factory()) as gw:
+        zh = await (await gw.submit(InboundMessage("wecom", "group", "zhangsan", "/usage month"))).result()
+        en = await (await gw.submit(InboundMessage("cli", "solo", "me", "/usage month"))).result()
+    zh_text, en_text = getattr(zh, "full_text", ""), getattr(en, "full_text", "")
+    assert zh_text.startswith("用法：/usage") and "你的用量" not in zh_text, zh_text
+    assert en_text.startswith("Usage: /usage") and "Your usage:" not in en_text, en_text
+    assert not fake_llm.message_requests()  # a command, never a turn
+
+
 async def test_per_person_rows_name_the_sender_the_channel_named_on_both_backends(
     backend_settings: Settings, fake_llm: FakeAnthropic
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -20,6 +21,8 @@ from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 from agenthub.storage.search_index import SearchHit, SearchScope
 from tests.support.postgres import migrated
 
+SHANGHAI = ZoneInfo("Asia/Shanghai")
+"""The questions' days are Shanghai's (`scheduler.timezone`) on both backends, whatever the process's zone."""
 WORDS = ["budget", "meeting", "invoice", "launch", "Evan", "Prius", "car", "drive", "CODE-7Q2", "2026-12-01"]
 WORDS += ["预算", "会议", "发票", "上线", "夜莺", "暗号", "开车", "老李", "合同", "周报"]
 QUERIES = [
@@ -81,8 +84,9 @@ async def test_both_backends_give_the_same_hits_in_the_same_order(
         compared = 0
         for scope in scopes:
             for query in QUERIES:
-                expected = _shown(await on_files.search("default", query, scope, 8))
-                assert _shown(await on_postgres.search("default", query, scope, 8)) == expected, (query, scope)
+                expected = _shown(await on_files.search("default", query, scope, 8, zone=SHANGHAI))
+                on_both = _shown(await on_postgres.search("default", query, scope, 8, zone=SHANGHAI))
+                assert on_both == expected, (query, scope)
                 compared += len(expected)
         assert compared > 60
     finally:

@@ -9,6 +9,7 @@ import re
 import sqlite3
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from agenthub.config import Settings
 from agenthub.gateway.core import GatewayCore
@@ -29,7 +30,7 @@ PLANTED_AT = 1_764_000_000_000  # ms
 
 
 def _iso(ts_ms: int) -> str:
-    return dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).astimezone().isoformat(timespec="seconds")
+    return dt.datetime.fromtimestamp(ts_ms / 1000, tz=ZoneInfo("Asia/Shanghai")).isoformat(timespec="seconds")
 
 
 def _tool_results(fake: FakeAnthropic) -> list[dict[str, Any]]:

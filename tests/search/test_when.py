@@ -9,7 +9,7 @@ import pytest
 
 from agenthub.search.when import DAY_MS, mentions_time, time_ask
 
-NOW = dt.datetime(2026, 6, 19, 15, 0).astimezone()  # a Friday
+NOW = dt.datetime(2026, 6, 19, 15, 0, tzinfo=dt.UTC)  # a Friday, on the default zone's calendar
 NOW_MS = int(NOW.timestamp() * 1000)
 
 
@@ -145,7 +145,7 @@ def test_a_weekly_habit_is_no_window(question: str) -> None:
 
 
 def test_this_weekend_said_at_the_weekend_is_this_one_and_last_weekend_the_one_before() -> None:
-    saturday = int(dt.datetime(2026, 6, 20, 15, 0).astimezone().timestamp() * 1000)
+    saturday = int(dt.datetime(2026, 6, 20, 15, 0, tzinfo=dt.UTC).timestamp() * 1000)
     for question, inside, outside in [
         ("What did we do this weekend?", 0.2, 7),
         ("What did Mia say at the weekend?", 0.2, 7),
@@ -174,7 +174,7 @@ def test_this_weekend_said_at_the_weekend_is_this_one_and_last_weekend_the_one_b
 def test_windows_at_the_week_month_and_year_boundaries(
     now: dt.datetime, question: str, inside: float, outside: float
 ) -> None:
-    now_ms = int(now.astimezone().timestamp() * 1000)
+    now_ms = int(now.replace(tzinfo=dt.UTC).timestamp() * 1000)
     asked = time_ask(question, now_ms)
     assert asked is not None and asked.window is not None
     start, end = asked.window

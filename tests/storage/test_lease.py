@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 import pytest
 import pytest_asyncio
+import structlog
 
 from agenthub.clock import ManualClock
+from agenthub.log import configure_logging
 from agenthub.storage.lease import FREED, WANTED, InProcessLeases, Lease, LeaseKeeper, LeaseTakeovers, renew_all
 from agenthub.storage.ports import LeaseStore
 from agenthub.storage.postgres import Database, PostgresLeases
@@ -360,3 +364,23 @@ async def test_a_keepers_hold_keeps_its_number_while_the_lease_stays_live_and_a_
     leases.down = False
     await keeper.step()  # taken again after the lapse: another hold, though nobody had it in between
     assert keeper.hold is not None and keeper.hold != first
+
+
+async def test_lease_log_lines_show_the_fencing_number_which_is_no_secret() -> None:
+    out, saved = io.StringIO(), structlog.get_config()
+    configure_logging("info", fmt="json", stream=out)
+    try:
+        clock = ManualClock()
+        leases = DownableLeases(clock)
+        a = LeaseKeeper(leases, "scheduler", "a", ttl_s=15, clock=clock, takeovers=LeaseTakeovers())
+        b = LeaseKeeper(leases, "scheduler", "b", ttl_s=15, clock=clock, takeovers=LeaseTakeovers())
+        await a.step()
+        clock.advance(16)  # a dies; b takes over with the next fencing number
+        await b.step()
+        structlog.get_logger("agenthub.test").info("secret_check", token="s3cr3t")
+    finally:
+        structlog.configure(**saved)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    fences = [(line["event"], line.get("fence")) for line in lines if line["event"].startswith("lease_")]
+    assert fences == [("lease_gained", 1), ("lease_gained", 2), ("lease_taken_over", 2)], lines
+    assert lines[-1]["token"] == "***"  # a field named token is still taken for a secret

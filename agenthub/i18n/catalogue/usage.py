@@ -26,6 +26,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh-CN": "查看你和本会话今天、本月的用量和剩余额度",
         "en": "your and this chat's usage today and this month, and what is left",
     },
+    "usage.usage": {
+        "zh-CN": "用法：/usage（不带参数）查看你和本会话今天、本月的用量和剩余额度。",
+        "en": "Usage: /usage (no arguments) shows your and this chat's usage today and this month, and what is left.",
+    },
     "usage.title.user": {"zh-CN": "你的用量：", "en": "Your usage:"},
     "usage.title.chat": {"zh-CN": "本会话的用量：", "en": "This chat's usage:"},
     "usage.line": {"zh-CN": "{period}：{tokens} tokens{cost}{left}", "en": "{period}: {tokens} tokens{cost}{left}"},
