@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Callable
@@ -13,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-from playwright.async_api import Dialog, Page, async_playwright, expect
+from playwright.async_api import Dialog, Page, Route, async_playwright, expect
 
 from agenthub.api.llm_text import TITLE_PROMPT, WELCOME_PROMPT
 from agenthub.api.server import HttpApi
@@ -423,3 +424,29 @@ async def test_console_usage_page_in_english(english_console: Console, page: Pag
     await expect(panel.locator("thead")).to_contain_text("Cache read")
     await expect(panel.locator("tbody")).to_contain_text("No usage in this period yet.")
     await expect(page.locator("#usage-range")).to_contain_text("Asia/Shanghai")
+
+
+async def test_a_command_sent_while_a_new_chat_loads_keeps_its_reply_and_shows_no_error(
+    console: Console, page: Page, tmp_path: Path
+) -> None:
+    """A message typed before the new chat's history has arrived waits for it (the late history never wipes the
+    exchange), and a first exchange that stored nothing (a command) asks for no title, so no error shows."""
+    await sign_in(page, console, tmp_path)
+
+    async def late_history(route: Route) -> None:  # a slow server: the history comes a second late
+        if route.request.method == "GET":
+            await asyncio.sleep(1.0)
+        await route.continue_()
+
+    await page.route("**/sessions/*/messages", late_history)
+    await page.get_by_role("button", name="新建会话").click()
+    await page.get_by_label("输入消息").fill("/help")
+    async with page.expect_response(lambda r: r.url.endswith("/api/agents/default/sessions")) as listed:
+        await page.get_by_label("输入消息").press("Enter")
+    await listed.value  # the exchange has ended: the list is loaded again after it
+    done = page.locator('.bubble[data-state="done"]')
+    await expect(done).to_have_count(1)
+    await expect(done).to_contain_text("/help")
+    await expect(page.locator(".msg.user")).to_have_count(1)
+    await expect(page.locator("#session-list > li")).to_have_count(1)  # the typed message made no second chat
+    await expect(page.locator("#error-banner")).to_be_hidden()

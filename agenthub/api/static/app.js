@@ -20,6 +20,7 @@ const state = {
   streams: new Map(), // "agent\nchat" → {row, controller}
   feed: null, // AbortController of the open chat's events feed (reminders pushed by the daemon)
   welcome: new Map(),
+  loading: 0, // a chat being made or its history being fetched: the composer waits (a late history would wipe a reply)
 };
 
 const streamKey = (agent, chat) => `${agent}\n${chat}`;
@@ -181,10 +182,24 @@ async function removeSession(meta) {
 }
 
 async function newChat() {
-  const meta = await api.createSession(state.agent);
-  await loadSessions();
-  await openChat(meta.chat_id);
+  await loading(async () => {
+    const meta = await api.createSession(state.agent);
+    await loadSessions();
+    await openChat(meta.chat_id);
+  });
   $("input").focus();
+}
+
+/** Run `action` with the composer held: nothing is sent into a chat whose history has not arrived yet. */
+async function loading(action) {
+  state.loading += 1;
+  updateComposer();
+  try {
+    return await action();
+  } finally {
+    state.loading -= 1;
+    updateComposer();
+  }
 }
 
 // ---- the chat view -----------------------------------------------------------------------------------------
@@ -207,7 +222,7 @@ async function openChat(chat) {
   state.chat = chat;
   renderSessions();
   updateComposer();
-  const data = await api.messages(agent, chat);
+  const data = await loading(() => api.messages(agent, chat));
   if (view !== state.view) return;
   const rows = data.messages.map(messageRow).filter(Boolean);
   const live = state.streams.get(streamKey(agent, chat));
@@ -281,8 +296,8 @@ function scrollToEnd() {
 
 function updateComposer() {
   const busy = Boolean(currentStream());
-  $("input").disabled = !state.agent;
-  $("send").disabled = !state.agent || busy;
+  $("input").disabled = !state.agent || state.loading > 0;
+  $("send").disabled = !state.agent || busy || state.loading > 0;
   $("stop").hidden = !busy;
 }
 
@@ -297,7 +312,7 @@ async function send(event) {
   event?.preventDefault();
   const input = $("input");
   const content = input.value.trim();
-  if (!content || !state.agent || currentStream()) return;
+  if (!content || !state.agent || state.loading > 0 || currentStream()) return;
   if (!state.chat) await newChat();
   const agent = state.agent;
   const chat = state.chat;
@@ -307,9 +322,19 @@ async function send(event) {
   $("messages").querySelectorAll(".welcome").forEach((node) => node.remove());
   $("messages").append(messageRow({ role: "user", content }));
   await streamReply(agent, chat, content);
-  if (firstExchange) await guard(() => api.autoTitle(agent, chat));
+  if (firstExchange) await guard(() => titleAfterFirstExchange(agent, chat));
   if (agent === state.agent) await guard(loadSessions);
   if (chat === state.chat) refreshMeter();
+}
+
+/** Ask for the chat's title after its first exchange; one that stored nothing (a command such as /help) has none
+ * to make yet, which is no error. */
+async function titleAfterFirstExchange(agent, chat) {
+  try {
+    await api.autoTitle(agent, chat);
+  } catch (error) {
+    if (!(error instanceof ApiError && error.code === "session_empty")) throw error;
+  }
 }
 
 async function streamReply(agent, chat, content) {
