@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import re
@@ -157,15 +158,17 @@ def validate_sender(sender_id: str) -> str:
 def person_key(agent: str, channel: str, sender_id: str) -> SessionKey:
     """The key naming `sender_id`'s profiles on `channel` with `agent`: the sender id itself when the key rules
     accept it (every name on disk stays), else a stable digest of it, so an id with a backslash, a control
-    character or '..' (which a platform may send) names a safe file instead of failing the turn."""
-    try:
-        return session_key(agent, channel, sender_id)
-    except InvalidIdError:
-        validate_agent_name(agent)
-        validate_part("channel", channel)
-        validate_sender(sender_id)
-        digest = hashlib.sha256(sender_id.encode("utf-8")).hexdigest()[:32]
-        return session_key(agent, channel, PERSON_DIGEST_PREFIX + digest)
+    character or '..' (which a platform may send) names a safe file instead of failing the turn. An id that itself
+    starts with `PERSON_DIGEST_PREFIX` is named by its digest too: no ordinary id can name another person's
+    digest-named profiles."""
+    if not sender_id.startswith(PERSON_DIGEST_PREFIX):
+        with contextlib.suppress(InvalidIdError):
+            return session_key(agent, channel, sender_id)
+    validate_agent_name(agent)
+    validate_part("channel", channel)
+    validate_sender(sender_id)
+    digest = hashlib.sha256(sender_id.encode("utf-8")).hexdigest()[:32]
+    return session_key(agent, channel, PERSON_DIGEST_PREFIX + digest)
 
 
 def key_from_file_stem(stem: str) -> SessionKey | None:
