@@ -180,7 +180,7 @@ class SchedulerSettings(_Section):
     def _known_zone(cls, value: str) -> str:
         try:
             ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder of the database ("America")
             raise ValueError("not an IANA time zone name such as Asia/Shanghai") from None
         return value
 

@@ -128,7 +128,7 @@ def new_job_id() -> str:
 def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder of the database ("America")
         raise JobError(f"unknown timezone {name!r}; use an IANA name such as 'Asia/Shanghai'") from None
 
 
