@@ -103,3 +103,15 @@ async def test_a_listen_address_that_cannot_be_is_one_line_and_exit_2(
     assert says in lines[-1], err
     if "--host" in args:
         assert len(lines) == 1 and "http.host" in lines[0] and "AGENTHUB_HTTP__HOST" in lines[0], err
+
+
+async def test_a_start_logs_that_llm_timeouts_exceed_the_lock_timeout_in_the_daemons_log(tmp_path: Path) -> None:
+    """configuration.md: the daemon logs `config_llm_timeouts_exceed_lock_timeout` at start-up; the settings are read
+    before the daemon's logging is set up, so the warning must still reach its log (JSON on stdout under systemd)."""
+    with socket.socket() as taken:  # the start stops at the port, after the settings were read
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        timeouts = {"AGENTHUB_LLM__TIMEOUT_S": "600", "AGENTHUB_SESSION__LOCK_TIMEOUT_S": "30"}
+        code, out, err = await serve(tmp_path, AGENTHUB_HTTP__PORT=str(taken.getsockname()[1]), **timeouts)
+    assert code == CONFIG_ERROR_STATUS, err
+    assert out.count('"event": "config_llm_timeouts_exceed_lock_timeout"') == 1, out
