@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from agenthub.errors import ConfigError
+from agenthub.web import _unavailable
 from tests.support import processes
 from tests.support.cli import cli_env
 from tests.support.paths import REPO
@@ -115,3 +117,12 @@ async def test_a_start_logs_that_llm_timeouts_exceed_the_lock_timeout_in_the_dae
         code, out, err = await serve(tmp_path, AGENTHUB_HTTP__PORT=str(taken.getsockname()[1]), **timeouts)
     assert code == CONFIG_ERROR_STATUS, err
     assert out.count('"event": "config_llm_timeouts_exceed_lock_timeout"') == 1, out
+
+
+def test_a_name_lookup_that_fails_for_now_is_no_configuration_error() -> None:
+    """`EAI_AGAIN` (the resolver is not reachable yet, e.g. at boot) may pass: not exit 2, which systemd never
+    restarts; a name that does not exist (`EAI_NONAME`) is the configuration's fault."""
+    now = _unavailable("agenthub.internal", 8080, socket.gaierror(socket.EAI_AGAIN, "Temporary failure"))
+    never = _unavailable("agenthub.internal", 8080, socket.gaierror(socket.EAI_NONAME, "Name or service not known"))
+    assert not isinstance(now, ConfigError)
+    assert isinstance(never, ConfigError) and "http.host" in str(never)
