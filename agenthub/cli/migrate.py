@@ -29,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
         print(action)
     for left in report.pending:
         print(f"agenthub migrate: could not {left}", file=sys.stderr)
+    for kept in report.left:  # the CLI's logs are muted: the daemon's warning for it would not show
+        print(f"agenthub migrate: {kept}", file=sys.stderr)
     if report.pending:
         return EXIT_INCOMPLETE
     if not report.done:

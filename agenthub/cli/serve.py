@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from agenthub.config import load_settings
+from agenthub.config import load_settings, warn_about_timeouts
 from agenthub.errors import ConfigError, StorageError
 from agenthub.hosting.datalock import DataDirLocked
 from agenthub.log import configure_logging
@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # auto: readable on a terminal, JSON otherwise; configured once for the process, so its loggers are cached
     configure_logging(settings.log_level, settings.log_format, cache_loggers=True)
+    # said again now that the daemon's log is set up: `load_settings` ran under `cli.main`'s muted logging
+    warn_about_timeouts(settings)
     try:
         return run_daemon(settings, show_console_hint=args.console_hint)
     except DataDirLocked as e:

@@ -56,6 +56,8 @@ class MigrationReport:
 
     done: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+    """Entries not moved because the target already exists (kept both; someone has to merge them by hand)."""
 
     @property
     def complete(self) -> bool:
@@ -85,6 +87,7 @@ def _move_into(source: Path, target_dir: Path, report: MigrationReport) -> None:
         target_dir.mkdir(parents=True, exist_ok=True)
         if target.exists():
             log.warning("migration_conflict_left_in_place", source=str(source), target=str(target))
+            report.left.append(f"{source} (left in place: {target} already exists)")
             return
         _move(source, target)
     except OSError as e:

@@ -288,6 +288,8 @@ def _unavailable(host: str, port: int, error: OSError) -> OSError | PortUnavaila
     """A port taken or refused, or a host that is not this machine's, becomes a configuration error naming the
     address and its keys; any other error stays as it is."""
     if isinstance(error, socket.gaierror):
+        if error.errno == socket.EAI_AGAIN:  # the resolver is not there yet (boot): a failure systemd restarts
+            return error
         return PortUnavailableError(host, port, "the host name does not resolve", HOST_HINT)
     if error.errno == errno.EADDRNOTAVAIL:
         return PortUnavailableError(host, port, "the address is not one of this machine's", HOST_HINT)

@@ -450,3 +450,33 @@ async def test_a_command_sent_while_a_new_chat_loads_keeps_its_reply_and_shows_n
     await expect(page.locator(".msg.user")).to_have_count(1)
     await expect(page.locator("#session-list > li")).to_have_count(1)  # the typed message made no second chat
     await expect(page.locator("#error-banner")).to_be_hidden()
+
+
+async def test_a_chat_whose_history_never_comes_holds_only_its_own_composer(
+    console: Console, page: Page, tmp_path: Path
+) -> None:
+    """Opening a chat whose history is stuck, then another: the one shown takes messages as soon as its own history
+    is in (the stuck load of a chat no longer shown holds nothing)."""
+    await sign_in(page, console, tmp_path)
+    sessions = page.locator("#session-list > li")
+    for count in (1, 2):
+        await page.get_by_role("button", name="新建会话").click()
+        await expect(sessions).to_have_count(count)
+    stuck_id = await sessions.nth(1).get_attribute("data-chat-id")
+    released = asyncio.Event()
+
+    async def stuck_history(route: Route) -> None:  # the server never answers this chat's history (until the end)
+        if route.request.method == "GET" and f"/sessions/{stuck_id}/" in route.request.url:
+            await released.wait()
+        await route.continue_()
+
+    await page.route("**/sessions/*/messages", stuck_history)
+    try:
+        await sessions.nth(1).locator(".session-open").click()
+        await expect(page.get_by_label("输入消息")).to_be_disabled()
+        await sessions.nth(0).locator(".session-open").click()
+        await expect(page.get_by_test_id("welcome")).to_be_visible()
+        await expect(page.get_by_label("输入消息")).to_be_enabled()
+        await expect(page.get_by_role("button", name="发送")).to_be_enabled()
+    finally:
+        released.set()

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from agenthub.errors import ConfigError
+from agenthub.web import _unavailable
 from tests.support import processes
 from tests.support.cli import cli_env
 from tests.support.paths import REPO
@@ -103,3 +105,24 @@ async def test_a_listen_address_that_cannot_be_is_one_line_and_exit_2(
     assert says in lines[-1], err
     if "--host" in args:
         assert len(lines) == 1 and "http.host" in lines[0] and "AGENTHUB_HTTP__HOST" in lines[0], err
+
+
+async def test_a_start_logs_that_llm_timeouts_exceed_the_lock_timeout_in_the_daemons_log(tmp_path: Path) -> None:
+    """configuration.md: the daemon logs `config_llm_timeouts_exceed_lock_timeout` at start-up; the settings are read
+    before the daemon's logging is set up, so the warning must still reach its log (JSON on stdout under systemd)."""
+    with socket.socket() as taken:  # the start stops at the port, after the settings were read
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        timeouts = {"AGENTHUB_LLM__TIMEOUT_S": "600", "AGENTHUB_SESSION__LOCK_TIMEOUT_S": "30"}
+        code, out, err = await serve(tmp_path, AGENTHUB_HTTP__PORT=str(taken.getsockname()[1]), **timeouts)
+    assert code == CONFIG_ERROR_STATUS, err
+    assert out.count('"event": "config_llm_timeouts_exceed_lock_timeout"') == 1, out
+
+
+def test_a_name_lookup_that_fails_for_now_is_no_configuration_error() -> None:
+    """`EAI_AGAIN` (the resolver is not reachable yet, e.g. at boot) may pass: not exit 2, which systemd never
+    restarts; a name that does not exist (`EAI_NONAME`) is the configuration's fault."""
+    now = _unavailable("agenthub.internal", 8080, socket.gaierror(socket.EAI_AGAIN, "Temporary failure"))
+    never = _unavailable("agenthub.internal", 8080, socket.gaierror(socket.EAI_NONAME, "Name or service not known"))
+    assert not isinstance(now, ConfigError)
+    assert isinstance(never, ConfigError) and "http.host" in str(never)

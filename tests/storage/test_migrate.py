@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
+from agenthub.cli import main
 from agenthub.storage.migrate import LAYOUT_MARKER, migrate_workspace_layout
 from tests.support.paths import REPO
 
@@ -194,3 +196,20 @@ async def test_serve_starts_on_a_read_only_install_and_agenthub_migrate_finishes
     events = await _serve_read_only_until_ready(tmp_path)
     assert not [e for e in events if e["event"].startswith("workspace_migration")], events
     assert (tmp_path / "workspace_late").is_dir()
+
+
+def test_agenthub_migrate_says_which_entry_it_left_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A conflict is not moved; `agenthub migrate` says so on stderr (its logs are off since the CLI mutes them)."""
+    ws, _ = _legacy_tree(tmp_path)
+    (ws / "reviewer" / "docs").mkdir(parents=True)
+    (ws / "reviewer" / "docs" / "a.md").write_text("newer")
+    for key, name in {"DATA": "data", "AGENTS": "agents", "AUTH": "auth", "WORKSPACE": "workspace"}.items():
+        monkeypatch.setenv(f"AGENTHUB_{key}_DIR", str(tmp_path / name))
+    monkeypatch.chdir(tmp_path)
+    assert main(["migrate"]) == 0
+    captured = capsys.readouterr()
+    assert f"{tmp_path}/workspace_reviewer/docs" in captured.err and "left in place" in captured.err, captured
+    assert "left in place" not in captured.out
+    assert (tmp_path / "workspace_reviewer" / "docs" / "a.md").read_text() == "review notes"

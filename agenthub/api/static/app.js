@@ -20,7 +20,8 @@ const state = {
   streams: new Map(), // "agent\nchat" → {row, controller}
   feed: null, // AbortController of the open chat's events feed (reminders pushed by the daemon)
   welcome: new Map(),
-  loading: 0, // a chat being made or its history being fetched: the composer waits (a late history would wipe a reply)
+  loading: new Map(), // view → loads in flight for it (a chat being made, its history): its composer waits (a late
+  // history would wipe a reply); a load for a view no longer shown holds nothing
 };
 
 const streamKey = (agent, chat) => `${agent}\n${chat}`;
@@ -192,15 +193,20 @@ async function newChat() {
 
 /** Run `action` with the composer held: nothing is sent into a chat whose history has not arrived yet. */
 async function loading(action) {
-  state.loading += 1;
+  const view = state.view;
+  state.loading.set(view, (state.loading.get(view) ?? 0) + 1);
   updateComposer();
   try {
     return await action();
   } finally {
-    state.loading -= 1;
+    const left = state.loading.get(view) - 1;
+    if (left > 0) state.loading.set(view, left);
+    else state.loading.delete(view);
     updateComposer();
   }
 }
+
+const isLoading = () => state.loading.has(state.view);
 
 // ---- the chat view -----------------------------------------------------------------------------------------
 
@@ -296,8 +302,8 @@ function scrollToEnd() {
 
 function updateComposer() {
   const busy = Boolean(currentStream());
-  $("input").disabled = !state.agent || state.loading > 0;
-  $("send").disabled = !state.agent || busy || state.loading > 0;
+  $("input").disabled = !state.agent || isLoading();
+  $("send").disabled = !state.agent || busy || isLoading();
   $("stop").hidden = !busy;
 }
 
@@ -312,7 +318,7 @@ async function send(event) {
   event?.preventDefault();
   const input = $("input");
   const content = input.value.trim();
-  if (!content || !state.agent || state.loading > 0 || currentStream()) return;
+  if (!content || !state.agent || isLoading() || currentStream()) return;
   if (!state.chat) await newChat();
   const agent = state.agent;
   const chat = state.chat;
