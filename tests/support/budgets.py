@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from agenthub.gateway.handle import ReplyHandle
 from agenthub.hosting.app import open_stores
 from agenthub.messages import ReplyEvent
 from agenthub.storage.ports import RidingReserves, UsageStore
+from agenthub.storage.postgres.database import Database
 from agenthub.storage.stores import Stores
 from agenthub.storage.usage import Claim, ClaimRide, Reservation, Scope
 from agenthub.usage.report import totals
@@ -21,6 +22,19 @@ from tests.support.fakes.anthropic import FakeAnthropic
 
 PER_CALL = {"input_tokens": 100, "output_tokens": 50}
 MAX_TOKENS = 200
+
+
+def postgres_budgets(settings_factory: Callable[..., Settings], dsn: str, **budgets: object) -> Settings:
+    """Settings on PostgreSQL at `dsn` with `budgets` and MAX_TOKENS as the reply's room."""
+    return settings_factory(budgets=budgets, llm={"max_tokens": MAX_TOKENS}, store={"backend": "postgres", "dsn": dsn})
+
+
+async def count_rows(database: Database, sql: str, *params: object) -> int:
+    """The one number `sql` (a count) answers."""
+    async with database.connection("test count") as conn:
+        row = await (await conn.execute(sql, params)).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 async def used_by(gw: GatewayCore, sender: str, channel: str = "wecom") -> int:

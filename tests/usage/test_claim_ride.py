@@ -14,30 +14,27 @@ from agenthub.hosting.app import build_gateway, open_stores
 from agenthub.llm.tokens import estimate_text_tokens
 from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage
 from agenthub.session_keys import session_key
-from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.sessions import PostgresSessionStore
 from agenthub.storage.usage import Claim, ClaimRide, UsageRow
 from agenthub.usage.periods import day_of
-from tests.support.budgets import MAX_TOKENS, PER_CALL, CountedReserves, counted_stores, settle_all, used_by
+from tests.support.budgets import (
+    MAX_TOKENS,
+    PER_CALL,
+    CountedReserves,
+    count_rows,
+    counted_stores,
+    postgres_budgets,
+    settle_all,
+    used_by,
+)
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.shared_gateways import shared_instances
-
-
-def _postgres(settings_factory: Callable[..., Settings], dsn: str, **budgets: int) -> Settings:
-    return settings_factory(budgets=budgets, llm={"max_tokens": MAX_TOKENS}, store={"backend": "postgres", "dsn": dsn})
-
-
-async def _count(database: Database, sql: str, *params: object) -> int:
-    async with database.connection("test count") as conn:
-        row = await (await conn.execute(sql, params)).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 async def test_a_new_persons_first_turn_refused_in_its_sessions_claim_stores_nothing(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    settings = _postgres(settings_factory, postgres_dsn, user_day=1000)
+    settings = postgres_budgets(settings_factory, postgres_dsn, user_day=1000)
     stores, counted = await counted_stores(settings)
     try:
         async with build_gateway(settings, stores=stores) as gw:
@@ -48,10 +45,10 @@ async def test_a_new_persons_first_turn_refused_in_its_sessions_claim_stores_not
             await usage.store.add([spent])  # her day is used up, in another chat (of another instance)
             final = await (await gw.submit(InboundMessage("wecom", "dm-new", "alice", "hello"))).result()
             database = stores.sessions.database  # type: ignore[attr-defined]
-            records = await _count(database, "SELECT count(*) FROM session_records WHERE chat_id = 'dm-new'")
-            heads = await _count(database, "SELECT count(*) FROM session_heads WHERE chat_id = 'dm-new'")
-            reserved = await _count(database, "SELECT count(*) FROM usage_reservations")
-            calls = await _count(database, "SELECT count(*) FROM usage_calls WHERE chat_id = 'dm-new'")
+            records = await count_rows(database, "SELECT count(*) FROM session_records WHERE chat_id = 'dm-new'")
+            heads = await count_rows(database, "SELECT count(*) FROM session_heads WHERE chat_id = 'dm-new'")
+            reserved = await count_rows(database, "SELECT count(*) FROM usage_reservations")
+            calls = await count_rows(database, "SELECT count(*) FROM usage_calls WHERE chat_id = 'dm-new'")
             ridden = usage.gate.ridden
     finally:
         await stores.aclose()
@@ -69,7 +66,7 @@ async def test_a_session_with_a_history_claimed_again_is_checked_again_without_i
     reservation reach the limit exactly) and released."""
     limit = 2000  # no lease fits (8 estimates, at most half of what is left): every turn reserves for itself
     fake_llm.default_usage = PER_CALL
-    settings = _postgres(settings_factory, postgres_dsn, user_day=limit)
+    settings = postgres_budgets(settings_factory, postgres_dsn, user_day=limit)
     stores, counted = await counted_stores(settings)
     key = session_key("default", "wecom", "dm")
     try:
@@ -89,7 +86,7 @@ async def test_a_session_with_a_history_claimed_again_is_checked_again_without_i
             second = await (await gw.submit(InboundMessage("wecom", "dm", "alice", "second"))).result()
             await usage.gate.drain()
             await usage.recorder.flush()
-            reserved = await _count(stores.sessions.database, "SELECT count(*) FROM usage_reservations")  # type: ignore[attr-defined]
+            reserved = await count_rows(stores.sessions.database, "SELECT count(*) FROM usage_reservations")  # type: ignore[attr-defined]
             ridden = usage.gate.ridden
     finally:
         await stores.aclose()
@@ -105,7 +102,7 @@ async def test_one_persons_concurrent_new_chats_at_the_edge_overspend_by_at_most
     wave is refused: her usage ends within one reservation above her limit."""
     limit = 9000  # leases at first (the first turn's, the others waiting for its answer), none near the end
     fake_llm.default_usage = PER_CALL
-    settings = _postgres(settings_factory, postgres_dsn, user_day=limit)
+    settings = postgres_budgets(settings_factory, postgres_dsn, user_day=limit)
     stores, counted = await counted_stores(settings)
     try:
         async with build_gateway(settings, stores=stores) as gw:
@@ -139,7 +136,7 @@ async def test_a_ride_its_turn_never_uses_is_released_and_one_not_made_reserves_
 ) -> None:
     """A ride whose claim was granted made a reservation: let go (the turn ended before its check), it is released.
     A ride whose claim was refused (another holder) made none, and the turns waiting for its lease go on."""
-    settings = _postgres(settings_factory, postgres_dsn, user_day=10**6)
+    settings = postgres_budgets(settings_factory, postgres_dsn, user_day=10**6)
     stores, _ = await counted_stores(settings)
     try:
         async with build_gateway(settings, stores=stores) as gw:
@@ -161,7 +158,7 @@ async def test_a_ride_its_turn_never_uses_is_released_and_one_not_made_reserves_
             assert all(lease.committed == 0 and lease.running == 0 for lease in ride.granted)
             gate.leases.close()
             await gate.drain()
-            held = await _count(sessions.database, "SELECT count(*) FROM usage_reservations")
+            held = await count_rows(sessions.database, "SELECT count(*) FROM usage_reservations")
             other = InboundMessage("wecom", "dm-b", "bob", "hi")
             refused_claim = gate.ride(agent, other, lambda: 300, 60.0)
             assert refused_claim is not None
@@ -171,7 +168,7 @@ async def test_a_ride_its_turn_never_uses_is_released_and_one_not_made_reserves_
             refused_claim.sent.done()
             gate.let_go(refused_claim)
             await gate.drain()
-            after = await _count(sessions.database, "SELECT count(*) FROM usage_reservations")
+            after = await count_rows(sessions.database, "SELECT count(*) FROM usage_reservations")
     finally:
         await stores.aclose()
     assert held == 0  # the lease ended with no turn: released
@@ -192,7 +189,7 @@ class BrokenRides(CountedReserves):
 async def test_a_failed_ride_fails_neither_the_claim_nor_the_turn_which_asks_the_store_itself(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    settings = _postgres(settings_factory, postgres_dsn, user_day=10**6)
+    settings = postgres_budgets(settings_factory, postgres_dsn, user_day=10**6)
     stores = await open_stores(settings)
     broken = BrokenRides(stores.usage)
     stores.usage = broken  # type: ignore[assignment]  # the same store, its rides broken
@@ -223,7 +220,7 @@ async def test_a_session_moved_to_another_instance_is_checked_there_as_ever(
         gates = [i.gateway.turn_services.usage.gate for i in instances if i.gateway.turn_services.usage]
         for gate in gates:
             await gate.drain()
-        reserved = await _count(instances[0].stores.usage.database, "SELECT count(*) FROM usage_reservations")  # type: ignore[attr-defined]
+        reserved = await count_rows(instances[0].stores.usage.database, "SELECT count(*) FROM usage_reservations")  # type: ignore[attr-defined]
         history = await instances[1].gateway.history.load(session_key("default", "wecom", "dm"))
     assert isinstance(first, DoneEvent) and isinstance(second, DoneEvent), (first, second)
     assert [gate.ridden for gate in gates] == [1, 0]  # the moved turn's ride was not for its estimate

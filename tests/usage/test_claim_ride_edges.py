@@ -17,20 +17,8 @@ from agenthub.storage.usage import UsageRow
 from agenthub.usage.leases import LEASE_TURNS
 from agenthub.usage.periods import day_of
 from agenthub.usage.ride import Ride
-from tests.support.budgets import MAX_TOKENS, PER_CALL, counted_stores, used_by
+from tests.support.budgets import MAX_TOKENS, PER_CALL, count_rows, counted_stores, postgres_budgets, used_by
 from tests.support.fakes.anthropic import FakeAnthropic
-
-
-def _postgres(settings_factory: Callable[..., Settings], dsn: str, **budgets: object) -> Settings:
-    return settings_factory(budgets=budgets, llm={"max_tokens": MAX_TOKENS}, store={"backend": "postgres", "dsn": dsn})
-
-
-async def _count(database: Database, sql: str, *params: object) -> int:
-    async with database.connection("test count") as conn:
-        row = await (await conn.execute(sql, params)).fetchone()
-    assert row is not None
-    return int(row[0])
-
 
 ODD_SENDER = "o'brien\" 王小明 %s%(x)s;--"
 ODD_CHAT = "群'\"聊 x;DROP TABLE leases;--%s%(x)s"
@@ -39,7 +27,7 @@ ODD_CHAT = "群'\"聊 x;DROP TABLE leases;--%s%(x)s"
 async def test_odd_ids_ride_in_the_claim_and_are_refused_there_storing_nothing(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    settings = _postgres(settings_factory, postgres_dsn, user_day=10**6)
+    settings = postgres_budgets(settings_factory, postgres_dsn, user_day=10**6)
     stores, counted = await counted_stores(settings)
     try:
         async with build_gateway(settings, stores=stores) as gw:
@@ -53,8 +41,10 @@ async def test_odd_ids_ride_in_the_claim_and_are_refused_there_storing_nothing(
             await usage.gate.drain()
             await usage.recorder.flush()
             database = stores.sessions.database  # type: ignore[attr-defined]
-            records = await _count(database, "SELECT count(*) FROM session_records WHERE chat_id = %s", ODD_CHAT + "2")
-            reserved = await _count(database, "SELECT count(*) FROM usage_reservations WHERE expires_at > now()")
+            records = await count_rows(
+                database, "SELECT count(*) FROM session_records WHERE chat_id = %s", ODD_CHAT + "2"
+            )
+            reserved = await count_rows(database, "SELECT count(*) FROM usage_reservations WHERE expires_at > now()")
             ridden = usage.gate.ridden
     finally:
         await stores.aclose()
@@ -67,7 +57,7 @@ async def test_odd_ids_ride_in_the_claim_and_are_refused_there_storing_nothing(
 async def test_the_warning_comes_once_per_period_when_every_turn_is_a_new_chat(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    settings = _postgres(settings_factory, postgres_dsn, user_day=2000, warn_at=0.5)
+    settings = postgres_budgets(settings_factory, postgres_dsn, user_day=2000, warn_at=0.5)
     fake_llm.default_usage = PER_CALL
     clock = ManualClock(1_764_777_600.0 + 3600)
     stores, _ = await counted_stores(settings)
@@ -97,7 +87,7 @@ async def test_the_warning_comes_once_per_period_when_every_turn_is_a_new_chat(
 async def test_exempt_senders_ride_nothing_and_are_never_refused(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    settings = _postgres(settings_factory, postgres_dsn, user_day=10, exempt=["wecom:boss"])
+    settings = postgres_budgets(settings_factory, postgres_dsn, user_day=10, exempt=["wecom:boss"])
     stores, counted = await counted_stores(settings)
     try:
         async with build_gateway(settings, stores=stores) as gw:
@@ -114,7 +104,7 @@ async def test_exempt_senders_ride_nothing_and_are_never_refused(
 async def test_an_agent_override_rides_with_that_agents_limits_only(
     settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    settings = _postgres(settings_factory, postgres_dsn)
+    settings = postgres_budgets(settings_factory, postgres_dsn)
     agent_dir = settings.agents_dir / "tight"
     agent_dir.mkdir(parents=True)
     (agent_dir / "agent.json").write_text('{"budgets": {"agent_day": 1}}', encoding="utf-8")
@@ -165,7 +155,7 @@ async def test_a_claim_waiting_past_the_turns_limit_leaves_no_reservation_and_no
             usage.gate.leases.close()
             await usage.gate.drain()
             await usage.recorder.flush()
-            reserved = await _count(database, "SELECT count(*) FROM usage_reservations WHERE expires_at > now()")
+            reserved = await count_rows(database, "SELECT count(*) FROM usage_reservations WHERE expires_at > now()")
     finally:
         await stores.aclose()
     assert isinstance(other_final, DoneEvent), other_final
@@ -179,7 +169,7 @@ async def test_a_rides_lease_too_small_for_a_returning_sessions_turn_does_not_si
     """Her session has a long history: the ride (made for an empty one) was granted a lease of 8 small estimates,
     too small for the turn. That lease was never spent by turns: the turn's own lease holds 8 of its estimates,
     as a lease asked without a ride would (not twice as many, as after a lease spent within its window)."""
-    settings = _postgres(settings_factory, postgres_dsn, user_day=10**8)
+    settings = postgres_budgets(settings_factory, postgres_dsn, user_day=10**8)
     fake_llm.default_usage = {"input_tokens": 20_000, "output_tokens": 50}  # her prompts are long
     stores, counted = await counted_stores(settings)
     key = session_key("default", "wecom", "dm")
@@ -207,7 +197,7 @@ async def test_a_riding_claim_brings_what_the_claim_alone_brings_and_reserves_on
 ) -> None:
     """A session with a history: refused (another holder), the riding claim reserves nothing; granted, it brings
     the history as the claim alone does, then the reservation; fenced out by a newer token, nothing reserved."""
-    settings = _postgres(settings_factory, postgres_dsn, user_day=10**6)
+    settings = postgres_budgets(settings_factory, postgres_dsn, user_day=10**6)
     stores, _ = await counted_stores(settings)
     key = session_key("default", "wecom", "dm")
     try:
@@ -223,7 +213,7 @@ async def test_a_riding_claim_brings_what_the_claim_alone_brings_and_reserves_on
             sessions = stores.sessions
             assert isinstance(sessions, PostgresSessionStore)
             database = sessions.database
-            await _count(database, "SELECT count(*) FROM pg_sleep(0.2)")  # the release written
+            await count_rows(database, "SELECT count(*) FROM pg_sleep(0.2)")  # the release written
             alone = PostgresSessionStore(database)  # a store of its own: no copy, every record comes
             expected = await alone.claim(key, "session:t", "me", 15.0)
             assert expected is not None
@@ -247,7 +237,7 @@ async def test_a_riding_claim_brings_what_the_claim_alone_brings_and_reserves_on
             claim = await riding.claim(key, "session:t", "me", 15.0, ride=granted.sent)
             assert claim is not None and granted.sent.rows is not None
             got = len(await riding.load(key))
-            held = await _count(database, "SELECT count(*) FROM usage_reservations WHERE id = %s", granted.sent.id)
+            held = await count_rows(database, "SELECT count(*) FROM usage_reservations WHERE id = %s", granted.sent.id)
             answered(granted)
             async with database.connection("test fence") as conn:
                 await conn.execute("UPDATE session_fences SET fence = fence + 100 WHERE chat_id = 'dm'")
@@ -255,7 +245,7 @@ async def test_a_riding_claim_brings_what_the_claim_alone_brings_and_reserves_on
             usage.gate.leases.close()
             fenced = ride()
             out = await PostgresSessionStore(database).claim(key, "session:t", "third", 15.0, ride=fenced.sent)
-            none = await _count(database, "SELECT count(*) FROM usage_reservations WHERE id = %s", fenced.sent.id)
+            none = await count_rows(database, "SELECT count(*) FROM usage_reservations WHERE id = %s", fenced.sent.id)
             answered(fenced)
     finally:
         await stores.aclose()
