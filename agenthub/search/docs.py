@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -26,7 +27,7 @@ class RecordReader:
             if tool_id not in self._skipped_set:
                 self._skipped_set.add(tool_id)
                 self.skipped.append(tool_id)
-        text = message_text(record, self._tool_names, self._is_skipped)
+        text = storable(message_text(record, self._tool_names, self._is_skipped))
         if not text:
             return None
         ts = record.get("timestamp")
@@ -35,7 +36,9 @@ class RecordReader:
             source,
             seq,
             str(record.get("role") or ""),
-            str(sender) if isinstance(sender, str | int) and not isinstance(sender, bool) and sender != "" else None,
+            storable(str(sender))
+            if isinstance(sender, str | int) and not isinstance(sender, bool) and sender != ""
+            else None,
             int(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None,
             text,
         )
@@ -43,6 +46,15 @@ class RecordReader:
 
     def _is_skipped(self, tool_id: str) -> bool:
         return tool_id in self._skipped_set or (self._known is not None and self._known(tool_id))
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """`text` without what a text column refuses (PostgreSQL: NUL; UTF-8: a lone surrogate), each one U+FFFD, so a
+    message holding one is indexed like the rest on every backend instead of failing its index update."""
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def speaker_terms(speaker: str | None) -> tuple[str, ...]:
@@ -56,7 +68,7 @@ def memory_docs(source: SourceRef, text: str, ts: int | None) -> list[SearchDoc]
     """One doc per non-empty line of a memory file or profile (`seq` = the line number), role `memory`."""
     return [
         SearchDoc(Passage(source, number, MEMORY, None, ts, line.strip()), tuple(index_terms(line)))
-        for number, line in enumerate(text.splitlines())
+        for number, line in enumerate(storable(text).splitlines())
         if line.strip()
     ]
 

@@ -41,3 +41,19 @@ async def test_a_purge_after_a_redaction_leaves_the_old_text_unfindable(backend_
         assert await searcher.search("default", "Zanzibar", scope, 5) == []
     finally:
         await searcher.close()
+
+
+async def test_a_message_holding_nul_is_indexed_and_found(backend_stores: Stores) -> None:
+    """The HTTP API and the channels accept NUL in a message (JSON's \\u0000), which a PostgreSQL text column
+    refuses: such a message is indexed with U+FFFD in its place on every backend, and the messages after it are
+    indexed too (its refused index update stopped the agent's index)."""
+    await backend_stores.sessions.append(KEY, [_record("user", "空字符\u0000 Quetzalcoatl \x07 and more")])
+    await backend_stores.sessions.append(KEY, [_record("user", "next one mentions Tlaloc")])
+    searcher = backend_stores.search.open(SEARCHERS)
+    try:
+        scope = SearchScope(session=str(KEY))
+        hits = await searcher.search("default", "Quetzalcoatl", scope, 5)
+        assert [h.passage.text for h in hits] == ["空字符\ufffd Quetzalcoatl \x07 and more"]
+        assert len(await searcher.search("default", "Tlaloc", scope, 5)) == 1
+    finally:
+        await searcher.close()
