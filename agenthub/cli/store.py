@@ -17,7 +17,7 @@ from agenthub.hosting.datalock import DataDirLock, DataDirLocked
 from agenthub.log import configure_logging
 
 if TYPE_CHECKING:
-    from agenthub.storage.copy import Counts
+    from agenthub.storage.copy_run import Counts
     from agenthub.storage.postgres import Database
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOCKED = 0, 1, 2, 3
@@ -114,7 +114,8 @@ def _migrate(settings: Settings) -> int:
 
 
 async def _copy(settings: Settings, dsn: str) -> int:
-    from agenthub.storage.copy import Target, copy_files_to_postgres
+    from agenthub.storage.copy import copy_files_to_postgres
+    from agenthub.storage.copy_run import Target
     from agenthub.storage.postgres import (
         PostgresInbox,
         PostgresJobs,
