@@ -3,6 +3,7 @@
 AgentHubError
 ├── ConfigError          bad configuration; start-up stops with one line naming the key
 │   └── PortUnavailableError  the HTTP port is taken or not ours to bind
+├── AddressNotReadyError the HTTP address is not there yet (boot): a failure a restart may get past
 ├── InvalidIdError       an id fails the session key factory (→ HTTP 400)
 ├── StorageError         a path escapes its directory or a file cannot be written
 │   └── PathRefusedError   not a plain name, or a symbolic link inside data/ (→ HTTP 403)
@@ -42,6 +43,17 @@ class PortUnavailableError(ConfigError):
 
     def __init__(self, host: str, port: int, reason: str, hint: str = PORT_HINT) -> None:
         super().__init__(f"cannot listen on {host}:{port}: {reason}; {hint}")
+        self.host = host
+        self.port = port
+
+
+class AddressNotReadyError(AgentHubError):
+    """The HTTP server cannot listen yet: its address is not (yet) on the machine or its name does not resolve for
+    now. At boot either may pass by itself, so it is no configuration error: `agenthub serve` exits 1, which the
+    systemd unit restarts, with the same one line as `PortUnavailableError`."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(f"cannot listen on {host}:{port}: {reason}; {HOST_HINT}")
         self.host = host
         self.port = port
 

@@ -48,14 +48,15 @@ def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
 
 def configure_logging(
     level: str = "info",
-    fmt: Literal["auto", "json", "console"] = "auto",
+    fmt: Literal["auto", "json", "console", "line"] = "auto",
     *,
     stream: Any = None,
     cache_loggers: bool = False,
 ) -> None:
     """Configure structlog and the stdlib root logger once, in the composition root. `cache_loggers`: each logger
     keeps its processor chain from its first use (the daemon, configured once: no rebuild per log call); off where
-    logging is configured again later (tests capturing logs)."""
+    logging is configured again later (tests capturing logs). `line`: one plain line per record for an operator at
+    a command (`agenthub: warning: <event> key=value …`), no timestamp and no traceback."""
     out = stream if stream is not None else sys.stdout
     use_console = fmt == "console" or (fmt == "auto" and hasattr(out, "isatty") and out.isatty())
     shared: list[Any] = [
@@ -65,6 +66,8 @@ def configure_logging(
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: Any = structlog.dev.ConsoleRenderer(colors=False) if use_console else structlog.processors.JSONRenderer()
+    if fmt == "line":
+        renderer = _one_line
     structlog.configure(
         processors=[structlog.stdlib.filter_by_level, *shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
@@ -72,7 +75,7 @@ def configure_logging(
         cache_logger_on_first_use=cache_loggers,
     )
     final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
-    if not use_console:
+    if not use_console and fmt != "line":
         final.append(structlog.processors.format_exc_info)
     final += [_redact, renderer]  # last, so exception text and stdlib messages are redacted too
     formatter = structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=final)
@@ -85,6 +88,16 @@ def configure_logging(
     # the SDK's HTTP client logs each model call at info; `llm_call` says the same and more (debug keeps both)
     quiet = root.getEffectiveLevel() > logging.DEBUG
     logging.getLogger(_PER_CALL_LOGGER).setLevel(logging.WARNING if quiet else logging.NOTSET)
+
+
+_NOT_FOR_AN_OPERATOR = ("timestamp", "logger", "exc_info", "stack_info", "exception")
+
+
+def _one_line(_: Any, __: str, event: dict[str, Any]) -> str:
+    """`agenthub: warning: history_line_corrupt path=… line=2`: what happened and where, on one line."""
+    level, what = event.pop("level", "log"), event.pop("event", "")
+    fields = [f"{key}={value}" for key, value in event.items() if key not in _NOT_FOR_AN_OPERATOR]
+    return " ".join([f"agenthub: {level}:", str(what), *fields]).replace("\r", " ").replace("\n", " ")
 
 
 class _StandardStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -219,6 +219,8 @@ async def _drive(
             if code == EXIT_REPLY_FAILED and watch is not None and await watch.usage_error() is not None:
                 return EXIT_USAGE
             return code
+        if sys.stdin is None:  # started with stdin closed (`<&-`): nothing to read, as at EOF
+            return EXIT_OK
         if not sys.stdin.isatty():  # lines piped in: answered one by one, no prompt drawn on a pipe
             return int(await channel.ask_lines(sys.stdin))
         return int(await channel.run_repl(label=label))

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from agenthub.config import load_settings, warn_about_timeouts
-from agenthub.errors import ConfigError, StorageError
+from agenthub.errors import AddressNotReadyError, ConfigError, StorageError
 from agenthub.hosting.datalock import DataDirLocked
 from agenthub.log import configure_logging
 
@@ -62,6 +62,6 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"agenthub: {e}", file=sys.stderr)
         return 2
-    except StorageError as e:  # the store of [store] cannot be opened: its text names the key, never the DSN
-        print(f"agenthub: {e}", file=sys.stderr)
+    except (StorageError, AddressNotReadyError) as e:  # a store or an address not there (yet): systemd restarts
+        print(f"agenthub: {e}", file=sys.stderr)  # the store's text names the key, never the DSN
         return 1

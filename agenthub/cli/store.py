@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -13,9 +14,10 @@ from agenthub.cli.settings import settings_or_say_why
 from agenthub.config import Settings
 from agenthub.errors import StorageError
 from agenthub.hosting.datalock import DataDirLock, DataDirLocked
+from agenthub.log import configure_logging
 
 if TYPE_CHECKING:
-    from agenthub.storage.copy import Counts
+    from agenthub.storage.copy_run import Counts
     from agenthub.storage.postgres import Database
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOCKED = 0, 1, 2, 3
@@ -47,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_or_say_why(args)
     if settings is None:
         return EXIT_USAGE
+    _show_warnings()
     if args.action == "migrate":
         return _migrate(settings)
     if args.action == "reindex":
@@ -69,6 +72,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"schema already at version {SCHEMA_VERSION}")
     return EXIT_OK
+
+
+DATABASE_LOGGERS = ("agenthub.storage.postgres", "psycopg")
+"""The database's failures end the command with its own one line (`agenthub store …: cannot connect …`): said once."""
+
+
+def _show_warnings() -> None:
+    """What the stores warn about (a corrupt history line skipped while copying) is the operator's to see: one line
+    each on stderr; their info stays quiet, the counts on stdout say what was done."""
+    configure_logging("warning", "line", stream=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_not_the_databases)
+
+
+def _not_the_databases(record: logging.LogRecord) -> bool:
+    return not any(record.name == name or record.name.startswith(f"{name}.") for name in DATABASE_LOGGERS)
 
 
 NO_DSN = "agenthub store migrate: set AGENTHUB_STORE__DSN to the PostgreSQL database to copy into"
@@ -95,7 +114,8 @@ def _migrate(settings: Settings) -> int:
 
 
 async def _copy(settings: Settings, dsn: str) -> int:
-    from agenthub.storage.copy import Target, copy_files_to_postgres
+    from agenthub.storage.copy import copy_files_to_postgres
+    from agenthub.storage.copy_run import Target
     from agenthub.storage.postgres import (
         PostgresInbox,
         PostgresJobs,

@@ -16,6 +16,10 @@ AFTER_DRAIN_S = 10.0
 `TimeoutStopSec=45s` is 30 s of drain and this, with room to spare)."""
 
 
+EXIT_CUT_SHORT = 1
+"""The exit status of a stop cut at the bound: a failure (`systemctl status` shows it), not the 0 of a clean stop."""
+
+
 class StopBound:
     """Once armed, a thread of its own (the event loop may be starved, or stuck in a call to a database that does
     not answer) ends the process `bound_s` later unless `disarm` came first. Nothing is lost by it: what a cut
@@ -40,6 +44,11 @@ class StopBound:
             return
         log.error("stop_cut_short", bound_s=self.bound_s)
         logging.shutdown()
+        print(
+            f"agenthub: stop cut short after {self.bound_s:g} s (http.drain_timeout_s + {AFTER_DRAIN_S:g} s): "
+            "the clean-up did not finish; what it left is taken up as after a crash",
+            file=sys.stderr,
+        )
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(EXIT_CUT_SHORT)

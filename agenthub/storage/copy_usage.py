@@ -1,5 +1,5 @@
 """`agenthub store migrate`: the usage journal's days (so that month budgets and views survive the move) and the HTTP
-API's idempotency keys still inside their window, copied into PostgreSQL item by item like the rest (`copy.py`).
+API's idempotency keys still inside their window, copied into PostgreSQL item by item like the rest (`copy_state.py`).
 
 A usage item is one day: its roll-up (the day's calls summed per agent, chat, sender, model and purpose) becomes
 that day's `usage_days` rows; `usage_calls` (one row per call) starts with the move, the per-call journal stays in

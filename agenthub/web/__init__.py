@@ -15,7 +15,7 @@ import structlog
 from aiohttp import web
 
 from agenthub.channel import WebRoutes
-from agenthub.errors import HOST_HINT, PortUnavailableError, StorageError
+from agenthub.errors import HOST_HINT, AddressNotReadyError, PortUnavailableError, StorageError
 from agenthub.web.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, ConnectionLimits, GuardedRequestHandler
 
 if TYPE_CHECKING:
@@ -284,15 +284,16 @@ def render_metrics(gateway: GatewayCore, inbox_depth: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _unavailable(host: str, port: int, error: OSError) -> OSError | PortUnavailableError:
-    """A port taken or refused, or a host that is not this machine's, becomes a configuration error naming the
-    address and its keys; any other error stays as it is."""
+def _unavailable(host: str, port: int, error: OSError) -> OSError | PortUnavailableError | AddressNotReadyError:
+    """A port taken or refused, or a host name that does not exist, becomes a configuration error naming the address
+    and its keys; an address or a resolver not there yet (boot) becomes a failure systemd restarts, said in the same
+    one line; any other error stays as it is."""
     if isinstance(error, socket.gaierror):
-        if error.errno == socket.EAI_AGAIN:  # the resolver is not there yet (boot): a failure systemd restarts
-            return error
+        if error.errno == socket.EAI_AGAIN:  # the resolver is not there yet
+            return AddressNotReadyError(host, port, "the host name does not resolve for now")
         return PortUnavailableError(host, port, "the host name does not resolve", HOST_HINT)
-    if error.errno == errno.EADDRNOTAVAIL:
-        return PortUnavailableError(host, port, "the address is not one of this machine's", HOST_HINT)
+    if error.errno == errno.EADDRNOTAVAIL:  # the interface or its address (DHCP, a VIP) may come up after the unit
+        return AddressNotReadyError(host, port, "the address is not one of this machine's")
     reasons = {errno.EADDRINUSE: "the port is already in use", errno.EACCES: "permission denied (a port below 1024?)"}
     reason = reasons.get(error.errno or 0)
     if reason is None:

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from agenthub.errors import ConfigError
+from agenthub.errors import AddressNotReadyError, ConfigError
 from agenthub.web import _unavailable
 from tests.support import processes
 from tests.support.cli import cli_env
 from tests.support.paths import REPO
 
 CONFIG_ERROR_STATUS = 2
+RESTARTED_STATUS = 1
+"""A failure the unit restarts (`Restart=on-failure`): what may pass by itself, e.g. at boot."""
 
 
 async def serve(root: Path, **env: str) -> tuple[int, str, str]:
@@ -87,10 +89,6 @@ async def serve_with(root: Path, *args: str) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (
-            ("--host", "192.0.2.1", "--port", "0"),
-            "cannot listen on 192.0.2.1:0: the address is not one of this machine's",
-        ),
         (("--host", "no-such-host.invalid", "--port", "0"), "cannot listen on no-such-host.invalid:0: the host name"),
         (("--port", "70000"), "argument --port: must be a port number, 0 to 65535"),
     ],
@@ -119,10 +117,31 @@ async def test_a_start_logs_that_llm_timeouts_exceed_the_lock_timeout_in_the_dae
     assert out.count('"event": "config_llm_timeouts_exceed_lock_timeout"') == 1, out
 
 
+async def test_an_address_not_yet_on_the_machine_is_one_line_and_exit_1_which_systemd_restarts(
+    tmp_path: Path,
+) -> None:
+    """EADDRNOTAVAIL at boot: the interface or its address (DHCP, a VIP) comes up after the unit starts; exit 2 would
+    leave the daemon down for good, exit 1 is restarted until the address is there."""
+    code, err = await serve_with(tmp_path, "--host", "192.0.2.1", "--port", "0")  # TEST-NET-1: never this machine's
+    assert code == RESTARTED_STATUS, err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "cannot listen on 192.0.2.1:0: the address is not one of this machine's" in lines[0], err
+    assert "http.host" in lines[0] and "AGENTHUB_HTTP__HOST" in lines[0], err
+
+
+def test_the_systemd_unit_restarts_what_may_pass_by_itself() -> None:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.read(REPO / "systemd" / "agenthub.service")
+    assert str(RESTARTED_STATUS) not in unit["Service"]["RestartPreventExitStatus"].split()
+
+
 def test_a_name_lookup_that_fails_for_now_is_no_configuration_error() -> None:
     """`EAI_AGAIN` (the resolver is not reachable yet, e.g. at boot) may pass: not exit 2, which systemd never
-    restarts; a name that does not exist (`EAI_NONAME`) is the configuration's fault."""
+    restarts, but exit 1 with the one line; a name that does not exist (`EAI_NONAME`) is the configuration's fault."""
     now = _unavailable("agenthub.internal", 8080, socket.gaierror(socket.EAI_AGAIN, "Temporary failure"))
     never = _unavailable("agenthub.internal", 8080, socket.gaierror(socket.EAI_NONAME, "Name or service not known"))
-    assert not isinstance(now, ConfigError)
+    assert isinstance(now, AddressNotReadyError) and not isinstance(now, ConfigError)
+    assert "agenthub.internal:8080" in str(now) and "http.host" in str(now)
     assert isinstance(never, ConfigError) and "http.host" in str(never)

@@ -95,6 +95,24 @@ def test_late_sdk_handlers_are_rerouted() -> None:
     assert _lines(out)[0]["event"] == "ws reconnect"
 
 
+def test_line_format_is_one_plain_line_per_warning_without_traceback_or_info() -> None:
+    out = io.StringIO()
+    configure_logging("warning", fmt="line", stream=out)
+    log = structlog.get_logger("agenthub.test")
+    log.info("copied", sessions=3)
+    log.warning("history_line_corrupt", path="/d/a.jsonl", line=2)
+    try:
+        raise RuntimeError("first line\nsecond line")
+    except RuntimeError:
+        log.exception("job_unreadable", token="t0")
+    logging.getLogger("psycopg.pool").warning("pool %s is slow", "main")
+    assert out.getvalue().splitlines() == [
+        "agenthub: warning: history_line_corrupt path=/d/a.jsonl line=2",
+        "agenthub: error: job_unreadable token=***",
+        "agenthub: warning: pool main is slow",
+    ]
+
+
 def test_secrets_are_redacted_in_fields_messages_and_tracebacks() -> None:
     out = io.StringIO()
     configure_logging("info", fmt="json", stream=out)

@@ -17,7 +17,7 @@ import pytest
 from agenthub.cli import main
 from agenthub.hosting.datalock import DataDirLock
 from agenthub.session_keys import SessionKey, session_key
-from agenthub.storage.copy import COPYING, Held, decide
+from agenthub.storage.copy_run import COPYING, Held, decide
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.inbox import FileInbox
 from agenthub.storage.jobs import FileJobDocuments, JobDocument

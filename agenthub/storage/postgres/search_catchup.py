@@ -17,7 +17,7 @@ from typing import Any
 
 from agenthub import jsonsafe
 from agenthub.session_keys import SessionKey
-from agenthub.storage.postgres.search import Conn, insert_batch, pending_after
+from agenthub.storage.postgres.search_writes import Conn, insert_batch, pending_after
 from agenthub.storage.search_index import ARCHIVE, HISTORY, JsonWatermark, SearchDoc, SourceRef
 
 HistoryRecord = dict[str, Any]

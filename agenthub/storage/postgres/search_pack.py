@@ -7,8 +7,8 @@ one snapshot (`search_cache.POSTINGS`), so what it finds is the same before, dur
 from __future__ import annotations
 
 from agenthub.storage.postgres.database import Database
-from agenthub.storage.postgres.search import Conn, lock_agent
 from agenthub.storage.postgres.search_cache import DOC_CHANNEL, DOC_SRC
+from agenthub.storage.postgres.search_writes import Conn, lock_agent
 
 PACK_AT = 2_000
 """An agent's pending docs at which its instance packs them (a search reads every pending doc holding a query term)."""

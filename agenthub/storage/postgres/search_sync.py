@@ -18,7 +18,6 @@ from typing import Any
 from agenthub.session_keys import SessionKey
 from agenthub.storage.memory_files import MemoryName
 from agenthub.storage.postgres.database import Database
-from agenthub.storage.postgres.search import Conn, drop_docs, insert_docs, lock_source, set_watermark, source_params
 from agenthub.storage.postgres.search_catchup import (
     KEEP_SKIPPED,
     TABLES,
@@ -30,6 +29,14 @@ from agenthub.storage.postgres.search_catchup import (
     parse_record,
 )
 from agenthub.storage.postgres.search_pack import PACK_AT
+from agenthub.storage.postgres.search_writes import (
+    Conn,
+    drop_docs,
+    insert_docs,
+    lock_source,
+    set_watermark,
+    source_params,
+)
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, SearchDoc, SourceRef
 
 __all__ = ["DocMaker", "HistoryRecord", "MemoryDocMaker", "PostgresIndexFeed"]

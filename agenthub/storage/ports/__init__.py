@@ -1,0 +1,38 @@
+"""Every storage port by area: what a backend (`files_backend`, `postgres.backend`) implements, importable here."""
+
+from __future__ import annotations
+
+from agenthub.storage.ports.api import IdempotencyStore, TokenCheck, Tokens
+from agenthub.storage.ports.channel_state import MemberSends, Outbox, SeenIds
+from agenthub.storage.ports.inbox import Inbox, Liveness
+from agenthub.storage.ports.jobs import JobDocuments
+from agenthub.storage.ports.leases import BatchRenewal, LeaseSignals, LeaseStore
+from agenthub.storage.ports.memory import MemoryStore
+from agenthub.storage.ports.search import Built, SearchIndexStore, SearchKit, SearchPort, VectorStore
+from agenthub.storage.ports.sessions import QuickLookup, SessionStore
+from agenthub.storage.ports.usage import RidingReserves, UsageStore
+
+__all__ = [
+    "BatchRenewal",
+    "Built",
+    "IdempotencyStore",
+    "Inbox",
+    "JobDocuments",
+    "LeaseSignals",
+    "LeaseStore",
+    "Liveness",
+    "MemberSends",
+    "MemoryStore",
+    "Outbox",
+    "QuickLookup",
+    "RidingReserves",
+    "SearchIndexStore",
+    "SearchKit",
+    "SearchPort",
+    "SeenIds",
+    "SessionStore",
+    "TokenCheck",
+    "Tokens",
+    "UsageStore",
+    "VectorStore",
+]

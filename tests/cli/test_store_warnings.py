@@ -1,0 +1,69 @@
+"""`agenthub store migrate` / `reindex` show the operator what the storage warns about (a corrupt history line
+skipped) on stderr, one line each and no traceback, while its info lines stay quiet."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agenthub.cli import main
+from agenthub.session_keys import SessionKey
+from agenthub.storage.files import FileSessionStore
+
+DESK = SessionKey("default", "http", "desk")
+
+
+def _env(root: Path, monkeypatch: pytest.MonkeyPatch, dsn: str | None = None) -> None:
+    for name in ("data", "agents", "auth", "workspace"):
+        monkeypatch.setenv(f"AGENTHUB_{name.upper()}_DIR", str(root / name))
+    if dsn is not None:
+        monkeypatch.setenv("AGENTHUB_STORE__DSN", dsn)
+
+
+def _history_with_a_corrupt_line(root: Path) -> Path:
+    """A history of two good records with a corrupt line between them (a disk fault, an edit by hand)."""
+
+    async def write() -> None:
+        store = FileSessionStore(root / "data", fsync=False)
+        await store.append(DESK, [{"role": "user", "content": "the vault code is CODE-7Q2", "timestamp": 1}])
+
+    asyncio.run(write())
+    (history,) = (root / "data" / "default" / "sessions").glob("*.jsonl")
+    with history.open("a", encoding="utf-8") as f:
+        f.write('{"role": "user", "content": "cut\n')
+        f.write('{"role": "user", "content": "after the damage", "timestamp": 2}\n')
+    return history
+
+
+def _warning_lines(err: str, history: Path) -> list[str]:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err, err
+    assert [line for line in lines if "history_line_corrupt" in line] == lines, err  # nothing else said
+    assert len(lines) >= 1 and all(str(history) in line and "line=2" in line for line in lines), err
+    return lines
+
+
+def test_reindex_on_the_files_keeps_its_info_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The index skips a corrupt line without a word (the history's own reader warns when the session is loaded):
+    the rebuild says its counts on stdout and nothing on stderr, though it now logs its warnings there."""
+    _history_with_a_corrupt_line(tmp_path)
+    _env(tmp_path, monkeypatch)
+    assert main(["store", "reindex"]) == 0
+    captured = capsys.readouterr()
+    assert "search index of default: 2 passages from 1 sources" in captured.out
+    assert captured.err == ""
+
+
+def test_migrate_says_which_history_line_it_skipped_while_copying(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = _history_with_a_corrupt_line(tmp_path)
+    _env(tmp_path, monkeypatch, postgres_dsn)
+    assert main(["store", "migrate", "--from", "files", "--to", "postgres"]) == 0
+    captured = capsys.readouterr()
+    assert "verified: every item copied matches the files" in captured.out
+    assert len(_warning_lines(captured.err, history)) == 1, captured.err  # read once: copied, then verified
