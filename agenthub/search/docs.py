@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from agenthub.search.extract import message_text, skipped_tool_ids
 from agenthub.search.text import index_terms
 from agenthub.storage.search_index import MEMORY, Passage, SearchDoc, SourceRef
+from agenthub.storage.storable import storable
 
 
 class RecordReader:
@@ -46,15 +46,6 @@ class RecordReader:
 
     def _is_skipped(self, tool_id: str) -> bool:
         return tool_id in self._skipped_set or (self._known is not None and self._known(tool_id))
-
-
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def storable(text: str) -> str:
-    """`text` without what a text column refuses (PostgreSQL: NUL; UTF-8: a lone surrogate), each one U+FFFD, so a
-    message holding one is indexed like the rest on every backend instead of failing its index update."""
-    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def speaker_terms(speaker: str | None) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ import structlog
 
 from agenthub.errors import StorageError
 from agenthub.storage.atomic import atomic_write_text
+from agenthub.storage.storable import storable
 
 if TYPE_CHECKING:
     from agenthub.storage.usage import Forgotten, UsageRow
@@ -89,12 +90,13 @@ def under_tag(row: UsageRow) -> UsageRow:
 def names_told_after(
     names: Mapping[tuple[str, str], str], told: Mapping[tuple[str, str], float], marks: Collection[ForgetMark]
 ) -> dict[tuple[str, str], str]:
-    """The names not told before a forget of their sender (a name with no time is kept)."""
+    """The names not told before a forget of their sender (a name with no time is kept), each `storable` (a
+    channel's directory may give one holding NUL, which PostgreSQL refuses: every later flush of usage failed)."""
     last: dict[tuple[str, str], float] = {}
     for m in marks:
         last[(m.channel, m.tag)] = max(m.at, last.get((m.channel, m.tag), m.at))
     return {
-        who: name
+        who: storable(name)
         for who, name in names.items()
         if who not in told or told[who] > last.get((who[0], forgotten_tag(*who)), float("-inf"))
     }

@@ -107,3 +107,17 @@ async def test_retention_folds_old_months_into_month_rows_and_keeps_recent_days(
     held = await usage.reserve([Claim(ALICE, day_limit=60, month_limit=60)], DAY, 10, 60.0)
     assert held.id is not None  # this month's 50 still counted (and only it): 50 < 60, then 60 with this one
     assert (await usage.reserve([Claim(ALICE, month_limit=60)], DAY, 5, 60.0)).refused is not None
+
+
+async def test_a_name_holding_nul_or_a_lone_surrogate_is_kept_on_every_backend(backend_stores: Stores) -> None:
+    """A channel's directory may give a display name holding NUL or a lone surrogate (JSON's \\u0000, \\ud800), which
+    a PostgreSQL text column refuses: the name is kept with U+FFFD in their place, the same on every backend, and
+    the usage rows written with it are stored (a refused name failed every later flush of the recorder)."""
+    usage = backend_stores.usage
+    await usage.name_senders({("feishu", "ou_1"): "Ev\x00an", ("feishu", "ou_2"): "Li\ud800"})
+    await usage.add([_row(5, sender="ou_1")])
+    assert await usage.sender_names({("feishu", "ou_1"), ("feishu", "ou_2")}) == {
+        ("feishu", "ou_1"): "Ev\ufffdan",
+        ("feishu", "ou_2"): "Li\ufffd",
+    }
+    assert [r.tokens for r in await usage.days(DAY, DAY)] == [5]
