@@ -23,6 +23,7 @@ from agenthub.search.extract import message_text
 from agenthub.search.tool import scope_for
 from agenthub.session_keys import SessionKey
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, SearchHit, SearchScope
+from agenthub.storage.storable import storable
 
 if TYPE_CHECKING:
     from agenthub.agent.definition import AgentDefinition
@@ -139,11 +140,12 @@ async def with_recall(request: LLMRequest, history: list[Message], ctx: ToolCont
 
 
 def _context_texts(history: list[Message]) -> set[str]:
-    """The searchable text of every message in the working context, whitespace-normalised."""
+    """The searchable text of every message in the working context, whitespace-normalised and `storable` as the
+    index keeps it (a NUL as U+FFFD), so a passage holding the same words is known for them."""
     texts: set[str] = set()
     names: dict[str, str] = {}
     for message in history:
-        text = message_text(message, names, lambda _id: False)
+        text = storable(message_text(message, names, lambda _id: False))
         if text:
             texts.add(" ".join(text.split()))
     return texts

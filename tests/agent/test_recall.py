@@ -118,6 +118,22 @@ async def test_what_the_working_context_holds_is_not_recalled_again(
     assert "sings at night" in recalled and "password" not in recalled and "记住了" not in recalled
 
 
+async def test_words_holding_nul_that_the_working_context_holds_are_not_recalled_again(
+    settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    """The index keeps a NUL as U+FFFD (PostgreSQL refuses NUL): the context's words are compared so kept too, or the
+    same message said in another chat comes back as a recalled passage beside itself."""
+    write_agent(settings.agents_dir, "rec", AUTO)
+    said = "the gate code is\x00 nightingale-7"
+    async with build_gateway(settings) as gw:
+        await _archive_fact(gw, SessionKey("rec", "cli", "desk"), said)
+        alone = _recalled(await _turn(gw, fake_llm, "nightingale-7", agent="rec", chat="other"))
+        await gw.history.append(SessionKey("rec", "http", "c"), _user(said, FACT_AT), _assistant("ok"))
+        held = _recalled(await _turn(gw, fake_llm, "nightingale-7", agent="rec"))
+    assert "the gate code is\ufffd nightingale-7" in alone  # found while the context does not hold it
+    assert "the gate code" not in held, held
+
+
 async def test_the_recalled_passages_keep_to_the_token_budget(settings: Settings, fake_llm: FakeAnthropic) -> None:
     write_agent(settings.agents_dir, "rec", {"memory": {"recall": "auto", "recall_tokens": 120}})
     key = SessionKey("rec", "http", "c")
