@@ -91,13 +91,15 @@ def configure_logging(
 
 
 _NOT_FOR_AN_OPERATOR = ("timestamp", "logger", "exc_info", "stack_info", "exception")
+_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""What would cut a line (`\\n`, `\\r`, a vertical tab, NEL, U+2028/9) or draw on a terminal (an escape)."""
 
 
 def _one_line(_: Any, __: str, event: dict[str, Any]) -> str:
     """`agenthub: warning: history_line_corrupt path=… line=2`: what happened and where, on one line."""
     level, what = event.pop("level", "log"), event.pop("event", "")
     fields = [f"{key}={value}" for key, value in event.items() if key not in _NOT_FOR_AN_OPERATOR]
-    return " ".join([f"agenthub: {level}:", str(what), *fields]).replace("\r", " ").replace("\n", " ")
+    return _BREAKS.sub(" ", " ".join([f"agenthub: {level}:", str(what), *fields]))
 
 
 class _StandardStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -136,3 +136,17 @@ def test_secret_key_names() -> None:
     assert all(map(is_secret_key, ["api_key", "API_KEY", "encoding_aes_key", "tenant_access_token", "password"]))
     assert not any(map(is_secret_key, ["session_key", "input_tokens", "max_tokens", "key_count"]))
     assert redact_text("url?token=abc&x=1 key: zzz") == "url?token=***&x=1 key: ***"
+
+
+def test_line_format_keeps_a_value_with_any_line_break_or_control_character_on_its_one_line() -> None:
+    """A path or a message may hold what a terminal or `splitlines` takes as a line break (vertical tab, form feed,
+    NEL, the Unicode separators) or an escape sequence: one record stays one line, nothing is drawn by it."""
+    out = io.StringIO()
+    configure_logging("warning", fmt="line", stream=out)
+    log = structlog.get_logger("agenthub.test")
+    log.warning("history_line_corrupt", path="/d/a\x0bb\x0cc\x1cd\x85e\u2028f\u2029g\x1b[2Kh.jsonl", line=2)
+    logging.getLogger("agenthub.test").warning("said\r\nover\x0btwo")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0] == "agenthub: warning: history_line_corrupt path=/d/a b c d e f g [2Kh.jsonl line=2"
+    assert lines[1] == "agenthub: warning: said  over two"
