@@ -74,8 +74,11 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-DATABASE_LOGGERS = ("agenthub.storage.postgres", "psycopg")
-"""The database's failures end the command with its own one line (`agenthub store …: cannot connect …`): said once."""
+DATABASE_LOGGERS = ("psycopg",)
+DATABASE_FAILURES = frozenset({"store_unavailable", "store_refused", "store_start_failed"})
+"""The database's failures (its driver's records, and `Database`'s events for them) end the command with its own one
+line (`agenthub store …: cannot connect …`): said once. What the PostgreSQL stores warn about the data (a record
+skipped) is said like the files' warnings."""
 
 
 def _show_warnings() -> None:
@@ -87,7 +90,10 @@ def _show_warnings() -> None:
 
 
 def _not_the_databases(record: logging.LogRecord) -> bool:
-    return not any(record.name == name or record.name.startswith(f"{name}.") for name in DATABASE_LOGGERS)
+    if any(record.name == name or record.name.startswith(f"{name}.") for name in DATABASE_LOGGERS):
+        return False
+    event = record.msg.get("event") if isinstance(record.msg, dict) else None  # a structlog record's event dict
+    return event not in DATABASE_FAILURES
 
 
 NO_DSN = "agenthub store migrate: set AGENTHUB_STORE__DSN to the PostgreSQL database to copy into"

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from agenthub.cli import main
 from agenthub.session_keys import SessionKey
 from agenthub.storage.files import FileSessionStore
+from agenthub.storage.postgres.database import migrate
 
 DESK = SessionKey("default", "http", "desk")
 
@@ -67,3 +69,29 @@ def test_migrate_says_which_history_line_it_skipped_while_copying(
     captured = capsys.readouterr()
     assert "verified: every item copied matches the files" in captured.out
     assert len(_warning_lines(captured.err, history)) == 1, captured.err  # read once: copied, then verified
+
+
+def test_migrate_says_which_record_of_the_database_it_skipped_but_not_the_databases_failures_twice(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The database's session of the same key holds a record that is no JSON object (written by hand): the reader
+    skips it with a warning, which is the operator's to see like a corrupt history line of the files; a failure
+    of the database itself stays the command's one line (`store_unavailable`, `store_refused` are not said)."""
+    history = _history_with_a_corrupt_line(tmp_path)
+    _env(tmp_path, monkeypatch, postgres_dsn)
+
+    async def plant() -> None:
+        await migrate(postgres_dsn)
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+            await conn.execute(
+                "INSERT INTO session_records (agent, channel, chat_id, seq, record) VALUES (%s, %s, %s, 0, '[1]')",
+                (DESK.agent, DESK.channel, DESK.chat_id),
+            )
+
+    asyncio.run(plant())
+    assert main(["store", "migrate", "--from", "files", "--to", "postgres"]) == 0  # a record with no head: no session
+    err = capsys.readouterr().err
+    skipped = [line for line in err.splitlines() if "history_record_skipped" in line]
+    assert skipped and all(f"session={DESK}" in line for line in skipped), err
+    assert "store_unavailable" not in err and "store_refused" not in err, err
+    assert all(str(history) in line for line in err.splitlines() if "history_line_corrupt" in line), err
