@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -42,13 +43,21 @@ class StopBound:
     def _watch(self) -> None:
         if self._done.wait(self.bound_s):
             return
-        log.error("stop_cut_short", bound_s=self.bound_s)
-        logging.shutdown()
-        print(
-            f"agenthub: stop cut short after {self.bound_s:g} s (http.drain_timeout_s + {AFTER_DRAIN_S:g} s): "
-            "the clean-up did not finish; what it left is taken up as after a crash",
-            file=sys.stderr,
-        )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_CUT_SHORT)
+        try:  # best effort: a stream that cannot be written (closed, its reader gone) never keeps the process alive
+            log.error("stop_cut_short", bound_s=self.bound_s)
+            logging.shutdown()
+            _say(
+                f"agenthub: stop cut short after {self.bound_s:g} s (http.drain_timeout_s + {AFTER_DRAIN_S:g} s): "
+                "the clean-up did not finish; what it left is taken up as after a crash"
+            )
+        finally:
+            os._exit(EXIT_CUT_SHORT)
+
+
+def _say(line: str) -> None:
+    """`line` on stderr, then both streams flushed, each as far as it can be."""
+    with contextlib.suppress(Exception):
+        print(line, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()

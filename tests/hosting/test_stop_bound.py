@@ -42,3 +42,25 @@ def test_a_stop_finished_before_the_bound_is_not_cut() -> None:
     done = _run(disarm=f"bound.disarm(); time.sleep({BOUND_S * 3}); sys.exit(0)")
     assert done.returncode == 0, done.stderr
     assert done.stderr == "" and "stop_cut_short" not in done.stdout
+
+
+WITHOUT_STREAMS = textwrap.dedent(
+    """
+    import os, sys, time
+    from agenthub.hosting.stop_bound import StopBound
+    os.close(2)  # stderr gone (a closed journal socket, a reader gone): the line cannot be written
+    sys.stdout = None
+    bound = StopBound({bound_s})
+    bound.arm()
+    time.sleep(10)
+    sys.exit(0)
+    """
+)
+
+
+def test_the_bound_ends_the_process_even_when_its_line_cannot_be_written() -> None:
+    """The line and the flushes are best effort: a stream that fails never keeps the process from ending at the
+    bound (it would otherwise run on until systemd's SIGKILL)."""
+    script = WITHOUT_STREAMS.format(bound_s=BOUND_S)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, timeout=30, check=False)
+    assert done.returncode == EXIT_CUT_SHORT
