@@ -120,6 +120,9 @@ def _confirmed(person: Person, agent: str | None, locale: str) -> bool:
     agents = agent or i18n.text("forget.cli_all_agents", locale)
     prompt = i18n.text("forget.cli_ask", locale, channel=person.channel, sender=person.sender_id, agents=agents)
     print(prompt, end="", file=sys.stderr, flush=True)
+    if sys.stdin is None:  # started with stdin closed (`<&-`): no answer can come, as at EOF
+        print(file=sys.stderr)
+        return False
     try:
         answer = sys.stdin.readline()
     except (OSError, ValueError):

@@ -403,3 +403,15 @@ async def test_forget_without_a_daemon_reads_the_inbox_journal_off_the_event_loo
     assert proc.returncode == 0, err.decode()
     assert "inbox journal read on the event loop" not in err.decode()
     assert journal.read_text() == ""  # the settled entry compacted away: the journal was read and rewritten
+
+
+async def test_forget_started_with_stdin_closed_is_not_confirmed(settings: Settings, tmp_path: Path) -> None:
+    """`<&-`: no answer can come (`sys.stdin` is None): cancelled as a "no" is, exit 1 in one line, no traceback."""
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/sh", "-c", 'exec "$0" -m agenthub forget --channel wecom --sender alice <&-', sys.executable,
+        env=cli_env(settings, tmp_path), cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1, err
+    assert b"Traceback" not in err and out == b"", err
