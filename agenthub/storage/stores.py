@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 class Stores:
     """Sessions, memory files, the inbox, leases, dedup memories, scheduled jobs, usage, API tokens, the search
-    index and (shared stores) the outbox, as the ports of `ports.py`; a backend subclasses it for what it opens on
+    index and (shared stores) the outbox, as the ports of `ports/`; a backend subclasses it for what it opens on
     demand. The files inbox opens its journal on first use, so code that never asks for it never touches
     `data/.inbox.jsonl`."""
 
