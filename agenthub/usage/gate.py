@@ -519,12 +519,11 @@ class BudgetGate:
         if reservation.id is not None:
             grant = Grant(reservation.id, len(missing))
             standings = _standings(claims, reservation.standings)
-            granted, at = [], 0
+            parts, at = [], 0
             for part in missing:  # each part's standings: the next `part.limits` of them (the claims' order)
-                part_standings = standings[at : at + part.limits]
+                parts.append((part, standings[at : at + part.limits]))
                 at += part.limits
-                granted.append(self.leases.granted(part, grant, tokens, part_standings, estimate))
-            return granted, None
+            return self.leases.granted(grant, parts, tokens, estimate), None
         near = {s.scope for s in reservation.standings if s.used >= s.limit}  # against the lowered limits
         for part in missing:
             if any(c.scope in near for c in part.claims):

@@ -61,10 +61,13 @@ class LeaseKey:
 @dataclass
 class Grant:
     """One store reservation (`id`) holding the leases of `parts` keys, asked for together; released once all
-    have ended."""
+    have ended. Its leases were granted at once and stop admitting at once: one timer (`timer`) ends those still
+    open then; it is cancelled once none is (`open`: how many still admit)."""
 
     id: str
     parts: int = 1
+    open: int = 0
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -79,7 +82,6 @@ class Lease:
     committed: int = 0
     running: int = 0
     open: bool = True
-    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
 
 def lease_claims(claims: Sequence[Claim], tokens: int) -> list[Claim] | None:
@@ -159,20 +161,32 @@ class Leases:
         self._cold[key] = self._monotonic() + LEASE_ADMIT_S
         self._turns.pop(key, None)
 
-    def granted(self, key: LeaseKey, grant: Grant, tokens: int, standings: list[Standing], estimate: int) -> Lease:
-        """A new lease for `key`, part of `grant` (an older one still open ends); the turn that asked for it
-        (`estimate`) is its first."""
-        older = self._open.get(key)
-        if older is not None:
-            self._end(key, older)
-        lease = Lease(grant, tokens, self._monotonic() + LEASE_ADMIT_S, standings, estimate, 1)
-        self.granted_count += 1
+    def granted(
+        self, grant: Grant, parts: Sequence[tuple[LeaseKey, list[Standing]]], tokens: int, estimate: int
+    ) -> list[Lease]:
+        """New leases of `tokens` for the keys of `parts` (with their standings), all of `grant` (an older one still
+        open of a key ends); the turn that asked for them (`estimate`) is the first of each. They admit until
+        `LEASE_ADMIT_S` from now, when one timer ends those still open."""
+        until = self._monotonic() + LEASE_ADMIT_S
+        leases = []
+        for key, standings in parts:
+            older = self._open.get(key)
+            if older is not None:
+                self._end(key, older)
+            lease = self._open[key] = Lease(grant, tokens, until, standings, estimate, 1)
+            leases.append(lease)
+        self.granted_count += len(leases)
+        grant.open += len(leases)
         try:
-            lease.timer = asyncio.get_running_loop().call_later(LEASE_ADMIT_S, self._end, key, lease)
-        except RuntimeError:  # no loop (a synchronous caller): it ends at its next use instead
-            lease.timer = None
-        self._open[key] = lease
-        return lease
+            grant.timer = asyncio.get_running_loop().call_later(LEASE_ADMIT_S, self._expire, parts, leases)
+        except RuntimeError:  # no loop (a synchronous caller): they end at their next use instead
+            grant.timer = None
+        return leases
+
+    def _expire(self, parts: Sequence[tuple[LeaseKey, list[Standing]]], leases: list[Lease]) -> None:
+        """A grant's admitting time is up: its leases still open end."""
+        for (key, _), lease in zip(parts, leases, strict=True):
+            self._end(key, lease)
 
     def settle(self, lease: Lease, overrun: int | None) -> None:
         """A turn admitted from `lease` ended, having spent `overrun` tokens beyond its estimate (None: unknown, so
@@ -197,8 +211,10 @@ class Leases:
         if not lease.open:
             return
         lease.open = False
-        if lease.timer is not None:
-            lease.timer.cancel()
+        grant = lease.grant
+        grant.open -= 1
+        if grant.open == 0 and grant.timer is not None:  # none of its leases admits any more
+            grant.timer.cancel()
         if self._open.get(key) is lease:
             del self._open[key]
         if lease.running == 0:
