@@ -137,12 +137,16 @@ def reservation_of(
 ) -> Reservation:
     """The answer of a check-and-reserve (`usage_reserve_except`'s rows: scope key, day and month used plus
     reserved, whether it reserved), judged as the store judged it."""
-    used = {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
+    used, reserved = used_of(rows)
     standings, refused = judge(claims, used)
-    reserved = all(bool(r[3]) for r in rows)
     if not reserved and refused is None:  # cannot happen: the same rule on both sides
         raise StorageError(f"could not {what}: the database and AgentHub disagree")
     return Reservation(rid if reserved else None, standings, refused)
+
+
+def used_of(rows: Sequence[tuple[Any, ...]]) -> tuple[dict[str, tuple[int, int]], bool]:
+    """`usage_reserve_except`'s rows read: scope key → (day, month) used plus reserved, and whether it reserved."""
+    return {str(r[0]): (int(r[1]), int(r[2])) for r in rows}, all(bool(r[3]) for r in rows)
 
 
 @dataclass(eq=False, slots=True)

@@ -19,7 +19,7 @@ from agenthub.config import BudgetLimits, BudgetSettings
 from agenthub.errors import StorageError
 from agenthub.messages import SENDER_NAME, InboundMessage
 from agenthub.storage.ports import RidingReserves, UsageStore
-from agenthub.storage.usage import Claim, Reservation, Scope, Standing, judge, reservation_of
+from agenthub.storage.usage import Claim, Reservation, Scope, Standing, judge, reservation_of, used_of
 from agenthub.usage.leases import (
     LEASE_ADMIT_S,
     Grant,
@@ -276,6 +276,11 @@ class BudgetGate:
             return
         sent, asked = ride.sent, ride.lease
         try:
+            if asked is not None and (read := used_of(rows))[1]:  # granted: its standings judged at once (real limits)
+                ride.granted = self._granted(
+                    ride.missing, judge(ride.claims, read[0])[0], sent.id, ride.tokens, ride.estimate
+                )
+                return
             reservation = reservation_of(ride.claims if asked is None else asked, sent.id, rows)
         except StorageError as e:  # as a store call that fails: the turn's check asks the store itself
             log.warning("budget_check_unavailable", error=str(e))
@@ -517,19 +522,26 @@ class BudgetGate:
         """The store's answer to a lease's call: the leases granted (the asking turn the first of each), or none
         (near a limit: the parts near it go cold), with the refusal when a limit itself is reached."""
         if reservation.id is not None:
-            grant = Grant(reservation.id, len(missing))
-            standings = _standings(claims, reservation.standings)
-            parts, at = [], 0
-            for part in missing:  # each part's standings: the next `part.limits` of them (the claims' order)
-                parts.append((part, standings[at : at + part.limits]))
-                at += part.limits
-            return self.leases.granted(grant, parts, tokens, estimate), None
+            return self._granted(
+                missing, _standings(claims, reservation.standings), reservation.id, tokens, estimate
+            ), None
         near = {s.scope for s in reservation.standings if s.used >= s.limit}  # against the lowered limits
         for part in missing:
             if any(c.scope in near for c in part.claims):
                 self.leases.refused(part)
         standings, refused = judge(claims, _used(reservation.standings))
         return [], (Reservation(None, standings, refused) if refused is not None else None)
+
+    def _granted(
+        self, missing: list[LeaseKey], standings: list[Standing], rid: str, tokens: int, estimate: int
+    ) -> list[Lease]:
+        """The leases of one grant (`rid`) for the `missing` parts, with `standings` against the real limits (one per
+        limit set, in the claims' order); the asking turn the first of each."""
+        parts, at = [], 0
+        for part in missing:  # each part's standings: the next `part.limits` of them
+            parts.append((part, standings[at : at + part.limits]))
+            at += part.limits
+        return self.leases.granted(Grant(rid, len(missing)), parts, tokens, estimate)
 
     async def _warn_once(
         self, standing: Standing, day: str, locale: str, admission: Admission, *, named: Mapping[str, str] | None
