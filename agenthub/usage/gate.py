@@ -53,17 +53,25 @@ LIMIT_FIELDS = ("user_day", "user_month", "chat_day", "chat_month", "agent_day",
 
 
 def claims_for(
-    limits: BudgetLimits, agent: str, message: InboundMessage, senders: Sequence[str] | None = None
+    limits: BudgetLimits,
+    agent: str,
+    message: InboundMessage,
+    senders: Sequence[str] | None = None,
+    agent_claim: Claim | None = None,
 ) -> list[Claim]:
     """The scopes with a limit: each sender (per channel; a joined turn's every sender, default the message's),
-    the chat (per channel), the agent."""
-    people = dict.fromkeys(senders if senders is not None else (message.sender_id,))
-    scopes = [(Scope("user", message.channel, p), limits.user_day, limits.user_month) for p in people]
-    scopes += [
-        (Scope("chat", message.channel, message.chat_id), limits.chat_day, limits.chat_month),
-        (Scope("agent", "", agent), limits.agent_day, limits.agent_month),
-    ]
-    return [Claim(scope, day, month) for scope, day, month in scopes if (day or month) and scope.ident]
+    the chat (per channel), the agent (`agent_claim`: the agent's, made before). Only those are made."""
+    claims = []
+    channel = message.channel
+    if limits.user_day or limits.user_month:
+        for p in dict.fromkeys(senders if senders is not None else (message.sender_id,)):
+            if p:
+                claims.append(Claim(Scope("user", channel, p), limits.user_day, limits.user_month))
+    if (limits.chat_day or limits.chat_month) and message.chat_id:
+        claims.append(Claim(Scope("chat", channel, message.chat_id), limits.chat_day, limits.chat_month))
+    if (limits.agent_day or limits.agent_month) and agent:
+        claims.append(agent_claim or Claim(Scope("agent", "", agent), limits.agent_day, limits.agent_month))
+    return claims
 
 
 @dataclass(slots=True)
@@ -78,10 +86,11 @@ class Plan:
     day: str = ""
     parts: list[LeaseKey] = field(default_factory=list)
 
-    def parts_of(self, day: str) -> list[LeaseKey]:
+    def parts_of(self, day: str, shared: dict[Claim, LeaseKey] | None = None) -> list[LeaseKey]:
+        """Its lease parts on `day` (`shared`: as `lease_parts`)."""
         if day != self.day:
             assert self.claims is not None
-            self.day, self.parts = day, lease_parts(day, self.claims)
+            self.day, self.parts = day, lease_parts(day, self.claims, shared)
         return self.parts
 
 
@@ -119,7 +128,9 @@ class BudgetGate:
         self.zone = zone
         self.clock = clock
         self.exempt = frozenset(budgets.exempt)
-        self._limits: dict[str, tuple[object, BudgetLimits, bool]] = {}  # agent → (its config, limits, any set)
+        self._limits: dict[str, tuple[object, BudgetLimits, bool, Claim | None]] = {}
+        """agent → (its config, its limits, whether any is set, its own claim: one object for all its plans)"""
+        self._shared: dict[Claim, LeaseKey] = {}  # the chats' and agents' lease parts (`lease_parts`), of any plan
         self.leases = Leases(recorder.release)  # an ended lease is released with the writer's next write
         self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
         self._plans: dict[tuple[str, str, str, tuple[str, ...]], Plan] = {}
@@ -148,12 +159,15 @@ class BudgetGate:
         """Whether the agent has any limit at all (per sender, chat or agent)."""
         return self._known(agent)[2]
 
-    def _known(self, agent: AgentDefinition) -> tuple[object, BudgetLimits, bool]:
+    def _known(self, agent: AgentDefinition) -> tuple[object, BudgetLimits, bool, Claim | None]:
         known = self._limits.get(agent.name)
         if known is None or known[0] is not agent.config:
             limits = limits_for(self.budgets, agent)
             limited = any(getattr(limits, name) for name in LIMIT_FIELDS)
-            known = self._limits[agent.name] = (agent.config, limits, limited)
+            own = None
+            if (limits.agent_day or limits.agent_month) and agent.name:
+                own = Claim(Scope("agent", "", agent.name), limits.agent_day, limits.agent_month)
+            known = self._limits[agent.name] = (agent.config, limits, limited, own)
         return known
 
     @staticmethod
@@ -165,6 +179,8 @@ class BudgetGate:
         """The senders whose budgets a turn is checked against: the turn's (a joined turn's every sender,
         default the message's) that are not exempt; none: the turn is exempt."""
         people = senders if senders is not None else (message.sender_id,)
+        if not self.exempt:
+            return list(dict.fromkeys(people))
         return [p for p in dict.fromkeys(people) if f"{message.channel}:{p}" not in self.exempt]
 
     def applies(self, agent: AgentDefinition, message: InboundMessage, senders: Sequence[str] | None = None) -> bool:
@@ -183,9 +199,10 @@ class BudgetGate:
         if plan is None or plan.config is not agent.config:
             if len(self._plans) >= PLANS_KEPT:
                 self._plans.clear()
-            limits = self.limits(agent)
+                self._shared.clear()
+            _, limits, _, own = self._known(agent)
             checked = self.checked(message, senders)
-            claims = claims_for(limits, agent.name, message, checked) if checked else []
+            claims = claims_for(limits, agent.name, message, checked, own) if checked else []
             several = len(dict.fromkeys(senders or ())) > 1
             plan = self._plans[key] = Plan(agent.config, limits, claims or None, several)
         return plan
@@ -241,7 +258,7 @@ class BudgetGate:
                 return None
             estimate = estimate_of()
             day = self.today()
-            missing = [p for p in plan.parts_of(day) if not self.leases.has_room(p, estimate)]
+            missing = [p for p in plan.parts_of(day, self._shared) if not self.leases.has_room(p, estimate)]
             if not missing or any(p in self._asking for p in missing):
                 return None
             claims = [c for part in missing for c in part.claims]
@@ -328,7 +345,7 @@ class BudgetGate:
         limits = plan.limits
         named = dict(names or {}) if plan.several else None  # a joined turn: a sender's limit names them
         day = self.today()
-        parts = plan.parts_of(day)
+        parts = plan.parts_of(day, self._shared)
         taken: dict[LeaseKey, Lease] = {}
         if ride is not None:
             if ride.answered and ride.estimate == estimate and ride.day == day:
@@ -421,6 +438,8 @@ class BudgetGate:
         leases' worked out here) that were not noticed yet this period."""
         estimate = admission.estimate
         for lease in admission.leases:
+            if lease.committed < lease.warns_from(warn_at):  # none of its limits near `warn_at` yet
+                continue
             before = lease.committed - estimate  # what the lease's earlier turns took since it was granted
             due += [
                 Standing(s.scope, s.period, s.limit, s.used + before)

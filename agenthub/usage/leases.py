@@ -14,7 +14,9 @@ its last turn's usage."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,6 +31,8 @@ LEASE_SHARE = 0.5
 """...and is granted only when it is at most this share of what is left of each limit."""
 LEASE_ADMIT_S = 30.0
 """A lease admits turns for this long after it was granted; then it ends once its turns have."""
+INFINITE = 2**63
+"""More than any limit (`Lease.warn_from` of a lease without standings)."""
 
 
 class LeaseKey:
@@ -40,9 +44,15 @@ class LeaseKey:
     def __init__(self, day: str, claims: tuple[Claim, ...]) -> None:
         self.day = day
         self.claims = claims
-        self.limits = sum((c.day_limit > 0) + (c.month_limit > 0) for c in claims)
+        limits = 0
+        flat: list[object] = [day]
+        for c in claims:  # a loop, no generators; hashed from the plain values (no dataclass `__hash__` per field)
+            limits += (c.day_limit > 0) + (c.month_limit > 0)
+            scope = c.scope
+            flat += (scope.kind, scope.channel, scope.ident, c.day_limit, c.month_limit)
+        self.limits = limits
         """How many standings its claims have (`judge`: one per limit set, in the claims' order)."""
-        self._hash = hash((day, claims))
+        self._hash = hash(tuple(flat))
 
     def __hash__(self) -> int:
         return self._hash
@@ -58,19 +68,19 @@ class LeaseKey:
         return f"LeaseKey({self.day!r}, {self.claims!r})"
 
 
-@dataclass
+@dataclass(slots=True)
 class Grant:
     """One store reservation (`id`) holding the leases of `parts` keys, asked for together; released once all
-    have ended. Its leases were granted at once and stop admitting at once: one timer (`timer`) ends those still
-    open then; it is cancelled once none is (`open`: how many still admit)."""
+    have ended. Its leases were granted at once and stop admitting at once (`until`): then `Leases`' one timer ends
+    those still open (`keyed`: each with its key)."""
 
     id: str
     parts: int = 1
-    open: int = 0
-    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+    until: float = 0.0
+    keyed: list[tuple[LeaseKey, Lease]] = field(default_factory=list, repr=False)
 
 
-@dataclass
+@dataclass(slots=True)
 class Lease:
     """Headroom reserved in the store (`grant`); `committed`: the estimates of the turns it admitted, plus what the
     ended ones spent beyond them."""
@@ -82,6 +92,18 @@ class Lease:
     committed: int = 0
     running: int = 0
     open: bool = True
+    warn_at: float = -1.0
+    """The share of a limit `warn_from` was worked out for (-1: not yet)."""
+    warn_from: int = 0
+    """`committed` from which a turn from it crosses `warn_at` of one of its limits (`warns_from`)."""
+
+    def warns_from(self, warn_at: float) -> int:
+        """`committed` from which a turn admitted from it crosses `warn_at` of a limit of its `standings` (what
+        its standing's used plus what its turns took reaches `warn_at` of the limit; worked out once)."""
+        if warn_at != self.warn_at:
+            self.warn_at = warn_at
+            self.warn_from = min((math.ceil(warn_at * s.limit) - s.used for s in self.standings), default=INFINITE)
+        return self.warn_from
 
 
 def lease_claims(claims: Sequence[Claim], tokens: int) -> list[Claim] | None:
@@ -98,24 +120,46 @@ def lease_claims(claims: Sequence[Claim], tokens: int) -> list[Claim] | None:
     return lowered
 
 
-def lease_parts(day: str, claims: Sequence[Claim]) -> list[LeaseKey]:
+def lease_parts(day: str, claims: Sequence[Claim], shared: dict[Claim, LeaseKey] | None = None) -> list[LeaseKey]:
     """A turn's claims in the parts they are leased in: its senders' own (`user`) scopes together, then the chat's
-    and the agent's each alone (so that every turn of that chat, or agent, shares the instance's one lease)."""
-    own = tuple(c for c in claims if c.scope.kind == "user")
-    parts: list[LeaseKey] = [LeaseKey(day, own)] if own else []
-    return parts + [LeaseKey(day, (c,)) for c in claims if c.scope.kind != "user"]
+    and the agent's each alone (so that every turn of that chat, or agent, shares the instance's one lease).
+    `shared`: the keys of chats' and agents' parts made before (of any day), reused for this day's (one key object
+    per part: an open lease is found by identity, not compared field by field) and added to."""
+    own: list[Claim] = []
+    parts: list[LeaseKey] = []
+    for c in claims:
+        if c.scope.kind == "user":
+            own.append(c)
+            continue
+        key = None if shared is None else shared.get(c)
+        if key is None or key.day != day:
+            key = LeaseKey(day, (c,))
+            if shared is not None:
+                shared[c] = key
+        parts.append(key)
+    return [LeaseKey(day, tuple(own)), *parts] if own else parts
 
 
 class Leases:
     """The open leases of this instance, one per key; a lease that ended is released through `release` (the usage
     recorder's next write: after the rows of its turns, never before)."""
 
-    def __init__(self, release: Callable[[str], None], monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        release: Callable[[str], None],
+        monotonic: Callable[[], float] = time.monotonic,
+        admit_s: float = LEASE_ADMIT_S,
+    ) -> None:
         self._release = release
         self._monotonic = monotonic
+        self.admit_s = admit_s
+        """How long a lease admits turns (`LEASE_ADMIT_S`; tests shorter)."""
         self._open: dict[LeaseKey, Lease] = {}
         self._cold: dict[LeaseKey, float] = {}  # key → until when no lease is asked for (one was refused)
         self._turns: dict[LeaseKey, int] = {}  # key → estimates its next lease holds, when not `LEASE_TURNS`
+        self._expiring: deque[Grant] = deque()  # grants whose leases may still admit, in the order they stop
+        self._timer: asyncio.TimerHandle | None = None  # ends the first of `_expiring` (one for all: made lazily)
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
         self.granted_count = 0
         """Leases granted since start (tests; a figure for the logs)."""
 
@@ -166,27 +210,36 @@ class Leases:
     ) -> list[Lease]:
         """New leases of `tokens` for the keys of `parts` (with their standings), all of `grant` (an older one still
         open of a key ends); the turn that asked for them (`estimate`) is the first of each. They admit until
-        `LEASE_ADMIT_S` from now, when one timer ends those still open."""
-        until = self._monotonic() + LEASE_ADMIT_S
-        leases = []
+        `admit_s` from now, when the instance's one timer ends those still open (every grant admits as long:
+        they stop in the order they were granted; a timer is scheduled only when none is)."""
+        until = grant.until = self._monotonic() + self.admit_s
+        leases, keyed = [], grant.keyed
         for key, standings in parts:
             older = self._open.get(key)
             if older is not None:
                 self._end(key, older)
             lease = self._open[key] = Lease(grant, tokens, until, standings, estimate, 1)
             leases.append(lease)
+            keyed.append((key, lease))
         self.granted_count += len(leases)
-        grant.open += len(leases)
         try:
-            grant.timer = asyncio.get_running_loop().call_later(LEASE_ADMIT_S, self._expire, parts, leases)
+            loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop (a synchronous caller): they end at their next use instead
-            grant.timer = None
+            return leases
+        self._expiring.append(grant)
+        if self._timer is None or self._timer_loop is not loop:
+            self._timer, self._timer_loop = loop.call_later(self.admit_s, self._expire), loop
         return leases
 
-    def _expire(self, parts: Sequence[tuple[LeaseKey, list[Standing]]], leases: list[Lease]) -> None:
-        """A grant's admitting time is up: its leases still open end."""
-        for (key, _), lease in zip(parts, leases, strict=True):
-            self._end(key, lease)
+    def _expire(self) -> None:
+        """The first grants' admitting time is up: their leases still open end; the timer goes on for the next."""
+        self._timer = None
+        now, expiring = self._monotonic(), self._expiring
+        while expiring and expiring[0].until <= now:
+            for key, lease in expiring.popleft().keyed:
+                self._end(key, lease)
+        if expiring:
+            self._timer = asyncio.get_running_loop().call_later(expiring[0].until - now, self._expire)
 
     def settle(self, lease: Lease, overrun: int | None) -> None:
         """A turn admitted from `lease` ended, having spent `overrun` tokens beyond its estimate (None: unknown, so
@@ -211,10 +264,6 @@ class Leases:
         if not lease.open:
             return
         lease.open = False
-        grant = lease.grant
-        grant.open -= 1
-        if grant.open == 0 and grant.timer is not None:  # none of its leases admits any more
-            grant.timer.cancel()
         if self._open.get(key) is lease:
             del self._open[key]
         if lease.running == 0:
@@ -231,3 +280,7 @@ class Leases:
         """Shutdown: no more turns from any lease; the idle ones are released (with the recorder's last write)."""
         for key, lease in list(self._open.items()):
             self._end(key, lease)
+        self._expiring.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

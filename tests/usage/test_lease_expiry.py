@@ -1,0 +1,71 @@
+"""A lease stops admitting `admit_s` after it was granted, whether or not a turn comes: its grant is released once
+every part of it has ended (one timer for the instance's grants, which end in the order they were granted)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agenthub.storage.usage import Claim, Scope
+from agenthub.usage.leases import Grant, LeaseKey, Leases
+
+DAY = "2026-12-04"
+ADMIT_S = 1.0
+
+
+def _key(ident: str) -> LeaseKey:
+    return LeaseKey(DAY, (Claim(Scope("chat", "wecom", ident), 10**9),))
+
+
+async def test_leases_end_when_their_time_is_up_in_the_order_they_were_granted() -> None:
+    released: list[str] = []
+    leases = Leases(released.append, admit_s=ADMIT_S)
+    first = leases.granted(Grant("first", 2), [(_key("a"), []), (_key("b"), [])], 8_000, 1_000)
+    for lease in first:
+        leases.settle(lease, 0)  # the asking turn ended: idle, open
+    await asyncio.sleep(ADMIT_S / 2)
+    second = leases.granted(Grant("second", 1), [(_key("c"), [])], 8_000, 1_000)
+    leases.settle(second[0], 0)
+    assert leases.has_room(_key("a"), 1_000) and leases.has_room(_key("c"), 1_000)
+    await asyncio.sleep(ADMIT_S * 0.75)  # the first grant's time is up, not the second's
+    assert released == ["first"]
+    assert not leases.has_room(_key("a"), 1_000) and leases.take(_key("b"), 1_000) is None
+    assert leases.has_room(_key("c"), 1_000)
+    await asyncio.sleep(ADMIT_S / 2)
+    assert released == ["first", "second"]
+    assert not leases.has_room(_key("c"), 1_000)
+
+
+async def test_a_lease_that_ended_early_is_released_once_and_its_successor_keeps_its_own_time() -> None:
+    released: list[str] = []
+    leases = Leases(released.append, admit_s=ADMIT_S)
+    old = leases.granted(Grant("old"), [(_key("a"), [])], 8_000, 1_000)
+    await asyncio.sleep(ADMIT_S / 2)
+    new = leases.granted(Grant("new"), [(_key("a"), [])], 8_000, 1_000)  # replaces it: the old one admits no more
+    leases.settle(old[0], 0)
+    assert released == ["old"]
+    leases.settle(new[0], 0)
+    await asyncio.sleep(ADMIT_S * 0.75)  # the old one's time is up: nothing more of it, the new one still admits
+    assert released == ["old"] and leases.has_room(_key("a"), 1_000)
+    await asyncio.sleep(ADMIT_S / 2)
+    assert released == ["old", "new"]
+
+
+async def test_a_lease_with_a_turn_running_at_its_time_ends_with_that_turn() -> None:
+    released: list[str] = []
+    leases = Leases(released.append, admit_s=ADMIT_S)
+    (lease,) = leases.granted(Grant("g"), [(_key("a"), [])], 8_000, 1_000)  # its asking turn still runs
+    await asyncio.sleep(ADMIT_S * 1.5)
+    assert released == [] and not leases.has_room(_key("a"), 1_000)
+    leases.settle(lease, 0)
+    assert released == ["g"]
+
+
+async def test_closing_ends_every_lease_and_the_timer() -> None:
+    released: list[str] = []
+    leases = Leases(released.append, admit_s=ADMIT_S)
+    (lease,) = leases.granted(Grant("g"), [(_key("a"), [])], 8_000, 1_000)
+    leases.settle(lease, 0)
+    leases.close()
+    assert released == ["g"]
+    await asyncio.sleep(ADMIT_S * 1.5)
+    assert released == ["g"]
