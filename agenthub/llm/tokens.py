@@ -30,6 +30,8 @@ def estimate_tokens(value: Any) -> int:
     (base64) image counts as `IMAGE_TOKENS`, never as the length of its data."""
     if value is None:
         return 0
+    if not value and isinstance(value, list):  # `[]` (a session without history): its two brackets
+        return 1
     text = value if isinstance(value, str) else _COMPACT.encode(value)
     if isinstance(value, str) or '"type":"base64"' not in text:
         return estimate_text_tokens(text)

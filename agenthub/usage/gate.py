@@ -258,10 +258,17 @@ class BudgetGate:
                 return None
             estimate = estimate_of()
             day = self.today()
-            missing = [p for p in plan.parts_of(day, self._shared) if not self.leases.has_room(p, estimate)]
-            if not missing or any(p in self._asking for p in missing):
+            has_room, asking = self.leases.has_room, self._asking
+            missing: list[LeaseKey] = []
+            claims: list[Claim] = []
+            for part in plan.parts_of(day, self._shared):
+                if not has_room(part, estimate):
+                    if part in asking:  # another turn asks for a lease of it: this one waits for that answer
+                        return None
+                    missing.append(part)
+                    claims += part.claims
+            if not missing:
                 return None
-            claims = [c for part in missing for c in part.claims]
             call = self._lease_call(missing, claims, estimate, ttl_s) if self._worth_asking(missing) else None
             lease = call is not None
             asked, tokens, ttl = call or (claims, estimate, ttl_s + RESERVATION_GRACE_S)
@@ -531,7 +538,8 @@ class BudgetGate:
     ) -> tuple[list[Claim], int, float] | None:
         """What a lease for the `missing` parts is asked with: the lowered claims, its tokens (`LEASE_TURNS`, or
         more: `Leases.turns`, estimates) and time to live; None when no limit could ever allow it."""
-        tokens = estimate * min(self.leases.turns(p) for p in missing)
+        turns = self.leases.turns
+        tokens = estimate * min([turns(p) for p in missing])
         asked = lease_claims(claims, tokens)
         return None if asked is None else (asked, tokens, ttl_s + LEASE_ADMIT_S + RESERVATION_GRACE_S)
 
