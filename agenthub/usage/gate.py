@@ -399,14 +399,18 @@ class BudgetGate:
         granted, the other parts still to take; (None, {}): nothing (no lease was granted near a limit; a part the
         reservation was made without has no lease with room now)."""
         own = ride.refusal or ride.reservation
-        others = [p for p in parts if p not in ride.missing]
         if ride.granted:
             taken = dict(zip(ride.missing, ride.granted, strict=True))
             own = None
-        elif own is None or (own.refused is None and not all(self.leases.has_room(p, estimate) for p in others)):
+        elif own is None:
             return None, {}
-        else:  # refused, or its own reservation with every other part from a lease with room
-            taken = {} if own.refused is not None else self._take(others, {}, estimate)
+        elif own.refused is not None:
+            taken = {}
+        else:  # its own reservation, with every other part from a lease with room
+            others = [p for p in parts if p not in ride.missing]
+            if not all(self.leases.has_room(p, estimate) for p in others):
+                return None, {}
+            taken = self._take(others, {}, estimate)
         ride.used = True
         self.ridden += 1
         return own, taken
