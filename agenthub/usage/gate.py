@@ -258,18 +258,16 @@ class BudgetGate:
                 return None
             estimate = estimate_of()
             day = self.today()
-            has_room, asking = self.leases.has_room, self._asking
-            missing: list[LeaseKey] = []
-            claims: list[Claim] = []
-            for part in plan.parts_of(day, self._shared):
-                if not has_room(part, estimate):
-                    if part in asking:  # another turn asks for a lease of it: this one waits for that answer
-                        return None
-                    missing.append(part)
-                    claims += part.claims
+            missing = self.leases.without_room(plan.parts_of(day, self._shared), estimate)
             if not missing:
                 return None
-            call = self._lease_call(missing, claims, estimate, ttl_s) if self._worth_asking(missing) else None
+            claims: list[Claim] = []
+            for part in missing:
+                if part in self._asking:  # another turn asks for a lease of it: this one waits for that answer
+                    return None
+                claims += part.claims
+            turns = self.leases.lease_turns(missing)  # 0: not worth asking (near a limit)
+            call = self._lease_call(claims, estimate * turns, ttl_s) if turns else None
             lease = call is not None
             asked, tokens, ttl = call or (claims, estimate, ttl_s + RESERVATION_GRACE_S)
             sent = store.ride(asked, day, tokens, ttl, ignore=self.recorder.stored_releases())
@@ -517,7 +515,7 @@ class BudgetGate:
         """Leases of `LEASE_TURNS` (or more: `Leases.turns`) estimates for the `missing` parts (one grant), this
         turn the first of each;
         ([], None): none (near a limit: the parts near it go cold); ([], refusal): a limit is reached."""
-        call = self._lease_call(missing, claims, estimate, ttl_s)
+        call = self._lease_call(claims, estimate * min(self.leases.turns(p) for p in missing), ttl_s)
         if call is None:
             return [], None
         asked, tokens, lease_ttl = call
@@ -537,13 +535,10 @@ class BudgetGate:
     def _worth_asking(self, missing: list[LeaseKey]) -> bool:
         return all(self.leases.worth_asking(p) for p in missing)
 
-    def _lease_call(
-        self, missing: list[LeaseKey], claims: list[Claim], estimate: int, ttl_s: float
-    ) -> tuple[list[Claim], int, float] | None:
-        """What a lease for the `missing` parts is asked with: the lowered claims, its tokens (`LEASE_TURNS`, or
-        more: `Leases.turns`, estimates) and time to live; None when no limit could ever allow it."""
-        turns = self.leases.turns
-        tokens = estimate * min([turns(p) for p in missing])
+    @staticmethod
+    def _lease_call(claims: list[Claim], tokens: int, ttl_s: float) -> tuple[list[Claim], int, float] | None:
+        """What a lease of `tokens` (`LEASE_TURNS`, or more: `Leases.turns`, estimates) for the parts of `claims` is
+        asked with: the lowered claims, its tokens and time to live; None when no limit could ever allow it."""
         asked = lease_claims(claims, tokens)
         return None if asked is None else (asked, tokens, ttl_s + LEASE_ADMIT_S + RESERVATION_GRACE_S)
 

@@ -187,6 +187,25 @@ class Leases:
             lease is not None and self._monotonic() < lease.admit_until and lease.committed + estimate <= lease.tokens
         )
 
+    def without_room(self, keys: Sequence[LeaseKey], estimate: int) -> list[LeaseKey]:
+        """The `keys` whose lease has no room for a turn of `estimate` tokens now (`has_room` of each, at once)."""
+        now, found = self._monotonic(), []
+        for key in keys:
+            lease = self._open.get(key)
+            if lease is None or now >= lease.admit_until or lease.committed + estimate > lease.tokens:
+                found.append(key)
+        return found
+
+    def lease_turns(self, keys: Sequence[LeaseKey]) -> int:
+        """How many estimates one lease for all of `keys` holds (the least of their `turns`); 0 when it is not worth
+        asking for (one of them is cold: `worth_asking`, in the keys' order)."""
+        turns = LEASE_TURNS_MAX
+        for key in keys:
+            if not self.worth_asking(key):
+                return 0
+            turns = min(turns, self._turns.get(key, LEASE_TURNS))
+        return turns
+
     def worth_asking(self, key: LeaseKey) -> bool:
         """False for a while after the store refused a lease for `key` (near a limit: per-turn reservations)."""
         until = self._cold.get(key)

@@ -69,3 +69,25 @@ async def test_closing_ends_every_lease_and_the_timer() -> None:
     assert released == ["g"]
     await asyncio.sleep(ADMIT_S * 1.5)
     assert released == ["g"]
+
+
+def test_the_parts_without_room_and_the_turns_a_lease_for_them_holds() -> None:
+    now = [0.0]
+    leases = Leases([].append, monotonic=lambda: now[0])
+    roomy, spent, old, none = _key("roomy"), _key("spent"), _key("old"), _key("none")
+    leases.granted(Grant("g1"), [(roomy, []), (spent, [])], 8_000, 1_000)
+    assert leases.take(spent, 7_000) is not None  # 8_000 of 8_000 committed
+    now[0] = 10.0
+    leases.granted(Grant("g2"), [(old, [])], 8_000, 1_000)
+    now[0] = 35.0  # g1's time is up, not g2's
+    assert leases.without_room([roomy, spent, old, none], 1_000) == [roomy, spent, none]
+    now[0] = 12.0
+    assert leases.without_room([roomy, spent, old, none], 1_000) == [spent, none]
+    assert [leases.has_room(k, 1_000) for k in (roomy, spent, old, none)] == [True, False, True, False]
+    assert leases.lease_turns([roomy, none]) == 8
+    assert leases.take(spent, 1_000) is None  # spent within its window: its next lease holds twice as many
+    assert leases.lease_turns([spent]) == 16 and leases.lease_turns([spent, none]) == 8
+    leases.refused(none)  # near a limit: not worth asking for a while
+    assert leases.lease_turns([spent, none]) == 0 and leases.lease_turns([spent]) == 16
+    now[0] += 31.0
+    assert leases.lease_turns([spent, none]) == 8
