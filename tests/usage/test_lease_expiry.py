@@ -72,8 +72,8 @@ async def test_closing_ends_every_lease_and_the_timer() -> None:
 
 
 def test_the_parts_without_room_and_the_turns_a_lease_for_them_holds() -> None:
-    now = [0.0]
-    leases = Leases([].append, monotonic=lambda: now[0])
+    now, released = [0.0], list[str]()
+    leases = Leases(released.append, monotonic=lambda: now[0])
     roomy, spent, old, none = _key("roomy"), _key("spent"), _key("old"), _key("none")
     leases.granted(Grant("g1"), [(roomy, []), (spent, [])], 8_000, 1_000)
     assert leases.take(spent, 7_000) is not None  # 8_000 of 8_000 committed
