@@ -363,7 +363,8 @@ class BudgetGate:
         taken = self._take(parts, taken, estimate)
         if len(taken) == len(parts):  # far from every limit: admitted from this instance's leases, no store call
             admission = Admission(None, leases=list(taken.values()), estimate=estimate)
-            return await self._warned_of(admission, [], limits.warn_at, day, locale, named)
+            due = self._due(admission, [], limits.warn_at)
+            return await self._warned_of(admission, due, day, locale, named) if due else admission
         try:
             # no await from the end of this loop to `_ask_lease` taking `_asking`: one turn asks for a part at a time
             while asking := next((self._asking[p] for p in parts if p not in taken and p in self._asking), None):
@@ -432,19 +433,12 @@ class BudgetGate:
             return Refusal(standing, self.refusal_text(standing, locale, named=named))
         admission = Admission(reservation.id, leases=[*taken.values(), *granted], estimate=estimate)
         due = [s for s in reservation.standings if s.used + estimate >= warn_at * s.limit]
-        return await self._warned_of(admission, due, warn_at, day, locale, named)
+        due = self._due(admission, due, warn_at)
+        return await self._warned_of(admission, due, day, locale, named) if due else admission
 
-    async def _warned_of(
-        self,
-        admission: Admission,
-        due: list[Standing],
-        warn_at: float,
-        day: str,
-        locale: str,
-        named: Mapping[str, str] | None,
-    ) -> Admission:
-        """`admission` with the notices of the limits it crosses `warn_at` of (`due`: of its own reservation; its
-        leases' worked out here) that were not noticed yet this period."""
+    @staticmethod
+    def _due(admission: Admission, due: list[Standing], warn_at: float) -> list[Standing]:
+        """The limits `admission` crosses `warn_at` of: `due` (its own reservation's) and its leases'."""
         estimate = admission.estimate
         for lease in admission.leases:
             if lease.committed < lease.warns_from(warn_at):  # none of its limits near `warn_at` yet
@@ -455,6 +449,12 @@ class BudgetGate:
                 for s in lease.standings
                 if s.used + before + estimate >= warn_at * s.limit
             ]
+        return due
+
+    async def _warned_of(
+        self, admission: Admission, due: list[Standing], day: str, locale: str, named: Mapping[str, str] | None
+    ) -> Admission:
+        """`admission` with the notices of the limits `due` (`_due`) that were not noticed yet this period."""
         try:
             for standing in due:
                 if (standing.scope.key, period_key(standing.period, day)) not in self._warned:
