@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-
-def _is_wide(ch: str) -> bool:
-    code = ord(ch)
-    return 0x2E80 <= code <= 0x9FFF or 0xAC00 <= code <= 0xD7AF or 0xF900 <= code <= 0xFAFF or code >= 0x20000
+_WIDE = re.compile("[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0010ffff]+")
+"""Runs of wide (CJK) characters: about one token each."""
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""`json.dumps(..., ensure_ascii=False, separators=(",", ":"))` without a new encoder per call."""
 
 
 def estimate_text_tokens(text: str) -> int:
-    """Estimate the tokens of a string (0 for an empty one)."""
+    """Estimate the tokens of a string (0 for an empty one). A turn's estimate is budgets' work: counted with the
+    gate's CPU, so it stays in C (no Python step per character)."""
     if not text:
         return 0
-    wide = sum(1 for ch in text if _is_wide(ch))
+    wide = 0 if text.isascii() else sum(map(len, _WIDE.findall(text)))
     return wide + -(-(len(text) - wide) // 4)
 
 
@@ -28,11 +30,13 @@ def estimate_tokens(value: Any) -> int:
     (base64) image counts as `IMAGE_TOKENS`, never as the length of its data."""
     if value is None:
         return 0
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if not value and isinstance(value, list):  # `[]` (a session without history): its two brackets
+        return 1
+    text = value if isinstance(value, str) else _COMPACT.encode(value)
     if isinstance(value, str) or '"type":"base64"' not in text:
         return estimate_text_tokens(text)
     images: list[int] = []
-    plain = json.dumps(_without_inline_images(value, images), ensure_ascii=False, separators=(",", ":"))
+    plain = _COMPACT.encode(_without_inline_images(value, images))
     return estimate_text_tokens(plain) + IMAGE_TOKENS * len(images)
 
 

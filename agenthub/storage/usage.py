@@ -122,13 +122,19 @@ class Reservation:
 
 def judge(claims: Sequence[Claim], used: dict[str, tuple[int, int]]) -> tuple[list[Standing], Standing | None]:
     """Every limit's standing (`used`: scope key → (day, month) used plus reserved), and the first one reached."""
-    standings = []
-    for claim in claims:
-        day, month = used.get(claim.scope.key, (0, 0))
-        for period, limit, value in (("day", claim.day_limit, day), ("month", claim.month_limit, month)):
-            if limit > 0:
-                standings.append(Standing(claim.scope, period, limit, value))  # type: ignore[arg-type]
-    refused = next((s for s in standings if s.used >= s.limit), None)
+    standings: list[Standing] = []
+    refused = None
+    for claim in claims:  # one plain loop: a check judges a few claims, and every turn that asks the store does
+        scope = claim.scope
+        day, month = used.get(scope.key, (0, 0))
+        if claim.day_limit > 0:
+            standings.append(standing := Standing(scope, "day", claim.day_limit, day))
+            if refused is None and day >= claim.day_limit:
+                refused = standing
+        if claim.month_limit > 0:
+            standings.append(standing := Standing(scope, "month", claim.month_limit, month))
+            if refused is None and month >= claim.month_limit:
+                refused = standing
     return standings, refused
 
 
@@ -137,12 +143,21 @@ def reservation_of(
 ) -> Reservation:
     """The answer of a check-and-reserve (`usage_reserve_except`'s rows: scope key, day and month used plus
     reserved, whether it reserved), judged as the store judged it."""
-    used = {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
+    used, reserved = used_of(rows)
     standings, refused = judge(claims, used)
-    reserved = all(bool(r[3]) for r in rows)
     if not reserved and refused is None:  # cannot happen: the same rule on both sides
         raise StorageError(f"could not {what}: the database and AgentHub disagree")
     return Reservation(rid if reserved else None, standings, refused)
+
+
+def used_of(rows: Sequence[tuple[Any, ...]]) -> tuple[dict[str, tuple[int, int]], bool]:
+    """`usage_reserve_except`'s rows read: scope key → (day, month) used plus reserved, and whether it reserved."""
+    used: dict[str, tuple[int, int]] = {}
+    reserved = True
+    for r in rows:
+        used[str(r[0])] = (int(r[1]), int(r[2]))
+        reserved = reserved and bool(r[3])
+    return used, reserved
 
 
 @dataclass(eq=False, slots=True)

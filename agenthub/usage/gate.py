@@ -19,7 +19,7 @@ from agenthub.config import BudgetLimits, BudgetSettings
 from agenthub.errors import StorageError
 from agenthub.messages import SENDER_NAME, InboundMessage
 from agenthub.storage.ports import RidingReserves, UsageStore
-from agenthub.storage.usage import Claim, Reservation, Scope, Standing, judge, reservation_of
+from agenthub.storage.usage import Claim, Reservation, Scope, Standing, judge, reservation_of, used_of
 from agenthub.usage.leases import (
     LEASE_ADMIT_S,
     Grant,
@@ -53,17 +53,25 @@ LIMIT_FIELDS = ("user_day", "user_month", "chat_day", "chat_month", "agent_day",
 
 
 def claims_for(
-    limits: BudgetLimits, agent: str, message: InboundMessage, senders: Sequence[str] | None = None
+    limits: BudgetLimits,
+    agent: str,
+    message: InboundMessage,
+    senders: Sequence[str] | None = None,
+    agent_claim: Claim | None = None,
 ) -> list[Claim]:
     """The scopes with a limit: each sender (per channel; a joined turn's every sender, default the message's),
-    the chat (per channel), the agent."""
-    people = dict.fromkeys(senders if senders is not None else (message.sender_id,))
-    scopes = [(Scope("user", message.channel, p), limits.user_day, limits.user_month) for p in people]
-    scopes += [
-        (Scope("chat", message.channel, message.chat_id), limits.chat_day, limits.chat_month),
-        (Scope("agent", "", agent), limits.agent_day, limits.agent_month),
-    ]
-    return [Claim(scope, day, month) for scope, day, month in scopes if (day or month) and scope.ident]
+    the chat (per channel), the agent (`agent_claim`: the agent's, made before). Only those are made."""
+    claims = []
+    channel = message.channel
+    if limits.user_day or limits.user_month:
+        for p in dict.fromkeys(senders if senders is not None else (message.sender_id,)):
+            if p:
+                claims.append(Claim(Scope("user", channel, p), limits.user_day, limits.user_month))
+    if (limits.chat_day or limits.chat_month) and message.chat_id:
+        claims.append(Claim(Scope("chat", channel, message.chat_id), limits.chat_day, limits.chat_month))
+    if (limits.agent_day or limits.agent_month) and agent:
+        claims.append(agent_claim or Claim(Scope("agent", "", agent), limits.agent_day, limits.agent_month))
+    return claims
 
 
 @dataclass(slots=True)
@@ -78,10 +86,11 @@ class Plan:
     day: str = ""
     parts: list[LeaseKey] = field(default_factory=list)
 
-    def parts_of(self, day: str) -> list[LeaseKey]:
+    def parts_of(self, day: str, shared: dict[Claim, LeaseKey] | None = None) -> list[LeaseKey]:
+        """Its lease parts on `day` (`shared`: as `lease_parts`)."""
         if day != self.day:
             assert self.claims is not None
-            self.day, self.parts = day, lease_parts(day, self.claims)
+            self.day, self.parts = day, lease_parts(day, self.claims, shared)
         return self.parts
 
 
@@ -119,7 +128,9 @@ class BudgetGate:
         self.zone = zone
         self.clock = clock
         self.exempt = frozenset(budgets.exempt)
-        self._limits: dict[str, tuple[object, BudgetLimits, bool]] = {}  # agent → (its config, limits, any set)
+        self._limits: dict[str, tuple[object, BudgetLimits, bool, Claim | None]] = {}
+        """agent → (its config, its limits, whether any is set, its own claim: one object for all its plans)"""
+        self._shared: dict[Claim, LeaseKey] = {}  # the chats' and agents' lease parts (`lease_parts`), of any plan
         self.leases = Leases(recorder.release)  # an ended lease is released with the writer's next write
         self._asking: dict[LeaseKey, asyncio.Future[None]] = {}
         self._plans: dict[tuple[str, str, str, tuple[str, ...]], Plan] = {}
@@ -148,12 +159,15 @@ class BudgetGate:
         """Whether the agent has any limit at all (per sender, chat or agent)."""
         return self._known(agent)[2]
 
-    def _known(self, agent: AgentDefinition) -> tuple[object, BudgetLimits, bool]:
+    def _known(self, agent: AgentDefinition) -> tuple[object, BudgetLimits, bool, Claim | None]:
         known = self._limits.get(agent.name)
         if known is None or known[0] is not agent.config:
             limits = limits_for(self.budgets, agent)
             limited = any(getattr(limits, name) for name in LIMIT_FIELDS)
-            known = self._limits[agent.name] = (agent.config, limits, limited)
+            own = None
+            if (limits.agent_day or limits.agent_month) and agent.name:
+                own = Claim(Scope("agent", "", agent.name), limits.agent_day, limits.agent_month)
+            known = self._limits[agent.name] = (agent.config, limits, limited, own)
         return known
 
     @staticmethod
@@ -165,6 +179,8 @@ class BudgetGate:
         """The senders whose budgets a turn is checked against: the turn's (a joined turn's every sender,
         default the message's) that are not exempt; none: the turn is exempt."""
         people = senders if senders is not None else (message.sender_id,)
+        if not self.exempt:
+            return list(dict.fromkeys(people))
         return [p for p in dict.fromkeys(people) if f"{message.channel}:{p}" not in self.exempt]
 
     def applies(self, agent: AgentDefinition, message: InboundMessage, senders: Sequence[str] | None = None) -> bool:
@@ -183,9 +199,10 @@ class BudgetGate:
         if plan is None or plan.config is not agent.config:
             if len(self._plans) >= PLANS_KEPT:
                 self._plans.clear()
-            limits = self.limits(agent)
+                self._shared.clear()
+            _, limits, _, own = self._known(agent)
             checked = self.checked(message, senders)
-            claims = claims_for(limits, agent.name, message, checked) if checked else []
+            claims = claims_for(limits, agent.name, message, checked, own) if checked else []
             several = len(dict.fromkeys(senders or ())) > 1
             plan = self._plans[key] = Plan(agent.config, limits, claims or None, several)
         return plan
@@ -241,11 +258,16 @@ class BudgetGate:
                 return None
             estimate = estimate_of()
             day = self.today()
-            missing = [p for p in plan.parts_of(day) if not self.leases.has_room(p, estimate)]
-            if not missing or any(p in self._asking for p in missing):
+            missing = self.leases.without_room(plan.parts_of(day, self._shared), estimate)
+            if not missing:
                 return None
-            claims = [c for part in missing for c in part.claims]
-            call = self._lease_call(missing, claims, estimate, ttl_s) if self._worth_asking(missing) else None
+            claims: list[Claim] = []
+            for part in missing:
+                if part in self._asking:  # another turn asks for a lease of it: this one waits for that answer
+                    return None
+                claims += part.claims
+            turns = self.leases.lease_turns(missing)  # 0: not worth asking (near a limit)
+            call = self._lease_call(claims, estimate * turns, ttl_s) if turns else None
             lease = call is not None
             asked, tokens, ttl = call or (claims, estimate, ttl_s + RESERVATION_GRACE_S)
             sent = store.ride(asked, day, tokens, ttl, ignore=self.recorder.stored_releases())
@@ -276,6 +298,11 @@ class BudgetGate:
             return
         sent, asked = ride.sent, ride.lease
         try:
+            if asked is not None and (read := used_of(rows))[1]:  # granted: its standings judged at once (real limits)
+                ride.granted = self._granted(
+                    ride.missing, judge(ride.claims, read[0])[0], sent.id, ride.tokens, ride.estimate
+                )
+                return
             reservation = reservation_of(ride.claims if asked is None else asked, sent.id, rows)
         except StorageError as e:  # as a store call that fails: the turn's check asks the store itself
             log.warning("budget_check_unavailable", error=str(e))
@@ -323,7 +350,7 @@ class BudgetGate:
         limits = plan.limits
         named = dict(names or {}) if plan.several else None  # a joined turn: a sender's limit names them
         day = self.today()
-        parts = plan.parts_of(day)
+        parts = plan.parts_of(day, self._shared)
         taken: dict[LeaseKey, Lease] = {}
         if ride is not None:
             if ride.answered and ride.estimate == estimate and ride.day == day:
@@ -336,7 +363,8 @@ class BudgetGate:
         taken = self._take(parts, taken, estimate)
         if len(taken) == len(parts):  # far from every limit: admitted from this instance's leases, no store call
             admission = Admission(None, leases=list(taken.values()), estimate=estimate)
-            return await self._warned_of(admission, [], limits.warn_at, day, locale, named)
+            due = self._due(admission, [], limits.warn_at)
+            return await self._warned_of(admission, due, day, locale, named) if due else admission
         try:
             # no await from the end of this loop to `_ask_lease` taking `_asking`: one turn asks for a part at a time
             while asking := next((self._asking[p] for p in parts if p not in taken and p in self._asking), None):
@@ -370,14 +398,18 @@ class BudgetGate:
         granted, the other parts still to take; (None, {}): nothing (no lease was granted near a limit; a part the
         reservation was made without has no lease with room now)."""
         own = ride.refusal or ride.reservation
-        others = [p for p in parts if p not in ride.missing]
         if ride.granted:
             taken = dict(zip(ride.missing, ride.granted, strict=True))
             own = None
-        elif own is None or (own.refused is None and not all(self.leases.has_room(p, estimate) for p in others)):
+        elif own is None:
             return None, {}
-        else:  # refused, or its own reservation with every other part from a lease with room
-            taken = {} if own.refused is not None else self._take(others, {}, estimate)
+        elif own.refused is not None:
+            taken = {}
+        else:  # its own reservation, with every other part from a lease with room
+            others = [p for p in parts if p not in ride.missing]
+            if not all(self.leases.has_room(p, estimate) for p in others):
+                return None, {}
+            taken = self._take(others, {}, estimate)
         ride.used = True
         self.ridden += 1
         return own, taken
@@ -401,27 +433,28 @@ class BudgetGate:
             return Refusal(standing, self.refusal_text(standing, locale, named=named))
         admission = Admission(reservation.id, leases=[*taken.values(), *granted], estimate=estimate)
         due = [s for s in reservation.standings if s.used + estimate >= warn_at * s.limit]
-        return await self._warned_of(admission, due, warn_at, day, locale, named)
+        due = self._due(admission, due, warn_at)
+        return await self._warned_of(admission, due, day, locale, named) if due else admission
 
-    async def _warned_of(
-        self,
-        admission: Admission,
-        due: list[Standing],
-        warn_at: float,
-        day: str,
-        locale: str,
-        named: Mapping[str, str] | None,
-    ) -> Admission:
-        """`admission` with the notices of the limits it crosses `warn_at` of (`due`: of its own reservation; its
-        leases' worked out here) that were not noticed yet this period."""
+    @staticmethod
+    def _due(admission: Admission, due: list[Standing], warn_at: float) -> list[Standing]:
+        """The limits `admission` crosses `warn_at` of: `due` (its own reservation's) and its leases'."""
         estimate = admission.estimate
         for lease in admission.leases:
+            if lease.committed < lease.warns_from(warn_at):  # none of its limits near `warn_at` yet
+                continue
             before = lease.committed - estimate  # what the lease's earlier turns took since it was granted
             due += [
                 Standing(s.scope, s.period, s.limit, s.used + before)
                 for s in lease.standings
                 if s.used + before + estimate >= warn_at * s.limit
             ]
+        return due
+
+    async def _warned_of(
+        self, admission: Admission, due: list[Standing], day: str, locale: str, named: Mapping[str, str] | None
+    ) -> Admission:
+        """`admission` with the notices of the limits `due` (`_due`) that were not noticed yet this period."""
         try:
             for standing in due:
                 if (standing.scope.key, period_key(standing.period, day)) not in self._warned:
@@ -482,7 +515,7 @@ class BudgetGate:
         """Leases of `LEASE_TURNS` (or more: `Leases.turns`) estimates for the `missing` parts (one grant), this
         turn the first of each;
         ([], None): none (near a limit: the parts near it go cold); ([], refusal): a limit is reached."""
-        call = self._lease_call(missing, claims, estimate, ttl_s)
+        call = self._lease_call(claims, estimate * min(self.leases.turns(p) for p in missing), ttl_s)
         if call is None:
             return [], None
         asked, tokens, lease_ttl = call
@@ -502,12 +535,10 @@ class BudgetGate:
     def _worth_asking(self, missing: list[LeaseKey]) -> bool:
         return all(self.leases.worth_asking(p) for p in missing)
 
-    def _lease_call(
-        self, missing: list[LeaseKey], claims: list[Claim], estimate: int, ttl_s: float
-    ) -> tuple[list[Claim], int, float] | None:
-        """What a lease for the `missing` parts is asked with: the lowered claims, its tokens (`LEASE_TURNS`, or
-        more: `Leases.turns`, estimates) and time to live; None when no limit could ever allow it."""
-        tokens = estimate * min(self.leases.turns(p) for p in missing)
+    @staticmethod
+    def _lease_call(claims: list[Claim], tokens: int, ttl_s: float) -> tuple[list[Claim], int, float] | None:
+        """What a lease of `tokens` (`LEASE_TURNS`, or more: `Leases.turns`, estimates) for the parts of `claims` is
+        asked with: the lowered claims, its tokens and time to live; None when no limit could ever allow it."""
         asked = lease_claims(claims, tokens)
         return None if asked is None else (asked, tokens, ttl_s + LEASE_ADMIT_S + RESERVATION_GRACE_S)
 
@@ -517,20 +548,26 @@ class BudgetGate:
         """The store's answer to a lease's call: the leases granted (the asking turn the first of each), or none
         (near a limit: the parts near it go cold), with the refusal when a limit itself is reached."""
         if reservation.id is not None:
-            grant = Grant(reservation.id, len(missing))
-            standings = _standings(claims, reservation.standings)
-            granted, at = [], 0
-            for part in missing:  # each part's standings: the next `part.limits` of them (the claims' order)
-                part_standings = standings[at : at + part.limits]
-                at += part.limits
-                granted.append(self.leases.granted(part, grant, tokens, part_standings, estimate))
-            return granted, None
+            return self._granted(
+                missing, _standings(claims, reservation.standings), reservation.id, tokens, estimate
+            ), None
         near = {s.scope for s in reservation.standings if s.used >= s.limit}  # against the lowered limits
         for part in missing:
             if any(c.scope in near for c in part.claims):
                 self.leases.refused(part)
         standings, refused = judge(claims, _used(reservation.standings))
         return [], (Reservation(None, standings, refused) if refused is not None else None)
+
+    def _granted(
+        self, missing: list[LeaseKey], standings: list[Standing], rid: str, tokens: int, estimate: int
+    ) -> list[Lease]:
+        """The leases of one grant (`rid`) for the `missing` parts, with `standings` against the real limits (one per
+        limit set, in the claims' order); the asking turn the first of each."""
+        parts, at = [], 0
+        for part in missing:  # each part's standings: the next `part.limits` of them
+            parts.append((part, standings[at : at + part.limits]))
+            at += part.limits
+        return self.leases.granted(Grant(rid, len(missing)), parts, tokens, estimate)
 
     async def _warn_once(
         self, standing: Standing, day: str, locale: str, admission: Admission, *, named: Mapping[str, str] | None

@@ -14,7 +14,9 @@ its last turn's usage."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,6 +31,8 @@ LEASE_SHARE = 0.5
 """...and is granted only when it is at most this share of what is left of each limit."""
 LEASE_ADMIT_S = 30.0
 """A lease admits turns for this long after it was granted; then it ends once its turns have."""
+INFINITE = 2**63
+"""More than any limit (`Lease.warn_from` of a lease without standings)."""
 
 
 class LeaseKey:
@@ -40,9 +44,15 @@ class LeaseKey:
     def __init__(self, day: str, claims: tuple[Claim, ...]) -> None:
         self.day = day
         self.claims = claims
-        self.limits = sum((c.day_limit > 0) + (c.month_limit > 0) for c in claims)
+        limits = 0
+        flat: list[object] = [day]
+        for c in claims:  # a loop, no generators; hashed from the plain values (no dataclass `__hash__` per field)
+            limits += (c.day_limit > 0) + (c.month_limit > 0)
+            scope = c.scope
+            flat += (scope.kind, scope.channel, scope.ident, c.day_limit, c.month_limit)
+        self.limits = limits
         """How many standings its claims have (`judge`: one per limit set, in the claims' order)."""
-        self._hash = hash((day, claims))
+        self._hash = hash(tuple(flat))
 
     def __hash__(self) -> int:
         return self._hash
@@ -58,16 +68,19 @@ class LeaseKey:
         return f"LeaseKey({self.day!r}, {self.claims!r})"
 
 
-@dataclass
+@dataclass(slots=True)
 class Grant:
     """One store reservation (`id`) holding the leases of `parts` keys, asked for together; released once all
-    have ended."""
+    have ended. Its leases were granted at once and stop admitting at once (`until`): then `Leases`' one timer ends
+    those still open (`keyed`: each with its key)."""
 
     id: str
     parts: int = 1
+    until: float = 0.0
+    keyed: list[tuple[LeaseKey, Lease]] = field(default_factory=list, repr=False)
 
 
-@dataclass
+@dataclass(slots=True)
 class Lease:
     """Headroom reserved in the store (`grant`); `committed`: the estimates of the turns it admitted, plus what the
     ended ones spent beyond them."""
@@ -79,7 +92,18 @@ class Lease:
     committed: int = 0
     running: int = 0
     open: bool = True
-    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+    warn_at: float = -1.0
+    """The share of a limit `warn_from` was worked out for (-1: not yet)."""
+    warn_from: int = 0
+    """`committed` from which a turn from it crosses `warn_at` of one of its limits (`warns_from`)."""
+
+    def warns_from(self, warn_at: float) -> int:
+        """`committed` from which a turn admitted from it crosses `warn_at` of a limit of its `standings` (what
+        its standing's used plus what its turns took reaches `warn_at` of the limit; worked out once)."""
+        if warn_at != self.warn_at:
+            self.warn_at = warn_at
+            self.warn_from = min((math.ceil(warn_at * s.limit) - s.used for s in self.standings), default=INFINITE)
+        return self.warn_from
 
 
 def lease_claims(claims: Sequence[Claim], tokens: int) -> list[Claim] | None:
@@ -96,24 +120,46 @@ def lease_claims(claims: Sequence[Claim], tokens: int) -> list[Claim] | None:
     return lowered
 
 
-def lease_parts(day: str, claims: Sequence[Claim]) -> list[LeaseKey]:
+def lease_parts(day: str, claims: Sequence[Claim], shared: dict[Claim, LeaseKey] | None = None) -> list[LeaseKey]:
     """A turn's claims in the parts they are leased in: its senders' own (`user`) scopes together, then the chat's
-    and the agent's each alone (so that every turn of that chat, or agent, shares the instance's one lease)."""
-    own = tuple(c for c in claims if c.scope.kind == "user")
-    parts: list[LeaseKey] = [LeaseKey(day, own)] if own else []
-    return parts + [LeaseKey(day, (c,)) for c in claims if c.scope.kind != "user"]
+    and the agent's each alone (so that every turn of that chat, or agent, shares the instance's one lease).
+    `shared`: the keys of chats' and agents' parts made before (of any day), reused for this day's (one key object
+    per part: an open lease is found by identity, not compared field by field) and added to."""
+    own: list[Claim] = []
+    parts: list[LeaseKey] = []
+    for c in claims:
+        if c.scope.kind == "user":
+            own.append(c)
+            continue
+        key = None if shared is None else shared.get(c)
+        if key is None or key.day != day:
+            key = LeaseKey(day, (c,))
+            if shared is not None:
+                shared[c] = key
+        parts.append(key)
+    return [LeaseKey(day, tuple(own)), *parts] if own else parts
 
 
 class Leases:
     """The open leases of this instance, one per key; a lease that ended is released through `release` (the usage
     recorder's next write: after the rows of its turns, never before)."""
 
-    def __init__(self, release: Callable[[str], None], monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        release: Callable[[str], None],
+        monotonic: Callable[[], float] = time.monotonic,
+        admit_s: float = LEASE_ADMIT_S,
+    ) -> None:
         self._release = release
         self._monotonic = monotonic
+        self.admit_s = admit_s
+        """How long a lease admits turns (`LEASE_ADMIT_S`; tests shorter)."""
         self._open: dict[LeaseKey, Lease] = {}
         self._cold: dict[LeaseKey, float] = {}  # key → until when no lease is asked for (one was refused)
         self._turns: dict[LeaseKey, int] = {}  # key → estimates its next lease holds, when not `LEASE_TURNS`
+        self._expiring: deque[Grant] = deque()  # grants whose leases may still admit, in the order they stop
+        self._timer: asyncio.TimerHandle | None = None  # ends the first of `_expiring` (one for all: made lazily)
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
         self.granted_count = 0
         """Leases granted since start (tests; a figure for the logs)."""
 
@@ -141,6 +187,25 @@ class Leases:
             lease is not None and self._monotonic() < lease.admit_until and lease.committed + estimate <= lease.tokens
         )
 
+    def without_room(self, keys: Sequence[LeaseKey], estimate: int) -> list[LeaseKey]:
+        """The `keys` whose lease has no room for a turn of `estimate` tokens now (`has_room` of each, at once)."""
+        now, found = self._monotonic(), []
+        for key in keys:
+            lease = self._open.get(key)
+            if lease is None or now >= lease.admit_until or lease.committed + estimate > lease.tokens:
+                found.append(key)
+        return found
+
+    def lease_turns(self, keys: Sequence[LeaseKey]) -> int:
+        """How many estimates one lease for all of `keys` holds (the least of their `turns`); 0 when it is not worth
+        asking for (one of them is cold: `worth_asking`, in the keys' order)."""
+        turns = LEASE_TURNS_MAX
+        for key in keys:
+            if not self.worth_asking(key):
+                return 0
+            turns = min(turns, self._turns.get(key, LEASE_TURNS))
+        return turns
+
     def worth_asking(self, key: LeaseKey) -> bool:
         """False for a while after the store refused a lease for `key` (near a limit: per-turn reservations)."""
         until = self._cold.get(key)
@@ -159,20 +224,41 @@ class Leases:
         self._cold[key] = self._monotonic() + LEASE_ADMIT_S
         self._turns.pop(key, None)
 
-    def granted(self, key: LeaseKey, grant: Grant, tokens: int, standings: list[Standing], estimate: int) -> Lease:
-        """A new lease for `key`, part of `grant` (an older one still open ends); the turn that asked for it
-        (`estimate`) is its first."""
-        older = self._open.get(key)
-        if older is not None:
-            self._end(key, older)
-        lease = Lease(grant, tokens, self._monotonic() + LEASE_ADMIT_S, standings, estimate, 1)
-        self.granted_count += 1
+    def granted(
+        self, grant: Grant, parts: Sequence[tuple[LeaseKey, list[Standing]]], tokens: int, estimate: int
+    ) -> list[Lease]:
+        """New leases of `tokens` for the keys of `parts` (with their standings), all of `grant` (an older one still
+        open of a key ends); the turn that asked for them (`estimate`) is the first of each. They admit until
+        `admit_s` from now, when the instance's one timer ends those still open (every grant admits as long:
+        they stop in the order they were granted; a timer is scheduled only when none is)."""
+        until = grant.until = self._monotonic() + self.admit_s
+        leases, keyed = [], grant.keyed
+        for key, standings in parts:
+            older = self._open.get(key)
+            if older is not None:
+                self._end(key, older)
+            lease = self._open[key] = Lease(grant, tokens, until, standings, estimate, 1)
+            leases.append(lease)
+            keyed.append((key, lease))
+        self.granted_count += len(leases)
         try:
-            lease.timer = asyncio.get_running_loop().call_later(LEASE_ADMIT_S, self._end, key, lease)
-        except RuntimeError:  # no loop (a synchronous caller): it ends at its next use instead
-            lease.timer = None
-        self._open[key] = lease
-        return lease
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): they end at their next use instead
+            return leases
+        self._expiring.append(grant)
+        if self._timer is None or self._timer_loop is not loop:
+            self._timer, self._timer_loop = loop.call_later(self.admit_s, self._expire), loop
+        return leases
+
+    def _expire(self) -> None:
+        """The first grants' admitting time is up: their leases still open end; the timer goes on for the next."""
+        self._timer = None
+        now, expiring = self._monotonic(), self._expiring
+        while expiring and expiring[0].until <= now:
+            for key, lease in expiring.popleft().keyed:
+                self._end(key, lease)
+        if expiring:
+            self._timer = asyncio.get_running_loop().call_later(expiring[0].until - now, self._expire)
 
     def settle(self, lease: Lease, overrun: int | None) -> None:
         """A turn admitted from `lease` ended, having spent `overrun` tokens beyond its estimate (None: unknown, so
@@ -197,8 +283,6 @@ class Leases:
         if not lease.open:
             return
         lease.open = False
-        if lease.timer is not None:
-            lease.timer.cancel()
         if self._open.get(key) is lease:
             del self._open[key]
         if lease.running == 0:
@@ -215,3 +299,7 @@ class Leases:
         """Shutdown: no more turns from any lease; the idle ones are released (with the recorder's last write)."""
         for key, lease in list(self._open.items()):
             self._end(key, lease)
+        self._expiring.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

@@ -195,6 +195,8 @@ class UsageRecorder:
         every row seen before they were settled is stored: the turns' usage is in the store, so a budget check
         leaves these out (counted twice, a sender was refused within their budget: issue 21). A reservation whose
         rows are not all stored yet still counts, in their stead."""
+        if not self._marks:
+            return []
         stored = self._stored
         return [rid for rid, seen in self._marks.items() if seen <= stored]
 

@@ -9,7 +9,7 @@ from agenthub.storage.usage import Claim, ClaimRide, Reservation
 from agenthub.usage.leases import Lease, LeaseKey
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Ride:
     """The store call `BudgetGate.admit` would make for a turn (its `estimate`), worked out before the turn's
     session is claimed and made in the claim's request (`sent`), so a turn that claims its session (a new person,

@@ -33,3 +33,18 @@ def test_standings_in_another_order_are_judged_again() -> None:
 def test_a_lease_key_counts_the_standings_of_its_claims() -> None:
     assert [LeaseKey("2026-12-04", (c,)).limits for c in CLAIMS] == [2, 1, 1]
     assert LeaseKey("2026-12-04", tuple(CLAIMS)).limits == len(REAL) == 4
+
+
+def test_judging_gives_every_limits_standing_and_the_first_reached_in_the_claims_order() -> None:
+    full = {ALICE.key: (100, 90_000), CHAT.key: (0, 50_000), AGENT.key: (70_000, 0)}  # every limit reached
+    standings, refused = judge(CLAIMS, full)
+    assert [(s.scope, s.period, s.limit, s.used) for s in standings] == [
+        (ALICE, "day", 10_000, 100),
+        (ALICE, "month", 90_000, 90_000),
+        (CHAT, "month", 50_000, 50_000),
+        (AGENT, "day", 70_000, 70_000),
+    ]
+    assert refused is standings[1]  # the first reached: alice's month (her day is not)
+    assert judge(CLAIMS, {AGENT.key: (70_000, 0)})[1] is not None  # a scope the store has no row of: nothing used
+    assert judge(CLAIMS, {})[1] is None
+    assert judge(CLAIMS, USED)[1] is None

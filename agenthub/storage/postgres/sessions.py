@@ -157,9 +157,12 @@ def decode_records(texts: Sequence[str], key: SessionKey) -> list[HistoryRecord]
 
 def _ridden(rows: list[Any]) -> tuple[list[Any], list[tuple[Any, ...]] | None]:
     """A riding claim's rows split: the claim's, and the reservation's (None: not made)."""
-    at = next((i for i, row in enumerate(rows) if row[7] is not None), len(rows))
-    reserved = [tuple(row[7:]) for row in rows[at:]]
-    return rows[:at], reserved or None
+    at = len(rows)
+    while at and rows[at - 1][7] is not None:  # the reservation's rows come last (each names its scope)
+        at -= 1
+    if at == len(rows):
+        return rows, None
+    return rows[:at], [tuple(row[7:]) for row in rows[at:]]
 
 
 def _params(key: SessionKey, **more: Any) -> dict[str, Any]:

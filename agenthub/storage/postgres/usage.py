@@ -106,6 +106,13 @@ def _date(day: str) -> dt.date:
     return dt.date.fromisoformat(day)
 
 
+NONE = "{}"
+"""`p_ignore` when nothing is left out: the empty array's literal (what psycopg sends for an empty list too, as text of
+no declared type, after inspecting the list each time)."""
+_day_date = functools.lru_cache(maxsize=8)(_date)
+"""`_date` of a check's day (the same day for every check of it)."""
+
+
 class PostgresUsageStore:
     """The tables of migration 8 (`usage_calls`, `usage_days`, `usage_reservations`, `usage_warnings`)."""
 
@@ -174,11 +181,12 @@ class PostgresUsageStore:
     ) -> ClaimRide:
         """`usage_reserve_except`'s arguments (the claims in key order: the scopes' locks are taken in it), to be
         sent alone (`reserve`) or with a session's claim (`PostgresSessionStore.claim`, migration 26)."""
-        ordered = sorted(claims, key=_claim_key)
+        ordered = sorted(claims, key=_claim_key) if len(claims) > 1 else claims
         rid = reservation_id()
-        limits = (f'{_scope_json(c.scope)}, "day": {c.day_limit}, "month": {c.month_limit}}}' for c in ordered)
-        claimed = ", ".join(limits)
-        return ClaimRide(rid, (rid, f"[{claimed}]", _date(day), tokens, ttl_s, list(ignore)))
+        claimed = ", ".join(
+            [f'{_scope_json(c.scope)}, "day": {c.day_limit}, "month": {c.month_limit}}}' for c in ordered]
+        )
+        return ClaimRide(rid, (rid, f"[{claimed}]", _day_date(day), tokens, ttl_s, list(ignore) if ignore else NONE))
 
     async def release(self, reservation_id: str) -> None:
         async with self.database.connection("release a turn's budget") as conn:
