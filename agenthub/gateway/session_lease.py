@@ -8,7 +8,8 @@ turn here takes no round trip for it, and released the moment another instance a
 or at close. Only a session that stays here is kept: its last claim found that nobody else wrote it since this
 instance's previous hold (or that no instance ever held it: a new session), and nobody asked for it since; any
 other (one that moves between instances: waiting to be asked would put a hand-over in front of each of its turns)
-is released at once, as is every lease over a store that cannot ask. A new session whose next message goes to
+is released at once (before its reply goes out, `release_settled`: the next message, sent on the reply, finds
+it free wherever it lands), as is every lease over a store that cannot ask. A new session whose next message goes to
 another instance costs one hand-over (asked, let go, claimed again); after it, the session is released at once
 wherever it moves. Files mode takes
 none: one instance writes a data directory (its lock), so every session lease would be granted at once, and the
@@ -286,6 +287,14 @@ class SessionLeases:
                 self._idle[key] = loop.call_later(self._keep_idle_s, self.release_now, key)
             return
         self.release_now(key)
+
+    async def release_settled(self, key: SessionKey) -> None:
+        """`release`, and when that lets the lease go at once, until the store has it back (a failed let-go is
+        logged: the lease then expires by itself); a lease kept idle returns at once."""
+        self.release(key)
+        releasing = self._releasing.get(key)
+        if releasing is not None:
+            await asyncio.shield(releasing)
 
     def release_now(self, key: SessionKey) -> None:
         """Give the session up: its writes carry no token from now on, and the lease is released in the
