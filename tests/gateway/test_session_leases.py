@@ -444,6 +444,35 @@ async def test_a_session_that_moves_is_let_go_before_its_reply_so_its_next_messa
         assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
 
 
+async def test_an_instance_whose_new_sessions_move_on_stops_keeping_them_so_their_next_message_takes_one_claim(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """A keeps a new session after its first turn while such sessions come back to it; when their next messages
+    go to B instead (a round-robin balancer), each costs a hand-over, so after a few A stops keeping them: the
+    next new session is let go before its first reply, and its second message, on B, asks nobody for it."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        leases = a.gateway.session_leases
+        for n in range(3):  # kept by A, then asked for by B
+            assert isinstance(await (await a.send(message(f"round-{n}", "m1"))).result(), DoneEvent)
+            assert leases.holds(key_of(f"round-{n}"))
+            assert isinstance(await (await b.send(message(f"round-{n}", "m2"))).result(), DoneEvent)
+            assert not leases.holds(key_of(f"round-{n}"))
+        assert not leases.keeps_new_sessions
+        assert isinstance(await (await a.send(message("next", "m1"))).result(), DoneEvent)
+        assert not leases.holds(key_of("next"))  # let go before the reply
+        ready, done = asyncio.Event(), asyncio.Event()
+        listener = asyncio.create_task(_wanted_until_sentinel(postgres_dsn, ready, done))
+        await ready.wait()
+        assert isinstance(await (await b.send(message("next", "m2"))).result(), DoneEvent)
+        done.set()
+        async with asyncio.timeout(30):
+            assert await listener == []
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2"]
+
+
 async def test_a_turn_goes_on_while_its_instance_s_event_loop_is_blocked_for_longer_than_its_lease(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
