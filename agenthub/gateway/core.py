@@ -327,7 +327,10 @@ class GatewayCore:
                             state.requeue(pending)
                             continue
                         state.last_active = self.clock()  # the end of a turn counts as activity too
-                        end_with(pending, outcome)  # after `current` is cleared: a follow-up queues behind nothing
+                        try:
+                            await self._let_go_before_reply(state)
+                        finally:  # after `current` is cleared: a follow-up queues behind nothing
+                            end_with(pending, outcome)
                         await self._after_turn(pending, outcome)
                 finally:
                     if not requeued:
@@ -338,6 +341,13 @@ class GatewayCore:
             if state.holds == 0:  # the local queue is empty: another instance may have the session now
                 self.session_leases.release(state.key)
             self.sessions.release(state)
+
+    async def _let_go_before_reply(self, state: SessionState) -> None:
+        """A session with nothing more to do here whose lease is let go at once (it moves between instances) is
+        let go before its reply goes out: the next message, sent on the reply, finds it free wherever it lands,
+        instead of being refused and waiting to hear of the let-go. A kept one costs nothing here."""
+        if not state.queue and state.holds == 0:
+            await self.session_leases.release_settled(state.key)
 
     async def _run_queued_command(self, pending: PendingTurn) -> None:
         assert pending.command is not None

@@ -1,18 +1,19 @@
 """Session leases: an instance runs a session's turns, queued commands and holds only while it holds the lease
 `session:<agent:channel:chat_id>`. Gained: the store is fenced with the lease's token and the cached history is
-reloaded when another instance may have written it. Held: renewed a sixth of `ttl_s` after each grant, by one
-task for every held lease, in one request to the store (an instance busy with hundreds of sessions sends one
-renewal, not hundreds queued behind each other). Lost: the running turn is cancelled. Once the session has no
-more local work: kept (idle) while the store can ask its holder for it (`LeaseSignals`: PostgreSQL), so the next
-turn here takes no round trip for it, and released the moment another instance asks, after `keep_idle_s` unused,
-or at close. Only a session that stays here is kept: its last claim found that nobody else wrote it since this
-instance's previous hold (or that no instance ever held it: a new session), and nobody asked for it since; any
-other (one that moves between instances: waiting to be asked would put a hand-over in front of each of its turns)
-is released at once, as is every lease over a store that cannot ask. A new session whose next message goes to
-another instance costs one hand-over (asked, let go, claimed again); after it, the session is released at once
-wherever it moves. Files mode takes
-none: one instance writes a data directory (its lock), so every session lease would be granted at once, and the
-local mutex is all it needs."""
+reloaded when another instance may have written it. Held: renewed a sixth of `ttl_s` after each grant, by one task
+for every held lease, in one request to the store (an instance busy with hundreds of sessions sends one renewal, not
+hundreds queued behind each other). Lost: the running turn is cancelled. Once the session has no more local work:
+kept (idle) while the store can ask its holder for it (`LeaseSignals`: PostgreSQL), so the next turn here takes no
+round trip for it, and released the moment another instance asks, after `keep_idle_s` unused, or at close. Only a
+session that stays here is kept: its last claim found that nobody else wrote it since this instance's previous hold
+(or that no instance ever held it: a new session, while the new sessions kept here mostly came back here:
+`KEEP_NEW_AT`), and nobody asked for it since; any other (one that moves between instances: waiting to be asked would
+put a hand-over in front of each of its turns) is released at once (before its reply goes out, `release_settled`: the
+next message, sent on the reply, finds it free wherever it lands), as is every lease over a store that cannot ask. A
+kept new session whose next message goes to another instance costs one hand-over (asked, let go, claimed again);
+after it, the session is released at once wherever it moves; an instance whose kept new sessions mostly move on (a
+round-robin balancer) stops keeping them. Files mode takes none: one instance writes a data directory (its lock), so
+every session lease would be granted at once, and the local mutex is all it needs."""
 
 from __future__ import annotations
 
@@ -44,6 +45,13 @@ POLL_MAX_S = 0.25
 RETRY_FRACTION = 12
 """A renewal the store did not answer is tried again after `ttl_s / 12` (until the lease is given up)."""
 STAYING_KEPT = 10_000
+NEW_STAY_WEIGHT = 0.25
+KEEP_NEW_AT = 0.5
+PROBE_EVERY = 8
+"""New sessions are kept after their first turn while at least half of those kept came back here (a moving
+average, each verdict weighing a quarter): kept, one whose next message goes elsewhere costs a hand-over (asked,
+let go, claimed again) where a let-go before its reply costs nothing on the way. Below it, every eighth new
+session is kept all the same, so the instance learns when its routing turns sticky again."""
 BATCH_FRACTION = 6
 """A renewal joins the batch being sent when it is due within `ttl_s / 6` (renewed a little early, the leases of
 an instance fall into few batches instead of one request each)."""
@@ -127,6 +135,12 @@ class SessionLeases:
         """Sessions whose last claim found nobody else wrote them since this instance's previous hold, or that no
         instance held before (the newest `STAYING_KEPT`): only these are kept idle; one asked for (or taken from
         another instance) leaves it."""
+        self._judged_new: set[SessionKey] = set()
+        """New sessions kept after their first turn, until their next claim here (they stayed) or another
+        instance's ask (they moved) tells whether keeping new sessions pays."""
+        self._new_stay = 1.0
+        """How often a new session kept here came back here (moving average, `NEW_STAY_WEIGHT`)."""
+        self._new_seen = 0
         self.shared = not isinstance(history.store, QuickLookup)
         """The histories are written by several instances (PostgreSQL), so sessions are leased; False for a store
         only this instance writes (the files under the data-dir lock, memory)."""
@@ -165,6 +179,7 @@ class SessionLeases:
             idle = self._idle.pop(key, None)
             if idle is not None:
                 idle.cancel()
+            self._judge_new(key, stayed=True)
             return
         releasing = self._releasing.get(key)
         if releasing is not None:  # our own release of it still in flight: it must not expire the new grant
@@ -175,10 +190,12 @@ class SessionLeases:
                 moved = await self._history.store.fence(key, lease.token)
             if moved:
                 await self._history.reload(key)
-            if asked or (moved and not new):
+            if asked or (moved and not new) or (new and not self._keeps_new()):
                 self._staying.pop(key, None)
             else:
                 self._stays(key)
+                if new:
+                    self._judged_new.add(key)
         except BaseException:
             self._start_release(key, _Held(lease, _renewal_due(lease, self._leases.ttl_s)))
             raise
@@ -191,6 +208,22 @@ class SessionLeases:
             held.kept = held.lane.keep(lease, self._leases.ttl_s, on_lost=lambda: self._kept_lost(key, held))
         else:
             self._wake_renewer()
+
+    def _keeps_new(self) -> bool:
+        """Whether a new session is kept after its first turn: while kept ones came back (`KEEP_NEW_AT`), and
+        every `PROBE_EVERY`th all the same."""
+        self._new_seen += 1
+        return self._new_stay >= KEEP_NEW_AT or self._new_seen % PROBE_EVERY == 0
+
+    def _judge_new(self, key: SessionKey, *, stayed: bool) -> None:
+        if key in self._judged_new:
+            self._judged_new.discard(key)
+            self._new_stay += NEW_STAY_WEIGHT * ((1.0 if stayed else 0.0) - self._new_stay)
+
+    @property
+    def keeps_new_sessions(self) -> bool:
+        """Whether new sessions are kept after their first turn now (besides the probes)."""
+        return self._new_stay >= KEEP_NEW_AT
 
     def _stays(self, key: SessionKey) -> None:
         self._staying[key] = None
@@ -287,6 +320,14 @@ class SessionLeases:
             return
         self.release_now(key)
 
+    async def release_settled(self, key: SessionKey) -> None:
+        """`release`, and when that lets the lease go at once, until the store has it back (a failed let-go is
+        logged: the lease then expires by itself); a lease kept idle returns at once."""
+        self.release(key)
+        releasing = self._releasing.get(key)
+        if releasing is not None:
+            await asyncio.shield(releasing)
+
     def release_now(self, key: SessionKey) -> None:
         """Give the session up: its writes carry no token from now on, and the lease is released in the
         background (a later `claim` of it waits for that first)."""
@@ -306,6 +347,7 @@ class SessionLeases:
         if idle is not None:
             idle.cancel()
         self._wanted.discard(key)
+        self._judged_new.discard(key)  # let go unasked (idle too long, or closing): no verdict
         self._names.pop(lease_name(key), None)
 
     def _listen(self) -> None:
@@ -325,6 +367,7 @@ class SessionLeases:
         if kind != WANTED or key is None or key not in self._held:
             return
         self._staying.pop(key, None)
+        self._judge_new(key, stayed=False)
         if key in self._idle:
             log.debug("session_lease_handed_over", session_key=str(key))
             self.release_now(key)

@@ -12,6 +12,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from agenthub import i18n
@@ -392,6 +393,84 @@ async def test_a_new_session_is_kept_after_its_first_turn_and_handed_over_when_i
         assert not a.gateway.session_leases.holds(key_of("new"))
         assert await lease_token(b, "new") > token
         assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+
+
+async def _wanted_until_sentinel(dsn: str, ready: asyncio.Event, done: asyncio.Event) -> list[str]:
+    """The leases asked for (NOTIFY agenthub_lease_wanted) from when `ready` is set until `done` is, in commit
+    order: a sentinel of our own sent at `done` closes the list."""
+    asked: list[str] = []
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("LISTEN agenthub_lease_wanted")
+        ready.set()
+        await done.wait()
+        await conn.execute("SELECT pg_notify('agenthub_lease_wanted', 'sentinel')")
+        async for notice in conn.notifies(timeout=30.0):
+            if notice.payload == "sentinel":
+                break
+            asked.append(notice.payload)
+    return asked
+
+
+async def test_a_session_that_moves_is_let_go_before_its_reply_so_its_next_message_elsewhere_takes_one_claim(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """B answers a session that came from A: it moves (B keeps no lease for it), so B lets it go before the reply
+    goes out. While the lease's row is locked the let-go waits, and the reply with it; the next message, sent on
+    the reply to A, is granted at its first claim: nobody is asked for the lease."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    name = f"session:{key_of('moves')}"
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        assert isinstance(await (await a.send(message("moves", "m1"))).result(), DoneEvent)
+        model.release.clear()
+        reply = await b.send(message("moves", "m2"))
+        await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)  # B holds the lease, its turn is at the model
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as lock:
+            await lock.execute("SELECT 1 FROM leases WHERE name = %s FOR UPDATE", [name])
+            model.release.set()
+            await asyncio.sleep(0.5)
+            assert not reply.finished, "the reply went out before the session was let go"
+            await lock.rollback()
+        assert isinstance(await reply.result(), DoneEvent)
+        assert not b.gateway.session_leases.holds(key_of("moves"))
+        ready, done = asyncio.Event(), asyncio.Event()
+        listener = asyncio.create_task(_wanted_until_sentinel(postgres_dsn, ready, done))
+        await ready.wait()
+        assert isinstance(await (await a.send(message("moves", "m3"))).result(), DoneEvent)
+        done.set()
+        async with asyncio.timeout(30):
+            assert await listener == []
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+
+
+async def test_an_instance_whose_new_sessions_move_on_stops_keeping_them_so_their_next_message_takes_one_claim(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """A keeps a new session after its first turn while such sessions come back to it; when their next messages
+    go to B instead (a round-robin balancer), each costs a hand-over, so after a few A stops keeping them: the
+    next new session is let go before its first reply, and its second message, on B, asks nobody for it."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        leases = a.gateway.session_leases
+        for n in range(3):  # kept by A, then asked for by B
+            assert isinstance(await (await a.send(message(f"round-{n}", "m1"))).result(), DoneEvent)
+            assert leases.holds(key_of(f"round-{n}"))
+            assert isinstance(await (await b.send(message(f"round-{n}", "m2"))).result(), DoneEvent)
+            assert not leases.holds(key_of(f"round-{n}"))
+        assert not leases.keeps_new_sessions
+        assert isinstance(await (await a.send(message("next", "m1"))).result(), DoneEvent)
+        assert not leases.holds(key_of("next"))  # let go before the reply
+        ready, done = asyncio.Event(), asyncio.Event()
+        listener = asyncio.create_task(_wanted_until_sentinel(postgres_dsn, ready, done))
+        await ready.wait()
+        assert isinstance(await (await b.send(message("next", "m2"))).result(), DoneEvent)
+        done.set()
+        async with asyncio.timeout(30):
+            assert await listener == []
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2"]
 
 
 async def test_a_turn_goes_on_while_its_instance_s_event_loop_is_blocked_for_longer_than_its_lease(

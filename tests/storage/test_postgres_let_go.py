@@ -179,3 +179,63 @@ async def test_a_renewal_and_a_let_go_of_the_same_leases_never_deadlock_whatever
         assert await live_leases(store) == 0
     finally:
         await store.close()
+
+
+async def _freed_names(dsn: str, ready: asyncio.Event, until: str) -> list[str]:
+    """The names announced on `agenthub_lease_freed` (LISTEN in place once `ready` is set), up to `until`'s."""
+    heard: list[str] = []
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("LISTEN agenthub_lease_freed")
+        ready.set()
+        async for notice in conn.notifies(timeout=30.0):
+            heard.append(notice.payload)
+            if notice.payload == until:
+                break
+    return heard
+
+
+async def test_a_release_is_announced_only_when_another_instance_asked_for_the_lease(
+    two: list[PostgresSessionStore], postgres_dsn: str
+) -> None:
+    """A session that moves is let go on every turn: its release goes to every listening instance only when one
+    was refused it (and so waits to hear); announcements arrive in commit order, so one sent for a release nobody
+    asked for would come before the asked one's."""
+    a, b = two
+    alone, asked, plain = key(0), key(1), key(2)
+    ready = asyncio.Event()
+    listener = asyncio.create_task(_freed_names(postgres_dsn, ready, name(asked)))
+    await ready.wait()
+    first = await claim(a, alone, "a")
+    assert first is not None
+    await a.let_go(alone, first)  # nobody asked: not announced
+    held = await claim(a, asked, "a")
+    assert held is not None and await claim(b, asked, "b") is None  # refused: b asks for it
+    leases = PostgresLeases(a.database)
+    plain_lease = await leases.acquire(name(plain), "a", TTL_S)
+    assert plain_lease is not None
+    await leases.release(plain_lease)  # the plain lease store's release, nobody asked: not announced either
+    await a.let_go(asked, held)
+    async with asyncio.timeout(30):
+        assert await listener == [name(asked)]
+    regained = await claim(b, asked, "b")  # the grant clears the mark: b's own release goes unannounced
+    assert regained is not None
+    async with a.database.connection("read the mark") as conn:
+        cursor = await conn.execute("SELECT asked FROM leases WHERE name = %s", [name(asked)])
+        assert await cursor.fetchone() == (False,)
+
+
+async def test_a_refused_acquire_or_ask_marks_the_lease_asked_and_its_release_is_announced(
+    two: list[PostgresSessionStore], postgres_dsn: str
+) -> None:
+    leases = PostgresLeases(two[0].database)
+    ready = asyncio.Event()
+    listener = asyncio.create_task(_freed_names(postgres_dsn, ready, "lease:asked"))
+    await ready.wait()
+    held = await leases.acquire_or_ask("lease:asked", "a", TTL_S)
+    assert held is not None
+    assert await leases.acquire_or_ask("lease:asked", "b", TTL_S) is None
+    await leases.release(held)
+    async with asyncio.timeout(30):
+        assert await listener == ["lease:asked"]
+    granted = await leases.acquire_or_ask("lease:asked", "b", TTL_S)
+    assert granted is not None and granted.token > held.token

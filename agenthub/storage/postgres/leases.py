@@ -27,11 +27,13 @@ VALUES (%(name)s, %(holder)s, 1, now() + %(ttl)s * interval '1 second')
 ON CONFLICT (name) DO UPDATE SET
     holder = EXCLUDED.holder,
     token = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() THEN l.token ELSE l.token + 1 END,
-    expires_at = EXCLUDED.expires_at
+    expires_at = EXCLUDED.expires_at,
+    asked = false
 WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder
 RETURNING token"""
-"""One statement: free, expired or already the holder's → granted (renewed, same token, when still live); the
-row lock of ON CONFLICT makes contenders at the same moment wait for each other, so exactly one wins."""
+"""One statement: free, expired or already the holder's → granted (renewed, same token, when still live; nobody
+has asked for it yet: `asked` cleared); the row lock of ON CONFLICT makes contenders at the same moment wait for
+each other, so exactly one wins (a refused one keeps the lock to the end of its transaction)."""
 
 _RENEW = """
 UPDATE leases SET expires_at = now() + %(ttl)s * interval '1 second'
@@ -63,18 +65,22 @@ the renewal."""
 _RELEASE = f"""
 WITH freed AS (
     UPDATE leases SET expires_at = now() WHERE name = %(name)s AND token = %(token)s AND expires_at > now()
-    RETURNING name
+    RETURNING name, asked
 )
-SELECT pg_notify('{FREED_CHANNEL}', name) FROM freed
+SELECT pg_notify('{FREED_CHANNEL}', name) FROM freed WHERE asked
 """
 """The row stays (expired): the next grant's token is still higher than every earlier one. Whoever waits for
-the lease hears at once that it is free."""
+the lease (it asked for it: `asked`, migration 27) hears at once that it is free; nobody else is told."""
 _ACQUIRE_OR_ASK = f"""
 WITH granted AS ({_ACQUIRE}),
+marked AS (
+    UPDATE leases SET asked = true WHERE name = %(name)s AND NOT asked AND NOT EXISTS (SELECT 1 FROM granted)
+),
 asked AS (SELECT pg_notify('{WANTED_CHANNEL}', %(name)s) WHERE NOT EXISTS (SELECT 1 FROM granted))
 SELECT token FROM granted UNION ALL SELECT NULL FROM asked
 """
-"""`_ACQUIRE`, and when it is not granted the holder is asked for it, in the same round trip (a NULL token)."""
+"""`_ACQUIRE`, and when it is not granted the holder is asked for it, in the same round trip (a NULL token), and
+the lease marked asked for (its release is then announced)."""
 
 
 log = structlog.get_logger(__name__)

@@ -11,6 +11,7 @@ from psycopg.rows import TupleRow
 from agenthub.errors import StorageError
 from agenthub.storage.postgres.schema_claim_ride import CLAIM_RIDE_SQL, CLAIM_RIDE_WHAT
 from agenthub.storage.postgres.schema_forgotten import USAGE_FORGOTTEN_SQL, USAGE_FORGOTTEN_WHAT
+from agenthub.storage.postgres.schema_lease_asked import LEASE_ASKED_SQL, LEASE_ASKED_WHAT
 from agenthub.storage.postgres.schema_memory_clock import MEMORY_CLOCK_SQL, MEMORY_CLOCK_WHAT
 from agenthub.storage.postgres.schema_search import SEARCH_PACKED_SQL, SEARCH_PACKED_WHAT
 from agenthub.storage.postgres.schema_search_names import SEARCH_NAMES_SQL, SEARCH_NAMES_WHAT
@@ -778,6 +779,9 @@ MEMORY_CLOCK = Migration(25, MEMORY_CLOCK_WHAT, MEMORY_CLOCK_SQL)
 CLAIM_RIDE = Migration(26, CLAIM_RIDE_WHAT, CLAIM_RIDE_SQL)
 """Migration 26 (`schema_claim_ride`): a session's claim with a turn's budget reservation riding in it."""
 
+LEASE_ASKED = Migration(27, LEASE_ASKED_WHAT, LEASE_ASKED_SQL)
+"""Migration 27 (`schema_lease_asked`): a lease's release announced only when another instance asked for it."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -804,6 +808,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     SEARCH_NAMES,
     MEMORY_CLOCK,
     CLAIM_RIDE,
+    LEASE_ASKED,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
