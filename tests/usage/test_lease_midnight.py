@@ -50,6 +50,7 @@ async def test_the_first_turns_after_local_midnight_ask_for_the_new_days_leases(
             assert {key.day for key in gate.leases._open} <= {"2025-12-31", "2026-01-01"}
             admitted = [k for k, lease in gate.leases._open.items() if k.day == "2026-01-01"]
             assert {c.scope.kind for k in admitted for c in k.claims} == {"user", "chat", "agent"}
+            await gate.drain()  # the turns' usage written
             rows = await gw.turn_services.usage.store.days("2025-01-01", "2026-12-31")
     finally:
         await stores.aclose()
