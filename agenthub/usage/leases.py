@@ -4,12 +4,13 @@ the same scopes from it locally, so that busy scopes' turns do not each cost a r
 A turn's scopes are leased in parts: its senders' own (`user`) scopes together, the chat's and the agent's each on
 their own, so that every turn of that chat (agent) on this instance draws from the instance's one lease of it (see
 `BudgetGate._reserve`). The parts a turn lacks are asked for in one store call, as one reservation (a `Grant`) that
-is released once every part of it has ended. A lease is an ordinary reservation (the store counts it against every
-scope it claims, for every instance) that is granted only when it fits whole, with room to spare, in what is left
-of every limit; so what turns admitted from a lease spend never reaches a limit, and the guarantee of per-turn
-reservations (overspend by at most one reservation) holds unchanged: near a limit no lease is granted and every
-turn reserves for itself. A lease stops admitting after `LEASE_ADMIT_S` (or once spent) and ends with the write of
-its last turn's usage."""
+is released once every part of it has ended; a part that stops admitting (spent, replaced, or at its time) ends the
+others with it, so that what the grant holds in a scope never outlives that scope's lease. A lease is an ordinary
+reservation (the store counts it against every scope it claims, for every instance) that is granted only when it
+fits whole, with room to spare, in what is left of every limit; so what turns admitted from a lease spend never
+reaches a limit, and the guarantee of per-turn reservations (overspend by at most one reservation) holds unchanged:
+near a limit no lease is granted and every turn reserves for itself. A lease stops admitting after `LEASE_ADMIT_S`
+(or once spent) and ends with the write of its last turn's usage."""
 
 from __future__ import annotations
 
@@ -287,6 +288,8 @@ class Leases:
             del self._open[key]
         if lease.running == 0:
             self._ended(lease)
+        for part, other in lease.grant.keyed:  # its grant holds its tokens in every part's scopes until all parts
+            self._end(part, other)  # end: the others end with it (a spent part's scope is not held on by idle ones)
 
     def _ended(self, lease: Lease) -> None:
         """`lease` admits no more and its turns ended (this happens once per lease): its grant is released with

@@ -70,12 +70,15 @@ class CountedReserves:
         self.store = store
         self.reserves = 0
         self.rides = 0
+        self.asked_days: list[str] = []
+        """The day of every call (reserve or ride), in order."""
 
     def ride(
         self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
     ) -> ClaimRide:
         assert isinstance(self.store, RidingReserves)
         self.rides += 1
+        self.asked_days.append(day)
         return self.store.ride(claims, day, tokens, ttl_s, ignore=ignore)
 
     def __getattr__(self, name: str) -> object:
@@ -85,6 +88,7 @@ class CountedReserves:
         self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
     ) -> Reservation:
         self.reserves += 1
+        self.asked_days.append(day)
         return await self.store.reserve(claims, day, tokens, ttl_s, ignore=ignore)
 
 

@@ -91,3 +91,23 @@ def test_the_parts_without_room_and_the_turns_a_lease_for_them_holds() -> None:
     assert leases.lease_turns([spent, none]) == 0 and leases.lease_turns([spent]) == 16
     now[0] += 31.0
     assert leases.lease_turns([spent, none]) == 8
+
+
+def test_a_part_spent_before_its_time_ends_its_grants_other_parts_and_the_grant_goes_once_their_turns_end() -> None:
+    """A grant holds its tokens in every part's scopes until all its parts end: an agent's part spent early must not
+    stay reserved (on top of its turns' usage) because a person's part of the same grant sits idle."""
+    released: list[str] = []
+    leases = Leases(released.append, monotonic=lambda: 0.0)
+    person, agent = _key("person"), _key("agent")
+    first_person, first_agent = leases.granted(Grant("g", 2), [(person, []), (agent, [])], 2_000, 1_000)
+    leases.settle(first_agent, 0)  # the asking turn: still running on the person's part only
+    assert leases.take(agent, 1_000) is first_agent  # another person's turn: the agent's part is now full
+    assert leases.take(agent, 1_000) is None  # spent within its window: ended, and the person's part with it
+    assert not leases.has_room(person, 1_000) and leases.take(person, 1_000) is None
+    assert released == []  # turns still run on both parts
+    leases.settle(first_person, 0)
+    assert released == []
+    leases.settle(first_agent, 0)  # the other person's turn ends: the grant goes, once
+    assert released == ["g"]
+    leases.close()
+    assert released == ["g"]
