@@ -19,6 +19,7 @@ from agenthub import i18n
 from agenthub.channel.inbox_flow import InstanceInbox
 from agenthub.clock import ManualClock
 from agenthub.errors import SessionBusyError
+from agenthub.gateway.session_lease import LET_GO_BEFORE_REPLY_S
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
@@ -441,6 +442,34 @@ async def test_a_session_that_moves_is_let_go_before_its_reply_so_its_next_messa
         done.set()
         async with asyncio.timeout(30):
             assert await listener == []
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+
+
+async def test_a_let_go_held_up_in_the_store_delays_the_reply_of_a_moved_turn_only_a_bounded_time(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The let-go before the reply is waited for at most `LET_GO_BEFORE_REPLY_S`: with the lease's row locked
+    (a slow or stuck store) the reply goes out all the same, the let-go goes on behind it and, once the row is free,
+    the session is let go; the next message, elsewhere, is answered."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    name = f"session:{key_of('stuck')}"
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        assert isinstance(await (await a.send(message("stuck", "m1"))).result(), DoneEvent)
+        model.release.clear()
+        reply = await b.send(message("stuck", "m2"))
+        await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as lock:
+            await lock.execute("SELECT 1 FROM leases WHERE name = %s FOR UPDATE", [name])
+            model.release.set()
+            started = time.monotonic()
+            async with asyncio.timeout(LET_GO_BEFORE_REPLY_S + 5.0):
+                final = await reply.result()
+            assert isinstance(final, DoneEvent), final
+            assert time.monotonic() - started < LET_GO_BEFORE_REPLY_S + 5.0
+            await lock.rollback()
+        assert isinstance(await (await a.send(message("stuck", "m3"))).result(), DoneEvent)
         assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
 
 
