@@ -239,3 +239,45 @@ async def test_a_refused_acquire_or_ask_marks_the_lease_asked_and_its_release_is
         assert await listener == ["lease:asked"]
     granted = await leases.acquire_or_ask("lease:asked", "b", TTL_S)
     assert granted is not None and granted.token > held.token
+
+
+async def test_an_acquire_or_ask_refused_behind_another_instance_s_first_grant_marks_the_lease_asked(
+    two: list[PostgresSessionStore], postgres_dsn: str
+) -> None:
+    """B asks for a lease nobody held while A's first grant of it (the row's insert) is not yet committed: B waits
+    for it, is refused, and must mark the lease asked, or A's release is never announced to B (who waits for it)."""
+    leases = PostgresLeases(two[0].database)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as first:
+        await first.execute(
+            "INSERT INTO leases (name, holder, token, expires_at) "
+            "VALUES ('lease:raced', 'a', 1, now() + interval '30 s')"
+        )
+        asking = asyncio.create_task(leases.acquire_or_ask("lease:raced", "b", TTL_S))
+        await waiting_for_locks(postgres_dsn, 1)  # B's insert waits for A's
+        await first.commit()
+    async with asyncio.timeout(30):
+        assert await asking is None
+    async with two[0].database.connection("read the mark") as conn:
+        cursor = await conn.execute("SELECT asked FROM leases WHERE name = 'lease:raced'")
+        assert await cursor.fetchone() == (True,)
+
+
+async def test_a_session_claim_refused_behind_another_instance_s_first_grant_marks_the_lease_asked(
+    two: list[PostgresSessionStore], postgres_dsn: str
+) -> None:
+    """The same race for the session claim (`agenthub_session_claim`): B refused behind A's uncommitted first grant
+    marks the lease asked."""
+    raced = key(7)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as first:
+        await first.execute(
+            "INSERT INTO leases (name, holder, token, expires_at) VALUES (%s, 'a', 1, now() + interval '30 s')",
+            [name(raced)],
+        )
+        asking = asyncio.create_task(claim(two[1], raced, "b"))
+        await waiting_for_locks(postgres_dsn, 1)  # B's insert waits for A's
+        await first.commit()
+    async with asyncio.timeout(30):
+        assert await asking is None
+    async with two[0].database.connection("read the mark") as conn:
+        cursor = await conn.execute("SELECT asked FROM leases WHERE name = %s", [name(raced)])
+        assert await cursor.fetchone() == (True,)

@@ -53,6 +53,31 @@ LEASE_ASKED_SQL = (
                   AND (r.seq >= p_since OR v_born IS DISTINCT FROM p_born)
                 ORDER BY r.seq;
         END $$""",
+    # `PostgresLeases.acquire_or_ask`: a lease granted (its token), or refused (NULL): then marked asked and its
+    # holder asked for it. A function, not one statement: a refusal behind another instance's first grant of the
+    # lease (the row's insert, committed while this request waited for it) must mark a row the statement's
+    # snapshot does not show; each statement of a function takes its own
+    """CREATE FUNCTION agenthub_lease_acquire_or_ask(p_name text, p_holder text, p_ttl double precision)
+        RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            v_token bigint;
+        BEGIN
+            INSERT INTO leases AS l (name, holder, token, expires_at)
+            VALUES (p_name, p_holder, 1, now() + p_ttl * interval '1 second')
+            ON CONFLICT (name) DO UPDATE SET
+                holder = EXCLUDED.holder,
+                token = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() THEN l.token
+                             ELSE l.token + 1 END,
+                expires_at = EXCLUDED.expires_at,
+                asked = false
+            WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder
+            RETURNING l.token INTO v_token;
+            IF v_token IS NULL THEN
+                UPDATE leases SET asked = true WHERE name = p_name AND NOT asked;
+                PERFORM pg_notify('agenthub_lease_wanted', p_name);
+            END IF;
+            RETURN v_token;
+        END $$""",
     # as migration 19, and the release announced only when it was asked for
     """CREATE OR REPLACE FUNCTION agenthub_session_let_go(
             p_name text, p_token bigint, p_agent text, p_channel text, p_chat_id text, p_meta text
