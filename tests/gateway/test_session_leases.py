@@ -26,6 +26,7 @@ from agenthub.storage.lease import InProcessLeases
 from agenthub.storage.postgres import PostgresLeases
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
 from tests.support.leases import InstanceView, LateGrants
+from tests.support.postgres import waiting_for_locks
 from tests.support.shared_gateways import HeldModel, Instance, shared_instances, tag_of
 
 SESSIONS = 20
@@ -471,6 +472,42 @@ async def test_a_let_go_held_up_in_the_store_delays_the_reply_of_a_moved_turn_on
             await lock.rollback()
         assert isinstance(await (await a.send(message("stuck", "m3"))).result(), DoneEvent)
         assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+
+
+async def test_a_message_queued_on_the_same_instance_while_its_session_is_let_go_runs_under_a_new_claim(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """B's moved turn lets the session go before its reply; a next message of that session queued on B meanwhile
+    (the let-go held up by a locked row) waits for the let-go, then claims the lease again: it runs under a newer
+    token, after the earlier turn, never beside it."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    name = f"session:{key_of('queued')}"
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        assert isinstance(await (await a.send(message("queued", "m1"))).result(), DoneEvent)
+        model.release.clear()
+        second = await b.send(message("queued", "m2"))
+        await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as lock:
+            cursor = await lock.execute("SELECT token FROM leases WHERE name = %s FOR UPDATE", [name])
+            row = await cursor.fetchone()
+            assert row is not None
+            granted_to_b = int(row[0])
+            model.release.set()
+            await waiting_for_locks(postgres_dsn, 1)  # m2's turn has ended: its let-go waits for the row
+            third = await b.send(message("queued", "m3"))  # queued on B while the session is being let go
+            assert isinstance(await second.result(), DoneEvent)
+            await asyncio.sleep(0.3)
+            assert not third.finished  # its claim waits for the let-go in flight
+            await lock.rollback()
+        assert isinstance(await third.result(), DoneEvent)
+        assert model.overlaps == []
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+            cursor = await conn.execute("SELECT token FROM leases WHERE name = %s", [name])
+            row = await cursor.fetchone()
+            assert row is not None and int(row[0]) > granted_to_b  # m3 claimed the lease again
 
 
 async def test_an_instance_whose_new_sessions_move_on_stops_keeping_them_so_their_next_message_takes_one_claim(
