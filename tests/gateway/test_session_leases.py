@@ -474,6 +474,43 @@ async def test_a_let_go_held_up_in_the_store_delays_the_reply_of_a_moved_turn_on
         assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
 
 
+async def test_a_let_go_that_fails_before_the_reply_leaves_the_reply_whole_and_the_lease_to_expire(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The let-go statement of B's moved turn fails (its backend killed while it waits for the lease's row): the
+    reply goes out whole, without the failure's text, and the session is not lost: the lease expires and A answers
+    the next message."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    name = f"session:{key_of('failing')}"
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=3.0) as (a, b):
+        assert isinstance(await (await a.send(message("failing", "m1"))).result(), DoneEvent)
+        model.release.clear()
+        reply = await b.send(message("failing", "m2"))
+        await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
+        async with (
+            await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin,
+            await psycopg.AsyncConnection.connect(postgres_dsn) as lock,
+        ):
+            await lock.execute("SELECT 1 FROM leases WHERE name = %s FOR UPDATE", [name])
+            model.release.set()
+            await waiting_for_locks(postgres_dsn, 1)
+            killed = await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE %s",
+                ["%agenthub_session_let_go%"],
+            )
+            assert await killed.fetchall() == [(True,)]  # the let-go's statement, and only it
+            final = await reply.result()
+            await lock.rollback()
+        assert isinstance(final, DoneEvent), final
+        assert final.full_text == "answer to m2"
+        assert not b.gateway.session_leases.holds(key_of("failing"))
+        assert isinstance(await (await a.send(message("failing", "m3"))).result(), DoneEvent)
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+
+
 async def test_a_message_queued_on_the_same_instance_while_its_session_is_let_go_runs_under_a_new_claim(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
