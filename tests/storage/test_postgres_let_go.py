@@ -281,3 +281,28 @@ async def test_a_session_claim_refused_behind_another_instance_s_first_grant_mar
     async with two[0].database.connection("read the mark") as conn:
         cursor = await conn.execute("SELECT asked FROM leases WHERE name = %s", [name(raced)])
         assert await cursor.fetchone() == (True,)
+
+
+async def test_a_claim_refused_by_a_lease_released_while_it_waited_for_the_row_announces_it_free(
+    two: list[PostgresSessionStore], postgres_dsn: str
+) -> None:
+    """A's let-go takes the lease's row while B's claim, sent just before, waits for it: the release's time is later
+    than B's transaction's start (`now()`), so B is refused a lease that is free, and marks it asked only after the
+    let-go went unannounced. B's refusal itself announces it free, so B tries again at once (not at its poll)."""
+    a, b = two
+    raced = key(8)
+    held = await claim(a, raced, "a")
+    assert held is not None
+    ready = asyncio.Event()
+    listener = asyncio.create_task(_freed_names(postgres_dsn, ready, name(raced)))
+    await ready.wait()
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as let_go:
+        await let_go.execute("SELECT 1 FROM leases WHERE name = %s FOR UPDATE", [name(raced)])
+        asking = asyncio.create_task(claim(b, raced, "b"))
+        await waiting_for_locks(postgres_dsn, 1)  # B's claim began, and waits for the row
+        await let_go.execute("UPDATE leases SET expires_at = clock_timestamp() WHERE name = %s", [name(raced)])
+        await let_go.commit()  # released after B's transaction began, nobody asked yet: not announced
+    async with asyncio.timeout(30):
+        assert await asking is None
+        assert await listener == [name(raced)]
+    assert await claim(b, raced, "b") is not None

@@ -9,7 +9,10 @@ LEASE_ASKED_SQL = (
     # the announcement: a session that moves between instances is released on every turn, and an announcement
     # goes to every listening instance (and through the server's notify queue) for nobody
     "ALTER TABLE leases ADD COLUMN asked boolean NOT NULL DEFAULT false",
-    # as migration 19, and: a grant clears `asked`; a refusal sets it before it asks the holder
+    # as migration 19, and: a grant clears `asked`; a refusal sets it before it asks the holder, and announces the
+    # lease free when it is by now (a let-go that took the row while this request waited for it: its release time
+    # is later than this transaction's `now()`, so the request was refused a free lease, and the let-go, which
+    # came before the mark, was not announced; the refused requester, listening already, tries again at once)
     """CREATE OR REPLACE FUNCTION agenthub_session_claim(
             p_name text, p_holder text, p_ttl double precision, p_agent text, p_channel text, p_chat_id text,
             p_born bigint, p_since bigint
@@ -32,6 +35,9 @@ LEASE_ASKED_SQL = (
             IF o_token IS NULL THEN
                 UPDATE leases SET asked = true WHERE name = p_name AND NOT asked;
                 PERFORM pg_notify('agenthub_lease_wanted', p_name);
+                IF EXISTS (SELECT 1 FROM leases WHERE name = p_name AND expires_at <= clock_timestamp()) THEN
+                    PERFORM pg_notify('agenthub_lease_freed', p_name);
+                END IF;
                 RETURN NEXT;
                 RETURN;
             END IF;
@@ -75,6 +81,9 @@ LEASE_ASKED_SQL = (
             IF v_token IS NULL THEN
                 UPDATE leases SET asked = true WHERE name = p_name AND NOT asked;
                 PERFORM pg_notify('agenthub_lease_wanted', p_name);
+                IF EXISTS (SELECT 1 FROM leases WHERE name = p_name AND expires_at <= clock_timestamp()) THEN
+                    PERFORM pg_notify('agenthub_lease_freed', p_name);
+                END IF;
             END IF;
             RETURN v_token;
         END $$""",
