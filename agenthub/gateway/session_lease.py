@@ -52,6 +52,10 @@ PROBE_EVERY = 8
 average, each verdict weighing a quarter): kept, one whose next message goes elsewhere costs a hand-over (asked,
 let go, claimed again) where a let-go before its reply costs nothing on the way. Below it, every eighth new
 session is kept all the same, so the instance learns when its routing turns sticky again."""
+LET_GO_BEFORE_REPLY_S = 1.0
+"""How long a moved turn's reply waits for its session's let-go (`release_settled`); a store slower than that (a
+locked row, a cut connection) delays it no longer: the let-go goes on behind the reply, and the next message, if
+it is refused meanwhile, asks and hears of the let-go."""
 BATCH_FRACTION = 6
 """A renewal joins the batch being sent when it is due within `ttl_s / 6` (renewed a little early, the leases of
 an instance fall into few batches instead of one request each)."""
@@ -321,12 +325,13 @@ class SessionLeases:
         self.release_now(key)
 
     async def release_settled(self, key: SessionKey) -> None:
-        """`release`, and when that lets the lease go at once, until the store has it back (a failed let-go is
-        logged: the lease then expires by itself); a lease kept idle returns at once."""
+        """`release`, and when that lets the lease go at once, until the store has it back or
+        `LET_GO_BEFORE_REPLY_S` has passed (the let-go then goes on in the background; a failed one is logged: the
+        lease then expires by itself); a lease kept idle returns at once."""
         self.release(key)
         releasing = self._releasing.get(key)
         if releasing is not None:
-            await asyncio.shield(releasing)
+            await asyncio.wait([releasing], timeout=LET_GO_BEFORE_REPLY_S)
 
     def release_now(self, key: SessionKey) -> None:
         """Give the session up: its writes carry no token from now on, and the lease is released in the

@@ -19,12 +19,14 @@ from agenthub import i18n
 from agenthub.channel.inbox_flow import InstanceInbox
 from agenthub.clock import ManualClock
 from agenthub.errors import SessionBusyError
+from agenthub.gateway.session_lease import LET_GO_BEFORE_REPLY_S
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
 from agenthub.storage.postgres import PostgresLeases
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
 from tests.support.leases import InstanceView, LateGrants
+from tests.support.postgres import waiting_for_locks
 from tests.support.shared_gateways import HeldModel, Instance, shared_instances, tag_of
 
 SESSIONS = 20
@@ -442,6 +444,107 @@ async def test_a_session_that_moves_is_let_go_before_its_reply_so_its_next_messa
         async with asyncio.timeout(30):
             assert await listener == []
         assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+
+
+async def test_a_let_go_held_up_in_the_store_delays_the_reply_of_a_moved_turn_only_a_bounded_time(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The let-go before the reply is waited for at most `LET_GO_BEFORE_REPLY_S`: with the lease's row locked
+    (a slow or stuck store) the reply goes out all the same, the let-go goes on behind it and, once the row is free,
+    the session is let go; the next message, elsewhere, is answered."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    name = f"session:{key_of('stuck')}"
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        assert isinstance(await (await a.send(message("stuck", "m1"))).result(), DoneEvent)
+        model.release.clear()
+        reply = await b.send(message("stuck", "m2"))
+        await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as lock:
+            await lock.execute("SELECT 1 FROM leases WHERE name = %s FOR UPDATE", [name])
+            model.release.set()
+            started = time.monotonic()
+            async with asyncio.timeout(LET_GO_BEFORE_REPLY_S + 5.0):
+                final = await reply.result()
+            assert isinstance(final, DoneEvent), final
+            assert time.monotonic() - started < LET_GO_BEFORE_REPLY_S + 5.0
+            await lock.rollback()
+        assert isinstance(await (await a.send(message("stuck", "m3"))).result(), DoneEvent)
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+
+
+async def test_a_let_go_that_fails_before_the_reply_leaves_the_reply_whole_and_the_lease_to_expire(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The let-go statement of B's moved turn fails (its backend killed while it waits for the lease's row): the
+    reply goes out whole, without the failure's text, and the session is not lost: the lease expires and A answers
+    the next message."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    name = f"session:{key_of('failing')}"
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=3.0) as (a, b):
+        assert isinstance(await (await a.send(message("failing", "m1"))).result(), DoneEvent)
+        model.release.clear()
+        reply = await b.send(message("failing", "m2"))
+        await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
+        async with (
+            await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin,
+            await psycopg.AsyncConnection.connect(postgres_dsn) as lock,
+        ):
+            await lock.execute("SELECT 1 FROM leases WHERE name = %s FOR UPDATE", [name])
+            model.release.set()
+            await waiting_for_locks(postgres_dsn, 1)
+            killed = await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE %s",
+                ["%agenthub_session_let_go%"],
+            )
+            assert await killed.fetchall() == [(True,)]  # the let-go's statement, and only it
+            final = await reply.result()
+            await lock.rollback()
+        assert isinstance(final, DoneEvent), final
+        assert final.full_text == "answer to m2"
+        assert not b.gateway.session_leases.holds(key_of("failing"))
+        assert isinstance(await (await a.send(message("failing", "m3"))).result(), DoneEvent)
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+
+
+async def test_a_message_queued_on_the_same_instance_while_its_session_is_let_go_runs_under_a_new_claim(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """B's moved turn lets the session go before its reply; a next message of that session queued on B meanwhile
+    (the let-go held up by a locked row) waits for the let-go, then claims the lease again: it runs under a newer
+    token, after the earlier turn, never beside it."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    name = f"session:{key_of('queued')}"
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        assert isinstance(await (await a.send(message("queued", "m1"))).result(), DoneEvent)
+        model.release.clear()
+        second = await b.send(message("queued", "m2"))
+        await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as lock:
+            cursor = await lock.execute("SELECT token FROM leases WHERE name = %s FOR UPDATE", [name])
+            row = await cursor.fetchone()
+            assert row is not None
+            granted_to_b = int(row[0])
+            model.release.set()
+            await waiting_for_locks(postgres_dsn, 1)  # m2's turn has ended: its let-go waits for the row
+            third = await b.send(message("queued", "m3"))  # queued on B while the session is being let go
+            assert isinstance(await second.result(), DoneEvent)
+            await asyncio.sleep(0.3)
+            assert not third.finished  # its claim waits for the let-go in flight
+            await lock.rollback()
+        assert isinstance(await third.result(), DoneEvent)
+        assert model.overlaps == []
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+            cursor = await conn.execute("SELECT token FROM leases WHERE name = %s", [name])
+            row = await cursor.fetchone()
+            assert row is not None and int(row[0]) > granted_to_b  # m3 claimed the lease again
 
 
 async def test_an_instance_whose_new_sessions_move_on_stops_keeping_them_so_their_next_message_takes_one_claim(

@@ -239,3 +239,70 @@ async def test_a_refused_acquire_or_ask_marks_the_lease_asked_and_its_release_is
         assert await listener == ["lease:asked"]
     granted = await leases.acquire_or_ask("lease:asked", "b", TTL_S)
     assert granted is not None and granted.token > held.token
+
+
+async def test_an_acquire_or_ask_refused_behind_another_instance_s_first_grant_marks_the_lease_asked(
+    two: list[PostgresSessionStore], postgres_dsn: str
+) -> None:
+    """B asks for a lease nobody held while A's first grant of it (the row's insert) is not yet committed: B waits
+    for it, is refused, and must mark the lease asked, or A's release is never announced to B (who waits for it)."""
+    leases = PostgresLeases(two[0].database)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as first:
+        await first.execute(
+            "INSERT INTO leases (name, holder, token, expires_at) "
+            "VALUES ('lease:raced', 'a', 1, now() + interval '30 s')"
+        )
+        asking = asyncio.create_task(leases.acquire_or_ask("lease:raced", "b", TTL_S))
+        await waiting_for_locks(postgres_dsn, 1)  # B's insert waits for A's
+        await first.commit()
+    async with asyncio.timeout(30):
+        assert await asking is None
+    async with two[0].database.connection("read the mark") as conn:
+        cursor = await conn.execute("SELECT asked FROM leases WHERE name = 'lease:raced'")
+        assert await cursor.fetchone() == (True,)
+
+
+async def test_a_session_claim_refused_behind_another_instance_s_first_grant_marks_the_lease_asked(
+    two: list[PostgresSessionStore], postgres_dsn: str
+) -> None:
+    """The same race for the session claim (`agenthub_session_claim`): B refused behind A's uncommitted first grant
+    marks the lease asked."""
+    raced = key(7)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as first:
+        await first.execute(
+            "INSERT INTO leases (name, holder, token, expires_at) VALUES (%s, 'a', 1, now() + interval '30 s')",
+            [name(raced)],
+        )
+        asking = asyncio.create_task(claim(two[1], raced, "b"))
+        await waiting_for_locks(postgres_dsn, 1)  # B's insert waits for A's
+        await first.commit()
+    async with asyncio.timeout(30):
+        assert await asking is None
+    async with two[0].database.connection("read the mark") as conn:
+        cursor = await conn.execute("SELECT asked FROM leases WHERE name = %s", [name(raced)])
+        assert await cursor.fetchone() == (True,)
+
+
+async def test_a_claim_refused_by_a_lease_released_while_it_waited_for_the_row_announces_it_free(
+    two: list[PostgresSessionStore], postgres_dsn: str
+) -> None:
+    """A's let-go takes the lease's row while B's claim, sent just before, waits for it: the release's time is later
+    than B's transaction's start (`now()`), so B is refused a lease that is free, and marks it asked only after the
+    let-go went unannounced. B's refusal itself announces it free, so B tries again at once (not at its poll)."""
+    a, b = two
+    raced = key(8)
+    held = await claim(a, raced, "a")
+    assert held is not None
+    ready = asyncio.Event()
+    listener = asyncio.create_task(_freed_names(postgres_dsn, ready, name(raced)))
+    await ready.wait()
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as let_go:
+        await let_go.execute("SELECT 1 FROM leases WHERE name = %s FOR UPDATE", [name(raced)])
+        asking = asyncio.create_task(claim(b, raced, "b"))
+        await waiting_for_locks(postgres_dsn, 1)  # B's claim began, and waits for the row
+        await let_go.execute("UPDATE leases SET expires_at = clock_timestamp() WHERE name = %s", [name(raced)])
+        await let_go.commit()  # released after B's transaction began, nobody asked yet: not announced
+    async with asyncio.timeout(30):
+        assert await asking is None
+        assert await listener == [name(raced)]
+    assert await claim(b, raced, "b") is not None

@@ -71,16 +71,9 @@ SELECT pg_notify('{FREED_CHANNEL}', name) FROM freed WHERE asked
 """
 """The row stays (expired): the next grant's token is still higher than every earlier one. Whoever waits for
 the lease (it asked for it: `asked`, migration 27) hears at once that it is free; nobody else is told."""
-_ACQUIRE_OR_ASK = f"""
-WITH granted AS ({_ACQUIRE}),
-marked AS (
-    UPDATE leases SET asked = true WHERE name = %(name)s AND NOT asked AND NOT EXISTS (SELECT 1 FROM granted)
-),
-asked AS (SELECT pg_notify('{WANTED_CHANNEL}', %(name)s) WHERE NOT EXISTS (SELECT 1 FROM granted))
-SELECT token FROM granted UNION ALL SELECT NULL FROM asked
-"""
-"""`_ACQUIRE`, and when it is not granted the holder is asked for it, in the same round trip (a NULL token), and
-the lease marked asked for (its release is then announced)."""
+_ACQUIRE_OR_ASK = "SELECT agenthub_lease_acquire_or_ask(%(name)s, %(holder)s, %(ttl)s::double precision)"
+"""`_ACQUIRE`, and when it is not granted (a NULL token) the lease marked asked for (its release is then
+announced) and its holder asked for it, in the same round trip (migration 27)."""
 
 
 log = structlog.get_logger(__name__)
