@@ -18,16 +18,10 @@ from agenthub.storage.postgres import Database
 from agenthub.storage.postgres.search import PostgresSearchIndex
 from agenthub.storage.postgres.search_sync import PostgresIndexFeed
 from agenthub.storage.search_index import SearchScope
+from tests.support.roots import dirs_in_env
 
 EVERYWHERE = SearchScope(None, agent_scoped=lambda _: True)
 DESK = SessionKey("default", "http", "desk")
-
-
-def _env(root: Path, monkeypatch: pytest.MonkeyPatch, dsn: str | None = None) -> None:
-    for name in ("data", "agents", "auth", "workspace"):
-        monkeypatch.setenv(f"AGENTHUB_{name.upper()}_DIR", str(root / name))
-    if dsn is not None:
-        monkeypatch.setenv("AGENTHUB_STORE__DSN", dsn)
 
 
 def _write_files(root: Path) -> None:
@@ -63,7 +57,7 @@ def test_migrate_leaves_a_working_index_and_reindex_builds_it_again(
     tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _write_files(tmp_path)
-    _env(tmp_path, monkeypatch, postgres_dsn)
+    dirs_in_env(tmp_path, monkeypatch, postgres_dsn)
     assert main(["store", "migrate", "--from", "files", "--to", "postgres"]) == 0
     assert "search index of default: 2 sessions indexed now, 2 passages in all" in capsys.readouterr().out
     assert _index_rows(postgres_dsn) == 2  # indexed by the migration itself, before any search
@@ -83,7 +77,7 @@ def test_reindex_on_the_files_builds_each_agents_index_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _write_files(tmp_path)
-    _env(tmp_path, monkeypatch)
+    dirs_in_env(tmp_path, monkeypatch)
     index_dir = tmp_path / "data" / "default" / "index"
     index_dir.mkdir(parents=True)
     (index_dir / "search.sqlite3").write_bytes(b"not a database")
@@ -106,7 +100,7 @@ def test_reindex_on_the_files_takes_only_agents_not_the_usage_journal(
     """`data/usage/` and `data/usage-spool/` are the usage journal beside the agents' directories: no agent's, so
     no index is built in them and the command names only the agents."""
     _write_files(tmp_path)
-    _env(tmp_path, monkeypatch)
+    dirs_in_env(tmp_path, monkeypatch)
     for journal in ("usage/2026-12", "usage-spool"):
         (tmp_path / "data" / journal).mkdir(parents=True)
     assert main(["store", "reindex"]) == 0

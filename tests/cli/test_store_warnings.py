@@ -13,15 +13,9 @@ from agenthub.cli import main
 from agenthub.session_keys import SessionKey
 from agenthub.storage.files import FileSessionStore
 from agenthub.storage.postgres.database import migrate
+from tests.support.roots import dirs_in_env
 
 DESK = SessionKey("default", "http", "desk")
-
-
-def _env(root: Path, monkeypatch: pytest.MonkeyPatch, dsn: str | None = None) -> None:
-    for name in ("data", "agents", "auth", "workspace"):
-        monkeypatch.setenv(f"AGENTHUB_{name.upper()}_DIR", str(root / name))
-    if dsn is not None:
-        monkeypatch.setenv("AGENTHUB_STORE__DSN", dsn)
 
 
 def _history_with_a_corrupt_line(root: Path) -> Path:
@@ -53,7 +47,7 @@ def test_reindex_on_the_files_keeps_its_info_quiet(
     """The index skips a corrupt line without a word (the history's own reader warns when the session is loaded):
     the rebuild says its counts on stdout and nothing on stderr, though it now logs its warnings there."""
     _history_with_a_corrupt_line(tmp_path)
-    _env(tmp_path, monkeypatch)
+    dirs_in_env(tmp_path, monkeypatch)
     assert main(["store", "reindex"]) == 0
     captured = capsys.readouterr()
     assert "search index of default: 2 passages from 1 sources" in captured.out
@@ -64,7 +58,7 @@ def test_migrate_says_which_history_line_it_skipped_while_copying(
     tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     history = _history_with_a_corrupt_line(tmp_path)
-    _env(tmp_path, monkeypatch, postgres_dsn)
+    dirs_in_env(tmp_path, monkeypatch, postgres_dsn)
     assert main(["store", "migrate", "--from", "files", "--to", "postgres"]) == 0
     captured = capsys.readouterr()
     assert "verified: every item copied matches the files" in captured.out
@@ -78,7 +72,7 @@ def test_migrate_says_which_record_of_the_database_it_skipped_but_not_the_databa
     skips it with a warning, which is the operator's to see like a corrupt history line of the files; a failure
     of the database itself stays the command's one line (`store_unavailable`, `store_refused` are not said)."""
     history = _history_with_a_corrupt_line(tmp_path)
-    _env(tmp_path, monkeypatch, postgres_dsn)
+    dirs_in_env(tmp_path, monkeypatch, postgres_dsn)
 
     async def plant() -> None:
         await migrate(postgres_dsn)

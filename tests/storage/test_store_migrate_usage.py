@@ -17,6 +17,7 @@ from agenthub.storage.postgres.idempotency import PostgresIdempotency
 from agenthub.storage.postgres.usage import PostgresUsageStore
 from agenthub.storage.usage import FileUsageStore, Forgotten, UsageRow, forgotten_tag
 from agenthub.usage.report import group
+from tests.support.roots import dirs_in_env
 
 MIGRATE = ["store", "migrate", "--from", "files", "--to", "postgres"]
 WINDOW_S = 86400.0
@@ -25,10 +26,7 @@ WINDOW_S = 86400.0
 def run_migrate(
     root: Path, dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> tuple[int, str, str]:
-    for name, sub in (("DATA_DIR", "data"), ("AGENTS_DIR", "agents"), ("AUTH_DIR", "auth")):
-        monkeypatch.setenv(f"AGENTHUB_{name}", str(root / sub))
-    monkeypatch.setenv("AGENTHUB_WORKSPACE_DIR", str(root / "workspace"))
-    monkeypatch.setenv("AGENTHUB_STORE__DSN", dsn)
+    dirs_in_env(root, monkeypatch, dsn)
     monkeypatch.setenv("AGENTHUB_HTTP__IDEMPOTENCY_WINDOW_S", str(WINDOW_S))
     code = main(MIGRATE)
     captured = capsys.readouterr()

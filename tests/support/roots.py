@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agenthub.config import Settings, load_settings
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def make_settings(root: Path, llm_base_url: str | None = None, **overrides: Any) -> Settings:
@@ -31,3 +34,12 @@ def make_settings(root: Path, llm_base_url: str | None = None, **overrides: Any)
         http=http,
         **overrides,
     )
+
+
+def dirs_in_env(root: Path, monkeypatch: pytest.MonkeyPatch, dsn: str | None = None) -> None:
+    """The environment of an `agenthub` command run in-process with every directory under `root` (and the store's
+    DSN when given), as an operator's unit would set it."""
+    for name in ("data", "agents", "auth", "workspace"):
+        monkeypatch.setenv(f"AGENTHUB_{name.upper()}_DIR", str(root / name))
+    if dsn is not None:
+        monkeypatch.setenv("AGENTHUB_STORE__DSN", dsn)
