@@ -311,16 +311,19 @@ class TurnRunner:
         senders = [member.message.sender_id for member in pending.members]  # a joined turn: every sender's budget
         if usage is None or (ride is None and not usage.gate.applies(agent, pending.message, senders)):
             return None  # (a ride is made only for a turn budgets apply to)
-        history = await self.gateway.history.load(pending.key)  # the read the turn makes anyway (then cached)
-        meta = await self.gateway.history.get_meta(pending.key) if history else None  # the append reads it too
-        if ride is not None and not history:  # what the ride was made for
-            prompt = ride.estimate
-        else:
-            with usage.gate.cpu.measure():  # the estimate is budgets' work: counted with the gate's
-                prompt = self._estimate(pending, history, meta)
+        prompt = await usage.gate.cpu.run(self._estimate_of(pending, ride))  # budgets' work: counted as the gate's
         limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s
         names = usage.gate.names_of(member.message for member in pending.members)
         return await usage.gate.admit(agent, pending.message, prompt, pending.locale, limit, senders, names, ride)
+
+    async def _estimate_of(self, pending: PendingTurn, ride: Ride | None) -> int:
+        """The turn's estimate (`_estimate`), or the one its `ride` was made with when that was for this very turn (a
+        session without history). Its read of the history and meta (`SessionHistory.peek`: mostly the cache, which
+        the turn reads anyway, then) is made only for budgets, so it is counted with the gate's CPU too."""
+        history, meta = await self.gateway.history.peek(pending.key)
+        if ride is not None and not history:  # what the ride was made for
+            return ride.estimate
+        return self._estimate(pending, history, meta)
 
     def _estimate(self, pending: PendingTurn, history: list[HistoryRecord], meta: SessionMeta | None) -> int:
         """The turn's estimate: the last call's prompt (else the history's estimate), the new messages, and the

@@ -151,6 +151,14 @@ class SessionHistory:
         async with self._locked(key):
             return list(await self._messages(key))
 
+    async def peek(self, key: SessionKey) -> tuple[list[Message], SessionMeta | None]:
+        """The working history (the cache's own list: read it, never keep or change it) and, when there is any, the
+        stored meta: for a caller that only looks (the budget gate's estimate). Neither a copy nor a task of its
+        own, as `load` and `get_meta` make (nothing is written: a legacy session's meta is not synthesised, None)."""
+        async with self._locked(key):
+            messages = await self._messages(key)
+            return messages, (await self._meta(key) if messages else None)
+
     async def count(self, key: SessionKey) -> int:
         async with self._locked(key):
             return len(await self._messages(key))

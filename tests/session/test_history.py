@@ -43,6 +43,21 @@ async def test_history_survives_a_restart(tmp_path: Path) -> None:
     assert (tmp_path / "data/reviewer/sessions/reviewer_http_chat-1.jsonl").is_file()
 
 
+async def test_peek_reads_the_history_and_its_meta_and_writes_nothing(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    assert await history.peek(KEY) == ([], None)  # no session: no meta asked for, none made
+    assert not history.exists(KEY)
+    await history.append(KEY, _user("a"), meta_changes={"last_usage": {"input_tokens": 7}})
+    messages, meta = await history.peek(KEY)
+    assert [m["content"] for m in messages] == ["a"]
+    assert meta is not None and meta.last_usage == {"input_tokens": 7}
+    again = _history(tmp_path)  # nothing cached: read from the store
+    (tmp_path / "data/reviewer/sessions/reviewer_http_chat-1.meta.json").unlink()  # a legacy session: no meta
+    messages, meta = await again.peek(KEY)
+    assert len(messages) == 1 and meta is None
+    assert not (tmp_path / "data/reviewer/sessions/reviewer_http_chat-1.meta.json").exists()  # none synthesised
+
+
 async def test_load_returns_a_copy(tmp_path: Path) -> None:
     history = _history(tmp_path)
     await history.append(KEY, _user("a"))

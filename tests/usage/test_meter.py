@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 from agenthub.config import Settings
 from agenthub.hosting.app import build_gateway
@@ -98,3 +99,35 @@ async def test_turns_under_budgets_report_the_gates_cpu_and_turns_without_none(
     assert checked_cpu > 0
     assert exempt_sections == 1  # an exempt sender's turn only asks whether budgets apply
     assert gw.turn_services.usage.recorder.release_cpu.sections == 1
+
+
+async def test_a_turn_admitted_from_its_lease_starts_no_task_a_turn_without_budgets_does_not(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    """The estimate's read of the history and meta (`SessionHistory.peek`) makes no task of its own (`get_meta`'s
+    `run_to_end` made one a turn, and a wait the gate's meter did not see)."""
+
+    async def tasks_per_turn(budgets: dict[str, int]) -> list[int]:
+        async with build_gateway(settings_factory(budgets=budgets)) as gw:
+            started = 0
+            loop = asyncio.get_running_loop()
+
+            def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+                nonlocal started
+                started += 1
+                return asyncio.Task(coro, loop=loop, **kwargs)
+
+            counts = []
+            for n in range(4):
+                if n == 2:  # the first turns (a new session, the lease asked for) counted apart
+                    loop.set_task_factory(counting)
+                before = started
+                final = await (await gw.submit(InboundMessage("wecom", "dm", "alice", f"question {n}"))).result()
+                assert isinstance(final, DoneEvent)
+                counts.append(started - before)
+            loop.set_task_factory(None)
+            if gw.turn_services.usage is not None:
+                await gw.turn_services.usage.gate.drain()
+            return counts[2:]
+
+    assert await tasks_per_turn({"user_day": 10**9}) == await tasks_per_turn({})
