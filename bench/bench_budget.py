@@ -19,7 +19,14 @@ on the daemon's side, which the gate's meter cannot see, is measured alongside (
 Once the gateways are warm the bench freezes the objects alive (`hosting.gc_freeze`), as `agenthub serve` does: else
 a full collection walks the seeded store and everything loaded (~0.14 s) now and then, and when one starts inside a
 measured gate step (a check allocates like any code) the whole pause is charged to the gate: a run's figure then
-jumped to 15-24 %."""
+jumped to 15-24 %.
+
+On the throw-away server each A/B side has a database of its own (since 2026-12-05; `--dsn`: one for both): on one,
+each gateway's search index followed the other side's records too (its index statements ran in the other side's
+rounds). What a round leaves to the background (its search index following its records, about 30 µs a turn; its
+sessions let go) still lands in whichever round runs next, either side's: noise of ±20-30 µs a turn, not a bias (an
+idle pause after each round, tried, moved that work into the pause but made `--same` no quieter on a loaded machine,
+and counted the pause's idle CPU as the turns')."""
 
 from __future__ import annotations
 
@@ -134,12 +141,13 @@ async def _gateway(root: Path, url: str, dsn: str | None, budgets: dict[str, Any
     return build_gateway(settings, stores=stores), stores
 
 
-async def measure(args: argparse.Namespace, url: str, dsn: str | None) -> None:
-    """Both measures on one backend (files when `dsn` is None), printed."""
+async def measure(args: argparse.Namespace, url: str, dsn: str | None, free_dsn: str | None = None) -> None:
+    """Both measures on one backend (files when `dsn` is None), printed; `free_dsn`: the database of the A/B's side
+    without budgets (default `dsn`: one database for both)."""
     backend = "postgres" if dsn else "files"
     with tempfile.TemporaryDirectory() as tmp:
         limited, limited_stores = await _gateway(Path(tmp) / "limited", url, dsn, {} if args.same else LIMITS)
-        free, free_stores = await _gateway(Path(tmp) / "free", url, dsn, {})
+        free, free_stores = await _gateway(Path(tmp) / "free", url, free_dsn or dsn, {})
         try:
             async with limited, free:
                 await _seed(limited, args.people, 28)
@@ -295,7 +303,7 @@ async def main() -> None:
         elif args.backend in ("postgres", "both"):
             server = new_server()
             try:
-                await measure(args, url, server.create_database())
+                await measure(args, url, server.create_database(), server.create_database())
             finally:
                 server.remove()
     finally:
