@@ -58,7 +58,6 @@ async def test_32_concurrent_turns_leased_in_three_parts_on_three_instances_over
         rows = await instances[0].stores.usage.days("2000-01-01", "2100-01-01")
     used = totals(rows, Scope("agent", "", "default"), "2000-01-01", {}).tokens
     reservation = MAX_TOKENS + 1 + estimate_text_tokens(f"question {TURNS - 1}")
-    print("USED", used)
     assert 0 < used <= BUDGETS["agent_day"] + reservation
     assert all(granted)  # every instance admitted turns from leases of its own
 
