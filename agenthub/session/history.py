@@ -159,6 +159,18 @@ class SessionHistory:
             messages = await self._messages(key)
             return messages, (await self._meta(key) if messages else None)
 
+    def peek_now(self, key: SessionKey) -> tuple[list[Message], SessionMeta | None] | None:
+        """What `peek` would answer, synchronously, when the cache holds all of it (the history, and its meta when it
+        has any: loaded, and trusted) and no task holds or waits for the session's lock; else None (then `peek`).
+        No write is ever seen half done (every change of the cache is made in one step, after the store's write),
+        and one in flight, or queued, makes this None: `peek` waits for it and answers what it left."""
+        entry = self._entries.get(key)
+        if entry is None or entry.messages is None or key in self._users or not self._trusted(key):
+            return None
+        if not entry.messages:
+            return entry.messages, None
+        return (entry.messages, entry.meta) if entry.meta_loaded else None
+
     async def count(self, key: SessionKey) -> int:
         async with self._locked(key):
             return len(await self._messages(key))

@@ -19,6 +19,8 @@ from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage import jsonl
 from agenthub.storage.in_ram import InMemorySessionStore
 from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, read_meta, write_meta
+from agenthub.storage.postgres.database import open_database
+from agenthub.storage.postgres.sessions import PostgresSessionStore
 
 KEY = session_key("reviewer", "http", "chat-1")
 
@@ -56,6 +58,64 @@ async def test_peek_reads_the_history_and_its_meta_and_writes_nothing(tmp_path: 
     messages, meta = await again.peek(KEY)
     assert len(messages) == 1 and meta is None
     assert not (tmp_path / "data/reviewer/sessions/reviewer_http_chat-1.meta.json").exists()  # none synthesised
+
+
+async def test_peek_now_answers_as_peek_from_the_cache_and_nothing_it_does_not_hold(tmp_path: Path) -> None:
+    history = _history(tmp_path)
+    assert history.peek_now(KEY) is None  # nothing cached: `peek` reads the store
+    assert await history.peek(KEY) == ([], None)
+    assert history.peek_now(KEY) == ([], None)  # an empty history: no meta asked for
+    await history.append(KEY, _user("a"), meta_changes={"last_usage": {"input_tokens": 7}})
+    now = history.peek_now(KEY)
+    assert now is not None and now == await history.peek(KEY)
+    assert now[0] is (await history.peek(KEY))[0]  # the cache's own list, as `peek`'s
+    again = _history(tmp_path)
+    await again.count(KEY)  # the history loaded, its meta not yet
+    assert again.peek_now(KEY) is None
+    assert again.peek_now(KEY) is None and (await again.peek(KEY))[1] is not None
+    assert again.peek_now(KEY) == await again.peek(KEY)
+
+
+async def test_peek_now_never_answers_while_a_write_of_the_session_is_under_way(tmp_path: Path) -> None:
+    """An append in flight holds the session's lock until the store has it and the cache follows: meanwhile
+    `peek_now` says None (then `peek` waits for the append), so no answer is ever a write half done: before it, the
+    history and meta as they were; after it, both as it left them."""
+    history = _history(tmp_path)
+    await history.append(KEY, _user("a"))
+
+    def state() -> tuple[list[str], dict[str, int] | None] | None:
+        seen = history.peek_now(KEY)
+        return None if seen is None else ([m["content"] for m in seen[0]], seen[1].last_usage if seen[1] else None)
+
+    writing = asyncio.create_task(history.append(KEY, _user("b"), meta_changes={"last_usage": {"input_tokens": 9}}))
+    seen = []
+    while not writing.done():  # every step of the loop while the append runs (its task, the store's write)
+        seen.append(state())
+        await asyncio.sleep(0)
+    seen.append(state())
+    assert None in seen  # the lock taken: no answer until it is let go
+    first, last = seen.index(None), len(seen) - seen[::-1].index(None)
+    assert set(map(repr, seen[:first])) <= {repr((["a"], None))}
+    assert all(s is None for s in seen[first:last])
+    assert seen[last:] and set(map(repr, seen[last:])) == {repr((["a", "b"], {"input_tokens": 9}))}
+    assert history.peek_now(KEY) == await history.peek(KEY)
+
+
+async def test_peek_now_of_a_shared_store_answers_only_while_the_lease_is_held(postgres_dsn: str) -> None:
+    """PostgreSQL: another instance may write a session this one does not hold, so its cache is no answer then."""
+    store = PostgresSessionStore(await open_database(postgres_dsn))
+    key = SessionKey("default", "http", "peeked-now")
+    try:
+        history = SessionHistory(store=store)
+        history.lease_held(key, True)
+        await store.fence(key, 1)
+        await history.append(key, _user("a"))
+        assert history.peek_now(key) == await history.peek(key)
+        history.lease_held(key, False)
+        assert history.peek_now(key) is None
+        assert [m["content"] for m in (await history.peek(key))[0]] == ["a"]
+    finally:
+        await store.close()
 
 
 async def test_load_returns_a_copy(tmp_path: Path) -> None:

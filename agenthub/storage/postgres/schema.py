@@ -13,6 +13,7 @@ from agenthub.storage.postgres.schema_claim_ride import CLAIM_RIDE_SQL, CLAIM_RI
 from agenthub.storage.postgres.schema_forgotten import USAGE_FORGOTTEN_SQL, USAGE_FORGOTTEN_WHAT
 from agenthub.storage.postgres.schema_lease_asked import LEASE_ASKED_SQL, LEASE_ASKED_WHAT
 from agenthub.storage.postgres.schema_memory_clock import MEMORY_CLOCK_SQL, MEMORY_CLOCK_WHAT
+from agenthub.storage.postgres.schema_reserve_set import RESERVE_SET_SQL, RESERVE_SET_WHAT
 from agenthub.storage.postgres.schema_search import SEARCH_PACKED_SQL, SEARCH_PACKED_WHAT
 from agenthub.storage.postgres.schema_search_names import SEARCH_NAMES_SQL, SEARCH_NAMES_WHAT
 from agenthub.storage.postgres.schema_usage import (
@@ -782,6 +783,9 @@ CLAIM_RIDE = Migration(26, CLAIM_RIDE_WHAT, CLAIM_RIDE_SQL)
 LEASE_ASKED = Migration(27, LEASE_ASKED_WHAT, LEASE_ASKED_SQL)
 """Migration 27 (`schema_lease_asked`): a lease's release announced only when another instance asked for it."""
 
+RESERVE_SET = Migration(30, RESERVE_SET_WHAT, RESERVE_SET_SQL)
+"""Migration 30 (`schema_reserve_set`): the budget check and reservation in two statements (beside migration 22's)."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -809,6 +813,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MEMORY_CLOCK,
     CLAIM_RIDE,
     LEASE_ASKED,
+    RESERVE_SET,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

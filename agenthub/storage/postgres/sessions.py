@@ -107,9 +107,9 @@ _CLAIM = (
 )
 _CLAIM_RIDING = (
     "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record, o_scope, o_day, o_month, o_reserved "
-    "FROM agenthub_session_claim_reserving(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::text[])"
+    "FROM agenthub_session_claim_reserve_set(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::text[])"
 )
-"""`_CLAIM` with a budget reservation riding in it (migration 26): the claim's rows, then the reservation's."""
+"""`_CLAIM` with a budget reservation riding in it (migrations 26 and 30): the claim's rows, then the reservation's."""
 FRESH_FOR_S = 2.0
 """How long what a claim read answers the `load` and `read_meta` that follow it (once each)."""
 _FENCE = "SELECT agenthub_session_fence(%(agent)s, %(channel)s, %(chat_id)s, %(token)s)"

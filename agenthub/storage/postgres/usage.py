@@ -1,12 +1,13 @@
 """`PostgresUsageStore`: usage calls and day roll-ups, and budget reservations shared by every instance.
 
-A reservation is checked and taken in one call of `usage_reserve_except` (migration 22; as `usage_reserve_totals`
-of migration 17, leaving out the reservations the caller settled and stored the usage of) under an advisory lock per
-scope (taken in sorted order, so two turns sharing scopes never deadlock): what every instance's running turns
-reserved counts until it is released (with the turn's usage, in one transaction) or its `expires_at` passes (the
-instance died). The check reads each scope's running totals (`usage_totals`: a day's and a month's row), which
-every change of `usage_days` updates in its own transaction (after its day rows, in key order: writers never
-deadlock), so a check reads a few rows however much was used in the month.
+A reservation is checked and taken in one call of `usage_reserve_set` (migration 30: `usage_reserve_except` of
+migration 22 in two statements; that one as `usage_reserve_totals` of migration 17, leaving out the reservations the
+caller settled and stored the usage of) under an advisory lock per scope (taken in sorted order, so two turns
+sharing scopes never deadlock): what every instance's running turns reserved counts until it is released (with the
+turn's usage, in one transaction) or its `expires_at` passes (the instance died). The check reads each scope's
+running totals (`usage_totals`: a day's and a month's row), which every change of `usage_days` updates in its own
+transaction (after its day rows, in key order: writers never deadlock), so a check reads a few rows however much
+was used in the month.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ ADD_TOTALS = USAGE_TOTALS_ADD.format(
     "WITH ORDINALITY AS x(scope, period, tokens, n) ORDER BY n"
 )
 """The running totals of a write's rows (`totals_of`: summed per key, in key order)."""
-_RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve_except(%s, %s, %s, %s, %s, %s::text[])"
+_RESERVE = "SELECT o_scope, o_day, o_month, o_reserved FROM usage_reserve_set(%s, %s, %s, %s, %s, %s::text[])"
 _RELEASE = "DELETE FROM usage_reservations WHERE id = ANY(%s)"
 _ADD_ON_CONFLICT = """ON CONFLICT ({key}, agent, channel, chat_id, sender_id, model, purpose) DO UPDATE SET
     input = d.input + excluded.input, output = d.output + excluded.output,
@@ -162,7 +163,7 @@ class PostgresUsageStore:
     async def reserve(
         self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
     ) -> Reservation:
-        """One round trip (`usage_reserve_except`, migration 22): the scopes' locks in key order, their usage and
+        """One round trip (`usage_reserve_set`, migration 30): the scopes' locks in key order, their usage and
         what running turns reserved (but `ignore`), the reservation unless a limit is reached; lapsed rows are swept
         now and then."""
         ride = self.ride(claims, day, tokens, ttl_s, ignore=ignore)
@@ -179,8 +180,8 @@ class PostgresUsageStore:
     def ride(
         self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
     ) -> ClaimRide:
-        """`usage_reserve_except`'s arguments (the claims in key order: the scopes' locks are taken in it), to be
-        sent alone (`reserve`) or with a session's claim (`PostgresSessionStore.claim`, migration 26)."""
+        """`usage_reserve_set`'s arguments (the claims in key order: the scopes' locks are taken in it), to be
+        sent alone (`reserve`) or with a session's claim (`PostgresSessionStore.claim`, migrations 26 and 30)."""
         ordered = sorted(claims, key=_claim_key) if len(claims) > 1 else claims
         rid = reservation_id()
         claimed = ", ".join(
@@ -324,7 +325,7 @@ def _claim_key(claim: Claim) -> str:
 
 @functools.lru_cache(maxsize=4096)  # a scope is checked again and again: its part of the claims' JSON made once
 def _scope_json(scope: Scope) -> str:
-    """A claim's JSON object for `usage_reserve_except` without its limits and its closing brace."""
+    """A claim's JSON object for `usage_reserve_set` without its limits and its closing brace."""
     quoted = encode_basestring  # as `json.dumps(..., ensure_ascii=False)` writes a string (a dict of them: 3× slower)
     return (
         f'{{"kind": {quoted(scope.kind)}, "channel": {quoted(scope.channel)}, "ident": {quoted(scope.ident)}, '
