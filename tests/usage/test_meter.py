@@ -94,8 +94,9 @@ async def test_turns_under_budgets_report_the_gates_cpu_and_turns_without_none(
         exempt_sections = gate.cpu.sections - checked_sections
         gate.leases.close()  # alice's lease ends: its release is a write of its own
         await gate.drain()
-    # each checked turn: whether budgets apply, its estimate, the admission and the settlement
-    assert checked_sections == 3 * 4
+    # each checked turn: whether budgets apply, its estimate, the admission and the settlement; the first turn's
+    # estimate looks at the cache (`SessionHistory.peek_now`) and, its session not loaded yet, reads it (`peek`)
+    assert checked_sections == 3 * 4 + 1
     assert checked_cpu > 0
     assert exempt_sections == 1  # an exempt sender's turn only asks whether budgets apply
     assert gw.turn_services.usage.recorder.release_cpu.sections == 1
