@@ -6,38 +6,38 @@ from __future__ import annotations
 RESERVE_SET_WHAT = "the budget check and reservation in two statements, alone or riding in a session's claim"
 RESERVE_SET_SQL = (
     # `usage_reserve_except` (migration 22) without its loops: the same arguments, rows, locks and rule, in two
-    # statements instead of one per scope and step (its statements, each with its own executor start, snapshot
-    # and plan look-up, cost the server ~0.3 ms a call; this one ~0.1 ms). First the scopes' budget locks, in the
-    # claims' order (the caller sorts them by key); then, with a snapshot taken after them (each statement of a
-    # function takes its own), every scope's day and month totals (its own row and its forget tag's, as
-    # migration 17) plus what running turns hold of it (but `p_ignore`), and the reservation, in that same
-    # statement, unless a limit is reached. Every row says whether the reservation was made (the old function's
-    # rows said it cumulatively; `usage.used_of` reads all of them alike). Old instances keep calling
-    # `usage_reserve_except`: both take the same locks, so the guarantee holds across them
+    # statements instead of one per scope and step (each with its own executor start, snapshot and plan look-up),
+    # the claims' JSON read once as typed rows. First the scopes' budget locks, in the claims' order (the caller
+    # sorts them by key); then, with a snapshot taken after them (each statement of a function takes its own),
+    # every scope's day and month totals (its own row and its forget tag's, as migration 17) plus what running
+    # turns hold of it (but `p_ignore`), and the reservation, in that same statement, unless a limit is reached.
+    # Every row says whether the reservation was made (the old function's rows said it cumulatively;
+    # `usage.used_of` reads them all alike). Old instances keep calling `usage_reserve_except`: both take the same
+    # locks, so the guarantee holds across them
     """CREATE FUNCTION usage_reserve_set(
             p_id text, p_claims text, p_day date, p_tokens bigint, p_ttl double precision, p_ignore text[]
         ) RETURNS TABLE (o_scope text, o_day bigint, o_month bigint, o_reserved boolean) LANGUAGE plpgsql AS $$
+        DECLARE
+            day_key text := to_char(p_day, 'YYYY-MM-DD');
+            month_key text := to_char(p_day, 'YYYY-MM');
         BEGIN
-            PERFORM pg_advisory_xact_lock(hashtextextended('budget:' || (t.e ->> 'key'), 0))
-               FROM json_array_elements(p_claims::json) WITH ORDINALITY AS t(e, n) ORDER BY t.n;
-            RETURN QUERY WITH c AS MATERIALIZED (
-                SELECT t.n, t.e ->> 'key' AS key, (t.e ->> 'day')::bigint AS day_limit,
-                       (t.e ->> 'month')::bigint AS month_limit,
-                       CASE WHEN t.e ->> 'kind' <> 'agent' THEN (t.e ->> 'kind') || ':' || (t.e ->> 'channel')
-                           || ':forgotten-' || left(encode(sha256(convert_to((t.e ->> 'channel') || E'\\n'
-                           || (t.e ->> 'ident'), 'UTF8')), 'hex'), 16) END AS tag
-                  FROM json_array_elements(p_claims::json) WITH ORDINALITY AS t(e, n)
-            ), u AS MATERIALIZED (
-                SELECT c.n, c.key, c.day_limit, c.month_limit,
+            PERFORM pg_advisory_xact_lock(hashtextextended('budget:' || c.key, 0))
+               FROM ROWS FROM (json_to_recordset(p_claims::json) AS (key text)) WITH ORDINALITY AS c(key, n)
+              ORDER BY c.n;
+            RETURN QUERY WITH u AS MATERIALIZED (
+                SELECT c.n, c.key, c.day AS day_limit, c.month AS month_limit,
                        (coalesce(s.d, 0) + h.held)::bigint AS d, (coalesce(s.m, 0) + h.held)::bigint AS m
-                  FROM c
+                  FROM ROWS FROM (json_to_recordset(p_claims::json) AS (kind text, channel text, ident text, key text,
+                        day bigint, month bigint)) WITH ORDINALITY AS c(kind, channel, ident, key, day, month, n)
                   CROSS JOIN LATERAL (SELECT coalesce(sum(x.tokens), 0) AS held FROM usage_reservations x
                         WHERE x.scope = c.key AND x.expires_at > clock_timestamp() AND x.id <> ALL(p_ignore)) h
                   CROSS JOIN LATERAL (
-                        SELECT sum(t.tokens) FILTER (WHERE t.period = to_char(p_day, 'YYYY-MM-DD')) AS d,
-                               sum(t.tokens) FILTER (WHERE t.period = to_char(p_day, 'YYYY-MM')) AS m
-                          FROM usage_totals t WHERE t.scope IN (c.key, c.tag)
-                           AND t.period IN (to_char(p_day, 'YYYY-MM-DD'), to_char(p_day, 'YYYY-MM'))) s
+                        SELECT sum(t.tokens) FILTER (WHERE t.period = day_key) AS d,
+                               sum(t.tokens) FILTER (WHERE t.period = month_key) AS m
+                          FROM usage_totals t WHERE t.scope IN (c.key, CASE WHEN c.kind <> 'agent' THEN c.kind || ':'
+                               || c.channel || ':forgotten-' || left(encode(sha256(convert_to(c.channel || E'\\n'
+                               || c.ident, 'UTF8')), 'hex'), 16) END)
+                           AND t.period IN (day_key, month_key)) s
             ), v AS (
                 SELECT NOT coalesce(bool_or((u.day_limit > 0 AND u.d >= u.day_limit)
                     OR (u.month_limit > 0 AND u.m >= u.month_limit)), false) AS ok FROM u
