@@ -163,3 +163,30 @@ async def test_a_corrupt_line_appended_later_is_named_by_its_line_in_the_file_an
     assert corrupt == [
         {"event": "search_line_corrupt", "log_level": "warning", "kind": "history", "session": str(key), "line": 3}
     ]
+
+
+async def test_an_index_that_kept_a_nul_from_an_older_release_is_rebuilt_with_u_fffd_at_start(tmp_path: Path) -> None:
+    """Docs indexed before search docs were made storable held a NUL as it was (its vector, embedded again at start,
+    holds U+FFFD: the same message twice in a search). The index of that release's schema is rebuilt at start."""
+    data_dir = tmp_path / "data"
+    history = SessionHistory(data_dir, fsync=False)
+    key = SessionKey("default", "http", "chat")
+    await history.append(key, _user("the vault\x00code nightingale-7"))
+    everywhere = SearchScope(None, agent_scoped=lambda _: True)
+    service = SearchService(data_dir)
+    try:
+        assert await _texts(service, "nightingale-7", everywhere) == ["the vault\ufffdcode nightingale-7"]
+    finally:
+        await service.close()
+    db = sqlite3.connect(index_path(AgentLayout(data_dir, "default")), isolation_level=None)
+    try:  # as the release before wrote it: schema 9, the NUL kept
+        db.execute("UPDATE docs SET text = replace(text, ?, ?)", ("\ufffd", "\x00"))
+        db.execute("UPDATE settings SET value = '9' WHERE name = 'schema'")
+        assert db.execute("SELECT text FROM docs").fetchall() == [("the vault\x00code nightingale-7",)]
+    finally:
+        db.close()
+    service = SearchService(data_dir)
+    try:
+        assert await _texts(service, "nightingale-7", everywhere) == ["the vault\ufffdcode nightingale-7"]
+    finally:
+        await service.close()
