@@ -10,15 +10,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
-
 from agenthub.errors import StorageError
 from agenthub.storage.usage_marks import forgotten_tag as forgotten_tag  # where it was first: imported from here
 
 if TYPE_CHECKING:
     from agenthub.storage.usage_files import FileUsageStore as FileUsageStore
-
-log = structlog.get_logger(__name__)
 
 Kind = Literal["user", "chat", "agent"]
 Period = Literal["day", "month"]
