@@ -54,8 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # `token`, `store` and `migrate` say what happened in their own lines (a failure in one line on stderr): their
-    # logs stay off stdout (`TOKEN=$(agenthub token create …)`) and quiet; `serve`, `chat`, `doctor` and `forget`
-    # set their own level and format
+    # logs stay off stdout (`TOKEN=$(agenthub token create …)`) and quiet (`store` and `migrate` show the stores'
+    # warnings on stderr); `serve`, `chat`, `doctor` and `forget` set their own level and format
     configure_logging("critical", stream=sys.stderr)
     try:
         code: int = args.run(args)

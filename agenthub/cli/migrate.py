@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from agenthub.cli.operator_log import show_store_warnings
 from agenthub.cli.settings import settings_or_say_why
 from agenthub.hosting.datalock import is_locked
 from agenthub.storage.migrate import migrate_workspace_layout
@@ -24,13 +25,12 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_or_say_why(args)
     if settings is None:
         return EXIT_USAGE
+    show_store_warnings()  # an entry left in place (its target exists): one warning line each
     report = migrate_workspace_layout(settings.workspace_dir, settings.agents_dir)
     for action in report.done:
         print(action)
     for left in report.pending:
         print(f"agenthub migrate: could not {left}", file=sys.stderr)
-    for kept in report.left:  # the CLI's logs are muted: the daemon's warning for it would not show
-        print(f"agenthub migrate: {kept}", file=sys.stderr)
     if report.pending:
         return EXIT_INCOMPLETE
     if not report.done:

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
+from agenthub.cli.operator_log import show_store_warnings
 from agenthub.cli.settings import settings_or_say_why
 from agenthub.config import Settings
 from agenthub.errors import StorageError
 from agenthub.hosting.datalock import DataDirLock, DataDirLocked
-from agenthub.log import configure_logging
 
 if TYPE_CHECKING:
     from agenthub.storage.copy_run import Counts
@@ -49,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_or_say_why(args)
     if settings is None:
         return EXIT_USAGE
-    _show_warnings()
+    show_store_warnings()
     if args.action == "migrate":
         return _migrate(settings)
     if args.action == "reindex":
@@ -72,28 +71,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"schema already at version {SCHEMA_VERSION}")
     return EXIT_OK
-
-
-DATABASE_LOGGERS = ("psycopg",)
-DATABASE_FAILURES = frozenset({"store_unavailable", "store_refused", "store_start_failed"})
-"""The database's failures (its driver's records, and `Database`'s events for them) end the command with its own one
-line (`agenthub store …: cannot connect …`): said once. What the PostgreSQL stores warn about the data (a record
-skipped) is said like the files' warnings."""
-
-
-def _show_warnings() -> None:
-    """What the stores warn about (a corrupt history line skipped while copying) is the operator's to see: one line
-    each on stderr; their info stays quiet, the counts on stdout say what was done."""
-    configure_logging("warning", "line", stream=sys.stderr)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_not_the_databases)
-
-
-def _not_the_databases(record: logging.LogRecord) -> bool:
-    if any(record.name == name or record.name.startswith(f"{name}.") for name in DATABASE_LOGGERS):
-        return False
-    event = record.msg.get("event") if isinstance(record.msg, dict) else None  # a structlog record's event dict
-    return event not in DATABASE_FAILURES
 
 
 NO_DSN = "agenthub store migrate: set AGENTHUB_STORE__DSN to the PostgreSQL database to copy into"

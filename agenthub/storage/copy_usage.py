@@ -23,7 +23,8 @@ from agenthub.storage.idempotency import IDEMPOTENCY_DIR
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
 from agenthub.storage.postgres.usage import ADD_TOTALS, totals_of
-from agenthub.storage.usage import FileUsageStore, UsageRow
+from agenthub.storage.usage import UsageRow
+from agenthub.storage.usage_files import FileUsageStore
 from agenthub.storage.usage_marks import MARKS_FILE, ForgetMark, read_marks
 
 Digest = Callable[[Any], str]

@@ -18,7 +18,7 @@ from agenthub.storage.search_files_feed import FilesSearch
 from agenthub.storage.search_vectors import FileVectorStore
 from agenthub.storage.stores import Stores
 from agenthub.storage.tokens import FileTokens, TokenStore
-from agenthub.storage.usage import FileUsageStore
+from agenthub.storage.usage_files import FileUsageStore
 
 if TYPE_CHECKING:
     from agenthub.config import Settings

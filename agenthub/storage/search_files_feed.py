@@ -19,12 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import structlog
+
 from agenthub.session_keys import SessionKey, key_from_file_stem
 from agenthub.storage.history_handover import HEAD_BYTES, TAIL_BYTES, Appended
 from agenthub.storage.jsonl import parse_line
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_files import FileSearchIndexStore, OnOpen
 from agenthub.storage.search_index import ARCHIVE, HISTORY, MEMORY, JsonWatermark, SearchDoc, SourceRef
+
+log = structlog.get_logger(__name__)
 
 _HEAD_BYTES = HEAD_BYTES
 _TAIL_BYTES = TAIL_BYTES
@@ -285,6 +289,8 @@ def _parse(reader: RecordDocs, source: SourceRef, data: bytes, first: int, hidde
     for number, line in enumerate(data.split(b"\n")[:-1], start=first):
         record = parse_line(line)
         if record is None:
+            if number >= hidden and line.strip():  # damaged (a blank line is nothing); its number, never its text
+                log.warning("search_line_corrupt", kind=source.kind, session=source.session, line=number + 1)
             continue
         doc = reader.doc(source, number, record)
         if doc is not None and number >= hidden:

@@ -38,10 +38,11 @@ from agenthub.storage.search_traffic import SearchTraffic
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 """7: postings in segments (log-structured, `search_segments`), scored vectorised (an index of another version is
 rebuilt from the files). 8: segments being merged (`building`) are written beside the live ones by the merger's
-own thread (`search_merger`)."""
+own thread (`search_merger`). 9: a segment's postings packed per bucket of hashed terms. 10: the same tables; docs
+indexed before search docs were made storable (`storage.storable`) held a NUL, now U+FFFD as the vectors' copy."""
 FRESH_ROWS = 256_000
 """New postings wait in `fresh` (a row per message) until this many have gathered, then become one segment. Larger
 segments hold fewer rows per posting (a term's postings of many messages are one row; at 64,000 the bench wrote

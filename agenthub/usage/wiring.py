@@ -11,7 +11,7 @@ from agenthub.config import Settings
 from agenthub.gateway.commands import CommandRouter, CommandTier
 from agenthub.llm.calllog import CallLog
 from agenthub.storage.ports import UsageStore
-from agenthub.storage.usage import FileUsageStore
+from agenthub.storage.usage_files import FileUsageStore
 from agenthub.storage.writer_thread import WriterThread
 from agenthub.usage.command import UsageCommand
 from agenthub.usage.gate import BudgetGate

@@ -41,17 +41,19 @@ def _warning_lines(err: str, history: Path) -> list[str]:
     return lines
 
 
-def test_reindex_on_the_files_keeps_its_info_quiet(
+def test_reindex_on_the_files_says_which_history_line_it_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The index skips a corrupt line without a word (the history's own reader warns when the session is loaded):
-    the rebuild says its counts on stdout and nothing on stderr, though it now logs its warnings there."""
+    """The index skips a corrupt line and says so (the session and the line's number, never its text), indexes the
+    lines around it, and keeps its info quiet: the counts on stdout, one warning line on stderr."""
     _history_with_a_corrupt_line(tmp_path)
     dirs_in_env(tmp_path, monkeypatch)
     assert main(["store", "reindex"]) == 0
     captured = capsys.readouterr()
     assert "search index of default: 2 passages from 1 sources" in captured.out
-    assert captured.err == ""
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert lines == [f"agenthub: warning: search_line_corrupt kind=history session={DESK} line=2"], captured.err
+    assert "cut" not in captured.err
 
 
 def test_migrate_says_which_history_line_it_skipped_while_copying(

@@ -26,7 +26,8 @@ from agenthub.messages import DoneEvent, ErrorEvent, InboundMessage, Usage
 from agenthub.session_keys import SessionKey
 from agenthub.storage.postgres import open_database
 from agenthub.storage.postgres.usage import PostgresUsageStore
-from agenthub.storage.usage import FileUsageStore, Forgotten, UsageRow, forgotten_tag
+from agenthub.storage.usage import Forgotten, UsageRow, forgotten_tag
+from agenthub.storage.usage_files import FileUsageStore
 from agenthub.usage.periods import day_of
 from agenthub.usage.recorder import NAME_AGAIN_S, UsageRecorder
 from agenthub.usage.report import group

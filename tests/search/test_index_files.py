@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest_asyncio
+from structlog.testing import capture_logs
 
 from agenthub.search.service import SearchService
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
+from agenthub.storage.jsonl import encode_lines
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.search_files import index_path
 from agenthub.storage.search_index import SearchScope
@@ -139,3 +141,52 @@ async def test_an_index_damaged_while_in_use_is_rebuilt_on_the_next_search(
         "after the damage 损坏之后",
         "before the damage 损坏之前",
     ]
+
+
+async def test_a_corrupt_line_appended_later_is_named_by_its_line_in_the_file_and_the_rest_indexed(
+    data: tuple[SessionHistory, SearchService], tmp_path: Path
+) -> None:
+    """The index reads only what was appended since it last looked: the warning still counts from the file's start,
+    and names the session, never the line's text."""
+    history, service = data
+    key = SessionKey("default", "http", "chat")
+    await history.append(key, _user("first 第一"), _user("second 第二"))
+    everywhere = SearchScope(None, agent_scoped=lambda _: True)
+    assert await _texts(service, "second", everywhere) == ["second 第二"]
+    (path,) = (tmp_path / "data" / "default" / "sessions").glob("*.jsonl")
+    with path.open("ab") as f:  # a damaged line, then a good one, written behind the history's back
+        f.write(b'{"role": "user", "content": "torn secret\n' + encode_lines([_user("third 第三")]))
+    with capture_logs() as logs:
+        service.history_changed("append", key)
+        assert await _texts(service, "third", everywhere) == ["third 第三"]
+    corrupt = [e for e in logs if e["event"] == "search_line_corrupt"]
+    assert corrupt == [
+        {"event": "search_line_corrupt", "log_level": "warning", "kind": "history", "session": str(key), "line": 3}
+    ]
+
+
+async def test_an_index_that_kept_a_nul_from_an_older_release_is_rebuilt_with_u_fffd_at_start(tmp_path: Path) -> None:
+    """Docs indexed before search docs were made storable held a NUL as it was (its vector, embedded again at start,
+    holds U+FFFD: the same message twice in a search). The index of that release's schema is rebuilt at start."""
+    data_dir = tmp_path / "data"
+    history = SessionHistory(data_dir, fsync=False)
+    key = SessionKey("default", "http", "chat")
+    await history.append(key, _user("the vault\x00code nightingale-7"))
+    everywhere = SearchScope(None, agent_scoped=lambda _: True)
+    service = SearchService(data_dir)
+    try:
+        assert await _texts(service, "nightingale-7", everywhere) == ["the vault\ufffdcode nightingale-7"]
+    finally:
+        await service.close()
+    db = sqlite3.connect(index_path(AgentLayout(data_dir, "default")), isolation_level=None)
+    try:  # as the release before wrote it: schema 9, the NUL kept
+        db.execute("UPDATE docs SET text = replace(text, ?, ?)", ("\ufffd", "\x00"))
+        db.execute("UPDATE settings SET value = '9' WHERE name = 'schema'")
+        assert db.execute("SELECT text FROM docs").fetchall() == [("the vault\x00code nightingale-7",)]
+    finally:
+        db.close()
+    service = SearchService(data_dir)
+    try:
+        assert await _texts(service, "nightingale-7", everywhere) == ["the vault\ufffdcode nightingale-7"]
+    finally:
+        await service.close()

@@ -201,7 +201,8 @@ async def test_serve_starts_on_a_read_only_install_and_agenthub_migrate_finishes
 def test_agenthub_migrate_says_which_entry_it_left_in_place(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A conflict is not moved; `agenthub migrate` says so on stderr (its logs are off since the CLI mutes them)."""
+    """A conflict is not moved; `agenthub migrate` shows the migration's warning for it on stderr, one line (as
+    `agenthub store migrate` shows the stores' warnings), said once."""
     ws, _ = _legacy_tree(tmp_path)
     (ws / "reviewer" / "docs").mkdir(parents=True)
     (ws / "reviewer" / "docs" / "a.md").write_text("newer")
@@ -210,6 +211,9 @@ def test_agenthub_migrate_says_which_entry_it_left_in_place(
     monkeypatch.chdir(tmp_path)
     assert main(["migrate"]) == 0
     captured = capsys.readouterr()
-    assert f"{tmp_path}/workspace_reviewer/docs" in captured.err and "left in place" in captured.err, captured
-    assert "left in place" not in captured.out
+    source, target = tmp_path / "workspace_reviewer" / "docs", ws / "reviewer" / "docs"
+    assert captured.err.splitlines() == [
+        f"agenthub: warning: migration_conflict_left_in_place source={source} target={target}"
+    ], captured
+    assert "left_in_place" not in captured.out
     assert (tmp_path / "workspace_reviewer" / "docs" / "a.md").read_text() == "review notes"

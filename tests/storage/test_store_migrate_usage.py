@@ -15,7 +15,8 @@ from agenthub.storage.idempotency import FileIdempotency
 from agenthub.storage.postgres import open_database
 from agenthub.storage.postgres.idempotency import PostgresIdempotency
 from agenthub.storage.postgres.usage import PostgresUsageStore
-from agenthub.storage.usage import FileUsageStore, Forgotten, UsageRow, forgotten_tag
+from agenthub.storage.usage import Forgotten, UsageRow, forgotten_tag
+from agenthub.storage.usage_files import FileUsageStore
 from agenthub.usage.report import group
 from tests.support.roots import dirs_in_env
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from agenthub.storage.ports import UsageStore
 from agenthub.storage.postgres import open_database
 from agenthub.storage.postgres.usage import PostgresUsageStore
-from agenthub.storage.usage import Claim, FileUsageStore, Forgotten, Scope, UsageRow, forgotten_tag
+from agenthub.storage.usage import Claim, Forgotten, Scope, UsageRow, forgotten_tag
+from agenthub.storage.usage_files import FileUsageStore
 from tests.support.gated_pool import GatedPool
 
 DAY = "2026-12-03"
@@ -166,3 +169,11 @@ async def test_a_cancelled_recovery_check_keeps_the_lock_to_its_reads_end(tmp_pa
     assert checking.cancelled()
     assert not appended_under_the_read
     assert (await store.reserve([Claim(ALICE, day_limit=1000)], DAY, 1, 60.0)).refused is not None  # 1,000 used
+
+
+def test_the_files_backend_is_still_importable_from_where_it_was_first() -> None:
+    from agenthub.storage import usage, usage_files
+
+    assert usage.FileUsageStore is usage_files.FileUsageStore
+    with pytest.raises(AttributeError):
+        getattr(usage, "NoSuchName")  # noqa: B009

@@ -13,7 +13,7 @@ import pytest
 from agenthub.clock import system_clock
 from agenthub.llm.types import CallOwner, LLMRequest, LLMResponse
 from agenthub.messages import Usage
-from agenthub.storage.usage import FileUsageStore
+from agenthub.storage.usage_files import FileUsageStore
 from agenthub.usage.periods import day_of
 from agenthub.usage.recorder import UsageRecorder
 from tests.support.gated_pool import GatedPool

@@ -9,7 +9,8 @@ from agenthub.config import PriceSettings, Settings
 from agenthub.gateway.core import GatewayCore
 from agenthub.hosting.app import build_gateway
 from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.storage.usage import FileUsageStore, UsageRow
+from agenthub.storage.usage import UsageRow
+from agenthub.storage.usage_files import FileUsageStore
 from agenthub.usage.report import group
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 
