@@ -119,3 +119,23 @@ async def test_a_claim_whose_caller_was_cancelled_gives_its_grant_back(two: list
     assert await claim(b, keys[2], "b") is None  # the one whose caller waited is a's
     again = await claim(a, keys[1], "a")  # given back, then taken by b: a is refused, not handed b's grant
     assert again is None
+
+
+async def test_a_claim_sent_after_a_cancelled_one_is_not_let_go_by_its_give_back(
+    two: list[PostgresSessionStore],
+) -> None:
+    """The same holder's next claim of the session would be renewed with the given-back grant's token: it waits
+    for that let-go, so the let-go cannot expire the new grant."""
+    a, b = two
+    k, other = key(0), key(1)
+    in_flight = asyncio.create_task(claim(a, other, "a"))  # the batch in flight: the cancelled one waits behind it
+    await asyncio.sleep(0)
+    cancelled = asyncio.create_task(claim(a, k, "a"))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.gather(in_flight, cancelled, return_exceptions=True)
+    again = await claim(a, k, "a")
+    assert again is not None
+    await a.claims.close()
+    assert await claim(b, k, "b") is None  # a holds it still
+    await a.append(k, [{"role": "user", "content": "a's"}])

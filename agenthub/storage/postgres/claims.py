@@ -5,7 +5,7 @@ commit: the first goes at once, those that come while it is out go together in t
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -45,9 +45,8 @@ class ClaimAsk:
     born: int | None
     since: int
     rows: list[Row] | None = None
-    """The claim's rows, once its batch is answered."""
-    abandoned: bool = False
-    """Its caller stopped waiting (cancelled): a lease the batch granted it is given back."""
+    """The claim's rows, once its batch is answered (None: it failed, or was never sent)."""
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Claims:
@@ -60,24 +59,32 @@ class Claims:
         self._let_gos = let_gos
         self._batches: Batches[ClaimAsk, list[Row]] = Batches(self._send, "session-claims")
         self._giving_back: dict[str, asyncio.Task[None]] = {}
+        """Per lease name, the give-back of a cancelled claim's grant (waiting for its batch's answer first)."""
+        self._abandoned: set[ClaimAsk] = set()
         self.statements = 0
         """Statements sent (tests: claims that came together went together)."""
 
     async def claim(self, ask: ClaimAsk) -> list[Row]:
         """The rows of `ask`'s claim (as `agenthub_session_claim` returns them)."""
-        giving_back = self._giving_back.get(ask.name)
-        if giving_back is not None:  # a grant given back must not expire this claim's (the same token, renewed)
-            await asyncio.shield(giving_back)
+        await self.given_back(ask.name)
         try:
             return await self._batches(ask)
         except asyncio.CancelledError:
-            ask.abandoned = True
-            self._give_back(ask)  # answered already (the result came as the caller was cancelled), or on answer
+            self._give_back(ask)  # whether its batch answered already or answers later
             raise
+
+    async def given_back(self, name: str) -> None:
+        """Wait for the let-go of a grant of lease `name` given back here: a claim of it sent before that let-go
+        would be renewed with the same token, then expired by it."""
+        giving_back = self._giving_back.get(name)
+        if giving_back is not None:
+            await asyncio.shield(giving_back)
 
     async def close(self) -> None:
         """Wait for the claims asked for and the grants given back (the store closes its pool after this)."""
         await self._batches.aclose()
+        for ask in self._abandoned:  # never sent (the loop is closing): nothing was granted
+            ask.answered.set()
         while self._giving_back:
             await asyncio.wait(list(self._giving_back.values()))
 
@@ -95,29 +102,43 @@ class Claims:
             "sinces": [a.since for a in ordered],
         }
         self.statements += 1
-        async with self.database.connection("claim the session") as conn:
-            cursor = await conn.execute(_CLAIM_MANY, params)
-            rows = await cursor.fetchall()
+        try:
+            async with self.database.connection("claim the session") as conn:
+                cursor = await conn.execute(_CLAIM_MANY, params)
+                rows = await cursor.fetchall()
+        finally:  # answered, or failed: a give-back waiting for it goes on
+            for ask in asks:
+                ask.answered.set()
         by_position: list[list[Row]] = [[] for _ in ordered]
         for row in rows:
             by_position[int(row[0]) - 1].append(tuple(row[1:]))
         results: list[list[Row]] = [[] for _ in asks]
         for position, index in enumerate(order):
             asks[index].rows = results[index] = by_position[position]
-        for ask in asks:
-            if ask.abandoned:
-                self._give_back(ask)
         return results
 
     def _give_back(self, ask: ClaimAsk) -> None:
-        """Let go the lease granted to an abandoned claim (once: its rows are taken)."""
-        rows, ask.rows = ask.rows, None
-        if not rows or rows[0][0] is None or ask.name in self._giving_back:
-            return
-        item = LetGo(ask.name, int(rows[0][0]), ask.key.agent, ask.key.channel, ask.key.chat_id, None)
-        task = asyncio.create_task(self._let_go(item), name=f"claim-given-back:{ask.name}")
+        """Let go the lease granted to the claim of a caller that stopped waiting, once its batch answers (after
+        any earlier give-back of the same lease)."""
+        before = self._giving_back.get(ask.name)
+        self._abandoned.add(ask)
+        task = asyncio.create_task(self._give_back_after(ask, before), name=f"claim-given-back:{ask.name}")
         self._giving_back[ask.name] = task
-        task.add_done_callback(lambda _: self._giving_back.pop(ask.name, None))
+        task.add_done_callback(lambda done: self._given_back(ask, done))
+
+    def _given_back(self, ask: ClaimAsk, task: asyncio.Task[None]) -> None:
+        self._abandoned.discard(ask)
+        if self._giving_back.get(ask.name) is task:
+            del self._giving_back[ask.name]
+
+    async def _give_back_after(self, ask: ClaimAsk, before: asyncio.Task[None] | None) -> None:
+        if before is not None:
+            await asyncio.wait([before])
+        await ask.answered.wait()
+        rows = ask.rows
+        if not rows or rows[0][0] is None:  # refused, failed or never sent: nothing to give back
+            return
+        await self._let_go(LetGo(ask.name, int(rows[0][0]), ask.key.agent, ask.key.channel, ask.key.chat_id, None))
 
     async def _let_go(self, item: LetGo) -> None:
         try:

@@ -253,6 +253,7 @@ class PostgresSessionStore:
     async def _claim_riding(self, claiming: tuple[Any, ...], ride: ClaimRide) -> list[Any]:
         """The claim with `ride` in it, alone in its statement (migration 26): the claim's rows; the reservation's
         are the ride's."""
+        await self.claims.given_back(claiming[0])  # a grant of it given back (a cancelled claim) let go first
         async with self.database.connection("claim the session") as conn:
             ride.sent = True
             cursor = await conn.execute(_CLAIM_RIDING, (*claiming, *ride.params))
