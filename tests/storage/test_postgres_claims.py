@@ -1,6 +1,7 @@
 """Session claims on PostgreSQL: the claims an instance asks for together go in one statement, each with its own
 grant, fence and records; a session held elsewhere is refused alone; two instances claiming the same sessions at
-once never both hold one; a claim whose caller was cancelled gives its grant back."""
+once never both hold one, also when one's claims carry budget reservations (alone, with budget locks); a claim
+whose caller was cancelled gives its grant back."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest_asyncio
 from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.lease import Lease
 from agenthub.storage.postgres import PostgresSessionStore, postgres_store_factory
+from agenthub.storage.postgres.usage import PostgresUsageStore
+from agenthub.storage.usage import Claim, Scope
 
 TTL_S = 30.0
 
@@ -97,6 +100,39 @@ async def test_two_instances_claiming_the_same_sessions_at_once_never_both_hold_
             held = [(k, lease) for k, lease in zip(keys, leases, strict=True) if lease is not None]
             await asyncio.gather(*(store.append(k, [{"role": "user", "content": "x"}]) for k, _ in held))
             await asyncio.gather(*(store.let_go(k, lease) for k, lease in held))
+
+
+async def test_riding_claims_against_batched_claims_of_the_same_sessions_never_deadlock_nor_share_one(
+    two: list[PostgresSessionStore],
+) -> None:
+    """a's claims each carry a budget reservation of the same agent and chats (alone in their statements: lease,
+    session lock, then budget locks), b's go in batches (leases and session locks, session after session): round
+    after round at the same moment, exactly one holds each session, and every reservation made was a's granted
+    claim's. A deadlock would surface as a StorageError."""
+    a, b = two
+    usage = PostgresUsageStore(a.database)
+    keys = [key(n) for n in range(8)]
+    made = 0
+    for round_ in range(12):
+        rides = {k: usage.ride(_claims(k), "2026-12-05", 10, 60.0) for k in keys}
+        a_claims, b_leases = await asyncio.gather(
+            asyncio.gather(*(a.claim(k, name(k), "a", TTL_S, ride=rides[k]) for k in keys)),
+            asyncio.gather(*(claim(b, k, "b") for k in keys)),
+        )
+        for k, got_a, lease_b in zip(keys, a_claims, b_leases, strict=True):
+            assert (got_a is None) != (lease_b is None), (round_, k)
+            assert (rides[k].rows is not None) == (got_a is not None)  # reserved only with the grant
+            made += rides[k].rows is not None
+        for k, got_a in zip(keys, a_claims, strict=True):
+            if got_a is not None:
+                await usage.release(rides[k].id)
+                await a.let_go(k, Lease(name(k), "a", got_a.token, 0.0))
+        await asyncio.gather(*(b.let_go(k, lease) for k, lease in zip(keys, b_leases, strict=True) if lease))
+    assert made > 0
+
+
+def _claims(k: SessionKey) -> list[Claim]:
+    return [Claim(Scope("agent", "", k.agent), day_limit=10**6), Claim(Scope("chat", k.channel, k.chat_id), 10**6)]
 
 
 async def test_a_claim_whose_caller_was_cancelled_gives_its_grant_back(two: list[PostgresSessionStore]) -> None:
