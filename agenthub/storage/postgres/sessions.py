@@ -23,6 +23,7 @@ from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import Lease, SessionClaim
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.batches import Batches
+from agenthub.storage.postgres.claims import ClaimAsk, Claims
 from agenthub.storage.postgres.database import Database, open_database
 from agenthub.storage.postgres.let_go import LetGo, LetGos
 from agenthub.storage.postgres.memory_clock import VERSION, MemoryClock
@@ -101,15 +102,12 @@ next_seq}, or NULL when a newer lease fenced the session; once it landed, the me
 token (a busy session's meta reaches the database with its next append instead of waiting for the lease's release,
 at no round trip of its own); and the memory version (migration 25), which the turn's read of its memory files that
 follows needs (`MemoryClock`)."""
-_CLAIM = (
-    "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record FROM agenthub_session_claim("
-    "%(name)s, %(holder)s, %(ttl)s, %(agent)s, %(channel)s, %(chat_id)s, %(born)s, %(since)s)"
-)
 _CLAIM_RIDING = (
     "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record, o_scope, o_day, o_month, o_reserved "
     "FROM agenthub_session_claim_reserve_set(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::text[])"
 )
-"""`_CLAIM` with a budget reservation riding in it (migrations 26 and 30): the claim's rows, then the reservation's."""
+"""`agenthub_session_claim` with a budget reservation riding in it (migrations 26 and 30), alone in its statement (the
+claims without a ride go in batches: `claims.py`): the claim's rows, then the reservation's."""
 FRESH_FOR_S = 2.0
 """How long what a claim read answers the `load` and `read_meta` that follow it (once each)."""
 _FENCE = "SELECT agenthub_session_fence(%(agent)s, %(channel)s, %(chat_id)s, %(token)s)"
@@ -185,6 +183,8 @@ class PostgresSessionStore:
         fenced (so wrote) it since."""
         self._copies = SessionCopies()
         self.let_gos = LetGos(database)
+        self.claims = Claims(database, self.let_gos)
+        """The claims without a ride: those asked for while one batch is out go together in the next."""
         self._pending_meta: dict[SessionKey, SessionMeta] = {}
         """Metas written behind while this instance holds the session's lease: sent with the session's next append,
         or with the lease's release."""
@@ -195,6 +195,7 @@ class PostgresSessionStore:
 
     async def close(self) -> None:
         await self._appends.aclose()
+        await self.claims.close()
         await self.let_gos.close()
         await self.database.close()
 
@@ -228,17 +229,11 @@ class PostgresSessionStore:
         `ride`: a budget check and reservation made in the same statement once the lease is granted (its `rows`)."""
         copy = self._copies.get(key)
         since, born = (copy.next_seq, copy.born) if copy is not None else (0, None)
-        async with self.database.connection("claim the session") as conn:
-            if ride is None:
-                params = _params(key, name=name, holder=holder, ttl=ttl_s, born=born, since=since)
-                cursor = await conn.execute(_CLAIM, params)
-            else:
-                claiming = (name, holder, ttl_s, key.agent, key.channel, key.chat_id, born, since)
-                ride.sent = True
-                cursor = await conn.execute(_CLAIM_RIDING, (*claiming, *ride.params))
-            rows = await cursor.fetchall()
-        if ride is not None:
-            rows, ride.rows = _ridden(rows)
+        if ride is None:  # with the claims of other sessions asked for meanwhile (`Claims`)
+            rows = await self.claims.claim(ClaimAsk(name, holder, ttl_s, key, born, since))
+        else:
+            claiming = (name, holder, ttl_s, key.agent, key.channel, key.chat_id, born, since)
+            rows = await self._claim_riding(claiming, ride)
         if not rows or rows[0][0] is None:
             return None
         head, texts = rows[0], [row[6] for row in rows[1:]]
@@ -254,6 +249,17 @@ class PostgresSessionStore:
             self._fresh_records[key] = (until, records)
             self._fresh_meta[key] = (until, head[4], _newest_timestamp(records))
         return SessionClaim(token, moved, new=previous is None)
+
+    async def _claim_riding(self, claiming: tuple[Any, ...], ride: ClaimRide) -> list[Any]:
+        """The claim with `ride` in it, alone in its statement (migration 26): the claim's rows; the reservation's
+        are the ride's."""
+        await self.claims.given_back(claiming[0])  # a grant of it given back (a cancelled claim) let go first
+        async with self.database.connection("claim the session") as conn:
+            ride.sent = True
+            cursor = await conn.execute(_CLAIM_RIDING, (*claiming, *ride.params))
+            rows = await cursor.fetchall()
+        claimed, ride.rows = _ridden(rows)
+        return claimed
 
     def _caught_up(
         self, key: SessionKey, copy: Copy | None, born: int | None, next_seq: int | None, texts: list[str]
