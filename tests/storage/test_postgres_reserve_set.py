@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from typing import Any
 
 import psycopg
 
-from agenthub.storage.usage import forgotten_tag
+from agenthub.storage.postgres.database import open_database
+from agenthub.storage.postgres.usage import PostgresUsageStore
+from agenthub.storage.usage import Claim, Scope, forgotten_tag
 from tests.support.postgres import migrated
 
 DAY, MONTH = "2026-12-05", "2026-12"
@@ -136,3 +139,114 @@ async def test_instances_on_the_old_and_the_new_check_together_overspend_at_most
     finally:
         for conn in conns:
             await conn.close()
+
+
+ODD_IDENTS = ['a"b', "a\\b", "a\nb", "王小明😀", "a\tb\x01c", "a\\u0041", "o'brien;--", "\u2028x"]
+"""Ids the claims' JSON escapes (`PostgresUsageStore.ride` writes them): read as typed rows (the new function) they
+must name the same scopes, budget locks and forget tags as `->>` did (the old one)."""
+
+
+async def test_ids_the_claims_json_escapes_name_the_same_scopes_locks_and_forget_tags_in_both(
+    postgres_dsn: str,
+) -> None:
+    migrated(postgres_dsn)
+    database = await open_database(postgres_dsn)
+    store = PostgresUsageStore(database)
+    try:
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+            for ident in ODD_IDENTS:
+                channel = f"ch{ident}"
+                for kind in ("user", "chat"):  # 7 of its own and 5 under its forget tag, today and this month
+                    own, tag = f"{kind}:{channel}:{ident}", f"{kind}:{channel}:{forgotten_tag(channel, ident)}"
+                    for scope, tokens in ((own, 7), (tag, 5)):
+                        await conn.execute(
+                            "INSERT INTO usage_totals (scope, period, tokens) VALUES (%s, %s, %s), (%s, %s, %s)",
+                            (scope, DAY, tokens, scope, MONTH, tokens * 10),
+                        )
+                claims = [
+                    Claim(Scope("user", channel, ident), 100, 0),
+                    Claim(Scope("chat", channel, ident), 0, 1000),
+                    Claim(Scope("agent", "", ident)),
+                ]
+                seen = {}
+                for name, sql in (("old", OLD), ("new", NEW)):
+                    ride = store.ride(claims, DAY, 10, 60.0)
+                    async with conn.transaction(force_rollback=True):
+                        rows = await (await conn.execute(sql, ride.params)).fetchall()
+                        held = await conn.execute("SELECT scope FROM usage_reservations WHERE id = %s", (ride.id,))
+                        locks = await conn.execute(
+                            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+                        )
+                        seen[name] = (rows, sorted(await held.fetchall()), sorted(await locks.fetchall()))
+                assert seen["new"] == seen["old"], ident
+                rows = seen["new"][0]
+                assert [r[1:] for r in rows if not r[0].startswith("agent:")] == [(12, 120, True)] * 2, ident
+                assert len(seen["new"][1]) == len(seen["new"][2]) == 3, ident
+    finally:
+        await database.close()
+
+
+SCOPES = {
+    "a": ("user", "wecom", "alice", 7000, 0),
+    "b": ("chat", "wecom", "room", 0, 9000),
+    "c": ("agent", "", "x", 11_000, 0),
+}
+
+
+async def test_old_and_new_checks_of_overlapping_scopes_together_never_deadlock_and_keep_every_bound(
+    postgres_dsn: str,
+) -> None:
+    """24 connections, 40 checks each, of overlapping scope sets, each check through either function at random:
+    both take the budget locks in the claims' (key) order, so none waits in a circle (a deadlock would fail a
+    check), and every scope's reservations end exactly at its limit (1,000 a turn)."""
+    migrated(postgres_dsn)
+    sets = [["a", "b"], ["b", "c"], ["a", "c"], ["a", "b", "c"], ["c"]]
+    rnd = random.Random(30)
+    conns = [await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) for _ in range(24)]
+    try:
+
+        async def checks(n: int) -> None:
+            for m in range(40):
+                claims = _claims(*(SCOPES[s] for s in rnd.choice(sets)))
+                await conns[n].execute(rnd.choice((OLD, NEW)), (f"t{n}-{m}", claims, DAY, 1000, 60.0, []))
+
+        async with asyncio.timeout(120):
+            await asyncio.gather(*(checks(n) for n in range(24)))
+        held = await conns[0].execute("SELECT scope, sum(tokens)::bigint FROM usage_reservations GROUP BY scope")
+        assert dict(await held.fetchall()) == {"user:wecom:alice": 7000, "chat:wecom:room": 9000, "agent:x": 11_000}
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+async def test_the_riding_claims_old_and_new_answer_alike_when_free_held_by_another_fenced_out_or_already_ours(
+    postgres_dsn: str,
+) -> None:
+    migrated(postgres_dsn)
+    claims = _claims(("user", "wecom", "alice", 10**6, 0))
+    before = {
+        "free": [],
+        "another's": ["INSERT INTO leases (name, holder, token, expires_at) VALUES ('s', 'x', 5, now() + '1h')"],
+        "fenced out": ["INSERT INTO session_fences VALUES ('default', 'wecom', 'room', 99)"],
+        "ours": [
+            "INSERT INTO leases (name, holder, token, expires_at) VALUES ('s', 'me', 5, now() + '1h')",
+            "INSERT INTO session_fences VALUES ('default', 'wecom', 'room', 5)",
+        ],
+    }
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        for case, statements in before.items():
+            seen = {}
+            for function in ("agenthub_session_claim_reserving", "agenthub_session_claim_reserve_set"):
+                async with conn.transaction(force_rollback=True):
+                    for statement in statements:
+                        await conn.execute(statement)
+                    riding = (
+                        f"SELECT o_token, o_fence, o_scope, o_day, o_month, o_reserved FROM {function}('s', 'me', "
+                        "15.0, 'default', 'wecom', 'room', NULL, 0, 'r', %s, %s, 1000, 60.0, ARRAY[]::text[])"
+                    )
+                    rows = await (await conn.execute(riding, (claims, DAY))).fetchall()
+                    held = await (await conn.execute("SELECT count(*) FROM usage_reservations")).fetchone()
+                seen[function] = (rows, held)
+            old, new = seen.values()
+            assert new == old, case
+            assert new[1] == ((1,) if case in ("free", "ours") else (0,)), case

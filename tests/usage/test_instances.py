@@ -176,3 +176,39 @@ async def test_returning_sessions_on_three_instances_checked_again_after_their_r
     reservation = 100 + MAX_TOKENS + 1 + estimate_text_tokens("question 11")  # the last prompt, the message, the room
     assert LIMIT <= used <= LIMIT + reservation
     assert sum(ridden) > 0 and held == (0,)
+
+
+async def test_a_session_back_from_another_instance_is_checked_for_the_prompt_that_instance_left(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """A answers her first message (a 100-token prompt), B her second (50,000), A her third: A's check reserves
+    for B's last prompt. What A's cache held before B took the session (`SessionHistory.peek_now` never answers
+    it: not held, then reloaded) would have reserved a few hundred tokens."""
+    fake_llm.default_usage = {"input_tokens": 100, "output_tokens": 50}
+    key = session_key("default", "wecom", "dm")
+    scope = Scope("user", "wecom", "alice").key
+    async with shared_instances(
+        tmp_path, fake_llm, postgres_dsn, 2, budgets={"user_day": 10**8}, llm={"max_tokens": MAX_TOKENS}
+    ) as (a, b):
+        first = await a.gateway.submit(InboundMessage("wecom", "dm", "alice", "m1"))
+        assert isinstance(await first.result(), DoneEvent)
+        fake_llm.default_usage = {"input_tokens": 50_000, "output_tokens": 50}  # below consolidation's threshold
+        second = await b.gateway.submit(InboundMessage("wecom", "dm", "alice", "m2"))
+        assert isinstance(await second.result(), DoneEvent)
+        async with asyncio.timeout(30):
+            while a.gateway.session_leases.holds(key):  # noqa: ASYNC110 (A let it go when B asked for it)
+                await asyncio.sleep(0.01)
+        assert a.gateway.history.peek_now(key) is None  # not held: what A cached is no answer
+        hold = asyncio.Event()
+        fake_llm.responder = lambda body: reply_text("ok", hold=hold)
+        third = await a.gateway.submit(InboundMessage("wecom", "dm", "alice", "m3"))
+        async with asyncio.timeout(30):
+            while not fake_llm.in_flight:  # noqa: ASYNC110 (the turn admitted, at the model)
+                await asyncio.sleep(0.01)
+        database = a.stores.sessions.database  # type: ignore[attr-defined]
+        async with database.connection("test reservations") as conn:
+            cursor = await conn.execute("SELECT max(tokens) FROM usage_reservations WHERE scope = %s", (scope,))
+            found = await cursor.fetchone()
+        hold.set()
+        assert isinstance(await third.result(), DoneEvent)
+    assert found is not None and found[0] >= 50_000 + MAX_TOKENS, found
