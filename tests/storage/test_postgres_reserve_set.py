@@ -1,4 +1,4 @@
-"""Migration 30's budget check (`usage_reserve_set`, alone and riding in a session's claim) answers as migration 22's
+"""Migration 28's budget check (`usage_reserve_set`, alone and riding in a session's claim) answers as migration 22's
 (`usage_reserve_except`) did, and instances on either of them, running together, keep the one-reservation bound."""
 
 from __future__ import annotations

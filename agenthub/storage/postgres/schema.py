@@ -162,8 +162,8 @@ CLAIM_RIDE = Migration(26, CLAIM_RIDE_WHAT, CLAIM_RIDE_SQL)
 LEASE_ASKED = Migration(27, LEASE_ASKED_WHAT, LEASE_ASKED_SQL)
 """Migration 27 (`schema_lease_asked`): a lease's release announced only when another instance asked for it."""
 
-RESERVE_SET = Migration(30, RESERVE_SET_WHAT, RESERVE_SET_SQL)
-"""Migration 30 (`schema_reserve_set`): the budget check and reservation in two statements (beside migration 22's)."""
+RESERVE_SET = Migration(28, RESERVE_SET_WHAT, RESERVE_SET_SQL)
+"""Migration 28 (`schema_reserve_set`): the budget check and reservation in two statements (beside migration 22's)."""
 
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,

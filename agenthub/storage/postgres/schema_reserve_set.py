@@ -1,4 +1,4 @@
-"""Migration 30: the budget check and reservation in two statements (`usage_reserve_set`), alone or riding in a
+"""Migration 28: the budget check and reservation in two statements (`usage_reserve_set`), alone or riding in a
 session's claim (`agenthub_session_claim_reserve_set`)."""
 
 from __future__ import annotations

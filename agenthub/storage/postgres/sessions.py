@@ -106,7 +106,7 @@ _CLAIM_RIDING = (
     "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record, o_scope, o_day, o_month, o_reserved "
     "FROM agenthub_session_claim_reserve_set(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::text[])"
 )
-"""`agenthub_session_claim` with a budget reservation riding in it (migrations 26 and 30), alone in its statement (the
+"""`agenthub_session_claim` with a budget reservation riding in it (migrations 26 and 28), alone in its statement (the
 claims without a ride go in batches: `claims.py`): the claim's rows, then the reservation's."""
 FRESH_FOR_S = 2.0
 """How long what a claim read answers the `load` and `read_meta` that follow it (once each)."""

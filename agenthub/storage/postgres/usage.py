@@ -1,6 +1,6 @@
 """`PostgresUsageStore`: usage calls and day roll-ups, and budget reservations shared by every instance.
 
-A reservation is checked and taken in one call of `usage_reserve_set` (migration 30: `usage_reserve_except` of
+A reservation is checked and taken in one call of `usage_reserve_set` (migration 28: `usage_reserve_except` of
 migration 22 in two statements; that one as `usage_reserve_totals` of migration 17, leaving out the reservations the
 caller settled and stored the usage of) under an advisory lock per scope (taken in sorted order, so two turns
 sharing scopes never deadlock): what every instance's running turns reserved counts until it is released (with the
@@ -163,7 +163,7 @@ class PostgresUsageStore:
     async def reserve(
         self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
     ) -> Reservation:
-        """One round trip (`usage_reserve_set`, migration 30): the scopes' locks in key order, their usage and
+        """One round trip (`usage_reserve_set`, migration 28): the scopes' locks in key order, their usage and
         what running turns reserved (but `ignore`), the reservation unless a limit is reached; lapsed rows are swept
         now and then."""
         ride = self.ride(claims, day, tokens, ttl_s, ignore=ignore)
@@ -181,7 +181,7 @@ class PostgresUsageStore:
         self, claims: Sequence[Claim], day: str, tokens: int, ttl_s: float, *, ignore: Collection[str] = ()
     ) -> ClaimRide:
         """`usage_reserve_set`'s arguments (the claims in key order: the scopes' locks are taken in it), to be
-        sent alone (`reserve`) or with a session's claim (`PostgresSessionStore.claim`, migrations 26 and 30)."""
+        sent alone (`reserve`) or with a session's claim (`PostgresSessionStore.claim`, migrations 26 and 28)."""
         ordered = sorted(claims, key=_claim_key) if len(claims) > 1 else claims
         rid = reservation_id()
         claimed = ", ".join(
