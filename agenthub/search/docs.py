@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -39,13 +41,30 @@ class RecordReader:
             storable(str(sender))
             if isinstance(sender, str | int) and not isinstance(sender, bool) and sender != ""
             else None,
-            int(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None,
+            _millis(ts),
             text,
         )
         return SearchDoc(passage, speaker_terms(passage.speaker) + tuple(index_terms(text)))
 
     def _is_skipped(self, tool_id: str) -> bool:
         return tool_id in self._skipped_set or (self._known is not None and self._known(tool_id))
+
+
+FIRST_MILLIS = int(dt.datetime(2, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
+LAST_MILLIS = int(dt.datetime(9998, 12, 31, tzinfo=dt.UTC).timestamp() * 1000)
+"""The times a passage keeps: a date in every time zone (a passage's time is told as one), and within 64 bits (an
+index's integer column, SQLite's or PostgreSQL's bigint)."""
+
+
+def _millis(ts: object) -> int | None:
+    """A record's timestamp as the index stores it; None for none, or for one no date can tell (NaN, an infinity,
+    beyond year 9998: a hand-edited line parses, and must not fail the read of its file or the telling of a hit)."""
+    if isinstance(ts, bool) or not isinstance(ts, int | float):
+        return None
+    if isinstance(ts, float) and not math.isfinite(ts):
+        return None
+    millis = int(ts)
+    return millis if FIRST_MILLIS <= millis <= LAST_MILLIS else None
 
 
 def speaker_terms(speaker: str | None) -> tuple[str, ...]:

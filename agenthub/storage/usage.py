@@ -230,10 +230,13 @@ def scope_keys(row: UsageRow) -> tuple[str, str, str]:
     )
 
 
-def __getattr__(name: str) -> Any:
-    """`FileUsageStore`, importable from here where it was first (its module, `usage_files`, imports this one)."""
-    if name == "FileUsageStore":
-        from agenthub.storage.usage_files import FileUsageStore
+if not TYPE_CHECKING:  # seen by mypy, a module `__getattr__` would make every misspelled name of this module `Any`
 
-        return FileUsageStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        """`FileUsageStore`, importable from here where it was first (its module, `usage_files`, imports this one);
+        the type checker sees it through the import above."""
+        if name == "FileUsageStore":
+            from agenthub.storage.usage_files import FileUsageStore
+
+            return FileUsageStore
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -190,3 +190,32 @@ async def test_an_index_that_kept_a_nul_from_an_older_release_is_rebuilt_with_u_
         assert await _texts(service, "nightingale-7", everywhere) == ["the vault\ufffdcode nightingale-7"]
     finally:
         await service.close()
+
+
+async def test_a_line_whose_time_no_index_can_hold_is_indexed_without_it_and_the_appends_after_it_too(
+    data: tuple[SessionHistory, SearchService], tmp_path: Path
+) -> None:
+    """A record with a timestamp of NaN, Infinity, beyond 64 bits or beyond any date (hand-edited, or from elsewhere)
+    parses: it is not a corrupt line, and must not fail the read of its file (the update of every session in its
+    batch, again at each append) nor the telling of its time: its passage is indexed without a time, and what is
+    appended after it is found."""
+    history, service = data
+    key = SessionKey("default", "http", "chat")
+    await history.append(key, _user("first 第一"))
+    everywhere = SearchScope(None, agent_scoped=lambda _: True)
+    assert await _texts(service, "first", everywhere) == ["first 第一"]
+    (path,) = (tmp_path / "data" / "default" / "sessions").glob("*.jsonl")
+    with path.open("ab") as f:  # written behind the history's back
+        for word, ts in (
+            ("nan", b"NaN"),
+            ("infinite", b"-Infinity"),
+            ("huge", b"123456789012345678901234567890"),
+            ("far", b"1e17"),
+        ):
+            f.write(b'{"role": "user", "content": "%s", "timestamp": %s}\n' % (word.encode(), ts))
+    await history.append(key, _user("after 之后"))
+    for word in ("nan", "infinite", "huge", "far", "after"):
+        hits = await service.search("default", word, everywhere, 20)
+        assert [(h.passage.text, h.passage.ts) for h in hits][:1] == [
+            (word, None) if word != "after" else ("after 之后", 1_764_000_000_000)
+        ], word
