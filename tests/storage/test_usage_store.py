@@ -4,8 +4,6 @@ lapsing after their lifetime; warnings once per period; day roll-ups summed."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from agenthub.storage.postgres.usage import PostgresUsageStore
 from agenthub.storage.usage import Claim, Forgotten, Scope, UsageRow, forgotten_tag
 from agenthub.storage.usage_files import FileUsageStore
 from tests.support.gated_pool import GatedPool
-from tests.support.paths import REPO
+from tests.support.typecheck import mypy_says
 
 DAY = "2026-12-03"
 ALICE = Scope("user", "wecom", "alice")
@@ -185,18 +183,13 @@ def test_the_files_backend_is_still_importable_from_where_it_was_first() -> None
 def test_a_misspelled_name_from_the_usage_module_is_still_a_type_error(tmp_path: Path) -> None:
     """`FileUsageStore` reached through the module's `__getattr__` must not make every other name of the module
     `Any` to mypy: `UsageRwo` or `usage.jugde` would pass the type check and fail only when run."""
-    probe = tmp_path / "probe.py"
-    probe.write_text(
+    out = mypy_says(
+        tmp_path,
         "from agenthub.storage import usage\n"
         "from agenthub.storage.usage import FileUsageStore, UsageRwo\n"
         "usage.jugde\n"
         "reveal_type(FileUsageStore)\n",
-        encoding="utf-8",
     )
-    config = ["--config-file", str(REPO / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache")]
-    command = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", *config, str(probe)]
-    checked = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
-    out = checked.stdout
     assert 'Module "agenthub.storage.usage" has no attribute "UsageRwo"' in out, out
     assert 'Module has no attribute "jugde"' in out, out
     assert "agenthub.storage.usage_files.FileUsageStore" in out, out  # the real class, not Any
