@@ -2,7 +2,9 @@
 
 1. N sessions x M turns (JSON chats, a session's turns one after another, the sessions at once) at a fake model
    of L ms, one instance on PostgreSQL over the same on files (target <= 1.3);
-2. the same with three instances on one database behind a round-robin client, over one instance (target <= 1.0);
+2. the same with three instances on one database behind a round-robin client, over one instance (target <= 1.0;
+   every turn of a chat then lands on another instance than its last); for information, the same three behind a
+   client that sends each chat to one instance (a load balancer hashing the chat id), where no session moves;
 3. failover: `kill -9` of an instance right after it accepted messages whose turns are at the model; the time
    from the kill to the first answer of one of them (a completed model call from another process), p50 / max over
    R rounds. The killed instance is restarted at once, as systemd's `Restart=` would: the answer may come from a
@@ -22,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,11 +49,15 @@ class Setup:
     label: str
     instances: int
     database: bool
+    sticky: bool = False
+    """Each chat to one instance (by a hash of its id), else round robin over all."""
 
 
-async def _session(client: Client, chat: str, turns: int) -> None:
+async def _session(client: Client, chat: str, turns: int, sticky: bool = False) -> None:
+    instances = client.deployment.instances
+    instance = instances[zlib.crc32(chat.encode()) % len(instances)] if sticky else None
     for turn in range(turns):
-        status, body = await client.chat(chat, message_text(chat, turn))
+        status, body = await client.chat(chat, message_text(chat, turn), instance)
         if status != 200:
             raise RuntimeError(f"{chat} turn {turn}: {status} {body}")
 
@@ -78,7 +85,7 @@ async def throughput(
             await statements.reset()
         cpu_before = _instances_cpu_s(d)
         began = time.perf_counter()
-        await asyncio.gather(*(_session(client, f"s{i}", args.turns) for i in range(args.sessions)))
+        await asyncio.gather(*(_session(client, f"s{i}", args.turns, setup.sticky) for i in range(args.sessions)))
         wall = time.perf_counter() - began
         cpu_ms = (_instances_cpu_s(d) - cpu_before) / (args.sessions * args.turns) * 1000
         if statements is not None:
@@ -207,8 +214,10 @@ async def run(fake: FakeAnthropic, pg: PostgresServer, args: argparse.Namespace)
         files = await throughput(Setup("one instance, files", 1, False), fake, pg, root, args)
         one = await throughput(Setup("one instance, postgres", 1, True), fake, pg, root, args)
         three = await throughput(Setup("three instances, postgres", 3, True), fake, pg, root, args)
+        sticky = await throughput(Setup("three instances, by chat", 3, True, sticky=True), fake, pg, root, args)
         print(f"  postgres / files, one instance: {one / files:.2f} (target <= 1.3) {_verdict(one / files <= 1.3)}")
         print(f"  three instances / one, postgres: {three / one:.2f} (target <= 1.0) {_verdict(three / one <= 1.0)}")
+        print(f"  three instances by chat / one (information: no session moves): {sticky / one:.2f}")
         if args.statements:
             return
         print(f"failover: {args.rounds} rounds, {args.per_round} messages accepted by the killed instance each")
