@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from agenthub.storage.meta import SessionMeta
     from agenthub.storage.store import HistoryRecord
     from agenthub.storage.usage import ClaimRide
-    from agenthub.usage.gate import Admission, Refusal
+    from agenthub.usage.admission import Admission, Refusal
     from agenthub.usage.ride import Ride
 
 log = structlog.get_logger(__name__)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from agenthub.errors import StorageError
 from agenthub.gateway.commands import CommandContext
 from agenthub.storage.usage import Scope, month_days
-from agenthub.usage.gate import limits_for
+from agenthub.usage.admission import limits_for
 from agenthub.usage.periods import day_of
 from agenthub.usage.report import Line, format_cost, totals
 

@@ -19,7 +19,8 @@ from agenthub.llm.types import CallOwner, LLMRequest, LLMResponse
 from agenthub.messages import InboundMessage, Usage
 from agenthub.storage.ports import UsageStore
 from agenthub.storage.usage import UsageRow
-from agenthub.usage.gate import Admission, BudgetGate
+from agenthub.usage.admission import Admission
+from agenthub.usage.gate import BudgetGate
 from agenthub.usage.periods import day_of
 from agenthub.usage.recorder import UsageRecorder
 from tests.support.budgets import store_of
