@@ -243,7 +243,16 @@ class SessionLeases:
         held it before (only such a store tells: `SessionClaim.new`). While another
         instance holds it, that one is asked for it (`LeaseSignals`) and the request repeated once it is freed,
         or after a poll interval (25 ms doubling up to 250 ms)."""
-        leases, delay, name = self._leases, POLL_FIRST_S, lease_name(key)
+        name = lease_name(key)
+        try:
+            return await self._acquiring(key, name, wait=wait, ride=ride)
+        finally:  # granted, refused, failed or cancelled: nothing waits for its release any more
+            self._freed.pop(name, None)
+
+    async def _acquiring(
+        self, key: SessionKey, name: str, *, wait: bool, ride: ClaimRide | None
+    ) -> tuple[Lease, bool, bool | None, bool]:
+        leases, delay = self._leases, POLL_FIRST_S
         signals, asked = self._signals, False
         if signals is not None:
             self._listen()
@@ -261,7 +270,6 @@ class SessionLeases:
                 else:
                     claim = await self._claims.claim(key, name, leases.holder, leases.ttl_s)
                 if claim is not None:
-                    self._freed.pop(name, None)
                     granted = Lease(name, leases.holder, claim.token, sent_at + leases.ttl_s)
                     return self._claimed(key, granted, claim, asked)
                 lease = None
@@ -270,11 +278,9 @@ class SessionLeases:
             else:
                 lease = await leases.store.acquire(name, leases.holder, leases.ttl_s)
             if lease is not None:
-                self._freed.pop(name, None)
                 return lease, asked, None, False
             asked = True
             if not wait:
-                self._freed.pop(name, None)
                 raise SessionBusyError(f"session {key} is held by another instance")
             await self._freed_or_after(name, delay)
             delay = min(delay * 2, POLL_MAX_S)

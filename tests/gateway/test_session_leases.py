@@ -18,15 +18,18 @@ import pytest
 from agenthub import i18n
 from agenthub.channel.inbox_flow import InstanceInbox
 from agenthub.clock import ManualClock
-from agenthub.errors import SessionBusyError
-from agenthub.gateway.session_lease import LET_GO_BEFORE_REPLY_S
+from agenthub.errors import SessionBusyError, StorageError
+from agenthub.gateway.session_lease import LET_GO_BEFORE_REPLY_S, SessionLeases
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
+from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
-from agenthub.storage.postgres import PostgresLeases
+from agenthub.storage.postgres import Database, PostgresLeases, PostgresSessionStore
+from agenthub.storage.postgres.memory_clock import MemoryClock
+from agenthub.storage.singleton import InstanceLeases
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
 from tests.support.leases import InstanceView, LateGrants
-from tests.support.postgres import waiting_for_locks
+from tests.support.postgres import free_port, waiting_for_locks
 from tests.support.shared_gateways import HeldModel, Instance, shared_instances, tag_of
 
 SESSIONS = 20
@@ -592,3 +595,24 @@ async def test_a_turn_goes_on_while_its_instance_s_event_loop_is_blocked_for_lon
         assert not reply.finished, "the turn was cut while its loop was blocked"
         model.release.set()
         assert isinstance(await reply.result(), DoneEvent)
+
+
+async def test_claims_failing_while_the_database_is_down_leave_nothing_kept_per_session(tmp_path: Path) -> None:
+    """Each claim made while the database cannot be reached fails with a StorageError and keeps nothing for its
+    session afterwards (no wake-up event per session claimed during an outage, however many sessions that is)."""
+    database = Database(f"postgresql://agenthub@127.0.0.1:{free_port()}/agenthub", checkout_timeout_s=0.2)
+    store = PostgresLeases(database)
+    leases = SessionLeases(
+        InstanceLeases(store=store, holder="a", ttl_s=LEASE_S),
+        SessionHistory(store=PostgresSessionStore(database, MemoryClock())),
+        on_lost=lambda key: None,
+    )
+    try:
+        for n in range(5):
+            with pytest.raises(StorageError):
+                await leases.claim(key_of(f"down-{n}"))
+        assert leases._freed == {}
+    finally:
+        await leases.close()
+        await store.close()
+        await database.close()

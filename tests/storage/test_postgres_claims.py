@@ -1,18 +1,22 @@
 """Session claims on PostgreSQL: the claims an instance asks for together go in one statement, each with its own
 grant, fence and records; a session held elsewhere is refused alone; two instances claiming the same sessions at
 once never both hold one, also when one's claims carry budget reservations (alone, with budget locks); a claim
-whose caller was cancelled gives its grant back."""
+whose caller was cancelled gives its grant back, also when the stores close right after (shutdown cancels the turns)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import psycopg
 import pytest_asyncio
+from psycopg.rows import TupleRow
 
 from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.lease import Lease
-from agenthub.storage.postgres import PostgresSessionStore, postgres_store_factory
+from agenthub.storage.postgres import PostgresSessionStore, open_database, postgres_store_factory
+from agenthub.storage.postgres.backend import PostgresStores
 from agenthub.storage.postgres.usage import PostgresUsageStore
 from agenthub.storage.usage import Claim, Scope
 
@@ -175,3 +179,40 @@ async def test_a_claim_sent_after_a_cancelled_one_is_not_let_go_by_its_give_back
     await a.claims.close()
     assert await claim(b, k, "b") is None  # a holds it still
     await a.append(k, [{"role": "user", "content": "a's"}])
+
+
+async def test_closing_the_stores_waits_for_a_cancelled_claim_s_grant_to_be_given_back(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """A shutdown cancels the turns, a claim among them, and closes the stores: the claim's grant is given back
+    before the pool closes, so another instance takes the session at once (not after the lease's time), and no
+    pool is opened again behind the close."""
+    stores = PostgresStores(await open_database(postgres_dsn), tmp_path)
+    sessions = stores.sessions
+    assert isinstance(sessions, PostgresSessionStore)
+    k = key(0)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as other:
+        async with other.transaction():  # the session's lock: the claim takes the lease, then waits for it
+            await other.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (str(k),))
+            claiming = asyncio.create_task(sessions.claim(k, name(k), "a", TTL_S))
+            while not await _waiting_for_a_lock(other):  # noqa: ASYNC110 (the claim reaches the server)
+                await asyncio.sleep(0.01)
+            claiming.cancel()  # the shutdown cancels the turn
+            await asyncio.gather(claiming, return_exceptions=True)
+            closing = asyncio.create_task(stores.aclose())
+            await asyncio.sleep(0.3)
+        await closing  # the claim's batch answered once the lock went: its grant given back before the pool closed
+        cursor = await other.execute("SELECT agenthub_lease_acquire_or_ask(%s, 'b', 30)", (name(k),))
+        row = await cursor.fetchone()
+        assert row is not None and row[0] is not None  # free: taken by another instance at once
+        cursor = await other.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        row = await cursor.fetchone()
+        assert row is not None and row[0] == 0  # no pool opened again after the close
+
+
+async def _waiting_for_a_lock(conn: psycopg.AsyncConnection[TupleRow]) -> bool:
+    cursor = await conn.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)")
+    row = await cursor.fetchone()
+    return row is not None and row[0] is True

@@ -54,9 +54,10 @@ class PostgresStores(Stores):
     def __init__(self, database: Database, data_dir: Path, extra_tokens: list[str] | None = None) -> None:
         clock = MemoryClock()  # the history's appends tell it the memory version; the memory store reads it
         self.postgres_leases = PostgresLeases(database)
+        self.postgres_sessions = PostgresSessionStore(database, clock)
         super().__init__(
             "postgres",
-            sessions=PostgresSessionStore(database, clock),
+            sessions=self.postgres_sessions,
             memory=PostgresMemoryStore(database, clock),
             leases=self.postgres_leases,
             data_dir=data_dir,
@@ -111,6 +112,7 @@ class PostgresStores(Stores):
 
     async def aclose(self) -> None:
         await super().aclose()
+        await self.postgres_sessions.close()  # the grants of claims cancelled by the shutdown given back first
         await self.postgres_leases.close()  # the renewal lane's thread and connection
         await self.database.close()
 
