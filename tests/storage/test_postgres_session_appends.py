@@ -113,3 +113,17 @@ async def test_a_batch_of_appends_and_a_batch_of_let_gos_of_the_same_sessions_ne
         meta = await a.read_meta(k)
         assert meta is not None and meta.title == "b"
         assert await a.load(k) == []
+
+
+async def test_a_session_whose_newest_record_holds_a_lone_surrogate_has_its_meta_read_caught_up(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    """A lone surrogate is kept as a `\\ud8xx` escape, which the database's JSON operators refuse: the meta's read
+    (`updated_at` caught up with the newest record's time) must not depend on them."""
+    a, b = two
+    key = KEYS[0]
+    await a.write_meta(key, SessionMeta("chat", updated_at=5), durable=True)
+    await a.append(key, [{"role": "user", "content": "half \ud800 a pair", "timestamp": 1_700_000_000_123}])
+    meta = await b.read_meta(key)
+    assert meta is not None and meta.updated_at == 1_700_000_000_123
+    assert [r["content"] for r in await b.load(key)] == ["half \ud800 a pair"]

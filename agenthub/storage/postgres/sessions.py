@@ -66,7 +66,9 @@ SELECT %(agent)s, %(channel)s, %(chat_id)s,
 FROM unnest(%(records)s::text[]) WITH ORDINALITY AS t(record, ord)
 """
 
-_LAST_TIMESTAMP = f"(SELECT record->'timestamp' FROM session_records WHERE {KEY} ORDER BY seq DESC LIMIT 1)"
+_NEWEST_RECORD = f"(SELECT record::text FROM session_records WHERE {KEY} ORDER BY seq DESC LIMIT 1)"
+"""The newest record as written, its `timestamp` read here: the database's JSON operators refuse the whole record
+when any of its texts holds a lone surrogate's escape (`json_text`)."""
 _LOAD = f"""
 SELECT NULL::bigint, born, next_seq, NULL::text FROM session_heads WHERE {KEY}
 UNION ALL
@@ -78,7 +80,7 @@ ORDER BY 1 NULLS FIRST
 `born` (rewritten or started again since). One statement, so one snapshot: the records are those of the version."""
 _NEW_GENERATION = f"UPDATE session_heads SET born = nextval('session_born') WHERE {KEY}"
 _READ_ARCHIVE = f"SELECT record::text FROM session_archive WHERE {KEY} ORDER BY seq"
-_READ_META = f"SELECT meta::text, {_LAST_TIMESTAMP} FROM session_meta WHERE {KEY}"
+_READ_META = f"SELECT meta::text, {_NEWEST_RECORD} FROM session_meta WHERE {KEY}"
 _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
 _APPENDS = f"""
 WITH appended AS MATERIALIZED (
@@ -439,19 +441,19 @@ class PostgresSessionStore:
             return pending
         fresh = self._fresh_meta.pop(key, None)
         if fresh is not None and time.monotonic() < fresh[0]:
-            row: tuple[Any, ...] | None = None if fresh[1] is None else (fresh[1], fresh[2])
+            meta_text, newest = fresh[1], fresh[2]
         else:
             async with self.database.connection("read the session's meta") as conn:
                 cursor = await conn.execute(_READ_META, _params(key))
                 row = await cursor.fetchone()
-        if row is None:
+            meta_text, newest = (None, None) if row is None else (row[0], _timestamp_in(row[1]))
+        if meta_text is None:
             return None
         try:
-            meta = SessionMeta.from_json(jsonsafe.loads(row[0]))
+            meta = SessionMeta.from_json(jsonsafe.loads(meta_text))
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("meta_unreadable", session=str(key))
             return None
-        newest = row[1]
         if isinstance(newest, int | float) and not isinstance(newest, bool) and int(newest) > meta.updated_at:
             return meta.with_changes(updated_at=int(newest))
         return meta
@@ -524,8 +526,19 @@ def _meta_params(key: SessionKey, token: int | None, meta: SessionMeta, *, durab
     return _params(key, token=token, meta=json.dumps(meta.to_json(), ensure_ascii=False), durable=durable)
 
 
+def _timestamp_in(record_text: str | None) -> object:
+    """The `timestamp` of a record as written (None: no record, or one that is not a JSON object)."""
+    if record_text is None:
+        return None
+    try:
+        record = jsonsafe.loads(record_text)
+    except ValueError:
+        return None
+    return record.get("timestamp") if isinstance(record, dict) else None
+
+
 def _newest_timestamp(records: list[HistoryRecord]) -> object:
-    """The newest record's `timestamp` (what `_LAST_TIMESTAMP` reads), None without records."""
+    """The newest record's `timestamp` (what `_NEWEST_RECORD` holds), None without records."""
     return records[-1].get("timestamp") if records else None
 
 
