@@ -157,7 +157,7 @@ async def measure(args: argparse.Namespace, url: str, dsn: str | None, free_dsn:
                 if not args.no_freeze:
                     freeze_start_up_objects()  # as `agenthub serve` does once warm (module docstring)
                 # before the turns: later, their leases end in the background (30 s on) and blur it
-                ride_share = await _ride_share(limited_stores) if dsn else 0.0
+                ride_share = await _ride_share(limited_stores) if dsn else None
                 on, off = [], []
                 for r in range(args.rounds):  # which side goes first alternates: a drifting machine hits both
                     if r % 2:
@@ -210,12 +210,20 @@ async def measure(args: argparse.Namespace, url: str, dsn: str | None, free_dsn:
     )
 
 
-def _print_direct(what: str, runs: list[tuple[float, float]], turns: int, people: int, ride: float = 0.0) -> None:
-    """`ride`: CPU seconds per turn the gate's meter cannot see (its check's share of the session's claim)."""
+def _print_direct(
+    what: str, runs: list[tuple[float, float]], turns: int, people: int, measured: float | None = None
+) -> None:
+    """`measured`: CPU seconds per turn the gate's meter cannot see (its check's share of the session's claim, added
+    when above 0; None: not measured, no claim rides)."""
+    ride = max(0.0, measured or 0.0)
     count = turns * len(runs)
     total, gate = sum(r[0] for r in runs), sum(r[1] for r in runs) + ride * count
     ratio = gate / total
-    riding = f", of which {ride * 1e6:.0f} µs its share of the session's claim (`_ride_share`)" if ride else ""
+    riding = ""
+    if measured is not None and ride > 0:
+        riding = f", of which {ride * 1e6:.0f} µs its share of the session's claim (`_ride_share`)"
+    elif measured is not None:
+        riding = f" (its share of the session's claim measured {measured * 1e6:.0f} µs: none counted)"
     print(
         f"budget check ({what}; {people} people in the store), direct: the gate's CPU "
         f"{gate / count * 1e6:.0f} µs{riding} of {total / count * 1e6:.0f} µs daemon CPU per "
@@ -228,7 +236,8 @@ async def _ride_share(stores: Stores, claims: int = 300, rounds: int = 6) -> flo
     """CPU seconds a check riding in a session's claim adds to the claim's statement on the daemon's side (the
     parameters sent, the rows read, the longer statement waited for), which the gate's meter does not see: claims
     of new sessions with a ride and without, through the same pool, in alternating rounds; the median difference,
-    less the ride's making (which the meter counts)."""
+    less the ride's making (which the meter counts). At or below 0 when a claim without a ride costs as much (claims
+    without a ride go through the instance's group commit, `postgres/claims.py`, a ride's alone)."""
     sessions, usage = stores.sessions, stores.usage
     if not isinstance(sessions, PostgresSessionStore) or not isinstance(usage, RidingReserves):
         return 0.0
@@ -257,7 +266,7 @@ async def _ride_share(stores: Stores, claims: int = 300, rounds: int = 6) -> flo
             alone = await claim(f"alone{r}", False)
             with_ride = await claim(f"ride{r}", True)
         diffs.append(with_ride - alone)
-    return max(0.0, statistics.median(diffs))
+    return statistics.median(diffs)
 
 
 async def main() -> None:

@@ -33,6 +33,14 @@ alone brings them: its head (no seq) first, then its records by seq. A claim wit
 (migration 26) is never in a batch: it takes budget locks after its session's lock, and a later session's lock in
 the same transaction would come after them."""
 
+_CLAIM_ONE = """
+SELECT 1, c.o_token, c.o_fence, c.o_born, c.o_next, c.o_meta, c.o_seq, c.o_record
+FROM agenthub_session_claim(%s, %s, %s, %s, %s, %s, %s, %s) c
+ORDER BY c.o_seq NULLS FIRST
+"""
+"""A batch of one claim (the common case without a burst): its rows as `_CLAIM_MANY` gives them, without the arrays
+(each element of which psycopg quotes in Python) or the join."""
+
 Row = tuple[Any, ...]
 
 
@@ -91,20 +99,12 @@ class Claims:
     async def _send(self, asks: list[ClaimAsk]) -> list[list[Row]]:
         order = sorted(range(len(asks)), key=lambda i: asks[i].name)  # rows locked in one order by everyone
         ordered = [asks[i] for i in order]
-        params = {
-            "names": [a.name for a in ordered],
-            "holders": [a.holder for a in ordered],
-            "ttls": [a.ttl_s for a in ordered],
-            "agents": [a.key.agent for a in ordered],
-            "channels": [a.key.channel for a in ordered],
-            "chats": [a.key.chat_id for a in ordered],
-            "borns": [a.born for a in ordered],
-            "sinces": [a.since for a in ordered],
-        }
+        params: tuple[Any, ...] | dict[str, list[Any]]
+        query, params = (_CLAIM_ONE, self._one(ordered[0])) if len(ordered) == 1 else (_CLAIM_MANY, self._many(ordered))
         self.statements += 1
         try:
             async with self.database.connection("claim the session") as conn:
-                cursor = await conn.execute(_CLAIM_MANY, params)
+                cursor = await conn.execute(query, params)
                 rows = await cursor.fetchall()
         finally:  # answered, or failed: a give-back waiting for it goes on
             for ask in asks:
@@ -116,6 +116,23 @@ class Claims:
         for position, index in enumerate(order):
             asks[index].rows = results[index] = by_position[position]
         return results
+
+    @staticmethod
+    def _one(ask: ClaimAsk) -> tuple[Any, ...]:
+        return (ask.name, ask.holder, ask.ttl_s, ask.key.agent, ask.key.channel, ask.key.chat_id, ask.born, ask.since)
+
+    @staticmethod
+    def _many(ordered: list[ClaimAsk]) -> dict[str, list[Any]]:
+        return {
+            "names": [a.name for a in ordered],
+            "holders": [a.holder for a in ordered],
+            "ttls": [a.ttl_s for a in ordered],
+            "agents": [a.key.agent for a in ordered],
+            "channels": [a.key.channel for a in ordered],
+            "chats": [a.key.chat_id for a in ordered],
+            "borns": [a.born for a in ordered],
+            "sinces": [a.since for a in ordered],
+        }
 
     def _give_back(self, ask: ClaimAsk) -> None:
         """Let go the lease granted to the claim of a caller that stopped waiting, once its batch answers (after
