@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,17 @@ class SessionMeta:
     last_usage: dict[str, int] | None = field(default=None)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        if data["last_usage"] is None:
-            del data["last_usage"]
+        """Its fields as a JSON object (`last_usage` copied, left out when None); built by hand: `asdict` copies
+        each field deeply, and a moved turn's let-go writes the meta."""
+        data: dict[str, Any] = {
+            "chat_id": self.chat_id,
+            "title": self.title,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "pinned": self.pinned,
+        }
+        if self.last_usage is not None:
+            data["last_usage"] = dict(self.last_usage)
         return data
 
     def with_changes(self, **changes: Any) -> SessionMeta:

@@ -4,6 +4,7 @@ instance's liveness lease, every `still_mine` of the turn while that lease is he
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from agenthub.storage.postgres import PostgresInbox
@@ -85,3 +86,19 @@ async def test_an_unrouted_entry_of_the_same_source_accepted_earlier_counts_as_e
     routed = await a.accept("wecom:bot:b1", {"n": 2}, session=SESSION)
     await a.assign(unrouted.id, SESSION)
     assert await a.earlier_unsettled(SESSION, routed.id) == [unrouted.id]
+
+
+async def test_entries_accepted_together_arrive_as_they_were_whatever_characters_they_hold(database: Database) -> None:
+    """A batch's entries go as one JSON parameter: payloads with quotes, backslashes, braces, control characters
+    and non-ASCII text, and odd sources, are stored as they were, in the order they were accepted."""
+    a = PostgresInbox(database, owner="a")
+    payloads = [{"text": 'say "hi", {x}'}, {"text": "back\\slash\nline\ttab"}, {"text": "中文 été \U0001f600"}, {}]
+    sources = ['web"1', "a,{b}", "NULL", "中文"]
+    accepted = await asyncio.gather(
+        *(a.accept(source, payload, session=SESSION) for source, payload in zip(sources, payloads, strict=True))
+    )
+    stored = await PostgresInbox(database, owner="a").unsettled()  # as read again, by a restart
+    assert [(e.id, e.source, e.payload, e.session) for e in stored] == [
+        (e.id, source, payload, SESSION) for e, source, payload in zip(accepted, sources, payloads, strict=True)
+    ]
+    assert [e.seq for e in stored] == sorted(e.seq for e in accepted)

@@ -76,6 +76,27 @@ async def test_sessions_let_go_together_go_in_one_statement_each_with_its_own_me
         assert meta is not None and meta.created_at == n + 1
 
 
+async def test_a_let_go_s_meta_and_names_arrive_as_written_whatever_characters_they_hold(
+    two: list[PostgresSessionStore],
+) -> None:
+    """The let-gos' rows go as one JSON parameter: quotes, backslashes, braces, commas, newlines, non-ASCII text
+    and a let-go without meta arrive as they were, each with its own session."""
+    a, b = two
+    titles = ['say "hi", {x}', "back\\slash\nnew line", "中文 \u00e9t\u00e9 \U0001f600", "NULL"]
+    keys = [session_key("default", "http", chat) for chat in ('q"uote', "a,{b}", "中文", "NULL")]
+    leases = [lease for k in keys if (lease := await claim(a, k, "a")) is not None]
+    assert len(leases) == len(keys)
+    for k, title in zip(keys[:3], titles, strict=False):  # the last one has no meta written behind
+        await a.write_meta(k, SessionMeta(k.chat_id, title=title), durable=False)
+    await asyncio.gather(*(a.let_go(k, lease) for k, lease in zip(keys, leases, strict=True)))
+    assert await live_leases(a) == 0
+    for k, title in zip(keys[:3], titles, strict=False):
+        meta = await b.read_meta(k)
+        assert meta is not None and (meta.chat_id, meta.title) == (k.chat_id, title)
+    assert await b.read_meta(keys[3]) is None
+    assert [await claim(b, k, "b") is not None for k in keys] == [True] * len(keys)  # free, under their own names
+
+
 async def test_the_sessions_of_let_gos_whose_callers_were_cancelled_are_let_go_all_the_same(
     two: list[PostgresSessionStore],
 ) -> None:

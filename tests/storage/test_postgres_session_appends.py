@@ -48,6 +48,36 @@ async def test_appends_of_twenty_sessions_at_the_same_moment_share_round_trips_a
         assert [r["content"] for r in await b.load(key)] == [f"{n}.1", f"{n}.2", f"{n}.3"]
 
 
+ODD_TEXTS = [
+    'say "hi", {x}',
+    'back\\slash \\" and\nnew line\ttab',
+    "NULL",
+    "",
+    "中文 été \U0001f600",
+]
+
+
+async def test_records_of_a_batch_arrive_as_they_were_whatever_characters_they_hold(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    """The appends go as one JSON parameter: quotes, backslashes, braces, control characters, non-ASCII text, a
+    lone surrogate arrive as they were, each session's records in order, and the meta with its append."""
+    a, b = two
+    keys = KEYS[:4]
+    await a.write_meta(keys[0], SessionMeta(keys[0].chat_id, title='t "q" \\ {}'), durable=False)
+    await asyncio.gather(
+        *(a.append(key, [msg(f"{n}:{text}") for text in ODD_TEXTS]) for n, key in enumerate(keys)),
+        a.append(KEYS[4], []),
+        a.append(KEYS[5], [msg("\ud800 lone")]),  # kept as a `\\ud800` escape in the stored JSON
+    )
+    for n, key in enumerate(keys):
+        assert [r["content"] for r in await b.load(key)] == [f"{n}:{text}" for text in ODD_TEXTS]
+    meta = await b.read_meta(keys[0])
+    assert meta is not None and meta.title == 't "q" \\ {}'
+    assert await b.load(KEYS[4]) == []
+    assert [r["content"] for r in await b.load(KEYS[5])] == ["\ud800 lone"]
+
+
 async def test_a_session_fenced_by_a_newer_lease_is_refused_alone_and_the_others_of_its_batch_land(
     two: tuple[PostgresSessionStore, PostgresSessionStore],
 ) -> None:
