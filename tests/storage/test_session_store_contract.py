@@ -186,6 +186,17 @@ async def test_meta_round_trip_durable_or_not(backend: Backend) -> None:
     assert await backend.store.read_meta(KEY) == later
 
 
+async def test_a_meta_whose_title_holds_a_lone_surrogate_or_a_nul_round_trips(backend: Backend) -> None:
+    """A title is a user's first words: a lone surrogate (JSON input may hold one) or a NUL in it is stored as it
+    was, durable or written behind, instead of failing the write (on PostgreSQL, every write batched with it)."""
+    meta = SessionMeta(chat_id=KEY.chat_id, title="lone \ud800 nul \x00 sep \u2028 😀", created_at=1, updated_at=2)
+    await backend.store.write_meta(KEY, meta, durable=True)
+    assert await backend.reopen().read_meta(KEY) == meta
+    later = meta.with_changes(title="\udfff", updated_at=3)
+    await backend.store.write_meta(KEY, later, durable=False)
+    assert await backend.store.read_meta(KEY) == later
+
+
 async def test_a_meta_behind_its_history_is_caught_up_from_the_newest_record(backend: Backend) -> None:
     meta = SessionMeta(chat_id=KEY.chat_id, title="t", created_at=1000, updated_at=1000)
     await backend.store.write_meta(KEY, meta, durable=True)
