@@ -66,6 +66,17 @@ async def test_unicode_and_control_characters_round_trip(backend: Backend) -> No
     assert await backend.reopen().load(OTHER) == [record]
 
 
+async def test_a_record_holding_a_lone_surrogate_round_trips(backend: Backend) -> None:
+    """A message may hold a lone surrogate (JSON input escapes one): kept as an escape on every backend, not a
+    UnicodeEncodeError on one of them."""
+    record = _msg("lone \ud800 and \udfff, then 😀", sender_id="\udc00", timestamp=7)
+    await backend.store.append(OTHER, [record, _msg("next", timestamp=8)])
+    await backend.store.replace(KEY, [record], archive=[record])
+    reopened = backend.reopen()
+    assert await reopened.load(OTHER) == [record, _msg("next", timestamp=8)]
+    assert await reopened.load(KEY) == [record] and await reopened.read_archive(KEY) == [record]
+
+
 async def test_a_failing_append_stores_nothing_and_a_retry_lands_once(backend: Backend) -> None:
     await backend.store.append(KEY, [_msg("before", timestamp=1)])
     batch = [_msg("small", timestamp=2), _msg(PAD, "assistant", timestamp=3)]
