@@ -77,6 +77,17 @@ async def test_a_record_holding_a_lone_surrogate_round_trips(backend: Backend) -
     assert await reopened.load(KEY) == [record] and await reopened.read_archive(KEY) == [record]
 
 
+@pytest.mark.parametrize("text", ["lone \ud800", "nul \x00", "pair \ud83d\ude00 typed \\ud800"])
+async def test_the_meta_reads_back_whatever_the_newest_record_holds(backend: Backend, text: str) -> None:
+    """The meta's `updated_at` is caught up from the newest record: one holding a lone surrogate or a NUL must not
+    make the meta unreadable (on PostgreSQL the session then failed every read of its meta: listings, a turn
+    elsewhere)."""
+    meta = SessionMeta(chat_id=KEY.chat_id, title="t", created_at=1, updated_at=2)
+    await backend.store.write_meta(KEY, meta, durable=True)
+    await backend.store.append(KEY, [_msg(text, timestamp=5)])
+    assert await backend.reopen().read_meta(KEY) == meta.with_changes(updated_at=5)
+
+
 async def test_a_failing_append_stores_nothing_and_a_retry_lands_once(backend: Backend) -> None:
     await backend.store.append(KEY, [_msg("before", timestamp=1)])
     batch = [_msg("small", timestamp=2), _msg(PAD, "assistant", timestamp=3)]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import structlog
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
@@ -80,6 +81,13 @@ ORDER BY 1 NULLS FIRST
 _NEW_GENERATION = f"UPDATE session_heads SET born = nextval('session_born') WHERE {KEY}"
 _READ_ARCHIVE = f"SELECT record::text FROM session_archive WHERE {KEY} ORDER BY seq"
 _READ_META = f"SELECT meta::text, {_LAST_TIMESTAMP} FROM session_meta WHERE {KEY}"
+_READ_META_RAW = (
+    f"SELECT meta::text, (SELECT record::text FROM session_records WHERE {KEY} ORDER BY seq DESC LIMIT 1) "
+    f"FROM session_meta WHERE {KEY}"
+)
+"""`_READ_META` when PostgreSQL cannot take the newest record's `timestamp` itself: a record holding a NUL or a lone
+surrogate is stored (`json` keeps its `\\u0000` / `\\ud800` escape) but `->` refuses to unescape it."""
+_UNESCAPABLE = (psycopg.errors.InvalidTextRepresentation, psycopg.errors.UntranslatableCharacter)
 _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
 _APPENDS = f"""
 WITH appended AS MATERIALIZED (
@@ -419,8 +427,7 @@ class PostgresSessionStore:
             row: tuple[Any, ...] | None = None if fresh[1] is None else (fresh[1], fresh[2])
         else:
             async with self.database.connection("read the session's meta") as conn:
-                cursor = await conn.execute(_READ_META, _params(key))
-                row = await cursor.fetchone()
+                row = await _read_meta_row(conn, key)
         if row is None:
             return None
         try:
@@ -516,6 +523,24 @@ def _appends_json(batch: list[_Append]) -> str:
 
 def _meta_params(key: SessionKey, token: int | None, meta: SessionMeta, *, durable: bool) -> dict[str, Any]:
     return _params(key, token=token, meta=json_text(meta.to_json()), durable=durable)
+
+
+async def _read_meta_row(conn: AsyncConnection[TupleRow], key: SessionKey) -> tuple[Any, ...] | None:
+    """(the meta's text, the newest record's `timestamp`), None without a meta; the timestamp taken here when the
+    newest record holds what `->` cannot unescape (`_READ_META_RAW`, a rare second statement)."""
+    try:
+        cursor = await conn.execute(_READ_META, _params(key))
+        return await cursor.fetchone()
+    except _UNESCAPABLE:  # autocommit: the connection takes the next statement
+        cursor = await conn.execute(_READ_META_RAW, _params(key))
+        row = await cursor.fetchone()
+    if row is None or row[1] is None:
+        return row
+    try:
+        record = jsonsafe.loads(row[1])
+    except ValueError:
+        return (row[0], None)
+    return (row[0], record.get("timestamp") if isinstance(record, dict) else None)
 
 
 def _newest_timestamp(records: list[HistoryRecord]) -> object:
