@@ -114,8 +114,10 @@ class Held:
 
 
 def digest_of(value: Any) -> str:
+    """SHA-256 of `value`'s JSON; a lone surrogate (a title or a record may hold one) encoded as it is, so the
+    digests of everything else stay what earlier runs recorded."""
     text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def decide(files_digest: str, held: Held, recorded: str | None) -> Decision:

@@ -23,7 +23,17 @@ _TAIL_CHUNK = 64 * 1024
 
 
 def encode_lines(records: Iterable[Record]) -> bytes:
-    return b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
+    return b"".join(_line(r) for r in records)
+
+
+def _line(record: Record) -> bytes:
+    """One UTF-8 line; a record holding a lone surrogate (not UTF-8: user input may hold one) is written with
+    ASCII escapes instead (`\\ud8xx`), as PostgreSQL keeps it."""
+    text = json.dumps(record, ensure_ascii=False)
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(record).encode("ascii") + b"\n"
 
 
 @contextmanager

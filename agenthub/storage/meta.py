@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,6 +11,7 @@ import structlog
 
 from agenthub import jsonsafe
 from agenthub.storage.atomic import atomic_write_text
+from agenthub.storage.json_text import json_text
 
 log = structlog.get_logger(__name__)
 
@@ -105,4 +105,4 @@ def read_meta(path: Path) -> SessionMeta | None:
 
 
 def write_meta(path: Path, meta: SessionMeta, *, durable: bool = True) -> None:
-    atomic_write_text(path, json.dumps(meta.to_json(), ensure_ascii=False), durable=durable)
+    atomic_write_text(path, json_text(meta.to_json()), durable=durable)

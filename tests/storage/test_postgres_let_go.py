@@ -327,3 +327,19 @@ async def test_a_claim_refused_by_a_lease_released_while_it_waited_for_the_row_a
         assert await asking is None
         assert await listener == [name(raced)]
     assert await claim(b, raced, "b") is not None
+
+
+async def test_a_meta_holding_a_lone_surrogate_is_let_go_with_its_session_and_the_others_are_let_go_too(
+    two: list[PostgresSessionStore],
+) -> None:
+    """A title written behind from a user's first words with a lone surrogate goes with its session's let-go like
+    any other meta: it must not fail the statement that releases the other sessions' leases too."""
+    a, b = two
+    keys = [key(n) for n in range(4)]
+    leases = [lease for k in keys if (lease := await claim(a, k, "a")) is not None]
+    assert len(leases) == len(keys)
+    await a.write_meta(keys[0], SessionMeta(keys[0].chat_id, title="lone \udfff"), durable=False)
+    await asyncio.gather(*(a.let_go(k, lease) for k, lease in zip(keys, leases, strict=True)))
+    assert await live_leases(a) == 0
+    meta = await b.read_meta(keys[0])
+    assert meta is not None and meta.title == "lone \udfff"

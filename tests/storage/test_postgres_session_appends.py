@@ -157,3 +157,21 @@ async def test_a_session_whose_newest_record_holds_a_lone_surrogate_has_its_meta
     meta = await b.read_meta(key)
     assert meta is not None and meta.updated_at == 1_700_000_000_123
     assert [r["content"] for r in await b.load(key)] == ["half \ud800 a pair"]
+
+
+async def test_a_meta_holding_a_lone_surrogate_goes_with_its_append_and_the_batch_s_other_appends_land(
+    two: tuple[PostgresSessionStore, PostgresSessionStore],
+) -> None:
+    """A title written behind from a user's first words with a lone surrogate rides its session's append like any
+    other meta: it must not fail the statement that carries the other sessions' appends too."""
+    a, b = two
+    keys = KEYS[:4]
+    for k in keys:  # each under a lease, so its meta is written behind and goes with its append
+        granted = await a.claim(k, f"session:{k}", "a", 30.0)
+        assert granted is not None and not granted.fenced_out
+    await a.write_meta(keys[0], SessionMeta(keys[0].chat_id, title="lone \ud800"), durable=False)
+    await asyncio.gather(*(a.append(k, [msg(f"{n}")]) for n, k in enumerate(keys)))
+    for n, k in enumerate(keys):
+        assert [r["content"] for r in await b.load(k)] == [f"{n}"]
+    meta = await b.read_meta(keys[0])
+    assert meta is not None and meta.title == "lone \ud800"

@@ -66,6 +66,28 @@ async def test_unicode_and_control_characters_round_trip(backend: Backend) -> No
     assert await backend.reopen().load(OTHER) == [record]
 
 
+async def test_a_record_holding_a_lone_surrogate_round_trips(backend: Backend) -> None:
+    """A message may hold a lone surrogate (JSON input escapes one): kept as an escape on every backend, not a
+    UnicodeEncodeError on one of them."""
+    record = _msg("lone \ud800 and \udfff, then 😀", sender_id="\udc00", timestamp=7)
+    await backend.store.append(OTHER, [record, _msg("next", timestamp=8)])
+    await backend.store.replace(KEY, [record], archive=[record])
+    reopened = backend.reopen()
+    assert await reopened.load(OTHER) == [record, _msg("next", timestamp=8)]
+    assert await reopened.load(KEY) == [record] and await reopened.read_archive(KEY) == [record]
+
+
+@pytest.mark.parametrize("text", ["lone \ud800", "nul \x00", "pair \ud83d\ude00 typed \\ud800"])
+async def test_the_meta_reads_back_whatever_the_newest_record_holds(backend: Backend, text: str) -> None:
+    """The meta's `updated_at` is caught up from the newest record: one holding a lone surrogate or a NUL must not
+    make the meta unreadable (on PostgreSQL the session then failed every read of its meta: listings, a turn
+    elsewhere)."""
+    meta = SessionMeta(chat_id=KEY.chat_id, title="t", created_at=1, updated_at=2)
+    await backend.store.write_meta(KEY, meta, durable=True)
+    await backend.store.append(KEY, [_msg(text, timestamp=5)])
+    assert await backend.reopen().read_meta(KEY) == meta.with_changes(updated_at=5)
+
+
 async def test_a_failing_append_stores_nothing_and_a_retry_lands_once(backend: Backend) -> None:
     await backend.store.append(KEY, [_msg("before", timestamp=1)])
     batch = [_msg("small", timestamp=2), _msg(PAD, "assistant", timestamp=3)]
@@ -182,6 +204,17 @@ async def test_meta_round_trip_durable_or_not(backend: Backend) -> None:
     await backend.store.write_meta(KEY, meta, durable=True)
     assert await backend.reopen().read_meta(KEY) == meta
     later = meta.with_changes(last_usage={"input_tokens": 10}, updated_at=3)
+    await backend.store.write_meta(KEY, later, durable=False)
+    assert await backend.store.read_meta(KEY) == later
+
+
+async def test_a_meta_whose_title_holds_a_lone_surrogate_or_a_nul_round_trips(backend: Backend) -> None:
+    """A title is a user's first words: a lone surrogate (JSON input may hold one) or a NUL in it is stored as it
+    was, durable or written behind, instead of failing the write (on PostgreSQL, every write batched with it)."""
+    meta = SessionMeta(chat_id=KEY.chat_id, title="lone \ud800 nul \x00 sep \u2028 😀", created_at=1, updated_at=2)
+    await backend.store.write_meta(KEY, meta, durable=True)
+    assert await backend.reopen().read_meta(KEY) == meta
+    later = meta.with_changes(title="\udfff", updated_at=3)
     await backend.store.write_meta(KEY, later, durable=False)
     assert await backend.store.read_meta(KEY) == later
 

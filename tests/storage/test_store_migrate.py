@@ -365,3 +365,23 @@ async def test_a_re_run_after_a_run_cut_short_after_restoring_an_entry_never_ans
     assert "verified: every item copied matches the files" in out
     answered += await answer_every_unanswered(postgres_dsn)
     assert sorted(answered) == sorted(inbox_ids)  # each answered once: none lost, none restored after its answer
+
+
+async def test_a_session_whose_title_holds_a_lone_surrogate_is_copied_and_verified(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A title (a user's first words, or a rename) may hold a lone surrogate: both stores keep it as an escape, and
+    the run's digests of it must not fail on it."""
+    store = FileSessionStore(tmp_path / "data", fsync=False)
+    await store.append(ALICE, [msg("hi")])
+    meta = SessionMeta(ALICE.chat_id, title="lone \ud800", created_at=1)
+    await store.write_meta(ALICE, meta, durable=False)
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0, err
+    assert "sessions: 1 in the files, 1 verified in the database (1 copied now, 0 left" in out
+    database = await open_database(postgres_dsn)
+    try:
+        copied = await PostgresSessionStore(database).read_meta(ALICE)
+        assert copied == await store.read_meta(ALICE) and copied is not None and copied.title == meta.title
+    finally:
+        await database.close()

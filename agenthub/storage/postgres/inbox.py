@@ -17,11 +17,11 @@ from psycopg.rows import TupleRow
 from agenthub import jsonsafe
 from agenthub.errors import StorageError
 from agenthub.storage.inbox import InboxEntry, SettleRetry
+from agenthub.storage.json_text import json_text
 from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
 from agenthub.storage.ports import Liveness
 from agenthub.storage.postgres.batches import Batches
 from agenthub.storage.postgres.database import Database
-from agenthub.storage.postgres.sessions import json_text
 
 _ACCEPTS = """
 WITH accepted AS (

@@ -20,6 +20,7 @@ from psycopg.rows import TupleRow
 from agenthub import jsonsafe
 from agenthub.errors import InvalidIdError, StorageError
 from agenthub.session_keys import SessionKey
+from agenthub.storage.json_text import json_text
 from agenthub.storage.lease import Lease, SessionClaim
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres.batches import Batches
@@ -130,16 +131,6 @@ def encode_records(records: Sequence[HistoryRecord]) -> list[str]:
         except (TypeError, ValueError):
             raise MalformedRecordError(f"record {index} cannot be stored as JSON") from None
     return texts
-
-
-def json_text(record: object) -> str:
-    """UTF-8 JSON text; a lone surrogate (not encodable as UTF-8) is kept as a `\\ud8xx` escape instead."""
-    text = json.dumps(record, ensure_ascii=False, allow_nan=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(record, allow_nan=False)
-    return text
 
 
 def decode_records(texts: Sequence[str], key: SessionKey) -> list[HistoryRecord]:
@@ -289,7 +280,7 @@ class PostgresSessionStore:
         with the let-gos of other sessions that come while one is out (`LetGos`)."""
         self._forget_fresh(key)
         pending, token = self._pending_meta.pop(key, None), self._tokens.pop(key, None)
-        meta = None if pending is None or token != lease.token else json.dumps(pending.to_json(), ensure_ascii=False)
+        meta = None if pending is None or token != lease.token else json_text(pending.to_json())
         item = LetGo(lease.name, lease.token, key.agent, key.channel, key.chat_id, meta)
         if not await self.let_gos.let_go(item):  # with the let-gos of other sessions that come meanwhile
             log.info("session_meta_write_fenced", session_key=str(key))
@@ -336,7 +327,7 @@ class PostgresSessionStore:
             return
         self._forget_fresh(key)
         pending = self._pending_meta.pop(key, None)
-        meta = None if pending is None else json.dumps(pending.to_json(), ensure_ascii=False)
+        meta = None if pending is None else json_text(pending.to_json())
         stamp = time.monotonic()  # before the batch is sent: its snapshot is newer
         try:
             version, memory_version = await self._appends(_Append(key, self._tokens.get(key), texts, meta))
@@ -526,7 +517,7 @@ def _appends_json(batch: list[_Append]) -> str:
 
 
 def _meta_params(key: SessionKey, token: int | None, meta: SessionMeta, *, durable: bool) -> dict[str, Any]:
-    return _params(key, token=token, meta=json.dumps(meta.to_json(), ensure_ascii=False), durable=durable)
+    return _params(key, token=token, meta=json_text(meta.to_json()), durable=durable)
 
 
 def _timestamp_in(record_text: str | None) -> object:
