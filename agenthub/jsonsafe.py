@@ -19,3 +19,14 @@ def loads(data: str | bytes | bytearray, *, strict: bool = True) -> Any:
         return json.loads(data, strict=strict)
     except RecursionError:
         raise JSONTooDeepError("JSON nested too deeply") from None
+
+
+def utf8_dumps(value: object) -> str:
+    """JSON text as the replies are: UTF-8, non-ASCII as it is; a lone surrogate (which UTF-8 cannot carry: a
+    platform's JSON may hold one, `"\\ud800"`) kept as its `\\ud800` escape, so the text is sent instead of failing."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value)
+    return text

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""Half a surrogate pair: a platform's JSON may carry one (`"\\ud800"`), UTF-8 (the model's request) cannot."""
 
 
 def now_ms() -> int:
@@ -61,6 +65,12 @@ class InboundMessage:
     timestamp: int = field(default_factory=now_ms)
     metadata: dict[str, Any] = field(default_factory=dict)
     attachments: tuple[Attachment, ...] = ()
+
+    def __post_init__(self) -> None:
+        """A lone surrogate in the text becomes U+FFFD: kept, it would fail the turn's model call (the HTTP API
+        refuses such a body; a channel's platform may still send one)."""
+        if _LONE_SURROGATE.search(self.content):
+            object.__setattr__(self, "content", _LONE_SURROGATE.sub("\ufffd", self.content))
 
     @property
     def route(self) -> Route:

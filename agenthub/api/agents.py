@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -13,11 +12,12 @@ from agenthub.api.host import ApiServices
 from agenthub.api.llm_text import WelcomeCache
 from agenthub.api.requests import agent_of
 from agenthub.errors import LLMError
+from agenthub.jsonsafe import utf8_dumps
 from agenthub.messages import ErrorCode
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, ensure_ascii=False))
+    return web.json_response(data, status=status, dumps=utf8_dumps)
 
 
 async def list_agents(api: ApiServices, request: web.Request) -> web.Response:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +27,7 @@ from agenthub.api.sse import encode_event, joined_field, reply_text
 from agenthub.channel.inbox_flow import HTTP_SOURCE
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
+from agenthub.jsonsafe import utf8_dumps
 from agenthub.messages import (
     DeltaEvent,
     DoneEvent,
@@ -154,7 +154,7 @@ def _incomplete(collected: _Collected, error: ErrorEvent, session_key: str) -> d
 
 
 def _json(data: dict[str, Any], status: int = 200) -> web.Response:
-    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, ensure_ascii=False))
+    return web.json_response(data, status=status, dumps=utf8_dumps)
 
 
 async def _stream(request: web.Request, handle: ReplyHandle) -> web.StreamResponse:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -11,6 +10,7 @@ import structlog
 from aiohttp import web
 
 from agenthub.errors import PathRefusedError, StorageError
+from agenthub.jsonsafe import utf8_dumps
 from agenthub.web import error_body
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ class ApiError(web.HTTPException):
 
     def __init__(self, status: int, code: str, message: str) -> None:
         self.status_code = status
-        body = json.dumps(error_body(code, message), ensure_ascii=False)  # UTF-8 text, as the replies are
+        body = utf8_dumps(error_body(code, message))  # UTF-8 text, as the replies are
         super().__init__(text=body, content_type="application/json")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -10,6 +9,7 @@ from aiohttp import web
 from agenthub.api.errors import ApiError
 from agenthub.api.host import ApiServices
 from agenthub.api.requests import agent_of
+from agenthub.jsonsafe import utf8_dumps
 from agenthub.scheduler.core import Scheduler
 from agenthub.scheduler.jobs import Job, local_iso
 
@@ -35,7 +35,7 @@ async def list_jobs(api: ApiServices, request: web.Request) -> web.Response:
     await scheduler.sync(agent.name)  # the jobs as stored now, whichever instance changed them
     return web.json_response(
         {"jobs": [job_json(j) for j in scheduler.for_agent(agent.name)]},
-        dumps=lambda d: json.dumps(d, ensure_ascii=False),
+        dumps=utf8_dumps,
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -15,12 +14,13 @@ from agenthub.api.requests import CHANNEL, CompactBody, asked_locale, parse_body
 from agenthub.channel.registry import unknown_channel
 from agenthub.errors import AgentNotFoundError, InvalidIdError, SessionBusyError
 from agenthub.forget.redact import Person
+from agenthub.jsonsafe import utf8_dumps
 from agenthub.llm.tokens import estimate_tokens
 from agenthub.session_keys import validate_agent_name, validate_part, validate_sender
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, ensure_ascii=False))
+    return web.json_response(data, status=status, dumps=utf8_dumps)
 
 
 @refuses_storage_paths

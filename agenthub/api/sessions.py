@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from typing import Any
 
@@ -27,6 +26,7 @@ from agenthub.api.requests import (
     token_name,
 )
 from agenthub.errors import LLMError
+from agenthub.jsonsafe import utf8_dumps
 from agenthub.llm.types import CallOwner
 from agenthub.media.names import chat_folders, remove_chat_folder
 from agenthub.session_keys import SessionKey
@@ -34,7 +34,7 @@ from agenthub.storage.meta import SessionMeta
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, ensure_ascii=False))
+    return web.json_response(data, status=status, dumps=utf8_dumps)
 
 
 def _meta(meta: SessionMeta) -> dict[str, Any]:

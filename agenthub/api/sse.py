@@ -7,6 +7,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agenthub.jsonsafe import utf8_dumps
 from agenthub.messages import (
     DeltaEvent,
     DoneEvent,
@@ -40,7 +41,7 @@ class MalformedFrame:
 
 def encode_frame(event: str, data: Mapping[str, Any]) -> bytes:
     """One SSE frame: `event: <name>`, one `data:` line of JSON (non-ASCII kept as is), a blank line."""
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    return f"event: {event}\ndata: {utf8_dumps(data)}\n\n".encode()
 
 
 KEEPALIVE = b": keepalive\n\n"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import Any
 
 from aiohttp import web
@@ -12,6 +11,7 @@ from agenthub.api.errors import ApiError
 from agenthub.api.host import ApiServices
 from agenthub.api.requests import CHANNEL as HTTP_CHANNEL
 from agenthub.errors import StorageError
+from agenthub.jsonsafe import utf8_dumps
 from agenthub.storage.ports import UsageStore
 from agenthub.usage.periods import day_of
 from agenthub.usage.report import BY, PERIODS, Line, group
@@ -67,7 +67,7 @@ async def usage_report(api: ApiServices, request: web.Request) -> web.Response:
         "timezone": services.zone.key,
         "rows": [line.as_dict() if names is None else _named(line, names) for line in lines],
     }
-    return web.json_response(body, dumps=lambda d: json.dumps(d, ensure_ascii=False))
+    return web.json_response(body, dumps=utf8_dumps)
 
 
 async def _names(store: UsageStore, lines: list[Line]) -> dict[tuple[str, str], str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
-import json
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -16,6 +15,7 @@ from aiohttp import web
 
 from agenthub.channel import WebRoutes
 from agenthub.errors import HOST_HINT, AddressNotReadyError, PortUnavailableError, StorageError
+from agenthub.jsonsafe import utf8_dumps
 from agenthub.web.http_guard import BACKLOG, BodyTimeoutError, ConnectionGuard, ConnectionLimits, GuardedRequestHandler
 
 if TYPE_CHECKING:
@@ -42,8 +42,8 @@ def json_error(status: int, code: str, message: str) -> web.Response:
 
 
 def utf8_json(data: object) -> str:
-    """JSON as the replies are: UTF-8 text, not `\\u` escapes."""
-    return json.dumps(data, ensure_ascii=False)
+    """JSON as the replies are: UTF-8 text, not `\\u` escapes (but a lone surrogate's: `jsonsafe.utf8_dumps`)."""
+    return utf8_dumps(data)
 
 
 _STATUS_CODES = {

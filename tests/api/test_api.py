@@ -19,6 +19,7 @@ from agenthub.config import Settings
 from agenthub.media.names import inbox_dir
 from agenthub.messages import InboundMessage
 from agenthub.session_keys import session_key
+from agenthub.storage.meta import SessionMeta
 from tests.support.agents import write_agent
 from tests.support.fakes.anthropic import FakeAnthropic, ScriptedReply, reply_text
 from tests.support.harness import RunningApi, running_api
@@ -568,3 +569,34 @@ async def test_every_request_of_a_joined_turn_gets_the_joined_answer(api: Runnin
     done = await streamed
     assert (done["full_text"], done["joined"]) == ("the joined answer", True)
     assert len(fake_llm.message_requests()) == 2
+
+
+async def test_a_lone_surrogate_from_a_channel_is_answered_as_u_fffd(api: RunningApi, fake_llm: FakeAnthropic) -> None:
+    """A platform's JSON may carry half a surrogate pair (`"\\ud800"`: the HTTP API refuses one, a Feishu event
+    does not); UTF-8, and so the model's request, cannot: the message is answered with U+FFFD in its place."""
+    fake_llm.script(reply_text("got it"))
+    message = InboundMessage("http", "half", "u1", "half \ud800 a pair")
+    assert message.content == "half \ufffd a pair"
+    await (await api.gateway.submit(message)).result()
+    status, body = await api.call("GET", AGENT + "/sessions/half/messages")
+    assert status == 200
+    assert [m["content"] for m in body["messages"]] == ["half \ufffd a pair", "got it"]
+
+
+async def test_a_lone_surrogate_kept_from_before_is_listed_as_a_json_escape(api: RunningApi) -> None:
+    """A title or message stored with a lone surrogate (before messages were cleaned of them) is sent as its `\\ud800`
+    escape: valid UTF-8, where the replies failed with a 500."""
+    key = session_key("default", "http", "half")
+    history = api.gateway.history
+    await history.append(key, {"role": "user", "content": "half \ud800 a pair"}, {"role": "assistant", "content": "ok"})
+    await history.store.write_meta(key, SessionMeta("half", title="half \ud800 a pair"), durable=True)
+    history.evict(key)
+    async with api.client.get(api.base_url + AGENT + "/sessions", headers=api.auth) as resp:
+        assert resp.status == 200, await resp.text()
+        listed = json.loads(await resp.read())
+    assert "half \ud800 a pair" in [s["title"] for s in listed["sessions"]]
+    async with api.client.get(api.base_url + AGENT + "/sessions/half/messages", headers=api.auth) as resp:
+        assert resp.status == 200, await resp.text()
+        raw = await resp.read()
+    assert b"half \\ud800 a pair" in raw
+    assert json.loads(raw)["messages"][0]["content"] == "half \ud800 a pair"
