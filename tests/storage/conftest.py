@@ -14,7 +14,7 @@ from agenthub.storage.files import FileSessionStore
 from agenthub.storage.in_ram import InMemorySessionStore
 from agenthub.storage.jobs import FileJobDocuments
 from agenthub.storage.memory_files import FileMemoryStore, InMemoryMemoryStore
-from agenthub.storage.postgres import Database, PostgresJobs
+from agenthub.storage.postgres import Database, PostgresJobs, PostgresSessionStore, postgres_store_factory
 from agenthub.storage.postgres.database import open_database
 from tests.support.disks import fill, small_tmpfs
 from tests.support.postgres import fresh_database, migrated, postgres_backend_parts, postgres_memory_backend_parts
@@ -139,3 +139,14 @@ async def database(postgres_dsn: str) -> AsyncIterator[Database]:
         yield database
     finally:
         await database.close()
+
+
+@pytest_asyncio.fixture
+async def pg_two(postgres_dsn: str) -> AsyncIterator[list[PostgresSessionStore]]:
+    """Two instances' session stores on one PostgreSQL database."""
+    stores = [await postgres_store_factory(postgres_dsn) for _ in range(2)]
+    try:
+        yield stores
+    finally:
+        for store in stores:
+            await store.close()

@@ -6,52 +6,34 @@ whose caller was cancelled gives its grant back, also when the stores close righ
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
-import pytest_asyncio
 from psycopg.rows import TupleRow
 
 from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.lease import Lease
-from agenthub.storage.postgres import PostgresSessionStore, open_database, postgres_store_factory
+from agenthub.storage.postgres import PostgresSessionStore, open_database
 from agenthub.storage.postgres.backend import PostgresStores
 from agenthub.storage.postgres.usage import PostgresUsageStore
 from agenthub.storage.usage import Claim, Scope
+from tests.support.leases import claimed, session_lease
 
 TTL_S = 30.0
-
-
-@pytest_asyncio.fixture
-async def two(postgres_dsn: str) -> AsyncIterator[list[PostgresSessionStore]]:
-    stores = [await postgres_store_factory(postgres_dsn) for _ in range(2)]
-    try:
-        yield stores
-    finally:
-        for store in stores:
-            await store.close()
 
 
 def key(n: int) -> SessionKey:
     return session_key("default", "http", f"c{n}")
 
 
-def name(k: SessionKey) -> str:
-    return f"session:{k}"
-
-
 async def claim(store: PostgresSessionStore, k: SessionKey, holder: str) -> Lease | None:
-    granted = await store.claim(k, name(k), holder, TTL_S)
-    if granted is None or granted.fenced_out:
-        return None
-    return Lease(name(k), holder, granted.token, 0.0)
+    return await claimed(store, k, holder, TTL_S)
 
 
 async def test_claims_asked_for_together_go_in_one_statement_each_with_its_own_grant_and_records(
-    two: list[PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
-    a, b = two
+    a, b = pg_two
     keys = [key(n) for n in range(8)]
     for n, k in enumerate(keys):  # written by b, one record per session (and its number of them)
         lease = await claim(b, k, "b")
@@ -71,9 +53,9 @@ async def test_claims_asked_for_together_go_in_one_statement_each_with_its_own_g
 
 
 async def test_a_batch_refuses_the_session_held_elsewhere_and_grants_the_others(
-    two: list[PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
-    a, b = two
+    a, b = pg_two
     keys = [key(n) for n in range(4)]
     held = await claim(b, keys[2], "b")
     assert held is not None
@@ -84,7 +66,7 @@ async def test_a_batch_refuses_the_session_held_elsewhere_and_grants_the_others(
 
 
 async def test_two_instances_claiming_the_same_sessions_at_once_never_both_hold_one(
-    two: list[PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
     """Round after round both claim every session at the same moment (each instance's claims in batches): per
     session exactly one is granted, and the tokens only rise."""
@@ -92,35 +74,35 @@ async def test_two_instances_claiming_the_same_sessions_at_once_never_both_hold_
     tokens: dict[SessionKey, int] = {}
     for _ in range(15):
         a_leases, b_leases = await asyncio.gather(
-            asyncio.gather(*(claim(two[0], k, "a") for k in keys)),
-            asyncio.gather(*(claim(two[1], k, "b") for k in keys)),
+            asyncio.gather(*(claim(pg_two[0], k, "a") for k in keys)),
+            asyncio.gather(*(claim(pg_two[1], k, "b") for k in keys)),
         )
         for k, la, lb in zip(keys, a_leases, b_leases, strict=True):
             assert (la is None) != (lb is None), k  # exactly one: nobody holds them between rounds
             lease = la or lb
             assert lease is not None and lease.token > tokens.get(k, 0)
             tokens[k] = lease.token
-        for store, leases in ((two[0], a_leases), (two[1], b_leases)):
+        for store, leases in ((pg_two[0], a_leases), (pg_two[1], b_leases)):
             held = [(k, lease) for k, lease in zip(keys, leases, strict=True) if lease is not None]
             await asyncio.gather(*(store.append(k, [{"role": "user", "content": "x"}]) for k, _ in held))
             await asyncio.gather(*(store.let_go(k, lease) for k, lease in held))
 
 
 async def test_riding_claims_against_batched_claims_of_the_same_sessions_never_deadlock_nor_share_one(
-    two: list[PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
     """a's claims each carry a budget reservation of the same agent and chats (alone in their statements: lease,
     session lock, then budget locks), b's go in batches (leases and session locks, session after session): round
     after round at the same moment, exactly one holds each session, and every reservation made was a's granted
     claim's. A deadlock would surface as a StorageError."""
-    a, b = two
+    a, b = pg_two
     usage = PostgresUsageStore(a.database)
     keys = [key(n) for n in range(8)]
     made = 0
     for round_ in range(12):
         rides = {k: usage.ride(_claims(k), "2026-12-05", 10, 60.0) for k in keys}
         a_claims, b_leases = await asyncio.gather(
-            asyncio.gather(*(a.claim(k, name(k), "a", TTL_S, ride=rides[k]) for k in keys)),
+            asyncio.gather(*(a.claim(k, session_lease(k), "a", TTL_S, ride=rides[k]) for k in keys)),
             asyncio.gather(*(claim(b, k, "b") for k in keys)),
         )
         for k, got_a, lease_b in zip(keys, a_claims, b_leases, strict=True):
@@ -130,7 +112,7 @@ async def test_riding_claims_against_batched_claims_of_the_same_sessions_never_d
         for k, got_a in zip(keys, a_claims, strict=True):
             if got_a is not None:
                 await usage.release(rides[k].id)
-                await a.let_go(k, Lease(name(k), "a", got_a.token, 0.0))
+                await a.let_go(k, Lease(session_lease(k), "a", got_a.token, 0.0))
         await asyncio.gather(*(b.let_go(k, lease) for k, lease in zip(keys, b_leases, strict=True) if lease))
     assert made > 0
 
@@ -139,10 +121,10 @@ def _claims(k: SessionKey) -> list[Claim]:
     return [Claim(Scope("agent", "", k.agent), day_limit=10**6), Claim(Scope("chat", k.channel, k.chat_id), 10**6)]
 
 
-async def test_a_claim_whose_caller_was_cancelled_gives_its_grant_back(two: list[PostgresSessionStore]) -> None:
+async def test_a_claim_whose_caller_was_cancelled_gives_its_grant_back(pg_two: list[PostgresSessionStore]) -> None:
     """Cancelled while its claim is in flight, or queued behind one: the lease granted meanwhile is let go (nobody
     here holds it), so another instance takes the session at once instead of after the lease's time."""
-    a, b = two
+    a, b = pg_two
     keys = [key(n) for n in range(3)]
     in_flight = asyncio.create_task(claim(a, keys[0], "a"))
     await asyncio.sleep(0)
@@ -162,11 +144,11 @@ async def test_a_claim_whose_caller_was_cancelled_gives_its_grant_back(two: list
 
 
 async def test_a_claim_sent_after_a_cancelled_one_is_not_let_go_by_its_give_back(
-    two: list[PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
     """The same holder's next claim of the session would be renewed with the given-back grant's token: it waits
     for that let-go, so the let-go cannot expire the new grant."""
-    a, b = two
+    a, b = pg_two
     k, other = key(0), key(1)
     in_flight = asyncio.create_task(claim(a, other, "a"))  # the batch in flight: the cancelled one waits behind it
     await asyncio.sleep(0)
@@ -194,7 +176,7 @@ async def test_closing_the_stores_waits_for_a_cancelled_claim_s_grant_to_be_give
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as other:
         async with other.transaction():  # the session's lock: the claim takes the lease, then waits for it
             await other.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (str(k),))
-            claiming = asyncio.create_task(sessions.claim(k, name(k), "a", TTL_S))
+            claiming = asyncio.create_task(sessions.claim(k, session_lease(k), "a", TTL_S))
             while not await _waiting_for_a_lock(other):  # noqa: ASYNC110 (the claim reaches the server)
                 await asyncio.sleep(0.01)
             claiming.cancel()  # the shutdown cancels the turn
@@ -202,7 +184,7 @@ async def test_closing_the_stores_waits_for_a_cancelled_claim_s_grant_to_be_give
             closing = asyncio.create_task(stores.aclose())
             await asyncio.sleep(0.3)
         await closing  # the claim's batch answered once the lock went: its grant given back before the pool closed
-        cursor = await other.execute("SELECT agenthub_lease_acquire_or_ask(%s, 'b', 30)", (name(k),))
+        cursor = await other.execute("SELECT agenthub_lease_acquire_or_ask(%s, 'b', 30)", (session_lease(k),))
         row = await cursor.fetchone()
         assert row is not None and row[0] is not None  # free: taken by another instance at once
         cursor = await other.execute(

@@ -7,16 +7,16 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import psycopg
 import pytest
-import pytest_asyncio
 
 from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.lease import Lease
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import PostgresLeases, PostgresSessionStore, postgres_store_factory
+from tests.support.leases import claimed, session_lease
 from tests.support.postgres import PostgresServer, migrated, waiting_for_locks
 
 TTL_S = 30.0
@@ -25,29 +25,12 @@ ROUNDS = 40
 PER_ROUND = 10
 
 
-@pytest_asyncio.fixture
-async def two(postgres_dsn: str) -> AsyncIterator[list[PostgresSessionStore]]:
-    stores = [await postgres_store_factory(postgres_dsn) for _ in range(2)]
-    try:
-        yield stores
-    finally:
-        for store in stores:
-            await store.close()
-
-
 def key(n: int) -> SessionKey:
     return session_key("default", "http", f"s{n}")
 
 
-def name(k: SessionKey) -> str:
-    return f"session:{k}"
-
-
 async def claim(store: PostgresSessionStore, k: SessionKey, holder: str) -> Lease | None:
-    granted = await store.claim(k, name(k), holder, TTL_S)
-    if granted is None or granted.fenced_out:
-        return None
-    return Lease(name(k), holder, granted.token, 0.0)
+    return await claimed(store, k, holder, TTL_S)
 
 
 async def live_leases(store: PostgresSessionStore) -> int:
@@ -59,9 +42,9 @@ async def live_leases(store: PostgresSessionStore) -> int:
 
 
 async def test_sessions_let_go_together_go_in_one_statement_each_with_its_own_meta(
-    two: list[PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
-    a, b = two
+    a, b = pg_two
     keys = [key(n) for n in range(6)]
     leases = [await claim(a, k, "a") for k in keys]
     for n, k in enumerate(keys):
@@ -77,11 +60,11 @@ async def test_sessions_let_go_together_go_in_one_statement_each_with_its_own_me
 
 
 async def test_a_let_go_s_meta_and_names_arrive_as_written_whatever_characters_they_hold(
-    two: list[PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
     """The let-gos' rows go as one JSON parameter: quotes, backslashes, braces, commas, newlines, non-ASCII text
     and a let-go without meta arrive as they were, each with its own session."""
-    a, b = two
+    a, b = pg_two
     titles = ['say "hi", {x}', "back\\slash\nnew line", "中文 \u00e9t\u00e9 \U0001f600", "NULL"]
     keys = [session_key("default", "http", chat) for chat in ('q"uote', "a,{b}", "中文", "NULL")]
     leases = [lease for k in keys if (lease := await claim(a, k, "a")) is not None]
@@ -98,11 +81,11 @@ async def test_a_let_go_s_meta_and_names_arrive_as_written_whatever_characters_t
 
 
 async def test_the_sessions_of_let_gos_whose_callers_were_cancelled_are_let_go_all_the_same(
-    two: list[PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
     """A caller cancelled (its turn's shutdown) while its let-go is in flight, or queued behind one, stops waiting;
     the sessions are released with their metas all the same, and the other callers get their answers."""
-    a, b = two
+    a, b = pg_two
     keys = [key(n) for n in range(4)]
     leases = [lease for k in keys if (lease := await claim(a, k, "a")) is not None]
     assert len(leases) == len(keys)
@@ -124,7 +107,7 @@ async def test_the_sessions_of_let_gos_whose_callers_were_cancelled_are_let_go_a
 
 
 async def test_many_claims_renewals_and_batched_let_gos_of_two_instances_at_once_never_deadlock(
-    two: list[PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
     """Each instance claims random sessions at once, renews what it holds in one statement and lets them all go
     together, round after round, against the other doing the same: a deadlock would surface as a StorageError
@@ -146,12 +129,12 @@ async def test_many_claims_renewals_and_batched_let_gos_of_two_instances_at_once
             await asyncio.gather(renewer.renew_many(leases, TTL_S), *(store.let_go(k, lease) for k, lease in held))
             let_gos += len(held)
 
-    statements_before = sum(s.let_gos.statements for s in two)
+    statements_before = sum(s.let_gos.statements for s in pg_two)
     async with asyncio.timeout(120):
-        await asyncio.gather(instance(two[0], "a", 1), instance(two[1], "b", 2))
+        await asyncio.gather(instance(pg_two[0], "a", 1), instance(pg_two[1], "b", 2))
     assert let_gos > 0
-    assert sum(s.let_gos.statements for s in two) - statements_before < let_gos  # batched
-    assert await live_leases(two[0]) == 0  # every lease let go
+    assert sum(s.let_gos.statements for s in pg_two) - statements_before < let_gos  # batched
+    assert await live_leases(pg_two[0]) == 0  # every lease let go
 
 
 @pytest.fixture
@@ -216,15 +199,15 @@ async def _freed_names(dsn: str, ready: asyncio.Event, until: str) -> list[str]:
 
 
 async def test_a_release_is_announced_only_when_another_instance_asked_for_the_lease(
-    two: list[PostgresSessionStore], postgres_dsn: str
+    pg_two: list[PostgresSessionStore], postgres_dsn: str
 ) -> None:
     """A session that moves is let go on every turn: its release goes to every listening instance only when one
     was refused it (and so waits to hear); announcements arrive in commit order, so one sent for a release nobody
     asked for would come before the asked one's."""
-    a, b = two
+    a, b = pg_two
     alone, asked, plain = key(0), key(1), key(2)
     ready = asyncio.Event()
-    listener = asyncio.create_task(_freed_names(postgres_dsn, ready, name(asked)))
+    listener = asyncio.create_task(_freed_names(postgres_dsn, ready, session_lease(asked)))
     await ready.wait()
     first = await claim(a, alone, "a")
     assert first is not None
@@ -232,23 +215,23 @@ async def test_a_release_is_announced_only_when_another_instance_asked_for_the_l
     held = await claim(a, asked, "a")
     assert held is not None and await claim(b, asked, "b") is None  # refused: b asks for it
     leases = PostgresLeases(a.database)
-    plain_lease = await leases.acquire(name(plain), "a", TTL_S)
+    plain_lease = await leases.acquire(session_lease(plain), "a", TTL_S)
     assert plain_lease is not None
     await leases.release(plain_lease)  # the plain lease store's release, nobody asked: not announced either
     await a.let_go(asked, held)
     async with asyncio.timeout(30):
-        assert await listener == [name(asked)]
+        assert await listener == [session_lease(asked)]
     regained = await claim(b, asked, "b")  # the grant clears the mark: b's own release goes unannounced
     assert regained is not None
     async with a.database.connection("read the mark") as conn:
-        cursor = await conn.execute("SELECT asked FROM leases WHERE name = %s", [name(asked)])
+        cursor = await conn.execute("SELECT asked FROM leases WHERE name = %s", [session_lease(asked)])
         assert await cursor.fetchone() == (False,)
 
 
 async def test_a_refused_acquire_or_ask_marks_the_lease_asked_and_its_release_is_announced(
-    two: list[PostgresSessionStore], postgres_dsn: str
+    pg_two: list[PostgresSessionStore], postgres_dsn: str
 ) -> None:
-    leases = PostgresLeases(two[0].database)
+    leases = PostgresLeases(pg_two[0].database)
     ready = asyncio.Event()
     listener = asyncio.create_task(_freed_names(postgres_dsn, ready, "lease:asked"))
     await ready.wait()
@@ -263,11 +246,11 @@ async def test_a_refused_acquire_or_ask_marks_the_lease_asked_and_its_release_is
 
 
 async def test_an_acquire_or_ask_refused_behind_another_instance_s_first_grant_marks_the_lease_asked(
-    two: list[PostgresSessionStore], postgres_dsn: str
+    pg_two: list[PostgresSessionStore], postgres_dsn: str
 ) -> None:
     """B asks for a lease nobody held while A's first grant of it (the row's insert) is not yet committed: B waits
     for it, is refused, and must mark the lease asked, or A's release is never announced to B (who waits for it)."""
-    leases = PostgresLeases(two[0].database)
+    leases = PostgresLeases(pg_two[0].database)
     async with await psycopg.AsyncConnection.connect(postgres_dsn) as first:
         await first.execute(
             "INSERT INTO leases (name, holder, token, expires_at) "
@@ -278,13 +261,13 @@ async def test_an_acquire_or_ask_refused_behind_another_instance_s_first_grant_m
         await first.commit()
     async with asyncio.timeout(30):
         assert await asking is None
-    async with two[0].database.connection("read the mark") as conn:
+    async with pg_two[0].database.connection("read the mark") as conn:
         cursor = await conn.execute("SELECT asked FROM leases WHERE name = 'lease:raced'")
         assert await cursor.fetchone() == (True,)
 
 
 async def test_a_session_claim_refused_behind_another_instance_s_first_grant_marks_the_lease_asked(
-    two: list[PostgresSessionStore], postgres_dsn: str
+    pg_two: list[PostgresSessionStore], postgres_dsn: str
 ) -> None:
     """The same race for the session claim (`agenthub_session_claim`): B refused behind A's uncommitted first grant
     marks the lease asked."""
@@ -292,49 +275,49 @@ async def test_a_session_claim_refused_behind_another_instance_s_first_grant_mar
     async with await psycopg.AsyncConnection.connect(postgres_dsn) as first:
         await first.execute(
             "INSERT INTO leases (name, holder, token, expires_at) VALUES (%s, 'a', 1, now() + interval '30 s')",
-            [name(raced)],
+            [session_lease(raced)],
         )
-        asking = asyncio.create_task(claim(two[1], raced, "b"))
+        asking = asyncio.create_task(claim(pg_two[1], raced, "b"))
         await waiting_for_locks(postgres_dsn, 1)  # B's insert waits for A's
         await first.commit()
     async with asyncio.timeout(30):
         assert await asking is None
-    async with two[0].database.connection("read the mark") as conn:
-        cursor = await conn.execute("SELECT asked FROM leases WHERE name = %s", [name(raced)])
+    async with pg_two[0].database.connection("read the mark") as conn:
+        cursor = await conn.execute("SELECT asked FROM leases WHERE name = %s", [session_lease(raced)])
         assert await cursor.fetchone() == (True,)
 
 
 async def test_a_claim_refused_by_a_lease_released_while_it_waited_for_the_row_announces_it_free(
-    two: list[PostgresSessionStore], postgres_dsn: str
+    pg_two: list[PostgresSessionStore], postgres_dsn: str
 ) -> None:
     """A's let-go takes the lease's row while B's claim, sent just before, waits for it: the release's time is later
     than B's transaction's start (`now()`), so B is refused a lease that is free, and marks it asked only after the
     let-go went unannounced. B's refusal itself announces it free, so B tries again at once (not at its poll)."""
-    a, b = two
+    a, b = pg_two
     raced = key(8)
     held = await claim(a, raced, "a")
     assert held is not None
     ready = asyncio.Event()
-    listener = asyncio.create_task(_freed_names(postgres_dsn, ready, name(raced)))
+    listener = asyncio.create_task(_freed_names(postgres_dsn, ready, session_lease(raced)))
     await ready.wait()
     async with await psycopg.AsyncConnection.connect(postgres_dsn) as let_go:
-        await let_go.execute("SELECT 1 FROM leases WHERE name = %s FOR UPDATE", [name(raced)])
+        await let_go.execute("SELECT 1 FROM leases WHERE name = %s FOR UPDATE", [session_lease(raced)])
         asking = asyncio.create_task(claim(b, raced, "b"))
         await waiting_for_locks(postgres_dsn, 1)  # B's claim began, and waits for the row
-        await let_go.execute("UPDATE leases SET expires_at = clock_timestamp() WHERE name = %s", [name(raced)])
+        await let_go.execute("UPDATE leases SET expires_at = clock_timestamp() WHERE name = %s", [session_lease(raced)])
         await let_go.commit()  # released after B's transaction began, nobody asked yet: not announced
     async with asyncio.timeout(30):
         assert await asking is None
-        assert await listener == [name(raced)]
+        assert await listener == [session_lease(raced)]
     assert await claim(b, raced, "b") is not None
 
 
 async def test_a_meta_holding_a_lone_surrogate_is_let_go_with_its_session_and_the_others_are_let_go_too(
-    two: list[PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
     """A title written behind from a user's first words with a lone surrogate goes with its session's let-go like
     any other meta: it must not fail the statement that releases the other sessions' leases too."""
-    a, b = two
+    a, b = pg_two
     keys = [key(n) for n in range(4)]
     leases = [lease for k in keys if (lease := await claim(a, k, "a")) is not None]
     assert len(leases) == len(keys)

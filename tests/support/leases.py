@@ -7,8 +7,10 @@ import asyncio
 
 from agenthub.clock import Clock, ManualClock
 from agenthub.errors import StorageError
+from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import InProcessLeases, Lease
 from agenthub.storage.ports import LeaseStore
+from agenthub.storage.postgres import PostgresSessionStore
 
 
 class DownableLeases(InProcessLeases):
@@ -89,3 +91,16 @@ class BrokenLeases(InProcessLeases):
 
     async def acquire(self, name: str, holder: str, ttl_s: float) -> Lease | None:
         raise RuntimeError("lease driver failed")
+
+
+def session_lease(k: SessionKey) -> str:
+    """The lease name of session `k`."""
+    return f"session:{k}"
+
+
+async def claimed(store: PostgresSessionStore, k: SessionKey, holder: str, ttl_s: float) -> Lease | None:
+    """`k`'s lease claimed through `store` for `holder`, None when refused or fenced out."""
+    granted = await store.claim(k, session_lease(k), holder, ttl_s)
+    if granted is None or granted.fenced_out:
+        return None
+    return Lease(session_lease(k), holder, granted.token, 0.0)
