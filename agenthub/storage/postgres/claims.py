@@ -5,6 +5,7 @@ commit: the first goes at once, those that come while it is out go together in t
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,18 +21,20 @@ log = structlog.get_logger(__name__)
 
 _CLAIM_MANY = """
 SELECT r.ord, c.o_token, c.o_fence, c.o_born, c.o_next, c.o_meta, c.o_seq, c.o_record
-FROM unnest(%(names)s::text[], %(holders)s::text[], %(ttls)s::double precision[], %(agents)s::text[],
-            %(channels)s::text[], %(chats)s::text[], %(borns)s::bigint[], %(sinces)s::bigint[])
-     WITH ORDINALITY AS r(name, holder, ttl, agent, channel, chat_id, born, since, ord)
+FROM json_to_recordset(%(rows)s::json) AS r(
+    ord integer, name text, holder text, ttl double precision, agent text, channel text, chat_id text, born bigint,
+    since bigint
+)
 CROSS JOIN LATERAL agenthub_session_claim(r.name, r.holder, r.ttl, r.agent, r.channel, r.chat_id, r.born, r.since) c
 ORDER BY r.ord, c.o_seq NULLS FIRST
 """
-"""`agenthub_session_claim` for each row, in the rows' order, in one transaction: each claim takes its lease row,
-then its session's lock (the fence), session by session in lease-name order: the order of the let-gos (`let_go.py`),
-the appends and the renewals, so none of them waits for another in a circle. A claim's rows come out as one claim
-alone brings them: its head (no seq) first, then its records by seq. A claim with a budget reservation riding in it
-(migration 26) is never in a batch: it takes budget locks after its session's lock, and a later session's lock in
-the same transaction would come after them."""
+"""`agenthub_session_claim` for each row, in the rows' order, in one transaction (the rows one JSON parameter, as
+the let-gos' and the appends': text arrays cost psycopg a quoting pass in Python per element): each claim takes its
+lease row, then its session's lock (the fence), session by session in lease-name order: the order of the let-gos
+(`let_go.py`), the appends and the renewals, so none of them waits for another in a circle. A claim's rows come out
+as one claim alone brings them: its head (no seq) first, then its records by seq. A claim with a budget reservation
+riding in it (migration 26) is never in a batch: it takes budget locks after its session's lock, and a later
+session's lock in the same transaction would come after them."""
 
 _CLAIM_ONE = """
 SELECT 1, c.o_token, c.o_fence, c.o_born, c.o_next, c.o_meta, c.o_seq, c.o_record
@@ -99,7 +102,7 @@ class Claims:
     async def _send(self, asks: list[ClaimAsk]) -> list[list[Row]]:
         order = sorted(range(len(asks)), key=lambda i: asks[i].name)  # rows locked in one order by everyone
         ordered = [asks[i] for i in order]
-        params: tuple[Any, ...] | dict[str, list[Any]]
+        params: tuple[Any, ...] | dict[str, str]
         query, params = (_CLAIM_ONE, self._one(ordered[0])) if len(ordered) == 1 else (_CLAIM_MANY, self._many(ordered))
         self.statements += 1
         try:
@@ -122,17 +125,22 @@ class Claims:
         return (ask.name, ask.holder, ask.ttl_s, ask.key.agent, ask.key.channel, ask.key.chat_id, ask.born, ask.since)
 
     @staticmethod
-    def _many(ordered: list[ClaimAsk]) -> dict[str, list[Any]]:
-        return {
-            "names": [a.name for a in ordered],
-            "holders": [a.holder for a in ordered],
-            "ttls": [a.ttl_s for a in ordered],
-            "agents": [a.key.agent for a in ordered],
-            "channels": [a.key.channel for a in ordered],
-            "chats": [a.key.chat_id for a in ordered],
-            "borns": [a.born for a in ordered],
-            "sinces": [a.since for a in ordered],
-        }
+    def _many(ordered: list[ClaimAsk]) -> dict[str, str]:
+        rows = [
+            {
+                "ord": n,
+                "name": a.name,
+                "holder": a.holder,
+                "ttl": a.ttl_s,
+                "agent": a.key.agent,
+                "channel": a.key.channel,
+                "chat_id": a.key.chat_id,
+                "born": a.born,
+                "since": a.since,
+            }
+            for n, a in enumerate(ordered, start=1)
+        ]
+        return {"rows": json.dumps(rows, ensure_ascii=False)}
 
     def _give_back(self, ask: ClaimAsk) -> None:
         """Let go the lease granted to the claim of a caller that stopped waiting, once its batch answers (after
