@@ -15,9 +15,9 @@ FROM json_to_recordset(%(rows)s::json)
      AS r(ord integer, name text, token bigint, agent text, channel text, chat_id text, meta text)
 """
 """`agenthub_session_let_go` (migration 19) for each row, in the rows' order, in one transaction: every lease row,
-then that session's lock, lease by lease in name order. The rows go as one JSON parameter (an array of objects,
-in order: `json`, not `jsonb`, keeps it), encoded by the C JSON encoder: six text arrays cost psycopg a quoting
-pass in Python per element, which a let-go on every moved turn paid. A claim takes one lease row, then its
+then that session's lock, lease by lease in name order (`json_to_recordset` gives the array's objects in order).
+The rows go as one JSON parameter, encoded by the C JSON encoder: six text arrays cost psycopg a quoting pass in
+Python per element, which a let-go on every moved turn paid. A claim takes one lease row, then its
 session's lock; a renewal takes lease rows in name order: the same order everywhere, so no two of them wait for
 each other."""
 
