@@ -4,16 +4,14 @@ round (a NUL, a typed `\\u0000`, U+2028, non-BMP text, a megabyte, tokens and nu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from agenthub.session_keys import session_key
 from agenthub.storage.lease import Lease
 from agenthub.storage.meta import SessionMeta
-from agenthub.storage.postgres import PostgresInbox, PostgresSessionStore, postgres_store_factory
+from agenthub.storage.postgres import PostgresInbox, PostgresSessionStore
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.store import FencedWriteError
 
@@ -32,20 +30,10 @@ def msg(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text, "timestamp": 1}
 
 
-@pytest_asyncio.fixture
-async def two(postgres_dsn: str) -> AsyncIterator[tuple[PostgresSessionStore, PostgresSessionStore]]:
-    first, second = await postgres_store_factory(postgres_dsn), await postgres_store_factory(postgres_dsn)
-    try:
-        yield first, second
-    finally:
-        await first.close()
-        await second.close()
-
-
 async def test_records_and_metas_of_a_batch_of_appends_arrive_exact(
-    two: tuple[PostgresSessionStore, PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
-    a, b = two
+    a, b = pg_two
     keys = [session_key("default", "http", f"j{n}") for n in range(4)]
     numbers = {"role": "user", "content": "n", "timestamp": 2**63 - 1, "big": -(2**70), "f": 0.1, "e": 1e300}
     meta = SessionMeta(keys[0].chat_id, title=TEXTS[0] + TEXTS[2], created_at=2**53 + 1, updated_at=BIG + 5)
@@ -65,11 +53,9 @@ async def test_records_and_metas_of_a_batch_of_appends_arrive_exact(
 
 
 @pytest.mark.parametrize("newer", [0, 1])
-async def test_a_fencing_token_beyond_2_53_is_compared_exactly(
-    two: tuple[PostgresSessionStore, PostgresSessionStore], newer: int
-) -> None:
+async def test_a_fencing_token_beyond_2_53_is_compared_exactly(pg_two: list[PostgresSessionStore], newer: int) -> None:
     """Tokens BIG + 2 and BIG + 3 are one double: rounded, `a`'s append would pass a fence one newer than its token."""
-    a, b = two
+    a, b = pg_two
     fenced, other = session_key("default", "http", "fenced"), session_key("default", "http", "other")
     await a.fence(fenced, BIG + 2)
     await b.fence(fenced, BIG + 2 + newer)
@@ -81,9 +67,9 @@ async def test_a_fencing_token_beyond_2_53_is_compared_exactly(
 
 
 async def test_let_gos_with_tokens_beyond_2_53_release_their_leases_and_write_their_metas_exact(
-    two: tuple[PostgresSessionStore, PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
-    a, b = two
+    a, b = pg_two
     keys = [session_key("default", "http", f"g{n}") for n in range(3)]
     async with a.database.connection("leases lapsed at tokens beyond 2^53") as conn:
         for k in keys:

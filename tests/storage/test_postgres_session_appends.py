@@ -5,17 +5,15 @@ by a newer lease refused alone, a meta written behind carried by its session's a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 import pytest
-import pytest_asyncio
 
 from agenthub.session_keys import session_key
 from agenthub.storage.lease import Lease
 from agenthub.storage.meta import SessionMeta
-from agenthub.storage.postgres import PostgresSessionStore, postgres_store_factory
+from agenthub.storage.postgres import PostgresSessionStore
 from agenthub.storage.store import FencedWriteError
 from tests.support.postgres import waiting_for_locks
 
@@ -26,20 +24,10 @@ def msg(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text, "timestamp": 1}
 
 
-@pytest_asyncio.fixture
-async def two(postgres_dsn: str) -> AsyncIterator[tuple[PostgresSessionStore, PostgresSessionStore]]:
-    first, second = await postgres_store_factory(postgres_dsn), await postgres_store_factory(postgres_dsn)
-    try:
-        yield first, second
-    finally:
-        await first.close()
-        await second.close()
-
-
 async def test_appends_of_twenty_sessions_at_the_same_moment_share_round_trips_and_each_lands_in_order(
-    two: tuple[PostgresSessionStore, PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
-    a, b = two
+    a, b = pg_two
     trips = a.database.latency.count
     await asyncio.gather(*(a.append(key, [msg(f"{n}.1"), msg(f"{n}.2")]) for n, key in enumerate(KEYS)))
     assert a.database.latency.count - trips <= 2  # the first alone, the 19 asked for meanwhile together
@@ -58,11 +46,11 @@ ODD_TEXTS = [
 
 
 async def test_records_of_a_batch_arrive_as_they_were_whatever_characters_they_hold(
-    two: tuple[PostgresSessionStore, PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
     """The appends go as one JSON parameter: quotes, backslashes, braces, control characters, non-ASCII text, a
     lone surrogate arrive as they were, each session's records in order, and the meta with its append."""
-    a, b = two
+    a, b = pg_two
     keys = KEYS[:4]
     await a.write_meta(keys[0], SessionMeta(keys[0].chat_id, title='t "q" \\ {}'), durable=False)
     await asyncio.gather(
@@ -79,9 +67,9 @@ async def test_records_of_a_batch_arrive_as_they_were_whatever_characters_they_h
 
 
 async def test_a_session_fenced_by_a_newer_lease_is_refused_alone_and_the_others_of_its_batch_land(
-    two: tuple[PostgresSessionStore, PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
-    a, b = two
+    a, b = pg_two
     fenced, other = KEYS[0], KEYS[1]
     await a.fence(fenced, 1)
     await b.fence(fenced, 2)  # another instance took the session over
@@ -94,9 +82,9 @@ async def test_a_session_fenced_by_a_newer_lease_is_refused_alone_and_the_others
 
 @pytest.mark.parametrize("concurrent", [1, 5])
 async def test_a_meta_written_behind_goes_with_its_sessions_append(
-    two: tuple[PostgresSessionStore, PostgresSessionStore], concurrent: int
+    pg_two: list[PostgresSessionStore], concurrent: int
 ) -> None:
-    a, b = two
+    a, b = pg_two
     keys = KEYS[:concurrent]
     for n, key in enumerate(keys):
         await a.fence(key, 1)
@@ -109,13 +97,13 @@ async def test_a_meta_written_behind_goes_with_its_sessions_append(
 
 
 async def test_a_batch_of_appends_and_a_batch_of_let_gos_of_the_same_sessions_never_deadlock(
-    postgres_dsn: str, two: tuple[PostgresSessionStore, PostgresSessionStore]
+    postgres_dsn: str, pg_two: list[PostgresSessionStore]
 ) -> None:
     """Both take the sessions' locks in one order: the let-gos in lease-name order (`session:<key>`), so the
     appends in the keys' order too, not their file stems' (':' is '_' there: "room:1" before "roomA" by key, after it by
     file stem). Here `a`'s late appends (its leases lapsed, `b` claimed the sessions) meet `b`'s let-go of both
     with its meta written behind: in two orders, each would hold one session's lock and wait for the other's."""
-    a, b = two
+    a, b = pg_two
     x1, xa = session_key("default", "http", "room:1"), session_key("default", "http", "roomA")
     for k in (x1, xa):
         assert await a.claim(k, f"session:{k}", "a", 0.2) is not None
@@ -146,11 +134,11 @@ async def test_a_batch_of_appends_and_a_batch_of_let_gos_of_the_same_sessions_ne
 
 
 async def test_a_session_whose_newest_record_holds_a_lone_surrogate_has_its_meta_read_caught_up(
-    two: tuple[PostgresSessionStore, PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
     """A lone surrogate is kept as a `\\ud8xx` escape, which the database's JSON operators refuse: the meta's read
     (`updated_at` caught up with the newest record's time) must not depend on them."""
-    a, b = two
+    a, b = pg_two
     key = KEYS[0]
     await a.write_meta(key, SessionMeta("chat", updated_at=5), durable=True)
     await a.append(key, [{"role": "user", "content": "half \ud800 a pair", "timestamp": 1_700_000_000_123}])
@@ -160,11 +148,11 @@ async def test_a_session_whose_newest_record_holds_a_lone_surrogate_has_its_meta
 
 
 async def test_a_meta_holding_a_lone_surrogate_goes_with_its_append_and_the_batch_s_other_appends_land(
-    two: tuple[PostgresSessionStore, PostgresSessionStore],
+    pg_two: list[PostgresSessionStore],
 ) -> None:
     """A title written behind from a user's first words with a lone surrogate rides its session's append like any
     other meta: it must not fail the statement that carries the other sessions' appends too."""
-    a, b = two
+    a, b = pg_two
     keys = KEYS[:4]
     for k in keys:  # each under a lease, so its meta is written behind and goes with its append
         granted = await a.claim(k, f"session:{k}", "a", 30.0)
