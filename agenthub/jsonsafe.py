@@ -5,7 +5,11 @@ RecursionError, so every caller's `except ValueError` turns it into a clean refu
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""Half a surrogate pair, which UTF-8 cannot carry."""
 
 
 class JSONTooDeepError(ValueError):
@@ -30,3 +34,12 @@ def utf8_dumps(value: object) -> str:
     except UnicodeEncodeError:
         return json.dumps(value)
     return text
+
+
+def utf8_replacing(text: str) -> bytes:
+    """`text` as UTF-8, a lone surrogate in it (a message stored before they were cleaned) as U+FFFD: sent to the
+    model, where `str.encode` failed the whole call."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub("\ufffd", text).encode()

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from agenthub.jsonsafe import utf8_replacing
 from agenthub.llm.identity import ByIdentity, PerChat, Repeated, drop_chat
 from agenthub.llm.types import LLMRequest, LLMResponse
 
@@ -57,7 +58,7 @@ def anthropic_api(base_url: str) -> bool:
 
 
 def _digest(value: Any) -> bytes:
-    return hashlib.blake2b(_encode(value).encode(), digest_size=_DIGEST).digest()
+    return hashlib.blake2b(utf8_replacing(_encode(value)), digest_size=_DIGEST).digest()
 
 
 def _bare(block: Any) -> Any:

@@ -16,6 +16,7 @@ import httpx2
 
 from agenthub.errors import LLMError
 from agenthub.i18n import Text
+from agenthub.jsonsafe import utf8_replacing
 from agenthub.llm.identity import ByIdentity, PerChat, Repeated
 from agenthub.llm.reply import ReplyBuilder
 from agenthub.llm.sdk_wire import MessagesWire
@@ -51,7 +52,7 @@ def request_body(request: LLMRequest, diagnostics: dict[str, Any] | None = None)
 
 
 def _encoded(value: Any) -> bytes:
-    return _encode(value).encode()
+    return utf8_replacing(_encode(value))
 
 
 _encoded_blocks = ByIdentity(_encoded)

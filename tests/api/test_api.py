@@ -600,3 +600,18 @@ async def test_a_lone_surrogate_kept_from_before_is_listed_as_a_json_escape(api:
         raw = await resp.read()
     assert b"half \\ud800 a pair" in raw
     assert json.loads(raw)["messages"][0]["content"] == "half \ud800 a pair"
+
+
+async def test_a_session_holding_a_lone_surrogate_from_before_is_still_answered(
+    api: RunningApi, fake_llm: FakeAnthropic
+) -> None:
+    """A message stored with a lone surrogate (before messages were cleaned of them) goes to the model with U+FFFD
+    in its place: its UTF-8 encoding failed every later turn of the session."""
+    key = session_key("default", "http", "half")
+    history = api.gateway.history
+    await history.append(key, {"role": "user", "content": "half \ud800 a pair"}, {"role": "assistant", "content": "ok"})
+    history.evict(key)
+    fake_llm.script(reply_text("still here"))
+    reply = await (await api.gateway.submit(InboundMessage("http", "half", "u1", "next"))).result()
+    assert getattr(reply, "full_text", None) == "still here", reply
+    assert "half \ufffd a pair" in json.dumps(fake_llm.message_requests()[-1].body, ensure_ascii=False)
