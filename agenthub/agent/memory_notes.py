@@ -16,6 +16,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from agenthub.jsonsafe import utf8_replacing
+
 NOTE_HEADER = "# Long-term memory (MEMORY.md): added since this conversation's system prompt"
 CHATS = 1024
 """Chats whose pinned memory text is kept (least recently built dropped first: its next build shows the file)."""
@@ -24,7 +26,7 @@ Message = dict[str, Any]
 
 
 def _digest(message: Message) -> bytes:
-    return hashlib.blake2b(json.dumps(message, ensure_ascii=False).encode(), digest_size=8).digest()
+    return hashlib.blake2b(utf8_replacing(json.dumps(message, ensure_ascii=False)), digest_size=8).digest()
 
 
 @dataclass

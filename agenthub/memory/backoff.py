@@ -10,6 +10,7 @@ from typing import Any
 
 import structlog
 
+from agenthub.jsonsafe import utf8_replacing
 from agenthub.session_keys import SessionKey
 
 log = structlog.get_logger(__name__)
@@ -84,7 +85,7 @@ class SummaryBackoff:
 
 
 def _digest(messages: list[Message]) -> str:
-    return hashlib.sha256(json.dumps(messages, ensure_ascii=False, sort_keys=True).encode("utf-8")).hexdigest()
+    return hashlib.sha256(utf8_replacing(json.dumps(messages, ensure_ascii=False, sort_keys=True))).hexdigest()
 
 
 def _remember(store: OrderedDict[SessionKey, Any], key: SessionKey, value: Any) -> None:
