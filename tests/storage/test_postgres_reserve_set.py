@@ -198,7 +198,7 @@ async def test_old_and_new_checks_of_overlapping_scopes_together_never_deadlock_
 ) -> None:
     """24 connections, 40 checks each, of overlapping scope sets, each check through either function at random:
     both take the budget locks in the claims' (key) order, so none waits in a circle (a deadlock would fail a
-    check), and every scope's reservations end exactly at its limit (1,000 a turn)."""
+    check), and no scope's reservations pass its limit (1,000 a turn); each then fills exactly to it alone."""
     migrated(postgres_dsn)
     sets = [["a", "b"], ["b", "c"], ["a", "c"], ["a", "b", "c"], ["c"]]
     rnd = random.Random(30)
@@ -212,8 +212,15 @@ async def test_old_and_new_checks_of_overlapping_scopes_together_never_deadlock_
 
         async with asyncio.timeout(120):
             await asyncio.gather(*(checks(n) for n in range(24)))
+        limits = {"user:wecom:alice": 7000, "chat:wecom:room": 9000, "agent:x": 11_000}
         held = await conns[0].execute("SELECT scope, sum(tokens)::bigint FROM usage_reservations GROUP BY scope")
-        assert dict(await held.fetchall()) == {"user:wecom:alice": 7000, "chat:wecom:room": 9000, "agent:x": 11_000}
+        together = dict(await held.fetchall())
+        assert all(together[scope] <= limit for scope, limit in limits.items()), together
+        for name, scope in SCOPES.items():  # a scope only ever checked with a full one stays short: fill each alone
+            for m in range(12):
+                await conns[0].execute(NEW, (f"top-{name}-{m}", _claims(scope), DAY, 1000, 60.0, []))
+        held = await conns[0].execute("SELECT scope, sum(tokens)::bigint FROM usage_reservations GROUP BY scope")
+        assert dict(await held.fetchall()) == limits
     finally:
         for conn in conns:
             await conn.close()
