@@ -214,7 +214,7 @@ async def test_old_and_new_checks_of_overlapping_scopes_together_never_deadlock_
             await asyncio.gather(*(checks(n) for n in range(24)))
         limits = {"user:wecom:alice": 7000, "chat:wecom:room": 9000, "agent:x": 11_000}
         held = await conns[0].execute("SELECT scope, sum(tokens)::bigint FROM usage_reservations GROUP BY scope")
-        together = dict(await held.fetchall())
+        together: dict[str, int] = dict(await held.fetchall())
         assert all(together[scope] <= limit for scope, limit in limits.items()), together
         for name, scope in SCOPES.items():  # a scope only ever checked with a full one stays short: fill each alone
             for m in range(12):
