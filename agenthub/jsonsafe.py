@@ -25,15 +25,20 @@ def loads(data: str | bytes | bytearray, *, strict: bool = True) -> Any:
         raise JSONTooDeepError("JSON nested too deeply") from None
 
 
-def utf8_dumps(value: object) -> str:
+def utf8_dumps(value: object, *, allow_nan: bool = True) -> str:
     """JSON text as the replies are: UTF-8, non-ASCII as it is; a lone surrogate (which UTF-8 cannot carry: a
     platform's JSON may hold one, `"\\ud800"`) kept as its `\\ud800` escape, so the text is sent instead of failing."""
-    text = json.dumps(value, ensure_ascii=False)
+    text = json.dumps(value, ensure_ascii=False, allow_nan=allow_nan)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return json.dumps(value)
+        return json.dumps(value, allow_nan=allow_nan)
     return text
+
+
+def without_lone_surrogates(text: str) -> str:
+    """`text` with each lone surrogate as U+FFFD (the text itself when it holds none)."""
+    return _LONE_SURROGATE.sub("\ufffd", text) if _LONE_SURROGATE.search(text) else text
 
 
 def utf8_replacing(text: str) -> bytes:
@@ -42,4 +47,4 @@ def utf8_replacing(text: str) -> bytes:
     try:
         return text.encode()
     except UnicodeEncodeError:
-        return _LONE_SURROGATE.sub("\ufffd", text).encode()
+        return without_lone_surrogates(text).encode()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-"""Half a surrogate pair: a platform's JSON may carry one (`"\\ud800"`), UTF-8 (the model's request) cannot."""
+from agenthub.jsonsafe import without_lone_surrogates
 
 
 def now_ms() -> int:
@@ -69,8 +67,7 @@ class InboundMessage:
     def __post_init__(self) -> None:
         """A lone surrogate in the text becomes U+FFFD: kept, it would fail the turn's model call (the HTTP API
         refuses such a body; a channel's platform may still send one)."""
-        if _LONE_SURROGATE.search(self.content):
-            object.__setattr__(self, "content", _LONE_SURROGATE.sub("\ufffd", self.content))
+        object.__setattr__(self, "content", without_lone_surrogates(self.content))
 
     @property
     def route(self) -> Route:
