@@ -1,10 +1,11 @@
 """Budget benchmark: what budgets cost a turn in CPU, in one run, measured two ways.
 
 Directly: turns run one at a time on a gateway whose budgets apply to every turn, and the CPU the budget gate
-itself reports (`BudgetGate.cpu_seconds`: the checks, the turn's estimate, reservations, lease bookkeeping,
-settlements and the writes that only end reservations; of a section that awaits the store, only its own coroutine's
-steps: `CpuMeter.run`) is divided by the daemon's whole CPU for those turns
-(`time.process_time`, every thread, background writes included). Paired A/B: the same turns on that gateway and on
+itself reports (`BudgetGate.cpu_seconds`: the checks, the turn's estimate (not the read of the history it is made
+from, which the turn's first append makes anyway: since 2026-12-05), reservations, lease bookkeeping, settlements and
+the writes that only end reservations; of a section that awaits the store, only its own coroutine's steps:
+`CpuMeter.run`) is divided by the daemon's whole CPU for those turns (`time.process_time`, every thread, background
+writes included). Paired A/B: the same turns on that gateway and on
 one without budgets, in rounds (the side that goes first alternating); the median of the rounds' differences of
 their daemon CPU per turn. On a shared machine the A/B's noise (`--same`: both sides without budgets) is larger than
 5 %; the direct ratio is the figure the target is read from. The fake Messages API runs in a child process, so the

@@ -306,31 +306,30 @@ class TurnRunner:
 
     async def _admit(self, pending: PendingTurn, ride: Ride | None = None) -> Admission | Refusal | None:
         """The gate's word (None: no budget applies), reserving an estimate of the prompt plus `max_tokens`
-        (`ride`: the check sent with the session's claim, taken when it asked for this very estimate)."""
+        (`ride`: the check sent with the session's claim, taken when it asked for this very estimate).
+
+        The estimate reads the history the turn's first append reads next (`SessionHistory.peek`, which leaves it in
+        the cache): when the cache does not hold it yet, that read is the turn's own, made one step early, and is not
+        counted as the gate's CPU; the estimate made from it is."""
         usage, agent = self.services.usage, pending.agent
         senders = [member.message.sender_id for member in pending.members]  # a joined turn: every sender's budget
         if usage is None or (ride is None and not usage.gate.applies(agent, pending.message, senders)):
             return None  # (a ride is made only for a turn budgets apply to)
         with usage.gate.cpu.measure():  # budgets' work: counted as the gate's
             prompt = self._estimate_now(pending, ride)
-        if prompt is None:
-            prompt = await usage.gate.cpu.run(self._estimate_of(pending, ride))
+        if prompt is None:  # the cache does not hold the history yet: the turn reads it now, a step early
+            history, meta = await self.gateway.history.peek(pending.key)
+            with usage.gate.cpu.measure():
+                prompt = self._estimate_from(pending, ride, history, meta)
         limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s
         names = usage.gate.names_of(member.message for member in pending.members)
         return await usage.gate.admit(agent, pending.message, prompt, pending.locale, limit, senders, names, ride)
 
     def _estimate_now(self, pending: PendingTurn, ride: Ride | None) -> int | None:
-        """`_estimate_of` from the cache alone (`SessionHistory.peek_now`: no coroutine, no lock); None when the
+        """`_estimate_from` the cache alone (`SessionHistory.peek_now`: no coroutine, no lock); None when the
         cache cannot answer it now."""
         seen = self.gateway.history.peek_now(pending.key)
         return None if seen is None else self._estimate_from(pending, ride, *seen)
-
-    async def _estimate_of(self, pending: PendingTurn, ride: Ride | None) -> int:
-        """The turn's estimate (`_estimate_from`). Its read of the history and meta (`SessionHistory.peek`: mostly
-        the cache, which the turn reads anyway, then) is made only for budgets, so it is counted with the gate's CPU
-        too."""
-        history, meta = await self.gateway.history.peek(pending.key)
-        return self._estimate_from(pending, ride, history, meta)
 
     def _estimate_from(
         self, pending: PendingTurn, ride: Ride | None, history: list[HistoryRecord], meta: SessionMeta | None

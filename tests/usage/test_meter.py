@@ -95,7 +95,8 @@ async def test_turns_under_budgets_report_the_gates_cpu_and_turns_without_none(
         gate.leases.close()  # alice's lease ends: its release is a write of its own
         await gate.drain()
     # each checked turn: whether budgets apply, its estimate, the admission and the settlement; the first turn's
-    # estimate looks at the cache (`SessionHistory.peek_now`) and, its session not loaded yet, reads it (`peek`)
+    # estimate looks at the cache (`SessionHistory.peek_now`) and, its session not loaded yet, is made from the read
+    # (`peek`) the turn makes a step early (its first append reads the same): the read itself is not the gate's
     assert checked_sections == 3 * 4 + 1
     assert checked_cpu > 0
     assert exempt_sections == 1  # an exempt sender's turn only asks whether budgets apply
