@@ -11,7 +11,7 @@ from typing import Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agenthub.config import describe_validation_error
+from agenthub.config import LONGEST_INTERVAL_S, describe_validation_error
 from agenthub.errors import AgentNotFoundError, InvalidIdError
 from agenthub.session_keys import validate_agent_name
 
@@ -24,7 +24,7 @@ MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")
 class MemoryOverrides(BaseModel):
     """Per-agent overrides of `[memory]` settings; unset fields follow the global configuration."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     consolidate_at_tokens: int | None = Field(None, ge=1000)
     keep_recent: int | None = Field(None, ge=2)
@@ -43,7 +43,7 @@ class MemoryOverrides(BaseModel):
 class BudgetOverrides(BaseModel):
     """Per-agent overrides of `[budgets]` (tokens; 0: no limit); unset fields follow the global configuration."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     user_day: int | None = Field(None, ge=0)
     user_month: int | None = Field(None, ge=0)
@@ -76,14 +76,14 @@ class McpServerConfig(BaseModel):
 class AgentConfig(BaseModel):
     """The schema of `agent.json`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     description: str = ""
     model: str | None = None
     provider: str = "default"
     max_tokens: int | None = Field(None, ge=1)
     tools: list[str] = Field(default_factory=list)
-    lock_timeout_s: float | None = Field(None, gt=0)
+    lock_timeout_s: float | None = Field(None, gt=0, le=LONGEST_INTERVAL_S)
     memory: MemoryOverrides = Field(default_factory=MemoryOverrides)
     budgets: BudgetOverrides = Field(default_factory=BudgetOverrides)
     system_allowed_paths: list[str] = Field(default_factory=list)

@@ -30,15 +30,25 @@ Backend = Literal["files", "postgres"]
 """The storage backends `[store] backend` may name (each has its factory in `agenthub.storage.stores.BACKENDS`)."""
 
 
+LONGEST_INTERVAL_S = 366 * 86_400.0
+"""The bound of a duration that reaches a PostgreSQL interval (`now() + x * interval '1 second'`): a year, well
+inside the range of timestamps (beyond it the store would fail at run time rather than at start-up)."""
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A `[section]`: unknown keys refused, and so is a float that is not finite (`inf`, `nan`: TOML and the
+    environment both spell them, and no duration, share or price means anything with them)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SessionSettings(_Section):
     """Session lifetimes, locks and concurrency."""
 
     ttl_s: float = Field(3600.0, gt=0, description="idle time after which the in-memory Session is dropped")
-    lock_timeout_s: float = Field(120.0, gt=0, description="a turn holding the lock longer is cancelled")
+    lock_timeout_s: float = Field(
+        120.0, gt=0, le=LONGEST_INTERVAL_S, description="a turn holding the lock longer is cancelled"
+    )
     restart_confirm_s: float = Field(30.0, gt=0, description="window for the second /restart")
     max_concurrent_llm: int = Field(64, ge=1, description="global cap on concurrent LLM calls")
     max_queued: int = Field(
@@ -159,7 +169,10 @@ class HTTPSettings(_Section):
         None, ge=1, description="open connections at most; default: the open-file limit minus room for the rest"
     )
     idempotency_window_s: float = Field(
-        86_400.0, ge=60, description="how long a chat request's Idempotency-Key and its answer are kept"
+        86_400.0,
+        ge=60,
+        le=LONGEST_INTERVAL_S,
+        description="how long a chat request's Idempotency-Key and its answer are kept",
     )
 
 
@@ -214,7 +227,9 @@ class StoreSettings(_Section):
 
     backend: Backend = "files"
     dsn: SecretStr | None = Field(None, description="postgres: set it as AGENTHUB_STORE__DSN; a secret, never logged")
-    lease_s: float = Field(15.0, gt=0, description="postgres: a dead instance's sessions are taken over after this")
+    lease_s: float = Field(
+        15.0, gt=0, le=LONGEST_INTERVAL_S, description="postgres: a dead instance's sessions are taken over after this"
+    )
 
     @model_validator(mode="after")
     def _postgres_needs_a_dsn(self) -> StoreSettings:
@@ -259,6 +274,7 @@ class Settings(BaseSettings):
         env_file_encoding="utf-8",
         dotenv_filtering="match_prefix",  # .env may hold ANTHROPIC_API_KEY etc.; only AGENTHUB_* lines are ours
         extra="forbid",
+        allow_inf_nan=False,
         validate_default=True,
     )
 

@@ -65,6 +65,10 @@ def test_the_shipped_default_agent_loads() -> None:
         ('{"lock_timeout_s": -1}', "lock_timeout_s"),
         ('{"colour": "blue"}', "colour"),
         ('{"memory": {"consolidate_at_tokens": 5}}', "memory.consolidate_at_tokens"),
+        ('{"lock_timeout_s": Infinity}', "lock_timeout_s: Input should be a finite number"),
+        ('{"lock_timeout_s": 1e300}', "lock_timeout_s"),
+        ('{"mcp_call_timeout_s": NaN}', "mcp_call_timeout_s: Input should be a finite number"),
+        ('{"mcp_start_wait_s": Infinity}', "mcp_start_wait_s: Input should be a finite number"),
     ],
 )
 def test_a_broken_agent_is_reported_by_name_and_others_load(tmp_path: Path, raw: str, reason: str) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import typing
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
-from agenthub.config import load_settings
+from agenthub.config import LONGEST_INTERVAL_S, Settings, load_settings
 from agenthub.errors import ConfigError
 
 SECRET = "sk-ant-very-secret-value-123"
@@ -223,3 +226,60 @@ def test_a_dotenv_line_that_must_be_json_and_is_not_is_named() -> None:
     Path(".env").write_text(f"AGENTHUB_HTTP__TOKENS={SECRET}\n")
     with pytest.raises(ConfigError, match=r"^invalid configuration: http\.tokens: AGENTHUB_HTTP__TOKENS must be JSON"):
         load_settings()
+
+
+def _float_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """The dotted keys of every float setting under `model`, through nested sections."""
+    keys = []
+    for name, field in model.model_fields.items():
+        args = typing.get_args(field.annotation) or (field.annotation,)
+        section = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if section is not None:
+            keys += _float_keys(section, f"{prefix}{name}.")
+        elif float in args:
+            keys.append(prefix + name)
+    return keys
+
+
+FLOAT_KEYS = _float_keys(Settings)
+
+
+def test_the_float_settings_are_found() -> None:
+    assert {"store.lease_s", "session.lock_timeout_s", "http.idempotency_window_s", "budgets.warn_at"} <= set(
+        FLOAT_KEYS
+    )
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity"])
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+def test_a_float_setting_that_is_not_finite_is_one_line_naming_the_key(
+    monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
+    monkeypatch.setenv("AGENTHUB_" + key.upper().replace(".", "__"), value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value).startswith(f"invalid configuration: {key}: ")
+    assert "\n" not in str(caught.value) and caught.value.__cause__ is None
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_an_infinite_lease_in_the_file_is_refused(value: str) -> None:
+    Path("agenthub.toml").write_text(f"[store]\nlease_s = {value}\n")
+    with pytest.raises(ConfigError, match=r"^invalid configuration: store\.lease_s: .*finite"):
+        load_settings()
+
+
+def test_a_price_that_is_not_finite_is_refused() -> None:
+    Path("agenthub.toml").write_text('[llm.prices."m"]\ninput = inf\n')
+    with pytest.raises(ConfigError, match=r"^invalid configuration: llm\.prices\.m\.input: "):
+        load_settings()
+
+
+@pytest.mark.parametrize("key", ["store.lease_s", "session.lock_timeout_s", "http.idempotency_window_s"])
+def test_a_duration_that_reaches_postgresql_intervals_is_bounded(monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    """Beyond `LONGEST_INTERVAL_S` `now() + x * interval '1 second'` would fail at run time ("out of range")."""
+    monkeypatch.setenv("AGENTHUB_" + key.upper().replace(".", "__"), "1e300")
+    with pytest.raises(ConfigError, match=rf"^invalid configuration: {re.escape(key)}: "):
+        load_settings()
+    monkeypatch.setenv("AGENTHUB_" + key.upper().replace(".", "__"), str(LONGEST_INTERVAL_S))
+    assert load_settings() is not None
