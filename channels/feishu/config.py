@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from agenthub.config import LONGEST_INTERVAL_S
 from channels.toolkit.config import check_cred_ids, check_locale, parse_table
 
 DOMAINS = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
@@ -22,7 +23,7 @@ SessionScope = Literal["group", "group_sender", "group_topic", "group_topic_send
 class FeishuAppConfig(BaseModel):
     """One Feishu/Lark self-built app (bot)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     app_id: str = Field(min_length=1)
     app_secret: SecretStr
@@ -96,11 +97,11 @@ class FeishuAppConfig(BaseModel):
 class FeishuConfig(BaseModel):
     """The whole `[channels.feishu]` table."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     apps: dict[str, FeishuAppConfig] = Field(default_factory=dict)
     locale: str | None = Field(None, description="zh-CN or en: the locale of every text written to Feishu users")
-    dedup_ttl_s: float = Field(8 * 3600.0, ge=MIN_DEDUP_TTL_S)
+    dedup_ttl_s: float = Field(8 * 3600.0, ge=MIN_DEDUP_TTL_S, le=LONGEST_INTERVAL_S)
     start_retry_s: float = Field(5.0, gt=0, le=3600)
     """Delay before an app that failed to start is tried again; it doubles after each failure."""
     start_retry_max_s: float = Field(300.0, gt=0, le=86400)

@@ -15,7 +15,7 @@ from channels.toolkit.config import check_cred_ids, check_locale, parse_table, t
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class _Credential(_Model):

@@ -154,3 +154,16 @@ def test_sdk_logger_goes_to_structlog_with_credentials_masked() -> None:
     [entry] = logs
     assert entry["event"] == "lark_sdk_log" and "AK123" not in str(entry) and "TK456" not in str(entry)
     assert "device_id=d" in entry["message"]
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ({"dedup_ttl_s": float("inf")}, "channels.feishu.dedup_ttl_s"),
+        ({"dedup_ttl_s": 1e300}, "channels.feishu.dedup_ttl_s"),  # remembered ids' expiry is a PostgreSQL interval
+        ({"apps": {"m": {"app_id": "a", "app_secret": "s", "stale_after_s": float("nan")}}}, "apps.m.stale_after_s"),
+    ],
+)
+def test_a_float_that_is_not_finite_or_too_long_is_refused_naming_the_key(table: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^invalid configuration: .*{key}: "):
+        parse_config(table)

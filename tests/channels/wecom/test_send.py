@@ -14,6 +14,7 @@ from agenthub.errors import ChannelSendError, ConfigError
 from agenthub.messages import OutboundMessage
 from channels.wecom import WeComChannel
 from channels.wecom.api import WorkApi, WorkApiError
+from channels.wecom.config import load_config
 from channels.wecom.text import split_utf8, strip_markdown, strip_mention, utf8_len
 from tests.support.fakes.submitter import ScriptedSubmitter
 from tests.support.fakes.wecom import FakeQyApi, channel_context
@@ -217,3 +218,15 @@ def test_secrets_from_the_environment_merge_with_the_toml_table(
     app = channel.config.apps["hr"]
     assert (app.corp_id, app.agent, app.secret.get_secret_value()) == (CORP_ID, "helper", SECRET)
     assert SECRET not in repr(channel.config)
+
+
+@pytest.mark.parametrize("key", ["dedup_ttl_s", "apps.hr.request_timeout_s", "apps.hr.rate_limit_backoff_s"])
+def test_a_float_that_is_not_finite_is_refused_naming_the_key(api: FakeQyApi, key: str) -> None:
+    table = app_table(api)
+    *path, name = key.split(".")
+    section = table
+    for part in path:
+        section = section[part]
+    section[name] = float("inf")
+    with pytest.raises(ConfigError, match=rf"^invalid configuration: channels\.wecom\.{key}: .*finite"):
+        load_config(table)
