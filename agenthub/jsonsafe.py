@@ -10,6 +10,7 @@ from typing import Any
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 """Half a surrogate pair, which UTF-8 cannot carry."""
+_COMPACT = (",", ":")
 
 
 class JSONTooDeepError(ValueError):
@@ -25,14 +26,16 @@ def loads(data: str | bytes | bytearray, *, strict: bool = True) -> Any:
         raise JSONTooDeepError("JSON nested too deeply") from None
 
 
-def utf8_dumps(value: object, *, allow_nan: bool = True) -> str:
+def utf8_dumps(value: object, *, allow_nan: bool = True, compact: bool = False) -> str:
     """JSON text as the replies are: UTF-8, non-ASCII as it is; a lone surrogate (which UTF-8 cannot carry: a
-    platform's JSON may hold one, `"\\ud800"`) kept as its `\\ud800` escape, so the text is sent instead of failing."""
-    text = json.dumps(value, ensure_ascii=False, allow_nan=allow_nan)
+    platform's JSON may hold one, `"\\ud800"`) kept as its `\\ud800` escape, so the text is sent instead of failing.
+    `compact`: no spaces after `,` and `:`."""
+    separators = _COMPACT if compact else None
+    text = json.dumps(value, ensure_ascii=False, allow_nan=allow_nan, separators=separators)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return json.dumps(value, allow_nan=allow_nan)
+        return json.dumps(value, allow_nan=allow_nan, separators=separators)
     return text
 
 

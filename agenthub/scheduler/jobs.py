@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import itertools
-import json
 import secrets
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from agenthub.jsonsafe import utf8_dumps
 from agenthub.scheduler.cron import CronError, CronSpec, parse_cron
 from agenthub.session_keys import SessionKey, session_key
 
@@ -74,7 +74,7 @@ class Job:
     def json_text(self) -> str:
         """`to_json()` encoded once per job version (a job is immutable): a rewrite of the file re-encodes only
         the jobs that changed."""
-        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
+        return utf8_dumps(self.to_json(), compact=True)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Job:

@@ -20,6 +20,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub.storage.idempotency import IDEMPOTENCY_DIR
+from agenthub.storage.json_text import json_text
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.postgres.schema_usage import USAGE_TOTALS_ADD, USAGE_TOTALS_OF
 from agenthub.storage.postgres.usage import ADD_TOTALS, totals_of
@@ -121,7 +122,7 @@ def live_keys(data_dir: Path, window_s: float, now: float | None = None) -> list
 
 
 def key_item(data: dict[str, Any]) -> str:
-    return json.dumps([data["scope"], data["key"]], ensure_ascii=False)
+    return json_text([data["scope"], data["key"]])
 
 
 def key_value(data: dict[str, Any]) -> list[Any]:
@@ -148,7 +149,7 @@ def write_key(data: dict[str, Any]) -> Callable[[AsyncConnection[TupleRow]], Awa
             data["key"],
             str(data["fingerprint"]),
             bool(data.get("accepted")),
-            None if final is None else json.dumps(final, ensure_ascii=False),
+            None if final is None else json_text(final),
             float(data["created_at"]),
         )
         await conn.execute(_INSERT_KEY, params)
@@ -163,7 +164,7 @@ def file_marks(data_dir: Path) -> list[ForgetMark]:
 
 def mark_item(mark: ForgetMark) -> str:
     """A mark's name in the copy ledger: all of it (a mark names the tag, never the person)."""
-    return json.dumps(mark_value(mark), ensure_ascii=False)
+    return json_text(mark_value(mark))
 
 
 def mark_value(mark: ForgetMark) -> list[Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from agenthub.errors import StorageError
 from agenthub.storage.atomic import atomic_write_text
+from agenthub.storage.json_text import json_text
 
 IDEMPOTENCY_DIR = ".idempotency"
 ACCEPT_GRACE_S = 60.0
@@ -98,7 +99,7 @@ class FileIdempotency:
             raise StorageError("could not read an idempotency key") from e
 
     async def _write(self, scope: str, key: str, data: dict[str, Any]) -> None:
-        path, text = self._path(scope, key), json.dumps({"scope": scope, "key": key, **data}, ensure_ascii=False)
+        path, text = self._path(scope, key), json_text({"scope": scope, "key": key, **data})
         try:
             await asyncio.to_thread(_write_file, path, text, self._fsync)
         except OSError as e:  # a full or read-only disk: the callers' StorageError path, never a raw OSError

@@ -5,7 +5,6 @@ due time, which guards the record of a fire so a due time runs once across insta
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -189,5 +188,5 @@ def document_or_none(item: Any, where: str) -> JobDocument | None:
 
 
 def encode(item: dict[str, Any]) -> str:
-    """A job object as stored: compact, non-ASCII kept."""
-    return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+    """A job object as stored: compact, non-ASCII kept (a lone surrogate escaped: `utf8_dumps`)."""
+    return jsonsafe.utf8_dumps(item, compact=True)

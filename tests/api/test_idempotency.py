@@ -118,3 +118,17 @@ async def test_a_retry_through_another_instance_joins_and_gets_the_same_answer(
         status, later = await b.call("POST", CHAT, json=body, headers={"Idempotency-Key": "m1", **client})
         assert status == 200 and later["reply"] == "answered on a"
         assert len(fake_llm.message_requests()) == 1
+
+
+async def test_an_answer_holding_a_lone_surrogate_is_kept_for_a_retry(
+    backend_settings: Settings, fake_llm: FakeAnthropic
+) -> None:
+    """Half a UTF-16 pair (the model's JSON may escape one) cannot be UTF-8: the stored answer keeps it escaped."""
+    fake_llm.script(reply_text("half a pair \ud800 kept"))
+    body = {"chat_id": "k7", "content": "odd text"}
+    async with running_api(backend_settings) as api:
+        status, answer = await api.call("POST", CHAT, json=body, **_keyed("k7"))
+        assert status == 200 and answer["reply"] == "half a pair \ud800 kept"
+        status, retried = await api.call("POST", CHAT, json=body, **_keyed("k7"))
+        assert status == 200 and retried["reply"] == "half a pair \ud800 kept"
+    assert len(fake_llm.message_requests()) == 1

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+from agenthub.scheduler.jobs import Job
+from agenthub.scheduler.store import document
 from agenthub.storage.jobs import FireRecord, JobDocument
 from tests.support.stores import JobBackend
 
@@ -123,3 +125,14 @@ async def test_a_guarded_change_is_taken_only_over_the_due_time_it_was_made_from
         "cron": _doc("cron", 2000.0, text="改了"),
         "done": _doc("done", None, text="改了"),
     }
+
+
+async def test_a_job_whose_text_holds_a_lone_surrogate_is_stored_and_read_back(job_backend: JobBackend) -> None:
+    """Half a UTF-16 pair (the model's tool input may hold one) is no UTF-8: the job is kept with it escaped."""
+    job = Job(
+        "abc12345", "default", "http", "c1", "Asia/Shanghai", 1000.0, at=2000.0, text="半 \ud800 x", next_due=2000.0
+    )
+    await job_backend.store.put(document(job))
+    (stored,) = await job_backend.other_instance().load_all()
+    assert Job.from_json(json.loads(stored.text)) == job
+    assert stored.text == job.json_text  # as the scheduler encodes it: no rewrite of an unchanged job

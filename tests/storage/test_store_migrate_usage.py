@@ -12,7 +12,7 @@ import pytest
 
 from agenthub.cli import main
 from agenthub.storage.idempotency import FileIdempotency
-from agenthub.storage.postgres import open_database
+from agenthub.storage.postgres import Database, open_database
 from agenthub.storage.postgres.idempotency import PostgresIdempotency
 from agenthub.storage.postgres.usage import PostgresUsageStore
 from agenthub.storage.usage import Forgotten, UsageRow, forgotten_tag
@@ -114,3 +114,34 @@ async def test_forget_marks_are_copied_so_a_row_made_before_a_forget_stays_unnam
     code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
     assert code == 0, err
     assert "usage_forget_marks: 2 in the files, 2 verified in the database (0 copied now, 0 left" in out
+
+
+HALF_PAIR = {"done": {"full_text": "半 \ud800 x"}}
+"""A final answer holding half a UTF-16 pair (a model's JSON may escape one): no UTF-8, kept escaped."""
+
+
+async def test_a_final_answer_holding_a_lone_surrogate_is_stored_and_read_back(database: Database) -> None:
+    keys = PostgresIdempotency(database, window_s=WINDOW_S)
+    assert await keys.claim("token:a", "k", "fp") is None
+    await keys.finish("token:a", "k", HALF_PAIR)
+    found = await PostgresIdempotency(database, window_s=WINDOW_S).get("token:a", "k")
+    assert found is not None and found.final == HALF_PAIR
+
+
+async def test_a_key_whose_final_answer_holds_a_lone_surrogate_is_copied(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keys = FileIdempotency(tmp_path / "data", window_s=WINDOW_S, fsync=False)
+    assert await keys.claim("token:a", "k", "fp") is None
+    await keys.finish("token:a", "k", HALF_PAIR)
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0, err
+    assert "idempotency: 1 in the files, 1 verified in the database (1 copied now, 0 left" in out
+    database = await open_database(postgres_dsn)
+    try:
+        found = await PostgresIdempotency(database, window_s=WINDOW_S).get("token:a", "k")
+        assert found is not None and found.final == HALF_PAIR
+    finally:
+        await database.close()
+    code, out, err = await asyncio.to_thread(run_migrate, tmp_path, postgres_dsn, monkeypatch, capsys)
+    assert code == 0 and "idempotency: 1 in the files, 1 verified in the database (0 copied now" in out, err

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agenthub.storage.idempotency import ACCEPT_GRACE_S, SWEEP_EVERY_S, IdempotencyRecord
+from agenthub.storage.json_text import json_text
 from agenthub.storage.postgres.database import Database
 
 _LIVE = """(k.created_at > now() - %(window)s * interval '1 second'
@@ -73,7 +74,7 @@ class PostgresIdempotency:
         async with self.database.connection("keep an idempotent answer") as conn:
             await conn.execute(
                 "UPDATE idempotency_keys SET final = %(final)s WHERE scope = %(scope)s AND key = %(key)s",
-                self._params(scope, key, final=json.dumps(final, ensure_ascii=False)),
+                self._params(scope, key, final=json_text(final)),
             )
 
     async def release(self, scope: str, key: str) -> None:

@@ -28,6 +28,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
+from agenthub.jsonsafe import utf8_dumps
 from tests.support.fakes.prompt_cache import PromptCache
 
 Fault = Literal["stream_error", "cut", "hang"]
@@ -184,7 +185,8 @@ def _split(text: str, parts: int) -> list[str]:
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    """One event; a lone surrogate in a scripted text goes as its `\\ud800` escape, as a vendor's JSON would."""
+    return f"event: {event}\ndata: {utf8_dumps(data)}\n\n".encode()
 
 
 class FakeAnthropic:
