@@ -8,7 +8,6 @@ import copy
 import dataclasses
 import functools
 import itertools
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
@@ -458,7 +457,8 @@ compaction checkpoints the commit log (the history files synced), so it is rare 
 
 
 def _encode(record: JournalRecord) -> bytes:
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    """One journal line; a lone surrogate (a platform's extras may hold one) kept as its escape (`utf8_dumps`)."""
+    return jsonsafe.utf8_dumps(record, compact=True).encode("utf-8") + b"\n"
 
 
 def _record_of(entry: InboxEntry) -> JournalRecord:

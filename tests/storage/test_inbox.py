@@ -395,3 +395,15 @@ async def _count_or_none(inbox: PostgresInbox) -> int | None:
         return await inbox.count()
     except StorageError:
         return None
+
+
+async def test_a_payload_holding_a_lone_surrogate_is_accepted_and_read_back(
+    tmp_path: Path, make_inbox: InboxFactory
+) -> None:
+    """A platform's extras (a sender's name in `metadata`) may hold half a UTF-16 pair: kept escaped, not refused."""
+    inbox = make_inbox(tmp_path)
+    payload = message_to_json(InboundMessage("wecom", "c1", "u1", "hi", "m1", metadata={"name": "半 \ud800"}))
+    entry = await inbox.accept("wecom:app", payload)
+    (listed,) = await inbox.unsettled()
+    assert listed.id == entry.id and message_from_json(listed.payload).metadata == {"name": "半 \ud800"}
+    await inbox.aclose()
