@@ -4,8 +4,8 @@ ones, each scope's and period's own, whatever order a store answers in."""
 from __future__ import annotations
 
 from agenthub.storage.usage import Claim, Scope, judge
-from agenthub.usage.gate import _standings
 from agenthub.usage.leases import LeaseKey, lease_claims
+from agenthub.usage.reserve_calls import _standings
 
 ALICE = Scope("user", "wecom", "alice")
 CHAT = Scope("chat", "wecom", "g")
