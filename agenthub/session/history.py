@@ -1,12 +1,10 @@
 """SessionHistory: the lazily loaded cache of every session's history and meta over a `SessionStore`, with the
-per-session serialisation, the observers and the meta rules (title, legacy synthesis, meta written behind)."""
+per-session serialisation, the observers and the meta written behind (its rules: `meta_rules.py`)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -17,10 +15,12 @@ import structlog
 
 from agenthub.aio import runs_to_end
 from agenthub.errors import StorageError
+from agenthub.session.history_diff import removed_messages
+from agenthub.session.meta_rules import DERIVED_FIELDS, meta_identity, touched_meta
 from agenthub.session_keys import SessionKey
 from agenthub.storage import jsonl
 from agenthub.storage.files import FileSessionStore
-from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, synthesise_meta, text_of, title_from
+from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, synthesise_meta
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.ports import QuickLookup, SessionStore
 from agenthub.storage.store import FencedWriteError, HistoryRecord, SessionActivity
@@ -34,7 +34,6 @@ dropped because another instance may have changed the session."""
 META_DELAY_S = 5.0
 """How long a meta change that is only `updated_at` / `last_usage` waits in the cache before it is written (not
 fsynced): a crash loses at most that much, and `read_meta` catches `updated_at` up from the history."""
-_DERIVED_FIELDS = ("updated_at", "last_usage")
 
 
 def _now_ms(clock: Callable[[], float]) -> int:
@@ -190,14 +189,14 @@ class SessionHistory:
         async with self._locked(key):
             cached = await self._messages(key)
             before = await self._meta(key)
-            meta = _touched_meta(key, before, cached, stamped, now)
+            meta = touched_meta(key, before, cached, stamped, now)
             if meta_changes:
                 meta = meta.with_changes(**meta_changes)
             await self.store.append(key, stamped)
             cached.extend(stamped)
             entry = self._entry(key)
             entry.meta, entry.meta_loaded = meta, True
-            if before is None or _identity(meta) != _identity(before):
+            if before is None or meta_identity(meta) != meta_identity(before):
                 await self._save_meta_now(key, entry, meta)
             else:
                 self._mark_dirty(key, entry)
@@ -224,7 +223,7 @@ class SessionHistory:
         """
         async with self._locked(key):
             old = await self._messages(key)
-            removed = _removed(old, messages) if archive_removed else []
+            removed = removed_messages(old, messages) if archive_removed else []
             await self.store.replace(key, messages, archive=removed)
             self._entry(key).messages = list(messages)
             self._notify("replace", key)
@@ -434,7 +433,7 @@ class SessionHistory:
                     raise KeyError(str(key))
                 meta = synthesise_meta(key.chat_id, await self._messages(key), _now_ms(self._clock))
             meta = meta.with_changes(**changes)
-            if set(changes) <= set(_DERIVED_FIELDS):
+            if set(changes) <= set(DERIVED_FIELDS):
                 entry = self._entry(key)
                 entry.meta, entry.meta_loaded = meta, True
                 self._mark_dirty(key, entry)
@@ -462,45 +461,8 @@ class SessionHistory:
         return found
 
 
-def _touched_meta(
-    key: SessionKey, meta: SessionMeta | None, cached: list[Message], new: list[Message], now: int
-) -> SessionMeta:
-    """The meta after an append: created (or synthesised for a legacy session) when missing, `updated_at` moved,
-    titled by the first user message while it has the default title."""
-    if meta is None:
-        meta = synthesise_meta(key.chat_id, [*cached, *new], now)
-    changes: dict[str, Any] = {"updated_at": now}
-    if meta.title == DEFAULT_TITLE:
-        first_user = next((text_of(m["content"]) for m in new if m.get("role") == "user"), "")
-        if first_user.strip():
-            changes["title"] = title_from(first_user)
-    return meta.with_changes(**changes)
-
-
-def _identity(meta: SessionMeta) -> SessionMeta:
-    """The meta without the fields that are written behind: when it changes, the meta is written at once."""
-    return meta.with_changes(updated_at=0, last_usage=None)
-
-
 async def _delete_files(paths: list[Path]) -> bool:
     try:
         return any(await asyncio.to_thread(lambda: [jsonl.delete_file(p) for p in paths]))
     except OSError as e:
         raise StorageError("could not delete the session's files") from e
-
-
-def _removed(old: list[Message], new: list[Message]) -> list[Message]:
-    """The messages of `old` that `new` no longer holds, in their original order (a multiset difference)."""
-    remaining = Counter(_fingerprint(m) for m in new)
-    removed = []
-    for message in old:
-        fp = _fingerprint(message)
-        if remaining[fp] > 0:
-            remaining[fp] -= 1
-        else:
-            removed.append(message)
-    return removed
-
-
-def _fingerprint(message: Message) -> str:
-    return json.dumps(message, sort_keys=True, ensure_ascii=False)
