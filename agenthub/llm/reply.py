@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agenthub.jsonsafe import without_lone_surrogates
 from agenthub.llm.types import LLMResponse, TextCallback
 from agenthub.messages import Usage
 
@@ -83,8 +84,8 @@ class ReplyBuilder:
 def _final_block(block: dict[str, Any], parts: list[str]) -> dict[str, Any]:
     """The block as the response keeps it (the shape `_block_dict` gave the SDK's typed blocks)."""
     kind = block.get("type")
-    if kind == "text":
-        return {"type": "text", "text": str(block.get("text") or "") + "".join(parts)}
+    if kind == "text":  # a lone surrogate as U+FFFD: no UTF-8 write of the text (a file, the database) can fail
+        return {"type": "text", "text": without_lone_surrogates(str(block.get("text") or "") + "".join(parts))}
     if kind == "tool_use":
         return {
             "type": "tool_use",

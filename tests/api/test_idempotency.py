@@ -123,12 +123,13 @@ async def test_a_retry_through_another_instance_joins_and_gets_the_same_answer(
 async def test_an_answer_holding_a_lone_surrogate_is_kept_for_a_retry(
     backend_settings: Settings, fake_llm: FakeAnthropic
 ) -> None:
-    """Half a UTF-16 pair (the model's JSON may escape one) cannot be UTF-8: the stored answer keeps it escaped."""
+    """Half a UTF-16 pair (the model's JSON may escape one) cannot be UTF-8: the answer holds U+FFFD in its place
+    (`llm.reply`), and a retry gets that same stored answer (the store's own escape of one: tests/storage)."""
     fake_llm.script(reply_text("half a pair \ud800 kept"))
     body = {"chat_id": "k7", "content": "odd text"}
     async with running_api(backend_settings) as api:
         status, answer = await api.call("POST", CHAT, json=body, **_keyed("k7"))
-        assert status == 200 and answer["reply"] == "half a pair \ud800 kept"
+        assert status == 200 and answer["reply"] == "half a pair \ufffd kept"
         status, retried = await api.call("POST", CHAT, json=body, **_keyed("k7"))
-        assert status == 200 and retried["reply"] == "half a pair \ud800 kept"
+        assert status == 200 and retried["reply"] == "half a pair \ufffd kept"
     assert len(fake_llm.message_requests()) == 1

@@ -89,3 +89,17 @@ async def test_offline_welcome_follows_the_http_channels_locale(api: RunningApi)
     status, body = await api.call("GET", "/api/agents/helper/welcome")
     assert status == 200
     assert "offline placeholder" in body["text"] and "离线" not in body["text"]
+
+
+async def test_a_lone_surrogate_in_the_models_welcome_is_replaced_and_the_cache_written(
+    api: RunningApi, fake_llm: FakeAnthropic
+) -> None:
+    """Half a UTF-16 pair (the vendor's JSON can carry `"\\ud800"`) cannot be written as UTF-8: the welcome holds
+    U+FFFD in its place, as a message does, and welcome.json is written."""
+    fake_llm.script(reply_text("Hello \ud800 from helper."))
+    with capture_logs() as logs:
+        status, body = await api.call("GET", "/api/agents/helper/welcome")
+    assert status == 200 and body["text"] == "Hello \ufffd from helper."
+    path = api.gateway.settings.agents_dir / "helper" / "welcome.json"
+    assert json.loads(path.read_text(encoding="utf-8"))["text"] == "Hello \ufffd from helper."
+    assert not [e for e in logs if e["log_level"] in ("warning", "error")]

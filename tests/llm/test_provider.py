@@ -90,6 +90,17 @@ async def test_text_streams_in_several_deltas(fake_llm: FakeAnthropic, provider:
     assert "tools" not in body
 
 
+async def test_a_lone_surrogate_in_the_models_text_arrives_as_u_fffd(
+    fake_llm: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    """Half a UTF-16 pair (the vendor's JSON can carry `"\\ud800"`) cannot be written as UTF-8 anywhere the reply
+    goes (a memory file, a cache file, a database): the response's text holds U+FFFD in its place."""
+    fake_llm.script(reply_text("A \ud800 B", chunks=1))
+    resp = await provider.complete(request())
+    assert resp.text == "A \ufffd B"
+    resp.text.encode("utf-8")
+
+
 async def test_tool_use_input_arrives_parsed(fake_llm: FakeAnthropic, provider: AnthropicProvider) -> None:
     tool = {"name": "get_weather", "description": "weather", "input_schema": {"type": "object"}}
     fake_llm.script(reply_tool("get_weather", {"city": "北京", "unit": "c"}, text="Let me check.", chunks=5))
