@@ -40,8 +40,11 @@ def utf8_dumps(value: object, *, allow_nan: bool = True, compact: bool = False) 
 
 
 def without_lone_surrogates(text: str) -> str:
-    """`text` with each lone surrogate as U+FFFD (the text itself when it holds none)."""
-    return _LONE_SURROGATE.sub("\ufffd", text) if _LONE_SURROGATE.search(text) else text
+    """`text` with each lone surrogate as U+FFFD, and two that make one character (two pieces of a stream decoded
+    apart, the first ending in its high half) as that character; the text itself when it holds none."""
+    if not _LONE_SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def utf8_replacing(text: str) -> bytes:

@@ -29,6 +29,8 @@ class ReplyBuilder:
         self.parts: list[list[str]] = []
         """Per block: the text (or thinking, or tool input JSON) pieces received so far."""
         self.stop_reason: str | None = None
+        self.held: dict[int, str] = {}
+        """Per text block: a high surrogate a piece ended in, held for the next piece (its other half may be there)."""
 
     def take(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -38,6 +40,8 @@ class ReplyBuilder:
             self.started = True
             self.message = event.get("message") or {}
             self.usage = dict(self.message.get("usage") or {})
+        elif kind == "content_block_stop":
+            self._release_held(event.get("index"))
         elif kind == "content_block_start":
             self.blocks.append(dict(event.get("content_block") or {}))
             self.parts.append([])
@@ -56,9 +60,10 @@ class ReplyBuilder:
             return
         block, kind = self.blocks[index], delta.get("type")
         if kind == "text_delta" and block.get("type") == "text":
-            text = str(delta.get("text", ""))
-            self.parts[index].append(text)
-            self.on_text(text)
+            text = self._whole(index, str(delta.get("text", "")))
+            if text:
+                self.parts[index].append(text)
+                self.on_text(text)
         elif kind == "input_json_delta":
             self.parts[index].append(str(delta.get("partial_json", "")))
         elif kind == "thinking_delta" and block.get("type") == "thinking":
@@ -68,7 +73,27 @@ class ReplyBuilder:
         elif kind == "citations_delta" and block.get("type") == "text":
             block.setdefault("citations", []).append(delta.get("citation"))
 
+    def _whole(self, index: int, text: str) -> str:
+        """The piece as it is handed on: after the high surrogate held from the piece before, a high surrogate it
+        ends in held for the next one, every other surrogate joined with its pair or U+FFFD (UTF-8 cannot carry
+        half a pair: a WeCom frame, a Feishu card, a memory file or the database would refuse the text)."""
+        held = self.held.pop(index, "")
+        if held:
+            text = held + text
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            self.held[index] = text[-1]
+            text = text[:-1]
+        return without_lone_surrogates(text)
+
+    def _release_held(self, index: object) -> None:
+        """The block ended (or the stream did) with a high surrogate held: it had no other half, U+FFFD."""
+        if isinstance(index, int) and self.held.pop(index, None) is not None:
+            self.parts[index].append("\ufffd")
+            self.on_text("\ufffd")
+
     def response(self) -> LLMResponse:
+        for index in list(self.held):  # a stream cut inside a block
+            self._release_held(index)
         usage = Usage(**{name: int(self.usage.get(name) or 0) for name in _USAGE_KINDS})
         content = [_final_block(block, parts) for block, parts in zip(self.blocks, self.parts, strict=True)]
         return LLMResponse(
@@ -84,7 +109,7 @@ class ReplyBuilder:
 def _final_block(block: dict[str, Any], parts: list[str]) -> dict[str, Any]:
     """The block as the response keeps it (the shape `_block_dict` gave the SDK's typed blocks)."""
     kind = block.get("type")
-    if kind == "text":  # a lone surrogate as U+FFFD: no UTF-8 write of the text (a file, the database) can fail
+    if kind == "text":  # the pieces came clean (`ReplyBuilder._whole`); the block's starting text too
         return {"type": "text", "text": without_lone_surrogates(str(block.get("text") or "") + "".join(parts))}
     if kind == "tool_use":
         return {
