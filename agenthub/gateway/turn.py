@@ -310,20 +310,25 @@ class TurnRunner:
 
         The estimate reads the history the turn's first append reads next (`SessionHistory.peek`, which leaves it in
         the cache): when the cache does not hold it yet, that read is the turn's own, made one step early, and is not
-        counted as the gate's CPU; the estimate made from it is."""
+        counted as the gate's CPU unless the turn is refused (then nothing else reads it); the estimate made from it
+        always is."""
         usage, agent = self.services.usage, pending.agent
         senders = [member.message.sender_id for member in pending.members]  # a joined turn: every sender's budget
         if usage is None or (ride is None and not usage.gate.applies(agent, pending.message, senders)):
             return None  # (a ride is made only for a turn budgets apply to)
         with usage.gate.cpu.measure():  # budgets' work: counted as the gate's
             prompt = self._estimate_now(pending, ride)
+        read = usage.gate.cpu.apart()
         if prompt is None:  # the cache does not hold the history yet: the turn reads it now, a step early
-            history, meta = await self.gateway.history.peek(pending.key)
+            history, meta = await read.run(self.gateway.history.peek(pending.key))
             with usage.gate.cpu.measure():
                 prompt = self._estimate_from(pending, ride, history, meta)
         limit = agent.config.lock_timeout_s or self.gateway.settings.session.lock_timeout_s
         names = usage.gate.names_of(member.message for member in pending.members)
-        return await usage.gate.admit(agent, pending.message, prompt, pending.locale, limit, senders, names, ride)
+        word = await usage.gate.admit(agent, pending.message, prompt, pending.locale, limit, senders, names, ride)
+        if word.refused:  # no append reads the history after all: the read was for budgets alone
+            usage.gate.cpu.charge(read)
+        return word
 
     def _estimate_now(self, pending: PendingTurn, ride: Ride | None) -> int | None:
         """`_estimate_from` the cache alone (`SessionHistory.peek_now`: no coroutine, no lock); None when the

@@ -24,6 +24,15 @@ class CpuMeter:
         """A section that does not await (`with meter.measure(): ...`)."""
         return _Section(self)
 
+    def apart(self) -> CpuMeter:
+        """A meter of its own, for CPU that counts as this one's only in some cases (`charge` it then)."""
+        return CpuMeter()
+
+    def charge(self, other: CpuMeter) -> None:
+        """Count what `other` measured as this meter's too."""
+        self.seconds += other.seconds
+        self.sections += other.sections
+
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await `coro`, counting the CPU time of each of its steps (from a resumption to its next wait)."""
         self.sections += 1

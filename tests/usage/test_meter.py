@@ -10,7 +10,7 @@ from typing import Any
 
 from agenthub.config import Settings
 from agenthub.hosting.app import build_gateway
-from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.usage.meter import CpuMeter
 from tests.support.fakes.anthropic import FakeAnthropic
 
@@ -133,3 +133,23 @@ async def test_a_turn_admitted_from_its_lease_starts_no_task_a_turn_without_budg
             return counts[2:]
 
     assert await tasks_per_turn({"user_day": 10**9}) == await tasks_per_turn({})
+
+
+async def test_a_refused_turns_read_of_its_history_is_counted_as_the_gates(
+    settings_factory: Callable[..., Settings], fake_llm: FakeAnthropic
+) -> None:
+    """The estimate's read of a history the cache does not hold is the turn's own (its first append reads the same)
+    unless the turn is refused: then it was made for budgets alone, and counted with the gate's CPU."""
+    settings = settings_factory()
+    async with build_gateway(settings) as gw:  # alice's chat has a history on disk
+        final = await (await gw.submit(InboundMessage("wecom", "dm", "alice", "question 0"))).result()
+        assert isinstance(final, DoneEvent)
+    limited = settings.model_copy(update={"budgets": settings.budgets.model_copy(update={"user_day": 1})})
+    async with build_gateway(limited) as gw:  # a new process: the history is not in the cache
+        assert gw.turn_services.usage is not None
+        gate = gw.turn_services.usage.gate
+        final = await (await gw.submit(InboundMessage("wecom", "dm", "alice", "question 1"))).result()
+        assert isinstance(final, ErrorEvent) and final.code == ErrorCode.BUDGET_EXCEEDED
+    # whether budgets apply, the look at the cache, the estimate, the admission, and the read it was made from
+    assert gate.cpu.sections == 5
+    assert len(fake_llm.message_requests()) == 1
