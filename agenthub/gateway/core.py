@@ -40,6 +40,7 @@ from agenthub.messages import ErrorCode, ErrorEvent, InboundMessage, NoticeEvent
 from agenthub.search.api import Searcher
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey, sender_problem, session_key
+from agenthub.storage.lease import LetGoRide
 from agenthub.storage.singleton import InstanceLeases
 
 if TYPE_CHECKING:
@@ -341,6 +342,15 @@ class GatewayCore:
             if state.holds == 0:  # the local queue is empty: another instance may have the session now
                 self.session_leases.release(state.key)
             self.sessions.release(state)
+
+    def let_go_riding(self, key: SessionKey) -> LetGoRide | None:
+        """The session's lease, to be released with its turn's answer when nothing else waits for the session here
+        and its lease would be let go at once (`SessionLeases.let_go_riding`); None otherwise. A message that comes
+        after this decision claims the session again (as one after `_let_go_before_reply`)."""
+        state = self.sessions.get(key)
+        if state is None or state.queue or state.holds:
+            return None
+        return self.session_leases.let_go_riding(key)
 
     async def _let_go_before_reply(self, state: SessionState) -> None:
         """A session with nothing more to do here whose lease is let go at once (it moves between instances) is

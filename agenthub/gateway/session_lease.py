@@ -30,7 +30,17 @@ from agenthub.clock import sleep_until
 from agenthub.errors import SessionBusyError, StorageError
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
-from agenthub.storage.lease import FREED, WANTED, Lease, SessionClaim, SessionClaims, renew_all, renewal_due
+from agenthub.storage.lease import (
+    FREED,
+    WANTED,
+    AppendsLettingGo,
+    Lease,
+    LetGoRide,
+    SessionClaim,
+    SessionClaims,
+    renew_all,
+    renewal_due,
+)
 from agenthub.storage.lease_lane import Kept, LaneRenewals, RenewalLane
 from agenthub.storage.ports import LeaseSignals, QuickLookup
 from agenthub.storage.singleton import InstanceLeases
@@ -75,6 +85,8 @@ class _Held:
     kept: Kept | None = None
     """The lease as the renewal lane keeps it (its newest grant), over a store that has one."""
     lane: RenewalLane | None = None
+    riding: bool = False
+    """Its release rides its turn's last append (`let_go_riding`): not renewed until that is settled."""
 
     @property
     def lease(self) -> Lease:
@@ -324,13 +336,47 @@ class SessionLeases:
         kept, idle, until another instance asks for it or `keep_idle_s` has passed; otherwise `release_now`."""
         if not self.shared:
             return
-        kept = key not in self._wanted and key in self._staying
-        if key in self._held and kept and self._keep_idle_s > 0:
+        if key in self._held and self._kept_idle(key):
             if key not in self._idle:
                 loop = asyncio.get_running_loop()
                 self._idle[key] = loop.call_later(self._keep_idle_s, self.release_now, key)
             return
         self.release_now(key)
+
+    def _kept_idle(self, key: SessionKey) -> bool:
+        """Whether `release` keeps the held lease of `key` idle now rather than letting it go."""
+        return key not in self._wanted and key in self._staying and self._keep_idle_s > 0
+
+    def let_go_riding(self, key: SessionKey) -> LetGoRide | None:
+        """The lease of a session that `release` would let go at once now, to be released in the statement of its
+        turn's last append (a store that can: `AppendsLettingGo`); None when it would be kept idle, is not held, or
+        is let go the usual way. Not renewed until the ride is settled: released, the session is let go as by
+        `release_now`, with no statement of its own; not (the append failed, or landed without the release), it
+        is renewed again, and `release` lets it go."""
+        held = self._held.get(key)
+        if held is None or held.riding or held.lane is None or self._kept_idle(key):
+            return None
+        if self._claims is None or not isinstance(self._history.store, AppendsLettingGo):
+            return None
+        held.riding = True
+        self._unkeep(held)  # a renewal after the release would be refused, and read as the lease lost
+        return LetGoRide(held.lease, lambda released: self._ride_settled(key, held, released))
+
+    def _ride_settled(self, key: SessionKey, held: _Held, released: bool) -> None:
+        held.riding = False
+        if self._held.get(key) is not held:  # let go (or lost) meanwhile, the usual way
+            return
+        if released:
+            self._forget(key)
+            del self._held[key]
+            self._history.lease_held(key, False)
+            return
+        lane = held.lane
+        assert lane is not None
+        try:
+            held.kept = lane.keep(held.lease, self._leases.ttl_s, on_lost=lambda: self._kept_lost(key, held))
+        except StorageError:  # the lane is closed (shutting down): nothing renews it any more
+            self._lose(key, held)
 
     async def release_settled(self, key: SessionKey) -> None:
         """`release`, and when that lets the lease go at once, until the store has it back or

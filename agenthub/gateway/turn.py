@@ -32,6 +32,7 @@ from agenthub.llm.types import CallOwner, LLMProvider
 from agenthub.log import bound_turn
 from agenthub.media.drop_folder import Intake, MediaInbox
 from agenthub.messages import USER_ABORTS, DoneEvent, ErrorCode, ErrorEvent, InboundMessage, NoticeEvent, Usage
+from agenthub.storage.lease import LetGoRide
 from agenthub.storage.store import FencedWriteError
 
 if TYPE_CHECKING:
@@ -124,6 +125,10 @@ class TurnHost(Protocol):
 
     def claims_in_one(self, key: SessionKey) -> bool:
         """Whether the turn's session would be claimed now in one request something can ride in."""
+        ...
+
+    def let_go_riding(self, key: SessionKey) -> LetGoRide | None:
+        """The session's lease to release with the turn's answer (it is let go at the end of the turn), or None."""
         ...
 
     async def still_ours(self, pending: PendingTurn) -> bool:
@@ -290,9 +295,9 @@ class TurnRunner:
             await gw.history.append(pending.key, *_user_records(fresh, intakes, joins_last=joins))
         result = await self._run_with_recovery(pending, provider, model)
         try:
-            await gw.history.append(
-                pending.key, *result.new_messages, meta_changes={"last_usage": result.last_usage.as_dict()}
-            )
+            changes = {"last_usage": result.last_usage.as_dict()}
+            let_go = gw.let_go_riding(pending.key)  # decided before the append: a later message claims it again
+            await gw.history.append(pending.key, *result.new_messages, meta_changes=changes, let_go=let_go)
         except (PathRefusedError, FencedWriteError):  # fenced: refused under an expired lease, never delivered
             raise
         except StorageError as e:  # the answer exists: deliver it, and say that the history will miss it

@@ -20,6 +20,7 @@ from agenthub.session.meta_rules import DERIVED_FIELDS, meta_identity, touched_m
 from agenthub.session_keys import SessionKey
 from agenthub.storage import jsonl
 from agenthub.storage.files import FileSessionStore
+from agenthub.storage.lease import AppendsLettingGo, LetGoRide
 from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, synthesise_meta
 from agenthub.storage.paths import AgentLayout
 from agenthub.storage.ports import QuickLookup, SessionStore
@@ -175,7 +176,13 @@ class SessionHistory:
             return len(await self._messages(key))
 
     @runs_to_end
-    async def append(self, key: SessionKey, *messages: Message, meta_changes: dict[str, Any] | None = None) -> None:
+    async def append(
+        self,
+        key: SessionKey,
+        *messages: Message,
+        meta_changes: dict[str, Any] | None = None,
+        let_go: LetGoRide | None = None,
+    ) -> None:
         """Persist `messages` (a `timestamp` is added where missing), then update the cache and meta.
 
         The store's append is the commit point and the only durable step: it lands whole or not at all
@@ -183,24 +190,40 @@ class SessionHistory:
         session or a new title is written at once (not fsynced), a moved `updated_at` or `meta_changes` (e.g. the
         turn's `last_usage`) are written behind. A meta write failing does not fail the append: the meta is
         derivable, so it is logged, kept in the cache as dirty and written later.
+
+        `let_go`: the session's lease, released in the append's statement with the meta (a store that can:
+        `AppendsLettingGo`); settled once, whatever happens.
         """
         now = _now_ms(self._clock)
         stamped = [m if "timestamp" in m else {**m, "timestamp": now} for m in messages]
-        async with self._locked(key):
-            cached = await self._messages(key)
-            before = await self._meta(key)
-            meta = touched_meta(key, before, cached, stamped, now)
-            if meta_changes:
-                meta = meta.with_changes(**meta_changes)
-            await self.store.append(key, stamped)
-            cached.extend(stamped)
-            entry = self._entry(key)
-            entry.meta, entry.meta_loaded = meta, True
-            if before is None or meta_identity(meta) != meta_identity(before):
-                await self._save_meta_now(key, entry, meta)
-            else:
-                self._mark_dirty(key, entry)
-            self._notify("append", key)
+        released = False
+        try:
+            async with self._locked(key):
+                cached = await self._messages(key)
+                before = await self._meta(key)
+                meta = touched_meta(key, before, cached, stamped, now)
+                if meta_changes:
+                    meta = meta.with_changes(**meta_changes)
+                store = self.store
+                riding = let_go is not None and isinstance(store, AppendsLettingGo)
+                if let_go is not None and isinstance(store, AppendsLettingGo):
+                    released = await store.append_letting_go(key, stamped, meta, let_go.lease)
+                else:
+                    await store.append(key, stamped)
+                cached.extend(stamped)
+                entry = self._entry(key)
+                entry.meta, entry.meta_loaded = meta, True
+                if riding:  # written with the records, under the lease's token
+                    entry.meta_dirty = False
+                    self._dirty.discard(key)
+                elif before is None or meta_identity(meta) != meta_identity(before):
+                    await self._save_meta_now(key, entry, meta)
+                else:
+                    self._mark_dirty(key, entry)
+                self._notify("append", key)
+        finally:
+            if let_go is not None:
+                let_go.settle(released)
 
     @runs_to_end
     async def clear(self, key: SessionKey) -> list[Message]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -14,7 +14,9 @@ from agenthub.clock import Clock, monotonic_clock, sleep_until
 from agenthub.errors import StorageError
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease_lane import Kept, LaneRenewals, RenewalLane
+from agenthub.storage.meta import SessionMeta
 from agenthub.storage.ports import BatchRenewal, LeaseStore
+from agenthub.storage.store import HistoryRecord
 from agenthub.storage.usage import ClaimRide
 
 log = structlog.get_logger(__name__)
@@ -83,6 +85,30 @@ class SessionClaims(Protocol):
 
     async def let_go(self, key: SessionKey, lease: Lease) -> None:
         """`fence(key, None)` and release `lease` in one request, with the meta written behind under the lease."""
+        ...
+
+
+@dataclass(frozen=True)
+class LetGoRide:
+    """A session's lease to be released in the statement that writes its turn's answer (`AppendsLettingGo`), made
+    by whoever holds it once it knows the session is let go at the end of the turn. `settle(released)` is called
+    exactly once, whatever happens to the append: True when the lease was released with it, False otherwise (the
+    append failed, or landed without the release: the lease is still held and let go the usual way)."""
+
+    lease: Lease
+    settle: Callable[[bool], None]
+
+
+@runtime_checkable
+class AppendsLettingGo(Protocol):
+    """A session store that can release a session's lease in the statement of an append (PostgreSQL)."""
+
+    async def append_letting_go(
+        self, key: SessionKey, records: Sequence[HistoryRecord], meta: SessionMeta, lease: Lease
+    ) -> bool:
+        """`records` appended and `meta` written under `lease`'s token and, in the same statement, `lease`
+        released while still held with its token; whether it was (False: still held). FencedWriteError, nothing
+        written, when a newer lease fenced the session."""
         ...
 
 

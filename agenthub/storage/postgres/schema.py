@@ -9,6 +9,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 
 from agenthub.errors import StorageError
+from agenthub.storage.postgres.schema_append_let_go import APPEND_LET_GO_SQL, APPEND_LET_GO_WHAT
 from agenthub.storage.postgres.schema_claim_ride import CLAIM_RIDE_SQL, CLAIM_RIDE_WHAT
 from agenthub.storage.postgres.schema_forgotten import USAGE_FORGOTTEN_SQL, USAGE_FORGOTTEN_WHAT
 from agenthub.storage.postgres.schema_lease_asked import LEASE_ASKED_SQL, LEASE_ASKED_WHAT
@@ -165,6 +166,9 @@ LEASE_ASKED = Migration(27, LEASE_ASKED_WHAT, LEASE_ASKED_SQL)
 RESERVE_SET = Migration(28, RESERVE_SET_WHAT, RESERVE_SET_SQL)
 """Migration 28 (`schema_reserve_set`): the budget check and reservation in two statements (beside migration 22's)."""
 
+APPEND_LET_GO = Migration(29, APPEND_LET_GO_WHAT, APPEND_LET_GO_SQL)
+"""Migration 29 (`schema_append_let_go`): a session let go in the statement that writes its turn's answer."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -193,6 +197,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     CLAIM_RIDE,
     LEASE_ASKED,
     RESERVE_SET,
+    APPEND_LET_GO,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -85,25 +85,28 @@ _READ_META = f"SELECT meta::text, {_NEWEST_RECORD} FROM session_meta WHERE {KEY}
 _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
 _APPENDS = f"""
 WITH appended AS MATERIALIZED (
-    SELECT b.n, b.agent, b.channel, b.chat_id, b.token, b.meta, agenthub_session_append_at(
+    SELECT b.n, b.agent, b.channel, b.chat_id, b.token, b.meta, agenthub_session_append_let_go(
         b.agent, b.channel, b.chat_id, b.token,
-        ARRAY(SELECT r.text FROM json_array_elements_text(b.records) WITH ORDINALITY AS r(text, i) ORDER BY r.i)
+        ARRAY(SELECT r.text FROM json_array_elements_text(b.records) WITH ORDINALITY AS r(text, i) ORDER BY r.i),
+        b.name
     ) AS version
     FROM json_to_recordset(%(appends)s::json)
-         AS b(n integer, agent text, channel text, chat_id text, token bigint, meta text, records json)
+         AS b(n integer, agent text, channel text, chat_id text, token bigint, meta text, records json, name text)
     ORDER BY b.n
 )
-SELECT n, version, {VERSION}, CASE WHEN version IS NOT NULL AND meta IS NOT NULL THEN agenthub_session_write_meta(
+SELECT n, version[1:2], {VERSION}, CASE WHEN version IS NOT NULL AND meta IS NOT NULL THEN agenthub_session_write_meta(
     agent, channel, chat_id, token, meta, true
-) END FROM appended ORDER BY n
+) END, coalesce(version[3] = 1, false) FROM appended ORDER BY n
 """
 """The appends of a batch (`Batches`: those asked for while the one before was written), in one statement, so one
 transaction and one commit: each session's in the order of the sessions' keys, code point by code point (every
 batch, and every batch of let-gos, takes the sessions' locks in that one order), an append under a lease's token
-or none (`agenthub_session_append_at`, migration 19) bringing back the history's version after it, {born,
-next_seq}, or NULL when a newer lease fenced the session; once it landed, the meta written behind under the same
-token (a busy session's meta reaches the database with its next append instead of waiting for the lease's release,
-at no round trip of its own); and the memory version (migration 25), which the turn's read of its memory files that
+or none (`agenthub_session_append_let_go`, migration 29, around migration 19's `agenthub_session_append_at`)
+bringing back the history's version after it, {born, next_seq}, or NULL when a newer lease fenced the session;
+once it landed, the meta written behind under the same token (a busy session's meta reaches the database with its
+next append instead of waiting for the lease's release, at no round trip of its own); whether the session's lease
+was released with it (an append that carries its lease's `name`: a turn's answer whose session is let go at once,
+`append_letting_go`); and the memory version (migration 25), which the turn's read of its memory files that
 follows needs (`MemoryClock`). The appends go as one JSON parameter (`_appends_json`): text arrays cost psycopg a
 quoting pass in Python per element, the most of a batch's CPU for records (JSON, full of quotes); the C JSON encoder
 does it in a fraction."""
@@ -169,7 +172,7 @@ class PostgresSessionStore:
         self.database = database
         self.memory_clock = MemoryClock() if memory_clock is None else memory_clock
         """Told the memory version each append brings back (shared with the instance's `PostgresMemoryStore`)."""
-        self._appends: Batches[_Append, tuple[Any, int]] = Batches(self._write_appends, "history-appends")
+        self._appends: Batches[_Append, tuple[Any, int, bool]] = Batches(self._write_appends, "history-appends")
         """The appends of every session: those asked for while a batch is written go together in the next."""
         self._tokens: dict[SessionKey, int] = {}
         """The fencing token each session's writes carry now (while this instance holds its lease)."""
@@ -322,15 +325,32 @@ class PostgresSessionStore:
         return self._fenced_with(key, token, previous)
 
     async def append(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
+        await self._append(key, records, None, None)
+
+    async def append_letting_go(
+        self, key: SessionKey, records: Sequence[HistoryRecord], meta: SessionMeta, lease: Lease
+    ) -> bool:
+        """`append` with `meta` written under the lease's token and, in the same statement, `lease` released (as
+        `let_go`: only while still held with its token; nobody waits for its row, `_APPENDS`). Whether it was
+        released (False: the append landed, the lease is still held: let it go the usual way). FencedWriteError,
+        nothing written, when a newer lease fenced the session."""
+        return await self._append(key, records, meta, lease)
+
+    async def _append(
+        self, key: SessionKey, records: Sequence[HistoryRecord], meta: SessionMeta | None, lease: Lease | None
+    ) -> bool:
         texts = encode_records(records)
         if not texts:
-            return
+            return False
         self._forget_fresh(key)
-        pending = self._pending_meta.pop(key, None)
-        meta = None if pending is None else json_text(pending.to_json())
+        pending = self._pending_meta.pop(key, None)  # a newer `meta`, the history's, holds what it changed
+        newest = pending if meta is None else meta
+        meta_text = None if newest is None else json_text(newest.to_json())
+        token = self._tokens.get(key)
+        name = None if lease is None or token != lease.token else lease.name
         stamp = time.monotonic()  # before the batch is sent: its snapshot is newer
         try:
-            version, memory_version = await self._appends(_Append(key, self._tokens.get(key), texts, meta))
+            version, memory_version, released = await self._appends(_Append(key, token, texts, meta_text, name))
         except BaseException:
             if pending is not None:  # not known to be written: it waits for the next append or the release again
                 self._pending_meta.setdefault(key, pending)
@@ -340,9 +360,14 @@ class PostgresSessionStore:
             raise FencedWriteError()
         born, next_seq = version
         self._copies.appended(key, int(born), int(next_seq), texts)
+        if released:  # let go: its writes carry no token from now on (as after `let_go`)
+            self._tokens.pop(key, None)
+            self._pending_meta.pop(key, None)
+        return released
 
-    async def _write_appends(self, appends: list[_Append]) -> list[tuple[Any, int]]:
-        """`_APPENDS` of `appends`: (the history's version or None when fenced, the memory version) of each."""
+    async def _write_appends(self, appends: list[_Append]) -> list[tuple[Any, int, bool]]:
+        """`_APPENDS` of `appends`: (the history's version or None when fenced, the memory version, whether the
+        session's lease was released) of each."""
         # the let-gos' order (lease names, `session:<key>`): not the file stems, where ':' is '_' and sorts elsewhere
         order = sorted(range(len(appends)), key=lambda i: str(appends[i].key))
         batch = [appends[i] for i in order]
@@ -351,9 +376,9 @@ class PostgresSessionStore:
             rows = await cursor.fetchall()
         if len(rows) != len(appends):  # never: one row per append
             raise StorageError("could not append to the session's history: the database answered for fewer")
-        results: list[tuple[Any, int]] = [(None, 0)] * len(appends)
+        results: list[tuple[Any, int, bool]] = [(None, 0, False)] * len(appends)
         for row in rows:
-            results[order[int(row[0]) - 1]] = (row[1], int(row[2]))
+            results[order[int(row[0]) - 1]] = (row[1], int(row[2]), bool(row[4]))
         return results
 
     async def replace(
@@ -497,6 +522,8 @@ class _Append:
     texts: list[str]
     meta: str | None
     """The meta written behind, as JSON text, that goes with the records."""
+    name: str | None = None
+    """The session's lease, released with the records (`append_letting_go`)."""
 
 
 def _appends_json(batch: list[_Append]) -> str:
@@ -510,6 +537,7 @@ def _appends_json(batch: list[_Append]) -> str:
             "token": a.token,
             "meta": a.meta,
             "records": a.texts,
+            "name": a.name,
         }
         for n, a in enumerate(batch, 1)
     ]

@@ -1,0 +1,116 @@
+"""A session that moves between instances is let go in the statement that writes its turn's answer (PostgreSQL): no
+let-go statement of its own, the lease free when the reply goes out, and a message that arrives while that append
+is in flight runs under a new claim, in order, answered once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import psycopg
+
+from agenthub.messages import DoneEvent, InboundMessage
+from agenthub.session_keys import SessionKey
+from agenthub.storage.postgres import PostgresSessionStore
+from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
+from tests.support.postgres import waiting_for_locks
+from tests.support.shared_gateways import HeldModel, Instance, shared_instances, tag_of
+
+LEASE_S = 15.0
+COLD_START_S = 60.0
+
+
+def message(chat: str, text: str) -> InboundMessage:
+    return InboundMessage("http", chat, "me", text)
+
+
+def key_of(chat: str) -> SessionKey:
+    return SessionKey("default", "http", chat)
+
+
+def sessions_of(instance: Instance) -> PostgresSessionStore:
+    store = instance.stores.sessions
+    assert isinstance(store, PostgresSessionStore)
+    return store
+
+
+def user_tags(request: RecordedRequest) -> list[str]:
+    """The user texts of a request to the model, in order (their suffixes cut)."""
+    assert request.body is not None
+    tags: list[str] = []
+    for m in request.body["messages"]:
+        if m["role"] == "user":
+            content = m["content"]
+            texts = [content] if isinstance(content, str) else [b.get("text", "") for b in content]
+            tags.extend(tag_of(text) for text in texts if text.strip())
+    return tags
+
+
+async def lease_row(instance: Instance, chat: str) -> tuple[int, bool]:
+    """The session's lease token and whether it is free now."""
+    async with sessions_of(instance).database.connection("read the lease") as conn:
+        cursor = await conn.execute(
+            "SELECT token, expires_at <= now() FROM leases WHERE name = %s", [f"session:{key_of(chat)}"]
+        )
+        row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0]), bool(row[1])
+
+
+async def test_a_moved_turn_lets_its_session_go_with_its_answer_and_sends_no_let_go_of_its_own(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        assert isinstance(await (await a.send(message("moves", "m1"))).result(), DoneEvent)
+        let_gos = sessions_of(b).let_gos.statements
+        assert isinstance(await (await b.send(message("moves", "m2"))).result(), DoneEvent)
+        assert sessions_of(b).let_gos.statements == let_gos  # it rode the answer's append
+        token, free = await lease_row(b, "moves")
+        assert free and not b.gateway.session_leases.holds(key_of("moves"))
+        assert isinstance(await (await a.send(message("moves", "m3"))).result(), DoneEvent)
+        assert (await lease_row(a, "moves"))[0] == token + 1  # granted at once, nobody asked B
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+
+
+async def test_a_message_queued_while_the_answer_and_its_let_go_are_in_flight_runs_under_a_new_claim_once(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The let-go is decided before the answer's append; m3 arrives on B while that append waits for the session's
+    lock: the session is let go with m2's answer all the same, and m3 claims it again (a newer token), runs after
+    m2, never beside it, and is answered and stored once."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    chat = "queued-ride"
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        assert isinstance(await (await a.send(message(chat, "m1"))).result(), DoneEvent)
+        model.release.clear()
+        second = await b.send(message(chat, "m2"))
+        await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)  # B holds the lease, its turn is at the model
+        granted_to_b, _ = await lease_row(b, chat)
+        let_gos = sessions_of(b).let_gos.statements
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as lock:
+            await lock.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [str(key_of(chat))])
+            model.release.set()
+            await waiting_for_locks(postgres_dsn, 1)  # m2's answer (and its let-go) waits for the session's lock
+            third = await b.send(message(chat, "m3"))
+            await asyncio.sleep(0.2)
+            assert not second.finished and not third.finished
+            await lock.rollback()
+        assert isinstance(await second.result(), DoneEvent)
+        assert isinstance(await third.result(), DoneEvent)
+        assert model.overlaps == []
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3"]
+        records = await sessions_of(a).load(key_of(chat))
+        assert [tag_of(str(r["content"])) for r in records if r["role"] == "user"] == ["m1", "m2", "m3"]
+        answers = [str(r["content"]) for r in records if r["role"] == "assistant"]
+        assert [[n for n in ("m1", "m2", "m3") if f"answer to {n}" in text] for text in answers] == [
+            ["m1"],
+            ["m2"],
+            ["m3"],
+        ]
+        assert (await lease_row(b, chat))[0] > granted_to_b  # m3 claimed the session again
+        assert sessions_of(b).let_gos.statements == let_gos
