@@ -8,8 +8,10 @@ round trip for it, and released the moment another instance asks, after `keep_id
 session that stays here is kept: its last claim found that nobody else wrote it since this instance's previous hold
 (or that no instance ever held it: a new session, while the new sessions kept here mostly came back here:
 `KEEP_NEW_AT`), and nobody asked for it since; any other (one that moves between instances: waiting to be asked would
-put a hand-over in front of each of its turns) is released at once (before its reply goes out, `release_settled`: the
-next message, sent on the reply, finds it free wherever it lands), as is every lease over a store that cannot ask. A
+put a hand-over in front of each of its turns) is released at once (before its reply goes out: the next message,
+sent on the reply, finds it free wherever it lands): in the statement of its turn's answer where the store can
+(`let_go_riding`, decided before that append), else after the turn (`release_settled`), as is every lease over a
+store that cannot ask. A
 kept new session whose next message goes to another instance costs one hand-over (asked, let go, claimed again);
 after it, the session is released at once wherever it moves; an instance whose kept new sessions mostly move on (a
 round-robin balancer) stops keeping them. Files mode takes none: one instance writes a data directory (its lock), so
@@ -137,6 +139,8 @@ class SessionLeases:
         claims = history.store
         self._claims = claims if isinstance(claims, SessionClaims) and claims.claims_with(store) else None
         """The history's store takes the lease and fences the session in one request (PostgreSQL)."""
+        self._rides = self._claims is not None and isinstance(claims, AppendsLettingGo)
+        """A session let go at the end of its turn is released in the statement of its answer (`let_go_riding`)."""
         default_idle_s = leases.ttl_s / 3  # bounds the sessions a crashed instance keeps (until their expiry)
         self._keep_idle_s = 0.0 if self._signals is None else (default_idle_s if keep_idle_s is None else keep_idle_s)
         self._idle: dict[SessionKey, asyncio.TimerHandle] = {}
@@ -354,9 +358,7 @@ class SessionLeases:
         `release_now`, with no statement of its own; not (the append failed, or landed without the release), it
         is renewed again, and `release` lets it go."""
         held = self._held.get(key)
-        if held is None or held.riding or held.lane is None or self._kept_idle(key):
-            return None
-        if self._claims is None or not isinstance(self._history.store, AppendsLettingGo):
+        if not self._rides or held is None or held.riding or held.lane is None or self._kept_idle(key):
             return None
         held.riding = True
         self._unkeep(held)  # a renewal after the release would be refused, and read as the lease lost

@@ -114,3 +114,42 @@ async def test_a_message_queued_while_the_answer_and_its_let_go_are_in_flight_ru
         ]
         assert (await lease_row(b, chat))[0] > granted_to_b  # m3 claimed the session again
         assert sessions_of(b).let_gos.statements == let_gos
+
+
+async def test_an_answer_whose_append_fails_leaves_the_lease_renewed_and_let_go_after_the_turn(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """The append carrying the let-go fails (its backend killed while it waits for the session's lock): the reply
+    goes out (saying the history misses it), the lease, kept renewed again, is let go by its own statement after
+    the turn, and the next message, elsewhere, is answered."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    chat = "failed-ride"
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        assert isinstance(await (await a.send(message(chat, "m1"))).result(), DoneEvent)
+        model.release.clear()
+        second = await b.send(message(chat, "m2"))
+        await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
+        let_gos = sessions_of(b).let_gos.statements
+        async with (
+            await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin,
+            await psycopg.AsyncConnection.connect(postgres_dsn) as lock,
+        ):
+            await lock.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [str(key_of(chat))])
+            model.release.set()
+            await waiting_for_locks(postgres_dsn, 1)
+            killed = await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE %s",
+                ["%agenthub_session_append_let_go%"],
+            )
+            assert await killed.fetchall() == [(True,)]
+            final = await second.result()
+            await lock.rollback()
+        assert isinstance(final, DoneEvent), final
+        assert sessions_of(b).let_gos.statements == let_gos + 1  # let go the usual way
+        assert not b.gateway.session_leases.holds(key_of(chat))
+        assert (await lease_row(b, chat))[1]
+        assert isinstance(await (await a.send(message(chat, "m3"))).result(), DoneEvent)
+        assert user_tags(fake_llm.message_requests()[-1])[-1] == "m3"
