@@ -101,8 +101,9 @@ async def throughput(
 @dataclass
 class Statements:
     """pg_stat_statements of the deployment's database (`--statements`): reset after the warm-up, then the
-    statements the measured turns ran, each with its calls per turn; the total is the turn's round trips (every
-    statement is one: the daemon sends no pipelines)."""
+    statements the measured turns ran, each with its calls and the rows it returned or changed per turn (a let-go's
+    or a claim's rows: the sessions it let go or claimed); the total is the turn's round trips (every statement is
+    one: the daemon sends no pipelines)."""
 
     admin_dsn: str
     dsn: str
@@ -117,16 +118,18 @@ class Statements:
         dbname = conninfo_to_dict(self.dsn)["dbname"]
         async with await psycopg.AsyncConnection.connect(self.admin_dsn, autocommit=True) as conn:
             cursor = await conn.execute(
-                "SELECT s.calls, s.mean_exec_time, s.query FROM pg_stat_statements s"
+                "SELECT s.calls, s.mean_exec_time, s.query, s.rows FROM pg_stat_statements s"
                 " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s ORDER BY s.calls DESC",
                 [dbname],
             )
             rows = await cursor.fetchall()
         total = sum(int(row[0]) for row in rows)
         print(f"  {label}: {total / turns:.2f} statements per turn ({total} for {turns} turns)")
-        for calls, mean_ms, query in rows[: self.shown]:
-            text = " ".join(str(query).split())[:110]
-            print(f"    {int(calls) / turns:6.2f}/turn {float(mean_ms):6.2f} ms  {text}")
+        for calls, mean_ms, query, returned in rows[: self.shown]:
+            text = " ".join(str(query).split())[:100]
+            print(
+                f"    {int(calls) / turns:6.2f}/turn {int(returned) / turns:5.2f} rows {float(mean_ms):6.2f} ms  {text}"
+            )
 
 
 def _instances_cpu_s(d: Deployment) -> float:
