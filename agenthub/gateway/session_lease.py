@@ -6,15 +6,15 @@ hundreds queued behind each other). Lost: the running turn is cancelled. Once th
 kept (idle) while the store can ask its holder for it (`LeaseSignals`: PostgreSQL), so the next turn here takes no
 round trip for it, and released the moment another instance asks, after `keep_idle_s` unused, or at close. Only a
 session that stays here is kept: its last claim found that nobody else wrote it since this instance's previous hold
-(or that no instance ever held it: a new session, while the new sessions kept here mostly came back here:
-`KEEP_NEW_AT`), and nobody asked for it since; any other (one that moves between instances: waiting to be asked would
-put a hand-over in front of each of its turns) is released at once (before its reply goes out: the next message,
-sent on the reply, finds it free wherever it lands): in the statement of its turn's answer where the store can
+(or that no instance ever held it: a new session), nobody asked for it since, and the sessions of that kind kept here
+mostly came back here (`KeepJudge`); any other (one that moves between instances: waiting to be asked would put a
+hand-over in front of each of its turns) is released at once (before its reply goes out: the next message, sent on
+the reply, finds it free wherever it lands): in the statement of its turn's answer where the store can
 (`let_go_riding`, decided before that append), else after the turn (`release_settled`), as is every lease over a
-store that cannot ask. A
-kept new session whose next message goes to another instance costs one hand-over (asked, let go, claimed again);
-after it, the session is released at once wherever it moves; an instance whose kept new sessions mostly move on (a
-round-robin balancer) stops keeping them. Files mode takes none: one instance writes a data directory (its lock), so
+store that cannot ask. A kept session whose next message goes to another instance costs one hand-over (asked, let
+go, claimed again); after it, the session is released at once wherever it moves; an instance whose kept sessions
+of a kind mostly move on (a round-robin balancer: a chat's turn lands where its last one did a third of the time)
+stops keeping them. Files mode takes none: one instance writes a data directory (its lock), so
 every session lease would be granted at once, and the local mutex is all it needs."""
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import structlog
 
 from agenthub.clock import sleep_until
 from agenthub.errors import SessionBusyError, StorageError
+from agenthub.gateway.keep_judge import KeepJudge
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import (
@@ -57,13 +58,6 @@ POLL_MAX_S = 0.25
 RETRY_FRACTION = 12
 """A renewal the store did not answer is tried again after `ttl_s / 12` (until the lease is given up)."""
 STAYING_KEPT = 10_000
-NEW_STAY_WEIGHT = 0.25
-KEEP_NEW_AT = 0.5
-PROBE_EVERY = 8
-"""New sessions are kept after their first turn while at least half of those kept came back here (a moving
-average, each verdict weighing a quarter): kept, one whose next message goes elsewhere costs a hand-over (asked,
-let go, claimed again) where a let-go before its reply costs nothing on the way. Below it, every eighth new
-session is kept all the same, so the instance learns when its routing turns sticky again."""
 LET_GO_BEFORE_REPLY_S = 1.0
 """How long a moved turn's reply waits for its session's let-go (`release_settled`); a store slower than that (a
 locked row, a cut connection) delays it no longer: the let-go goes on behind the reply, and the next message, if
@@ -155,12 +149,12 @@ class SessionLeases:
         """Sessions whose last claim found nobody else wrote them since this instance's previous hold, or that no
         instance held before (the newest `STAYING_KEPT`): only these are kept idle; one asked for (or taken from
         another instance) leaves it."""
-        self._judged_new: set[SessionKey] = set()
-        """New sessions kept after their first turn, until their next claim here (they stayed) or another
-        instance's ask (they moved) tells whether keeping new sessions pays."""
-        self._new_stay = 1.0
-        """How often a new session kept here came back here (moving average, `NEW_STAY_WEIGHT`)."""
-        self._new_seen = 0
+        self._new = KeepJudge()
+        """Whether new sessions kept after their first turn come back here."""
+        self._returning = KeepJudge()
+        """Whether sessions kept after a turn that found them as this instance left them come back here (behind a
+        round-robin balancer a chat's turn lands where its last one did a third of the time: kept, its next one
+        mostly costs a hand-over)."""
         self.shared = not isinstance(history.store, QuickLookup)
         """The histories are written by several instances (PostgreSQL), so sessions are leased; False for a store
         only this instance writes (the files under the data-dir lock, memory)."""
@@ -199,7 +193,7 @@ class SessionLeases:
             idle = self._idle.pop(key, None)
             if idle is not None:
                 idle.cancel()
-            self._judge_new(key, stayed=True)
+            self._judge(key, stayed=True)
             return
         releasing = self._releasing.get(key)
         if releasing is not None:  # our own release of it still in flight: it must not expire the new grant
@@ -210,12 +204,12 @@ class SessionLeases:
                 moved = await self._history.store.fence(key, lease.token)
             if moved:
                 await self._history.reload(key)
-            if asked or (moved and not new) or (new and not self._keeps_new()):
+            judge = self._new if new else self._returning
+            if asked or (moved and not new) or not judge.keeps():
                 self._staying.pop(key, None)
             else:
                 self._stays(key)
-                if new:
-                    self._judged_new.add(key)
+                judge.kept(key)
         except BaseException:
             self._start_release(key, _Held(lease, _renewal_due(lease, self._leases.ttl_s)))
             raise
@@ -229,21 +223,20 @@ class SessionLeases:
         else:
             self._wake_renewer()
 
-    def _keeps_new(self) -> bool:
-        """Whether a new session is kept after its first turn: while kept ones came back (`KEEP_NEW_AT`), and
-        every `PROBE_EVERY`th all the same."""
-        self._new_seen += 1
-        return self._new_stay >= KEEP_NEW_AT or self._new_seen % PROBE_EVERY == 0
-
-    def _judge_new(self, key: SessionKey, *, stayed: bool) -> None:
-        if key in self._judged_new:
-            self._judged_new.discard(key)
-            self._new_stay += NEW_STAY_WEIGHT * ((1.0 if stayed else 0.0) - self._new_stay)
+    def _judge(self, key: SessionKey, *, stayed: bool) -> None:
+        self._new.judge(key, stayed=stayed)
+        self._returning.judge(key, stayed=stayed)
 
     @property
     def keeps_new_sessions(self) -> bool:
         """Whether new sessions are kept after their first turn now (besides the probes)."""
-        return self._new_stay >= KEEP_NEW_AT
+        return self._new.keeping
+
+    @property
+    def keeps_returning_sessions(self) -> bool:
+        """Whether sessions whose turn found them as this instance left them are kept after it now (besides the
+        probes)."""
+        return self._returning.keeping
 
     def _stays(self, key: SessionKey) -> None:
         self._staying[key] = None
@@ -408,7 +401,8 @@ class SessionLeases:
         if idle is not None:
             idle.cancel()
         self._wanted.discard(key)
-        self._judged_new.discard(key)  # let go unasked (idle too long, or closing): no verdict
+        self._new.forget(key)  # let go unasked (idle too long, or closing): no verdict
+        self._returning.forget(key)
         self._names.pop(lease_name(key), None)
 
     def _listen(self) -> None:
@@ -428,7 +422,7 @@ class SessionLeases:
         if kind != WANTED or key is None or key not in self._held:
             return
         self._staying.pop(key, None)
-        self._judge_new(key, stayed=False)
+        self._judge(key, stayed=False)
         if key in self._idle:
             log.debug("session_lease_handed_over", session_key=str(key))
             self.release_now(key)

@@ -153,3 +153,37 @@ async def test_an_answer_whose_append_fails_leaves_the_lease_renewed_and_let_go_
         assert (await lease_row(b, chat))[1]
         assert isinstance(await (await a.send(message(chat, "m3"))).result(), DoneEvent)
         assert user_tags(fake_llm.message_requests()[-1])[-1] == "m3"
+
+
+async def test_an_instance_whose_returning_sessions_move_on_stops_keeping_them_and_lets_them_go_with_the_answer(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """A session whose turn lands on A again (as A left it) is kept after it while such sessions come back to A;
+    when their next turns go to B instead (a round-robin balancer lands a chat's turn where its last one did a
+    third of the time), each costs a hand-over, so after a few A stops keeping them: the next one is let go with
+    its answer, and its next message, on B, asks nobody for it."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b):
+        leases = a.gateway.session_leases
+
+        async def moved_to_a_twice(chat: str) -> None:
+            for instance, text in ((b, "m1"), (a, "m2"), (a, "m3")):
+                assert isinstance(await (await instance.send(message(chat, text))).result(), DoneEvent)
+
+        for n in range(3):  # kept by A after m3, then asked for by B
+            await moved_to_a_twice(f"back-{n}")
+            assert leases.holds(key_of(f"back-{n}"))
+            assert isinstance(await (await b.send(message(f"back-{n}", "m4"))).result(), DoneEvent)
+            assert not leases.holds(key_of(f"back-{n}"))
+        assert not leases.keeps_returning_sessions
+        let_gos = sessions_of(a).let_gos.statements
+        await moved_to_a_twice("next")
+        assert not leases.holds(key_of("next"))  # let go with m3's answer
+        assert sessions_of(a).let_gos.statements == let_gos
+        token, free = await lease_row(a, "next")
+        assert free
+        assert isinstance(await (await b.send(message("next", "m4"))).result(), DoneEvent)
+        assert (await lease_row(b, "next"))[0] == token + 1  # one claim: nobody was asked
+        assert user_tags(fake_llm.message_requests()[-1]) == ["m1", "m2", "m3", "m4"]
