@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from typing import Any
 
 import psycopg
@@ -14,7 +15,7 @@ import psycopg
 from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.lease import Lease
 from agenthub.storage.meta import SessionMeta
-from agenthub.storage.postgres import PostgresSessionStore
+from agenthub.storage.postgres import PostgresLeases, PostgresSessionStore
 from agenthub.storage.postgres.let_go import _LET_GO_MANY
 from agenthub.storage.store import FencedWriteError
 from tests.support.leases import claimed, session_lease
@@ -162,3 +163,39 @@ async def test_an_old_instance_and_a_new_one_hand_sessions_to_each_other_on_one_
         assert not await _old_append(old, k, held.token, '{"role": "user", "content": "late", "timestamp": 1}')
     contents = [r["content"] for r in await new.load(k)]
     assert contents == ["old 0", "new 0", "old 1", "new 1", "old 2", "new 2"]
+
+
+async def test_riding_appends_claims_renewals_and_let_gos_of_two_instances_at_once_never_deadlock(
+    pg_two: list[PostgresSessionStore],
+) -> None:
+    """Each instance claims random sessions at once, renews what it holds, and lets half of them go with their
+    answer and the other half by let-go, round after round, against the other doing the same: a deadlock would
+    surface as a StorageError (PostgreSQL aborts one of the two). Every answer lands, every lease ends free."""
+    keys = [key(100 + n) for n in range(16)]
+    rode = 0
+
+    async def instance(store: PostgresSessionStore, holder: str, seed: int) -> None:
+        nonlocal rode
+        rng, renewer = random.Random(seed), PostgresLeases(store.database)
+        for _ in range(25):
+            wanted = rng.sample(keys, 6)
+            granted = await asyncio.gather(*(claim(store, k, holder) for k in wanted))
+            held = [(k, lease) for k, lease in zip(wanted, granted, strict=True) if lease is not None]
+            riding, plain = held[::2], held[1::2]
+            meta = SessionMeta("m", title=holder)
+            results = await asyncio.gather(
+                renewer.renew_many([lease for _, lease in held], TTL_S),
+                *(store.append_letting_go(k, [msg(holder)], meta, lease) for k, lease in riding),
+                *(store.append(k, [msg(holder)]) for k, _ in plain),
+            )
+            released = results[1 : 1 + len(riding)]
+            rode += sum(1 for r in released if r)
+            let_go = [(k, lease) for (k, lease), r in zip(riding, released, strict=True) if not r] + plain
+            await asyncio.gather(*(store.let_go(k, lease) for k, lease in let_go))
+
+    async with asyncio.timeout(120):
+        await asyncio.gather(instance(pg_two[0], "a", 1), instance(pg_two[1], "b", 2))
+    assert rode > 0
+    async with pg_two[0].database.connection("count") as conn:
+        cursor = await conn.execute("SELECT count(*) FROM leases WHERE expires_at > now()")
+        assert await cursor.fetchone() == (0,)
