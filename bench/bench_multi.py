@@ -81,6 +81,8 @@ async def throughput(
         await d.start_all()
         client = d.client()
         await asyncio.gather(*(_session(client, f"warm-{i}", 1) for i in range(WARM_SESSIONS)))
+        if setup.database:  # the warm-up's sessions, kept idle, are let go (`lease_s / 3`) before the measure
+            await asyncio.sleep(args.lease_s / 3 + 0.5)
         if statements is not None:
             await statements.reset()
         cpu_before = _instances_cpu_s(d)
