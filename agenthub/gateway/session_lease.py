@@ -82,7 +82,8 @@ class _Held:
     """The lease as the renewal lane keeps it (its newest grant), over a store that has one."""
     lane: RenewalLane | None = None
     riding: bool = False
-    """Its release rides its turn's last append (`let_go_riding`): not renewed until that is settled."""
+    """Its release rides its turn's last append (`let_go_riding`): a loss is acted on once that is settled."""
+    lost_riding: bool = False
 
     @property
     def lease(self) -> Lease:
@@ -354,7 +355,6 @@ class SessionLeases:
         if not self._rides or held is None or held.riding or held.lane is None or self._kept_idle(key):
             return None
         held.riding = True
-        self._unkeep(held)  # a renewal after the release would be refused, and read as the lease lost
         return LetGoRide(held.lease, lambda released: self._ride_settled(key, held, released))
 
     def _ride_settled(self, key: SessionKey, held: _Held, released: bool) -> None:
@@ -362,15 +362,12 @@ class SessionLeases:
         if self._held.get(key) is not held:  # let go (or lost) meanwhile, the usual way
             return
         if released:
+            self._unkeep(held)
             self._forget(key)
             del self._held[key]
             self._history.lease_held(key, False)
             return
-        lane = held.lane
-        assert lane is not None
-        try:
-            held.kept = lane.keep(held.lease, self._leases.ttl_s, on_lost=lambda: self._kept_lost(key, held))
-        except StorageError:  # the lane is closed (shutting down): nothing renews it any more
+        if held.lost_riding:
             self._lose(key, held)
 
     async def release_settled(self, key: SessionKey) -> None:
@@ -546,6 +543,9 @@ class SessionLeases:
 
     def _kept_lost(self, key: SessionKey, held: _Held) -> None:
         """The lane gave `held` up (on this loop): lost, unless it was released meanwhile."""
+        if held.riding:  # a renewal refused after the ride released it is no loss: told once the ride is settled
+            held.lost_riding = True
+            return
         if self._held.get(key) is held:
             self._lose(key, held)
 

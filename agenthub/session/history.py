@@ -196,7 +196,7 @@ class SessionHistory:
         """
         now = _now_ms(self._clock)
         stamped = [m if "timestamp" in m else {**m, "timestamp": now} for m in messages]
-        released = False
+        released = riding = False
         try:
             async with self._locked(key):
                 cached = await self._messages(key)
@@ -205,8 +205,8 @@ class SessionHistory:
                 if meta_changes:
                     meta = meta.with_changes(**meta_changes)
                 store = self.store
-                riding = let_go is not None and isinstance(store, AppendsLettingGo)
-                if let_go is not None and isinstance(store, AppendsLettingGo):
+                if let_go is not None and stamped and isinstance(store, AppendsLettingGo):  # no records: no statement
+                    riding = True
                     released = await store.append_letting_go(key, stamped, meta, let_go.lease)
                 else:
                     await store.append(key, stamped)
