@@ -84,6 +84,7 @@ class _Held:
     riding: bool = False
     """Its release rides its turn's last append (`let_go_riding`): a loss is acted on once that is settled."""
     lost_riding: bool = False
+    """The lane gave it up while it rode: lost, unless the ride released it (`_ride_settled`)."""
 
     @property
     def lease(self) -> Lease:
@@ -348,9 +349,11 @@ class SessionLeases:
     def let_go_riding(self, key: SessionKey) -> LetGoRide | None:
         """The lease of a session that `release` would let go at once now, to be released in the statement of its
         turn's last append (a store that can: `AppendsLettingGo`); None when it would be kept idle, is not held, or
-        is let go the usual way. Not renewed until the ride is settled: released, the session is let go as by
-        `release_now`, with no statement of its own; not (the append failed, or landed without the release), it
-        is renewed again, and `release` lets it go."""
+        is let go the usual way. The lane keeps renewing it while it rides (an append held up past the ttl keeps the
+        session); a loss the lane reports meanwhile (or a renewal refused once the ride released it) is acted on
+        when the ride is settled: released, the session is let go as by `release_now`, with no statement of its own;
+        not (the append failed, or landed without the release), it stays held, lost if the lane lost it, and
+        `release` lets it go."""
         held = self._held.get(key)
         if not self._rides or held is None or held.riding or held.lane is None or self._kept_idle(key):
             return None
