@@ -12,23 +12,14 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from agenthub.channel.inbox_flow import HTTP_SOURCE, InstanceInbox
-from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.session_keys import SessionKey
+from agenthub.messages import DoneEvent
 from agenthub.storage.inbox import InboxEntry, message_to_json
 from agenthub.storage.lease import instance_lease
 from tests.support.fakes.anthropic import FakeAnthropic
-from tests.support.shared_gateways import HeldModel, Instance, shared_instances, tag_of
+from tests.support.shared_gateways import HeldModel, Instance, key_of, message, shared_instances, tag_of
 
 COLD_START_S = 60.0
 """A bound, not a measurement: a process's first turn imports the SDK, slow on a loaded machine."""
-
-
-def message(chat: str, text: str) -> InboundMessage:
-    return InboundMessage("http", chat, "me", text)
-
-
-def key_of(chat: str) -> SessionKey:
-    return SessionKey("default", "http", chat)
 
 
 async def stored_user_tags(instance: Instance, chat: str) -> list[str]:

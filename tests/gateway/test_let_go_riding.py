@@ -9,23 +9,14 @@ from pathlib import Path
 
 import psycopg
 
-from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.session_keys import SessionKey
+from agenthub.messages import DoneEvent
 from agenthub.storage.postgres import PostgresSessionStore
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
 from tests.support.postgres import waiting_for_locks
-from tests.support.shared_gateways import HeldModel, Instance, shared_instances, tag_of
+from tests.support.shared_gateways import HeldModel, Instance, key_of, message, shared_instances, tag_of
 
 LEASE_S = 15.0
 COLD_START_S = 60.0
-
-
-def message(chat: str, text: str) -> InboundMessage:
-    return InboundMessage("http", chat, "me", text)
-
-
-def key_of(chat: str) -> SessionKey:
-    return SessionKey("default", "http", chat)
 
 
 def sessions_of(instance: Instance) -> PostgresSessionStore:

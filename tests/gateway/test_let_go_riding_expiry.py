@@ -8,22 +8,13 @@ from pathlib import Path
 
 import psycopg
 
-from agenthub.messages import DoneEvent, InboundMessage
-from agenthub.session_keys import SessionKey
+from agenthub.messages import DoneEvent
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.postgres import waiting_for_locks
-from tests.support.shared_gateways import HeldModel, shared_instances
+from tests.support.shared_gateways import HeldModel, key_of, message, shared_instances
 
 LEASE_S = 3.0
 COLD_START_S = 60.0
-
-
-def message(chat: str, text: str) -> InboundMessage:
-    return InboundMessage("http", chat, "me", text)
-
-
-def key_of(chat: str) -> SessionKey:
-    return SessionKey("default", "http", chat)
 
 
 async def test_an_answer_append_held_up_past_the_ttl_is_still_delivered_and_stored(

@@ -20,9 +20,8 @@ from agenthub.channel.inbox_flow import InstanceInbox
 from agenthub.clock import ManualClock
 from agenthub.errors import SessionBusyError, StorageError
 from agenthub.gateway.session_lease import LET_GO_BEFORE_REPLY_S, SessionLeases
-from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
+from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent
 from agenthub.session.history import SessionHistory
-from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import InProcessLeases
 from agenthub.storage.postgres import Database, PostgresLeases, PostgresSessionStore
 from agenthub.storage.postgres.memory_clock import MemoryClock
@@ -30,21 +29,13 @@ from agenthub.storage.singleton import InstanceLeases
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
 from tests.support.leases import InstanceView, LateGrants
 from tests.support.postgres import free_port, waiting_for_locks
-from tests.support.shared_gateways import HeldModel, Instance, shared_instances, tag_of
+from tests.support.shared_gateways import HeldModel, Instance, key_of, message, shared_instances, tag_of
 
 SESSIONS = 20
 PER_SESSION = 5
 LEASE_S = 15.0
 COLD_START_S = 60.0
 """A bound, not a measurement: a process's first turn imports the SDK, slow on a loaded machine."""
-
-
-def message(chat: str, text: str) -> InboundMessage:
-    return InboundMessage("http", chat, "me", text)
-
-
-def key_of(chat: str) -> SessionKey:
-    return SessionKey("default", "http", chat)
 
 
 def user_tags(request: RecordedRequest) -> list[str]:

@@ -17,6 +17,7 @@ from agenthub.gateway.core import GatewayCore
 from agenthub.gateway.handle import ReplyHandle
 from agenthub.hosting.app import Services, build_services, open_stores
 from agenthub.messages import InboundMessage
+from agenthub.session_keys import SessionKey
 from agenthub.storage.ports import LeaseStore
 from agenthub.storage.postgres import PostgresInbox
 from agenthub.storage.postgres.backend import PostgresStores
@@ -79,6 +80,16 @@ async def shared_instances(
             stack.push_async_callback(submitter.aclose)
             found.append(Instance(f"instance-{n}", gateway, stores, submitter, services))
         yield found
+
+
+def message(chat: str, text: str) -> InboundMessage:
+    """An HTTP message of `me` in `chat`."""
+    return InboundMessage("http", chat, "me", text)
+
+
+def key_of(chat: str) -> SessionKey:
+    """The default agent's session of the HTTP `chat`."""
+    return SessionKey("default", "http", chat)
 
 
 def tag_of(text: str) -> str:
