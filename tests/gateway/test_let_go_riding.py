@@ -12,7 +12,7 @@ import psycopg
 from agenthub.messages import DoneEvent
 from agenthub.storage.postgres import PostgresSessionStore
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
-from tests.support.postgres import waiting_for_locks
+from tests.support.postgres import session_lock_held, waiting_for_locks
 from tests.support.shared_gateways import HeldModel, Instance, key_of, message, shared_instances, tag_of
 
 LEASE_S = 15.0
@@ -83,14 +83,12 @@ async def test_a_message_queued_while_the_answer_and_its_let_go_are_in_flight_ru
         await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)  # B holds the lease, its turn is at the model
         granted_to_b, _ = await lease_row(b, chat)
         let_gos = sessions_of(b).let_gos.statements
-        async with await psycopg.AsyncConnection.connect(postgres_dsn) as lock:
-            await lock.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [str(key_of(chat))])
+        async with session_lock_held(postgres_dsn, key_of(chat)):
             model.release.set()
             await waiting_for_locks(postgres_dsn, 1)  # m2's answer (and its let-go) waits for the session's lock
             third = await b.send(message(chat, "m3"))
             await asyncio.sleep(0.2)
             assert not second.finished and not third.finished
-            await lock.rollback()
         assert isinstance(await second.result(), DoneEvent)
         assert isinstance(await third.result(), DoneEvent)
         assert model.overlaps == []
@@ -125,9 +123,8 @@ async def test_an_answer_whose_append_fails_leaves_the_lease_renewed_and_let_go_
         let_gos = sessions_of(b).let_gos.statements
         async with (
             await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin,
-            await psycopg.AsyncConnection.connect(postgres_dsn) as lock,
+            session_lock_held(postgres_dsn, key_of(chat)),
         ):
-            await lock.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [str(key_of(chat))])
             model.release.set()
             await waiting_for_locks(postgres_dsn, 1)
             killed = await admin.execute(
@@ -137,7 +134,6 @@ async def test_an_answer_whose_append_fails_leaves_the_lease_renewed_and_let_go_
             )
             assert await killed.fetchall() == [(True,)]
             final = await second.result()
-            await lock.rollback()
         assert isinstance(final, DoneEvent), final
         assert sessions_of(b).let_gos.statements == let_gos + 1  # let go the usual way
         assert not b.gateway.session_leases.holds(key_of(chat))

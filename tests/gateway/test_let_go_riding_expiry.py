@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import psycopg
-
 from agenthub.messages import DoneEvent
 from tests.support.fakes.anthropic import FakeAnthropic
-from tests.support.postgres import waiting_for_locks
+from tests.support.postgres import session_lock_held, waiting_for_locks
 from tests.support.shared_gateways import HeldModel, key_of, message, shared_instances
 
 LEASE_S = 3.0
@@ -29,14 +27,12 @@ async def test_an_answer_append_held_up_past_the_ttl_is_still_delivered_and_stor
         model.release.clear()
         second = await b.send(message(chat, "m2"))
         await fake_llm.wait_for_requests(2, timeout_s=COLD_START_S)
-        async with await psycopg.AsyncConnection.connect(postgres_dsn) as lock:
-            await lock.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [str(key_of(chat))])
+        async with session_lock_held(postgres_dsn, key_of(chat)):
             model.release.set()
             await waiting_for_locks(postgres_dsn, 1)  # m2's answer waits for the session's lock
-            await asyncio.sleep(LEASE_S + 1.0)  # B's lease is renewed meanwhile (before the change)
+            await asyncio.sleep(LEASE_S + 1.0)  # B's lease is renewed meanwhile (its lane)
             third = await a.send(message(chat, "m3"))
             await asyncio.sleep(1.0)
-            await lock.rollback()
         final = await second.result()
         assert isinstance(final, DoneEvent), final
         assert isinstance(await third.result(), DoneEvent)
@@ -46,7 +42,8 @@ async def test_an_answer_append_queued_behind_a_stuck_batch_past_the_ttl_is_stil
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
     """m2's riding answer waits behind another session's append stuck on its lock (one append statement in flight
-    per store) longer than the ttl: before the ride, B's lane kept the lease renewed and A's m3 waited for it."""
+    per store) longer than the ttl: B's lane keeps the lease renewed while it rides, so A's m3 waits for it and
+    both are answered."""
     model = HeldModel(fake_llm)
     model.install()
     model.release.set()
@@ -58,15 +55,13 @@ async def test_an_answer_append_queued_behind_a_stuck_batch_past_the_ttl_is_stil
         model.release.clear()
         second = await b.send(message(chat, "m2"))
         await fake_llm.wait_for_requests(3, timeout_s=COLD_START_S)
-        async with await psycopg.AsyncConnection.connect(postgres_dsn) as lock:
-            await lock.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [str(key_of(other))])
+        async with session_lock_held(postgres_dsn, key_of(other)):
             stuck = await b.send(message(other, "o2"))
             await waiting_for_locks(postgres_dsn, 1)  # o2's user record, in B's append statement, waits
             model.release.set()  # m2's answer (and its let-go) queue behind that statement
             await asyncio.sleep(LEASE_S + 1.0)
             third = await a.send(message(chat, "m3"))
             await asyncio.sleep(1.5)
-            await lock.rollback()
         final = await second.result()
         third_final = await third.result()
         await stuck.result()
@@ -77,9 +72,9 @@ async def test_an_answer_append_queued_behind_a_stuck_batch_past_the_ttl_is_stil
 async def test_an_answer_stored_after_a_slow_ride_is_delivered_not_aborted_as_lease_lost(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    """As above, nobody else claims the session meanwhile: the answer lands (the fence is still B's), the lease's
-    row has expired so it is not released, the ride is settled False and the expired lease re-kept: lost at once,
-    and the turn, whose answer is stored, is aborted."""
+    """As above, nobody else claims the session meanwhile: the lease, renewed while the answer rides, is still B's
+    when the answer lands, and the turn is answered (it was aborted as lease lost, its answer stored, when the
+    lease left the lane for the ride)."""
     model = HeldModel(fake_llm)
     model.install()
     model.release.set()
@@ -91,14 +86,12 @@ async def test_an_answer_stored_after_a_slow_ride_is_delivered_not_aborted_as_le
         model.release.clear()
         second = await b.send(message(chat, "m2"))
         await fake_llm.wait_for_requests(3, timeout_s=COLD_START_S)
-        async with await psycopg.AsyncConnection.connect(postgres_dsn) as lock:
-            await lock.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [str(key_of(other))])
+        async with session_lock_held(postgres_dsn, key_of(other)):
             stuck = await b.send(message(other, "o2"))
             await waiting_for_locks(postgres_dsn, 1)
             model.release.set()
             await asyncio.sleep(LEASE_S + 1.0)
             assert not second.finished
-            await lock.rollback()
         final = await second.result()
         await stuck.result()
         records = await b.stores.sessions.load(key_of(chat))

@@ -15,9 +15,9 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -420,6 +420,18 @@ async def until_it_works(operation: Callable[[], Awaitable[Any]], deadline_s: fl
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.1)
+
+
+@asynccontextmanager
+async def session_lock_held(dsn: str, key: object) -> AsyncIterator[None]:
+    """The session's advisory lock (the one its appends take: `hashtextextended(<key>, 0)`) held by another
+    connection until the block ends, so the session's writes wait for it."""
+    async with await psycopg.AsyncConnection.connect(dsn) as lock:
+        await lock.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [str(key)])
+        try:
+            yield
+        finally:
+            await lock.rollback()
 
 
 async def waiting_for_locks(dsn: str, count: int, timeout_s: float = 10.0) -> None:
