@@ -59,6 +59,7 @@ from agenthub.storage.postgres.schema_usage import (
     USAGE_TOTALS_SQL,
     USAGE_TOTALS_WHAT,
 )
+from agenthub.storage.postgres.schema_usage_add import USAGE_ADD_SQL, USAGE_ADD_WHAT
 from agenthub.storage.postgres.schema_usage_days import (
     USAGE_RESERVE_CLAIMS_SQL,
     USAGE_RESERVE_CLAIMS_WHAT,
@@ -169,6 +170,9 @@ RESERVE_SET = Migration(28, RESERVE_SET_WHAT, RESERVE_SET_SQL)
 APPEND_LET_GO = Migration(29, APPEND_LET_GO_WHAT, APPEND_LET_GO_SQL)
 """Migration 29 (`schema_append_let_go`): a session let go in the statement that writes its turn's answer."""
 
+USAGE_ADD = Migration(30, USAGE_ADD_WHAT, USAGE_ADD_SQL)
+"""Migration 30 (`schema_usage_add`): a usage write (calls, roll-ups, totals, reservations ended) in one call."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     SESSIONS,
     SHARED_STATE,
@@ -198,6 +202,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     LEASE_ASKED,
     RESERVE_SET,
     APPEND_LET_GO,
+    USAGE_ADD,
 )
 """Append only, never edit a released one."""
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -18,7 +18,6 @@ import json
 import time
 from collections.abc import Collection, Mapping, Sequence
 from json.encoder import encode_basestring
-from typing import Any
 
 from psycopg import AsyncCursor
 from psycopg.rows import TupleRow
@@ -37,23 +36,12 @@ from agenthub.storage.usage import (
     reservation_of,
     scope_keys,
 )
-from agenthub.storage.usage_marks import ForgetMark, names_told_after, under_tag, unnamed, who_of
+from agenthub.storage.usage_marks import ForgetMark, names_told_after, unnamed, who_of
 
-_INSERT_CALLS = """WITH x AS MATERIALIZED (SELECT * FROM ROWS FROM (json_to_recordset(%s::json) AS (at float8, day date,
-    purpose text, agent text, channel text, chat_id text, sender_id text, model text, tag text, input bigint,
-    output bigint, cache_read bigint, cache_write bigint, estimated boolean)) WITH ORDINALITY AS x(at, day, purpose,
-    agent, channel, chat_id, sender_id, model, tag, input, output, cache_read, cache_write, estimated, n)),
-m AS MATERIALIZED (SELECT * FROM usage_forget_marks(ARRAY(SELECT channel FROM x), ARRAY(SELECT tag FROM x))),
-r AS (SELECT x.*, (SELECT m.o_tag FROM m WHERE m.o_channel = x.channel AND m.o_tag = x.tag AND x.agent = ANY(m.o_agents)
-        AND x.at <= m.o_at AND (m.o_chat IS NULL OR m.o_chat = CASE WHEN x.chat_id = x.sender_id THEN x.tag
-        ELSE x.chat_id END) LIMIT 1) AS hit FROM x),
-calls AS (INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output,
-    cache_read, cache_write, estimated)
-SELECT to_timestamp(at), day, purpose, agent, channel, CASE WHEN hit IS NOT NULL AND chat_id = sender_id THEN hit
-    ELSE chat_id END, coalesce(hit, sender_id), model, input, output, cache_read, cache_write, estimated FROM r)
-SELECT n FROM r WHERE hit IS NOT NULL"""
-"""The calls (one statement), those made before a forget of their sender (`usage_marks.ForgetMark.covers`, the marks
-read first, after the lock a forget waits for: migration 23) naming the tag; which rows those were (1-based)."""
+_ADD = "SELECT agenthub_usage_add(%s::json, %s::text[])"
+"""A write in one round trip (migration 30): the calls (those made before a forget of their sender, as the marks
+read first say, naming the tag: `usage_marks.ForgetMark.covers`), their day roll-ups and running totals, and the
+reservations it ends; the positions (1-based) of the rows the marks redacted."""
 _COUNT_CALL = (
     "SELECT count(*) FROM usage_calls WHERE at = to_timestamp(%s) AND day = %s AND purpose = %s AND agent = %s "
     "AND channel = %s AND chat_id = %s AND sender_id = %s AND model = %s AND input = %s AND output = %s "
@@ -70,15 +58,6 @@ _ADD_ON_CONFLICT = """ON CONFLICT ({key}, agent, channel, chat_id, sender_id, mo
     input = d.input + excluded.input, output = d.output + excluded.output,
     cache_read = d.cache_read + excluded.cache_read, cache_write = d.cache_write + excluded.cache_write,
     calls = d.calls + excluded.calls, estimated = d.estimated + excluded.estimated"""
-_ADD_DAYS = f"""INSERT INTO usage_days AS d (day, agent, channel, chat_id, sender_id, model, purpose, input, output,
-    cache_read, cache_write, calls, estimated)
-SELECT day, agent, channel, chat_id, sender_id, model, purpose, input, output, cache_read, cache_write, calls, estimated
-FROM unnest(%s::date[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[],
-    %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[]) WITH ORDINALITY AS x(day, agent, channel,
-    chat_id, sender_id, model, purpose, input, output, cache_read, cache_write, calls, estimated, n)
-ORDER BY n
-{_ADD_ON_CONFLICT.format(key="day")}"""
-"""The day roll-ups of a write's rows (`days_of`: summed per key, in key order): one statement."""
 _DAYS = """SELECT to_char(day, 'YYYY-MM-DD'), purpose, agent, channel, chat_id, sender_id, model, input, output,
     cache_read, cache_write, calls, estimated FROM usage_days WHERE day >= %s AND day <= %s
 UNION ALL
@@ -128,18 +107,8 @@ class PostgresUsageStore:
             async with self.database.connection("release a turn's budget") as conn:
                 await conn.execute(_RELEASE, (list(release),))
             return
-        async with (
-            self.database.connection("record model usage") as conn,
-            conn.transaction(),
-            conn.cursor() as cursor,
-        ):
-            # first (a forget's lock taken): rows made before a forget of their sender name the tag instead
-            await cursor.execute(_INSERT_CALLS, _calls(rows))
-            rows = _redacted(rows, {int(r[0]) - 1 for r in await cursor.fetchall()})
-            await cursor.execute(_ADD_DAYS, days_of(rows))
-            await cursor.execute(ADD_TOTALS, totals_of(rows))  # the same transaction: never one without the other
-            if release:  # in the same transaction: a turn's usage and the end of its reservation, never neither
-                await cursor.execute(_RELEASE, (list(release),))
+        async with self.database.connection("record model usage") as conn:
+            await conn.execute(_ADD, (_calls(rows), list(release) if release else NONE))
 
     async def unrecorded(self, rows: Sequence[UsageRow]) -> list[UsageRow]:
         """One count per distinct call (a recovered spool holds a few rows): `usage_calls` rows with the same
@@ -333,39 +302,31 @@ def _scope_json(scope: Scope) -> str:
     )
 
 
-def _calls(rows: Sequence[UsageRow]) -> tuple[str]:
-    """`_INSERT_CALLS`'s parameter: the rows, each with its sender's tag, as one JSON array (one value to send)."""
-    return (
-        json.dumps(
-            [
-                {
-                    "at": r.at,
-                    "day": r.day,
-                    "purpose": r.purpose,
-                    "agent": r.agent,
-                    "channel": r.channel,
-                    "chat_id": r.chat_id,
-                    "sender_id": r.sender_id,
-                    "model": r.model,
-                    "tag": forgotten_tag(r.channel, r.sender_id),
-                    "input": r.input,
-                    "output": r.output,
-                    "cache_read": r.cache_read,
-                    "cache_write": r.cache_write,
-                    "estimated": r.estimated > 0,
-                }
-                for r in rows
-            ],
-            ensure_ascii=False,
-        ),
+def _calls(rows: Sequence[UsageRow]) -> str:
+    """`_ADD`'s first parameter: the rows, each with its sender's tag, as one JSON array (one value to send)."""
+    return json.dumps(
+        [
+            {
+                "at": r.at,
+                "day": r.day,
+                "purpose": r.purpose,
+                "agent": r.agent,
+                "channel": r.channel,
+                "chat_id": r.chat_id,
+                "sender_id": r.sender_id,
+                "model": r.model,
+                "tag": forgotten_tag(r.channel, r.sender_id),
+                "input": r.input,
+                "output": r.output,
+                "cache_read": r.cache_read,
+                "cache_write": r.cache_write,
+                "calls": r.calls,
+                "estimated": r.estimated,
+            }
+            for r in rows
+        ],
+        ensure_ascii=False,
     )
-
-
-def _redacted(rows: Sequence[UsageRow], covered: set[int]) -> Sequence[UsageRow]:
-    """The rows, those at the indices `covered` naming their sender's tag (as `_INSERT_CALLS` stored them)."""
-    if not covered:
-        return rows
-    return [under_tag(r) if i in covered else r for i, r in enumerate(rows)]
 
 
 async def _marks(cursor: AsyncCursor[TupleRow], who: Sequence[tuple[str, str]]) -> list[ForgetMark]:
@@ -374,22 +335,6 @@ async def _marks(cursor: AsyncCursor[TupleRow], who: Sequence[tuple[str, str]]) 
         return []
     await cursor.execute(_MARKS, ([c for c, _ in who], [t for _, t in who]))
     return [ForgetMark(str(r[0]), str(r[1]), tuple(r[2]), r[3], float(r[4])) for r in await cursor.fetchall()]
-
-
-def days_of(rows: Sequence[UsageRow]) -> list[list[Any]]:
-    """`_ADD_DAYS`'s parameters: the rows' counts summed per day and group (one row of the statement may change a
-    roll-up once), in key order (one lock order for every writer), as one array per column."""
-    summed: dict[tuple[str, ...], tuple[int, ...]] = {}
-    for row in rows:
-        key = (row.day, *row.group)
-        counts = _counts(row)
-        before = summed.get(key)
-        summed[key] = counts if before is None else tuple(a + b for a, b in zip(before, counts, strict=True))
-    ordered = sorted(summed.items())
-    columns: list[list[Any]] = [[_date(key[0]) for key, _ in ordered]]
-    columns += [[key[i] for key, _ in ordered] for i in range(1, 7)]
-    columns += [[counts[i] for _, counts in ordered] for i in range(6)]
-    return columns
 
 
 def totals_of(rows: Sequence[UsageRow]) -> tuple[list[str], list[str], list[int]]:
