@@ -1,8 +1,19 @@
-"""`KeepJudge`: whether the sessions of one kind that an instance keeps idle after a turn come back to it."""
+"""`KeepJudge`: whether the sessions of one kind that an instance keeps idle after a turn come back to it;
+`KeepJudges`: the new and the returning ones, each starting from whether another instance is alive."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+
+import structlog
+
+from agenthub.errors import StorageError
 from agenthub.session_keys import SessionKey
+from agenthub.storage.lease import INSTANCE_LEASE_PREFIX
+from agenthub.storage.ports import LiveHolders
+
+log = structlog.get_logger(__name__)
 
 STAY_WEIGHT = 0.25
 KEEP_AT = 0.5
@@ -11,6 +22,9 @@ PROBE_EVERY = 8
 each verdict weighing a quarter): kept, one whose next message goes elsewhere costs a hand-over (asked, let go,
 claimed again) where a let-go with its answer costs nothing on the way. Below it, every eighth is kept all the
 same, so the instance learns when its routing turns sticky again."""
+ASK_FRACTION = 3
+"""Who is alive is asked every `ttl_s / 3` until both kinds have a verdict (an instance's lease is renewed at that
+pace: a peer that just started is seen within it)."""
 
 
 class KeepJudge:
@@ -20,6 +34,7 @@ class KeepJudge:
     def __init__(self) -> None:
         self.rate = 1.0
         """How often a session of this kind kept here came back here (moving average, `STAY_WEIGHT`)."""
+        self.verdicts = 0
         self._seen = 0
         self._judged: set[SessionKey] = set()
 
@@ -40,7 +55,69 @@ class KeepJudge:
     def judge(self, key: SessionKey, *, stayed: bool) -> None:
         if key in self._judged:
             self._judged.discard(key)
+            self.verdicts += 1
             self.rate += STAY_WEIGHT * ((1.0 if stayed else 0.0) - self.rate)
 
     def forget(self, key: SessionKey) -> None:
         self._judged.discard(key)
+
+    def expect(self, *, others_alive: bool) -> None:
+        """Before the first verdict, what is expected of kept sessions: that they come back while no other instance
+        is alive (nothing else can take them), not while one is (a wrong keep costs the session's next turn a
+        hand-over, a wrong let-go one claim; the probes then tell whether they come back all the same)."""
+        if self.verdicts == 0:
+            self.rate = 0.0 if others_alive else 1.0
+
+
+class KeepJudges:
+    """The verdicts on the sessions an instance keeps: `new` ones (kept after their first turn) and `returning`
+    ones (kept after a turn that found them as the instance left them). Over a store that lists the instances
+    alive (`LiveHolders`), each kind starts from whether another one is (`KeepJudge.expect`): asked when `watch`
+    is first called (the first claim) and every `ttl_s / 3` after, until both kinds have a verdict. Behind a
+    round-robin balancer, the first sessions after a start then cost no hand-over each."""
+
+    def __init__(self, holders: LiveHolders | None, holder: str, ttl_s: float) -> None:
+        self.new = KeepJudge()
+        self.returning = KeepJudge()
+        self._holders = holders
+        self._holder = holder
+        self._every_s = ttl_s / ASK_FRACTION
+        self.asked = 0
+        """How many times the store told who is alive."""
+        self._watch: asyncio.Task[None] | None = None
+
+    def of(self, *, new: bool) -> KeepJudge:
+        return self.new if new else self.returning
+
+    def judge(self, key: SessionKey, *, stayed: bool) -> None:
+        self.new.judge(key, stayed=stayed)
+        self.returning.judge(key, stayed=stayed)
+
+    def forget(self, key: SessionKey) -> None:
+        self.new.forget(key)
+        self.returning.forget(key)
+
+    def watch(self) -> None:
+        """Start asking who is alive (once; nothing over a store that cannot tell)."""
+        if self._holders is not None and self._watch is None:
+            watching = self._watching(self._holders)  # its own context: its log lines carry no turn's ids
+            self._watch = asyncio.create_task(watching, name="keep-judges-peers", context=contextvars.Context())
+
+    async def _watching(self, holders: LiveHolders) -> None:
+        while self.new.verdicts == 0 or self.returning.verdicts == 0:
+            try:
+                alive = await holders.live_holders(INSTANCE_LEASE_PREFIX)
+            except StorageError as e:  # asked again next time; meanwhile each kind goes on as it was
+                log.warning("keep_judges_peers_unknown", error=str(e))
+            else:
+                self.asked += 1
+                others_alive = any(holder != self._holder for holder in alive)
+                self.new.expect(others_alive=others_alive)
+                self.returning.expect(others_alive=others_alive)
+            await asyncio.sleep(self._every_s)
+
+    async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.wait([self._watch])
+            self._watch = None

@@ -7,14 +7,15 @@ kept (idle) while the store can ask its holder for it (`LeaseSignals`: PostgreSQ
 round trip for it, and released the moment another instance asks, after `keep_idle_s` unused, or at close. Only a
 session that stays here is kept: its last claim found that nobody else wrote it since this instance's previous hold
 (or that no instance ever held it: a new session), nobody asked for it since, and the sessions of that kind kept here
-mostly came back here (`KeepJudge`); any other (one that moves between instances: waiting to be asked would put a
-hand-over in front of each of its turns) is released at once (before its reply goes out: the next message, sent on
-the reply, finds it free wherever it lands): in the statement of its turn's answer where the store can
-(`let_go_riding`, decided before that append), else after the turn (`release_settled`), as is every lease over a
-store that cannot ask. A kept session whose next message goes to another instance costs one hand-over (asked, let
-go, claimed again); after it, the session is released at once wherever it moves; an instance whose kept sessions
-of a kind mostly move on (a round-robin balancer: a chat's turn lands where its last one did a third of the time)
-stops keeping them. Files mode takes none: one instance writes a data directory (its lock), so
+mostly came back here (`KeepJudges`; before the first verdict: while no other instance is alive); any other (one
+that moves between instances: waiting to be asked would put a hand-over in front of each of its turns) is released
+at once (before its reply goes out: the next message, sent on the reply, finds it free wherever it lands): in the
+statement of its turn's answer where the store can (`let_go_riding`, decided before that append), else after the
+turn (`release_settled`), as is every lease over a store that cannot ask. A kept session whose next message goes to
+another instance costs one hand-over (asked, let go, claimed again); after it, the session is released at once
+wherever it moves; an instance whose kept sessions of a kind mostly move on (a round-robin balancer: a chat's turn
+lands where its last one did a third of the time) stops keeping them, and one that starts among others keeps none
+but its probes until they come back. Files mode takes none: one instance writes a data directory (its lock), so
 every session lease would be granted at once, and the local mutex is all it needs."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import structlog
 
 from agenthub.clock import sleep_until
 from agenthub.errors import SessionBusyError, StorageError
-from agenthub.gateway.keep_judge import KeepJudge
+from agenthub.gateway.keep_judge import KeepJudges
 from agenthub.session.history import SessionHistory
 from agenthub.session_keys import SessionKey
 from agenthub.storage.lease import (
@@ -45,7 +46,7 @@ from agenthub.storage.lease import (
     renewal_due,
 )
 from agenthub.storage.lease_lane import Kept, LaneRenewals, RenewalLane
-from agenthub.storage.ports import LeaseSignals, QuickLookup
+from agenthub.storage.ports import LeaseSignals, LiveHolders, QuickLookup
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.store import FencedWriteError
 from agenthub.storage.usage import ClaimRide
@@ -151,12 +152,11 @@ class SessionLeases:
         """Sessions whose last claim found nobody else wrote them since this instance's previous hold, or that no
         instance held before (the newest `STAYING_KEPT`): only these are kept idle; one asked for (or taken from
         another instance) leaves it."""
-        self._new = KeepJudge()
-        """Whether new sessions kept after their first turn come back here."""
-        self._returning = KeepJudge()
-        """Whether sessions kept after a turn that found them as this instance left them come back here (behind a
-        round-robin balancer a chat's turn lands where its last one did a third of the time: kept, its next one
-        mostly costs a hand-over)."""
+        holders = store if isinstance(store, LiveHolders) and self._signals is not None else None
+        self._judges = KeepJudges(holders, leases.holder, leases.ttl_s)
+        """Whether the sessions kept here after a turn come back here: new ones (after their first turn), and those
+        whose turn found them as this instance left them (behind a round-robin balancer a chat's turn lands where
+        its last one did a third of the time: kept, its next one mostly costs a hand-over)."""
         self.shared = not isinstance(history.store, QuickLookup)
         """The histories are written by several instances (PostgreSQL), so sessions are leased; False for a store
         only this instance writes (the files under the data-dir lock, memory)."""
@@ -195,7 +195,7 @@ class SessionLeases:
             idle = self._idle.pop(key, None)
             if idle is not None:
                 idle.cancel()
-            self._judge(key, stayed=True)
+            self._judges.judge(key, stayed=True)
             return
         releasing = self._releasing.get(key)
         if releasing is not None:  # our own release of it still in flight: it must not expire the new grant
@@ -206,7 +206,7 @@ class SessionLeases:
                 moved = await self._history.store.fence(key, lease.token)
             if moved:
                 await self._history.reload(key)
-            judge = self._new if new else self._returning
+            judge = self._judges.of(new=new)
             if asked or (moved and not new) or not judge.keeps():
                 self._staying.pop(key, None)
             else:
@@ -225,20 +225,21 @@ class SessionLeases:
         else:
             self._wake_renewer()
 
-    def _judge(self, key: SessionKey, *, stayed: bool) -> None:
-        self._new.judge(key, stayed=stayed)
-        self._returning.judge(key, stayed=stayed)
-
     @property
     def keeps_new_sessions(self) -> bool:
         """Whether new sessions are kept after their first turn now (besides the probes)."""
-        return self._new.keeping
+        return self._judges.new.keeping
 
     @property
     def keeps_returning_sessions(self) -> bool:
         """Whether sessions whose turn found them as this instance left them are kept after it now (besides the
         probes)."""
-        return self._returning.keeping
+        return self._judges.returning.keeping
+
+    @property
+    def peers_asked(self) -> int:
+        """How many times the store told who is alive (`KeepJudges`: before the first verdicts)."""
+        return self._judges.asked
 
     def _stays(self, key: SessionKey) -> None:
         self._staying[key] = None
@@ -267,6 +268,7 @@ class SessionLeases:
         signals, asked = self._signals, False
         if signals is not None:
             self._listen()
+            self._judges.watch()
         while True:
             if signals is not None:
                 freed = self._freed.get(name)
@@ -401,8 +403,7 @@ class SessionLeases:
         if idle is not None:
             idle.cancel()
         self._wanted.discard(key)
-        self._new.forget(key)  # let go unasked (idle too long, or closing): no verdict
-        self._returning.forget(key)
+        self._judges.forget(key)  # let go unasked (idle too long, or closing): no verdict
         self._names.pop(lease_name(key), None)
 
     def _listen(self) -> None:
@@ -422,7 +423,7 @@ class SessionLeases:
         if kind != WANTED or key is None or key not in self._held:
             return
         self._staying.pop(key, None)
-        self._judge(key, stayed=False)
+        self._judges.judge(key, stayed=False)
         if key in self._idle:
             log.debug("session_lease_handed_over", session_key=str(key))
             self.release_now(key)
@@ -463,6 +464,7 @@ class SessionLeases:
                 task.cancel()
                 await asyncio.wait([task])
         self._renewer = self._listener = None
+        await self._judges.close()
 
     def _give_up_at(self, held: _Held) -> float:
         return held.lease.expires_at - self._margin_s

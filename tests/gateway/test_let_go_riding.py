@@ -10,19 +10,20 @@ from pathlib import Path
 import psycopg
 
 from agenthub.messages import DoneEvent
-from agenthub.storage.postgres import PostgresSessionStore
 from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
 from tests.support.postgres import session_lock_held, waiting_for_locks
-from tests.support.shared_gateways import HeldModel, Instance, key_of, message, shared_instances, tag_of
+from tests.support.shared_gateways import (
+    HeldModel,
+    key_of,
+    lease_row,
+    message,
+    sessions_of,
+    shared_instances,
+    tag_of,
+)
 
 LEASE_S = 15.0
 COLD_START_S = 60.0
-
-
-def sessions_of(instance: Instance) -> PostgresSessionStore:
-    store = instance.stores.sessions
-    assert isinstance(store, PostgresSessionStore)
-    return store
 
 
 def user_tags(request: RecordedRequest) -> list[str]:
@@ -35,17 +36,6 @@ def user_tags(request: RecordedRequest) -> list[str]:
             texts = [content] if isinstance(content, str) else [b.get("text", "") for b in content]
             tags.extend(tag_of(text) for text in texts if text.strip())
     return tags
-
-
-async def lease_row(instance: Instance, chat: str) -> tuple[int, bool]:
-    """The session's lease token and whether it is free now."""
-    async with sessions_of(instance).database.connection("read the lease") as conn:
-        cursor = await conn.execute(
-            "SELECT token, expires_at <= now() FROM leases WHERE name = %s", [f"session:{key_of(chat)}"]
-        )
-        row = await cursor.fetchone()
-    assert row is not None
-    return int(row[0]), bool(row[1])
 
 
 async def test_a_moved_turn_lets_its_session_go_with_its_answer_and_sends_no_let_go_of_its_own(

@@ -19,7 +19,7 @@ from agenthub.hosting.app import Services, build_services, open_stores
 from agenthub.messages import InboundMessage
 from agenthub.session_keys import SessionKey
 from agenthub.storage.ports import LeaseStore
-from agenthub.storage.postgres import PostgresInbox
+from agenthub.storage.postgres import PostgresInbox, PostgresSessionStore
 from agenthub.storage.postgres.backend import PostgresStores
 from agenthub.storage.singleton import InstanceLeases
 from agenthub.storage.stores import Stores
@@ -80,6 +80,23 @@ async def shared_instances(
             stack.push_async_callback(submitter.aclose)
             found.append(Instance(f"instance-{n}", gateway, stores, submitter, services))
         yield found
+
+
+def sessions_of(instance: Instance) -> PostgresSessionStore:
+    store = instance.stores.sessions
+    assert isinstance(store, PostgresSessionStore)
+    return store
+
+
+async def lease_row(instance: Instance, chat: str) -> tuple[int, bool]:
+    """The session's lease token and whether it is free now."""
+    async with sessions_of(instance).database.connection("read the lease") as conn:
+        cursor = await conn.execute(
+            "SELECT token, expires_at <= now() FROM leases WHERE name = %s", [f"session:{key_of(chat)}"]
+        )
+        row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0]), bool(row[1])
 
 
 def message(chat: str, text: str) -> InboundMessage:

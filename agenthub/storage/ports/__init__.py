@@ -6,7 +6,7 @@ from agenthub.storage.ports.api import IdempotencyStore, TokenCheck, Tokens
 from agenthub.storage.ports.channel_state import MemberSends, Outbox, SeenIds
 from agenthub.storage.ports.inbox import Inbox, Liveness
 from agenthub.storage.ports.jobs import JobDocuments
-from agenthub.storage.ports.leases import BatchRenewal, LeaseSignals, LeaseStore
+from agenthub.storage.ports.leases import BatchRenewal, LeaseSignals, LeaseStore, LiveHolders
 from agenthub.storage.ports.memory import MemoryStore
 from agenthub.storage.ports.search import Built, SearchIndexStore, SearchKit, SearchPort, VectorStore
 from agenthub.storage.ports.sessions import QuickLookup, SessionStore
@@ -20,6 +20,7 @@ __all__ = [
     "JobDocuments",
     "LeaseSignals",
     "LeaseStore",
+    "LiveHolders",
     "Liveness",
     "MemberSends",
     "MemoryStore",

@@ -48,3 +48,13 @@ class LeaseSignals(Protocol):
         """Call `on_signal(kind, name)` for every `WANTED` and `FREED` signal of every holder until cancelled
         (reconnecting after a failure: signals sent meanwhile are missed, so they only ever hasten things)."""
         ...
+
+
+@runtime_checkable
+class LiveHolders(Protocol):
+    """A lease store that lists who holds the live leases of a kind (PostgreSQL: the instances alive, by their
+    `instance:<holder>` leases)."""
+
+    async def live_holders(self, prefix: str) -> list[str]:
+        """The holders of the leases named `prefix…` that are live now (by the store's clock)."""
+        ...

@@ -1,0 +1,120 @@
+"""Whether an instance keeps its sessions after a turn, before any verdict (PostgreSQL): alone it keeps them
+(nothing else can take them); started among other live instances (their `instance:` leases) it lets them go with
+their answers, so a session's next message on another instance asks nobody, and only its probes (every eighth
+session) are kept until they come back; then it keeps them again."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from agenthub.gateway.keep_judge import PROBE_EVERY, KeepJudge
+from agenthub.messages import DoneEvent
+from agenthub.storage.lease import Lease, instance_lease
+from agenthub.storage.postgres import PostgresLeases
+from tests.support.fakes.anthropic import FakeAnthropic
+from tests.support.scheduler import until
+from tests.support.shared_gateways import HeldModel, Instance, key_of, lease_row, message, sessions_of, shared_instances
+
+LEASE_S = 15.0
+
+
+@asynccontextmanager
+async def alive(instance: Instance, *holders: str) -> AsyncIterator[None]:
+    """The `instance:` leases of `holders` held (as their inbox's liveness keeper holds them) until the end."""
+    leases = PostgresLeases(sessions_of(instance).database)
+    held: list[Lease] = []
+    for holder in holders:
+        lease = await leases.acquire(instance_lease(holder), holder, LEASE_S)
+        assert lease is not None
+        held.append(lease)
+    try:
+        yield
+    finally:
+        for lease in held:
+            await leases.release(lease)
+
+
+def answering(fake: FakeAnthropic) -> None:
+    model = HeldModel(fake)
+    model.install()
+    model.release.set()
+
+
+async def answered(instance: Instance, chat: str, text: str) -> None:
+    assert isinstance(await (await instance.send(message(chat, text))).result(), DoneEvent)
+
+
+async def test_an_instance_started_among_others_lets_its_new_sessions_go_so_their_next_message_claims_once(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    answering(fake_llm)
+    async with (
+        shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, b),
+        alive(a, "instance-0", "instance-1"),
+    ):
+        leases = a.gateway.session_leases
+        await answered(a, "first", "m1")  # the first claim: who is alive is asked
+        await until(lambda: not leases.keeps_new_sessions)
+        assert not leases.keeps_returning_sessions
+        await answered(a, "next", "m1")
+        assert not leases.holds(key_of("next"))  # let go with its answer
+        token, free = await lease_row(a, "next")
+        assert free
+        await answered(b, "next", "m2")
+        assert (await lease_row(b, "next"))[0] == token + 1  # one claim: nobody was asked
+
+
+async def test_among_others_the_probes_that_come_back_make_an_instance_keep_its_new_sessions_again(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    answering(fake_llm)
+    async with (
+        shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, _),
+        alive(a, "instance-0", "instance-1"),
+    ):
+        leases = a.gateway.session_leases
+        await answered(a, "first", "m1")
+        await until(lambda: not leases.keeps_new_sessions)
+        probes = 0
+        for n in range(PROBE_EVERY * 4):
+            chat = f"sticky-{n}"
+            await answered(a, chat, "m1")
+            if leases.holds(key_of(chat)):  # a probe: kept all the same
+                probes += 1
+                await answered(a, chat, "m2")  # it came back
+            if leases.keeps_new_sessions:
+                break
+        assert leases.keeps_new_sessions
+        assert probes == 3  # from "moves on" to "comes back": three verdicts of a quarter each
+        await answered(a, "kept", "m1")
+        assert leases.holds(key_of("kept"))
+
+
+async def test_an_instance_alone_keeps_its_new_sessions(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    answering(fake_llm)
+    async with (
+        shared_instances(tmp_path, fake_llm, postgres_dsn, 2, lease_s=LEASE_S) as (a, _),
+        alive(a, "instance-0"),  # the other instance is not alive
+    ):
+        leases = a.gateway.session_leases
+        await answered(a, "first", "m1")
+        await until(lambda: leases.peers_asked > 0)
+        await answered(a, "next", "m1")
+        assert leases.keeps_new_sessions and leases.holds(key_of("next"))
+
+
+def test_what_a_judge_expects_before_its_first_verdict_gives_way_to_its_verdicts() -> None:
+    judge = KeepJudge()
+    judge.expect(others_alive=True)
+    assert not judge.keeping
+    judge.expect(others_alive=False)
+    assert judge.keeping  # the others went: nothing else can take them
+    key = key_of("judged")
+    judge.kept(key)
+    judge.judge(key, stayed=True)
+    judge.expect(others_alive=True)
+    assert judge.keeping  # a verdict counts, not the expectation
