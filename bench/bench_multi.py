@@ -274,6 +274,8 @@ def main() -> None:
         help="list the statements per turn on PostgreSQL (pg_stat_statements), and skip the failover part",
     )
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     configure_logging("warning", "console", stream=sys.stderr)
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
     llm_thread = LoopThread()

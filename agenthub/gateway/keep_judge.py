@@ -23,8 +23,9 @@ each verdict weighing a quarter): kept, one whose next message goes elsewhere co
 claimed again) where a let-go with its answer costs nothing on the way. Below it, every eighth is kept all the
 same, so the instance learns when its routing turns sticky again."""
 ASK_FRACTION = 3
-"""Who is alive is asked every `ttl_s / 3` until both kinds have a verdict (an instance's lease is renewed at that
-pace: a peer that just started is seen within it)."""
+"""Who is alive is asked every `ttl_s / 3` (an instance's lease is renewed at that pace: a peer that just started is
+seen within it) for at least `ttl_s` and a third (the lease a crashed predecessor of this process left, which looks
+alive until it expires, is seen gone), then until both kinds have a verdict."""
 
 
 class KeepJudge:
@@ -62,19 +63,21 @@ class KeepJudge:
         self._judged.discard(key)
 
     def expect(self, *, others_alive: bool) -> None:
-        """Before the first verdict, what is expected of kept sessions: that they come back while no other instance
-        is alive (nothing else can take them), not while one is (a wrong keep costs the session's next turn a
-        hand-over, a wrong let-go one claim; the probes then tell whether they come back all the same)."""
-        if self.verdicts == 0:
-            self.rate = 0.0 if others_alive else 1.0
+        """What the instances alive say of kept sessions: alone, that they come back (nothing else can take them,
+        whatever the verdicts before); among others, before the first verdict, that they do not (a wrong keep
+        costs the session's next turn a hand-over, a wrong let-go one claim; the probes then tell)."""
+        if not others_alive:
+            self.rate = 1.0
+        elif self.verdicts == 0:
+            self.rate = 0.0
 
 
 class KeepJudges:
     """The verdicts on the sessions an instance keeps: `new` ones (kept after their first turn) and `returning`
     ones (kept after a turn that found them as the instance left them). Over a store that lists the instances
     alive (`LiveHolders`), each kind starts from whether another one is (`KeepJudge.expect`): asked when `watch`
-    is first called (the first claim) and every `ttl_s / 3` after, until both kinds have a verdict. Behind a
-    round-robin balancer, the first sessions after a start then cost no hand-over each."""
+    is first called (the first claim) and every `ttl_s / 3` after (`ASK_FRACTION`). Behind a round-robin
+    balancer, the first sessions after a start then cost no hand-over each."""
 
     def __init__(self, holders: LiveHolders | None, holder: str, ttl_s: float) -> None:
         self.new = KeepJudge()
@@ -82,6 +85,7 @@ class KeepJudges:
         self._holders = holders
         self._holder = holder
         self._every_s = ttl_s / ASK_FRACTION
+        self._for_at_least_s = ttl_s + self._every_s
         self.asked = 0
         """How many times the store told who is alive."""
         self._watch: asyncio.Task[None] | None = None
@@ -104,7 +108,9 @@ class KeepJudges:
             self._watch = asyncio.create_task(watching, name="keep-judges-peers", context=contextvars.Context())
 
     async def _watching(self, holders: LiveHolders) -> None:
-        while self.new.verdicts == 0 or self.returning.verdicts == 0:
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self._for_at_least_s
+        while loop.time() < until or self.new.verdicts == 0 or self.returning.verdicts == 0:
             try:
                 alive = await holders.live_holders(INSTANCE_LEASE_PREFIX)
             except StorageError as e:  # asked again next time; meanwhile each kind goes on as it was

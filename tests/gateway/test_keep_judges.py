@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from agenthub.gateway.keep_judge import PROBE_EVERY, KeepJudge
@@ -19,37 +20,40 @@ from tests.support.scheduler import until
 from tests.support.shared_gateways import HeldModel, Instance, key_of, lease_row, message, sessions_of, shared_instances
 
 LEASE_S = 15.0
+SHORT_LEASE_S = 6.0
+"""Who is alive is asked every 2 s."""
 
 
-@asynccontextmanager
-async def alive(instance: Instance, *holders: str) -> AsyncIterator[None]:
-    """The `instance:` leases of `holders` held (as their inbox's liveness keeper holds them) until the end."""
-    leases = PostgresLeases(sessions_of(instance).database)
-    held: list[Lease] = []
-    for holder in holders:
-        lease = await leases.acquire(instance_lease(holder), holder, LEASE_S)
-        assert lease is not None
-        held.append(lease)
-    try:
-        yield
-    finally:
-        for lease in held:
-            await leases.release(lease)
+@dataclass
+class Alive:
+    """The `instance:` leases of some holders, held as their inbox's liveness keeper holds them."""
+
+    leases: PostgresLeases
+    held: dict[str, Lease]
+
+    async def gone(self, holder: str) -> None:
+        await self.leases.release(self.held.pop(holder))
 
 
 @asynccontextmanager
 async def two_instances(
-    tmp_path: Path, fake: FakeAnthropic, dsn: str, *alive_holders: str
-) -> AsyncIterator[tuple[Instance, Instance]]:
-    """Two instances answering at once, the `instance:` leases of `alive_holders` held."""
+    tmp_path: Path, fake: FakeAnthropic, dsn: str, *alive_holders: str, lease_s: float = LEASE_S
+) -> AsyncIterator[tuple[Instance, Instance, Alive]]:
+    """Two instances answering at once, the `instance:` leases of `alive_holders` held until the end."""
     model = HeldModel(fake)
     model.install()
     model.release.set()
-    async with (
-        shared_instances(tmp_path, fake, dsn, 2, lease_s=LEASE_S) as (a, b),
-        alive(a, *alive_holders),
-    ):
-        yield a, b
+    async with shared_instances(tmp_path, fake, dsn, 2, lease_s=lease_s) as (a, b):
+        alive = Alive(PostgresLeases(sessions_of(a).database), {})
+        for holder in alive_holders:
+            lease = await alive.leases.acquire(instance_lease(holder), holder, lease_s)
+            assert lease is not None
+            alive.held[holder] = lease
+        try:
+            yield a, b, alive
+        finally:
+            for holder in list(alive.held):
+                await alive.gone(holder)
 
 
 async def answered(instance: Instance, chat: str, text: str) -> None:
@@ -67,7 +71,7 @@ async def started_among_others(instance: Instance) -> SessionLeases:
 async def test_an_instance_started_among_others_lets_its_new_sessions_go_so_their_next_message_claims_once(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    async with two_instances(tmp_path, fake_llm, postgres_dsn, "instance-0", "instance-1") as (a, b):
+    async with two_instances(tmp_path, fake_llm, postgres_dsn, "instance-0", "instance-1") as (a, b, _):
         leases = await started_among_others(a)
         assert not leases.keeps_returning_sessions
         await answered(a, "next", "m1")
@@ -81,7 +85,7 @@ async def test_an_instance_started_among_others_lets_its_new_sessions_go_so_thei
 async def test_among_others_the_probes_that_come_back_make_an_instance_keep_its_new_sessions_again(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    async with two_instances(tmp_path, fake_llm, postgres_dsn, "instance-0", "instance-1") as (a, _):
+    async with two_instances(tmp_path, fake_llm, postgres_dsn, "instance-0", "instance-1") as (a, _, _):
         leases = await started_among_others(a)
         probes = 0
         for n in range(PROBE_EVERY * 4):
@@ -100,10 +104,32 @@ async def test_among_others_the_probes_that_come_back_make_an_instance_keep_its_
 async def test_an_instance_alone_keeps_its_new_sessions(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
 ) -> None:
-    async with two_instances(tmp_path, fake_llm, postgres_dsn, "instance-0") as (a, _):  # the other is not alive
+    async with two_instances(tmp_path, fake_llm, postgres_dsn, "instance-0") as (a, _, _):  # the other is not alive
         leases = a.gateway.session_leases
         await answered(a, "first", "m1")
         await until(lambda: leases.peers_asked > 0)
+        await answered(a, "next", "m1")
+        assert leases.keeps_new_sessions and leases.holds(key_of("next"))
+
+
+async def test_the_lease_a_crashed_predecessor_left_makes_an_instance_doubt_only_until_it_expires(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str
+) -> None:
+    """A restarted process (a new holder) sees its predecessor's `instance:` lease alive until it expires; a probe
+    judged meanwhile does not keep it letting its sessions go once it is alone."""
+    async with two_instances(
+        tmp_path, fake_llm, postgres_dsn, "instance-0", "crashed-before", lease_s=SHORT_LEASE_S
+    ) as (a, _, alive):
+        leases = await started_among_others(a)
+        for n in range(PROBE_EVERY):
+            await answered(a, f"probe-{n}", "m1")
+            if leases.holds(key_of(f"probe-{n}")):
+                await answered(a, f"probe-{n}", "m2")  # a verdict: it came back
+                break
+        assert not leases.keeps_new_sessions  # one verdict of a quarter
+        asked = leases.peers_asked
+        await alive.gone("crashed-before")
+        await until(lambda: leases.peers_asked > asked)
         await answered(a, "next", "m1")
         assert leases.keeps_new_sessions and leases.holds(key_of("next"))
 
@@ -119,3 +145,9 @@ def test_what_a_judge_expects_before_its_first_verdict_gives_way_to_its_verdicts
     judge.judge(key, stayed=True)
     judge.expect(others_alive=True)
     assert judge.keeping  # a verdict counts, not the expectation
+    for _ in range(3):  # 1 -> 0.75 -> 0.56 -> 0.42
+        judge.kept(key)
+        judge.judge(key, stayed=False)
+    assert not judge.keeping
+    judge.expect(others_alive=False)
+    assert judge.keeping  # alone: whatever moved before, nothing else can take them now

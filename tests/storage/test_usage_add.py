@@ -5,8 +5,10 @@ kinds of writer, side by side during an upgrade, never deadlock."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import psycopg
 import pytest
@@ -22,19 +24,30 @@ from tests.support.postgres import PostgresServer
 DAY = "2026-12-05"
 
 
-@pytest_asyncio.fixture
-async def icu_database(postgres_server: PostgresServer) -> AsyncIterator[tuple[Database, str]]:
-    """A database whose collation puts "a" before "B" (byte order: "B" first)."""
-    name = f"t_icu_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE \"{name}\" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'")
-    dsn = postgres_server.dsn(name)
+@asynccontextmanager
+async def own_database(
+    server: PostgresServer, options: str = "", *settings: str
+) -> AsyncIterator[tuple[Database, str]]:
+    """A database of its own: created with `options`, each of `settings` (`name = value`) its default."""
+    name = f"t_usage_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" {options}')
+        for setting in settings:
+            conn.execute(f'ALTER DATABASE "{name}" SET {setting}')
+    dsn = server.dsn(name)
     database = await open_database(dsn)
     try:
         yield database, dsn
     finally:
         await database.close()
-        postgres_server.drop_database(dsn)
+        server.drop_database(dsn)
+
+
+@pytest_asyncio.fixture
+async def icu_database(postgres_server: PostgresServer) -> AsyncIterator[tuple[Database, str]]:
+    """A database whose collation puts "a" before "B" (byte order: "B" first)."""
+    async with own_database(postgres_server, "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'") as made:
+        yield made
 
 
 def row(chat: str) -> UsageRow:
@@ -82,3 +95,16 @@ async def _until_waiting_for_a_lock(probe: psycopg.AsyncConnection[TupleRow]) ->
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the usage write never waited for the held row")
+
+
+@pytest.mark.parametrize("digits", [1, 0, -3])
+async def test_each_call_is_stored_at_the_time_it_was_sent_whatever_the_server_s_float_output(
+    postgres_server: PostgresServer, digits: int
+) -> None:
+    """`at` reaches `usage_calls` as the float the instance sent (a recovered spool's rows are found by it:
+    `unrecorded`), also where the server writes floats with fewer digits than it reads."""
+    async with own_database(postgres_server, "", f"extra_float_digits = {digits}") as (database, _):
+        store = PostgresUsageStore(database)
+        rows = [dataclasses.replace(row(f"c{n}"), at=1_796_000_000.123456 + n / 7) for n in range(20)]
+        await store.add(rows)
+        assert await store.unrecorded(rows) == []

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 USAGE_ADD_WHAT = "a usage write in one call: calls, day roll-ups, running totals and the reservations it ends"
 USAGE_ADD_SQL = (
-    # what `PostgresUsageStore.add` sent as four statements in a transaction (five round trips with BEGIN and
-    # COMMIT), in one function, statement by statement in the same order: the forget marks first (read after the
-    # lock a forget waits for, by `usage_forget_marks` of migration 23: a snapshot of its own), the calls each
-    # naming its sender's tag where a mark covers it, then the day roll-ups and the running totals of the
-    # redacted rows, each summed per key and written in key order, byte order ("C"): the order of the Python
+    # what `PostgresUsageStore.add` sent as three or four statements in a transaction (five or six round trips
+    # with BEGIN and COMMIT), in one function, statement by statement in the same order: the forget marks first
+    # (read after the lock a forget waits for, by `usage_forget_marks` of migration 23: a snapshot of its own), the
+    # calls each naming its sender's tag where a mark covers it, then the day roll-ups and the running totals of
+    # the redacted rows, each summed per key and written in key order, byte order ("C"): the order of the Python
     # sort an instance from before sends them in, so writers of both kinds lock the rows in one order and never
     # deadlock; last, the reservations the write ends (a turn's usage and the end of its reservation, never
     # neither). `p_rows`: a JSON array of {at, day, purpose, agent, channel, chat_id, sender_id, model, tag, input,
-    # output, cache_read, cache_write, calls, estimated (a count)}; returns the 1-based positions of the rows a
-    # mark redacted
+    # output, cache_read, cache_write, calls, estimated (a count)}; `at` is made a timestamp once, as the instance
+    # sent it, and carried as one (a float8 written as text follows `extra_float_digits`: 15 digits at 0, and a
+    # recovered spool's rows are looked up by it); returns the 1-based positions of the rows a mark redacted
     """CREATE FUNCTION agenthub_usage_add(p_rows json, p_release text[]) RETURNS integer[] LANGUAGE plpgsql AS $$
         DECLARE
             v_rows json;
@@ -36,7 +37,7 @@ USAGE_ADD_SQL = (
                         ELSE x.chat_id END) LIMIT 1) AS hit
                 FROM x
             )
-            SELECT json_agg(json_build_object('at', at, 'day', day, 'purpose', purpose, 'agent', agent,
+            SELECT json_agg(json_build_object('at', to_timestamp(at), 'day', day, 'purpose', purpose, 'agent', agent,
                     'channel', channel,
                     'chat_id', CASE WHEN hit IS NOT NULL AND chat_id = sender_id THEN hit ELSE chat_id END,
                     'sender_id', coalesce(hit, sender_id), 'model', model, 'input', input, 'output', output,
@@ -50,9 +51,9 @@ USAGE_ADD_SQL = (
             END IF;
             INSERT INTO usage_calls (at, day, purpose, agent, channel, chat_id, sender_id, model, input, output,
                 cache_read, cache_write, estimated)
-            SELECT to_timestamp(at), day, purpose, agent, channel, chat_id, sender_id, model, input, output,
+            SELECT at, day, purpose, agent, channel, chat_id, sender_id, model, input, output,
                 cache_read, cache_write, estimated > 0
-            FROM json_to_recordset(v_rows) AS (at float8, day date, purpose text, agent text, channel text,
+            FROM json_to_recordset(v_rows) AS (at timestamptz, day date, purpose text, agent text, channel text,
                 chat_id text, sender_id text, model text, input bigint, output bigint, cache_read bigint,
                 cache_write bigint, estimated bigint);
             INSERT INTO usage_days AS d (day, agent, channel, chat_id, sender_id, model, purpose, input, output,
