@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 
 from agenthub.messages import DoneEvent
-from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
+from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.postgres import session_lock_held, waiting_for_locks
 from tests.support.shared_gateways import (
     HeldModel,
@@ -20,22 +20,11 @@ from tests.support.shared_gateways import (
     sessions_of,
     shared_instances,
     tag_of,
+    user_tags,
 )
 
 LEASE_S = 15.0
 COLD_START_S = 60.0
-
-
-def user_tags(request: RecordedRequest) -> list[str]:
-    """The user texts of a request to the model, in order (their suffixes cut)."""
-    assert request.body is not None
-    tags: list[str] = []
-    for m in request.body["messages"]:
-        if m["role"] == "user":
-            content = m["content"]
-            texts = [content] if isinstance(content, str) else [b.get("text", "") for b in content]
-            tags.extend(tag_of(text) for text in texts if text.strip())
-    return tags
 
 
 async def test_a_moved_turn_lets_its_session_go_with_its_answer_and_sends_no_let_go_of_its_own(

@@ -26,31 +26,16 @@ from agenthub.storage.lease import InProcessLeases
 from agenthub.storage.postgres import Database, PostgresLeases, PostgresSessionStore
 from agenthub.storage.postgres.memory_clock import MemoryClock
 from agenthub.storage.singleton import InstanceLeases
-from tests.support.fakes.anthropic import FakeAnthropic, RecordedRequest
+from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.leases import InstanceView, LateGrants
 from tests.support.postgres import free_port, waiting_for_locks
-from tests.support.shared_gateways import HeldModel, Instance, key_of, message, shared_instances, tag_of
+from tests.support.shared_gateways import HeldModel, Instance, key_of, message, shared_instances, tag_of, user_tags
 
 SESSIONS = 20
 PER_SESSION = 5
 LEASE_S = 15.0
 COLD_START_S = 60.0
 """A bound, not a measurement: a process's first turn imports the SDK, slow on a loaded machine."""
-
-
-def user_tags(request: RecordedRequest) -> list[str]:
-    """The user texts of a request to the model, in order (their `[time, via channel]` suffixes cut)."""
-    assert request.body is not None
-    tags: list[str] = []
-    for m in request.body["messages"]:
-        if m["role"] != "user":
-            continue
-        content = m["content"]
-        blocks = (
-            [content] if isinstance(content, str) else [b.get("text", "") for b in content if b.get("type") == "text"]
-        )
-        tags.extend(tag_of(text) for text in blocks if text.strip())
-    return tags
 
 
 async def stored_user_tags(instance: Instance, chat: str) -> list[str]:

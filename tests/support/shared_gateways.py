@@ -114,6 +114,21 @@ def tag_of(text: str) -> str:
     return text.split("\n\n[")[0].strip()
 
 
+def user_tags(request: RecordedRequest) -> list[str]:
+    """The user texts of a request to the model, in order (their `[time, via channel]` suffixes cut)."""
+    assert request.body is not None
+    tags: list[str] = []
+    for m in request.body["messages"]:
+        if m["role"] != "user":
+            continue
+        content = m["content"]
+        blocks = (
+            [content] if isinstance(content, str) else [b.get("text", "") for b in content if b.get("type") == "text"]
+        )
+        tags.extend(tag_of(text) for text in blocks if text.strip())
+    return tags
+
+
 def session_of_tag(tag: str) -> str:
     return tag.split("-")[0]
 
