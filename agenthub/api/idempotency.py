@@ -105,6 +105,12 @@ async def mark_stored(store: IdempotencyStore, req: IdempotentRequest) -> None:
         log.warning("idempotency_key_not_marked", error=str(e))
 
 
+def answered_once_stored(message: InboundMessage) -> bool:
+    """Whether a chat request is answered once its answer is in its session (design §12): one without a key; a
+    keyed one is answered once its key's answer is kept too (`answer_recorder`), after the answer is stored."""
+    return METADATA not in message.metadata
+
+
 def answer_recorder(store: IdempotencyStore) -> AnswerHook:
     """The inbox's hook, once a message is answered for good: the answer of one that carries a key is kept for
     its retries; a turn that failed frees its key (a retry runs it again, as one without a key would)."""

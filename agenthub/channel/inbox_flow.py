@@ -16,7 +16,13 @@ from agenthub.channel import Channel, ResumableChannel, SessionResolver, Submitt
 from agenthub.clock import sleep_until
 from agenthub.errors import StorageError
 from agenthub.gateway.handle import ReplyHandle
-from agenthub.gateway.inbox_replay import INBOX_ID, INBOX_JUST_ACCEPTED, INBOX_SEQ, INBOX_SESSION
+from agenthub.gateway.inbox_replay import (
+    INBOX_ANSWERED_BY_STORING,
+    INBOX_ID,
+    INBOX_JUST_ACCEPTED,
+    INBOX_SEQ,
+    INBOX_SESSION,
+)
 from agenthub.messages import DoneEvent, ErrorCode, ErrorEvent, InboundMessage
 from agenthub.storage.inbox import InboxEntry, message_from_json, message_to_json
 from agenthub.storage.lease import LeaseKeeper, instance_lease
@@ -63,11 +69,16 @@ def settlement(final: DoneEvent | ErrorEvent) -> Settlement:
     return Settlement.SETTLE
 
 
-def with_inbox_id(message: InboundMessage, entry: InboxEntry, *, just_accepted: bool = False) -> InboundMessage:
+def with_inbox_id(
+    message: InboundMessage, entry: InboxEntry, *, just_accepted: bool = False, answered_by_storing: bool = False
+) -> InboundMessage:
     """`message` carrying its entry's id (the turn stores it with the user record: exactly once on resume), its
-    sequence (the session's arrival order), when it was accepted with one its session, and whether this is the
-    first submission of an entry accepted a moment ago here (`INBOX_JUST_ACCEPTED`: its turn looks nothing up)."""
+    sequence (the session's arrival order), when it was accepted with one its session, whether this is the
+    first submission of an entry accepted a moment ago here (`INBOX_JUST_ACCEPTED`: its turn looks nothing up),
+    and whether storing its answer answers it (`INBOX_ANSWERED_BY_STORING`: the answer's append settles it)."""
     extra: dict[str, Any] = {INBOX_ID: entry.id, INBOX_SEQ: entry.seq, INBOX_JUST_ACCEPTED: just_accepted}
+    if answered_by_storing:
+        extra[INBOX_ANSWERED_BY_STORING] = True
     if entry.session is not None:
         extra[INBOX_SESSION] = entry.session
     return dataclasses.replace(message, metadata={**message.metadata, **extra})
@@ -77,7 +88,9 @@ class InboxSubmitter:
     """Submits messages through the inbox: `submit` returns once the message is stored (StorageError when it could
     not be: nothing was submitted), and the entry is settled when the reply has ended with its answer. With
     `resolve`, each entry is stored with its session (its place in the session's arrival order at once); with
-    `answered`, that hook hears each final reply before its entry is settled (the idempotency keys)."""
+    `answered`, that hook hears each final reply before its entry is settled (the idempotency keys); with
+    `answered_by_storing`, the messages it says yes to are answered once their answer is stored, and the append
+    that stores it settles their entries where the store can (their own settle then sends nothing)."""
 
     def __init__(
         self,
@@ -86,11 +99,13 @@ class InboxSubmitter:
         *,
         resolve: SessionResolver | None = None,
         answered: AnswerHook | None = None,
+        answered_by_storing: Callable[[InboundMessage], bool] | None = None,
     ) -> None:
         self.inbox = inbox
         self.gateway = gateway
         self._resolve = resolve
         self._answered = answered
+        self._answered_by_storing = answered_by_storing
         self._settling: set[asyncio.Task[None]] = set()
 
     async def submit(self, source: str, message: InboundMessage, payload: dict[str, Any] | None = None) -> ReplyHandle:
@@ -102,7 +117,9 @@ class InboxSubmitter:
     async def submit_entry(
         self, entry: InboxEntry, message: InboundMessage, *, just_accepted: bool = False
     ) -> ReplyHandle:
-        handle = await self.gateway.submit(with_inbox_id(message, entry, just_accepted=just_accepted))
+        by_storing = self._answered_by_storing is not None and self._answered_by_storing(message)
+        submitted = with_inbox_id(message, entry, just_accepted=just_accepted, answered_by_storing=by_storing)
+        handle = await self.gateway.submit(submitted)
         self.settle_when_answered(entry.id, handle, message)
         return handle
 

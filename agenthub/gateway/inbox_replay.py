@@ -21,6 +21,10 @@ INBOX_JUST_ACCEPTED = "inbox_just_accepted"
 submission: no history can hold it yet, so its turn looks nothing up); every other submission of an entry (a
 resume after a restart, a takeover) sets it False, whatever the stored message carried."""
 
+INBOX_ANSWERED_BY_STORING = "inbox_answered_by_storing"
+"""The metadata key set True by the submitter when the entry is answered once its answer is stored (the HTTP API's
+without an idempotency key, design §12): the append that stores the answer may settle it too."""
+
 
 @dataclass(frozen=True)
 class StoredMessage:
@@ -41,6 +45,11 @@ def may_be_stored(message: InboundMessage) -> bool:
     """Whether a history may already hold `message`'s user record: it came through the inbox and this is not the
     first submission of an entry just accepted here."""
     return inbox_id_of(message) is not None and message.metadata.get(INBOX_JUST_ACCEPTED) is not True
+
+
+def answered_by_storing(message: InboundMessage) -> bool:
+    """Whether the entry `message` came in as is answered once its answer is stored (`INBOX_ANSWERED_BY_STORING`)."""
+    return message.metadata.get(INBOX_ANSWERED_BY_STORING) is True and inbox_id_of(message) is not None
 
 
 def inbox_seq_of(message: InboundMessage) -> int | None:

@@ -23,7 +23,14 @@ from agenthub.errors import (
     RequestRejectedError,
     StorageError,
 )
-from agenthub.gateway.inbox_replay import INBOX_ID, StoredMessage, inbox_id_of, may_be_stored, stored_messages
+from agenthub.gateway.inbox_replay import (
+    INBOX_ID,
+    StoredMessage,
+    answered_by_storing,
+    inbox_id_of,
+    may_be_stored,
+    stored_messages,
+)
 from agenthub.gateway.runner import PendingTurn
 from agenthub.gateway.session_state import SessionState, SessionStatus
 from agenthub.i18n import Text
@@ -297,7 +304,10 @@ class TurnRunner:
         try:
             changes = {"last_usage": result.last_usage.as_dict()}
             let_go = gw.let_go_riding(pending.key)  # decided before the append: a later message claims it again
-            await gw.history.append(pending.key, *result.new_messages, meta_changes=changes, let_go=let_go)
+            settles = _settled_by_the_answer(pending, stored)
+            await gw.history.append(
+                pending.key, *result.new_messages, meta_changes=changes, let_go=let_go, settles=settles
+            )
         except (PathRefusedError, FencedWriteError):  # fenced: refused under an expired lease, never delivered
             raise
         except StorageError as e:  # the answer exists: deliver it, and say that the history will miss it
@@ -502,6 +512,18 @@ def _replayed(pending: PendingTurn, stored: dict[str, StoredMessage]) -> DoneEve
         note = i18n.text("done.answered_together", pending.locale)
         return DoneEvent(note, session_key=str(pending.key), joined=True, answer=answer)
     return DoneEvent(answer, session_key=str(pending.key))
+
+
+def _settled_by_the_answer(pending: PendingTurn, stored: dict[str, StoredMessage]) -> list[str]:
+    """The inbox entries the turn's answer settles as it is stored: its messages answered by being stored, but
+    those answered before a crash (ended already: their own settles are on their way)."""
+    return [
+        inbox_id
+        for member in pending.members
+        if answered_by_storing(member.message)
+        and _stored_answer(member, stored) is None
+        and (inbox_id := inbox_id_of(member.message)) is not None
+    ]
 
 
 def _end_answered_members(pending: PendingTurn, stored: dict[str, StoredMessage]) -> None:

@@ -234,7 +234,7 @@ def api_services(services: Services, inbox: Inbox, idempotency: IdempotencyStore
     """The API's view of the core: the gateway behind the narrow `ApiHost` protocol, and the services the
     routes need that are built around it (forgetting a person, the memory thresholds, the inbox, the jobs)."""
     from agenthub.api.host import ApiServices
-    from agenthub.api.idempotency import answer_recorder
+    from agenthub.api.idempotency import answer_recorder, answered_once_stored
     from agenthub.channel.inbox_flow import InboxSubmitter
     from agenthub.memory.thresholds import thresholds_for
 
@@ -243,7 +243,13 @@ def api_services(services: Services, inbox: Inbox, idempotency: IdempotencyStore
         gateway,
         forgetter=lambda: gateway_forgetter(services),
         thresholds=lambda agent: thresholds_for(gateway.settings, agent),
-        inbox=InboxSubmitter(inbox, gateway, resolve=gateway.session_of, answered=answer_recorder(idempotency)),
+        inbox=InboxSubmitter(
+            inbox,
+            gateway,
+            resolve=gateway.session_of,
+            answered=answer_recorder(idempotency),
+            answered_by_storing=answered_once_stored,
+        ),
         idempotency=idempotency,
         scheduler=services.scheduler,
         compactor=services.turn.compactor,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TextIO
 import structlog
 
 from agenthub.agent.definition import load_agents
-from agenthub.api.idempotency import answer_recorder
+from agenthub.api.idempotency import answer_recorder, answered_once_stored
 from agenthub.channel import Channel
 from agenthub.channel.inbox_flow import InboxSubmitter, InstanceInbox, resume_http, resume_then_start
 from agenthub.config import Settings
@@ -97,7 +97,13 @@ class Daemon:
         self.server = server
         inbox = stores.inbox
         idempotency = stores.idempotency(http.idempotency_window_s)  # a resumed request's answer is kept too
-        resumed = InboxSubmitter(inbox, gateway, resolve=gateway.session_of, answered=answer_recorder(idempotency))
+        resumed = InboxSubmitter(
+            inbox,
+            gateway,
+            resolve=gateway.session_of,
+            answered=answer_recorder(idempotency),
+            answered_by_storing=answered_once_stored,
+        )
         instance = InstanceInbox(inbox, gateway.leases, resumed, self.channels)
         await instance.open()  # alive before accepting anything: no survivor takes what this instance accepts
         server.add_metrics(instance.metrics)

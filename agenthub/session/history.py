@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +23,7 @@ from agenthub.storage.files import FileSessionStore
 from agenthub.storage.lease import AppendsLettingGo, LetGoRide
 from agenthub.storage.meta import DEFAULT_TITLE, SessionMeta, synthesise_meta
 from agenthub.storage.paths import AgentLayout
-from agenthub.storage.ports import QuickLookup, SessionStore
+from agenthub.storage.ports import AppendsSettling, QuickLookup, SessionStore
 from agenthub.storage.store import FencedWriteError, HistoryRecord, SessionActivity
 
 log = structlog.get_logger(__name__)
@@ -182,6 +182,7 @@ class SessionHistory:
         *messages: Message,
         meta_changes: dict[str, Any] | None = None,
         let_go: LetGoRide | None = None,
+        settles: Sequence[str] = (),
     ) -> None:
         """Persist `messages` (a `timestamp` is added where missing), then update the cache and meta.
 
@@ -192,7 +193,9 @@ class SessionHistory:
         derivable, so it is logged, kept in the cache as dirty and written later.
 
         `let_go`: the session's lease, released in the append's statement with the meta (a store that can:
-        `AppendsLettingGo`); settled once, whatever happens.
+        `AppendsLettingGo`); settled once, whatever happens. `settles`: the inbox entries `messages` answer by being
+        stored, settled in the append's statement (a store that can: `AppendsSettling`; else their settles follow
+        as usual).
         """
         now = _now_ms(self._clock)
         stamped = [m if "timestamp" in m else {**m, "timestamp": now} for m in messages]
@@ -205,9 +208,16 @@ class SessionHistory:
                 if meta_changes:
                     meta = meta.with_changes(**meta_changes)
                 store = self.store
+                lease = None
                 if let_go is not None and stamped and isinstance(store, AppendsLettingGo):  # no records: no statement
-                    riding = True
-                    released = await store.append_letting_go(key, stamped, meta, let_go.lease)
+                    lease = let_go.lease
+                riding = lease is not None
+                if settles and isinstance(store, AppendsSettling):
+                    released = await store.append_settling(
+                        key, stamped, settles, meta=meta if riding else None, lease=lease
+                    )
+                elif lease is not None and isinstance(store, AppendsLettingGo):
+                    released = await store.append_letting_go(key, stamped, meta, lease)
                 else:
                     await store.append(key, stamped)
                 cached.extend(stamped)

@@ -1,13 +1,15 @@
 """The HTTP API of two instances on one PostgreSQL (`[store] backend = "postgres"`): a session created, answered or
 deleted through one is seen at once through the other (the existence check asks the database, never a stale
-cache)."""
+cache); a chat's inbox entry is settled by the statement that stores its answer."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 from agenthub.config import Settings
+from agenthub.storage.postgres import PostgresInbox
 from tests.support.fakes.anthropic import FakeAnthropic, reply_text
 from tests.support.harness import running_api
 from tests.support.http import AGENT
@@ -53,3 +55,35 @@ async def test_a_token_made_on_one_instance_opens_the_other_and_its_revocation_c
         for instance_ in (a, b):
             status, _ = await instance_.call("GET", "/api/agents", headers={"Authorization": f"Bearer {ci}"})
             assert status == 401
+
+
+async def _inbox_empty(inbox: PostgresInbox) -> None:
+    for _ in range(200):
+        if await inbox.count() == 0:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError("entries left unsettled")
+
+
+async def test_a_chat_is_settled_by_the_append_of_its_answer_and_a_keyed_one_once_its_key_keeps_the_answer(
+    tmp_path: Path, postgres_dsn: str, fake_llm: FakeAnthropic
+) -> None:
+    settings = make_settings(tmp_path / "a", fake_llm.base_url, store={"backend": "postgres", "dsn": postgres_dsn})
+    async with running_api(settings) as api:
+        inbox = api.gateway.turn_services.inbox
+        assert isinstance(inbox, PostgresInbox)
+        fake_llm.script(*(reply_text(f"回答 {n}") for n in range(4)))
+        for n in range(3):
+            status, body = await api.call("POST", AGENT + "/chat", json={"chat_id": f"e{n}", "content": "你好"})
+            assert status == 200 and body["reply"] == f"回答 {n}"
+        await _inbox_empty(inbox)
+        assert inbox.settle_statements == 0  # answered once stored: settled in the statement that stored it
+        keyed = {"json": {"chat_id": "e9", "content": "once"}, "headers": {"Idempotency-Key": "k1"}}
+        status, body = await api.call("POST", AGENT + "/chat", **keyed)
+        assert status == 200 and body["reply"] == "回答 3"
+        await _inbox_empty(inbox)
+        assert inbox.settle_statements == 1  # after its key kept the answer
+        keyed = {"json": {"chat_id": "e9", "content": "once"}, "headers": {"Idempotency-Key": "k1"}}
+        status, body = await api.call("POST", AGENT + "/chat", **keyed)
+        assert status == 200 and body["reply"] == "回答 3"
+        assert len(fake_llm.message_requests()) == 4

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from agenthub.storage.ports.api import IdempotencyStore, TokenCheck, Tokens
 from agenthub.storage.ports.channel_state import MemberSends, Outbox, SeenIds
-from agenthub.storage.ports.inbox import Inbox, Liveness
+from agenthub.storage.ports.inbox import AnswerSettles, Inbox, Liveness
 from agenthub.storage.ports.jobs import JobDocuments
 from agenthub.storage.ports.leases import BatchRenewal, LeaseSignals, LeaseStore, LiveHolders
 from agenthub.storage.ports.memory import MemoryStore
 from agenthub.storage.ports.search import Built, SearchIndexStore, SearchKit, SearchPort, VectorStore
-from agenthub.storage.ports.sessions import QuickLookup, SessionStore
+from agenthub.storage.ports.sessions import AppendsSettling, QuickLookup, SessionStore
 from agenthub.storage.ports.usage import RidingReserves, UsageStore
 
 __all__ = [
+    "AnswerSettles",
+    "AppendsSettling",
     "BatchRenewal",
     "Built",
     "IdempotencyStore",

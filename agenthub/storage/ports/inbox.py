@@ -24,6 +24,21 @@ class Liveness(Protocol):
         ...
 
 
+class AnswerSettles(Protocol):
+    """A shared inbox whose entries the session store settles in the statement that stores their answer (those
+    answered by being stored: the HTTP API's without an idempotency key, design §12)."""
+
+    @property
+    def owner(self) -> str | None:
+        """The instance that must still own an entry for the append to settle it (None: entries have no owner)."""
+        ...
+
+    def settled_with_answer(self, entry_ids: Collection[str]) -> None:
+        """These entries were settled with their answer, as this instance's: their `settle` sends nothing, and
+        `still_mine` is True for them."""
+        ...
+
+
 class Inbox(Protocol):
     """Accepted-but-unanswered messages. `accept` returns once the message is durable; `settle` marks it answered
     (after its answer is stored); `unsettled` lists what a restart must still answer, in acceptance order."""

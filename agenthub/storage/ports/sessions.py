@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from agenthub.session_keys import SessionKey
+    from agenthub.storage.lease import Lease
     from agenthub.storage.meta import SessionMeta
     from agenthub.storage.store import HistoryRecord, SessionActivity
 
@@ -88,3 +89,22 @@ class QuickLookup(Protocol):
     look sessions up synchronously through `SessionHistory.exists`."""
 
     def exists_now(self, key: SessionKey) -> bool: ...
+
+
+@runtime_checkable
+class AppendsSettling(Protocol):
+    """A session store that settles inbox entries in the statement of the append that stores their answer
+    (PostgreSQL, over its shared inbox)."""
+
+    async def append_settling(
+        self,
+        key: SessionKey,
+        records: Sequence[HistoryRecord],
+        settles: Sequence[str],
+        *,
+        meta: SessionMeta | None = None,
+        lease: Lease | None = None,
+    ) -> bool:
+        """`append` that also settles the entries `settles` (those still this instance's) once the records landed;
+        with `meta` and `lease`, as `AppendsLettingGo.append_letting_go` too. Whether the lease was released."""
+        ...

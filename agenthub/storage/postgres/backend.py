@@ -76,8 +76,11 @@ class PostgresStores(Stores):
     def _open_inbox(self) -> Inbox:
         """The inbox every instance shares, this instance owning what it accepts; a survivor claims a stopped
         instance's entries once its `instance:` lease is gone (`inbox_flow.InstanceInbox`), so nobody answers what
-        a live instance is answering."""
-        return PostgresInbox(self.database, owner=self.holder)
+        a live instance is answering. The history's appends settle the entries their records answer
+        (`PostgresSessionStore.append_settling`)."""
+        inbox = PostgresInbox(self.database, owner=self.holder)
+        self.postgres_sessions.settle_answers_of(inbox)
+        return inbox
 
     def open_vectors(self) -> VectorStore:
         return PostgresVectorStore(self.database)

@@ -146,6 +146,9 @@ class PostgresInbox:
         """The entries whose settle is being written: answered, though their rows are still there."""
         self._alone: dict[str, str] = {}
         """The entries accepted here with nothing earlier in their session (`_ACCEPT`), each with its session."""
+        self._settled_with_answer: dict[str, bool] = {}
+        """The entries the session store deleted with their answer (`settled_with_answer`), oldest first: their
+        `settle` sends nothing, once."""
 
     def accept_only_while(self, liveness: Liveness) -> None:
         self._liveness = liveness
@@ -228,10 +231,26 @@ class PostgresInbox:
             }
         self._seen[entry_id] = _Seen(mine, hold, now + MINE_CHECKED_FOR_S)
 
+    @property
+    def settle_statements(self) -> int:
+        """How many settle statements this inbox sent (for tests and benchmarks)."""
+        return self._deletes.written
+
+    def settled_with_answer(self, entry_ids: Collection[str]) -> None:
+        for entry_id in entry_ids:
+            self._seen.pop(entry_id, None)
+            self._alone.pop(entry_id, None)
+            if len(self._settled_with_answer) >= MINE_CHECKS_KEPT:  # the oldest: a turn that never settled it
+                del self._settled_with_answer[next(iter(self._settled_with_answer))]
+            self._settled_with_answer[entry_id] = True
+        self._depth = max(0, self._depth - len(entry_ids))
+
     async def settle(self, entry_id: str) -> None:
         """Delete the entry's row (with every other settle asked for while the one before is written: one
-        statement); a refused delete is retried until the database takes it (until then the entry is not listed
-        by `unsettled`)."""
+        statement), unless the session store deleted it with its answer; a refused delete is retried until the
+        database takes it (until then the entry is not listed by `unsettled`)."""
+        if self._settled_with_answer.pop(entry_id, False):
+            return
         self._seen.pop(entry_id, None)
         self._alone.pop(entry_id, None)
         self._answering.add(entry_id)
@@ -255,7 +274,7 @@ class PostgresInbox:
 
     async def release(self, entry_id: str) -> None:
         """The entry has no owner from now on (if it was this owner's): the next takeover pass claims it."""
-        if self.owner is None:
+        if self._settled_with_answer.pop(entry_id, False) or self.owner is None:  # settled: nothing to give up
             return
         self._seen.pop(entry_id, None)
         self._alone.pop(entry_id, None)
@@ -266,8 +285,9 @@ class PostgresInbox:
 
     async def still_mine(self, entry_id: str) -> bool:
         """Whether the entry is still this owner's (False once claimed by another instance, or settled); True
-        without an owner (tools, tests: nobody takes entries over)."""
-        if self.owner is None:
+        without an owner (tools, tests: nobody takes entries over), and for one settled with its answer as this
+        owner's (`settled_with_answer`)."""
+        if self.owner is None or entry_id in self._settled_with_answer:
             return True
         seen = self._seen.get(entry_id)
         if seen is not None and seen.hold is not None and seen.hold == self._liveness.hold:

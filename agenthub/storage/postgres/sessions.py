@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 from psycopg import AsyncConnection
@@ -23,6 +23,7 @@ from agenthub.session_keys import SessionKey
 from agenthub.storage.json_text import json_text
 from agenthub.storage.lease import Lease, SessionClaim
 from agenthub.storage.meta import SessionMeta
+from agenthub.storage.ports.inbox import AnswerSettles
 from agenthub.storage.postgres.batches import Batches
 from agenthub.storage.postgres.claims import ClaimAsk, Claims
 from agenthub.storage.postgres.database import Database, open_database
@@ -85,18 +86,29 @@ _READ_META = f"SELECT meta::text, {_NEWEST_RECORD} FROM session_meta WHERE {KEY}
 _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
 _APPENDS = f"""
 WITH appended AS MATERIALIZED (
-    SELECT b.n, b.agent, b.channel, b.chat_id, b.token, b.meta, agenthub_session_append_let_go(
+    SELECT b.n, b.agent, b.channel, b.chat_id, b.token, b.meta, b.settle, agenthub_session_append_let_go(
         b.agent, b.channel, b.chat_id, b.token,
         ARRAY(SELECT r.text FROM json_array_elements_text(b.records) WITH ORDINALITY AS r(text, i) ORDER BY r.i),
         b.name
     ) AS version
-    FROM json_to_recordset(%(appends)s::json)
-         AS b(n integer, agent text, channel text, chat_id text, token bigint, meta text, records json, name text)
+    FROM json_to_recordset(%(appends)s::json) AS b(
+        n integer, agent text, channel text, chat_id text, token bigint, meta text, records json, name text, settle json
+    )
     ORDER BY b.n
+), answered AS (
+    SELECT a.n, i.id FROM appended a
+    CROSS JOIN LATERAL json_array_elements_text(a.settle) AS s(id)
+    JOIN inbox i ON i.id = s.id
+    WHERE a.version IS NOT NULL AND i.owner IS NOT DISTINCT FROM %(owner)s
+    ORDER BY i.id
+    FOR UPDATE OF i
+), settled AS (
+    DELETE FROM inbox i USING answered d WHERE i.id = d.id RETURNING d.n, i.id
 )
 SELECT n, version[1:2], {VERSION}, CASE WHEN version IS NOT NULL AND meta IS NOT NULL THEN agenthub_session_write_meta(
     agent, channel, chat_id, token, meta, true
-) END, coalesce(version[3] = 1, false) FROM appended ORDER BY n
+) END, coalesce(version[3] = 1, false), ARRAY(SELECT s.id FROM settled s WHERE s.n = appended.n)
+FROM appended ORDER BY n
 """
 """The appends of a batch (`Batches`: those asked for while the one before was written), in one statement, so one
 transaction and one commit: each session's in the order of the sessions' keys, code point by code point (every
@@ -107,7 +119,11 @@ once it landed, the meta written behind under the same token (a busy session's m
 next append instead of waiting for the lease's release, at no round trip of its own); whether the session's lease
 was released with it (an append that carries its lease's `name`: a turn's answer whose session is let go at once,
 `append_letting_go`); and the memory version (migration 25), which the turn's read of its memory files that
-follows needs (`MemoryClock`). The appends go as one JSON parameter (`_appends_json`): text arrays cost psycopg a
+follows needs (`MemoryClock`). And the inbox entries an append answers by being stored (`append_settling`: HTTP's
+without an idempotency key) deleted with it, those the instance still owns (`owner`; one another instance claimed
+meanwhile is that instance's), landed appends only, the rows locked in id order (as a settle's index scan takes
+them): so no settle statement follows the answer, and no moment exists where the answer is stored and its entry
+still waits to be settled. The appends go as one JSON parameter (`_appends_json`): text arrays cost psycopg a
 quoting pass in Python per element, the most of a batch's CPU for records (JSON, full of quotes); the C JSON encoder
 does it in a fraction."""
 _CLAIM_RIDING = (
@@ -172,7 +188,7 @@ class PostgresSessionStore:
         self.database = database
         self.memory_clock = MemoryClock() if memory_clock is None else memory_clock
         """Told the memory version each append brings back (shared with the instance's `PostgresMemoryStore`)."""
-        self._appends: Batches[_Append, tuple[Any, int, bool]] = Batches(self._write_appends, "history-appends")
+        self._appends: Batches[_Append, _Appended] = Batches(self._write_appends, "history-appends")
         """The appends of every session: those asked for while a batch is written go together in the next."""
         self._tokens: dict[SessionKey, int] = {}
         """The fencing token each session's writes carry now (while this instance holds its lease)."""
@@ -190,6 +206,8 @@ class PostgresSessionStore:
         self._fresh_meta: dict[SessionKey, tuple[float, str | None, object]] = {}
         """What the claim of a session that moved read (until when it answers): its history, its meta and newest
         record's timestamp; taken by the next `load` / `read_meta`, dropped by any write or the lease's end."""
+        self._answer_settles: AnswerSettles | None = None
+        """The inbox whose entries `append_settling` settles with their answers (`settle_answers_of`)."""
 
     async def close(self) -> None:
         await self._appends.aclose()
@@ -325,7 +343,7 @@ class PostgresSessionStore:
         return self._fenced_with(key, token, previous)
 
     async def append(self, key: SessionKey, records: Sequence[HistoryRecord]) -> None:
-        await self._append(key, records, None, None)
+        await self._append(key, records, None, None, ())
 
     async def append_letting_go(
         self, key: SessionKey, records: Sequence[HistoryRecord], meta: SessionMeta, lease: Lease
@@ -334,10 +352,35 @@ class PostgresSessionStore:
         `let_go`: only while still held with its token; nobody waits for its row, `_APPENDS`). Whether it was
         released (False: the append landed, the lease is still held: let it go the usual way). FencedWriteError,
         nothing written, when a newer lease fenced the session."""
-        return await self._append(key, records, meta, lease)
+        return await self._append(key, records, meta, lease, ())
+
+    def settle_answers_of(self, inbox: AnswerSettles) -> None:
+        """From now on `append_settling` deletes the entries of `inbox` it is given with their answer (those
+        `inbox.owner` still owns) and tells `inbox` which it deleted (`settled_with_answer`)."""
+        self._answer_settles = inbox
+
+    async def append_settling(
+        self,
+        key: SessionKey,
+        records: Sequence[HistoryRecord],
+        settles: Sequence[str],
+        *,
+        meta: SessionMeta | None = None,
+        lease: Lease | None = None,
+    ) -> bool:
+        """`append` (with `meta` and `lease`: `append_letting_go`) that also settles, in the same statement, the
+        inbox entries `settles`, answered by these records being stored (`_APPENDS`): those the instance still
+        owns, once the append landed. Without an inbox to settle in (`settle_answers_of`), a plain append: their
+        settles follow as usual. Whether the lease was released."""
+        return await self._append(key, records, meta, lease, settles if self._answer_settles is not None else ())
 
     async def _append(
-        self, key: SessionKey, records: Sequence[HistoryRecord], meta: SessionMeta | None, lease: Lease | None
+        self,
+        key: SessionKey,
+        records: Sequence[HistoryRecord],
+        meta: SessionMeta | None,
+        lease: Lease | None,
+        settles: Sequence[str],
     ) -> bool:
         texts = encode_records(records)
         if not texts:
@@ -350,35 +393,37 @@ class PostgresSessionStore:
         name = None if lease is None or token != lease.token else lease.name
         stamp = time.monotonic()  # before the batch is sent: its snapshot is newer
         try:
-            version, memory_version, released = await self._appends(_Append(key, token, texts, meta_text, name))
+            appended = await self._appends(_Append(key, token, texts, meta_text, name, tuple(settles)))
         except BaseException:
             if pending is not None:  # not known to be written: it waits for the next append or the release again
                 self._pending_meta.setdefault(key, pending)
             raise
-        self.memory_clock.learnt(memory_version, stamp)
-        if version is None:
+        self.memory_clock.learnt(appended.memory_version, stamp)
+        if appended.settled and self._answer_settles is not None:
+            self._answer_settles.settled_with_answer(appended.settled)
+        if appended.version is None:
             raise FencedWriteError()
-        born, next_seq = version
+        born, next_seq = appended.version
         self._copies.appended(key, int(born), int(next_seq), texts)
-        if released:  # let go: its writes carry no token from now on (as after `let_go`)
+        if appended.released:  # let go: its writes carry no token from now on (as after `let_go`)
             self._tokens.pop(key, None)
             self._pending_meta.pop(key, None)
-        return released
+        return appended.released
 
-    async def _write_appends(self, appends: list[_Append]) -> list[tuple[Any, int, bool]]:
-        """`_APPENDS` of `appends`: (the history's version or None when fenced, the memory version, whether the
-        session's lease was released) of each."""
+    async def _write_appends(self, appends: list[_Append]) -> list[_Appended]:
+        """`_APPENDS` of `appends`, each one's `_Appended`."""
         # the let-gos' order (lease names, `session:<key>`): not the file stems, where ':' is '_' and sorts elsewhere
         order = sorted(range(len(appends)), key=lambda i: str(appends[i].key))
         batch = [appends[i] for i in order]
+        owner = self._answer_settles.owner if self._answer_settles is not None else None
         async with self.database.connection("append to the session's history") as conn:
-            cursor = await conn.execute(_APPENDS, {"appends": _appends_json(batch)})
+            cursor = await conn.execute(_APPENDS, {"appends": _appends_json(batch), "owner": owner})
             rows = await cursor.fetchall()
         if len(rows) != len(appends):  # never: one row per append
             raise StorageError("could not append to the session's history: the database answered for fewer")
-        results: list[tuple[Any, int, bool]] = [(None, 0, False)] * len(appends)
+        results = [_Appended(None, 0, False, ())] * len(appends)
         for row in rows:
-            results[order[int(row[0]) - 1]] = (row[1], int(row[2]), bool(row[4]))
+            results[order[int(row[0]) - 1]] = _Appended(row[1], int(row[2]), bool(row[4]), tuple(row[5]))
         return results
 
     async def replace(
@@ -524,6 +569,20 @@ class _Append:
     """The meta written behind, as JSON text, that goes with the records."""
     name: str | None = None
     """The session's lease, released with the records (`append_letting_go`)."""
+    settles: tuple[str, ...] = ()
+    """The inbox entries the records answer, settled with them (`append_settling`)."""
+
+
+class _Appended(NamedTuple):
+    """What `_APPENDS` answered for one append."""
+
+    version: Any
+    """The history's version after it, [born, next_seq]; None when a newer lease fenced the session."""
+    memory_version: int
+    released: bool
+    """Whether the session's lease was released with it."""
+    settled: tuple[str, ...]
+    """The inbox entries deleted with it."""
 
 
 def _appends_json(batch: list[_Append]) -> str:
@@ -538,6 +597,7 @@ def _appends_json(batch: list[_Append]) -> str:
             "meta": a.meta,
             "records": a.texts,
             "name": a.name,
+            "settle": list(a.settles) if a.settles else None,
         }
         for n, a in enumerate(batch, 1)
     ]
