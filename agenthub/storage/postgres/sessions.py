@@ -7,11 +7,9 @@ each)."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import structlog
 from psycopg import AsyncConnection
@@ -24,11 +22,12 @@ from agenthub.storage.json_text import json_text
 from agenthub.storage.lease import Lease, SessionClaim
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.ports.inbox import AnswerSettles
+from agenthub.storage.postgres.appends import Append, Appended, write_appends
 from agenthub.storage.postgres.batches import Batches
 from agenthub.storage.postgres.claims import ClaimAsk, Claims
 from agenthub.storage.postgres.database import Database, open_database
 from agenthub.storage.postgres.let_go import LetGo, LetGos
-from agenthub.storage.postgres.memory_clock import VERSION, MemoryClock
+from agenthub.storage.postgres.memory_clock import MemoryClock
 from agenthub.storage.postgres.session_copies import Copy, SessionCopies
 from agenthub.storage.store import (
     FencedWriteError,
@@ -84,48 +83,6 @@ _NEW_GENERATION = f"UPDATE session_heads SET born = nextval('session_born') WHER
 _READ_ARCHIVE = f"SELECT record::text FROM session_archive WHERE {KEY} ORDER BY seq"
 _READ_META = f"SELECT meta::text, {_NEWEST_RECORD} FROM session_meta WHERE {KEY}"
 _READ_FENCE = f"SELECT fence FROM session_fences WHERE {KEY}"
-_APPENDS = f"""
-WITH appended AS MATERIALIZED (
-    SELECT b.n, b.agent, b.channel, b.chat_id, b.token, b.meta, b.settle, agenthub_session_append_let_go(
-        b.agent, b.channel, b.chat_id, b.token,
-        ARRAY(SELECT r.text FROM json_array_elements_text(b.records) WITH ORDINALITY AS r(text, i) ORDER BY r.i),
-        b.name
-    ) AS version
-    FROM json_to_recordset(%(appends)s::json) AS b(
-        n integer, agent text, channel text, chat_id text, token bigint, meta text, records json, name text, settle json
-    )
-    ORDER BY b.n
-), answered AS (
-    SELECT a.n, i.id FROM appended a
-    CROSS JOIN LATERAL json_array_elements_text(a.settle) AS s(id)
-    JOIN inbox i ON i.id = s.id
-    WHERE a.version IS NOT NULL AND i.owner IS NOT DISTINCT FROM %(owner)s
-    ORDER BY i.id
-    FOR UPDATE OF i
-), settled AS (
-    DELETE FROM inbox i USING answered d WHERE i.id = d.id RETURNING d.n, i.id
-)
-SELECT n, version[1:2], {VERSION}, CASE WHEN version IS NOT NULL AND meta IS NOT NULL THEN agenthub_session_write_meta(
-    agent, channel, chat_id, token, meta, true
-) END, coalesce(version[3] = 1, false), ARRAY(SELECT s.id FROM settled s WHERE s.n = appended.n)
-FROM appended ORDER BY n
-"""
-"""The appends of a batch (`Batches`: those asked for while the one before was written), in one statement, so one
-transaction and one commit: each session's in the order of the sessions' keys, code point by code point (every
-batch, and every batch of let-gos, takes the sessions' locks in that one order), an append under a lease's token
-or none (`agenthub_session_append_let_go`, migration 29, around migration 19's `agenthub_session_append_at`)
-bringing back the history's version after it, {born, next_seq}, or NULL when a newer lease fenced the session;
-once it landed, the meta written behind under the same token (a busy session's meta reaches the database with its
-next append instead of waiting for the lease's release, at no round trip of its own); whether the session's lease
-was released with it (an append that carries its lease's `name`: a turn's answer whose session is let go at once,
-`append_letting_go`); and the memory version (migration 25), which the turn's read of its memory files that
-follows needs (`MemoryClock`). And the inbox entries an append answers by being stored (`append_settling`: HTTP's
-without an idempotency key) deleted with it, those the instance still owns (`owner`; one another instance claimed
-meanwhile is that instance's), landed appends only, the rows locked in id order (as a settle's index scan takes
-them): so no settle statement follows the answer, and no moment exists where the answer is stored and its entry
-still waits to be settled. The appends go as one JSON parameter (`_appends_json`): text arrays cost psycopg a
-quoting pass in Python per element, the most of a batch's CPU for records (JSON, full of quotes); the C JSON encoder
-does it in a fraction."""
 _CLAIM_RIDING = (
     "SELECT o_token, o_fence, o_born, o_next, o_meta, o_seq, o_record, o_scope, o_day, o_month, o_reserved "
     "FROM agenthub_session_claim_reserve_set(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::text[])"
@@ -188,7 +145,7 @@ class PostgresSessionStore:
         self.database = database
         self.memory_clock = MemoryClock() if memory_clock is None else memory_clock
         """Told the memory version each append brings back (shared with the instance's `PostgresMemoryStore`)."""
-        self._appends: Batches[_Append, _Appended] = Batches(self._write_appends, "history-appends")
+        self._appends: Batches[Append, Appended] = Batches(self._write_appends, "history-appends")
         """The appends of every session: those asked for while a batch is written go together in the next."""
         self._tokens: dict[SessionKey, int] = {}
         """The fencing token each session's writes carry now (while this instance holds its lease)."""
@@ -349,7 +306,7 @@ class PostgresSessionStore:
         self, key: SessionKey, records: Sequence[HistoryRecord], meta: SessionMeta, lease: Lease
     ) -> bool:
         """`append` with `meta` written under the lease's token and, in the same statement, `lease` released (as
-        `let_go`: only while still held with its token; nobody waits for its row, `_APPENDS`). Whether it was
+        `let_go`: only while still held with its token; nobody waits for its row, `appends.APPENDS`). Whether it was
         released (False: the append landed, the lease is still held: let it go the usual way). FencedWriteError,
         nothing written, when a newer lease fenced the session."""
         return await self._append(key, records, meta, lease, ())
@@ -369,7 +326,7 @@ class PostgresSessionStore:
         lease: Lease | None = None,
     ) -> bool:
         """`append` (with `meta` and `lease`: `append_letting_go`) that also settles, in the same statement, the
-        inbox entries `settles`, answered by these records being stored (`_APPENDS`): those the instance still
+        inbox entries `settles`, answered by these records being stored (`appends.APPENDS`): those the instance still
         owns, once the append landed. Without an inbox to settle in (`settle_answers_of`), a plain append: their
         settles follow as usual. Whether the lease was released."""
         return await self._append(key, records, meta, lease, settles if self._answer_settles is not None else ())
@@ -393,7 +350,7 @@ class PostgresSessionStore:
         name = None if lease is None or token != lease.token else lease.name
         stamp = time.monotonic()  # before the batch is sent: its snapshot is newer
         try:
-            appended = await self._appends(_Append(key, token, texts, meta_text, name, tuple(settles)))
+            appended = await self._appends(Append(key, token, texts, meta_text, name, tuple(settles)))
         except BaseException:
             if pending is not None:  # not known to be written: it waits for the next append or the release again
                 self._pending_meta.setdefault(key, pending)
@@ -410,21 +367,9 @@ class PostgresSessionStore:
             self._pending_meta.pop(key, None)
         return appended.released
 
-    async def _write_appends(self, appends: list[_Append]) -> list[_Appended]:
-        """`_APPENDS` of `appends`, each one's `_Appended`."""
-        # the let-gos' order (lease names, `session:<key>`): not the file stems, where ':' is '_' and sorts elsewhere
-        order = sorted(range(len(appends)), key=lambda i: str(appends[i].key))
-        batch = [appends[i] for i in order]
+    async def _write_appends(self, appends: list[Append]) -> list[Appended]:
         owner = self._answer_settles.owner if self._answer_settles is not None else None
-        async with self.database.connection("append to the session's history") as conn:
-            cursor = await conn.execute(_APPENDS, {"appends": _appends_json(batch), "owner": owner})
-            rows = await cursor.fetchall()
-        if len(rows) != len(appends):  # never: one row per append
-            raise StorageError("could not append to the session's history: the database answered for fewer")
-        results = [_Appended(None, 0, False, ())] * len(appends)
-        for row in rows:
-            results[order[int(row[0]) - 1]] = _Appended(row[1], int(row[2]), bool(row[4]), tuple(row[5]))
-        return results
+        return await write_appends(self.database, appends, owner)
 
     async def replace(
         self, key: SessionKey, records: Sequence[HistoryRecord], *, archive: Sequence[HistoryRecord]
@@ -558,50 +503,6 @@ class PostgresSessionStore:
             rows = await cursor.fetchall()
         found = ((_key(agent, row[0], row[1]), float(row[2])) for row in rows)
         return [SessionActivity(key, changed_at) for key, changed_at in found if key is not None]
-
-
-@dataclass(frozen=True)
-class _Append:
-    key: SessionKey
-    token: int | None
-    texts: list[str]
-    meta: str | None
-    """The meta written behind, as JSON text, that goes with the records."""
-    name: str | None = None
-    """The session's lease, released with the records (`append_letting_go`)."""
-    settles: tuple[str, ...] = ()
-    """The inbox entries the records answer, settled with them (`append_settling`)."""
-
-
-class _Appended(NamedTuple):
-    """What `_APPENDS` answered for one append."""
-
-    version: Any
-    """The history's version after it, [born, next_seq]; None when a newer lease fenced the session."""
-    memory_version: int
-    released: bool
-    """Whether the session's lease was released with it."""
-    settled: tuple[str, ...]
-    """The inbox entries deleted with it."""
-
-
-def _appends_json(batch: list[_Append]) -> str:
-    """`_APPENDS`' rows: a JSON array of objects in the batch's order (`n` from 1), each with its record texts."""
-    rows = [
-        {
-            "n": n,
-            "agent": a.key.agent,
-            "channel": a.key.channel,
-            "chat_id": a.key.chat_id,
-            "token": a.token,
-            "meta": a.meta,
-            "records": a.texts,
-            "name": a.name,
-            "settle": list(a.settles) if a.settles else None,
-        }
-        for n, a in enumerate(batch, 1)
-    ]
-    return json.dumps(rows, ensure_ascii=False)
 
 
 def _meta_params(key: SessionKey, token: int | None, meta: SessionMeta, *, durable: bool) -> dict[str, Any]:
