@@ -1,4 +1,4 @@
-"""Migration 29: a session let go in the statement that writes its turn's answer (`sessions.py` `_APPENDS`)."""
+"""Migration 29: a session let go in the statement that writes its turn's answer (`appends.py` `APPENDS`)."""
 
 from __future__ import annotations
 
