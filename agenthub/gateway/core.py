@@ -150,6 +150,7 @@ class GatewayCore:
         self._entered = True
         await self.timers.start()
         self.mcp.sync(self.agents.agents.values())
+        self.session_leases.start()  # last: an entry that fails leaves no task behind (`__aexit__` stops it)
         return self
 
     async def __aexit__(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 
 import structlog
@@ -26,6 +27,9 @@ ASK_FRACTION = 3
 """Who is alive is asked every `ttl_s / 3` (an instance's lease is renewed at that pace: a peer that just started is
 seen within it) for at least `ttl_s` and a third (the lease a crashed predecessor of this process left, which looks
 alive until it expires, is seen gone), then until both kinds have a verdict."""
+FIRST_ANSWER_WAIT_S = 1.0
+"""How long a claim waits, at most, for the first answer of who is alive while it is out (`KeepJudges.first_answer`):
+a store that answered the claim answers this in milliseconds; one that does not holds no turn longer."""
 
 
 class KeepJudge:
@@ -76,8 +80,9 @@ class KeepJudges:
     """The verdicts on the sessions an instance keeps: `new` ones (kept after their first turn) and `returning`
     ones (kept after a turn that found them as the instance left them). Over a store that lists the instances
     alive (`LiveHolders`), each kind starts from whether another one is (`KeepJudge.expect`): asked when `watch`
-    is first called (the first claim) and every `ttl_s / 3` after (`ASK_FRACTION`). Behind a round-robin
-    balancer, the first sessions after a start then cost no hand-over each."""
+    is first called (the gateway's start; else the first claim) and every `ttl_s / 3` after (`ASK_FRACTION`); a
+    claim judged while the first answer is out waits for it (`first_answer`). Behind a round-robin balancer, the
+    first sessions after a start then cost no hand-over each."""
 
     def __init__(self, holders: LiveHolders | None, holder: str, ttl_s: float) -> None:
         self.new = KeepJudge()
@@ -85,10 +90,13 @@ class KeepJudges:
         self._holders = holders
         self._holder = holder
         self._every_s = ttl_s / ASK_FRACTION
+        self._first_wait_s = min(FIRST_ANSWER_WAIT_S, self._every_s)
         self._for_at_least_s = ttl_s + self._every_s
         self.asked = 0
         """How many times the store told who is alive."""
         self._watch: asyncio.Task[None] | None = None
+        self._answered = asyncio.Event()
+        """The watch's first ask has its answer or its error (or the watch ended)."""
 
     def of(self, *, new: bool) -> KeepJudge:
         return self.new if new else self.returning
@@ -104,8 +112,21 @@ class KeepJudges:
     def watch(self) -> None:
         """Start asking who is alive (once; nothing over a store that cannot tell)."""
         if self._holders is not None and self._watch is None:
+            self._answered.clear()
             watching = self._watching(self._holders)  # its own context: its log lines carry no turn's ids
             self._watch = asyncio.create_task(watching, name="keep-judges-peers", context=contextvars.Context())
+            self._watch.add_done_callback(lambda _: self._answered.set())  # ended (closed, failed): no more waits
+
+    async def first_answer(self) -> None:
+        """Until the watch's first ask has its answer or its error, at most `FIRST_ANSWER_WAIT_S` (and `ttl_s / 3`):
+        at once when it came, or nothing asks (not watching)."""
+        if self._watch is None or self._answered.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._first_wait_s):
+                await self._answered.wait()
+                return
+        log.warning("keep_judges_peers_late", waited_s=self._first_wait_s)
 
     async def _watching(self, holders: LiveHolders) -> None:
         loop = asyncio.get_running_loop()
@@ -120,6 +141,7 @@ class KeepJudges:
                 others_alive = any(holder != self._holder for holder in alive)
                 self.new.expect(others_alive=others_alive)
                 self.returning.expect(others_alive=others_alive)
+            self._answered.set()
             await asyncio.sleep(self._every_s)
 
     async def close(self) -> None:

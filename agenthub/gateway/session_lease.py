@@ -206,6 +206,7 @@ class SessionLeases:
                 moved = await self._history.store.fence(key, lease.token)
             if moved:
                 await self._history.reload(key)
+            await self._judges.first_answer()  # the first sessions after a start judged by who is alive
             judge = self._judges.of(new=new)
             if asked or (moved and not new) or not judge.keeps():
                 self._staying.pop(key, None)
@@ -224,6 +225,11 @@ class SessionLeases:
             held.kept = held.lane.keep(lease, self._leases.ttl_s, on_lost=lambda: self._kept_lost(key, held))
         else:
             self._wake_renewer()
+
+    def start(self) -> None:
+        """Start asking who is alive (the gateway's start, on its loop): its first sessions are judged by the answer
+        (`KeepJudges`); a claim without it starts it itself. Stopped by `close`."""
+        self._judges.watch()
 
     @property
     def keeps_new_sessions(self) -> bool:

@@ -5,16 +5,20 @@ session) are kept until they come back; then it keeps them again."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agenthub.gateway.keep_judge import PROBE_EVERY, KeepJudge
+import pytest_asyncio
+
+from agenthub.errors import StorageError
+from agenthub.gateway.keep_judge import FIRST_ANSWER_WAIT_S, PROBE_EVERY, KeepJudge, KeepJudges
 from agenthub.gateway.session_lease import SessionLeases
 from agenthub.messages import DoneEvent
 from agenthub.storage.lease import Lease, instance_lease
-from agenthub.storage.postgres import PostgresLeases
+from agenthub.storage.postgres import Database, PostgresLeases
 from tests.support.fakes.anthropic import FakeAnthropic
 from tests.support.scheduler import until
 from tests.support.shared_gateways import HeldModel, Instance, key_of, lease_row, message, sessions_of, shared_instances
@@ -56,6 +60,34 @@ async def two_instances(
                 await alive.gone(holder)
 
 
+class HeldAnswers(PostgresLeases):
+    """The database's leases; who is alive told once `answer` is set (a loaded database), `down`: a StorageError."""
+
+    def __init__(self, database: Database) -> None:
+        super().__init__(database)
+        self.answer = asyncio.Event()
+        self.down = False
+
+    async def live_holders(self, prefix: str) -> list[str]:
+        await self.answer.wait()
+        if self.down:
+            raise StorageError("could not list the live leases: unavailable")
+        return await super().live_holders(prefix)
+
+
+@pytest_asyncio.fixture
+async def other_alive(postgres_dsn: str) -> AsyncIterator[HeldAnswers]:
+    """The database with the `instance:` lease of `instance-1` held before any instance starts."""
+    database = Database(postgres_dsn)
+    leases = HeldAnswers(database)
+    try:
+        assert await leases.acquire(instance_lease("instance-1"), "instance-1", LEASE_S) is not None
+        yield leases
+    finally:
+        await leases.close()
+        await database.close()
+
+
 async def answered(instance: Instance, chat: str, text: str) -> None:
     assert isinstance(await (await instance.send(message(chat, text))).result(), DoneEvent)
 
@@ -80,6 +112,64 @@ async def test_an_instance_started_among_others_lets_its_new_sessions_go_so_thei
         assert free
         await answered(b, "next", "m2")
         assert (await lease_row(b, "next"))[0] == token + 1  # one claim: nobody was asked
+
+
+async def test_an_instance_started_among_others_asks_who_is_alive_at_its_start_and_lets_its_first_session_go(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str, other_alive: HeldAnswers
+) -> None:
+    """Asked when the gateway starts, not at its first claim: the very first session is judged by the answer."""
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 1, lease_s=LEASE_S) as (a,):
+        leases = a.gateway.session_leases
+        await until(lambda: leases.peers_asked > 0)  # before any message
+        assert not leases.keeps_new_sessions and not leases.keeps_returning_sessions
+        await answered(a, "first", "m1")
+        assert not leases.holds(key_of("first"))  # let go with its answer
+        assert (await lease_row(a, "first"))[1]
+
+
+async def test_the_first_claim_after_a_start_waits_for_the_answer_of_who_is_alive_while_it_is_out(
+    tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str, other_alive: HeldAnswers
+) -> None:
+    model = HeldModel(fake_llm)
+    model.install()
+    model.release.set()
+    async with shared_instances(tmp_path, fake_llm, postgres_dsn, 1, lease_stores=[other_alive], lease_s=LEASE_S) as (
+        a,
+    ):
+        reply = await a.send(message("first", "m1"))
+        await asyncio.sleep(FIRST_ANSWER_WAIT_S / 4)
+        assert not fake_llm.message_requests()  # its claim waits for the answer
+        other_alive.answer.set()
+        assert isinstance(await reply.result(), DoneEvent)
+        assert not a.gateway.session_leases.holds(key_of("first"))  # let go: another instance is alive
+
+
+async def test_the_first_ask_failing_or_unanswered_holds_a_claim_no_longer(other_alive: HeldAnswers) -> None:
+    """A store that errs releases the wait at once (each kind goes on as it was); one that does not answer holds it
+    `FIRST_ANSWER_WAIT_S`; nothing is waited for where nothing asks."""
+    failing = KeepJudges(other_alive, "instance-0", LEASE_S)
+    silent = KeepJudges(HeldAnswers(other_alive.database), "instance-0", LEASE_S)
+    loop = asyncio.get_running_loop()
+    try:
+        other_alive.down = True
+        other_alive.answer.set()
+        failing.watch()
+        async with asyncio.timeout(FIRST_ANSWER_WAIT_S / 2):
+            await failing.first_answer()
+        assert failing.asked == 0 and failing.new.keeping
+        silent.watch()
+        started = loop.time()
+        await silent.first_answer()
+        assert FIRST_ANSWER_WAIT_S * 0.9 <= loop.time() - started < FIRST_ANSWER_WAIT_S * 2
+        assert silent.asked == 0
+        async with asyncio.timeout(0.1):
+            await KeepJudges(None, "instance-0", LEASE_S).first_answer()
+    finally:
+        await failing.close()
+        await silent.close()
 
 
 async def test_among_others_the_probes_that_come_back_make_an_instance_keep_its_new_sessions_again(
