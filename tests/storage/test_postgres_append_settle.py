@@ -1,11 +1,12 @@
 """Inbox entries settled in the statement that stores their answer (`PostgresSessionStore.append_settling`): the
 entry's row deleted with the records (no settle statement follows, `still_mine` answers without one), only while
 this instance owns it, only when the append landed, each append of a batch with its own entries, and an entry a
-takeover holds waited for and then left to its new owner."""
+takeover holds waited for and then left to its new owner, and the entries found by the index in a large inbox."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import psycopg
@@ -14,6 +15,7 @@ from agenthub.session_keys import SessionKey, session_key
 from agenthub.storage.lease import Lease
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import PostgresInbox, PostgresSessionStore
+from agenthub.storage.postgres.appends import APPENDS
 from agenthub.storage.postgres.database import Database
 from agenthub.storage.store import FencedWriteError
 from tests.support.leases import claimed, session_lease
@@ -138,8 +140,9 @@ async def test_appends_at_once_each_settle_their_own_entries_in_shared_batches(
     for k in keys:
         assert all(await asyncio.gather(*(inbox.still_mine(e.id) for e in entries[k])))
     trips = a.database.latency.count
-    await asyncio.gather(*(inbox.settle(e.id) for es in entries.values() for e in es))
-    assert a.database.latency.count == trips
+    await asyncio.gather(*(inbox.settle(es[0].id) for es in entries.values()))
+    await asyncio.gather(*(inbox.release(es[1].id) for es in entries.values()))  # a turn that lost its session
+    assert a.database.latency.count == trips  # settled already: nothing to settle, nothing to give up
 
 
 async def test_an_entry_a_takeover_holds_is_waited_for_then_left_to_its_new_owner(
@@ -159,3 +162,20 @@ async def test_an_entry_a_takeover_holds_is_waited_for_then_left_to_its_new_owne
         await asyncio.wait_for(append, 10)
     assert await inbox_rows(a.database) == {entry.id: "b"}  # seen with its new owner: not deleted
     assert [r["content"] for r in await a.load(k)] == ["q", "a"]
+
+
+async def test_a_settling_append_finds_its_entries_by_the_index_in_a_large_inbox(
+    pg_two: list[PostgresSessionStore],
+) -> None:
+    a = pg_two[0]
+    async with a.database.connection("fill the inbox") as conn:  # a backlog: entries no channel resumes, an outage
+        await conn.execute(
+            "INSERT INTO inbox (id, source, accepted_at, payload, owner)"
+            " SELECT 'e' || g, 'http', 0, '{}', 'a' FROM generate_series(1, 20000) g"
+        )
+        await conn.execute("ANALYZE inbox")
+        row = {"n": 1, "agent": "default", "channel": "http", "chat_id": "big", "token": None, "meta": None}
+        rows = [{**row, "records": [json.dumps(msg("assistant", "a"))], "name": None, "settle": ["e7"]}]
+        cursor = await conn.execute("EXPLAIN " + APPENDS, {"appends": json.dumps(rows), "owner": "a"})
+        plan = "\n".join(str(line[0]) for line in await cursor.fetchall())
+    assert "inbox_id_key" in plan and "Seq Scan on inbox" not in plan, plan

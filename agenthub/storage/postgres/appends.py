@@ -24,19 +24,21 @@ WITH appended AS MATERIALIZED (
     )
     ORDER BY b.n
 ), answered AS (
-    SELECT a.n, i.id FROM appended a
-    CROSS JOIN LATERAL json_array_elements_text(a.settle) AS s(id)
-    JOIN inbox i ON i.id = s.id
-    WHERE a.version IS NOT NULL AND i.owner IS NOT DISTINCT FROM %(owner)s
+    SELECT i.id FROM inbox i
+    WHERE i.id = ANY(ARRAY(
+        SELECT s.id FROM appended a CROSS JOIN LATERAL json_array_elements_text(a.settle) AS s(id)
+        WHERE a.version IS NOT NULL
+    )) AND i.owner IS NOT DISTINCT FROM %(owner)s
     ORDER BY i.id
-    FOR UPDATE OF i
+    FOR UPDATE
 ), settled AS (
-    DELETE FROM inbox i USING answered d WHERE i.id = d.id RETURNING d.n, i.id
+    DELETE FROM inbox WHERE id = ANY(ARRAY(SELECT id FROM answered)) RETURNING id
 )
 SELECT n, version[1:2], {VERSION}, CASE WHEN version IS NOT NULL AND meta IS NOT NULL THEN agenthub_session_write_meta(
     agent, channel, chat_id, token, meta, true
-) END, coalesce(version[3] = 1, false), ARRAY(SELECT s.id FROM settled s WHERE s.n = appended.n)
-FROM appended ORDER BY n
+) END, coalesce(version[3] = 1, false), ARRAY(
+    SELECT s.id FROM settled s WHERE s.id IN (SELECT json_array_elements_text(settle))
+) FROM appended ORDER BY n
 """
 """The appends of a batch (`Batches`: those asked for while the one before was written), in one statement, so one
 transaction and one commit: each session's in the order of the sessions' keys, code point by code point (every
@@ -49,8 +51,9 @@ released with it (an append that carries its lease's `name`: a turn's answer who
 `append_letting_go`); and the memory version (migration 25), which the turn's read of its memory files that follows
 needs (`MemoryClock`). And the inbox entries an append answers by being stored (`append_settling`: HTTP's without an
 idempotency key) deleted with it, those the instance still owns (`owner`; one another instance claimed meanwhile is
-that instance's), landed appends only, the rows locked in id order: so no settle statement follows the answer, and
-no moment exists where the answer is stored and its entry still waits to be settled. The appends go as one JSON
+that instance's), landed appends only, the rows looked up by the id index (`= ANY(ARRAY(…))`: a join would be
+planned as a scan of the whole inbox) and locked in id order: so no settle statement follows the answer, and no
+moment exists where the answer is stored and its entry still waits to be settled. The appends go as one JSON
 parameter (`appends_json`): text arrays cost psycopg a quoting pass in Python per element, the most of a batch's CPU
 for records (JSON, full of quotes); the C JSON encoder does it in a fraction."""
 
