@@ -1,5 +1,6 @@
 """Several instances on one PostgreSQL, in one process: the HTTP messages an instance had accepted when it died
-are answered by the survivors, each exactly once (one user record and one answer in its session), none by both."""
+are answered by the survivors, each exactly once (one user record and one answer in its session), none by both;
+each settled, as the HTTP API's are, by the statement that stores its answer (and only by its owner's)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from agenthub.api.idempotency import answered_once_stored
 from agenthub.channel.inbox_flow import HTTP_SOURCE, InboxSubmitter, InstanceInbox
 from agenthub.config import Settings
 from agenthub.errors import StorageError
@@ -64,7 +66,7 @@ async def instance(root: Path, dsn: str, llm: FakeAnthropic) -> AsyncIterator[In
         built = build_gateway(settings, stores=stores, leases=leases, inbox=stores.inbox)  # as the daemon does
         gateway = await stack.enter_async_context(built)
         channel = RecordingSubmitter(gateway)
-        submitter = InboxSubmitter(stores.inbox, channel)
+        submitter = InboxSubmitter(stores.inbox, channel, answered_by_storing=answered_once_stored)  # the API's
         stack.push_async_callback(submitter.aclose)
         inbox = InstanceInbox(stores.inbox, leases, submitter, [])
         stack.push_async_callback(inbox.close)
