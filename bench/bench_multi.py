@@ -7,6 +7,8 @@
    behind a client that sends each chat to one instance (a load balancer hashing the chat id): no session moves;
    the setups run one after another, `--repeat` rounds of them, and each ratio is the median of its rounds' (a
    round's setups ran under the same load: one run of a second and a half is at the mercy of the box's noise);
+   each setup also prints its CPU a turn (instances, database server, this process), and, for information, the
+   ratios of the deployment's CPU a turn (instances + database server), which the box's noise moves far less;
 3. failover: `kill -9` of an instance right after it accepted messages whose turns are at the model; the time
    from the kill to the first answer of one of them (a completed model call from another process), p50 / max over
    R rounds. The killed instance is restarted at once, as systemd's `Restart=` would: the answer may come from a
@@ -33,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
-from bench_http import LoopThread, _cpu_s
+from bench_http import TICKS_PER_S, LoopThread, _cpu_s
 from psycopg.conninfo import conninfo_to_dict
 
 from agenthub.log import configure_logging
@@ -72,10 +74,17 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class Measured:
+    wall_s: float
+    cpu_ms: float
+    """CPU a turn of the instances and the database server (every process of each): what the deployment spends."""
+
+
 async def throughput(
     setup: Setup, fake: FakeAnthropic, pg: PostgresServer, root: Path, args: argparse.Namespace
-) -> float:
-    """Wall time of `args.sessions` sessions x `args.turns` turns on `setup`."""
+) -> Measured:
+    """Wall time and CPU a turn of `args.sessions` sessions x `args.turns` turns on `setup`."""
     dsn = pg.create_database() if setup.database else None
     statements = Statements(pg.dsn(), dsn) if args.statements and dsn is not None else None
     where = root / setup.label.replace(" ", "-").replace(",", "")
@@ -88,19 +97,22 @@ async def throughput(
         if statements is not None:
             await statements.reset()
         fake.requests.clear()  # kept, what it recorded (bodies and all) slows this process down round by round
-        cpu_before = _instances_cpu_s(d)
+        cpu_before, pg_before, own_before = _instances_cpu_s(d), _server_cpu_s(pg), time.process_time()
         began = time.perf_counter()
         await asyncio.gather(*(_session(client, f"s{i}", args.turns, setup.sticky) for i in range(args.sessions)))
         wall = time.perf_counter() - began
-        cpu_ms = (_instances_cpu_s(d) - cpu_before) / (args.sessions * args.turns) * 1000
+        turns = args.sessions * args.turns
+        cpu_ms = (_instances_cpu_s(d) - cpu_before) / turns * 1000
+        pg_ms = (_server_cpu_s(pg) - pg_before) / turns * 1000 if setup.database else 0.0
+        own_ms = (time.process_time() - own_before) / turns * 1000
         if statements is not None:
             await statements.report(setup.label, args.sessions * args.turns)
     ideal = args.turns * args.latency_ms / 1000
     print(
         f"  {setup.label:<28} wall {wall:6.2f} s  ({wall / ideal:5.2f}x the ideal {ideal:.2f} s), "
-        f"daemon CPU {cpu_ms:.1f} ms/turn"
+        f"CPU ms/turn: daemon {cpu_ms:.2f} + postgres {pg_ms:.2f}, load and fake model {own_ms:.2f}"
     )
-    return wall
+    return Measured(wall, cpu_ms + pg_ms)
 
 
 @dataclass
@@ -140,6 +152,24 @@ class Statements:
 def _instances_cpu_s(d: Deployment) -> float:
     """CPU seconds the instances' processes used so far (all their threads)."""
     return sum(_cpu_s(i.process.pid) for i in d.instances if i.process is not None and i.alive)
+
+
+def _server_cpu_s(pg: PostgresServer) -> float:
+    """CPU seconds the database server's processes that are alive used so far (the postmaster and its children: the
+    instances' pooled connections live through a measure)."""
+    if pg.process is None:
+        return 0.0
+    root, total = pg.process.pid, 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(entry.name) == root or int(fields[1]) == root:
+            total += (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+    return total
 
 
 @dataclass
@@ -230,31 +260,44 @@ async def run(fake: FakeAnthropic, pg: PostgresServer, args: argparse.Namespace)
             f"throughput: {args.sessions} sessions x {args.turns} turns at {args.latency_ms:.0f} ms (durable), "
             f"{args.repeat} round(s) of every setup in turn"
         )
-        walls: dict[str, list[float]] = {s.label: [] for s in SETUPS}
+        measured: dict[str, list[Measured]] = {s.label: [] for s in SETUPS}
         for r in range(args.repeat):
             for setup in SETUPS:
-                walls[setup.label].append(await throughput(setup, fake, pg, root / f"r{r}", args))
-        _report_ratios(walls)
+                measured[setup.label].append(await throughput(setup, fake, pg, root / f"r{r}", args))
+        _report_ratios(measured)
         if args.statements:
             return
         print(f"failover: {args.rounds} rounds, {args.per_round} messages accepted by the killed instance each")
         _report_failover(await failover(fake, pg, root, args), args.lease_s)
 
 
-def _report_ratios(walls: dict[str, list[float]]) -> None:
+def _report_ratios(measured: dict[str, list[Measured]]) -> None:
     """Each ratio of one round's walls (the setups of a round ran one after another, under the same load), and
-    their median: the figure a target is read against."""
-    files, one, three, sticky = (walls[s.label] for s in SETUPS)
-    for what, over, under, target in (
-        ("postgres / files, one instance", one, files, 1.3),
-        ("three instances / one, postgres", three, one, 1.0),
-        ("three instances by chat / one (information: no session moves)", sticky, one, None),
+    their median: the figure a target is read against. For information, the same of the CPU a turn the deployment
+    spends (instances and database server): steadier than the walls, and what more instances cost. One instance's
+    wall is bound by its own process on one core (the database server and this process on the other), three
+    instances' by the whole box: the load and the fake model share the cores with them, not with one."""
+    files, one, three, sticky = (measured[s.label] for s in SETUPS)
+    for what, over, under, target, of in (
+        ("postgres / files, one instance", one, files, 1.3, _wall),
+        ("three instances / one, postgres", three, one, 1.0, _wall),
+        ("three instances by chat / one (information: no session moves)", sticky, one, None, _wall),
+        ("three instances / one, CPU a turn (information)", three, one, None, _cpu),
+        ("three instances by chat / one, CPU a turn (information)", sticky, one, None, _cpu),
     ):
-        ratios = [a / b for a, b in zip(over, under, strict=True)]
+        ratios = [of(a) / of(b) for a, b in zip(over, under, strict=True)]
         median = statistics.median(ratios)
         each = " ".join(f"{x:.2f}" for x in ratios)
         verdict = "" if target is None else f" (target <= {target}) {_verdict(median <= target)}"
         print(f"  {what}: {median:.2f}{verdict}" + (f"  [rounds: {each}]" if len(ratios) > 1 else ""))
+
+
+def _wall(m: Measured) -> float:
+    return m.wall_s
+
+
+def _cpu(m: Measured) -> float:
+    return m.cpu_ms
 
 
 def main() -> None:
