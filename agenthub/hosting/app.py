@@ -21,6 +21,7 @@ from agenthub.storage.singleton import InstanceLeases
 if TYPE_CHECKING:
     from agenthub.api.host import ApiServices
     from agenthub.api.server import HttpApi
+    from agenthub.channel.inbox_flow import InboxSubmitter
     from agenthub.forget.service import Forgetter
     from agenthub.gateway.core import GatewayCore
     from agenthub.memory.wiring import MemoryLayer
@@ -230,12 +231,26 @@ def _drop_kept(gateway: GatewayCore) -> None:
     drop_everything()
 
 
+def http_inbox(inbox: Inbox, gateway: GatewayCore, idempotency: IdempotencyStore) -> InboxSubmitter:
+    """How the HTTP API's chat requests go through the inbox (new ones, and those resumed after a restart or taken
+    over): each with its session, a keyed one's answer kept for its retries, one without a key answered (and
+    settled) once its answer is stored."""
+    from agenthub.api.idempotency import answer_recorder, answered_once_stored
+    from agenthub.channel.inbox_flow import InboxSubmitter
+
+    return InboxSubmitter(
+        inbox,
+        gateway,
+        resolve=gateway.session_of,
+        answered=answer_recorder(idempotency),
+        answered_by_storing=answered_once_stored,
+    )
+
+
 def api_services(services: Services, inbox: Inbox, idempotency: IdempotencyStore) -> ApiServices:
     """The API's view of the core: the gateway behind the narrow `ApiHost` protocol, and the services the
     routes need that are built around it (forgetting a person, the memory thresholds, the inbox, the jobs)."""
     from agenthub.api.host import ApiServices
-    from agenthub.api.idempotency import answer_recorder, answered_once_stored
-    from agenthub.channel.inbox_flow import InboxSubmitter
     from agenthub.memory.thresholds import thresholds_for
 
     gateway = services.gateway
@@ -243,13 +258,7 @@ def api_services(services: Services, inbox: Inbox, idempotency: IdempotencyStore
         gateway,
         forgetter=lambda: gateway_forgetter(services),
         thresholds=lambda agent: thresholds_for(gateway.settings, agent),
-        inbox=InboxSubmitter(
-            inbox,
-            gateway,
-            resolve=gateway.session_of,
-            answered=answer_recorder(idempotency),
-            answered_by_storing=answered_once_stored,
-        ),
+        inbox=http_inbox(inbox, gateway, idempotency),
         idempotency=idempotency,
         scheduler=services.scheduler,
         compactor=services.turn.compactor,

@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING, TextIO
 import structlog
 
 from agenthub.agent.definition import load_agents
-from agenthub.api.idempotency import answer_recorder, answered_once_stored
 from agenthub.channel import Channel
-from agenthub.channel.inbox_flow import InboxSubmitter, InstanceInbox, resume_http, resume_then_start
+from agenthub.channel.inbox_flow import InstanceInbox, resume_http, resume_then_start
 from agenthub.config import Settings
-from agenthub.hosting.app import Services, assemble, build_services, open_stores
+from agenthub.hosting.app import Services, assemble, build_services, http_inbox, open_stores
 from agenthub.hosting.datalock import DAEMON, DataDirLock
 from agenthub.hosting.gc_freeze import freeze_start_up_objects
 from agenthub.hosting.stop_bound import AFTER_DRAIN_S, StopBound
@@ -97,13 +96,7 @@ class Daemon:
         self.server = server
         inbox = stores.inbox
         idempotency = stores.idempotency(http.idempotency_window_s)  # a resumed request's answer is kept too
-        resumed = InboxSubmitter(
-            inbox,
-            gateway,
-            resolve=gateway.session_of,
-            answered=answer_recorder(idempotency),
-            answered_by_storing=answered_once_stored,
-        )
+        resumed = http_inbox(inbox, gateway, idempotency)
         instance = InstanceInbox(inbox, gateway.leases, resumed, self.channels)
         await instance.open()  # alive before accepting anything: no survivor takes what this instance accepts
         server.add_metrics(instance.metrics)
