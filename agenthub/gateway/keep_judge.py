@@ -95,8 +95,9 @@ class KeepJudges:
         self.asked = 0
         """How many times the store told who is alive."""
         self._watch: asyncio.Task[None] | None = None
-        self._answered = asyncio.Event()
-        """The watch's first ask has its answer or its error (or the watch ended)."""
+        self._answered: asyncio.Event | None = None
+        """The watch's first ask has its answer or its error (or the watch ended, or a claim waited for it in
+        vain): made by `watch`, on the loop that runs it."""
 
     def of(self, *, new: bool) -> KeepJudge:
         return self.new if new else self.returning
@@ -112,23 +113,26 @@ class KeepJudges:
     def watch(self) -> None:
         """Start asking who is alive (once; nothing over a store that cannot tell)."""
         if self._holders is not None and self._watch is None:
-            self._answered.clear()
-            watching = self._watching(self._holders)  # its own context: its log lines carry no turn's ids
+            answered = self._answered = asyncio.Event()
+            watching = self._watching(self._holders, answered)  # its own context: its log lines carry no turn's ids
             self._watch = asyncio.create_task(watching, name="keep-judges-peers", context=contextvars.Context())
-            self._watch.add_done_callback(lambda _: self._answered.set())  # ended (closed, failed): no more waits
+            self._watch.add_done_callback(lambda _: answered.set())  # ended (closed, failed): no more waits
 
     async def first_answer(self) -> None:
-        """Until the watch's first ask has its answer or its error, at most `FIRST_ANSWER_WAIT_S` (and `ttl_s / 3`):
-        at once when it came, or nothing asks (not watching)."""
-        if self._watch is None or self._answered.is_set():
+        """Until the watch's first ask has its answer or its error, at most `FIRST_ANSWER_WAIT_S` (and `ttl_s / 3`),
+        once: a wait in vain ends the waits of every claim after it. At once when it came, or nothing asks (not
+        watching)."""
+        answered = self._answered
+        if self._watch is None or answered is None or answered.is_set():
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self._first_wait_s):
-                await self._answered.wait()
+                await answered.wait()
                 return
+        answered.set()  # the store is slow to say: the claims after this one go on as they are
         log.warning("keep_judges_peers_late", waited_s=self._first_wait_s)
 
-    async def _watching(self, holders: LiveHolders) -> None:
+    async def _watching(self, holders: LiveHolders, answered: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         until = loop.time() + self._for_at_least_s
         while loop.time() < until or self.new.verdicts == 0 or self.returning.verdicts == 0:
@@ -141,7 +145,7 @@ class KeepJudges:
                 others_alive = any(holder != self._holder for holder in alive)
                 self.new.expect(others_alive=others_alive)
                 self.returning.expect(others_alive=others_alive)
-            self._answered.set()
+            answered.set()
             await asyncio.sleep(self._every_s)
 
     async def close(self) -> None:

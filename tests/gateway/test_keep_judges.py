@@ -165,11 +165,46 @@ async def test_the_first_ask_failing_or_unanswered_holds_a_claim_no_longer(other
         await silent.first_answer()
         assert FIRST_ANSWER_WAIT_S * 0.9 <= loop.time() - started < FIRST_ANSWER_WAIT_S * 2
         assert silent.asked == 0
+        async with asyncio.timeout(0.1):  # waited once in vain: the claims after it do not wait again
+            await silent.first_answer()
         async with asyncio.timeout(0.1):
             await KeepJudges(None, "instance-0", LEASE_S).first_answer()
     finally:
         await failing.close()
         await silent.close()
+
+
+class ToldWhenAsked:
+    """Who is alive (another instance), told once this loop's `answer` is set."""
+
+    def __init__(self) -> None:
+        self.answer: asyncio.Event | None = None
+
+    async def live_holders(self, prefix: str) -> list[str]:
+        assert self.answer is not None
+        await self.answer.wait()
+        return ["instance-1"]
+
+
+def test_judges_closed_and_watching_again_on_another_loop_wait_there() -> None:
+    """A tool's next run (a new event loop) with the same judges: the first answer is waited for on that loop."""
+    told = ToldWhenAsked()
+    judges = KeepJudges(told, "instance-0", LEASE_S)
+
+    async def one_run() -> None:
+        answer = told.answer = asyncio.Event()
+        judges.watch()
+        waiting = asyncio.create_task(judges.first_answer())
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        answer.set()
+        async with asyncio.timeout(FIRST_ANSWER_WAIT_S / 2):
+            await waiting
+        assert not judges.new.keeping  # told: another instance is alive
+        await judges.close()
+
+    asyncio.run(one_run())
+    asyncio.run(one_run())
 
 
 async def test_among_others_the_probes_that_come_back_make_an_instance_keep_its_new_sessions_again(
