@@ -58,7 +58,22 @@ def problem(model: type[BaseModel], item: Mapping[str, Any]) -> str:
     the validator's own words without pydantic's `Value error, ` prefix."""
     if item["type"] == "extra_forbidden":
         return "unknown key" + did_you_mean(model, item["loc"])
+    days = _days_bound(item)
+    if days is not None:
+        return f"must be at most {days} days ({days * DAY_S} seconds)"
     return str(item["msg"]).removeprefix("Value error, ")
+
+
+DAY_S = 86_400
+
+
+def _days_bound(item: Mapping[str, Any]) -> int | None:
+    """The bound in whole days of a duration in seconds (a key ending in `_s`) that is over it; None otherwise."""
+    key = str(item["loc"][-1]) if item["loc"] else ""
+    limit = item.get("ctx", {}).get("le")
+    if item["type"] != "less_than_equal" or not key.endswith("_s") or not isinstance(limit, int | float):
+        return None
+    return int(limit) // DAY_S if limit >= DAY_S and limit % DAY_S == 0 else None
 
 
 def _is_complex(annotation: object) -> bool:
