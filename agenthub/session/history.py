@@ -208,10 +208,8 @@ class SessionHistory:
                 if meta_changes:
                     meta = meta.with_changes(**meta_changes)
                 store = self.store
-                lease = None
-                if let_go is not None and stamped and isinstance(store, AppendsLettingGo):  # no records: no statement
-                    lease = let_go.lease
-                riding = lease is not None
+                ride = let_go if stamped and isinstance(store, AppendsLettingGo) else None  # no records: no statement
+                lease, riding = (None, False) if ride is None else (ride.lease, True)
                 if settles and isinstance(store, AppendsSettling):
                     released = await store.append_settling(
                         key, stamped, settles, meta=meta if riding else None, lease=lease

@@ -39,14 +39,19 @@ class Alive:
         await self.leases.release(self.held.pop(holder))
 
 
+def answering(fake: FakeAnthropic) -> None:
+    """The fake model answering every turn at once (its held model, released)."""
+    model = HeldModel(fake)
+    model.install()
+    model.release.set()
+
+
 @asynccontextmanager
 async def two_instances(
     tmp_path: Path, fake: FakeAnthropic, dsn: str, *alive_holders: str, lease_s: float = LEASE_S
 ) -> AsyncIterator[tuple[Instance, Instance, Alive]]:
     """Two instances answering at once, the `instance:` leases of `alive_holders` held until the end."""
-    model = HeldModel(fake)
-    model.install()
-    model.release.set()
+    answering(fake)
     async with shared_instances(tmp_path, fake, dsn, 2, lease_s=lease_s) as (a, b):
         alive = Alive(PostgresLeases(sessions_of(a).database), {})
         for holder in alive_holders:
@@ -118,9 +123,7 @@ async def test_an_instance_started_among_others_asks_who_is_alive_at_its_start_a
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str, other_alive: HeldAnswers
 ) -> None:
     """Asked when the gateway starts, not at its first claim: the very first session is judged by the answer."""
-    model = HeldModel(fake_llm)
-    model.install()
-    model.release.set()
+    answering(fake_llm)
     async with shared_instances(tmp_path, fake_llm, postgres_dsn, 1, lease_s=LEASE_S) as (a,):
         leases = a.gateway.session_leases
         await until(lambda: leases.peers_asked > 0)  # before any message
@@ -133,9 +136,7 @@ async def test_an_instance_started_among_others_asks_who_is_alive_at_its_start_a
 async def test_the_first_claim_after_a_start_waits_for_the_answer_of_who_is_alive_while_it_is_out(
     tmp_path: Path, fake_llm: FakeAnthropic, postgres_dsn: str, other_alive: HeldAnswers
 ) -> None:
-    model = HeldModel(fake_llm)
-    model.install()
-    model.release.set()
+    answering(fake_llm)
     async with shared_instances(tmp_path, fake_llm, postgres_dsn, 1, lease_stores=[other_alive], lease_s=LEASE_S) as (
         a,
     ):

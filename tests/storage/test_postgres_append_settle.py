@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from agenthub.session_keys import SessionKey, session_key
+from agenthub.storage.inbox import InboxEntry
 from agenthub.storage.lease import Lease
 from agenthub.storage.meta import SessionMeta
 from agenthub.storage.postgres import PostgresInbox, PostgresSessionStore
@@ -49,14 +50,19 @@ def wired(store: PostgresSessionStore, owner: str) -> PostgresInbox:
     return inbox
 
 
+async def claimed_entry(store: PostgresSessionStore, n: int) -> tuple[PostgresInbox, SessionKey, Lease, InboxEntry]:
+    """Store `store` settling for instance "a", the session `key(n)` claimed by it, and an entry of that session."""
+    inbox = wired(store, "a")
+    k = key(n)
+    lease = await claim(store, k)
+    return inbox, k, lease, await inbox.accept("http", {"text": "q"}, session=str(k))
+
+
 async def test_the_answer_s_append_deletes_its_entry_and_the_settle_after_it_sends_nothing(
     pg_two: list[PostgresSessionStore],
 ) -> None:
     a = pg_two[0]
-    inbox = wired(a, "a")
-    k = key(0)
-    await claim(a, k)
-    entry = await inbox.accept("http", {"text": "question"}, session=str(k))
+    inbox, k, _, entry = await claimed_entry(a, 0)
     await a.append(k, [msg("user", "question")])
     trips = a.database.latency.count
     assert await a.append_settling(k, [msg("assistant", "answer")], [entry.id]) is False  # no lease given
@@ -71,10 +77,7 @@ async def test_the_answer_s_append_deletes_its_entry_and_the_settle_after_it_sen
 
 async def test_with_a_lease_the_answer_settles_and_lets_go_in_one_statement(pg_two: list[PostgresSessionStore]) -> None:
     a, b = pg_two
-    inbox = wired(a, "a")
-    k = key(1)
-    lease = await claim(a, k)
-    entry = await inbox.accept("http", {"text": "q"}, session=str(k))
+    _, k, lease, entry = await claimed_entry(a, 1)
     meta = SessionMeta(k.chat_id, title="settled", created_at=1, updated_at=2)
     trips = a.database.latency.count
     released = await a.append_settling(k, [msg("user", "q"), msg("assistant", "a")], [entry.id], meta=meta, lease=lease)
@@ -88,10 +91,7 @@ async def test_an_entry_another_instance_owns_is_left_to_it(
     pg_two: list[PostgresSessionStore],
 ) -> None:
     a = pg_two[0]
-    inbox = wired(a, "a")
-    k = key(2)
-    await claim(a, k)
-    entry = await inbox.accept("http", {"text": "q"}, session=str(k))
+    inbox, k, _, entry = await claimed_entry(a, 2)
     async with a.database.connection("a survivor claims it") as conn:
         await conn.execute("UPDATE inbox SET owner = 'b' WHERE id = %s", [entry.id])
     await a.append_settling(k, [msg("user", "q"), msg("assistant", "a")], [entry.id])
@@ -102,10 +102,7 @@ async def test_an_entry_another_instance_owns_is_left_to_it(
 
 async def test_a_fenced_append_settles_nothing(pg_two: list[PostgresSessionStore]) -> None:
     a, b = pg_two
-    inbox = wired(a, "a")
-    k = key(3)
-    await claim(a, k)
-    entry = await inbox.accept("http", {"text": "q"}, session=str(k))
+    inbox, k, _, entry = await claimed_entry(a, 3)
     async with b.database.connection("a's lease lapses") as conn:
         await conn.execute("UPDATE leases SET expires_at = now() WHERE name = %s", [session_lease(k)])
     assert await claimed(b, k, "b", TTL_S) is not None  # b fenced the session
@@ -149,10 +146,7 @@ async def test_an_entry_a_takeover_holds_is_waited_for_then_left_to_its_new_owne
     pg_two: list[PostgresSessionStore], postgres_dsn: str
 ) -> None:
     a = pg_two[0]
-    inbox = wired(a, "a")
-    k = key(4)
-    await claim(a, k)
-    entry = await inbox.accept("http", {"text": "q"}, session=str(k))
+    _, k, _, entry = await claimed_entry(a, 4)
     async with await psycopg.AsyncConnection.connect(postgres_dsn) as survivor:  # its claim's transaction, open
         await survivor.execute("UPDATE inbox SET owner = 'b' WHERE id = %s", [entry.id])
         append = asyncio.create_task(a.append_settling(k, [msg("user", "q"), msg("assistant", "a")], [entry.id]))
